@@ -1,0 +1,1 @@
+"""Packaged data (read through importlib.resources)."""

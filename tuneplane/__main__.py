@@ -1,0 +1,3 @@
+from tuneplane.cli.main import run
+
+run()

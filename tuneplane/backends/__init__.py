@@ -1,0 +1,1 @@
+"""Backends run a rendered run somewhere: `local` (this machine) or `kubernetes`."""

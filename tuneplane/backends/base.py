@@ -1,0 +1,59 @@
+"""The Backend protocol every backend implements, and the plain records it exchanges.
+
+The bot and the CLI talk to backends only through this protocol; tests swap in fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# Phases a backend may report. `Submitted` is written by the bot, never observed.
+PHASES = ("Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled")
+TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    run_id: str
+    experiment: str
+    namespace: str
+    object_name: str  # deterministic DNS-1035 name; resubmitting the same name adopts, never duplicates
+    manifests: list[dict[str, Any]]  # rendered, already validated
+    secret_data: dict[str, str] = field(default_factory=dict)  # per-run tokens; never logged
+
+
+@dataclass(frozen=True)
+class BackendRef:
+    backend: str  # "local" | "kubernetes"
+    kind: str  # e.g. "Job", "JobSet", "RayJob", "Process"
+    name: str
+    namespace: str = ""
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    phase: str  # one of PHASES (never "Submitted"), or "Unknown" when the backend cannot tell
+    reason: str = ""  # e.g. a Kueue queue reason while Pending
+    message: str = ""  # what a person needs to know, e.g. the failing container's last lines
+    started_at: str | None = None  # ISO-8601 UTC
+    finished_at: str | None = None
+    exit_code: int | None = None
+
+
+class BackendError(Exception):
+    """The backend could not do what was asked; the message is for a person."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def submit(self, request: SubmitRequest) -> BackendRef: ...
+
+    def observe(self, ref: BackendRef) -> Observation: ...
+
+    def logs(self, ref: BackendRef, tail: int | None = None, follow: bool = False) -> Iterator[str]: ...
+
+    def cancel(self, ref: BackendRef) -> None: ...

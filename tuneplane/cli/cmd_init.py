@@ -1,0 +1,35 @@
+"""`tp init [DIR]`: create a lab."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init", help="Create a lab: tuneplane.yaml, folders, CI workflow, pre-commit hook, git.")(init)
+
+
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to create the lab.")] = Path("."),
+    name: Annotated[Optional[str], typer.Option("--name", help="Lab name; default the directory name.")] = None,
+    no_git: Annotated[bool, typer.Option("--no-git", help="Do not run git init or commit.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before using a non-empty directory.")] = False,
+) -> None:
+    import sys
+
+    from tuneplane.scaffold import init_lab
+
+    directory.mkdir(parents=True, exist_ok=True)
+    if not yes and sys.stdin.isatty() and any(directory.iterdir()):
+        typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
+    result = init_lab(directory, name, use_git=not no_git)
+    typer.echo(f"created lab {result.name!r} in {result.root}")
+    for rel in result.files:
+        if not rel.endswith(".gitkeep"):
+            typer.echo(f"  {rel}")
+    if result.commit:
+        typer.echo(f"  committed {result.commit[:12]}")
+    typer.echo("next: tp new my-exp --method custom/custom   (see `tp methods`)")

@@ -1,0 +1,30 @@
+"""`tp ls`: the lab's experiments with method, framework version and lock state."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ls", help="List experiments with their method, framework version and lock state.")(ls)
+
+
+def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    import json
+
+    from tuneplane.inventory import experiment_rows
+    from tuneplane.load import load_lab
+
+    rows = experiment_rows(load_lab())
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("no experiments yet: tp new NAME --method custom/custom")
+        return
+    from tuneplane.tables import table
+
+    typer.echo(table(["experiment", "method", "framework", "lock"],
+                     [[r["name"], r["method"], r["framework_version"], r["lock"]] for r in rows]))

@@ -1,0 +1,60 @@
+"""`tp methods [ID]`: the catalog, or one recipe's parameters."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("methods", help="List catalog methods, or show one method's parameters.")(methods)
+
+
+def methods(method: Annotated[Optional[str], typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None) -> None:
+    from tuneplane.catalog import load_catalog
+    from tuneplane.tables import table
+
+    catalog = load_catalog()
+    if method is None:
+        rows = []
+        for mid in catalog.ids:
+            r = catalog.recipe(mid)
+            versions = r.runtime.default_version
+            rows.append([mid, r.category, versions, r.title])
+        typer.echo(table(["method", "category", "default version", "title"], rows))
+        typer.echo("details: tp methods FRAMEWORK/RECIPE")
+        return
+    catalog.require(method)
+    r = catalog.recipe(method)
+    typer.echo(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
+    typer.echo(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   observability: {r.adapter_options.observability}")
+    if r.runtime.versions:
+        vs = ", ".join(f"{k}{' (deprecated)' if v.deprecated else ''}" for k, v in sorted(r.runtime.versions.items()))
+        typer.echo(f"framework versions: {vs} (default {r.runtime.default_version})")
+    if r.adapter_options.required_inputs:
+        typer.echo("required inputs: " + " ".join("--" + i.replace("_", "-") for i in r.adapter_options.required_inputs))
+    if not r.params:
+        typer.echo("\nno parameters: config.yaml is yours and nothing reads it")
+        return
+    rows = [[name, p.type, _bounds(p), _show(p.default), p.path, p.doc] for name, p in sorted(r.params.items())]
+    typer.echo("\n" + table(["param", "type", "allowed", "default", "config path", "what it does"], rows))
+
+
+def _show(value: object) -> str:
+    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bounds(p: object) -> str:
+    choices = getattr(p, "choices", None)
+    if choices:
+        return "|".join(map(str, choices))
+    lo, hi = getattr(p, "min", None), getattr(p, "max", None)
+    if lo is None and hi is None:
+        return ""
+    left = "(" if getattr(p, "exclusive_min", False) else "["
+    return f"{left}{_num(lo) if lo is not None else '-inf'}, {_num(hi) if hi is not None else 'inf'}]"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"

@@ -1,0 +1,29 @@
+"""`tp new NAME --method FW/RECIPE`: scaffold an experiment from the catalog."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("new", help="Scaffold an experiment from a catalog recipe and lock it.")(new)
+
+
+def new(
+    name: Annotated[str, typer.Argument(help="Experiment name (letters, digits, . _ -).")],
+    method: Annotated[Optional[str], typer.Option("--method", "-m", help="FRAMEWORK/RECIPE, see `tp methods`.")] = None,
+    framework_version: Annotated[Optional[str], typer.Option("--framework-version", help="Runtime version key.")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="Start from an existing experiment.")] = None,
+) -> None:
+    from tuneplane.load import load_lab
+    from tuneplane.scaffold import new_experiment
+
+    lab = load_lab()
+    path = new_experiment(lab, name, method, framework_version, source)
+    typer.echo(f"created {lab.rel(path)}/")
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            typer.echo(f"  {p.relative_to(path).as_posix()}")
+    typer.echo(f"next: edit it, then `tp validate {name}`")

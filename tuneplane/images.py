@@ -1,0 +1,70 @@
+"""Image references: exact parsing, the registry allowlist and resolution order (CONTRACT §8). Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DOCKER_HUB = "docker.io"
+ALLOWLIST_ENV = "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES"
+
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_TAG = r"[\w][\w.-]{0,127}"
+_REF = re.compile(rf"^(?P<name>(?:(?P<host>{_HOST})/)?{_COMPONENT}(?:/{_COMPONENT})*)"
+                  rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[a-z0-9]+:[a-zA-Z0-9]+))?$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    text: str
+    host: str
+    repository: str
+    tag: str
+    digest: str
+
+
+class ImageError(ValueError):
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def parse_image(text: str) -> ImageRef:
+    m = _REF.match(text)
+    if not m:
+        raise ImageError(f"{text!r} is not a valid image reference",
+                         "write [registry/]repository[:tag][@sha256:<64 hex>], lower-case repository")
+    name, digest = m.group("name"), m.group("digest") or ""
+    if digest and not _DIGEST.match(digest):
+        raise ImageError(f"{text!r} has a malformed digest {digest!r}", "a digest is sha256: and 64 lower-case hex digits")
+    first, _, rest = name.partition("/")
+    is_host = bool(rest) and ("." in first or ":" in first or first == "localhost")
+    host, repo = (first, rest) if is_host else (DOCKER_HUB, name)
+    if host != host.lower():
+        raise ImageError(f"{text!r}: registry host {host!r} must be written in lower case",
+                         f"write {host.lower()!r}; hosts are compared exactly")
+    return ImageRef(text, host, repo, m.group("tag") or "", digest)
+
+
+def allowed_registries(env: dict[str, str], lab_allowed: list[str] | None) -> list[str] | None:
+    """The allowlist in force: the environment wins over the lab; None allows any registry."""
+    if ALLOWLIST_ENV in env:
+        return [h.strip() for h in env[ALLOWLIST_ENV].split(",") if h.strip()]
+    return lab_allowed
+
+
+def check_allowed(ref: ImageRef, allowed: list[str] | None) -> None:
+    if allowed is None or ref.host in allowed:
+        return
+    where = "is empty, so no custom image is accepted" if not allowed else f"allows: {', '.join(allowed)}"
+    raise ImageError(f"image registry {ref.host!r} is not allowed: the registry allowlist {where}",
+                     f"ask an administrator to add {ref.host!r} to {ALLOWLIST_ENV} "
+                     "(or images.allowed_registries in tuneplane.yaml)")
+
+
+def check_digest_policy(ref: ImageRef, require_digest: bool) -> None:
+    if require_digest and not ref.digest:
+        raise ImageError(f"image {ref.text!r} is not pinned by digest and this lab requires digests",
+                         "append @sha256:<digest> (for example from `docker buildx imagetools inspect`)")

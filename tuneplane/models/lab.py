@@ -1,0 +1,79 @@
+"""`tuneplane.yaml`: the lab marker and its settings (profiles, images, cluster)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tuneplane.models.base import LAB_NAME_RE, Strict
+
+LAB_API = "tuneplane/project/v1"
+
+
+class Toleration(Strict):
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class Profile(Strict):
+    """A machine shape a run can ask for with `--profile NAME[:TOTAL_GPUS]`."""
+
+    local: bool = Field(False, description="Runs on this machine through the local backend.")
+    gpus_per_node: int = Field(8, ge=0, le=64, description="GPUs on one node of this profile.")
+    max_nodes: int = Field(1, ge=1, le=1024, description="Most nodes one run may take.")
+    default_gpus: int | None = Field(None, ge=0, description="Total GPUs when the profile has no `:N`; default one node.")
+    gpu_product: str = Field("", description="GPU product label, e.g. NVIDIA-H200 (for people and the node selector).")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes node selector.")
+    tolerations: list[Toleration] = Field(default_factory=list)
+    cpu: str = Field("", description="CPU request per node, Kubernetes quantity.")
+    memory: str = Field("", description="Memory request per node, Kubernetes quantity.")
+    shm_size: str = Field("16Gi", description="Size of the memory-backed /dev/shm.")
+
+
+class Images(Strict):
+    allowed_registries: list[str] | None = Field(
+        None, description="Registry hosts custom images may come from; null allows any, [] refuses all.")
+    require_digest: bool = Field(False, description="Refuse image references without @sha256:<digest>.")
+    defaults: dict[str, str] = Field(default_factory=dict, description="Per-framework default image.")
+
+
+class Storage(Strict):
+    pvc: str = Field("tuneplane-storage", description="PersistentVolumeClaim mounted at `root` in every pod.")
+    root: str = Field("/mnt/tuneplane", description="Storage root inside pods.")
+    local_root: str = Field("", description="Storage root for the local backend; default a per-user directory.")
+
+
+class Repo(Strict):
+    url: str = Field("", description="Clone URL of this lab repository, used by the job's init container.")
+    credentials_secret: str = Field("", description="Secret with git credentials (keys `username`, `password`).")
+
+
+class Ingest(Strict):
+    endpoint: str = Field("", description="URL of the metrics ingest receiver reachable from jobs.")
+    secret: str = Field("tuneplane-ingest", description="Secret holding the ingest HMAC key (key `secret`).")
+
+
+class Cluster(Strict):
+    backend: Literal["local", "kubernetes"] = Field("local", description="Where runs go.")
+    namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
+    queue: str = Field("", description="Kueue LocalQueue name; empty for none.")
+    storage: Storage = Field(default_factory=Storage)
+    repo: Repo = Field(default_factory=Repo)
+    ingest: Ingest = Field(default_factory=Ingest)
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
+    ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0)
+    user: str = Field("", description="User name in output paths; default the git user or $USER.")
+
+
+class LabFile(Strict):
+    """The lab marker `tuneplane.yaml`."""
+
+    api_version: Literal["tuneplane/project/v1"] = Field(alias="apiVersion")
+    name: str = Field(pattern=LAB_NAME_RE, description="The lab's name.")
+    profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": Profile(local=True, gpus_per_node=0)})
+    images: Images = Field(default_factory=Images)
+    cluster: Cluster = Field(default_factory=Cluster)

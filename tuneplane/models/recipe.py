@@ -1,0 +1,107 @@
+"""`recipe.yaml`: one catalog method, its params, runtimes and adapter options (CONTRACT §2)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from tuneplane.models.base import Strict
+
+ParamType = Literal["int", "float", "bool", "str", "enum"]
+
+
+class Param(Strict):
+    type: ParamType
+    path: str = Field(description="Dotted path in config.yaml the value lands on.")
+    doc: str = ""
+    group: str = ""
+    required: bool = False
+    default: Any = None
+    min: float | None = None
+    max: float | None = None
+    exclusive_min: bool = False
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _enum_has_choices(self) -> Param:
+        if self.type == "enum" and not self.choices:
+            raise ValueError("an enum param needs `choices`")
+        return self
+
+
+class Entrypoint(Strict):
+    kind: Literal["module", "file", "experiment"]
+    value: str
+
+
+class AdapterOptions(Strict):
+    observability: Literal["platform", "external"]
+    orchestrator: Literal["", "process-group", "ray"] = ""
+    launcher: Literal["", "torchrun", "accelerate", "python-module"] = ""
+    config_mode: str = ""
+    bindings: dict[str, str] = Field(default_factory=dict)
+    topology: dict[str, Any] = Field(default_factory=dict)
+    platform_owned: list[str] = Field(default_factory=list)
+    required_inputs: list[Literal["model", "train_data", "validation_data"]] = Field(default_factory=list)
+
+
+class Metrics(Strict):
+    primary: list[str] = Field(default_factory=list)
+    aliases: dict[str, str] = Field(default_factory=dict)
+
+
+class Artifacts(Strict):
+    version: Literal["tuneplane/artifacts/v1"] = "tuneplane/artifacts/v1"
+    checkpoints: list[str] = Field(default_factory=lambda: ["checkpoints/*"])
+    logs: list[str] = Field(default_factory=lambda: ["logs"])
+    exports: list[str] = Field(default_factory=lambda: ["hf_export"])
+    evaluations: list[str] = Field(default_factory=lambda: ["eval/report.json"])
+    formats: dict[str, str] = Field(default_factory=dict)
+
+
+class RuntimeVersion(Strict):
+    runtime_id: str
+    requires: str = ""
+    image: str = ""
+    deprecated: bool = False
+
+
+class Runtime(Strict):
+    default_version: str
+    versions: dict[str, RuntimeVersion] = Field(default_factory=dict)
+
+
+class Requires(Strict):
+    core: str = ">=0.1,<1"
+
+
+class Recipe(Strict):
+    """A catalog recipe. `name` is the method id `<framework>/<recipe>`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str
+    framework: str
+    title: str = ""
+    summary: str = ""
+    category: str = ""
+    template: str = "template"
+    entrypoint: Entrypoint
+    adapter_options: AdapterOptions
+    roles: list[str] = Field(default_factory=lambda: ["trainer"])
+    plugins: list[str] = Field(default_factory=list)
+    lifecycle: dict[Literal["export", "eval"], str] = Field(default_factory=dict)
+    lifecycle_resources: dict[Literal["export", "eval"], int] = Field(default_factory=dict)
+    metrics: Metrics = Field(default_factory=Metrics)
+    artifacts: Artifacts = Field(default_factory=Artifacts)
+    runtime: Runtime
+    requires: Requires = Field(default_factory=Requires)
+    params: dict[str, Param] = Field(default_factory=dict)
+
+    @property
+    def method(self) -> str:
+        return self.name
+
+    @property
+    def user_managed(self) -> bool:
+        return self.runtime.default_version == "user-managed"

@@ -1,0 +1,107 @@
+"""Run requests (`runs/<exp>/<run-id>.yaml`, people review them) and status files (the bot writes them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tuneplane.models.base import NAME_RE, Strict
+
+RUN_API = "tuneplane/run/v1"
+STATUS_API = "tuneplane/status/v1"
+RUN_ID_RE = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$"
+PROFILE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"
+
+Scalar = bool | int | float | str
+Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
+
+
+class Inputs(Strict):
+    model: str = ""
+    train_data: str = ""
+    validation_data: str = ""
+    checkpoint: str = Field("", description="export/eval: checkpoint path under the run's out dir or storage.")
+    checkpoint_format: str = ""
+    data: str = Field("", description="eval: the evaluation data set.")
+
+
+class RunRequest(Strict):
+    """What `tp submit` writes and a reviewer approves; the bot turns it into a job."""
+
+    api_version: Literal["tuneplane/run/v1"] = Field(RUN_API, alias="apiVersion")
+    kind: Literal["RunRequest"] = "RunRequest"
+    experiment: str = Field(pattern=NAME_RE)
+    run_id: str = Field(pattern=RUN_ID_RE, description="Sorts by time; unique without coordination.")
+    operation: Literal["train", "export", "eval"] = "train"
+    profile: str = Field(pattern=PROFILE_RE, description="NAME or NAME:TOTAL_GPUS.")
+    image: str = ""
+    observability_url: str = ""
+    set: dict[str, Scalar] = Field(default_factory=dict, description="Hyperparameter overrides.")
+    inputs: Inputs = Field(default_factory=Inputs)
+    timeout: int | None = Field(None, ge=60, description="Seconds before the job is stopped.")
+    requested_by: str = ""
+    message: str = ""
+    created_at: str = ""
+    commit: str = Field("", description="Pin the job to this commit (reruns); empty: the commit the bot sees.")
+    rerun_of: str = ""
+    cancel: bool = Field(False, description="Set to true and merge: the bot stops the job.")
+
+
+class BackendObject(Strict):
+    backend: str
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+
+
+class Provenance(Strict):
+    commit: str = ""
+    dirty: bool = False
+    recipe: str = ""
+    recipe_digest: str = ""
+    plugin_digests: dict[str, str] = Field(default_factory=dict)
+    image: str = ""
+    image_digest: str = ""
+    jobspec_digest: str = ""
+    tool_version: str = ""
+
+
+class Artifact(Strict):
+    kind: str
+    path: str
+    format: str = ""
+    size_bytes: int = 0
+    step: int | None = None
+
+
+class Transition(Strict):
+    phase: Phase
+    at: str
+
+
+class RunStatus(Strict):
+    """`status/<exp>/<run-id>.json`: written by the bot only."""
+
+    api_version: Literal["tuneplane/status/v1"] = Field(STATUS_API, alias="apiVersion")
+    kind: Literal["RunStatus"] = "RunStatus"
+    experiment: str
+    run_id: str
+    method: str = ""
+    operation: str = "train"
+    profile: str = ""
+    phase: Phase
+    reason: str = ""
+    message: str = ""
+    submitted_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    exit_code: int | None = None
+    backend: BackendObject | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+    out_dir: str = ""
+    artifacts: list[Artifact] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict, description="Last value of each primary metric.")
+    metric_history: dict[str, list[float]] = Field(default_factory=dict, description="Recent values, for sparklines.")
+    history: list[Transition] = Field(default_factory=list)

@@ -1,0 +1,124 @@
+"""Hyperparameters: parse `--set` values, check values against a recipe's params, read/write dotted paths.
+
+Pure functions; the rules of CONTRACT §2: an int is accepted for a float, a bool never for a number,
+bounds inclusive unless `exclusive_min`, unknown names refused with the list of known ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from tuneplane.models.recipe import Param, Recipe
+
+_MISSING = object()
+_FLOATISH = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def parse_cli_value(text: str) -> bool | int | float | str:
+    """`true/yes/on` and `false/no/off` (any case) are booleans, then int, then float, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for cast in (int, float):
+        try:
+            return cast(text)  # type: ignore[no-any-return]
+        except ValueError:
+            pass
+    return text
+
+
+def parse_assignment(text: str) -> tuple[str, bool | int | float | str]:
+    """`KEY=VALUE` from `--set`; raises ValueError with what is wrong."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
+    return key.strip(), parse_cli_value(value)
+
+
+def check_value(param: Param, value: Any) -> str | None:
+    """None when `value` fits `param`, else the message saying why not."""
+    kind = param.type
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"expected true or false, got {_show(value)}"
+    if kind in ("int", "float"):
+        return _check_number(param, value)
+    if kind == "str":
+        return None if isinstance(value, str) else f"expected text, got {_show(value)}"
+    if value not in (param.choices or []):
+        return f"{_show(value)} is not one of: {', '.join(map(str, param.choices or []))}"
+    return None
+
+
+def _check_number(param: Param, value: Any) -> str | None:
+    ok = isinstance(value, int) if param.type == "int" else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        if isinstance(value, str) and param.type == "float" and _FLOATISH.match(value):
+            return (f"expected a number, got the text {value!r}: YAML reads an exponent without a dot as text; "
+                    f"write it as {_with_dot(value)}")
+        return f"expected {'an integer' if param.type == 'int' else 'a number'}, got {_show(value)}"
+    if param.min is not None and (value <= param.min if param.exclusive_min else value < param.min):
+        return f"{value} is below the minimum {'(exclusive) ' if param.exclusive_min else ''}{_num(param.min)}"
+    if param.max is not None and value > param.max:
+        return f"{value} is above the maximum {_num(param.max)}"
+    return None
+
+
+def _with_dot(text: str) -> str:
+    mantissa, _, exp = text.lower().partition("e")
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _show(value: Any) -> str:
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "text", list: "a list",
+            dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
+    return f"{kind} ({value!r})" if not isinstance(value, (list, dict)) else kind
+
+
+def unknown_name_message(name: str, recipe: Recipe) -> tuple[str, str]:
+    known = sorted(recipe.params)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"unknown hyperparameter {name!r} for {recipe.name}",
+            hint + ("known: " + ", ".join(known) if known else f"{recipe.name} declares no hyperparameters"))
+
+
+def resolve_name(name: str, recipe: Recipe) -> str | None:
+    """A `--set` key may be a param name or its config path."""
+    if name in recipe.params:
+        return name
+    for pname, p in recipe.params.items():
+        if p.path == name:
+            return pname
+    return None
+
+
+def get_path(data: Any, dotted: str) -> Any:
+    """Value at a dotted path, or `MISSING`."""
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def is_missing(value: Any) -> bool:
+    return value is _MISSING
+
+
+def leaf_paths(data: Any, prefix: str = "") -> list[str]:
+    if not isinstance(data, dict):
+        return [prefix] if prefix else []
+    out: list[str] = []
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        out += leaf_paths(value, path) if isinstance(value, dict) and value else [path]
+    return out

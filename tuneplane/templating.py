@@ -1,0 +1,42 @@
+"""Jinja environment for everything tp renders: StrictUndefined, no autoescape, and `q` for scalars.
+
+Templates contain no logic beyond loops over prepared lists. Every scalar goes through `q`, which
+writes it as a JSON scalar (a valid YAML flow scalar), so no value can add a key or change structure.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+
+def quote(value: Any) -> str:
+    """A YAML-safe scalar: strings JSON-quoted (newlines, `: `, `{{`, tags all inert), numbers as is."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    raise TypeError(f"q filter takes a scalar, got {type(value).__name__}; prepare it in Python")
+
+
+@lru_cache(maxsize=None)
+def environment(package: str = "tuneplane._data.templates") -> jinja2.Environment:
+    from importlib.resources import files
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(files(package))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = quote
+    return env
+
+
+def render(template: str, **values: Any) -> str:
+    return environment().get_template(template).render(**values)
