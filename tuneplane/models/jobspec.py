@@ -1,0 +1,111 @@
+"""The JobSpec (`tuneplane/v1`, `TrainingJob`): everything a run needs, resolved and pinned.
+
+`resolve` builds it from the experiment, its lock, the run request and the lab; every later stage
+(compile, render, the launcher in the job) reads only this. Unknown fields are refused at every level.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from tuneplane.models.base import Strict
+
+Scalar = bool | int | float | str
+
+
+class JobMeta(Strict):
+    name: str = Field(description="Deterministic DNS-1035 object name, at most 40 characters.")
+    experiment: str
+    run_id: str
+    lab: str
+    user: str
+
+
+class RecipeRef(Strict):
+    name: str
+    version: str
+    digest: str
+    manifest_digest: str
+    template_digest: str
+    entrypoint_kind: Literal["module", "file", "experiment"]
+    entrypoint: str
+    plugins: list[str] = Field(default_factory=list)
+    observability: Literal["platform", "external"]
+
+
+class FrameworkRef(Strict):
+    kind: str
+    version: str
+    runtime_id: str = ""
+    observability_url: str = ""
+
+
+class InputsRef(Strict):
+    model: str = ""
+    train_data: str = ""
+    validation_data: str = ""
+    checkpoint: str = ""
+    checkpoint_format: str = ""
+    data: str = ""
+
+
+class Resources(Strict):
+    profile: str
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=0)
+    local: bool = False
+
+
+class PluginRef(Strict):
+    id: str
+    name: str
+    version: str
+    digest: str
+    capability: str
+    entrypoint: str = ""
+    load: Literal["eager", "deferred"] = "eager"
+    requires_core: str = ""
+
+
+class Paths(Strict):
+    """Where things are inside the job (the cluster's storage root, or the local one)."""
+
+    storage_root: str
+    run_dir: str
+    work_dir: str
+    exp_dir: str
+    out_dir: str
+
+
+class JobProvenance(Strict):
+    commit: str
+    dirty: bool = False
+    config_sha256: str = ""
+    tool_version: str
+    requested_by: str = ""
+
+
+class JobSpecBody(Strict):
+    operation: Literal["train", "export", "eval"] = "train"
+    recipe: RecipeRef
+    framework: FrameworkRef
+    image: str = ""
+    hyperparams: dict[str, Scalar] = Field(default_factory=dict)
+    inputs: InputsRef = Field(default_factory=InputsRef)
+    resources: Resources
+    plugins: list[PluginRef] = Field(default_factory=list)
+    timeout_seconds: int | None = None
+    paths: Paths
+
+
+class JobSpec(Strict):
+    api_version: Literal["tuneplane/v1"] = Field("tuneplane/v1", alias="apiVersion")
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: JobMeta
+    spec: JobSpecBody
+    provenance: JobProvenance
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
