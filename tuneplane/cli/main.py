@@ -75,7 +75,7 @@ def run(argv: list[str] | None = None) -> int:
 
     app = build_app()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # without standalone mode, Exit(n) comes back as n
     except TunePlaneError as exc:
         typer.echo(f"error: {exc}", err=True)
         return _exit(exc.exit_code, argv)
@@ -88,10 +88,8 @@ def run(argv: list[str] | None = None) -> int:
         typer.echo("interrupted", err=True)
         return _exit(130, argv)
     except Exception as exc:  # noqa: BLE001 - the one place that turns a bug into exit 3
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
+        if _is_click_usage_error(exc):
+            exc.show()  # type: ignore[attr-defined]
             return _exit(2, argv)
         if os.environ.get("TUNEPLANE_DEBUG"):
             raise
@@ -99,7 +97,12 @@ def run(argv: list[str] | None = None) -> int:
                    "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it",
                    err=True)
         return _exit(3, argv)
-    return _exit(0, argv)
+    return _exit(code if isinstance(code, int) else 0, argv)
+
+
+def _is_click_usage_error(exc: BaseException) -> bool:
+    """Click's own errors (bad option, unknown command); Typer may vendor Click, so match by class name."""
+    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__)
 
 
 def _exit(code: int, argv: list[str] | None) -> int:

@@ -1,0 +1,34 @@
+"""`tp migrate`: convert a StarForge lab to TunePlane formats, in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("migrate", help="Convert a StarForge lab (starforge.yaml, forge locks, lab plugins) in place.")(migrate)
+
+
+def migrate(
+    directory: Annotated[Path, typer.Argument(help="Root of the StarForge lab.")] = Path("."),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; write nothing.")] = False,
+) -> None:
+    from tuneplane.migrate import apply, plan_migration
+
+    root = directory.resolve()
+    plan = plan_migration(root)
+    verb = "would write" if dry_run else "wrote"
+    for rel in plan.writes:
+        typer.echo(f"{verb} {rel}")
+    for rel in plan.deletes:
+        typer.echo(f"{'would remove' if dry_run else 'removed'} {rel}")
+    if not dry_run:
+        apply(root, plan)
+    if plan.notes:
+        typer.echo("\nto check:")
+        for note in plan.notes:
+            typer.echo(f"  - {note}")
+    typer.echo("\ndry run: nothing written" if dry_run else "\nnext: tp validate, then commit the result")

@@ -1,0 +1,43 @@
+"""`tp recipe upgrade`: re-lock experiments against the current catalog."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+recipe_app = typer.Typer(help="Manage recipe locks.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")
+
+
+@recipe_app.command("upgrade", help="Rewrite recipe.lock.json of experiments to the current catalog.")
+def upgrade(
+    experiments: Annotated[Optional[list[str]], typer.Argument(help="Experiments to upgrade.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every experiment of the lab.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
+) -> None:
+    from tuneplane.errors import UsageError
+    from tuneplane.load import load_lab
+    from tuneplane.upgrade import upgrade as run_upgrade
+
+    lab = load_lab()
+    if all_:
+        names = lab.experiment_names()
+    elif experiments:
+        names = experiments
+    else:
+        raise UsageError("name the experiments to upgrade, or pass --all")
+    results = run_upgrade(lab, names, dry_run)
+    for r in results:
+        if not r.changed:
+            typer.echo(f"{r.experiment}: up to date ({r.method} {r.new_version})")
+            continue
+        verb = "would update" if dry_run else "updated"
+        typer.echo(f"{r.experiment}: {verb} lock of {r.method}")
+        for change in r.changes:
+            typer.echo(f"    {change}")
+    if dry_run and any(r.changed for r in results):
+        typer.echo("dry run: nothing written")
