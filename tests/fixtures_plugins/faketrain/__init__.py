@@ -1,0 +1,1 @@
+"""A stand-in training framework for the launcher tests."""

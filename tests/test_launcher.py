@@ -1,0 +1,448 @@
+"""tuneplane-launch, run for real: `python -m tuneplane.launcher` in a job package in a temp dir.
+
+The training framework is `tests/fixtures_plugins/faketrain`; the plugins written here patch it the
+way algorithm plugins patch a real framework, and the fake trainer reports what it saw as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from tuneplane import __version__
+from tuneplane.digest import tree_digest
+from tuneplane.launcher import CONFIG_ERROR_EXIT, PythonEntry, python_entry, version_admits
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures_plugins"
+
+EAGER_SOURCE = """
+def install(params):
+    import faketrain.algorithms as alg
+    original = alg.compute_advantages
+    scale = float(params.get("opsd.scale", 1.0))
+
+    def patched(rewards):
+        return [a * scale for a in original(rewards)]
+
+    alg.compute_advantages = patched  # no guard of its own: the launcher must not call it twice
+    alg.PATCH_CALLS += 1
+"""
+
+DEFERRED_SOURCE = """
+def install(params, **ctx):
+    import faketrain.algorithms as alg
+    tokenizer, limit = ctx["tokenizer"], ctx["max_seq_len"]
+    mult = int(params.get("budget.mult", 1))
+    alg.token_budget = lambda text: min(limit, len(tokenizer.encode(text)) * mult)
+    alg.PATCH_CALLS += 1
+"""
+
+
+def make_plugin(
+    work: Path,
+    name: str,
+    source: str,
+    *,
+    load: str = "eager",
+    capability: str = "algorithm",
+    requires_core: str = "",
+    module: str | None = None,
+) -> dict[str, Any]:
+    """Write tuneplane_plugins/<name>/ and return its JobSpec entry (digest computed from disk)."""
+    module = module or name.replace("-", "_") + "_plugin"
+    root = work / "tuneplane_plugins" / name
+    root.mkdir(parents=True)
+    (root / "plugin.yaml").write_text(
+        f"schema: tuneplane/plugin/v1\nname: {name}\nversion: 1.2.0\ncapability: {capability}\n"
+        f"entrypoint: {module}:install\nload: {load}\n",
+        encoding="utf-8",
+    )
+    (root / f"{module}.py").write_text(source, encoding="utf-8")
+    return {
+        "id": f"alice/{name}",
+        "name": name,
+        "version": "1.2.0",
+        "digest": tree_digest(root),
+        "capability": capability,
+        "entrypoint": f"{module}:install",
+        "load": load,
+        "requires_core": requires_core,
+        "scope": "entrypoint",
+    }
+
+
+def write_jobspec(
+    work: Path,
+    plugins: list[dict[str, Any]],
+    argv: list[str],
+    *,
+    cwd: str = "",
+    hyperparams: dict[str, Any] | None = None,
+    in_process: bool = False,
+) -> None:
+    spec = {
+        "apiVersion": "tuneplane/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "run-1"},  # a key the launcher does not use: ignored
+        "spec": {
+            "framework": {"kind": "nemo-rl", "version": "0.4"},
+            "hyperparams": hyperparams if hyperparams is not None else {"opsd.scale": 2.0},
+            "plugins": plugins,
+        },
+        "launch": {"argv": argv, "mode": "direct", "cwd": cwd, "in_process": in_process},
+    }
+    (work / ".tuneplane").mkdir(exist_ok=True)
+    (work / ".tuneplane" / "jobspec.json").write_text(json.dumps(spec), encoding="utf-8")
+
+
+def launch(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ,
+        TUNEPLANE_WORK_DIR=str(work),
+        PYTHONPATH=os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "tuneplane.launcher", *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def plugin_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in proc.stdout.splitlines() if line.startswith("plugin")]
+
+
+TRAIN = ["python", "-m", "faketrain.main", "--out", "result.json"]
+
+
+@pytest.fixture()
+def work(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def test_eager_and_deferred_plugins_patch_the_trainer_in_its_own_process(work: Path) -> None:
+    eager = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    deferred = make_plugin(work, "budget-patch", DEFERRED_SOURCE, load="deferred")
+    write_jobspec(
+        work,
+        [deferred, eager],
+        [*TRAIN, "--deferred", "budget-patch"],
+        hyperparams={"opsd.scale": 2.0, "budget.mult": 10},
+    )
+
+    proc = launch(work)
+
+    assert proc.returncode == 0, proc.stderr
+    assert plugin_lines(proc) == [
+        "plugin  : alice/budget-patch@1.2.0 registered in entrypoint process (deferred)",
+        "plugin  : alice/opsd-patch@1.2.0 applied in entrypoint process",
+    ]
+    result = json.loads((work / "result.json").read_text())
+    assert result["launcher_loaded"] is True and result["name"] == "__main__"
+    assert result["advantages"] == [-2.0, 0.0, 2.0]  # (r - mean) * opsd.scale
+    assert result["token_budget"] == 30  # 3 tokens from the ctx tokenizer * budget.mult, under max_seq_len
+    assert result["deferred_installed"] == [True]
+    assert result["patch_calls"] == 2
+    assert result["argv"][1:] == ["--out", "result.json", "--deferred", "budget-patch"]
+
+
+def test_script_entry_runs_in_process_with_its_arguments(work: Path) -> None:
+    make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    entry = make_plugin(work, "other", EAGER_SOURCE.replace("opsd.scale", "other.scale"), module="other_mod")
+    (work / "train.py").write_text(
+        "import json, sys\nimport faketrain.algorithms as alg\n"
+        "json.dump({'argv': sys.argv, 'name': __name__, 'adv': alg.compute_advantages([0.0, 4.0])},"
+        " open('script.json', 'w'))\n",
+        encoding="utf-8",
+    )
+    write_jobspec(work, [entry], [sys.executable, "train.py", "--lr", "0.1"], hyperparams={"other.scale": 3})
+
+    proc = launch(work)
+
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((work / "script.json").read_text())
+    assert result["argv"][1:] == ["--lr", "0.1"] and Path(result["argv"][0]) == (work / "train.py").resolve()
+    assert result["name"] == "__main__" and result["adv"] == [-6.0, 6.0]
+
+
+def test_tampered_plugin_stops_the_job_before_any_patch_or_training(work: Path) -> None:
+    good = make_plugin(work, "a-good", EAGER_SOURCE)
+    bad = make_plugin(work, "opsd-patch", EAGER_SOURCE, module="opsd_mod")
+    (work / "tuneplane_plugins" / "opsd-patch" / "opsd_mod.py").write_text(EAGER_SOURCE + "\n# edited\n")
+    write_jobspec(work, [good, bad], TRAIN)
+
+    proc = launch(work)
+
+    assert proc.returncode == CONFIG_ERROR_EXIT == 78
+    actual = tree_digest(work / "tuneplane_plugins" / "opsd-patch")
+    assert "alice/opsd-patch@1.2.0" in proc.stderr
+    assert actual in proc.stderr and bad["digest"] in proc.stderr and actual != bad["digest"]
+    assert "tp plugin lock" in proc.stderr
+    assert plugin_lines(proc) == []  # the valid plugin was not applied either
+    assert not (work / "result.json").exists()
+
+
+def test_requires_core_mismatch_stops_the_job(work: Path) -> None:
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE, requires_core=">=2.1,<3")
+    write_jobspec(work, [plugin], TRAIN)
+
+    proc = launch(work)
+
+    assert proc.returncode == CONFIG_ERROR_EXIT
+    assert ">=2.1,<3" in proc.stderr and __version__ in proc.stderr
+    assert not (work / "result.json").exists()
+
+
+def test_requires_core_that_admits_the_running_version_loads(work: Path) -> None:
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE, requires_core=">=0.1,<1")
+    write_jobspec(work, [plugin], TRAIN)
+    proc = launch(work)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((work / "result.json").read_text())["advantages"] == [-2.0, 0.0, 2.0]
+
+
+def test_install_that_raises_stops_the_job_with_a_clear_message(work: Path) -> None:
+    source = "def install(params):\n    raise ValueError('needs opsd.alpha')\n"
+    plugin = make_plugin(work, "opsd-patch", source)
+    write_jobspec(work, [plugin], TRAIN)
+
+    proc = launch(work)
+
+    assert proc.returncode == CONFIG_ERROR_EXIT
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "alice/opsd-patch@1.2.0" in last and "ValueError: needs opsd.alpha" in last
+    assert not (work / "result.json").exists()
+
+
+def test_second_install_in_the_same_process_is_a_no_op(work: Path) -> None:
+    eager = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    deferred = make_plugin(work, "budget-patch", DEFERRED_SOURCE, load="deferred")
+    write_jobspec(
+        work, [deferred, eager], [*TRAIN, "--reinstall", "--deferred", "budget-patch", "--deferred-twice"]
+    )
+
+    proc = launch(work)
+
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((work / "result.json").read_text())
+    assert result["reinstalled"] == []
+    assert result["advantages"] == [-2.0, 0.0, 2.0]  # scaled once, not twice
+    assert result["deferred_installed"] == [True, False]
+    assert result["token_budget"] == 3  # the first ctx (max_seq_len=4096) stuck
+    assert result["patch_calls"] == 2
+    assert len(plugin_lines(proc)) == 2
+
+
+def test_unknown_deferred_name_lists_what_is_registered(work: Path) -> None:
+    deferred = make_plugin(work, "budget-patch", DEFERRED_SOURCE, load="deferred")
+    write_jobspec(work, [deferred], [*TRAIN, "--deferred", "alice/budget-patch"])
+
+    proc = launch(work)
+
+    assert proc.returncode != 0
+    assert "DeferredPluginError" in proc.stderr
+    assert "'alice/budget-patch'" in proc.stderr and "registered: budget-patch" in proc.stderr
+    assert not (work / "result.json").exists()
+
+
+def test_other_capabilities_are_skipped_with_a_log_line(work: Path) -> None:
+    env_plugin = {
+        "id": "alice/gym",
+        "name": "gym",
+        "version": "0.3.0",
+        "digest": "sha256:" + "0" * 64,
+        "capability": "environment",
+        "entrypoint": "gym_env:make",
+        "load": "eager",
+    }
+    write_jobspec(work, [env_plugin], TRAIN)
+
+    proc = launch(work)
+
+    assert proc.returncode == 0, proc.stderr
+    assert plugin_lines(proc) == [
+        "plugin  : alice/gym@0.3.0 skipped (capability environment is not loaded in the entrypoint process)"
+    ]
+    assert json.loads((work / "result.json").read_text())["advantages"] == [-1.0, 0.0, 1.0]
+
+
+def test_non_python_argv_is_execd_in_the_launch_cwd(work: Path) -> None:
+    (work / "sub").mkdir()
+    write_jobspec(work, [], ["sh", "-c", 'pwd > where.txt; echo "$0 $1" >> where.txt', "a", "b"], cwd="sub")
+
+    proc = launch(work)
+
+    assert proc.returncode == 0, proc.stderr
+    lines = (work / "sub" / "where.txt").read_text().splitlines()
+    assert Path(lines[0]).resolve() == (work / "sub").resolve() and lines[1] == "a b"
+
+
+def test_python_entry_without_plugins_is_execd_fresh(work: Path) -> None:
+    write_jobspec(work, [], [sys.executable, "-m", "faketrain.main", "--out", "result.json"])
+    proc = launch(work)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((work / "result.json").read_text())["launcher_loaded"] is False
+
+
+def test_missing_command_exits_127(work: Path) -> None:
+    write_jobspec(work, [], ["no-such-command-tp-test"])
+    proc = launch(work)
+    assert proc.returncode == 127 and "no-such-command-tp-test" in proc.stderr
+
+
+def test_algorithm_plugins_with_a_non_python_argv_are_refused(work: Path) -> None:
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    write_jobspec(work, [plugin], ["bash", "train.sh"])
+
+    proc = launch(work)
+
+    assert proc.returncode == CONFIG_ERROR_EXIT
+    assert "not a Python entry" in proc.stderr and "python -m tuneplane.launcher" in proc.stderr
+
+
+def test_ranks_that_re_enter_the_launcher_install_the_plugins(work: Path) -> None:
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    rank = f"exec {shlex.quote(sys.executable)} -m tuneplane.launcher -m faketrain.main --out result.json"
+    write_jobspec(work, [plugin], ["sh", "-c", rank])
+
+    proc = launch(work)
+
+    assert proc.returncode == 0, proc.stderr
+    assert "1 plugin(s) verified" in proc.stdout
+    assert plugin_lines(proc) == ["plugin  : alice/opsd-patch@1.2.0 applied in entrypoint process"]
+    assert json.loads((work / "result.json").read_text())["advantages"] == [-2.0, 0.0, 2.0]
+
+
+def test_re_entry_still_verifies_before_starting_ranks(work: Path) -> None:
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    plugin["digest"] = "sha256:" + "1" * 64
+    write_jobspec(work, [plugin], ["sh", "-c", "python -m tuneplane.launcher -m faketrain.main --out r.json"])
+    proc = launch(work)
+    assert proc.returncode == CONFIG_ERROR_EXIT and "sha256:" + "1" * 64 in proc.stderr
+
+
+def test_plugin_module_already_imported_from_elsewhere_is_refused(work: Path) -> None:
+    first = make_plugin(work, "one", EAGER_SOURCE, module="patch")
+    second = make_plugin(work, "two", EAGER_SOURCE, module="patch")
+    write_jobspec(work, [first, second], TRAIN)
+
+    proc = launch(work)
+
+    assert proc.returncode == CONFIG_ERROR_EXIT
+    assert "alice/two@1.2.0" in proc.stderr and "'patch' is already imported" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "jobspec, needle",
+    [
+        (None, "no JobSpec"),
+        ("{not json", "cannot read the JobSpec"),
+        (json.dumps({"apiVersion": "tuneplane/v2", "kind": "TrainingJob"}), "not a tuneplane/v1 TrainingJob"),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "tuneplane/v1",
+                    "kind": "TrainingJob",
+                    "spec": {"plugins": {}},
+                    "launch": {"argv": ["true"]},
+                }
+            ),
+            "spec.plugins must be a list",
+        ),
+        (
+            json.dumps(
+                {"apiVersion": "tuneplane/v1", "kind": "TrainingJob", "spec": {}, "launch": {"argv": []}}
+            ),
+            "launch.argv",
+        ),
+    ],
+)
+def test_bad_jobspec_is_a_configuration_error(work: Path, jobspec: str | None, needle: str) -> None:
+    if jobspec is not None:
+        (work / ".tuneplane").mkdir()
+        (work / ".tuneplane" / "jobspec.json").write_text(jobspec)
+    proc = launch(work)
+    assert proc.returncode == CONFIG_ERROR_EXIT and needle in proc.stderr
+
+
+# ── pure helpers ──────────────────────────────────────────────────────────────────────────────────
+
+SPECS = [
+    ">=0.1,<1",
+    ">=2.1,<3",
+    "==0.5.*",
+    "!=0.5.*",
+    "~=0.5",
+    "~=0.5.1",
+    "~=0.4.9",
+    "<0.5",
+    "<=0.5",
+    ">0.5",
+    "==0.5",
+    "==0.5.0+local",
+    "!=0.5.0",
+    "<0.5rc2",
+    ">0.5.0.post1",
+    "==0.5.0rc1",
+    "",
+    " >= 0.4 ",
+]
+VERSIONS = [
+    "0.5.0",
+    "0.5",
+    "0.5.0rc1",
+    "0.5.0.dev0",
+    "0.5.0.post1",
+    "0.5.1",
+    "1.0",
+    "0.4.99",
+    "0.5.0+abc",
+    "0.5.0a1.dev2",
+    "0.6rc1",
+    "1!0.2",
+]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_stdlib_specifier_check_agrees_with_packaging(spec: str) -> None:
+    for version in VERSIONS:
+        expected = SpecifierSet(spec).contains(version, prereleases=True)
+        assert version_admits(spec, version) is expected, (spec, version)
+
+
+@pytest.mark.parametrize("spec", ["=>1", "~=1", ">=1,,<2", "==1.*.2"])
+def test_malformed_specifier_raises(spec: str) -> None:
+    with pytest.raises(ValueError):
+        version_admits(spec, "1.0")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["python", "-m", "pkg.mod", "--x", "1"], PythonEntry("module", "pkg.mod", ["--x", "1"])),
+        (
+            ["python3", "-u", "train.py", "-m", "y"],
+            PythonEntry("file", "train.py", ["-m", "y"], unbuffered=True),
+        ),
+        ([sys.executable, "-c", "print(1)", "a"], PythonEntry("code", "print(1)", ["a"])),
+        (["python", "-O", "train.py"], None),
+        (["python2", "train.py"], None),
+        (["/usr/bin/elsewhere/python", "train.py"], None),
+        (["torchrun", "--standalone", "train.py"], None),
+        (["bash", "train.sh"], None),
+        (["python"], None),
+    ],
+)
+def test_python_entry_recognition(argv: list[str], expected: PythonEntry | None) -> None:
+    assert python_entry(argv) == expected

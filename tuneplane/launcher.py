@@ -1,0 +1,581 @@
+"""`tuneplane-launch`: verify and install the job's algorithm plugins, then start the training entrypoint.
+
+It runs first in every job (standard library only: training images may lack our dependencies):
+
+1. read `.tuneplane/jobspec.json` from the work dir (`TUNEPLANE_WORK_DIR`, default the current dir);
+2. for each `capability: algorithm` plugin under `tuneplane_plugins/<name>/`: recompute the directory
+   digest and compare it to the JobSpec, check `requires_core` against the running tuneplane; only when
+   every plugin passes, put each root on `sys.path`, import it, and call `install(params)` (eager) or
+   register it for `tuneplane.plugins.install_deferred` (deferred);
+3. run `launch.argv`: a Python entry (`python -m mod …`, `python file.py …`) runs in this interpreter
+   so the patches are in effect; anything else is exec'd.
+
+Ranks started by torchrun or accelerate re-enter the bridge as `python -m tuneplane.launcher ENTRY…`
+(ENTRY is `-m mod …` or `file.py …`): the plugins are verified and installed in each rank, then ENTRY
+runs in that rank's interpreter. Any refusal exits with CONFIG_ERROR_EXIT before training starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import runpy
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from tuneplane import __version__, plugins
+from tuneplane.digest import DigestError, tree_digest
+
+CONFIG_ERROR_EXIT = 78  # EX_CONFIG: the job's configuration is wrong; retrying will not help
+JOBSPEC_PATH = ".tuneplane/jobspec.json"
+PLUGINS_DIR = "tuneplane_plugins"
+LOADED_CAPABILITY = "algorithm"
+REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
+
+Emit = Callable[[str], None]
+
+
+class LaunchError(Exception):
+    """The job must stop before training: the message says what and how to fix it."""
+
+
+# ── JobSpec (the subset the launcher needs; unknown keys are ignored) ──────────────────────────────
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    """One `spec.plugins` entry."""
+
+    id: str
+    name: str
+    version: str
+    digest: str
+    capability: str
+    entrypoint: str
+    load: str
+    requires_core: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    mode: str
+    cwd: str
+    in_process: bool
+
+
+@dataclass(frozen=True)
+class JobSpecView:
+    framework: str
+    hyperparams: Mapping[str, Any]
+    plugins: list[PluginRef]
+    launch: Launch
+
+
+def work_dir() -> Path:
+    """The job package root: `TUNEPLANE_WORK_DIR`, else the current directory."""
+    return Path(os.environ.get("TUNEPLANE_WORK_DIR") or os.getcwd()).resolve()
+
+
+def read_jobspec(work: Path) -> JobSpecView:
+    """Parse the JobSpec the platform wrote into the work dir."""
+    path = work / JOBSPEC_PATH
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LaunchError(f"no JobSpec at {path}; tuneplane-launch runs inside a job package "
+                          "(set TUNEPLANE_WORK_DIR to its root)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LaunchError(f"cannot read the JobSpec {path}: {exc}") from None
+    return _jobspec_from(raw, path)
+
+
+def _jobspec_from(raw: Any, path: Path) -> JobSpecView:
+    spec = _mapping(raw, "the JobSpec", path)
+    if spec.get("apiVersion") != "tuneplane/v1" or spec.get("kind") != "TrainingJob":
+        raise LaunchError(f"{path} is not a tuneplane/v1 TrainingJob (apiVersion={spec.get('apiVersion')!r}, "
+                          f"kind={spec.get('kind')!r})")
+    body = _mapping(spec.get("spec"), "spec", path)
+    framework = _mapping(body.get("framework", {}), "spec.framework", path).get("kind", "")
+    hyperparams = _mapping(body.get("hyperparams", {}), "spec.hyperparams", path)
+    raw_plugins = body.get("plugins")
+    raw_plugins = [] if raw_plugins is None else raw_plugins
+    if not isinstance(raw_plugins, list):
+        raise LaunchError(f"{path}: spec.plugins must be a list")
+    refs = [_plugin_from(item, i, path) for i, item in enumerate(raw_plugins)]
+    return JobSpecView(str(framework), MappingProxyType(dict(hyperparams)), refs,
+                       _launch_from(spec.get("launch"), path))
+
+
+def _mapping(value: Any, what: str, path: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise LaunchError(f"{path}: {what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _plugin_from(item: Any, index: int, path: Path) -> PluginRef:
+    where = f"spec.plugins[{index}]"
+    entry = _mapping(item, where, path)
+    fields = {}
+    for key in ("id", "name", "version", "digest", "capability"):
+        value = entry.get(key)
+        if not isinstance(value, str) or not value:
+            raise LaunchError(f"{path}: {where}.{key} must be a non-empty string")
+        fields[key] = value
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", fields["name"]):
+        raise LaunchError(f"{path}: {where}.name {fields['name']!r} is not a plugin name")
+    load = entry.get("load") or "eager"
+    if load not in ("eager", "deferred"):
+        raise LaunchError(f"{path}: {where}.load must be eager or deferred, got {load!r}")
+    return PluginRef(entrypoint=str(entry.get("entrypoint") or ""), load=str(load),
+                     requires_core=str(entry.get("requires_core") or ""), **fields)
+
+
+def _launch_from(value: Any, path: Path) -> Launch:
+    launch = _mapping(value, "launch", path)
+    argv = launch.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise LaunchError(f"{path}: launch.argv must be a non-empty list of strings")
+    return Launch(argv=list(argv), mode=str(launch.get("mode") or "direct"),
+                  cwd=str(launch.get("cwd") or ""), in_process=bool(launch.get("in_process", False)))
+
+
+# ── PEP 440 subset: `packaging` may be absent from training images ─────────────────────────────────
+
+_VERSION_RE = re.compile(
+    r"v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre_l>alpha|beta|preview|pre|rc|a|b|c)[-_.]?(?P<pre_n>\d*))?"
+    r"(?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d*))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev_n>\d*))?"
+    r"(?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?",
+    re.IGNORECASE,
+)
+_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_SPEC_RE = re.compile(r"\s*(===|~=|==|!=|<=|>=|<|>)\s*(\S+?)\s*")
+
+
+@dataclass(frozen=True)
+class Version:
+    """A parsed PEP 440 version; `key` orders versions as PEP 440 does."""
+
+    epoch: int
+    release: tuple[int, ...]
+    pre: tuple[int, int] | None
+    post: int | None
+    dev: int | None
+    local: str
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        release = list(self.release)
+        while len(release) > 1 and release[-1] == 0:  # 1.0 == 1.0.0
+            release.pop()
+        if self.pre is not None:
+            pre: tuple[int, ...] = self.pre
+        elif self.dev is not None and self.post is None:
+            pre = (-1,)  # 1.0.dev0 sorts before 1.0a0
+        else:
+            pre = (3,)
+        post = (-1,) if self.post is None else (self.post,)
+        dev = (1, 0) if self.dev is None else (0, self.dev)
+        return (self.epoch, tuple(release), pre, post, dev)
+
+    @property
+    def is_prerelease(self) -> bool:
+        return self.pre is not None or self.dev is not None
+
+
+def parse_version(text: str) -> Version:
+    """Parse a PEP 440 version; ValueError when it is not one."""
+    m = _VERSION_RE.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a PEP 440 version")
+    pre = None
+    if m["pre_l"]:
+        pre = (_PRE_RANK[m["pre_l"].lower()], int(m["pre_n"] or 0))
+    post = None
+    if m["post_n1"] is not None or m["post_l"] is not None:
+        post = int(m["post_n1"] or m["post_n2"] or 0)
+    dev = int(m["dev_n"] or 0) if m["dev_n"] is not None else None
+    return Version(int(m["epoch"] or 0), tuple(int(p) for p in m["release"].split(".")), pre, post, dev,
+                   (m["local"] or "").lower())
+
+
+def _prefix_match(candidate: Version, prefix: str) -> bool:
+    wanted = parse_version(prefix)
+    if wanted.epoch != candidate.epoch:
+        return False
+    size = len(wanted.release)
+    padded = candidate.release + (0,) * max(0, size - len(candidate.release))
+    return padded[:size] == wanted.release
+
+
+def _equal(candidate: Version, target: str) -> bool:
+    if target.endswith(".*"):
+        return _prefix_match(candidate, target[:-2])
+    wanted = parse_version(target)
+    if not wanted.local:
+        candidate = Version(candidate.epoch, candidate.release, candidate.pre, candidate.post,
+                            candidate.dev, "")
+    return candidate.key == wanted.key and candidate.local == wanted.local
+
+
+def _base(v: Version) -> tuple[Any, ...]:
+    return Version(v.epoch, v.release, None, None, None, "").key
+
+
+def _compatible(candidate: Version, target: str) -> bool:
+    wanted = parse_version(target)
+    if len(wanted.release) < 2:
+        raise ValueError(f"~={target} needs at least two release segments")
+    prefix = ".".join(str(p) for p in wanted.release[:-1])
+    if wanted.epoch:
+        prefix = f"{wanted.epoch}!{prefix}"
+    return candidate.key >= wanted.key and _prefix_match(candidate, prefix)
+
+
+def _less(candidate: Version, target: str) -> bool:
+    wanted = parse_version(target)
+    if candidate.key >= wanted.key:
+        return False
+    # `<1.0` does not admit 1.0rc1 unless the bound itself is a pre-release (PEP 440).
+    return wanted.is_prerelease or not candidate.is_prerelease or _base(candidate) != _base(wanted)
+
+
+def _greater(candidate: Version, target: str) -> bool:
+    wanted = parse_version(target)
+    if candidate.key <= wanted.key:
+        return False
+    # `>1.0` does not admit 1.0.post1 unless the bound itself is a post-release (PEP 440).
+    return wanted.post is not None or candidate.post is None or _base(candidate) != _base(wanted)
+
+
+def _clause_admits(op: str, target: str, v: Version, raw: str) -> bool:
+    if op == "===":
+        return raw.strip().lower() == target.lower()
+    if target.endswith(".*") and op not in ("==", "!="):
+        raise ValueError(f"{op}{target}: a wildcard is only allowed with == and !=")
+    if op == "==":
+        return _equal(v, target)
+    if op == "!=":
+        return not _equal(v, target)
+    if op == "~=":
+        return _compatible(v, target)
+    wanted = parse_version(target)
+    if op == "<=":
+        return v.key <= wanted.key
+    if op == ">=":
+        return v.key >= wanted.key
+    return _less(v, target) if op == "<" else _greater(v, target)
+
+
+def version_admits(specifier: str, version: str) -> bool:
+    """True when `version` satisfies the comma-separated PEP 440 `specifier` ("" admits anything).
+
+    Pre-releases are admitted when they satisfy the clauses: a development build of the tool must be
+    able to run the plugins its release will run. ValueError for a malformed specifier or version.
+    """
+    candidate = parse_version(version)
+    clauses = [c for c in specifier.split(",")] if specifier.strip() else []
+    admitted = True
+    for clause in clauses:
+        m = _SPEC_RE.fullmatch(clause)
+        if m is None:
+            raise ValueError(f"{clause.strip()!r} is not a version specifier clause")
+        admitted = _clause_admits(m[1], m[2], candidate, version) and admitted
+    return admitted
+
+
+# ── plugins ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def verify_plugin(work: Path, plugin: PluginRef, core_version: str = __version__) -> Path:
+    """Check one plugin's package against the JobSpec; return its root. LaunchError on any mismatch."""
+    root = work / PLUGINS_DIR / plugin.name
+    if not root.is_dir():
+        raise LaunchError(f"plugin {plugin.ref}: its package {PLUGINS_DIR}/{plugin.name}/ is missing from "
+                          f"the job package at {work}; resubmit so the platform injects it")
+    try:
+        actual = tree_digest(root)
+    except (DigestError, OSError) as exc:
+        raise LaunchError(f"plugin {plugin.ref}: cannot digest {PLUGINS_DIR}/{plugin.name}/: {exc}") from None
+    if actual != plugin.digest:
+        raise LaunchError(
+            f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/ has digest {actual} but the JobSpec locked "
+            f"{plugin.digest}; the package changed after it was locked. Restore it, or re-lock it with "
+            f"`tp plugin lock <experiment> {plugin.ref}` and submit again")
+    _check_core(plugin, core_version)
+    return root
+
+
+def _check_core(plugin: PluginRef, core_version: str) -> None:
+    try:
+        admitted = version_admits(plugin.requires_core, core_version)
+    except ValueError as exc:
+        raise LaunchError(f"plugin {plugin.ref}: requires.core {plugin.requires_core!r} is invalid: {exc}") \
+            from None
+    if not admitted:
+        raise LaunchError(
+            f"plugin {plugin.ref} requires tuneplane {plugin.requires_core} but this job runs tuneplane "
+            f"{core_version}; use an image with a matching tuneplane, or lock a plugin version whose "
+            "requires.core admits it")
+
+
+def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
+    """Put the plugin root first on sys.path and import its entrypoint function."""
+    module_name, sep, attr = plugin.entrypoint.partition(":")
+    if not sep or not module_name or not attr:
+        raise LaunchError(f"plugin {plugin.ref}: entrypoint {plugin.entrypoint!r} is not module:function")
+    _refuse_foreign_module(root, plugin, module_name.split(".")[0])
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure stops the job with the plugin named
+        traceback.print_exc()
+        raise LaunchError(f"plugin {plugin.ref}: importing {module_name} failed: "
+                          f"{type(exc).__name__}: {exc}") from None
+    install = getattr(module, attr, None)
+    if not callable(install):
+        raise LaunchError(f"plugin {plugin.ref}: {module_name} has no callable {attr!r}")
+    return install  # type: ignore[no-any-return]
+
+
+def _refuse_foreign_module(root: Path, plugin: PluginRef, top: str) -> None:
+    """Refuse when `top` is already imported from elsewhere: the import would silently reuse it."""
+    existing = sys.modules.get(top)
+    if existing is None:
+        return
+    paths = [str(p) for p in getattr(existing, "__path__", [])]
+    module_file = getattr(existing, "__file__", None)
+    paths += [str(module_file)] if module_file else []
+    if any(Path(p).resolve().is_relative_to(root.resolve()) for p in paths):
+        return
+    origin = paths[0] if paths else "a built-in module"
+    raise LaunchError(f"plugin {plugin.ref}: its module {top!r} is already imported from {origin} "
+                      "(another plugin or the framework uses the same name); rename the plugin's module "
+                      "and re-lock it")
+
+
+def _apply(plugin: PluginRef, root: Path, params: Mapping[str, Any], emit: Emit) -> None:
+    install = _load_install(root, plugin)
+    if plugin.load == "deferred":
+        plugins.register_deferred(plugin.name, plugin.ref, install, params)
+        plugins.mark_installed(plugin.id, plugin.digest)
+        emit(f"plugin  : {plugin.ref} registered in entrypoint process (deferred)")
+        return
+    try:
+        install(params)
+    except Exception as exc:  # noqa: BLE001 - a patch that did not apply must stop the job
+        traceback.print_exc()
+        raise LaunchError(f"plugin {plugin.ref}: install(params) raised {type(exc).__name__}: {exc}; "
+                          "the job stops because training without the patch would not be the "
+                          "experiment that was declared") from None
+    plugins.mark_installed(plugin.id, plugin.digest)
+    emit(f"plugin  : {plugin.ref} applied in entrypoint process")
+
+
+def loaded_plugins(spec: JobSpecView, emit: Emit) -> list[PluginRef]:
+    """The plugins this process loads; the others are named in a log line and left alone."""
+    chosen = []
+    for plugin in spec.plugins:
+        if plugin.capability == LOADED_CAPABILITY:
+            chosen.append(plugin)
+        else:
+            emit(f"plugin  : {plugin.ref} skipped (capability {plugin.capability} is not loaded in the "
+                 "entrypoint process)")
+    return chosen
+
+
+def install_plugins(spec: JobSpecView, work: Path, emit: Emit = print) -> list[PluginRef]:
+    """Verify every algorithm plugin, then install them in order; return what this call installed.
+
+    Verification of all comes first, so a tampered plugin stops the job before any patch runs.
+    A plugin already installed in this process (same id and digest) is left as it is.
+    """
+    chosen = loaded_plugins(spec, emit)
+    roots = [verify_plugin(work, p) for p in chosen]
+    done = []
+    for plugin, root in zip(chosen, roots, strict=True):
+        if plugins.already_installed(plugin.id, plugin.digest):
+            continue
+        _apply(plugin, root, spec.hyperparams, emit)
+        done.append(plugin)
+    return done
+
+
+# ── the entrypoint ─────────────────────────────────────────────────────────────────────────────────
+
+_PYTHON_NAME = re.compile(r"python(?P<ver>3(?:\.\d+)?)?")
+
+
+@dataclass(frozen=True)
+class PythonEntry:
+    """A Python command line this interpreter can run itself: `-m mod`, a script, or `-c code`."""
+
+    kind: str  # module | file | code
+    target: str
+    args: list[str]
+    unbuffered: bool = False
+
+
+def _is_this_python(arg0: str) -> bool:
+    m = _PYTHON_NAME.fullmatch(os.path.basename(arg0))
+    if m is None or m["ver"] not in (None, "3", f"{sys.version_info[0]}.{sys.version_info[1]}"):
+        return False
+    if os.sep in arg0:
+        # Same directory as ours, not merely the same binary: a venv's python and its base
+        # interpreter resolve to one file but see different site-packages.
+        return os.path.dirname(os.path.abspath(arg0)) == os.path.dirname(os.path.abspath(sys.executable))
+    # A bare `python`/`python3` is the job's interpreter: the one running this launcher.
+    return True
+
+
+def python_entry(argv: Sequence[str]) -> PythonEntry | None:
+    """Recognise `python [-u] [-B] (-m mod | -c code | file.py) args…`; None for anything else.
+
+    Interpreter options that cannot be reproduced in a running interpreter (-O, -E, -I, -X, -W …)
+    make it not an in-process entry, so it is exec'd with its exact meaning.
+    """
+    if not argv or not _is_this_python(argv[0]):
+        return None
+    return _entry_after_interpreter(list(argv[1:]))
+
+
+def _entry_after_interpreter(rest: list[str]) -> PythonEntry | None:
+    unbuffered = False
+    while rest and rest[0] in ("-u", "-B", "-uB", "-Bu"):
+        unbuffered = unbuffered or "u" in rest[0]
+        rest = rest[1:]
+    if not rest:
+        return None
+    head = rest[0]
+    if head in ("-m", "-c") and len(rest) >= 2:
+        return PythonEntry("module" if head == "-m" else "code", rest[1], rest[2:], unbuffered)
+    if head.startswith("-") and head != "-":
+        return None
+    if head == "-":
+        return None
+    return PythonEntry("file", head, rest[1:], unbuffered)
+
+
+def run_python_entry(entry: PythonEntry) -> None:
+    """Run the entry in this interpreter as `python` would, as `__main__`."""
+    if entry.unbuffered:
+        for stream in (sys.stdout, sys.stderr):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(write_through=True)
+    if entry.kind == "module":
+        sys.argv = [entry.target, *entry.args]
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
+    elif entry.kind == "code":
+        sys.argv = ["-c", *entry.args]
+        exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102 - python -c
+    else:
+        script = os.path.abspath(entry.target)
+        sys.argv = [entry.target, *entry.args]
+        sys.path.insert(0, os.path.dirname(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+def exec_argv(argv: list[str]) -> NoReturn:
+    """Replace this process with `argv`, as a shell would; 127/126 when it cannot start."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except FileNotFoundError:
+        _fail(f"cannot start {argv[0]!r}: command not found", 127)
+    except OSError as exc:
+        _fail(f"cannot start {argv[0]!r}: {exc}", 126)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"tuneplane-launch: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def _enter_cwd(work: Path, launch: Launch) -> None:
+    target = (work / launch.cwd) if launch.cwd else work
+    try:
+        os.chdir(target)
+    except OSError as exc:
+        raise LaunchError(f"cannot enter the launch directory {target}: {exc}") from None
+
+
+def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]:
+    """What to run: (the in-process entry or None, whether the launch argv re-enters the launcher)."""
+    if args:
+        entry = _entry_after_interpreter(args)
+        if entry is None:
+            raise LaunchError(f"re-entry arguments {args!r} are not a Python entry "
+                              "(-m module …, file.py …, -c code …)")
+        return entry, False
+    entry = python_entry(spec.launch.argv)
+    reenters = any(marker in arg for arg in spec.launch.argv for marker in REENTRY_MARKERS)
+    return entry, reenters
+
+
+def _prepare(args: list[str], emit: Emit) -> tuple[JobSpecView, PythonEntry | None]:
+    work = work_dir()
+    spec = read_jobspec(work)
+    _enter_cwd(work, spec.launch)
+    entry, reenters = _plan(spec, args)
+    chosen = [p for p in spec.plugins if p.capability == LOADED_CAPABILITY]
+    if chosen and entry is None:
+        if not reenters:
+            raise LaunchError(
+                f"algorithm plugins apply in the entrypoint process, but launch.argv {spec.launch.argv!r} "
+                f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
+                "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
+                "(or `… <file.py> …`)")
+        loaded_plugins(spec, emit)
+        for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
+            verify_plugin(work, plugin)
+        emit(f"launcher: {len(chosen)} plugin(s) verified; each rank installs them on re-entry")
+        return spec, None
+    install_plugins(spec, work, emit)
+    in_process = entry is not None and (bool(args) or bool(chosen) or spec.launch.in_process)
+    return spec, entry if in_process else None
+
+
+def _emit(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script `tuneplane-launch`; see the module docstring."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    try:
+        spec, entry = _prepare(args, _emit)
+    except LaunchError as exc:
+        print(f"tuneplane-launch: error: {exc}", file=sys.stderr, flush=True)
+        return CONFIG_ERROR_EXIT
+    if entry is not None:
+        run_python_entry(entry)
+        return 0
+    exec_argv(spec.launch.argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
