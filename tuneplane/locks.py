@@ -151,11 +151,11 @@ def _binding_drift(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list
 
 
 def _core_admits(spec: str) -> bool:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from tuneplane.launcher import version_admits  # the standard-library PEP 440 subset the job uses
 
     try:
-        return SpecifierSet(spec).contains(__version__, prereleases=True)
-    except InvalidSpecifier:
+        return version_admits(spec, __version__)
+    except ValueError:
         return False
 
 

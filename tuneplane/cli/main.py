@@ -71,6 +71,9 @@ def build_app() -> typer.Typer:
 
 def run(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, translate our exceptions into messages and exit codes."""
+    # pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of
+    # a 150 ms command); tp uses none, so skip the scan in this process unless the user asked for one.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from tuneplane.errors import TunePlaneError
 
     app = build_app()

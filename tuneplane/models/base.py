@@ -18,7 +18,8 @@ DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 class Strict(BaseModel):
     """Everything users write: unknown keys refused, values immutable once loaded."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # defer_build: a command validates a few of the many models; build each validator on first use
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
 
 M = TypeVar("M", bound=BaseModel)

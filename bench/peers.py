@@ -1,0 +1,79 @@
+"""Shared helpers for the benchmarks: find python3.12, install the upstream client, time commands.
+
+Peers are installed into `bench/.work/` (git-ignored), never into the project's environment.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORK = Path(__file__).resolve().parent / ".work"
+UPSTREAM_SPEC = "tuneplane==0.4.0"
+
+
+def find_python312() -> str | None:
+    """A python3.12 that runs: on PATH, else a pyenv-installed one (pyenv shims may not be selectable)."""
+    candidates = [shutil.which("python3.12")]
+    for root in filter(None, [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv")]):
+        candidates += sorted(glob.glob(os.path.join(root, "versions", "3.12*", "bin", "python3.12")), reverse=True)
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def peer_venv(name: str, requirements: list[str], python: str | None = None) -> Path | None:
+    """A cached venv under bench/.work/<name> with `requirements`; None (with a message) if impossible."""
+    python = python or sys.executable
+    env_dir = WORK / name
+    marker = env_dir / ".installed"
+    if marker.exists() and marker.read_text() == " ".join(requirements):
+        return env_dir
+    try:
+        shutil.rmtree(env_dir, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(env_dir)], check=True, capture_output=True)
+        subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", *requirements],
+                       check=True, capture_output=True, timeout=900)
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"  (could not install {' '.join(requirements)} for {name}: {exc}; skipped)")
+        return None
+    marker.write_text(" ".join(requirements))
+    return env_dir
+
+
+def upstream_venv() -> Path | None:
+    py = find_python312()
+    if py is None:
+        print("  (python3.12 not found: the upstream client is skipped)")
+        return None
+    return peer_venv("upstream", [UPSTREAM_SPEC], py)
+
+
+def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
+                 setup=None) -> float:
+    """Median wall time of the whole process, in seconds. `setup(i)` runs untimed before each run."""
+    times = []
+    for i in range(runs):
+        if setup:
+            setup(i)
+        start = time.perf_counter()
+        result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        times.append(time.perf_counter() - start)
+        if result.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    return statistics.median(times)
+
+
+def table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
+           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    return "\n".join(out)
