@@ -130,6 +130,8 @@ def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
         keys = list(data.keys())
         data.insert(keys.index("kind"), "capability", data["kind"])
         del data["kind"]
+    if data.get("capability") == "data-prep" and "execution" not in data:
+        data.insert(list(data.keys()).index("capability") + 1, "execution", "local")  # StarForge ran it locally
     plan.writes[rel] = _dump(y, data)
     plan.notes.append(f"{rel}: schema tuneplane/plugin/v1 (`kind` is now `capability`); re-lock experiments "
                       "that use it with `tp plugin lock`")

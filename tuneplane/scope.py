@@ -13,14 +13,21 @@ from tuneplane.validate import run_files
 class Scope:
     experiments: set[str] = field(default_factory=set)
     runs: set[Path] = field(default_factory=set)
+    plugins: set[str] = field(default_factory=set)
     everything: bool = False
 
     def describe(self) -> str:
-        return f"{len(self.experiments)} experiment(s), {len(self.runs)} run request(s)"
+        text = f"{len(self.experiments)} experiment(s), {len(self.runs)} run request(s)"
+        return text + (f", {len(self.plugins)} plugin(s)" if self.plugins else "")
+
+
+def plugin_names(lab: Lab) -> set[str]:
+    base = lab.root / "plugins"
+    return {p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")} if base.is_dir() else set()
 
 
 def scope_all(lab: Lab) -> Scope:
-    return Scope(set(lab.experiment_names()), set(run_files(lab)), everything=True)
+    return Scope(set(lab.experiment_names()), set(run_files(lab)), plugin_names(lab), everything=True)
 
 
 def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
@@ -39,6 +46,7 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
         elif len(parts) >= 2 and parts[0] == "plugins":
             plugins.add(parts[1])
     if plugins:
+        scope.plugins |= {p for p in plugins if (lab.root / "plugins" / p).is_dir()}
         scope.experiments |= experiments_locking(lab, plugins)
     return scope
 
@@ -69,6 +77,7 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
             sub = scope_for_paths(lab, [rel])
             scope.experiments |= sub.experiments
             scope.runs |= sub.runs
+            scope.plugins |= sub.plugins
         else:
             scope.experiments.add(arg)
             scope.runs |= set(run_files(lab, [arg]))

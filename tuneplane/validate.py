@@ -25,9 +25,13 @@ _NAME = re.compile(NAME_RE)
 
 
 def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
-             catalog: Catalog | None = None) -> list[Problem]:
+             catalog: Catalog | None = None, plugins: Iterable[str] = ()) -> list[Problem]:
     catalog = catalog or load_catalog()
     problems = list(lab.problems)
+    for name in plugins:
+        from tuneplane.plugin_tools import validate_plugin_dir
+
+        problems += validate_plugin_dir(lab.root / "plugins" / name, display_root=lab.root)
     contexts: dict[str, ExperimentContext] = {}
     for name in experiments:
         ctx = load_experiment(lab, catalog, name)

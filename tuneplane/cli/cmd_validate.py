@@ -46,7 +46,7 @@ def validate(
         scope = scope_for_args(lab, targets)
     else:
         scope = scope_all(lab)
-    problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs))
+    problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins))
     checked = scope.describe()
     typer.echo(reporters.FORMATS[fmt.value](problems, checked), nl=False)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
