@@ -1,0 +1,292 @@
+"""The fake API server behaves like the real one where our backend depends on it.
+
+Each test drives it through the real `kubernetes` client, so a fake that drifts from the client's
+paths, verbs or content types fails here first.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+if TYPE_CHECKING:
+    from fakekube import FakeKube
+
+pytest_plugins = ("fakekube",)
+
+NS = "team-a"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+JOBSET = ("jobset.x-k8s.io", "v1alpha2", NS, "jobsets")
+
+
+def _jobset(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1}]},
+        "status": {"restarts": 99},
+    }
+
+
+def _apply_jobset(kube_client: Any, body: dict[str, Any], **opts: Any) -> dict[str, Any]:
+    custom = client.CustomObjectsApi(kube_client)
+    opts.setdefault("field_manager", "tests")
+    name = body["metadata"]["name"]
+    # Raw JSON: the client's CustomObjectsApi drops the 201 an apply-create answers with.
+    response = custom.patch_namespaced_custom_object(
+        *JOBSET, name, body, _content_type=APPLY, _preload_content=False, **opts
+    )
+    return dict(json.loads(response.data))
+
+
+def test_create_conflict_and_read_back_through_typed_client(fake_kube: FakeKube, kube_client: Any) -> None:
+    core = client.CoreV1Api(kube_client)
+    body = {"metadata": {"name": "tokens"}, "type": "Opaque", "stringData": {"TOKEN": "abc"}}
+    created = core.create_namespaced_secret(NS, body)
+    assert created.metadata.uid and created.metadata.resource_version and created.metadata.creation_timestamp
+    assert base64.b64decode(created.data["TOKEN"]) == b"abc"
+    assert created.string_data is None  # the server folds stringData into data
+
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_secret(NS, body)
+    assert err.value.status == 409
+    assert json.loads(err.value.body)["reason"] == "AlreadyExists"
+    assert fake_kube.creations[("Secret", NS, "tokens")] == 1
+
+    with pytest.raises(ApiException) as missing:
+        core.read_namespaced_secret("nope", NS)
+    assert missing.value.status == 404
+    assert json.loads(missing.value.body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'secrets "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "group": "", "kind": "secrets"},
+        "code": 404,
+    }
+
+
+def test_server_side_apply_creates_then_merges_and_ignores_status(
+    fake_kube: FakeKube, kube_client: Any
+) -> None:
+    first = _apply_jobset(kube_client, _jobset("js", a="1"), force=True)
+    assert first["status"] == {}  # status is a subresource: apply cannot set it
+    assert first["metadata"]["managedFields"][0]["manager"] == "tests"
+    second = _apply_jobset(kube_client, _jobset("js", b="2"))
+    assert second["metadata"]["uid"] == first["metadata"]["uid"]
+    assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+    assert second["metadata"]["labels"] == {"a": "1", "b": "2"}
+    assert fake_kube.creations[("JobSet", NS, "js")] == 1
+    request = fake_kube.requests_for("PATCH", r"/jobsets/js$")[0]
+    assert (request.content_type, request.query["fieldManager"], request.query["force"]) == (
+        APPLY,
+        "tests",
+        "true",
+    )
+
+
+def test_apply_without_field_manager_is_refused(kube_client: Any) -> None:
+    with pytest.raises(ApiException) as err:
+        _apply_jobset(kube_client, _jobset("js"), field_manager=None)
+    assert err.value.status == 400
+    assert "fieldManager" in json.loads(err.value.body)["message"]
+
+
+def test_merge_patch_sets_and_deletes_fields(fake_kube: FakeKube, kube_client: Any) -> None:
+    _apply_jobset(kube_client, _jobset("js", keep="x", drop="y"))
+    custom = client.CustomObjectsApi(kube_client)
+    patch = {"metadata": {"labels": {"drop": None}, "annotations": {"note": "hi"}}}
+    custom.patch_namespaced_custom_object(*JOBSET, "js", patch, _content_type=MERGE)
+    stored = fake_kube.get("JobSet", NS, "js")
+    assert stored is not None
+    assert stored["metadata"]["labels"] == {"keep": "x"}
+    assert stored["metadata"]["annotations"] == {"note": "hi"}
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(
+            *JOBSET, "absent", patch, _content_type="application/merge-patch+json"
+        )
+    assert err.value.status == 404
+
+
+def test_list_filters_by_label_selector(fake_kube: FakeKube, kube_client: Any) -> None:
+    fake_kube.add_pod(NS, "p1", {"run": "r1", "role": "leader"})
+    fake_kube.add_pod(NS, "p2", {"run": "r1"})
+    fake_kube.add_pod(NS, "p3", {"run": "r2"})
+    fake_kube.add_pod("other", "p4", {"run": "r1"})
+    core = client.CoreV1Api(kube_client)
+
+    def names(selector: str) -> list[str]:
+        return [p.metadata.name for p in core.list_namespaced_pod(NS, label_selector=selector).items]
+
+    assert names("run=r1") == ["p1", "p2"]
+    assert names("run==r2") == ["p3"]
+    assert names("run=r1,role") == ["p1"]
+    assert names("run=r1,!role") == ["p2"]
+    assert names("run!=r1") == ["p3"]
+    assert names("") == ["p1", "p2", "p3"]
+
+
+def test_delete_records_policy_and_collects_owned_objects(fake_kube: FakeKube, kube_client: Any) -> None:
+    owner = _apply_jobset(kube_client, _jobset("js"))
+    ref = {"apiVersion": owner["apiVersion"], "kind": "JobSet", "name": "js", "uid": owner["metadata"]["uid"]}
+    core = client.CoreV1Api(kube_client)
+    core.create_namespaced_secret(NS, {"metadata": {"name": "owned", "ownerReferences": [ref]}})
+    core.create_namespaced_secret(NS, {"metadata": {"name": "free"}})
+    custom = client.CustomObjectsApi(kube_client)
+    custom.delete_namespaced_custom_object(*JOBSET, "js", propagation_policy="Foreground")
+    assert fake_kube.deletions == [
+        {"kind": "JobSet", "namespace": NS, "name": "js", "propagationPolicy": "Foreground"}
+    ]
+    assert fake_kube.get("Secret", NS, "owned") is None
+    assert fake_kube.get("Secret", NS, "free") is not None
+    with pytest.raises(ApiException) as err:
+        custom.delete_namespaced_custom_object(*JOBSET, "js")
+    assert err.value.status == 404
+
+
+def test_lingering_foreground_delete_keeps_object_until_finished(
+    fake_kube: FakeKube, kube_client: Any
+) -> None:
+    fake_kube.linger_deletes = True
+    _apply_jobset(kube_client, _jobset("js"))
+    client.CustomObjectsApi(kube_client).delete_namespaced_custom_object(
+        *JOBSET, "js", propagation_policy="Foreground"
+    )
+    lingering = fake_kube.get("JobSet", NS, "js")
+    assert lingering is not None and lingering["metadata"]["deletionTimestamp"]
+    fake_kube.finish_deletion("JobSet", NS, "js")
+    assert fake_kube.get("JobSet", NS, "js") is None
+
+
+def test_pod_log_tail_and_container_rules(fake_kube: FakeKube, kube_client: Any) -> None:
+    fake_kube.add_pod(NS, "one", {}, log_text="a\nb\nc\n")
+    statuses = [{"name": "main", "state": {"running": {}}}, {"name": "side", "state": {"running": {}}}]
+    fake_kube.add_pod(NS, "two", {}, container_statuses=statuses, log_text={"main": "m\n", "side": "s\n"})
+    waiting = [{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    fake_kube.add_pod(NS, "three", {}, phase="Pending", container_statuses=waiting)
+    core = client.CoreV1Api(kube_client)
+    assert core.read_namespaced_pod_log("one", NS, tail_lines=2) == "b\nc\n"
+    assert core.read_namespaced_pod_log("one", NS) == "a\nb\nc\n"
+    assert core.read_namespaced_pod_log("two", NS, container="side") == "s\n"
+    with pytest.raises(ApiException) as ambiguous:
+        core.read_namespaced_pod_log("two", NS)
+    assert "a container name must be specified" in json.loads(ambiguous.value.body)["message"]
+    with pytest.raises(ApiException) as not_started:
+        core.read_namespaced_pod_log("three", NS)
+    assert "is waiting to start: ContainerCreating" in json.loads(not_started.value.body)["message"]
+
+
+def test_follow_streams_appended_lines_until_the_pod_ends(fake_kube: FakeKube, kube_client: Any) -> None:
+    fake_kube.add_pod(NS, "p", {}, log_text="first\n")
+    response = client.CoreV1Api(kube_client).read_namespaced_pod_log(
+        "p", NS, follow=True, _preload_content=False
+    )
+    chunks = response.stream(1024)
+    assert next(chunks) == b"first\n"
+    fake_kube.append_log(NS, "p", "second\n")
+    assert next(chunks) == b"second\n"
+    fake_kube.set_pod_phase(NS, "p", "Succeeded")
+    assert list(chunks) == []
+
+
+def test_faults_fire_the_given_number_of_times_on_matching_paths(
+    fake_kube: FakeKube, kube_client: Any
+) -> None:
+    core = client.CoreV1Api(kube_client)
+    server_error = fake_kube.inject(500, r"/secrets$", times=2)
+    other_path = fake_kube.inject(503, r"/configmaps")
+    for _ in range(2):
+        with pytest.raises(ApiException) as err:
+            core.list_namespaced_secret(NS)
+        assert err.value.status == 500
+    assert core.list_namespaced_secret(NS).items == []
+    assert (server_error.hits, other_path.hits) == (2, 0)
+
+
+def test_429_carries_retry_after_and_409_a_status_body(fake_kube: FakeKube, kube_client: Any) -> None:
+    fake_kube.inject(429, retry_after=7)
+    fake_kube.inject(409, method="PATCH")
+    core = client.CoreV1Api(kube_client)
+    with pytest.raises(ApiException) as throttled:
+        core.list_namespaced_pod(NS)
+    assert throttled.value.status == 429 and throttled.value.headers["Retry-After"] == "7"
+    with pytest.raises(ApiException) as conflict:
+        _apply_jobset(kube_client, _jobset("js"))
+    assert conflict.value.status == 409 and json.loads(conflict.value.body)["reason"] == "AlreadyExists"
+    assert fake_kube.get("JobSet", NS, "js") is None
+
+
+def test_latency_past_the_client_timeout_times_out(fake_kube: FakeKube, kube_client: Any) -> None:
+    fake_kube.inject("latency", r"/pods$", seconds=2.0)
+    core = client.CoreV1Api(kube_client)
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        core.list_namespaced_pod(NS, _request_timeout=0.2)
+    fake_kube.inject("latency", r"/pods$", seconds=0.05)
+    assert core.list_namespaced_pod(NS, _request_timeout=5).items == []
+
+
+def test_dropped_connection_reaches_the_client_as_a_protocol_error(
+    fake_kube: FakeKube, kube_client: Any
+) -> None:
+    fake_kube.inject("drop", r"/pods$")
+    core = client.CoreV1Api(kube_client)
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        core.list_namespaced_pod(NS)
+    assert core.list_namespaced_pod(NS).items == []
+
+
+def test_fault_action_runs_before_the_response(fake_kube: FakeKube, kube_client: Any) -> None:
+    ran = threading.Event()
+    fake_kube.inject(409, r"/jobsets/js$", action=ran.set)
+    with pytest.raises(ApiException):
+        _apply_jobset(kube_client, _jobset("js"))
+    assert ran.is_set()
+
+
+def test_discovery_serves_the_dynamic_client(fake_kube: FakeKube, kube_client: Any) -> None:
+    assert client.VersionApi(kube_client).get_code().git_version.startswith("v1.")
+    dynamic = DynamicClient(kube_client)
+    rayjobs = dynamic.resources.get(api_version="ray.io/v1", kind="RayJob")
+    body = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj"}, "spec": {}}
+    created = rayjobs.create(namespace=NS, body=body)
+    assert created.metadata.uid == fake_kube.get("RayJob", NS, "rj")["metadata"]["uid"]  # type: ignore[index]
+
+
+def test_workload_hook_owns_it_by_the_job_uid(fake_kube: FakeKube, kube_client: Any) -> None:
+    owner = _apply_jobset(kube_client, _jobset("js"))
+    fake_kube.add_workload(NS, "jobset-js-1", "JobSet", "js", queue_name="lq")
+    custom = client.CustomObjectsApi(kube_client)
+    listed = custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", NS, "workloads")
+    (workload,) = listed["items"]
+    assert workload["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    assert workload["spec"]["queueName"] == "lq"
+
+
+def test_stop_unblocks_an_open_follow_stream(kube_client: Any, fake_kube: FakeKube) -> None:
+    fake_kube.add_pod(NS, "p", {}, log_text="x\n")
+    response = client.CoreV1Api(kube_client).read_namespaced_pod_log(
+        "p", NS, follow=True, _preload_content=False
+    )
+    assert _drain_after_stop(fake_kube, response) == b"x\n"
+
+
+def _drain_after_stop(server: FakeKube, response: Any) -> bytes:
+    first = next(response.stream(1024))
+    server.stop()
+    try:
+        rest = b"".join(response.stream(1024))
+    except urllib3.exceptions.HTTPError:
+        rest = b""
+    return bytes(first + rest)
