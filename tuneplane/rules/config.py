@@ -29,7 +29,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
     for name, param in sorted(recipe.params.items()):
         pointer = "/" + "/".join(escape(part) for part in param.path.split("."))
         value = get_path(doc.data, param.path)
-        if is_missing(value):
+        if is_missing(value) or value is None:  # `key: null` means "not set": the default applies
             if param.required:
                 yield doc.problem("", "config-required", f"required parameter {name!r} ({param.path}) is not set",
                                   hint=f"add `{param.path}: <{param.type}>` or pass --set {name}=...")

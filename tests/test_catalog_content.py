@@ -1,0 +1,381 @@
+"""The shipped recipe catalog: every recipe.yaml is well formed and agrees with its template.
+
+These checks read the catalog as files (PyYAML safe-load, the YAML 1.1 reading the digests use) so
+they hold whatever the loader code does: exact key sets, existing templates and entrypoints, and
+parameters whose path, type and default match the template's config.yaml. A few tests also run
+template code that needs nothing beyond PyYAML (the custom scaffold, the NeMo-RL driver's config
+merge, the reward functions).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+
+CATALOG = Path(__file__).resolve().parents[1] / "catalog"
+EXPECTED = {
+    "custom/custom", "pytorch/image-classification", "trl/sft", "trl/grpo",
+    "verl/sft", "verl/grpo", "nemo-rl/grpo", "evalkit/benchmark",
+}
+TOP_KEYS = {
+    "name", "version", "framework", "title", "summary", "category", "template", "entrypoint",
+    "adapter_options", "roles", "plugins", "lifecycle", "lifecycle_resources", "metrics",
+    "artifacts", "runtime", "requires", "params",
+}
+ADAPTER_KEYS = {
+    "observability", "orchestrator", "launcher", "config_mode", "bindings", "topology",
+    "platform_owned", "required_inputs",
+}
+ARTIFACT_KEYS = {"version", "checkpoints", "logs", "exports", "evaluations", "formats"}
+PARAM_KEYS = {"type", "path", "doc", "group", "required", "default", "min", "max", "exclusive_min", "choices"}
+INPUTS = {"model", "train_data", "validation_data"}
+CATEGORIES = {"custom", "supervised", "sft", "rl", "preference", "evaluation"}
+SCHEMA_COMMENT = "# yaml-language-server: $schema="
+PY_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "enum": (str,),
+}
+IMAGE = re.compile(r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+)?(@sha256:[0-9a-f]{64})?")
+REQUIRED_ENV = (
+    "TUNEPLANE_WORK_DIR", "TUNEPLANE_EXP_DIR", "TUNEPLANE_OUT_DIR", "TUNEPLANE_FRAMEWORK",
+    "TUNEPLANE_RECIPE", "TUNEPLANE_CLUSTER_NUM_NODES", "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
+)
+
+
+def recipe_dirs() -> list[Path]:
+    return sorted(p.parent for p in CATALOG.glob("*/*/recipe.yaml"))
+
+
+def recipe_id(folder: Path) -> str:
+    return f"{folder.parent.name}/{folder.name}"
+
+
+def load_recipe(folder: Path) -> dict[str, Any]:
+    data = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def template_config(folder: Path) -> dict[str, Any]:
+    recipe = load_recipe(folder)
+    data = yaml.safe_load((folder / recipe["template"] / "config.yaml").read_text(encoding="utf-8"))
+    return data or {}
+
+
+def lookup(config: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    """(found, value) for a dotted path into nested mappings."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def is_type(value: Any, kind: str) -> bool:
+    """The contract's typing: a bool is never an int or float; an int is accepted for a float."""
+    if isinstance(value, bool) and kind != "bool":
+        return False
+    return isinstance(value, PY_TYPES[kind])
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the catalog
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = saved
+    return module
+
+
+RECIPES = recipe_dirs()
+IDS = [recipe_id(p) for p in RECIPES]
+
+
+def test_catalog_holds_exactly_the_published_recipes() -> None:
+    assert set(IDS) == EXPECTED
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_recipe_shape(folder: Path) -> None:
+    text = (folder / "recipe.yaml").read_text(encoding="utf-8")
+    assert text.startswith(SCHEMA_COMMENT)
+    recipe = load_recipe(folder)
+    assert set(recipe) == TOP_KEYS
+    assert recipe["name"] == recipe_id(folder)
+    assert recipe["framework"] == folder.parent.name
+    assert isinstance(recipe["version"], str) and re.fullmatch(r"\d+\.\d+\.\d+", recipe["version"])
+    assert recipe["category"] in CATEGORIES
+    assert isinstance(recipe["title"], str) and recipe["title"].strip()
+    assert isinstance(recipe["summary"], str) and recipe["summary"].strip()
+    assert recipe["roles"] and all(isinstance(r, str) for r in recipe["roles"])
+    assert recipe["plugins"] == []
+    SpecifierSet(recipe["requires"]["core"])
+    assert set(recipe["requires"]) == {"core"}
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_template_and_entrypoint_exist(folder: Path) -> None:
+    recipe = load_recipe(folder)
+    template = folder / recipe["template"]
+    assert template.is_dir()
+    assert (template / "README.md").is_file()
+    assert (template / "config.yaml").is_file()
+    entry = recipe["entrypoint"]
+    assert set(entry) == {"kind", "value"} and entry["kind"] in {"module", "file", "experiment"}
+    if entry["kind"] == "experiment":
+        assert (template / entry["value"]).is_file()
+    if entry["kind"] == "module":
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", entry["value"])
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_lifecycle_scripts_exist_and_have_resources(folder: Path) -> None:
+    recipe = load_recipe(folder)
+    lifecycle, resources = recipe["lifecycle"], recipe["lifecycle_resources"]
+    assert set(lifecycle) <= {"export", "eval"}
+    assert set(resources) == set(lifecycle)
+    for operation, script in lifecycle.items():
+        assert (folder / recipe["template"] / script).is_file(), operation
+        assert isinstance(resources[operation], int) and not isinstance(resources[operation], bool)
+        assert resources[operation] >= 0
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_adapter_options(folder: Path) -> None:
+    recipe = load_recipe(folder)
+    options = recipe["adapter_options"]
+    assert set(options) == ADAPTER_KEYS
+    assert options["observability"] in {"platform", "external"}
+    assert options["orchestrator"] in {"", "process-group", "ray"}
+    assert options["launcher"] in {"", "torchrun", "accelerate", "python-module"}
+    assert isinstance(options["config_mode"], str) and options["config_mode"]
+    assert isinstance(options["topology"], dict)
+    assert set(options["bindings"]) <= INPUTS
+    assert set(options["required_inputs"]) <= INPUTS
+    config = template_config(folder)
+    for source, path in options["bindings"].items():
+        found, value = lookup(config, path)
+        assert found and value == "", f"binding {source} -> {path} must sit empty in config.yaml"
+    for path in options["platform_owned"]:
+        assert not lookup(config, path)[0], f"{path} is owned by the platform but set in config.yaml"
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_metrics_artifacts_runtime(folder: Path) -> None:
+    recipe = load_recipe(folder)
+    metrics = recipe["metrics"]
+    assert set(metrics) == {"primary", "aliases"}
+    assert all(isinstance(m, str) for m in metrics["primary"])
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in metrics["aliases"].items())
+    artifacts = recipe["artifacts"]
+    assert set(artifacts) == ARTIFACT_KEYS
+    assert artifacts["version"] == "tuneplane/artifacts/v1"
+    for kind in ("checkpoints", "logs", "exports", "evaluations"):
+        assert all(isinstance(g, str) and not g.startswith("/") and ".." not in g for g in artifacts[kind])
+    runtime = recipe["runtime"]
+    assert set(runtime) == {"default_version", "versions"}
+    for entry in runtime["versions"].values():
+        assert set(entry) <= {"runtime_id", "requires", "image", "deprecated"}
+        assert isinstance(entry["runtime_id"], str) and entry["runtime_id"]
+        assert isinstance(entry["requires"], str)
+        image = entry.get("image")
+        if image is not None:  # a tag, and any digest written out in full
+            assert IMAGE.fullmatch(image)
+            assert ":" in image.split("/")[-1] or "@sha256:" in image
+    if recipe["framework"] == "custom":
+        assert runtime == {"default_version": "user-managed", "versions": {}}
+    else:
+        assert runtime["default_version"] in runtime["versions"]
+        assert not runtime["versions"][runtime["default_version"]].get("deprecated", False)
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_params_land_on_template_config(folder: Path) -> None:
+    """A param with a default sits at its path in config.yaml with that value; one without is absent.
+
+    No default means "unset: the framework's own behaviour applies" (a symmetric clip, no top-k, the
+    epoch count instead of a step cap), so the template leaves the key out rather than writing null.
+    """
+    recipe = load_recipe(folder)
+    config = template_config(folder)
+    for name, spec in recipe["params"].items():
+        assert set(spec) <= PARAM_KEYS, name
+        assert {"type", "path", "doc", "group"} <= set(spec), name
+        kind = spec["type"]
+        assert kind in PY_TYPES, name
+        found, value = lookup(config, spec["path"])
+        if "default" not in spec:
+            assert not found, f"{name}: {spec['path']} is in config.yaml but the param declares no default"
+            assert not spec.get("required", False), f"{name}: a required param needs a value in config.yaml"
+            continue
+        assert found, f"{name}: {spec['path']} is not in config.yaml"
+        assert is_type(value, kind), f"{name}: {value!r} is not {kind}"
+        assert spec["default"] == value and type(spec["default"]) is type(value), name
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=IDS)
+def test_param_bounds_and_choices(folder: Path) -> None:
+    recipe = load_recipe(folder)
+    for name, spec in recipe["params"].items():
+        kind, default = spec["type"], spec.get("default")
+        if default is not None:
+            assert is_type(default, kind), name
+        if kind == "enum":
+            choices = spec["choices"]
+            assert choices and all(isinstance(c, str) for c in choices), f"{name}: choices must be strings"
+            assert len(set(choices)) == len(choices)
+            assert default is None or default in choices, name
+        else:
+            assert "choices" not in spec, name
+        if "min" in spec or "max" in spec:
+            assert kind in {"int", "float"}, name
+        low, high = spec.get("min"), spec.get("max")
+        if low is not None and high is not None:
+            assert low <= high, name
+        if default is not None and low is not None:
+            assert default > low if spec.get("exclusive_min") else default >= low, name
+        if default is not None and high is not None:
+            assert default <= high, name
+        assert isinstance(spec.get("required", False), bool)
+
+
+def test_custom_recipe_is_the_bare_escape_hatch() -> None:
+    recipe = load_recipe(CATALOG / "custom" / "custom")
+    assert recipe["entrypoint"] == {"kind": "experiment", "value": "train.sh"}
+    assert recipe["adapter_options"]["observability"] == "external"
+    assert recipe["params"] == {} and recipe["lifecycle"] == {} and recipe["lifecycle_resources"] == {}
+    assert recipe["metrics"] == {"primary": [], "aliases": {}}
+
+
+def test_catalog_has_no_bytecode() -> None:
+    leftovers = [p for p in CATALOG.rglob("*") if p.name == "__pycache__" or p.suffix in {".pyc", ".pyo"}]
+    assert leftovers == []
+
+
+def test_template_python_compiles() -> None:
+    for path in CATALOG.glob("*/*/template/*.py"):
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+
+
+# --- custom scaffold -----------------------------------------------------------------------------
+
+TRAIN_SH = CATALOG / "custom" / "custom" / "template" / "train.sh"
+
+
+def contract_env(tmp_path: Path) -> dict[str, str]:
+    exp = tmp_path / "work" / "experiments" / "my-trainer"
+    exp.mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({
+        "TUNEPLANE_WORK_DIR": str(tmp_path / "work"), "TUNEPLANE_EXP_DIR": str(exp),
+        "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_FRAMEWORK": "custom", "TUNEPLANE_RECIPE": "custom",
+        "TUNEPLANE_CLUSTER_NUM_NODES": "1", "TUNEPLANE_CLUSTER_GPUS_PER_NODE": "0",
+    })
+    return env
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_unedited_custom_scaffold_fails_fast_with_the_known_message(tmp_path: Path) -> None:
+    text = TRAIN_SH.read_text(encoding="utf-8")
+    assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
+    result = subprocess.run(["bash", str(TRAIN_SH)], env=contract_env(tmp_path), cwd=tmp_path / "work",
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "no training command yet" in result.stderr
+    assert "experiments/my-trainer/train.sh" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("missing", REQUIRED_ENV)
+def test_custom_scaffold_names_a_missing_contract_variable(tmp_path: Path, missing: str) -> None:
+    env = contract_env(tmp_path)
+    del env[missing]
+    result = subprocess.run(["bash", str(TRAIN_SH)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0 and result.returncode != 2
+    assert missing in result.stderr
+    assert "no training command yet" not in result.stderr
+
+
+# --- NeMo-RL driver: config resolution and hand-off ----------------------------------------------
+
+
+def fake_nemo_rl(root: Path) -> Path:
+    """A NeMo-RL tree with a base config and a driver that records what it was given."""
+    (root / "examples" / "configs").mkdir(parents=True)
+    (root / "examples" / "configs" / "grpo_math_1B.yaml").write_text(textwrap.dedent("""\
+        grpo: {num_prompts_per_step: 8, val_period: 5, only_in_base: 1}
+        policy: {model_name: base/model, tokenizer: {name: "${policy.model_name}"}}
+        data: {dataset_name: OpenMathInstruct-2, prompt_file: examples/prompts/cot.txt}
+        cluster: {num_nodes: 1, gpus_per_node: 1}
+        """))
+    (root / "examples" / "run_grpo.py").write_text(textwrap.dedent("""\
+        import json, os, sys, yaml
+        config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
+        json.dump({"argv": sys.argv[1:], "config": config}, open(os.environ["RECORD"], "w"))
+        """))
+    return root
+
+
+def test_nemo_rl_driver_merges_over_the_base_and_forwards_overrides(tmp_path: Path) -> None:
+    template = CATALOG / "nemo-rl" / "grpo" / "template"
+    root = fake_nemo_rl(tmp_path / "nemo-rl")
+    out = tmp_path / "out"
+    env = {**os.environ, "NEMO_RL_ROOT": str(root), "TUNEPLANE_OUT_DIR": str(out),
+           "RECORD": str(tmp_path / "record.json"), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, str(template / "run_grpo.py"), "--config", str(template / "config.yaml"),
+               "cluster.num_nodes=2", "grpo.max_num_steps=3"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "record.json").read_text())
+    config = record["config"]
+    assert config["grpo"]["only_in_base"] == 1  # merged, not replaced
+    assert config["grpo"]["num_prompts_per_step"] == 32  # the experiment wins
+    assert config["policy"]["tokenizer"] == {"name": "${policy.model_name}"}
+    assert "dataset_name" not in config["data"] and "_override_" not in config["data"]  # replaced
+    assert config["data"]["default"]["env_name"] == "math"
+    assert "defaults" not in config
+    assert record["argv"][-2:] == ["cluster.num_nodes=2", "grpo.max_num_steps=3"]
+    assert (out / "logs" / "nemo_rl_config.yaml").is_file()
+
+
+# --- reward functions ---------------------------------------------------------------------------
+
+
+def test_trl_grpo_rewards_score_final_answers() -> None:
+    rewards = load_module(CATALOG / "trl" / "grpo" / "template" / "rewards.py", "catalog_trl_rewards")
+    completions = [
+        "7 + 5 = 12", "so the answer is \\boxed{12}.", "it is 13", "no idea",
+        [{"role": "assistant", "content": "The total is 1,200."}],
+    ]
+    answers = ["12", "12", "12", "12", "1200"]
+    assert rewards.accuracy_reward(completions, answer=answers) == [1.0, 1.0, 0.0, 0.0, 1.0]
+    assert rewards.format_reward(completions) == [1.0, 1.0, 1.0, 0.0, 1.0]
+    assert rewards.accuracy_reward(["12"]) == [None]  # no answer column: not applicable
+    assert len(rewards.REWARD_FUNCTIONS) == len(yaml.safe_load(
+        (CATALOG / "trl" / "grpo" / "template" / "config.yaml").read_text())["reward_weights"])
+
+
+def test_verl_reward_scores_final_answers() -> None:
+    reward = load_module(CATALOG / "verl" / "grpo" / "template" / "reward.py", "catalog_verl_reward")
+    assert reward.compute_score("gsm8k", "... \\boxed{42}", "42") == 1.0
+    assert reward.compute_score("gsm8k", "the answer is 41", "#### 42") == 0.0
+    assert reward.compute_score("gsm8k", "forty-two", "42") == 0.0
