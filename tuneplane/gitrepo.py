@@ -7,6 +7,8 @@ wrong repository, so every command runs with them removed, as pre-commit does.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,28 @@ _KEEP = {"GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_S
          "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_ASKPASS"}
 FALLBACK_NAME = "TunePlane"
 FALLBACK_EMAIL = "tuneplane@localhost"
+# What `git push` says when another writer got there first (or holds the ref lock right now).
+_RACE_MARKS = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref",
+               "failed to lock", "unable to create")
 
 
 def no_git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEEP}
     env.setdefault("GIT_TERMINAL_PROMPT", "0")
     return env
+
+
+@contextmanager
+def _clean_environ() -> Iterator[None]:
+    """GitPython copies os.environ for each command and can only add to it, so remove the inherited
+    git variables from the process environment for the duration of the call."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("GIT_") and k not in _KEEP}
+    for key in saved:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 class GitRepo:
@@ -31,7 +49,8 @@ class GitRepo:
         import git  # GitPython: ~50 ms to import, so only commands that touch git pay for it
 
         try:
-            self._repo = git.Repo(root, search_parent_directories=False)
+            with _clean_environ():
+                self._repo = git.Repo(root, search_parent_directories=False)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise UsageError(f"{root} is not a git repository",
                              hint="run `git init` (or `tp init`), or pass --no-git where offered") from None
@@ -42,7 +61,8 @@ class GitRepo:
     def init(cls, root: Path, branch: str = "main") -> GitRepo:
         import git
 
-        repo = git.Repo.init(root, initial_branch=branch)
+        with _clean_environ():
+            repo = git.Repo.init(root, initial_branch=branch)
         repo.close()
         return cls(root)
 
@@ -50,7 +70,8 @@ class GitRepo:
         import git
 
         try:
-            return str(self._repo.git.execute(["git", *args]))
+            with _clean_environ():
+                return str(self._repo.git.execute(["git", *args]))
         except git.GitCommandError as exc:
             raise GitFailed(args, exc.status, str(exc.stderr).strip()) from None
 
@@ -105,6 +126,123 @@ class GitRepo:
             return self.git("show", f"{rev}:{path}")
         except GitFailed:
             return None
+
+    # ---- remotes, rebase and push: what the bot needs to share one branch with other bots ----------
+
+    def current_branch(self) -> str:
+        """The checked-out branch, or "" on a detached HEAD (a CI checkout of a commit)."""
+        try:
+            return self.git("symbolic-ref", "--short", "-q", "HEAD")
+        except GitFailed:
+            return ""
+
+    def has_remote(self, remote: str) -> bool:
+        return remote in self.git("remote").split()
+
+    def fetch(self, remote: str, branch: str) -> str:
+        """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
+        try:
+            self.git("fetch", "-q", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+        except GitFailed as exc:
+            if "couldn't find remote ref" in exc.stderr.lower():
+                return ""
+            raise
+        return self.rev_parse(f"refs/remotes/{remote}/{branch}")
+
+    def rev_parse(self, rev: str) -> str:
+        return self.git("rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
+
+    def is_ancestor(self, ancestor: str, descendant: str = "HEAD") -> bool:
+        try:
+            self.git("merge-base", "--is-ancestor", ancestor, descendant)
+            return True
+        except GitFailed:
+            return False
+
+    def rebase(self, upstream: str) -> list[str]:
+        """Replay local commits onto `upstream`; returns the conflicted paths ([] when it finished)."""
+        return self._rebase_step("rebase", "-q", upstream)
+
+    def rebase_continue(self) -> list[str]:
+        """Go on after conflicts were resolved and staged; an emptied commit is skipped."""
+        if not self.git("diff", "--cached", "--name-only"):
+            return self._rebase_step("rebase", "--skip")
+        return self._rebase_step("rebase", "--continue")
+
+    def _rebase_step(self, *args: str) -> list[str]:
+        try:
+            # core.editor=true: --continue must not open an editor for the commit message
+            self.git("-c", "core.editor=true", *args)
+        except GitFailed:
+            conflicts = self.conflicted_paths()
+            if not conflicts or not self.rebase_in_progress():
+                raise
+            return conflicts
+        return []
+
+    def rebase_in_progress(self) -> bool:
+        git_dir = Path(self.git("rev-parse", "--absolute-git-dir"))
+        return (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists()
+
+    def rebase_abort(self) -> None:
+        if self.rebase_in_progress():
+            self.git("rebase", "--abort")
+
+    def conflicted_paths(self) -> list[str]:
+        return [p for p in self.git("diff", "--name-only", "--diff-filter=U").splitlines() if p]
+
+    def show_stage(self, stage: int, path: str) -> str | None:
+        """One side of a conflicted path: 2 is the branch being rebased onto, 3 the commit replayed."""
+        return self.show(f":{stage}", path) if stage in (1, 2, 3) else None
+
+    def push(self, remote: str, branch: str) -> bool:
+        """Push HEAD to `remote`/`branch`; False when the remote moved on (fetch, rebase, try again)."""
+        try:
+            self.git("push", "-q", remote, f"HEAD:refs/heads/{branch}")
+            return True
+        except GitFailed as exc:
+            text = exc.stderr.lower()
+            if any(mark in text for mark in _RACE_MARKS):
+                return False
+            raise
+
+    def stage(self, paths: list[str]) -> None:
+        """`git add -A` for these paths (deletions included)."""
+        self.git("add", "-A", "--", *paths)
+
+    def commit_staged(self, message: str, paths: list[str]) -> str | None:
+        """Commit what is staged under `paths`; None when nothing there changed."""
+        if not self.git("diff", "--cached", "--name-only", "--", *paths):
+            return None
+        self.git("commit", "-q", "-m", message, "--", *paths)
+        return self.head()
+
+    def archive(self, commit: str, dest: Path, exclude: tuple[str, ...] = ()) -> None:
+        """Unpack the tree of `commit` into `dest` (the job package), never the working tree."""
+        import io
+        import tarfile
+
+        specs = [".", *(f":(exclude){p}" for p in exclude)]
+        with _clean_environ():
+            data = self._repo.git.execute(["git", "archive", "--format=tar", commit, "--", *specs],
+                                          stdout_as_string=False)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")  # refuses absolute paths and links leaving dest
+            else:  # Python < 3.11.4; git archive of our own commit writes no such entries
+                tar.extractall(dest)  # noqa: S202
+
+    def identity(self) -> str:
+        """`Name <email>` from git config, "" when unset."""
+        parts = []
+        for key in ("user.name", "user.email"):
+            try:
+                parts.append(self.git("config", "--get", key))
+            except GitFailed:
+                parts.append("")
+        name, email = parts
+        return f"{name} <{email}>" if name and email else name or email
 
     def close(self) -> None:
         self._repo.close()

@@ -32,7 +32,7 @@ class ImageError(ValueError):
 
 
 def parse_image(text: str) -> ImageRef:
-    m = _REF.match(text)
+    m = _REF.fullmatch(text)
     if not m:
         raise ImageError(f"{text!r} is not a valid image reference",
                          "write [registry/]repository[:tag][@sha256:<64 hex>], lower-case repository")

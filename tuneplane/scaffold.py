@@ -67,6 +67,9 @@ def init_lab(root: Path, name: str | None, use_git: bool) -> InitResult:
         raise UsageError(f"lab name {name!r} is not allowed", hint="use letters, digits, '.', '_' and '-'")
     files = lab_files(name)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
+    folders = {str(Path(rel).parent) for rel in files if "/" in rel}
+    folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}
+    clashes += sorted(d for d in folders if (root / d).exists() and not (root / d).is_dir())
     if clashes:
         raise UsageError(f"refusing to overwrite existing files: {', '.join(clashes)}",
                          hint="move them away or run `tp init` in an empty directory")

@@ -23,6 +23,8 @@ MAX_BYTES = 2 * 1024 * 1024  # a config bigger than this is a mistake, not a con
 NODE_BUDGET = 200_000  # nodes built after expanding aliases
 
 STR_TAG = "tag:yaml.org,2002:str"
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -134,6 +136,9 @@ class _Builder:
             raise LoadFailed(Problem(self.doc.rel, line, col, "yaml-aliases",
                                      f"document expands to more than {NODE_BUDGET} values (YAML alias bomb?)",
                                      hint="do not nest anchors and aliases; write the values out"))
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in (MAP_TAG, SEQ_TAG):
+            self._fail(node, "yaml-syntax", f"not valid YAML: the tag {node.tag!r} is not allowed",
+                       hint="custom YAML tags are not allowed; write a plain value")
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, pointer)
         if isinstance(node, yaml.SequenceNode):
@@ -168,7 +173,7 @@ class _Builder:
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
                 self._fail(key_node, "yaml-key", "a mapping key must be a plain value, not a list or mapping")
-            key = key_node.value if key_node.tag == STR_TAG else str(self._scalar(key_node))
+            key = key_node.value  # keys as written: `yes:` is the key "yes", not True
             line = key_node.start_mark.line + 1
             if key in first_seen:
                 self._fail(key_node, "duplicate-key",
@@ -189,14 +194,17 @@ def load_json(path: Path, rel: str, max_bytes: int = MAX_BYTES) -> Doc:
     """Parse JSON strictly; positions are computed only when a problem needs one (see `locate_json`)."""
     text = read_text(path, rel, max_bytes)
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise LoadFailed(Problem(rel, exc.lineno, exc.colno, "json-syntax", f"not valid JSON: {exc.msg}",
                                  hint="check for a missing comma or quote just before this place")) from None
-    except _DuplicateKey as exc:
-        line, col = _find_key(text, exc.key)
-        raise LoadFailed(Problem(rel, line, col, "duplicate-key", f"duplicate key {exc.key!r}",
-                                 hint="remove one of them")) from None
+    except _DuplicateKey:
+        parse_yaml(text, rel)  # JSON is YAML: its parser points at the exact duplicate and raises
+        raise LoadFailed(Problem(rel, 1, 1, "duplicate-key", "duplicate key", hint="remove one of them")) from None
+    except _BadConstant as exc:
+        line, col = _locate(text, exc.token)
+        raise LoadFailed(Problem(rel, line, col, "json-syntax", f"not valid JSON: {exc.token} is not a number",
+                                 hint="write a number or null")) from None
     return _LazyJsonDoc(rel=rel, data=data, text=text)
 
 
@@ -229,9 +237,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _find_key(text: str, key: str) -> tuple[int, int]:
-    needle = json.dumps(key)
-    idx = text.find(needle, text.find(needle) + 1)
+class _BadConstant(Exception):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+def _no_constant(token: str) -> Any:
+    raise _BadConstant(token)
+
+
+def _locate(text: str, needle: str) -> tuple[int, int]:
+    idx = text.find(needle)
     if idx < 0:
         return (1, 1)
     line = text.count("\n", 0, idx) + 1

@@ -22,6 +22,10 @@ def init(
 
     from tuneplane.scaffold import init_lab
 
+    from tuneplane.errors import UsageError
+
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} is a file, not a directory", hint="pass a directory for the new lab")
     directory.mkdir(parents=True, exist_ok=True)
     if not yes and sys.stdin.isatty() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)

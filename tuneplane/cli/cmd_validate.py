@@ -38,6 +38,11 @@ def validate(
     from tuneplane.validate import validate as run_validate
 
     lab = load_lab()
+    if lab.settings is None and lab.doc is None and not lab.legacy:
+        from tuneplane.errors import UsageError
+
+        first = lab.problems[0]
+        raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
     if changed:
         from tuneplane.gitrepo import GitRepo
 

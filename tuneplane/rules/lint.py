@@ -63,9 +63,13 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
                     f"--{m.group(1)} is hard-coded to {m.group(2)}",
                     'pass "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" (or _NUM_NODES): the job gets the GPUs its '
                     "profile allots, and taking more gets it stopped")
+    flagged = set()
     for m in _REL_OUT.finditer(code):
+        flagged.add(m.start())
         yield _out_warning(rel, n, m.start() + 1, m.group(0))
     for m in _OUT_FLAG.finditer(code):
+        if m.start(2) in flagged:  # the value itself was already reported
+            continue
         if not m.group(2).startswith(("${TUNEPLANE_OUT_DIR", "$TUNEPLANE_OUT_DIR")):
             yield _out_warning(rel, n, m.start() + 1, m.group(0))
     if shell and _LAUNCH.match(code):

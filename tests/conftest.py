@@ -1,0 +1,277 @@
+"""Fixtures every test file may use.
+
+Autouse, for every test: no outbound network (loopback and unix sockets stay open), `$HOME` and the XDG
+directories in a temporary folder, a fixed git identity, `TUNEPLANE_STORAGE_ROOT` in a temporary folder,
+and no `TUNEPLANE_*`, `GITHUB_*` or `GIT_*` variable leaking in from the shell that started pytest.
+
+For tests to request:
+- `build_tree(root, {path: content})`: write an input tree declared inline (str → UTF-8 text,
+  bytes → raw bytes, a dict → a sub-tree, None → an empty directory).
+- `tp(*args, cwd=None, env=None, input=None) -> TpResult`: the CLI in this process (fast).
+- `tp_subprocess(*args, cwd=None, env=None, input=None, timeout=120) -> TpResult`: the CLI as a real
+  `python -m tuneplane` process (honest about exit codes, stderr and tracebacks).
+- `lab`: a fresh lab made by `tp init` (git repo, one commit); the test runs with it as the cwd.
+- `make_catalog(src=None) -> Path`: a private copy of the packaged catalog (or of `src`) in a fresh
+  directory, made the catalog in force through `$TUNEPLANE_CATALOG`. Edit it freely.
+- `git(root, *args) -> str`: run git in `root` with the test identity; returns stdout.
+- `home`: the private `$HOME` of this test.
+- `shared_dir`: the read-only `../shared` folder (CRDs, StarForge fixtures).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DIR = REPO_ROOT.parent / "shared"
+
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.org",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.org",
+}
+_LEAKY_PREFIXES = ("TUNEPLANE_", "GITHUB_", "GIT_", "FORGE_", "STARFORGE_")
+_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+Tree = Mapping[str, "str | bytes | None | Tree"]
+
+
+# ── network ─────────────────────────────────────────────────────────────────────────────────────────
+
+
+class NetworkBlocked(OSError):
+    """Raised instead of opening a connection that would leave this machine."""
+
+
+def _is_local_host(host: object) -> bool:
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    if not isinstance(host, str):
+        return False
+    if host.lower() in _LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _allowed_address(sock: socket.socket, address: Any) -> bool:
+    if getattr(socket, "AF_UNIX", None) is not None and sock.family == socket.AF_UNIX:
+        return True
+    host = address[0] if isinstance(address, tuple) and address else address
+    return _is_local_host(host)
+
+
+def _guard_connect(original: Callable[..., Any], what: str) -> Callable[..., Any]:
+    def guarded(self: socket.socket, address: Any) -> Any:
+        if not _allowed_address(self, address):
+            raise NetworkBlocked(f"tests may not reach the network ({what} to {address!r})")
+        return original(self, address)
+
+    return guarded
+
+
+def _guard_sendto(original: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(self: socket.socket, data: Any, *rest: Any) -> Any:
+        # sendto(data, address) or sendto(data, flags, address): the address comes last
+        if rest and not _allowed_address(self, rest[-1]):
+            raise NetworkBlocked(f"tests may not reach the network (sendto {rest[-1]!r})")
+        return original(self, data, *rest)
+
+    return guarded
+
+
+def _guard_getaddrinfo(original: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not _is_local_host(host):
+            raise NetworkBlocked(f"tests may not resolve {host!r}")
+        return original(host, *args, **kwargs)
+
+    return guarded
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outbound connections and name lookups fail at once, except to loopback and unix sockets."""
+    monkeypatch.setattr(socket.socket, "connect", _guard_connect(socket.socket.connect, "connect"))
+    monkeypatch.setattr(socket.socket, "connect_ex", _guard_connect(socket.socket.connect_ex, "connect_ex"))
+    monkeypatch.setattr(socket.socket, "sendto", _guard_sendto(socket.socket.sendto))
+    monkeypatch.setattr(socket, "getaddrinfo", _guard_getaddrinfo(socket.getaddrinfo))
+
+
+# ── environment ─────────────────────────────────────────────────────────────────────────────────────
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private HOME, XDG dirs, storage root and git identity; nothing leaks in from the shell."""
+    for key in list(os.environ):
+        if key.startswith(_LEAKY_PREFIXES) or key == "KUBECONFIG":
+            monkeypatch.delenv(key)
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
+                     ("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state")):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(var, str(home / sub))
+    for key, value in GIT_IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")  # a machine-wide gitconfig must not change results
+    monkeypatch.setenv("TUNEPLANE_STORAGE_ROOT", str(tmp_path_factory.mktemp("storage")))
+    return home
+
+
+@pytest.fixture()
+def home(_isolated_env: Path) -> Path:
+    """The test's private `$HOME` (write a `.gitconfig` there to give git a global identity)."""
+    return _isolated_env
+
+
+@pytest.fixture()
+def shared_dir() -> Path:
+    """`../shared`: public CRDs and fixtures, read at run time and never copied into the project."""
+    assert SHARED_DIR.is_dir(), f"{SHARED_DIR} is missing"
+    return SHARED_DIR
+
+
+# ── trees and git ───────────────────────────────────────────────────────────────────────────────────
+
+
+def write_tree(root: Path, files: Tree) -> Path:
+    """Write `{relative path: content}` under root; returns root. Parents are created as needed."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, content in files.items():
+        path = root / rel
+        if content is None:
+            path.mkdir(parents=True, exist_ok=True)
+        elif isinstance(content, Mapping):
+            write_tree(path, content)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
+    return root
+
+
+@pytest.fixture()
+def build_tree() -> Callable[[Path, Tree], Path]:
+    return write_tree
+
+
+def run_git(root: Path, *args: str) -> str:
+    """git in `root` with the test identity (from the environment); raises on failure."""
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise AssertionError(f"git {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+    return done.stdout
+
+
+@pytest.fixture()
+def git() -> Callable[..., str]:
+    return run_git
+
+
+# ── the CLI ─────────────────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class TpResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def output(self) -> str:
+        return self.out + self.err
+
+
+def run_tp_in_process(*args: object, cwd: Path | None = None, env: Mapping[str, str | None] | None = None,
+                      input: str | None = None) -> TpResult:
+    """`tp ARGS` through `tuneplane.cli.main.run`, with stdout and stderr captured separately."""
+    from click.testing import CliRunner
+
+    from tuneplane.cli.main import run
+
+    before = os.getcwd()
+    with CliRunner().isolation(input=input, env=dict(env or {})) as streams:
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            try:
+                code = run([str(a) for a in args])
+            except SystemExit as exc:  # a command that exits on its own is still a result
+                code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os.chdir(before)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = streams[0].getvalue(), streams[1].getvalue()
+    return TpResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+def run_tp_subprocess(*args: object, cwd: Path | None = None, env: Mapping[str, str | None] | None = None,
+                      input: str | None = None, timeout: float = 120) -> TpResult:
+    """`python -m tuneplane ARGS` as a child process with this test's environment."""
+    child_env = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    done = subprocess.run([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, env=child_env,
+                          input=input, capture_output=True, text=True, timeout=timeout, check=False)
+    return TpResult(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture()
+def tp() -> Callable[..., TpResult]:
+    return run_tp_in_process
+
+
+@pytest.fixture()
+def tp_subprocess() -> Callable[..., TpResult]:
+    return run_tp_subprocess
+
+
+@pytest.fixture()
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A lab written by `tp init` (git repository with one commit), and the working directory."""
+    root = tmp_path / "lab"
+    result = run_tp_in_process("init", root, "--name", "test-lab")
+    assert result.code == 0, result.output
+    monkeypatch.chdir(root)
+    return root
+
+
+# ── the catalog ─────────────────────────────────────────────────────────────────────────────────────
+
+
+@pytest.fixture()
+def make_catalog(tmp_path_factory: pytest.TempPathFactory,
+                 monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """Copies of a catalog, each in a new directory (the catalog cache is per root) and put in force."""
+    from tuneplane.catalog import packaged_catalog_root
+
+    def make(src: Path | None = None) -> Path:
+        target = tmp_path_factory.mktemp("catalog") / "catalog"
+        shutil.copytree(src or packaged_catalog_root(), target,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        monkeypatch.setenv("TUNEPLANE_CATALOG", str(target))
+        return target
+
+    return make
