@@ -13,21 +13,22 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tuneplane.digest import DigestError, tree_digest
 from tuneplane.errors import UsageError
+from tuneplane.load import find_lab_root  # noqa: F401 - re-exported for the plugin commands
+from tuneplane.models.base import Strict
 from tuneplane.problems import Problem, Severity
+from tuneplane.yamlio import Doc, LoadFailed, escape, parse_yaml, write_json
 
 PLUGIN_SCHEMA = "tuneplane/plugin/v1"
 PLUGIN_SCHEMA_URL = "https://tuneplane.dev/schemas/plugin.schema.json"
@@ -35,7 +36,6 @@ LEGACY_SCHEMAS = ("lab-plugin/v1", "forge/plugin/v1")  # StarForge: read, warn, 
 LOCK_API = "tuneplane/plugins-lock/v1"
 LOCK_FILE = "plugins.lock.json"
 MANIFEST_FILE = "plugin.yaml"
-LAB_MARKERS = ("tuneplane.yaml", "starforge.yaml")
 
 SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 ENTRYPOINT = r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*"
@@ -53,10 +53,10 @@ MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
 # ── models ─────────────────────────────────────────────────────────────────────────────────────────
 
 
-class StrictModel(BaseModel):
-    """What users write: unknown keys refused, no type coercion (a YAML 1.0 is not the string "1.0")."""
+class StrictModel(Strict):
+    """What users write, and no type coercion either (a YAML 1.0 is not the string "1.0")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(**Strict.model_config, strict=True)
 
 
 def _specifier(value: str) -> str:
@@ -147,64 +147,16 @@ class PluginsLock(StrictModel):
     plugins: list[PluginsLockEntry] = Field(default_factory=list)
 
 
-# ── positions: where each key and value sits in a YAML (or JSON) text ─────────────────────────────
-
-
 def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+    return escape(key)
 
 
-@dataclass
-class Positions:
-    """1-based (line, col) of each JSON pointer's key and value; duplicate keys seen on the way."""
-
-    keys: dict[str, tuple[int, int]]
-    values: dict[str, tuple[int, int]]
-    duplicates: list[tuple[str, tuple[int, int]]]
-
-    def of(self, pointer: str, key: bool = False) -> tuple[int, int]:
-        """Nearest known place for `pointer`: the key or value, else its closest parent, else 1:1."""
-        while True:
-            table = self.keys if key else self.values
-            if pointer in table:
-                return table[pointer]
-            if not pointer:
-                return (1, 1)
-            pointer = pointer.rsplit("/", 1)[0]
-            key = False
-
-
-def positions_of(text: str) -> Positions:
-    """Compose the text (no construction) and record every node's start mark."""
-    found = Positions({}, {}, [])
+def _doc(text: str, file: str) -> Doc:
+    """Positions of every key and value; text that does not parse gets none (reported elsewhere)."""
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        root = yaml.compose(text, Loader=loader)
-    except yaml.YAMLError:
-        return found
-    if root is not None:
-        _walk(root, "", found)
-    return found
-
-
-def _mark(node: yaml.Node) -> tuple[int, int]:
-    return (node.start_mark.line + 1, node.start_mark.column + 1)
-
-
-def _walk(node: yaml.Node, pointer: str, found: Positions) -> None:
-    found.values[pointer] = _mark(node)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            child = f"{pointer}/{_escape(str(key_node.value))}"
-            if str(key_node.value) in seen:
-                found.duplicates.append((child, _mark(key_node)))
-            seen.add(str(key_node.value))
-            found.keys[child] = _mark(key_node)
-            _walk(value_node, child, found)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _walk(item, f"{pointer}/{index}", found)
+        return parse_yaml(text, file)
+    except LoadFailed:
+        return Doc(rel=file, data=None, text=text)
 
 
 # ── plugin.yaml ────────────────────────────────────────────────────────────────────────────────────
@@ -215,11 +167,11 @@ class _Ctx:
     """Where problems found in one file are reported."""
 
     file: str
-    pos: Positions
+    doc: Doc
 
     def problem(self, pointer: str, rule: str, message: str, hint: str = "", *, key: bool = False,
                 severity: Severity = Severity.ERROR) -> Problem:
-        line, col = self.pos.of(pointer, key=key)
+        line, col = self.doc.where(pointer, value=not key)
         return Problem(self.file, line, col, rule, message, severity, pointer, hint)
 
 
@@ -240,16 +192,13 @@ def parse_plugin_manifest(text: str, file: str) -> tuple[PluginManifest | None, 
 
     StarForge manifests (`lab-plugin/v1`, `forge/plugin/v1`) are read with a warning naming `tp migrate`.
     """
-    return _parse_manifest(text, _Ctx(file, positions_of(text)))
+    return _parse_manifest(text, _Ctx(file, _doc(text, file)))
 
 
 def _parse_manifest(text: str, ctx: _Ctx) -> tuple[PluginManifest | None, list[Problem]]:
     data, problems = _load_yaml_mapping(text, ctx)
     if data is None:
         return None, problems
-    problems += [ctx.problem(ptr, "plugin-schema", f"duplicate key {ptr.rsplit('/', 1)[1]!r}",
-                             "YAML keeps only the last one; remove the other", key=True)
-                 for ptr, _ in ctx.pos.duplicates]
     schema = data.get("schema")
     if isinstance(schema, str) and (newer := _newer_schema(schema)):
         return None, problems + [ctx.problem("/schema", "plugin-schema", newer, "upgrade tuneplane")]
@@ -265,14 +214,11 @@ def _parse_manifest(text: str, ctx: _Ctx) -> tuple[PluginManifest | None, list[P
 
 
 def _load_yaml_mapping(text: str, ctx: _Ctx) -> tuple[dict[str, Any] | None, list[Problem]]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        reason = getattr(exc, "problem", None) or str(exc)
-        return None, [Problem(ctx.file, line, col, "plugin-parse", f"not valid YAML: {reason}")]
+        data = parse_yaml(text, ctx.file).data if text.strip() else None
+    except LoadFailed as exc:
+        rule = "plugin-schema" if exc.problem.rule == "duplicate-key" else "plugin-parse"
+        return None, [replace(exc.problem, rule=rule)]
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
         return None, [ctx.problem("", "plugin-schema", f"plugin.yaml must be a mapping, got {got}",
@@ -293,7 +239,7 @@ def _from_legacy(data: dict[str, Any], ctx: _Ctx) -> tuple[dict[str, Any], Probl
     data = dict(data, schema=PLUGIN_SCHEMA)
     if "kind" in data and "capability" not in data:
         data["capability"] = data.pop("kind")
-        for table in (ctx.pos.keys, ctx.pos.values):
+        for table in (ctx.doc.positions, ctx.doc.values):
             if "/kind" in table:
                 table["/capability"] = table["/kind"]
     if data.get("capability") == "data-prep" and "execution" not in data:
@@ -388,7 +334,7 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
         text = manifest_file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return [Problem(shown, 0, 0, "plugin-parse", f"cannot read plugin.yaml: {exc}")]
-    ctx = _Ctx(shown, positions_of(text))
+    ctx = _Ctx(shown, _doc(text, shown))
     manifest, problems = _parse_manifest(text, ctx)
     problems += _escaping_symlinks(path, display_root)
     problems += _shadowing(path, display_root)
@@ -510,16 +456,6 @@ def _manifest_rules(root: Path, manifest: PluginManifest, ctx: _Ctx) -> list[Pro
 # ── the lab: finding it, scaffolding a plugin ─────────────────────────────────────────────────────
 
 
-def find_lab_root(start: Path) -> Path:
-    """The nearest directory at or above `start` holding the lab marker."""
-    here = start.resolve()
-    for candidate in (here, *here.parents):
-        if any((candidate / marker).is_file() for marker in LAB_MARKERS):
-            return candidate
-    raise UsageError(f"no tuneplane.yaml in {here} or any parent: not inside a lab",
-                     "run `tp init` to create one, or cd into your lab")
-
-
 def module_name_for(name: str) -> str:
     """The scaffold's module: unique per plugin so two plugins never import the same `patch`."""
     ident = re.sub(r"\W", "_", name)
@@ -606,7 +542,7 @@ def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[P
     except json.JSONDecodeError as exc:
         return None, [Problem(file, exc.lineno, exc.colno, "plugins-lock-parse", f"not valid JSON: {exc.msg}",
                               hint="rewrite it with `tp plugin lock`")]
-    ctx = _Ctx(file, positions_of(text))
+    ctx = _Ctx(file, _doc(text, file))
     try:
         lock = PluginsLock.model_validate(data)
     except ValidationError as exc:
@@ -641,21 +577,6 @@ def _lock_order(lock: PluginsLock, ctx: _Ctx) -> Iterator[Problem]:
                           "`tp plugin lock` rewrites the file sorted", severity=Severity.WARNING)
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
-    """2-space indent, sorted keys, trailing newline; readers never see a half-written file."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True)
 class LockResult:
     path: Path
@@ -679,7 +600,7 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     entries = _existing_entries(lock_path, lab_root)
     previous = next((e for e in entries if e.id == entry.id), None)
     kept = sorted([e for e in entries if e.id != entry.id] + [entry], key=lambda e: e.id)
-    write_json_atomic(lock_path, {"apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]})
+    write_json(lock_path, {"apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]})
     return LockResult(lock_path, entry, previous)
 
 
@@ -763,7 +684,7 @@ def check_experiment_plugins(lab_root: Path, exp_dir: Path, framework: str, reci
     lock, problems = parse_plugins_lock(text, shown)
     if lock is None:
         return problems
-    ctx = _Ctx(shown, positions_of(text))
+    ctx = _Ctx(shown, _doc(text, shown))
     check = _ExpCheck(lab_root, exp_dir, framework, core_version, ctx, exp_dir.name)
     manifests: dict[int, PluginManifest] = {}
     for index, entry in enumerate(lock.plugins):

@@ -34,13 +34,16 @@ class Doc:
 
     rel: str
     data: Any
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the key (or list item)
     text: str = ""
+    values: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the value
 
-    def where(self, pointer: str) -> tuple[int, int]:
-        """Position of `pointer`, or of its nearest ancestor that has one, or (1, 1)."""
+    def where(self, pointer: str, value: bool = False) -> tuple[int, int]:
+        """Position of `pointer` (its key, or its value with `value=True`), else its nearest ancestor's."""
         ptr = pointer
         while True:
+            if value and ptr in self.values:
+                return self.values[ptr]
             if ptr in self.positions:
                 return self.positions[ptr]
             if not ptr:
@@ -71,8 +74,9 @@ def read_text(path: Path, rel: str, max_bytes: int = MAX_BYTES) -> str:
     except OSError as exc:
         raise LoadFailed(Problem(rel, 0, 0, "unreadable", f"cannot read file: {exc.strerror}")) from None
     if len(raw) > max_bytes:
+        limit = max_bytes // 1024 // 1024
         raise LoadFailed(Problem(rel, 1, 1, "too-large",
-                                 f"file is {len(raw) / 1e6:.1f} MB; files over {max_bytes // 1024 // 1024} MiB are refused",
+                                 f"file is {len(raw) / 1e6:.1f} MB; files over {limit} MiB are refused",
                                  hint="keep data out of config files; point at it with a path instead"))
     if b"\0" in raw[:8192]:
         raise LoadFailed(Problem(rel, 1, 1, "binary", "this is a binary file, not text",
@@ -182,6 +186,7 @@ class _Builder:
             first_seen[key] = line
             child = f"{pointer}/{escape(key)}"
             self.doc.positions[child] = (line, key_node.start_mark.column + 1)
+            self.doc.values[child] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
             out[key] = self.build(value_node, child)
         return out
 
@@ -200,10 +205,12 @@ def load_json(path: Path, rel: str, max_bytes: int = MAX_BYTES) -> Doc:
                                  hint="check for a missing comma or quote just before this place")) from None
     except _DuplicateKey:
         parse_yaml(text, rel)  # JSON is YAML: its parser points at the exact duplicate and raises
-        raise LoadFailed(Problem(rel, 1, 1, "duplicate-key", "duplicate key", hint="remove one of them")) from None
+        raise LoadFailed(Problem(rel, 1, 1, "duplicate-key", "duplicate key",
+                                 hint="remove one of them")) from None
     except _BadConstant as exc:
         line, col = _locate(text, exc.token)
-        raise LoadFailed(Problem(rel, line, col, "json-syntax", f"not valid JSON: {exc.token} is not a number",
+        raise LoadFailed(Problem(rel, line, col, "json-syntax",
+                                 f"not valid JSON: {exc.token} is not a number",
                                  hint="write a number or null")) from None
     return _LazyJsonDoc(rel=rel, data=data, text=text)
 
@@ -268,6 +275,8 @@ def atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())  # the rename must not land before the bytes do
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
