@@ -129,3 +129,33 @@ def _lifecycle_inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
         return [Refusal("/inputs/checkpoint", "run-inputs", f"{req.operation} needs --checkpoint",
                         "name a checkpoint directory of an earlier run, e.g. runs/<user>/<exp>/<run>/out/checkpoints/step-100")]
     return []
+
+
+# ── adapter refusals: what the experiment itself sets (config.yaml, plugins) ───────────────────────
+
+NO_ALGORITHM_PLUGINS = frozenset({"custom", "evalkit"})
+
+
+def check_platform_owned(recipe: Recipe, config: object) -> list[Refusal]:
+    """Config keys the platform sets from the run (output dirs, topology) must not be set by the user."""
+    from tuneplane.params import get_path, is_missing
+
+    if not isinstance(config, dict):
+        return []
+    owned = [key for key in recipe.adapter_options.platform_owned if not is_missing(get_path(config, key))]
+    return [Refusal("/experiment", "run-platform-owned",
+                    f"config.yaml sets {key}, a key the platform owns for {recipe.name}",
+                    f"remove {key} from config.yaml: the platform sets it from the run "
+                    f"(owned keys: {', '.join(recipe.adapter_options.platform_owned)})")
+            for key in owned]
+
+
+def check_algorithm_plugins(framework: str, plugins: list[tuple[str, str]]) -> list[Refusal]:
+    """`plugins` = (reference, capability) pairs; custom and evalkit never run algorithm plugins."""
+    if framework not in NO_ALGORITHM_PLUGINS:
+        return []
+    return [Refusal("/experiment", "run-plugins",
+                    f"{ref} is an algorithm plugin; the {framework} adapter refuses algorithm plugins "
+                    "(its entrypoint does not start through the algorithm bridge)",
+                    "remove it from plugins.lock.json, or use a catalog framework that supports plugins")
+            for ref, capability in plugins if capability == "algorithm"]

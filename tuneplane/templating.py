@@ -7,10 +7,18 @@ writes it as a JSON scalar (a valid YAML flow scalar), so no value can add a key
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from typing import Any
 
 import jinja2
+
+encode_basestring = json.encoder.encode_basestring  # type: ignore[attr-defined]  # "…" with \n, \" escaped
+
+
+# JSON leaves these raw, but YAML folds or refuses them inside a double-quoted scalar (U+0085 becomes
+# a space, DEL and the C1 controls make the document unreadable): escape them too.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 
 
 def quote(value: Any) -> str:
@@ -18,7 +26,8 @@ def quote(value: Any) -> str:
     if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
         return json.dumps(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        text = encode_basestring(value)
+        return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     raise TypeError(f"q filter takes a scalar, got {type(value).__name__}; prepare it in Python")
 
 

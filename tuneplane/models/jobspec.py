@@ -23,6 +23,29 @@ class JobMeta(Strict):
     user: str
 
 
+class ArtifactRef(Strict):
+    """One output the platform looks for under the out dir (a recipe `artifacts` glob)."""
+
+    kind: Literal["checkpoint", "log", "export", "evaluation"]
+    pattern: str
+    format: str = ""
+
+
+class AdapterRef(Strict):
+    """The recipe's adapter options, pinned with the job so compile reads only the JobSpec."""
+
+    launcher: str = ""
+    orchestrator: str = ""
+    config_mode: str = ""
+    bindings: dict[str, str] = Field(default_factory=dict, description="Config keys of model/data inputs.")
+    platform_owned: list[str] = Field(default_factory=list, description="Dotted config keys the platform sets.")
+    required_inputs: list[str] = Field(default_factory=list, description="Inputs a train run must name.")
+    topology: dict[str, str | int] = Field(default_factory=dict,
+                                           description="min_gpus, and the config keys of the node shape.")
+    lifecycle: dict[str, str] = Field(default_factory=dict, description="Operation → entrypoint (export, eval).")
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
+
+
 class RecipeRef(Strict):
     name: str
     version: str
@@ -33,6 +56,7 @@ class RecipeRef(Strict):
     entrypoint: str
     plugins: list[str] = Field(default_factory=list)
     observability: Literal["platform", "external"]
+    adapter: AdapterRef = Field(default_factory=AdapterRef)
 
 
 class FrameworkRef(Strict):
@@ -92,7 +116,9 @@ class JobSpecBody(Strict):
     recipe: RecipeRef
     framework: FrameworkRef
     image: str = ""
-    hyperparams: dict[str, Scalar] = Field(default_factory=dict)
+    hyperparams: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="Validated values keyed by dotted config path (custom: the `--set` keys as written).")
     inputs: InputsRef = Field(default_factory=InputsRef)
     resources: Resources
     plugins: list[PluginRef] = Field(default_factory=list)

@@ -1,0 +1,81 @@
+"""The environment contract (CONTRACT §6): what a job's process sees, in one fixed order. Pure.
+
+Every backend builds the job's environment from here, so a train script finds the same variables on
+a laptop and on the cluster. Secrets are never values: `TUNEPLANE_JOB_TOKEN` and `HF_TOKEN` are named
+in the LaunchPlan's `secret_env` and reach the process from a Secret (cluster) or memory (local).
+"""
+
+from __future__ import annotations
+
+from tuneplane import __version__
+from tuneplane.models.jobspec import JobSpec
+
+MONITOR_INTERVAL = "10"
+JOB_TOKEN = "TUNEPLANE_JOB_TOKEN"
+HF_TOKEN = "HF_TOKEN"
+# Keys of the per-run Secret `<object name>-tokens` the secret variables come from.
+SECRET_KEYS = {JOB_TOKEN: "job-token", HF_TOKEN: "hf-token"}
+# Shared caches live on the storage volume on a cluster; locally the user's own cache is kept.
+HF_CACHE_DIR = "cache/huggingface"
+
+
+def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
+    """Every non-secret variable of the contract, always in the same order."""
+    body, paths = spec.spec, spec.spec.paths
+    env = {
+        "TUNEPLANE_WORK_DIR": paths.work_dir,
+        "TUNEPLANE_EXP_DIR": paths.exp_dir,
+        "TUNEPLANE_OUT_DIR": paths.out_dir,
+        "TUNEPLANE_FRAMEWORK": body.framework.kind,
+        "TUNEPLANE_RECIPE": recipe_variable(spec),
+        "TUNEPLANE_CLUSTER_NUM_NODES": str(body.resources.nodes),
+        "TUNEPLANE_CLUSTER_GPUS_PER_NODE": str(body.resources.gpus_per_node),
+        "TUNEPLANE_JOB_ENABLED": "1" if ingest_endpoint else "0",
+    }
+    if ingest_endpoint:
+        env["TUNEPLANE_JOB_ENDPOINT"] = ingest_endpoint
+        env["TUNEPLANE_JOB_RUN_ID"] = spec.metadata.run_id
+    env.update({
+        "TUNEPLANE_RUN_ID": spec.metadata.run_id,
+        "TUNEPLANE_RUN_DIR": paths.run_dir,
+        "TUNEPLANE_STORAGE_ROOT": paths.storage_root,
+        "TUNEPLANE_FRAMEWORK_VERSION": body.framework.version,
+        "TUNEPLANE_RUNTIME_ID": body.framework.runtime_id,
+        "TUNEPLANE_RECIPE_VERSION": body.recipe.version,
+        "TUNEPLANE_RECIPE_DIGEST": body.recipe.digest,
+        "TUNEPLANE_CORE_VERSION": __version__,
+        "TUNEPLANE_RECIPE_PLUGINS": ",".join(body.recipe.plugins),
+    })
+    if body.framework.observability_url:
+        env["TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"] = body.framework.observability_url
+    env["TUNEPLANE_JOB_MONITOR_INTERVAL"] = MONITOR_INTERVAL
+    if not body.resources.local:
+        env["HF_HOME"] = f"{paths.storage_root}/{HF_CACHE_DIR}"
+    return env
+
+
+def recipe_variable(spec: JobSpec) -> str:
+    """`TUNEPLANE_RECIPE`: the method id for catalog recipes, plain `custom` for custom/custom."""
+    name = spec.spec.recipe.name
+    return "custom" if name == "custom/custom" else name
+
+
+def secret_env(ingest_bound: bool) -> dict[str, str]:
+    """Secret variables → keys in the per-run Secret. The job token exists only when ingest is bound."""
+    keys = {JOB_TOKEN: SECRET_KEYS[JOB_TOKEN]} if ingest_bound else {}
+    keys[HF_TOKEN] = SECRET_KEYS[HF_TOKEN]
+    return keys
+
+
+def job_env(spec: JobSpec, plan_env: dict[str, str], *, ingest_endpoint: str = "") -> dict[str, str]:
+    """The contract for this deployment's ingest binding, then what the adapter added, in order.
+
+    A LaunchPlan's env is `spec_to_env(spec)` (no ingest) plus the adapter's own variables; a backend
+    that binds ingest calls this to get the contract with the binding and keep the adapter's extras.
+    """
+    env = spec_to_env(spec, ingest_endpoint=ingest_endpoint)
+    unbound = spec_to_env(spec)
+    for key, value in plan_env.items():
+        if key not in unbound and key not in env:
+            env[key] = value
+    return env
