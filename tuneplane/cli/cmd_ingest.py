@@ -1,0 +1,52 @@
+"""`tp ingest serve`: run the metrics receiver that `tuneplane.report` in jobs sends to."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ingest_app = typer.Typer(name="ingest", help="The metrics ingest receiver.", no_args_is_help=True,
+                         add_completion=False)
+
+
+@ingest_app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 inside a cluster.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0 picks a free one).")] = 8765,
+    db: Annotated[Path | None, typer.Option(
+        help="SQLite database (default .tuneplane/ingest.sqlite).")] = None,
+    secret_file: Annotated[Path | None, typer.Option(
+        help="File holding the token secret; created with a random secret when missing "
+             "(default: ingest.secret next to the database, or $TUNEPLANE_INGEST_SECRET_FILE).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
+) -> None:
+    """Accept metrics over HTTP (upstream wire protocol plus gzip and batch ids) into SQLite."""
+    from tuneplane.errors import UsageError
+    from tuneplane.ingest import DEFAULT_DB, ensure_secret
+    from tuneplane.ingest.server import IngestServer
+
+    db_path = db or DEFAULT_DB
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port", "use 1-65535, or 0 for any free port")
+    env_secret = os.environ.get("TUNEPLANE_INGEST_SECRET_FILE")
+    secret_path = secret_file or (Path(env_secret) if env_secret else db_path.parent / "ingest.secret")
+    secret, created = ensure_secret(secret_path)
+    try:
+        server = IngestServer(db_path, secret, host, port, verbose=verbose)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                         "pick another --port or stop what is using it") from None
+    if created:
+        typer.echo(f"created a new token secret in {secret_path} (keep it private)", err=True)
+    typer.echo(f"ingest receiver listening on {server.url} (database {db_path})", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(ingest_app, name="ingest")

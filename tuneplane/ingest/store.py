@@ -1,0 +1,190 @@
+"""The ingest store: SQLite in WAL mode, one row per (run, key, step), batch ids remembered.
+
+Writers go through one `MetricStore` (the receiver), which serialises them with a lock; readers
+(`summary`, `series`, `hparams`, `lifecycle`) open their own read-only connection, so the bot or
+`tp job metrics` can read while a job is writing. Upstream clients send no batch id and retry, so
+points are upserted on (run_id, key, step); our client's batch ids make a retried batch a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+Point = tuple[str, int, float, str]  # key, step, value, ts
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS points (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL, ts TEXT,
+    PRIMARY KEY (run_id, key, step)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches (
+    run_id TEXT NOT NULL, batch_id TEXT NOT NULL, kind TEXT NOT NULL, received_at REAL NOT NULL,
+    PRIMARY KEY (run_id, batch_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS hparams (
+    run_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lifecycle (
+    run_id TEXT NOT NULL, event TEXT NOT NULL, ts TEXT, received_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, kind TEXT NOT NULL, received_at REAL NOT NULL, body TEXT NOT NULL
+);
+"""
+
+UPSERT = ("INSERT INTO points (run_id, key, step, value, ts) VALUES (?, ?, ?, ?, ?) "
+          "ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value, ts = excluded.ts")
+
+
+class MetricStore:
+    """The receiver's write handle. Thread-safe; every write is one transaction."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(SCHEMA)
+        self._closed = False
+
+    def _claim_batch(self, run_id: str, batch_id: str | None, kind: str) -> bool:
+        """Record the batch id inside the current transaction; False when it was seen before."""
+        if not batch_id:
+            return True
+        cursor = self._db.execute(
+            "INSERT OR IGNORE INTO batches (run_id, batch_id, kind, received_at) VALUES (?, ?, ?, ?)",
+            (run_id, batch_id, kind, time.time()))
+        return cursor.rowcount == 1
+
+    def add_points(self, run_id: str, points: Iterable[Point],
+                   batch_id: str | None = None) -> tuple[int, bool]:
+        """Upsert points; returns (points written, whether the batch was a duplicate)."""
+        rows = [(run_id, key, step, value, ts) for key, step, value, ts in points]
+        with self._write():
+            if not self._claim_batch(run_id, batch_id, "metrics"):
+                return 0, True
+            self._db.executemany(UPSERT, rows)
+        return len(rows), False
+
+    def set_hparams(self, run_id: str, params: Mapping[str, Any],
+                    batch_id: str | None = None) -> tuple[int, bool]:
+        rows = [(run_id, name, json.dumps(value, ensure_ascii=False)) for name, value in params.items()]
+        with self._write():
+            if not self._claim_batch(run_id, batch_id, "hparams"):
+                return 0, True
+            self._db.executemany(
+                "INSERT INTO hparams (run_id, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value", rows)
+        return len(rows), False
+
+    def add_lifecycle(self, run_id: str, event: str, ts: str | None) -> None:
+        with self._write():
+            self._db.execute("INSERT INTO lifecycle (run_id, event, ts, received_at) VALUES (?, ?, ?, ?)",
+                             (run_id, event, ts, time.time()))
+
+    def add_event(self, run_id: str, kind: str, body: Any) -> None:
+        """Upstream side channels (hardware samples, observations) kept verbatim for inspection."""
+        with self._write():
+            self._db.execute("INSERT INTO events (run_id, kind, received_at, body) VALUES (?, ?, ?, ?)",
+                             (run_id, kind, time.time(), json.dumps(body, ensure_ascii=False)))
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+
+class _Transaction:
+    """Lock + BEGIN IMMEDIATE ... COMMIT (or ROLLBACK on error)."""
+
+    def __init__(self, store: MetricStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._lock.acquire()
+        if self.store._closed:
+            self.store._lock.release()
+            raise StoreClosed("the ingest store is closed")
+        self.store._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.store._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self.store._lock.release()
+
+
+class StoreClosed(RuntimeError):
+    """A write arrived while the receiver was shutting down."""
+
+
+# ── read API ──────────────────────────────────────────────────────────────────────────────────
+def _reader(db_path: Path | str) -> sqlite3.Connection | None:
+    path = Path(db_path)
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    db.execute("PRAGMA busy_timeout=5000")
+    return db
+
+
+def _query(db_path: Path | str, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    db = _reader(db_path)
+    if db is None:
+        return []
+    try:
+        return db.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+    finally:
+        db.close()
+
+
+SUMMARY_SQL = """
+SELECT a.key, p.value, a.min_value, a.max_value, a.n, a.last_step
+FROM (SELECT key, MIN(value) AS min_value, MAX(value) AS max_value, COUNT(*) AS n, MAX(step) AS last_step
+      FROM points WHERE run_id = ? GROUP BY key) AS a
+JOIN points AS p ON p.run_id = ? AND p.key = a.key AND p.step = a.last_step
+ORDER BY a.key
+"""
+
+
+def summary(db_path: Path | str, run_id: str) -> dict[str, dict[str, Any]]:
+    """Per key: last (value at the highest step), min, max, count, last_step. Empty when unknown."""
+    rows = _query(db_path, SUMMARY_SQL, (run_id, run_id))
+    return {key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
+            for key, last, low, high, count, step in rows}
+
+
+def series(db_path: Path | str, run_id: str, key: str) -> list[tuple[int, float]]:
+    """All (step, value) points of one key, by step."""
+    rows = _query(db_path, "SELECT step, value FROM points WHERE run_id = ? AND key = ? ORDER BY step",
+                  (run_id, key))
+    return [(int(step), float(value)) for step, value in rows]
+
+
+def hparams(db_path: Path | str, run_id: str) -> dict[str, Any]:
+    rows = _query(db_path, "SELECT name, value FROM hparams WHERE run_id = ? ORDER BY name", (run_id,))
+    return {name: json.loads(value) for name, value in rows}
+
+
+def lifecycle(db_path: Path | str, run_id: str) -> list[dict[str, Any]]:
+    rows = _query(db_path, "SELECT event, ts, received_at FROM lifecycle WHERE run_id = ? "
+                  "ORDER BY received_at", (run_id,))
+    return [{"event": event, "ts": ts, "received_at": received} for event, ts, received in rows]

@@ -1,0 +1,265 @@
+"""Report training metrics from inside a TunePlane job: `init`, `log`, `finish`, `TunePlaneCallback`.
+
+    from tuneplane.report import init, log, finish
+    init(hparams={"lr": 3e-4})
+    log({"loss": 0.42, "lr": 3e-4}, step=10)
+    finish()
+
+Reporting is a side channel, so this module never raises into the training loop, imports only the
+standard library (and that lazily), and does nothing without `TUNEPLANE_JOB_TOKEN`. Whether to report
+is decided once per process (again in a forked child), which makes the disabled `log()` about one
+function call. Enabled, `log()` only appends to a memory queue; a background thread batches, gzips
+and sends, retrying with capped backoff, spilling to `$TUNEPLANE_OUT_DIR/.tuneplane/` when the memory
+budget is spent, and `finish()` drains within a bounded time and says on stderr what it could not send.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from time import time as _now
+from typing import TYPE_CHECKING, Any
+
+from tuneplane.report._callback import TunePlaneCallback
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tuneplane.report._core import Session
+
+__all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle", "log", "log_hparams",
+           "stats"]
+
+# Process-wide state. `_session` is the live session; `_decided` means "do not look again": together
+# they make the disabled log() one global read and one comparison.
+_session: Session | None = None
+_decided = False
+_finished = False  # a session ended; the next log() without init() warns once
+_last_stats: dict[str, Any] = {}
+_orphans: list[Any] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
+_atexit_registered = False
+
+
+def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -> None:
+    """Queue scalar metrics for `step` (the previous step + 1 when omitted). Never raises.
+
+    Nested dicts are flattened with `.`; tensors, arrays and lists of numbers are reduced to their
+    mean; anything else is dropped and counted. `prefix` puts keys under `prefix/` unless they are.
+    """
+    s = _session
+    if s is None:
+        if _decided:
+            return
+        s = _auto_init()
+        if s is None:
+            return
+    try:
+        if step is None:
+            step = s.step = s.step + 1
+        else:
+            if type(step) is not int:
+                step = _as_step(step)
+            s.step = step
+        if not prefix and type(metrics) is dict:
+            known = s.plain_keys
+            for key, value in metrics.items():
+                if type(value) is not float or key not in known:
+                    break
+            else:
+                # Fast path: plain floats under keys already validated. The copy lets the caller
+                # reuse its dict; the cost is _config.record_cost(len(metrics)), inlined.
+                s.queue.append((step, _now(), metrics.copy()))
+                s.added += 300 + 80 * len(metrics)
+                if s.added > s.limit:
+                    s.overflow()
+                return
+        s.log_slow(metrics, step, prefix)
+    except _BadStep:
+        s.drop("step is not an integer", len(metrics) if hasattr(metrics, "__len__") else 1)
+    except Exception as exc:  # noqa: BLE001 - reporting must never break training
+        s.internal_error(f"log(): {type(exc).__name__}: {exc}")
+
+
+class _BadStep(Exception):
+    pass
+
+
+def _as_step(step: Any) -> int:
+    """Steps from numpy or torch become ints; text or None-like values are refused."""
+    if isinstance(step, (str, bytes)) or step is None:
+        raise _BadStep
+    try:
+        return int(step)
+    except (TypeError, ValueError, OverflowError):
+        raise _BadStep from None
+
+
+def init(hparams: Mapping[str, Any] | None = None, monitor_hardware: bool = True, *,
+         all_ranks: bool | None = None, **options: Any) -> bool:
+    """Start reporting for this process; idempotent. Returns whether reporting is on.
+
+    `all_ranks=True` (or `TUNEPLANE_REPORT_ALL_RANKS=1`) reports from every rank with the rank as a
+    label; otherwise only rank zero (`RANK`, then `LOCAL_RANK`) reports. Other keywords override the
+    `TUNEPLANE_REPORT_*` settings: flush_interval, retry_base, retry_cap, finish_timeout,
+    request_timeout, monitor_interval, buffer_bytes, spill_bytes, batch_points.
+    """
+    global _finished
+    try:
+        _finished = False
+        session = _session if _session is not None else _start({**options, "all_ranks": all_ranks})
+        if session is None:
+            return False
+        if hparams:
+            session.add_hparams(hparams)
+        if monitor_hardware:
+            _start_monitor(session)
+        return True
+    except Exception as exc:  # noqa: BLE001
+        _say(f"init() failed, reporting is off: {type(exc).__name__}: {exc}")
+        return False
+
+
+def log_hparams(params: Mapping[str, Any]) -> None:
+    """Report (more) hyperparameters; values that are not JSON become strings."""
+    s = _session or (None if _decided else _auto_init())
+    if s is not None:
+        try:
+            s.add_hparams(params)
+        except Exception as exc:  # noqa: BLE001
+            s.internal_error(f"log_hparams(): {exc}")
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Wait up to `timeout` seconds for everything logged so far to reach the receiver."""
+    s = _session
+    if s is None:
+        return True
+    try:
+        return s.flush(timeout)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def finish(timeout: float | None = None) -> None:
+    """Stop reporting: drain for at most `timeout` seconds (default 5, `TUNEPLANE_REPORT_FINISH_TIMEOUT`)
+    and print to stderr what could not be delivered. Idempotent; also runs at interpreter exit."""
+    global _session, _decided, _finished, _last_stats
+    s = _session
+    if s is None:
+        return
+    _session, _decided, _finished = None, False, True
+    try:
+        s.close(timeout)
+        _last_stats = s.stats()
+    except Exception as exc:  # noqa: BLE001
+        _say(f"finish() failed: {type(exc).__name__}: {exc}")
+
+
+def lifecycle(event: str, timeout: float = 5.0) -> bool:
+    """Send one lifecycle event (starting, running, succeeded, failed) now, synchronously.
+
+    For launchers and wrappers around the training process, which report the job's phase once and
+    exit. Returns whether the receiver accepted it; never raises; does nothing without a token.
+    """
+    env = os.environ
+    if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0" or not env.get("TUNEPLANE_JOB_TOKEN", "").strip():
+        return False
+    try:
+        from tuneplane.report._transport import post_lifecycle
+
+        return post_lifecycle(env, event, timeout)
+    except Exception as exc:  # noqa: BLE001
+        _say(f"lifecycle({event!r}) not sent: {type(exc).__name__}: {exc}")
+        return False
+
+
+def stats() -> dict[str, Any]:
+    """Counters of the live session (or the last finished one): delivered, pending, spilled, dropped..."""
+    s = _session
+    try:
+        return s.stats() if s is not None else dict(_last_stats)
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def enabled() -> bool:
+    """Whether this process reports (deciding now if nothing has been logged yet)."""
+    return (_session or (None if _decided else _auto_init())) is not None
+
+
+# ── decisions ─────────────────────────────────────────────────────────────────────────────────
+def _auto_init() -> Session | None:
+    """First log() without init(): decide once, and remember a 'no' so later calls are free."""
+    global _decided
+    if _finished:
+        _decided = True
+        _say("log() called after finish(); ignoring it and later calls (call init() to start again)")
+        return None
+    try:
+        return _start({})
+    except Exception as exc:  # noqa: BLE001
+        _decided = True
+        _say(f"reporting is off: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _start(options: Mapping[str, Any]) -> Session | None:
+    global _session, _decided, _atexit_registered
+    env = os.environ
+    # The cheap gate first, so a run without a token never imports the machinery.
+    if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0" or not env.get("TUNEPLANE_JOB_TOKEN", "").strip():
+        _decided = True
+        return None
+    from tuneplane.report._config import OPTION_NAMES, from_env
+    from tuneplane.report._core import Session
+
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        _say(f"init() ignores unknown option(s): {', '.join(unknown)}")
+    config = from_env(env, options)
+    if config is None or not config.sends:
+        _decided = True
+        return None
+    session = Session(config)
+    session.start()
+    _session, _decided = session, True
+    if not _atexit_registered:
+        import atexit
+
+        atexit.register(finish)
+        _atexit_registered = True
+    return session
+
+
+def _start_monitor(session: Session) -> None:
+    if session.monitor is not None or session.config.rank != 0:
+        return
+    from tuneplane.report._hardware import Monitor
+
+    session.monitor = Monitor.start_for(session)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts undecided and sends its own points; the parent's queue stays the parent's."""
+    global _session, _decided, _finished
+    if _session is not None:
+        _orphans.append(_session)
+    _session, _decided, _finished = None, False, False
+
+
+def _reset() -> None:
+    """Finish any session and forget every decision (for tests and for embedding in long-lived tools)."""
+    global _decided, _finished, _last_stats
+    finish()
+    _decided, _finished, _last_stats = False, False, {}
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"tuneplane.report: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,149 @@
+"""Where the SDK's settings come from: the job environment, overridden by `init()` keyword arguments.
+
+Every knob that decides how long something waits is here so tests and unusual deployments can shrink
+or stretch it without touching code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+# Tunables: (init keyword, environment variable, default, minimum).
+_FLOATS = {
+    "flush_interval": ("TUNEPLANE_REPORT_FLUSH_INTERVAL", 1.0, 0.001),
+    "retry_base": ("TUNEPLANE_REPORT_RETRY_BASE", 0.5, 0.001),
+    "retry_cap": ("TUNEPLANE_REPORT_RETRY_CAP", 10.0, 0.001),
+    "finish_timeout": ("TUNEPLANE_REPORT_FINISH_TIMEOUT", 5.0, 0.0),
+    "request_timeout": ("TUNEPLANE_REPORT_REQUEST_TIMEOUT", 10.0, 0.01),
+    "monitor_interval": ("TUNEPLANE_JOB_MONITOR_INTERVAL", 10.0, 0.01),
+}
+_INTS = {
+    "buffer_bytes": ("TUNEPLANE_REPORT_BUFFER_BYTES", 32 * 1024 * 1024, 16 * 1024),
+    "spill_bytes": ("TUNEPLANE_REPORT_SPILL_BYTES", 1024 * 1024 * 1024, 0),
+    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 5000, 1),
+}
+OPTION_NAMES = frozenset(_FLOATS) | frozenset(_INTS) | {"all_ranks"}
+SPILL_DIR = ".tuneplane"
+
+# Upper-bound estimate of one queued record's memory: tuple, float time, int step and dict header
+# (RECORD_COST), plus a dict slot and a float object per key (KEY_COST). `log()` inlines the same
+# numbers for speed; tests check both the agreement and the bound (with tracemalloc).
+RECORD_COST = 300
+KEY_COST = 80
+
+
+def record_cost(keys: int) -> int:
+    return RECORD_COST + KEY_COST * keys
+
+
+@dataclass(frozen=True)
+class Config:
+    """One session's settings; frozen so the sender thread can read it without locks."""
+
+    endpoint: str
+    run_id: str
+    token: str
+    rank: int
+    all_ranks: bool
+    out_dir: str
+    flush_interval: float = 1.0
+    retry_base: float = 0.5
+    retry_cap: float = 10.0
+    finish_timeout: float = 5.0
+    request_timeout: float = 10.0
+    monitor_interval: float = 10.0
+    buffer_bytes: int = 32 * 1024 * 1024
+    spill_bytes: int = 1024 * 1024 * 1024
+    batch_points: int = 5000
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def sends(self) -> bool:
+        """Rank zero reports; other ranks only when asked to."""
+        return self.rank == 0 or self.all_ranks
+
+    @property
+    def rank_label(self) -> int | None:
+        return self.rank if self.all_ranks else None
+
+
+def enabled_in(env: Mapping[str, str]) -> bool:
+    """Cheap gate: a token, and no explicit `TUNEPLANE_JOB_ENABLED=0`."""
+    if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0":
+        return False
+    return bool(env.get("TUNEPLANE_JOB_TOKEN", "").strip())
+
+
+def rank_of(env: Mapping[str, str]) -> int:
+    """`RANK` (global) before `LOCAL_RANK`; an unparsable or absent rank counts as zero."""
+    for name in ("RANK", "LOCAL_RANK"):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                return int(raw)
+            except ValueError:
+                return 0
+    return 0
+
+
+def _truthy(raw: str) -> bool:
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def from_env(env: Mapping[str, str], options: Mapping[str, Any]) -> Config | None:
+    """The session config, or None when this process must not report."""
+    if not enabled_in(env):
+        return None
+    endpoint = env.get("TUNEPLANE_JOB_ENDPOINT", "").strip()
+    run_id = env.get("TUNEPLANE_JOB_RUN_ID", "").strip()
+    if not endpoint or not run_id:
+        pairs = (("TUNEPLANE_JOB_ENDPOINT", endpoint), ("TUNEPLANE_JOB_RUN_ID", run_id))
+        missing = [name for name, value in pairs if not value]
+        _say(f"reporting is off: TUNEPLANE_JOB_TOKEN is set but {', '.join(missing)} is not")
+        return None
+    all_ranks = options.get("all_ranks")
+    if all_ranks is None:
+        all_ranks = _truthy(env.get("TUNEPLANE_REPORT_ALL_RANKS", ""))
+    config = Config(endpoint=endpoint.rstrip("/"), run_id=run_id, token=env["TUNEPLANE_JOB_TOKEN"].strip(),
+                    rank=rank_of(env), all_ranks=bool(all_ranks),
+                    out_dir=env.get("TUNEPLANE_OUT_DIR", "").strip())
+    notes: list[str] = []
+    values: dict[str, Any] = {}
+    for name, (var, default, minimum) in {**_FLOATS, **_INTS}.items():
+        values[name] = _number(name, var, default, minimum, env, options, notes)
+    return replace(config, notes=tuple(notes), **values)
+
+
+def _number(name: str, var: str, default: float, minimum: float, env: Mapping[str, str],
+            options: Mapping[str, Any], notes: list[str]) -> Any:
+    cast = int if name in _INTS else float
+    raw = options.get(name)
+    source = f"init({name}=...)"
+    if raw is None:
+        raw, source = env.get(var, "").strip() or None, var
+    if raw is None:
+        return cast(default)
+    try:
+        value = cast(float(raw))
+    except (TypeError, ValueError):
+        notes.append(f"{source}={raw!r} is not a number; using {default}")
+        return cast(default)
+    if value < minimum:
+        notes.append(f"{source}={raw!r} is below {minimum}; using {minimum}")
+        return cast(minimum)
+    return value
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"tuneplane.report: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def current_env() -> Mapping[str, str]:
+    return os.environ

@@ -1,0 +1,266 @@
+"""One reporting session in one process: the memory queue, its byte budget, overflow, counters, shutdown.
+
+The hot path of `log()` (in `tuneplane.report`) appends `(step, unix_time, {key: float})` to `queue`
+and adds an estimate of the record's memory to `added`; when `added` passes `limit` it calls
+`overflow()`. The sender releases budget as batches settle. Counters are each written by one thread
+so no lock is needed on the hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from tuneplane.report._config import SPILL_DIR, Config, record_cost
+from tuneplane.report._spill import Record, Spill
+from tuneplane.report._values import hparams_payload, to_record
+
+MAX_CACHED_KEYS = 10_000
+
+
+class Session:
+    """State shared by the caller's threads, the sender and the hardware monitor."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.session_id = os.urandom(8).hex()
+        self.queue: deque[Record] = deque()
+        self.step = 0
+        self.plain_keys: set[str] = set()
+        self.budget = config.buffer_bytes
+        self.added = 0
+        self.released = 0  # written by the sender
+        self.evicted = 0  # written under order_lock by overflow()
+        self.limit = self.budget
+        self.spill = self._make_spill()
+        self.order_lock: Any = self.spill.lock if self.spill else threading.RLock()
+        self.hparams_pending: dict[str, Any] = {}
+        self.delivered_points = 0
+        self.batches_sent = 0
+        self.retries = 0
+        self.refused_points = 0
+        self.refused_batches: dict[int, int] = {}
+        self.spilled_points = 0
+        self.drops: dict[str, int] = {}  # caller threads
+        self.sender_drops: dict[str, int] = {}  # sender thread
+        self.internal_errors = 0
+        self._said: set[str] = set()
+        self.sender: Any = None
+        self.monitor: Any = None
+        self.final_stats: dict[str, Any] | None = None
+
+    def _make_spill(self) -> Spill | None:
+        out_dir = self.config.out_dir
+        if not out_dir or not os.path.isdir(out_dir) or self.config.spill_bytes <= 0:
+            return None
+        rank = self.config.rank
+        name = f"report-spill-r{rank}-{self.pid}.jsonl"
+        return Spill(os.path.join(out_dir, SPILL_DIR, name), self.config.spill_bytes)
+
+    def start(self) -> None:
+        from tuneplane.report._sender import Sender
+
+        for note in self.config.notes:
+            self.say(note)
+        self.sender = Sender(self)
+        self.sender.start()
+
+    # ── the caller's side ─────────────────────────────────────────────────────────────────────
+    def log_slow(self, metrics: Any, step: int, prefix: str) -> None:
+        """Everything the hot path does not handle: nesting, prefixes, non-floats, unseen keys."""
+        record = to_record(metrics, prefix, self.drop)
+        if not record:
+            return
+        if len(self.plain_keys) < MAX_CACHED_KEYS and not prefix and type(metrics) is dict:
+            # Remember keys that passed validation unchanged, so the next call takes the fast path.
+            self.plain_keys.update(k for k in record if k in metrics)
+        self.append(step, record)
+
+    def append(self, step: int, record: dict[str, float]) -> None:
+        self.queue.append((step, time.time(), record))
+        self.added += record_cost(len(record))
+        if self.added > self.limit:
+            self.overflow()
+
+    def overflow(self) -> None:
+        """The memory budget is spent: move the queue to disk (oldest first), or drop the newest record."""
+        with self.order_lock:
+            self._refresh_limit()
+            if self.added <= self.limit:
+                return
+            if self.spill is not None:
+                self._spill_queue()
+            else:
+                self._drop_newest()
+            self._refresh_limit()
+
+    def _spill_queue(self) -> None:
+        records: list[Record] = []
+        while True:
+            try:
+                records.append(self.queue.popleft())
+            except IndexError:
+                break
+        try:
+            written = self.spill.append(records) if self.spill else 0
+        except OSError as exc:
+            self.say(f"cannot write the overflow file ({exc}); dropping what does not fit in memory")
+            written = 0
+            self.spill = None
+        for index, record in enumerate(records):
+            self.evicted += record_cost(len(record[2]))
+            if index < written:
+                self.spilled_points += len(record[2])
+            else:
+                self.drop("overflow file full" if self.spill else "memory budget full", len(record[2]))
+
+    def _drop_newest(self) -> None:
+        try:
+            record = self.queue.pop()
+        except IndexError:
+            return
+        self.evicted += record_cost(len(record[2]))
+        self.drop("memory budget full (no TUNEPLANE_OUT_DIR to spill to)", len(record[2]))
+
+    def _refresh_limit(self) -> None:
+        # `limit` only ever grows, so a stale write from another thread is merely conservative.
+        self.limit = self.budget + self.released + self.evicted
+
+    def release(self, cost: int) -> None:
+        """Sender: a batch from memory settled, its budget is free again."""
+        self.released += cost
+        self._refresh_limit()
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + count
+
+    def sender_drop(self, reason: str, count: int = 1) -> None:
+        self.sender_drops[reason] = self.sender_drops.get(reason, 0) + count
+
+    def add_hparams(self, params: Any) -> None:
+        payload = hparams_payload(params)
+        if payload:
+            with self.order_lock:
+                self.hparams_pending.update(payload)
+            self.kick()
+
+    def internal_error(self, detail: str = "") -> None:
+        self.internal_errors += 1
+        if self.internal_errors == 1:
+            self.say(f"internal error, reporting continues: {detail}" if detail else "internal error")
+
+    def say(self, message: str) -> None:
+        """One stderr line per distinct message: diagnostics, never a flood."""
+        if message in self._said:
+            return
+        self._said.add(message)
+        try:
+            print(f"tuneplane.report: {message}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+
+    def kick(self) -> None:
+        if self.sender is not None:
+            self.sender.wake.set()
+
+    # ── flushing and shutdown ─────────────────────────────────────────────────────────────────
+    def idle(self) -> bool:
+        sender = self.sender
+        spill_pending = self.spill.pending if self.spill else 0
+        return (not self.queue and not spill_pending and not self.hparams_pending
+                and sender is not None and sender.inflight is None and not sender.backlog and not sender.busy)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything logged so far is settled, or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.idle():
+                return True
+            if time.monotonic() >= deadline or not self.sender.is_alive():
+                return self.idle()
+            self.kick()
+            time.sleep(0.005)
+
+    def close(self, timeout: float | None) -> None:
+        """Stop the monitor (without waiting for it), drain the sender until the deadline, report losses."""
+        if self.monitor is not None:
+            self.monitor.stop()
+        budget = self.config.finish_timeout if timeout is None else max(0.0, timeout)
+        sender = self.sender
+        if sender is not None:
+            sender.stop_at = time.monotonic() + budget
+            sender.wake.set()
+            sender.join(budget + 0.25)
+        self._report_losses()
+
+    def pending_points(self) -> int:
+        """Points logged and not yet settled: in memory, held by the sender, or waiting on disk."""
+        queued = sum(len(values) for _, _, values in list(self.queue))
+        held = self.sender.pending_points() if self.sender else 0
+        return queued + held + (self.spill.points if self.spill else 0)
+
+    def _report_losses(self) -> None:
+        stats = self.stats()
+        kept = self._leftover_to_disk()
+        self.final_stats = stats
+        parts = []
+        if stats["pending_points"]:
+            why = f" (last error: {self.sender.last_error})" if self.sender and self.sender.last_error else ""
+            where = f"; they are kept in {self.spill.path}" if kept and self.spill else ""
+            parts.append(f"{stats['pending_points']} point(s) not delivered before finish(){why}{where}")
+        if stats["refused_points"]:
+            codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(self.refused_batches.items()))
+            parts.append(f"{stats['refused_points']} point(s) refused by the receiver ({codes})")
+        if stats["dropped_points"]:
+            reasons = ", ".join(f"{r}: {n}" for r, n in sorted(stats["dropped"].items()))
+            parts.append(f"{stats['dropped_points']} value(s) dropped ({reasons})")
+        if parts:
+            self.say(f"run {self.config.run_id}: " + "; ".join(parts))
+
+    def _leftover_to_disk(self) -> bool:
+        """After the deadline, what is still only in memory goes to the overflow file, if there is one.
+
+        Returns True when the file keeps undelivered records. The sender may still finish a request
+        that was in flight; a record then sits both on disk and in the store, which the receiver's
+        upsert makes harmless.
+        """
+        if self.spill is None:
+            return False
+        with self.order_lock:
+            records = (self.sender.memory_records() if self.sender else []) + list(self.queue)
+            self.queue.clear()
+            try:
+                self.spill.append(records)
+            except OSError:
+                pass
+            return self.spill.close()
+
+    def stats(self) -> dict[str, Any]:
+        if self.final_stats is not None:
+            return self.final_stats
+        dropped = dict(self.drops)
+        for reason, count in self.sender_drops.items():
+            dropped[reason] = dropped.get(reason, 0) + count
+        return {
+            "run_id": self.config.run_id,
+            "rank": self.config.rank,
+            "delivered_points": self.delivered_points,
+            "pending_points": self.pending_points(),
+            "spilled_points": self.spilled_points,
+            "dropped_points": sum(dropped.values()),
+            "dropped": dropped,
+            "refused_points": self.refused_points,
+            "refused_batches": dict(self.refused_batches),
+            "batches_sent": self.batches_sent,
+            "retries": self.retries,
+            "buffered_bytes": max(0, self.added - self.released - self.evicted),
+            "buffer_budget_bytes": self.budget,
+            "spill_path": self.spill.path if self.spill else None,
+            "internal_errors": self.internal_errors,
+        }
+

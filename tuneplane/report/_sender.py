@@ -1,0 +1,292 @@
+"""The background sender: the only code that touches the network.
+
+Order of work on each pass: hyperparameters, then a batch that is being retried, then records that
+overflowed to disk (they are older), then the memory queue. A batch keeps its id across retries, so
+the receiver stores it once even when a response was lost after the write. Retryable failures (no
+connection, timeouts, 408/425/429/5xx) back off exponentially up to a cap; any other 4xx drops that
+one batch with a diagnostic instead of blocking everything behind it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tuneplane.report._config import record_cost
+from tuneplane.report._transport import Encoder, Record, Transport, TransportError, compress
+
+if TYPE_CHECKING:
+    from tuneplane.report._core import Session
+
+RETRYABLE = frozenset({408, 425, 429}) | frozenset(range(500, 600))
+
+
+@dataclass
+class Batch:
+    """Records travelling together under one id."""
+
+    batch_id: str
+    records: list[Record]
+    cost: int = 0  # memory-budget bytes to release once settled (0 for records read from disk)
+    spill_offset: int | None = None
+    attempts: int = 0
+    body: bytes = b""
+    points: int = 0
+
+
+class Sender(threading.Thread):
+    """Drains a Session to the receiver until stopped, then drains until a deadline."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(name="tuneplane-report-sender", daemon=True)
+        self.s = session
+        cfg = session.config
+        self.cfg = cfg
+        self.transport = Transport(cfg.endpoint, cfg.token, cfg.request_timeout)
+        self.encoder = Encoder(cfg.run_id, cfg.rank_label)
+        self.wake = threading.Event()
+        self.stop_at: float | None = None
+        self.inflight: Batch | None = None
+        self.backlog: list[Batch] = []
+        self.max_points = cfg.batch_points
+        self._seq = 0
+        self._announced: set[int] = set()
+        self.last_error = ""
+        self.busy = False
+
+    # ── loop ──────────────────────────────────────────────────────────────────────────────────
+    def run(self) -> None:
+        try:
+            while True:
+                self.busy = True
+                progressed = self._pass()
+                self.busy = False
+                if self.stop_at is not None and (not progressed or self._late()):
+                    return
+                if not progressed:
+                    self.wake.wait(self.cfg.flush_interval)
+                    self.wake.clear()
+        except Exception as exc:  # noqa: BLE001 - a sender bug must not surface in training
+            self.s.internal_error(f"sender stopped: {type(exc).__name__}: {exc}")
+        finally:
+            self.busy = False
+            self.transport.close()
+
+    def _late(self) -> bool:
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
+
+    def _pass(self) -> bool:
+        """One unit of work; False when there was nothing to do (or only a backoff to wait out)."""
+        if self.s.hparams_pending and not self._send_hparams():
+            return self._backoff(self._hparams_attempts)
+        if self._late():
+            return False
+        batch = self.inflight or self._next_batch()
+        if batch is None:
+            return False
+        self.inflight = batch
+        outcome = self._deliver(batch)
+        if outcome == "retry":
+            return self._backoff(batch.attempts)
+        self.inflight = None
+        return True
+
+    # ── batches ───────────────────────────────────────────────────────────────────────────────
+    def _new_id(self) -> str:
+        self._seq += 1
+        return f"{self.s.session_id}-{self._seq}"
+
+    def _next_batch(self) -> Batch | None:
+        if self.backlog:
+            return self.backlog.pop(0)
+        s = self.s
+        # Taking records is atomic with overflow (same lock), which keeps disk-then-memory order;
+        # encoding happens outside it so a spilling caller never waits on gzip.
+        offset: int | None = None
+        with s.order_lock:
+            records: list[Record] = []
+            if s.spill is not None and s.spill.pending:
+                records, offset = s.spill.read(self.max_points, self._batch_cost_cap())
+            if records:
+                cost = 0
+            else:
+                records, cost = self._take_from_memory()
+                offset = None
+        if not records:
+            return None
+        return self._encoded(Batch(self._new_id(), records, cost=cost, spill_offset=offset))
+
+    def _take_from_memory(self) -> tuple[list[Record], int]:
+        queue = self.s.queue
+        records: list[Record] = []
+        points = cost = 0
+        cap_cost = self._batch_cost_cap()
+        while points < self.max_points and cost < cap_cost:
+            try:
+                record = queue.popleft()
+            except IndexError:
+                break
+            records.append(record)
+            points += len(record[2])
+            cost += record_cost(len(record[2]))
+        return records, cost
+
+    def _batch_cost_cap(self) -> int:
+        # A batch holds at most a quarter of the memory budget, so sending never dominates memory.
+        return max(self.s.config.buffer_bytes // 4, 1)
+
+    def _encoded(self, batch: Batch) -> Batch:
+        batch.body, batch.points, skipped = self.encoder.batch(batch.batch_id, batch.records)
+        if skipped:
+            self.s.sender_drop("non-finite value", skipped)
+        return batch
+
+    # ── delivery ──────────────────────────────────────────────────────────────────────────────
+    def _deliver(self, batch: Batch) -> str:
+        if not batch.points:
+            self._settle(batch, delivered=True)
+            return "done"
+        batch.attempts += 1
+        try:
+            status, data, retry_after = self.transport.post("metrics", batch.body, batch.batch_id)
+        except TransportError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.s.retries += 1
+            self._retry_after = 0.0
+            return "retry"
+        self._retry_after = _seconds(retry_after)
+        if 200 <= status < 300:
+            self._settle(batch, delivered=True)
+            return "done"
+        self.last_error = f"HTTP {status}"
+        if status in RETRYABLE:
+            self.s.retries += 1
+            return "retry"
+        if status == 413 and len(batch.records) > 1:
+            self._split(batch)
+            return "done"
+        self._refuse(batch, status, data)
+        return "done"
+
+    def _settle(self, batch: Batch, delivered: bool) -> None:
+        if delivered:
+            self.s.delivered_points += batch.points
+            self.s.batches_sent += 1
+        if batch.spill_offset is not None and self.s.spill is not None:
+            self.s.spill.commit(batch.spill_offset, len(batch.records), _raw_points(batch.records))
+        if batch.cost:
+            self.s.release(batch.cost)
+
+    def _split(self, batch: Batch) -> None:
+        """A 413 means our batch is over the receiver's limit: halve it and send smaller ones from now on."""
+        self.max_points = max(1, self.max_points // 2)
+        half = len(batch.records) // 2
+        parts = []
+        for records in (batch.records[:half], batch.records[half:]):
+            share = batch.cost * len(records) // len(batch.records)
+            parts.append(self._encoded(Batch(self._new_id(), records, cost=share)))
+        parts[-1].cost += batch.cost - sum(p.cost for p in parts)
+        if batch.spill_offset is not None and self.s.spill is not None:
+            self.s.spill.commit(batch.spill_offset, len(batch.records), _raw_points(batch.records))
+        self.backlog[:0] = parts
+
+    def _refuse(self, batch: Batch, status: int, data: bytes) -> None:
+        self.s.refused_points += batch.points
+        self.s.refused_batches[status] = self.s.refused_batches.get(status, 0) + 1
+        if status not in self._announced:
+            self._announced.add(status)
+            self.s.say(f"the receiver refused a batch of {batch.points} point(s) with HTTP {status}"
+                       f"{_reason(data)}; dropped that batch and carrying on")
+        self._settle(batch, delivered=False)
+
+    def _backoff(self, attempts: int) -> bool:
+        """Wait before the next try, never past the finish deadline; True means 'keep looping'."""
+        delay = min(self.cfg.retry_cap, self.cfg.retry_base * (2 ** max(0, attempts - 1)))
+        if self._retry_after:
+            delay = min(self.cfg.retry_cap, max(delay, self._retry_after))
+        delay *= random.uniform(0.8, 1.0)
+        if self.stop_at is not None:
+            delay = min(delay, max(0.0, self.stop_at - time.monotonic()))
+        self.busy = False
+        self.wake.wait(delay)
+        self.wake.clear()
+        return not self._late()
+
+    # ── hyperparameters ───────────────────────────────────────────────────────────────────────
+    _hparams_attempts = 0
+    _retry_after = 0.0
+
+    def _send_hparams(self) -> bool:
+        """Send pending hyperparameters; False when they must be retried."""
+        with self.s.order_lock:
+            params = dict(self.s.hparams_pending)
+        body = compress(self.encoder.hparams_body(self._hparams_id(), params))
+        try:
+            status, data, retry_after = self.transport.post("hparams", body, self._hparams_id())
+        except TransportError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._hparams_attempts += 1
+            self.s.retries += 1
+            self._retry_after = 0.0
+            return False
+        self._retry_after = _seconds(retry_after)
+        if status in RETRYABLE:
+            self.last_error = f"HTTP {status}"
+            self._hparams_attempts += 1
+            self.s.retries += 1
+            return False
+        if not 200 <= status < 300:
+            self.s.say(f"the receiver refused the hyperparameters with HTTP {status}{_reason(data)}")
+        with self.s.order_lock:
+            for key, value in params.items():
+                if self.s.hparams_pending.get(key, _MISSING) == value:
+                    del self.s.hparams_pending[key]
+        self._hparams_attempts = 0
+        self._hparams_batch = ""
+        return True
+
+    _hparams_batch = ""
+
+    def _hparams_id(self) -> str:
+        if not self._hparams_batch:
+            self._hparams_batch = f"{self._new_id()}-hparams"
+        return self._hparams_batch
+
+    # ── shutdown ──────────────────────────────────────────────────────────────────────────────
+    def memory_records(self) -> list[Record]:
+        """Records held by the sender that exist nowhere else (not on disk)."""
+        batches = ([self.inflight] if self.inflight else []) + self.backlog
+        held = [b for b in batches if b.spill_offset is None]
+        return [record for batch in held for record in batch.records]
+
+    def pending_points(self) -> int:
+        held = ([self.inflight] if self.inflight else []) + self.backlog
+        return sum(_raw_points(b.records) for b in held if b.spill_offset is None)
+
+
+_MISSING = object()
+
+
+def _raw_points(records: list[Record]) -> int:
+    return sum(len(values) for _, _, values in records)
+
+
+def _seconds(header: str) -> float:
+    try:
+        return max(0.0, float(header)) if header else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _reason(data: bytes) -> str:
+    """The receiver's own error message, briefly, when it sent one."""
+    try:
+        message = json.loads(data.decode("utf-8", "replace")).get("error", "")
+    except (ValueError, AttributeError):
+        message = data.decode("utf-8", "replace").strip()
+    message = " ".join(str(message).split())[:200]
+    return f" ({message})" if message else ""

@@ -1,0 +1,200 @@
+"""Turning what a training loop hands to `log()` into flat `{key: float}` records.
+
+Everything here is pure and tolerant: a value that cannot become one finite float is dropped and the
+reason is counted, so the caller never sees an exception and the user still learns what was lost.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+MAX_KEY_LENGTH = 256
+# Hparams are a config panel, not a data channel: a huge value is cut rather than shipped.
+MAX_HPARAM_TEXT = 1000
+
+DropFn = Callable[[str], None]
+
+
+def flatten(metrics: Mapping[Any, Any], sep: str = ".") -> dict[str, Any]:
+    """Flatten nested mappings with `sep`, so `{"a": {"b": 1}}` reports as `a.b`."""
+    out: dict[str, Any] = {}
+    _walk(metrics, "", sep, out)
+    return out
+
+
+def _walk(obj: Mapping[Any, Any], prefix: str, sep: str, out: dict[str, Any]) -> None:
+    for key, value in obj.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            _walk(value, name, sep, out)
+        else:
+            out[name] = value
+
+
+def with_prefix(key: str, prefix: str) -> str:
+    """`prefix/key`, unless the key already starts with that namespace."""
+    if not prefix:
+        return key
+    prefix = prefix.rstrip("/")
+    if not prefix or key.startswith(prefix + "/"):
+        return key
+    return f"{prefix}/{key}"
+
+
+def key_problem(key: str) -> str | None:
+    """Why a metric name would be refused, or None when it is acceptable."""
+    if not key:
+        return "empty key"
+    if len(key) > MAX_KEY_LENGTH:
+        return f"key longer than {MAX_KEY_LENGTH} characters"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
+        return "key contains control characters"
+    return None
+
+
+def to_float(value: Any) -> tuple[float | None, str]:
+    """Reduce a metric value to one float, or say why it cannot be.
+
+    Order matters: plain numbers first (the common case), then array-likes by duck typing, so neither
+    numpy nor torch is ever imported here.
+    """
+    try:
+        return _reduce(value)
+    except OverflowError:  # an int (or a sum of them) beyond float range
+        return None, "non-finite value"
+
+
+def _reduce(value: Any) -> tuple[float | None, str]:
+    if isinstance(value, bool):
+        return float(value), ""
+    if isinstance(value, (int, float)):
+        return _finite(float(value))
+    if value is None:
+        return None, "None value"
+    if isinstance(value, (str, bytes, bytearray)):
+        return None, "text value"
+    if isinstance(value, (list, tuple)):
+        return _mean_of_sequence(value)
+    return _reduce_array_like(value)
+
+
+def _finite(number: float) -> tuple[float | None, str]:
+    if math.isfinite(number):
+        return number, ""
+    return None, "non-finite value"
+
+
+def _mean_of_sequence(items: list[Any] | tuple[Any, ...]) -> tuple[float | None, str]:
+    if not items:
+        return None, "empty list"
+    total = 0.0
+    for item in items:
+        # numbers.Real also admits numpy scalars without importing numpy.
+        if isinstance(item, bool) or not isinstance(item, numbers.Real):
+            return None, "list with non-numeric items"
+        total += float(item)
+    return _finite(total / len(items))
+
+
+def _reduce_array_like(value: Any) -> tuple[float | None, str]:
+    """Tensors and arrays: detach, take the element if there is one, the mean if there are many."""
+    try:
+        if hasattr(value, "detach"):
+            value = value.detach()
+        size = _size(value)
+        if size == 0:
+            return None, "empty array"
+        if size == 1 and hasattr(value, "item"):
+            return _finite(float(value.item()))
+        if size is not None and hasattr(value, "mean"):
+            return _finite(float(_item(_mean(value))))
+        if hasattr(value, "item"):
+            return _finite(float(value.item()))
+        if hasattr(value, "__float__"):
+            return _finite(float(value))
+    except (TypeError, ValueError, RuntimeError, AttributeError, OverflowError):
+        return None, f"cannot reduce {type(value).__name__}"
+    return None, f"unsupported type {type(value).__name__}"
+
+
+def _size(value: Any) -> int | None:
+    numel = getattr(value, "numel", None)
+    if callable(numel):
+        return int(numel())
+    size = getattr(value, "size", None)
+    if isinstance(size, int):
+        return size
+    return None
+
+
+def _mean(value: Any) -> Any:
+    # Integer tensors refuse mean(); widen them first, as numpy does on its own.
+    try:
+        return value.mean()
+    except (TypeError, RuntimeError):
+        if hasattr(value, "double"):
+            return value.double().mean()
+        raise
+
+
+def _item(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def to_record(metrics: Any, prefix: str, on_drop: DropFn) -> dict[str, float]:
+    """The slow path of `log()`: flatten, prefix, validate keys, reduce values."""
+    if not isinstance(metrics, Mapping):
+        on_drop("metrics is not a mapping")
+        return {}
+    record: dict[str, float] = {}
+    for raw_key, raw_value in flatten(metrics).items():
+        key = with_prefix(raw_key, prefix)
+        problem = key_problem(key)
+        if problem:
+            on_drop(problem)
+            continue
+        number, reason = to_float(raw_value)
+        if number is None:
+            on_drop(reason)
+            continue
+        record[key] = number
+    return record
+
+
+def hparams_payload(params: Mapping[Any, Any]) -> dict[str, Any]:
+    """Flatten hyperparameters and make every value JSON-safe, so one odd object never blocks the rest."""
+    out: dict[str, Any] = {}
+    for key, value in flatten(params).items():
+        if key_problem(key):
+            continue
+        out[key] = _json_safe(value)
+    return out
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value if not isinstance(value, str) else value[:MAX_HPARAM_TEXT]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)) and all(
+        v is None or isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v))
+        for v in value
+    ) and len(value) <= 64:
+        return list(value)
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        try:
+            return _json_safe(value.item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    text = _as_text(value)
+    return text[:MAX_HPARAM_TEXT]
+
+
+def _as_text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the report
+        return f"<{type(value).__name__}>"
