@@ -22,6 +22,7 @@ from tuneplane.errors import UsageError
 from tuneplane.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
 from tuneplane.locks import LOCK_FILE
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
+from tuneplane.yamlio import file_mode
 
 ENV_RENAMES = {
     "FORGE_WORK_DIR": "TUNEPLANE_WORK_DIR", "FORGE_EXP_DIR": "TUNEPLANE_EXP_DIR",
@@ -159,6 +160,7 @@ def apply(root: Path, plan: MigrationPlan) -> None:
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".migrating", dir=target.parent)
+            os.fchmod(fd, file_mode(target))
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
             staged.append((tmp, target))

@@ -266,6 +266,18 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+def file_mode(path: Path) -> int:
+    """The mode an ordinary new file would get (0666 less the umask), or the existing file's mode."""
+    import os
+
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def atomic_write(path: Path, text: str) -> None:
     import os
     import tempfile
@@ -273,6 +285,7 @@ def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode(path))  # mkstemp makes 0600; a lab file must stay readable by the team
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()

@@ -5,6 +5,8 @@ Each pattern below is a symptom people hit an hour into a job:
 - `lint-output-dir`: writing to `./checkpoints`, a relative output dir, or `/tmp` → lost on exit.
 - `lint-hardcoded-gpus`: `--nproc_per_node 8` instead of `"${TUNEPLANE_CLUSTER_GPUS_PER_NODE}"`.
 - `lint-exec`: a launcher started without `exec`, so cancel and timeout signals miss the trainer.
+- `lint-legacy-env`: a StarForge name (`FORGE_OUT_DIR`, `STARFORGE_TOKEN`, `starforge.report`) that
+  no TunePlane job sets.
 Passing: `exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" "${TUNEPLANE_EXP_DIR}/train.py"`.
 """
 
@@ -24,6 +26,7 @@ _SCAFFOLD = re.compile(r"no training command yet")
 _LAUNCH = re.compile(r"^\s*(python3?|torchrun|accelerate\s+launch|deepspeed|srun|uv\s+run)\b")
 _GPUS = re.compile(r"--(nproc[-_]per[-_]node|num[-_]processes|nnodes|num[-_]machines|gpus)[ =]+['\"]?(\d+)")
 _REL_OUT = re.compile(r"(?<![\w$}/])(\./(checkpoints|outputs?|ckpt)\b|/tmp/)")
+_LEGACY = re.compile(r"\b(FORGE_[A-Z_]+|STARFORGE_[A-Z_]+|starforge\.report)\b")
 _OUT_FLAG = re.compile(r"--(output[-_]dir|save[-_]dir|checkpoint[-_]dir)[ =]+['\"]?(?![\"'$])([^\s\"']+)")
 
 
@@ -72,10 +75,20 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
             continue
         if not m.group(2).startswith(("${TUNEPLANE_OUT_DIR", "$TUNEPLANE_OUT_DIR")):
             yield _out_warning(rel, n, m.start() + 1, m.group(0))
+    for m in _LEGACY.finditer(code):
+        yield _legacy_warning(rel, n, m.start() + 1, m.group(1))
     if shell and _LAUNCH.match(code):
         yield _warn(rel, n, 1, "lint-exec", "the launcher is not started with `exec`",
                     "prefix it with `exec` so cancel and timeout signals reach the trainer and its exit "
                     "code becomes the job's")
+
+
+def _legacy_warning(rel: str, n: int, col: int, name: str) -> Problem:
+    from tuneplane.migrate import ENV_RENAMES
+
+    new = "tuneplane.report" if name == "starforge.report" else ENV_RENAMES.get(name)
+    return _warn(rel, n, col, "lint-legacy-env", f"{name} is a StarForge name that TunePlane jobs do not set",
+                 f"use {new}" if new else "remove it: it has no TunePlane equivalent")
 
 
 def _out_warning(rel: str, n: int, col: int, what: str) -> Problem:
