@@ -161,7 +161,7 @@ class GitRepo:
 
     def rebase(self, upstream: str) -> list[str]:
         """Replay local commits onto `upstream`; returns the conflicted paths ([] when it finished)."""
-        return self._rebase_step("rebase", "-q", upstream)
+        return self._rebase_step("rebase", "-q", "--autostash", upstream)
 
     def rebase_continue(self) -> list[str]:
         """Go on after conflicts were resolved and staged; an emptied commit is skipped."""

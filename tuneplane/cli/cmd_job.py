@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-job_app = typer.Typer(name="job", help="Inspect runs: metrics (more to come).", no_args_is_help=True,
+job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics.", no_args_is_help=True,
                       add_completion=False)
 
 
@@ -89,4 +89,7 @@ def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path
 
 
 def register(app: typer.Typer) -> None:
+    from tuneplane.cli.job_commands import register_job_commands
+
+    register_job_commands(job_app)
     app.add_typer(job_app, name="job")

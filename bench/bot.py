@@ -1,0 +1,177 @@
+"""Benchmark: the GitOps bot as CI runs it, whole process (`python -m tuneplane bot reconcile`).
+
+    python bench/bot.py [--requests 200] [--statuses 2000] [--runs 5]
+
+1. 200 new run requests submitted to the fake Kubernetes API server (tests/fakekube.py, real client,
+   real HTTP on 127.0.0.1), status files written and committed; with and without `--push` to a bare
+   remote. Target ≤ 20 s.
+2. A no-op reconcile over a lab with 2,000 finished runs (2,000 requests, 2,000 status files), the
+   common case of a merge that adds no run request. Target ≤ 1 s.
+
+The upstream client has no GitOps bot, so there is no peer to compare with; targets are absolute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+from fakekube import FakeKube  # noqa: E402
+from helpers_git import (  # noqa: E402
+    BRANCH,
+    add_requests,
+    clone,
+    git,
+    kubeconfig,
+    make_remote,
+    run_ids,
+    seed_lab,
+)
+from peers import table  # noqa: E402
+
+TARGETS = {"submit": 20.0, "noop": 1.0}
+
+
+def bot(root: Path, *args: str) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane", "bot", "reconcile", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"tp bot reconcile failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return elapsed
+
+
+def submit_round(tmp: Path, n: int, push: bool) -> tuple[float, int]:
+    """One fresh lab with `n` requests; returns (seconds, jobs created)."""
+    kube = FakeKube().start()
+    try:
+        remote = make_remote(tmp)
+        seed_lab(
+            remote,
+            tmp / "seed",
+            {"demo": "echo hi\n"},
+            backend="kubernetes",
+            runs=[("demo", r) for r in run_ids(n)],
+            profile="h200:8",
+        )
+        lab = clone(remote, tmp / "bot")
+        config = kubeconfig(tmp / "kubeconfig", kube.url)
+        seconds = bot(lab, "--kubeconfig", str(config), *(["--push"] if push else []))
+        created = sum(c for (kind, _, _), c in kube.creations.items() if kind == "Job")
+        return seconds, created
+    finally:
+        kube.stop()
+
+
+def finished_lab(tmp: Path, n: int) -> Path:
+    """A lab of `n` finished runs, written as the bot would have written them."""
+    from tuneplane.models.run import BackendObject, RunStatus, Transition
+    from tuneplane.runs import write_status
+    from tuneplane.writeback import write_dashboard
+
+    remote = make_remote(tmp)
+    lab = seed_lab(remote, tmp / "lab", {"demo": "echo hi\n"}, backend="kubernetes", profile="h200:8")
+    ids = run_ids(n)
+    add_requests(lab, [("demo", r) for r in ids], profile="h200:8", commit=False)
+    for i, run_id in enumerate(ids):
+        write_status(
+            lab,
+            RunStatus(
+                experiment="demo",
+                run_id=run_id,
+                method="custom/custom",
+                profile="h200:8",
+                phase="Succeeded",
+                submitted_at="2025-01-02T10:00:00Z",
+                started_at="2025-01-02T10:01:00Z",
+                finished_at="2025-01-02T11:00:00Z",
+                exit_code=0,
+                backend=BackendObject(
+                    backend="kubernetes", kind="Job", name=f"demo-{i:010x}", namespace="tuneplane"
+                ),
+                metrics={"loss": 1.0 / (i + 1)},
+                metric_history={"loss": [3.0, 2.0, 1.0, 1.0 / (i + 1)]},
+                history=[
+                    Transition(phase="Submitted", at="2025-01-02T10:00:00Z"),
+                    Transition(phase="Succeeded", at="2025-01-02T11:00:00Z"),
+                ],
+            ),
+        )
+    write_dashboard(lab)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "2,000 finished runs")
+    git(lab, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    return lab
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--statuses", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tp-bench-bot-"))
+    try:
+        return _run(tmp, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(tmp: Path, args: argparse.Namespace) -> int:
+    rows = []
+    ok = True
+    for push in (False, True):
+        times = []
+        for i in range(max(1, args.runs // 2)):
+            seconds, created = submit_round(tmp / f"submit-{push}-{i}", args.requests, push)
+            if created != args.requests:
+                raise RuntimeError(f"{created} jobs created for {args.requests} requests")
+            times.append(seconds)
+        median = statistics.median(times)
+        ok &= median <= TARGETS["submit"]
+        label = f"reconcile: submit {args.requests} runs" + (" + push" if push else "")
+        rows.append(
+            [
+                label,
+                f"{median:.2f} s",
+                f"≤ {TARGETS['submit']:g} s",
+                f"{median / args.requests * 1000:.0f} ms",
+            ]
+        )
+    print(f"building a lab of {args.statuses} finished runs …")
+    lab = finished_lab(tmp / "noop", args.statuses)
+    for label, extra in (("", ()), (" --push", ("--push",))):
+        times = [bot(lab, *extra) for _ in range(args.runs)]
+        median = statistics.median(times)
+        ok &= median <= TARGETS["noop"]
+        rows.append(
+            [
+                f"reconcile: no-op over {args.statuses} statuses{label}",
+                f"{median:.2f} s",
+                f"≤ {TARGETS['noop']:g} s",
+                "",
+            ]
+        )
+    if git(lab, "status", "--porcelain"):
+        raise RuntimeError("a no-op reconcile changed the lab")
+    print(table(rows, ["case (whole process, median)", "time", "target", "per run"]))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

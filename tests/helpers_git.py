@@ -1,0 +1,202 @@
+"""Real git for lifecycle tests: a bare remote, clones with a fixed identity, labs seeded with runs.
+
+Everything runs the `git` binary in temporary folders; nothing is mocked. `seed_lab` builds a lab
+through the library (init, one or more custom experiments, run requests), commits and pushes it, so a
+test starts from the state a merged pull request leaves behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+IDENTITY = {"user.name": "Lifecycle Test", "user.email": "lifecycle@example.org"}
+BRANCH = "main"
+REPO_URL = "https://git.example.org/team/lab.git"
+
+# A train.sh that records each start in a shared file (so tests count launches) and succeeds.
+COUNTING_TRAIN = """#!/usr/bin/env bash
+set -euo pipefail
+: "${TUNEPLANE_OUT_DIR:?}"
+echo "$TUNEPLANE_RUN_ID" >> "${LAUNCH_COUNTER:-/dev/null}"
+mkdir -p "$TUNEPLANE_OUT_DIR/checkpoints"
+echo ok > "$TUNEPLANE_OUT_DIR/checkpoints/step-1.txt"
+echo "trained $TUNEPLANE_RUN_ID"
+"""
+
+
+def git(root: Path, *args: str, check: bool = True) -> str:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_")
+        or k.startswith("GIT_AUTHOR")
+        or k.startswith("GIT_COMMITTER")
+        or k == "GIT_CONFIG_NOSYSTEM"
+    }
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env, check=False)
+    if check and done.returncode:
+        raise AssertionError(f"git {' '.join(args)} in {root} failed ({done.returncode}): {done.stderr}")
+    return done.stdout.strip()
+
+
+def make_remote(base: Path, name: str = "remote.git") -> Path:
+    remote = base / name
+    remote.mkdir(parents=True)
+    git(remote, "init", "-q", "--bare", "-b", BRANCH)
+    return remote
+
+
+def configure(root: Path) -> None:
+    for key, value in IDENTITY.items():
+        git(root, "config", key, value)
+
+
+def clone(remote: Path, dest: Path) -> Path:
+    git(dest.parent, "clone", "-q", "-b", BRANCH, str(remote), dest.name)
+    configure(dest)
+    return dest
+
+
+def seed_lab(
+    remote: Path,
+    work: Path,
+    experiments: Mapping[str, str] | None = None,
+    *,
+    backend: str = "local",
+    runs: Iterable[tuple[str, str]] = (),
+    profile: str = "local",
+) -> Path:
+    """A lab with custom experiments (name → train.sh), pushed to `remote` with `runs` requested."""
+    from tuneplane.load import load_lab
+    from tuneplane.scaffold import init_lab, new_experiment
+
+    init_lab(work, "race-lab", use_git=True)
+    configure(work)
+    git(work, "remote", "add", "origin", str(remote))
+    set_backend(work, backend)
+    lab = load_lab(work)
+    for name, script in (experiments or {"demo": COUNTING_TRAIN}).items():
+        new_experiment(lab, name, "custom/custom", None)
+        (work / "experiments" / name / "train.sh").write_text(script, encoding="utf-8")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "experiments")
+    add_requests(work, runs, profile=profile)
+    git(work, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    return work
+
+
+def set_backend(root: Path, backend: str) -> None:
+    path = root / "tuneplane.yaml"
+    text = path.read_text(encoding="utf-8")
+    text = text.replace("  backend: local ", f"  backend: {backend} ")
+    text = text.replace('    url: ""  ', f'    url: "{REPO_URL}"  ')
+    path.write_text(text, encoding="utf-8")
+
+
+def request(experiment: str, run_id: str, profile: str = "local", **fields: object):  # type: ignore[no-untyped-def]
+    from tuneplane.models.run import RunRequest
+
+    values: dict[str, object] = {"image": "python:3.12", "observability_url": "https://track.example.org/p"}
+    values.update(fields)
+    return RunRequest(experiment=experiment, run_id=run_id, profile=profile, **values)  # type: ignore[arg-type]
+
+
+def add_requests(
+    root: Path, runs: Iterable[tuple[str, str]], profile: str = "local", commit: bool = True
+) -> list[str]:
+    """Write run requests (experiment, run id) and commit them together; returns their paths."""
+    from tuneplane.runs import write_request
+
+    paths = [
+        write_request(root, request(exp, run_id, profile)).relative_to(root).as_posix()
+        for exp, run_id in runs
+    ]
+    if paths and commit:
+        git(root, "add", "--", *paths)
+        git(root, "commit", "-q", "-m", f"request {len(paths)} runs")
+    return paths
+
+
+def run_ids(count: int, day: str = "20250102") -> list[str]:
+    """Distinct, time-ordered run ids."""
+    return [f"{day}-{100000 + i:06d}-{i:06x}" for i in range(count)]
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig naming the fake API server (token auth, plain HTTP on loopback)."""
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster:
+    server: {server}
+contexts:
+- name: fake
+  context: {{cluster: fake, user: bot, namespace: tuneplane}}
+current-context: fake
+users:
+- name: bot
+  user: {{token: fake-token}}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def tp_process(root: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """`python -m tuneplane ARGS` started in `root` (not waited for)."""
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuneplane", *args],
+        cwd=root,
+        env=child_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def tp_run(
+    root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> tuple[int, str]:
+    proc = tp_process(root, *args, env=env)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out + err
+
+
+def remote_files(remote: Path, prefix: str) -> list[str]:
+    out = git(remote, "ls-tree", "-r", "--name-only", BRANCH, "--", prefix)
+    return [line for line in out.splitlines() if line]
+
+
+def remote_show(remote: Path, path: str) -> str:
+    return git(remote, "show", f"{BRANCH}:{path}")
+
+
+def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None = None):  # type: ignore[no-untyped-def]
+    """The bot's backends for in-process tests: the cluster is the fake API server, fast retries."""
+    from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+    from tuneplane.backends.local import LocalBackend
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        if name == "local":
+            return LocalBackend(storage or Path(os.environ["TUNEPLANE_STORAGE_ROOT"]))
+        retry = RetryPolicy(attempts=attempts, backoff_base=0.001, backoff_cap=0.005, timeout=0.5)
+        return KubernetesBackend(
+            "tuneplane",
+            api_client=fake_kube.api_client(),
+            retry=retry,  # type: ignore[attr-defined]
+            sleep=lambda _s: None,
+        )
+
+    return make
+
+
+def quiet(_line: str) -> None:
+    """An `echo` that drops the bot's progress lines."""

@@ -1,0 +1,273 @@
+"""Run ids, request and status files, phase transitions and the dashboard: the lifecycle's plain parts."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from helpers_git import request
+
+from tuneplane.backends.base import Observation
+from tuneplane.errors import UsageError
+from tuneplane.models.run import RUN_ID_RE, RunStatus, Transition
+from tuneplane.observe import apply_observation, check_transition, is_legal, with_metrics
+from tuneplane.runs import (
+    SCHEMA_LINE,
+    RunKey,
+    dump_request,
+    find_run,
+    mark_cancel,
+    new_run_id,
+    parse_request,
+    read_request,
+    read_status,
+    request_keys,
+    status_keys,
+    write_request,
+    write_status,
+)
+from tuneplane.submit import parse_sets
+from tuneplane.writeback import pick_status, render_dashboard, sparkline, write_dashboard
+
+
+def status(phase: str = "Submitted", **fields) -> RunStatus:  # type: ignore[no-untyped-def]
+    base = {
+        "experiment": "demo",
+        "run_id": "20250101-000000-000001",
+        "phase": phase,
+        "profile": "local",
+        "history": [Transition(phase=phase, at="2025-01-01T00:00:00Z")],
+    }
+    base.update(fields)
+    return RunStatus(**base)
+
+
+# ── ids and request files ────────────────────────────────────────────────────────────────────────
+
+
+def test_run_ids_sort_by_time_and_do_not_collide() -> None:
+    early = new_run_id(datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC))
+    late = new_run_id(datetime(2025, 3, 4, 5, 6, 8, tzinfo=UTC))
+    assert re.match(RUN_ID_RE, early) and early.startswith("20250304-050607-")
+    assert early < late
+    assert len({new_run_id() for _ in range(2000)}) == 2000
+
+
+def test_a_request_round_trips_and_reads_well(tmp_path: Path) -> None:
+    req = request(
+        "demo",
+        "20250101-000000-000001",
+        "h200:8",
+        set={"lr": 2e-5, "name": "1e-3", "flag": True},
+        inputs={"model": "Qwen/Qwen3-8B"},
+        timeout=3600,
+        message="try: higher lr",
+    )
+    text = dump_request(req)
+    assert text.startswith(SCHEMA_LINE + "\n")
+    assert "name: '1e-3'" in text  # a string that looks like a number stays a string
+    assert "inputs:\n  model: Qwen/Qwen3-8B\n" in text and "commit:" not in text and "cancel: false" in text
+    assert parse_request(text, "runs/demo/x.yaml") == req
+
+
+def test_a_request_file_is_never_overwritten(tmp_path: Path) -> None:
+    req = request("demo", "20250101-000000-000001")
+    path = write_request(tmp_path, req)
+    path.write_text(path.read_text() + "# my note\n")
+    with pytest.raises(UsageError, match="already exists"):
+        write_request(tmp_path, req)
+    assert path.read_text().endswith("# my note\n")
+
+
+def test_cancel_keeps_the_persons_comments(tmp_path: Path) -> None:
+    key = RunKey("demo", "20250101-000000-000001")
+    path = write_request(tmp_path, request("demo", key.run_id))
+    path.write_text(path.read_text().replace("profile: local", "profile: local  # small first"))
+
+    mark_cancel(tmp_path, key)
+
+    text = path.read_text()
+    assert text.startswith(SCHEMA_LINE) and "profile: local  # small first" in text
+    assert read_request(tmp_path, key).cancel is True
+
+
+def test_a_broken_request_names_the_place(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as err:
+        parse_request(
+            "apiVersion: tuneplane/run/v1\nexperiment: demo\nrun_id: nope\nprofile: local\n", "r.yaml"
+        )
+    assert err.value.message.startswith("r.yaml:3:") and "run_id" in err.value.message
+
+
+def test_find_run_accepts_ids_prefixes_and_paths(tmp_path: Path) -> None:
+    for exp, run_id in (
+        ("a", "20250101-000000-aaaaaa"),
+        ("b", "20250101-000000-bbbbbb"),
+        ("b", "20250102-000000-cccccc"),
+    ):
+        write_request(tmp_path, request(exp, run_id))
+    assert find_run(tmp_path, "20250102").run_id == "20250102-000000-cccccc"
+    assert find_run(tmp_path, "a/20250101") == RunKey("a", "20250101-000000-aaaaaa")
+    assert find_run(tmp_path, "runs/b/20250101-000000-bbbbbb.yaml") == RunKey("b", "20250101-000000-bbbbbb")
+    with pytest.raises(UsageError, match="matches 2 runs"):
+        find_run(tmp_path, "20250101")
+    with pytest.raises(UsageError, match="no run 'zzz'"):
+        find_run(tmp_path, "zzz")
+    assert [k.experiment for k in request_keys(tmp_path)] == ["a", "b", "b"]
+
+
+def test_status_files_round_trip_and_refuse_damage(tmp_path: Path) -> None:
+    original = status("Running", metrics={"loss": 0.5}, started_at="2025-01-01T00:01:00Z")
+    path = write_status(tmp_path, original)
+    assert read_status(tmp_path, RunKey("demo", original.run_id)) == original
+    assert status_keys(tmp_path) == [RunKey("demo", original.run_id)]
+    assert json.loads(path.read_text())["apiVersion"] == "tuneplane/status/v1"
+    path.write_text('{"phase": "Exploded"}')
+    with pytest.raises(UsageError, match="restore the file from git"):
+        read_status(tmp_path, RunKey("demo", original.run_id))
+
+
+def test_set_values_are_read_as_yaml_scalars() -> None:
+    assert parse_sets(["lr=2e-5", "epochs=3", "flag=true", "name=run a", "empty="]) == {
+        "lr": 2e-5,
+        "epochs": 3,
+        "flag": True,
+        "name": "run a",
+        "empty": "",
+    }
+    with pytest.raises(UsageError, match="is not KEY=VALUE"):
+        parse_sets(["lr"])
+    with pytest.raises(UsageError, match="not a single value"):
+        parse_sets(["x=[1, 2]"])
+
+
+# ── phases ───────────────────────────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    "old, new, legal",
+    [
+        (None, "Submitted", True),
+        ("Submitted", "Pending", True),
+        ("Submitted", "Succeeded", True),
+        ("Pending", "Running", True),
+        ("Running", "Failed", True),
+        ("Pending", "Pending", True),
+        ("Running", "Pending", False),
+        ("Running", "Submitted", False),
+        ("Succeeded", "Running", False),
+        ("Failed", "Succeeded", False),
+        ("Cancelled", "Running", False),
+        ("Succeeded", "Succeeded", True),
+    ],
+)
+def test_only_legal_transitions(old: str | None, new: str, legal: bool) -> None:
+    assert is_legal(old, new) is legal
+    if not legal:
+        with pytest.raises(ValueError, match=f"cannot go from {old} to {new}"):
+            check_transition(old, new)
+
+
+def test_observations_move_forward_and_record_history() -> None:
+    running = apply_observation(status(), Observation("Running", started_at="2025-01-01T00:01:00Z"), "now")
+    assert running.phase == "Running" and running.started_at == "2025-01-01T00:01:00Z"
+    backwards = apply_observation(running, Observation("Pending", reason="Requeued"), "later")
+    assert backwards == running
+    unknown = apply_observation(running, Observation("Unknown", message="API timeout"), "later")
+    assert unknown.phase == "Running" and unknown.message == "API timeout"
+    done = apply_observation(
+        running,
+        Observation(
+            "Failed", reason="Error", message="exit 2", exit_code=2, finished_at="2025-01-01T00:09:00Z"
+        ),
+        "later",
+    )
+    assert (done.phase, done.exit_code, done.finished_at) == ("Failed", 2, "2025-01-01T00:09:00Z")
+    assert [(t.phase, t.at) for t in done.history] == [
+        ("Submitted", "2025-01-01T00:00:00Z"),
+        ("Running", "2025-01-01T00:01:00Z"),
+        ("Failed", "2025-01-01T00:09:00Z"),
+    ]
+    assert apply_observation(done, Observation("Succeeded"), "later") == done
+
+
+def test_a_fast_job_gets_its_running_step() -> None:
+    done = apply_observation(
+        status(),
+        Observation(
+            "Succeeded", started_at="2025-01-01T00:00:05Z", finished_at="2025-01-01T00:00:09Z", exit_code=0
+        ),
+        "now",
+    )
+    assert [t.phase for t in done.history] == ["Submitted", "Running", "Succeeded"]
+
+
+def test_metrics_prefer_primary_ones_and_keep_short_history() -> None:
+    summary = {
+        "loss": {"last": 0.1},
+        "accuracy": {"last": 0.9},
+        "lr": {"last": 1e-4},
+        "gpu.util": {"last": 99.0},
+    }
+    series = {"loss": [float(i) for i in range(50)], "accuracy": [0.5, 0.9]}
+    primary = with_metrics(status(), summary, series, ["accuracy"])
+    assert primary.metrics == {"accuracy": 0.9} and primary.metric_history == {"accuracy": [0.5, 0.9]}
+    fallback = with_metrics(status(), summary, series, [])
+    assert list(fallback.metrics)[:2] == ["loss", "accuracy"] and len(fallback.metric_history["loss"]) == 20
+
+
+# ── the dashboard and conflicts ──────────────────────────────────────────────────────────────────
+
+
+def test_the_dashboard_lists_every_run_newest_first(tmp_path: Path) -> None:
+    write_status(
+        tmp_path,
+        status(
+            "Succeeded",
+            run_id="20250101-000000-000001",
+            method="custom/custom",
+            started_at="2025-01-01T00:00:00Z",
+            finished_at="2025-01-01T01:02:03Z",
+            metrics={"loss": 0.123456},
+            metric_history={"loss": [4.0, 2.0, 1.0, 0.5]},
+        ),
+    )
+    write_status(tmp_path, status("Failed", run_id="20250102-000000-000002", reason="Error", message="a | b"))
+    (tmp_path / "status/demo/20250103-000000-000003.json").write_text("{not json")
+
+    text = render_dashboard(tmp_path)
+
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == [
+        "20250103-000000-000003",
+        "20250102-000000-000002",
+        "20250101-000000-000001",
+    ]
+    assert "⚠️ unreadable" in rows[0] and "❌ Failed (Error)" in rows[1]
+    assert "| 1h 02m |" in rows[2] and "loss 0.1235 █▄▂▁" in rows[2]
+    assert (
+        "[request](../runs/demo/20250101-000000-000001.yaml) · [status](demo/20250101-000000-000001.json)"
+        in rows[2]
+    )
+    assert "**3 runs** · 1 failed · 1 succeeded · 1 unreadable" in text
+    assert write_dashboard(tmp_path) is True and write_dashboard(tmp_path) is False
+
+
+def test_sparklines_scale_to_the_range() -> None:
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5, 5, 5]) == "▁▁▁" and sparkline([1]) == "" and sparkline([]) == ""
+
+
+def test_a_conflict_keeps_the_more_advanced_status() -> None:
+    def text(phase: str, n: int = 1) -> str:
+        return json.dumps({"phase": phase, "history": [{}] * n})
+
+    assert pick_status(text("Submitted"), text("Running")) == text("Running")
+    assert pick_status(text("Succeeded"), text("Running")) == text("Succeeded")
+    assert pick_status(text("Submitted"), text("Submitted")) == text("Submitted")  # tie: the published one
+    assert pick_status(text("Pending", 1), text("Pending", 2)) == text("Pending", 2)
+    assert pick_status("{broken", text("Submitted")) == text("Submitted")
+    assert pick_status(None, text("Submitted")) == text("Submitted")

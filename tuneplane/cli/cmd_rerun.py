@@ -1,0 +1,58 @@
+"""`tp rerun RUN`: a new run request that reproduces an earlier run exactly (pinned to its commit)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "rerun", help="Request a run again: same overrides, inputs, image and profile, at the same commit."
+    )(rerun)
+
+
+def rerun(
+    run: Annotated[str, typer.Argument(help="RUN_ID, EXP/RUN_ID or a unique prefix of a run id.")],
+    message: Annotated[str, typer.Option("--message", "-m", help="Why it runs again.")] = "",
+    push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
+    local: Annotated[
+        bool, typer.Option("--local", help="Run it now on this machine and commit its status.")
+    ] = False,
+    remote: Annotated[
+        str | None, typer.Option("--remote", help="Remote to push to (default origin).")
+    ] = None,
+    branch: Annotated[
+        str | None, typer.Option("--branch", help="Branch to push to (default current).")
+    ] = None,
+) -> None:
+    from tuneplane.cli.cmd_submit import show_outcome
+    from tuneplane.errors import RunFailed
+    from tuneplane.submit import rerun as do_rerun
+
+    done = do_rerun(
+        run,
+        local=local,
+        push=push,
+        message=message,
+        remote=remote,
+        branch=branch,
+        echo=lambda line: typer.echo(f"  │ {line}"),
+        notify=typer.echo,
+    )
+    result = done.result
+    if done.same_job:
+        typer.echo("  same job as the original (apart from run id and output paths)")
+    else:
+        typer.echo(
+            "  note: the job differs from the original's (tool version or image default changed?); "
+            "compare with `tp render`",
+            err=True,
+        )
+    if result.status is not None:
+        show_outcome(result.status, result.status_commit)
+    if result.status is not None and result.status.phase != "Succeeded":
+        raise RunFailed(
+            f"run {result.key.run_id} ended {result.status.phase}", hint=f"tp job logs {result.key.run_id}"
+        )

@@ -1,0 +1,118 @@
+"""`tp submit EXP --profile P …`: check, write and commit a run request; `--local` runs it here."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from tuneplane.models.run import RunStatus
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "submit", help="Check a run, write runs/EXP/<run-id>.yaml and commit it; --local runs it here."
+    )(submit)
+
+
+def submit(
+    experiment: Annotated[str, typer.Argument(help="The experiment to run (a folder under experiments/).")],
+    profile: Annotated[
+        str, typer.Option("--profile", "-p", help="NAME or NAME:TOTAL_GPUS from tuneplane.yaml.")
+    ],
+    image: Annotated[str, typer.Option("--image", help="Container image (custom recipes need one).")] = "",
+    observability_url: Annotated[
+        str, typer.Option("--observability-url", help="Your tracking URL (external observability).")
+    ] = "",
+    sets: Annotated[
+        list[str] | None, typer.Option("--set", help="Hyperparameter override KEY=VALUE.")
+    ] = None,
+    model: Annotated[str, typer.Option("--model", help="Model to start from (hub id or storage path).")] = "",
+    train_data: Annotated[str, typer.Option("--train-data", help="Training data set.")] = "",
+    validation_data: Annotated[str, typer.Option("--validation-data", help="Validation data set.")] = "",
+    timeout: Annotated[
+        str, typer.Option("--timeout", help="Stop the job after this long: 3600, 90m, 12h.")
+    ] = "",
+    message: Annotated[str, typer.Option("--message", "-m", help="Why this run: kept in the request.")] = "",
+    push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
+    local: Annotated[
+        bool, typer.Option("--local", help="Run it now on this machine and commit its status.")
+    ] = False,
+    allow_dirty: Annotated[
+        bool, typer.Option("--allow-dirty", help="Submit despite uncommitted changes.")
+    ] = False,
+    remote: Annotated[
+        str | None, typer.Option("--remote", help="Remote to push to (default origin).")
+    ] = None,
+    branch: Annotated[
+        str | None, typer.Option("--branch", help="Branch to push to (default current).")
+    ] = None,
+) -> None:
+    from tuneplane.errors import RunFailed
+    from tuneplane.models.run import Inputs
+    from tuneplane.submit import SubmitOptions, parse_sets
+    from tuneplane.submit import submit as do_submit
+
+    opts = SubmitOptions(
+        experiment=experiment,
+        profile=profile,
+        image=image,
+        observability_url=observability_url,
+        set=parse_sets(sets or []),
+        inputs=Inputs(model=model, train_data=train_data, validation_data=validation_data),
+        timeout=parse_duration(timeout),
+        message=message,
+        push=push,
+        local=local,
+        allow_dirty=allow_dirty,
+        remote=remote,
+        branch=branch,
+    )
+    result = do_submit(opts, echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
+    if result.status is not None:
+        show_outcome(result.status, result.status_commit)
+    if not local and not result.pushed:
+        typer.echo("next: push it (or open a pull request); the bot submits it once merged")
+    if result.status is not None and result.status.phase != "Succeeded":
+        raise RunFailed(
+            f"run {result.key.run_id} ended {result.status.phase}", hint=f"tp job logs {result.key.run_id}"
+        )
+
+
+def show_outcome(status: RunStatus, commit: str | None) -> None:
+    """A few lines on how a run ended: phase, where the outputs and the status file are."""
+    from tuneplane.runs import RunKey
+    from tuneplane.writeback import sparkline
+
+    key = RunKey(status.experiment, status.run_id)
+    code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
+    typer.echo(f"run {key.run_id}: {status.phase}{code}")
+    if status.phase != "Succeeded" and status.message:
+        typer.echo("  " + status.message.replace("\n", "\n  "))
+    for name, value in sorted(status.metrics.items()):
+        typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
+    if status.artifacts:
+        typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
+    if status.out_dir:
+        typer.echo(f"  outputs: {status.out_dir}")
+    where = f" (committed {commit[:12]})" if commit else ""
+    typer.echo(f"status: {key.status_rel}{where}")
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+
+
+def parse_duration(text: str) -> int | None:
+    """`3600`, `90s`, `45m`, `12h`, `2d` → seconds; empty → no timeout."""
+    if not text:
+        return None
+    match = _DURATION.match(text.lower())
+    if match is None:
+        from tuneplane.errors import UsageError
+
+        raise UsageError(
+            f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d"
+        )
+    return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]

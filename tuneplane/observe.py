@@ -1,0 +1,143 @@
+"""Observe: fold what a backend and the ingest receiver report into a run's status, legally.
+
+Phases only move forward: Submitted → Pending → Running → one of Succeeded, Failed, Cancelled (any step
+may be skipped: a fast job goes from Submitted straight to Succeeded). A terminal phase never changes,
+and a backward report (a requeued pod saying Pending after Running) keeps the later phase, so a status
+file tells the truth even when two bots observe the same run a moment apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tuneplane.backends.base import TERMINAL, Backend, BackendError, BackendRef, Observation
+from tuneplane.models.run import Artifact, BackendObject, RunStatus, Transition
+
+RANK = {"Submitted": 0, "Pending": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "Cancelled": 3}
+HISTORY_POINTS = 20  # values kept per metric for the dashboard's sparklines
+FALLBACK_METRICS = 6  # metrics shown for a recipe that names no primary ones (custom)
+MESSAGE_LIMIT = 4000
+
+
+class IllegalTransition(ValueError):
+    """A phase change the lifecycle forbids (only raised by `check_transition`)."""
+
+
+def is_legal(old: str | None, new: str) -> bool:
+    """Whether a status may go from `old` (None: no status yet) to `new`."""
+    if old is None:
+        return new in RANK
+    if old in TERMINAL:
+        return new == old
+    return RANK[new] >= RANK[old]
+
+
+def check_transition(old: str | None, new: str) -> None:
+    if not is_legal(old, new):
+        raise IllegalTransition(f"a run cannot go from {old} to {new}")
+
+
+def transition(status: RunStatus, phase: str, at: str, **changes: Any) -> RunStatus:
+    """`status` moved to `phase` (recorded in its history), with other fields changed."""
+    check_transition(status.phase, phase)
+    history = list(status.history)
+    if phase != status.phase:
+        history.append(Transition(phase=phase, at=at))  # type: ignore[arg-type, unused-ignore]
+    return status.model_copy(update={"phase": phase, "history": history, **changes})
+
+
+def backend_ref(status: RunStatus) -> BackendRef | None:
+    obj = status.backend
+    if obj is None:
+        return None
+    return BackendRef(backend=obj.backend, kind=obj.kind, name=obj.name, namespace=obj.namespace, uid=obj.uid)
+
+
+def backend_object(ref: BackendRef) -> BackendObject:
+    return BackendObject(
+        backend=ref.backend, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid
+    )
+
+
+def apply_observation(status: RunStatus, obs: Observation, now: str) -> RunStatus:
+    """The status after `obs`. Unknown keeps the phase (the message says why); going backwards is ignored."""
+    if status.phase in TERMINAL:
+        return status
+    if obs.phase not in RANK or obs.phase == "Submitted":
+        return status.model_copy(update={"message": _clip(obs.message)}) if obs.message else status
+    if not is_legal(status.phase, obs.phase):
+        return status
+    changes: dict[str, Any] = {"reason": obs.reason, "message": _clip(obs.message)}
+    if obs.started_at and not status.started_at:
+        changes["started_at"] = obs.started_at
+    if obs.exit_code is not None:
+        changes["exit_code"] = obs.exit_code
+    if obs.phase in TERMINAL:
+        changes["finished_at"] = obs.finished_at or now
+    if obs.phase == status.phase:
+        return status.model_copy(update=changes)
+    if (
+        obs.phase in TERMINAL
+        and obs.phase != "Cancelled"
+        and RANK[status.phase] < RANK["Running"]
+        and changes.get("started_at")
+    ):
+        status = transition(status, "Running", changes["started_at"])  # it ran between two looks
+    when = (
+        changes.get("finished_at")
+        if obs.phase in TERMINAL
+        else obs.started_at
+        if obs.phase == "Running"
+        else None
+    ) or now
+    return transition(status, obs.phase, when, **changes)
+
+
+def observe_run(backend: Backend, status: RunStatus, now: str) -> RunStatus:
+    """Ask the backend about a non-terminal run; a backend failure becomes a message, not a crash."""
+    ref = backend_ref(status)
+    if ref is None or status.phase in TERMINAL:
+        return status
+    try:
+        obs = backend.observe(ref)
+    except BackendError as exc:
+        return status.model_copy(update={"message": _clip(f"could not observe the run: {exc}")})
+    return apply_observation(status, obs, now)
+
+
+def with_metrics(
+    status: RunStatus,
+    summary: Mapping[str, Mapping[str, Any]],
+    series: Mapping[str, list[float]],
+    primary: list[str],
+) -> RunStatus:
+    """Last values of the primary metrics (or the first few reported ones) and their recent history."""
+    keys = [k for k in primary if k in summary] or sorted(summary, key=metric_order)[:FALLBACK_METRICS]
+    metrics = {k: float(summary[k]["last"]) for k in keys if _is_number(summary[k].get("last"))}
+    history = {k: [float(v) for v in series.get(k, [])][-HISTORY_POINTS:] for k in metrics if series.get(k)}
+    if metrics == status.metrics and history == status.metric_history:
+        return status
+    return status.model_copy(update={"metrics": metrics, "metric_history": history})
+
+
+def with_artifacts(status: RunStatus, items: list[dict[str, Any]]) -> RunStatus:
+    artifacts = [Artifact.model_validate(item) for item in items]
+    return status if artifacts == status.artifacts else status.model_copy(update={"artifacts": artifacts})
+
+
+def metric_order(key: str) -> tuple[int, str]:
+    """Losses and accuracies first: what a person looks for on a dashboard."""
+    lowered = key.lower()
+    for rank, word in enumerate(("loss", "acc", "reward", "score", "f1", "perplexity")):
+        if word in lowered:
+            return rank, key
+    return 99, key
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else "…" + text[-(MESSAGE_LIMIT - 1) :]
