@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics.", no_args_is_help=True,
-                      add_completion=False)
+job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics.",
+                      no_args_is_help=True, add_completion=False)
 
 
 @job_app.command("metrics")
@@ -69,10 +69,28 @@ def _local_reader(run: str, db: Path | None) -> _Reader:
     from tuneplane import ingest
     from tuneplane.errors import UsageError
 
-    path = db or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
+    path = db or _local_run_db(run) or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
     return _Reader(lambda: ingest.summary(path, run), lambda k: ingest.series(path, run, k))
+
+
+def _local_run_db(run: str) -> Path | None:
+    """A local run keeps its own store in its run directory; its status file says where that is."""
+    from tuneplane.backends.local import DB
+    from tuneplane.errors import UsageError
+    from tuneplane.load import find_lab_root
+    from tuneplane.runs import find_run, read_status
+
+    try:
+        root = find_lab_root()
+        current = read_status(root, find_run(root, run))
+    except UsageError:
+        return None
+    if current is None or current.backend is None or current.backend.backend != "local":
+        return None
+    path = Path(current.backend.namespace) / DB
+    return path if path.exists() else None
 
 
 def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:

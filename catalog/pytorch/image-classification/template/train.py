@@ -457,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         summary = train(cfg, args.output_dir, topo)
+        if topo.world > 1:
+            dist.barrier()  # leave together: gloo aborts a rank whose peer tore the group down first
     finally:
         if topo.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
