@@ -11,7 +11,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
-JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.digest")
+JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.digest",
+            "tuneplane.versions")
 JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml")}
 PURE = (
     "tuneplane.models",

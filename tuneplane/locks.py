@@ -151,7 +151,7 @@ def _binding_drift(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list
 
 
 def _core_admits(spec: str) -> bool:
-    from tuneplane.launcher import version_admits  # the standard-library PEP 440 subset the job uses
+    from tuneplane.versions import version_admits  # the same matcher the launcher uses in the job
 
     try:
         return version_admits(spec, __version__)

@@ -17,7 +17,7 @@ from tuneplane.cli.cmd_render import Format
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export", help="Render the job that exports a checkpoint (e.g. to Hugging Face format).")(
+    app.command("export", help="Render the job that exports a checkpoint, for example to Hugging Face format.")(
         export)
     app.command("eval", help="Render the job that evaluates a checkpoint on held-out data.")(evaluate)
 

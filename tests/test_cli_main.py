@@ -1,0 +1,37 @@
+"""The CLI builds only the invoked command's module; the owner table must match what modules register."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import import_module
+
+import typer
+
+from tuneplane.cli.main import COMMAND_MODULES, COMMAND_OWNERS, build_app
+
+
+def _registered_names(module_name: str) -> set[str]:
+    app = typer.Typer()
+    import_module(f"tuneplane.cli.cmd_{module_name}").register(app)
+    names = {c.name or c.callback.__name__ for c in app.registered_commands}
+    names |= {g.name or g.typer_instance.info.name for g in app.registered_groups}
+    return names
+
+
+def test_every_command_has_its_owner_module():
+    registered = {name: module for module in COMMAND_MODULES for name in _registered_names(module)}
+    assert registered == COMMAND_OWNERS
+
+
+def test_building_one_command_registers_only_its_module():
+    app = build_app("validate")
+    assert [c.name for c in app.registered_commands] == ["validate"]
+    assert not app.registered_groups
+
+
+def test_a_single_command_does_not_import_the_others():
+    code = ("import sys; from tuneplane.cli.main import run; run(['validate', '--help']); "
+            "print('OTHERS', sorted(m for m in sys.modules if m.startswith('tuneplane.cli.cmd_')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "OTHERS ['tuneplane.cli.cmd_validate']" in out, out
