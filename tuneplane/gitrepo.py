@@ -1,14 +1,16 @@
-"""The one module that talks to git (through GitPython), with a clean git environment.
+"""The one module that talks to git, with a clean git environment.
 
 Git variables inherited from a hook or CI (GIT_DIR, GIT_INDEX_FILE, …) would point our commands at the
-wrong repository, so every command runs with them removed, as pre-commit does.
+wrong repository, so every command runs with them removed, as pre-commit does. Commands run as `git`
+processes with that scrubbed environment (GitPython can only add to the environment it passes, and
+importing it costs ~30 ms that `tp render` and `tp validate --changed` should not pay); GitPython
+creates repositories and is there, lazily, for callers that want its object model (`raw`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,51 +31,42 @@ def no_git_env() -> dict[str, str]:
     return env
 
 
-@contextmanager
-def _clean_environ() -> Iterator[None]:
-    """GitPython copies os.environ for each command and can only add to it, so remove the inherited
-    git variables from the process environment for the duration of the call."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith("GIT_") and k not in _KEEP}
-    for key in saved:
-        del os.environ[key]
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
-
-
 class GitRepo:
     """A working tree. Only the operations tp needs, each one git command where possible."""
 
     def __init__(self, root: Path) -> None:
-        import git  # GitPython: ~50 ms to import, so only commands that touch git pay for it
-
+        self.root = Path(root)
+        self._raw: Any = None
         try:
-            with _clean_environ():
-                self._repo = git.Repo(root, search_parent_directories=False)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            top = self.git("rev-parse", "--show-toplevel")
+        except (GitFailed, OSError):
+            top = ""
+        if not top or Path(top).resolve() != self.root.resolve():
             raise UsageError(f"{root} is not a git repository",
-                             hint="run `git init` (or `tp init`), or pass --no-git where offered") from None
-        self._repo.git.update_environment(**no_git_env())
-        self.root = Path(self._repo.working_tree_dir or root)
+                             hint="run `git init` (or `tp init`), or pass --no-git where offered")
 
     @classmethod
     def init(cls, root: Path, branch: str = "main") -> GitRepo:
-        import git
+        import git  # GitPython creates the repository
 
-        with _clean_environ():
-            repo = git.Repo.init(root, initial_branch=branch)
-        repo.close()
+        env = no_git_env()
+        saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("GIT_") and k not in env}
+        try:
+            git.Repo.init(root, initial_branch=branch).close()
+        finally:
+            os.environ.update(saved)
         return cls(root)
 
     def git(self, *args: str) -> str:
-        import git
+        out = self._run(args).decode("utf-8", errors="replace")
+        return out[:-1] if out.endswith("\n") else out  # the one newline git ends its output with
 
-        try:
-            with _clean_environ():
-                return str(self._repo.git.execute(["git", *args]))
-        except git.GitCommandError as exc:
-            raise GitFailed(args, exc.status, str(exc.stderr).strip()) from None
+    def _run(self, args: tuple[str, ...] | list[str]) -> bytes:
+        result = subprocess.run(["git", *args], cwd=self.root, env=no_git_env(), capture_output=True,
+                                stdin=subprocess.DEVNULL)
+        if result.returncode:
+            raise GitFailed(tuple(args), result.returncode, result.stderr.decode("utf-8", "replace").strip())
+        return result.stdout
 
     def ensure_identity(self) -> None:
         """A commit needs an identity; give this repository a local one only when none is configured."""
@@ -223,9 +216,7 @@ class GitRepo:
         import tarfile
 
         specs = [".", *(f":(exclude){p}" for p in exclude)]
-        with _clean_environ():
-            data = self._repo.git.execute(["git", "archive", "--format=tar", commit, "--", *specs],
-                                          stdout_as_string=False)
+        data = self._run(["archive", "--format=tar", commit, "--", *specs])
         dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             if hasattr(tarfile, "data_filter"):
@@ -245,11 +236,17 @@ class GitRepo:
         return f"{name} <{email}>" if name and email else name or email
 
     def close(self) -> None:
-        self._repo.close()
+        if self._raw is not None:
+            self._raw.close()
 
     @property
     def raw(self) -> Any:
-        return self._repo
+        """The GitPython `Repo`, for callers that want its object model (imported on first use)."""
+        if self._raw is None:
+            import git
+
+            self._raw = git.Repo(self.root, search_parent_directories=False)
+        return self._raw
 
 
 class GitFailed(UsageError):
