@@ -73,7 +73,7 @@ def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] 
 
 def table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
+    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
            "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
     return "\n".join(out)

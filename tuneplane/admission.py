@@ -127,7 +127,8 @@ def _inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
 def _lifecycle_inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     if req.operation in recipe.lifecycle and not req.inputs.checkpoint:
         return [Refusal("/inputs/checkpoint", "run-inputs", f"{req.operation} needs --checkpoint",
-                        "name a checkpoint directory of an earlier run, e.g. runs/<user>/<exp>/<run>/out/checkpoints/step-100")]
+                        "name a checkpoint directory of an earlier run, "
+                        "e.g. runs/<user>/<exp>/<run>/out/checkpoints/step-100")]
     return []
 
 

@@ -38,7 +38,8 @@ def parse_image(text: str) -> ImageRef:
                          "write [registry/]repository[:tag][@sha256:<64 hex>], lower-case repository")
     name, digest = m.group("name"), m.group("digest") or ""
     if digest and not _DIGEST.match(digest):
-        raise ImageError(f"{text!r} has a malformed digest {digest!r}", "a digest is sha256: and 64 lower-case hex digits")
+        raise ImageError(f"{text!r} has a malformed digest {digest!r}",
+                         "a digest is sha256: and 64 lower-case hex digits")
     first, _, rest = name.partition("/")
     is_host = bool(rest) and ("." in first or ":" in first or first == "localhost")
     host, repo = (first, rest) if is_host else (DOCKER_HUB, name)

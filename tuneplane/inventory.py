@@ -9,8 +9,8 @@ from tuneplane.load import Lab
 
 
 def experiment_rows(lab: Lab) -> list[dict[str, Any]]:
-    from tuneplane.validate import load_experiment
     from tuneplane.rules.lock import check as lock_check
+    from tuneplane.validate import load_experiment
 
     catalog = load_catalog()
     rows = []

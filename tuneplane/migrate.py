@@ -99,7 +99,8 @@ def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{rel}: cannot read the lock: {exc}", hint="fix or delete it, then run tp migrate again") from None
+        raise UsageError(f"{rel}: cannot read the lock: {exc}",
+                         hint="fix or delete it, then run tp migrate again") from None
     if data.get("apiVersion") not in LEGACY_LOCK_APIS:
         return
     recipe = data.get("recipe", {})

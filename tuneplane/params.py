@@ -25,7 +25,7 @@ def parse_cli_value(text: str) -> bool | int | float | str:
         return False
     for cast in (int, float):
         try:
-            return cast(text)  # type: ignore[no-any-return]
+            return cast(text)
         except ValueError:
             pass
     return text

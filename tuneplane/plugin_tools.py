@@ -25,7 +25,6 @@ from pydantic_core import PydanticCustomError
 
 from tuneplane.digest import DigestError, tree_digest
 from tuneplane.errors import UsageError
-from tuneplane.load import find_lab_root  # noqa: F401 - re-exported for the plugin commands
 from tuneplane.models.base import Strict
 from tuneplane.problems import Problem, Severity
 from tuneplane.yamlio import Doc, LoadFailed, escape, parse_yaml, write_json

@@ -17,7 +17,7 @@ from tuneplane import __version__
 from tuneplane.catalog import Catalog, load_catalog
 from tuneplane.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
 from tuneplane.errors import UsageError
-from tuneplane.load import LAB_FILE, LAB_DIRS, LEGACY_LAB_FILE, Lab
+from tuneplane.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.locks import LOCK_FILE, make_lock, runtime_key
 from tuneplane.models.base import LAB_NAME_RE, NAME_RE
 from tuneplane.yamlio import write_json

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import jinja2
 
-encode_basestring = json.encoder.encode_basestring  # type: ignore[attr-defined]  # "…" with \n, \" escaped
+encode_basestring = json.encoder.encode_basestring  # "…" with \n, \" escaped
 
 
 # JSON leaves these raw, but YAML folds or refuses them inside a double-quoted scalar (U+0085 becomes
@@ -31,7 +31,7 @@ def quote(value: Any) -> str:
     raise TypeError(f"q filter takes a scalar, got {type(value).__name__}; prepare it in Python")
 
 
-@lru_cache(maxsize=None)
+@cache
 def environment(package: str = "tuneplane._data.templates") -> jinja2.Environment:
     from importlib.resources import files
 

@@ -53,8 +53,12 @@ def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[s
 
 
 def _same(old: dict[str, object], new: dict[str, object]) -> bool:
-    strip = lambda d: {k: v for k, v in d.items() if k != "created_by"}  # noqa: E731
-    return strip(old) == strip(new)
+    """Equal apart from who wrote them."""
+    return _without_author(old) == _without_author(new)
+
+
+def _without_author(lock: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in lock.items() if k != "created_by"}
 
 
 def _diff(old: dict[str, object], new: dict[str, object], prefix: str = "") -> list[str]:

@@ -220,14 +220,14 @@ class _LazyJsonDoc(Doc):
 
     _located = False
 
-    def where(self, pointer: str) -> tuple[int, int]:
+    def where(self, pointer: str, value: bool = False) -> tuple[int, int]:
         if not self._located:
             self._located = True
             try:
                 self.positions = parse_yaml(self.text, self.rel).positions
             except LoadFailed:
                 self.positions = {}
-        return super().where(pointer)
+        return super().where(pointer, value)
 
 
 class _DuplicateKey(Exception):

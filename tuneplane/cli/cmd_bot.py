@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -17,16 +17,7 @@ bot_app = typer.Typer(
     no_args_is_help=True,
 )
 
-Push = Annotated[bool, typer.Option("--push", help="Push the status commit (fetch, rebase, retry).")]
-Remote = Annotated[str | None, typer.Option("--remote", help="Remote to sync with (default origin).")]
-Branch = Annotated[
-    str | None, typer.Option("--branch", help="Branch to sync with (default the current one).")
-]
-Kubeconfig = Annotated[
-    str | None, typer.Option("--kubeconfig", help="Kubeconfig file (default $KUBECONFIG).")
-]
-Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
-InCluster = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")]
+from tuneplane.cli.options import Branch, Context, InCluster, Kubeconfig, Push, Remote  # noqa: E402
 
 
 def register(app: typer.Typer) -> None:
@@ -36,39 +27,25 @@ def register(app: typer.Typer) -> None:
 @bot_app.command(
     "reconcile", help="Submit run requests that have no status, cancel those marked `cancel: true`."
 )
-def reconcile(
-    push: Push = False,
-    remote: Remote = None,
-    branch: Branch = None,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    in_cluster: InCluster = False,
-) -> None:
-    from tuneplane.bot import BotOptions
-    from tuneplane.bot import reconcile as run_reconcile
-
-    opts = BotOptions(
-        push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster
-    )
-    _report(run_reconcile(_root(), opts, echo=typer.echo))
+def reconcile(push: Push = False, remote: Remote = None, branch: Branch = None, kubeconfig: Kubeconfig = None,
+              context: Context = None, in_cluster: InCluster = False) -> None:
+    _run("reconcile", push, remote, branch, kubeconfig, context, in_cluster)
 
 
 @bot_app.command("sync", help="Refresh unfinished runs from their backend and the metrics ingest.")
-def sync(
-    push: Push = False,
-    remote: Remote = None,
-    branch: Branch = None,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    in_cluster: InCluster = False,
-) -> None:
-    from tuneplane.bot import BotOptions
-    from tuneplane.bot import sync as run_sync
+def sync(push: Push = False, remote: Remote = None, branch: Branch = None, kubeconfig: Kubeconfig = None,
+         context: Context = None, in_cluster: InCluster = False) -> None:
+    _run("sync", push, remote, branch, kubeconfig, context, in_cluster)
 
-    opts = BotOptions(
-        push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster
-    )
-    _report(run_sync(_root(), opts, echo=typer.echo))
+
+def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconfig: str | None,
+         context: str | None, in_cluster: bool) -> None:
+    from tuneplane import bot
+
+    opts = bot.BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
+                          in_cluster=in_cluster)
+    step = bot.reconcile if kind == "reconcile" else bot.sync
+    _report(step(_root(), opts, echo=typer.echo))
 
 
 def _root() -> Path:

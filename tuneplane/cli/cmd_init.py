@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,15 +14,14 @@ def register(app: typer.Typer) -> None:
 
 def init(
     directory: Annotated[Path, typer.Argument(help="Where to create the lab.")] = Path("."),
-    name: Annotated[Optional[str], typer.Option("--name", help="Lab name; default the directory name.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Lab name; default the directory name.")] = None,
     no_git: Annotated[bool, typer.Option("--no-git", help="Do not run git init or commit.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before using a non-empty directory.")] = False,
 ) -> None:
     import sys
 
-    from tuneplane.scaffold import init_lab
-
     from tuneplane.errors import UsageError
+    from tuneplane.scaffold import init_lab
 
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is a file, not a directory", hint="pass a directory for the new lab")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     app.command("methods", help="List catalog methods, or show one method's parameters.")(methods)
 
 
-def methods(method: Annotated[Optional[str], typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None) -> None:
+def methods(method: Annotated[str | None, typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None) -> None:
     from tuneplane.catalog import load_catalog
     from tuneplane.tables import table
 
@@ -28,12 +28,14 @@ def methods(method: Annotated[Optional[str], typer.Argument(help="FRAMEWORK/RECI
     catalog.require(method)
     r = catalog.recipe(method)
     typer.echo(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
-    typer.echo(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   observability: {r.adapter_options.observability}")
+    typer.echo(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   "
+               f"observability: {r.adapter_options.observability}")
     if r.runtime.versions:
         vs = ", ".join(f"{k}{' (deprecated)' if v.deprecated else ''}" for k, v in sorted(r.runtime.versions.items()))
         typer.echo(f"framework versions: {vs} (default {r.runtime.default_version})")
     if r.adapter_options.required_inputs:
-        typer.echo("required inputs: " + " ".join("--" + i.replace("_", "-") for i in r.adapter_options.required_inputs))
+        flags = " ".join("--" + i.replace("_", "-") for i in r.adapter_options.required_inputs)
+        typer.echo(f"required inputs: {flags}")
     if not r.params:
         typer.echo("\nno parameters: config.yaml is yours and nothing reads it")
         return

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,9 +13,9 @@ def register(app: typer.Typer) -> None:
 
 def new(
     name: Annotated[str, typer.Argument(help="Experiment name (letters, digits, . _ -).")],
-    method: Annotated[Optional[str], typer.Option("--method", "-m", help="FRAMEWORK/RECIPE, see `tp methods`.")] = None,
-    framework_version: Annotated[Optional[str], typer.Option("--framework-version", help="Runtime version key.")] = None,
-    source: Annotated[Optional[str], typer.Option("--from", help="Start from an existing experiment.")] = None,
+    method: Annotated[str | None, typer.Option("--method", "-m", help="FRAMEWORK/RECIPE, see `tp methods`.")] = None,
+    framework_version: Annotated[str | None, typer.Option("--framework-version", help="Runtime version key.")] = None,
+    source: Annotated[str | None, typer.Option("--from", help="Start from an existing experiment.")] = None,
 ) -> None:
     from tuneplane.load import load_lab
     from tuneplane.scaffold import new_experiment

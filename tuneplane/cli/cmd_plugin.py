@@ -24,7 +24,8 @@ def new(
         "--dir", help="Create <DIR>/<NAME>/ instead of plugins/<NAME>/ in the current lab.")] = None,
 ) -> None:
     """Scaffold an algorithm plugin: plugin.yaml and a module with install(params)."""
-    from tuneplane.plugin_tools import find_lab_root, scaffold_plugin
+    from tuneplane.load import find_lab_root
+    from tuneplane.plugin_tools import scaffold_plugin
 
     parent = directory if directory is not None else find_lab_root(Path.cwd()) / "plugins"
     target = scaffold_plugin(parent, name)
@@ -54,7 +55,8 @@ def lock(
                                        help="The lab plugin plugins/NAME/, locked under OWNER.")],
 ) -> None:
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
-    from tuneplane.plugin_tools import find_lab_root, lock_plugin
+    from tuneplane.load import find_lab_root
+    from tuneplane.plugin_tools import lock_plugin
 
     result = lock_plugin(find_lab_root(Path.cwd()), experiment, ref)
     previous = result.previous

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 @recipe_app.command("upgrade", help="Rewrite recipe.lock.json of experiments to the current catalog.")
 def upgrade(
-    experiments: Annotated[Optional[list[str]], typer.Argument(help="Experiments to upgrade.")] = None,
+    experiments: Annotated[list[str] | None, typer.Argument(help="Experiments to upgrade.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every experiment of the lab.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
 ) -> None:

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.options import Branch, Local, Push, Remote, Run  # noqa: F401
+
 
 def register(app: typer.Typer) -> None:
     app.command(
@@ -14,18 +16,12 @@ def register(app: typer.Typer) -> None:
 
 
 def rerun(
-    run: Annotated[str, typer.Argument(help="RUN_ID, EXP/RUN_ID or a unique prefix of a run id.")],
+    run: Run,
     message: Annotated[str, typer.Option("--message", "-m", help="Why it runs again.")] = "",
-    push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
-    local: Annotated[
-        bool, typer.Option("--local", help="Run it now on this machine and commit its status.")
-    ] = False,
-    remote: Annotated[
-        str | None, typer.Option("--remote", help="Remote to push to (default origin).")
-    ] = None,
-    branch: Annotated[
-        str | None, typer.Option("--branch", help="Branch to push to (default current).")
-    ] = None,
+    push: Push = False,
+    local: Local = False,
+    remote: Remote = None,
+    branch: Branch = None,
 ) -> None:
     from tuneplane.cli.cmd_submit import show_outcome
     from tuneplane.errors import RunFailed

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tuneplane.cli.options import Branch, Local, Push, Remote, Run  # noqa: F401
+
 if TYPE_CHECKING:
     from tuneplane.models.run import RunStatus
 
@@ -36,19 +38,13 @@ def submit(
         str, typer.Option("--timeout", help="Stop the job after this long: 3600, 90m, 12h.")
     ] = "",
     message: Annotated[str, typer.Option("--message", "-m", help="Why this run: kept in the request.")] = "",
-    push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
-    local: Annotated[
-        bool, typer.Option("--local", help="Run it now on this machine and commit its status.")
-    ] = False,
+    push: Push = False,
+    local: Local = False,
     allow_dirty: Annotated[
         bool, typer.Option("--allow-dirty", help="Submit despite uncommitted changes.")
     ] = False,
-    remote: Annotated[
-        str | None, typer.Option("--remote", help="Remote to push to (default origin).")
-    ] = None,
-    branch: Annotated[
-        str | None, typer.Option("--branch", help="Branch to push to (default current).")
-    ] = None,
+    remote: Remote = None,
+    branch: Branch = None,
 ) -> None:
     from tuneplane.errors import RunFailed
     from tuneplane.models.run import Inputs

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Annotated, Optional
+from enum import StrEnum
+from typing import Annotated
 
 import typer
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
     github = "github"
@@ -20,10 +20,10 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(
-    targets: Annotated[Optional[list[str]], typer.Argument(help="Experiment names or file paths.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="Experiment names or file paths.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Everything in the lab (the default with no targets).")] = False,
     changed: Annotated[bool, typer.Option("--changed", help="Only what changed since --base.")] = False,
-    base: Annotated[Optional[str], typer.Option("--base", help="Git ref for --changed; default the merge base "
+    base: Annotated[str | None, typer.Option("--base", help="Git ref for --changed; default the merge base "
                                                                "with the default branch.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,

@@ -11,9 +11,8 @@ if TYPE_CHECKING:
 
     from tuneplane.models.run import RunStatus
 
-Run = Annotated[str, typer.Argument(help="RUN_ID, EXP/RUN_ID or a unique prefix of a run id.")]
-Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", help="Kubeconfig file (cluster runs).")]
-Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (cluster runs).")]
+from tuneplane.cli.options import Context, Kubeconfig, Run  # noqa: E402
+
 RECENT = 20
 
 

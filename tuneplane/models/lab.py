@@ -24,7 +24,8 @@ class Profile(Strict):
     local: bool = Field(False, description="Runs on this machine through the local backend.")
     gpus_per_node: int = Field(8, ge=0, le=64, description="GPUs on one node of this profile.")
     max_nodes: int = Field(1, ge=1, le=1024, description="Most nodes one run may take.")
-    default_gpus: int | None = Field(None, ge=0, description="Total GPUs when the profile has no `:N`; default one node.")
+    default_gpus: int | None = Field(None, ge=0,
+                                     description="Total GPUs when the profile has no `:N`; default one node.")
     gpu_product: str = Field("", description="GPU product label, e.g. NVIDIA-H200 (for people and the node selector).")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes node selector.")
     tolerations: list[Toleration] = Field(default_factory=list)

@@ -29,7 +29,7 @@ class Inputs(Strict):
 class RunRequest(Strict):
     """What `tp submit` writes and a reviewer approves; the bot turns it into a job."""
 
-    api_version: Literal["tuneplane/run/v1"] = Field(RUN_API, alias="apiVersion")
+    api_version: Literal["tuneplane/run/v1"] = Field("tuneplane/run/v1", alias="apiVersion")
     kind: Literal["RunRequest"] = "RunRequest"
     experiment: str = Field(pattern=NAME_RE)
     run_id: str = Field(pattern=RUN_ID_RE, description="Sorts by time; unique without coordination.")
@@ -84,7 +84,7 @@ class Transition(Strict):
 class RunStatus(Strict):
     """`status/<exp>/<run-id>.json`: written by the bot only."""
 
-    api_version: Literal["tuneplane/status/v1"] = Field(STATUS_API, alias="apiVersion")
+    api_version: Literal["tuneplane/status/v1"] = Field("tuneplane/status/v1", alias="apiVersion")
     kind: Literal["RunStatus"] = "RunStatus"
     experiment: str
     run_id: str

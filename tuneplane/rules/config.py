@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from tuneplane.params import check_value, get_path, is_missing, leaf_paths
 from tuneplane.problems import Problem, Severity
 from tuneplane.rules.context import ExperimentContext
-from tuneplane.yamlio import escape
+from tuneplane.yamlio import Doc, escape
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
@@ -48,15 +48,15 @@ def _param_hint(name: str, param: object) -> str:
     return f"parameter {name}: {doc}" if doc else f"see `tp methods` for parameter {name}"
 
 
-def _unknown_keys(ctx: ExperimentContext, doc: object, known_paths: set[str]) -> Iterator[Problem]:
+def _unknown_keys(ctx: ExperimentContext, doc: Doc, known_paths: set[str]) -> Iterator[Problem]:
     """A key that is not a param path but is one typo away from one is almost surely a typo."""
-    data = getattr(doc, "data")
+    data = doc.data
     for path in leaf_paths(data):
         if path in known_paths or any(k.startswith(path + ".") or path.startswith(k + ".") for k in known_paths):
             continue
         close = difflib.get_close_matches(path, sorted(known_paths), n=1, cutoff=0.85)
         if close:
             pointer = "/" + "/".join(escape(p) for p in path.split("."))
-            yield getattr(doc, "problem")(pointer, "config-unknown",
+            yield doc.problem(pointer, "config-unknown",
                                           f"{path!r} is not a parameter of {ctx.method}",
                                           hint=f"did you mean {close[0]!r}?", severity=Severity.WARNING)

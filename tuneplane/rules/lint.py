@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 from tuneplane.problems import Problem, Severity
 from tuneplane.rules.context import ExperimentContext
@@ -55,7 +54,6 @@ def _warn(rel: str, line: int, col: int, rule: str, message: str, hint: str) -> 
 
 
 def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator[Problem]:
-    text = str(line)
     if shell and _SCAFFOLD.search(code):
         yield _warn(rel, n, 1, "lint-scaffold", "train.sh is still the scaffold: the job will stop at once "
                     "with `no training command yet`", "replace this line with your launch command, "
