@@ -110,7 +110,7 @@ def backend_request(
     lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None
 ) -> SubmitRequest:
     """What the backend gets: a `LocalRun` for local specs, the rendered manifests for the cluster."""
-    from tuneplane.environment import JOB_TOKEN, job_env
+    from tuneplane.environment import HF_TOKEN, JOB_TOKEN, job_env
     from tuneplane.render import jobspec_document
 
     spec = run.spec
@@ -133,6 +133,10 @@ def backend_request(
         from tuneplane.ingest import mint_token
 
         secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id)
+    copies = {}
+    hf_secret = lab.config.cluster.hf_token_secret
+    if hf_secret and HF_TOKEN in run.plan.secret_env:
+        copies[run.plan.secret_env[HF_TOKEN]] = (hf_secret, "token")
     return SubmitRequest(
         run_id=spec.metadata.run_id,
         experiment=spec.metadata.experiment,
@@ -140,6 +144,7 @@ def backend_request(
         object_name=spec.metadata.name,
         manifests=run.manifests,
         secret_data=secret_data,
+        secret_copies=copies,
     )
 
 

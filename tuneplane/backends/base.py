@@ -22,6 +22,9 @@ class SubmitRequest:
     object_name: str  # deterministic DNS-1035 name; resubmitting the same name adopts, never duplicates
     manifests: list[dict[str, Any]]  # rendered, already validated
     secret_data: dict[str, str] = field(default_factory=dict)  # per-run tokens; never logged
+    # per-run Secret key → (Secret in the job's namespace, its key): copied by the backend at submit,
+    # so a long-lived credential (the lab's HF token) never passes through the bot or git
+    secret_copies: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

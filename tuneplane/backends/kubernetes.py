@@ -232,17 +232,32 @@ class KubernetesBackend:
     def submit(self, request: SubmitRequest) -> BackendRef:
         """Apply the job object (adopting one that exists), its companions, then its token Secret."""
         ns = request.namespace or self.namespace
-        redact = tuple(request.secret_data.values())
+        copied = self._copied_secrets(request, ns)
+        redact = tuple(request.secret_data.values()) + tuple(copied.values())
         job_manifest, kind, others = self._split_manifests(request, ns)
         job = self._ensure_job(kind, ns, job_manifest, redact)
         owner = _owner_reference(job)
         for manifest in others:
             self._apply(SUBMITTABLE[_type_of(manifest)], ns, _owned(manifest, owner), redact)
-        self._apply(SECRET, ns, _secret(request, ns, job, owner), redact)
+        self._apply(SECRET, ns, _secret(request, ns, job, owner, copied), redact)
         meta = job["metadata"]
         return BackendRef(
             backend=self.name, kind=kind.kind, name=meta["name"], namespace=ns, uid=meta.get("uid", "")
         )
+
+    def _copied_secrets(self, request: SubmitRequest, ns: str) -> dict[str, str]:
+        """Values the run's Secret takes from other Secrets of the namespace (e.g. the lab's HF token)."""
+        out: dict[str, str] = {}
+        for target, (source, key) in sorted(request.secret_copies.items()):
+            secret = self._get(SECRET, ns, source) or {}
+            value = ((secret.get("data") or {}).get(key))
+            if value is None:
+                found = "has no key" if secret else "does not exist, so it has no key"
+                raise BackendError(f"Secret {ns}/{source} {found} {key!r}, which run {request.run_id} passes to "
+                                   f"its job as {target}; create it (kubectl create secret generic {source} "
+                                   f"--from-literal={key}=...) or clear the setting in tuneplane.yaml")
+            out[target] = base64.b64decode(value).decode("utf-8", "replace")
+        return out
 
     def _split_manifests(
         self, request: SubmitRequest, ns: str
@@ -836,7 +851,8 @@ def _owned(manifest: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def _secret(request: SubmitRequest, ns: str, job: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+def _secret(request: SubmitRequest, ns: str, job: dict[str, Any], owner: dict[str, Any],
+            copied: dict[str, str]) -> dict[str, Any]:
     labels = {
         k: v for k, v in (job["metadata"].get("labels") or {}).items() if k in {RUN_LABEL, EXPERIMENT_LABEL}
     }
@@ -850,7 +866,7 @@ def _secret(request: SubmitRequest, ns: str, job: dict[str, Any], owner: dict[st
             "ownerReferences": [owner],
         },
         "type": "Opaque",
-        "stringData": dict(request.secret_data),
+        "stringData": {**copied, **request.secret_data},
     }
 
 
