@@ -229,8 +229,10 @@ def _stop_group(pgid: int) -> None:
 def _environment(shims: Path) -> dict[str, str]:
     """This test's environment (conftest isolated it), with this interpreter's `python` and `tp` first."""
     bin_dir = Path(sys.executable).parent
-    for name in ("python", "python3"):
-        (shims / name).symlink_to(sys.executable)
+    for name in ("python", "python3"):  # a script, not a symlink: a venv is found from the path run
+        shim = shims / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
     if not (bin_dir / "tp").exists():  # an interpreter without the console script: run the module
         tp = shims / "tp"
         tp.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m tuneplane "$@"\n', encoding="utf-8")
