@@ -78,6 +78,13 @@ def _base(req: RunRequest, phase: str, now: str, **fields: Any) -> RunStatus:
 
 
 def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) -> RunStatus:
+    provenance = provenance_of(spec)
+    message = f"submitted to {ref.backend} as {ref.kind} {ref.name}"
+    if ref.commit and ref.commit != provenance.commit:
+        # another bot created the object from another commit: record what actually runs
+        provenance = provenance.model_copy(update={"commit": ref.commit,
+                                                   "jobspec_digest": ref.jobspec_digest or provenance.jobspec_digest})
+        message += f" (adopted: the job was created at commit {ref.commit[:12]})"
     return _base(
         req,
         "Submitted",
@@ -85,9 +92,9 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
         method=spec.spec.recipe.name,
         submitted_at=now,
         backend=backend_object(ref),
-        provenance=provenance_of(spec),
+        provenance=provenance,
         out_dir=spec.spec.paths.out_dir,
-        message=f"submitted to {ref.backend} as {ref.kind} {ref.name}",
+        message=message,
     )
 
 

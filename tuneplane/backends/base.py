@@ -34,6 +34,10 @@ class BackendRef:
     name: str
     namespace: str = ""
     uid: str = ""
+    # What the object actually runs, from its provenance annotations (empty when unknown). A bot that
+    # adopts an object another bot created may have resolved the run at a different commit.
+    commit: str = ""
+    jobspec_digest: str = ""
 
 
 @dataclass(frozen=True)

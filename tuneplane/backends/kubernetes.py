@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 RUN_LABEL = "tuneplane.dev/run"
 EXPERIMENT_LABEL = "tuneplane.dev/experiment"
 CANCEL_ANNOTATION = "tuneplane.dev/cancelled"
+COMMIT_ANNOTATION = "tuneplane.dev/commit"  # provenance the renderer writes on every job object
+JOBSPEC_ANNOTATION = "tuneplane.dev/jobspec-digest"
 FIELD_MANAGER = "tuneplane"
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -241,8 +243,10 @@ class KubernetesBackend:
             self._apply(SUBMITTABLE[_type_of(manifest)], ns, _owned(manifest, owner), redact)
         self._apply(SECRET, ns, _secret(request, ns, job, owner, copied), redact)
         meta = job["metadata"]
+        notes = meta.get("annotations") or {}
         return BackendRef(
-            backend=self.name, kind=kind.kind, name=meta["name"], namespace=ns, uid=meta.get("uid", "")
+            backend=self.name, kind=kind.kind, name=meta["name"], namespace=ns, uid=meta.get("uid", ""),
+            commit=notes.get(COMMIT_ANNOTATION, ""), jobspec_digest=notes.get(JOBSPEC_ANNOTATION, ""),
         )
 
     def _copied_secrets(self, request: SubmitRequest, ns: str) -> dict[str, str]:
