@@ -12,8 +12,8 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
 JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.digest",
-            "tuneplane.versions")
-JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml")}
+            "tuneplane.versions", "tuneplane.lifecycle")
+JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml")}
 PURE = (
     "tuneplane.models",
     "tuneplane.load",

@@ -1,0 +1,545 @@
+"""Score a model on benchmark suites with lm-evaluation-harness or EvalScope, and record one score per suite.
+
+    python3 -m tuneplane.lifecycle.benchmark_eval --model M --suites gsm8k,mmlu --output-dir $OUT \
+        --config <exp>/config.yaml --overrides-json '{"limit": 20}'
+
+Settings come from the experiment's config.yaml with the validated overrides (dotted key -> value) on top;
+`--model` and `--suites` win over both. The runner is a child process whose output streams through; its
+result files are then read, the primary score of each suite goes to `$OUT/eval/report.json` and to the
+charts as `bench/<suite>` (their mean as `bench/score`, the recipe's primary metric).
+
+Exit status: the runner's own when it fails; 2 for a problem the user can fix (arguments, config, a run
+that wrote no results). Standard library only: this runs inside evaluation images, which bring their
+own packages; PyYAML and the `tuneplane.report` SDK are used when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+PROG = "python -m tuneplane.lifecycle.benchmark_eval"
+EVAL_PYTHON_ENV = "TUNEPLANE_EVAL_PYTHON"  # the interpreter that has the runner installed
+OUT_DIR_ENV = "TUNEPLANE_OUT_DIR"
+REPORT_PATH = Path("eval") / "report.json"
+
+# The settings this program understands, with the defaults of the catalog's template config.
+DEFAULTS: dict[str, Any] = {
+    "model": "", "runner": "lm-eval", "suites": "gsm8k", "num_fewshot": None, "limit": 0,
+    "batch_size": "auto", "max_new_tokens": 512, "temperature": 0.0, "apply_chat_template": True,
+    "seed": 1234, "dtype": None,
+}
+# Where each runner leaves its result files, relative to its directory under $OUT/eval/.
+RESULT_PATTERNS = {"lm-eval": "**/results_*.json", "evalscope": "**/reports/*/*.json"}
+# lm-eval metrics that best stand for a suite, most preferred first.
+PREFERRED_METRICS = ("exact_match,strict-match", "acc_norm,none", "acc,none")
+_BOOLS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+
+
+class BenchError(Exception):
+    """A problem the user can fix: reported as one line on stderr, exit status 2, no traceback."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    runner: str
+    suites: tuple[str, ...]
+    num_fewshot: int | None
+    limit: int
+    batch_size: str
+    max_new_tokens: int
+    temperature: float
+    apply_chat_template: bool
+    seed: int
+    dtype: str | None
+
+
+@dataclass(frozen=True)
+class SuiteScore:
+    metric: str
+    score: float
+    stderr: float | None
+
+
+# ── entry point ───────────────────────────────────────────────────────────────────────────────────────
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, run the benchmark, and map a `BenchError` to exit status 2."""
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except BenchError as exc:
+        print(f"benchmark_eval: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=PROG, description="Score a model on benchmark suites.")
+    parser.add_argument("--model", help="Hub id or local directory of the model (default: config's model)")
+    parser.add_argument("--suites", help="comma-separated suite names (default: config's suites)")
+    parser.add_argument("--output-dir", help=f"where eval/ goes (default: ${OUT_DIR_ENV})")
+    parser.add_argument("--config", type=Path, help="the experiment's config.yaml")
+    parser.add_argument("--overrides-json", help="JSON object of setting -> value applied over the config")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen runner, then turn its result files into report.json and reported metrics."""
+    settings = resolve_settings(args)
+    out_dir = output_dir(args.output_dir)
+    runner_dir = out_dir / "eval" / settings.runner
+    runner_dir.mkdir(parents=True, exist_ok=True)
+    pattern = RESULT_PATTERNS[settings.runner]
+    before = snapshot(runner_dir, pattern)
+    code = run_runner(build_command(settings, eval_python(), runner_dir))
+    if code != 0:
+        print(f"benchmark_eval: {settings.runner} failed with exit status {code}; no scores recorded",
+              file=sys.stderr)
+        return code
+    fresh = new_files(runner_dir, pattern, before)
+    if not fresh:
+        raise BenchError(f"{settings.runner} exited successfully but wrote no results file "
+                         f"({pattern}) under {runner_dir}")
+    scores, results_file = read_scores(settings, fresh)
+    if not scores:
+        raise BenchError(f"no scores found in {results_file}")
+    report = build_report(settings, scores, results_file, out_dir)
+    write_json_atomic(out_dir / REPORT_PATH, report)
+    print(format_table(scores), flush=True)
+    report_scores(settings, scores, report["score"])
+    return 0
+
+
+def output_dir(value: str | None) -> Path:
+    chosen = value or os.environ.get(OUT_DIR_ENV, "")
+    if not chosen:
+        raise BenchError(f"no output directory: pass --output-dir or set {OUT_DIR_ENV}")
+    return Path(chosen)
+
+
+# ── settings ──────────────────────────────────────────────────────────────────────────────────────────
+
+
+def resolve_settings(args: argparse.Namespace) -> Settings:
+    """Defaults, then the config file, then the overrides, then `--model`/`--suites`."""
+    config = load_config(args.config)
+    overrides = parse_overrides(args.overrides_json)
+    ignored = sorted(set(config) - set(DEFAULTS))
+    if ignored:
+        _warn(f"ignoring unknown setting(s) in {args.config}: {', '.join(ignored)}")
+    merged = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}, **overrides}
+    if args.model is not None:
+        merged["model"] = args.model
+    if args.suites is not None:
+        merged["suites"] = args.suites
+    return build_settings(merged)
+
+
+def build_settings(values: Mapping[str, Any]) -> Settings:
+    """Check and type each setting; the messages name the setting and what it accepts."""
+    model = _text(values, "model")
+    if not model:
+        raise BenchError("no model to evaluate: pass --model (a Hub id or a local model directory)")
+    runner = _text(values, "runner")
+    if runner not in RESULT_PATTERNS:
+        raise BenchError(f"unknown runner {runner!r}; choose one of: {', '.join(RESULT_PATTERNS)}")
+    suites = split_suites(values.get("suites"))
+    if not suites:
+        raise BenchError("no suites to run: pass --suites (e.g. gsm8k,mmlu) or set suites in config.yaml")
+    fewshot = values.get("num_fewshot")
+    return Settings(
+        model=model, runner=runner, suites=suites,
+        num_fewshot=None if fewshot is None else _int(values, "num_fewshot", 0),
+        limit=_int(values, "limit", 0), batch_size=_batch_size(values.get("batch_size")),
+        max_new_tokens=_int(values, "max_new_tokens", 1), temperature=_float(values, "temperature"),
+        apply_chat_template=_bool(values, "apply_chat_template"), seed=_int(values, "seed", 0),
+        dtype=_text(values, "dtype") or None,
+    )
+
+
+def split_suites(value: Any) -> tuple[str, ...]:
+    """`gsm8k, mmlu` or a YAML list -> ('gsm8k', 'mmlu'), blanks and repeats dropped."""
+    items = value if isinstance(value, list) else str(value or "").split(",")
+    names = (str(item).strip() for item in items)
+    return tuple(dict.fromkeys(name for name in names if name))
+
+
+def _text(values: Mapping[str, Any], key: str) -> str:
+    value = values.get(key)
+    return "" if value is None else str(value).strip()
+
+
+def _int(values: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = values.get(key)
+    if value is None:
+        value = DEFAULTS[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BenchError(f"setting {key} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def _float(values: Mapping[str, Any], key: str) -> float:
+    value = values.get(key)
+    if value is None:
+        value = DEFAULTS[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise BenchError(f"setting {key} must be a number >= 0, not {value!r}")
+    return float(value)
+
+
+def _bool(values: Mapping[str, Any], key: str) -> bool:
+    value = values.get(key)
+    if value is None:
+        value = DEFAULTS[key]
+    if isinstance(value, str) and value.strip().lower() in _BOOLS:
+        value = _BOOLS[value.strip().lower()]
+    if not isinstance(value, bool):
+        raise BenchError(f"setting {key} must be true or false, not {value!r}")
+    return value
+
+
+def _batch_size(value: Any) -> str:
+    """A positive integer, `auto`, or `auto:N` (lm-eval's re-probing form)."""
+    text = str(DEFAULTS["batch_size"] if value is None else value).strip()
+    head, _, times = text.partition(":")
+    if text.isdigit() and int(text) > 0 or head == "auto" and (not times or times.isdigit()):
+        return text
+    raise BenchError(f"setting batch_size must be a positive integer, auto or auto:N, not {value!r}")
+
+
+def parse_overrides(text: str | None) -> dict[str, Any]:
+    """The `--overrides-json` object; a key this program does not know is an error, not a no-op."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"--overrides-json is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BenchError("--overrides-json must be a JSON object of setting -> value")
+    unknown = sorted(set(data) - set(DEFAULTS))
+    if unknown:
+        raise BenchError(f"unknown setting(s) in --overrides-json: {_with_suggestions(unknown)}; "
+                         f"known settings: {', '.join(sorted(DEFAULTS))}")
+    return data
+
+
+def _with_suggestions(keys: Sequence[str]) -> str:
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(key, list(DEFAULTS), n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ", ".join(parts)
+
+
+# ── config file ───────────────────────────────────────────────────────────────────────────────────────
+
+
+def load_config(path: Path | None) -> dict[str, Any]:
+    """The config file as flat `{dotted key: value}`; empty without a file."""
+    if path is None:
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(f"cannot read the config {path}: {exc.strerror or exc}") from None
+    data = _parse_yaml(text, str(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BenchError(f"{path}: expected `key: value` settings, found {type(data).__name__}")
+    return flatten(data)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        import yaml  # optional: most images have it, and the fallback reads only flat files
+    except ImportError:
+        return parse_flat_yaml(text, source)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BenchError(f"{source}: not valid YAML: {exc}") from None
+
+
+def parse_flat_yaml(text: str, source: str = "config") -> dict[str, Any]:
+    """`key: value` lines with `#` comments, for images without PyYAML; nesting is refused, not guessed."""
+    result: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = _strip_comment(raw).rstrip()
+        if not line.strip() or line.strip() == "---":
+            continue
+        key, sep, value = line.partition(":")
+        if line[0].isspace() or not sep or not key.strip():
+            raise BenchError(f"{source}:{number}: expected a flat `key: value` line "
+                             "(nested YAML needs PyYAML in the image)")
+        result[key.strip()] = scalar(value.strip())
+    return result
+
+
+def _strip_comment(line: str) -> str:
+    """Drop a `#` comment that starts a line or follows a space, unless it is inside quotes."""
+    quote = ""
+    for index, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or line[index - 1].isspace()):
+            return line[:index]
+    return line
+
+
+def scalar(text: str) -> Any:
+    """A YAML scalar as PyYAML would read the common cases: quoted text, null, booleans, numbers."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    lowered = text.lower()
+    if lowered in ("", "~", "null"):
+        return None
+    if lowered in _BOOLS:
+        return _BOOLS[lowered]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def flatten(data: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys, the form `--overrides-json` uses."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+# ── runner commands ───────────────────────────────────────────────────────────────────────────────────
+
+
+def eval_python() -> str:
+    return os.environ.get(EVAL_PYTHON_ENV, "").strip() or sys.executable
+
+
+def build_command(settings: Settings, python: str, runner_dir: Path) -> list[str]:
+    if settings.runner == "lm-eval":
+        return lm_eval_command(settings, python, runner_dir)
+    return evalscope_command(settings, python, runner_dir)
+
+
+def lm_eval_command(s: Settings, python: str, output_path: Path) -> list[str]:
+    """lm-evaluation-harness's single-command form, which later versions still accept (as `run`)."""
+    model_args = f"pretrained={s.model}" + (f",dtype={s.dtype}" if s.dtype else "")
+    argv = [python, "-m", "lm_eval", "--model", "hf", "--model_args", model_args,
+            "--tasks", ",".join(s.suites), "--output_path", str(output_path), "--batch_size", s.batch_size]
+    if s.num_fewshot is not None:
+        argv += ["--num_fewshot", str(s.num_fewshot)]
+    if s.limit > 0:
+        argv += ["--limit", str(s.limit)]
+    if s.apply_chat_template:
+        argv.append("--apply_chat_template")
+    return [*argv, "--gen_kwargs", _generation(s, "max_gen_toks"), "--seed", str(s.seed)]
+
+
+def _generation(s: Settings, length_key: str) -> str:
+    # do_sample is explicit both ways: a suite's own YAML often says do_sample: false, which would
+    # silently turn a temperature above 0 back into greedy decoding.
+    sample = "true" if s.temperature > 0 else "false"
+    return f"{length_key}={s.max_new_tokens},temperature={s.temperature},do_sample={sample}"
+
+
+def evalscope_command(s: Settings, python: str, work_dir: Path) -> list[str]:
+    """EvalScope's `eval` command; it writes reports/<model id>/<dataset>.json under a timestamped folder."""
+    argv = [python, "-m", "evalscope.cli.cli", "eval", "--model", s.model, "--datasets", *s.suites,
+            "--work-dir", str(work_dir), "--seed", str(s.seed),
+            "--generation-config", _generation(s, "max_tokens")]
+    if s.dtype and s.dtype != "auto":
+        argv += ["--model-args", f"precision={s.dtype if '.' in s.dtype else 'torch.' + s.dtype}"]
+    if s.limit > 0:
+        argv += ["--limit", str(s.limit)]
+    if s.batch_size.isdigit():  # EvalScope has no `auto`: it keeps its own default then
+        argv += ["--eval-batch-size", s.batch_size]
+    if s.num_fewshot is not None:
+        argv += ["--dataset-args", json.dumps({suite: {"few_shot_num": s.num_fewshot} for suite in s.suites})]
+    return argv
+
+
+def run_runner(argv: Sequence[str]) -> int:
+    """Run the runner with our stdout/stderr; its exit status, 128+N when killed by signal N."""
+    print(f"benchmark_eval: running {shlex.join(argv)}", flush=True)
+    sys.stderr.flush()
+    try:
+        code = subprocess.run(list(argv), check=False).returncode
+    except OSError as exc:
+        raise BenchError(f"cannot start {argv[0]!r}: {exc.strerror or exc} "
+                         f"(set {EVAL_PYTHON_ENV} to the Python that has the runner)") from None
+    return 128 - code if code < 0 else code
+
+
+# ── results ───────────────────────────────────────────────────────────────────────────────────────────
+
+
+def snapshot(root: Path, pattern: str) -> dict[Path, int]:
+    """Result files and their mtimes, so files left by an earlier attempt are not read as this run's."""
+    return {path: path.stat().st_mtime_ns for path in root.glob(pattern) if path.is_file()}
+
+
+def new_files(root: Path, pattern: str, before: Mapping[Path, int]) -> list[Path]:
+    """Files created or rewritten since `before`, oldest first."""
+    after = snapshot(root, pattern)
+    fresh = [path for path, mtime in after.items() if before.get(path) != mtime]
+    return sorted(fresh, key=lambda path: (after[path], str(path)))
+
+
+def read_scores(settings: Settings, fresh: Sequence[Path]) -> tuple[dict[str, SuiteScore], Path]:
+    """Scores per suite and the file (lm-eval) or folder (EvalScope) they came from."""
+    newest = fresh[-1]
+    if settings.runner == "lm-eval":
+        return lm_eval_scores(_read_json(newest), settings.suites), newest
+    return evalscope_scores(fresh), newest.parent
+
+
+def lm_eval_scores(results: Mapping[str, Any], suites: Sequence[str]) -> dict[str, SuiteScore]:
+    """One score per requested suite (a group such as mmlu counts as one); every task if none matches."""
+    tasks = results.get("results")
+    groups = results.get("groups")
+    table = {**(groups if isinstance(groups, dict) else {}), **(tasks if isinstance(tasks, dict) else {})}
+    wanted = [suite for suite in suites if suite in table]
+    missing = [suite for suite in suites if suite not in table]
+    if missing and wanted:
+        _warn(f"no results for suite(s) {', '.join(missing)}")
+    scores: dict[str, SuiteScore] = {}
+    for task in wanted or list(tasks if isinstance(tasks, dict) else {}):
+        entry = table[task]
+        found = primary_metric(entry) if isinstance(entry, dict) else None
+        if found is not None:
+            scores[task] = found
+    return scores
+
+
+def primary_metric(entry: Mapping[str, Any]) -> SuiteScore | None:
+    """The preferred metric, else the first `metric,filter` value, else any number (not a stderr)."""
+    named = [key for key in entry if "," in key]
+    for name in (*PREFERRED_METRICS, *named, *entry):
+        value = _number(entry.get(name))
+        if value is not None and "stderr" not in name:
+            return SuiteScore(name, value, _stderr(entry, name))
+    return None
+
+
+def _stderr(entry: Mapping[str, Any], name: str) -> float | None:
+    metric, sep, filter_name = name.partition(",")
+    return _number(entry.get(f"{metric}_stderr{sep}{filter_name}"))
+
+
+def _number(value: Any) -> float | None:
+    """A finite number; lm-eval writes "N/A" where a stderr is unknown."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def evalscope_scores(paths: Sequence[Path]) -> dict[str, SuiteScore]:
+    """EvalScope reports: `score` is its first metric's score over the dataset."""
+    scores: dict[str, SuiteScore] = {}
+    for path in paths:
+        data = _read_json(path)
+        score = _number(data.get("score"))
+        if score is None:
+            continue
+        metrics = data.get("metrics")
+        first = metrics[0] if isinstance(metrics, list) and metrics and isinstance(metrics[0], dict) else {}
+        name = str(data.get("dataset_name") or path.stem)
+        scores[name] = SuiteScore(str(first.get("name") or "score"), score, None)
+    return scores
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"cannot read results {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise BenchError(f"{path}: expected a JSON object of results")
+    return data
+
+
+# ── report ────────────────────────────────────────────────────────────────────────────────────────────
+
+
+def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_file: Path,
+                 out_dir: Path) -> dict[str, Any]:
+    """report.json: per suite its metric, score and stderr; `score` is their mean."""
+    try:
+        shown = results_file.resolve().relative_to(out_dir.resolve()).as_posix()
+    except ValueError:
+        shown = str(results_file)
+    mean = sum(score.score for score in scores.values()) / len(scores)
+    return {"runner": settings.runner, "model": settings.model,
+            "suites": {task: asdict(score) for task, score in scores.items()},
+            "score": mean, "results_file": shown}
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write next to the target, then rename: a reader sees the old report or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True, allow_nan=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def format_table(scores: Mapping[str, SuiteScore]) -> str:
+    rows = [("suite", "metric", "score", "stderr")]
+    rows += [(task, s.metric, f"{s.score:.4f}", "-" if s.stderr is None else f"{s.stderr:.4f}")
+             for task, s in scores.items()]
+    widths = [max(len(row[col]) for row in rows) for col in range(4)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+def report_scores(settings: Settings, scores: Mapping[str, SuiteScore], mean: float) -> None:
+    """Each suite as `bench/<suite>` at step 0, the mean as `bench/score`; a no-op without a job token."""
+    try:
+        from tuneplane import report
+    except ImportError:  # an image without the SDK still has eval/report.json
+        _warn("tuneplane.report is not importable; the scores are in eval/report.json only")
+        return
+    metrics = {"bench/score": mean, **{f"bench/{task}": s.score for task, s in scores.items()}}
+    hparams = {**asdict(settings), "suites": ",".join(settings.suites)}
+    report.init(hparams=hparams, monitor_hardware=False)
+    report.log(metrics, step=0)
+    report.finish()
+
+
+def _warn(message: str) -> None:
+    print(f"benchmark_eval: warning: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
