@@ -36,14 +36,7 @@ from tuneplane.runs import RunKey, mark_cancel, read_status, write_request
 
 NS = "tuneplane"
 
-
-@pytest.fixture
-def fake_kube():
-    server = FakeKube().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+pytest_plugins = ("fakekube",)  # the fake_kube fixture
 
 
 def cluster_lab(

@@ -31,14 +31,7 @@ from tuneplane.runs import RunKey, mark_cancel, read_status
 NS = "tuneplane"
 JOBS = r"/apis/batch/v1/namespaces/tuneplane/jobs/"
 
-
-@pytest.fixture
-def fake_kube():
-    server = FakeKube().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+pytest_plugins = ("fakekube",)  # the fake_kube fixture
 
 
 def lab(tmp_path: Path, count: int = 1) -> tuple[Path, list[str]]:

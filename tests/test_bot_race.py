@@ -11,7 +11,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 from fakekube import FakeKube
 from helpers_git import (
     BRANCH,
@@ -29,14 +28,7 @@ from helpers_git import (
 
 from tuneplane.render import object_name
 
-
-@pytest.fixture
-def fake_kube():
-    server = FakeKube().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+pytest_plugins = ("fakekube",)  # the fake_kube fixture
 
 
 def _race(clones: list[Path], *args: str, env: dict[str, str] | None = None) -> list[tuple[int, str]]:
