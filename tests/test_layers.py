@@ -13,7 +13,10 @@ PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
 JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.digest",
             "tuneplane.versions", "tuneplane.lifecycle")
-JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml")}
+JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml"),
+                       # the generic evaluation runs in training images, which have these
+                       ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),
+                       ("tuneplane.lifecycle.hf_eval", "transformers")}
 PURE = (
     "tuneplane.models",
     "tuneplane.load",

@@ -1,0 +1,69 @@
+"""The generic evaluation the catalog's eval.py files call: row formats and answer matching.
+
+The model side needs torch and transformers (the training image's); what decides a score is here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuneplane.lifecycle.hf_eval import final_answer, normalise, split_row
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class PlainTokenizer:
+    chat_template = None
+
+
+class ChatTokenizer:
+    chat_template = "x"
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        return "|".join(m["content"] for m in messages) + ("<gen>" if add_generation_prompt else "")
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+     ("user: hi\nassistant:", "hello", None)),
+    ({"prompt": "2+2?", "completion": "4", "answer": 4}, ("2+2?", "4", "4")),
+    ({"prompt": "q", "completion": [{"role": "assistant", "content": "a"}]}, ("q", "a", None)),
+    ({"input": "capital of France", "output": "Paris"}, ("capital of France", "Paris", "Paris")),
+    ({"text": "some text"}, ("", "some text", None)),
+    ({"prompt": "q", "solution": "7"}, ("q", None, "7")),
+])
+def test_each_row_format(row, expected):
+    assert split_row(row, PlainTokenizer()) == expected
+
+
+def test_chat_rows_go_through_the_chat_template():
+    row = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    assert split_row(row, ChatTokenizer()) == ("a<gen>", "b", None)
+
+
+def test_an_unreadable_row_stops_with_its_keys():
+    with pytest.raises(SystemExit, match=r"\['question'\]"):
+        split_row({"question": "?"}, PlainTokenizer())
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("so the result is \\boxed{1,024}.", "1024"), ("first 3 then 17", "17"), ("The Answer.", "the answer"),
+    ("-2.5 apples", "-2.5"),
+])
+def test_final_answers(text, answer):
+    assert final_answer(text) == answer
+
+
+def test_normalise_ignores_case_spacing_commas_and_a_final_period():
+    assert normalise("  New   York, NY. ") == normalise("new york ny")
+
+
+@pytest.mark.parametrize("template", sorted(ROOT.glob("catalog/*/*/template/eval.py")), ids=lambda p: p.parts[-4])
+def test_template_eval_scripts_run_the_shared_evaluation(template, tmp_path):
+    """Each template's eval.py is a thin, replaceable front to hf_eval: its --help is hf_eval's."""
+    result = subprocess.run([sys.executable, str(template), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--report" in result.stdout and "--data" in result.stdout

@@ -1,0 +1,191 @@
+"""Score a Hugging Face causal LM on held-out data and write a JSON report (`tp eval`).
+
+The catalog's trl, verl and nemo-rl templates ship an `eval.py` that calls `main()` here; an
+experiment that needs another evaluation replaces its own `eval.py`. Runs in the job: the standard
+library at import, `datasets`, `torch` and `transformers` only inside the functions that use them.
+
+    python -m tuneplane.lifecycle.hf_eval --data <file|folder|hub name> \\
+        --report $TUNEPLANE_OUT_DIR/eval/report.json [--model DIR]
+
+The model defaults to <output-dir>/hf_export (run `tp export` first). Each row is read as one of:
+  messages                  the last message is the reference reply to the ones before it
+  prompt + completion       the completion is the reference reply
+  prompt + answer           a short final answer (also `solution` or `ground_truth`)
+  input + output            the output is both the reference reply and the final answer
+  text                      plain text, scored by loss only
+Reported: `loss` and `perplexity` of the reference replies given their prompts, `exact_match` of
+greedy generations against them, and `answer_accuracy` when rows carry a final answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ANSWER_KEYS = ("answer", "solution", "ground_truth")
+_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="evaluate a model on held-out data")
+    parser.add_argument("--data", required=True, help="evaluation data: file, folder or Hub name")
+    parser.add_argument("--report", type=Path, help="report path (default: <output-dir>/eval/report.json)")
+    parser.add_argument("--model", help="model folder or Hub id (default: <output-dir>/hf_export)")
+    parser.add_argument("--output-dir", help="run output folder (default: $TUNEPLANE_OUT_DIR)")
+    parser.add_argument("--max-samples", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    return parser.parse_args()
+
+
+def output_dir(cli_value: str | None) -> Path:
+    """--output-dir, else $TUNEPLANE_OUT_DIR, else ./out for a local try."""
+    return Path(cli_value or os.environ.get("TUNEPLANE_OUT_DIR") or "out").resolve()
+
+
+def load_rows(source: str) -> Any:
+    """Rows of a local .jsonl/.json/.parquet/.csv file or folder, else a Hub data set's test split."""
+    from datasets import load_dataset
+
+    path = Path(source).expanduser()
+    files = sorted(p for p in path.iterdir() if p.suffix in _DATA_SUFFIXES) if path.is_dir() else [path]
+    if path.exists():
+        if not files or files[0].suffix not in _DATA_SUFFIXES:
+            raise SystemExit(f"{path}: expected .jsonl, .json, .parquet or .csv data")
+        builder = _DATA_SUFFIXES[files[0].suffix]
+        return load_dataset(builder, data_files=[str(p) for p in files], split="train")
+    return load_dataset(source, split="test")
+
+
+def as_text(value: Any, tokenizer: Any, generation_prompt: bool) -> str:
+    """A string as is; a list of chat messages through the tokenizer's chat template."""
+    if isinstance(value, str):
+        return value
+    if getattr(tokenizer, "chat_template", None):
+        return str(tokenizer.apply_chat_template(value, tokenize=False, add_generation_prompt=generation_prompt))
+    plain = "\n".join(f"{m['role']}: {m['content']}" for m in value)
+    return plain + "\nassistant:" if generation_prompt else plain
+
+
+def split_row(row: dict[str, Any], tokenizer: Any) -> tuple[str, str | None, str | None]:
+    """(prompt, reference reply or None, final answer or None) for one row."""
+    answer = next((str(row[k]) for k in ANSWER_KEYS if row.get(k) is not None), None)
+    if row.get("messages"):
+        messages = row["messages"]
+        return as_text(messages[:-1], tokenizer, True), str(messages[-1]["content"]), answer
+    if row.get("prompt") is not None:
+        completion = row.get("completion")
+        if isinstance(completion, list):
+            completion = completion[-1]["content"] if completion else None
+        return as_text(row["prompt"], tokenizer, True), completion, answer
+    if row.get("input") is not None and row.get("output") is not None:
+        return as_text(row["input"], tokenizer, True), str(row["output"]), answer or str(row["output"])
+    if row.get("text") is not None:
+        return "", str(row["text"]), answer
+    raise SystemExit(f"cannot read an evaluation row with keys {sorted(row)}")
+
+
+def final_answer(text: str) -> str:
+    """The last \\boxed{...} or, failing that, the last number in `text`, normalised."""
+    boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
+    if boxed:
+        return normalise(boxed[-1])
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return normalise(numbers[-1]) if numbers else normalise(text)
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
+
+
+def reference_loss(model: Any, tokenizer: Any, prompt: str, reference: str) -> tuple[float, int]:
+    """Summed negative log-likelihood of the reference tokens given the prompt, and their count."""
+    import torch
+
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
+    reference_ids = tokenizer(reference, add_special_tokens=False)["input_ids"]
+    if not reference_ids:
+        return 0.0, 0
+    ids = torch.tensor([prompt_ids + reference_ids], device=model.device)
+    labels = ids.clone()
+    labels[0, : len(prompt_ids)] = -100
+    with torch.no_grad():
+        mean = model(input_ids=ids, labels=labels).loss
+    scored = len(reference_ids) - (0 if prompt_ids else 1)  # the first token has no context
+    return float(mean) * max(scored, 1), max(scored, 1)
+
+
+def generate(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int) -> str:
+    import torch
+
+    encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
+    with torch.no_grad():
+        output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
+                                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+    return str(tokenizer.decode(output[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True))
+
+
+def evaluate(model: Any, tokenizer: Any, rows: Any, max_new_tokens: int) -> dict[str, Any]:
+    nll, tokens, exact, compared, answered, correct = 0.0, 0, 0, 0, 0, 0
+    for row in rows:
+        prompt, reference, answer = split_row(row, tokenizer)
+        if reference is not None:
+            row_nll, row_tokens = reference_loss(model, tokenizer, prompt, reference)
+            nll, tokens = nll + row_nll, tokens + row_tokens
+        if not prompt:
+            continue
+        text = generate(model, tokenizer, prompt, max_new_tokens)
+        if reference is not None:
+            compared += 1
+            exact += normalise(text) == normalise(reference)
+        if answer is not None:
+            answered += 1
+            correct += final_answer(text) == final_answer(answer)
+    metrics: dict[str, Any] = {}
+    if tokens:
+        metrics["loss"] = nll / tokens
+        metrics["perplexity"] = math.exp(min(nll / tokens, 50.0))
+    if compared:
+        metrics["exact_match"] = exact / compared
+    if answered:
+        metrics["answer_accuracy"] = correct / answered
+    return metrics
+
+
+def main() -> int:
+    args = parse_args()
+    out = output_dir(args.output_dir)
+    model_path = args.model or str(out / "hf_export")
+    report_path = args.report or out / "eval" / "report.json"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model.eval()
+    rows = load_rows(args.data)
+    rows = rows.select(range(min(args.max_samples, len(rows))))
+    started = time.monotonic()
+    metrics = evaluate(model, tokenizer, rows, args.max_new_tokens)
+    report = {
+        "model": model_path,
+        "data": args.data,
+        "samples": len(rows),
+        "metrics": metrics,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    partial = report_path.with_name(report_path.name + ".partial")
+    partial.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    partial.replace(report_path)
+    print(json.dumps(metrics, sort_keys=True), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
