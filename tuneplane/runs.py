@@ -54,9 +54,18 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_ISSUED: set[str] = set()
+
+
 def new_run_id(now: datetime | None = None) -> str:
+    """UTC time to the second, then 40 random bits: ids sort by time and two machines would have to
+    draw the same 40 bits in the same second to collide; within one process they never repeat."""
     moment = (now or datetime.now(UTC)).astimezone(UTC)
-    return f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    while True:
+        run_id = f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(5)}"
+        if run_id not in _ISSUED:
+            _ISSUED.add(run_id)
+            return run_id
 
 
 # ── run requests ──────────────────────────────────────────────────────────────────────────────────

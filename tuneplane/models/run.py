@@ -10,7 +10,8 @@ from tuneplane.models.base import NAME_RE, Strict
 
 RUN_API = "tuneplane/run/v1"
 STATUS_API = "tuneplane/status/v1"
-RUN_ID_RE = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$"
+# UTC time, then random hex: 10 digits from this version on; 6-digit ids of older requests stay valid
+RUN_ID_RE = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6,12}$"
 PROFILE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"
 
 Scalar = bool | int | float | str
