@@ -425,3 +425,18 @@ def test_prepared_experiment_gives_the_same_jobspec(lab: Lab) -> None:
     again = resolve_prepared(lab, prepared, req, commit=COMMIT, dirty=False, env={})
     assert again == resolve_run(lab, req)
     assert JobSpec.model_validate(again.to_json_dict()) == again  # round-trips through its own schema
+
+
+def test_a_local_lab_refuses_a_run_that_needs_several_nodes(tmp_path: Path) -> None:
+    """The local backend runs a job on this machine: two nodes' worth of GPUs cannot be honoured."""
+    from helpers_render import CLUSTER_SETTINGS, make_lab, request
+
+    from tuneplane.resolve import resolve
+
+    settings = CLUSTER_SETTINGS.replace("  backend: kubernetes\n", "  backend: local\n")
+    lab = make_lab(tmp_path / "lab", {"pytorch-exp": "pytorch/image-classification"}, settings=settings)
+    with pytest.raises(UsageError, match=r"needs 2 nodes.*cluster.backend: local") as caught:
+        resolve(lab, "pytorch-exp", request("pytorch-exp", "h200:16"), commit="0" * 40, dirty=False, env={})
+    assert "cluster.backend: kubernetes" in caught.value.hint
+    one_node = resolve(lab, "pytorch-exp", request("pytorch-exp", "h200:8"), commit="0" * 40, dirty=False, env={})
+    assert one_node.spec.resources.local and one_node.spec.resources.nodes == 1

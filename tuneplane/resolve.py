@@ -217,6 +217,11 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
     _raise_refusals(check_request(settings, recipe, request, env))
     shape = _shape(lab, request, recipe)
     local = shape.local or settings.cluster.backend == "local"
+    if local and shape.nodes > 1:
+        raise UsageError(f"profile {request.profile} needs {shape.nodes} nodes, but this lab runs jobs on one "
+                         "machine (cluster.backend: local)",
+                         hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes "
+                              "in tuneplane.yaml")
     paths = _paths(lab, prepared.name, request.run_id, local, env)
     return JobSpec(
         metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
