@@ -16,7 +16,10 @@ JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tune
 JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml"),
                        # the generic evaluation runs in training images, which have these
                        ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),
-                       ("tuneplane.lifecycle.hf_eval", "transformers")}
+                       ("tuneplane.lifecycle.hf_eval", "transformers"),
+                       ("tuneplane.lifecycle.trl_support", "yaml"), ("tuneplane.lifecycle.trl_support", "datasets"),
+                       ("tuneplane.lifecycle.trl_support", "transformers"),
+                       ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft")}
 PURE = (
     "tuneplane.models",
     "tuneplane.load",

@@ -1,59 +1,17 @@
 #!/usr/bin/env python3
 """Merge the run's newest verl checkpoint into a Hugging Face folder at <output-dir>/hf_export.
 
-verl saves sharded FSDP state under checkpoints/global_step_<n>; its own merger
-(`python -m verl.model_merger merge`) turns a shard set into safetensors plus config and
-tokenizer. This script picks the checkpoint (newest, or --checkpoint), writes into a temporary
-folder and renames it to hf_export only when the merger succeeded.
+    export.py [--output-dir DIR] [--checkpoint DIR] [--backend fsdp|megatron]
+
+This runs TunePlane's tuneplane.lifecycle.verl_export: verl's own model merger on the newest
+global_step_<n>, renamed into place when it succeeded.
+Replace this file with your own export when that does not fit; `tp export` runs it with the
+arguments above.
 """
 
-from __future__ import annotations
-
-import argparse
-import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="merge a verl checkpoint into Hugging Face format")
-    parser.add_argument("--output-dir", help="run output folder (default: $TUNEPLANE_OUT_DIR)")
-    parser.add_argument("--checkpoint", type=Path, help="a global_step_<n> folder (default: the newest)")
-    parser.add_argument("--backend", default="fsdp", choices=["fsdp", "megatron"])
-    return parser.parse_args()
-
-
-def newest_step(checkpoints: Path) -> Path:
-    steps = [p for p in checkpoints.glob("global_step_*")
-             if p.is_dir() and p.name.rsplit("_", 1)[-1].isdigit()]
-    if not steps:
-        raise SystemExit(f"no global_step_<n> under {checkpoints}: train first, or pass --checkpoint")
-    return max(steps, key=lambda p: int(p.name.rsplit("_", 1)[-1]))
-
-
-def shard_folder(step: Path) -> Path:
-    """RL runs keep the policy under actor/; SFT runs save the shards in the step folder itself."""
-    actor = step / "actor"
-    return actor if actor.is_dir() else step
-
-
-def main() -> int:
-    args = parse_args()
-    out = Path(args.output_dir or os.environ.get("TUNEPLANE_OUT_DIR") or "out").resolve()
-    step = (args.checkpoint or newest_step(out / "checkpoints")).resolve()
-    partial, target = out / "hf_export.partial", out / "hf_export"
-    shutil.rmtree(partial, ignore_errors=True)
-    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", args.backend,
-               "--local_dir", str(shard_folder(step)), "--target_dir", str(partial)]
-    print("+ " + " ".join(command), file=sys.stderr, flush=True)
-    subprocess.run(command, check=True)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    print(f"exported {step} -> {target}", file=sys.stderr)
-    return 0
-
+from tuneplane.lifecycle.verl_export import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
