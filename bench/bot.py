@@ -80,9 +80,9 @@ def submit_round(tmp: Path, n: int, push: bool) -> tuple[float, int]:
 
 def finished_lab(tmp: Path, n: int) -> Path:
     """A lab of `n` finished runs, written as the bot would have written them."""
+    from tuneplane.gitops.writeback import write_dashboard
+    from tuneplane.lab.runs import write_status
     from tuneplane.models.run import BackendObject, RunStatus, Transition
-    from tuneplane.runs import write_status
-    from tuneplane.writeback import write_dashboard
 
     remote = make_remote(tmp)
     lab = seed_lab(remote, tmp / "lab", {"demo": "echo hi\n"}, backend="kubernetes", profile="h200:8")

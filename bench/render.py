@@ -71,8 +71,8 @@ def git(cwd: Path, *args: str) -> None:
 
 
 def build_lab(runs: int) -> Path:
+    from tuneplane.lab.runs import dump_request
     from tuneplane.models.run import RunRequest
-    from tuneplane.runs import dump_request
 
     root = WORK / "render-lab"
     shutil.rmtree(root, ignore_errors=True)

@@ -265,7 +265,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def make_catalog(tmp_path_factory: pytest.TempPathFactory,
                  monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
     """Copies of a catalog, each in a new directory (the catalog cache is per root) and put in force."""
-    from tuneplane.catalog import packaged_catalog_root
+    from tuneplane.lab.catalog import packaged_catalog_root
 
     def make(src: Path | None = None) -> Path:
         target = tmp_path_factory.mktemp("catalog") / "catalog"

@@ -71,8 +71,8 @@ def seed_lab(
     profile: str = "local",
 ) -> Path:
     """A lab with custom experiments (name → train.sh), pushed to `remote` with `runs` requested."""
-    from tuneplane.load import load_lab
-    from tuneplane.scaffold import init_lab, new_experiment
+    from tuneplane.author.scaffold import init_lab, new_experiment
+    from tuneplane.lab.load import load_lab
 
     init_lab(work, "race-lab", use_git=True)
     configure(work)
@@ -109,7 +109,7 @@ def add_requests(
     root: Path, runs: Iterable[tuple[str, str]], profile: str = "local", commit: bool = True
 ) -> list[str]:
     """Write run requests (experiment, run id) and commit them together; returns their paths."""
-    from tuneplane.runs import write_request
+    from tuneplane.lab.runs import write_request
 
     paths = [
         write_request(root, request(exp, run_id, profile)).relative_to(root).as_posix()
@@ -181,8 +181,8 @@ def remote_show(remote: Path, path: str) -> str:
 
 def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None = None):  # type: ignore[no-untyped-def]
     """The bot's backends for in-process tests: the cluster is the fake API server, fast retries."""
-    from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
-    from tuneplane.backends.local import LocalBackend
+    from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
+    from tuneplane.backends.local.backend import LocalBackend
 
     def make(name: str):  # type: ignore[no-untyped-def]
         if name == "local":

@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tuneplane.adapters import compile_plan
-from tuneplane.catalog import Catalog, load_catalog, packaged_catalog_root
-from tuneplane.load import Lab, load_lab
+from tuneplane.lab.catalog import Catalog, load_catalog, packaged_catalog_root
+from tuneplane.lab.load import Lab, load_lab
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
-from tuneplane.plan import LaunchPlan
-from tuneplane.render import render_manifests
-from tuneplane.resolve import resolve
+from tuneplane.plan.adapters import compile_plan
+from tuneplane.plan.launchplan import LaunchPlan
+from tuneplane.plan.resolve import resolve
+from tuneplane.render.manifests import render_manifests
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RUN_ID = "20250101-120000-abc123"
@@ -130,7 +130,7 @@ def make_lab(
     files: dict[str, str] | None = None,
 ) -> Lab:
     """A committed lab at `root` with the given experiments (name → method) and extra files."""
-    from tuneplane.scaffold import new_experiment
+    from tuneplane.author.scaffold import new_experiment
 
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", "main")

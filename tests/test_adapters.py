@@ -20,12 +20,13 @@ from helpers_render import (
 )
 
 from tuneplane import __version__
-from tuneplane.adapters import ADAPTERS, compile_plan
-from tuneplane.environment import job_env, secret_env, spec_to_env
 from tuneplane.errors import UsageError
-from tuneplane.load import Lab
+from tuneplane.lab.load import Lab
 from tuneplane.models.jobspec import JobSpec, PluginRef
-from tuneplane.render import jobspec_document, object_name
+from tuneplane.plan.adapters import ADAPTERS, compile_plan
+from tuneplane.plan.environment import job_env, secret_env, spec_to_env
+from tuneplane.plan.names import object_name
+from tuneplane.render.manifests import jobspec_document
 
 RUN = "/mnt/tuneplane/runs/alice/{exp}/" + RUN_ID
 

@@ -9,7 +9,7 @@ from typing import Any
 from test_backend_kubernetes import FAST, NS, request_for
 
 from tuneplane.backends.base import BackendRef
-from tuneplane.backends.kubernetes import KubernetesBackend
+from tuneplane.backends.kubernetes.backend import KubernetesBackend
 
 pytest_plugins = ("fakekube",)
 
@@ -34,9 +34,9 @@ def test_the_ref_carries_the_commit_of_the_object_that_exists(fake_kube: Any, ku
 def test_status_of_an_adopted_job_names_the_creators_commit(tmp_path: Any) -> None:
     from helpers_render import make_lab
 
+    from tuneplane.gitops.submit import prepare_run
+    from tuneplane.gitops.writeback import submitted_status
     from tuneplane.models.run import RunRequest
-    from tuneplane.submit import prepare_run
-    from tuneplane.writeback import submitted_status
 
     lab = make_lab(tmp_path / "lab", {"img": "pytorch/image-classification"})
     request = RunRequest(experiment="img", run_id="20260101-000000-abcdef", profile="h200:8")

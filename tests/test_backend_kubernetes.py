@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
 
 if TYPE_CHECKING:
     from fakekube import FakeKube
@@ -718,5 +718,5 @@ def test_bad_configuration_is_explained(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_importing_the_module_does_not_load_the_client() -> None:
-    code = "import sys, tuneplane.backends.kubernetes; sys.exit('kubernetes' in sys.modules)"
+    code = "import sys, tuneplane.backends.kubernetes.backend; sys.exit('kubernetes' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -29,10 +29,10 @@ from helpers_git import (
     tp_run,
 )
 
-from tuneplane.bot import CRASH_ENV, CRASH_EXIT, STEPS, BotOptions, reconcile, sync
 from tuneplane.errors import UsageError
-from tuneplane.render import object_name
-from tuneplane.runs import RunKey, mark_cancel, read_status, write_request
+from tuneplane.gitops.bot import CRASH_ENV, CRASH_EXIT, STEPS, BotOptions, reconcile, sync
+from tuneplane.lab.runs import RunKey, mark_cancel, read_status, write_request
+from tuneplane.plan.names import object_name
 
 NS = "tuneplane"
 
@@ -280,7 +280,7 @@ echo weights > "$TUNEPLANE_OUT_DIR/checkpoints/step-4.bin"
 
 
 def _wait_local(root: Path, run_id: str) -> None:
-    from tuneplane.backends.local import read_state
+    from tuneplane.backends.local.backend import read_state
 
     status = status_of(root, run_id)
     run_dir = Path(status.out_dir).parent

@@ -24,9 +24,9 @@ from helpers_git import (
     tp_run,
 )
 
-from tuneplane.bot import MAX_BACKEND_FAILURES, reconcile, sync
-from tuneplane.render import object_name
-from tuneplane.runs import RunKey, mark_cancel, read_status
+from tuneplane.gitops.bot import MAX_BACKEND_FAILURES, reconcile, sync
+from tuneplane.lab.runs import RunKey, mark_cancel, read_status
+from tuneplane.plan.names import object_name
 
 NS = "tuneplane"
 JOBS = r"/apis/batch/v1/namespaces/tuneplane/jobs/"
@@ -213,7 +213,7 @@ def test_a_run_that_never_got_in_can_still_be_cancelled(tmp_path: Path, fake_kub
 
 
 def test_a_missing_kubeconfig_is_a_message_not_a_crash(tmp_path: Path) -> None:
-    from tuneplane.bot import BotOptions
+    from tuneplane.gitops.bot import BotOptions
 
     bot, (run_id,) = lab(tmp_path)
 

@@ -26,7 +26,7 @@ from helpers_git import (
     tp_process,
 )
 
-from tuneplane.render import object_name
+from tuneplane.plan.names import object_name
 
 pytest_plugins = ("fakekube",)  # the fake_kube fixture
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tuneplane import __version__
-from tuneplane.catalog import load_catalog
-from tuneplane.digest import tree_digest
+from tuneplane.lab.catalog import load_catalog
+from tuneplane.runtime.digest import tree_digest
 
 RUN_ID = "20260101-120000-abcdef"
 RUN_HEAD = "apiVersion: tuneplane/run/v1\nkind: RunRequest\n"

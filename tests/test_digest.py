@@ -1,7 +1,7 @@
 """Digests (CONTRACT §3), checked against a second implementation written here from the contract text.
 
 The reference below is deliberately naive (pure-Python PyYAML loader, `rglob`, one sort) so that a shared
-mistake with `tuneplane.digest` is unlikely. Trees cover every skip rule, nesting, non-ASCII names and
+mistake with `tuneplane.runtime.digest` is unlikely. Trees cover every skip rule, nesting, non-ASCII names and
 an order where directory-walk order and code-point order disagree.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tuneplane.catalog import load_catalog
-from tuneplane.digest import DigestError, bundle_digest, canonical_json, manifest_digest, tree_digest
-from tuneplane.locks import digest_consistent
+from tuneplane.lab.catalog import load_catalog
+from tuneplane.lab.locks import digest_consistent
 from tuneplane.models.lock import RecipeLock
+from tuneplane.runtime.digest import DigestError, bundle_digest, canonical_json, manifest_digest, tree_digest
 
 SKIPPED_COMPONENTS = {"__pycache__", ".git", ".venv", ".mypy_cache", ".ruff_cache"}
 EMPTY_SHA256 = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -262,7 +262,7 @@ def test_a_tampered_legacy_digest_is_inconsistent(shared_dir: Path) -> None:
 
 def test_digest_module_is_standard_library_only() -> None:
     """The launcher digests plugins inside jobs, where only the standard library is certain."""
-    source = Path(__import__("tuneplane.digest", fromlist=["x"]).__file__).read_text(encoding="utf-8")
+    source = Path(__import__("tuneplane.runtime.digest", fromlist=["x"]).__file__).read_text(encoding="utf-8")
     top_level = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     allowed = ("__future__", "hashlib", "json", "os", "pathlib", "typing")
     assert all(line.split()[1].split(".")[0] in allowed for line in top_level), top_level

@@ -416,16 +416,16 @@ def test_parser_reads_markers_and_rejects_stray_ones(tmp_path: Path) -> None:
 
 
 def test_command_reference_is_generated_from_the_cli() -> None:
-    from tuneplane import docgen
+    from tuneplane.dev import docgen
 
     committed = (REPO / docgen.REFERENCE).read_text(encoding="utf-8")
     assert committed == docgen.render(), (
-        "docs/reference/commands.md is stale: run `python -m tuneplane.docgen` and commit the result")
+        "docs/reference/commands.md is stale: run `python -m tuneplane.dev.docgen` and commit the result")
 
 
 def test_command_reference_lists_every_command_and_option() -> None:
     """Independent of docgen's own walk: every leaf command and every option string is on the page."""
-    from tuneplane import docgen
+    from tuneplane.dev import docgen
 
     page = (REPO / docgen.REFERENCE).read_text(encoding="utf-8")
     root = docgen.cli_root()
@@ -440,7 +440,7 @@ def test_command_reference_lists_every_command_and_option() -> None:
 
 
 def test_docgen_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
-    from tuneplane import docgen
+    from tuneplane.dev import docgen
 
     stale = tmp_path / "commands.md"
     stale.write_text("# old\n", encoding="utf-8")
@@ -522,10 +522,10 @@ def test_every_environment_variable_the_code_uses_is_documented() -> None:
 def test_the_job_environment_is_documented_in_the_custom_guide(tp, tmp_path: Path) -> None:
     """What a job actually receives (computed by the code, not a list kept by hand) is in the contract
     table of the custom guide and in the environment reference."""
-    from tuneplane.environment import SECRET_KEYS, job_env
-    from tuneplane.load import load_lab
+    from tuneplane.lab.load import load_lab
     from tuneplane.models.run import RunRequest
-    from tuneplane.resolve import resolve
+    from tuneplane.plan.environment import SECRET_KEYS, job_env
+    from tuneplane.plan.resolve import resolve
 
     lab = tmp_path / "lab"
     assert tp("init", lab).code == 0
@@ -553,7 +553,7 @@ def rule_ids() -> set[str]:
     literal with a rule prefix (rules passed through variables), minus the names of the schemas."""
     import ast
 
-    from tuneplane.schemagen import models as schema_models
+    from tuneplane.dev.schemagen import models as schema_models
 
     ids: set[str] = set()
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from tuneplane.gitops.charts import nice_ticks, render_svg, render_table, sparkline
 from tuneplane.ingest import hparams, lifecycle, mint_token, series, start_server, summary, verify_token
 from tuneplane.ingest.server import IngestServer, Limits
 from tuneplane.ingest.tokens import ensure_secret, load_secret
-from tuneplane.metrics_view import nice_ticks, render_svg, render_table, sparkline
 
 SECRET = b"s" * 32
 
@@ -297,7 +297,7 @@ def test_table_and_svg_escape_and_scale() -> None:
 
 # ── manifests ─────────────────────────────────────────────────────────────────────────────────
 def test_ingest_templates_render_to_valid_manifests() -> None:
-    from tuneplane.templating import render
+    from tuneplane.render.templating import render
 
     values = dict(name="tp-ingest", namespace="ml", image="registry.example/tp:0.5", port=8765, storage="5Gi",
                   secret_name="tuneplane-ingest", secret_key="secret", cpu="250m", memory="512Mi")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tuneplane.catalog import load_catalog, packaged_catalog_root
+from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
 from tuneplane.models.lab import LabFile
 
 LAB_FILES = ["tuneplane.yaml", "README.md", ".gitignore", ".pre-commit-config.yaml",
@@ -270,13 +270,13 @@ def test_new_outside_a_lab(tmp_path: Path, tp: Any) -> None:
 
 def test_new_failure_leaves_no_staging_and_no_experiment(lab: Path, tp: Any,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuneplane.scaffold
+    import tuneplane.author.scaffold
 
     def disk_full(path: Path, data: object) -> None:
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(tuneplane.scaffold, "write_json", disk_full)
+        patch.setattr(tuneplane.author.scaffold, "write_json", disk_full)
         result = tp("new", "exp", "--method", "pytorch/image-classification")
     assert result.code != 0
     assert "Traceback" not in result.output

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tuneplane.k8s_validate import (
+from tuneplane.render.schemacheck import (
     CORE_SCHEMAS,
     K8S_VERSION,
     OWN_SCHEMA_FILES,
@@ -316,7 +316,7 @@ def test_our_rayjob_schema_refuses_a_gpu_head_group_missing_its_template() -> No
 
 
 def test_an_unknown_keyword_falls_back_to_jsonschema() -> None:
-    from tuneplane.k8s_validate import _compiled
+    from tuneplane.render.schemacheck import _compiled
 
     schema = {"$id": "https://example.org/s.json", "type": "object", "dependentRequired": {"a": ["b"]}}
 

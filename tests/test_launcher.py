@@ -18,8 +18,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from tuneplane import __version__
-from tuneplane.digest import tree_digest
 from tuneplane.launcher import CONFIG_ERROR_EXIT, PythonEntry, python_entry, version_admits
+from tuneplane.runtime.digest import tree_digest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures_plugins"
 

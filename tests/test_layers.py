@@ -11,9 +11,9 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
-JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.digest",
-            "tuneplane.versions", "tuneplane.lifecycle")
-JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml"),
+JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.runtime.digest",
+            "tuneplane.runtime.versions", "tuneplane.lifecycle")
+JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml"),
                        # the generic evaluation runs in training images, which have these
                        ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),
                        ("tuneplane.lifecycle.hf_eval", "transformers"),
@@ -22,28 +22,28 @@ JOB_SIDE_EXCEPTIONS = {("tuneplane.digest", "yaml"), ("tuneplane.lifecycle.bench
                        ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft")}
 PURE = (
     "tuneplane.models",
-    "tuneplane.load",
-    "tuneplane.validate",
-    "tuneplane.rules",
-    "tuneplane.admission",
-    "tuneplane.locks",
-    "tuneplane.params",
-    "tuneplane.shapes",
-    "tuneplane.images",
-    "tuneplane.resolve",
-    "tuneplane.adapters",
-    "tuneplane.environment",
-    "tuneplane.render",
-    "tuneplane.plan",
-    "tuneplane.yamlio",
+    "tuneplane.lab.load",
+    "tuneplane.check.validate",
+    "tuneplane.check.rules",
+    "tuneplane.plan.admission",
+    "tuneplane.lab.locks",
+    "tuneplane.check.params",
+    "tuneplane.plan.shapes",
+    "tuneplane.plan.images",
+    "tuneplane.plan.resolve",
+    "tuneplane.plan.adapters",
+    "tuneplane.plan.environment",
+    "tuneplane.render.manifests",
+    "tuneplane.plan.launchplan",
+    "tuneplane.lab.yamlio",
     "tuneplane.problems",
 )
 EFFECTS = (
     "tuneplane.backends",
-    "tuneplane.bot",
-    "tuneplane.submit",
-    "tuneplane.writeback",
-    "tuneplane.gitrepo",
+    "tuneplane.gitops.bot",
+    "tuneplane.gitops.submit",
+    "tuneplane.gitops.writeback",
+    "tuneplane.lab.gitrepo",
     "subprocess",
     "tuneplane.cli",
 )
@@ -86,7 +86,7 @@ IMPORTS = _all_imports()
 
 
 @pytest.mark.parametrize(
-    "external, owner", [("kubernetes", "tuneplane.backends.kubernetes"), ("git", "tuneplane.gitrepo")]
+    "external, owner", [("kubernetes", "tuneplane.backends.kubernetes.backend"), ("git", "tuneplane.lab.gitrepo")]
 )
 def test_one_module_per_external_system(external, owner):
     offenders = [(m, i, n) for m, i, n in IMPORTS if _within(i, external) and m != owner]
@@ -98,7 +98,7 @@ def test_only_the_cli_uses_typer():
         (m, i, n)
         for m, i, n in IMPORTS
         if (_within(i, "typer") or _within(i, "tuneplane.cli"))
-        and not _within(m, ("tuneplane.cli", "tuneplane.__main__", "tuneplane.docgen"))
+        and not _within(m, ("tuneplane.cli", "tuneplane.__main__", "tuneplane.dev.docgen"))
     ]
     assert offenders == []
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from helpers_git import git, request
 
+from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import SubmitRequest
-from tuneplane.backends.local import (
+from tuneplane.backends.local.backend import (
     CANCEL,
     LOG,
     STATE,
@@ -21,9 +22,8 @@ from tuneplane.backends.local import (
     read_state,
     supervise,
 )
-from tuneplane.load import load_lab
-from tuneplane.scaffold import new_experiment
-from tuneplane.submit import backend_request, prepare_run
+from tuneplane.gitops.submit import backend_request, prepare_run
+from tuneplane.lab.load import load_lab
 
 CONTRACT = (
     "TUNEPLANE_WORK_DIR",

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tuneplane import __version__
-from tuneplane.catalog import load_catalog, packaged_catalog_root
-from tuneplane.locks import digest_consistent, make_lock, runtime_key
+from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
+from tuneplane.lab.locks import digest_consistent, make_lock, runtime_key
 from tuneplane.models.lock import RecipeLock
 
 EXP = "exp"
@@ -80,7 +80,7 @@ def test_consistency_accepts_both_digest_forms_and_nothing_else() -> None:
     catalog = load_catalog(packaged_catalog_root())
     lock = make_lock(catalog, METHOD, runtime_key(catalog.recipe(METHOD), None)[0])
     assert digest_consistent(RecipeLock.model_validate(lock))
-    from tuneplane.digest import bundle_digest
+    from tuneplane.runtime.digest import bundle_digest
 
     r = lock["recipe"]
     r["digest"] = bundle_digest(r["manifest_digest"], r["template_digest"])  # the StarForge form

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from tuneplane.models.recipe import Param, Recipe
-from tuneplane.params import (
+from tuneplane.check.params import (
     check_value,
     get_path,
     is_missing,
@@ -18,6 +17,7 @@ from tuneplane.params import (
     resolve_name,
     unknown_name_message,
 )
+from tuneplane.models.recipe import Param, Recipe
 
 
 def param(**kw: Any) -> Param:

@@ -14,18 +14,14 @@ from typing import Any
 import pytest
 
 from tuneplane import plugins
+from tuneplane.author.plugins import lock_plugin
+from tuneplane.check.plugin_locks import check_experiment_plugins
+from tuneplane.check.plugins import load_plugin_manifest, validate_plugin_dir
 from tuneplane.cli.main import run
-from tuneplane.digest import tree_digest
 from tuneplane.errors import UsageError
-from tuneplane.plugin_tools import (
-    LOCK_API,
-    PLUGIN_SCHEMA_URL,
-    check_experiment_plugins,
-    load_plugin_manifest,
-    lock_plugin,
-    validate_plugin_dir,
-)
+from tuneplane.models.plugin import LOCK_API, PLUGIN_SCHEMA_URL
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.digest import tree_digest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 STARFORGE_PLUGINS = SHARED / "fixtures" / "starforge-lab" / "plugins"

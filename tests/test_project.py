@@ -59,7 +59,7 @@ def test_project_ci_workflow_is_schema_valid():
 
 
 def test_lab_workflow_is_schema_valid_and_queues_bot_runs():
-    from tuneplane.scaffold import lab_files
+    from tuneplane.author.scaffold import lab_files
 
     data = _check_workflow(lab_files("demo")[".github/workflows/tuneplane.yml"])
     assert set(data["on"]) >= {"pull_request", "push", "schedule"}
@@ -74,7 +74,7 @@ def test_lab_workflow_is_schema_valid_and_queues_bot_runs():
 def test_pre_commit_hook_definitions():
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     assert hooks[0]["id"] == "tp-validate" and hooks[0]["entry"].startswith("tp validate")
-    from tuneplane.scaffold import lab_files
+    from tuneplane.author.scaffold import lab_files
 
     config = yaml.safe_load(lab_files("demo")[".pre-commit-config.yaml"])
     hook = config["repos"][0]["hooks"][0]

@@ -37,23 +37,15 @@ from helpers_render import (
 )
 
 from tuneplane import __version__
-from tuneplane.adapters import compile_plan
-from tuneplane.digest import tree_digest
 from tuneplane.errors import UsageError
-from tuneplane.k8s_validate import manifest_errors
-from tuneplane.load import Lab, load_lab
-from tuneplane.render import (
-    BOOTSTRAP,
-    CHECKOUT_SCRIPT,
-    COMMENT_LIMIT,
-    RenderedChange,
-    diff_comment,
-    jobspec_document,
-    label_value,
-    object_name,
-    render_manifests,
-    to_yaml,
-)
+from tuneplane.lab.load import Lab, load_lab
+from tuneplane.plan.adapters import compile_plan
+from tuneplane.plan.names import label_value, object_name
+from tuneplane.render.diff import COMMENT_LIMIT, RenderedChange, diff_comment
+from tuneplane.render.manifests import jobspec_document, render_manifests, to_yaml
+from tuneplane.render.schemacheck import manifest_errors
+from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
+from tuneplane.runtime.digest import tree_digest
 
 GOLDEN = Path(__file__).parent / "golden"
 RUN_HEAD = "apiVersion: tuneplane/run/v1\nkind: RunRequest\n"
@@ -299,7 +291,7 @@ def test_labels_annotations_and_queue(lab: Lab) -> None:
         "kueue.x-k8s.io/queue-name": "team-a",
     }
     notes = meta["annotations"]
-    from tuneplane.render import jobspec_digest
+    from tuneplane.plan.names import jobspec_digest
 
     assert notes["tuneplane.dev/commit"] == COMMIT and notes["tuneplane.dev/dirty"] == "false"
     assert notes["tuneplane.dev/jobspec-digest"] == jobspec_digest(spec)
@@ -429,8 +421,8 @@ scope: entrypoint
 
 def test_checkout_script_clones_the_commit_and_writes_the_jobspec(tmp_path: Path) -> None:
     """The init container's script against a real repository: two pods of one run, in turn."""
+    from tuneplane.author.plugins import lock_plugin
     from tuneplane.launcher import read_jobspec
-    from tuneplane.plugin_tools import lock_plugin
 
     storage = tmp_path / "storage"
     settings = (
@@ -538,7 +530,7 @@ def test_diff_comment_without_changes() -> None:
 
 @pytest.fixture()
 def cli_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from tuneplane.runs import dump_request
+    from tuneplane.lab.runs import dump_request
 
     lab = make_lab(
         tmp_path / "lab", {"t": "trl/sft", "c": "custom/custom", "img": "pytorch/image-classification"}
@@ -584,7 +576,7 @@ def test_tp_render_all_writes_one_file_per_request(cli_lab: Path, tp: Any, tmp_p
 
 def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tmp_path: Path) -> None:
     from tuneplane.cli import cmd_render
-    from tuneplane.runs import dump_request
+    from tuneplane.lab.runs import dump_request
 
     for i in range(cmd_render.PARALLEL_MIN):
         req = request("img", "h200:16" if i % 2 else "h200", run_id=f"20250102-1200{i:02d}-abc123")
@@ -627,7 +619,7 @@ def test_tp_render_changed_diff_against_the_base(cli_lab: Path, tp: Any) -> None
     git(cli_lab, "checkout", "-q", "-b", "feature")
     first = cli_lab / "runs/t/20250101-120000-abc123.yaml"
     first.write_text(first.read_text().replace("profile: h200\n", "profile: h200:16\n"))
-    from tuneplane.runs import dump_request
+    from tuneplane.lab.runs import dump_request
 
     added = request("img", "h200", run_id="20250105-000000-abc123")
     (cli_lab / "runs/img").mkdir()

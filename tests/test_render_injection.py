@@ -28,10 +28,11 @@ from helpers_render import (
 )
 from pydantic import ValidationError
 
-from tuneplane.adapters import compile_plan
 from tuneplane.errors import UsageError
-from tuneplane.load import Lab
-from tuneplane.render import BOOTSTRAP, CHECKOUT_SCRIPT, parse_documents, render_documents
+from tuneplane.lab.load import Lab
+from tuneplane.plan.adapters import compile_plan
+from tuneplane.render.manifests import parse_documents, render_documents
+from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
 
 PAYLOADS = {
     "newline-key": "a\nevil: injected",

@@ -8,7 +8,7 @@ import re
 import jsonschema
 import pytest
 
-from tuneplane import reporters
+from tuneplane.check import reporters
 from tuneplane.problems import Problem, Severity
 
 ERR = Problem("experiments/a/config.yaml", 3, 5, "config-range", "epochs: 0 is below the minimum 1",

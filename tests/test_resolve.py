@@ -25,9 +25,9 @@ from helpers_render import (
 
 from tuneplane import __version__
 from tuneplane.errors import UsageError
-from tuneplane.load import Lab, load_lab
+from tuneplane.lab.load import Lab, load_lab
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.resolve import prepare_experiment, resolve_prepared, storage_root
+from tuneplane.plan.resolve import prepare_experiment, resolve_prepared, storage_root
 
 PLUGIN_YAML = """\
 schema: tuneplane/plugin/v1
@@ -171,7 +171,7 @@ def test_a_pinned_commit_wins(lab: Lab) -> None:
 
 
 def test_experiment_mismatch_is_refused(lab: Lab) -> None:
-    from tuneplane.resolve import resolve
+    from tuneplane.plan.resolve import resolve
 
     with pytest.raises(UsageError, match="names experiment 'pytorch-exp', not 'trl-sft-exp'"):
         resolve(
@@ -263,7 +263,7 @@ def test_digest_policy_applies_to_the_resolved_image(tmp_path: Path) -> None:
 
 
 def _plugin_lab(root: Path, method: str, capability: str = "algorithm", load: str = "deferred") -> Lab:
-    from tuneplane.plugin_tools import lock_plugin
+    from tuneplane.author.plugins import lock_plugin
 
     files = {
         "plugins/opsd/plugin.yaml": PLUGIN_YAML.format(
@@ -431,7 +431,7 @@ def test_a_local_lab_refuses_a_run_that_needs_several_nodes(tmp_path: Path) -> N
     """The local backend runs a job on this machine: two nodes' worth of GPUs cannot be honoured."""
     from helpers_render import CLUSTER_SETTINGS, make_lab, request
 
-    from tuneplane.resolve import resolve
+    from tuneplane.plan.resolve import resolve
 
     settings = CLUSTER_SETTINGS.replace("  backend: kubernetes\n", "  backend: local\n")
     lab = make_lab(tmp_path / "lab", {"pytorch-exp": "pytorch/image-classification"}, settings=settings)

@@ -12,9 +12,10 @@ from helpers_git import request
 
 from tuneplane.backends.base import Observation
 from tuneplane.errors import UsageError
-from tuneplane.models.run import RUN_ID_RE, RunStatus, Transition
-from tuneplane.observe import apply_observation, check_transition, is_legal, with_metrics
-from tuneplane.runs import (
+from tuneplane.gitops.observe import apply_observation, check_transition, is_legal, with_metrics
+from tuneplane.gitops.submit import parse_sets
+from tuneplane.gitops.writeback import pick_status, render_dashboard, sparkline, write_dashboard
+from tuneplane.lab.runs import (
     SCHEMA_LINE,
     RunKey,
     dump_request,
@@ -29,8 +30,7 @@ from tuneplane.runs import (
     write_request,
     write_status,
 )
-from tuneplane.submit import parse_sets
-from tuneplane.writeback import pick_status, render_dashboard, sparkline, write_dashboard
+from tuneplane.models.run import RUN_ID_RE, RunStatus, Transition
 
 
 def status(phase: str = "Submitted", **fields) -> RunStatus:  # type: ignore[no-untyped-def]

@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tuneplane.dev.schemagen import models, render_all
+from tuneplane.lab.yamlio import load_json, load_yaml
 from tuneplane.models.base import parse_model
-from tuneplane.schemagen import models, render_all
-from tuneplane.yamlio import load_json, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = Path(__file__).parent / "schema_examples"
@@ -27,10 +27,10 @@ def _example(name: str, kind: str):
 
 
 def test_committed_schemas_match_the_models():
-    """Regenerate with `python -m tuneplane.schemagen` when a model changes."""
+    """Regenerate with `python -m tuneplane.dev.schemagen` when a model changes."""
     for filename, text in render_all().items():
         committed = (ROOT / "schemas" / filename).read_text(encoding="utf-8")
-        assert committed == text, f"schemas/{filename} is stale: run python -m tuneplane.schemagen"
+        assert committed == text, f"schemas/{filename} is stale: run python -m tuneplane.dev.schemagen"
 
 
 @pytest.mark.parametrize("name", sorted(models()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tuneplane.models.lab import LabFile
-from tuneplane.shapes import Shape, ShapeError, parse_profile
+from tuneplane.plan.shapes import Shape, ShapeError, parse_profile
 
 LAB = LabFile.model_validate({
     "apiVersion": "tuneplane/project/v1",

@@ -11,13 +11,15 @@ import typer
 from helpers_git import BRANCH, git, make_remote, remote_files, set_backend
 from typer.testing import CliRunner
 
-from tuneplane.bot import BotOptions, reconcile
+from tuneplane.author.scaffold import new_experiment
 from tuneplane.cli.job_commands import register_job_commands
 from tuneplane.errors import UsageError
-from tuneplane.load import load_lab
-from tuneplane.runs import RunKey, read_request, read_status
-from tuneplane.scaffold import new_experiment
-from tuneplane.submit import SubmitOptions, cancel_run, rerun, submit
+from tuneplane.gitops.bot import BotOptions, reconcile
+from tuneplane.gitops.cancel import cancel_run
+from tuneplane.gitops.rerun import rerun
+from tuneplane.gitops.submit import SubmitOptions, submit
+from tuneplane.lab.load import load_lab
+from tuneplane.lab.runs import RunKey, read_request, read_status
 
 TRAIN = (
     '#!/usr/bin/env bash\nset -eu\necho "trainer version 1 lr=$(cat "$TUNEPLANE_EXP_DIR/lr" 2>/dev/null)"\n'
@@ -188,7 +190,7 @@ def test_job_commands_show_runs_status_and_logs(exp: Path) -> None:
 
 
 def test_a_lab_without_commits_is_refused(tmp_path: Path) -> None:
-    from tuneplane.scaffold import init_lab
+    from tuneplane.author.scaffold import init_lab
 
     init_lab(tmp_path / "lab", "x", use_git=False)
     git(tmp_path / "lab", "init", "-q")

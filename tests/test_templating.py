@@ -5,7 +5,7 @@ from __future__ import annotations
 import jinja2
 import yaml
 
-from tuneplane.templating import _bytecode_cache, _QuietCache, quote
+from tuneplane.render.templating import _bytecode_cache, _QuietCache, quote
 
 
 def _env(tmp_path, cache):

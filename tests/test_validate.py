@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tuneplane.load import load_lab
+from tuneplane.check.validate import validate
+from tuneplane.lab.load import load_lab
 from tuneplane.problems import Problem, Severity
-from tuneplane.validate import validate
 
 RUN_ID = "20260101-120000-abcdef"
 URL = "https://wandb.example.org/team/proj"

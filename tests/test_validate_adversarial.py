@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tuneplane.admission import EXTERNAL_NEEDS_URL
-from tuneplane.catalog import load_catalog, packaged_catalog_root
-from tuneplane.load import load_lab
-from tuneplane.scaffold import init_lab, new_experiment
+from tuneplane.author.scaffold import init_lab, new_experiment
+from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
+from tuneplane.lab.load import load_lab
+from tuneplane.plan.admission import EXTERNAL_NEEDS_URL
 
 RUN_ID = "20260101-120000-abcdef"
 ALLOW = {"TUNEPLANE_ALLOWED_IMAGE_REGISTRIES": "registry.example.com"}

@@ -1,4 +1,4 @@
-"""Loading YAML and JSON with positions, and refusing what would hurt (tuneplane.yamlio)."""
+"""Loading YAML and JSON with positions, and refusing what would hurt (tuneplane.lab.yamlio)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneplane.yamlio import NODE_BUDGET, LoadFailed, load_json, load_yaml, parse_yaml, write_json
+from tuneplane.lab.yamlio import NODE_BUDGET, LoadFailed, load_json, load_yaml, parse_yaml, write_json
 
 MB = 1024 * 1024
 

@@ -31,8 +31,8 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
-from tuneplane.digest import DigestError, tree_digest
-from tuneplane.versions import parse_version, version_admits  # noqa: F401 - re-exported
+from tuneplane.runtime.digest import DigestError, tree_digest
+from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
 CONFIG_ERROR_EXIT = 78  # EX_CONFIG: the job's configuration is wrong; retrying will not help
 JOBSPEC_PATH = ".tuneplane/jobspec.json"

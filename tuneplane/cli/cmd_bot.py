@@ -9,7 +9,7 @@ import typer
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tuneplane.bot import BotReport
+    from tuneplane.gitops.bot import BotReport
 
 bot_app = typer.Typer(
     name="bot",
@@ -40,7 +40,7 @@ def sync(push: Push = False, remote: Remote = None, branch: Branch = None, kubec
 
 def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconfig: str | None,
          context: str | None, in_cluster: bool) -> None:
-    from tuneplane import bot
+    from tuneplane.gitops import bot
 
     opts = bot.BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
                           in_cluster=in_cluster)
@@ -49,7 +49,7 @@ def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconf
 
 
 def _root() -> Path:
-    from tuneplane.load import find_lab_root
+    from tuneplane.lab.load import find_lab_root
 
     return find_lab_root()
 

@@ -20,8 +20,8 @@ def init(
 ) -> None:
     import sys
 
+    from tuneplane.author.scaffold import init_lab
     from tuneplane.errors import UsageError
-    from tuneplane.scaffold import init_lab
 
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is a file, not a directory", hint="pass a directory for the new lab")

@@ -29,7 +29,7 @@ def metrics(
 ) -> None:
     """Print a run's metrics (last, min, max, count, last step, trend); --plot writes an SVG."""
     from tuneplane.errors import UsageError
-    from tuneplane.metrics_view import render_svg, render_table
+    from tuneplane.gitops.charts import render_svg, render_table
 
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
@@ -77,10 +77,10 @@ def _local_reader(run: str, db: Path | None) -> _Reader:
 
 def _local_run_db(run: str) -> Path | None:
     """A local run keeps its own store in its run directory; its status file says where that is."""
-    from tuneplane.backends.local import DB
+    from tuneplane.backends.local.backend import DB
     from tuneplane.errors import UsageError
-    from tuneplane.load import find_lab_root
-    from tuneplane.runs import find_run, read_status
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run, read_status
 
     try:
         root = find_lab_root()

@@ -14,8 +14,8 @@ def register(app: typer.Typer) -> None:
 def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     import json
 
-    from tuneplane.inventory import experiment_rows
-    from tuneplane.load import load_lab
+    from tuneplane.check.inventory import experiment_rows
+    from tuneplane.lab.load import load_lab
 
     rows = experiment_rows(load_lab())
     if as_json:
@@ -24,7 +24,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = Fa
     if not rows:
         typer.echo("no experiments yet: tp new NAME --method custom/custom")
         return
-    from tuneplane.tables import table
+    from tuneplane.cli.tables import table
 
     typer.echo(table(["experiment", "method", "framework", "lock"],
                      [[r["name"], r["method"], r["framework_version"], r["lock"]] for r in rows]))

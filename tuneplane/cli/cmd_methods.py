@@ -12,8 +12,8 @@ def register(app: typer.Typer) -> None:
 
 
 def methods(method: Annotated[str | None, typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None) -> None:
-    from tuneplane.catalog import load_catalog
-    from tuneplane.tables import table
+    from tuneplane.cli.tables import table
+    from tuneplane.lab.catalog import load_catalog
 
     catalog = load_catalog()
     if method is None:

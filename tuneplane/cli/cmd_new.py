@@ -17,8 +17,8 @@ def new(
     framework_version: Annotated[str | None, typer.Option("--framework-version", help="Runtime version key.")] = None,
     source: Annotated[str | None, typer.Option("--from", help="Start from an existing experiment.")] = None,
 ) -> None:
-    from tuneplane.load import load_lab
-    from tuneplane.scaffold import new_experiment
+    from tuneplane.author.scaffold import new_experiment
+    from tuneplane.lab.load import load_lab
 
     lab = load_lab()
     path = new_experiment(lab, name, method, framework_version, source)

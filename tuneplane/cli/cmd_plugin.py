@@ -24,8 +24,8 @@ def new(
         "--dir", help="Create <DIR>/<NAME>/ instead of plugins/<NAME>/ in the current lab.")] = None,
 ) -> None:
     """Scaffold an algorithm plugin: plugin.yaml and a module with install(params)."""
-    from tuneplane.load import find_lab_root
-    from tuneplane.plugin_tools import scaffold_plugin
+    from tuneplane.author.plugins import scaffold_plugin
+    from tuneplane.lab.load import find_lab_root
 
     parent = directory if directory is not None else find_lab_root(Path.cwd()) / "plugins"
     target = scaffold_plugin(parent, name)
@@ -38,8 +38,8 @@ def validate(
     directory: Annotated[Path, typer.Argument(help="The plugin directory (holding plugin.yaml).")],
 ) -> None:
     """Check a plugin as publishing would: schema, entrypoint, shadowing names, symlinks."""
+    from tuneplane.check.plugins import validate_plugin_dir
     from tuneplane.errors import ProblemsFound
-    from tuneplane.plugin_tools import validate_plugin_dir
 
     problems = validate_plugin_dir(directory)
     _echo_problems(problems)
@@ -55,8 +55,8 @@ def lock(
                                        help="The lab plugin plugins/NAME/, locked under OWNER.")],
 ) -> None:
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
-    from tuneplane.load import find_lab_root
-    from tuneplane.plugin_tools import lock_plugin
+    from tuneplane.author.plugins import lock_plugin
+    from tuneplane.lab.load import find_lab_root
 
     result = lock_plugin(find_lab_root(Path.cwd()), experiment, ref)
     previous = result.previous

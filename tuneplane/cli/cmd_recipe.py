@@ -19,9 +19,9 @@ def upgrade(
     all_: Annotated[bool, typer.Option("--all", help="Every experiment of the lab.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
 ) -> None:
+    from tuneplane.author.upgrade import upgrade as run_upgrade
     from tuneplane.errors import UsageError
-    from tuneplane.load import load_lab
-    from tuneplane.upgrade import upgrade as run_upgrade
+    from tuneplane.lab.load import load_lab
 
     lab = load_lab()
     if all_:

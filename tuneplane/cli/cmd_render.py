@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from tuneplane.catalog import Catalog
-    from tuneplane.load import Lab
+    from tuneplane.lab.catalog import Catalog
+    from tuneplane.lab.load import Lab
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.models.run import RunRequest
-    from tuneplane.plan import LaunchPlan
+    from tuneplane.plan.launchplan import LaunchPlan
 
 PREVIEW_RUN_ID = "00000000-000000-000000"  # a request not written yet renders under a fixed id
 
@@ -146,10 +146,10 @@ class RenderContext:
 
     @classmethod
     def open(cls, opts: RenderOptions) -> RenderContext:
-        from tuneplane.catalog import load_catalog
         from tuneplane.errors import UsageError
-        from tuneplane.gitrepo import GitRepo
-        from tuneplane.load import load_lab
+        from tuneplane.lab.catalog import load_catalog
+        from tuneplane.lab.gitrepo import GitRepo
+        from tuneplane.lab.load import load_lab
 
         lab = load_lab()
         repo = GitRepo(lab.root)
@@ -166,9 +166,9 @@ class RenderContext:
     # requests
 
     def request_from_flags(self, experiment: str) -> RunRequest:
+        from tuneplane.check.params import parse_assignment
         from tuneplane.errors import UsageError
         from tuneplane.models.run import Inputs, RunRequest
-        from tuneplane.params import parse_assignment
 
         o = self.opts
         if not o.profile:
@@ -188,16 +188,16 @@ class RenderContext:
         return request
 
     def all_requests(self) -> list[Path]:
-        from tuneplane.validate import run_files
+        from tuneplane.check.validate import run_files
 
         return run_files(self.lab)
 
     # rendering
 
     def render_request(self, request: RunRequest) -> Rendered:
-        from tuneplane.adapters import compile_plan
-        from tuneplane.render import render_documents
-        from tuneplane.resolve import prepare_experiment, resolve_prepared
+        from tuneplane.plan.adapters import compile_plan
+        from tuneplane.plan.resolve import prepare_experiment, resolve_prepared
+        from tuneplane.render.manifests import render_documents
 
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
@@ -213,7 +213,7 @@ class RenderContext:
         """YAML: the rendered text itself (it is what was parsed back and validated); JSON: the documents."""
         import json
 
-        from tuneplane.render import to_yaml
+        from tuneplane.render.manifests import to_yaml
 
         if self.opts.fmt is Format.json:
             return json.dumps(rendered.docs, indent=2, ensure_ascii=False) + "\n"
@@ -285,9 +285,9 @@ class RenderContext:
 
     def request_from_file(self, path: Path, text: str | None = None) -> RunRequest:
         from tuneplane.errors import UsageError
+        from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
         from tuneplane.models.base import parse_model
         from tuneplane.models.run import RunRequest
-        from tuneplane.yamlio import LoadFailed, load_yaml, parse_yaml
 
         rel = self.rel(path)
         try:
@@ -311,7 +311,7 @@ class RenderContext:
         if not self.opts.diff:
             existing = [str(self.lab.root / p) for p in paths if (self.lab.root / p).is_file()]
             return self.many(existing) if existing else 0
-        from tuneplane.render import diff_comment
+        from tuneplane.render.diff import diff_comment
 
         base = self.opts.base or self.repo.default_merge_base() or ""
         changes = [self.change(p, base) for p in paths]
@@ -321,7 +321,7 @@ class RenderContext:
     def change(self, rel: str, base: str) -> Any:
         """Both renderings of one changed request; a base that no longer renders counts as absent."""
         from tuneplane.errors import UsageError
-        from tuneplane.render import RenderedChange
+        from tuneplane.render.diff import RenderedChange
 
         path = self.lab.root / rel
         before_text = self.repo.show(base, rel) if base else None
@@ -351,7 +351,7 @@ def _render_chunk(targets: list[str]) -> list[tuple[str, str]]:
 
 def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:
     """A local run has no manifests: show its JobSpec and the process the local backend starts."""
-    from tuneplane.environment import job_env
+    from tuneplane.plan.environment import job_env
 
     launch = {"apiVersion": "tuneplane/v1", "kind": "LaunchPlan", "argv": list(plan.argv), "cwd": plan.cwd,
               "mode": plan.mode, "env": job_env(spec, plan.env), "secret_env": dict(plan.secret_env)}

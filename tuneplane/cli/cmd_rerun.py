@@ -25,7 +25,7 @@ def rerun(
 ) -> None:
     from tuneplane.cli.cmd_submit import show_outcome
     from tuneplane.errors import RunFailed
-    from tuneplane.submit import rerun as do_rerun
+    from tuneplane.gitops.rerun import rerun as do_rerun
 
     done = do_rerun(
         run,

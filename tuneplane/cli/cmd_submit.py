@@ -47,9 +47,9 @@ def submit(
     branch: Branch = None,
 ) -> None:
     from tuneplane.errors import RunFailed
+    from tuneplane.gitops.submit import SubmitOptions, parse_sets
+    from tuneplane.gitops.submit import submit as do_submit
     from tuneplane.models.run import Inputs
-    from tuneplane.submit import SubmitOptions, parse_sets
-    from tuneplane.submit import submit as do_submit
 
     opts = SubmitOptions(
         experiment=experiment,
@@ -79,8 +79,8 @@ def submit(
 
 def show_outcome(status: RunStatus, commit: str | None) -> None:
     """A few lines on how a run ended: phase, where the outputs and the status file are."""
-    from tuneplane.runs import RunKey
-    from tuneplane.writeback import sparkline
+    from tuneplane.gitops.writeback import sparkline
+    from tuneplane.lab.runs import RunKey
 
     key = RunKey(status.experiment, status.run_id)
     code = f", exit code {status.exit_code}" if status.exit_code is not None else ""

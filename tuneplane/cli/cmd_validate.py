@@ -31,11 +31,11 @@ def validate(
     import os
     from pathlib import Path
 
-    from tuneplane import reporters
-    from tuneplane.load import load_lab
+    from tuneplane.check import reporters
+    from tuneplane.check.scope import scope_all, scope_for_args, scope_for_paths
+    from tuneplane.check.validate import validate as run_validate
+    from tuneplane.lab.load import load_lab
     from tuneplane.problems import has_errors
-    from tuneplane.scope import scope_all, scope_for_args, scope_for_paths
-    from tuneplane.validate import validate as run_validate
 
     lab = load_lab()
     if lab.settings is None and lab.doc is None and not lab.legacy:
@@ -44,7 +44,7 @@ def validate(
         first = lab.problems[0]
         raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
     if changed:
-        from tuneplane.gitrepo import GitRepo
+        from tuneplane.lab.gitrepo import GitRepo
 
         scope = scope_for_paths(lab, GitRepo(lab.root).changed_files(base))
     elif targets and not all_:

@@ -33,9 +33,9 @@ def ls(
         bool, typer.Option("--all", help=f"Every run, not the {RECENT} most recent.")
     ] = False,
 ) -> None:
-    from tuneplane.load import find_lab_root
-    from tuneplane.runs import request_keys, status_keys
-    from tuneplane.tables import table
+    from tuneplane.cli.tables import table
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import request_keys, status_keys
 
     root = find_lab_root()
     keys = sorted(
@@ -55,7 +55,7 @@ def ls(
 def _ls_row(root: Path, key: Any) -> list[str]:
     import json
 
-    from tuneplane.writeback import duration_text, metric_cell, short_time
+    from tuneplane.gitops.writeback import duration_text, metric_cell, short_time
 
     try:
         data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
@@ -97,8 +97,8 @@ def status(
 ) -> None:
     import json
 
-    from tuneplane.load import find_lab_root
-    from tuneplane.runs import find_run, read_request, read_status
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run, read_request, read_status
 
     root = find_lab_root()
     key = find_run(root, run)
@@ -139,15 +139,15 @@ def _not_submitted(root: Path, key: Any, read_request: Any) -> None:
 
 def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: str | None) -> RunStatus:
     """The status as the backend sees it now (not written: the bot owns status files)."""
-    from tuneplane.observe import backend_ref, observe_run, with_metrics
-    from tuneplane.runs import utc_now
+    from tuneplane.gitops.observe import backend_ref, observe_run, with_metrics
+    from tuneplane.lab.runs import utc_now
 
     ref = backend_ref(current)
     assert ref is not None
     backend = _backend_for(root, ref.backend, kubeconfig, context)
     fresh = observe_run(backend, current, utc_now())
     if hasattr(backend, "metrics"):
-        from tuneplane.submit import primary_metrics
+        from tuneplane.gitops.submit import primary_metrics
 
         summary, series = backend.metrics(ref)
         if summary:
@@ -156,7 +156,7 @@ def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: 
 
 
 def _status_lines(key: Any, s: RunStatus) -> list[tuple[str, str]]:
-    from tuneplane.writeback import duration_text, sparkline
+    from tuneplane.gitops.writeback import duration_text, sparkline
 
     p = s.provenance
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
@@ -208,9 +208,9 @@ def logs(
 ) -> None:
     from tuneplane.backends.base import BackendError
     from tuneplane.errors import UsageError
-    from tuneplane.load import find_lab_root
-    from tuneplane.observe import backend_ref
-    from tuneplane.runs import find_run, read_status
+    from tuneplane.gitops.observe import backend_ref
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run, read_status
 
     root = find_lab_root()
     key = find_run(root, run)
@@ -232,14 +232,14 @@ def cancel(
     now: Annotated[bool, typer.Option("--now", help="Also stop a local run at once.")] = False,
     push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
 ) -> None:
-    from tuneplane.submit import cancel_run
+    from tuneplane.gitops.cancel import cancel_run
 
     for line in cancel_run(run, now=now, push=push):
         typer.echo(line)
 
 
 def _backend_for(root: Path, name: str, kubeconfig: str | None, context: str | None) -> Any:
-    from tuneplane.bot import Backends, BotOptions
-    from tuneplane.load import load_lab
+    from tuneplane.gitops.bot import Backends, BotOptions
+    from tuneplane.lab.load import load_lab
 
     return Backends(load_lab(root), BotOptions(kubeconfig=kubeconfig, context=context)).get(name)

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from tuneplane.lab.yamlio import Doc, escape
 from tuneplane.problems import Problem
-from tuneplane.yamlio import Doc, escape
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 LAB_NAME_RE = r"^[A-Za-z0-9._-]+$"

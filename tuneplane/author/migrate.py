@@ -1,0 +1,175 @@
+"""`tp migrate`: turn a StarForge lab into a TunePlane lab, in place.
+
+Every change is computed in memory first; then all new files are written next to their targets and
+renamed into place together, so a failure leaves the lab as it was. YAML is edited round-trip (ruamel)
+so people's comments and key order survive.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneplane.errors import UsageError
+from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
+from tuneplane.lab.locks import LOCK_FILE
+from tuneplane.lab.yamlio import file_mode
+from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
+from tuneplane.runtime.digest import bundle_digest
+
+ENV_RENAMES = {
+    "FORGE_WORK_DIR": "TUNEPLANE_WORK_DIR", "FORGE_EXP_DIR": "TUNEPLANE_EXP_DIR",
+    "FORGE_OUT_DIR": "TUNEPLANE_OUT_DIR", "FORGE_FRAMEWORK": "TUNEPLANE_FRAMEWORK",
+    "FORGE_RECIPE": "TUNEPLANE_RECIPE", "FORGE_CLUSTER_NUM_NODES": "TUNEPLANE_CLUSTER_NUM_NODES",
+    "FORGE_CLUSTER_GPUS_PER_NODE": "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
+    "STARFORGE_ENDPOINT": "TUNEPLANE_JOB_ENDPOINT", "STARFORGE_RUN_ID": "TUNEPLANE_JOB_RUN_ID",
+    "STARFORGE_TOKEN": "TUNEPLANE_JOB_TOKEN", "STARFORGE_ENABLED": "TUNEPLANE_JOB_ENABLED",
+}
+_ENV = re.compile(r"\b(FORGE_[A-Z_]+|STARFORGE_[A-Z_]+|starforge\.report)\b")
+LEGACY_PLUGIN_SCHEMAS = ("lab-plugin/v1", "forge/plugin/v1")
+
+
+@dataclass
+class MigrationPlan:
+    writes: dict[str, str] = field(default_factory=dict)  # relative path → new content
+    deletes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a person should check afterwards
+
+
+def plan_migration(root: Path, catalog: Catalog | None = None) -> MigrationPlan:
+    catalog = catalog or load_catalog()
+    if (root / LAB_FILE).exists():
+        raise UsageError(f"{root} already has {LAB_FILE}", hint="nothing to migrate")
+    if not (root / LEGACY_LAB_FILE).is_file():
+        raise UsageError(f"no {LEGACY_LAB_FILE} in {root}", hint="run tp migrate at the root of a StarForge lab")
+    plan = MigrationPlan()
+    _lab_file(root, plan)
+    for lock in sorted(root.glob(f"experiments/*/{LOCK_FILE}")):
+        _lock(root, lock, plan, catalog)
+    for manifest in sorted(root.glob("plugins/*/plugin.yaml")):
+        _plugin(root, manifest, plan)
+    for script in sorted([*root.glob("experiments/*/*.sh"), *root.glob("experiments/*/*.py")]):
+        _scan_script(root, script, plan)
+    for d in LAB_DIRS:
+        if not (root / d).exists():
+            plan.writes[f"{d}/.gitkeep"] = ""
+    return plan
+
+
+def _yaml() -> Any:
+    from ruamel.yaml import YAML  # round-trip editing only here: it keeps comments and order
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.width = 4096
+    return y
+
+
+def _dump(y: Any, data: Any) -> str:
+    buf = io.StringIO()
+    y.dump(data, buf)
+    return buf.getvalue()
+
+
+def _lab_file(root: Path, plan: MigrationPlan) -> None:
+    from tuneplane.author.scaffold import lab_files
+
+    y = _yaml()
+    data = y.load((root / LEGACY_LAB_FILE).read_text(encoding="utf-8")) or {}
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(data.get("name") or root.name)).strip("-.") or "lab"
+    header = "".join(line + "\n" for line in (root / LEGACY_LAB_FILE).read_text(encoding="utf-8").splitlines()
+                     if line.startswith("#"))
+    new_lab = lab_files(name)[LAB_FILE]
+    first, _, rest = new_lab.partition("\n")
+    plan.writes[LAB_FILE] = f"{first}\n# Migrated from {LEGACY_LAB_FILE}; its comments follow.\n{header}{rest}"
+    plan.deletes.append(LEGACY_LAB_FILE)
+    plan.notes.append(f"{LAB_FILE}: written from {LEGACY_LAB_FILE} (name {name!r}); "
+                      "review profiles, images and cluster settings")
+
+
+def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None:
+    rel = path.relative_to(root).as_posix()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{rel}: cannot read the lock: {exc}",
+                         hint="fix or delete it, then run tp migrate again") from None
+    if data.get("apiVersion") not in LEGACY_LOCK_APIS:
+        return
+    recipe = data.get("recipe", {})
+    data["apiVersion"] = RECIPE_LOCK_API
+    if "manifest_digest" in recipe:
+        recipe["digest"] = bundle_digest(recipe["manifest_digest"])
+    method = recipe.get("name", "")
+    if catalog.has(method):
+        current = catalog.recipe(method)
+        data.setdefault("bindings", {
+            "params": {n: {"path": p.path, "type": p.type} for n, p in sorted(current.params.items())},
+            "entrypoint": {"kind": current.entrypoint.kind, "value": current.entrypoint.value}})
+        plan.notes.append(f"{rel}: converted; then run `tp recipe upgrade {path.parent.name}` to adopt the current "
+                          f"{method} recipe")
+    else:
+        plan.notes.append(f"{rel}: converted, but {method!r} is not in this catalog; pick a method from "
+                          f"`tp methods` and re-create it with `tp new NEW --method … --from {path.parent.name}`")
+    plan.writes[rel] = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
+    rel = path.relative_to(root).as_posix()
+    y = _yaml()
+    data = y.load(path.read_text(encoding="utf-8"))
+    if not hasattr(data, "get") or data.get("schema") not in LEGACY_PLUGIN_SCHEMAS:
+        return
+    data["schema"] = "tuneplane/plugin/v1"
+    if "kind" in data and "capability" not in data:
+        keys = list(data.keys())
+        data.insert(keys.index("kind"), "capability", data["kind"])
+        del data["kind"]
+    if data.get("capability") == "data-prep" and "execution" not in data:
+        data.insert(list(data.keys()).index("capability") + 1, "execution", "local")  # StarForge ran it locally
+    plan.writes[rel] = _dump(y, data)
+    plan.notes.append(f"{rel}: schema tuneplane/plugin/v1 (`kind` is now `capability`); re-lock experiments "
+                      "that use it with `tp plugin lock`")
+
+
+def _scan_script(root: Path, path: Path, plan: MigrationPlan) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    rel = path.relative_to(root).as_posix()
+    for number, line in enumerate(text.splitlines(), 1):
+        for m in _ENV.finditer(line):
+            old = m.group(1)
+            new = "tuneplane.report" if old == "starforge.report" else ENV_RENAMES.get(old)
+            advice = f"use {new}" if new else "no TunePlane equivalent; remove it"
+            plan.notes.append(f"{rel}:{number}:{m.start() + 1}: {old}: {advice}")
+
+
+def apply(root: Path, plan: MigrationPlan) -> None:
+    """Write every new file beside its target, then rename all into place; delete last."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for rel, text in plan.writes.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".migrating", dir=target.parent)
+            os.fchmod(fd, file_mode(target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+            staged.append((tmp, target))
+    except BaseException:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    for tmp, target in staged:
+        os.replace(tmp, target)
+    for rel in plan.deletes:
+        (root / rel).unlink(missing_ok=True)

@@ -1,0 +1,165 @@
+"""Plugin authoring: `tp plugin new` scaffolds a plugin, `tp plugin lock` pins one into an experiment."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneplane.check.plugin_locks import parse_plugins_lock
+from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
+from tuneplane.errors import UsageError
+from tuneplane.lab.yamlio import write_json
+from tuneplane.models.plugin import (
+    LOCK_API,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    PLUGIN_SCHEMA,
+    PLUGIN_SCHEMA_URL,
+    SEGMENT,
+    PluginManifest,
+    PluginsLockEntry,
+    module_name_for,
+)
+from tuneplane.runtime.digest import DigestError, tree_digest
+
+
+def _manifest_text(name: str, module: str) -> str:
+    return (f"# yaml-language-server: $schema={PLUGIN_SCHEMA_URL}\n"
+            f"schema: {PLUGIN_SCHEMA}\n"
+            f"name: {name}\n"
+            "version: 0.1.0\n"
+            "capability: algorithm\n"
+            "summary: Say in one line what this patch changes.\n"
+            f"entrypoint: {module}:install\n"
+            "load: eager\n"
+            "requires:\n"
+            "  core: \">=0.1,<1\"\n"
+            "scope: entrypoint\n")
+
+
+def _module_text(name: str) -> str:
+    return f'''"""{name}: an algorithm plugin, applied in the training entrypoint process.
+
+The launcher imports this module before training starts and calls `install(params)` (load: eager).
+With `load: deferred` it is called later, by the trainer, as `install(params, **ctx)` through
+`tuneplane.plugins.install_deferred("{name}", ...)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_applied = False
+
+
+def install(params: Mapping[str, Any]) -> None:
+    """Apply the patch. `params` is the job's spec.hyperparams, recorded with the run.
+
+    Import the training framework here, not at module level; raise on a real problem (the job
+    stops rather than train without the patch); stay idempotent (a process may call this twice).
+    """
+    global _applied
+    if _applied:
+        return
+    # import some_framework.losses as losses
+    # original = losses.compute_loss
+    # scale = float(params.get("{name}.scale", 1.0))
+    # losses.compute_loss = lambda *args, **kwargs: original(*args, **kwargs) * scale
+    _applied = True
+'''
+
+
+def scaffold_plugin(parent: Path, name: str) -> Path:
+    """Create `<parent>/<name>/` with plugin.yaml and its module; never overwrites anything."""
+    if not re.fullmatch(SEGMENT, name):
+        raise UsageError(f"{name!r} is not a plugin name", "use letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit")
+    target = parent / name
+    if target.exists():
+        raise UsageError(f"{target} already exists", "pick another name or remove it")
+    module = module_name_for(name)
+    target.mkdir(parents=True)
+    (target / MANIFEST_FILE).write_text(_manifest_text(name, module), encoding="utf-8")
+    (target / f"{module}.py").write_text(_module_text(name), encoding="utf-8")
+    return target
+
+
+def parse_plugin_ref(text: str) -> tuple[str, str, str | None]:
+    """`owner/name[@version]` -> (owner, name, version or None)."""
+    m = re.fullmatch(f"({SEGMENT})/({SEGMENT})(?:@({SEGMENT}))?", text)
+    if m is None:
+        raise UsageError(f"{text!r} is not a plugin reference", "write OWNER/NAME or OWNER/NAME@VERSION")
+    return m[1], m[2], m[3]
+
+
+@dataclass(frozen=True)
+class LockResult:
+    path: Path
+    entry: PluginsLockEntry
+    previous: PluginsLockEntry | None
+
+
+def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
+    """Pin `plugins/<name>/` of the lab into `experiments/<experiment>/plugins.lock.json`."""
+    owner, name, version = parse_plugin_ref(ref)
+    exp_dir = _experiment_dir(lab_root, experiment)
+    plugin_dir = lab_root / "plugins" / name
+    manifest = _lockable_manifest(lab_root, plugin_dir, f"{owner}/{name}", version)
+    try:
+        digest = tree_digest(plugin_dir)
+    except DigestError as exc:
+        raise UsageError(f"cannot digest plugins/{name}: {exc}",
+                         f"tp plugin validate plugins/{name}") from None
+    entry = PluginsLockEntry(id=f"{owner}/{name}", version=manifest.version, digest=digest)
+    lock_path = exp_dir / LOCK_FILE
+    entries = _existing_entries(lock_path, lab_root)
+    previous = next((e for e in entries if e.id == entry.id), None)
+    kept = sorted([e for e in entries if e.id != entry.id] + [entry], key=lambda e: e.id)
+    write_json(lock_path, {"apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]})
+    return LockResult(lock_path, entry, previous)
+
+
+def _experiment_dir(lab_root: Path, experiment: str) -> Path:
+    if not re.fullmatch(SEGMENT, experiment):
+        raise UsageError(f"{experiment!r} is not an experiment name",
+                         "pass the directory name under experiments/")
+    exp_dir = lab_root / "experiments" / experiment
+    if not exp_dir.is_dir():
+        raise UsageError(f"no experiment {experiment!r} in {lab_root / 'experiments'}",
+                         "create it with `tp new`, or check the name with `tp ls`")
+    return exp_dir
+
+
+def _lockable_manifest(lab_root: Path, plugin_dir: Path, plugin_id: str,
+                       version: str | None) -> PluginManifest:
+    name = plugin_id.split("/", 1)[1]
+    if not plugin_dir.is_dir():
+        raise UsageError(f"no plugin {name!r} in {lab_root / 'plugins'}",
+                         f"create it with `tp plugin new {name}`")
+    problems = validate_plugin_dir(plugin_dir, lab_root)
+    errors = [p for p in problems if p.is_error]
+    if errors:
+        lines = "\n".join(f"  {p.location()}: {p.message}" for p in errors)
+        raise UsageError(f"plugins/{name} does not validate:\n{lines}", f"tp plugin validate plugins/{name}")
+    manifest = load_plugin_manifest(plugin_dir)
+    if manifest.name != name:
+        raise UsageError(f"plugins/{name}/plugin.yaml names itself {manifest.name!r}",
+                         f"set `name: {name}` or move the directory to plugins/{manifest.name}")
+    if version is not None and version != manifest.version:
+        raise UsageError(f"plugins/{name} is version {manifest.version}, not {version}",
+                         f"lock {plugin_id}@{manifest.version}, or set `version: {version}` in plugin.yaml")
+    return manifest
+
+
+def _existing_entries(lock_path: Path, lab_root: Path) -> list[PluginsLockEntry]:
+    if not lock_path.exists():
+        return []
+    shown = display_path(lock_path, lab_root)
+    lock, problems = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), shown)
+    if lock is None:
+        lines = "\n".join(f"  {p.location()}: {p.message}" for p in problems if p.is_error)
+        raise UsageError(f"{shown} is invalid; it was left as it is:\n{lines}",
+                         "fix it by hand (or delete it) and lock again")
+    return list(lock.plugins)

@@ -1,0 +1,149 @@
+"""`tp init` and `tp new`: write a lab or an experiment from packaged templates, never clobbering.
+
+Everything is rendered to memory (or a staging directory) first and put in place at the end, so a
+failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneplane import __version__
+from tuneplane.errors import UsageError
+from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
+from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.yamlio import write_json
+from tuneplane.models.base import LAB_NAME_RE, NAME_RE
+from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
+
+SCHEMA_BASE = "https://tuneplane.dev/schemas"
+
+
+@dataclass(frozen=True)
+class InitResult:
+    root: Path
+    name: str
+    files: list[str]
+    commit: str | None
+
+
+def lab_files(name: str) -> dict[str, str]:
+    """The files of a new lab, rendered in memory."""
+    from tuneplane.render.templating import render
+
+    files = {
+        LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, schema_url=f"{SCHEMA_BASE}/lab.schema.json"),
+        "README.md": render("lab/README.md.j2", name=name),
+        ".gitignore": render("lab/gitignore"),
+        ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2"),
+        ".github/workflows/tuneplane.yml": render("lab/workflow.yml.j2", branch="main",
+                                                  tool_spec=f"tuneplane=={__version__}"),
+    }
+    for d in LAB_DIRS:
+        files[f"{d}/.gitkeep"] = ""
+    return files
+
+
+def default_lab_name(root: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", root.resolve().name).strip("-.") or "lab"
+    return name
+
+
+def init_lab(root: Path, name: str | None, use_git: bool) -> InitResult:
+    root = root.resolve()
+    if (root / LAB_FILE).exists():
+        raise UsageError(f"{root} is already a TunePlane lab ({LAB_FILE} exists)",
+                         hint="nothing to do; use `tp new` to add an experiment")
+    if (root / LEGACY_LAB_FILE).exists():
+        raise UsageError(f"{root} is a StarForge lab", hint="run `tp migrate` to convert it in place")
+    name = name or default_lab_name(root)
+    if not re.match(LAB_NAME_RE, name) or name in (".", ".."):
+        raise UsageError(f"lab name {name!r} is not allowed", hint="use letters, digits, '.', '_' and '-'")
+    files = lab_files(name)
+    clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
+    folders = {str(Path(rel).parent) for rel in files if "/" in rel}
+    folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}
+    clashes += sorted(d for d in folders if (root / d).exists() and not (root / d).is_dir())
+    if clashes:
+        raise UsageError(f"refusing to overwrite existing files: {', '.join(clashes)}",
+                         hint="move them away or run `tp init` in an empty directory")
+    written = []
+    for rel, text in files.items():
+        path = root / rel
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(rel)
+    commit = _first_commit(root, written, name) if use_git else None
+    return InitResult(root, name, written, commit)
+
+
+def _first_commit(root: Path, files: list[str], name: str) -> str:
+    from tuneplane.lab.gitrepo import GitRepo
+
+    repo = GitRepo(root) if (root / ".git").exists() else GitRepo.init(root)
+    repo.ensure_identity()
+    return repo.add_and_commit(files, f"Create TunePlane lab {name}\n\nWritten by tp init {__version__}.")
+
+
+def check_experiment_name(name: str) -> None:
+    if not re.match(NAME_RE, name) or not name.isascii() or name in (".", ".."):
+        raise UsageError(f"experiment name {name!r} is not allowed",
+                         hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter or digit "
+                              "(e.g. sft_qwen3-8b_alpaca_v1)")
+
+
+def _ignore(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in SKIP_PARTS or n in SKIP_NAMES or n.endswith(SKIP_SUFFIXES)}
+
+
+def new_experiment(lab: Lab, name: str, method: str | None, framework_version: str | None,
+                   source: str | None = None, catalog: Catalog | None = None) -> Path:
+    catalog = catalog or load_catalog()
+    check_experiment_name(name)
+    target = lab.experiments_dir() / name
+    if target.exists() or target.is_symlink():
+        raise UsageError(f"experiment {name!r} already exists at {lab.rel(target)}",
+                         hint="choose another name, or delete the directory first")
+    src_dir, method = _source(lab, source, method)
+    catalog.require(method)
+    recipe = catalog.recipe(method)
+    try:
+        key, _ = runtime_key(recipe, framework_version)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="omit --framework-version for the default") from None
+    template = src_dir or catalog.template_dir(method)
+    lab.experiments_dir().mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tp-new-{name}-", dir=lab.experiments_dir()))
+    try:
+        shutil.copytree(template, staging / name, ignore=_ignore, symlinks=False)
+        write_json(staging / name / LOCK_FILE, make_lock(catalog, method, key))
+        os.rename(staging / name, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | None, str]:
+    if source is None:
+        if not method:
+            raise UsageError("tp new needs --method FRAMEWORK/RECIPE", hint="see `tp methods` for the catalog")
+        return None, method
+    src = lab.experiments_dir() / source if "/" not in source else Path(source)
+    if not src.is_dir():
+        raise UsageError(f"--from {source!r}: no such experiment", hint="name an experiment of this lab (`tp ls`)")
+    if method is None:
+        import json
+
+        try:
+            method = json.loads((src / LOCK_FILE).read_text(encoding="utf-8"))["recipe"]["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise UsageError(f"--from {source!r} has no readable {LOCK_FILE}", hint="pass --method too") from None
+    return src, str(method)

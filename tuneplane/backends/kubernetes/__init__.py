@@ -1,0 +1,1 @@
+"""The Kubernetes backend. The only package that imports `kubernetes`."""

@@ -1,0 +1,1 @@
+"""The local backend: a run as a process group on this machine."""

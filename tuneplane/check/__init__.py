@@ -1,0 +1,1 @@
+"""Validate: rules, params, plugin checks and reporters. Pure over the lab's files."""

@@ -1,0 +1,224 @@
+"""An experiment's plugins.lock.json: parsed, and checked against the lab's plugins and the recipe."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import ValidationError
+
+from tuneplane.check.plugins import (
+    NO_ALGORITHM_FRAMEWORKS,
+    FileCtx,
+    display_path,
+    error_reason,
+    escape_key,
+    load_plugin_manifest,
+    positioned_doc,
+    top_level_modules,
+)
+from tuneplane.errors import UsageError
+from tuneplane.models.plugin import LOCK_API, LOCK_FILE, MANIFEST_FILE, PluginManifest, PluginsLock, PluginsLockEntry
+from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.digest import DigestError, tree_digest
+
+
+def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[Problem]]:
+    """Parse plugins.lock.json text; every problem placed at its line and column."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [Problem(file, exc.lineno, exc.colno, "plugins-lock-parse", f"not valid JSON: {exc.msg}",
+                              hint="rewrite it with `tp plugin lock`")]
+    ctx = FileCtx(file, positioned_doc(text, file))
+    try:
+        lock = PluginsLock.model_validate(data)
+    except ValidationError as exc:
+        return None, [_lock_problem(err, ctx) for err in exc.errors()]
+    return lock, list(_lock_order(lock, ctx))
+
+
+def _lock_problem(err: Any, ctx: FileCtx) -> Problem:
+    loc = [str(p) for p in err["loc"]]
+    pointer = "".join(f"/{escape_key(p)}" for p in loc)
+    where = ".".join(loc) or LOCK_FILE
+    if err["type"] == "extra_forbidden":
+        return ctx.problem(pointer, "plugins-lock-schema", f"unknown key {where!r}",
+                           "a lock entry has only id, version and digest", key=True)
+    if err["type"] == "missing":
+        return ctx.problem(pointer, "plugins-lock-schema", f"missing key {where!r}",
+                           "rewrite the entry with `tp plugin lock`")
+    hint = f"apiVersion is {LOCK_API}" if loc == ["apiVersion"] else "rewrite the entry with `tp plugin lock`"
+    if loc[-1:] == ["id"]:
+        hint = "ids are <owner>/<name>"
+    return ctx.problem(pointer, "plugins-lock-schema", f"{where}: {error_reason(err)}", hint)
+
+
+def _lock_order(lock: PluginsLock, ctx: FileCtx) -> Iterator[Problem]:
+    ids = [p.id for p in lock.plugins]
+    for index, plugin_id in enumerate(ids):
+        if plugin_id in ids[:index]:
+            yield ctx.problem(f"/plugins/{index}/id", "plugins-lock-schema",
+                              f"{plugin_id} is locked twice", "keep one entry per plugin id")
+    if ids != sorted(ids):
+        yield ctx.problem("/plugins", "plugins-lock-order", "plugins are not sorted by id",
+                          "`tp plugin lock` rewrites the file sorted", severity=Severity.WARNING)
+
+
+def core_admits(specifier: str, core_version: str) -> bool:
+    """`requires.core` check; development builds count (prereleases admitted)."""
+    if not specifier.strip():
+        return True
+    try:
+        return SpecifierSet(specifier).contains(Version(core_version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
+
+
+@dataclass
+class _ExpCheck:
+    lab_root: Path
+    exp_dir: Path
+    framework: str
+    core_version: str
+    ctx: FileCtx
+    exp_name: str
+
+
+def check_experiment_plugins(lab_root: Path, exp_dir: Path, framework: str, recipe_plugins: list[str],
+                             core_version: str) -> list[Problem]:
+    """Problems with an experiment's plugins.lock.json against the lab's plugins and its recipe."""
+    lock_path = exp_dir / LOCK_FILE
+    shown = display_path(lock_path, lab_root)
+    if not lock_path.is_file():
+        return [Problem(shown, 0, 0, "plugins-lock-unsatisfied",
+                        f"the recipe requires algorithm plugin {name!r} but {shown} does not exist",
+                        hint=f"tp plugin lock {exp_dir.name} <owner>/{name}") for name in recipe_plugins]
+    text = lock_path.read_text(encoding="utf-8")
+    lock, problems = parse_plugins_lock(text, shown)
+    if lock is None:
+        return problems
+    ctx = FileCtx(shown, positioned_doc(text, shown))
+    check = _ExpCheck(lab_root, exp_dir, framework, core_version, ctx, exp_dir.name)
+    manifests: dict[int, PluginManifest] = {}
+    for index, entry in enumerate(lock.plugins):
+        manifest, found = _check_entry(check, index, entry)
+        problems += found
+        if manifest is not None:
+            manifests[index] = manifest
+    problems += _check_required(check, lock, manifests, recipe_plugins)
+    problems += _module_collisions(check, lock, manifests)
+    return problems
+
+
+def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple[PluginManifest | None,
+                                                                                  list[Problem]]:
+    at = f"/plugins/{index}"
+    plugin_dir = check.lab_root / "plugins" / entry.name
+    fix = f"tp plugin lock {check.exp_name} {entry.id}"
+    if not (plugin_dir / MANIFEST_FILE).is_file():
+        return None, [check.ctx.problem(f"{at}/id", "plugins-lock-missing",
+                                        f"{entry.ref} is locked but plugins/{entry.name}/ is not in the lab",
+                                        f"restore plugins/{entry.name}/ or remove the entry")]
+    try:
+        manifest = load_plugin_manifest(plugin_dir)
+    except UsageError:
+        return None, [check.ctx.problem(f"{at}/id", "plugins-lock-plugin-invalid",
+                                        f"plugins/{entry.name}/plugin.yaml does not validate",
+                                        f"tp plugin validate plugins/{entry.name}")]
+    problems = _version_and_digest(check, at, entry, manifest, plugin_dir, fix)
+    problems += _compatibility(check, at, entry, manifest)
+    return manifest, problems
+
+
+def _version_and_digest(check: _ExpCheck, at: str, entry: PluginsLockEntry, manifest: PluginManifest,
+                        plugin_dir: Path, fix: str) -> list[Problem]:
+    if manifest.version != entry.version:
+        return [check.ctx.problem(f"{at}/version", "plugins-lock-version",
+                                  f"{entry.id} is locked at {entry.version} but plugins/{entry.name} is "
+                                  f"{manifest.version}", f"{fix}@{manifest.version}")]
+    try:
+        actual = tree_digest(plugin_dir)
+    except DigestError as exc:
+        return [check.ctx.problem(f"{at}/digest", "plugins-lock-digest",
+                                  f"cannot digest plugins/{entry.name}: {exc}",
+                                  f"tp plugin validate plugins/{entry.name}")]
+    if actual != entry.digest:
+        return [check.ctx.problem(f"{at}/digest", "plugins-lock-digest",
+                                  f"plugins/{entry.name} changed since it was locked: the lock says "
+                                  f"{entry.digest}, the directory is {actual}",
+                                  f"if the change is intended, re-lock it: {fix}@{manifest.version}")]
+    return []
+
+
+def _compatibility(check: _ExpCheck, at: str, entry: PluginsLockEntry,
+                   manifest: PluginManifest) -> list[Problem]:
+    problems = []
+    if not core_admits(manifest.requires.core, check.core_version):
+        problems.append(check.ctx.problem(
+            f"{at}/id", "plugin-requires-core",
+            f"{entry.ref} requires tuneplane {manifest.requires.core}; this is {check.core_version}",
+            "lock a plugin version that supports this tuneplane, or upgrade tuneplane"))
+    if manifest.capability == "algorithm" and check.framework in NO_ALGORITHM_FRAMEWORKS:
+        problems.append(check.ctx.problem(
+            f"{at}/id", "plugin-framework",
+            f"{entry.ref} is an algorithm plugin; the {check.framework} framework does not run algorithm "
+            "plugins (its entrypoint does not start through the algorithm bridge)",
+            "remove it from plugins.lock.json, or use a catalog framework that supports plugins"))
+    wanted = manifest.requires.frameworks
+    if wanted and check.framework not in wanted:
+        problems.append(check.ctx.problem(
+            f"{at}/id", "plugin-framework",
+            f"{entry.ref} supports {', '.join(wanted)}, not {check.framework}",
+            "remove it, or lock a version that supports this framework"))
+    return problems
+
+
+def _check_required(check: _ExpCheck, lock: PluginsLock, manifests: dict[int, PluginManifest],
+                    recipe_plugins: list[str]) -> list[Problem]:
+    problems = []
+    for name in recipe_plugins:
+        matches = [e for e in lock.plugins if e.name == name]
+        if not matches:
+            problems.append(check.ctx.problem(
+                "/plugins", "plugins-lock-unsatisfied",
+                f"the recipe requires algorithm plugin {name!r}; no entry in the lock provides it",
+                f"tp plugin lock {check.exp_name} <owner>/{name}"))
+        elif len(matches) > 1:
+            problems.append(check.ctx.problem(
+                "/plugins", "plugins-lock-unsatisfied",
+                f"the recipe requires {name!r} and {len(matches)} entries provide it: "
+                f"{', '.join(e.ref for e in matches)}", "keep exactly one"))
+        else:
+            index = lock.plugins.index(matches[0])
+            manifest = manifests.get(index)
+            if manifest is not None and manifest.capability != "algorithm":
+                problems.append(check.ctx.problem(
+                    f"/plugins/{index}/id", "plugins-lock-unsatisfied",
+                    f"the recipe requires algorithm {name!r} but {matches[0].ref} is a {manifest.capability} "
+                    "plugin", "lock the algorithm plugin of that name"))
+    return problems
+
+
+def _module_collisions(check: _ExpCheck, lock: PluginsLock,
+                       manifests: dict[int, PluginManifest]) -> list[Problem]:
+    """Two loaded plugins with one top-level module: the second import would silently get the first."""
+    owners: dict[str, str] = {}
+    problems = []
+    for index, manifest in sorted(manifests.items()):
+        if manifest.capability != "algorithm":
+            continue
+        entry = lock.plugins[index]
+        for module in top_level_modules(check.lab_root / "plugins" / entry.name, packages_only=True):
+            if module in owners:
+                problems.append(check.ctx.problem(
+                    f"/plugins/{index}/id", "plugin-module-collision",
+                    f"{entry.id} and {owners[module]} both ship a top-level module {module!r}; in one "
+                    "job only the first would be imported", "rename the module in one of them"))
+            owners.setdefault(module, entry.id)
+    return problems

@@ -1,0 +1,334 @@
+"""Checks of a plugin directory: its manifest, entrypoint, sys.path shadowing and escaping symlinks.
+
+`validate_plugin_dir` is the publish gate. Everything returns Problems or raises UsageError; nothing
+here prints.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tuneplane.errors import UsageError
+from tuneplane.lab.yamlio import Doc, LoadFailed, escape, parse_yaml
+from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
+from tuneplane.problems import Problem, Severity
+
+# Algorithm providers patch the bridge that runs a framework's Python entrypoint; these two never use it.
+NO_ALGORITHM_FRAMEWORKS = frozenset({"custom", "evalkit"})
+
+
+# The plugin root is put first on sys.path in the job: these names would replace the real module.
+RESERVED_MODULES = frozenset({"tuneplane", "nemo_rl", "common", "ray", "torch", "transformers", "vllm",
+                              "trl", "verl", "numpy", "yaml", "json", "os", "sys"})
+
+
+MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
+
+
+def escape_key(key: str) -> str:
+    return escape(key)
+
+
+def positioned_doc(text: str, file: str) -> Doc:
+    """Positions of every key and value; text that does not parse gets none (reported elsewhere)."""
+    try:
+        return parse_yaml(text, file)
+    except LoadFailed:
+        return Doc(rel=file, data=None, text=text)
+
+
+@dataclass
+class FileCtx:
+    """Where problems found in one file are reported."""
+
+    file: str
+    doc: Doc
+
+    def problem(self, pointer: str, rule: str, message: str, hint: str = "", *, key: bool = False,
+                severity: Severity = Severity.ERROR) -> Problem:
+        line, col = self.doc.where(pointer, value=not key)
+        return Problem(self.file, line, col, rule, message, severity, pointer, hint)
+
+
+def display_path(path: Path, root: Path | None) -> str:
+    if root is not None:
+        # abspath, not resolve: a symlink must be shown where it sits, not where it points
+        for shown, base in ((os.path.abspath(path), os.path.abspath(root)),
+                            (os.path.join(os.path.realpath(path.parent), path.name), os.path.realpath(root))):
+            try:
+                return Path(shown).relative_to(base).as_posix()
+            except ValueError:
+                continue
+    return path.as_posix()
+
+
+def parse_plugin_manifest(text: str, file: str) -> tuple[PluginManifest | None, list[Problem]]:
+    """Parse plugin.yaml text into the model, turning every failure into a placed Problem.
+
+    StarForge manifests (`lab-plugin/v1`, `forge/plugin/v1`) are read with a warning naming `tp migrate`.
+    """
+    return _parse_manifest(text, FileCtx(file, positioned_doc(text, file)))
+
+
+def _parse_manifest(text: str, ctx: FileCtx) -> tuple[PluginManifest | None, list[Problem]]:
+    data, problems = _load_yaml_mapping(text, ctx)
+    if data is None:
+        return None, problems
+    schema = data.get("schema")
+    if isinstance(schema, str) and (newer := _newer_schema(schema)):
+        return None, problems + [ctx.problem("/schema", "plugin-schema", newer, "upgrade tuneplane")]
+    if schema in LEGACY_SCHEMAS:
+        data, warning = _from_legacy(data, ctx)
+        problems.append(warning)
+    try:
+        manifest = PluginManifest.model_validate(data)
+    except ValidationError as exc:
+        errors = [e for e in exc.errors() if not _explained_elsewhere(e, data)]
+        return None, problems + [_schema_problem(err, ctx) for err in errors]
+    return manifest, problems
+
+
+def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, Any] | None, list[Problem]]:
+    try:
+        data = parse_yaml(text, ctx.file).data if text.strip() else None
+    except LoadFailed as exc:
+        rule = "plugin-schema" if exc.problem.rule == "duplicate-key" else "plugin-parse"
+        return None, [replace(exc.problem, rule=rule)]
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else type(data).__name__
+        return None, [ctx.problem("", "plugin-schema", f"plugin.yaml must be a mapping, got {got}",
+                                  f"start from `tp plugin new <name>`; begin with `schema: {PLUGIN_SCHEMA}`")]
+    return data, []
+
+
+def _newer_schema(schema: str) -> str:
+    m = re.fullmatch(r"tuneplane/plugin/v(\d+)", schema)
+    if m and int(m[1]) > 1:
+        return f"schema {schema!r} is newer than this tuneplane understands ({PLUGIN_SCHEMA})"
+    return ""
+
+
+def _from_legacy(data: dict[str, Any], ctx: FileCtx) -> tuple[dict[str, Any], Problem]:
+    """Read a StarForge manifest as tuneplane/plugin/v1: `kind` is `capability`, data-prep ran locally."""
+    legacy = str(data["schema"])
+    data = dict(data, schema=PLUGIN_SCHEMA)
+    if "kind" in data and "capability" not in data:
+        data["capability"] = data.pop("kind")
+        for table in (ctx.doc.positions, ctx.doc.values):
+            if "/kind" in table:
+                table["/capability"] = table["/kind"]
+    if data.get("capability") == "data-prep" and "execution" not in data:
+        data["execution"] = "local"  # StarForge data-prep scripts only ever ran on the user's machine
+    warning = ctx.problem("/schema", "plugin-legacy-schema",
+                          f"StarForge plugin manifest ({legacy}) read for compatibility",
+                          f"run `tp migrate` to rewrite it as `schema: {PLUGIN_SCHEMA}` "
+                          "(`kind:` becomes `capability:`)", severity=Severity.WARNING)
+    return data, warning
+
+
+_ALLOWED_KEYS = ", ".join(f.alias or n for n, f in PluginManifest.model_fields.items())
+
+
+def _explained_elsewhere(err: Any, data: dict[str, Any]) -> bool:
+    """A missing `capability` next to a StarForge `kind:`: the unknown-key problem already says it."""
+    return err["type"] == "missing" and tuple(err["loc"]) == ("capability",) and "kind" in data
+
+
+def _schema_problem(err: Any, ctx: FileCtx) -> Problem:
+    loc = [str(p) for p in err["loc"]]
+    kind = err["type"]
+    if kind == "plugin_rule":
+        field = str(err["ctx"]["field"])
+        return ctx.problem(f"/{field}", "plugin-schema", err["msg"])
+    pointer = "".join(f"/{escape_key(p)}" for p in loc)
+    dotted = ".".join(loc) or "plugin.yaml"
+    if kind == "extra_forbidden":
+        hint = f"allowed keys: {_ALLOWED_KEYS}"
+        if loc == ["kind"]:
+            hint = "write `capability:`; `kind:` is the StarForge spelling"
+        return ctx.problem(pointer, "plugin-schema", f"unknown key {dotted!r}", hint, key=True)
+    if kind == "missing":
+        return ctx.problem(pointer, "plugin-schema", f"missing required key {dotted!r}",
+                           "see `tp plugin new` for a complete plugin.yaml")
+    return ctx.problem(pointer, "plugin-schema", f"{dotted}: {error_reason(err)}", _hint_for(kind, loc, err))
+
+
+def error_reason(err: Any) -> str:
+    msg = str(err["msg"])
+    if err["type"] == "string_pattern_mismatch":
+        msg = f"{err['input']!r} does not match {err['ctx']['pattern']}"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    elif "input" in err and not isinstance(err["input"], dict):
+        msg = f"{msg} (got {err['input']!r})"
+    return msg
+
+
+def _hint_for(kind: str, loc: list[str], err: Any) -> str:
+    if kind == "string_type" and isinstance(err.get("input"), int | float):
+        return f"quote it: {loc[-1]}: \"{err['input']}\""
+    if loc == ["entrypoint"]:
+        return "write module:function, e.g. `patch:install`"
+    if loc == ["schema"]:
+        return f"use `schema: {PLUGIN_SCHEMA}`"
+    return ""
+
+
+def load_plugin_manifest(path: Path) -> PluginManifest:
+    """Read and check a plugin.yaml (or the one in directory `path`); UsageError naming each error."""
+    file = path / MANIFEST_FILE if path.is_dir() else path
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {file}: {exc}", "a plugin directory holds plugin.yaml") from None
+    manifest, problems = parse_plugin_manifest(text, file.as_posix())
+    errors = [p for p in problems if p.is_error]
+    if manifest is None or errors:
+        lines = "\n".join(f"  {p.location()}: {p.message}" for p in errors)
+        raise UsageError(f"invalid plugin manifest {file}:\n{lines}", f"tp plugin validate {file.parent}")
+    return manifest
+
+
+def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Problem]:
+    """Every problem with a plugin directory: manifest, entrypoint, shadowing names, escaping symlinks.
+
+    Paths in the Problems are shown relative to `display_root` when given.
+    """
+    manifest_file = path / MANIFEST_FILE
+    shown = display_path(manifest_file, display_root)
+    if not path.is_dir():
+        return [Problem(display_path(path, display_root), 0, 0, "plugin-missing", "not a plugin directory",
+                        hint="pass the directory that holds plugin.yaml")]
+    if not manifest_file.is_file():
+        return [Problem(shown, 0, 0, "plugin-missing", "no plugin.yaml in the plugin directory",
+                        hint="create one with `tp plugin new <name>`")]
+    try:
+        text = manifest_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [Problem(shown, 0, 0, "plugin-parse", f"cannot read plugin.yaml: {exc}")]
+    ctx = FileCtx(shown, positioned_doc(text, shown))
+    manifest, problems = _parse_manifest(text, ctx)
+    problems += _escaping_symlinks(path, display_root)
+    problems += _shadowing(path, display_root)
+    if manifest is not None:
+        problems += _entrypoint_problems(path, manifest, display_root, ctx)
+        problems += _manifest_rules(path, manifest, ctx)
+    return problems
+
+
+def _escaping_symlinks(root: Path, display_root: Path | None) -> Iterator[Problem]:
+    real_root = Path(os.path.realpath(root))
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = Path(dirpath, name)
+            if full.is_symlink() and not Path(os.path.realpath(full)).is_relative_to(real_root):
+                yield Problem(display_path(full, display_root), 0, 0, "plugin-symlink",
+                              f"symlink leaves the plugin directory (points to {os.readlink(full)})",
+                              hint="copy the file into the plugin instead; only the directory is shipped")
+
+
+def top_level_modules(root: Path, packages_only: bool = False) -> dict[str, str]:
+    """Importable top-level names in a plugin root (module name -> entry name).
+
+    Any directory counts unless `packages_only`: even without __init__.py it is a namespace package
+    that `import name` finds when the real module is missing.
+    """
+    found: dict[str, str] = {}
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith((".", "__")):
+            continue
+        if entry.is_dir():
+            if entry.name.isidentifier() and (not packages_only or (entry / "__init__.py").is_file()):
+                found.setdefault(entry.name, entry.name + "/")
+        elif entry.name.endswith(MODULE_SUFFIXES):
+            stem = entry.name.split(".", 1)[0]
+            if stem.isidentifier():
+                found.setdefault(stem, entry.name)
+    return found
+
+
+def _shadowing(root: Path, display_root: Path | None) -> Iterator[Problem]:
+    prefix = module_name_for(root.resolve().name).removesuffix("_plugin")
+    for module, entry in top_level_modules(root).items():
+        if module in RESERVED_MODULES or module in sys.stdlib_module_names:
+            what = "the standard library's" if module in sys.stdlib_module_names else "the dependency"
+            yield Problem(display_path(root / entry.rstrip("/"), display_root), 0, 0, "plugin-shadowing",
+                          f"top-level name {module!r} would shadow {what} module {module!r}: the plugin "
+                          "root goes first on sys.path in the job",
+                          hint=f"rename it, e.g. `{prefix}_{module}` (and `entrypoint:` if it names it)")
+
+
+def _module_file(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _entrypoint_problems(root: Path, manifest: PluginManifest, display_root: Path | None,
+                         ctx: FileCtx) -> list[Problem]:
+    if not manifest.entrypoint:
+        return []
+    module, _, func = manifest.entrypoint.partition(":")
+    source = _module_file(root, module)
+    if source is None:
+        return [ctx.problem("/entrypoint", "plugin-entrypoint",
+                            f"entrypoint module {module!r} is not in the plugin directory",
+                            f"add {module.replace('.', '/')}.py next to plugin.yaml")]
+    return _function_problems(source, func, ctx, display_path(source, display_root))
+
+
+def _function_problems(source: Path, func: str, ctx: FileCtx, shown_source: str) -> list[Problem]:
+    try:
+        tree = ast.parse(source.read_bytes(), filename=str(source))
+    except SyntaxError as exc:
+        return [Problem(shown_source, exc.lineno or 0, exc.offset or 0, "plugin-entrypoint",
+                        f"syntax error: {exc.msg}")]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == func:
+            args = node.args
+            if not (args.posonlyargs or args.args or args.vararg):
+                return [Problem(shown_source, node.lineno, node.col_offset + 1, "plugin-entrypoint",
+                                f"{func}() takes no arguments; the launcher calls {func}(params)",
+                                hint=f"def {func}(params): ...")]
+            return []
+        if _binds(node, func):
+            return []
+    return [ctx.problem("/entrypoint", "plugin-entrypoint",
+                        f"{source.name} defines no top-level {func!r}", f"def {func}(params): ...")]
+
+
+def _binds(node: ast.stmt, name: str) -> bool:
+    """An assignment or import at module level that defines `name` (a re-exported install)."""
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    if isinstance(node, ast.ImportFrom | ast.Import):
+        return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+    return False
+
+
+def _manifest_rules(root: Path, manifest: PluginManifest, ctx: FileCtx) -> list[Problem]:
+    problems = []
+    dir_name = root.resolve().name
+    if manifest.name != dir_name:
+        problems.append(ctx.problem("/name", "plugin-name",
+                                    f"name {manifest.name!r} differs from its directory {dir_name!r}",
+                                    "the lab keeps each plugin in plugins/<name>/; rename one of them",
+                                    severity=Severity.WARNING))
+    refused = sorted(NO_ALGORITHM_FRAMEWORKS.intersection(manifest.requires.frameworks))
+    if manifest.capability == "algorithm" and refused:
+        problems.append(ctx.problem("/requires/frameworks", "plugin-framework",
+                                    f"algorithm plugins cannot run under {', '.join(refused)}: those "
+                                    "frameworks do not start through the algorithm bridge",
+                                    "remove them from requires.frameworks"))
+    return problems

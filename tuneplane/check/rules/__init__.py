@@ -1,0 +1,24 @@
+"""Semantic checks. Each rule has an id and a docstring (its user documentation, with a passing and a
+failing example) and yields Problems. The registry below is explicit: a rule not listed does not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tuneplane.problems import Problem
+
+Rule = Callable[[Any], Iterator[Problem]]
+
+
+def experiment_rules() -> list[Rule]:
+    from tuneplane.check.rules import config, entrypoint, lint, lock, plugins
+
+    return [lock.check, config.check, entrypoint.check, plugins.check, lint.check]
+
+
+def run_rules() -> list[Rule]:
+    from tuneplane.check.rules import runs
+
+    return [runs.check]

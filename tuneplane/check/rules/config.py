@@ -1,0 +1,62 @@
+"""Rule `config-*`: config.yaml values fit the recipe's params.
+
+Passing: `learning_rate: 2.0e-5` for a float param with `min: 0`.
+Failing: `learning_rate: "fast"` → `config-type`; `num_generations: 0` with `min: 2` → `config-range`;
+`lr_scheduler_type: cosin` → `config-choice`; `learning_rte: 1.0e-5` → `config-unknown` (did you mean
+`learning_rate`?, a warning: unknown keys still reach the framework).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+
+from tuneplane.check.params import check_value, get_path, is_missing, leaf_paths
+from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.lab.yamlio import Doc, escape
+from tuneplane.problems import Problem, Severity
+
+
+def check(ctx: ExperimentContext) -> Iterator[Problem]:
+    doc, recipe = ctx.config, ctx.recipe
+    if doc is None or recipe is None or not recipe.params:
+        return  # custom: config.yaml is the user's own and nothing reads it
+    if not isinstance(doc.data, dict):
+        yield doc.problem("", "config-root", "config.yaml must be a mapping of keys to values",
+                          hint="start the file with `key: value` lines")
+        return
+    known_paths = {p.path for p in recipe.params.values()}
+    for name, param in sorted(recipe.params.items()):
+        pointer = "/" + "/".join(escape(part) for part in param.path.split("."))
+        value = get_path(doc.data, param.path)
+        if is_missing(value) or value is None:  # `key: null` means "not set": the default applies
+            if param.required:
+                yield doc.problem("", "config-required", f"required parameter {name!r} ({param.path}) is not set",
+                                  hint=f"add `{param.path}: <{param.type}>` or pass --set {name}=...")
+            continue
+        message = check_value(param, value)
+        if message:
+            rule = "config-choice" if param.type == "enum" else "config-type"
+            if "minimum" in message or "maximum" in message:
+                rule = "config-range"
+            yield doc.problem(pointer, rule, f"{param.path}: {message}", hint=_param_hint(name, param))
+    yield from _unknown_keys(ctx, doc, known_paths)
+
+
+def _param_hint(name: str, param: object) -> str:
+    doc = getattr(param, "doc", "")
+    return f"parameter {name}: {doc}" if doc else f"see `tp methods` for parameter {name}"
+
+
+def _unknown_keys(ctx: ExperimentContext, doc: Doc, known_paths: set[str]) -> Iterator[Problem]:
+    """A key that is not a param path but is one typo away from one is almost surely a typo."""
+    data = doc.data
+    for path in leaf_paths(data):
+        if path in known_paths or any(k.startswith(path + ".") or path.startswith(k + ".") for k in known_paths):
+            continue
+        close = difflib.get_close_matches(path, sorted(known_paths), n=1, cutoff=0.85)
+        if close:
+            pointer = "/" + "/".join(escape(p) for p in path.split("."))
+            yield doc.problem(pointer, "config-unknown",
+                                          f"{path!r} is not a parameter of {ctx.method}",
+                                          hint=f"did you mean {close[0]!r}?", severity=Severity.WARNING)

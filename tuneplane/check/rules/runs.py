@@ -1,0 +1,57 @@
+"""Rule `run-*`: a run request under `runs/<exp>/<run-id>.yaml` would be admitted.
+
+Passing: `profile: h200:16` on a profile with 8 GPUs per node and 2+ nodes, an allowed image.
+Failing: `profile: h200:12` (not whole nodes), `image: registry.example.com.evil.io/x` (not allowed),
+`set: {learning_rte: 1e-5}` (unknown), a trl request without `inputs.model` (required inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.lab.catalog import Catalog
+from tuneplane.lab.load import Lab
+from tuneplane.lab.yamlio import Doc
+from tuneplane.models.base import parse_model
+from tuneplane.models.run import RunRequest
+from tuneplane.plan.admission import check_request
+from tuneplane.problems import Problem
+
+
+@dataclass
+class RunContext:
+    lab: Lab
+    catalog: Catalog
+    path: Path
+    doc: Doc
+    experiment: ExperimentContext
+
+
+def check(ctx: RunContext) -> Iterator[Problem]:
+    doc = ctx.doc
+    if not isinstance(doc.data, dict):
+        yield doc.problem("", "run-schema", "a run request must be a mapping", hint="see schemas/run.schema.json")
+        return
+    req, problems = parse_model(RunRequest, doc, "run-schema")
+    yield from problems
+    if req is None:
+        return
+    if req.experiment != ctx.path.parent.name:
+        yield doc.problem("/experiment", "run-schema",
+                          f"experiment {req.experiment!r} does not match the directory runs/{ctx.path.parent.name}/",
+                          hint="move the file or fix the field")
+    if req.run_id != ctx.path.stem:
+        yield doc.problem("/run_id", "run-schema", f"run_id {req.run_id!r} does not match the file name",
+                          hint=f"rename the file to {req.run_id}.yaml or fix the field")
+    exp = ctx.experiment
+    if not exp.dir.is_dir():
+        yield doc.problem("/experiment", "run-experiment", f"no experiment {req.experiment!r} in this lab",
+                          hint="see `tp ls`")
+        return
+    if exp.recipe is None:
+        return  # the experiment's own problems already say why
+    for refusal in check_request(ctx.lab.config, exp.recipe, req):
+        yield doc.problem(refusal.pointer, refusal.rule, refusal.message, hint=refusal.hint)

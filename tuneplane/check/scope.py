@@ -1,0 +1,84 @@
+"""Which experiments and run requests a command covers: names, paths, `--all` or `--changed`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuneplane.check.validate import run_files
+from tuneplane.lab.load import Lab
+
+
+@dataclass
+class Scope:
+    experiments: set[str] = field(default_factory=set)
+    runs: set[Path] = field(default_factory=set)
+    plugins: set[str] = field(default_factory=set)
+    everything: bool = False
+
+    def describe(self) -> str:
+        text = f"{len(self.experiments)} experiment(s), {len(self.runs)} run request(s)"
+        return text + (f", {len(self.plugins)} plugin(s)" if self.plugins else "")
+
+
+def plugin_names(lab: Lab) -> set[str]:
+    base = lab.root / "plugins"
+    return {p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")} if base.is_dir() else set()
+
+
+def scope_all(lab: Lab) -> Scope:
+    return Scope(set(lab.experiment_names()), set(run_files(lab)), plugin_names(lab), everything=True)
+
+
+def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
+    """Map changed or named files to what must be re-checked (a plugin → every experiment locking it)."""
+    scope = Scope()
+    plugins: set[str] = set()
+    for rel in paths:
+        parts = Path(rel).parts
+        if rel in ("tuneplane.yaml",) or (parts and parts[0] == "catalog"):
+            return scope_all(lab)
+        if len(parts) >= 2 and parts[0] == "experiments":
+            scope.experiments.add(parts[1])
+        elif len(parts) >= 3 and parts[0] == "runs" and rel.endswith((".yaml", ".yml")):
+            if (lab.root / rel).is_file():
+                scope.runs.add(lab.root / rel)
+        elif len(parts) >= 2 and parts[0] == "plugins":
+            plugins.add(parts[1])
+    if plugins:
+        scope.plugins |= {p for p in plugins if (lab.root / "plugins" / p).is_dir()}
+        scope.experiments |= experiments_locking(lab, plugins)
+    return scope
+
+
+def experiments_locking(lab: Lab, plugins: set[str]) -> set[str]:
+    import json
+
+    found = set()
+    for name in lab.experiment_names():
+        path = lab.experiments_dir() / name / "plugins.lock.json"
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8")).get("plugins", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        ids = {str(e.get("id", "")).rsplit("/", 1)[-1] for e in entries if isinstance(e, dict)}
+        if ids & plugins:
+            found.add(name)
+    return found
+
+
+def scope_for_args(lab: Lab, args: list[str]) -> Scope:
+    """Arguments may be experiment names or file paths (as pre-commit passes them)."""
+    scope = Scope()
+    for arg in args:
+        path = Path(arg)
+        if path.exists() and ("/" in arg or path.is_file()):
+            rel = lab.rel(path.resolve())
+            sub = scope_for_paths(lab, [rel])
+            scope.experiments |= sub.experiments
+            scope.runs |= sub.runs
+            scope.plugins |= sub.plugins
+        else:
+            scope.experiments.add(arg)
+            scope.runs |= set(run_files(lab, [arg]))
+    return scope

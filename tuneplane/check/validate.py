@@ -1,0 +1,140 @@
+"""`validate`: every problem of the lab's experiments and run requests, all at once. Pure over the files.
+
+Loading an experiment parses its lock and config once; the rules in `tuneplane.check.rules` then read the
+parsed documents. Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from tuneplane.check.rules import experiment_rules, run_rules
+from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.load import Lab
+from tuneplane.lab.locks import LOCK_FILE
+from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
+from tuneplane.models.base import NAME_RE, parse_model
+from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
+from tuneplane.problems import Problem
+
+CONFIG_FILE = "config.yaml"
+_NAME = re.compile(NAME_RE)
+
+
+def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
+             catalog: Catalog | None = None, plugins: Iterable[str] = ()) -> list[Problem]:
+    catalog = catalog or load_catalog()
+    problems = list(lab.problems)
+    for name in plugins:
+        from tuneplane.check.plugins import validate_plugin_dir
+
+        problems += validate_plugin_dir(lab.root / "plugins" / name, display_root=lab.root)
+    contexts: dict[str, ExperimentContext] = {}
+    for name in experiments:
+        ctx = load_experiment(lab, catalog, name)
+        contexts[name] = ctx
+        problems += ctx.problems
+        for rule in experiment_rules():
+            problems.extend(rule(ctx))
+    for path in runs:
+        problems += validate_run(lab, catalog, path, contexts)
+    return sorted(set(problems))
+
+
+def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
+    exp_dir = lab.experiments_dir() / name
+    ctx = ExperimentContext(lab, catalog, name, exp_dir)
+    if not _NAME.match(name) or not name.isascii():
+        ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-name",
+                                    f"experiment name {name!r} is not allowed",
+                                    hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter "
+                                         "or digit; rename the directory"))
+        return ctx
+    if not exp_dir.is_dir():
+        ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-missing", f"no experiment named {name!r}",
+                                    hint=_known(lab, name)))
+        return ctx
+    _load_lock(ctx)
+    if ctx.lock is not None and catalog.has(ctx.lock.recipe.name):
+        ctx.recipe = catalog.recipe(ctx.lock.recipe.name)
+    _load_config(ctx)
+    return ctx
+
+
+def _known(lab: Lab, name: str) -> str:
+    import difflib
+
+    names = lab.experiment_names()
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else "see `tp ls` for the experiments of this lab"
+
+
+def _load_lock(ctx: ExperimentContext) -> None:
+    path = ctx.dir / LOCK_FILE
+    rel = f"{ctx.rel}/{LOCK_FILE}"
+    if not path.is_file():
+        ctx.problems.append(Problem(rel, 0, 0, "lock-missing", "recipe.lock.json is missing",
+                                    hint=f"scaffold experiments with `tp new`, or re-lock with "
+                                         f"`tp recipe upgrade {ctx.name}`"))
+        return
+    try:
+        doc = load_json(path, rel)
+    except LoadFailed as exc:
+        ctx.problems.append(exc.problem)
+        return
+    ctx.lock_doc = doc
+    api = doc.data.get("apiVersion") if isinstance(doc.data, dict) else None
+    if api not in (RECIPE_LOCK_API, *LEGACY_LOCK_APIS):
+        newer = isinstance(api, str) and api.startswith("tuneplane/recipe-lock/")
+        ctx.problems.append(doc.problem("/apiVersion", "lock-version",
+                                        f"unsupported lock apiVersion {api!r}",
+                                        hint="upgrade tuneplane: pip install -U tuneplane" if newer else
+                                        f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`"))
+        return
+    ctx.lock, problems = parse_model(RecipeLock, doc, "lock-schema")
+    ctx.problems += problems
+
+
+def _load_config(ctx: ExperimentContext) -> None:
+    path = ctx.dir / CONFIG_FILE
+    if not path.is_file():
+        return
+    try:
+        ctx.config = load_yaml(path, f"{ctx.rel}/{CONFIG_FILE}")
+    except LoadFailed as exc:
+        ctx.problems.append(exc.problem)
+
+
+def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext]) -> list[Problem]:
+    from tuneplane.check.rules.runs import RunContext
+
+    rel = lab.rel(path)
+    try:
+        doc: Doc = load_yaml(path, rel)
+    except LoadFailed as exc:
+        return [exc.problem]
+    exp = path.parent.name
+    if exp not in contexts:
+        contexts[exp] = load_experiment(lab, catalog, exp)
+    ctx = RunContext(lab, catalog, path, doc, contexts[exp])
+    out: list[Problem] = []
+    for rule in run_rules():
+        out.extend(rule(ctx))
+    return out
+
+
+def run_files(lab: Lab, experiments: Iterable[str] | None = None) -> list[Path]:
+    base = lab.root / "runs"
+    if not base.is_dir():
+        return []
+    names = sorted(experiments) if experiments is not None else sorted(
+        p.name for p in base.iterdir() if p.is_dir())
+    found: list[Path] = []
+    for name in names:
+        d = base / name
+        if d.is_dir():
+            found += sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml"))
+    return found

@@ -1,0 +1,1 @@
+"""Maintainers' generators: the command reference and the JSON Schemas."""

@@ -1,0 +1,52 @@
+"""Generate `schemas/*.schema.json` (JSON Schema draft 2020-12) from the models.
+
+Run `python -m tuneplane.dev.schemagen` after changing a model; tests fail when the committed files drift.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+SCHEMA_BASE = "https://tuneplane.dev/schemas"
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def models() -> dict[str, type[BaseModel]]:
+    from tuneplane.models.jobspec import JobSpec
+    from tuneplane.models.lab import LabFile
+    from tuneplane.models.lock import RecipeLock
+    from tuneplane.models.plugin import PluginManifest, PluginsLock
+    from tuneplane.models.recipe import Recipe
+    from tuneplane.models.run import RunRequest, RunStatus
+
+    return {"lab": LabFile, "recipe": Recipe, "recipe-lock": RecipeLock, "plugins-lock": PluginsLock,
+            "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec}
+
+
+def schema_for(name: str, model: type[BaseModel]) -> dict[str, Any]:
+    body = model.model_json_schema(by_alias=True, mode="validation")
+    return {"$schema": DIALECT, "$id": f"{SCHEMA_BASE}/{name}.schema.json", **body}
+
+
+def render_all() -> dict[str, str]:
+    return {f"{name}.schema.json": json.dumps(schema_for(name, model), indent=2, sort_keys=True,
+                                              ensure_ascii=False) + "\n"
+            for name, model in models().items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else Path("schemas")  # run from the repository root
+    for filename, text in render_all().items():
+        (out / filename).write_text(text, encoding="utf-8")
+        print(f"wrote {out / filename}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The run lifecycle in git: submit, rerun, cancel, the bot, observe, writeback, charts."""

@@ -1,0 +1,389 @@
+"""Submit: turn a run request into a job, by the same path for `tp submit`, `tp rerun` and the bot.
+
+`prepare_run` resolves, compiles and renders in memory, so every refusal happens before a file is
+written or a job exists; `backend_request` packs the result for the backend that will run it (the
+cluster manifests, or the local backend's `LocalRun`). `submit` is `tp submit`: check, write the
+request, commit only that file, and optionally run it here (`--local`) and push.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.errors import UsageError
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, utc_now, write_request, write_status
+from tuneplane.models.jobspec import JobSpec
+from tuneplane.models.run import Inputs, RunRequest, RunStatus
+from tuneplane.plan.launchplan import LaunchPlan
+
+Scalar = bool | int | float | str
+
+
+Echo = Callable[[str], None]
+
+
+INGEST_SECRET_ENV = "TUNEPLANE_INGEST_SECRET"  # the bot mints per-run tokens with it (cluster runs)
+LAB_INPUTS = ("tuneplane.yaml", "experiments", "plugins")  # what a job's package is made of
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    request: RunRequest
+    spec: JobSpec
+    plan: LaunchPlan
+    manifests: list[dict[str, Any]]  # the cluster render; checked even for local runs
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """Everything `tp submit` takes (a request model: the command has many options)."""
+
+    experiment: str
+    profile: str
+    image: str = ""
+    observability_url: str = ""
+    set: dict[str, Scalar] = field(default_factory=dict)
+    inputs: Inputs = field(default_factory=Inputs)
+    operation: str = "train"
+    timeout: int | None = None
+    message: str = ""
+    push: bool = False
+    local: bool = False
+    allow_dirty: bool = False
+    remote: str | None = None
+    branch: str | None = None
+    commit: str = ""  # reruns: pin the job to this commit
+    rerun_of: str = ""
+
+
+@dataclass
+class SubmitResult:
+    key: RunKey
+    request_path: Path
+    request_commit: str
+    spec: JobSpec
+    status: RunStatus | None = None
+    status_commit: str | None = None
+    pushed: bool = False
+
+
+def prepare_run(
+    lab: Lab,
+    request: RunRequest,
+    *,
+    commit: str,
+    dirty: bool,
+    allow_dirty: bool = False,
+    prepared_experiment: Any = None,
+    env: dict[str, str] | None = None,
+) -> PreparedRun:
+    """Resolve → compile → render, in memory; raises UsageError with the first refusal."""
+    from tuneplane.plan.adapters import compile_plan
+    from tuneplane.plan.resolve import resolve, resolve_prepared
+    from tuneplane.render.manifests import render_manifests
+
+    if prepared_experiment is not None:
+        spec = resolve_prepared(
+            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
+        )
+    else:
+        spec = resolve(
+            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
+        )
+    plan = compile_plan(spec)
+    # A local run has no manifests (render refuses it); a cluster run is rendered and checked now.
+    manifests = [] if spec.spec.resources.local else render_manifests(spec, plan, lab.config)
+    return PreparedRun(request, spec, plan, manifests)
+
+
+def backend_request(
+    lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None
+) -> SubmitRequest:
+    """What the backend gets: a `LocalRun` for local specs, the rendered manifests for the cluster."""
+    from tuneplane.plan.environment import HF_TOKEN, JOB_TOKEN, job_env
+    from tuneplane.render.manifests import jobspec_document
+
+    spec = run.spec
+    if spec.spec.resources.local:
+        from tuneplane.backends.local.backend import local_manifest
+
+        manifest = local_manifest(
+            spec, run.plan, jobspec_document(spec, run.plan), lab_root, job_env(spec, run.plan.env)
+        )
+        return SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=spec.metadata.experiment,
+            namespace="",
+            object_name=spec.metadata.name,
+            manifests=[manifest],
+        )
+    secret_data: dict[str, str] = {}
+    secret = _ingest_secret(os.environ if env is None else env)
+    if secret and JOB_TOKEN in run.plan.secret_env:
+        from tuneplane.ingest import mint_token
+
+        secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id)
+    copies = {}
+    hf_secret = lab.config.cluster.hf_token_secret
+    if hf_secret and HF_TOKEN in run.plan.secret_env:
+        copies[run.plan.secret_env[HF_TOKEN]] = (hf_secret, "token")
+    return SubmitRequest(
+        run_id=spec.metadata.run_id,
+        experiment=spec.metadata.experiment,
+        namespace=lab.config.cluster.namespace,
+        object_name=spec.metadata.name,
+        manifests=run.manifests,
+        secret_data=secret_data,
+        secret_copies=copies,
+    )
+
+
+def _ingest_secret(env: Any) -> bytes:
+    value = str(env.get(INGEST_SECRET_ENV, "")).strip()
+    return value.encode() if value else b""
+
+
+def local_lab(lab: Lab) -> Lab:
+    """The lab as the local backend sees it: `--local` runs get local paths whatever the cluster is."""
+    if lab.settings is None or lab.settings.cluster.backend == "local":
+        return lab
+    cluster = lab.settings.cluster.model_copy(update={"backend": "local"})
+    return dataclasses.replace(lab, settings=lab.settings.model_copy(update={"cluster": cluster}))
+
+
+@contextlib.contextmanager
+def lab_at(repo: GitRepo, commit: str) -> Iterator[Lab]:
+    """The lab as it was at `commit` (a pinned rerun resolves against the files of that commit)."""
+    try:
+        full = repo.rev_parse(commit)
+    except UsageError:
+        raise UsageError(
+            f"commit {commit!r} is not in this repository",
+            hint="fetch it first (git fetch), or drop `commit:` from the run request",
+        ) from None
+    tmp = Path(tempfile.mkdtemp(prefix="tp-lab-"))
+    try:
+        repo.archive(full, tmp / "lab", exclude=("runs", "status"))
+        yield load_lab(tmp / "lab")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
+    """Uncommitted changes to what a job is built from (other files do not matter to the run)."""
+    paths = [p for p in LAB_INPUTS if (lab.root / p).exists()]
+    return bool(paths) and repo.is_dirty(paths)
+
+
+def parse_sets(items: list[str]) -> dict[str, Scalar]:
+    """`--set k=v`: `true`/`false` → bool, an integer → int, a number (`2e-5` too) → float, else text.
+
+    Quote a value (`--set name="'3'"`) to keep it text.
+    """
+    out: dict[str, Scalar] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set {item!r} is not KEY=VALUE", hint="for example --set learning_rate=2e-5")
+        out[key] = _scalar(key, text.strip())
+    return out
+
+
+def _scalar(key: str, text: str) -> Scalar:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.startswith(("[", "{")):
+        raise UsageError(
+            f"--set {key}: {text!r} is not a single value", hint="pass numbers, true/false or text"
+        )
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if value == value and value not in (float("inf"), float("-inf")) else text
+
+
+def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = None) -> RunRequest:
+    from pydantic import ValidationError
+
+    try:
+        return RunRequest(
+            experiment=opts.experiment,
+            run_id=run_id or new_run_id(),
+            operation=opts.operation,
+            profile=opts.profile,
+            image=opts.image,
+            observability_url=opts.observability_url,
+            set=opts.set,
+            inputs=opts.inputs,
+            timeout=opts.timeout,
+            requested_by=requested_by,
+            message=opts.message,
+            created_at=utc_now(),
+            commit=opts.commit,
+            rerun_of=opts.rerun_of,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field_name = ".".join(str(p) for p in first["loc"])
+        raise UsageError(
+            f"{field_name}: {first['msg']} (got {first.get('input')!r})", hint="see `tp submit --help`"
+        ) from None
+
+
+def requester(repo: GitRepo) -> str:
+    return repo.identity() or os.environ.get("TUNEPLANE_USER") or os.environ.get("USER") or ""
+
+
+def submit(
+    opts: SubmitOptions, root: Path | None = None, echo: Echo = print, notify: Echo | None = None
+) -> SubmitResult:
+    """`tp submit`: check everything, write and commit the request, then run (`--local`) and push.
+
+    `echo` gets the job's output lines (`--local`), `notify` what tp itself did, as it happens.
+    """
+    say = notify or (lambda _line: None)
+    lab = load_lab(root)
+    repo = lab_repo(lab)
+    request = build_request(opts, requester(repo))
+    commit, dirty = repo.head(), lab_dirty(repo, lab)
+    run = _prepare_for_submit(repo, lab, request, opts, commit, dirty)
+    key = RunKey(request.experiment, request.run_id)
+    path = write_request(lab.root, request)
+    title = f"Request run {key.run_id} of {key.experiment} ({request.profile})"
+    request_commit = repo.add_and_commit([key.request_rel], _message(title, request))
+    say(f"wrote {key.request_rel} (committed {request_commit[:12]})")
+    if dirty and not opts.commit:
+        say(f"warning: uncommitted changes are not part of the run; it runs commit {commit[:12]}")
+    result = SubmitResult(key, path, request_commit, run.spec)
+    if opts.local:
+        say(f"running {key.run_id} on this machine; its output follows")
+        result.status, result.status_commit = run_here(repo, lab, run, echo)
+    if opts.push:
+        from tuneplane.gitops.writeback import publish, resolve_target
+
+        target = resolve_target(repo, opts.remote, opts.branch)
+        publish(repo, target)
+        result.pushed = True
+        say(f"pushed to {target.remote}/{target.branch}")
+    return result
+
+
+def lab_repo(lab: Lab) -> GitRepo:
+    repo = GitRepo(lab.root)
+    if not repo.has_commits():
+        raise UsageError(
+            "the lab has no commits yet", hint="commit your experiment first (git add -A && git commit)"
+        )
+    repo.ensure_identity()
+    return repo
+
+
+def _prepare_for_submit(
+    repo: GitRepo, lab: Lab, request: RunRequest, opts: SubmitOptions, commit: str, dirty: bool
+) -> PreparedRun:
+    if opts.commit:
+        with lab_at(repo, opts.commit) as pinned:
+            return prepare_run(
+                local_lab(pinned) if opts.local else pinned, request, commit=opts.commit, dirty=False
+            )
+    return prepare_run(
+        local_lab(lab) if opts.local else lab,
+        request,
+        commit=commit,
+        dirty=dirty,
+        allow_dirty=opts.allow_dirty,
+    )
+
+
+def _message(title: str, request: RunRequest) -> str:
+    lines = [title, ""]
+    if request.message:
+        lines += [request.message, ""]
+    if request.rerun_of:
+        lines.append(f"Rerun of {request.rerun_of} at {request.commit}.")
+    lines.append("Written by tp submit.")
+    return "\n".join(lines)
+
+
+def run_here(repo: GitRepo, lab: Lab, run: PreparedRun, echo: Echo) -> tuple[RunStatus, str | None]:
+    """Run on this machine in the foreground, then write and commit the status file and dashboard."""
+    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.plan.resolve import storage_root
+
+    backend = LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
+    submitted = utc_now()
+    try:
+        ref, obs = backend.run(backend_request(lab.root, lab, run), echo=echo)
+    except KeyboardInterrupt:
+        # Interrupted before the job started: record it, or the bot would run the request later.
+        from tuneplane.gitops.writeback import cancelled_before_submit
+
+        commit_run_status(repo, cancelled_before_submit(run.request, utc_now()))
+        raise
+    except BackendError as exc:
+        from tuneplane.gitops.writeback import refused_status
+
+        commit_run_status(repo, refused_status(run.request, utc_now(), str(exc), "SubmitFailed", run.spec))
+        raise UsageError(f"the run could not start: {exc}", hint="fix the cause, then tp rerun it") from None
+    status = final_status(backend, run, ref, obs, submitted)
+    return status, commit_run_status(repo, status)
+
+
+def final_status(
+    backend: Any, run: PreparedRun, ref: BackendRef, obs: Observation, submitted: str
+) -> RunStatus:
+    """Submitted, then what the backend observed, with metrics and artifacts folded in."""
+    from tuneplane.gitops.observe import apply_observation, with_artifacts, with_metrics
+    from tuneplane.gitops.writeback import submitted_status
+
+    status = apply_observation(submitted_status(run.request, run.spec, ref, submitted), obs, utc_now())
+    summary, series = backend.metrics(ref)
+    status = with_metrics(status, summary, series, primary_metrics(run.spec.spec.recipe.name))
+    return with_artifacts(status, backend.artifacts(ref))
+
+
+def primary_metrics(method: str) -> list[str]:
+    from tuneplane.lab.catalog import load_catalog
+
+    try:
+        catalog = load_catalog()
+        return list(catalog.recipe(method).metrics.primary) if catalog.has(method) else []
+    except (UsageError, OSError, ValueError):
+        return []
+
+
+def commit_run_status(repo: GitRepo, status: RunStatus) -> str | None:
+    from tuneplane.gitops.writeback import write_dashboard
+
+    key = RunKey(status.experiment, status.run_id)
+    write_status(repo.root, status)
+    write_dashboard(repo.root)
+    repo.stage([key.status_rel, DASHBOARD])
+    return repo.commit_staged(
+        f"Status of run {key.run_id} of {key.experiment}: {status.phase}\n\nWritten by tp submit --local.",
+        [key.status_rel, DASHBOARD],
+    )
+
+
+def submit_to(backend: Backend, lab_root: Path, lab: Lab, run: PreparedRun) -> BackendRef:
+    """Hand a prepared run to a backend (idempotent: the object name is deterministic)."""
+    return backend.submit(backend_request(lab_root, lab, run))

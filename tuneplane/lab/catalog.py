@@ -1,0 +1,102 @@
+"""The recipe catalog: `catalog/<framework>/<recipe>/recipe.yaml` + `template/`.
+
+Listing the catalog reads directory names only; a recipe is parsed, and its digests computed, the first
+time something asks for it, then kept for the life of the process.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from functools import cached_property
+from pathlib import Path
+
+from tuneplane.errors import UsageError
+from tuneplane.models.recipe import Recipe
+from tuneplane.runtime.digest import bundle_digest, manifest_digest, tree_digest
+
+CATALOG_ENV = "TUNEPLANE_CATALOG"
+
+
+def packaged_catalog_root() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("tuneplane._data.catalog")))
+
+
+class Catalog:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._recipes: dict[str, Recipe] = {}
+        self._digests: dict[str, tuple[str, str, str]] = {}
+
+    @cached_property
+    def ids(self) -> list[str]:
+        found = []
+        for fw in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
+            for rc in sorted(fw.iterdir()):
+                if (rc / "recipe.yaml").is_file():
+                    found.append(f"{fw.name}/{rc.name}")
+        return found
+
+    def has(self, method: str) -> bool:
+        return method in self.ids
+
+    def require(self, method: str) -> None:
+        if self.has(method):
+            return
+        close = difflib.get_close_matches(method, self.ids, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}?" if close else f"known methods: {', '.join(self.ids)}"
+        raise UsageError(f"unknown method {method!r}", hint=hint + " (see `tp methods`)")
+
+    def recipe_dir(self, method: str) -> Path:
+        return self.root.joinpath(*method.split("/", 1))
+
+    def recipe(self, method: str) -> Recipe:
+        if method not in self._recipes:
+            self.require(method)
+            self._recipes[method] = _load_recipe(self.recipe_dir(method) / "recipe.yaml", method)
+        return self._recipes[method]
+
+    def template_dir(self, method: str) -> Path:
+        return self.recipe_dir(method) / self.recipe(method).template
+
+    def digests(self, method: str) -> tuple[str, str, str]:
+        """(digest, manifest_digest, template_digest) of the current catalog entry."""
+        if method not in self._digests:
+            m = manifest_digest(self.recipe_dir(method) / "recipe.yaml")
+            t = tree_digest(self.template_dir(method))
+            self._digests[method] = (bundle_digest(m), m, t)
+        return self._digests[method]
+
+
+def _load_recipe(path: Path, method: str) -> Recipe:
+    from tuneplane.lab.yamlio import LoadFailed, load_yaml
+    from tuneplane.models.base import parse_model
+
+    try:
+        doc = load_yaml(path, f"catalog/{method}/recipe.yaml")
+    except LoadFailed as exc:
+        raise UsageError(f"broken catalog recipe: {exc.problem.location()}: {exc.problem.message}") from None
+    recipe, problems = parse_model(Recipe, doc, "recipe-schema")
+    if recipe is None:
+        first = problems[0]
+        raise UsageError(f"broken catalog recipe: {first.location()}: {first.message}")
+    if recipe.name != method:
+        raise UsageError(f"catalog recipe at {method} names itself {recipe.name!r}")
+    return recipe
+
+
+_CATALOGS: dict[Path, Catalog] = {}
+
+
+def load_catalog(root: Path | None = None) -> Catalog:
+    """The catalog in force: `root`, else $TUNEPLANE_CATALOG, else the packaged one. Cached per root."""
+    if root is None:
+        env = os.environ.get(CATALOG_ENV)
+        root = Path(env) if env else packaged_catalog_root()
+    if root not in _CATALOGS:
+        if not root.is_dir():
+            raise UsageError(f"recipe catalog not found at {root}", hint=f"check ${CATALOG_ENV}")
+        _CATALOGS[root] = Catalog(root)
+    return _CATALOGS[root]

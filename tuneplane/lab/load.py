@@ -1,0 +1,117 @@
+"""Find the lab on disk and load its files with positions. The first pipeline stage."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuneplane.errors import UsageError
+from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
+from tuneplane.models.base import NAME_RE, parse_model
+from tuneplane.models.lab import LabFile
+from tuneplane.problems import Problem
+
+LAB_FILE = "tuneplane.yaml"
+LEGACY_LAB_FILE = "starforge.yaml"
+LAB_DIRS = ("experiments", "plugins", "runs", "status")
+
+
+@dataclass
+class Lab:
+    root: Path
+    settings: LabFile | None
+    doc: Doc | None
+    problems: list[Problem] = field(default_factory=list)
+    legacy: bool = False  # a StarForge lab (`starforge.yaml`), readable but to be migrated
+
+    @property
+    def name(self) -> str:
+        return self.settings.name if self.settings else self.root.name
+
+    @property
+    def config(self) -> LabFile:
+        """The settings; a lab whose file is broken gets the defaults so other checks can still run."""
+        if self.settings is not None:
+            return self.settings
+        return LabFile.model_validate({"apiVersion": "tuneplane/project/v1", "name": "lab"})
+
+    def experiments_dir(self) -> Path:
+        return self.root / "experiments"
+
+    def experiment_names(self) -> list[str]:
+        base = self.experiments_dir()
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def find_lab_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above `start` holding `tuneplane.yaml` (or a StarForge marker)."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / LAB_FILE).is_file() or (candidate / LEGACY_LAB_FILE).is_file():
+            return candidate
+    raise UsageError(f"not inside a TunePlane lab: no {LAB_FILE} in {here} or above",
+                     hint="run `tp init` to create a lab, or cd into one")
+
+
+def load_lab(root: Path | None = None) -> Lab:
+    root = find_lab_root(root) if root is None or not (
+        (root / LAB_FILE).is_file() or (root / LEGACY_LAB_FILE).is_file()) else root.resolve()
+    if not (root / LAB_FILE).is_file():
+        return _legacy_lab(root)
+    try:
+        doc = load_yaml(root / LAB_FILE, LAB_FILE)
+    except LoadFailed as exc:
+        return Lab(root, None, None, [exc.problem])
+    problems = _version_first(doc)
+    if problems:
+        return Lab(root, None, doc, problems)
+    settings, problems = parse_model(LabFile, doc, "lab-schema")
+    if settings is not None:
+        problems += _profile_names(doc, settings)
+    return Lab(root, settings, doc, problems)
+
+
+def _version_first(doc: Doc) -> list[Problem]:
+    """Check apiVersion before anything else, so a newer file says 'upgrade tp', not noise."""
+    if not isinstance(doc.data, dict):
+        return [doc.problem("", "lab-schema", "tuneplane.yaml must be a mapping of settings")]
+    api = doc.data.get("apiVersion")
+    if api == "tuneplane/project/v1":
+        return []
+    if isinstance(api, str) and api.startswith("tuneplane/project/"):
+        return [doc.problem("/apiVersion", "lab-version", f"this lab uses {api}, newer than this tp understands",
+                            hint="upgrade tuneplane: pip install -U tuneplane")]
+    return [doc.problem("/apiVersion", "lab-version", f"apiVersion must be tuneplane/project/v1 (got {api!r})",
+                        hint="set `apiVersion: tuneplane/project/v1`")]
+
+
+def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
+    import re
+
+    return [doc.problem(f"/profiles/{name}", "lab-schema", f"profile name {name!r} is not a valid name",
+                        hint="use letters, digits, '.', '_' and '-'")
+            for name in settings.profiles if not re.match(NAME_RE, name)]
+
+
+def _legacy_lab(root: Path) -> Lab:
+    problem = Problem(LEGACY_LAB_FILE, 1, 1, "starforge-lab",
+                      "this is a StarForge lab (starforge.yaml); tp reads it but the formats are outdated",
+                      hint="run `tp migrate` to convert it to a TunePlane lab")
+    return Lab(root, None, None, [problem], legacy=True)
+
+
+def experiment_dir(lab: Lab, name: str) -> Path:
+    return lab.experiments_dir() / name
+
+
+def storage_user(lab: Lab) -> str:
+    return lab.config.cluster.user or os.environ.get("TUNEPLANE_USER") or os.environ.get("USER") or "user"

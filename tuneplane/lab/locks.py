@@ -1,0 +1,163 @@
+"""Write `recipe.lock.json` and decide whether a lock is admitted by the current catalog (CONTRACT §4).
+
+Blocking drift is an error; any other drift is advice that names `tp recipe upgrade`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuneplane import __version__
+from tuneplane.lab.catalog import Catalog
+from tuneplane.lab.yamlio import Doc
+from tuneplane.models.lock import RECIPE_LOCK_API, RecipeLock
+from tuneplane.models.recipe import Recipe
+from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.digest import bundle_digest
+
+LOCK_FILE = "recipe.lock.json"
+UPGRADE = "run `tp recipe upgrade {exp}` to re-lock against the current catalog"
+
+
+def runtime_key(recipe: Recipe, requested: str | None) -> tuple[str, str]:
+    """(version key, runtime_id) of the runtime to lock; raises ValueError naming the known versions."""
+    if recipe.user_managed:
+        if requested not in (None, "", "user-managed"):
+            raise ValueError(f"{recipe.name} has no framework versions: the image you pass brings its own")
+        return "user-managed", ""
+    key = requested or recipe.runtime.default_version
+    if key not in recipe.runtime.versions:
+        known = ", ".join(sorted(recipe.runtime.versions))
+        raise ValueError(f"{recipe.name} has no framework version {key!r}; known versions: {known}")
+    return key, recipe.runtime.versions[key].runtime_id
+
+
+def make_lock(catalog: Catalog, method: str, version_key: str) -> dict[str, Any]:
+    recipe = catalog.recipe(method)
+    digest, manifest, template = catalog.digests(method)
+    runtime_id = recipe.runtime.versions[version_key].runtime_id if version_key in recipe.runtime.versions else ""
+    return {
+        "apiVersion": RECIPE_LOCK_API,
+        "recipe": {"name": recipe.name, "version": recipe.version, "digest": digest,
+                   "manifest_digest": manifest, "template_digest": template},
+        "framework": {"kind": recipe.framework, "version": version_key, "runtime_id": runtime_id},
+        "created_by": {"core_version": __version__},
+        "requires": {"core": recipe.requires.core},
+        "bindings": {
+            "params": {name: {"path": p.path, "type": p.type} for name, p in sorted(recipe.params.items())},
+            "entrypoint": {"kind": recipe.entrypoint.kind, "value": recipe.entrypoint.value},
+        },
+    }
+
+
+def digest_consistent(lock: RecipeLock) -> bool:
+    """The recipe digest must follow from the manifest digest (legacy locks also folded the template in)."""
+    r = lock.recipe
+    return r.digest in (bundle_digest(r.manifest_digest), bundle_digest(r.manifest_digest, r.template_digest))
+
+
+def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Problem]:
+    """Problems of a parsed lock against the catalog in force; empty means current."""
+    fix = UPGRADE.format(exp=exp)
+    out: list[Problem] = []
+    if not digest_consistent(lock):
+        out.append(doc.problem("/recipe/digest", "lock-tampered",
+                               "recipe.digest does not follow from recipe.manifest_digest: the lock was edited",
+                               hint=fix))
+    if lock.legacy:
+        out.append(doc.problem("/apiVersion", "lock-legacy", f"{lock.api_version} is a StarForge lock",
+                               hint="run `tp migrate` to convert it", severity=Severity.WARNING))
+    if not catalog.has(lock.recipe.name):
+        catalog_hint = _did_you_mean(catalog, lock.recipe.name)
+        out.append(doc.problem("/recipe/name", "lock-blocking",
+                               f"recipe {lock.recipe.name!r} is not in the catalog", hint=catalog_hint))
+        return out
+    return out + _drift(lock, doc, catalog.recipe(lock.recipe.name), catalog, fix)
+
+
+def _did_you_mean(catalog: Catalog, name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, catalog.ids, n=1, cutoff=0.5)
+    return (f"did you mean {close[0]!r}? " if close else "") + "see `tp methods` for the catalog"
+
+
+def _drift(lock: RecipeLock, doc: Doc, recipe: Recipe, catalog: Catalog, fix: str) -> list[Problem]:
+    out = _blocking(lock, doc, recipe, fix)
+    if out:
+        return out
+    digest, manifest, template = catalog.digests(recipe.name)
+    changed = [name for name, old, new in (("version", lock.recipe.version, recipe.version),
+                                          ("manifest digest", lock.recipe.manifest_digest, manifest),
+                                          ("template digest", lock.recipe.template_digest, template))
+               if old != new]
+    if changed:
+        out.append(doc.problem("/recipe", "lock-drift",
+                               f"{recipe.name} changed in the catalog since this lock ({', '.join(changed)})",
+                               hint=fix, severity=Severity.WARNING))
+    runtime = recipe.runtime.versions.get(lock.framework.version)
+    if runtime is not None and runtime.deprecated:
+        out.append(doc.problem("/framework/version", "runtime-deprecated",
+                               f"framework version {lock.framework.version} of {recipe.name} is deprecated "
+                               f"(current: {recipe.runtime.default_version})", hint=fix, severity=Severity.WARNING))
+    return out
+
+
+def _blocking(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list[Problem]:
+    out: list[Problem] = []
+
+    def block(pointer: str, message: str) -> None:
+        out.append(doc.problem(pointer, "lock-blocking", message, hint=fix))
+
+    if lock.framework.kind != recipe.framework:
+        block("/framework/kind", f"framework changed from {lock.framework.kind!r} to {recipe.framework!r}")
+    if not recipe.user_managed and lock.framework.version != "user-managed":
+        runtime = recipe.runtime.versions.get(lock.framework.version)
+        if runtime is None:
+            block("/framework/version", f"framework version {lock.framework.version!r} is no longer offered "
+                                        f"(known: {', '.join(sorted(recipe.runtime.versions))})")
+        elif lock.framework.runtime_id and runtime.runtime_id != lock.framework.runtime_id:
+            block("/framework/runtime_id",
+                  f"runtime {lock.framework.runtime_id!r} is now {runtime.runtime_id!r} for this version")
+    if not _core_admits(recipe.requires.core):
+        block("/requires/core", f"this tp ({__version__}) is outside the recipe's requires.core "
+                                f"{recipe.requires.core!r}")
+    out += _binding_drift(lock, doc, recipe, fix)
+    return out
+
+
+def _binding_drift(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list[Problem]:
+    out: list[Problem] = []
+    if lock.bindings is None:
+        return out
+    for name, bound in lock.bindings.params.items():
+        param = recipe.params.get(name)
+        ptr = f"/bindings/params/{name}"
+        if param is None:
+            out.append(doc.problem(ptr, "lock-blocking", f"bound param {name!r} no longer exists", hint=fix))
+        elif param.path != bound.path:
+            out.append(doc.problem(ptr, "lock-blocking",
+                                   f"param {name!r} moved from {bound.path!r} to {param.path!r}", hint=fix))
+        elif param.type != bound.type:
+            out.append(doc.problem(ptr, "lock-blocking",
+                                   f"param {name!r} changed type from {bound.type} to {param.type}", hint=fix))
+    ep = lock.bindings.entrypoint
+    if ep is not None and (ep.kind, ep.value) != (recipe.entrypoint.kind, recipe.entrypoint.value):
+        out.append(doc.problem("/bindings/entrypoint", "lock-blocking",
+                               f"entrypoint moved from {ep.kind}:{ep.value} to "
+                               f"{recipe.entrypoint.kind}:{recipe.entrypoint.value}", hint=fix))
+    return out
+
+
+def _core_admits(spec: str) -> bool:
+    from tuneplane.runtime.versions import version_admits  # the same matcher the launcher uses in the job
+
+    try:
+        return version_admits(spec, __version__)
+    except ValueError:
+        return False
+
+
+def lock_path(exp_dir: Path) -> Path:
+    return exp_dir / LOCK_FILE

@@ -1,0 +1,283 @@
+"""Run ids, and the two files of every run: its request (`runs/`) and its status (`status/`).
+
+A run id is `YYYYMMDD-HHMMSS-<6 hex>` in UTC: it sorts by submission time and needs no coordination
+(two people submitting in the same second collide with probability 1 in 16.7 million, and the request
+file is created exclusively, so a collision is refused, never overwritten).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tuneplane.errors import UsageError
+from tuneplane.lab.yamlio import LoadFailed, atomic_write, load_yaml, parse_yaml, write_json
+from tuneplane.models.base import NAME_RE, parse_model
+from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
+
+SCHEMA_LINE = "# yaml-language-server: $schema=https://tuneplane.dev/schemas/run.schema.json"
+RUNS_DIR = "runs"
+STATUS_DIR = "status"
+DASHBOARD = f"{STATUS_DIR}/README.md"
+
+_RUN_ID = re.compile(RUN_ID_RE)
+_NAME = re.compile(NAME_RE)
+
+
+@dataclass(frozen=True, order=True)
+class RunKey:
+    """One run, named by its experiment and id (sorts by experiment, then time)."""
+
+    experiment: str
+    run_id: str
+
+    @property
+    def request_rel(self) -> str:
+        return f"{RUNS_DIR}/{self.experiment}/{self.run_id}.yaml"
+
+    @property
+    def status_rel(self) -> str:
+        return f"{STATUS_DIR}/{self.experiment}/{self.run_id}.json"
+
+    def __str__(self) -> str:
+        return f"{self.experiment}/{self.run_id}"
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC with second precision, the form every time in a status file takes."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_ISSUED: set[str] = set()
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """UTC time to the second, then 40 random bits: ids sort by time and two machines would have to
+    draw the same 40 bits in the same second to collide; within one process they never repeat."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    while True:
+        run_id = f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(5)}"
+        if run_id not in _ISSUED:
+            _ISSUED.add(run_id)
+            return run_id
+
+
+# ── run requests ──────────────────────────────────────────────────────────────────────────────────
+
+
+def dump_request(req: RunRequest) -> str:
+    """The request as a person reads it in review: fixed key order, empty optional fields left out."""
+    import yaml  # PyYAML quotes any string that would read back as another type
+
+    data = req.model_dump(mode="json", by_alias=True)
+    inputs = {k: v for k, v in data.pop("inputs").items() if v}
+    cancel = data.pop("cancel")
+    body: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("set",) or value not in ("", None):
+            body[key] = value
+    if inputs:
+        body["inputs"] = inputs
+    text = yaml.dump(
+        body, Dumper=_dumper(), sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000
+    )
+    return (
+        f"{SCHEMA_LINE}\n"
+        "# A run request, written by `tp submit`. Review it in the pull request; the bot submits it\n"
+        "# once it is merged and writes the outcome to status/.\n"
+        f"{text}"
+        "# Set to true and merge to stop the run (or `tp job cancel`).\n"
+        f"cancel: {'true' if cancel else 'false'}\n"
+    )
+
+
+_AMBIGUOUS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", ""}
+
+
+def _dumper() -> Any:
+    """A safe dumper that quotes every string a YAML 1.1 or 1.2 reader could take for another type."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: Any, value: str) -> Any:
+        style = "'" if _looks_typed(value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return Dumper
+
+
+def _looks_typed(value: str) -> bool:
+    if value.lower() in _AMBIGUOUS:
+        return True
+    try:
+        float(value.replace("_", "x"))  # `1_000` is a number in YAML 1.1 only; quote it too
+    except ValueError:
+        return value.replace("_", "").isdigit() or value.lower().startswith(("0x", "0o", "0b"))
+    return True
+
+
+def write_request(root: Path, req: RunRequest) -> Path:
+    """Create `runs/<exp>/<run-id>.yaml`; an existing file is never replaced."""
+    key = RunKey(req.experiment, req.run_id)
+    path = root / key.request_rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise UsageError(
+            f"{key.request_rel} already exists", hint="submit again: a new run id is drawn"
+        ) from None
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(dump_request(req))
+    return path
+
+
+def parse_request(text: str, rel: str) -> RunRequest:
+    """Parse a request, raising a UsageError that names `file:line:col` and the fix."""
+    try:
+        doc = parse_yaml(text, rel)
+    except LoadFailed as exc:
+        raise _load_error(exc) from None
+    req, problems = parse_model(RunRequest, doc, "run-schema")
+    if req is None:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(
+            f"{first.location()}: {first.message}{more}",
+            hint=first.hint or f"run `tp validate` to see every problem in {rel}",
+        )
+    return req
+
+
+def read_request(root: Path, key: RunKey) -> RunRequest:
+    try:
+        doc = load_yaml(root / key.request_rel, key.request_rel)
+    except LoadFailed as exc:
+        raise _load_error(exc) from None
+    return parse_request(doc.text, key.request_rel)
+
+
+def _load_error(exc: LoadFailed) -> UsageError:
+    problem = exc.problem
+    return UsageError(f"{problem.location()}: {problem.message}", hint=problem.hint)
+
+
+def mark_cancel(root: Path, key: RunKey) -> Path:
+    """Set `cancel: true`, keeping the person's comments and key order (ruamel round trip)."""
+    from io import StringIO
+
+    from ruamel.yaml import YAML
+
+    path = root / key.request_rel
+    text = path.read_text(encoding="utf-8")
+    parse_request(text, key.request_rel)  # refuse to edit a file that is already broken
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 1000
+    data = yaml.load(text)
+    data["cancel"] = True
+    out = StringIO()
+    yaml.dump(data, out)
+    parse_request(out.getvalue(), key.request_rel)
+    atomic_write(path, out.getvalue())
+    return path
+
+
+# ── listing and finding runs ─────────────────────────────────────────────────────────────────────
+
+
+def _keys_under(base: Path, suffix: str) -> list[RunKey]:
+    """Run keys from file names alone (no parsing): cheap enough for thousands of runs."""
+    keys: list[RunKey] = []
+    try:
+        experiments = list(os.scandir(base))
+    except FileNotFoundError:
+        return keys
+    for exp in experiments:
+        if not exp.is_dir() or not _NAME.match(exp.name):
+            continue
+        for entry in os.scandir(exp.path):
+            stem = entry.name[: -len(suffix)] if entry.name.endswith(suffix) else ""
+            if stem and _RUN_ID.match(stem) and entry.is_file():
+                keys.append(RunKey(exp.name, stem))
+    return sorted(keys)
+
+
+def request_keys(root: Path) -> list[RunKey]:
+    return _keys_under(root / RUNS_DIR, ".yaml")
+
+
+def status_keys(root: Path) -> list[RunKey]:
+    return _keys_under(root / STATUS_DIR, ".json")
+
+
+def find_run(root: Path, text: str) -> RunKey:
+    """`RUN_ID`, `EXP/RUN_ID`, a request or status path, or a unique run-id prefix."""
+    name = text.strip().rstrip("/")
+    for suffix in (".yaml", ".json"):
+        name = name.removesuffix(suffix)
+    parts = [p for p in name.split("/") if p]
+    if parts and parts[0] in (RUNS_DIR, STATUS_DIR):
+        parts = parts[1:]
+    known = sorted(set(request_keys(root)) | set(status_keys(root)))
+    if len(parts) == 2:
+        matches = [k for k in known if k.experiment == parts[0] and k.run_id.startswith(parts[1])]
+    elif len(parts) == 1:
+        matches = [k for k in known if k.run_id.startswith(parts[0])]
+    else:
+        matches = []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no run {text!r} in this lab", hint="see `tp job ls --all` for run ids")
+    shown = ", ".join(str(k) for k in matches[:5])
+    raise UsageError(
+        f"{text!r} matches {len(matches)} runs: {shown}", hint="give more of the run id, or EXP/RUN_ID"
+    )
+
+
+# ── status files ─────────────────────────────────────────────────────────────────────────────────
+
+
+def read_status(root: Path, key: RunKey) -> RunStatus | None:
+    """The status file, or None when there is none; a damaged one raises naming the file."""
+    path = root / key.status_rel
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{key.status_rel} is not readable JSON: {exc}",
+            hint="the bot owns status/: restore the file from git (`git checkout -- <file>`)",
+        ) from None
+    return status_from(data, key.status_rel)
+
+
+def status_from(data: Any, rel: str) -> RunStatus:
+    from pydantic import ValidationError
+
+    try:
+        return RunStatus.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise UsageError(
+            f"{rel}: {where}: {first['msg']}", hint="the bot owns status/: restore the file from git"
+        ) from None
+
+
+def write_status(root: Path, status: RunStatus) -> Path:
+    """Atomically (temp file + rename), so a reader or a killed bot never sees half a file."""
+    path = root / RunKey(status.experiment, status.run_id).status_rel
+    write_json(path, status.model_dump(mode="json", by_alias=True))
+    return path

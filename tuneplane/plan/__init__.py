@@ -1,0 +1,1 @@
+"""Resolve a run into a JobSpec and compile it into a LaunchPlan: adapters, environment, shapes, images. Pure."""

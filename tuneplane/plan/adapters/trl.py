@@ -1,0 +1,29 @@
+"""trl (sft, grpo): accelerate launch of the experiment's train.py; export and eval through lifecycle.
+
+    accelerate launch … -m tuneplane.launcher <exp>/train.py --config <exp>/config.yaml \
+        --model M --train-data D --validation-data V --output-dir $OUT --logging-dir $OUT/logs \
+        --overrides-json '<validated hyperparams>'
+"""
+
+from __future__ import annotations
+
+from tuneplane.models.jobspec import JobSpec
+from tuneplane.plan.adapters.base import check_common, config_path, out, overrides_json, python_entry
+from tuneplane.plan.adapters.launch import accelerate
+from tuneplane.plan.adapters.lifecycle import compile_lifecycle
+from tuneplane.plan.launchplan import LaunchPlan
+
+
+class TrlAdapter:
+    name = "trl"
+
+    def compile(self, spec: JobSpec) -> LaunchPlan:
+        check_common(spec, self.name)
+        if spec.spec.operation != "train":
+            return compile_lifecycle(spec)
+        recipe, inputs = spec.spec.recipe, spec.spec.inputs
+        entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
+        args = ["--config", config_path(spec), "--model", inputs.model, "--train-data", inputs.train_data,
+                "--validation-data", inputs.validation_data, "--output-dir", out(spec),
+                "--logging-dir", out(spec, "logs"), "--overrides-json", overrides_json(spec)]
+        return accelerate(spec, [*entry, *args])

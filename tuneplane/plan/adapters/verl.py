@@ -1,0 +1,40 @@
+"""verl: grpo as a Ray driver (`python -m verl.trainer.main_ppo` + Hydra `a.b=<json>` overrides),
+sft under torchrun; export and eval through lifecycle.
+
+    python3 -m verl.trainer.main_ppo --config-path <exp> --config-name config \
+        actor_rollout_ref.model.path="M" data.train_files="D" data.val_files="V" <path>=<json> … \
+        trainer.nnodes=N trainer.n_gpus_per_node=G trainer.default_local_dir="$OUT/checkpoints"
+"""
+
+from __future__ import annotations
+
+from tuneplane.models.jobspec import JobSpec
+from tuneplane.plan.adapters.base import check_common, hydra_value, out, python_entry
+from tuneplane.plan.adapters.hydra import input_overrides, param_overrides, topology_overrides
+from tuneplane.plan.adapters.launch import ray_driver, torchrun
+from tuneplane.plan.adapters.lifecycle import compile_lifecycle
+from tuneplane.plan.launchplan import LaunchPlan
+
+
+class VerlAdapter:
+    name = "verl"
+
+    def compile(self, spec: JobSpec) -> LaunchPlan:
+        check_common(spec, self.name)
+        if spec.spec.operation != "train":
+            return compile_lifecycle(spec)
+        recipe = spec.spec.recipe
+        entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
+        args = [*entry, *_config_args(spec), *input_overrides(spec), *param_overrides(spec),
+                *topology_overrides(spec, "trainer.nnodes", "trainer.n_gpus_per_node"),
+                f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}"]
+        if recipe.adapter.orchestrator == "ray":
+            return ray_driver(spec, args)
+        return torchrun(spec, args)
+
+
+def _config_args(spec: JobSpec) -> list[str]:
+    """Hydra reads the experiment's config.yaml (which extends verl's defaults through its search path)."""
+    if spec.spec.recipe.adapter.config_mode != "hydra":
+        return []
+    return ["--config-path", spec.spec.paths.exp_dir, "--config-name", "config"]

@@ -1,0 +1,162 @@
+"""Would this run request be admitted? Every refusal of CONTRACT §7–8 that needs no cluster. Pure.
+
+`tp validate` reports these as Problems on the run request file; `resolve` raises the first of them,
+so `tp submit`, `tp render` and the bot refuse with the same words.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tuneplane.check.params import check_value, resolve_name, unknown_name_message
+from tuneplane.models.lab import LabFile
+from tuneplane.models.recipe import Recipe
+from tuneplane.models.run import RunRequest
+from tuneplane.plan.images import (
+    ImageError,
+    allowed_registries,
+    check_allowed,
+    check_digest_policy,
+    parse_image,
+)
+from tuneplane.plan.shapes import ShapeError, parse_profile
+
+CLI_FLAG = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data"}
+EXTERNAL_NEEDS_URL = "custom external observability requires spec.framework.observability_url"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    pointer: str  # JSON pointer into the run request
+    rule: str
+    message: str
+    hint: str = ""
+
+
+def check_request(lab: LabFile, recipe: Recipe, req: RunRequest,
+                  env: dict[str, str] | None = None) -> list[Refusal]:
+    env = dict(os.environ) if env is None else env
+    out: list[Refusal] = []
+    out += _operation(recipe, req)
+    out += _profile(lab, req)
+    out += _image(lab, recipe, req, env)
+    out += _observability(recipe, req)
+    out += _hyperparams(recipe, req)
+    out += _inputs(recipe, req)
+    return out
+
+
+def _operation(recipe: Recipe, req: RunRequest) -> list[Refusal]:
+    if req.operation == "train" or req.operation in recipe.lifecycle:
+        return []
+    if recipe.framework == "custom":
+        return [Refusal("/operation", "run-operation",
+                        f"custom adapter refuses {req.operation}: custom/custom compiles only the train operation",
+                        "export or evaluate inside your own train.sh, writing under $TUNEPLANE_OUT_DIR")]
+    return [Refusal("/operation", "run-operation", f"{recipe.name} has no {req.operation} operation",
+                    f"operations of {recipe.name}: train{''.join(', ' + k for k in recipe.lifecycle)}")]
+
+
+def _profile(lab: LabFile, req: RunRequest) -> list[Refusal]:
+    try:
+        parse_profile(req.profile, lab)
+    except ShapeError as exc:
+        return [Refusal("/profile", "run-profile", str(exc), exc.hint)]
+    return []
+
+
+def _image(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str]) -> list[Refusal]:
+    if not req.image:
+        if recipe.user_managed:
+            return [Refusal("/image", "run-image", f"{recipe.name} needs --image: it has no catalog image",
+                            "pass --image registry/repository:tag (pin @sha256:… in production)")]
+        return []
+    try:
+        ref = parse_image(req.image)
+        check_allowed(ref, allowed_registries(env, lab.images.allowed_registries))
+        check_digest_policy(ref, lab.images.require_digest)
+    except ImageError as exc:
+        return [Refusal("/image", "run-image", str(exc), exc.hint)]
+    return []
+
+
+def _observability(recipe: Recipe, req: RunRequest) -> list[Refusal]:
+    mode = recipe.adapter_options.observability
+    if mode == "external" and not req.observability_url:
+        message = EXTERNAL_NEEDS_URL if recipe.framework == "custom" else \
+            f"{recipe.framework} external observability requires spec.framework.observability_url"
+        return [Refusal("/observability_url", "run-observability", message,
+                        "pass --observability-url with the dashboard your team uses (e.g. a wandb project URL)")]
+    if mode == "platform" and req.observability_url:
+        return [Refusal("/observability_url", "run-observability",
+                        f"{recipe.name} uses platform observability: --observability-url is refused",
+                        "drop --observability-url; metrics from tuneplane.report reach the platform")]
+    if req.observability_url and not req.observability_url.startswith(("https://", "http://")):
+        return [Refusal("/observability_url", "run-observability",
+                        f"observability URL {req.observability_url!r} is not an http(s) URL", "")]
+    return []
+
+
+def _hyperparams(recipe: Recipe, req: RunRequest) -> list[Refusal]:
+    out: list[Refusal] = []
+    if not recipe.params:
+        return out  # custom: values land in spec.hyperparams unchecked (nothing reads them)
+    for key, value in req.set.items():
+        name = resolve_name(key, recipe)
+        if name is None:
+            message, hint = unknown_name_message(key, recipe)
+            out.append(Refusal(f"/set/{key}", "run-set", message, hint))
+            continue
+        problem = check_value(recipe.params[name], value)
+        if problem:
+            out.append(Refusal(f"/set/{key}", "run-set", f"--set {key}: {problem}", recipe.params[name].doc))
+    return out
+
+
+def _inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
+    if req.operation != "train":
+        return _lifecycle_inputs(recipe, req)
+    missing = [CLI_FLAG[k] for k in recipe.adapter_options.required_inputs if not getattr(req.inputs, k)]
+    if not missing:
+        return []
+    return [Refusal("/inputs", "run-inputs", f"The {recipe.framework} recipe requires explicit: {' '.join(missing)}",
+                    "pass them to tp submit (a hub id or a path under the storage root)")]
+
+
+def _lifecycle_inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
+    if req.operation in recipe.lifecycle and not req.inputs.checkpoint:
+        return [Refusal("/inputs/checkpoint", "run-inputs", f"{req.operation} needs --checkpoint",
+                        "name a checkpoint directory of an earlier run, "
+                        "e.g. runs/<user>/<exp>/<run>/out/checkpoints/step-100")]
+    return []
+
+
+# ── adapter refusals: what the experiment itself sets (config.yaml, plugins) ───────────────────────
+
+NO_ALGORITHM_PLUGINS = frozenset({"custom", "evalkit"})
+
+
+def check_platform_owned(recipe: Recipe, config: object) -> list[Refusal]:
+    """Config keys the platform sets from the run (output dirs, topology) must not be set by the user."""
+    from tuneplane.check.params import get_path, is_missing
+
+    if not isinstance(config, dict):
+        return []
+    owned = [key for key in recipe.adapter_options.platform_owned if not is_missing(get_path(config, key))]
+    return [Refusal("/experiment", "run-platform-owned",
+                    f"config.yaml sets {key}, a key the platform owns for {recipe.name}",
+                    f"remove {key} from config.yaml: the platform sets it from the run "
+                    f"(owned keys: {', '.join(recipe.adapter_options.platform_owned)})")
+            for key in owned]
+
+
+def check_algorithm_plugins(framework: str, plugins: list[tuple[str, str]]) -> list[Refusal]:
+    """`plugins` = (reference, capability) pairs; custom and evalkit never run algorithm plugins."""
+    if framework not in NO_ALGORITHM_PLUGINS:
+        return []
+    return [Refusal("/experiment", "run-plugins",
+                    f"{ref} is an algorithm plugin; the {framework} adapter refuses algorithm plugins "
+                    "(its entrypoint does not start through the algorithm bridge)",
+                    "remove it from plugins.lock.json, or use a catalog framework that supports plugins")
+            for ref, capability in plugins if capability == "algorithm"]

@@ -1,0 +1,405 @@
+"""`resolve`: experiment × recipe × run request × lab settings → JobSpec. Pure over the lab's files.
+
+Every refusal happens here, before anything is written or submitted, in the same words `tp validate`
+uses (the request-level ones come from `tuneplane.plan.admission`). Resolving is split in two so that
+rendering a thousand run requests reads each experiment, its lock and its plugins once:
+`prepare_experiment` (per experiment) and `resolve_prepared` (per run request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from tuneplane import __version__
+from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.errors import UsageError
+from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.load import Lab, storage_user
+from tuneplane.models.jobspec import (
+    AdapterRef,
+    ArtifactRef,
+    FrameworkRef,
+    InputsRef,
+    JobMeta,
+    JobProvenance,
+    JobSpec,
+    JobSpecBody,
+    Paths,
+    PluginRef,
+    RecipeRef,
+    Resources,
+)
+from tuneplane.models.lock import RecipeLock
+from tuneplane.models.recipe import Recipe
+from tuneplane.models.run import RunRequest
+from tuneplane.plan.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
+from tuneplane.plan.images import ImageError, check_digest_policy, parse_image
+from tuneplane.plan.names import object_name
+from tuneplane.plan.shapes import Shape, ShapeError, parse_profile
+from tuneplane.problems import Problem
+
+RUNTIME_IMAGES_ENV = "TUNEPLANE_RUNTIME_IMAGES"
+STORAGE_ROOT_ENV = "TUNEPLANE_STORAGE_ROOT"
+Scalar = bool | int | float | str
+_UNSAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class PreparedExperiment:
+    """What every run request of one experiment shares: the checked lock, recipe, config and plugins."""
+
+    name: str
+    dir: Path
+    lock: RecipeLock
+    recipe: Recipe
+    config: Any
+    config_sha256: str
+    plugins: tuple[PluginRef, ...]
+    base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
+
+
+def resolve(lab: Lab, experiment: str, request: RunRequest, *, commit: str, dirty: bool,
+            allow_dirty: bool = False, catalog: Catalog | None = None,
+            env: dict[str, str] | None = None) -> JobSpec:
+    """The JobSpec of `request`; raises UsageError with the first refusal and how to fix it."""
+    prepared = prepare_experiment(lab, experiment, catalog or load_catalog())
+    return resolve_prepared(lab, prepared, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty,
+                            env=env)
+
+
+# ── per experiment ──────────────────────────────────────────────────────────────────────────────────
+
+
+def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedExperiment:
+    """Load and check one experiment; UsageError on the first blocking problem."""
+    from tuneplane.check.validate import load_experiment
+    from tuneplane.lab.locks import admit
+
+    _refuse_broken_lab(lab)
+    ctx = load_experiment(lab, catalog, experiment)
+    _raise_first(ctx.problems)
+    if ctx.lock is None or ctx.lock_doc is None:
+        raise UsageError(f"experiment {experiment!r} has no usable recipe.lock.json",
+                         hint=f"re-lock it with `tp recipe upgrade {experiment}`")
+    _raise_first(admit(ctx.lock, ctx.lock_doc, catalog, experiment))
+    if ctx.recipe is None:
+        raise UsageError(f"recipe {ctx.lock.recipe.name!r} of {experiment} is not in the catalog",
+                         hint="see `tp methods`")
+    recipe = ctx.recipe
+    config = ctx.config.data if ctx.config is not None else None
+    _check_entrypoint(ctx.dir, ctx.lock, recipe)
+    _raise_refusals(check_platform_owned(recipe, config), f"experiments/{experiment}/config.yaml")
+    plugins = _plugins(lab, ctx.dir, recipe)
+    _raise_refusals(check_algorithm_plugins(recipe.framework,
+                                            [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
+                    f"experiments/{experiment}/plugins.lock.json")
+    return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir),
+                              tuple(plugins), _base_hyperparams(recipe, config, experiment))
+
+
+def _refuse_broken_lab(lab: Lab) -> None:
+    if lab.settings is None:
+        first = lab.problems[0] if lab.problems else None
+        where = f"{first.location()}: {first.message}" if first else "tuneplane.yaml is unreadable"
+        raise UsageError(f"the lab settings cannot be read: {where}",
+                         hint=first.hint if first and first.hint else "run `tp validate` for every problem")
+
+
+def _raise_first(problems: list[Problem]) -> None:
+    errors = [p for p in problems if p.is_error]
+    if errors:
+        first = errors[0]
+        raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
+
+
+def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:
+    if refusals:
+        first = refusals[0]
+        raise UsageError(f"{where}: {first.message}" if where else first.message, hint=first.hint)
+
+
+def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe) -> None:
+    from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
+
+    kind, value = _entrypoint(lock, recipe)
+    if kind == "experiment" and resolve_entrypoint(exp_dir, value) is None:
+        raise UsageError(entrypoint_message(recipe.framework),
+                         hint=f"the recipe runs {value!r}: it must be a regular file inside "
+                              f"experiments/{exp_dir.name}/ (renamed or deleted? restore it)")
+
+
+def _entrypoint(lock: RecipeLock, recipe: Recipe) -> tuple[str, str]:
+    bound = lock.bindings.entrypoint if lock.bindings else None
+    return (bound.kind, bound.value) if bound else (recipe.entrypoint.kind, recipe.entrypoint.value)
+
+
+def _config_digest(exp_dir: Path) -> str:
+    path = exp_dir / "config.yaml"
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def _base_hyperparams(recipe: Recipe, config: Any, experiment: str) -> dict[str, Scalar]:
+    """Config values at the param paths, else the recipe default; keyed by dotted config path."""
+    values: dict[str, Scalar] = {}
+    data = config if isinstance(config, dict) else {}
+    for name, param in recipe.params.items():
+        value = get_path(data, param.path)
+        if is_missing(value) or value is None:
+            if param.default is not None:
+                values[param.path] = _normalise(param.type, param.default)
+            continue
+        problem = check_value(param, value)
+        if problem:
+            raise UsageError(f"experiments/{experiment}/config.yaml: {param.path}: {problem}",
+                             hint=param.doc or f"see `tp methods` for parameter {name}")
+        values[param.path] = _normalise(param.type, value)
+    return values
+
+
+def _normalise(kind: str, value: Any) -> Scalar:
+    """An int given for a float param becomes a float, so the job sees the type the recipe declares."""
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, (bool, int, float, str)):
+        raise UsageError(f"parameter value {value!r} is not a scalar")
+    return value
+
+
+def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
+    """Locked plugins with the fields of their plugin.yaml; the lock must verify against the lab."""
+    lock_path = exp_dir / "plugins.lock.json"
+    if not recipe.plugins and _no_plugins_locked(lock_path):
+        return []  # the common case, without loading the plugin tooling
+    from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
+    from tuneplane.check.plugins import load_plugin_manifest
+
+    _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
+                                          __version__))
+    lock, _ = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), lab.rel(lock_path))
+    refs = []
+    for entry in lock.plugins if lock else []:
+        manifest = load_plugin_manifest(lab.root / "plugins" / entry.name)
+        refs.append(PluginRef(id=entry.id, name=entry.name, version=entry.version, digest=entry.digest,
+                              capability=manifest.capability, entrypoint=manifest.entrypoint or "",
+                              load=manifest.load, requires_core=manifest.requires.core))
+    return refs
+
+
+def _no_plugins_locked(lock_path: Path) -> bool:
+    if not lock_path.is_file():
+        return True
+    try:
+        data = json.loads(lock_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # let the full check name the problem
+    return (isinstance(data, dict) and data.get("apiVersion") == "tuneplane/plugins-lock/v1"
+            and data.get("plugins") == [])
+
+
+# ── per run request ─────────────────────────────────────────────────────────────────────────────────
+
+
+def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest, *, commit: str,
+                     dirty: bool, allow_dirty: bool = False, env: dict[str, str] | None = None) -> JobSpec:
+    env = dict(os.environ) if env is None else env
+    recipe, settings = prepared.recipe, lab.config
+    if request.experiment != prepared.name:
+        raise UsageError(f"the run request names experiment {request.experiment!r}, not {prepared.name!r}",
+                         hint="fix `experiment:` in the run request or move it under runs/<experiment>/")
+    if dirty and not allow_dirty:
+        raise UsageError("the lab has uncommitted changes: the job would run a commit, not what you see",
+                         hint="commit them first (the job clones the commit), or pass --allow-dirty")
+    _raise_refusals(check_request(settings, recipe, request, env))
+    shape = _shape(lab, request, recipe)
+    local = shape.local or settings.cluster.backend == "local"
+    if local and shape.nodes > 1:
+        raise UsageError(f"profile {request.profile} needs {shape.nodes} nodes, but this lab runs jobs on one "
+                         "machine (cluster.backend: local)",
+                         hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes "
+                              "in tuneplane.yaml")
+    paths = _paths(lab, prepared.name, request.run_id, local, env)
+    return JobSpec(
+        metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
+                         run_id=request.run_id, lab=lab.name, user=_user(lab)),
+        spec=JobSpecBody(
+            operation=request.operation, recipe=_recipe_ref(prepared),
+            framework=_framework_ref(prepared, request),
+            image=_image(lab, recipe, prepared.lock, request, env),
+            hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
+            resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
+                                local=local),
+            plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths),
+        provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
+                                 config_sha256=prepared.config_sha256, tool_version=__version__,
+                                 requested_by=request.requested_by),
+    )
+
+
+def _shape(lab: Lab, request: RunRequest, recipe: Recipe) -> Shape:
+    try:
+        shape = parse_profile(request.profile, lab.config)
+    except ShapeError as exc:
+        raise UsageError(str(exc), hint=exc.hint) from None
+    if request.operation == "train" or request.operation not in recipe.lifecycle_resources:
+        return shape
+    gpus = recipe.lifecycle_resources[request.operation]
+    if gpus > shape.gpus_per_node and not shape.local:
+        raise UsageError(f"{recipe.name} {request.operation} needs {gpus} GPU(s) on one node; "
+                         f"profile {shape.profile} has {shape.gpus_per_node} per node",
+                         hint="pick a profile with more GPUs per node")
+    return Shape(shape.profile, 1, gpus if not shape.local else min(gpus, shape.gpus_per_node), shape.local)
+
+
+def _recipe_ref(prepared: PreparedExperiment) -> RecipeRef:
+    lock, recipe = prepared.lock, prepared.recipe
+    kind, value = _entrypoint(lock, recipe)
+    opts = recipe.adapter_options
+    return RecipeRef(
+        name=recipe.name, version=lock.recipe.version, digest=lock.recipe.digest,
+        manifest_digest=lock.recipe.manifest_digest, template_digest=lock.recipe.template_digest,
+        entrypoint_kind=kind, entrypoint=value,
+        plugins=list(recipe.plugins), observability=opts.observability,
+        adapter=AdapterRef(launcher=opts.launcher, orchestrator=opts.orchestrator,
+                           config_mode=opts.config_mode,
+                           bindings=dict(opts.bindings), platform_owned=list(opts.platform_owned),
+                           required_inputs=list(opts.required_inputs), topology=_topology(opts.topology),
+                           lifecycle=dict(recipe.lifecycle), artifacts=_artifacts(recipe)))
+
+
+def _topology(topology: dict[str, Any]) -> dict[str, str | int]:
+    return {k: v for k, v in topology.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
+
+
+def _artifacts(recipe: Recipe) -> list[ArtifactRef]:
+    a = recipe.artifacts
+    groups = (("checkpoint", "checkpoints", a.checkpoints), ("log", "logs", a.logs),
+              ("export", "exports", a.exports), ("evaluation", "evaluations", a.evaluations))
+    return [ArtifactRef(kind=kind, pattern=pattern, format=a.formats.get(key, ""))
+            for kind, key, patterns in groups for pattern in patterns]
+
+
+def _framework_ref(prepared: PreparedExperiment, request: RunRequest) -> FrameworkRef:
+    fw = prepared.lock.framework
+    return FrameworkRef(kind=fw.kind, version=fw.version, runtime_id=fw.runtime_id,
+                        observability_url=request.observability_url)
+
+
+def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str, Scalar]:
+    """Base values, then the request's `--set` (already checked by admission), keyed by config path."""
+    recipe = prepared.recipe
+    if not recipe.params:
+        return dict(request.set)  # custom: kept as written, nothing reads them
+    values = dict(prepared.base_hyperparams)
+    for key, value in request.set.items():
+        name = resolve_name(key, recipe)
+        if name is not None:
+            param = recipe.params[name]
+            values[param.path] = _normalise(param.type, value)
+    missing = [f"{name} ({p.path})" for name, p in recipe.params.items()
+               if p.required and p.path not in values]
+    if missing:
+        raise UsageError(f"required parameter(s) not set: {', '.join(missing)}",
+                         hint="set them in config.yaml or pass --set NAME=VALUE")
+    return {path: values[path] for path in sorted(values)}
+
+
+def _inputs(request: RunRequest, storage_root: str) -> InputsRef:
+    i = request.inputs
+    return InputsRef(model=i.model, train_data=i.train_data, validation_data=i.validation_data,
+                     checkpoint=_storage_path(i.checkpoint, storage_root, "--checkpoint"),
+                     checkpoint_format=i.checkpoint_format, data=i.data)
+
+
+def _storage_path(value: str, storage_root: str, flag: str) -> str:
+    """A checkpoint named relative to the storage root becomes absolute; `..` may not leave the root."""
+    if not value:
+        return ""
+    pure = PurePosixPath(value)
+    if ".." in pure.parts:
+        raise UsageError(f"{flag} {value!r} may not contain '..'",
+                         hint="name it from the storage root, e.g. runs/<user>/<exp>/<run>/out/checkpoints/…")
+    return str(pure) if pure.is_absolute() else str(PurePosixPath(storage_root) / pure)
+
+
+# ── image (CONTRACT §8) ─────────────────────────────────────────────────────────────────────────────
+
+
+def _image(lab: Lab, recipe: Recipe, lock: RecipeLock, request: RunRequest, env: dict[str, str]) -> str:
+    """`--image` → the lab's default → the runtime registry → the catalog pin."""
+    runtime = recipe.runtime.versions.get(lock.framework.version)
+    candidates = (
+        (request.image, "--image"),
+        (lab.config.images.defaults.get(recipe.framework, ""),
+         f"images.defaults.{recipe.framework} in tuneplane.yaml"),
+        (_registry(env).get(lock.framework.runtime_id, "") if lock.framework.runtime_id else "",
+         f"{RUNTIME_IMAGES_ENV}[{lock.framework.runtime_id}]"),
+        (runtime.image if runtime else "", f"the catalog pin of {recipe.name} {lock.framework.version}"),
+    )
+    for image, source in candidates:
+        if image:
+            return _checked_image(lab, image, source)
+    raise UsageError(f"no image for {recipe.name} (framework {recipe.framework} {lock.framework.version})",
+                     hint=f"pass --image, set images.defaults.{recipe.framework} in tuneplane.yaml, "
+                          f"or ask an administrator to add {lock.framework.runtime_id or recipe.framework} "
+                          f"to {RUNTIME_IMAGES_ENV}")
+
+
+def _registry(env: dict[str, str]) -> dict[str, str]:
+    text = env.get(RUNTIME_IMAGES_ENV, "")
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{RUNTIME_IMAGES_ENV} is not valid JSON: {exc.msg}",
+                         hint='runtime id → image, e.g. {"trl-1.10.0": "registry/trl:1.10.0"}') from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise UsageError(f"{RUNTIME_IMAGES_ENV} must be a JSON object of runtime id → image",
+                         hint='for example {"trl-1.10.0": "registry/trl:1.10.0"}')
+    return data
+
+
+def _checked_image(lab: Lab, image: str, source: str) -> str:
+    try:
+        check_digest_policy(parse_image(image), lab.config.images.require_digest)
+    except ImageError as exc:
+        raise UsageError(f"{source}: {exc}", hint=exc.hint) from None
+    return image
+
+
+# ── paths ───────────────────────────────────────────────────────────────────────────────────────────
+
+
+def _user(lab: Lab) -> str:
+    """The storage user as one safe path segment: it names a directory on shared storage."""
+    cleaned = _UNSAFE_SEGMENT.sub("-", storage_user(lab)).strip(".-")
+    return cleaned or "user"
+
+
+def storage_root(lab: Lab, local: bool, env: dict[str, str]) -> str:
+    """The local root (lab setting, $TUNEPLANE_STORAGE_ROOT, per-user data dir) or the cluster root."""
+    storage = lab.config.cluster.storage
+    if not local:
+        return storage.root.rstrip("/") or "/"
+    if storage.local_root:
+        root = Path(os.path.expanduser(storage.local_root))
+        return str(root if root.is_absolute() else (lab.root / root))
+    if env.get(STORAGE_ROOT_ENV):
+        return str(Path(os.path.expanduser(env[STORAGE_ROOT_ENV])).absolute())
+    data_home = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"),
+                                                         ".local", "share")
+    return str(Path(data_home) / "tuneplane")
+
+
+def _paths(lab: Lab, experiment: str, run_id: str, local: bool, env: dict[str, str]) -> Paths:
+    root = storage_root(lab, local, env)
+    run_dir = str(PurePosixPath(root) / "runs" / _user(lab) / experiment / run_id)
+    work_dir = f"{run_dir}/work"
+    return Paths(storage_root=root, run_dir=run_dir, work_dir=work_dir,
+                 exp_dir=f"{work_dir}/experiments/{experiment}", out_dir=f"{run_dir}/out")

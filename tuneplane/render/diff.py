@@ -1,0 +1,101 @@
+"""The pull-request comment of `tp render --changed --diff`: rendered changes as Markdown, within a size cap."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+COMMENT_LIMIT = 65_536
+
+
+@dataclass(frozen=True)
+class RenderedChange:
+    """One changed run request: its rendering at the base ref and now (None: absent), or why not."""
+
+    path: str
+    before: str | None
+    after: str | None
+    error: str = ""
+
+
+def diff_comment(changes: list[RenderedChange], base: str, limit: int = COMMENT_LIMIT) -> str:
+    """A Markdown comment with one collapsible unified diff per run request, at most `limit` characters."""
+    head = f"### tp render: {len(changes)} changed run request(s) against `{base}`\n\n"
+    if not changes:
+        return head + "No run request changed: nothing would be submitted.\n"
+    return _fit(head, [_section(c) for c in changes], limit)
+
+
+@dataclass(frozen=True)
+class _Section:
+    summary: str
+    lang: str
+    lines: list[str]
+    open: bool = False
+
+    def text(self, lines: list[str] | None = None, cut: bool = False) -> str:
+        body = self.lines if lines is None else lines
+        fence = _fence(body)
+        tail = ["… (cut here: the rest of this diff is not shown)"] if cut else []
+        opening = "<details open>" if self.open else "<details>"
+        head = [f"{opening}<summary>{self.summary}</summary>", "", f"{fence}{self.lang}"]
+        return "\n".join([*head, *body, *tail, fence, "</details>", ""])
+
+
+def _section(change: RenderedChange) -> _Section:
+    path = f"<code>{_html(change.path)}</code>"
+    if change.error:
+        return _Section(f"{path}: refused", "text", change.error.splitlines(), open=True)
+    before, after = change.before or "", change.after or ""
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                      f"a/{change.path}", f"b/{change.path}", lineterm="", n=3))
+    added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+    state = "new" if change.before is None else "removed" if change.after is None else "changed"
+    if not lines:
+        return _Section(f"{path}: rendered manifests unchanged", "text", ["(identical)"])
+    return _Section(f"{path}: {state} (+{added} −{removed})", "diff", lines)
+
+
+def _fit(head: str, sections: list[_Section], limit: int) -> str:
+    """Whole sections while they fit; then as much of the next as fits, and a plain note on the rest."""
+    out, used = [head], len(head)
+    for index, section in enumerate(sections):
+        text = section.text()
+        note = _truncation_note(len(sections) - index)
+        if used + len(text) + (len(note) if index < len(sections) - 1 else 0) <= limit:
+            out.append(text)
+            used += len(text)
+            continue
+        partial = _partial(section, limit - used - len(note))
+        return "".join(out + ([partial] if partial else []) + [note])
+    return "".join(out)
+
+
+def _partial(section: _Section, room: int) -> str:
+    """The longest prefix of the section's lines that fits in `room`, or "" when not one line fits."""
+    # The fence of all lines is at least as long as the fence of any prefix, so this bound is safe.
+    size = len(section.text([], cut=True)) + 2 * (len(_fence(section.lines)) - 3)
+    kept: list[str] = []
+    for line in section.lines:
+        size += len(line) + 1
+        if size > room:
+            break
+        kept.append(line)
+    return section.text(kept, cut=True) if kept else ""
+
+
+def _truncation_note(left: int) -> str:
+    return (f"\n**Truncated:** this comment stops at the {COMMENT_LIMIT:,}-character limit of a pull-request "
+            f"comment; {left} run request(s) are not shown in full. Run `tp render --changed --diff` "
+            "locally for the whole diff.\n")
+
+
+def _fence(lines: list[str]) -> str:
+    longest = max((len(m) for line in lines for m in re.findall(r"`+", line)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

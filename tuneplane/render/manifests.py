@@ -1,0 +1,304 @@
+"""TODO docstring for render.manifests."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from tuneplane import __version__
+from tuneplane.errors import UsageError
+from tuneplane.models.jobspec import JobSpec
+from tuneplane.models.lab import LabFile, Profile
+from tuneplane.plan.launchplan import LaunchPlan
+from tuneplane.plan.names import MANAGED_BY, REPLICATED_JOB, label_value, secret_name
+from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
+from tuneplane.runtime.digest import canonical_json, sha256_bytes
+
+TRAINER = "trainer"
+CONFIG_ERROR_EXIT = 78  # tuneplane.launcher's exit code for a configuration error: retrying cannot help
+INIT_IMAGE = "alpine/git:2.45.2"
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+STORAGE_VOLUME = "storage"
+SHM_VOLUME = "dshm"
+RAY_HEAD_CPU = "4"
+RAY_HEAD_MEMORY = "16Gi"
+INIT_REQUESTS = (("cpu", "100m"), ("memory", "256Mi"))
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """Values several parts of the manifest repeat, computed once per run."""
+
+    digest: str  # of the JobSpec
+    document: str  # .tuneplane/jobspec.json, compact
+
+
+def _facts(spec: JobSpec, plan: LaunchPlan) -> _Facts:
+    body = spec.to_json_dict()
+    document = dict(body, launch=_launch(plan))
+    return _Facts(sha256_bytes(canonical_json(body)), canonical_json(document).decode("utf-8"))
+
+
+def _launch(plan: LaunchPlan) -> dict[str, Any]:
+    return {"argv": list(plan.argv), "mode": plan.mode, "cwd": plan.cwd, "in_process": plan.in_process}
+
+
+def sdk_root(spec: JobSpec) -> str:
+    return f"{spec.spec.paths.storage_root}/sdk/{__version__}"
+
+
+def jobspec_document(spec: JobSpec, plan: LaunchPlan) -> dict[str, Any]:
+    """`.tuneplane/jobspec.json`: the JobSpec plus how the launcher starts the entrypoint."""
+    return dict(spec.to_json_dict(), launch=_launch(plan))
+
+
+def launcher_command(spec: JobSpec) -> list[str]:
+    """The trainer container's command: start tuneplane.launcher (image or SDK directory)."""
+    mode = "prepend" if spec.spec.recipe.observability == "platform" else "keep"
+    return ["python3", "-c", BOOTSTRAP, sdk_root(spec), mode]
+
+
+def manifest_kind(plan: LaunchPlan) -> str:
+    if plan.mode == "ray-driver":
+        return "RayJob"
+    return "JobSet" if plan.nodes > 1 else "Job"
+
+
+def render_manifests(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> list[dict[str, Any]]:
+    """The manifests of one run, each parsed back from YAML and validated before it is returned."""
+    return render_documents(spec, plan, lab_settings)[1]
+
+
+def render_documents(spec: JobSpec, plan: LaunchPlan,
+                     lab_settings: LabFile) -> tuple[str, list[dict[str, Any]]]:
+    """(the rendered YAML text, its documents parsed back and validated)."""
+    from tuneplane.render.schemacheck import validate_manifest
+    from tuneplane.render.templating import render
+
+    _refuse_unrenderable(spec, lab_settings)
+    kind = manifest_kind(plan)
+    text = render(f"k8s/{kind.lower()}.yaml.j2", **_context(spec, plan, lab_settings, kind))
+    docs = parse_documents(text)
+    for doc in docs:
+        validate_manifest(doc)
+    return text, docs
+
+
+def parse_documents(text: str) -> list[dict[str, Any]]:
+    """Parse rendered YAML back: libyaml composes, we build plain values (several times faster than
+    PyYAML's constructor). Only the scalar types the templates can produce are accepted."""
+    import yaml
+
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        docs = [_build(node) for node in yaml.compose_all(text, Loader=loader) if node is not None]
+    except yaml.YAMLError as exc:
+        raise UsageError(f"a value cannot be written into a manifest: {exc}",
+                         hint="remove control characters from the value (--set values, names, settings)") \
+            from None
+    return [d for d in docs if d is not None]
+
+
+_SCALARS: dict[str, Any] = {
+    "tag:yaml.org,2002:str": str,
+    "tag:yaml.org,2002:int": int,
+    "tag:yaml.org,2002:float": float,
+    "tag:yaml.org,2002:bool": lambda v: v.lower() in ("true", "yes", "on"),
+    "tag:yaml.org,2002:null": lambda v: None,
+}
+
+
+def _build(node: Any) -> Any:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for key_node, value_node in node.value:
+            key = _build(key_node)
+            if not isinstance(key, str) or key in out:
+                raise UsageError(f"rendered manifest has a bad or repeated key {key!r} "
+                                 f"(line {key_node.start_mark.line + 1})",
+                                 hint="this is a bug in tp's templates: report it")
+            out[key] = _build(value_node)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item) for item in node.value]
+    convert = _SCALARS.get(node.tag)
+    if convert is None:
+        raise UsageError(f"rendered manifest has a value of type {node.tag} "
+                         f"(line {node.start_mark.line + 1})",
+                         hint="this is a bug in tp's templates: report it")
+    return convert(node.value)
+
+
+def _refuse_unrenderable(spec: JobSpec, lab: LabFile) -> None:
+    if spec.spec.resources.local:
+        raise UsageError(f"{spec.metadata.experiment}/{spec.metadata.run_id} runs on this machine "
+                         f"(profile {spec.spec.resources.profile!r}): it has no Kubernetes manifests",
+                         hint="use a cluster profile, or set cluster.backend: kubernetes in tuneplane.yaml")
+    if not lab.cluster.repo.url:
+        raise UsageError("cluster.repo.url is not set in tuneplane.yaml: the job's init container "
+                         "clones the lab from it", hint="set it to the clone URL of this lab repository")
+    if spec.spec.resources.profile not in lab.profiles:
+        raise UsageError(f"profile {spec.spec.resources.profile!r} is not in tuneplane.yaml",
+                         hint=f"profiles: {', '.join(sorted(lab.profiles))}")
+
+
+def _context(spec: JobSpec, plan: LaunchPlan, lab: LabFile, kind: str) -> dict[str, Any]:
+    profile = lab.profiles[spec.spec.resources.profile]
+    facts = _facts(spec, plan)
+    base = _pod_base(spec, plan, lab, profile, facts, ranked=kind == "JobSet")
+    ctx: dict[str, Any] = {"m": _metadata(spec, lab, facts), "j": _job_fields(spec, lab)}
+    if kind == "RayJob":
+        ctx["r"] = _ray_fields(spec, plan)
+        ctx["head"] = _ray_pod(base, spec, profile, head=True)
+        ctx["worker"] = _ray_pod(base, spec, profile, head=False)
+    else:
+        ctx["p"] = _trainer_pod(base, spec, plan, profile)
+    return ctx
+
+
+def _metadata(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any]:
+    labels = _labels(spec)
+    if lab.cluster.queue:
+        labels.append((QUEUE_LABEL, label_value(lab.cluster.queue)))
+    return {"name": spec.metadata.name, "namespace": lab.cluster.namespace, "labels": labels,
+            "annotations": _annotations(spec, facts)}
+
+
+def _labels(spec: JobSpec) -> list[tuple[str, str]]:
+    meta = spec.metadata
+    return [("app.kubernetes.io/name", "tuneplane"), ("app.kubernetes.io/instance", meta.name),
+            ("app.kubernetes.io/component", spec.spec.operation),
+            ("app.kubernetes.io/managed-by", MANAGED_BY),
+            ("tuneplane.dev/experiment", label_value(meta.experiment)),
+            ("tuneplane.dev/run", label_value(meta.run_id)),
+            ("tuneplane.dev/recipe", label_value(spec.spec.recipe.name))]
+
+
+def _annotations(spec: JobSpec, facts: _Facts) -> list[tuple[str, str]]:
+    body, prov = spec.spec, spec.provenance
+    res = body.resources
+    return [
+        ("tuneplane.dev/experiment", spec.metadata.experiment),
+        ("tuneplane.dev/run-id", spec.metadata.run_id),
+        ("tuneplane.dev/lab", spec.metadata.lab), ("tuneplane.dev/user", spec.metadata.user),
+        ("tuneplane.dev/operation", body.operation), ("tuneplane.dev/recipe", body.recipe.name),
+        ("tuneplane.dev/recipe-version", body.recipe.version),
+        ("tuneplane.dev/recipe-digest", body.recipe.digest),
+        ("tuneplane.dev/framework", f"{body.framework.kind} {body.framework.version}"),
+        ("tuneplane.dev/image", body.image),
+        ("tuneplane.dev/profile", f"{res.profile} ({res.nodes} x {res.gpus_per_node} GPU)"),
+        ("tuneplane.dev/plugins", ",".join(f"{p.id}@{p.version}" for p in body.plugins)),
+        ("tuneplane.dev/commit", prov.commit), ("tuneplane.dev/dirty", "true" if prov.dirty else "false"),
+        ("tuneplane.dev/config-digest", prov.config_sha256), ("tuneplane.dev/jobspec-digest", facts.digest),
+        ("tuneplane.dev/requested-by", prov.requested_by), ("tuneplane.dev/tool-version", prov.tool_version),
+    ]
+
+
+def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
+    timeout = spec.spec.timeout_seconds
+    return {"ttl": lab.cluster.ttl_seconds_after_finished, "deadline": [timeout] if timeout else [],
+            "container": TRAINER, "config_exit": CONFIG_ERROR_EXIT, "replicated_job": REPLICATED_JOB,
+            "nodes": spec.spec.resources.nodes}
+
+
+def _ray_fields(spec: JobSpec, plan: LaunchPlan) -> dict[str, Any]:
+    return {"entrypoint": shlex.join(launcher_command(spec)), "workers": plan.nodes,
+            "worker_gpus": str(spec.spec.resources.gpus_per_node)}
+
+
+def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts,
+              ranked: bool) -> dict[str, Any]:
+    """What every pod of the run shares: labels, the checkout, volumes, env, scheduling."""
+    from tuneplane.plan.environment import job_env
+
+    paths = spec.spec.paths
+    env = job_env(spec, plan.env, ingest_endpoint=lab.cluster.ingest.endpoint)
+    return {
+        "labels": _labels(spec),
+        "annotations": [("tuneplane.dev/jobspec-digest", facts.digest),
+                        ("tuneplane.dev/commit", spec.provenance.commit)],
+        "init": _init_container(spec, lab, facts),
+        "env": list(env.items()),
+        "env_fields": [("TUNEPLANE_NODE_RANK", COMPLETION_INDEX), ("PET_NODE_RANK", COMPLETION_INDEX)]
+        if ranked else [],
+        "env_secrets": _secret_env(spec, plan, lab),
+        "storage": {"volume": STORAGE_VOLUME, "root": paths.storage_root, "claim": lab.cluster.storage.pvc},
+        "shm": {"volume": SHM_VOLUME, "size": profile.shm_size},
+        "image": spec.spec.image, "working_dir": paths.work_dir,
+        "pull_secrets": _opt([(name,) for name in lab.cluster.image_pull_secrets]),
+        "tolerations": _opt([t.model_dump() for t in profile.tolerations]),
+    }
+
+
+def _secret_env(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> list[tuple[str, str, str, bool]]:
+    """(variable, secret, key, optional): the job token only when ingest is bound; HF_TOKEN when given."""
+    from tuneplane.plan.environment import JOB_TOKEN
+
+    out = []
+    for variable, key in plan.secret_env.items():
+        if variable == JOB_TOKEN and not lab.cluster.ingest.endpoint:
+            continue
+        out.append((variable, secret_name(spec), key, variable != JOB_TOKEN))
+    return out
+
+
+def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any]:
+    paths = spec.spec.paths
+    doc = facts.document
+    env = [("TUNEPLANE_REPO_URL", lab.cluster.repo.url), ("TUNEPLANE_COMMIT", spec.provenance.commit),
+           ("TUNEPLANE_RUN_DIR", paths.run_dir), ("TUNEPLANE_WORK_DIR", paths.work_dir),
+           ("TUNEPLANE_OUT_DIR", paths.out_dir),
+           ("TUNEPLANE_PLUGINS", " ".join(p.name for p in spec.spec.plugins)), ("TUNEPLANE_JOBSPEC", doc)]
+    creds = lab.cluster.repo.credentials_secret
+    secrets = [("GIT_USERNAME", creds, "username", True),
+               ("GIT_PASSWORD", creds, "password", False)] if creds else []
+    return {"name": "checkout", "image": INIT_IMAGE, "command": ["sh", "-c", CHECKOUT_SCRIPT], "env": env,
+            "env_secrets": secrets, "requests": list(INIT_REQUESTS)}
+
+
+def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile: Profile) -> dict[str, Any]:
+    gpus = spec.spec.resources.gpus_per_node
+    return {**base, "container": TRAINER, "command": [launcher_command(spec)],
+            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile)),
+            "node_selector": _opt(sorted(profile.node_selector.items()))}
+
+
+def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) -> dict[str, Any]:
+    """The head runs the driver without GPUs and off the GPU node selector; workers take the GPUs.
+
+    KubeRay writes the `ray start` command of both, so no command is set here.
+    """
+    gpus = spec.spec.resources.gpus_per_node
+    if head:
+        return {**base, "container": "ray-head", "command": [], "node_selector": [], "env_fields": [],
+                "resources": _resources([], [("cpu", RAY_HEAD_CPU), ("memory", RAY_HEAD_MEMORY)])}
+    return {**base, "container": "ray-worker", "command": [], "env_fields": [],
+            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile)),
+            "node_selector": _opt(sorted(profile.node_selector.items()))}
+
+
+def _resources(limits: list[tuple[str, Any]], requests: list[tuple[str, Any]]) -> list[Any]:
+    blocks = [(name, pairs) for name, pairs in (("limits", limits), ("requests", requests)) if pairs]
+    return _opt(blocks)
+
+
+def _requests(profile: Profile) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in (("cpu", profile.cpu), ("memory", profile.memory)) if v]
+
+
+def _opt(items: list[Any]) -> list[list[Any]]:
+    """An optional block for the templates: `[items]` renders the block, `[]` leaves it out."""
+    return [items] if items else []
+
+
+def to_yaml(docs: list[dict[str, Any]]) -> str:
+    """Manifests as one YAML stream, keys in the order they were rendered."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, allow_unicode=True, width=1_000_000,
+                         explicit_start=True)

@@ -1,0 +1,1 @@
+"""Job-side helpers shared with the developer side: digests and the PEP 440 matcher. Standard library only."""
