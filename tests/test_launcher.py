@@ -18,7 +18,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from tuneplane import __version__
-from tuneplane.launcher import CONFIG_ERROR_EXIT, PythonEntry, python_entry, version_admits
+from tuneplane.constants import CONFIG_ERROR_EXIT
+from tuneplane.launcher import PythonEntry, python_entry, version_admits
 from tuneplane.runtime.digest import tree_digest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures_plugins"

@@ -11,7 +11,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
-JOB_SIDE = ("tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.runtime.digest",
+JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.launcher", "tuneplane.plugins", "tuneplane.runtime.digest",
             "tuneplane.runtime.versions", "tuneplane.lifecycle")
 JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml"),
                        # the generic evaluation runs in training images, which have these

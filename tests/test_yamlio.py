@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuneplane.lab.yamlio import NODE_BUDGET, LoadFailed, load_json, load_yaml, parse_yaml, write_json
+from tuneplane.lab.fs import write_json
+from tuneplane.lab.yamlio import NODE_BUDGET, LoadFailed, load_json, load_yaml, parse_yaml
 
 MB = 1024 * 1024
 

@@ -31,10 +31,10 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
+from tuneplane.constants import CONFIG_ERROR_EXIT
 from tuneplane.runtime.digest import DigestError, tree_digest
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
-CONFIG_ERROR_EXIT = 78  # EX_CONFIG: the job's configuration is wrong; retrying will not help
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
 PLUGINS_DIR = "tuneplane_plugins"
 LOADED_CAPABILITY = "algorithm"

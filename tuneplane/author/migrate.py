@@ -18,9 +18,9 @@ from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.fs import file_mode
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
 from tuneplane.lab.locks import LOCK_FILE
-from tuneplane.lab.yamlio import file_mode
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
 from tuneplane.runtime.digest import bundle_digest
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from tuneplane.check.plugin_locks import parse_plugins_lock
 from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
 from tuneplane.errors import UsageError
-from tuneplane.lab.yamlio import write_json
+from tuneplane.lab.fs import write_json
 from tuneplane.models.plugin import (
     LOCK_API,
     LOCK_FILE,

@@ -16,9 +16,9 @@ from pathlib import Path
 from tuneplane import __version__
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.fs import write_json
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
-from tuneplane.lab.yamlio import write_json
 from tuneplane.models.base import LAB_NAME_RE, NAME_RE
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
 

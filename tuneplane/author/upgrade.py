@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.fs import write_json
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
-from tuneplane.lab.yamlio import write_json
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # Phases a backend may report. `Submitted` is written by the bot, never observed.
-PHASES = ("Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled")
-TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
 @dataclass(frozen=True)

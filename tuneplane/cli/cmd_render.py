@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tuneplane.lab.fs import atomic_write
+
 if TYPE_CHECKING:
     from tuneplane.lab.catalog import Catalog
     from tuneplane.lab.load import Lab
@@ -281,7 +283,7 @@ class RenderContext:
             typer.echo(text if single or self.opts.fmt is Format.json else f"# {label}\n{text}", nl=False)
             return
         suffix = ".json" if self.opts.fmt is Format.json else ".yaml"
-        _write_atomic(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
+        atomic_write(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
 
     def request_from_file(self, path: Path, text: str | None = None) -> RunRequest:
         from tuneplane.errors import UsageError
@@ -375,17 +377,3 @@ def _validated(model: Any, data: dict[str, Any], where: str) -> Any:
         field_name = ".".join(str(p) for p in first["loc"]) or "(request)"
         raise UsageError(f"{where}: {field_name}: {first['msg']}", hint="see `tp render --help`") from None
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -139,8 +139,8 @@ def _not_submitted(root: Path, key: Any, read_request: Any) -> None:
 
 def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: str | None) -> RunStatus:
     """The status as the backend sees it now (not written: the bot owns status files)."""
+    from tuneplane.constants import utc_now
     from tuneplane.gitops.observe import backend_ref, observe_run, with_metrics
-    from tuneplane.lab.runs import utc_now
 
     ref = backend_ref(current)
     assert ref is not None

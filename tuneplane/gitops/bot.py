@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import TERMINAL, Backend, BackendError, BackendRef
+from tuneplane.backends.base import Backend, BackendError, BackendRef
+from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import RunKey, read_request, read_status, request_keys, status_keys, utc_now, write_status
+from tuneplane.lab.runs import RunKey, read_request, read_status, request_keys, status_keys, write_status
 from tuneplane.models.run import RunRequest, RunStatus
 
 CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
@@ -97,20 +98,10 @@ class Backends:
         return self._made[name]
 
     def _build(self, name: str) -> Backend:
-        if name == "local":
-            from tuneplane.backends.local.backend import LocalBackend
-            from tuneplane.gitops.submit import local_lab
-            from tuneplane.plan.resolve import storage_root
+        from tuneplane.backends.factory import ClusterAccess, make_backend
 
-            return LocalBackend(Path(storage_root(local_lab(self.lab), True, dict(os.environ))))
-        from tuneplane.backends.kubernetes.backend import KubernetesBackend
-
-        return KubernetesBackend(
-            self.lab.config.cluster.namespace,
-            kubeconfig=self.opts.kubeconfig,
-            context=self.opts.context,
-            in_cluster=self.opts.in_cluster,
-        )
+        access = ClusterAccess(self.opts.kubeconfig, self.opts.context, self.opts.in_cluster)
+        return make_backend(name, self.lab, access)
 
     def close(self) -> None:
         for backend in self._made.values():
@@ -452,7 +443,7 @@ class _IngestReader:
 
     @classmethod
     def from_env(cls, lab: Lab) -> _IngestReader:
-        from tuneplane.gitops.submit import INGEST_SECRET_ENV
+        from tuneplane.constants import INGEST_SECRET_ENV
 
         return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
 

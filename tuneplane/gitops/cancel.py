@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from tuneplane.constants import utc_now
 from tuneplane.errors import UsageError
-from tuneplane.gitops.submit import commit_run_status, lab_repo, local_lab
+from tuneplane.gitops.submit import commit_run_status, lab_repo
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import RunKey, utc_now
+from tuneplane.lab.runs import RunKey
 from tuneplane.models.run import RunStatus
 
 
@@ -23,7 +23,7 @@ def cancel_run(
     branch: str | None = None,
 ) -> list[str]:
     """Mark the request `cancel: true` and commit it; `now` also stops a local run and records it."""
-    from tuneplane.backends.base import TERMINAL
+    from tuneplane.constants import TERMINAL
     from tuneplane.lab.runs import find_run, mark_cancel, read_request, read_status
 
     lab = load_lab(root)
@@ -56,10 +56,9 @@ def cancel_run(
 def _stop_now(repo: GitRepo, lab: Lab, key: RunKey, status: RunStatus | None) -> str:
     import time
 
-    from tuneplane.backends.base import TERMINAL
-    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.factory import local_backend
+    from tuneplane.constants import TERMINAL
     from tuneplane.gitops.observe import apply_observation, backend_ref
-    from tuneplane.plan.resolve import storage_root
 
     ref = backend_ref(status) if status is not None else None
     if status is None or ref is None:
@@ -69,7 +68,7 @@ def _stop_now(repo: GitRepo, lab: Lab, key: RunKey, status: RunStatus | None) ->
             f"--now stops local runs only; {key} runs on {ref.backend}",
             hint="push the cancel commit; the bot deletes the job once it is merged",
         )
-    backend = LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
+    backend = local_backend(lab)
     backend.cancel(ref)
     deadline = time.monotonic() + 30
     obs = backend.observe(ref)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuneplane.backends.base import TERMINAL, Backend, BackendError, BackendRef, Observation
+from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.constants import TERMINAL
 from tuneplane.models.run import Artifact, BackendObject, RunStatus, Transition
 
 RANK = {"Submitted": 0, "Pending": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "Cancelled": 3}

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuneplane.backends.factory import local_lab
 from tuneplane.errors import UsageError
-from tuneplane.gitops.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, local_lab, prepare_run, submit
+from tuneplane.gitops.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, prepare_run, submit
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey

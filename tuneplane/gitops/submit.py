@@ -9,7 +9,6 @@ request, commit only that file, and optionally run it here (`--local`) and push.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -19,21 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.factory import local_lab
+from tuneplane.constants import INGEST_SECRET_ENV, Scalar, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, utc_now, write_request, write_status
+from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, write_request, write_status
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Inputs, RunRequest, RunStatus
 from tuneplane.plan.launchplan import LaunchPlan
 
-Scalar = bool | int | float | str
-
-
 Echo = Callable[[str], None]
 
 
-INGEST_SECRET_ENV = "TUNEPLANE_INGEST_SECRET"  # the bot mints per-run tokens with it (cluster runs)
 LAB_INPUTS = ("tuneplane.yaml", "experiments", "plugins")  # what a job's package is made of
 
 
@@ -111,7 +108,8 @@ def backend_request(
     lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None
 ) -> SubmitRequest:
     """What the backend gets: a `LocalRun` for local specs, the rendered manifests for the cluster."""
-    from tuneplane.plan.environment import HF_TOKEN, JOB_TOKEN, job_env
+    from tuneplane.constants import HF_TOKEN, JOB_TOKEN
+    from tuneplane.plan.environment import job_env
     from tuneplane.render.manifests import jobspec_document
 
     spec = run.spec
@@ -153,13 +151,6 @@ def _ingest_secret(env: Any) -> bytes:
     value = str(env.get(INGEST_SECRET_ENV, "")).strip()
     return value.encode() if value else b""
 
-
-def local_lab(lab: Lab) -> Lab:
-    """The lab as the local backend sees it: `--local` runs get local paths whatever the cluster is."""
-    if lab.settings is None or lab.settings.cluster.backend == "local":
-        return lab
-    cluster = lab.settings.cluster.model_copy(update={"backend": "local"})
-    return dataclasses.replace(lab, settings=lab.settings.model_copy(update={"cluster": cluster}))
 
 
 @contextlib.contextmanager
@@ -326,10 +317,9 @@ def _message(title: str, request: RunRequest) -> str:
 
 def run_here(repo: GitRepo, lab: Lab, run: PreparedRun, echo: Echo) -> tuple[RunStatus, str | None]:
     """Run on this machine in the foreground, then write and commit the status file and dashboard."""
-    from tuneplane.backends.local.backend import LocalBackend
-    from tuneplane.plan.resolve import storage_root
+    from tuneplane.backends.factory import local_backend
 
-    backend = LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
+    backend = local_backend(lab)
     submitted = utc_now()
     try:
         ref, obs = backend.run(backend_request(lab.root, lab, run), echo=echo)

@@ -23,9 +23,9 @@ from tuneplane import __version__
 from tuneplane.backends.base import BackendRef
 from tuneplane.errors import UsageError
 from tuneplane.gitops.observe import RANK, backend_object, metric_order
+from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, status_keys
-from tuneplane.lab.yamlio import atomic_write
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Provenance, RunRequest, RunStatus, Transition
 from tuneplane.plan.names import jobspec_digest

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.errors import UsageError
-from tuneplane.lab.yamlio import LoadFailed, atomic_write, load_yaml, parse_yaml, write_json
+from tuneplane.lab.fs import atomic_write, write_json
+from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
 from tuneplane.models.base import NAME_RE, parse_model
 from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
 
@@ -49,9 +50,6 @@ class RunKey:
         return f"{self.experiment}/{self.run_id}"
 
 
-def utc_now() -> str:
-    """ISO-8601 UTC with second precision, the form every time in a status file takes."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _ISSUED: set[str] = set()

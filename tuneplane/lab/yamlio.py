@@ -259,38 +259,3 @@ def _locate(text: str, needle: str) -> tuple[int, int]:
         return (1, 1)
     line = text.count("\n", 0, idx) + 1
     return line, idx - (text.rfind("\n", 0, idx) + 1) + 1
-
-
-def write_json(path: Path, data: Any) -> None:
-    """2-space indent, sorted keys, UTF-8, trailing newline, atomically."""
-    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def file_mode(path: Path) -> int:
-    """The mode an ordinary new file would get (0666 less the umask), or the existing file's mode."""
-    import os
-
-    try:
-        return os.stat(path).st_mode & 0o777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
-def atomic_write(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, file_mode(path))  # mkstemp makes 0600; a lab file must stay readable by the team
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())  # the rename must not land before the bytes do
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

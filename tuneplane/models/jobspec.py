@@ -10,9 +10,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from tuneplane.constants import Scalar
 from tuneplane.models.base import Strict
-
-Scalar = bool | int | float | str
 
 
 class JobMeta(Strict):

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from tuneplane.constants import Phase, Scalar
 from tuneplane.models.base import NAME_RE, Strict
 
 RUN_API = "tuneplane/run/v1"
@@ -14,8 +15,6 @@ STATUS_API = "tuneplane/status/v1"
 RUN_ID_RE = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6,12}$"
 PROFILE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"
 
-Scalar = bool | int | float | str
-Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 
 
 class Inputs(Strict):

@@ -8,11 +8,10 @@ in the LaunchPlan's `secret_env` and reach the process from a Secret (cluster) o
 from __future__ import annotations
 
 from tuneplane import __version__
+from tuneplane.constants import HF_TOKEN, JOB_TOKEN
 from tuneplane.models.jobspec import JobSpec
 
 MONITOR_INTERVAL = "10"
-JOB_TOKEN = "TUNEPLANE_JOB_TOKEN"
-HF_TOKEN = "HF_TOKEN"
 # Keys of the per-run Secret `<object name>-tokens` the secret variables come from.
 SECRET_KEYS = {JOB_TOKEN: "job-token", HF_TOKEN: "hf-token"}
 # Shared caches live on the storage volume on a cluster; locally the user's own cache is kept.

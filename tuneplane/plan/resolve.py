@@ -18,6 +18,7 @@ from typing import Any
 
 from tuneplane import __version__
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.load import Lab, storage_user
@@ -45,8 +46,6 @@ from tuneplane.plan.shapes import Shape, ShapeError, parse_profile
 from tuneplane.problems import Problem
 
 RUNTIME_IMAGES_ENV = "TUNEPLANE_RUNTIME_IMAGES"
-STORAGE_ROOT_ENV = "TUNEPLANE_STORAGE_ROOT"
-Scalar = bool | int | float | str
 _UNSAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._-]+")
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneplane import __version__
+from tuneplane.constants import CONFIG_ERROR_EXIT
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, Profile
@@ -16,7 +17,6 @@ from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
 from tuneplane.runtime.digest import canonical_json, sha256_bytes
 
 TRAINER = "trainer"
-CONFIG_ERROR_EXIT = 78  # tuneplane.launcher's exit code for a configuration error: retrying cannot help
 INIT_IMAGE = "alpine/git:2.45.2"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -236,7 +236,7 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
 
 def _secret_env(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> list[tuple[str, str, str, bool]]:
     """(variable, secret, key, optional): the job token only when ingest is bound; HF_TOKEN when given."""
-    from tuneplane.plan.environment import JOB_TOKEN
+    from tuneplane.constants import JOB_TOKEN
 
     out = []
     for variable, key in plan.secret_env.items():

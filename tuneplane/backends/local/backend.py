@@ -43,8 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tuneplane.backends.base import TERMINAL, BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.constants import CONFIG_ERROR_EXIT, TERMINAL, utc_now
 from tuneplane.errors import TunePlaneError
+from tuneplane.lab.fs import write_json
 
 API_VERSION = "tuneplane.dev/local/v1"
 KIND = "LocalRun"
@@ -53,7 +55,6 @@ LAUNCH, STATE, LOG, CANCEL = "launch.json", "state.json", "run.log", "cancel"
 SUPERVISOR_LOCK, SUBMIT_LOCK, DB = "supervisor.lock", ".submit.lock", "metrics.sqlite"
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
 ARTIFACTS_VERSION = "tuneplane/artifacts/v1"
-CONFIG_ERROR_EXIT = 78  # the launcher's: the job's configuration is wrong
 MESSAGE_LINES = 20  # log lines quoted in a failed run's message
 START_GRACE = 60.0  # seconds a spawned supervisor may take to show up before the run counts as lost
 KILL_GRACE_ENV = "TUNEPLANE_LOCAL_KILL_GRACE"  # seconds between SIGTERM and SIGKILL (default 10)
@@ -62,8 +63,6 @@ _STEP = re.compile(r"(?:step|checkpoint|ckpt|epoch|iter)[-_]?(\d+)", re.IGNORECA
 _SCRUB = ("TUNEPLANE_", "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
 
 
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 # ── what the pipeline hands to this backend ──────────────────────────────────────────────────────
@@ -105,12 +104,6 @@ def local_manifest(
 # ── small file helpers ───────────────────────────────────────────────────────────────────────────
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """Atomic, so `observe` never reads half a state file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
     try:
@@ -123,7 +116,7 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
 def _update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
     state = read_state(run_dir) or {}
     state.update(changes)
-    _write_json(run_dir / STATE, state)
+    write_json(run_dir / STATE, state)
     return state
 
 
@@ -401,7 +394,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
             "artifacts",
         )
     }
-    _write_json(run_dir / LAUNCH, launch)
+    write_json(run_dir / LAUNCH, launch)
 
 
 def _signal_group(pgid: Any, sig: int) -> None:
@@ -773,7 +766,7 @@ def collect_artifacts(out_dir: Path, globs: list[dict[str, Any]]) -> list[dict[s
 def _write_artifacts(out_dir: Path, globs: list[dict[str, Any]], run_id: str) -> str:
     try:
         items = collect_artifacts(out_dir, globs)
-        _write_json(
+        write_json(
             out_dir / "artifacts.json", {"version": ARTIFACTS_VERSION, "run_id": run_id, "artifacts": items}
         )
     except OSError as exc:
