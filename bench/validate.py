@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import table, time_command, upstream_venv  # noqa: E402
+from peers import table, time_command, upstream_venv
 
 TARGETS = {"tp --help": 0.25, "tp validate EXP": 0.25, "tp validate --all (1,000)": 2.0}
 

@@ -515,7 +515,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature is the base class's
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuneplane.plan.images import (
+from tuneplane.check.images import (
     ALLOWLIST_ENV,
     ImageError,
     allowed_registries,

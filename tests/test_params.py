@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -12,11 +11,12 @@ from tuneplane.check.params import (
     get_path,
     is_missing,
     leaf_paths,
-    parse_assignment,
-    parse_cli_value,
+    parse_set_value,
+    parse_sets,
     resolve_name,
     unknown_name_message,
 )
+from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Param, Recipe
 
 
@@ -44,14 +44,24 @@ RECIPE = Recipe.model_validate({
     ("true", True), ("YES", True), ("On", True), ("false", False), ("no", False), ("OFF", False),
     ("3", 3), ("-2", -2), ("0", 0), ("1.5", 1.5), ("1e-6", 1e-6), ("2.0E3", 2000.0),
     ("cosine", "cosine"), ("", ""), ("1.2.3", "1.2.3"), ("0x10", "0x10"), ("y", "y"), ("n", "n"),
+    ("'3'", "3"), ('"yes"', "yes"), ("1_000", "1_000"), ("12\n", 12),
 ])
 def test_cli_values_bool_then_int_then_float_then_text(text: str, expected: object) -> None:
-    value = parse_cli_value(text)
+    value = parse_set_value("k", text)
     assert value == expected and type(value) is type(expected)
 
 
-def test_cli_nan_is_a_float() -> None:
-    assert math.isnan(parse_cli_value("nan"))  # type: ignore[arg-type]
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "Infinity"])
+def test_cli_nan_and_infinity_stay_text_so_numeric_params_refuse_them(text: str) -> None:
+    value = parse_set_value("k", text)
+    assert value == text
+    assert check_value(param(type="float"), value) is not None
+
+
+@pytest.mark.parametrize("text", ["[1,2]", "{a: 1}"])
+def test_cli_lists_and_maps_are_refused(text: str) -> None:
+    with pytest.raises(UsageError, match="not a single value"):
+        parse_set_value("k", text)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -62,13 +72,13 @@ def test_cli_nan_is_a_float() -> None:
     ("optim.lr=1e-4", ("optim.lr", 1e-4)),
 ])
 def test_assignments(text: str, expected: tuple[str, object]) -> None:
-    assert parse_assignment(text) == expected
+    assert parse_sets([text]) == dict([expected])
 
 
 @pytest.mark.parametrize("text", ["lr", "=3", " =3", ""])
 def test_malformed_assignments_name_the_input(text: str) -> None:
-    with pytest.raises(ValueError) as info:
-        parse_assignment(text)
+    with pytest.raises(UsageError) as info:
+        parse_sets([text])
     assert "KEY=VALUE" in str(info.value)
 
 

@@ -575,10 +575,10 @@ def test_tp_render_all_writes_one_file_per_request(cli_lab: Path, tp: Any, tmp_p
 
 
 def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tmp_path: Path) -> None:
-    from tuneplane.cli import cmd_render
+    from tuneplane.gitops.rendering import PARALLEL_MIN
     from tuneplane.lab.runs import dump_request
 
-    for i in range(cmd_render.PARALLEL_MIN):
+    for i in range(PARALLEL_MIN):
         req = request("img", "h200:16" if i % 2 else "h200", run_id=f"20250102-1200{i:02d}-abc123")
         (cli_lab / "runs/img").mkdir(parents=True, exist_ok=True)
         (cli_lab / f"runs/img/{req.run_id}.yaml").write_text(dump_request(req))
@@ -591,7 +591,7 @@ def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tm
     assert result.code == 1
     assert "runs/img/20250103-000000-badbad.yaml: refused: 12 GPUs do not fill whole h200 nodes" in result.err
     written = sorted(out.rglob("*.yaml"))
-    assert len(written) == cmd_render.PARALLEL_MIN + 2
+    assert len(written) == PARALLEL_MIN + 2
     sample = written[5]
     single = tp("render", f"runs/{sample.parent.name}/{sample.name}")
     assert single.code == 0 and single.out == sample.read_text()

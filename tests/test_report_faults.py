@@ -48,7 +48,7 @@ class Plan:
 
 
 class FaultHandler(IngestHandler):
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         plan: Plan = self.server.plan  # type: ignore[attr-defined]
         fault = plan.next()
         if fault == "block":

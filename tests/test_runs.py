@@ -11,9 +11,9 @@ import pytest
 from helpers_git import request
 
 from tuneplane.backends.base import Observation
+from tuneplane.check.params import parse_sets
 from tuneplane.errors import UsageError
 from tuneplane.gitops.observe import apply_observation, check_transition, is_legal, with_metrics
-from tuneplane.gitops.submit import parse_sets
 from tuneplane.gitops.writeback import pick_status, render_dashboard, sparkline, write_dashboard
 from tuneplane.lab.runs import (
     SCHEMA_LINE,

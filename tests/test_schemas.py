@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 
 from tuneplane.dev.schemagen import models, render_all
+from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import load_json, load_yaml
-from tuneplane.models.base import parse_model
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = Path(__file__).parent / "schema_examples"

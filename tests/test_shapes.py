@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.models.lab import LabFile
-from tuneplane.plan.shapes import Shape, ShapeError, parse_profile
 
 LAB = LabFile.model_validate({
     "apiVersion": "tuneplane/project/v1",

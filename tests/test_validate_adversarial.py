@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tuneplane.author.scaffold import init_lab, new_experiment
+from tuneplane.check.admission import EXTERNAL_NEEDS_URL
 from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
 from tuneplane.lab.load import load_lab
-from tuneplane.plan.admission import EXTERNAL_NEEDS_URL
 
 RUN_ID = "20260101-120000-abcdef"
 ALLOW = {"TUNEPLANE_ALLOWED_IMAGE_REGISTRIES": "registry.example.com"}

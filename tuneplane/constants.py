@@ -6,6 +6,7 @@ The job side (the launcher, the SDK) imports this module too, so it must stay fr
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Literal
 
 # Exit codes of `tp` (docs/reference/commands.md): library code raises, only the CLI picks one.
@@ -18,6 +19,16 @@ EXIT_INTERNAL = 3  # a bug in tp: the traceback is shown
 CONFIG_ERROR_EXIT = 78
 
 Scalar = bool | int | float | str
+
+
+class RenderFormat(StrEnum):
+    """How `tp render`, `tp export` and `tp eval` print what they render."""
+
+    yaml = "yaml"
+    json = "json"
+
+
+PREVIEW_RUN_ID = "00000000-000000-000000"  # a run not requested yet renders under this fixed id
 
 Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 PHASES: tuple[Phase, ...] = ("Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled")

@@ -198,7 +198,7 @@ def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
     importlib.invalidate_caches()
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure stops the job with the plugin named
+    except Exception as exc:  # any import failure stops the job with the plugin named
         traceback.print_exc()
         raise LaunchError(f"plugin {plugin.ref}: importing {module_name} failed: "
                           f"{type(exc).__name__}: {exc}") from None
@@ -233,7 +233,7 @@ def _apply(plugin: PluginRef, root: Path, params: Mapping[str, Any], emit: Emit)
         return
     try:
         install(params)
-    except Exception as exc:  # noqa: BLE001 - a patch that did not apply must stop the job
+    except Exception as exc:  # a patch that did not apply must stop the job
         traceback.print_exc()
         raise LaunchError(f"plugin {plugin.ref}: install(params) raised {type(exc).__name__}: {exc}; "
                           "the job stops because training without the patch would not be the "
@@ -340,7 +340,7 @@ def run_python_entry(entry: PythonEntry) -> None:
         runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
     elif entry.kind == "code":
         sys.argv = ["-c", *entry.args]
-        exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102 - python -c
+        exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})  # python -c
     else:
         script = os.path.abspath(entry.target)
         sys.argv = [entry.target, *entry.args]

@@ -21,19 +21,10 @@ from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import file_mode
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
 from tuneplane.lab.locks import LOCK_FILE
+from tuneplane.lab.starforge import ENV_RENAMES, LEGACY_NAME
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
+from tuneplane.models.plugin import LEGACY_SCHEMAS
 from tuneplane.runtime.digest import bundle_digest
-
-ENV_RENAMES = {
-    "FORGE_WORK_DIR": "TUNEPLANE_WORK_DIR", "FORGE_EXP_DIR": "TUNEPLANE_EXP_DIR",
-    "FORGE_OUT_DIR": "TUNEPLANE_OUT_DIR", "FORGE_FRAMEWORK": "TUNEPLANE_FRAMEWORK",
-    "FORGE_RECIPE": "TUNEPLANE_RECIPE", "FORGE_CLUSTER_NUM_NODES": "TUNEPLANE_CLUSTER_NUM_NODES",
-    "FORGE_CLUSTER_GPUS_PER_NODE": "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
-    "STARFORGE_ENDPOINT": "TUNEPLANE_JOB_ENDPOINT", "STARFORGE_RUN_ID": "TUNEPLANE_JOB_RUN_ID",
-    "STARFORGE_TOKEN": "TUNEPLANE_JOB_TOKEN", "STARFORGE_ENABLED": "TUNEPLANE_JOB_ENABLED",
-}
-_ENV = re.compile(r"\b(FORGE_[A-Z_]+|STARFORGE_[A-Z_]+|starforge\.report)\b")
-LEGACY_PLUGIN_SCHEMAS = ("lab-plugin/v1", "forge/plugin/v1")
 
 
 @dataclass
@@ -125,7 +116,7 @@ def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
     rel = path.relative_to(root).as_posix()
     y = _yaml()
     data = y.load(path.read_text(encoding="utf-8"))
-    if not hasattr(data, "get") or data.get("schema") not in LEGACY_PLUGIN_SCHEMAS:
+    if not hasattr(data, "get") or data.get("schema") not in LEGACY_SCHEMAS:
         return
     data["schema"] = "tuneplane/plugin/v1"
     if "kind" in data and "capability" not in data:
@@ -146,7 +137,7 @@ def _scan_script(root: Path, path: Path, plan: MigrationPlan) -> None:
         return
     rel = path.relative_to(root).as_posix()
     for number, line in enumerate(text.splitlines(), 1):
-        for m in _ENV.finditer(line):
+        for m in LEGACY_NAME.finditer(line):
             old = m.group(1)
             new = "tuneplane.report" if old == "starforge.report" else ENV_RENAMES.get(old)
             advice = f"use {new}" if new else "no TunePlane equivalent; remove it"

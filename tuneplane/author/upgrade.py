@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
@@ -88,5 +87,3 @@ def upgrade(lab: Lab, names: list[str], dry_run: bool, catalog: Catalog | None =
     return results
 
 
-def lock_file(lab: Lab, name: str) -> Path:
-    return lab.experiments_dir() / name / LOCK_FILE

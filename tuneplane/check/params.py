@@ -10,33 +10,47 @@ import difflib
 import re
 from typing import Any
 
+from tuneplane.constants import Scalar
+from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Param, Recipe
 
 _MISSING = object()
-_FLOATISH = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_FLOATISH = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
+_INTEGER = re.compile(r"[-+]?\d+\Z")
 
 
-def parse_cli_value(text: str) -> bool | int | float | str:
-    """`true/yes/on` and `false/no/off` (any case) are booleans, then int, then float, else the string."""
-    low = text.strip().lower()
+def parse_sets(items: list[str]) -> dict[str, Scalar]:
+    """`--set KEY=VALUE` items, parsed the same way by `tp render`, `tp submit` and `tp rerun`."""
+    out: dict[str, Scalar] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set {item!r} is not KEY=VALUE", hint="for example --set learning_rate=2e-5")
+        out[key] = parse_set_value(key, text)
+    return out
+
+
+def parse_set_value(key: str, text: str) -> Scalar:
+    """`true/yes/on` and `false/no/off` (any case) are booleans, then an integer, then a decimal number,
+    else the text (CONTRACT §2). Quote a value (`--set name="'3'"`) to keep it text; `nan` and `inf` stay
+    text, so a numeric parameter refuses them.
+    """
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    low = text.lower()
     if low in ("true", "yes", "on"):
         return True
     if low in ("false", "no", "off"):
         return False
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
+    if text.startswith(("[", "{")):
+        raise UsageError(f"--set {key}: {text!r} is not a single value", hint="pass numbers, true/false or text")
+    if _INTEGER.match(text):
+        return int(text)
+    if _FLOATISH.match(text):
+        return float(text)
     return text
-
-
-def parse_assignment(text: str) -> tuple[str, bool | int | float | str]:
-    """`KEY=VALUE` from `--set`; raises ValueError with what is wrong."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
-    return key.strip(), parse_cli_value(value)
 
 
 def check_value(param: Param, value: Any) -> str | None:

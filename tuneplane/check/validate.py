@@ -15,8 +15,9 @@ from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
+from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
-from tuneplane.models.base import NAME_RE, parse_model
+from tuneplane.models.base import NAME_RE
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
 from tuneplane.problems import Problem
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from tuneplane.cli.cmd_render import Format
+from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,7 @@ Checkpoint = Annotated[str, typer.Option("--checkpoint",
 Profile = Annotated[str, typer.Option("--profile", "-p", help="NAME[:GPUS]; default the lab's first.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the launch command only.")]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write the manifests into DIR.")]
-Fmt = Annotated[Format, typer.Option("--format", "-f", help="yaml or json.")]
+Fmt = Annotated[RenderFormat, typer.Option("--format", "-f", help="yaml or json.")]
 
 
 def export(
@@ -38,7 +38,7 @@ def export(
     profile: Profile = "",
     dry_run: DryRun = False,
     output: Output = None,
-    fmt: Fmt = Format.yaml,
+    fmt: Fmt = RenderFormat.yaml,
 ) -> None:
     inputs = {"checkpoint": checkpoint, "checkpoint_format": checkpoint_format}
     run_lifecycle("export", experiment, profile, inputs, dry_run, output, fmt)
@@ -51,24 +51,24 @@ def evaluate(
     profile: Profile = "",
     dry_run: DryRun = False,
     output: Output = None,
-    fmt: Fmt = Format.yaml,
+    fmt: Fmt = RenderFormat.yaml,
 ) -> None:
     run_lifecycle("eval", experiment, profile, {"checkpoint": checkpoint, "data": data}, dry_run, output, fmt)
 
 
 def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[str, str], dry_run: bool,
-                  output: Path | None, fmt: Format) -> None:
+                  output: Path | None, fmt: RenderFormat) -> None:
     import shlex
 
-    from tuneplane.cli.cmd_render import PREVIEW_RUN_ID, RenderContext, RenderOptions, _validated
-    from tuneplane.models.run import RunRequest
+    from tuneplane.gitops.rendering import RenderContext, RenderOptions  # lazy: rendering loads the pipeline
+    from tuneplane.gitops.requests import RunFlags, request_from_flags
 
     options = RenderOptions(targets=[experiment], output=output, fmt=fmt, allow_dirty=dry_run)
-    context = RenderContext.open(options)
+    context = RenderContext.open(options, out=lambda text: typer.echo(text, nl=False),
+                                 note=lambda line: typer.echo(line, err=True))
     chosen = profile or next(iter(context.lab.config.profiles), "")
-    fields = {"experiment": experiment, "run_id": PREVIEW_RUN_ID, "operation": operation, "profile": chosen,
-              "inputs": inputs}
-    request = _validated(RunRequest, fields, "the command line")
+    flags = RunFlags(experiment, chosen, operation=operation, inputs=inputs)
+    request = request_from_flags(flags, run_id=PREVIEW_RUN_ID, command=operation)
     rendered = context.render_request(request)
     if dry_run:
         typer.echo(shlex.join(rendered.plan.argv))

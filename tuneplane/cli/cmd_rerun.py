@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tuneplane.cli.options import Branch, Local, Push, Remote, Run  # noqa: F401
+from tuneplane.cli.options import Branch, Local, Push, Remote, Run
 
 
 def register(app: typer.Typer) -> None:

@@ -46,8 +46,9 @@ def submit(
     remote: Remote = None,
     branch: Branch = None,
 ) -> None:
+    from tuneplane.check.params import parse_sets
     from tuneplane.errors import RunFailed
-    from tuneplane.gitops.submit import SubmitOptions, parse_sets
+    from tuneplane.gitops.submit import SubmitOptions
     from tuneplane.gitops.submit import submit as do_submit
     from tuneplane.models.run import Inputs
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from tuneplane.models.run import RunStatus
 
-from tuneplane.cli.options import Context, Kubeconfig, Run  # noqa: E402
+from tuneplane.cli.options import Context, Kubeconfig, Run
 
 RECENT = 20
 

@@ -96,7 +96,7 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return _exit(130, argv)
-    except Exception as exc:  # noqa: BLE001 - the one place that turns a bug into exit 3
+    except Exception as exc:  # the one place that turns a bug into exit 3
         if _is_click_usage_error(exc):
             exc.show()  # type: ignore[attr-defined]
             return _exit(2, argv)

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
 from tuneplane.backends.factory import local_lab
 from tuneplane.constants import INGEST_SECRET_ENV, Scalar, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.requests import RunFlags, request_from_flags
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, write_request, write_status
@@ -177,67 +178,11 @@ def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
     return bool(paths) and repo.is_dirty(paths)
 
 
-def parse_sets(items: list[str]) -> dict[str, Scalar]:
-    """`--set k=v`: `true`/`false` → bool, an integer → int, a number (`2e-5` too) → float, else text.
-
-    Quote a value (`--set name="'3'"`) to keep it text.
-    """
-    out: dict[str, Scalar] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"--set {item!r} is not KEY=VALUE", hint="for example --set learning_rate=2e-5")
-        out[key] = _scalar(key, text.strip())
-    return out
-
-
-def _scalar(key: str, text: str) -> Scalar:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if text.startswith(("[", "{")):
-        raise UsageError(
-            f"--set {key}: {text!r} is not a single value", hint="pass numbers, true/false or text"
-        )
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return value if value == value and value not in (float("inf"), float("-inf")) else text
-
-
 def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = None) -> RunRequest:
-    from pydantic import ValidationError
-
-    try:
-        return RunRequest(
-            experiment=opts.experiment,
-            run_id=run_id or new_run_id(),
-            operation=opts.operation,
-            profile=opts.profile,
-            image=opts.image,
-            observability_url=opts.observability_url,
-            set=opts.set,
-            inputs=opts.inputs,
-            timeout=opts.timeout,
-            requested_by=requested_by,
-            message=opts.message,
-            created_at=utc_now(),
-            commit=opts.commit,
-            rerun_of=opts.rerun_of,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field_name = ".".join(str(p) for p in first["loc"])
-        raise UsageError(
-            f"{field_name}: {first['msg']} (got {first.get('input')!r})", hint="see `tp submit --help`"
-        ) from None
+    flags = RunFlags(opts.experiment, opts.profile, opts.image, opts.observability_url, opts.set, opts.inputs,
+                     opts.operation, opts.timeout, opts.message, opts.commit, opts.rerun_of)
+    return request_from_flags(flags, run_id=run_id or new_run_id(), command="submit",
+                              requested_by=requested_by, created_at=utc_now())
 
 
 def requester(repo: GitRepo) -> str:
@@ -374,6 +319,3 @@ def commit_run_status(repo: GitRepo, status: RunStatus) -> str | None:
     )
 
 
-def submit_to(backend: Backend, lab_root: Path, lab: Lab, run: PreparedRun) -> BackendRef:
-    """Hand a prepared run to a backend (idempotent: the object name is deterministic)."""
-    return backend.submit(backend_request(lab_root, lab, run))

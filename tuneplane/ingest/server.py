@@ -68,16 +68,16 @@ class IngestHandler(BaseHTTPRequestHandler):
     server: _Server
 
     # ── routing ─────────────────────────────────────────────────────────────────────────────
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # http.server's naming
         self._answer(self._post)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer(self._get)
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._answer(self._not_allowed)
 
-    do_DELETE = do_PATCH = do_PUT  # noqa: N815
+    do_DELETE = do_PATCH = do_PUT
 
     def _not_allowed(self) -> tuple[int, dict[str, Any]]:
         raise Refused(405, f"{self.command} is not supported here", close=True)
@@ -109,7 +109,7 @@ class IngestHandler(BaseHTTPRequestHandler):
         self._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]
         self.flush_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: Any) -> None:  # http.server's signature
         if self.server.verbose:
             sys.stderr.write(f"ingest: {self.address_string()} {format % args}\n")
 

@@ -71,8 +71,8 @@ class Catalog:
 
 
 def _load_recipe(path: Path, method: str) -> Recipe:
+    from tuneplane.lab.modelparse import first_problem_error, parse_model
     from tuneplane.lab.yamlio import LoadFailed, load_yaml
-    from tuneplane.models.base import parse_model
 
     try:
         doc = load_yaml(path, f"catalog/{method}/recipe.yaml")
@@ -80,8 +80,7 @@ def _load_recipe(path: Path, method: str) -> Recipe:
         raise UsageError(f"broken catalog recipe: {exc.problem.location()}: {exc.problem.message}") from None
     recipe, problems = parse_model(Recipe, doc, "recipe-schema")
     if recipe is None:
-        first = problems[0]
-        raise UsageError(f"broken catalog recipe: {first.location()}: {first.message}")
+        raise first_problem_error(problems[:1], prefix="broken catalog recipe: ")
     if recipe.name != method:
         raise UsageError(f"catalog recipe at {method} names itself {recipe.name!r}")
     return recipe

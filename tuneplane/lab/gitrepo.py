@@ -222,7 +222,7 @@ class GitRepo:
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(dest, filter="data")  # refuses absolute paths and links leaving dest
             else:  # Python < 3.11.4; git archive of our own commit writes no such entries
-                tar.extractall(dest)  # noqa: S202
+                tar.extractall(dest)
 
     def identity(self) -> str:
         """`Name <email>` from git config, "" when unset."""
@@ -238,16 +238,6 @@ class GitRepo:
     def close(self) -> None:
         if self._raw is not None:
             self._raw.close()
-
-    @property
-    def raw(self) -> Any:
-        """The GitPython `Repo`, for callers that want its object model (imported on first use)."""
-        if self._raw is None:
-            import git
-
-            self._raw = git.Repo(self.root, search_parent_directories=False)
-        return self._raw
-
 
 class GitFailed(UsageError):
     def __init__(self, args: tuple[str, ...], status: Any, stderr: str) -> None:

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.errors import UsageError
+from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
-from tuneplane.models.base import NAME_RE, parse_model
+from tuneplane.models.base import NAME_RE
 from tuneplane.models.lab import LabFile
 from tuneplane.problems import Problem
 
@@ -107,10 +108,6 @@ def _legacy_lab(root: Path) -> Lab:
                       "this is a StarForge lab (starforge.yaml); tp reads it but the formats are outdated",
                       hint="run `tp migrate` to convert it to a TunePlane lab")
     return Lab(root, None, None, [problem], legacy=True)
-
-
-def experiment_dir(lab: Lab, name: str) -> Path:
-    return lab.experiments_dir() / name
 
 
 def storage_user(lab: Lab) -> str:

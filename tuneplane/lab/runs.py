@@ -18,8 +18,9 @@ from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, write_json
+from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
-from tuneplane.models.base import NAME_RE, parse_model
+from tuneplane.models.base import NAME_RE
 from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
 
 SCHEMA_LINE = "# yaml-language-server: $schema=https://tuneplane.dev/schemas/run.schema.json"
@@ -147,12 +148,7 @@ def parse_request(text: str, rel: str) -> RunRequest:
         raise _load_error(exc) from None
     req, problems = parse_model(RunRequest, doc, "run-schema")
     if req is None:
-        first = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UsageError(
-            f"{first.location()}: {first.message}{more}",
-            hint=first.hint or f"run `tp validate` to see every problem in {rel}",
-        )
+        raise first_problem_error(problems, f"run `tp validate` to see every problem in {rel}")
     return req
 
 
@@ -262,16 +258,7 @@ def read_status(root: Path, key: RunKey) -> RunStatus | None:
 
 
 def status_from(data: Any, rel: str) -> RunStatus:
-    from pydantic import ValidationError
-
-    try:
-        return RunStatus.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UsageError(
-            f"{rel}: {where}: {first['msg']}", hint="the bot owns status/: restore the file from git"
-        ) from None
+    return validate_or_raise(RunStatus, data, rel, hint="the bot owns status/: restore the file from git")
 
 
 def write_status(root: Path, status: RunStatus) -> Path:

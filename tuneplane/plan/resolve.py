@@ -1,7 +1,7 @@
 """`resolve`: experiment × recipe × run request × lab settings → JobSpec. Pure over the lab's files.
 
 Every refusal happens here, before anything is written or submitted, in the same words `tp validate`
-uses (the request-level ones come from `tuneplane.plan.admission`). Resolving is split in two so that
+uses (the request-level ones come from `tuneplane.check.admission`). Resolving is split in two so that
 rendering a thousand run requests reads each experiment, its lock and its plugins once:
 `prepare_experiment` (per experiment) and `resolve_prepared` (per run request).
 """
@@ -17,11 +17,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tuneplane import __version__
+from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
+from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.load import Lab, storage_user
+from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.models.jobspec import (
     AdapterRef,
     ArtifactRef,
@@ -39,10 +43,7 @@ from tuneplane.models.jobspec import (
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.models.run import RunRequest
-from tuneplane.plan.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
-from tuneplane.plan.images import ImageError, check_digest_policy, parse_image
 from tuneplane.plan.names import object_name
-from tuneplane.plan.shapes import Shape, ShapeError, parse_profile
 from tuneplane.problems import Problem
 
 RUNTIME_IMAGES_ENV = "TUNEPLANE_RUNTIME_IMAGES"
@@ -113,8 +114,7 @@ def _refuse_broken_lab(lab: Lab) -> None:
 def _raise_first(problems: list[Problem]) -> None:
     errors = [p for p in problems if p.is_error]
     if errors:
-        first = errors[0]
-        raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
+        raise first_problem_error(errors[:1])
 
 
 def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:

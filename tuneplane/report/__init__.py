@@ -76,7 +76,7 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
         s.log_slow(metrics, step, prefix)
     except _BadStep:
         s.drop("step is not an integer", len(metrics) if hasattr(metrics, "__len__") else 1)
-    except Exception as exc:  # noqa: BLE001 - reporting must never break training
+    except Exception as exc:  # reporting must never break training
         s.internal_error(f"log(): {type(exc).__name__}: {exc}")
 
 
@@ -114,7 +114,7 @@ def init(hparams: Mapping[str, Any] | None = None, monitor_hardware: bool = True
         if monitor_hardware:
             _start_monitor(session)
         return True
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _say(f"init() failed, reporting is off: {type(exc).__name__}: {exc}")
         return False
 
@@ -125,7 +125,7 @@ def log_hparams(params: Mapping[str, Any]) -> None:
     if s is not None:
         try:
             s.add_hparams(params)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             s.internal_error(f"log_hparams(): {exc}")
 
 
@@ -136,7 +136,7 @@ def flush(timeout: float = 5.0) -> bool:
         return True
     try:
         return s.flush(timeout)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
@@ -151,7 +151,7 @@ def finish(timeout: float | None = None) -> None:
     try:
         s.close(timeout)
         _last_stats = s.stats()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _say(f"finish() failed: {type(exc).__name__}: {exc}")
 
 
@@ -168,7 +168,7 @@ def lifecycle(event: str, timeout: float = 5.0) -> bool:
         from tuneplane.report._transport import post_lifecycle
 
         return post_lifecycle(env, event, timeout)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _say(f"lifecycle({event!r}) not sent: {type(exc).__name__}: {exc}")
         return False
 
@@ -178,7 +178,7 @@ def stats() -> dict[str, Any]:
     s = _session
     try:
         return s.stats() if s is not None else dict(_last_stats)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return {}
 
 
@@ -197,7 +197,7 @@ def _auto_init() -> Session | None:
         return None
     try:
         return _start({})
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         _decided = True
         _say(f"reporting is off: {type(exc).__name__}: {exc}")
         return None

@@ -69,6 +69,6 @@ def _hparams_of(args: Any) -> dict[str, Any] | None:
     try:
         if args is not None and hasattr(args, "to_sanitized_dict"):
             return dict(args.to_sanitized_dict()) or None
-    except Exception:  # noqa: BLE001 - a broken args object must not stop training
+    except Exception:  # a broken args object must not stop training
         return None
     return None

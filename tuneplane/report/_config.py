@@ -6,7 +6,6 @@ or stretch it without touching code.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -145,5 +144,3 @@ def _say(message: str) -> None:
         pass
 
 
-def current_env() -> Mapping[str, str]:
-    return os.environ

@@ -39,7 +39,7 @@ class Monitor:
         while not self._stop.wait(self.interval):
             try:
                 values = self.sample()
-            except Exception as exc:  # noqa: BLE001 - a sensor failure is not a training failure
+            except Exception as exc:  # a sensor failure is not a training failure
                 self.session.say(f"hardware sampling stopped: {type(exc).__name__}: {exc}")
                 return
             if self._stop.is_set():
@@ -109,7 +109,7 @@ class Sampler:
 def _optional(name: str) -> Any:
     try:
         return __import__(name)
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
+    except Exception:  # any import failure means "not available"
         return None
 
 
@@ -119,7 +119,7 @@ def _nvml() -> Any:
         return None
     try:
         nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver, no GPUs
+    except Exception:  # no driver, no GPUs
         return None
     return nvml
 
@@ -162,8 +162,4 @@ def _proc_memory() -> dict[str, float]:
         pass
     return values
 
-
-def sample_once() -> dict[str, float]:
-    """One reading now (CPU utilisation needs two, so it is absent here); used by tests and tools."""
-    return Sampler().sample()
 

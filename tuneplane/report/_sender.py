@@ -70,7 +70,7 @@ class Sender(threading.Thread):
                 if not progressed:
                     self.wake.wait(self.cfg.flush_interval)
                     self.wake.clear()
-        except Exception as exc:  # noqa: BLE001 - a sender bug must not surface in training
+        except Exception as exc:  # a sender bug must not surface in training
             self.s.internal_error(f"sender stopped: {type(exc).__name__}: {exc}")
         finally:
             self.busy = False

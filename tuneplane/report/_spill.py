@@ -34,7 +34,7 @@ class Spill:
     def _open(self) -> Any:
         if self._file is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._file = open(self.path, "w+b")  # noqa: SIM115 - kept open for the session
+            self._file = open(self.path, "w+b")  # kept open for the session
         return self._file
 
     @property

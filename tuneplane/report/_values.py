@@ -196,5 +196,5 @@ def _json_safe(value: Any) -> Any:
 def _as_text(value: Any) -> str:
     try:
         return str(value)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the report
+    except Exception:  # a broken __str__ must not stop the report
         return f"<{type(value).__name__}>"

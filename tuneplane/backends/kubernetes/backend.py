@@ -200,7 +200,7 @@ class KubernetesBackend:
         context: str | None = None,
         in_cluster: bool = False,
         api_client: Any = None,
-        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so one shared default is safe
+        retry: RetryPolicy = RetryPolicy(),
         *,
         propagation_policy: str = "Foreground",
         log_tail: int = 20,

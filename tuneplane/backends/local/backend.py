@@ -133,7 +133,7 @@ def _flock(path: Path) -> Iterator[None]:
 
 def _try_lock(path: Path) -> IO[str] | None:
     """Take `path`'s lock without waiting; the open file is the lock (None: someone holds it)."""
-    fh = open(path, "a+")  # noqa: SIM115 - the caller keeps it open for as long as it holds the lock
+    fh = open(path, "a+")  # the caller keeps it open for as long as it holds the lock
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -214,7 +214,7 @@ class LocalBackend:
     def _spawn(self, run_dir: Path) -> None:
         """Start the supervisor in its own session, with no tie to our stdio (we may exit first)."""
         with open(run_dir / "supervisor.log", "ab") as log:
-            subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            subprocess.Popen(  # our own interpreter and module
                 [self.python, "-m", "tuneplane.backends.local.backend", "supervise", str(run_dir)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -454,7 +454,7 @@ def local_gpus(env: Any = None) -> list[str]:
         return [p.strip() for p in str(visible).split(",") if p.strip() and p.strip() != "-1"]
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],  # noqa: S607
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -568,7 +568,7 @@ class _Supervisor:
         stop_ingest, env = self._ingest(dict(self.launch["env"]))
         env = self._child_env(env, lease.ids)
         try:
-            self.log = open(self.run_dir / LOG, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self.log = open(self.run_dir / LOG, "a", encoding="utf-8", errors="replace")
             self._line(self._launch_line(lease.ids))
             code = self._execute(env)
         finally:
@@ -626,7 +626,7 @@ class _Supervisor:
             child = subprocess.Popen(
                 self.launch["argv"],
                 cwd=self.launch["work_dir"],
-                env=env,  # noqa: S603
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

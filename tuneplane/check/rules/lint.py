@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 
 from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.lab.starforge import ENV_RENAMES
 from tuneplane.problems import Problem, Severity
 
 SCRIPTS = ("train.sh", "train.py")
@@ -82,8 +83,6 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
 
 
 def _legacy_warning(rel: str, n: int, col: int, name: str) -> Problem:
-    from tuneplane.author.migrate import ENV_RENAMES
-
     new = "tuneplane.report" if name == "starforge.report" else ENV_RENAMES.get(name)
     return _warn(rel, n, col, "lint-legacy-env", f"{name} is a StarForge name that TunePlane jobs do not set",
                  f"use {new}" if new else "remove it: it has no TunePlane equivalent")

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuneplane.check.admission import check_request
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.catalog import Catalog
 from tuneplane.lab.load import Lab
+from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc
-from tuneplane.models.base import parse_model
 from tuneplane.models.run import RunRequest
-from tuneplane.plan.admission import check_request
 from tuneplane.problems import Problem
 
 

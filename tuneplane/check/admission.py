@@ -9,18 +9,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tuneplane.check.params import check_value, resolve_name, unknown_name_message
-from tuneplane.models.lab import LabFile
-from tuneplane.models.recipe import Recipe
-from tuneplane.models.run import RunRequest
-from tuneplane.plan.images import (
+from tuneplane.check.images import (
     ImageError,
     allowed_registries,
     check_allowed,
     check_digest_policy,
     parse_image,
 )
-from tuneplane.plan.shapes import ShapeError, parse_profile
+from tuneplane.check.params import check_value, resolve_name, unknown_name_message
+from tuneplane.check.shapes import ShapeError, parse_profile
+from tuneplane.models.lab import LabFile
+from tuneplane.models.recipe import Recipe
+from tuneplane.models.run import RunRequest
 
 CLI_FLAG = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data"}
 EXTERNAL_NEEDS_URL = "custom external observability requires spec.framework.observability_url"
