@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+
+from tuneplane.author.scaffold import lab_files
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import file_mode
@@ -55,7 +58,6 @@ def plan_migration(root: Path, catalog: Catalog | None = None) -> MigrationPlan:
 
 
 def _yaml() -> Any:
-    from ruamel.yaml import YAML  # round-trip editing only here: it keeps comments and order
 
     y = YAML()
     y.preserve_quotes = True
@@ -70,7 +72,6 @@ def _dump(y: Any, data: Any) -> str:
 
 
 def _lab_file(root: Path, plan: MigrationPlan) -> None:
-    from tuneplane.author.scaffold import lab_files
 
     y = _yaml()
     data = y.load((root / LEGACY_LAB_FILE).read_text(encoding="utf-8")) or {}

@@ -6,6 +6,7 @@ failure leaves nothing half-written.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,9 +18,11 @@ from tuneplane import __version__
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import write_json
+from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
 from tuneplane.models.base import LAB_NAME_RE, NAME_RE
+from tuneplane.render.templating import render
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
 
 SCHEMA_BASE = "https://tuneplane.dev/schemas"
@@ -35,8 +38,6 @@ class InitResult:
 
 def lab_files(name: str) -> dict[str, str]:
     """The files of a new lab, rendered in memory."""
-    from tuneplane.render.templating import render
-
     files = {
         LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, schema_url=f"{SCHEMA_BASE}/lab.schema.json"),
         "README.md": render("lab/README.md.j2", name=name),
@@ -86,7 +87,6 @@ def init_lab(root: Path, name: str | None, use_git: bool) -> InitResult:
 
 
 def _first_commit(root: Path, files: list[str], name: str) -> str:
-    from tuneplane.lab.gitrepo import GitRepo
 
     repo = GitRepo(root) if (root / ".git").exists() else GitRepo.init(root)
     repo.ensure_identity()
@@ -140,7 +140,6 @@ def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | No
     if not src.is_dir():
         raise UsageError(f"--from {source!r}: no such experiment", hint="name an experiment of this lab (`tp ls`)")
     if method is None:
-        import json
 
         try:
             method = json.loads((src / LOCK_FILE).read_text(encoding="utf-8"))["recipe"]["name"]

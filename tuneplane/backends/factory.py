@@ -39,7 +39,8 @@ def local_lab(lab: Lab) -> Lab:
 
 def local_backend(lab: Lab) -> LocalBackend:
     """This machine's backend, with the lab's local storage root."""
-    from tuneplane.backends.local.backend import LocalBackend  # lazy: only local runs pay for it
+    # lazy: only local runs pay for it
+    from tuneplane.backends.local.backend import LocalBackend
 
     return LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
 
@@ -48,7 +49,8 @@ def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Ba
     """The backend called `name` (`local` or the lab's cluster backend) for this lab."""
     if name == "local":
         return local_backend(lab)
-    from tuneplane.backends.kubernetes.backend import KubernetesBackend  # lazy: the kubernetes client is slow to import
+    # lazy: the kubernetes client is slow to import
+    from tuneplane.backends.kubernetes.backend import KubernetesBackend
 
     access = access or ClusterAccess()
     return KubernetesBackend(

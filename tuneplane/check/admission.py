@@ -16,7 +16,7 @@ from tuneplane.check.images import (
     check_digest_policy,
     parse_image,
 )
-from tuneplane.check.params import check_value, resolve_name, unknown_name_message
+from tuneplane.check.params import check_value, get_path, is_missing, resolve_name, unknown_name_message
 from tuneplane.check.shapes import ShapeError, parse_profile
 from tuneplane.models.lab import LabFile
 from tuneplane.models.recipe import Recipe
@@ -139,8 +139,6 @@ NO_ALGORITHM_PLUGINS = frozenset({"custom", "evalkit"})
 
 def check_platform_owned(recipe: Recipe, config: object) -> list[Refusal]:
     """Config keys the platform sets from the run (output dirs, topology) must not be set by the user."""
-    from tuneplane.check.params import get_path, is_missing
-
     if not isinstance(config, dict):
         return []
     owned = [key for key in recipe.adapter_options.platform_owned if not is_missing(get_path(config, key))]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuneplane.check.rules.lock import check as lock_check
+from tuneplane.check.validate import load_experiment
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.load import Lab
 
 
 def experiment_rows(lab: Lab) -> list[dict[str, Any]]:
-    from tuneplane.check.rules.lock import check as lock_check
-    from tuneplane.check.validate import load_experiment
 
     catalog = load_catalog()
     rows = []

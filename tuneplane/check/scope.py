@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +53,6 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
 
 
 def experiments_locking(lab: Lab, plugins: set[str]) -> set[str]:
-    import json
 
     found = set()
     for name in lab.experiment_names():

@@ -6,6 +6,7 @@ parsed documents. Nothing here prints or exits.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,6 +31,7 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
     catalog = catalog or load_catalog()
     problems = list(lab.problems)
     for name in plugins:
+        # lazy: plugin checks load only when the lab has plugins
         from tuneplane.check.plugins import validate_plugin_dir
 
         problems += validate_plugin_dir(lab.root / "plugins" / name, display_root=lab.root)
@@ -66,7 +68,6 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
 
 
 def _known(lab: Lab, name: str) -> str:
-    import difflib
 
     names = lab.experiment_names()
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
@@ -110,6 +111,7 @@ def _load_config(ctx: ExperimentContext) -> None:
 
 
 def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext]) -> list[Problem]:
+    # lazy: run-request rules load only when requests are checked
     from tuneplane.check.rules.runs import RunContext
 
     rel = lab.rel(path)

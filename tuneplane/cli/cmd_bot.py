@@ -40,6 +40,7 @@ def sync(push: Push = False, remote: Remote = None, branch: Branch = None, kubec
 
 def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconfig: str | None,
          context: str | None, in_cluster: bool) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops import bot
 
     opts = bot.BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
@@ -49,12 +50,14 @@ def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconf
 
 
 def _root() -> Path:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.lab.load import find_lab_root
 
     return find_lab_root()
 
 
 def _report(report: BotReport) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import TunePlaneError
 
     if not report.changed and not report.pushed:

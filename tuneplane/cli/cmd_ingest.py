@@ -24,6 +24,7 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
 ) -> None:
     """Accept metrics over HTTP (upstream wire protocol plus gzip and batch ids) into SQLite."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import UsageError
     from tuneplane.ingest import DEFAULT_DB, ensure_secret
     from tuneplane.ingest.server import IngestServer

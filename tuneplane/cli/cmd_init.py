@@ -18,6 +18,7 @@ def init(
     no_git: Annotated[bool, typer.Option("--no-git", help="Do not run git init or commit.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before using a non-empty directory.")] = False,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     import sys
 
     from tuneplane.author.scaffold import init_lab

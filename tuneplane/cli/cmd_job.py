@@ -28,6 +28,7 @@ def metrics(
     width: Annotated[int, typer.Option(help="Sparkline width in characters.")] = 24,
 ) -> None:
     """Print a run's metrics (last, min, max, count, last step, trend); --plot writes an SVG."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import UsageError
     from tuneplane.gitops.charts import render_svg, render_table
 
@@ -51,6 +52,7 @@ def metrics(
 
 
 def _select(summary: dict[str, Any], wanted: list[str]) -> list[str]:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import UsageError
 
     missing = [k for k in wanted if k not in summary]
@@ -66,6 +68,7 @@ class _Reader:
 
 
 def _local_reader(run: str, db: Path | None) -> _Reader:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane import ingest
     from tuneplane.errors import UsageError
 
@@ -77,6 +80,7 @@ def _local_reader(run: str, db: Path | None) -> _Reader:
 
 def _local_run_db(run: str) -> Path | None:
     """A local run keeps its own store in its run directory; its status file says where that is."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.backends.local.backend import DB
     from tuneplane.errors import UsageError
     from tuneplane.lab.load import find_lab_root
@@ -94,6 +98,7 @@ def _local_run_db(run: str) -> Path | None:
 
 
 def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import UsageError
     from tuneplane.ingest import client, load_secret, mint_token
 
@@ -107,6 +112,7 @@ def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path
 
 
 def register(app: typer.Typer) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.job_commands import register_job_commands
 
     register_job_commands(job_app)

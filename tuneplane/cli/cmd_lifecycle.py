@@ -58,9 +58,10 @@ def evaluate(
 
 def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[str, str], dry_run: bool,
                   output: Path | None, fmt: RenderFormat) -> None:
+    # lazy: rendering loads the pipeline
     import shlex
 
-    from tuneplane.gitops.rendering import RenderContext, RenderOptions  # lazy: rendering loads the pipeline
+    from tuneplane.gitops.rendering import RenderContext, RenderOptions
     from tuneplane.gitops.requests import RunFlags, request_from_flags
 
     options = RenderOptions(targets=[experiment], output=output, fmt=fmt, allow_dirty=dry_run)

@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
 
 
 def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     import json
 
     from tuneplane.check.inventory import experiment_rows
@@ -24,6 +25,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = Fa
     if not rows:
         typer.echo("no experiments yet: tp new NAME --method custom/custom")
         return
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
 
     typer.echo(table(["experiment", "method", "framework", "lock"],

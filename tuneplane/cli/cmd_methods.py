@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
 
 
 def methods(method: Annotated[str | None, typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
     from tuneplane.lab.catalog import load_catalog
 

@@ -16,6 +16,7 @@ def migrate(
     directory: Annotated[Path, typer.Argument(help="Root of the StarForge lab.")] = Path("."),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; write nothing.")] = False,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.migrate import apply, plan_migration
 
     root = directory.resolve()

@@ -17,6 +17,7 @@ def new(
     framework_version: Annotated[str | None, typer.Option("--framework-version", help="Runtime version key.")] = None,
     source: Annotated[str | None, typer.Option("--from", help="Start from an existing experiment.")] = None,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.scaffold import new_experiment
     from tuneplane.lab.load import load_lab
 

@@ -24,6 +24,7 @@ def new(
         "--dir", help="Create <DIR>/<NAME>/ instead of plugins/<NAME>/ in the current lab.")] = None,
 ) -> None:
     """Scaffold an algorithm plugin: plugin.yaml and a module with install(params)."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.plugins import scaffold_plugin
     from tuneplane.lab.load import find_lab_root
 
@@ -38,6 +39,7 @@ def validate(
     directory: Annotated[Path, typer.Argument(help="The plugin directory (holding plugin.yaml).")],
 ) -> None:
     """Check a plugin as publishing would: schema, entrypoint, shadowing names, symlinks."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.check.plugins import validate_plugin_dir
     from tuneplane.errors import ProblemsFound
 
@@ -55,6 +57,7 @@ def lock(
                                        help="The lab plugin plugins/NAME/, locked under OWNER.")],
 ) -> None:
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.plugins import lock_plugin
     from tuneplane.lab.load import find_lab_root
 

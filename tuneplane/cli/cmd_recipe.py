@@ -19,6 +19,7 @@ def upgrade(
     all_: Annotated[bool, typer.Option("--all", help="Every experiment of the lab.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.upgrade import upgrade as run_upgrade
     from tuneplane.errors import UsageError
     from tuneplane.lab.load import load_lab

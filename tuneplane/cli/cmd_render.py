@@ -46,7 +46,8 @@ def render(
     base: Annotated[str | None,
                     typer.Option("--base", help="Git ref for --changed (default: merge base).")] = None,
 ) -> None:
-    from tuneplane.gitops import rendering  # lazy: resolve, render and pydantic are only paid when rendering
+    # lazy: resolve, render and pydantic are only paid when rendering
+    from tuneplane.gitops import rendering
 
     opts = rendering.RenderOptions(
         targets=targets or [], profile=profile, sets=sets or [], image=image, observability_url=observability_url,

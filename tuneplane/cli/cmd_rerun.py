@@ -23,6 +23,7 @@ def rerun(
     remote: Remote = None,
     branch: Branch = None,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.cmd_submit import show_outcome
     from tuneplane.errors import RunFailed
     from tuneplane.gitops.rerun import rerun as do_rerun

@@ -46,6 +46,7 @@ def submit(
     remote: Remote = None,
     branch: Branch = None,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.check.params import parse_sets
     from tuneplane.errors import RunFailed
     from tuneplane.gitops.submit import SubmitOptions
@@ -80,6 +81,7 @@ def submit(
 
 def show_outcome(status: RunStatus, commit: str | None) -> None:
     """A few lines on how a run ended: phase, where the outputs and the status file are."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops.writeback import sparkline
     from tuneplane.lab.runs import RunKey
 
@@ -107,6 +109,7 @@ def parse_duration(text: str) -> int | None:
         return None
     match = _DURATION.match(text.lower())
     if match is None:
+        # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.errors import UsageError
 
         raise UsageError(

@@ -28,6 +28,7 @@ def validate(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     import os
     from pathlib import Path
 
@@ -39,11 +40,13 @@ def validate(
 
     lab = load_lab()
     if lab.settings is None and lab.doc is None and not lab.legacy:
+        # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.errors import UsageError
 
         first = lab.problems[0]
         raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
     if changed:
+        # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.lab.gitrepo import GitRepo
 
         scope = scope_for_paths(lab, GitRepo(lab.root).changed_files(base))

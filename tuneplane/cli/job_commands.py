@@ -33,6 +33,7 @@ def ls(
         bool, typer.Option("--all", help=f"Every run, not the {RECENT} most recent.")
     ] = False,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
     from tuneplane.lab.load import find_lab_root
     from tuneplane.lab.runs import request_keys, status_keys
@@ -53,6 +54,7 @@ def ls(
 
 
 def _ls_row(root: Path, key: Any) -> list[str]:
+    # lazy: tp builds only the invoked command, so only it pays for these
     import json
 
     from tuneplane.gitops.writeback import duration_text, metric_cell, short_time
@@ -95,6 +97,7 @@ def status(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     import json
 
     from tuneplane.lab.load import find_lab_root
@@ -118,6 +121,7 @@ def status(
 
 def _here(current: RunStatus) -> bool:
     """A local run whose directory is on this machine: cheap and safe to look at live."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     import os
 
     backend = current.backend
@@ -139,6 +143,7 @@ def _not_submitted(root: Path, key: Any, read_request: Any) -> None:
 
 def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: str | None) -> RunStatus:
     """The status as the backend sees it now (not written: the bot owns status files)."""
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.constants import utc_now
     from tuneplane.gitops.observe import backend_ref, observe_run, with_metrics
 
@@ -147,6 +152,7 @@ def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: 
     backend = _backend_for(root, ref.backend, kubeconfig, context)
     fresh = observe_run(backend, current, utc_now())
     if hasattr(backend, "metrics"):
+        # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.gitops.submit import primary_metrics
 
         summary, series = backend.metrics(ref)
@@ -156,6 +162,7 @@ def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: 
 
 
 def _status_lines(key: Any, s: RunStatus) -> list[tuple[str, str]]:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops.writeback import duration_text, sparkline
 
     p = s.provenance
@@ -206,6 +213,7 @@ def logs(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.backends.base import BackendError
     from tuneplane.errors import UsageError
     from tuneplane.gitops.observe import backend_ref
@@ -232,6 +240,7 @@ def cancel(
     now: Annotated[bool, typer.Option("--now", help="Also stop a local run at once.")] = False,
     push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
 ) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops.cancel import cancel_run
 
     for line in cancel_run(run, now=now, push=push):
@@ -239,6 +248,7 @@ def cancel(
 
 
 def _backend_for(root: Path, name: str, kubeconfig: str | None, context: str | None) -> Any:
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops.bot import Backends, BotOptions
     from tuneplane.lab.load import load_lab
 

@@ -80,6 +80,7 @@ def run(argv: list[str] | None = None) -> int:
     # pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of
     # a 150 ms command); tp uses none, so skip the scan in this process unless the user asked for one.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import TunePlaneError
 
     app = build_app(_owner(sys.argv[1:] if argv is None else argv))

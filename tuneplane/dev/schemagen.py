@@ -12,17 +12,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuneplane.models.jobspec import JobSpec
+from tuneplane.models.lab import LabFile
+from tuneplane.models.lock import RecipeLock
+from tuneplane.models.plugin import PluginManifest, PluginsLock
+from tuneplane.models.recipe import Recipe
+from tuneplane.models.run import RunRequest, RunStatus
+
 SCHEMA_BASE = "https://tuneplane.dev/schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def models() -> dict[str, type[BaseModel]]:
-    from tuneplane.models.jobspec import JobSpec
-    from tuneplane.models.lab import LabFile
-    from tuneplane.models.lock import RecipeLock
-    from tuneplane.models.plugin import PluginManifest, PluginsLock
-    from tuneplane.models.recipe import Recipe
-    from tuneplane.models.run import RunRequest, RunStatus
 
     return {"lab": LabFile, "recipe": Recipe, "recipe-lock": RecipeLock, "plugins-lock": PluginsLock,
             "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec}

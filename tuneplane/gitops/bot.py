@@ -27,12 +27,32 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef
-from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.backends.factory import ClusterAccess, make_backend
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.observe import backend_object, backend_ref, observe_run, transition, with_artifacts, with_metrics
+from tuneplane.gitops.submit import backend_request, lab_at, lab_dirty, prepare_run, primary_metrics
+from tuneplane.gitops.writeback import (
+    cancelled_before_submit,
+    commit_status,
+    publish,
+    pull,
+    read_raw,
+    recover,
+    refused_status,
+    resolve_target,
+    submitted_status,
+    waiting_status,
+    write_dashboard,
+)
+from tuneplane.ingest import mint_token
+from tuneplane.ingest.client import fetch_series, fetch_summary
+from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey, read_request, read_status, request_keys, status_keys, write_status
-from tuneplane.models.run import RunRequest, RunStatus
+from tuneplane.models.run import RunRequest, RunStatus, Transition
+from tuneplane.plan.resolve import prepare_experiment
 
 CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
 CRASH_EXIT = 197
@@ -98,7 +118,6 @@ class Backends:
         return self._made[name]
 
     def _build(self, name: str) -> Backend:
-        from tuneplane.backends.factory import ClusterAccess, make_backend
 
         access = ClusterAccess(self.opts.kubeconfig, self.opts.context, self.opts.in_cluster)
         return make_backend(name, self.lab, access)
@@ -145,8 +164,6 @@ class _Work:
 
 def _plan(root: Path) -> _Work:
     """What to do, from file names and plain JSON first: only unfinished runs are parsed fully."""
-    from tuneplane.gitops.writeback import read_raw
-
     work = _Work()
     work.known = {key: read_raw(root, key) for key in status_keys(root)}
     for key in request_keys(root):
@@ -180,7 +197,6 @@ def _request_or_none(root: Path, key: RunKey) -> RunRequest | None:
 def _cancel_all(
     lab: Lab, pool: Backends, items: list[tuple[RunKey, RunStatus, RunRequest]], report: BotReport, echo: Echo
 ) -> None:
-    from tuneplane.gitops.observe import backend_ref, transition
 
     first = True
     for key, status, _request in items:
@@ -234,7 +250,6 @@ class _Submitter:
     """Submits run requests one by one, sharing what runs of one experiment have in common."""
 
     def __init__(self, repo: GitRepo, lab: Lab, pool: Backends, report: BotReport, echo: Echo) -> None:
-        from tuneplane.gitops.submit import lab_dirty
 
         self.repo, self.lab, self.pool, self.report, self.echo = repo, lab, pool, report, echo
         self.head = repo.head()
@@ -252,7 +267,6 @@ class _Submitter:
         self._stack.close()
 
     def one(self, key: RunKey, previous: RunStatus | None) -> None:
-        from tuneplane.gitops.writeback import cancelled_before_submit, refused_status
 
         now = utc_now()
         try:
@@ -275,8 +289,6 @@ class _Submitter:
         self._hand_over(key, request, run, previous)
 
     def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
-        from tuneplane.gitops.submit import backend_request
-        from tuneplane.gitops.writeback import waiting_status
 
         try:
             backend = self.pool.get("local" if run.spec.spec.resources.local else "kubernetes")
@@ -295,9 +307,6 @@ class _Submitter:
         self._note(self.report.submitted, key, f"submitted as {ref.kind} {ref.name}")
 
     def _prepare(self, request: RunRequest) -> Any:
-        from tuneplane.gitops.submit import prepare_run
-        from tuneplane.lab.catalog import load_catalog
-        from tuneplane.plan.resolve import prepare_experiment
 
         lab, commit, dirty = self.lab, self.head, self.dirty
         if request.commit:
@@ -316,7 +325,6 @@ class _Submitter:
         )
 
     def _lab_at(self, commit: str) -> Lab:
-        from tuneplane.gitops.submit import lab_at
 
         if commit not in self._pinned:
             self._pinned[commit] = self._stack.enter_context(lab_at(self.repo, commit))
@@ -337,7 +345,6 @@ def _check_names(key: RunKey, request: RunRequest) -> None:
 
 
 def _invalid_status(key: RunKey, message: str, now: str) -> RunStatus:
-    from tuneplane.models.run import Transition
 
     return RunStatus(
         experiment=key.experiment,
@@ -355,8 +362,6 @@ def _refusal_text(exc: UsageError) -> str:
 
 
 def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
-    from tuneplane.gitops.observe import backend_object
-    from tuneplane.gitops.writeback import submitted_status
 
     now = utc_now()
     fresh = submitted_status(request, run.spec, ref, now)
@@ -407,8 +412,6 @@ def sync(
 def _sync_one(
     lab: Lab, pool: Backends, metrics: _IngestReader, key: RunKey, report: BotReport, echo: Echo
 ) -> None:
-    from tuneplane.gitops.observe import backend_ref, observe_run, with_artifacts, with_metrics
-    from tuneplane.gitops.submit import primary_metrics
 
     try:
         status = read_status(lab.root, key)
@@ -443,15 +446,12 @@ class _IngestReader:
 
     @classmethod
     def from_env(cls, lab: Lab) -> _IngestReader:
-        from tuneplane.constants import INGEST_SECRET_ENV
 
         return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
 
     def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
         if not self.endpoint or not self.secret:
             return {}, {}
-        from tuneplane.ingest import mint_token
-        from tuneplane.ingest.client import fetch_series, fetch_summary
 
         token = mint_token(self.secret, status.run_id)
         try:
@@ -469,8 +469,6 @@ class _IngestReader:
 
 def _start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     """Open the lab's repository, clean up after a killed bot, and catch up with the remote."""
-    from tuneplane.gitops.writeback import pull, recover, resolve_target
-
     lab = load_lab(root)
     if lab.settings is None:
         first = lab.problems[0] if lab.problems else None
@@ -491,7 +489,6 @@ def _start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
 def _finish(
     repo: GitRepo, lab: Lab, target: Any, report: BotReport, title: str, echo: Echo, known: Any = None
 ) -> BotReport:
-    from tuneplane.gitops.writeback import commit_status, publish, write_dashboard
 
     write_dashboard(lab.root, known)
     report.commit = commit_status(repo, title + _body(report))

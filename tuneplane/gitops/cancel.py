@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from tuneplane.constants import utc_now
+from tuneplane.backends.factory import local_backend
+from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.observe import apply_observation, backend_ref
 from tuneplane.gitops.submit import commit_run_status, lab_repo
+from tuneplane.gitops.writeback import publish, resolve_target
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import RunKey
+from tuneplane.lab.runs import RunKey, find_run, mark_cancel, read_request, read_status
 from tuneplane.models.run import RunStatus
 
 
@@ -23,9 +27,6 @@ def cancel_run(
     branch: str | None = None,
 ) -> list[str]:
     """Mark the request `cancel: true` and commit it; `now` also stops a local run and records it."""
-    from tuneplane.constants import TERMINAL
-    from tuneplane.lab.runs import find_run, mark_cancel, read_request, read_status
-
     lab = load_lab(root)
     key = find_run(lab.root, run)
     status = read_status(lab.root, key)
@@ -44,7 +45,6 @@ def cancel_run(
     if now:
         said.append(_stop_now(repo, lab, key, status))
     if push:
-        from tuneplane.gitops.writeback import publish, resolve_target
 
         publish(repo, resolve_target(repo, remote, branch))
         said.append("pushed")
@@ -54,11 +54,7 @@ def cancel_run(
 
 
 def _stop_now(repo: GitRepo, lab: Lab, key: RunKey, status: RunStatus | None) -> str:
-    import time
 
-    from tuneplane.backends.factory import local_backend
-    from tuneplane.constants import TERMINAL
-    from tuneplane.gitops.observe import apply_observation, backend_ref
 
     ref = backend_ref(status) if status is not None else None
     if status is None or ref is None:

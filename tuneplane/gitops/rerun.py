@@ -11,7 +11,7 @@ from tuneplane.errors import UsageError
 from tuneplane.gitops.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, prepare_run, submit
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import RunKey
+from tuneplane.lab.runs import RunKey, find_run, read_request, read_status
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
 
@@ -36,8 +36,6 @@ def rerun(
     notify: Echo | None = None,
 ) -> RerunResult:
     """A new request reproducing a run: same overrides, inputs, image and profile, pinned to its commit."""
-    from tuneplane.lab.runs import find_run, read_request, read_status
-
     lab = load_lab(root)
     key = find_run(lab.root, run)
     original = read_request(lab.root, key)

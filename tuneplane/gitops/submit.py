@@ -18,16 +18,32 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
-from tuneplane.backends.factory import local_lab
-from tuneplane.constants import INGEST_SECRET_ENV, Scalar, utc_now
+from tuneplane.backends.factory import local_backend, local_lab
+from tuneplane.backends.local.backend import local_manifest
+from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, Scalar, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.observe import apply_observation, with_artifacts, with_metrics
 from tuneplane.gitops.requests import RunFlags, request_from_flags
+from tuneplane.gitops.writeback import (
+    cancelled_before_submit,
+    publish,
+    refused_status,
+    resolve_target,
+    submitted_status,
+    write_dashboard,
+)
+from tuneplane.ingest import mint_token
+from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, write_request, write_status
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Inputs, RunRequest, RunStatus
+from tuneplane.plan.adapters import compile_plan
+from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
+from tuneplane.plan.resolve import resolve, resolve_prepared
+from tuneplane.render.manifests import jobspec_document, render_manifests
 
 Echo = Callable[[str], None]
 
@@ -87,10 +103,6 @@ def prepare_run(
     env: dict[str, str] | None = None,
 ) -> PreparedRun:
     """Resolve → compile → render, in memory; raises UsageError with the first refusal."""
-    from tuneplane.plan.adapters import compile_plan
-    from tuneplane.plan.resolve import resolve, resolve_prepared
-    from tuneplane.render.manifests import render_manifests
-
     if prepared_experiment is not None:
         spec = resolve_prepared(
             lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
@@ -109,13 +121,8 @@ def backend_request(
     lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None
 ) -> SubmitRequest:
     """What the backend gets: a `LocalRun` for local specs, the rendered manifests for the cluster."""
-    from tuneplane.constants import HF_TOKEN, JOB_TOKEN
-    from tuneplane.plan.environment import job_env
-    from tuneplane.render.manifests import jobspec_document
-
     spec = run.spec
     if spec.spec.resources.local:
-        from tuneplane.backends.local.backend import local_manifest
 
         manifest = local_manifest(
             spec, run.plan, jobspec_document(spec, run.plan), lab_root, job_env(spec, run.plan.env)
@@ -130,7 +137,6 @@ def backend_request(
     secret_data: dict[str, str] = {}
     secret = _ingest_secret(os.environ if env is None else env)
     if secret and JOB_TOKEN in run.plan.secret_env:
-        from tuneplane.ingest import mint_token
 
         secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id)
     copies = {}
@@ -214,7 +220,6 @@ def submit(
         say(f"running {key.run_id} on this machine; its output follows")
         result.status, result.status_commit = run_here(repo, lab, run, echo)
     if opts.push:
-        from tuneplane.gitops.writeback import publish, resolve_target
 
         target = resolve_target(repo, opts.remote, opts.branch)
         publish(repo, target)
@@ -262,20 +267,16 @@ def _message(title: str, request: RunRequest) -> str:
 
 def run_here(repo: GitRepo, lab: Lab, run: PreparedRun, echo: Echo) -> tuple[RunStatus, str | None]:
     """Run on this machine in the foreground, then write and commit the status file and dashboard."""
-    from tuneplane.backends.factory import local_backend
-
     backend = local_backend(lab)
     submitted = utc_now()
     try:
         ref, obs = backend.run(backend_request(lab.root, lab, run), echo=echo)
     except KeyboardInterrupt:
         # Interrupted before the job started: record it, or the bot would run the request later.
-        from tuneplane.gitops.writeback import cancelled_before_submit
 
         commit_run_status(repo, cancelled_before_submit(run.request, utc_now()))
         raise
     except BackendError as exc:
-        from tuneplane.gitops.writeback import refused_status
 
         commit_run_status(repo, refused_status(run.request, utc_now(), str(exc), "SubmitFailed", run.spec))
         raise UsageError(f"the run could not start: {exc}", hint="fix the cause, then tp rerun it") from None
@@ -287,9 +288,6 @@ def final_status(
     backend: Any, run: PreparedRun, ref: BackendRef, obs: Observation, submitted: str
 ) -> RunStatus:
     """Submitted, then what the backend observed, with metrics and artifacts folded in."""
-    from tuneplane.gitops.observe import apply_observation, with_artifacts, with_metrics
-    from tuneplane.gitops.writeback import submitted_status
-
     status = apply_observation(submitted_status(run.request, run.spec, ref, submitted), obs, utc_now())
     summary, series = backend.metrics(ref)
     status = with_metrics(status, summary, series, primary_metrics(run.spec.spec.recipe.name))
@@ -297,7 +295,6 @@ def final_status(
 
 
 def primary_metrics(method: str) -> list[str]:
-    from tuneplane.lab.catalog import load_catalog
 
     try:
         catalog = load_catalog()
@@ -307,7 +304,6 @@ def primary_metrics(method: str) -> list[str]:
 
 
 def commit_run_status(repo: GitRepo, status: RunStatus) -> str | None:
-    from tuneplane.gitops.writeback import write_dashboard
 
     key = RunKey(status.experiment, status.run_id)
     write_status(repo.root, status)

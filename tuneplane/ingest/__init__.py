@@ -22,6 +22,7 @@ __all__ = ["DEFAULT_DB", "DEFAULT_SECRET", "ensure_secret", "hparams", "lifecycl
 def start_server(db_path: Path | str, secret: bytes, host: str = "127.0.0.1",
                  port: int = 0) -> tuple[str, Callable[[], None]]:
     """Start a receiver in a background thread; returns (base URL, stop). See `server.start_server`."""
+    # lazy: the HTTP server loads only where a receiver is started
     from tuneplane.ingest.server import start_server as _start
 
     return _start(db_path, secret, host, port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 from functools import cached_property
+from importlib.resources import files
 from pathlib import Path
 
 from tuneplane.errors import UsageError
@@ -19,7 +20,6 @@ CATALOG_ENV = "TUNEPLANE_CATALOG"
 
 
 def packaged_catalog_root() -> Path:
-    from importlib.resources import files
 
     return Path(str(files("tuneplane._data.catalog")))
 
@@ -71,6 +71,7 @@ class Catalog:
 
 
 def _load_recipe(path: Path, method: str) -> Recipe:
+    # lazy: pydantic and the YAML loader load when a recipe is read, not when the catalog is listed
     from tuneplane.lab.modelparse import first_problem_error, parse_model
     from tuneplane.lab.yamlio import LoadFailed, load_yaml
 

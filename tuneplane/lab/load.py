@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,7 +97,6 @@ def _version_first(doc: Doc) -> list[Problem]:
 
 
 def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
-    import re
 
     return [doc.problem(f"/profiles/{name}", "lab-schema", f"profile name {name!r} is not a valid name",
                         hint="use letters, digits, '.', '_' and '-'")

@@ -5,6 +5,7 @@ Blocking drift is an error; any other drift is advice that names `tp recipe upgr
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tuneplane.models.lock import RECIPE_LOCK_API, RecipeLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import bundle_digest
+from tuneplane.runtime.versions import version_admits
 
 LOCK_FILE = "recipe.lock.json"
 UPGRADE = "run `tp recipe upgrade {exp}` to re-lock against the current catalog"
@@ -77,7 +79,6 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
 
 
 def _did_you_mean(catalog: Catalog, name: str) -> str:
-    import difflib
 
     close = difflib.get_close_matches(name, catalog.ids, n=1, cutoff=0.5)
     return (f"did you mean {close[0]!r}? " if close else "") + "see `tp methods` for the catalog"
@@ -151,7 +152,6 @@ def _binding_drift(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list
 
 
 def _core_admits(spec: str) -> bool:
-    from tuneplane.runtime.versions import version_admits  # the same matcher the launcher uses in the job
 
     try:
         return version_admits(spec, __version__)

@@ -13,8 +13,12 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from io import StringIO
 from pathlib import Path
 from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, write_json
@@ -72,8 +76,6 @@ def new_run_id(now: datetime | None = None) -> str:
 
 def dump_request(req: RunRequest) -> str:
     """The request as a person reads it in review: fixed key order, empty optional fields left out."""
-    import yaml  # PyYAML quotes any string that would read back as another type
-
     data = req.model_dump(mode="json", by_alias=True)
     inputs = {k: v for k, v in data.pop("inputs").items() if v}
     cancel = data.pop("cancel")
@@ -101,8 +103,6 @@ _AMBIGUOUS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", 
 
 def _dumper() -> Any:
     """A safe dumper that quotes every string a YAML 1.1 or 1.2 reader could take for another type."""
-    import yaml
-
     class Dumper(yaml.SafeDumper):
         pass
 
@@ -167,9 +167,7 @@ def _load_error(exc: LoadFailed) -> UsageError:
 
 def mark_cancel(root: Path, key: RunKey) -> Path:
     """Set `cancel: true`, keeping the person's comments and key order (ruamel round trip)."""
-    from io import StringIO
 
-    from ruamel.yaml import YAML
 
     path = root / key.request_rel
     text = path.read_text(encoding="utf-8")

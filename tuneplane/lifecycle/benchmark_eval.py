@@ -526,6 +526,7 @@ def format_table(scores: Mapping[str, SuiteScore]) -> str:
 def report_scores(settings: Settings, scores: Mapping[str, SuiteScore], mean: float) -> None:
     """Each suite as `bench/<suite>` at step 0, the mean as `bench/score`; a no-op without a job token."""
     try:
+        # lazy: the SDK starts only when the job reports
         from tuneplane import report
     except ImportError:  # an image without the SDK still has eval/report.json
         _warn("tuneplane.report is not importable; the scores are in eval/report.json only")

@@ -51,6 +51,7 @@ def output_dir(cli_value: str | None) -> Path:
 
 def load_rows(source: str) -> Any:
     """Rows of a local .jsonl/.json/.parquet/.csv file or folder, else a Hub data set's test split."""
+    # lazy: a training-image library, absent where tp runs
     from datasets import load_dataset
 
     path = Path(source).expanduser()
@@ -106,6 +107,7 @@ def normalise(text: str) -> str:
 
 def reference_loss(model: Any, tokenizer: Any, prompt: str, reference: str) -> tuple[float, int]:
     """Summed negative log-likelihood of the reference tokens given the prompt, and their count."""
+    # lazy: a training-image library, absent where tp runs
     import torch
 
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
@@ -122,6 +124,7 @@ def reference_loss(model: Any, tokenizer: Any, prompt: str, reference: str) -> t
 
 
 def generate(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int) -> str:
+    # lazy: a training-image library, absent where tp runs
     import torch
 
     encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
@@ -163,6 +166,7 @@ def main() -> int:
     out = output_dir(args.output_dir)
     model_path = args.model or str(out / "hf_export")
     report_path = args.report or out / "eval" / "report.json"
+    # lazy: a training-image library, absent where tp runs
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -27,9 +27,11 @@ def parse_args() -> argparse.Namespace:
 def load_model(checkpoint: Path) -> Any:
     """The full model at `checkpoint`, merging a LoRA adapter into its base when there is one."""
     if (checkpoint / "adapter_config.json").is_file():
+        # lazy: a training-image library, absent where tp runs
         from peft import AutoPeftModelForCausalLM
 
         return AutoPeftModelForCausalLM.from_pretrained(str(checkpoint)).merge_and_unload()
+    # lazy: a training-image library, absent where tp runs
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(checkpoint))
@@ -37,11 +39,13 @@ def load_model(checkpoint: Path) -> Any:
 
 def load_tokenizer(checkpoint: Path) -> Any:
     """The tokenizer saved with the checkpoint, else the one of the adapter's base model."""
+    # lazy: a training-image library, absent where tp runs
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(checkpoint))
     except (OSError, ValueError):
+        # lazy: a training-image library, absent where tp runs
         from peft import PeftConfig
 
         base = PeftConfig.from_pretrained(str(checkpoint)).base_model_name_or_path

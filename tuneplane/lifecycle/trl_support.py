@@ -26,6 +26,7 @@ _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".cs
 
 def load_config(path: Path) -> dict[str, Any]:
     """The experiment config as a dict (an empty file is an empty config)."""
+    # lazy: PyYAML may be absent from a training image; the caller falls back
     import yaml
 
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -68,6 +69,7 @@ def output_dir(cli_value: str | None) -> Path:
 
 def load_split(source: str, split: str = "train") -> Any:
     """A data set from a local .jsonl/.json/.parquet/.csv file or folder, or else a Hub name."""
+    # lazy: a training-image library, absent where tp runs
     from datasets import load_dataset
 
     path = Path(source).expanduser()
@@ -105,10 +107,12 @@ def platform_callbacks() -> list[Any]:
     by the process count.
     """
     try:
+        # lazy: the SDK starts only when the job reports
         from tuneplane.report import TunePlaneCallback
     except ImportError:
         print("tuneplane.report is not importable: metrics go to stdout only", file=sys.stderr)
         return []
+    # lazy: a training-image library, absent where tp runs
     from transformers import TrainerCallback
 
     class ForwardToTunePlane(TrainerCallback):  # type: ignore[misc,unused-ignore]  # untyped without stubs

@@ -20,11 +20,14 @@ from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
 from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
+from tuneplane.check.validate import load_experiment
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.load import Lab, storage_user
+from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.models.jobspec import (
     AdapterRef,
@@ -78,9 +81,6 @@ def resolve(lab: Lab, experiment: str, request: RunRequest, *, commit: str, dirt
 
 def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedExperiment:
     """Load and check one experiment; UsageError on the first blocking problem."""
-    from tuneplane.check.validate import load_experiment
-    from tuneplane.lab.locks import admit
-
     _refuse_broken_lab(lab)
     ctx = load_experiment(lab, catalog, experiment)
     _raise_first(ctx.problems)
@@ -124,8 +124,6 @@ def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:
 
 
 def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe) -> None:
-    from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
-
     kind, value = _entrypoint(lock, recipe)
     if kind == "experiment" and resolve_entrypoint(exp_dir, value) is None:
         raise UsageError(entrypoint_message(recipe.framework),
@@ -175,6 +173,7 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
     lock_path = exp_dir / "plugins.lock.json"
     if not recipe.plugins and _no_plugins_locked(lock_path):
         return []  # the common case, without loading the plugin tooling
+    # lazy: the plugin tooling loads only for experiments that lock plugins
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
 

@@ -6,14 +6,19 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from tuneplane import __version__
-from tuneplane.constants import CONFIG_ERROR_EXIT
+from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_TOKEN
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, Profile
+from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import MANAGED_BY, REPLICATED_JOB, label_value, secret_name
+from tuneplane.render.schemacheck import validate_manifest
 from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
+from tuneplane.render.templating import render
 from tuneplane.runtime.digest import canonical_json, sha256_bytes
 
 TRAINER = "trainer"
@@ -74,9 +79,6 @@ def render_manifests(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> 
 def render_documents(spec: JobSpec, plan: LaunchPlan,
                      lab_settings: LabFile) -> tuple[str, list[dict[str, Any]]]:
     """(the rendered YAML text, its documents parsed back and validated)."""
-    from tuneplane.render.schemacheck import validate_manifest
-    from tuneplane.render.templating import render
-
     _refuse_unrenderable(spec, lab_settings)
     kind = manifest_kind(plan)
     text = render(f"k8s/{kind.lower()}.yaml.j2", **_context(spec, plan, lab_settings, kind))
@@ -89,7 +91,6 @@ def render_documents(spec: JobSpec, plan: LaunchPlan,
 def parse_documents(text: str) -> list[dict[str, Any]]:
     """Parse rendered YAML back: libyaml composes, we build plain values (several times faster than
     PyYAML's constructor). Only the scalar types the templates can produce are accepted."""
-    import yaml
 
     loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
@@ -111,7 +112,6 @@ _SCALARS: dict[str, Any] = {
 
 
 def _build(node: Any) -> Any:
-    import yaml
 
     if isinstance(node, yaml.MappingNode):
         out = {}
@@ -213,8 +213,6 @@ def _ray_fields(spec: JobSpec, plan: LaunchPlan) -> dict[str, Any]:
 def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts,
               ranked: bool) -> dict[str, Any]:
     """What every pod of the run shares: labels, the checkout, volumes, env, scheduling."""
-    from tuneplane.plan.environment import job_env
-
     paths = spec.spec.paths
     env = job_env(spec, plan.env, ingest_endpoint=lab.cluster.ingest.endpoint)
     return {
@@ -236,8 +234,6 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
 
 def _secret_env(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> list[tuple[str, str, str, bool]]:
     """(variable, secret, key, optional): the job token only when ingest is bound; HF_TOKEN when given."""
-    from tuneplane.constants import JOB_TOKEN
-
     out = []
     for variable, key in plan.secret_env.items():
         if variable == JOB_TOKEN and not lab.cluster.ingest.endpoint:
@@ -297,8 +293,6 @@ def _opt(items: list[Any]) -> list[list[Any]]:
 
 def to_yaml(docs: list[dict[str, Any]]) -> str:
     """Manifests as one YAML stream, keys in the order they were rendered."""
-    import yaml
-
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, allow_unicode=True, width=1_000_000,
                          explicit_start=True)

@@ -13,10 +13,12 @@ manifest jsonschema runs and supplies the messages. tests/test_k8s_schemas.py ch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable, Iterator
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 from urllib.parse import urldefrag, urljoin
@@ -104,8 +106,6 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def core_schema_dir() -> Path:
     """The strict core schemas of the pinned Kubernetes minor inside the kubernetes-validate package."""
-    import importlib.util
-
     found = importlib.util.find_spec("kubernetes_validate")
     if found is None or not found.submodule_search_locations:
         raise UsageError("kubernetes-validate is not installed",
@@ -127,7 +127,6 @@ def core_documents(filename: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @cache
 def own_schema(filename: str) -> dict[str, Any]:
-    from importlib.resources import files
 
     text = files("tuneplane._data.schemas").joinpath("k8s", filename).read_text(encoding="utf-8")
     return json.loads(text)  # type: ignore[no-any-return]
@@ -155,7 +154,8 @@ def _compiled(schema: dict[str, Any], documents: list[dict[str, Any]], fallback:
 @cache
 def core_validator(filename: str) -> Any:
     """jsonschema for the messages of an invalid manifest (and for tests)."""
-    import jsonschema  # type: ignore[import-untyped]  # only for messages: a valid manifest never needs it
+    # lazy: jsonschema is only for messages: a valid manifest never needs it
+    import jsonschema  # type: ignore[import-untyped]
     from referencing import Registry, Resource
 
     schema, definitions = core_documents(filename)
@@ -165,6 +165,7 @@ def core_validator(filename: str) -> Any:
 
 @cache
 def own_validator(filename: str) -> Any:
+    # lazy: jsonschema and its registry load only when a manifest is checked
     import jsonschema
     from referencing import Registry, Resource
 

@@ -7,11 +7,15 @@ writes it as a JSON scalar (a valid YAML flow scalar), so no value can add a key
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import cache
+from importlib.resources import files
 from typing import Any
 
 import jinja2
+
+from tuneplane import __version__
 
 encode_basestring = json.encoder.encode_basestring  # "…" with \n, \" escaped
 
@@ -33,7 +37,6 @@ def quote(value: Any) -> str:
 
 @cache
 def environment(package: str = "tuneplane._data.templates") -> jinja2.Environment:
-    from importlib.resources import files
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(files(package))),
@@ -69,9 +72,7 @@ class _QuietCache(jinja2.FileSystemBytecodeCache):
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    import os
 
-    from tuneplane import __version__
 
     if os.environ.get("TUNEPLANE_NO_CACHE"):
         return None

@@ -165,6 +165,7 @@ def lifecycle(event: str, timeout: float = 5.0) -> bool:
     if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0" or not env.get("TUNEPLANE_JOB_TOKEN", "").strip():
         return False
     try:
+        # lazy: keeps import tuneplane.report to a few ms in every training process
         from tuneplane.report._transport import post_lifecycle
 
         return post_lifecycle(env, event, timeout)
@@ -210,6 +211,7 @@ def _start(options: Mapping[str, Any]) -> Session | None:
     if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0" or not env.get("TUNEPLANE_JOB_TOKEN", "").strip():
         _decided = True
         return None
+    # lazy: keeps import tuneplane.report to a few ms in every training process
     from tuneplane.report._config import OPTION_NAMES, from_env
     from tuneplane.report._core import Session
 
@@ -224,6 +226,7 @@ def _start(options: Mapping[str, Any]) -> Session | None:
     session.start()
     _session, _decided = session, True
     if not _atexit_registered:
+        # lazy: keeps import tuneplane.report to a few ms in every training process
         import atexit
 
         atexit.register(finish)
@@ -234,6 +237,7 @@ def _start(options: Mapping[str, Any]) -> Session | None:
 def _start_monitor(session: Session) -> None:
     if session.monitor is not None or session.config.rank != 0:
         return
+    # lazy: keeps import tuneplane.report to a few ms in every training process
     from tuneplane.report._hardware import Monitor
 
     session.monitor = Monitor.start_for(session)

@@ -20,6 +20,7 @@ class TunePlaneCallback:
         self.prefix = prefix
 
     def on_train_begin(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+        # lazy: tuneplane.report imports this module first
         from tuneplane.report import init
 
         init(hparams=_hparams_of(args), monitor_hardware=self.monitor_hardware)
@@ -27,6 +28,7 @@ class TunePlaneCallback:
 
     def on_log(self, args: Any = None, state: Any = None, control: Any = None,
                logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        # lazy: tuneplane.report imports this module first
         from tuneplane.report import log
 
         if logs:
@@ -35,6 +37,7 @@ class TunePlaneCallback:
 
     def on_evaluate(self, args: Any = None, state: Any = None, control: Any = None,
                     metrics: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        # lazy: tuneplane.report imports this module first
         from tuneplane.report import log
 
         if metrics:
@@ -42,6 +45,7 @@ class TunePlaneCallback:
         return control
 
     def on_train_end(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+        # lazy: tuneplane.report imports this module first
         from tuneplane.report import finish
 
         finish()

@@ -63,6 +63,7 @@ class Session:
         return Spill(os.path.join(out_dir, SPILL_DIR, name), self.config.spill_bytes)
 
     def start(self) -> None:
+        # lazy: keeps import tuneplane.report to a few ms in every training process
         from tuneplane.report._sender import Sender
 
         for note in self.config.notes:

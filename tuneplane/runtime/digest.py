@@ -37,7 +37,7 @@ def manifest_digest_of(manifest: Any) -> str:
 
 def manifest_digest(path: Path) -> str:
     """Digest of a recipe.yaml file, parsed with YAML 1.1 safe-load semantics."""
-    import yaml  # PyYAML: the YAML 1.1 semantics the contract names; not needed on the job side
+    import yaml  # lazy: PyYAML (the YAML 1.1 semantics the contract names) is absent from training images
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     data = yaml.load(path.read_bytes(), Loader=loader)  # a safe loader

@@ -117,6 +117,7 @@ def build_api_client(
 
     urllib3's own retries are switched off: our RetryPolicy is the one place that decides.
     """
+    # lazy: the kubernetes client costs ~0.3 s to import; only cluster calls pay it
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -207,7 +208,8 @@ class KubernetesBackend:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        from kubernetes import client  # lazy: the CLI's fast paths never load the client
+        # lazy: the CLI's fast paths never load the client
+        from kubernetes import client
 
         if propagation_policy not in {"Foreground", "Background"}:
             raise ValueError("propagation_policy must be Foreground or Background")
@@ -744,6 +746,7 @@ class KubernetesBackend:
 # ==================================================================== failure classification
 def _classify(exc: BaseException) -> _Failure | None:
     """API errors, timeouts and broken connections; None for anything else (a bug, re-raised)."""
+    # lazy: loaded with the kubernetes client
     import urllib3.exceptions as u3
     from kubernetes.client.exceptions import ApiException
 
@@ -1129,6 +1132,7 @@ def _read_body(response: Any) -> bytes:
 
 def _stream_lines(response: Any, what: str) -> Iterator[str]:
     """Decode a log response line by line as it arrives; a broken stream ends with a clear error."""
+    # lazy: loaded with the kubernetes client
     import urllib3.exceptions as u3
 
     pending = b""

@@ -23,6 +23,7 @@ of the same run adopts it, and a second supervisor for the same run exits withou
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import fcntl
 import glob
@@ -47,6 +48,7 @@ from tuneplane.backends.base import BackendError, BackendRef, Observation, Submi
 from tuneplane.constants import CONFIG_ERROR_EXIT, TERMINAL, utc_now
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import write_json
+from tuneplane.lab.gitrepo import GitRepo
 
 API_VERSION = "tuneplane.dev/local/v1"
 KIND = "LocalRun"
@@ -345,7 +347,6 @@ def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
 
 
 def _epoch(value: Any) -> float | None:
-    import calendar
 
     try:
         return float(calendar.timegm(time.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ")))
@@ -355,8 +356,6 @@ def _epoch(value: Any) -> float | None:
 
 def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
     """The job package at the run's commit, plugins where the launcher looks, and the JobSpec."""
-    from tuneplane.lab.gitrepo import GitRepo
-
     work = Path(spec["work_dir"])
     partial = work.with_name(work.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -19,6 +19,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         return
     if not (ctx.dir / "plugins.lock.json").exists() and not (ctx.recipe and ctx.recipe.plugins):
         return
+    # lazy: plugin lock checks load only for experiments with a plugins.lock.json
     from tuneplane.check.plugin_locks import check_experiment_plugins
 
     required = list(ctx.recipe.plugins) if ctx.recipe else []
