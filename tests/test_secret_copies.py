@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_backend_kubernetes import FAST, NS, request_for
+from test_backends_kubernetes import FAST, NS, request_for
 
 from tuneplane.backends.base import BackendError
 from tuneplane.backends.kubernetes.backend import KubernetesBackend

@@ -8,7 +8,7 @@ Jobs and pod templates embedded in them against the real core schemas as well.
 Speed: a general validator costs milliseconds per manifest, so each schema is compiled once per
 process into a plain predicate over the small keyword set these schemas use (`_Compiler`); a schema
 using any other keyword is left to jsonschema. The predicate only says valid or not: for an invalid
-manifest jsonschema runs and supplies the messages. tests/test_k8s_schemas.py checks that both agree.
+manifest jsonschema runs and supplies the messages. tests/test_render_schemacheck.py checks that both agree.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from test_backend_kubernetes import FAST, NS, request_for
+from test_backends_kubernetes import FAST, NS, request_for
 
 from tuneplane.backends.base import BackendRef
 from tuneplane.backends.kubernetes.backend import KubernetesBackend

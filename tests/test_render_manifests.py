@@ -2,7 +2,7 @@
 job's checkout script and launcher bootstrap run for real, the PR diff comment and `tp render`.
 
 Golden files live in tests/golden/ and are compared as parsed structures; regenerate them with
-`TUNEPLANE_REGEN=1 pytest tests/test_render.py` after a deliberate change (a catalog edit included).
+`TUNEPLANE_REGEN=1 pytest tests/test_render_manifests.py` after a deliberate change (a catalog edit included).
 """
 
 from __future__ import annotations
