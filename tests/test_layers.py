@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.launcher", "tuneplane.plugins",
             "tuneplane.runtime.digest",
             "tuneplane.runtime.versions", "tuneplane.lifecycle")
-JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.benchmark_eval", "yaml"),
+JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.flatconfig", "yaml"),
                        # the generic evaluation runs in training images, which have these
                        ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),
                        ("tuneplane.lifecycle.hf_eval", "transformers"),

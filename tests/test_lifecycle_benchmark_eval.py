@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from tuneplane.ingest import mint_token, start_server, summary
-from tuneplane.lifecycle import benchmark_eval
+from tuneplane.lifecycle import flatconfig
+from tuneplane.lifecycle.benchmark_common import BenchError
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE_CONFIG = REPO / "catalog" / "evalkit" / "benchmark" / "template" / "config.yaml"
@@ -327,20 +328,20 @@ def test_bad_overrides_json_is_a_clear_error(bench: Bench):
 
 def test_flat_parser_reads_the_template_config_as_pyyaml_does():
     text = TEMPLATE_CONFIG.read_text(encoding="utf-8")
-    assert benchmark_eval.parse_flat_yaml(text) == yaml.safe_load(text)
+    assert flatconfig.parse_flat_yaml(text) == yaml.safe_load(text)
 
 
 def test_flat_parser_coerces_scalars_and_keeps_quoted_hashes():
     text = ("# leading comment\nlimit: 20\ntemperature: 0.5\napply_chat_template: false\n"
             "suites: 'gsm8k#v2'   # quoted hash stays\nnum_fewshot:\nname: \"two words\"\n")
-    assert benchmark_eval.parse_flat_yaml(text) == {
+    assert flatconfig.parse_flat_yaml(text) == {
         "limit": 20, "temperature": 0.5, "apply_chat_template": False, "suites": "gsm8k#v2",
         "num_fewshot": None, "name": "two words"}
 
 
 def test_flat_parser_refuses_nesting_instead_of_guessing():
-    with pytest.raises(benchmark_eval.BenchError, match="config:2: expected a flat"):
-        benchmark_eval.parse_flat_yaml("generation:\n  temperature: 0.5\n")
+    with pytest.raises(BenchError, match="config:2: expected a flat"):
+        flatconfig.parse_flat_yaml("generation:\n  temperature: 0.5\n")
 
 
 def test_config_without_pyyaml_in_a_real_process(bench: Bench, tmp_path: Path):

@@ -1,17 +1,4 @@
-"""Score a model on benchmark suites with lm-evaluation-harness or EvalScope, and record one score per suite.
-
-    python3 -m tuneplane.lifecycle.benchmark_eval --model M --suites gsm8k,mmlu --output-dir $OUT \
-        --config <exp>/config.yaml --overrides-json '{"limit": 20}'
-
-Settings come from the experiment's config.yaml with the validated overrides (dotted key -> value) on top;
-`--model` and `--suites` win over both. The runner is a child process whose output streams through; its
-result files are then read, the primary score of each suite goes to `$OUT/eval/report.json` and to the
-charts as `bench/<suite>` (their mean as `bench/score`, the recipe's primary metric).
-
-Exit status: the runner's own when it fails; 2 for a problem the user can fix (arguments, config, a run
-that wrote no results). Standard library only: this runs inside evaluation images, which bring their
-own packages; PyYAML and the `tuneplane.report` SDK are used when present.
-"""
+"""TODO docstring for lifecycle.benchmark_eval."""
 
 from __future__ import annotations
 
@@ -26,14 +13,19 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from tuneplane.lifecycle.benchmark_common import BenchError, Settings, SuiteScore, warn
+from tuneplane.lifecycle.benchmark_results import RESULT_PATTERNS, new_files, read_scores, snapshot
+from tuneplane.lifecycle.flatconfig import BOOLS, load_config
 
 PROG = "python -m tuneplane.lifecycle.benchmark_eval"
 EVAL_PYTHON_ENV = "TUNEPLANE_EVAL_PYTHON"  # the interpreter that has the runner installed
 OUT_DIR_ENV = "TUNEPLANE_OUT_DIR"
 REPORT_PATH = Path("eval") / "report.json"
+
 
 # The settings this program understands, with the defaults of the catalog's template config.
 DEFAULTS: dict[str, Any] = {
@@ -41,40 +33,6 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": "auto", "max_new_tokens": 512, "temperature": 0.0, "apply_chat_template": True,
     "seed": 1234, "dtype": None,
 }
-# Where each runner leaves its result files, relative to its directory under $OUT/eval/.
-RESULT_PATTERNS = {"lm-eval": "**/results_*.json", "evalscope": "**/reports/*/*.json"}
-# lm-eval metrics that best stand for a suite, most preferred first.
-PREFERRED_METRICS = ("exact_match,strict-match", "acc_norm,none", "acc,none")
-_BOOLS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
-
-
-class BenchError(Exception):
-    """A problem the user can fix: reported as one line on stderr, exit status 2, no traceback."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    model: str
-    runner: str
-    suites: tuple[str, ...]
-    num_fewshot: int | None
-    limit: int
-    batch_size: str
-    max_new_tokens: int
-    temperature: float
-    apply_chat_template: bool
-    seed: int
-    dtype: str | None
-
-
-@dataclass(frozen=True)
-class SuiteScore:
-    metric: str
-    score: float
-    stderr: float | None
-
-
-# ── entry point ───────────────────────────────────────────────────────────────────────────────────────
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,16 +89,13 @@ def output_dir(value: str | None) -> Path:
     return Path(chosen)
 
 
-# ── settings ──────────────────────────────────────────────────────────────────────────────────────────
-
-
 def resolve_settings(args: argparse.Namespace) -> Settings:
     """Defaults, then the config file, then the overrides, then `--model`/`--suites`."""
     config = load_config(args.config)
     overrides = parse_overrides(args.overrides_json)
     ignored = sorted(set(config) - set(DEFAULTS))
     if ignored:
-        _warn(f"ignoring unknown setting(s) in {args.config}: {', '.join(ignored)}")
+        warn(f"ignoring unknown setting(s) in {args.config}: {', '.join(ignored)}")
     merged = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}, **overrides}
     if args.model is not None:
         merged["model"] = args.model
@@ -205,8 +160,8 @@ def _bool(values: Mapping[str, Any], key: str) -> bool:
     value = values.get(key)
     if value is None:
         value = DEFAULTS[key]
-    if isinstance(value, str) and value.strip().lower() in _BOOLS:
-        value = _BOOLS[value.strip().lower()]
+    if isinstance(value, str) and value.strip().lower() in BOOLS:
+        value = BOOLS[value.strip().lower()]
     if not isinstance(value, bool):
         raise BenchError(f"setting {key} must be true or false, not {value!r}")
     return value
@@ -244,96 +199,6 @@ def _with_suggestions(keys: Sequence[str]) -> str:
         close = difflib.get_close_matches(key, list(DEFAULTS), n=1)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ", ".join(parts)
-
-
-# ── config file ───────────────────────────────────────────────────────────────────────────────────────
-
-
-def load_config(path: Path | None) -> dict[str, Any]:
-    """The config file as flat `{dotted key: value}`; empty without a file."""
-    if path is None:
-        return {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BenchError(f"cannot read the config {path}: {exc.strerror or exc}") from None
-    data = _parse_yaml(text, str(path))
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise BenchError(f"{path}: expected `key: value` settings, found {type(data).__name__}")
-    return flatten(data)
-
-
-def _parse_yaml(text: str, source: str) -> Any:
-    try:
-        import yaml  # optional: most images have it, and the fallback reads only flat files
-    except ImportError:
-        return parse_flat_yaml(text, source)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BenchError(f"{source}: not valid YAML: {exc}") from None
-
-
-def parse_flat_yaml(text: str, source: str = "config") -> dict[str, Any]:
-    """`key: value` lines with `#` comments, for images without PyYAML; nesting is refused, not guessed."""
-    result: dict[str, Any] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = _strip_comment(raw).rstrip()
-        if not line.strip() or line.strip() == "---":
-            continue
-        key, sep, value = line.partition(":")
-        if line[0].isspace() or not sep or not key.strip():
-            raise BenchError(f"{source}:{number}: expected a flat `key: value` line "
-                             "(nested YAML needs PyYAML in the image)")
-        result[key.strip()] = scalar(value.strip())
-    return result
-
-
-def _strip_comment(line: str) -> str:
-    """Drop a `#` comment that starts a line or follows a space, unless it is inside quotes."""
-    quote = ""
-    for index, char in enumerate(line):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (index == 0 or line[index - 1].isspace()):
-            return line[:index]
-    return line
-
-
-def scalar(text: str) -> Any:
-    """A YAML scalar as PyYAML would read the common cases: quoted text, null, booleans, numbers."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    lowered = text.lower()
-    if lowered in ("", "~", "null"):
-        return None
-    if lowered in _BOOLS:
-        return _BOOLS[lowered]
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def flatten(data: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as dotted keys, the form `--overrides-json` uses."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
-
-
-# ── runner commands ───────────────────────────────────────────────────────────────────────────────────
 
 
 def eval_python() -> str:
@@ -395,97 +260,6 @@ def run_runner(argv: Sequence[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-# ── results ───────────────────────────────────────────────────────────────────────────────────────────
-
-
-def snapshot(root: Path, pattern: str) -> dict[Path, int]:
-    """Result files and their mtimes, so files left by an earlier attempt are not read as this run's."""
-    return {path: path.stat().st_mtime_ns for path in root.glob(pattern) if path.is_file()}
-
-
-def new_files(root: Path, pattern: str, before: Mapping[Path, int]) -> list[Path]:
-    """Files created or rewritten since `before`, oldest first."""
-    after = snapshot(root, pattern)
-    fresh = [path for path, mtime in after.items() if before.get(path) != mtime]
-    return sorted(fresh, key=lambda path: (after[path], str(path)))
-
-
-def read_scores(settings: Settings, fresh: Sequence[Path]) -> tuple[dict[str, SuiteScore], Path]:
-    """Scores per suite and the file (lm-eval) or folder (EvalScope) they came from."""
-    newest = fresh[-1]
-    if settings.runner == "lm-eval":
-        return lm_eval_scores(_read_json(newest), settings.suites), newest
-    return evalscope_scores(fresh), newest.parent
-
-
-def lm_eval_scores(results: Mapping[str, Any], suites: Sequence[str]) -> dict[str, SuiteScore]:
-    """One score per requested suite (a group such as mmlu counts as one); every task if none matches."""
-    tasks = results.get("results")
-    groups = results.get("groups")
-    table = {**(groups if isinstance(groups, dict) else {}), **(tasks if isinstance(tasks, dict) else {})}
-    wanted = [suite for suite in suites if suite in table]
-    missing = [suite for suite in suites if suite not in table]
-    if missing and wanted:
-        _warn(f"no results for suite(s) {', '.join(missing)}")
-    scores: dict[str, SuiteScore] = {}
-    for task in wanted or list(tasks if isinstance(tasks, dict) else {}):
-        entry = table[task]
-        found = primary_metric(entry) if isinstance(entry, dict) else None
-        if found is not None:
-            scores[task] = found
-    return scores
-
-
-def primary_metric(entry: Mapping[str, Any]) -> SuiteScore | None:
-    """The preferred metric, else the first `metric,filter` value, else any number (not a stderr)."""
-    named = [key for key in entry if "," in key]
-    for name in (*PREFERRED_METRICS, *named, *entry):
-        value = _number(entry.get(name))
-        if value is not None and "stderr" not in name:
-            return SuiteScore(name, value, _stderr(entry, name))
-    return None
-
-
-def _stderr(entry: Mapping[str, Any], name: str) -> float | None:
-    metric, sep, filter_name = name.partition(",")
-    return _number(entry.get(f"{metric}_stderr{sep}{filter_name}"))
-
-
-def _number(value: Any) -> float | None:
-    """A finite number; lm-eval writes "N/A" where a stderr is unknown."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def evalscope_scores(paths: Sequence[Path]) -> dict[str, SuiteScore]:
-    """EvalScope reports: `score` is its first metric's score over the dataset."""
-    scores: dict[str, SuiteScore] = {}
-    for path in paths:
-        data = _read_json(path)
-        score = _number(data.get("score"))
-        if score is None:
-            continue
-        metrics = data.get("metrics")
-        first = metrics[0] if isinstance(metrics, list) and metrics and isinstance(metrics[0], dict) else {}
-        name = str(data.get("dataset_name") or path.stem)
-        scores[name] = SuiteScore(str(first.get("name") or "score"), score, None)
-    return scores
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BenchError(f"cannot read results {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise BenchError(f"{path}: expected a JSON object of results")
-    return data
-
-
-# ── report ────────────────────────────────────────────────────────────────────────────────────────────
-
-
 def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_file: Path,
                  out_dir: Path) -> dict[str, Any]:
     """report.json: per suite its metric, score and stderr; `score` is their mean."""
@@ -529,17 +303,13 @@ def report_scores(settings: Settings, scores: Mapping[str, SuiteScore], mean: fl
         # lazy: the SDK starts only when the job reports
         from tuneplane import report
     except ImportError:  # an image without the SDK still has eval/report.json
-        _warn("tuneplane.report is not importable; the scores are in eval/report.json only")
+        warn("tuneplane.report is not importable; the scores are in eval/report.json only")
         return
     metrics = {"bench/score": mean, **{f"bench/{task}": s.score for task, s in scores.items()}}
     hparams = {**asdict(settings), "suites": ",".join(settings.suites)}
     report.init(hparams=hparams, monitor_hardware=False)
     report.log(metrics, step=0)
     report.finish()
-
-
-def _warn(message: str) -> None:
-    print(f"benchmark_eval: warning: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

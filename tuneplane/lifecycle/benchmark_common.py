@@ -1,0 +1,36 @@
+"""What the benchmark runner's modules share: its settings, a suite's score and its one error. Standard library only."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+
+class BenchError(Exception):
+    """A problem the user can fix: reported as one line on stderr, exit status 2, no traceback."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    runner: str
+    suites: tuple[str, ...]
+    num_fewshot: int | None
+    limit: int
+    batch_size: str
+    max_new_tokens: int
+    temperature: float
+    apply_chat_template: bool
+    seed: int
+    dtype: str | None
+
+
+@dataclass(frozen=True)
+class SuiteScore:
+    metric: str
+    score: float
+    stderr: float | None
+
+
+def warn(message: str) -> None:
+    print(f"benchmark_eval: warning: {message}", file=sys.stderr)
