@@ -5,6 +5,7 @@ The job side (the launcher, the SDK) imports this module too, so it must stay fr
 
 from __future__ import annotations
 
+import typing
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal
@@ -33,6 +34,14 @@ PREVIEW_RUN_ID = "00000000-000000-000000"  # a run not requested yet renders und
 Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
 PHASES: tuple[Phase, ...] = ("Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
+# What a backend may report: a phase (never `Submitted`, which only the bot writes) or that it cannot tell.
+ObservedPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"]
+_OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
+
+
+def observed_phase(text: str) -> ObservedPhase:
+    """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
+    return typing.cast(ObservedPhase, text) if text in _OBSERVED else "Unknown"
 
 # The environment contract's names that more than one layer reads or writes (CONTRACT §6).
 ENV_PREFIX = "TUNEPLANE_"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# Phases a backend may report. `Submitted` is written by the bot, never observed.
+from tuneplane.constants import ObservedPhase
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class BackendRef:
 
 @dataclass(frozen=True)
 class Observation:
-    phase: str  # one of PHASES (never "Submitted"), or "Unknown" when the backend cannot tell
+    phase: ObservedPhase
     reason: str = ""  # e.g. a Kueue queue reason while Pending
     message: str = ""  # what a person needs to know, e.g. the failing container's last lines
     started_at: str | None = None  # ISO-8601 UTC

@@ -65,7 +65,7 @@ def apply_observation(status: RunStatus, obs: Observation, now: str) -> RunStatu
     """The status after `obs`. Unknown keeps the phase (the message says why); going backwards is ignored."""
     if status.phase in TERMINAL:
         return status
-    if obs.phase not in RANK or obs.phase == "Submitted":
+    if obs.phase not in RANK:
         return status.model_copy(update={"message": _clip(obs.message)}) if obs.message else status
     if not is_legal(status.phase, obs.phase):
         return status

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.constants import observed_phase
 
 log = logging.getLogger(__name__)
 
@@ -974,7 +975,7 @@ def _observation(state: _State, exit_code: int | None = None) -> Observation:
     if state.notes and state.phase != "Failed":
         message = "; ".join(m for m in [message, *state.notes] if m)
     return Observation(
-        phase=state.phase,
+        phase=observed_phase(state.phase),
         reason=state.reason,
         message=_clip(message),
         started_at=state.started_at,

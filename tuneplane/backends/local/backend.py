@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
-from tuneplane.constants import CONFIG_ERROR_EXIT, TERMINAL, utc_now
+from tuneplane.constants import CONFIG_ERROR_EXIT, TERMINAL, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import write_json
 from tuneplane.lab.gitrepo import GitRepo
@@ -252,7 +252,7 @@ class LocalBackend:
             if lost is not None:
                 return lost
         return Observation(
-            phase,
+            observed_phase(phase),
             reason=str(state.get("reason", "")),
             message=str(state.get("message", "")),
             started_at=state.get("started_at"),
