@@ -21,7 +21,7 @@ from tuneplane.lab.fs import write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
-from tuneplane.models.base import LAB_NAME_RE, NAME_RE
+from tuneplane.models.base import name_error
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
 
@@ -64,8 +64,8 @@ def init_lab(root: Path, name: str | None, use_git: bool) -> InitResult:
     if (root / LEGACY_LAB_FILE).exists():
         raise UsageError(f"{root} is a StarForge lab", hint="run `tp migrate` to convert it in place")
     name = name or default_lab_name(root)
-    if not re.match(LAB_NAME_RE, name) or name in (".", ".."):
-        raise UsageError(f"lab name {name!r} is not allowed", hint="use letters, digits, '.', '_' and '-'")
+    if error := name_error(name, "lab name", lab=True):
+        raise UsageError(error, hint="use letters, digits, '.', '_' and '-'")
     files = lab_files(name)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}
@@ -94,8 +94,8 @@ def _first_commit(root: Path, files: list[str], name: str) -> str:
 
 
 def check_experiment_name(name: str) -> None:
-    if not re.match(NAME_RE, name) or not name.isascii() or name in (".", ".."):
-        raise UsageError(f"experiment name {name!r} is not allowed",
+    if error := name_error(name, "experiment name"):
+        raise UsageError(error,
                          hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter or digit "
                               "(e.g. sft_qwen3-8b_alpaca_v1)")
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tuneplane.errors import UsageError
+from tuneplane.lab import fs
 from tuneplane.lab.yamlio import Doc, LoadFailed, escape, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
 from tuneplane.problems import Problem, Severity
@@ -32,6 +33,8 @@ RESERVED_MODULES = frozenset({"tuneplane", "nemo_rl", "common", "ray", "torch", 
 
 
 MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
+BYTECODE_SUFFIXES = (".pyc", ".pyo")
+SOURCE_LIMIT = 4 * fs.MAX_BYTES
 
 
 def escape_key(key: str) -> str:
@@ -187,9 +190,10 @@ def load_plugin_manifest(path: Path) -> PluginManifest:
     """Read and check a plugin.yaml (or the one in directory `path`); UsageError naming each error."""
     file = path / MANIFEST_FILE if path.is_dir() else path
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {file}: {exc}", "a plugin directory holds plugin.yaml") from None
+        text = fs.read_text(file, fs.MAX_BYTES, file.parent, file.as_posix())
+    except LoadFailed as exc:
+        raise UsageError(f"cannot read {file}: {exc.problem.message}", "a plugin directory holds plugin.yaml") \
+            from None
     manifest, problems = parse_plugin_manifest(text, file.as_posix())
     errors = [p for p in problems if p.is_error]
     if manifest is None or errors:
@@ -208,16 +212,17 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
     if not path.is_dir():
         return [Problem(display_path(path, display_root), 0, 0, "plugin-missing", "not a plugin directory",
                         hint="pass the directory that holds plugin.yaml")]
-    if not manifest_file.is_file():
+    entries = list(_hostile_entries(path, display_root))
+    if not fs.present(manifest_file):
         return [Problem(shown, 0, 0, "plugin-missing", "no plugin.yaml in the plugin directory",
-                        hint="create one with `tp plugin new <name>`")]
+                        hint="create one with `tp plugin new <name>`")] + entries
     try:
-        text = manifest_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return [Problem(shown, 0, 0, "plugin-parse", f"cannot read plugin.yaml: {exc}")]
+        text = fs.read_text(manifest_file, fs.MAX_BYTES, path, shown)
+    except LoadFailed as exc:
+        return [exc.problem] + entries
     ctx = FileCtx(shown, positioned_doc(text, shown))
     manifest, problems = _parse_manifest(text, ctx)
-    problems += _escaping_symlinks(path, display_root)
+    problems += entries
     problems += _shadowing(path, display_root)
     if manifest is not None:
         problems += _entrypoint_problems(path, manifest, display_root, ctx)
@@ -225,15 +230,30 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
     return problems
 
 
-def _escaping_symlinks(root: Path, display_root: Path | None) -> Iterator[Problem]:
+def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]:
+    """What the pin cannot vouch for: links, non-regular entries, and bytecode (outside the digest,
+    and Python would run a cached or sourceless .pyc instead of the pinned source)."""
     real_root = Path(os.path.realpath(root))
     for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
+        for name in sorted(dirnames + filenames):
             full = Path(dirpath, name)
-            if full.is_symlink() and not Path(os.path.realpath(full)).is_relative_to(real_root):
-                yield Problem(display_path(full, display_root), 0, 0, "plugin-symlink",
-                              f"symlink leaves the plugin directory (points to {os.readlink(full)})",
-                              hint="copy the file into the plugin instead; only the directory is shipped")
+            shown = display_path(full, display_root)
+            if full.is_symlink():
+                leaves = not Path(os.path.realpath(full)).is_relative_to(real_root)
+                yield Problem(shown, 0, 0, "plugin-symlink",
+                              f"symlink {'leaves the plugin directory' if leaves else 'in a plugin'} "
+                              f"(points to {os.readlink(full)}); a plugin ships exactly its files",
+                              hint="copy the file into the plugin instead of linking it")
+            elif name in filenames and not full.is_file():
+                yield Problem(shown, 0, 0, "plugin-entry",
+                              f"is {fs.describe(full)}, not a regular file; a plugin holds only files",
+                              hint="remove it from the plugin directory")
+            elif name in filenames and (name.endswith(BYTECODE_SUFFIXES) or "__pycache__" in full.parts):
+                yield Problem(shown, 0, 0, "plugin-bytecode",
+                              "compiled bytecode in a plugin: the digest does not pin it, and Python would "
+                              "run it instead of the pinned source",
+                              hint="delete it (and __pycache__/), add `__pycache__/` and `*.pyc` to "
+                                   ".gitignore, and commit only source")
 
 
 def top_level_modules(root: Path, packages_only: bool = False) -> dict[str, str]:
@@ -270,7 +290,7 @@ def _shadowing(root: Path, display_root: Path | None) -> Iterator[Problem]:
 def _module_file(root: Path, module: str) -> Path | None:
     base = root.joinpath(*module.split("."))
     for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
-        if candidate.is_file():
+        if fs.present(candidate):  # a FIFO or a link in its place is for the reader to refuse, by name
             return candidate
     return None
 
@@ -285,33 +305,66 @@ def _entrypoint_problems(root: Path, manifest: PluginManifest, display_root: Pat
         return [ctx.problem("/entrypoint", "plugin-entrypoint",
                             f"entrypoint module {module!r} is not in the plugin directory",
                             f"add {module.replace('.', '/')}.py next to plugin.yaml")]
-    return _function_problems(source, func, ctx, display_path(source, display_root))
+    return _function_problems(source, func, ctx, root, display_root)
 
 
-def _function_problems(source: Path, func: str, ctx: FileCtx, shown_source: str) -> list[Problem]:
+def _function_problems(source: Path, func: str, ctx: FileCtx, root: Path, display_root: Path | None,
+                       hops: int = 0) -> list[Problem]:
+    """The entrypoint must be a plain function defined with `def` in the plugin's own code (a re-export
+    from another module of the plugin is followed): anything else is foreign or not callable as
+    `install(params)`."""
+    shown_source = display_path(source, display_root)
     try:
-        tree = ast.parse(source.read_bytes(), filename=str(source))
-    except SyntaxError as exc:
-        return [Problem(shown_source, exc.lineno or 0, exc.offset or 0, "plugin-entrypoint",
-                        f"syntax error: {exc.msg}")]
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == func:
-            args = node.args
-            if not (args.posonlyargs or args.args or args.vararg):
-                return [Problem(shown_source, node.lineno, node.col_offset + 1, "plugin-entrypoint",
-                                f"{func}() takes no arguments; the launcher calls {func}(params)",
-                                hint=f"def {func}(params): ...")]
-            return []
-        if _binds(node, func):
-            return []
-    return [ctx.problem("/entrypoint", "plugin-entrypoint",
-                        f"{source.name} defines no top-level {func!r}", f"def {func}(params): ...")]
+        tree = ast.parse(fs.read_bytes(source, SOURCE_LIMIT, root, shown_source), filename=str(source))
+    except LoadFailed as exc:
+        return [exc.problem]
+    except (SyntaxError, ValueError) as exc:
+        line, col = (exc.lineno or 0, exc.offset or 0) if isinstance(exc, SyntaxError) else (0, 0)
+        return [Problem(shown_source, line, col, "plugin-entrypoint", f"syntax error: {exc}")]
+    binding = next((node for node in reversed(tree.body) if _binds(node, func)), None)
+    here = f"entrypoint {func!r} in {source.name}"
+    if binding is None:
+        return [ctx.problem("/entrypoint", "plugin-entrypoint",
+                            f"{source.name} defines no top-level {func!r}", f"def {func}(params): ...")]
+    if isinstance(binding, ast.FunctionDef):
+        args = binding.args
+        if not (args.posonlyargs or args.args or args.vararg):
+            return [Problem(shown_source, binding.lineno, binding.col_offset + 1, "plugin-entrypoint",
+                            f"{func}() takes no arguments; the launcher calls {func}(params)",
+                            hint=f"def {func}(params): ...")]
+        return []
+    if isinstance(binding, ast.ImportFrom) and hops < 5:
+        target = _own_module(root, source, binding)
+        if target is not None:
+            original = next(a.name for a in binding.names if (a.asname or a.name) == func)
+            return _function_problems(target, original, ctx, root, display_root, hops + 1)
+    what = {ast.AsyncFunctionDef: "an async function, which the launcher would not await",
+            ast.ClassDef: "a class, not a function", ast.Import: "imported from outside the plugin",
+            ast.ImportFrom: "imported from outside the plugin"}.get(type(binding), "assigned a value, not "
+                                                                                  "defined with def")
+    return [Problem(shown_source, binding.lineno, binding.col_offset + 1, "plugin-entrypoint",
+                    f"{here} is {what}: the entrypoint must be a function the plugin defines itself",
+                    hint=f"def {func}(params): ... in {source.name}")]
+
+
+def _own_module(root: Path, source: Path, node: ast.ImportFrom) -> Path | None:
+    """The plugin's own module file a `from X import name` refers to, None when X is outside it."""
+    if node.level:
+        base = source.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+        dotted = base.relative_to(root).parts + tuple((node.module or "").split(".") if node.module else ())
+        return _module_file(root, ".".join(dotted)) if dotted else None
+    return _module_file(root, node.module or "") if node.module else None
 
 
 def _binds(node: ast.stmt, name: str) -> bool:
-    """An assignment or import at module level that defines `name` (a re-exported install)."""
-    if isinstance(node, ast.Assign):
-        return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    """A top-level statement that (re)binds `name`: the last one is what the launcher gets."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name == name
+    if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
     if isinstance(node, ast.ImportFrom | ast.Import):
         return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
     return False

@@ -7,7 +7,6 @@ parsed documents. Nothing here prints or exits.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,14 +15,14 @@ from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
+from tuneplane.lab.fs import present
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
-from tuneplane.models.base import NAME_RE
+from tuneplane.models.base import name_error
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
 from tuneplane.problems import Problem
 
 CONFIG_FILE = "config.yaml"
-_NAME = re.compile(NAME_RE)
 
 
 def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
@@ -50,9 +49,8 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
 def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
     exp_dir = lab.experiments_dir() / name
     ctx = ExperimentContext(lab, catalog, name, exp_dir)
-    if not _NAME.match(name) or not name.isascii():
-        ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-name",
-                                    f"experiment name {name!r} is not allowed",
+    if error := name_error(name, "experiment name"):
+        ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-name", error,
                                     hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter "
                                          "or digit; rename the directory"))
         return ctx
@@ -77,13 +75,13 @@ def _known(lab: Lab, name: str) -> str:
 def _load_lock(ctx: ExperimentContext) -> None:
     path = ctx.dir / LOCK_FILE
     rel = f"{ctx.rel}/{LOCK_FILE}"
-    if not path.is_file():
+    if not present(path):
         ctx.problems.append(Problem(rel, 0, 0, "lock-missing", "recipe.lock.json is missing",
                                     hint=f"scaffold experiments with `tp new`, or re-lock with "
                                          f"`tp recipe upgrade {ctx.name}`"))
         return
     try:
-        doc = load_json(path, rel)
+        doc = load_json(path, rel, root=ctx.lab.root)
     except LoadFailed as exc:
         ctx.problems.append(exc.problem)
         return
@@ -102,12 +100,14 @@ def _load_lock(ctx: ExperimentContext) -> None:
 
 def _load_config(ctx: ExperimentContext) -> None:
     path = ctx.dir / CONFIG_FILE
-    if not path.is_file():
+    if not present(path):
         return
     try:
-        ctx.config = load_yaml(path, f"{ctx.rel}/{CONFIG_FILE}")
+        ctx.config = load_yaml(path, f"{ctx.rel}/{CONFIG_FILE}", root=ctx.lab.root)
     except LoadFailed as exc:
         ctx.problems.append(exc.problem)
+        return
+    ctx.problems += ctx.config.notes
 
 
 def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext]) -> list[Problem]:
@@ -116,14 +116,14 @@ def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, Exp
 
     rel = lab.rel(path)
     try:
-        doc: Doc = load_yaml(path, rel)
+        doc: Doc = load_yaml(path, rel, root=lab.root)
     except LoadFailed as exc:
         return [exc.problem]
     exp = path.parent.name
     if exp not in contexts:
         contexts[exp] = load_experiment(lab, catalog, exp)
     ctx = RunContext(lab, catalog, path, doc, contexts[exp])
-    out: list[Problem] = []
+    out: list[Problem] = list(doc.notes)
     for rule in run_rules():
         out.extend(rule(ctx))
     return out

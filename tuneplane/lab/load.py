@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.errors import UsageError
+from tuneplane.lab.fs import present
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
-from tuneplane.models.base import NAME_RE
+from tuneplane.models.base import name_error
 from tuneplane.models.lab import LabFile
 from tuneplane.problems import Problem
 
@@ -58,28 +58,29 @@ def find_lab_root(start: Path | None = None) -> Path:
     """The nearest directory at or above `start` holding `tuneplane.yaml` (or a StarForge marker)."""
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if (candidate / LAB_FILE).is_file() or (candidate / LEGACY_LAB_FILE).is_file():
-            return candidate
+        if present(candidate / LAB_FILE) or (candidate / LEGACY_LAB_FILE).is_file():
+            return candidate  # whatever sits at tuneplane.yaml is judged by the reader, not skipped
     raise UsageError(f"not inside a TunePlane lab: no {LAB_FILE} in {here} or above",
                      hint="run `tp init` to create a lab, or cd into one")
 
 
 def load_lab(root: Path | None = None) -> Lab:
     root = find_lab_root(root) if root is None or not (
-        (root / LAB_FILE).is_file() or (root / LEGACY_LAB_FILE).is_file()) else root.resolve()
-    if not (root / LAB_FILE).is_file():
+        present(root / LAB_FILE) or (root / LEGACY_LAB_FILE).is_file()) else root.resolve()
+    if not present(root / LAB_FILE):
         return _legacy_lab(root)
     try:
-        doc = load_yaml(root / LAB_FILE, LAB_FILE)
+        doc = load_yaml(root / LAB_FILE, LAB_FILE, root=root)
     except LoadFailed as exc:
         return Lab(root, None, None, [exc.problem])
+    notes = list(doc.notes)
     problems = _version_first(doc)
     if problems:
         return Lab(root, None, doc, problems)
     settings, problems = parse_model(LabFile, doc, "lab-schema")
     if settings is not None:
         problems += _profile_names(doc, settings)
-    return Lab(root, settings, doc, problems)
+    return Lab(root, settings, doc, notes + problems)
 
 
 def _version_first(doc: Doc) -> list[Problem]:
@@ -97,10 +98,9 @@ def _version_first(doc: Doc) -> list[Problem]:
 
 
 def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
-
     return [doc.problem(f"/profiles/{name}", "lab-schema", f"profile name {name!r} is not a valid name",
                         hint="use letters, digits, '.', '_' and '-'")
-            for name in settings.profiles if not re.match(NAME_RE, name)]
+            for name in settings.profiles if name_error(name)]
 
 
 def _legacy_lab(root: Path) -> Lab:

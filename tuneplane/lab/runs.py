@@ -195,7 +195,7 @@ def _keys_under(base: Path, suffix: str) -> list[RunKey]:
     except FileNotFoundError:
         return keys
     for exp in experiments:
-        if not exp.is_dir() or not _NAME.match(exp.name):
+        if not exp.is_dir() or name_error(exp.name):
             continue
         for entry in os.scandir(exp.path):
             stem = entry.name[: -len(suffix)] if entry.name.endswith(suffix) else ""

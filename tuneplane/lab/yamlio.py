@@ -8,19 +8,25 @@ record `file:line:col` for every JSON pointer, refuse duplicate keys, and bound 
 from __future__ import annotations
 
 import json
+import math
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tuneplane.problems import Problem
+from tuneplane.lab import fs
+from tuneplane.lab.fs import MAX_BYTES as MAX_BYTES
+from tuneplane.lab.fs import LoadFailed as LoadFailed
+from tuneplane.problems import Problem, Severity
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CONSTRUCT = yaml.constructor.SafeConstructor()
 
-MAX_BYTES = 2 * 1024 * 1024  # a config bigger than this is a mistake, not a config
 NODE_BUDGET = 200_000  # nodes built after expanding aliases
+MAX_DEPTH = 100  # levels of nested mappings and lists, aliases expanded; configs need a handful
 
 STR_TAG = "tag:yaml.org,2002:str"
 MAP_TAG = "tag:yaml.org,2002:map"
@@ -37,6 +43,7 @@ class Doc:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the key (or list item)
     text: str = ""
     values: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the value
+    notes: list[Problem] = field(default_factory=list)  # warnings found while reading (confusable keys)
 
     def where(self, pointer: str, value: bool = False) -> tuple[int, int]:
         """Position of `pointer` (its key, or its value with `value=True`), else its nearest ancestor's."""
@@ -55,50 +62,25 @@ class Doc:
         return Problem(self.rel, line, col, rule, message, pointer=pointer, hint=hint, **kw)
 
 
-class LoadFailed(Exception):
-    """The file cannot be read as data; `problem` says where and why."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
-
-
 def escape(token: str) -> str:
     return str(token).replace("~", "~0").replace("/", "~1")
 
 
-def read_text(path: Path, rel: str, max_bytes: int = MAX_BYTES) -> str:
-    """Read a text file as UTF-8 or raise LoadFailed naming the byte that is wrong."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise LoadFailed(Problem(rel, 0, 0, "unreadable", f"cannot read file: {exc.strerror}")) from None
-    if len(raw) > max_bytes:
-        limit = max_bytes // 1024 // 1024
-        raise LoadFailed(Problem(rel, 1, 1, "too-large",
-                                 f"file is {len(raw) / 1e6:.1f} MB; files over {limit} MiB are refused",
-                                 hint="keep data out of config files; point at it with a path instead"))
-    if b"\0" in raw[:8192]:
-        raise LoadFailed(Problem(rel, 1, 1, "binary", "this is a binary file, not text",
-                                 hint="save the file as UTF-8 text"))
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        before = raw[: exc.start]
-        line = before.count(b"\n") + 1
-        col = exc.start - (before.rfind(b"\n") + 1) + 1
-        raise LoadFailed(Problem(rel, line, col, "encoding",
-                                 f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
-                                 hint="re-save the file with UTF-8 encoding")) from None
+def read_text(path: Path, rel: str, max_bytes: int = MAX_BYTES, root: Path | None = None) -> str:
+    """Read a lab file through the one safe reader as UTF-8, or raise LoadFailed saying why."""
+    return fs.read_text(path, max_bytes, root, rel)
 
 
-def load_yaml(path: Path, rel: str, max_bytes: int = MAX_BYTES) -> Doc:
+def load_yaml(path: Path, rel: str, max_bytes: int = MAX_BYTES, root: Path | None = None) -> Doc:
     """Parse one YAML document with positions; raise LoadFailed with a positioned Problem."""
-    text = read_text(path, rel, max_bytes)
+    text = read_text(path, rel, max_bytes, root)
     return parse_yaml(text, rel)
 
 
 def parse_yaml(text: str, rel: str) -> Doc:
+    deep = _yaml_too_deep(text)
+    if deep is not None:  # before the C composer, which recurses once per level
+        raise LoadFailed(_deep_problem(rel, *deep))
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -128,12 +110,77 @@ def _yaml_error(exc: yaml.MarkedYAMLError, rel: str, text: str = "") -> Problem:
     return Problem(rel, line, col, "yaml-syntax", f"not valid YAML: {what}", hint=hint)
 
 
+_OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+_LEADING = re.compile(r"^[ \t?:-]*", re.MULTILINE)
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _deep_problem(rel: str, line: int, col: int) -> Problem:
+    return Problem(rel, line, col, "too-deep", f"nesting is more than {MAX_DEPTH} levels deep here",
+                   hint="flatten the structure: no config needs this many nested mappings or lists")
+
+
+def _yaml_too_deep(text: str) -> tuple[int, int] | None:
+    """Where the nesting first passes MAX_DEPTH, from the event stream (iterative; no recursion).
+
+    Cheap bound first: each level needs a bracket or two more columns of indentation.
+    """
+    widest = max((len(m) for m in _LEADING.findall(text)), default=0)
+    if text.count("[") + text.count("{") + 2 * widest + 2 <= MAX_DEPTH:
+        return None
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, _OPENS):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return event.start_mark.line + 1, event.start_mark.column + 1
+            elif isinstance(event, _CLOSES):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # the composer reports the syntax error at its place
+    return None
+
+
+def _json_too_deep(text: str) -> tuple[int, int] | None:
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return _locate_at(text, match.start())
+        elif token in "]}":
+            depth -= 1
+    return None
+
+
+def confusable(key: str) -> str:
+    """Why `key` may be mistaken for another (mixed scripts, compatibility forms), else ""."""
+    if unicodedata.normalize("NFKC", key) != key:
+        plain = unicodedata.normalize("NFKC", key)
+        return f"uses compatibility characters: it looks like {plain!r} but is a different key"
+    scripts: dict[str, str] = {}
+    for ch in key:
+        if ch.isalpha():
+            name = unicodedata.name(ch, "")
+            scripts.setdefault(name.split(" ", 1)[0], f"{ch!r} is U+{ord(ch):04X} {name}")
+    if len(scripts) > 1:
+        names = " and ".join(sorted(s.title() for s in scripts))
+        odd = next(v for k, v in scripts.items() if k != "LATIN") if "LATIN" in scripts else next(iter(scripts.values()))
+        return f"mixes {names} letters ({odd}): a confusable key is silently a different key"
+    return ""
+
+
 class _Builder:
     def __init__(self, doc: Doc) -> None:
         self.doc = doc
         self.budget = NODE_BUDGET
 
-    def build(self, node: Any, pointer: str) -> Any:
+    def build(self, node: Any, pointer: str, depth: int = 1) -> Any:
         self.budget -= 1
         if self.budget < 0:
             line, col = node.start_mark.line + 1, node.start_mark.column + 1
@@ -143,15 +190,18 @@ class _Builder:
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in (MAP_TAG, SEQ_TAG):
             self._fail(node, "yaml-syntax", f"not valid YAML: the tag {node.tag!r} is not allowed",
                        hint="custom YAML tags are not allowed; write a plain value")
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and depth > MAX_DEPTH:
+            # aliases can nest a shallow text deeply: the built value is what callers recurse into
+            raise LoadFailed(_deep_problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1))
         if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, pointer)
+            return self._mapping(node, pointer, depth)
         if isinstance(node, yaml.SequenceNode):
-            return [self._child(item, f"{pointer}/{i}") for i, item in enumerate(node.value)]
+            return [self._child(item, f"{pointer}/{i}", depth) for i, item in enumerate(node.value)]
         return self._scalar(node)
 
-    def _child(self, node: Any, pointer: str) -> Any:
+    def _child(self, node: Any, pointer: str, depth: int) -> Any:
         self.doc.positions.setdefault(pointer, (node.start_mark.line + 1, node.start_mark.column + 1))
-        return self.build(node, pointer)
+        return self.build(node, pointer, depth + 1)
 
     def _scalar(self, node: Any) -> Any:
         if node.tag == STR_TAG:
@@ -164,12 +214,12 @@ class _Builder:
             return node.value
         return value
 
-    def _mapping(self, node: Any, pointer: str) -> dict[str, Any]:
+    def _mapping(self, node: Any, pointer: str, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         first_seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == MERGE_TAG:
-                merged = self.build(value_node, pointer)
+                merged = self.build(value_node, pointer, depth)
                 for item in merged if isinstance(merged, list) else [merged]:
                     if isinstance(item, dict):
                         for k, v in item.items():
@@ -184,34 +234,53 @@ class _Builder:
                            f"duplicate key {key!r} (first defined on line {first_seen[key]})",
                            hint="remove one of them: YAML keeps only the last, silently")
             first_seen[key] = line
+            if not key.isascii():
+                self._confusable(key, key_node)
             child = f"{pointer}/{escape(key)}"
             self.doc.positions[child] = (line, key_node.start_mark.column + 1)
             self.doc.values[child] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
-            out[key] = self.build(value_node, child)
+            out[key] = self.build(value_node, child, depth + 1)
         return out
+
+    def _confusable(self, key: str, node: Any) -> None:
+        why = confusable(key)
+        if why:
+            self.doc.notes.append(Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1,
+                                          "confusable-key", f"key {key!r} {why}", Severity.WARNING,
+                                          hint="retype the key in plain ASCII letters if it is meant to be the "
+                                               "familiar one; as written it is a different key"))
 
     def _fail(self, node: Any, rule: str, message: str, hint: str = "") -> None:
         raise LoadFailed(Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1,
                                  rule, message, hint=hint))
 
 
-def load_json(path: Path, rel: str, max_bytes: int = MAX_BYTES) -> Doc:
-    """Parse JSON strictly; positions are computed only when a problem needs one (see `locate_json`)."""
-    text = read_text(path, rel, max_bytes)
+def load_json(path: Path, rel: str, max_bytes: int = MAX_BYTES, root: Path | None = None) -> Doc:
+    """Parse a JSON lab file strictly (see `parse_json`)."""
+    return parse_json(read_text(path, rel, max_bytes, root), rel)
+
+
+def parse_json(text: str, rel: str) -> Doc:
+    """Strict JSON: no duplicate keys, no NaN or infinities, at most MAX_DEPTH levels; positions are
+    computed only when a problem needs one."""
+    deep = _json_too_deep(text)
+    if deep is not None:
+        raise LoadFailed(_deep_problem(rel, *deep))
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+                          parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise LoadFailed(Problem(rel, exc.lineno, exc.colno, "json-syntax", f"not valid JSON: {exc.msg}",
                                  hint="check for a missing comma or quote just before this place")) from None
-    except _DuplicateKey:
+    except _DuplicateKey as exc:
         parse_yaml(text, rel)  # JSON is YAML: its parser points at the exact duplicate and raises
-        raise LoadFailed(Problem(rel, 1, 1, "duplicate-key", "duplicate key",
+        raise LoadFailed(Problem(rel, 1, 1, "duplicate-key", f"duplicate key {exc.key!r}",
                                  hint="remove one of them")) from None
     except _BadConstant as exc:
         line, col = _locate(text, exc.token)
         raise LoadFailed(Problem(rel, line, col, "json-syntax",
-                                 f"not valid JSON: {exc.token} is not a number",
-                                 hint="write a number or null")) from None
+                                 f"not valid JSON: {exc.token} is not a finite number",
+                                 hint="write a finite number or null")) from None
     return _LazyJsonDoc(rel=rel, data=data, text=text)
 
 
@@ -253,9 +322,18 @@ def _no_constant(token: str) -> Any:
     raise _BadConstant(token)
 
 
+def _finite(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise _BadConstant(token)
+    return value
+
+
 def _locate(text: str, needle: str) -> tuple[int, int]:
     idx = text.find(needle)
-    if idx < 0:
-        return (1, 1)
+    return (1, 1) if idx < 0 else _locate_at(text, idx)
+
+
+def _locate_at(text: str, idx: int) -> tuple[int, int]:
     line = text.count("\n", 0, idx) + 1
     return line, idx - (text.rfind("\n", 0, idx) + 1) + 1

@@ -11,13 +11,14 @@ from collections.abc import Iterator
 
 from tuneplane import __version__
 from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.lab.fs import present
 from tuneplane.problems import Problem
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
     if ctx.lock is None:
         return
-    if not (ctx.dir / "plugins.lock.json").exists() and not (ctx.recipe and ctx.recipe.plugins):
+    if not present(ctx.dir / "plugins.lock.json") and not (ctx.recipe and ctx.recipe.plugins):
         return
     # lazy: plugin lock checks load only for experiments with a plugins.lock.json
     from tuneplane.check.plugin_locks import check_experiment_plugins
