@@ -305,7 +305,8 @@ def test_plugin_lock_refuses_a_plugin_this_tuneplane_does_not_satisfy(lab: Path)
 
 
 def test_plugin_lock_refuses_a_plugin_for_another_framework(lab: Path) -> None:
-    text = (lab / MANIFEST).read_text(encoding="utf-8") + "  frameworks: [trl]\n"
+    text = (lab / MANIFEST).read_text(encoding="utf-8").replace('core: ">=0.1,<1"\n',
+                                                               'core: ">=0.1,<1"\n  frameworks: [trl]\n')
     (lab / MANIFEST).write_text(text, encoding="utf-8")
     assert_clear(tp("plugin", "lock", "img", "me/p", cwd=lab), says=["trl"], codes=(2,))
 

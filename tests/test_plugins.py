@@ -453,7 +453,12 @@ def test_recipe_plugins_need_exactly_one_lock_entry(lab: Path) -> None:
         "'grpo-x'"
         in only(check(lab, recipe_plugins=["opsd-patch", "grpo-x"]), "plugins-lock-unsatisfied").message
     )
-    lock_plugin(lab, "exp1", "bob/opsd-patch")
+    with pytest.raises(UsageError, match="both ship a top-level module"):  # lock refuses what validate does
+        lock_plugin(lab, "exp1", "bob/opsd-patch")
+    path = lab / "experiments" / "exp1" / "plugins.lock.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["plugins"].append(dict(data["plugins"][0], id="bob/opsd-patch"))  # written by hand
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     problems = check(lab)
     ambiguous = only(problems, "plugins-lock-unsatisfied").message
     assert "alice/opsd-patch@1.2.0, bob/opsd-patch@1.2.0" in ambiguous

@@ -32,10 +32,12 @@ from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
 from tuneplane.constants import CONFIG_ERROR_EXIT
+from tuneplane.runtime import pinned
 from tuneplane.runtime.digest import DigestError, tree_digest
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
+LAUNCH_ERROR_FILE = ".tuneplane/launch-error"  # a rank's one-line refusal, for the launcher that started it
 PLUGINS_DIR = "tuneplane_plugins"
 LOADED_CAPABILITY = "algorithm"
 REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
@@ -170,6 +172,10 @@ def verify_plugin(work: Path, plugin: PluginRef, core_version: str = __version__
             f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/ has digest {actual} but the JobSpec locked "
             f"{plugin.digest}; the package changed after it was locked. Restore it, or re-lock it with "
             f"`tp plugin lock <experiment> {plugin.ref}` and submit again")
+    sourceless = pinned.bytecode_files(root)
+    if sourceless:
+        raise LaunchError(f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/{sourceless[0]} is compiled bytecode, "
+                          "which the digest does not pin; remove it from the plugin and commit only source")
     _check_core(plugin, core_version)
     return root
 
@@ -193,6 +199,7 @@ def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
     if not sep or not module_name or not attr:
         raise LaunchError(f"plugin {plugin.ref}: entrypoint {plugin.entrypoint!r} is not module:function")
     _refuse_foreign_module(root, plugin, module_name.split(".")[0])
+    pinned.guard_imports(root)  # the pinned .py only: bytecode beside it is outside the digest
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     importlib.invalidate_caches()
@@ -386,7 +393,8 @@ def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]
     return entry, reenters
 
 
-def _prepare(args: list[str], emit: Emit) -> tuple[JobSpecView, PythonEntry | None]:
+def _prepare(args: list[str], emit: Emit) -> tuple[JobSpecView, PythonEntry | None, bool]:
+    """(the JobSpec, the entry to run in this interpreter or None, whether argv starts re-entering ranks)."""
     work = work_dir()
     spec = read_jobspec(work)
     _enter_cwd(work, spec.launch)
@@ -403,10 +411,10 @@ def _prepare(args: list[str], emit: Emit) -> tuple[JobSpecView, PythonEntry | No
         for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
             verify_plugin(work, plugin)
         emit(f"launcher: {len(chosen)} plugin(s) verified; each rank installs them on re-entry")
-        return spec, None
+        return spec, None, True
     install_plugins(spec, work, emit)
     in_process = entry is not None and (bool(args) or bool(chosen) or spec.launch.in_process)
-    return spec, entry if in_process else None
+    return spec, entry if in_process else None, False
 
 
 def _emit(line: str) -> None:
@@ -422,13 +430,19 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     try:
-        spec, entry = _prepare(args, _emit)
+        spec, entry, ranks = _prepare(args, _emit)
     except LaunchError as exc:
-        print(f"tuneplane-launch: error: {exc}", file=sys.stderr, flush=True)
+        pinned.report_failure(f"tuneplane-launch: error: {exc}")
         return CONFIG_ERROR_EXIT
     if entry is not None:
         run_python_entry(entry)
         return 0
+    if ranks:  # a child, not exec: a rank's refusal must end the job as 78 with its line, not torchrun's
+        code, line = pinned.run_ranks(spec.launch.argv, work_dir() / LAUNCH_ERROR_FILE)
+        if line:
+            pinned.report_failure(line)
+            return CONFIG_ERROR_EXIT
+        return code
     exec_argv(spec.launch.argv)
 
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tuneplane.check.plugin_locks import parse_plugins_lock
+from tuneplane import __version__
+from tuneplane.check.plugin_locks import check_lock_text, parse_plugins_lock
 from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
 from tuneplane.errors import UsageError
+from tuneplane.lab import fs
 from tuneplane.lab.fs import write_json
+from tuneplane.lab.yamlio import LoadFailed, load_json
+from tuneplane.models.base import name_error
 from tuneplane.models.plugin import (
     LOCK_API,
     LOCK_FILE,
@@ -73,9 +79,8 @@ def install(params: Mapping[str, Any]) -> None:
 
 def scaffold_plugin(parent: Path, name: str) -> Path:
     """Create `<parent>/<name>/` with plugin.yaml and its module; never overwrites anything."""
-    if not re.fullmatch(SEGMENT, name):
-        raise UsageError(f"{name!r} is not a plugin name", "use letters, digits, '.', '_' or '-', "
-                         "starting with a letter or digit")
+    if error := name_error(name, "plugin name"):
+        raise UsageError(error, "use letters, digits, '.', '_' or '-', starting with a letter or digit")
     target = parent / name
     if target.exists():
         raise UsageError(f"{target} already exists", "pick another name or remove it")
@@ -117,8 +122,32 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     entries = _existing_entries(lock_path, lab_root)
     previous = next((e for e in entries if e.id == entry.id), None)
     kept = sorted([e for e in entries if e.id != entry.id] + [entry], key=lambda e: e.id)
-    write_json(lock_path, {"apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]})
+    data = {"apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]}
+    _refuse_what_validate_refuses(lab_root, exp_dir, data, kept.index(entry))
+    write_json(lock_path, data)
     return LockResult(lock_path, entry, previous)
+
+
+def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: dict[str, Any], index: int) -> None:
+    """Check the lock about to be written as `tp validate` will; refuse the errors of the new entry."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    problems = check_lock_text(lab_root, exp_dir, _framework(lab_root, exp_dir), [], __version__, text)
+    shown = display_path(exp_dir / LOCK_FILE, lab_root)
+    mine = [p for p in problems if p.is_error and (p.file != shown or p.pointer.startswith(f"/plugins/{index}/"))]
+    if mine:
+        lines = "\n".join(f"  {p.location()}: {p.message}" for p in mine)
+        raise UsageError(f"{shown} was left as it is; `tp validate` would refuse this lock:\n{lines}",
+                         mine[0].hint or f"tp validate {exp_dir.name}")
+
+
+def _framework(lab_root: Path, exp_dir: Path) -> str:
+    """The experiment's framework from its recipe lock ("" when it cannot be read: validate says why)."""
+    try:
+        data = load_json(exp_dir / "recipe.lock.json", f"{exp_dir.name}/recipe.lock.json", root=lab_root).data
+    except LoadFailed:
+        return ""
+    framework = data.get("framework") if isinstance(data, dict) else None
+    return str(framework.get("kind", "")) if isinstance(framework, dict) else ""
 
 
 def _experiment_dir(lab_root: Path, experiment: str) -> Path:
@@ -154,10 +183,14 @@ def _lockable_manifest(lab_root: Path, plugin_dir: Path, plugin_id: str,
 
 
 def _existing_entries(lock_path: Path, lab_root: Path) -> list[PluginsLockEntry]:
-    if not lock_path.exists():
+    if not fs.present(lock_path):
         return []
     shown = display_path(lock_path, lab_root)
-    lock, problems = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), shown)
+    try:
+        text = fs.read_text(lock_path, fs.MAX_BYTES, lab_root, shown)
+    except LoadFailed as exc:
+        raise UsageError(f"{shown}: {exc.problem.message}; it was left as it is", exc.problem.hint) from None
+    lock, problems = parse_plugins_lock(text, shown)
     if lock is None:
         lines = "\n".join(f"  {p.location()}: {p.message}" for p in problems if p.is_error)
         raise UsageError(f"{shown} is invalid; it was left as it is:\n{lines}",

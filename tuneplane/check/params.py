@@ -7,6 +7,7 @@ bounds inclusive unless `exclusive_min`, unknown names refused with the list of 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Any
 
@@ -68,6 +69,9 @@ def check_value(param: Param, value: Any) -> str | None:
 
 
 def _check_number(param: Param, value: Any) -> str | None:
+    if _non_finite(value):
+        return (f"{value!r} is not a finite number: NaN and infinities pass no bound and break the JSON "
+                "handed to the job")
     ok = isinstance(value, int) if param.type == "int" else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
         if isinstance(value, str) and param.type == "float" and _FLOATISH.match(value):
@@ -79,6 +83,18 @@ def _check_number(param: Param, value: Any) -> str | None:
     if param.max is not None and value > param.max:
         return f"{value} is above the maximum {_num(param.max)}"
     return None
+
+
+def _non_finite(value: Any) -> bool:
+    """NaN or an infinity, as a float or as the text `--set` leaves unconverted ("nan", "1e999")."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, str):
+        try:
+            return not math.isfinite(float(value))
+        except ValueError:
+            return False
+    return False
 
 
 def _with_dot(text: str) -> str:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,11 @@ from tuneplane.check.plugins import (
     load_plugin_manifest,
     positioned_doc,
     top_level_modules,
+    validate_plugin_dir,
 )
 from tuneplane.errors import UsageError
+from tuneplane.lab import fs
+from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.plugin import LOCK_API, LOCK_FILE, MANIFEST_FILE, PluginManifest, PluginsLock, PluginsLockEntry
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import DigestError, tree_digest
@@ -31,10 +33,11 @@ from tuneplane.runtime.digest import DigestError, tree_digest
 def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[Problem]]:
     """Parse plugins.lock.json text; every problem placed at its line and column."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, [Problem(file, exc.lineno, exc.colno, "plugins-lock-parse", f"not valid JSON: {exc.msg}",
-                              hint="rewrite it with `tp plugin lock`")]
+        data = parse_json(text, file).data  # strict: duplicate keys, NaN and deep nesting refused
+    except LoadFailed as exc:
+        if exc.problem.rule != "json-syntax":
+            return None, [exc.problem]
+        return None, [replace(exc.problem, rule="plugins-lock-parse", hint="rewrite it with `tp plugin lock`")]
     ctx = FileCtx(file, positioned_doc(text, file))
     try:
         lock = PluginsLock.model_validate(data)
@@ -95,11 +98,21 @@ def check_experiment_plugins(lab_root: Path, exp_dir: Path, framework: str, reci
     """Problems with an experiment's plugins.lock.json against the lab's plugins and its recipe."""
     lock_path = exp_dir / LOCK_FILE
     shown = display_path(lock_path, lab_root)
-    if not lock_path.is_file():
+    if not fs.present(lock_path):
         return [Problem(shown, 0, 0, "plugins-lock-unsatisfied",
                         f"the recipe requires algorithm plugin {name!r} but {shown} does not exist",
                         hint=f"tp plugin lock {exp_dir.name} <owner>/{name}") for name in recipe_plugins]
-    text = lock_path.read_text(encoding="utf-8")
+    try:
+        text = fs.read_text(lock_path, fs.MAX_BYTES, lab_root, shown)
+    except LoadFailed as exc:
+        return [exc.problem]
+    return check_lock_text(lab_root, exp_dir, framework, recipe_plugins, core_version, text)
+
+
+def check_lock_text(lab_root: Path, exp_dir: Path, framework: str, recipe_plugins: list[str],
+                    core_version: str, text: str) -> list[Problem]:
+    """`check_experiment_plugins` of lock text not (yet) on disk: `tp plugin lock` checks before writing."""
+    shown = display_path(exp_dir / LOCK_FILE, lab_root)
     lock, problems = parse_plugins_lock(text, shown)
     if lock is None:
         return problems
@@ -121,16 +134,26 @@ def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple
     at = f"/plugins/{index}"
     plugin_dir = check.lab_root / "plugins" / entry.name
     fix = f"tp plugin lock {check.exp_name} {entry.id}"
-    if not (plugin_dir / MANIFEST_FILE).is_file():
+    if not fs.present(plugin_dir / MANIFEST_FILE):
         return None, [check.ctx.problem(f"{at}/id", "plugins-lock-missing",
                                         f"{entry.ref} is locked but plugins/{entry.name}/ is not in the lab",
                                         f"restore plugins/{entry.name}/ or remove the entry")]
+    # the whole publish gate, not only the manifest: what runs in the job must pass it
+    errors = [p for p in validate_plugin_dir(plugin_dir, check.lab_root) if p.is_error]
     try:
-        manifest = load_plugin_manifest(plugin_dir)
+        manifest = None if errors else load_plugin_manifest(plugin_dir)
     except UsageError:
-        return None, [check.ctx.problem(f"{at}/id", "plugins-lock-plugin-invalid",
-                                        f"plugins/{entry.name}/plugin.yaml does not validate",
-                                        f"tp plugin validate plugins/{entry.name}")]
+        manifest = None
+    if manifest is None:
+        return None, errors + [check.ctx.problem(f"{at}/id", "plugins-lock-plugin-invalid",
+                                                 f"plugins/{entry.name} does not validate",
+                                                 f"tp plugin validate plugins/{entry.name}")]
+    if manifest.name != entry.name:
+        return None, [check.ctx.problem(f"{at}/id", "plugins-lock-name",
+                                        f"{entry.ref} is locked as {entry.name!r} but plugins/{entry.name}/"
+                                        f"plugin.yaml names itself {manifest.name!r}",
+                                        f"set `name: {entry.name}` in the manifest, or lock the plugin under "
+                                        "its own name")]
     problems = _version_and_digest(check, at, entry, manifest, plugin_dir, fix)
     problems += _compatibility(check, at, entry, manifest)
     return manifest, problems

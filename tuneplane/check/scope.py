@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.check.validate import run_files
+from tuneplane.lab.fs import present
 from tuneplane.lab.load import Lab
+from tuneplane.lab.yamlio import LoadFailed, load_json
 
 
 @dataclass
@@ -42,7 +44,7 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
         if len(parts) >= 2 and parts[0] == "experiments":
             scope.experiments.add(parts[1])
         elif len(parts) >= 3 and parts[0] == "runs" and rel.endswith((".yaml", ".yml")):
-            if (lab.root / rel).is_file():
+            if present(lab.root / rel):  # the reader refuses a FIFO or a link there, by name
                 scope.runs.add(lab.root / rel)
         elif len(parts) >= 2 and parts[0] == "plugins":
             plugins.add(parts[1])
@@ -53,13 +55,20 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
 
 
 def experiments_locking(lab: Lab, plugins: set[str]) -> set[str]:
-
+    """Experiments whose lock names one of `plugins`; a lock that cannot be read counts (validate says why)."""
     found = set()
     for name in lab.experiment_names():
         path = lab.experiments_dir() / name / "plugins.lock.json"
+        if not present(path):
+            continue
         try:
-            entries = json.loads(path.read_text(encoding="utf-8")).get("plugins", [])
-        except (OSError, ValueError, AttributeError):
+            data = load_json(path, lab.rel(path), root=lab.root).data
+        except LoadFailed:
+            found.add(name)
+            continue
+        entries = data.get("plugins", []) if isinstance(data, dict) else []
+        if not isinstance(entries, list):
+            found.add(name)
             continue
         ids = {str(e.get("id", "")).rsplit("/", 1)[-1] for e in entries if isinstance(e, dict)}
         if ids & plugins:
@@ -72,8 +81,8 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
     scope = Scope()
     for arg in args:
         path = Path(arg)
-        if path.exists() and ("/" in arg or path.is_file()):
-            rel = lab.rel(path.resolve())
+        if present(path) and ("/" in arg or not path.is_dir()):
+            rel = lab.rel(Path(os.path.abspath(path)))  # a link is judged where it sits
             sub = scope_for_paths(lab, [rel])
             scope.experiments |= sub.experiments
             scope.runs |= sub.runs

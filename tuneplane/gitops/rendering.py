@@ -22,7 +22,7 @@ from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 from tuneplane.errors import UsageError
 from tuneplane.gitops.requests import RunFlags, request_from_flags
 from tuneplane.lab.catalog import load_catalog
-from tuneplane.lab.fs import atomic_write
+from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
@@ -244,7 +244,7 @@ class RenderContext:
 
         rel = self.rel(path)
         try:
-            doc = parse_yaml(text, rel) if text is not None else load_yaml(path, rel)
+            doc = parse_yaml(text, rel) if text is not None else load_yaml(path, rel, root=self.lab.root)
         except LoadFailed as exc:
             problem = exc.problem
             raise UsageError(f"{problem.location()}: {problem.message}", hint=problem.hint) from None
@@ -254,17 +254,20 @@ class RenderContext:
         return request
 
     def rel(self, path: Path) -> str:
-        return self.lab.rel(path.resolve()) if path.is_absolute() or path.exists() else path.as_posix()
+        # abspath, not resolve: a symlinked request is named where it sits (and refused there)
+        return self.lab.rel(Path(os.path.abspath(path))) if path.is_absolute() or present(path) else path.as_posix()
 
     # --changed [--diff]
 
     def changed(self) -> int:
-        paths = [p for p in self.repo.changed_files(self.opts.base) if _is_run_request(p)]
+        # a user's --base reaches git only as a verified commit id (see GitRepo.verify_commit)
+        base = self.repo.verify_commit(self.opts.base) if self.opts.base is not None else ""
+        paths = [p for p in self.repo.changed_files(base or None) if _is_run_request(p)]
         if not self.opts.diff:
-            existing = [str(self.lab.root / p) for p in paths if (self.lab.root / p).is_file()]
+            existing = [str(self.lab.root / p) for p in paths if present(self.lab.root / p)]
             return self.many(existing) if existing else 0
 
-        base = self.opts.base or self.repo.default_merge_base() or ""
+        base = base or self.repo.default_merge_base() or ""
         changes = [self.change(p, base) for p in paths]
         self.out(diff_comment(changes, self.opts.base or base[:12] or "(no base)"))
         return sum(1 for c in changes if c.error)
@@ -279,7 +282,7 @@ class RenderContext:
         except UsageError:
             before = None
         try:
-            after = self.render_text(path, None) if path.is_file() else None
+            after = self.render_text(path, None) if present(path) else None
         except UsageError as exc:
             return RenderedChange(rel, before, None, error=str(exc))
         return RenderedChange(rel, before, after)

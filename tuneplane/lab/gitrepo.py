@@ -97,12 +97,27 @@ class GitRepo:
         self.git("commit", "-q", "-m", message, "--only", "--", *paths)
         return self.head()
 
+    def verify_commit(self, ref: str, what: str = "--base") -> str:
+        """The full id of the commit `ref` names, checked before any other git command sees it.
+
+        Anything else is refused: an option (`--output=…`), a range, a tree or blob, a ref that does
+        not exist, text with a newline. The one git rule: a user value reaches git only after
+        `--end-of-options`, and a user ref only once verified as a commit.
+        """
+        if ref and ref == ref.strip() and not ref.startswith("-") and not any(c in ref for c in "\0\n\r"):
+            try:
+                return self.git("rev-parse", "--verify", "-q", "--end-of-options", f"{ref}^{{commit}}")
+            except GitFailed:
+                pass
+        raise UsageError(f"{what} {ref!r} is not a commit of this repository",
+                         hint=f"pass a branch, a tag or a commit id, e.g. {what} origin/main")
+
     def changed_files(self, base: str | None) -> list[str]:
         """Files changed since `base` (default: merge base with the default branch), plus uncommitted ones."""
-        ref = base or self.default_merge_base()
+        ref = self.verify_commit(base) if base is not None else self.default_merge_base()
         out = set()
         if ref:
-            out.update(self.git("diff", "--name-only", "--no-renames", ref, "--").splitlines())
+            out.update(self.git("diff", "--name-only", "--no-renames", "--end-of-options", ref, "--").splitlines())
         out.update(self.git("diff", "--name-only", "--no-renames", "HEAD", "--").splitlines()
                    if self.has_commits() else [])
         out.update(self.git("ls-files", "--others", "--exclude-standard").splitlines())
@@ -118,7 +133,7 @@ class GitRepo:
 
     def show(self, rev: str, path: str) -> str | None:
         try:
-            return self.git("show", f"{rev}:{path}")
+            return self.git("show", "--end-of-options", f"{rev}:{path}")
         except GitFailed:
             return None
 
@@ -137,7 +152,8 @@ class GitRepo:
     def fetch(self, remote: str, branch: str) -> str:
         """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
         try:
-            self.git("fetch", "-q", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+            self.git("fetch", "-q", "--end-of-options", remote,
+                     f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
         except GitFailed as exc:
             if "couldn't find remote ref" in exc.stderr.lower():
                 return ""
@@ -145,18 +161,18 @@ class GitRepo:
         return self.rev_parse(f"refs/remotes/{remote}/{branch}")
 
     def rev_parse(self, rev: str) -> str:
-        return self.git("rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
+        return self.git("rev-parse", "--verify", "-q", "--end-of-options", f"{rev}^{{commit}}")
 
     def is_ancestor(self, ancestor: str, descendant: str = "HEAD") -> bool:
         try:
-            self.git("merge-base", "--is-ancestor", ancestor, descendant)
+            self.git("merge-base", "--is-ancestor", "--end-of-options", ancestor, descendant)
             return True
         except GitFailed:
             return False
 
     def rebase(self, upstream: str) -> list[str]:
         """Replay local commits onto `upstream`; returns the conflicted paths ([] when it finished)."""
-        return self._rebase_step("rebase", "-q", "--autostash", upstream)
+        return self._rebase_step("rebase", "-q", "--autostash", "--end-of-options", upstream)
 
     def rebase_continue(self) -> list[str]:
         """Go on after conflicts were resolved and staged; an emptied commit is skipped."""
@@ -193,7 +209,7 @@ class GitRepo:
     def push(self, remote: str, branch: str) -> bool:
         """Push HEAD to `remote`/`branch`; False when the remote moved on (fetch, rebase, try again)."""
         try:
-            self.git("push", "-q", remote, f"HEAD:refs/heads/{branch}")
+            self.git("push", "-q", "--end-of-options", remote, f"HEAD:refs/heads/{branch}")
             return True
         except GitFailed as exc:
             text = exc.stderr.lower()
@@ -215,6 +231,7 @@ class GitRepo:
     def archive(self, commit: str, dest: Path, exclude: tuple[str, ...] = ()) -> None:
         """Unpack the tree of `commit` into `dest` (the job package), never the working tree."""
         specs = [".", *(f":(exclude){p}" for p in exclude)]
+        commit = self.rev_parse(commit)  # archive takes no --end-of-options: give it a verified id
         data = self._run(["archive", "--format=tar", commit, "--", *specs])
         dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:

@@ -25,10 +25,12 @@ from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
 from tuneplane.errors import UsageError
+from tuneplane.lab import fs
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.load import Lab, storage_user
 from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
+from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.jobspec import (
     AdapterRef,
     ArtifactRef,
@@ -99,7 +101,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     _raise_refusals(check_algorithm_plugins(recipe.framework,
                                             [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
                     f"experiments/{experiment}/plugins.lock.json")
-    return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir),
+    return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
                               tuple(plugins), _base_hyperparams(recipe, config, experiment))
 
 
@@ -136,9 +138,15 @@ def _entrypoint(lock: RecipeLock, recipe: Recipe) -> tuple[str, str]:
     return (bound.kind, bound.value) if bound else (recipe.entrypoint.kind, recipe.entrypoint.value)
 
 
-def _config_digest(exp_dir: Path) -> str:
+def _config_digest(exp_dir: Path, root: Path) -> str:
     path = exp_dir / "config.yaml"
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    if not fs.present(path):
+        return ""
+    try:
+        raw = fs.read_bytes(path, fs.MAX_BYTES, root)
+    except LoadFailed as exc:
+        raise UsageError(f"{exc.problem.location()}: {exc.problem.message}", hint=exc.problem.hint) from None
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 def _base_hyperparams(recipe: Recipe, config: Any, experiment: str) -> dict[str, Scalar]:
@@ -179,7 +187,7 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
 
     _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
                                           __version__))
-    lock, _ = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), lab.rel(lock_path))
+    lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
     refs = []
     for entry in lock.plugins if lock else []:
         manifest = load_plugin_manifest(lab.root / "plugins" / entry.name)
@@ -190,11 +198,11 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
 
 
 def _no_plugins_locked(lock_path: Path) -> bool:
-    if not lock_path.is_file():
+    if not fs.present(lock_path):
         return True
     try:
-        data = json.loads(lock_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = parse_json(fs.read_text(lock_path, fs.MAX_BYTES), lock_path.name).data
+    except LoadFailed:
         return False  # let the full check name the problem
     return (isinstance(data, dict) and data.get("apiVersion") == "tuneplane/plugins-lock/v1"
             and data.get("plugins") == [])
