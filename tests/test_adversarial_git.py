@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers_hostile import ALLOW, RUN_REQUEST, assert_clear, build_base_lab, copy_lab, git, tp
 
 HOSTILE_REFS = {
@@ -61,7 +60,7 @@ def _check_refused(lab: Path, args: list[str], victim: Path) -> None:
 @pytest.mark.parametrize("case", list(HOSTILE_REFS))
 def test_validate_changed_refuses_a_hostile_base(lab: Path, tmp_path: Path, case: str) -> None:
     victim = tmp_path / "victim"
-    ref = HOSTILE_REFS[case].format(victim=victim)
+    ref = HOSTILE_REFS[case].replace("{victim}", str(victim))
     _check_refused(lab, ["validate", "--changed", f"--base={ref}"], victim)
 
 
@@ -69,7 +68,7 @@ def test_validate_changed_refuses_a_hostile_base(lab: Path, tmp_path: Path, case
                                   "newline", "empty", "help", "shell"])
 def test_render_changed_diff_refuses_a_hostile_base(lab: Path, tmp_path: Path, case: str) -> None:
     victim = tmp_path / "victim"
-    ref = HOSTILE_REFS[case].format(victim=victim)
+    ref = HOSTILE_REFS[case].replace("{victim}", str(victim))
     _check_refused(lab, ["render", "--changed", "--diff", f"--base={ref}"], victim)
 
 

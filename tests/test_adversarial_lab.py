@@ -14,9 +14,20 @@ import os
 from pathlib import Path
 
 import pytest
-
-from helpers_hostile import (ALLOW, IMAGE, RUN_ID, RUN_REQUEST, RUN_TEXT, Outcome, assert_clear,
-                             build_base_lab, copy_lab, git, replace, tp)
+from helpers_hostile import (
+    ALLOW,
+    IMAGE,
+    RUN_ID,
+    RUN_REQUEST,
+    RUN_TEXT,
+    Outcome,
+    assert_clear,
+    build_base_lab,
+    copy_lab,
+    git,
+    replace,
+    tp,
+)
 
 CONFIG = "experiments/img/config.yaml"
 RECIPE_LOCK = "experiments/img/recipe.lock.json"
@@ -245,7 +256,8 @@ def test_run_request_set_refuses_nan_and_infinity(lab: Path, value: str) -> None
 @pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity", "1e999"])
 def test_submit_set_refuses_nan_and_infinity(lab: Path, value: str) -> None:
     before = sorted(p.name for p in (lab / "runs/img").iterdir())
-    result = tp("submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}", cwd=lab, env=ALLOW)
+    result = tp("submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}",
+                cwd=lab, env=ALLOW)
     assert_clear(result, says=["learning_rate"], codes=(2,))
     assert "finite" in result.output.lower() or "nan" in result.output.lower(), result.output
     assert sorted(p.name for p in (lab / "runs/img").iterdir()) == before
@@ -253,8 +265,8 @@ def test_submit_set_refuses_nan_and_infinity(lab: Path, value: str) -> None:
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_render_set_refuses_nan_and_infinity(lab: Path, value: str) -> None:
-    result = tp("render", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}", "--allow-dirty",
-                cwd=lab, env=ALLOW)
+    result = tp("render", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}",
+                "--allow-dirty", cwd=lab, env=ALLOW)
     assert_clear(result, says=["learning_rate"], codes=(1, 2))
     assert "--overrides-json" not in result.out
 
@@ -408,6 +420,7 @@ def test_the_base_lab_validates_and_renders(lab: Path) -> None:
 
 
 def test_submit_with_a_finite_float_works(lab: Path) -> None:
-    result = tp("submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", "learning_rate=0.01", cwd=lab, env=ALLOW)
+    result = tp("submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", "learning_rate=0.01",
+                cwd=lab, env=ALLOW)
     assert result.code == 0, result.output
     assert git(lab, "status", "--porcelain") == ""

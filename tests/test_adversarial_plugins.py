@@ -18,9 +18,18 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from helpers_hostile import (ALLOW, RUN_REQUEST, Outcome, assert_clear, build_base_lab, copy_lab, fenced,
-                             git, plugin_digest, tp)
+from helpers_hostile import (
+    ALLOW,
+    RUN_REQUEST,
+    Outcome,
+    assert_clear,
+    build_base_lab,
+    copy_lab,
+    fenced,
+    git,
+    plugin_digest,
+    tp,
+)
 
 MANIFEST = "plugins/p/plugin.yaml"
 MODULE = "plugins/p/p_plugin.py"

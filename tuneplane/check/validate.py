@@ -13,6 +13,7 @@ from pathlib import Path
 from tuneplane.check.rules import experiment_rules, run_rules
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.fs import present
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.fs import present

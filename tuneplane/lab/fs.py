@@ -169,7 +169,7 @@ def decode(raw: bytes, rel: str) -> str:
 def _nul(raw: bytes, rel: str) -> None:
     sample = raw[:8192]
     controls = sum(1 for b in sample if b < 32 and b not in (9, 10, 13))
-    if controls * 10 > len(sample) or not _is_utf8(sample):
+    if controls * 4 > len(sample) or not _is_utf8(sample):  # mostly control bytes: not text at all
         raise LoadFailed(Problem(rel, 1, 1, "binary", "this is a binary file, not text",
                                  hint="save the file as UTF-8 text"))
     at = raw.index(b"\0")

@@ -24,7 +24,7 @@ from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
-from tuneplane.models.base import NAME_RE
+from tuneplane.models.base import name_error
 from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
 
 SCHEMA_LINE = "# yaml-language-server: $schema=https://tuneplane.dev/schemas/run.schema.json"
@@ -33,7 +33,6 @@ STATUS_DIR = "status"
 DASHBOARD = f"{STATUS_DIR}/README.md"
 
 _RUN_ID = re.compile(RUN_ID_RE)
-_NAME = re.compile(NAME_RE)
 
 
 @dataclass(frozen=True, order=True)

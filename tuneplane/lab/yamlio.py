@@ -85,6 +85,12 @@ def parse_yaml(text: str, rel: str) -> Doc:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         raise LoadFailed(_yaml_error(exc, rel, text)) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses: placed from its offset
+        line, col = _locate_at(text, min(max(exc.position, 0), len(text)))
+        char = ord(exc.character) if isinstance(exc.character, str) else int(exc.character)
+        raise LoadFailed(Problem(rel, line, col, "yaml-syntax",
+                                 f"not valid YAML: character U+{char:04X} is not allowed ({exc.reason})",
+                                 hint="delete the invisible character at this place")) from None
     except yaml.YAMLError as exc:
         raise LoadFailed(Problem(rel, 1, 1, "yaml-syntax", f"not valid YAML: {exc}")) from None
     doc = Doc(rel=rel, data=None, text=text)
@@ -134,8 +140,9 @@ def _yaml_too_deep(text: str) -> tuple[int, int] | None:
         for event in yaml.parse(text, Loader=_Loader):
             if isinstance(event, _OPENS):
                 depth += 1
+                mark = event.start_mark
                 if depth > MAX_DEPTH:
-                    return event.start_mark.line + 1, event.start_mark.column + 1
+                    return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
             elif isinstance(event, _CLOSES):
                 depth -= 1
     except yaml.YAMLError:
@@ -162,7 +169,7 @@ def confusable(key: str) -> str:
     """Why `key` may be mistaken for another (mixed scripts, compatibility forms), else ""."""
     if unicodedata.normalize("NFKC", key) != key:
         plain = unicodedata.normalize("NFKC", key)
-        return f"uses compatibility characters: it looks like {plain!r} but is a different key"
+        return f"uses compatibility characters: it looks like {plain!r} but is a different, confusable key"
     scripts: dict[str, str] = {}
     for ch in key:
         if ch.isalpha():
@@ -170,7 +177,7 @@ def confusable(key: str) -> str:
             scripts.setdefault(name.split(" ", 1)[0], f"{ch!r} is U+{ord(ch):04X} {name}")
     if len(scripts) > 1:
         names = " and ".join(sorted(s.title() for s in scripts))
-        odd = next(v for k, v in scripts.items() if k != "LATIN") if "LATIN" in scripts else next(iter(scripts.values()))
+        odd = next(v for k, v in scripts.items() if k != "LATIN")
         return f"mixes {names} letters ({odd}): a confusable key is silently a different key"
     return ""
 
@@ -273,9 +280,14 @@ def parse_json(text: str, rel: str) -> Doc:
         raise LoadFailed(Problem(rel, exc.lineno, exc.colno, "json-syntax", f"not valid JSON: {exc.msg}",
                                  hint="check for a missing comma or quote just before this place")) from None
     except _DuplicateKey as exc:
-        parse_yaml(text, rel)  # JSON is YAML: its parser points at the exact duplicate and raises
-        raise LoadFailed(Problem(rel, 1, 1, "duplicate-key", f"duplicate key {exc.key!r}",
-                                 hint="remove one of them")) from None
+        try:
+            parse_yaml(text, rel)  # JSON is YAML: its parser points at the exact duplicate and raises
+        except LoadFailed as located:
+            if located.problem.rule == "duplicate-key":
+                raise
+        line, col = _second_key(text, exc.key)  # escapes YAML does not take (surrogate pairs)
+        raise LoadFailed(Problem(rel, line, col, "duplicate-key", f"duplicate key {exc.key!r}",
+                                 hint="remove one of them: JSON readers keep only one, silently")) from None
     except _BadConstant as exc:
         line, col = _locate(text, exc.token)
         raise LoadFailed(Problem(rel, line, col, "json-syntax",
@@ -320,6 +332,23 @@ class _BadConstant(Exception):
 
 def _no_constant(token: str) -> Any:
     raise _BadConstant(token)
+
+
+_JSON_KEY = re.compile(r'"(?:[^"\\]|\\.)*"(?=\s*:)')
+
+
+def _second_key(text: str, key: str) -> tuple[int, int]:
+    """Where `key` is written a second time (as a key); (1, 1) when it cannot be told."""
+    seen = 0
+    for match in _JSON_KEY.finditer(text):
+        try:
+            same = json.loads(match.group()) == key
+        except ValueError:
+            continue
+        seen += same
+        if seen == 2:
+            return _locate_at(text, match.start())
+    return (1, 1)
 
 
 def _finite(token: str) -> float:

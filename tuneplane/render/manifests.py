@@ -248,7 +248,9 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any
     env = [("TUNEPLANE_REPO_URL", lab.cluster.repo.url), ("TUNEPLANE_COMMIT", spec.provenance.commit),
            ("TUNEPLANE_RUN_DIR", paths.run_dir), ("TUNEPLANE_WORK_DIR", paths.work_dir),
            ("TUNEPLANE_OUT_DIR", paths.out_dir),
-           ("TUNEPLANE_PLUGINS", " ".join(p.name for p in spec.spec.plugins)), ("TUNEPLANE_JOBSPEC", doc)]
+           # only algorithm plugins travel in the job package; data-prep ones never leave the machine
+           ("TUNEPLANE_PLUGINS", " ".join(p.name for p in spec.spec.plugins if p.capability == "algorithm")),
+           ("TUNEPLANE_JOBSPEC", doc)]
     creds = lab.cluster.repo.credentials_secret
     secrets = [("GIT_USERNAME", creds, "username", True),
                ("GIT_PASSWORD", creds, "password", False)] if creds else []

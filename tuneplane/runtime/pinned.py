@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
 LAUNCH_ERROR_ENV = "TUNEPLANE_LAUNCH_ERROR_FILE"
@@ -40,7 +41,7 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
             raise OSError(f"bytecode is never read for a plugin: {path}")  # SourceLoader compiles instead
         return super().get_data(path)
 
-    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
+    def set_data(self, path: str, data: Any, *, _mode: int = 0o666) -> None:
         return None
 
 

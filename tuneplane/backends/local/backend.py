@@ -54,6 +54,7 @@ API_VERSION = "tuneplane.dev/local/v1"
 KIND = "LocalRun"
 REF_KIND = "Process"
 LAUNCH, STATE, LOG, CANCEL = "launch.json", "state.json", "run.log", "cancel"
+TERMINATION_LOG = "termination-log"  # the job's one-line status message, as a pod's /dev/termination-log
 SUPERVISOR_LOCK, SUBMIT_LOCK, DB = "supervisor.lock", ".submit.lock", "metrics.sqlite"
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
 ARTIFACTS_VERSION = "tuneplane/artifacts/v1"
@@ -91,7 +92,7 @@ def local_manifest(
             "gpu_lock_dir": f"{body.paths.storage_root}/.locks/gpus",
             "work_dir": body.paths.work_dir,
             "out_dir": body.paths.out_dir,
-            "plugins": [p.name for p in body.plugins],
+            "plugins": [p.name for p in body.plugins if p.capability == "algorithm"],  # only these travel
             "jobspec": jobspec_doc,
             "argv": [sys.executable, "-m", "tuneplane.launcher"],
             "plan_argv": list(plan.argv),
@@ -609,6 +610,8 @@ class _Supervisor:
         # The job's `python` is the interpreter tp runs under, so `import tuneplane` works as it does here.
         env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])
         env.setdefault("PYTHONUNBUFFERED", "1")  # log lines arrive as they are printed
+        env["TUNEPLANE_TERMINATION_LOG"] = str(self.run_dir / TERMINATION_LOG)  # the launcher's one-line refusal
+        (self.run_dir / TERMINATION_LOG).unlink(missing_ok=True)
         return env
 
     def _launch_line(self, gpus: list[str]) -> str:
@@ -720,8 +723,18 @@ class _Supervisor:
             )
         if code == 0:
             return self._finish("Succeeded", "", artifacts_error, 0)
+        if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
+            return self._finish("Failed", "ConfigError", line, exit_code)  # the launcher's one line
         reason = "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
         return self._finish("Failed", reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
+
+    def _termination_message(self) -> str:
+        """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""
+        try:
+            with open(self.run_dir / TERMINATION_LOG, encoding="utf-8", errors="replace") as fh:
+                return fh.read(4096).strip()
+        except OSError:
+            return ""
 
     def _finish(self, phase: str, reason: str, message: str, exit_code: int | None) -> dict[str, Any]:
         return _update_state(
