@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers_hostile import (
     ALLOW,
     RUN_REQUEST,
@@ -327,7 +328,8 @@ def test_a_data_prep_plugin_never_enters_the_job_package(lab: Path) -> None:
     assert tp("plugin", "new", "prep", cwd=lab).code == 0
     manifest = lab / "plugins/prep/plugin.yaml"
     (lab / "tuneplane.yaml").write_text((lab / "tuneplane.yaml").read_text(encoding="utf-8").replace(
-        "  backend: local ", "  backend: kubernetes "), encoding="utf-8")
+        "  backend: local ", "  backend: kubernetes ").replace('    url: ""', '    url: "https://git.example.com/lab.git"'),
+        encoding="utf-8")
     text = manifest.read_text(encoding="utf-8").replace("capability: algorithm",
                                                         "capability: data-prep\nexecution: local")
     manifest.write_text(text, encoding="utf-8")
@@ -337,7 +339,14 @@ def test_a_data_prep_plugin_never_enters_the_job_package(lab: Path) -> None:
     git(lab, "commit", "-q", "-m", "data prep")
     result = tp("render", RUN_REQUEST, cwd=lab, env=ALLOW)
     assert result.code == 0, result.output
-    plugins_env = [line for line in result.out.splitlines() if "TUNEPLANE_PLUGINS" in line]
-    assert plugins_env, result.out
-    following = result.out.split("TUNEPLANE_PLUGINS", 1)[1].splitlines()[1]
-    assert "prep" not in following and "p" in following, following
+    values = [item.get("value") for item in _walk(list(yaml.safe_load_all(result.out)))
+              if isinstance(item, dict) and item.get("name") == "TUNEPLANE_PLUGINS"]
+    assert values == ["p"], values  # the algorithm plugin travels, the data-prep one does not
+
+
+def _walk(node: object) -> list[object]:
+    found: list[object] = [node]
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    for child in children:
+        found += _walk(child)
+    return found
