@@ -29,6 +29,7 @@ from helpers_hostile import (
     fenced,
     git,
     plugin_digest,
+    replace,
     tp,
 )
 
@@ -113,6 +114,14 @@ def test_the_digest_is_unchanged_by_the_attack_so_validate_must_look(lab: Path) 
     relocked = tp("plugin", "lock", "img", "me/p", cwd=lab)
     after = json.loads((lab / PLUGINS_LOCK).read_text(encoding="utf-8"))
     assert relocked.code != 0 or after == before
+
+
+@pytest.mark.parametrize("kind", ["huge", "fifo", "dev-zero", "socket"])
+def test_a_hostile_data_file_in_a_plugin_is_refused_without_reading_it(lab: Path, kind: str) -> None:
+    """Not the entrypoint: a file the digest would read whole, or block on."""
+    replace(lab / "plugins/p/data.bin", kind)
+    result = validate(lab)
+    assert_clear(result, file="plugins/p/data.bin", codes=(1,))
 
 
 # ── the launcher: a job package carrying bytecode ──────────────────────────────────────────────────

@@ -35,6 +35,7 @@ RESERVED_MODULES = frozenset({"tuneplane", "nemo_rl", "common", "ray", "torch", 
 MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
 SOURCE_LIMIT = 4 * fs.MAX_BYTES
+FILE_LIMIT = 16 * 1024 * 1024  # any one file of a plugin
 
 
 def escape_key(key: str) -> str:
@@ -248,6 +249,11 @@ def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]
                 yield Problem(shown, 0, 0, "plugin-entry",
                               f"is {fs.describe(full)}, not a regular file; a plugin holds only files",
                               hint="remove it from the plugin directory")
+            elif name in filenames and full.stat().st_size > FILE_LIMIT:
+                yield Problem(shown, 0, 0, "plugin-entry",
+                              f"is {full.stat().st_size / 1e6:.0f} MB; a plugin file may be at most "
+                              f"{FILE_LIMIT // (1024 * 1024)} MiB (a plugin is code, shipped with every job)",
+                              hint="keep data and weights out of the plugin; read them from storage")
             elif name in filenames and (name.endswith(BYTECODE_SUFFIXES) or "__pycache__" in full.parts):
                 yield Problem(shown, 0, 0, "plugin-bytecode",
                               "compiled bytecode in a plugin: the digest does not pin it, and Python would "

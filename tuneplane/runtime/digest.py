@@ -97,6 +97,8 @@ def tree_digest(root: Path) -> str:
     for rel, path in tree_files(root):
         h.update(rel.encode("utf-8"))
         h.update(b"\0")
-        h.update(path.read_bytes())
+        with open(path, "rb") as fh:  # in chunks: a big file costs time, never its size in memory
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
         h.update(b"\0")
     return "sha256:" + h.hexdigest()
