@@ -272,7 +272,17 @@ def _plugin_lab(root: Path, method: str, capability: str = "algorithm", load: st
         "plugins/opsd/opsd_patch/__init__.py": "def install(params, **ctx):\n    pass\n",
     }
     lab = make_lab(root, {"exp": method}, files=files)
-    lock_plugin(lab.root, "exp", "alice/opsd@1.2.0")
+    if method.split("/")[0] in ("custom", "evalkit") and capability == "algorithm":
+        # `tp plugin lock` refuses this as `tp validate` would; a hand-written lock must still be refused
+        with pytest.raises(UsageError, match="does not run algorithm plugins"):
+            lock_plugin(lab.root, "exp", "alice/opsd@1.2.0")
+        from tuneplane.runtime.digest import tree_digest
+
+        entry = {"id": "alice/opsd", "version": "1.2.0", "digest": tree_digest(lab.root / "plugins/opsd")}
+        (lab.root / "experiments/exp/plugins.lock.json").write_text(json.dumps(
+            {"apiVersion": "tuneplane/plugins-lock/v1", "plugins": [entry]}, indent=2) + "\n", encoding="utf-8")
+    else:
+        lock_plugin(lab.root, "exp", "alice/opsd@1.2.0")
     commit_all(lab.root)
     return load_lab(lab.root)
 

@@ -32,8 +32,8 @@ from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
 from tuneplane.constants import CONFIG_ERROR_EXIT
-from tuneplane.runtime import pinned
 from tuneplane.runtime.digest import DigestError, tree_digest
+from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
@@ -172,7 +172,7 @@ def verify_plugin(work: Path, plugin: PluginRef, core_version: str = __version__
             f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/ has digest {actual} but the JobSpec locked "
             f"{plugin.digest}; the package changed after it was locked. Restore it, or re-lock it with "
             f"`tp plugin lock <experiment> {plugin.ref}` and submit again")
-    sourceless = pinned.bytecode_files(root)
+    sourceless = bytecode_files(root)
     if sourceless:
         raise LaunchError(f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/{sourceless[0]} is compiled bytecode, "
                           "which the digest does not pin; remove it from the plugin and commit only source")
@@ -199,7 +199,7 @@ def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
     if not sep or not module_name or not attr:
         raise LaunchError(f"plugin {plugin.ref}: entrypoint {plugin.entrypoint!r} is not module:function")
     _refuse_foreign_module(root, plugin, module_name.split(".")[0])
-    pinned.guard_imports(root)  # the pinned .py only: bytecode beside it is outside the digest
+    guard_imports(root)  # the pinned .py only: bytecode beside it is outside the digest
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     importlib.invalidate_caches()
@@ -432,15 +432,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec, entry, ranks = _prepare(args, _emit)
     except LaunchError as exc:
-        pinned.report_failure(f"tuneplane-launch: error: {exc}")
+        report_failure(f"tuneplane-launch: error: {exc}")
         return CONFIG_ERROR_EXIT
     if entry is not None:
         run_python_entry(entry)
         return 0
     if ranks:  # a child, not exec: a rank's refusal must end the job as 78 with its line, not torchrun's
-        code, line = pinned.run_ranks(spec.launch.argv, work_dir() / LAUNCH_ERROR_FILE)
+        code, line = run_ranks(spec.launch.argv, work_dir() / LAUNCH_ERROR_FILE)
         if line:
-            pinned.report_failure(line)
+            report_failure(line)
             return CONFIG_ERROR_EXIT
         return code
     exec_argv(spec.launch.argv)
