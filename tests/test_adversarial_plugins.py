@@ -100,6 +100,20 @@ def test_plugin_validate_refuses_bytecode(lab: Path, case: str) -> None:
                  codes=(1,))
 
 
+def test_a_cache_python_wrote_for_the_source_beside_it_is_not_an_error(lab: Path) -> None:
+    """A local run leaves timestamp caches (ignored by git); only bytecode that is not that is refused."""
+    py_compile.compile(str(lab / MODULE), doraise=True)  # the cache CPython itself would write
+    assert list((lab / "plugins/p/__pycache__").iterdir())
+    result = tp("plugin", "validate", "plugins/p", cwd=lab)
+    assert result.code == 0, result.output
+
+
+def test_a_timestamp_cache_that_does_not_match_its_source_is_refused(lab: Path) -> None:
+    py_compile.compile(str(lab / MODULE), doraise=True)
+    (lab / MODULE).write_text((lab / MODULE).read_text(encoding="utf-8") + "# edited after\n", encoding="utf-8")
+    assert_clear(tp("plugin", "validate", "plugins/p", cwd=lab), file=PYC, says=["bytecode"], codes=(1,))
+
+
 def test_plugin_lock_refuses_bytecode(lab: Path) -> None:
     evil_pyc(lab / MODULE, lab / PYC)
     before = (lab / PLUGINS_LOCK).read_text(encoding="utf-8")

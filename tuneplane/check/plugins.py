@@ -254,12 +254,31 @@ def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]
                               f"is {full.stat().st_size / 1e6:.0f} MB; a plugin file may be at most "
                               f"{FILE_LIMIT // (1024 * 1024)} MiB (a plugin is code, shipped with every job)",
                               hint="keep data and weights out of the plugin; read them from storage")
-            elif name in filenames and (name.endswith(BYTECODE_SUFFIXES) or "__pycache__" in full.parts):
+            elif name in filenames and (name.endswith(BYTECODE_SUFFIXES) or "__pycache__" in full.parts) \
+                    and not _own_cache(full):
                 yield Problem(shown, 0, 0, "plugin-bytecode",
                               "compiled bytecode in a plugin: the digest does not pin it, and Python would "
                               "run it instead of the pinned source",
                               hint="delete it (and __pycache__/), add `__pycache__/` and `*.pyc` to "
                                    ".gitignore, and commit only source")
+
+
+def _own_cache(pyc: Path) -> bool:
+    """A cache Python wrote here for the source beside it (timestamp-checked, matching that source's
+    mtime and size, as a local run leaves and `.gitignore` keeps out of git). A committed cache cannot
+    match a fresh checkout's mtimes, and hash-based caches (the UNCHECKED_HASH attack) never count."""
+    if pyc.parent.name != "__pycache__" or not pyc.name.endswith(".pyc"):
+        return False
+    source = pyc.parent.parent / (pyc.name.split(".", 1)[0] + ".py")
+    try:
+        header = fs.read_bytes(pyc, 1 << 26)[:16]
+        st = os.stat(source)
+    except (LoadFailed, OSError):
+        return False
+    if len(header) < 16 or int.from_bytes(header[4:8], "little") != 0:
+        return False
+    mtime, size = int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")
+    return mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF
 
 
 def top_level_modules(root: Path, packages_only: bool = False) -> dict[str, str]:
