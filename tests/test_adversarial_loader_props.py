@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tuneplane.lab.yamlio import MAX_DEPTH, LoadFailed, load_json, parse_json, parse_yaml
 
-BOUNDED = settings(max_examples=120, deadline=2000, database=None,
+BOUNDED = settings(max_examples=120, deadline=10_000, database=None,  # generous: CI machines are shared
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 scalars = (st.none() | st.booleans() | st.integers(-(2**53), 2**53)
@@ -42,7 +42,7 @@ def test_json_round_trips(value: object) -> None:
 @BOUNDED
 @given(values)
 def test_yaml_round_trips(value: object) -> None:
-    text = yaml.safe_dump({"v": value}, allow_unicode=True)
+    text = yaml.safe_dump({"v": value})  # escaped: PyYAML writes a raw NEL that YAML then folds
     assert parse_yaml(text, "x.yaml").data == {"v": value}
 
 
