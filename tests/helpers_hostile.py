@@ -56,7 +56,7 @@ def fenced(argv: Sequence[str], cwd: Path, env: Mapping[str, str | None] | None 
             child_env[key] = value
     proc = subprocess.Popen(list(argv), cwd=cwd, env=child_env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: _fence(memory))  # noqa: PLW1509 - setrlimit needs it
+                            preexec_fn=lambda: _fence(memory))
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -16,7 +16,6 @@ from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import present
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
-from tuneplane.lab.fs import present
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
 from tuneplane.models.base import name_error

@@ -109,7 +109,7 @@ def run_ranks(argv: list[str], error_file: Path) -> tuple[int, str]:
     env = dict(os.environ, **{LAUNCH_ERROR_ENV: str(error_file)})
     sys.stdout.flush()
     sys.stderr.flush()
-    child = subprocess.Popen(argv, env=env)  # noqa: S603 - the JobSpec's own launch argv
+    child = subprocess.Popen(argv, env=env)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         child.send_signal(signum)
