@@ -1,0 +1,177 @@
+"""Submitting a run to Slurm exactly once, however many bots try and wherever one of them dies.
+
+Under an exclusive lock on a file in the run's directory (shared filesystem; released by the kernel
+when its holder dies):
+1. a job id recorded for this run (by an earlier submit, or by the job itself when it started) is
+   adopted;
+2. else a job Slurm still knows under the run's deterministic name whose comment carries the run id
+   is adopted (a bot killed between `sbatch` and writing the id);
+3. else the lab is staged at the run's commit into the work dir, the token written to a file only
+   the job's user can read, and the script submitted with `sbatch --parsable`; the id is recorded at
+   once.
+
+The work dir is staged by the bot rather than cloned by the job: compute nodes see the shared
+filesystem the bot writes to but often cannot reach the git host, and no git credential has to
+reach a job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.slurm.commands import SlurmCommands, first_line
+from tuneplane.backends.slurm.errors import refusal
+from tuneplane.backends.slurm.script import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
+
+KIND = "SlurmJob"
+SCRIPT_NAME = "batch.sh"
+JOB_ID_FILE = "job-id"
+RUN_FILE = "run.json"  # what observing needs later: the run id and its artifact globs
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+def batch_of(request: SubmitRequest) -> dict[str, Any]:
+    if len(request.manifests) != 1 or request.manifests[0].get("kind") != "SlurmBatch":
+        raise BackendError("the Slurm backend takes one rendered batch script per run")
+    return request.manifests[0]
+
+
+def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
+    batch = batch_of(request)
+    run_dir = Path(batch["run_dir"])
+    state = run_dir / STATE_DIR
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackendError(f"cannot create the run directory {run_dir}: {exc} "
+                           "(cluster.slurm.runs_root must be writable by the bot)") from None
+    with _locked(state / "submit.lock"):
+        job_id = recorded_job_id(state) or _known_job(commands, batch)
+        if not job_id:
+            _stage(run_dir, batch, request)
+            job_id = _sbatch(commands, run_dir, batch)
+        _record(state, job_id)
+    return ref_for(batch, job_id)
+
+
+def ref_for(batch: dict[str, Any], job_id: str) -> BackendRef:
+    return BackendRef(backend="slurm", kind=KIND, name=batch["job_name"], namespace=batch["run_dir"],
+                      uid=job_id, commit=batch.get("commit", ""), jobspec_digest=batch.get("jobspec_digest", ""))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def recorded_job_id(state: Path) -> str:
+    """The job id written by a submit, else by a job that started (`started.<id>`), else ''."""
+    try:
+        text = (state / JOB_ID_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    if _JOB_ID.match(text):
+        return text
+    started = sorted((p.name.split(".", 1)[1] for p in state.glob("started.*")), key=_numeric)
+    return started[-1] if started and _JOB_ID.match(started[-1]) else ""
+
+
+def _numeric(job_id: str) -> int:
+    return int(job_id.split("_")[0]) if job_id.split("_")[0].isdigit() else -1
+
+
+def _known_job(commands: SlurmCommands, batch: dict[str, Any]) -> str:
+    """A job Slurm still holds under this run's name and comment (any state), or ''."""
+    result = commands.run("squeue", "--noheader", "--states=all", f"--name={batch['job_name']}",
+                          "--format=%i|%k")
+    if result.code:
+        raise BackendError(f"squeue failed ({result.code}): {first_line(result.err)}")
+    ids = []
+    for line in result.out.splitlines():
+        job_id, _, comment = line.strip().partition("|")
+        if comment.strip() == batch["comment"] and _JOB_ID.match(job_id):
+            ids.append(job_id)
+    return max(ids, key=_numeric) if ids else ""
+
+
+def _stage(run_dir: Path, batch: dict[str, Any], request: SubmitRequest) -> None:
+    """The lab at the run's commit in the work dir, the launch document, the script, the token file."""
+    work = Path(batch["work_dir"])
+    if not (work / LAUNCH_DOCUMENT).is_file():
+        tmp = run_dir / ".work.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        _export_lab(Path(batch["lab_root"]), batch["commit"], tmp)
+        for name in batch.get("plugins", []):
+            source = tmp / "plugins" / name
+            if source.is_dir():
+                shutil.copytree(source, tmp / "tuneplane_plugins" / name, symlinks=True)
+        (tmp / ".tuneplane").mkdir(parents=True, exist_ok=True)
+        _write(tmp / LAUNCH_DOCUMENT, json.dumps(batch["launch_document"], sort_keys=True, indent=1) + "\n")
+        if work.exists():
+            shutil.rmtree(work)
+        os.replace(tmp, work)
+    for sub in ("logs", "out"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    _write(run_dir / STATE_DIR / SCRIPT_NAME, batch["script"])
+    _write(run_dir / STATE_DIR / RUN_FILE,
+           json.dumps({"run_id": request.run_id, "artifacts": batch.get("artifacts", [])}, indent=1) + "\n")
+    for key, value in request.secret_data.items():
+        if key == "job-token":
+            _write_secret(run_dir / TOKEN_FILE, value)
+
+
+def _export_lab(lab_root: Path, commit: str, dest: Path) -> None:
+    from tuneplane.errors import UsageError
+    from tuneplane.gitrepo import GitRepo
+
+    if not commit:
+        raise BackendError("the run has no commit to stage: commit the lab first")
+    try:
+        GitRepo(lab_root).archive(commit, dest, exclude=("runs", "status"))
+    except UsageError as exc:
+        raise BackendError(f"cannot stage commit {commit[:12]} of {lab_root}: {exc.message}") from None
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_secret(path: Path, value: str) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(value)
+    os.replace(tmp, path)
+
+
+def _sbatch(commands: SlurmCommands, run_dir: Path, batch: dict[str, Any]) -> str:
+    result = commands.run("sbatch", "--parsable", str(run_dir / STATE_DIR / SCRIPT_NAME))
+    if result.code:
+        raise refusal(result.err, batch.get("sources", {}))
+    job_id = result.out.strip().splitlines()[-1].split(";")[0].strip() if result.out.strip() else ""
+    if not _JOB_ID.match(job_id):
+        raise BackendError(f"sbatch printed no job id: {result.out.strip()!r}")
+    return job_id
+
+
+def _record(state: Path, job_id: str) -> None:
+    _write(state / JOB_ID_FILE, job_id + "\n")
