@@ -143,10 +143,10 @@ def test_sbatch_refusals_name_the_setting(slurm_cluster: SlurmCluster, tmp_path:
 
 
 def _job_name(root: Path, run_id: str) -> str:
-    from tuneplane.render.names import object_name
+    from tuneplane.plan.names import object_name
 
     return object_name("sleeps", run_id)
 
 
-def _unused(*_args: Any) -> None:
-    _ = run_dir_of
+
+

@@ -46,9 +46,14 @@ def local_backend(lab: Lab) -> LocalBackend:
 
 
 def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Backend:
-    """The backend called `name` (`local` or the lab's cluster backend) for this lab."""
+    """The backend called `name` (`local`, `slurm`, or else Kubernetes) for this lab."""
     if name == "local":
         return local_backend(lab)
+    if name == "slurm":
+        # lazy: only Slurm labs need it
+        from tuneplane.backends.slurm import SlurmBackend
+
+        return SlurmBackend(lab.config.cluster.slurm.conf)
     # lazy: the kubernetes client is slow to import
     from tuneplane.backends.kubernetes.backend import KubernetesBackend
 

@@ -291,9 +291,13 @@ class _Submitter:
     def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
 
         try:
-            backend = self.pool.get("local" if run.spec.spec.resources.local else "kubernetes")
+            backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
             ref = backend.submit(backend_request(self.lab.root, self.lab, run))
         except BackendError as exc:
+            if getattr(exc, "permanent", False):  # refused as written: retrying cannot help
+                write_status(self.lab.root, refused_status(request, utc_now(), str(exc), "SubmitRefused", run.spec))
+                self._note(self.report.refused, key, f"refused: {exc}")
+                return
             self.failures += 1
             status = waiting_status(request, run.spec, utc_now(), str(exc))
             write_status(self.lab.root, status if previous is None else _retried(previous, status))
@@ -333,6 +337,10 @@ class _Submitter:
     def _note(self, bucket: list[str], key: RunKey, text: str) -> None:
         bucket.append(str(key))
         self.echo(f"  {key}: {text}")
+
+
+def cluster_backend(lab: Lab) -> str:
+    return "slurm" if lab.config.cluster.backend == "slurm" else "kubernetes"
 
 
 def _check_names(key: RunKey, request: RunRequest) -> None:

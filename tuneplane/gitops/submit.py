@@ -113,8 +113,37 @@ def prepare_run(
         )
     plan = compile_plan(spec)
     # A local run has no manifests (render refuses it); a cluster run is rendered and checked now.
-    manifests = [] if spec.spec.resources.local else render_manifests(spec, plan, lab.config)
+    if spec.spec.resources.local:
+        manifests: list[dict[str, Any]] = []
+    elif lab.config.cluster.backend == "slurm":
+        manifests = [slurm_batch(spec, plan, lab)]
+    else:
+        manifests = render_manifests(spec, plan, lab.config)
     return PreparedRun(request, spec, plan, manifests)
+
+
+def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
+    """The Slurm backend's one "manifest": the batch script and what staging the run needs."""
+    from tuneplane.plan.names import jobspec_digest
+    from tuneplane.render.slurm import render_batch
+
+    batch = render_batch(spec, plan, lab.config)
+    paths = spec.spec.paths
+    return {
+        "kind": "SlurmBatch",
+        "job_name": batch.job_name,
+        "comment": batch.comment,
+        "script": batch.script,
+        "launch_document": batch.launch_document,
+        "sources": batch.sources,
+        "run_dir": paths.run_dir,
+        "work_dir": paths.work_dir,
+        "out_dir": paths.out_dir,
+        "commit": spec.provenance.commit,
+        "jobspec_digest": jobspec_digest(spec),
+        "plugins": [p.name for p in spec.spec.plugins],
+        "artifacts": [{"kind": a.kind, "pattern": a.pattern, "format": a.format} for a in plan.artifacts],
+    }
 
 
 def backend_request(
@@ -139,6 +168,17 @@ def backend_request(
     if secret and JOB_TOKEN in run.plan.secret_env:
 
         secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id)
+    if lab.config.cluster.backend == "slurm":
+        token = secret_data.get(run.plan.secret_env.get(JOB_TOKEN, ""), "")
+        manifests = [dict(m, lab_root=str(lab_root)) for m in run.manifests]
+        return SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=spec.metadata.experiment,
+            namespace="",
+            object_name=spec.metadata.name,
+            manifests=manifests,
+            secret_data={"job-token": token} if token and lab.config.cluster.ingest.endpoint else {},
+        )
     copies = {}
     hf_secret = lab.config.cluster.hf_token_secret
     if hf_secret and HF_TOKEN in run.plan.secret_env:

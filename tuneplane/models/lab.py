@@ -57,13 +57,67 @@ class Ingest(Strict):
     secret: str = Field("tuneplane-ingest", description="Secret holding the ingest HMAC key (key `secret`).")
 
 
+SLURM_NAME_RE = r"^[A-Za-z0-9._-]*$"
+SLURM_MEMORY_RE = r"^([0-9]+[KMGT]?)?$"
+SLURM_PATH_RE = r"^(/[A-Za-z0-9._+@-]+)*/?$"
+
+
+class SlurmProfile(Strict):
+    """How one profile of `profiles:` is asked for on Slurm."""
+
+    partition: str = Field("", pattern=SLURM_NAME_RE, description="Partition for this profile; default `slurm.partition`.")
+    qos: str = Field("", pattern=SLURM_NAME_RE, description="QOS for this profile; default `slurm.qos`.")
+    gpu_request: Literal["gpus-per-node", "gres"] = Field(
+        "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`.")
+    gpu_type: str = Field("", pattern=SLURM_NAME_RE,
+                          description="GPU type as the cluster names it (`--gpus-per-node=h100:8`); empty for any.")
+    constraint: str = Field("", pattern=r"^[A-Za-z0-9._&|\[\]*-]*$", description="Node features (`--constraint`).")
+    cpus_per_node: int | None = Field(None, ge=1, le=4096, description="CPUs per node; default `slurm.cpus_per_node`.")
+    memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE,
+                                 description="Memory per node (`--mem`, e.g. 500G); default `slurm.memory_per_node`.")
+
+
+class SlurmSoftware(Strict):
+    """Where the job's software comes from."""
+
+    kind: Literal["host", "container"] = Field(
+        "host", description="host: a Python environment on the shared filesystem; container: the run's image.")
+    python_env: str = Field("", pattern=SLURM_PATH_RE,
+                            description="host: prefix of the environment with tuneplane and the framework "
+                                        "(its bin/ goes first on PATH); empty: the nodes' own python3.")
+    runtime: Literal["pyxis", "apptainer"] = Field(
+        "pyxis", description="container: pyxis/enroot (`srun --container-image`) or Apptainer (`apptainer exec`).")
+    mounts: list[str] = Field(default_factory=list,
+                              description="container: extra `SRC:DST` mounts; the runs root is always mounted.")
+
+
+class SlurmSettings(Strict):
+    """`cluster.slurm`: how runs become Slurm batch jobs (used when `cluster.backend: slurm`)."""
+
+    partition: str = Field("", pattern=SLURM_NAME_RE, description="Partition (`--partition`); empty: the cluster's default.")
+    account: str = Field("", pattern=SLURM_NAME_RE, description="Account to charge (`--account`).")
+    qos: str = Field("", pattern=SLURM_NAME_RE, description="Quality of service (`--qos`).")
+    cpus_per_node: int | None = Field(None, ge=1, le=4096, description="CPUs per node (`--cpus-per-task`, one task per node).")
+    memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE, description="Memory per node (`--mem`, e.g. 500G).")
+    profiles: dict[str, SlurmProfile] = Field(default_factory=dict, description="Per-profile settings, by profile name.")
+    software: SlurmSoftware = Field(default_factory=SlurmSoftware)
+    runs_root: str = Field("", pattern=SLURM_PATH_RE,
+                           description="Absolute path on the shared filesystem for run directories; "
+                                       "default `cluster.storage.root`.")
+    requeue: bool = Field(False, description="Let Slurm requeue a job after a node failure (it restarts from scratch).")
+    hf_token_file: str = Field("", pattern=SLURM_PATH_RE,
+                               description="A file only you can read holding the Hugging Face token (HF_TOKEN).")
+    conf: str = Field("", description="slurm.conf for the bot's Slurm commands; empty: $SLURM_CONF or Slurm's default.")
+
+
 class Cluster(Strict):
-    backend: Literal["local", "kubernetes"] = Field("local", description="Where runs go.")
+    backend: Literal["local", "kubernetes", "slurm"] = Field("local", description="Where runs go.")
     namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
     queue: str = Field("", description="Kueue LocalQueue name; empty for none.")
     storage: Storage = Field(default_factory=Storage)
     repo: Repo = Field(default_factory=Repo)
     ingest: Ingest = Field(default_factory=Ingest)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     image_pull_secrets: list[str] = Field(default_factory=list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
     ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0)

@@ -392,6 +392,9 @@ def storage_root(lab: Lab, local: bool, env: dict[str, str]) -> str:
     """The local root (lab setting, $TUNEPLANE_STORAGE_ROOT, per-user data dir) or the cluster root."""
     storage = lab.config.cluster.storage
     if not local:
+        slurm = lab.config.cluster.slurm
+        if lab.config.cluster.backend == "slurm" and slurm.runs_root:
+            return slurm.runs_root.rstrip("/") or "/"
         return storage.root.rstrip("/") or "/"
     if storage.local_root:
         root = Path(os.path.expanduser(storage.local_root))

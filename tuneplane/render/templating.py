@@ -35,6 +35,18 @@ def quote(value: Any) -> str:
     raise TypeError(f"q filter takes a scalar, got {type(value).__name__}; prepare it in Python")
 
 
+def shell_quote(value: Any) -> str:
+    """One shell word (POSIX single quotes) for a scalar; NUL cannot be passed and is refused."""
+    import shlex
+
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise TypeError(f"sh filter takes a string or number, got {type(value).__name__}; prepare it in Python")
+    text = str(value)
+    if "\0" in text:
+        raise ValueError("a shell value cannot contain NUL")
+    return shlex.quote(text)
+
+
 @cache
 def environment(package: str = "tuneplane._data.templates") -> jinja2.Environment:
 
@@ -48,6 +60,7 @@ def environment(package: str = "tuneplane._data.templates") -> jinja2.Environmen
         bytecode_cache=_bytecode_cache(),
     )
     env.filters["q"] = quote
+    env.filters["sh"] = shell_quote
     return env
 
 

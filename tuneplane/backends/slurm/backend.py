@@ -10,7 +10,7 @@ from typing import Any
 from tuneplane.backends.base import TERMINAL, BackendRef, Observation, SubmitRequest
 from tuneplane.backends.slurm import cancel, logs, observe, submit
 from tuneplane.backends.slurm.commands import SlurmCommands
-from tuneplane.backends.slurm.script import STATE_DIR
+from tuneplane.render.slurm import STATE_DIR
 from tuneplane.backends.slurm.submit import RUN_FILE
 
 
@@ -37,7 +37,7 @@ class SlurmBackend:
 
     def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]:
         """What the recipe's artifact globs match in the run's out dir on the shared filesystem."""
-        from tuneplane.backends.local import collect_artifacts
+        from tuneplane.backends.local.backend import collect_artifacts
 
         run_dir = Path(ref.namespace)
         try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation
 from tuneplane.backends.slurm.commands import SlurmCommands, SlurmUnavailable, first_line, parse_fields
-from tuneplane.backends.slurm.script import STATE_DIR
+from tuneplane.render.slurm import STATE_DIR
 
 PENDING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"})

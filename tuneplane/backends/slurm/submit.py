@@ -30,7 +30,7 @@ from typing import Any
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.slurm.commands import SlurmCommands, first_line
 from tuneplane.backends.slurm.errors import refusal
-from tuneplane.backends.slurm.script import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
+from tuneplane.render.slurm import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
 
 KIND = "SlurmJob"
 SCRIPT_NAME = "batch.sh"
@@ -136,7 +136,7 @@ def _stage(run_dir: Path, batch: dict[str, Any], request: SubmitRequest) -> None
 
 def _export_lab(lab_root: Path, commit: str, dest: Path) -> None:
     from tuneplane.errors import UsageError
-    from tuneplane.gitrepo import GitRepo
+    from tuneplane.lab.gitrepo import GitRepo
 
     if not commit:
         raise BackendError("the run has no commit to stage: commit the lab first")

@@ -21,8 +21,9 @@ from typing import Any
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, SlurmProfile, SlurmSettings
-from tuneplane.plan import LaunchPlan
-from tuneplane.render import RENDEZVOUS_PORT, jobspec_document, launcher_command, rendezvous_host
+from tuneplane.plan.launchplan import LaunchPlan
+from tuneplane.plan.names import RENDEZVOUS_PORT, rendezvous_host
+from tuneplane.render.manifests import jobspec_document, launcher_command
 
 ADDR_PLACEHOLDER = "@TUNEPLANE_MASTER_ADDR@"
 PORT_PLACEHOLDER = "@TUNEPLANE_MASTER_PORT@"
@@ -60,7 +61,7 @@ def slurm_settings(lab: LabFile) -> SlurmSettings:
 
 def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
     """The batch script of one run and its launch document; raises UsageError on an unusable setting."""
-    from tuneplane.templating import render
+    from tuneplane.render.templating import render
 
     if spec.spec.resources.local:
         raise UsageError(
@@ -173,7 +174,7 @@ def slurm_time(seconds: int) -> str:
 
 
 def _env(spec: JobSpec, plan: LaunchPlan) -> list[tuple[str, str]]:
-    from tuneplane.environment import job_env
+    from tuneplane.plan.environment import job_env
 
     out = []
     for name, value in job_env(spec, plan.env).items():
@@ -196,7 +197,7 @@ def _secret_files(spec: JobSpec, lab: LabFile) -> list[tuple[str, str]]:
 
 
 def _software_lines(settings: SlurmSettings) -> list[str]:
-    from tuneplane.templating import shell_quote
+    from tuneplane.render.templating import shell_quote
 
     software = settings.software
     if software.kind == "host" and software.python_env:
