@@ -36,10 +36,14 @@ class InitResult:
     commit: str | None
 
 
-def lab_files(name: str) -> dict[str, str]:
+BACKENDS = ("local", "kubernetes", "slurm")
+
+
+def lab_files(name: str, backend: str = "local") -> dict[str, str]:
     """The files of a new lab, rendered in memory."""
     files = {
-        LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, schema_url=f"{SCHEMA_BASE}/lab.schema.json"),
+        LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, backend=backend,
+                         schema_url=f"{SCHEMA_BASE}/lab.schema.json"),
         "README.md": render("lab/README.md.j2", name=name),
         ".gitignore": render("lab/gitignore"),
         ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2"),
@@ -56,7 +60,7 @@ def default_lab_name(root: Path) -> str:
     return name
 
 
-def init_lab(root: Path, name: str | None, use_git: bool) -> InitResult:
+def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local") -> InitResult:
     root = root.resolve()
     if (root / LAB_FILE).exists():
         raise UsageError(f"{root} is already a TunePlane lab ({LAB_FILE} exists)",
@@ -66,7 +70,9 @@ def init_lab(root: Path, name: str | None, use_git: bool) -> InitResult:
     name = name or default_lab_name(root)
     if error := name_error(name, "lab name", lab=True):
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-'")
-    files = lab_files(name)
+    if backend not in BACKENDS:
+        raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
+    files = lab_files(name, backend)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}
     folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}

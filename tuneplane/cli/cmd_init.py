@@ -17,6 +17,8 @@ def init(
     name: Annotated[str | None, typer.Option("--name", help="Lab name; default the directory name.")] = None,
     no_git: Annotated[bool, typer.Option("--no-git", help="Do not run git init or commit.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before using a non-empty directory.")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="Where runs go: local, kubernetes or slurm "
+                                         "(slurm adds a commented cluster.slurm section).")] = "local",
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
@@ -29,7 +31,7 @@ def init(
     directory.mkdir(parents=True, exist_ok=True)
     if not yes and sys.stdin.isatty() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    result = init_lab(directory, name, use_git=not no_git)
+    result = init_lab(directory, name, use_git=not no_git, backend=backend)
     typer.echo(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
         if not rel.endswith(".gitkeep"):

@@ -17,7 +17,8 @@ from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 
 
 def register(app: typer.Typer) -> None:
-    app.command("render", help="Show the Kubernetes manifests a run request becomes (or their diff).")(render)
+    app.command("render", help="Show the Kubernetes manifests or Slurm batch script a run request becomes "
+                "(or their diff).")(render)
 
 
 def render(

@@ -295,7 +295,8 @@ class _Submitter:
             ref = backend.submit(backend_request(self.lab.root, self.lab, run))
         except BackendError as exc:
             if getattr(exc, "permanent", False):  # refused as written: retrying cannot help
-                write_status(self.lab.root, refused_status(request, utc_now(), str(exc), "SubmitRefused", run.spec))
+                write_status(self.lab.root, refused_status(request, utc_now(), _located(self.lab, exc),
+                                                           "SubmitRefused", run.spec))
                 self._note(self.report.refused, key, f"refused: {exc}")
                 return
             self.failures += 1
@@ -337,6 +338,15 @@ class _Submitter:
     def _note(self, bucket: list[str], key: RunKey, text: str) -> None:
         bucket.append(str(key))
         self.echo(f"  {key}: {text}")
+
+
+def _located(lab: Lab, exc: BackendError) -> str:
+    """A refusal that names a tuneplane.yaml setting, with the setting's line and column."""
+    setting = str(getattr(exc, "setting", "") or "").split(" ")[0]
+    if not setting.startswith(("cluster.", "profiles.")) or lab.doc is None:
+        return str(exc)
+    line, col = lab.doc.where("/" + setting.replace(".", "/"))
+    return f"tuneplane.yaml:{line}:{col}: {exc}"
 
 
 def cluster_backend(lab: Lab) -> str:

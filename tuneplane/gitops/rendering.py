@@ -33,6 +33,7 @@ from tuneplane.plan.environment import job_env
 from tuneplane.plan.resolve import prepare_experiment, resolve_prepared
 from tuneplane.render.diff import RenderedChange, diff_comment
 from tuneplane.render.manifests import render_documents, to_yaml
+from tuneplane.render.slurm import render_batch
 
 if TYPE_CHECKING:
     from tuneplane.lab.catalog import Catalog
@@ -170,6 +171,8 @@ class RenderContext:
         plan = compile_plan(spec)
         if spec.spec.resources.local:
             return Rendered(spec, plan, local_documents(spec, plan), None)
+        if self.lab.config.cluster.backend == "slurm":
+            return slurm_rendered(spec, plan, self.lab)
         text, docs = render_documents(spec, plan, self.lab.config)
         return Rendered(spec, plan, docs, text)
 
@@ -237,7 +240,8 @@ class RenderContext:
         if self.opts.output is None:
             self.out(text if single or self.opts.fmt is RenderFormat.json else f"# {label}\n{text}")
             return
-        suffix = ".json" if self.opts.fmt is RenderFormat.json else ".yaml"
+        suffix = ".json" if self.opts.fmt is RenderFormat.json else (
+            ".sh" if self.lab.config.cluster.backend == "slurm" and rendered.text is not None else ".yaml")
         atomic_write(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
 
     def request_from_file(self, path: Path, text: str | None = None) -> RunRequest:
@@ -299,6 +303,14 @@ _WORKER: RenderContext | None = None  # the warmed-up context forked workers inh
 def _render_chunk(targets: list[str]) -> list[tuple[str, str]]:
     assert _WORKER is not None
     return _WORKER.render_each(targets)
+
+
+def slurm_rendered(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> Rendered:
+    """A Slurm run: the batch script as text; as JSON, the script and the launch document it fills in."""
+    batch = render_batch(spec, plan, lab.config)
+    doc = {"kind": "SlurmBatch", "job_name": batch.job_name, "comment": batch.comment, "script": batch.script,
+           "launch_document": batch.launch_document}
+    return Rendered(spec, plan, [doc], batch.script)
 
 
 def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:

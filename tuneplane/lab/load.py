@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.lab import LabFile
-from tuneplane.problems import Problem
+from tuneplane.problems import Problem, Severity
 
 LAB_FILE = "tuneplane.yaml"
 LEGACY_LAB_FILE = "starforge.yaml"
@@ -80,6 +81,7 @@ def load_lab(root: Path | None = None) -> Lab:
     settings, problems = parse_model(LabFile, doc, "lab-schema")
     if settings is not None:
         problems += _profile_names(doc, settings)
+        problems += _slurm_settings(doc, settings)
     return Lab(root, settings, doc, notes + problems)
 
 
@@ -101,6 +103,32 @@ def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
     return [doc.problem(f"/profiles/{name}", "lab-schema", f"profile name {name!r} is not a valid name",
                         hint="use letters, digits, '.', '_' and '-'")
             for name in settings.profiles if name_error(name)]
+
+
+def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
+    """`cluster.slurm` names only profiles that exist; a Slurm lab says where run directories live."""
+    slurm = settings.cluster.slurm
+    problems = []
+    for name in slurm.profiles:
+        if name not in settings.profiles:
+            close = difflib.get_close_matches(name, list(settings.profiles), n=1)
+            problems.append(doc.problem(
+                f"/cluster/slurm/profiles/{name}", "lab-slurm", f"cluster.slurm.profiles names {name!r}, "
+                "which is not a profile under `profiles:`",
+                hint=f"did you mean {close[0]!r}?" if close else f"profiles: {', '.join(settings.profiles)}"))
+    if settings.cluster.backend == "slurm" and not slurm.runs_root:
+        problems.append(doc.problem(
+            "/cluster/slurm", "lab-slurm", "cluster.slurm.runs_root is not set: run directories go under "
+            f"cluster.storage.root ({settings.cluster.storage.root}), which every node must share",
+            hint="set cluster.slurm.runs_root to a directory on the cluster's shared filesystem",
+            severity=Severity.WARNING))
+    if settings.cluster.backend == "slurm" and slurm.software.kind == "host" and not slurm.software.python_env:
+        problems.append(doc.problem(
+            "/cluster/slurm/software", "lab-slurm", "cluster.slurm.software.python_env is not set: jobs run "
+            "the nodes' own python3, which needs tuneplane and your framework installed",
+            hint="set python_env to the prefix of a virtualenv or conda env on the shared filesystem",
+            severity=Severity.WARNING))
+    return problems
 
 
 def _legacy_lab(root: Path) -> Lab:

@@ -51,7 +51,6 @@ def refusal(stderr: str, sources: Mapping[str, str]) -> SlurmRefused:
     for text, option, fix in KNOWN:
         if text in lowered:
             setting = next((sources[o] for o in option.split() if o in sources), "")
-            where = f"tuneplane.yaml: {setting}: " if setting.startswith(("cluster.", "profiles.")) else \
-                (f"{setting}: " if setting else "")
+            where = f"{setting}: " if setting else ""
             return SlurmRefused(f"{where}sbatch refused the job: {said}\n  hint: {fix}", setting, fix)
     return SlurmRefused(f"sbatch refused the job: {said}", "", "")
