@@ -60,7 +60,8 @@ dist.destroy_process_group()
 """
 # Scripts for the failure cases: the first line of train.sh decides.
 EXIT7_TRAIN = '#!/usr/bin/env bash\necho "failing on purpose"\nexit 7\n'
-SLEEP_TRAIN = '#!/usr/bin/env bash\necho "sleeping $TUNEPLANE_RUN_ID"\necho started > "$TUNEPLANE_OUT_DIR/started"\nsleep 600\n'
+SLEEP_TRAIN = ('#!/usr/bin/env bash\necho "sleeping $TUNEPLANE_RUN_ID"\n'
+               'echo started > "$TUNEPLANE_OUT_DIR/started"\nsleep 600\n')
 IMAGE = "python:3.12"
 OBSERVABILITY = "https://track.example.org/p"
 

@@ -65,7 +65,7 @@ def _squeue_names(cluster: SlurmCluster, name: str) -> list[str]:
 
 
 def test_custom_allreduce_on_one_node_and_across_two(slurm_cluster: SlurmCluster, tmp_path: Path,
-                                                      ingest: str) -> None:
+                                                      ingest: str, tp: Any) -> None:
     shared = tmp_path / "shared"
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, shared,
                           {"ddp": {"train.sh": ALLREDUCE_TRAIN, "allreduce.py": ALLREDUCE_PY}}, ingest=ingest)
@@ -76,6 +76,9 @@ def test_custom_allreduce_on_one_node_and_across_two(slurm_cluster: SlurmCluster
     assert sorted(report.submitted) == [f"ddp/{one}", f"ddp/{two}"], report
     submitted = status_of(root, "ddp", two)
     assert submitted["phase"] == "Submitted" and submitted["backend"]["backend"] == "slurm"
+    followed = tp("job", "logs", "--follow", two, cwd=root)  # returns when the job ends
+    assert followed.code == 0, followed.output
+    assert "tuneplane: job" in followed.out and "2 node(s)" in followed.out
 
     statuses = sync_until(root, lambda s: all(terminal(v) for v in s.values()), [("ddp", one), ("ddp", two)])
     for run_id, nodes in ((one, 1), (two, 2)):
@@ -90,6 +93,8 @@ def test_custom_allreduce_on_one_node_and_across_two(slurm_cluster: SlurmCluster
         assert {a["path"] for a in status["artifacts"]} >= {"checkpoints/step-1.txt"}
         assert status["metrics"]["train/loss"] == 0.25
         assert status["metrics"]["allreduce/sum"] == nodes * (nodes + 1) / 2
+        last = tp("job", "logs", "--tail", "1", run_id, cwd=root)
+        assert last.code == 0 and len(last.out.splitlines()) == 1, last.output
         launches = (run_dir_of(status) / "launches.txt").read_text().splitlines()
         assert len(launches) == nodes  # the job ran once: one launcher per node
 

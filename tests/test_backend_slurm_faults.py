@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from helpers_git import BRANCH, clone, git, make_remote, remote_files, remote_show, tp_process
-from helpers_slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, run_dir_of, status_of
+from helpers_slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
@@ -121,7 +121,8 @@ def test_sbatch_refusals_name_the_setting(slurm_cluster: SlurmCluster, tmp_path:
     text = (root / "tuneplane.yaml").read_text()
     text = text.replace("    partition: debug\n", "    partition: nosuchpartition\n")
     text = text.replace("  wide:\n    gpus_per_node: 1\n", "  wide:\n    gpus_per_node: 1\n", 1)
-    text = text.replace("  cpu:\n    gpus_per_node: 0\n", "  cpu:\n    gpus_per_node: 0\n  huge:\n    gpus_per_node: 5\n", 1)
+    text = text.replace("  cpu:\n    gpus_per_node: 0\n",
+                        "  cpu:\n    gpus_per_node: 0\n  huge:\n    gpus_per_node: 5\n", 1)
     text = text.replace("      wide:\n        partition: small\n",
                         "      wide:\n        partition: small\n      huge:\n        partition: debug\n")
     (root / "tuneplane.yaml").write_text(text)

@@ -65,7 +65,8 @@ SLURM_PATH_RE = r"^(/[A-Za-z0-9._+@-]+)*/?$"
 class SlurmProfile(Strict):
     """How one profile of `profiles:` is asked for on Slurm."""
 
-    partition: str = Field("", pattern=SLURM_NAME_RE, description="Partition for this profile; default `slurm.partition`.")
+    partition: str = Field("", pattern=SLURM_NAME_RE,
+                           description="Partition for this profile; default `slurm.partition`.")
     qos: str = Field("", pattern=SLURM_NAME_RE, description="QOS for this profile; default `slurm.qos`.")
     gpu_request: Literal["gpus-per-node", "gres"] = Field(
         "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`.")
@@ -94,12 +95,15 @@ class SlurmSoftware(Strict):
 class SlurmSettings(Strict):
     """`cluster.slurm`: how runs become Slurm batch jobs (used when `cluster.backend: slurm`)."""
 
-    partition: str = Field("", pattern=SLURM_NAME_RE, description="Partition (`--partition`); empty: the cluster's default.")
+    partition: str = Field("", pattern=SLURM_NAME_RE,
+                           description="Partition (`--partition`); empty: the cluster's default.")
     account: str = Field("", pattern=SLURM_NAME_RE, description="Account to charge (`--account`).")
     qos: str = Field("", pattern=SLURM_NAME_RE, description="Quality of service (`--qos`).")
-    cpus_per_node: int | None = Field(None, ge=1, le=4096, description="CPUs per node (`--cpus-per-task`, one task per node).")
+    cpus_per_node: int | None = Field(None, ge=1, le=4096,
+                                      description="CPUs per node (`--cpus-per-task`, one task per node).")
     memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE, description="Memory per node (`--mem`, e.g. 500G).")
-    profiles: dict[str, SlurmProfile] = Field(default_factory=dict, description="Per-profile settings, by profile name.")
+    profiles: dict[str, SlurmProfile] = Field(default_factory=dict,
+                                              description="Per-profile settings, by profile name.")
     software: SlurmSoftware = Field(default_factory=SlurmSoftware)
     runs_root: str = Field("", pattern=SLURM_PATH_RE,
                            description="Absolute path on the shared filesystem for run directories; "

@@ -10,8 +10,8 @@ from typing import Any
 from tuneplane.backends.base import TERMINAL, BackendRef, Observation, SubmitRequest
 from tuneplane.backends.slurm import cancel, logs, observe, submit
 from tuneplane.backends.slurm.commands import SlurmCommands
-from tuneplane.render.slurm import STATE_DIR
 from tuneplane.backends.slurm.submit import RUN_FILE
+from tuneplane.render.slurm import STATE_DIR
 
 
 class SlurmBackend:

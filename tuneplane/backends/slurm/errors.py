@@ -24,11 +24,13 @@ KNOWN = (
      "(scontrol show partition), or choose a partition that allows it"),
     ("node count specification invalid", "--nodes", "the profile asks for more nodes than the partition "
      "has: lower profiles.<name>.max_nodes or the run's GPU count"),
-    ("requested node configuration is not available", "--gpus-per-node --gres --cpus-per-task --mem --nodes", "no node of the partition has what the "
+    ("requested node configuration is not available", "--gpus-per-node --gres --cpus-per-task --mem --nodes",
+     "no node of the partition has what the "
      "profile asks for (GPUs, CPUs, memory per node): check gpus_per_node and the slurm profile mapping "
      "against `sinfo -o '%P %D %c %m %G'`"),
     ("memory", "--mem", "lower memory_per_node to what the partition's nodes have"),
-    ("gres", "--gres --gpus-per-node", "the GPU request does not match the cluster's generic resources: check gpu_request "
+    ("gres", "--gres --gpus-per-node",
+     "the GPU request does not match the cluster's generic resources: check gpu_request "
      "and gpu_type"),
 )
 
