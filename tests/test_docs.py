@@ -17,6 +17,9 @@ would for a reader typing the commands into one terminal.
   test with that reason, so they are listed in the test summary. A document can say
   `<!-- doc-test: needs-module NAME -->` for an optional third-party package (torch): when it is
   not installed, that document is skipped with the reason.
+- A document that says `<!-- doc-test: needs-slurm -->` runs against the real two-node Slurm cluster
+  of tests/slurm_cluster.py (`SLURM_CONF` points the reader's session at it); where the cluster
+  cannot start it is skipped with the reason (failed in CI).
 
 Besides running the blocks, this file checks that the generated command reference matches the CLI,
 that every guide is linked from the index, that relative links resolve, that every schema and
@@ -38,6 +41,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ("slurm_cluster",)  # the slurm_cluster fixture, for documents that need it
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 PACKAGE = REPO / "tuneplane"
@@ -46,6 +51,7 @@ BLOCK_TIMEOUT = 180  # seconds; a hung block fails instead of hanging the suite
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(?P<body>.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s*\((?P<reason>[^)]+)\)$")
 NEEDS = re.compile(r"^needs-module\s+(?P<module>[A-Za-z_][A-Za-z0-9_.]*)$")
+NEEDS_SLURM = "needs-slurm"
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 NOT_BEFORE_FENCE = "a skip marker must be the line right before a fence"
 EXPECT_EXIT = re.compile(r"\s+#\s*exit\s+(?P<code>\d+)\s*$")
@@ -80,6 +86,7 @@ class Document:
     path: Path
     blocks: list[Block] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)
+    slurm: bool = False  # runs against the test Slurm cluster
     errors: list[str] = field(default_factory=list)  # malformed markers
 
 
@@ -123,9 +130,11 @@ def _marker(doc: Document, number: int, body: str, pending: tuple[int, str] | No
         return number, skip.group("reason").strip()
     if needs:
         doc.needs.append(needs.group("module"))
+    elif body == NEEDS_SLURM:
+        doc.slurm = True
     else:
         doc.errors.append(f"{doc.path.name}:{number}: unknown doc-test marker {body!r} "
-                          "(use `skip (why)` or `needs-module NAME`)")
+                          "(use `skip (why)`, `needs-module NAME` or `needs-slurm`)")
     return None
 
 
@@ -331,11 +340,13 @@ def _doc_id(doc: Document) -> str:
 
 
 @pytest.mark.parametrize("doc", RUNNABLE, ids=_doc_id)
-def test_document_runs(doc: Document, tmp_path: Path) -> None:
+def test_document_runs(doc: Document, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every runnable block of the document, in order, in one fresh session."""
     for module in doc.needs:
         pytest.importorskip(module, reason=f"{_doc_id(doc)} needs the optional package {module}")
     session = Session.start(tmp_path)
+    if doc.slurm:
+        session.env.update(request.getfixturevalue("slurm_cluster").env)
     for block in doc.blocks:
         if not block.skip:
             run_block(session, block)

@@ -25,8 +25,8 @@ from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import RENDEZVOUS_PORT, rendezvous_host
 from tuneplane.render.manifests import jobspec_document, launcher_command
 
-ADDR_PLACEHOLDER = "@TUNEPLANE_MASTER_ADDR@"
-PORT_PLACEHOLDER = "@TUNEPLANE_MASTER_PORT@"
+ADDR_PLACEHOLDER = "@TP_MASTER_ADDR@"
+PORT_PLACEHOLDER = "@TP_MASTER_PORT@"
 PORT_BASE, PORT_SPAN = 20000, 20000  # the job's rendezvous port: PORT_BASE + job id % PORT_SPAN
 PORT_FLAGS = ("--main_process_port", "--master_port", "--master-port", "--rdzv-port")
 STATE_DIR = ".tuneplane/slurm"  # under the run dir: started/exit markers, the job id, the submit lock
