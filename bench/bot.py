@@ -7,6 +7,10 @@
    remote. Target ≤ 20 s.
 2. A no-op reconcile over a lab with 2,000 finished runs (2,000 requests, 2,000 status files), the
    common case of a merge that adds no run request. Target ≤ 1 s.
+3. 100 new run requests (`--slurm 100`) submitted to a real two-node Slurm cluster started here
+   (tests/slurm_cluster.py: munged, slurmctld, two slurmd; needs root and slurm-wlm): one `sbatch`
+   per run plus staging the lab into each run's directory; time per submission printed beside the
+   Kubernetes twin's. Skipped with the reason where the cluster cannot start.
 
 The upstream client has no GitOps bot, so there is no peer to compare with; targets are absolute.
 """
@@ -39,6 +43,7 @@ from helpers_git import (  # noqa: E402
 from peers import table  # noqa: E402
 
 TARGETS = {"submit": 20.0, "noop": 1.0}
+NOOP_TRAIN = "#!/usr/bin/env bash\necho ok\n"
 
 
 def bot(root: Path, *args: str) -> float:
@@ -76,6 +81,29 @@ def submit_round(tmp: Path, n: int, push: bool) -> tuple[float, int]:
         return seconds, created
     finally:
         kube.stop()
+
+
+def slurm_round(tmp: Path, n: int) -> tuple[float, int] | str:
+    """`n` requests through the bot to the real Slurm cluster; (seconds, jobs submitted) or why not."""
+    import slurm_cluster
+    from helpers_slurm import make_slurm_lab, request_run
+
+    reason = slurm_cluster.missing_reason()
+    if reason:
+        return reason
+    with slurm_cluster.running_cluster(tmp / "cluster") as cluster:
+        lab = make_slurm_lab(tmp / "lab", cluster, tmp / "shared", {"demo": {"train.sh": NOOP_TRAIN}})
+        for run_id in run_ids(n):
+            request_run(lab, "demo", run_id, "cpu", commit=False)
+        git(lab, "add", "-A")
+        git(lab, "commit", "-q", "-m", f"request {n} runs")
+        try:
+            seconds = bot(lab)
+            listed = cluster.command("squeue", "--noheader", "--states=all", "--format=%k")
+            submitted = sum(1 for line in listed.splitlines() if line.startswith("tuneplane-run="))
+        finally:
+            cluster.command("scancel", "--user=root", check=False)
+        return seconds, submitted
 
 
 def finished_lab(tmp: Path, n: int) -> Path:
@@ -124,6 +152,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--statuses", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--slurm", type=int, default=100, help="runs submitted to the real Slurm cluster (0: skip)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-bot-"))
     try:
@@ -135,6 +164,7 @@ def main() -> int:
 def _run(tmp: Path, args: argparse.Namespace) -> int:
     rows = []
     ok = True
+    kube_per_run = 0.0
     for push in (False, True):
         times = []
         for i in range(max(1, args.runs // 2)):
@@ -143,6 +173,7 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
                 raise RuntimeError(f"{created} jobs created for {args.requests} requests")
             times.append(seconds)
         median = statistics.median(times)
+        kube_per_run = kube_per_run or median / args.requests
         ok &= median <= TARGETS["submit"]
         label = f"reconcile: submit {args.requests} runs" + (" + push" if push else "")
         rows.append(
@@ -153,6 +184,8 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
                 f"{median / args.requests * 1000:.0f} ms",
             ]
         )
+    if args.slurm:
+        rows.append(_slurm_row(tmp / "slurm", args.slurm, kube_per_run))
     print(f"building a lab of {args.statuses} finished runs …")
     lab = finished_lab(tmp / "noop", args.statuses)
     for label, extra in (("", ()), (" --push", ("--push",))):
@@ -171,6 +204,20 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
         raise RuntimeError("a no-op reconcile changed the lab")
     print(table(rows, ["case (whole process, median)", "time", "target", "per run"]))
     return 0 if ok else 1
+
+
+def _slurm_row(tmp: Path, n: int, kube_per_run: float) -> list[str]:
+    result = slurm_round(tmp, n)
+    label = f"reconcile: submit {n} runs to real Slurm"
+    if isinstance(result, str):
+        return [label, "skipped", result, ""]
+    seconds, submitted = result
+    if submitted != n:
+        raise RuntimeError(f"{submitted} Slurm jobs for {n} requests")
+    per_run = seconds / n
+    return [label, f"{seconds:.2f} s", f"Kubernetes twin {kube_per_run * 1000:.0f} ms/run",
+            f"{per_run * 1000:.0f} ms ({per_run / kube_per_run:.1f}x the twin)" if kube_per_run else
+            f"{per_run * 1000:.0f} ms"]
 
 
 if __name__ == "__main__":
