@@ -95,6 +95,10 @@ def test_custom_allreduce_on_one_node_and_across_two(slurm_cluster: SlurmCluster
         assert status["metrics"]["allreduce/sum"] == nodes * (nodes + 1) / 2
         last = tp("job", "logs", "--tail", "1", run_id, cwd=root)
         assert last.code == 0 and len(last.out.splitlines()) == 1, last.output
+        token = run_dir_of(status) / ".tuneplane" / "secrets" / "job-token"
+        assert token.stat().st_mode & 0o777 == 0o600  # the job's user only
+        script = (run_dir_of(status) / ".tuneplane" / "slurm" / "batch.sh").read_text()
+        assert token.read_text() not in script and str(token) in script
         launches = (run_dir_of(status) / "launches.txt").read_text().splitlines()
         assert len(launches) == nodes  # the job ran once: one launcher per node
 

@@ -151,3 +151,25 @@ def _job_name(root: Path, run_id: str) -> str:
 
 
 
+
+
+def test_a_job_slurm_has_forgotten_is_read_from_its_exit_marker(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """scontrol answers "Invalid job id" for a purged job: the script's markers still tell how it ended."""
+    from tuneplane.backends.base import BackendRef
+    from tuneplane.backends.slurm import SlurmBackend
+    from tuneplane.render.slurm import STATE_DIR
+
+    backend = SlurmBackend(str(slurm_cluster.conf))
+    run_dir = tmp_path / "run"
+    state = run_dir / STATE_DIR
+    state.mkdir(parents=True)
+    gone = BackendRef(backend="slurm", kind="SlurmJob", name="gone-0123456789", namespace=str(run_dir), uid="987654")
+    lost = backend.observe(gone)
+    assert lost.phase == "Failed" and lost.reason == "Lost", lost
+
+    (state / "started.987654").write_text('{"job_id": "987654", "started_at": "2025-01-02T10:00:00Z"}\n')
+    (state / "exit.987654").write_text(
+        '{"job_id": "987654", "exit_code": 3, "finished_at": "2025-01-02T10:05:00Z"}\n')
+    ended = backend.observe(gone)
+    assert (ended.phase, ended.exit_code, ended.started_at, ended.finished_at) == (
+        "Failed", 3, "2025-01-02T10:00:00Z", "2025-01-02T10:05:00Z"), ended

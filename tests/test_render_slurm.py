@@ -176,3 +176,20 @@ def test_validate_locates_bad_slurm_settings(tmp_path: Path, tp: Any, git: Any) 
     lines = path.read_text(encoding="utf-8").splitlines()
     bad_partition = next(i for i, line in enumerate(lines, 1) if "partition: gpu two" in line)
     assert f"tuneplane.yaml:{bad_partition}:" in result.output and "gpu two" in result.output
+
+
+@pytest.mark.parametrize(("said", "setting"), [
+    ("Invalid account or account/partition combination specified", "cluster.slurm.account"),
+    ("Invalid qos specification", "cluster.slurm.qos"),
+    ("Requested time limit is invalid (missing or exceeds some limit)", "the run request's timeout"),
+    ("Invalid partition name specified", "cluster.slurm.profiles.gpu.partition"),
+])
+def test_refusals_that_need_accounting_name_their_setting(said: str, setting: str) -> None:
+    """Slurm's own wording (accounting and EnforcePartLimits are off on the test cluster)."""
+    from tuneplane.backends.slurm.errors import refusal
+
+    sources = {"--account": "cluster.slurm.account", "--qos": "cluster.slurm.qos",
+               "--time": "the run request's timeout", "--partition": "cluster.slurm.profiles.gpu.partition"}
+    refused = refusal(f"sbatch: error: Batch job submission failed: {said}", sources)
+    assert refused.permanent and refused.setting == setting
+    assert str(refused).startswith(f"{setting}: sbatch refused the job: ") and "hint:" in str(refused)
