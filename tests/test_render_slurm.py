@@ -186,10 +186,11 @@ def test_validate_locates_bad_slurm_settings(tmp_path: Path, tp: Any, git: Any) 
 ])
 def test_refusals_that_need_accounting_name_their_setting(said: str, setting: str) -> None:
     """Slurm's own wording (accounting and EnforcePartLimits are off on the test cluster)."""
+    from tuneplane.backends.base import SubmitRefused
     from tuneplane.backends.slurm.errors import refusal
 
     sources = {"--account": "cluster.slurm.account", "--qos": "cluster.slurm.qos",
                "--time": "the run request's timeout", "--partition": "cluster.slurm.profiles.gpu.partition"}
     refused = refusal(f"sbatch: error: Batch job submission failed: {said}", sources)
-    assert refused.permanent and refused.setting == setting
+    assert isinstance(refused, SubmitRefused) and refused.setting == setting
     assert str(refused).startswith(f"{setting}: sbatch refused the job: ") and "hint:" in str(refused)

@@ -52,6 +52,18 @@ class BackendError(Exception):
     """The backend could not do what was asked; the message is for a person."""
 
 
+class SubmitRefused(BackendError):
+    """The backend refused the job as written (a bad partition, too many GPUs): retrying cannot help.
+
+    `setting` names the tuneplane.yaml setting to change (`cluster.slurm.partition`), when known.
+    """
+
+    def __init__(self, message: str, setting: str = "", hint: str = "") -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.hint = hint
+
+
 class Backend(Protocol):
     name: str
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef
+from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRefused
 from tuneplane.backends.factory import ClusterAccess, make_backend
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, utc_now
 from tuneplane.errors import UsageError
@@ -293,12 +293,12 @@ class _Submitter:
         try:
             backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
             ref = backend.submit(backend_request(self.lab.root, self.lab, run))
+        except SubmitRefused as exc:  # refused as written: retrying cannot help
+            write_status(self.lab.root, refused_status(request, utc_now(), _located(self.lab, exc),
+                                                       "SubmitRefused", run.spec))
+            self._note(self.report.refused, key, f"refused: {exc}")
+            return
         except BackendError as exc:
-            if getattr(exc, "permanent", False):  # refused as written: retrying cannot help
-                write_status(self.lab.root, refused_status(request, utc_now(), _located(self.lab, exc),
-                                                           "SubmitRefused", run.spec))
-                self._note(self.report.refused, key, f"refused: {exc}")
-                return
             self.failures += 1
             status = waiting_status(request, run.spec, utc_now(), str(exc))
             write_status(self.lab.root, status if previous is None else _retried(previous, status))
@@ -340,9 +340,9 @@ class _Submitter:
         self.echo(f"  {key}: {text}")
 
 
-def _located(lab: Lab, exc: BackendError) -> str:
+def _located(lab: Lab, exc: SubmitRefused) -> str:
     """A refusal that names a tuneplane.yaml setting, with the setting's line and column."""
-    setting = str(getattr(exc, "setting", "") or "").split(" ")[0]
+    setting = exc.setting.split(" ")[0]
     if not setting.startswith(("cluster.", "profiles.")) or lab.doc is None:
         return str(exc)
     line, col = lab.doc.where("/" + setting.replace(".", "/"))

@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneplane.constants import CONFIG_ERROR_EXIT, HF_TOKEN, JOB_TOKEN
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, SlurmProfile, SlurmSettings
@@ -80,6 +81,7 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         "env": _env(spec, plan),
         "state_dir": f"{spec.spec.paths.run_dir}/{STATE_DIR}",
         "port_base": PORT_BASE,
+        "config_exit": CONFIG_ERROR_EXIT,
         "port_span": PORT_SPAN,
         "secret_files": _secret_files(spec, lab),
         "ingest": {"endpoint": lab.cluster.ingest.endpoint, "run_id": spec.metadata.run_id}
@@ -190,9 +192,9 @@ def _env(spec: JobSpec, plan: LaunchPlan) -> list[tuple[str, str]]:
 def _secret_files(spec: JobSpec, lab: LabFile) -> list[tuple[str, str]]:
     files = []
     if lab.cluster.ingest.endpoint:
-        files.append(("TUNEPLANE_JOB_TOKEN", f"{spec.spec.paths.run_dir}/{TOKEN_FILE}"))
+        files.append((JOB_TOKEN, f"{spec.spec.paths.run_dir}/{TOKEN_FILE}"))
     if lab.cluster.slurm.hf_token_file:
-        files.append(("HF_TOKEN", lab.cluster.slurm.hf_token_file))
+        files.append((HF_TOKEN, lab.cluster.slurm.hf_token_file))
     return files
 
 

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import TERMINAL, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
 from tuneplane.backends.slurm import cancel, logs, observe, submit
 from tuneplane.backends.slurm.commands import SlurmCommands
 from tuneplane.backends.slurm.submit import RUN_FILE
+from tuneplane.constants import TERMINAL
 from tuneplane.render.slurm import STATE_DIR
 
 

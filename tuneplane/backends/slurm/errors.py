@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tuneplane.backends.base import BackendError
+from tuneplane.backends.base import SubmitRefused
 from tuneplane.backends.slurm.commands import first_line
 
 # (text in sbatch's message, lowercased) → (the sbatch options it may be about, first present wins; the fix)
@@ -35,15 +35,8 @@ KNOWN = (
 )
 
 
-class SlurmRefused(BackendError):
+class SlurmRefused(SubmitRefused):
     """sbatch refused the job as written: retrying the same request cannot succeed."""
-
-    permanent = True
-
-    def __init__(self, message: str, setting: str = "", hint: str = "") -> None:
-        super().__init__(message)
-        self.setting = setting
-        self.hint = hint
 
 
 def refusal(stderr: str, sources: Mapping[str, str]) -> SlurmRefused:
