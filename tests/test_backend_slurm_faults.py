@@ -114,6 +114,41 @@ def test_unanswering_controller_is_retried_never_lost(slurm_cluster: SlurmCluste
         status["backend"]["uid"]]
 
 
+def test_a_hung_controller_is_retried_and_its_job_adopted(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """slurmctld stopped (SIGSTOP) while sbatch waits: the bot gives up after command_timeout and says it
+    will retry; once the controller runs again, the next bot finds whatever it did and runs it once."""
+    import os
+    import signal
+
+    from tuneplane.gitops.bot import reconcile
+
+    shared = tmp_path / "shared"
+    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, shared, {"count": {"train.sh": COUNTING_TRAIN}})
+    text = (root / "tuneplane.yaml").read_text()
+    (root / "tuneplane.yaml").write_text(text.replace("    partition: debug\n",
+                                                      "    partition: debug\n    command_timeout: 3\n"))
+    git(root, "commit", "-qam", "a short command timeout")
+    run_id = "20250102-180000-000001"
+    request_run(root, "count", run_id, "cpu")
+    controller = slurm_cluster.processes["slurmctld"].pid
+    os.kill(controller, signal.SIGSTOP)
+    try:
+        report = reconcile(root, echo=quiet)
+    finally:
+        os.kill(controller, signal.SIGCONT)
+    assert report.waiting == [f"count/{run_id}"], report
+    status = status_of(root, "count", run_id)
+    assert status["phase"] == "Pending" and status["reason"] == "SubmitFailed", status
+    assert "did not answer" in status["message"]
+
+    slurm_cluster.wait_idle()
+    report = reconcile(root, echo=quiet)
+    assert report.submitted == [f"count/{run_id}"], report
+    status = status_of(root, "count", run_id)
+    assert _jobs_named(slurm_cluster, status["backend"]["name"]) == [status["backend"]["uid"]]
+    assert [line.split()[0] for line in _wait_launches(shared / "launches.txt", 1)] == [run_id]
+
+
 def test_sbatch_refusals_name_the_setting(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     from tuneplane.gitops.bot import reconcile
 

@@ -53,7 +53,8 @@ def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Ba
         # lazy: only Slurm labs need it
         from tuneplane.backends.slurm import SlurmBackend
 
-        return SlurmBackend(lab.config.cluster.slurm.conf)
+        slurm = lab.config.cluster.slurm
+        return SlurmBackend(slurm.conf, timeout=slurm.command_timeout)
     # lazy: the kubernetes client is slow to import
     from tuneplane.backends.kubernetes.backend import KubernetesBackend
 

@@ -112,6 +112,9 @@ class SlurmSettings(Strict):
     hf_token_file: str = Field("", pattern=SLURM_PATH_RE,
                                description="A file only you can read holding the Hugging Face token (HF_TOKEN).")
     conf: str = Field("", description="slurm.conf for the bot's Slurm commands; empty: $SLURM_CONF or Slurm's default.")
+    command_timeout: float = Field(60, ge=1, le=600,
+                                   description="Seconds a Slurm command may take before the controller counts as "
+                                               "not answering (the bot retries on its next run).")
 
 
 class Cluster(Strict):
