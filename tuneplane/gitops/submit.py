@@ -124,8 +124,8 @@ def prepare_run(
 
 def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
     """The Slurm backend's one "manifest": the batch script and what staging the run needs."""
-    from tuneplane.plan.names import jobspec_digest
-    from tuneplane.render.slurm import render_batch
+    from tuneplane.plan.names import jobspec_digest  # lazy: only Slurm labs render batch scripts
+    from tuneplane.render.slurm import render_batch  # lazy: as above
 
     batch = render_batch(spec, plan, lab.config)
     paths = spec.spec.paths

@@ -22,6 +22,7 @@ from tuneplane.constants import CONFIG_ERROR_EXIT, HF_TOKEN, JOB_TOKEN
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, SlurmProfile, SlurmSettings
+from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import RENDEZVOUS_PORT, rendezvous_host
 from tuneplane.render.manifests import jobspec_document, launcher_command
@@ -62,7 +63,7 @@ def slurm_settings(lab: LabFile) -> SlurmSettings:
 
 def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
     """The batch script of one run and its launch document; raises UsageError on an unusable setting."""
-    from tuneplane.render.templating import render
+    from tuneplane.render.templating import render  # lazy: Jinja2 loads only when a script is rendered
 
     if spec.spec.resources.local:
         raise UsageError(
@@ -176,8 +177,6 @@ def slurm_time(seconds: int) -> str:
 
 
 def _env(spec: JobSpec, plan: LaunchPlan) -> list[tuple[str, str]]:
-    from tuneplane.plan.environment import job_env
-
     out = []
     for name, value in job_env(spec, plan.env).items():
         if name in RUNTIME_ENV:
@@ -199,7 +198,7 @@ def _secret_files(spec: JobSpec, lab: LabFile) -> list[tuple[str, str]]:
 
 
 def _software_lines(settings: SlurmSettings) -> list[str]:
-    from tuneplane.render.templating import shell_quote
+    from tuneplane.render.templating import shell_quote  # lazy: as render above
 
     software = settings.software
     if software.kind == "host" and software.python_env:

@@ -38,7 +38,7 @@ class SlurmBackend:
 
     def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]:
         """What the recipe's artifact globs match in the run's out dir on the shared filesystem."""
-        from tuneplane.backends.local.backend import collect_artifacts
+        from tuneplane.backends.local.backend import collect_artifacts  # lazy: only finished runs need it
 
         run_dir = Path(ref.namespace)
         try:

@@ -30,6 +30,8 @@ from typing import Any
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.slurm.commands import SlurmCommands, first_line
 from tuneplane.backends.slurm.errors import refusal
+from tuneplane.errors import UsageError
+from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.render.slurm import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
 
 KIND = "SlurmJob"
@@ -135,9 +137,6 @@ def _stage(run_dir: Path, batch: dict[str, Any], request: SubmitRequest) -> None
 
 
 def _export_lab(lab_root: Path, commit: str, dest: Path) -> None:
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.gitrepo import GitRepo
-
     if not commit:
         raise BackendError("the run has no commit to stage: commit the lab first")
     try:
