@@ -83,9 +83,26 @@ class SlurmCluster:
             time.sleep(0.3)
         raise ClusterUnavailable(f"the Slurm nodes did not become idle: {states}\n{self.logs_tail()}")
 
-    def resume(self, node: str) -> None:
-        """Bring a node that a test set DOWN back to service."""
+    def wait_answering(self, timeout: float = START_TIMEOUT) -> None:
+        """Until slurmctld answers again (after a test stopped it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.node_states()) == len(NODES):
+                return
+            time.sleep(0.3)
+        raise ClusterUnavailable(f"slurmctld does not answer\n{self.logs_tail()}")
+
+    def resume(self, node: str, timeout: float = START_TIMEOUT) -> None:
+        """Bring a node that a test set DOWN back to service (jobs of other tests may still run on it)."""
         self.command("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.node_states().get(node, "")
+            if state and not state.startswith(("down", "drain", "fail", "unk", "not_resp")):
+                return
+            time.sleep(0.3)
+        raise ClusterUnavailable(f"node {node} did not come back: {state}\n{self.logs_tail()}")
 
     def check_alive(self) -> None:
         for name, proc in self.processes.items():

@@ -197,7 +197,6 @@ def test_node_set_down_mid_run_fails_with_node_fail(slurm_cluster: SlurmCluster,
         statuses = sync_until(root, lambda s: terminal(s[run_id]), keys)
     finally:
         slurm_cluster.resume("n2")
-        slurm_cluster.wait_idle()
     status = statuses[run_id]
     assert status["phase"] == "Failed" and status["reason"] == "NODE_FAIL", status
     assert "node" in status["message"]

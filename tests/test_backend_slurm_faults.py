@@ -141,7 +141,7 @@ def test_a_hung_controller_is_retried_and_its_job_adopted(slurm_cluster: SlurmCl
     assert status["phase"] == "Pending" and status["reason"] == "SubmitFailed", status
     assert "did not answer" in status["message"]
 
-    slurm_cluster.wait_idle()
+    slurm_cluster.wait_answering()
     report = reconcile(root, echo=quiet)
     assert report.submitted == [f"count/{run_id}"], report
     status = status_of(root, "count", run_id)

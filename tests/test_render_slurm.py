@@ -194,3 +194,14 @@ def test_refusals_that_need_accounting_name_their_setting(said: str, setting: st
     refused = refusal(f"sbatch: error: Batch job submission failed: {said}", sources)
     assert isinstance(refused, SubmitRefused) and refused.setting == setting
     assert str(refused).startswith(f"{setting}: sbatch refused the job: ") and "hint:" in str(refused)
+
+
+def test_a_slurm_lab_without_a_shared_runs_root_is_warned(tmp_path: Path, tp: Any, git: Any) -> None:
+    root = _slurm_lab(tmp_path / "lab", git)
+    path = root / "tuneplane.yaml"
+    path.write_text(path.read_text(encoding="utf-8").replace("    runs_root: /shared/tuneplane\n", "")
+                    .replace("      python_env: /shared/envs/train\n", ""), encoding="utf-8")
+    result = tp("validate", cwd=root)
+    assert result.code == 0, result.output  # warnings only
+    assert "warning [lab-slurm] cluster.slurm.runs_root is not set" in result.output
+    assert "warning [lab-slurm] cluster.slurm.software.python_env is not set" in result.output
