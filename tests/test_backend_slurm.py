@@ -200,3 +200,27 @@ def test_node_set_down_mid_run_fails_with_node_fail(slurm_cluster: SlurmCluster,
     status = statuses[run_id]
     assert status["phase"] == "Failed" and status["reason"] == "NODE_FAIL", status
     assert "node" in status["message"]
+
+
+def test_with_requeue_a_node_failure_requeues_the_job(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
+    path = root / "tuneplane.yaml"
+    path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    requeue: true\n"))
+    from helpers_git import git
+
+    git(root, "commit", "-qam", "let Slurm requeue")
+    run_id = "20250102-131000-000001"
+    request_run(root, "sleeps", run_id, "gpu:2")
+    assert _reconcile(root).submitted
+    keys = [("sleeps", run_id)]
+    assert sync_until(root, lambda s: s[run_id].get("phase") == "Running", keys)[run_id]["phase"] == "Running"
+    try:
+        slurm_cluster.command("scontrol", "update", "nodename=n2", "state=down", "reason=test-requeue")
+        status = sync_until(root, lambda s: s[run_id].get("reason") == "REQUEUED", keys)[run_id]
+    finally:
+        slurm_cluster.resume("n2")
+    assert status["phase"] == "Running" and status["reason"] == "REQUEUED", status
+    assert "requeued" in status["message"]
+    job = slurm_cluster.command("scontrol", "show", "job", "--oneliner", status["backend"]["uid"])
+    assert "Restarts=1" in job
+    slurm_cluster.command("scancel", status["backend"]["uid"])

@@ -2,7 +2,9 @@
 and the markers the batch script writes (start, exit code and end time) when it has forgotten.
 
 Slurm states → our phases:
-  PENDING, CONFIGURING, REQUEUED, REQUEUE_HOLD, REQUEUE_FED, RESV_DEL_HOLD → Pending (Slurm's reason)
+  PENDING, CONFIGURING, RESV_DEL_HOLD → Pending (Slurm's reason)
+  REQUEUED, REQUEUE_HOLD, REQUEUE_FED, or PENDING after a restart → Running, reason REQUEUED (phases
+      never go back; the message says it waits to start again)
   RUNNING, COMPLETING, SUSPENDED, STAGE_OUT, SIGNALING, RESIZING → Running
   COMPLETED → Succeeded
   FAILED, NODE_FAIL, OUT_OF_MEMORY, TIMEOUT, BOOT_FAIL, DEADLINE, PREEMPTED, SPECIAL_EXIT, REVOKED →
@@ -99,6 +101,11 @@ def from_fields(fields: dict[str, str], started: dict[str, Any] | None,
     code = exit_code(fields.get("ExitCode", ""))
     if marker is not None and isinstance(marker.get("exit_code"), int):
         code = marker["exit_code"]  # the script's own view: the entrypoint's code, not bash's
+    restarts = int(fields.get("Restarts", "0")) if fields.get("Restarts", "0").isdigit() else 0
+    if state in PENDING and (restarts or state.startswith("REQUEUE")):
+        # phases never go back: a requeued job stays Running in the status, and says why it waits
+        return Observation("Running", reason="REQUEUED", started_at=start,
+                           message=f"Slurm requeued the job (restart {restarts}); it waits to start again: {reason}")
     if state in PENDING:
         shown = "None" if reason in _UNSET else reason
         return Observation("Pending", reason="" if shown == "None" else reason,
