@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuneplane.backends.slurm.commands import check_script
 from tuneplane.check.params import parse_sets
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
@@ -308,6 +309,7 @@ def _render_chunk(targets: list[str]) -> list[tuple[str, str]]:
 def slurm_rendered(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> Rendered:
     """A Slurm run: the batch script as text; as JSON, the script and the launch document it fills in."""
     batch = render_batch(spec, plan, lab.config)
+    check_script(batch.script)
     doc = {"kind": "SlurmBatch", "job_name": batch.job_name, "comment": batch.comment, "script": batch.script,
            "launch_document": batch.launch_document}
     return Rendered(spec, plan, [doc], batch.script)

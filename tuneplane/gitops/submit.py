@@ -124,10 +124,12 @@ def prepare_run(
 
 def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
     """The Slurm backend's one "manifest": the batch script and what staging the run needs."""
+    from tuneplane.backends.slurm.commands import check_script  # lazy: as above
     from tuneplane.plan.names import jobspec_digest  # lazy: only Slurm labs render batch scripts
     from tuneplane.render.slurm import render_batch  # lazy: as above
 
     batch = render_batch(spec, plan, lab.config)
+    check_script(batch.script)
     paths = spec.spec.paths
     return {
         "kind": "SlurmBatch",

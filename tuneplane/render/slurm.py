@@ -2,8 +2,9 @@
 
 Every decision is made here; `templates/slurm/batch.sh.j2` loops over the lists prepared below and
 passes every value through the `sh` filter (shell quoting), and every `#SBATCH` directive is checked
-against a strict character set first, so nothing a person wrote can add a line or a command. The
-result is parsed back with `bash -n`.
+against a strict character set first, so nothing a person wrote can add a line or a command. This
+stage is pure: whoever renders for a person or for sbatch parses the result back with `bash -n`
+(`backends.slurm.commands.check_script`).
 
 The LaunchPlan is the one the adapters compile for Kubernetes. Only where ranks meet differs: the
 plan names the JobSet's first pod, which does not exist on Slurm, so the launch document carries
@@ -14,7 +15,6 @@ port derived from the job id.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ class BatchJob:
 
     job_name: str
     comment: str
-    script: str  # the batch script, bash -n checked
+    script: str  # the batch script
     launch_document: dict[str, Any]  # `.tuneplane/jobspec.slurm.json`, with rendezvous placeholders
     sources: dict[str, str] = field(default_factory=dict)  # sbatch option → tuneplane.yaml setting
 
@@ -92,7 +92,6 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         "command": _command(spec, settings),
     }
     script = render("slurm/batch.sh.j2", **context)
-    check_bash(script)
     return BatchJob(
         job_name=spec.metadata.name,
         comment=job_comment(spec.metadata.run_id),
@@ -250,16 +249,3 @@ def rendezvous_argv(argv: list[str], host: str) -> list[str]:
             arg = PORT_PLACEHOLDER
         out.append(arg)
     return out
-
-
-def check_bash(script: str) -> None:
-    """`bash -n`: the rendered script parses (a failure is our bug, never the user's)."""
-    try:
-        done = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"cannot check the batch script with bash -n: {exc}",
-                         hint="install bash on the machine that renders Slurm runs") from None
-    if done.returncode:
-        raise UsageError(f"the rendered batch script does not parse: {done.stderr.strip()}",
-                         hint="this is a bug in tuneplane; report it with the run request")

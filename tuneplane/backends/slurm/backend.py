@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
-from tuneplane.backends.slurm import cancel, logs, observe, submit
+from tuneplane.backends.slurm import artifacts, cancel, logs, observe, submit
 from tuneplane.backends.slurm.commands import SlurmCommands
 from tuneplane.backends.slurm.submit import RUN_FILE
 from tuneplane.constants import TERMINAL
@@ -38,12 +38,10 @@ class SlurmBackend:
 
     def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]:
         """What the recipe's artifact globs match in the run's out dir on the shared filesystem."""
-        from tuneplane.backends.local.backend import collect_artifacts  # lazy: only finished runs need it
-
         run_dir = Path(ref.namespace)
         try:
             meta = json.loads((run_dir / STATE_DIR / RUN_FILE).read_text(encoding="utf-8"))
             globs = [dict(item) for item in meta["artifacts"]]
         except (OSError, ValueError, KeyError, TypeError):
             return []
-        return collect_artifacts(run_dir / "out", globs)
+        return artifacts.collect(run_dir / "out", globs)

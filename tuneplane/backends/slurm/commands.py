@@ -1,4 +1,5 @@
-"""Running Slurm's commands: the one place that starts `sbatch`, `squeue`, `scontrol`, `sacct`, `scancel`.
+"""Running Slurm's commands: the one place that starts `sbatch`, `squeue`, `scontrol`, `sacct`, `scancel`
+(and `bash -n` on a rendered batch script).
 
 Each call gets a bounded time, a small fixed environment (the bot's own variables, its git and CI
 tokens among them, never reach a job) and `SLURM_CONF` when the lab names one. A controller that does
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuneplane.backends.base import BackendError
+from tuneplane.errors import UsageError
 
 TIMEOUT = 60.0  # seconds for one command; Slurm retries its own connections within MessageTimeout
 PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SLURM_CONF")
@@ -75,6 +77,19 @@ class SlurmCommands:
         if result.code:
             raise BackendError(f"{' '.join(args[:2])} failed ({result.code}): {first_line(result.err)}")
         return result.out
+
+
+def check_script(script: str) -> str:
+    """`bash -n`: the rendered batch script parses (a failure is our bug, never the user's); returns it."""
+    try:
+        done = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"cannot check the batch script with bash -n: {exc}",
+                         hint="install bash on the machine that renders Slurm runs") from None
+    if done.returncode:
+        raise UsageError(f"the rendered batch script does not parse: {done.stderr.strip()}",
+                         hint="this is a bug in tuneplane; report it with the run request")
+    return script
 
 
 def unreachable(text: str) -> bool:
