@@ -134,8 +134,7 @@ def from_marker(ref: BackendRef, state: Path, marker: dict[str, Any] | None) -> 
                            started_at=(started or {}).get("started_at"))
     code = marker.get("exit_code")
     code = code if isinstance(code, int) else None
-    phase = "Succeeded" if code == 0 else "Failed"
-    return Observation(phase, reason="" if code == 0 else "NonZeroExitCode",
+    return Observation("Succeeded" if code == 0 else "Failed", reason="" if code == 0 else "NonZeroExitCode",
                        message="" if code == 0 else f"the job exited with code {code}",
                        started_at=(started or {}).get("started_at"), finished_at=marker.get("finished_at"),
                        exit_code=code)
