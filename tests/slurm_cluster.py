@@ -283,7 +283,12 @@ def running_cluster(root: Path | None = None) -> Iterator[SlurmCluster]:
             shutil.rmtree(base, ignore_errors=True)
 
 
+def _stop_on_term(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)  # unwinds through running_cluster, which stops the daemons
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop_on_term)
     with running_cluster() as running:
         print(f"SLURM_CONF={running.conf}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
