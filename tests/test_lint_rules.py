@@ -17,7 +17,7 @@ The platform starts this file with --output-dir --overrides-json and a config; t
 import argparse
 
 # --output-dir ./checkpoints is what the old launcher passed
-parser = argparse.ArgumentParser(description="--output-dir ./ckpt is set by the platform")
+parser = argparse.ArgumentParser(description="Train a classifier")
 parser.add_argument("--output-dir")
 '''
 CODE_PY = 'import os\nOUT = "./checkpoints"\n'
@@ -49,7 +49,7 @@ def test_starforge_callback_anywhere_in_the_experiment_fails_strict(lab: Path, t
     run_git(lab, "add", "-A")
     run_git(lab, "commit", "-q", "-m", "x")
     problems = _problems(tp("validate", "sft", "--format", "json", cwd=lab))
-    found = sorted((p["file"], p["line"]) for p in problems if p["rule"] == "lint-legacy-env")
+    found = sorted({(p["file"], p["line"]) for p in problems if p["rule"] == "lint-legacy-env"})
     assert found == [("experiments/sft/helpers/callbacks.py", 1), ("experiments/sft/helpers/callbacks.py", 3)]
     hints = " ".join(p["hint"] for p in problems if p["rule"] == "lint-legacy-env")
     assert "TunePlaneCallback" in hints and "tuneplane.report" in hints

@@ -221,7 +221,7 @@ def test_migrate_rewrites_starforge_names_in_code(tmp_path: Path, tp_subprocess:
     for path in (root / "smoke/smoke-custom/train.py", root / "experiments/sft-trl/train.py"):
         assert not re.search(r"starforge|\bFORGE_", path.read_text(encoding="utf-8"), re.I), path
     # what cannot be rewritten safely is listed with file:line
-    assert re.search(r"common/rewards\.py:6:\d+: .*STARFORGE_", result.out), result.out
+    assert re.search(r"common/rewards\.py:7:\d+: .*STARFORGE_", result.out), result.out
 
 
 def test_migrate_checklist_scan_is_case_insensitive(tmp_path: Path, tp_subprocess: Any) -> None:
@@ -241,7 +241,7 @@ def test_people_lab_validates_strict_after_migrate(tmp_path: Path, tp_subprocess
     problems = _problems(tp_subprocess("validate", "--format", "json", cwd=root))
     assert _errors(problems) == []
     legacy = [p for p in problems if p["rule"] == "lint-legacy-env"]
-    assert [(p["file"], p["line"]) for p in legacy] == [("common/rewards.py", 6)], problems
+    assert [(p["file"], p["line"]) for p in legacy] == [("common/rewards.py", 7)], problems
     assert tp_subprocess("validate", "--strict", cwd=root).code == 1
     # ... and once the user fixes it, the migrated lab is clean even under --strict
     rewards = root / "common/rewards.py"
