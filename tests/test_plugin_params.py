@@ -104,11 +104,13 @@ def test_undeclared_key_without_plugins_is_refused_naming_plugin_params(lab: Pat
 
 
 def test_run_request_with_a_plugin_param_validates(plugin_lab: Path, tp: Any) -> None:
-    write_tree(plugin_lab, {"runs/cls/20250101-120000-abc123.yaml": (
-        "experiment: cls\nrun_id: 20250101-120000-abc123\nprofile: local\nimage: python:3.12\nset: {opsd.scale: -2}\n")})
+    run = "20250101-120000-abc123"
+    write_tree(plugin_lab, {f"runs/cls/{run}.yaml": (
+        f"experiment: cls\nrun_id: {run}\nprofile: local\nimage: python:3.12\nset: {{opsd.scale: -2}}\n")})
     result = tp("validate", "--format", "json", cwd=plugin_lab)
     problems = json.loads(result.out)["problems"]
-    assert [(p["file"], p["rule"]) for p in problems if p["severity"] == "error"] == [("runs/cls/20250101-120000-abc123.yaml", "run-set")]
+    errors = [(p["file"], p["rule"]) for p in problems if p["severity"] == "error"]
+    assert errors == [(f"runs/cls/{run}.yaml", "run-set")]
 
 
 @pytest.mark.parametrize(("params", "needle"), [

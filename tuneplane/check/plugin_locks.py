@@ -24,6 +24,7 @@ from tuneplane.check.plugins import (
 )
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
+from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.plugin import LOCK_API, LOCK_FILE, MANIFEST_FILE, PluginManifest, PluginsLock, PluginsLockEntry
 from tuneplane.problems import Problem, Severity
@@ -132,7 +133,7 @@ def check_lock_text(lab_root: Path, exp_dir: Path, framework: str, recipe_plugin
 def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple[PluginManifest | None,
                                                                                   list[Problem]]:
     at = f"/plugins/{index}"
-    plugin_dir = check.lab_root / "plugins" / entry.name
+    plugin_dir = plugin_path(check.lab_root, entry.name)
     fix = f"tp plugin lock {check.exp_name} {entry.id}"
     if not fs.present(plugin_dir / MANIFEST_FILE):
         return None, [check.ctx.problem(f"{at}/id", "plugins-lock-missing",
@@ -237,7 +238,7 @@ def _module_collisions(check: _ExpCheck, lock: PluginsLock,
         if manifest.capability != "algorithm":
             continue
         entry = lock.plugins[index]
-        for module in top_level_modules(check.lab_root / "plugins" / entry.name, packages_only=True):
+        for module in top_level_modules(plugin_path(check.lab_root, entry.name), packages_only=True):
             if module in owners:
                 problems.append(check.ctx.problem(
                     f"/plugins/{index}/id", "plugin-module-collision",

@@ -48,7 +48,6 @@ from tuneplane.render.manifests import jobspec_document, render_manifests
 Echo = Callable[[str], None]
 
 
-LAB_INPUTS = ("tuneplane.yaml", "experiments", "plugins")  # what a job's package is made of
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,7 @@ def lab_at(repo: GitRepo, commit: str) -> Iterator[Lab]:
 
 def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
     """Uncommitted changes to what a job is built from (other files do not matter to the run)."""
-    paths = [p for p in LAB_INPUTS if (lab.root / p).exists()]
+    paths = [p for p in lab.job_inputs() if (lab.root / p).exists()]
     return bool(paths) and repo.is_dirty(paths)
 
 

@@ -34,6 +34,7 @@ from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.jobspec import (
     AdapterRef,
     ArtifactRef,
+    DatasetRef,
     FrameworkRef,
     InputsRef,
     JobMeta,
@@ -95,14 +96,15 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
                          hint="see `tp methods`")
     recipe = ctx.recipe
     config = ctx.config.data if ctx.config is not None else None
-    _check_entrypoint(ctx.dir, ctx.lock, recipe)
-    _raise_refusals(check_platform_owned(recipe, config), f"experiments/{experiment}/config.yaml")
+    _check_entrypoint(ctx.dir, ctx.lock, recipe, ctx.rel)
+    rel = lab.experiment_rel(experiment)
+    _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
     plugins = _plugins(lab, ctx.dir, recipe)
     _raise_refusals(check_algorithm_plugins(recipe.framework,
                                             [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
-                    f"experiments/{experiment}/plugins.lock.json")
+                    f"{rel}/plugins.lock.json")
     return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
-                              tuple(plugins), _base_hyperparams(recipe, config, experiment))
+                              tuple(plugins), _base_hyperparams(recipe, config, rel))
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
@@ -125,12 +127,12 @@ def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:
         raise UsageError(f"{where}: {first.message}" if where else first.message, hint=first.hint)
 
 
-def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe) -> None:
+def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe, rel: str) -> None:
     kind, value = _entrypoint(lock, recipe)
     if kind == "experiment" and resolve_entrypoint(exp_dir, value) is None:
         raise UsageError(entrypoint_message(recipe.framework),
                          hint=f"the recipe runs {value!r}: it must be a regular file inside "
-                              f"experiments/{exp_dir.name}/ (renamed or deleted? restore it)")
+                              f"{rel}/ (renamed or deleted? restore it)")
 
 
 def _entrypoint(lock: RecipeLock, recipe: Recipe) -> tuple[str, str]:
@@ -149,7 +151,7 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(recipe: Recipe, config: Any, experiment: str) -> dict[str, Scalar]:
+def _base_hyperparams(recipe: Recipe, config: Any, rel: str) -> dict[str, Scalar]:
     """Config values at the param paths, else the recipe default; keyed by dotted config path."""
     values: dict[str, Scalar] = {}
     data = config if isinstance(config, dict) else {}
@@ -161,7 +163,7 @@ def _base_hyperparams(recipe: Recipe, config: Any, experiment: str) -> dict[str,
             continue
         problem = check_value(param, value)
         if problem:
-            raise UsageError(f"experiments/{experiment}/config.yaml: {param.path}: {problem}",
+            raise UsageError(f"{rel}/config.yaml: {param.path}: {problem}",
                              hint=param.doc or f"see `tp methods` for parameter {name}")
         values[param.path] = _normalise(param.type, value)
     return values
@@ -184,16 +186,19 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
     # lazy: the plugin tooling loads only for experiments that lock plugins
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
+    from tuneplane.lab.layout import plugin_dir as plugin_path
 
     _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
                                           __version__))
     lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
     refs = []
     for entry in lock.plugins if lock else []:
-        manifest = load_plugin_manifest(lab.root / "plugins" / entry.name)
+        folder = plugin_path(lab.root, entry.name)
+        manifest = load_plugin_manifest(folder)
         refs.append(PluginRef(id=entry.id, name=entry.name, version=entry.version, digest=entry.digest,
                               capability=manifest.capability, entrypoint=manifest.entrypoint or "",
-                              load=manifest.load, requires_core=manifest.requires.core))
+                              load=manifest.load, requires_core=manifest.requires.core,
+                              source=lab.rel(folder)))
     return refs
 
 
@@ -240,7 +245,8 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
             hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
             resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
                                 local=local),
-            plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths),
+            plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths,
+            shared_code=list(settings.shared_code), datasets=_datasets(lab, paths.storage_root, local)),
         provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
                                  config_sha256=prepared.config_sha256, tool_version=__version__,
                                  requested_by=request.requested_by),
@@ -408,4 +414,36 @@ def _paths(lab: Lab, experiment: str, run_id: str, local: bool, env: dict[str, s
     run_dir = str(PurePosixPath(root) / "runs" / _user(lab) / experiment / run_id)
     work_dir = f"{run_dir}/work"
     return Paths(storage_root=root, run_dir=run_dir, work_dir=work_dir,
-                 exp_dir=f"{work_dir}/experiments/{experiment}", out_dir=f"{run_dir}/out")
+                 exp_dir=f"{work_dir}/{lab.experiment_rel(experiment)}", out_dir=f"{run_dir}/out",
+                 hf_home=_local_hf_home(env) if local else "")
+
+
+def _local_hf_home(env: dict[str, str]) -> str:
+    """On this machine the user's own Hugging Face cache: what a run downloads stays for the next."""
+    if env.get("HF_HOME"):
+        return str(Path(os.path.expanduser(env["HF_HOME"])).absolute())
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return str(Path(cache) / "huggingface")
+
+
+DATASET_MOUNT_ROOT = "/mnt/datasets"
+
+
+def _datasets(lab: Lab, storage: str, local: bool) -> list[DatasetRef]:
+    """Each lab data set where this run finds it: on the storage, on its own volume, or on this machine."""
+    from tuneplane.lab.layout import dataset_variable
+
+    out = []
+    for name, ds in sorted(lab.config.datasets.items()):
+        claim, where = "", ""
+        if local and ds.local_path:
+            path = Path(os.path.expanduser(ds.local_path))
+            where = str(path if path.is_absolute() else lab.root / path)
+        elif ds.path:
+            where = str(PurePosixPath(storage) / ds.path)
+        elif not local:
+            where, claim = f"{DATASET_MOUNT_ROOT}/{name}", ds.volume
+        if where:  # a volume with no local_path cannot reach a job on this machine
+            out.append(DatasetRef(name=name, variable=dataset_variable(name), dir=where, claim=claim,
+                                  read_only=ds.read_only))
+    return out
