@@ -130,6 +130,8 @@ def _load_lock(ctx: ExperimentContext) -> None:
 
 
 def _load_config(ctx: ExperimentContext) -> None:
+    if ctx.recipe is not None and ctx.recipe.config.mode == "user":
+        return  # custom: config.yaml is the user's own file (it may be a template); tp never parses it
     path = ctx.dir / CONFIG_FILE
     if not present(path):
         return

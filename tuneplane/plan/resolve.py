@@ -20,6 +20,7 @@ from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
 from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.check.rules import config as config_rule
 from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
@@ -96,6 +97,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
                          hint="see `tp methods`")
     recipe = ctx.recipe
     config = ctx.config.data if ctx.config is not None else None
+    _raise_first([p for p in config_rule.check(ctx) if p.rule == "config-unknown"])  # a closed config
     _check_entrypoint(ctx.dir, ctx.lock, recipe, ctx.rel)
     rel = lab.experiment_rel(experiment)
     _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
