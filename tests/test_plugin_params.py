@@ -90,7 +90,7 @@ def test_undeclared_key_with_plugins_locked_is_accepted_with_a_warning(plugin_la
                                                                        tp_subprocess: Any) -> None:
     result = tp_subprocess("submit", "cls", *SUBMIT, "--set", "opsd.beta=3", "--local", cwd=plugin_lab)
     assert result.code == 0, result.output
-    assert "opsd.beta" in result.err and "warning" in result.err.lower()
+    assert "warning: --set opsd.beta" in result.output and "params:" in result.output
     assert _seen()["opsd.beta"] == 3
 
 

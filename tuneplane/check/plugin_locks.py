@@ -246,3 +246,26 @@ def _module_collisions(check: _ExpCheck, lock: PluginsLock,
                     "job only the first would be imported", "rename the module in one of them"))
             owners.setdefault(module, entry.id)
     return problems
+
+
+def locked_plugin_params(lab_root: Path, exp_dir: Path) -> tuple[dict[str, Any], bool]:
+    """(parameters the experiment's locked algorithm plugins declare, whether any algorithm plugin is
+    locked). A lock or manifest that does not read gives nothing: its own rule reports it."""
+    lock_path = exp_dir / LOCK_FILE
+    if not lock_path.is_file():
+        return {}, False
+    try:
+        lock, _ = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), LOCK_FILE)
+    except (OSError, UnicodeDecodeError):
+        return {}, False
+    params: dict[str, Any] = {}
+    locked = False
+    for entry in lock.plugins if lock else []:
+        try:
+            manifest = load_plugin_manifest(plugin_path(lab_root, entry.name))
+        except UsageError:
+            continue
+        if manifest.capability == "algorithm":
+            locked = True
+            params.update({name: p.model_copy(update={"path": name}) for name, p in manifest.params.items()})
+    return params, locked

@@ -56,6 +56,7 @@ class PreparedRun:
     spec: JobSpec
     plan: LaunchPlan
     manifests: list[dict[str, Any]]  # the cluster render; checked even for local runs
+    warnings: tuple[str, ...] = ()  # admitted, but worth saying (a `--set` key no plugin declares)
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,21 @@ def prepare_run(
     env: dict[str, str] | None = None,
 ) -> PreparedRun:
     """Resolve → compile → render, in memory; raises UsageError with the first refusal."""
+    warnings: list[str] = []
     if prepared_experiment is not None:
         spec = resolve_prepared(
-            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
+            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            warnings=warnings,
         )
     else:
         spec = resolve(
-            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
+            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            warnings=warnings,
         )
     plan = compile_plan(spec)
     # A local run has no manifests (render refuses it); a cluster run is rendered and checked now.
     manifests = [] if spec.spec.resources.local else render_manifests(spec, plan, lab.config)
-    return PreparedRun(request, spec, plan, manifests)
+    return PreparedRun(request, spec, plan, manifests, tuple(warnings))
 
 
 def backend_request(
@@ -207,6 +211,8 @@ def submit(
     request = build_request(opts, requester(repo))
     commit, dirty = repo.head(), lab_dirty(repo, lab)
     run = _prepare_for_submit(repo, lab, request, opts, commit, dirty)
+    for warning in run.warnings:
+        say(f"warning: {warning}")
     key = RunKey(request.experiment, request.run_id)
     path = write_request(lab.root, request)
     title = f"Request run {key.run_id} of {key.experiment} ({request.profile})"

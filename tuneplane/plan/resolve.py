@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -48,7 +48,7 @@ from tuneplane.models.jobspec import (
     Resources,
 )
 from tuneplane.models.lock import RecipeLock
-from tuneplane.models.recipe import Recipe
+from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.names import object_name
 from tuneplane.problems import Problem
@@ -69,15 +69,21 @@ class PreparedExperiment:
     config_sha256: str
     plugins: tuple[PluginRef, ...]
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
+    plugin_params: dict[str, Param] = field(default_factory=dict)  # declared by the locked plugins
+
+    @property
+    def plugins_locked(self) -> bool:
+        """Algorithm plugins are locked: a `--set` key for one that declares nothing is let through."""
+        return any(p.capability == "algorithm" for p in self.plugins)
 
 
 def resolve(lab: Lab, experiment: str, request: RunRequest, *, commit: str, dirty: bool,
             allow_dirty: bool = False, catalog: Catalog | None = None,
-            env: dict[str, str] | None = None) -> JobSpec:
+            env: dict[str, str] | None = None, warnings: list[str] | None = None) -> JobSpec:
     """The JobSpec of `request`; raises UsageError with the first refusal and how to fix it."""
     prepared = prepare_experiment(lab, experiment, catalog or load_catalog())
     return resolve_prepared(lab, prepared, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty,
-                            env=env)
+                            env=env, warnings=warnings)
 
 
 # ── per experiment ──────────────────────────────────────────────────────────────────────────────────
@@ -101,12 +107,13 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     _check_entrypoint(ctx.dir, ctx.lock, recipe, ctx.rel)
     rel = lab.experiment_rel(experiment)
     _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
-    plugins = _plugins(lab, ctx.dir, recipe)
+    plugins, plugin_params = _plugins(lab, ctx.dir, recipe)
     _raise_refusals(check_algorithm_plugins(recipe.framework,
                                             [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
                     f"{rel}/plugins.lock.json")
+    base = _base_hyperparams(recipe.params, config, rel) | _base_hyperparams(plugin_params, config, rel)
     return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
-                              tuple(plugins), _base_hyperparams(recipe, config, rel))
+                              tuple(plugins), base, plugin_params)
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
@@ -153,11 +160,13 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(recipe: Recipe, config: Any, rel: str) -> dict[str, Scalar]:
-    """Config values at the param paths, else the recipe default; keyed by dotted config path."""
+def _base_hyperparams(params: dict[str, Any], config: Any, rel: str) -> dict[str, Scalar]:
+    """Config values at the param paths, else the defaults; keyed by dotted config path (a plugin
+    parameter's path is its name)."""
     values: dict[str, Scalar] = {}
     data = config if isinstance(config, dict) else {}
-    for name, param in recipe.params.items():
+    for name, param in params.items():
+        param = param if param.path else param.model_copy(update={"path": name})
         value = get_path(data, param.path)
         if is_missing(value) or value is None:
             if param.default is not None:
@@ -180,11 +189,12 @@ def _normalise(kind: str, value: Any) -> Scalar:
     return value
 
 
-def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
-    """Locked plugins with the fields of their plugin.yaml; the lock must verify against the lab."""
+def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], dict[str, Param]]:
+    """Locked plugins with the fields of their plugin.yaml, and the parameters the algorithm ones
+    declare; the lock must verify against the lab."""
     lock_path = exp_dir / "plugins.lock.json"
     if not recipe.plugins and _no_plugins_locked(lock_path):
-        return []  # the common case, without loading the plugin tooling
+        return [], {}  # the common case, without loading the plugin tooling
     # lazy: the plugin tooling loads only for experiments that lock plugins
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
@@ -193,15 +203,18 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
     _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
                                           __version__))
     lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
-    refs = []
+    refs: list[PluginRef] = []
+    params: dict[str, Param] = {}
     for entry in lock.plugins if lock else []:
         folder = plugin_path(lab.root, entry.name)
         manifest = load_plugin_manifest(folder)
+        if manifest.capability == "algorithm":
+            params.update({name: p.model_copy(update={"path": name}) for name, p in manifest.params.items()})
         refs.append(PluginRef(id=entry.id, name=entry.name, version=entry.version, digest=entry.digest,
                               capability=manifest.capability, entrypoint=manifest.entrypoint or "",
                               load=manifest.load, requires_core=manifest.requires.core,
                               source=lab.rel(folder)))
-    return refs
+    return refs, params
 
 
 def _no_plugins_locked(lock_path: Path) -> bool:
@@ -219,7 +232,9 @@ def _no_plugins_locked(lock_path: Path) -> bool:
 
 
 def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest, *, commit: str,
-                     dirty: bool, allow_dirty: bool = False, env: dict[str, str] | None = None) -> JobSpec:
+                     dirty: bool, allow_dirty: bool = False, env: dict[str, str] | None = None,
+                     warnings: list[str] | None = None) -> JobSpec:
+    """The JobSpec; admitted-with-a-warning facts (a `--set` key no plugin declares) go to `warnings`."""
     env = dict(os.environ) if env is None else env
     recipe, settings = prepared.recipe, lab.config
     if request.experiment != prepared.name:
@@ -228,7 +243,11 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
     if dirty and not allow_dirty:
         raise UsageError("the lab has uncommitted changes: the job would run a commit, not what you see",
                          hint="commit them first (the job clones the commit), or pass --allow-dirty")
-    _raise_refusals(check_request(settings, recipe, request, env))
+    refusals = check_request(settings, recipe, request, env, plugin_params=prepared.plugin_params,
+                             plugins_locked=prepared.plugins_locked)
+    _raise_refusals([r for r in refusals if r.severity == "error"])
+    if warnings is not None:
+        warnings += [f"{r.message} ({r.hint})" for r in refusals if r.severity == "warning"]
     shape = _shape(lab, request, recipe)
     local = shape.local or settings.cluster.backend == "local"
     if local and shape.nodes > 1:
@@ -307,14 +326,14 @@ def _framework_ref(prepared: PreparedExperiment, request: RunRequest) -> Framewo
 def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str, Scalar]:
     """Base values, then the request's `--set` (already checked by admission), keyed by config path."""
     recipe = prepared.recipe
-    if not recipe.params:
+    if not recipe.params and not prepared.plugin_params:
         return dict(request.set)  # custom: kept as written, nothing reads them
     values = dict(prepared.base_hyperparams)
     for key, value in request.set.items():
         name = resolve_name(key, recipe)
-        if name is not None:
-            param = recipe.params[name]
-            values[param.path] = _normalise(param.type, value)
+        param = recipe.params[name] if name is not None else prepared.plugin_params.get(key)
+        # a key no parameter declares was admitted with a warning for the locked plugins: as given
+        values[param.path if param else key] = _normalise(param.type, value) if param else value
     missing = [f"{name} ({p.path})" for name, p in recipe.params.items()
                if p.required and p.path not in values]
     if missing:

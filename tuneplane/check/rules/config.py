@@ -30,6 +30,9 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         return
     known_paths = {p.path for p in recipe.params.values()}
     if recipe.config.mode == "closed":
+        from tuneplane.check.plugin_locks import locked_plugin_params
+
+        known_paths |= set(locked_plugin_params(ctx.lab.root, ctx.dir)[0])
         yield from _closed(ctx, doc, known_paths)
         known_paths = set()
     for name, param in sorted(recipe.params.items()):
