@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_git
+from conftest import REPO_ROOT, run_git
 
 
 def _problems(result: Any) -> list[dict[str, Any]]:
@@ -30,7 +30,10 @@ def _config(lab: Path, exp: str, extra: str) -> int:
     return text.count("\n") + 1  # the line the first extra key lands on
 
 
-@pytest.mark.parametrize("method", ["trl/sft", "trl/grpo"])
+TRL_METHODS = sorted(f"trl/{p.parent.name}" for p in (REPO_ROOT / "catalog" / "trl").glob("*/recipe.yaml"))
+
+
+@pytest.mark.parametrize("method", TRL_METHODS)
 def test_trl_scaffold_config_is_closed_and_clean(lab: Path, tp: Any, method: str) -> None:
     assert tp("new", "exp", "--method", method, cwd=lab).code == 0
     result = tp("validate", "exp", "--format", "json", cwd=lab)
@@ -74,8 +77,6 @@ def test_an_open_config_keeps_unknown_keys(lab: Path, tp: Any) -> None:
 
 
 def test_recipes_say_whether_their_config_is_closed() -> None:
-    from conftest import REPO_ROOT
-
     modes = {}
     for path in sorted((REPO_ROOT / "catalog").glob("*/*/recipe.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

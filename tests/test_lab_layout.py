@@ -182,3 +182,16 @@ def test_two_plugins_of_one_name_in_different_folders_are_an_error(lab: Path, tp
     problems = _problems(tp("validate", "--format", "json", cwd=lab))
     dup = [p for p in problems if p["rule"] == "plugin-duplicate"]
     assert dup and "plugins/examples/opsd" in dup[0]["message"] and "plugins/team/opsd" in dup[0]["message"]
+
+
+def test_changed_files_in_any_root_or_shared_code_pick_the_right_experiments(layout_lab: Path, tp: Any) -> None:
+    assert tp("new", "other", "--method", "custom/custom", cwd=layout_lab).code == 0
+    _commit(layout_lab)
+    (layout_lab / "smoke" / "smoke-probe" / "recipe.lock.json").write_text("{", encoding="utf-8")
+    named = _problems(tp("validate", "smoke/smoke-probe/train.sh", "--format", "json", cwd=layout_lab))
+    assert {p["file"] for p in named if p["severity"] == "error"} == {"smoke/smoke-probe/recipe.lock.json"}
+    _commit(layout_lab)
+    (layout_lab / "common" / "helpers.py").write_text("VALUE = 'changed'\n", encoding="utf-8")
+    _commit(layout_lab)
+    changed = tp("validate", "--changed", "--base", "HEAD~1", "--format", "json", cwd=layout_lab)
+    assert json.loads(changed.out)["problems"] and "smoke/smoke-probe/recipe.lock.json" in changed.out

@@ -2,7 +2,8 @@
 to the plugin's `install(params)` in the job.
 
 A real local job: a pytorch/image-classification experiment (torchrun, one CPU process) locks an
-algorithm plugin whose install writes the params it was given under the out dir.
+algorithm plugin (kept in a group folder, plugins/examples/opsd/) whose install writes the params it
+was given under the out dir.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ SUBMIT = ("--profile", "local", "--image", "python:3.12")
 def plugin_lab(lab: Path, tp: Any) -> Path:
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
     (lab / "experiments" / "cls" / "train.py").write_text(TRAIN_PY, encoding="utf-8")
-    write_tree(lab, {"plugins/opsd/plugin.yaml": PLUGIN_YAML, "plugins/opsd/opsd_patch.py": PATCH_PY})
+    # in a group folder, as labs keep their example plugins: the job package must still carry it
+    write_tree(lab, {"plugins/examples/opsd/plugin.yaml": PLUGIN_YAML,
+                     "plugins/examples/opsd/opsd_patch.py": PATCH_PY})
     locked = tp("plugin", "lock", "cls", "alice/opsd", cwd=lab)
     assert locked.code == 0, locked.output
     run_git(lab, "add", "-A")
@@ -56,7 +59,7 @@ def _seen(name: str = "cls") -> dict[str, Any]:
 
 
 def test_declared_plugin_params_validate(plugin_lab: Path, tp: Any) -> None:
-    result = tp("plugin", "validate", plugin_lab / "plugins" / "opsd", cwd=plugin_lab)
+    result = tp("plugin", "validate", plugin_lab / "plugins" / "examples" / "opsd", cwd=plugin_lab)
     assert result.code == 0, result.output
     assert tp("validate", "cls", cwd=plugin_lab).code == 0
 
@@ -119,7 +122,7 @@ def test_run_request_with_a_plugin_param_validates(plugin_lab: Path, tp: Any) ->
     ("params:\n  'bad name': {type: int}\n", "bad name"),
 ])
 def test_bad_plugin_params_are_placed_errors(plugin_lab: Path, tp: Any, params: str, needle: str) -> None:
-    manifest = plugin_lab / "plugins" / "opsd" / "plugin.yaml"
+    manifest = plugin_lab / "plugins" / "examples" / "opsd" / "plugin.yaml"
     text = manifest.read_text(encoding="utf-8")
     manifest.write_text(text[:text.index("params:")] + params, encoding="utf-8")
     result = tp("plugin", "validate", manifest.parent, cwd=plugin_lab)

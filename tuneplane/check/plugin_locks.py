@@ -135,10 +135,11 @@ def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple
     at = f"/plugins/{index}"
     plugin_dir = plugin_path(check.lab_root, entry.name)
     fix = f"tp plugin lock {check.exp_name} {entry.id}"
+    shown = plugin_dir.relative_to(check.lab_root).as_posix()  # plugins/<name>, or inside a group folder
     if not fs.present(plugin_dir / MANIFEST_FILE):
         return None, [check.ctx.problem(f"{at}/id", "plugins-lock-missing",
-                                        f"{entry.ref} is locked but plugins/{entry.name}/ is not in the lab",
-                                        f"restore plugins/{entry.name}/ or remove the entry")]
+                                        f"{entry.ref} is locked but {shown}/ is not in the lab",
+                                        f"restore {shown}/ or remove the entry")]
     # the whole publish gate, not only the manifest: what runs in the job must pass it
     errors = [p for p in validate_plugin_dir(plugin_dir, check.lab_root) if p.is_error]
     try:
@@ -147,11 +148,11 @@ def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple
         manifest = None
     if manifest is None:
         return None, errors + [check.ctx.problem(f"{at}/id", "plugins-lock-plugin-invalid",
-                                                 f"plugins/{entry.name} does not validate",
-                                                 f"tp plugin validate plugins/{entry.name}")]
+                                                 f"{shown} does not validate",
+                                                 f"tp plugin validate {shown}")]
     if manifest.name != entry.name:
         return None, [check.ctx.problem(f"{at}/id", "plugins-lock-name",
-                                        f"{entry.ref} is locked as {entry.name!r} but plugins/{entry.name}/"
+                                        f"{entry.ref} is locked as {entry.name!r} but {shown}/"
                                         f"plugin.yaml names itself {manifest.name!r}",
                                         f"set `name: {entry.name}` in the manifest, or lock the plugin under "
                                         "its own name")]
@@ -162,19 +163,20 @@ def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple
 
 def _version_and_digest(check: _ExpCheck, at: str, entry: PluginsLockEntry, manifest: PluginManifest,
                         plugin_dir: Path, fix: str) -> list[Problem]:
+    shown = plugin_dir.relative_to(check.lab_root).as_posix()
     if manifest.version != entry.version:
         return [check.ctx.problem(f"{at}/version", "plugins-lock-version",
-                                  f"{entry.id} is locked at {entry.version} but plugins/{entry.name} is "
+                                  f"{entry.id} is locked at {entry.version} but {shown} is "
                                   f"{manifest.version}", f"{fix}@{manifest.version}")]
     try:
         actual = tree_digest(plugin_dir)
     except DigestError as exc:
         return [check.ctx.problem(f"{at}/digest", "plugins-lock-digest",
-                                  f"cannot digest plugins/{entry.name}: {exc}",
-                                  f"tp plugin validate plugins/{entry.name}")]
+                                  f"cannot digest {shown}: {exc}",
+                                  f"tp plugin validate {shown}")]
     if actual != entry.digest:
         return [check.ctx.problem(f"{at}/digest", "plugins-lock-digest",
-                                  f"plugins/{entry.name} changed since it was locked: the lock says "
+                                  f"{shown} changed since it was locked: the lock says "
                                   f"{entry.digest}, the directory is {actual}",
                                   f"if the change is intended, re-lock it: {fix}@{manifest.version}")]
     return []
