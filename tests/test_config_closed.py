@@ -92,10 +92,11 @@ TEMPLATED = "model: {{ name }}\nsteps: {{ steps | default(10) }}\n"
 TRAIN_SH = '#!/usr/bin/env bash\nset -euo pipefail\necho "trained"\n'
 
 
-def test_custom_config_is_never_parsed(lab: Path, tp: Any, tp_subprocess: Any) -> None:
+@pytest.mark.parametrize("text", [TEMPLATED, "a: 1\nb: c: d\n", "\x00\xff not even text"])
+def test_custom_config_is_never_parsed(lab: Path, tp: Any, tp_subprocess: Any, text: str) -> None:
     assert tp("new", "mine", "--method", "custom/custom", cwd=lab).code == 0
     exp = lab / "experiments" / "mine"
-    (exp / "config.yaml").write_text(TEMPLATED, encoding="utf-8")
+    (exp / "config.yaml").write_text(text, encoding="utf-8")
     (exp / "train.sh").write_text(TRAIN_SH, encoding="utf-8")
     run_git(lab, "add", "-A")
     run_git(lab, "commit", "-q", "-m", "templated config")
