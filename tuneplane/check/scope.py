@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tuneplane.check.validate import run_files
 from tuneplane.lab.fs import present
+from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
 
@@ -25,8 +26,6 @@ class Scope:
 
 
 def plugin_names(lab: Lab) -> set[str]:
-    from tuneplane.lab.layout import plugin_index
-
     return set(plugin_index(lab.root))
 
 
@@ -40,8 +39,6 @@ def _experiment_root(lab: Lab, parts: tuple[str, ...]) -> int:
 
 
 def _plugins(lab: Lab) -> dict[str, list[str]]:
-    from tuneplane.lab.layout import plugin_index
-
     return plugin_index(lab.root)
 
 

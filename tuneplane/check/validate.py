@@ -15,6 +15,7 @@ from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import lint_shared_code
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import present
+from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.modelparse import parse_model
@@ -50,8 +51,8 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
 
 
 def _plugin_problems(lab: Lab, names: list[str]) -> list[Problem]:
+    # lazy: plugin checks load only when the lab has plugins
     from tuneplane.check.plugins import validate_plugin_dir
-    from tuneplane.lab.layout import plugin_index
 
     index = plugin_index(lab.root)
     problems = []

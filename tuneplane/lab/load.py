@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import present
+from tuneplane.lab.layout import experiment_index, layout_problems
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
@@ -46,8 +47,6 @@ class Lab:
     @cached_property
     def experiment_index(self) -> dict[str, list[str]]:
         """Name → lab-relative directories of that name across the experiment roots."""
-        from tuneplane.lab.layout import experiment_index
-
         return experiment_index(self.root, self.config)
 
     def experiment_names(self) -> list[str]:
@@ -99,8 +98,6 @@ def load_lab(root: Path | None = None) -> Lab:
         return Lab(root, None, doc, problems)
     settings, problems = parse_model(LabFile, doc, "lab-schema")
     if settings is not None:
-        from tuneplane.lab.layout import layout_problems
-
         problems += _profile_names(doc, settings) + layout_problems(root, doc, settings)
     return Lab(root, settings, doc, notes + problems)
 

@@ -28,6 +28,8 @@ from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.layout import dataset_variable
+from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import Lab, storage_user
 from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
@@ -198,7 +200,6 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], 
     # lazy: the plugin tooling loads only for experiments that lock plugins
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
-    from tuneplane.lab.layout import plugin_dir as plugin_path
 
     _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
                                           __version__))
@@ -452,7 +453,6 @@ DATASET_MOUNT_ROOT = "/mnt/datasets"
 
 def _datasets(lab: Lab, storage: str, local: bool) -> list[DatasetRef]:
     """Each lab data set where this run finds it: on the storage, on its own volume, or on this machine."""
-    from tuneplane.lab.layout import dataset_variable
 
     out = []
     for name, ds in sorted(lab.config.datasets.items()):

@@ -30,6 +30,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         return
     known_paths = {p.path for p in recipe.params.values()}
     if recipe.config.mode == "closed":
+        # lazy: the plugin tooling (packaging, the lock models) loads only when asked
         from tuneplane.check.plugin_locks import locked_plugin_params
 
         known_paths |= set(locked_plugin_params(ctx.lab.root, ctx.dir)[0])

@@ -53,6 +53,7 @@ def check(ctx: RunContext) -> Iterator[Problem]:
         return
     if exp.recipe is None:
         return  # the experiment's own problems already say why
+    # lazy: the plugin tooling (packaging, the lock models) loads only when asked
     from tuneplane.check.plugin_locks import locked_plugin_params
 
     params, locked = locked_plugin_params(ctx.lab.root, exp.dir)
