@@ -33,7 +33,7 @@ EXPECTED = {
 TOP_KEYS = {
     "name", "version", "framework", "title", "summary", "category", "template", "entrypoint",
     "adapter_options", "roles", "plugins", "lifecycle", "lifecycle_resources", "metrics",
-    "artifacts", "runtime", "requires", "params",
+    "artifacts", "runtime", "requires", "params", "config",
 }
 ADAPTER_KEYS = {
     "observability", "orchestrator", "launcher", "config_mode", "bindings", "topology",
@@ -379,3 +379,23 @@ def test_verl_reward_scores_final_answers() -> None:
     assert reward.compute_score("gsm8k", "... \\boxed{42}", "42") == 1.0
     assert reward.compute_score("gsm8k", "the answer is 41", "#### 42") == 0.0
     assert reward.compute_score("gsm8k", "forty-two", "42") == 0.0
+
+
+def test_closed_configs_pass_through_only_keys_the_framework_knows() -> None:
+    """Every pass-through key of a closed TRL recipe is a field of the TRL config class it names, or a
+    key the template's train.py reads itself; checked against the TRL that is installed."""
+    import dataclasses
+    import importlib
+
+    pytest.importorskip("trl", reason="TRL is not installed")
+    from tuneplane.lifecycle.trl_support import SCRIPT_KEYS
+
+    for folder in RECIPES:
+        recipe = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+        config = recipe.get("config") or {}
+        if config.get("mode") != "closed" or not str(config.get("target", "")).startswith("trl."):
+            continue
+        cls = getattr(importlib.import_module("trl"), config["target"].split(".", 1)[1])
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(config["passthrough"]) - fields - set(SCRIPT_KEYS)
+        assert not unknown, (recipe["name"], sorted(unknown))

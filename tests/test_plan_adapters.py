@@ -405,8 +405,11 @@ def test_plan_env_is_the_contract_plus_the_adapter_variables(lab: Lab) -> None:
 
 
 def test_local_runs_keep_the_users_hf_cache(lab: Lab, tmp_path: Path) -> None:
-    spec = resolve_run(lab, request("pytorch-exp", "local"), env={"TUNEPLANE_STORAGE_ROOT": str(tmp_path)})
-    assert "HF_HOME" not in spec_to_env(spec)
+    env = {"TUNEPLANE_STORAGE_ROOT": str(tmp_path), "HOME": str(tmp_path / "home")}
+    spec = resolve_run(lab, request("pytorch-exp", "local"), env=env)
+    assert spec_to_env(spec)["HF_HOME"] == str(tmp_path / "home" / ".cache" / "huggingface")
+    spec = resolve_run(lab, request("pytorch-exp", "local"), env=env | {"HF_HOME": str(tmp_path / "hf")})
+    assert spec_to_env(spec)["HF_HOME"] == str(tmp_path / "hf")
 
 
 def test_recipe_plugins_are_comma_joined(lab: Lab) -> None:

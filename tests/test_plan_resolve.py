@@ -97,6 +97,7 @@ def test_paths_follow_the_storage_layout(lab: Lab) -> None:
         "work_dir": f"{run_dir}/work",
         "exp_dir": f"{run_dir}/work/experiments/pytorch-exp",
         "out_dir": f"{run_dir}/out",
+        "hf_home": "",  # a cluster job uses the cache on the storage volume
     }
 
 
@@ -300,6 +301,7 @@ def test_plugins_come_from_the_lock_and_plugin_yaml(tmp_path: Path) -> None:
         "entrypoint": "opsd_patch:install",
         "load": "deferred",
         "requires_core": ">=0.1,<1",
+        "source": "plugins/opsd",
     }
 
 

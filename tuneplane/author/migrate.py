@@ -24,10 +24,17 @@ from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import file_mode
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
 from tuneplane.lab.locks import LOCK_FILE
-from tuneplane.lab.starforge import ENV_RENAMES, LEGACY_NAME
+from tuneplane.lab.starforge import ENV_RENAMES, find_uses, rewrite
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
 from tuneplane.models.plugin import LEGACY_SCHEMAS
 from tuneplane.runtime.digest import bundle_digest
+
+__all__ = ["ENV_RENAMES", "MigrationPlan", "apply", "plan_migration"]
+CODE_SUFFIXES = (".py", ".sh", ".bash", ".yaml", ".yml")
+SKIP_DIRS = frozenset({".git", "runs", "status", "node_modules", "__pycache__", ".venv", "venv", ".tox"})
+MAX_FILES = 20_000  # a lab is walked once; a bigger tree is not a lab
+MAX_CODE_BYTES = 1024 * 1024
+SHARED_CODE_DIRS = ("common",)
 
 
 @dataclass
@@ -44,17 +51,44 @@ def plan_migration(root: Path, catalog: Catalog | None = None) -> MigrationPlan:
     if not (root / LEGACY_LAB_FILE).is_file():
         raise UsageError(f"no {LEGACY_LAB_FILE} in {root}", hint="run tp migrate at the root of a StarForge lab")
     plan = MigrationPlan()
-    _lab_file(root, plan)
-    for lock in sorted(root.glob(f"experiments/*/{LOCK_FILE}")):
+    files = _lab_tree(root)
+    locks = [f for f in files if f.name == LOCK_FILE and len(f.relative_to(root).parts) >= 3]
+    _lab_file(root, plan, _experiment_roots(root, locks), _shared_code(root))
+    for lock in locks:
         _lock(root, lock, plan, catalog)
-    for manifest in sorted(root.glob("plugins/*/plugin.yaml")):
+    for manifest in (f for f in files if f.name == "plugin.yaml"):
         _plugin(root, manifest, plan)
-    for script in sorted([*root.glob("experiments/*/*.sh"), *root.glob("experiments/*/*.py")]):
-        _scan_script(root, script, plan)
+    for code in (f for f in files if f.suffix in CODE_SUFFIXES and f.name not in (LEGACY_LAB_FILE, "plugin.yaml")):
+        _code(root, code, plan)
     for d in LAB_DIRS:
         if not (root / d).exists():
             plan.writes[f"{d}/.gitkeep"] = ""
     return plan
+
+
+def _lab_tree(root: Path) -> list[Path]:
+    """Every regular file of the lab, in order, without git's, the bot's or a virtualenv's folders."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                found.append(path)
+        if len(found) > MAX_FILES:
+            raise UsageError(f"{root} holds more than {MAX_FILES} files; that is not a lab",
+                             hint="run tp migrate at the root of the StarForge lab")
+    return found
+
+
+def _experiment_roots(root: Path, locks: list[Path]) -> list[str]:
+    """The folders that hold experiments (`experiments/`, `smoke/`, …): where the locks are."""
+    roots = {lock.parent.parent.relative_to(root).as_posix() for lock in locks}
+    return sorted(roots | {"experiments"}, key=lambda r: (r != "experiments", r))
+
+
+def _shared_code(root: Path) -> list[str]:
+    return [d for d in SHARED_CODE_DIRS if (root / d).is_dir() and any((root / d).rglob("*.py"))]
 
 
 def _yaml() -> Any:
@@ -71,8 +105,7 @@ def _dump(y: Any, data: Any) -> str:
     return buf.getvalue()
 
 
-def _lab_file(root: Path, plan: MigrationPlan) -> None:
-
+def _lab_file(root: Path, plan: MigrationPlan, roots: list[str], shared: list[str]) -> None:
     y = _yaml()
     data = y.load((root / LEGACY_LAB_FILE).read_text(encoding="utf-8")) or {}
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(data.get("name") or root.name)).strip("-.") or "lab"
@@ -80,7 +113,12 @@ def _lab_file(root: Path, plan: MigrationPlan) -> None:
                      if line.startswith("#"))
     new_lab = lab_files(name)[LAB_FILE]
     first, _, rest = new_lab.partition("\n")
-    plan.writes[LAB_FILE] = f"{first}\n# Migrated from {LEGACY_LAB_FILE}; its comments follow.\n{header}{rest}"
+    layout = ""
+    if roots != ["experiments"] or shared:
+        layout = ("\n# Where this lab keeps its experiments, and code every job of the lab imports.\n"
+                  f"experiment_roots: [{', '.join(roots)}]\n")
+        layout += f"shared_code: [{', '.join(shared)}]\n" if shared else ""
+    plan.writes[LAB_FILE] = f"{first}\n# Migrated from {LEGACY_LAB_FILE}; its comments follow.\n{header}{rest}{layout}"
     plan.deletes.append(LEGACY_LAB_FILE)
     plan.notes.append(f"{LAB_FILE}: written from {LEGACY_LAB_FILE} (name {name!r}); "
                       "review profiles, images and cluster settings")
@@ -105,8 +143,10 @@ def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None
         data.setdefault("bindings", {
             "params": {n: {"path": p.path, "type": p.type} for n, p in sorted(current.params.items())},
             "entrypoint": {"kind": current.entrypoint.kind, "value": current.entrypoint.value}})
-        plan.notes.append(f"{rel}: converted; then run `tp recipe upgrade {path.parent.name}` to adopt the current "
-                          f"{method} recipe")
+        if (data.get("recipe", {}).get("manifest_digest"), recipe.get("template_digest")) != \
+                catalog.digests(method)[1:]:
+            plan.notes.append(f"{rel}: converted; then run `tp recipe upgrade {path.parent.name}` to adopt the "
+                              f"current {method} recipe")
     else:
         plan.notes.append(f"{rel}: converted, but {method!r} is not in this catalog; pick a method from "
                           f"`tp methods` and re-create it with `tp new NEW --method … --from {path.parent.name}`")
@@ -131,18 +171,21 @@ def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
                       "that use it with `tp plugin lock`")
 
 
-def _scan_script(root: Path, path: Path, plan: MigrationPlan) -> None:
+def _code(root: Path, path: Path, plan: MigrationPlan) -> None:
+    """Rewrite the StarForge names that have an exact TunePlane equivalent; list every other one."""
+    if path.stat().st_size > MAX_CODE_BYTES:
+        return
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return
     rel = path.relative_to(root).as_posix()
-    for number, line in enumerate(text.splitlines(), 1):
-        for m in LEGACY_NAME.finditer(line):
-            old = m.group(1)
-            new = "tuneplane.report" if old == "starforge.report" else ENV_RENAMES.get(old)
-            advice = f"use {new}" if new else "no TunePlane equivalent; remove it"
-            plan.notes.append(f"{rel}:{number}:{m.start() + 1}: {old}: {advice}")
+    new = rewrite(text)
+    if new != text:
+        plan.writes[rel] = new
+        plan.notes.append(f"{rel}: StarForge names rewritten to their TunePlane equivalents")
+    for use in find_uses(new):
+        plan.notes.append(f"{rel}:{use.line}:{use.col}: {use.name}: {use.advice}")
 
 
 def apply(root: Path, plan: MigrationPlan) -> None:

@@ -14,6 +14,8 @@ from tuneplane.check.plugins import display_path, load_plugin_manifest, validate
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.fs import write_json
+from tuneplane.lab.layout import plugin_dir as plugin_path
+from tuneplane.lab.load import load_lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.base import name_error
 from tuneplane.models.plugin import (
@@ -110,7 +112,7 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     """Pin `plugins/<name>/` of the lab into `experiments/<experiment>/plugins.lock.json`."""
     owner, name, version = parse_plugin_ref(ref)
     exp_dir = _experiment_dir(lab_root, experiment)
-    plugin_dir = lab_root / "plugins" / name
+    plugin_dir = plugin_path(lab_root, name)
     manifest = _lockable_manifest(lab_root, plugin_dir, f"{owner}/{name}", version)
     try:
         digest = tree_digest(plugin_dir)
@@ -154,9 +156,9 @@ def _experiment_dir(lab_root: Path, experiment: str) -> Path:
     if not re.fullmatch(SEGMENT, experiment):
         raise UsageError(f"{experiment!r} is not an experiment name",
                          "pass the directory name under experiments/")
-    exp_dir = lab_root / "experiments" / experiment
+    exp_dir = load_lab(lab_root).experiment_dir(experiment)
     if not exp_dir.is_dir():
-        raise UsageError(f"no experiment {experiment!r} in {lab_root / 'experiments'}",
+        raise UsageError(f"no experiment {experiment!r} in {lab_root}",
                          "create it with `tp new`, or check the name with `tp ls`")
     return exp_dir
 

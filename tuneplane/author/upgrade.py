@@ -29,7 +29,7 @@ class Upgrade:
 
 
 def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[str, object]]:
-    path = lab.experiments_dir() / name / LOCK_FILE
+    path = lab.experiment_dir(name) / LOCK_FILE
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
         method = old["recipe"]["name"]
@@ -82,7 +82,7 @@ def upgrade(lab: Lab, names: list[str], dry_run: bool, catalog: Catalog | None =
     for name in names:
         result, lock = plan_upgrade(lab, name, catalog)
         if result.changed and not dry_run:
-            write_json(lab.experiments_dir() / name / LOCK_FILE, lock)
+            write_json(lab.experiment_dir(name) / LOCK_FILE, lock)
         results.append(result)
     return results
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 from tuneplane.check.images import (
     ImageError,
@@ -19,7 +20,7 @@ from tuneplane.check.images import (
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name, unknown_name_message
 from tuneplane.check.shapes import ShapeError, parse_profile
 from tuneplane.models.lab import LabFile
-from tuneplane.models.recipe import Recipe
+from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
 
 CLI_FLAG = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data"}
@@ -32,17 +33,19 @@ class Refusal:
     rule: str
     message: str
     hint: str = ""
+    severity: Literal["error", "warning"] = "error"
 
 
-def check_request(lab: LabFile, recipe: Recipe, req: RunRequest,
-                  env: dict[str, str] | None = None) -> list[Refusal]:
+def check_request(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str] | None = None, *,
+                  plugin_params: dict[str, Param] | None = None, plugins_locked: bool = False) -> list[Refusal]:
+    """Every refusal of `req`; `plugin_params` are what the experiment's locked plugins declare."""
     env = dict(os.environ) if env is None else env
     out: list[Refusal] = []
     out += _operation(recipe, req)
     out += _profile(lab, req)
     out += _image(lab, recipe, req, env)
     out += _observability(recipe, req)
-    out += _hyperparams(recipe, req)
+    out += _hyperparams(recipe, req, plugin_params or {}, plugins_locked)
     out += _inputs(recipe, req)
     return out
 
@@ -98,19 +101,29 @@ def _observability(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     return []
 
 
-def _hyperparams(recipe: Recipe, req: RunRequest) -> list[Refusal]:
+def _hyperparams(recipe: Recipe, req: RunRequest, plugin_params: dict[str, Param],
+                 plugins_locked: bool) -> list[Refusal]:
     out: list[Refusal] = []
-    if not recipe.params:
+    if not recipe.params and not plugin_params and not plugins_locked:
         return out  # custom: values land in spec.hyperparams unchecked (nothing reads them)
     for key, value in req.set.items():
         name = resolve_name(key, recipe)
-        if name is None:
+        param = recipe.params[name] if name is not None else plugin_params.get(key)
+        if param is not None:
+            problem = check_value(param, value)
+            if problem:
+                out.append(Refusal(f"/set/{key}", "run-set", f"--set {key}: {problem}", param.doc))
+        elif plugins_locked:
+            out.append(Refusal(f"/set/{key}", "run-set-undeclared",
+                               f"--set {key} is not a parameter of {recipe.name} nor declared by a locked plugin; "
+                               "it reaches the plugins' install(params) unchecked",
+                               "declare it under `params:` in the plugin's plugin.yaml so tp checks it",
+                               severity="warning"))
+        else:
             message, hint = unknown_name_message(key, recipe)
-            out.append(Refusal(f"/set/{key}", "run-set", message, hint))
-            continue
-        problem = check_value(recipe.params[name], value)
-        if problem:
-            out.append(Refusal(f"/set/{key}", "run-set", f"--set {key}: {problem}", recipe.params[name].doc))
+            out.append(Refusal(f"/set/{key}", "run-set", message, hint + "; a key meant for an algorithm plugin "
+                               "needs the plugin locked (`tp plugin lock`) and declared under `params:` in its "
+                               "plugin.yaml"))
     return out
 
 

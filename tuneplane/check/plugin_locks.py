@@ -24,6 +24,7 @@ from tuneplane.check.plugins import (
 )
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
+from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.plugin import LOCK_API, LOCK_FILE, MANIFEST_FILE, PluginManifest, PluginsLock, PluginsLockEntry
 from tuneplane.problems import Problem, Severity
@@ -132,12 +133,13 @@ def check_lock_text(lab_root: Path, exp_dir: Path, framework: str, recipe_plugin
 def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple[PluginManifest | None,
                                                                                   list[Problem]]:
     at = f"/plugins/{index}"
-    plugin_dir = check.lab_root / "plugins" / entry.name
+    plugin_dir = plugin_path(check.lab_root, entry.name)
     fix = f"tp plugin lock {check.exp_name} {entry.id}"
+    shown = plugin_dir.relative_to(check.lab_root).as_posix()  # plugins/<name>, or inside a group folder
     if not fs.present(plugin_dir / MANIFEST_FILE):
         return None, [check.ctx.problem(f"{at}/id", "plugins-lock-missing",
-                                        f"{entry.ref} is locked but plugins/{entry.name}/ is not in the lab",
-                                        f"restore plugins/{entry.name}/ or remove the entry")]
+                                        f"{entry.ref} is locked but {shown}/ is not in the lab",
+                                        f"restore {shown}/ or remove the entry")]
     # the whole publish gate, not only the manifest: what runs in the job must pass it
     errors = [p for p in validate_plugin_dir(plugin_dir, check.lab_root) if p.is_error]
     try:
@@ -146,11 +148,11 @@ def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple
         manifest = None
     if manifest is None:
         return None, errors + [check.ctx.problem(f"{at}/id", "plugins-lock-plugin-invalid",
-                                                 f"plugins/{entry.name} does not validate",
-                                                 f"tp plugin validate plugins/{entry.name}")]
+                                                 f"{shown} does not validate",
+                                                 f"tp plugin validate {shown}")]
     if manifest.name != entry.name:
         return None, [check.ctx.problem(f"{at}/id", "plugins-lock-name",
-                                        f"{entry.ref} is locked as {entry.name!r} but plugins/{entry.name}/"
+                                        f"{entry.ref} is locked as {entry.name!r} but {shown}/"
                                         f"plugin.yaml names itself {manifest.name!r}",
                                         f"set `name: {entry.name}` in the manifest, or lock the plugin under "
                                         "its own name")]
@@ -161,19 +163,20 @@ def _check_entry(check: _ExpCheck, index: int, entry: PluginsLockEntry) -> tuple
 
 def _version_and_digest(check: _ExpCheck, at: str, entry: PluginsLockEntry, manifest: PluginManifest,
                         plugin_dir: Path, fix: str) -> list[Problem]:
+    shown = plugin_dir.relative_to(check.lab_root).as_posix()
     if manifest.version != entry.version:
         return [check.ctx.problem(f"{at}/version", "plugins-lock-version",
-                                  f"{entry.id} is locked at {entry.version} but plugins/{entry.name} is "
+                                  f"{entry.id} is locked at {entry.version} but {shown} is "
                                   f"{manifest.version}", f"{fix}@{manifest.version}")]
     try:
         actual = tree_digest(plugin_dir)
     except DigestError as exc:
         return [check.ctx.problem(f"{at}/digest", "plugins-lock-digest",
-                                  f"cannot digest plugins/{entry.name}: {exc}",
-                                  f"tp plugin validate plugins/{entry.name}")]
+                                  f"cannot digest {shown}: {exc}",
+                                  f"tp plugin validate {shown}")]
     if actual != entry.digest:
         return [check.ctx.problem(f"{at}/digest", "plugins-lock-digest",
-                                  f"plugins/{entry.name} changed since it was locked: the lock says "
+                                  f"{shown} changed since it was locked: the lock says "
                                   f"{entry.digest}, the directory is {actual}",
                                   f"if the change is intended, re-lock it: {fix}@{manifest.version}")]
     return []
@@ -237,7 +240,7 @@ def _module_collisions(check: _ExpCheck, lock: PluginsLock,
         if manifest.capability != "algorithm":
             continue
         entry = lock.plugins[index]
-        for module in top_level_modules(check.lab_root / "plugins" / entry.name, packages_only=True):
+        for module in top_level_modules(plugin_path(check.lab_root, entry.name), packages_only=True):
             if module in owners:
                 problems.append(check.ctx.problem(
                     f"/plugins/{index}/id", "plugin-module-collision",
@@ -245,3 +248,26 @@ def _module_collisions(check: _ExpCheck, lock: PluginsLock,
                     "job only the first would be imported", "rename the module in one of them"))
             owners.setdefault(module, entry.id)
     return problems
+
+
+def locked_plugin_params(lab_root: Path, exp_dir: Path) -> tuple[dict[str, Any], bool]:
+    """(parameters the experiment's locked algorithm plugins declare, whether any algorithm plugin is
+    locked). A lock or manifest that does not read gives nothing: its own rule reports it."""
+    lock_path = exp_dir / LOCK_FILE
+    if not lock_path.is_file():
+        return {}, False
+    try:
+        lock, _ = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), LOCK_FILE)
+    except (OSError, UnicodeDecodeError):
+        return {}, False
+    params: dict[str, Any] = {}
+    locked = False
+    for entry in lock.plugins if lock else []:
+        try:
+            manifest = load_plugin_manifest(plugin_path(lab_root, entry.name))
+        except UsageError:
+            continue
+        if manifest.capability == "algorithm":
+            locked = True
+            params.update({name: p.model_copy(update={"path": name}) for name, p in manifest.params.items()})
+    return params, locked

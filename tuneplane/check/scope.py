@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tuneplane.check.validate import run_files
 from tuneplane.lab.fs import present
+from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
 
@@ -25,8 +26,20 @@ class Scope:
 
 
 def plugin_names(lab: Lab) -> set[str]:
-    base = lab.root / "plugins"
-    return {p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")} if base.is_dir() else set()
+    return set(plugin_index(lab.root))
+
+
+def _experiment_root(lab: Lab, parts: tuple[str, ...]) -> int:
+    """How many leading parts of a path name the experiment root it lies in (0: none)."""
+    for base in lab.config.experiment_roots:
+        depth = len(Path(base).parts)
+        if len(parts) > depth and parts[:depth] == Path(base).parts:
+            return depth
+    return 0
+
+
+def _plugins(lab: Lab) -> dict[str, list[str]]:
+    return plugin_index(lab.root)
 
 
 def scope_all(lab: Lab) -> Scope:
@@ -41,15 +54,19 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
         parts = Path(rel).parts
         if rel in ("tuneplane.yaml",) or (parts and parts[0] == "catalog"):
             return scope_all(lab)
-        if len(parts) >= 2 and parts[0] == "experiments":
-            scope.experiments.add(parts[1])
+        root = _experiment_root(lab, parts)
+        if root:
+            scope.experiments.add(parts[root])
+        elif any(Path(rel).is_relative_to(d) for d in lab.config.shared_code):
+            return scope_all(lab)  # shared code reaches every experiment
         elif len(parts) >= 3 and parts[0] == "runs" and rel.endswith((".yaml", ".yml")):
             if present(lab.root / rel):  # the reader refuses a FIFO or a link there, by name
                 scope.runs.add(lab.root / rel)
         elif len(parts) >= 2 and parts[0] == "plugins":
-            plugins.add(parts[1])
+            plugins |= {name for name, dirs in _plugins(lab).items()
+                        if any(Path(rel).is_relative_to(d) for d in dirs)}
     if plugins:
-        scope.plugins |= {p for p in plugins if (lab.root / "plugins" / p).is_dir()}
+        scope.plugins |= plugins
         scope.experiments |= experiments_locking(lab, plugins)
     return scope
 
@@ -58,7 +75,7 @@ def experiments_locking(lab: Lab, plugins: set[str]) -> set[str]:
     """Experiments whose lock names one of `plugins`; a lock that cannot be read counts (validate says why)."""
     found = set()
     for name in lab.experiment_names():
-        path = lab.experiments_dir() / name / "plugins.lock.json"
+        path = lab.experiment_dir(name) / "plugins.lock.json"
         if not present(path):
             continue
         try:

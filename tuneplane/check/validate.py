@@ -12,8 +12,10 @@ from pathlib import Path
 
 from tuneplane.check.rules import experiment_rules, run_rules
 from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.check.rules.lint import lint_shared_code
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import present
+from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.modelparse import parse_model
@@ -29,11 +31,13 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
              catalog: Catalog | None = None, plugins: Iterable[str] = ()) -> list[Problem]:
     catalog = catalog or load_catalog()
     problems = list(lab.problems)
-    for name in plugins:
-        # lazy: plugin checks load only when the lab has plugins
-        from tuneplane.check.plugins import validate_plugin_dir
-
-        problems += validate_plugin_dir(lab.root / "plugins" / name, display_root=lab.root)
+    plugins = list(plugins)
+    if plugins:
+        problems += _plugin_problems(lab, plugins)
+    experiments = list(experiments)
+    problems += _duplicates(lab, experiments)
+    if lab.config.shared_code:
+        problems += lint_shared_code(lab)
     contexts: dict[str, ExperimentContext] = {}
     for name in experiments:
         ctx = load_experiment(lab, catalog, name)
@@ -46,8 +50,36 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
     return sorted(set(problems))
 
 
+def _plugin_problems(lab: Lab, names: list[str]) -> list[Problem]:
+    # lazy: plugin checks load only when the lab has plugins
+    from tuneplane.check.plugins import validate_plugin_dir
+
+    index = plugin_index(lab.root)
+    problems = []
+    for name in names:
+        dirs = index.get(name) or [f"plugins/{name}"]
+        if len(dirs) > 1:
+            problems.append(Problem(f"{dirs[1]}/plugin.yaml", 1, 1, "plugin-duplicate",
+                                    f"two plugins are named {name!r}: {' and '.join(dirs)}",
+                                    hint="a lock names a plugin by its name: rename or remove one of them"))
+        for rel in dirs:
+            problems += validate_plugin_dir(lab.root / rel, display_root=lab.root)
+    return problems
+
+
+def _duplicates(lab: Lab, experiments: list[str]) -> list[Problem]:
+    out = []
+    for name in experiments:
+        dirs = lab.experiment_index.get(name, [])
+        if len(dirs) > 1:
+            out.append(Problem(dirs[1], 0, 0, "experiment-duplicate",
+                               f"experiment {name!r} exists twice: {' and '.join(dirs)}",
+                               hint="runs and status files are keyed by the experiment name: rename one folder"))
+    return out
+
+
 def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
-    exp_dir = lab.experiments_dir() / name
+    exp_dir = lab.experiment_dir(name)
     ctx = ExperimentContext(lab, catalog, name, exp_dir)
     if error := name_error(name, "experiment name"):
         ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-name", error,
@@ -99,6 +131,8 @@ def _load_lock(ctx: ExperimentContext) -> None:
 
 
 def _load_config(ctx: ExperimentContext) -> None:
+    if ctx.recipe is not None and ctx.recipe.config.mode == "user":
+        return  # custom: config.yaml is the user's own file (it may be a template); tp never parses it
     path = ctx.dir / CONFIG_FILE
     if not present(path):
         return

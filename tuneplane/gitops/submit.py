@@ -48,7 +48,6 @@ from tuneplane.render.manifests import jobspec_document, render_manifests
 Echo = Callable[[str], None]
 
 
-LAB_INPUTS = ("tuneplane.yaml", "experiments", "plugins")  # what a job's package is made of
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,7 @@ class PreparedRun:
     spec: JobSpec
     plan: LaunchPlan
     manifests: list[dict[str, Any]]  # the cluster render; checked even for local runs
+    warnings: tuple[str, ...] = ()  # admitted, but worth saying (a `--set` key no plugin declares)
 
 
 @dataclass(frozen=True)
@@ -103,13 +103,16 @@ def prepare_run(
     env: dict[str, str] | None = None,
 ) -> PreparedRun:
     """Resolve → compile → render, in memory; raises UsageError with the first refusal."""
+    warnings: list[str] = []
     if prepared_experiment is not None:
         spec = resolve_prepared(
-            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
+            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            warnings=warnings,
         )
     else:
         spec = resolve(
-            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env
+            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            warnings=warnings,
         )
     plan = compile_plan(spec)
     # A local run has no manifests (render refuses it); a cluster run is rendered and checked now.
@@ -119,7 +122,7 @@ def prepare_run(
         manifests = [slurm_batch(spec, plan, lab)]
     else:
         manifests = render_manifests(spec, plan, lab.config)
-    return PreparedRun(request, spec, plan, manifests)
+    return PreparedRun(request, spec, plan, manifests, tuple(warnings))
 
 
 def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
@@ -222,7 +225,7 @@ def lab_at(repo: GitRepo, commit: str) -> Iterator[Lab]:
 
 def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
     """Uncommitted changes to what a job is built from (other files do not matter to the run)."""
-    paths = [p for p in LAB_INPUTS if (lab.root / p).exists()]
+    paths = [p for p in lab.job_inputs() if (lab.root / p).exists()]
     return bool(paths) and repo.is_dirty(paths)
 
 
@@ -250,6 +253,8 @@ def submit(
     request = build_request(opts, requester(repo))
     commit, dirty = repo.head(), lab_dirty(repo, lab)
     run = _prepare_for_submit(repo, lab, request, opts, commit, dirty)
+    for warning in run.warnings:
+        say(f"warning: {warning}")
     key = RunKey(request.experiment, request.run_id)
     path = write_request(lab.root, request)
     title = f"Request run {key.run_id} of {key.experiment} ({request.profile})"

@@ -5,10 +5,12 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import present
+from tuneplane.lab.layout import experiment_index, layout_problems
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
@@ -40,13 +42,30 @@ class Lab:
         return LabFile.model_validate({"apiVersion": "tuneplane/project/v1", "name": "lab"})
 
     def experiments_dir(self) -> Path:
-        return self.root / "experiments"
+        """The first experiment root: where `tp new` puts an experiment."""
+        return self.root / self.config.experiment_roots[0] if self.config.experiment_roots else self.root
+
+    @cached_property
+    def experiment_index(self) -> dict[str, list[str]]:
+        """Name → lab-relative directories of that name across the experiment roots."""
+        return experiment_index(self.root, self.config)
 
     def experiment_names(self) -> list[str]:
-        base = self.experiments_dir()
-        if not base.is_dir():
-            return []
-        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return sorted(self.experiment_index)
+
+    def experiment_rel(self, name: str) -> str:
+        """`experiments/<name>`, or `smoke/<name>` when it lives in another root."""
+        dirs = self.experiment_index.get(name)
+        if dirs:
+            return dirs[0]
+        return f"{self.config.experiment_roots[0] if self.config.experiment_roots else 'experiments'}/{name}"
+
+    def experiment_dir(self, name: str) -> Path:
+        return self.root / self.experiment_rel(name)
+
+    def job_inputs(self) -> list[str]:
+        """What a job's package is built from: a change there makes the lab dirty for a run."""
+        return [LAB_FILE, *self.config.experiment_roots, "plugins", *self.config.shared_code]
 
     def rel(self, path: Path) -> str:
         try:
@@ -80,7 +99,7 @@ def load_lab(root: Path | None = None) -> Lab:
         return Lab(root, None, doc, problems)
     settings, problems = parse_model(LabFile, doc, "lab-schema")
     if settings is not None:
-        problems += _profile_names(doc, settings)
+        problems += _profile_names(doc, settings) + layout_problems(root, doc, settings)
         problems += _slurm_settings(doc, settings)
     return Lab(root, settings, doc, notes + problems)
 

@@ -90,6 +90,7 @@ class PluginRef(Strict):
     entrypoint: str = ""
     load: Literal["eager", "deferred"] = "eager"
     requires_core: str = ""
+    source: str = Field("", description="The plugin's folder in the lab (plugins/<name> or inside a group).")
 
 
 class Paths(Strict):
@@ -100,6 +101,17 @@ class Paths(Strict):
     work_dir: str
     exp_dir: str
     out_dir: str
+    hf_home: str = Field("", description="The Hugging Face cache the job uses; it outlives the run.")
+
+
+class DatasetRef(Strict):
+    """A lab data set as this run sees it: `<NAME>_DATA_DIR` points at `dir`."""
+
+    name: str
+    variable: str
+    dir: str
+    claim: str = Field("", description="PersistentVolumeClaim mounted at `dir` (Kubernetes); empty: on storage.")
+    read_only: bool = True
 
 
 class JobProvenance(Strict):
@@ -123,6 +135,9 @@ class JobSpecBody(Strict):
     plugins: list[PluginRef] = Field(default_factory=list)
     timeout_seconds: int | None = None
     paths: Paths
+    shared_code: list[str] = Field(default_factory=list,
+                                   description="Lab folders of shared code, importable by their names.")
+    datasets: list[DatasetRef] = Field(default_factory=list)
 
 
 class JobSpec(Strict):

@@ -131,6 +131,18 @@ class Cluster(Strict):
     user: str = Field("", description="User name in output paths; default the git user or $USER.")
 
 
+class Dataset(Strict):
+    """A named data set every job of the lab sees, mounted where `<NAME>_DATA_DIR` says."""
+
+    path: str = Field("", description="Folder on the lab's storage, relative to the storage root "
+                                      "(every backend mounts that storage).")
+    volume: str = Field("", description="A PersistentVolumeClaim of its own, mounted read-only at "
+                                        "/mnt/datasets/<name> on Kubernetes.")
+    local_path: str = Field("", description="Where the data set lies on machines that run jobs without "
+                                            "Kubernetes (local backend, Slurm); default <storage root>/<path>.")
+    read_only: bool = Field(True, description="Mount the volume read-only.")
+
+
 class LabFile(Strict):
     """The lab marker `tuneplane.yaml`."""
 
@@ -139,3 +151,13 @@ class LabFile(Strict):
     profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": Profile(local=True, gpus_per_node=0)})
     images: Images = Field(default_factory=Images)
     cluster: Cluster = Field(default_factory=Cluster)
+    experiment_roots: list[str] = Field(
+        default_factory=lambda: ["experiments"],
+        description="Folders that hold experiments (each experiment is <root>/<name>/); names are unique "
+                    "across them.")
+    shared_code: list[str] = Field(
+        default_factory=list,
+        description="Lab folders of Python code every job imports (e.g. common): each ships with the job "
+                    "and is importable by its folder name on every backend.")
+    datasets: dict[str, Dataset] = Field(
+        default_factory=dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tuneplane.models.base import Strict
+from tuneplane.models.recipe import Param
 
 PLUGIN_SCHEMA = "tuneplane/plugin/v1"
 PLUGIN_SCHEMA_URL = "https://tuneplane.dev/schemas/plugin.schema.json"
@@ -57,6 +58,15 @@ class PluginRequires(StrictModel):
         return value
 
 
+PARAM_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+
+class PluginParam(Param):
+    """A plugin parameter: a recipe parameter's shape; its full dotted name is its key in params."""
+
+    path: str = Field("", description="Unused for plugins: the name is the key install(params) reads.")
+
+
 class PluginManifest(StrictModel):
     """plugin.yaml: a versioned, digest-pinned extension package."""
 
@@ -75,6 +85,18 @@ class PluginManifest(StrictModel):
                              "tuneplane.plugins.install_deferred(name, **ctx).")
     requires: PluginRequires = Field(default_factory=PluginRequires)
     scope: Literal["entrypoint"] = Field("entrypoint", description="Where it applies: the entrypoint.")
+    params: dict[str, PluginParam] = Field(
+        default_factory=dict, description="Parameters the plugin reads from install(params), by full dotted "
+                                          "name (opsd.scale); `tp submit --set` checks them.")
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, value: dict[str, PluginParam]) -> dict[str, PluginParam]:
+        bad = [name for name in value if not re.match(PARAM_NAME, name)]
+        if bad:
+            raise ValueError(f"parameter names must be dotted Python names like opsd.scale, not "
+                             f"{', '.join(map(repr, bad))}")
+        return value
 
     @model_validator(mode="after")
     def _capability_rules(self) -> PluginManifest:

@@ -46,6 +46,17 @@ class AdapterOptions(Strict):
     required_inputs: list[Literal["model", "train_data", "validation_data"]] = Field(default_factory=list)
 
 
+class ConfigPolicy(Strict):
+    """How `tp validate` reads the experiment's config.yaml."""
+
+    mode: Literal["open", "closed", "user"] = Field(
+        "open", description="closed: every key is a parameter or a pass-through key (anything else is an "
+                            "error); open: other keys are kept; user: the file is the user's own, never parsed.")
+    target: str = Field("", description="What consumes the config, e.g. trl.SFTConfig (for people and tests).")
+    passthrough: list[str] = Field(default_factory=list,
+                                   description="Keys beyond the params that the framework or the template reads.")
+
+
 class Metrics(Strict):
     primary: list[str] = Field(default_factory=list)
     aliases: dict[str, str] = Field(default_factory=dict)
@@ -97,6 +108,7 @@ class Recipe(Strict):
     runtime: Runtime
     requires: Requires = Field(default_factory=Requires)
     params: dict[str, Param] = Field(default_factory=dict)
+    config: ConfigPolicy = Field(default_factory=ConfigPolicy)
 
     @property
     def method(self) -> str:

@@ -29,6 +29,7 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
         "TUNEPLANE_RECIPE": recipe_variable(spec),
         "TUNEPLANE_CLUSTER_NUM_NODES": str(body.resources.nodes),
         "TUNEPLANE_CLUSTER_GPUS_PER_NODE": str(body.resources.gpus_per_node),
+        "TUNEPLANE_CLUSTER_PROFILE": body.resources.profile,
         "TUNEPLANE_JOB_ENABLED": "1" if ingest_endpoint else "0",
     }
     if ingest_endpoint:
@@ -48,9 +49,23 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
     if body.framework.observability_url:
         env["TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"] = body.framework.observability_url
     env["TUNEPLANE_JOB_MONITOR_INTERVAL"] = MONITOR_INTERVAL
-    if not body.resources.local:
-        env["HF_HOME"] = f"{paths.storage_root}/{HF_CACHE_DIR}"
+    env["HF_HOME"] = paths.hf_home or f"{paths.storage_root}/{HF_CACHE_DIR}"
+    if body.shared_code:
+        env["PYTHONPATH"] = shared_code_path(spec)
+    for dataset in body.datasets:
+        env[dataset.variable] = dataset.dir
     return env
+
+
+def shared_code_path(spec: JobSpec) -> str:
+    """The folders that make each shared-code folder importable by its name (its parent), in order."""
+    work = spec.spec.paths.work_dir
+    parents: list[str] = []
+    for folder in spec.spec.shared_code:
+        parent = "/".join([work, *folder.split("/")[:-1]])
+        if parent not in parents:
+            parents.append(parent)
+    return ":".join(parents)
 
 
 def recipe_variable(spec: JobSpec) -> str:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -20,6 +20,7 @@ from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
 from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.check.rules import config as config_rule
 from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
@@ -27,6 +28,8 @@ from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.layout import dataset_variable
+from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import Lab, storage_user
 from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
@@ -34,6 +37,7 @@ from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.jobspec import (
     AdapterRef,
     ArtifactRef,
+    DatasetRef,
     FrameworkRef,
     InputsRef,
     JobMeta,
@@ -46,7 +50,7 @@ from tuneplane.models.jobspec import (
     Resources,
 )
 from tuneplane.models.lock import RecipeLock
-from tuneplane.models.recipe import Recipe
+from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.names import object_name
 from tuneplane.problems import Problem
@@ -67,15 +71,21 @@ class PreparedExperiment:
     config_sha256: str
     plugins: tuple[PluginRef, ...]
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
+    plugin_params: dict[str, Param] = field(default_factory=dict)  # declared by the locked plugins
+
+    @property
+    def plugins_locked(self) -> bool:
+        """Algorithm plugins are locked: a `--set` key for one that declares nothing is let through."""
+        return any(p.capability == "algorithm" for p in self.plugins)
 
 
 def resolve(lab: Lab, experiment: str, request: RunRequest, *, commit: str, dirty: bool,
             allow_dirty: bool = False, catalog: Catalog | None = None,
-            env: dict[str, str] | None = None) -> JobSpec:
+            env: dict[str, str] | None = None, warnings: list[str] | None = None) -> JobSpec:
     """The JobSpec of `request`; raises UsageError with the first refusal and how to fix it."""
     prepared = prepare_experiment(lab, experiment, catalog or load_catalog())
     return resolve_prepared(lab, prepared, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty,
-                            env=env)
+                            env=env, warnings=warnings)
 
 
 # ── per experiment ──────────────────────────────────────────────────────────────────────────────────
@@ -95,14 +105,17 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
                          hint="see `tp methods`")
     recipe = ctx.recipe
     config = ctx.config.data if ctx.config is not None else None
-    _check_entrypoint(ctx.dir, ctx.lock, recipe)
-    _raise_refusals(check_platform_owned(recipe, config), f"experiments/{experiment}/config.yaml")
-    plugins = _plugins(lab, ctx.dir, recipe)
+    _raise_first([p for p in config_rule.check(ctx) if p.rule == "config-unknown"])  # a closed config
+    _check_entrypoint(ctx.dir, ctx.lock, recipe, ctx.rel)
+    rel = lab.experiment_rel(experiment)
+    _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
+    plugins, plugin_params = _plugins(lab, ctx.dir, recipe)
     _raise_refusals(check_algorithm_plugins(recipe.framework,
                                             [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
-                    f"experiments/{experiment}/plugins.lock.json")
+                    f"{rel}/plugins.lock.json")
+    base = _base_hyperparams(recipe.params, config, rel) | _base_hyperparams(plugin_params, config, rel)
     return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
-                              tuple(plugins), _base_hyperparams(recipe, config, experiment))
+                              tuple(plugins), base, plugin_params)
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
@@ -125,12 +138,12 @@ def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:
         raise UsageError(f"{where}: {first.message}" if where else first.message, hint=first.hint)
 
 
-def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe) -> None:
+def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe, rel: str) -> None:
     kind, value = _entrypoint(lock, recipe)
     if kind == "experiment" and resolve_entrypoint(exp_dir, value) is None:
         raise UsageError(entrypoint_message(recipe.framework),
                          hint=f"the recipe runs {value!r}: it must be a regular file inside "
-                              f"experiments/{exp_dir.name}/ (renamed or deleted? restore it)")
+                              f"{rel}/ (renamed or deleted? restore it)")
 
 
 def _entrypoint(lock: RecipeLock, recipe: Recipe) -> tuple[str, str]:
@@ -149,11 +162,13 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(recipe: Recipe, config: Any, experiment: str) -> dict[str, Scalar]:
-    """Config values at the param paths, else the recipe default; keyed by dotted config path."""
+def _base_hyperparams(params: dict[str, Any], config: Any, rel: str) -> dict[str, Scalar]:
+    """Config values at the param paths, else the defaults; keyed by dotted config path (a plugin
+    parameter's path is its name)."""
     values: dict[str, Scalar] = {}
     data = config if isinstance(config, dict) else {}
-    for name, param in recipe.params.items():
+    for name, param in params.items():
+        param = param if param.path else param.model_copy(update={"path": name})
         value = get_path(data, param.path)
         if is_missing(value) or value is None:
             if param.default is not None:
@@ -161,7 +176,7 @@ def _base_hyperparams(recipe: Recipe, config: Any, experiment: str) -> dict[str,
             continue
         problem = check_value(param, value)
         if problem:
-            raise UsageError(f"experiments/{experiment}/config.yaml: {param.path}: {problem}",
+            raise UsageError(f"{rel}/config.yaml: {param.path}: {problem}",
                              hint=param.doc or f"see `tp methods` for parameter {name}")
         values[param.path] = _normalise(param.type, value)
     return values
@@ -176,11 +191,12 @@ def _normalise(kind: str, value: Any) -> Scalar:
     return value
 
 
-def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
-    """Locked plugins with the fields of their plugin.yaml; the lock must verify against the lab."""
+def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], dict[str, Param]]:
+    """Locked plugins with the fields of their plugin.yaml, and the parameters the algorithm ones
+    declare; the lock must verify against the lab."""
     lock_path = exp_dir / "plugins.lock.json"
     if not recipe.plugins and _no_plugins_locked(lock_path):
-        return []  # the common case, without loading the plugin tooling
+        return [], {}  # the common case, without loading the plugin tooling
     # lazy: the plugin tooling loads only for experiments that lock plugins
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
@@ -188,13 +204,18 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> list[PluginRef]:
     _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
                                           __version__))
     lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
-    refs = []
+    refs: list[PluginRef] = []
+    params: dict[str, Param] = {}
     for entry in lock.plugins if lock else []:
-        manifest = load_plugin_manifest(lab.root / "plugins" / entry.name)
+        folder = plugin_path(lab.root, entry.name)
+        manifest = load_plugin_manifest(folder)
+        if manifest.capability == "algorithm":
+            params.update({name: p.model_copy(update={"path": name}) for name, p in manifest.params.items()})
         refs.append(PluginRef(id=entry.id, name=entry.name, version=entry.version, digest=entry.digest,
                               capability=manifest.capability, entrypoint=manifest.entrypoint or "",
-                              load=manifest.load, requires_core=manifest.requires.core))
-    return refs
+                              load=manifest.load, requires_core=manifest.requires.core,
+                              source=lab.rel(folder)))
+    return refs, params
 
 
 def _no_plugins_locked(lock_path: Path) -> bool:
@@ -212,7 +233,9 @@ def _no_plugins_locked(lock_path: Path) -> bool:
 
 
 def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest, *, commit: str,
-                     dirty: bool, allow_dirty: bool = False, env: dict[str, str] | None = None) -> JobSpec:
+                     dirty: bool, allow_dirty: bool = False, env: dict[str, str] | None = None,
+                     warnings: list[str] | None = None) -> JobSpec:
+    """The JobSpec; admitted-with-a-warning facts (a `--set` key no plugin declares) go to `warnings`."""
     env = dict(os.environ) if env is None else env
     recipe, settings = prepared.recipe, lab.config
     if request.experiment != prepared.name:
@@ -221,7 +244,11 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
     if dirty and not allow_dirty:
         raise UsageError("the lab has uncommitted changes: the job would run a commit, not what you see",
                          hint="commit them first (the job clones the commit), or pass --allow-dirty")
-    _raise_refusals(check_request(settings, recipe, request, env))
+    refusals = check_request(settings, recipe, request, env, plugin_params=prepared.plugin_params,
+                             plugins_locked=prepared.plugins_locked)
+    _raise_refusals([r for r in refusals if r.severity == "error"])
+    if warnings is not None:
+        warnings += [f"{r.message} ({r.hint})" for r in refusals if r.severity == "warning"]
     shape = _shape(lab, request, recipe)
     local = shape.local or settings.cluster.backend == "local"
     if local and shape.nodes > 1:
@@ -240,7 +267,8 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
             hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
             resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
                                 local=local),
-            plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths),
+            plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths,
+            shared_code=list(settings.shared_code), datasets=_datasets(lab, paths.storage_root, local)),
         provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
                                  config_sha256=prepared.config_sha256, tool_version=__version__,
                                  requested_by=request.requested_by),
@@ -299,14 +327,14 @@ def _framework_ref(prepared: PreparedExperiment, request: RunRequest) -> Framewo
 def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str, Scalar]:
     """Base values, then the request's `--set` (already checked by admission), keyed by config path."""
     recipe = prepared.recipe
-    if not recipe.params:
+    if not recipe.params and not prepared.plugin_params:
         return dict(request.set)  # custom: kept as written, nothing reads them
     values = dict(prepared.base_hyperparams)
     for key, value in request.set.items():
         name = resolve_name(key, recipe)
-        if name is not None:
-            param = recipe.params[name]
-            values[param.path] = _normalise(param.type, value)
+        param = recipe.params[name] if name is not None else prepared.plugin_params.get(key)
+        # a key no parameter declares was admitted with a warning for the locked plugins: as given
+        values[param.path if param else key] = _normalise(param.type, value) if param else value
     missing = [f"{name} ({p.path})" for name, p in recipe.params.items()
                if p.required and p.path not in values]
     if missing:
@@ -411,4 +439,35 @@ def _paths(lab: Lab, experiment: str, run_id: str, local: bool, env: dict[str, s
     run_dir = str(PurePosixPath(root) / "runs" / _user(lab) / experiment / run_id)
     work_dir = f"{run_dir}/work"
     return Paths(storage_root=root, run_dir=run_dir, work_dir=work_dir,
-                 exp_dir=f"{work_dir}/experiments/{experiment}", out_dir=f"{run_dir}/out")
+                 exp_dir=f"{work_dir}/{lab.experiment_rel(experiment)}", out_dir=f"{run_dir}/out",
+                 hf_home=_local_hf_home(env) if local else "")
+
+
+def _local_hf_home(env: dict[str, str]) -> str:
+    """On this machine the user's own Hugging Face cache: what a run downloads stays for the next."""
+    if env.get("HF_HOME"):
+        return str(Path(os.path.expanduser(env["HF_HOME"])).absolute())
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return str(Path(cache) / "huggingface")
+
+
+DATASET_MOUNT_ROOT = "/mnt/datasets"
+
+
+def _datasets(lab: Lab, storage: str, local: bool) -> list[DatasetRef]:
+    """Each lab data set where this run finds it: on the storage, on its own volume, or on this machine."""
+
+    out = []
+    for name, ds in sorted(lab.config.datasets.items()):
+        claim, where = "", ""
+        if local and ds.local_path:
+            path = Path(os.path.expanduser(ds.local_path))
+            where = str(path if path.is_absolute() else lab.root / path)
+        elif ds.path:
+            where = str(PurePosixPath(storage) / ds.path)
+        elif not local:
+            where, claim = f"{DATASET_MOUNT_ROOT}/{name}", ds.volume
+        if where:  # a volume with no local_path cannot reach a job on this machine
+            out.append(DatasetRef(name=name, variable=dataset_variable(name), dir=where, claim=claim,
+                                  read_only=ds.read_only))
+    return out

@@ -226,6 +226,8 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
         "env_secrets": _secret_env(spec, plan, lab),
         "storage": {"volume": STORAGE_VOLUME, "root": paths.storage_root, "claim": lab.cluster.storage.pvc},
         "shm": {"volume": SHM_VOLUME, "size": profile.shm_size},
+        "datasets": [{"volume": f"data-{index}", "claim": d.claim, "path": d.dir, "read_only": d.read_only}
+                     for index, d in enumerate(d for d in spec.spec.datasets if d.claim)],
         "image": spec.spec.image, "working_dir": paths.work_dir,
         "pull_secrets": _opt([(name,) for name in lab.cluster.image_pull_secrets]),
         "tolerations": _opt([t.model_dump() for t in profile.tolerations]),
@@ -249,7 +251,8 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any
            ("TUNEPLANE_RUN_DIR", paths.run_dir), ("TUNEPLANE_WORK_DIR", paths.work_dir),
            ("TUNEPLANE_OUT_DIR", paths.out_dir),
            # only algorithm plugins travel in the job package; data-prep ones never leave the machine
-           ("TUNEPLANE_PLUGINS", " ".join(p.name for p in spec.spec.plugins if p.capability == "algorithm")),
+           ("TUNEPLANE_PLUGINS", " ".join(p.source or f"plugins/{p.name}" for p in spec.spec.plugins
+                                          if p.capability == "algorithm")),
            ("TUNEPLANE_JOBSPEC", doc)]
     creds = lab.cluster.repo.credentials_secret
     secrets = [("GIT_USERNAME", creds, "username", True),

@@ -47,7 +47,7 @@ git fetch -q --depth 1 origin "$TUNEPLANE_COMMIT" || git fetch -q origin
 git -c advice.detachedHead=false checkout -q "$TUNEPLANE_COMMIT"
 git config --unset credential.helper || true
 mkdir -p .tuneplane tuneplane_plugins
-for name in $TUNEPLANE_PLUGINS; do cp -R "plugins/$name" "tuneplane_plugins/$name"; done
+for src in $TUNEPLANE_PLUGINS; do cp -R "$src" "tuneplane_plugins/${src##*/}"; done
 printf '%s' "$TUNEPLANE_JOBSPEC" > .tuneplane/jobspec.json
 cd /
 mv "$tmp" "$TUNEPLANE_WORK_DIR"

@@ -92,7 +92,8 @@ def local_manifest(
             "gpu_lock_dir": f"{body.paths.storage_root}/.locks/gpus",
             "work_dir": body.paths.work_dir,
             "out_dir": body.paths.out_dir,
-            "plugins": [p.name for p in body.plugins if p.capability == "algorithm"],  # only these travel
+            "plugins": [p.source or f"plugins/{p.name}" for p in body.plugins
+                        if p.capability == "algorithm"],  # only these travel
             "jobspec": jobspec_doc,
             "argv": [sys.executable, "-m", "tuneplane.launcher"],
             "plan_argv": list(plan.argv),
@@ -367,8 +368,8 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
         repo.archive(spec["commit"], partial, exclude=("runs", "status"))
     finally:
         repo.close()
-    for name in spec.get("plugins") or []:
-        source, target = partial / "plugins" / name, partial / "tuneplane_plugins" / name
+    for rel in spec.get("plugins") or []:
+        source, target = partial / rel, partial / "tuneplane_plugins" / Path(rel).name
         if source.is_dir() and not target.exists():
             shutil.copytree(source, target, symlinks=True)
     (partial / ".tuneplane").mkdir(exist_ok=True)
@@ -605,7 +606,10 @@ class _Supervisor:
         env = _scrubbed_env(os.environ)
         env.pop(GPUS_ENV, None)
         env.pop(KILL_GRACE_ENV, None)
+        inherited = env.get("PYTHONPATH")
         env.update(contract)
+        if "PYTHONPATH" in contract and inherited:  # shared code first, then what this machine had
+            env["PYTHONPATH"] = os.pathsep.join([contract["PYTHONPATH"], inherited])
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # empty: no GPU is visible to a 0-GPU run
         # The job's `python` is the interpreter tp runs under, so `import tuneplane` works as it does here.
         env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])

@@ -3,7 +3,10 @@
 Passing: `learning_rate: 2.0e-5` for a float param with `min: 0`.
 Failing: `learning_rate: "fast"` → `config-type`; `num_generations: 0` with `min: 2` → `config-range`;
 `lr_scheduler_type: cosin` → `config-choice`; `learning_rte: 1.0e-5` → `config-unknown` (did you mean
-`learning_rate`?, a warning: unknown keys still reach the framework).
+`learning_rate`?). In a closed config (`config: {mode: closed}` in the recipe, the TRL recipes: TRL
+builds `SFTConfig(**config)` and dies on a key it does not know) every key must be a parameter, a
+declared pass-through key or a platform-owned key, and `bogus_key: 1` is an error; in an open config
+only a near-miss of a parameter is reported, as a warning (other keys reach the framework).
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
                           hint="start the file with `key: value` lines")
         return
     known_paths = {p.path for p in recipe.params.values()}
+    if recipe.config.mode == "closed":
+        # lazy: the plugin tooling (packaging, the lock models) loads only when asked
+        from tuneplane.check.plugin_locks import locked_plugin_params
+
+        known_paths |= set(locked_plugin_params(ctx.lab.root, ctx.dir)[0])
+        yield from _closed(ctx, doc, known_paths)
+        known_paths = set()
     for name, param in sorted(recipe.params.items()):
         pointer = "/" + "/".join(escape(part) for part in param.path.split("."))
         value = get_path(doc.data, param.path)
@@ -41,6 +51,24 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
                 rule = "config-range"
             yield doc.problem(pointer, rule, f"{param.path}: {message}", hint=_param_hint(name, param))
     yield from _unknown_keys(ctx, doc, known_paths)
+
+
+def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Problem]:
+    recipe = ctx.recipe
+    assert recipe is not None
+    options = recipe.adapter_options
+    known = params | set(recipe.config.passthrough) | set(options.platform_owned) | set(options.bindings.values())
+    target = recipe.config.target or recipe.framework
+    for path in leaf_paths(doc.data):
+        if path in known or any(path.startswith(k + ".") for k in known):
+            continue
+        pointer = "/" + "/".join(escape(p) for p in path.split("."))
+        close = difflib.get_close_matches(path, sorted(params) or sorted(known), n=1, cutoff=0.6) or \
+            difflib.get_close_matches(path, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        yield doc.problem(pointer, "config-unknown",
+                          f"{path!r} is not a key {target} knows: the job would fail when it builds the config",
+                          hint=hint + f"remove it, or see `tp methods {ctx.method}` for the parameters")
 
 
 def _param_hint(name: str, param: object) -> str:

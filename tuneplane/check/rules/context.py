@@ -27,7 +27,7 @@ class ExperimentContext:
 
     @property
     def rel(self) -> str:
-        return f"experiments/{self.name}"
+        return self.lab.experiment_rel(self.name)
 
     @property
     def method(self) -> str:

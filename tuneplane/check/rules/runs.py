@@ -18,7 +18,7 @@ from tuneplane.lab.load import Lab
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.run import RunRequest
-from tuneplane.problems import Problem
+from tuneplane.problems import Problem, Severity
 
 
 @dataclass
@@ -53,5 +53,10 @@ def check(ctx: RunContext) -> Iterator[Problem]:
         return
     if exp.recipe is None:
         return  # the experiment's own problems already say why
-    for refusal in check_request(ctx.lab.config, exp.recipe, req):
-        yield doc.problem(refusal.pointer, refusal.rule, refusal.message, hint=refusal.hint)
+    # lazy: the plugin tooling (packaging, the lock models) loads only when asked
+    from tuneplane.check.plugin_locks import locked_plugin_params
+
+    params, locked = locked_plugin_params(ctx.lab.root, exp.dir)
+    for refusal in check_request(ctx.lab.config, exp.recipe, req, plugin_params=params, plugins_locked=locked):
+        severity = Severity.WARNING if refusal.severity == "warning" else Severity.ERROR
+        yield doc.problem(refusal.pointer, refusal.rule, refusal.message, hint=refusal.hint, severity=severity)

@@ -1,0 +1,65 @@
+"""The lint rules on code people really write: every Python and shell file of an experiment and of
+the lab's shared code, with prose (docstrings, comments) never taken for code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import run_git, write_tree
+
+DOCSTRING_PY = '''"""Train a classifier.
+
+The platform starts this file with --output-dir --overrides-json and a config; the checkpoints go to
+./checkpoints under the out dir (see the README), never /tmp/scratch.
+"""
+import argparse
+
+# --output-dir ./checkpoints is what the old launcher passed
+parser = argparse.ArgumentParser(description="Train a classifier")
+parser.add_argument("--output-dir")
+'''
+CODE_PY = 'import os\nOUT = "./checkpoints"\n'
+STARFORGE_RUN = "from starforge.report import StarForgeCallback\n\ncallbacks = [StarForgeCallback()]\n"
+
+
+def _problems(result: Any) -> list[dict[str, Any]]:
+    assert "Traceback" not in result.output, result.output
+    return list(json.loads(result.out)["problems"])
+
+
+def test_output_path_lint_ignores_docstrings_and_comments(lab: Path, tp: Any) -> None:
+    assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
+    (lab / "experiments/cls/train.py").write_text(DOCSTRING_PY, encoding="utf-8")
+    problems = _problems(tp("validate", "cls", "--format", "json", cwd=lab))
+    assert [p for p in problems if p["rule"] == "lint-output-dir"] == []
+
+
+def test_output_path_lint_still_fires_on_code(lab: Path, tp: Any) -> None:
+    assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
+    (lab / "experiments/cls/train.py").write_text(CODE_PY, encoding="utf-8")
+    problems = _problems(tp("validate", "cls", "--format", "json", cwd=lab))
+    assert [(p["line"], p["col"]) for p in problems if p["rule"] == "lint-output-dir"] == [(2, 8)]
+
+
+def test_starforge_callback_anywhere_in_the_experiment_fails_strict(lab: Path, tp: Any) -> None:
+    assert tp("new", "sft", "--method", "trl/sft", cwd=lab).code == 0
+    write_tree(lab, {"experiments/sft/helpers/callbacks.py": STARFORGE_RUN})
+    run_git(lab, "add", "-A")
+    run_git(lab, "commit", "-q", "-m", "x")
+    problems = _problems(tp("validate", "sft", "--format", "json", cwd=lab))
+    found = sorted({(p["file"], p["line"]) for p in problems if p["rule"] == "lint-legacy-env"})
+    assert found == [("experiments/sft/helpers/callbacks.py", 1), ("experiments/sft/helpers/callbacks.py", 3)]
+    hints = " ".join(p["hint"] for p in problems if p["rule"] == "lint-legacy-env")
+    assert "TunePlaneCallback" in hints and "tuneplane.report" in hints
+    strict = tp("validate", "sft", "--strict", cwd=lab)
+    assert strict.code == 1 and "experiments/sft/helpers/callbacks.py:1" in strict.out
+
+
+def test_starforge_use_in_shared_code_is_flagged(lab: Path, tp: Any) -> None:
+    path = lab / "tuneplane.yaml"
+    path.write_text(path.read_text(encoding="utf-8") + "shared_code: [common]\n", encoding="utf-8")
+    write_tree(lab, {"common/__init__.py": "", "common/report.py": STARFORGE_RUN})
+    problems = _problems(tp("validate", "--format", "json", cwd=lab))
+    assert ("common/report.py", 1) in {(p["file"], p["line"]) for p in problems if p["rule"] == "lint-legacy-env"}
