@@ -20,7 +20,6 @@ from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
 from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
-from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
@@ -48,6 +47,7 @@ from tuneplane.models.jobspec import (
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.models.run import RunRequest
+from tuneplane.plan.entrypoints import effective_entrypoint
 from tuneplane.plan.names import object_name
 from tuneplane.problems import Problem
 
@@ -95,7 +95,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
                          hint="see `tp methods`")
     recipe = ctx.recipe
     config = ctx.config.data if ctx.config is not None else None
-    _check_entrypoint(ctx.dir, ctx.lock, recipe)
+    effective_entrypoint(ctx.dir, ctx.lock, recipe)
     _raise_refusals(check_platform_owned(recipe, config), f"experiments/{experiment}/config.yaml")
     plugins = _plugins(lab, ctx.dir, recipe)
     _raise_refusals(check_algorithm_plugins(recipe.framework,
@@ -123,19 +123,6 @@ def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:
     if refusals:
         first = refusals[0]
         raise UsageError(f"{where}: {first.message}" if where else first.message, hint=first.hint)
-
-
-def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe) -> None:
-    kind, value = _entrypoint(lock, recipe)
-    if kind == "experiment" and resolve_entrypoint(exp_dir, value) is None:
-        raise UsageError(entrypoint_message(recipe.framework),
-                         hint=f"the recipe runs {value!r}: it must be a regular file inside "
-                              f"experiments/{exp_dir.name}/ (renamed or deleted? restore it)")
-
-
-def _entrypoint(lock: RecipeLock, recipe: Recipe) -> tuple[str, str]:
-    bound = lock.bindings.entrypoint if lock.bindings else None
-    return (bound.kind, bound.value) if bound else (recipe.entrypoint.kind, recipe.entrypoint.value)
 
 
 def _config_digest(exp_dir: Path, root: Path) -> str:
@@ -264,7 +251,7 @@ def _shape(lab: Lab, request: RunRequest, recipe: Recipe) -> Shape:
 
 def _recipe_ref(prepared: PreparedExperiment) -> RecipeRef:
     lock, recipe = prepared.lock, prepared.recipe
-    kind, value = _entrypoint(lock, recipe)
+    kind, value = effective_entrypoint(prepared.dir, lock, recipe)
     opts = recipe.adapter_options
     return RecipeRef(
         name=recipe.name, version=lock.recipe.version, digest=lock.recipe.digest,
