@@ -10,13 +10,11 @@ merge, the reward functions).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import Any

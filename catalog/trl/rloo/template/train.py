@@ -8,7 +8,8 @@ The platform starts it with accelerate, one process per GPU:
         --output-dir $TUNEPLANE_OUT_DIR --logging-dir $TUNEPLANE_OUT_DIR/logs \
         --overrides-json '<validated --set values>'
 
-Data: rows with a `prompt` (a string or chat messages) and whatever columns rewards.py reads (the shipped functions read `answer`).
+Data: rows with a `prompt` (a string or chat messages) and whatever columns rewards.py reads
+(the shipped functions read `answer`).
 
 Outputs under --output-dir: checkpoints/checkpoint-<step> while training, checkpoints/final at the
 end (model and tokenizer), TensorBoard-style logs under --logging-dir when enabled in report_to.
