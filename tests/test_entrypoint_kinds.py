@@ -1,0 +1,80 @@
+"""Entrypoint kinds: an experiment file, a module of the image, or a file of the framework inside the
+image, and an experiment `run.py` that wins when present. Every catalog recipe compiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers_render import INPUTS, RUN_ID, build, catalog, commit_all, make_lab, resolve_run
+
+from tuneplane.errors import UsageError
+from tuneplane.lab.load import load_lab
+from tuneplane.models.run import RunRequest
+
+NEMO_ROOT = "/opt/nemo-rl"
+
+
+def _request(experiment: str, method: str, profile: str = "h200") -> RunRequest:
+    data: dict[str, object] = {"experiment": experiment, "run_id": RUN_ID, "profile": profile,
+                               "inputs": dict(INPUTS)}
+    if method == "custom/custom":
+        data = {**data, "image": "registry.example.com/t:1", "observability_url": "https://track.example.org/p",
+                "inputs": {}}
+    if method.startswith(("ms-swift/", "openrlhf/", "verl/")) or method == "evalkit/benchmark":
+        data["image"] = "registry.example.com/framework:1"
+    if method == "evalkit/benchmark":
+        data["inputs"] = {"model": INPUTS["model"]}
+    return RunRequest.model_validate(data)
+
+
+def test_nemo_rl_runs_the_frameworks_own_driver_without_a_run_py(tmp_path: Path) -> None:
+    lab = make_lab(tmp_path / "lab", {"sft": "nemo-rl/sft", "grpo": "nemo-rl/grpo"})
+    assert not (lab.root / "experiments" / "sft" / "run.py").exists()
+    for name, script in (("sft", "run_sft.py"), ("grpo", "run_grpo.py")):
+        spec = resolve_run(lab, _request(name, f"nemo-rl/{name}"))
+        assert spec.spec.recipe.entrypoint_kind == "file"
+        assert spec.spec.recipe.entrypoint == f"{NEMO_ROOT}/examples/{script}"
+        _, plan, _ = build(lab, _request(name, f"nemo-rl/{name}"))
+        assert plan.argv[:2] == ["python3", f"{NEMO_ROOT}/examples/{script}"]
+        assert plan.argv[2:4] == ["--config", f"{spec.spec.paths.exp_dir}/config.yaml"]
+
+
+def test_an_experiment_run_py_wins_over_the_frameworks_entry(tmp_path: Path) -> None:
+    lab = make_lab(tmp_path / "lab", {"grpo": "nemo-rl/grpo", "vgrpo": "verl/grpo"},
+                   files={"experiments/grpo/run.py": "print('mine')\n", "experiments/vgrpo/run.py": "pass\n"})
+    for name, method in (("grpo", "nemo-rl/grpo"), ("vgrpo", "verl/grpo")):
+        spec, plan, _ = build(lab, _request(name, method))
+        assert (spec.spec.recipe.entrypoint_kind, spec.spec.recipe.entrypoint) == ("experiment", "run.py")
+        assert f"{spec.spec.paths.exp_dir}/run.py" in plan.argv
+
+
+def test_a_run_py_that_escapes_the_experiment_is_not_an_override(tmp_path: Path) -> None:
+    lab = make_lab(tmp_path / "lab", {"grpo": "nemo-rl/grpo"}, files={"outside.py": "pass\n"})
+    (lab.root / "experiments" / "grpo" / "run.py").symlink_to(lab.root / "outside.py")
+    commit_all(lab.root)
+    spec = resolve_run(load_lab(lab.root), _request("grpo", "nemo-rl/grpo"))
+    assert spec.spec.recipe.entrypoint == f"{NEMO_ROOT}/examples/run_grpo.py"
+
+
+def test_an_experiment_entrypoint_of_a_catalog_recipe_must_exist(tmp_path: Path) -> None:
+    lab = make_lab(tmp_path / "lab", {"maxrl": "nemo-rl/maxrl"})
+    (lab.root / "experiments" / "maxrl" / "run.py").unlink()
+    commit_all(lab.root)
+    with pytest.raises(UsageError, match="entrypoint is missing"):
+        resolve_run(load_lab(lab.root), _request("maxrl", "nemo-rl/maxrl"))
+
+
+def test_validate_admits_a_nemo_rl_experiment_without_run_py(tmp_path: Path, tp) -> None:
+    lab = make_lab(tmp_path / "lab", {"sft": "nemo-rl/sft", "dpo": "nemo-rl/dpo"})
+    result = tp("validate", "sft", "dpo", cwd=lab.root)
+    assert result.code == 0, result.output
+
+
+@pytest.mark.parametrize("method", catalog().ids)
+def test_every_catalog_recipe_scaffolds_validates_and_compiles(tmp_path: Path, method: str) -> None:
+    name = method.replace("/", "-")
+    lab = make_lab(tmp_path / "lab", {name: method})
+    profile = "cpu" if method.startswith(("trl/", "pytorch/", "custom/")) else "h200"
+    _, plan, manifests = build(lab, _request(name, method, profile))
+    assert plan.argv and manifests
