@@ -3,6 +3,7 @@ image, and an experiment `run.py` that wins when present. Every catalog recipe c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,55 @@ def test_every_catalog_recipe_scaffolds_validates_and_compiles(tmp_path: Path, m
     profile = "cpu" if method.startswith(("trl/", "pytorch/", "custom/")) else "h200"
     _, plan, manifests = build(lab, _request(name, method, profile))
     assert plan.argv and manifests
+
+
+# ── deprecated runtime versions ─────────────────────────────────────────────────────────────────────
+
+STARFORGE_TRL_LOCK = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "starforge-lab" / "experiments" \
+    / "trl-grpo_qwen3.5-9b_qa-tools_v1" / "recipe.lock.json"
+
+
+def test_a_lock_on_a_deprecated_runtime_is_admitted_with_a_warning_and_an_upgrade_hint(tmp_path: Path, tp) -> None:
+    lab = make_lab(tmp_path / "lab", {"old": "trl/grpo"})
+    lock_path = lab.root / "experiments" / "old" / "recipe.lock.json"
+    lock = json.loads(lock_path.read_text())
+    lock["framework"] = {"kind": "trl", "version": "1.10.0", "runtime_id": "trl-1.10.0"}
+    lock_path.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    commit_all(lab.root)
+    result = tp("validate", "old", cwd=lab.root)
+    assert result.code == 0, result.output
+    assert "deprecated" in result.output and "tp recipe upgrade old" in result.output
+    spec = resolve_run(load_lab(lab.root), _request("old", "trl/grpo", "cpu"))
+    assert (spec.spec.framework.version, spec.spec.framework.runtime_id) == ("1.10.0", "trl-1.10.0")
+    assert tp("recipe", "upgrade", "old", cwd=lab.root).code == 0
+    assert json.loads(lock_path.read_text())["framework"]["version"] == "1.16.0"
+
+
+def test_a_new_experiment_cannot_lock_a_deprecated_runtime(tmp_path: Path, tp) -> None:
+    lab = make_lab(tmp_path / "lab", {})
+    result = tp("new", "x", "--method", "trl/sft", "--framework-version", "1.10.0", cwd=lab.root)
+    assert result.code == 2 and "deprecated" in result.output and "1.16.0" in result.output
+
+
+@pytest.mark.skipif(not STARFORGE_TRL_LOCK.is_file(), reason="the StarForge fixtures are not beside the repository")
+def test_starforge_trl_lock_names_a_runtime_the_catalog_still_has() -> None:
+    legacy = json.loads(STARFORGE_TRL_LOCK.read_text())
+    recipe = catalog().recipe(legacy["recipe"]["name"])
+    kept = recipe.runtime.versions[legacy["framework"]["version"]]
+    assert kept.runtime_id == legacy["framework"]["runtime_id"] and kept.deprecated
+
+
+def test_catalog_frameworks_have_an_image_without_a_lab_default(tmp_path: Path) -> None:
+    import re
+
+    from helpers_render import CLUSTER_SETTINGS
+
+    settings = re.sub(r"images:\n(  .*\n)+", "", CLUSTER_SETTINGS)
+    assert "images:" not in settings
+    lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "p": "pytorch/image-classification", "n": "nemo-rl/sft"},
+                   settings=settings)
+    images = {name: resolve_run(lab, _request(name, method, "cpu" if name != "n" else "h200")).spec.image
+              for name, method in (("t", "trl/sft"), ("p", "pytorch/image-classification"), ("n", "nemo-rl/sft"))}
+    assert images["t"] == "huggingface/trl:1.16.0"
+    assert images["p"].startswith("pytorch/pytorch:2.14.0-")
+    assert re.fullmatch(r"nvcr\.io/nvidia/nemo-rl:v0\.7\.0@sha256:[0-9a-f]{64}", images["n"])
