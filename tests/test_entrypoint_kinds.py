@@ -131,3 +131,29 @@ def test_catalog_frameworks_have_an_image_without_a_lab_default(tmp_path: Path) 
     assert images["t"] == "huggingface/trl:1.16.0"
     assert images["p"].startswith("pytorch/pytorch:2.14.0-")
     assert re.fullmatch(r"nvcr\.io/nvidia/nemo-rl:v0\.7\.0@sha256:[0-9a-f]{64}", images["n"])
+
+
+def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkout(tmp_path: Path,
+                                                                                 tp_subprocess) -> None:
+    """The local backend runs a `file` entrypoint from NEMO_RL_ROOT: here a stand-in NeMo-RL checkout
+    whose driver records what it got, as NeMo-RL's own examples/run_sft.py would receive it."""
+    from helpers_render import CLUSTER_SETTINGS
+
+    checkout = tmp_path / "nemo-rl"
+    (checkout / "examples").mkdir(parents=True)
+    (checkout / "examples" / "run_sft.py").write_text(
+        "import json, os, sys\n"
+        "json.dump(sys.argv[1:], open(os.path.join(os.environ['TUNEPLANE_OUT_DIR'], 'argv.json'), 'w'))\n")
+    settings = CLUSTER_SETTINGS.replace("local: {local: true, gpus_per_node: 0}",
+                                        "local: {local: true, gpus_per_node: 1}")  # the driver uses none
+    lab = make_lab(tmp_path / "lab", {"sft": "nemo-rl/sft"}, settings=settings)
+    result = tp_subprocess("submit", "sft", "--profile", "local", "--model", "m", "--train-data", "t.jsonl",
+                           "--validation-data", "v.jsonl", "--local", cwd=lab.root,
+                           env={"NEMO_RL_ROOT": str(checkout), "TUNEPLANE_LOCAL_GPUS": "1"}, timeout=300)
+    assert result.code == 0, result.output[-3000:]
+    [status_path] = (lab.root / "status" / "sft").glob("*.json")
+    status = json.loads(status_path.read_text())
+    assert status["phase"] == "Succeeded"
+    argv = json.loads((Path(status["out_dir"]) / "argv.json").read_text())
+    assert argv[0] == "--config" and argv[1].endswith("experiments/sft/config.yaml")
+    assert "policy.model_name=\"m\"" in argv and "cluster.num_nodes=1" in argv

@@ -222,7 +222,8 @@ def test_a_local_backend_lab_runs_every_profile_locally(tmp_path: Path) -> None:
 
 
 def test_image_order_flag_then_lab_default_then_registry_then_pin(tmp_path: Path) -> None:
-    settings = CLUSTER_SETTINGS.replace("    trl: example/trl:1.10.0\n", "").replace("    verl: example/verl:0.5.0\n", "")
+    settings = CLUSTER_SETTINGS.replace("    trl: example/trl:1.10.0\n", "")
+    settings = settings.replace("    verl: example/verl:0.5.0\n", "")
     lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "verl-sft-exp": "verl/sft"}, settings=settings)
     runtime_id = json.loads((lab.root / "experiments/t/recipe.lock.json").read_text())["framework"][
         "runtime_id"

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from helpers_git import git
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"

@@ -221,7 +221,7 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
         metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
                          run_id=request.run_id, lab=lab.name, user=_user(lab)),
         spec=JobSpecBody(
-            operation=request.operation, recipe=_recipe_ref(prepared),
+            operation=request.operation, recipe=_recipe_ref(prepared, env if shape.local else {}),
             framework=_framework_ref(prepared, request),
             image=_image(lab, recipe, prepared.lock, request, env),
             hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
@@ -249,9 +249,9 @@ def _shape(lab: Lab, request: RunRequest, recipe: Recipe) -> Shape:
     return Shape(shape.profile, 1, gpus if not shape.local else min(gpus, shape.gpus_per_node), shape.local)
 
 
-def _recipe_ref(prepared: PreparedExperiment) -> RecipeRef:
+def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> RecipeRef:
     lock, recipe = prepared.lock, prepared.recipe
-    kind, value = effective_entrypoint(prepared.dir, lock, recipe)
+    kind, value = effective_entrypoint(prepared.dir, lock, recipe, local_env)
     opts = recipe.adapter_options
     return RecipeRef(
         name=recipe.name, version=lock.recipe.version, digest=lock.recipe.digest,
