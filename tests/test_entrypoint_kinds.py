@@ -157,3 +157,23 @@ def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkou
     argv = json.loads((Path(status["out_dir"]) / "argv.json").read_text())
     assert argv[0] == "--config" and argv[1].endswith("experiments/sft/config.yaml")
     assert "policy.model_name=\"m\"" in argv and "cluster.num_nodes=1" in argv
+
+
+STARFORGE_LAB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "starforge-lab"
+
+
+@pytest.mark.skipif(not STARFORGE_LAB.is_dir(), reason="the StarForge fixtures are not beside the repository")
+def test_a_migrated_nemo_rl_sft_lock_binds_the_frameworks_driver(tmp_path: Path, tp) -> None:
+    """The StarForge nemo-rl/sft experiment has no driver of its own: after `tp migrate` its lock binds
+    NeMo-RL's examples/run_sft.py inside the image, and the lock is admitted."""
+    import shutil
+
+    root = tmp_path / "lab"
+    shutil.copytree(STARFORGE_LAB, root)
+    assert tp("migrate", root, cwd=root).code == 0
+    lock = json.loads((root / "experiments" / "sft_qwen3.5-4b_alpaca_v1" / "recipe.lock.json").read_text())
+    assert lock["bindings"]["entrypoint"] == {"kind": "file", "value": "examples/run_sft.py"}
+    result = tp("validate", "sft_qwen3.5-4b_alpaca_v1", "--format", "json", cwd=root)
+    report = json.loads(result.out)
+    assert report["errors"] == 0 and result.code == 0, result.output
+    assert [p["rule"] for p in report["problems"]] == ["lock-drift"]  # advisory: `tp recipe upgrade` re-locks
