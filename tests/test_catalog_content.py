@@ -349,3 +349,18 @@ def test_verl_reward_scores_final_answers() -> None:
     assert reward.compute_score("gsm8k", "... \\boxed{42}", "42") == 1.0
     assert reward.compute_score("gsm8k", "the answer is 41", "#### 42") == 0.0
     assert reward.compute_score("gsm8k", "forty-two", "42") == 0.0
+
+
+# --- MaxRL advantage scaling (nemo-rl/maxrl) ------------------------------------------------------
+
+
+def test_maxrl_scales_group_baselined_advantages_by_the_group_mean() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    run = load_module(CATALOG / "nemo-rl" / "maxrl" / "template" / "run.py", "catalog_nemo_maxrl")
+    prompts = torch.tensor([[7, 1], [7, 1], [9, 2], [9, 2], [5, 5], [5, 5]])
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    baselined = (rewards - torch.tensor([0.5, 0.5, 1.0, 1.0, 0.0, 0.0])).unsqueeze(-1).expand(6, 3)
+    scaled = run.mean_scaled(baselined, prompts, rewards)
+    # pass rate 0.5 doubles the advantage; all-correct and all-wrong groups stay at zero
+    assert torch.allclose(scaled[:, 0], torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0]), atol=1e-4)
+    assert scaled.shape == (6, 3) and torch.equal(baselined[:, 0], rewards - torch.tensor([0.5, 0.5, 1, 1, 0, 0]))
