@@ -36,7 +36,7 @@ TINY = {  # the --set values that keep a run to seconds on CPU, where the recipe
     "max_steps": 2, "bf16": False, "gradient_checkpointing": False, "per_device_train_batch_size": 2,
     "per_device_eval_batch_size": 2, "gradient_accumulation_steps": 1, "logging_steps": 1,
     "max_length": 32, "num_generations": 2, "max_completion_length": 4, "use_vllm": False,
-    "eval_strategy": "no", "judge_max_length": 64,
+    "judge_max_length": 64,
 }
 
 
