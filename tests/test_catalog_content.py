@@ -10,13 +10,11 @@ merge, the reward functions).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,9 +24,14 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
-EXPECTED = {
-    "custom/custom", "pytorch/image-classification", "trl/sft", "trl/grpo",
-    "verl/sft", "verl/grpo", "nemo-rl/grpo", "evalkit/benchmark",
+EXPECTED = {  # every recipe id the upstream client ships
+    "custom/custom", "evalkit/benchmark", "pytorch/image-classification",
+    *(f"ms-swift/{m}" for m in ("sft", "dpo", "kto", "orpo", "cpo", "rm", "gkd", "grpo", "reranker",
+                                 "megatron-sft", "megatron-dpo", "megatron-gkd", "megatron-grpo")),
+    *(f"nemo-rl/{m}" for m in ("sft", "dpo", "rm", "ppo", "grpo", "grpo-lora", "distillation", "maxrl", "opsd")),
+    *(f"openrlhf/{m}" for m in ("sft", "dpo", "rm", "ppo", "grpo", "reinforce-baseline")),
+    *(f"trl/{m}" for m in ("sft", "dpo", "kto", "rm", "rloo", "grpo", "grpo-judge", "opsd")),
+    *(f"verl/{m}" for m in ("sft", "ppo", "grpo", "dapo", "rloo", "remax", "reinforce-baseline", "distillation")),
 }
 TOP_KEYS = {
     "name", "version", "framework", "title", "summary", "category", "template", "entrypoint",
@@ -138,7 +141,13 @@ def test_template_and_entrypoint_exist(folder: Path) -> None:
     assert (template / "README.md").is_file()
     assert (template / "config.yaml").is_file()
     entry = recipe["entrypoint"]
-    assert set(entry) == {"kind", "value"} and entry["kind"] in {"module", "file", "experiment"}
+    assert {"kind", "value"} <= set(entry) <= {"kind", "value", "experiment_override"}
+    assert entry["kind"] in {"module", "file", "experiment"}
+    if "experiment_override" in entry:  # an experiment file that wins over the framework's entry
+        assert entry["kind"] != "experiment" and re.fullmatch(r"[A-Za-z0-9_.-]+\.py", entry["experiment_override"])
+    if entry["kind"] == "file":  # a file of the framework, under the root every runtime names
+        assert not entry["value"].startswith("/") and ".." not in entry["value"]
+        assert all(v.get("root", "").startswith("/") for v in recipe["runtime"]["versions"].values())
     if entry["kind"] == "experiment":
         assert (template / entry["value"]).is_file()
     if entry["kind"] == "module":
@@ -181,7 +190,10 @@ def test_adapter_options(folder: Path) -> None:
 def test_metrics_artifacts_runtime(folder: Path) -> None:
     recipe = load_recipe(folder)
     metrics = recipe["metrics"]
-    assert set(metrics) == {"primary", "aliases"}
+    assert {"primary", "aliases"} <= set(metrics) <= {"primary", "aliases", "native"}
+    for native in metrics.get("native", []):
+        assert set(native) == {"format", "path"} and native["format"] in {"tensorboard", "jsonl"}
+        assert not native["path"].startswith("/") and ".." not in native["path"]
     assert all(isinstance(m, str) for m in metrics["primary"])
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in metrics["aliases"].items())
     artifacts = recipe["artifacts"]
@@ -192,7 +204,7 @@ def test_metrics_artifacts_runtime(folder: Path) -> None:
     runtime = recipe["runtime"]
     assert set(runtime) == {"default_version", "versions"}
     for entry in runtime["versions"].values():
-        assert set(entry) <= {"runtime_id", "requires", "image", "deprecated"}
+        assert set(entry) <= {"runtime_id", "requires", "image", "root", "deprecated"}
         assert isinstance(entry["runtime_id"], str) and entry["runtime_id"]
         assert isinstance(entry["requires"], str)
         image = entry.get("image")
@@ -315,48 +327,6 @@ def test_custom_scaffold_names_a_missing_contract_variable(tmp_path: Path, missi
     assert "no training command yet" not in result.stderr
 
 
-# --- NeMo-RL driver: config resolution and hand-off ----------------------------------------------
-
-
-def fake_nemo_rl(root: Path) -> Path:
-    """A NeMo-RL tree with a base config and a driver that records what it was given."""
-    (root / "examples" / "configs").mkdir(parents=True)
-    (root / "examples" / "configs" / "grpo_math_1B.yaml").write_text(textwrap.dedent("""\
-        grpo: {num_prompts_per_step: 8, val_period: 5, only_in_base: 1}
-        policy: {model_name: base/model, tokenizer: {name: "${policy.model_name}"}}
-        data: {dataset_name: OpenMathInstruct-2, prompt_file: examples/prompts/cot.txt}
-        cluster: {num_nodes: 1, gpus_per_node: 1}
-        """))
-    (root / "examples" / "run_grpo.py").write_text(textwrap.dedent("""\
-        import json, os, sys, yaml
-        config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
-        json.dump({"argv": sys.argv[1:], "config": config}, open(os.environ["RECORD"], "w"))
-        """))
-    return root
-
-
-def test_nemo_rl_driver_merges_over_the_base_and_forwards_overrides(tmp_path: Path) -> None:
-    template = CATALOG / "nemo-rl" / "grpo" / "template"
-    root = fake_nemo_rl(tmp_path / "nemo-rl")
-    out = tmp_path / "out"
-    env = {**os.environ, "NEMO_RL_ROOT": str(root), "TUNEPLANE_OUT_DIR": str(out),
-           "RECORD": str(tmp_path / "record.json"), "PYTHONDONTWRITEBYTECODE": "1"}
-    command = [sys.executable, str(template / "run_grpo.py"), "--config", str(template / "config.yaml"),
-               "cluster.num_nodes=2", "grpo.max_num_steps=3"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    record = json.loads((tmp_path / "record.json").read_text())
-    config = record["config"]
-    assert config["grpo"]["only_in_base"] == 1  # merged, not replaced
-    assert config["grpo"]["num_prompts_per_step"] == 32  # the experiment wins
-    assert config["policy"]["tokenizer"] == {"name": "${policy.model_name}"}
-    assert "dataset_name" not in config["data"] and "_override_" not in config["data"]  # replaced
-    assert config["data"]["default"]["env_name"] == "math"
-    assert "defaults" not in config
-    assert record["argv"][-2:] == ["cluster.num_nodes=2", "grpo.max_num_steps=3"]
-    assert (out / "logs" / "nemo_rl_config.yaml").is_file()
-
-
 # --- reward functions ---------------------------------------------------------------------------
 
 
@@ -399,3 +369,18 @@ def test_closed_configs_pass_through_only_keys_the_framework_knows() -> None:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = set(config["passthrough"]) - fields - set(SCRIPT_KEYS)
         assert not unknown, (recipe["name"], sorted(unknown))
+
+
+# --- MaxRL advantage scaling (nemo-rl/maxrl) ------------------------------------------------------
+
+
+def test_maxrl_scales_group_baselined_advantages_by_the_group_mean() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    run = load_module(CATALOG / "nemo-rl" / "maxrl" / "template" / "run.py", "catalog_nemo_maxrl")
+    prompts = torch.tensor([[7, 1], [7, 1], [9, 2], [9, 2], [5, 5], [5, 5]])
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    baselined = (rewards - torch.tensor([0.5, 0.5, 1.0, 1.0, 0.0, 0.0])).unsqueeze(-1).expand(6, 3)
+    scaled = run.mean_scaled(baselined, prompts, rewards)
+    # pass rate 0.5 doubles the advantage; all-correct and all-wrong groups stay at zero
+    assert torch.allclose(scaled[:, 0], torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.0]), atol=1e-4)
+    assert scaled.shape == (6, 3) and torch.equal(baselined[:, 0], rewards - torch.tensor([0.5, 0.5, 1, 1, 0, 0]))

@@ -255,8 +255,8 @@ def test_recipe_removed_blocks(lab: Path, locked: Path, make_catalog: Any, tp: A
 
 def test_deprecated_runtime_is_a_warning(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
     changed_catalog(make_catalog, locked, edit(
-        RECIPE_REL, '"2.14.0": {runtime_id: pytorch-2.14.0, requires: "torch==2.14.0", deprecated: false}',
-        '"2.14.0": {runtime_id: pytorch-2.14.0, requires: "torch==2.14.0", deprecated: true}'))
+        RECIPE_REL, 'image: "pytorch/pytorch:2.14.0-cuda12.8-cudnn9-runtime", deprecated: false}',
+        'image: "pytorch/pytorch:2.14.0-cuda12.8-cudnn9-runtime", deprecated: true}'))
     code, report = validate(tp)
     found = lock_problems(report, "runtime-deprecated")
     assert len(found) == 1 and report["errors"] == 0, report["problems"]

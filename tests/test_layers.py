@@ -18,7 +18,10 @@ JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecyc
                        ("tuneplane.lifecycle.hf_eval", "transformers"),
                        ("tuneplane.lifecycle.trl_support", "yaml"), ("tuneplane.lifecycle.trl_support", "datasets"),
                        ("tuneplane.lifecycle.trl_support", "transformers"),
-                       ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft")}
+                       ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft"),
+                       ("tuneplane.lifecycle.cli_flags", "yaml")}
+
+
 def _module_name(path: Path) -> str:
     rel = path.relative_to(PKG.parent).with_suffix("")
     parts = list(rel.parts)

@@ -57,7 +57,7 @@ def with_body(spec: JobSpec, **changes: Any) -> JobSpec:
 
 
 def test_every_framework_has_an_adapter() -> None:
-    assert set(ADAPTERS) == {"custom", "pytorch", "trl", "verl", "nemo-rl", "evalkit"}
+    assert set(ADAPTERS) == {"custom", "pytorch", "trl", "verl", "nemo-rl", "evalkit", "ms-swift", "openrlhf"}
 
 
 def test_custom_runs_bash_on_the_absolute_train_sh_from_the_package_root(lab: Lab) -> None:
@@ -191,7 +191,8 @@ def test_nemo_rl_passes_config_topology_checkpoint_and_log_dirs(lab: Lab) -> Non
     spec = resolve_run(lab, request("nemo-exp", "h200:16", set={"num_generations_per_prompt": 8}))
     plan = compile_plan(spec)
     argv = plan.argv
-    assert argv[:4] == ["python3", f"{exp_dir}/run_grpo.py", "--config", f"{exp_dir}/config.yaml"]
+    # NeMo-RL's own driver in the image; the experiment has no run.py of its own
+    assert argv[:4] == ["python3", "/opt/nemo-rl/examples/run_grpo.py", "--config", f"{exp_dir}/config.yaml"]
     assert "cluster.num_nodes=2" in argv and "cluster.gpus_per_node=8" in argv
     assert f"checkpointing.checkpoint_dir={json.dumps(out)}" in argv
     assert f"logger.log_dir={json.dumps(out + '/logs')}" in argv
@@ -347,8 +348,8 @@ def test_compile_refuses_missing_inputs(lab: Lab) -> None:
 
 
 def test_compile_refuses_too_few_gpus(lab: Lab) -> None:
-    with pytest.raises(UsageError, match="trl/sft needs at least 1 GPU"):
-        plan_for(lab, "trl-sft-exp", "cpu")
+    with pytest.raises(UsageError, match="verl/sft needs at least 1 GPU"):
+        plan_for(lab, "verl-sft-exp", "cpu")
 
 
 def test_compile_refuses_an_unknown_framework(lab: Lab) -> None:

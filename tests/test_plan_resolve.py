@@ -224,7 +224,8 @@ def test_a_local_backend_lab_runs_every_profile_locally(tmp_path: Path) -> None:
 
 def test_image_order_flag_then_lab_default_then_registry_then_pin(tmp_path: Path) -> None:
     settings = CLUSTER_SETTINGS.replace("    trl: example/trl:1.10.0\n", "")
-    lab = make_lab(tmp_path / "lab", {"t": "trl/sft"}, settings=settings)
+    settings = settings.replace("    verl: example/verl:0.5.0\n", "")
+    lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "verl-sft-exp": "verl/sft"}, settings=settings)
     runtime_id = json.loads((lab.root / "experiments/t/recipe.lock.json").read_text())["framework"][
         "runtime_id"
     ]
@@ -234,8 +235,9 @@ def test_image_order_flag_then_lab_default_then_registry_then_pin(tmp_path: Path
         == "example/mine:2"
     )
     assert resolve_run(lab, request("t", inputs=INPUTS), env=registry).spec.image == "example/trl-registry:1"
-    error = refusal(lab, request("t", inputs=INPUTS))
-    assert "no image for trl/sft" in error.message and "TUNEPLANE_RUNTIME_IMAGES" in error.hint
+    assert resolve_run(lab, request("t", inputs=INPUTS)).spec.image == "huggingface/trl:1.16.0"  # the catalog pin
+    error = refusal(lab, request("verl-sft-exp", inputs=INPUTS))  # verl publishes no image per release
+    assert "no image for verl/sft" in error.message and "TUNEPLANE_RUNTIME_IMAGES" in error.hint
     bad = refusal(lab, request("t", inputs=INPUTS), env={"TUNEPLANE_RUNTIME_IMAGES": "{not json"})
     assert "TUNEPLANE_RUNTIME_IMAGES is not valid JSON" in bad.message
 

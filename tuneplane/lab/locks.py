@@ -32,6 +32,9 @@ def runtime_key(recipe: Recipe, requested: str | None) -> tuple[str, str]:
     if key not in recipe.runtime.versions:
         known = ", ".join(sorted(recipe.runtime.versions))
         raise ValueError(f"{recipe.name} has no framework version {key!r}; known versions: {known}")
+    if recipe.runtime.versions[key].deprecated:  # kept only for the locks that already name it
+        raise ValueError(f"framework version {key} of {recipe.name} is deprecated; "
+                         f"use {recipe.runtime.default_version} (the default)")
     return key, recipe.runtime.versions[key].runtime_id
 
 

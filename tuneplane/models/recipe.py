@@ -31,8 +31,15 @@ class Param(Strict):
 
 
 class Entrypoint(Strict):
-    kind: Literal["module", "file", "experiment"]
+    """What a train run starts: a file of the experiment, or a module or file of the framework in the image."""
+
+    kind: Literal["module", "file", "experiment"] = Field(
+        description="experiment: a file of the experiment; module: a module of the image; "
+                    "file: a file of the framework inside the image, relative to the runtime's `root`.")
     value: str
+    experiment_override: str = Field(
+        "", description="An experiment file (e.g. run.py) started instead, with the same arguments, "
+                        "when the experiment has it.")
 
 
 class AdapterOptions(Strict):
@@ -60,6 +67,9 @@ class ConfigPolicy(Strict):
 class Metrics(Strict):
     primary: list[str] = Field(default_factory=list)
     aliases: dict[str, str] = Field(default_factory=dict)
+    native: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="Native metric files the framework writes under the out dir: {format, path}.")
 
 
 class Artifacts(Strict):
@@ -75,7 +85,10 @@ class RuntimeVersion(Strict):
     runtime_id: str
     requires: str = ""
     image: str = ""
-    deprecated: bool = False
+    root: str = Field("", description="Where the framework's source tree sits in the image; "
+                                      "a `file` entrypoint is relative to it.")
+    deprecated: bool = Field(False, description="Still admitted for existing locks, with a warning; "
+                                                "not offered to new experiments.")
 
 
 class Runtime(Strict):

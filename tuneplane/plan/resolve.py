@@ -21,7 +21,6 @@ from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_pl
 from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
 from tuneplane.check.rules import config as config_rule
-from tuneplane.check.rules.entrypoint import entrypoint_message, resolve_entrypoint
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
@@ -52,6 +51,7 @@ from tuneplane.models.jobspec import (
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
+from tuneplane.plan.entrypoints import effective_entrypoint
 from tuneplane.plan.names import object_name
 from tuneplane.problems import Problem
 
@@ -106,7 +106,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     recipe = ctx.recipe
     config = ctx.config.data if ctx.config is not None else None
     _raise_first([p for p in config_rule.check(ctx) if p.rule == "config-unknown"])  # a closed config
-    _check_entrypoint(ctx.dir, ctx.lock, recipe, ctx.rel)
+    effective_entrypoint(ctx.dir, ctx.lock, recipe)
     rel = lab.experiment_rel(experiment)
     _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
     plugins, plugin_params = _plugins(lab, ctx.dir, recipe)
@@ -136,19 +136,6 @@ def _raise_refusals(refusals: list[Refusal], where: str = "") -> None:
     if refusals:
         first = refusals[0]
         raise UsageError(f"{where}: {first.message}" if where else first.message, hint=first.hint)
-
-
-def _check_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe, rel: str) -> None:
-    kind, value = _entrypoint(lock, recipe)
-    if kind == "experiment" and resolve_entrypoint(exp_dir, value) is None:
-        raise UsageError(entrypoint_message(recipe.framework),
-                         hint=f"the recipe runs {value!r}: it must be a regular file inside "
-                              f"{rel}/ (renamed or deleted? restore it)")
-
-
-def _entrypoint(lock: RecipeLock, recipe: Recipe) -> tuple[str, str]:
-    bound = lock.bindings.entrypoint if lock.bindings else None
-    return (bound.kind, bound.value) if bound else (recipe.entrypoint.kind, recipe.entrypoint.value)
 
 
 def _config_digest(exp_dir: Path, root: Path) -> str:
@@ -261,7 +248,7 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
         metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
                          run_id=request.run_id, lab=lab.name, user=_user(lab)),
         spec=JobSpecBody(
-            operation=request.operation, recipe=_recipe_ref(prepared),
+            operation=request.operation, recipe=_recipe_ref(prepared, env if shape.local else {}),
             framework=_framework_ref(prepared, request),
             image=_image(lab, recipe, prepared.lock, request, env),
             hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
@@ -290,9 +277,9 @@ def _shape(lab: Lab, request: RunRequest, recipe: Recipe) -> Shape:
     return Shape(shape.profile, 1, gpus if not shape.local else min(gpus, shape.gpus_per_node), shape.local)
 
 
-def _recipe_ref(prepared: PreparedExperiment) -> RecipeRef:
+def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> RecipeRef:
     lock, recipe = prepared.lock, prepared.recipe
-    kind, value = _entrypoint(lock, recipe)
+    kind, value = effective_entrypoint(prepared.dir, lock, recipe, local_env)
     opts = recipe.adapter_options
     return RecipeRef(
         name=recipe.name, version=lock.recipe.version, digest=lock.recipe.digest,

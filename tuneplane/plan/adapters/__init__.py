@@ -9,6 +9,7 @@ from __future__ import annotations
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.plan.adapters.base import FrameworkAdapter
+from tuneplane.plan.adapters.cli_flags import MsSwiftAdapter, OpenRlhfAdapter
 from tuneplane.plan.adapters.custom import CustomAdapter
 from tuneplane.plan.adapters.evalkit import EvalkitAdapter
 from tuneplane.plan.adapters.nemo_rl import NemoRlAdapter
@@ -20,6 +21,7 @@ from tuneplane.plan.launchplan import LaunchPlan
 ADAPTERS: dict[str, FrameworkAdapter] = {
     adapter.name: adapter
     for adapter in (CustomAdapter(), PyTorchAdapter(), TrlAdapter(), VerlAdapter(), NemoRlAdapter(),
+                    MsSwiftAdapter(), OpenRlhfAdapter(),
                     EvalkitAdapter())
 }
 

@@ -61,8 +61,10 @@ def hydra_value(value: object) -> str:
 
 
 def python_entry(spec: JobSpec, kind: str, value: str) -> list[str]:
-    """`-m module` or the experiment file: what follows `python3` (or the launcher on re-entry)."""
-    return ["-m", value] if kind == "module" else [exp_path(spec, value)]
+    """`-m module`, the framework's file in the image (already absolute), or the experiment's file."""
+    if kind == "module":
+        return ["-m", value]
+    return [value] if kind == "file" else [exp_path(spec, value)]
 
 
 def processes_per_node(spec: JobSpec) -> int:

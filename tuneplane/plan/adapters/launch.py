@@ -23,7 +23,7 @@ def group_env(spec: JobSpec) -> dict[str, str]:
     return {"MASTER_ADDR": rendezvous_host(spec), "MASTER_PORT": str(RENDEZVOUS_PORT)}
 
 
-def torchrun(spec: JobSpec, entry: list[str]) -> LaunchPlan:
+def torchrun(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
     """`torchrun` with `--standalone` on one node, c10d rendezvous on the first pod across nodes."""
     nodes, procs = spec.spec.resources.nodes, processes_per_node(spec)
     argv = ["torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(procs)]
@@ -33,7 +33,8 @@ def torchrun(spec: JobSpec, entry: list[str]) -> LaunchPlan:
         argv += ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"{rendezvous_host(spec)}:{RENDEZVOUS_PORT}",
                  "--rdzv_id", spec.metadata.run_id]
     argv += ["-m", LAUNCHER_MODULE, *entry]
-    return make_plan(spec, argv, mode="process-group", procs_per_node=procs, extra_env=group_env(spec))
+    return make_plan(spec, argv, mode="process-group", procs_per_node=procs,
+                     extra_env={**group_env(spec), **(env or {})})
 
 
 def accelerate(spec: JobSpec, entry: list[str]) -> LaunchPlan:
@@ -55,10 +56,10 @@ def accelerate(spec: JobSpec, entry: list[str]) -> LaunchPlan:
     return make_plan(spec, argv, mode="process-group", procs_per_node=procs, extra_env=group_env(spec))
 
 
-def ray_driver(spec: JobSpec, entry: list[str]) -> LaunchPlan:
+def ray_driver(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
     """The driver runs on the Ray head in the launcher's interpreter (plugins apply there)."""
     return make_plan(spec, [PYTHON, *entry], mode="ray-driver", in_process=True,
-                     procs_per_node=max(1, spec.spec.resources.gpus_per_node))
+                     procs_per_node=max(1, spec.spec.resources.gpus_per_node), extra_env=env)
 
 
 def single(spec: JobSpec, entry: list[str]) -> LaunchPlan:

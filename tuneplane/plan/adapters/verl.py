@@ -28,9 +28,11 @@ class VerlAdapter:
         args = [*entry, *_config_args(spec), *input_overrides(spec), *param_overrides(spec),
                 *topology_overrides(spec, "trainer.nnodes", "trainer.n_gpus_per_node"),
                 f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}"]
+        # verl's TensorBoard logger reads its folder from the environment only.
+        env = {"TENSORBOARD_DIR": out(spec, "logs", "tensorboard")}
         if recipe.adapter.orchestrator == "ray":
-            return ray_driver(spec, args)
-        return torchrun(spec, args)
+            return ray_driver(spec, args, env)
+        return torchrun(spec, args, env)
 
 
 def _config_args(spec: JobSpec) -> list[str]:

@@ -1,0 +1,108 @@
+"""Every trl recipe's scaffold trains to `Succeeded` through `tp submit --local` on CPU.
+
+The test builds a one-layer Qwen2 model, a word-level tokenizer and a few rows of each data format
+locally (no hub download), scaffolds each recipe with `tp new`, fills in only model and data at
+submission, and keeps each run to two optimizer steps with `--set`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers_git import git
+
+CATALOG = Path(__file__).resolve().parents[1] / "catalog"
+REQUIRED = os.environ.get("CI") == "true"  # in CI a missing framework is a failure, not a skip
+
+
+def _require(module: str) -> Any:
+    if REQUIRED:
+        return __import__(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed")
+
+
+ROWS = [("what is one plus two", "three", "3"), ("what is two plus two", "four", "4"),
+        ("what is three plus one", "four", "4"), ("what is one plus one", "two", "2")]
+DATA = {  # the file each recipe trains on, in the row format its TRL trainer reads
+    "sft": "sft.jsonl", "dpo": "pairs.jsonl", "rm": "pairs.jsonl", "kto": "kto.jsonl",
+    "grpo": "prompts.jsonl", "rloo": "prompts.jsonl", "grpo-judge": "prompts.jsonl", "opsd": "prompts.jsonl",
+}
+TINY = {  # the --set values that keep a run to seconds on CPU, where the recipe declares the key
+    "max_steps": 2, "bf16": False, "gradient_checkpointing": False, "per_device_train_batch_size": 2,
+    "per_device_eval_batch_size": 2, "gradient_accumulation_steps": 1, "logging_steps": 1,
+    "max_length": 32, "num_generations": 2, "max_completion_length": 4, "use_vllm": False,
+    "judge_max_length": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _require("trl")
+    torch = _require("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    root = tmp_path_factory.mktemp("trl-assets")
+    words = "the a is what answer question yes no reference correct reply or plus so".split()
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
+    for word in words + [w for row in ROWS for w in " ".join(row).split()] + [str(i) for i in range(10)]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    fast.save_pretrained(root / "model")
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                         pad_token_id=0, eos_token_id=1, bos_token_id=1, tie_word_embeddings=True)
+    Qwen2ForCausalLM(config).save_pretrained(root / "model")
+    formats = {
+        "sft.jsonl": [{"prompt": p, "completion": c} for p, c, _ in ROWS],
+        "pairs.jsonl": [{"prompt": p, "chosen": c, "rejected": "no"} for p, c, _ in ROWS],
+        "kto.jsonl": [{"prompt": p, "completion": c if i % 2 == 0 else "no", "label": i % 2 == 0}
+                      for i, (p, c, _) in enumerate(ROWS)],
+        "prompts.jsonl": [{"prompt": p, "answer": a} for p, _, a in ROWS],
+    }
+    for name, rows in formats.items():
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import run_tp_in_process
+
+    root = tmp_path_factory.mktemp("trl-lab") / "lab"
+    assert run_tp_in_process("init", root, "--name", "trl-lab").code == 0
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(DATA))
+def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
+    name = f"tiny-{method}"
+    assert tp("new", name, "--method", f"trl/{method}", cwd=lab).code == 0
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", f"experiment {name}")
+    params = yaml.safe_load((CATALOG / "trl" / method / "recipe.yaml").read_text())["params"]
+    sets = [f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+            for key, value in TINY.items() if key in params]
+    data = str(assets / DATA[method])
+    args = ["submit", name, "--profile", "local", "--model", str(assets / "model"), "--train-data", data,
+            "--validation-data", data, "--local"]
+    for item in sets:
+        args += ["--set", item]
+    result = tp_subprocess(*args, cwd=lab, timeout=600)
+
+    assert result.code == 0, result.output[-4000:]
+    [status_path] = (lab / "status" / name).glob("*.json")
+    status = json.loads(status_path.read_text())
+    assert status["phase"] == "Succeeded" and status["exit_code"] == 0
+    final = Path(status["out_dir"]) / "checkpoints" / "final"
+    assert (final / "config.json").is_file()
+    assert any(final.glob("*.safetensors"))

@@ -1,0 +1,109 @@
+"""Start a framework CLI module with config.yaml rendered as its command-line flags (job side).
+
+    python -m tuneplane.lifecycle.cli_flags --style flat|dotted --config <exp>/config.yaml \
+        --overrides-json '<validated hyperparams>' --platform-json '<flags the platform owns>' \
+        -- <module | file.py>
+
+ms-swift takes flat flags (`--key value`, a list as several values, a bool as true/false); OpenRLHF
+takes dotted flags (`a: {b: 1}` is `--a.b 1`) whose bools are switches (true adds the flag, false
+leaves it out). The hyperparameters are laid over the config, the platform's flags over both, and
+the module runs in this interpreter as `python -m <module>` would. Standard library at import;
+PyYAML (the training image's) only to read the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def leaves(config: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) for every leaf of nested mappings, in file order."""
+    out: list[tuple[str, Any]] = []
+    for key, value in config.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out += leaves(value, dotted)
+        else:
+            out.append((dotted, value))
+    return out
+
+
+def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise SystemExit(f"{dotted!r}: {part!r} is not a mapping in the config")
+        node = child
+    node[leaf] = value
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def build_flags(config: dict[str, Any], overrides: dict[str, Any], platform: dict[str, Any], style: str) -> list[str]:
+    """The flags of the merged config; empty strings and nulls are left out (the framework's default)."""
+    merged = json.loads(json.dumps(config))
+    for source in (overrides, platform):
+        for dotted, value in source.items():
+            set_path(merged, dotted, value)
+    argv: list[str] = []
+    for key, value in leaves(merged):
+        if value is None or value == "" or value == {}:
+            continue
+        if style == "dotted" and isinstance(value, bool):
+            argv += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            argv += [f"--{key}", *(_scalar(v) for v in value)]
+        else:
+            argv += [f"--{key}", _scalar(value)]
+    return argv
+
+
+def _load(path: Path) -> dict[str, Any]:
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SystemExit(f"{path}: the config must be a mapping of flags to values")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in args:
+        raise SystemExit("usage: cli_flags [options] -- <module>")
+    cut = args.index("--")
+    parser = argparse.ArgumentParser(prog="tuneplane.lifecycle.cli_flags")
+    parser.add_argument("--style", choices=["flat", "dotted"], required=True)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--overrides-json", default="{}")
+    parser.add_argument("--platform-json", default="{}")
+    opts = parser.parse_args(args[:cut])
+    module = args[cut + 1]
+    flags = build_flags(_load(opts.config), json.loads(opts.overrides_json), json.loads(opts.platform_json),
+                        opts.style)
+    sys.argv = [module, *flags]
+    if module.endswith(".py"):  # an experiment's run.py in place of the framework's module
+        sys.path.insert(0, str(Path(module).resolve().parent))
+        runpy.run_path(module, run_name="__main__")
+    else:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
