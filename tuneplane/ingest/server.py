@@ -371,6 +371,13 @@ class _Server(ThreadingHTTPServer):
             _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
             self.shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that vanished mid-answer is routine: one line, not a traceback."""
+        exc = sys.exc_info()[1]
+        if self.verbose or not isinstance(exc, OSError):
+            sys.stderr.write(f"ingest: connection from {client_address[0] if client_address else '?'} "
+                             f"ended: {type(exc).__name__}: {exc}\n")
+
     def shutdown_request(self, request: Any) -> None:
         self.watch.remove(request)
         super().shutdown_request(request)
