@@ -417,7 +417,7 @@ def test_buffer_estimate_bounds_real_memory(offline: None, monkeypatch: pytest.M
     monkeypatch.setenv("TUNEPLANE_JOB_RUN_ID", "r")
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
     names = [f"metric_{i}" for i in range(keys)]
-    report.init(monitor_hardware=False, finish_timeout=0)
+    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0)  # no overflow file: all queued
     report.log(dict.fromkeys(names, 0.5), step=0)  # validates the keys: later calls take the fast path
     session = report._session
     assert session is not None
