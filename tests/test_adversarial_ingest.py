@@ -393,3 +393,144 @@ def test_receiver_survived_everything_and_stayed_small(rx: Receiver) -> None:
     assert rx.alive()
     assert exchange(rx, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
     assert rx.peak_rss() < 200 * 1024 * 1024, rx.peak_rss()
+
+
+# ── the SDK, in subprocesses ──────────────────────────────────────────────────────────────────
+SDK_RUNNER = r"""
+import json, os, resource, signal, sys
+limit = int(os.environ.pop("CASE_FSIZE", "0"))
+if limit:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+cap = 1024 * 1024 * 1024
+resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+import tuneplane.report as report
+checks = []
+exec(sys.argv[1])
+report.finish(timeout=float(os.environ.get("CASE_FINISH", "20")))
+print(json.dumps({"stats": report.stats(), "checks": checks}))
+"""
+
+
+def sdk(code: str, env_extra: dict[str, str], tmp_path: Path, run: str = "run-sdk") -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": run,
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run), "TUNEPLANE_OUT_DIR": str(tmp_path / "out"),
+                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+                "TUNEPLANE_REPORT_RETRY_CAP": "0.1", **env_extra})
+    (tmp_path / "out").mkdir(exist_ok=True)
+    proc = subprocess.run([sys.executable, "-c", SDK_RUNNER, code], env=env, capture_output=True, text=True,
+                          timeout=CASE_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["stderr"] = proc.stderr
+    return result
+
+
+def balanced(stats: dict[str, Any]) -> bool:
+    ledger = stats["ledger"]
+    return ledger["delivered"] + ledger["dropped"] + ledger["refused"] + ledger["pending"] == ledger["logged"]
+
+
+@pytest.fixture()
+def down_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_disk_full_mid_spill_keeps_the_ledger_and_what_was_written(tmp_path: Path, down_port: int,
+                                                                   rx: Receiver) -> None:
+    """The receiver is away, the overflow file's disk fills at 200 KiB: what did not fit is dropped
+    as 'disk full', what fit is kept for the collector, and the ledger balances at every moment."""
+    code = """
+for step in range(40_000):
+    report.log({"loss": step * 1.0, "acc": 0.5, "lr": 0.1, "gn": 1.5}, step=step)
+    if step % 5000 == 0:
+        checks.append(report.stats()["ledger"])
+"""
+    env = {"TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{down_port}", "CASE_FSIZE": str(200 * 1024),
+           "TUNEPLANE_REPORT_BUFFER_BYTES": str(256 * 1024), "CASE_FINISH": "0.2"}
+    result = sdk(code, env, tmp_path)
+    stats = result["stats"]
+    assert all(c["balanced"] for c in result["checks"]) and balanced(stats)
+    assert stats["logged_points"] == 160_000
+    assert stats["dropped"].get("disk full", 0) > 0 and stats["delivered_points"] == 0
+    kept = stats["pending_points"]
+    assert kept > 0 and kept + stats["dropped_points"] == 160_000
+    assert "no TUNEPLANE_OUT_DIR" not in result["stderr"] and "disk full" in result["stderr"]
+    unsent = list((tmp_path / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
+    assert len(unsent) == 1
+    lines = unsent[0].read_text().splitlines()
+    assert sum(len(json.loads(line)[2]) for line in lines) == kept  # whole lines only, exactly the kept
+    # The collector uploads them afterwards: everything kept reaches the store.
+    env_c = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env_c.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": "run-sdk",
+                  "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-sdk"), "TUNEPLANE_OUT_DIR": str(tmp_path / "out"),
+                  "TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}", "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02"})
+    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"], env=env_c,
+                          capture_output=True, text=True, timeout=CASE_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    got = summary(rx.db, "run-sdk")
+    assert sum(v["count"] for v in got.values()) == kept
+    assert not list((tmp_path / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
+
+
+def test_ledger_balances_at_every_moment_against_a_healthy_receiver(tmp_path: Path, rx: Receiver) -> None:
+    code = """
+import math
+for step in range(20_000):
+    report.log({"loss": 1.0, "bad": math.nan if step % 7 == 0 else 1.0, "": 1.0}, step=step)
+    if step % 1000 == 0:
+        checks.append(report.stats()["ledger"])
+"""
+    result = sdk(code, {"TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}"}, tmp_path, run="run-ledger")
+    stats = result["stats"]
+    assert all(c["balanced"] for c in result["checks"]), result["checks"]
+    assert balanced(stats) and stats["pending_points"] == 0
+    assert stats["dropped"]["non-finite value"] == len(range(0, 20_000, 7))
+    assert stats["dropped"]["empty key"] == 20_000
+    assert summary(rx.db, "run-ledger")["bad"]["count"] == 20_000 - len(range(0, 20_000, 7))
+
+
+def test_more_than_ten_thousand_hparams_are_all_stored(tmp_path: Path, rx: Receiver) -> None:
+    code = 'report.init(hparams={f"layer{i}.width": i for i in range(25_000)}, monitor_hardware=False)'
+    result = sdk(code, {"TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}"}, tmp_path, run="run-hp")
+    assert result["stats"]["hparams_sent"] == 25_000 and result["stats"]["hparams_dropped"] == {}
+    stored = hparams(rx.db, "run-hp")
+    assert len(stored) == 25_000 and stored["layer24999.width"] == 24_999
+
+
+@pytest.mark.parametrize(("build", "reason"), [
+    ("bad = {}; bad['self'] = bad", "self-referencing value"),
+    ("bad = {}\nnode = bad\nfor _ in range(5000):\n    node['x'] = {}\n    node = node['x']",
+     "nested deeper than 16 levels"),
+])
+def test_a_bad_hparam_is_dropped_alone(tmp_path: Path, rx: Receiver, build: str, reason: str) -> None:
+    code = build + '\nreport.init(hparams={"lr": 0.1, "model": {"bad": bad, "name": "gpt"}}, monitor_hardware=False)'
+    run = f"run-hp-{abs(hash(build)) % 1000}"
+    result = sdk(code, {"TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}"}, tmp_path, run=run)
+    assert result["stats"]["hparams_dropped"] == {reason: 1}
+    assert hparams(rx.db, run) == {"lr": 0.1, "model.name": "gpt"}
+
+
+def test_hparams_split_on_413_like_metrics(tmp_path: Path, rx: Receiver) -> None:
+    """The receiver under test caps points at 5000; its hparams cap is 10,000: a 20,000-key request
+    would be refused, so the SDK's batches of 1000 are what get through (and 413 halves them)."""
+    code = ('report.init(hparams={f"p{i}": "v" * 200 for i in range(12_000)}, monitor_hardware=False, '
+            'batch_points=100)')
+    result = sdk(code, {"TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}"}, tmp_path, run="run-hp413")
+    assert result["stats"]["hparams_sent"] == 12_000
+    assert len(hparams(rx.db, "run-hp413")) == 12_000
+
+
+def test_metrics_batch_over_the_receiver_point_cap_is_split(tmp_path: Path, rx: Receiver) -> None:
+    code = """
+for step in range(3000):
+    report.log({f"k{i}": 1.0 for i in range(4)}, step=step)
+"""
+    env = {"TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}", "TUNEPLANE_REPORT_BATCH_POINTS": "12000"}
+    result = sdk(code, env, tmp_path, run="run-split")
+    stats = result["stats"]
+    assert stats["delivered_points"] == 12_000 and stats["refused_points"] == 0 and balanced(stats)
+    assert summary(rx.db, "run-split")["k0"]["count"] == 3000

@@ -86,13 +86,16 @@ class Sender(threading.Thread):
         """One unit of work; False when there was nothing to do (or only a backoff to wait out)."""
         if self.s.spill_wanted:
             self.s.spill_queue()
-        if self.s.hparams_pending and not self._send_hparams():
-            return self._backoff(self._hparams_attempts)
+        sent_hparams = False
+        if self.s.hparams_pending:
+            if not self._send_hparams():
+                return self._backoff(self._hparams_attempts)
+            sent_hparams = True
         if self._late():
             return False
         batch = self.inflight or self._next_batch()
         if batch is None:
-            return False
+            return sent_hparams
         outcome = self._deliver(batch)
         if outcome == "retry":
             return self._backoff(batch.attempts)
