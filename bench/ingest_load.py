@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,8 @@ except KeyboardInterrupt:
 SENDER = r"""
 import http.client, json, socket, sys, time
 from tuneplane.ingest import mint_token
-host, port, run, requests, points, start_at = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+host, port, run = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+requests, points, start_at = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 token = mint_token(sys.argv[7].encode(), run)
 while time.time() < start_at:
     time.sleep(0.001)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import resource
 import signal
 import socket
 import subprocess

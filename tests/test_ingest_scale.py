@@ -44,7 +44,9 @@ def test_an_old_database_is_migrated(tmp_path: Path) -> None:
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE points (run_id TEXT NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL, "
                 "value REAL NOT NULL, ts TEXT, PRIMARY KEY (run_id, key, step)) WITHOUT ROWID")
-    con.executemany("INSERT INTO points VALUES (?, ?, ?, ?, ?)", [("r", "loss", s, 1.0 / (s + 1), "t") for s in range(5)])
+    rows = [("r", "loss", s, 1.0 / (s + 1), "t") for s in range(5)]
+    rows = [("r", "loss", s, 1.0 / (s + 1), "t") for s in range(5)]
+    con.executemany("INSERT INTO points VALUES (?, ?, ?, ?, ?)", rows)
     con.commit()
     con.close()
     MetricStore(db).close()

@@ -40,7 +40,7 @@ def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes
         return None
     env.update({"RANK": "0", "LOCAL_RANK": "0", "TUNEPLANE_REPORT_ALL_RANKS": "0"})
     try:
-        return subprocess.Popen(  # noqa: S603 - our own module under this interpreter
+        return subprocess.Popen(  # our own module under this interpreter
             [sys.executable, "-m", "tuneplane.collector", "--follow", "--parent", str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL, start_new_session=False)
     except OSError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,8 +141,6 @@ class Collector:
             if tracked is None or (tracked.ino, tracked.dev) != (info.st_ino, info.st_dev) \
                     or info.st_size < tracked.offset:
                 tracked = Tracked(0, info.st_ino, info.st_dev)  # new, replaced or truncated: from the top
-            import stat  # lazy: only needed once a file exists
-
             if not stat.S_ISREG(info.st_mode):
                 return 0
             while tracked.offset < info.st_size:

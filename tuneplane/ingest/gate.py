@@ -22,7 +22,7 @@ import re
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 from tuneplane.ingest.tokens import verify_token
 
@@ -50,6 +50,10 @@ class Limits:
     idle_timeout: float = 60.0  # a kept-alive connection with no request is closed after this
     max_per_client: int = 256  # open connections from one address
     max_connections: int = 2048  # open connections in all
+
+
+class Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
 
 
 class Refused(Exception):
@@ -93,7 +97,7 @@ def token_of(headers: Any) -> str:
     token = values[0].strip()
     if not TOKEN_RE.match(token):
         raise Refused(403, "the X-TunePlane-Token is not a valid token (64 hex characters)", close=True)
-    return token
+    return str(token)
 
 
 def run_id(value: Any) -> str:
@@ -139,7 +143,7 @@ class Body:
     run_id: str
 
 
-def read_body(rfile: BinaryIO, headers: Any, secret: bytes, limits: Limits,
+def read_body(rfile: Readable, headers: Any, secret: bytes, limits: Limits,
               slots: threading.BoundedSemaphore | None = None) -> Body:
     """Framing, token shape, bounded read, early authentication, bounded decode and parse."""
     length = content_length(headers)
@@ -177,7 +181,7 @@ def read_body(rfile: BinaryIO, headers: Any, secret: bytes, limits: Limits,
     return Body(payload, body_run)
 
 
-def _read(rfile: BinaryIO, length: int) -> bytes:
+def _read(rfile: Readable, length: int) -> bytes:
     chunks: list[bytes] = []
     left = length
     while left > 0:

@@ -93,7 +93,7 @@ class IngestHandler(BaseHTTPRequestHandler):
         except StoreClosed:
             self._send(503, {"error": "the receiver is shutting down; retry"}, close=True)
             return
-        except Exception as exc:  # noqa: BLE001 - an answer, never a dropped connection
+        except Exception as exc:  # an answer, never a dropped connection
             self.server.internal_errors += 1
             sys.stderr.write(f"ingest: internal error on {self.command} {self.path[:200]!r}: "
                              f"{type(exc).__name__}: {exc}\n")

@@ -30,7 +30,7 @@ def flatten(metrics: Mapping[Any, Any], sep: str = ".", on_drop: DropFn | None =
         obj, prefix, depth, seen = stack.pop()
         try:
             items = list(obj.items())
-        except Exception:  # noqa: BLE001 - a mapping whose items() fails is one bad value
+        except Exception:  # a mapping whose items() fails is one bad value
             if on_drop:
                 on_drop("mapping that cannot be read")
             continue
