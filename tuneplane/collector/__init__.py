@@ -15,9 +15,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-__all__ = ["start_beside", "wanted"]
+__all__ = ["collect_after", "start_beside", "stop", "wanted"]
 
 DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
+NATIVE_ENV = "TUNEPLANE_METRICS_NATIVE"  # the declaration, a JSON list (see tuneplane.collector.sources)
 
 
 def wanted(env: Mapping[str, str]) -> bool:
@@ -26,8 +27,14 @@ def wanted(env: Mapping[str, str]) -> bool:
         return False
     if not env.get("TUNEPLANE_JOB_TOKEN", "").strip() or not env.get("TUNEPLANE_OUT_DIR", "").strip():
         return False
-    rank = (env.get("RANK") or env.get("LOCAL_RANK") or "0").strip()
-    return rank in ("", "0")
+    if not env.get(NATIVE_ENV, "").strip():
+        return False  # nothing declared: leftovers of the SDK are uploaded after the job (`collect_after`)
+    # The launcher runs once per node (before torchrun sets RANK): the node rank decides there.
+    for name in ("TUNEPLANE_NODE_RANK", "RANK", "LOCAL_RANK"):
+        value = env.get(name, "").strip()
+        if value and value != "0":
+            return False
+    return True
 
 
 def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes] | None:
@@ -45,3 +52,37 @@ def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes
             env=env, stdin=subprocess.DEVNULL, start_new_session=False)
     except OSError:
         return None
+
+
+def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
+    """Ask a collector for its last pass (SIGTERM) and wait for it, at most `timeout` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+
+
+def collect_after(env: Mapping[str, str], timeout: float = 120.0) -> bool:
+    """After the job: one pass over the declared files and what the SDK left unsent, when there is
+    anything to do (the local backend calls this before it stops the run's receiver). Returns whether
+    a pass ran and finished."""
+    out = env.get("TUNEPLANE_OUT_DIR", "").strip()
+    if not out or not env.get("TUNEPLANE_JOB_TOKEN", "").strip() or env.get(DISABLE_ENV, "").strip() == "0":
+        return False
+    folder = os.path.join(out, ".tuneplane")
+    try:
+        unsent = any(n.startswith("report-unsent-") for n in os.listdir(folder))
+    except OSError:
+        unsent = False
+    if not unsent and not env.get(NATIVE_ENV, "").strip():
+        return False
+    child = {**env, "RANK": "0", "LOCAL_RANK": "0", "TUNEPLANE_REPORT_ALL_RANKS": "0"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"], env=child,
+                              stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
