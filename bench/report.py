@@ -205,7 +205,7 @@ def peer_python(name: str) -> str | None:
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("TUNEPLANE_", "WANDB_", "MLFLOW_"))
-           and k not in ("PYTHONPATH", "RANK", "LOCAL_RANK")}
+           and k not in ("PYTHONPATH", "RANK", "LOCAL_RANK", "PYTHONDONTWRITEBYTECODE")}  # import: cached bytecode
     env.update(WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off",
                MLFLOW_ALLOW_FILE_STORE="true")  # the peer measured is the local file store
     env.update(extra)
