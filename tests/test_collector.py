@@ -194,3 +194,25 @@ def _peak_rss(argv: list[str], env: dict[str, str]) -> int:
                           timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().splitlines()[-1]) * 1024
+
+
+def test_a_recipe_declaration_reaches_the_job_environment(tmp_path: Path) -> None:
+    from helpers_render import make_lab, request, resolve_run
+
+    from tuneplane.models.recipe import Metrics
+    from tuneplane.plan.environment import spec_to_env
+
+    declared = Metrics.model_validate({"native": [{"format": "tensorboard", "path": "logs/tb"},
+                                                  {"format": "jsonl", "path": "m.jsonl", "key": "name"}]})
+    spec = resolve_run(make_lab(tmp_path / "lab"), request("trl-sft-exp"))
+    assert "native_metrics" not in spec.to_json_dict()["spec"]["recipe"]["adapter"]  # digests unchanged
+    assert sources.ENV not in spec_to_env(spec)
+    adapter = spec.spec.recipe.adapter.model_copy(
+        update={"native_metrics": [o.model_dump(exclude_none=True) for o in declared.native]})
+    recipe = spec.spec.recipe.model_copy(update={"adapter": adapter})
+    spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"recipe": recipe})})
+    parsed = sources.parse(spec_to_env(spec)[sources.ENV])
+    expected = [("tensorboard", "logs/tb", None), ("jsonl", "m.jsonl", "name")]
+    assert [(s.format, s.path, s.key) for s in parsed] == expected
+    with pytest.raises(ValueError, match="inside the out dir"):
+        Metrics.model_validate({"native": [{"format": "jsonl", "path": "../outside.jsonl"}]})
