@@ -9,8 +9,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
-JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.launcher", "tuneplane.plugins",
-            "tuneplane.runtime.digest", "tuneplane.runtime.pinned",
+JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.collector", "tuneplane.launcher",
+            "tuneplane.plugins", "tuneplane.runtime.digest", "tuneplane.runtime.pinned",
             "tuneplane.runtime.versions", "tuneplane.lifecycle")
 JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.flatconfig", "yaml"),
                        # the generic evaluation runs in training images, which have these

@@ -357,6 +357,8 @@ class StandInTrainer:
             for name in ("on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end"):
                 self.event(name)
             self.event("on_log", logs={"loss": 1.0 / step, "learning_rate": 5e-5, "epoch": step / 3})
+        # transformers' Trainer logs evaluation through on_log, then calls on_evaluate.
+        self.event("on_log", logs={"eval_loss": 0.3, "eval_runtime": 1.5, "epoch": 1.0})
         self.event("on_evaluate", metrics={"eval_loss": 0.3, "eval_runtime": 1.5})
         self.event("on_save")
         self.event("on_some_future_event")
@@ -366,10 +368,14 @@ class StandInTrainer:
 def test_callback_with_a_stand_in_trainer(job: Job) -> None:
     StandInTrainer([report.TunePlaneCallback(monitor_hardware=False)]).train()
     got = summary(job.db, job.run_id)
-    assert got["loss"]["count"] == 3 and got["loss"]["last_step"] == 3
-    assert got["validation/eval_loss"]["last"] == 0.3
+    assert got["train/loss"]["count"] == 3 and got["train/loss"]["last_step"] == 3
+    assert got["eval/loss"]["last"] == 0.3 and got["eval/loss"]["count"] == 1  # once: no copy from on_evaluate
+    assert not [key for key in got if key.startswith("validation/") or key == "loss"]
     assert hparams(job.db, job.run_id)["learning_rate"] == 5e-5
-    assert report._session is None  # on_train_end finished
+    assert report._session is not None  # on_train_end only flushed: a later evaluate() still reports
+    report.log({"eval/loss": 0.2}, step=4)
+    report.finish()
+    assert series(job.db, job.run_id, "eval/loss") == [(3, 0.3), (4, 0.2)]
     assert not hasattr(report.TunePlaneCallback(), "not_an_event")
 
 
@@ -388,7 +394,7 @@ def test_callback_with_real_transformers(job: Job) -> None:
     state.global_step = 7
     handler.on_log(args, state, control, logs={"loss": 0.5})
     handler.on_train_end(args, state, control)
-    assert series(job.db, job.run_id, "loss") == [(7, 0.5)]
+    assert series(job.db, job.run_id, "train/loss") == [(7, 0.5)]
 
 
 def test_a_bad_endpoint_turns_reporting_off_with_a_reason(offline: None, monkeypatch: pytest.MonkeyPatch,
@@ -417,7 +423,7 @@ def test_buffer_estimate_bounds_real_memory(offline: None, monkeypatch: pytest.M
     monkeypatch.setenv("TUNEPLANE_JOB_RUN_ID", "r")
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
     names = [f"metric_{i}" for i in range(keys)]
-    report.init(monitor_hardware=False, finish_timeout=0)
+    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0)  # no overflow file: all queued
     report.log(dict.fromkeys(names, 0.5), step=0)  # validates the keys: later calls take the fast path
     session = report._session
     assert session is not None

@@ -192,8 +192,9 @@ def test_receiver_never_comes_back(env: Path, monkeypatch: pytest.MonkeyPatch,
     assert time.monotonic() - start < 10  # bounded (generous: this only guards against hanging)
     err = capfd.readouterr().err
     assert "400 point(s) not delivered before finish()" in err
-    assert "report-spill" in err and "Connection" in err  # where they are kept, and why
-    spill = next((env / "out" / ".tuneplane").glob("report-spill-*.jsonl"))
+    assert "report-unsent" in err and "Connection" in err  # where they are kept, and why
+    # Kept under the name the collector (or the backend after the job) uploads.
+    spill = next((env / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
     lines = spill.read_text().splitlines()
     assert sum(len(__import__("json").loads(line)[2]) for line in lines) == 400
     assert report.stats()["pending_points"] == 400
@@ -216,20 +217,22 @@ def test_receiver_down_mid_run_and_back(receiver: Receiver) -> None:
     assert not list((Path(os.environ["TUNEPLANE_OUT_DIR"]) / ".tuneplane").glob("*.jsonl"))  # cleaned up
 
 
-def test_without_an_out_dir_overflow_is_dropped_and_counted(receiver: Receiver,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_an_out_dir_overflow_waits_in_a_private_temp_dir(receiver: Receiver,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("TUNEPLANE_OUT_DIR")
     report.init(monitor_hardware=False, buffer_bytes=16 * 1024)
     receiver.stop()
     log_steps(0, 500)
+    time.sleep(0.2)
     stats = report.stats()
-    assert stats["dropped"]["memory budget full (no TUNEPLANE_OUT_DIR to spill to)"] > 0
+    assert stats["dropped_points"] == 0 and stats["spilled_points"] > 0
+    assert "tuneplane-report-" in stats["spill_path"] and "no TUNEPLANE_OUT_DIR" in capfd.readouterr().err
     assert stats["buffered_bytes"] <= 16 * 1024
     receiver.start()
     report.finish()
-    delivered = report.stats()["delivered_points"]
-    assert delivered + report.stats()["dropped_points"] == 1000
-    assert sum(receiver.plan.applied.values()) == delivered
+    assert report.stats()["delivered_points"] == 1000
+    assert_exactly_once(receiver, range(500))
 
 
 # ── misbehaving receivers ─────────────────────────────────────────────────────────────────────

@@ -434,16 +434,43 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as exc:
         report_failure(f"tuneplane-launch: error: {exc}")
         return CONFIG_ERROR_EXIT
+    collector = _start_collector()
     if entry is not None:
-        run_python_entry(entry)
+        try:
+            run_python_entry(entry)
+        finally:
+            _stop_collector(collector)
         return 0
     if ranks:  # a child, not exec: a rank's refusal must end the job as 78 with its line, not torchrun's
-        code, line = run_ranks(spec.launch.argv, work_dir() / LAUNCH_ERROR_FILE)
+        try:
+            code, line = run_ranks(spec.launch.argv, work_dir() / LAUNCH_ERROR_FILE)
+        finally:
+            _stop_collector(collector)
         if line:
             report_failure(line)
             return CONFIG_ERROR_EXIT
         return code
-    exec_argv(spec.launch.argv)
+    exec_argv(spec.launch.argv)  # an exec'd trainer keeps our pid: the collector stops when it exits
+
+
+def _start_collector() -> Any:
+    """Rank zero tails the declared native metric files beside the trainer (tuneplane.collector)."""
+    try:
+        # lazy: only jobs that declare native metric files need it
+        from tuneplane.collector import start_beside
+
+        return start_beside()
+    except Exception as exc:  # metrics are a side channel: never stop the job for them
+        print(f"tuneplane-launch: the metrics collector did not start: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
+def _stop_collector(collector: Any) -> None:
+    if collector is not None:
+        # lazy: see _start_collector
+        from tuneplane.collector import stop
+
+        stop(collector)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,12 @@ def serve(
     if created:
         typer.echo(f"created a new token secret in {secret_path} (keep it private)", err=True)
     typer.echo(f"ingest receiver listening on {server.url} (database {db_path})", err=True)
+    import signal  # lazy: only the serving path needs it
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # unwinds serve_forever, whose cleanup checkpoints and closes the store
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

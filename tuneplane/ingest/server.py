@@ -5,7 +5,10 @@ per-run `X-TunePlane-Token`; bodies may be gzip-compressed; a batch id (`X-TuneP
 `batch_id` field) makes retries idempotent. Upstream side channels (`/hardware`, `/observations`,
 `/environment/nodes`) are accepted and kept as events so an upstream client never retries them
 forever. GET `/api/runs/<run_id>/summary | /metrics[?key=K] | /hparams` reads back (same token).
-Everything refused gets a 4xx with a JSON `{"error": ...}` that says why.
+Everything refused gets a 4xx with a JSON `{"error": ...}` that says why, an internal failure a 500:
+a request is always answered, never dropped. The order of checks that bounds the work of a hostile
+request is in `tuneplane.ingest.gate`; this module adds the connection deadlines (headers, body,
+idle), the per-client and total connection caps, and a listen backlog sized for hundreds of jobs.
 """
 
 from __future__ import annotations
@@ -15,47 +18,26 @@ import math
 import socket
 import sys
 import threading
-import zlib
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tuneplane.ingest import store as store_mod
+from tuneplane.ingest.gate import Limits, Refused, authenticate, read_body, token_of
+from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.store import MetricStore, Point, StoreClosed
-from tuneplane.ingest.tokens import verify_token
 
 LIFECYCLE_EVENTS = frozenset({"starting", "running", "succeeded", "failed"})
 READ_KINDS = ("summary", "metrics", "hparams")
 EVENT_KINDS = frozenset({"hardware", "observations", "environment/nodes"})
 POST_KINDS = frozenset({"metrics", "hparams", "lifecycle"}) | EVENT_KINDS
 MAX_KEY = 512
-MAX_RUN_ID = 256
 MAX_BATCH_ID = 128
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may carry; generous for real batches, small enough to refuse abuse."""
-
-    max_body: int = 16 * 1024 * 1024  # bytes on the wire
-    max_decoded: int = 64 * 1024 * 1024  # bytes after gunzip (refuses gzip bombs early)
-    max_points: int = 200_000
-    max_hparams: int = 10_000
-
-
-class Refused(Exception):
-    """A request we answer with a 4xx; `problems` lists what was wrong, point by point."""
-
-    def __init__(self, status: int, message: str, problems: list[str] | None = None,
-                 close: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.problems = problems or []
-        self.close = close
+__all__ = ["IngestHandler", "IngestServer", "Limits", "Refused", "start_server"]
 
 
 class IngestHandler(BaseHTTPRequestHandler):
@@ -82,6 +64,22 @@ class IngestHandler(BaseHTTPRequestHandler):
     def _not_allowed(self) -> tuple[int, dict[str, Any]]:
         raise Refused(405, f"{self.command} is not supported here", close=True)
 
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:
+            self.server.watch.phase(self.connection, "body", self.server.limits.body_timeout)
+        return ok
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, headers too long or too many) in JSON too."""
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.1"  # an unparsable request line still gets a full response
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        self._send(code, {"error": message or phrase}, close=True)
+
     def _answer(self, handler: Callable[[], tuple[int, dict[str, Any]]]) -> None:
         try:
             status, payload = handler()
@@ -95,9 +93,19 @@ class IngestHandler(BaseHTTPRequestHandler):
         except StoreClosed:
             self._send(503, {"error": "the receiver is shutting down; retry"}, close=True)
             return
+        except Exception as exc:  # an answer, never a dropped connection
+            self.server.internal_errors += 1
+            sys.stderr.write(f"ingest: internal error on {self.command} {self.path[:200]!r}: "
+                             f"{type(exc).__name__}: {exc}\n")
+            self._send(500, {"error": f"internal error ({type(exc).__name__}); the request was not stored"},
+                       close=True)
+            return
         self._send(status, payload)
 
     def _send(self, status: int, payload: dict[str, Any], close: bool = False) -> None:
+        if not self.server.watch.phase(self.connection, "responding", None):
+            self.close_connection = True
+            return  # the watchdog already answered (deadline passed) and closed the connection
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -107,7 +115,11 @@ class IngestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         # Headers and body in one write: two small writes cost a delayed-ACK round trip each request.
         self._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]
-        self.flush_headers()
+        try:
+            self.flush_headers()
+        finally:
+            limits = self.server.limits
+            self.server.watch.phase(self.connection, "idle", limits.idle_timeout + limits.header_timeout)
 
     def log_message(self, format: str, *args: Any) -> None:  # http.server's signature
         if self.server.verbose:
@@ -119,9 +131,8 @@ class IngestHandler(BaseHTTPRequestHandler):
         if kind not in POST_KINDS:
             raise Refused(404, f"no ingest endpoint at {self.path!r}; use /metrics, /hparams or /lifecycle",
                           close=True)
-        payload = self._json_body()
-        run_id = _run_id(payload.get("run_id"))
-        self._authenticate(run_id)
+        body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits)
+        payload, run_id = body.payload, body.run_id
         batch_id = _batch_id(self.headers.get("X-TunePlane-Batch") or payload.get("batch_id"))
         store = self.server.store
         if kind == "metrics":
@@ -140,50 +151,7 @@ class IngestHandler(BaseHTTPRequestHandler):
         return 202, {"ok": True, "kept": "event"}
 
     def _authenticate(self, run_id: str) -> None:
-        token = self.headers.get("X-TunePlane-Token")
-        if not token:
-            raise Refused(401, "missing X-TunePlane-Token header")
-        if not verify_token(self.server.secret, run_id, token):
-            raise Refused(403, f"the token is not valid for run {run_id!r}")
-
-    def _content_length(self, required: bool = True) -> int | None:
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            if required:
-                raise Refused(411, "a Content-Length header is required (chunked bodies are not accepted)",
-                              close=True)
-            return None
-        try:
-            length = int(raw)
-        except ValueError:
-            raise Refused(400, f"bad Content-Length {raw!r}", close=True) from None
-        if length < 0:
-            raise Refused(400, f"bad Content-Length {raw!r}", close=True)
-        return length
-
-    def _json_body(self) -> dict[str, Any]:
-        limits = self.server.limits
-        length = self._content_length()
-        assert length is not None
-        if length > limits.max_body:
-            raise Refused(413, f"body of {length} bytes is over the {limits.max_body}-byte limit", close=True)
-        raw = self.rfile.read(length)
-        if len(raw) != length:
-            raise Refused(400, "body ended before Content-Length bytes", close=True)
-        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
-        if encoding == "gzip":
-            raw = _gunzip(raw, limits.max_decoded)
-        elif encoding != "identity":
-            raise Refused(415, f"Content-Encoding {encoding!r} is not supported; use gzip or none")
-        if len(raw) > limits.max_decoded:
-            raise Refused(413, f"body is over the {limits.max_decoded}-byte limit")
-        try:
-            payload = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Refused(400, f"body is not valid JSON: {exc}") from None
-        if not isinstance(payload, dict):
-            raise Refused(400, "body must be a JSON object")
-        return payload
+        authenticate(self.server.secret, run_id, token_of(self.headers))
 
     # ── GET ─────────────────────────────────────────────────────────────────────────────────
     def _get(self) -> tuple[int, dict[str, Any]]:
@@ -211,27 +179,6 @@ def _kind(path: str) -> str:
         if path.startswith(prefix):
             return path[len(prefix):]
     return path
-
-
-def _gunzip(raw: bytes, limit: int) -> bytes:
-    unpacker = zlib.decompressobj(wbits=31)
-    try:
-        data = unpacker.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        raise Refused(400, f"body is not valid gzip: {exc}") from None
-    if len(data) > limit or unpacker.unconsumed_tail:
-        raise Refused(413, f"decompressed body is over the {limit}-byte limit")
-    if not unpacker.eof:
-        raise Refused(400, "gzip body is truncated")
-    return data
-
-
-def _run_id(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise Refused(422, "run_id must be a non-empty string")
-    if len(value) > MAX_RUN_ID or any(ord(c) < 32 for c in value):
-        raise Refused(422, "run_id is too long or contains control characters")
-    return value
 
 
 def _batch_id(value: Any) -> str | None:
@@ -314,39 +261,133 @@ def _lifecycle(payload: dict[str, Any]) -> tuple[str, str | None]:
 
 
 # ── the server ────────────────────────────────────────────────────────────────────────────────
+class _Watch:
+    """Connection deadlines: a request's headers, then its body, then the idle wait for the next one.
+
+    A thread checks a few times a second; a connection past its deadline gets a 408 (unless it was
+    idle) and is shut down, so a slow client holds a thread for a bounded time only.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.conns: dict[socket.socket, list[Any]] = {}  # sock -> [phase, deadline, client]
+        self.by_client: dict[str, int] = {}
+        self.stopped = threading.Event()
+
+    def add(self, sock: socket.socket, client: str, timeout: float, limits: Limits) -> str:
+        with self.lock:
+            if len(self.conns) >= limits.max_connections:
+                return f"the receiver has {len(self.conns)} open connections; retry shortly"
+            if self.by_client.get(client, 0) >= limits.max_per_client:
+                return f"{limits.max_per_client} connections from {client} are open already; retry shortly"
+            self.conns[sock] = ["headers", time.monotonic() + timeout, client]
+            self.by_client[client] = self.by_client.get(client, 0) + 1
+            return ""
+
+    def remove(self, sock: socket.socket) -> None:
+        with self.lock:
+            entry = self.conns.pop(sock, None)
+            if entry is not None:
+                left = self.by_client.get(entry[2], 1) - 1
+                if left > 0:
+                    self.by_client[entry[2]] = left
+                else:
+                    self.by_client.pop(entry[2], None)
+
+    def phase(self, sock: socket.socket, phase: str, timeout: float | None) -> bool:
+        """Move a connection to `phase`; False when the watchdog has already closed it."""
+        with self.lock:
+            entry = self.conns.get(sock)
+            if entry is None:
+                return True  # not watched (tests that drive a handler directly)
+            if entry[0] == "reaped":
+                return False
+            entry[0] = phase
+            entry[1] = None if timeout is None else time.monotonic() + timeout
+            return True
+
+    def reap(self) -> int:
+        now = time.monotonic()
+        late: list[tuple[socket.socket, str]] = []
+        with self.lock:
+            for sock, entry in self.conns.items():
+                if entry[1] is not None and entry[0] != "reaped" and now > entry[1]:
+                    late.append((sock, entry[0]))
+                    entry[0] = "reaped"
+        for sock, phase in late:
+            if phase != "idle":
+                _refuse_raw(sock, 408, f"the request did not arrive in time ({phase} deadline)")
+            _shutdown(sock)
+        return len(late)
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.2):
+            self.reap()
+
+
+def _refuse_raw(sock: socket.socket, status: int, message: str) -> None:
+    """Answer without a handler thread (over a cap, past a deadline): one non-blocking write."""
+    body = json.dumps({"error": message}).encode()
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
+    try:
+        sock.send(head + body, socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # listen backlog: hundreds of jobs connecting at once never wait on SYN retries
     store: MetricStore
     secret: bytes
     limits: Limits
     verbose: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
+        self.watch = _Watch()
+        self.internal_errors = 0
+        self.limits = Limits()
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
+        client = str(client_address[0]) if client_address else "?"
+        refusal = self.watch.add(request, client, self.limits.header_timeout, self.limits)
+        if refusal:
+            _refuse_raw(request, 503, refusal)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # no thread could be started: answer rather than drop
+            _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that vanished mid-answer is routine: one line, not a traceback."""
+        exc = sys.exc_info()[1]
+        if self.verbose or not isinstance(exc, OSError):
+            sys.stderr.write(f"ingest: connection from {client_address[0] if client_address else '?'} "
+                             f"ended: {type(exc).__name__}: {exc}\n")
 
     def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
+        self.watch.remove(request)
         super().shutdown_request(request)
 
     def drop_connections(self) -> None:
         """Close kept-alive connections too, so a stopped receiver really is gone for its clients."""
-        with self._open_lock:
-            sockets = list(self._open)
-            self._open.clear()
+        with self.watch.lock:
+            sockets = list(self.watch.conns)
         for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(sock)
 
 
 class IngestServer:
@@ -364,6 +405,10 @@ class IngestServer:
         self.httpd.limits = limits or Limits()
         self.httpd.verbose = verbose
         self._thread: threading.Thread | None = None
+        self._watchdog = threading.Thread(target=self.httpd.watch.run, name="tuneplane-ingest-watch",
+                                          daemon=True)
+        self._watchdog.start()
+        self._closed = False
 
     @property
     def url(self) -> str:
@@ -396,6 +441,10 @@ class IngestServer:
         self._close()
 
     def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.httpd.watch.stopped.set()
         self.httpd.drop_connections()
         self.httpd.server_close()
         self.store.close()

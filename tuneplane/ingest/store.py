@@ -1,5 +1,9 @@
 """The ingest store: SQLite in WAL mode, one row per (run, key, step), batch ids remembered.
 
+A point costs about 25 bytes on disk: each (run, key) is a row of `series` with an integer id and a
+base time, and `samples` is a WITHOUT ROWID table keyed by (series id, step) holding the value and
+the milliseconds since the series' base time. Closing checkpoints the WAL and removes it.
+
 Writers go through one `MetricStore` (the receiver), which serialises them with a lock; readers
 (`summary`, `series`, `hparams`, `lifecycle`) open their own read-only connection, so the bot or
 `tp job metrics` can read while a job is writing. Upstream clients send no batch id and retry, so
@@ -13,15 +17,20 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 Point = tuple[str, int, float, str]  # key, step, value, ts
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS points (
-    run_id TEXT NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL, ts TEXT,
-    PRIMARY KEY (run_id, key, step)
+CREATE TABLE IF NOT EXISTS series (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, key TEXT NOT NULL, t0_ms INTEGER NOT NULL,
+    UNIQUE (run_id, key)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    series INTEGER NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL, dt_ms INTEGER,
+    PRIMARY KEY (series, step)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     run_id TEXT NOT NULL, batch_id TEXT NOT NULL, kind TEXT NOT NULL, received_at REAL NOT NULL,
@@ -39,8 +48,25 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
-UPSERT = ("INSERT INTO points (run_id, key, step, value, ts) VALUES (?, ?, ?, ?, ?) "
-          "ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value, ts = excluded.ts")
+UPSERT = ("INSERT INTO samples (series, step, value, dt_ms) VALUES (?, ?, ?, ?) "
+          "ON CONFLICT (series, step) DO UPDATE SET value = excluded.value, dt_ms = excluded.dt_ms")
+MAX_SERIES_CACHE = 100_000
+
+
+def ts_ms(ts: str) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 time, or None when it is not one."""
+    if not ts:
+        return None
+    try:
+        stamp = datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    try:
+        return int(stamp.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class MetricStore:
@@ -54,8 +80,10 @@ class MetricStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
+        _migrate(self._db)
         self._db.executescript(SCHEMA)
         self._closed = False
+        self._series: dict[tuple[str, str], tuple[int, int]] = {}  # (run, key) -> (id, t0_ms)
 
     def _claim_batch(self, run_id: str, batch_id: str | None, kind: str) -> bool:
         """Record the batch id inside the current transaction; False when it was seen before."""
@@ -69,12 +97,32 @@ class MetricStore:
     def add_points(self, run_id: str, points: Iterable[Point],
                    batch_id: str | None = None) -> tuple[int, bool]:
         """Upsert points; returns (points written, whether the batch was a duplicate)."""
-        rows = [(run_id, key, step, value, ts) for key, step, value, ts in points]
+        points = list(points)
+        now_ms = int(time.time() * 1000)
         with self._write():
             if not self._claim_batch(run_id, batch_id, "metrics"):
                 return 0, True
+            rows = []
+            for key, step, value, ts in points:
+                stamp = ts_ms(ts) if ts else None
+                series_id, t0 = self._series_of(run_id, key, now_ms if stamp is None else stamp)
+                rows.append((series_id, step, value, (now_ms if stamp is None else stamp) - t0))
             self._db.executemany(UPSERT, rows)
         return len(rows), False
+
+    def _series_of(self, run_id: str, key: str, t0: int) -> tuple[int, int]:
+        """The series row of (run, key), created with base time `t0` on first use. Inside a write."""
+        cached = self._series.get((run_id, key))
+        if cached is not None:
+            return cached
+        row = self._db.execute("SELECT id, t0_ms FROM series WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+        if row is None:
+            cursor = self._db.execute("INSERT INTO series (run_id, key, t0_ms) VALUES (?, ?, ?)", (run_id, key, t0))
+            row = (int(cursor.lastrowid or 0), t0)
+        if len(self._series) >= MAX_SERIES_CACHE:
+            self._series.clear()
+        self._series[(run_id, key)] = (int(row[0]), int(row[1]))
+        return self._series[(run_id, key)]
 
     def set_hparams(self, run_id: str, params: Mapping[str, Any],
                     batch_id: str | None = None) -> tuple[int, bool]:
@@ -102,9 +150,15 @@ class MetricStore:
         return _Transaction(self)
 
     def close(self) -> None:
+        """Checkpoint the WAL into the database and leave no -wal/-shm file behind."""
         with self._lock:
             if not self._closed:
                 self._closed = True
+                try:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._db.execute("PRAGMA journal_mode=DELETE")
+                except sqlite3.Error:
+                    pass  # a reader holds the WAL: SQLite cleans it up when the last one closes
                 self._db.close()
 
 
@@ -124,8 +178,30 @@ class _Transaction:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
             self.store._db.execute("ROLLBACK" if exc_type else "COMMIT")
+            if exc_type:
+                self.store._series.clear()  # ids created in the rolled-back transaction are gone
         finally:
             self.store._lock.release()
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """A database from before the compact layout: move its `points` rows into series + samples."""
+    old = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'points'").fetchone()
+    if old is None:
+        return
+    db.executescript(SCHEMA)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("INSERT OR IGNORE INTO series (run_id, key, t0_ms) SELECT run_id, key, 0 FROM points "
+                   "GROUP BY run_id, key")
+        db.execute("INSERT OR REPLACE INTO samples (series, step, value, dt_ms) "
+                   "SELECT s.id, p.step, p.value, NULL FROM points AS p "
+                   "JOIN series AS s ON s.run_id = p.run_id AND s.key = p.key")
+        db.execute("DROP TABLE points")
+        db.execute("COMMIT")
+    except sqlite3.Error:
+        db.execute("ROLLBACK")
+        raise
 
 
 class StoreClosed(RuntimeError):
@@ -157,25 +233,27 @@ def _query(db_path: Path | str, sql: str, args: tuple[Any, ...]) -> list[tuple[A
 
 
 SUMMARY_SQL = """
-SELECT a.key, p.value, a.min_value, a.max_value, a.n, a.last_step
-FROM (SELECT key, MIN(value) AS min_value, MAX(value) AS max_value, COUNT(*) AS n, MAX(step) AS last_step
-      FROM points WHERE run_id = ? GROUP BY key) AS a
-JOIN points AS p ON p.run_id = ? AND p.key = a.key AND p.step = a.last_step
-ORDER BY a.key
+SELECT s.key, p.value, a.min_value, a.max_value, a.n, a.last_step
+FROM series AS s
+JOIN (SELECT series, MIN(value) AS min_value, MAX(value) AS max_value, COUNT(*) AS n, MAX(step) AS last_step
+      FROM samples WHERE series IN (SELECT id FROM series WHERE run_id = ?) GROUP BY series) AS a
+  ON a.series = s.id
+JOIN samples AS p ON p.series = s.id AND p.step = a.last_step
+ORDER BY s.key
 """
 
 
 def summary(db_path: Path | str, run_id: str) -> dict[str, dict[str, Any]]:
     """Per key: last (value at the highest step), min, max, count, last_step. Empty when unknown."""
-    rows = _query(db_path, SUMMARY_SQL, (run_id, run_id))
+    rows = _query(db_path, SUMMARY_SQL, (run_id,))
     return {key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
             for key, last, low, high, count, step in rows}
 
 
 def series(db_path: Path | str, run_id: str, key: str) -> list[tuple[int, float]]:
     """All (step, value) points of one key, by step."""
-    rows = _query(db_path, "SELECT step, value FROM points WHERE run_id = ? AND key = ? ORDER BY step",
-                  (run_id, key))
+    rows = _query(db_path, "SELECT p.step, p.value FROM samples AS p JOIN series AS s ON s.id = p.series "
+                  "WHERE s.run_id = ? AND s.key = ? ORDER BY p.step", (run_id, key))
     return [(int(step), float(value)) for step, value in rows]
 
 

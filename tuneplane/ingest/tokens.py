@@ -26,8 +26,8 @@ def mint_token(secret: bytes, run_id: str) -> str:
 
 def verify_token(secret: bytes, run_id: str, token: str | None) -> bool:
     """Constant-time check that `token` was minted for `run_id` under `secret`."""
-    if not token or not run_id or not secret:
-        return False
+    if not token or not run_id or not secret or not token.isascii():
+        return False  # compare_digest refuses non-ASCII text with a TypeError
     expected = mint_token(secret, run_id)
     return hmac.compare_digest(expected, token.strip().lower())
 

@@ -43,6 +43,8 @@ class AdapterRef(Strict):
                                            description="min_gpus, and the config keys of the node shape.")
     lifecycle: dict[str, str] = Field(default_factory=dict, description="Operation → entrypoint (export, eval).")
     artifacts: list[ArtifactRef] = Field(default_factory=list)
+    native_metrics: list[dict[str, str]] = Field(
+        default_factory=list, description="The recipe's `metrics.native`, for the collector (left out when empty).")
 
 
 class RecipeRef(Strict):
@@ -148,4 +150,8 @@ class JobSpec(Strict):
     provenance: JobProvenance
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
+        data = self.model_dump(mode="json", by_alias=True)
+        adapter = data["spec"]["recipe"].get("adapter") or {}
+        if not adapter.get("native_metrics"):
+            adapter.pop("native_metrics", None)  # JobSpecs (and their digests) without it stay as they were
+        return data

@@ -64,12 +64,32 @@ class ConfigPolicy(Strict):
                                    description="Keys beyond the params that the framework or the template reads.")
 
 
+class NativeOutput(Strict):
+    """A metrics file the framework writes under the out dir, read by the native collector."""
+
+    format: Literal["tensorboard", "jsonl"]
+    path: str = Field(min_length=1, max_length=512,
+                      description="Relative to the out dir: a TensorBoard log directory or a JSON-lines file.")
+    key: str | None = Field(None, description="JSON lines, one point per line: the field holding the name.")
+    step: str = Field("step", description="JSON lines: the field holding the step.")
+    value: str = Field("value", description="JSON lines, one point per line: the field holding the value.")
+    values: str | None = Field(None, description="JSON lines, wide: the field holding an object of metrics.")
+    prefix: str = Field("", description="Put before every key.")
+
+    @model_validator(mode="after")
+    def _inside_out_dir(self) -> NativeOutput:
+        parts = self.path.replace("\\", "/").split("/")
+        if self.path.startswith("/") or ".." in parts or "\0" in self.path:
+            raise ValueError(f"path {self.path!r} must stay inside the out dir (relative, no '..')")
+        return self
+
+
 class Metrics(Strict):
     primary: list[str] = Field(default_factory=list)
     aliases: dict[str, str] = Field(default_factory=dict)
-    native: list[dict[str, str]] = Field(
-        default_factory=list,
-        description="Native metric files the framework writes under the out dir: {format, path}.")
+    native: list[NativeOutput] = Field(
+        default_factory=list, max_length=64,
+        description="Native metric files the collector sends (docs/reference/collector.md).")
 
 
 class Artifacts(Strict):

@@ -7,6 +7,8 @@ in the LaunchPlan's `secret_env` and reach the process from a Secret (cluster) o
 
 from __future__ import annotations
 
+import json
+
 from tuneplane import __version__
 from tuneplane.constants import HF_TOKEN, JOB_TOKEN
 from tuneplane.models.jobspec import JobSpec
@@ -48,6 +50,9 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
     })
     if body.framework.observability_url:
         env["TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"] = body.framework.observability_url
+    native = body.recipe.adapter.native_metrics
+    if native:  # the native collector's declaration (tuneplane.collector.sources)
+        env["TUNEPLANE_METRICS_NATIVE"] = json.dumps(native, separators=(",", ":"), sort_keys=True)
     env["TUNEPLANE_JOB_MONITOR_INTERVAL"] = MONITOR_INTERVAL
     env["HF_HOME"] = paths.hf_home or f"{paths.storage_root}/{HF_CACHE_DIR}"
     if body.shared_code:

@@ -290,7 +290,8 @@ def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> Reci
                            config_mode=opts.config_mode,
                            bindings=dict(opts.bindings), platform_owned=list(opts.platform_owned),
                            required_inputs=list(opts.required_inputs), topology=_topology(opts.topology),
-                           lifecycle=dict(recipe.lifecycle), artifacts=_artifacts(recipe)))
+                           lifecycle=dict(recipe.lifecycle), artifacts=_artifacts(recipe),
+                           native_metrics=[o.model_dump(exclude_none=True) for o in recipe.metrics.native]))
 
 
 def _topology(topology: dict[str, Any]) -> dict[str, str | int]:

@@ -69,13 +69,16 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
                 # Fast path: plain floats under keys already validated. The copy lets the caller
                 # reuse its dict; the cost is _config.record_cost(len(metrics)), inlined.
                 s.queue.append((step, _now(), metrics.copy()))
+                s.logged += len(metrics)
                 s.added += 300 + 80 * len(metrics)
                 if s.added > s.limit:
                     s.overflow()
                 return
         s.log_slow(metrics, step, prefix)
     except _BadStep:
-        s.drop("step is not an integer", len(metrics) if hasattr(metrics, "__len__") else 1)
+        count = len(metrics) if hasattr(metrics, "__len__") else 1
+        s.logged += count
+        s.drop("step is not an integer", count)
     except Exception as exc:  # reporting must never break training
         s.internal_error(f"log(): {type(exc).__name__}: {exc}")
 

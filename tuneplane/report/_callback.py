@@ -3,17 +3,25 @@
 Trainers dispatch callback events by method name, so this class needs no transformers import. Events
 we do not use are answered by `__getattr__` with a no-op, which keeps us compatible with events that
 newer transformers releases add.
+
+It follows transformers' own reporting integrations (its wandb, MLflow and TensorBoard callbacks):
+everything comes from `on_log`, where the Trainer hands over training and evaluation logs alike, with
+`eval_*` keys under `eval/`, `test_*` under `test/` and the rest under `train/`. `on_evaluate` sends
+nothing, since its metrics already arrived through `on_log`. `on_train_end` only flushes (bounded):
+the session stays open for a later `trainer.evaluate()` or `log()`, and finishes at process exit
+within the SDK's drain time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+FLUSH_AT_TRAIN_END = 5.0  # seconds; what is left is still sent by the exit-time finish()
 
 
 class TunePlaneCallback:
-    """on_train_begin -> init, on_log -> log, on_evaluate -> log(prefix="validation"),
-    on_train_end -> finish."""
+    """on_train_begin -> init, on_log -> log (train/, eval/, test/), on_train_end -> flush."""
 
     def __init__(self, *, monitor_hardware: bool = True, prefix: str = "") -> None:
         self.monitor_hardware = monitor_hardware
@@ -32,29 +40,36 @@ class TunePlaneCallback:
         from tuneplane.report import log
 
         if logs:
-            log(logs, step=_step_of(state), prefix=self.prefix)
-        return control
-
-    def on_evaluate(self, args: Any = None, state: Any = None, control: Any = None,
-                    metrics: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        # lazy: tuneplane.report imports this module first
-        from tuneplane.report import log
-
-        if metrics:
-            log(metrics, step=_step_of(state), prefix="validation")
+            log(rewrite_logs(logs), step=_step_of(state), prefix=self.prefix)
         return control
 
     def on_train_end(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
         # lazy: tuneplane.report imports this module first
-        from tuneplane.report import finish
+        from tuneplane.report import flush
 
-        finish()
+        flush(FLUSH_AT_TRAIN_END)
         return control
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("on_"):
             return _ignore
         raise AttributeError(name)
+
+
+def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
+    """transformers' `rewrite_logs`: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, `loss` -> `train/loss`."""
+    out: dict[str, Any] = {}
+    for key, value in logs.items():
+        name = str(key)
+        if name.startswith("eval_"):
+            out["eval/" + name[5:]] = value
+        elif name.startswith("test_"):
+            out["test/" + name[5:]] = value
+        elif "/" in name:
+            out[name] = value  # already namespaced by the trainer (TRL's "rewards/chosen", ...)
+        else:
+            out["train/" + name] = value
+    return out
 
 
 def _ignore(args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:

@@ -35,11 +35,17 @@ class Session:
         self.budget = config.buffer_bytes
         self.added = 0
         self.released = 0  # written by the sender
-        self.evicted = 0  # written under order_lock by overflow()
-        self.limit = self.budget
+        self.evicted = 0  # written under order_lock by the sender's spill and overflow()
+        self.held_from_disk = 0  # sender: budget bytes of records read back from disk, in flight
+        self.limit = self.budget // 2
+        self.notes_later: list[str] = []
         self.spill = self._make_spill()
         self.order_lock: Any = self.spill.lock if self.spill else threading.RLock()
         self.hparams_pending: dict[str, Any] = {}
+        self.hparams_sent = 0
+        self.hparams_dropped: dict[str, int] = {}  # caller threads (bad values) and sender (refusals)
+        self.logged = 0  # points handed to log(): delivered + dropped + pending, at every moment
+        self.spill_wanted = False
         self.delivered_points = 0
         self.batches_sent = 0
         self.retries = 0
@@ -55,18 +61,26 @@ class Session:
         self.final_stats: dict[str, Any] | None = None
 
     def _make_spill(self) -> Spill | None:
-        out_dir = self.config.out_dir
-        if not out_dir or not os.path.isdir(out_dir) or self.config.spill_bytes <= 0:
+        """The overflow file: under the out dir, or a private temp dir when there is none."""
+        if self.config.spill_bytes <= 0:
             return None
-        rank = self.config.rank
-        name = f"report-spill-r{rank}-{self.pid}.jsonl"
-        return Spill(os.path.join(out_dir, SPILL_DIR, name), self.config.spill_bytes)
+        out_dir = self.config.out_dir
+        if out_dir and os.path.isdir(out_dir):
+            folder = os.path.join(out_dir, SPILL_DIR)
+        else:
+            import tempfile  # lazy: only jobs without an out dir need it
+
+            folder = tempfile.mkdtemp(prefix="tuneplane-report-")
+            self.notes_later.append(
+                f"no TUNEPLANE_OUT_DIR: what does not fit in memory waits in {folder}")
+        name = f"report-spill-r{self.config.rank}-{self.pid}-{self.session_id}.jsonl"
+        return Spill(os.path.join(folder, name), self.config.spill_bytes)
 
     def start(self) -> None:
         # lazy: keeps import tuneplane.report to a few ms in every training process
         from tuneplane.report._sender import Sender
 
-        for note in self.config.notes:
+        for note in (*self.config.notes, *self.notes_later):
             self.say(note)
         self.sender = Sender(self)
         self.sender.start()
@@ -74,7 +88,9 @@ class Session:
     # ── the caller's side ─────────────────────────────────────────────────────────────────────
     def log_slow(self, metrics: Any, step: int, prefix: str) -> None:
         """Everything the hot path does not handle: nesting, prefixes, non-floats, unseen keys."""
+        before = sum(self.drops.values())
         record = to_record(metrics, prefix, self.drop)
+        self.logged += len(record) + sum(self.drops.values()) - before
         if not record:
             return
         if len(self.plain_keys) < MAX_CACHED_KEYS and not prefix and type(metrics) is dict:
@@ -89,36 +105,57 @@ class Session:
             self.overflow()
 
     def overflow(self) -> None:
-        """The memory budget is spent: move the queue to disk (oldest first), or drop the newest record."""
-        with self.order_lock:
-            self._refresh_limit()
-            if self.added <= self.limit:
+        """Half the memory budget is spent: the sender moves the queue to disk, so no encoding happens
+        on the caller's thread. Only at the full budget does the caller wait (bounded) for it, and
+        drop the newest record when the disk cannot take more."""
+        self._refresh_limit()
+        if self.added <= self.limit:
+            return
+        spill = self.spill
+        if spill is not None and not spill.full:
+            if not self.spill_wanted:
+                self.spill_wanted = True
+                self.kick()
+            if self.added <= self.limit + self.budget // 2:
                 return
-            if self.spill is not None:
-                self._spill_queue()
-            else:
-                self._drop_newest()
+            deadline = time.monotonic() + 2.0
+            sender = self.sender
+            while self.spill_wanted and sender is not None and sender.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+                self._refresh_limit()
+                if self.added <= self.limit + self.budget // 2:
+                    return
+        elif self.added <= self.limit + self.budget // 2:
+            return
+        with self.order_lock:
+            self._drop_newest()
             self._refresh_limit()
 
-    def _spill_queue(self) -> None:
-        records: list[Record] = []
-        while True:
-            try:
-                records.append(self.queue.popleft())
-            except IndexError:
-                break
-        try:
-            written = self.spill.append(records) if self.spill else 0
-        except OSError as exc:
-            self.say(f"cannot write the overflow file ({exc}); dropping what does not fit in memory")
-            written = 0
-            self.spill = None
-        for index, record in enumerate(records):
-            self.evicted += record_cost(len(record[2]))
-            if index < written:
-                self.spilled_points += len(record[2])
-            else:
-                self.drop("overflow file full" if self.spill else "memory budget full", len(record[2]))
+    def spill_queue(self) -> None:
+        """Sender: move the memory queue to the overflow file, oldest first; what the disk refuses is
+        dropped as "disk full" and what was written is still replayed."""
+        self.spill_wanted = False
+        spill = self.spill
+        if spill is None:
+            return
+        with self.order_lock:
+            records: list[Record] = []
+            while True:
+                try:
+                    records.append(self.queue.popleft())
+                except IndexError:
+                    break
+            written = spill.append(records)
+            for index, record in enumerate(records):
+                self.evicted += record_cost(len(record[2]))
+                if index < written:
+                    self.spilled_points += len(record[2])
+                else:
+                    self.sender_drop(spill.refusal or "overflow file full", len(record[2]))
+            self._refresh_limit()
+        if spill.refusal:
+            self.say(f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
+                     f"in memory are dropped as '{spill.refusal}', those already written are still sent")
 
     def _drop_newest(self) -> None:
         try:
@@ -126,11 +163,14 @@ class Session:
         except IndexError:
             return
         self.evicted += record_cost(len(record[2]))
-        self.drop("memory budget full (no TUNEPLANE_OUT_DIR to spill to)", len(record[2]))
+        why = "memory budget full (no overflow file)" if self.spill is None else \
+            ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
+        self.drop(why, len(record[2]))
 
     def _refresh_limit(self) -> None:
-        # `limit` only ever grows, so a stale write from another thread is merely conservative.
-        self.limit = self.budget + self.released + self.evicted
+        # `limit` (half the budget: where spilling starts) only ever grows, so a stale write from
+        # another thread is merely conservative.
+        self.limit = self.budget // 2 + self.released + self.evicted - self.held_from_disk
 
     def release(self, cost: int) -> None:
         """Sender: a batch from memory settled, its budget is free again."""
@@ -144,11 +184,14 @@ class Session:
         self.sender_drops[reason] = self.sender_drops.get(reason, 0) + count
 
     def add_hparams(self, params: Any) -> None:
-        payload = hparams_payload(params)
+        payload = hparams_payload(params, self.hparams_drop)
         if payload:
             with self.order_lock:
                 self.hparams_pending.update(payload)
             self.kick()
+
+    def hparams_drop(self, reason: str, count: int = 1) -> None:
+        self.hparams_dropped[reason] = self.hparams_dropped.get(reason, 0) + count
 
     def internal_error(self, detail: str = "") -> None:
         self.internal_errors += 1
@@ -201,13 +244,14 @@ class Session:
 
     def pending_points(self) -> int:
         """Points logged and not yet settled: in memory, held by the sender, or waiting on disk."""
-        queued = sum(len(values) for _, _, values in list(self.queue))
-        held = self.sender.pending_points() if self.sender else 0
-        return queued + held + (self.spill.points if self.spill else 0)
+        with self.order_lock:
+            queued = sum(len(values) for _, _, values in list(self.queue))
+            held = self.sender.pending_points() if self.sender else 0
+            return queued + held + (self.spill.points if self.spill else 0)
 
     def _report_losses(self) -> None:
-        stats = self.stats()
         kept = self._leftover_to_disk()
+        stats = self.stats()
         self.final_stats = stats
         parts = []
         if stats["pending_points"]:
@@ -235,10 +279,11 @@ class Session:
         with self.order_lock:
             records = (self.sender.memory_records() if self.sender else []) + list(self.queue)
             self.queue.clear()
-            try:
-                self.spill.append(records)
-            except OSError:
-                pass
+            if self.sender is not None:
+                self.sender.forget_memory_records()
+            written = self.spill.append(records)
+            for record in records[written:]:
+                self.sender_drop(self.spill.refusal or "overflow file full", len(record[2]))
             return self.spill.close()
 
     def stats(self) -> dict[str, Any]:
@@ -247,11 +292,21 @@ class Session:
         dropped = dict(self.drops)
         for reason, count in self.sender_drops.items():
             dropped[reason] = dropped.get(reason, 0) + count
+        pending = self.pending_points()
+        ledger = {"logged": self.logged, "delivered": self.delivered_points, "dropped": sum(dropped.values()),
+                  "refused": self.refused_points, "pending": pending}
+        ledger["balanced"] = (ledger["delivered"] + ledger["dropped"] + ledger["refused"] + pending
+                              == self.logged)
         return {
             "run_id": self.config.run_id,
             "rank": self.config.rank,
+            "logged_points": self.logged,
+            "ledger": ledger,
+            "hparams_sent": self.hparams_sent,
+            "hparams_pending": len(self.hparams_pending),
+            "hparams_dropped": dict(self.hparams_dropped),
             "delivered_points": self.delivered_points,
-            "pending_points": self.pending_points(),
+            "pending_points": pending,
             "spilled_points": self.spilled_points,
             "dropped_points": sum(dropped.values()),
             "dropped": dropped,
@@ -260,6 +315,7 @@ class Session:
             "batches_sent": self.batches_sent,
             "retries": self.retries,
             "buffered_bytes": max(0, self.added - self.released - self.evicted),
+            "from_disk_bytes": self.held_from_disk,
             "buffer_budget_bytes": self.budget,
             "spill_path": self.spill.path if self.spill else None,
             "internal_errors": self.internal_errors,

@@ -36,6 +36,9 @@ class Batch:
     attempts: int = 0
     body: bytes = b""
     points: int = 0
+    settled: bool = False  # delivered, refused or split: no longer pending
+    skipped: int = 0  # non-finite values left out of the body (already counted as dropped)
+    disk_cost: int = 0  # budget bytes of records read back from the overflow file
 
 
 class Sender(threading.Thread):
@@ -81,18 +84,24 @@ class Sender(threading.Thread):
 
     def _pass(self) -> bool:
         """One unit of work; False when there was nothing to do (or only a backoff to wait out)."""
-        if self.s.hparams_pending and not self._send_hparams():
-            return self._backoff(self._hparams_attempts)
+        if self.s.spill_wanted:
+            self.s.spill_queue()
+        sent_hparams = False
+        if self.s.hparams_pending:
+            if not self._send_hparams():
+                return self._backoff(self._hparams_attempts)
+            sent_hparams = True
         if self._late():
             return False
         batch = self.inflight or self._next_batch()
         if batch is None:
-            return False
-        self.inflight = batch
+            return sent_hparams
         outcome = self._deliver(batch)
         if outcome == "retry":
             return self._backoff(batch.attempts)
-        self.inflight = None
+        with self.s.order_lock:
+            if self.inflight is batch:
+                self.inflight = None
         return True
 
     # ── batches ───────────────────────────────────────────────────────────────────────────────
@@ -101,9 +110,12 @@ class Sender(threading.Thread):
         return f"{self.s.session_id}-{self._seq}"
 
     def _next_batch(self) -> Batch | None:
-        if self.backlog:
-            return self.backlog.pop(0)
+        """The next batch, made `inflight` under the lock so its points are never out of the ledger."""
         s = self.s
+        if self.backlog:
+            with s.order_lock:
+                self.inflight = self.backlog.pop(0)
+            return self.inflight
         # Taking records is atomic with overflow (same lock), which keeps disk-then-memory order;
         # encoding happens outside it so a spilling caller never waits on gzip.
         offset: int | None = None
@@ -113,12 +125,18 @@ class Sender(threading.Thread):
                 records, offset = s.spill.read(self.max_points, self._batch_cost_cap())
             if records:
                 cost = 0
+                disk_cost = sum(record_cost(len(r[2])) for r in records)
+                s.held_from_disk += disk_cost  # in memory again while it travels: inside the budget
+                s._refresh_limit()
             else:
+                disk_cost = 0
                 records, cost = self._take_from_memory()
                 offset = None
-        if not records:
-            return None
-        return self._encoded(Batch(self._new_id(), records, cost=cost, spill_offset=offset))
+            if not records:
+                return None
+            batch = self.inflight = Batch(self._new_id(), records, cost=cost, spill_offset=offset,
+                                          disk_cost=disk_cost)
+        return self._encoded(batch)
 
     def _take_from_memory(self) -> tuple[list[Record], int]:
         queue = self.s.queue
@@ -140,9 +158,14 @@ class Sender(threading.Thread):
         return max(self.s.config.buffer_bytes // 4, 1)
 
     def _encoded(self, batch: Batch) -> Batch:
-        batch.body, batch.points, skipped = self.encoder.batch(batch.batch_id, batch.records)
-        if skipped:
-            self.s.sender_drop("non-finite value", skipped)
+        body, points, skipped = self.encoder.batch(batch.batch_id, batch.records)
+        with self.s.order_lock:
+            batch.body, batch.points = body, points
+            batch.skipped = skipped
+            if skipped:
+                self.s.sender_drop("non-finite value", skipped)
+                if batch.spill_offset is not None and self.s.spill is not None:
+                    self.s.spill.points -= skipped  # dropped now, so no longer pending on disk
         return batch
 
     # ── delivery ──────────────────────────────────────────────────────────────────────────────
@@ -173,13 +196,20 @@ class Sender(threading.Thread):
         return "done"
 
     def _settle(self, batch: Batch, delivered: bool) -> None:
-        if delivered:
-            self.s.delivered_points += batch.points
-            self.s.batches_sent += 1
-        if batch.spill_offset is not None and self.s.spill is not None:
-            self.s.spill.commit(batch.spill_offset, len(batch.records), _raw_points(batch.records))
-        if batch.cost:
-            self.s.release(batch.cost)
+        with self.s.order_lock:  # counters and pending change together: the ledger always balances
+            batch.settled = True
+            if delivered:
+                self.s.delivered_points += batch.points
+                self.s.batches_sent += 1
+            if batch.spill_offset is not None and self.s.spill is not None:
+                self.s.spill.commit(batch.spill_offset, len(batch.records),
+                                    _raw_points(batch.records) - batch.skipped)
+            if batch.cost:
+                self.s.release(batch.cost)
+            if batch.disk_cost:
+                self.s.held_from_disk -= batch.disk_cost
+                batch.disk_cost = 0
+                self.s._refresh_limit()
 
     def _split(self, batch: Batch) -> None:
         """A 413 means our batch is over the receiver's limit: halve it and send smaller ones from now on."""
@@ -190,13 +220,22 @@ class Sender(threading.Thread):
             share = batch.cost * len(records) // len(batch.records)
             parts.append(self._encoded(Batch(self._new_id(), records, cost=share)))
         parts[-1].cost += batch.cost - sum(p.cost for p in parts)
-        if batch.spill_offset is not None and self.s.spill is not None:
-            self.s.spill.commit(batch.spill_offset, len(batch.records), _raw_points(batch.records))
-        self.backlog[:0] = parts
+        with self.s.order_lock:
+            batch.settled = True
+            if batch.spill_offset is not None and self.s.spill is not None:
+                self.s.spill.commit(batch.spill_offset, len(batch.records),
+                                    _raw_points(batch.records) - batch.skipped)
+            if batch.disk_cost:  # the halves are memory batches with their own cost now
+                self.s.held_from_disk -= batch.disk_cost
+                batch.disk_cost = 0
+            if batch.skipped:  # the halves counted their own non-finite values again
+                self.s.sender_drops["non-finite value"] -= batch.skipped
+            self.backlog[:0] = parts
 
     def _refuse(self, batch: Batch, status: int, data: bytes) -> None:
-        self.s.refused_points += batch.points
-        self.s.refused_batches[status] = self.s.refused_batches.get(status, 0) + 1
+        with self.s.order_lock:
+            self.s.refused_points += batch.points
+            self.s.refused_batches[status] = self.s.refused_batches.get(status, 0) + 1
         if status not in self._announced:
             self._announced.add(status)
             self.s.say(f"the receiver refused a batch of {batch.points} point(s) with HTTP {status}"
@@ -220,11 +259,18 @@ class Sender(threading.Thread):
     _hparams_attempts = 0
     _retry_after = 0.0
 
+    hparams_max = 1000  # per request; halved on 413 like metric batches
+
     def _send_hparams(self) -> bool:
-        """Send pending hyperparameters; False when they must be retried."""
+        """Send one batch of pending hyperparameters; False when it must be retried."""
         with self.s.order_lock:
-            params = dict(self.s.hparams_pending)
-        body = compress(self.encoder.hparams_body(self._hparams_id(), params))
+            keys = list(self.s.hparams_pending)[: self.hparams_max]
+            params = {key: self.s.hparams_pending[key] for key in keys}
+        try:
+            body = compress(self.encoder.hparams_body(self._hparams_id(), params))
+        except (TypeError, ValueError):  # not JSON after all: send each value alone to find the bad one
+            return self._hparams_refused(params, 0, b"", "not serialisable") if len(params) == 1 else \
+                self._hparams_shrink()
         try:
             status, data, retry_after = self.transport.post("hparams", body, self._hparams_id())
         except TransportError as exc:
@@ -239,15 +285,38 @@ class Sender(threading.Thread):
             self._hparams_attempts += 1
             self.s.retries += 1
             return False
+        if status == 413 and len(params) > 1:
+            return self._hparams_shrink()
         if not 200 <= status < 300:
-            self.s.say(f"the receiver refused the hyperparameters with HTTP {status}{_reason(data)}")
+            return self._hparams_refused(params, status, data, f"refused (HTTP {status})")
         with self.s.order_lock:
-            for key, value in params.items():
-                if self.s.hparams_pending.get(key, _MISSING) == value:
-                    del self.s.hparams_pending[key]
+            self.s.hparams_sent += self._forget(params)
         self._hparams_attempts = 0
         self._hparams_batch = ""
         return True
+
+    def _hparams_shrink(self) -> bool:
+        self.hparams_max = max(1, self.hparams_max // 2)
+        self._hparams_batch = ""
+        return True
+
+    def _hparams_refused(self, params: dict[str, object], status: int, data: bytes, reason: str) -> bool:
+        if status:
+            self.s.say(f"the receiver refused {len(params)} hyperparameter(s) with HTTP {status}{_reason(data)}")
+        with self.s.order_lock:
+            self.s.hparams_drop(reason, self._forget(params))
+        self._hparams_attempts = 0
+        self._hparams_batch = ""
+        return True
+
+    def _forget(self, params: dict[str, object]) -> int:
+        """Remove settled hyperparameters unless the caller changed them meanwhile; returns how many."""
+        count = 0
+        for key, value in params.items():
+            if self.s.hparams_pending.get(key, _MISSING) == value:
+                del self.s.hparams_pending[key]
+                count += 1
+        return count
 
     _hparams_batch = ""
 
@@ -257,15 +326,24 @@ class Sender(threading.Thread):
         return self._hparams_batch
 
     # ── shutdown ──────────────────────────────────────────────────────────────────────────────
+    def _held(self) -> list[Batch]:
+        batches = ([self.inflight] if self.inflight else []) + self.backlog
+        return [b for b in batches if b.spill_offset is None and not b.settled]
+
     def memory_records(self) -> list[Record]:
         """Records held by the sender that exist nowhere else (not on disk)."""
-        batches = ([self.inflight] if self.inflight else []) + self.backlog
-        held = [b for b in batches if b.spill_offset is None]
-        return [record for batch in held for record in batch.records]
+        return [record for batch in self._held() for record in batch.records]
+
+    def forget_memory_records(self) -> None:
+        """finish(): those records now live in the overflow file; a late answer must not count them."""
+        for batch in self._held():
+            batch.settled = True
+            batch.points = 0
+        self.backlog = []
 
     def pending_points(self) -> int:
-        held = ([self.inflight] if self.inflight else []) + self.backlog
-        return sum(_raw_points(b.records) for b in held if b.spill_offset is None)
+        # A batch's non-finite values are dropped already; the rest of its points are pending.
+        return sum(_raw_points(b.records) - b.skipped for b in self._held())
 
 
 _MISSING = object()

@@ -1,12 +1,16 @@
 """The overflow file: records that do not fit the memory budget wait on disk, in order.
 
-The producer appends (oldest records first) while the sender reads from a committed offset; both take
-the one lock. A record is a JSON line `[step, unix_time, {key: value}]`. Once the sender has read
-everything, the file is truncated so a long outage does not leave a large file behind.
+The sender appends (oldest records first) and reads from a committed offset, under the one lock. A
+record is a JSON line `[step, unix_time, {key: value}]`. Once everything is delivered the file is
+truncated so a long outage does not leave a large file behind. A write the disk refuses (full, over a
+quota or a file-size limit) is cut back to the last whole line and the file stops taking records until
+it empties; what it holds is still replayed. At close, undelivered records are renamed to
+`report-unsent-*.jsonl`, which the native collector (or the backend after the job) uploads.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -29,7 +33,11 @@ class Spill:
         self._records = 0
         self.points = 0  # points written and not yet committed
         self.closed = False
+        self.full = False  # the disk refused a write; no appends until the file empties
+        self.refusal = ""  # the drop reason while full: "disk full", or why the file cannot be written
+        self.error = ""
         self._file: Any = None
+        self._keys: dict[str, str] = {}
 
     def _open(self) -> Any:
         if self._file is None:
@@ -46,7 +54,7 @@ class Spill:
         """Write records in order; returns how many fit under the size limit (the rest are the caller's
         to drop). Written in chunks so the overflow path never holds a second copy of the budget."""
         with self.lock:
-            if self.closed:
+            if self.closed or self.full:
                 return 0
             written = 0
             for start in range(0, len(records), 256):
@@ -68,14 +76,34 @@ class Spill:
             size += len(line)
             points += len(record[2])
         if lines:
-            handle = self._open()
-            handle.seek(self._size)
-            handle.write(b"".join(lines))
-            handle.flush()
+            try:
+                handle = self._open()
+                handle.seek(self._size)
+                handle.write(b"".join(lines))
+                handle.flush()
+            except OSError as exc:
+                self._refused(exc)
+                return 0
             self._size = size
             self._records += len(lines)
             self.points += points
         return len(lines)
+
+    def _refused(self, exc: OSError) -> None:
+        """Cut a partial write back to the last whole line; stop appending until the file empties."""
+        self.full = True
+        self.error = exc.strerror or str(exc)
+        full = exc.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+        self.refusal = "disk full" if full else "overflow file not writable"
+        if self._file is not None:
+            try:
+                self._file.seek(0, os.SEEK_END)  # drop what the buffered writer still holds
+            except (OSError, ValueError):
+                pass
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+            except (OSError, ValueError):
+                pass
 
     def read(self, max_points: int, max_cost: int) -> tuple[list[Record], int]:
         """The next records (at least one; up to about `max_points` points or `max_cost` estimated
@@ -94,7 +122,8 @@ class Spill:
                     break
                 offset += len(line)
                 step, ts, values = json.loads(line)
-                out.append((step, ts, values))
+                keys = self._keys  # one string per key, as in the memory queue, not one per record
+                out.append((step, ts, {keys.setdefault(k, k): v for k, v in values.items()}))
                 points += len(values)
                 cost += record_cost(len(values))
             return out, offset
@@ -108,9 +137,13 @@ class Spill:
             self._records = max(0, self._records - count)
             self.points = max(0, self.points - points)
             if self._records == 0 and self._file is not None:
-                self._file.seek(0)
-                self._file.truncate()
+                try:
+                    self._file.seek(0)
+                    self._file.truncate()
+                except OSError:
+                    pass
                 self._size = self._offset = 0
+                self.full = False  # room again: try the disk once more
 
     def close(self) -> bool:
         """Close; remove the file when nothing is left in it. Returns True when records remain."""
@@ -118,16 +151,27 @@ class Spill:
             self.closed = True
             remaining = self._records > 0
             if self._file is not None:
-                if remaining and self._offset:
-                    self._compact()
-                self._file.close()
+                try:
+                    if remaining and self._offset:
+                        self._compact()
+                    self._file.close()
+                except OSError:
+                    pass
                 self._file = None
             if not remaining:
                 try:
                     os.unlink(self.path)
                 except OSError:
                     pass
-            return remaining
+                return False
+            unsent = os.path.join(os.path.dirname(self.path),
+                                  os.path.basename(self.path).replace("report-spill-", "report-unsent-", 1))
+            try:
+                os.replace(self.path, unsent)
+                self.path = unsent
+            except OSError:
+                pass
+            return True
 
     def _compact(self) -> None:
         # Keep only the undelivered tail, so what is left on disk is exactly what was lost.

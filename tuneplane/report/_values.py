@@ -12,26 +12,43 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 MAX_KEY_LENGTH = 256
+MAX_DEPTH = 16  # nested mappings deeper than this (or cycles) are dropped, not recursed into
 # Hparams are a config panel, not a data channel: a huge value is cut rather than shipped.
 MAX_HPARAM_TEXT = 1000
 
 DropFn = Callable[[str], None]
 
 
-def flatten(metrics: Mapping[Any, Any], sep: str = ".") -> dict[str, Any]:
-    """Flatten nested mappings with `sep`, so `{"a": {"b": 1}}` reports as `a.b`."""
+def flatten(metrics: Mapping[Any, Any], sep: str = ".", on_drop: DropFn | None = None) -> dict[str, Any]:
+    """Flatten nested mappings with `sep`, so `{"a": {"b": 1}}` reports as `a.b`.
+
+    Iterative, with a depth limit and cycle detection: a self-referencing or very deep value is
+    dropped alone (reported through `on_drop`) and everything beside it is kept."""
     out: dict[str, Any] = {}
-    _walk(metrics, "", sep, out)
+    stack: list[tuple[Mapping[Any, Any], str, int, frozenset[int]]] = [(metrics, "", 0, frozenset({id(metrics)}))]
+    while stack:
+        obj, prefix, depth, seen = stack.pop()
+        try:
+            items = list(obj.items())
+        except Exception:  # a mapping whose items() fails is one bad value
+            if on_drop:
+                on_drop("mapping that cannot be read")
+            continue
+        nested = []
+        for key, value in items:
+            name = f"{prefix}{sep}{key}" if prefix else str(key)
+            if not isinstance(value, Mapping):
+                out[name] = value
+            elif id(value) in seen:
+                if on_drop:
+                    on_drop("self-referencing value")
+            elif depth + 1 >= MAX_DEPTH:
+                if on_drop:
+                    on_drop(f"nested deeper than {MAX_DEPTH} levels")
+            else:
+                nested.append((value, name, depth + 1, seen | {id(value)}))
+        stack.extend(reversed(nested))
     return out
-
-
-def _walk(obj: Mapping[Any, Any], prefix: str, sep: str, out: dict[str, Any]) -> None:
-    for key, value in obj.items():
-        name = f"{prefix}{sep}{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            _walk(value, name, sep, out)
-        else:
-            out[name] = value
 
 
 def with_prefix(key: str, prefix: str) -> str:
@@ -150,7 +167,7 @@ def to_record(metrics: Any, prefix: str, on_drop: DropFn) -> dict[str, float]:
         on_drop("metrics is not a mapping")
         return {}
     record: dict[str, float] = {}
-    for raw_key, raw_value in flatten(metrics).items():
+    for raw_key, raw_value in flatten(metrics, on_drop=on_drop).items():
         key = with_prefix(raw_key, prefix)
         problem = key_problem(key)
         if problem:
@@ -164,14 +181,26 @@ def to_record(metrics: Any, prefix: str, on_drop: DropFn) -> dict[str, float]:
     return record
 
 
-def hparams_payload(params: Mapping[Any, Any]) -> dict[str, Any]:
-    """Flatten hyperparameters and make every value JSON-safe, so one odd object never blocks the rest."""
+def hparams_payload(params: Mapping[Any, Any], on_drop: DropFn | None = None) -> dict[str, Any]:
+    """Flatten hyperparameters and make every value JSON-safe, so one odd object never blocks the rest:
+    a cycle, a too-deep value or one that cannot even become text is dropped alone and counted."""
     out: dict[str, Any] = {}
-    for key, value in flatten(params).items():
-        if key_problem(key):
+    for key, value in flatten(params, on_drop=on_drop).items():
+        problem = key_problem(key)
+        if problem:
+            if on_drop:
+                on_drop(problem)
             continue
-        out[key] = _json_safe(value)
+        safe = _json_safe(value)
+        if safe is _UNSERIALISABLE:
+            if on_drop:
+                on_drop("not serialisable")
+            continue
+        out[key] = safe
     return out
+
+
+_UNSERIALISABLE: Any = object()
 
 
 def _json_safe(value: Any) -> Any:
@@ -190,11 +219,14 @@ def _json_safe(value: Any) -> Any:
         except (TypeError, ValueError, RuntimeError):
             pass
     text = _as_text(value)
-    return text[:MAX_HPARAM_TEXT]
+    return text if text is _UNSERIALISABLE else str(text)[:MAX_HPARAM_TEXT]
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: Any) -> Any:
     try:
         return str(value)
     except Exception:  # a broken __str__ must not stop the report
-        return f"<{type(value).__name__}>"
+        try:
+            return f"<{type(value).__name__}>"
+        except Exception:  # nothing at all can be said about it: drop it alone
+            return _UNSERIALISABLE

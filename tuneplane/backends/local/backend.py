@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.collector import collect_after
 from tuneplane.constants import CONFIG_ERROR_EXIT, TERMINAL, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import write_json
@@ -572,6 +573,9 @@ class _Supervisor:
             self.log = open(self.run_dir / LOG, "a", encoding="utf-8", errors="replace")
             self._line(self._launch_line(lease.ids))
             code = self._execute(env)
+            # Native metric files and whatever the SDK's finish() left in the out dir reach the
+            # run's receiver before it stops: the last pass of the collector, beside the job.
+            collect_after(env)
         finally:
             stop_ingest()
             if self.log is not None:

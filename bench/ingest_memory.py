@@ -1,0 +1,149 @@
+"""The receiver's peak memory under hostile load, beside the same receiver under healthy load.
+
+    python bench/ingest_memory.py [--seconds 10]
+
+Two fresh receivers (separate processes), the peak RSS (VmHWM) of each:
+  * healthy: 8 senders posting 2,000-point batches for --seconds;
+  * hostile: 8 concurrent attackers for --seconds, cycling through a 64 KiB-class gzip of 64 MiB of
+    `[],` with no token, the same bomb with a valid token, 100,000-deep JSON, and slow clients that
+    send headers a byte at a time, while one healthy client keeps posting (its answers and latency
+    are printed: it must keep being served).
+Target: peak RSS under 200 MB under attack, with the healthy client served throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+SECRET = b"bench-memory-secret-bench-memory"
+RECEIVER = r"""
+import sys
+from tuneplane.ingest.server import IngestServer
+s = IngestServer(sys.argv[1], sys.argv[2].encode())
+print(s.url, flush=True)
+try:
+    s.serve_forever()
+except KeyboardInterrupt:
+    pass
+"""
+
+
+def token(run: str) -> str:
+    from tuneplane.ingest import mint_token
+
+    return mint_token(SECRET, run)
+
+
+def peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def start(tmp: str) -> tuple[subprocess.Popen[str], str, int]:
+    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(Path(tmp) / "ingest.sqlite"), SECRET.decode()],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    host, port = proc.stdout.readline().strip()[len("http://"):].split(":")
+    return proc, host, int(port)
+
+
+def healthy(host: str, port: int, run: str, until: float, stats: dict[str, list[float]]) -> None:
+    step = 0
+    while time.time() < until:
+        body = json.dumps({"run_id": run, "points": [{"key": "loss", "step": step + i, "value": 0.5}
+                                                    for i in range(2000)]})
+        step += 2000
+        t0 = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection(host, port, timeout=30)
+            conn.request("POST", "/metrics", body, {"X-TunePlane-Token": token(run), "X-TunePlane-Run": run})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            stats.setdefault("ok" if response.status == 200 else "refused", []).append(time.perf_counter() - t0)
+        except OSError:
+            stats.setdefault("failed", []).append(time.perf_counter() - t0)
+
+
+def attack(host: str, port: int, kind: int, until: float, bombs: dict[str, bytes], counts: dict[str, int]) -> None:
+    while time.time() < until:
+        try:
+            with socket.create_connection((host, port), timeout=30) as sock:
+                if kind == 3:  # slowloris: a header byte at a time until the receiver gives up on us
+                    sock.sendall(b"POST /metrics HTTP/1.1\r\n")
+                    while time.time() < until:
+                        sock.sendall(b"X")
+                        time.sleep(0.5)
+                    continue
+                name = ("bomb-no-token", "bomb-valid-token", "deep-json")[kind]
+                sock.sendall(bombs[name])
+                answer = sock.recv(64)
+                counts[answer[9:12].decode() or "closed"] = counts.get(answer[9:12].decode() or "closed", 0) + 1
+        except OSError:
+            counts["reset"] = counts.get("reset", 0) + 1
+
+
+def request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+    return (head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    unit = b"[]," * 1024
+    bomb = gzip.compress(b'{"points":[' + unit * (64 * 1024 * 1024 // len(unit)) + b"[]]}", compresslevel=9)
+    deep = b'{"run_id": "atk", "params": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    bombs = {"bomb-no-token": request("/metrics", bomb, {"Content-Encoding": "gzip"}),
+             "bomb-valid-token": request("/metrics", bomb, {"Content-Encoding": "gzip", "X-TunePlane-Run": "atk",
+                                                           "X-TunePlane-Token": token("atk")}),
+             "deep-json": request("/hparams", deep, {"X-TunePlane-Token": token("atk")})}
+    print(f"gzip bomb: {len(bomb) / 1024:.0f} KiB on the wire, 64 MiB inflated; deep JSON: 100,000 levels")
+    rows = []
+    for phase in ("healthy", "hostile"):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, host, port = start(tmp)
+            until = time.time() + args.seconds
+            stats: dict[str, list[float]] = {}
+            counts: dict[str, int] = {}
+            workers = [threading.Thread(target=healthy, args=(host, port, f"h{i}", until, stats))
+                       for i in range(8 if phase == "healthy" else 1)]
+            if phase == "hostile":
+                workers += [threading.Thread(target=attack, args=(host, port, i % 4, until, bombs, counts))
+                            for i in range(8)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join(args.seconds + 60)
+            rss = peak_rss(proc.pid)
+            proc.send_signal(2)
+            proc.wait(30)
+            ok = stats.get("ok", [])
+            p99 = sorted(ok)[int(0.99 * (len(ok) - 1))] * 1000 if ok else float("nan")
+            rows.append((phase, rss, len(ok), len(stats.get("refused", [])) + len(stats.get("failed", [])), p99,
+                         counts))
+    print(f"{'load':<9}{'peak RSS':>11}{'healthy ok':>12}{'not ok':>8}{'p99 ms':>9}  hostile answers")
+    for phase, rss, ok, bad, p99, counts in rows:
+        print(f"{phase:<9}{rss / 2**20:>9.1f}MB{ok:>12}{bad:>8}{p99:>9.0f}  {counts or '-'}")
+    hostile_rss = rows[1][1]
+    print(f"target: peak RSS under attack < 200 MB: {'met' if hostile_rss < 200 * 2**20 else 'NOT met'} "
+          f"({hostile_rss / rows[0][1]:.2f}x the healthy figure); healthy client served: "
+          f"{'yes' if rows[1][2] > 0 and rows[1][3] == 0 else 'NO'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

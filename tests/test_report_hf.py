@@ -1,0 +1,101 @@
+"""TunePlaneCallback inside real trainers: transformers' Trainer and TRL's SFTTrainer train a tiny,
+randomly initialised GPT-2 (built in the test, no hub) in a subprocess that reports to a real receiver."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuneplane.ingest import mint_token, series, summary
+from tuneplane.ingest.server import IngestServer
+
+SECRET = b"h" * 32
+SETUP = r"""
+import os, sys, torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from tuneplane.report import TunePlaneCallback
+words = "the cat sat on a mat dog ran far".split()
+vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2, **{w: i + 3 for i, w in enumerate(words)}}
+backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+backend.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                    eos_token="[EOS]")
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_layer=1, n_embd=32, n_head=2, n_positions=32,
+                                   pad_token_id=0, eos_token_id=2, bos_token_id=2))
+texts = ["the cat sat on a mat", "the dog ran far", "a cat ran on the mat"] * 4
+out = sys.argv[1]
+common = dict(output_dir=out, max_steps=4, logging_steps=1, eval_strategy="steps", eval_steps=3,
+              per_device_train_batch_size=4, per_device_eval_batch_size=4, report_to=[], use_cpu=True,
+              save_strategy="no", disable_tqdm=True)
+callback = TunePlaneCallback(monitor_hardware=False)
+"""
+TRAINER = SETUP + r"""
+from transformers import Trainer, TrainingArguments
+class Data(torch.utils.data.Dataset):
+    def __init__(self):
+        self.rows = [tokenizer(t, padding="max_length", max_length=8, truncation=True) for t in texts]
+    def __len__(self):
+        return len(self.rows)
+    def __getitem__(self, i):
+        ids = torch.tensor(self.rows[i]["input_ids"])
+        return {"input_ids": ids, "attention_mask": torch.tensor(self.rows[i]["attention_mask"]), "labels": ids}
+trainer = Trainer(model=model, args=TrainingArguments(**common), train_dataset=Data(), eval_dataset=Data(),
+                  callbacks=[callback])
+trainer.train()
+trainer.evaluate()  # after train(): still delivered
+# No finish(): the exit-time finish delivers what is left within the drain time.
+"""
+SFT = SETUP + r"""
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+data = Dataset.from_dict({"text": texts})
+trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=data, eval_dataset=data,
+                     args=SFTConfig(**common, max_length=16, dataset_text_field="text"), callbacks=[callback])
+trainer.train()
+trainer.evaluate()
+"""
+
+
+def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, str]:
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": run,
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run), "TUNEPLANE_OUT_DIR": str(tmp_path),
+                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    server.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    return server, done.stderr
+
+
+def check_convention(server: IngestServer, run: str) -> None:
+    got = summary(server.store.path, run)
+    assert got["train/loss"]["count"] == 4 and got["train/loss"]["last_step"] == 4
+    # Evaluation once per evaluation, from on_log only: at step 3 in training, at 4 from evaluate().
+    assert [step for step, _ in series(server.store.path, run, "eval/loss")] == [3, 4]
+    assert not [key for key in got if key.startswith("validation/") or key in ("loss", "eval_loss")]
+
+
+def test_transformers_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    server, err = run_trainer(tmp_path, TRAINER, "run-hf")
+    check_convention(server, "run-hf")
+    assert "after finish()" not in err
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    server, err = run_trainer(tmp_path, SFT, "run-sft")
+    check_convention(server, "run-sft")
+    assert "train/mean_token_accuracy" in summary(server.store.path, "run-sft")

@@ -1,0 +1,92 @@
+"""`python -m tuneplane.collector`: collect native metric files of one job's out dir."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+from tuneplane.collector import sources
+from tuneplane.collector.run import Collector, describe, follow
+from tuneplane.collector.sink import ReportSink
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tuneplane.collector", description=__doc__)
+    parser.add_argument("--out-dir", default=os.environ.get("TUNEPLANE_OUT_DIR", ""),
+                        help="the job's out dir (default $TUNEPLANE_OUT_DIR)")
+    parser.add_argument("--sources", default=os.environ.get(sources.ENV, ""),
+                        help=f"the declaration as a JSON list (default ${sources.ENV})")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
+    mode.add_argument("--follow", action="store_true", help="keep tailing until stopped or the parent exits")
+    parser.add_argument("--parent", type=int, default=0, help="with --follow: stop when this process is gone")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between passes with --follow")
+    parser.add_argument("--lock-timeout", type=float, default=60.0,
+                        help="how long to wait for another collector of the same out dir")
+    parser.add_argument("--flush-timeout", type=float, default=30.0)
+    parser.add_argument("--stats", action="store_true", help="print what was collected as JSON on stdout")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.out_dir or not os.path.isdir(args.out_dir):
+        _say(f"no out dir to collect from ({args.out_dir or 'TUNEPLANE_OUT_DIR is not set'})")
+        return 2
+    try:
+        declared = sources.parse(args.sources)
+    except sources.SourceError as exc:
+        _say(f"{exc}; collecting only what the SDK left behind")
+        declared = []
+    stop = _Stop(args.parent)
+    signal.signal(signal.SIGTERM, stop.handle)
+    signal.signal(signal.SIGINT, stop.handle)
+    sink = ReportSink()
+    if not sink.start():
+        return 0  # reporting is off for this job: nothing to send to
+    collector = Collector(args.out_dir, sink, declared, flush_timeout=args.flush_timeout)
+    if not collector.lock(args.lock_timeout):
+        _say("another collector holds this out dir; leaving it to that one")
+        return 0
+    try:
+        collector.load()
+        if args.follow:
+            follow(collector, args.interval, stop)
+        else:
+            collector.pass_once()
+    finally:
+        sink.close()
+        collector.unlock()
+    if collector.counts:
+        _say("skipped: " + ", ".join(f"{why}: {n}" for why, n in sorted(collector.counts.items())))
+    if args.stats:
+        print(json.dumps({**describe(collector), "report": sink.stats()}))
+    return 0
+
+
+class _Stop:
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.flag = False
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.flag = True
+
+    def __call__(self) -> bool:
+        if self.flag:
+            return True
+        if self.parent and os.getppid() != self.parent:
+            return True  # reparented: the job is over
+        return False
+
+
+def _say(message: str) -> None:
+    print(f"tuneplane.collector: {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

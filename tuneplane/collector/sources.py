@@ -1,0 +1,213 @@
+"""What the collector reads: declared native outputs under the out dir, and how each becomes points.
+
+A declaration (recipe or experiment `metrics.native`, handed to the job as the JSON list in
+`TUNEPLANE_METRICS_NATIVE`) is a list of objects:
+
+    {"format": "tensorboard", "path": "logs/tb"}                       every events.out.tfevents.* below
+    {"format": "jsonl", "path": "logs/metrics.jsonl", "step": "step"}  wide: every number is a metric
+    {"format": "jsonl", "path": "m.jsonl", "key": "name", "step": "it", "value": "val"}   long: one per line
+
+`path` is relative to the out dir and must stay inside it; `prefix` (optional) is put before every key;
+for wide JSON-lines, `values` names a nested object that holds the metrics (verl's `{"step", "data"}`).
+The SDK's own leftovers (`.tuneplane/report-unsent-*.jsonl`, what `finish()` could not deliver) are
+always collected too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from tuneplane.collector import tfevents
+
+FORMATS = ("tensorboard", "jsonl", "unsent")
+ENV = "TUNEPLANE_METRICS_NATIVE"
+UNSENT_GLOB = "report-unsent-"
+MAX_LINE = 1024 * 1024  # a longer JSON line is not a metrics line; it is skipped and counted
+MAX_SOURCES = 64
+
+Point = tuple[int, float, dict[str, float]]  # step, unix time, {key: value}: the SDK's record
+
+
+class SourceError(ValueError):
+    """A declaration that cannot be used; the message says which entry and why."""
+
+
+@dataclass(frozen=True)
+class Source:
+    format: str
+    path: str
+    key: str | None = None
+    step: str = "step"
+    value: str = "value"
+    values: str | None = None
+    prefix: str = ""
+
+
+def parse(text: str) -> list[Source]:
+    """The sources of a `TUNEPLANE_METRICS_NATIVE` value (a JSON list); raises SourceError."""
+    try:
+        raw = json.loads(text) if text.strip() else []
+    except (ValueError, RecursionError) as exc:
+        raise SourceError(f"{ENV} is not valid JSON: {exc}") from None
+    if not isinstance(raw, list) or len(raw) > MAX_SOURCES:
+        raise SourceError(f"{ENV} must be a JSON list of at most {MAX_SOURCES} objects")
+    return [source_of(item, index) for index, item in enumerate(raw)]
+
+
+_FIELDS = {"format", "path", "key", "step", "value", "values", "prefix"}
+
+
+def source_of(item: Any, index: int = 0) -> Source:
+    where = f"metrics.native[{index}]"
+    if not isinstance(item, dict):
+        raise SourceError(f"{where}: must be an object with format and path")
+    unknown = sorted(set(item) - _FIELDS)
+    if unknown:
+        raise SourceError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    fmt = item.get("format")
+    if fmt not in ("tensorboard", "jsonl"):
+        raise SourceError(f"{where}.format: must be tensorboard or jsonl, got {fmt!r}")
+    path = item.get("path")
+    if not isinstance(path, str) or not path.strip():
+        raise SourceError(f"{where}.path: must be a path relative to the out dir")
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or "\0" in path:
+        raise SourceError(f"{where}.path: {path!r} must stay inside the out dir (relative, no '..')")
+    texts = {name: item.get(name) for name in ("key", "step", "value", "values", "prefix")}
+    for name, value in texts.items():
+        if value is not None and (not isinstance(value, str) or len(value) > 256):
+            raise SourceError(f"{where}.{name}: must be a short string")
+    return Source(fmt, str(pure), key=texts["key"], step=texts["step"] or "step",
+                  value=texts["value"] or "value", values=texts["values"], prefix=texts["prefix"] or "")
+
+
+def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
+    """(relative name, absolute path) of each regular file a source covers, inside the out dir."""
+    root = os.path.realpath(out_dir)
+    target = os.path.join(root, source.path)
+    real = os.path.realpath(target)
+    if real != root and not real.startswith(root + os.sep):
+        return
+    if source.format == "jsonl":
+        if os.path.isfile(real):
+            yield source.path, real
+        return
+    if not os.path.isdir(real):
+        return
+    for folder, dirs, names in os.walk(real):
+        dirs.sort()
+        for name in sorted(names):
+            if "tfevents" in name:
+                path = os.path.join(folder, name)
+                if os.path.isfile(path) and not os.path.islink(path):
+                    yield os.path.relpath(path, root), path
+
+
+def tb_prefix(source: Source, relname: str) -> str:
+    """What goes before a TensorBoard tag: the declared prefix and the run subdirectory (what
+    `add_scalars` makes), so `val_acc/val` and `val_f1/val` stay apart."""
+    folder = os.path.dirname(os.path.relpath(relname, source.path)).replace(os.sep, "/")
+    return source.prefix + (f"{folder}/" if folder and folder != "." else "")
+
+
+def jsonl_points(source: Source, line: bytes, counts: dict[str, int]) -> list[Point]:
+    """The points of one JSON line (no trailing newline); a bad line is counted, not raised."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        counts["bad json line"] = counts.get("bad json line", 0) + 1
+        return []
+    if not isinstance(obj, dict):
+        counts["line is not an object"] = counts.get("line is not an object", 0) + 1
+        return []
+    step = _step(obj.get(source.step))
+    if step is None:
+        counts["missing or bad step"] = counts.get("missing or bad step", 0) + 1
+        return []
+    ts = _number(obj.get("ts", obj.get("time", obj.get("wall_time"))))
+    ts = ts if ts is not None else 0.0
+    if source.key is not None:
+        key, value = obj.get(source.key), _number(obj.get(source.value))
+        if not isinstance(key, str) or not key or value is None:
+            counts["missing key or value"] = counts.get("missing key or value", 0) + 1
+            return []
+        return [(step, ts, {source.prefix + key: value})]
+    holder = obj.get(source.values) if source.values else obj
+    if not isinstance(holder, dict):
+        counts["missing values object"] = counts.get("missing values object", 0) + 1
+        return []
+    values: dict[str, float] = {}
+    _flatten(holder, "", values, skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
+             depth=0)
+    return [(step, ts, {source.prefix + k: v for k, v in values.items()})] if values else []
+
+
+def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[str], depth: int) -> None:
+    if depth > 8:
+        return
+    for key, value in obj.items():
+        if not prefix and key in skip:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            _flatten(value, name + ".", out, skip, depth + 1)
+            continue
+        number = _number(value)
+        if number is not None:
+            out[name] = number
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _step(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def unsent_points(line: bytes, counts: dict[str, int]) -> list[Point]:
+    """One line the SDK's `finish()` left behind: `[step, unix_time, {key: value}]`."""
+    try:
+        step, ts, values = json.loads(line)
+        record = {str(k): float(v) for k, v in values.items()}
+        return [(int(step), float(ts), record)]
+    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError):
+        counts["bad unsent line"] = counts.get("bad unsent line", 0) + 1
+        return []
+
+
+def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[str, int]) -> list[Point]:
+    """The scalars of consecutive events with the same step become one record, as one `log()` call."""
+    points: list[Point] = []
+    head = tb_prefix(source, relname)
+    for payload in payloads:
+        try:
+            found = tfevents.scalars(payload)
+        except tfevents.ProtoError:
+            counts["bad event"] = counts.get("bad event", 0) + 1
+            continue
+        for scalar in found:
+            key = head + scalar.tag
+            if points and points[-1][0] == scalar.step and key not in points[-1][2]:
+                points[-1][2][key] = scalar.value
+            else:
+                points.append((scalar.step, scalar.wall_time, {key: scalar.value}))
+    return points

@@ -1,0 +1,263 @@
+"""The receiver's gate: every byte a client sends passes here, in an order that bounds the work an
+unauthenticated or hostile request can cause.
+
+1. Framing: exactly one `Content-Length` of ASCII digits, no `Transfer-Encoding` (two lengths, or a
+   length with a transfer coding, is how request smuggling starts), a known `Content-Encoding`.
+2. The token's shape (64 hex characters) before any body byte is read; with `X-TunePlane-Run` (our
+   SDK sends it) the token is verified before the body too.
+3. The body is read in chunks up to the wire limit. Without the header, the run id is peeked from the
+   first 4 KiB of the decoded body (upstream clients put it first), and the token verified before
+   the rest is read. A body whose run id is not up front is parsed only if it is small.
+4. Decoding (gzip) stops at the decoded-size limit; before parsing, the number of JSON containers and
+   items is counted (C-speed byte counts), so a body of a million empty lists never becomes objects.
+5. Parsing runs with a depth limit; a `RecursionError` cannot escape.
+At most `Limits.parallel_bodies` bodies are decoded and parsed at once, so memory stays flat however
+many clients send at the same time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tuneplane.ingest.tokens import verify_token
+
+READ_CHUNK = 64 * 1024
+PEEK_BYTES = 4096
+SMALL_BODY = 64 * 1024  # a body this small may carry its run id anywhere
+TOKEN_RE = re.compile(r"[0-9a-fA-F]{64}\Z")
+RUN_ID_RE = re.compile(rb'^\s*\{\s*"run_id"\s*:\s*("(?:[^"\\]|\\.){0,512}")')
+MAX_RUN_ID = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry; generous for real batches, small enough to refuse abuse."""
+
+    max_body: int = 8 * 1024 * 1024  # bytes on the wire
+    max_decoded: int = 16 * 1024 * 1024  # bytes after gunzip (refuses gzip bombs early)
+    max_points: int = 50_000
+    max_hparams: int = 10_000
+    max_depth: int = 32  # JSON nesting
+    max_items: int = 500_000  # commas in a body: values in its arrays and objects, before parsing
+    parallel_bodies: int = 3  # bodies decoded and parsed at the same time
+    header_timeout: float = 10.0  # request line and headers must arrive within this
+    body_timeout: float = 60.0  # and the body within this after the headers
+    idle_timeout: float = 60.0  # a kept-alive connection with no request is closed after this
+    max_per_client: int = 256  # open connections from one address
+    max_connections: int = 2048  # open connections in all
+
+
+class Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+class Refused(Exception):
+    """A request we answer with a 4xx; `problems` lists what was wrong, point by point."""
+
+    def __init__(self, status: int, message: str, problems: list[str] | None = None,
+                 close: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.problems = problems or []
+        self.close = close
+
+
+def content_length(headers: Any) -> int:
+    """The one unambiguous body length, or a refusal that closes the connection."""
+    codings = headers.get_all("Transfer-Encoding") or []
+    lengths = headers.get_all("Content-Length") or []
+    if codings and lengths:
+        raise Refused(400, "both Transfer-Encoding and Content-Length are set; send Content-Length only",
+                      close=True)
+    if codings:
+        raise Refused(411, "a Content-Length header is required (chunked bodies are not accepted)", close=True)
+    if not lengths:
+        raise Refused(411, "a Content-Length header is required", close=True)
+    if len(lengths) > 1:
+        raise Refused(400, f"{len(lengths)} Content-Length headers; send exactly one", close=True)
+    raw = lengths[0].strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+        raise Refused(400, f"bad Content-Length {raw[:40]!r}", close=True)
+    return int(raw)
+
+
+def token_of(headers: Any) -> str:
+    """The token header, checked for shape only: a token that cannot match is refused before the body."""
+    values = headers.get_all("X-TunePlane-Token") or []
+    if not values or not values[0].strip():
+        raise Refused(401, "missing X-TunePlane-Token header", close=True)
+    if len(values) > 1:
+        raise Refused(400, "more than one X-TunePlane-Token header", close=True)
+    token = values[0].strip()
+    if not TOKEN_RE.match(token):
+        raise Refused(403, "the X-TunePlane-Token is not a valid token (64 hex characters)", close=True)
+    return str(token)
+
+
+def run_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Refused(422, "run_id must be a non-empty string")
+    if len(value) > MAX_RUN_ID or any(ord(c) < 32 for c in value):
+        raise Refused(422, "run_id is too long or contains control characters")
+    return value
+
+
+def authenticate(secret: bytes, run: str, token: str, close: bool = False) -> None:
+    if not verify_token(secret, run, token):
+        raise Refused(403, f"the token is not valid for run {run[:80]!r}", close=close)
+
+
+def encoding_of(headers: Any) -> str:
+    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding not in ("gzip", "identity"):
+        raise Refused(415, f"Content-Encoding {encoding[:40]!r} is not supported; use gzip or none", close=True)
+    return encoding
+
+
+class _Slots:
+    """A semaphore per server; created lazily so Limits stays a plain frozen value."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_size: dict[int, threading.BoundedSemaphore] = {}
+
+    def get(self, size: int) -> threading.BoundedSemaphore:
+        with self._lock:
+            if size not in self._by_size:
+                self._by_size[size] = threading.BoundedSemaphore(max(1, size))
+            return self._by_size[size]
+
+
+SLOTS = _Slots()
+
+
+@dataclass
+class Body:
+    payload: dict[str, Any]
+    run_id: str
+
+
+def read_body(rfile: Readable, headers: Any, secret: bytes, limits: Limits,
+              slots: threading.BoundedSemaphore | None = None) -> Body:
+    """Framing, token shape, bounded read, early authentication, bounded decode and parse."""
+    length = content_length(headers)
+    token = token_of(headers)
+    encoding = encoding_of(headers)
+    if length > limits.max_body:
+        raise Refused(413, f"body of {length} bytes is over the {limits.max_body}-byte limit", close=True)
+    claimed = headers.get("X-TunePlane-Run")
+    authed: str | None = None
+    if claimed is not None:
+        authed = run_id(claimed.strip())
+        authenticate(secret, authed, token, close=True)
+    first = _read(rfile, min(length, READ_CHUNK))
+    if authed is None:
+        peeked = _peek_run_id(first, encoding)
+        if peeked is not None:
+            authed = run_id(peeked)
+            authenticate(secret, authed, token, close=len(first) < length)
+    raw = first + _read(rfile, length - len(first)) if length > len(first) else first
+    with slots or SLOTS.get(limits.parallel_bodies):
+        decoded = _gunzip(raw, limits.max_decoded) if encoding == "gzip" else raw
+        del raw
+        if len(decoded) > limits.max_decoded:
+            raise Refused(413, f"body is over the {limits.max_decoded}-byte limit")
+        if authed is None and len(decoded) > SMALL_BODY:
+            raise Refused(422, "run_id must be the first field of a body over 64 KiB "
+                               "(or send the X-TunePlane-Run header)")
+        _check_shape(decoded, limits)
+        payload = _parse(decoded, limits)
+    body_run = run_id(payload.get("run_id"))
+    if authed is None:
+        authenticate(secret, body_run, token)
+    elif body_run != authed:
+        raise Refused(422, "run_id in the body differs from the authenticated run")
+    return Body(payload, body_run)
+
+
+def _read(rfile: Readable, length: int) -> bytes:
+    chunks: list[bytes] = []
+    left = length
+    while left > 0:
+        chunk = rfile.read(min(left, READ_CHUNK))
+        if not chunk:
+            raise Refused(400, "body ended before Content-Length bytes", close=True)
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _peek_run_id(first: bytes, encoding: str) -> str | None:
+    """The run id at the start of the body, from its first few decoded KiB only."""
+    if encoding == "gzip":
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(first, PEEK_BYTES)
+        except zlib.error:
+            return None
+    else:
+        head = first[:PEEK_BYTES]
+    match = RUN_ID_RE.match(head)
+    if not match:
+        return None
+    try:
+        value = json.loads(match.group(1))
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes:
+    unpacker = zlib.decompressobj(wbits=31)
+    try:
+        data = unpacker.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise Refused(400, f"body is not valid gzip: {exc}") from None
+    if len(data) > limit or unpacker.unconsumed_tail:
+        raise Refused(413, f"decompressed body is over the {limit}-byte limit")
+    if not unpacker.eof:
+        raise Refused(400, "gzip body is truncated")
+    return data
+
+
+def _check_shape(data: bytes, limits: Limits) -> None:
+    """Bound what parsing could build, by counting bytes (strings may overcount: that is on the safe side)."""
+    containers = data.count(b"{") + data.count(b"[")
+    allowed = limits.max_points + limits.max_hparams + 64
+    if containers > allowed:
+        raise Refused(413, f"body holds {containers} JSON objects/arrays; the limit is {allowed}")
+    items = data.count(b",")
+    if items > limits.max_items:
+        raise Refused(413, f"body holds {items} JSON values; the limit is {limits.max_items}")
+
+
+def _parse(data: bytes, limits: Limits) -> dict[str, Any]:
+    try:
+        payload = json.loads(data)
+    except RecursionError:
+        raise Refused(422, f"body is nested deeper than {limits.max_depth} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Refused(400, f"body is not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(payload, dict):
+        raise Refused(400, "body must be a JSON object")
+    if _depth_over(payload, limits.max_depth):
+        raise Refused(422, f"body is nested deeper than {limits.max_depth} levels")
+    return payload
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return False
