@@ -1,0 +1,158 @@
+"""One bot run's writes, committed together: status files, charts, the pages they change, the ledger.
+
+Every write goes through `safe_write`, which refuses a path with a symbolic link (or any non-directory)
+anywhere below the lab root and never follows one: a committed `status -> /elsewhere` cannot make the
+bot write outside the lab. Only the files written are staged and committed, so whatever else lies in
+the work tree (an untracked request, an uncommitted edit) stays out of the bot's commits.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import Counter
+from pathlib import Path
+
+from tuneplane.errors import UsageError
+from tuneplane.gitops import dashboard
+from tuneplane.gitops.ledger import LEDGER, Ledger
+from tuneplane.gitrepo import GitRepo
+from tuneplane.models.run import RunStatus
+from tuneplane.runs import DASHBOARD, RunKey
+from tuneplane.yamlio import atomic_write
+
+TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
+
+
+def safe_write(root: Path, rel: str, text: str) -> Path:
+    """Atomically write `root/rel`, creating directories; refuse any link or non-directory on the way."""
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise UsageError(f"refusing to write {rel!r}: not a plain path inside the lab")
+    here = Path(root)
+    for index, part in enumerate(parts[:-1]):
+        here = here / part
+        try:
+            info = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here)
+            continue
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            shown = "/".join(parts[: index + 1])
+            raise UsageError(
+                f"{shown} is {what}: the bot never writes through it (it would write {rel} outside the lab)",
+                hint=f"git rm {shown} && git commit, then run the bot again",
+            )
+    target = here / parts[-1]
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise UsageError(f"{rel} is a symbolic link or no regular file: the bot never writes through it",
+                         hint=f"git rm {rel} && git commit, then run the bot again")
+    atomic_write(target, text)
+    return target
+
+
+class Batch:
+    """Collects one bot run's writes; `commit` renders the pages they touch and commits it all."""
+
+    def __init__(self, repo: GitRepo, ledger: Ledger | None = None) -> None:
+        self.repo = repo
+        self.root = repo.root
+        self.ledger = ledger or Ledger()
+        self.written: set[str] = set()
+        self.touched: dict[str, set[str]] = {}  # exp → months whose runs changed
+        self.deltas: dict[str, Counter[str]] = {}  # exp → phase count changes
+        self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
+
+    # ── writes ───────────────────────────────────────────────────────────────────────────────
+
+    def status(self, status: RunStatus, *, watch: bool | None = None) -> None:
+        """Write a run's status; `watch` keeps it in the ledger's active runs (default: not ended)."""
+        import json
+
+        key = RunKey(status.experiment, status.run_id)
+        before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
+        text = json.dumps(status.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True,
+                          ensure_ascii=False) + "\n"
+        safe_write(self.root, key.status_rel, text)
+        self.written.add(key.status_rel)
+        delta = self.deltas.setdefault(key.experiment, Counter())
+        if before is not None:
+            delta[str(before.get("phase", "?"))] -= 1
+        delta[status.phase] += 1
+        self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+        if watch if watch is not None else status.phase not in TERMINAL:
+            self.ledger.active[str(key)] = status.phase
+        else:
+            self.ledger.active.pop(str(key), None)
+
+    def chart(self, key: RunKey, svg: str) -> None:
+        rel = dashboard.chart_rel(key)
+        safe_write(self.root, rel, svg)
+        self.written.add(rel)
+        self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+
+    def changed_by_others(self, exp: str, run_ids: list[str]) -> None:
+        """Status files someone else committed: their pages are rendered again, counts recounted."""
+        self.extra_changed.add(exp)
+        months = self.touched.setdefault(exp, set())
+        months.update(dashboard.month_of(r) for r in run_ids)
+
+    # ── pages and commit ─────────────────────────────────────────────────────────────────────
+
+    def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
+        """Write the pages the batch changed (every page when `refresh`), then the ledger."""
+        exps = set(self.touched)
+        known = self.ledger.counts
+        for exp in sorted(exps | (set(dashboard_exps(self.root)) if refresh else set())):
+            if exp in known and exp not in self.extra_changed and not refresh:
+                merged = Counter(known[exp])
+                merged.update(self.deltas.get(exp, Counter()))
+                known[exp] = {k: v for k, v in merged.items() if v > 0}
+            else:
+                known[exp] = dict(dashboard.phase_counts(self.root, exp))
+            self._page(dashboard.experiment_page_rel(exp), dashboard.experiment_page(self.root, exp, known[exp]))
+            months = self.touched.get(exp, set())
+            if refresh:
+                months = {dashboard.month_of(r) for r in dashboard.run_ids(self.root, exp)}
+            for month in sorted(months):
+                self._page(dashboard.month_page_rel(exp, month), dashboard.month_page(self.root, exp, month))
+        for exp in [e for e in known if not dashboard.run_ids(self.root, e)]:
+            known.pop(exp)
+        for exp in dashboard_exps(self.root):
+            if exp not in known:
+                known[exp] = dict(dashboard.phase_counts(self.root, exp))
+        self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
+
+    def _page(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        try:
+            if not path.is_symlink() and path.read_text(encoding="utf-8") == text:
+                return
+        except OSError:
+            pass
+        safe_write(self.root, rel, text)
+        self.written.add(rel)
+
+    def commit(self, message: str) -> str | None:
+        """Stage exactly what was written, record the tree ids in the ledger, and commit."""
+        if not self.written:
+            return None
+        paths = sorted(self.written)
+        self.repo.git("add", "--", *paths)
+        for exp in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
+            try:
+                self.ledger.statuses[exp] = self.repo.git("write-tree", f"--prefix=status/{exp}/")
+            except UsageError:
+                self.ledger.statuses.pop(exp, None)
+        safe_write(self.root, LEDGER, self.ledger.dump())
+        self.repo.git("add", "--", LEDGER)
+        return self.repo.commit_staged(message, [*paths, LEDGER])
+
+
+def dashboard_exps(root: Path) -> list[str]:
+    base = Path(root) / "status"
+    try:
+        return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
