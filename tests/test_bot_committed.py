@@ -61,7 +61,7 @@ def _status(root: Path, run_id: str, exp: str = "demo") -> dict:
 
 
 def _write_request(root: Path, exp: str, run_id: str, **fields: object) -> Path:
-    from tuneplane.runs import write_request
+    from tuneplane.lab.runs import write_request
 
     return write_request(root, request(exp, run_id, "h200:8", **fields))
 
@@ -114,7 +114,7 @@ def test_runs_linked_outside_are_not_submitted_and_the_rest_are(tmp_path: Path, 
     bot, ids, config = _lab(tmp_path, fake_kube, count=1)
     outside = tmp_path / "outside" / "sneaky"
     outside.mkdir(parents=True)
-    from tuneplane.runs import dump_request
+    from tuneplane.lab.runs import dump_request
 
     sneaky = request("sneaky", "20250103-000000-0000aa", "h200:8")
     (outside / "20250103-000000-0000aa.yaml").write_text(dump_request(sneaky))
@@ -159,7 +159,7 @@ def test_an_untracked_request_is_not_submitted(tmp_path: Path, fake_kube: FakeKu
 
 
 def test_an_uncommitted_cancel_does_not_delete_the_job(tmp_path: Path, fake_kube: FakeKube) -> None:
-    from tuneplane.runs import RunKey, mark_cancel
+    from tuneplane.lab.runs import RunKey, mark_cancel
 
     bot, ids, config = _lab(tmp_path, fake_kube, count=1)
     assert _bot(bot, config)[0] == 0
@@ -230,7 +230,7 @@ def test_sync_corrects_a_status_that_claims_an_end_while_the_job_runs(
 def test_cancel_true_deletes_the_job_even_when_the_status_says_it_ended(
     tmp_path: Path, fake_kube: FakeKube
 ) -> None:
-    from tuneplane.runs import RunKey, mark_cancel
+    from tuneplane.lab.runs import RunKey, mark_cancel
 
     bot, ids, config = _lab(tmp_path, fake_kube, count=1)
     assert _bot(bot, config)[0] == 0

@@ -64,7 +64,7 @@ class Snapshot:
         return self._run(list(args), stdin).decode("utf-8", "replace")
 
     def _run(self, args: list[str], stdin: bytes | None = None) -> bytes:
-        from tuneplane.gitrepo import GitFailed, no_git_env
+        from tuneplane.lab.gitrepo import GitFailed, no_git_env
 
         done = subprocess.run(
             ["git", *args], cwd=self.root, env=no_git_env(), input=stdin, capture_output=True, check=False

@@ -13,6 +13,7 @@ touches the index, its experiment page and one month page, never the whole histo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
@@ -21,8 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.metrics.vocab import Vocabulary
-from tuneplane.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 
 ICON = {
     "Submitted": "📨",
@@ -237,11 +238,18 @@ def metric_cell(data: dict[str, Any], vocab: Vocabulary | None = None) -> str:
     metrics = data.get("metrics") or {}
     if not isinstance(metrics, dict) or not metrics:
         return ""
-    key = (vocab or Vocabulary()).order(metrics)[0]
+    key = (vocab or _vocabulary(str(data.get("method") or ""))).order(metrics)[0]
     value = metrics[key]
     history = (data.get("metric_history") or {}).get(key) or []
     text = f"{key} {value:.4g}" if isinstance(value, int | float) else f"{key} {value}"
     return f"{text} {sparkline(history)}".rstrip()
+
+
+@functools.lru_cache(maxsize=64)
+def _vocabulary(method: str) -> Vocabulary:
+    from tuneplane.gitops.observe import vocabulary_of  # lazy: the catalog is read once per method
+
+    return vocabulary_of(method)
 
 
 def sparkline(values: list[Any]) -> str:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import TERMINAL, Backend, BackendError, BackendRef
+from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRefused
+from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import Scan, scan
@@ -31,10 +32,10 @@ from tuneplane.gitops.session import (
     finish,
     start,
 )
-from tuneplane.gitrepo import GitRepo
-from tuneplane.load import Lab
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.load import Lab
+from tuneplane.lab.runs import RunKey, parse_request, status_from
 from tuneplane.models.run import RunRequest, RunStatus, Transition
-from tuneplane.runs import RunKey, parse_request, status_from, utc_now
 
 
 def reconcile(
@@ -98,7 +99,7 @@ def _cancel(
     pool: Backends, batch: Batch, key: RunKey, status: RunStatus, request: RunRequest, report: BotReport,
     echo: Echo,
 ) -> None:
-    from tuneplane.observe import backend_ref
+    from tuneplane.gitops.observe import backend_ref
 
     ref = backend_ref(status)
     if ref is not None:
@@ -156,7 +157,7 @@ class _Submitter:
     def __init__(
         self, repo: GitRepo, lab: Lab, pool: Backends, batch: Batch, work: Scan, report: BotReport, echo: Echo
     ) -> None:
-        from tuneplane.submit import lab_dirty  # lazy: the submit pipeline is heavy
+        from tuneplane.gitops.submit import lab_dirty  # lazy: the submit pipeline is heavy
 
         self.repo, self.lab, self.pool, self.batch, self.work = repo, lab, pool, batch, work
         self.report, self.echo = report, echo
@@ -175,7 +176,7 @@ class _Submitter:
         self._stack.close()
 
     def one(self, key: RunKey, previous: RunStatus | None, oid: str | None) -> None:
-        from tuneplane.writeback import cancelled_before_submit, refused_status
+        from tuneplane.gitops.writeback import cancelled_before_submit, refused_status
 
         now = utc_now()
         try:
@@ -202,12 +203,18 @@ class _Submitter:
         self._hand_over(key, request, run, previous)
 
     def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
-        from tuneplane.submit import backend_request
-        from tuneplane.writeback import waiting_status
+        from tuneplane.gitops.submit import backend_request
+        from tuneplane.gitops.writeback import waiting_status
 
         try:
-            backend = self.pool.get("local" if run.spec.spec.resources.local else "kubernetes")
+            backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
             ref = backend.submit(backend_request(self.lab.root, self.lab, run))
+        except SubmitRefused as exc:  # refused as written: retrying cannot help
+            from tuneplane.gitops.writeback import refused_status
+
+            self.batch.status(refused_status(request, utc_now(), _located(self.lab, exc), "SubmitRefused", run.spec))
+            self._note(self.report.refused, key, f"refused: {exc}")
+            return
         except BackendError as exc:
             self.failures += 1
             status = waiting_status(request, run.spec, utc_now(), str(exc))
@@ -222,9 +229,9 @@ class _Submitter:
         self._note(self.report.submitted, key, f"submitted as {ref.kind} {ref.name}")
 
     def _prepare(self, request: RunRequest) -> Any:
-        from tuneplane.catalog import load_catalog
-        from tuneplane.resolve import prepare_experiment
-        from tuneplane.submit import prepare_run
+        from tuneplane.gitops.submit import prepare_run
+        from tuneplane.lab.catalog import load_catalog
+        from tuneplane.plan.resolve import prepare_experiment
 
         lab, commit, dirty = self.lab, self.head, False
         if request.commit:
@@ -245,7 +252,7 @@ class _Submitter:
         )
 
     def _lab_at(self, commit: str) -> Lab:
-        from tuneplane.submit import lab_at
+        from tuneplane.gitops.submit import lab_at
 
         if commit not in self._pinned:
             self._pinned[commit] = self._stack.enter_context(lab_at(self.repo, commit))
@@ -254,6 +261,19 @@ class _Submitter:
     def _note(self, bucket: list[str], key: RunKey, text: str) -> None:
         bucket.append(str(key))
         self.echo(f"  {key}: {text}")
+
+
+def _located(lab: Lab, exc: SubmitRefused) -> str:
+    """A refusal that names a tuneplane.yaml setting, with the setting's line and column."""
+    setting = exc.setting.split(" ")[0]
+    if not setting.startswith(("cluster.", "profiles.")) or lab.doc is None:
+        return str(exc)
+    line, col = lab.doc.where("/" + setting.replace(".", "/"))
+    return f"tuneplane.yaml:{line}:{col}: {exc}"
+
+
+def cluster_backend(lab: Lab) -> str:
+    return "slurm" if lab.config.cluster.backend == "slurm" else "kubernetes"
 
 
 def _check_names(key: RunKey, request: RunRequest) -> None:
@@ -290,8 +310,8 @@ def _refusal_text(exc: UsageError) -> str:
 
 
 def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
-    from tuneplane.observe import backend_object
-    from tuneplane.writeback import submitted_status
+    from tuneplane.gitops.observe import backend_object
+    from tuneplane.gitops.writeback import submitted_status
 
     now = utc_now()
     fresh = submitted_status(request, run.spec, ref, now)

@@ -13,15 +13,14 @@ import stat
 from collections import Counter
 from pathlib import Path
 
+from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.gitops import dashboard
 from tuneplane.gitops.ledger import LEDGER, Ledger
-from tuneplane.gitrepo import GitRepo
+from tuneplane.lab.fs import atomic_write
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey
 from tuneplane.models.run import RunStatus
-from tuneplane.runs import DASHBOARD, RunKey
-from tuneplane.yamlio import atomic_write
-
-TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 
 
 def safe_write(root: Path, rel: str, text: str) -> Path:
@@ -58,7 +57,8 @@ class Batch:
     def __init__(self, repo: GitRepo, ledger: Ledger | None = None) -> None:
         self.repo = repo
         self.root = repo.root
-        self.ledger = ledger or Ledger()
+        self.ledger = ledger if ledger is not None else committed_ledger(repo)
+        self.base = dict(self.ledger.statuses)  # tree ids as the ledger had them
         self.written: set[str] = set()
         self.touched: dict[str, set[str]] = {}  # exp → months whose runs changed
         self.deltas: dict[str, Counter[str]] = {}  # exp → phase count changes
@@ -140,14 +140,65 @@ class Batch:
             return None
         paths = sorted(self.written)
         self.repo.git("add", "--", *paths)
+        head = _head_trees(self.repo)
         for exp in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
+            if self.ledger.statuses.get(exp) != head.get(exp) and exp not in self.extra_changed:
+                # someone else changed this experiment since the ledger was written: let the bot look
+                self.ledger.statuses.pop(exp, None)
+                continue
             try:
-                self.ledger.statuses[exp] = self.repo.git("write-tree", f"--prefix=status/{exp}/")
+                self.ledger.statuses[exp] = self.repo.git("write-tree", f"--prefix={STATUS_DIR}/{exp}/")
             except UsageError:
                 self.ledger.statuses.pop(exp, None)
         safe_write(self.root, LEDGER, self.ledger.dump())
         self.repo.git("add", "--", LEDGER)
         return self.repo.commit_staged(message, [*paths, LEDGER])
+
+
+def committed_ledger(repo: GitRepo) -> Ledger:
+    return Ledger.parse(repo.show("HEAD", LEDGER) if repo.has_commits() else None)
+
+
+def _head_trees(repo: GitRepo) -> dict[str, str]:
+    if not repo.has_commits():
+        return {}
+    out = repo.git("ls-tree", "HEAD", "--", f"{STATUS_DIR}/")
+    trees = {}
+    for line in out.splitlines():
+        meta, _, path = line.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[1] == "tree":
+            trees[path.split("/", 1)[1]] = parts[2]
+    return trees
+
+
+def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
+    """Any dashboard page again, from the files beside it (a conflict in a rebase)."""
+    parts = rel.split("/")
+    if rel == DASHBOARD:
+        known = {exp: counts.get(exp) or dict(dashboard.phase_counts(root, exp)) for exp in dashboard_exps(root)}
+        return dashboard.index_page(root, {e: c for e, c in known.items() if c})
+    exp = parts[1]
+    if parts[-1] == "README.md":
+        return dashboard.experiment_page(root, exp, dashboard.phase_counts(root, exp))
+    return dashboard.month_page(root, exp, parts[-1].removesuffix(".md"))
+
+
+def record_status(repo: GitRepo, status: RunStatus, message: str, svg: str | None = None) -> str | None:
+    """Write and commit one run's status (and chart) with the pages it changes: `tp submit --local`."""
+    batch = Batch(repo)
+    batch.status(status)
+    if svg is not None:
+        batch.chart(RunKey(status.experiment, status.run_id), svg)
+    batch.render([], [])
+    return batch.commit(message)
+
+
+def refresh_dashboard(repo: GitRepo, message: str = "tp bot: render the dashboard") -> str | None:
+    """Render every page from the status files (a lab written before the split dashboard)."""
+    batch = Batch(repo)
+    batch.render([], [], refresh=True)
+    return batch.commit(message)
 
 
 def dashboard_exps(root: Path) -> list[str]:

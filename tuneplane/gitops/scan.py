@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import TERMINAL
+from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.gitops.committed import TREE, Snapshot
 from tuneplane.gitops.ledger import LEDGER, Ledger
-from tuneplane.runs import RUNS_DIR, STATUS_DIR, RunKey
+from tuneplane.lab.runs import RUNS_DIR, STATUS_DIR, RunKey
 
 
 @dataclass

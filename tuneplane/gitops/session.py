@@ -21,9 +21,9 @@ from tuneplane.backends.base import Backend
 from tuneplane.errors import UsageError
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import Scan
-from tuneplane.gitrepo import GitRepo
-from tuneplane.load import Lab, load_lab
-from tuneplane.runs import RunKey
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.runs import RunKey
 
 CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
 CRASH_EXIT = 197
@@ -90,20 +90,10 @@ class Backends:
         return self._made[name]
 
     def _build(self, name: str) -> Backend:
-        if name == "local":
-            from tuneplane.backends.local import LocalBackend  # lazy: only labs with local runs pay for it
-            from tuneplane.resolve import storage_root  # lazy: the resolver is heavy
-            from tuneplane.submit import local_lab  # lazy: the submit pipeline is heavy
+        from tuneplane.backends.factory import ClusterAccess, make_backend  # lazy: backends cost start-up time
 
-            return LocalBackend(Path(storage_root(local_lab(self.lab), True, dict(os.environ))))
-        from tuneplane.backends.kubernetes import KubernetesBackend  # lazy: the client costs a second
-
-        return KubernetesBackend(
-            self.lab.config.cluster.namespace,
-            kubeconfig=self.opts.kubeconfig,
-            context=self.opts.context,
-            in_cluster=self.opts.in_cluster,
-        )
+        access = ClusterAccess(self.opts.kubeconfig, self.opts.context, self.opts.in_cluster)
+        return make_backend(name, self.lab, access)
 
     def close(self) -> None:
         for backend in self._made.values():
@@ -114,7 +104,7 @@ class Backends:
 
 def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     """Open the lab's repository, clean up after a killed bot, and catch up with the remote."""
-    from tuneplane.writeback import pull, recover, resolve_target
+    from tuneplane.gitops.writeback import pull, recover, resolve_target
 
     lab = load_lab(root)
     if lab.settings is None:
@@ -152,7 +142,7 @@ def finish(
     repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo
 ) -> BotReport:
     """Render what changed, commit once, push; the dashboard lists what is waiting and what was refused."""
-    from tuneplane.writeback import publish
+    from tuneplane.gitops.writeback import publish
 
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems

@@ -14,15 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import TERMINAL, Backend, BackendError, BackendRef, Observation
+from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import scan
 from tuneplane.gitops.session import Backends, BotOptions, BotReport, Echo, finish, start
-from tuneplane.load import Lab
+from tuneplane.lab.load import Lab
+from tuneplane.lab.runs import RunKey, status_from
 from tuneplane.metrics.vocab import Vocabulary
 from tuneplane.models.run import RunStatus, Transition
-from tuneplane.runs import RunKey, status_from, utc_now
 
 Series = dict[str, list[tuple[int, float]]]
 
@@ -54,7 +55,7 @@ def _sync_one(
     pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
     echo: Echo,
 ) -> None:
-    from tuneplane.observe import apply_observation, backend_ref, with_artifacts, with_metrics
+    from tuneplane.gitops.observe import apply_observation, backend_ref, with_artifacts, with_metrics
 
     try:
         status = status_from(raw, key.status_rel)
@@ -86,12 +87,13 @@ def _sync_one(
     vocab = vocabulary_of(new.method)
     summary, recent = backend.metrics(ref) if hasattr(backend, "metrics") else metrics.read(status)
     if summary:
-        new = with_metrics(new, summary, recent, list(vocab.primary), vocab)  # type: ignore[call-arg]
+        new = with_metrics(new, summary, recent, list(vocab.primary), vocab)
     if new.phase in TERMINAL:
         if hasattr(backend, "artifacts"):
             new = with_artifacts(new, backend.artifacts(ref))
         if summary:
-            _chart(batch, key, new, full_series(backend, ref, metrics, status, summary), vocab)
+            series = full_series(backend, ref, metrics, status, summary)
+            batch.chart(key, chart_svg(key, series, vocab))
     if new != status:
         batch.status(new)
         report.updated.append(str(key))
@@ -111,27 +113,13 @@ def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> Ru
     })
 
 
-def vocabulary_of(method: str) -> Vocabulary:
-    """The recipe's metric vocabulary (aliases and primary); the default one for custom or unknown."""
-    from tuneplane.catalog import load_catalog  # lazy: the catalog is only read when a run ends
-
-    try:
-        catalog = load_catalog()
-        if method and catalog.has(method):
-            m = catalog.recipe(method).metrics
-            return Vocabulary.of(m.aliases, m.primary)
-    except (UsageError, OSError, ValueError):
-        pass
-    return Vocabulary()
-
-
 def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
                 summary: dict[str, Any]) -> Series:
     """Every point of every key, for the chart (local runs: their own store; cluster: the receiver)."""
     run_dir = getattr(backend, "run_dir", None)
     if run_dir is not None:
         from tuneplane import ingest  # lazy: only when a local run ends
-        from tuneplane.backends.local import DB, read_state
+        from tuneplane.backends.local.backend import DB, read_state
 
         where = Path(run_dir(ref))
         run_id = str((read_state(where) or {}).get("run_id", status.run_id))
@@ -139,11 +127,30 @@ def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status
     return metrics.series(status, list(summary))
 
 
-def _chart(batch: Batch, key: RunKey, status: RunStatus, series: Series, vocab: Vocabulary) -> None:
+def chart_svg(key: RunKey, series: Series, vocab: Vocabulary) -> str:
+    """The chart the bot commits beside a finished run's status: canonical names, primary first."""
     from tuneplane.gitops.charts import render_svg  # lazy: charts only when a run ends
 
-    named = vocab.rename(series)
-    batch.chart(key, render_svg(named, title=f"{key.experiment} / {key.run_id}", vocab=vocab, compact=True))
+    weight = {k: float(len(v)) for k, v in series.items()}
+    named = {name: series[raw] for name, raw in vocab.pick(series, weight).items()}
+    return render_svg(named, title=f"{key.experiment} / {key.run_id}", vocab=vocab, compact=True)
+
+
+def vocabulary_of(method: str) -> Vocabulary:
+    from tuneplane.gitops.observe import vocabulary_of as of
+
+    return of(method)
+
+
+def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | None:
+    """The chart of a finished local run (`tp submit --local`), or None when it reported nothing."""
+    if status.phase not in TERMINAL or not hasattr(backend, "metrics"):
+        return None
+    summary, _recent = backend.metrics(ref)
+    if not summary:
+        return None
+    series = full_series(backend, ref, IngestReader("", b""), status, summary)
+    return chart_svg(RunKey(status.experiment, status.run_id), series, vocabulary_of(status.method))
 
 
 class IngestReader:
@@ -154,7 +161,7 @@ class IngestReader:
 
     @classmethod
     def from_env(cls, lab: Lab) -> IngestReader:
-        from tuneplane.submit import INGEST_SECRET_ENV
+        from tuneplane.constants import INGEST_SECRET_ENV
 
         return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
 

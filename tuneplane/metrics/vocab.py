@@ -65,20 +65,24 @@ class Vocabulary:
             return "eval/" + raw[len("test_") :]
         return "train/" + raw
 
-    def rename(self, by_raw: Mapping[str, V], weight: Mapping[str, float] | None = None) -> dict[str, V]:
-        """`{raw: value}` as `{canonical: value}`, in reading order.
+    def pick(self, raw_keys: Iterable[str], weight: Mapping[str, float] | None = None) -> dict[str, str]:
+        """`{canonical: raw}` in reading order: which stored key answers for each canonical name.
 
         Two raw keys with one canonical name (a trainer that logs `eval_loss` and
         `validation/eval_loss`): the one already spelled canonically wins, else the heavier one by
         `weight` (e.g. the point count), else the first by name.
         """
         chosen: dict[str, str] = {}
-        for raw in sorted(by_raw):
+        for raw in sorted(set(raw_keys)):
             name = self.canonical(raw)
             held = chosen.get(name)
             if held is None or _better(raw, held, name, weight):
                 chosen[name] = raw
-        return {name: by_raw[chosen[name]] for name in self.order(chosen)}
+        return {name: chosen[name] for name in self.order(chosen)}
+
+    def rename(self, by_raw: Mapping[str, V], weight: Mapping[str, float] | None = None) -> dict[str, V]:
+        """`{raw: value}` as `{canonical: value}`, in reading order (see `pick`)."""
+        return {name: by_raw[raw] for name, raw in self.pick(by_raw, weight).items()}
 
     def raw_keys(self, name: str, stored: Iterable[str]) -> list[str]:
         """The stored keys a query for `name` reads: the key itself when stored, else its sources."""
