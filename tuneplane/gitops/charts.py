@@ -22,8 +22,8 @@ BARS = "▁▂▃▄▅▆▇█"
 Series = Sequence[tuple[float, float]]
 COLUMNS = ("key", "last", "min", "max", "count", "last_step", "trend")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-COMPACT_POINTS = 120  # per series in a chart the bot commits (the lab's history stays small)
-COMPACT_PANELS = 6
+COMPACT_POINTS = 60  # per series in a chart the bot commits (the lab's history stays small)
+COMPACT_PANELS = 4
 
 
 def bucket_means(values: Sequence[float], width: int) -> list[float]:
@@ -67,10 +67,11 @@ def fmt(value: Any) -> str:
 
 def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series] | None = None,
                  width: int = 24, vocab: Vocabulary | None = None) -> str:
-    """One row per key (primary first, hardware last): last, min, max, count, last step, trend."""
+    """One row per key: last, min, max, count, last step, trend. With `vocab`, in its reading order
+    (primary first, hardware last); without, in the order given."""
     series = series or {}
     rows = [list(COLUMNS)]
-    for key in (vocab or Vocabulary()).order(summary):
+    for key in vocab.order(summary) if vocab is not None else summary:
         stats = summary[key]
         trend = sparkline([v for _, v in series.get(key, ())], width)
         rows.append([key, fmt(stats.get("last")), fmt(stats.get("min")), fmt(stats.get("max")),

@@ -124,8 +124,9 @@ def with_metrics(
     rest = [k for k in chosen if k not in leading]  # in reading order: hardware last
     keys = leading + rest[: max(0, FALLBACK_METRICS - len(leading))]
     metrics = {k: float(summary[chosen[k]]["last"]) for k in keys if _is_number(summary[chosen[k]].get("last"))}
-    history = {
-        k: [float(v) for v in series.get(chosen[k], [])][-HISTORY_POINTS:] for k in metrics if series.get(chosen[k])
+    history = {  # four significant digits draw the same sparkline and keep status files (and git) small
+        k: [_round(float(v)) for v in series.get(chosen[k], [])][-HISTORY_POINTS:]
+        for k in metrics if series.get(chosen[k])
     }
     if metrics == status.metrics and history == status.metric_history:
         return status
@@ -149,6 +150,10 @@ def vocabulary_of(method: str) -> Vocabulary:
     except (UsageError, OSError, ValueError):
         pass
     return Vocabulary()
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.4g}") if value == value and value not in (float("inf"), float("-inf")) else value
 
 
 def _is_number(value: Any) -> bool:

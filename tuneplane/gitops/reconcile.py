@@ -139,6 +139,8 @@ def _submit_all(
         echo(f"  {key}: refused: {why}")
     items: list[tuple[RunKey, Any]] = [(k, oid) for k, oid in sorted(work.new.items())]
     items += [(k, s) for k, s in retry]
+    if not items:
+        return []
     with _Submitter(repo, lab, pool, batch, work, report, echo) as submitter:
         for done, (key, what) in enumerate(items):
             if submitter.failures >= MAX_BACKEND_FAILURES:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.gitops import dashboard
 from tuneplane.gitops.ledger import LEDGER, Ledger
-from tuneplane.lab.fs import atomic_write
+from tuneplane.lab.fs import atomic_write, file_mode
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey
 from tuneplane.models.run import RunStatus
@@ -25,6 +26,13 @@ from tuneplane.models.run import RunStatus
 
 def safe_write(root: Path, rel: str, text: str) -> Path:
     """Atomically write `root/rel`, creating directories; refuse any link or non-directory on the way."""
+    target = safe_path(root, rel)
+    atomic_write(target, text)
+    return target
+
+
+def safe_path(root: Path, rel: str) -> Path:
+    """`root/rel` once every directory on the way is checked (and made): no link, nothing else."""
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         raise UsageError(f"refusing to write {rel!r}: not a plain path inside the lab")
@@ -47,8 +55,31 @@ def safe_write(root: Path, rel: str, text: str) -> Path:
     if target.is_symlink() or (target.exists() and not target.is_file()):
         raise UsageError(f"{rel} is a symbolic link or no regular file: the bot never writes through it",
                          hint=f"git rm {rel} && git commit, then run the bot again")
-    atomic_write(target, text)
     return target
+
+
+def write_all(root: Path, files: dict[str, str]) -> None:
+    """Many files atomically at one durability cost: temporary files, one `sync`, then the renames.
+
+    A reader (or a bot killed half way) sees each file old or new, never half written, and a power
+    loss cannot leave a renamed file without its bytes."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for rel, text in files.items():
+            target = safe_path(root, rel)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            staged.append((tmp, target))
+            os.fchmod(fd, file_mode(target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+        if staged:
+            os.sync()
+        for tmp, target in staged:
+            os.replace(tmp, target)
+        staged = []
+    finally:
+        for tmp, _target in staged:
+            Path(tmp).unlink(missing_ok=True)
 
 
 class Batch:
@@ -63,6 +94,7 @@ class Batch:
         self.touched: dict[str, set[str]] = {}  # exp → months whose runs changed
         self.deltas: dict[str, Counter[str]] = {}  # exp → phase count changes
         self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
+        self.pending: dict[str, str] = {}  # written on `flush`, all at once
 
     # ── writes ───────────────────────────────────────────────────────────────────────────────
 
@@ -71,11 +103,13 @@ class Batch:
         import json
 
         key = RunKey(status.experiment, status.run_id)
-        before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
+        if key.status_rel in self.pending:
+            before = json.loads(self.pending[key.status_rel])
+        else:
+            before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
         text = json.dumps(status.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True,
                           ensure_ascii=False) + "\n"
-        safe_write(self.root, key.status_rel, text)
-        self.written.add(key.status_rel)
+        self._put(key.status_rel, text)
         delta = self.deltas.setdefault(key.experiment, Counter())
         if before is not None:
             delta[str(before.get("phase", "?"))] -= 1
@@ -87,10 +121,17 @@ class Batch:
             self.ledger.active.pop(str(key), None)
 
     def chart(self, key: RunKey, svg: str) -> None:
-        rel = dashboard.chart_rel(key)
-        safe_write(self.root, rel, svg)
-        self.written.add(rel)
+        self._put(dashboard.chart_rel(key), svg)
         self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+
+    def _put(self, rel: str, text: str) -> None:
+        safe_path(self.root, rel)  # refused now, before anything is written
+        self.pending[rel] = text
+        self.written.add(rel)
+
+    def flush(self) -> None:
+        write_all(self.root, self.pending)
+        self.pending = {}
 
     def changed_by_others(self, exp: str, run_ids: list[str]) -> None:
         """Status files someone else committed: their pages are rendered again, counts recounted."""
@@ -101,7 +142,8 @@ class Batch:
     # ── pages and commit ─────────────────────────────────────────────────────────────────────
 
     def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
-        """Write the pages the batch changed (every page when `refresh`), then the ledger."""
+        """Write the pages the batch changed (every page when `refresh`)."""
+        self.flush()
         exps = set(self.touched)
         known = self.ledger.counts
         for exp in sorted(exps | (set(dashboard_exps(self.root)) if refresh else set())):
@@ -123,6 +165,7 @@ class Batch:
             if exp not in known:
                 known[exp] = dict(dashboard.phase_counts(self.root, exp))
         self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
+        self.flush()
 
     def _page(self, rel: str, text: str) -> None:
         path = self.root / rel
@@ -131,11 +174,11 @@ class Batch:
                 return
         except OSError:
             pass
-        safe_write(self.root, rel, text)
-        self.written.add(rel)
+        self._put(rel, text)
 
     def commit(self, message: str) -> str | None:
         """Stage exactly what was written, record the tree ids in the ledger, and commit."""
+        self.flush()
         if not self.written:
             return None
         paths = sorted(self.written)
