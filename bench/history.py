@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
-from helpers_git import BRANCH, clone, git, make_remote, seed_lab  # noqa: E402
+from helpers_git import BRANCH, git, make_remote, seed_lab  # noqa: E402
 from peers import table  # noqa: E402
 
 TARGETS = {"git": 10.0, "clone": 2.0, "noop": 0.3}
@@ -94,12 +94,13 @@ def series(rng: random.Random) -> dict[str, list[tuple[int, float]]]:
 
 
 def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
+    from helpers_git import request
+
     from tuneplane.gitops.observe import vocabulary_of
     from tuneplane.gitops.record import Batch
     from tuneplane.gitops.sync import chart_svg
     from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.lab.runs import RunKey, dump_request
-    from helpers_git import request
 
     remote = make_remote(tmp)
     lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",
@@ -148,8 +149,9 @@ def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float]:
 
 def finished_lab(tmp: Path, n: int) -> Path:
     """`n` finished runs written in a few commits, then one bot run (it builds the ledger)."""
-    from tuneplane.lab.runs import RunKey, dump_request
     from helpers_git import request
+
+    from tuneplane.lab.runs import RunKey, dump_request
 
     remote = make_remote(tmp)
     lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",

@@ -281,3 +281,63 @@ def test_one_deeply_nested_request_is_reported_and_the_others_run(tmp_path: Path
         if p.endswith(".md")
     )
     assert bad in dashboard and "InvalidRequest" in dashboard
+
+
+# ── a lab that stays small: the bot reads only what changed ──────────────────────────────────────
+
+
+def test_a_no_op_run_reads_no_finished_status_and_a_foreign_edit_only_its_file(
+    tmp_path: Path, fake_kube: FakeKube, monkeypatch
+) -> None:
+    from helpers_git import backend_factory, quiet
+
+    from tuneplane.gitops.bot import reconcile, sync
+    from tuneplane.gitops.committed import Snapshot
+
+    bot, ids, _config = _lab(tmp_path, fake_kube, count=6)
+    reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+    for run_id in ids:  # every job ends; sync records it and stops watching them
+        name = _status(bot, run_id)["backend"]["name"]
+        fake_kube.set_status("Job", NS, name, {
+            "startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}]})
+    sync(bot, backends=backend_factory(fake_kube), echo=quiet)
+    assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
+    read: list[str] = []
+    original = Snapshot.blobs
+
+    def spy(self, oids, limit=1 << 20):  # type: ignore[no-untyped-def]
+        oids = list(oids)
+        read.extend(oids)
+        return original(self, oids, limit)
+
+    monkeypatch.setattr(Snapshot, "blobs", spy)
+    status_blobs = {git(bot, "rev-parse", f"HEAD:status/demo/{r}.json"): r for r in ids}
+
+    for step in (reconcile, sync):
+        before = git(bot, "rev-parse", "HEAD")
+        report = step(bot, backends=backend_factory(fake_kube), echo=quiet)
+        assert report.commit is None and git(bot, "rev-parse", "HEAD") == before
+    assert not set(read) & set(status_blobs), "a no-op run read finished status files"
+
+    path = bot / "status" / "demo" / f"{ids[2]}.json"
+    data = json.loads(path.read_text())
+    data["message"] = "edited by hand"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    git(bot, "commit", "-q", "-am", "a hand edit of one finished status")
+    edited = git(bot, "rev-parse", f"HEAD:status/demo/{ids[2]}.json")
+    read.clear()
+    sync(bot, backends=backend_factory(fake_kube), echo=quiet)
+    assert set(read) & ({edited} | set(status_blobs)) == {edited}
+
+
+def test_the_dashboard_lists_requests_not_yet_run(tmp_path: Path, fake_kube: FakeKube) -> None:
+    bot, ids, config = _lab(tmp_path, fake_kube, count=2)
+
+    code, out = _bot(bot, config, "sync")  # sync submits nothing: the requests wait for reconcile
+
+    assert code == 0, out
+    index = git(bot, "show", "HEAD:status/README.md")
+    assert "Waiting for the bot" in index and all(f"`{r}`" in index for r in ids)
+    assert _bot(bot, config)[0] == 0
+    assert "Waiting for the bot" not in git(bot, "show", "HEAD:status/README.md")

@@ -111,7 +111,8 @@ def test_training_panels_share_one_step_axis() -> None:
 
 
 def test_hardware_uses_wall_time_when_it_is_known() -> None:
-    svg = render_svg({"train/loss": [(s, 1.0 / (s + 1)) for s in range(10)], "hw/cpu": [(s, float(s)) for s in range(10)]},
+    svg = render_svg({"train/loss": [(s, 1.0 / (s + 1)) for s in range(10)],
+                      "hw/cpu": [(s, float(s)) for s in range(10)]},
                      vocab=SFT, times={"hw/cpu": [(30.0 * s, float(s)) for s in range(10)]})
     texts = _texts(svg)
     assert "hw/cpu (wall time)" in texts and "time since the first sample" in texts

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import gzip
 import http.client
 import json
+import re
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path

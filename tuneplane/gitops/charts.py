@@ -114,7 +114,7 @@ def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> 
         if step > 2 and step % 5 and step % 2:
             step = float(next(m for m in (5, 10, 20, 25, 50) if m >= step) if step < 50 else round(step))
     first = math.ceil(low / step - 1e-9) * step
-    ticks = []
+    ticks: list[float] = []
     value = first
     while value <= high + step * 1e-9 and len(ticks) < 50:
         ticks.append(round(value, 12))
@@ -153,7 +153,7 @@ def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
     for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400):
         if span / step <= count:
             break
-    first = math.ceil(low / step) * step
+    first = float(math.ceil(low / step) * step)
     return [first + i * step for i in range(int((high - first) // step) + 1)][:50] or [low]
 
 
@@ -279,21 +279,7 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
             y = y_of(tick)
             out.append(f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
                        f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{escape(label)}</text>')
-    if use_time:
-        x_ticks = time_ticks(0.0, x_hi - x_lo)
-        x_labels = [time_label(t) for t in x_ticks]
-        x_ticks = [t + x_lo for t in x_ticks]
-    else:
-        x_ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
-        x_labels = tick_labels(x_ticks)
-    seen: set[str] = set()
-    for tick, label in zip(x_ticks, x_labels, strict=True):
-        if label in seen or not (x_lo - 1e-9 <= tick <= x_hi + 1e-9):
-            continue
-        seen.add(label)
-        out.append(f'<text x="{x_of(tick)}" y="{plot_bottom + 13}" text-anchor="middle">{escape(label)}</text>')
-    out.append(f'<text x="{right}" y="{plot_bottom + 26}" text-anchor="end" fill="#666666">'
-               f'{"time since the first sample" if use_time else "step"}</text>')
+    out += _x_axis(x_lo, x_hi, use_time, x_of, plot_bottom, right)
     for number, run in enumerate(labels):
         points = lines.get(run)
         if not points:
@@ -304,6 +290,25 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
             out.append(f'<circle cx="{coords[0][0]}" cy="{coords[0][1]}" r="3" fill="{color}"/>')
             continue
         out.append(f'<path fill="none" stroke="{color}" stroke-width="1.5" d="{_path(coords)}"/>')
+    return out
+
+
+def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int) -> list[str]:
+    """Tick labels under a panel (whole steps, or round durations), each label once."""
+    if use_time:
+        ticks = [t + x_lo for t in time_ticks(0.0, x_hi - x_lo)]
+        labels = [time_label(t - x_lo) for t in ticks]
+    else:
+        ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
+        labels = tick_labels(ticks)
+    out, seen = [], set()
+    for tick, label in zip(ticks, labels, strict=True):
+        if label in seen or not (x_lo - 1e-9 <= tick <= x_hi + 1e-9):
+            continue
+        seen.add(label)
+        out.append(f'<text x="{x_of(tick)}" y="{bottom + 13}" text-anchor="middle">{escape(label)}</text>')
+    out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
+               f'{"time since the first sample" if use_time else "step"}</text>')
     return out
 
 

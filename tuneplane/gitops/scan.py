@@ -97,8 +97,7 @@ def _find_new(work: Scan) -> None:
     for (exp, run_id), why in requests.refused.items():
         if (exp, run_id) not in have:
             work.bad_requests[RunKey(exp, run_id)] = why
-    for (exp, run_id), why in statuses.refused.items():
-        work.problems.append(why)
+    work.problems += statuses.refused.values()
     work.listed = set(changed)
 
 

@@ -342,7 +342,9 @@ def final_status(
     return with_artifacts(status, backend.artifacts(ref))
 
 
-def commit_run_status(repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None) -> str | None:
+def commit_run_status(
+    repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None
+) -> str | None:
     """Commit a local run's status with the dashboard pages it changes, and its chart once it ended."""
 
     svg = run_chart(backend, ref, status) if backend is not None and ref is not None else None

@@ -55,7 +55,7 @@ def _sync_one(
     pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
     echo: Echo,
 ) -> None:
-    from tuneplane.gitops.observe import apply_observation, backend_ref, with_artifacts, with_metrics
+    from tuneplane.gitops.observe import backend_ref
 
     try:
         status = status_from(raw, key.status_rel)
@@ -70,20 +70,39 @@ def _sync_one(
     except BackendError as exc:  # e.g. no kubeconfig: every run of that backend says the same
         report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
         return
+    new = _observed(batch, backend, ref, key, status)
+    if new is None:
+        return
+    new = _with_results(new, backend, ref, metrics, status, batch, key)
+    if new != status:
+        batch.status(new)
+        report.updated.append(str(key))
+        echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+
+
+def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
+    """The status after asking the backend; None when there is nothing more to record."""
+    from tuneplane.gitops.observe import apply_observation
+
     now = utc_now()
     try:
         obs = backend.observe(ref)
     except BackendError as exc:
         obs = Observation(phase="Unknown", message=f"could not observe the run: {exc}")
-    if status.phase in TERMINAL:
-        if obs.phase in ("Pending", "Running"):
-            new = corrected(status, obs, now, ref.backend)
-        else:  # the backend agrees that it ended (or cannot tell): stop watching it
-            if obs.phase in TERMINAL:
-                batch.ledger.active.pop(str(key), None)
-            return
-    else:
-        new = apply_observation(status, obs, now)
+    if status.phase not in TERMINAL:
+        return apply_observation(status, obs, now)
+    if obs.phase in ("Pending", "Running"):
+        return corrected(status, obs, now, ref.backend)
+    if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
+        batch.ledger.active.pop(str(key), None)
+    return None
+
+
+def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
+                  batch: Batch, key: RunKey) -> RunStatus:
+    """Metrics under their canonical names; artifacts and the chart once the run ended."""
+    from tuneplane.gitops.observe import with_artifacts, with_metrics
+
     vocab = vocabulary_of(new.method)
     summary, recent = backend.metrics(ref) if hasattr(backend, "metrics") else metrics.read(status)
     if summary:
@@ -92,12 +111,8 @@ def _sync_one(
         if hasattr(backend, "artifacts"):
             new = with_artifacts(new, backend.artifacts(ref))
         if summary:
-            series = full_series(backend, ref, metrics, status, summary)
-            batch.chart(key, chart_svg(key, series, vocab))
-    if new != status:
-        batch.status(new)
-        report.updated.append(str(key))
-        echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+            batch.chart(key, chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab))
+    return new
 
 
 def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> RunStatus:
@@ -173,7 +188,10 @@ class IngestReader:
     def series(self, status: RunStatus, keys: list[str]) -> Series:
         out: Series = {}
         for key in keys:
-            points = self._call(status, lambda c, t, k=key: c.fetch_series(self.endpoint, status.run_id, k, t))
+            def fetch(c: Any, t: str, k: str = key) -> Any:
+                return c.fetch_series(self.endpoint, status.run_id, k, t)
+
+            points = self._call(status, fetch)
             if points:
                 out[key] = list(points)
         return out
