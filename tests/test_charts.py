@@ -122,7 +122,7 @@ def test_hardware_uses_wall_time_when_it_is_known() -> None:
 def test_a_committed_chart_stays_small() -> None:
     long = {f"train/m{i}": [(s, (s * 7919 % 101) / 101) for s in range(5000)] for i in range(8)}
     svg = render_svg(long, vocab=SFT, compact=True)
-    assert len(_titles(svg)) == 4 and len(svg) < 8000
+    assert len(_titles(svg)) == 3 and len(svg) < 6000
 
 
 def test_the_table_follows_the_vocabulary_when_given_one() -> None:

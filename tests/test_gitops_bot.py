@@ -275,7 +275,7 @@ echo weights > "$TUNEPLANE_OUT_DIR/checkpoints/step-4.bin"
     status = json.loads(remote_show(remote, f"status/demo/{ids[0]}.json"))
     # the raw key `loss` is shown under its canonical name (HF convention: a bare key is a training metric)
     assert status["phase"] == "Succeeded" and status["metrics"] == {"train/loss": 0.25}
-    assert status["metric_history"]["train/loss"] == [1.0, 0.5, 1 / 3, 0.25]
+    assert status["metric_history"]["train/loss"] == [1.0, 0.5, 0.3333, 0.25]  # 4 digits: a sparkline
     chart = remote_show(remote, f"status/demo/{ids[0]}.svg")
     assert chart.startswith("<svg") and "train/loss" in chart
     assert f"![metrics of {ids[0]}]({ids[0]}.svg)" in remote_show(remote, "status/demo/README.md")

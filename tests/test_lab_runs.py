@@ -261,7 +261,7 @@ def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None
     ]
     assert "⚠️ unreadable" in rows[0]
     assert "❌ Failed (Error): loss exploded \\| nan" in rows[1] and "| 12.3s |" in rows[1]
-    assert "| 1h 02m |" in rows[2] and "train/loss 0.1235 █▄▂▁" in rows[2]
+    assert "| 1h 02m |" in rows[2] and "| train/loss 0.1235 |" in rows[2]
     assert (
         "[request](../../runs/demo/20250101-000000-000001.yaml) · [status](20250101-000000-000001.json)"
         in rows[2]

@@ -34,7 +34,7 @@ ICON = {
     "Cancelled": "⛔",
 }
 SPARK = "▁▂▃▄▅▆▇█"
-LATEST = 30  # rows on an experiment page
+LATEST = 20  # rows on an experiment page
 LATEST_LAB = 10  # rows of latest runs on the index
 CHARTS = 3  # charts embedded on an experiment page
 NOTE = "<!-- Written by `tp bot` from the status files beside it; edits here are overwritten. -->"
@@ -180,7 +180,7 @@ def row(key: RunKey, data: dict[str, Any] | None, here: str = "") -> str:
         _phase_text(data, why=True),
         short_time(data.get("started_at")),
         duration_text(data.get("started_at"), data.get("finished_at")),
-        metric_cell(data),
+        metric_cell(data, spark=False),  # the index's latest runs carry the sparkline
     ]
     return "| " + " | ".join(_cell(c) for c in cells) + f" | {links} |"
 
@@ -233,7 +233,7 @@ def _parse(value: Any) -> datetime:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def metric_cell(data: dict[str, Any], vocab: Vocabulary | None = None) -> str:
+def metric_cell(data: dict[str, Any], vocab: Vocabulary | None = None, spark: bool = True) -> str:
     """The first metric in reading order (primary first), its last value and a sparkline."""
     metrics = data.get("metrics") or {}
     if not isinstance(metrics, dict) or not metrics:
@@ -242,7 +242,7 @@ def metric_cell(data: dict[str, Any], vocab: Vocabulary | None = None) -> str:
     value = metrics[key]
     history = (data.get("metric_history") or {}).get(key) or []
     text = f"{key} {value:.4g}" if isinstance(value, int | float) else f"{key} {value}"
-    return f"{text} {sparkline(history)}".rstrip()
+    return f"{text} {sparkline(history)}".rstrip() if spark else text
 
 
 @functools.lru_cache(maxsize=64)
