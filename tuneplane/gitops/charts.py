@@ -22,7 +22,7 @@ BARS = "▁▂▃▄▅▆▇█"
 Series = Sequence[tuple[float, float]]
 COLUMNS = ("key", "last", "min", "max", "count", "last_step", "trend")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-COMPACT_POINTS = 40  # per series in a chart the bot commits (the lab's history stays small)
+COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history stays small)
 COMPACT_PANELS = 3
 
 

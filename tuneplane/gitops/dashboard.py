@@ -34,7 +34,7 @@ ICON = {
     "Cancelled": "⛔",
 }
 SPARK = "▁▂▃▄▅▆▇█"
-LATEST = 20  # rows on an experiment page
+LATEST = 12  # rows on an experiment page (the month pages have every run)
 LATEST_LAB = 10  # rows of latest runs on the index
 CHARTS = 3  # charts embedded on an experiment page
 NOTE = "<!-- Written by `tp bot` from the status files beside it; edits here are overwritten. -->"

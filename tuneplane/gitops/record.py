@@ -8,7 +8,9 @@ the work tree (an untracked request, an uncommitted edit) stays out of the bot's
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import tempfile
 from collections import Counter
@@ -100,15 +102,12 @@ class Batch:
 
     def status(self, status: RunStatus, *, watch: bool | None = None) -> None:
         """Write a run's status; `watch` keeps it in the ledger's active runs (default: not ended)."""
-        import json
-
         key = RunKey(status.experiment, status.run_id)
         if key.status_rel in self.pending:
             before = json.loads(self.pending[key.status_rel])
         else:
             before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
-        text = json.dumps(status.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True,
-                          ensure_ascii=False) + "\n"
+        text = status_text(status)
         self._put(key.status_rel, text)
         delta = self.deltas.setdefault(key.experiment, Counter())
         if before is not None:
@@ -196,6 +195,15 @@ class Batch:
         safe_write(self.root, LEDGER, self.ledger.dump())
         self.repo.git("add", "--", LEDGER)
         return self.repo.commit_staged(message, [*paths, LEDGER])
+
+
+_NUMBERS = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")
+
+
+def status_text(status: RunStatus) -> str:
+    """A status file: indented JSON with sorted keys, number lists on one line (they are sparklines)."""
+    text = json.dumps(status.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True, ensure_ascii=False)
+    return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
 
 
 def committed_ledger(repo: GitRepo) -> Ledger:
