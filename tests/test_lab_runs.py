@@ -15,7 +15,6 @@ from tuneplane.check.params import parse_sets
 from tuneplane.errors import UsageError
 from tuneplane.gitops.dashboard import sparkline
 from tuneplane.gitops.observe import apply_observation, check_transition, is_legal, with_metrics
-from tuneplane.gitops.dashboard import sparkline
 from tuneplane.gitops.writeback import pick_status
 from tuneplane.lab.runs import (
     SCHEMA_LINE,
