@@ -148,3 +148,14 @@ def test_compare_overlays_runs_with_a_legend_of_what_differs() -> None:
     assert "run-a — lr=0.0001" in _texts(svg) and "run-b — lr=0.0003" in _texts(svg)
     colours = {p.get("stroke") for p in root.iter(f"{NS}path")}
     assert len(colours) == 2  # one colour per run, the same on every panel
+
+
+def test_keys_rewritten_by_the_hf_callback_land_on_the_same_names() -> None:
+    # TunePlaneCallback follows transformers' rewrite_logs: `eval_loss` → `eval/loss`, `loss` → `train/loss`
+    assert [SFT.canonical(k) for k in ("train/loss", "eval/loss", "train/mean_token_accuracy",
+                                       "train/learning_rate", "validation/eval_loss")] == [
+        "train/loss", "validation/loss", "train/token_accuracy", "train/lr", "validation/loss"]
+    plain = Vocabulary()
+    assert plain.canonical("eval/accuracy") == "validation/accuracy"
+    assert plain.canonical("test/accuracy") == "eval/accuracy"
+    assert plain.canonical("train/grad_norm") == "train/grad_norm"

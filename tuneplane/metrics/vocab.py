@@ -3,8 +3,10 @@
 Canonical names live in four namespaces: `train/…`, `validation/…`, `eval/…` and `hw/…`. A run's
 raw keys are mapped to them by the recipe's `metrics.aliases` first, then by the convention that
 transformers' own reporting integrations follow (`eval_x` is `validation/x`, `train_x` and a bare
-`x` are `train/x`); a key that already names a namespace (`train/loss`, `hw/gpu_util`) keeps its
-name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw
+`x` are `train/x`). Keys those integrations already rewrote are read the same way: `train/loss` and
+`eval/loss` are `loss` and `eval_loss` to the aliases, and evaluation during training (`eval/…`)
+is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`. A
+key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw
 key given as a query is answered as itself.
 
 Order: the recipe's `primary` metrics in the recipe's order, then the rest (training, validation,
@@ -53,6 +55,19 @@ class Vocabulary:
         """The canonical name of a raw key."""
         if raw in self.aliases:
             return self.aliases[raw]
+        plain = _unprefixed(raw)  # `train/loss`, `eval/loss` as transformers' integrations write them
+        if plain != raw:
+            if plain in self.aliases:
+                return self.aliases[plain]
+            if plain in CONVENTION:
+                return CONVENTION[plain]
+            if raw.startswith("eval/"):
+                return "validation/" + raw[len("eval/") :]  # evaluation during training is validation
+            if raw.startswith("test/"):
+                return "eval/" + raw[len("test/") :]
+            if raw.startswith("validation/eval_"):
+                return "validation/" + raw[len("validation/eval_") :]
+            return raw
         if raw in CONVENTION:
             return CONVENTION[raw]
         if "/" in raw:
@@ -124,6 +139,14 @@ class Vocabulary:
 
     def is_primary(self, name: str) -> bool:
         return name in self.leading
+
+
+def _unprefixed(key: str) -> str:
+    """The key as the trainer logged it, before an HF-style rewrite (`eval/loss` → `eval_loss`)."""
+    for prefix, raw in (("train/", ""), ("eval/", "eval_"), ("test/", "test_"), ("validation/eval_", "eval_")):
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return raw + key[len(prefix) :]
+    return key
 
 
 def is_hardware(name: str) -> bool:
