@@ -6,8 +6,9 @@ transformers' own reporting integrations follow (`eval_x` is `validation/x`, `tr
 `x` are `train/x`). Keys those integrations already rewrote are read the same way: `train/loss` and
 `eval/loss` are `loss` and `eval_loss` to the aliases, and evaluation during training (`eval/…`)
 is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`. A
-key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw
-key given as a query is answered as itself.
+key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is
+never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw key given as a query
+is answered as itself.
 
 Order: the recipe's `primary` metrics in the recipe's order, then the rest (training, validation,
 evaluation, others; losses before accuracies before the rest), hardware last.
@@ -57,17 +58,7 @@ class Vocabulary:
             return self.aliases[raw]
         plain = _unprefixed(raw)  # `train/loss`, `eval/loss` as transformers' integrations write them
         if plain != raw:
-            if plain in self.aliases:
-                return self.aliases[plain]
-            if plain in CONVENTION:
-                return CONVENTION[plain]
-            if raw.startswith("eval/"):
-                return "validation/" + raw[len("eval/") :]  # evaluation during training is validation
-            if raw.startswith("test/"):
-                return "eval/" + raw[len("test/") :]
-            if raw.startswith("validation/eval_"):
-                return "validation/" + raw[len("validation/eval_") :]
-            return raw
+            return self.aliases.get(plain) or CONVENTION.get(plain) or _renamespaced(raw)
         if raw in CONVENTION:
             return CONVENTION[raw]
         if "/" in raw:
@@ -146,6 +137,14 @@ def _unprefixed(key: str) -> str:
     for prefix, raw in (("train/", ""), ("eval/", "eval_"), ("test/", "test_"), ("validation/eval_", "eval_")):
         if key.startswith(prefix) and len(key) > len(prefix):
             return raw + key[len(prefix) :]
+    return key
+
+
+def _renamespaced(key: str) -> str:
+    """Evaluation during training (`eval/x`, `validation/eval_x`) is validation; `test/x` is eval."""
+    for prefix, namespace in (("eval/", "validation/"), ("test/", "eval/"), ("validation/eval_", "validation/")):
+        if key.startswith(prefix):
+            return namespace + key[len(prefix) :]
     return key
 
 
