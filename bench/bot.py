@@ -108,7 +108,8 @@ def slurm_round(tmp: Path, n: int) -> tuple[float, int] | str:
 
 def finished_lab(tmp: Path, n: int) -> Path:
     """A lab of `n` finished runs, written as the bot would have written them."""
-    from tuneplane.gitops.writeback import write_dashboard
+    from tuneplane.gitops.record import refresh_dashboard
+    from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.lab.runs import write_status
     from tuneplane.models.run import BackendObject, RunStatus, Transition
 
@@ -140,9 +141,9 @@ def finished_lab(tmp: Path, n: int) -> Path:
                 ],
             ),
         )
-    write_dashboard(lab)
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", "2,000 finished runs")
+    refresh_dashboard(GitRepo(lab))  # the pages and the bot's ledger, as a first bot run writes them
     git(lab, "push", "-q", "origin", f"HEAD:{BRANCH}")
     return lab
 

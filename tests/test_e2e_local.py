@@ -77,8 +77,9 @@ def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
     status = json.loads(status_path.read_text())
     assert status["phase"] == "Succeeded" and status["exit_code"] == 0
     assert [h["phase"] for h in status["history"]] == ["Submitted", "Running", "Succeeded"]
-    assert set(status["metrics"]) == {"accuracy", "loss"} and status["metrics"]["accuracy"] > 0.9
-    assert len(status["metric_history"]["loss"]) == 6
+    # custom runs name keys by the HF convention: a bare key is a training metric
+    assert set(status["metrics"]) == {"train/accuracy", "train/loss"} and status["metrics"]["train/accuracy"] > 0.9
+    assert len(status["metric_history"]["train/loss"]) == 6
     assert status["artifacts"][0]["path"] == "checkpoints/step-6.json" and status["artifacts"][0]["step"] == 6
     assert Path(status["out_dir"], "checkpoints/step-6.json").is_file()
     run_id = status_path.stem
@@ -92,11 +93,15 @@ def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
     assert log[1] == f"Request run {run_id} of logreg (local)"
     assert git(root, "show", "--name-only", "--format=", "HEAD").split() == [
         "status/README.md",
+        "status/index.json",
+        f"status/logreg/{run_id[:4]}-{run_id[4:6]}.md",
         f"status/logreg/{run_id}.json",
+        f"status/logreg/{run_id}.svg",
+        "status/logreg/README.md",
     ]
     assert git(root, "status", "--porcelain") == ""
     dashboard = (root / "status/README.md").read_text()
-    assert f"`{run_id}`" in dashboard and "✅ Succeeded" in dashboard and "| loss 0.0" in dashboard
+    assert f"`{run_id}`" in dashboard and "✅ Succeeded" in dashboard and "| train/loss 0.0" in dashboard
 
 
 def test_a_failing_trainer_ends_failed_with_its_exit_code_and_last_lines(

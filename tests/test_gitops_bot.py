@@ -75,7 +75,8 @@ def test_reconcile_submits_each_request_and_commits_only_status(tmp_path: Path, 
     assert sorted(report.submitted) == [f"demo/{r}" for r in ids]
     assert jobs_created(fake_kube) == {object_name("demo", r): 1 for r in ids}
     changed = git(bot, "diff", "--name-only", before, "HEAD").splitlines()
-    assert sorted(changed) == sorted([f"status/demo/{r}.json" for r in ids] + ["status/README.md"])
+    pages = ["status/README.md", "status/demo/README.md", "status/demo/2025-01.md", "status/index.json"]
+    assert sorted(changed) == sorted([f"status/demo/{r}.json" for r in ids] + pages)
     status = status_of(bot, ids[0])
     job = fake_kube.get("Job", NS, object_name("demo", ids[0]))
     assert status.phase == "Submitted" and status.backend.uid == job["metadata"]["uid"]
@@ -272,8 +273,12 @@ echo weights > "$TUNEPLANE_OUT_DIR/checkpoints/step-4.bin"
 
     assert report.pushed and sorted(report.updated) == [f"demo/{r}" for r in ids]
     status = json.loads(remote_show(remote, f"status/demo/{ids[0]}.json"))
-    assert status["phase"] == "Succeeded" and status["metrics"] == {"loss": 0.25}
-    assert status["metric_history"]["loss"] == [1.0, 0.5, 1 / 3, 0.25]
+    # the raw key `loss` is shown under its canonical name (HF convention: a bare key is a training metric)
+    assert status["phase"] == "Succeeded" and status["metrics"] == {"train/loss": 0.25}
+    assert status["metric_history"]["train/loss"] == [1.0, 0.5, 0.3333, 0.25]  # 4 digits: a sparkline
+    chart = remote_show(remote, f"status/demo/{ids[0]}.svg")
+    assert chart.startswith("<svg") and "train/loss" in chart
+    assert f"![metrics of {ids[0]}]({ids[0]}.svg)" in remote_show(remote, "status/demo/README.md")
     assert status["artifacts"] == [
         {"kind": "checkpoint", "path": "checkpoints/step-4.bin", "format": "bin", "size_bytes": 8, "step": 4}
     ]

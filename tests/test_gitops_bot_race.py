@@ -51,8 +51,10 @@ def _assert_converged(remote: Path, clones: list[Path], keys: list[tuple[str, st
         git(root, "fetch", "-q", "origin")
         git(root, "merge-base", "--is-ancestor", "HEAD", f"origin/{BRANCH}")  # raises when not
         assert git(root, "status", "--porcelain") == ""
-    dashboard = remote_show(remote, "status/README.md")
-    assert all(f"`{run_id}`" in dashboard for _, run_id in keys)
+    index = remote_show(remote, "status/README.md")  # the dashboard: an index, a page per experiment and month
+    assert all(f"({exp}/README.md)" in index for exp, _ in keys)
+    for exp, run_id in keys:
+        assert f"`{run_id}`" in remote_show(remote, f"status/{exp}/{run_id[:4]}-{run_id[4:6]}.md")
     assert git(remote, "log", "--format=%H", BRANCH).count("\n") + 1 >= 3  # seed, requests, bot commits
     assert head
     return statuses

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import re
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -245,7 +246,7 @@ def test_tp_job_metrics_table_and_svg(receiver: IngestServer, tmp_path: Path, cl
     assert loss.split()[6][0] == "█" and loss.split()[6][-1] == "▁"  # falling curve
     root = ET.fromstring(plot.read_text())
     assert root.tag.endswith("svg")
-    assert len(root.findall(".//{http://www.w3.org/2000/svg}polyline")) == 2
+    assert len(root.findall(".//{http://www.w3.org/2000/svg}path")) == 2  # train/loss and acc (as train/acc)
     # Remote read, token minted from the secret file.
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(SECRET)
@@ -282,16 +283,21 @@ def test_table_and_svg_escape_and_scale() -> None:
     table = render_table({"a<b": {"last": 1.5, "min": 1.0, "max": 2.0, "count": 3, "last_step": 9}},
                          {"a<b": [(1, 1.0), (2, 2.0), (9, 1.5)]})
     assert "a<b" in table and "1.5" in table
-    svg = render_svg({"a<b": [(s, float(s * s)) for s in range(5000)], "flat": [(1, 2.0)]}, title="x & y")
+    svg = render_svg({"a<b": [(s, float(s * s)) for s in range(5000)], "flat": [(1, 2.0)],
+                      "dot": [(3, 1.0), (3, 2.0)]}, title="x & y")
     root = ET.fromstring(svg)  # escaped text keeps it well-formed
     ns = "{http://www.w3.org/2000/svg}"
-    line = root.find(f".//{ns}polyline")
+    line = root.find(f".//{ns}path")
     assert line is not None
-    coords = [tuple(map(float, p.split(","))) for p in line.get("points", "").split()]
+    x, y = map(float, re.match(r"M(-?\d+) (-?\d+)", line.get("d", "")).groups())  # type: ignore[union-attr]
+    coords = [(x, y)]
+    for dx, dy in re.findall(r"l(-?\d+) ?(-?\d+)", line.get("d", "")):
+        x, y = x + float(dx), y + float(dy)
+        coords.append((x, y))
     assert len(coords) <= 1500
     width = float(root.get("width", "0"))
     assert all(0 <= x <= width for x, _ in coords)
-    assert root.find(f".//{ns}circle") is not None  # a single point is drawn as a dot
+    assert "flat = 2" in "".join(root.itertext())  # a constant is a value, not a panel
     assert nice_ticks(0, 1, 5) == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 

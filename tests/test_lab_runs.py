@@ -13,8 +13,9 @@ from helpers_git import request
 from tuneplane.backends.base import Observation
 from tuneplane.check.params import parse_sets
 from tuneplane.errors import UsageError
+from tuneplane.gitops.dashboard import sparkline
 from tuneplane.gitops.observe import apply_observation, check_transition, is_legal, with_metrics
-from tuneplane.gitops.writeback import pick_status, render_dashboard, sparkline, write_dashboard
+from tuneplane.gitops.writeback import pick_status
 from tuneplane.lab.runs import (
     SCHEMA_LINE,
     RunKey,
@@ -205,24 +206,32 @@ def test_a_fast_job_gets_its_running_step() -> None:
     assert [t.phase for t in done.history] == ["Submitted", "Running", "Succeeded"]
 
 
-def test_metrics_prefer_primary_ones_and_keep_short_history() -> None:
+def test_metrics_take_canonical_names_primary_first_and_keep_short_history() -> None:
+    from tuneplane.metrics.vocab import Vocabulary
+
     summary = {
-        "loss": {"last": 0.1},
-        "accuracy": {"last": 0.9},
-        "lr": {"last": 1e-4},
-        "gpu.util": {"last": 99.0},
+        "loss": {"last": 0.1, "count": 50},
+        "accuracy": {"last": 0.9, "count": 2},
+        "lr": {"last": 1e-4, "count": 50},
+        "hw/gpu_util": {"last": 99.0, "count": 50},
     }
     series = {"loss": [float(i) for i in range(50)], "accuracy": [0.5, 0.9]}
-    primary = with_metrics(status(), summary, series, ["accuracy"])
-    assert primary.metrics == {"accuracy": 0.9} and primary.metric_history == {"accuracy": [0.5, 0.9]}
-    fallback = with_metrics(status(), summary, series, [])
-    assert list(fallback.metrics)[:2] == ["loss", "accuracy"] and len(fallback.metric_history["loss"]) == 20
+    vocab = Vocabulary.of({"accuracy": "validation/accuracy"}, ["validation/accuracy"])
+    named = with_metrics(status(), summary, series, list(vocab.primary), vocab)
+    assert list(named.metrics) == ["validation/accuracy", "train/loss", "train/lr", "hw/gpu_util"]
+    assert named.metrics["validation/accuracy"] == 0.9 and named.metrics["train/lr"] == 1e-4
+    assert named.metric_history["validation/accuracy"] == [0.5, 0.9]
+    assert named.metric_history["train/loss"] == [float(i) for i in range(30, 50)]  # the last 20
+    default = with_metrics(status(), summary, series, [])  # custom: train/loss first, hardware last
+    assert list(default.metrics)[0] == "train/loss" and list(default.metrics)[-1] == "hw/gpu_util"
 
 
 # ── the dashboard and conflicts ──────────────────────────────────────────────────────────────────
 
 
-def test_the_dashboard_lists_every_run_newest_first(tmp_path: Path) -> None:
+def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None:
+    from tuneplane.gitops.dashboard import experiment_page, month_page, phase_counts
+
     write_status(
         tmp_path,
         status(
@@ -231,14 +240,17 @@ def test_the_dashboard_lists_every_run_newest_first(tmp_path: Path) -> None:
             method="custom/custom",
             started_at="2025-01-01T00:00:00Z",
             finished_at="2025-01-01T01:02:03Z",
-            metrics={"loss": 0.123456},
-            metric_history={"loss": [4.0, 2.0, 1.0, 0.5]},
+            metrics={"train/loss": 0.123456},
+            metric_history={"train/loss": [4.0, 2.0, 1.0, 0.5]},
         ),
     )
-    write_status(tmp_path, status("Failed", run_id="20250102-000000-000002", reason="Error", message="a | b"))
+    write_status(tmp_path, status("Failed", run_id="20250102-000000-000002", reason="Error",
+                                  message="loss exploded | nan\nmore", started_at="2025-01-02T00:00:00Z",
+                                  finished_at="2025-01-02T00:00:12.3Z"))
     (tmp_path / "status/demo/20250103-000000-000003.json").write_text("{not json")
 
-    text = render_dashboard(tmp_path)
+    counts = phase_counts(tmp_path, "demo")
+    text = experiment_page(tmp_path, "demo", counts)
 
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == [
@@ -246,14 +258,17 @@ def test_the_dashboard_lists_every_run_newest_first(tmp_path: Path) -> None:
         "20250102-000000-000002",
         "20250101-000000-000001",
     ]
-    assert "⚠️ unreadable" in rows[0] and "❌ Failed (Error)" in rows[1]
-    assert "| 1h 02m |" in rows[2] and "loss 0.1235 █▄▂▁" in rows[2]
+    assert "⚠️ unreadable" in rows[0]
+    assert "❌ Failed (Error): loss exploded \\| nan" in rows[1] and "| 12.3s |" in rows[1]
+    assert "| 1h 02m |" in rows[2] and "| train/loss 0.1235 |" in rows[2]
     assert (
-        "[request](../runs/demo/20250101-000000-000001.yaml) · [status](demo/20250101-000000-000001.json)"
+        "[request](../../runs/demo/20250101-000000-000001.yaml) · [status](20250101-000000-000001.json)"
         in rows[2]
     )
     assert "**3 runs** · 1 failed · 1 succeeded · 1 unreadable" in text
-    assert write_dashboard(tmp_path) is True and write_dashboard(tmp_path) is False
+    assert "[2025-01](2025-01.md)" in text
+    assert [r.split("`")[1] for r in month_page(tmp_path, "demo", "2025-01").splitlines() if r.startswith("| `")] \
+        == [r.split("`")[1] for r in rows]
 
 
 def test_sparklines_scale_to_the_range() -> None:

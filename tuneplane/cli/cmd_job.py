@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics.",
+job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
                       no_args_is_help=True, add_completion=False)
 
 
@@ -27,39 +27,120 @@ def metrics(
         help="Mint the run token for --endpoint from this secret.")] = None,
     width: Annotated[int, typer.Option(help="Sparkline width in characters.")] = 24,
 ) -> None:
-    """Print a run's metrics (last, min, max, count, last step, trend); --plot writes an SVG."""
-    # lazy: tp builds only the invoked command, so only it pays for these
+    """Print a run's metrics (last, min, max, count, last step, trend); --plot writes an SVG.
+
+    Keys are shown under the recipe's canonical names (`train/loss`), primary metrics first and
+    hardware last; `--key` takes a canonical name or the key as the job logged it (`loss`).
+    """
     from tuneplane.errors import UsageError
-    from tuneplane.gitops.charts import render_svg, render_table
 
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
     read = _remote_reader(run, endpoint, token, secret_file) if endpoint else _local_reader(run, db)
+    found = _run_metrics(run, read)
+    keys = found.select(key or [])
+    typer.echo(found.table(keys, width=max(1, width)), nl=False)
+    if plot is not None:
+        from tuneplane.gitops.charts import render_svg
+
+        _write(plot, render_svg(found.series(keys), title=f"run {run}", vocab=found.vocab))
+
+
+@job_app.command("compare")
+def compare(
+    runs: Annotated[list[str], typer.Argument(help="Two or more runs (id, unique prefix or EXP/RUN).")],
+    key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write an SVG: one chart per metric, runs overlaid.")] = None,
+    db: Annotated[Path | None, typer.Option(
+        help="SQLite database of the receiver (default: each local run's own store).")] = None,
+) -> None:
+    """Compare runs: each metric's last value per run, and which hyperparameters differ."""
+    from tuneplane.errors import UsageError
+    from tuneplane.gitops.charts import changed_parameters
+    from tuneplane.gitops.runmetrics import compare_svg
+
+    if len(runs) < 2:
+        raise UsageError("compare needs two or more runs", "tp job compare RUN RUN [RUN…]")
+    runs = [_run_id(run) for run in runs]
+    found = {run: _run_metrics(run, _local_reader(run, db)) for run in runs}
+    params = {run: _params_of(run) for run in runs}
+    legend = changed_parameters(params)
+    for run in runs:
+        typer.echo(f"{run}: {legend.get(run) or '(same parameters)'}")
+    names = list(dict.fromkeys(n for m in found.values() for n in m.select(key or [])))
+    width = max((len(n) for n in names), default=3)
+    typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-10:].rjust(10) for r in runs))
+    for name in names:
+        cells = []
+        for metrics in found.values():
+            raw = metrics.names().get(name) or (name if name in metrics.summary else None)
+            cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
+        typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
+    if plot is not None:
+        _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
+
+
+def _run_metrics(run: str, read: _Reader) -> Any:
+    from tuneplane.errors import UsageError
+    from tuneplane.gitops.observe import vocabulary_of
+    from tuneplane.gitops.runmetrics import RunMetrics
+
     summary = read.summary()
     if not summary:
         raise UsageError(f"no metrics stored for run {run!r}",
                          "check the run id; a job reports only with tuneplane.report "
                          "and TUNEPLANE_JOB_TOKEN set")
-    keys = _select(summary, key or [])
-    series = {k: read.series(k) for k in keys}
-    typer.echo(render_table({k: summary[k] for k in keys}, series, width=max(1, width)), nl=False)
-    if plot is not None:
-        try:
-            plot.write_text(render_svg(series, title=f"run {run}"), encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write {plot}: {exc.strerror or exc}") from None
-        typer.echo(f"wrote {plot}", err=True)
+    return RunMetrics(summary, read.series, vocabulary_of(_method_of(run)))
 
 
-def _select(summary: dict[str, Any], wanted: list[str]) -> list[str]:
-    # lazy: tp builds only the invoked command, so only it pays for these
+def _run_id(run: str) -> str:
+    """A run reference (prefix, EXP/RUN) as its full run id, when this lab knows it."""
+    from tuneplane.errors import UsageError
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run
+
+    try:
+        return find_run(find_lab_root(), run).run_id
+    except UsageError:
+        return run
+
+
+def _method_of(run: str) -> str:
+    """The run's recipe, from its status (the vocabulary is the recipe's); "" when unknown."""
+    from tuneplane.errors import UsageError
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run, read_status
+
+    try:
+        root = find_lab_root()
+        current = read_status(root, find_run(root, run))
+    except UsageError:
+        return ""
+    return current.method if current is not None else ""
+
+
+def _params_of(run: str) -> dict[str, Any]:
+    """What a run's request sets (`--set`) and its profile: what a comparison legend names."""
+    from tuneplane.errors import UsageError
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run, read_request
+
+    try:
+        root = find_lab_root()
+        request = read_request(root, find_run(root, run))
+    except UsageError:
+        return {}
+    return {**dict(request.set), "profile": request.profile}
+
+
+def _write(path: Path, text: str) -> None:
     from tuneplane.errors import UsageError
 
-    missing = [k for k in wanted if k not in summary]
-    if missing:
-        raise UsageError(f"no metric named {', '.join(map(repr, missing))} in this run",
-                         f"keys: {', '.join(sorted(summary))}")
-    return wanted or sorted(summary)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {path}", err=True)
 
 
 class _Reader:

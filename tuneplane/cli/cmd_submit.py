@@ -82,7 +82,7 @@ def submit(
 def show_outcome(status: RunStatus, commit: str | None) -> None:
     """A few lines on how a run ended: phase, where the outputs and the status file are."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.writeback import sparkline
+    from tuneplane.gitops.dashboard import sparkline
     from tuneplane.lab.runs import RunKey
 
     key = RunKey(status.experiment, status.run_id)
@@ -90,7 +90,7 @@ def show_outcome(status: RunStatus, commit: str | None) -> None:
     typer.echo(f"run {key.run_id}: {status.phase}{code}")
     if status.phase != "Succeeded" and status.message:
         typer.echo("  " + status.message.replace("\n", "\n  "))
-    for name, value in sorted(status.metrics.items()):
+    for name, value in _in_order(status):
         typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
     if status.artifacts:
         typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
@@ -116,3 +116,10 @@ def parse_duration(text: str) -> int | None:
             f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d"
         )
     return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+def _in_order(status: RunStatus) -> list[tuple[str, float]]:
+    """A status's metrics in reading order: the recipe's primary metrics first, hardware last."""
+    from tuneplane.gitops.observe import vocabulary_of
+
+    return [(name, status.metrics[name]) for name in vocabulary_of(status.method).order(status.metrics)]

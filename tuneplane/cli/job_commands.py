@@ -57,7 +57,7 @@ def _ls_row(root: Path, key: Any) -> list[str]:
     # lazy: tp builds only the invoked command, so only it pays for these
     import json
 
-    from tuneplane.gitops.writeback import duration_text, metric_cell, short_time
+    from tuneplane.gitops.dashboard import duration_text, metric_cell, short_time
 
     try:
         data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
@@ -153,17 +153,18 @@ def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: 
     fresh = observe_run(backend, current, utc_now())
     if hasattr(backend, "metrics"):
         # lazy: tp builds only the invoked command, so only it pays for these
-        from tuneplane.gitops.submit import primary_metrics
+        from tuneplane.gitops.observe import vocabulary_of
 
         summary, series = backend.metrics(ref)
         if summary:
-            fresh = with_metrics(fresh, summary, series, primary_metrics(current.method))
+            vocab = vocabulary_of(current.method)
+            fresh = with_metrics(fresh, summary, series, list(vocab.primary), vocab)
     return fresh
 
 
 def _status_lines(key: Any, s: RunStatus) -> list[tuple[str, str]]:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.writeback import duration_text, sparkline
+    from tuneplane.gitops.dashboard import duration_text, sparkline
 
     p = s.provenance
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
@@ -196,7 +197,7 @@ def _status_lines(key: Any, s: RunStatus) -> list[tuple[str, str]]:
         lines.append(("image", p.image))
     if s.out_dir:
         lines.append(("outputs", s.out_dir))
-    for name, value in sorted(s.metrics.items()):
+    for name, value in _in_order(s):
         lines.append(("metric", f"{name} = {value:.6g} {sparkline(s.metric_history.get(name, []))}".rstrip()))
     for art in s.artifacts:
         lines.append(("artifact", f"{art.kind}: {art.path} ({art.size_bytes} bytes)"))
@@ -253,3 +254,10 @@ def _backend_for(root: Path, name: str, kubeconfig: str | None, context: str | N
     from tuneplane.lab.load import load_lab
 
     return Backends(load_lab(root), BotOptions(kubeconfig=kubeconfig, context=context)).get(name)
+
+
+def _in_order(status: RunStatus) -> list[tuple[str, float]]:
+    """A status's metrics in reading order: the recipe's primary metrics first, hardware last."""
+    from tuneplane.gitops.observe import vocabulary_of
+
+    return [(name, status.metrics[name]) for name in vocabulary_of(status.method).order(status.metrics)]

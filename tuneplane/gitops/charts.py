@@ -1,7 +1,12 @@
-"""Showing a run's metrics: a text table with unicode sparklines, and a self-contained SVG chart.
+"""Showing metrics: a text table with sparklines, and self-contained SVG charts people can read.
 
 Pure functions over the ingest read API's shapes (`summary` dicts and `(step, value)` series), so the
-CLI, status writers and tests share them without any I/O.
+CLI, the bot and tests share them without any I/O. Charts follow one metric vocabulary
+(`tuneplane.metrics.vocab`): primary metrics first, hardware last. Training panels share one x axis
+by step with ticks on whole steps; hardware panels (`hw/*`) are drawn against wall time when the
+sample times are known; a series that never changes is one line of text ("train/epoch = 1"), not a
+panel. `render_compare_svg` overlays several runs on one chart per metric, with a legend naming what
+differs between them.
 """
 
 from __future__ import annotations
@@ -11,10 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
+from tuneplane.metrics.vocab import Vocabulary, is_hardware
+
 BARS = "▁▂▃▄▅▆▇█"
-Series = Sequence[tuple[int, float]]
+Series = Sequence[tuple[float, float]]
 COLUMNS = ("key", "last", "min", "max", "count", "last_step", "trend")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history stays small)
+COMPACT_PANELS = 3
 
 
 def bucket_means(values: Sequence[float], width: int) -> list[float]:
@@ -26,14 +35,14 @@ def bucket_means(values: Sequence[float], width: int) -> list[float]:
     out = []
     for index in range(width):
         lo, hi = index * len(values) // width, (index + 1) * len(values) // width
-        chunk = values[lo:hi] or values[lo:lo + 1]
+        chunk = values[lo:hi] or values[lo : lo + 1]
         out.append(sum(chunk) / len(chunk))
     return out
 
 
 def sparkline(values: Sequence[float], width: int = 24) -> str:
     """`▁▂▄█`-style trend of `values`, at most `width` characters; flat data sits mid-height."""
-    points = [v for v in bucket_means([v for v in values if math.isfinite(v)], width)]
+    points = list(bucket_means([v for v in values if math.isfinite(v)], width))
     if not points:
         return ""
     low, high = min(points), max(points)
@@ -57,11 +66,12 @@ def fmt(value: Any) -> str:
 
 
 def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series] | None = None,
-                 width: int = 24) -> str:
-    """One row per key: last, min, max, count, last step and a sparkline of the series."""
+                 width: int = 24, vocab: Vocabulary | None = None) -> str:
+    """One row per key: last, min, max, count, last step, trend. With `vocab`, in its reading order
+    (primary first, hardware last); without, in the order given."""
     series = series or {}
     rows = [list(COLUMNS)]
-    for key in sorted(summary):
+    for key in vocab.order(summary) if vocab is not None else summary:
         stats = summary[key]
         trend = sparkline([v for _, v in series.get(key, ())], width)
         rows.append([key, fmt(stats.get("last")), fmt(stats.get("min")), fmt(stats.get("max")),
@@ -74,97 +84,250 @@ def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, 
     return "\n".join(lines) + "\n"
 
 
-# ── SVG ───────────────────────────────────────────────────────────────────────────────────────
-def thin(points: Series, limit: int = 1500) -> list[tuple[int, float]]:
+# ── ticks ──────────────────────────────────────────────────────────────────────────────────────
+
+
+def thin(points: Series, limit: int = 1500) -> list[tuple[float, float]]:
     """Keep each bucket's first, min and max point, so spikes survive on long series."""
-    finite = [(s, v) for s, v in points if math.isfinite(v)]
+    finite = [(s, v) for s, v in points if math.isfinite(v) and math.isfinite(s)]
     if len(finite) <= limit:
         return finite
     buckets = max(1, limit // 3)
-    out: list[tuple[int, float]] = []
+    out: list[tuple[float, float]] = []
     for index in range(buckets):
-        chunk = finite[index * len(finite) // buckets:(index + 1) * len(finite) // buckets]
+        chunk = finite[index * len(finite) // buckets : (index + 1) * len(finite) // buckets]
         if chunk:
             picks = {chunk[0], min(chunk, key=lambda p: p[1]), max(chunk, key=lambda p: p[1])}
             out.extend(sorted(picks))
     return out
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering [low, high]."""
-    if high <= low:
-        return [low]
+def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> list[float]:
+    """Round tick values covering [low, high]; `whole`: integer steps only (training steps)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return [round(low) if whole else low]
     raw = (high - low) / max(1, count - 1)
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = math.ceil(low / step) * step
-    ticks = []
+    if whole:
+        step = max(1.0, float(math.ceil(step)))
+        if step > 2 and step % 5 and step % 2:
+            step = float(next(m for m in (5, 10, 20, 25, 50) if m >= step) if step < 50 else round(step))
+    first = math.ceil(low / step - 1e-9) * step
+    ticks: list[float] = []
     value = first
-    while value <= high + step * 1e-9:
+    while value <= high + step * 1e-9 and len(ticks) < 50:
         ticks.append(round(value, 12))
         value += step
     return ticks or [low]
 
 
-def render_svg(series: Mapping[str, Series], title: str = "", width: int = 760,
-               panel_height: int = 170) -> str:
-    """One panel per key (each with its own y range), stacked; standalone SVG 1.1 with no scripts."""
-    keys = sorted(series)
-    top = 34 if title else 12
-    height = top + max(1, len(keys)) * (panel_height + 26) + 10
+def tick_labels(ticks: Sequence[float]) -> list[str]:
+    """Labels with just enough digits that no two are the same."""
+    for digits in range(3, 13):
+        labels = [_short(t, digits) for t in ticks]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [repr(t) for t in ticks]
+
+
+def _short(value: float, digits: int) -> str:
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.{digits}g}"
+
+
+def time_label(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:g}s"
+    if seconds < 3600:
+        minutes, secs = divmod(int(round(seconds)), 60)
+        return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
+    hours, rest = divmod(int(round(seconds)), 3600)
+    return f"{hours}h" if not rest else f"{hours}h{rest // 60:02d}m"
+
+
+def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
+    """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …)."""
+    span = max(high - low, 1e-9)
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400):
+        if span / step <= count:
+            break
+    first = float(math.ceil(low / step) * step)
+    return [first + i * step for i in range(int((high - first) // step) + 1)][:50] or [low]
+
+
+# ── one run ────────────────────────────────────────────────────────────────────────────────────
+
+
+def constant_value(points: Series) -> float | None:
+    values = [v for _, v in points if math.isfinite(v)]
+    if len(values) >= 1 and max(values) - min(values) <= 1e-12 * max(1.0, abs(values[0])):
+        return values[0]
+    return None
+
+
+def render_svg(series: Mapping[str, Series], title: str = "", width: int = 760, panel_height: int = 150,
+               vocab: Vocabulary | None = None, times: Mapping[str, Series] | None = None,
+               compact: bool = False) -> str:
+    """A run's metrics: one panel per changing key (primary first, hardware last), stacked.
+
+    `times` gives hardware keys as (seconds since the first sample, value) for a wall-time axis.
+    `compact` bounds the file (a chart the bot commits for every run): fewer points and panels.
+    """
+    return render_compare_svg({"": series}, title=title, width=width, panel_height=panel_height,
+                              vocab=vocab, times=({"": times} if times else None), compact=compact)
+
+
+def render_compare_svg(
+    runs: Mapping[str, Mapping[str, Series]],
+    legend: Mapping[str, str] | None = None,
+    title: str = "",
+    width: int = 760,
+    panel_height: int = 150,
+    vocab: Vocabulary | None = None,
+    times: Mapping[str, Mapping[str, Series]] | None = None,
+    compact: bool = False,
+) -> str:
+    """One panel per metric with every run drawn on it (one colour per run, named in the legend)."""
+    vocab = vocab or Vocabulary()
+    legend = dict(legend or {})
+    labels = list(runs)
+    limit = COMPACT_POINTS if compact else 1500
+    keys = vocab.order({k for data in runs.values() for k in data})
+    constants: list[str] = []
+    panels: list[tuple[str, bool, dict[str, list[tuple[float, float]]]]] = []
+    for key in keys:
+        use_time = is_hardware(key) and times is not None and any(key in (times.get(r) or {}) for r in labels)
+        lines = {}
+        for run in labels:
+            source = (times.get(run) or {}) if use_time and times is not None else runs[run]
+            points = thin(source.get(key, ()), limit)
+            if points:
+                lines[run] = points
+        if not lines:
+            continue
+        same = {constant_value(p) for p in lines.values()}
+        if len(same) == 1 and None not in same:
+            value = next(iter(same))
+            constants.append(f"{key} = {fmt(value)}")
+            continue
+        panels.append((key, use_time, lines))
+    if compact:
+        panels = panels[:COMPACT_PANELS]
+    step_ranges = [s for _, t, lines in panels if not t for p in lines.values() for s, _ in p]
+    shared = (min(step_ranges), max(step_ranges)) if step_ranges else (0.0, 1.0)
+    legend_rows = len(labels) if len(labels) > 1 or any(legend.values()) else 0
+    top = (30 if title else 10) + legend_rows * 16
+    const_rows = len(constants)
+    height = top + max(1, len(panels)) * (panel_height + 34) + const_rows * 16 + 12
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
     ]
     if title:
-        parts.append(f'<text x="{width / 2:.1f}" y="20" text-anchor="middle" font-size="14">'
-                     f"{escape(title)}</text>")
-    if not keys:
-        parts.append(f'<text x="{width / 2:.1f}" y="{top + 20}" text-anchor="middle">no metrics</text>')
-    for index, key in enumerate(keys):
-        y0 = top + index * (panel_height + 26)
-        parts.extend(_panel(key, thin(series[key]), PALETTE[index % len(PALETTE)], y0, width, panel_height))
+        parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>')
+    for index, run in enumerate(labels[:legend_rows]):
+        y = (30 if title else 10) + index * 16 + 8
+        color = PALETTE[index % len(PALETTE)]
+        text = run + (f" — {legend[run]}" if legend.get(run) else "")
+        parts.append(f'<rect x="64" y="{y - 8}" width="14" height="3" fill="{color}"/>'
+                     f'<text x="84" y="{y - 4}">{escape(text)}</text>')
+    if not panels and not constants:
+        parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
+    for index, (key, use_time, lines) in enumerate(panels):
+        y0 = top + index * (panel_height + 34)
+        parts.extend(_panel(key, lines, labels, y0, width, panel_height, use_time, None if use_time else shared,
+                            single=len(labels) == 1, index=index))
+    y = top + max(1, len(panels)) * (panel_height + 34)
+    for text in constants:
+        parts.append(f'<text x="64" y="{y}">{escape(text)}</text>')
+        y += 16
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
 
-def _panel(key: str, points: list[tuple[int, float]], color: str, y0: float, width: int,
-           height: int) -> list[str]:
+def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: list[str], y0: float, width: int,
+           height: int, use_time: bool, shared: tuple[float, float] | None, single: bool,
+           index: int) -> list[str]:
     left, right = 64, width - 16
     plot_top, plot_bottom = y0 + 18, y0 + height
-    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{escape(key)}</text>',
+    unit = " (wall time)" if use_time else ""
+    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{escape(key)}{unit}</text>',
            f'<rect x="{left}" y="{plot_top}" width="{right - left}" height="{plot_bottom - plot_top}" '
            'fill="none" stroke="#cccccc"/>']
-    if not points:
-        return out + [f'<text x="{(left + right) / 2}" y="{(plot_top + plot_bottom) / 2}" '
-                      'text-anchor="middle" fill="#888888">no points</text>']
-    steps = [s for s, _ in points]
-    values = [v for _, v in points]
-    x_lo, x_hi = min(steps), max(steps)
-    y_lo, y_hi = min(values), max(values)
+    xs = [s for p in lines.values() for s, _ in p]
+    ys = [v for p in lines.values() for _, v in p]
+    x_lo, x_hi = shared if shared is not None else (min(xs), max(xs))
+    if use_time:
+        x_lo = min(xs)
+    y_lo, y_hi = min(ys), max(ys)
     if y_hi == y_lo:
         pad = abs(y_lo) * 0.05 or 1.0
         y_lo, y_hi = y_lo - pad, y_hi + pad
 
-    def x_of(step: float) -> float:
-        return left + (step - x_lo) / (x_hi - x_lo) * (right - left) if x_hi > x_lo else (left + right) / 2
+    def x_of(step: float) -> int:
+        return round(left + (step - x_lo) / (x_hi - x_lo) * (right - left)) if x_hi > x_lo else (left + right) // 2
 
-    def y_of(value: float) -> float:
-        return plot_bottom - (value - y_lo) / (y_hi - y_lo) * (plot_bottom - plot_top)
+    def y_of(value: float) -> int:
+        return round(plot_bottom - (value - y_lo) / (y_hi - y_lo) * (plot_bottom - plot_top))
 
-    for tick in nice_ticks(y_lo, y_hi, 4):
-        y = y_of(tick)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#eeeeee"/>')
-        out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt(tick))}</text>')
-    for tick in nice_ticks(x_lo, x_hi, 6):
-        x = x_of(tick)
-        out.append(f'<text x="{x:.1f}" y="{plot_bottom + 13}" text-anchor="middle">'
-                   f"{escape(fmt(tick))}</text>")
-    coords = " ".join(f"{x_of(s):.1f},{y_of(v):.1f}" for s, v in points)
-    if len(points) == 1:
-        cx, cy = coords.split(",")
-        out.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
-    else:
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{coords}"/>')
+    y_ticks = nice_ticks(y_lo, y_hi, 4)
+    for tick, label in zip(y_ticks, tick_labels(y_ticks), strict=True):
+        if y_lo <= tick <= y_hi:
+            y = y_of(tick)
+            out.append(f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
+                       f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{escape(label)}</text>')
+    out += _x_axis(x_lo, x_hi, use_time, x_of, plot_bottom, right)
+    for number, run in enumerate(labels):
+        points = lines.get(run)
+        if not points:
+            continue
+        color = PALETTE[(index if single else number) % len(PALETTE)]
+        coords = [(x_of(s), y_of(v)) for s, v in points]
+        if len(coords) == 1:
+            out.append(f'<circle cx="{coords[0][0]}" cy="{coords[0][1]}" r="3" fill="{color}"/>')
+            continue
+        out.append(f'<path fill="none" stroke="{color}" stroke-width="1.5" d="{_path(coords)}"/>')
     return out
+
+
+def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int) -> list[str]:
+    """Tick labels under a panel (whole steps, or round durations), each label once."""
+    if use_time:
+        ticks = [t + x_lo for t in time_ticks(0.0, x_hi - x_lo)]
+        labels = [time_label(t - x_lo) for t in ticks]
+    else:
+        ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
+        labels = tick_labels(ticks)
+    out, seen = [], set()
+    for tick, label in zip(ticks, labels, strict=True):
+        if label in seen or not (x_lo - 1e-9 <= tick <= x_hi + 1e-9):
+            continue
+        seen.add(label)
+        out.append(f'<text x="{x_of(tick)}" y="{bottom + 13}" text-anchor="middle">{escape(label)}</text>')
+    out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
+               f'{"time since the first sample" if use_time else "step"}</text>')
+    return out
+
+
+def _path(coords: list[tuple[int, int]]) -> str:
+    """A compact SVG path: absolute start, then relative moves, repeated points dropped."""
+    (x0, y0), rest = coords[0], coords[1:]
+    out = [f"M{x0} {y0}"]
+    px, py = x0, y0
+    for x, y in rest:
+        if (x, y) == (px, py):
+            continue
+        dx, dy = x - px, y - py
+        out.append(f"l{dx}{'' if dy < 0 else ' '}{dy}")
+        px, py = x, y
+    return "".join(out)
+
+
+def changed_parameters(params: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Per run, the hyperparameters whose value differs between the runs (`lr=0.001 batch=8`)."""
+    keys = sorted({k for p in params.values() for k in p})
+    varying = [k for k in keys if len({repr(p.get(k)) for p in params.values()}) > 1]
+    return {run: " ".join(f"{k}={fmt(p.get(k))}" for k in varying if k in p) for run, p in params.items()}

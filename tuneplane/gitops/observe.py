@@ -13,11 +13,13 @@ from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
 from tuneplane.constants import TERMINAL
+from tuneplane.errors import UsageError
+from tuneplane.metrics.vocab import Vocabulary, counts
 from tuneplane.models.run import Artifact, BackendObject, RunStatus, Transition
 
 RANK = {"Submitted": 0, "Pending": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "Cancelled": 3}
 HISTORY_POINTS = 20  # values kept per metric for the dashboard's sparklines
-FALLBACK_METRICS = 6  # metrics shown for a recipe that names no primary ones (custom)
+FALLBACK_METRICS = 6  # metrics a status keeps beyond the primary ones, up to this many in all
 MESSAGE_LIMIT = 4000
 
 
@@ -112,11 +114,20 @@ def with_metrics(
     summary: Mapping[str, Mapping[str, Any]],
     series: Mapping[str, list[float]],
     primary: list[str],
+    vocab: Vocabulary | None = None,
 ) -> RunStatus:
-    """Last values of the primary metrics (or the first few reported ones) and their recent history."""
-    keys = [k for k in primary if k in summary] or sorted(summary, key=metric_order)[:FALLBACK_METRICS]
-    metrics = {k: float(summary[k]["last"]) for k in keys if _is_number(summary[k].get("last"))}
-    history = {k: [float(v) for v in series.get(k, [])][-HISTORY_POINTS:] for k in metrics if series.get(k)}
+    """Last values of the metrics under their canonical names (primary first, hardware last), and
+    their recent history. Raw keys (`loss`, `eval_loss`) are named by the recipe's vocabulary."""
+    vocab = vocab or Vocabulary.of(primary=primary)
+    chosen = vocab.pick(summary, counts(summary))
+    leading = [k for k in chosen if vocab.is_primary(k)]
+    rest = [k for k in chosen if k not in leading]  # in reading order: hardware last
+    keys = leading + rest[: max(0, FALLBACK_METRICS - len(leading))]
+    metrics = {k: float(summary[chosen[k]]["last"]) for k in keys if _is_number(summary[chosen[k]].get("last"))}
+    history = {  # four significant digits draw the same sparkline and keep status files (and git) small
+        k: [_round(float(v)) for v in series.get(chosen[k], [])][-HISTORY_POINTS:]
+        for k in metrics if series.get(chosen[k])
+    }
     if metrics == status.metrics and history == status.metric_history:
         return status
     return status.model_copy(update={"metrics": metrics, "metric_history": history})
@@ -127,13 +138,22 @@ def with_artifacts(status: RunStatus, items: list[dict[str, Any]]) -> RunStatus:
     return status if artifacts == status.artifacts else status.model_copy(update={"artifacts": artifacts})
 
 
-def metric_order(key: str) -> tuple[int, str]:
-    """Losses and accuracies first: what a person looks for on a dashboard."""
-    lowered = key.lower()
-    for rank, word in enumerate(("loss", "acc", "reward", "score", "f1", "perplexity")):
-        if word in lowered:
-            return rank, key
-    return 99, key
+def vocabulary_of(method: str) -> Vocabulary:
+    """The recipe's metric vocabulary (aliases and primary); the default one for custom or unknown."""
+    from tuneplane.lab.catalog import load_catalog  # lazy: the catalog is read only when metrics are
+
+    try:
+        catalog = load_catalog()
+        if method and catalog.has(method):
+            m = catalog.recipe(method).metrics
+            return Vocabulary.of(m.aliases, m.primary)
+    except (UsageError, OSError, ValueError):
+        pass
+    return Vocabulary()
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.4g}") if value == value and value not in (float("inf"), float("-inf")) else value
 
 
 def _is_number(value: Any) -> bool:

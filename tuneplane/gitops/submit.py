@@ -22,21 +22,21 @@ from tuneplane.backends.factory import local_backend, local_lab
 from tuneplane.backends.local.backend import local_manifest
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, Scalar, utc_now
 from tuneplane.errors import UsageError
-from tuneplane.gitops.observe import apply_observation, with_artifacts, with_metrics
+from tuneplane.gitops.observe import apply_observation, vocabulary_of, with_artifacts, with_metrics
+from tuneplane.gitops.record import record_status
 from tuneplane.gitops.requests import RunFlags, request_from_flags
+from tuneplane.gitops.sync import run_chart
 from tuneplane.gitops.writeback import (
     cancelled_before_submit,
     publish,
     refused_status,
     resolve_target,
     submitted_status,
-    write_dashboard,
 )
 from tuneplane.ingest import mint_token
-from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, write_request, write_status
+from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Inputs, RunRequest, RunStatus
 from tuneplane.plan.adapters import compile_plan
@@ -328,7 +328,7 @@ def run_here(repo: GitRepo, lab: Lab, run: PreparedRun, echo: Echo) -> tuple[Run
         commit_run_status(repo, refused_status(run.request, utc_now(), str(exc), "SubmitFailed", run.spec))
         raise UsageError(f"the run could not start: {exc}", hint="fix the cause, then tp rerun it") from None
     status = final_status(backend, run, ref, obs, submitted)
-    return status, commit_run_status(repo, status)
+    return status, commit_run_status(repo, status, backend, ref)
 
 
 def final_status(
@@ -337,28 +337,18 @@ def final_status(
     """Submitted, then what the backend observed, with metrics and artifacts folded in."""
     status = apply_observation(submitted_status(run.request, run.spec, ref, submitted), obs, utc_now())
     summary, series = backend.metrics(ref)
-    status = with_metrics(status, summary, series, primary_metrics(run.spec.spec.recipe.name))
+    vocab = vocabulary_of(run.spec.spec.recipe.name)
+    status = with_metrics(status, summary, series, list(vocab.primary), vocab)
     return with_artifacts(status, backend.artifacts(ref))
 
 
-def primary_metrics(method: str) -> list[str]:
+def commit_run_status(
+    repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None
+) -> str | None:
+    """Commit a local run's status with the dashboard pages it changes, and its chart once it ended."""
 
-    try:
-        catalog = load_catalog()
-        return list(catalog.recipe(method).metrics.primary) if catalog.has(method) else []
-    except (UsageError, OSError, ValueError):
-        return []
-
-
-def commit_run_status(repo: GitRepo, status: RunStatus) -> str | None:
-
-    key = RunKey(status.experiment, status.run_id)
-    write_status(repo.root, status)
-    write_dashboard(repo.root)
-    repo.stage([key.status_rel, DASHBOARD])
-    return repo.commit_staged(
-        f"Status of run {key.run_id} of {key.experiment}: {status.phase}\n\nWritten by tp submit --local.",
-        [key.status_rel, DASHBOARD],
-    )
+    svg = run_chart(backend, ref, status) if backend is not None and ref is not None else None
+    message = f"Status of run {status.run_id} of {status.experiment}: {status.phase}\n\nWritten by tp submit --local."
+    return record_status(repo, status, message, svg)
 
 

@@ -1,9 +1,9 @@
-"""Writeback: status files, the `status/README.md` dashboard, and getting them into the shared branch.
+"""Writeback: building status records, and getting the bot's commits into the shared branch.
 
 The bot owns `status/` and nothing else. Every run has its own status file, so two bots that raced
-only ever conflict on the same run's file (resolved by keeping the more advanced status) or on the
-dashboard (resolved by regenerating it from the files). Pushing is fetch, rebase, retry: bounded
-and jittered, so a handful of bots converge instead of colliding in lockstep.
+only ever conflict on the same run's file (resolved by keeping the more advanced status), on the
+ledger (merged) or on a dashboard page (rendered again from the files). Pushing is fetch, rebase,
+retry: bounded and jittered, so a handful of bots converge instead of colliding in lockstep.
 """
 
 from __future__ import annotations
@@ -12,34 +12,24 @@ import json
 import os
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tuneplane import __version__
 from tuneplane.backends.base import BackendRef
 from tuneplane.errors import UsageError
-from tuneplane.gitops.observe import RANK, backend_object, metric_order
-from tuneplane.lab.fs import atomic_write
+from tuneplane.gitops.ledger import LEDGER, Ledger, merge
+from tuneplane.gitops.observe import RANK, backend_object
+from tuneplane.gitops.record import safe_write
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, status_keys
+from tuneplane.lab.runs import STATUS_DIR
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Provenance, RunRequest, RunStatus, Transition
 from tuneplane.plan.names import jobspec_digest
 
 Checkpoint = Callable[[str], None]
-SPARK = "▁▂▃▄▅▆▇█"
-ICON = {
-    "Submitted": "📨",
-    "Pending": "⏳",
-    "Running": "🏃",
-    "Succeeded": "✅",
-    "Failed": "❌",
-    "Cancelled": "⛔",
-}
 PUSH_ATTEMPTS = 8
 
 
@@ -133,119 +123,6 @@ def cancelled_before_submit(req: RunRequest, now: str) -> RunStatus:
     )
 
 
-# ── the dashboard ────────────────────────────────────────────────────────────────────────────────
-
-
-Known = dict[RunKey, "dict[str, Any] | None"]  # status files already read, as plain JSON
-
-
-def read_raw(root: Path, key: RunKey) -> dict[str, Any] | None:
-    """Status files as plain JSON: the dashboard of thousands of runs must not pay for validation."""
-    try:
-        data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def render_dashboard(root: Path, known: Known | None = None) -> str:
-    """The dashboard text; `known` saves reading files the caller has read (and not changed) already."""
-    known = known or {}
-    keys = sorted(status_keys(root), key=lambda k: (k.run_id, k.experiment), reverse=True)
-    rows = [(key, known[key] if key in known else read_raw(root, key)) for key in keys]
-    phases = Counter(str(data.get("phase", "?")) if data else "unreadable" for _, data in rows)
-    counts = " · ".join(f"{n} {phase.lower()}" for phase, n in sorted(phases.items()))
-    lines = [
-        "# Runs",
-        "",
-        "<!-- Written by `tp bot` from the status files beside it; edits here are overwritten. -->",
-        "",
-        f"**{len(rows)} run{'s' if len(rows) != 1 else ''}**" + (f" · {counts}" if counts else ""),
-        "",
-        "| run | experiment | method | profile | phase | started | duration | metric | files |",
-        "|:--|:--|:--|:--|:--|:--|--:|:--|:--|",
-    ]
-    lines += [_row(key, data) for key, data in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _row(key: RunKey, data: dict[str, Any] | None) -> str:
-    links = f"[request](../{key.request_rel}) · [status]({key.status_rel.removeprefix(STATUS_DIR + '/')})"
-    if data is None:
-        return f"| `{key.run_id}` | {_cell(key.experiment)} | | | ⚠️ unreadable | | | | {links} |"
-    phase = str(data.get("phase", ""))
-    reason = str(data.get("reason") or "")
-    shown = f"{ICON.get(phase, '')} {phase}".strip() + (
-        f" ({reason})" if reason and phase != "Succeeded" else ""
-    )
-    cells = [
-        f"`{key.run_id}`",
-        key.experiment,
-        str(data.get("method") or ""),
-        str(data.get("profile") or ""),
-        shown,
-        short_time(data.get("started_at")),
-        duration_text(data.get("started_at"), data.get("finished_at")),
-        metric_cell(data),
-    ]
-    return "| " + " | ".join(_cell(c) for c in cells) + f" | {links} |"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def short_time(value: Any) -> str:
-    return str(value)[:16].replace("T", " ") if value else ""
-
-
-def duration_text(start: Any, end: Any) -> str:
-    try:
-        seconds = int((_parse(end) - _parse(start)).total_seconds())
-    except (TypeError, ValueError):
-        return ""
-    hours, rest = divmod(max(seconds, 0), 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
-
-
-def _parse(value: Any) -> datetime:
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def metric_cell(data: dict[str, Any]) -> str:
-    metrics = data.get("metrics") or {}
-    if not isinstance(metrics, dict) or not metrics:
-        return ""
-    key = sorted(metrics, key=metric_order)[0]
-    value = metrics[key]
-    history = (data.get("metric_history") or {}).get(key) or []
-    text = f"{key} {value:.4g}" if isinstance(value, int | float) else f"{key} {value}"
-    return f"{text} {sparkline(history)}".rstrip()
-
-
-def sparkline(values: list[Any]) -> str:
-    nums = [float(v) for v in values if isinstance(v, int | float) and v == v][-20:]
-    if len(nums) < 2:
-        return ""
-    low, high = min(nums), max(nums)
-    span = (high - low) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - low) / span * (len(SPARK) - 1) + 0.5))] for v in nums)
-
-
-def write_dashboard(root: Path, known: Known | None = None) -> bool:
-    """Regenerate `status/README.md`; True when its text changed."""
-    path = root / DASHBOARD
-    text = render_dashboard(root, known)
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return False
-    except OSError:
-        pass
-    atomic_write(path, text)
-    return True
-
-
 # ── commit and push ──────────────────────────────────────────────────────────────────────────────
 
 
@@ -297,13 +174,10 @@ def publish(
 ) -> int:
     """Push, rebasing onto whatever other writers pushed first; returns the number of attempts it took."""
     rng = rng or random.Random()
-    root = repo.root
     for attempt in range(1, attempts + 1):
         upstream = repo.fetch(target.remote, target.branch)
         if upstream and not repo.is_ancestor(upstream):
             integrate(repo, f"{target.remote}/{target.branch}", checkpoint)
-            if write_dashboard(root):
-                commit_status(repo, "tp bot: regenerate the dashboard")
         if upstream and repo.head() == upstream:
             return attempt
         if repo.push(target.remote, target.branch):
@@ -328,23 +202,42 @@ def integrate(repo: GitRepo, upstream: str, checkpoint: Checkpoint = _noop) -> N
                 f"rebasing onto {upstream} conflicts in {', '.join(foreign)}, outside status/",
                 hint="resolve it by hand (git pull --rebase), then run the command again",
             )
-        for path in sorted(conflicts, key=lambda p: p == DASHBOARD):
+        for path in sorted(conflicts, key=_resolve_order):
             _resolve(repo, path)
         conflicts = repo.rebase_continue()
 
 
+def _resolve_order(path: str) -> tuple[int, str]:
+    """Status files first, then the ledger (merged), then the pages (rendered from both)."""
+    return (2 if path.endswith(".md") else 1 if path == LEDGER else 0, path)
+
+
 def _resolve(repo: GitRepo, path: str) -> None:
+    from tuneplane.gitops.record import render_page  # lazy: pages are rendered only on conflicts
+
     root = repo.root
-    if path == DASHBOARD:
-        atomic_write(root / path, render_dashboard(root))
+    if path == LEDGER:
+        safe_write(root, path, merge(repo.show_stage(2, path), repo.show_stage(3, path)))
+    elif path.endswith(".md"):
+        safe_write(root, path, render_page(root, path, Ledger.parse(_text(root / LEDGER)).counts))
+    elif path.endswith(".svg"):
+        chosen_svg = repo.show_stage(3, path) or repo.show_stage(2, path) or ""
+        safe_write(root, path, chosen_svg if chosen_svg.endswith("\n") else chosen_svg + "\n")
     else:
         chosen = pick_status(repo.show_stage(2, path), repo.show_stage(3, path))
         if chosen is None:
             repo.git("rm", "-q", "--cached", "--ignore-unmatch", "--", path)
             (root / path).unlink(missing_ok=True)
             return
-        atomic_write(root / path, chosen if chosen.endswith("\n") else chosen + "\n")
+        safe_write(root, path, chosen if chosen.endswith("\n") else chosen + "\n")
     repo.stage([path])
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return None if path.is_symlink() else path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def pick_status(upstream: str | None, ours: str | None) -> str | None:
@@ -371,6 +264,7 @@ def pick_status(upstream: str | None, ours: str | None) -> str | None:
 def recover(repo: GitRepo, message: str = "tp bot: keep status written by an interrupted run") -> str | None:
     """Undo what a killed bot left half done: an interrupted rebase, status files not yet committed."""
     repo.rebase_abort()
-    if os.path.isdir(repo.root / STATUS_DIR) and repo.is_dirty([STATUS_DIR]):
+    status = repo.root / STATUS_DIR
+    if not os.path.islink(status) and os.path.isdir(status) and repo.is_dirty([STATUS_DIR]):
         return commit_status(repo, message)
     return None

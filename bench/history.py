@@ -1,0 +1,236 @@
+"""Benchmark: a lab's git history after thousands of runs, and the bot's no-op cost over it.
+
+    python bench/history.py [--runs 10000] [--batch 20] [--statuses 20000] [--repeat 5]
+
+1. History: `--runs` runs go through the bot's own writer (`gitops.record.Batch`, the code `tp bot`
+   commits with) the way a busy lab makes them: a merge adds `--batch` run requests, a reconcile
+   commits their `Submitted` statuses, a sync commits them `Succeeded` with metrics and a chart
+   (`status/<exp>/<run-id>.svg`), over five experiments and a year of run ids. Then a full clone of
+   the bare remote: the size of its `.git` (target ≤ 10 MB) and the clone's wall time (target ≤ 2 s).
+2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
+   ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
+   `--repeat` (target ≤ 0.3 s each).
+
+There is no peer with a GitOps bot; beside our figures the table prints what the issue measured on
+main before this design (one commit per run, the whole dashboard rewritten each time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+from helpers_git import BRANCH, git, make_remote, seed_lab  # noqa: E402
+from peers import table  # noqa: E402
+
+TARGETS = {"git": 10.0, "clone": 2.0, "noop": 0.3}
+MAIN = {"git": "59 MB", "clone": "18 s", "noop": "1.3–1.7 s"}  # issue 14, measured on main
+EXPERIMENTS = ("sft-base", "sft-lora", "dpo", "grpo", "eval")
+
+
+def run_ids(count: int, seed: int = 7) -> list[str]:
+    """Time-ordered run ids spread over a year (about 27 a day), 10 hex digits like `tp` draws."""
+    rng = random.Random(seed)
+    start = time.mktime((2025, 1, 1, 0, 0, 0, 0, 0, 0))
+    step = 365 * 86400 / max(1, count)
+    out = []
+    for i in range(count):
+        t = time.gmtime(start + i * step + rng.random() * step * 0.5)
+        out.append(time.strftime("%Y%m%d-%H%M%S", t) + f"-{rng.getrandbits(40):010x}")
+    return out
+
+
+def status(exp: str, run_id: str, phase: str, rng: random.Random, commit: str = "") -> object:
+    from tuneplane.models.run import Artifact, BackendObject, Provenance, RunStatus, Transition
+
+    day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}"
+    t0, t1, t2 = f"{day}T{run_id[9:11]}:{run_id[11:13]}:{run_id[13:15]}Z", f"{day}T23:10:00Z", f"{day}T23:55:00Z"
+    history = [Transition(phase="Submitted", at=t0)]
+    fields: dict[str, object] = {}
+    if phase == "Succeeded":
+        history += [Transition(phase="Running", at=t1), Transition(phase="Succeeded", at=t2)]
+        # as `observe.with_metrics` writes them: last values exact, the sparkline history to 4 digits
+        loss = [float(f"{2.5 * math.exp(-i / 6) + rng.random() * 0.05:.4g}") for i in range(20)]
+        fields = {
+            "started_at": t1, "finished_at": t2, "exit_code": 0,
+            "metrics": {"train/loss": loss[-1], "validation/loss": loss[-1] * 1.1,
+                        "train/token_accuracy": 0.6 + rng.random() * 0.3},
+            "metric_history": {"train/loss": loss, "validation/loss": [float(f"{v * 1.1:.4g}") for v in loss[::5]]},
+            "artifacts": [Artifact(kind="checkpoint", path="checkpoints/step-200", format="dir", size_bytes=0,
+                                   step=200)],
+        }
+    return RunStatus(
+        experiment=exp, run_id=run_id, method="trl/sft", profile="h200:8", phase=phase,  # type: ignore[arg-type]
+        submitted_at=t0, history=history,
+        backend=BackendObject(backend="kubernetes", kind="JobSet", name=f"{exp}-{run_id[-10:]}",
+                              namespace="tuneplane", uid=f"{rng.getrandbits(128):032x}"),
+        provenance=Provenance(commit=commit or f"{rng.getrandbits(160):040x}", recipe="trl/sft@1.0.0",
+                              recipe_digest="sha256:" + "a" * 64, image="ghcr.io/org/trl@sha256:" + "b" * 64,
+                              jobspec_digest=f"sha256:{rng.getrandbits(256):064x}", tool_version="0.6.0"),
+        out_dir=f"/mnt/runs/{exp}/{run_id}/out", **fields,
+    )
+
+
+def series(rng: random.Random) -> dict[str, list[tuple[int, float]]]:
+    steps = range(1, 201)
+    return {
+        "loss": [(s, 2.5 * math.exp(-s / 60) + rng.random() * 0.08) for s in steps],
+        "mean_token_accuracy": [(s, 0.4 + 0.5 * (1 - math.exp(-s / 80)) + rng.random() * 0.02) for s in steps],
+        "learning_rate": [(s, 2e-5 * (1 - s / 200)) for s in steps],
+        "grad_norm": [(s, 1 + rng.random()) for s in steps],
+        "eval_loss": [(s, 2.6 * math.exp(-s / 65)) for s in steps if s % 20 == 0],
+    }
+
+
+def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
+    from helpers_git import request
+
+    from tuneplane.gitops.observe import vocabulary_of
+    from tuneplane.gitops.record import Batch
+    from tuneplane.gitops.sync import chart_svg
+    from tuneplane.lab.gitrepo import GitRepo
+    from tuneplane.lab.runs import RunKey, dump_request
+
+    remote = make_remote(tmp)
+    lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",
+                   profile="h200:8")
+    repo = GitRepo(lab)
+    rng = random.Random(1)
+    vocab = vocabulary_of("trl/sft")
+    ids = run_ids(runs)
+    started = time.perf_counter()
+    for at in range(0, runs, batch):
+        chunk = [(EXPERIMENTS[rng.randrange(len(EXPERIMENTS))], r) for r in ids[at : at + batch]]
+        paths = []
+        for exp, run_id in chunk:  # the merge of a pull request with `batch` run requests
+            rel = RunKey(exp, run_id).request_rel
+            (lab / rel).parent.mkdir(parents=True, exist_ok=True)
+            (lab / rel).write_text(dump_request(request(exp, run_id, "h200:8")), encoding="utf-8")
+            paths.append(rel)
+        git(lab, "add", "--", *paths)
+        git(lab, "commit", "-q", "-m", f"request {len(paths)} runs")
+        head = git(lab, "rev-parse", "HEAD")  # what the jobs of this merge run
+        for phase in ("Submitted", "Succeeded"):  # reconcile, then sync, each one commit
+            writer = Batch(repo)
+            for exp, run_id in chunk:
+                writer.status(status(exp, run_id, phase, rng, head))  # type: ignore[arg-type]
+                if phase == "Succeeded":
+                    writer.chart(RunKey(exp, run_id), chart_svg(RunKey(exp, run_id), series(rng), vocab))
+            writer.render([], [])
+            writer.commit(f"tp bot: {phase.lower()} {len(chunk)} runs")
+        if (at // batch) % 50 == 0:
+            print(f"  {at + len(chunk)} runs, {time.perf_counter() - started:.0f} s", flush=True)
+    git(lab, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    return remote, time.perf_counter() - started
+
+
+def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float]:
+    times, size = [], 0.0
+    for i in range(repeat):
+        dest = tmp / f"clone-{i}"
+        start = time.perf_counter()
+        subprocess.run(["git", "clone", "-q", "--no-local", str(remote), str(dest)], check=True)
+        times.append(time.perf_counter() - start)
+        size = sum(p.stat().st_size for p in (dest / ".git").rglob("*") if p.is_file()) / 1e6
+        shutil.rmtree(dest)
+    return statistics.median(times), size
+
+
+def finished_lab(tmp: Path, n: int) -> Path:
+    """`n` finished runs written in a few commits, then one bot run (it builds the ledger)."""
+    from helpers_git import request
+
+    from tuneplane.gitops.record import status_text
+    from tuneplane.lab.runs import RunKey, dump_request
+
+    remote = make_remote(tmp)
+    lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",
+                   profile="h200:8")
+    rng = random.Random(2)
+    for at, run_id in enumerate(run_ids(n, seed=3)):
+        exp = EXPERIMENTS[at % len(EXPERIMENTS)]
+        key = RunKey(exp, run_id)
+        for rel, text in ((key.request_rel, dump_request(request(exp, run_id, "h200:8"))),
+                          (key.status_rel, status_text(status(exp, run_id, "Succeeded", rng)))):  # type: ignore[arg-type]
+            (lab / rel).parent.mkdir(parents=True, exist_ok=True)
+            (lab / rel).write_text(text, encoding="utf-8")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", f"{n} finished runs")
+    bot(lab, "reconcile")  # the first run reads everything once and writes the ledger and the pages
+    return lab
+
+
+def bot(root: Path, verb: str) -> float:
+    return bot_times(root, verb)[0]
+
+
+def bot_times(root: Path, verb: str) -> tuple[float, float]:
+    """Wall time and CPU time (the process and its git children) of one `tp bot VERB`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tuneplane", "bot", verb], cwd=root, capture_output=True,
+                          text=True, check=False)
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"tp bot {verb} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10000)
+    parser.add_argument("--batch", type=int, default=20)
+    parser.add_argument("--statuses", type=int, default=20000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tp-bench-history-"))
+    try:
+        rows, ok = [], True
+        print(f"building the history of {args.runs} runs ({args.batch} per merge) …", flush=True)
+        remote, built = build_history(tmp / "history", args.runs, args.batch)
+        commits = git(remote, "rev-list", "--count", BRANCH)
+        seconds, size = measure_clone(tmp, remote, args.repeat)
+        ok &= size <= TARGETS["git"] and seconds <= TARGETS["clone"]
+        rows.append([f".git of a full clone after {args.runs} runs ({commits} commits)", f"{size:.1f} MB",
+                     f"≤ {TARGETS['git']:g} MB", MAIN["git"]])
+        rows.append([f"full clone after {args.runs} runs (median of {args.repeat})", f"{seconds:.2f} s",
+                     f"≤ {TARGETS['clone']:g} s", MAIN["clone"]])
+        print(f"  built in {built:.0f} s; building a lab of {args.statuses} finished runs …", flush=True)
+        lab = finished_lab(tmp / "noop", args.statuses)
+        for verb in ("reconcile", "sync"):
+            times = [bot_times(lab, verb) for _ in range(args.repeat)]
+            median = statistics.median(t for t, _ in times)
+            cpu = statistics.median(c for _, c in times)
+            ok &= median <= TARGETS["noop"]
+            rows.append([f"no-op `tp bot {verb}` over {args.statuses} statuses (whole process, median)",
+                         f"{median:.3f} s wall, {cpu:.3f} s CPU", f"≤ {TARGETS['noop']:g} s", MAIN["noop"]])
+        if git(lab, "status", "--porcelain"):
+            raise RuntimeError("a no-op bot run changed the lab")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tuneplane", "--help"], check=True, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        rows.append(["for scale, on this machine now: `tp --help`",
+                     f"{time.perf_counter() - start:.3f} s wall, {cpu:.3f} s CPU", "", ""])
+        print(table(rows, ["case", "ours", "target", "main (issue 14)"]))
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

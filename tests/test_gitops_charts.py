@@ -1,0 +1,161 @@
+"""The metric vocabulary (tuneplane.metrics.vocab) and the charts (tuneplane.gitops.charts).
+
+Charts are parsed back as XML and asserted on what a reader sees: panel titles in order, tick labels,
+the legend, a constant shown as a value, hardware on a wall-time axis.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from tuneplane.gitops.charts import (
+    changed_parameters,
+    nice_ticks,
+    render_compare_svg,
+    render_svg,
+    render_table,
+    tick_labels,
+)
+from tuneplane.metrics.vocab import Vocabulary
+
+NS = "{http://www.w3.org/2000/svg}"
+SFT = Vocabulary.of(
+    {"loss": "train/loss", "eval_loss": "validation/loss", "validation/eval_loss": "validation/loss",
+     "mean_token_accuracy": "train/token_accuracy", "learning_rate": "train/lr"},
+    ["train/loss", "validation/loss", "train/token_accuracy", "train/grad_norm", "train/lr"],
+)
+
+
+def _texts(svg: str) -> list[str]:
+    return ["".join(t.itertext()) for t in ET.fromstring(svg).iter(f"{NS}text")]
+
+
+def _titles(svg: str) -> list[str]:
+    return ["".join(t.itertext()) for t in ET.fromstring(svg).iter(f"{NS}text") if t.get("font-weight") == "bold"]
+
+
+# ── vocabulary ───────────────────────────────────────────────────────────────────────────────────
+
+
+def test_trl_keys_take_the_recipes_canonical_names() -> None:
+    assert [SFT.canonical(k) for k in ("loss", "eval_loss", "mean_token_accuracy", "learning_rate")] == [
+        "train/loss", "validation/loss", "train/token_accuracy", "train/lr"]
+
+
+def test_without_aliases_the_hf_convention_names_keys() -> None:
+    plain = Vocabulary()
+    assert plain.canonical("loss") == "train/loss"
+    assert plain.canonical("eval_loss") == "validation/loss"
+    assert plain.canonical("train_runtime") == "train/runtime"
+    assert plain.canonical("test_accuracy") == "eval/accuracy"
+    assert plain.canonical("hw/gpu0/util") == "hw/gpu0/util" and plain.canonical("actor/kl") == "actor/kl"
+
+
+def test_order_is_primary_then_the_rest_then_hardware() -> None:
+    keys = ["hw/cpu", "train/epoch", "validation/token_accuracy", "train/lr", "validation/loss", "train/loss",
+            "eval/score", "train/grad_norm"]
+    assert SFT.order(keys) == ["train/loss", "validation/loss", "train/grad_norm", "train/lr", "train/epoch",
+                               "validation/token_accuracy", "eval/score", "hw/cpu"]
+    assert Vocabulary().order(["hw/mem", "train/acc", "validation/loss", "train/loss"]) == [
+        "train/loss", "validation/loss", "train/acc", "hw/mem"]
+
+
+def test_two_raw_keys_for_one_name_keep_the_canonical_or_the_fuller_one() -> None:
+    assert SFT.pick(["eval_loss", "validation/eval_loss"], {"eval_loss": 5, "validation/eval_loss": 2}) == {
+        "validation/loss": "eval_loss"}
+    assert SFT.pick(["validation/loss", "eval_loss"], {"eval_loss": 9}) == {"validation/loss": "validation/loss"}
+    assert SFT.resolve("loss", ["loss"]) == "loss" and SFT.resolve("train/loss", ["loss"]) == "loss"
+    assert SFT.raw_keys("validation/loss", ["eval_loss", "validation/eval_loss", "loss"]) == [
+        "eval_loss", "validation/eval_loss"]
+
+
+# ── one run ──────────────────────────────────────────────────────────────────────────────────────
+
+
+def test_panels_follow_the_vocabulary_and_constants_become_one_line() -> None:
+    series = {
+        "hw/gpu_util": [(s, float(s % 7)) for s in range(30)],
+        "train/lr": [(s, 2e-5) for s in range(30)],
+        "validation/loss": [(s, 3.0 - s / 20) for s in range(0, 30, 10)],
+        "train/loss": [(s, 3.0 - s / 10) for s in range(30)],
+        "train/epoch": [(s, s / 30) for s in range(30)],
+    }
+    svg = render_svg(series, title="run x", vocab=SFT)
+    assert _titles(svg) == ["train/loss", "validation/loss", "train/epoch", "hw/gpu_util"]
+    assert "train/lr = 2e-05" in _texts(svg)
+    assert not any(t.startswith("train/lr") and "=" not in t for t in _titles(svg))
+
+
+def test_step_ticks_are_whole_numbers_without_duplicates() -> None:
+    svg = render_svg({"train/loss": [(s, 1.0 / s) for s in range(1, 8)],
+                      "validation/loss": [(s, 1.0 + s * 1e-7) for s in range(1, 8)]}, vocab=SFT)
+    labels = [t.get("x") and "".join(t.itertext()) for t in ET.fromstring(svg).iter(f"{NS}text")
+              if t.get("text-anchor") == "middle" and t.get("y") and "font-size" not in t.attrib]
+    steps = [x for x in labels if x]
+    assert steps and all(re.fullmatch(r"\d+", x) for x in steps), steps
+    assert nice_ticks(1, 7, 7, whole=True) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert nice_ticks(1, 7, 6, whole=True) == [2.0, 4.0, 6.0]
+    assert nice_ticks(0, 2, 6, whole=True) == [0.0, 1.0, 2.0]  # never half a step
+    assert all(t == int(t) for t in nice_ticks(0, 3, 8, whole=True))
+    close = nice_ticks(1.0000001, 1.0000007, 4)
+    assert len(set(tick_labels(close))) == len(close)  # tiny ranges still get distinct labels
+
+
+def test_training_panels_share_one_step_axis() -> None:
+    svg = render_svg({"train/loss": [(s, 1.0 / (s + 1)) for s in range(100)],
+                      "validation/loss": [(s, 2.0 / (s + 1)) for s in (0, 50, 99)]}, vocab=SFT)
+    root = ET.fromstring(svg)
+    ends = [p.get("d", "") for p in root.iter(f"{NS}path")]
+    assert len(ends) == 2 and all(d.startswith("M64 ") for d in ends)  # both start at step 0, the left edge
+
+
+def test_hardware_uses_wall_time_when_it_is_known() -> None:
+    svg = render_svg({"train/loss": [(s, 1.0 / (s + 1)) for s in range(10)],
+                      "hw/cpu": [(s, float(s)) for s in range(10)]},
+                     vocab=SFT, times={"hw/cpu": [(30.0 * s, float(s)) for s in range(10)]})
+    texts = _texts(svg)
+    assert "hw/cpu (wall time)" in texts and "time since the first sample" in texts
+    assert any(re.fullmatch(r"\d+m(\d\ds)?", t) for t in texts), texts
+
+
+def test_a_committed_chart_stays_small() -> None:
+    long = {f"train/m{i}": [(s, (s * 7919 % 101) / 101) for s in range(5000)] for i in range(8)}
+    svg = render_svg(long, vocab=SFT, compact=True)
+    assert len(_titles(svg)) == 3 and len(svg) < 6000
+
+
+def test_the_table_follows_the_vocabulary_when_given_one() -> None:
+    summary = {k: {"last": 1.0, "min": 1.0, "max": 1.0, "count": 1, "last_step": 1}
+               for k in ("hw/cpu", "train/lr", "train/loss")}
+    rows = render_table(summary, vocab=SFT).splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["train/loss", "train/lr", "hw/cpu"]
+
+
+# ── several runs ─────────────────────────────────────────────────────────────────────────────────
+
+
+def test_compare_overlays_runs_with_a_legend_of_what_differs() -> None:
+    params = {"run-a": {"lr": 1e-4, "epochs": 3, "profile": "local"},
+              "run-b": {"lr": 3e-4, "epochs": 3, "profile": "local"}}
+    legend = changed_parameters(params)
+    assert legend == {"run-a": "lr=0.0001", "run-b": "lr=0.0003"}
+    runs = {"run-a": {"train/loss": [(s, 2.0 - s / 10) for s in range(10)]},
+            "run-b": {"train/loss": [(s, 1.5 - s / 20) for s in range(10)], "hw/cpu": [(0, 1.0), (1, 2.0)]}}
+    svg = render_compare_svg(runs, legend=legend, vocab=SFT)
+    root = ET.fromstring(svg)
+    assert _titles(svg) == ["train/loss", "hw/cpu"]
+    assert "run-a — lr=0.0001" in _texts(svg) and "run-b — lr=0.0003" in _texts(svg)
+    colours = {p.get("stroke") for p in root.iter(f"{NS}path")}
+    assert len(colours) == 2  # one colour per run, the same on every panel
+
+
+def test_keys_rewritten_by_the_hf_callback_land_on_the_same_names() -> None:
+    # TunePlaneCallback follows transformers' rewrite_logs: `eval_loss` → `eval/loss`, `loss` → `train/loss`
+    assert [SFT.canonical(k) for k in ("train/loss", "eval/loss", "train/mean_token_accuracy",
+                                       "train/learning_rate", "validation/eval_loss")] == [
+        "train/loss", "validation/loss", "train/token_accuracy", "train/lr", "validation/loss"]
+    plain = Vocabulary()
+    assert plain.canonical("eval/accuracy") == "validation/accuracy"
+    assert plain.canonical("test/accuracy") == "eval/accuracy"
+    assert plain.canonical("train/grad_norm") == "train/grad_norm"

@@ -1,0 +1,74 @@
+"""A real run through `tp submit --local` that logs TRL's raw keys shows them under canonical names.
+
+The job logs what TRL's SFTTrainer logs (`loss`, `eval_loss`, `mean_token_accuracy`, `learning_rate`,
+`grad_norm`, `epoch`) through `tuneplane.report`; the status file, `tp job metrics`, the committed chart
+and the dashboard all say `train/loss` and `validation/loss`, primary metrics first, and the raw key
+stays queryable.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+TRAIN = """#!/usr/bin/env bash
+set -euo pipefail
+python - <<'PY'
+import math
+from tuneplane import report
+for step in range(1, 31):
+    report.log({"loss": 2.5 * math.exp(-step / 12), "learning_rate": 2e-5, "grad_norm": 1.0 + step % 3,
+                "mean_token_accuracy": 0.4 + step / 100, "epoch": step / 30}, step=step)
+    if step % 10 == 0:
+        report.log({"eval_loss": 2.6 * math.exp(-step / 14)}, step=step)
+report.finish()
+PY
+"""
+
+
+def _submit(tp, lab: Path) -> str:  # type: ignore[no-untyped-def]
+    result = tp("submit", "sft", "--profile", "local", "--local", "--image", "python:3.12",
+                "--observability-url", "https://track.example.org/p", cwd=lab)
+    assert result.code == 0, result.output
+    return next(line.split()[1].rstrip(":") for line in result.out.splitlines() if line.startswith("run "))
+
+
+def test_trl_style_keys_reach_status_metrics_and_chart_under_canonical_names(tp, lab: Path, git) -> None:  # type: ignore[no-untyped-def]
+    assert tp("new", "sft", "--method", "custom/custom", cwd=lab).code == 0
+    (lab / "experiments/sft/train.sh").write_text(TRAIN)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "a trainer that logs like TRL")
+
+    run_id = _submit(tp, lab)
+
+    status = json.loads(git(lab, "show", f"HEAD:status/sft/{run_id}.json"))
+    assert status["phase"] == "Succeeded"
+    assert {"train/loss", "validation/loss", "train/lr"} <= set(status["metrics"])
+    assert not {"loss", "eval_loss"} & set(status["metrics"])
+
+    shown = tp("job", "metrics", run_id, cwd=lab)
+    assert shown.code == 0, shown.output
+    keys = [line.split()[0] for line in shown.out.splitlines()[1:]]
+    assert keys[:2] == ["train/loss", "validation/loss"] and "train/token_accuracy" not in keys
+    assert "train/mean_token_accuracy" in keys and "train/epoch" in keys
+    raw = tp("job", "metrics", run_id, "--key", "eval_loss", cwd=lab)  # the raw key stays queryable
+    assert raw.code == 0 and raw.out.splitlines()[1].split()[:2] == ["eval_loss", "0.305"], raw.output
+
+    svg = git(lab, "show", f"HEAD:status/sft/{run_id}.svg")
+    titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+              if t.get("font-weight") == "bold"]
+    assert titles[:2] == ["train/loss", "validation/loss"], titles
+    assert "train/lr = 2e-05" in svg  # a constant is one line, not a panel
+    page = git(lab, "show", "HEAD:status/sft/README.md")
+    assert f"![metrics of {run_id}]({run_id}.svg)" in page and "train/loss 0." in page
+    index = git(lab, "show", "HEAD:status/README.md")
+    assert "[sft](sft/README.md)" in index and "1 succeeded" in index
+
+    other = _submit(tp, lab)
+    compared = tp("job", "compare", run_id, other, "--plot", lab.parent / "compare.svg", cwd=lab)
+    assert compared.code == 0, compared.output
+    assert compared.out.splitlines()[3].split()[0] == "train/loss"  # two legend lines, the header, then rows
+    chart = ET.fromstring((lab.parent / "compare.svg").read_text())
+    strokes = {p.get("stroke") for p in chart.iter("{http://www.w3.org/2000/svg}path")}
+    assert len(strokes) == 2  # two runs, overlaid

@@ -1,0 +1,78 @@
+"""The bot's ledger (`status/index.json`): what it has handled, so a no-op run reads almost nothing.
+
+Three small maps, committed with every bot commit:
+- `requests`: experiment → the `runs/<exp>` tree id whose requests all have a status. An experiment
+  whose tree id is unchanged has no new request, so its requests are not even listed.
+- `statuses`: experiment → the `status/<exp>` tree id the bot left. A different id means someone
+  else wrote there (`tp submit --local`, a hand edit, another bot): only the changed files are read.
+- `counts`: experiment → phase → runs, kept up to date from the files each commit changes, so the
+  index page needs no status file of an experiment that did not change.
+- `active`: `exp/run-id` → the phase the bot last saw, for every run it has not seen end. Sync and the
+  cancel check look at these runs only. A run leaves the ledger when the bot itself sees it end
+  (the backend says so, or the bot cancelled it), never because its status file says so: the
+  cluster is the truth, and a status hand-edited to `Succeeded` stays watched.
+
+A missing or damaged ledger is rebuilt from a full scan, so deleting it is always safe. Two bots that
+raced merge their ledgers: active runs are united, tree ids that differ are dropped (rescanned).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+LEDGER = "status/index.json"
+VERSION = 1
+
+
+@dataclass
+class Ledger:
+    requests: dict[str, str] = field(default_factory=dict)
+    statuses: dict[str, str] = field(default_factory=dict)
+    active: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # exp → phase → runs (the index page)
+    found: bool = False  # read from the commit (False: rebuilt by a full scan)
+
+    @classmethod
+    def parse(cls, text: str | None) -> Ledger:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            return cls()
+        maps = [data.get(k) for k in ("requests", "statuses", "active")]
+        if not all(isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in maps):
+            return cls()
+        counts = data.get("counts")
+        if not isinstance(counts, dict) or not all(
+            isinstance(c, dict) and all(isinstance(n, int) and n >= 0 for n in c.values()) for c in counts.values()
+        ):
+            counts = {}
+        return cls(dict(maps[0]), dict(maps[1]), dict(maps[2]), dict(counts), found=True)  # type: ignore[arg-type]
+
+    def dump(self) -> str:
+        data: dict[str, Any] = {
+            "$comment": "Written by tp bot: what it has handled. Safe to delete (it is rebuilt).",
+            "version": VERSION,
+            "requests": dict(sorted(self.requests.items())),
+            "statuses": dict(sorted(self.statuses.items())),
+            "active": dict(sorted(self.active.items())),
+            "counts": {exp: dict(sorted(c.items())) for exp, c in sorted(self.counts.items())},
+        }
+        return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def merge(upstream: str | None, ours: str | None) -> str:
+    """Two bots' ledgers as one: active runs united, tree ids kept only where both agree."""
+    a, b = Ledger.parse(upstream), Ledger.parse(ours)
+    both = Ledger(
+        requests={k: v for k, v in a.requests.items() if b.requests.get(k) == v},
+        statuses={k: v for k, v in a.statuses.items() if b.statuses.get(k) == v},
+        active={**a.active, **b.active},
+        counts={k: v for k, v in a.counts.items() if b.counts.get(k) == v},
+    )
+    return both.dump()

@@ -1,0 +1,260 @@
+"""One bot run's writes, committed together: status files, charts, the pages they change, the ledger.
+
+Every write goes through `safe_write`, which refuses a path with a symbolic link (or any non-directory)
+anywhere below the lab root and never follows one: a committed `status -> /elsewhere` cannot make the
+bot write outside the lab. Only the files written are staged and committed, so whatever else lies in
+the work tree (an untracked request, an uncommitted edit) stays out of the bot's commits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from tuneplane.constants import TERMINAL
+from tuneplane.errors import UsageError
+from tuneplane.gitops import dashboard
+from tuneplane.gitops.ledger import LEDGER, Ledger
+from tuneplane.lab.fs import atomic_write, file_mode
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey
+from tuneplane.models.run import RunStatus
+
+
+def safe_write(root: Path, rel: str, text: str) -> Path:
+    """Atomically write `root/rel`, creating directories; refuse any link or non-directory on the way."""
+    target = safe_path(root, rel)
+    atomic_write(target, text)
+    return target
+
+
+def safe_path(root: Path, rel: str) -> Path:
+    """`root/rel` once every directory on the way is checked (and made): no link, nothing else."""
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise UsageError(f"refusing to write {rel!r}: not a plain path inside the lab")
+    here = Path(root)
+    for index, part in enumerate(parts[:-1]):
+        here = here / part
+        try:
+            info = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here)
+            continue
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            shown = "/".join(parts[: index + 1])
+            raise UsageError(
+                f"{shown} is {what}: the bot never writes through it (it would write {rel} outside the lab)",
+                hint=f"git rm {shown} && git commit, then run the bot again",
+            )
+    target = here / parts[-1]
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise UsageError(f"{rel} is a symbolic link or no regular file: the bot never writes through it",
+                         hint=f"git rm {rel} && git commit, then run the bot again")
+    return target
+
+
+def write_all(root: Path, files: dict[str, str]) -> None:
+    """Many files atomically at one durability cost: temporary files, one `sync`, then the renames.
+
+    A reader (or a bot killed half way) sees each file old or new, never half written, and a power
+    loss cannot leave a renamed file without its bytes."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for rel, text in files.items():
+            target = safe_path(root, rel)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            staged.append((tmp, target))
+            os.fchmod(fd, file_mode(target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+        if staged:
+            os.sync()
+        for tmp, target in staged:
+            os.replace(tmp, target)
+        staged = []
+    finally:
+        for tmp, _target in staged:
+            Path(tmp).unlink(missing_ok=True)
+
+
+class Batch:
+    """Collects one bot run's writes; `commit` renders the pages they touch and commits it all."""
+
+    def __init__(self, repo: GitRepo, ledger: Ledger | None = None) -> None:
+        self.repo = repo
+        self.root = repo.root
+        self.ledger = ledger if ledger is not None else committed_ledger(repo)
+        self.base = dict(self.ledger.statuses)  # tree ids as the ledger had them
+        self.written: set[str] = set()
+        self.touched: dict[str, set[str]] = {}  # exp → months whose runs changed
+        self.deltas: dict[str, Counter[str]] = {}  # exp → phase count changes
+        self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
+        self.pending: dict[str, str] = {}  # written on `flush`, all at once
+
+    # ── writes ───────────────────────────────────────────────────────────────────────────────
+
+    def status(self, status: RunStatus, *, watch: bool | None = None) -> None:
+        """Write a run's status; `watch` keeps it in the ledger's active runs (default: not ended)."""
+        key = RunKey(status.experiment, status.run_id)
+        if key.status_rel in self.pending:
+            before = json.loads(self.pending[key.status_rel])
+        else:
+            before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
+        text = status_text(status)
+        self._put(key.status_rel, text)
+        delta = self.deltas.setdefault(key.experiment, Counter())
+        if before is not None:
+            delta[str(before.get("phase", "?"))] -= 1
+        delta[status.phase] += 1
+        self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+        if watch if watch is not None else status.phase not in TERMINAL:
+            self.ledger.active[str(key)] = status.phase
+        else:
+            self.ledger.active.pop(str(key), None)
+
+    def chart(self, key: RunKey, svg: str) -> None:
+        self._put(dashboard.chart_rel(key), svg)
+        self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+
+    def _put(self, rel: str, text: str) -> None:
+        safe_path(self.root, rel)  # refused now, before anything is written
+        self.pending[rel] = text
+        self.written.add(rel)
+
+    def flush(self) -> None:
+        write_all(self.root, self.pending)
+        self.pending = {}
+
+    def changed_by_others(self, exp: str, run_ids: list[str]) -> None:
+        """Status files someone else committed: their pages are rendered again, counts recounted."""
+        self.extra_changed.add(exp)
+        months = self.touched.setdefault(exp, set())
+        months.update(dashboard.month_of(r) for r in run_ids)
+
+    # ── pages and commit ─────────────────────────────────────────────────────────────────────
+
+    def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
+        """Write the pages the batch changed (every page when `refresh`)."""
+        self.flush()
+        exps = set(self.touched)
+        known = self.ledger.counts
+        for exp in sorted(exps | (set(dashboard_exps(self.root)) if refresh else set())):
+            if exp in known and exp not in self.extra_changed and not refresh:
+                merged = Counter(known[exp])
+                merged.update(self.deltas.get(exp, Counter()))
+                known[exp] = {k: v for k, v in merged.items() if v > 0}
+            else:
+                known[exp] = dict(dashboard.phase_counts(self.root, exp))
+            self._page(dashboard.experiment_page_rel(exp), dashboard.experiment_page(self.root, exp, known[exp]))
+            months = self.touched.get(exp, set())
+            if refresh:
+                months = {dashboard.month_of(r) for r in dashboard.run_ids(self.root, exp)}
+            for month in sorted(months):
+                self._page(dashboard.month_page_rel(exp, month), dashboard.month_page(self.root, exp, month))
+        for exp in [e for e in known if not dashboard.run_ids(self.root, e)]:
+            known.pop(exp)
+        for exp in dashboard_exps(self.root):
+            if exp not in known:
+                known[exp] = dict(dashboard.phase_counts(self.root, exp))
+        self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
+        self.flush()
+
+    def _page(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        try:
+            if not path.is_symlink() and path.read_text(encoding="utf-8") == text:
+                return
+        except OSError:
+            pass
+        self._put(rel, text)
+
+    def commit(self, message: str) -> str | None:
+        """Stage exactly what was written, record the tree ids in the ledger, and commit."""
+        self.flush()
+        if not self.written:
+            return None
+        paths = sorted(self.written)
+        self.repo.git("add", "--", *paths)
+        head = _head_trees(self.repo)
+        for exp in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
+            if self.ledger.statuses.get(exp) != head.get(exp) and exp not in self.extra_changed:
+                # someone else changed this experiment since the ledger was written: let the bot look
+                self.ledger.statuses.pop(exp, None)
+                continue
+            try:
+                self.ledger.statuses[exp] = self.repo.git("write-tree", f"--prefix={STATUS_DIR}/{exp}/")
+            except UsageError:
+                self.ledger.statuses.pop(exp, None)
+        safe_write(self.root, LEDGER, self.ledger.dump())
+        self.repo.git("add", "--", LEDGER)
+        return self.repo.commit_staged(message, [*paths, LEDGER])
+
+
+_NUMBERS = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")
+
+
+def status_text(status: RunStatus) -> str:
+    """A status file: indented JSON with sorted keys, number lists on one line (they are sparklines)."""
+    text = json.dumps(status.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True, ensure_ascii=False)
+    return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
+
+
+def committed_ledger(repo: GitRepo) -> Ledger:
+    return Ledger.parse(repo.show("HEAD", LEDGER) if repo.has_commits() else None)
+
+
+def _head_trees(repo: GitRepo) -> dict[str, str]:
+    if not repo.has_commits():
+        return {}
+    out = repo.git("ls-tree", "HEAD", "--", f"{STATUS_DIR}/")
+    trees = {}
+    for line in out.splitlines():
+        meta, _, path = line.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[1] == "tree":
+            trees[path.split("/", 1)[1]] = parts[2]
+    return trees
+
+
+def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
+    """Any dashboard page again, from the files beside it (a conflict in a rebase)."""
+    parts = rel.split("/")
+    if rel == DASHBOARD:
+        known = {exp: counts.get(exp) or dict(dashboard.phase_counts(root, exp)) for exp in dashboard_exps(root)}
+        return dashboard.index_page(root, {e: c for e, c in known.items() if c})
+    exp = parts[1]
+    if parts[-1] == "README.md":
+        return dashboard.experiment_page(root, exp, dashboard.phase_counts(root, exp))
+    return dashboard.month_page(root, exp, parts[-1].removesuffix(".md"))
+
+
+def record_status(repo: GitRepo, status: RunStatus, message: str, svg: str | None = None) -> str | None:
+    """Write and commit one run's status (and chart) with the pages it changes: `tp submit --local`."""
+    batch = Batch(repo)
+    batch.status(status)
+    if svg is not None:
+        batch.chart(RunKey(status.experiment, status.run_id), svg)
+    batch.render([], [])
+    return batch.commit(message)
+
+
+def refresh_dashboard(repo: GitRepo, message: str = "tp bot: render the dashboard") -> str | None:
+    """Render every page from the status files (a lab written before the split dashboard)."""
+    batch = Batch(repo)
+    batch.render([], [], refresh=True)
+    return batch.commit(message)
+
+
+def dashboard_exps(root: Path) -> list[str]:
+    base = Path(root) / "status"
+    try:
+        return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []

@@ -1,0 +1,75 @@
+"""A run's metrics as people read them: canonical names, primary first, raw keys still answerable.
+
+`RunMetrics` wraps what the ingest read API returns (a summary by raw key and a series reader) with
+the recipe's vocabulary, for `tp job metrics` and `tp job compare`; the status writer
+(`observe.with_metrics`) and the bot's charts use the same vocabulary, so every view names a key the
+same way. A query may name a key canonically (`train/loss`) or as the job logged it (`loss`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuneplane.errors import UsageError
+from tuneplane.metrics.vocab import Vocabulary, counts
+
+Series = Sequence[tuple[int, float]]
+
+
+@dataclass
+class RunMetrics:
+    summary: Mapping[str, Mapping[str, Any]]  # by raw key, as stored
+    read_series: Callable[[str], Series]
+    vocab: Vocabulary
+
+    def names(self) -> dict[str, str]:
+        """Canonical name → the stored key that answers for it, in reading order."""
+        return self.vocab.pick(self.summary, counts(self.summary))
+
+    def select(self, wanted: Sequence[str] = ()) -> dict[str, str]:
+        """Shown name → stored key: every metric (canonical names), or the keys asked for."""
+        names = self.names()
+        if not wanted:
+            return names
+        out: dict[str, str] = {}
+        missing = []
+        for item in wanted:
+            if item in names:
+                out[item] = names[item]
+            elif item in self.summary:
+                out[item] = item  # a raw key stays queryable under its own name
+            else:
+                missing.append(item)
+        if missing:
+            close = [m for item in missing for m in difflib.get_close_matches(item, [*names, *self.summary], 1)]
+            hint = f"did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise UsageError(f"no metric named {', '.join(map(repr, missing))} in this run",
+                             f"{hint + ' ' if hint else ''}keys: {', '.join(names)}")
+        return out
+
+    def table(self, keys: Mapping[str, str], width: int = 24) -> str:
+        from tuneplane.gitops.charts import render_table
+
+        series = {shown: self.read_series(raw) for shown, raw in keys.items()}
+        return render_table({shown: self.summary[raw] for shown, raw in keys.items()}, series, width=width)
+
+    def series(self, keys: Mapping[str, str]) -> dict[str, Series]:
+        return {shown: self.read_series(raw) for shown, raw in keys.items()}
+
+
+def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str, Any]],
+                wanted: Sequence[str] = (), title: str = "") -> str:
+    """One chart per metric with every run overlaid; the legend names each run's changed parameters."""
+    from tuneplane.gitops.charts import changed_parameters, render_compare_svg
+
+    vocab = next(iter(runs.values())).vocab if runs else Vocabulary()
+    lines: dict[str, dict[str, Series]] = {}
+    for label, metrics in runs.items():
+        keys = metrics.names()
+        if wanted:
+            keys = {k: v for k, v in metrics.select([w for w in wanted if w in keys or w in metrics.summary]).items()}
+        lines[label] = dict(metrics.series(keys))
+    return render_compare_svg(lines, legend=changed_parameters(params), title=title, vocab=vocab)

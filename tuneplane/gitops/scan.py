@@ -1,0 +1,190 @@
+"""What a bot run has to look at, found from the commit and the ledger without reading every status.
+
+`scan` lists `runs/` and `status/` one level deep (experiment → tree id), compares the tree ids with
+the ledger, and only for experiments that changed lists their files: a request with no status is new;
+a status file someone else wrote is read to learn whether its run is still going. Runs the ledger
+calls active are read by path. A lab of 20,000 finished runs and no change costs two `ls-tree`s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneplane.constants import TERMINAL
+from tuneplane.errors import UsageError
+from tuneplane.gitops.committed import TREE, Snapshot
+from tuneplane.gitops.ledger import LEDGER, Ledger
+from tuneplane.lab.runs import RUNS_DIR, STATUS_DIR, RunKey
+
+
+@dataclass
+class Scan:
+    snap: Snapshot
+    ledger: Ledger
+    runs_trees: dict[str, str] = field(default_factory=dict)
+    status_trees: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # refused entries, for the output and the dashboard
+    blocked: set[str] = field(default_factory=set)  # experiments whose status/ entry is no directory
+    new: dict[RunKey, str] = field(default_factory=dict)  # committed requests with no status → blob id
+    bad_requests: dict[RunKey, str] = field(default_factory=dict)  # request entries that are no file
+    listed: set[str] = field(default_factory=set)  # experiments whose requests were all listed
+    active: dict[RunKey, dict[str, Any] | None] = field(default_factory=dict)  # status as committed
+    changed_statuses: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # exp → (run, old, new)
+
+    def request_text(self, key: RunKey) -> str | None:
+        """The committed request of a run (None when there is none, or it is no regular file)."""
+        entries = self.snap.entries(key.request_rel)
+        entry = next((e for e in entries if e.path == key.request_rel), None)
+        if entry is None or not entry.regular:
+            return None
+        return self.snap.text(entry.oid, key.request_rel)
+
+
+def scan(root: Path) -> Scan:
+    snap = Snapshot(root)
+    _refuse_linked_dir(root, STATUS_DIR)
+    status_entries = snap.entries(STATUS_DIR)
+    top = next((e for e in status_entries if e.path == STATUS_DIR), None)
+    if top is not None and top.mode != TREE:
+        raise UsageError(
+            f"{STATUS_DIR} is {top.what()} in commit {snap.commit[:12]}: the bot writes status files "
+            "only into a directory of this repository, never through a link",
+            hint=f"git rm {STATUS_DIR} && git commit, then run the bot again (it recreates {STATUS_DIR}/)",
+        )
+    ledger_oid = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
+    ledger = Ledger.parse((snap.blobs([ledger_oid]).get(ledger_oid) or b"").decode("utf-8", "replace")
+                          if ledger_oid else None)
+    work = Scan(snap, ledger)
+    work.status_trees, status_problems = snap.top(STATUS_DIR)
+    for text in status_problems:
+        name = text.split(" ", 1)[0].split("/", 1)[-1]
+        work.blocked.add(name)
+        work.problems.append(text.replace("run files must be committed in this repository; ignored",
+                                          "the bot never writes through it; its runs are not handled"))
+    work.runs_trees, run_problems = snap.top(RUNS_DIR)
+    work.problems += run_problems
+    _find_new(work)
+    _find_changed(work)
+    _read_active(work)
+    return work
+
+
+def _refuse_linked_dir(root: Path, rel: str) -> None:
+    path = Path(root) / rel
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise UsageError(
+            f"{rel} in the work tree is a symbolic link or no directory: the bot never writes through one",
+            hint=f"remove it (git rm {rel}, or delete the link) and run the bot again",
+        )
+
+
+def _find_new(work: Scan) -> None:
+    changed = [
+        exp for exp, oid in work.runs_trees.items()
+        if work.ledger.requests.get(exp) != oid and exp not in work.blocked
+    ]
+    if not changed:
+        return
+    requests = work.snap.runs(RUNS_DIR, ".yaml", changed)
+    statuses = work.snap.runs(STATUS_DIR, ".json", changed)
+    have = set(statuses.found) | set(statuses.refused)
+    for (exp, run_id), oid in requests.found.items():
+        if (exp, run_id) not in have:
+            work.new[RunKey(exp, run_id)] = oid
+    for (exp, run_id), why in requests.refused.items():
+        if (exp, run_id) not in have:
+            work.bad_requests[RunKey(exp, run_id)] = why
+    work.problems += statuses.refused.values()
+    work.listed = set(changed)
+
+
+def _find_changed(work: Scan) -> None:
+    """Status files that changed since the bot last wrote them: runs that may have (re)started."""
+    exps = {e for e in work.status_trees if work.ledger.statuses.get(e) != work.status_trees[e]}
+    exps -= work.blocked
+    oids: dict[RunKey, str] = {}
+    for exp in sorted(exps):
+        old = work.ledger.statuses.get(exp) if work.ledger.found else None
+        rows = _diff(work.snap, old, work.status_trees[exp]) if old else _all(work.snap, exp)
+        work.changed_statuses[exp] = rows
+        for run_id, _old, new in rows:
+            if new:
+                oids[RunKey(exp, run_id)] = new
+    blobs = work.snap.blobs(oids.values())
+    for key, oid in oids.items():
+        data = _json(blobs.get(oid))
+        if data is not None and data.get("phase") not in TERMINAL:
+            work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
+
+
+def _diff(snap: Snapshot, old: str, new: str) -> list[tuple[str, str, str]]:
+    try:
+        out = snap.git("diff-tree", "-z", "--no-renames", old, new)
+    except UsageError:  # the old tree is not in this clone (a shallow clone): read them all
+        return _all_from_tree(snap, new)
+    items = [i for i in out.split("\0") if i]
+    rows = []
+    for meta, path in zip(items[::2], items[1::2], strict=False):
+        parts = meta.lstrip(":").split()
+        if len(parts) < 4 or not path.endswith(".json") or "/" in path:
+            continue
+        old_oid = "" if set(parts[2]) == {"0"} else parts[2]
+        new_oid = "" if set(parts[3]) == {"0"} or parts[1] not in ("100644", "100755") else parts[3]
+        rows.append((path[: -len(".json")], old_oid, new_oid))
+    return rows
+
+
+def _all(snap: Snapshot, exp: str) -> list[tuple[str, str, str]]:
+    listing = snap.runs(STATUS_DIR, ".json", [exp])
+    return [(run_id, "", oid) for (_e, run_id), oid in sorted(listing.found.items())]
+
+
+def _all_from_tree(snap: Snapshot, tree: str) -> list[tuple[str, str, str]]:
+    out = snap.git("ls-tree", "-z", tree)
+    rows = []
+    for item in out.split("\0"):
+        meta, _, name = item.partition("\t")
+        parts = meta.split()
+        if len(parts) == 3 and parts[0] in ("100644", "100755") and name.endswith(".json"):
+            rows.append((name[: -len(".json")], "", parts[2]))
+    return rows
+
+
+def _read_active(work: Scan) -> None:
+    keys = []
+    for text in sorted(work.ledger.active):
+        exp, _, run_id = text.partition("/")
+        if exp in work.blocked:
+            continue
+        keys.append(RunKey(exp, run_id))
+    if not keys:
+        return
+    found: dict[RunKey, str] = {}
+    for start in range(0, len(keys), 500):  # bounded command lines
+        chunk = keys[start : start + 500]
+        out = work.snap.git("ls-tree", "-z", work.snap.commit, "--", *(k.status_rel for k in chunk))
+        for item in out.split("\0"):
+            meta, _, path = item.partition("\t")
+            parts = meta.split()
+            if len(parts) == 3 and parts[0] in ("100644", "100755"):
+                exp, name = path.split("/")[1:3]
+                found[RunKey(exp, name.removesuffix(".json"))] = parts[2]
+    blobs = work.snap.blobs(found.values())
+    for key in keys:
+        if key not in found:
+            work.ledger.active.pop(str(key), None)  # its status is gone: nothing to watch
+            continue
+        work.active[key] = _json(blobs.get(found[key]))
+
+
+def _json(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,207 @@
+"""What every bot run shares: options, the report, the backends, crash points, start and finish.
+
+A run starts by opening the lab's repository, cleaning up after a killed bot and catching up with
+the remote; it scans the commit (`scan`), acts, collects its writes in one `Batch`, and finishes by
+rendering the pages that changed, committing once and (with `push`) publishing with
+fetch–rebase–retry.
+
+Crash testing: `TUNEPLANE_BOT_CRASH_AT=<step>` makes the bot die (`os._exit(CRASH_EXIT)`, as `kill -9`
+would) at that step; see `STEPS`. It exists for the crash-injection tests and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import Backend
+from tuneplane.errors import UsageError
+from tuneplane.gitops.record import Batch
+from tuneplane.gitops.scan import Scan
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.runs import RunKey
+
+CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
+CRASH_EXIT = 197
+STEPS = (
+    "recovered",  # after cleaning up what an earlier, killed bot left
+    "scanned",  # after deciding what to do, before touching a backend
+    "submitted",  # right after the first backend submission, before its status is written
+    "cancelled",  # right after the first backend cancellation, before its status is written
+    "status-written",  # status files written, not committed
+    "committed",  # committed, not pushed
+    "rebasing",  # in a rebase that stopped on conflicts, before resolving them
+    "pushed",  # after the push
+)
+MAX_BACKEND_FAILURES = 3  # in a row: the backend is down, leave the rest for the next run
+Echo = Callable[[str], None]
+
+
+def checkpoint(step: str) -> None:
+    """Die here when asked to (crash-injection tests); otherwise nothing."""
+    if os.environ.get(CRASH_ENV) == step:
+        os._exit(CRASH_EXIT)
+
+
+@dataclass
+class BotReport:
+    submitted: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # the backend refused for now; retried next time
+    updated: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # entries of the commit the bot refused to act on
+    commit: str | None = None
+    pushed: bool = False
+    push_attempts: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.submitted or self.cancelled or self.refused or self.waiting or self.updated)
+
+
+@dataclass
+class BotOptions:
+    push: bool = False
+    remote: str | None = None
+    branch: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+
+
+class Backends:
+    """The backends a bot run needs, built on first use (the kubernetes client costs a second)."""
+
+    def __init__(self, lab: Lab, opts: BotOptions, factory: Callable[[str], Backend] | None = None) -> None:
+        self.lab = lab
+        self.opts = opts
+        self._factory = factory
+        self._made: dict[str, Backend] = {}
+
+    def get(self, name: str) -> Backend:
+        if name not in self._made:
+            self._made[name] = self._factory(name) if self._factory else self._build(name)
+        return self._made[name]
+
+    def _build(self, name: str) -> Backend:
+        from tuneplane.backends.factory import ClusterAccess, make_backend  # lazy: backends cost start-up time
+
+        access = ClusterAccess(self.opts.kubeconfig, self.opts.context, self.opts.in_cluster)
+        return make_backend(name, self.lab, access)
+
+    def close(self) -> None:
+        for backend in self._made.values():
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
+
+def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
+    """Open the lab's repository, clean up after a killed bot, and catch up with the remote."""
+    from tuneplane.gitops.writeback import pull, recover, resolve_target
+
+    lab = load_lab(root)
+    if lab.settings is None:
+        first = lab.problems[0] if lab.problems else None
+        raise UsageError(
+            f"the lab settings cannot be read: {first.message if first else 'tuneplane.yaml'}",
+            hint="run `tp validate` and fix tuneplane.yaml",
+        )
+    repo = GitRepo(lab.root)
+    repo.ensure_identity()
+    recover(repo)
+    checkpoint("recovered")
+    target = resolve_target(repo, opts.remote, opts.branch) if opts.push else None
+    if target is not None:
+        pull(repo, target, checkpoint)
+    return repo, lab, target
+
+
+def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
+    """Requests not yet run, for the dashboard: new ones and those the backend could not take yet."""
+    done = {*report.submitted, *report.cancelled, *report.refused}
+    out = [(key, "merged, not yet submitted") for key in work.new if str(key) not in done]
+    for text in sorted(work.ledger.active):
+        exp, _, run_id = text.partition("/")
+        data = work.active.get(RunKey(exp, run_id))
+        if str(RunKey(exp, run_id)) in report.waiting or (
+            data and data.get("reason") == "SubmitFailed" and not data.get("backend")
+            and text not in done
+        ):
+            out.append((RunKey(exp, run_id), "the backend could not take it yet; retried"))
+    return out
+
+
+def finish(
+    repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo
+) -> BotReport:
+    """Render what changed, commit once, push; the dashboard lists what is waiting and what was refused."""
+    from tuneplane.gitops.writeback import publish
+
+    problems = [*work.problems, *work.bad_requests.values()]
+    report.problems = problems
+    for text in problems:
+        echo(f"  ! {text}")
+    for exp, rows in work.changed_statuses.items():
+        if exp in work.status_trees:
+            batch.ledger.statuses.setdefault(exp, work.status_trees[exp])
+            if batch.ledger.statuses[exp] != work.status_trees[exp]:
+                batch.ledger.statuses[exp] = work.status_trees[exp]
+            batch.changed_by_others(exp, [r for r, _, _ in rows])
+    if batch.written or work.changed_statuses or not work.ledger.found:
+        batch.render(waiting_list(work, report), problems, refresh=not work.ledger.found)
+    checkpoint("status-written")
+    title = summary_title(verb, report)
+    report.commit = batch.commit(title + body(report))
+    if report.commit:
+        echo(f"committed {report.commit[:12]}: {title}")
+    checkpoint("committed")
+    if target is not None and (report.commit or not _published(repo, target)):
+        report.push_attempts = publish(repo, target, checkpoint=checkpoint)
+        report.pushed = True
+        echo(
+            f"pushed to {target.remote}/{target.branch}"
+            + (f" (attempt {report.push_attempts})" if report.push_attempts > 1 else "")
+        )
+        checkpoint("pushed")
+    return report
+
+
+def _published(repo: GitRepo, target: Any) -> bool:
+    try:
+        return repo.rev_parse(f"refs/remotes/{target.remote}/{target.branch}") == repo.head()
+    except UsageError:
+        return False
+
+
+def summary_title(verb: str, report: BotReport) -> str:
+    parts = []
+    for label, items in (
+        ("submit", report.submitted),
+        ("cancel", report.cancelled),
+        ("refuse", report.refused),
+        ("retry later", report.waiting),
+        ("update", report.updated),
+    ):
+        if items:
+            parts.append(f"{label} {len(items)} run{'s' if len(items) != 1 else ''}")
+    return "tp bot: " + (", ".join(parts) if parts else f"{verb}: refresh the dashboard")
+
+
+def body(report: BotReport) -> str:
+    lines = []
+    for label, items in (
+        ("Submitted", report.submitted),
+        ("Cancelled", report.cancelled),
+        ("Refused", report.refused),
+        ("Not yet submitted", report.waiting),
+        ("Updated", report.updated),
+    ):
+        lines += [f"{label}: {item}" for item in items]
+    return ("\n\n" + "\n".join(lines)) if lines else ""

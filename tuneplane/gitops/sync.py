@@ -1,0 +1,207 @@
+"""`tp bot sync`: refresh the runs the bot has not seen end from their backend and the metrics ingest.
+
+Only the ledger's active runs are looked at (see `ledger`), so a lab of 20,000 finished runs syncs in
+the time of two `git ls-tree`s. The cluster is the truth: a status that claims an end (a hand edit to
+`Succeeded`) while the backend still runs the job is corrected back to what the backend reports, so
+`cancel: true` and `tp job cancel` work on it again. When a run ends, its metrics are charted into
+`status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary metrics first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.errors import UsageError
+from tuneplane.gitops.record import Batch
+from tuneplane.gitops.scan import scan
+from tuneplane.gitops.session import Backends, BotOptions, BotReport, Echo, finish, start
+from tuneplane.lab.load import Lab
+from tuneplane.lab.runs import RunKey, status_from
+from tuneplane.metrics.vocab import Vocabulary
+from tuneplane.models.run import RunStatus, Transition
+
+Series = dict[str, list[tuple[int, float]]]
+
+
+def sync(
+    root: Path,
+    opts: BotOptions | None = None,
+    backends: Callable[[str], Backend] | None = None,
+    echo: Echo = print,
+) -> BotReport:
+    """Refresh every run the bot watches; commit and push what changed."""
+    opts = opts or BotOptions()
+    repo, lab, target = start(root, opts)
+    report = BotReport()
+    work = scan(lab.root)
+    batch = Batch(repo, work.ledger)
+    pool = Backends(lab, opts, backends)
+    metrics = IngestReader.from_env(lab)
+    try:
+        for key, raw in sorted(work.active.items()):
+            if raw is not None:
+                _sync_one(pool, metrics, batch, key, raw, report, echo)
+    finally:
+        pool.close()
+    return finish(repo, work, batch, target, report, "sync", echo)
+
+
+def _sync_one(
+    pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
+    echo: Echo,
+) -> None:
+    from tuneplane.gitops.observe import backend_ref
+
+    try:
+        status = status_from(raw, key.status_rel)
+    except UsageError as exc:
+        report.errors.append(str(exc))
+        return
+    ref = backend_ref(status)
+    if ref is None:
+        return  # never submitted: reconcile retries it
+    try:
+        backend = pool.get(ref.backend)
+    except BackendError as exc:  # e.g. no kubeconfig: every run of that backend says the same
+        report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
+        return
+    new = _observed(batch, backend, ref, key, status)
+    if new is None:
+        return
+    new = _with_results(new, backend, ref, metrics, status, batch, key)
+    if new != status:
+        batch.status(new)
+        report.updated.append(str(key))
+        echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+
+
+def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
+    """The status after asking the backend; None when there is nothing more to record."""
+    from tuneplane.gitops.observe import apply_observation
+
+    now = utc_now()
+    try:
+        obs = backend.observe(ref)
+    except BackendError as exc:
+        obs = Observation(phase="Unknown", message=f"could not observe the run: {exc}")
+    if status.phase not in TERMINAL:
+        return apply_observation(status, obs, now)
+    if obs.phase in ("Pending", "Running"):
+        return corrected(status, obs, now, ref.backend)
+    if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
+        batch.ledger.active.pop(str(key), None)
+    return None
+
+
+def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
+                  batch: Batch, key: RunKey) -> RunStatus:
+    """Metrics under their canonical names; artifacts and the chart once the run ended."""
+    from tuneplane.gitops.observe import with_artifacts, with_metrics
+
+    vocab = vocabulary_of(new.method)
+    summary, recent = backend.metrics(ref) if hasattr(backend, "metrics") else metrics.read(status)
+    if summary:
+        new = with_metrics(new, summary, recent, list(vocab.primary), vocab)
+    if new.phase in TERMINAL:
+        if hasattr(backend, "artifacts"):
+            new = with_artifacts(new, backend.artifacts(ref))
+        if summary:
+            batch.chart(key, chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab))
+    return new
+
+
+def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> RunStatus:
+    """A status that claimed an end while the backend still runs the job, put back to the truth."""
+    history = [*status.history, Transition(phase=obs.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
+    message = (
+        f"the status said {status.phase}, but the job is still {obs.phase.lower()} on {backend}: "
+        "corrected by tp bot sync (the cluster is the truth; edit a run's fate with `cancel: true`)"
+    )
+    return status.model_copy(update={
+        "phase": obs.phase, "reason": "Corrected", "message": message, "finished_at": None,
+        "exit_code": None, "history": history,
+    })
+
+
+def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
+                summary: dict[str, Any]) -> Series:
+    """Every point of every key, for the chart (local runs: their own store; cluster: the receiver)."""
+    run_dir = getattr(backend, "run_dir", None)
+    if run_dir is not None:
+        from tuneplane import ingest  # lazy: only when a local run ends
+        from tuneplane.backends.local.backend import DB, read_state
+
+        where = Path(run_dir(ref))
+        run_id = str((read_state(where) or {}).get("run_id", status.run_id))
+        return {k: ingest.series(where / DB, run_id, k) for k in summary}
+    return metrics.series(status, list(summary))
+
+
+def chart_svg(key: RunKey, series: Series, vocab: Vocabulary) -> str:
+    """The chart the bot commits beside a finished run's status: canonical names, primary first."""
+    from tuneplane.gitops.charts import render_svg  # lazy: charts only when a run ends
+
+    weight = {k: float(len(v)) for k, v in series.items()}
+    named = {name: series[raw] for name, raw in vocab.pick(series, weight).items()}
+    return render_svg(named, title=f"{key.experiment} / {key.run_id}", vocab=vocab, compact=True)
+
+
+def vocabulary_of(method: str) -> Vocabulary:
+    from tuneplane.gitops.observe import vocabulary_of as of
+
+    return of(method)
+
+
+def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | None:
+    """The chart of a finished local run (`tp submit --local`), or None when it reported nothing."""
+    if status.phase not in TERMINAL or not hasattr(backend, "metrics"):
+        return None
+    summary, _recent = backend.metrics(ref)
+    if not summary:
+        return None
+    series = full_series(backend, ref, IngestReader("", b""), status, summary)
+    return chart_svg(RunKey(status.experiment, status.run_id), series, vocabulary_of(status.method))
+
+
+class IngestReader:
+    """Metrics of cluster runs from the lab's ingest receiver, with a token minted per run."""
+
+    def __init__(self, endpoint: str, secret: bytes) -> None:
+        self.endpoint, self.secret = endpoint, secret
+
+    @classmethod
+    def from_env(cls, lab: Lab) -> IngestReader:
+        from tuneplane.constants import INGEST_SECRET_ENV
+
+        return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
+
+    def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
+        found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t)) or {}
+        history = self.series(status, list(found))
+        return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
+
+    def series(self, status: RunStatus, keys: list[str]) -> Series:
+        out: Series = {}
+        for key in keys:
+            def fetch(c: Any, t: str, k: str = key) -> Any:
+                return c.fetch_series(self.endpoint, status.run_id, k, t)
+
+            points = self._call(status, fetch)
+            if points:
+                out[key] = list(points)
+        return out
+
+    def _call(self, status: RunStatus, fn: Callable[[Any, str], Any]) -> Any:
+        if not self.endpoint or not self.secret:
+            return None
+        from tuneplane.ingest import client, mint_token  # lazy: only cluster runs with a receiver
+
+        try:
+            return fn(client, mint_token(self.secret, status.run_id))
+        except Exception:  # metrics are a nicety: an unreachable receiver must not stop the sync
+            return None

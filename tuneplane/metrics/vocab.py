@@ -1,0 +1,171 @@
+"""One metric vocabulary: the canonical name of every reported key, and the order people read them in.
+
+Canonical names live in four namespaces: `train/…`, `validation/…`, `eval/…` and `hw/…`. A run's
+raw keys are mapped to them by the recipe's `metrics.aliases` first, then by the convention that
+transformers' own reporting integrations follow (`eval_x` is `validation/x`, `train_x` and a bare
+`x` are `train/x`). Keys those integrations already rewrote are read the same way: `train/loss` and
+`eval/loss` are `loss` and `eval_loss` to the aliases, and evaluation during training (`eval/…`)
+is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`. A
+key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is
+never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw key given as a query
+is answered as itself.
+
+Order: the recipe's `primary` metrics in the recipe's order, then the rest (training, validation,
+evaluation, others; losses before accuracies before the rest), hardware last.
+
+Pure and standard library only: the ingest read path, the status writer, the dashboard and the
+charts all use this one module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+NAMESPACES = ("train/", "validation/", "eval/", "hw/")
+HARDWARE = "hw/"
+# What a recipe that names no primary metrics (custom) shows first.
+DEFAULT_PRIMARY = ("train/loss", "validation/loss")
+# Keys every trainer in the HF family reports under these names, whatever the recipe says.
+CONVENTION = {
+    "learning_rate": "train/lr",
+    "lr": "train/lr",
+    "grad_norm": "train/grad_norm",
+}
+_GROUP = {"train/": 0, "validation/": 1, "eval/": 2}
+_WORDS = ("loss", "acc", "reward", "score", "f1", "perplexity")
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The canonical names and the reading order of one recipe's metrics."""
+
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    primary: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, aliases: Mapping[str, str] | None = None, primary: Iterable[str] = ()) -> Vocabulary:
+        return cls(dict(aliases or {}), tuple(primary))
+
+    # ── names ────────────────────────────────────────────────────────────────────────────────
+
+    def canonical(self, raw: str) -> str:
+        """The canonical name of a raw key."""
+        if raw in self.aliases:
+            return self.aliases[raw]
+        plain = _unprefixed(raw)  # `train/loss`, `eval/loss` as transformers' integrations write them
+        if plain != raw:
+            return self.aliases.get(plain) or CONVENTION.get(plain) or _renamespaced(raw)
+        if raw in CONVENTION:
+            return CONVENTION[raw]
+        if "/" in raw:
+            return raw  # already namespaced (ours, or a framework's own `actor/…`)
+        if raw.startswith("eval_"):
+            return "validation/" + raw[len("eval_") :]
+        if raw.startswith("train_"):
+            return "train/" + raw[len("train_") :]
+        if raw.startswith("test_"):
+            return "eval/" + raw[len("test_") :]
+        return "train/" + raw
+
+    def pick(self, raw_keys: Iterable[str], weight: Mapping[str, float] | None = None) -> dict[str, str]:
+        """`{canonical: raw}` in reading order: which stored key answers for each canonical name.
+
+        Two raw keys with one canonical name (a trainer that logs `eval_loss` and
+        `validation/eval_loss`): the one already spelled canonically wins, else the heavier one by
+        `weight` (e.g. the point count), else the first by name.
+        """
+        chosen: dict[str, str] = {}
+        for raw in sorted(set(raw_keys)):
+            name = self.canonical(raw)
+            held = chosen.get(name)
+            if held is None or _better(raw, held, name, weight):
+                chosen[name] = raw
+        return {name: chosen[name] for name in self.order(chosen)}
+
+    def rename(self, by_raw: Mapping[str, V], weight: Mapping[str, float] | None = None) -> dict[str, V]:
+        """`{raw: value}` as `{canonical: value}`, in reading order (see `pick`)."""
+        return {name: by_raw[raw] for name, raw in self.pick(by_raw, weight).items()}
+
+    def raw_keys(self, name: str, stored: Iterable[str]) -> list[str]:
+        """The stored keys a query for `name` reads: the key itself when stored, else its sources."""
+        keys = list(stored)
+        if name in keys:
+            return [name]
+        return sorted(k for k in keys if self.canonical(k) == name)
+
+    def resolve(self, name: str, stored: Iterable[str], weight: Mapping[str, float] | None = None) -> str | None:
+        """The one stored key that answers a query for `name` (raw or canonical), or None."""
+        keys = list(stored)
+        if name in keys:
+            return name
+        best: str | None = None
+        for raw in sorted(keys):
+            if self.canonical(raw) == name and (best is None or _better(raw, best, name, weight)):
+                best = raw
+        return best
+
+    # ── order ────────────────────────────────────────────────────────────────────────────────
+
+    @property
+    def leading(self) -> tuple[str, ...]:
+        return self.primary or DEFAULT_PRIMARY
+
+    def sort_key(self, name: str) -> tuple[int, int, int, str]:
+        leading = self.leading
+        if name in leading:
+            return (0, leading.index(name), 0, name)
+        if name.startswith(HARDWARE):
+            return (3, 0, 0, name)
+        group = next((g for prefix, g in _GROUP.items() if name.startswith(prefix)), len(_GROUP))
+        word = next((i for i, w in enumerate(_WORDS) if w in name.lower()), len(_WORDS))
+        return (1, group, word, name)
+
+    def order(self, names: Iterable[str]) -> list[str]:
+        """Primary first (in the recipe's order), then the rest, hardware last."""
+        return sorted(set(names), key=self.sort_key)
+
+    def is_primary(self, name: str) -> bool:
+        return name in self.leading
+
+
+def _unprefixed(key: str) -> str:
+    """The key as the trainer logged it, before an HF-style rewrite (`eval/loss` → `eval_loss`)."""
+    for prefix, raw in (("train/", ""), ("eval/", "eval_"), ("test/", "test_"), ("validation/eval_", "eval_")):
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return raw + key[len(prefix) :]
+    return key
+
+
+def _renamespaced(key: str) -> str:
+    """Evaluation during training (`eval/x`, `validation/eval_x`) is validation; `test/x` is eval."""
+    for prefix, namespace in (("eval/", "validation/"), ("test/", "eval/"), ("validation/eval_", "validation/")):
+        if key.startswith(prefix):
+            return namespace + key[len(prefix) :]
+    return key
+
+
+def is_hardware(name: str) -> bool:
+    return name.startswith(HARDWARE)
+
+
+def _better(raw: str, held: str, name: str, weight: Mapping[str, float] | None) -> bool:
+    if (raw == name) != (held == name):
+        return raw == name
+    if weight is not None:
+        a, b = float(weight.get(raw, 0)), float(weight.get(held, 0))
+        if a != b:
+            return a > b
+    return raw < held
+
+
+def counts(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Point counts per key of an ingest summary (the weight `rename` prefers)."""
+    out: dict[str, float] = {}
+    for key, stats in summary.items():
+        value = stats.get("count") if isinstance(stats, Mapping) else None
+        out[key] = float(value) if isinstance(value, int | float) else 0.0
+    return out
