@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_shared import SHARED_DIR, require_shared
 
 from tuneplane import plugins
 from tuneplane.author.plugins import lock_plugin
@@ -23,8 +24,7 @@ from tuneplane.models.plugin import LOCK_API, PLUGIN_SCHEMA_URL
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import tree_digest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-STARFORGE_PLUGINS = SHARED / "fixtures" / "starforge-lab" / "plugins"
+STARFORGE_PLUGINS = SHARED_DIR / "fixtures" / "starforge-lab" / "plugins"
 
 MANIFEST = """\
 schema: tuneplane/plugin/v1
@@ -257,8 +257,7 @@ def test_algorithm_plugin_may_not_target_custom_or_evalkit(tmp_path: Path) -> No
 
 
 def test_starforge_plugins_are_recognised_with_a_migrate_warning() -> None:
-    if not STARFORGE_PLUGINS.is_dir():
-        pytest.fail(f"shared fixtures missing at {STARFORGE_PLUGINS}")
+    require_shared("fixtures", "starforge-lab", "plugins")
     for name in ("opsd", "tiny-qa-prep"):
         problems = validate_plugin_dir(STARFORGE_PLUGINS / name, STARFORGE_PLUGINS.parent)
         warning = only(problems, "plugin-legacy-schema")
