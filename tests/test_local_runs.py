@@ -1,0 +1,183 @@
+"""Local runs are first-class runs: watched, followed and stopped from another terminal.
+
+Every test drives `tp` as real processes: one `tp submit --local` (foreground or `--detach`) and,
+beside it, the commands a second terminal would type. The trainer is a bash loop that reports a metric
+through `tuneplane.report` and waits for a file the test writes, so nothing depends on timing; every
+wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_git import git
+
+SUBMIT = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
+# Reports step i as `loss`, prints a line per step, stops when $TUNEPLANE_EXP_DIR/../../stop-<exp> exists.
+LOOP_SH = """#!/usr/bin/env bash
+set -euo pipefail
+stop="$TUNEPLANE_EXP_DIR/../../../stop-file"
+for i in $(seq 1 3000); do
+  python -c "from tuneplane import report; report.init(); report.log({'loss': 1.0 / $i}, step=$i); report.finish()"
+  echo "step $i"
+  if [ -e "$stop" ]; then echo "done after $i"; exit 0; fi
+  sleep 0.1
+done
+"""
+
+
+def _until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _tp(*args: Any, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _popen(*args: Any, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture()
+def looping_lab(tmp_path: Path, tp: Any) -> Iterator[Path]:
+    root = tmp_path / "lab"
+    assert tp("init", root, "--name", "watch").code == 0
+    assert tp("new", "loop", "--method", "custom/custom", cwd=root).code == 0
+    (root / "experiments" / "loop" / "train.sh").write_text(LOOP_SH, encoding="utf-8")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a trainer that loops until told to stop")
+    yield root
+    (tmp_path / "stop-file").touch()  # whatever happened, let a leftover trainer end
+
+
+def _run_id(root: Path) -> str:
+    found = sorted((root / "status" / "loop").glob("*.json"))
+    return found[0].stem if found else ""
+
+
+def _kill(proc: subprocess.Popen[str]) -> str:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+    out, _ = proc.communicate(timeout=30)
+    return out
+
+
+def test_a_foreground_local_run_is_watched_followed_and_cancelled_from_another_terminal(
+    looping_lab: Path, tmp_path: Path
+) -> None:
+    root = looping_lab
+    submit = _popen("submit", "loop", *SUBMIT, "--local", cwd=root)
+    follower: subprocess.Popen[str] | None = None
+    try:
+        run_id = _until("the run to be registered", lambda: _run_id(root))
+        listed = _until("tp job ls to show it Running",
+                        lambda: (r := _tp("job", "ls", cwd=root)).returncode == 0 and "Running" in r.stdout and r)
+        assert run_id in listed.stdout and "(not submitted)" not in listed.stdout
+
+        status = _until("a live metric in tp job status", lambda: (r := _tp("job", "status", run_id[:14],
+                                                                            cwd=root)) and "loss" in r.stdout and r)
+        assert "Running" in status.stdout and "requested, not submitted" not in status.stdout
+        metrics = _tp("job", "metrics", f"loop/{run_id[:12]}", cwd=root)
+        assert metrics.returncode == 0 and "loss" in metrics.stdout, metrics.stdout + metrics.stderr
+
+        follower = _popen("job", "logs", "-f", run_id, cwd=root)
+        assert follower.stdout is not None
+        _until("the follower to print job lines", lambda: "step" in follower.stdout.readline())
+
+        cancel = _tp("job", "cancel", run_id, cwd=root)
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        assert "Cancelled" in cancel.stdout
+
+        out, _ = submit.communicate(timeout=60)
+        assert submit.returncode == 1 and "Cancelled" in out, out
+        rest, _ = follower.communicate(timeout=30)  # the follower ends with the run
+        assert follower.returncode == 0
+    finally:
+        _kill(submit)
+        if follower is not None:
+            _kill(follower)
+    final = json.loads((root / "status" / "loop" / f"{run_id}.json").read_text(encoding="utf-8"))
+    assert final["phase"] == "Cancelled" and final["reason"] == "Cancelled"
+    assert git(root, "log", "-1", "--format=%s") == f"Status of run {run_id} of loop: Cancelled"
+    assert git(root, "status", "--porcelain") == ""
+    assert "done after" not in (Path(final["out_dir"]).parent / "run.log").read_text(encoding="utf-8")
+
+
+def test_a_detached_local_run_returns_at_once_and_records_its_end(looping_lab: Path, tmp_path: Path) -> None:
+    root = looping_lab
+    started = _tp("submit", "loop", *SUBMIT, "--local", "--detach", cwd=root)
+    assert started.returncode == 0, started.stdout + started.stderr
+    run_id = _run_id(root)
+    assert run_id and f"tp job logs -f {run_id}" in started.stdout and f"tp job status {run_id}" in started.stdout
+    _until("the detached run to be Running",
+           lambda: "Running" in _tp("job", "status", run_id, cwd=root).stdout)
+    (tmp_path / "stop-file").touch()
+
+    def ended() -> dict[str, Any] | None:
+        data = json.loads((root / "status" / "loop" / f"{run_id}.json").read_text(encoding="utf-8"))
+        return data if data["phase"] in ("Succeeded", "Failed", "Cancelled") else None
+
+    final = _until("the detached run to end", ended)
+    assert final["phase"] == "Succeeded" and final["metrics"]["loss"] > 0
+    _until("its status commit", lambda: git(root, "log", "-1", "--format=%s")
+           == f"Status of run {run_id} of loop: Succeeded")
+    logs = _tp("job", "logs", run_id, cwd=root)
+    assert "done after" in logs.stdout
+
+
+def test_status_files_and_requests_name_their_schema_inside_the_lab(looping_lab: Path, tmp_path: Path) -> None:
+    root = looping_lab
+    (tmp_path / "stop-file").touch()
+    done = _tp("submit", "loop", *SUBMIT, "--local", cwd=root, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = _run_id(root)
+    status_path = root / "status" / "loop" / f"{run_id}.json"
+    schema = json.loads(status_path.read_text(encoding="utf-8"))["$schema"]
+    assert (status_path.parent / schema).resolve() == (root / ".tuneplane" / "schemas" / "status.schema.json")
+    request = root / "runs" / "loop" / f"{run_id}.yaml"
+    first = request.read_text(encoding="utf-8").splitlines()[0]
+    ref = first.removeprefix("# yaml-language-server: $schema=")
+    assert (request.parent / ref).resolve() == (root / ".tuneplane" / "schemas" / "run.schema.json")
+    assert _tp("job", "status", run_id, "--json", cwd=root).returncode == 0
+    assert _tp("validate", cwd=root).returncode == 0
+
+
+@pytest.mark.parametrize("form", ["full", "prefix", "exp/run", "path"])
+def test_every_job_command_takes_every_run_reference(looping_lab: Path, tmp_path: Path, form: str) -> None:
+    root = looping_lab
+    (tmp_path / "stop-file").touch()
+    assert _tp("submit", "loop", *SUBMIT, "--local", cwd=root, timeout=120).returncode == 0
+    run_id = _run_id(root)
+    ref = {"full": run_id, "prefix": run_id[:13], "exp/run": f"loop/{run_id}",
+           "path": f"runs/loop/{run_id}.yaml"}[form]
+    for argv in (("status", ref), ("logs", ref), ("metrics", ref)):
+        done = _tp("job", *argv, cwd=root)
+        assert done.returncode == 0, (argv, done.stdout + done.stderr)
+    assert "loss" in _tp("job", "metrics", ref, cwd=root).stdout
+    cancel = _tp("job", "cancel", ref, cwd=root)
+    assert cancel.returncode == 2 and "already ended" in cancel.stderr
+
+
+def test_quickstart_prints_how_to_watch_from_another_terminal(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "examples" / "quickstart.sh"
+    done = subprocess.run(["bash", str(script), str(tmp_path / "qs")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Succeeded" in done.stdout.splitlines()[-1] or "Succeeded" in done.stdout[-400:]
+    assert "another terminal" in done.stdout and "tp job logs -f" in done.stdout
