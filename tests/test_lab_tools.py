@@ -105,10 +105,12 @@ def test_actions_are_pinned_by_commit_with_the_release_in_a_comment(lab: Path) -
         assert comment == PINNED[action], line
 
 
-def test_the_workflow_installs_tp_as_the_lab_file_says(lab: Path, tmp_path: Path) -> None:
+def test_the_workflow_installs_tp_as_the_lab_file_says(tmp_path: Path, tp: Any) -> None:
     """The install step reads tool.requirement from tuneplane.yaml; run it as a runner would."""
+    lab = tmp_path / "lab"
+    assert tp("init", lab, "--tool-requirement", f"tuneplane=={__version__}").code == 0
     lab_file = yaml.safe_load((lab / "tuneplane.yaml").read_text(encoding="utf-8"))
-    assert lab_file["tool"]["requirement"]  # the editable dev install is a git checkout or an index
+    assert lab_file["tool"]["requirement"] == f"tuneplane=={__version__}"
     step = next(s for s in _workflow(lab)["jobs"]["check"]["steps"] if "tool.requirement" in s.get("run", ""))
     script = step["run"].split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
     done = _run(sys.executable, "-c", script, cwd=lab)
@@ -278,16 +280,18 @@ def test_a_commit_is_checked_on_what_it_touches(
     _break(root, "bad")
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     done = _run("git", "commit", "-q", "-m", "broken", cwd=root, env=env, timeout=600)
-    assert done.returncode != 0, done.stdout + done.stderr
-    assert "tp validate" in done.stdout and "custom/nope" in done.stdout
-    assert "experiments/good" not in done.stdout  # only what the commit touches
+    said = done.stdout + done.stderr  # git shows the hook's output on stderr
+    assert done.returncode != 0, said
+    assert "tp validate" in said and "custom/nope" in said and "1 experiment(s)" in said
+    assert "experiments/good" not in said  # only what the commit touches
     _run("git", "reset", "-q", "--hard", cwd=root)
-    shutil.rmtree(root / "experiments" / "bad")
+    shutil.rmtree(root / "experiments" / "bad", ignore_errors=True)  # reset drops what was only staged
     (root / "experiments" / "good" / "README.md").write_text("# good, edited\n", encoding="utf-8")
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    done = _run("git", "commit", "-q", "-m", "edit the good one", cwd=root, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "tp validate" in done.stdout and "Passed" in done.stdout
+    done = _run("git", "commit", "-m", "edit the good one", cwd=root, env=env, timeout=600)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "tp validate" in said and "Passed" in said
 
 
 def test_validate_maps_any_path_to_what_it_belongs_to(lab: Path, tp: Any) -> None:
