@@ -10,43 +10,13 @@ bounds, choices, docs), and refresh the others. Every scaffolded YAML file names
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-SCHEMA_DIR = PurePosixPath(".tuneplane/schemas")
-CONFIG_DIR = SCHEMA_DIR / "config"
-COMMENT = "# yaml-language-server: $schema="
+from tuneplane.lab.schemarefs import config_schema_rel, schema_rel
+
 LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock")
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
-
-
-def schema_rel(kind: str) -> PurePosixPath:
-    """`.tuneplane/schemas/<kind>.schema.json`, relative to the lab root."""
-    return SCHEMA_DIR / f"{kind}.schema.json"
-
-
-def config_schema_rel(method: str) -> PurePosixPath:
-    """`.tuneplane/schemas/config/<framework>/<recipe>.schema.json` for method `<framework>/<recipe>`."""
-    return CONFIG_DIR / f"{method}.schema.json"
-
-
-def reference(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:
-    """The path of `target` relative to the folder of `from_file`, both relative to the lab root."""
-    start = PurePosixPath(from_file).parent
-    return PurePosixPath(os.path.relpath(PurePosixPath(target), start)).as_posix()
-
-
-def comment_line(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:
-    return COMMENT + reference(from_file, target)
-
-
-def with_comment(text: str, line: str) -> str:
-    """`text` whose first line is the schema comment `line` (an existing schema comment is replaced)."""
-    lines = text.splitlines(keepends=True)
-    if lines and lines[0].startswith(COMMENT):
-        lines = lines[1:]
-    return line + "\n" + "".join(lines)
 
 
 def config_schema(method: str, recipe: Any) -> dict[str, Any]:
@@ -107,7 +77,7 @@ def packaged_schemas() -> dict[str, str]:
 
 def write_schemas(root: Path, recipes: dict[str, Any]) -> list[str]:
     """Write the file schemas and the config schema of each `{method: recipe}`; returns what changed."""
-    from tuneplane.lab.yamlio import atomic_write
+    from tuneplane.lab.fs import atomic_write
 
     files = packaged_schemas()
     files.update({config_schema_rel(m).as_posix(): dumps(config_schema(m, r)) for m, r in recipes.items()

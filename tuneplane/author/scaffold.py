@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane import __version__
-from tuneplane.author.editor import packaged_schemas, reference, schema_rel
+from tuneplane.author.editor import packaged_schemas, write_schemas
 from tuneplane.author.toolsource import ToolSource, installed_source
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
@@ -23,10 +23,13 @@ from tuneplane.lab.fs import write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.schemarefs import comment_line, config_schema_rel, reference, schema_rel, with_comment
 from tuneplane.models.base import name_error
+from tuneplane.models.recipe import Recipe
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
 
+CONFIG_FILE = "config.yaml"
 # The actions the lab's workflow pins by commit; .github/dependabot.yml keeps them current.
 ACTIONS = {
     "checkout": {"sha": "3d3c42e5aac5ba805825da76410c181273ba90b1", "version": "v7.0.1"},
@@ -149,10 +152,22 @@ def new_experiment(lab: Lab, name: str, method: str | None, framework_version: s
     try:
         shutil.copytree(template, staging / name, ignore=_ignore, symlinks=False)
         write_json(staging / name / LOCK_FILE, make_lock(catalog, method, key))
+        _point_config_at_its_schema(lab, staging / name, name, method, recipe)
         os.rename(staging / name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _point_config_at_its_schema(lab: Lab, exp_dir: Path, name: str, method: str, recipe: Recipe) -> None:
+    """Write the recipe's config schema into the lab and name it on config.yaml's first line."""
+    config = exp_dir / CONFIG_FILE
+    write_schemas(lab.root, {method: recipe})
+    if not recipe.params or not config.is_file():
+        return  # custom: config.yaml is the user's own, nothing reads it
+    rel = f"{lab.rel(lab.experiments_dir())}/{name}/{CONFIG_FILE}"
+    line = comment_line(rel, config_schema_rel(method))
+    config.write_text(with_comment(config.read_text(encoding="utf-8"), line), encoding="utf-8")
 
 
 def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | None, str]:
