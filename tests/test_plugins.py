@@ -428,7 +428,8 @@ def test_tampered_plugin_names_both_digests_and_the_fix(lab: Path) -> None:
     now = tree_digest(lab / "plugins" / "opsd-patch")
     assert locked in problem.message and now in problem.message
     assert "tp plugin lock exp1 alice/opsd-patch@1.2.0" in problem.hint
-    assert problem.file == "experiments/exp1/plugins.lock.json" and problem.line == 6  # after "$schema" and "apiVersion"
+    # line 6: "$schema" and "apiVersion" come first
+    assert problem.file == "experiments/exp1/plugins.lock.json" and problem.line == 6
 
 
 def test_version_drift_and_requires_core(lab: Path) -> None:
