@@ -81,7 +81,7 @@ def _local_reader(run: str, db: Path | None) -> _Reader:
 def _local_run_db(run: str) -> Path | None:
     """A local run keeps its own store in its run directory; its status file says where that is."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.backends.local.backend import DB
+    from tuneplane.backends.local import DB
     from tuneplane.errors import UsageError
     from tuneplane.lab.load import find_lab_root
     from tuneplane.lab.runs import find_run, read_status
