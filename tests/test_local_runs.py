@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -21,10 +22,10 @@ import pytest
 from helpers_git import git
 
 SUBMIT = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
-# Reports step i as `loss`, prints a line per step, stops when $TUNEPLANE_EXP_DIR/../../stop-<exp> exists.
+# Reports step i as `loss`, prints a line per step, and ends when the test's stop file exists.
 LOOP_SH = """#!/usr/bin/env bash
 set -euo pipefail
-stop="$TUNEPLANE_EXP_DIR/../../../stop-file"
+stop=STOP_FILE
 for i in $(seq 1 3000); do
   python -c "from tuneplane import report; report.init(); report.log({'loss': 1.0 / $i}, step=$i); report.finish()"
   echo "step $i"
@@ -59,7 +60,8 @@ def looping_lab(tmp_path: Path, tp: Any) -> Iterator[Path]:
     root = tmp_path / "lab"
     assert tp("init", root, "--name", "watch").code == 0
     assert tp("new", "loop", "--method", "custom/custom", cwd=root).code == 0
-    (root / "experiments" / "loop" / "train.sh").write_text(LOOP_SH, encoding="utf-8")
+    stop = shlex.quote(str(tmp_path / "stop-file"))
+    (root / "experiments" / "loop" / "train.sh").write_text(LOOP_SH.replace("STOP_FILE", stop), encoding="utf-8")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "a trainer that loops until told to stop")
     yield root
@@ -114,7 +116,9 @@ def test_a_foreground_local_run_is_watched_followed_and_cancelled_from_another_t
             _kill(follower)
     final = json.loads((root / "status" / "loop" / f"{run_id}.json").read_text(encoding="utf-8"))
     assert final["phase"] == "Cancelled" and final["reason"] == "Cancelled"
-    assert git(root, "log", "-1", "--format=%s") == f"Status of run {run_id} of loop: Cancelled"
+    # the owner commits the end first; the canceller then records `cancel: true` in the request
+    assert git(root, "log", "-2", "--format=%s").splitlines() == [
+        f"Cancel run {run_id} of loop", f"Status of run {run_id} of loop: Cancelled"]
     assert git(root, "status", "--porcelain") == ""
     assert "done after" not in (Path(final["out_dir"]).parent / "run.log").read_text(encoding="utf-8")
 

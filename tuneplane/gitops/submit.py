@@ -17,26 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
-from tuneplane.backends.factory import local_backend, local_lab
+from tuneplane.backends.base import SubmitRequest
+from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, Scalar, utc_now
 from tuneplane.errors import UsageError
-from tuneplane.gitops.observe import apply_observation, with_artifacts, with_metrics
+from tuneplane.gitops.localrun import commit_run_status, primary_metrics, run_local
 from tuneplane.gitops.requests import RunFlags, request_from_flags
 from tuneplane.gitops.writeback import (
-    cancelled_before_submit,
     publish,
-    refused_status,
     resolve_target,
-    submitted_status,
-    write_dashboard,
 )
 from tuneplane.ingest import mint_token
-from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import DASHBOARD, RunKey, new_run_id, write_request, write_status
+from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Inputs, RunRequest, RunStatus
 from tuneplane.plan.adapters import compile_plan
@@ -74,6 +69,7 @@ class SubmitOptions:
     message: str = ""
     push: bool = False
     local: bool = False
+    detach: bool = False  # with local: start the run and return; a background owner records its end
     allow_dirty: bool = False
     remote: str | None = None
     branch: str | None = None
@@ -264,10 +260,10 @@ def submit(
         say(f"warning: uncommitted changes are not part of the run; it runs commit {commit[:12]}")
     result = SubmitResult(key, path, request_commit, run.spec)
     if opts.local:
-        say(f"running {key.run_id} on this machine; its output follows")
-        result.status, result.status_commit = run_here(repo, lab, run, echo)
+        say(f"running {key.run_id} on this machine" + ("" if opts.detach else "; its output follows"))
+        result.status, result.status_commit = run_local(
+            repo, lab, run.request, run.spec, backend_request(lab.root, lab, run), echo, say, detach=opts.detach)
     if opts.push:
-
         target = resolve_target(repo, opts.remote, opts.branch)
         publish(repo, target)
         result.pushed = True
@@ -312,53 +308,4 @@ def _message(title: str, request: RunRequest) -> str:
     return "\n".join(lines)
 
 
-def run_here(repo: GitRepo, lab: Lab, run: PreparedRun, echo: Echo) -> tuple[RunStatus, str | None]:
-    """Run on this machine in the foreground, then write and commit the status file and dashboard."""
-    backend = local_backend(lab)
-    submitted = utc_now()
-    try:
-        ref, obs = backend.run(backend_request(lab.root, lab, run), echo=echo)
-    except KeyboardInterrupt:
-        # Interrupted before the job started: record it, or the bot would run the request later.
-
-        commit_run_status(repo, cancelled_before_submit(run.request, utc_now()))
-        raise
-    except BackendError as exc:
-
-        commit_run_status(repo, refused_status(run.request, utc_now(), str(exc), "SubmitFailed", run.spec))
-        raise UsageError(f"the run could not start: {exc}", hint="fix the cause, then tp rerun it") from None
-    status = final_status(backend, run, ref, obs, submitted)
-    return status, commit_run_status(repo, status)
-
-
-def final_status(
-    backend: Any, run: PreparedRun, ref: BackendRef, obs: Observation, submitted: str
-) -> RunStatus:
-    """Submitted, then what the backend observed, with metrics and artifacts folded in."""
-    status = apply_observation(submitted_status(run.request, run.spec, ref, submitted), obs, utc_now())
-    summary, series = backend.metrics(ref)
-    status = with_metrics(status, summary, series, primary_metrics(run.spec.spec.recipe.name))
-    return with_artifacts(status, backend.artifacts(ref))
-
-
-def primary_metrics(method: str) -> list[str]:
-
-    try:
-        catalog = load_catalog()
-        return list(catalog.recipe(method).metrics.primary) if catalog.has(method) else []
-    except (UsageError, OSError, ValueError):
-        return []
-
-
-def commit_run_status(repo: GitRepo, status: RunStatus) -> str | None:
-
-    key = RunKey(status.experiment, status.run_id)
-    write_status(repo.root, status)
-    write_dashboard(repo.root)
-    repo.stage([key.status_rel, DASHBOARD])
-    return repo.commit_staged(
-        f"Status of run {key.run_id} of {key.experiment}: {status.phase}\n\nWritten by tp submit --local.",
-        [key.status_rel, DASHBOARD],
-    )
-
-
+__all__ = ["commit_run_status", "local_lab", "primary_metrics"]  # also used from here by bot, cancel, rerun

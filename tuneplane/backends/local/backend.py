@@ -161,17 +161,25 @@ class LocalBackend:
         )
 
     def _spawn(self, run_dir: Path) -> None:
-        """Start the supervisor in its own session, with no tie to our stdio (we may exit first)."""
+        self.spawn(run_dir, [self.python, "-m", "tuneplane.backends.local", "supervise", str(run_dir)],
+                   _scrubbed_env(os.environ, keep_storage=True))
+
+    def spawn(self, run_dir: Path, argv: list[str], env: dict[str, str]) -> None:
+        """Start a supervising process in its own session, with no tie to our stdio (we may exit first).
+
+        `argv` ends up calling `supervise(run_dir)`: the bare supervisor, or an owner that records
+        the outcome somewhere else too (`tp submit --local --detach` commits the status file).
+        """
         with open(run_dir / "supervisor.log", "ab") as log:
-            subprocess.Popen(
-                [self.python, "-m", "tuneplane.backends.local", "supervise", str(run_dir)],
+            subprocess.Popen(  # our own interpreter and module
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
                 close_fds=True,
                 cwd=run_dir,
-                env=_scrubbed_env(os.environ, keep_storage=True),
+                env=env,
             )
 
     def run_dir(self, ref: BackendRef) -> Path:
@@ -355,8 +363,17 @@ def _read_log(run_dir: Path, path: Path, tail: int | None, follow: bool) -> Iter
                     yield pending.rstrip("\n")
                     pending = ""
                 continue
-            if (read_state(run_dir) or {}).get("phase") in TERMINAL:
-                if pending:
-                    yield pending
+            if _ended(run_dir):
+                rest = fh.read()  # what the job printed between the last read and its end
+                for line in (pending + rest).splitlines():
+                    yield line
                 return
             time.sleep(0.2)
+
+
+def _ended(run_dir: Path) -> bool:
+    """The run is over, or nobody is left to run it (a killed supervisor never writes its end)."""
+    state = read_state(run_dir) or {}
+    if state.get("phase") in TERMINAL:
+        return True
+    return bool(state.get("supervisor_started")) and not supervisor_alive(run_dir)

@@ -45,8 +45,23 @@ from tuneplane.constants import CONFIG_ERROR_EXIT, utc_now
 # ── the supervisor ───────────────────────────────────────────────────────────────────────────────
 
 
-def supervise(run_dir: Path, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the job of `run_dir` to its end, once: a second supervisor for the same run does nothing."""
+# Things that run beside a local job for its whole life, started after the ingest receiver with the
+# job's environment (endpoint and token included) and stopped when the job has ended: each is called as
+# `start(run_dir, env)` and returns its stop function. The native metrics collector registers here.
+Sidecar = Callable[[Path, dict[str, str]], Callable[[], None]]
+SIDECARS: list[Sidecar] = []
+
+
+def supervise(
+    run_dir: Path,
+    echo: Callable[[str], None] | None = None,
+    on_end: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run the job of `run_dir` to its end, once: a second supervisor for the same run does nothing.
+
+    `on_end(state)` runs after the final state is written and before the supervisor lock is released,
+    so whoever waits for the lock (a canceller, `tp job logs -f`) sees the outcome fully recorded.
+    """
     lock = _try_lock(run_dir / SUPERVISOR_LOCK)
     if lock is None:
         return read_state(run_dir) or {}
@@ -55,7 +70,10 @@ def supervise(run_dir: Path, echo: Callable[[str], None] | None = None) -> dict[
         if state.get("supervisor_started"):
             return state
         _update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid())
-        return _Supervisor(run_dir, echo).run()
+        state = _Supervisor(run_dir, echo).run()
+        if on_end is not None:
+            on_end(state)
+        return state
     finally:
         lock.close()
 
@@ -98,12 +116,14 @@ class _Supervisor:
     def _run_with(self, lease: _GpuLease) -> dict[str, Any]:
         stop_ingest, env = self._ingest(dict(self.launch["env"]))
         env = self._child_env(env, lease.ids)
+        stops = [stop_ingest, *(start(self.run_dir, dict(env)) for start in SIDECARS)]
         try:
             self.log = open(self.run_dir / LOG, "a", encoding="utf-8", errors="replace")
             self._line(self._launch_line(lease.ids))
             code = self._execute(env)
         finally:
-            stop_ingest()
+            for stop in reversed(stops):  # sidecars first, so they can flush into the receiver
+                stop()
             if self.log is not None:
                 self.log.close()
                 self.log = None
