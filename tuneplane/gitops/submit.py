@@ -35,6 +35,7 @@ from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Inputs, RunRequest, RunStatus
 from tuneplane.plan.adapters import compile_plan
+from tuneplane.plan.adapters.base import cpu_smoke_test
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.resolve import resolve, resolve_prepared
@@ -258,6 +259,9 @@ def submit(
     say(f"wrote {key.request_rel} (committed {request_commit[:12]})")
     if dirty and not opts.commit:
         say(f"warning: uncommitted changes are not part of the run; it runs commit {commit[:12]}")
+    if cpu_smoke_test(run.spec):
+        say(f"warning: {run.spec.spec.recipe.name} is a GPU recipe; here it runs on CPU, which is fine for a "
+            "smoke test and slow for real training")
     result = SubmitResult(key, path, request_commit, run.spec)
     if opts.local:
         say(f"running {key.run_id} on this machine" + ("" if opts.detach else "; its output follows"))

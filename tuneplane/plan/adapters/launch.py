@@ -58,7 +58,7 @@ def accelerate(spec: JobSpec, entry: list[str]) -> LaunchPlan:
 def ray_driver(spec: JobSpec, entry: list[str]) -> LaunchPlan:
     """The driver runs on the Ray head in the launcher's interpreter (plugins apply there)."""
     return make_plan(spec, [PYTHON, *entry], mode="ray-driver", in_process=True,
-                     procs_per_node=max(1, spec.spec.resources.gpus_per_node))
+                     procs_per_node=processes_per_node(spec))
 
 
 def single(spec: JobSpec, entry: list[str]) -> LaunchPlan:
