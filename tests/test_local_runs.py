@@ -185,3 +185,39 @@ def test_quickstart_prints_how_to_watch_from_another_terminal(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Succeeded" in done.stdout.splitlines()[-1] or "Succeeded" in done.stdout[-400:]
     assert "another terminal" in done.stdout and "tp job logs -f" in done.stdout
+
+
+@pytest.mark.slow
+def test_local_2_trains_image_classification_on_two_cpu_ranks(tmp_path: Path, tp: Any) -> None:
+    pytest.importorskip("torch")
+    root = tmp_path / "lab"
+    assert tp("init", root, "--name", "cpu").code == 0
+    assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=root).code == 0
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "image classification")
+    small = ("epochs=1", "synthetic_train_samples=256", "synthetic_val_samples=64", "batch_size=32", "log_interval=1")
+    done = _tp("submit", "cls", "--profile", "local:2", "--image", "pytorch/pytorch:2.13.0",
+               *(a for kv in small for a in ("--set", kv)), "--local", cwd=root, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "--nproc_per_node 2" in done.stdout and "(GPUs none)" in done.stdout
+    finished = [json.loads(line.split("│ ", 1)[1]) for line in done.stdout.splitlines()
+                if '"event": "finished"' in line]
+    assert finished and finished[0]["world_size"] == 2
+    assert finished[0]["steps"] == 4  # 256 samples over 2 ranks of 32 per step: half the steps of one rank
+    status = json.loads(next((root / "status" / "cls").glob("*.json")).read_text(encoding="utf-8"))
+    assert status["phase"] == "Succeeded" and "validation/accuracy" in status["metrics"]
+
+
+def test_a_cpu_launch_line_gets_its_process_count(tmp_path: Path, tp: Any) -> None:
+    """The seed's `--nproc_per_node "$TUNEPLANE_CLUSTER_GPUS_PER_NODE"` starts 0 on a CPU profile: warned."""
+    root = tmp_path / "lab"
+    assert tp("init", root, "--name", "seed").code == 0
+    assert tp("new", "ddp", "--method", "custom/custom", cwd=root).code == 0
+    train = root / "experiments" / "ddp" / "train.sh"
+    train.write_text('#!/usr/bin/env bash\nset -euo pipefail\nexec torchrun --nproc_per_node '
+                     '"$TUNEPLANE_CLUSTER_GPUS_PER_NODE" "$TUNEPLANE_EXP_DIR/train.py"\n', encoding="utf-8")
+    warned = tp("validate", "ddp", cwd=root)
+    assert warned.code == 0 and "launch-zero-procs" in warned.out and "train.sh:3:" in warned.out
+    assert "TUNEPLANE_CLUSTER_PROCS_PER_NODE" in warned.out and "local" in warned.out
+    train.write_text(train.read_text(encoding="utf-8").replace("GPUS_PER_NODE", "PROCS_PER_NODE"), encoding="utf-8")
+    assert "launch-zero-procs" not in tp("validate", "ddp", cwd=root).out
