@@ -221,3 +221,26 @@ def test_a_cpu_launch_line_gets_its_process_count(tmp_path: Path, tp: Any) -> No
     assert "TUNEPLANE_CLUSTER_PROCS_PER_NODE" in warned.out and "local" in warned.out
     train.write_text(train.read_text(encoding="utf-8").replace("GPUS_PER_NODE", "PROCS_PER_NODE"), encoding="utf-8")
     assert "launch-zero-procs" not in tp("validate", "ddp", cwd=root).out
+
+
+def test_export_runs_here_against_a_local_runs_outputs(looping_lab: Path, tmp_path: Path, tp: Any) -> None:
+    root = looping_lab
+    (tmp_path / "stop-file").touch()
+    assert _tp("submit", "loop", *SUBMIT, "--local", cwd=root, timeout=120).returncode == 0
+    source = json.loads(next((root / "status" / "loop").glob("*.json")).read_text(encoding="utf-8"))
+    assert tp("new", "sft", "--method", "trl/sft", cwd=root).code == 0
+    text = (root / "tuneplane.yaml").read_text(encoding="utf-8").replace(
+        "  defaults: {}", '  defaults: {trl: "ghcr.io/acme/trl:1"}', 1)
+    (root / "tuneplane.yaml").write_text(text, encoding="utf-8")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a TRL experiment")
+    ref = f"loop/{source['run_id'][:12]}"
+    dry = _tp("export", "sft", "--checkpoint", ref, "--dry-run", cwd=root)
+    assert dry.returncode == 0 and f"--checkpoint {source['out_dir']}" in dry.stdout
+    assert "00000000-000000-000000" not in dry.stdout + dry.stderr and "run folder: " in dry.stderr
+    here = _tp("export", "sft", "--checkpoint", ref, "--local", cwd=root, timeout=300)
+    statuses = [json.loads(p.read_text(encoding="utf-8")) for p in (root / "status" / "sft").glob("*.json")]
+    assert [s["operation"] for s in statuses] == ["export"], here.stdout + here.stderr
+    log = (Path(statuses[0]["out_dir"]).parent / "run.log").read_text(encoding="utf-8")
+    assert "export.py" in log and source["out_dir"] in log  # it ran here, on that run's outputs
+    assert "runs on CPU" in here.stdout  # a GPU recipe on the local profile: warned
