@@ -80,14 +80,14 @@ def test_pre_commit_hook_definitions():
 
     released = ToolSource("tuneplane @ git+https://git.example.org/tp@v0.5.0", "x", "https://git.example.org/tp",
                           "v0.5.0")
-    config = yaml.safe_load(lab_files("demo", released)[".pre-commit-config.yaml"])
+    config = yaml.safe_load(lab_files("demo", tool=released)[".pre-commit-config.yaml"])
     assert config["repos"] == [{"repo": "https://git.example.org/tp", "rev": "v0.5.0",
                                 "hooks": [{"id": "tp-validate"}]}]
-    indexed = yaml.safe_load(lab_files("demo", ToolSource("tuneplane==0.5.0", "x"))[".pre-commit-config.yaml"])
+    indexed = yaml.safe_load(lab_files("demo", tool=ToolSource("tuneplane==0.5.0", "x"))[".pre-commit-config.yaml"])
     hook = indexed["repos"][0]["hooks"][0]
     assert indexed["repos"][0]["repo"] == "local" and hook["entry"] == "tp validate"
     assert hook["language"] == "python" and hook["additional_dependencies"] == ["tuneplane==0.5.0"]
-    unknown = yaml.safe_load(lab_files("demo", ToolSource("", "x"))[".pre-commit-config.yaml"])
+    unknown = yaml.safe_load(lab_files("demo", tool=ToolSource("", "x"))[".pre-commit-config.yaml"])
     assert unknown["repos"][0]["hooks"][0]["language"] == "system"
 
 
