@@ -61,7 +61,9 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
             return scope_all(lab)
         root = _experiment_root(lab, parts)
         if root:
-            scope.experiments.add(parts[root])
+            folder = lab.root.joinpath(*parts[:root + 1])
+            if not parts[root].startswith(".") and folder.is_dir():  # not a root's .gitkeep or a gone folder
+                scope.experiments.add(parts[root])
         elif any(Path(rel).is_relative_to(d) for d in lab.config.shared_code):
             return scope_all(lab)  # shared code reaches every experiment
         elif len(parts) >= 3 and parts[0] == "runs" and rel.endswith((".yaml", ".yml")):
