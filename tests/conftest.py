@@ -15,7 +15,8 @@ For tests to request:
   directory, made the catalog in force through `$TUNEPLANE_CATALOG`. Edit it freely.
 - `git(root, *args) -> str`: run git in `root` with the test identity; returns stdout.
 - `home`: the private `$HOME` of this test.
-- `shared_dir`: the read-only `../shared` folder (CRDs, StarForge fixtures).
+- `shared_dir`: the read-only `../shared` folder (CRDs, StarForge fixtures); skipped with the reason
+  when absent (a failure in CI). `require_shared(*parts)` does the same for module-level helpers.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_shared import require_shared
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DIR = REPO_ROOT.parent / "shared"
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -143,8 +144,7 @@ def home(_isolated_env: Path) -> Path:
 @pytest.fixture()
 def shared_dir() -> Path:
     """`../shared`: public CRDs and fixtures, read at run time and never copied into the project."""
-    assert SHARED_DIR.is_dir(), f"{SHARED_DIR} is missing"
-    return SHARED_DIR
+    return require_shared()
 
 
 # ── trees and git ───────────────────────────────────────────────────────────────────────────────────

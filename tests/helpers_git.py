@@ -182,7 +182,7 @@ def remote_show(remote: Path, path: str) -> str:
 def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None = None):  # type: ignore[no-untyped-def]
     """The bot's backends for in-process tests: the cluster is the fake API server, fast retries."""
     from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
-    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.local import LocalBackend
 
     def make(name: str):  # type: ignore[no-untyped-def]
         if name == "local":

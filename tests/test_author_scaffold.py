@@ -304,7 +304,9 @@ def test_new_from_an_existing_experiment(lab: Path, tp: Any) -> None:
     result = tp("new", "second", "--from", "first")
     assert result.code == 0, result.output
     second = lab / "experiments/second"
-    assert (second / "config.yaml").read_text(encoding="utf-8") == "epochs: 7\n"
+    schema = "../../.tuneplane/schemas/config/pytorch/image-classification.schema.json"
+    assert (second / "config.yaml").read_text(encoding="utf-8") == (
+        f"# yaml-language-server: $schema={schema}\nepochs: 7\n")
     lock = json.loads((second / "recipe.lock.json").read_text(encoding="utf-8"))
     assert lock["recipe"]["name"] == "pytorch/image-classification"
     assert tp("validate", "second").code == 0

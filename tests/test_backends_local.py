@@ -13,7 +13,7 @@ from helpers_git import git, request
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import SubmitRequest
-from tuneplane.backends.local.backend import (
+from tuneplane.backends.local import (
     CANCEL,
     LOG,
     STATE,

@@ -159,7 +159,7 @@ def test_lint_warnings_point_at_the_line(lab: Path, tp: Any, rule: str, script: 
 def test_lint_passing_example_is_quiet(lab: Path, tp: Any) -> None:
     new(tp, "byo", "custom/custom")
     write(lab, "experiments/byo/train.sh", "#!/usr/bin/env bash\nset -euo pipefail\n"
-          'exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" '
+          'exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" '
           '"${TUNEPLANE_EXP_DIR}/train.py" '
           '--output-dir "${TUNEPLANE_OUT_DIR}"\n')
     assert report(tp, "byo")[1]["problems"] == []

@@ -85,7 +85,7 @@ def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
     run_id = status_path.stem
     request = (root / f"runs/logreg/{run_id}.yaml").read_text()
     assert request.startswith(
-        "# yaml-language-server: $schema=https://tuneplane.dev/schemas/run.schema.json\n"
+        "# yaml-language-server: $schema=../../.tuneplane/schemas/run.schema.json\n"
     )
     assert "lr: 0.5" in request and "message: first try" in request
     log = git(root, "log", "--format=%s", "-3").splitlines()

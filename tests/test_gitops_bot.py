@@ -285,7 +285,7 @@ echo weights > "$TUNEPLANE_OUT_DIR/checkpoints/step-4.bin"
 
 
 def _wait_local(root: Path, run_id: str) -> None:
-    from tuneplane.backends.local.backend import read_state
+    from tuneplane.backends.local import read_state
 
     status = status_of(root, run_id)
     run_dir = Path(status.out_dir).parent

@@ -373,6 +373,7 @@ def test_spec_to_env_has_every_variable_in_a_fixed_order(lab: Lab) -> None:
         out,
     )
     assert (env["TUNEPLANE_CLUSTER_NUM_NODES"], env["TUNEPLANE_CLUSTER_GPUS_PER_NODE"]) == ("2", "8")
+    assert env["TUNEPLANE_CLUSTER_PROCS_PER_NODE"] == "8"
     assert (env["TUNEPLANE_JOB_ENABLED"], env["TUNEPLANE_JOB_ENDPOINT"]) == ("1", "http://ingest:8080")
     assert env["TUNEPLANE_JOB_RUN_ID"] == env["TUNEPLANE_RUN_ID"] == RUN_ID
     assert env["TUNEPLANE_CORE_VERSION"] == __version__ and env["TUNEPLANE_JOB_MONITOR_INTERVAL"] == "10"

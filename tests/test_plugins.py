@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_shared import SHARED_DIR, require_shared
 
 from tuneplane import plugins
 from tuneplane.author.plugins import lock_plugin
@@ -19,12 +20,11 @@ from tuneplane.check.plugin_locks import check_experiment_plugins
 from tuneplane.check.plugins import load_plugin_manifest, validate_plugin_dir
 from tuneplane.cli.main import run
 from tuneplane.errors import UsageError
-from tuneplane.models.plugin import LOCK_API, PLUGIN_SCHEMA_URL
+from tuneplane.models.plugin import LOCK_API
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import tree_digest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-STARFORGE_PLUGINS = SHARED / "fixtures" / "starforge-lab" / "plugins"
+STARFORGE_PLUGINS = SHARED_DIR / "fixtures" / "starforge-lab" / "plugins"
 
 MANIFEST = """\
 schema: tuneplane/plugin/v1
@@ -257,8 +257,7 @@ def test_algorithm_plugin_may_not_target_custom_or_evalkit(tmp_path: Path) -> No
 
 
 def test_starforge_plugins_are_recognised_with_a_migrate_warning() -> None:
-    if not STARFORGE_PLUGINS.is_dir():
-        pytest.fail(f"shared fixtures missing at {STARFORGE_PLUGINS}")
+    require_shared("fixtures", "starforge-lab", "plugins")
     for name in ("opsd", "tiny-qa-prep"):
         problems = validate_plugin_dir(STARFORGE_PLUGINS / name, STARFORGE_PLUGINS.parent)
         warning = only(problems, "plugin-legacy-schema")
@@ -298,7 +297,8 @@ def test_plugin_new_scaffolds_a_valid_plugin_in_the_lab(
     assert tp(lab / "experiments" / "exp1", monkeypatch, "plugin", "new", "my-patch") == 0
     root = lab / "plugins" / "my-patch"
     first = (root / "plugin.yaml").read_text().splitlines()[0]
-    assert first == f"# yaml-language-server: $schema={PLUGIN_SCHEMA_URL}"
+    assert first == "# yaml-language-server: $schema=../../.tuneplane/schemas/plugin.schema.json"
+    assert (root / "../../.tuneplane/schemas/plugin.schema.json").resolve().is_file()
     assert validate_plugin_dir(root) == []
     manifest = load_plugin_manifest(root)
     module = manifest.module
@@ -342,6 +342,7 @@ def test_plugin_lock_writes_a_sorted_canonical_lock(lab: Path, monkeypatch: pyte
     text, data = read_lock(lab)
     assert text == json.dumps(data, indent=2, sort_keys=True) + "\n"
     assert data == {
+        "$schema": "../../.tuneplane/schemas/plugins-lock.schema.json",
         "apiVersion": LOCK_API,
         "plugins": [
             {"id": "bob/aaa", "version": "1.2.0", "digest": tree_digest(lab / "plugins" / "aaa")},
@@ -427,7 +428,8 @@ def test_tampered_plugin_names_both_digests_and_the_fix(lab: Path) -> None:
     now = tree_digest(lab / "plugins" / "opsd-patch")
     assert locked in problem.message and now in problem.message
     assert "tp plugin lock exp1 alice/opsd-patch@1.2.0" in problem.hint
-    assert problem.file == "experiments/exp1/plugins.lock.json" and problem.line == 5
+    # line 6: "$schema" and "apiVersion" come first
+    assert problem.file == "experiments/exp1/plugins.lock.json" and problem.line == 6
 
 
 def test_version_drift_and_requires_core(lab: Path) -> None:

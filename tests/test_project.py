@@ -73,12 +73,22 @@ def test_lab_workflow_is_schema_valid_and_queues_bot_runs():
 
 def test_pre_commit_hook_definitions():
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
-    assert hooks[0]["id"] == "tp-validate" and hooks[0]["entry"].startswith("tp validate")
+    assert hooks[0]["id"] == "tp-validate" and hooks[0]["entry"] == "tp validate"
+    assert hooks[0]["language"] == "python" and hooks[0]["pass_filenames"] is True
     from tuneplane.author.scaffold import lab_files
+    from tuneplane.author.toolsource import ToolSource
 
-    config = yaml.safe_load(lab_files("demo")[".pre-commit-config.yaml"])
-    hook = config["repos"][0]["hooks"][0]
-    assert hook["entry"].startswith("tp validate") and hook["language"] == "system"
+    released = ToolSource("tuneplane @ git+https://git.example.org/tp@v0.5.0", "x", "https://git.example.org/tp",
+                          "v0.5.0")
+    config = yaml.safe_load(lab_files("demo", tool=released)[".pre-commit-config.yaml"])
+    assert config["repos"] == [{"repo": "https://git.example.org/tp", "rev": "v0.5.0",
+                                "hooks": [{"id": "tp-validate"}]}]
+    indexed = yaml.safe_load(lab_files("demo", tool=ToolSource("tuneplane==0.5.0", "x"))[".pre-commit-config.yaml"])
+    hook = indexed["repos"][0]["hooks"][0]
+    assert indexed["repos"][0]["repo"] == "local" and hook["entry"] == "tp validate"
+    assert hook["language"] == "python" and hook["additional_dependencies"] == ["tuneplane==0.5.0"]
+    unknown = yaml.safe_load(lab_files("demo", tool=ToolSource("", "x"))[".pre-commit-config.yaml"])
+    assert unknown["repos"][0]["hooks"][0]["language"] == "system"
 
 
 @pytest.mark.slow

@@ -640,7 +640,6 @@ def test_tp_render_changed_diff_against_the_base(cli_lab: Path, tp: Any) -> None
 
 
 def test_tp_export_and_eval_dry_run(cli_lab: Path, tp: Any) -> None:
-    exp_dir = "/mnt/tuneplane/runs/alice/t/00000000-000000-000000/work/experiments/t"
     result = tp(
         "export",
         "t",
@@ -651,11 +650,14 @@ def test_tp_export_and_eval_dry_run(cli_lab: Path, tp: Any) -> None:
         "--dry-run",
     )
     assert result.code == 0, result.output
+    # the real run folder a run started now gets (a fresh run id), named on stderr too
+    run_dir = result.err.strip().removeprefix("run folder: ")
+    assert re.fullmatch(r"/mnt/tuneplane/runs/alice/t/\d{8}-\d{6}-[0-9a-f]{10}", run_dir), result.err
     assert shlex.split(result.out) == [
         "python3",
-        f"{exp_dir}/export.py",
+        f"{run_dir}/work/experiments/t/export.py",
         "--output-dir",
-        "/mnt/tuneplane/runs/alice/t/00000000-000000-000000/out",
+        f"{run_dir}/out",
         "--checkpoint",
         "/mnt/tuneplane/runs/alice/t/r/out/checkpoints/final",
     ]

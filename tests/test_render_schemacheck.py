@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from helpers_shared import require_shared
 
 from tuneplane.render.schemacheck import (
     CORE_SCHEMAS,
@@ -35,7 +36,6 @@ from tuneplane.render.schemacheck import (
     own_validator,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CRD_FILES = {"JobSet": "jobset.x-k8s.io_jobsets.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 SERVED = {"JobSet": "v1alpha2", "RayJob": "v1"}
 GOLDEN = Path(__file__).parent / "golden"
@@ -65,8 +65,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @cache
 def crd_schema(kind: str) -> dict[str, Any]:
-    path = SHARED / "k8s-crds" / CRD_FILES[kind]
-    assert path.is_file(), f"{path} is missing"
+    path = require_shared("k8s-crds", CRD_FILES[kind])
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == SERVED[kind]]
     assert version["served"] is True

@@ -16,6 +16,7 @@ from tuneplane.lab import fs
 from tuneplane.lab.fs import write_json
 from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import load_lab
+from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.base import name_error
 from tuneplane.models.plugin import (
@@ -23,7 +24,6 @@ from tuneplane.models.plugin import (
     LOCK_FILE,
     MANIFEST_FILE,
     PLUGIN_SCHEMA,
-    PLUGIN_SCHEMA_URL,
     SEGMENT,
     PluginManifest,
     PluginsLockEntry,
@@ -32,8 +32,8 @@ from tuneplane.models.plugin import (
 from tuneplane.runtime.digest import DigestError, tree_digest
 
 
-def _manifest_text(name: str, module: str) -> str:
-    return (f"# yaml-language-server: $schema={PLUGIN_SCHEMA_URL}\n"
+def _manifest_text(name: str, module: str, schema_line: str) -> str:
+    return (schema_line +
             f"schema: {PLUGIN_SCHEMA}\n"
             f"name: {name}\n"
             "version: 0.1.0\n"
@@ -88,9 +88,21 @@ def scaffold_plugin(parent: Path, name: str) -> Path:
         raise UsageError(f"{target} already exists", "pick another name or remove it")
     module = module_name_for(name)
     target.mkdir(parents=True)
-    (target / MANIFEST_FILE).write_text(_manifest_text(name, module), encoding="utf-8")
+    (target / MANIFEST_FILE).write_text(_manifest_text(name, module, _schema_line(target)), encoding="utf-8")
     (target / f"{module}.py").write_text(_module_text(name), encoding="utf-8")
     return target
+
+
+def _schema_line(plugin_dir: Path) -> str:
+    """The editor-schema comment for a plugin inside a lab (a plugin outside any lab gets none)."""
+    here = plugin_dir.resolve()
+    root = next((p for p in here.parents if (p / "tuneplane.yaml").is_file()), None)
+    if root is None:
+        return ""
+    from tuneplane.author.editor import write_schemas
+
+    write_schemas(root, {})  # a lab made by an older tp may not have them yet
+    return comment_line((here / MANIFEST_FILE).relative_to(root).as_posix(), schema_rel("plugin")) + "\n"
 
 
 def parse_plugin_ref(text: str) -> tuple[str, str, str | None]:
@@ -124,7 +136,8 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     entries = _existing_entries(lock_path, lab_root)
     previous = next((e for e in entries if e.id == entry.id), None)
     kept = sorted([e for e in entries if e.id != entry.id] + [entry], key=lambda e: e.id)
-    data = {"apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]}
+    schema = reference(f"experiments/{exp_dir.name}/{LOCK_FILE}", schema_rel("plugins-lock"))
+    data = {"$schema": schema, "apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]}
     _refuse_what_validate_refuses(lab_root, exp_dir, data, kept.index(entry))
     write_json(lock_path, data)
     return LockResult(lock_path, entry, previous)

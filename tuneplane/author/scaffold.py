@@ -15,17 +15,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane import __version__
+from tuneplane.author.editor import packaged_schemas, write_schemas
+from tuneplane.author.toolsource import ToolSource, installed_source
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.schemarefs import comment_line, config_schema_rel, reference, schema_rel, with_comment
 from tuneplane.models.base import name_error
+from tuneplane.models.recipe import Recipe
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
 
-SCHEMA_BASE = "https://tuneplane.dev/schemas"
+CONFIG_FILE = "config.yaml"
+# The actions the lab's workflow pins by commit; .github/dependabot.yml keeps them current.
+ACTIONS = {
+    "checkout": {"sha": "3d3c42e5aac5ba805825da76410c181273ba90b1", "version": "v7.0.1"},
+    "setup_python": {"sha": "5fda3b95a4ea91299a34e894583c3862153e4b97", "version": "v7.0.0"},
+}
 
 
 @dataclass(frozen=True)
@@ -39,20 +48,31 @@ class InitResult:
 BACKENDS = ("local", "kubernetes", "slurm")
 
 
-def lab_files(name: str, backend: str = "local") -> dict[str, str]:
-    """The files of a new lab, rendered in memory."""
+def lab_files(name: str, backend: str = "local", tool: ToolSource | None = None) -> dict[str, str]:
+    """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp."""
+    tool = tool or installed_source(__version__)
     files = {
-        LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, backend=backend,
-                         schema_url=f"{SCHEMA_BASE}/lab.schema.json"),
+        LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, backend=backend, tool=tool,
+                         schema_ref=reference(LAB_FILE, schema_rel("lab"))),
         "README.md": render("lab/README.md.j2", name=name),
         ".gitignore": render("lab/gitignore"),
-        ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2"),
-        ".github/workflows/tuneplane.yml": render("lab/workflow.yml.j2", branch="main",
-                                                  tool_spec=f"tuneplane=={__version__}"),
+        ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2", hook=_hook(tool)),
+        ".github/workflows/tuneplane.yml": render("lab/workflow.yml.j2", branch="main", actions=ACTIONS),
+        ".github/dependabot.yml": render("lab/dependabot.yml.j2"),
+        **packaged_schemas(),
     }
     for d in LAB_DIRS:
         files[f"{d}/.gitkeep"] = ""
     return files
+
+
+def _hook(tool: ToolSource) -> dict[str, str]:
+    """The project's own hook at a release tag when the project's repository is known, else a local one."""
+    if tool.hook_repo:
+        return {"repo": tool.hook_repo, "rev": tool.hook_rev}
+    why = ("the project's repository is not known here, so the hook installs tp as tool.requirement says"
+           if tool.requirement else "tp's source is not known here: this hook runs the tp on your PATH")
+    return {"repo": "", "why": why, "requirement": tool.requirement}
 
 
 def default_lab_name(root: Path) -> str:
@@ -60,7 +80,8 @@ def default_lab_name(root: Path) -> str:
     return name
 
 
-def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local") -> InitResult:
+def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local",
+             tool: ToolSource | None = None) -> InitResult:
     root = root.resolve()
     if (root / LAB_FILE).exists():
         raise UsageError(f"{root} is already a TunePlane lab ({LAB_FILE} exists)",
@@ -72,7 +93,7 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-'")
     if backend not in BACKENDS:
         raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
-    files = lab_files(name, backend)
+    files = lab_files(name, backend, tool)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}
     folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}
@@ -131,10 +152,22 @@ def new_experiment(lab: Lab, name: str, method: str | None, framework_version: s
     try:
         shutil.copytree(template, staging / name, ignore=_ignore, symlinks=False)
         write_json(staging / name / LOCK_FILE, make_lock(catalog, method, key))
+        _point_config_at_its_schema(lab, staging / name, name, method, recipe)
         os.rename(staging / name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _point_config_at_its_schema(lab: Lab, exp_dir: Path, name: str, method: str, recipe: Recipe) -> None:
+    """Write the recipe's config schema into the lab and name it on config.yaml's first line."""
+    config = exp_dir / CONFIG_FILE
+    write_schemas(lab.root, {method: recipe})
+    if not recipe.params or not config.is_file():
+        return  # custom: config.yaml is the user's own, nothing reads it
+    rel = f"{lab.rel(lab.experiments_dir())}/{name}/{CONFIG_FILE}"
+    line = comment_line(rel, config_schema_rel(method))
+    config.write_text(with_comment(config.read_text(encoding="utf-8"), line), encoding="utf-8")
 
 
 def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | None, str]:

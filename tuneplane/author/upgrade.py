@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tuneplane.author.editor import write_schemas
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.fs import write_json
+from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.schemarefs import comment_line, config_schema_rel, with_comment
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def _same(old: dict[str, object], new: dict[str, object]) -> bool:
 
 
 def _without_author(lock: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in lock.items() if k != "created_by"}
+    """What a lock says; who wrote it and where editors find its schema do not count as a change."""
+    return {k: v for k, v in lock.items() if k not in ("created_by", "$schema")}
 
 
 def _diff(old: dict[str, object], new: dict[str, object], prefix: str = "") -> list[str]:
@@ -66,7 +69,7 @@ def _diff(old: dict[str, object], new: dict[str, object], prefix: str = "") -> l
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             out += _diff(a, b, f"{prefix}{key}.")
-        elif a != b and key != "created_by":
+        elif a != b and key not in ("created_by", "$schema"):
             out.append(f"{prefix}{key}: {_short(a)} -> {_short(b)}")
     return out
 
@@ -84,6 +87,21 @@ def upgrade(lab: Lab, names: list[str], dry_run: bool, catalog: Catalog | None =
         if result.changed and not dry_run:
             write_json(lab.experiment_dir(name) / LOCK_FILE, lock)
         results.append(result)
+    if not dry_run:
+        refresh_editor_schemas(lab, catalog, results)
     return results
 
 
+def refresh_editor_schemas(lab: Lab, catalog: Catalog, results: list[Upgrade]) -> None:
+    """The lab's copies of the schemas follow this tp and its catalog; config.yaml files name theirs."""
+    recipes = {r.method: catalog.recipe(r.method) for r in results if catalog.has(r.method)}
+    write_schemas(lab.root, recipes)
+    for result in results:
+        recipe = recipes.get(result.method)
+        config = lab.experiments_dir() / result.experiment / "config.yaml"
+        if recipe is None or not recipe.params or not config.is_file():
+            continue
+        text = config.read_text(encoding="utf-8")
+        line = comment_line(lab.rel(config), config_schema_rel(result.method))
+        if not text.startswith(line + "\n"):
+            atomic_write(config, with_comment(text, line))

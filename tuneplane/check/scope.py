@@ -47,16 +47,23 @@ def scope_all(lab: Lab) -> Scope:
 
 
 def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
-    """Map changed or named files to what must be re-checked (a plugin → every experiment locking it)."""
+    """Map changed or named files (relative to the lab root) to what must be re-checked.
+
+    A file inside an experiment checks that experiment; a run request checks itself; a file of a
+    plugin checks the plugin and every experiment locking it; `tuneplane.yaml` or the catalog checks
+    everything. Anything else (`README.md`, `status/`, a folder's `.gitkeep`) has nothing to check.
+    """
     scope = Scope()
     plugins: set[str] = set()
     for rel in paths:
         parts = Path(rel).parts
-        if rel in ("tuneplane.yaml",) or (parts and parts[0] == "catalog"):
+        if rel == "tuneplane.yaml" or (parts and parts[0] == "catalog"):
             return scope_all(lab)
         root = _experiment_root(lab, parts)
         if root:
-            scope.experiments.add(parts[root])
+            folder = lab.root.joinpath(*parts[:root + 1])
+            if not parts[root].startswith(".") and folder.is_dir():  # not a root's .gitkeep or a gone folder
+                scope.experiments.add(parts[root])
         elif any(Path(rel).is_relative_to(d) for d in lab.config.shared_code):
             return scope_all(lab)  # shared code reaches every experiment
         elif len(parts) >= 3 and parts[0] == "runs" and rel.endswith((".yaml", ".yml")):
@@ -94,12 +101,15 @@ def experiments_locking(lab: Lab, plugins: set[str]) -> set[str]:
 
 
 def scope_for_args(lab: Lab, args: list[str]) -> Scope:
-    """Arguments may be experiment names or file paths (as pre-commit passes them)."""
+    """Arguments may be experiment names or file paths (as pre-commit passes them, from any folder)."""
     scope = Scope()
+    names = set(lab.experiment_names())
     for arg in args:
         path = Path(arg)
-        if present(path) and ("/" in arg or not path.is_dir()):
-            rel = lab.rel(Path(os.path.abspath(path)))  # a link is judged where it sits
+        if present(path) and ("/" in arg or arg not in names):
+            rel = _lab_rel(lab, path)
+            if rel is None:
+                continue  # outside the lab: nothing of ours to check
             sub = scope_for_paths(lab, [rel])
             scope.experiments |= sub.experiments
             scope.runs |= sub.runs
@@ -108,3 +118,14 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
             scope.experiments.add(arg)
             scope.runs |= set(run_files(lab, [arg]))
     return scope
+
+
+def _lab_rel(lab: Lab, path: Path) -> str | None:
+    """`path` relative to the lab root (a link judged where it sits); the lab root itself is its marker."""
+    for base, target in ((os.path.abspath(lab.root), os.path.abspath(path)),
+                         (os.path.realpath(lab.root), os.path.realpath(path))):
+        if target == base:
+            return "tuneplane.yaml"
+        if target.startswith(base.rstrip(os.sep) + os.sep):
+            return Path(target).relative_to(base).as_posix()
+    return None

@@ -14,6 +14,7 @@ class Shape:
     nodes: int
     gpus_per_node: int
     local: bool
+    procs_per_node: int = 0  # CPU processes of a GPU-less local profile (`local:N`); 0: one per GPU
 
     @property
     def total_gpus(self) -> int:
@@ -55,6 +56,8 @@ def _shape_for(name: str, p: Profile, total: int) -> Shape:
         if total == 0 and gpn > 0 and not p.local:
             raise ShapeError(f"profile {name}:0 asks for no GPUs on a GPU profile", f"use {name}:1 or more")
         return Shape(name, 1, total, p.local)
+    if gpn == 0 and p.local:
+        return Shape(name, 1, 0, True, procs_per_node=total)  # local:N on a CPU machine: N processes
     if gpn == 0:
         raise ShapeError(f"profile {name!r} has no GPUs; {name}:{total} cannot be placed",
                          f"use `--profile {name}` or a GPU profile")

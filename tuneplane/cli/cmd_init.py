@@ -19,23 +19,38 @@ def init(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before using a non-empty directory.")] = False,
     backend: Annotated[str, typer.Option("--backend", help="Where runs go: local, kubernetes or slurm "
                                          "(slurm adds a commented cluster.slurm section).")] = "local",
+    tool_requirement: Annotated[str | None, typer.Option(
+        "--tool-requirement", help="How CI installs tp (tool.requirement): tuneplane==VERSION or "
+                                   "'tuneplane @ git+URL@TAG'; default: how this tp was installed.")] = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
 
     from tuneplane.author.scaffold import init_lab
+    from tuneplane.author.toolsource import explicit_source
     from tuneplane.errors import UsageError
+
+    tool = None
+    if tool_requirement is not None:
+        try:
+            tool = explicit_source(tool_requirement)
+        except ValueError as exc:
+            raise UsageError(f"--tool-requirement {tool_requirement!r}: {exc}",
+                             hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'"
+                             ) from None
 
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is a file, not a directory", hint="pass a directory for the new lab")
     directory.mkdir(parents=True, exist_ok=True)
     if not yes and sys.stdin.isatty() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    result = init_lab(directory, name, use_git=not no_git, backend=backend)
+    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool)
     typer.echo(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
-        if not rel.endswith(".gitkeep"):
+        if not rel.endswith(".gitkeep") and not rel.startswith(".tuneplane/"):
             typer.echo(f"  {rel}")
+    if any(rel.startswith(".tuneplane/schemas/") for rel in result.files):
+        typer.echo("  .tuneplane/schemas/ (for editors: every file names its schema there)")
     if result.commit:
         typer.echo(f"  committed {result.commit[:12]}")
     typer.echo("next: tp new my-exp --method custom/custom   (see `tp methods`)")

@@ -8,13 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
+from tuneplane.cli.options import Run
+
 job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
                       no_args_is_help=True, add_completion=False)
 
 
 @job_app.command("metrics")
 def metrics(
-    run: Annotated[str, typer.Argument(help="The run id.")],
+    run: Run,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Also write an SVG line chart to this file.")] = None,
     endpoint: Annotated[str | None, typer.Option(
@@ -36,7 +38,7 @@ def metrics(
 
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
-    read = _remote_reader(run, endpoint, token, secret_file) if endpoint else _local_reader(run, db)
+    read = _remote_reader(_resolve_run(run)[0], endpoint, token, secret_file) if endpoint else _local_reader(run, db)
     found = _run_metrics(run, read)
     keys = found.select(key or [])
     typer.echo(found.table(keys, width=max(1, width)), nl=False)
@@ -153,29 +155,39 @@ def _local_reader(run: str, db: Path | None) -> _Reader:
     from tuneplane import ingest
     from tuneplane.errors import UsageError
 
-    path = db or _local_run_db(run) or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
+    run_id, own = _resolve_run(run)
+    path = db or own or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
-    return _Reader(lambda: ingest.summary(path, run), lambda k: ingest.series(path, run, k))
+    return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k))
 
 
-def _local_run_db(run: str) -> Path | None:
-    """A local run keeps its own store in its run directory; its status file says where that is."""
+def _resolve_run(run: str) -> tuple[str, Path | None]:
+    """The run id a reference names (id, unique prefix, EXP/RUN, a path), and a local run's own store.
+
+    Outside a lab, or for a run the lab does not know (one a receiver holds), the text is the run id.
+    """
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.backends.local.backend import DB
+    from tuneplane.backends.local import DB
     from tuneplane.errors import UsageError
     from tuneplane.lab.load import find_lab_root
     from tuneplane.lab.runs import find_run, read_status
 
     try:
         root = find_lab_root()
-        current = read_status(root, find_run(root, run))
     except UsageError:
-        return None
+        return run, None
+    try:
+        key = find_run(root, run)
+    except UsageError as exc:
+        if "matches" in str(exc):  # ambiguous: say so rather than guess
+            raise
+        return run, None
+    current = read_status(root, key)
     if current is None or current.backend is None or current.backend.backend != "local":
-        return None
+        return key.run_id, None
     path = Path(current.backend.namespace) / DB
-    return path if path.exists() else None
+    return key.run_id, path if path.exists() else None
 
 
 def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:

@@ -2,8 +2,11 @@
 
     tp export EXP --checkpoint runs/<user>/<exp>/<run>/out/checkpoints/final [--checkpoint-format F]
     tp eval EXP --checkpoint … --data data/test.jsonl [--dry-run]
-`--dry-run` prints the launch command as one shell-quoted line instead of the manifests. custom/custom
-has neither operation: its train.sh does what it wants and the adapter refuses both.
+    tp export EXP --checkpoint RUN --local      # run it here, against a run's outputs
+`--dry-run` prints the launch command as one shell-quoted line instead of the manifests, under the run
+id and folder a run started now would get. `--local` writes the request and runs the operation on this
+machine like `tp submit --local`. `--checkpoint` may name a run (id, prefix, EXP/RUN): its out dir.
+custom/custom has neither operation: its train.sh does what it wants and the adapter refuses both.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
+from tuneplane.constants import RenderFormat
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +29,7 @@ Checkpoint = Annotated[str, typer.Option("--checkpoint",
                                          help="Checkpoint path (absolute, or under the storage root).")]
 Profile = Annotated[str, typer.Option("--profile", "-p", help="NAME[:GPUS]; default the lab's first.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the launch command only.")]
+Local = Annotated[bool, typer.Option("--local", help="Run the operation on this machine and commit its status.")]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write the manifests into DIR.")]
 Fmt = Annotated[RenderFormat, typer.Option("--format", "-f", help="yaml or json.")]
 
@@ -37,11 +41,12 @@ def export(
                                                    help="Format of the checkpoint.")] = "",
     profile: Profile = "",
     dry_run: DryRun = False,
+    local: Local = False,
     output: Output = None,
     fmt: Fmt = RenderFormat.yaml,
 ) -> None:
     inputs = {"checkpoint": checkpoint, "checkpoint_format": checkpoint_format}
-    run_lifecycle("export", experiment, profile, inputs, dry_run, output, fmt)
+    run_lifecycle("export", experiment, profile, inputs, dry_run, output, fmt, local)
 
 
 def evaluate(
@@ -50,28 +55,68 @@ def evaluate(
     data: Annotated[str, typer.Option("--data", help="Evaluation data set.")] = "",
     profile: Profile = "",
     dry_run: DryRun = False,
+    local: Local = False,
     output: Output = None,
     fmt: Fmt = RenderFormat.yaml,
 ) -> None:
-    run_lifecycle("eval", experiment, profile, {"checkpoint": checkpoint, "data": data}, dry_run, output, fmt)
+    run_lifecycle("eval", experiment, profile, {"checkpoint": checkpoint, "data": data}, dry_run, output, fmt,
+                  local)
 
 
 def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[str, str], dry_run: bool,
-                  output: Path | None, fmt: RenderFormat) -> None:
+                  output: Path | None, fmt: RenderFormat, local: bool = False) -> None:
     # lazy: rendering loads the pipeline
     import shlex
 
     from tuneplane.gitops.rendering import RenderContext, RenderOptions
     from tuneplane.gitops.requests import RunFlags, request_from_flags
+    from tuneplane.lab.runs import new_run_id
 
     options = RenderOptions(targets=[experiment], output=output, fmt=fmt, allow_dirty=dry_run)
     context = RenderContext.open(options, out=lambda text: typer.echo(text, nl=False),
                                  note=lambda line: typer.echo(line, err=True))
     chosen = profile or next(iter(context.lab.config.profiles), "")
+    inputs = {**inputs, "checkpoint": _checkpoint(context.lab.root, inputs.get("checkpoint", ""))}
+    if local and not dry_run:
+        _run_here(operation, experiment, chosen, inputs)
+        return
     flags = RunFlags(experiment, chosen, operation=operation, inputs=inputs)
-    request = request_from_flags(flags, run_id=PREVIEW_RUN_ID, command=operation)
+    request = request_from_flags(flags, run_id=new_run_id(), command=operation)
     rendered = context.render_request(request)
     if dry_run:
         typer.echo(shlex.join(rendered.plan.argv))
+        typer.echo(f"run folder: {rendered.spec.spec.paths.run_dir}", err=True)
         return
     context.emit(request, rendered, experiment, single=True)
+
+
+def _checkpoint(root: Path, text: str) -> str:
+    """A run reference (id, prefix, EXP/RUN) stands for that run's out dir; anything else is a path."""
+    # lazy: only lifecycle commands read runs
+    from tuneplane.errors import UsageError
+    from tuneplane.lab.runs import find_run, read_status
+
+    if not text or "/" in text and Path(text).exists():
+        return text
+    try:
+        status = read_status(root, find_run(root, text))
+    except UsageError:
+        return text
+    return status.out_dir if status is not None and status.out_dir else text
+
+
+def _run_here(operation: str, experiment: str, profile: str, inputs: dict[str, str]) -> None:
+    # lazy: only --local runs the operation
+    from tuneplane.cli.cmd_submit import show_outcome
+    from tuneplane.errors import RunFailed
+    from tuneplane.gitops.submit import SubmitOptions, submit
+    from tuneplane.models.run import Inputs
+
+    opts = SubmitOptions(experiment=experiment, profile=profile, operation=operation, inputs=Inputs(**inputs),
+                         local=True)
+    result = submit(opts, echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
+    if result.status is not None:
+        show_outcome(result.status, result.status_commit)
+        if result.status.phase != "Succeeded":
+            raise RunFailed(f"{operation} run {result.key.run_id} ended {result.status.phase}",
+                            hint=f"tp job logs {result.key.run_id}")

@@ -40,6 +40,8 @@ def submit(
     message: Annotated[str, typer.Option("--message", "-m", help="Why this run: kept in the request.")] = "",
     push: Push = False,
     local: Local = False,
+    detach: Annotated[bool, typer.Option(
+        "--detach", help="With --local: start the run and return; it records its status when it ends.")] = False,
     allow_dirty: Annotated[
         bool, typer.Option("--allow-dirty", help="Submit despite uncommitted changes.")
     ] = False,
@@ -64,11 +66,19 @@ def submit(
         message=message,
         push=push,
         local=local,
+        detach=detach,
         allow_dirty=allow_dirty,
         remote=remote,
         branch=branch,
     )
+    if detach and not local:
+        from tuneplane.errors import UsageError
+
+        raise UsageError("--detach runs a local run in the background", hint="add --local")
     result = do_submit(opts, echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
+    if detach:
+        typer.echo(f"run {result.key.run_id} runs in the background; its status is committed when it ends")
+        return
     if result.status is not None:
         show_outcome(result.status, result.status_commit)
     if not local and not result.pushed:

@@ -73,6 +73,7 @@ def _ls_row(root: Path, key: Any) -> list[str]:
             "",
             "",
         ]
+    data = _live(data)
     phase = str(data.get("phase", "")) + (
         f" ({data['reason']})" if data.get("reason") and data.get("phase") != "Succeeded" else ""
     )
@@ -85,6 +86,25 @@ def _ls_row(root: Path, key: Any) -> list[str]:
         duration_text(data.get("started_at"), data.get("finished_at")),
         metric_cell(data),
     ]
+
+
+def _live(data: dict[str, Any]) -> dict[str, Any]:
+    """A local run still in progress, as its run directory says now (its status file is from the start)."""
+    import os
+    from pathlib import Path
+
+    backend = data.get("backend") or {}
+    if data.get("phase") in ("Succeeded", "Failed", "Cancelled") or not isinstance(backend, dict):
+        return data
+    if backend.get("backend") != "local" or not os.path.isdir(str(backend.get("namespace", ""))):
+        return data
+    from tuneplane.backends.base import BackendRef
+    from tuneplane.backends.local import LocalBackend
+
+    ref = BackendRef(backend="local", kind=str(backend.get("kind", "")), name=str(backend.get("name", "")),
+                     namespace=str(backend["namespace"]), uid=str(backend.get("uid", "")))
+    obs = LocalBackend(Path(str(backend["namespace"]))).observe(ref)
+    return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
 
 
 def status(

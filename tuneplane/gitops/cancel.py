@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from tuneplane.backends.factory import local_backend
-from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
-from tuneplane.gitops.observe import apply_observation, backend_ref
-from tuneplane.gitops.submit import commit_run_status, lab_repo
+from tuneplane.gitops.localrun import stop_local
+from tuneplane.gitops.submit import lab_repo
 from tuneplane.gitops.writeback import publish, resolve_target
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
@@ -26,7 +24,12 @@ def cancel_run(
     remote: str | None = None,
     branch: str | None = None,
 ) -> list[str]:
-    """Mark the request `cancel: true` and commit it; `now` also stops a local run and records it."""
+    """Mark the request `cancel: true` and commit it; a local run is also stopped at once.
+
+    A local run has no bot to act on the request, so cancelling it stops its process group, waits for
+    its owner to record `Cancelled`, and only then commits the request (one git writer at a time).
+    `now` asks the same of any run; only local runs can be stopped from here.
+    """
     lab = load_lab(root)
     key = find_run(lab.root, run)
     status = read_status(lab.root, key)
@@ -34,43 +37,43 @@ def cancel_run(
         raise UsageError(f"run {key} already ended ({status.phase}); there is nothing to cancel")
     repo = lab_repo(lab)
     said: list[str] = []
-    if read_request(lab.root, key).cancel:
-        said.append(f"{key.request_rel} already says `cancel: true`")
-    else:
-        mark_cancel(lab.root, key)
-        commit = repo.add_and_commit(
-            [key.request_rel], f"Cancel run {key.run_id} of {key.experiment}\n\nWritten by tp job cancel."
-        )
-        said.append(f"marked {key.request_rel} `cancel: true` (committed {commit[:12]})")
-    if now:
-        said.append(_stop_now(repo, lab, key, status))
+    local = status is not None and status.backend is not None and status.backend.backend == "local"
+    changed = _mark(lab, key)
+    stopped = stop_local(repo, lab, status) if local and status is not None else ""
+    said.append(_commit_mark(repo, key, changed))  # after the run's owner has committed its end
+    if stopped:
+        said.append(stopped)
+    if now and not local:
+        said.append(_stop_now(status))
     if push:
-
         publish(repo, resolve_target(repo, remote, branch))
         said.append("pushed")
-    elif not now:
+    elif not now and not local:
         said.append("next: push it (or open a pull request); the bot cancels the job once merged")
     return said
 
 
-def _stop_now(repo: GitRepo, lab: Lab, key: RunKey, status: RunStatus | None) -> str:
+def _mark(lab: Lab, key: RunKey) -> bool:
+    """Write `cancel: true` into the request; False when it already says so."""
+    if read_request(lab.root, key).cancel:
+        return False
+    mark_cancel(lab.root, key)
+    return True
 
 
-    ref = backend_ref(status) if status is not None else None
-    if status is None or ref is None:
+def _commit_mark(repo: GitRepo, key: RunKey, changed: bool) -> str:
+    if not changed:
+        return f"{key.request_rel} already says `cancel: true`"
+    commit = repo.add_and_commit(
+        [key.request_rel], f"Cancel run {key.run_id} of {key.experiment}\n\nWritten by tp job cancel."
+    )
+    return f"marked {key.request_rel} `cancel: true` (committed {commit[:12]})"
+
+
+def _stop_now(status: RunStatus | None) -> str:
+    if status is None or status.backend is None:
         return "nothing is running yet: the request alone keeps it from starting"
-    if ref.backend != "local":
-        raise UsageError(
-            f"--now stops local runs only; {key} runs on {ref.backend}",
-            hint="push the cancel commit; the bot deletes the job once it is merged",
-        )
-    backend = local_backend(lab)
-    backend.cancel(ref)
-    deadline = time.monotonic() + 30
-    obs = backend.observe(ref)
-    while obs.phase not in TERMINAL and time.monotonic() < deadline:
-        time.sleep(0.2)
-        obs = backend.observe(ref)
-    final = apply_observation(status, obs, utc_now())
-    commit = commit_run_status(repo, final)
-    return f"stopped: {final.phase}" + (f" (status committed {commit[:12]})" if commit else "")
+    raise UsageError(
+        f"--now stops local runs only; run {status.run_id} runs on {status.backend.backend}",
+        hint="push the cancel commit; the bot deletes the job once it is merged",
+    )

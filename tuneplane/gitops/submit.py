@@ -17,21 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
-from tuneplane.backends.factory import local_backend, local_lab
+from tuneplane.backends.base import SubmitRequest
+from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, Scalar, utc_now
 from tuneplane.errors import UsageError
-from tuneplane.gitops.observe import apply_observation, vocabulary_of, with_artifacts, with_metrics
-from tuneplane.gitops.record import record_status
+from tuneplane.gitops.localrun import commit_run_status, run_local
 from tuneplane.gitops.requests import RunFlags, request_from_flags
-from tuneplane.gitops.sync import run_chart
 from tuneplane.gitops.writeback import (
-    cancelled_before_submit,
     publish,
-    refused_status,
     resolve_target,
-    submitted_status,
 )
 from tuneplane.ingest import mint_token
 from tuneplane.lab.gitrepo import GitRepo
@@ -40,6 +35,7 @@ from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Inputs, RunRequest, RunStatus
 from tuneplane.plan.adapters import compile_plan
+from tuneplane.plan.adapters.base import cpu_smoke_test
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.resolve import resolve, resolve_prepared
@@ -74,6 +70,7 @@ class SubmitOptions:
     message: str = ""
     push: bool = False
     local: bool = False
+    detach: bool = False  # with local: start the run and return; a background owner records its end
     allow_dirty: bool = False
     remote: str | None = None
     branch: str | None = None
@@ -262,12 +259,15 @@ def submit(
     say(f"wrote {key.request_rel} (committed {request_commit[:12]})")
     if dirty and not opts.commit:
         say(f"warning: uncommitted changes are not part of the run; it runs commit {commit[:12]}")
+    if cpu_smoke_test(run.spec):
+        say(f"warning: {run.spec.spec.recipe.name} is a GPU recipe; here it runs on CPU, which is fine for a "
+            "smoke test and slow for real training")
     result = SubmitResult(key, path, request_commit, run.spec)
     if opts.local:
-        say(f"running {key.run_id} on this machine; its output follows")
-        result.status, result.status_commit = run_here(repo, lab, run, echo)
+        say(f"running {key.run_id} on this machine" + ("" if opts.detach else "; its output follows"))
+        result.status, result.status_commit = run_local(
+            repo, lab, run.request, run.spec, backend_request(lab.root, lab, run), echo, say, detach=opts.detach)
     if opts.push:
-
         target = resolve_target(repo, opts.remote, opts.branch)
         publish(repo, target)
         result.pushed = True
@@ -312,43 +312,4 @@ def _message(title: str, request: RunRequest) -> str:
     return "\n".join(lines)
 
 
-def run_here(repo: GitRepo, lab: Lab, run: PreparedRun, echo: Echo) -> tuple[RunStatus, str | None]:
-    """Run on this machine in the foreground, then write and commit the status file and dashboard."""
-    backend = local_backend(lab)
-    submitted = utc_now()
-    try:
-        ref, obs = backend.run(backend_request(lab.root, lab, run), echo=echo)
-    except KeyboardInterrupt:
-        # Interrupted before the job started: record it, or the bot would run the request later.
-
-        commit_run_status(repo, cancelled_before_submit(run.request, utc_now()))
-        raise
-    except BackendError as exc:
-
-        commit_run_status(repo, refused_status(run.request, utc_now(), str(exc), "SubmitFailed", run.spec))
-        raise UsageError(f"the run could not start: {exc}", hint="fix the cause, then tp rerun it") from None
-    status = final_status(backend, run, ref, obs, submitted)
-    return status, commit_run_status(repo, status, backend, ref)
-
-
-def final_status(
-    backend: Any, run: PreparedRun, ref: BackendRef, obs: Observation, submitted: str
-) -> RunStatus:
-    """Submitted, then what the backend observed, with metrics and artifacts folded in."""
-    status = apply_observation(submitted_status(run.request, run.spec, ref, submitted), obs, utc_now())
-    summary, series = backend.metrics(ref)
-    vocab = vocabulary_of(run.spec.spec.recipe.name)
-    status = with_metrics(status, summary, series, list(vocab.primary), vocab)
-    return with_artifacts(status, backend.artifacts(ref))
-
-
-def commit_run_status(
-    repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None
-) -> str | None:
-    """Commit a local run's status with the dashboard pages it changes, and its chart once it ended."""
-
-    svg = run_chart(backend, ref, status) if backend is not None and ref is not None else None
-    message = f"Status of run {status.run_id} of {status.experiment}: {status.phase}\n\nWritten by tp submit --local."
-    return record_status(repo, status, message, svg)
-
-
+__all__ = ["commit_run_status", "local_lab"]  # also used from here by bot, cancel, rerun

@@ -134,7 +134,7 @@ def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status
     run_dir = getattr(backend, "run_dir", None)
     if run_dir is not None:
         from tuneplane import ingest  # lazy: only when a local run ends
-        from tuneplane.backends.local.backend import DB, read_state
+        from tuneplane.backends.local.files import DB, read_state
 
         where = Path(run_dir(ref))
         run_id = str((read_state(where) or {}).get("run_id", status.run_id))

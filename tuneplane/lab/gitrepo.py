@@ -260,3 +260,12 @@ class GitFailed(UsageError):
         super().__init__(f"git {' '.join(args)} failed ({status}): {stderr}")
         self.status = status
         self.stderr = stderr
+
+
+def checkout_origin(path: Path) -> tuple[str, str] | None:
+    """(`origin` URL, HEAD commit) of the checkout at `path`, or None when it has no such remote."""
+    try:
+        repo = GitRepo(path)
+        return repo.git("remote", "get-url", "origin"), repo.head()
+    except (UsageError, OSError):
+        return None

@@ -11,6 +11,7 @@ from typing import Any
 
 from tuneplane import __version__
 from tuneplane.lab.catalog import Catalog
+from tuneplane.lab.schemarefs import reference, schema_rel
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.lock import RECIPE_LOCK_API, RecipeLock
 from tuneplane.models.recipe import Recipe
@@ -20,6 +21,9 @@ from tuneplane.runtime.versions import version_admits
 
 LOCK_FILE = "recipe.lock.json"
 UPGRADE = "run `tp recipe upgrade {exp}` to re-lock against the current catalog"
+# experiments/<exp>/recipe.lock.json → the lab's copy of the lock schema, for editors. Older tools read a
+# lock by its named keys, so the extra key costs them nothing.
+LOCK_SCHEMA = reference("experiments/EXP/recipe.lock.json", schema_rel("recipe-lock"))
 
 
 def runtime_key(recipe: Recipe, requested: str | None) -> tuple[str, str]:
@@ -43,6 +47,7 @@ def make_lock(catalog: Catalog, method: str, version_key: str) -> dict[str, Any]
     digest, manifest, template = catalog.digests(method)
     runtime_id = recipe.runtime.versions[version_key].runtime_id if version_key in recipe.runtime.versions else ""
     return {
+        "$schema": LOCK_SCHEMA,
         "apiVersion": RECIPE_LOCK_API,
         "recipe": {"name": recipe.name, "version": recipe.version, "digest": digest,
                    "manifest_digest": manifest, "template_digest": template},

@@ -23,13 +23,16 @@ from ruamel.yaml import YAML
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
+from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
 
-SCHEMA_LINE = "# yaml-language-server: $schema=https://tuneplane.dev/schemas/run.schema.json"
 RUNS_DIR = "runs"
 STATUS_DIR = "status"
+# Requests and status files always lie two folders deep, so their schema references are fixed.
+SCHEMA_LINE = comment_line(f"{RUNS_DIR}/EXP/RUN.yaml", schema_rel("run"))
+STATUS_SCHEMA = reference(f"{STATUS_DIR}/EXP/RUN.json", schema_rel("status"))
 DASHBOARD = f"{STATUS_DIR}/README.md"
 
 _RUN_ID = re.compile(RUN_ID_RE)
@@ -261,5 +264,5 @@ def status_from(data: Any, rel: str) -> RunStatus:
 def write_status(root: Path, status: RunStatus) -> Path:
     """Atomically (temp file + rename), so a reader or a killed bot never sees half a file."""
     path = root / RunKey(status.experiment, status.run_id).status_rel
-    write_json(path, status.model_dump(mode="json", by_alias=True))
+    write_json(path, {"$schema": STATUS_SCHEMA, **status.model_dump(mode="json", by_alias=True)})
     return path

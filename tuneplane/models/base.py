@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 # In JSON Schema and pydantic (Rust regex) `$` is the end of the text; Python's `re` also lets `$`
 # match before a final newline, so Python code checks names with `name_error`, anchored with `\Z`.
@@ -30,3 +31,18 @@ class Strict(BaseModel):
 
     # defer_build: a command validates a few of the many models; build each validator on first use
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
+
+
+def _ignored(_value: object) -> None:
+    return None
+
+
+# `$schema` in a JSON file tp writes (locks, status files): where an editor finds the file's JSON Schema
+# inside the lab. Accepted and then forgotten: it says nothing about the run, so a file read back
+# equals the one written, and digests and comparisons never see it.
+EditorSchema = Annotated[
+    str | None,
+    AfterValidator(_ignored),
+    Field(alias="$schema", exclude=True,
+          description="Where an editor finds this file's JSON Schema (a path in the lab); ignored by tp."),
+]

@@ -81,6 +81,9 @@ class Resources(Strict):
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(ge=0)
     local: bool = False
+    procs_per_node: int = Field(0, ge=0, exclude_if=lambda v: v == 0,
+                                description="Processes per node when they are not one per GPU (a CPU run, "
+                                            "`--profile local:N`); 0 means one per GPU.")
 
 
 class PluginRef(Strict):

@@ -143,6 +143,14 @@ class Dataset(Strict):
     read_only: bool = Field(True, description="Mount the volume read-only.")
 
 
+class Tool(Strict):
+    """How the lab's CI (and its pre-commit hook, when local) installs tp."""
+
+    requirement: str = Field("", description="PEP 508 requirement pip installs in CI: tuneplane==VERSION, or "
+                                             "'tuneplane @ git+URL@TAG-OR-COMMIT'. Empty: CI stops and says so.")
+    index_url: str = Field("", description="Package index to install from instead of PyPI; empty for PyPI.")
+
+
 class LabFile(Strict):
     """The lab marker `tuneplane.yaml`."""
 
@@ -161,3 +169,4 @@ class LabFile(Strict):
                     "and is importable by its folder name on every backend.")
     datasets: dict[str, Dataset] = Field(
         default_factory=dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
+    tool: Tool = Field(default_factory=Tool)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tuneplane.models.base import DIGEST_RE, Strict
+from tuneplane.models.base import DIGEST_RE, EditorSchema, Strict
 
 RECIPE_LOCK_API = "tuneplane/recipe-lock/v1"
 LEGACY_LOCK_APIS = ("forge/recipe-lock/v2", "forge/recipe-lock/v3", "forge/recipe-lock/v4")
@@ -57,6 +57,7 @@ class RecipeLock(Strict):
     created_by: CreatedBy
     requires: LockRequires
     bindings: Bindings | None = None
+    schema_ref: EditorSchema = None
 
     @property
     def legacy(self) -> bool:

@@ -9,11 +9,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuneplane.models.base import Strict
+from tuneplane.models.base import EditorSchema, Strict
 from tuneplane.models.recipe import Param
 
 PLUGIN_SCHEMA = "tuneplane/plugin/v1"
-PLUGIN_SCHEMA_URL = "https://tuneplane.dev/schemas/plugin.schema.json"
 LEGACY_SCHEMAS = ("lab-plugin/v1", "forge/plugin/v1")  # StarForge: read, warn, `tp migrate` rewrites
 LOCK_API = "tuneplane/plugins-lock/v1"
 LOCK_FILE = "plugins.lock.json"
@@ -138,6 +137,7 @@ class PluginsLock(StrictModel):
 
     api_version: Literal["tuneplane/plugins-lock/v1"] = Field(alias="apiVersion")
     plugins: list[PluginsLockEntry] = Field(default_factory=list)
+    schema_ref: EditorSchema = None
 
 
 def module_name_for(name: str) -> str:

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from tuneplane.constants import Phase, Scalar
-from tuneplane.models.base import NAME_RE, Strict
+from tuneplane.models.base import NAME_RE, EditorSchema, Strict
 
 RUN_API = "tuneplane/run/v1"
 STATUS_API = "tuneplane/status/v1"
@@ -86,6 +86,7 @@ class RunStatus(Strict):
 
     api_version: Literal["tuneplane/status/v1"] = Field("tuneplane/status/v1", alias="apiVersion")
     kind: Literal["RunStatus"] = "RunStatus"
+    schema_ref: EditorSchema = None
     experiment: str
     run_id: str
     method: str = ""

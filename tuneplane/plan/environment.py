@@ -32,6 +32,8 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
         "TUNEPLANE_CLUSTER_NUM_NODES": str(body.resources.nodes),
         "TUNEPLANE_CLUSTER_GPUS_PER_NODE": str(body.resources.gpus_per_node),
         "TUNEPLANE_CLUSTER_PROFILE": body.resources.profile,
+        # what launch lines should start per node: the GPU count, or a CPU run's own (never 0)
+        "TUNEPLANE_CLUSTER_PROCS_PER_NODE": str(body.resources.procs_per_node or max(1, body.resources.gpus_per_node)),
         "TUNEPLANE_JOB_ENABLED": "1" if ingest_endpoint else "0",
     }
     if ingest_endpoint:

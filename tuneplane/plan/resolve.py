@@ -253,7 +253,7 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
             image=_image(lab, recipe, prepared.lock, request, env),
             hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
             resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
-                                local=local),
+                                local=local, procs_per_node=shape.procs_per_node),
             plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths,
             shared_code=list(settings.shared_code), datasets=_datasets(lab, paths.storage_root, local)),
         provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
@@ -274,7 +274,8 @@ def _shape(lab: Lab, request: RunRequest, recipe: Recipe) -> Shape:
         raise UsageError(f"{recipe.name} {request.operation} needs {gpus} GPU(s) on one node; "
                          f"profile {shape.profile} has {shape.gpus_per_node} per node",
                          hint="pick a profile with more GPUs per node")
-    return Shape(shape.profile, 1, gpus if not shape.local else min(gpus, shape.gpus_per_node), shape.local)
+    return Shape(shape.profile, 1, gpus if not shape.local else min(gpus, shape.gpus_per_node), shape.local,
+                 procs_per_node=shape.procs_per_node)
 
 
 def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> RecipeRef:

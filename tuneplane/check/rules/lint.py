@@ -3,14 +3,14 @@
 Each pattern below is a symptom people hit an hour into a job:
 - `lint-scaffold`: train.sh still ends in the scaffold's `no training command yet` line.
 - `lint-output-dir`: writing to `./checkpoints`, a relative output dir, or `/tmp` → lost on exit.
-- `lint-hardcoded-gpus`: `--nproc_per_node 8` instead of `"${TUNEPLANE_CLUSTER_GPUS_PER_NODE}"`.
+- `lint-hardcoded-gpus`: `--nproc_per_node 8` instead of `"${TUNEPLANE_CLUSTER_PROCS_PER_NODE}"`.
 - `lint-exec`: a launcher started without `exec`, so cancel and timeout signals miss the trainer.
 - `lint-legacy-env`: a StarForge name (`FORGE_OUT_DIR`, `STARFORGE_TOKEN`, `starforge.report`,
   `StarForgeCallback`, in any case) in any Python or shell file of the experiment or of the lab's
   shared code: no TunePlane job sets or ships it, so the job dies with `ImportError` or reads nothing.
 Prose is not code: comments and docstrings are never linted (`--output-dir --overrides-json` in a
 module docstring is documentation, not a path).
-Passing: `exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" "${TUNEPLANE_EXP_DIR}/train.py"`.
+Passing: `exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" "${TUNEPLANE_EXP_DIR}/train.py"`.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
     for m in _GPUS.finditer(code):
         yield _warn(rel, n, m.start() + 1, "lint-hardcoded-gpus",
                     f"--{m.group(1)} is hard-coded to {m.group(2)}",
-                    'pass "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" (or _NUM_NODES): the job gets the GPUs its '
+                    'pass "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" (or _NUM_NODES): the job gets the processes its '
                     "profile allots, and taking more gets it stopped")
     flagged = set()
     for m in _REL_OUT.finditer(code):

@@ -68,7 +68,9 @@ def python_entry(spec: JobSpec, kind: str, value: str) -> list[str]:
 
 
 def processes_per_node(spec: JobSpec) -> int:
-    return max(1, spec.spec.resources.gpus_per_node)
+    """One process per GPU, at least one; a CPU run (`local:N`) asks for its own count."""
+    res = spec.spec.resources
+    return res.procs_per_node or max(1, res.gpus_per_node)
 
 
 # ── the plan ───────────────────────────────────────────────────────────────────────────────────────
@@ -150,10 +152,19 @@ def _check_inputs(spec: JobSpec) -> None:
 def _check_gpus(spec: JobSpec) -> None:
     needed = spec.spec.recipe.adapter.topology.get("min_gpus", 0)
     have = spec.spec.resources.gpus_per_node
+    if cpu_smoke_test(spec):
+        return  # allowed on this machine's CPUs, with a warning at submit: slow, but it shows the job works
     if isinstance(needed, int) and have < needed:
         raise UsageError(f"{spec.spec.recipe.name} needs at least {needed} GPU(s) per node; "
                          f"profile {spec.spec.resources.profile} gives {have}",
                          hint="pick a GPU profile, e.g. --profile <gpu-profile>:1")
+
+
+def cpu_smoke_test(spec: JobSpec) -> bool:
+    """A GPU recipe asked to run on a local profile without GPUs: a CPU smoke test."""
+    needed = spec.spec.recipe.adapter.topology.get("min_gpus", 0)
+    res = spec.spec.resources
+    return res.local and res.gpus_per_node == 0 and isinstance(needed, int) and needed > 0
 
 
 def require_value(value: str, message: str, hint: str) -> str:

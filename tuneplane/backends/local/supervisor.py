@@ -1,0 +1,305 @@
+"""The supervisor: runs one local job to its end in its own session and records what happened.
+
+`python -m tuneplane.backends.local supervise RUN_DIR` runs it detached; `tp submit --local` runs it in
+the foreground. It holds `supervisor.lock` for its whole life (and, with `on_end`, until the caller has
+recorded the outcome), allots GPUs, starts a per-run ingest receiver with a token kept in memory, runs
+the launcher in its own process group (so timeout and cancel stop the whole group), and writes the
+final state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from tuneplane.backends.local.artifacts import _write_artifacts
+from tuneplane.backends.local.files import (
+    CANCEL,
+    DB,
+    GPUS_ENV,
+    KILL_GRACE_ENV,
+    LAUNCH,
+    LOG,
+    MESSAGE_LINES,
+    SUPERVISOR_LOCK,
+    TERMINATION_LOG,
+    _scrubbed_env,
+    _signal_group,
+    _try_lock,
+    _update_state,
+    read_state,
+)
+from tuneplane.backends.local.gpus import Unschedulable, _allot, _GpuLease
+from tuneplane.collector import collect_after
+from tuneplane.constants import CONFIG_ERROR_EXIT, utc_now
+
+# ── the supervisor ───────────────────────────────────────────────────────────────────────────────
+
+
+# Things that run beside a local job for its whole life, started after the ingest receiver with the
+# job's environment (endpoint and token included) and stopped when the job has ended: each is called as
+# `start(run_dir, env)` and returns its stop function. The native metrics collector registers here.
+Sidecar = Callable[[Path, dict[str, str]], Callable[[], None]]
+SIDECARS: list[Sidecar] = []
+
+
+def supervise(
+    run_dir: Path,
+    echo: Callable[[str], None] | None = None,
+    on_end: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run the job of `run_dir` to its end, once: a second supervisor for the same run does nothing.
+
+    `on_end(state)` runs after the final state is written and before the supervisor lock is released,
+    so whoever waits for the lock (a canceller, `tp job logs -f`) sees the outcome fully recorded.
+    """
+    lock = _try_lock(run_dir / SUPERVISOR_LOCK)
+    if lock is None:
+        return read_state(run_dir) or {}
+    try:
+        state = read_state(run_dir) or {}
+        if state.get("supervisor_started"):
+            return state
+        _update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid())
+        state = _Supervisor(run_dir, echo).run()
+        if on_end is not None:
+            on_end(state)
+        return state
+    finally:
+        lock.close()
+
+
+class _Supervisor:
+    def __init__(self, run_dir: Path, echo: Callable[[str], None] | None) -> None:
+        self.run_dir = run_dir
+        self.echo = echo
+        self.launch = json.loads((run_dir / LAUNCH).read_text(encoding="utf-8"))
+        self.tail: deque[str] = deque(maxlen=MESSAGE_LINES)
+        self.secrets: list[str] = []
+        self.stop_requested = False
+        self.timed_out = False
+        self.log: IO[str] | None = None
+
+    def run(self) -> dict[str, Any]:
+        restore = self._trap_signals()
+        try:
+            return self._allot_and_run()
+        finally:
+            restore()
+
+    def _allot_and_run(self) -> dict[str, Any]:
+        try:
+            lease = _allot(
+                int(self.launch.get("gpus") or 0),
+                Path(self.launch["gpu_lock_dir"]),
+                self._cancelled,
+                self._waiting,
+            )
+        except Unschedulable as exc:
+            return self._finish("Failed", "Unschedulable", str(exc), None)
+        if lease is None:
+            return self._finish("Cancelled", "Cancelled", "cancelled while waiting for GPUs", None)
+        try:
+            return self._run_with(lease)
+        finally:
+            lease.release()
+
+    def _run_with(self, lease: _GpuLease) -> dict[str, Any]:
+        stop_ingest, env = self._ingest(dict(self.launch["env"]))
+        env = self._child_env(env, lease.ids)
+        stops = [stop_ingest, *(start(self.run_dir, dict(env)) for start in SIDECARS)]
+        try:
+            self.log = open(self.run_dir / LOG, "a", encoding="utf-8", errors="replace")
+            self._line(self._launch_line(lease.ids))
+            code = self._execute(env)
+            # Native metric files and whatever the SDK's finish() left in the out dir reach the
+            # run's receiver before it stops: the last pass of the collector, beside the job.
+            collect_after(env)
+        finally:
+            for stop in reversed(stops):  # sidecars first, so they can flush into the receiver
+                stop()
+            if self.log is not None:
+                self.log.close()
+                self.log = None
+        artifacts_error = _write_artifacts(
+            Path(self.launch["out_dir"]), self.launch.get("artifacts") or [], self.launch["run_id"]
+        )
+        return self._outcome(code, artifacts_error)
+
+    def _ingest(self, env: dict[str, str]) -> tuple[Callable[[], None], dict[str, str]]:
+        """A receiver on 127.0.0.1 for this run only; its token lives in this process's memory."""
+        try:
+            from tuneplane.ingest import mint_token, start_server
+        except ImportError:
+            return (lambda: None), env
+        secret = secrets.token_hex(32).encode()
+        url, stop = start_server(self.run_dir / DB, secret)
+        token = mint_token(secret, self.launch["run_id"])
+        self.secrets.append(token)
+        env.update(
+            {
+                "TUNEPLANE_JOB_ENABLED": "1",
+                "TUNEPLANE_JOB_ENDPOINT": url,
+                "TUNEPLANE_JOB_RUN_ID": self.launch["run_id"],
+                "TUNEPLANE_JOB_TOKEN": token,
+            }
+        )
+        return stop, env
+
+    def _child_env(self, contract: dict[str, str], gpus: list[str]) -> dict[str, str]:
+        env = _scrubbed_env(os.environ)
+        env.pop(GPUS_ENV, None)
+        env.pop(KILL_GRACE_ENV, None)
+        inherited = env.get("PYTHONPATH")
+        env.update(contract)
+        if "PYTHONPATH" in contract and inherited:  # shared code first, then what this machine had
+            env["PYTHONPATH"] = os.pathsep.join([contract["PYTHONPATH"], inherited])
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # empty: no GPU is visible to a 0-GPU run
+        # The job's `python` is the interpreter tp runs under, so `import tuneplane` works as it does here.
+        env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])
+        env.setdefault("PYTHONUNBUFFERED", "1")  # log lines arrive as they are printed
+        env["TUNEPLANE_TERMINATION_LOG"] = str(self.run_dir / TERMINATION_LOG)  # the launcher's one-line refusal
+        (self.run_dir / TERMINATION_LOG).unlink(missing_ok=True)
+        return env
+
+    def _launch_line(self, gpus: list[str]) -> str:
+        shown = shlex.join(self.launch.get("plan_argv") or self.launch["argv"])
+        timeout = self.launch.get("timeout")
+        limits = f"GPUs {','.join(gpus) or 'none'}" + (f", timeout {timeout}s" if timeout else "")
+        return (
+            f"[tuneplane] {utc_now()} run {self.launch['run_id']}: launching `{shown}` "
+            f"through tuneplane.launcher in {self.launch['work_dir']} ({limits})"
+        )
+
+    def _execute(self, env: dict[str, str]) -> int:
+        try:
+            child = subprocess.Popen(
+                self.launch["argv"],
+                cwd=self.launch["work_dir"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._line(f"[tuneplane] cannot start the launcher: {exc}")
+            return 127
+        _update_state(
+            self.run_dir,
+            phase="Running",
+            reason="",
+            message="",
+            pid=child.pid,
+            pgid=child.pid,
+            started_at=utc_now(),
+        )
+        pump = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
+        pump.start()
+        code = self._wait(child)
+        _signal_group(child.pid, signal.SIGKILL)  # stragglers die with the job, as in a container
+        pump.join(timeout=10)
+        return code
+
+    def _wait(self, child: subprocess.Popen[bytes]) -> int:
+        timeout = self.launch.get("timeout")
+        deadline = time.monotonic() + float(timeout) if timeout else None
+        killed_at: float | None = None
+        grace = float(os.environ.get(KILL_GRACE_ENV) or 10)
+        while True:
+            try:
+                return child.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            if killed_at is None and (
+                self._cancelled() or (deadline is not None and time.monotonic() > deadline)
+            ):
+                self.timed_out = not self._cancelled()
+                _signal_group(child.pid, signal.SIGTERM)
+                killed_at = time.monotonic()
+            elif killed_at is not None and time.monotonic() - killed_at > grace:
+                _signal_group(child.pid, signal.SIGKILL)
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b""):
+            self._line(raw.decode("utf-8", "replace").rstrip("\n"), job=True)
+
+    def _line(self, text: str, job: bool = False) -> None:
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        if job:
+            self.tail.append(text)
+        if self.log is not None:
+            self.log.write(text + "\n")
+            self.log.flush()
+        if self.echo is not None:
+            self.echo(text)
+
+    def _cancelled(self) -> bool:
+        return self.stop_requested or (self.run_dir / CANCEL).exists()
+
+    def _waiting(self, message: str) -> None:
+        _update_state(self.run_dir, phase="Pending", reason="WaitingForGPUs", message=message)
+
+    def _trap_signals(self) -> Callable[[], None]:
+        """Ctrl-C or a TERM to the supervisor stops the run cleanly (recorded as Cancelled)."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def stop(signum: int, frame: Any) -> None:
+            self.stop_requested = True
+
+        before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+
+        def restore() -> None:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _outcome(self, code: int, artifacts_error: str) -> dict[str, Any]:
+        exit_code = 128 - code if code < 0 else code  # killed by signal N: the shell's 128+N
+        last = "\n".join(self.tail)
+        if self._cancelled() and not self.timed_out:
+            return self._finish("Cancelled", "Cancelled", "cancelled on request", exit_code)
+        if self.timed_out:
+            return self._finish(
+                "Failed",
+                "DeadlineExceeded",
+                f"stopped after its timeout of {self.launch['timeout']} s; last lines:\n{last}",
+                exit_code,
+            )
+        if code == 0:
+            return self._finish("Succeeded", "", artifacts_error, 0)
+        if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
+            return self._finish("Failed", "ConfigError", line, exit_code)  # the launcher's one line
+        reason = "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
+        return self._finish("Failed", reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
+
+    def _termination_message(self) -> str:
+        """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""
+        try:
+            with open(self.run_dir / TERMINATION_LOG, encoding="utf-8", errors="replace") as fh:
+                return fh.read(4096).strip()
+        except OSError:
+            return ""
+
+    def _finish(self, phase: str, reason: str, message: str, exit_code: int | None) -> dict[str, Any]:
+        return _update_state(
+            self.run_dir,
+            phase=phase,
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            finished_at=utc_now(),
+        )

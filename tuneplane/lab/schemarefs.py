@@ -1,0 +1,43 @@
+"""Where the lab keeps its editor schemas, and the relative references files carry to them.
+
+Every YAML file tp writes for a person starts with `# yaml-language-server: $schema=<relative path>`;
+JSON files (locks, status files) carry a `$schema` key. The path is relative to the file, so any clone
+of the lab works offline, in any editor that follows the convention.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+
+SCHEMA_DIR = PurePosixPath(".tuneplane/schemas")
+CONFIG_DIR = SCHEMA_DIR / "config"
+COMMENT = "# yaml-language-server: $schema="
+
+
+def schema_rel(kind: str) -> PurePosixPath:
+    """`.tuneplane/schemas/<kind>.schema.json`, relative to the lab root."""
+    return SCHEMA_DIR / f"{kind}.schema.json"
+
+
+def config_schema_rel(method: str) -> PurePosixPath:
+    """`.tuneplane/schemas/config/<framework>/<recipe>.schema.json` for method `<framework>/<recipe>`."""
+    return CONFIG_DIR / f"{method}.schema.json"
+
+
+def reference(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:
+    """The path of `target` relative to the folder of `from_file`, both relative to the lab root."""
+    start = PurePosixPath(from_file).parent
+    return PurePosixPath(os.path.relpath(PurePosixPath(target), start)).as_posix()
+
+
+def comment_line(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:
+    return COMMENT + reference(from_file, target)
+
+
+def with_comment(text: str, line: str) -> str:
+    """`text` whose first line is the schema comment `line` (an existing schema comment is replaced)."""
+    lines = text.splitlines(keepends=True)
+    if lines and lines[0].startswith(COMMENT):
+        lines = lines[1:]
+    return line + "\n" + "".join(lines)
