@@ -29,6 +29,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import twin_fields as fields
+import twin_schemas
 import yaml
 
 
@@ -39,6 +41,8 @@ class ResourceType:
     plural: str
     kind: str
     has_status: bool = True  # status is a subresource: apply and create ignore it
+    validated: bool = False  # checked against the real schema on every write from a client
+    custom: bool = False  # a custom resource: no strategic merge patch
 
     @property
     def api_version(self) -> str:
@@ -46,15 +50,23 @@ class ResourceType:
 
 
 RESOURCE_TYPES = [
-    ResourceType("", "v1", "secrets", "Secret", has_status=False),
-    ResourceType("", "v1", "configmaps", "ConfigMap", has_status=False),
-    ResourceType("", "v1", "pods", "Pod"),
-    ResourceType("batch", "v1", "jobs", "Job"),
-    ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
-    ResourceType("ray.io", "v1", "rayjobs", "RayJob"),
-    ResourceType("kueue.x-k8s.io", "v1beta1", "workloads", "Workload"),
-    ResourceType("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue"),
+    ResourceType("", "v1", "secrets", "Secret", has_status=False, validated=True),
+    ResourceType("", "v1", "configmaps", "ConfigMap", has_status=False, validated=True),
+    ResourceType("", "v1", "pods", "Pod", validated=True),
+    ResourceType("", "v1", "services", "Service", validated=True),
+    ResourceType("batch", "v1", "jobs", "Job", validated=True),
+    ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", validated=True, custom=True),
+    ResourceType("ray.io", "v1", "rayjobs", "RayJob", validated=True, custom=True),
+    ResourceType("ray.io", "v1", "rayclusters", "RayCluster", custom=True),
+    ResourceType("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", custom=True),
+    ResourceType("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", custom=True),
 ]
+FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+# spec fields the API server (or the controller's validating webhook) refuses to change after create
+IMMUTABLE = {
+    "Job": ("template", "selector", "completionMode", "podFailurePolicy"),
+    "JobSet": ("replicatedJobs",),
+}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCE_TYPES}
 BY_KIND = {r.kind: r for r in RESOURCE_TYPES}
 
@@ -173,6 +185,13 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.logs: dict[tuple[str, str, str], str] = {}  # (ns, pod, container) -> text
         self.linger_deletes = False  # True: deleted objects keep a deletionTimestamp until finish_deletion
+        self.owners: dict[tuple[str, str, str], dict[str, set[tuple[str, ...]]]] = {}  # field managers
+        self.webhooks: list[Callable[[str, dict[str, Any]], str | None]] = []  # → a denial message, or None
+        self.mutators: list[Callable[[str, dict[str, Any]], None]] = []  # mutating admission, on create
+        self.after_write: list[Callable[[], None]] = []  # controllers: run after every client write
+        self.validate = True  # schema validation of client writes (off only to measure its cost)
+        self._appliers: dict[tuple[str, str, str], set[str]] = {}
+        self._pending_owners: dict[str, set[tuple[str, ...]]] = {}
         self._rv = itertools.count(1)
         self._stopping = threading.Event()
         self._httpd: _Server | None = None
@@ -399,14 +418,23 @@ class FakeKube:
             self._delete_now(kind, ns, name, "Foreground")
             self.changed.notify_all()
 
+    def settle(self) -> None:
+        """Let the controllers act until nothing changes (bounded). Caller holds the lock or not."""
+        with self.changed:
+            for run in self.after_write:
+                run()
+
     def requests_for(self, method: str, path_regex: str) -> list[Request]:
         pattern = re.compile(path_regex)
         with self.lock:
             return [r for r in self.requests if r.method == method and pattern.search(r.path)]
 
     # ---- state transitions (callers hold the lock) -----------------------------------------
-    def _create(self, rtype: ResourceType, ns: str, obj: dict[str, Any], keep_status: bool) -> dict[str, Any]:
+    def _create(self, rtype: ResourceType, ns: str, obj: dict[str, Any], keep_status: bool,
+                manager: str = "") -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{_suffix()}"
         meta.update(
             namespace=ns,
             uid=str(uuid.uuid4()),
@@ -419,8 +447,12 @@ class FakeKube:
             obj["status"] = {}
         if rtype.kind == "Secret":
             _fold_string_data(obj)
-        self.objects[(rtype.kind, ns, meta["name"])] = obj
-        self.creations[(rtype.kind, ns, meta["name"])] += 1
+        key = (rtype.kind, ns, meta["name"])
+        self.objects[key] = obj
+        self.creations[key] += 1
+        if manager:
+            self.owners[key] = fields.update({}, manager, {}, obj)
+            self._stamp_managers(key)
         return obj
 
     def _update(self, obj: dict[str, Any], new: dict[str, Any], rtype: ResourceType) -> dict[str, Any]:
@@ -428,7 +460,7 @@ class FakeKube:
         spec_changed = new.get("spec", obj.get("spec")) != obj.get("spec")
         if rtype.has_status:
             new["status"] = obj.get("status", {})
-        new["metadata"].update(keep, resourceVersion=str(next(self._rv)))
+        new.setdefault("metadata", {}).update(keep, resourceVersion=str(next(self._rv)))
         new["metadata"]["generation"] = obj["metadata"].get("generation", 1) + int(spec_changed)
         new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
         if rtype.kind == "Secret":
@@ -436,6 +468,132 @@ class FakeKube:
         obj.clear()
         obj.update(new)
         return obj
+
+    def _stamp_managers(self, key: tuple[str, str, str]) -> None:
+        obj = self.objects[key]
+        rtype = BY_KIND[key[0]]
+        obj["metadata"]["managedFields"] = [
+            {"manager": m, "operation": "Apply" if m in self._appliers.get(key, set()) else "Update",
+             "apiVersion": rtype.api_version, "time": now(), "fieldsType": "FieldsV1",
+             "fieldsV1": fields.to_fields_v1(paths)}
+            for m, paths in sorted(self.owners.get(key, {}).items())
+        ]
+
+    def client_write(self, rtype: ResourceType, ns: str, name: str | None, new: dict[str, Any], *,
+                     manager: str, validation: str, mode: str, force: bool = False) -> tuple[dict[str, Any], int,
+                                                                                             list[str]]:
+        """Every write a client makes: admission, validation, immutability, conflicts, then store.
+
+        `mode`: "create" (POST), "apply" (server-side apply), "update" (PUT or merge patch, `new` is the
+        whole object after the change). Returns (stored object, HTTP code, warnings). Caller holds the lock.
+        """
+        if validation not in FIELD_VALIDATION:
+            raise _HttpError(400, "BadRequest", f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, "
+                             f"not {validation!r}")
+        key_name = name or (new.get("metadata") or {}).get("name")
+        current = self.objects.get((rtype.kind, ns, key_name)) if key_name else None
+        if mode == "create" and current is not None:
+            raise _already_exists(rtype, str(key_name))
+        if mode == "update" and current is None:
+            raise _not_found(rtype, str(name))
+        if mode == "create" and not key_name and not (new.get("metadata") or {}).get("generateName"):
+            raise _HttpError(422, "Invalid", f"{rtype.kind} is invalid: metadata.name: Required value: name or "
+                             "generateName is required")
+        self._check_resource_version(rtype, current, new)
+        if mode == "apply":
+            new = self._applied(rtype, ns, str(key_name), current, new, manager, force)
+        warnings = self._admit(rtype, current, new, validation)
+        if current is None:
+            stored = self._create(rtype, ns, new, keep_status=False)
+            key = (rtype.kind, ns, stored["metadata"]["name"])
+            if mode == "apply":
+                self.owners[key] = self._pending_owners
+                self._appliers.setdefault(key, set()).add(manager)
+            else:
+                self.owners[key] = fields.update({}, manager, {}, stored)
+            self._stamp_managers(key)
+            return stored, 201, warnings
+        key = (rtype.kind, ns, str(key_name))
+        if mode == "apply":
+            self.owners[key] = self._pending_owners
+            self._appliers.setdefault(key, set()).add(manager)
+        else:
+            self.owners[key] = fields.update(self.owners.get(key, {}), manager, current, new)
+        self._check_immutable(rtype, current, new)
+        stored = self._update(current, new, rtype)
+        self._stamp_managers(key)
+        return stored, 200, warnings
+
+    def _applied(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
+                 applied: dict[str, Any], manager: str, force: bool) -> dict[str, Any]:
+        if rtype.has_status:
+            applied.pop("status", None)
+        base = copy.deepcopy(current) if current is not None else {}
+        if base:
+            base.pop("status", None)
+        owners = self.owners.get((rtype.kind, ns, name), {}) if current is not None else {}
+        try:
+            result, self._pending_owners = fields.apply(base, owners, manager, applied, force)
+        except fields.Conflict as exc:
+            raise _HttpError(409, "Conflict", str(exc), {"name": name, "group": rtype.group,
+                                                          "kind": rtype.plural}) from None
+        return result
+
+    @staticmethod
+    def _check_resource_version(rtype: ResourceType, current: dict[str, Any] | None, new: dict[str, Any]) -> None:
+        wanted = (new.get("metadata") or {}).get("resourceVersion")
+        if not wanted:
+            return
+        if current is None:
+            raise _HttpError(409, "Conflict", f"{rtype.plural} \"{new['metadata'].get('name')}\": resourceVersion "
+                             "must not be set on objects to be created")
+        if str(wanted) != current["metadata"]["resourceVersion"]:
+            raise _HttpError(409, "Conflict", f"Operation cannot be fulfilled on {rtype.plural} "
+                             f"\"{current['metadata']['name']}\": the object has been modified; please apply your "
+                             "changes to the latest version and try again")
+
+    def _admit(self, rtype: ResourceType, current: dict[str, Any] | None, new: dict[str, Any],
+               validation: str) -> list[str]:
+        """Mutating webhooks (on create), schema validation with pruning, validating webhooks."""
+        if current is None:
+            for mutate in self.mutators:
+                mutate(rtype.kind, new)
+        warnings: list[str] = []
+        if rtype.validated and self.validate:
+            verdict = twin_schemas.check(new, rtype.api_version, rtype.kind)
+            if verdict.unknown and validation == "Strict":
+                detail = ", ".join(f'unknown field "{p}"' for p in verdict.unknown)
+                raise _HttpError(400, "BadRequest", f"strict decoding error: {detail}")
+            if validation == "Warn":
+                warnings = [f'unknown field "{p}"' for p in verdict.unknown]
+            if verdict.invalid:
+                name = (new.get("metadata") or {}).get("name", "")
+                causes = [{"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]}
+                          for m in verdict.invalid]
+                raise _HttpError(422, "Invalid", f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: '
+                                 + "; ".join(verdict.invalid[:5]), {"name": name, "kind": rtype.kind,
+                                                                     "causes": causes})
+        for webhook in self.webhooks:
+            denial = webhook(rtype.kind, new)
+            if denial:
+                raise _HttpError(403, "Forbidden", f'admission webhook "{denial.split(":")[0]}" denied the '
+                                 f"request: {denial.split(':', 1)[-1].strip()}")
+        return warnings
+
+    @staticmethod
+    def _check_immutable(rtype: ResourceType, current: dict[str, Any], new: dict[str, Any]) -> None:
+        old_spec, new_spec = current.get("spec") or {}, new.get("spec") or {}
+        frozen = IMMUTABLE.get(rtype.kind, ())
+        suspended = bool(old_spec.get("suspend")) and not (current.get("status") or {}).get("startTime")
+        for field_name in frozen:
+            if rtype.kind == "Job" and field_name == "template" and suspended:
+                continue  # scheduling directives of a suspended Job that never ran may change (Kueue)
+            if rtype.kind == "JobSet" and suspended:
+                continue
+            if old_spec.get(field_name) != new_spec.get(field_name):
+                raise _HttpError(422, "Invalid", f'{rtype.kind}.{rtype.group or "core"} '
+                                 f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
+                                 "field is immutable")
 
     def _delete_now(self, kind: str, ns: str, name: str, policy: str) -> None:
         obj = self.objects.pop((kind, ns, name), None)
@@ -636,26 +794,26 @@ class _Handler(BaseHTTPRequestHandler):
                     and selector_matches(selector, o["metadata"].get("labels") or {})
                 ]
                 rv = str(next(kube._rv))
-            payload = {
-                "kind": f"{rtype.kind}List",
-                "apiVersion": rtype.api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": items,
-            }
+            start = int(query.get("continue") or 0)
+            limit = int(query.get("limit") or 0)
+            page = items[start: start + limit] if limit else items[start:]
+            meta: dict[str, Any] = {"resourceVersion": rv}
+            if limit and start + limit < len(items):
+                meta["continue"] = str(start + limit)
+                meta["remainingItemCount"] = len(items) - start - limit
+            payload = {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta,
+                       "items": page}
             self._send_json(200, payload)
         elif method == "POST":
             obj = _decode(body)
-            name = (obj.get("metadata") or {}).get("name")
-            if not name:
-                raise _HttpError(
-                    422, "Invalid", f"{rtype.kind}.{rtype.group} is invalid: metadata.name: Required value"
-                )
             with kube.changed:
-                if (rtype.kind, ns, name) in kube.objects:
-                    raise _already_exists(rtype, name)
-                stored = copy.deepcopy(kube._create(rtype, ns, obj, keep_status=False))
+                stored, code, warnings = kube.client_write(
+                    rtype, ns, None, obj, manager=_manager(query, self.headers), mode="create",
+                    validation=query.get("fieldValidation", "Warn"))
+                stored = copy.deepcopy(stored)
+                kube.settle()
                 kube.changed.notify_all()
-            self._send_json(201, stored)
+            self._send_json(code, stored, _warning_headers(warnings))
         else:
             raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
 
@@ -671,98 +829,97 @@ class _Handler(BaseHTTPRequestHandler):
         body: bytes,
     ) -> None:
         kube = self.server.kube
+        warnings: list[str] = []
         with kube.changed:
             current = kube.objects.get((rtype.kind, ns, name))
             if method == "GET":
                 result, code = self._require(current, rtype, name), 200
             elif method == "DELETE":
                 result, code = self._delete(rtype, ns, name, query, body), 200
-            elif method == "PATCH" and content_type == "application/apply-patch+yaml" and sub is None:
-                result, code = self._apply(rtype, ns, name, current, query, body)
+            elif method == "PATCH" and content_type == "application/apply-patch+yaml":
+                result, code, warnings = self._apply(rtype, ns, name, sub, query, body)
             elif method == "PATCH":
-                result, code = self._merge(rtype, name, current, sub, content_type, body), 200
+                result, code, warnings = self._patch(rtype, ns, name, current, sub, query, content_type, body)
             elif method == "PUT":
-                result, code = self._replace(rtype, name, current, sub, body), 200
+                result, code, warnings = self._replace(rtype, ns, name, current, sub, query, body)
             else:
                 raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported")
             result = copy.deepcopy(result)
+            if method != "GET":
+                kube.settle()
             kube.changed.notify_all()
-        self._send_json(code, result)
+        self._send_json(code, result, _warning_headers(warnings))
 
     @staticmethod
     def _require(current: dict[str, Any] | None, rtype: ResourceType, name: str) -> dict[str, Any]:
         if current is None:
-            what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-            raise _HttpError(
-                404,
-                "NotFound",
-                f'{what} "{name}" not found',
-                {"name": name, "group": rtype.group, "kind": rtype.plural},
-            )
+            raise _not_found(rtype, name)
         return current
 
-    def _apply(
-        self,
-        rtype: ResourceType,
-        ns: str,
-        name: str,
-        current: dict[str, Any] | None,
-        query: dict[str, str],
-        body: bytes,
-    ) -> tuple[dict[str, Any], int]:
-        """Server-side apply: create when absent, else merge the applied fields over the live object."""
+    def _apply(self, rtype: ResourceType, ns: str, name: str, sub: str | None, query: dict[str, str],
+               body: bytes) -> tuple[dict[str, Any], int, list[str]]:
+        """Server-side apply: create when absent, else merge the fields this manager owns."""
         if not query.get("fieldManager"):
             raise _HttpError(
                 400, "BadRequest", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value'
             )
+        if sub is not None:
+            raise _HttpError(405, "MethodNotAllowed", f"apply to the {sub} subresource is not supported here")
         applied = _decode(body)
         if (applied.get("metadata") or {}).get("name") != name:
             raise _HttpError(400, "BadRequest", "the name of the object does not match the name on the URL")
-        if rtype.has_status:
-            applied.pop("status", None)
-        manager = {"manager": query["fieldManager"], "operation": "Apply", "time": now()}
-        applied["metadata"]["managedFields"] = [manager]
-        kube = self.server.kube
-        if current is None:
-            return kube._create(rtype, ns, applied, keep_status=False), 201
-        merged = merge_patch(current, applied)
-        return kube._update(current, merged, rtype), 200
+        if (applied.get("apiVersion"), applied.get("kind")) != (rtype.api_version, rtype.kind):
+            raise _HttpError(400, "BadRequest", f"the apiVersion and kind of the body must be {rtype.api_version} "
+                             f"{rtype.kind}")
+        return self.server.kube.client_write(
+            rtype, ns, name, applied, manager=query["fieldManager"], mode="apply",
+            validation=query.get("fieldValidation", "Strict" if rtype.custom else "Warn"),
+            force=query.get("force") == "true")
 
-    def _merge(
-        self,
-        rtype: ResourceType,
-        name: str,
-        current: dict[str, Any] | None,
-        sub: str | None,
-        content_type: str,
-        body: bytes,
-    ) -> dict[str, Any]:
-        if content_type not in {"application/merge-patch+json", "application/strategic-merge-patch+json"}:
+    def _patch(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
+               sub: str | None, query: dict[str, str], content_type: str,
+               body: bytes) -> tuple[dict[str, Any], int, list[str]]:
+        allowed = {"application/merge-patch+json", "application/json-patch+json"}
+        if not rtype.custom:
+            allowed.add("application/strategic-merge-patch+json")
+        if content_type not in allowed:
             raise _HttpError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format: {content_type}",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(sorted(allowed))}",
             )
         obj = self._require(current, rtype, name)
-        patch = _decode(body)
+        patch = _decode(body) if content_type != "application/json-patch+json" else {}
+        if content_type == "application/json-patch+json":
+            raise _HttpError(415, "UnsupportedMediaType", "JSON patch is not modelled by the twin")
+        kube = self.server.kube
         if sub == "status":
             obj["status"] = merge_patch(obj.get("status", {}), patch.get("status", {}))
-            obj["metadata"]["resourceVersion"] = str(next(self.server.kube._rv))
-            return obj
+            obj["metadata"]["resourceVersion"] = str(next(kube._rv))
+            return obj, 200, []
         if rtype.has_status:
             patch.pop("status", None)
-        return self.server.kube._update(obj, merge_patch(obj, patch), rtype)
+        new = merge_patch(copy.deepcopy(obj), patch)
+        if "resourceVersion" not in (patch.get("metadata") or {}):
+            new["metadata"].pop("resourceVersion", None)
+        return kube.client_write(rtype, ns, name, new, manager=_manager(query, self.headers), mode="update",
+                                 validation=query.get("fieldValidation", "Warn"))
 
-    def _replace(
-        self, rtype: ResourceType, name: str, current: dict[str, Any] | None, sub: str | None, body: bytes
-    ) -> dict[str, Any]:
+    def _replace(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
+                 sub: str | None, query: dict[str, str], body: bytes) -> tuple[dict[str, Any], int, list[str]]:
         obj = self._require(current, rtype, name)
         new = _decode(body)
         if sub == "status":
+            self.server.kube._check_resource_version(rtype, obj, new)
             obj["status"] = new.get("status", {})
-            return obj
-        return self.server.kube._update(obj, new, rtype)
-
+            obj["metadata"]["resourceVersion"] = str(next(self.server.kube._rv))
+            return obj, 200, []
+        if not (new.get("metadata") or {}).get("resourceVersion"):
+            raise _HttpError(422, "Invalid", f'{rtype.kind} "{name}" is invalid: metadata.resourceVersion: '
+                             "Invalid value: 0: must be specified for an update")
+        return self.server.kube.client_write(rtype, ns, name, new, manager=_manager(query, self.headers),
+                                             mode="update", validation=query.get("fieldValidation", "Warn"))
     def _delete(
         self, rtype: ResourceType, ns: str, name: str, query: dict[str, str], body: bytes
     ) -> dict[str, Any]:
@@ -903,6 +1060,30 @@ def _decode(body: bytes) -> dict[str, Any]:
     return value
 
 
+def _suffix() -> str:
+    """The random suffix of generated names: five characters of the API server's alphabet."""
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    return "".join(alphabet[b % len(alphabet)] for b in uuid.uuid4().bytes[:5])
+
+
+def _manager(query: dict[str, str], headers: Any) -> str:
+    """The field manager of a non-apply write: the parameter, else the user agent's first word."""
+    if query.get("fieldManager"):
+        return query["fieldManager"]
+    agent = str(headers.get("User-Agent") or "unknown")
+    return agent.split("/")[0] or "unknown"
+
+
+def _warning_headers(warnings: list[str]) -> dict[str, str]:
+    return {"Warning": ", ".join(f'299 - "{w.replace(chr(34), chr(39))}"' for w in warnings)} if warnings else {}
+
+
+def _not_found(rtype: ResourceType, name: str) -> _HttpError:
+    what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
+    return _HttpError(404, "NotFound", f'{what} "{name}" not found',
+                      {"name": name, "group": rtype.group, "kind": rtype.plural})
+
+
 def _already_exists(rtype: ResourceType, name: str) -> _HttpError:
     what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
     details = {"name": name, "group": rtype.group, "kind": rtype.plural}
@@ -951,6 +1132,14 @@ def fake_kube() -> Iterator[FakeKube]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def cluster(fake_kube: FakeKube) -> Any:
+    """`fake_kube` with its controllers: Job, JobSet, KubeRay, Kueue, a kubelet (pods run by default)."""
+    from twin_controllers import Cluster
+
+    return Cluster(fake_kube).install()
 
 
 @pytest.fixture

@@ -33,7 +33,9 @@ def _jobset(name: str, **labels: str) -> dict[str, Any]:
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1}]},
+        # the smallest JobSet the CRD's schema admits: a replicated job needs its Job template
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {"template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36"}]}}}}}]},
         "status": {"restarts": 99},
     }
 
@@ -84,10 +86,20 @@ def test_server_side_apply_creates_then_merges_and_ignores_status(
     first = _apply_jobset(kube_client, _jobset("js", a="1"), force=True)
     assert first["status"] == {}  # status is a subresource: apply cannot set it
     assert first["metadata"]["managedFields"][0]["manager"] == "tests"
+    # A manager's re-apply is its whole intent: the label it no longer sends is removed, as on a real
+    # server; a label another manager owns survives.
+    other = _apply_jobset(kube_client, _jobset("js", a="1", c="3"), field_manager="someone-else")
+    assert other["metadata"]["labels"] == {"a": "1", "c": "3"}
     second = _apply_jobset(kube_client, _jobset("js", b="2"))
     assert second["metadata"]["uid"] == first["metadata"]["uid"]
     assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
-    assert second["metadata"]["labels"] == {"a": "1", "b": "2"}
+    assert second["metadata"]["labels"] == {"a": "1", "b": "2", "c": "3"}  # `a` is someone-else's too
+    third = _apply_jobset(kube_client, _jobset("js", a="1", c="3"), field_manager="someone-else")
+    fourth = _apply_jobset(kube_client, _jobset("js"), field_manager="someone-else")
+    assert third["metadata"]["labels"] == {"a": "1", "b": "2", "c": "3"}
+    assert fourth["metadata"]["labels"] == {"b": "2"}
+    managers = {m["manager"]: m["operation"] for m in fourth["metadata"]["managedFields"]}
+    assert managers["tests"] == "Apply"
     assert fake_kube.creations[("JobSet", NS, "js")] == 1
     request = fake_kube.requests_for("PATCH", r"/jobsets/js$")[0]
     assert (request.content_type, request.query["fieldManager"], request.query["force"]) == (

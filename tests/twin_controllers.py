@@ -1,0 +1,336 @@
+"""The controllers of the cluster twin: Job, JobSet, KubeRay, Kueue, a kubelet, TTL and garbage collection.
+
+They act on the twin's store after every client write (`FakeKube.settle`), until nothing changes, and
+model what our backend and our manifests depend on, as the real controllers do it:
+
+- **Job** (kube-controller-manager): API-server defaulting (selector, `controller-uid`/`job-name`
+  labels), one pod per completion index for `Indexed` Jobs (`<job>-<index>-<rand>`, hostname
+  `<job>-<index>`, label and annotation `batch.kubernetes.io/job-completion-index`), `suspend`,
+  `podFailurePolicy` (FailJob / Ignore / Count on exit codes and pod conditions), `backoffLimit`, the
+  `Complete`/`Failed` conditions and `ttlSecondsAfterFinished`.
+- **JobSet**: child Jobs `<jobset>-<replicatedJob>-<index>` with the `jobset.sigs.k8s.io/*` labels and
+  annotations, a headless Service named after the subdomain, `failurePolicy.maxRestarts` (recreate all
+  child Jobs, `restart-attempt` + 1), `successPolicy` (All / Any), `replicatedJobsStatus`, TTL.
+- **KubeRay**: a RayCluster per RayJob with head and worker pods (`ray.io/*` labels), the submitter Job
+  (KubeRay's own labels; its pods carry only the Job controller's labels unless `submitterPodTemplate`
+  gives more), `jobDeploymentStatus`/`jobStatus` from the submitter's outcome, `shutdownAfterJobFinishes`
+  with `ttlSecondsAfterFinished` deleting the RayCluster and the submitter, `suspend` deleting both.
+- **Kueue**: a mutating webhook that suspends a queued object on create, a Workload per object (owner
+  reference, `kueue.x-k8s.io/job-uid` label, pod sets with their requests), admission against
+  ClusterQueue quotas (`QuotaReserved`/`Admitted`, unsuspend), `Pending` with Kueue's reason when the
+  quota is used up, `Finished` releasing the quota.
+- **kubelet**: a pod whose `secretKeyRef` cannot be resolved waits in `CreateContainerConfigError`; an
+  image from a private registry without a usable `imagePullSecrets` waits in `ErrImagePull`; otherwise
+  the pod runs (or a test's pod runner runs it) until `exit_pod` ends it.
+
+Time is the twin's clock: `advance(seconds)` moves it, so TTLs are tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fakekube import FakeKube
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+INDEX = "batch.kubernetes.io/job-completion-index"
+JS = "jobset.sigs.k8s.io/"
+SUBMITTER_CONTAINER = "ray-job-submitter"
+DASHBOARD_PORT = 8265
+_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
+_UNITS = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+          "Ti": 2**40, "Pi": 2**50}
+
+
+def quantity(text: Any) -> float:
+    match = _QUANTITY.match(str(text))
+    if match is None or match.group(2) not in _UNITS:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _suffix(seed: str) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    digest = hashlib.sha256(seed.encode()).digest()
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:5])
+
+
+def _cond(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def _owner(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
+    uid = owner["metadata"]["uid"]
+    return any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
+
+
+class Cluster:
+    """Controllers installed on a FakeKube; `FakeKube.settle()` runs them to a fixpoint."""
+
+    def __init__(self, kube: FakeKube, *, auto_run: bool = True, private_registries: tuple[str, ...] = ()) -> None:
+        self.kube = kube
+        self.auto_run = auto_run  # pods start running as soon as they can; False: a pod runner starts them
+        self.private_registries = private_registries
+        self.cluster_queues: dict[str, dict[str, float]] = {}
+        self.offset = 0.0
+        self._serial = 0
+        self._changed = False
+
+    def install(self) -> Cluster:
+        self.kube.mutators.append(self._kueue_webhook)
+        self.kube.after_write.append(self.reconcile)
+        return self
+
+    # ---- test hooks ------------------------------------------------------------------------
+    def add_cluster_queue(self, name: str, **quota: Any) -> None:
+        """A ClusterQueue with nominal quotas, e.g. `gpu=8, cpu="96", memory="1Ti"` (gpu: nvidia.com/gpu)."""
+        self.cluster_queues[name] = {("nvidia.com/gpu" if k == "gpu" else k): quantity(v) for k, v in quota.items()}
+        self.kube.settle()
+
+    def add_queue(self, ns: str, local_queue: str, cluster_queue: str, **quota: Any) -> None:
+        self.cluster_queues[cluster_queue] = {("nvidia.com/gpu" if k == "gpu" else k): quantity(v)
+                                              for k, v in quota.items()}
+        self.kube.add_local_queue(ns, local_queue, cluster_queue)
+        self.kube.settle()
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+        self.kube.settle()
+
+    def pods(self, ns: str, selector: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        with self.kube.lock:
+            return [copy.deepcopy(p) for (k, n, _), p in sorted(self.kube.objects.items())
+                    if k == "Pod" and n == ns and all((p["metadata"].get("labels") or {}).get(a) == b
+                                                      for a, b in (selector or {}).items())]
+
+    def start_pod(self, ns: str, name: str) -> None:
+        with self.kube.changed:
+            self._run(self.kube.objects[("Pod", ns, name)])
+            self.kube.settle()
+            self.kube.changed.notify_all()
+
+    def exit_pod(self, ns: str, name: str, code: int, log: str = "", *, reason: str = "",
+                 container: str | None = None, conditions: list[dict[str, Any]] | None = None) -> None:
+        """End a running pod's main container with `code` (and its log text), as the kubelet reports it."""
+        with self.kube.changed:
+            pod = self.kube.objects[("Pod", ns, name)]
+            status = pod["status"]
+            at = self.stamp()
+            for cs in status.get("containerStatuses") or []:
+                if container in (None, cs["name"]):
+                    cs["state"] = {"terminated": {"exitCode": code, "reason": reason or (
+                        "Completed" if code == 0 else "Error"), "finishedAt": at, "startedAt": status.get(
+                        "startTime", at)}}
+                    cs["ready"] = False
+            status["phase"] = "Succeeded" if code == 0 else "Failed"
+            status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + (
+                conditions or [])
+            if log:
+                main = container or pod["spec"]["containers"][0]["name"]
+                self.kube.logs[(ns, name, main)] = self.kube.logs.get((ns, name, main), "") + log
+            self._touch(pod)
+            self.kube.settle()
+            self.kube.changed.notify_all()
+
+    def finish(self, ns: str, selector: dict[str, str], code: int = 0, log: str = "") -> list[str]:
+        """Exit every running pod matching `selector`; returns their names."""
+        names = [p["metadata"]["name"] for p in self.pods(ns, selector) if p["status"].get("phase") == "Running"]
+        for name in names:
+            self.exit_pod(ns, name, code, log)
+        return names
+
+    # ---- the loop --------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def stamp(self, at: float | None = None) -> str:
+        return datetime.fromtimestamp(self.now() if at is None else at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def seconds(self, stamp: str) -> float:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+    def reconcile(self) -> None:
+        for _ in range(60):
+            self._changed = False
+            self._kueue()
+            self._jobsets()
+            self._rayjobs()
+            self._rayclusters()
+            self._jobs()
+            self._kubelet()
+            self._ttl()
+            if not self._changed:
+                return
+
+    def _touch(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self.kube._rv))
+        self._changed = True
+
+    def _all(self, kind: str) -> list[dict[str, Any]]:
+        return [o for (k, _, _), o in sorted(self.kube.objects.items()) if k == kind]
+
+    def _children(self, kind: str, owner: dict[str, Any]) -> list[dict[str, Any]]:
+        ns = owner["metadata"]["namespace"]
+        return [o for o in self._all(kind) if o["metadata"]["namespace"] == ns and _owned_by(o, owner)]
+
+    def _make(self, obj: dict[str, Any]) -> dict[str, Any]:
+        from fakekube import BY_KIND
+
+        self._changed = True
+        return self.kube._create(BY_KIND[obj["kind"]], obj["metadata"]["namespace"], obj, keep_status=True)
+
+    def _remove(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if (obj["kind"], meta["namespace"], meta["name"]) in self.kube.objects:
+            self.kube._delete_now(obj["kind"], meta["namespace"], meta["name"], "Background")
+            self._changed = True
+
+    def _name(self, stem: str) -> str:
+        self._serial += 1
+        return f"{stem}-{_suffix(f'{stem}/{self._serial}/{self.kube.url}')}"
+
+    # ---- Kueue -----------------------------------------------------------------------------
+    def _kueue_webhook(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("Job", "JobSet", "RayJob") and (obj.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL):
+            obj.setdefault("spec", {})["suspend"] = True
+
+    def _kueue(self) -> None:
+        from twin_kueue import reconcile_kueue
+
+        reconcile_kueue(self)
+
+    # ---- Job -------------------------------------------------------------------------------
+    def _jobs(self) -> None:
+        from twin_jobs import reconcile_job
+
+        for job in self._all("Job"):
+            reconcile_job(self, job)
+
+    def _jobsets(self) -> None:
+        from twin_jobs import reconcile_jobset
+
+        for jobset in self._all("JobSet"):
+            reconcile_jobset(self, jobset)
+
+    def _rayjobs(self) -> None:
+        from twin_ray import reconcile_rayjob
+
+        for rayjob in self._all("RayJob"):
+            reconcile_rayjob(self, rayjob)
+
+    def _rayclusters(self) -> None:
+        from twin_ray import reconcile_raycluster
+
+        for cluster in self._all("RayCluster"):
+            reconcile_raycluster(self, cluster)
+
+    # ---- kubelet ---------------------------------------------------------------------------
+    def _kubelet(self) -> None:
+        for pod in self._all("Pod"):
+            status = pod.setdefault("status", {})
+            if status.get("phase") not in (None, "", "Pending"):
+                continue
+            problem = self._pod_problem(pod)
+            if problem is not None:
+                self._wait(pod, *problem)
+            elif self.auto_run:
+                self._run(pod)
+            elif status.get("phase") != "Pending" or not status.get("containerStatuses"):
+                self._wait(pod, "ContainerCreating", "")
+
+    def _pod_problem(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        ns = pod["metadata"]["namespace"]
+        spec = pod["spec"]
+        for container in (spec.get("initContainers") or []) + spec["containers"]:
+            image = str(container.get("image", ""))
+            host = image.split("/")[0] if "/" in image and ("." in image.split("/")[0]) else "docker.io"
+            if host in self.private_registries and not any(
+                    ("Secret", ns, s.get("name")) in self.kube.objects for s in spec.get("imagePullSecrets") or []):
+                return "ErrImagePull", (f'failed to pull and unpack image "{image}": failed to resolve reference: '
+                                        "pull access denied, repository does not exist or may require "
+                                        "authorization: authorization failed: no basic auth credentials")
+            for entry in container.get("env") or []:
+                ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+                if not ref or ref.get("optional"):
+                    continue
+                secret = self.kube.objects.get(("Secret", ns, ref["name"]))
+                if secret is None:
+                    return "CreateContainerConfigError", f'secret "{ref["name"]}" not found'
+                if ref["key"] not in (secret.get("data") or {}):
+                    return "CreateContainerConfigError", (f"couldn't find key {ref['key']} in Secret "
+                                                          f"{ns}/{ref['name']}")
+        return None
+
+    def _wait(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        status = pod["status"]
+        spec = pod["spec"]
+        waiting = {"waiting": {"reason": reason, "message": message} if message else {"reason": reason}}
+        inits = [c["name"] for c in spec.get("initContainers") or []]
+        statuses = {
+            "initContainerStatuses": [self._container(c, spec, waiting) for c in inits],
+            "containerStatuses": [self._container(c["name"], spec, waiting) for c in spec["containers"]],
+        }
+        wanted = {"phase": "Pending", **statuses,
+                  "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        if any(status.get(k) != v for k, v in wanted.items()):
+            status.update(wanted)
+            self._touch(pod)
+
+    def _container(self, name: str, spec: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        image = next((c.get("image", "") for c in (spec.get("initContainers") or []) + spec["containers"]
+                      if c["name"] == name), "")
+        return {"name": name, "image": image, "imageID": "", "ready": "running" in state, "restartCount": 0,
+                "state": copy.deepcopy(state), "started": "running" in state}
+
+    def _run(self, pod: dict[str, Any]) -> None:
+        status = pod["status"]
+        spec = pod["spec"]
+        at = self.stamp()
+        done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}}
+        status.update(
+            phase="Running", startTime=status.get("startTime") or at, podIP="127.0.0.1",
+            initContainerStatuses=[self._container(c["name"], spec, done) for c in spec.get("initContainers") or []],
+            containerStatuses=[self._container(c["name"], spec, {"running": {"startedAt": at}})
+                               for c in spec["containers"]],
+            conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+        )
+        self._touch(pod)
+
+    # ---- TTL -------------------------------------------------------------------------------
+    def _ttl(self) -> None:
+        for kind in ("Job", "JobSet"):
+            for obj in self._all(kind):
+                ttl = (obj.get("spec") or {}).get("ttlSecondsAfterFinished")
+                if ttl is None or obj["metadata"].get("ownerReferences"):
+                    continue
+                finished = self._finished_at(obj)
+                if finished is not None and self.now() >= self.seconds(finished) + int(ttl):
+                    self._remove(obj)
+
+    @staticmethod
+    def _finished_at(obj: dict[str, Any]) -> str | None:
+        for ctype in ("Complete", "Failed", "Completed"):
+            cond = _cond(obj, ctype)
+            if cond is not None:
+                return str(cond.get("lastTransitionTime"))
+        return None
+
+    def iter_pods_of(self, owner: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield from self._children("Pod", owner)
