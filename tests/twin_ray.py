@@ -113,10 +113,12 @@ def _follow_submitter(cluster: Cluster, rayjob: dict[str, Any]) -> None:
     if job is None:
         return
     pods = cluster._children("Pod", job)
-    if _cond(job, "Complete"):
+    # The driver's exit is the Ray job's end: `ray job logs --follow` exits with the job, so the first
+    # finished submitter pod tells what the dashboard tells KubeRay (retries of the submitter only re-attach).
+    if any(p["status"].get("phase") == "Succeeded" for p in pods) or _cond(job, "Complete"):
         _set(cluster, rayjob, jobStatus="SUCCEEDED", jobDeploymentStatus="Complete", endTime=cluster.stamp(),
              succeeded=1)
-    elif _cond(job, "Failed"):
+    elif any(p["status"].get("phase") == "Failed" for p in pods) or _cond(job, "Failed"):
         _set(cluster, rayjob, jobStatus="FAILED", jobDeploymentStatus="Failed", reason="AppFailed",
              message=f"Job {rayjob['status']['jobId']} failed", endTime=cluster.stamp(), failed=1)
     elif any(p["status"].get("phase") == "Running" for p in pods):

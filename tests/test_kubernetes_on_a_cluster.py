@@ -1,0 +1,224 @@
+"""What would fail on a real cluster: the rendered manifests, submitted by the backend, in the cluster twin.
+
+Each test renders a run of a real lab (tests/helpers_render.py), submits the manifests through the
+Kubernetes backend to the twin (tests/fakekube.py with its controllers), and lets the Job, JobSet,
+KubeRay and Kueue controllers and the kubelet act as they do on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
+
+from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+
+if TYPE_CHECKING:
+    from fakekube import FakeKube
+    from twin_controllers import Cluster
+
+pytest_plugins = ("fakekube",)
+
+NS = "ml-team"
+TOKEN = "tp-job-token-93ab1"
+FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+PRIVATE = "registry.example.com"
+SETTINGS = CLUSTER_SETTINGS.replace("verl: example/verl:0.5.0", f"verl: {PRIVATE}/ml/verl:0.5.0")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return make_lab(tmp_path_factory.mktemp("cluster") / "lab",
+                    {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"}, settings=SETTINGS)
+
+
+@pytest.fixture
+def twin(cluster: Cluster) -> Cluster:
+    """A cluster with a queue big enough for every run here and the lab's pull and git secrets."""
+    cluster.private_registries = (PRIVATE,)
+    cluster.add_queue(NS, "team-a", "h200-pool", gpu=64, cpu="1000", memory="16Ti")
+    for name, data in (("registry-creds", {".dockerconfigjson": "e30="}), ("lab-git", {"password": "cGFzcw=="})):
+        cluster.kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+                          "data": data})
+    return cluster
+
+
+@pytest.fixture
+def backend(fake_kube: FakeKube) -> KubernetesBackend:
+    return KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST, rng=random.Random(3))
+
+
+def rendered(lab: Any, experiment: str, profile: str = "h200") -> tuple[Any, list[dict[str, Any]]]:
+    from helpers_render import build
+
+    spec, _, docs = build(lab, request(experiment, profile=profile))
+    return spec, docs
+
+
+def submit(backend: KubernetesBackend, lab: Any, experiment: str, profile: str = "h200",
+           secret_data: dict[str, str] | None = None) -> tuple[BackendRef, list[dict[str, Any]]]:
+    spec, docs = rendered(lab, experiment, profile)
+    data = {"job-token": TOKEN} if secret_data is None else secret_data
+    ref = backend.submit(SubmitRequest(run_id=spec.metadata.run_id, experiment=experiment, namespace=NS,
+                                       object_name=spec.metadata.name, manifests=docs, secret_data=data))
+    return ref, docs
+
+
+def ray_pods(twin: Cluster, rayjob: str) -> dict[str, list[dict[str, Any]]]:
+    """The RayJob's pods by role: head, worker, submitter (found by what the controllers put on them)."""
+    out: dict[str, list[dict[str, Any]]] = {"head": [], "worker": [], "submitter": []}
+    for pod in twin.pods(NS):
+        labels = pod["metadata"]["labels"]
+        if labels.get("ray.io/node-type") in ("head", "worker"):
+            out[labels["ray.io/node-type"]].append(pod)
+        elif labels.get("batch.kubernetes.io/job-name") == rayjob:
+            out["submitter"].append(pod)
+    return out
+
+
+# ── 1. a finished RayJob gives its GPUs back ─────────────────────────────────────────────────────
+def test_a_finished_rayjob_deletes_its_ray_cluster_within_minutes(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, docs = submit(backend, lab, "verl-grpo-exp")
+    pods = ray_pods(twin, ref.name)
+    assert pods["head"] and pods["worker"] and pods["submitter"], pods
+    twin.exit_pod(NS, pods["submitter"][0]["metadata"]["name"], 0, "done\n")
+    assert backend.observe(ref).phase == "Succeeded"
+    twin.advance(10 * 60)  # Kueue released the quota at once; the GPU nodes must follow soon after
+    left = ray_pods(twin, ref.name)
+    assert left["head"] == [] and left["worker"] == [], "the Ray cluster still holds its GPU nodes"
+    assert twin.kube.list("RayCluster", NS) == []
+    assert twin.kube.get("RayJob", NS, ref.name) is not None  # the record stays for the bot to read
+
+
+def test_job_and_jobset_keep_the_lab_ttl(lab: Any) -> None:
+    for profile, kind in (("h200", "Job"), ("h200:16", "JobSet")):
+        _, docs = rendered(lab, "trl-sft-exp", profile)
+        (job,) = [d for d in docs if d["kind"] == kind]
+        assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+
+
+# ── 2. no ingest secret: refused, not a pod waiting forever ─────────────────────────────────────
+def test_a_run_whose_pods_need_a_token_it_lacks_is_refused_before_anything_is_created(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    with pytest.raises(BackendError, match=r"job-token.*TUNEPLANE_JOB_TOKEN|TUNEPLANE_JOB_TOKEN.*job-token"):
+        submit(backend, lab, "trl-sft-exp", secret_data={})
+    assert twin.kube.list("Job", NS) == [] and twin.kube.list("Workload", NS) == []
+    assert not any(p["status"].get("containerStatuses") for p in twin.pods(NS))
+
+
+def test_with_the_token_the_pod_runs(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, _ = submit(backend, lab, "trl-sft-exp")
+    assert backend.observe(ref).phase == "Running"
+
+
+# ── 3. the checkout lock is released whatever happens ──────────────────────────────────────────
+def _checkout_process(root: Path, tmp: Path, url: str, path: str = "", **extra: str) -> tuple[list[str], dict[str, str]]:
+    """The rendered init container of a run at the lab's HEAD: its command, and its env with the storage
+    root mapped into `tmp` and the clone URL pointed at `url`."""
+    import helpers_render as hr
+
+    lab = hr.load_lab(root)
+    spec = resolve_run(lab, request("trl-sft-exp"), commit=git(root, "rev-parse", "HEAD"))
+    docs = hr.render_manifests(spec, hr.compile_plan(spec), lab.config)
+    init = next(iter(pod_templates(docs[0])))["spec"]["initContainers"][0]
+    storage = spec.spec.paths.storage_root
+    env = {e["name"]: e["value"].replace(storage, str(tmp / "storage")) for e in init["env"] if "value" in e}
+    env |= {"TUNEPLANE_REPO_URL": url, "PATH": path or os.environ["PATH"], "HOME": str(tmp), **extra}
+    return list(init["command"]), env
+
+
+def _checkout(root: Path, tmp: Path, url: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    command, env = _checkout_process(root, tmp, url, **extra)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def git_lab(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "lab"
+    make_lab(root, {"trl-sft-exp": "trl/sft"}, settings=SETTINGS)
+    commit_all(root, "more")
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(root), str(remote)], check=True)
+    return root, f"file://{remote}"
+
+
+def test_a_failed_checkout_leaves_no_lock_behind(git_lab: tuple[Path, str], tmp_path: Path) -> None:
+    root, url = git_lab
+    failed = _checkout(root, tmp_path, "file:///nonexistent/repo.git")
+    assert failed.returncode != 0
+    again = _checkout(root, tmp_path, url)  # a retry of the run must not wait for the failed pod's lock
+    assert again.returncode == 0, again.stderr
+    assert "checkout:" in again.stdout
+
+
+def test_a_checkout_killed_mid_clone_is_taken_over_when_its_lease_expires(
+        git_lab: tuple[Path, str], tmp_path: Path) -> None:
+    root, url = git_lab
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "git").write_text(f'#!/bin/sh\n[ "$1" = fetch ] && sleep 60\nexec {shutil.which("git")} "$@"\n')
+    (slow / "git").chmod(0o755)
+    # A checkout that hangs in `git fetch`, killed hard (no trap can run), as a node failure would.
+    command, env = _checkout_process(root, tmp_path, url, path=f"{slow}:{os.environ['PATH']}",
+                                     TUNEPLANE_CHECKOUT_LEASE_SECONDS="2")
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        _wait_for(tmp_path / "storage", ".checkout.lock")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    again = _checkout(root, tmp_path, url, TUNEPLANE_CHECKOUT_LEASE_SECONDS="2")
+    assert again.returncode == 0, again.stderr
+
+
+def _wait_for(root: Path, name: str, limit: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if root.is_dir() and any(True for _ in root.rglob(name)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never appeared under {root}")
+
+
+# ── 4. RayJob logs and failures come from the driver ────────────────────────────────────────────
+def test_a_rayjob_failure_names_the_driver_exit_code_and_its_log(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, _ = submit(backend, lab, "verl-grpo-exp")
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    twin.kube.logs[(NS, ray_pods(twin, ref.name)["head"][0]["metadata"]["name"], "ray-head")] = "head: raylet up\n"
+    twin.exit_pod(NS, submitter["metadata"]["name"], 3, "driver: step 1\ndriver: CUDA error, giving up\n")
+    seen = backend.observe(ref)
+    assert seen.phase == "Failed"
+    assert seen.exit_code == 3
+    assert "CUDA error" in seen.message
+    lines = list(backend.logs(ref, tail=5))
+    assert lines[-1] == "driver: CUDA error, giving up"
+
+
+def test_the_submitter_pod_carries_the_run_labels(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, _ = submit(backend, lab, "verl-grpo-exp")
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    labels = submitter["metadata"]["labels"]
+    assert labels["tuneplane.dev/run"] and labels["tuneplane.dev/experiment"] == "verl-grpo-exp"
+
+
+# ── 5. a private image submits ──────────────────────────────────────────────────────────────────
+def test_the_rayjob_submitter_pulls_a_private_image(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, docs = submit(backend, lab, "verl-grpo-exp")
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    assert submitter["spec"]["containers"][0]["image"].startswith(PRIVATE)
+    assert submitter["status"]["phase"] == "Running", submitter["status"]
+    assert backend.observe(ref).phase == "Running"
+
