@@ -199,6 +199,8 @@ class FakeKube:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> FakeKube:
+        if self.validate:
+            twin_schemas.warm()  # load and compile the schemas now, not inside a client's request timeout
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.kube = self
         self._thread = threading.Thread(

@@ -133,7 +133,7 @@ def test_backend_satisfies_the_protocol(backend: KubernetesBackend) -> None:
 
 
 @pytest.mark.parametrize("kind", ["Job", "JobSet", "RayJob"])
-def test_submit_applies_the_job_then_a_secret_it_owns(
+def test_submit_creates_the_job_then_applies_a_secret_it_owns(
     fake_kube: FakeKube, backend: KubernetesBackend, kind: str
 ) -> None:
     ref = backend.submit(request_for(kind))
@@ -141,9 +141,16 @@ def test_submit_applies_the_job_then_a_secret_it_owns(
     assert stored is not None
     assert ref == BackendRef("kubernetes", kind, "sft-demo-r1", NS, stored["metadata"]["uid"])
 
-    (apply,) = fake_kube.requests_for("PATCH", KIND_PATHS[kind] + "/sft-demo-r1$")
+    # Created with a POST (a forced apply would answer 200 over an object that exists, never 409),
+    # refusing fields the server's schema does not know rather than dropping them.
+    (create,) = fake_kube.requests_for("POST", KIND_PATHS[kind] + "$")
+    assert create.content_type == "application/json"
+    assert (create.query["fieldManager"], create.query["fieldValidation"]) == ("tuneplane", "Strict")
+    assert fake_kube.requests_for("PATCH", KIND_PATHS[kind]) == []
+    (apply,) = fake_kube.requests_for("PATCH", "/secrets/sft-demo-r1-tokens$")
     assert apply.content_type == "application/apply-patch+yaml"
-    assert (apply.query["fieldManager"], apply.query["force"]) == ("tuneplane", "true")
+    assert (apply.query["fieldManager"], apply.query["force"], apply.query["fieldValidation"]) == (
+        "tuneplane", "true", "Strict")
 
     secret = fake_kube.get("Secret", NS, "sft-demo-r1-tokens")
     assert secret is not None and secret["type"] == "Opaque"
@@ -161,7 +168,8 @@ def test_submitting_twice_creates_once_and_adopts(
     second = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST).submit(request_for(kind))
     assert second == first
     assert fake_kube.creations[(kind, NS, "sft-demo-r1")] == 1
-    assert len(fake_kube.requests_for("PATCH", KIND_PATHS[kind] + "/sft-demo-r1$")) == 1
+    assert len(fake_kube.requests_for("POST", KIND_PATHS[kind] + "$")) == 2  # the second got 409 and adopted
+    assert fake_kube.requests_for("PATCH", KIND_PATHS[kind]) == []  # never overwritten
 
 
 def test_an_object_of_another_run_is_never_adopted(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
@@ -173,7 +181,7 @@ def test_an_object_of_another_run_is_never_adopted(fake_kube: FakeKube, backend:
     assert fake_kube.get("Secret", NS, "sft-demo-r1-tokens") is None
 
 
-def test_a_409_on_apply_adopts_the_object_a_racing_bot_created(
+def test_a_409_on_create_adopts_the_object_a_racing_bot_created(
     fake_kube: FakeKube, backend: KubernetesBackend
 ) -> None:
     racer: dict[str, Any] = {}
@@ -183,8 +191,9 @@ def test_a_409_on_apply_adopts_the_object_a_racing_bot_created(
         manifest["metadata"]["namespace"] = NS
         racer.update(fake_kube.put(manifest))
 
-    path = KIND_PATHS["JobSet"] + "/sft-demo-r1$"
-    fault = fake_kube.inject(409, path, method="PATCH", action=racing_bot_creates_it)
+    # The racer's POST lands between ours reaching the server and being answered: the server says
+    # AlreadyExists, as it would.
+    fault = fake_kube.inject(409, KIND_PATHS["JobSet"] + "$", method="POST", action=racing_bot_creates_it)
     ref = backend.submit(request_for("JobSet"))
     assert fault.hits == 1
     assert ref.uid == racer["metadata"]["uid"]
@@ -193,8 +202,8 @@ def test_a_409_on_apply_adopts_the_object_a_racing_bot_created(
     assert secret is not None and secret["metadata"]["ownerReferences"][0]["uid"] == ref.uid
 
 
-def test_a_409_with_nothing_there_applies_again(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
-    fake_kube.inject(409, KIND_PATHS["Job"] + "/sft-demo-r1$", method="PATCH")
+def test_a_409_with_nothing_there_creates_again(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
+    fake_kube.inject(409, KIND_PATHS["Job"] + "$", method="POST")
     ref = backend.submit(request_for("Job"))
     assert fake_kube.creations[("Job", NS, "sft-demo-r1")] == 1
     assert ref.uid == fake_kube.get("Job", NS, "sft-demo-r1")["metadata"]["uid"]  # type: ignore[index]
@@ -569,8 +578,9 @@ def test_cancel_deletes_with_propagation_and_is_idempotent(
 # ---------------------------------------------------------------- faults and retries
 def test_latency_within_the_timeout_succeeds(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     fault = fake_kube.inject("latency", KIND_PATHS["Job"], times=2, seconds=0.1)
-    backend.submit(request_for("Job"))
-    assert fault.hits == 2
+    ref = backend.submit(request_for("Job"))
+    backend.observe(ref)
+    assert fault.hits == 2  # the create and the read
     assert fake_kube.creations[("Job", NS, "sft-demo-r1")] == 1
 
 
@@ -578,10 +588,11 @@ def test_latency_past_the_timeout_is_retried(fake_kube: FakeKube, kube_client: A
     backend = KubernetesBackend(
         NS, api_client=kube_client, retry=RetryPolicy(backoff_base=0.001, timeout=0.2)
     )
-    fault = fake_kube.inject("latency", KIND_PATHS["Job"] + "/sft-demo-r1$", method="PATCH", seconds=0.6)
+    # The first POST times out but the server still creates the Job: the retry's 409 adopts it.
+    fault = fake_kube.inject("latency", KIND_PATHS["Job"] + "$", method="POST", seconds=0.6)
     ref = backend.submit(request_for("Job"))
     assert fault.hits == 1
-    assert fake_kube.creations[("Job", NS, "sft-demo-r1")] == 1  # the late apply and the retry are one object
+    assert fake_kube.creations[("Job", NS, "sft-demo-r1")] == 1  # the late create and the retry are one object
     assert ref.uid == fake_kube.get("Job", NS, "sft-demo-r1")["metadata"]["uid"]  # type: ignore[index]
 
 
@@ -592,8 +603,8 @@ def test_latency_that_never_ends_gives_a_clear_error(fake_kube: FakeKube, kube_c
     with pytest.raises(BackendError) as err:
         backend.submit(request_for("JobSet"))
     message = str(err.value)
-    assert "could not read JobSet team-a/sft-demo-r1: no answer within the 0.2 s timeout" in message
-    assert f"GET {KIND_PATHS['JobSet']}/sft-demo-r1 on {fake_kube.url}, 2 attempts" in message
+    assert "could not create JobSet team-a/sft-demo-r1: no answer within the 0.2 s timeout" in message
+    assert f"POST {KIND_PATHS['JobSet']} on {fake_kube.url}, 2 attempts" in message
     assert "Check network access" in message
 
 
@@ -621,21 +632,21 @@ def test_429_retry_after_is_honoured(fake_kube: FakeKube, kube_client: Any) -> N
 def test_persistent_500_names_the_object_and_the_status(
     fake_kube: FakeKube, backend: KubernetesBackend
 ) -> None:
-    fault = fake_kube.inject(500, KIND_PATHS["Job"] + "/sft-demo-r1$", method="PATCH", times=100)
+    fault = fake_kube.inject(500, KIND_PATHS["Job"] + "$", method="POST", times=100)
     with pytest.raises(BackendError) as err:
         backend.submit(request_for("Job"))
     message = str(err.value)
     assert fault.hits == FAST.attempts
     assert message.startswith(
-        "could not apply Job team-a/sft-demo-r1: the API server answered 500 Internal Server"
+        "could not create Job team-a/sft-demo-r1: the API server answered 500 Internal Server"
     )
     assert "injected fault 500 InternalError" in message  # what the server said
-    assert f"PATCH {KIND_PATHS['Job']}/sft-demo-r1 on {fake_kube.url}, 4 attempts" in message
+    assert f"POST {KIND_PATHS['Job']} on {fake_kube.url}, 4 attempts" in message
     assert "kubectl get --raw /readyz" in message
 
 
 def test_a_dropped_connection_is_retried(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
-    apply = fake_kube.inject("drop", KIND_PATHS["JobSet"], method="PATCH")
+    apply = fake_kube.inject("drop", KIND_PATHS["JobSet"], method="POST")
     secret = fake_kube.inject("drop", "/secrets/", method="PATCH")
     listing = fake_kube.inject("drop", "/pods$", method="GET")
     ref = backend.submit(request_for("JobSet"))
@@ -645,12 +656,27 @@ def test_a_dropped_connection_is_retried(fake_kube: FakeKube, backend: Kubernete
 
 
 def test_errors_a_retry_cannot_fix_fail_at_once(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
-    forbidden = fake_kube.inject(403, KIND_PATHS["JobSet"], method="PATCH", reason="Forbidden")
+    forbidden = fake_kube.inject(403, KIND_PATHS["JobSet"], method="POST", reason="Forbidden")
     with pytest.raises(
-        BackendError, match=r"403 Forbidden.*kubectl auth can-i patch jobsets.jobset.x-k8s.io -n team-a"
+        BackendError, match=r"403 Forbidden.*kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a"
     ):
         backend.submit(request_for("JobSet"))
     assert forbidden.hits == 1
+
+
+def test_an_admission_webhook_refusal_is_not_called_an_rbac_problem(
+    fake_kube: FakeKube, backend: KubernetesBackend
+) -> None:
+    fake_kube.webhooks.append(
+        lambda kind, obj: "policy.example.com: images must come from the internal registry" if kind == "Job" else None
+    )
+    with pytest.raises(BackendError) as err:
+        backend.submit(request_for("Job"))
+    message = str(err.value)
+    assert 'admission webhook "policy.example.com" denied the request: images must come from' in message
+    assert "kubectl auth can-i" not in message
+    assert "admission webhook of the cluster refused the object" in message
+    assert fake_kube.get("Job", NS, "sft-demo-r1") is None
 
 
 def test_a_missing_crd_is_named(fake_kube: FakeKube, backend: KubernetesBackend) -> None:

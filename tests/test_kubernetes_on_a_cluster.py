@@ -122,8 +122,8 @@ def test_with_the_token_the_pod_runs(twin: Cluster, backend: KubernetesBackend, 
 
 # ── 3. the checkout lock is released whatever happens ──────────────────────────────────────────
 def _checkout_process(root: Path, tmp: Path, url: str, path: str = "", **extra: str) -> tuple[list[str], dict[str, str]]:
-    """The rendered init container of a run at the lab's HEAD: its command, and its env with the storage
-    root mapped into `tmp` and the clone URL pointed at `url`."""
+    """The rendered init container of a run at the lab's HEAD: its command, and its env (the storage root
+    mapped into `tmp`, the clone URL pointed at `url`)."""
     import helpers_render as hr
 
     lab = hr.load_lab(root)

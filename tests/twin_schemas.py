@@ -190,6 +190,15 @@ def check(obj: dict[str, Any], api_version: str, kind: str) -> Verdict:
     return verdict
 
 
+def warm() -> None:
+    """Load every schema once per process (a CRD takes about a second to parse and compile)."""
+    for (group, kind), _ in CRD_FILES.items():
+        for served in crd(group, kind)["spec"]["versions"]:
+            _crd_validator(group, kind, served["name"])
+    for filename in CORE_FILES.values():
+        _core_validator(filename)
+
+
 def _errors(validator: Any, obj: dict[str, Any]) -> list[str]:
     found = []
     for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):

@@ -1,0 +1,172 @@
+"""A run's pods: finding them, the leader whose log `tp job logs` shows, and what a person must fix.
+
+Pods are found by our run label and, for pods a controller makes from its own template (an older
+RayJob's default submitter), by the controller's labels too. The leader is the pod whose log tells the
+run's story: the RayJob submitter (the Ray driver's output), else the Ray head, else replicated job 0 /
+completion index 0; among pods of the same place, the newest live one (a replacement, not the pod it
+replaced).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, cast
+
+from tuneplane.backends.kubernetes.apply import RUN_LABEL
+from tuneplane.backends.kubernetes.client import JOBSET, POD, RAYJOB, Kind, Rest
+from tuneplane.backends.kubernetes.types import ContainerStateTerminated, ContainerStatus, JobObject, Pod
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+def find_pods(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod]:
+    """The job's pods, leader first."""
+    run = ((obj.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+    seen: dict[str, Pod] = {}
+    selectors = ([f"{RUN_LABEL}={run}"] if run else []) + _controller_selectors(kind, obj)
+    for selector in selectors:
+        for pod in rest.list(POD, ns, selector):
+            seen.setdefault(str(pod["metadata"]["name"]), cast(Pod, pod))
+    return leader_first(list(seen.values()), kind, obj)
+
+
+def _controller_selectors(kind: Kind, obj: JobObject) -> list[str]:
+    """Labels the controllers put on pods whatever their template says."""
+    name = (obj.get("metadata") or {}).get("name", "")
+    if kind is JOBSET:
+        return [f"jobset.sigs.k8s.io/jobset-name={name}"]
+    if kind is RAYJOB:
+        cluster = (obj.get("status") or {}).get("rayClusterName")
+        return [f"{JOB_NAME_LABEL}={name}"] + ([f"ray.io/cluster={cluster}"] if cluster else [])
+    return [f"{JOB_NAME_LABEL}={name}"]
+
+
+def leader_first(pods: list[Pod], kind: Kind, obj: JobObject) -> list[Pod]:
+    newest_first = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp", ""), reverse=True)
+    return sorted(newest_first, key=lambda p: _leader_key(p, kind, obj))
+
+
+def _leader_key(pod: Pod, kind: Kind, obj: JobObject) -> tuple[Any, ...]:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    order = [r.get("name") for r in ((obj.get("spec") or {}).get("replicatedJobs") or [])]
+    replicated = labels.get("jobset.sigs.k8s.io/replicatedjob-name")
+    if kind is RAYJOB and labels.get(JOB_NAME_LABEL) == (obj.get("metadata") or {}).get("name"):
+        role = 0  # the submitter pod carries the Ray driver's output
+    else:
+        role = 1 if labels.get("ray.io/node-type") == "head" else 2
+    return (
+        role,
+        order.index(replicated) if replicated in order else len(order),
+        _int(labels.get("jobset.sigs.k8s.io/job-index")),
+        _int(labels.get("batch.kubernetes.io/job-completion-index")),
+        -_int(labels.get("jobset.sigs.k8s.io/restart-attempt")),
+        bool(meta.get("deletionTimestamp")),  # a pod being replaced goes after its replacement
+    )
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_phase(pod: Pod) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def earliest_start(pods: list[Pod]) -> str | None:
+    """When the first pod started: the start of a run whose controller keeps no start time (JobSet)."""
+    starts = [str(s) for p in pods if (s := (p.get("status") or {}).get("startTime"))]
+    return min(starts) if starts else None
+
+
+def default_container(pod: Pod) -> str:
+    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return str(annotated or containers[0].get("name", ""))
+
+
+def _statuses(pod: Pod) -> list[tuple[ContainerStatus, bool]]:
+    """Container statuses, init containers first (they run first), each flagged `is_init`."""
+    status = pod.get("status") or {}
+    inits = [(s, True) for s in status.get("initContainerStatuses") or []]
+    return inits + [(s, False) for s in status.get("containerStatuses") or []]
+
+
+def _name(pod: Pod) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def pod_problem(pods: list[Pod]) -> tuple[str, str] | None:
+    """The first thing a person must fix: an image pull, a crash loop, bad config, no room to schedule."""
+    for pod in pods:
+        for status, is_init in _statuses(pod):
+            found = _container_problem(_name(pod), status, is_init)
+            if found is not None:
+                return found
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason = cond.get("reason") or "Unschedulable"
+                return reason, f"pod {_name(pod)} cannot be scheduled: {cond.get('message', reason)}"
+    return None
+
+
+def _container_problem(pod: str, status: ContainerStatus, is_init: bool) -> tuple[str, str] | None:
+    waiting = (status.get("state") or {}).get("waiting") or {}
+    reason, detail = waiting.get("reason", ""), waiting.get("message", "")
+    which = f"{'init container' if is_init else 'container'} {status.get('name')!r} in pod {pod}"
+    if reason in IMAGE_REASONS:
+        image = status.get("image", "")
+        return reason, (
+            f"{which} cannot pull image {image!r} ({reason}){': ' + detail if detail else ''}. Check that "
+            "the image name and tag exist and that the cluster may pull from that registry "
+            "(imagePullSecrets)."
+        )
+    if reason == "CrashLoopBackOff":
+        last: ContainerStateTerminated = (status.get("lastState") or {}).get("terminated") or {}
+        code = f"; last exit code {last['exitCode']} ({last.get('reason', 'Error')})" if "exitCode" in last else ""
+        return reason, f"{which} keeps crashing (restarted {status.get('restartCount', 0)} times{code})"
+    if reason in CONFIG_REASONS:
+        return reason, (
+            f"{which} cannot start ({reason}){': ' + detail if detail else ''}. A Secret or ConfigMap it "
+            "references may be missing."
+        )
+    return None
+
+
+def failed_container(pods: list[Pod]) -> tuple[Pod, str, ContainerStateTerminated] | None:
+    """The container that failed first (init containers and earliest finish win): the root cause."""
+    found: list[tuple[str, int, int, Pod, str, ContainerStateTerminated]] = []
+    for number, pod in enumerate(pods):
+        for status, is_init in _statuses(pod):
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            if terminated and terminated.get("exitCode", 0) != 0:
+                found.append((terminated.get("finishedAt") or "~", 0 if is_init else 1, number, pod,
+                              status.get("name", ""), terminated))
+    if not found:
+        return None
+    found.sort(key=lambda f: (f[0], f[1], f[2]))
+    _, _, _, pod, container, terminated = found[0]
+    return pod, container, terminated
+
+
+def termination_line(pod: Pod, container: str, terminated: ContainerStateTerminated) -> str:
+    reason = terminated.get("reason") or "Error"
+    line = f"container {container!r} in pod {_name(pod)} exited with code {terminated.get('exitCode')} ({reason})"
+    if reason == "OOMKilled":
+        line += "; it ran out of memory: raise the memory limit or lower the batch size"
+    extra = str(terminated.get("message") or "").strip()
+    return line + (f": {extra[:500]}" if extra else "")
+
+
+def live_first(pods: list[Pod]) -> Iterator[Pod]:
+    """Pods still running before finished ones, keeping the leader order within each group."""
+    yield from (p for p in pods if pod_phase(p) not in TERMINAL)
+    yield from (p for p in pods if pod_phase(p) in TERMINAL)

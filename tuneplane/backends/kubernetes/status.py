@@ -1,0 +1,277 @@
+"""What a job object's status says, per kind, and the observation of a run: phase, reason, times, exit code.
+
+The job object's own status decides first (Job conditions, JobSet conditions and restarts, RayJob
+`jobStatus`/`jobDeploymentStatus`); a suspended object is explained by its Kueue Workload; pods add the
+detail a person needs (an image that cannot be pulled, the container that failed first, its exit code
+and its last log lines, with the run's token values redacted).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+from tuneplane.backends.base import BackendError, BackendRef, Observation
+from tuneplane.backends.kubernetes import kueue
+from tuneplane.backends.kubernetes.apply import SECRET_SUFFIX
+from tuneplane.backends.kubernetes.client import JOB, JOBSET, SECRET, Kind, Rest, clip, redact_text
+from tuneplane.backends.kubernetes.pods import (
+    earliest_start,
+    failed_container,
+    find_pods,
+    pod_phase,
+    pod_problem,
+    termination_line,
+)
+from tuneplane.backends.kubernetes.types import Condition, JobObject, Pod, Secret
+from tuneplane.constants import observed_phase
+
+log = logging.getLogger("tuneplane.backends.kubernetes")
+CANCEL_ANNOTATION = "tuneplane.dev/cancelled"
+
+
+@dataclass
+class _State:
+    """What a job object's own status says, before pods and queues add detail."""
+
+    phase: str
+    reason: str = ""
+    message: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    suspended: bool = False
+    running_hint: bool = False  # the controller counts ready workers
+    pods_decide: bool = False  # Pending until a pod runs (Job, JobSet); a RayJob reports its own phase
+    notes: list[str] = field(default_factory=list)
+
+
+
+# ==================================================================== job object states
+def _true_conditions(obj: JobObject) -> dict[str, Condition]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return {c.get("type", ""): c for c in conds if c.get("status") == "True"}
+
+
+def _job_state(obj: JobObject) -> _State:
+    status, conds = obj.get("status") or {}, _true_conditions(obj)
+    started = status.get("startTime")
+    if "Complete" in conds:
+        return _State(
+            "Succeeded",
+            started_at=started,
+            finished_at=status.get("completionTime") or _ltt(conds["Complete"]),
+        )
+    if "Failed" in conds:
+        failed = conds["Failed"]
+        return _State("Failed", failed.get("reason", ""), failed.get("message", ""), started, _ltt(failed))
+    if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
+        return _State("Pending", started_at=started, suspended=True)
+    return _State("Pending", started_at=started, running_hint=bool(status.get("ready")), pods_decide=True)
+
+
+def _jobset_state(obj: JobObject) -> _State:
+    status, conds = obj.get("status") or {}, _true_conditions(obj)
+    restarts = int(status.get("restarts") or 0)
+    notes = [f"the JobSet restarted {restarts} time{'s' if restarts != 1 else ''}"] if restarts else []
+    if "Completed" in conds:
+        return _State("Succeeded", finished_at=_ltt(conds["Completed"]), notes=notes)
+    if "Failed" in conds:
+        failed = conds["Failed"]
+        return _State(
+            "Failed", failed.get("reason", ""), failed.get("message", ""), None, _ltt(failed), notes=notes
+        )
+    if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
+        return _State("Pending", suspended=True, notes=notes)
+    replicated = status.get("replicatedJobsStatus") or []
+    ready = any(int(r.get("ready") or 0) > 0 for r in replicated)
+    return _State("Pending", running_hint=ready, pods_decide=True, notes=notes)
+
+
+_RAY_PHASES = {
+    "PENDING": "Pending",
+    "RUNNING": "Running",
+    "SUCCEEDED": "Succeeded",
+    "FAILED": "Failed",
+    "STOPPED": "Cancelled",
+}
+
+
+def _rayjob_state(obj: JobObject) -> _State:
+    status = obj.get("status") or {}
+    job_status, deployment = status.get("jobStatus") or "", status.get("jobDeploymentStatus") or ""
+    started, ended = status.get("startTime"), status.get("endTime")
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    if job_status in {"SUCCEEDED", "FAILED", "STOPPED"}:
+        phase = _RAY_PHASES[job_status]
+        return _State(
+            phase, reason or (job_status.title() if phase != "Succeeded" else ""), message, started, ended
+        )
+    if deployment in {"Failed", "ValidationFailed"}:
+        return _State(
+            "Failed",
+            reason or deployment,
+            message or f"RayJob deployment status {deployment}",
+            started,
+            ended,
+        )
+    if deployment in {"Suspended", "Suspending"} or (obj.get("spec") or {}).get("suspend"):
+        return _State("Pending", suspended=True)
+    if job_status == "RUNNING":
+        return _State("Running", started_at=started)
+    waiting = "Ray cluster starting" if deployment in {"", "New", "Initializing"} else f"RayJob {deployment}"
+    return _State("Pending", reason=deployment or "Initializing", message=waiting, started_at=started)
+
+
+_STATE_READERS: dict[str, Callable[[JobObject], _State]] = {
+    "Job": _job_state,
+    "JobSet": _jobset_state,
+    "RayJob": _rayjob_state,
+}
+
+
+def _ltt(condition: Condition) -> str | None:
+    value = condition.get("lastTransitionTime")
+    return str(value) if value else None
+
+
+def _observation(state: _State, exit_code: int | None = None) -> Observation:
+    message = state.message
+    if state.notes and state.phase != "Failed":
+        message = "; ".join(m for m in [message, *state.notes] if m)
+    return Observation(
+        phase=observed_phase(state.phase),
+        reason=state.reason,
+        message=clip(message),
+        started_at=state.started_at,
+        finished_at=state.finished_at,
+        exit_code=exit_code,
+    )
+
+
+def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int) -> Observation:
+    """Read the job object, then its pods or Kueue Workload as its state calls for."""
+    obj = cast(JobObject | None, rest.get(kind, ns, ref.name))
+    meta = (obj or {}).get("metadata") or {}
+    if obj is None or (ref.uid and meta.get("uid") != ref.uid):
+        return _vanished(ref, kind, ns, replaced=obj is not None, cancelled=cancelled)
+    if meta.get("deletionTimestamp"):
+        return _deleting(ref, kind, ns, obj, cancelled)
+    state = _STATE_READERS[kind.kind](obj)
+    if state.phase == "Succeeded":
+        if kind is JOBSET:
+            state.started_at = _child_jobs_start(rest, ns, obj)
+        return _observation(state, exit_code=0)
+    if state.suspended:
+        state.reason, state.message = kueue.queue_reason(rest, kind, ns, obj)
+        return _observation(state)
+    pods = _pods_or_none(rest, kind, ns, obj)
+    if state.phase == "Failed":
+        return _failure(rest, kind, ns, obj, state, pods or [], log_tail)
+    return _progress(state, pods or [])
+
+
+def _vanished(ref: BackendRef, kind: Kind, ns: str, replaced: bool, cancelled: bool) -> Observation:
+    if cancelled:
+        return Observation(phase="Cancelled", reason="Cancelled", message="cancelled by tuneplane")
+    how = "was replaced by another object of the same name" if replaced else "was deleted outside tuneplane"
+    return Observation(
+        phase="Failed",
+        reason="Disappeared",
+        message=(
+            f"job object disappeared: {kind.kind} {ns}/{ref.name} (uid {ref.uid or 'unknown'}) {how}, "
+            "e.g. by kubectl delete, a namespace cleanup or a TTL; its pods and logs may be gone too"
+        ),
+    )
+
+
+def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: bool) -> Observation:
+    ours = ((obj.get("metadata") or {}).get("annotations") or {}).get(CANCEL_ANNOTATION) == "true"
+    if ours or cancelled:
+        return Observation(phase="Cancelled", reason="Cancelled", message="cancelled by tuneplane; pods are stopping")
+    return Observation(
+        phase="Failed",
+        reason="Deleting",
+        message=f"job object disappeared: {kind.kind} {ns}/{ref.name} is being deleted outside tuneplane",
+    )
+
+
+def _progress(state: _State, pods: list[Pod]) -> Observation:
+    """Pending or Running: say why a run is not making progress, when a pod shows it."""
+    if state.pods_decide and (state.running_hint or any(pod_phase(p) == "Running" for p in pods)):
+        state.phase = "Running"
+    state.started_at = state.started_at or earliest_start(pods)
+    problem = pod_problem(pods)
+    if problem is not None:
+        state.reason, state.message = problem
+    return _observation(state)
+
+
+def _failure(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State, pods: list[Pod],
+             log_tail: int) -> Observation:
+    """Failed: name the failing container, its exit code, and its last log lines."""
+    culprit = failed_container(pods)
+    state.started_at = state.started_at or earliest_start(pods)
+    exit_code = None
+    parts = [f"{kind.kind} failed" + (f" ({state.reason}: {state.message})" if state.reason else "")]
+    if culprit is not None:
+        pod, container, terminated = culprit
+        exit_code = terminated.get("exitCode")
+        parts.append(termination_line(pod, container, terminated))
+        if terminated.get("reason") not in (None, "", "Error"):
+            state.reason = str(terminated.get("reason"))
+        parts.append(_last_lines(rest, ns, pod, container, obj, log_tail))
+    else:
+        problem = pod_problem(pods)
+        if problem is not None:
+            parts.append(problem[1])
+    parts.extend(state.notes)
+    state.message = clip("\n".join(p for p in parts if p))
+    return _observation(state, exit_code=exit_code)
+
+
+def _last_lines(rest: Rest, ns: str, pod: Pod, container: str, obj: JobObject, tail: int) -> str:
+    name = (pod.get("metadata") or {}).get("name", "")
+    try:
+        data = rest.pod_log(ns, name, container, tail, follow=False, read=True)
+        text = bytes(data).decode("utf-8", "replace")
+    except BackendError as exc:
+        return f"(its logs could not be read: {exc})"
+    lines = [line[:300] for line in text.splitlines()[-tail:]]
+    if not lines:
+        return "(it wrote no log lines)"
+    body = "\n".join("  " + line for line in lines)
+    return redact_text(f"last {len(lines)} log lines:\n{body}", secret_values(rest, ns, obj))
+
+
+def secret_values(rest: Rest, ns: str, obj: JobObject) -> tuple[str, ...]:
+    """The run's token values, so a job that printed one cannot leak it into a status file."""
+    try:
+        secret = cast(Secret | None, rest.get(SECRET, ns, f"{(obj.get('metadata') or {}).get('name')}{SECRET_SUFFIX}"))
+    except BackendError:
+        return ()
+    values = (secret or {}).get("data") or {}
+    return tuple(base64.b64decode(v).decode("utf-8", "replace") for v in values.values() if v)
+
+
+def _child_jobs_start(rest: Rest, ns: str, obj: JobObject) -> str | None:
+    """A JobSet keeps no start time; its child Jobs do (and outlive their pods)."""
+    selector = f"jobset.sigs.k8s.io/jobset-name={(obj.get('metadata') or {}).get('name')}"
+    try:
+        jobs = rest.list(JOB, ns, selector)
+    except BackendError as exc:
+        log.warning("%s", exc)
+        return None
+    starts = [str(s) for j in jobs if (s := (j.get("status") or {}).get("startTime"))]
+    return min(starts) if starts else None
+
+
+def _pods_or_none(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod] | None:
+    """The job's pods, leader first; an unreadable pod list degrades the detail, not the phase."""
+    try:
+        return find_pods(rest, kind, ns, obj)
+    except BackendError as exc:
+        log.warning("%s", exc)
+        return None

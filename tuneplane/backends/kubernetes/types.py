@@ -1,0 +1,147 @@
+"""The raw Kubernetes objects the backend reads, as the API server sends them (JSON, camelCase).
+
+Only the fields the backend looks at are declared; every one is optional (`total=False`), because a
+server may leave any of them out, so readers use `.get()`. Objects the backend sends are plain dicts:
+they come from the rendered manifests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class OwnerReference(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[OwnerReference]
+    creationTimestamp: str
+    deletionTimestamp: str
+    resourceVersion: str
+
+
+class Condition(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str
+    message: str
+    lastTransitionTime: str
+
+
+class ContainerStateTerminated(TypedDict, total=False):
+    exitCode: int
+    reason: str
+    message: str
+    finishedAt: str
+
+
+class ContainerStateWaiting(TypedDict, total=False):
+    reason: str
+    message: str
+
+
+class ContainerState(TypedDict, total=False):
+    waiting: ContainerStateWaiting
+    running: dict[str, Any]
+    terminated: ContainerStateTerminated
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str
+    image: str
+    state: ContainerState
+    lastState: ContainerState
+    restartCount: int
+
+
+class PodStatus(TypedDict, total=False):
+    phase: str
+    startTime: str
+    conditions: list[Condition]
+    containerStatuses: list[ContainerStatus]
+    initContainerStatuses: list[ContainerStatus]
+
+
+class Container(TypedDict, total=False):
+    name: str
+    image: str
+
+
+class PodSpec(TypedDict, total=False):
+    containers: list[Container]
+
+
+class Pod(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: PodSpec
+    status: PodStatus
+
+
+class JobObjectStatus(TypedDict, total=False):
+    """The status fields of a Job, a JobSet and a RayJob, together (each kind sets its own)."""
+
+    conditions: list[Condition]
+    startTime: str
+    completionTime: str
+    ready: int
+    restarts: int
+    replicatedJobsStatus: list[dict[str, Any]]
+    jobStatus: str
+    jobDeploymentStatus: str
+    endTime: str
+    reason: str
+    message: str
+    rayClusterName: str
+
+
+class JobObject(TypedDict, total=False):
+    """A Job, JobSet or RayJob as read back."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: dict[str, Any]
+    status: JobObjectStatus
+
+
+class WorkloadAdmission(TypedDict, total=False):
+    clusterQueue: str
+
+
+class WorkloadStatus(TypedDict, total=False):
+    conditions: list[Condition]
+    admission: WorkloadAdmission
+
+
+class WorkloadSpec(TypedDict, total=False):
+    queueName: str
+
+
+class Workload(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: WorkloadSpec
+    status: WorkloadStatus
+
+
+class Secret(TypedDict, total=False):
+    metadata: ObjectMeta
+    data: dict[str, str]
+
+
+class LocalQueueSpec(TypedDict, total=False):
+    clusterQueue: str
+
+
+class LocalQueue(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: LocalQueueSpec
