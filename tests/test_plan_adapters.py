@@ -108,9 +108,12 @@ def test_pytorch_across_nodes_rendezvous_on_the_first_pod(lab: Lab) -> None:
     name = object_name("pytorch-exp", RUN_ID)
     assert "--standalone" not in plan.argv
     assert after(plan.argv, "--nnodes") == "3" and after(plan.argv, "--nproc_per_node") == "8"
-    assert after(plan.argv, "--rdzv_backend") == "c10d"
-    assert after(plan.argv, "--rdzv_endpoint") == f"{name}-trainer-0-0.{name}:29500"
-    assert after(plan.argv, "--rdzv_id") == RUN_ID
+    # A static rendezvous (as Kubeflow Trainer v2 does it): torchrun takes the master and the node's rank
+    # from the PET_* variables; nothing is negotiated through DNS at start-up.
+    assert after(plan.argv, "--rdzv_backend") == "static"
+    assert "--rdzv_endpoint" not in plan.argv and "--rdzv_id" not in plan.argv
+    assert plan.env["PET_MASTER_ADDR"] == plan.env["MASTER_ADDR"] == f"{name}-trainer-0-0.{name}"
+    assert plan.env["PET_MASTER_PORT"] == "29500" and plan.env["PET_NNODES"] == "3"
 
 
 def test_pytorch_on_a_cpu_profile_starts_one_process(lab: Lab) -> None:
@@ -403,7 +406,7 @@ def test_plan_env_is_the_contract_plus_the_adapter_variables(lab: Lab) -> None:
     assert list(plan.env)[: len(contract)] == list(contract)
     bound = job_env(spec, plan.env, ingest_endpoint="http://i")
     assert bound["TUNEPLANE_JOB_ENABLED"] == "1" and bound["MASTER_PORT"] == "29500"
-    assert list(bound)[-2:] == ["MASTER_ADDR", "MASTER_PORT"]
+    assert list(bound)[-5:] == ["MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NNODES"]
 
 
 def test_local_runs_keep_the_users_hf_cache(lab: Lab, tmp_path: Path) -> None:

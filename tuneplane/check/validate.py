@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Iterable
 from pathlib import Path
 
-from tuneplane.check.rules import experiment_rules, run_rules
+from tuneplane.check.rules import experiment_rules, lab_rules, run_rules
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import lint_shared_code
 from tuneplane.lab.catalog import Catalog, load_catalog
@@ -31,6 +31,8 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
              catalog: Catalog | None = None, plugins: Iterable[str] = ()) -> list[Problem]:
     catalog = catalog or load_catalog()
     problems = list(lab.problems)
+    for lab_rule in lab_rules():
+        problems.extend(lab_rule(lab))
     plugins = list(plugins)
     if plugins:
         problems += _plugin_problems(lab, plugins)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tuneplane.models.base import LAB_NAME_RE, Strict
 
@@ -117,6 +117,26 @@ class SlurmSettings(Strict):
                                                "not answering (the bot retries on its next run).")
 
 
+class PodSecurity(Strict):
+    """The pods' securityContext: Pod Security "restricted" compatible when `run_as_non_root` is true.
+
+    Always rendered: no privilege escalation, every capability dropped, the runtime's default seccomp
+    profile. `fs_group` makes the storage volume group-writable, so a non-root trainer can write
+    `$TUNEPLANE_OUT_DIR` that the init container created.
+    """
+
+    run_as_non_root: bool = Field(False, description="Refuse to start a container whose user is root.")
+    run_as_user: int | None = Field(None, ge=0, description="User id of every container; default the image's.")
+    run_as_group: int | None = Field(None, ge=0, description="Primary group id of every container.")
+    fs_group: int | None = Field(None, ge=0, description="Group that owns the mounted volumes (fsGroup).")
+
+    @model_validator(mode="after")
+    def _root_is_not_non_root(self) -> PodSecurity:
+        if self.run_as_non_root and self.run_as_user == 0:
+            raise ValueError("run_as_user 0 is root, which run_as_non_root refuses: pick a non-zero user id")
+        return self
+
+
 class Cluster(Strict):
     backend: Literal["local", "kubernetes", "slurm"] = Field("local", description="Where runs go.")
     namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
@@ -127,7 +147,14 @@ class Cluster(Strict):
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     image_pull_secrets: list[str] = Field(default_factory=list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
-    ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0)
+    ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0,
+                                            description="Seconds a finished Job or JobSet (and its logs) is kept.")
+    ray_cluster_ttl_seconds: int = Field(
+        60, ge=0, le=3600, description="Seconds KubeRay keeps a finished RayJob's Ray cluster (its GPU nodes) "
+        "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.")
+    init_image: str = Field("alpine/git:2.45.2", description="Image of the checkout init container (needs sh and "
+                            "git); checked against images.allowed_registries and images.require_digest.")
+    security: PodSecurity = Field(default_factory=PodSecurity)
     user: str = Field("", description="User name in output paths; default the git user or $USER.")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
-from tuneplane.check.images import ImageError, check_digest_policy, parse_image
+from tuneplane.check.images import ImageError, allowed_registries, check_allowed, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
 from tuneplane.check.rules import config as config_rule
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
@@ -48,6 +48,7 @@ from tuneplane.models.jobspec import (
     RecipeRef,
     Resources,
 )
+from tuneplane.models.lab import LabFile
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
@@ -243,6 +244,8 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
                          "machine (cluster.backend: local)",
                          hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes "
                               "in tuneplane.yaml")
+    if not local:
+        _check_init_image(settings, env)
     paths = _paths(lab, prepared.name, request.run_id, local, env)
     return JobSpec(
         metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
@@ -386,6 +389,17 @@ def _registry(env: dict[str, str]) -> dict[str, str]:
         raise UsageError(f"{RUNTIME_IMAGES_ENV} must be a JSON object of runtime id → image",
                          hint='for example {"trl-1.10.0": "registry/trl:1.10.0"}')
     return data
+
+
+def _check_init_image(settings: LabFile, env: dict[str, str]) -> None:
+    """The checkout init container's image obeys the allowlist and digest policy like the run's image."""
+    image = settings.cluster.init_image
+    try:
+        ref = parse_image(image)
+        check_allowed(ref, allowed_registries(env, settings.images.allowed_registries))
+        check_digest_policy(ref, settings.images.require_digest)
+    except ImageError as exc:
+        raise UsageError(f"cluster.init_image in tuneplane.yaml: {exc}", hint=exc.hint) from None
 
 
 def _checked_image(lab: Lab, image: str, source: str) -> str:

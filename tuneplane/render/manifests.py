@@ -16,13 +16,13 @@ from tuneplane.models.lab import LabFile, Profile
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import MANAGED_BY, REPLICATED_JOB, label_value, secret_name
+from tuneplane.render.quantities import scale_cpu, scale_memory, share
 from tuneplane.render.schemacheck import validate_manifest
 from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import canonical_json, sha256_bytes
 
 TRAINER = "trainer"
-INIT_IMAGE = "alpine/git:2.45.2"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 STORAGE_VOLUME = "storage"
@@ -30,6 +30,10 @@ SHM_VOLUME = "dshm"
 RAY_HEAD_CPU = "4"
 RAY_HEAD_MEMORY = "16Gi"
 INIT_REQUESTS = (("cpu", "100m"), ("memory", "256Mi"))
+SUBMITTER = "ray-job-submitter"  # KubeRay's name for the container that runs `ray job submit`
+SUBMITTER_LIMITS = (("cpu", "1"), ("memory", "1Gi"))
+SUBMITTER_REQUESTS = (("cpu", "500m"), ("memory", "512Mi"))
+ROLE_LABEL = "tuneplane.dev/role"
 
 
 @dataclass(frozen=True)
@@ -152,9 +156,10 @@ def _context(spec: JobSpec, plan: LaunchPlan, lab: LabFile, kind: str) -> dict[s
     base = _pod_base(spec, plan, lab, profile, facts, ranked=kind == "JobSet")
     ctx: dict[str, Any] = {"m": _metadata(spec, lab, facts), "j": _job_fields(spec, lab)}
     if kind == "RayJob":
-        ctx["r"] = _ray_fields(spec, plan)
+        ctx["r"] = _ray_fields(spec, plan, lab)
         ctx["head"] = _ray_pod(base, spec, profile, head=True)
         ctx["worker"] = _ray_pod(base, spec, profile, head=False)
+        ctx["submitter"] = _submitter_pod(base, spec)
     else:
         ctx["p"] = _trainer_pod(base, spec, plan, profile)
     return ctx
@@ -205,9 +210,11 @@ def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
             "nodes": spec.spec.resources.nodes}
 
 
-def _ray_fields(spec: JobSpec, plan: LaunchPlan) -> dict[str, Any]:
+def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> dict[str, Any]:
+    # A RayJob's TTL is how long KubeRay keeps the Ray cluster (the GPU nodes) after the job: Kueue gives
+    # the quota back at once, so it stays short; the RayJob object and its status stay for the bot.
     return {"entrypoint": shlex.join(launcher_command(spec)), "workers": plan.nodes,
-            "worker_gpus": str(spec.spec.resources.gpus_per_node)}
+            "worker_gpus": str(spec.spec.resources.gpus_per_node), "ttl": lab.cluster.ray_cluster_ttl_seconds}
 
 
 def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts,
@@ -231,7 +238,16 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
         "image": spec.spec.image, "working_dir": paths.work_dir,
         "pull_secrets": _opt([(name,) for name in lab.cluster.image_pull_secrets]),
         "tolerations": _opt([t.model_dump() for t in profile.tolerations]),
+        "pod_security": _pod_security(lab),
     }
+
+
+def _pod_security(lab: LabFile) -> list[tuple[str, Any]]:
+    """The pod's securityContext fields (seccomp and the container-level ones are in the template)."""
+    sec = lab.cluster.security
+    fields = [("runAsNonRoot", True if sec.run_as_non_root else None), ("runAsUser", sec.run_as_user),
+              ("runAsGroup", sec.run_as_group), ("fsGroup", sec.fs_group)]
+    return [(key, value) for key, value in fields if value is not None]
 
 
 def _secret_env(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> list[tuple[str, str, str, bool]]:
@@ -257,15 +273,25 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any
     creds = lab.cluster.repo.credentials_secret
     secrets = [("GIT_USERNAME", creds, "username", True),
                ("GIT_PASSWORD", creds, "password", False)] if creds else []
-    return {"name": "checkout", "image": INIT_IMAGE, "command": ["sh", "-c", CHECKOUT_SCRIPT], "env": env,
+    return {"name": "checkout", "image": lab.cluster.init_image, "command": ["sh", "-c", CHECKOUT_SCRIPT], "env": env,
             "env_secrets": secrets, "requests": list(INIT_REQUESTS)}
 
 
 def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile: Profile) -> dict[str, Any]:
     gpus = spec.spec.resources.gpus_per_node
     return {**base, "container": TRAINER, "command": [launcher_command(spec)],
-            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile)),
+            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
             "node_selector": _opt(sorted(profile.node_selector.items()))}
+
+
+def _submitter_pod(base: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+    """KubeRay's submitter pod, written out so that it carries our labels (`tp job logs` and the driver's
+    exit code are read from it), the lab's pull secrets (a private image must submit too), small fixed
+    resources and the pod security context. KubeRay fills in its `ray job submit` command."""
+    return {"labels": [*base["labels"], (ROLE_LABEL, "submitter")], "annotations": base["annotations"],
+            "container": SUBMITTER, "image": spec.spec.image, "pull_secrets": base["pull_secrets"],
+            "limits": list(SUBMITTER_LIMITS), "requests": list(SUBMITTER_REQUESTS),
+            "pod_security": base["pod_security"]}
 
 
 def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) -> dict[str, Any]:
@@ -278,7 +304,7 @@ def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) 
         return {**base, "container": "ray-head", "command": [], "node_selector": [], "env_fields": [],
                 "resources": _resources([], [("cpu", RAY_HEAD_CPU), ("memory", RAY_HEAD_MEMORY)])}
     return {**base, "container": "ray-worker", "command": [], "env_fields": [],
-            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile)),
+            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
             "node_selector": _opt(sorted(profile.node_selector.items()))}
 
 
@@ -287,8 +313,12 @@ def _resources(limits: list[tuple[str, Any]], requests: list[tuple[str, Any]]) -
     return _opt(blocks)
 
 
-def _requests(profile: Profile) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in (("cpu", profile.cpu), ("memory", profile.memory)) if v]
+def _requests(profile: Profile, gpus: int) -> list[tuple[str, str]]:
+    """The node's CPU and memory, scaled by the share of its GPUs the run takes."""
+    part = share(gpus, profile.gpus_per_node)
+    cpu = scale_cpu(profile.cpu, part) if profile.cpu else ""
+    memory = scale_memory(profile.memory, part) if profile.memory else ""
+    return [(k, v) for k, v in (("cpu", cpu), ("memory", memory)) if v]
 
 
 def _opt(items: list[Any]) -> list[list[Any]]:

@@ -91,6 +91,8 @@ def embedded_objects(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
     groups = [("spec.rayClusterSpec.headGroupSpec.", cluster.get("headGroupSpec"))]
     groups += [(f"spec.rayClusterSpec.workerGroupSpecs.{i}.", g)
                for i, g in enumerate(cluster.get("workerGroupSpecs") or [])]
+    if isinstance(spec.get("submitterPodTemplate"), dict):
+        groups.append(("spec.submitterPodTemplate.", {"template": spec["submitterPodTemplate"]}))
     for where, group in groups:
         if isinstance(group, dict) and isinstance(group.get("template"), dict):
             yield where, {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {},

@@ -19,6 +19,12 @@ def experiment_rules() -> list[Rule]:
     return [lock.check, config.check, entrypoint.check, plugins.check, lint.check, launch.check]
 
 
+def lab_rules() -> list[Rule]:
+    from tuneplane.check.rules import cluster
+
+    return [cluster.check]
+
+
 def run_rules() -> list[Rule]:
     # lazy: each rule module is loaded only when its kind of file is checked
     from tuneplane.check.rules import runs

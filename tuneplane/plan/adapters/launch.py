@@ -2,8 +2,11 @@
 
 Each rank of a process group re-enters `tuneplane.launcher`, which verifies and installs the job's
 algorithm plugins in that rank's interpreter before running the entry (`-m module …` or `file.py …`).
-Across nodes, the rendezvous is the JobSet's first pod; each pod's node rank comes from its completion
-index (`TUNEPLANE_NODE_RANK` / `PET_NODE_RANK`, set by the manifest).
+Across nodes the rendezvous is static, as Kubeflow Trainer and the JobSet examples do it: the master is
+the JobSet's first pod (`PET_MASTER_ADDR`/`PET_MASTER_PORT`), each pod's node rank is its completion
+index (`PET_NODE_RANK` / `TUNEPLANE_NODE_RANK`, set by the manifest), and torchrun reads the `PET_*`
+variables as its defaults. No rendezvous store is negotiated and no name is looked up until the
+process group connects to the master.
 """
 
 from __future__ import annotations
@@ -18,20 +21,22 @@ NODE_RANK = "TUNEPLANE_NODE_RANK"
 
 def group_env(spec: JobSpec) -> dict[str, str]:
     """Where ranks meet across nodes (one node: nothing; torchrun runs standalone)."""
-    if spec.spec.resources.nodes == 1:
+    nodes = spec.spec.resources.nodes
+    if nodes == 1:
         return {}
-    return {"MASTER_ADDR": rendezvous_host(spec), "MASTER_PORT": str(RENDEZVOUS_PORT)}
+    host, port = rendezvous_host(spec), str(RENDEZVOUS_PORT)
+    return {"MASTER_ADDR": host, "MASTER_PORT": port, "PET_MASTER_ADDR": host, "PET_MASTER_PORT": port,
+            "PET_NNODES": str(nodes)}
 
 
 def torchrun(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
-    """`torchrun` with `--standalone` on one node, c10d rendezvous on the first pod across nodes."""
+    """`torchrun` with `--standalone` on one node, a static rendezvous on the first pod across nodes."""
     nodes, procs = spec.spec.resources.nodes, processes_per_node(spec)
     argv = ["torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(procs)]
     if nodes == 1:
         argv.insert(1, "--standalone")
     else:
-        argv += ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"{rendezvous_host(spec)}:{RENDEZVOUS_PORT}",
-                 "--rdzv_id", spec.metadata.run_id]
+        argv += ["--rdzv_backend", "static"]  # master address, port and node rank: the PET_* variables
     argv += ["-m", LAUNCHER_MODULE, *entry]
     return make_plan(spec, argv, mode="process-group", procs_per_node=procs,
                      extra_env={**group_env(spec), **(env or {})})
