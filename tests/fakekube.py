@@ -1077,7 +1077,8 @@ def _manager(query: dict[str, str], headers: Any) -> str:
 
 
 def _warning_headers(warnings: list[str]) -> dict[str, str]:
-    return {"Warning": ", ".join(f'299 - "{w.replace(chr(34), chr(39))}"' for w in warnings)} if warnings else {}
+    escaped = [w.replace("\\", "\\\\").replace('"', '\\"') for w in warnings]
+    return {"Warning": ", ".join(f'299 - "{w}"' for w in escaped)} if warnings else {}
 
 
 def _not_found(rtype: ResourceType, name: str) -> _HttpError:

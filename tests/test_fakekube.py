@@ -302,3 +302,142 @@ def _drain_after_stop(server: FakeKube, response: Any) -> bytes:
     except urllib3.exceptions.HTTPError:
         rest = b""
     return bytes(first + rest)
+
+
+# ---------------------------------------------------------------- API machinery a real server has
+def _job(name: str, **spec: Any) -> dict[str, Any]:
+    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "busybox:1.36"}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"backoffLimit": 0, "template": pod, **spec}}
+
+
+def test_unknown_fields_follow_field_validation(fake_kube: FakeKube, kube_client: Any) -> None:
+    # The generic client: the typed one refuses the unknown field itself, before the server sees it.
+    jobs = client.CustomObjectsApi(kube_client)
+    body = _job("strict") | {"spec": {**_job("strict")["spec"], "bogus": 1}}
+    with pytest.raises(ApiException) as err:
+        jobs.create_namespaced_custom_object("batch", "v1", NS, "jobs", body, field_validation="Strict")
+    assert err.value.status == 400 and 'unknown field \\"spec.bogus\\"' in str(err.value.body)
+    warned = jobs.create_namespaced_custom_object("batch", "v1", NS, "jobs", body | {"metadata": {"name": "warn"}},
+                                                  field_validation="Warn", _preload_content=False)
+    assert warned.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
+    stored = fake_kube.get("Job", NS, "warn")
+    assert stored is not None and "bogus" not in stored["spec"]  # pruned, as the server drops it
+
+
+def test_invalid_objects_are_422_with_causes(kube_client: Any) -> None:
+    custom = client.CustomObjectsApi(kube_client)
+    body = _jobset("bad") | {"spec": {"replicatedJobs": [{"name": "w", "replicas": "two"}]}}
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object(*JOBSET, body)
+    payload = json.loads(err.value.body)
+    assert err.value.status == 422 and payload["reason"] == "Invalid" and payload["details"]["causes"]
+
+
+def test_a_jobs_pod_template_is_immutable_and_stale_updates_conflict(fake_kube: FakeKube, kube_client: Any) -> None:
+    batch = client.BatchV1Api(kube_client)
+    created = json.loads(batch.create_namespaced_job(NS, _job("j"), _preload_content=False).data)
+    changed = _job("j")
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:1.37"
+    with pytest.raises(ApiException) as err:
+        client.CustomObjectsApi(kube_client).patch_namespaced_custom_object(
+            "batch", "v1", NS, "jobs", "j", changed, _content_type=APPLY, field_manager="tests", force=True)
+    assert err.value.status == 422 and "field is immutable" in json.loads(err.value.body)["message"]
+    batch.patch_namespaced_job("j", NS, {"metadata": {"labels": {"seen": "yes"}}}, _preload_content=False)
+    with pytest.raises(ApiException) as conflict:  # `created` carries the resourceVersion before the patch
+        batch.replace_namespaced_job("j", NS, created, _preload_content=False)
+    assert conflict.value.status == 409 and "the object has been modified" in str(conflict.value.body)
+
+
+def test_strategic_merge_patch_is_refused_on_custom_resources(kube_client: Any) -> None:
+    custom = client.CustomObjectsApi(kube_client)
+    _apply_jobset(kube_client, _jobset("js"))
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(*JOBSET, "js", {"metadata": {"labels": {"a": "b"}}},
+                                              _content_type="application/strategic-merge-patch+json")
+    assert err.value.status == 415
+
+
+def test_generate_name_and_pagination(fake_kube: FakeKube, kube_client: Any) -> None:
+    core = client.CoreV1Api(kube_client)
+    for _ in range(3):
+        core.create_namespaced_config_map(NS, {"metadata": {"generateName": "cm-"}, "data": {"k": "v"}})
+    names = [o["metadata"]["name"] for o in fake_kube.list("ConfigMap", NS)]
+    assert len(set(names)) == 3 and all(n.startswith("cm-") and len(n) == 8 for n in names)
+    page = core.list_namespaced_config_map(NS, limit=2)
+    assert len(page.items) == 2 and page.metadata._continue
+    rest = core.list_namespaced_config_map(NS, limit=2, _continue=page.metadata._continue)
+    assert len(rest.items) == 1
+
+
+# ---------------------------------------------------------------- controllers
+def test_the_job_controller_runs_pods_and_applies_the_pod_failure_policy(cluster: Any, kube_client: Any) -> None:
+    rules = {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In",
+                                                                "values": [78]}},
+                       {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+    batch = client.BatchV1Api(kube_client)
+    batch.create_namespaced_job(NS, _job("j", completionMode="Indexed", completions=2, parallelism=2,
+                                         podFailurePolicy=rules, backoffLimit=3), _preload_content=False)
+    pods = cluster.pods(NS)
+    labels = pods[0]["metadata"]["labels"]
+    assert len(pods) == 2 and labels["batch.kubernetes.io/job-name"] == "j" and "controller-uid" in labels
+    assert sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]
+    disrupted = [{"type": "DisruptionTarget", "status": "True"}]
+    cluster.exit_pod(NS, pods[0]["metadata"]["name"], 137, conditions=disrupted)
+    assert len([p for p in cluster.pods(NS) if p["status"]["phase"] == "Running"]) == 2  # ignored, replaced
+    running = [p for p in cluster.pods(NS) if p["status"]["phase"] == "Running"]
+    cluster.exit_pod(NS, running[0]["metadata"]["name"], 78, "bad config\n")
+    job = cluster.kube.get("Job", NS, "j")
+    failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed and failed[0]["reason"] == "PodFailurePolicy"
+    assert not [p for p in cluster.pods(NS) if p["status"]["phase"] == "Running"]  # active pods stopped
+
+
+def test_the_jobset_controller_restarts_then_fails(cluster: Any, kube_client: Any) -> None:
+    body = _jobset("js") | {"spec": {**_jobset("js")["spec"], "failurePolicy": {"maxRestarts": 1}}}
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    client.CustomObjectsApi(kube_client).create_namespaced_custom_object(*JOBSET, body)
+    (job,) = cluster.kube.list("Job", NS)
+    assert job["metadata"]["name"] == "js-workers-0"
+    assert job["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "0"
+    assert cluster.kube.get("Service", NS, "js")["spec"]["clusterIP"] == "None"
+    (pod,) = cluster.pods(NS)
+    assert pod["spec"]["subdomain"] == "js" and pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "js"
+    cluster.exit_pod(NS, pod["metadata"]["name"], 1)
+    (again,) = cluster.kube.list("Job", NS)
+    assert again["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+    assert cluster.kube.get("JobSet", NS, "js")["status"]["restarts"] == 1
+    (pod,) = [p for p in cluster.pods(NS) if p["status"]["phase"] == "Running"]
+    cluster.exit_pod(NS, pod["metadata"]["name"], 1)
+    status = cluster.kube.get("JobSet", NS, "js")["status"]
+    assert status["terminalState"] == "Failed"
+
+
+def test_kueue_admits_by_quota_and_says_why_the_second_waits(cluster: Any, kube_client: Any) -> None:
+    cluster.add_queue(NS, "lq", "cq", cpu="4")
+    batch = client.BatchV1Api(kube_client)
+    for name in ("first", "second"):
+        body = _job(name)
+        body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+        body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3"}}
+        batch.create_namespaced_job(NS, body, _preload_content=False)
+    first, second = (cluster.kube.get("Job", NS, n) for n in ("first", "second"))
+    assert first["spec"]["suspend"] is False and second["spec"]["suspend"] is True
+    workloads = {w["metadata"]["ownerReferences"][0]["name"]: w for w in cluster.kube.list("Workload", NS)}
+    assert workloads["first"]["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == first["metadata"]["uid"]
+    waiting = {c["type"]: c for c in workloads["second"]["status"]["conditions"]}["QuotaReserved"]
+    assert waiting["status"] == "False" and "insufficient unused quota for cpu" in waiting["message"]
+    (pod,) = cluster.pods(NS, {"batch.kubernetes.io/job-name": "first"})
+    cluster.exit_pod(NS, pod["metadata"]["name"], 0)
+    assert cluster.kube.get("Job", NS, "second")["spec"]["suspend"] is False  # the quota came back
+
+
+def test_finished_jobs_are_deleted_after_their_ttl(cluster: Any, kube_client: Any) -> None:
+    client.BatchV1Api(kube_client).create_namespaced_job(NS, _job("j", ttlSecondsAfterFinished=300),
+                                                         _preload_content=False)
+    (pod,) = cluster.pods(NS)
+    cluster.exit_pod(NS, pod["metadata"]["name"], 0)
+    cluster.advance(280)  # the twin's clock: no sleeping (timestamps have whole seconds)
+    assert cluster.kube.get("Job", NS, "j") is not None
+    cluster.advance(30)
+    assert cluster.kube.get("Job", NS, "j") is None and cluster.pods(NS) == []

@@ -29,7 +29,7 @@ from tuneplane.lab.runs import RunKey, mark_cancel, read_status
 from tuneplane.plan.names import object_name
 
 NS = "tuneplane"
-JOBS = r"/apis/batch/v1/namespaces/tuneplane/jobs/"
+JOBS = r"/apis/batch/v1/namespaces/tuneplane/jobs"  # the collection (create) and every Job in it
 
 pytest_plugins = ("fakekube",)  # the fake_kube fixture
 
@@ -61,7 +61,7 @@ def creations(fake: FakeKube) -> int:
     [
         ("500", ["answered 500", "Check the API server's health"]),
         ("503", ["answered 503"]),
-        ("403", ["answered 403", "kubectl auth can-i get jobs.batch -n tuneplane"]),
+        ("403", ["answered 403", "kubectl auth can-i create jobs.batch -n tuneplane"]),
         ("401", ["answered 401", "credentials in your kubeconfig"]),
         ("drop", ["connection failed", "cluster is reachable"]),
         ("latency", ["no answer within the 0.5 s timeout", "network access to the API server"]),
@@ -78,7 +78,8 @@ def test_a_failed_submission_says_why_and_is_retried(
     first = status(bot, run_id)
     assert report.waiting == [f"demo/{run_id}"] and report.commit
     assert first.phase == "Pending" and first.reason == "SubmitFailed" and first.backend is None
-    for word in [*words, f"{JOBS}{object_name('demo', run_id)}", "the bot retries on its next run"]:
+    for word in [*words, f"could not create Job tuneplane/{object_name('demo', run_id)}", f"POST {JOBS} on",
+                 "the bot retries on its next run"]:
         assert word in first.message
     assert creations(fake_kube) == 0
 
@@ -140,7 +141,7 @@ def test_the_cli_exits_1_when_runs_could_not_be_submitted(tmp_path: Path, fake_k
     code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))
 
     assert code == 1, out
-    assert "not submitted: could not read Job" in out and "1 run(s) need attention" in out
+    assert "not submitted: could not create Job" in out and "1 run(s) need attention" in out
     assert "Traceback" not in out
     assert status(bot, run_id).reason == "SubmitFailed"
 

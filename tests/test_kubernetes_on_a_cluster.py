@@ -121,7 +121,8 @@ def test_with_the_token_the_pod_runs(twin: Cluster, backend: KubernetesBackend, 
 
 
 # ── 3. the checkout lock is released whatever happens ──────────────────────────────────────────
-def _checkout_process(root: Path, tmp: Path, url: str, path: str = "", **extra: str) -> tuple[list[str], dict[str, str]]:
+def _checkout_process(root: Path, tmp: Path, url: str, path: str = "",
+                      **extra: str) -> tuple[list[str], dict[str, str]]:
     """The rendered init container of a run at the lab's HEAD: its command, and its env (the storage root
     mapped into `tmp`, the clone URL pointed at `url`)."""
     import helpers_render as hr
@@ -222,3 +223,76 @@ def test_the_rayjob_submitter_pulls_a_private_image(twin: Cluster, backend: Kube
     assert submitter["status"]["phase"] == "Running", submitter["status"]
     assert backend.observe(ref).phase == "Running"
 
+
+
+# ── what works but was wrong ───────────────────────────────────────────────────────────────────
+def test_part_of_a_node_asks_for_that_share_of_its_cpu_and_memory(lab: Any) -> None:
+    for profile, cpu, memory in (("h200:4", "48", "512Gi"), ("h200:1", "12", "128Gi"), ("h200", "96", "1Ti")):
+        _, docs = rendered(lab, "trl-sft-exp", profile)
+        requests = next(iter(pod_templates(docs[0])))["spec"]["containers"][0]["resources"]["requests"]
+        assert (requests["cpu"], requests["memory"]) == (cpu, memory), profile
+
+
+def test_every_pod_has_a_restricted_security_context(tmp_path: Path) -> None:
+    settings = SETTINGS.replace("  ttl_seconds_after_finished: 86400\n", "  ttl_seconds_after_finished: 86400\n"
+                                "  security: {run_as_non_root: true, run_as_user: 1000, run_as_group: 1000, "
+                                "fs_group: 1000}\n")
+    secured = make_lab(tmp_path / "lab", {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"}, settings=settings)
+    for experiment, profile in (("trl-sft-exp", "h200"), ("trl-sft-exp", "h200:16"), ("verl-grpo-exp", "h200")):
+        _, docs = rendered(secured, experiment, profile)
+        templates = list(pod_templates(docs[0]))
+        if docs[0]["kind"] == "RayJob":
+            templates.append(docs[0]["spec"]["submitterPodTemplate"])
+        for template in templates:
+            pod = template["spec"]["securityContext"]
+            assert pod == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                           "seccompProfile": {"type": "RuntimeDefault"}}
+            for container in template["spec"].get("initContainers", []) + template["spec"]["containers"]:
+                assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                                        "capabilities": {"drop": ["ALL"]}}
+
+
+def test_torchrun_across_nodes_uses_a_static_rendezvous_from_the_completion_index(lab: Any) -> None:
+    rich = make_lab(Path(lab.root).parent / "torch-lab", {"pytorch-exp": "pytorch/image-classification"},
+                    settings=SETTINGS)
+    spec, docs = rendered(rich, "pytorch-exp", "h200:16")
+    (template,) = list(pod_templates(docs[0]))
+    env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+    assert env["PET_MASTER_ADDR"]["value"] == f"{spec.metadata.name}-trainer-0-0.{spec.metadata.name}"
+    assert env["PET_MASTER_PORT"]["value"] == "29500" and env["PET_NNODES"]["value"] == "2"
+    assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+
+
+def test_the_init_image_is_a_lab_setting_under_the_image_policy(tmp_path: Path, tp: Any) -> None:
+    settings = SETTINGS.replace("images:\n", "images:\n  allowed_registries: [registry.example.com]\n").replace(
+        "  ttl_seconds_after_finished: 86400\n",
+        "  ttl_seconds_after_finished: 86400\n  init_image: docker.io/alpine/git:2.45.2\n")
+    root = tmp_path / "lab"
+    policed = make_lab(root, {"trl-sft-exp": "trl/sft"}, settings=settings)
+    with pytest.raises(Exception, match=r"cluster.init_image .*registry 'docker.io' is not allowed"):
+        rendered(policed, "trl-sft-exp")
+    result = tp("validate", cwd=root)
+    assert result.code == 1 and "cluster-init-image" in result.output
+    (root / "tuneplane.yaml").write_text(settings.replace("docker.io/alpine/git:2.45.2",
+                                                          "registry.example.com/tools/git:2.45.2"))
+    commit_all(root, "allowed init image")
+    ok = make_lab_reload(root)
+    _, docs = rendered(ok, "trl-sft-exp")
+    init = next(iter(pod_templates(docs[0])))["spec"]["initContainers"][0]
+    assert init["image"] == "registry.example.com/tools/git:2.45.2"
+
+
+def make_lab_reload(root: Path) -> Any:
+    import helpers_render as hr
+
+    return hr.load_lab(root)
+
+
+def test_a_cluster_lab_with_a_loopback_ingest_endpoint_is_warned(tmp_path: Path, tp: Any) -> None:
+    root = tmp_path / "lab"
+    make_lab(root, {"trl-sft-exp": "trl/sft"},
+             settings=SETTINGS.replace("http://ingest.tuneplane.svc:8080", "http://127.0.0.1:8080"))
+    result = tp("validate", cwd=root)
+    assert "cluster-ingest-loopback" in result.output and "127.0.0.1" in result.output
+    assert result.code == 0  # a warning: the run still works, it only reports nothing
