@@ -296,3 +296,36 @@ def test_a_cluster_lab_with_a_loopback_ingest_endpoint_is_warned(tmp_path: Path,
     result = tp("validate", cwd=root)
     assert "cluster-ingest-loopback" in result.output and "127.0.0.1" in result.output
     assert result.code == 0  # a warning: the run still works, it only reports nothing
+
+
+def test_after_a_pod_is_replaced_the_logs_come_from_its_replacement(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, _ = submit(backend, lab, "trl-sft-exp")
+    (first,) = twin.pods(NS)
+    # A node drain: the pod is disrupted, the rendered podFailurePolicy ignores it and the Job replaces it.
+    twin.exit_pod(NS, first["metadata"]["name"], 143, "step 1\n",
+                  conditions=[{"type": "DisruptionTarget", "status": "True"}])
+    live = [p for p in twin.pods(NS) if p["status"]["phase"] == "Running"]
+    assert len(live) == 1 and live[0]["metadata"]["name"] != first["metadata"]["name"]
+    twin.kube.append_log(NS, live[0]["metadata"]["name"], "resumed at step 1\n", container="trainer")
+    assert list(backend.logs(ref)) == ["resumed at step 1"]
+    assert backend.observe(ref).phase == "Running"
+
+
+def test_the_workload_is_read_by_its_job_uid_label(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin.cluster_queues["h200-pool"] = {"nvidia.com/gpu": 8.0, "cpu": 96.0, "memory": float(2**40)}
+    first, _ = submit(backend, lab, "trl-sft-exp")
+    spec, docs = rendered(lab, "trl-sft-exp")
+    other = [dict(d, metadata={**d["metadata"], "name": "second-run"}) for d in docs]
+    for doc in other:
+        doc["metadata"]["labels"] = {**doc["metadata"]["labels"], "tuneplane.dev/run": "second"}
+    second = backend.submit(SubmitRequest(run_id="second", experiment="trl-sft-exp", namespace=NS,
+                                          object_name="second-run", manifests=other,
+                                          secret_data={"job-token": TOKEN}))
+    seen = backend.observe(second)
+    assert seen.phase == "Pending" and seen.reason == "Queued: waiting for quota in ClusterQueue h200-pool"
+    assert "insufficient unused quota for cpu" in seen.message or "nvidia.com/gpu" in seen.message
+    (listing,) = twin.kube.requests_for("GET", r"/workloads$")[-1:]
+    uid = twin.kube.get("Job", NS, "second-run")["metadata"]["uid"]  # type: ignore[index]
+    assert listing.query["labelSelector"] == f"kueue.x-k8s.io/job-uid={uid}"
+    assert backend.observe(first).phase == "Running"

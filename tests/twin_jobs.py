@@ -116,8 +116,7 @@ def _count_failures(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, 
         if action == "FailJob":
             return _fail(cluster, job, "PodFailurePolicy", message)
         if action == "Ignore":
-            cluster._remove(pod)  # not counted: replaced as if it never ran
-            continue
+            continue  # not counted against backoffLimit; the index gets a new pod, the failed one stays
         status["failed"] = int(status.get("failed", 0)) + 1
         cluster._touch(job)
         if status["failed"] > int(job["spec"].get("backoffLimit", 6)):

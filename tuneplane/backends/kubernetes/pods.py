@@ -9,7 +9,6 @@ replaced).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, cast
 
 from tuneplane.backends.kubernetes.apply import RUN_LABEL
@@ -65,7 +64,8 @@ def _leader_key(pod: Pod, kind: Kind, obj: JobObject) -> tuple[Any, ...]:
         _int(labels.get("jobset.sigs.k8s.io/job-index")),
         _int(labels.get("batch.kubernetes.io/job-completion-index")),
         -_int(labels.get("jobset.sigs.k8s.io/restart-attempt")),
-        bool(meta.get("deletionTimestamp")),  # a pod being replaced goes after its replacement
+        pod_phase(pod) in TERMINAL,  # a replaced pod goes after its replacement
+        bool(meta.get("deletionTimestamp")),
     )
 
 
@@ -164,9 +164,3 @@ def termination_line(pod: Pod, container: str, terminated: ContainerStateTermina
         line += "; it ran out of memory: raise the memory limit or lower the batch size"
     extra = str(terminated.get("message") or "").strip()
     return line + (f": {extra[:500]}" if extra else "")
-
-
-def live_first(pods: list[Pod]) -> Iterator[Pod]:
-    """Pods still running before finished ones, keeping the leader order within each group."""
-    yield from (p for p in pods if pod_phase(p) not in TERMINAL)
-    yield from (p for p in pods if pod_phase(p) in TERMINAL)
