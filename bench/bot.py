@@ -61,9 +61,12 @@ def bot(root: Path, *args: str) -> float:
     return elapsed
 
 
-def submit_round(tmp: Path, n: int, push: bool) -> tuple[float, int]:
-    """One fresh lab with `n` requests; returns (seconds, jobs created)."""
-    kube = FakeKube().start()
+def submit_round(tmp: Path, n: int, push: bool, validate: bool = True) -> tuple[float, int]:
+    """One fresh lab with `n` requests; returns (seconds, jobs created). `validate`: the twin checks every
+    write against the real schemas (as a cluster does); off only to show what that check costs."""
+    kube = FakeKube()
+    kube.validate = validate
+    kube.start()
     try:
         remote = make_remote(tmp)
         seed_lab(
@@ -154,6 +157,8 @@ def main() -> int:
     parser.add_argument("--statuses", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--slurm", type=int, default=100, help="runs submitted to the real Slurm cluster (0: skip)")
+    parser.add_argument("--compare-validation", action="store_true",
+                        help="also time the submit round with the twin's schema validation off")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-bot-"))
     try:
@@ -187,6 +192,10 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
         )
     if args.slurm:
         rows.append(_slurm_row(tmp / "slurm", args.slurm, kube_per_run))
+    if args.compare_validation:
+        seconds, _ = submit_round(tmp / "submit-unvalidated", args.requests, False, validate=False)
+        rows.append([f"reconcile: submit {args.requests} runs, twin validation off (for comparison)",
+                     f"{seconds:.2f} s", "", f"{seconds / args.requests * 1000:.0f} ms"])
     print(f"building a lab of {args.statuses} finished runs …")
     lab = finished_lab(tmp / "noop", args.statuses)
     for label, extra in (("", ()), (" --push", ("--push",))):
