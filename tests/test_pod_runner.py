@@ -242,9 +242,10 @@ def ray_head(tmp_path: Path) -> Iterator[dict[str, Any]]:
 def test_a_rayjob_entrypoint_is_submitted_to_a_real_ray_head(
         twin: Any, tmp_path: Path, servers: dict[str, Any], ray_head: dict[str, Any]) -> None:
     root = _lab_root(tmp_path)
-    make_lab(root, {"verl-grpo-exp": "verl/grpo"}, settings=CLUSTER_SETTINGS)
+    make_lab(root, {"verl-grpo-exp": "verl/grpo"}, settings=TWO_NODES)
     lab = hr.load_lab(root)
-    backend, ref, spec = _submit(twin, lab, "verl-grpo-exp", "cpu")
+    twin.cluster_queues["cpu-pool"]["nvidia.com/gpu"] = 2
+    backend, ref, spec = _submit(twin, lab, "verl-grpo-exp", "cpu2:1")
     pods = twin.pods(NS)
     head = next(p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head")
     runner = _runner(twin, tmp_path, servers)
