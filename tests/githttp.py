@@ -70,13 +70,13 @@ class _GitHandler(BaseHTTPRequestHandler):
     git: GitHttpServer
     protocol_version = "HTTP/1.0"  # the CGI's output is streamed to the end of the connection
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self._serve("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._serve("POST")
 
     def _serve(self, method: str) -> None:

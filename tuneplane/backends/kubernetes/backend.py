@@ -14,7 +14,15 @@ from typing import Any, cast
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
 from tuneplane.backends.kubernetes import apply, status
-from tuneplane.backends.kubernetes.client import JOB_KINDS, Kind, Rest, RetryPolicy, build_api_client, stream_lines
+from tuneplane.backends.kubernetes.client import (
+    DEFAULT_RETRY,
+    JOB_KINDS,
+    Kind,
+    Rest,
+    RetryPolicy,
+    build_api_client,
+    stream_lines,
+)
 from tuneplane.backends.kubernetes.pods import default_container, find_pods
 from tuneplane.backends.kubernetes.types import JobObject
 
@@ -35,7 +43,7 @@ class KubernetesBackend:
         context: str | None = None,
         in_cluster: bool = False,
         api_client: Any = None,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: RetryPolicy = DEFAULT_RETRY,
         *,
         propagation_policy: str = "Foreground",
         log_tail: int = 20,

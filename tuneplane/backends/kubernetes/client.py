@@ -51,6 +51,9 @@ class RetryPolicy:
         return float(max(min(retry_after, self.max_retry_after), jittered))
 
 
+DEFAULT_RETRY = RetryPolicy()  # frozen: one shared default is safe
+
+
 @dataclass(frozen=True)
 class Kind:
     """A resource type we talk to: how to name it in messages and reach it over REST."""
@@ -100,6 +103,7 @@ def build_api_client(
 
     urllib3's own retries are switched off: our RetryPolicy is the one place that decides.
     """
+    # lazy: the kubernetes client costs ~0.3 s to import; only cluster calls pay it
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -166,7 +170,8 @@ class Rest:
 
     def __init__(self, api_client: Any, retry: RetryPolicy, sleep: Callable[[float], None],
                  rng: random.Random) -> None:
-        from kubernetes import client  # lazy: the CLI's fast paths never load the client
+        # lazy: the CLI's fast paths never load the client
+        from kubernetes import client
 
         self.client = api_client
         self.retry = retry
@@ -325,6 +330,7 @@ class Rest:
 # ==================================================================== failure classification
 def classify(exc: BaseException) -> _Failure | None:
     """API errors, timeouts and broken connections; None for anything else (a bug, re-raised)."""
+    # lazy: loaded with the kubernetes client
     import urllib3.exceptions as u3
     from kubernetes.client.exceptions import ApiException
 
@@ -432,6 +438,7 @@ def read_body(response: Any) -> bytes:
 
 def stream_lines(response: Any, what: str) -> Iterator[str]:
     """Decode a log response line by line as it arrives; a broken stream ends with a clear error."""
+    # lazy: loaded with the kubernetes client
     import urllib3.exceptions as u3
 
     pending = b""
