@@ -256,6 +256,13 @@ def test_empty_allowlist_refuses_custom_images_but_not_catalog_defaults(lab: Lab
 
 def test_digest_policy_applies_to_the_resolved_image(tmp_path: Path) -> None:
     settings = CLUSTER_SETTINGS.replace("images:\n", "images:\n  require_digest: true\n")
+    # every image of the pod, the checkout init container's included, must be pinned
+    pinned_init = "alpine/git@sha256:" + "b" * 64
+    unpinned = make_lab(tmp_path / "unpinned", {"t": "trl/sft"}, settings=settings)
+    with pytest.raises(UsageError, match=r"cluster.init_image .*not pinned by digest"):
+        resolve_run(unpinned, request("t", image="example/trl@sha256:" + "a" * 64, inputs=INPUTS))
+    settings = settings.replace("  ttl_seconds_after_finished: 86400\n",
+                                f"  ttl_seconds_after_finished: 86400\n  init_image: {pinned_init}\n")
     lab = make_lab(tmp_path / "lab", {"t": "trl/sft"}, settings=settings)
     assert "not pinned by digest" in refusal(lab, request("t", inputs=INPUTS)).message
     pinned = "example/trl@sha256:" + "a" * 64

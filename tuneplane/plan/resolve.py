@@ -18,7 +18,7 @@ from typing import Any
 
 from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
-from tuneplane.check.images import ImageError, allowed_registries, check_allowed, check_digest_policy, parse_image
+from tuneplane.check.images import ImageError, check_allowed, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
 from tuneplane.check.rules import config as config_rule
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
@@ -392,11 +392,13 @@ def _registry(env: dict[str, str]) -> dict[str, str]:
 
 
 def _check_init_image(settings: LabFile, env: dict[str, str]) -> None:
-    """The checkout init container's image obeys the allowlist and digest policy like the run's image."""
+    """The checkout init container's image is a deployment default like `images.defaults`: it obeys the
+    digest policy and the lab's registry allowlist (the environment's allowlist is about user images)."""
+    del env
     image = settings.cluster.init_image
     try:
         ref = parse_image(image)
-        check_allowed(ref, allowed_registries(env, settings.images.allowed_registries))
+        check_allowed(ref, settings.images.allowed_registries)
         check_digest_policy(ref, settings.images.require_digest)
     except ImageError as exc:
         raise UsageError(f"cluster.init_image in tuneplane.yaml: {exc}", hint=exc.hint) from None

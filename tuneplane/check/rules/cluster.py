@@ -10,11 +10,10 @@ without a digest when `images.require_digest` is set (error: the init container 
 from __future__ import annotations
 
 import ipaddress
-import os
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from tuneplane.check.images import ImageError, allowed_registries, check_allowed, check_digest_policy, parse_image
+from tuneplane.check.images import ImageError, check_allowed, check_digest_policy, parse_image
 from tuneplane.lab.load import Lab
 from tuneplane.problems import Problem, Severity
 
@@ -23,7 +22,7 @@ def check(lab: Lab) -> Iterator[Problem]:
     if lab.settings is None or lab.doc is None or lab.settings.cluster.backend != "kubernetes":
         return
     yield from _loopback_ingest(lab)
-    yield from _init_image(lab, dict(os.environ))
+    yield from _init_image(lab)
 
 
 def is_loopback(url: str) -> bool:
@@ -48,18 +47,19 @@ def _loopback_ingest(lab: Lab) -> Iterator[Problem]:
             hint="use an address pods can reach, e.g. the receiver's Service: http://ingest.<namespace>.svc:8080")
 
 
-def _init_image(lab: Lab, env: dict[str, str]) -> Iterator[Problem]:
+def _init_image(lab: Lab) -> Iterator[Problem]:
     assert lab.settings is not None and lab.doc is not None
     image = lab.settings.cluster.init_image
     try:
-        check_init_image(image, lab.settings.images.allowed_registries, lab.settings.images.require_digest, env)
+        check_init_image(image, lab.settings.images.allowed_registries, lab.settings.images.require_digest)
     except ImageError as exc:
         yield lab.doc.problem("/cluster/init_image", "cluster-init-image", f"cluster.init_image: {exc}",
                               hint=exc.hint)
 
 
-def check_init_image(image: str, lab_allowed: list[str] | None, require_digest: bool, env: dict[str, str]) -> None:
-    """The init container's image obeys the same allowlist and digest policy as every other image."""
+def check_init_image(image: str, lab_allowed: list[str] | None, require_digest: bool) -> None:
+    """The init container's image is a deployment default, like `images.defaults`: the digest policy and
+    the lab's registry allowlist apply (TUNEPLANE_ALLOWED_IMAGE_REGISTRIES is about user images)."""
     ref = parse_image(image)
-    check_allowed(ref, allowed_registries(env, lab_allowed))
+    check_allowed(ref, lab_allowed)
     check_digest_policy(ref, require_digest)
