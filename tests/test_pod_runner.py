@@ -151,7 +151,7 @@ def test_a_job_checks_out_its_commit_runs_train_sh_and_reports_metrics(
     assert json.dumps(metrics).count("loss") >= 1
     work = Path(runner.map(spec.spec.paths.work_dir))
     assert git(work, "rev-parse", "HEAD") == spec.provenance.commit
-    assert (work / "tuneplane_plugins" / "envtool" / "plugin.yaml").is_file()
+    assert (work / "experiments" / "custom-exp" / "train.sh").read_text() == TRAIN_SH
 
 
 def test_a_failing_checkout_fails_the_pod_with_the_init_containers_exit_code(
