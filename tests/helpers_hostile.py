@@ -140,9 +140,12 @@ def replace(path: Path, kind: str, outside: Path | None = None) -> None:
         path.symlink_to("/dev/null")
     elif kind == "socket":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(str(path))
+        here = os.getcwd()
+        try:  # bound by its name from inside the folder: a temp path can pass AF_UNIX's 108 bytes
+            os.chdir(path.parent)
+            sock.bind(path.name)
         finally:
+            os.chdir(here)
             sock.close()
     elif kind == "outside":
         assert outside is not None

@@ -306,7 +306,8 @@ def test_plugin_lock_refuses_to_rewrite_a_lock_with_duplicates(lab: Path) -> Non
 def test_nan_constant_in_a_lock(lab: Path) -> None:
     text = (lab / PLUGINS_LOCK).read_text(encoding="utf-8").replace('"plugins"', '"x": NaN,\n  "plugins"')
     (lab / PLUGINS_LOCK).write_text(text, encoding="utf-8")
-    assert_clear(validate(lab), file=PLUGINS_LOCK, line=3, codes=(1,))
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "NaN" in row)
+    assert_clear(validate(lab), file=PLUGINS_LOCK, line=line, codes=(1,))
 
 
 # ── names: anchored, and of bounded length ─────────────────────────────────────────────────────────
@@ -391,7 +392,10 @@ def test_confusable_config_key_is_warned_at_its_line(lab: Path, case: str) -> No
 def test_confusable_key_in_a_run_request(lab: Path) -> None:
     (lab / RUN_REQUEST).write_text(RUN_TEXT + "set:\n  \u0435pochs: 3\n", encoding="utf-8")
     result = validate(lab)
-    assert_clear(result, file=RUN_REQUEST, line=8, codes=(1,))
+    # the lab locks an algorithm plugin, so an undeclared key is a warning (it may be the plugin's);
+    # the confusable spelling is named at its line either way
+    assert_clear(result, file=RUN_REQUEST, line=8, codes=(0,))
+    assert "confusable-key" in result.output
     assert "\\u0435" in result.output or "cyrillic" in result.output.lower(), result.output
 
 

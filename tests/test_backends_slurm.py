@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,7 +168,12 @@ def test_exit_code_timeout_pending_and_cancel(slurm_cluster: SlurmCluster, tmp_p
     assert sorted(report.cancelled) == sorted([f"sleeps/{by_request}", f"sleeps/{by_cli}"]), report
     for run_id in (by_request, by_cli):
         job_id = status_of(root, "sleeps", run_id)["backend"]["uid"]
-        state = slurm_cluster.command("scontrol", "show", "job", "--oneliner", job_id)
+        deadline = time.monotonic() + 30
+        while True:  # COMPLETING is Slurm's passage from RUNNING to CANCELLED while the step is reaped
+            state = slurm_cluster.command("scontrol", "show", "job", "--oneliner", job_id)
+            if "JobState=COMPLETING" not in state or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert "JobState=CANCELLED" in state, state
 
     statuses = sync_until(root, lambda s: terminal(s[failing]) and terminal(s[slow]), keys, timeout=200)

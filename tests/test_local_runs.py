@@ -138,7 +138,7 @@ def test_a_detached_local_run_returns_at_once_and_records_its_end(looping_lab: P
         return data if data["phase"] in ("Succeeded", "Failed", "Cancelled") else None
 
     final = _until("the detached run to end", ended)
-    assert final["phase"] == "Succeeded" and final["metrics"]["loss"] > 0
+    assert final["phase"] == "Succeeded" and final["metrics"]["train/loss"] > 0  # `loss`, by its canonical name
     _until("its status commit", lambda: git(root, "log", "-1", "--format=%s")
            == f"Status of run {run_id} of loop: Succeeded")
     logs = _tp("job", "logs", run_id, cwd=root)

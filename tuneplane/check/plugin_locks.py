@@ -254,11 +254,11 @@ def locked_plugin_params(lab_root: Path, exp_dir: Path) -> tuple[dict[str, Any],
     """(parameters the experiment's locked algorithm plugins declare, whether any algorithm plugin is
     locked). A lock or manifest that does not read gives nothing: its own rule reports it."""
     lock_path = exp_dir / LOCK_FILE
-    if not lock_path.is_file():
+    if not fs.present(lock_path):
         return {}, False
     try:
-        lock, _ = parse_plugins_lock(lock_path.read_text(encoding="utf-8"), LOCK_FILE)
-    except (OSError, UnicodeDecodeError):
+        lock, _ = parse_plugins_lock(fs.read_text(lock_path, root=lab_root), LOCK_FILE)
+    except (OSError, LoadFailed):  # the lock's own rule reports a file that does not read
         return {}, False
     params: dict[str, Any] = {}
     locked = False

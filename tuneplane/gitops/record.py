@@ -22,7 +22,7 @@ from tuneplane.gitops import dashboard
 from tuneplane.gitops.ledger import LEDGER, Ledger
 from tuneplane.lab.fs import atomic_write, file_mode
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey
+from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, STATUS_SCHEMA, RunKey
 from tuneplane.models.run import RunStatus
 
 
@@ -202,7 +202,8 @@ _NUMBERS = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\
 
 def status_text(status: RunStatus) -> str:
     """A status file: indented JSON with sorted keys, number lists on one line (they are sparklines)."""
-    text = json.dumps(status.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True, ensure_ascii=False)
+    data = {"$schema": STATUS_SCHEMA, **status.model_dump(mode="json", by_alias=True)}  # editors find its schema
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
     return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
 
 

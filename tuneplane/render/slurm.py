@@ -34,7 +34,8 @@ PORT_FLAGS = ("--main_process_port", "--master_port", "--master-port", "--rdzv-p
 STATE_DIR = ".tuneplane/slurm"  # under the run dir: started/exit markers, the job id, the submit lock
 TOKEN_FILE = ".tuneplane/secrets/job-token"  # under the run dir, mode 0600
 LAUNCH_DOCUMENT = ".tuneplane/jobspec.slurm.json"  # under the work dir; the script fills it in
-RUNTIME_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "TUNEPLANE_CLUSTER_NUM_NODES",
+RUNTIME_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                         "TUNEPLANE_CLUSTER_NUM_NODES",
                          "TUNEPLANE_CLUSTER_GPUS_PER_NODE"})  # the script sets these from the allocation
 COMMENT_PREFIX = "tuneplane-run="
 

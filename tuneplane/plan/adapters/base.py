@@ -160,11 +160,17 @@ def _check_gpus(spec: JobSpec) -> None:
                          hint="pick a GPU profile, e.g. --profile <gpu-profile>:1")
 
 
+# Frameworks built for GPUs: they run on a CPU-only local profile (their recipes allow 0 GPUs so a
+# smoke test works on a laptop), but slowly, and the person is told so.
+GPU_FRAMEWORKS = frozenset({"trl", "evalkit", "verl", "nemo-rl", "ms-swift", "openrlhf"})
+
+
 def cpu_smoke_test(spec: JobSpec) -> bool:
     """A GPU recipe asked to run on a local profile without GPUs: a CPU smoke test."""
     needed = spec.spec.recipe.adapter.topology.get("min_gpus", 0)
     res = spec.spec.resources
-    return res.local and res.gpus_per_node == 0 and isinstance(needed, int) and needed > 0
+    gpu_recipe = spec.spec.framework.kind in GPU_FRAMEWORKS or (isinstance(needed, int) and needed > 0)
+    return res.local and res.gpus_per_node == 0 and gpu_recipe
 
 
 def require_value(value: str, message: str, hint: str) -> str:
