@@ -63,7 +63,7 @@ def compare(
 
     if len(runs) < 2:
         raise UsageError("compare needs two or more runs", "tp job compare RUN RUN [RUN…]")
-    runs = [_run_id(run) for run in runs]
+    runs = [_resolve_run(run)[0] for run in runs]
     found = {run: _run_metrics(run, _local_reader(run, db)) for run in runs}
     params = {run: _params_of(run) for run in runs}
     legend = changed_parameters(params)
@@ -93,18 +93,6 @@ def _run_metrics(run: str, read: _Reader) -> Any:
                          "check the run id; a job reports only with tuneplane.report "
                          "and TUNEPLANE_JOB_TOKEN set")
     return RunMetrics(summary, read.series, vocabulary_of(_method_of(run)))
-
-
-def _run_id(run: str) -> str:
-    """A run reference (prefix, EXP/RUN) as its full run id, when this lab knows it."""
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run
-
-    try:
-        return find_run(find_lab_root(), run).run_id
-    except UsageError:
-        return run
 
 
 def _method_of(run: str) -> str:

@@ -22,7 +22,7 @@ from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, Scalar, utc_now
 from tuneplane.errors import UsageError
-from tuneplane.gitops.localrun import commit_run_status, run_local
+from tuneplane.gitops.localrun import run_local
 from tuneplane.gitops.requests import RunFlags, request_from_flags
 from tuneplane.gitops.writeback import (
     publish,
@@ -310,6 +310,3 @@ def _message(title: str, request: RunRequest) -> str:
         lines.append(f"Rerun of {request.rerun_of} at {request.commit}.")
     lines.append("Written by tp submit.")
     return "\n".join(lines)
-
-
-__all__ = ["commit_run_status", "local_lab"]  # also used from here by bot, cancel, rerun
