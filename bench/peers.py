@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,19 +57,58 @@ def upstream_venv() -> Path | None:
     return peer_venv("upstream", [UPSTREAM_SPEC], py)
 
 
-def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
-                 setup=None) -> float:
-    """Median wall time of the whole process, in seconds. `setup(i)` runs untimed before each run."""
-    times = []
-    for i in range(runs):
+def ours_installed() -> Path | None:
+    """This checkout installed the way a user gets it: built as a wheel and installed into its own venv
+    (bench/.work/ours), like the upstream client in its venv. The dependencies are installed once; the
+    package itself on every call, so the venv runs the code of this checkout."""
+    root = Path(__file__).resolve().parent.parent
+    env_dir = peer_venv("ours", [str(root)])  # first time: the package and its dependencies
+    if env_dir is None:
+        return None
+    try:
+        subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                        "--force-reinstall", str(root)], check=True, capture_output=True, timeout=900)
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"  (could not install this checkout into {env_dir}: {exc}; skipped)")
+        return None
+    return env_dir
+
+
+def bytecode_env() -> dict[str, str]:
+    """The environment with bytecode caching on. An installed package (ours from a wheel, the peers'
+    from PyPI) has its `.pyc` files written at install time; an editable checkout under
+    PYTHONDONTWRITEBYTECODE=1 would instead recompile every module on every run, which no user sees."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def time_process(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
+                 setup=None) -> tuple[float, float]:
+    """Median wall time and median CPU time (user + system) of the whole process, in seconds, after
+    one untimed warm-up run (which writes the bytecode cache). `setup(i)` runs untimed before each run."""
+    env = bytecode_env() if env is None else env
+    walls, cpus = [], []
+    for i in range(-1, runs):
         if setup:
-            setup(i)
+            setup(max(i, 0))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        times.append(time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if result.returncode not in (0, 1):
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
-    return statistics.median(times)
+        if i >= 0:
+            walls.append(wall)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
+                 setup=None) -> float:
+    """Median wall time of the whole process, in seconds (see `time_process`)."""
+    return time_process(argv, cwd, runs, env, setup)[0]
 
 
 def table(rows: list[list[str]], headers: list[str]) -> str:

@@ -8,7 +8,8 @@ from importlib import import_module
 
 import typer
 
-from tuneplane.cli.main import COMMAND_MODULES, COMMAND_OWNERS, build_app
+from tuneplane.cli.app import build_app
+from tuneplane.cli.main import COMMAND_MODULES, COMMAND_OWNERS
 
 
 def _registered_names(module_name: str) -> set[str]:

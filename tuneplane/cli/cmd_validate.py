@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 
-class Format(StrEnum):
+class Format(StrEnum):  # the same choices as tuneplane.cli.fastpath.FORMATS (a test checks)
     text = "text"
     json = "json"
     github = "github"
@@ -29,37 +29,8 @@ def validate(
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    import os
-    from pathlib import Path
+    from tuneplane.cli.fastpath import validate as run
 
-    from tuneplane.check import reporters
-    from tuneplane.check.scope import scope_all, scope_for_args, scope_for_paths
-    from tuneplane.check.validate import validate as run_validate
-    from tuneplane.lab.load import load_lab
-    from tuneplane.problems import has_errors
-
-    lab = load_lab()
-    if lab.settings is None and lab.doc is None and not lab.legacy:
-        # lazy: tp builds only the invoked command, so only it pays for these
-        from tuneplane.errors import UsageError
-
-        first = lab.problems[0]
-        raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
-    if changed:
-        # lazy: tp builds only the invoked command, so only it pays for these
-        from tuneplane.lab.gitrepo import GitRepo
-
-        scope = scope_for_paths(lab, GitRepo(lab.root).changed_files(base))
-    elif targets and not all_:
-        scope = scope_for_args(lab, targets)
-    else:
-        scope = scope_all(lab)
-    problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins))
-    checked = scope.describe()
-    typer.echo(reporters.FORMATS[fmt.value](problems, checked), nl=False)
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if fmt is Format.github and summary_file:
-        with Path(summary_file).open("a", encoding="utf-8") as fh:
-            fh.write(reporters.markdown(problems, checked))
-    if has_errors(problems, strict):
-        raise typer.Exit(1)
+    code = run(targets, all_=all_, changed=changed, base=base, fmt=fmt.value, strict=strict)
+    if code:
+        raise typer.Exit(code)

@@ -59,7 +59,7 @@ def cli_root() -> Any:
     # lazy: docgen is a maintainer tool; the CLI app is built only when generating
     import typer
 
-    from tuneplane.cli.main import build_app
+    from tuneplane.cli.app import build_app
 
     return typer.main.get_command(build_app())
 

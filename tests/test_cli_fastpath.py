@@ -1,0 +1,107 @@
+"""`tp validate` runs without Typer; it must take exactly the command line Typer's command takes and
+answer it the same way, and leave to Typer everything it does not accept as written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tuneplane.cli import fastpath
+from tuneplane.cli.app import build_app, run_typer
+
+
+def _typer_options() -> dict[str, tuple[str, ...]]:
+    """Each parameter of Typer's `validate` command: its option strings (empty for the arguments)."""
+    import typer.main
+
+    command = typer.main.get_command(build_app("validate")).commands["validate"]  # type: ignore[attr-defined]
+    return {p.name: tuple(sorted(o for o in p.opts if o.startswith("-"))) for p in command.params
+            if p.name != "help"}
+
+
+def _fast_options() -> dict[str, tuple[str, ...]]:
+    return {a.dest: tuple(sorted(a.option_strings)) for a in fastpath._parser()._actions}
+
+
+def test_both_parsers_declare_the_same_options_and_choices():
+    assert _fast_options() == _typer_options()
+    from tuneplane.cli.cmd_validate import Format
+
+    assert tuple(f.value for f in Format) == fastpath.FORMATS
+
+
+def _both(args: list[str], cwd: Path) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    """(exit code, stdout, stderr) of `tp validate ARGS` by the fast path and by Typer."""
+    results = []
+    for via_typer in (False, True):
+        with CliRunner().isolation() as streams:
+            import os
+
+            before = os.getcwd()
+            os.chdir(cwd)
+            try:
+                fast = fastpath.command(["validate", *args])
+                assert fast is not None, f"the fast path refused {args}"
+                code = run_typer(["validate", *args]) if via_typer else fast()
+            finally:
+                os.chdir(before)
+                sys.stdout.flush()
+            results.append((code, streams[0].getvalue().decode(), streams[1].getvalue().decode()))
+    return results[0], results[1]
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["exp"],
+    ["--all"],
+    ["exp", "--strict"],
+    ["--strict", "exp", "missing-one"],
+    ["-f", "json", "exp"],
+    ["--format=sarif"],
+    ["--format", "github", "--strict"],
+    ["--all", "exp"],
+    ["--", "exp"],
+    ["--changed"],
+    ["--changed", "--base", "HEAD"],
+])
+def test_the_fast_path_answers_as_typer_does(args: list[str], lab: Path, tp):
+    assert tp("new", "exp", "--method", "custom/custom").code == 0
+    fast, typer_result = _both(args, lab)
+    assert fast == typer_result
+    assert fast[1], "validate printed nothing"
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"], ["-h"], ["exp", "--help"], ["--bogus"], ["--str"], ["-f", "yaml"], ["-fyaml"], ["--base"],
+    ["--all=yes"], ["-x"],
+])
+def test_what_the_fast_path_does_not_take_goes_to_typer(args: list[str], lab: Path, tp):
+    assert fastpath.command(["validate", *args]) is None
+    result = tp("validate", *args)  # Typer's own answer: help (0) or a usage error (2)
+    if result.code == 0:
+        assert result.out.startswith("Usage: tp validate"), result.output
+    else:
+        assert result.code == 2 and "Error: " in result.err and not result.out, result.output
+
+
+def test_a_value_glued_to_f_is_typer_s_to_read(lab: Path, tp):
+    assert fastpath.command(["validate", "-fjson"]) is None
+    result = tp("validate", "-fjson")
+    assert result.code == 0 and result.out.startswith("{"), result.output
+
+
+def test_other_commands_are_never_taken():
+    for args in (["ls"], ["new", "validate"], [], ["--version"], ["submit", "validate"]):
+        assert fastpath.command(args) is None
+
+
+def test_validate_does_not_import_typer_or_click(lab: Path, tp):
+    assert tp("new", "exp", "--method", "custom/custom").code == 0
+    code = ("import sys; from tuneplane.cli.main import run; rc = run(['validate', 'exp']); "
+            "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}), rc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, check=True).stdout
+    assert "LOADED [] 0" in out, out
