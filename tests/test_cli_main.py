@@ -36,3 +36,36 @@ def test_a_single_command_does_not_import_the_others():
             "print('OTHERS', sorted(m for m in sys.modules if m.startswith('tuneplane.cli.cmd_')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "OTHERS ['tuneplane.cli.cmd_validate']" in out, out
+
+
+def test_pydantic_uses_its_plugin_loader_only_for_get_plugins():
+    """`cli.main` answers `get_plugins()` for pydantic's plugin loader when plugins are disabled; any
+    other use of that module in a new pydantic would find the stand-in wanting."""
+    import re
+    from pathlib import Path
+
+    import pydantic
+
+    uses = set()
+    for path in Path(pydantic.__file__).parent.rglob("*.py"):
+        if path.name == "_loader.py":
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if re.search(r"\b_loader\b", line):
+                uses.add(line.strip())
+    assert uses == {"from ._loader import get_plugins"}
+
+
+def test_tp_does_not_import_pydantic_s_plugin_loader_unless_plugins_are_wanted(tmp_path):
+    code = ("import sys; from tuneplane.cli.main import run; run(['validate']); "
+            "print('METADATA', 'importlib.metadata' in sys.modules)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    lab = tmp_path / "lab"
+    subprocess.run([sys.executable, "-m", "tuneplane", "init", str(lab), "--no-git", "--yes"], check=True,
+                   capture_output=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, env=env).stdout
+    assert "METADATA False" in out, out
+    # a user who wants pydantic's plugins gets the real loader
+    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True,
+                         env={**env, "PYDANTIC_DISABLE_PLUGINS": ""}).stdout
+    assert "METADATA True" in out, out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from collections.abc import Callable
 
 # Each module exposes `register(app)`; order is the order of `tp --help`.
@@ -40,12 +41,25 @@ def run(argv: list[str] | None = None) -> int:
     # pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of
     # a 150 ms command); tp uses none, so skip the scan in this process unless the user asked for one.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _skip_pydantic_plugin_loader()
     args = sys.argv[1:] if argv is None else argv
     # lazy: only `tp validate` has a path that skips Typer, and only it pays for that module
     from tuneplane.cli.fastpath import command
 
     fast = command(args)
     return _exit(_guarded(fast if fast is not None else lambda: _typer(args)), argv)
+
+
+def _skip_pydantic_plugin_loader() -> None:
+    """With every plugin disabled, pydantic still imports its plugin loader on the first model it
+    builds, and the loader imports importlib.metadata (and email with it): 5 % of `tp validate EXP`.
+    Its one use in pydantic is `get_plugins()`, which then returns nothing; answer that without the
+    import. tests/test_cli_main.py fails if pydantic starts to use the loader for anything else."""
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__" or "pydantic.plugin._loader" in sys.modules:
+        return
+    loader = types.ModuleType("pydantic.plugin._loader", "tp: pydantic plugins are disabled in this process")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # `get_plugins()` → (): no plugins
+    sys.modules[loader.__name__] = loader
 
 
 def _typer(args: list[str]) -> int:
