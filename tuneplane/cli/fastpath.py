@@ -29,7 +29,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    parser = _Parser(prog="tp validate", add_help=False, allow_abbrev=False)
+    # a fixed usage: argparse would otherwise format one (regular expressions and all) on every parse
+    parser = _Parser(prog="tp validate", usage="tp validate", add_help=False, allow_abbrev=False)
     parser.add_argument("targets", nargs="*")
     parser.add_argument("--all", dest="all_", action="store_true")
     parser.add_argument("--changed", action="store_true")
