@@ -48,7 +48,6 @@ from tuneplane.backends.local.files import (
     START_GRACE,
     SUBMIT_LOCK,
     _epoch,
-    _flock,
     _scrubbed_env,
     _signal_group,
     _update_state,
@@ -57,9 +56,12 @@ from tuneplane.backends.local.files import (
     supervisor_alive,
 )
 from tuneplane.backends.local.supervisor import supervise
+from tuneplane.backends.rundir import follow_log, locked
 from tuneplane.constants import TERMINAL, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.gitrepo import GitRepo
+
+LOG_POLL = 0.2  # seconds between looks at a followed log
 
 # ── what the pipeline hands to this backend ──────────────────────────────────────────────────────
 
@@ -131,7 +133,7 @@ class LocalBackend:
         spec = _local_spec(request)
         run_dir = Path(spec["run_dir"])
         run_dir.mkdir(parents=True, exist_ok=True)
-        with _flock(run_dir / SUBMIT_LOCK):
+        with locked(run_dir / SUBMIT_LOCK):
             state = read_state(run_dir)
             if state is None:
                 try:
@@ -242,7 +244,7 @@ class LocalBackend:
         path = run_dir / LOG
         if not path.exists():
             raise BackendError(f"run {ref.name} has no log yet ({path})")
-        return _read_log(run_dir, path, tail, follow)
+        return follow_log(path, tail, follow, lambda: _ended(run_dir), poll=LOG_POLL)
 
     # ---- cancel ----
     def cancel(self, ref: BackendRef) -> None:
@@ -257,7 +259,7 @@ class LocalBackend:
         if supervisor_alive(run_dir):
             _signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
             return
-        with _flock(run_dir / SUBMIT_LOCK):
+        with locked(run_dir / SUBMIT_LOCK):
             _signal_group(state.get("pgid"), signal.SIGKILL)
             _update_state(
                 run_dir,
@@ -343,32 +345,6 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
         )
     }
     _write_json(run_dir / LAUNCH, launch)
-
-
-
-
-def _read_log(run_dir: Path, path: Path, tail: int | None, follow: bool) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        lines = fh.readlines()
-        for line in lines[-tail:] if tail is not None and tail >= 0 else lines:
-            yield line.rstrip("\n")
-        if not follow:
-            return
-        pending = ""
-        while True:
-            chunk = fh.readline()
-            if chunk:
-                pending += chunk
-                if pending.endswith("\n"):
-                    yield pending.rstrip("\n")
-                    pending = ""
-                continue
-            if _ended(run_dir):
-                rest = fh.read()  # what the job printed between the last read and its end
-                for line in (pending + rest).splitlines():
-                    yield line
-                return
-            time.sleep(0.2)
 
 
 def _ended(run_dir: Path) -> bool:

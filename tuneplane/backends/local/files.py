@@ -7,9 +7,7 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,7 +25,6 @@ MESSAGE_LINES = 20  # log lines quoted in a failed run's message
 START_GRACE = 60.0  # seconds a spawned supervisor may take to show up before the run counts as lost
 KILL_GRACE_ENV = "TUNEPLANE_LOCAL_KILL_GRACE"  # seconds between SIGTERM and SIGKILL (default 10)
 GPUS_ENV = "TUNEPLANE_LOCAL_GPUS"  # this machine's GPU ids ("0,1,2,3") or a count ("4")
-_STEP = re.compile(r"(?:step|checkpoint|ckpt|epoch|iter)[-_]?(\d+)", re.IGNORECASE)
 _SCRUB = ("TUNEPLANE_", "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
 
 
@@ -53,17 +50,6 @@ def _update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
     state.update(changes)
     _write_json(run_dir / STATE, state)
     return state
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    """An exclusive lock on `path`, held for the block (serialises submitters of one run)."""
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _try_lock(path: Path) -> IO[str] | None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
-from tuneplane.backends.slurm import artifacts, cancel, logs, observe, submit
+from tuneplane.backends.rundir import collect_artifacts
+from tuneplane.backends.slurm import cancel, logs, observe, submit
 from tuneplane.backends.slurm.commands import SlurmCommands
 from tuneplane.backends.slurm.submit import RUN_FILE
 from tuneplane.constants import TERMINAL
@@ -44,4 +45,4 @@ class SlurmBackend:
             globs = [dict(item) for item in meta["artifacts"]]
         except (OSError, ValueError, KeyError, TypeError):
             return []
-        return artifacts.collect(run_dir / "out", globs)
+        return collect_artifacts(run_dir / "out", globs)

@@ -17,17 +17,15 @@ reach a job.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.rundir import locked
 from tuneplane.backends.slurm.commands import SlurmCommands, first_line
 from tuneplane.backends.slurm.errors import refusal
 from tuneplane.errors import UsageError
@@ -56,7 +54,7 @@ def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
     except OSError as exc:
         raise BackendError(f"cannot create the run directory {run_dir}: {exc} "
                            "(cluster.slurm.runs_root must be writable by the bot)") from None
-    with _locked(state / "submit.lock"):
+    with locked(state / "submit.lock"):
         job_id = recorded_job_id(state) or _known_job(commands, batch)
         if not job_id:
             _stage(run_dir, batch, request)
@@ -68,16 +66,6 @@ def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
 def ref_for(batch: dict[str, Any], job_id: str) -> BackendRef:
     return BackendRef(backend="slurm", kind=KIND, name=batch["job_name"], namespace=batch["run_dir"],
                       uid=job_id, commit=batch.get("commit", ""), jobspec_digest=batch.get("jobspec_digest", ""))
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def recorded_job_id(state: Path) -> str:

@@ -1,0 +1,117 @@
+"""What the engines that keep a run in a directory share (local, and Slurm on its shared filesystem).
+
+The artifact scan (the recipe's globs over the out dir, each match realpath-checked to stay inside it,
+CONTRACT §10), an exclusive lock on a file for the length of a block, and reading a run's log, with
+`--tail` and `--follow`. The engines may not import each other, so this is their one copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+STEP = re.compile(r"(?:step|checkpoint|ckpt|epoch|iter)[-_]?(\d+)", re.IGNORECASE)
+ARTIFACTS_FILE = "artifacts.json"  # what the local supervisor writes into the out dir; never an artifact
+FOLLOW_LIMIT = 7 * 24 * 3600.0  # seconds: a follow ends at the latest after a week
+
+
+# ── artifacts ────────────────────────────────────────────────────────────────────────────────────
+
+
+def collect_artifacts(out_dir: Path, globs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Matches of the recipe's globs that really are inside the out dir (symlinks out are dropped)."""
+    root = os.path.realpath(out_dir)
+    found: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for item in globs:
+        for match in sorted(glob.glob(os.path.join(glob.escape(str(out_dir)), str(item["pattern"])))):
+            real, rel = os.path.realpath(match), os.path.relpath(match, out_dir).replace(os.sep, "/")
+            if rel in seen or rel == ARTIFACTS_FILE or not _inside(real, root):
+                continue
+            seen.add(rel)
+            entry: dict[str, Any] = {"kind": item["kind"], "path": rel,
+                                     "format": item.get("format") or _format(real), "size_bytes": _size(real, root)}
+            step = STEP.search(os.path.basename(match))
+            if step:
+                entry["step"] = int(step.group(1))
+            found.append(entry)
+    return found
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _format(path: str) -> str:
+    return "directory" if os.path.isdir(path) else (os.path.splitext(path)[1].lstrip(".") or "file")
+
+
+def _size(path: str, root: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for base, _dirs, files in os.walk(path):
+        for name in files:
+            real = os.path.realpath(os.path.join(base, name))
+            if _inside(real, root) and os.path.isfile(real):
+                total += os.path.getsize(real)
+    return total
+
+
+# ── locks ────────────────────────────────────────────────────────────────────────────────────────
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path`, held for the block (serialises the submitters of one run)."""
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ── logs ─────────────────────────────────────────────────────────────────────────────────────────
+
+
+def follow_log(path: Path, tail: int | None, follow: bool, finished: Callable[[], bool],
+               poll: float) -> Iterator[str]:
+    """The log's lines (the last `tail` when positive); with `follow`, then what is appended until
+    `finished()` says the run is over (and what it printed last), or a week has passed.
+
+    With `follow`, a log not written yet is waited for; memory is bounded by `tail`, not the log.
+    """
+    deadline = time.monotonic() + FOLLOW_LIMIT
+    while follow and not path.exists():
+        if finished() or time.monotonic() > deadline:
+            return
+        time.sleep(poll)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines: Iterable[str] = deque(handle, maxlen=tail) if tail is not None and tail > 0 else handle
+        for line in lines:
+            yield line.rstrip("\n")
+        if not follow:
+            return
+        partial = ""
+        while time.monotonic() < deadline:
+            chunk = handle.readline()
+            if chunk:
+                partial += chunk
+                if partial.endswith("\n"):
+                    yield partial.rstrip("\n")
+                    partial = ""
+                continue
+            if finished():
+                rest = handle.read()  # what the job printed between the last read and its end
+                yield from (partial + rest).splitlines()
+                return
+            time.sleep(poll)
