@@ -1,5 +1,7 @@
 """export and eval of catalog recipes: one process running the recipe's lifecycle entrypoint. Pure.
 
+`LifecycleAdapter` is the base of the adapters that write only the train command themselves.
+
     export: <entry> --output-dir $TUNEPLANE_OUT_DIR --checkpoint <checkpoint>
     eval:   <entry> --data <data> --report $TUNEPLANE_OUT_DIR/eval/report.json --model <checkpoint>
                     --output-dir $TUNEPLANE_OUT_DIR
@@ -10,9 +12,26 @@ from __future__ import annotations
 
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import out, python_entry, require_value
+from tuneplane.plan.adapters.base import check_common, out, python_entry, require_value
 from tuneplane.plan.adapters.launch import single
 from tuneplane.plan.launchplan import LaunchPlan
+
+
+class LifecycleAdapter:
+    """A framework whose export and eval run the recipe's lifecycle entrypoints; `train` is its own."""
+
+    name = ""
+
+    def compile(self, spec: JobSpec) -> LaunchPlan:
+        check_common(spec, self.name)
+        if spec.spec.operation != "train":
+            return compile_lifecycle(spec)
+        recipe = spec.spec.recipe
+        return self.train(spec, python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint))
+
+    def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
+        """The train plan; `entry` is the recipe's entrypoint as `python3` arguments."""
+        raise NotImplementedError
 
 
 def compile_lifecycle(spec: JobSpec) -> LaunchPlan:

@@ -9,22 +9,17 @@ export and eval through lifecycle.
 from __future__ import annotations
 
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import check_common, config_path, hydra_value, out, python_entry
+from tuneplane.plan.adapters.base import config_path, hydra_value, out
 from tuneplane.plan.adapters.hydra import input_overrides, param_overrides, topology_overrides
 from tuneplane.plan.adapters.launch import ray_driver
-from tuneplane.plan.adapters.lifecycle import compile_lifecycle
+from tuneplane.plan.adapters.lifecycle import LifecycleAdapter
 from tuneplane.plan.launchplan import LaunchPlan
 
 
-class NemoRlAdapter:
+class NemoRlAdapter(LifecycleAdapter):
     name = "nemo-rl"
 
-    def compile(self, spec: JobSpec) -> LaunchPlan:
-        check_common(spec, self.name)
-        if spec.spec.operation != "train":
-            return compile_lifecycle(spec)
-        recipe = spec.spec.recipe
-        entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
+    def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         args = [*entry, "--config", config_path(spec), *input_overrides(spec), *param_overrides(spec),
                 *topology_overrides(spec, "cluster.num_nodes", "cluster.gpus_per_node"),
                 f"checkpointing.checkpoint_dir={hydra_value(out(spec))}",

@@ -8,21 +8,17 @@
 from __future__ import annotations
 
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import check_common, config_path, out, overrides_json, python_entry
+from tuneplane.plan.adapters.base import config_path, out, overrides_json
 from tuneplane.plan.adapters.launch import accelerate
-from tuneplane.plan.adapters.lifecycle import compile_lifecycle
+from tuneplane.plan.adapters.lifecycle import LifecycleAdapter
 from tuneplane.plan.launchplan import LaunchPlan
 
 
-class TrlAdapter:
+class TrlAdapter(LifecycleAdapter):
     name = "trl"
 
-    def compile(self, spec: JobSpec) -> LaunchPlan:
-        check_common(spec, self.name)
-        if spec.spec.operation != "train":
-            return compile_lifecycle(spec)
-        recipe, inputs = spec.spec.recipe, spec.spec.inputs
-        entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
+    def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
+        inputs = spec.spec.inputs
         args = ["--config", config_path(spec), "--model", inputs.model, "--train-data", inputs.train_data,
                 "--validation-data", inputs.validation_data, "--output-dir", out(spec),
                 "--logging-dir", out(spec, "logs"), "--overrides-json", overrides_json(spec)]

@@ -9,28 +9,23 @@ sft under torchrun; export and eval through lifecycle.
 from __future__ import annotations
 
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import check_common, hydra_value, out, python_entry
+from tuneplane.plan.adapters.base import hydra_value, out
 from tuneplane.plan.adapters.hydra import input_overrides, param_overrides, topology_overrides
 from tuneplane.plan.adapters.launch import ray_driver, torchrun
-from tuneplane.plan.adapters.lifecycle import compile_lifecycle
+from tuneplane.plan.adapters.lifecycle import LifecycleAdapter
 from tuneplane.plan.launchplan import LaunchPlan
 
 
-class VerlAdapter:
+class VerlAdapter(LifecycleAdapter):
     name = "verl"
 
-    def compile(self, spec: JobSpec) -> LaunchPlan:
-        check_common(spec, self.name)
-        if spec.spec.operation != "train":
-            return compile_lifecycle(spec)
-        recipe = spec.spec.recipe
-        entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
+    def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         args = [*entry, *_config_args(spec), *input_overrides(spec), *param_overrides(spec),
                 *topology_overrides(spec, "trainer.nnodes", "trainer.n_gpus_per_node"),
                 f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}"]
         # verl's TensorBoard logger reads its folder from the environment only.
         env = {"TENSORBOARD_DIR": out(spec, "logs", "tensorboard")}
-        if recipe.adapter.orchestrator == "ray":
+        if spec.spec.recipe.adapter.orchestrator == "ray":
             return ray_driver(spec, args, env)
         return torchrun(spec, args, env)
 
