@@ -57,7 +57,7 @@ def test_submit_commits_only_the_request(exp: Path) -> None:
     (exp / "notes.txt").write_text("work in progress")
     git(exp, "add", "notes.txt")
 
-    result = submit(opts(set={"lr": 0.1}, timeout=600, message="baseline"), exp)
+    result = submit(opts(sets={"lr": 0.1}, timeout=600, message="baseline"), exp)
 
     assert git(exp, "show", "--name-only", "--format=%s", "HEAD").splitlines() == [
         f"Request run {result.key.run_id} of demo (local)",
@@ -112,7 +112,7 @@ def test_rerun_reproduces_the_original_at_its_commit(exp: Path) -> None:
     (exp / "experiments/demo/lr").write_text("0.1")
     git(exp, "add", "-A")
     git(exp, "commit", "-q", "-m", "lr file")
-    first = submit(opts(local=True, set={"lr": 0.1}, inputs={"model": "m1"}), exp, echo=quiet)
+    first = submit(opts(local=True, sets={"lr": 0.1}, inputs={"model": "m1"}), exp, echo=quiet)
     (exp / "experiments/demo/train.sh").write_text(TRAIN.replace("version 1", "version 2"))
     git(exp, "commit", "-q", "-am", "trainer v2")
 

@@ -60,7 +60,7 @@ def submit(
         profile=profile,
         image=image,
         observability_url=observability_url,
-        set=parse_sets(sets or []),
+        sets=parse_sets(sets or []),
         inputs=Inputs(model=model, train_data=train_data, validation_data=validation_data),
         timeout=parse_duration(timeout),
         message=message,

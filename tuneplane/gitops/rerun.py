@@ -47,7 +47,7 @@ def rerun(
         profile=original.profile,
         image=original.image,
         observability_url=original.observability_url,
-        set=dict(original.set),
+        sets=dict(original.set),
         inputs=original.inputs,
         operation=original.operation,
         timeout=original.timeout,

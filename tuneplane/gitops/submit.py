@@ -13,14 +13,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
-from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, Scalar, utc_now
+from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.localrun import run_local
 from tuneplane.gitops.requests import RunFlags, request_from_flags
@@ -33,7 +33,7 @@ from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.models.run import Inputs, RunRequest, RunStatus
+from tuneplane.models.run import RunRequest, RunStatus
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.adapters.base import cpu_smoke_test
 from tuneplane.plan.environment import job_env
@@ -56,26 +56,15 @@ class PreparedRun:
 
 
 @dataclass(frozen=True)
-class SubmitOptions:
-    """Everything `tp submit` takes (a request model: the command has many options)."""
+class SubmitOptions(RunFlags):
+    """Everything `tp submit` takes: the run's flags, and what to do with the request once written."""
 
-    experiment: str
-    profile: str
-    image: str = ""
-    observability_url: str = ""
-    set: dict[str, Scalar] = field(default_factory=dict)
-    inputs: Inputs = field(default_factory=Inputs)
-    operation: str = "train"
-    timeout: int | None = None
-    message: str = ""
     push: bool = False
     local: bool = False
     detach: bool = False  # with local: start the run and return; a background owner records its end
     allow_dirty: bool = False
     remote: str | None = None
     branch: str | None = None
-    commit: str = ""  # reruns: pin the job to this commit
-    rerun_of: str = ""
 
 
 @dataclass
@@ -227,9 +216,7 @@ def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
 
 
 def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = None) -> RunRequest:
-    flags = RunFlags(opts.experiment, opts.profile, opts.image, opts.observability_url, opts.set, opts.inputs,
-                     opts.operation, opts.timeout, opts.message, opts.commit, opts.rerun_of)
-    return request_from_flags(flags, run_id=run_id or new_run_id(), command="submit",
+    return request_from_flags(opts, run_id=run_id or new_run_id(), command="submit",
                               requested_by=requested_by, created_at=utc_now())
 
 
