@@ -13,24 +13,24 @@ and backends adopt an existing object of that name, so submitting again never st
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRefused
+from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
 from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.record import Batch
-from tuneplane.gitops.scan import Scan, scan
+from tuneplane.gitops.scan import Scan
 from tuneplane.gitops.session import (
     MAX_BACKEND_FAILURES,
+    BackendFactory,
     Backends,
     BotOptions,
+    BotPass,
     BotReport,
     Echo,
     checkpoint,
-    finish,
-    start,
+    run_pass,
 )
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab
@@ -38,33 +38,25 @@ from tuneplane.lab.runs import RunKey, parse_request, status_from
 from tuneplane.models.run import RunRequest, RunStatus, Transition
 
 
-def reconcile(
-    root: Path,
-    opts: BotOptions | None = None,
-    backends: Callable[[str], Backend] | None = None,
-    echo: Echo = print,
-) -> BotReport:
-    opts = opts or BotOptions()
-    repo, lab, target = start(root, opts)
-    report = BotReport()
-    work = scan(lab.root)
-    batch = Batch(repo, work.ledger)
+def reconcile(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
+              echo: Echo = print) -> BotReport:
+    """Cancel what asks for it, submit what is new (and retry what failed); commit and push what changed."""
+    return run_pass(root, opts, backends, "submit", _reconcile, echo)
+
+
+def _reconcile(bot: BotPass, echo: Echo) -> None:
+    work, report = bot.work, bot.report
     cancel, retry = _plan(work, report, echo)
     checkpoint("scanned")
-    pool = Backends(lab, opts, backends)
-    try:
-        for key, status, request in cancel:
-            _cancel(pool, batch, key, status, request, report, echo)
-        left = _submit_all(repo, lab, pool, batch, work, retry, report, echo)
-    finally:
-        pool.close()
+    for key, status, request in cancel:
+        _cancel(bot.pool, bot.batch, key, status, request, report, echo)
+    left = _submit_all(bot.repo, bot.lab, bot.pool, bot.batch, work, retry, report, echo)
     for exp in work.listed:
         if not any(k.experiment == exp for k in left):
             work.ledger.requests[exp] = work.runs_trees[exp]
     for exp in list(work.ledger.requests):
         if exp not in work.runs_trees:
             work.ledger.requests.pop(exp)
-    return finish(repo, work, batch, target, report, "submit", echo)
 
 
 def _plan(

@@ -3,7 +3,7 @@
 A run starts by opening the lab's repository, cleaning up after a killed bot and catching up with
 the remote; it scans the commit (`scan`), acts, collects its writes in one `Batch`, and finishes by
 rendering the pages that changed, committing once and (with `push`) publishing with
-fetch–rebase–retry.
+fetch–rebase–retry. `run_pass` is that sequence; `reconcile` and `sync` hand it what they do.
 
 Crash testing: `TUNEPLANE_BOT_CRASH_AT=<step>` makes the bot die (`os._exit(CRASH_EXIT)`, as `kill -9`
 would) at that step; see `STEPS`. It exists for the crash-injection tests and changes nothing else.
@@ -20,7 +20,7 @@ from typing import Any
 from tuneplane.backends.base import Backend
 from tuneplane.errors import UsageError
 from tuneplane.gitops.record import Batch
-from tuneplane.gitops.scan import Scan
+from tuneplane.gitops.scan import Scan, scan
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey
@@ -39,6 +39,7 @@ STEPS = (
 )
 MAX_BACKEND_FAILURES = 3  # in a row: the backend is down, leave the rest for the next run
 Echo = Callable[[str], None]
+BackendFactory = Callable[[str], Backend]  # a backend's name → the backend (tests pass fakes)
 
 
 def checkpoint(step: str) -> None:
@@ -60,9 +61,15 @@ class BotReport:
     pushed: bool = False
     push_attempts: int = 0
 
+    def outcomes(self) -> tuple[tuple[str, str, list[str]], ...]:
+        """What the run did to runs: (verb for the commit title, heading for its body, the runs)."""
+        return (("submit", "Submitted", self.submitted), ("cancel", "Cancelled", self.cancelled),
+                ("refuse", "Refused", self.refused), ("retry later", "Not yet submitted", self.waiting),
+                ("update", "Updated", self.updated))
+
     @property
     def changed(self) -> bool:
-        return bool(self.submitted or self.cancelled or self.refused or self.waiting or self.updated)
+        return any(items for _, _, items in self.outcomes())
 
 
 @dataclass
@@ -78,7 +85,7 @@ class BotOptions:
 class Backends:
     """The backends a bot run needs, built on first use (the kubernetes client costs a second)."""
 
-    def __init__(self, lab: Lab, opts: BotOptions, factory: Callable[[str], Backend] | None = None) -> None:
+    def __init__(self, lab: Lab, opts: BotOptions, factory: BackendFactory | None = None) -> None:
         self.lab = lab
         self.opts = opts
         self._factory = factory
@@ -121,6 +128,35 @@ def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     if target is not None:
         pull(repo, target, checkpoint)
     return repo, lab, target
+
+
+@dataclass
+class BotPass:
+    """One bot run between `start` and `finish`: the repository, the scanned commit, its writes, the backends."""
+
+    repo: GitRepo
+    lab: Lab
+    target: Any
+    work: Scan
+    batch: Batch
+    pool: Backends
+    report: BotReport = field(default_factory=BotReport)
+
+
+def run_pass(
+    root: Path, opts: BotOptions | None, backends: BackendFactory | None, verb: str,
+    act: Callable[[BotPass, Echo], None], echo: Echo,
+) -> BotReport:
+    """Start, scan the commit, `act` on it, close the backends, then finish: one commit, and the push."""
+    opts = opts or BotOptions()
+    repo, lab, target = start(root, opts)
+    work = scan(lab.root)
+    bot = BotPass(repo, lab, target, work, Batch(repo, work.ledger), Backends(lab, opts, backends))
+    try:
+        act(bot, echo)
+    finally:
+        bot.pool.close()
+    return finish(repo, work, bot.batch, target, bot.report, verb, echo)
 
 
 def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
@@ -182,13 +218,7 @@ def _published(repo: GitRepo, target: Any) -> bool:
 
 def summary_title(verb: str, report: BotReport) -> str:
     parts = []
-    for label, items in (
-        ("submit", report.submitted),
-        ("cancel", report.cancelled),
-        ("refuse", report.refused),
-        ("retry later", report.waiting),
-        ("update", report.updated),
-    ):
+    for label, _, items in report.outcomes():
         if items:
             parts.append(f"{label} {len(items)} run{'s' if len(items) != 1 else ''}")
     return "tp bot: " + (", ".join(parts) if parts else f"{verb}: refresh the dashboard")
@@ -196,12 +226,6 @@ def summary_title(verb: str, report: BotReport) -> str:
 
 def body(report: BotReport) -> str:
     lines = []
-    for label, items in (
-        ("Submitted", report.submitted),
-        ("Cancelled", report.cancelled),
-        ("Refused", report.refused),
-        ("Not yet submitted", report.waiting),
-        ("Updated", report.updated),
-    ):
-        lines += [f"{label}: {item}" for item in items]
+    for _, heading, items in report.outcomes():
+        lines += [f"{heading}: {item}" for item in items]
     return ("\n\n" + "\n".join(lines)) if lines else ""

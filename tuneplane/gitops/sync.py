@@ -18,8 +18,7 @@ from tuneplane.backends.base import Backend, BackendError, BackendRef, Observati
 from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.record import Batch
-from tuneplane.gitops.scan import scan
-from tuneplane.gitops.session import Backends, BotOptions, BotReport, Echo, finish, start
+from tuneplane.gitops.session import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.lab.load import Lab
 from tuneplane.lab.runs import RunKey, status_from
 from tuneplane.metrics.vocab import Vocabulary
@@ -28,27 +27,17 @@ from tuneplane.models.run import RunStatus, Transition
 Series = dict[str, list[tuple[int, float]]]
 
 
-def sync(
-    root: Path,
-    opts: BotOptions | None = None,
-    backends: Callable[[str], Backend] | None = None,
-    echo: Echo = print,
-) -> BotReport:
+def sync(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
+         echo: Echo = print) -> BotReport:
     """Refresh every run the bot watches; commit and push what changed."""
-    opts = opts or BotOptions()
-    repo, lab, target = start(root, opts)
-    report = BotReport()
-    work = scan(lab.root)
-    batch = Batch(repo, work.ledger)
-    pool = Backends(lab, opts, backends)
-    metrics = IngestReader.from_env(lab)
-    try:
-        for key, raw in sorted(work.active.items()):
-            if raw is not None:
-                _sync_one(pool, metrics, batch, key, raw, report, echo)
-    finally:
-        pool.close()
-    return finish(repo, work, batch, target, report, "sync", echo)
+    return run_pass(root, opts, backends, "sync", _sync_all, echo)
+
+
+def _sync_all(bot: BotPass, echo: Echo) -> None:
+    metrics = IngestReader.from_env(bot.lab)
+    for key, raw in sorted(bot.work.active.items()):
+        if raw is not None:
+            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo)
 
 
 def _sync_one(
