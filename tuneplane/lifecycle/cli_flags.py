@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tuneplane.lifecycle.overrides import apply_overrides
+
 
 def leaves(config: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted key, value) for every leaf of nested mappings, in file order."""
@@ -31,17 +33,6 @@ def leaves(config: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((dotted, value))
     return out
-
-
-def set_path(config: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = config
-    for part in parents:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise SystemExit(f"{dotted!r}: {part!r} is not a mapping in the config")
-        node = child
-    node[leaf] = value
 
 
 def _scalar(value: Any) -> str:
@@ -56,8 +47,7 @@ def build_flags(config: dict[str, Any], overrides: dict[str, Any], platform: dic
     """The flags of the merged config; empty strings and nulls are left out (the framework's default)."""
     merged = json.loads(json.dumps(config))
     for source in (overrides, platform):
-        for dotted, value in source.items():
-            set_path(merged, dotted, value)
+        apply_overrides(merged, source)
     argv: list[str] = []
     for key, value in leaves(merged):
         if value is None or value == "" or value == {}:

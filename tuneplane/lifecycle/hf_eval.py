@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tuneplane.lifecycle.outputs import output_dir
 
 ANSWER_KEYS = ("answer", "solution", "ground_truth")
 _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -42,11 +43,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-samples", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     return parser.parse_args()
-
-
-def output_dir(cli_value: str | None) -> Path:
-    """--output-dir, else $TUNEPLANE_OUT_DIR, else ./out for a local try."""
-    return Path(cli_value or os.environ.get("TUNEPLANE_OUT_DIR") or "out").resolve()
 
 
 def load_rows(source: str) -> Any:

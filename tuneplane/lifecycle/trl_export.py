@@ -9,12 +9,11 @@ temporary folder that replaces hf_export only when complete.
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
-from tuneplane.lifecycle.trl_support import latest_checkpoint, output_dir
+from tuneplane.lifecycle.outputs import export_checkpoint
+from tuneplane.lifecycle.trl_support import latest_checkpoint
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,18 +51,14 @@ def load_tokenizer(checkpoint: Path) -> Any:
         return AutoTokenizer.from_pretrained(base)
 
 
+def save(checkpoint: Path, folder: Path) -> None:
+    load_model(checkpoint).save_pretrained(str(folder), safe_serialization=True)
+    load_tokenizer(checkpoint).save_pretrained(str(folder))
+
+
 def main() -> int:
     args = parse_args()
-    out = output_dir(args.output_dir)
-    checkpoint = (args.checkpoint or latest_checkpoint(out / "checkpoints")).resolve()
-    target = out / "hf_export"
-    partial = out / "hf_export.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    load_model(checkpoint).save_pretrained(str(partial), safe_serialization=True)
-    load_tokenizer(checkpoint).save_pretrained(str(partial))
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    print(f"exported {checkpoint} -> {target}", file=sys.stderr)
+    export_checkpoint(args.output_dir, args.checkpoint, latest_checkpoint, save)
     return 0
 
 

@@ -9,10 +9,13 @@ Hugging Face Trainer. Runs in the job: the standard library at import; PyYAML, `
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+# Re-exported: the templates' trainer_config.py imports them from here.
+from tuneplane.lifecycle.outputs import output_dir as output_dir
+from tuneplane.lifecycle.overrides import apply_overrides as apply_overrides
 
 # Keys of config.yaml that train.py consumes itself; everything else goes to the TRL config class.
 SCRIPT_KEYS = (
@@ -47,24 +50,6 @@ def read_overrides(text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise SystemExit("--overrides-json must be a JSON object of dotted config paths to values")
     return value
-
-
-def apply_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> None:
-    """Set each dotted path; nested mappings are created, so a TRL key absent from the file still works."""
-    for dotted, value in overrides.items():
-        node = config
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise SystemExit(f"override {dotted!r}: {part!r} is not a mapping in the config")
-            node = child
-        node[leaf] = value
-
-
-def output_dir(cli_value: str | None) -> Path:
-    """--output-dir, else $TUNEPLANE_OUT_DIR, else ./out for a local try."""
-    return Path(cli_value or os.environ.get("TUNEPLANE_OUT_DIR") or "out").resolve()
 
 
 def load_split(source: str, split: str = "train") -> Any:

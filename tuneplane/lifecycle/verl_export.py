@@ -9,11 +9,11 @@ folder and renames it to hf_export only when the merger succeeded.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tuneplane.lifecycle.outputs import export_checkpoint
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,19 +38,17 @@ def shard_folder(step: Path) -> Path:
     return actor if actor.is_dir() else step
 
 
-def main() -> int:
-    args = parse_args()
-    out = Path(args.output_dir or os.environ.get("TUNEPLANE_OUT_DIR") or "out").resolve()
-    step = (args.checkpoint or newest_step(out / "checkpoints")).resolve()
-    partial, target = out / "hf_export.partial", out / "hf_export"
-    shutil.rmtree(partial, ignore_errors=True)
-    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", args.backend,
-               "--local_dir", str(shard_folder(step)), "--target_dir", str(partial)]
+def merge(step: Path, folder: Path, backend: str) -> None:
+    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", backend,
+               "--local_dir", str(shard_folder(step)), "--target_dir", str(folder)]
     print("+ " + " ".join(command), file=sys.stderr, flush=True)
     subprocess.run(command, check=True)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    print(f"exported {step} -> {target}", file=sys.stderr)
+
+
+def main() -> int:
+    args = parse_args()
+    export_checkpoint(args.output_dir, args.checkpoint, newest_step,
+                      lambda step, folder: merge(step, folder, args.backend))
     return 0
 
 
