@@ -9,6 +9,7 @@ import typer
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from tuneplane.lab.runs import RunKey
     from tuneplane.models.run import RunStatus
 
 from tuneplane.cli.options import Context, Kubeconfig, Run
@@ -120,12 +121,9 @@ def status(
     # lazy: tp builds only the invoked command, so only it pays for these
     import json
 
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run, read_request, read_status
+    from tuneplane.lab.runs import read_request
 
-    root = find_lab_root()
-    key = find_run(root, run)
-    current = read_status(root, key)
+    root, key, current = _located(run)
     if current is None:
         _not_submitted(root, key, read_request)
         return
@@ -137,6 +135,17 @@ def status(
         return
     for label, value in _status_lines(key, current):
         typer.echo(f"{label:<11}{value}")
+
+
+def _located(run: str) -> tuple[Path, RunKey, RunStatus | None]:
+    """The lab, the run a reference names (id, prefix or EXP/RUN) and its status (None: not submitted)."""
+    # lazy: tp builds only the invoked command, so only it pays for these
+    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.runs import find_run, read_status
+
+    root = find_lab_root()
+    key = find_run(root, run)
+    return root, key, read_status(root, key)
 
 
 def _here(current: RunStatus) -> bool:
@@ -238,12 +247,8 @@ def logs(
     from tuneplane.backends.base import BackendError
     from tuneplane.errors import UsageError
     from tuneplane.gitops.observe import backend_ref
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run, read_status
 
-    root = find_lab_root()
-    key = find_run(root, run)
-    current = read_status(root, key)
+    root, key, current = _located(run)
     ref = backend_ref(current) if current is not None else None
     if ref is None:
         raise UsageError(
