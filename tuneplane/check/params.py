@@ -2,6 +2,10 @@
 
 Pure functions; the rules of CONTRACT §2: an int is accepted for a float, a bool never for a number,
 bounds inclusive unless `exclusive_min`, unknown names refused with the list of known ones.
+
+A `--set` value is read by the type of the parameter its key declares: a str or enum parameter keeps the
+text as typed (`eval_strategy=no` is "no", `run_name=007` is "007"), a bool one takes the words, a number
+one parses. A key no parameter declares is read by CONTRACT §2 (booleans, then numbers, then text).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from tuneplane.constants import Scalar
@@ -18,18 +23,61 @@ from tuneplane.models.recipe import Param, Recipe
 _MISSING = object()
 _FLOATISH = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
 _INTEGER = re.compile(r"[-+]?\d+\Z")
+_TRUE = ("true", "yes", "on")
+_FALSE = ("false", "no", "off")
 
 
-def parse_sets(items: list[str]) -> dict[str, Scalar]:
-    """`--set KEY=VALUE` items, parsed the same way by `tp render`, `tp submit` and `tp rerun`."""
+def parse_sets(items: list[str], params: Mapping[str, Param] | None = None) -> dict[str, Scalar]:
+    """`--set KEY=VALUE` items, parsed the same way by `tp render` and `tp submit` (a rerun keeps the
+    values its request recorded). `params` maps each key a parameter declares (its name and its config
+    path, see `set_keys`) to that parameter: such a value is read by the parameter's type."""
     out: dict[str, Scalar] = {}
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise UsageError(f"--set {item!r} is not KEY=VALUE", hint="for example --set learning_rate=2e-5")
-        out[key] = parse_set_value(key, text)
+        param = (params or {}).get(key)
+        out[key] = parse_set_value(key, text) if param is None else parse_typed_value(key, text, param)
     return out
+
+
+def set_keys(recipe: Recipe | None, plugin_params: Mapping[str, Param] | None = None) -> dict[str, Param]:
+    """Every `--set` key a parameter declares, to that parameter: a recipe parameter by its name and by
+    its config path, a locked plugin's by its full dotted name (the recipe's win a clash, as in
+    admission)."""
+    out: dict[str, Param] = dict(plugin_params or {})
+    for name, param in (recipe.params if recipe else {}).items():
+        out[param.path or name] = param
+    for name, param in (recipe.params if recipe else {}).items():
+        out[name] = param
+    return out
+
+
+def parse_typed_value(key: str, text: str, param: Param) -> Scalar:
+    """`text` read as `param` declares: str keeps it as typed, enum takes the choice written so, bool the
+    words of CONTRACT §2, int and float a number. What does not read so stays text, and the check of the
+    value (`check_value`) then says what was expected. Quoting keeps a value text, as for any key."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    kind = param.type
+    if kind == "str":
+        return text
+    if kind == "enum":
+        chosen: Scalar = next((c for c in param.choices or [] if str(c) == text), text)
+        return chosen
+    if text.startswith(("[", "{")):
+        raise UsageError(f"--set {key}: {text!r} is not a single value",
+                         hint=f"{key} is {'a number' if kind != 'bool' else 'true or false'}")
+    if kind == "bool":
+        low = text.lower()
+        return True if low in _TRUE else False if low in _FALSE else text
+    if _INTEGER.match(text):
+        return float(int(text)) if kind == "float" else int(text)
+    if _FLOATISH.match(text):
+        return float(text)
+    return text
 
 
 def parse_set_value(key: str, text: str) -> Scalar:
@@ -41,9 +89,9 @@ def parse_set_value(key: str, text: str) -> Scalar:
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
     low = text.lower()
-    if low in ("true", "yes", "on"):
+    if low in _TRUE:
         return True
-    if low in ("false", "no", "off"):
+    if low in _FALSE:
         return False
     if text.startswith(("[", "{")):
         raise UsageError(f"--set {key}: {text!r} is not a single value", hint="pass numbers, true/false or text")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -60,7 +60,7 @@ def submit(
         profile=profile,
         image=image,
         observability_url=observability_url,
-        sets=parse_sets(sets or []),
+        sets=parse_sets(sets or [], _set_keys(experiment) if sets else None),
         inputs=Inputs(model=model, train_data=train_data, validation_data=validation_data),
         timeout=parse_duration(timeout),
         message=message,
@@ -133,3 +133,18 @@ def _in_order(status: RunStatus) -> list[tuple[str, float]]:
     from tuneplane.gitops.observe import vocabulary_of
 
     return [(name, status.metrics[name]) for name in vocabulary_of(status.method).order(status.metrics)]
+
+
+def _set_keys(experiment: str) -> dict[str, Any]:
+    """The parameters the experiment declares, so `--set` reads each value by its type."""
+    # lazy: as above; only a submit with --set reads the experiment before the submission does
+    from tuneplane.check.setkeys import experiment_set_keys
+    from tuneplane.errors import UsageError
+    from tuneplane.lab.catalog import load_catalog
+    from tuneplane.lab.load import load_lab
+
+    try:
+        lab = load_lab(None)
+    except UsageError:
+        return {}  # not in a lab: the submission says so
+    return experiment_set_keys(lab, load_catalog(), experiment)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuneplane.backends.slurm.commands import check_script
 from tuneplane.check.params import parse_sets
+from tuneplane.check.setkeys import experiment_set_keys
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 from tuneplane.errors import UsageError
@@ -154,7 +155,8 @@ class RenderContext:
             raise UsageError(f"--profile is required to render experiment {experiment!r}",
                              hint=f"profiles: {', '.join(self.lab.config.profiles)}")
         inputs = Inputs(model=o.model, train_data=o.train_data, validation_data=o.validation_data)
-        flags = RunFlags(experiment, o.profile, o.image, o.observability_url, parse_sets(o.sets), inputs)
+        keys = experiment_set_keys(self.lab, self.catalog, experiment) if o.sets else None  # read by type
+        flags = RunFlags(experiment, o.profile, o.image, o.observability_url, parse_sets(o.sets, keys), inputs)
         return request_from_flags(flags, run_id=o.run_id, command="render")
 
     def all_requests(self) -> list[Path]:
