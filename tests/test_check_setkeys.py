@@ -177,3 +177,59 @@ def test_keys_are_names_and_config_paths() -> None:
 def test_typed_values(spec: dict[str, Any], text: str, expected: object) -> None:
     value = parse_typed_value("k", text, Param.model_validate({"path": "x", **spec}))
     assert value == expected and type(value) is type(expected)
+
+
+# ── config.yaml: the same reading for what the experiment writes ─────────────────────────────────
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_config_values_are_read_by_the_parameters_type(trl_lab: Path, tp: Any) -> None:
+    config = trl_lab / "experiments" / "sft" / "config.yaml"
+    _edit(config, "eval_strategy: steps", "eval_strategy: no")
+    validated = tp("validate", "sft")
+    assert validated.code == 0, validated.output
+    assert _trl(tp)["eval_strategy"] == "no"  # the job gets it in --overrides-json, over its own reading
+    _edit(config, "eval_strategy: no", "eval_strategy: off")  # YAML's false too, but not a choice
+    refused = tp("validate", "sft")
+    assert refused.code != 0 and "is not one of: no, steps, epoch" in refused.output, refused.output
+    _edit(config, "eval_strategy: off", "eval_strategy: no")
+    _edit(config, "learning_rate: 2.0e-5", "learning_rate: 1e-5")
+    refused = tp("validate", "sft")  # a number keeps YAML's reading: 1e-5 without a dot is text
+    assert refused.code != 0 and "write it as 1.0e-5" in refused.output, refused.output
+
+
+def test_a_str_config_value_keeps_its_text(lab: Path, tp: Any) -> None:
+    assert tp("new", "bench", "--method", "evalkit/benchmark").code == 0
+    _edit(lab / "experiments" / "bench" / "config.yaml", "batch_size: auto", "batch_size: 016")
+    _commit(lab, "bench")
+    assert tp("validate", "bench").code == 0
+    got = _hyperparams(tp, "bench", extra=("--image", "python:3.12", "--model", "hub/tiny"))
+    assert got["batch_size"] == "016"
+
+
+ECHO_PY = "import json, sys\nprint(json.dumps(sys.argv[1:]))\n"
+
+
+@pytest.mark.parametrize(("style", "expected"), [
+    ("flat", ["--eval_strategy", "no", "--run_name", "007", "--lr", "1e-5", "--quoted", "no", "--on", "yes",
+              "--n", "3"]),
+    # OpenRLHF's dotted flags: a YAML boolean is a switch (false leaves it out), as its argparse wants
+    ("dotted", ["--run_name", "7", "--lr", "1e-5", "--quoted", "no", "--on", "--n", "3"]),
+])
+def test_the_job_renders_flat_flags_as_written(tmp_path: Path, style: str, expected: list[str]) -> None:
+    import subprocess
+    import sys
+
+    write_tree(tmp_path, {"config.yaml": 'eval_strategy: no\nrun_name: 007\nlr: 1e-5\nquoted: "no"\non: yes\n'
+                                         "skip: null\nempty: ''\n",
+                          "echo.py": ECHO_PY})
+    done = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.cli_flags", "--style", style,
+                           "--config", str(tmp_path / "config.yaml"), "--overrides-json", '{"n": 3}', "--",
+                           str(tmp_path / "echo.py")], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected

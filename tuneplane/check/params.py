@@ -102,6 +102,27 @@ def parse_set_value(key: str, text: str) -> Scalar:
     return text
 
 
+def config_value(param: Param, value: Any, written: str | None) -> Any:
+    """A config.yaml value as `param` reads it. YAML 1.1 (what tp and the job read config.yaml with)
+    takes an unquoted `no` for false and `007` for 7; `written`, the scalar as written (`Doc.plain`),
+    gives a str parameter its text and an enum the choice written so (`eval_strategy: no`). Other types
+    keep YAML's reading, and the check of the value says what is wrong with it."""
+    if written is None or isinstance(value, str):
+        return value
+    if param.type == "str":
+        return written
+    if param.type == "enum":
+        choices = param.choices or []
+        if not any(type(c) is type(value) and c == value for c in choices):
+            return next((c for c in choices if str(c) == written), value)
+    return value
+
+
+def config_pointer(path: str) -> str:
+    """The JSON pointer of a dotted config path (`optim.lr` is `/optim/lr`)."""
+    return "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in path.split("."))
+
+
 def check_value(param: Param, value: Any) -> str | None:
     """None when `value` fits `param`, else the message saying why not."""
     kind = param.type

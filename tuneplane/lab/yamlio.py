@@ -44,6 +44,9 @@ class Doc:
     text: str = ""
     values: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the value
     notes: list[Problem] = field(default_factory=list)  # warnings found while reading (confusable keys)
+    # the text of each unquoted scalar that YAML 1.1 read as a bool or number (`no`, `007`), so a
+    # parameter declared as text can take it as written
+    plain: dict[str, str] = field(default_factory=dict)
 
     def where(self, pointer: str, value: bool = False) -> tuple[int, int]:
         """Position of `pointer` (its key, or its value with `value=True`), else its nearest ancestor's."""
@@ -204,7 +207,10 @@ class _Builder:
             return self._mapping(node, pointer, depth)
         if isinstance(node, yaml.SequenceNode):
             return [self._child(item, f"{pointer}/{i}", depth) for i, item in enumerate(node.value)]
-        return self._scalar(node)
+        value = self._scalar(node)
+        if isinstance(value, (bool, int, float)) and not node.style:  # plain: None, or "" from the C composer
+            self.doc.plain[pointer] = node.value
+        return value
 
     def _child(self, node: Any, pointer: str, depth: int) -> Any:
         self.doc.positions.setdefault(pointer, (node.start_mark.line + 1, node.start_mark.column + 1))

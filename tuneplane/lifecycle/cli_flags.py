@@ -4,7 +4,8 @@
         --overrides-json '<validated hyperparams>' --platform-json '<flags the platform owns>' \
         -- <module | file.py>
 
-ms-swift takes flat flags (`--key value`, a list as several values, a bool as true/false); OpenRLHF
+ms-swift takes flat flags (`--key value`, a list as several values, a bool as true/false, a config
+value as written: `eval_strategy: no` is `--eval_strategy no`, not false); OpenRLHF
 takes dotted flags (`a: {b: 1}` is `--a.b 1`) whose bools are switches (true adds the flag, false
 leaves it out). The hyperparameters are laid over the config, the platform's flags over both, and
 the module runs in this interpreter as `python -m <module>` would. Standard library at import;
@@ -61,10 +62,28 @@ def build_flags(config: dict[str, Any], overrides: dict[str, Any], platform: dic
     return argv
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _loader(yaml: Any, values_as_written: bool) -> Any:
+    """A safe loader that keeps keys as written, as tp reads them (YAML 1.1 takes the key `on:` for
+    true), and with `values_as_written` every plain scalar too: YAML 1.1 would give `eval_strategy: no`
+    as false and `run_name: 007` as 7, but a flat flag is text to the framework, which parses it by the
+    type it declares (null and empty values still mean "leave the flag out")."""
+
+    class AsWritten(yaml.SafeLoader):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            self.flatten_mapping(node)
+            return {k.value if isinstance(k, yaml.ScalarNode) else self.construct_object(k, deep=deep):
+                    self.construct_object(v, deep=deep) for k, v in node.value}
+
+    for tag in ("bool", "int", "float") if values_as_written else ():
+        AsWritten.add_constructor(f"tag:yaml.org,2002:{tag}", lambda loader, node: loader.construct_scalar(node))
+    return AsWritten
+
+
+def _load(path: Path, as_written: bool = False) -> dict[str, Any]:
     import yaml
 
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    loader = _loader(yaml, as_written)
+    data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) if path.is_file() else None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -84,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--platform-json", default="{}")
     opts = parser.parse_args(args[:cut])
     module = args[cut + 1]
-    flags = build_flags(_load(opts.config), json.loads(opts.overrides_json), json.loads(opts.platform_json),
-                        opts.style)
+    config = _load(opts.config, as_written=opts.style == "flat")
+    flags = build_flags(config, json.loads(opts.overrides_json), json.loads(opts.platform_json), opts.style)
     sys.argv = [module, *flags]
     if module.endswith(".py"):  # an experiment's run.py in place of the framework's module
         sys.path.insert(0, str(Path(module).resolve().parent))

@@ -19,7 +19,7 @@ from typing import Any
 from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
 from tuneplane.check.images import ImageError, check_allowed, check_digest_policy, parse_image
-from tuneplane.check.params import check_value, get_path, is_missing, resolve_name
+from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, resolve_name
 from tuneplane.check.rules import config as config_rule
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
@@ -114,7 +114,9 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     _raise_refusals(check_algorithm_plugins(recipe.framework,
                                             [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
                     f"{rel}/plugins.lock.json")
-    base = _base_hyperparams(recipe.params, config, rel) | _base_hyperparams(plugin_params, config, rel)
+    written = ctx.config.plain if ctx.config is not None else {}
+    base = _base_hyperparams(recipe.params, config, rel, written) | \
+        _base_hyperparams(plugin_params, config, rel, written)
     return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
                               tuple(plugins), base, plugin_params)
 
@@ -150,14 +152,14 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(params: dict[str, Any], config: Any, rel: str) -> dict[str, Scalar]:
-    """Config values at the param paths, else the defaults; keyed by dotted config path (a plugin
-    parameter's path is its name)."""
+def _base_hyperparams(params: dict[str, Any], config: Any, rel: str, written: dict[str, str]) -> dict[str, Scalar]:
+    """Config values at the param paths, read by their type (`check.params.config_value`), else the
+    defaults; keyed by dotted config path (a plugin parameter's path is its name)."""
     values: dict[str, Scalar] = {}
     data = config if isinstance(config, dict) else {}
     for name, param in params.items():
         param = param if param.path else param.model_copy(update={"path": name})
-        value = get_path(data, param.path)
+        value = config_value(param, get_path(data, param.path), written.get(config_pointer(param.path)))
         if is_missing(value) or value is None:
             if param.default is not None:
                 values[param.path] = _normalise(param.type, param.default)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 
-from tuneplane.check.params import check_value, get_path, is_missing, leaf_paths
+from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, leaf_paths
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.yamlio import Doc, escape
 from tuneplane.problems import Problem, Severity
@@ -37,8 +37,8 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         yield from _closed(ctx, doc, known_paths)
         known_paths = set()
     for name, param in sorted(recipe.params.items()):
-        pointer = "/" + "/".join(escape(part) for part in param.path.split("."))
-        value = get_path(doc.data, param.path)
+        pointer = config_pointer(param.path)
+        value = config_value(param, get_path(doc.data, param.path), doc.plain.get(pointer))
         if is_missing(value) or value is None:  # `key: null` means "not set": the default applies
             if param.required:
                 yield doc.problem("", "config-required", f"required parameter {name!r} ({param.path}) is not set",
