@@ -310,3 +310,70 @@ def test_new_from_an_existing_experiment(lab: Path, tp: Any) -> None:
     lock = json.loads((second / "recipe.lock.json").read_text(encoding="utf-8"))
     assert lock["recipe"]["name"] == "pytorch/image-classification"
     assert tp("validate", "second").code == 0
+
+
+# ── tp new --root: a lab with several experiment roots ─────────────────────────────────────────────
+
+
+@pytest.fixture()
+def two_roots(lab: Path) -> Path:
+    settings = lab / "tuneplane.yaml"
+    settings.write_text(settings.read_text(encoding="utf-8") + "experiment_roots: [experiments, smoke]\n",
+                        encoding="utf-8")
+    return lab
+
+
+@pytest.mark.parametrize("spelling", ["smoke", "smoke/", "./smoke"])
+def test_new_into_a_declared_root(two_roots: Path, tp: Any, spelling: str) -> None:
+    result = tp("new", "gpu-check", "--method", "trl/sft", "--root", spelling)
+    assert result.code == 0, result.output
+    exp = two_roots / "smoke" / "gpu-check"
+    assert (exp / "recipe.lock.json").is_file() and not (two_roots / "experiments" / "gpu-check").exists()
+    assert "created smoke/gpu-check/" in result.out
+    first = (exp / "config.yaml").read_text(encoding="utf-8").splitlines()[0]
+    schema = first.split("$schema=", 1)[1]
+    assert (exp / schema).resolve().is_file(), first  # relative to the file where it now lies
+    assert not list((two_roots / "smoke").glob(".tp-new-*"))
+    validated = tp("validate", "gpu-check")
+    assert validated.code == 0, validated.output
+    rendered = tp("render", "gpu-check", "--profile", "local", "--model", "m", "--train-data", "t",
+                  "--validation-data", "v", "--set", "eval_strategy=no", "--format", "json")
+    assert rendered.code == 0, rendered.output
+
+
+def test_new_defaults_to_the_first_root(two_roots: Path, tp: Any) -> None:
+    assert tp("new", "a", "--method", "custom/custom").code == 0
+    assert (two_roots / "experiments" / "a" / "recipe.lock.json").is_file()
+
+
+def test_new_into_a_declared_root_that_is_not_there_yet_creates_it(two_roots: Path, tp: Any) -> None:
+    assert not (two_roots / "smoke").exists()
+    result = tp("new", "s", "--method", "custom/custom", "--root", "smoke")
+    assert result.code == 0, result.output
+    assert (two_roots / "smoke" / "s" / "recipe.lock.json").is_file()
+
+
+@pytest.mark.parametrize("root", ["elsewhere", "smok", "../smoke", "runs", "experiments/nested"])
+def test_new_refuses_an_undeclared_root_naming_the_declared_ones(two_roots: Path, tp: Any, root: str) -> None:
+    before = tree_snapshot(two_roots)
+    result = tp("new", "x", "--method", "custom/custom", "--root", root)
+    assert result.code == 2, result.output
+    assert f"--root {root!r} is not an experiment root of this lab" in result.output
+    assert "experiments, smoke" in result.output and "experiment_roots" in result.output
+    assert tree_snapshot(two_roots) == before
+
+
+def test_new_refuses_a_name_another_root_already_has(two_roots: Path, tp: Any) -> None:
+    assert tp("new", "dup", "--method", "custom/custom", "--root", "smoke").code == 0
+    result = tp("new", "dup", "--method", "custom/custom")
+    assert result.code == 2
+    assert "already exists at smoke/dup" in result.output
+    assert not (two_roots / "experiments" / "dup").exists()
+
+
+def test_new_from_an_experiment_in_another_root(two_roots: Path, tp: Any) -> None:
+    assert tp("new", "base", "--method", "trl/sft", "--root", "smoke").code == 0
+    result = tp("new", "copy", "--from", "base")
+    assert result.code == 0, result.output
+    assert json.loads((two_roots / "experiments" / "copy" / "recipe.lock.json").read_text())["recipe"]["name"] == \
+        "trl/sft"

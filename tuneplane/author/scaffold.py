@@ -12,7 +12,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tuneplane import __version__
 from tuneplane.author.editor import packaged_schemas, write_schemas
@@ -131,14 +131,33 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
     return {n for n in names if n in SKIP_PARTS or n in SKIP_NAMES or n.endswith(SKIP_SUFFIXES)}
 
 
+def experiment_root(lab: Lab, root: str | None) -> Path:
+    """The declared experiment root `tp new --root` names (`smoke`, `smoke/`, `./smoke`), or the first
+    one; an undeclared root is refused with the declared ones."""
+    declared = lab.config.experiment_roots
+    if root is None:
+        return lab.experiments_dir()
+    wanted = PurePosixPath(root.replace("\\", "/"))
+    for base in declared:
+        if PurePosixPath(base) == wanted:
+            return lab.root / base
+    names = ", ".join(declared) if declared else "none"
+    raise UsageError(f"--root {root!r} is not an experiment root of this lab (declared in {LAB_FILE}: {names})",
+                     hint=f"pick one of them, or add {str(wanted)!r} to experiment_roots in {LAB_FILE} first")
+
+
 def new_experiment(lab: Lab, name: str, method: str | None, framework_version: str | None,
-                   source: str | None = None, catalog: Catalog | None = None) -> Path:
+                   source: str | None = None, catalog: Catalog | None = None, root: str | None = None) -> Path:
+    """Scaffold `name` into the experiment root `root` (the first declared one by default)."""
     catalog = catalog or load_catalog()
     check_experiment_name(name)
-    target = lab.experiments_dir() / name
-    if target.exists() or target.is_symlink():
-        raise UsageError(f"experiment {name!r} already exists at {lab.rel(target)}",
-                         hint="choose another name, or delete the directory first")
+    base = experiment_root(lab, root)
+    target = base / name
+    if target.exists() or target.is_symlink() or name in lab.experiment_index:
+        where = lab.rel(target) if target.exists() or target.is_symlink() else lab.experiment_rel(name)
+        raise UsageError(f"experiment {name!r} already exists at {where}",
+                         hint="choose another name (names are unique across the experiment roots), "
+                              "or delete the directory first")
     src_dir, method = _source(lab, source, method)
     catalog.require(method)
     recipe = catalog.recipe(method)
@@ -147,25 +166,25 @@ def new_experiment(lab: Lab, name: str, method: str | None, framework_version: s
     except ValueError as exc:
         raise UsageError(str(exc), hint="omit --framework-version for the default") from None
     template = src_dir or catalog.template_dir(method)
-    lab.experiments_dir().mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tp-new-{name}-", dir=lab.experiments_dir()))
+    base.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tp-new-{name}-", dir=base))
     try:
         shutil.copytree(template, staging / name, ignore=_ignore, symlinks=False)
         write_json(staging / name / LOCK_FILE, make_lock(catalog, method, key))
-        _point_config_at_its_schema(lab, staging / name, name, method, recipe)
+        _point_config_at_its_schema(lab, staging / name, f"{lab.rel(target)}/{CONFIG_FILE}", method, recipe)
         os.rename(staging / name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def _point_config_at_its_schema(lab: Lab, exp_dir: Path, name: str, method: str, recipe: Recipe) -> None:
-    """Write the recipe's config schema into the lab and name it on config.yaml's first line."""
+def _point_config_at_its_schema(lab: Lab, exp_dir: Path, rel: str, method: str, recipe: Recipe) -> None:
+    """Write the recipe's config schema into the lab and name it on config.yaml's first line (`rel`:
+    where config.yaml will be, relative to the lab)."""
     config = exp_dir / CONFIG_FILE
     write_schemas(lab.root, {method: recipe})
     if not recipe.params or not config.is_file():
         return  # custom: config.yaml is the user's own, nothing reads it
-    rel = f"{lab.rel(lab.experiments_dir())}/{name}/{CONFIG_FILE}"
     line = comment_line(rel, config_schema_rel(method))
     config.write_text(with_comment(config.read_text(encoding="utf-8"), line), encoding="utf-8")
 
@@ -175,7 +194,7 @@ def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | No
         if not method:
             raise UsageError("tp new needs --method FRAMEWORK/RECIPE", hint="see `tp methods` for the catalog")
         return None, method
-    src = lab.experiments_dir() / source if "/" not in source else Path(source)
+    src = lab.experiment_dir(source) if "/" not in source else Path(source)  # in any root
     if not src.is_dir():
         raise UsageError(f"--from {source!r}: no such experiment", hint="name an experiment of this lab (`tp ls`)")
     if method is None:
