@@ -23,6 +23,7 @@ import fcntl
 import io
 import json
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -160,6 +161,10 @@ def swift_python(cache: Path, version: str) -> str:
                               capture_output=True, text=True, timeout=120, check=False)
         if made.returncode:
             unavailable(f"cannot create a venv for ms-swift: {made.stderr.strip()[-300:]}")
+        # the test extras wherever this interpreter has them (a venv's own, not only the base's),
+        # after the venv's own packages
+        [own] = (venv / "lib").glob("python*/site-packages")
+        (own / "_test_extras.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
         pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", f"ms-swift=={version}",
                               *SWIFT_EXTRAS], capture_output=True, text=True, timeout=600, check=False)
         if pip.returncode:
