@@ -110,7 +110,7 @@ def _parser(wheel: Path, module: str) -> tuple[argparse.ArgumentParser, list[ast
 
 def openrlhf_check(wheel: Path, module: str, argv: list[str]) -> str | None:
     """Parse `argv` with the parser `module` (openrlhf.cli.X) builds and run its own checks after
-    parsing, up to `train(args)`; None when all pass, else what OpenRLHF says."""
+    parsing, up to where its work starts (`train(args)`); None when all pass, else what OpenRLHF says."""
     parser, after, ns = _parser(wheel, module)
     err = io.StringIO()
     try:
@@ -118,7 +118,9 @@ def openrlhf_check(wheel: Path, module: str, argv: list[str]) -> str | None:
             ns["args"] = parser.parse_args(argv)
     except SystemExit:
         return err.getvalue().strip().splitlines()[-1]
-    checks = [s for s in after if not _is_import(s) and not _calls_train(s)]
+    defined = {n.name for n in ast.parse(_wheel_source(wheel, module.replace(".", "/") + ".py")).body
+               if isinstance(n, ast.FunctionDef)}
+    checks = [s for s in after if not _is_import(s) and not _calls_one_of(s, defined)]
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
@@ -135,9 +137,10 @@ def _is_import(stmt: ast.stmt) -> bool:
     return isinstance(stmt, (ast.Import, ast.ImportFrom))
 
 
-def _calls_train(stmt: ast.stmt) -> bool:
+def _calls_one_of(stmt: ast.stmt, functions: set[str]) -> bool:
+    """`train(args)`, `apply_lora(...)`: where the module's work starts, after its checks."""
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-        isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "train"
+        isinstance(stmt.value.func, ast.Name) and stmt.value.func.id in functions
 
 
 def openrlhf_args(wheel: Path, module: str, argv: list[str]) -> SimpleNamespace:

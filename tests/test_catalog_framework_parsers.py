@@ -178,3 +178,33 @@ def test_ms_swift_parser_refuses_what_it_does_not_know(cache: Path) -> None:
     assert "invalid float value" in parsed["type"]["error"]
     assert "invalid choice" in parsed["choice"]["error"]
     assert parsed["text"]["values"]["eval_strategy"] in ("no", "IntervalStrategy.NO")
+
+
+# ── tp export: the merge command of a LoRA checkpoint is the framework's own ───────────────────────
+
+
+def test_swift_export_merge_flags_parse_with_ms_swift(cache: Path) -> None:
+    from tuneplane.lifecycle.swift_export import MODULE, merge_argv
+
+    argv = merge_argv(Path("/runs/a/out/checkpoints/checkpoint-10"), Path("/runs/a/out/.hf_export.tmp-1"))
+    assert MODULE == "swift.cli.export"
+    version = sorted({v for _, v in SWIFT_CASES})[-1]
+    got = swift_check(swift_python(cache, version), {"export": (SWIFT_ARGUMENTS[MODULE], argv)})["export"]
+    assert "error" not in got and got["unknown"] == [], got
+    assert got["values"]["merge_lora"] is True
+    assert got["values"]["output_dir"] == "/runs/a/out/.hf_export.tmp-1"
+    assert "checkpoint-10" in str(got["values"]["adapters"])
+
+
+@pytest.mark.parametrize("task", ["CAUSAL_LM", "SEQ_CLS"])
+def test_openrlhf_export_merge_flags_parse_with_its_combiner(tmp_path: Path, cache: Path, task: str) -> None:
+    from tuneplane.lifecycle.openrlhf_export import MODULE, merge_argv
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps(
+        {"base_model_name_or_path": "Qwen/Qwen2.5-0.5B", "task_type": task}), encoding="utf-8")
+    argv = merge_argv(tmp_path, tmp_path / "merged")
+    for version in sorted({v for _, v in cases("openrlhf")}):
+        wheel = openrlhf_wheel(cache, version)
+        assert openrlhf_check(wheel, MODULE, argv) is None
+        args = openrlhf_args(wheel, MODULE, argv)
+        assert (args.model_path, args.lora_path, args.is_rm) == ("Qwen/Qwen2.5-0.5B", str(tmp_path), task == "SEQ_CLS")

@@ -3,7 +3,8 @@
     torchrun … -m tuneplane.launcher -m tuneplane.lifecycle.cli_flags --style flat \
         --config <exp>/config.yaml --overrides-json '<hyperparams>' --platform-json '<owned flags>' \
         -- swift.cli.sft
-(OpenRLHF: `--style dotted`; its Ray recipes run the same as the driver of a Ray job.) The job-side
+(OpenRLHF: `--style dotted`; its Ray recipes run the same as the driver of a Ray job; `tp export` and
+`tp eval` run the recipe's lifecycle entrypoint, see adapters.lifecycle.) The job-side
 helper lays the hyperparameters and then the platform's flags (bound inputs, output and TensorBoard
 folders) over config.yaml and starts the module in the same interpreter, so plugins apply.
 """
@@ -15,6 +16,7 @@ import json
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.plan.adapters.base import check_common, config_path, out, overrides_json, python_entry
 from tuneplane.plan.adapters.launch import ray_driver, torchrun
+from tuneplane.plan.adapters.lifecycle import compile_lifecycle
 from tuneplane.plan.launchplan import LaunchPlan
 
 RENDERER = "tuneplane.lifecycle.cli_flags"
@@ -37,6 +39,8 @@ class _CliFlagsAdapter:
 
     def compile(self, spec: JobSpec) -> LaunchPlan:
         check_common(spec, self.name)
+        if spec.spec.operation != "train":  # export and eval: the recipe's lifecycle entrypoint
+            return compile_lifecycle(spec)
         recipe = spec.spec.recipe
         entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
         platform = json.dumps(platform_flags(spec, self.owned(spec)), sort_keys=True, separators=(",", ":"))
