@@ -1,5 +1,6 @@
 """Shared by the ms-swift and OpenRLHF exports (`tp export`): the run's model as a Hugging Face
-folder at <output-dir>/hf_export, replaced only when complete. Job side: standard library only.
+folder at <output-dir>/hf_export, published whole (`outputs.export_checkpoint`). Job side: standard
+library only.
 
 A LoRA checkpoint (it has adapter_config.json) is merged into its base model by the framework's
 own tool, run in this interpreter as its CLI would run (`run_tool`); a full-weights checkpoint is
@@ -9,12 +10,13 @@ already a Hugging Face folder and is copied without its optimizer and trainer st
 from __future__ import annotations
 
 import argparse
-import os
 import runpy
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from tuneplane.lifecycle.outputs import export_checkpoint
 
 # what a checkpoint holds besides the model: optimizer, scheduler, RNG and DeepSpeed state
 TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "latest",
@@ -43,29 +45,31 @@ def run_tool(module: str, argv: list[str]) -> None:
 
 
 def export(argv: list[str] | None, what: str, merge: Callable[[Path, Path], None]) -> int:
-    """Export `--checkpoint` into hf_export: `merge(checkpoint, tmp)` for a LoRA one, a copy else."""
+    """Export `--checkpoint` into hf_export: `merge(checkpoint, folder)` for a LoRA one, a copy else
+    (published whole by `outputs.export_checkpoint`)."""
     args = parse_args(argv, what)
-    out = Path(args.output_dir or os.environ.get("TUNEPLANE_OUT_DIR") or "out")
     checkpoint = args.checkpoint
     if not checkpoint.is_dir():
         raise SystemExit(f"--checkpoint {checkpoint}: no such folder")
     if not is_lora(checkpoint) and not (checkpoint / "config.json").is_file():
         raise SystemExit(f"{checkpoint} is neither a LoRA adapter (adapter_config.json) nor a Hugging Face "
                          "model folder (config.json): name a checkpoint the run wrote")
-    target = out / "hf_export"
-    tmp = out / f".hf_export.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        if is_lora(checkpoint):
-            merge(checkpoint, tmp)
-            if not (tmp / "config.json").is_file():
-                raise SystemExit(f"the {what} merge wrote no model into {tmp}")
-        else:
-            shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(*TRAINING_STATE))
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"exported {checkpoint} to {target}")
+
+    def write(source: Path, folder: Path) -> None:
+        try:
+            if is_lora(source):
+                merge(source, folder)
+                if not (folder / "config.json").is_file():
+                    raise SystemExit(f"the {what} merge wrote no model into {folder}")
+            else:
+                shutil.copytree(source, folder, ignore=shutil.ignore_patterns(*TRAINING_STATE))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # nothing half-written stays behind
+            raise
+
+    export_checkpoint(args.output_dir, checkpoint, _given_only, write)
     return 0
+
+
+def _given_only(checkpoints: Path) -> Path:
+    raise SystemExit("--checkpoint is required")  # argparse requires it; never reached

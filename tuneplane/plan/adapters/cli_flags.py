@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import check_common, config_path, out, overrides_json, python_entry
+from tuneplane.plan.adapters.base import config_path, out, overrides_json
 from tuneplane.plan.adapters.launch import ray_driver, torchrun
-from tuneplane.plan.adapters.lifecycle import compile_lifecycle
+from tuneplane.plan.adapters.lifecycle import LifecycleAdapter
 from tuneplane.plan.launchplan import LaunchPlan
 
 RENDERER = "tuneplane.lifecycle.cli_flags"
@@ -30,23 +30,17 @@ def platform_flags(spec: JobSpec, owned: dict[str, str]) -> dict[str, str]:
     return flags
 
 
-class _CliFlagsAdapter:
-    name = ""
+class _CliFlagsAdapter(LifecycleAdapter):
     style = "flat"
 
     def owned(self, spec: JobSpec) -> dict[str, str]:
         raise NotImplementedError
 
-    def compile(self, spec: JobSpec) -> LaunchPlan:
-        check_common(spec, self.name)
-        if spec.spec.operation != "train":  # export and eval: the recipe's lifecycle entrypoint
-            return compile_lifecycle(spec)
-        recipe = spec.spec.recipe
-        entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
+    def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         platform = json.dumps(platform_flags(spec, self.owned(spec)), sort_keys=True, separators=(",", ":"))
         args = ["-m", RENDERER, "--style", self.style, "--config", config_path(spec),
                 "--overrides-json", overrides_json(spec), "--platform-json", platform, "--", entry[-1]]
-        if recipe.adapter.orchestrator == "ray":
+        if spec.spec.recipe.adapter.orchestrator == "ray":
             return ray_driver(spec, args)
         return torchrun(spec, args)
 
