@@ -68,8 +68,12 @@ def framework_argv(tmp: Path, method: str, version: str, operation: str = "train
     _fill(lab / "experiments" / "exp" / "config.yaml")
     run_git(lab, "add", "-A")
     run_git(lab, "commit", "-q", "-m", "exp")
+    # OpenRLHF's Ray trainer refuses eval.dataset without a remote reward or an agent (its own check),
+    # so its RL recipes are rendered without validation data; every other recipe binds it too
+    ray = recipe(method)["adapter_options"]["orchestrator"] == "ray" and method.startswith("openrlhf/")
+    validation = () if ray else ("--validation-data", "data/val.jsonl")
     rendered = run_tp_in_process("render", "exp", "--profile", "local", "--image", "registry.example/fw:1",
-                                 *INPUTS, "--format", "json", cwd=lab)
+                                 *INPUTS, *validation, "--format", "json", cwd=lab)
     assert rendered.code == 0, rendered.output
     [plan] = [doc for doc in json.loads(rendered.out) if doc["kind"] == "LaunchPlan"]
     argv = list(plan["argv"])
@@ -109,6 +113,8 @@ def test_openrlhf_flags_parse_with_its_own_parser(tmp_path: Path, cache: Path, m
     module, argv = framework_argv(tmp_path, method, version)
     assert module == recipe(method)["entrypoint"]["value"]
     _every_param_rendered(method, argv)
+    bound = recipe(method)["adapter_options"]["bindings"]["validation_data"]
+    assert (f"--{bound}" in argv) == (recipe(method)["adapter_options"]["orchestrator"] != "ray")
     problem = openrlhf_check(openrlhf_wheel(cache, version), module, argv)
     assert problem is None, f"{method} @ openrlhf {version}: {problem}\nargv: {argv}"
 
@@ -158,6 +164,7 @@ def test_ms_swift_flags_parse_with_its_own_parser(swift_results: dict[str, dict[
     assert "error" not in got, f"{method} @ ms-swift {version}: {got.get('error')}\nargv: {got['argv']}"
     assert got["unknown"] == [], f"{method} @ ms-swift {version}: flags ms-swift does not define: {got['unknown']}"
     _every_param_rendered(method, got["argv"])
+    assert "--val_dataset" in got["argv"] and "--dataset" in got["argv"] and "--model" in got["argv"]
     r = recipe(method)
     for name, param in r["params"].items():  # each default reaches ms-swift as the value it means
         if param.get("default") is None or param["type"] not in ("int", "float", "bool"):
