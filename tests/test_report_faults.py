@@ -195,8 +195,12 @@ def test_receiver_never_comes_back(env: Path, monkeypatch: pytest.MonkeyPatch,
     assert "report-unsent" in err and "Connection" in err  # where they are kept, and why
     # Kept under the name the collector (or the backend after the job) uploads.
     spill = next((env / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
-    lines = spill.read_text().splitlines()
-    assert sum(len(__import__("json").loads(line)[2]) for line in lines) == 400
+    lines = spill.read_bytes().splitlines()
+    from tuneplane.collector.sources import unsent_points  # the reader that uploads it
+
+    problems: dict[str, int] = {}
+    assert sum(len(values) for line in lines for _, _, values in unsent_points(line, problems)) == 400
+    assert problems == {}
     assert report.stats()["pending_points"] == 400
 
 

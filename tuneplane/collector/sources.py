@@ -15,9 +15,11 @@ always collected too.
 
 from __future__ import annotations
 
+import binascii
 import json
 import math
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -184,14 +186,31 @@ def _step(value: Any) -> int | None:
 
 
 def unsent_points(line: bytes, counts: dict[str, int]) -> list[Point]:
-    """One line the SDK's `finish()` left behind: `[step, unix_time, {key: value}]`."""
+    """One line the SDK's `finish()` left behind: a block `{"keys": [...], "rows": "<base64>"}` of
+    packed rows (`tuneplane.report._spill`), or `[step, unix_time, {key: value}]` from older SDKs."""
     try:
-        step, ts, values = json.loads(line)
+        found = json.loads(line)
+        if isinstance(found, dict):
+            return _unsent_block(found)
+        step, ts, values = found
         record = {str(k): float(v) for k, v in values.items()}
         return [(int(step), float(ts), record)]
-    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError):
+    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, KeyError):
         counts["bad unsent line"] = counts.get("bad unsent line", 0) + 1
         return []
+
+
+def _unsent_block(block: dict[str, Any]) -> list[Point]:
+    keys = block["keys"]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or not keys:
+        raise ValueError("keys must be a list of names")
+    layout = struct.Struct(f"<qd{len(keys)}d")
+    raw = binascii.a2b_base64(block["rows"], strict_mode=True)
+    if len(raw) % layout.size:
+        raise ValueError("partial row")
+    # NaN stands for "no value"; the SDK drops (and counts) anything else that is not finite.
+    return [(step, unix, {k: v for k, v in zip(keys, values, strict=True) if v == v})
+            for step, unix, *values in layout.iter_unpack(raw)]
 
 
 def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[str, int]) -> list[Point]:

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from tuneplane.ingest import store as store_mod
 from tuneplane.ingest.gate import Limits, Refused, authenticate, read_body, token_of
 from tuneplane.ingest.gate import run_id as _run_id
+from tuneplane.ingest.rows import FORMATS_HEADER, rows_points
 from tuneplane.ingest.store import MetricStore, Point, StoreClosed
 
 LIFECYCLE_EVENTS = frozenset({"starting", "running", "succeeded", "failed"})
@@ -110,6 +111,7 @@ class IngestHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-TunePlane-Formats", FORMATS_HEADER)  # what a client may send besides upstream's
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -190,6 +192,8 @@ def _batch_id(value: Any) -> str | None:
 
 
 def _points(payload: dict[str, Any], limits: Limits) -> list[Point]:
+    if "blocks" in payload:  # our SDK's compact body (tuneplane.ingest.rows), once we advertised it
+        return rows_points(payload, limits)
     raw = payload.get("points")
     if not isinstance(raw, list):
         raise Refused(422, "points must be a list")

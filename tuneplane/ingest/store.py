@@ -13,6 +13,7 @@ points are upserted on (run_id, key, step); our client's batch ids make a retrie
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-Point = tuple[str, int, float, str]  # key, step, value, ts
+Point = tuple[str, int, float, str | float]  # key, step, value, ts (ISO-8601 text or unix seconds)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS series (
@@ -53,9 +54,11 @@ UPSERT = ("INSERT INTO samples (series, step, value, dt_ms) VALUES (?, ?, ?, ?) 
 MAX_SERIES_CACHE = 100_000
 
 
-def ts_ms(ts: str) -> int | None:
-    """Milliseconds since the epoch of an ISO-8601 time, or None when it is not one."""
-    if not ts:
+def ts_ms(ts: str | float) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 time (or unix seconds), or None when it is not one."""
+    if type(ts) is float:
+        return int(ts * 1000) if math.isfinite(ts) else None
+    if not ts or not isinstance(ts, str):
         return None
     try:
         stamp = datetime.fromisoformat(ts)

@@ -8,9 +8,10 @@
 Reporting is a side channel, so this module never raises into the training loop, imports only the
 standard library (and that lazily), and does nothing without `TUNEPLANE_JOB_TOKEN`. Whether to report
 is decided once per process (again in a forked child), which makes the disabled `log()` about one
-function call. Enabled, `log()` only appends to a memory queue; a background thread batches, gzips
-and sends, retrying with capped backoff, spilling to `$TUNEPLANE_OUT_DIR/.tuneplane/` when the memory
-budget is spent, and `finish()` drains within a bounded time and says on stderr what it could not send.
+function call. Enabled, `log()` only packs the values into a compact row and appends it to a memory
+queue; a background thread checks, batches, encodes and sends, retrying with capped backoff, spilling
+to `$TUNEPLANE_OUT_DIR/.tuneplane/` when the memory budget is spent, and `finish()` drains within a
+bounded time and says on stderr what it could not send.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tuneplane.report._callback import TunePlaneCallback
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from tuneplane.report._core import Session
 
@@ -61,24 +62,23 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
                 step = _as_step(step)
             s.step = step
         if not prefix and type(metrics) is dict:
-            known = s.plain_keys
-            for key, value in metrics.items():
-                if type(value) is not float or key not in known:
-                    break
-            else:
-                # Fast path: plain floats under keys already validated. The copy lets the caller
-                # reuse its dict; the cost is _config.record_cost(len(metrics)), inlined.
-                s.queue.append((step, _now(), metrics.copy()))
-                s.logged += len(metrics)
-                s.added += 300 + 80 * len(metrics)
-                if s.added > s.limit:
-                    s.overflow()
-                return
+            entry = s.entries.get(tuple(metrics))
+            if entry is not None:
+                # Fast path: keys validated before, in this order. One C call packs step, time and
+                # values into a row (see _rows); anything that is not a plain number makes it raise,
+                # and the slow path reduces or drops it. The caller may reuse its dict.
+                try:
+                    s.queue.append((entry, entry[1](step, _now(), *metrics.values())))
+                except Exception:
+                    pass
+                else:
+                    s.added += entry[2]
+                    if s.added > s.limit:
+                        s.overflow()
+                    return
         s.log_slow(metrics, step, prefix)
     except _BadStep:
-        count = len(metrics) if hasattr(metrics, "__len__") else 1
-        s.logged += count
-        s.drop("step is not an integer", count)
+        s.drop("step is not an integer", len(metrics) if hasattr(metrics, "__len__") else 1)
     except Exception as exc:  # reporting must never break training
         s.internal_error(f"log(): {type(exc).__name__}: {exc}")
 
@@ -120,6 +120,21 @@ def init(hparams: Mapping[str, Any] | None = None, monitor_hardware: bool = True
     except Exception as exc:
         _say(f"init() failed, reporting is off: {type(exc).__name__}: {exc}")
         return False
+
+
+def _log_records(records: Iterable[tuple[int, float, Mapping[str, Any]]]) -> None:
+    """The native collector's way in: `(step, unix_time, {key: value})` records that keep their own
+    wall time (a TensorBoard event's, say). Never raises."""
+    s = _session or (None if _decided else _auto_init())
+    if s is None:
+        return
+    for step, unix, values in records:
+        try:
+            s.log_slow(values, step if type(step) is int else _as_step(step), "", float(unix))
+        except _BadStep:
+            s.drop("step is not an integer", len(values) if hasattr(values, "__len__") else 1)
+        except Exception as exc:
+            s.internal_error(f"collector records: {type(exc).__name__}: {exc}")
 
 
 def log_hparams(params: Mapping[str, Any]) -> None:

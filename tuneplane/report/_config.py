@@ -28,11 +28,12 @@ _INTS = {
 OPTION_NAMES = frozenset(_FLOATS) | frozenset(_INTS) | {"all_ranks"}
 SPILL_DIR = ".tuneplane"
 
-# Upper-bound estimate of one queued record's memory: tuple, float time, int step and dict header
-# (RECORD_COST), plus a dict slot and a float object per key (KEY_COST). `log()` inlines the same
-# numbers for speed; tests check both the agreement and the bound (with tracemalloc).
-RECORD_COST = 300
-KEY_COST = 80
+# Upper-bound estimate of one queued record's memory (see `_rows`): the record tuple, the packed
+# row's header, step and time, and the deque slot (RECORD_COST), plus 8 bytes per value (KEY_COST);
+# the key strings are shared by every record with the same keys. Each key set's entry carries this
+# number, which `log()` adds; tests check the bound with tracemalloc.
+RECORD_COST = 128
+KEY_COST = 8
 
 
 def record_cost(keys: int) -> int:

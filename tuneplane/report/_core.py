@@ -1,25 +1,28 @@
 """One reporting session in one process: the memory queue, its byte budget, overflow, counters, shutdown.
 
-The hot path of `log()` (in `tuneplane.report`) appends `(step, unix_time, {key: float})` to `queue`
-and adds an estimate of the record's memory to `added`; when `added` passes `limit` it calls
+The hot path of `log()` (in `tuneplane.report`) appends a compact record `(entry, row)` (see `_rows`)
+to `queue` and adds the entry's memory estimate to `added`; when `added` passes `limit` it calls
 `overflow()`. The sender releases budget as batches settle. Counters are each written by one thread
-so no lock is needed on the hot path.
+so no lock is needed on the hot path; points are counted as "logged" when the sender takes them off
+the queue (and while they are in it), so `log()` keeps no counter of its own.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import threading
 import time
 from collections import deque
 from typing import Any
 
-from tuneplane.report._config import SPILL_DIR, Config, record_cost
-from tuneplane.report._spill import Record, Spill
+from tuneplane.report._config import SPILL_DIR, Config
+from tuneplane.report._rows import Entry, Record, make_entry, points_of
+from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
-MAX_CACHED_KEYS = 10_000
+MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
 
 
 class Session:
@@ -31,7 +34,7 @@ class Session:
         self.session_id = os.urandom(8).hex()
         self.queue: deque[Record] = deque()
         self.step = 0
-        self.plain_keys: set[str] = set()
+        self.entries: dict[tuple[str, ...], Entry] = {}  # validated key sets, in order
         self.budget = config.buffer_bytes
         self.added = 0
         self.released = 0  # written by the sender
@@ -44,7 +47,8 @@ class Session:
         self.hparams_pending: dict[str, Any] = {}
         self.hparams_sent = 0
         self.hparams_dropped: dict[str, int] = {}  # caller threads (bad values) and sender (refusals)
-        self.logged = 0  # points handed to log(): delivered + dropped + pending, at every moment
+        self.logged = 0  # caller threads: points dropped before queueing (see `logged_points`)
+        self.taken = 0  # sender, under order_lock: points taken off the queue (sent, spilled or dropped)
         self.spill_wanted = False
         self.delivered_points = 0
         self.batches_sent = 0
@@ -74,7 +78,7 @@ class Session:
             self.notes_later.append(
                 f"no TUNEPLANE_OUT_DIR: what does not fit in memory waits in {folder}")
         name = f"report-spill-r{self.config.rank}-{self.pid}-{self.session_id}.jsonl"
-        return Spill(os.path.join(folder, name), self.config.spill_bytes)
+        return Spill(os.path.join(folder, name), self.config.spill_bytes, self.entry)
 
     def start(self) -> None:
         # lazy: keeps import tuneplane.report to a few ms in every training process
@@ -86,21 +90,33 @@ class Session:
         self.sender.start()
 
     # ── the caller's side ─────────────────────────────────────────────────────────────────────
-    def log_slow(self, metrics: Any, step: int, prefix: str) -> None:
-        """Everything the hot path does not handle: nesting, prefixes, non-floats, unseen keys."""
-        before = sum(self.drops.values())
-        record = to_record(metrics, prefix, self.drop)
-        self.logged += len(record) + sum(self.drops.values()) - before
-        if not record:
-            return
-        if len(self.plain_keys) < MAX_CACHED_KEYS and not prefix and type(metrics) is dict:
-            # Remember keys that passed validation unchanged, so the next call takes the fast path.
-            self.plain_keys.update(k for k in record if k in metrics)
-        self.append(step, record)
+    def log_slow(self, metrics: Any, step: int, prefix: str, unix: float | None = None) -> None:
+        """Everything the hot path does not handle: nesting, prefixes, non-numbers, unseen keys.
 
-    def append(self, step: int, record: dict[str, float]) -> None:
-        self.queue.append((step, time.time(), record))
-        self.added += record_cost(len(record))
+        The entry of the record's (validated, final) keys is what the hot path looks up next time: a
+        plain dict with exactly those keys, in that order, turns into exactly those keys again."""
+        record = to_record(metrics, prefix, self.drop)
+        if record:
+            self.append(step, record, unix)
+
+    def entry(self, keys: tuple[str, ...]) -> Entry:
+        """The shared entry of a validated key set (made on first use), or a private one past the cap."""
+        entry = self.entries.get(keys)
+        if entry is None:
+            if len(self.entries) >= MAX_CACHED_KEYS:
+                return make_entry(keys, shared=False)
+            entry = self.entries[keys] = make_entry(keys)
+        return entry
+
+    def append(self, step: int, record: dict[str, float], unix: float | None = None) -> None:
+        entry = self.entry(tuple(record))
+        try:
+            row = entry[1](step, time.time() if unix is None else unix, *record.values())
+        except (OverflowError, ValueError, TypeError, struct.error):  # a step beyond 64 bits, a bad time
+            self.drop("step out of range" if not -(2**63) <= step < 2**63 else "bad timestamp", len(record))
+            return
+        self.queue.append((entry, row))
+        self.added += entry[2]
         if self.added > self.limit:
             self.overflow()
 
@@ -139,19 +155,14 @@ class Session:
         if spill is None:
             return
         with self.order_lock:
-            records: list[Record] = []
-            while True:
-                try:
-                    records.append(self.queue.popleft())
-                except IndexError:
-                    break
+            popleft = self.queue.popleft
+            records: list[Record] = [popleft() for _ in range(len(self.queue))]
             written = spill.append(records)
-            for index, record in enumerate(records):
-                self.evicted += record_cost(len(record[2]))
-                if index < written:
-                    self.spilled_points += len(record[2])
-                else:
-                    self.sender_drop(spill.refusal or "overflow file full", len(record[2]))
+            self.evicted += sum(entry[2] for entry, _ in records)
+            self.taken += points_of(records)
+            self.spilled_points += points_of(records[:written])
+            if written < len(records):
+                self.sender_drop(spill.refusal or "overflow file full", points_of(records[written:]))
             self._refresh_limit()
         if spill.refusal:
             self.say(f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
@@ -159,13 +170,13 @@ class Session:
 
     def _drop_newest(self) -> None:
         try:
-            record = self.queue.pop()
+            entry, _ = self.queue.pop()
         except IndexError:
             return
-        self.evicted += record_cost(len(record[2]))
+        self.evicted += entry[2]
         why = "memory budget full (no overflow file)" if self.spill is None else \
             ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
-        self.drop(why, len(record[2]))
+        self.drop(why, entry[3])
 
     def _refresh_limit(self) -> None:
         # `limit` (half the budget: where spilling starts) only ever grows, so a stale write from
@@ -178,7 +189,10 @@ class Session:
         self._refresh_limit()
 
     def drop(self, reason: str, count: int = 1) -> None:
+        """Caller threads: points refused before they reach the queue (or evicted from it) are logged
+        and dropped at once."""
         self.drops[reason] = self.drops.get(reason, 0) + count
+        self.logged += count
 
     def sender_drop(self, reason: str, count: int = 1) -> None:
         self.sender_drops[reason] = self.sender_drops.get(reason, 0) + count
@@ -244,10 +258,16 @@ class Session:
 
     def pending_points(self) -> int:
         """Points logged and not yet settled: in memory, held by the sender, or waiting on disk."""
+        return self._counts()[1]
+
+    def _counts(self) -> tuple[int, int]:
+        """(logged, pending) at one moment. Logged: dropped by the caller, taken by the sender, or still
+        queued; the queue is read once because callers append to it without the lock."""
         with self.order_lock:
-            queued = sum(len(values) for _, _, values in list(self.queue))
+            queued = points_of(list(self.queue))
             held = self.sender.pending_points() if self.sender else 0
-            return queued + held + (self.spill.points if self.spill else 0)
+            return (self.logged + self.taken + queued,
+                    queued + held + (self.spill.points if self.spill else 0))
 
     def _report_losses(self) -> None:
         kept = self._leftover_to_disk()
@@ -277,30 +297,32 @@ class Session:
         if self.spill is None:
             return False
         with self.order_lock:
-            records = (self.sender.memory_records() if self.sender else []) + list(self.queue)
-            self.queue.clear()
+            queued = [self.queue.popleft() for _ in range(len(self.queue))]
+            self.taken += points_of(queued)
+            records = (self.sender.memory_records() if self.sender else []) + queued
             if self.sender is not None:
                 self.sender.forget_memory_records()
             written = self.spill.append(records)
-            for record in records[written:]:
-                self.sender_drop(self.spill.refusal or "overflow file full", len(record[2]))
+            if written < len(records):
+                self.sender_drop(self.spill.refusal or "overflow file full", points_of(records[written:]))
             return self.spill.close()
 
     def stats(self) -> dict[str, Any]:
         if self.final_stats is not None:
             return self.final_stats
-        dropped = dict(self.drops)
-        for reason, count in self.sender_drops.items():
-            dropped[reason] = dropped.get(reason, 0) + count
-        pending = self.pending_points()
-        ledger = {"logged": self.logged, "delivered": self.delivered_points, "dropped": sum(dropped.values()),
-                  "refused": self.refused_points, "pending": pending}
-        ledger["balanced"] = (ledger["delivered"] + ledger["dropped"] + ledger["refused"] + pending
-                              == self.logged)
+        with self.order_lock:  # one consistent moment: the sender moves points only under this lock
+            dropped = dict(self.drops)
+            for reason, count in self.sender_drops.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+            logged, pending = self._counts()
+            delivered, refused = self.delivered_points, self.refused_points
+        ledger = {"logged": logged, "delivered": delivered, "dropped": sum(dropped.values()),
+                  "refused": refused, "pending": pending}
+        ledger["balanced"] = ledger["delivered"] + ledger["dropped"] + ledger["refused"] + pending == logged
         return {
             "run_id": self.config.run_id,
             "rank": self.config.rank,
-            "logged_points": self.logged,
+            "logged_points": logged,
             "ledger": ledger,
             "hparams_sent": self.hparams_sent,
             "hparams_pending": len(self.hparams_pending),

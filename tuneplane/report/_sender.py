@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuneplane.report._config import record_cost
-from tuneplane.report._transport import Encoder, Record, Transport, TransportError, compress
+from tuneplane.report._rows import ROWS_FORMAT, Record, points_of
+from tuneplane.report._transport import Encoder, Transport, TransportError, compress
 
 if TYPE_CHECKING:
     from tuneplane.report._core import Session
 
 RETRYABLE = frozenset({408, 425, 429}) | frozenset(range(500, 600))
+MALFORMED = frozenset({400, 415, 422})  # a rows/1 body refused with these: perhaps no longer read
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Batch:
     settled: bool = False  # delivered, refused or split: no longer pending
     skipped: int = 0  # non-finite values left out of the body (already counted as dropped)
     disk_cost: int = 0  # budget bytes of records read back from the overflow file
+    gzip: bool = True  # the body is gzipped (the upstream encoding)
+    rows: bool = False  # the body is rows/1
 
 
 class Sender(threading.Thread):
@@ -125,7 +128,7 @@ class Sender(threading.Thread):
                 records, offset = s.spill.read(self.max_points, self._batch_cost_cap())
             if records:
                 cost = 0
-                disk_cost = sum(record_cost(len(r[2])) for r in records)
+                disk_cost = sum(entry[2] for entry, _ in records)
                 s.held_from_disk += disk_cost  # in memory again while it travels: inside the budget
                 s._refresh_limit()
             else:
@@ -139,18 +142,23 @@ class Sender(threading.Thread):
         return self._encoded(batch)
 
     def _take_from_memory(self) -> tuple[list[Record], int]:
+        """Up to a batch of records off the queue (under order_lock): the points leave the queue and
+        enter the batch in one step, so the ledger never misses them."""
         queue = self.s.queue
+        popleft = queue.popleft
         records: list[Record] = []
+        append = records.append
         points = cost = 0
-        cap_cost = self._batch_cost_cap()
-        while points < self.max_points and cost < cap_cost:
-            try:
-                record = queue.popleft()
-            except IndexError:
+        max_points, cap_cost = self.max_points, self._batch_cost_cap()
+        for _ in range(len(queue)):  # only the sender pops, so these are all there
+            record = popleft()
+            append(record)
+            entry = record[0]
+            points += entry[3]
+            cost += entry[2]
+            if points >= max_points or cost >= cap_cost:
                 break
-            records.append(record)
-            points += len(record[2])
-            cost += record_cost(len(record[2]))
+        self.s.taken += points
         return records, cost
 
     def _batch_cost_cap(self) -> int:
@@ -158,9 +166,9 @@ class Sender(threading.Thread):
         return max(self.s.config.buffer_bytes // 4, 1)
 
     def _encoded(self, batch: Batch) -> Batch:
-        body, points, skipped = self.encoder.batch(batch.batch_id, batch.records)
+        body, points, skipped, gzip = self.encoder.batch(batch.batch_id, batch.records)
         with self.s.order_lock:
-            batch.body, batch.points = body, points
+            batch.body, batch.points, batch.gzip, batch.rows = body, points, gzip, self.encoder.rows
             batch.skipped = skipped
             if skipped:
                 self.s.sender_drop("non-finite value", skipped)
@@ -175,17 +183,21 @@ class Sender(threading.Thread):
             return "done"
         batch.attempts += 1
         try:
-            status, data, retry_after = self.transport.post("metrics", batch.body, batch.batch_id)
+            status, data, retry_after, formats = self.transport.post("metrics", batch.body, batch.batch_id,
+                                                                     batch.gzip)
         except TransportError as exc:
             self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.s.retries += 1
             self._retry_after = 0.0
             return "retry"
         self._retry_after = _seconds(retry_after)
+        self._negotiate(formats)
         if 200 <= status < 300:
             self._settle(batch, delivered=True)
             return "done"
         self.last_error = f"HTTP {status}"
+        if batch.rows and status in MALFORMED and ROWS_FORMAT not in formats:
+            self._fall_back()
         if status in RETRYABLE:
             self.s.retries += 1
             return "retry"
@@ -194,6 +206,22 @@ class Sender(threading.Thread):
             return "done"
         self._refuse(batch, status, data)
         return "done"
+
+    def _negotiate(self, formats: str) -> None:
+        """Our receiver lists the formats it reads in an `X-TunePlane-Formats` header on every answer;
+        upstream receivers send none, so they only ever get the upstream encoding."""
+        if not self.encoder.rows and not self._rows_refused and ROWS_FORMAT in formats:
+            self.encoder.rows = True
+
+    _rows_refused = False
+
+    def _fall_back(self) -> None:
+        """A `rows/1` body refused as malformed by a receiver that no longer lists the format (replaced
+        by an older one, say): that batch is refused like any other (a 4xx drops it), and the rest of
+        the session uses the upstream encoding, which every receiver reads."""
+        self._rows_refused = True
+        self.encoder.rows = False
+        self.s.say(f"the receiver no longer reads {ROWS_FORMAT} bodies; sending the upstream encoding from now on")
 
     def _settle(self, batch: Batch, delivered: bool) -> None:
         with self.s.order_lock:  # counters and pending change together: the ledger always balances
@@ -244,15 +272,26 @@ class Sender(threading.Thread):
 
     def _backoff(self, attempts: int) -> bool:
         """Wait before the next try, never past the finish deadline; True means 'keep looping'."""
-        delay = min(self.cfg.retry_cap, self.cfg.retry_base * (2 ** max(0, attempts - 1)))
+        delay = min(self.cfg.retry_cap, self.cfg.retry_base * (2 ** min(max(0, attempts - 1), 30)))
         if self._retry_after:
             delay = min(self.cfg.retry_cap, max(delay, self._retry_after))
         delay *= random.uniform(0.8, 1.0)
         if self.stop_at is not None:
             delay = min(delay, max(0.0, self.stop_at - time.monotonic()))
         self.busy = False
-        self.wake.wait(delay)
-        self.wake.clear()
+        deadline = time.monotonic() + delay
+        while True:
+            woken = self.wake.wait(max(0.0, deadline - time.monotonic()))
+            self.wake.clear()
+            if not (woken and self.s.spill_wanted):
+                break
+            # A caller filling memory during an outage: move the queue to disk and keep waiting, so
+            # the outage is not hammered with a connection attempt per wake-up.
+            self.busy = True
+            self.s.spill_queue()
+            self.busy = False
+            if time.monotonic() >= deadline:
+                break
         return not self._late()
 
     # ── hyperparameters ───────────────────────────────────────────────────────────────────────
@@ -272,7 +311,7 @@ class Sender(threading.Thread):
             return self._hparams_refused(params, 0, b"", "not serialisable") if len(params) == 1 else \
                 self._hparams_shrink()
         try:
-            status, data, retry_after = self.transport.post("hparams", body, self._hparams_id())
+            status, data, retry_after, formats = self.transport.post("hparams", body, self._hparams_id())
         except TransportError as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self._hparams_attempts += 1
@@ -289,6 +328,7 @@ class Sender(threading.Thread):
             return self._hparams_shrink()
         if not 200 <= status < 300:
             return self._hparams_refused(params, status, data, f"refused (HTTP {status})")
+        self._negotiate(formats)
         with self.s.order_lock:
             self.s.hparams_sent += self._forget(params)
         self._hparams_attempts = 0
@@ -350,7 +390,7 @@ _MISSING = object()
 
 
 def _raw_points(records: list[Record]) -> int:
-    return sum(len(values) for _, _, values in records)
+    return points_of(records)
 
 
 def _seconds(header: str) -> float:

@@ -1,7 +1,9 @@
 """The overflow file: records that do not fit the memory budget wait on disk, in order.
 
-The sender appends (oldest records first) and reads from a committed offset, under the one lock. A
-record is a JSON line `[step, unix_time, {key: value}]`. Once everything is delivered the file is
+The sender appends (oldest records first) and reads from a committed offset, under the one lock. Each
+line is one block of records with the same keys, `{"keys": [...], "rows": "<base64>"}` (the rows are
+`_rows`' packed rows, up to 256 a line), so spilling and reading back cost a join and a base64 pass
+per block rather than JSON per record. Once everything is delivered the file is
 truncated so a long outage does not leave a large file behind. A write the disk refuses (full, over a
 quota or a file-size limit) is cut back to the last whole line and the file stops taking records until
 it empties; what it holds is still replayed. At close, undelivered records are renamed to
@@ -14,18 +16,44 @@ import errno
 import json
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from tuneplane.report._config import record_cost
+from tuneplane.report._rows import Entry, Record, b64, blocks, from_b64, keys_json, split
 
-Record = tuple[int, float, dict[str, float]]
+LINE_ROWS = 256  # records per line at most
+LINE_BYTES = 96 * 1024  # and packed bytes per line (at least one record), so a reader's chunk holds it
+WRITE_BYTES = 256 * 1024  # lines are written in groups of about this much
+
+
+def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> list[tuple[bytes, int, int]]:
+    """The overflow-file lines for `records`, in order: (line, records, points)."""
+    out = []
+    for entry, rows in blocks(records):
+        per_line = max(1, min(LINE_ROWS, LINE_BYTES // entry[4].size))
+        head = '{"keys":' + keys_json(entry[0], keys_cache) + ',"rows":"'
+        for start in range(0, len(rows), per_line):
+            chunk = rows[start:start + per_line]
+            out.append(((head + b64(b"".join(chunk)) + '"}\n').encode(), len(chunk), len(chunk) * entry[3]))
+    return out
+
+
+def parse_line(line: bytes, entry_of: Callable[[tuple[str, ...]], Entry]) -> list[Record]:
+    """One line back into records; ValueError when it is not a line this module wrote."""
+    block = json.loads(line)
+    keys = block["keys"] if isinstance(block, dict) else None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or \
+            not isinstance(block.get("rows"), str):
+        raise ValueError("not an overflow-file line")
+    return split(entry_of(tuple(keys)), from_b64(block["rows"]))
 
 
 class Spill:
     """An append-only JSON-lines queue on disk with a read cursor."""
 
-    def __init__(self, path: str, limit_bytes: int) -> None:
+    def __init__(self, path: str, limit_bytes: int, entry_of: Callable[[tuple[str, ...]], Entry]) -> None:
         self.path = path
+        self.entry_of = entry_of
         self.limit = limit_bytes
         self.lock = threading.RLock()  # the session holds it around append during overflow
         self._size = 0
@@ -37,7 +65,7 @@ class Spill:
         self.refusal = ""  # the drop reason while full: "disk full", or why the file cannot be written
         self.error = ""
         self._file: Any = None
-        self._keys: dict[str, str] = {}
+        self._keys: dict[tuple[str, ...], str] = {}
 
     def _open(self) -> Any:
         if self._file is None:
@@ -52,42 +80,44 @@ class Spill:
 
     def append(self, records: list[Record]) -> int:
         """Write records in order; returns how many fit under the size limit (the rest are the caller's
-        to drop). Written in chunks so the overflow path never holds a second copy of the budget."""
+        to drop). Written in groups so the overflow path never holds a second copy of the budget."""
         with self.lock:
             if self.closed or self.full:
                 return 0
             written = 0
-            for start in range(0, len(records), 256):
-                count = self._write(records[start:start + 256])
+            for start in range(0, len(records), 2048):
+                part = records[start:start + 2048]
+                count = self._write(lines_of(part, self._keys))
                 written += count
-                if count < len(records[start:start + 256]):
+                if count < len(part):
                     break
             return written
 
-    def _write(self, records: list[Record]) -> int:
-        lines: list[bytes] = []
+    def _write(self, lines: list[tuple[bytes, int, int]]) -> int:
+        """Write whole lines while they fit under the limit; returns the records written."""
+        group: list[bytes] = []
         size = self._size
-        points = 0
-        for record in records:
-            line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        records = points = 0
+        for line, count, line_points in lines:
             if size + len(line) > self.limit:
                 break
-            lines.append(line)
+            group.append(line)
             size += len(line)
-            points += len(record[2])
-        if lines:
+            records += count
+            points += line_points
+        if group:
             try:
                 handle = self._open()
                 handle.seek(self._size)
-                handle.write(b"".join(lines))
+                handle.write(b"".join(group))
                 handle.flush()
             except OSError as exc:
                 self._refused(exc)
                 return 0
             self._size = size
-            self._records += len(lines)
+            self._records += records
             self.points += points
-        return len(lines)
+        return records
 
     def _refused(self, exc: OSError) -> None:
         """Cut a partial write back to the last whole line; stop appending until the file empties."""
@@ -121,11 +151,12 @@ class Spill:
                 if not line:
                     break
                 offset += len(line)
-                step, ts, values = json.loads(line)
-                keys = self._keys  # one string per key, as in the memory queue, not one per record
-                out.append((step, ts, {keys.setdefault(k, k): v for k, v in values.items()}))
-                points += len(values)
-                cost += record_cost(len(values))
+                records = parse_line(line, self.entry_of)  # one shared entry per key set, as in memory
+                out.extend(records)
+                if records:
+                    entry = records[0][0]
+                    points += entry[3] * len(records)
+                    cost += entry[2] * len(records)
             return out, offset
 
     def commit(self, offset: int, count: int, points: int) -> None:

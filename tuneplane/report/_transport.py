@@ -2,6 +2,13 @@
 
 Only the sender thread uses a Transport, so it needs no lock. Connection-level failures surface as
 `OSError`/`http.client.HTTPException` for the caller to classify; HTTP statuses come back as numbers.
+
+Two encodings of a metrics batch: the upstream one every receiver understands (`{"run_id", "points":
+[{"key", "step", "value", "ts"}]}`, gzipped), which is the default, and `rows/1` (see `_rows`), which
+costs a join and a base64 pass per block instead of text per point and is sent uncompressed (packed
+doubles do not shrink). The sender switches to `rows/1` only after the receiver lists it in an
+`X-TunePlane-Formats` answer header, and back for good if a `rows/1` body is refused as malformed by
+a receiver that no longer lists it.
 """
 
 from __future__ import annotations
@@ -11,11 +18,12 @@ import json
 import os
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-Record = tuple[int, float, dict[str, float]]
+from tuneplane.report._rows import ROWS_FORMAT, Record, b64, blocks, checked, keys_json, unpack
+
 TransportError = (OSError, http.client.HTTPException)
 
 
@@ -40,8 +48,8 @@ class Transport:
             self._conn = cls(self.host, self.port, timeout=self.timeout)
         return self._conn
 
-    def post(self, name: str, body: bytes, batch_id: str, gzip: bool = True) -> tuple[int, bytes, str]:
-        """Send one request; returns (status, response body, Retry-After header)."""
+    def post(self, name: str, body: bytes, batch_id: str, gzip: bool = True) -> tuple[int, bytes, str, str]:
+        """Send one request; returns (status, response body, Retry-After, X-TunePlane-Formats)."""
         headers = {"Content-Type": "application/json", "X-TunePlane-Token": self.token,
                    "X-TunePlane-Batch": batch_id}
         if gzip:
@@ -56,7 +64,8 @@ class Transport:
             raise
         if response.will_close:
             self.close()
-        return response.status, data, response.getheader("Retry-After") or ""
+        return (response.status, data, response.getheader("Retry-After") or "",
+                response.getheader("X-TunePlane-Formats") or "")
 
     def close(self) -> None:
         if self._conn is not None:
@@ -75,7 +84,7 @@ def post_lifecycle(env: Mapping[str, str], event: str, timeout: float) -> bool:
     stamp = datetime.now(UTC).isoformat()
     body = json.dumps({"run_id": run_id, "event": event, "ts": stamp}).encode()
     try:
-        status, _, _ = transport.post("lifecycle", body, f"lifecycle-{event}-{os.getpid()}", gzip=False)
+        status, _, _, _ = transport.post("lifecycle", body, f"lifecycle-{event}-{os.getpid()}", gzip=False)
     finally:
         transport.close()
     return 200 <= status < 300
@@ -88,13 +97,16 @@ def compress(payload: bytes) -> bytes:
 
 
 class Encoder:
-    """Builds the upstream `{"run_id", "points": [...]}` body by string assembly (several times faster
-    than building dicts for `json.dumps`), caching each key's JSON form and each second's timestamp."""
+    """Builds metrics bodies: `rows/1` once negotiated (`rows`), else the upstream `{"run_id", "points":
+    [...]}` by string assembly (several times faster than building dicts for `json.dumps`), caching
+    each key's JSON form and each second's timestamp."""
 
     def __init__(self, run_id: str, rank: int | None) -> None:
         self.head = '{"run_id":' + json.dumps(run_id)
         self.rank_field = "" if rank is None else f',"rank":{int(rank)}'
+        self.rows = False  # the receiver said it reads rows/1
         self._keys: dict[str, str] = {}
+        self._key_lists: dict[tuple[str, ...], str] = {}
         self._second = -1
         self._stamp = ""
 
@@ -128,13 +140,34 @@ class Encoder:
             parts.append(self._key(key) + tail + repr(value) + end)
         return ",".join(parts), len(parts), skipped
 
-    def batch(self, batch_id: str, records: Iterable[Record]) -> tuple[bytes, int, int]:
-        """The gzipped metrics body, streamed record by record so no uncompressed copy is ever whole."""
+    def batch(self, batch_id: str, records: list[Record]) -> tuple[bytes, int, int, bool]:
+        """(body, points in it, non-finite values left out, whether the body is gzipped)."""
+        if self.rows:
+            body, points, skipped = self.rows_batch(batch_id, records)
+            return body, points, skipped, False
+        return (*self.points_batch(batch_id, records), True)
+
+    def rows_batch(self, batch_id: str, records: list[Record]) -> tuple[bytes, int, int]:
+        """The `rows/1` body: one block per run of records with the same keys."""
+        parts = [f'{self.head},"batch_id":"{batch_id}","format":"{ROWS_FORMAT}"{self.rank_field},"blocks":[']
+        points = skipped = 0
+        for entry, rows in blocks(records):
+            blob, bad = checked(entry, rows)
+            skipped += bad
+            points += entry[3] * len(rows) - bad
+            if len(parts) > 1:
+                parts.append(",")
+            parts.append(f'{{"keys":{keys_json(entry[0], self._key_lists)},"rows":"{b64(blob)}"}}')
+        parts.append("]}")
+        return "".join(parts).encode(), points, skipped
+
+    def points_batch(self, batch_id: str, records: list[Record]) -> tuple[bytes, int, int]:
+        """The gzipped upstream body, streamed record by record so no uncompressed copy is ever whole."""
         packer = zlib.compressobj(1, zlib.DEFLATED, 31)
         out = [packer.compress(f'{self.head},"batch_id":"{batch_id}","points":['.encode())]
         points = skipped = 0
-        for step, unix, values in records:
-            text, count, dropped = self.record(step, unix, values)
+        for record in records:
+            text, count, dropped = self.record(*unpack(record))
             skipped += dropped
             if count:
                 out.append(packer.compress(("," + text if points else text).encode()))

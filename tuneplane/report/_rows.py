@@ -1,0 +1,140 @@
+"""The compact form of queued records, shared by the memory queue, the overflow file and the wire.
+
+A record is `(entry, row)`. The entry stands for one key set and is shared by every record with those
+keys; the row is `struct`-packed little-endian bytes: `int64 step, float64 unix time, float64 value
+per key`, in the entry's key order. `log()` builds the row with one C call, so a queued record is two
+small objects that the garbage collector never has to walk, and the sender turns a run of records
+with one key set into one block by joining bytes.
+
+The `rows/1` wire format (what our receiver advertises, see `tuneplane.ingest.rows`) carries such
+blocks as `{"keys": [...], "rows": "<base64 of the joined rows>"}`; a NaN value means "no value for
+this key in this record" (the SDK turns non-finite values into NaN and counts them as dropped).
+"""
+
+from __future__ import annotations
+
+import binascii
+import math
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+
+from tuneplane.report._config import record_cost
+
+ROWS_FORMAT = "rows/1"
+NAN = float("nan")
+
+# (keys, pack, cost, points, struct): `pack(step, unix_time, *values)` builds a row; `cost` is the
+# memory-budget estimate of one record; `points` is len(keys).
+Entry = tuple[tuple[str, ...], Callable[..., bytes], int, int, struct.Struct]
+Record = tuple[Entry, bytes]
+
+_structs: dict[int, struct.Struct] = {}
+
+
+def row_struct(points: int) -> struct.Struct:
+    layout = _structs.get(points)
+    if layout is None:
+        layout = struct.Struct(f"<qd{points}d")
+        if len(_structs) < 1024:
+            _structs[points] = layout
+    return layout
+
+
+def make_entry(keys: tuple[str, ...], shared: bool = True) -> Entry:
+    """An entry for `keys`. Shared entries live in a cache; a private one (the cache is full) also
+    charges the budget for its own key strings and tuples, which then exist once per record."""
+    layout = row_struct(len(keys))
+    cost = record_cost(len(keys))
+    if not shared:
+        cost += 120 + sum(56 + len(key) for key in keys) + 8 * len(keys)
+    return (keys, layout.pack, cost, len(keys), layout)
+
+
+def points_of(records: Iterable[Record]) -> int:
+    return sum(entry[3] for entry, _ in records)
+
+
+def unpack(record: Record) -> tuple[int, float, dict[str, float]]:
+    """A record as `(step, unix_time, {key: value})`."""
+    entry, row = record
+    step, unix, *values = entry[4].unpack(row)
+    return step, unix, dict(zip(entry[0], values, strict=True))
+
+
+def blocks(records: list[Record]) -> Iterator[tuple[Entry, list[bytes]]]:
+    """Runs of consecutive records with the same entry, in order: (entry, rows)."""
+    if not records:
+        return
+    first = records[0][0]
+    entries = [entry for entry, _ in records]
+    if entries.count(first) == len(entries):
+        yield first, [row for _, row in records]
+        return
+    for entry, group in groupby(records, key=itemgetter(0)):
+        yield entry, [row for _, row in group]
+
+
+def checked(entry: Entry, rows: list[bytes]) -> tuple[bytes, int]:
+    """The joined rows with every non-finite value made NaN ("no value"), and how many there were
+    (each is a dropped point). One C-speed sum decides the common case: a sum over the whole block
+    is finite only if every number in it is."""
+    blob = b"".join(rows)
+    if not blob:
+        return blob, 0
+    floats = memoryview(blob).cast("d")
+    try:
+        if math.isfinite(sum(floats)):  # steps read as floats are finite too unless negative or huge
+            return blob, 0
+    finally:
+        floats.release()
+    layout = entry[4]
+    skipped = 0
+    out = []
+    for row in rows:
+        step, unix, *values = layout.unpack(row)
+        bad = [i for i, v in enumerate(values) if v - v != 0.0]
+        if bad or unix - unix != 0.0:
+            skipped += len(bad)
+            for i in bad:
+                values[i] = NAN
+            row = layout.pack(step, unix if unix - unix == 0.0 else 0.0, *values)
+        out.append(row)
+    return b"".join(out), skipped
+
+
+def b64(blob: bytes) -> str:
+    return binascii.b2a_base64(blob, newline=False).decode("ascii")
+
+
+def from_b64(text: str) -> bytes:
+    return binascii.a2b_base64(text, strict_mode=True)
+
+
+def split(entry: Entry, blob: bytes) -> list[Record]:
+    """Joined rows back into records."""
+    width = entry[4].size
+    if len(blob) % width:
+        raise ValueError(f"rows of {len(blob)} bytes are not whole rows of {width}")
+    return [(entry, blob[i:i + width]) for i in range(0, len(blob), width)]
+
+
+def keys_json(keys: tuple[str, ...], cache: dict[tuple[str, ...], str]) -> str:
+    encoded = cache.get(keys)
+    if encoded is None:
+        # lazy: json only when a new key set is first encoded
+        import json
+
+        encoded = json.dumps(list(keys), ensure_ascii=False)
+        if len(cache) < 10_000:
+            cache[keys] = encoded
+    return encoded
+
+
+def as_keys(value: Any) -> tuple[str, ...] | None:
+    """A decoded key list, or None when it is not a list of strings."""
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        return None
+    return tuple(value)
