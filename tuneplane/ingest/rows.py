@@ -54,7 +54,7 @@ def rows_points(payload: dict[str, Any], limits: Limits) -> list[Point]:
         named = tuple(key + suffix for key in keys) if suffix else keys
         if _all_finite(raw):  # the common case: no NaN, nothing infinite
             for step, unix, *values in layout.iter_unpack(raw):
-                points.extend(zip(named, repeat(step), values, repeat(unix)))  # noqa: B905 (repeat is endless)
+                points.extend(zip(named, repeat(step), values, repeat(unix)))
         else:
             _careful(named, layout, raw, f"blocks[{index}]", points, problems)
     if problems:

@@ -55,36 +55,37 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
         if s is None:
             return
     try:
-        if step is None:
-            step = s.step = s.step + 1
-        else:
-            if type(step) is not int:
-                step = _as_step(step)
-            s.step = step
+        # The previous step + 1, an int as given, or a numpy/torch integer made an int (text is refused).
+        step = s.step = s.step + 1 if step is None else step if type(step) is int else _as_step(step)
         if not prefix and type(metrics) is dict:
-            entry = s.entries.get(tuple(metrics))
-            if entry is not None:
+            found = s.entries.get(tuple(metrics))
+            if found is not None:
                 # Fast path: keys validated before, in this order. One C call packs step, time and
                 # values into a row (see _rows); anything that is not a plain number makes it raise,
                 # and the slow path reduces or drops it. The caller may reuse its dict.
+                entry, pack = found
                 try:
-                    s.queue.append((entry, entry[1](step, _now(), *metrics.values())))
+                    s.queue.append((entry, pack(step, _now(), *metrics.values())))
                 except Exception:
                     pass
                 else:
-                    s.added += entry[2]
+                    s.added += entry[1]
                     if s.added > s.limit:
                         s.overflow()
                     return
         s.log_slow(metrics, step, prefix)
     except _BadStep:
-        s.drop("step is not an integer", len(metrics) if hasattr(metrics, "__len__") else 1)
+        s.drop("step is not an integer", _size(metrics))
     except Exception as exc:  # reporting must never break training
         s.internal_error(f"log(): {type(exc).__name__}: {exc}")
 
 
 class _BadStep(Exception):
     pass
+
+
+def _size(metrics: Any) -> int:
+    return len(metrics) if hasattr(metrics, "__len__") else 1
 
 
 def _as_step(step: Any) -> int:
@@ -132,7 +133,7 @@ def _log_records(records: Iterable[tuple[int, float, Mapping[str, Any]]]) -> Non
         try:
             s.log_slow(values, step if type(step) is int else _as_step(step), "", float(unix))
         except _BadStep:
-            s.drop("step is not an integer", len(values) if hasattr(values, "__len__") else 1)
+            s.drop("step is not an integer", _size(values))
         except Exception as exc:
             s.internal_error(f"collector records: {type(exc).__name__}: {exc}")
 

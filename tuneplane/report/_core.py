@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from tuneplane.report._config import SPILL_DIR, Config
-from tuneplane.report._rows import Entry, Record, make_entry, points_of
+from tuneplane.report._rows import Cached, Entry, Record, make_entry, points_of
 from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
@@ -34,7 +34,7 @@ class Session:
         self.session_id = os.urandom(8).hex()
         self.queue: deque[Record] = deque()
         self.step = 0
-        self.entries: dict[tuple[str, ...], Entry] = {}  # validated key sets, in order
+        self.entries: dict[tuple[str, ...], Cached] = {}  # validated key sets, in order
         self.budget = config.buffer_bytes
         self.added = 0
         self.released = 0  # written by the sender
@@ -99,24 +99,27 @@ class Session:
         if record:
             self.append(step, record, unix)
 
-    def entry(self, keys: tuple[str, ...]) -> Entry:
+    def cached(self, keys: tuple[str, ...]) -> Cached:
         """The shared entry of a validated key set (made on first use), or a private one past the cap."""
-        entry = self.entries.get(keys)
-        if entry is None:
+        found = self.entries.get(keys)
+        if found is None:
             if len(self.entries) >= MAX_CACHED_KEYS:
                 return make_entry(keys, shared=False)
-            entry = self.entries[keys] = make_entry(keys)
-        return entry
+            found = self.entries[keys] = make_entry(keys)
+        return found
+
+    def entry(self, keys: tuple[str, ...]) -> Entry:
+        return self.cached(keys)[0]
 
     def append(self, step: int, record: dict[str, float], unix: float | None = None) -> None:
-        entry = self.entry(tuple(record))
+        entry, pack = self.cached(tuple(record))
         try:
-            row = entry[1](step, time.time() if unix is None else unix, *record.values())
+            row = pack(step, time.time() if unix is None else unix, *record.values())
         except (OverflowError, ValueError, TypeError, struct.error):  # a step beyond 64 bits, a bad time
             self.drop("step out of range" if not -(2**63) <= step < 2**63 else "bad timestamp", len(record))
             return
         self.queue.append((entry, row))
-        self.added += entry[2]
+        self.added += entry[1]
         if self.added > self.limit:
             self.overflow()
 
@@ -158,7 +161,7 @@ class Session:
             popleft = self.queue.popleft
             records: list[Record] = [popleft() for _ in range(len(self.queue))]
             written = spill.append(records)
-            self.evicted += sum(entry[2] for entry, _ in records)
+            self.evicted += sum(entry[1] for entry, _ in records)
             self.taken += points_of(records)
             self.spilled_points += points_of(records[:written])
             if written < len(records):
@@ -173,10 +176,10 @@ class Session:
             entry, _ = self.queue.pop()
         except IndexError:
             return
-        self.evicted += entry[2]
+        self.evicted += entry[1]
         why = "memory budget full (no overflow file)" if self.spill is None else \
             ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
-        self.drop(why, entry[3])
+        self.drop(why, entry[2])
 
     def _refresh_limit(self) -> None:
         # `limit` (half the budget: where spilling starts) only ever grows, so a stale write from

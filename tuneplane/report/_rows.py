@@ -1,10 +1,11 @@
 """The compact form of queued records, shared by the memory queue, the overflow file and the wire.
 
-A record is `(entry, row)`. The entry stands for one key set and is shared by every record with those
-keys; the row is `struct`-packed little-endian bytes: `int64 step, float64 unix time, float64 value
-per key`, in the entry's key order. `log()` builds the row with one C call, so a queued record is two
-small objects that the garbage collector never has to walk, and the sender turns a run of records
-with one key set into one block by joining bytes.
+A record is `(entry, row)`. The entry `(keys, cost, points)` stands for one key set and is shared by
+every record with those keys; the row is `struct`-packed little-endian bytes: `int64 step, float64
+unix time, float64 value per key`, in the entry's key order. `log()` builds the row with one C call.
+Entries hold only strings and ints, so the garbage collector untracks a record the first time it
+sees it and never walks the queue again; the packer lives beside the entry in the session's cache.
+The sender turns a run of records with one key set into one block by joining bytes.
 
 The `rows/1` wire format (what our receiver advertises, see `tuneplane.ingest.rows`) carries such
 blocks as `{"keys": [...], "rows": "<base64 of the joined rows>"}`; a NaN value means "no value for
@@ -26,10 +27,10 @@ from tuneplane.report._config import record_cost
 ROWS_FORMAT = "rows/1"
 NAN = float("nan")
 
-# (keys, pack, cost, points, struct): `pack(step, unix_time, *values)` builds a row; `cost` is the
-# memory-budget estimate of one record; `points` is len(keys).
-Entry = tuple[tuple[str, ...], Callable[..., bytes], int, int, struct.Struct]
+# (keys, cost, points): `cost` is the memory-budget estimate of one record, `points` is len(keys).
+Entry = tuple[tuple[str, ...], int, int]
 Record = tuple[Entry, bytes]
+Cached = tuple[Entry, Callable[..., bytes]]  # an entry and `pack(step, unix_time, *values)` for it
 
 _structs: dict[int, struct.Struct] = {}
 
@@ -43,24 +44,23 @@ def row_struct(points: int) -> struct.Struct:
     return layout
 
 
-def make_entry(keys: tuple[str, ...], shared: bool = True) -> Entry:
-    """An entry for `keys`. Shared entries live in a cache; a private one (the cache is full) also
-    charges the budget for its own key strings and tuples, which then exist once per record."""
-    layout = row_struct(len(keys))
+def make_entry(keys: tuple[str, ...], shared: bool = True) -> Cached:
+    """An entry for `keys` and its packer. Shared entries live in a cache; a private one (the cache is
+    full) also charges the budget for its own key strings and tuples, which then exist once per record."""
     cost = record_cost(len(keys))
     if not shared:
         cost += 120 + sum(56 + len(key) for key in keys) + 8 * len(keys)
-    return (keys, layout.pack, cost, len(keys), layout)
+    return (keys, cost, len(keys)), row_struct(len(keys)).pack
 
 
 def points_of(records: Iterable[Record]) -> int:
-    return sum(entry[3] for entry, _ in records)
+    return sum(entry[2] for entry, _ in records)
 
 
 def unpack(record: Record) -> tuple[int, float, dict[str, float]]:
     """A record as `(step, unix_time, {key: value})`."""
     entry, row = record
-    step, unix, *values = entry[4].unpack(row)
+    step, unix, *values = row_struct(entry[2]).unpack(row)
     return step, unix, dict(zip(entry[0], values, strict=True))
 
 
@@ -90,7 +90,7 @@ def checked(entry: Entry, rows: list[bytes]) -> tuple[bytes, int]:
             return blob, 0
     finally:
         floats.release()
-    layout = entry[4]
+    layout = row_struct(entry[2])
     skipped = 0
     out = []
     for row in rows:
@@ -115,7 +115,7 @@ def from_b64(text: str) -> bytes:
 
 def split(entry: Entry, blob: bytes) -> list[Record]:
     """Joined rows back into records."""
-    width = entry[4].size
+    width = row_struct(entry[2]).size
     if len(blob) % width:
         raise ValueError(f"rows of {len(blob)} bytes are not whole rows of {width}")
     return [(entry, blob[i:i + width]) for i in range(0, len(blob), width)]

@@ -128,7 +128,7 @@ class Sender(threading.Thread):
                 records, offset = s.spill.read(self.max_points, self._batch_cost_cap())
             if records:
                 cost = 0
-                disk_cost = sum(entry[2] for entry, _ in records)
+                disk_cost = sum(entry[1] for entry, _ in records)
                 s.held_from_disk += disk_cost  # in memory again while it travels: inside the budget
                 s._refresh_limit()
             else:
@@ -154,8 +154,8 @@ class Sender(threading.Thread):
             record = popleft()
             append(record)
             entry = record[0]
-            points += entry[3]
-            cost += entry[2]
+            points += entry[2]
+            cost += entry[1]
             if points >= max_points or cost >= cap_cost:
                 break
         self.s.taken += points

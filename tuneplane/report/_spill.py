@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tuneplane.report._rows import Entry, Record, b64, blocks, from_b64, keys_json, split
+from tuneplane.report._rows import Entry, Record, b64, blocks, from_b64, keys_json, row_struct, split
 
 LINE_ROWS = 256  # records per line at most
 LINE_BYTES = 96 * 1024  # and packed bytes per line (at least one record), so a reader's chunk holds it
@@ -30,11 +30,11 @@ def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> l
     """The overflow-file lines for `records`, in order: (line, records, points)."""
     out = []
     for entry, rows in blocks(records):
-        per_line = max(1, min(LINE_ROWS, LINE_BYTES // entry[4].size))
+        per_line = max(1, min(LINE_ROWS, LINE_BYTES // row_struct(entry[2]).size))
         head = '{"keys":' + keys_json(entry[0], keys_cache) + ',"rows":"'
         for start in range(0, len(rows), per_line):
             chunk = rows[start:start + per_line]
-            out.append(((head + b64(b"".join(chunk)) + '"}\n').encode(), len(chunk), len(chunk) * entry[3]))
+            out.append(((head + b64(b"".join(chunk)) + '"}\n').encode(), len(chunk), len(chunk) * entry[2]))
     return out
 
 
@@ -155,8 +155,8 @@ class Spill:
                 out.extend(records)
                 if records:
                     entry = records[0][0]
-                    points += entry[3] * len(records)
-                    cost += entry[2] * len(records)
+                    points += entry[2] * len(records)
+                    cost += entry[1] * len(records)
             return out, offset
 
     def commit(self, offset: int, count: int, points: int) -> None:

@@ -154,7 +154,7 @@ class Encoder:
         for entry, rows in blocks(records):
             blob, bad = checked(entry, rows)
             skipped += bad
-            points += entry[3] * len(rows) - bad
+            points += entry[2] * len(rows) - bad
             if len(parts) > 1:
                 parts.append(",")
             parts.append(f'{{"keys":{keys_json(entry[0], self._key_lists)},"rows":"{b64(blob)}"}}')

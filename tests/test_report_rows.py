@@ -1,0 +1,239 @@
+"""tuneplane.report's compact records and the rows/1 wire format, against real local receivers.
+
+What log() leaves on the caller's thread (a packed row, no encoding), how small a queued record is,
+that the garbage collector stops walking the queue, and that the compact body is sent only to a
+receiver that advertised it, while an upstream receiver keeps getting the upstream body.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import socket
+import sys
+import threading
+import tracemalloc
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tuneplane.report as report
+from tuneplane.ingest import mint_token, series, summary
+from tuneplane.ingest.gate import Refused, read_body
+from tuneplane.ingest.server import IngestHandler, IngestServer, _points
+
+SECRET = b"w" * 32
+RUN = "run-rows"
+FAST = {"TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+        "TUNEPLANE_REPORT_RETRY_CAP": "0.2", "TUNEPLANE_REPORT_FINISH_TIMEOUT": "20"}
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.bodies: list[str] = []  # "points" or "rows", one per metrics request
+        self.advertise = True
+        self.lock = threading.Lock()
+
+
+class Recording(IngestHandler):
+    """Our receiver, noting the form of each metrics body; with `advertise` off it behaves as an
+    upstream receiver: no formats header, and a body without `points` is refused."""
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword == "X-TunePlane-Formats" and not self.server.seen.advertise:  # type: ignore[attr-defined]
+            return
+        super().send_header(keyword, value)
+
+    def _post(self) -> tuple[int, dict[str, Any]]:
+        seen: Seen = self.server.seen  # type: ignore[attr-defined]
+        if not self.path.rstrip("/").endswith("/metrics"):
+            return super()._post()
+        body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits)
+        form = "rows" if "blocks" in body.payload else "points"
+        with seen.lock:
+            seen.bodies.append(form)
+        if form == "rows" and not seen.advertise:
+            raise Refused(422, "points must be a list")
+        points = _points(body.payload, self.server.limits)
+        stored, duplicate = self.server.store.add_points(body.run_id, points, body.payload.get("batch_id"))
+        return 200, {"ok": True, "stored": stored, "duplicate": duplicate}
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name in list(__import__("os").environ):
+        if name.startswith("TUNEPLANE_") or name in ("RANK", "LOCAL_RANK"):
+            monkeypatch.delenv(name, raising=False)
+    for name, value in FAST.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "out").mkdir()
+    monkeypatch.setenv("TUNEPLANE_JOB_ENABLED", "1")
+    monkeypatch.setenv("TUNEPLANE_JOB_RUN_ID", RUN)
+    monkeypatch.setenv("TUNEPLANE_JOB_TOKEN", mint_token(SECRET, RUN))
+    monkeypatch.setenv("TUNEPLANE_OUT_DIR", str(tmp_path / "out"))
+    report._reset()
+    yield tmp_path
+    report._reset()
+
+
+@pytest.fixture()
+def receiver(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IngestServer]:
+    server = IngestServer(env / "ingest.sqlite", SECRET, handler=Recording).start()
+    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", server.url)
+    yield server
+    server.stop()
+
+
+def seen(server: IngestServer) -> Seen:
+    return server.httpd.seen  # type: ignore[attr-defined, no-any-return]
+
+
+def down_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{sock.getsockname()[1]}")
+
+
+# ── the caller's side ─────────────────────────────────────────────────────────────────────────
+def test_a_queued_record_is_compact_and_untracked_by_the_gc(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    down_endpoint(monkeypatch)  # nothing leaves: every record stays queued
+    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0, buffer_bytes=64 * 1024 * 1024)
+    report.log({"loss": 0.0, "acc": 0.0, "lr": 0.0, "grad_norm": 0.0}, step=0)
+    tracemalloc.start()
+    start = tracemalloc.get_traced_memory()[0]
+    for step in range(1, 20_001):
+        report.log({"loss": 1.0 / step, "acc": step * 0.5, "lr": 3e-4, "grad_norm": step + 1.5}, step=step)
+    per_record = (tracemalloc.get_traced_memory()[0] - start) / 20_000
+    tracemalloc.stop()
+    # Four floats: 48 bytes of row, its header and the record's tuple; the dict copy it replaced
+    # held ~620 bytes.
+    assert per_record <= 160, f"{per_record:.0f} bytes per queued record"
+    session = report._session
+    assert session is not None
+    gc.collect()
+    assert not any(gc.is_tracked(record) for record in list(session.queue)[:1000])
+
+
+def test_the_callers_thread_encodes_nothing_even_when_memory_overflows(env: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    down_endpoint(monkeypatch)  # the queue overflows to disk all the time
+    report.init(monitor_hardware=False, finish_timeout=0, buffer_bytes=16 * 1024)
+    report.log({"loss": 0.0, "acc": 0.0}, step=0)
+    called: set[str] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":
+            called.add(f"{getattr(arg, '__module__', None) or type(getattr(arg, '__self__', None)).__name__}."
+                       f"{getattr(arg, '__name__', '?')}")
+        elif event == "call":
+            called.add(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)  # this thread only
+    try:
+        for step in range(1, 3001):
+            report.log({"loss": 1.0 / step, "acc": 0.5}, step=step)
+    finally:
+        sys.setprofile(None)
+    stats = report.stats()
+    assert stats["spilled_points"] > 0 and stats["dropped_points"] == 0  # it did overflow, losslessly
+    encoders = {"zlib", "binascii", "_json", "json"}
+    assert not [c for c in called if c.split(".")[0] in encoders or "dumps" in c or "compress" in c
+                or c.startswith(("_spill.py", "_transport.py", "encoder.py")) or c.endswith((".write", ".flush"))], \
+        sorted(called)
+
+
+def test_non_finite_values_on_the_fast_path_are_dropped_and_counted(receiver: IngestServer) -> None:
+    report.init(monitor_hardware=False)
+    report.log({"a": 1.0, "b": 2.0}, step=0)  # validates the keys: the rest take the fast path
+    report.log({"a": math.nan, "b": 3.0}, step=1)
+    report.log({"a": math.inf, "b": 4.0}, step=2)
+    report.log({"a": 5.0, "b": -math.inf}, step=-7)  # a negative step reads as NaN in the C-speed check
+    report.log({"a": 6.0, "b": 7.0}, step=-8)
+    report.finish()
+    db = receiver.store.path
+    assert series(db, RUN, "a") == [(-8, 6.0), (-7, 5.0), (0, 1.0)]
+    assert series(db, RUN, "b") == [(-8, 7.0), (0, 2.0), (1, 3.0), (2, 4.0)]
+    stats = report.stats()
+    assert stats["dropped"] == {"non-finite value": 3} and stats["ledger"]["balanced"]
+    assert stats["delivered_points"] == 7
+
+
+def test_a_step_beyond_64_bits_is_dropped_with_its_reason(receiver: IngestServer) -> None:
+    report.init(monitor_hardware=False)
+    report.log({"a": 1.0}, step=1)
+    report.log({"a": 2.0}, step=2**63)
+    report.log({"a": 3.0}, step=3)
+    report.finish()
+    assert series(receiver.store.path, RUN, "a") == [(1, 1.0), (3, 3.0)]
+    assert report.stats()["dropped"] == {"step out of range": 1}
+
+
+# ── the wire ──────────────────────────────────────────────────────────────────────────────────
+def log_steps(start: int, stop: int) -> None:
+    for step in range(start, stop):
+        report.log({"loss": 1.0 / (step + 1), "lr": step * 1e-5}, step=step)
+
+
+def test_our_receiver_gets_rows_after_it_advertised_them(receiver: IngestServer) -> None:
+    report.init(monitor_hardware=False, batch_points=100)
+    log_steps(0, 50)
+    assert report.flush(10)
+    log_steps(50, 1000)
+    report.finish()
+    bodies = seen(receiver).bodies
+    assert bodies[0] == "points" and set(bodies[1:]) == {"rows"} and len(bodies) >= 10
+    db = receiver.store.path
+    assert series(db, RUN, "loss") == [(s, 1.0 / (s + 1)) for s in range(1000)]
+    assert summary(db, RUN)["lr"]["count"] == 1000
+    assert report.stats()["delivered_points"] == 2000
+
+
+def test_an_upstream_receiver_only_ever_gets_points(receiver: IngestServer) -> None:
+    seen(receiver).advertise = False
+    report.init(hparams={"lr": 0.1}, monitor_hardware=False, batch_points=100)
+    log_steps(0, 500)
+    report.finish()
+    assert set(seen(receiver).bodies) == {"points"}
+    assert summary(receiver.store.path, RUN)["loss"]["count"] == 500
+
+
+def test_a_receiver_that_stops_reading_rows_gets_points_again(receiver: IngestServer,
+                                                                capfd: pytest.CaptureFixture[str]) -> None:
+    report.init(monitor_hardware=False, batch_points=100)
+    log_steps(0, 10)
+    assert report.flush(10)
+    seen(receiver).advertise = False  # replaced by an older receiver, say
+    log_steps(10, 20)
+    assert report.flush(10) is True
+    log_steps(20, 500)
+    report.finish()
+    bodies = seen(receiver).bodies
+    assert bodies[:3] == ["points", "rows", "points"] and set(bodies[2:]) == {"points"}
+    # The refused batch is dropped as any 4xx drops a batch, and said so; all after it arrive.
+    stats = report.stats()
+    assert stats["refused_points"] == 20 and stats["refused_batches"] == {422: 1}
+    assert summary(receiver.store.path, RUN)["loss"]["count"] == 490
+    assert "no longer reads rows/1" in capfd.readouterr().err
+
+
+def test_rows_bodies_are_smaller_and_cheaper_than_points_for_the_same_records() -> None:
+    from tuneplane.report._rows import make_entry
+    from tuneplane.report._transport import Encoder
+
+    entry, pack = make_entry(("train/loss", "train/lr", "train/grad_norm", "train/acc"))
+    records = [(entry, pack(step, 1_700_000_000.0 + step, 1.0 / (step + 1), 3e-4, 1.5, 0.5)) for step in range(1250)]
+    encoder = Encoder(RUN, None)
+    points, count, _, gzipped = encoder.batch("b", records)
+    encoder.rows = True
+    rows, rows_count, _, rows_gzipped = encoder.batch("b", records)
+    assert gzipped and not rows_gzipped and count == rows_count == 5000
+    upstream = json.loads(zlib.decompress(points, 31))
+    compact = json.loads(rows)
+    assert compact["format"] == "rows/1" and len(compact["blocks"]) == 1
+    assert [p["value"] for p in upstream["points"][:4]] == [1.0, 3e-4, 1.5, 0.5]
+    assert len(rows) < len(zlib.decompress(points, 31)) / 5  # 64 bytes a record instead of ~340
