@@ -5,7 +5,9 @@
 For each SDK, in its own process (and its own venv under bench/.work/ for the peers):
   * per-call `log()` overhead with 4 float keys: the median over chunks of 100 calls (>= --calls calls
     in all), minus the same loop without the call; also the plain mean per call (loop wall time over
-    calls), which includes the SDK's background work competing for the GIL;
+    calls), which includes the SDK's background work competing for the GIL; and the CPU per call of the
+    whole process, all threads, over the loop and finish() together (what the SDK costs in all, even
+    when its sender does most of its work after the loop, as it may with a loop this short);
   * with no token (wandb: mode="disabled"; mlflow has no such mode) and enabled against a healthy
     local receiver (ours and upstream: our ingest receiver in a separate process; wandb: offline mode;
     mlflow: a local file store);
@@ -134,17 +136,19 @@ if mode == "steps":
 log, finish = build()
 log({"loss": 0.0, "acc": 0.0, "lr": 3e-4, "grad_norm": 1.0}, step=0)  # warm-up: lazy set-up, caches
 base = baseline(max(1, calls // CHUNK))
+cpu = time.process_time()
 wall = time.perf_counter()
 times, end = timed(log, max(1, calls // CHUNK), 1)
 wall = time.perf_counter() - wall
 t = time.perf_counter()
 finish()
 finish_s = time.perf_counter() - t
+cpu = time.process_time() - cpu
 per_call = statistics.median(times) / CHUNK
 baseline = statistics.median(base) / CHUNK
 print(json.dumps({"calls": end - 1, "logged_points": 4 * end, "median_ns": per_call - baseline,
                   "raw_median_ns": per_call, "baseline_ns": baseline, "mean_ns": wall * 1e9 / (end - 1),
-                  "finish_s": finish_s}))
+                  "cpu_ns": cpu * 1e9 / (end - 1), "finish_s": finish_s}))
 '''
 
 RECEIVER = r'''
@@ -300,12 +304,13 @@ def pct(row: dict[str, Any]) -> str:
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
     header = (f"{'sdk':<10} {'import ms':>9} {'no-token us':>11} {'enabled us':>10} {'mean us':>8} "
-              f"{'calls':>7} {'finish s':>8}  delivered")
+              f"{'cpu us':>7} {'calls':>7} {'finish s':>8}  delivered")
     lines = [header, "-" * len(header)]
     for name, row in rows.items():
         off, on = row.get("off") or {}, row.get("on") or {}
         lines.append(f"{name:<10} {row.get('import_ms', 0):>9.1f} {us(off.get('median_ns')):>11} "
-                     f"{us(on.get('median_ns')):>10} {us(on.get('mean_ns')):>8} {on.get('calls', 0):>7} "
+                     f"{us(on.get('median_ns')):>10} {us(on.get('mean_ns')):>8} {us(on.get('cpu_ns')):>7} "
+                     f"{on.get('calls', 0):>7} "
                      f"{on.get('finish_s', 0):>8.2f}  {pct(on)}")
     lines.append("")
     lines.append("machine loaded by a second (CPU-bound) process, enabled:")
@@ -331,8 +336,8 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
         if name == "ours":
             continue
         parts = []
-        for label, side in (("no-token", "off"), ("enabled", "on"), ("mean", "on")):
-            field = "mean_ns" if label == "mean" else "median_ns"
+        for label, side in (("no-token", "off"), ("enabled", "on"), ("mean", "on"), ("cpu", "on")):
+            field = {"mean": "mean_ns", "cpu": "cpu_ns"}.get(label, "median_ns")
             a, b = (row.get(side) or {}).get(field), (ours.get(side) or {}).get(field)
             if a and b and b > 0:
                 parts.append(f"{label} x{a / b:.1f}")

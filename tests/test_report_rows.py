@@ -13,6 +13,7 @@ import math
 import socket
 import sys
 import threading
+import time
 import tracemalloc
 import zlib
 from collections.abc import Iterator
@@ -102,8 +103,10 @@ def down_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
 # ── the caller's side ─────────────────────────────────────────────────────────────────────────
 def test_a_queued_record_is_compact_and_untracked_by_the_gc(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     down_endpoint(monkeypatch)  # nothing leaves: every record stays queued
-    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0, buffer_bytes=64 * 1024 * 1024)
+    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0, buffer_bytes=64 * 1024 * 1024,
+                retry_base=60, retry_cap=60)  # the sender waits out its backoff: only the queue grows
     report.log({"loss": 0.0, "acc": 0.0, "lr": 0.0, "grad_norm": 0.0}, step=0)
+    time.sleep(0.2)  # its first (failed) attempt is over
     tracemalloc.start()
     start = tracemalloc.get_traced_memory()[0]
     for step in range(1, 20_001):

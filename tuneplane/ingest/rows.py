@@ -96,16 +96,14 @@ def _block(block: Any, where: str, problems: list[str]) -> tuple[tuple[str, ...]
     return tuple(keys), layout, raw
 
 
+# Every byte but the two that can open a NaN or an infinity as a little-endian double's last byte.
+_NOT_HIGH = bytes(b for b in range(256) if b not in (0x7F, 0xFF))
+
+
 def _all_finite(raw: bytes) -> bool:
-    """One C-speed sum over every 8-byte word: finite only if no value is NaN or infinite (a step read
-    as a float is finite too, unless negative or huge; those rows take the careful path)."""
-    if not raw:
-        return True
-    words = memoryview(raw).cast("d")
-    try:
-        return math.isfinite(sum(words))
-    finally:
-        words.release()
+    """No 8-byte word can be a NaN or an infinity (whose last byte is 0x7F or 0xFF): two C-speed passes.
+    Negative or huge steps and doubles beyond 2**1021 look suspect too and take the careful path."""
+    return not raw[7::8].translate(None, _NOT_HIGH)
 
 
 def _careful(keys: tuple[str, ...], layout: struct.Struct, raw: bytes, where: str, points: list[Point],

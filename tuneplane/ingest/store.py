@@ -106,10 +106,14 @@ class MetricStore:
             if not self._claim_batch(run_id, batch_id, "metrics"):
                 return 0, True
             rows = []
+            known = self._series
             for key, step, value, ts in points:
-                stamp = ts_ms(ts) if ts else None
-                series_id, t0 = self._series_of(run_id, key, now_ms if stamp is None else stamp)
-                rows.append((series_id, step, value, (now_ms if stamp is None else stamp) - t0))
+                # Unix seconds (the rows/1 body) inline; text through the ISO parser.
+                stamp = int(ts * 1000) if type(ts) is float and ts - ts == 0.0 else ts_ms(ts) if ts else None
+                if stamp is None:
+                    stamp = now_ms
+                series_id, t0 = known.get((run_id, key)) or self._series_of(run_id, key, stamp)
+                rows.append((series_id, step, value, stamp - t0))
             self._db.executemany(UPSERT, rows)
         return len(rows), False
 

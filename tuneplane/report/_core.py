@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from tuneplane.report._config import SPILL_DIR, Config
-from tuneplane.report._rows import Cached, Entry, Record, make_entry, points_of
+from tuneplane.report._rows import Cached, Entry, Record, cost_of, make_entry, points_of
 from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
@@ -161,7 +161,7 @@ class Session:
             popleft = self.queue.popleft
             records: list[Record] = [popleft() for _ in range(len(self.queue))]
             written = spill.append(records)
-            self.evicted += sum(entry[1] for entry, _ in records)
+            self.evicted += cost_of(records)
             self.taken += points_of(records)
             self.spilled_points += points_of(records[:written])
             if written < len(records):

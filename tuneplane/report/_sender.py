@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuneplane.report._rows import ROWS_FORMAT, Record, points_of
+from tuneplane.report._rows import ROWS_FORMAT, Record, cost_of, points_of
 from tuneplane.report._transport import Encoder, Transport, TransportError, compress
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class Sender(threading.Thread):
                 records, offset = s.spill.read(self.max_points, self._batch_cost_cap())
             if records:
                 cost = 0
-                disk_cost = sum(entry[1] for entry, _ in records)
+                disk_cost = cost_of(records)
                 s.held_from_disk += disk_cost  # in memory again while it travels: inside the budget
                 s._refresh_limit()
             else:
@@ -147,17 +147,18 @@ class Sender(threading.Thread):
         queue = self.s.queue
         popleft = queue.popleft
         records: list[Record] = []
-        append = records.append
         points = cost = 0
         max_points, cap_cost = self.max_points, self._batch_cost_cap()
-        for _ in range(len(queue)):  # only the sender pops, so these are all there
-            record = popleft()
-            append(record)
-            entry = record[0]
-            points += entry[2]
-            cost += entry[1]
-            if points >= max_points or cost >= cap_cost:
-                break
+        # In runs sized by the next record's entry (records of one key set are the common case), so
+        # the per-record work is a C-level pop and sum; only the sender pops, so they are all there.
+        while queue and points < max_points and cost < cap_cost:
+            entry = queue[0][0]
+            count = min(len(queue), max(1, (max_points - points) // entry[2]),
+                        max(1, (cap_cost - cost) // entry[1]))
+            run = [popleft() for _ in range(count)]
+            records += run
+            points += points_of(run)
+            cost += cost_of(run)
         self.s.taken += points
         return records, cost
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from tuneplane.report._rows import ROWS_FORMAT, Record, b64, blocks, checked, keys_json, unpack
+from tuneplane.report._rows import ROWS_FORMAT, Record, b64_bytes, blocks, checked, keys_json, unpack
 
 TransportError = (OSError, http.client.HTTPException)
 
@@ -149,17 +149,19 @@ class Encoder:
 
     def rows_batch(self, batch_id: str, records: list[Record]) -> tuple[bytes, int, int]:
         """The `rows/1` body: one block per run of records with the same keys."""
-        parts = [f'{self.head},"batch_id":"{batch_id}","format":"{ROWS_FORMAT}"{self.rank_field},"blocks":[']
+        head = f'{self.head},"batch_id":"{batch_id}","format":"{ROWS_FORMAT}"{self.rank_field},"blocks":['
+        parts = [head.encode()]
         points = skipped = 0
         for entry, rows in blocks(records):
             blob, bad = checked(entry, rows)
             skipped += bad
             points += entry[2] * len(rows) - bad
-            if len(parts) > 1:
-                parts.append(",")
-            parts.append(f'{{"keys":{keys_json(entry[0], self._key_lists)},"rows":"{b64(blob)}"}}')
-        parts.append("]}")
-        return "".join(parts).encode(), points, skipped
+            keys = keys_json(entry[0], self._key_lists)
+            parts.append(f'{"," if len(parts) > 1 else ""}{{"keys":{keys},"rows":"'.encode())
+            parts.append(b64_bytes(blob))
+            parts.append(b'"}')
+        parts.append(b"]}")
+        return b"".join(parts), points, skipped
 
     def points_batch(self, batch_id: str, records: list[Record]) -> tuple[bytes, int, int]:
         """The gzipped upstream body, streamed record by record so no uncompressed copy is ever whole."""
