@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tuneplane.report._core import Session
 
 RETRYABLE = frozenset({408, 425, 429}) | frozenset(range(500, 600))
+PROBE_POINTS = 100  # the first metrics batch, before the receiver has said what it reads
 MALFORMED = frozenset({400, 415, 422})  # a rows/1 body refused with these: perhaps no longer read
 
 
@@ -149,6 +150,8 @@ class Sender(threading.Thread):
         records: list[Record] = []
         points = cost = 0
         max_points, cap_cost = self.max_points, self._batch_cost_cap()
+        if not self._answered:  # a small first batch in the upstream encoding learns what the receiver reads
+            max_points = min(max_points, PROBE_POINTS)
         # In runs sized by the next record's entry (records of one key set are the common case), so
         # the per-record work is a C-level pop and sum; only the sender pops, so they are all there.
         while queue and points < max_points and cost < cap_cost:
@@ -208,9 +211,12 @@ class Sender(threading.Thread):
         self._refuse(batch, status, data)
         return "done"
 
+    _answered = False  # the receiver has answered a request
+
     def _negotiate(self, formats: str) -> None:
         """Our receiver lists the formats it reads in an `X-TunePlane-Formats` header on every answer;
         upstream receivers send none, so they only ever get the upstream encoding."""
+        self._answered = True
         if not self.encoder.rows and not self._rows_refused and ROWS_FORMAT in formats:
             self.encoder.rows = True
 
