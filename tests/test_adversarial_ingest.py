@@ -460,8 +460,13 @@ for step in range(40_000):
     assert "no TUNEPLANE_OUT_DIR" not in result["stderr"] and "disk full" in result["stderr"]
     unsent = list((tmp_path / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
     assert len(unsent) == 1
-    lines = unsent[0].read_text().splitlines()
-    assert sum(len(json.loads(line)[2]) for line in lines) == kept  # whole lines only, exactly the kept
+    lines = unsent[0].read_bytes().splitlines()
+    from tuneplane.collector.sources import unsent_points  # the reader that uploads them
+
+    problems: dict[str, int] = {}
+    # Whole lines only, exactly the kept.
+    assert sum(len(values) for line in lines for _, _, values in unsent_points(line, problems)) == kept
+    assert problems == {}
     # The collector uploads them afterwards: everything kept reaches the store.
     env_c = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env_c.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": "run-sdk",
