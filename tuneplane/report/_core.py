@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from tuneplane.report._config import SPILL_DIR, Config
-from tuneplane.report._rows import Cached, Entry, Record, cost_of, make_entry, points_of
+from tuneplane.report._rows import Cached, Entry, Record, cost_of, make_entry, points_of, take
 from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
@@ -158,8 +158,7 @@ class Session:
         if spill is None:
             return
         with self.order_lock:
-            popleft = self.queue.popleft
-            records: list[Record] = [popleft() for _ in range(len(self.queue))]
+            records: list[Record] = take(self.queue, len(self.queue))
             written = spill.append(records)
             self.evicted += cost_of(records)
             self.taken += points_of(records)
@@ -300,7 +299,7 @@ class Session:
         if self.spill is None:
             return False
         with self.order_lock:
-            queued = [self.queue.popleft() for _ in range(len(self.queue))]
+            queued = take(self.queue, len(self.queue))
             self.taken += points_of(queued)
             records = (self.sender.memory_records() if self.sender else []) + queued
             if self.sender is not None:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuneplane.report._rows import ROWS_FORMAT, Record, cost_of, points_of
+from tuneplane.report._rows import ROWS_FORMAT, Record, cost_of, points_of, take
 from tuneplane.report._transport import Encoder, Transport, TransportError, compress
 
 if TYPE_CHECKING:
@@ -146,7 +146,6 @@ class Sender(threading.Thread):
         """Up to a batch of records off the queue (under order_lock): the points leave the queue and
         enter the batch in one step, so the ledger never misses them."""
         queue = self.s.queue
-        popleft = queue.popleft
         records: list[Record] = []
         points = cost = 0
         max_points, cap_cost = self.max_points, self._batch_cost_cap()
@@ -158,7 +157,7 @@ class Sender(threading.Thread):
             entry = queue[0][0]
             count = min(len(queue), max(1, (max_points - points) // entry[2]),
                         max(1, (cap_cost - cost) // entry[1]))
-            run = [popleft() for _ in range(count)]
+            run = take(queue, count)
             records += run
             points += points_of(run)
             cost += cost_of(run)
