@@ -240,3 +240,33 @@ def test_rows_bodies_are_smaller_and_cheaper_than_points_for_the_same_records() 
     assert compact["format"] == "rows/1" and len(compact["blocks"]) == 1
     assert [p["value"] for p in upstream["points"][:4]] == [1.0, 3e-4, 1.5, 0.5]
     assert len(rows) < len(zlib.decompress(points, 31)) / 5  # 64 bytes a record instead of ~340
+
+
+@pytest.mark.parametrize("advertise", [True, False])
+def test_records_back_from_disk_split_on_413_and_reach_either_receiver(env: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        advertise: bool) -> None:
+    from tuneplane.ingest.server import Limits
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    report.init(monitor_hardware=False, buffer_bytes=16 * 1024, batch_points=400)
+    log_steps(0, 600)  # the receiver is away: most of this waits on disk, a line of rows a record
+    time.sleep(0.2)
+    assert report.stats()["spilled_points"] > 0
+    # It comes back with a point cap below one line of the overflow file.
+    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording, limits=Limits(max_points=60))
+    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    seen(server).advertise = advertise
+    try:
+        server.start()
+        report.finish()
+        db = server.store.path
+        assert series(db, RUN, "loss") == [(s, 1.0 / (s + 1)) for s in range(600)]
+        assert summary(db, RUN)["lr"]["count"] == 600
+        stats = report.stats()
+        assert stats["delivered_points"] == 1200 and stats["pending_points"] == 0 and stats["ledger"]["balanced"]
+        assert ("rows" in seen(server).bodies) is advertise
+    finally:
+        server.stop()

@@ -29,7 +29,9 @@ NAN = float("nan")
 # Every byte but the two that can open a NaN or an infinity as a little-endian double's last byte.
 _NOT_HIGH = bytes(b for b in range(256) if b not in (0x7F, 0xFF))
 
-# (keys, cost, points): `cost` is the memory-budget estimate of one record, `points` is len(keys).
+# (keys, cost, points): `cost` is the memory-budget estimate of the record, `points` its values. A
+# record read back from the overflow file holds several rows (a whole line) under an entry of its own
+# with their summed cost and points; everything that walks rows takes the layout from len(keys).
 Entry = tuple[tuple[str, ...], int, int]
 Record = tuple[Entry, bytes]
 Cached = tuple[Entry, Callable[..., bytes]]  # an entry and `pack(step, unix_time, *values)` for it
@@ -74,11 +76,28 @@ def cost_of(records: Iterable[Record]) -> int:
     return sum(map(_cost_of, map(_entry_of, records)))
 
 
-def unpack(record: Record) -> tuple[int, float, dict[str, float]]:
-    """A record as `(step, unix_time, {key: value})`."""
-    entry, row = record
-    step, unix, *values = row_struct(entry[2]).unpack(row)
-    return step, unix, dict(zip(entry[0], values, strict=True))
+def rows_of(record: Record) -> Iterator[tuple[int, float, dict[str, float]]]:
+    """A record's rows as `(step, unix_time, {key: value})`."""
+    keys, blob = record[0][0], record[1]
+    for step, unix, *values in row_struct(len(keys)).iter_unpack(blob):
+        yield step, unix, dict(zip(keys, values, strict=True))
+
+
+def singles(records: list[Record]) -> list[Record]:
+    """Records with one row each (what was read back from disk as a line becomes its rows)."""
+    out: list[Record] = []
+    for entry, blob in records:
+        width = row_struct(len(entry[0])).size
+        if len(blob) == width:
+            out.append((entry, blob))
+        else:
+            count = len(blob) // width
+            out += split((entry[0], entry[1] // count, len(entry[0])), blob)
+    return out
+
+
+def multi(record: Record) -> bool:
+    return len(record[1]) > row_struct(len(record[0][0])).size
 
 
 def blocks(records: list[Record]) -> Iterator[tuple[Entry, list[bytes]]]:
@@ -100,18 +119,16 @@ def checked(entry: Entry, rows: list[bytes]) -> tuple[bytes, int]:
     blob = b"".join(rows)
     if maybe_finite(blob):
         return blob, 0
-    layout = row_struct(entry[2])
+    layout = row_struct(len(entry[0]))
     skipped = 0
     out = []
-    for row in rows:
-        step, unix, *values = layout.unpack(row)
+    for step, unix, *values in layout.iter_unpack(blob):
         bad = [i for i, v in enumerate(values) if v - v != 0.0]
         if bad or unix - unix != 0.0:
             skipped += len(bad)
             for i in bad:
                 values[i] = NAN
-            row = layout.pack(step, unix if unix - unix == 0.0 else 0.0, *values)
-        out.append(row)
+        out.append(layout.pack(step, unix if unix - unix == 0.0 else 0.0, *values))
     return b"".join(out), skipped
 
 
@@ -136,8 +153,8 @@ def from_b64(text: str | bytes, strict: bool = True) -> bytes:
 
 
 def split(entry: Entry, blob: bytes) -> list[Record]:
-    """Joined rows back into records."""
-    width = row_struct(entry[2]).size
+    """Joined rows back into one-row records under `entry`."""
+    width = row_struct(len(entry[0])).size
     if len(blob) % width:
         raise ValueError(f"rows of {len(blob)} bytes are not whole rows of {width}")
     cuts = map(slice, range(0, len(blob), width), range(width, len(blob) + width, width))

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuneplane.report._rows import ROWS_FORMAT, Record, cost_of, points_of, take
+from tuneplane.report._rows import ROWS_FORMAT, Record, cost_of, multi, points_of, singles, take
 from tuneplane.report._transport import Encoder, Transport, TransportError, compress
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class Sender(threading.Thread):
         if status in RETRYABLE:
             self.s.retries += 1
             return "retry"
-        if status == 413 and len(batch.records) > 1:
+        if status == 413 and (len(batch.records) > 1 or multi(batch.records[0])):
             self._split(batch)
             return "done"
         self._refuse(batch, status, data)
@@ -248,10 +248,11 @@ class Sender(threading.Thread):
     def _split(self, batch: Batch) -> None:
         """A 413 means our batch is over the receiver's limit: halve it and send smaller ones from now on."""
         self.max_points = max(1, self.max_points // 2)
-        half = len(batch.records) // 2
+        single = singles(batch.records)
+        half = len(single) // 2
         parts = []
-        for records in (batch.records[:half], batch.records[half:]):
-            share = batch.cost * len(records) // len(batch.records)
+        for records in (single[:half], single[half:]):
+            share = batch.cost * len(records) // len(single)
             parts.append(self._encoded(Batch(self._new_id(), records, cost=share)))
         parts[-1].cost += batch.cost - sum(p.cost for p in parts)
         with self.s.order_lock:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tuneplane.report._rows import Entry, Record, b64, blocks, from_b64, keys_json, row_struct, split
+from tuneplane.report._rows import Entry, Record, b64, blocks, from_b64, keys_json, row_struct
 
 LINE_ROWS = 256  # records per line at most
 LINE_BYTES = 96 * 1024  # and packed bytes per line (at least one record), so a reader's chunk holds it
@@ -27,10 +27,12 @@ WRITE_BYTES = 256 * 1024  # lines are written in groups of about this much
 
 
 def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> list[tuple[bytes, int, int]]:
-    """The overflow-file lines for `records`, in order: (line, records, points)."""
+    """The overflow-file lines for `records`, in order: (line, records, points). Records written here
+    come from memory, so they hold one row each (what was read back from disk is never rewritten; a
+    batch split on a 413 is split into one-row records first)."""
     out = []
     for entry, rows in blocks(records):
-        per_line = max(1, min(LINE_ROWS, LINE_BYTES // row_struct(entry[2]).size))
+        per_line = max(1, min(LINE_ROWS, LINE_BYTES // row_struct(len(entry[0])).size))
         head = '{"keys":' + keys_json(entry[0], keys_cache) + ',"rows":"'
         for start in range(0, len(rows), per_line):
             chunk = rows[start:start + per_line]
@@ -42,10 +44,10 @@ ROWS_MARK = b',"rows":"'
 
 
 def parse_line(line: bytes, entry_of: Callable[[tuple[str, ...]], Entry],
-               keys_cache: dict[bytes, tuple[str, ...]] | None = None) -> list[Record]:
-    """One line back into records; ValueError when it is not a line this module wrote. The lines
-    are ours, so the key list is cut out and parsed (once per key set) and the rows decoded
-    directly, rather than running the JSON decoder over the long base64 text."""
+               keys_cache: dict[bytes, tuple[str, ...]] | None = None) -> Record:
+    """One line back as one record of all its rows; ValueError when it is not a line this module
+    wrote. The lines are ours, so the key list is cut out and parsed (once per key set) and the rows
+    decoded directly, rather than running the JSON decoder over the long base64 text."""
     cut = line.find(ROWS_MARK)
     if line.startswith(b'{"keys":[') and cut > 0 and line.rstrip().endswith(b'"}') and keys_cache is not None:
         head = line[8:cut]
@@ -57,13 +59,22 @@ def parse_line(line: bytes, entry_of: Callable[[tuple[str, ...]], Entry],
             keys = tuple(found)
             if len(keys_cache) < 10_000:
                 keys_cache[head] = keys
-        return split(entry_of(keys), from_b64(line[cut + len(ROWS_MARK):line.rstrip().rfind(b'"')], strict=False))
+        return _record(entry_of(keys), from_b64(line[cut + len(ROWS_MARK):line.rstrip().rfind(b'"')], strict=False))
     block = json.loads(line)
     keys = block["keys"] if isinstance(block, dict) else None
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or \
             not isinstance(block.get("rows"), str):
         raise ValueError("not an overflow-file line")
-    return split(entry_of(tuple(keys)), from_b64(block["rows"]))
+    return _record(entry_of(tuple(keys)), from_b64(block["rows"]))
+
+
+def _record(entry: Entry, blob: bytes) -> Record:
+    """A line's rows as one record: its own entry carries their summed cost and points."""
+    width = row_struct(len(entry[0])).size
+    if len(blob) % width or not blob:
+        raise ValueError(f"rows of {len(blob)} bytes are not whole rows of {width}")
+    count = len(blob) // width
+    return (entry if count == 1 else (entry[0], entry[1] * count, entry[2] * count)), blob
 
 
 class Spill:
@@ -76,7 +87,7 @@ class Spill:
         self.lock = threading.RLock()  # the session holds it around append during overflow
         self._size = 0
         self._offset = 0
-        self._records = 0
+        self._records = 0  # lines written and not yet committed (each reads back as one record)
         self.points = 0  # points written and not yet committed
         self.closed = False
         self.full = False  # the disk refused a write; no appends until the file empties
@@ -134,7 +145,7 @@ class Spill:
                 self._refused(exc)
                 return 0
             self._size = size
-            self._records += records
+            self._records += len(group)  # read back as one record a line
             self.points += points
         return records
 
@@ -170,16 +181,14 @@ class Spill:
                 if not line:
                     break
                 offset += len(line)
-                records = parse_line(line, self.entry_of, self._read_keys)  # entries shared as in memory
-                out.extend(records)
-                if records:
-                    entry = records[0][0]
-                    points += entry[2] * len(records)
-                    cost += entry[1] * len(records)
+                record = parse_line(line, self.entry_of, self._read_keys)
+                out.append(record)
+                points += record[0][2]
+                cost += record[0][1]
             return out, offset
 
     def commit(self, offset: int, count: int, points: int) -> None:
-        """The records before `offset` are delivered (or given up); reclaim space once all are."""
+        """The records (lines) before `offset` are delivered (or given up); reclaim space once all are."""
         with self.lock:
             if self.closed:
                 return

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from tuneplane.report._rows import ROWS_FORMAT, Record, b64_bytes, blocks, checked, keys_json, unpack
+from tuneplane.report._rows import ROWS_FORMAT, Record, b64_bytes, blocks, checked, keys_json, rows_of
 
 TransportError = (OSError, http.client.HTTPException)
 
@@ -169,11 +169,12 @@ class Encoder:
         out = [packer.compress(f'{self.head},"batch_id":"{batch_id}","points":['.encode())]
         points = skipped = 0
         for record in records:
-            text, count, dropped = self.record(*unpack(record))
-            skipped += dropped
-            if count:
-                out.append(packer.compress(("," + text if points else text).encode()))
-                points += count
+            for row in rows_of(record):
+                text, count, dropped = self.record(*row)
+                skipped += dropped
+                if count:
+                    out.append(packer.compress(("," + text if points else text).encode()))
+                    points += count
         out.append(packer.compress(b"]}"))
         out.append(packer.flush())
         return b"".join(out), points, skipped
