@@ -61,8 +61,10 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
             found = s.entries.get(tuple(metrics))
             if found is not None:
                 # Fast path: keys validated before, in this order. One C call packs step, time and
-                # values into a row (see _rows); anything that is not a plain number makes it raise,
-                # and the slow path reduces or drops it. The caller may reuse its dict.
+                # values into a row (see _rows), converting as float() does (a one-element tensor
+                # gives its value); anything else (text, None, a nested dict, a tensor of many
+                # elements, a step beyond 64 bits) makes it raise, and the slow path reduces or
+                # drops it. The caller may reuse its dict.
                 entry, pack = found
                 try:
                     s.queue.append((entry, pack(step, _now(), *metrics.values())))
