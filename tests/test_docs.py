@@ -610,7 +610,7 @@ def test_file_format_examples_pass_their_schemas() -> None:
     import yaml
 
     examples = _schema_examples()
-    kinds = {"lab", "recipe", "recipe-lock", "plugin", "plugins-lock", "run", "status"}
+    kinds = {"lab", "recipe", "recipe-lock", "plugin", "plugins-lock", "run", "status", "experiment"}
     assert {name for name, *_ in examples} >= kinds
     for name, lang, text, line in examples:
         schema = json.loads((REPO / "schemas" / f"{name}.schema.json").read_text(encoding="utf-8"))

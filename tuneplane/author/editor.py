@@ -15,7 +15,7 @@ from typing import Any
 
 from tuneplane.lab.schemarefs import config_schema_rel, schema_rel
 
-LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock")
+LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock", "experiment")
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
 
 

@@ -21,6 +21,7 @@ from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
 from tuneplane.models.base import name_error
+from tuneplane.models.experiment import EXPERIMENT_API, EXPERIMENT_FILE, ExperimentManifest
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
 from tuneplane.problems import Problem
 
@@ -96,6 +97,7 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
     if ctx.lock is not None and catalog.has(ctx.lock.recipe.name):
         ctx.recipe = catalog.recipe(ctx.lock.recipe.name)
     _load_config(ctx)
+    _load_manifest(ctx)
     return ctx
 
 
@@ -144,6 +146,29 @@ def _load_config(ctx: ExperimentContext) -> None:
         ctx.problems.append(exc.problem)
         return
     ctx.problems += ctx.config.notes
+
+
+def _load_manifest(ctx: ExperimentContext) -> None:
+    """experiment.yaml (optional): its version first, so a newer file says "upgrade", then its fields."""
+    path = ctx.dir / EXPERIMENT_FILE
+    if not present(path):
+        return
+    try:
+        doc = load_yaml(path, f"{ctx.rel}/{EXPERIMENT_FILE}", root=ctx.lab.root)
+    except LoadFailed as exc:
+        ctx.problems.append(exc.problem)
+        return
+    ctx.problems += doc.notes
+    api = doc.data.get("apiVersion") if isinstance(doc.data, dict) else None
+    if api != EXPERIMENT_API:
+        newer = isinstance(api, str) and api.startswith("tuneplane/experiment/")
+        ctx.problems.append(doc.problem("/apiVersion", "experiment-version",
+                                        f"unsupported experiment.yaml apiVersion {api!r}",
+                                        hint="upgrade tuneplane: pip install -U tuneplane" if newer else
+                                        f"start the file with `apiVersion: {EXPERIMENT_API}`"))
+        return
+    ctx.manifest, problems = parse_model(ExperimentManifest, doc, "experiment-schema")
+    ctx.problems += problems
 
 
 def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext]) -> list[Problem]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile
 from tuneplane.models.lock import RecipeLock
@@ -26,7 +27,8 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 def models() -> dict[str, type[BaseModel]]:
 
     return {"lab": LabFile, "recipe": Recipe, "recipe-lock": RecipeLock, "plugins-lock": PluginsLock,
-            "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec}
+            "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec,
+            "experiment": ExperimentManifest}
 
 
 def schema_for(name: str, model: type[BaseModel]) -> dict[str, Any]:

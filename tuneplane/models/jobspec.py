@@ -44,7 +44,9 @@ class AdapterRef(Strict):
     lifecycle: dict[str, str] = Field(default_factory=dict, description="Operation → entrypoint (export, eval).")
     artifacts: list[ArtifactRef] = Field(default_factory=list)
     native_metrics: list[dict[str, str]] = Field(
-        default_factory=list, description="The recipe's `metrics.native`, for the collector (left out when empty).")
+        default_factory=list,
+        description="The collector's outputs: the recipe's `metrics.native` and the experiment's "
+                    "(experiment.yaml), merged (left out when empty).")
 
 
 class RecipeRef(Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tuneplane.models.base import Strict
 
@@ -76,12 +76,27 @@ class NativeOutput(Strict):
     values: str | None = Field(None, description="JSON lines, wide: the field holding an object of metrics.")
     prefix: str = Field("", description="Put before every key.")
 
-    @model_validator(mode="after")
-    def _inside_out_dir(self) -> NativeOutput:
-        parts = self.path.replace("\\", "/").split("/")
-        if self.path.startswith("/") or ".." in parts or "\0" in self.path:
-            raise ValueError(f"path {self.path!r} must stay inside the out dir (relative, no '..')")
-        return self
+    @field_validator("path")
+    @classmethod
+    def _inside_out_dir(cls, path: str) -> str:
+        parts = path.replace("\\", "/").split("/")
+        if path.startswith(("/", "\\", "~")) or ".." in parts or "\0" in path:
+            raise ValueError(f"path {path!r} must stay inside the out dir: relative to it, without '..' "
+                             "(e.g. logs/tb)")
+        return path
+
+    @property
+    def where(self) -> str:
+        """The path as the collector resolves it (`./logs/tb/` and `logs/tb` name one output)."""
+        return "/".join(p for p in self.path.replace("\\", "/").split("/") if p not in ("", ".")) or "."
+
+
+def merge_native(recipe: list[NativeOutput], experiment: list[NativeOutput]) -> list[NativeOutput]:
+    """The outputs a job's collector reads: the recipe's, then the experiment's. The experiment extends
+    the recipe's list, and where both declare the same path the experiment's entry wins (its format,
+    mapping and prefix replace the recipe's)."""
+    own = {o.where for o in experiment}
+    return [o for o in recipe if o.where not in own] + list(experiment)
 
 
 class Metrics(Strict):

@@ -50,7 +50,7 @@ from tuneplane.models.jobspec import (
 )
 from tuneplane.models.lab import LabFile
 from tuneplane.models.lock import RecipeLock
-from tuneplane.models.recipe import Param, Recipe
+from tuneplane.models.recipe import NativeOutput, Param, Recipe, merge_native
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.entrypoints import effective_entrypoint
 from tuneplane.plan.names import object_name
@@ -73,6 +73,7 @@ class PreparedExperiment:
     plugins: tuple[PluginRef, ...]
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
     plugin_params: dict[str, Param] = field(default_factory=dict)  # declared by the locked plugins
+    native: tuple[NativeOutput, ...] = ()  # the collector's outputs: the recipe's and experiment.yaml's
 
     @property
     def plugins_locked(self) -> bool:
@@ -117,8 +118,9 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     written = ctx.config.plain if ctx.config is not None else {}
     base = _base_hyperparams(recipe.params, config, rel, written) | \
         _base_hyperparams(plugin_params, config, rel, written)
+    native = merge_native(recipe.metrics.native, ctx.manifest.metrics.native if ctx.manifest else [])
     return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
-                              tuple(plugins), base, plugin_params)
+                              tuple(plugins), base, plugin_params, tuple(native))
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
@@ -297,7 +299,7 @@ def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> Reci
                            bindings=dict(opts.bindings), platform_owned=list(opts.platform_owned),
                            required_inputs=list(opts.required_inputs), topology=_topology(opts.topology),
                            lifecycle=dict(recipe.lifecycle), artifacts=_artifacts(recipe),
-                           native_metrics=[o.model_dump(exclude_none=True) for o in recipe.metrics.native]))
+                           native_metrics=[o.model_dump(exclude_none=True) for o in prepared.native]))
 
 
 def _topology(topology: dict[str, Any]) -> dict[str, str | int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from tuneplane.lab.catalog import Catalog
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import Doc
+from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.problems import Problem
@@ -23,6 +24,7 @@ class ExperimentContext:
     lock_doc: Doc | None = None
     recipe: Recipe | None = None  # the catalog recipe the lock names, when the catalog has it
     config: Doc | None = None
+    manifest: ExperimentManifest | None = None  # experiment.yaml, when the experiment has one
     problems: list[Problem] = field(default_factory=list)
 
     @property
