@@ -70,6 +70,25 @@ def test_torch_summary_writer_scalars_are_collected(receiver: IngestServer, tmp_
     assert result["collected_points"] == 42
 
 
+def test_each_events_wall_time_is_the_points_time(receiver: IngestServer, tmp_path: Path) -> None:
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    from tuneplane.ingest import timed_series
+
+    out = tmp_path / "out"
+    writer = tensorboard.SummaryWriter(str(out / "tb"))
+    start = 1_800_000_000.0
+    for step in range(5):
+        writer.add_scalar("train/loss", 1.0 / (step + 1), step, walltime=start + step)
+        writer.add_scalar("hw/cpu_util", 10.0 * step, step, walltime=start + 60.0 * step)  # same step, own time
+    writer.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    hw = timed_series(receiver.store.path, RUN, "hw/cpu_util")
+    assert [(s, v) for s, v, _ in hw] == [(s, 10.0 * s) for s in range(5)]
+    assert [t for _, _, t in hw] == pytest.approx([start + 60.0 * s for s in range(5)], abs=0.002)
+    loss = timed_series(receiver.store.path, RUN, "train/loss")
+    assert [t for _, _, t in loss] == pytest.approx([start + s for s in range(5)], abs=0.002)
+
+
 def test_tensorboardx_scalars_are_collected(receiver: IngestServer, tmp_path: Path) -> None:
     tbx = pytest.importorskip("tensorboardX")
     out = tmp_path / "out"

@@ -119,6 +119,25 @@ def test_hardware_uses_wall_time_when_it_is_known() -> None:
     assert any(re.fullmatch(r"\d+m(\d\ds)?", t) for t in texts), texts
 
 
+def test_hardware_panels_share_one_wall_clock_from_the_first_sample() -> None:
+    from tuneplane.gitops.charts import wall_times
+
+    start = 1_700_000_000.0
+    timed = {"hw/cpu": [(s, float(s % 2), start + 10.0 * s) for s in range(30)],  # 0 s .. 290 s
+             "hw/gpu": [(s, float(s % 3), start + 150.0 + 10.0 * s) for s in range(15)],  # from 150 s
+             "hw/old": [(0, 1.0, None), (1, 2.0, None)],  # a store without times: left to the step axis
+             "train/loss": [(s, 1.0, start + s) for s in range(3)]}  # not hardware: steps
+    times = wall_times(timed)
+    assert sorted(times) == ["hw/cpu", "hw/gpu"]
+    assert times["hw/cpu"][0] == (0.0, 0.0) and times["hw/gpu"][0] == (150.0, 0.0)
+    svg = render_svg({k: [(s, v) for s, v, _ in p] for k, p in timed.items()}, vocab=SFT, times=times)
+    root = ET.fromstring(svg)
+    paths = [p.get("d", "") for p in root.iter(f"{NS}path")]
+    starts = [int(d[1:].split()[0]) for d in paths]
+    assert starts[-3] == 64 and starts[-2] > 64 + (760 - 80) // 3  # hw/gpu starts half-way along the axis
+    assert starts[-1] == 64  # hw/old: its own step axis
+
+
 def test_a_committed_chart_stays_small() -> None:
     long = {f"train/m{i}": [(s, (s * 7919 % 101) / 101) for s in range(5000)] for i in range(8)}
     svg = render_svg(long, vocab=SFT, compact=True)

@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import socket
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +18,16 @@ import pytest
 import yaml
 
 from tuneplane.gitops.charts import nice_ticks, render_svg, render_table, sparkline
-from tuneplane.ingest import hparams, lifecycle, mint_token, series, start_server, summary, verify_token
+from tuneplane.ingest import (
+    hparams,
+    lifecycle,
+    mint_token,
+    series,
+    start_server,
+    summary,
+    timed_series,
+    verify_token,
+)
 from tuneplane.ingest.server import IngestServer, Limits
 from tuneplane.ingest.tokens import ensure_secret, load_secret
 
@@ -201,6 +211,50 @@ def test_read_endpoints(receiver: IngestServer) -> None:
     assert request(receiver.url, "GET", "/api/runs/x/summary", token=token)[0] == 403
     assert request(receiver.url, "GET", "/healthz")[0] == 200
     assert request(receiver.url, "GET", "/api/else")[0] == 404
+
+
+def test_the_read_path_returns_each_points_time(receiver: IngestServer) -> None:
+    token = mint_token(SECRET, "r-timed")
+    body = {"run_id": "r-timed", "points": [
+        {"key": "hw/cpu", "step": 0, "value": 1.0, "ts": "2025-01-01T00:00:00+00:00"},
+        {"key": "hw/cpu", "step": 1, "value": 2.0, "ts": "2025-01-01T00:00:30.250+00:00"},
+        {"key": "hw/cpu", "step": 2, "value": 3.0, "ts": "2025-01-01T01:00:00+00:00"},
+        {"key": "loss", "step": 5, "value": 0.5}]}  # no ts: the time the receiver got it
+    before = time.time()
+    assert request(receiver.url, "POST", "/metrics", body, token=token)[0] == 200
+    t0 = 1735689600.0  # 2025-01-01T00:00:00Z
+    assert timed_series(receiver.store.path, "r-timed", "hw/cpu") == [
+        (0, 1.0, t0), (1, 2.0, t0 + 30.25), (2, 3.0, t0 + 3600)]
+    [(step, value, got)] = timed_series(receiver.store.path, "r-timed", "loss")
+    assert (step, value) == (5, 0.5) and got is not None and before - 1 <= got <= time.time() + 1
+    code, answer = request(receiver.url, "GET", "/api/runs/r-timed/metrics?key=hw/cpu&times=1", token=token)
+    assert code == 200
+    assert answer["series"] == {"hw/cpu": [[0, 1.0], [1, 2.0], [2, 3.0]]}  # the shape old clients read
+    assert answer["times"] == {"hw/cpu": [t0, t0 + 30.25, t0 + 3600]}
+    assert "times" not in request(receiver.url, "GET", "/api/runs/r-timed/metrics?key=loss", token=token)[1]
+    from tuneplane.ingest.client import fetch_timed_series
+
+    assert fetch_timed_series(receiver.url, "r-timed", "hw/cpu", token)[1] == (1, 2.0, t0 + 30.25)
+
+
+def test_tp_job_metrics_plots_hardware_against_wall_time(receiver: IngestServer, tmp_path: Path,
+                                                           cli: Any) -> None:
+    token = mint_token(SECRET, "r-hw")
+    points = [{"key": "train/loss", "step": s, "value": 1.0 / (s + 1)} for s in range(10)]
+    # samples numbered 0..9, 45 s apart, starting two minutes into the hour
+    points += [{"key": "hw/gpu_util", "step": s, "value": float(s % 3),
+                "ts": f"2025-01-01T00:{2 + (45 * s) // 60:02d}:{(45 * s) % 60:02d}+00:00"} for s in range(10)]
+    assert request(receiver.url, "POST", "/metrics", {"run_id": "r-hw", "points": points}, token=token)[0] == 200
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(SECRET)
+    for source in (["--db", str(receiver.store.path)], ["--endpoint", receiver.url, "--secret-file", str(secret_file)]):
+        plot = tmp_path / "hw.svg"
+        result = cli("job", "metrics", "r-hw", *source, "--plot", str(plot))
+        assert result.exit_code == 0, result.output
+        texts = [t.text for t in ET.fromstring(plot.read_text()).iter("{http://www.w3.org/2000/svg}text")]
+        assert "hw/gpu_util (wall time)" in texts and "time since the first sample" in texts
+        # 405 s of samples: ticks on whole minutes from the first sample, not sample numbers
+        assert [t for t in texts if re.fullmatch(r"\d+m(\d\ds)?|\d+s", t or "")] == ["0s", "2m", "4m", "6m"], texts
 
 
 def test_start_server_returns_url_and_stop(tmp_path: Path) -> None:

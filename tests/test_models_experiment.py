@@ -18,12 +18,15 @@ from tuneplane.models.recipe import NativeOutput, merge_native
 
 TB_TRAIN_PY = """
 import os
+import time
 from torch.utils.tensorboard import SummaryWriter
 
 writer = SummaryWriter(os.path.join(os.environ["TUNEPLANE_OUT_DIR"], "mine", "tb"))
+start = time.time()
 for step in range(8):
     writer.add_scalar("train/loss", 1.0 / (step + 1), step)
     writer.add_scalar("train/lr", 0.1, step)
+    writer.add_scalar("hw/cpu_util", float(step % 3), step, walltime=start + 30 * step)  # a sample per 30 s
 writer.close()
 print("wrote 8 steps", flush=True)
 """
@@ -126,3 +129,5 @@ def test_tensorboard_events_only_the_experiment_declares_are_charted(tmp_path: P
     assert first[:2] == ["train/loss", "0.125"] and first[4] == "8"  # primary first, every step once
     svg = (root / f"status/scr/{status_path.stem}.svg").read_text()
     assert "train/loss" in svg and "train/lr = 0.1" in svg
+    assert "hw/cpu_util (wall time)" in svg  # the event's wall time reached the store and the chart
+    assert ">1m<" in svg and ">3m<" in svg  # 210 s of samples, ticked on whole minutes

@@ -45,7 +45,8 @@ def metrics(
     if plot is not None:
         from tuneplane.gitops.charts import render_svg
 
-        _write(plot, render_svg(found.series(keys), title=f"run {run}", vocab=found.vocab))
+        _write(plot, render_svg(found.series(keys), title=f"run {run}", vocab=found.vocab,
+                                times=found.times(keys)))
 
 
 @job_app.command("compare")
@@ -92,7 +93,7 @@ def _run_metrics(run: str, read: _Reader) -> Any:
         raise UsageError(f"no metrics stored for run {run!r}",
                          "check the run id; a job reports only with tuneplane.report "
                          "and TUNEPLANE_JOB_TOKEN set")
-    return RunMetrics(summary, read.series, vocabulary_of(_method_of(run)))
+    return RunMetrics(summary, read.series, vocabulary_of(_method_of(run)), read.timed)
 
 
 def _method_of(run: str) -> str:
@@ -134,8 +135,8 @@ def _write(path: Path, text: str) -> None:
 
 
 class _Reader:
-    def __init__(self, summary: Any, series: Any) -> None:
-        self.summary, self.series = summary, series
+    def __init__(self, summary: Any, series: Any, timed: Any = None) -> None:
+        self.summary, self.series, self.timed = summary, series, timed
 
 
 def _local_reader(run: str, db: Path | None) -> _Reader:
@@ -147,7 +148,8 @@ def _local_reader(run: str, db: Path | None) -> _Reader:
     path = db or own or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
-    return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k))
+    return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k),
+                   lambda k: ingest.timed_series(path, run_id, k))
 
 
 def _resolve_run(run: str) -> tuple[str, Path | None]:
@@ -189,7 +191,8 @@ def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path
         raise UsageError("reading from --endpoint needs the run's token",
                          "pass --token (or set TUNEPLANE_JOB_TOKEN), or --secret-file to mint it")
     return _Reader(lambda: client.fetch_summary(endpoint, run, token),
-                   lambda k: client.fetch_series(endpoint, run, k, token))
+                   lambda k: client.fetch_series(endpoint, run, k, token),
+                   lambda k: client.fetch_timed_series(endpoint, run, k, token))
 
 
 def register(app: typer.Typer) -> None:

@@ -213,6 +213,9 @@ def _unsent_block(block: dict[str, Any]) -> list[Point]:
             for step, unix, *values in layout.iter_unpack(raw)]
 
 
+SAME_TIME = 0.001  # seconds: scalars of one step written this close together share a record
+
+
 def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[str, int]) -> list[Point]:
     """The scalars of consecutive events with the same step become one record, as one `log()` call."""
     points: list[Point] = []
@@ -225,7 +228,10 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
             continue
         for scalar in found:
             key = head + scalar.tag
-            if points and points[-1][0] == scalar.step and key not in points[-1][2]:
+            # one record has one time: a scalar logged with its own wall time (a hardware sample
+            # written with `walltime=`) starts a record of its own, so its time is kept
+            if (points and points[-1][0] == scalar.step and key not in points[-1][2]
+                    and abs(points[-1][1] - scalar.wall_time) < SAME_TIME):
                 points[-1][2][key] = scalar.value
             else:
                 points.append((scalar.step, scalar.wall_time, {key: scalar.value}))

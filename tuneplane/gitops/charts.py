@@ -167,12 +167,26 @@ def constant_value(points: Series) -> float | None:
     return None
 
 
+def wall_times(timed: Mapping[str, Sequence[tuple[int, float, float | None]]]) -> dict[str, list[tuple[float, float]]]:
+    """Hardware keys of `timed` (step, value, epoch seconds) as (seconds since the run's first
+    hardware sample, value), by time: what `render_svg(times=...)` draws against. Points without a
+    time are left out; a key with none keeps its step axis."""
+    hardware = {k: sorted((t, v) for _, v, t in points if t is not None and math.isfinite(t))
+                for k, points in timed.items() if is_hardware(k)}
+    starts = [points[0][0] for points in hardware.values() if points]
+    if not starts:
+        return {}
+    origin = min(starts)
+    return {k: [(t - origin, v) for t, v in points] for k, points in hardware.items() if points}
+
+
 def render_svg(series: Mapping[str, Series], title: str = "", width: int = 760, panel_height: int = 150,
                vocab: Vocabulary | None = None, times: Mapping[str, Series] | None = None,
                compact: bool = False) -> str:
     """A run's metrics: one panel per changing key (primary first, hardware last), stacked.
 
-    `times` gives hardware keys as (seconds since the first sample, value) for a wall-time axis.
+    `times` gives hardware keys as (seconds since the first sample, value) for a wall-time axis
+    (`wall_times` makes it from the ingest's timed series).
     `compact` bounds the file (a chart the bot commits for every run): fewer points and panels.
     """
     return render_compare_svg({"": series}, title=title, width=width, panel_height=panel_height,
@@ -217,6 +231,9 @@ def render_compare_svg(
         panels = panels[:COMPACT_PANELS]
     step_ranges = [s for _, t, lines in panels if not t for p in lines.values() for s, _ in p]
     shared = (min(step_ranges), max(step_ranges)) if step_ranges else (0.0, 1.0)
+    # hardware panels share one wall-time axis from the first sample (0 s), so their times line up
+    time_ranges = [s for _, t, lines in panels if t for p in lines.values() for s, _ in p]
+    wall = (min(0.0, *time_ranges), max(time_ranges)) if time_ranges else (0.0, 1.0)
     legend_rows = len(labels) if len(labels) > 1 or any(legend.values()) else 0
     top = (30 if title else 10) + legend_rows * 16
     const_rows = len(constants)
@@ -238,7 +255,7 @@ def render_compare_svg(
         parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
     for index, (key, use_time, lines) in enumerate(panels):
         y0 = top + index * (panel_height + 34)
-        parts.extend(_panel(key, lines, labels, y0, width, panel_height, use_time, None if use_time else shared,
+        parts.extend(_panel(key, lines, labels, y0, width, panel_height, use_time, wall if use_time else shared,
                             single=len(labels) == 1, index=index))
     y = top + max(1, len(panels)) * (panel_height + 34)
     for text in constants:
@@ -260,8 +277,6 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
     xs = [s for p in lines.values() for s, _ in p]
     ys = [v for p in lines.values() for _, v in p]
     x_lo, x_hi = shared if shared is not None else (min(xs), max(xs))
-    if use_time:
-        x_lo = min(xs)
     y_lo, y_hi = min(ys), max(ys)
     if y_hi == y_lo:
         pad = abs(y_lo) * 0.05 or 1.0

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.errors import UsageError
-from tuneplane.metrics.vocab import Vocabulary, counts
+from tuneplane.metrics.vocab import Vocabulary, counts, is_hardware
 
 Series = Sequence[tuple[int, float]]
+TimedSeries = Sequence[tuple[int, float, float | None]]  # step, value, epoch seconds
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RunMetrics:
     summary: Mapping[str, Mapping[str, Any]]  # by raw key, as stored
     read_series: Callable[[str], Series]
     vocab: Vocabulary
+    read_timed: Callable[[str], TimedSeries] | None = None  # hardware keys on a wall-time axis
 
     def names(self) -> dict[str, str]:
         """Canonical name → the stored key that answers for it, in reading order."""
@@ -59,6 +61,14 @@ class RunMetrics:
     def series(self, keys: Mapping[str, str]) -> dict[str, Series]:
         return {shown: self.read_series(raw) for shown, raw in keys.items()}
 
+    def times(self, keys: Mapping[str, str]) -> dict[str, list[tuple[float, float]]]:
+        """Hardware keys as (seconds since the first hardware sample, value); {} without times."""
+        from tuneplane.gitops.charts import wall_times
+
+        if self.read_timed is None:
+            return {}
+        return wall_times({shown: self.read_timed(raw) for shown, raw in keys.items() if is_hardware(shown)})
+
 
 def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str, Any]],
                 wanted: Sequence[str] = (), title: str = "") -> str:
@@ -67,9 +77,12 @@ def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str
 
     vocab = next(iter(runs.values())).vocab if runs else Vocabulary()
     lines: dict[str, dict[str, Series]] = {}
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for label, metrics in runs.items():
         keys = metrics.names()
         if wanted:
             keys = {k: v for k, v in metrics.select([w for w in wanted if w in keys or w in metrics.summary]).items()}
         lines[label] = dict(metrics.series(keys))
-    return render_compare_svg(lines, legend=changed_parameters(params), title=title, vocab=vocab)
+        times[label] = metrics.times(keys)  # each run's hardware from its own first sample
+    return render_compare_svg(lines, legend=changed_parameters(params), title=title, vocab=vocab,
+                              times=times if any(times.values()) else None)

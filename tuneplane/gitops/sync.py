@@ -25,6 +25,7 @@ from tuneplane.metrics.vocab import Vocabulary
 from tuneplane.models.run import RunStatus, Transition
 
 Series = dict[str, list[tuple[int, float]]]
+Timed = dict[str, list[tuple[int, float, float | None]]]  # step, value, epoch seconds
 
 
 def sync(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
@@ -118,8 +119,9 @@ def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> Ru
 
 
 def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
-                summary: dict[str, Any]) -> Series:
-    """Every point of every key, for the chart (local runs: their own store; cluster: the receiver)."""
+                summary: dict[str, Any]) -> Timed:
+    """Every point of every key with its time, for the chart (local runs: their own store; cluster:
+    the receiver)."""
     run_dir = getattr(backend, "run_dir", None)
     if run_dir is not None:
         from tuneplane import ingest  # lazy: only when a local run ends
@@ -127,17 +129,20 @@ def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status
 
         where = Path(run_dir(ref))
         run_id = str((read_state(where) or {}).get("run_id", status.run_id))
-        return {k: ingest.series(where / DB, run_id, k) for k in summary}
-    return metrics.series(status, list(summary))
+        return {k: ingest.timed_series(where / DB, run_id, k) for k in summary}
+    return metrics.timed(status, list(summary))
 
 
-def chart_svg(key: RunKey, series: Series, vocab: Vocabulary) -> str:
-    """The chart the bot commits beside a finished run's status: canonical names, primary first."""
-    from tuneplane.gitops.charts import render_svg  # lazy: charts only when a run ends
+def chart_svg(key: RunKey, timed: Timed, vocab: Vocabulary) -> str:
+    """The chart the bot commits beside a finished run's status: canonical names, primary first,
+    hardware against wall time."""
+    from tuneplane.gitops.charts import render_svg, wall_times  # lazy: charts only when a run ends
 
-    weight = {k: float(len(v)) for k, v in series.items()}
-    named = {name: series[raw] for name, raw in vocab.pick(series, weight).items()}
-    return render_svg(named, title=f"{key.experiment} / {key.run_id}", vocab=vocab, compact=True)
+    weight = {k: float(len(v)) for k, v in timed.items()}
+    picked = vocab.pick(timed, weight).items()
+    named = {name: [(s, v) for s, v, _ in timed[raw]] for name, raw in picked}
+    times = wall_times({name: timed[raw] for name, raw in picked})
+    return render_svg(named, title=f"{key.experiment} / {key.run_id}", vocab=vocab, compact=True, times=times)
 
 
 def vocabulary_of(method: str) -> Vocabulary:
@@ -179,6 +184,17 @@ class IngestReader:
         for key in keys:
             def fetch(c: Any, t: str, k: str = key) -> Any:
                 return c.fetch_series(self.endpoint, status.run_id, k, t)
+
+            points = self._call(status, fetch)
+            if points:
+                out[key] = list(points)
+        return out
+
+    def timed(self, status: RunStatus, keys: list[str]) -> Timed:
+        out: Timed = {}
+        for key in keys:
+            def fetch(c: Any, t: str, k: str = key) -> Any:
+                return c.fetch_timed_series(self.endpoint, status.run_id, k, t)
 
             points = self._call(status, fetch)
             if points:

@@ -47,3 +47,14 @@ def fetch_series(endpoint: str, run_id: str, key: str, token: str,
     path = f"/api/runs/{quote(run_id, safe='')}/metrics?{urlencode({'key': key})}"
     payload = _get(endpoint, path, token, timeout)
     return [(int(s), float(v)) for s, v in (payload.get("series") or {}).get(key, [])]
+
+
+def fetch_timed_series(endpoint: str, run_id: str, key: str, token: str,
+                       timeout: float = 10.0) -> list[tuple[int, float, float | None]]:
+    """`GET /api/runs/<run_id>/metrics?key=K&times=1`: (step, value, time) points of one key."""
+    path = f"/api/runs/{quote(run_id, safe='')}/metrics?{urlencode({'key': key, 'times': '1'})}"
+    payload = _get(endpoint, path, token, timeout)
+    points = (payload.get("series") or {}).get(key, [])
+    times = list((payload.get("times") or {}).get(key) or [])
+    times += [None] * (len(points) - len(times))  # a receiver that sends no times: steps only
+    return [(int(s), float(v), None if t is None else float(t)) for (s, v), t in zip(points, times, strict=False)]

@@ -4,7 +4,8 @@ POST `<base>/metrics | /hparams | /lifecycle` (also under `/api/ingest/`), authe
 per-run `X-TunePlane-Token`; bodies may be gzip-compressed; a batch id (`X-TunePlane-Batch` header or
 `batch_id` field) makes retries idempotent. Upstream side channels (`/hardware`, `/observations`,
 `/environment/nodes`) are accepted and kept as events so an upstream client never retries them
-forever. GET `/api/runs/<run_id>/summary | /metrics[?key=K] | /hparams` reads back (same token).
+forever. GET `/api/runs/<run_id>/summary | /metrics[?key=K][&times=1] | /hparams` reads back (same token);
+`times=1` adds each point's time (seconds since the epoch) in a list parallel to the series.
 Everything refused gets a 4xx with a JSON `{"error": ...}` that says why, an internal failure a 500:
 a request is always answered, never dropped. The order of checks that bounds the work of a hostile
 request is in `tuneplane.ingest.gate`; this module adds the connection deadlines (headers, body,
@@ -170,8 +171,14 @@ class IngestHandler(BaseHTTPRequestHandler):
             return 200, {"run_id": run_id, "summary": store_mod.summary(db, run_id)}
         if parts[3] == "hparams":
             return 200, {"run_id": run_id, "hparams": store_mod.hparams(db, run_id)}
-        keys = parse_qs(url.query).get("key") or list(store_mod.summary(db, run_id))
-        return 200, {"run_id": run_id, "series": {k: store_mod.series(db, run_id, k) for k in keys}}
+        query = parse_qs(url.query)
+        keys = query.get("key") or list(store_mod.summary(db, run_id))
+        if query.get("times", [""])[-1] not in ("1", "true"):
+            return 200, {"run_id": run_id, "series": {k: store_mod.series(db, run_id, k) for k in keys}}
+        # `times=1`: each point's time beside it, in a parallel list, so `series` keeps its shape
+        timed = {k: store_mod.timed_series(db, run_id, k) for k in keys}
+        return 200, {"run_id": run_id, "series": {k: [(s, v) for s, v, _ in p] for k, p in timed.items()},
+                     "times": {k: [t for _, _, t in p] for k, p in timed.items()}}
 
 
 # ── validation (pure) ─────────────────────────────────────────────────────────────────────────

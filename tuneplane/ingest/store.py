@@ -5,7 +5,7 @@ base time, and `samples` is a WITHOUT ROWID table keyed by (series id, step) hol
 the milliseconds since the series' base time. Closing checkpoints the WAL and removes it.
 
 Writers go through one `MetricStore` (the receiver), which serialises them with a lock; readers
-(`summary`, `series`, `hparams`, `lifecycle`) open their own read-only connection, so the bot or
+(`summary`, `series`, `timed_series`, `hparams`, `lifecycle`) open their own read-only connection, so the bot or
 `tp job metrics` can read while a job is writing. Upstream clients send no batch id and retry, so
 points are upserted on (run_id, key, step); our client's batch ids make a retried batch a no-op.
 """
@@ -262,6 +262,19 @@ def series(db_path: Path | str, run_id: str, key: str) -> list[tuple[int, float]
     rows = _query(db_path, "SELECT p.step, p.value FROM samples AS p JOIN series AS s ON s.id = p.series "
                   "WHERE s.run_id = ? AND s.key = ? ORDER BY p.step", (run_id, key))
     return [(int(step), float(value)) for step, value in rows]
+
+
+TimedPoint = tuple[int, float, float | None]  # step, value, seconds since the epoch (None: not known)
+
+
+def timed_series(db_path: Path | str, run_id: str, key: str) -> list[TimedPoint]:
+    """All (step, value, time) points of one key, by step: the time a point was logged (the SDK's
+    `ts`, else when the receiver got it), in seconds since the epoch; None for rows migrated from a
+    store that kept no times."""
+    rows = _query(db_path, "SELECT p.step, p.value, s.t0_ms + p.dt_ms FROM samples AS p "
+                  "JOIN series AS s ON s.id = p.series WHERE s.run_id = ? AND s.key = ? ORDER BY p.step",
+                  (run_id, key))
+    return [(int(step), float(value), None if ms is None else ms / 1000.0) for step, value, ms in rows]
 
 
 def hparams(db_path: Path | str, run_id: str) -> dict[str, Any]:
