@@ -31,7 +31,7 @@ from tuneplane.ingest import store as store_mod
 from tuneplane.ingest.gate import Limits, Refused, authenticate, read_body, token_of
 from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.rows import FORMATS_HEADER, rows_points
-from tuneplane.ingest.store import MetricStore, Point, StoreClosed
+from tuneplane.ingest.store import MetricStore, Point, StoreBusy, StoreClosed
 
 LIFECYCLE_EVENTS = frozenset({"starting", "running", "succeeded", "failed"})
 READ_KINDS = ("summary", "metrics", "hparams")
@@ -94,6 +94,9 @@ class IngestHandler(BaseHTTPRequestHandler):
             return
         except StoreClosed:
             self._send(503, {"error": "the receiver is shutting down; retry"}, close=True)
+            return
+        except StoreBusy as exc:
+            self._send(503, {"error": f"the receiver is busy ({exc}); retry shortly"}, close=True)
             return
         except Exception as exc:  # an answer, never a dropped connection
             self.server.internal_errors += 1

@@ -4,7 +4,9 @@ A point costs about 25 bytes on disk: each (run, key) is a row of `series` with 
 base time, and `samples` is a WITHOUT ROWID table keyed by (series id, step) holding the value and
 the milliseconds since the series' base time. Closing checkpoints the WAL and removes it.
 
-Writers go through one `MetricStore` (the receiver), which serialises them with a lock; readers
+Writers go through one `MetricStore` (the receiver), whose one writer thread commits the writes
+that arrived meanwhile as one transaction (group commit: one WAL append for many requests, and no
+handler thread ever holds the database's write lock); readers
 (`summary`, `series`, `timed_series`, `hparams`, `lifecycle`) open their own read-only connection, so the bot or
 `tp job metrics` can read while a job is writing. Upstream clients send no batch id and retry, so
 points are upserted on (run_id, key, step); our client's batch ids make a retried batch a no-op.
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 Point = tuple[str, int, float, str | float]  # key, step, value, ts (ISO-8601 text or unix seconds)
 
@@ -52,6 +55,11 @@ CREATE TABLE IF NOT EXISTS events (
 UPSERT = ("INSERT INTO samples (series, step, value, dt_ms) VALUES (?, ?, ?, ?) "
           "ON CONFLICT (series, step) DO UPDATE SET value = excluded.value, dt_ms = excluded.dt_ms")
 MAX_SERIES_CACHE = 100_000
+MAX_GROUP = 64  # writes committed in one transaction
+MAX_GROUP_POINTS = 200_000  # and rows: a group's transaction stays short
+QUEUE_DEPTH = 1024  # writes waiting for the writer; a full queue answers "busy, retry"
+WRITE_WAIT = 60.0  # seconds a request waits for its commit before it is answered "busy, retry"
+T = TypeVar("T")
 
 
 def ts_ms(ts: str | float) -> int | None:
@@ -73,20 +81,27 @@ def ts_ms(ts: str | float) -> int | None:
 
 
 class MetricStore:
-    """The receiver's write handle. Thread-safe; every write is one transaction."""
+    """The receiver's write handle. Thread-safe: every write is queued to one writer thread, which
+    commits the writes waiting at that moment in one transaction (a savepoint each, so one bad write
+    fails alone). A caller returns once its write is committed, or raises what it raised."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit, only at checkpoints
         self._db.execute("PRAGMA busy_timeout=5000")
         _migrate(self._db)
         self._db.executescript(SCHEMA)
         self._closed = False
         self._series: dict[tuple[str, str], tuple[int, int]] = {}  # (run, key) -> (id, t0_ms)
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(QUEUE_DEPTH)
+        self._gate = threading.Lock()  # orders close() after every write already queued
+        self.commits = 0  # transactions committed, each holding one or more writes
+        self.writes = 0
+        self._writer = threading.Thread(target=self._run, name="tuneplane-ingest-writer", daemon=True)
+        self._writer.start()
 
     def _claim_batch(self, run_id: str, batch_id: str | None, kind: str) -> bool:
         """Record the batch id inside the current transaction; False when it was seen before."""
@@ -100,22 +115,20 @@ class MetricStore:
     def add_points(self, run_id: str, points: Iterable[Point],
                    batch_id: str | None = None) -> tuple[int, bool]:
         """Upsert points; returns (points written, whether the batch was a duplicate)."""
-        points = list(points)
-        now_ms = int(time.time() * 1000)
-        with self._write():
+        stamped = _stamped(points, int(time.time() * 1000))  # on the caller's thread, not the writer's
+
+        def write() -> tuple[int, bool]:
             if not self._claim_batch(run_id, batch_id, "metrics"):
                 return 0, True
             rows = []
             known = self._series
-            for key, step, value, ts in points:
-                # Unix seconds (the rows/1 body) inline; text through the ISO parser.
-                stamp = int(ts * 1000) if type(ts) is float and ts - ts == 0.0 else ts_ms(ts) if ts else None
-                if stamp is None:
-                    stamp = now_ms
+            for key, step, value, stamp in stamped:
                 series_id, t0 = known.get((run_id, key)) or self._series_of(run_id, key, stamp)
                 rows.append((series_id, step, value, stamp - t0))
             self._db.executemany(UPSERT, rows)
-        return len(rows), False
+            return len(rows), False
+
+        return self._submit(write, len(stamped))
 
     def _series_of(self, run_id: str, key: str, t0: int) -> tuple[int, int]:
         """The series row of (run, key), created with base time `t0` on first use. Inside a write."""
@@ -134,61 +147,140 @@ class MetricStore:
     def set_hparams(self, run_id: str, params: Mapping[str, Any],
                     batch_id: str | None = None) -> tuple[int, bool]:
         rows = [(run_id, name, json.dumps(value, ensure_ascii=False)) for name, value in params.items()]
-        with self._write():
+
+        def write() -> tuple[int, bool]:
             if not self._claim_batch(run_id, batch_id, "hparams"):
                 return 0, True
             self._db.executemany(
                 "INSERT INTO hparams (run_id, name, value) VALUES (?, ?, ?) "
                 "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value", rows)
-        return len(rows), False
+            return len(rows), False
+
+        return self._submit(write, len(rows))
 
     def add_lifecycle(self, run_id: str, event: str, ts: str | None) -> None:
-        with self._write():
-            self._db.execute("INSERT INTO lifecycle (run_id, event, ts, received_at) VALUES (?, ?, ?, ?)",
-                             (run_id, event, ts, time.time()))
+        self._insert("INSERT INTO lifecycle (run_id, event, ts, received_at) VALUES (?, ?, ?, ?)",
+                     (run_id, event, ts, time.time()))
 
     def add_event(self, run_id: str, kind: str, body: Any) -> None:
         """Upstream side channels (hardware samples, observations) kept verbatim for inspection."""
-        with self._write():
-            self._db.execute("INSERT INTO events (run_id, kind, received_at, body) VALUES (?, ?, ?, ?)",
-                             (run_id, kind, time.time(), json.dumps(body, ensure_ascii=False)))
+        self._insert("INSERT INTO events (run_id, kind, received_at, body) VALUES (?, ?, ?, ?)",
+                     (run_id, kind, time.time(), json.dumps(body, ensure_ascii=False)))
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self)
+    def _insert(self, sql: str, row: tuple[Any, ...]) -> None:
+        def write() -> None:
+            self._db.execute(sql, row)
+
+        self._submit(write)
+
+    # ── the writer ──────────────────────────────────────────────────────────────────────────────
+    def _submit(self, fn: Callable[[], T], size: int = 1) -> T:
+        job = _Job(fn, size)
+        with self._gate:
+            if self._closed:
+                raise StoreClosed("the ingest store is closed")
+            try:
+                self._jobs.put(job, timeout=WRITE_WAIT)
+            except queue.Full:
+                raise StoreBusy(f"{QUEUE_DEPTH} writes are waiting for the store") from None
+        if not job.done.wait(WRITE_WAIT):
+            raise StoreBusy(f"the write was not committed within {WRITE_WAIT:g} s")
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[no-any-return]
+
+    def _run(self) -> None:
+        """Take what is queued (up to MAX_GROUP writes, MAX_GROUP_POINTS rows), commit it as one."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            group, size, last = [job], job.size, False
+            while len(group) < MAX_GROUP and size < MAX_GROUP_POINTS:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    last = True
+                    break
+                group.append(more)
+                size += more.size
+            self._commit(group)
+            if last:
+                return
+
+    def _commit(self, group: list[_Job]) -> None:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            for job in group:
+                self._db.execute("SAVEPOINT one_write")
+                try:
+                    job.result = job.fn()
+                except Exception as exc:  # this write fails alone; the others still commit
+                    self._db.execute("ROLLBACK TO one_write")
+                    self._series.clear()  # ids created in the rolled-back write are gone
+                    job.error = exc
+                self._db.execute("RELEASE one_write")
+            self._db.execute("COMMIT")
+            self.commits += 1
+            self.writes += len(group)
+        except Exception as exc:  # the transaction itself failed (disk full, locked): all of it
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            self._series.clear()
+            for job in group:
+                if job.error is None:
+                    job.error, job.result = exc, None
+        finally:
+            for job in group:
+                job.done.set()
 
     def close(self) -> None:
-        """Checkpoint the WAL into the database and leave no -wal/-shm file behind."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                try:
-                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    self._db.execute("PRAGMA journal_mode=DELETE")
-                except sqlite3.Error:
-                    pass  # a reader holds the WAL: SQLite cleans it up when the last one closes
-                self._db.close()
-
-
-class _Transaction:
-    """Lock + BEGIN IMMEDIATE ... COMMIT (or ROLLBACK on error)."""
-
-    def __init__(self, store: MetricStore) -> None:
-        self.store = store
-
-    def __enter__(self) -> None:
-        self.store._lock.acquire()
-        if self.store._closed:
-            self.store._lock.release()
-            raise StoreClosed("the ingest store is closed")
-        self.store._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Commit what is queued, then checkpoint the WAL into the database and leave no -wal/-shm
+        file behind. Idempotent; a write after it raises StoreClosed."""
+        with self._gate:
+            if self._closed:
+                return
+            self._closed = True
+            self._jobs.put(None)  # after every queued write: the writer commits them, then stops
+        self._writer.join(WRITE_WAIT)
         try:
-            self.store._db.execute("ROLLBACK" if exc_type else "COMMIT")
-            if exc_type:
-                self.store._series.clear()  # ids created in the rolled-back transaction are gone
-        finally:
-            self.store._lock.release()
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("PRAGMA journal_mode=DELETE")
+        except sqlite3.Error:
+            pass  # a reader holds the WAL: SQLite cleans it up when the last one closes
+        self._db.close()
+
+
+class _Job:
+    """One write waiting for the writer thread: its function, then its result or error."""
+
+    __slots__ = ("done", "error", "fn", "result", "size")
+
+    def __init__(self, fn: Callable[[], Any], size: int) -> None:
+        self.fn, self.size = fn, size
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+def _stamped(points: Iterable[Point], now_ms: int) -> list[tuple[str, int, float, int]]:
+    """Points with their time in epoch milliseconds (the receipt time when they carry none): unix
+    seconds (the rows/1 body) or ISO-8601 text. The points of one record share one `ts`, so
+    consecutive equal stamps are converted once."""
+    out = []
+    last_ts: str | float | None = None
+    last_ms = now_ms
+    for key, step, value, ts in points:
+        if ts != last_ts:
+            last_ts = ts
+            parsed = ts_ms(ts) if ts else None
+            last_ms = now_ms if parsed is None else parsed
+        out.append((key, step, value, last_ms))
+    return out
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -213,6 +305,10 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 class StoreClosed(RuntimeError):
     """A write arrived while the receiver was shutting down."""
+
+
+class StoreBusy(RuntimeError):
+    """A write could not be committed in time (the writer is behind); the client retries."""
 
 
 # ── read API ──────────────────────────────────────────────────────────────────────────────────
