@@ -178,3 +178,21 @@ def test_keys_rewritten_by_the_hf_callback_land_on_the_same_names() -> None:
     assert plain.canonical("eval/accuracy") == "validation/accuracy"
     assert plain.canonical("test/accuracy") == "eval/accuracy"
     assert plain.canonical("train/grad_norm") == "train/grad_norm"
+
+
+def test_compare_draws_each_runs_hardware_from_its_own_start() -> None:
+    from tuneplane.gitops.runmetrics import RunMetrics, compare_svg
+
+    def run(start: float, every: float) -> RunMetrics:
+        timed = {"loss": [(s, 1.0 / (s + 1), start + s) for s in range(5)],
+                 "hw/gpu_util": [(s, float(s % 2), start + every * s) for s in range(5)]}
+        summary = {k: {"last": p[-1][1], "min": 0.0, "max": 1.0, "count": 5, "last_step": 4} for k, p in timed.items()}
+        return RunMetrics(summary, lambda k: [(s, v) for s, v, _ in timed[k]], SFT, lambda k: timed[k])
+
+    svg = compare_svg({"run-a": run(1_700_000_000.0, 60.0), "run-b": run(1_800_000_000.0, 120.0)},
+                      {"run-a": {"lr": 1}, "run-b": {"lr": 2}})
+    texts = _texts(svg)
+    assert "hw/gpu_util (wall time)" in texts
+    assert {"0s", "2m", "4m", "6m", "8m"} <= set(texts)  # both from 0 s; run-b's 480 s set the axis
+    hw_paths = [p.get("d", "") for p in ET.fromstring(svg).iter(f"{NS}path")][-2:]
+    assert all(d.startswith("M64 ") for d in hw_paths)

@@ -83,7 +83,7 @@ def test_a_newer_or_unknown_file_says_what_to_do(tmp_path: Path, tp) -> None:
 
 
 def test_the_merged_list_reaches_the_jobspec_and_the_job(tmp_path: Path) -> None:
-    from helpers_render import INPUTS, make_lab, request, resolve_run
+    from helpers_render import INPUTS, build, make_lab, request, resolve_run
 
     from tuneplane.plan.environment import spec_to_env
 
@@ -98,9 +98,26 @@ def test_the_merged_list_reaches_the_jobspec_and_the_job(tmp_path: Path) -> None
         ("jsonl", "logs/rewards.jsonl", ""), ("tensorboard", "logs/tensorboard", "verl/")]
     env = spec_to_env(spec)
     assert json.loads(env["TUNEPLANE_METRICS_NATIVE"]) == declared  # what every backend's collector reads
+    _, _, manifests = build(lab, request("verl-grpo-exp"))  # the cluster's pods get the same list
+    found = [e["value"] for m in manifests for e in _container_env(m) if e.get("name") == "TUNEPLANE_METRICS_NATIVE"]
+    assert found and all(json.loads(v) == declared for v in found)
     plain = resolve_run(lab, request("plain", inputs=dict(INPUTS)))
     assert plain.spec.recipe.adapter.native_metrics == [
         {"format": "tensorboard", "path": "logs/tensorboard", "prefix": "", "step": "step", "value": "value"}]
+
+
+def _container_env(node: object) -> list[dict[str, str]]:
+    """Every `env` list entry of every container anywhere in a manifest."""
+    out: list[dict[str, str]] = []
+    if isinstance(node, dict):
+        if isinstance(node.get("env"), list) and "image" in node:
+            out += [e for e in node["env"] if isinstance(e, dict)]
+        for value in node.values():
+            out += _container_env(value)
+    elif isinstance(node, list):
+        for value in node:
+            out += _container_env(value)
+    return out
 
 
 def test_tensorboard_events_only_the_experiment_declares_are_charted(tmp_path: Path, tp, tp_subprocess) -> None:
