@@ -196,3 +196,15 @@ def test_compare_draws_each_runs_hardware_from_its_own_start() -> None:
     assert {"0s", "2m", "4m", "6m", "8m"} <= set(texts)  # both from 0 s; run-b's 480 s set the axis
     hw_paths = [p.get("d", "") for p in ET.fromstring(svg).iter(f"{NS}path")][-2:]
     assert all(d.startswith("M64 ") for d in hw_paths)
+
+
+def test_wall_time_ticks_are_round_durations_at_every_span() -> None:
+    from tuneplane.gitops.charts import time_label, time_ticks
+
+    expected = {7: ["0s", "2s", "4s", "6s"], 405: ["0s", "2m", "4m", "6m"],
+                30 * 86400: ["0s", "7d", "14d", "21d", "28d"]}
+    for span, labels in expected.items():
+        assert [time_label(t) for t in time_ticks(0.0, span)] == labels
+    for span in (1, 59, 3599, 86399, 86400 * 3, 86400 * 400):
+        ticks = time_ticks(0.0, float(span))
+        assert 1 <= len(ticks) <= 7 and len({time_label(t) for t in ticks}) == len(ticks), span

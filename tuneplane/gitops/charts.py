@@ -143,6 +143,9 @@ def time_label(seconds: float) -> str:
     if seconds < 3600:
         minutes, secs = divmod(int(round(seconds)), 60)
         return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
+    if seconds >= 172800:  # two days and more: days (and hours)
+        days, rest = divmod(int(round(seconds)), 86400)
+        return f"{days}d" if rest < 3600 else f"{days}d{rest // 3600}h"
     hours, rest = divmod(int(round(seconds)), 3600)
     return f"{hours}h" if not rest else f"{hours}h{rest // 60:02d}m"
 
@@ -150,9 +153,12 @@ def time_label(seconds: float) -> str:
 def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
     """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …)."""
     span = max(high - low, 1e-9)
-    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400):
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400, 172800,
+                 604800):
         if span / step <= count:
             break
+    else:  # longer still: whole weeks
+        step = 604800 * math.ceil(span / (count * 604800))
     first = float(math.ceil(low / step) * step)
     return [first + i * step for i in range(int((high - first) // step) + 1)][:50] or [low]
 
