@@ -9,7 +9,8 @@ forever. GET `/api/runs/<run_id>/summary | /metrics[?key=K][&times=1] | /hparams
 Everything refused gets a 4xx with a JSON `{"error": ...}` that says why, an internal failure a 500:
 a request is always answered, never dropped. The order of checks that bounds the work of a hostile
 request is in `tuneplane.ingest.gate`; this module adds the connection deadlines (headers, body,
-idle), the per-client and total connection caps, and a listen backlog sized for hundreds of jobs.
+idle), the per-client and total connection caps, a listen backlog sized for hundreds of jobs, and
+connection threads that are reused (`tuneplane.ingest.workers`), so accepting never waits on a start.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tuneplane.ingest.gate import Limits, Refused, authenticate, read_body, toke
 from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.rows import FORMATS_HEADER, rows_points
 from tuneplane.ingest.store import MetricStore, Point, StoreBusy, StoreClosed
+from tuneplane.ingest.workers import Workers
 
 LIFECYCLE_EVENTS = frozenset({"starting", "running", "succeeded", "failed"})
 READ_KINDS = ("summary", "metrics", "hparams")
@@ -370,6 +372,8 @@ class _Server(ThreadingHTTPServer):
         self.watch = _Watch()
         self.internal_errors = 0
         self.limits = Limits()
+        # a thread per open connection, reused when idle: accepting never waits for a thread to start
+        self.workers = Workers(self.process_request_thread, Limits().max_connections)
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -379,9 +383,7 @@ class _Server(ThreadingHTTPServer):
             _refuse_raw(request, 503, refusal)
             self.shutdown_request(request)
             return
-        try:
-            super().process_request(request, client_address)
-        except RuntimeError:  # no thread could be started: answer rather than drop
+        if not self.workers.submit(request, client_address):  # answer rather than drop
             _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
             self.shutdown_request(request)
 
@@ -417,6 +419,7 @@ class IngestServer:
         self.httpd.store = self.store
         self.httpd.secret = secret
         self.httpd.limits = limits or Limits()
+        self.httpd.workers.limit = self.httpd.limits.max_connections
         self.httpd.verbose = verbose
         self._thread: threading.Thread | None = None
         self._watchdog = threading.Thread(target=self.httpd.watch.run, name="tuneplane-ingest-watch",
@@ -459,6 +462,7 @@ class IngestServer:
             return
         self._closed = True
         self.httpd.watch.stopped.set()
+        self.httpd.workers.close()
         self.httpd.drop_connections()
         self.httpd.server_close()
         self.store.close()

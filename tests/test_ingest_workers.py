@@ -1,0 +1,62 @@
+"""The receiver's connection threads: reused when idle, bounded, shrinking after a burst, closed."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from pathlib import Path
+
+from tuneplane.ingest import mint_token
+from tuneplane.ingest.server import IngestServer
+from tuneplane.ingest.workers import Workers
+
+SECRET = b"t" * 32
+
+
+def _until(condition, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_connections_reuse_idle_threads(tmp_path: Path) -> None:
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    try:
+        host, port = server.url[len("http://"):].split(":")
+        token = mint_token(SECRET, "r")
+        for step in range(40):  # a new connection per request, one after the other
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("POST", "/metrics", f'{{"run_id": "r", "points": [{{"key": "k", "step": {step}, '
+                                             f'"value": 1.0}}]}}', {"X-TunePlane-Token": token})
+            assert conn.getresponse().status == 200
+            conn.close()
+        assert server.httpd.workers.started <= 4  # not one thread per connection
+    finally:
+        server.stop()
+    assert _until(lambda: server.httpd.workers.count == 0)  # stop() ends them all
+
+
+def test_the_pool_is_bounded_and_shrinks_after_a_burst() -> None:
+    release = threading.Event()
+    served: list[int] = []
+
+    def serve(request: int, _address: object) -> None:
+        release.wait(10)
+        served.append(request)
+
+    workers = Workers(serve, limit=5, keep=1, idle=0.05)
+    assert all(workers.submit(i, None) for i in range(5))
+    assert not workers.submit(5, None)  # five busy threads: the sixth connection is refused
+    assert workers.count == 5
+    release.set()
+    assert _until(lambda: sorted(served) == [0, 1, 2, 3, 4])
+    assert _until(lambda: workers.count == 1)  # idle threads above `keep` ended
+    assert workers.submit(6, None) and _until(lambda: 6 in served)
+    assert workers.started == 5  # the kept thread served the later connection
+    workers.close()
+    assert _until(lambda: workers.count == 0)
+    assert not workers.submit(7, None)
