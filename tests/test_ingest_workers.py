@@ -60,3 +60,18 @@ def test_the_pool_is_bounded_and_shrinks_after_a_burst() -> None:
     workers.close()
     assert _until(lambda: workers.count == 0)
     assert not workers.submit(7, None)
+
+
+def test_a_served_receiver_hands_the_interpreter_over_every_millisecond(tmp_path: Path) -> None:
+    import sys
+
+    before = sys.getswitchinterval()
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        assert _until(lambda: sys.getswitchinterval() == 0.001)
+    finally:
+        server.httpd.shutdown()
+        thread.join(10)
+    assert sys.getswitchinterval() == before  # restored when the receiver stops
