@@ -180,7 +180,7 @@ class MetricStore:
             if self._closed:
                 raise StoreClosed("the ingest store is closed")
             try:
-                self._jobs.put(job, timeout=WRITE_WAIT)
+                self._jobs.put_nowait(job)  # never blocks under the gate: close() must not wait on it
             except queue.Full:
                 raise StoreBusy(f"{QUEUE_DEPTH} writes are waiting for the store") from None
         if not job.done.wait(WRITE_WAIT):
