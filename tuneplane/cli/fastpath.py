@@ -1,60 +1,65 @@
 """`tp validate` without Typer: the command every pull request, pre-commit hook and editor save runs.
 
 Building Typer's command for it (importing Typer and Click, one pydantic TypeAdapter per option) was a
-sixth of `tp validate EXP`. This module parses exactly the options `cmd_validate.validate` declares, with
-the standard library, and runs the same body. Anything it does not accept as written (`--help`, an
-unknown or abbreviated option, a bad choice, a missing value) goes to Typer instead, so every message
-about the command line is Typer's own. tests/test_cli_fastpath.py checks that both parsers declare the
-same options and give the same output and exit code.
+sixth of `tp validate EXP`. This module parses exactly the options `cmd_validate.validate` declares
+(in a few lines: argparse's imports alone were 2 % of the command) and runs the same body. Anything it
+does not accept as written (`--help`, an unknown or abbreviated option, a bad choice, a missing value)
+goes to Typer instead, so every message about the command line is Typer's own.
+tests/test_cli_fastpath.py checks that both parsers declare the same options and give the same output
+and exit code.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 FORMATS = ("text", "json", "github", "sarif")
-
-
-class _Refused(Exception):
-    """The arguments are not ones this parser takes as written: Typer handles them."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _Refused(message)
-
-
-def _parser() -> _Parser:
-    # a fixed usage: argparse would otherwise format one (regular expressions and all) on every parse
-    parser = _Parser(prog="tp validate", usage="tp validate", add_help=False, allow_abbrev=False)
-    parser.add_argument("targets", nargs="*")
-    parser.add_argument("--all", dest="all_", action="store_true")
-    parser.add_argument("--changed", action="store_true")
-    parser.add_argument("--base")
-    parser.add_argument("--format", "-f", dest="fmt", choices=FORMATS, default="text")
-    parser.add_argument("--strict", action="store_true")
-    return parser
+FLAGS = {"--all": "all_", "--changed": "changed", "--strict": "strict"}  # option → parameter
+VALUED = {"--base": "base", "--format": "fmt", "-f": "fmt"}
 
 
 def command(args: list[str]) -> Callable[[], int] | None:
     """The command to run for `args` without Typer, or None when Typer should handle them."""
     if args[:1] != ["validate"]:
         return None
-    rest = args[1:]
-    # `--help` anywhere, and `-h` as an option, are Typer's; so is a value glued to `-f` (`-fjson`),
-    # which Click reads the same way but argparse's error text would differ on a bad one.
-    if any(a in ("--help", "-h") for a in rest) or any(a.startswith("-f") and a != "-f" for a in rest):
+    parsed = parse(args[1:])
+    if parsed is None:
         return None
-    try:
-        parsed = _parser().parse_intermixed_args(rest)
-    except _Refused:
-        return None
-    return lambda: validate(parsed.targets or None, all_=parsed.all_, changed=parsed.changed,
-                            base=parsed.base, fmt=parsed.fmt, strict=parsed.strict)
+    targets, options = parsed
+    return lambda: validate(targets or None, **options)  # type: ignore[arg-type]
+
+
+def parse(rest: list[str]) -> tuple[list[str], dict[str, object]] | None:
+    """(targets, options) as Click reads `rest` for the validate command, or None for anything else:
+    `--help`/`-h`, an unknown or abbreviated option, a flag given a value, a missing value, a value
+    that looks like an option, a format that is not a choice, a value glued to `-f`."""
+    targets: list[str] = []
+    options: dict[str, object] = {"all_": False, "changed": False, "base": None, "fmt": "text", "strict": False}
+    items = iter(rest)
+    for item in items:
+        if item == "--":
+            targets += items
+            break
+        if not item.startswith("-") or item == "-":
+            targets.append(item)
+            continue
+        name, glued, value = item.partition("=") if item.startswith("--") else (item, "", "")
+        if name in FLAGS and not glued:
+            options[FLAGS[name]] = True
+            continue
+        if name not in VALUED:
+            return None
+        if not glued:
+            value = next(items, "")
+            if not value or value.startswith("-"):
+                return None
+        if name != "--base" and value not in FORMATS:
+            return None
+        options[VALUED[name]] = value
+    return targets, options
 
 
 def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 from functools import cached_property
-from importlib.resources import files
+from importlib.util import find_spec
 from pathlib import Path
 
 from tuneplane.errors import UsageError
@@ -20,8 +20,11 @@ CATALOG_ENV = "TUNEPLANE_CATALOG"
 
 
 def packaged_catalog_root() -> Path:
-
-    return Path(str(files("tuneplane._data.catalog")))
+    """The catalog shipped with tp: a directory on disk in a wheel and in an editable checkout alike.
+    Found by its package spec, not importlib.resources, which (with zipfile) is 2 % of `tp validate`."""
+    spec = find_spec("tuneplane._data.catalog")
+    assert spec is not None and spec.submodule_search_locations, "tp is installed without its catalog"
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 class Catalog:
