@@ -51,7 +51,7 @@ def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconf
 
 def _root() -> Path:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.fs import find_lab_root
 
     return find_lab_root()
 
