@@ -53,8 +53,13 @@ def run_ids(count: int, seed: int = 7) -> list[str]:
 
 
 def status(exp: str, run_id: str, phase: str, rng: random.Random, commit: str = "") -> object:
+    """A run's status as the bot writes it in `phase`. What the job object and the submission fixed (the
+    object's uid, the JobSpec digest, the commit) is drawn from the run id, so the Succeeded status keeps
+    the Submitted one's, as `tp bot sync` does (it copies the status and changes phase, times, metrics)."""
     from tuneplane.models.run import Artifact, BackendObject, Provenance, RunStatus, Transition
 
+    fixed = random.Random(run_id)
+    uid, digest, drawn_commit = fixed.getrandbits(128), fixed.getrandbits(256), fixed.getrandbits(160)
     day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}"
     t0, t1, t2 = f"{day}T{run_id[9:11]}:{run_id[11:13]}:{run_id[13:15]}Z", f"{day}T23:10:00Z", f"{day}T23:55:00Z"
     history = [Transition(phase="Submitted", at=t0)]
@@ -75,10 +80,10 @@ def status(exp: str, run_id: str, phase: str, rng: random.Random, commit: str = 
         experiment=exp, run_id=run_id, method="trl/sft", profile="h200:8", phase=phase,  # type: ignore[arg-type]
         submitted_at=t0, history=history,
         backend=BackendObject(backend="kubernetes", kind="JobSet", name=f"{exp}-{run_id[-10:]}",
-                              namespace="tuneplane", uid=f"{rng.getrandbits(128):032x}"),
-        provenance=Provenance(commit=commit or f"{rng.getrandbits(160):040x}", recipe="trl/sft@1.0.0",
+                              namespace="tuneplane", uid=f"{uid:032x}"),
+        provenance=Provenance(commit=commit or f"{drawn_commit:040x}", recipe="trl/sft@1.0.0",
                               recipe_digest="sha256:" + "a" * 64, image="ghcr.io/org/trl@sha256:" + "b" * 64,
-                              jobspec_digest=f"sha256:{rng.getrandbits(256):064x}", tool_version="0.6.0"),
+                              jobspec_digest=f"sha256:{digest:064x}", tool_version="0.6.0"),
         out_dir=f"/mnt/runs/{exp}/{run_id}/out", **fields,
     )
 
