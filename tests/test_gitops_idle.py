@@ -28,7 +28,8 @@ from tuneplane.gitops.options import BotOptions
 RUNS = 40
 PIPELINE = ("tuneplane.gitops.reconcile", "tuneplane.gitops.sync", "tuneplane.gitops.record",
             "tuneplane.gitops.scan", "tuneplane.lab.runs", "tuneplane.lab.load", "tuneplane.models.run",
-            "tuneplane.backends.factory", "ruamel.yaml", "yaml", "jinja2", "kubernetes")
+            "tuneplane.backends.factory", "ruamel.yaml", "yaml", "jinja2", "kubernetes",
+            "typer", "click", "pydantic")  # the CLI answers an idle run without Typer (cli.fastbot)
 
 
 def _finished_lab(tmp_path: Path, count: int = RUNS) -> tuple[Path, list[str]]:

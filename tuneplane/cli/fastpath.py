@@ -5,7 +5,8 @@ sixth of `tp validate EXP`. This module parses exactly the options `cmd_validate
 the standard library, and runs the same body. Anything it does not accept as written (`--help`, an
 unknown or abbreviated option, a bad choice, a missing value) goes to Typer instead, so every message
 about the command line is Typer's own. tests/test_cli_fastpath.py checks that both parsers declare the
-same options and give the same output and exit code.
+same options and give the same output and exit code. `tp bot …` is handed to `fastbot` (an idle
+bot run answered without Typer).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def _parser() -> _Parser:
 
 def command(args: list[str]) -> Callable[[], int] | None:
     """The command to run for `args` without Typer, or None when Typer should handle them."""
+    if args[:1] == ["bot"]:
+        # lazy: only `tp bot` has this path
+        from tuneplane.cli.fastbot import command as bot_command
+
+        return bot_command(args)
     if args[:1] != ["validate"]:
         return None
     rest = args[1:]

@@ -25,6 +25,7 @@ STEPS = (
     "rebasing",  # in a rebase that stopped on conflicts, before resolving them
     "pushed",  # after the push
 )
+IDLE_MESSAGE = "nothing to do: every run request has its status"  # what `tp bot` prints for a no-op run
 MAX_BACKEND_FAILURES = 3  # in a row: the backend is down, leave the rest for the next run
 Echo = Callable[[str], None]
 
