@@ -10,7 +10,9 @@ tree is the one the bot left (nobody else wrote a status), and, for reconcile, e
 is one whose requests all have a status. Anything else, or anything unusual (no commit yet, a rebase
 left half done, a link where a folder belongs, a ledger too large to trust, a remote that moved on),
 sends the bot down its full path, which handles and reports it. A killed bot committed nothing, so the
-commit still shows the work it was doing and the next run takes the full path and recovers.
+commit still shows the work it was doing and the next run takes the full path and recovers. An idle
+run does not read `tuneplane.yaml` either: with nothing to submit or watch it needs no settings
+(`tp validate` checks them on every pull request; the first run with work reports them).
 """
 
 from __future__ import annotations
