@@ -9,7 +9,7 @@
    remote holds one pack, as a git host does after its maintenance). Then a full clone of the bare
    remote over smart HTTP (`git http-backend`, tests/githttp.py, as CI clones from a git host): the
    size of its `.git` (target ≤ 10 MB) and the clone's wall time (target ≤ 2 s); the same clone over
-   git's local transport is printed beside it.
+   git's local transport is printed beside it, and where the clone's bytes go (by kind of file).
 2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
    ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
    `--repeat` (target ≤ 0.3 s each).
@@ -162,13 +162,60 @@ def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, f
                 subprocess.run(["git", "clone", "-q", "--no-local", source, str(dest)], check=True, timeout=600)
                 times[how].append(time.perf_counter() - start)
                 size = sum(p.stat().st_size for p in (dest / ".git").rglob("*") if p.is_file()) / 1e6
-                shutil.rmtree(dest)
+                if i or how != "http":
+                    shutil.rmtree(dest)  # the first HTTP clone stays for `breakdown`
         posts = [path for method, path, _status in server.requests if method == "POST"]
         if not any(path.endswith("/git-upload-pack") for path in posts):
             raise RuntimeError(f"the HTTP clone did not use the smart protocol: {server.requests[:5]}")
     finally:
         server.stop()
     return statistics.median(times["http"]), statistics.median(times["local"]), size
+
+
+def kind_of(kind: str, path: str) -> str:
+    """What a packed object is, for the breakdown: the file it is a version of, by role."""
+    if kind != "blob":
+        return kind if kind == "commit" else "tree (root)" if not path else (
+            "tree status/<exp>" if path.startswith("status/") else
+            "tree runs/<exp>" if path.startswith("runs/") else f"tree {path.split('/')[0]}")
+    name = path.rsplit("/", 1)[-1]
+    if path.startswith("runs/"):
+        return "run requests"
+    if not path.startswith("status/"):
+        return "lab files"
+    if path in ("status/index.json",):
+        return "the ledger (status/index.json)"
+    if path == "status/README.md":
+        return "the index page"
+    if name.endswith(".svg"):
+        return "charts (<run>.svg)"
+    if name.endswith(".json"):
+        return "status files (<run>.json)"
+    return "experiment pages (README.md)" if name == "README.md" else "month pages (<YYYY-MM>.md)"
+
+
+def breakdown(clone: Path) -> list[list[str]]:
+    """Where a clone's `.git` bytes go: each kind of packed object (versions, bytes), the pack index and
+    the work tree's index, largest first (`git verify-pack -v` joined with `git rev-list --objects`)."""
+    pack = next((clone / ".git" / "objects" / "pack").glob("*.idx"))
+    listed = subprocess.run(["git", "verify-pack", "-v", str(pack)], capture_output=True, text=True, check=True,
+                            timeout=600).stdout
+    paths = {}
+    for line in git(clone, "rev-list", "--objects", "--all").splitlines():
+        oid, _, path = line.partition(" ")
+        paths[oid] = path
+    sizes: dict[str, list[int]] = {}
+    for line in listed.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and len(parts[0]) == 40 and parts[1] in ("blob", "tree", "commit", "tag"):
+            entry = sizes.setdefault(kind_of(parts[1], paths.get(parts[0], "")), [0, 0])
+            entry[0] += 1
+            entry[1] += int(parts[3])
+    sizes["pack index (.idx)"] = [0, pack.stat().st_size]
+    sizes["work tree index (.git/index)"] = [0, (clone / ".git" / "index").stat().st_size]
+    total = sum(b for _, b in sizes.values())
+    return [[kind, f"{n}" if n else "", f"{b / 1e6:.2f} MB", f"{100 * b / total:.0f} %"]
+            for kind, (n, b) in sorted(sizes.items(), key=lambda kv: -kv[1][1]) if b >= total / 500]
 
 
 def finished_lab(tmp: Path, n: int) -> Path:
@@ -232,6 +279,7 @@ def main() -> int:
         rows.append([f"full clone over smart HTTP after {args.runs} runs (median of {args.repeat})",
                      f"{seconds:.2f} s", f"≤ {TARGETS['clone']:g} s", MAIN["clone"]])
         rows.append(["  the same, git's local transport (no HTTP)", f"{local:.2f} s", "", ""])
+        print(table(breakdown(tmp / "clone-http-0"), ["where the clone's .git goes", "versions", "bytes", "share"]))
         print(f"  built in {built:.0f} s; building a lab of {args.statuses} finished runs …", flush=True)
         lab = finished_lab(tmp / "noop", args.statuses)
         for verb in ("reconcile", "sync"):
