@@ -51,7 +51,7 @@ def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconf
 
 def _root() -> Path:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.fs import find_lab_root
 
     return find_lab_root()
 
@@ -59,9 +59,10 @@ def _root() -> Path:
 def _report(report: BotReport) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.errors import TunePlaneError
+    from tuneplane.gitops.options import IDLE_MESSAGE
 
     if not report.changed and not report.pushed:
-        typer.echo("nothing to do: every run request has its status")
+        typer.echo(IDLE_MESSAGE)
     for line in report.errors:
         typer.echo(f"error: {line}", err=True)
     if report.waiting or report.errors:

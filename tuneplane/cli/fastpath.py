@@ -6,7 +6,7 @@ sixth of `tp validate EXP`. This module parses exactly the options `cmd_validate
 does not accept as written (`--help`, an unknown or abbreviated option, a bad choice, a missing value)
 goes to Typer instead, so every message about the command line is Typer's own.
 tests/test_cli_fastpath.py checks that both parsers declare the same options and give the same output
-and exit code.
+and exit code. `tp bot …` is handed to `fastbot` (an idle bot run answered without Typer).
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ VALUED = {"--base": "base", "--format": "fmt", "-f": "fmt"}
 
 def command(args: list[str]) -> Callable[[], int] | None:
     """The command to run for `args` without Typer, or None when Typer should handle them."""
+    if args[:1] == ["bot"]:
+        # lazy: only `tp bot` has this path
+        from tuneplane.cli.fastbot import command as bot_command
+
+        return bot_command(args)
     if args[:1] != ["validate"]:
         return None
     parsed = parse(args[1:])

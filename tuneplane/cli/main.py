@@ -1,7 +1,8 @@
 """`tp`: the entry point. It maps exceptions to exit codes and hands the command line to Typer (`app`),
-except for `tp validate`, which `fastpath` runs without importing Typer at all. Command modules import
-only Typer and the standard library at module level; each command imports its pipeline stages inside
-the function so `tp --help` never pays for pydantic, Jinja, kubernetes or git.
+except for `tp validate` and an idle `tp bot reconcile|sync`, which `fastpath` runs without importing
+Typer at all. Command modules import only Typer and the standard library at module level; each
+command imports its pipeline stages inside the function so `tp --help` never pays for pydantic,
+Jinja, kubernetes or git.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def run(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _skip_pydantic_plugin_loader()
     args = sys.argv[1:] if argv is None else argv
-    # lazy: only `tp validate` has a path that skips Typer, and only it pays for that module
+    # lazy: only `tp validate` and `tp bot` have a path that skips Typer, and only they pay for it
     from tuneplane.cli.fastpath import command
 
     fast = command(args)

@@ -4,7 +4,9 @@
 submission must be retried) and cancels the runs whose committed request says `cancel: true`; `sync`
 (gitops.sync) refreshes the runs it has not seen end from their backend and the metrics ingest. Both
 read the commit, never the work tree (gitops.committed), look only at what changed since the bot's
-ledger (gitops.ledger, gitops.scan), and commit their writes once (gitops.record).
+ledger (gitops.ledger, gitops.scan), and commit their writes once (gitops.record). A run with nothing
+to do is answered first by `gitops.idle` from the commit's top trees and the ledger, without importing
+the pipeline: the common CI run after a merge that requested nothing costs about `tp --help`.
 
 Safe to kill at any point and to run several at once:
 - a job object's name is derived from the run, and backends adopt an existing object of that name,
@@ -17,18 +19,59 @@ Safe to kill at any point and to run several at once:
 
 from __future__ import annotations
 
-from tuneplane.gitops.reconcile import cluster_backend, reconcile
-from tuneplane.gitops.session import (
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuneplane.gitops.idle import idle
+from tuneplane.gitops.options import (
     CRASH_ENV,
     CRASH_EXIT,
     MAX_BACKEND_FAILURES,
     STEPS,
-    Backends,
     BotOptions,
     BotReport,
+    Echo,
     checkpoint,
 )
-from tuneplane.gitops.sync import sync
 
-__all__ = ["CRASH_ENV", "CRASH_EXIT", "MAX_BACKEND_FAILURES", "STEPS", "Backends", "BotOptions", "BotReport",
-           "checkpoint", "cluster_backend", "reconcile", "sync"]
+if TYPE_CHECKING:
+    from tuneplane.backends.base import Backend
+
+__all__ = ["CRASH_ENV", "CRASH_EXIT", "MAX_BACKEND_FAILURES", "STEPS", "BotOptions", "BotReport", "checkpoint",
+           "reconcile", "sync"]  # and, on first use, `Backends` and `cluster_backend` (see __getattr__)
+
+
+def reconcile(root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None,
+              echo: Echo = print) -> BotReport:
+    """`tp bot reconcile` (see gitops.reconcile); nothing is imported or read when there is nothing to do."""
+    report = idle(root, "reconcile", opts or BotOptions())
+    if report is not None:
+        return report
+    from tuneplane.gitops.reconcile import reconcile as run  # lazy: the pipeline, only when there is work
+
+    return run(root, opts, backends, echo)
+
+
+def sync(root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None,
+         echo: Echo = print) -> BotReport:
+    """`tp bot sync` (see gitops.sync); nothing is imported or read when no run is being watched."""
+    report = idle(root, "sync", opts or BotOptions())
+    if report is not None:
+        return report
+    from tuneplane.gitops.sync import sync as run  # lazy: the pipeline, only when there is work
+
+    return run(root, opts, backends, echo)
+
+
+def __getattr__(name: str) -> Any:
+    """`Backends` and `cluster_backend` on first use: they bring the pipeline's imports with them."""
+    if name == "Backends":
+        from tuneplane.gitops.session import Backends  # lazy: see above
+
+        return Backends
+    if name == "cluster_backend":
+        from tuneplane.gitops.reconcile import cluster_backend  # lazy: see above
+
+        return cluster_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

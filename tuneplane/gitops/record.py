@@ -178,10 +178,11 @@ class Batch:
     def commit(self, message: str) -> str | None:
         """Stage exactly what was written, record the tree ids in the ledger, and commit."""
         self.flush()
-        if not self.written:
+        if not self.written and not self._ledger_learned():
             return None
         paths = sorted(self.written)
-        self.repo.git("add", "--", *paths)
+        if paths:
+            self.repo.git("add", "--", *paths)
         head = _head_trees(self.repo)
         for exp in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
             if self.ledger.statuses.get(exp) != head.get(exp) and exp not in self.extra_changed:
@@ -195,6 +196,12 @@ class Batch:
         safe_write(self.root, LEDGER, self.ledger.dump())
         self.repo.git("add", "--", LEDGER)
         return self.repo.commit_staged(message, [*paths, LEDGER])
+
+    def _ledger_learned(self) -> bool:
+        """The ledger learned something though no file changed (requests that all have a status, a run
+        seen to end): committed, or every later run would have to look again."""
+        committed = self.repo.show("HEAD", LEDGER) if self.repo.has_commits() else None
+        return committed is None or committed.rstrip("\n") != self.ledger.dump().rstrip("\n")
 
 
 _NUMBERS = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")

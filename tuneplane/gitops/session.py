@@ -3,15 +3,13 @@
 A run starts by opening the lab's repository, cleaning up after a killed bot and catching up with
 the remote; it scans the commit (`scan`), acts, collects its writes in one `Batch`, and finishes by
 rendering the pages that changed, committing once and (with `push`) publishing with
-fetch–rebase–retry. `run_pass` is that sequence; `reconcile` and `sync` hand it what they do.
-
-Crash testing: `TUNEPLANE_BOT_CRASH_AT=<step>` makes the bot die (`os._exit(CRASH_EXIT)`, as `kill -9`
-would) at that step; see `STEPS`. It exists for the crash-injection tests and changes nothing else.
+fetch–rebase–retry. `run_pass` is that sequence; `reconcile` and `sync` hand it what they do. The
+options, the report and the crash points live in `options` (the idle check uses them without this
+module's imports); they are re-exported here.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,67 +17,26 @@ from typing import Any
 
 from tuneplane.backends.base import Backend
 from tuneplane.errors import UsageError
+from tuneplane.gitops.options import (
+    CRASH_ENV,
+    CRASH_EXIT,
+    MAX_BACKEND_FAILURES,
+    STEPS,
+    BotOptions,
+    BotReport,
+    Echo,
+    checkpoint,
+)
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import Scan, scan
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey
 
-CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
-CRASH_EXIT = 197
-STEPS = (
-    "recovered",  # after cleaning up what an earlier, killed bot left
-    "scanned",  # after deciding what to do, before touching a backend
-    "submitted",  # right after the first backend submission, before its status is written
-    "cancelled",  # right after the first backend cancellation, before its status is written
-    "status-written",  # status files written, not committed
-    "committed",  # committed, not pushed
-    "rebasing",  # in a rebase that stopped on conflicts, before resolving them
-    "pushed",  # after the push
-)
-MAX_BACKEND_FAILURES = 3  # in a row: the backend is down, leave the rest for the next run
-Echo = Callable[[str], None]
 BackendFactory = Callable[[str], Backend]  # a backend's name → the backend (tests pass fakes)
 
-
-def checkpoint(step: str) -> None:
-    """Die here when asked to (crash-injection tests); otherwise nothing."""
-    if os.environ.get(CRASH_ENV) == step:
-        os._exit(CRASH_EXIT)
-
-
-@dataclass
-class BotReport:
-    submitted: list[str] = field(default_factory=list)
-    cancelled: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    waiting: list[str] = field(default_factory=list)  # the backend refused for now; retried next time
-    updated: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # entries of the commit the bot refused to act on
-    commit: str | None = None
-    pushed: bool = False
-    push_attempts: int = 0
-
-    def outcomes(self) -> tuple[tuple[str, str, list[str]], ...]:
-        """What the run did to runs: (verb for the commit title, heading for its body, the runs)."""
-        return (("submit", "Submitted", self.submitted), ("cancel", "Cancelled", self.cancelled),
-                ("refuse", "Refused", self.refused), ("retry later", "Not yet submitted", self.waiting),
-                ("update", "Updated", self.updated))
-
-    @property
-    def changed(self) -> bool:
-        return any(items for _, _, items in self.outcomes())
-
-
-@dataclass
-class BotOptions:
-    push: bool = False
-    remote: str | None = None
-    branch: str | None = None
-    kubeconfig: str | None = None
-    context: str | None = None
-    in_cluster: bool = False
+__all__ = ["CRASH_ENV", "CRASH_EXIT", "MAX_BACKEND_FAILURES", "STEPS", "BackendFactory", "Backends", "BotOptions",
+           "BotPass", "BotReport", "Echo", "checkpoint", "finish", "run_pass", "start", "waiting_list"]
 
 
 class Backends:
@@ -221,7 +178,7 @@ def summary_title(verb: str, report: BotReport) -> str:
     for label, _, items in report.outcomes():
         if items:
             parts.append(f"{label} {len(items)} run{'s' if len(items) != 1 else ''}")
-    return "tp bot: " + (", ".join(parts) if parts else f"{verb}: refresh the dashboard")
+    return "tp bot: " + (", ".join(parts) if parts else f"{verb}: refresh the dashboard and the ledger")
 
 
 def body(report: BotReport) -> str:

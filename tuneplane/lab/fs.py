@@ -9,6 +9,9 @@ open and again with `fstat`, and at most limit+1 bytes are read. Each refusal is
 a Problem that names the file.
 
 Writing (`atomic_write`): a temp file in the same directory, fsync, then `os.replace`.
+
+Finding the lab (`find_lab_root`) lives here too, so a command that only needs the root (an idle
+`tp bot` run) imports neither the models nor the YAML readers.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from tuneplane.errors import UsageError
 from tuneplane.problems import Problem
+
+LAB_FILE = "tuneplane.yaml"
+LEGACY_LAB_FILE = "starforge.yaml"
 
 MAX_BYTES = 2 * 1024 * 1024  # a lab file bigger than this is a mistake, not a config
 NO_LINK_AREAS = ("runs", "status", "plugins")
@@ -69,6 +76,16 @@ def display(path: Path, root: Path | None) -> str:
 def present(path: Path) -> bool:
     """Anything at all at `path`, a broken link or a FIFO included: the reader judges what it is."""
     return os.path.lexists(path)
+
+
+def find_lab_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above `start` holding `tuneplane.yaml` (or a StarForge marker)."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if present(candidate / LAB_FILE) or (candidate / LEGACY_LAB_FILE).is_file():
+            return candidate  # whatever sits at tuneplane.yaml is judged by the reader, not skipped
+    raise UsageError(f"not inside a TunePlane lab: no {LAB_FILE} in {here} or above",
+                     hint="run `tp init` to create a lab, or cd into one")
 
 
 def check_entry(path: Path, root: Path | None = None, rel: str | None = None) -> os.stat_result:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from tuneplane.errors import UsageError
+from tuneplane.lab.fs import LAB_FILE as LAB_FILE  # re-exported: callers import them from here
+from tuneplane.lab.fs import LEGACY_LAB_FILE as LEGACY_LAB_FILE
+from tuneplane.lab.fs import find_lab_root as find_lab_root
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import experiment_index, layout_problems
 from tuneplane.lab.modelparse import parse_model
@@ -17,8 +19,6 @@ from tuneplane.models.base import name_error
 from tuneplane.models.lab import LabFile
 from tuneplane.problems import Problem, Severity
 
-LAB_FILE = "tuneplane.yaml"
-LEGACY_LAB_FILE = "starforge.yaml"
 LAB_DIRS = ("experiments", "plugins", "runs", "status")
 
 
@@ -72,16 +72,6 @@ class Lab:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
-
-
-def find_lab_root(start: Path | None = None) -> Path:
-    """The nearest directory at or above `start` holding `tuneplane.yaml` (or a StarForge marker)."""
-    here = (start or Path.cwd()).resolve()
-    for candidate in (here, *here.parents):
-        if present(candidate / LAB_FILE) or (candidate / LEGACY_LAB_FILE).is_file():
-            return candidate  # whatever sits at tuneplane.yaml is judged by the reader, not skipped
-    raise UsageError(f"not inside a TunePlane lab: no {LAB_FILE} in {here} or above",
-                     hint="run `tp init` to create a lab, or cd into one")
 
 
 def load_lab(root: Path | None = None) -> Lab:

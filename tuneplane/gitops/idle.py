@@ -1,0 +1,123 @@
+"""Whether a bot run has anything to do, answered from the commit's top trees and the ledger alone.
+
+Most bot runs follow a merge that added no run request, in a lab whose runs have all ended. Such a
+run must cost about what `tp --help` costs, however many runs the lab holds: this module decides it
+with one `rev-parse`, one `ls-tree` of `runs/` and `status/` (one line per experiment) and one
+`cat-file` of the ledger, importing neither the models, the YAML readers nor the backends.
+
+The run is idle when the ledger was found and watches no run (sync, reconcile), every `status/<exp>`
+tree is the one the bot left (nobody else wrote a status), and, for reconcile, every `runs/<exp>` tree
+is one whose requests all have a status. Anything else, or anything unusual (no commit yet, a rebase
+left half done, a link where a folder belongs, a ledger too large to trust, a remote that moved on),
+sends the bot down its full path, which handles and reports it. A killed bot committed nothing, so the
+commit still shows the work it was doing and the next run takes the full path and recovers. An idle
+run does not read `tuneplane.yaml` either: with nothing to submit or watch it needs no settings
+(`tp validate` checks them on every pull request; the first run with work reports them).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tuneplane.errors import UsageError
+from tuneplane.gitops.ledger import LEDGER, Ledger
+from tuneplane.gitops.options import BotOptions, BotReport
+from tuneplane.lab.gitrepo import GitRepo, no_git_env
+
+RUNS = "runs"
+STATUS = "status"
+TREE = "040000"
+REGULAR = ("100644", "100755")
+LEDGER_LIMIT = 1 << 20  # the ledger of a large lab is a few KiB; a larger one is read by the full path
+
+
+def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
+    """An empty report when `tp bot VERB` has nothing to do in the lab at `root`; None when it must look."""
+    head = _head(Path(root))
+    if head is None:
+        return None
+    top = _top(Path(root), head)
+    if top is None:
+        return None
+    runs, statuses, ledger_oid = top
+    ledger = Ledger.parse(_blob(Path(root), ledger_oid))
+    if not ledger.found or ledger.active:
+        return None
+    if any(ledger.statuses.get(exp) != oid for exp, oid in statuses.items()):
+        return None  # someone else wrote a status: the pages and the ledger must learn of it
+    if verb == "reconcile" and ledger.requests != runs:
+        return None  # a request is new (or an experiment went away)
+    if opts.push and not _published(Path(root), opts, head):
+        return None
+    return BotReport()
+
+
+def _git(root: Path, *args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True,
+                          stdin=subprocess.DEVNULL, check=False)
+    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+
+
+def _head(root: Path) -> str | None:
+    """The commit to look at, when the repository is this lab's and no rebase was left half done."""
+    work = root / STATUS
+    if os.path.islink(work) or (os.path.lexists(work) and not os.path.isdir(work)):
+        return None  # the full path refuses it with a message
+    out = _git(root, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--verify", "-q", "HEAD^{commit}")
+    lines = (out or "").splitlines()
+    if len(lines) != 3 or Path(lines[0]).resolve() != root.resolve():
+        return None
+    git_dir = Path(lines[1])
+    if (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
+        return None
+    return lines[2]
+
+
+def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str] | None:
+    """`runs/<exp>` and `status/<exp>` tree ids and the ledger's blob id; None when anything is unusual."""
+    out = _git(root, "ls-tree", "-z", "-l", head, "--", RUNS, STATUS, f"{RUNS}/", f"{STATUS}/")
+    if out is None:
+        return None
+    trees: dict[str, dict[str, str]] = {RUNS: {}, STATUS: {}}
+    ledger = ""
+    for item in out.split("\0"):
+        if not item:
+            continue
+        meta, _, path = item.partition("\t")
+        parts = meta.split()
+        if len(parts) != 4:
+            return None
+        mode, _kind, oid, size = parts
+        top, _, name = path.partition("/")
+        if not name or top not in trees:
+            return None  # `runs` or `status` itself is no folder
+        if mode == TREE:
+            trees[top][name] = oid
+        elif mode not in REGULAR:
+            return None  # a link or a submodule: the full path reports it
+        elif path == LEDGER:
+            if not size.isdigit() or int(size) > LEDGER_LIMIT:
+                return None
+            ledger = oid
+    if not ledger:
+        return None
+    return trees[RUNS], trees[STATUS], ledger
+
+
+def _blob(root: Path, oid: str) -> str | None:
+    return _git(root, "cat-file", "blob", oid)
+
+
+def _published(root: Path, opts: BotOptions, head: str) -> bool:
+    """With `--push`: the remote branch, fetched now, is this very commit (nothing to rebase or push)."""
+    repo = GitRepo(root)
+    remote = opts.remote or "origin"
+    branch = opts.branch or repo.current_branch()
+    if not branch or not repo.has_remote(remote):
+        return False  # the full path says what is wrong
+    try:
+        return repo.fetch(remote, branch) == head
+    except (UsageError, OSError):  # the full path reports it
+        return False
