@@ -1,0 +1,55 @@
+"""Reward functions for TRL's online trainers (GRPO, RLOO) on question-answer data, and their parts.
+
+TRL calls each reward function with the batch's `completions` (strings, or lists of chat messages
+for conversational data) and every other data-set column as a keyword argument holding one value
+per completion; each returns one float per completion, or None where it does not apply, and TRL
+reports it as rewards/<function name>/mean. The two here fit data with an `answer` column holding
+the expected final answer (a number, or the content of a \\boxed{...}). A template's rewards.py
+lists the functions a run uses; write your own there with `completion_text` and `final_answer`.
+Standard library only: it runs in the job.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def completion_text(completion: Any) -> str:
+    """The generated text of one completion, conversational or not."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
+
+
+def final_answer(text: str) -> str | None:
+    """The last \\boxed{...}, else the last number, normalised; None when there is neither."""
+    boxed = _BOXED.findall(text)
+    if boxed:
+        return _normalise(boxed[-1])
+    numbers = _NUMBER.findall(text)
+    return _normalise(numbers[-1]) if numbers else None
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
+
+
+def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_: Any) -> list[float | None]:
+    """1.0 when the completion's final answer equals the row's `answer`, else 0.0."""
+    if answer is None:
+        return [None] * len(completions)
+    scores: list[float | None] = []
+    for completion, expected in zip(completions, answer, strict=True):
+        got = final_answer(completion_text(completion))
+        want = final_answer(str(expected)) or _normalise(str(expected))
+        scores.append(1.0 if got is not None and got == want else 0.0)
+    return scores
+
+
+def format_reward(completions: list[Any], **_: Any) -> list[float | None]:
+    """1.0 when a final answer can be read from the completion at all: a small shaping term."""
+    return [1.0 if final_answer(completion_text(c)) is not None else 0.0 for c in completions]
