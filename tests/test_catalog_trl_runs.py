@@ -82,10 +82,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", sorted(DATA))
-def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
-    name = f"tiny-{method}"
+def _train(method: str, name: str, assets: Path, lab: Path, tp: Any, tp_subprocess: Any, *extra: str) -> Path:
+    """Scaffold `method` as experiment `name`, train it through `tp submit --local`; its checkpoints/final."""
     assert tp("new", name, "--method", f"trl/{method}", cwd=lab).code == 0
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", f"experiment {name}")
@@ -95,7 +93,7 @@ def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab
     data = str(assets / DATA[method])
     args = ["submit", name, "--profile", "local", "--model", str(assets / "model"), "--train-data", data,
             "--validation-data", data, "--local"]
-    for item in sets:
+    for item in [*sets, *extra]:
         args += ["--set", item]
     result = tp_subprocess(*args, cwd=lab, timeout=600)
 
@@ -103,6 +101,24 @@ def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab
     [status_path] = (lab / "status" / name).glob("*.json")
     status = json.loads(status_path.read_text())
     assert status["phase"] == "Succeeded" and status["exit_code"] == 0
-    final = Path(status["out_dir"]) / "checkpoints" / "final"
+    return Path(status["out_dir"]) / "checkpoints" / "final"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(DATA))
+def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
+    final = _train(method, f"tiny-{method}", assets, lab, tp, tp_subprocess)
     assert (final / "config.json").is_file()
     assert any(final.glob("*.safetensors"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, task_type", [("sft", "CAUSAL_LM"), ("rm", "SEQ_CLS")])
+def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path, lab: Path, tp,
+                                       tp_subprocess) -> None:
+    """use_peft: the shared LoRA config (rank, task type) reaches the trainer, which saves an adapter."""
+    _require("peft")
+    final = _train(method, f"lora-{method}", assets, lab, tp, tp_subprocess, "use_peft=true", "lora_r=4")
+    adapter = json.loads((final / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["task_type"]) == (4, task_type)
+    assert (final / "adapter_model.safetensors").is_file()
