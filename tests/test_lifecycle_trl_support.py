@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tuneplane.lifecycle import trl_rewards
 from tuneplane.lifecycle.trl_support import SCRIPT_KEYS, TrainingRun
@@ -242,3 +245,33 @@ def test_reward_weights_ship_one_per_reward_function(template: Path) -> None:
     assert len(scope["REWARD_FUNCTIONS"]) == len(weights)
     assert scope["completion_text"]([{"role": "assistant", "content": "\\boxed{7}"}]) == "\\boxed{7}"
     assert scope["final_answer"]("so it is 1,234.") == "1234"
+
+
+# What the templates' rewards.py read before the move, kept as the oracle: the shared functions
+# must score every text as they did.
+def _old_normalise(text: str) -> str:
+    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
+
+
+def _old_final_answer(text: str) -> str | None:
+    boxed, numbers = re.findall(r"\\boxed\{([^{}]*)\}", text), re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return _old_normalise(boxed[-1]) if boxed else _old_normalise(numbers[-1]) if numbers else None
+
+
+def _old_accuracy(completion: str, expected: str) -> float:
+    got, want = _old_final_answer(completion), _old_final_answer(expected) or _old_normalise(expected)
+    return 1.0 if got is not None and got == want else 0.0
+
+
+TEXTS = st.lists(st.sampled_from(["\\boxed{", "}", "{", "1", "23", ",", ".", "-", " ", "x", "Paris", "4.5"]),
+                 max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS, TEXTS)
+def test_the_shared_rewards_read_answers_as_the_templates_did(text: str, expected: str) -> None:
+    assert trl_rewards.final_answer(text) == _old_final_answer(text)
+    boxed = "so \\boxed{" + expected.replace("}", "").replace("{", "") + "}"
+    for completion in (text, boxed, expected):
+        assert trl_rewards.accuracy_reward([completion], answer=[expected]) == [_old_accuracy(completion, expected)]
+    assert trl_rewards.format_reward([text]) == [0.0 if _old_final_answer(text) is None else 1.0]

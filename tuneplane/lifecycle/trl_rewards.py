@@ -4,7 +4,8 @@ TRL calls each reward function with the batch's `completions` (strings, or lists
 for conversational data) and every other data-set column as a keyword argument holding one value
 per completion; each returns one float per completion, or None where it does not apply, and TRL
 reports it as rewards/<function name>/mean. The two here fit data with an `answer` column holding
-the expected final answer (a number, or the content of a \\boxed{...}). A template's rewards.py
+the expected final answer (a number, or the content of a \\boxed{...}), read from a completion as
+`tp eval`'s answer_accuracy reads it (tuneplane.lifecycle.hf_eval). A template's rewards.py
 lists the functions a run uses; write your own there with `completion_text` and `final_answer`.
 Standard library only: it runs in the job.
 """
@@ -14,8 +15,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+from tuneplane.lifecycle.hf_eval import final_answer as answer_as_scored
+from tuneplane.lifecycle.hf_eval import normalise
+
+# A final answer can be read when the text has a \boxed{...} or a number (as `tp eval` reads it).
+_READABLE = re.compile(r"\\boxed\{[^{}]*\}|\d")
 
 
 def completion_text(completion: Any) -> str:
@@ -26,16 +30,9 @@ def completion_text(completion: Any) -> str:
 
 
 def final_answer(text: str) -> str | None:
-    """The last \\boxed{...}, else the last number, normalised; None when there is neither."""
-    boxed = _BOXED.findall(text)
-    if boxed:
-        return _normalise(boxed[-1])
-    numbers = _NUMBER.findall(text)
-    return _normalise(numbers[-1]) if numbers else None
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
+    """The last \\boxed{...}, else the last number, normalised as `tp eval`'s answer_accuracy reads it
+    (tuneplane.lifecycle.hf_eval); None when there is neither."""
+    return answer_as_scored(text) if _READABLE.search(text) else None
 
 
 def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_: Any) -> list[float | None]:
@@ -45,7 +42,7 @@ def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_
     scores: list[float | None] = []
     for completion, expected in zip(completions, answer, strict=True):
         got = final_answer(completion_text(completion))
-        want = final_answer(str(expected)) or _normalise(str(expected))
+        want = final_answer(str(expected)) or normalise(str(expected))
         scores.append(1.0 if got is not None and got == want else 0.0)
     return scores
 
