@@ -275,3 +275,41 @@ def test_the_shared_rewards_read_answers_as_the_templates_did(text: str, expecte
     for completion in (text, boxed, expected):
         assert trl_rewards.accuracy_reward([completion], answer=[expected]) == [_old_accuracy(completion, expected)]
     assert trl_rewards.format_reward([text]) == [0.0 if _old_final_answer(text) is None else 1.0]
+
+
+# ── the rendered cluster command (Kubernetes; Slurm's container runs the same one) ───────────────────
+
+METHODS = [t.parent.name for t in TRL_TEMPLATES]
+
+
+@pytest.fixture(scope="module")
+def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from helpers_render import make_lab
+
+    return make_lab(tmp_path_factory.mktemp("trl-render") / "lab", {f"trl-{m}": f"trl/{m}" for m in METHODS})
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_rendered_pod_command_gives_train_py_the_sdk(method: str, cluster_lab: Any, tmp_path: Path) -> None:
+    """The trainer container's command puts the SDK folder on PYTHONPATH for the process that runs the
+    experiment's train.py; run here with only that folder and the standard library, train.py starts."""
+    from helpers_render import INPUTS, build, main_container, request
+
+    (doc,) = build(cluster_lab, request(f"trl-{method}", "h200", inputs=dict(INPUTS)))[2]
+    python, flag, bootstrap, _sdk_in_pod, mode = main_container(doc["spec"]["template"])["command"]
+    assert (python, flag, mode) == ("python3", "-c", "prepend")
+    sdk = tmp_path / "sdk"
+    shutil.copytree(ROOT / "tuneplane", sdk / "tuneplane", ignore=shutil.ignore_patterns("__pycache__"))
+    work = Path(cluster_lab.root)
+    (tmp_path / "work" / ".tuneplane").mkdir(parents=True)
+    train = work / "experiments" / f"trl-{method}" / "train.py"
+    launch = {"argv": [sys.executable, "-S", str(train), "--help"], "mode": "direct", "cwd": str(work)}
+    document = {"apiVersion": "tuneplane/v1", "kind": "TrainingJob", "spec": {"framework": {"kind": "trl"}},
+                "launch": launch}
+    (tmp_path / "work" / ".tuneplane" / "jobspec.json").write_text(json.dumps(document))
+    env = {**NO_PYC, "TUNEPLANE_WORK_DIR": str(tmp_path / "work")}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, "-S", "-c", bootstrap, str(sdk), mode], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--overrides-json" in done.stdout and "accelerate launch" in done.stdout
