@@ -122,3 +122,36 @@ def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path
     adapter = json.loads((final / "adapter_config.json").read_text())
     assert (adapter["r"], adapter["task_type"]) == (4, task_type)
     assert (final / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_reward_model_exports_with_its_score_head(lora: bool, assets: Path, lab: Path, tp, tp_subprocess) -> None:
+    """`tp export` of trl/rm writes the reward model itself: the exported folder loads as a sequence
+    classifier and scores a text exactly as the trained checkpoint does."""
+    torch = _require("torch")
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    name = f"rm-export-{'lora' if lora else 'full'}"
+    final = _train("rm", name, assets, lab, tp, tp_subprocess, *(["use_peft=true", "lora_r=4"] if lora else []))
+    result = tp_subprocess("export", name, "--profile", "local", "--checkpoint", str(final), "--local",
+                           cwd=lab, timeout=600)
+    assert result.code == 0, result.output[-4000:]
+    statuses = [json.loads(p.read_text()) for p in (lab / "status" / name).glob("*.json")]
+    [export] = [s for s in statuses if s["operation"] == "export"]
+    assert export["phase"] == "Succeeded", result.output[-4000:]
+    exported = Path(export["out_dir"]) / "hf_export"
+    assert json.loads((exported / "config.json").read_text())["architectures"] == ["Qwen2ForSequenceClassification"]
+
+    if lora:
+        from peft import AutoPeftModelForSequenceClassification
+
+        trained = AutoPeftModelForSequenceClassification.from_pretrained(str(final), num_labels=1).merge_and_unload()
+    else:
+        trained = AutoModelForSequenceClassification.from_pretrained(str(final))
+    tokenizer = AutoTokenizer.from_pretrained(str(exported))
+    batch = tokenizer(["what is two plus two four"], return_tensors="pt")
+    with torch.no_grad():
+        want = trained.eval()(**batch).logits
+        got = AutoModelForSequenceClassification.from_pretrained(str(exported)).eval()(**batch).logits
+    assert got.shape == (1, 1) and torch.allclose(got, want, atol=1e-5)
