@@ -126,9 +126,11 @@ def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_a_reward_model_exports_with_its_score_head(lora: bool, assets: Path, lab: Path, tp, tp_subprocess) -> None:
+def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, assets: Path, lab: Path, tp,
+                                                                tp_subprocess) -> None:
     """`tp export` of trl/rm writes the reward model itself: the exported folder loads as a sequence
-    classifier and scores a text exactly as the trained checkpoint does."""
+    classifier and scores a text exactly as the trained checkpoint does; `tp eval` reports how well
+    it ranks held-out pairs."""
     torch = _require("torch")
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -155,3 +157,22 @@ def test_a_reward_model_exports_with_its_score_head(lora: bool, assets: Path, la
         want = trained.eval()(**batch).logits
         got = AutoModelForSequenceClassification.from_pretrained(str(exported)).eval()(**batch).logits
     assert got.shape == (1, 1) and torch.allclose(got, want, atol=1e-5)
+
+    # `tp eval` scores the reward model on preference pairs: the share of pairs it ranks right
+    pairs = assets / DATA["rm"]
+    result = tp_subprocess("eval", name, "--profile", "local", "--checkpoint", str(final), "--data", str(pairs),
+                           "--local", cwd=lab, timeout=600)
+    assert result.code == 0, result.output[-4000:]
+    statuses = [json.loads(p.read_text()) for p in (lab / "status" / name).glob("*.json")]
+    [evaluation] = [s for s in statuses if s["operation"] == "eval"]
+    metrics = json.loads((Path(evaluation["out_dir"]) / "eval" / "report.json").read_text())["metrics"]
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    margins = []
+    with torch.no_grad():
+        for row in rows:
+            chosen, rejected = (tokenizer(row["prompt"] + row[k] + tokenizer.eos_token, return_tensors="pt")
+                                for k in ("chosen", "rejected"))
+            margins.append(float(trained(**chosen).logits[0, 0] - trained(**rejected).logits[0, 0]))
+    assert metrics["pairs"] == len(rows)
+    assert metrics["accuracy"] == sum(m > 0 for m in margins) / len(rows)
+    assert abs(metrics["margin"] - sum(margins) / len(rows)) < 1e-4
