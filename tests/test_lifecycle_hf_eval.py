@@ -85,7 +85,8 @@ def test_a_reward_model_reads_preference_pairs_as_trl_joins_them(row, expected):
 
 @pytest.mark.parametrize("row, message", [
     ({"prompt": "q", "completion": "a"}, r"rows need `chosen` and `rejected`, this one has \['completion', 'prompt'\]"),
-    ({"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": []}, "must all be text or all chat messages"),
+    ({"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": []},
+     "must all be text or all chat messages"),
 ])
 def test_a_row_that_is_no_preference_pair_stops_with_a_message(row, message):
     with pytest.raises(SystemExit, match=message):

@@ -187,6 +187,15 @@ def test_save_writes_final_and_drops_the_model_card(tmp_path: Path) -> None:
     assert (checkpoints / "final").is_dir() and not (checkpoints / "README.md").exists()
 
 
+def test_experiments_scaffolded_before_training_run_still_import_their_helpers() -> None:
+    """Their trainer_config.py re-exports these names: an existing lab's train.py keeps working."""
+    import tuneplane.lifecycle.trl_support as support
+
+    old = ("PLATFORM_KEYS", "SCRIPT_KEYS", "apply_overrides", "latest_checkpoint", "load_config", "load_split",
+           "output_dir", "platform_callbacks", "read_overrides")
+    assert [name for name in old if not hasattr(support, name)] == []
+
+
 # ── the templates ──────────────────────────────────────────────────────────────────────────────────
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Re-exported: the templates' trainer_config.py imports them from here.
+# Re-exported: experiments scaffolded before TrainingRun import them from here (their trainer_config.py).
 from tuneplane.lifecycle.outputs import output_dir as output_dir
 from tuneplane.lifecycle.overrides import apply_overrides as apply_overrides
 
