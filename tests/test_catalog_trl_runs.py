@@ -82,10 +82,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", sorted(DATA))
-def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
-    name = f"tiny-{method}"
+def _train(method: str, name: str, assets: Path, lab: Path, tp: Any, tp_subprocess: Any, *extra: str) -> Path:
+    """Scaffold `method` as experiment `name`, train it through `tp submit --local`; its checkpoints/final."""
     assert tp("new", name, "--method", f"trl/{method}", cwd=lab).code == 0
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", f"experiment {name}")
@@ -95,7 +93,7 @@ def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab
     data = str(assets / DATA[method])
     args = ["submit", name, "--profile", "local", "--model", str(assets / "model"), "--train-data", data,
             "--validation-data", data, "--local"]
-    for item in sets:
+    for item in [*sets, *extra]:
         args += ["--set", item]
     result = tp_subprocess(*args, cwd=lab, timeout=600)
 
@@ -103,6 +101,78 @@ def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab
     [status_path] = (lab / "status" / name).glob("*.json")
     status = json.loads(status_path.read_text())
     assert status["phase"] == "Succeeded" and status["exit_code"] == 0
-    final = Path(status["out_dir"]) / "checkpoints" / "final"
+    return Path(status["out_dir"]) / "checkpoints" / "final"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(DATA))
+def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
+    final = _train(method, f"tiny-{method}", assets, lab, tp, tp_subprocess)
     assert (final / "config.json").is_file()
     assert any(final.glob("*.safetensors"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, task_type", [("sft", "CAUSAL_LM"), ("rm", "SEQ_CLS")])
+def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path, lab: Path, tp,
+                                       tp_subprocess) -> None:
+    """use_peft: the shared LoRA config (rank, task type) reaches the trainer, which saves an adapter."""
+    _require("peft")
+    final = _train(method, f"lora-{method}", assets, lab, tp, tp_subprocess, "use_peft=true", "lora_r=4")
+    adapter = json.loads((final / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["task_type"]) == (4, task_type)
+    assert (final / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, assets: Path, lab: Path, tp,
+                                                                tp_subprocess) -> None:
+    """`tp export` of trl/rm writes the reward model itself: the exported folder loads as a sequence
+    classifier and scores a text exactly as the trained checkpoint does; `tp eval` reports how well
+    it ranks held-out pairs."""
+    torch = _require("torch")
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    name = f"rm-export-{'lora' if lora else 'full'}"
+    final = _train("rm", name, assets, lab, tp, tp_subprocess, *(["use_peft=true", "lora_r=4"] if lora else []))
+    result = tp_subprocess("export", name, "--profile", "local", "--checkpoint", str(final), "--local",
+                           cwd=lab, timeout=600)
+    assert result.code == 0, result.output[-4000:]
+    statuses = [json.loads(p.read_text()) for p in (lab / "status" / name).glob("*.json")]
+    [export] = [s for s in statuses if s["operation"] == "export"]
+    assert export["phase"] == "Succeeded", result.output[-4000:]
+    exported = Path(export["out_dir"]) / "hf_export"
+    assert json.loads((exported / "config.json").read_text())["architectures"] == ["Qwen2ForSequenceClassification"]
+
+    if lora:
+        from peft import AutoPeftModelForSequenceClassification
+
+        trained = AutoPeftModelForSequenceClassification.from_pretrained(str(final), num_labels=1).merge_and_unload()
+    else:
+        trained = AutoModelForSequenceClassification.from_pretrained(str(final))
+    tokenizer = AutoTokenizer.from_pretrained(str(exported))
+    batch = tokenizer(["what is two plus two four"], return_tensors="pt")
+    with torch.no_grad():
+        want = trained.eval()(**batch).logits
+        got = AutoModelForSequenceClassification.from_pretrained(str(exported)).eval()(**batch).logits
+    assert got.shape == (1, 1) and torch.allclose(got, want, atol=1e-5)
+
+    # `tp eval` scores the reward model on preference pairs: the share of pairs it ranks right
+    pairs = assets / DATA["rm"]
+    result = tp_subprocess("eval", name, "--profile", "local", "--checkpoint", str(final), "--data", str(pairs),
+                           "--local", cwd=lab, timeout=600)
+    assert result.code == 0, result.output[-4000:]
+    statuses = [json.loads(p.read_text()) for p in (lab / "status" / name).glob("*.json")]
+    [evaluation] = [s for s in statuses if s["operation"] == "eval"]
+    metrics = json.loads((Path(evaluation["out_dir"]) / "eval" / "report.json").read_text())["metrics"]
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    margins = []
+    with torch.no_grad():
+        for row in rows:
+            chosen, rejected = (tokenizer(row["prompt"] + row[k] + tokenizer.eos_token, return_tensors="pt")
+                                for k in ("chosen", "rejected"))
+            margins.append(float(trained(**chosen).logits[0, 0] - trained(**rejected).logits[0, 0]))
+    assert metrics["pairs"] == len(rows)
+    assert metrics["accuracy"] == sum(m > 0 for m in margins) / len(rows)
+    assert abs(metrics["margin"] - sum(margins) / len(rows)) < 1e-4

@@ -100,12 +100,3 @@ def test_template_exports_are_fronts_to_the_shared_code(script):
     result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
                             cwd=script.parent, env=NO_PYC)
     assert result.returncode == 0 and "--checkpoint" in result.stdout and "--output-dir" in result.stdout
-
-
-@pytest.mark.parametrize("fw", ["sft", "grpo"])
-def test_trl_template_helpers_are_the_shared_ones(fw):
-    code = ("import trainer_config as t, tuneplane.lifecycle.trl_support as s; "
-            "print(all(getattr(t, n) is getattr(s, n) for n in t.__all__))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT / "catalog" / "trl" / fw / "template", env=NO_PYC).stdout
-    assert out.strip() == "True"

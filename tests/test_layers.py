@@ -17,7 +17,7 @@ JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecyc
                        ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),
                        ("tuneplane.lifecycle.hf_eval", "transformers"),
                        ("tuneplane.lifecycle.trl_support", "yaml"), ("tuneplane.lifecycle.trl_support", "datasets"),
-                       ("tuneplane.lifecycle.trl_support", "transformers"),
+                       ("tuneplane.lifecycle.trl_support", "transformers"), ("tuneplane.lifecycle.trl_support", "peft"),
                        ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft"),
                        ("tuneplane.lifecycle.cli_flags", "yaml")}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneplane.lifecycle.hf_eval import final_answer, normalise, split_row
+from tuneplane.lifecycle.hf_eval import final_answer, normalise, pair_texts, split_row
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,3 +67,27 @@ def test_template_eval_scripts_run_the_shared_evaluation(template, tmp_path):
     """Each template's eval.py is a thin, replaceable front to hf_eval: its --help is hf_eval's."""
     result = subprocess.run([sys.executable, str(template), "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--report" in result.stdout and "--data" in result.stdout
+
+
+class EosTokenizer(PlainTokenizer):
+    eos_token = "<eos>"
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"prompt": "2+2? ", "chosen": "4", "rejected": "5"}, ("2+2? 4<eos>", "2+2? 5<eos>")),
+    ({"chosen": "good<eos>", "rejected": "bad"}, ("good<eos>", "bad<eos>")),  # an eos is not doubled
+    ({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "a"}],
+      "rejected": [{"role": "assistant", "content": "b"}]}, ("user: q\nassistant: a", "user: q\nassistant: b")),
+])
+def test_a_reward_model_reads_preference_pairs_as_trl_joins_them(row, expected):
+    assert pair_texts(row, EosTokenizer()) == expected
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"prompt": "q", "completion": "a"}, r"rows need `chosen` and `rejected`, this one has \['completion', 'prompt'\]"),
+    ({"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": []},
+     "must all be text or all chat messages"),
+])
+def test_a_row_that_is_no_preference_pair_stops_with_a_message(row, message):
+    with pytest.raises(SystemExit, match=message):
+        pair_texts(row, EosTokenizer())

@@ -15,6 +15,11 @@ The model defaults to <output-dir>/hf_export (run `tp export` first). Each row i
   text                      plain text, scored by loss only
 Reported: `loss` and `perplexity` of the reference replies given their prompts, `exact_match` of
 greedy generations against them, and `answer_accuracy` when rows carry a final answer.
+
+A reward model (a sequence classifier, as trl/rm trains) is scored on preference pairs instead:
+rows of `chosen` and `rejected` (and optionally `prompt`), joined as TRL's RewardTrainer joins
+them; reported are `accuracy` (the share of pairs whose chosen reply scores higher), `margin` (the
+mean score of chosen minus rejected) and `pairs`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.lifecycle.outputs import output_dir
+from tuneplane.lifecycle.trl_export import load_model as load_checkpoint
+from tuneplane.lifecycle.trl_export import load_tokenizer
 
 ANSWER_KEYS = ("answer", "solution", "ground_truth")
 _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -157,21 +164,70 @@ def evaluate(model: Any, tokenizer: Any, rows: Any, max_new_tokens: int) -> dict
     return metrics
 
 
+def load_model(model_path: str) -> tuple[Any, Any]:
+    """(model, tokenizer): a folder as the class it was trained as (LoRA merged), else a Hub causal LM."""
+    if Path(model_path).is_dir():
+        checkpoint = Path(model_path)
+        return load_checkpoint(checkpoint), load_tokenizer(checkpoint)
+    # lazy: a training-image library, absent where tp runs
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
+
+
+def is_reward_model(model: Any) -> bool:
+    """A sequence classifier (its class, not its config: a merged LoRA model keeps its base's config)."""
+    return type(model).__name__.endswith("ForSequenceClassification")
+
+
+def pair_texts(row: dict[str, Any], tokenizer: Any) -> tuple[str, str]:
+    """The chosen and the rejected text of a preference row, each after its prompt, as TRL joins them."""
+    if row.get("chosen") is None or row.get("rejected") is None:
+        raise SystemExit(f"a reward model is scored on preference pairs: rows need `chosen` and `rejected`, "
+                         f"this one has {sorted(row)}")
+    texts = []
+    for reply in (row["chosen"], row["rejected"]):
+        prompt = row.get("prompt") or type(reply)()
+        if type(prompt) is not type(reply):
+            raise SystemExit("a preference row's `prompt` and replies must all be text or all chat messages")
+        whole = as_text(prompt + reply, tokenizer, False)
+        eos = tokenizer.eos_token if isinstance(reply, str) else None
+        texts.append(whole + eos if eos and not whole.endswith(eos) else whole)
+    return texts[0], texts[1]
+
+
+def evaluate_pairs(model: Any, tokenizer: Any, rows: Any) -> dict[str, Any]:
+    # lazy: a training-image library, absent where tp runs
+    import torch
+
+    margins = []
+    for row in rows:
+        scores = []
+        for text in pair_texts(row, tokenizer):
+            batch = tokenizer(text, return_tensors="pt").to(model.device)
+            with torch.no_grad():
+                scores.append(float(model(**batch).logits[0, 0]))
+        margins.append(scores[0] - scores[1])
+    if not margins:
+        raise SystemExit("no preference pairs to score")
+    return {"accuracy": sum(m > 0 for m in margins) / len(margins), "margin": sum(margins) / len(margins),
+            "pairs": len(margins)}
+
+
 def main() -> int:
     args = parse_args()
     out = output_dir(args.output_dir)
     model_path = args.model or str(out / "hf_export")
     report_path = args.report or out / "eval" / "report.json"
-    # lazy: a training-image library, absent where tp runs
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model, tokenizer = load_model(model_path)
     model.eval()
     rows = load_rows(args.data)
     rows = rows.select(range(min(args.max_samples, len(rows))))
     started = time.monotonic()
-    metrics = evaluate(model, tokenizer, rows, args.max_new_tokens)
+    if is_reward_model(model):
+        metrics = evaluate_pairs(model, tokenizer, rows)
+    else:
+        metrics = evaluate(model, tokenizer, rows, args.max_new_tokens)
     report = {
         "model": model_path,
         "data": args.data,

@@ -1,19 +1,27 @@
-"""What the TRL templates' train.py and export.py share (their trainer_config.py re-exports it).
+"""What the TRL templates share: one training run from the command line to checkpoints/final.
 
-Read the experiment's config.yaml, apply the platform's validated overrides, find the output
-directory, load data sets from local files or the Hub, and bridge tuneplane.report into the
-Hugging Face Trainer. Runs in the job: the standard library at import; PyYAML, `datasets` and
-`transformers` (the training image's) only inside the functions that use them.
+A template's train.py names only what is its method's: the trainer and config classes, its own
+config keys, its reward functions. `TrainingRun.from_command_line()` reads the arguments the
+platform passes, the experiment's config.yaml and the validated overrides, finds the output
+directory, and `train()` builds the trainer with the model, the data sets (local files or the Hub),
+the LoRA config and the platform's metrics callback, trains and writes checkpoints/final. export.py
+(tuneplane.lifecycle.trl_export) uses the checkpoint helpers. Runs in the job: the standard library
+at import; PyYAML, `datasets`, `transformers` and `peft` (the training image's) only inside the
+functions that use them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Re-exported: the templates' trainer_config.py imports them from here.
+# Re-exported: experiments scaffolded before TrainingRun import them from here (their trainer_config.py).
 from tuneplane.lifecycle.outputs import output_dir as output_dir
 from tuneplane.lifecycle.overrides import apply_overrides as apply_overrides
 
@@ -25,14 +33,32 @@ SCRIPT_KEYS = (
 # Set by the platform from the run's output directory; a value in config.yaml is ignored.
 PLATFORM_KEYS = ("output_dir", "logging_dir")
 _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+LAUNCH = """\
+The platform starts train.py with accelerate, one process per GPU:
+
+    accelerate launch ... train.py --config <exp>/config.yaml \\
+        --model <model> --train-data <data> --validation-data <data> \\
+        --output-dir $TUNEPLANE_OUT_DIR --logging-dir $TUNEPLANE_OUT_DIR/logs \\
+        --overrides-json '<validated --set values>'
+
+Data: a local .jsonl/.json/.parquet/.csv file or folder, or a Hub data set name. config.yaml holds
+the TRL config class's keys, plus model_name_or_path, dataset_train_path, dataset_eval_path (the
+arguments above win), use_peft and lora_*. Outputs under --output-dir: checkpoints/checkpoint-<step>
+while training, checkpoints/final at the end (model and tokenizer), logs under --logging-dir.
+"""
 
 
 def load_config(path: Path) -> dict[str, Any]:
     """The experiment config as a dict (an empty file is an empty config)."""
-    # lazy: PyYAML may be absent from a training image; the caller falls back
+    # lazy: PyYAML comes with the training image's transformers; importing this module needs none
     import yaml
 
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such config file; pass --config <experiment>/config.yaml")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SystemExit(f"{path}: not valid YAML: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -46,7 +72,11 @@ def read_overrides(text: str | None) -> dict[str, Any]:
         return {}
     if text.startswith("@"):
         text = Path(text[1:]).read_text(encoding="utf-8")
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--overrides-json is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                         f"column {exc.colno}") from None
     if not isinstance(value, dict):
         raise SystemExit("--overrides-json must be a JSON object of dotted config paths to values")
     return value
@@ -122,3 +152,132 @@ def platform_callbacks() -> list[Any]:
             self._forward("on_train_end", args, state, control, **kwargs)
 
     return [ForwardToTunePlane()]
+
+
+@dataclass
+class TrainingRun:
+    """One run of a TRL template's train.py, as the platform starts it.
+
+    `settings` is what goes to the TRL config class: config.yaml with the overrides applied, less the
+    keys the script reads itself (`script`: model, data, LoRA and the template's own keys) and the
+    platform's, with output_dir under the run's out dir. A template may change either before train().
+    """
+
+    model: str
+    train_data: str
+    eval_data: str | None
+    out: Path
+    config_path: Path
+    settings: dict[str, Any]
+    script: dict[str, Any]
+
+    @classmethod
+    def from_command_line(cls, description: str, own_keys: Sequence[str] = (),
+                          argv: Sequence[str] | None = None) -> TrainingRun:
+        """Read the arguments, config.yaml and --overrides-json; `own_keys` stay out of `settings`."""
+        args = _parser(description).parse_args(argv)
+        config_path: Path = args.config or Path(sys.argv[0]).resolve().parent / "config.yaml"
+        settings = load_config(config_path)
+        apply_overrides(settings, read_overrides(args.overrides_json))
+        script = {key: settings.pop(key) for key in (*SCRIPT_KEYS, *own_keys) if key in settings}
+        for key in PLATFORM_KEYS:
+            settings.pop(key, None)
+        model = args.model or script.get("model_name_or_path")
+        train_data = args.train_data or script.get("dataset_train_path")
+        if not model or not train_data:
+            raise SystemExit("a model and training data are required: pass --model and --train-data "
+                             f"(or set model_name_or_path and dataset_train_path in {config_path})")
+        eval_data = args.validation_data or script.get("dataset_eval_path") or None
+        out = output_dir(args.output_dir)
+        # transformers reads the TensorBoard folder from the environment, not from TrainingArguments.
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(args.logging_dir or out / "logs")))
+        settings["output_dir"] = str(out / "checkpoints")
+        if not eval_data:
+            settings["eval_strategy"] = "no"
+        return cls(str(model), str(train_data), str(eval_data) if eval_data else None, out, config_path,
+                   settings, script)
+
+    def peft_config(self, task_type: str = "CAUSAL_LM") -> Any:
+        """A LoRA config from use_peft and lora_* when use_peft is on (peft is imported only then)."""
+        if not self.script.get("use_peft"):
+            return None
+        # lazy: a training-image library, needed only for LoRA
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=int(self.script.get("lora_r", 16)),
+            lora_alpha=int(self.script.get("lora_alpha", 32)),
+            lora_dropout=float(self.script.get("lora_dropout", 0.05)),
+            target_modules=self.script.get("lora_target_modules", "all-linear"),
+            task_type=task_type,
+        )
+
+    def trl_config(self, config_class: Any) -> Any:
+        """`config_class(**settings)`; a key or value it refuses is a message naming config.yaml."""
+        try:
+            return config_class(**self.settings)
+        except (TypeError, ValueError) as exc:
+            raise SystemExit(f"{self.config_path}: {config_class.__name__} refuses these settings: {exc}; "
+                             "fix or remove the key in config.yaml or the --set value") from None
+
+    def trainer(self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM",
+                **kwargs: Any) -> Any:
+        """The trainer with the run's model, TRL config, data sets, LoRA config and metrics callback.
+
+        A keyword given here is passed on and replaces the default of the same name (`model=` a
+        model object you built, `processing_class=` a tokenizer, `reward_funcs=`, ...).
+        """
+        self._check_reward_weights(kwargs.get("reward_funcs"))
+        defaults: dict[str, Callable[[], Any]] = {
+            "model": lambda: self.model,
+            "args": lambda: self.trl_config(config_class),
+            "train_dataset": lambda: load_split(self.train_data, "train"),
+            "eval_dataset": lambda: load_split(self.eval_data, "validation") if self.eval_data else None,
+            "peft_config": lambda: self.peft_config(peft_task_type),
+            "callbacks": platform_callbacks,
+        }
+        for name, make in defaults.items():
+            if name not in kwargs:
+                kwargs[name] = make()
+        return trainer_class(**kwargs)
+
+    def train(self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM",
+              **kwargs: Any) -> int:
+        """Build the trainer (see trainer()), train, write checkpoints/final; 0 for the exit status."""
+        trainer = self.trainer(trainer_class, config_class, peft_task_type=peft_task_type, **kwargs)
+        trainer.train()
+        self.save(trainer)
+        return 0
+
+    def save(self, trainer: Any) -> None:
+        """Write the trained model and tokenizer to checkpoints/final."""
+        checkpoints = self.out / "checkpoints"
+        trainer.save_model(str(checkpoints / "final"))
+        if trainer.is_world_process_zero():
+            # The Trainer drops a model card beside the checkpoints; it is not a checkpoint.
+            (checkpoints / "README.md").unlink(missing_ok=True)
+
+    def _check_reward_weights(self, reward_funcs: Any) -> None:
+        """TRL wants one reward weight per reward function; say so before any model is loaded."""
+        weights = self.settings.get("reward_weights")
+        if reward_funcs is None or weights is None:
+            return
+        count = len(reward_funcs) if isinstance(reward_funcs, list | tuple) else 1
+        if not isinstance(weights, list) or len(weights) != count:
+            given = f"{len(weights)} weights" if isinstance(weights, list) else repr(weights)
+            raise SystemExit(f"{self.config_path}: reward_weights is {given} for {count} reward functions: "
+                             "give one weight per function, in order, or remove reward_weights to weigh "
+                             "them equally")
+
+
+def _parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description, epilog=LAUNCH,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, help="the experiment's config.yaml (default: beside train.py)")
+    parser.add_argument("--model", help="Hub id or local path (else model_name_or_path in the config)")
+    parser.add_argument("--train-data", help="training data (else dataset_train_path)")
+    parser.add_argument("--validation-data", help="validation data (else dataset_eval_path)")
+    parser.add_argument("--output-dir", help="run output folder (default: $TUNEPLANE_OUT_DIR)")
+    parser.add_argument("--logging-dir", help="log folder (default: <output-dir>/logs)")
+    parser.add_argument("--overrides-json", help="JSON object of config paths to values, or @file")
+    return parser

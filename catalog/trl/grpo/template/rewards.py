@@ -1,59 +1,20 @@
-"""Reward functions for GRPO: edit these to change what the policy is trained towards.
+"""What GRPO trains the policy towards: edit REWARD_FUNCTIONS, or add functions of your own here.
 
-TRL calls each function with the batch's `completions` (strings, or lists of chat messages for
-conversational data) and every other data-set column as a keyword argument holding one value per
-completion. Each returns one float per completion, or None where it does not apply. The scores are
-weighted by `reward_weights` in config.yaml and summed; TRL reports each one as
-rewards/<function name>/mean.
+For each prompt GRPO samples a group of completions and scores each with every function below; the
+scores are weighted by `reward_weights` in config.yaml (one weight per function, in order) and
+summed, and completions that beat their group's mean are reinforced. A function takes the batch's
+`completions` and the data set's columns as keyword arguments (one value per completion) and
+returns one float per completion, or None where it does not apply, for example:
 
-The shipped pair fits question-answer data with an `answer` column holding the expected final
-answer (a number, or the content of a \\boxed{...}).
+    def short_answer(completions, **_):
+        return [1.0 if len(completion_text(c)) < 400 else 0.0 for c in completions]
+
+The shipped pair (tuneplane.lifecycle.trl_rewards) reads an `answer` column: the expected final
+answer, a number or the content of a \\boxed{...}.
 """
 
-from __future__ import annotations
+from tuneplane.lifecycle.trl_rewards import accuracy_reward, completion_text, final_answer, format_reward
 
-import re
-from typing import Any
-
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def completion_text(completion: Any) -> str:
-    """The generated text of one completion, conversational or not."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
-
-
-def final_answer(text: str) -> str | None:
-    """The last \\boxed{...}, else the last number, normalised; None when there is neither."""
-    boxed = _BOXED.findall(text)
-    if boxed:
-        return _normalise(boxed[-1])
-    numbers = _NUMBER.findall(text)
-    return _normalise(numbers[-1]) if numbers else None
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
-
-
-def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_: Any) -> list[float | None]:
-    """1.0 when the completion's final answer equals the row's `answer`, else 0.0."""
-    if answer is None:
-        return [None] * len(completions)
-    scores: list[float | None] = []
-    for completion, expected in zip(completions, answer, strict=True):
-        got = final_answer(completion_text(completion))
-        want = final_answer(str(expected)) or _normalise(str(expected))
-        scores.append(1.0 if got is not None and got == want else 0.0)
-    return scores
-
-
-def format_reward(completions: list[Any], **_: Any) -> list[float | None]:
-    """1.0 when a final answer can be read from the completion at all: a small shaping term."""
-    return [1.0 if final_answer(completion_text(c)) is not None else 0.0 for c in completions]
-
+__all__ = ["REWARD_FUNCTIONS", "accuracy_reward", "completion_text", "final_answer", "format_reward"]
 
 REWARD_FUNCTIONS = [accuracy_reward, format_reward]

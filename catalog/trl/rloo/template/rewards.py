@@ -1,59 +1,18 @@
-"""Reward functions for GRPO: edit these to change what the policy is trained towards.
+"""The rewards RLOO maximises: list them in REWARD_FUNCTIONS; write new ones in this file.
 
-TRL calls each function with the batch's `completions` (strings, or lists of chat messages for
-conversational data) and every other data-set column as a keyword argument holding one value per
-completion. Each returns one float per completion, or None where it does not apply. The scores are
-weighted by `reward_weights` in config.yaml and summed; TRL reports each one as
-rewards/<function name>/mean.
+RLOO samples several completions per prompt and uses the mean reward of the others as each one's
+baseline. Every function in the list scores every completion; config.yaml's `reward_weights` holds
+one weight per function in the same order. TRL passes `completions` plus every column of the data
+set as a keyword argument holding one value per completion; return a float per completion (None:
+not applicable). Helpers for your own: completion_text(c) is the generated text, final_answer(text)
+the last \\boxed{...} or number in it.
 
-The shipped pair fits question-answer data with an `answer` column holding the expected final
-answer (a number, or the content of a \\boxed{...}).
+Shipped (from tuneplane.lifecycle.trl_rewards): accuracy_reward compares the final answer with the
+row's `answer` column; format_reward pays a little for having a readable final answer at all.
 """
 
-from __future__ import annotations
+from tuneplane.lifecycle.trl_rewards import accuracy_reward, completion_text, final_answer, format_reward
 
-import re
-from typing import Any
-
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def completion_text(completion: Any) -> str:
-    """The generated text of one completion, conversational or not."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
-
-
-def final_answer(text: str) -> str | None:
-    """The last \\boxed{...}, else the last number, normalised; None when there is neither."""
-    boxed = _BOXED.findall(text)
-    if boxed:
-        return _normalise(boxed[-1])
-    numbers = _NUMBER.findall(text)
-    return _normalise(numbers[-1]) if numbers else None
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
-
-
-def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_: Any) -> list[float | None]:
-    """1.0 when the completion's final answer equals the row's `answer`, else 0.0."""
-    if answer is None:
-        return [None] * len(completions)
-    scores: list[float | None] = []
-    for completion, expected in zip(completions, answer, strict=True):
-        got = final_answer(completion_text(completion))
-        want = final_answer(str(expected)) or _normalise(str(expected))
-        scores.append(1.0 if got is not None and got == want else 0.0)
-    return scores
-
-
-def format_reward(completions: list[Any], **_: Any) -> list[float | None]:
-    """1.0 when a final answer can be read from the completion at all: a small shaping term."""
-    return [1.0 if final_answer(completion_text(c)) is not None else 0.0 for c in completions]
-
+__all__ = ["REWARD_FUNCTIONS", "accuracy_reward", "completion_text", "final_answer", "format_reward"]
 
 REWARD_FUNCTIONS = [accuracy_reward, format_reward]
