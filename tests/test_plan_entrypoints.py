@@ -81,8 +81,8 @@ def test_every_catalog_recipe_scaffolds_validates_and_compiles(tmp_path: Path, m
         config = lab.root / "experiments" / name / "config.yaml"
         text = config.read_text(encoding="utf-8")
         assert 'reward:\n  model_name_or_path: ""' in text
-        config.write_text(text.replace('reward:\n  model_name_or_path: ""', "reward:\n  remote_url: http://127.0.0.1:5000/r", 1),
-                          encoding="utf-8")
+        remote = "reward:\n  remote_url: http://127.0.0.1:5000/r"
+        config.write_text(text.replace('reward:\n  model_name_or_path: ""', remote, 1), encoding="utf-8")
         commit_all(lab.root)
     profile = "cpu" if method.startswith(("trl/", "pytorch/", "custom/")) else "h200"
     _, plan, manifests = build(lab, _request(name, method, profile))
