@@ -217,6 +217,17 @@ def test_new_for_every_method_locks_the_catalog_and_validates(lab: Path, tp: Any
     assert copied == template_files | {"recipe.lock.json"}
     report = tp("validate", name, "--format", "json")
     data = json.loads(report.out)
+    if "reward-source" in {r.id for r in catalog.recipe(method).rules}:
+        # an RL scaffold names no reward model (its README asks for one; it cannot be guessed for the
+        # user's policy): the one error says which keys to fill, and filled, the scaffold is clean
+        [problem] = data["problems"]
+        assert problem["rule"] == "config-rule" and "reward.model_name_or_path" in problem["hint"], problem
+        config = exp / "config.yaml"
+        text = config.read_text(encoding="utf-8")
+        config.write_text(text.replace('reward:\n  model_name_or_path: ""', "reward:\n  model_name_or_path: rm", 1),
+                          encoding="utf-8")
+        report = tp("validate", name, "--format", "json")
+        data = json.loads(report.out)
     assert data["errors"] == 0, data["problems"]
     assert report.code == 0
     assert not list((lab / "experiments").glob(".tp-new-*"))

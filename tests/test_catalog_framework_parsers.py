@@ -69,9 +69,14 @@ def framework_argv(tmp: Path, method: str, version: str, operation: str = "train
     run_git(lab, "add", "-A")
     run_git(lab, "commit", "-q", "-m", "exp")
     # OpenRLHF's Ray trainer refuses eval.dataset without a remote reward or an agent (its own check),
-    # so its RL recipes are rendered without validation data; every other recipe binds it too
+    # and so does tp (the recipe's rule), so its RL recipes are rendered without validation data;
+    # every other recipe binds it too
     ray = recipe(method)["adapter_options"]["orchestrator"] == "ray" and method.startswith("openrlhf/")
     validation = () if ray else ("--validation-data", "data/val.jsonl")
+    if ray:
+        refused = run_tp_in_process("render", "exp", "--profile", "local", "--image", "registry.example/fw:1",
+                                    *INPUTS, "--validation-data", "data/val.jsonl", cwd=lab)
+        assert refused.code == 2 and "rule 'eval-needs-remote-reward'" in refused.err, refused.output
     rendered = run_tp_in_process("render", "exp", "--profile", "local", "--image", "registry.example/fw:1",
                                  *INPUTS, *validation, "--format", "json", cwd=lab)
     assert rendered.code == 0, rendered.output
@@ -215,3 +220,60 @@ def test_openrlhf_export_merge_flags_parse_with_its_combiner(tmp_path: Path, cac
         assert openrlhf_check(wheel, MODULE, argv) is None
         args = openrlhf_args(wheel, MODULE, argv)
         assert (args.model_path, args.lora_path, args.is_rm) == ("Qwen/Qwen2.5-0.5B", str(tmp_path), task == "SEQ_CLS")
+
+
+# ── the recipes' own rules (`rules:` in recipe.yaml) fire exactly when OpenRLHF's checks fail ──────
+
+REMOTE = "http://127.0.0.1:5000/get_reward"
+# Config fragments laid over the template, every combination: the reward source, validation data,
+# partial rollouts with and without async training, dynamic filtering (which also needs more than one
+# sample per prompt, a check of its own that no rule covers)
+RULE_CASES = {
+    "train_ppo_ray": [
+        [{}, {"reward": {"model_name_or_path": FILLED["reward"]["model_name_or_path"]}},
+         {"reward": {"remote_url": REMOTE}}, {"train": {"agent_func_path": "agent.py"}}],
+        [{}, {"eval": {"dataset": "data/val.jsonl"}}],
+        [{}, {"train": {"partial_rollout_enable": True}},
+         {"train": {"partial_rollout_enable": True, "async_enable": True}}],
+        [{}, {"algo": {"dynamic_filtering_enable": True}, "rollout": {"n_samples_per_prompt": 2}}],
+    ],
+    "train_sft": [[{}, {"data": {"multiturn": True}}], [{}, {"data": {"apply_chat_template": False}}]],
+}
+
+
+def _merge(base: dict[str, Any], *fragments: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(base))
+    for fragment in fragments:
+        for section, values in fragment.items():
+            out.setdefault(section, {}).update(values)
+    return out
+
+
+@pytest.mark.parametrize("method", ["openrlhf/ppo", "openrlhf/grpo", "openrlhf/reinforce-baseline",
+                                    "openrlhf/sft"])
+def test_openrlhf_recipe_rules_fire_exactly_when_openrlhf_refuses(cache: Path, method: str) -> None:
+    import itertools
+
+    from tuneplane.check.rules.requires import broken_rules, effective_config
+    from tuneplane.lab.catalog import load_catalog
+    from tuneplane.lifecycle.cli_flags import build_flags
+
+    r = load_catalog().recipe(method)
+    module = r.entrypoint.value
+    template = yaml.safe_load((CATALOG / method / "template" / "config.yaml").read_text(encoding="utf-8"))
+    inputs = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "train_data": "data/train.jsonl"}
+    checked = 0
+    for version in sorted(r.runtime.versions):
+        wheel = openrlhf_wheel(cache, version)
+        for fragments in itertools.product(*RULE_CASES[module.rsplit(".", 1)[1]]):
+            effective = effective_config(r, _merge(template, *fragments), {}, inputs)
+            ours = {b.rule.id for b in broken_rules(r, effective, inputs)}
+            # without a critic, PPO's GAE takes it from the reward model and fails at start; the
+            # other estimators start and fail at the first rollout (the rule says so)
+            if effective.get("algo", {}).get("advantage", {}).get("estimator", "gae") != "gae":
+                ours.discard("reward-source")
+            problem = openrlhf_check(wheel, module, build_flags(effective, {}, {}, "dotted"))
+            refused = problem is not None and "[Warning]" not in problem
+            assert refused == bool(ours), f"{method} @ {version} {fragments}: ours {ours}, OpenRLHF: {problem}"
+            checked += refused
+    assert checked >= 2  # the combinations do reach OpenRLHF's refusals

@@ -76,6 +76,14 @@ def test_validate_admits_a_nemo_rl_experiment_without_run_py(tmp_path: Path, tp)
 def test_every_catalog_recipe_scaffolds_validates_and_compiles(tmp_path: Path, method: str) -> None:
     name = method.replace("/", "-")
     lab = make_lab(tmp_path / "lab", {name: method})
+    if "reward-source" in {r.id for r in catalog().recipe(method).rules}:
+        # its README asks for a reward; a remote one, as validation data on OpenRLHF's Ray trainer needs
+        config = lab.root / "experiments" / name / "config.yaml"
+        text = config.read_text(encoding="utf-8")
+        assert 'reward:\n  model_name_or_path: ""' in text
+        remote = "reward:\n  remote_url: http://127.0.0.1:5000/r"
+        config.write_text(text.replace('reward:\n  model_name_or_path: ""', remote, 1), encoding="utf-8")
+        commit_all(lab.root)
     profile = "cpu" if method.startswith(("trl/", "pytorch/", "custom/")) else "h200"
     _, plan, manifests = build(lab, _request(name, method, profile))
     assert plan.argv and manifests

@@ -135,6 +135,37 @@ class Requires(Strict):
     core: str = ">=0.1,<1"
 
 
+RULE_ID_RE = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+# The inputs a rule may name beside config paths: each reaches the config at its binding
+RULE_INPUTS = ("model", "train_data", "validation_data")
+
+
+class RuleCondition(Strict):
+    """`when: {key: algo.advantage.estimator, in: [gae]}`: the rule applies when the key has one of the values."""
+
+    key: str = Field(min_length=1, description="A dotted config path or an input name (model, train_data, "
+                                               "validation_data).")
+    in_: list[bool | int | float | str] = Field(alias="in", min_length=1,
+                                                description="The values for which the rule applies.")
+
+
+class RecipeRule(Strict):
+    """A cross-field requirement of the framework, checked on the run's effective config (config.yaml,
+    the parameters' defaults and `--set` values, the bound inputs) by `tp validate`, `tp render` and
+    `tp submit` alike. A key counts as set when it has a value other than null, empty text, an empty
+    list or mapping, or false (a switch left off)."""
+
+    id: str = Field(pattern=RULE_ID_RE, max_length=64, description="Named in every report of the rule.")
+    when: str | RuleCondition = Field(
+        "", description="Empty: always. A config path or input name: when it is set. A mapping "
+                        "`{key, in}`: when the key's value is one of `in`.")
+    require_any: list[str] = Field(min_length=1, description="Config paths or input names; at least one "
+                                                             "must be set.")
+    message: str = Field(min_length=1, description="What the framework does when the rule is broken.")
+    hint: str = Field("", description="How to fix it; the keys to set are named after it.")
+    severity: Literal["error", "warning"] = "error"
+
+
 class Recipe(Strict):
     """A catalog recipe. `name` is the method id `<framework>/<recipe>`."""
 
@@ -157,6 +188,16 @@ class Recipe(Strict):
     requires: Requires = Field(default_factory=Requires)
     params: dict[str, Param] = Field(default_factory=dict)
     config: ConfigPolicy = Field(default_factory=ConfigPolicy)
+    rules: list[RecipeRule] = Field(default_factory=list, max_length=64,
+                                    description="Cross-field requirements of the framework (docs/reference/files.md).")
+
+    @model_validator(mode="after")
+    def _rule_ids_unique(self) -> Recipe:
+        ids = [r.id for r in self.rules]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"rule id(s) used twice: {', '.join(twice)}")
+        return self
 
     @property
     def method(self) -> str:

@@ -21,6 +21,7 @@ from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_pl
 from tuneplane.check.images import ImageError, check_allowed, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, resolve_name
 from tuneplane.check.rules import config as config_rule
+from tuneplane.check.rules import requires
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
@@ -32,7 +33,7 @@ from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import Lab, storage_user
 from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
-from tuneplane.lab.yamlio import LoadFailed, parse_json
+from tuneplane.lab.yamlio import Doc, LoadFailed, parse_json
 from tuneplane.models.jobspec import (
     AdapterRef,
     ArtifactRef,
@@ -74,6 +75,7 @@ class PreparedExperiment:
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
     plugin_params: dict[str, Param] = field(default_factory=dict)  # declared by the locked plugins
     native: tuple[NativeOutput, ...] = ()  # the collector's outputs: the recipe's and experiment.yaml's
+    config_doc: Doc | None = None  # config.yaml with its positions, for the recipe's rules
 
     @property
     def plugins_locked(self) -> bool:
@@ -120,7 +122,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
         _base_hyperparams(plugin_params, config, rel, written)
     native = merge_native(recipe.metrics.native, ctx.manifest.metrics.native if ctx.manifest else [])
     return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
-                              tuple(plugins), base, plugin_params, tuple(native))
+                              tuple(plugins), base, plugin_params, tuple(native), ctx.config)
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
@@ -239,8 +241,12 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
     refusals = check_request(settings, recipe, request, env, plugin_params=prepared.plugin_params,
                              plugins_locked=prepared.plugins_locked)
     _raise_refusals([r for r in refusals if r.severity == "error"])
+    hyperparams = _hyperparams(prepared, request)
+    broken = _broken_rules(lab, prepared, request, hyperparams)
+    _raise_first(broken)
     if warnings is not None:
         warnings += [f"{r.message} ({r.hint})" for r in refusals if r.severity == "warning"]
+        warnings += [f"{p.location()}: {p.message} ({p.hint})" for p in broken]
     shape = _shape(lab, request, recipe)
     local = shape.local or settings.cluster.backend == "local"
     if local and shape.nodes > 1:
@@ -258,7 +264,7 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
             operation=request.operation, recipe=_recipe_ref(prepared, env if shape.local else {}),
             framework=_framework_ref(prepared, request),
             image=_image(lab, recipe, prepared.lock, request, env),
-            hyperparams=_hyperparams(prepared, request), inputs=_inputs(request, paths.storage_root),
+            hyperparams=hyperparams, inputs=_inputs(request, paths.storage_root),
             resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
                                 local=local, procs_per_node=shape.procs_per_node),
             plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths,
@@ -337,6 +343,17 @@ def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str,
         raise UsageError(f"required parameter(s) not set: {', '.join(missing)}",
                          hint="set them in config.yaml or pass --set NAME=VALUE")
     return {path: values[path] for path in sorted(values)}
+
+
+def _broken_rules(lab: Lab, prepared: PreparedExperiment, request: RunRequest,
+                  hyperparams: dict[str, Scalar]) -> list[Problem]:
+    """The recipe's rules (`rules:` in recipe.yaml) on what the framework is started with."""
+    if request.operation != "train":
+        return []
+    i = request.inputs
+    inputs = {"model": i.model, "train_data": i.train_data, "validation_data": i.validation_data}
+    return requires.config_problems(prepared.recipe, prepared.config_doc,
+                                    f"{lab.experiment_rel(prepared.name)}/config.yaml", hyperparams, inputs)
 
 
 def _inputs(request: RunRequest, storage_root: str) -> InputsRef:

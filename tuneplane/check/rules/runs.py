@@ -2,7 +2,9 @@
 
 Passing: `profile: h200:16` on a profile with 8 GPUs per node and 2+ nodes, an allowed image.
 Failing: `profile: h200:12` (not whole nodes), `image: registry.example.com.evil.io/x` (not allowed),
-`set: {learning_rte: 1e-5}` (unknown), a trl request without `inputs.model` (required inputs).
+`set: {learning_rte: 1e-5}` (unknown), a trl request without `inputs.model` (required inputs), an
+openrlhf/grpo request with `inputs.validation_data` and no remote reward (`config-rule`, the recipe's
+own rule that `tp submit` applies too).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from tuneplane.check.admission import check_request
 from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.check.rules.requires import request_problems
 from tuneplane.lab.catalog import Catalog
 from tuneplane.lab.load import Lab
 from tuneplane.lab.modelparse import parse_model
@@ -60,3 +63,16 @@ def check(ctx: RunContext) -> Iterator[Problem]:
     for refusal in check_request(ctx.lab.config, exp.recipe, req, plugin_params=params, plugins_locked=locked):
         severity = Severity.WARNING if refusal.severity == "warning" else Severity.ERROR
         yield doc.problem(refusal.pointer, refusal.rule, refusal.message, hint=refusal.hint, severity=severity)
+    if req.operation == "train" and exp.recipe.rules:
+        yield from _recipe_rules(ctx, req)
+
+
+def _recipe_rules(ctx: RunContext, req: RunRequest) -> Iterator[Problem]:
+    """The recipe's rules that this request's `set` and `inputs` break (config.yaml's own are reported
+    for the experiment), in the request file with the words `tp submit` refuses with."""
+    exp, i = ctx.experiment, req.inputs
+    assert exp.recipe is not None
+    inputs = {"model": i.model, "train_data": i.train_data, "validation_data": i.validation_data}
+    pointer = "/inputs" if any(inputs.values()) else "/set"
+    for p in request_problems(exp.recipe, exp.config, f"{exp.rel}/config.yaml", dict(req.set), inputs):
+        yield ctx.doc.problem(pointer, p.rule, p.message, hint=p.hint, severity=p.severity)
