@@ -180,21 +180,17 @@ class IngestReader:
         return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
 
     def series(self, status: RunStatus, keys: list[str]) -> Series:
-        out: Series = {}
-        for key in keys:
-            def fetch(c: Any, t: str, k: str = key) -> Any:
-                return c.fetch_series(self.endpoint, status.run_id, k, t)
-
-            points = self._call(status, fetch)
-            if points:
-                out[key] = list(points)
-        return out
+        return self._per_key(status, keys, "fetch_series")
 
     def timed(self, status: RunStatus, keys: list[str]) -> Timed:
-        out: Timed = {}
+        return self._per_key(status, keys, "fetch_timed_series")
+
+    def _per_key(self, status: RunStatus, keys: list[str], reader: str) -> dict[str, list[Any]]:
+        """Each key's points through the ingest client's `reader`; keys with none are left out."""
+        out: dict[str, list[Any]] = {}
         for key in keys:
             def fetch(c: Any, t: str, k: str = key) -> Any:
-                return c.fetch_timed_series(self.endpoint, status.run_id, k, t)
+                return getattr(c, reader)(self.endpoint, status.run_id, k, t)
 
             points = self._call(status, fetch)
             if points:
