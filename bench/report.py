@@ -123,6 +123,7 @@ def step_loop(fn, steps, reps):
 if mode == "steps":
     reps = calibrate()
     log, finish = build()
+    log({"loss": 0.0, "acc": 0.0, "lr": 3e-4, "grad_norm": 1.0}, step=0)  # warm-up, as below: lazy set-up
     plain, logged = [], []
     for _ in range(3):  # interleaved, so a change in the machine's load hits both alike
         plain.append(step_loop(None, calls // 6, reps))
@@ -370,7 +371,8 @@ def main() -> int:
     parser.add_argument("--peers", default="upstream,wandb,mlflow", help="comma-separated; empty for none")
     parser.add_argument("--peer-seconds", type=float, default=60.0,
                         help="stop a slow peer's loop after this long (its call count is reported)")
-    parser.add_argument("--steps", type=int, default=300, help="steps of the step-loop slowdown measurement")
+    parser.add_argument("--steps", type=int, default=3000,
+                        help="steps of the step-loop slowdown measurement (six interleaved loops of a sixth each)")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
