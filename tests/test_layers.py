@@ -19,7 +19,8 @@ JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecyc
                        ("tuneplane.lifecycle.trl_support", "yaml"), ("tuneplane.lifecycle.trl_support", "datasets"),
                        ("tuneplane.lifecycle.trl_support", "transformers"), ("tuneplane.lifecycle.trl_support", "peft"),
                        ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft"),
-                       ("tuneplane.lifecycle.cli_flags", "yaml")}
+                       ("tuneplane.lifecycle.cli_flags", "yaml"), ("tuneplane.lifecycle.nemo_rl_export", "yaml"),
+                       ("tuneplane.lifecycle.nemo_rl_export", "nemo_rl")}
 
 
 def _module_name(path: Path) -> str:
