@@ -126,6 +126,15 @@ def run_ids(count: int, day: str = "20250102") -> list[str]:
     return [f"{day}-{100000 + i:06d}-{i:06x}" for i in range(count)]
 
 
+def kube_lab(tmp_path: Path, count: int = 1) -> tuple[Path, list[str]]:
+    """A lab on the Kubernetes backend with `count` requests of experiment `demo`, and the bot's clone."""
+    remote = make_remote(tmp_path)
+    ids = run_ids(count)
+    seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"}, backend="kubernetes",
+             runs=[("demo", r) for r in ids], profile="h200:8")
+    return clone(remote, tmp_path / "bot"), ids
+
+
 def kubeconfig(path: Path, server: str) -> Path:
     """A kubeconfig naming the fake API server (token auth, plain HTTP on loopback)."""
     path.write_text(

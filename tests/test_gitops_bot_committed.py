@@ -15,13 +15,10 @@ from pathlib import Path
 
 from fakekube import FakeKube
 from helpers_git import (
-    clone,
     git,
+    kube_lab,
     kubeconfig,
-    make_remote,
     request,
-    run_ids,
-    seed_lab,
     tp_run,
 )
 
@@ -31,17 +28,8 @@ pytest_plugins = ("fakekube",)  # the fake_kube fixture
 
 
 def _lab(tmp_path: Path, fake: FakeKube, count: int = 2) -> tuple[Path, list[str], Path]:
-    remote = make_remote(tmp_path)
-    ids = run_ids(count)
-    seed_lab(
-        remote,
-        tmp_path / "seed",
-        {"demo": "echo hi\n"},
-        backend="kubernetes",
-        runs=[("demo", r) for r in ids],
-        profile="h200:8",
-    )
-    return clone(remote, tmp_path / "bot"), ids, kubeconfig(tmp_path / "kubeconfig", fake.url)
+    bot, ids = kube_lab(tmp_path, count)
+    return bot, ids, kubeconfig(tmp_path / "kubeconfig", fake.url)
 
 
 def _bot(root: Path, config: Path, verb: str = "reconcile") -> tuple[int, str]:

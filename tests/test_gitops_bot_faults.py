@@ -14,13 +14,10 @@ import pytest
 from fakekube import FakeKube
 from helpers_git import (
     backend_factory,
-    clone,
     git,
+    kube_lab,
     kubeconfig,
-    make_remote,
     quiet,
-    run_ids,
-    seed_lab,
     tp_run,
 )
 
@@ -35,17 +32,7 @@ pytest_plugins = ("fakekube",)  # the fake_kube fixture
 
 
 def lab(tmp_path: Path, count: int = 1) -> tuple[Path, list[str]]:
-    remote = make_remote(tmp_path)
-    ids = run_ids(count)
-    seed_lab(
-        remote,
-        tmp_path / "seed",
-        {"demo": "echo hi\n"},
-        backend="kubernetes",
-        runs=[("demo", r) for r in ids],
-        profile="h200:8",
-    )
-    return clone(remote, tmp_path / "bot"), ids
+    return kube_lab(tmp_path, count)
 
 
 def status(root: Path, run_id: str):
