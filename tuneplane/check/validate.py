@@ -122,13 +122,10 @@ def _load_lock(ctx: ExperimentContext) -> None:
         ctx.problems.append(exc.problem)
         return
     ctx.lock_doc = doc
-    api = doc.data.get("apiVersion") if isinstance(doc.data, dict) else None
-    if api not in (RECIPE_LOCK_API, *LEGACY_LOCK_APIS):
-        newer = isinstance(api, str) and api.startswith("tuneplane/recipe-lock/")
-        ctx.problems.append(doc.problem("/apiVersion", "lock-version",
-                                        f"unsupported lock apiVersion {api!r}",
-                                        hint="upgrade tuneplane: pip install -U tuneplane" if newer else
-                                        f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`"))
+    wrong = _unsupported_api(doc, (RECIPE_LOCK_API, *LEGACY_LOCK_APIS), "lock-version", "lock",
+                             f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`")
+    if wrong is not None:
+        ctx.problems.append(wrong)
         return
     ctx.lock, problems = parse_model(RecipeLock, doc, "lock-schema")
     ctx.problems += problems
@@ -159,16 +156,25 @@ def _load_manifest(ctx: ExperimentContext) -> None:
         ctx.problems.append(exc.problem)
         return
     ctx.problems += doc.notes
-    api = doc.data.get("apiVersion") if isinstance(doc.data, dict) else None
-    if api != EXPERIMENT_API:
-        newer = isinstance(api, str) and api.startswith("tuneplane/experiment/")
-        ctx.problems.append(doc.problem("/apiVersion", "experiment-version",
-                                        f"unsupported experiment.yaml apiVersion {api!r}",
-                                        hint="upgrade tuneplane: pip install -U tuneplane" if newer else
-                                        f"start the file with `apiVersion: {EXPERIMENT_API}`"))
+    wrong = _unsupported_api(doc, (EXPERIMENT_API,), "experiment-version", "experiment.yaml",
+                             f"start the file with `apiVersion: {EXPERIMENT_API}`")
+    if wrong is not None:
+        ctx.problems.append(wrong)
         return
     ctx.manifest, problems = parse_model(ExperimentManifest, doc, "experiment-schema")
     ctx.problems += problems
+
+
+def _unsupported_api(doc: Doc, accepted: tuple[str, ...], rule: str, what: str, fix: str) -> Problem | None:
+    """The problem when `doc`'s apiVersion is not one of `accepted`: a newer version of the same kind
+    means tp is too old; anything else is the file's own mistake, with `fix` as the hint."""
+    api = doc.data.get("apiVersion") if isinstance(doc.data, dict) else None
+    if api in accepted:
+        return None
+    kind = accepted[0].rsplit("/", 1)[0] + "/"
+    newer = isinstance(api, str) and api.startswith(kind)
+    return doc.problem("/apiVersion", rule, f"unsupported {what} apiVersion {api!r}",
+                       hint="upgrade tuneplane: pip install -U tuneplane" if newer else fix)
 
 
 def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext]) -> list[Problem]:
