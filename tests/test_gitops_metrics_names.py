@@ -72,3 +72,10 @@ def test_trl_style_keys_reach_status_metrics_and_chart_under_canonical_names(tp,
     chart = ET.fromstring((lab.parent / "compare.svg").read_text())
     strokes = {p.get("stroke") for p in chart.iter("{http://www.w3.org/2000/svg}path")}
     assert len(strokes) == 2  # two runs, overlaid
+
+    # Each reference is looked up once and shown by its id; an ambiguous prefix is refused, not guessed.
+    by_prefix = tp("job", "compare", f"sft/{run_id[:-2]}", other, cwd=lab)
+    assert by_prefix.code == 0, by_prefix.output
+    assert [line.split(":")[0] for line in by_prefix.out.splitlines()[:2]] == [run_id, other]
+    ambiguous = tp("job", "metrics", run_id[:4], cwd=lab)
+    assert ambiguous.code == 2 and "matches 2 runs" in ambiguous.err, ambiguous.output

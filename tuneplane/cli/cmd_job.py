@@ -38,8 +38,9 @@ def metrics(
 
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
-    read = _remote_reader(_resolve_run(run)[0], endpoint, token, secret_file) if endpoint else _local_reader(run, db)
-    found = _run_metrics(run, read)
+    target = _Target(run)
+    read = _remote_reader(target.run_id, endpoint, token, secret_file) if endpoint else _local_reader(target, db)
+    found = _run_metrics(run, target, read)
     keys = found.select(key or [])
     typer.echo(found.table(keys, width=max(1, width)), nl=False)
     if plot is not None:
@@ -64,9 +65,10 @@ def compare(
 
     if len(runs) < 2:
         raise UsageError("compare needs two or more runs", "tp job compare RUN RUN [RUN…]")
-    runs = [_resolve_run(run)[0] for run in runs]
-    found = {run: _run_metrics(run, _local_reader(run, db)) for run in runs}
-    params = {run: _params_of(run) for run in runs}
+    targets = [_Target(run) for run in runs]
+    runs = [target.run_id for target in targets]
+    found = {t.run_id: _run_metrics(t.run_id, t, _local_reader(t, db)) for t in targets}
+    params = {t.run_id: t.params for t in targets}
     legend = changed_parameters(params)
     for run in runs:
         typer.echo(f"{run}: {legend.get(run) or '(same parameters)'}")
@@ -83,7 +85,7 @@ def compare(
         _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
 
 
-def _run_metrics(run: str, read: _Reader) -> Any:
+def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:
     from tuneplane.errors import UsageError
     from tuneplane.gitops.observe import vocabulary_of
     from tuneplane.gitops.runmetrics import RunMetrics
@@ -93,35 +95,7 @@ def _run_metrics(run: str, read: _Reader) -> Any:
         raise UsageError(f"no metrics stored for run {run!r}",
                          "check the run id; a job reports only with tuneplane.report "
                          "and TUNEPLANE_JOB_TOKEN set")
-    return RunMetrics(summary, read.series, vocabulary_of(_method_of(run)), read.timed)
-
-
-def _method_of(run: str) -> str:
-    """The run's recipe, from its status (the vocabulary is the recipe's); "" when unknown."""
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run, read_status
-
-    try:
-        root = find_lab_root()
-        current = read_status(root, find_run(root, run))
-    except UsageError:
-        return ""
-    return current.method if current is not None else ""
-
-
-def _params_of(run: str) -> dict[str, Any]:
-    """What a run's request sets (`--set`) and its profile: what a comparison legend names."""
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run, read_request
-
-    try:
-        root = find_lab_root()
-        request = read_request(root, find_run(root, run))
-    except UsageError:
-        return {}
-    return {**dict(request.set), "profile": request.profile}
+    return RunMetrics(summary, read.series, vocabulary_of(target.method), read.timed)
 
 
 def _write(path: Path, text: str) -> None:
@@ -139,45 +113,56 @@ class _Reader:
         self.summary, self.series, self.timed = summary, series, timed
 
 
-def _local_reader(run: str, db: Path | None) -> _Reader:
+class _Target:
+    """What one run reference names, looked up in the lab once: the run id, the recipe (whose metric
+    vocabulary applies), what its request sets (a comparison's legend) and a local run's own store.
+
+    Outside a lab, or for a run the lab does not know (one a receiver holds), the text is the run id
+    and the rest is empty. An ambiguous prefix or a damaged status file is an error; a request that
+    cannot be read only leaves the legend without that run's parameters.
+    """
+
+    def __init__(self, run: str) -> None:
+        # lazy: tp builds only the invoked command, so only it pays for these
+        from tuneplane.backends.local import DB
+        from tuneplane.errors import UsageError
+        from tuneplane.lab.load import find_lab_root
+        from tuneplane.lab.runs import find_run, read_request, read_status
+
+        self.run_id, self.method, self.store = run, "", None
+        self.params: dict[str, Any] = {}
+        try:
+            root = find_lab_root()
+            key = find_run(root, run)
+        except UsageError as exc:
+            if "matches" in str(exc):  # ambiguous: say so rather than guess
+                raise
+            return
+        self.run_id = key.run_id
+        current = read_status(root, key)
+        if current is not None:
+            self.method = current.method
+            if current.backend is not None and current.backend.backend == "local":
+                path = Path(current.backend.namespace) / DB
+                self.store = path if path.exists() else None
+        try:
+            request = read_request(root, key)
+        except UsageError:
+            return
+        self.params = {**dict(request.set), "profile": request.profile}
+
+
+def _local_reader(target: _Target, db: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane import ingest
     from tuneplane.errors import UsageError
 
-    run_id, own = _resolve_run(run)
-    path = db or own or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
+    path = db or target.store or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
+    run_id = target.run_id
     return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k),
                    lambda k: ingest.timed_series(path, run_id, k))
-
-
-def _resolve_run(run: str) -> tuple[str, Path | None]:
-    """The run id a reference names (id, unique prefix, EXP/RUN, a path), and a local run's own store.
-
-    Outside a lab, or for a run the lab does not know (one a receiver holds), the text is the run id.
-    """
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.backends.local import DB
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run, read_status
-
-    try:
-        root = find_lab_root()
-    except UsageError:
-        return run, None
-    try:
-        key = find_run(root, run)
-    except UsageError as exc:
-        if "matches" in str(exc):  # ambiguous: say so rather than guess
-            raise
-        return run, None
-    current = read_status(root, key)
-    if current is None or current.backend is None or current.backend.backend != "local":
-        return key.run_id, None
-    path = Path(current.backend.namespace) / DB
-    return key.run_id, path if path.exists() else None
 
 
 def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:
