@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from tuneplane.lifecycle import answers
+from tuneplane.lifecycle.answers import normalise
 from tuneplane.lifecycle.outputs import output_dir
 from tuneplane.lifecycle.trl_export import load_model as load_checkpoint
 from tuneplane.lifecycle.trl_export import load_tokenizer
@@ -96,16 +97,10 @@ def split_row(row: dict[str, Any], tokenizer: Any) -> tuple[str, str | None, str
 
 
 def final_answer(text: str) -> str:
-    """The last \\boxed{...} or, failing that, the last number in `text`, normalised."""
-    boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    if boxed:
-        return normalise(boxed[-1])
-    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
-    return normalise(numbers[-1]) if numbers else normalise(text)
-
-
-def normalise(text: str) -> str:
-    return " ".join(text.replace(",", "").strip().lower().split()).rstrip(".")
+    """The last \\boxed{...} or, failing that, the last number in `text`, normalised (all of the text
+    when it has neither)."""
+    found = answers.final_answer(text)
+    return normalise(text) if found is None else found
 
 
 def reference_loss(model: Any, tokenizer: Any, prompt: str, reference: str) -> tuple[float, int]:

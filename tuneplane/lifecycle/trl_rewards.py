@@ -5,21 +5,18 @@ for conversational data) and every other data-set column as a keyword argument h
 per completion; each returns one float per completion, or None where it does not apply, and TRL
 reports it as rewards/<function name>/mean. The two here fit data with an `answer` column holding
 the expected final answer (a number, or the content of a \\boxed{...}), read from a completion as
-`tp eval`'s answer_accuracy reads it (tuneplane.lifecycle.hf_eval). A template's rewards.py
+`tp eval`'s answer_accuracy reads it (tuneplane.lifecycle.answers). A template's rewards.py
 lists the functions a run uses; write your own there with `completion_text` and `final_answer`.
 Standard library only: it runs in the job.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from tuneplane.lifecycle.hf_eval import final_answer as answer_as_scored
-from tuneplane.lifecycle.hf_eval import normalise
+from tuneplane.lifecycle.answers import answer_score, final_answer
 
-# A final answer can be read when the text has a \boxed{...} or a number (as `tp eval` reads it).
-_READABLE = re.compile(r"\\boxed\{[^{}]*\}|\d")
+__all__ = ["accuracy_reward", "completion_text", "final_answer", "format_reward"]
 
 
 def completion_text(completion: Any) -> str:
@@ -29,22 +26,11 @@ def completion_text(completion: Any) -> str:
     return "".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
 
 
-def final_answer(text: str) -> str | None:
-    """The last \\boxed{...}, else the last number, normalised as `tp eval`'s answer_accuracy reads it
-    (tuneplane.lifecycle.hf_eval); None when there is neither."""
-    return answer_as_scored(text) if _READABLE.search(text) else None
-
-
 def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_: Any) -> list[float | None]:
     """1.0 when the completion's final answer equals the row's `answer`, else 0.0."""
     if answer is None:
         return [None] * len(completions)
-    scores: list[float | None] = []
-    for completion, expected in zip(completions, answer, strict=True):
-        got = final_answer(completion_text(completion))
-        want = final_answer(str(expected)) or normalise(str(expected))
-        scores.append(1.0 if got is not None and got == want else 0.0)
-    return scores
+    return [answer_score(completion_text(c), str(expected)) for c, expected in zip(completions, answer, strict=True)]
 
 
 def format_reward(completions: list[Any], **_: Any) -> list[float | None]:
