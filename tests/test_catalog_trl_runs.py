@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,9 @@ def _train(method: str, name: str, assets: Path, lab: Path, tp: Any, tp_subproce
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", f"experiment {name}")
     params = yaml.safe_load((CATALOG / "trl" / method / "recipe.yaml").read_text())["params"]
+    given = {item.split("=", 1)[0] for item in extra}  # what the test sets itself wins over TINY
     sets = [f"{key}={str(value).lower() if isinstance(value, bool) else value}"
-            for key, value in TINY.items() if key in params]
+            for key, value in TINY.items() if key in params and key not in given]
     data = str(assets / DATA[method])
     args = ["submit", name, "--profile", "local", "--model", str(assets / "model"), "--train-data", data,
             "--validation-data", data, "--local"]
@@ -176,3 +178,27 @@ def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, asse
     assert metrics["pairs"] == len(rows)
     assert metrics["accuracy"] == sum(m > 0 for m in margins) / len(rows)
     assert abs(metrics["margin"] - sum(margins) / len(rows)) < 1e-4
+
+
+@pytest.mark.slow
+def test_trl_sft_run_reports_train_and_validation_loss_under_canonical_names(assets: Path, lab: Path, tp,
+                                                                             tp_subprocess) -> None:
+    """Issue 14's real run: TRL's own keys (`loss`, `eval_loss`) reach the status, `tp job metrics`
+    and the committed chart as `train/loss` and `validation/loss`, primary metrics first."""
+    # Enough steps past the scheduler's first (zero) learning rate that the loss moves: a constant
+    # series is charted as one line, not a panel.
+    _train("sft", "sft-metrics", assets, lab, tp, tp_subprocess, "max_steps=4", "eval_steps=2")
+    [status_path] = (lab / "status" / "sft-metrics").glob("*.json")
+    run_id = status_path.stem
+    status = json.loads(status_path.read_text())
+    assert {"train/loss", "validation/loss"} <= set(status["metrics"]), status["metrics"]
+    assert not {"loss", "eval_loss"} & set(status["metrics"])
+
+    shown = tp("job", "metrics", run_id, cwd=lab)
+    assert shown.code == 0, shown.output
+    keys = [line.split()[0] for line in shown.out.splitlines()[1:]]
+    assert keys[:2] == ["train/loss", "validation/loss"], keys
+    svg = git(lab, "show", f"HEAD:status/sft-metrics/{run_id}.svg")
+    titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+              if t.get("font-weight") == "bold"]
+    assert titles[:2] == ["train/loss", "validation/loss"], titles
