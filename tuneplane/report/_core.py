@@ -2,7 +2,9 @@
 
 The hot path of `log()` (in `tuneplane.report`) appends a compact record `(entry, row)` (see `_rows`)
 to `queue` and adds the entry's memory estimate to `added`; when `added` passes `limit` it calls
-`overflow()`. The sender releases budget as batches settle. Counters are each written by one thread
+`overflow()`, which has the sender pack the queue into records of many rows (`packed`, about a third
+of the memory) and only when that is not enough move it to disk. The sender releases budget as batches
+settle. Counters are each written by one thread
 so no lock is needed on the hot path; points are counted as "logged" when the sender takes them off
 the queue (and while they are in it), so `log()` keeps no counter of its own.
 """
@@ -18,11 +20,25 @@ from collections import deque
 from typing import Any
 
 from tuneplane.report._config import SPILL_DIR, Config
-from tuneplane.report._rows import Cached, Entry, Record, cost_of, make_entry, points_of, take
+from tuneplane.report._rows import (
+    PUTTER_KEYS,
+    Cached,
+    Entry,
+    Putter,
+    Record,
+    cost_of,
+    make_entry,
+    make_putter,
+    no_putter,
+    packed,
+    points_of,
+    take,
+)
 from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
 MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
+MAX_PUTTERS = 256  # key sets with a generated putter (see `_rows`): the hot ones, found by `promote`
 
 
 class Session:
@@ -33,8 +49,13 @@ class Session:
         self.pid = os.getpid()
         self.session_id = os.urandom(8).hex()
         self.queue: deque[Record] = deque()
+        self.packed: deque[Record] = deque()  # sender, under order_lock: queued records, packed; older
         self.step = 0
         self.entries: dict[tuple[str, ...], Cached] = {}  # validated key sets, in order
+        # The putter (see `_rows`) of the key set log() tries first: `promote` makes it the last key
+        # set that took the lookup path.
+        self.put: Putter = no_putter
+        self.putters: dict[tuple[str, ...], Putter] = {}
         self.budget = config.buffer_bytes
         self.added = 0
         self.released = 0  # written by the sender
@@ -108,6 +129,17 @@ class Session:
             found = self.entries[keys] = make_entry(keys)
         return found
 
+    def promote(self, found: Cached) -> None:
+        """Caller: `found` (a cached key set) took the lookup path; try its putter first from now on."""
+        entry, pack = found
+        keys = entry[0]
+        put = self.putters.get(keys)
+        if put is None:
+            if len(self.putters) >= MAX_PUTTERS or len(keys) > PUTTER_KEYS:
+                return
+            put = self.putters[keys] = make_putter(entry, pack, self.queue.append, time.time, self)
+        self.put = put
+
     def entry(self, keys: tuple[str, ...]) -> Entry:
         return self.cached(keys)[0]
 
@@ -124,19 +156,20 @@ class Session:
             self.overflow()
 
     def overflow(self) -> None:
-        """Half the memory budget is spent: the sender moves the queue to disk, so no encoding happens
-        on the caller's thread. Only at the full budget does the caller wait (bounded) for it, and
-        drop the newest record when the disk cannot take more."""
+        """Half the memory budget is spent: the sender packs the queue, and moves it to disk when even
+        packed it fills most of that half, so no encoding happens on the caller's thread. Only at the
+        full budget does the caller wait (bounded) for it, and drop the newest record when neither
+        packing nor the disk makes room."""
         self._refresh_limit()
         if self.added <= self.limit:
             return
+        if not self.spill_wanted:
+            self.spill_wanted = True
+            self.kick()
+        if self.added <= self.limit + self.budget // 2:
+            return
         spill = self.spill
         if spill is not None and not spill.full:
-            if not self.spill_wanted:
-                self.spill_wanted = True
-                self.kick()
-            if self.added <= self.limit + self.budget // 2:
-                return
             deadline = time.monotonic() + 2.0
             sender = self.sender
             while self.spill_wanted and sender is not None and sender.is_alive() and time.monotonic() < deadline:
@@ -144,21 +177,26 @@ class Session:
                 self._refresh_limit()
                 if self.added <= self.limit + self.budget // 2:
                     return
-        elif self.added <= self.limit + self.budget // 2:
-            return
         with self.order_lock:
-            self._drop_newest()
             self._refresh_limit()
+            if self.added > self.limit + self.budget // 2:
+                self._drop_newest()
+                self._refresh_limit()
 
     def spill_queue(self) -> None:
-        """Sender: move the memory queue to the overflow file, oldest first; what the disk refuses is
-        dropped as "disk full" and what was written is still replayed."""
+        """Sender: pack the memory queue (see `_rows.packed`); when packed records still fill three
+        quarters of half the budget, move everything in memory to the overflow file, oldest first.
+        What the disk refuses is dropped as "disk full" and what was written is still replayed."""
         self.spill_wanted = False
         spill = self.spill
-        if spill is None:
-            return
         with self.order_lock:
-            records: list[Record] = take(self.queue, len(self.queue))
+            self._pack()
+            in_memory = self.added - self.released - self.evicted
+            if spill is None or spill.full or in_memory <= self.budget * 3 // 8:
+                self._refresh_limit()
+                return
+            records: list[Record] = [*self.packed, *take(self.queue, len(self.queue))]
+            self.packed.clear()
             written = spill.append(records)
             self.evicted += cost_of(records)
             self.taken += points_of(records)
@@ -169,6 +207,15 @@ class Session:
         if spill.refusal:
             self.say(f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
                      f"in memory are dropped as '{spill.refusal}', those already written are still sent")
+
+    def _pack(self) -> None:
+        """Sender, under order_lock: the queue's records move to `packed`; the budget they no longer
+        need is released."""
+        records = take(self.queue, len(self.queue))
+        if records:
+            out = packed(records)
+            self.packed.extend(out)
+            self.released += cost_of(records) - cost_of(out)
 
     def _drop_newest(self) -> None:
         try:
@@ -232,7 +279,7 @@ class Session:
     def idle(self) -> bool:
         sender = self.sender
         spill_pending = self.spill.pending if self.spill else 0
-        return (not self.queue and not spill_pending and not self.hparams_pending
+        return (not self.queue and not self.packed and not spill_pending and not self.hparams_pending
                 and sender is not None and sender.inflight is None and not sender.backlog and not sender.busy)
 
     def flush(self, timeout: float) -> bool:
@@ -266,7 +313,7 @@ class Session:
         """(logged, pending) at one moment. Logged: dropped by the caller, taken by the sender, or still
         queued; the queue is read once because callers append to it without the lock."""
         with self.order_lock:
-            queued = points_of(list(self.queue))
+            queued = points_of(list(self.queue)) + points_of(self.packed)
             held = self.sender.pending_points() if self.sender else 0
             return (self.logged + self.taken + queued,
                     queued + held + (self.spill.points if self.spill else 0))
@@ -299,7 +346,8 @@ class Session:
         if self.spill is None:
             return False
         with self.order_lock:
-            queued = take(self.queue, len(self.queue))
+            queued = [*self.packed, *take(self.queue, len(self.queue))]
+            self.packed.clear()
             self.taken += points_of(queued)
             records = (self.sender.memory_records() if self.sender else []) + queued
             if self.sender is not None:
