@@ -4,9 +4,9 @@ The hot path of `log()` (in `tuneplane.report`) appends a compact record `(entry
 to `queue` and adds the entry's memory estimate to `added`; when `added` passes `limit` it calls
 `overflow()`, which has the sender pack the queue into records of many rows (`packed`, about a third
 of the memory) and only when that is not enough move it to disk. The sender releases budget as batches
-settle. Counters are each written by one thread
-so no lock is needed on the hot path; points are counted as "logged" when the sender takes them off
-the queue (and while they are in it), so `log()` keeps no counter of its own.
+settle. Counters are each written by one thread so no lock is needed on the hot path; points are
+counted as "logged" when the sender takes them off the queue (and while they are in it or packed), so
+`log()` keeps no counter of its own.
 """
 
 from __future__ import annotations
@@ -213,9 +213,9 @@ class Session:
         need is released."""
         records = take(self.queue, len(self.queue))
         if records:
-            out = packed(records)
+            out, freed = packed(records)
             self.packed.extend(out)
-            self.released += cost_of(records) - cost_of(out)
+            self.released += freed
 
     def _drop_newest(self) -> None:
         try:

@@ -40,7 +40,7 @@ _structs: dict[int, struct.Struct] = {}
 
 LINE_ROWS = 256  # rows in one packed record (and one overflow-file line) at most
 LINE_BYTES = 96 * 1024  # and packed bytes (at least one row), so a reader's chunk holds a line
-PACKED_COST = 200  # memory-budget bytes of a packed record besides its rows: tuples, header, slot
+PACKED_COST = 256  # memory-budget bytes of a packed record besides its rows: two tuples, two ints, header, slot
 
 
 def row_struct(points: int) -> struct.Struct:
@@ -132,12 +132,14 @@ def singles(records: list[Record]) -> list[Record]:
     return out
 
 
-def packed(records: list[Record]) -> list[Record]:
+def packed(records: list[Record]) -> tuple[list[Record], int]:
     """Records of one row each as records of up to LINE_ROWS rows: about 48 bytes a row of four values
     instead of 160, with a `b"".join` per packed record and no Python frame per row. Each packed
     record's entry carries its own cost (rows plus PACKED_COST) and points. A lone record (key sets
-    alternating call by call) stays as it is: packing it would cost more than it saves."""
+    alternating call by call) stays as it is: packing it would cost more than it saves. Returns the
+    records and the budget bytes they free."""
     out: list[Record] = []
+    freed = 0
     for entry, rows in blocks(records):
         if len(rows) == 1:
             out.append((entry, rows[0]))
@@ -145,10 +147,12 @@ def packed(records: list[Record]) -> list[Record]:
         keys = entry[0]
         width = row_struct(len(keys)).size
         per = max(1, min(LINE_ROWS, LINE_BYTES // width))
+        freed += entry[1] * len(rows)
         for start in range(0, len(rows), per):
             blob = b"".join(rows[start:start + per])
             out.append(((keys, PACKED_COST + len(blob), len(blob) // width * len(keys)), blob))
-    return out
+            freed -= PACKED_COST + len(blob)
+    return out, freed
 
 
 def multi(record: Record) -> bool:
