@@ -195,7 +195,8 @@ def test_the_hot_path_matches_the_key_set_not_its_order(receiver: IngestServer) 
     report.log({"a": 7.0}, step=7)  # other size
     report.log({"a": 8.0, "b": 80.0, "c": 800.0}, step=8)
     for step in range(9, 40):  # key sets alternating call by call
-        report.log({"a": float(step), "b": float(-step)} if step % 2 else {"a": float(step), "c": float(step)}, step=step)
+        other = {"a": float(step), "b": float(-step)} if step % 2 else {"a": float(step), "c": float(step)}
+        report.log(other, step=step)
     report.finish()
     db = receiver.store.path
     assert series(db, RUN, "a") == [(s, float(s)) for s in range(40) if s != 5]
