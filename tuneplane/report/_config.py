@@ -23,7 +23,7 @@ _FLOATS = {
 _INTS = {
     "buffer_bytes": ("TUNEPLANE_REPORT_BUFFER_BYTES", 32 * 1024 * 1024, 16 * 1024),
     "spill_bytes": ("TUNEPLANE_REPORT_SPILL_BYTES", 1024 * 1024 * 1024, 0),
-    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 5000, 1),
+    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 10_000, 1),
 }
 OPTION_NAMES = frozenset(_FLOATS) | frozenset(_INTS) | {"all_ranks"}
 SPILL_DIR = ".tuneplane"
@@ -58,7 +58,7 @@ class Config:
     monitor_interval: float = 10.0
     buffer_bytes: int = 32 * 1024 * 1024
     spill_bytes: int = 1024 * 1024 * 1024
-    batch_points: int = 5000
+    batch_points: int = 10_000
     notes: tuple[str, ...] = field(default=())
 
     @property
