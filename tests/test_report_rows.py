@@ -269,6 +269,29 @@ def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeyp
     assert not list((env / "out").rglob("report-*"))
 
 
+def test_packed_records_left_at_finish_are_kept_for_the_collector(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    down_endpoint(monkeypatch)  # never comes back: everything packed in memory is left over at finish()
+    report.init(monitor_hardware=False, buffer_bytes=1024 * 1024, retry_base=60, retry_cap=60)
+    for step in range(6000):
+        report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
+    session = report._session
+    assert session is not None
+    deadline = time.monotonic() + 10
+    while session.spill_wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert session.packed and report.stats()["spilled_points"] == 0
+    report.finish(timeout=0.2)
+    from tuneplane.collector.sources import unsent_points  # the reader that uploads what is left
+
+    spill = next((env / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
+    problems: dict[str, int] = {}
+    got = {(step, key): value for line in spill.read_bytes().splitlines()
+           for step, _, values in unsent_points(line, problems) for key, value in values.items()}
+    assert problems == {} and len(got) == 24_000
+    assert [got[(step, "grad_norm")] for step in range(6000)] == [float(step) for step in range(6000)]
+    assert report.stats()["pending_points"] == 24_000 and report.stats()["ledger"]["balanced"]
+
+
 def test_non_finite_values_on_the_fast_path_are_dropped_and_counted(receiver: IngestServer) -> None:
     report.init(monitor_hardware=False)
     report.log({"a": 1.0, "b": 2.0}, step=0)  # validates the keys: the rest take the fast path
