@@ -177,9 +177,10 @@ def test_the_hot_path_reads_values_by_key_in_one_generated_frame(env: Path, monk
     assert calls.count("pack") == 1 and calls.count("append") == 1, calls
     session = report._session
     assert session is not None
-    entry, row = session.queue[-1]
-    assert entry[0] == ("loss", "acc", "lr", "grad_norm")
-    step, _, *values = struct.unpack("<qd4d", row)
+    row = session.queue[-1]  # one bytes object: the key set's id, step, time, values
+    assert type(row) is bytes and not gc.is_tracked(row)
+    ident, step, _, *values = struct.unpack("<qqd4d", row)
+    assert session.by_id[ident][0] == ("loss", "acc", "lr", "grad_norm")
     assert step == 3 and values == [0.4, 0.3, 3e-4, 1.4]
 
 

@@ -59,7 +59,7 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
         step = s.step = s.step + 1 if step is None else step if type(step) is int else _as_step(step)
         if not prefix and type(metrics) is dict:
             # Fastest path: the key set of the last call that took the lookup below. Its putter (see
-            # _rows) checks the size, reads each value by key, packs, queues and charges the record.
+            # _queued) checks the size, reads each value by key, packs, queues and charges the row.
             try:
                 over = s.put(metrics, step)
             except Exception:  # a missing key or a value that is not a number: nothing was queued
@@ -78,20 +78,20 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
 
 
 def _known_keys(s: Session, metrics: dict[str, Any], step: int) -> bool:
-    """The lookup path: keys validated before, in this order. One C call packs step, time and values
-    into a row (see _rows), converting as float() does (a one-element tensor gives its value); anything
+    """The lookup path: keys validated before, in this order. One C call packs id, step, time and
+    values into an id row (see _queued), converting as float() does (a one-element tensor gives its value); anything
     else (text, None, a nested dict, a tensor of many elements, a step beyond 64 bits) makes it raise,
     and the slow path reduces or drops it. The caller may reuse its dict. Its key set's putter is
     tried first from now on."""
     found = s.entries.get(tuple(metrics))
     if found is None:
         return False
-    entry, pack = found
+    _, pack, ident, cost = found
     try:
-        s.queue.append((entry, pack(step, _now(), *metrics.values())))
+        s.queue.append(pack(ident, step, _now(), *metrics.values()))
     except Exception:
         return False
-    s.added += entry[1]
+    s.added += cost
     if s.added > s.limit:
         s.overflow()
     s.promote(found)

@@ -20,25 +20,24 @@ from collections import deque
 from typing import Any
 
 from tuneplane.report._config import SPILL_DIR, Config
-from tuneplane.report._rows import (
+from tuneplane.report._queued import (
     PUTTER_KEYS,
-    Cached,
-    Entry,
+    Item,
+    Known,
     Putter,
-    Record,
-    cost_of,
-    make_entry,
+    id_struct,
+    item_of,
     make_putter,
     no_putter,
-    packed,
-    points_of,
-    take,
+    queued_points,
+    unqueue,
 )
+from tuneplane.report._rows import Entry, Record, cost_of, make_entry, points_of, take
 from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
 MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
-MAX_PUTTERS = 256  # key sets with a generated putter (see `_rows`): the hot ones, found by `promote`
+MAX_PUTTERS = 256  # key sets with a generated putter (see `_queued`): the hot ones, found by `promote`
 
 
 class Session:
@@ -48,14 +47,15 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.session_id = os.urandom(8).hex()
-        self.queue: deque[Record] = deque()
+        self.queue: deque[Item] = deque()  # id rows and records (see `_queued`); callers append
         self.packed: deque[Record] = deque()  # sender, under order_lock: queued records, packed; older
         self.step = 0
-        self.entries: dict[tuple[str, ...], Cached] = {}  # validated key sets, in order
-        # The putter (see `_rows`) of the key set log() tries first: `promote` makes it the last key
-        # set that took the lookup path.
+        self.entries: dict[tuple[str, ...], Known] = {}  # validated key sets, in order
+        # The putter (see `_queued`) of the key set log() tries first: `promote` makes it the last key
+        # set that took the lookup path. `by_id` holds the entries the id rows name.
         self.put: Putter = no_putter
         self.putters: dict[tuple[str, ...], Putter] = {}
+        self.by_id: list[Entry] = []
         self.budget = config.buffer_bytes
         self.added = 0
         self.released = 0  # written by the sender
@@ -120,38 +120,44 @@ class Session:
         if record:
             self.append(step, record, unix)
 
-    def cached(self, keys: tuple[str, ...]) -> Cached:
-        """The shared entry of a validated key set (made on first use), or a private one past the cap."""
+    def cached(self, keys: tuple[str, ...]) -> Known:
+        """The shared entry of a validated key set with its id (made on first use), or a private one
+        past the cap (see `_queued.Known`)."""
         found = self.entries.get(keys)
         if found is None:
             if len(self.entries) >= MAX_CACHED_KEYS:
-                return make_entry(keys, shared=False)
-            found = self.entries[keys] = make_entry(keys)
+                entry, pack = make_entry(keys, shared=False)
+                return entry, pack, -1, entry[1]
+            entry = make_entry(keys)[0]
+            self.by_id.append(entry)  # before any id row names it
+            found = self.entries[keys] = (entry, id_struct(len(keys)).pack, len(self.by_id) - 1, entry[1])
         return found
 
-    def promote(self, found: Cached) -> None:
+    def promote(self, found: Known) -> None:
         """Caller: `found` (a cached key set) took the lookup path; try its putter first from now on."""
-        entry, pack = found
+        entry, _, ident, _ = found
         keys = entry[0]
         put = self.putters.get(keys)
         if put is None:
-            if len(self.putters) >= MAX_PUTTERS or len(keys) > PUTTER_KEYS:
+            if len(self.putters) >= MAX_PUTTERS or len(keys) > PUTTER_KEYS or ident < 0:
                 return
-            put = self.putters[keys] = make_putter(entry, pack, self.queue.append, time.time, self)
+            put = self.putters[keys] = make_putter(entry, ident, self.queue.append, time.time, self)
         self.put = put
 
     def entry(self, keys: tuple[str, ...]) -> Entry:
         return self.cached(keys)[0]
 
     def append(self, step: int, record: dict[str, float], unix: float | None = None) -> None:
-        entry, pack = self.cached(tuple(record))
+        entry, pack, ident, cost = self.cached(tuple(record))
+        at = time.time() if unix is None else unix
         try:
-            row = pack(step, time.time() if unix is None else unix, *record.values())
+            item: Item = pack(ident, step, at, *record.values()) if ident >= 0 else \
+                (entry, pack(step, at, *record.values()))
         except (OverflowError, ValueError, TypeError, struct.error):  # a step beyond 64 bits, a bad time
             self.drop("step out of range" if not -(2**63) <= step < 2**63 else "bad timestamp", len(record))
             return
-        self.queue.append((entry, row))
-        self.added += entry[1]
+        self.queue.append(item)
+        self.added += cost
         if self.added > self.limit:
             self.overflow()
 
@@ -195,7 +201,7 @@ class Session:
             if spill is None or spill.full or in_memory <= self.budget * 3 // 8:
                 self._refresh_limit()
                 return
-            records: list[Record] = [*self.packed, *take(self.queue, len(self.queue))]
+            records: list[Record] = list(self.packed)  # all that was queued; newer items wait in memory
             self.packed.clear()
             written = spill.append(records)
             self.evicted += cost_of(records)
@@ -208,21 +214,22 @@ class Session:
             self.say(f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
                      f"in memory are dropped as '{spill.refusal}', those already written are still sent")
 
-    def _pack(self) -> None:
-        """Sender, under order_lock: the queue's records move to `packed`; the budget they no longer
-        need is released."""
-        records = take(self.queue, len(self.queue))
-        if records:
-            out, freed = packed(records)
+    def _pack(self, max_points: int | None = None) -> None:
+        """Sender (or finish()), under order_lock: what is queued moves to `packed` as records of at
+        most `max_points` points (a batch's); the budget it no longer needs is released."""
+        items = take(self.queue, len(self.queue))
+        if items:
+            out, freed = unqueue(items, self.by_id, max_points or self.config.batch_points)
             self.packed.extend(out)
             self.released += freed
 
     def _drop_newest(self) -> None:
         try:
-            entry, _ = self.queue.pop()
+            item = self.queue.pop()
         except IndexError:
             return
-        self.evicted += entry[1]
+        entry, cost = item_of(item, self.by_id)
+        self.evicted += cost
         why = "memory budget full (no overflow file)" if self.spill is None else \
             ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
         self.drop(why, entry[2])
@@ -313,7 +320,7 @@ class Session:
         """(logged, pending) at one moment. Logged: dropped by the caller, taken by the sender, or still
         queued; the queue is read once because callers append to it without the lock."""
         with self.order_lock:
-            queued = points_of(list(self.queue)) + points_of(self.packed)
+            queued = queued_points(list(self.queue)) + points_of(self.packed)
             held = self.sender.pending_points() if self.sender else 0
             return (self.logged + self.taken + queued,
                     queued + held + (self.spill.points if self.spill else 0))
@@ -346,7 +353,8 @@ class Session:
         if self.spill is None:
             return False
         with self.order_lock:
-            queued = [*self.packed, *take(self.queue, len(self.queue))]
+            self._pack()
+            queued = list(self.packed)
             self.packed.clear()
             self.taken += points_of(queued)
             records = (self.sender.memory_records() if self.sender else []) + queued

@@ -1,10 +1,10 @@
 """The compact form of queued records, shared by the memory queue, the overflow file and the wire.
 
-A record is `(entry, row)`. The entry `(keys, cost, points)` stands for one key set and is shared by
-every record with those keys; the row is `struct`-packed little-endian bytes: `int64 step, float64
-unix time, float64 value per key`, in the entry's key order. `log()` builds the row with one C call.
-Entries hold only strings and ints, so the garbage collector untracks a record the first time it
-sees it and never walks the queue again; the packer lives beside the entry in the session's cache.
+A record is `(entry, row)`: what the memory queue's id rows (see `_queued`) become, and what overflow
+lines read back as. The entry `(keys, cost, points)` stands for one key set and is shared by every
+record with those keys; the row is `struct`-packed little-endian bytes: `int64 step, float64 unix
+time, float64 value per key`, in the entry's key order. Entries hold only strings and ints, so the
+garbage collector untracks a record the first time it sees it.
 The sender turns a run of records with one key set into one block by joining bytes.
 
 The `rows/1` wire format (what our receiver advertises, see `tuneplane.ingest.rows`) carries such
@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import groupby, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
-from tuneplane.report._config import record_cost
+from tuneplane.report._config import TUPLE_COST, record_cost
 
 ROWS_FORMAT = "rows/1"
 NAN = float("nan")
@@ -56,47 +56,18 @@ def make_entry(keys: tuple[str, ...], shared: bool = True) -> Cached:
     """An entry for `keys` and its packer. Shared entries live in a cache; a private one (the cache is
     full) also charges the budget for its own key strings and tuples, which then exist once per record."""
     cost = record_cost(len(keys))
-    if not shared:
-        cost += 120 + sum(56 + len(key) for key in keys) + 8 * len(keys)
+    if not shared:  # queued as a record, with its tuple
+        cost += TUPLE_COST + 120 + sum(56 + len(key) for key in keys) + 8 * len(keys)
     return (keys, cost, len(keys)), row_struct(len(keys)).pack
-
-
-# A putter is `put(metrics, step) -> bool | None`, made for one key set: it checks the dict's size,
-# reads each value by key, packs the row, queues the record and charges its cost to the budget, all
-# with plain positional arguments (a star call over `dict.values()` costs more than the packing
-# itself). It returns None for "not this key set", else whether the budget's limit is passed; a
-# missing key or a value that is not a number raises before anything is queued. Generated once per
-# hot key set, with the keys bound as default arguments, so no user text ever becomes source code.
-Putter = Callable[[dict[str, Any], int], "bool | None"]
-PUTTER_KEYS = 64  # wider key sets keep the generic path
-
-
-def make_putter(entry: Entry, pack: Callable[..., bytes], append: Callable[[Record], None],
-                now: Callable[[], float], session: Any) -> Putter:
-    """`session` has `added` and `limit` (see `tuneplane.report._core.Session`)."""
-    keys = entry[0]
-    names = [f"_k{i}" for i in range(len(keys))]
-    source = (f"def put(m, step, _len=len, _pack=_pack, _now=_now, _append=_append, _entry=_entry, _s=_s, "
-              f"{', '.join(f'{n}=_keys[{i}]' for i, n in enumerate(names))}):\n"
-              f"    if _len(m) != {len(keys)}:\n        return None\n"
-              f"    _append((_entry, _pack(step, _now(), {', '.join(f'm[{n}]' for n in names)})))\n"
-              f"    _s.added += {entry[1]}\n"
-              f"    return _s.added > _s.limit\n")
-    scope: dict[str, Any] = {"_pack": pack, "_now": now, "_append": append, "_entry": entry, "_keys": keys,
-                             "_s": session}
-    exec(source, scope)  # generated from identifiers and ints only: the keys are bound as values
-    put: Putter = scope["put"]
-    return put
-
-
-def no_putter(metrics: dict[str, Any], step: int) -> bool | None:
-    return None
 
 
 _entry_of, _cost_of, _points_of, _row_of = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(1)
 
 
-def take(queue: deque[Record], count: int) -> list[Record]:
+_T = TypeVar("_T")
+
+
+def take(queue: deque[_T], count: int) -> list[_T]:
     """The first `count` records off `queue` (which holds at least that many), in C: no Python frame
     per record. Only the sender pops, so callers appending meanwhile do not disturb it."""
     return list(map(deque.popleft, repeat(queue, count)))
@@ -132,21 +103,23 @@ def singles(records: list[Record]) -> list[Record]:
     return out
 
 
-def packed(records: list[Record]) -> tuple[list[Record], int]:
-    """Records of one row each as records of up to LINE_ROWS rows: about 48 bytes a row of four values
-    instead of 160, with a `b"".join` per packed record and no Python frame per row. Each packed
-    record's entry carries its own cost (rows plus PACKED_COST) and points. A lone record (key sets
-    alternating call by call) stays as it is: packing it would cost more than it saves. Returns the
-    records and the budget bytes they free."""
+def packed(records: list[Record], max_points: int) -> tuple[list[Record], int]:
+    """Records of one row each as records of up to LINE_ROWS rows (and `max_points` points, so a batch
+    of whole records keeps to its size): about 48 bytes a row of four values instead of 160, with a
+    `b"".join` per packed record and no Python frame per row. Each packed record's entry carries its
+    own cost (rows plus PACKED_COST) and points. A lone record (key sets alternating call by call)
+    stays as it is: packing it would cost more than it saves. Returns the records and the budget
+    bytes they free."""
     out: list[Record] = []
     freed = 0
     for entry, rows in blocks(records):
-        if len(rows) == 1:
-            out.append((entry, rows[0]))
-            continue
         keys = entry[0]
+        if len(rows) == 1:  # kept alone, but charged as the record of its own it now is
+            out.append(((keys, PACKED_COST + len(rows[0]), len(keys)), rows[0]))
+            freed += entry[1] - PACKED_COST - len(rows[0])
+            continue
         width = row_struct(len(keys)).size
-        per = max(1, min(LINE_ROWS, LINE_BYTES // width))
+        per = max(1, min(LINE_ROWS, LINE_BYTES // width, max_points // len(keys)))
         freed += entry[1] * len(rows)
         for start in range(0, len(rows), per):
             blob = b"".join(rows[start:start + per])
