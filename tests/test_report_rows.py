@@ -293,6 +293,44 @@ def test_packed_records_left_at_finish_are_kept_for_the_collector(env: Path, mon
     assert report.stats()["pending_points"] == 24_000 and report.stats()["ledger"]["balanced"]
 
 
+def test_key_sets_past_the_cache_queue_as_records_among_id_rows(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past the cap a key set is queued as (entry, row) records; packing, spilling and sending take
+    # both kinds of item in their order.
+    import tuneplane.report._core as core
+
+    monkeypatch.setattr(core, "MAX_CACHED_KEYS", 3)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    report.init(monitor_hardware=False, buffer_bytes=64 * 1024, retry_base=60, retry_cap=60)
+    for step in range(3000):
+        report.log({"loss": float(step), "lr": 1e-3}, step=step)  # cached: id rows from the putter
+        if step % 3 == 0:
+            report.log({f"rare/{step % 7}": float(-step)}, step=step)  # past the cap: records
+    session = report._session
+    assert session is not None
+    deadline = time.monotonic() + 10
+    while session.spill_wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert report.stats()["spilled_points"] > 0  # 64 KiB: packed, then spilled, records and rows alike
+    assert len(session.entries) == 3  # the other five rare key sets were queued as records
+    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording)
+    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    try:
+        server.start()
+        report.finish()
+        db = server.store.path
+        assert series(db, RUN, "loss") == [(s, float(s)) for s in range(3000)]
+        for rest in range(7):
+            assert series(db, RUN, f"rare/{rest}") == [(s, float(-s)) for s in range(0, 3000, 3) if s % 7 == rest]
+        stats = report.stats()
+        assert stats["delivered_points"] == 6000 + 1000 and stats["ledger"]["balanced"]
+        assert stats["dropped_points"] == 0
+    finally:
+        server.stop()
+
+
 def test_non_finite_values_on_the_fast_path_are_dropped_and_counted(receiver: IngestServer) -> None:
     report.init(monitor_hardware=False)
     report.log({"a": 1.0, "b": 2.0}, step=0)  # validates the keys: the rest take the fast path
