@@ -63,6 +63,7 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
             try:
                 over = s.put(metrics, step)
             except Exception:  # a missing key or a value that is not a number: nothing was queued
+                s.demote()  # an exception costs more than the lookup: none again until promoted
                 over = None
             if over is not None:
                 if over:
@@ -81,8 +82,8 @@ def _known_keys(s: Session, metrics: dict[str, Any], step: int) -> bool:
     """The lookup path: keys validated before, in this order. One C call packs id, step, time and
     values into an id row (see _queued), converting as float() does (a one-element tensor gives its value); anything
     else (text, None, a nested dict, a tensor of many elements, a step beyond 64 bits) makes it raise,
-    and the slow path reduces or drops it. The caller may reuse its dict. Its key set's putter is
-    tried first from now on."""
+    and the slow path reduces or drops it. The caller may reuse its dict. A key set that takes this
+    path twice in a row has its putter tried first from then on."""
     found = s.entries.get(tuple(metrics))
     if found is None:
         return False
@@ -94,7 +95,10 @@ def _known_keys(s: Session, metrics: dict[str, Any], step: int) -> bool:
     s.added += cost
     if s.added > s.limit:
         s.overflow()
-    s.promote(found)
+    if found is s.last_found:  # twice in a row: a hot key set, not one of several taking turns
+        s.promote(found)
+    else:
+        s.last_found = found
     return True
 
 

@@ -51,9 +51,10 @@ class Session:
         self.packed: deque[Record] = deque()  # sender, under order_lock: queued records, packed; older
         self.step = 0
         self.entries: dict[tuple[str, ...], Known] = {}  # validated key sets, in order
-        # The putter (see `_queued`) of the key set log() tries first: `promote` makes it the last key
-        # set that took the lookup path. `by_id` holds the entries the id rows name.
+        # The putter (see `_queued`) of the key set log() tries first: `promote` makes it that of a key
+        # set that took the lookup path twice in a row. `by_id` holds the entries the id rows name.
         self.put: Putter = no_putter
+        self.last_found: Known | None = None  # the key set the lookup path took last
         self.putters: dict[tuple[str, ...], Putter] = {}
         self.by_id: list[Entry] = []
         self.budget = config.buffer_bytes
@@ -143,6 +144,12 @@ class Session:
                 return
             put = self.putters[keys] = make_putter(entry, ident, self.queue.append, time.time, self)
         self.put = put
+
+    def demote(self) -> None:
+        """Caller: the putter tried first raised (another key set of the same size, or a value that is
+        not a number); try none until a key set is promoted again."""
+        self.put = no_putter
+        self.last_found = None
 
     def entry(self, keys: tuple[str, ...]) -> Entry:
         return self.cached(keys)[0]

@@ -92,58 +92,71 @@ def _runs(lens: list[int]) -> list[tuple[int, int]]:
 
 
 def unqueue(items: list[Item], by_id: list[Entry], max_points: int) -> tuple[list[Record], int]:
-    """Queue items as records, in order: id rows packed by key set into records of at most a line's
-    rows and `max_points` points, records packed as `_rows.packed` does. Returns the records and the
-    budget bytes freed (what the items were charged, less what the records cost)."""
+    """Queue items as records, in order: runs of id rows of one key set packed into records of at most
+    a line's rows and `max_points` points at C speed; anything else (records, key sets alternating
+    call by call) made records one by one and packed as `_rows.packed` does. Returns the records and
+    the budget bytes freed (what the items were charged, less what the records cost)."""
     out: list[Record] = []
     freed = 0
     if not items:
         return out, 0
     lens = list(map(len, items))
-    for start, end in _runs(lens):
-        if lens[start] == 2:  # (entry, row) records
-            got, gain = packed(items[start:end], max_points)  # type: ignore[arg-type]
-            out += got
-            freed += gain
-            continue
+    runs = _runs(lens)
+    if len(runs) * _FAST_ROWS > len(items):  # mostly short runs (key sets alternating): item by item
+        return packed([_record(item, by_id) for item in items], max_points)
+    loose: list[Record] = []  # records in order, waiting to be packed before the next fast run
+    for start, end in runs:
         width = lens[start]
+        if width == 2:  # (entry, row) records
+            loose += items[start:end]  # type: ignore[arg-type]
+            continue
         keys_n = width // 8 - 3
         per = max(1, min(LINE_ROWS, LINE_BYTES // (width - 8), max_points // max(1, keys_n)))
         for first in range(start, end, per):  # a line's rows at a time: small transient copies
-            got, gain = _id_rows(items[first:min(end, first + per)], width, by_id)  # type: ignore[arg-type]
-            out += got
-            freed += gain
+            part: list[bytes] = items[first:min(end, first + per)]  # type: ignore[assignment]
+            got = _id_rows(part, width, by_id) if len(part) >= _FAST_ROWS else None
+            if got is None:
+                loose += [(by_id[_ident(row)[0]], row[8:]) for row in part]
+                continue
+            if loose:
+                records, gain = packed(loose, max_points)
+                out += records
+                freed += gain
+                loose = []
+            out.append(got[0])
+            freed += got[1]
+    if loose:
+        records, gain = packed(loose, max_points)
+        out += records
+        freed += gain
     return out, freed
 
 
-def _id_rows(items: list[bytes], width: int, by_id: list[Entry]) -> tuple[list[Record], int]:
-    """Id rows of one width (at most a line's) as records, and the budget they free: joined, read as
-    64-bit words, the id column checked and cut out with extended slices."""
+_FAST_ROWS = 8  # fewer id rows than this in a run are cheaper made records one by one
+_ident = struct.Struct("<q").unpack_from
+
+
+def _record(item: Item, by_id: list[Entry]) -> Record:
+    return (by_id[_ident(item)[0]], item[8:]) if isinstance(item, bytes) else item
+
+
+def _id_rows(items: list[bytes], width: int, by_id: list[Entry]) -> tuple[Record, int] | None:
+    """Id rows of one width (at most a line's) as one record, and the budget it frees: joined, read as
+    64-bit words, the id column checked and cut out with extended slices. None when the rows name
+    more than one key set."""
     words = array("q")
     words.frombytes(b"".join(items))
     stride = width // 8
     ids = words[0::stride]
+    if ids.count(ids[0]) != len(ids):
+        return None
     if _BIG:
         ids.byteswap()
-    if ids.count(ids[0]) == len(ids):
-        segments = [(ids[0], words)]
-    else:  # key sets of one width interleaved: cut at each change of id
-        segments, first = [], 0
-        for i in range(1, len(ids)):
-            if ids[i] != ids[first]:
-                segments.append((ids[first], words[first * stride:i * stride]))
-                first = i
-        segments.append((ids[first], words[first * stride:]))
-    out: list[Record] = []
-    freed = 0
-    for ident, segment in segments:
-        keys = by_id[ident][0]
-        del segment[0::stride]  # the id column
-        rows = segment.tobytes()
-        count = len(rows) // (width - 8)
-        out.append(((keys, PACKED_COST + len(rows), count * len(keys)), rows))
-        freed += count * record_cost(len(keys)) - PACKED_COST - len(rows)
-    return out, freed
+    keys = by_id[ids[0]][0]
+    del words[0::stride]  # the id column
+    rows = words.tobytes()
+    return (((keys, PACKED_COST + len(rows), len(items) * len(keys)), rows),
+            len(items) * record_cost(len(keys)) - PACKED_COST - len(rows))
 
 
 def queued_points(items: Iterable[Item]) -> int:
