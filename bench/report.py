@@ -397,7 +397,8 @@ def step_verdict(steps: dict[str, Any]) -> str:
         return f"faster, by {-high:.1f}% at least (the loop, not the SDK: check the machine)"
     if max(abs(low), abs(high)) <= noise:
         return f"within noise (cannot tell it from 0; the noise here is +-{noise:.1f}%)"
-    return f"cannot tell: the interval includes 0 and is wider than the noise (+-{noise:.1f}%); rerun with more --steps"
+    return (f"cannot tell: the interval overlaps the noise (+-{noise:.1f}%) without lying inside it; "
+            "rerun with more --steps")
 
 
 def verdict(ours: dict[str, Any]) -> str:

@@ -42,5 +42,10 @@ def test_a_wide_interval_says_it_cannot_tell(bench: ModuleType) -> None:
     assert verdict.startswith("cannot tell") and "--steps" in verdict
 
 
+def test_an_interval_above_zero_reaching_into_the_noise_cannot_tell(bench: ModuleType) -> None:
+    verdict = bench.step_verdict(steps((0.9, 10.0), (-4.3, 3.3)))
+    assert verdict.startswith("cannot tell") and "overlaps the noise" in verdict
+
+
 def test_the_runner_is_valid_python(bench: ModuleType) -> None:
     compile(bench.RUNNER, "runner", "exec")  # the child's code, including the ABBA rounds
