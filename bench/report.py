@@ -424,7 +424,7 @@ def main() -> int:
     parser.add_argument("--peers", default="upstream,wandb,mlflow", help="comma-separated; empty for none")
     parser.add_argument("--peer-seconds", type=float, default=60.0,
                         help="stop a slow peer's loop after this long (its call count is reported)")
-    parser.add_argument("--steps", type=int, default=4000,
+    parser.add_argument("--steps", type=int, default=8000,
                         help="steps of the step-loop slowdown measurement, logged and plain together (rounds of "
                              "four blocks: plain, logged, logged, plain)")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
