@@ -16,7 +16,10 @@ For each SDK, in its own process (and its own venv under bench/.work/ for the pe
   * `import` time in a fresh interpreter (median of 5);
   * the same enabled loop while a second process keeps one CPU busy: the delivered share after
     finish(), and for ours also after the collector's pass over what finish() left in the out dir;
-  * the step-loop slowdown: 1 ms sleep + ~2 ms numpy matmul per step, with and without one log().
+  * the step-loop slowdown: 1 ms sleep + ~2 ms of matmul per step, with and without one log(), in
+    rounds of plain, logged, logged, plain blocks; the median of per-round ratios with a bootstrap
+    interval, beside the same measure of plain against plain (the noise), and a verdict that says
+    "within noise" only when the interval is inside that noise, or that it cannot tell.
 Peers that cannot be installed are skipped with a message. Targets for ours: <= 0.3 us with no
 token, <= 2 us enabled (chunked median), <= 1 us plain mean, 100 % delivered, import <= 20 ms.
 """
@@ -109,10 +112,10 @@ def calibrate():
         work()
     return max(1, round(2e6 / ((pc() - t) / 10)))
 
-def step_loop(fn, steps, reps):
+def step_loop(fn, steps, reps, first):
     """A training step: 1 ms of sleep (data loading) and ~2 ms of matmul, then one log() call."""
     t = pc()
-    for i in range(steps):
+    for i in range(first, first + steps):
         time.sleep(0.001)
         for _ in range(reps):
             work()
@@ -120,18 +123,48 @@ def step_loop(fn, steps, reps):
             fn({"loss": 1.0 / (i + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": 1.5}, step=i)
     return (pc() - t) / steps
 
+def median_ci(values, rounds=2000):
+    """The median and a 95 % bootstrap interval for it (fixed seed: the same data gives the same text)."""
+    import random
+    rng = random.Random(1)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
+    return statistics.median(values), medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
+
 if mode == "steps":
+    # Rounds of four blocks in the order plain, logged, logged, plain (ABBA: a drift in the machine's
+    # speed during a round hits both sides alike). Each round gives one ratio, logged over plain; the
+    # slowdown is the median ratio with a bootstrap interval. The same is done for plain against
+    # plain (the first block of a round against its last), which is what the measure reads when
+    # there is nothing to find: its interval is the noise the slowdown must be told apart from.
     reps = calibrate()
     log, finish = build()
     log({"loss": 0.0, "acc": 0.0, "lr": 3e-4, "grad_norm": 1.0}, step=0)  # warm-up, as below: lazy set-up
-    plain, logged = [], []
-    for _ in range(3):  # interleaved, so a change in the machine's load hits both alike
-        plain.append(step_loop(None, calls // 6, reps))
-        logged.append(step_loop(log, calls // 6, reps))
-    plain, logged = statistics.median(plain), statistics.median(logged)
+    rounds = max(4, min(40, calls // 200))
+    block = max(10, calls // (4 * rounds))
+    ratios, control, plain, logged, step = [], [], [], [], 1
+    for _ in range(rounds):
+        a1 = step_loop(None, block, reps, step)
+        b1 = step_loop(log, block, reps, step)
+        step += block
+        b2 = step_loop(log, block, reps, step)
+        step += block
+        a2 = step_loop(None, block, reps, step)
+        ratios.append((b1 + b2) / (a1 + a2))
+        control.append(a1 / a2)
+        plain += [a1, a2]
+        logged += [b1, b2]
     finish()
-    print(json.dumps({"plain_step_ms": plain / 1e6, "logged_step_ms": logged / 1e6,
-                      "slowdown_pct": 100 * (logged / plain - 1), "calls": calls, "logged_points": 4 * calls}))
+    mid, low, high = median_ci(ratios)
+    noise_mid, noise_low, noise_high = median_ci(control)
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(json.dumps({"plain_step_ms": statistics.median(plain) / 1e6,
+                      "logged_step_ms": statistics.median(logged) / 1e6,
+                      "slowdown_pct": 100 * (mid - 1), "ci_pct": [100 * (low - 1), 100 * (high - 1)],
+                      "spread_pct": [100 * (quartiles[0] - 1), 100 * (quartiles[2] - 1)],
+                      "noise_pct": [100 * (noise_low - 1), 100 * (noise_high - 1)],
+                      "noise_median_pct": 100 * (noise_mid - 1),
+                      "rounds": rounds, "block_steps": block, "calls": 2 * rounds * block,
+                      "logged_points": 4 * 2 * rounds * block}))
     raise SystemExit(0)
 
 log, finish = build()
@@ -324,12 +357,16 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
             lines.append(f"  {name:<10} mean {us(loaded.get('mean_ns'))} us, finish {loaded.get('finish_s', 0):.2f} s, "
                          f"delivered {pct(loaded)}{tail}")
     lines.append("")
-    lines.append("step-loop slowdown (1 ms sleep + 2 ms matmul per step, one log() of 4 floats):")
+    lines.append("step-loop slowdown (1 ms sleep + 2 ms matmul per step, one log() of 4 floats; median of "
+                 "per-round ratios, 95 % interval; plain against plain is the measure's own noise):")
     for name, row in rows.items():
         steps = row.get("steps") or {}
         if steps:
-            lines.append(f"  {name:<10} {steps['plain_step_ms']:.3f} ms -> {steps['logged_step_ms']:.3f} ms per step "
-                         f"({steps['slowdown_pct']:+.1f}%)")
+            lines.append(f"  {name:<10} {steps['plain_step_ms']:.3f} ms -> {steps['logged_step_ms']:.3f} ms per step: "
+                         f"{steps['slowdown_pct']:+.1f}% ({steps['ci_pct'][0]:+.1f}..{steps['ci_pct'][1]:+.1f}%; "
+                         f"quartiles {steps['spread_pct'][0]:+.1f}..{steps['spread_pct'][1]:+.1f}%), "
+                         f"plain vs plain {steps['noise_pct'][0]:+.1f}..{steps['noise_pct'][1]:+.1f}%, "
+                         f"{steps['rounds']} rounds of 4x{steps['block_steps']} steps: {step_verdict(steps)}")
     ours = rows.get("ours", {})
     lines.append("")
     lines.append("ratios (peer / ours; higher means ours is faster):")
@@ -346,6 +383,22 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
             parts.append(f"import x{row['import_ms'] / ours['import_ms']:.1f}")
         lines.append(f"  {name:<10} " + ", ".join(parts))
     return "\n".join(lines)
+
+
+def step_verdict(steps: dict[str, Any]) -> str:
+    """What the step-loop measure can say: a slowdown only when its interval clears both zero and the
+    measure's own noise (plain against plain); otherwise that it cannot tell, and how wide the noise is."""
+    low, high = steps["ci_pct"]
+    noise_low, noise_high = steps["noise_pct"]
+    noise = max(abs(noise_low), abs(noise_high))
+    if low > 0 and low > noise_high:
+        return f"slower, by {low:.1f}% at least"
+    if high < 0 and high < noise_low:
+        return f"faster, by {-high:.1f}% at least (the loop, not the SDK: check the machine)"
+    if max(abs(low), abs(high)) <= noise:
+        return f"within noise (cannot tell it from 0; the noise here is +-{noise:.1f}%)"
+    return (f"cannot tell: the interval overlaps the noise (+-{noise:.1f}%) without lying inside it; "
+            "rerun with more --steps")
 
 
 def verdict(ours: dict[str, Any]) -> str:
@@ -371,8 +424,9 @@ def main() -> int:
     parser.add_argument("--peers", default="upstream,wandb,mlflow", help="comma-separated; empty for none")
     parser.add_argument("--peer-seconds", type=float, default=60.0,
                         help="stop a slow peer's loop after this long (its call count is reported)")
-    parser.add_argument("--steps", type=int, default=3000,
-                        help="steps of the step-loop slowdown measurement (six interleaved loops of a sixth each)")
+    parser.add_argument("--steps", type=int, default=8000,
+                        help="steps of the step-loop slowdown measurement, logged and plain together (rounds of "
+                             "four blocks: plain, logged, logged, plain)")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ import gc
 import json
 import math
 import socket
+import struct
 import sys
 import threading
 import time
@@ -148,6 +149,186 @@ def test_the_callers_thread_encodes_nothing_even_when_memory_overflows(env: Path
     assert not [c for c in called if c.split(".")[0] in encoders or "dumps" in c or "compress" in c
                 or c.startswith(("_spill.py", "_transport.py", "encoder.py")) or c.endswith((".write", ".flush"))], \
         sorted(called)
+
+
+def test_the_hot_path_reads_values_by_key_in_one_generated_frame(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No key tuple, no dict lookup, no star call over dict.values(): the putter of the key set takes
+    # the values by key as plain arguments of one pack.
+    down_endpoint(monkeypatch)
+    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0, retry_base=60, retry_cap=60)
+    for step in range(3):  # first: validated (slow path); second: looked up, then its putter is made
+        report.log({"loss": 0.5, "acc": 0.25, "lr": 3e-4, "grad_norm": 1.5}, step=step)
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":
+            calls.append(getattr(arg, "__name__", "?"))
+        elif event == "call":
+            calls.append(f"{frame.f_code.co_name}()")
+
+    metrics = {"loss": 0.4, "acc": 0.3, "lr": 3e-4, "grad_norm": 1.4}
+    sys.setprofile(profile)  # this thread only
+    try:
+        report.log(metrics, step=3)
+    finally:
+        sys.setprofile(None)
+    assert calls[:2] == ["log()", "put()"] and "put()" not in calls[2:], calls
+    assert not {"get", "values", "items", "keys"} & set(calls), calls
+    assert calls.count("pack") == 1 and calls.count("append") == 1, calls
+    session = report._session
+    assert session is not None
+    row = session.queue[-1]  # one bytes object: the key set's id, step, time, values
+    assert type(row) is bytes and not gc.is_tracked(row)
+    ident, step, _, *values = struct.unpack("<qqd4d", row)
+    assert session.by_id[ident][0] == ("loss", "acc", "lr", "grad_norm")
+    assert step == 3 and values == [0.4, 0.3, 3e-4, 1.4]
+
+
+def test_the_hot_path_matches_the_key_set_not_its_order(receiver: IngestServer) -> None:
+    np = pytest.importorskip("numpy")
+    report.init(monitor_hardware=False)
+    for step in range(3):  # the putter of {a, b} is the one tried first from here
+        report.log({"a": float(step), "b": -float(step)}, step=step)
+    report.log({"b": 30.0, "a": 3.0}, step=3)  # same keys, other order
+    report.log({"a": 4.0, "c": 40.0}, step=4)  # same size, other keys
+    report.log({"a": "text", "b": 5.0}, step=5)  # not a number: the slow path drops just that value
+    report.log({"a": np.float32(6.0), "b": np.array(60.0)}, step=6)  # converted as float() does
+    report.log({"a": 7.0}, step=7)  # other size
+    report.log({"a": 8.0, "b": 80.0, "c": 800.0}, step=8)
+    for step in range(9, 40):  # key sets alternating call by call
+        other = {"a": float(step), "b": float(-step)} if step % 2 else {"a": float(step), "c": float(step)}
+        report.log(other, step=step)
+    report.finish()
+    db = receiver.store.path
+    assert series(db, RUN, "a") == [(s, float(s)) for s in range(40) if s != 5]
+    assert series(db, RUN, "b") == [(s, -float(s)) for s in range(3)] + [(3, 30.0), (5, 5.0), (6, 60.0), (8, 80.0)] + \
+        [(s, -float(s)) for s in range(9, 40, 2)]
+    assert series(db, RUN, "c") == [(4, 40.0), (8, 800.0)] + [(s, float(s)) for s in range(10, 40, 2)]
+    stats = report.stats()
+    assert stats["dropped"] == {"text value": 1} and stats["ledger"]["balanced"]
+
+
+def test_threads_logging_different_key_sets_keep_their_own_keys(receiver: IngestServer) -> None:
+    report.init(monitor_hardware=False)
+    widths = {"t0": 1, "t1": 2, "t2": 3, "t3": 2}
+    start = threading.Barrier(len(widths))
+
+    def worker(name: str) -> None:
+        keys = [f"{name}/k{i}" for i in range(widths[name])]
+        start.wait()
+        for step in range(3000):
+            report.log({key: step + i / 10 for i, key in enumerate(keys)}, step=step)
+            if step % 7 == 0:  # and now and then another key set, so the putter tried first changes
+                report.log({f"{name}/other": float(step)}, step=step)
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in widths]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    report.finish()
+    got = summary(receiver.store.path, RUN)
+    for name, width in widths.items():
+        for i in range(width):
+            assert series(receiver.store.path, RUN, f"{name}/k{i}") == [(s, s + i / 10) for s in range(3000)]
+        assert got[f"{name}/other"]["count"] == len(range(0, 3000, 7))
+    assert len(got) == sum(widths.values()) + len(widths)
+    assert report.stats()["ledger"]["balanced"] and report.stats()["dropped_points"] == 0
+
+
+def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 6,000 one-row records (160 budget bytes each) pass half of a 1 MiB budget, where the queue used
+    # to go to disk; packed (about 49 bytes a row) they fit in memory, and nothing is written.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    report.init(monitor_hardware=False, buffer_bytes=1024 * 1024, retry_base=60, retry_cap=60)
+    for step in range(6000):
+        report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
+    session = report._session
+    assert session is not None
+    deadline = time.monotonic() + 10
+    while session.spill_wanted and time.monotonic() < deadline:
+        time.sleep(0.01)  # the sender packs what is queued once the budget's half is passed
+    stats = report.stats()
+    assert stats["spilled_points"] == 0 and stats["dropped_points"] == 0
+    assert stats["buffered_bytes"] <= 6000 * 64, stats["buffered_bytes"]
+    assert session.packed and all(len(row) % 48 == 0 for _, row in session.packed)
+    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording)
+    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    try:
+        server.start()
+        report.finish()
+        db = server.store.path
+        assert series(db, RUN, "grad_norm") == [(s, float(s)) for s in range(6000)]
+        assert summary(db, RUN)["loss"]["count"] == 6000
+        stats = report.stats()
+        assert stats["delivered_points"] == 24_000 and stats["ledger"]["balanced"] and stats["spilled_points"] == 0
+    finally:
+        server.stop()
+    assert not list((env / "out").rglob("report-*"))
+
+
+def test_packed_records_left_at_finish_are_kept_for_the_collector(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    down_endpoint(monkeypatch)  # never comes back: everything packed in memory is left over at finish()
+    report.init(monitor_hardware=False, buffer_bytes=1024 * 1024, retry_base=60, retry_cap=60)
+    for step in range(6000):
+        report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
+    session = report._session
+    assert session is not None
+    deadline = time.monotonic() + 10
+    while session.spill_wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert session.packed and report.stats()["spilled_points"] == 0
+    report.finish(timeout=0.2)
+    from tuneplane.collector.sources import unsent_points  # the reader that uploads what is left
+
+    spill = next((env / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
+    problems: dict[str, int] = {}
+    got = {(step, key): value for line in spill.read_bytes().splitlines()
+           for step, _, values in unsent_points(line, problems) for key, value in values.items()}
+    assert problems == {} and len(got) == 24_000
+    assert [got[(step, "grad_norm")] for step in range(6000)] == [float(step) for step in range(6000)]
+    assert report.stats()["pending_points"] == 24_000 and report.stats()["ledger"]["balanced"]
+
+
+def test_key_sets_past_the_cache_queue_as_records_among_id_rows(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past the cap a key set is queued as (entry, row) records; packing, spilling and sending take
+    # both kinds of item in their order.
+    import tuneplane.report._core as core
+
+    monkeypatch.setattr(core, "MAX_CACHED_KEYS", 3)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    report.init(monitor_hardware=False, buffer_bytes=64 * 1024, retry_base=60, retry_cap=60)
+    for step in range(3000):
+        report.log({"loss": float(step), "lr": 1e-3}, step=step)  # cached: id rows from the putter
+        if step % 3 == 0:
+            report.log({f"rare/{step % 7}": float(-step)}, step=step)  # past the cap: records
+    session = report._session
+    assert session is not None
+    deadline = time.monotonic() + 10
+    while session.spill_wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert report.stats()["spilled_points"] > 0  # 64 KiB: packed, then spilled, records and rows alike
+    assert len(session.entries) == 3  # the other five rare key sets were queued as records
+    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording)
+    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    try:
+        server.start()
+        report.finish()
+        db = server.store.path
+        assert series(db, RUN, "loss") == [(s, float(s)) for s in range(3000)]
+        for rest in range(7):
+            assert series(db, RUN, f"rare/{rest}") == [(s, float(-s)) for s in range(0, 3000, 3) if s % 7 == rest]
+        stats = report.stats()
+        assert stats["delivered_points"] == 6000 + 1000 and stats["ledger"]["balanced"]
+        assert stats["dropped_points"] == 0
+    finally:
+        server.stop()
 
 
 def test_non_finite_values_on_the_fast_path_are_dropped_and_counted(receiver: IngestServer) -> None:

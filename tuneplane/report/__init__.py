@@ -58,28 +58,48 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
         # The previous step + 1, an int as given, or a numpy/torch integer made an int (text is refused).
         step = s.step = s.step + 1 if step is None else step if type(step) is int else _as_step(step)
         if not prefix and type(metrics) is dict:
-            found = s.entries.get(tuple(metrics))
-            if found is not None:
-                # Fast path: keys validated before, in this order. One C call packs step, time and
-                # values into a row (see _rows), converting as float() does (a one-element tensor
-                # gives its value); anything else (text, None, a nested dict, a tensor of many
-                # elements, a step beyond 64 bits) makes it raise, and the slow path reduces or
-                # drops it. The caller may reuse its dict.
-                entry, pack = found
-                try:
-                    s.queue.append((entry, pack(step, _now(), *metrics.values())))
-                except Exception:
-                    pass
-                else:
-                    s.added += entry[1]
-                    if s.added > s.limit:
-                        s.overflow()
-                    return
+            # Fastest path: the key set of the last call that took the lookup below. Its putter (see
+            # _queued) checks the size, reads each value by key, packs, queues and charges the row.
+            try:
+                over = s.put(metrics, step)
+            except Exception:  # a missing key or a value that is not a number: nothing was queued
+                s.demote()  # an exception costs more than the lookup: none again until promoted
+                over = None
+            if over is not None:
+                if over:
+                    s.overflow()
+                return
+            if _known_keys(s, metrics, step):
+                return
         s.log_slow(metrics, step, prefix)
     except _BadStep:
         s.drop("step is not an integer", _size(metrics))
     except Exception as exc:  # reporting must never break training
         s.internal_error(f"log(): {type(exc).__name__}: {exc}")
+
+
+def _known_keys(s: Session, metrics: dict[str, Any], step: int) -> bool:
+    """The lookup path: keys validated before, in this order. One C call packs id, step, time and
+    values into an id row (see _queued), converting as float() does (a one-element tensor gives its value); anything
+    else (text, None, a nested dict, a tensor of many elements, a step beyond 64 bits) makes it raise,
+    and the slow path reduces or drops it. The caller may reuse its dict. A key set that takes this
+    path twice in a row has its putter tried first from then on."""
+    found = s.entries.get(tuple(metrics))
+    if found is None:
+        return False
+    _, pack, ident, cost = found
+    try:
+        s.queue.append(pack(ident, step, _now(), *metrics.values()))
+    except Exception:
+        return False
+    s.added += cost
+    if s.added > s.limit:
+        s.overflow()
+    if found is s.last_found:  # twice in a row: a hot key set, not one of several taking turns
+        s.promote(found)
+    else:
+        s.last_found = found
+    return True
 
 
 class _BadStep(Exception):

@@ -23,21 +23,21 @@ _FLOATS = {
 _INTS = {
     "buffer_bytes": ("TUNEPLANE_REPORT_BUFFER_BYTES", 32 * 1024 * 1024, 16 * 1024),
     "spill_bytes": ("TUNEPLANE_REPORT_SPILL_BYTES", 1024 * 1024 * 1024, 0),
-    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 5000, 1),
+    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 10_000, 1),
 }
 OPTION_NAMES = frozenset(_FLOATS) | frozenset(_INTS) | {"all_ranks"}
 SPILL_DIR = ".tuneplane"
 
-# Upper-bound estimate of one queued record's memory (see `_rows`): the record tuple, the packed
-# row's header, step and time, and the deque slot (RECORD_COST), plus 8 bytes per value (KEY_COST);
-# the key strings are shared by every record with the same keys. Each key set's entry carries this
-# number, which `log()` adds; tests check the bound with tracemalloc.
-RECORD_COST = 128
-KEY_COST = 8
+# Upper-bound estimate of one queued item's memory (see `_queued`): an id row is one bytes object of
+# id, step, time and 8 bytes per value, rounded up to the allocator's 16 bytes, plus its deque slot;
+# the key strings are shared by every row with the same keys. Each key set's putter charges this
+# number; tests check the bound with tracemalloc. A record `(entry, row)` (a key set past the cache's
+# cap) also charges its tuple, TUPLE_COST.
+TUPLE_COST = 64
 
 
 def record_cost(keys: int) -> int:
-    return RECORD_COST + KEY_COST * keys
+    return (33 + 8 * (keys + 3) + 15) // 16 * 16 + 8
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Config:
     monitor_interval: float = 10.0
     buffer_bytes: int = 32 * 1024 * 1024
     spill_bytes: int = 1024 * 1024 * 1024
-    batch_points: int = 5000
+    batch_points: int = 10_000
     notes: tuple[str, ...] = field(default=())
 
     @property

@@ -2,9 +2,11 @@
 
 The hot path of `log()` (in `tuneplane.report`) appends a compact record `(entry, row)` (see `_rows`)
 to `queue` and adds the entry's memory estimate to `added`; when `added` passes `limit` it calls
-`overflow()`. The sender releases budget as batches settle. Counters are each written by one thread
-so no lock is needed on the hot path; points are counted as "logged" when the sender takes them off
-the queue (and while they are in it), so `log()` keeps no counter of its own.
+`overflow()`, which has the sender pack the queue into records of many rows (`packed`, about a third
+of the memory) and only when that is not enough move it to disk. The sender releases budget as batches
+settle. Counters are each written by one thread so no lock is needed on the hot path; points are
+counted as "logged" when the sender takes them off the queue (and while they are in it or packed), so
+`log()` keeps no counter of its own.
 """
 
 from __future__ import annotations
@@ -18,11 +20,24 @@ from collections import deque
 from typing import Any
 
 from tuneplane.report._config import SPILL_DIR, Config
-from tuneplane.report._rows import Cached, Entry, Record, cost_of, make_entry, points_of, take
+from tuneplane.report._queued import (
+    PUTTER_KEYS,
+    Item,
+    Known,
+    Putter,
+    id_struct,
+    item_of,
+    make_putter,
+    no_putter,
+    queued_points,
+    unqueue,
+)
+from tuneplane.report._rows import Entry, Record, cost_of, make_entry, points_of, take
 from tuneplane.report._spill import Spill
 from tuneplane.report._values import hparams_payload, to_record
 
 MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
+MAX_PUTTERS = 256  # key sets with a generated putter (see `_queued`): the hot ones, found by `promote`
 
 
 class Session:
@@ -32,9 +47,16 @@ class Session:
         self.config = config
         self.pid = os.getpid()
         self.session_id = os.urandom(8).hex()
-        self.queue: deque[Record] = deque()
+        self.queue: deque[Item] = deque()  # id rows and records (see `_queued`); callers append
+        self.packed: deque[Record] = deque()  # sender, under order_lock: queued records, packed; older
         self.step = 0
-        self.entries: dict[tuple[str, ...], Cached] = {}  # validated key sets, in order
+        self.entries: dict[tuple[str, ...], Known] = {}  # validated key sets, in order
+        # The putter (see `_queued`) of the key set log() tries first: `promote` makes it that of a key
+        # set that took the lookup path twice in a row. `by_id` holds the entries the id rows name.
+        self.put: Putter = no_putter
+        self.last_found: Known | None = None  # the key set the lookup path took last
+        self.putters: dict[tuple[str, ...], Putter] = {}
+        self.by_id: list[Entry] = []
         self.budget = config.buffer_bytes
         self.added = 0
         self.released = 0  # written by the sender
@@ -99,44 +121,68 @@ class Session:
         if record:
             self.append(step, record, unix)
 
-    def cached(self, keys: tuple[str, ...]) -> Cached:
-        """The shared entry of a validated key set (made on first use), or a private one past the cap."""
+    def cached(self, keys: tuple[str, ...]) -> Known:
+        """The shared entry of a validated key set with its id (made on first use), or a private one
+        past the cap (see `_queued.Known`)."""
         found = self.entries.get(keys)
         if found is None:
             if len(self.entries) >= MAX_CACHED_KEYS:
-                return make_entry(keys, shared=False)
-            found = self.entries[keys] = make_entry(keys)
+                entry, pack = make_entry(keys, shared=False)
+                return entry, pack, -1, entry[1]
+            entry = make_entry(keys)[0]
+            self.by_id.append(entry)  # before any id row names it
+            found = self.entries[keys] = (entry, id_struct(len(keys)).pack, len(self.by_id) - 1, entry[1])
         return found
+
+    def promote(self, found: Known) -> None:
+        """Caller: `found` (a cached key set) took the lookup path; try its putter first from now on."""
+        entry, _, ident, _ = found
+        keys = entry[0]
+        put = self.putters.get(keys)
+        if put is None:
+            if len(self.putters) >= MAX_PUTTERS or len(keys) > PUTTER_KEYS or ident < 0:
+                return
+            put = self.putters[keys] = make_putter(entry, ident, self.queue.append, time.time, self)
+        self.put = put
+
+    def demote(self) -> None:
+        """Caller: the putter tried first raised (another key set of the same size, or a value that is
+        not a number); try none until a key set is promoted again."""
+        self.put = no_putter
+        self.last_found = None
 
     def entry(self, keys: tuple[str, ...]) -> Entry:
         return self.cached(keys)[0]
 
     def append(self, step: int, record: dict[str, float], unix: float | None = None) -> None:
-        entry, pack = self.cached(tuple(record))
+        entry, pack, ident, cost = self.cached(tuple(record))
+        at = time.time() if unix is None else unix
         try:
-            row = pack(step, time.time() if unix is None else unix, *record.values())
+            item: Item = pack(ident, step, at, *record.values()) if ident >= 0 else \
+                (entry, pack(step, at, *record.values()))
         except (OverflowError, ValueError, TypeError, struct.error):  # a step beyond 64 bits, a bad time
             self.drop("step out of range" if not -(2**63) <= step < 2**63 else "bad timestamp", len(record))
             return
-        self.queue.append((entry, row))
-        self.added += entry[1]
+        self.queue.append(item)
+        self.added += cost
         if self.added > self.limit:
             self.overflow()
 
     def overflow(self) -> None:
-        """Half the memory budget is spent: the sender moves the queue to disk, so no encoding happens
-        on the caller's thread. Only at the full budget does the caller wait (bounded) for it, and
-        drop the newest record when the disk cannot take more."""
+        """Half the memory budget is spent: the sender packs the queue, and moves it to disk when even
+        packed it fills most of that half, so no encoding happens on the caller's thread. Only at the
+        full budget does the caller wait (bounded) for it, and drop the newest record when neither
+        packing nor the disk makes room."""
         self._refresh_limit()
         if self.added <= self.limit:
             return
+        if not self.spill_wanted:
+            self.spill_wanted = True
+            self.kick()
+        if self.added <= self.limit + self.budget // 2:
+            return
         spill = self.spill
         if spill is not None and not spill.full:
-            if not self.spill_wanted:
-                self.spill_wanted = True
-                self.kick()
-            if self.added <= self.limit + self.budget // 2:
-                return
             deadline = time.monotonic() + 2.0
             sender = self.sender
             while self.spill_wanted and sender is not None and sender.is_alive() and time.monotonic() < deadline:
@@ -144,21 +190,26 @@ class Session:
                 self._refresh_limit()
                 if self.added <= self.limit + self.budget // 2:
                     return
-        elif self.added <= self.limit + self.budget // 2:
-            return
         with self.order_lock:
-            self._drop_newest()
             self._refresh_limit()
+            if self.added > self.limit + self.budget // 2:
+                self._drop_newest()
+                self._refresh_limit()
 
     def spill_queue(self) -> None:
-        """Sender: move the memory queue to the overflow file, oldest first; what the disk refuses is
-        dropped as "disk full" and what was written is still replayed."""
+        """Sender: pack the memory queue (see `_rows.packed`); when packed records still fill three
+        quarters of half the budget, move everything in memory to the overflow file, oldest first.
+        What the disk refuses is dropped as "disk full" and what was written is still replayed."""
         self.spill_wanted = False
         spill = self.spill
-        if spill is None:
-            return
         with self.order_lock:
-            records: list[Record] = take(self.queue, len(self.queue))
+            self._pack()
+            in_memory = self.added - self.released - self.evicted
+            if spill is None or spill.full or in_memory <= self.budget * 3 // 8:
+                self._refresh_limit()
+                return
+            records: list[Record] = list(self.packed)  # all that was queued; newer items wait in memory
+            self.packed.clear()
             written = spill.append(records)
             self.evicted += cost_of(records)
             self.taken += points_of(records)
@@ -170,12 +221,22 @@ class Session:
             self.say(f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
                      f"in memory are dropped as '{spill.refusal}', those already written are still sent")
 
+    def _pack(self, max_points: int | None = None) -> None:
+        """Sender (or finish()), under order_lock: what is queued moves to `packed` as records of at
+        most `max_points` points (a batch's); the budget it no longer needs is released."""
+        items = take(self.queue, len(self.queue))
+        if items:
+            out, freed = unqueue(items, self.by_id, max_points or self.config.batch_points)
+            self.packed.extend(out)
+            self.released += freed
+
     def _drop_newest(self) -> None:
         try:
-            entry, _ = self.queue.pop()
+            item = self.queue.pop()
         except IndexError:
             return
-        self.evicted += entry[1]
+        entry, cost = item_of(item, self.by_id)
+        self.evicted += cost
         why = "memory budget full (no overflow file)" if self.spill is None else \
             ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
         self.drop(why, entry[2])
@@ -232,7 +293,7 @@ class Session:
     def idle(self) -> bool:
         sender = self.sender
         spill_pending = self.spill.pending if self.spill else 0
-        return (not self.queue and not spill_pending and not self.hparams_pending
+        return (not self.queue and not self.packed and not spill_pending and not self.hparams_pending
                 and sender is not None and sender.inflight is None and not sender.backlog and not sender.busy)
 
     def flush(self, timeout: float) -> bool:
@@ -266,7 +327,7 @@ class Session:
         """(logged, pending) at one moment. Logged: dropped by the caller, taken by the sender, or still
         queued; the queue is read once because callers append to it without the lock."""
         with self.order_lock:
-            queued = points_of(list(self.queue))
+            queued = queued_points(list(self.queue)) + points_of(self.packed)
             held = self.sender.pending_points() if self.sender else 0
             return (self.logged + self.taken + queued,
                     queued + held + (self.spill.points if self.spill else 0))
@@ -299,7 +360,9 @@ class Session:
         if self.spill is None:
             return False
         with self.order_lock:
-            queued = take(self.queue, len(self.queue))
+            self._pack()
+            queued = list(self.packed)
+            self.packed.clear()
             self.taken += points_of(queued)
             records = (self.sender.memory_records() if self.sender else []) + queued
             if self.sender is not None:

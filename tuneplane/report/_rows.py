@@ -1,10 +1,10 @@
 """The compact form of queued records, shared by the memory queue, the overflow file and the wire.
 
-A record is `(entry, row)`. The entry `(keys, cost, points)` stands for one key set and is shared by
-every record with those keys; the row is `struct`-packed little-endian bytes: `int64 step, float64
-unix time, float64 value per key`, in the entry's key order. `log()` builds the row with one C call.
-Entries hold only strings and ints, so the garbage collector untracks a record the first time it
-sees it and never walks the queue again; the packer lives beside the entry in the session's cache.
+A record is `(entry, row)`: what the memory queue's id rows (see `_queued`) become, and what overflow
+lines read back as. The entry `(keys, cost, points)` stands for one key set and is shared by every
+record with those keys; the row is `struct`-packed little-endian bytes: `int64 step, float64 unix
+time, float64 value per key`, in the entry's key order. Entries hold only strings and ints, so the
+garbage collector untracks a record the first time it sees it.
 The sender turns a run of records with one key set into one block by joining bytes.
 
 The `rows/1` wire format (what our receiver advertises, see `tuneplane.ingest.rows`) carries such
@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import groupby, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
-from tuneplane.report._config import record_cost
+from tuneplane.report._config import TUPLE_COST, record_cost
 
 ROWS_FORMAT = "rows/1"
 NAN = float("nan")
@@ -38,6 +38,10 @@ Cached = tuple[Entry, Callable[..., bytes]]  # an entry and `pack(step, unix_tim
 
 _structs: dict[int, struct.Struct] = {}
 
+LINE_ROWS = 256  # rows in one packed record (and one overflow-file line) at most
+LINE_BYTES = 96 * 1024  # and packed bytes (at least one row), so a reader's chunk holds a line
+PACKED_COST = 256  # memory-budget bytes of a packed record besides its rows: two tuples, two ints, header, slot
+
 
 def row_struct(points: int) -> struct.Struct:
     layout = _structs.get(points)
@@ -52,15 +56,18 @@ def make_entry(keys: tuple[str, ...], shared: bool = True) -> Cached:
     """An entry for `keys` and its packer. Shared entries live in a cache; a private one (the cache is
     full) also charges the budget for its own key strings and tuples, which then exist once per record."""
     cost = record_cost(len(keys))
-    if not shared:
-        cost += 120 + sum(56 + len(key) for key in keys) + 8 * len(keys)
+    if not shared:  # queued as a record, with its tuple
+        cost += TUPLE_COST + 120 + sum(56 + len(key) for key in keys) + 8 * len(keys)
     return (keys, cost, len(keys)), row_struct(len(keys)).pack
 
 
 _entry_of, _cost_of, _points_of, _row_of = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(1)
 
 
-def take(queue: deque[Record], count: int) -> list[Record]:
+_T = TypeVar("_T")
+
+
+def take(queue: deque[_T], count: int) -> list[_T]:
     """The first `count` records off `queue` (which holds at least that many), in C: no Python frame
     per record. Only the sender pops, so callers appending meanwhile do not disturb it."""
     return list(map(deque.popleft, repeat(queue, count)))
@@ -94,6 +101,63 @@ def singles(records: list[Record]) -> list[Record]:
             count = len(blob) // width
             out += split((entry[0], entry[1] // count, len(entry[0])), blob)
     return out
+
+
+def packed(records: list[Record], max_points: int) -> tuple[list[Record], int]:
+    """Records of one row each as records of up to LINE_ROWS rows (and `max_points` points, so a batch
+    of whole records keeps to its size): about 48 bytes a row of four values instead of 160, with a
+    `b"".join` per packed record and no Python frame per row. Each packed record's entry carries its
+    own cost (rows plus PACKED_COST) and points. A lone record (key sets alternating call by call)
+    stays as it is: packing it would cost more than it saves. Returns the records and the budget
+    bytes they free."""
+    out: list[Record] = []
+    freed = 0
+    for entry, rows in _runs_of(records):
+        keys = entry[0]
+        if len(rows) == 1:  # kept alone, charged as the tuple and row it now is
+            lone = lone_entry(keys)
+            out.append((lone, rows[0]))
+            freed += entry[1] - lone[1]
+            continue
+        width = row_struct(len(keys)).size
+        per = max(1, min(LINE_ROWS, LINE_BYTES // width, max_points // len(keys)))
+        freed += entry[1] * len(rows)
+        for start in range(0, len(rows), per):
+            blob = b"".join(rows[start:start + per])
+            out.append(((keys, PACKED_COST + len(blob), len(blob) // width * len(keys)), blob))
+            freed -= PACKED_COST + len(blob)
+    return out, freed
+
+
+_lone: dict[tuple[str, ...], Entry] = {}
+
+
+def lone_entry(keys: tuple[str, ...]) -> Entry:
+    """The entry of a one-row record made from an id row: it costs its tuple, row and slot (the entry
+    is shared, so the key strings are not charged again)."""
+    entry = _lone.get(keys)
+    if entry is None:
+        entry = (keys, TUPLE_COST + 33 + row_struct(len(keys)).size + 16, len(keys))
+        if len(_lone) < 10_000:
+            _lone[keys] = entry
+    return entry
+
+
+def _runs_of(records: list[Record]) -> Iterator[tuple[Entry, list[bytes]]]:
+    """As `blocks`, with one Python step per record and none per run when key sets alternate."""
+    if not records:
+        return
+    entries = list(map(_entry_of, records))
+    first = entries[0]
+    if entries.count(first) == len(entries):
+        yield first, list(map(_row_of, records))
+        return
+    start = 0
+    for i in range(1, len(entries)):
+        if entries[i] != entries[start]:
+            yield entries[start], [records[j][1] for j in range(start, i)] if i - start > 1 else [records[start][1]]
+            start = i
+    yield entries[start], [records[j][1] for j in range(start, len(entries))]
 
 
 def multi(record: Record) -> bool:

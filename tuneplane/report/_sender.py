@@ -143,21 +143,23 @@ class Sender(threading.Thread):
         return self._encoded(batch)
 
     def _take_from_memory(self) -> tuple[list[Record], int]:
-        """Up to a batch of records off the queue (under order_lock): the points leave the queue and
-        enter the batch in one step, so the ledger never misses them."""
-        queue = self.s.queue
+        """Up to a batch of records out of memory (under order_lock): the queue is packed first (its id
+        rows become records, see `_queued`), and the points leave `packed` and enter the batch in one
+        step, so the ledger never misses them."""
         records: list[Record] = []
         points = cost = 0
         max_points, cap_cost = self.max_points, self._batch_cost_cap()
         if not self._answered:  # a small first batch in the upstream encoding learns what the receiver reads
             max_points = min(max_points, PROBE_POINTS)
+        self.s._pack(max_points)
+        packed = self.s.packed
         # In runs sized by the next record's entry (records of one key set are the common case), so
         # the per-record work is a C-level pop and sum; only the sender pops, so they are all there.
-        while queue and points < max_points and cost < cap_cost:
-            entry = queue[0][0]
-            count = min(len(queue), max(1, (max_points - points) // entry[2]),
+        while packed and points < max_points and cost < cap_cost:
+            entry = packed[0][0]
+            count = min(len(packed), max(1, (max_points - points) // entry[2]),
                         max(1, (cap_cost - cost) // entry[1]))
-            run = take(queue, count)
+            run = take(packed, count)
             records += run
             points += points_of(run)
             cost += cost_of(run)

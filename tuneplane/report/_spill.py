@@ -16,24 +16,31 @@ import errno
 import json
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
-from tuneplane.report._rows import Entry, Record, b64, blocks, from_b64, keys_json, row_struct
+from tuneplane.report._rows import LINE_BYTES, LINE_ROWS, Entry, Record, b64, blocks, from_b64, keys_json, row_struct
 
-LINE_ROWS = 256  # records per line at most
-LINE_BYTES = 96 * 1024  # and packed bytes per line (at least one record), so a reader's chunk holds it
-WRITE_BYTES = 256 * 1024  # lines are written in groups of about this much
+WRITE_BYTES = 128 * 1024  # records are written in groups of about this much of their memory budget
+
+_entry_of, _cost_of = itemgetter(0), itemgetter(1)
 
 
 def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> list[tuple[bytes, int, int]]:
     """The overflow-file lines for `records`, in order: (line, records, points). Records written here
-    come from memory, so they hold one row each (what was read back from disk is never rewritten; a
-    batch split on a 413 is split into one-row records first)."""
+    come from memory: one row each, or packed by `_rows.packed` to at most a line's rows, which
+    become a line each (what was read back from disk is never rewritten; a batch split on a 413 is
+    split into one-row records first)."""
     out = []
     for entry, rows in blocks(records):
         per_line = max(1, min(LINE_ROWS, LINE_BYTES // row_struct(len(entry[0])).size))
         head = '{"keys":' + keys_json(entry[0], keys_cache) + ',"rows":"'
+        if entry[2] != len(entry[0]):  # packed records: one line each, `entry[2]` points apiece
+            out += [((head + b64(blob) + '"}\n').encode(), 1, entry[2]) for blob in rows]
+            continue
         for start in range(0, len(rows), per_line):
             chunk = rows[start:start + per_line]
             out.append(((head + b64(b"".join(chunk)) + '"}\n').encode(), len(chunk), len(chunk) * entry[2]))
@@ -115,12 +122,18 @@ class Spill:
             if self.closed or self.full:
                 return 0
             written = 0
-            for start in range(0, len(records), 2048):
-                part = records[start:start + 2048]
+            # Groups of about WRITE_BYTES of budget (one-row or packed records alike), cut at C speed.
+            ends = list(accumulate(map(_cost_of, map(_entry_of, records))))
+            start = 0
+            while start < len(records):
+                base = ends[start - 1] if start else 0
+                stop = max(start + 1, bisect_right(ends, base + WRITE_BYTES, start))
+                part = records[start:stop]
                 count = self._write(lines_of(part, self._keys))
                 written += count
                 if count < len(part):
                     break
+                start = stop
             return written
 
     def _write(self, lines: list[tuple[bytes, int, int]]) -> int:
