@@ -91,15 +91,17 @@ def status(exp: str, run_id: str, phase: str, rng: random.Random, commit: str = 
     )
 
 
-def series(rng: random.Random) -> dict[str, list[tuple[int, float]]]:
+def series(rng: random.Random, start: float = 1.7e9) -> dict[str, list[tuple[int, float, float | None]]]:
+    """A TRL run's metrics as the ingest's timed read returns them: (step, value, epoch seconds)."""
     steps = range(1, 201)
-    return {
+    points = {
         "loss": [(s, 2.5 * math.exp(-s / 60) + rng.random() * 0.08) for s in steps],
         "mean_token_accuracy": [(s, 0.4 + 0.5 * (1 - math.exp(-s / 80)) + rng.random() * 0.02) for s in steps],
         "learning_rate": [(s, 2e-5 * (1 - s / 200)) for s in steps],
         "grad_norm": [(s, 1 + rng.random()) for s in steps],
         "eval_loss": [(s, 2.6 * math.exp(-s / 65)) for s in steps if s % 20 == 0],
     }
+    return {k: [(s, v, start + 4.0 * s) for s, v in pts] for k, pts in points.items()}
 
 
 def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
