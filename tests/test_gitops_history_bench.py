@@ -25,4 +25,4 @@ def test_the_history_bench_builds_a_lab_the_bot_wrote(tmp_path: Path) -> None:
     assert first["phase"] == "Succeeded" and first["metrics"]
     assert "<path" in git(remote, "show", f"{BRANCH}:{charts[0]}")
     rows = history.floor(tmp_path, remote) + history.clone_phases(tmp_path, remote)
-    assert len(rows) == 6 and all(row[1] for row in rows)
+    assert len(rows) == 8 and all(row[1] for row in rows)
