@@ -135,12 +135,6 @@ def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, dict[str,
     return out
 
 
-def newest_month(root: Path, exp: str) -> str:
-    """The month the experiment page shows (its newest run's), "" for an experiment with no run."""
-    ids = run_ids(root, exp)
-    return month_of(ids[-1]) if ids else ""
-
-
 def month_page(root: Path, exp: str, month: str) -> str:
     ids = [r for r in reversed(run_ids(root, exp)) if month_of(r) == month]
     lines = [f"# {exp}: runs of {month}", "", NOTE, "", f"[← {exp}](README.md)", "", HEADER, RULE]
