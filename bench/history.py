@@ -5,11 +5,14 @@
 1. History: `--runs` runs go through the bot's own writer (`gitops.record.Batch`, the code `tp bot`
    commits with) the way a busy lab makes them: a merge adds `--batch` run requests, a reconcile
    commits their `Submitted` statuses, a sync commits them `Succeeded` with metrics and a chart
-   (`status/<exp>/<run-id>.svg`), over five experiments and a year of run ids, pushed once (the
-   remote holds one pack, as a git host does after its maintenance). Then a full clone of the bare
+   (`status/<exp>/<run-id>.svg`), over five experiments and a year of run ids, pushed once, the
+   remote then maintained as a git host does (`git gc`: one pack, the pushed deltas reused, a
+   reachability bitmap). Then a full clone of the bare
    remote over smart HTTP (`git http-backend`, tests/githttp.py, as CI clones from a git host): the
    size of its `.git` (target ≤ 10 MB) and the clone's wall time (target ≤ 2 s); the same clone over
-   git's local transport is printed beside it, and where the clone's bytes go (by kind of file).
+   git's local transport is printed beside it, where the clone's bytes go (by kind of file), where
+   its time goes (server pack, client index-pack, checkout) and the floor: a clone of one commit of
+   the same paths, each a tiny file (the checkout and the work tree's index no history avoids).
 2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
    ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
    `--repeat` (target ≤ 0.3 s each).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import resource
 import shutil
@@ -91,15 +95,17 @@ def status(exp: str, run_id: str, phase: str, rng: random.Random, commit: str = 
     )
 
 
-def series(rng: random.Random) -> dict[str, list[tuple[int, float]]]:
+def series(rng: random.Random, start: float = 1.7e9) -> dict[str, list[tuple[int, float, float | None]]]:
+    """A TRL run's metrics as the ingest's timed read returns them: (step, value, epoch seconds)."""
     steps = range(1, 201)
-    return {
+    points = {
         "loss": [(s, 2.5 * math.exp(-s / 60) + rng.random() * 0.08) for s in steps],
         "mean_token_accuracy": [(s, 0.4 + 0.5 * (1 - math.exp(-s / 80)) + rng.random() * 0.02) for s in steps],
         "learning_rate": [(s, 2e-5 * (1 - s / 200)) for s in steps],
         "grad_norm": [(s, 1 + rng.random()) for s in steps],
         "eval_loss": [(s, 2.6 * math.exp(-s / 65)) for s in steps if s % 20 == 0],
     }
+    return {k: [(s, v, start + 4.0 * s) for s, v in pts] for k, pts in points.items()}
 
 
 def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
@@ -141,22 +147,34 @@ def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
         if (at // batch) % 50 == 0:
             print(f"  {at + len(chunk)} runs, {time.perf_counter() - started:.0f} s", flush=True)
     git(lab, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    # the host's maintenance: one pack, the pushed deltas reused (no -f), and the reachability bitmap
+    # that `git gc` writes in a bare repository (a git host keeps one too)
+    git(remote, "gc", "-q")
+    if not list((remote / "objects" / "pack").glob("*.bitmap")):
+        raise RuntimeError("git gc wrote no bitmap in the bare remote")
     return remote, time.perf_counter() - started
 
 
-def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, float, float]:
+def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, float, float, float]:
     """Median wall time of a full clone over smart HTTP (`git http-backend`, as a git host serves CI) and
     over git's local transport (`--no-local`: the same upload-pack, no HTTP), the CPU seconds of one HTTP
     clone (every git process of it, server side included: a figure a loaded machine does not inflate),
-    and the clone's `.git` in MB (everything under it: pack, pack index, the work tree's index)."""
+    the clone's `.git` in MB (everything under it: pack, pack index, the work tree's index), and the
+    median wall time of the same HTTP clone with `--no-checkout` (the history's part: writing the work
+    tree's files costs what this filesystem makes it cost, whatever the history)."""
     from githttp import GitHttpServer
 
     server = GitHttpServer(remote.parent).start()
     try:
         url = server.url(remote.name)
-        times: dict[str, list[float]] = {"http": [], "local": [], "cpu": []}
+        times: dict[str, list[float]] = {"http": [], "local": [], "cpu": [], "bare": []}
         size = 0.0
         for i in range(repeat):
+            start = time.perf_counter()
+            subprocess.run(["git", "clone", "-q", "--no-checkout", url, str(tmp / "clone-bare")], check=True,
+                           timeout=600)
+            times["bare"].append(time.perf_counter() - start)
+            shutil.rmtree(tmp / "clone-bare")
             for how, source in (("http", url), ("local", str(remote))):
                 dest = tmp / f"clone-{how}-{i}"
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -174,7 +192,111 @@ def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, f
             raise RuntimeError(f"the HTTP clone did not use the smart protocol: {server.requests[:5]}")
     finally:
         server.stop()
-    return statistics.median(times["http"]), statistics.median(times["local"]), statistics.median(times["cpu"]), size
+    medians = [statistics.median(times[k]) for k in ("http", "local", "cpu", "bare")]
+    return medians[0], medians[1], medians[2], size, medians[3]
+
+
+def cpu_of(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds (every child process) of one git command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, cwd=cwd, check=True, timeout=600, stdout=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - start, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def clone_phases(tmp: Path, remote: Path) -> list[list[str]]:
+    """Where a full clone's time goes: the server's pack (what upload-pack runs), the client's
+    index-pack of it, a `--no-checkout` clone (both, and the connectivity check), then the checkout
+    of the work tree alone; and the history's raw bytes the two sides parse or hash."""
+    pack = tmp / "phases.pack"
+    with pack.open("wb") as out:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(["git", "pack-objects", "--revs", "--all", "--stdout", "--delta-base-offset", "-q"],
+                       cwd=remote, stdin=subprocess.DEVNULL, stdout=out, check=True, timeout=600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server = (time.perf_counter() - start, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    git(tmp, "init", "-q", "--bare", "phases.git")
+    with pack.open("rb") as data:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(["git", "index-pack", "--stdin"], cwd=tmp / "phases.git", stdin=data,
+                       stdout=subprocess.DEVNULL, check=True, timeout=600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = (time.perf_counter() - start, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    bare = cpu_of(["git", "clone", "-q", "--no-local", "--no-checkout", str(remote), str(tmp / "phases")])
+    shutil.rmtree(tmp / "phases")
+    full = cpu_of(["git", "clone", "-q", "--no-local", str(remote), str(tmp / "phases")])
+    checkout = (full[0] - bare[0], full[1] - bare[1])  # clone's own checkout (a later `reset --hard` is slower)
+    files = len(git(tmp / "phases", "ls-files").splitlines())
+    head = tmp / "phases" / "status"
+    entropy = {suffix: _xz(sorted(head.glob(f"*/*{suffix}"))) for suffix in (".json", ".svg")}
+    sample = tmp / "phases.sample"
+    sample.write_bytes(random.Random(0).randbytes(100_000_000))
+    hashing = cpu_of(["git", "hash-object", str(sample)])
+    sample.unlink()
+    raw: dict[str, int] = {}
+    listed = git(remote, "cat-file", "--batch-all-objects", "--batch-check=%(objecttype) %(objectsize)")
+    for line in listed.splitlines():
+        kind, size = line.split()
+        raw[kind] = raw.get(kind, 0) + int(size)
+    shutil.rmtree(tmp / "phases")
+    shutil.rmtree(tmp / "phases.git")
+    pack.unlink()
+
+    def shown(wall_cpu: tuple[float, float]) -> str:
+        return f"{wall_cpu[0]:.2f} s wall, {wall_cpu[1]:.2f} s CPU"
+
+    return [
+        ["server: `git pack-objects` of the full clone (bitmap, deltas reused)", shown(server)],
+        ["client: `git index-pack` of that pack (inflates, resolves, hashes)", shown(client)],
+        ["`git clone --no-checkout` (local transport: both of these, one machine)", shown(bare)],
+        [f"its checkout: {files} files (the full clone less the `--no-checkout` one)", shown(checkout)],
+        ["raw bytes the history holds (what index-pack inflates and hashes)",
+         " · ".join(f"{k}s {v / 1e6:.0f} MB" for k, v in sorted(raw.items()))],
+        ["for scale: `git hash-object` of 100 MB on this machine", shown(hashing)],
+        ["entropy floor: `xz -9e` of the head's status files, and of its charts, each kind in one stream",
+         f"{entropy['.json'] / 1e6:.2f} MB and {entropy['.svg'] / 1e6:.2f} MB (one version each, no index)"],
+    ]
+
+
+def _xz(paths: list[Path]) -> int:
+    """Bytes of `paths` concatenated and compressed by xz at its strongest: what no pack goes below."""
+    import lzma  # lazy: the breakdown alone needs it
+
+    compressor = lzma.LZMACompressor(preset=9 | lzma.PRESET_EXTREME)
+    size = sum(len(compressor.compress(p.read_bytes())) for p in paths)
+    return size + len(compressor.flush())
+
+
+def floor(tmp: Path, remote: Path) -> list[list[str]]:
+    """What no history can go below: one commit holding the same paths, every file one tiny blob, cloned
+    the same way (`--no-local`). Its clone time is the checkout of that many files on this
+    filesystem, its `.git` mostly the work tree's index: the lab's layout (a request, a status and a
+    chart per run, at paths the contract fixes) sets both."""
+    paths = git(remote, "ls-tree", "-r", "--name-only", BRANCH).splitlines()
+    repo = tmp / "floor.git"
+    git(tmp, "init", "-q", "--bare", "floor.git")
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="x\n", capture_output=True,
+                          text=True, check=True).stdout.strip()
+    subprocess.run(["git", "update-index", "--index-info"], cwd=repo, check=True, text=True,
+                   input="".join(f"100644 {blob}\t{p}\n" for p in paths),
+                   env={**os.environ, "GIT_INDEX_FILE": str(tmp / "floor.index")})
+    tree = subprocess.run(["git", "write-tree"], cwd=repo, capture_output=True, text=True, check=True,
+                          env={**os.environ, "GIT_INDEX_FILE": str(tmp / "floor.index")}).stdout.strip()
+    commit = subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit-tree",
+                             tree, "-m", "floor"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    git(repo, "update-ref", f"refs/heads/{BRANCH}", commit)
+    git(repo, "symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
+    wall, cpu = cpu_of(["git", "clone", "-q", "--no-local", str(repo), str(tmp / "floor")])
+    dot_git = sum(p.stat().st_size for p in (tmp / "floor" / ".git").rglob("*") if p.is_file()) / 1e6
+    index = (tmp / "floor" / ".git" / "index").stat().st_size / 1e6
+    shutil.rmtree(tmp / "floor")
+    shutil.rmtree(repo)
+    (tmp / "floor.index").unlink()
+    return [[f"floor: clone of one commit of the same {len(paths)} paths, each a 2-byte file (local transport)",
+             f"{wall:.2f} s wall, {cpu:.2f} s CPU; .git {dot_git:.1f} MB, of which the index {index:.1f} MB"]]
 
 
 def kind_of(kind: str, path: str) -> str:
@@ -277,14 +399,17 @@ def main() -> int:
         print(f"building the history of {args.runs} runs ({args.batch} per merge) …", flush=True)
         remote, built = build_history(tmp / "history", args.runs, args.batch)
         commits = git(remote, "rev-list", "--count", BRANCH)
-        seconds, local, cpu, size = measure_clone(tmp, remote, args.repeat)
+        seconds, local, cpu, size, bare = measure_clone(tmp, remote, args.repeat)
         ok &= size <= TARGETS["git"] and seconds <= TARGETS["clone"]
         rows.append([f".git of a full clone after {args.runs} runs ({commits} commits)", f"{size:.1f} MB",
                      f"≤ {TARGETS['git']:g} MB", MAIN["git"]])
         rows.append([f"full clone over smart HTTP after {args.runs} runs (median of {args.repeat})",
                      f"{seconds:.2f} s wall, {cpu:.2f} s CPU", f"≤ {TARGETS['clone']:g} s", MAIN["clone"]])
         rows.append(["  the same, git's local transport (no HTTP)", f"{local:.2f} s", "", ""])
+        rows.append(["  the same over HTTP with `--no-checkout` (the history's part)", f"{bare:.2f} s", "", ""])
         print(table(breakdown(tmp / "clone-http-0"), ["where the clone's .git goes", "versions", "bytes", "share"]))
+        shutil.rmtree(tmp / "clone-http-0")
+        print(table(clone_phases(tmp, remote) + floor(tmp, remote), ["where the clone's time goes", "measured"]))
         print(f"  built in {built:.0f} s; building a lab of {args.statuses} finished runs …", flush=True)
         lab = finished_lab(tmp / "noop", args.statuses)
         for verb in ("reconcile", "sync"):

@@ -93,8 +93,7 @@ def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
     assert log[1] == f"Request run {run_id} of logreg (local)"
     assert git(root, "show", "--name-only", "--format=", "HEAD").split() == [
         "status/README.md",
-        "status/index.json",
-        f"status/logreg/{run_id[:4]}-{run_id[4:6]}.md",
+        "status/index.json",  # no month page: the experiment page is the page of its newest month
         f"status/logreg/{run_id}.json",
         f"status/logreg/{run_id}.svg",
         "status/logreg/README.md",

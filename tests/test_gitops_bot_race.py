@@ -53,8 +53,10 @@ def _assert_converged(remote: Path, clones: list[Path], keys: list[tuple[str, st
         assert git(root, "status", "--porcelain") == ""
     index = remote_show(remote, "status/README.md")  # the dashboard: an index, a page per experiment and month
     assert all(f"({exp}/README.md)" in index for exp, _ in keys)
-    for exp, run_id in keys:
-        assert f"`{run_id}`" in remote_show(remote, f"status/{exp}/{run_id[:4]}-{run_id[4:6]}.md")
+    for exp, run_id in keys:  # each run is on its month's page: the experiment page for the newest month
+        newest = max(r for e, r in keys if e == exp)[:6]
+        page = "README" if run_id[:6] == newest else f"{run_id[:4]}-{run_id[4:6]}"
+        assert f"`{run_id}`" in remote_show(remote, f"status/{exp}/{page}.md")
     assert git(remote, "log", "--format=%H", BRANCH).count("\n") + 1 >= 3  # seed, requests, bot commits
     assert head
     return statuses

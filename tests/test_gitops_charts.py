@@ -144,6 +144,19 @@ def test_a_committed_chart_stays_small() -> None:
     assert len(_titles(svg)) == 3 and len(svg) < 6000
 
 
+def test_a_committed_chart_draws_the_trend_evenly_spaced() -> None:
+    """Few bytes per point: bucket means at even steps (relative moves repeat), not each bucket's
+    first, min and max point, which zigzag at uneven spacing."""
+    noisy = {"train/loss": [(s, 2.0 - s / 5000 + (0.3 if s % 2 else -0.3)) for s in range(1, 5001)]}
+    path = next(ET.fromstring(render_svg(noisy, vocab=SFT, compact=True)).iter(f"{NS}path")).get("d", "")
+    moves = [(int(dx), int(dy)) for dx, dy in re.findall(r"l(-?\d+)[ ]?(-?\d+)", path)]
+    assert 20 <= len(moves) < 32
+    assert max(dx for dx, _ in moves) - min(dx for dx, _ in moves) <= 1  # evenly spaced
+    assert all(dy >= 0 for _, dy in moves)  # the trend falls steadily: the ±0.3 noise is averaged out
+    full = next(ET.fromstring(render_svg(noisy, vocab=SFT)).iter(f"{NS}path")).get("d", "")
+    assert len(full) > 10 * len(path)  # `tp job metrics --plot` keeps the detail
+
+
 def test_the_table_follows_the_vocabulary_when_given_one() -> None:
     summary = {k: {"last": 1.0, "min": 1.0, "max": 1.0, "count": 1, "last_step": 1}
                for k in ("hw/cpu", "train/lr", "train/loss")}

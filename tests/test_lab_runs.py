@@ -248,6 +248,7 @@ def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None
                                   message="loss exploded | nan\nmore", started_at="2025-01-02T00:00:00Z",
                                   finished_at="2025-01-02T00:00:12.3Z"))
     (tmp_path / "status/demo/20250103-000000-000003.json").write_text("{not json")
+    write_status(tmp_path, status("Succeeded", run_id="20241231-000000-000000"))  # an earlier month
 
     counts = phase_counts(tmp_path, "demo")
     text = experiment_page(tmp_path, "demo", counts)
@@ -265,8 +266,9 @@ def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None
         "[request](../../runs/demo/20250101-000000-000001.yaml) · [status](20250101-000000-000001.json)"
         in rows[2]
     )
-    assert "**3 runs** · 1 failed · 1 succeeded · 1 unreadable" in text
-    assert "[2025-01](2025-01.md)" in text
+    assert "**4 runs** · 1 failed · 2 succeeded · 1 unreadable" in text
+    # the page shows the newest month's runs and links the earlier months' pages
+    assert "## Runs of 2025-01" in text and "[2024-12](2024-12.md)" in text and "(2025-01.md)" not in text
     assert [r.split("`")[1] for r in month_page(tmp_path, "demo", "2025-01").splitlines() if r.startswith("| `")] \
         == [r.split("`")[1] for r in rows]
 

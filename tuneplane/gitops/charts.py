@@ -102,6 +102,18 @@ def thin(points: Series, limit: int = 1500) -> list[tuple[float, float]]:
     return out
 
 
+def smooth(points: Series, limit: int = COMPACT_POINTS) -> list[tuple[float, float]]:
+    """At most `limit` points: each the mean step and mean value of a run of consecutive points.
+
+    What a committed chart draws: the trend, evenly spaced, so its path is a few bytes per point
+    (`tp job metrics --plot` draws every point, spikes included)."""
+    finite = [(s, v) for s, v in points if math.isfinite(v) and math.isfinite(s)]
+    if len(finite) <= limit:
+        return finite
+    steps = bucket_means([s for s, _ in finite], limit)
+    return list(zip(steps, bucket_means([v for _, v in finite], limit), strict=True))
+
+
 def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> list[float]:
     """Round tick values covering [low, high]; `whole`: integer steps only (training steps)."""
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
@@ -222,7 +234,7 @@ def render_compare_svg(
         lines = {}
         for run in labels:
             source = (times.get(run) or {}) if use_time and times is not None else runs[run]
-            points = thin(source.get(key, ()), limit)
+            points = (smooth if compact else thin)(source.get(key, ()), limit)
             if points:
                 lines[run] = points
         if not lines:

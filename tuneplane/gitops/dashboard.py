@@ -3,12 +3,16 @@
 - `status/README.md`: the index. One line per experiment (runs, phases, latest run), the latest runs
   of the lab, the requests not yet run, and what the bot refused (a symlink, a request it cannot
   parse), so a person sees it on the git host.
-- `status/<exp>/README.md`: one experiment: its counts, its latest runs, the charts of its latest
-  finished runs (`<run-id>.svg`, written by the bot), links to the month pages.
-- `status/<exp>/<YYYY-MM>.md`: every run of that experiment started in that month.
+- `status/<exp>/README.md`: one experiment: its counts, every run of its newest month, the charts of
+  its latest finished runs (`<run-id>.svg`, written by the bot), links to the earlier months.
+- `status/<exp>/<YYYY-MM>.md`: every run of that experiment started in that month, for each month
+  but the newest (the experiment page is that month's page).
 
 A page is rendered from the status files beside it; a run's month comes from its id, so a new run
-touches the index, its experiment page and one month page, never the whole history.
+touches the index and its experiment page, never the whole history: an experiment's pages are
+paginated by month and a batch of new runs rewrites only the newest one. A month page is written
+once the month is over (and again only when a run of it changes), which keeps every page of an
+experiment's lifetime a single blob version per change.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ ICON = {
     "Cancelled": "⛔",
 }
 SPARK = "▁▂▃▄▅▆▇█"
-LATEST = 12  # rows on an experiment page (the month pages have every run)
+LATEST = 12  # runs looked at past the newest month for charts to embed
 LATEST_LAB = 10  # rows of latest runs on the index
 CHARTS = 3  # charts embedded on an experiment page
 NOTE = "<!-- Written by `tp bot` from the status files beside it; edits here are overwritten. -->"
@@ -94,23 +98,41 @@ def _phase(data: dict[str, Any] | None) -> str:
 
 
 def experiment_page(root: Path, exp: str, counts: Mapping[str, int]) -> str:
+    """The experiment's page: its counts, every run of its newest month (newest first), the charts
+    of its latest finished runs and links to the pages of the earlier months."""
     ids = run_ids(root, exp)
-    latest = list(reversed(ids))[:LATEST]
-    rows = [(RunKey(exp, r), read_raw(root, RunKey(exp, r))) for r in latest]
+    newest = month_of(ids[-1]) if ids else ""
+    shown = [r for r in reversed(ids) if month_of(r) == newest]
+    rows = [(RunKey(exp, r), read_raw(root, RunKey(exp, r))) for r in shown]
     lines = [f"# {exp}", "", NOTE, "", _counts_line(counts), "", "[← all experiments](../README.md)", ""]
     if rows:
-        lines += [f"## Latest {len(rows)} runs" if len(ids) > len(rows) else "## Runs", "", HEADER, RULE]
+        lines += [f"## Runs of {newest}", "", HEADER, RULE]
         lines += [row(key, data, here=exp) for key, data in rows]
         lines.append("")
-    charted = [key for key, data in rows if data and data.get("phase") in ("Succeeded", "Failed")
-               and (Path(root) / chart_rel(key)).is_file()][:CHARTS]
+    charted = _charted(root, exp, ids, dict((key.run_id, data) for key, data in rows))
     if charted:
         lines += ["## Charts", ""]
         lines += [f"### `{k.run_id}`\n\n![metrics of {k.run_id}]({k.run_id}.svg)\n" for k in charted]
-    months = sorted({month_of(r) for r in ids}, reverse=True)
+    months = sorted({month_of(r) for r in ids} - {newest}, reverse=True)
     if months:
-        lines += ["## By month", "", " · ".join(f"[{m}]({m}.md)" for m in months), ""]
+        lines += ["## Earlier months", "", " · ".join(f"[{m}]({m}.md)" for m in months), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, dict[str, Any] | None]) -> list[RunKey]:
+    """The latest finished runs with a chart, newest first (at most `CHARTS`, looking at most
+    `LATEST` runs back past the newest month: the page stays cheap in a lab of any size)."""
+    out: list[RunKey] = []
+    for number, run_id in enumerate(reversed(ids)):
+        if len(out) >= CHARTS or (run_id not in known and number >= len(known) + LATEST):
+            break
+        key = RunKey(exp, run_id)
+        if not (Path(root) / chart_rel(key)).is_file():
+            continue
+        data = known[run_id] if run_id in known else read_raw(root, key)
+        if data and data.get("phase") in ("Succeeded", "Failed"):
+            out.append(key)
+    return out
 
 
 def month_page(root: Path, exp: str, month: str) -> str:

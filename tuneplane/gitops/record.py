@@ -97,6 +97,7 @@ class Batch:
         self.deltas: dict[str, Counter[str]] = {}  # exp → phase count changes
         self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
         self.pending: dict[str, str] = {}  # written on `flush`, all at once
+        self.removed: set[str] = set()  # pages removed (staged on `commit`)
 
     # ── writes ───────────────────────────────────────────────────────────────────────────────
 
@@ -153,11 +154,7 @@ class Batch:
             else:
                 known[exp] = dict(dashboard.phase_counts(self.root, exp))
             self._page(dashboard.experiment_page_rel(exp), dashboard.experiment_page(self.root, exp, known[exp]))
-            months = self.touched.get(exp, set())
-            if refresh:
-                months = {dashboard.month_of(r) for r in dashboard.run_ids(self.root, exp)}
-            for month in sorted(months):
-                self._page(dashboard.month_page_rel(exp, month), dashboard.month_page(self.root, exp, month))
+            self._month_pages(exp, refresh)
         for exp in [e for e in known if not dashboard.run_ids(self.root, e)]:
             known.pop(exp)
         for exp in dashboard_exps(self.root):
@@ -165,6 +162,26 @@ class Batch:
                 known[exp] = dict(dashboard.phase_counts(self.root, exp))
         self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
         self.flush()
+
+    def _month_pages(self, exp: str, refresh: bool) -> None:
+        """The pages of the months that changed, but the newest (the experiment page shows it), and of
+        any earlier month without one (a month just over): a batch of new runs writes none."""
+        ids = dashboard.run_ids(self.root, exp)
+        every = {dashboard.month_of(r) for r in ids}
+        newest = dashboard.month_of(ids[-1]) if ids else ""
+        months = every if refresh else self.touched.get(exp, set()) & every
+        months |= {m for m in every if not (self.root / dashboard.month_page_rel(exp, m)).exists()}
+        for month in sorted(months - {newest}):
+            self._page(dashboard.month_page_rel(exp, month), dashboard.month_page(self.root, exp, month))
+        if newest:
+            self._drop(dashboard.month_page_rel(exp, newest))  # a page of the newest month would go stale
+
+    def _drop(self, rel: str) -> None:
+        """Remove a page the dashboard no longer has (committed with the batch)."""
+        path = safe_path(self.root, rel)
+        if path.is_file():
+            path.unlink()
+            self.removed.add(rel)
 
     def _page(self, rel: str, text: str) -> None:
         path = self.root / rel
@@ -178,11 +195,15 @@ class Batch:
     def commit(self, message: str) -> str | None:
         """Stage exactly what was written, record the tree ids in the ledger, and commit."""
         self.flush()
-        if not self.written and not self._ledger_learned():
+        if not self.written and not self.removed and not self._ledger_learned():
             return None
         paths = sorted(self.written)
         if paths:
             self.repo.git("add", "--", *paths)
+        gone = sorted(self.removed - self.written)
+        if gone:
+            self.repo.git("rm", "-q", "--cached", "--ignore-unmatch", "--", *gone)
+            paths = sorted({*paths, *gone})
         head = _head_trees(self.repo)
         for exp in sorted({p.split("/")[1] for p in paths if p.count("/") >= 2}):
             if self.ledger.statuses.get(exp) != head.get(exp) and exp not in self.extra_changed:
