@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tuneplane.models.base import Strict
+from tuneplane.models.base import Strict, empty_list
 from tuneplane.models.recipe import NativeOutput
 
 EXPERIMENT_API = "tuneplane/experiment/v1"
@@ -20,7 +20,7 @@ EXPERIMENT_FILE = "experiment.yaml"
 
 class ExperimentMetrics(Strict):
     native: list[NativeOutput] = Field(
-        default_factory=list, max_length=64,
+        default_factory=empty_list, max_length=64,
         description="Native metric files under the out dir the collector sends, beside the recipe's "
                     "(same path: this entry replaces the recipe's). See docs/reference/collector.md.")
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tuneplane.models.base import LAB_NAME_RE, Strict
+from tuneplane.models.base import LAB_NAME_RE, Strict, empty_dict, empty_list
 
 LAB_API = "tuneplane/project/v1"
 
@@ -27,8 +27,8 @@ class Profile(Strict):
     default_gpus: int | None = Field(None, ge=0,
                                      description="Total GPUs when the profile has no `:N`; default one node.")
     gpu_product: str = Field("", description="GPU product label, e.g. NVIDIA-H200 (for people and the node selector).")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes node selector.")
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=empty_dict, description="Kubernetes node selector.")
+    tolerations: list[Toleration] = Field(default_factory=empty_list)
     cpu: str = Field("", description="CPU request per node, Kubernetes quantity.")
     memory: str = Field("", description="Memory request per node, Kubernetes quantity.")
     shm_size: str = Field("16Gi", description="Size of the memory-backed /dev/shm.")
@@ -38,7 +38,7 @@ class Images(Strict):
     allowed_registries: list[str] | None = Field(
         None, description="Registry hosts custom images may come from; null allows any, [] refuses all.")
     require_digest: bool = Field(False, description="Refuse image references without @sha256:<digest>.")
-    defaults: dict[str, str] = Field(default_factory=dict, description="Per-framework default image.")
+    defaults: dict[str, str] = Field(default_factory=empty_dict, description="Per-framework default image.")
 
 
 class Storage(Strict):
@@ -88,7 +88,7 @@ class SlurmSoftware(Strict):
                                         "(its bin/ goes first on PATH); empty: the nodes' own python3.")
     runtime: Literal["pyxis", "apptainer"] = Field(
         "pyxis", description="container: pyxis/enroot (`srun --container-image`) or Apptainer (`apptainer exec`).")
-    mounts: list[str] = Field(default_factory=list,
+    mounts: list[str] = Field(default_factory=empty_list,
                               description="container: extra `SRC:DST` mounts; the runs root is always mounted.")
 
 
@@ -102,7 +102,7 @@ class SlurmSettings(Strict):
     cpus_per_node: int | None = Field(None, ge=1, le=4096,
                                       description="CPUs per node (`--cpus-per-task`, one task per node).")
     memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE, description="Memory per node (`--mem`, e.g. 500G).")
-    profiles: dict[str, SlurmProfile] = Field(default_factory=dict,
+    profiles: dict[str, SlurmProfile] = Field(default_factory=empty_dict,
                                               description="Per-profile settings, by profile name.")
     software: SlurmSoftware = Field(default_factory=SlurmSoftware)
     runs_root: str = Field("", pattern=SLURM_PATH_RE,
@@ -145,7 +145,7 @@ class Cluster(Strict):
     repo: Repo = Field(default_factory=Repo)
     ingest: Ingest = Field(default_factory=Ingest)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    image_pull_secrets: list[str] = Field(default_factory=list)
+    image_pull_secrets: list[str] = Field(default_factory=empty_list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
     ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0,
                                             description="Seconds a finished Job or JobSet (and its logs) is kept.")
@@ -191,9 +191,9 @@ class LabFile(Strict):
         description="Folders that hold experiments (each experiment is <root>/<name>/); names are unique "
                     "across them.")
     shared_code: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Lab folders of Python code every job imports (e.g. common): each ships with the job "
                     "and is importable by its folder name on every backend.")
     datasets: dict[str, Dataset] = Field(
-        default_factory=dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
+        default_factory=empty_dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
     tool: Tool = Field(default_factory=Tool)

@@ -9,7 +9,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuneplane.models.base import EditorSchema, Strict
+from tuneplane.models.base import EditorSchema, Strict, empty_dict, empty_list
 from tuneplane.models.recipe import Param
 
 PLUGIN_SCHEMA = "tuneplane/plugin/v1"
@@ -43,7 +43,7 @@ class PluginRequires(StrictModel):
 
     core: str = Field("", description="PEP 440 specifier the running tuneplane must satisfy.")
     python: str = Field("", description="PEP 440 specifier for the job's Python.")
-    frameworks: list[str] = Field(default_factory=list,
+    frameworks: list[str] = Field(default_factory=empty_list,
                                   description="Frameworks the plugin supports; empty means any.")
 
     _check_core = field_validator("core", "python")(_specifier)
@@ -85,7 +85,7 @@ class PluginManifest(StrictModel):
     requires: PluginRequires = Field(default_factory=PluginRequires)
     scope: Literal["entrypoint"] = Field("entrypoint", description="Where it applies: the entrypoint.")
     params: dict[str, PluginParam] = Field(
-        default_factory=dict, description="Parameters the plugin reads from install(params), by full dotted "
+        default_factory=empty_dict, description="Parameters the plugin reads from install(params), by full dotted "
                                           "name (opsd.scale); `tp submit --set` checks them.")
 
     @field_validator("params")
@@ -136,7 +136,7 @@ class PluginsLock(StrictModel):
     """experiments/<exp>/plugins.lock.json."""
 
     api_version: Literal["tuneplane/plugins-lock/v1"] = Field(alias="apiVersion")
-    plugins: list[PluginsLockEntry] = Field(default_factory=list)
+    plugins: list[PluginsLockEntry] = Field(default_factory=empty_list)
     schema_ref: EditorSchema = None
 
 
