@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
+
+from tuneplane.runtime.records import FrozenRecord
 
 
 class Severity(StrEnum):
@@ -11,18 +13,59 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One finding. `line`/`col` are 1-based; 0 means the whole file."""
+class Problem(FrozenRecord):
+    """One finding. `line`/`col` are 1-based; 0 means the whole file. Equal, ordered and hashed by
+    everything but the hint (problems are sorted and deduplicated); immutable."""
 
+    __slots__ = ("file", "line", "col", "rule", "message", "severity", "pointer", "hint")
+    _fields = __slots__
     file: str
     line: int
     col: int
     rule: str
     message: str
-    severity: Severity = Severity.ERROR
-    pointer: str = ""
-    hint: str = field(default="", compare=False)
+    severity: Severity
+    pointer: str
+    hint: str
+
+    def __init__(self, file: str, line: int, col: int, rule: str, message: str,
+                 severity: Severity = Severity.ERROR, pointer: str = "", hint: str = "") -> None:
+        init = object.__setattr__
+        init(self, "file", file)
+        init(self, "line", line)
+        init(self, "col", col)
+        init(self, "rule", rule)
+        init(self, "message", message)
+        init(self, "severity", severity)
+        init(self, "pointer", pointer)
+        init(self, "hint", hint)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.file, self.line, self.col, self.rule, self.message, self.severity, self.pointer)
+
+    def __lt__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() < other._values()
+
+    def __le__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() <= other._values()
+
+    def __gt__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() > other._values()
+
+    def __ge__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() >= other._values()
 
     @property
     def is_error(self) -> bool:

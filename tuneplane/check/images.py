@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from tuneplane.runtime.records import FrozenRecord
 
 DOCKER_HUB = "docker.io"
 ALLOWLIST_ENV = "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES"
@@ -16,13 +17,22 @@ _REF = re.compile(rf"^(?P<name>(?:(?P<host>{_HOST})/)?{_COMPONENT}(?:/{_COMPONEN
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True)
-class ImageRef:
+class ImageRef(FrozenRecord):
+    __slots__ = ("text", "host", "repository", "tag", "digest")
+    _fields = __slots__
     text: str
     host: str
     repository: str
     tag: str
     digest: str
+
+    def __init__(self, text: str, host: str, repository: str, tag: str, digest: str) -> None:
+        init = object.__setattr__
+        init(self, "text", text)
+        init(self, "host", host)
+        init(self, "repository", repository)
+        init(self, "tag", tag)
+        init(self, "digest", digest)
 
 
 class ImageError(ValueError):

@@ -8,7 +8,8 @@ everything else StarForge-like (any case) is reported with its line and column.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from tuneplane.runtime.records import FrozenRecord
 
 # StarForge variable → the TunePlane variable a job sees with the same meaning.
 ENV_RENAMES = {
@@ -35,12 +36,20 @@ _KNOWN = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAME
 LEGACY = re.compile(r"star_?forge\w*(?:\.\w+)*|\b(?:STAR)?FORGE_\w*", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class LegacyUse:
+class LegacyUse(FrozenRecord):
+    __slots__ = ("line", "col", "name", "replacement")
+    _fields = __slots__
     line: int
     col: int
     name: str
     replacement: str  # "" when TunePlane has no equivalent
+
+    def __init__(self, line: int, col: int, name: str, replacement: str) -> None:
+        init = object.__setattr__
+        init(self, "line", line)
+        init(self, "col", col)
+        init(self, "name", name)
+        init(self, "replacement", replacement)
 
     @property
     def advice(self) -> str:

@@ -11,7 +11,6 @@ import json
 import math
 import re
 import unicodedata
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from tuneplane.lab import fs
 from tuneplane.lab.fs import MAX_BYTES as MAX_BYTES
 from tuneplane.lab.fs import LoadFailed as LoadFailed
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.records import Record
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CONSTRUCT = yaml.constructor.SafeConstructor()
@@ -34,19 +34,24 @@ SEQ_TAG = "tag:yaml.org,2002:seq"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-@dataclass
-class Doc:
+class Doc(Record):
     """A parsed file: its data and where each JSON pointer came from (1-based line, col)."""
 
-    rel: str
-    data: Any
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the key (or list item)
-    text: str = ""
-    values: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the value
-    notes: list[Problem] = field(default_factory=list)  # warnings found while reading (confusable keys)
-    # the text of each unquoted scalar that YAML 1.1 read as a bool or number (`no`, `007`), so a
-    # parameter declared as text can take it as written
-    plain: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("rel", "data", "positions", "text", "values", "notes", "plain")
+    _fields = __slots__
+
+    def __init__(self, rel: str, data: Any, positions: dict[str, tuple[int, int]] | None = None, text: str = "",
+                 values: dict[str, tuple[int, int]] | None = None, notes: list[Problem] | None = None,
+                 plain: dict[str, str] | None = None) -> None:
+        self.rel = rel
+        self.data = data
+        self.positions: dict[str, tuple[int, int]] = {} if positions is None else positions  # of the key (or list item)
+        self.text = text
+        self.values: dict[str, tuple[int, int]] = {} if values is None else values  # of the value
+        self.notes: list[Problem] = [] if notes is None else notes  # warnings found while reading (confusable keys)
+        # the text of each unquoted scalar that YAML 1.1 read as a bool or number (`no`, `007`), so a
+        # parameter declared as text can take it as written
+        self.plain: dict[str, str] = {} if plain is None else plain
 
     def where(self, pointer: str, value: bool = False) -> tuple[int, int]:
         """Position of `pointer` (its key, or its value with `value=True`), else its nearest ancestor's."""
