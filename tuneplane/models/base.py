@@ -1,7 +1,5 @@
 """The strict base model every file a person or the bot writes is parsed into, and its name patterns."""
 
-from __future__ import annotations
-
 import re
 from typing import Annotated, Any
 

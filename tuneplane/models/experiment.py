@@ -5,8 +5,6 @@ or a script the recipe knows nothing about. The job's collector reads the recipe
 (`tuneplane.models.recipe.merge_native`: the experiment extends the list; on the same path it wins).
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

@@ -4,8 +4,6 @@
 (compile, render, the launcher in the job) reads only this. Unknown fields are refused at every level.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field

@@ -1,8 +1,6 @@
 """`tuneplane.yaml`: the lab marker and its settings (profiles, images, cluster)."""
 
-from __future__ import annotations
-
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -131,7 +129,7 @@ class PodSecurity(Strict):
     fs_group: int | None = Field(None, ge=0, description="Group that owns the mounted volumes (fsGroup).")
 
     @model_validator(mode="after")
-    def _root_is_not_non_root(self) -> PodSecurity:
+    def _root_is_not_non_root(self) -> Self:
         if self.run_as_non_root and self.run_as_user == 0:
             raise ValueError("run_as_user 0 is root, which run_as_non_root refuses: pick a non-zero user id")
         return self

@@ -1,7 +1,5 @@
 """`recipe.lock.json` (CONTRACT §4), and the StarForge lock versions we still read."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

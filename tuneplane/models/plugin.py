@@ -1,9 +1,7 @@
 """plugin.yaml and plugins.lock.json as models (CONTRACT §5), with the names and patterns they use."""
 
-from __future__ import annotations
-
 import re
-from typing import Literal
+from typing import Literal, Self
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -98,7 +96,7 @@ class PluginManifest(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _capability_rules(self) -> PluginManifest:
+    def _capability_rules(self) -> Self:
         if self.capability == "data-prep" and self.execution is None:
             raise PydanticCustomError("plugin_rule", "a data-prep plugin needs `execution: local` or "
                                       "`execution: job`", {"field": "capability"})

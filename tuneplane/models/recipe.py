@@ -1,8 +1,6 @@
 """`recipe.yaml`: one catalog method, its params, runtimes and adapter options (CONTRACT §2)."""
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,7 +22,7 @@ class Param(Strict):
     choices: list[Any] | None = None
 
     @model_validator(mode="after")
-    def _enum_has_choices(self) -> Param:
+    def _enum_has_choices(self) -> Self:
         if self.type == "enum" and not self.choices:
             raise ValueError("an enum param needs `choices`")
         return self
@@ -192,7 +190,7 @@ class Recipe(Strict):
                                     description="Cross-field requirements of the framework (docs/reference/files.md).")
 
     @model_validator(mode="after")
-    def _rule_ids_unique(self) -> Recipe:
+    def _rule_ids_unique(self) -> Self:
         ids = [r.id for r in self.rules]
         twice = sorted({i for i in ids if ids.count(i) > 1})
         if twice:

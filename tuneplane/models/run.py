@@ -1,7 +1,5 @@
 """Run requests (`runs/<exp>/<run-id>.yaml`, people review them) and status files (the bot writes them)."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field
