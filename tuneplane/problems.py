@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -77,3 +78,12 @@ class Problem(FrozenRecord):
 
 def has_errors(problems: list[Problem], strict: bool = False) -> bool:
     return any(p.is_error or strict for p in problems)
+
+
+def close_matches(word: str, possibilities: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """`difflib.get_close_matches`, for a "did you mean" hint: only a problem needs one, so difflib (and
+    heapq) load when the first hint is written, not with every command that validates."""
+    # lazy: a rare branch (a name that does not exist) is the only user
+    import difflib
+
+    return difflib.get_close_matches(word, list(possibilities), n, cutoff)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +15,7 @@ from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.lab import LabFile
-from tuneplane.problems import Problem, Severity
+from tuneplane.problems import Problem, Severity, close_matches
 from tuneplane.runtime.records import Record
 
 LAB_DIRS = ("experiments", "plugins", "runs", "status")
@@ -124,7 +123,7 @@ def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
     problems = []
     for name in slurm.profiles:
         if name not in settings.profiles:
-            close = difflib.get_close_matches(name, list(settings.profiles), n=1)
+            close = close_matches(name, list(settings.profiles), n=1)
             problems.append(doc.problem(
                 f"/cluster/slurm/profiles/{name}", "lab-slurm", f"cluster.slurm.profiles names {name!r}, "
                 "which is not a profile under `profiles:`",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from tuneplane.runtime.patterns import lazy_pattern
 from tuneplane.runtime.records import FrozenRecord
 
 # StarForge variable → the TunePlane variable a job sees with the same meaning.
@@ -28,8 +29,8 @@ CODE_RENAMES = {
     "starforge.report": "tuneplane.report",
     "StarForgeCallback": "TunePlaneCallback",
 }
-_FROM_PACKAGE = re.compile(r"\bfrom(\s+)starforge(\s+)import(\s+)report\b")
-_KNOWN = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAMES, **CODE_RENAMES},
+_FROM_PACKAGE = lazy_pattern(r"\bfrom(\s+)starforge(\s+)import(\s+)report\b")
+_KNOWN = lazy_pattern(r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAMES, **CODE_RENAMES},
                                                                    key=len, reverse=True)) + r")\b")
 # Anything else that still looks like StarForge, whatever its case: `starforge`, `StarForge.x`,
 # `FORGE_SOMETHING`, a bare `"STARFORGE_"` prefix composed at run time.
@@ -64,8 +65,8 @@ def replacement(name: str) -> str:
 
 def rewrite(text: str) -> str:
     """`text` with every StarForge name that has an exact equivalent replaced; nothing else changes."""
-    text = _FROM_PACKAGE.sub(lambda m: f"from{m[1]}tuneplane{m[2]}import{m[3]}report", text)
-    return _KNOWN.sub(lambda m: replacement(m[1]), text)
+    text = _FROM_PACKAGE().sub(lambda m: f"from{m[1]}tuneplane{m[2]}import{m[3]}report", text)
+    return _KNOWN().sub(lambda m: replacement(m[1]), text)
 
 
 def find_uses(text: str) -> list[LegacyUse]:
@@ -73,7 +74,7 @@ def find_uses(text: str) -> list[LegacyUse]:
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         for m in LEGACY.finditer(line):
-            known = _KNOWN.match(line, m.start())
+            known = _KNOWN().match(line, m.start())
             name = known[1] if known else m.group(0)
             found.append(LegacyUse(number, m.start() + 1, name, replacement(name)))
     return found

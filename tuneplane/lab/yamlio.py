@@ -20,6 +20,7 @@ from tuneplane.lab import fs
 from tuneplane.lab.fs import MAX_BYTES as MAX_BYTES
 from tuneplane.lab.fs import LoadFailed as LoadFailed
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.patterns import lazy_pattern
 from tuneplane.runtime.records import Record
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -127,7 +128,7 @@ def _yaml_error(exc: yaml.MarkedYAMLError, rel: str, text: str = "") -> Problem:
 _OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 _LEADING = re.compile(r"^[ \t?:-]*", re.MULTILINE)
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_TOKENS = lazy_pattern(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _deep_problem(rel: str, line: int, col: int) -> Problem:
@@ -162,7 +163,7 @@ def _json_too_deep(text: str) -> tuple[int, int] | None:
     if text.count("[") + text.count("{") <= MAX_DEPTH:
         return None
     depth = 0
-    for match in _JSON_TOKENS.finditer(text):
+    for match in _JSON_TOKENS().finditer(text):
         token = match.group()
         if token in "[{":
             depth += 1
@@ -345,13 +346,13 @@ def _no_constant(token: str) -> Any:
     raise _BadConstant(token)
 
 
-_JSON_KEY = re.compile(r'"(?:[^"\\]|\\.)*"(?=\s*:)')
+_JSON_KEY = lazy_pattern(r'"(?:[^"\\]|\\.)*"(?=\s*:)')
 
 
 def _second_key(text: str, key: str) -> tuple[int, int]:
     """Where `key` is written a second time (as a key); (1, 1) when it cannot be told."""
     seen = 0
-    for match in _JSON_KEY.finditer(text):
+    for match in _JSON_KEY().finditer(text):
         try:
             same = json.loads(match.group()) == key
         except ValueError:
