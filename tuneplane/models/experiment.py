@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tuneplane.models.base import Strict, empty_list
+from tuneplane.models.base import Strict, defaults_of, empty_list
 from tuneplane.models.recipe import NativeOutput
 
 EXPERIMENT_API = "tuneplane/experiment/v1"
@@ -27,4 +27,4 @@ class ExperimentManifest(Strict):
     """experiment.yaml: settings of one experiment that its recipe does not fix."""
 
     api_version: Literal["tuneplane/experiment/v1"] = Field(alias="apiVersion")
-    metrics: ExperimentMetrics = Field(default_factory=ExperimentMetrics)
+    metrics: ExperimentMetrics = Field(default_factory=defaults_of(ExperimentMetrics))

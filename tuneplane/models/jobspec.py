@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from tuneplane.constants import Scalar
-from tuneplane.models.base import Strict, empty_dict, empty_list
+from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
 
 
 class JobMeta(Strict):
@@ -57,7 +57,7 @@ class RecipeRef(Strict):
     entrypoint: str
     plugins: list[str] = Field(default_factory=empty_list)
     observability: Literal["platform", "external"]
-    adapter: AdapterRef = Field(default_factory=AdapterRef)
+    adapter: AdapterRef = Field(default_factory=defaults_of(AdapterRef))
 
 
 class FrameworkRef(Strict):
@@ -135,7 +135,7 @@ class JobSpecBody(Strict):
     hyperparams: dict[str, Scalar] = Field(
         default_factory=empty_dict,
         description="Validated values keyed by dotted config path (custom: the `--set` keys as written).")
-    inputs: InputsRef = Field(default_factory=InputsRef)
+    inputs: InputsRef = Field(default_factory=defaults_of(InputsRef))
     resources: Resources
     plugins: list[PluginRef] = Field(default_factory=empty_list)
     timeout_seconds: int | None = None

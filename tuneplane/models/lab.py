@@ -4,7 +4,7 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from tuneplane.models.base import LAB_NAME_RE, Strict, empty_dict, empty_list
+from tuneplane.models.base import LAB_NAME_RE, Strict, defaults_of, empty_dict, empty_list
 
 LAB_API = "tuneplane/project/v1"
 
@@ -102,7 +102,7 @@ class SlurmSettings(Strict):
     memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE, description="Memory per node (`--mem`, e.g. 500G).")
     profiles: dict[str, SlurmProfile] = Field(default_factory=empty_dict,
                                               description="Per-profile settings, by profile name.")
-    software: SlurmSoftware = Field(default_factory=SlurmSoftware)
+    software: SlurmSoftware = Field(default_factory=defaults_of(SlurmSoftware))
     runs_root: str = Field("", pattern=SLURM_PATH_RE,
                            description="Absolute path on the shared filesystem for run directories; "
                                        "default `cluster.storage.root`.")
@@ -139,10 +139,10 @@ class Cluster(Strict):
     backend: Literal["local", "kubernetes", "slurm"] = Field("local", description="Where runs go.")
     namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
     queue: str = Field("", description="Kueue LocalQueue name; empty for none.")
-    storage: Storage = Field(default_factory=Storage)
-    repo: Repo = Field(default_factory=Repo)
-    ingest: Ingest = Field(default_factory=Ingest)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    storage: Storage = Field(default_factory=defaults_of(Storage))
+    repo: Repo = Field(default_factory=defaults_of(Repo))
+    ingest: Ingest = Field(default_factory=defaults_of(Ingest))
+    slurm: SlurmSettings = Field(default_factory=defaults_of(SlurmSettings))
     image_pull_secrets: list[str] = Field(default_factory=empty_list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
     ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0,
@@ -152,7 +152,7 @@ class Cluster(Strict):
         "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.")
     init_image: str = Field("alpine/git:2.45.2", description="Image of the checkout init container (needs sh and "
                             "git); checked against images.allowed_registries and images.require_digest.")
-    security: PodSecurity = Field(default_factory=PodSecurity)
+    security: PodSecurity = Field(default_factory=defaults_of(PodSecurity))
     user: str = Field("", description="User name in output paths; default the git user or $USER.")
 
 
@@ -176,14 +176,17 @@ class Tool(Strict):
     index_url: str = Field("", description="Package index to install from instead of PyPI; empty for PyPI.")
 
 
+_local_profile = defaults_of(Profile, local=True, gpus_per_node=0)  # the profile of a lab that names none
+
+
 class LabFile(Strict):
     """The lab marker `tuneplane.yaml`."""
 
     api_version: Literal["tuneplane/project/v1"] = Field(alias="apiVersion")
     name: str = Field(pattern=LAB_NAME_RE, description="The lab's name.")
-    profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": Profile(local=True, gpus_per_node=0)})
-    images: Images = Field(default_factory=Images)
-    cluster: Cluster = Field(default_factory=Cluster)
+    profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": _local_profile()})
+    images: Images = Field(default_factory=defaults_of(Images))
+    cluster: Cluster = Field(default_factory=defaults_of(Cluster))
     experiment_roots: list[str] = Field(
         default_factory=lambda: ["experiments"],
         description="Folders that hold experiments (each experiment is <root>/<name>/); names are unique "
@@ -194,4 +197,4 @@ class LabFile(Strict):
                     "and is importable by its folder name on every backend.")
     datasets: dict[str, Dataset] = Field(
         default_factory=empty_dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
-    tool: Tool = Field(default_factory=Tool)
+    tool: Tool = Field(default_factory=defaults_of(Tool))

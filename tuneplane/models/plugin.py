@@ -7,7 +7,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuneplane.models.base import EditorSchema, Strict, empty_dict, empty_list
+from tuneplane.models.base import EditorSchema, Strict, defaults_of, empty_dict, empty_list
 from tuneplane.models.recipe import Param
 
 PLUGIN_SCHEMA = "tuneplane/plugin/v1"
@@ -80,7 +80,7 @@ class PluginManifest(StrictModel):
     load: Literal["eager", "deferred"] = Field(
         "eager", description="eager: install(params) before training; deferred: the trainer calls "
                              "tuneplane.plugins.install_deferred(name, **ctx).")
-    requires: PluginRequires = Field(default_factory=PluginRequires)
+    requires: PluginRequires = Field(default_factory=defaults_of(PluginRequires))
     scope: Literal["entrypoint"] = Field("entrypoint", description="Where it applies: the entrypoint.")
     params: dict[str, PluginParam] = Field(
         default_factory=empty_dict, description="Parameters the plugin reads from install(params), by full dotted "

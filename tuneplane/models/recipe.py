@@ -4,7 +4,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from tuneplane.models.base import Strict, empty_dict, empty_list
+from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
 
 ParamType = Literal["int", "float", "bool", "str", "enum"]
 
@@ -180,12 +180,12 @@ class Recipe(Strict):
     plugins: list[str] = Field(default_factory=empty_list)
     lifecycle: dict[Literal["export", "eval"], str] = Field(default_factory=empty_dict)
     lifecycle_resources: dict[Literal["export", "eval"], int] = Field(default_factory=empty_dict)
-    metrics: Metrics = Field(default_factory=Metrics)
-    artifacts: Artifacts = Field(default_factory=Artifacts)
+    metrics: Metrics = Field(default_factory=defaults_of(Metrics))
+    artifacts: Artifacts = Field(default_factory=defaults_of(Artifacts))
     runtime: Runtime
-    requires: Requires = Field(default_factory=Requires)
+    requires: Requires = Field(default_factory=defaults_of(Requires))
     params: dict[str, Param] = Field(default_factory=empty_dict)
-    config: ConfigPolicy = Field(default_factory=ConfigPolicy)
+    config: ConfigPolicy = Field(default_factory=defaults_of(ConfigPolicy))
     rules: list[RecipeRule] = Field(default_factory=empty_list, max_length=64,
                                     description="Cross-field requirements of the framework (docs/reference/files.md).")
 

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from tuneplane.constants import Phase, Scalar
-from tuneplane.models.base import NAME_RE, EditorSchema, Strict, empty_dict, empty_list
+from tuneplane.models.base import NAME_RE, EditorSchema, Strict, defaults_of, empty_dict, empty_list
 
 RUN_API = "tuneplane/run/v1"
 STATUS_API = "tuneplane/status/v1"
@@ -36,7 +36,7 @@ class RunRequest(Strict):
     image: str = ""
     observability_url: str = ""
     set: dict[str, Scalar] = Field(default_factory=empty_dict, description="Hyperparameter overrides.")
-    inputs: Inputs = Field(default_factory=Inputs)
+    inputs: Inputs = Field(default_factory=defaults_of(Inputs))
     timeout: int | None = Field(None, ge=60, description="Seconds before the job is stopped.")
     requested_by: str = ""
     message: str = ""
@@ -98,7 +98,7 @@ class RunStatus(Strict):
     finished_at: str | None = None
     exit_code: int | None = None
     backend: BackendObject | None = None
-    provenance: Provenance = Field(default_factory=Provenance)
+    provenance: Provenance = Field(default_factory=defaults_of(Provenance))
     out_dir: str = ""
     artifacts: list[Artifact] = Field(default_factory=empty_list)
     metrics: dict[str, float] = Field(default_factory=empty_dict, description="Last value of each primary metric.")
