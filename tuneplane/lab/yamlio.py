@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +175,11 @@ def _json_too_deep(text: str) -> tuple[int, int] | None:
 
 def confusable(key: str) -> str:
     """Why `key` may be mistaken for another (mixed scripts, compatibility forms), else ""."""
+    if key.isascii():  # NFKC keeps ASCII as it is, and ASCII letters are all Latin
+        return ""
+    # lazy: only a key with a non-ASCII character needs the Unicode database
+    import unicodedata
+
     if unicodedata.normalize("NFKC", key) != key:
         plain = unicodedata.normalize("NFKC", key)
         return f"uses compatibility characters: it looks like {plain!r} but is a different, confusable key"
