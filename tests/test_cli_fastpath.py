@@ -152,3 +152,16 @@ def test_validate_loads_only_what_it_uses(lab: Path, tp):
     compiled = {name for name, size in probe["lazy"].items() if size}
     assert "tuneplane.check.images._REF" in probe["lazy"] and "tuneplane.check.images._REF" not in compiled
     assert "tuneplane.lab.starforge._KNOWN" in probe["lazy"] and "tuneplane.lab.starforge._KNOWN" not in compiled
+
+
+@pytest.mark.parametrize(("before", "expect"), [
+    ("", "enabled True frozen True"),  # the first import: paused, then frozen, then collecting again
+    ("import tuneplane.check.validate", "enabled True frozen False"),  # imported before: left as it is
+    ("import gc; gc.disable()", "enabled False frozen False"),  # the caller's choice stands
+])
+def test_the_collector_is_paused_only_for_the_first_import_of_the_pipeline(before: str, expect: str, lab: Path, tp):
+    assert tp("new", "exp", "--method", "custom/custom").code == 0
+    code = (f"{before}\nimport gc\nfrom tuneplane.cli.main import run\nrc = run(['validate', 'exp'])\n"
+            "print('enabled', gc.isenabled(), 'frozen', gc.get_freeze_count() > 0, rc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == f"{expect} 0", out
