@@ -15,7 +15,6 @@ import gc
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 FORMATS = ("text", "json", "github", "sarif")
 FLAGS = {"--all": "all_", "--changed": "changed", "--strict": "strict"}  # option → parameter
@@ -117,6 +116,6 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
     sys.stdout.flush()
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary_file:
-        with Path(summary_file).open("a", encoding="utf-8") as fh:
+        with open(summary_file, "a", encoding="utf-8") as fh:
             fh.write(reporters.markdown(problems, checked))
     return 1 if has_errors(problems, strict) else 0
