@@ -6,7 +6,8 @@ ours beside the upstream client (tuneplane==0.4.0 under python3.12) measured in 
 Prints whole-process medians of wall time and of CPU time (user + system), each with its ratio
 (upstream / ours). Both tools are measured as users install them: ours built from this checkout as
 a wheel into its own venv (`--editable` measures this environment's `tp` instead), upstream from
-PyPI into another, both with their bytecode cached (see `peers.bytecode_env`). Targets on a 2-core
+PyPI into another, both with their bytecode cached (see `peers.bytecode_env`); where both tools have
+the command, their runs alternate, so the ratio holds on a machine whose speed drifts. Targets on a 2-core
 machine: `tp validate --all` over 1,000 experiments ≤ 2 s; `tp --help` and `tp validate EXP` ≤ 0.25 s;
 `tp validate EXP` ≤ 0.12 s of CPU and at least 9× faster than upstream; `tp new` at least 6× faster.
 """
@@ -14,14 +15,17 @@ machine: `tp validate --all` over 1,000 experiments ≤ 2 s; `tp --help` and `tp
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import ours_installed, table, time_process, upstream_venv
+from peers import bytecode_env, ours_installed, table, time_process, upstream_venv
 
 TARGETS = {"tp --help": 0.25, "tp validate EXP": 0.25, "tp validate --all (1,000)": 2.0}  # wall, seconds
 CPU_TARGETS = {"tp validate EXP": 0.12}  # CPU, seconds
@@ -37,6 +41,30 @@ def ours_tp(editable: bool) -> list[str]:
         print("  (measuring the editable checkout instead)")
     exe = shutil.which("tp", path=str(Path(sys.executable).parent)) or shutil.which("tp")
     return [exe] if exe else [sys.executable, "-m", "tuneplane"]
+
+
+def time_interleaved(commands: list[tuple[list[str], Path, object]], runs: int) -> list[tuple[float, float]]:
+    """Median wall and CPU time of each command, the commands run in turn within each round (one
+    untimed round first), so a machine that slows down or speeds up mid-run affects all alike and
+    the ratio between them holds (run one after the other, a busy minute lands on one of them)."""
+    env = bytecode_env()
+    walls: list[list[float]] = [[] for _ in commands]
+    cpus: list[list[float]] = [[] for _ in commands]
+    for i in range(-1, runs):
+        for k, (argv, cwd, setup) in enumerate(commands):
+            if setup:
+                setup(max(i, 0))  # type: ignore[operator]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if result.returncode not in (0, 1):
+                raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+            if i >= 0:
+                walls[k].append(wall)
+                cpus[k].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)]
 
 
 def build_lab(tp: list[str], root: Path, n: int, init_args: list[str]) -> Path:
@@ -72,9 +100,12 @@ def _run(tmp: Path, n: int, runs: int, editable: bool) -> int:
 
     def measure(label: str, ours_argv: list[str], ours_cwd: Path, up_argv: list[str] | None, up_cwd: Path | None,
                 ours_setup=None, up_setup=None) -> None:
-        entry: dict[str, tuple[float, float] | None] = {
-            "ours": time_process(ours_argv, ours_cwd, runs, setup=ours_setup)}
-        entry["upstream"] = time_process(up_argv, up_cwd, runs, setup=up_setup) if up_argv and up_cwd else None
+        entry: dict[str, tuple[float, float] | None] = {"upstream": None}
+        if up_argv and up_cwd:
+            entry["ours"], entry["upstream"] = time_interleaved(
+                [(ours_argv, ours_cwd, ours_setup), (up_argv, up_cwd, up_setup)], runs)
+        else:
+            entry["ours"] = time_process(ours_argv, ours_cwd, runs, setup=ours_setup)
         results[label] = entry
         o, u = entry["ours"], entry["upstream"]
         assert o is not None

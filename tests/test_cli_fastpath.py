@@ -115,3 +115,53 @@ def test_validate_does_not_import_typer_or_click(lab: Path, tp):
             "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}), rc)")
     out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, check=True).stdout
     assert "LOADED [] 0" in out, out
+
+
+# What `tp validate EXP` must not load (names, not timings): each was on the path and is needed only
+# by a rare branch. difflib and heapq: a "did you mean" hint; unicodedata: a key with a non-ASCII
+# character; importlib.metadata and email: pydantic's plugin loader; typer, click, rich: the CLI.
+NOT_ON_THE_VALIDATE_PATH = ("difflib", "heapq", "unicodedata", "importlib.metadata", "email", "typer", "click",
+                            "rich", "jinja2", "git", "kubernetes", "ruamel")
+
+_PROBE = """
+import dataclasses, inspect, json, sys
+from tuneplane.cli.main import run
+rc = run(['validate', 'exp'])
+ours = {name: module for name, module in sys.modules.items() if name.startswith('tuneplane')}
+dataclasses_defined = sorted(f"{name}.{value.__qualname__}" for name, module in ours.items()
+                             for value in vars(module).values()
+                             if inspect.isclass(value) and value.__module__ == name and dataclasses.is_dataclass(value))
+lazy = {f"{name}.{attr}": value.cache_info().currsize for name, module in ours.items()
+        for attr, value in vars(module).items()
+        if getattr(getattr(value, "__wrapped__", None), "__qualname__", "") == "lazy_pattern.<locals>.pattern"}
+print(json.dumps({"rc": rc, "modules": sorted(sys.modules), "dataclasses": dataclasses_defined, "lazy": lazy}))
+"""
+
+
+def test_validate_loads_only_what_it_uses(lab: Path, tp):
+    assert tp("new", "exp", "--method", "custom/custom").code == 0
+    out = subprocess.run([sys.executable, "-c", _PROBE], cwd=lab, capture_output=True, text=True, check=True).stdout
+    import json
+
+    probe = json.loads(out.splitlines()[-1])
+    assert probe["rc"] == 0
+    loaded = set(probe["modules"])
+    assert {"tuneplane.check.validate", "pydantic", "yaml"} <= loaded  # the probe ran the real command
+    assert sorted(m for m in NOT_ON_THE_VALIDATE_PATH if m in loaded) == []
+    assert probe["dataclasses"] == [], "records on the validate path are runtime.records classes"
+    compiled = {name for name, size in probe["lazy"].items() if size}
+    assert "tuneplane.check.images._REF" in probe["lazy"] and "tuneplane.check.images._REF" not in compiled
+    assert "tuneplane.lab.starforge._KNOWN" in probe["lazy"] and "tuneplane.lab.starforge._KNOWN" not in compiled
+
+
+@pytest.mark.parametrize(("before", "expect"), [
+    ("", "enabled True frozen True"),  # the first import: paused, then frozen, then collecting again
+    ("import tuneplane.check.validate", "enabled True frozen False"),  # imported before: left as it is
+    ("import gc; gc.disable()", "enabled False frozen False"),  # the caller's choice stands
+])
+def test_the_collector_is_paused_only_for_the_first_import_of_the_pipeline(before: str, expect: str, lab: Path, tp):
+    assert tp("new", "exp", "--method", "custom/custom").code == 0
+    code = (f"{before}\nimport gc\nfrom tuneplane.cli.main import run\nrc = run(['validate', 'exp'])\n"
+            "print('enabled', gc.isenabled(), 'frozen', gc.get_freeze_count() > 0, rc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == f"{expect} 0", out

@@ -11,7 +11,8 @@ PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
 JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.collector", "tuneplane.launcher",
             "tuneplane.plugins", "tuneplane.runtime.digest", "tuneplane.runtime.pinned",
-            "tuneplane.runtime.versions", "tuneplane.lifecycle")
+            "tuneplane.runtime.versions", "tuneplane.runtime.records", "tuneplane.runtime.patterns",
+            "tuneplane.lifecycle")
 JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.flatconfig", "yaml"),
                        # the generic evaluation runs in training images, which have these
                        ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),

@@ -8,7 +8,6 @@ YAML parser reads the same way, and whose only shell scripts are the platform's 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 from collections.abc import Callable, Iterator
@@ -77,7 +76,7 @@ def with_settings(lab: Lab, **cluster: Any) -> Lab:
         repo = settings.cluster.repo.model_copy(update={"url": cluster.pop("repo_url")})
         cluster["repo"] = repo
     settings = settings.model_copy(update={"cluster": settings.cluster.model_copy(update=cluster)})
-    return dataclasses.replace(lab, settings=settings)
+    return lab.replace(settings=settings)
 
 
 def jobspec(doc: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from enum import StrEnum
+from typing import Any
+
+from tuneplane.runtime.records import FrozenRecord
 
 
 class Severity(StrEnum):
@@ -11,18 +14,59 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One finding. `line`/`col` are 1-based; 0 means the whole file."""
+class Problem(FrozenRecord):
+    """One finding. `line`/`col` are 1-based; 0 means the whole file. Equal, ordered and hashed by
+    everything but the hint (problems are sorted and deduplicated); immutable."""
 
+    __slots__ = ("file", "line", "col", "rule", "message", "severity", "pointer", "hint")
+    _fields = __slots__
     file: str
     line: int
     col: int
     rule: str
     message: str
-    severity: Severity = Severity.ERROR
-    pointer: str = ""
-    hint: str = field(default="", compare=False)
+    severity: Severity
+    pointer: str
+    hint: str
+
+    def __init__(self, file: str, line: int, col: int, rule: str, message: str,
+                 severity: Severity = Severity.ERROR, pointer: str = "", hint: str = "") -> None:
+        init = object.__setattr__
+        init(self, "file", file)
+        init(self, "line", line)
+        init(self, "col", col)
+        init(self, "rule", rule)
+        init(self, "message", message)
+        init(self, "severity", severity)
+        init(self, "pointer", pointer)
+        init(self, "hint", hint)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.file, self.line, self.col, self.rule, self.message, self.severity, self.pointer)
+
+    def __lt__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() < other._values()
+
+    def __le__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() <= other._values()
+
+    def __gt__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() > other._values()
+
+    def __ge__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Problem)
+        return self._values() >= other._values()
 
     @property
     def is_error(self) -> bool:
@@ -34,3 +78,12 @@ class Problem:
 
 def has_errors(problems: list[Problem], strict: bool = False) -> bool:
     return any(p.is_error or strict for p in problems)
+
+
+def close_matches(word: str, possibilities: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """`difflib.get_close_matches`, for a "did you mean" hint: only a problem needs one, so difflib (and
+    heapq) load when the first hint is written, not with every command that validates."""
+    # lazy: a rare branch (a name that does not exist) is the only user
+    import difflib
+
+    return difflib.get_close_matches(word, list(possibilities), n, cutoff)

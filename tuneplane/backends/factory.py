@@ -6,7 +6,6 @@ start-up time, and a lab that never leaves this machine never pays it).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ def local_lab(lab: Lab) -> Lab:
     if lab.settings is None or lab.settings.cluster.backend == "local":
         return lab
     cluster = lab.settings.cluster.model_copy(update={"backend": "local"})
-    return dataclasses.replace(lab, settings=lab.settings.model_copy(update={"cluster": cluster}))
+    return lab.replace(settings=lab.settings.model_copy(update={"cluster": cluster}))
 
 
 def local_backend(lab: Lab) -> LocalBackend:

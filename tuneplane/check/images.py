@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from tuneplane.runtime.patterns import lazy_pattern
+from tuneplane.runtime.records import FrozenRecord
 
 DOCKER_HUB = "docker.io"
 ALLOWLIST_ENV = "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES"
@@ -11,18 +11,27 @@ ALLOWLIST_ENV = "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _TAG = r"[\w][\w.-]{0,127}"
-_REF = re.compile(rf"^(?P<name>(?:(?P<host>{_HOST})/)?{_COMPONENT}(?:/{_COMPONENT})*)"
-                  rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[a-z0-9]+:[a-zA-Z0-9]+))?$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REF = lazy_pattern(rf"^(?P<name>(?:(?P<host>{_HOST})/)?{_COMPONENT}(?:/{_COMPONENT})*)"
+                    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[a-z0-9]+:[a-zA-Z0-9]+))?$")
+_DIGEST = lazy_pattern(r"^sha256:[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True)
-class ImageRef:
+class ImageRef(FrozenRecord):
+    __slots__ = ("text", "host", "repository", "tag", "digest")
+    _fields = __slots__
     text: str
     host: str
     repository: str
     tag: str
     digest: str
+
+    def __init__(self, text: str, host: str, repository: str, tag: str, digest: str) -> None:
+        init = object.__setattr__
+        init(self, "text", text)
+        init(self, "host", host)
+        init(self, "repository", repository)
+        init(self, "tag", tag)
+        init(self, "digest", digest)
 
 
 class ImageError(ValueError):
@@ -32,12 +41,12 @@ class ImageError(ValueError):
 
 
 def parse_image(text: str) -> ImageRef:
-    m = _REF.fullmatch(text)
+    m = _REF().fullmatch(text)
     if not m:
         raise ImageError(f"{text!r} is not a valid image reference",
                          "write [registry/]repository[:tag][@sha256:<64 hex>], lower-case repository")
     name, digest = m.group("name"), m.group("digest") or ""
-    if digest and not _DIGEST.match(digest):
+    if digest and not _DIGEST().match(digest):
         raise ImageError(f"{text!r} has a malformed digest {digest!r}",
                          "a digest is sha256: and 64 lower-case hex digits")
     first, _, rest = name.partition("/")

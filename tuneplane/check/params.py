@@ -10,19 +10,19 @@ one parses. A key no parameter declares is read by CONTRACT §2 (booleans, then 
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from tuneplane.constants import Scalar
 from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Param, Recipe
+from tuneplane.problems import close_matches
+from tuneplane.runtime.patterns import lazy_pattern
 
 _MISSING = object()
-_FLOATISH = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
-_INTEGER = re.compile(r"[-+]?\d+\Z")
+_FLOATISH = lazy_pattern(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
+_INTEGER = lazy_pattern(r"[-+]?\d+\Z")
 _TRUE = ("true", "yes", "on")
 _FALSE = ("false", "no", "off")
 
@@ -73,9 +73,9 @@ def parse_typed_value(key: str, text: str, param: Param) -> Scalar:
     if kind == "bool":
         low = text.lower()
         return True if low in _TRUE else False if low in _FALSE else text
-    if _INTEGER.match(text):
+    if _INTEGER().match(text):
         return float(int(text)) if kind == "float" else int(text)
-    if _FLOATISH.match(text):
+    if _FLOATISH().match(text):
         return float(text)
     return text
 
@@ -95,9 +95,9 @@ def parse_set_value(key: str, text: str) -> Scalar:
         return False
     if text.startswith(("[", "{")):
         raise UsageError(f"--set {key}: {text!r} is not a single value", hint="pass numbers, true/false or text")
-    if _INTEGER.match(text):
+    if _INTEGER().match(text):
         return int(text)
-    if _FLOATISH.match(text):
+    if _FLOATISH().match(text):
         return float(text)
     return text
 
@@ -143,7 +143,7 @@ def _check_number(param: Param, value: Any) -> str | None:
                 "handed to the job")
     ok = isinstance(value, int) if param.type == "int" else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
-        if isinstance(value, str) and param.type == "float" and _FLOATISH.match(value):
+        if isinstance(value, str) and param.type == "float" and _FLOATISH().match(value):
             return (f"expected a number, got the text {value!r}: YAML reads an exponent without a dot as text; "
                     f"write it as {_with_dot(value)}")
         return f"expected {'an integer' if param.type == 'int' else 'a number'}, got {_show(value)}"
@@ -183,7 +183,7 @@ def _show(value: Any) -> str:
 
 def unknown_name_message(name: str, recipe: Recipe) -> tuple[str, str]:
     known = sorted(recipe.params)
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    close = close_matches(name, known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return (f"unknown hyperparameter {name!r} for {recipe.name}",
             hint + ("known: " + ", ".join(known) if known else f"{recipe.name} declares no hyperparameters"))

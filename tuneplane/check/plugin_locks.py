@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[P
     except LoadFailed as exc:
         if exc.problem.rule != "json-syntax":
             return None, [exc.problem]
-        return None, [replace(exc.problem, rule="plugins-lock-parse", hint="rewrite it with `tp plugin lock`")]
+        return None, [exc.problem.replace(rule="plugins-lock-parse", hint="rewrite it with `tp plugin lock`")]
     ctx = FileCtx(file, positioned_doc(text, file))
     try:
         lock = PluginsLock.model_validate(data)

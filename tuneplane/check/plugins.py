@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, Any] | None, 
         data = parse_yaml(text, ctx.file).data if text.strip() else None
     except LoadFailed as exc:
         rule = "plugin-schema" if exc.problem.rule == "duplicate-key" else "plugin-parse"
-        return None, [replace(exc.problem, rule=rule)]
+        return None, [exc.problem.replace(rule=rule)]
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
         return None, [ctx.problem("", "plugin-schema", f"plugin.yaml must be a mapping, got {got}",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.check.validate import run_files
@@ -11,14 +10,19 @@ from tuneplane.lab.fs import present
 from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
+from tuneplane.runtime.records import Record
 
 
-@dataclass
-class Scope:
-    experiments: set[str] = field(default_factory=set)
-    runs: set[Path] = field(default_factory=set)
-    plugins: set[str] = field(default_factory=set)
-    everything: bool = False
+class Scope(Record):
+    __slots__ = ("experiments", "runs", "plugins", "everything")
+    _fields = __slots__
+
+    def __init__(self, experiments: set[str] | None = None, runs: set[Path] | None = None,
+                 plugins: set[str] | None = None, everything: bool = False) -> None:
+        self.experiments = set() if experiments is None else experiments
+        self.runs: set[Path] = set() if runs is None else runs
+        self.plugins = set() if plugins is None else plugins
+        self.everything = everything
 
     def describe(self) -> str:
         text = f"{len(self.experiments)} experiment(s), {len(self.runs)} run request(s)"

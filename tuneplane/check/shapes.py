@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from tuneplane.models.lab import LabFile, Profile
+from tuneplane.problems import close_matches
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def parse_profile(text: str, lab: LabFile) -> Shape:
     profile = lab.profiles.get(name)
     if profile is None:
         known = sorted(lab.profiles)
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        close = close_matches(name, known, n=1, cutoff=0.5)
         raise ShapeError(f"unknown profile {name!r}",
                          (f"did you mean {close[0]!r}? " if close else "") +
                          f"profiles in tuneplane.yaml: {', '.join(known) or '(none)'}")

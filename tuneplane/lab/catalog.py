@@ -6,7 +6,6 @@ time something asks for it, then kept for the life of the process.
 
 from __future__ import annotations
 
-import difflib
 import os
 from functools import cached_property
 from importlib.util import find_spec
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Recipe
+from tuneplane.problems import close_matches
 from tuneplane.runtime.digest import bundle_digest, manifest_digest, tree_digest
 
 CATALOG_ENV = "TUNEPLANE_CATALOG"
@@ -48,7 +48,7 @@ class Catalog:
     def require(self, method: str) -> None:
         if self.has(method):
             return
-        close = difflib.get_close_matches(method, self.ids, n=1, cutoff=0.5)
+        close = close_matches(method, self.ids, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}?" if close else f"known methods: {', '.join(self.ids)}"
         raise UsageError(f"unknown method {method!r}", hint=hint + " (see `tp methods`)")
 

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.lab import LabFile
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.patterns import lazy_pattern
 
 PLUGINS_DIR = "plugins"
 RESERVED_ROOTS = frozenset({"runs", "status", "plugins", ".git", ".github", ".tuneplane", "tuneplane_plugins"})
@@ -23,7 +24,7 @@ RESERVED_ROOTS = frozenset({"runs", "status", "plugins", ".git", ".github", ".tu
 SHADOWED = frozenset({"tuneplane", "nemo_rl", "ray", "torch", "transformers", "vllm", "trl", "verl", "numpy",
                       "yaml", "tuneplane_plugins"}) | frozenset(sys.stdlib_module_names)
 MAX_PLUGIN_DEPTH = 3  # plugins/<group>/<subgroup>/<name>/plugin.yaml at most
-DATASET_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+DATASET_NAME = lazy_pattern(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
 def dataset_variable(name: str) -> str:
@@ -146,7 +147,7 @@ def _datasets(doc: Doc, settings: LabFile) -> list[Problem]:
     for name, ds in settings.datasets.items():
         at = f"/datasets/{name}"
         variable = dataset_variable(name)
-        if not DATASET_NAME.match(name):
+        if not DATASET_NAME().match(name):
             out.append(doc.problem(at, "lab-dataset", f"data set name {name!r} is not allowed",
                                    hint="start with a letter; use letters, digits, '_' and '-'"))
         elif variable in seen:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import os
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -17,18 +15,23 @@ from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.lab import LabFile
-from tuneplane.problems import Problem, Severity
+from tuneplane.problems import Problem, Severity, close_matches
+from tuneplane.runtime.records import Record
 
 LAB_DIRS = ("experiments", "plugins", "runs", "status")
 
 
-@dataclass
-class Lab:
-    root: Path
-    settings: LabFile | None
-    doc: Doc | None
-    problems: list[Problem] = field(default_factory=list)
-    legacy: bool = False  # a StarForge lab (`starforge.yaml`), readable but to be migrated
+class Lab(Record):
+    # no __slots__: `experiment_index` is a cached_property, kept in the instance's __dict__
+    _fields = ("root", "settings", "doc", "problems", "legacy")
+
+    def __init__(self, root: Path, settings: LabFile | None, doc: Doc | None, problems: list[Problem] | None = None,
+                 legacy: bool = False) -> None:
+        self.root = root
+        self.settings = settings
+        self.doc = doc
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.legacy = legacy  # a StarForge lab (`starforge.yaml`), readable but to be migrated
 
     @property
     def name(self) -> str:
@@ -120,7 +123,7 @@ def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
     problems = []
     for name in slurm.profiles:
         if name not in settings.profiles:
-            close = difflib.get_close_matches(name, list(settings.profiles), n=1)
+            close = close_matches(name, list(settings.profiles), n=1)
             problems.append(doc.problem(
                 f"/cluster/slurm/profiles/{name}", "lab-slurm", f"cluster.slurm.profiles names {name!r}, "
                 "which is not a profile under `profiles:`",

@@ -5,7 +5,6 @@ Blocking drift is an error; any other drift is advice that names `tp recipe upgr
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from tuneplane.lab.schemarefs import reference, schema_rel
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.lock import RECIPE_LOCK_API, RecipeLock
 from tuneplane.models.recipe import Recipe
-from tuneplane.problems import Problem, Severity
+from tuneplane.problems import Problem, Severity, close_matches
 from tuneplane.runtime.digest import bundle_digest
 from tuneplane.runtime.versions import version_admits
 
@@ -88,7 +87,7 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
 
 def _did_you_mean(catalog: Catalog, name: str) -> str:
 
-    close = difflib.get_close_matches(name, catalog.ids, n=1, cutoff=0.5)
+    close = close_matches(name, catalog.ids, n=1, cutoff=0.5)
     return (f"did you mean {close[0]!r}? " if close else "") + "see `tp methods` for the catalog"
 
 

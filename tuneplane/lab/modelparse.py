@@ -8,7 +8,6 @@ closest known key ("did you mean `learning_rate`?"), found from the model's own 
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -18,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.yamlio import Doc, escape
-from tuneplane.problems import Problem
+from tuneplane.problems import Problem, close_matches
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -76,7 +75,7 @@ def _to_problem(model: type[BaseModel], doc: Doc, err: Any, rule: str, base: str
 
 
 def unknown_key_hint(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    close = close_matches(key, known, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]!r}?"
     if known:

@@ -8,7 +8,9 @@ everything else StarForge-like (any case) is reported with its line and column.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from tuneplane.runtime.patterns import lazy_pattern
+from tuneplane.runtime.records import FrozenRecord
 
 # StarForge variable → the TunePlane variable a job sees with the same meaning.
 ENV_RENAMES = {
@@ -27,20 +29,28 @@ CODE_RENAMES = {
     "starforge.report": "tuneplane.report",
     "StarForgeCallback": "TunePlaneCallback",
 }
-_FROM_PACKAGE = re.compile(r"\bfrom(\s+)starforge(\s+)import(\s+)report\b")
-_KNOWN = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAMES, **CODE_RENAMES},
+_FROM_PACKAGE = lazy_pattern(r"\bfrom(\s+)starforge(\s+)import(\s+)report\b")
+_KNOWN = lazy_pattern(r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAMES, **CODE_RENAMES},
                                                                    key=len, reverse=True)) + r")\b")
 # Anything else that still looks like StarForge, whatever its case: `starforge`, `StarForge.x`,
 # `FORGE_SOMETHING`, a bare `"STARFORGE_"` prefix composed at run time.
 LEGACY = re.compile(r"star_?forge\w*(?:\.\w+)*|\b(?:STAR)?FORGE_\w*", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class LegacyUse:
+class LegacyUse(FrozenRecord):
+    __slots__ = ("line", "col", "name", "replacement")
+    _fields = __slots__
     line: int
     col: int
     name: str
     replacement: str  # "" when TunePlane has no equivalent
+
+    def __init__(self, line: int, col: int, name: str, replacement: str) -> None:
+        init = object.__setattr__
+        init(self, "line", line)
+        init(self, "col", col)
+        init(self, "name", name)
+        init(self, "replacement", replacement)
 
     @property
     def advice(self) -> str:
@@ -55,8 +65,8 @@ def replacement(name: str) -> str:
 
 def rewrite(text: str) -> str:
     """`text` with every StarForge name that has an exact equivalent replaced; nothing else changes."""
-    text = _FROM_PACKAGE.sub(lambda m: f"from{m[1]}tuneplane{m[2]}import{m[3]}report", text)
-    return _KNOWN.sub(lambda m: replacement(m[1]), text)
+    text = _FROM_PACKAGE().sub(lambda m: f"from{m[1]}tuneplane{m[2]}import{m[3]}report", text)
+    return _KNOWN().sub(lambda m: replacement(m[1]), text)
 
 
 def find_uses(text: str) -> list[LegacyUse]:
@@ -64,7 +74,7 @@ def find_uses(text: str) -> list[LegacyUse]:
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         for m in LEGACY.finditer(line):
-            known = _KNOWN.match(line, m.start())
+            known = _KNOWN().match(line, m.start())
             name = known[1] if known else m.group(0)
             found.append(LegacyUse(number, m.start() + 1, name, replacement(name)))
     return found

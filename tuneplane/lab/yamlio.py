@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,8 @@ from tuneplane.lab import fs
 from tuneplane.lab.fs import MAX_BYTES as MAX_BYTES
 from tuneplane.lab.fs import LoadFailed as LoadFailed
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.patterns import lazy_pattern
+from tuneplane.runtime.records import Record
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CONSTRUCT = yaml.constructor.SafeConstructor()
@@ -34,19 +34,24 @@ SEQ_TAG = "tag:yaml.org,2002:seq"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-@dataclass
-class Doc:
+class Doc(Record):
     """A parsed file: its data and where each JSON pointer came from (1-based line, col)."""
 
-    rel: str
-    data: Any
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the key (or list item)
-    text: str = ""
-    values: dict[str, tuple[int, int]] = field(default_factory=dict)  # of the value
-    notes: list[Problem] = field(default_factory=list)  # warnings found while reading (confusable keys)
-    # the text of each unquoted scalar that YAML 1.1 read as a bool or number (`no`, `007`), so a
-    # parameter declared as text can take it as written
-    plain: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("rel", "data", "positions", "text", "values", "notes", "plain")
+    _fields = __slots__
+
+    def __init__(self, rel: str, data: Any, positions: dict[str, tuple[int, int]] | None = None, text: str = "",
+                 values: dict[str, tuple[int, int]] | None = None, notes: list[Problem] | None = None,
+                 plain: dict[str, str] | None = None) -> None:
+        self.rel = rel
+        self.data = data
+        self.positions: dict[str, tuple[int, int]] = {} if positions is None else positions  # of the key (or list item)
+        self.text = text
+        self.values: dict[str, tuple[int, int]] = {} if values is None else values  # of the value
+        self.notes: list[Problem] = [] if notes is None else notes  # warnings found while reading (confusable keys)
+        # the text of each unquoted scalar that YAML 1.1 read as a bool or number (`no`, `007`), so a
+        # parameter declared as text can take it as written
+        self.plain: dict[str, str] = {} if plain is None else plain
 
     def where(self, pointer: str, value: bool = False) -> tuple[int, int]:
         """Position of `pointer` (its key, or its value with `value=True`), else its nearest ancestor's."""
@@ -122,7 +127,7 @@ def _yaml_error(exc: yaml.MarkedYAMLError, rel: str, text: str = "") -> Problem:
 _OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 _LEADING = re.compile(r"^[ \t?:-]*", re.MULTILINE)
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_TOKENS = lazy_pattern(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _deep_problem(rel: str, line: int, col: int) -> Problem:
@@ -157,7 +162,7 @@ def _json_too_deep(text: str) -> tuple[int, int] | None:
     if text.count("[") + text.count("{") <= MAX_DEPTH:
         return None
     depth = 0
-    for match in _JSON_TOKENS.finditer(text):
+    for match in _JSON_TOKENS().finditer(text):
         token = match.group()
         if token in "[{":
             depth += 1
@@ -170,6 +175,11 @@ def _json_too_deep(text: str) -> tuple[int, int] | None:
 
 def confusable(key: str) -> str:
     """Why `key` may be mistaken for another (mixed scripts, compatibility forms), else ""."""
+    if key.isascii():  # NFKC keeps ASCII as it is, and ASCII letters are all Latin
+        return ""
+    # lazy: only a key with a non-ASCII character needs the Unicode database
+    import unicodedata
+
     if unicodedata.normalize("NFKC", key) != key:
         plain = unicodedata.normalize("NFKC", key)
         return f"uses compatibility characters: it looks like {plain!r} but is a different, confusable key"
@@ -340,13 +350,13 @@ def _no_constant(token: str) -> Any:
     raise _BadConstant(token)
 
 
-_JSON_KEY = re.compile(r'"(?:[^"\\]|\\.)*"(?=\s*:)')
+_JSON_KEY = lazy_pattern(r'"(?:[^"\\]|\\.)*"(?=\s*:)')
 
 
 def _second_key(text: str, key: str) -> tuple[int, int]:
     """Where `key` is written a second time (as a key); (1, 1) when it cannot be told."""
     seen = 0
-    for match in _JSON_KEY.finditer(text):
+    for match in _JSON_KEY().finditer(text):
         try:
             same = json.loads(match.group()) == key
         except ValueError:

@@ -1,11 +1,12 @@
 """The strict base model every file a person or the bot writes is parsed into, and its name patterns."""
 
-from __future__ import annotations
-
 import re
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from tuneplane.runtime.patterns import lazy_pattern
 
 # In JSON Schema and pydantic (Rust regex) `$` is the end of the text; Python's `re` also lets `$`
 # match before a final newline, so Python code checks names with `name_error`, anchored with `\Z`.
@@ -14,14 +15,14 @@ LAB_NAME_RE = r"^[A-Za-z0-9._-]+$"
 DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 MAX_NAME = 100  # a name becomes a directory, temp-file and object name: the filesystem allows 255 bytes
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-_LAB_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
+_LAB_NAME = lazy_pattern(r"[A-Za-z0-9._-]+\Z")
 
 
 def name_error(name: str, what: str = "name", lab: bool = False) -> str:
     """Why `name` is not a valid name, or "" when it is (lab names may also start with . _ -)."""
     if len(name) > MAX_NAME:
         return f"{what} is {len(name)} characters long; at most {MAX_NAME} characters are allowed"
-    if not (_LAB_NAME if lab else _NAME).match(name) or name in (".", ".."):
+    if not (_LAB_NAME() if lab else _NAME).match(name) or name in (".", ".."):
         return f"{what} {name!r} is not allowed"
     return ""
 
@@ -31,6 +32,35 @@ class Strict(BaseModel):
 
     # defer_build: a command validates a few of the many models; build each validator on first use
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
+
+
+def empty_list() -> list[Any]:
+    """The default factory of every list field. pydantic inspects each factory's signature, and for the
+    builtin `list` that means tokenizing its text signature (a few ms of every command that builds a
+    model); a plain function is read from its code object."""
+    return []
+
+
+def empty_dict() -> dict[Any, Any]:
+    """The default factory of every mapping field (see `empty_list`)."""
+    return {}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def defaults_of(model: type[M], **values: Any) -> Callable[[], M]:
+    """The default factory of a field holding a model: `model(**values)`, made without running the
+    model's own validator. Calling `model()` would first build that validator (the enclosing model's
+    validator already checks what people write there), a few ms per model for every file that leaves
+    the section out. The values are constants of this package; tests/test_models_base.py checks that
+    each default validates and equals `model(**values)`."""
+
+    def factory() -> M:
+        return model.model_construct(**values)
+
+    factory.__qualname__ = f"defaults_of({model.__name__})"
+    return factory
 
 
 def _ignored(_value: object) -> None:

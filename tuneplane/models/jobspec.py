@@ -4,14 +4,12 @@
 (compile, render, the launcher in the job) reads only this. Unknown fields are refused at every level.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field
 
 from tuneplane.constants import Scalar
-from tuneplane.models.base import Strict
+from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
 
 
 class JobMeta(Strict):
@@ -36,15 +34,15 @@ class AdapterRef(Strict):
     launcher: str = ""
     orchestrator: str = ""
     config_mode: str = ""
-    bindings: dict[str, str] = Field(default_factory=dict, description="Config keys of model/data inputs.")
-    platform_owned: list[str] = Field(default_factory=list, description="Dotted config keys the platform sets.")
-    required_inputs: list[str] = Field(default_factory=list, description="Inputs a train run must name.")
-    topology: dict[str, str | int] = Field(default_factory=dict,
+    bindings: dict[str, str] = Field(default_factory=empty_dict, description="Config keys of model/data inputs.")
+    platform_owned: list[str] = Field(default_factory=empty_list, description="Dotted config keys the platform sets.")
+    required_inputs: list[str] = Field(default_factory=empty_list, description="Inputs a train run must name.")
+    topology: dict[str, str | int] = Field(default_factory=empty_dict,
                                            description="min_gpus, and the config keys of the node shape.")
-    lifecycle: dict[str, str] = Field(default_factory=dict, description="Operation → entrypoint (export, eval).")
-    artifacts: list[ArtifactRef] = Field(default_factory=list)
+    lifecycle: dict[str, str] = Field(default_factory=empty_dict, description="Operation → entrypoint (export, eval).")
+    artifacts: list[ArtifactRef] = Field(default_factory=empty_list)
     native_metrics: list[dict[str, str]] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="The collector's outputs: the recipe's `metrics.native` and the experiment's "
                     "(experiment.yaml), merged (left out when empty).")
 
@@ -57,9 +55,9 @@ class RecipeRef(Strict):
     template_digest: str
     entrypoint_kind: Literal["module", "file", "experiment"]
     entrypoint: str
-    plugins: list[str] = Field(default_factory=list)
+    plugins: list[str] = Field(default_factory=empty_list)
     observability: Literal["platform", "external"]
-    adapter: AdapterRef = Field(default_factory=AdapterRef)
+    adapter: AdapterRef = Field(default_factory=defaults_of(AdapterRef))
 
 
 class FrameworkRef(Strict):
@@ -135,16 +133,16 @@ class JobSpecBody(Strict):
     framework: FrameworkRef
     image: str = ""
     hyperparams: dict[str, Scalar] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Validated values keyed by dotted config path (custom: the `--set` keys as written).")
-    inputs: InputsRef = Field(default_factory=InputsRef)
+    inputs: InputsRef = Field(default_factory=defaults_of(InputsRef))
     resources: Resources
-    plugins: list[PluginRef] = Field(default_factory=list)
+    plugins: list[PluginRef] = Field(default_factory=empty_list)
     timeout_seconds: int | None = None
     paths: Paths
-    shared_code: list[str] = Field(default_factory=list,
+    shared_code: list[str] = Field(default_factory=empty_list,
                                    description="Lab folders of shared code, importable by their names.")
-    datasets: list[DatasetRef] = Field(default_factory=list)
+    datasets: list[DatasetRef] = Field(default_factory=empty_list)
 
 
 class JobSpec(Strict):

@@ -1,12 +1,10 @@
 """`tuneplane.yaml`: the lab marker and its settings (profiles, images, cluster)."""
 
-from __future__ import annotations
-
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from tuneplane.models.base import LAB_NAME_RE, Strict
+from tuneplane.models.base import LAB_NAME_RE, Strict, defaults_of, empty_dict, empty_list
 
 LAB_API = "tuneplane/project/v1"
 
@@ -27,8 +25,8 @@ class Profile(Strict):
     default_gpus: int | None = Field(None, ge=0,
                                      description="Total GPUs when the profile has no `:N`; default one node.")
     gpu_product: str = Field("", description="GPU product label, e.g. NVIDIA-H200 (for people and the node selector).")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes node selector.")
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=empty_dict, description="Kubernetes node selector.")
+    tolerations: list[Toleration] = Field(default_factory=empty_list)
     cpu: str = Field("", description="CPU request per node, Kubernetes quantity.")
     memory: str = Field("", description="Memory request per node, Kubernetes quantity.")
     shm_size: str = Field("16Gi", description="Size of the memory-backed /dev/shm.")
@@ -38,7 +36,7 @@ class Images(Strict):
     allowed_registries: list[str] | None = Field(
         None, description="Registry hosts custom images may come from; null allows any, [] refuses all.")
     require_digest: bool = Field(False, description="Refuse image references without @sha256:<digest>.")
-    defaults: dict[str, str] = Field(default_factory=dict, description="Per-framework default image.")
+    defaults: dict[str, str] = Field(default_factory=empty_dict, description="Per-framework default image.")
 
 
 class Storage(Strict):
@@ -88,7 +86,7 @@ class SlurmSoftware(Strict):
                                         "(its bin/ goes first on PATH); empty: the nodes' own python3.")
     runtime: Literal["pyxis", "apptainer"] = Field(
         "pyxis", description="container: pyxis/enroot (`srun --container-image`) or Apptainer (`apptainer exec`).")
-    mounts: list[str] = Field(default_factory=list,
+    mounts: list[str] = Field(default_factory=empty_list,
                               description="container: extra `SRC:DST` mounts; the runs root is always mounted.")
 
 
@@ -102,9 +100,9 @@ class SlurmSettings(Strict):
     cpus_per_node: int | None = Field(None, ge=1, le=4096,
                                       description="CPUs per node (`--cpus-per-task`, one task per node).")
     memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE, description="Memory per node (`--mem`, e.g. 500G).")
-    profiles: dict[str, SlurmProfile] = Field(default_factory=dict,
+    profiles: dict[str, SlurmProfile] = Field(default_factory=empty_dict,
                                               description="Per-profile settings, by profile name.")
-    software: SlurmSoftware = Field(default_factory=SlurmSoftware)
+    software: SlurmSoftware = Field(default_factory=defaults_of(SlurmSoftware))
     runs_root: str = Field("", pattern=SLURM_PATH_RE,
                            description="Absolute path on the shared filesystem for run directories; "
                                        "default `cluster.storage.root`.")
@@ -131,7 +129,7 @@ class PodSecurity(Strict):
     fs_group: int | None = Field(None, ge=0, description="Group that owns the mounted volumes (fsGroup).")
 
     @model_validator(mode="after")
-    def _root_is_not_non_root(self) -> PodSecurity:
+    def _root_is_not_non_root(self) -> Self:
         if self.run_as_non_root and self.run_as_user == 0:
             raise ValueError("run_as_user 0 is root, which run_as_non_root refuses: pick a non-zero user id")
         return self
@@ -141,11 +139,11 @@ class Cluster(Strict):
     backend: Literal["local", "kubernetes", "slurm"] = Field("local", description="Where runs go.")
     namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
     queue: str = Field("", description="Kueue LocalQueue name; empty for none.")
-    storage: Storage = Field(default_factory=Storage)
-    repo: Repo = Field(default_factory=Repo)
-    ingest: Ingest = Field(default_factory=Ingest)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    image_pull_secrets: list[str] = Field(default_factory=list)
+    storage: Storage = Field(default_factory=defaults_of(Storage))
+    repo: Repo = Field(default_factory=defaults_of(Repo))
+    ingest: Ingest = Field(default_factory=defaults_of(Ingest))
+    slurm: SlurmSettings = Field(default_factory=defaults_of(SlurmSettings))
+    image_pull_secrets: list[str] = Field(default_factory=empty_list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
     ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0,
                                             description="Seconds a finished Job or JobSet (and its logs) is kept.")
@@ -154,7 +152,7 @@ class Cluster(Strict):
         "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.")
     init_image: str = Field("alpine/git:2.45.2", description="Image of the checkout init container (needs sh and "
                             "git); checked against images.allowed_registries and images.require_digest.")
-    security: PodSecurity = Field(default_factory=PodSecurity)
+    security: PodSecurity = Field(default_factory=defaults_of(PodSecurity))
     user: str = Field("", description="User name in output paths; default the git user or $USER.")
 
 
@@ -178,22 +176,25 @@ class Tool(Strict):
     index_url: str = Field("", description="Package index to install from instead of PyPI; empty for PyPI.")
 
 
+_local_profile = defaults_of(Profile, local=True, gpus_per_node=0)  # the profile of a lab that names none
+
+
 class LabFile(Strict):
     """The lab marker `tuneplane.yaml`."""
 
     api_version: Literal["tuneplane/project/v1"] = Field(alias="apiVersion")
     name: str = Field(pattern=LAB_NAME_RE, description="The lab's name.")
-    profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": Profile(local=True, gpus_per_node=0)})
-    images: Images = Field(default_factory=Images)
-    cluster: Cluster = Field(default_factory=Cluster)
+    profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": _local_profile()})
+    images: Images = Field(default_factory=defaults_of(Images))
+    cluster: Cluster = Field(default_factory=defaults_of(Cluster))
     experiment_roots: list[str] = Field(
         default_factory=lambda: ["experiments"],
         description="Folders that hold experiments (each experiment is <root>/<name>/); names are unique "
                     "across them.")
     shared_code: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Lab folders of Python code every job imports (e.g. common): each ships with the job "
                     "and is importable by its folder name on every backend.")
     datasets: dict[str, Dataset] = Field(
-        default_factory=dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
-    tool: Tool = Field(default_factory=Tool)
+        default_factory=empty_dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
+    tool: Tool = Field(default_factory=defaults_of(Tool))

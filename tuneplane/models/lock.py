@@ -1,12 +1,10 @@
 """`recipe.lock.json` (CONTRACT §4), and the StarForge lock versions we still read."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field
 
-from tuneplane.models.base import DIGEST_RE, EditorSchema, Strict
+from tuneplane.models.base import DIGEST_RE, EditorSchema, Strict, empty_dict
 
 RECIPE_LOCK_API = "tuneplane/recipe-lock/v1"
 LEGACY_LOCK_APIS = ("forge/recipe-lock/v2", "forge/recipe-lock/v3", "forge/recipe-lock/v4")
@@ -45,7 +43,7 @@ class EntrypointBinding(Strict):
 
 
 class Bindings(Strict):
-    params: dict[str, ParamBinding] = Field(default_factory=dict)
+    params: dict[str, ParamBinding] = Field(default_factory=empty_dict)
     entrypoint: EntrypointBinding | None = None
 
 

@@ -1,15 +1,13 @@
 """plugin.yaml and plugins.lock.json as models (CONTRACT §5), with the names and patterns they use."""
 
-from __future__ import annotations
-
 import re
-from typing import Literal
+from typing import Literal, Self
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from tuneplane.models.base import EditorSchema, Strict
+from tuneplane.models.base import EditorSchema, Strict, defaults_of, empty_dict, empty_list
 from tuneplane.models.recipe import Param
 
 PLUGIN_SCHEMA = "tuneplane/plugin/v1"
@@ -43,7 +41,7 @@ class PluginRequires(StrictModel):
 
     core: str = Field("", description="PEP 440 specifier the running tuneplane must satisfy.")
     python: str = Field("", description="PEP 440 specifier for the job's Python.")
-    frameworks: list[str] = Field(default_factory=list,
+    frameworks: list[str] = Field(default_factory=empty_list,
                                   description="Frameworks the plugin supports; empty means any.")
 
     _check_core = field_validator("core", "python")(_specifier)
@@ -82,10 +80,10 @@ class PluginManifest(StrictModel):
     load: Literal["eager", "deferred"] = Field(
         "eager", description="eager: install(params) before training; deferred: the trainer calls "
                              "tuneplane.plugins.install_deferred(name, **ctx).")
-    requires: PluginRequires = Field(default_factory=PluginRequires)
+    requires: PluginRequires = Field(default_factory=defaults_of(PluginRequires))
     scope: Literal["entrypoint"] = Field("entrypoint", description="Where it applies: the entrypoint.")
     params: dict[str, PluginParam] = Field(
-        default_factory=dict, description="Parameters the plugin reads from install(params), by full dotted "
+        default_factory=empty_dict, description="Parameters the plugin reads from install(params), by full dotted "
                                           "name (opsd.scale); `tp submit --set` checks them.")
 
     @field_validator("params")
@@ -98,7 +96,7 @@ class PluginManifest(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _capability_rules(self) -> PluginManifest:
+    def _capability_rules(self) -> Self:
         if self.capability == "data-prep" and self.execution is None:
             raise PydanticCustomError("plugin_rule", "a data-prep plugin needs `execution: local` or "
                                       "`execution: job`", {"field": "capability"})
@@ -136,7 +134,7 @@ class PluginsLock(StrictModel):
     """experiments/<exp>/plugins.lock.json."""
 
     api_version: Literal["tuneplane/plugins-lock/v1"] = Field(alias="apiVersion")
-    plugins: list[PluginsLockEntry] = Field(default_factory=list)
+    plugins: list[PluginsLockEntry] = Field(default_factory=empty_list)
     schema_ref: EditorSchema = None
 
 

@@ -1,12 +1,10 @@
 """`recipe.yaml`: one catalog method, its params, runtimes and adapter options (CONTRACT §2)."""
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from tuneplane.models.base import Strict
+from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
 
 ParamType = Literal["int", "float", "bool", "str", "enum"]
 
@@ -24,7 +22,7 @@ class Param(Strict):
     choices: list[Any] | None = None
 
     @model_validator(mode="after")
-    def _enum_has_choices(self) -> Param:
+    def _enum_has_choices(self) -> Self:
         if self.type == "enum" and not self.choices:
             raise ValueError("an enum param needs `choices`")
         return self
@@ -47,10 +45,10 @@ class AdapterOptions(Strict):
     orchestrator: Literal["", "process-group", "ray"] = ""
     launcher: Literal["", "torchrun", "accelerate", "python-module"] = ""
     config_mode: str = ""
-    bindings: dict[str, str] = Field(default_factory=dict)
-    topology: dict[str, Any] = Field(default_factory=dict)
-    platform_owned: list[str] = Field(default_factory=list)
-    required_inputs: list[Literal["model", "train_data", "validation_data"]] = Field(default_factory=list)
+    bindings: dict[str, str] = Field(default_factory=empty_dict)
+    topology: dict[str, Any] = Field(default_factory=empty_dict)
+    platform_owned: list[str] = Field(default_factory=empty_list)
+    required_inputs: list[Literal["model", "train_data", "validation_data"]] = Field(default_factory=empty_list)
 
 
 class ConfigPolicy(Strict):
@@ -60,7 +58,7 @@ class ConfigPolicy(Strict):
         "open", description="closed: every key is a parameter or a pass-through key (anything else is an "
                             "error); open: other keys are kept; user: the file is the user's own, never parsed.")
     target: str = Field("", description="What consumes the config, e.g. trl.SFTConfig (for people and tests).")
-    passthrough: list[str] = Field(default_factory=list,
+    passthrough: list[str] = Field(default_factory=empty_list,
                                    description="Keys beyond the params that the framework or the template reads.")
 
 
@@ -100,10 +98,10 @@ def merge_native(recipe: list[NativeOutput], experiment: list[NativeOutput]) -> 
 
 
 class Metrics(Strict):
-    primary: list[str] = Field(default_factory=list)
-    aliases: dict[str, str] = Field(default_factory=dict)
+    primary: list[str] = Field(default_factory=empty_list)
+    aliases: dict[str, str] = Field(default_factory=empty_dict)
     native: list[NativeOutput] = Field(
-        default_factory=list, max_length=64,
+        default_factory=empty_list, max_length=64,
         description="Native metric files the collector sends (docs/reference/collector.md).")
 
 
@@ -113,7 +111,7 @@ class Artifacts(Strict):
     logs: list[str] = Field(default_factory=lambda: ["logs"])
     exports: list[str] = Field(default_factory=lambda: ["hf_export"])
     evaluations: list[str] = Field(default_factory=lambda: ["eval/report.json"])
-    formats: dict[str, str] = Field(default_factory=dict)
+    formats: dict[str, str] = Field(default_factory=empty_dict)
 
 
 class RuntimeVersion(Strict):
@@ -128,7 +126,7 @@ class RuntimeVersion(Strict):
 
 class Runtime(Strict):
     default_version: str
-    versions: dict[str, RuntimeVersion] = Field(default_factory=dict)
+    versions: dict[str, RuntimeVersion] = Field(default_factory=empty_dict)
 
 
 class Requires(Strict):
@@ -179,20 +177,20 @@ class Recipe(Strict):
     entrypoint: Entrypoint
     adapter_options: AdapterOptions
     roles: list[str] = Field(default_factory=lambda: ["trainer"])
-    plugins: list[str] = Field(default_factory=list)
-    lifecycle: dict[Literal["export", "eval"], str] = Field(default_factory=dict)
-    lifecycle_resources: dict[Literal["export", "eval"], int] = Field(default_factory=dict)
-    metrics: Metrics = Field(default_factory=Metrics)
-    artifacts: Artifacts = Field(default_factory=Artifacts)
+    plugins: list[str] = Field(default_factory=empty_list)
+    lifecycle: dict[Literal["export", "eval"], str] = Field(default_factory=empty_dict)
+    lifecycle_resources: dict[Literal["export", "eval"], int] = Field(default_factory=empty_dict)
+    metrics: Metrics = Field(default_factory=defaults_of(Metrics))
+    artifacts: Artifacts = Field(default_factory=defaults_of(Artifacts))
     runtime: Runtime
-    requires: Requires = Field(default_factory=Requires)
-    params: dict[str, Param] = Field(default_factory=dict)
-    config: ConfigPolicy = Field(default_factory=ConfigPolicy)
-    rules: list[RecipeRule] = Field(default_factory=list, max_length=64,
+    requires: Requires = Field(default_factory=defaults_of(Requires))
+    params: dict[str, Param] = Field(default_factory=empty_dict)
+    config: ConfigPolicy = Field(default_factory=defaults_of(ConfigPolicy))
+    rules: list[RecipeRule] = Field(default_factory=empty_list, max_length=64,
                                     description="Cross-field requirements of the framework (docs/reference/files.md).")
 
     @model_validator(mode="after")
-    def _rule_ids_unique(self) -> Recipe:
+    def _rule_ids_unique(self) -> Self:
         ids = [r.id for r in self.rules]
         twice = sorted({i for i in ids if ids.count(i) > 1})
         if twice:

@@ -1,13 +1,11 @@
 """Run requests (`runs/<exp>/<run-id>.yaml`, people review them) and status files (the bot writes them)."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field
 
 from tuneplane.constants import Phase, Scalar
-from tuneplane.models.base import NAME_RE, EditorSchema, Strict
+from tuneplane.models.base import NAME_RE, EditorSchema, Strict, defaults_of, empty_dict, empty_list
 
 RUN_API = "tuneplane/run/v1"
 STATUS_API = "tuneplane/status/v1"
@@ -37,8 +35,8 @@ class RunRequest(Strict):
     profile: str = Field(pattern=PROFILE_RE, description="NAME or NAME:TOTAL_GPUS.")
     image: str = ""
     observability_url: str = ""
-    set: dict[str, Scalar] = Field(default_factory=dict, description="Hyperparameter overrides.")
-    inputs: Inputs = Field(default_factory=Inputs)
+    set: dict[str, Scalar] = Field(default_factory=empty_dict, description="Hyperparameter overrides.")
+    inputs: Inputs = Field(default_factory=defaults_of(Inputs))
     timeout: int | None = Field(None, ge=60, description="Seconds before the job is stopped.")
     requested_by: str = ""
     message: str = ""
@@ -61,7 +59,7 @@ class Provenance(Strict):
     dirty: bool = False
     recipe: str = ""
     recipe_digest: str = ""
-    plugin_digests: dict[str, str] = Field(default_factory=dict)
+    plugin_digests: dict[str, str] = Field(default_factory=empty_dict)
     image: str = ""
     image_digest: str = ""
     jobspec_digest: str = ""
@@ -100,9 +98,10 @@ class RunStatus(Strict):
     finished_at: str | None = None
     exit_code: int | None = None
     backend: BackendObject | None = None
-    provenance: Provenance = Field(default_factory=Provenance)
+    provenance: Provenance = Field(default_factory=defaults_of(Provenance))
     out_dir: str = ""
-    artifacts: list[Artifact] = Field(default_factory=list)
-    metrics: dict[str, float] = Field(default_factory=dict, description="Last value of each primary metric.")
-    metric_history: dict[str, list[float]] = Field(default_factory=dict, description="Recent values, for sparklines.")
-    history: list[Transition] = Field(default_factory=list)
+    artifacts: list[Artifact] = Field(default_factory=empty_list)
+    metrics: dict[str, float] = Field(default_factory=empty_dict, description="Last value of each primary metric.")
+    metric_history: dict[str, list[float]] = Field(default_factory=empty_dict,
+                                                   description="Recent values, for sparklines.")
+    history: list[Transition] = Field(default_factory=empty_list)

@@ -7,8 +7,9 @@ plugins' `requires.core` with the same code, so the job and the pull-request che
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from tuneplane.runtime.records import FrozenRecord
 
 _VERSION_RE = re.compile(
     r"v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
@@ -22,16 +23,27 @@ _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "
 _SPEC_RE = re.compile(r"\s*(===|~=|==|!=|<=|>=|<|>)\s*(\S+?)\s*")
 
 
-@dataclass(frozen=True)
-class Version:
+class Version(FrozenRecord):
     """A parsed PEP 440 version; `key` orders versions as PEP 440 does."""
 
+    __slots__ = ("epoch", "release", "pre", "post", "dev", "local")
+    _fields = __slots__
     epoch: int
     release: tuple[int, ...]
     pre: tuple[int, int] | None
     post: int | None
     dev: int | None
     local: str
+
+    def __init__(self, epoch: int, release: tuple[int, ...], pre: tuple[int, int] | None, post: int | None,
+                 dev: int | None, local: str) -> None:
+        init = object.__setattr__
+        init(self, "epoch", epoch)
+        init(self, "release", release)
+        init(self, "pre", pre)
+        init(self, "post", post)
+        init(self, "dev", dev)
+        init(self, "local", local)
 
     @property
     def key(self) -> tuple[Any, ...]:

@@ -11,13 +11,12 @@ only a near-miss of a parameter is reported, as a warning (other keys reach the 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 
 from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, leaf_paths
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.yamlio import Doc, escape
-from tuneplane.problems import Problem, Severity
+from tuneplane.problems import Problem, Severity, close_matches
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
@@ -63,8 +62,8 @@ def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Prob
         if path in known or any(path.startswith(k + ".") for k in known):
             continue
         pointer = "/" + "/".join(escape(p) for p in path.split("."))
-        close = difflib.get_close_matches(path, sorted(params) or sorted(known), n=1, cutoff=0.6) or \
-            difflib.get_close_matches(path, sorted(known), n=1, cutoff=0.6)
+        close = close_matches(path, sorted(params) or sorted(known), n=1, cutoff=0.6) or \
+            close_matches(path, sorted(known), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
         yield doc.problem(pointer, "config-unknown",
                           f"{path!r} is not a key {target} knows: the job would fail when it builds the config",
@@ -82,7 +81,7 @@ def _unknown_keys(ctx: ExperimentContext, doc: Doc, known_paths: set[str]) -> It
     for path in leaf_paths(data):
         if path in known_paths or any(k.startswith(path + ".") or path.startswith(k + ".") for k in known_paths):
             continue
-        close = difflib.get_close_matches(path, sorted(known_paths), n=1, cutoff=0.85)
+        close = close_matches(path, sorted(known_paths), n=1, cutoff=0.85)
         if close:
             pointer = "/" + "/".join(escape(p) for p in path.split("."))
             yield doc.problem(pointer, "config-unknown",

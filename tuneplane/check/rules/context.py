@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.lab.catalog import Catalog
@@ -12,20 +11,26 @@ from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.problems import Problem
+from tuneplane.runtime.records import Record
 
 
-@dataclass
-class ExperimentContext:
-    lab: Lab
-    catalog: Catalog
-    name: str
-    dir: Path
-    lock: RecipeLock | None = None
-    lock_doc: Doc | None = None
-    recipe: Recipe | None = None  # the catalog recipe the lock names, when the catalog has it
-    config: Doc | None = None
-    manifest: ExperimentManifest | None = None  # experiment.yaml, when the experiment has one
-    problems: list[Problem] = field(default_factory=list)
+class ExperimentContext(Record):
+    __slots__ = ("lab", "catalog", "name", "dir", "lock", "lock_doc", "recipe", "config", "manifest", "problems")
+    _fields = __slots__
+
+    def __init__(self, lab: Lab, catalog: Catalog, name: str, dir: Path, lock: RecipeLock | None = None,
+                 lock_doc: Doc | None = None, recipe: Recipe | None = None, config: Doc | None = None,
+                 manifest: ExperimentManifest | None = None, problems: list[Problem] | None = None) -> None:
+        self.lab = lab
+        self.catalog = catalog
+        self.name = name
+        self.dir = dir
+        self.lock = lock
+        self.lock_doc = lock_doc
+        self.recipe = recipe  # the catalog recipe the lock names, when the catalog has it
+        self.config = config
+        self.manifest = manifest  # experiment.yaml, when the experiment has one
+        self.problems: list[Problem] = [] if problems is None else problems
 
     @property
     def rel(self) -> str:

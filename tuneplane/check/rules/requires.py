@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.check.params import config_pointer, get_path, is_missing, resolve_name
@@ -25,19 +24,28 @@ from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.recipe import RULE_INPUTS, Recipe, RecipeRule
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.records import FrozenRecord
 
 RULE = "config-rule"
 _INPUT_FLAGS = {name: "--" + name.replace("_", "-") for name in RULE_INPUTS}
 
 
-@dataclass(frozen=True)
-class Broken:
+class Broken(FrozenRecord):
     """A rule the effective config breaks: where to point in config.yaml, and what to say."""
 
+    __slots__ = ("rule", "pointer", "message", "hint")
+    _fields = __slots__
     rule: RecipeRule
     pointer: str
     message: str
     hint: str
+
+    def __init__(self, rule: RecipeRule, pointer: str, message: str, hint: str) -> None:
+        init = object.__setattr__
+        init(self, "rule", rule)
+        init(self, "pointer", pointer)
+        init(self, "message", message)
+        init(self, "hint", hint)
 
     @property
     def severity(self) -> Severity:
