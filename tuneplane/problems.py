@@ -31,15 +31,7 @@ class Problem(FrozenRecord):
 
     def __init__(self, file: str, line: int, col: int, rule: str, message: str,
                  severity: Severity = Severity.ERROR, pointer: str = "", hint: str = "") -> None:
-        init = object.__setattr__
-        init(self, "file", file)
-        init(self, "line", line)
-        init(self, "col", col)
-        init(self, "rule", rule)
-        init(self, "message", message)
-        init(self, "severity", severity)
-        init(self, "pointer", pointer)
-        init(self, "hint", hint)
+        self._set(file, line, col, rule, message, severity, pointer, hint)
 
     def _values(self) -> tuple[Any, ...]:
         return (self.file, self.line, self.col, self.rule, self.message, self.severity, self.pointer)

@@ -26,12 +26,7 @@ class ImageRef(FrozenRecord):
     digest: str
 
     def __init__(self, text: str, host: str, repository: str, tag: str, digest: str) -> None:
-        init = object.__setattr__
-        init(self, "text", text)
-        init(self, "host", host)
-        init(self, "repository", repository)
-        init(self, "tag", tag)
-        init(self, "digest", digest)
+        self._set(text, host, repository, tag, digest)
 
 
 class ImageError(ValueError):

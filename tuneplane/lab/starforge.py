@@ -46,11 +46,7 @@ class LegacyUse(FrozenRecord):
     replacement: str  # "" when TunePlane has no equivalent
 
     def __init__(self, line: int, col: int, name: str, replacement: str) -> None:
-        init = object.__setattr__
-        init(self, "line", line)
-        init(self, "col", col)
-        init(self, "name", name)
-        init(self, "replacement", replacement)
+        self._set(line, col, name, replacement)
 
     @property
     def advice(self) -> str:

@@ -54,12 +54,17 @@ class Record:
 
 
 class FrozenRecord(Record):
-    """An immutable, hashable record. `__init__` sets its fields with `object.__setattr__`."""
+    """An immutable, hashable record. `__init__` sets its fields with `self._set(...)`."""
 
     __slots__ = ()
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(self._values())
+
+    def _set(self, *values: object) -> None:
+        """Set every field, in `_fields` order: what a frozen record's `__init__` calls."""
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenError(f"cannot assign to field {name!r}")

@@ -37,13 +37,7 @@ class Version(FrozenRecord):
 
     def __init__(self, epoch: int, release: tuple[int, ...], pre: tuple[int, int] | None, post: int | None,
                  dev: int | None, local: str) -> None:
-        init = object.__setattr__
-        init(self, "epoch", epoch)
-        init(self, "release", release)
-        init(self, "pre", pre)
-        init(self, "post", post)
-        init(self, "dev", dev)
-        init(self, "local", local)
+        self._set(epoch, release, pre, post, dev, local)
 
     @property
     def key(self) -> tuple[Any, ...]:

@@ -41,11 +41,7 @@ class Broken(FrozenRecord):
     hint: str
 
     def __init__(self, rule: RecipeRule, pointer: str, message: str, hint: str) -> None:
-        init = object.__setattr__
-        init(self, "rule", rule)
-        init(self, "pointer", pointer)
-        init(self, "message", message)
-        init(self, "hint", hint)
+        self._set(rule, pointer, message, hint)
 
     @property
     def severity(self) -> Severity:
