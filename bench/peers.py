@@ -83,26 +83,36 @@ def bytecode_env() -> dict[str, str]:
     return env
 
 
+def time_interleaved(commands: list[tuple[list[str], Path, object]], runs: int,
+                     env: dict[str, str] | None = None) -> list[tuple[float, float]]:
+    """Median wall and CPU time of each command, the commands run in turn within each round (one
+    untimed round first), so a machine that slows down or speeds up mid-run affects all alike and
+    the ratio between them holds (run one after the other, a busy minute lands on one of them)."""
+    env = bytecode_env() if env is None else env
+    walls: list[list[float]] = [[] for _ in commands]
+    cpus: list[list[float]] = [[] for _ in commands]
+    for i in range(-1, runs):
+        for k, (argv, cwd, setup) in enumerate(commands):
+            if setup:
+                setup(max(i, 0))  # type: ignore[operator]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if result.returncode not in (0, 1):
+                raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+            if i >= 0:
+                walls[k].append(wall)
+                cpus[k].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)]
+
+
 def time_process(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
                  setup=None) -> tuple[float, float]:
     """Median wall time and median CPU time (user + system) of the whole process, in seconds, after
     one untimed warm-up run (which writes the bytecode cache). `setup(i)` runs untimed before each run."""
-    env = bytecode_env() if env is None else env
-    walls, cpus = [], []
-    for i in range(-1, runs):
-        if setup:
-            setup(max(i, 0))
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if result.returncode not in (0, 1):
-            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
-        if i >= 0:
-            walls.append(wall)
-            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return statistics.median(walls), statistics.median(cpus)
+    return time_interleaved([(argv, cwd, setup)], runs, env)[0]
 
 
 def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,

@@ -15,17 +15,14 @@ machine: `tp validate --all` over 1,000 experiments ≤ 2 s; `tp --help` and `tp
 from __future__ import annotations
 
 import argparse
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import bytecode_env, ours_installed, table, time_process, upstream_venv
+from peers import ours_installed, table, time_interleaved, time_process, upstream_venv
 
 TARGETS = {"tp --help": 0.25, "tp validate EXP": 0.25, "tp validate --all (1,000)": 2.0}  # wall, seconds
 CPU_TARGETS = {"tp validate EXP": 0.12}  # CPU, seconds
@@ -41,30 +38,6 @@ def ours_tp(editable: bool) -> list[str]:
         print("  (measuring the editable checkout instead)")
     exe = shutil.which("tp", path=str(Path(sys.executable).parent)) or shutil.which("tp")
     return [exe] if exe else [sys.executable, "-m", "tuneplane"]
-
-
-def time_interleaved(commands: list[tuple[list[str], Path, object]], runs: int) -> list[tuple[float, float]]:
-    """Median wall and CPU time of each command, the commands run in turn within each round (one
-    untimed round first), so a machine that slows down or speeds up mid-run affects all alike and
-    the ratio between them holds (run one after the other, a busy minute lands on one of them)."""
-    env = bytecode_env()
-    walls: list[list[float]] = [[] for _ in commands]
-    cpus: list[list[float]] = [[] for _ in commands]
-    for i in range(-1, runs):
-        for k, (argv, cwd, setup) in enumerate(commands):
-            if setup:
-                setup(max(i, 0))  # type: ignore[operator]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            start = time.perf_counter()
-            result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            wall = time.perf_counter() - start
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if result.returncode not in (0, 1):
-                raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
-            if i >= 0:
-                walls[k].append(wall)
-                cpus[k].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)]
 
 
 def build_lab(tp: list[str], root: Path, n: int, init_args: list[str]) -> Path:
