@@ -243,14 +243,7 @@ def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeyp
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
-    report.init(monitor_hardware=False, buffer_bytes=1024 * 1024, retry_base=60, retry_cap=60)
-    for step in range(6000):
-        report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
-    session = report._session
-    assert session is not None
-    deadline = time.monotonic() + 10
-    while session.spill_wanted and time.monotonic() < deadline:
-        time.sleep(0.01)  # the sender packs what is queued once the budget's half is passed
+    session = _log_past_half_the_budget()
     stats = report.stats()
     assert stats["spilled_points"] == 0 and stats["dropped_points"] == 0
     assert stats["buffered_bytes"] <= 6000 * 64, stats["buffered_bytes"]
@@ -272,14 +265,7 @@ def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeyp
 
 def test_packed_records_left_at_finish_are_kept_for_the_collector(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     down_endpoint(monkeypatch)  # never comes back: everything packed in memory is left over at finish()
-    report.init(monitor_hardware=False, buffer_bytes=1024 * 1024, retry_base=60, retry_cap=60)
-    for step in range(6000):
-        report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
-    session = report._session
-    assert session is not None
-    deadline = time.monotonic() + 10
-    while session.spill_wanted and time.monotonic() < deadline:
-        time.sleep(0.01)
+    session = _log_past_half_the_budget()
     assert session.packed and report.stats()["spilled_points"] == 0
     report.finish(timeout=0.2)
     from tuneplane.collector.sources import unsent_points  # the reader that uploads what is left
@@ -451,3 +437,17 @@ def test_records_back_from_disk_split_on_413_and_reach_either_receiver(env: Path
         assert ("rows" in seen(server).bodies) is advertise
     finally:
         server.stop()
+
+
+def _log_past_half_the_budget() -> Any:
+    """6,000 steps of 4 floats into a 1 MiB budget (past its half as one-row records), then the wait
+    for the sender to pack what is queued; the session."""
+    report.init(monitor_hardware=False, buffer_bytes=1024 * 1024, retry_base=60, retry_cap=60)
+    for step in range(6000):
+        report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
+    session = report._session
+    assert session is not None
+    deadline = time.monotonic() + 10
+    while session.spill_wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return session
