@@ -20,7 +20,7 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -118,32 +118,47 @@ def tb_prefix(source: Source, relname: str) -> str:
     return source.prefix + (f"{folder}/" if folder and folder != "." else "")
 
 
-def jsonl_points(source: Source, line: bytes, counts: dict[str, int]) -> list[Point]:
-    """The points of one JSON line (no trailing newline); a bad line is counted, not raised."""
+Note = Callable[[str], None]  # takes what is wrong with one line, for a `file:line: …` message
+
+
+def _skip(counts: dict[str, int], why: str, note: Note | None, detail: str) -> list[Point]:
+    counts[why] = counts.get(why, 0) + 1
+    if note is not None:
+        note(detail)
+    return []
+
+
+def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note | None = None) -> list[Point]:
+    """The points of one JSON line (no trailing newline); a bad line is counted (and told to `note`,
+    with what to fix), not raised."""
     try:
         obj = json.loads(line)
-    except (ValueError, RecursionError):
-        counts["bad json line"] = counts.get("bad json line", 0) + 1
-        return []
+    except ValueError as exc:
+        where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        return _skip(counts, "bad json line", note, f"not valid JSON{where}; write one JSON object per line")
+    except RecursionError:
+        return _skip(counts, "bad json line", note, "JSON nested too deeply; write one flat object per line")
     if not isinstance(obj, dict):
-        counts["line is not an object"] = counts.get("line is not an object", 0) + 1
-        return []
+        return _skip(counts, "line is not an object", note,
+                     f"a JSON {type(obj).__name__}, not an object; write one object per line")
     step = _step(obj.get(source.step))
     if step is None:
-        counts["missing or bad step"] = counts.get("missing or bad step", 0) + 1
-        return []
+        return _skip(counts, "missing or bad step", note,
+                     f"no whole-number {source.step!r} field; give each line its step, or declare the "
+                     "field that holds it as `step:`")
     ts = _number(obj.get("ts", obj.get("time", obj.get("wall_time"))))
     ts = ts if ts is not None else 0.0
     if source.key is not None:
         key, value = obj.get(source.key), _number(obj.get(source.value))
         if not isinstance(key, str) or not key or value is None:
-            counts["missing key or value"] = counts.get("missing key or value", 0) + 1
-            return []
+            return _skip(counts, "missing key or value", note,
+                         f"needs a text {source.key!r} and a finite number {source.value!r} field "
+                         "(the declared `key:` and `value:`)")
         return [(step, ts, {source.prefix + key: value})]
     holder = obj.get(source.values) if source.values else obj
     if not isinstance(holder, dict):
-        counts["missing values object"] = counts.get("missing values object", 0) + 1
-        return []
+        return _skip(counts, "missing values object", note,
+                     f"no {source.values!r} object holding the metrics (the declared `values:`)")
     values: dict[str, float] = {}
     _flatten(holder, "", values, skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
              depth=0)
@@ -185,7 +200,7 @@ def _step(value: Any) -> int | None:
     return None
 
 
-def unsent_points(line: bytes, counts: dict[str, int]) -> list[Point]:
+def unsent_points(line: bytes, counts: dict[str, int], note: Note | None = None) -> list[Point]:
     """One line the SDK's `finish()` left behind: a block `{"keys": [...], "rows": "<base64>"}` of
     packed rows (`tuneplane.report._spill`), or `[step, unix_time, {key: value}]` from older SDKs."""
     try:
@@ -195,9 +210,8 @@ def unsent_points(line: bytes, counts: dict[str, int]) -> list[Point]:
         step, ts, values = found
         record = {str(k): float(v) for k, v in values.items()}
         return [(int(step), float(ts), record)]
-    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, KeyError):
-        counts["bad unsent line"] = counts.get("bad unsent line", 0) + 1
-        return []
+    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, KeyError) as exc:
+        return _skip(counts, "bad unsent line", note, f"not a line tuneplane.report wrote ({type(exc).__name__})")
 
 
 def _unsent_block(block: dict[str, Any]) -> list[Point]:
