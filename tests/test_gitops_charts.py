@@ -275,3 +275,33 @@ def test_names_with_markup_and_control_characters_make_well_formed_svg() -> None
     texts = _texts(svg)  # parses as XML
     assert "loss<&>\"'" in texts and "t<i>t\ufffdle" in texts
     assert any(t.startswith("run<1>") and "lr=<1e-3>" in t for t in texts)
+
+
+# ── every framework's validation spelling ───────────────────────────────────────────────────────
+
+
+def test_each_frameworks_validation_keys_reach_validation_names() -> None:
+    from tuneplane.gitops.observe import vocabulary_of
+
+    cases = {
+        # NeMo-RL's SFT logs its validation metrics as `val_loss` under the `validation` prefix
+        "nemo-rl/sft": (["train/loss", "validation/val_loss", "train/lr", "timing/train/total_step_time"],
+                        ["train/loss", "validation/loss", "train/lr"]),
+        # Keras-style names in a custom script
+        "custom/custom": (["loss", "val_loss", "val_accuracy", "hw/cpu_util"],
+                          ["train/loss", "validation/loss"]),
+        # TRL DPO: evaluation keys with a slash take the training name's alias
+        "trl/dpo": (["loss", "eval_loss", "rewards/margins", "eval_rewards/margins", "eval/rewards/chosen"],
+                    ["train/loss", "validation/loss", "train/reward_margin"]),
+        "verl/sft": (["train/loss", "val/loss"], ["train/loss", "validation/loss"]),
+    }
+    for method, (raw, first) in cases.items():
+        names = vocabulary_of(method).pick(raw)
+        assert list(names)[: len(first)] == first, (method, names)
+    custom = vocabulary_of("custom/custom").pick(["loss", "val_loss", "val_accuracy", "hw/cpu_util"])
+    assert custom == {"train/loss": "loss", "validation/loss": "val_loss", "validation/accuracy": "val_accuracy",
+                      "hw/cpu_util": "hw/cpu_util"}
+    dpo = vocabulary_of("trl/dpo")
+    assert dpo.canonical("eval_rewards/margins") == "validation/reward_margin"
+    assert dpo.canonical("eval/rewards/chosen") == "validation/reward_chosen"
+    assert dpo.resolve("eval_rewards/margins", ["eval_rewards/margins"]) == "eval_rewards/margins"  # raw stays
