@@ -305,3 +305,16 @@ def test_each_frameworks_validation_keys_reach_validation_names() -> None:
     assert dpo.canonical("eval_rewards/margins") == "validation/reward_margin"
     assert dpo.canonical("eval/rewards/chosen") == "validation/reward_chosen"
     assert dpo.resolve("eval_rewards/margins", ["eval_rewards/margins"]) == "eval_rewards/margins"  # raw stays
+
+
+def test_many_runs_overlaid_stay_distinguishable_and_named() -> None:
+    runs = {f"run-{n:02d}": {"train/loss": [(s, (n + 1) / (s + 1)) for s in range(5)]} for n in range(20)}
+    legend = changed_parameters({run: {"lr": n * 1e-4, "seed": 1} for n, run in enumerate(runs)})
+    root = ET.fromstring(render_compare_svg(runs, legend=legend))
+    looks = [(p.get("stroke"), p.get("stroke-dasharray")) for p in root.iter(f"{NS}path")]
+    assert len(looks) == 20 and len(set(looks)) == 20, looks
+    swatches = [(s.get("stroke"), s.get("stroke-dasharray")) for s in root.iter(f"{NS}line")
+                if s.get("stroke-width") == "3"]
+    assert swatches == looks  # the legend shows each run's own line
+    texts = _texts(ET.tostring(root, encoding="unicode"))
+    assert "run-19 — lr=0.0019" in texts and not [t for t in texts if "seed" in t]

@@ -26,6 +26,8 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 Series = Sequence[tuple[float, float]]
 COLUMNS = ("key", "last", "min", "max", "count", "last_step", "trend")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+# Past the palette, runs repeat its colours with another dash pattern: every run stays its own line.
+DASHES = ("", "6 3", "2 2", "8 3 2 3", "1 3")
 COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history stays small)
 COMPACT_PANELS = 3
 
@@ -292,9 +294,8 @@ def render_compare_svg(
         parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">{_xml(title)}</text>')
     for index, run in enumerate(labels[:legend_rows]):
         y = (30 if title else 10) + index * 16 + 8
-        color = PALETTE[index % len(PALETTE)]
         text = run + (f" — {legend[run]}" if legend.get(run) else "")
-        parts.append(f'<rect x="64" y="{y - 8}" width="14" height="3" fill="{color}"/>'
+        parts.append(f'<line x1="64" y1="{y - 6}" x2="80" y2="{y - 6}" stroke-width="3"{_stroke(index)}/>'
                      f'<text x="84" y="{y - 4}">{_xml(text)}</text>')
     if not panels and not constants:
         parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
@@ -344,13 +345,21 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
         points = lines.get(run)
         if not points:
             continue
-        color = PALETTE[(index if single else number) % len(PALETTE)]
+        style = index % len(PALETTE) if single else number  # one run: a colour per panel, solid
         coords = [(x_of(s), y_of(v)) for s, v in points]
         if len(coords) == 1:
+            color = PALETTE[style % len(PALETTE)]
             out.append(f'<circle cx="{coords[0][0]}" cy="{coords[0][1]}" r="3" fill="{color}"/>')
             continue
-        out.append(f'<path fill="none" stroke="{color}" stroke-width="1.5" d="{_path(coords)}"/>')
+        out.append(f'<path fill="none"{_stroke(style)} stroke-width="1.5" d="{_path(coords)}"/>')
     return out
+
+
+def _stroke(number: int) -> str:
+    """Run `number`'s line: a palette colour, and past the palette a dash pattern as well."""
+    color = PALETTE[number % len(PALETTE)]
+    dash = DASHES[(number // len(PALETTE)) % len(DASHES)]
+    return f' stroke="{color}"' + (f' stroke-dasharray="{dash}"' if dash else "")
 
 
 def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int) -> list[str]:
