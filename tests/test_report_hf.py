@@ -145,3 +145,13 @@ def test_several_evaluation_sets_and_fractional_logging_steps(tmp_path: Path) ->
     assert [s for s, _ in series(server.store.path, "run-two-evals", "eval/long_loss")] == [3, 4]
     assert got["train/loss"]["count"] == 4  # logging_steps=0.25 of 4 steps: every step
     assert not [key for key in got if key.startswith("validation/") or key.startswith("eval_")]
+
+
+def test_keys_are_rewritten_exactly_as_transformers_integrations_do() -> None:
+    integrations = pytest.importorskip("transformers.integrations.integration_utils")
+    from tuneplane.report._callback import rewrite_logs
+
+    # what TRL's DPO, GRPO and SFT trainers put in their logs, training and evaluation
+    logs = {"loss": 0.5, "rewards/chosen": 0.1, "eval_rewards/margins": 0.2, "eval_loss": 0.4, "epoch": 0.25,
+            "completions/mean_length": 12.0, "test_accuracy": 0.9, "train_runtime": 3.0, "learning_rate": 1e-5}
+    assert rewrite_logs(logs) == integrations.rewrite_logs(logs)

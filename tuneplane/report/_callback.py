@@ -6,7 +6,8 @@ newer transformers releases add.
 
 It follows transformers' own reporting integrations (its wandb, MLflow and TensorBoard callbacks):
 everything comes from `on_log`, where the Trainer hands over training and evaluation logs alike, with
-`eval_*` keys under `eval/`, `test_*` under `test/` and the rest under `train/`. `on_evaluate` sends
+`eval_*` keys under `eval/`, `test_*` under `test/` and the rest (TRL's `rewards/chosen` too) under
+`train/`. `on_evaluate` sends
 nothing, since its metrics already arrived through `on_log`; `on_predict` sends `predict()`'s
 metrics under `test/`, which the Trainer never logs. The first event of any kind starts the session
 with the trainer's arguments, so an evaluation-only run (`evaluate()` or `predict()` with no
@@ -75,7 +76,9 @@ class TunePlaneCallback:
 
 
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
-    """transformers' `rewrite_logs`: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, `loss` -> `train/loss`."""
+    """transformers' `rewrite_logs`, exactly: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, and
+    everything else under `train/` (`loss` -> `train/loss`, TRL's `rewards/chosen` ->
+    `train/rewards/chosen`), so keys read as they do in those integrations' dashboards."""
     out: dict[str, Any] = {}
     for key, value in logs.items():
         name = str(key)
@@ -83,8 +86,6 @@ def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
             out["eval/" + name[5:]] = value
         elif name.startswith("test_"):
             out["test/" + name[5:]] = value
-        elif "/" in name:
-            out[name] = value  # already namespaced by the trainer (TRL's "rewards/chosen", ...)
         else:
             out["train/" + name] = value
     return out
