@@ -192,3 +192,24 @@ def test_real_writers_mixed_summaries_and_several_files(receiver: IngestServer, 
     assert series(receiver.store.path, RUN, "train/loss") == [(s, 4.0 - s) for s in range(8)]
     assert [v for _, v in series(receiver.store.path, RUN, "train/lr")] == pytest.approx(
         [1e-8 * (s + 1) for s in range(4)], rel=1e-9)
+
+
+def test_run_subdirectories_are_not_part_of_the_name(receiver: IngestServer, tmp_path: Path) -> None:
+    """NeMo-RL writes `logs/exp_001/tensorboard/`, and a restarted job `exp_002/`: one series named
+    by its tags; `add_scalars` folders still keep their runs apart."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    out = tmp_path / "out"
+    first = tensorboard.SummaryWriter(str(out / "logs" / "exp_001" / "tensorboard"))
+    for step in range(3):
+        first.add_scalar("train/loss", 3.0 - step, step)
+        first.add_scalar("validation/val_loss", 4.0 - step, step)
+    first.close()
+    again = tensorboard.SummaryWriter(str(out / "logs" / "exp_002" / "tensorboard"))  # resumed at step 3
+    for step in range(3, 5):
+        again.add_scalar("train/loss", 3.0 - step, step)
+    again.add_scalars("val", {"acc": 0.5, "f1": 0.25}, 4)
+    again.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "logs"}]))
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["train/loss", "val_acc/val", "val_f1/val", "validation/val_loss"], sorted(got)
+    assert series(receiver.store.path, RUN, "train/loss") == [(s, 3.0 - s) for s in range(5)]

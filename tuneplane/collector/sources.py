@@ -111,11 +111,17 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
                     yield os.path.relpath(path, root), path
 
 
-def tb_prefix(source: Source, relname: str) -> str:
-    """What goes before a TensorBoard tag: the declared prefix and the run subdirectory (what
-    `add_scalars` makes), so `val_acc/val` and `val_f1/val` stay apart."""
-    folder = os.path.dirname(os.path.relpath(relname, source.path)).replace(os.sep, "/")
-    return source.prefix + (f"{folder}/" if folder and folder != "." else "")
+def tb_key(source: Source, relname: str, tag: str) -> str:
+    """The key of a TensorBoard tag: the declared prefix, then the tag as written.
+
+    A subdirectory is a TensorBoard *run*, not part of a name (NeMo-RL writes under
+    `logs/exp_001/tensorboard/`, a restarted job under `exp_002/`: one series either way), except the
+    one `add_scalars(main, {name: v})` makes for each name, `<main>_<name>/`, whose events all carry
+    the tag `main`: that folder is kept, so `val_acc/val` and `val_f1/val` stay apart."""
+    folder = os.path.basename(os.path.dirname(os.path.relpath(relname, source.path)))
+    if folder and folder.startswith(tag.replace("/", "_") + "_"):
+        return f"{source.prefix}{folder}/{tag}"
+    return source.prefix + tag
 
 
 Note = Callable[[str], None]  # takes what is wrong with one line, for a `file:line: …` message
@@ -233,7 +239,7 @@ SAME_TIME = 0.001  # seconds: scalars of one step written this close together sh
 def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[str, int]) -> list[Point]:
     """The scalars of consecutive events with the same step become one record, as one `log()` call."""
     points: list[Point] = []
-    head = tb_prefix(source, relname)
+    keys: dict[str, str] = {}  # tag → key, for this file
     for payload in payloads:
         try:
             found = tfevents.scalars(payload)
@@ -241,7 +247,7 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
             counts["bad event"] = counts.get("bad event", 0) + 1
             continue
         for scalar in found:
-            key = head + scalar.tag
+            key = keys.get(scalar.tag) or keys.setdefault(scalar.tag, tb_key(source, relname, scalar.tag))
             # one record has one time: a scalar logged with its own wall time (a hardware sample
             # written with `walltime=`) starts a record of its own, so its time is kept
             if (points and points[-1][0] == scalar.step and key not in points[-1][2]
