@@ -213,3 +213,22 @@ def test_run_subdirectories_are_not_part_of_the_name(receiver: IngestServer, tmp
     got = summary(receiver.store.path, RUN)
     assert sorted(got) == ["train/loss", "val_acc/val", "val_f1/val", "validation/val_loss"], sorted(got)
     assert series(receiver.store.path, RUN, "train/loss") == [(s, 3.0 - s) for s in range(5)]
+
+
+def test_a_json_lines_time_is_read_in_the_forms_writers_use(receiver: IngestServer, tmp_path: Path) -> None:
+    import time
+
+    from tuneplane.ingest import timed_series
+
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = [{"step": 0, "hw/gpu": 1.0, "ts": 1_800_000_000.5},             # seconds
+            {"step": 1, "hw/gpu": 2.0, "time": "2027-01-15T08:00:01Z"},     # ISO-8601
+            {"step": 2, "hw/gpu": 3.0, "wall_time": 1_800_000_002_000},     # milliseconds
+            {"step": 3, "hw/gpu": 4.0}]                                     # none: when it was collected
+    (out / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = time.time()
+    collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
+    times = [t for _, _, t in timed_series(receiver.store.path, RUN, "hw/gpu")]
+    assert times[:3] == pytest.approx([1_800_000_000.5, 1_800_000_001.0, 1_800_000_002.0], abs=1e-3)
+    assert before - 1 <= times[3] <= time.time() + 1  # not 1970

@@ -22,6 +22,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -33,7 +34,8 @@ UNSENT_GLOB = "report-unsent-"
 MAX_LINE = 1024 * 1024  # a longer JSON line is not a metrics line; it is skipped and counted
 MAX_SOURCES = 64
 
-Point = tuple[int, float, dict[str, float]]  # step, unix time, {key: value}: the SDK's record
+# step, unix time (None: unknown, the time it is collected), {key: value}: the SDK's record
+Point = tuple[int, float | None, dict[str, float]]
 
 
 class SourceError(ValueError):
@@ -152,8 +154,7 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
         return _skip(counts, "missing or bad step", note,
                      f"no whole-number {source.step!r} field; give each line its step, or declare the "
                      "field that holds it as `step:`")
-    ts = _number(obj.get("ts", obj.get("time", obj.get("wall_time"))))
-    ts = ts if ts is not None else 0.0
+    ts = unix_time(obj.get("ts", obj.get("time", obj.get("wall_time"))))
     if source.key is not None:
         key, value = obj.get(source.key), _number(obj.get(source.value))
         if not isinstance(key, str) or not key or value is None:
@@ -169,6 +170,25 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
     _flatten(holder, "", values, skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
              depth=0)
     return [(step, ts, {source.prefix + k: v for k, v in values.items()})] if values else []
+
+
+def unix_time(value: Any) -> float | None:
+    """A line's time as the writers spell it: seconds, milliseconds or nanoseconds since the epoch
+    (told apart by size), or ISO-8601 text (UTC when it names no zone); None when absent or not a
+    time, so the point takes the time it is collected rather than 1970."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    number = _number(value)
+    if number is None or number <= 0:
+        return None
+    for scale in (1.0, 1e3, 1e6, 1e9):  # the first reading before the year 2500
+        if number / scale < 16_725_225_600:
+            return number / scale
+    return None
 
 
 def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[str], depth: int) -> None:
@@ -238,7 +258,7 @@ SAME_TIME = 0.001  # seconds: scalars of one step written this close together sh
 
 def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[str, int]) -> list[Point]:
     """The scalars of consecutive events with the same step become one record, as one `log()` call."""
-    points: list[Point] = []
+    points: list[tuple[int, float, dict[str, float]]] = []  # every event has its wall time
     keys: dict[str, str] = {}  # tag → key, for this file
     for payload in payloads:
         try:
@@ -255,4 +275,4 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
                 points[-1][2][key] = scalar.value
             else:
                 points.append((scalar.step, scalar.wall_time, {key: scalar.value}))
-    return points
+    return list(points)
