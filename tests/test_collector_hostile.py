@@ -232,3 +232,13 @@ def test_a_json_lines_time_is_read_in_the_forms_writers_use(receiver: IngestServ
     times = [t for _, _, t in timed_series(receiver.store.path, RUN, "hw/gpu")]
     assert times[:3] == pytest.approx([1_800_000_000.5, 1_800_000_001.0, 1_800_000_002.0], abs=1e-3)
     assert before - 1 <= times[3] <= time.time() + 1  # not 1970
+
+
+def test_a_zeroed_stretch_is_stepped_over_and_a_length_with_a_zero_byte_is_still_found() -> None:
+    records = [record(s, float(s)) for s in range(3)]
+    sized = tfevents.frame(b"\x08" + b"x" * 255)  # a 256-byte payload: its length starts with a zero byte
+    data = records[0] + b"\0" * 4_000_000 + records[1] + b"\0\0\0" + sized + records[2]
+    found = tfevents.read_records(data)
+    assert found.offset == len(data) and found.corrupt == 2
+    assert [tfevents.scalars(p)[0].step for p in found.payloads if tfevents.scalars(p)] == [0, 1, 2]
+    assert sized[12:-4] in found.payloads

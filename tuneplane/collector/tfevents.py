@@ -14,6 +14,7 @@ float/double/int value, as `add_scalar(new_style=True)` writes it.
 from __future__ import annotations
 
 import math
+import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -122,10 +123,23 @@ def _resync(data: bytes, start: int) -> int:
     """The first offset from `start` where a record header validates; without one, the first offset
     whose header is not all in `data` yet (so a later read, with more bytes, looks there again)."""
     last = len(data) - _HEADER
-    for offset in range(start, last + 1):
+    offset = start
+    while offset <= last:
+        if data[offset] == 0:
+            # A header is never 12 zero bytes (its masked CRC is not 0): step over a zeroed stretch
+            # (a crash can leave one) at once, to the first window that reaches past it.
+            found = _NONZERO.search(data, offset)
+            end = found.start() if found is not None else len(data)
+            if end - offset >= _HEADER:
+                offset = end - _HEADER + 1
+                continue
         if header_ok(data, offset):
             return offset
+        offset += 1
     return max(start, last + 1)
+
+
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 # ── protobuf wire format ──────────────────────────────────────────────────────────────────────
