@@ -242,3 +242,14 @@ def test_a_zeroed_stretch_is_stepped_over_and_a_length_with_a_zero_byte_is_still
     assert found.offset == len(data) and found.corrupt == 2
     assert [tfevents.scalars(p)[0].step for p in found.payloads if tfevents.scalars(p)] == [0, 1, 2]
     assert sized[12:-4] in found.payloads
+
+
+def test_the_search_for_event_files_is_bounded_in_depth(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    shallow = out / "tb" / "a" / "b"
+    deep = out / "tb" / Path(*["d"] * (sources.MAX_DEPTH + 4))
+    for folder in (shallow, deep):
+        folder.mkdir(parents=True)
+        (folder / "events.out.tfevents.1.host").write_bytes(record(0, 1.0))
+    found = [rel for rel, _ in sources.files_of(str(out), sources.parse(json.dumps(TB))[0])]
+    assert found == ["tb/a/b/events.out.tfevents.1.host"]

@@ -33,6 +33,7 @@ ENV = "TUNEPLANE_METRICS_NATIVE"
 UNSENT_GLOB = "report-unsent-"
 MAX_LINE = 1024 * 1024  # a longer JSON line is not a metrics line; it is skipped and counted
 MAX_SOURCES = 64
+MAX_DEPTH = 16  # subdirectory levels searched below a tensorboard path
 
 # step, unix time (None: unknown, the time it is collected), {key: value}: the SDK's record
 Point = tuple[int, float | None, dict[str, float]]
@@ -105,6 +106,8 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
     if not os.path.isdir(real):
         return
     for folder, dirs, names in os.walk(real):
+        if folder.count(os.sep) - real.count(os.sep) >= MAX_DEPTH:
+            dirs[:] = []  # deeper than any logger writes: bounded work (and os.walk's recursion)
         dirs.sort()
         for name in sorted(names):
             if "tfevents" in name:
