@@ -538,3 +538,31 @@ for step in range(3000):
     stats = result["stats"]
     assert stats["delivered_points"] == 12_000 and stats["refused_points"] == 0 and balanced(stats)
     assert summary(rx.db, "run-split")["k0"]["count"] == 3000
+
+
+# ── text a column cannot hold ─────────────────────────────────────────────────────────────────
+@pytest.mark.parametrize("body", [
+    b'{"run_id": "run-adv", "points": [{"key": "loss\\ud800", "step": 1, "value": 1.0}]}',
+    b'{"run_id": "run-adv", "points": [{"key": "loss", "step": 1, "value": 1.0, "ts": "\\udfff"}]}',
+    b'{"run_id": "run-adv", "params": {"lr\\uDBFF": 1}}',
+    b'{"run_id": "run-adv", "params": {"lr": "\\ud800"}}',
+    b'{"run_id": "run-adv", "event": "running", "ts": "\\ud800"}',
+    b'{"run_id": "run-adv", "samples": [{"gpu": "\\ud800"}]}',
+    b'{"run_id": "run-adv", "blocks": [{"keys": ["k\\ud800"], "rows": ""}]}',
+])
+def test_a_lone_surrogate_is_a_clear_422_not_an_internal_error(rx: Receiver, body: bytes) -> None:
+    path = {b"params": "/hparams", b"event": "/lifecycle", b"samples": "/hardware"}.get(
+        next((k for k in (b"params", b"event", b"samples") if k in body), b""), "/metrics")
+    status, answer = exchange(rx, post(path, body))
+    assert status == 422 and "surrogate" in json.dumps(answer), answer
+    # a valid pair is one character, and fine
+    status, answer = exchange(rx, post("/metrics", b'{"run_id": "run-adv", "points": [{"key": "pair\\ud83d\\ude00",'
+                                                   b' "step": 1, "value": 2.0}]}'))
+    assert status == 200, answer
+    assert summary(rx.db, RUN)["pair\U0001f600"]["last"] == 2.0
+
+
+def test_a_lone_surrogate_key_is_dropped_by_the_sdk_not_sent() -> None:
+    from tuneplane.report._values import key_problem
+
+    assert key_problem("loss\ud800") is not None and key_problem("pair\U0001f600") is None

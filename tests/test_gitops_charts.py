@@ -221,3 +221,100 @@ def test_wall_time_ticks_are_round_durations_at_every_span() -> None:
     for span in (1, 59, 3599, 86399, 86400 * 3, 86400 * 400):
         ticks = time_ticks(0.0, float(span))
         assert 1 <= len(ticks) <= 7 and len({time_label(t) for t in ticks}) == len(ticks), span
+
+
+# ── hostile values ───────────────────────────────────────────────────────────────────────────────
+
+
+def _step_labels(svg: str) -> list[list[str]]:
+    """The step tick labels under each panel, panel by panel."""
+    panels: list[list[str]] = [[]]
+    for t in ET.fromstring(svg).iter(f"{NS}text"):
+        text = "".join(t.itertext())
+        if text == "step":
+            panels.append([])
+        elif t.get("text-anchor") == "middle" and "font-size" not in t.attrib:
+            panels[-1].append(text)
+    return [p for p in panels if p]
+
+
+def test_huge_step_numbers_get_whole_distinct_ticks() -> None:
+    for base in (10**15, 2**53, 2**62):
+        svg = render_svg({"train/loss": [(base + 10 * i, 1.0 / (i + 1)) for i in range(11)]})
+        (labels,) = _step_labels(svg)
+        assert len(labels) >= 3 and len(set(labels)) == len(labels), (base, labels)
+        assert all(re.fullmatch(r"\d+", x) and base <= int(x) <= base + 100 for x in labels), (base, labels)
+        ticks = nice_ticks(base, base + 100, 6, whole=True)
+        assert len(set(ticks)) == len(ticks) >= 3 and all(t == int(t) for t in ticks), (base, ticks)
+
+
+def test_tiny_values_are_drawn_not_called_constant() -> None:
+    for scale in (1e-8, 1e-14, 1e-30):
+        values = [(s, scale * (1 + s)) for s in range(5)]  # a learning-rate warm-up at any scale
+        texts = _texts(render_svg({"train/lr": values}))
+        assert "train/lr" in texts and not [t for t in texts if t.startswith("train/lr =")], (scale, texts)
+        ticks = nice_ticks(scale, 5 * scale, 5)
+        assert len(set(ticks)) == len(ticks) >= 3 and scale * 0.99 <= ticks[0] and ticks[-1] <= 5.01 * scale
+        labels = tick_labels(ticks)
+        assert len(set(labels)) == len(labels), labels
+    assert "train/lr = 1e-14" in _texts(render_svg({"train/lr": [(s, 1e-14) for s in range(5)]}))
+
+
+def test_negative_values_and_a_single_point() -> None:
+    svg = render_svg({"train/reward": [(s, -5.0 + s) for s in range(4)], "validation/loss": [(3, 0.25)]})
+    texts = _texts(svg)
+    assert "train/reward" in texts and "-5" in texts
+    assert "validation/loss = 0.25" in texts
+
+
+def test_names_with_markup_and_control_characters_make_well_formed_svg() -> None:
+    keys = ["loss<&>\"'", "a\x00b", "c\x1b[31md", "e\ud800f", "g\ufffeh"]
+    svg = render_compare_svg({"run<1>": {k: [(0, 1.0), (1, 2.0)] for k in keys}, "run&2": {keys[0]: [(0, 3.0)]}},
+                             legend={"run<1>": "lr=<1e-3>", "run&2": "x=\x07"}, title="t<i>t\x01le")
+    svg.encode("utf-8")  # writable as UTF-8 (no lone surrogate)
+    texts = _texts(svg)  # parses as XML
+    assert "loss<&>\"'" in texts and "t<i>t\ufffdle" in texts
+    assert any(t.startswith("run<1>") and "lr=<1e-3>" in t for t in texts)
+
+
+# ── every framework's validation spelling ───────────────────────────────────────────────────────
+
+
+def test_each_frameworks_validation_keys_reach_validation_names() -> None:
+    from tuneplane.gitops.observe import vocabulary_of
+
+    cases = {
+        # NeMo-RL's SFT logs its validation metrics as `val_loss` under the `validation` prefix
+        "nemo-rl/sft": (["train/loss", "validation/val_loss", "train/lr", "timing/train/total_step_time"],
+                        ["train/loss", "validation/loss", "train/lr"]),
+        # Keras-style names in a custom script
+        "custom/custom": (["loss", "val_loss", "val_accuracy", "hw/cpu_util"],
+                          ["train/loss", "validation/loss"]),
+        # TRL DPO: evaluation keys with a slash take the training name's alias
+        "trl/dpo": (["loss", "eval_loss", "rewards/margins", "eval_rewards/margins", "eval/rewards/chosen"],
+                    ["train/loss", "validation/loss", "train/reward_margin"]),
+        "verl/sft": (["train/loss", "val/loss"], ["train/loss", "validation/loss"]),
+    }
+    for method, (raw, first) in cases.items():
+        names = vocabulary_of(method).pick(raw)
+        assert list(names)[: len(first)] == first, (method, names)
+    custom = vocabulary_of("custom/custom").pick(["loss", "val_loss", "val_accuracy", "hw/cpu_util"])
+    assert custom == {"train/loss": "loss", "validation/loss": "val_loss", "validation/accuracy": "val_accuracy",
+                      "hw/cpu_util": "hw/cpu_util"}
+    dpo = vocabulary_of("trl/dpo")
+    assert dpo.canonical("eval_rewards/margins") == "validation/reward_margin"
+    assert dpo.canonical("eval/rewards/chosen") == "validation/reward_chosen"
+    assert dpo.resolve("eval_rewards/margins", ["eval_rewards/margins"]) == "eval_rewards/margins"  # raw stays
+
+
+def test_many_runs_overlaid_stay_distinguishable_and_named() -> None:
+    runs = {f"run-{n:02d}": {"train/loss": [(s, (n + 1) / (s + 1)) for s in range(5)]} for n in range(20)}
+    legend = changed_parameters({run: {"lr": n * 1e-4, "seed": 1} for n, run in enumerate(runs)})
+    root = ET.fromstring(render_compare_svg(runs, legend=legend))
+    looks = [(p.get("stroke"), p.get("stroke-dasharray")) for p in root.iter(f"{NS}path")]
+    assert len(looks) == 20 and len(set(looks)) == 20, looks
+    swatches = [(s.get("stroke"), s.get("stroke-dasharray")) for s in root.iter(f"{NS}line")
+                if s.get("stroke-width") == "3"]
+    assert swatches == looks  # the legend shows each run's own line
+    texts = _texts(ET.tostring(root, encoding="unicode"))
+    assert "run-19 — lr=0.0019" in texts and not [t for t in texts if "seed" in t]

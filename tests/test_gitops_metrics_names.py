@@ -79,3 +79,24 @@ def test_trl_style_keys_reach_status_metrics_and_chart_under_canonical_names(tp,
     assert [line.split(":")[0] for line in by_prefix.out.splitlines()[:2]] == [run_id, other]
     ambiguous = tp("job", "metrics", run_id[:4], cwd=lab)
     assert ambiguous.code == 2 and "matches 2 runs" in ambiguous.err, ambiguous.output
+
+
+def test_compare_takes_a_key_that_only_some_runs_logged(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    store.add_points("run-a", [("loss", s, 1.0 / (s + 1), "") for s in range(5)], None)
+    store.add_points("run-b", [("loss", s, 2.0 / (s + 1), "") for s in range(5)]
+                     + [("reward", s, float(s), "") for s in range(5)], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)  # outside a lab: runs named by id, read from --db
+    both = tp("job", "compare", "run-a", "run-b", "--db", db, "--key", "reward", "--key", "train/loss",
+              "--plot", tmp_path / "c.svg")
+    assert both.code == 0, both.output
+    rows = [line.split() for line in both.out.splitlines()[3:]]
+    assert rows == [["reward", "-", "4"], ["train/loss", "0.2", "0.4"]], both.out
+    chart = ET.fromstring((tmp_path / "c.svg").read_text())
+    assert len(list(chart.iter("{http://www.w3.org/2000/svg}path"))) == 3  # reward once, loss twice
+    none = tp("job", "compare", "run-a", "run-b", "--db", db, "--key", "rewards")
+    assert none.code == 2 and "in any of these runs" in none.err and "'train/reward'" in none.err, none.output

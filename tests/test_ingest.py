@@ -315,6 +315,38 @@ def test_tp_job_metrics_errors(receiver: IngestServer, cli: Any) -> None:
     assert result.exit_code == 2 and "no metrics stored for run 'nope'" in result.output
     result = cli("job", "metrics", "r1", "--endpoint", receiver.url, "--token", "bad")
     assert result.exit_code == 2 and "HTTP 403" in result.output
+    token = mint_token(SECRET, "r1")
+    for endpoint in ("notaurl", "ftp://127.0.0.1/x", "http://"):  # a usage error, not an internal one
+        result = cli("job", "metrics", "r1", "--endpoint", endpoint, "--token", token)
+        assert result.exit_code == 2 and "http:// or https://" in result.output, result.output
+
+
+def test_tp_job_metrics_from_an_endpoint_that_is_not_a_receiver(cli: Any) -> None:
+    import http.server
+    import threading
+
+    class NotOurs(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = (b'{"summary": {"loss": {"last": 1, "min": 1, "max": 1, "count": 1, "last_step": 0}}}'
+                    if "summary" in self.path else b'{"series": {"loss": [["x", 1]]}}')
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotOurs)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = cli("job", "metrics", "r1", "--endpoint", url, "--token", mint_token(SECRET, "r1"))
+        assert result.exit_code == 2 and "wrong shape" in result.output, result.output
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_tp_ingest_serve_refuses_a_busy_port(tmp_path: Path, receiver: IngestServer, cli: Any) -> None:

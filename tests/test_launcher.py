@@ -447,3 +447,40 @@ def test_malformed_specifier_raises(spec: str) -> None:
 )
 def test_python_entry_recognition(argv: list[str], expected: PythonEntry | None) -> None:
     assert python_entry(argv) == expected
+
+
+def test_the_collectors_last_pass_finishes_before_the_launcher_exits(work: Path, tmp_path: Path) -> None:
+    """In a pod the launcher is the container's first process: when it exits, everything left in the
+    container is killed. A trainer that writes its last metrics and exits must still have them
+    collected, so the launcher waits for the collector's last pass instead of exec'ing."""
+    import signal
+
+    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest.server import IngestServer
+
+    secret, run = b"l" * 32, "run-launch"
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = "".join(json.dumps({"step": s, "loss": 1.0 / (s + 1)}) + "\\n" for s in range(50))
+    write_jobspec(work, [], ["sh", "-c", f"sleep 0.5; printf '{lines}' > {out}/m.jsonl; exit 3"])
+    server = IngestServer(tmp_path / "ingest.sqlite", secret).start()
+    try:
+        env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
+                   TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run,
+                   TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
+                   TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
+                   TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02")
+        log = tmp_path / "launcher.log"
+        with log.open("wb") as sink:  # a file, not a pipe: waiting must not wait for the collector too
+            proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
+                                    start_new_session=True, stdout=sink, stderr=sink)
+            proc.wait(timeout=120)
+        err = log.read_text()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the container goes away with its first process
+        except ProcessLookupError:
+            pass
+        assert proc.returncode == 3, err  # the trainer's own exit code
+        assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(50))
+    finally:
+        server.stop()

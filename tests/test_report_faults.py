@@ -390,3 +390,31 @@ def test_a_million_points_through_a_one_mib_budget(env: Path, monkeypatch: pytes
     got = summary(db, RUN)
     assert set(got) == set(keys)
     assert all(v["count"] == 100_000 and v["last"] == 99_999.0 for v in got.values())
+
+
+def test_without_an_out_dir_what_finish_leaves_is_uploaded_by_the_command_it_prints(
+        env: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("TUNEPLANE_OUT_DIR")
+    port = free_port()
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    report.init(monitor_hardware=False, buffer_bytes=16 * 1024)
+    log_steps(0, 300)
+    report.finish(timeout=0.3)
+    err = capfd.readouterr().err
+    found = re.search(r"python -m tuneplane\.collector --out-dir (\S+) --once", err)
+    assert found, err
+    rec = Receiver(env / "ingest.sqlite", port=port).start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--out-dir", found.group(1), "--once"],
+                              env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(rec, range(300))
+        assert not list(Path(found.group(1), ".tuneplane").glob("report-unsent-*"))  # delivered, removed
+    finally:
+        rec.stop()
+        shutil.rmtree(found.group(1), ignore_errors=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneplane.ingest import mint_token, series, summary
+from tuneplane.ingest import hparams, mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
 
 SECRET = b"h" * 32
@@ -99,3 +99,59 @@ def test_trl_sft_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
     server, err = run_trainer(tmp_path, SFT, "run-sft")
     check_convention(server, "run-sft")
     assert "train/mean_token_accuracy" in summary(server.store.path, "run-sft")
+
+
+DATA = r"""
+from transformers import Trainer, TrainingArguments
+class Data(torch.utils.data.Dataset):
+    def __init__(self, rows=texts):
+        self.rows = [tokenizer(t, padding="max_length", max_length=8, truncation=True) for t in rows]
+    def __len__(self):
+        return len(self.rows)
+    def __getitem__(self, i):
+        ids = torch.tensor(self.rows[i]["input_ids"])
+        return {"input_ids": ids, "attention_mask": torch.tensor(self.rows[i]["attention_mask"]), "labels": ids}
+"""
+EVALUATE_ONLY = SETUP + DATA + r"""
+trainer = Trainer(model=model, args=TrainingArguments(**common), eval_dataset=Data(), callbacks=[callback])
+trainer.evaluate()  # an evaluation job: no train(), so no on_train_begin
+trainer.predict(Data())  # transformers' integrations report predict() metrics as test/...
+"""
+TWO_EVAL_SETS = SETUP + DATA + r"""
+evals = {"short": Data(texts[:4]), "long": Data(texts)}
+trainer = Trainer(model=model, args=TrainingArguments(**{**common, "logging_steps": 0.25}),
+                  train_dataset=Data(), eval_dataset=evals, callbacks=[callback])
+trainer.train()
+"""
+
+
+def test_an_evaluation_only_run_and_predict_are_delivered(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    server, err = run_trainer(tmp_path, EVALUATE_ONLY, "run-eval-only")
+    got = summary(server.store.path, "run-eval-only")
+    assert [step for step, _ in series(server.store.path, "run-eval-only", "eval/loss")] == [0]
+    assert [step for step, _ in series(server.store.path, "run-eval-only", "test/loss")] == [0]
+    assert not [key for key in got if key.startswith("train/") and "loss" in key]
+    # the trainer's arguments, as on_train_begin would have sent them
+    assert hparams(server.store.path, "run-eval-only").get("per_device_eval_batch_size") == 4
+
+
+def test_several_evaluation_sets_and_fractional_logging_steps(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    server, _ = run_trainer(tmp_path, TWO_EVAL_SETS, "run-two-evals")
+    got = summary(server.store.path, "run-two-evals")
+    # evaluated at step 3 and at the last step, each set under its own name, once each
+    assert [s for s, _ in series(server.store.path, "run-two-evals", "eval/short_loss")] == [3, 4]
+    assert [s for s, _ in series(server.store.path, "run-two-evals", "eval/long_loss")] == [3, 4]
+    assert got["train/loss"]["count"] == 4  # logging_steps=0.25 of 4 steps: every step
+    assert not [key for key in got if key.startswith("validation/") or key.startswith("eval_")]
+
+
+def test_keys_are_rewritten_exactly_as_transformers_integrations_do() -> None:
+    integrations = pytest.importorskip("transformers.integrations.integration_utils")
+    from tuneplane.report._callback import rewrite_logs
+
+    # what TRL's DPO, GRPO and SFT trainers put in their logs, training and evaluation
+    logs = {"loss": 0.5, "rewards/chosen": 0.1, "eval_rewards/margins": 0.2, "eval_loss": 0.4, "epoch": 0.25,
+            "completions/mean_length": 12.0, "test_accuracy": 0.9, "train_runtime": 3.0, "learning_rate": 1e-5}
+    assert rewrite_logs(logs) == integrations.rewrite_logs(logs)

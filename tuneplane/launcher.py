@@ -450,7 +450,28 @@ def main(argv: list[str] | None = None) -> int:
             report_failure(line)
             return CONFIG_ERROR_EXIT
         return code
-    exec_argv(spec.launch.argv)  # an exec'd trainer keeps our pid: the collector stops when it exits
+    if collector is not None:
+        # Not exec: in a pod this process is the container's first, and its exit kills whatever is
+        # left, the collector's last pass included. The trainer runs as a child (signals passed on).
+        try:
+            code, line = run_child(spec.launch.argv)
+        finally:
+            _stop_collector(collector)
+        if line:
+            report_failure(line)
+            return CONFIG_ERROR_EXIT
+        return code
+    exec_argv(spec.launch.argv)
+
+
+def run_child(argv: list[str]) -> tuple[int, str]:
+    """`argv` as a child, with signals passed on: its exit code (127/126 when it cannot start)."""
+    try:
+        return run_ranks(argv, work_dir() / LAUNCH_ERROR_FILE)
+    except FileNotFoundError:
+        _fail(f"cannot start {argv[0]!r}: command not found", 127)
+    except OSError as exc:
+        _fail(f"cannot start {argv[0]!r}: {exc}", 126)
 
 
 def _start_collector() -> Any:

@@ -72,7 +72,7 @@ def compare(
     legend = changed_parameters(params)
     for run in runs:
         typer.echo(f"{run}: {legend.get(run) or '(same parameters)'}")
-    names = list(dict.fromkeys(n for m in found.values() for n in m.select(key or [])))
+    names = _compared_names(found, key or [])
     width = max((len(n) for n in names), default=3)
     typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-10:].rjust(10) for r in runs))
     for name in names:
@@ -83,6 +83,25 @@ def compare(
         typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
     if plot is not None:
         _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
+
+
+def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
+    """The rows of a comparison: every run's metrics, or the keys asked for. A key needs to be in
+    one run only (runs of different recipes log different metrics); one in none is an error."""
+    if not wanted:
+        return list(dict.fromkeys(n for m in found.values() for n in m.names()))
+    missing = [w for w in wanted if not any(w in m.names() or w in m.summary for m in found.values())]
+    if missing:
+        import difflib  # lazy: only a failed lookup needs it
+
+        from tuneplane.errors import UsageError
+
+        known = list(dict.fromkeys(n for m in found.values() for n in m.names()))
+        close = [c for w in missing for c in difflib.get_close_matches(w, known, 1)]
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise UsageError(f"no metric named {', '.join(map(repr, missing))} in any of these runs",
+                         f"{hint}keys: {', '.join(known)}")
+    return list(dict.fromkeys(wanted))
 
 
 def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:

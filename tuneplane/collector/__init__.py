@@ -81,7 +81,7 @@ def collect_after(env: Mapping[str, str], timeout: float = 120.0) -> bool:
         return False
     child = {**env, "RANK": "0", "LOCAL_RANK": "0", "TUNEPLANE_REPORT_ALL_RANKS": "0"}
     try:
-        done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"], env=child,
+        done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"], env=child,
                               stdin=subprocess.DEVNULL, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False

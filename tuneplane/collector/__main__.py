@@ -23,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
     mode.add_argument("--follow", action="store_true", help="keep tailing until stopped or the parent exits")
+    parser.add_argument("--final", action="store_true",
+                        help="the job is over: a last line without its newline is complete")
     parser.add_argument("--parent", type=int, default=0, help="with --follow: stop when this process is gone")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between passes with --follow")
     parser.add_argument("--lock-timeout", type=float, default=60.0,
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     sink = ReportSink()
     if not sink.start():
         return 0  # reporting is off for this job: nothing to send to
-    collector = Collector(args.out_dir, sink, declared, flush_timeout=args.flush_timeout)
+    collector = Collector(args.out_dir, sink, declared, flush_timeout=args.flush_timeout, final=args.final)
     if not collector.lock(args.lock_timeout):
         _say("another collector holds this out dir; leaving it to that one")
         return 0
@@ -61,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sink.close()
         collector.unlock()
+    for problem in collector.problems:
+        _say(problem)
     if collector.counts:
         _say("skipped: " + ", ".join(f"{why}: {n}" for why, n in sorted(collector.counts.items())))
     if args.stats:

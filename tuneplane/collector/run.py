@@ -2,20 +2,25 @@
 
 Exactly once across restarts: a file's offset is written to `<out>/.tuneplane/collector-state.json`
 only after the SDK reports the points before it delivered (`flush`), so a restart re-reads at most
-what was not confirmed, and the receiver's upsert on (run, key, step) stores it once. Memory stays
+what was not confirmed, and the receiver's upsert on (run, key, step) stores it once. A remembered
+offset is trusted only for the same file: same inode, the same first bytes (a CRC of up to `HEAD`
+bytes), and a record or line boundary at the offset; otherwise the file is read from the top, which
+re-sends and so never loses a point. Bad lines and damaged records are named by file and line (or
+byte) on stderr, at most `PROBLEMS` of them. Memory stays
 within the SDK's budget: at most `CHUNK` bytes of a file are read per step, and the loop waits for
 delivery every `FLUSH_POINTS` points. One collector per out dir: a second one waits for the lock.
 """
 
 from __future__ import annotations
 
+import binascii
 import fcntl
 import json
 import os
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from tuneplane.collector import sources, tfevents
@@ -26,6 +31,8 @@ STATE_FILE = "collector-state.json"
 LOCK_FILE = "collector.lock"
 CHUNK = 256 * 1024
 FLUSH_POINTS = 20_000
+HEAD = 4096  # bytes of a file's start whose CRC tells it apart from another file with the same inode
+PROBLEMS = 20
 
 
 class Sink(Protocol):
@@ -39,6 +46,25 @@ class Tracked:
     offset: int = 0
     ino: int = 0
     dev: int = 0
+    line: int = 0  # lines before `offset` (line formats), for file:line messages
+    head: int = 0  # CRC-32 of the file's first `head_len` bytes
+    head_len: int = 0
+    tail: bool = False  # a last line without its newline was taken (final pass): skip that newline
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line,
+                "head": self.head, "head_len": self.head_len, **({"tail": True} if self.tail else {})}
+
+
+def _tracked_of(entry: Any) -> Tracked | None:
+    """A state entry, or None when any field is not what `save` writes (then: from the top)."""
+    if not isinstance(entry, dict):
+        return None
+    values = [entry.get(name, 0) for name in ("offset", "ino", "dev", "line", "head", "head_len")]
+    if not all(type(v) is int and v >= 0 for v in values) or values[5] > HEAD:
+        return None
+    offset, ino, dev, line, head, head_len = values
+    return Tracked(offset, ino, dev, line, head, head_len, tail=entry.get("tail") is True)
 
 
 @dataclass
@@ -51,6 +77,8 @@ class Collector:
     counts: dict[str, int] = field(default_factory=dict)
     collected: int = 0
     _unsaved: int = 0
+    problems: list[str] = field(default_factory=list)
+    final: bool = False  # the job is over: a last line without a newline is complete
     _lock_fd: int | None = None
     _delete: set[str] = field(default_factory=set)
 
@@ -84,24 +112,35 @@ class Collector:
         try:
             with open(self.state_path, "rb") as handle:
                 raw = json.loads(handle.read(4 * 1024 * 1024))
-            for name, entry in dict(raw.get("files", {})).items():
-                self.files[str(name)] = Tracked(int(entry["offset"]), int(entry.get("ino", 0)),
-                                                int(entry.get("dev", 0)))
+            entries = raw["files"]
+            if not isinstance(entries, dict):
+                raise TypeError("files is not an object")
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            self.counts["unreadable state file (starting over)"] = 1
+            self.count("unreadable state file (starting over)")
             self.files.clear()
+            return
+        for name, entry in entries.items():
+            tracked = _tracked_of(entry)
+            if tracked is None:
+                self.count("bad state entry (file read from the top)")
+            else:
+                self.files[str(name)] = tracked
 
     def save(self) -> None:
-        data = {"version": 1, "files": {name: {"offset": t.offset, "ino": t.ino, "dev": t.dev}
-                                        for name, t in sorted(self.files.items())}}
+        data = {"version": 1, "files": {name: t.to_json() for name, t in sorted(self.files.items())}}
         tmp = f"{self.state_path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=0)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.state_path)
+
+    def count(self, why: str, where: str = "", detail: str = "") -> None:
+        self.counts[why] = self.counts.get(why, 0) + 1
+        if where and len(self.problems) < PROBLEMS:
+            self.problems.append(f"{where}: {detail or why}")
 
     # ── one pass ──────────────────────────────────────────────────────────────────────────────
     def all_sources(self) -> list[Source]:
@@ -137,21 +176,17 @@ class Collector:
         sent = 0
         try:
             info = os.fstat(fd)
-            tracked = self.files.get(key)
-            if tracked is None or (tracked.ino, tracked.dev) != (info.st_ino, info.st_dev) \
-                    or info.st_size < tracked.offset:
-                tracked = Tracked(0, info.st_ino, info.st_dev)  # new, replaced or truncated: from the top
             if not stat.S_ISREG(info.st_mode):
                 return 0
+            tracked = self._resume(source, relname, fd, info, self.files.get(key))
             while tracked.offset < info.st_size:
-                os.lseek(fd, tracked.offset, os.SEEK_SET)
-                data = os.read(fd, CHUNK)
+                data = os.pread(fd, CHUNK, tracked.offset)
                 if not data:
                     break
-                points, used = self._decode(source, relname, data, tracked.offset, fd)
-                if used == 0:
+                points, moved = self._decode(source, relname, data, tracked, fd, info.st_size)
+                if moved == tracked:
                     break  # only an incomplete record or line: wait for the writer
-                tracked = Tracked(tracked.offset + used, tracked.ino, tracked.dev)
+                tracked = _with_head(fd, moved)
                 if points:
                     self.sink.send(points)
                     count = sum(len(values) for _, _, values in points)
@@ -167,45 +202,119 @@ class Collector:
             self._delete.add(key)  # delivered whole: removed once the SDK confirms
         return sent
 
-    def _decode(self, source: Source, relname: str, data: bytes, offset: int, fd: int) -> tuple[list[Point], int]:
+    def _resume(self, source: Source, relname: str, fd: int, info: os.stat_result,
+                tracked: Tracked | None) -> Tracked:
+        """Where to go on reading: the remembered offset when it is this file's, else the top."""
+        fresh = Tracked(0, info.st_ino, info.st_dev)
+        if tracked is None or (tracked.ino, tracked.dev) != (info.st_ino, info.st_dev) \
+                or info.st_size < tracked.offset:
+            return fresh  # new, replaced or truncated
+        if tracked.offset == 0:
+            return tracked
+        if tracked.head_len and binascii.crc32(os.pread(fd, tracked.head_len, 0)) != tracked.head:
+            self.count("remembered offset of another file (read from the top)", relname)
+            return fresh
+        if source.format == "tensorboard":
+            near = os.pread(fd, tfevents.HEADER_BYTES, tracked.offset)
+            good = len(near) < tfevents.HEADER_BYTES or tfevents.header_ok(near, 0)
+        else:
+            good = os.pread(fd, 1, tracked.offset - 1) == b"\n" or tracked.tail
+        if not good:
+            self.count("remembered offset is not a record boundary (read from the top)", relname)
+            return fresh
+        return tracked
+
+    def _decode(self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int,
+                size: int) -> tuple[list[Point], Tracked]:
+        """The points of `data` (read at `tracked.offset`) and where reading stands after them; an
+        unchanged `tracked` means only an incomplete record or line is left."""
         if source.format == "tensorboard":
             records = tfevents.read_records(data)
             if records.offset == 0 and len(data) == CHUNK:
-                records = self._big_record(fd, offset)
+                records = self._big_record(fd, tracked.offset)
             if records.corrupt:
                 self.counts["corrupt tensorboard record"] = self.counts.get("corrupt tensorboard record", 0) \
                     + records.corrupt
-            return sources.tb_points(source, relname, records.payloads, self.counts), records.offset
+                if len(self.problems) < PROBLEMS:
+                    self.problems.append(f"{relname}: {records.corrupt} damaged record(s) after byte "
+                                         f"{tracked.offset} skipped")
+            if records.offset == 0:
+                return [], tracked
+            moved = replace(tracked, offset=tracked.offset + records.offset)
+            return sources.tb_points(source, relname, records.payloads, self.counts), moved
+        return self._lines(source, relname, data, tracked, fd, size)
+
+    def _lines(self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int,
+               size: int) -> tuple[list[Point], Tracked]:
+        if tracked.tail and data.startswith(b"\n"):  # the newline of a last line already taken whole
+            tracked = replace(tracked, offset=tracked.offset + 1, tail=False)
+            data = data[1:]
+            if not data:
+                return [], tracked
         end = data.rfind(b"\n")
         if end < 0:
-            if len(data) >= sources.MAX_LINE:  # a line longer than any metrics line: skip it whole
-                self.counts["line too long"] = self.counts.get("line too long", 0) + 1
-                return [], len(data)
-            return [], 0
+            return self._long_line(source, relname, tracked, fd, size, len(data))
         points: list[Point] = []
+        number = tracked.line
         for line in data[:end].split(b"\n"):
-            line = line.strip()
-            if not line:
-                continue
-            if len(line) > sources.MAX_LINE:
-                self.counts["line too long"] = self.counts.get("line too long", 0) + 1
-            elif source.format == "unsent":
-                points.extend(sources.unsent_points(line, self.counts))
-            else:
-                points.extend(sources.jsonl_points(source, line, self.counts))
-        return points, end + 1
+            number += 1
+            self._line(source, line, f"{relname}:{number}", points)
+        used = end + 1
+        if self.final and tracked.offset + len(data) == size and data[used:].strip():
+            number += 1  # the job is over: its last line is complete without a newline
+            self._line(source, data[used:], f"{relname}:{number}", points)
+            return points, replace(tracked, offset=size, line=number, tail=True)
+        return points, replace(tracked, offset=tracked.offset + used, line=number)
+
+    def _line(self, source: Source, line: bytes, where: str, points: list[Point]) -> None:
+        line = line.strip()
+        if not line:
+            return
+        if len(line) > sources.MAX_LINE:
+            self.count("line too long", where, f"a line over {sources.MAX_LINE // 1024} KiB, skipped")
+        elif source.format == "unsent":
+            points.extend(sources.unsent_points(line, self.counts, self._noter(where)))
+        else:
+            points.extend(sources.jsonl_points(source, line, self.counts, self._noter(where)))
+
+    def _noter(self, where: str) -> Callable[[str], None]:
+        def note(detail: str) -> None:
+            if len(self.problems) < PROBLEMS:
+                self.problems.append(f"{where}: {detail}")
+        return note
+
+    def _long_line(self, source: Source, relname: str, tracked: Tracked, fd: int, size: int,
+                   have: int) -> tuple[list[Point], Tracked]:
+        """A line longer than one read: find its end a chunk at a time (memory stays one chunk), then
+        read it whole when it is within `MAX_LINE`, or step over it."""
+        start = tracked.offset
+        position = start + have
+        while position < size:
+            found = os.pread(fd, CHUNK, position).find(b"\n")
+            if found >= 0:
+                end = position + found
+                break
+            position += CHUNK
+        else:
+            if not self.final or size == start:
+                return [], tracked  # still being written
+            end = size
+        number = tracked.line + 1
+        points: list[Point] = []
+        if end - start <= sources.MAX_LINE:
+            self._line(source, os.pread(fd, end - start, start), f"{relname}:{number}", points)
+        else:
+            self.count("line too long", f"{relname}:{number}",
+                       f"a line of {end - start} bytes (over {sources.MAX_LINE // 1024} KiB), skipped")
+        return points, replace(tracked, offset=min(end + 1, size), line=number, tail=end == size)
 
     def _big_record(self, fd: int, offset: int) -> tfevents.Records:
         """A single record larger than CHUNK (an image summary, say): read exactly it, within MAX_RECORD."""
-        os.lseek(fd, offset, os.SEEK_SET)
-        head = os.read(fd, 8)
-        if len(head) < 8:
-            return tfevents.Records([], 0, 0)
-        length = int.from_bytes(head, "little")
-        if length > tfevents.MAX_RECORD:
-            return tfevents.read_records(head + os.read(fd, 4))
-        os.lseek(fd, offset, os.SEEK_SET)
-        return tfevents.read_records(os.read(fd, 12 + length + 4))
+        head = os.pread(fd, tfevents.HEADER_BYTES, offset)
+        if not tfevents.header_ok(head, 0):
+            return tfevents.read_records(os.pread(fd, CHUNK, offset))
+        length = int.from_bytes(head[:8], "little")
+        return tfevents.read_records(os.pread(fd, tfevents.HEADER_BYTES + length + 4, offset))
 
     def _commit(self, pending: dict[str, Tracked]) -> None:
         """Once the SDK confirms delivery, the offsets read so far are final."""
@@ -236,7 +345,8 @@ class Collector:
 
 def follow(collector: Collector, interval: float, should_stop: Callable[[], bool],
            max_seconds: float | None = None) -> None:
-    """Pass after pass until `should_stop()`, then one final pass (what the job wrote last)."""
+    """Pass after pass until `should_stop()`, then one final pass (what the job wrote last, a last
+    line without its newline included)."""
     started = time.monotonic()
     while not should_stop():
         collector.pass_once()
@@ -245,8 +355,19 @@ def follow(collector: Collector, interval: float, should_stop: Callable[[], bool
         end = time.monotonic() + interval
         while time.monotonic() < end and not should_stop():
             time.sleep(min(0.1, interval))
+    collector.final = True  # the job is gone: what it wrote last is all there will be
     collector.pass_once()
 
 
 def describe(collector: Collector) -> dict[str, Any]:
-    return {"collected_points": collector.collected, "files": len(collector.files), "skipped": collector.counts}
+    return {"collected_points": collector.collected, "files": len(collector.files), "skipped": collector.counts,
+            "problems": collector.problems}
+
+
+def _with_head(fd: int, tracked: Tracked) -> Tracked:
+    """`tracked` with the CRC of the file's first bytes, up to `HEAD` and never past its offset."""
+    length = min(tracked.offset, HEAD)
+    if length <= tracked.head_len:
+        return tracked
+    head = os.pread(fd, length, 0)
+    return replace(tracked, head=binascii.crc32(head), head_len=len(head))

@@ -20,8 +20,9 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -32,8 +33,10 @@ ENV = "TUNEPLANE_METRICS_NATIVE"
 UNSENT_GLOB = "report-unsent-"
 MAX_LINE = 1024 * 1024  # a longer JSON line is not a metrics line; it is skipped and counted
 MAX_SOURCES = 64
+MAX_DEPTH = 16  # subdirectory levels searched below a tensorboard path
 
-Point = tuple[int, float, dict[str, float]]  # step, unix time, {key: value}: the SDK's record
+# step, unix time (None: unknown, the time it is collected), {key: value}: the SDK's record
+Point = tuple[int, float | None, dict[str, float]]
 
 
 class SourceError(ValueError):
@@ -103,6 +106,8 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
     if not os.path.isdir(real):
         return
     for folder, dirs, names in os.walk(real):
+        if folder.count(os.sep) - real.count(os.sep) >= MAX_DEPTH:
+            dirs[:] = []  # deeper than any logger writes: bounded work (and os.walk's recursion)
         dirs.sort()
         for name in sorted(names):
             if "tfevents" in name:
@@ -111,43 +116,82 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
                     yield os.path.relpath(path, root), path
 
 
-def tb_prefix(source: Source, relname: str) -> str:
-    """What goes before a TensorBoard tag: the declared prefix and the run subdirectory (what
-    `add_scalars` makes), so `val_acc/val` and `val_f1/val` stay apart."""
-    folder = os.path.dirname(os.path.relpath(relname, source.path)).replace(os.sep, "/")
-    return source.prefix + (f"{folder}/" if folder and folder != "." else "")
+def tb_key(source: Source, relname: str, tag: str) -> str:
+    """The key of a TensorBoard tag: the declared prefix, then the tag as written.
+
+    A subdirectory is a TensorBoard *run*, not part of a name (NeMo-RL writes under
+    `logs/exp_001/tensorboard/`, a restarted job under `exp_002/`: one series either way), except the
+    one `add_scalars(main, {name: v})` makes for each name, `<main>_<name>/`, whose events all carry
+    the tag `main`: that folder is kept, so `val_acc/val` and `val_f1/val` stay apart."""
+    folder = os.path.basename(os.path.dirname(os.path.relpath(relname, source.path)))
+    if folder and folder.startswith(tag.replace("/", "_") + "_"):
+        return f"{source.prefix}{folder}/{tag}"
+    return source.prefix + tag
 
 
-def jsonl_points(source: Source, line: bytes, counts: dict[str, int]) -> list[Point]:
-    """The points of one JSON line (no trailing newline); a bad line is counted, not raised."""
+Note = Callable[[str], None]  # takes what is wrong with one line, for a `file:line: …` message
+
+
+def _skip(counts: dict[str, int], why: str, note: Note | None, detail: str) -> list[Point]:
+    counts[why] = counts.get(why, 0) + 1
+    if note is not None:
+        note(detail)
+    return []
+
+
+def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note | None = None) -> list[Point]:
+    """The points of one JSON line (no trailing newline); a bad line is counted (and told to `note`,
+    with what to fix), not raised."""
     try:
         obj = json.loads(line)
-    except (ValueError, RecursionError):
-        counts["bad json line"] = counts.get("bad json line", 0) + 1
-        return []
+    except ValueError as exc:
+        where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        return _skip(counts, "bad json line", note, f"not valid JSON{where}; write one JSON object per line")
+    except RecursionError:
+        return _skip(counts, "bad json line", note, "JSON nested too deeply; write one flat object per line")
     if not isinstance(obj, dict):
-        counts["line is not an object"] = counts.get("line is not an object", 0) + 1
-        return []
+        return _skip(counts, "line is not an object", note,
+                     f"a JSON {type(obj).__name__}, not an object; write one object per line")
     step = _step(obj.get(source.step))
     if step is None:
-        counts["missing or bad step"] = counts.get("missing or bad step", 0) + 1
-        return []
-    ts = _number(obj.get("ts", obj.get("time", obj.get("wall_time"))))
-    ts = ts if ts is not None else 0.0
+        return _skip(counts, "missing or bad step", note,
+                     f"no whole-number {source.step!r} field; give each line its step, or declare the "
+                     "field that holds it as `step:`")
+    ts = unix_time(obj.get("ts", obj.get("time", obj.get("wall_time"))))
     if source.key is not None:
         key, value = obj.get(source.key), _number(obj.get(source.value))
         if not isinstance(key, str) or not key or value is None:
-            counts["missing key or value"] = counts.get("missing key or value", 0) + 1
-            return []
+            return _skip(counts, "missing key or value", note,
+                         f"needs a text {source.key!r} and a finite number {source.value!r} field "
+                         "(the declared `key:` and `value:`)")
         return [(step, ts, {source.prefix + key: value})]
     holder = obj.get(source.values) if source.values else obj
     if not isinstance(holder, dict):
-        counts["missing values object"] = counts.get("missing values object", 0) + 1
-        return []
+        return _skip(counts, "missing values object", note,
+                     f"no {source.values!r} object holding the metrics (the declared `values:`)")
     values: dict[str, float] = {}
     _flatten(holder, "", values, skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
              depth=0)
     return [(step, ts, {source.prefix + k: v for k, v in values.items()})] if values else []
+
+
+def unix_time(value: Any) -> float | None:
+    """A line's time as the writers spell it: seconds, milliseconds or nanoseconds since the epoch
+    (told apart by size), or ISO-8601 text (UTC when it names no zone); None when absent or not a
+    time, so the point takes the time it is collected rather than 1970."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    number = _number(value)
+    if number is None or number <= 0:
+        return None
+    for scale in (1.0, 1e3, 1e6, 1e9):  # the first reading before the year 2500
+        if number / scale < 16_725_225_600:
+            return number / scale
+    return None
 
 
 def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[str], depth: int) -> None:
@@ -185,7 +229,7 @@ def _step(value: Any) -> int | None:
     return None
 
 
-def unsent_points(line: bytes, counts: dict[str, int]) -> list[Point]:
+def unsent_points(line: bytes, counts: dict[str, int], note: Note | None = None) -> list[Point]:
     """One line the SDK's `finish()` left behind: a block `{"keys": [...], "rows": "<base64>"}` of
     packed rows (`tuneplane.report._spill`), or `[step, unix_time, {key: value}]` from older SDKs."""
     try:
@@ -195,9 +239,8 @@ def unsent_points(line: bytes, counts: dict[str, int]) -> list[Point]:
         step, ts, values = found
         record = {str(k): float(v) for k, v in values.items()}
         return [(int(step), float(ts), record)]
-    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, KeyError):
-        counts["bad unsent line"] = counts.get("bad unsent line", 0) + 1
-        return []
+    except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, KeyError) as exc:
+        return _skip(counts, "bad unsent line", note, f"not a line tuneplane.report wrote ({type(exc).__name__})")
 
 
 def _unsent_block(block: dict[str, Any]) -> list[Point]:
@@ -218,8 +261,8 @@ SAME_TIME = 0.001  # seconds: scalars of one step written this close together sh
 
 def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[str, int]) -> list[Point]:
     """The scalars of consecutive events with the same step become one record, as one `log()` call."""
-    points: list[Point] = []
-    head = tb_prefix(source, relname)
+    points: list[tuple[int, float, dict[str, float]]] = []  # every event has its wall time
+    keys: dict[str, str] = {}  # tag → key, for this file
     for payload in payloads:
         try:
             found = tfevents.scalars(payload)
@@ -227,7 +270,7 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
             counts["bad event"] = counts.get("bad event", 0) + 1
             continue
         for scalar in found:
-            key = head + scalar.tag
+            key = keys.get(scalar.tag) or keys.setdefault(scalar.tag, tb_key(source, relname, scalar.tag))
             # one record has one time: a scalar logged with its own wall time (a hardware sample
             # written with `walltime=`) starts a record of its own, so its time is kept
             if (points and points[-1][0] == scalar.step and key not in points[-1][2]
@@ -235,4 +278,4 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
                 points[-1][2][key] = scalar.value
             else:
                 points.append((scalar.step, scalar.wall_time, {key: scalar.value}))
-    return points
+    return list(points)

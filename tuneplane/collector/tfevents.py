@@ -3,15 +3,18 @@ the `Event` / `Summary` protobufs.
 
 A TFRecord is `uint64 length (LE) · uint32 masked CRC-32C of the length · payload · uint32 masked
 CRC-32C of the payload`. A record that is not complete yet (the writer is mid-flush) ends the read
-without moving the offset, so it is read once it is whole; a record whose CRC does not match is
-skipped and counted. Only what a chart needs is decoded: `Event.wall_time` (1), `Event.step` (2),
-`Event.summary` (5) → `Summary.value` (1) → `tag` (1), `simple_value` (2), and the TensorBoard 2
-form: `tensor` (8) holding one float/double/int value, as `add_scalar(new_style=True)` writes it.
+without moving the offset, so it is read once it is whole; a record whose payload CRC does not
+match is skipped and counted, and damaged framing (a length whose CRC does not match) is skipped up
+to the next valid header, so one bad stretch costs only the records in it. Only what a chart needs
+is decoded: `Event.wall_time` (1), `Event.step` (2), `Event.summary` (5) → `Summary.value` (1) →
+`tag` (1), `simple_value` (2), and the TensorBoard 2 form: `tensor` (8) holding one
+float/double/int value, as `add_scalar(new_style=True)` writes it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 _MASK_DELTA = 0xA282EAD8
 _F32 = struct.Struct("<f")
 _HEADER = 12  # length (8) + its CRC (4)
+HEADER_BYTES = _HEADER
 MAX_RECORD = 64 * 1024 * 1024  # a larger length is corruption, not an event
 
 
@@ -85,14 +89,13 @@ def read_records(data: bytes, offset: int = 0) -> Records:
     corrupt = 0
     size = len(data)
     while offset + _HEADER <= size:
-        head = data[offset:offset + 8]
-        (length,) = struct.unpack("<Q", head)
-        (length_crc,) = struct.unpack_from("<I", data, offset + 8)
-        if length_crc != masked_crc(head) or length > MAX_RECORD:
-            # The framing itself is damaged: nothing after this point can be trusted to line up.
+        if not header_ok(data, offset):
+            # Damaged framing (a bad sector, a writer killed mid-write and restarted): look for the
+            # next place where a length and its CRC agree, and carry on from there.
             corrupt += 1
-            offset = size
-            break
+            offset = _resync(data, offset + 1)
+            continue
+        (length,) = struct.unpack_from("<Q", data, offset)
         end = offset + _HEADER + length + 4
         if end > size:
             break  # incomplete: read it again once the writer has finished it
@@ -104,6 +107,39 @@ def read_records(data: bytes, offset: int = 0) -> Records:
             corrupt += 1
         offset = end
     return Records(payloads, offset, corrupt)
+
+
+def header_ok(data: bytes, offset: int) -> bool:
+    """Whether a record header starts at `offset`: its length's CRC matches and the length is sane."""
+    head = data[offset:offset + 8]
+    if len(head) < 8 or offset + _HEADER > len(data):
+        return False
+    (length,) = struct.unpack("<Q", head)
+    (length_crc,) = struct.unpack_from("<I", data, offset + 8)
+    return bool(length <= MAX_RECORD and length_crc == masked_crc(head))
+
+
+def _resync(data: bytes, start: int) -> int:
+    """The first offset from `start` where a record header validates; without one, the first offset
+    whose header is not all in `data` yet (so a later read, with more bytes, looks there again)."""
+    last = len(data) - _HEADER
+    offset = start
+    while offset <= last:
+        if data[offset] == 0:
+            # A header is never 12 zero bytes (its masked CRC is not 0): step over a zeroed stretch
+            # (a crash can leave one) at once, to the first window that reaches past it.
+            found = _NONZERO.search(data, offset)
+            end = found.start() if found is not None else len(data)
+            if end - offset >= _HEADER:
+                offset = end - _HEADER + 1
+                continue
+        if header_ok(data, offset):
+            return offset
+        offset += 1
+    return max(start, last + 1)
+
+
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 # ── protobuf wire format ──────────────────────────────────────────────────────────────────────

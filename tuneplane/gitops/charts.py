@@ -12,6 +12,7 @@ differs between them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape
@@ -19,11 +20,21 @@ from xml.sax.saxutils import escape
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
 
 BARS = "▁▂▃▄▅▆▇█"
+# What XML 1.0 cannot hold (control characters, lone surrogates, U+FFFE/U+FFFF): a metric name or a
+# legend may carry them, and one would make the whole SVG unreadable.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 Series = Sequence[tuple[float, float]]
 COLUMNS = ("key", "last", "min", "max", "count", "last_step", "trend")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+# Past the palette, runs repeat its colours with another dash pattern: every run stays its own line.
+DASHES = ("", "6 3", "2 2", "8 3 2 3", "1 3")
 COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history stays small)
 COMPACT_PANELS = 3
+
+
+def _xml(text: str) -> str:
+    """`text` as XML character data: markup escaped, characters XML cannot hold shown as U+FFFD."""
+    return escape(_NOT_XML.sub("\ufffd", text))
 
 
 def bucket_means(values: Sequence[float], width: int) -> list[float]:
@@ -46,7 +57,7 @@ def sparkline(values: Sequence[float], width: int = 24) -> str:
     if not points:
         return ""
     low, high = min(points), max(points)
-    if high - low <= 1e-12 * max(1.0, abs(high)):
+    if _flat(low, high):
         return BARS[len(BARS) // 2 - 1] * len(points)
     scale = (len(BARS) - 1) / (high - low)
     return "".join(BARS[min(len(BARS) - 1, int(round((v - low) * scale)))] for v in points)
@@ -115,28 +126,39 @@ def smooth(points: Series, limit: int = COMPACT_POINTS) -> list[tuple[float, flo
 
 
 def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> list[float]:
-    """Round tick values covering [low, high]; `whole`: integer steps only (training steps)."""
+    """Round tick values covering [low, high]; `whole`: integer steps only (training steps).
+
+    Ticks are whole multiples of the tick step, computed in integers for steps (exact at any size,
+    2**62 included) and rounded to the step's own digits for values (distinct at 1e-30 as at 1e6)."""
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         return [round(low) if whole else low]
-    raw = (high - low) / max(1, count - 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     if whole:
-        step = max(1.0, float(math.ceil(step)))
-        if step > 2 and step % 5 and step % 2:
-            step = float(next(m for m in (5, 10, 20, 25, 50) if m >= step) if step < 50 else round(step))
-    first = math.ceil(low / step - 1e-9) * step
-    ticks: list[float] = []
-    value = first
-    while value <= high + step * 1e-9 and len(ticks) < 50:
-        ticks.append(round(value, 12))
-        value += step
+        return list(_whole_ticks(low, high, count))
+    raw = (high - low) / max(1, count - 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    digits = 3 - math.floor(math.log10(step))  # enough to keep k * step exact to the step's scale
+    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
+    ticks = [round(k * step, digits) for k in range(first, min(last, first + 49) + 1)]
     return ticks or [low]
+
+
+def _whole_ticks(low: float, high: float, count: int) -> list[int]:
+    lo, hi = math.ceil(low), math.floor(high)
+    if hi < lo:
+        return [round(low)]
+    raw = max(1, hi - lo) / max(1, count - 1)
+    magnitude = 10 ** max(0, math.floor(math.log10(raw)))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    if magnitude >= 10 and 2.5 * magnitude >= raw and 2 * magnitude < raw:
+        step = magnitude * 5 // 2  # 25, 250, ...: still whole
+    first = -(-lo // step) * step
+    return list(range(first, hi + 1, step))[:50] or [round(low)]
 
 
 def tick_labels(ticks: Sequence[float]) -> list[str]:
     """Labels with just enough digits that no two are the same."""
-    for digits in range(3, 13):
+    for digits in range(3, 18):
         labels = [_short(t, digits) for t in ticks]
         if len(set(labels)) == len(labels):
             return labels
@@ -144,6 +166,8 @@ def tick_labels(ticks: Sequence[float]) -> list[str]:
 
 
 def _short(value: float, digits: int) -> str:
+    if isinstance(value, int):
+        return str(value)
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.{digits}g}"
@@ -180,9 +204,14 @@ def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
 
 def constant_value(points: Series) -> float | None:
     values = [v for _, v in points if math.isfinite(v)]
-    if len(values) >= 1 and max(values) - min(values) <= 1e-12 * max(1.0, abs(values[0])):
+    if values and _flat(min(values), max(values)):
         return values[0]
     return None
+
+
+def _flat(low: float, high: float) -> bool:
+    """Equal but for float rounding, relative to the values' own size (a 1e-14 range is not flat)."""
+    return high - low <= 1e-12 * max(abs(low), abs(high))
 
 
 def wall_times(timed: Mapping[str, Sequence[tuple[int, float, float | None]]]) -> dict[str, list[tuple[float, float]]]:
@@ -262,13 +291,12 @@ def render_compare_svg(
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
     ]
     if title:
-        parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>')
+        parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">{_xml(title)}</text>')
     for index, run in enumerate(labels[:legend_rows]):
         y = (30 if title else 10) + index * 16 + 8
-        color = PALETTE[index % len(PALETTE)]
         text = run + (f" — {legend[run]}" if legend.get(run) else "")
-        parts.append(f'<rect x="64" y="{y - 8}" width="14" height="3" fill="{color}"/>'
-                     f'<text x="84" y="{y - 4}">{escape(text)}</text>')
+        parts.append(f'<line x1="64" y1="{y - 6}" x2="80" y2="{y - 6}" stroke-width="3"{_stroke(index)}/>'
+                     f'<text x="84" y="{y - 4}">{_xml(text)}</text>')
     if not panels and not constants:
         parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
     for index, (key, use_time, lines) in enumerate(panels):
@@ -277,7 +305,7 @@ def render_compare_svg(
                             single=len(labels) == 1, index=index))
     y = top + max(1, len(panels)) * (panel_height + 34)
     for text in constants:
-        parts.append(f'<text x="64" y="{y}">{escape(text)}</text>')
+        parts.append(f'<text x="64" y="{y}">{_xml(text)}</text>')
         y += 16
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
@@ -289,7 +317,7 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
     left, right = 64, width - 16
     plot_top, plot_bottom = y0 + 18, y0 + height
     unit = " (wall time)" if use_time else ""
-    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{escape(key)}{unit}</text>',
+    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{_xml(key)}{unit}</text>',
            f'<rect x="{left}" y="{plot_top}" width="{right - left}" height="{plot_bottom - plot_top}" '
            'fill="none" stroke="#cccccc"/>']
     xs = [s for p in lines.values() for s, _ in p]
@@ -311,19 +339,27 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
         if y_lo <= tick <= y_hi:
             y = y_of(tick)
             out.append(f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
-                       f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{escape(label)}</text>')
+                       f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{_xml(label)}</text>')
     out += _x_axis(x_lo, x_hi, use_time, x_of, plot_bottom, right)
     for number, run in enumerate(labels):
         points = lines.get(run)
         if not points:
             continue
-        color = PALETTE[(index if single else number) % len(PALETTE)]
+        style = index % len(PALETTE) if single else number  # one run: a colour per panel, solid
         coords = [(x_of(s), y_of(v)) for s, v in points]
         if len(coords) == 1:
+            color = PALETTE[style % len(PALETTE)]
             out.append(f'<circle cx="{coords[0][0]}" cy="{coords[0][1]}" r="3" fill="{color}"/>')
             continue
-        out.append(f'<path fill="none" stroke="{color}" stroke-width="1.5" d="{_path(coords)}"/>')
+        out.append(f'<path fill="none"{_stroke(style)} stroke-width="1.5" d="{_path(coords)}"/>')
     return out
+
+
+def _stroke(number: int) -> str:
+    """Run `number`'s line: a palette colour, and past the palette a dash pattern as well."""
+    color = PALETTE[number % len(PALETTE)]
+    dash = DASHES[(number // len(PALETTE)) % len(DASHES)]
+    return f' stroke="{color}"' + (f' stroke-dasharray="{dash}"' if dash else "")
 
 
 def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int) -> list[str]:
@@ -334,12 +370,13 @@ def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, 
     else:
         ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
         labels = tick_labels(ticks)
+    slack = 1e-9 if use_time else 0  # whole steps are compared exactly (a float epsilon is lost at 2**62)
     out, seen = [], set()
     for tick, label in zip(ticks, labels, strict=True):
-        if label in seen or not (x_lo - 1e-9 <= tick <= x_hi + 1e-9):
+        if label in seen or not (x_lo - slack <= tick <= x_hi + slack):
             continue
         seen.add(label)
-        out.append(f'<text x="{x_of(tick)}" y="{bottom + 13}" text-anchor="middle">{escape(label)}</text>')
+        out.append(f'<text x="{x_of(tick)}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>')
     out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
                f'{"time since the first sample" if use_time else "step"}</text>')
     return out

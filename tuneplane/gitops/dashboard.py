@@ -181,7 +181,7 @@ def index_page(
                       "|:--|:--|:--|--:|:--|"]
             for run_id, exp in recent:
                 data = read_raw(root, RunKey(exp, run_id)) or {}
-                lines.append(f"| [`{run_id}`]({exp}/README.md) | {_cell(exp)} | {_cell(_phase_text(data))} | "
+                lines.append(f"| [`{run_id}`]({exp}/README.md) | {_cell(exp)} | {_cell(_phase_text(data, why=True))} | "
                              f"{duration_text(data.get('started_at'), data.get('finished_at'))} | "
                              f"{_cell(metric_cell(data))} |")
             lines.append("")
@@ -230,7 +230,9 @@ def _phases(counts: Mapping[str, int]) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for one table cell: a pipe escaped, every line break (CommonMark ends a line at `\\r`
+    too) a space, so a message can never split its row."""
+    return " ".join(text.replace("|", "\\|").splitlines())
 
 
 def short_time(value: Any) -> str:
@@ -238,14 +240,16 @@ def short_time(value: Any) -> str:
 
 
 def duration_text(start: Any, end: Any) -> str:
-    """`12.3s` under a minute, `4m 05s` under an hour, `2h 07m` beyond."""
+    """`12.3s` under a minute (`0.04s` under a tenth), `4m 05s` under an hour, `2h 07m` beyond."""
     try:
         seconds = max((_parse(end) - _parse(start)).total_seconds(), 0.0)
     except (TypeError, ValueError):
         return ""
-    if seconds < 60:
+    if seconds < 0.095:
+        return f"{seconds:.2f}s"
+    if seconds < 59.95:
         return f"{seconds:.1f}s"
-    whole = int(seconds)
+    whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

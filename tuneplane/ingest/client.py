@@ -6,17 +6,23 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from tuneplane.errors import UsageError
 
 
 def _get(endpoint: str, path: str, token: str, timeout: float) -> dict[str, Any]:
+    if urlsplit(endpoint).scheme not in ("http", "https") or not urlsplit(endpoint).netloc:
+        raise UsageError(f"--endpoint {endpoint!r} is not an http:// or https:// URL",
+                         "pass the receiver's base URL, e.g. http://127.0.0.1:8765")
     url = endpoint.rstrip("/") + path
-    request = urllib.request.Request(url, headers={"X-TunePlane-Token": token, "Accept": "application/json"})
     try:
+        request = urllib.request.Request(url, headers={"X-TunePlane-Token": token, "Accept": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return dict(json.loads(response.read()))
+            answer = json.loads(response.read())
+        if not isinstance(answer, dict):
+            raise ValueError("the answer is not a JSON object")
+        return answer
     except urllib.error.HTTPError as exc:
         detail = _error_of(exc.read())
         hint = "check the run id and the token (or --secret-file)" if exc.code in (401, 403) else ""
@@ -35,10 +41,29 @@ def _error_of(data: bytes) -> str:
         return data.decode("utf-8", "replace")[:300]
 
 
+class _Shape:
+    """Turns an answer of the wrong shape (not a TunePlane receiver, a proxy's page) into a clear error."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if kind is not None and issubclass(kind, (TypeError, ValueError, AttributeError, KeyError)):
+            raise UsageError(f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
+                             "check that --endpoint is a TunePlane ingest receiver") from None
+
+
 def fetch_summary(endpoint: str, run_id: str, token: str, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
     """`GET /api/runs/<run_id>/summary`: per key last, min, max, count, last_step."""
     payload = _get(endpoint, f"/api/runs/{quote(run_id, safe='')}/summary", token, timeout)
-    return dict(payload.get("summary") or {})
+    with _Shape(endpoint):
+        summary = dict(payload.get("summary") or {})
+        if not all(isinstance(v, dict) for v in summary.values()):
+            raise ValueError("a summary entry is not an object")
+        return summary
 
 
 def fetch_series(endpoint: str, run_id: str, key: str, token: str,
@@ -46,7 +71,8 @@ def fetch_series(endpoint: str, run_id: str, key: str, token: str,
     """`GET /api/runs/<run_id>/metrics?key=K`: the (step, value) points of one key."""
     path = f"/api/runs/{quote(run_id, safe='')}/metrics?{urlencode({'key': key})}"
     payload = _get(endpoint, path, token, timeout)
-    return [(int(s), float(v)) for s, v in (payload.get("series") or {}).get(key, [])]
+    with _Shape(endpoint):
+        return [(int(s), float(v)) for s, v in (payload.get("series") or {}).get(key, [])]
 
 
 def fetch_timed_series(endpoint: str, run_id: str, key: str, token: str,
@@ -54,7 +80,9 @@ def fetch_timed_series(endpoint: str, run_id: str, key: str, token: str,
     """`GET /api/runs/<run_id>/metrics?key=K&times=1`: (step, value, time) points of one key."""
     path = f"/api/runs/{quote(run_id, safe='')}/metrics?{urlencode({'key': key, 'times': '1'})}"
     payload = _get(endpoint, path, token, timeout)
-    points = (payload.get("series") or {}).get(key, [])
-    times = list((payload.get("times") or {}).get(key) or [])
-    times += [None] * (len(points) - len(times))  # a receiver that sends no times: steps only
-    return [(int(s), float(v), None if t is None else float(t)) for (s, v), t in zip(points, times, strict=False)]
+    with _Shape(endpoint):
+        points = (payload.get("series") or {}).get(key, [])
+        times = list((payload.get("times") or {}).get(key) or [])
+        times += [None] * (len(points) - len(times))  # a receiver that sends no times: steps only
+        return [(int(s), float(v), None if t is None else float(t))
+                for (s, v), t in zip(points, times, strict=False)]

@@ -103,7 +103,7 @@ def token_of(headers: Any) -> str:
 def run_id(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise Refused(422, "run_id must be a non-empty string")
-    if len(value) > MAX_RUN_ID or any(ord(c) < 32 for c in value):
+    if len(value) > MAX_RUN_ID or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
         raise Refused(422, "run_id is too long or contains control characters")
     return value
 
@@ -248,6 +248,22 @@ def _parse(data: bytes, limits: Limits) -> dict[str, Any]:
     if _depth_over(payload, limits.max_depth):
         raise Refused(422, f"body is nested deeper than {limits.max_depth} levels")
     return payload
+
+
+def storable(value: Any) -> bool:
+    """Whether text (or a JSON value holding text) can be stored: JSON may spell half a UTF-16
+    surrogate pair (`"\\ud800"`), which no UTF-8 text column holds."""
+    try:
+        if isinstance(value, str):
+            return value.isascii() or bool(value.encode("utf-8"))
+        if isinstance(value, dict | list):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+SURROGATE = "holds half a UTF-16 surrogate pair (a lone \\udXXX escape); send valid Unicode text"
 
 
 def _depth_over(value: Any, limit: int) -> bool:

@@ -18,7 +18,7 @@ import struct
 from itertools import repeat
 from typing import Any
 
-from tuneplane.ingest.gate import Limits, Refused
+from tuneplane.ingest.gate import SURROGATE, Limits, Refused, storable
 from tuneplane.ingest.store import Point
 
 FORMATS = ["rows/1"]
@@ -76,6 +76,9 @@ def _block(block: Any, where: str, problems: list[str]) -> tuple[tuple[str, ...]
         return None
     if not all(isinstance(k, str) and k and len(k) <= MAX_KEY for k in keys):
         problems.append(f"{where}.keys: each must be a non-empty string of at most {MAX_KEY} characters")
+        return None
+    if not all(storable(k) for k in keys):
+        problems.append(f"{where}.keys: a key {SURROGATE}")
         return None
     if len(set(keys)) != len(keys):
         problems.append(f"{where}.keys: a key is listed twice")

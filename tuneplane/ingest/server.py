@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tuneplane.ingest import store as store_mod
-from tuneplane.ingest.gate import Limits, Refused, authenticate, read_body, token_of
+from tuneplane.ingest.gate import SURROGATE, Limits, Refused, authenticate, read_body, storable, token_of
 from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.rows import FORMATS_HEADER, rows_points
 from tuneplane.ingest.store import MetricStore, Point, StoreBusy, StoreClosed
@@ -156,6 +156,8 @@ class IngestHandler(BaseHTTPRequestHandler):
             event, ts = _lifecycle(payload)
             store.add_lifecycle(run_id, event, ts)
             return 200, {"ok": True}
+        if not storable(payload):
+            raise Refused(422, f"the body {SURROGATE}")
         store.add_event(run_id, kind, payload)
         return 202, {"ok": True, "kept": "event"}
 
@@ -243,6 +245,10 @@ def _point(item: Any, index: int, problems: list[str]) -> Point | None:
     if ts is not None and not isinstance(ts, str):
         problems.append(f"points[{index}].ts: must be an ISO-8601 string")
         return None
+    for name, text in (("key", key), ("ts", ts)):
+        if text is not None and not storable(text):
+            problems.append(f"points[{index}].{name}: {SURROGATE}")
+            return None
     rank = item.get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool):
         key = f"{key}@rank{rank}"  # all-ranks reporting: one series per rank
@@ -265,6 +271,9 @@ def _params(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
     bad = [k for k in params if not k or len(k) > MAX_KEY]
     if bad:
         raise Refused(422, "hyperparameter names must be non-empty and short", [repr(k)[:80] for k in bad])
+    unstorable = [k for k, v in params.items() if not storable(k) or not storable(v)]
+    if unstorable:
+        raise Refused(422, f"hyperparameter {SURROGATE}", [ascii(k)[:80] for k in unstorable])
     return params
 
 
@@ -274,6 +283,8 @@ def _lifecycle(payload: dict[str, Any]) -> tuple[str, str | None]:
         raise Refused(422, f"event must be one of {', '.join(sorted(LIFECYCLE_EVENTS))}, got {event!r}")
     if ts is not None and not isinstance(ts, str):
         raise Refused(422, "ts must be an ISO-8601 string")
+    if not storable(ts):
+        raise Refused(422, f"ts {SURROGATE}")
     return event, ts
 
 

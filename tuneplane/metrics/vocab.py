@@ -5,7 +5,11 @@ raw keys are mapped to them by the recipe's `metrics.aliases` first, then by the
 transformers' own reporting integrations follow (`eval_x` is `validation/x`, `train_x` and a bare
 `x` are `train/x`). Keys those integrations already rewrote are read the same way: `train/loss` and
 `eval/loss` are `loss` and `eval_loss` to the aliases, and evaluation during training (`eval/…`)
-is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`. A
+is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`.
+Other frameworks' validation spellings are validation too: NeMo-RL's `validation/val_loss`,
+Keras-style `val_loss`, verl's `val/loss`. An evaluation key with no alias of its own takes its
+training name's alias in its namespace: with `rewards/margins` → `train/reward_margin`, TRL's
+`eval_rewards/margins` is `validation/reward_margin`. A
 key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is
 never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw key given as a query
 is answered as itself.
@@ -56,19 +60,25 @@ class Vocabulary:
         """The canonical name of a raw key."""
         if raw in self.aliases:
             return self.aliases[raw]
-        plain = _unprefixed(raw)  # `train/loss`, `eval/loss` as transformers' integrations write them
-        if plain != raw:
-            return self.aliases.get(plain) or CONVENTION.get(plain) or _renamespaced(raw)
+        split = _split(raw)
+        if split is not None:
+            namespace, rest = split
+            if namespace == "train/":
+                return self.aliases.get(rest) or CONVENTION.get(rest) or "train/" + rest
+            # Evaluation keys: the recipe's alias of the HF spelling (`eval_loss`, `test_loss`), else
+            # the training name's alias moved to this namespace (TRL's `eval_rewards/margins` is
+            # `validation/reward_margin` beside `rewards/margins` → `train/reward_margin`).
+            explicit = self.aliases.get(_RAW_OF[namespace] + rest)
+            if explicit:
+                return explicit
+            trained = self.aliases.get(rest) or CONVENTION.get(rest) or ""
+            if trained.startswith("train/"):
+                return namespace + trained[len("train/"):]
+            return namespace + rest
         if raw in CONVENTION:
             return CONVENTION[raw]
         if "/" in raw:
             return raw  # already namespaced (ours, or a framework's own `actor/…`)
-        if raw.startswith("eval_"):
-            return "validation/" + raw[len("eval_") :]
-        if raw.startswith("train_"):
-            return "train/" + raw[len("train_") :]
-        if raw.startswith("test_"):
-            return "eval/" + raw[len("test_") :]
         return "train/" + raw
 
     def pick(self, raw_keys: Iterable[str], weight: Mapping[str, float] | None = None) -> dict[str, str]:
@@ -132,20 +142,23 @@ class Vocabulary:
         return name in self.leading
 
 
-def _unprefixed(key: str) -> str:
-    """The key as the trainer logged it, before an HF-style rewrite (`eval/loss` → `eval_loss`)."""
-    for prefix, raw in (("train/", ""), ("eval/", "eval_"), ("test/", "test_"), ("validation/eval_", "eval_")):
+# How trainers spell their namespaces, longest first: transformers' `eval_x` / `test_x` and what its
+# integrations rewrite them to (`eval/x`, `test/x`, `train/x`), the SDK's `validation/` prefix put
+# before those (`validation/eval_x`), NeMo-RL's `validation/val_x`, Keras-style `val_x` and verl's `val/x`.
+_SPELLINGS = (
+    ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("eval/", "validation/"),
+    ("eval_", "validation/"), ("val/", "validation/"), ("val_", "validation/"), ("test/", "eval/"),
+    ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"),
+)
+_RAW_OF = {"validation/": "eval_", "eval/": "test_"}
+
+
+def _split(key: str) -> tuple[str, str] | None:
+    """(canonical namespace, the rest) of a key spelled in a trainer's namespace, else None."""
+    for prefix, namespace in _SPELLINGS:
         if key.startswith(prefix) and len(key) > len(prefix):
-            return raw + key[len(prefix) :]
-    return key
-
-
-def _renamespaced(key: str) -> str:
-    """Evaluation during training (`eval/x`, `validation/eval_x`) is validation; `test/x` is eval."""
-    for prefix, namespace in (("eval/", "validation/"), ("test/", "eval/"), ("validation/eval_", "validation/")):
-        if key.startswith(prefix):
-            return namespace + key[len(prefix) :]
-    return key
+            return namespace, key[len(prefix):]
+    return None
 
 
 def is_hardware(name: str) -> bool:

@@ -145,15 +145,16 @@ def init(hparams: Mapping[str, Any] | None = None, monitor_hardware: bool = True
         return False
 
 
-def _log_records(records: Iterable[tuple[int, float, Mapping[str, Any]]]) -> None:
+def _log_records(records: Iterable[tuple[int, float | None, Mapping[str, Any]]]) -> None:
     """The native collector's way in: `(step, unix_time, {key: value})` records that keep their own
-    wall time (a TensorBoard event's, say). Never raises."""
+    wall time (a TensorBoard event's, say; None: now). Never raises."""
     s = _session or (None if _decided else _auto_init())
     if s is None:
         return
     for step, unix, values in records:
         try:
-            s.log_slow(values, step if type(step) is int else _as_step(step), "", float(unix))
+            s.log_slow(values, step if type(step) is int else _as_step(step), "",
+                       None if unix is None else float(unix))
         except _BadStep:
             s.drop("step is not an integer", _size(values))
         except Exception as exc:

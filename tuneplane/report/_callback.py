@@ -6,10 +6,14 @@ newer transformers releases add.
 
 It follows transformers' own reporting integrations (its wandb, MLflow and TensorBoard callbacks):
 everything comes from `on_log`, where the Trainer hands over training and evaluation logs alike, with
-`eval_*` keys under `eval/`, `test_*` under `test/` and the rest under `train/`. `on_evaluate` sends
-nothing, since its metrics already arrived through `on_log`. `on_train_end` only flushes (bounded):
-the session stays open for a later `trainer.evaluate()` or `log()`, and finishes at process exit
-within the SDK's drain time.
+`eval_*` keys under `eval/`, `test_*` under `test/` and the rest (TRL's `rewards/chosen` too) under
+`train/`. `on_evaluate` sends
+nothing, since its metrics already arrived through `on_log`; `on_predict` sends `predict()`'s
+metrics under `test/`, which the Trainer never logs. The first event of any kind starts the session
+with the trainer's arguments, so an evaluation-only run (`evaluate()` or `predict()` with no
+`train()`, hence no `on_train_begin`) reports like a training run. `on_train_end` only flushes
+(bounded): the session stays open for a later `trainer.evaluate()` or `log()`, and finishes at
+process exit within the SDK's drain time.
 """
 
 from __future__ import annotations
@@ -21,27 +25,42 @@ FLUSH_AT_TRAIN_END = 5.0  # seconds; what is left is still sent by the exit-time
 
 
 class TunePlaneCallback:
-    """on_train_begin -> init, on_log -> log (train/, eval/, test/), on_train_end -> flush."""
+    """on_train_begin -> init, on_log / on_predict -> log (train/, eval/, test/), on_train_end -> flush."""
 
     def __init__(self, *, monitor_hardware: bool = True, prefix: str = "") -> None:
         self.monitor_hardware = monitor_hardware
         self.prefix = prefix
+        self._started = False
 
     def on_train_begin(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
-        # lazy: tuneplane.report imports this module first
-        from tuneplane.report import init
-
-        init(hparams=_hparams_of(args), monitor_hardware=self.monitor_hardware)
+        self._start(args)
         return control
 
     def on_log(self, args: Any = None, state: Any = None, control: Any = None,
                logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        self._log(args, state, logs)
+        return control
+
+    def on_predict(self, args: Any = None, state: Any = None, control: Any = None,
+                   metrics: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        self._log(args, state, metrics)
+        return control
+
+    def _start(self, args: Any) -> None:
+        # lazy: tuneplane.report imports this module first
+        from tuneplane.report import init
+
+        self._started = True
+        init(hparams=_hparams_of(args), monitor_hardware=self.monitor_hardware)
+
+    def _log(self, args: Any, state: Any, logs: Mapping[str, Any] | None) -> None:
         # lazy: tuneplane.report imports this module first
         from tuneplane.report import log
 
+        if not self._started:
+            self._start(args)
         if logs:
             log(rewrite_logs(logs), step=_step_of(state), prefix=self.prefix)
-        return control
 
     def on_train_end(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
         # lazy: tuneplane.report imports this module first
@@ -57,7 +76,9 @@ class TunePlaneCallback:
 
 
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
-    """transformers' `rewrite_logs`: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, `loss` -> `train/loss`."""
+    """transformers' `rewrite_logs`, exactly: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, and
+    everything else under `train/` (`loss` -> `train/loss`, TRL's `rewards/chosen` ->
+    `train/rewards/chosen`), so keys read as they do in those integrations' dashboards."""
     out: dict[str, Any] = {}
     for key, value in logs.items():
         name = str(key)
@@ -65,8 +86,6 @@ def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
             out["eval/" + name[5:]] = value
         elif name.startswith("test_"):
             out["test/" + name[5:]] = value
-        elif "/" in name:
-            out[name] = value  # already namespaced by the trainer (TRL's "rewards/chosen", ...)
         else:
             out["train/" + name] = value
     return out

@@ -64,6 +64,7 @@ class Session:
         self.held_from_disk = 0  # sender: budget bytes of records read back from disk, in flight
         self.limit = self.budget // 2
         self.notes_later: list[str] = []
+        self.spill_root = ""  # the private temp dir that stands in for a missing out dir
         self.spill = self._make_spill()
         self.order_lock: Any = self.spill.lock if self.spill else threading.RLock()
         self.hparams_pending: dict[str, Any] = {}
@@ -96,7 +97,9 @@ class Session:
         else:
             import tempfile  # lazy: only jobs without an out dir need it
 
-            folder = tempfile.mkdtemp(prefix="tuneplane-report-")
+            # laid out like an out dir, so the collector can upload what finish() leaves there
+            self.spill_root = tempfile.mkdtemp(prefix="tuneplane-report-")
+            folder = os.path.join(self.spill_root, SPILL_DIR)
             self.notes_later.append(
                 f"no TUNEPLANE_OUT_DIR: what does not fit in memory waits in {folder}")
         name = f"report-spill-r{self.config.rank}-{self.pid}-{self.session_id}.jsonl"
@@ -340,6 +343,9 @@ class Session:
         if stats["pending_points"]:
             why = f" (last error: {self.sender.last_error})" if self.sender and self.sender.last_error else ""
             where = f"; they are kept in {self.spill.path}" if kept and self.spill else ""
+            if where and self.spill_root:
+                where += (f" (send them with this job's TUNEPLANE_JOB_* variables set: "
+                          f"python -m tuneplane.collector --out-dir {self.spill_root} --once)")
             parts.append(f"{stats['pending_points']} point(s) not delivered before finish(){why}{where}")
         if stats["refused_points"]:
             codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(self.refused_batches.items()))

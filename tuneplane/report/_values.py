@@ -69,6 +69,8 @@ def key_problem(key: str) -> str | None:
         return f"key longer than {MAX_KEY_LENGTH} characters"
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
         return "key contains control characters"
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in key):
+        return "key contains half a UTF-16 surrogate pair (not text a receiver can store)"
     return None
 
 

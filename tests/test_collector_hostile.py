@@ -1,0 +1,255 @@
+"""The native collector against what real jobs leave behind: damaged framing in the middle of an
+event file, offsets from a damaged or foreign state file, JSON lines longer than a read, bad lines
+named by file and line, the last line of a finished job with no newline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuneplane.collector import sources, tfevents
+from tuneplane.ingest import mint_token, series, summary
+from tuneplane.ingest.server import IngestServer
+
+SECRET = b"h" * 32
+RUN = "run-hostile"
+TIMEOUT = 120
+TB = [{"format": "tensorboard", "path": "tb"}]
+
+
+@pytest.fixture()
+def receiver(tmp_path: Path) -> Iterator[IngestServer]:
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    yield server
+    server.stop()
+
+
+def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": receiver.url,
+                "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+                "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+                "TUNEPLANE_REPORT_RETRY_BASE": "0.02", "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+                sources.ENV: json.dumps(native)})
+    return env
+
+
+def collect(env: dict[str, str], *args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--stats", *args],
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
+
+
+def record(step: int, value: float, tag: str = "loss") -> bytes:
+    return tfevents.frame(tfevents.scalar_event(step, 1.7e9 + step, {tag: value}))
+
+
+def test_a_damaged_length_in_the_middle_loses_only_that_record(receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    events = out / "tb" / "events.out.tfevents.1.host"
+    events.parent.mkdir(parents=True)
+    damaged = bytearray(record(5, 5.0))
+    damaged[2] ^= 0x40  # the length no longer matches its CRC
+    events.write_bytes(b"".join(record(s, float(s)) for s in range(5)) + bytes(damaged)
+                       + b"".join(record(s, float(s)) for s in range(6, 10)))
+    result = collect(job_env(receiver, out, TB))
+    assert [s for s, _ in series(receiver.store.path, RUN, "loss")] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert result["skipped"] == {"corrupt tensorboard record": 1}
+
+
+def test_garbage_between_records_is_skipped_and_later_records_still_arrive(
+        receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    events = out / "tb" / "events.out.tfevents.2.host"
+    events.parent.mkdir(parents=True)
+    events.write_bytes(record(0, 0.0) + os.urandom(3000) + record(1, 1.0))
+    env = job_env(receiver, out, TB)
+    collect(env)
+    with events.open("ab") as handle:
+        handle.write(record(2, 2.0))  # the writer carries on after the damage
+    collect(env)
+    assert series(receiver.store.path, RUN, "loss") == [(0, 0.0), (1, 1.0), (2, 2.0)]
+
+
+def _state(out: Path) -> Path:
+    return out / ".tuneplane" / "collector-state.json"
+
+
+@pytest.mark.parametrize("offset", [-5, 7, 10**12, "abc", None, 1.5])
+def test_a_damaged_offset_in_the_state_file_neither_crashes_nor_loses_points(
+        receiver: IngestServer, tmp_path: Path, offset: Any) -> None:
+    out = tmp_path / "out"
+    events = out / "tb" / "events.out.tfevents.3.host"
+    events.parent.mkdir(parents=True)
+    events.write_bytes(b"".join(record(s, float(s)) for s in range(10)))
+    env = job_env(receiver, out, TB)
+    collect(env)
+    state = json.loads(_state(out).read_text())
+    (name,) = state["files"]
+    state["files"][name]["offset"] = offset
+    _state(out).write_text(json.dumps(state))
+    with events.open("ab") as handle:
+        handle.write(b"".join(record(s, float(s)) for s in range(10, 15)))
+    collect(env)
+    assert [s for s, _ in series(receiver.store.path, RUN, "loss")] == list(range(15))
+
+
+def test_offsets_of_another_file_with_the_same_name_are_not_trusted(
+        receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    events = out / "tb" / "events.out.tfevents.4.host"
+    events.parent.mkdir(parents=True)
+    events.write_bytes(b"".join(record(s, float(s), "a") for s in range(3)))
+    env = job_env(receiver, out, TB)
+    collect(env)
+    first_offset = events.stat().st_size
+    # The file is replaced in place by a longer one with the same inode (a job restarted from scratch
+    # that truncates and rewrites): an offset that lands inside a record must not hide what follows.
+    with events.open("r+b") as handle:
+        handle.truncate(0)
+        handle.write(b"".join(record(s, float(s), "bb") for s in range(20)))
+    assert events.stat().st_size > first_offset
+    collect(env)
+    assert [s for s, _ in series(receiver.store.path, RUN, "bb")] == list(range(20))
+
+
+def test_a_json_line_longer_than_one_read_does_not_stall_the_file(receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "m.jsonl"
+    big = json.dumps({"step": 1, "loss": 1.0, "note": "x" * 400_000})  # 400 kB: larger than one read
+    path.write_text(json.dumps({"step": 0, "loss": 0.5}) + "\n" + big + "\n"
+                    + json.dumps({"step": 2, "loss": 0.25}) + "\n")
+    collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
+    assert series(receiver.store.path, RUN, "loss") == [(0, 0.5), (1, 1.0), (2, 0.25)]
+
+
+def test_a_line_past_the_limit_is_skipped_whole_and_the_next_line_is_read(
+        receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "m.jsonl"
+    huge = '{"step": 1, "note": "' + "y" * (3 * sources.MAX_LINE) + '"}'
+    path.write_text(huge + "\n" + json.dumps({"step": 2, "loss": 0.25}) + "\n")
+    result = collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
+    assert series(receiver.store.path, RUN, "loss") == [(2, 0.25)]
+    assert result["skipped"] == {"line too long": 1}
+
+
+def test_bad_lines_are_named_by_file_and_line(receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.jsonl").write_text('{"step": 0, "loss": 1}\n{"step": 1, "loss": \n[1, 2]\n{"loss": 3}\n'
+                                 '{"step": 4, "loss": 4}\n')
+    result = collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
+    assert series(receiver.store.path, RUN, "loss") == [(0, 1.0), (4, 4.0)]
+    assert "m.jsonl:2:" in result["stderr"] and "m.jsonl:3:" in result["stderr"]
+    assert "m.jsonl:4:" in result["stderr"] and "step" in result["stderr"]
+
+
+def test_the_finished_jobs_last_line_without_a_newline_is_collected(receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.jsonl").write_text("\n".join(json.dumps({"step": s, "loss": float(s)}) for s in range(3)))
+    env = job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}])
+    collect(env, "--final")
+    assert [s for s, _ in series(receiver.store.path, RUN, "loss")] == [0, 1, 2]
+
+
+def test_real_writers_mixed_summaries_and_several_files(receiver: IngestServer, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    tbx = pytest.importorskip("tensorboardX")
+    out = tmp_path / "out"
+    first = tensorboard.SummaryWriter(str(out / "tb"), filename_suffix=".a")
+    for step in range(4):
+        first.add_scalar("train/loss", 4.0 - step, step)
+        first.add_histogram("weights", torch.arange(10.0) * step, step)
+        first.add_image("img", torch.zeros(3, 8, 8), step)
+        first.add_text("note", f"step {step}", step)
+        first.add_scalar("train/lr", 1e-8 * (step + 1), step, new_style=True, double_precision=True)
+    first.close()
+    env = job_env(receiver, out, TB)
+    collect(env)
+    second = tbx.SummaryWriter(str(out / "tb"), filename_suffix=".b")  # a file appearing later
+    for step in range(4, 8):
+        second.add_scalar("train/loss", 4.0 - step, step)
+        second.add_histogram("weights", torch.arange(10.0).numpy(), step)
+        second.add_text("note", "later", step)
+    second.close()
+    collect(env)
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["train/loss", "train/lr"]
+    assert series(receiver.store.path, RUN, "train/loss") == [(s, 4.0 - s) for s in range(8)]
+    assert [v for _, v in series(receiver.store.path, RUN, "train/lr")] == pytest.approx(
+        [1e-8 * (s + 1) for s in range(4)], rel=1e-9)
+
+
+def test_run_subdirectories_are_not_part_of_the_name(receiver: IngestServer, tmp_path: Path) -> None:
+    """NeMo-RL writes `logs/exp_001/tensorboard/`, and a restarted job `exp_002/`: one series named
+    by its tags; `add_scalars` folders still keep their runs apart."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    out = tmp_path / "out"
+    first = tensorboard.SummaryWriter(str(out / "logs" / "exp_001" / "tensorboard"))
+    for step in range(3):
+        first.add_scalar("train/loss", 3.0 - step, step)
+        first.add_scalar("validation/val_loss", 4.0 - step, step)
+    first.close()
+    again = tensorboard.SummaryWriter(str(out / "logs" / "exp_002" / "tensorboard"))  # resumed at step 3
+    for step in range(3, 5):
+        again.add_scalar("train/loss", 3.0 - step, step)
+    again.add_scalars("val", {"acc": 0.5, "f1": 0.25}, 4)
+    again.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "logs"}]))
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["train/loss", "val_acc/val", "val_f1/val", "validation/val_loss"], sorted(got)
+    assert series(receiver.store.path, RUN, "train/loss") == [(s, 3.0 - s) for s in range(5)]
+
+
+def test_a_json_lines_time_is_read_in_the_forms_writers_use(receiver: IngestServer, tmp_path: Path) -> None:
+    import time
+
+    from tuneplane.ingest import timed_series
+
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = [{"step": 0, "hw/gpu": 1.0, "ts": 1_800_000_000.5},             # seconds
+            {"step": 1, "hw/gpu": 2.0, "time": "2027-01-15T08:00:01Z"},     # ISO-8601
+            {"step": 2, "hw/gpu": 3.0, "wall_time": 1_800_000_002_000},     # milliseconds
+            {"step": 3, "hw/gpu": 4.0}]                                     # none: when it was collected
+    (out / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = time.time()
+    collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
+    times = [t for _, _, t in timed_series(receiver.store.path, RUN, "hw/gpu")]
+    assert times[:3] == pytest.approx([1_800_000_000.5, 1_800_000_001.0, 1_800_000_002.0], abs=1e-3)
+    assert before - 1 <= times[3] <= time.time() + 1  # not 1970
+
+
+def test_a_zeroed_stretch_is_stepped_over_and_a_length_with_a_zero_byte_is_still_found() -> None:
+    records = [record(s, float(s)) for s in range(3)]
+    sized = tfevents.frame(b"\x08" + b"x" * 255)  # a 256-byte payload: its length starts with a zero byte
+    data = records[0] + b"\0" * 4_000_000 + records[1] + b"\0\0\0" + sized + records[2]
+    found = tfevents.read_records(data)
+    assert found.offset == len(data) and found.corrupt == 2
+    assert [tfevents.scalars(p)[0].step for p in found.payloads if tfevents.scalars(p)] == [0, 1, 2]
+    assert sized[12:-4] in found.payloads
+
+
+def test_the_search_for_event_files_is_bounded_in_depth(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    shallow = out / "tb" / "a" / "b"
+    deep = out / "tb" / Path(*["d"] * (sources.MAX_DEPTH + 4))
+    for folder in (shallow, deep):
+        folder.mkdir(parents=True)
+        (folder / "events.out.tfevents.1.host").write_bytes(record(0, 1.0))
+    found = [rel for rel, _ in sources.files_of(str(out), sources.parse(json.dumps(TB))[0])]
+    assert found == ["tb/a/b/events.out.tfevents.1.host"]
