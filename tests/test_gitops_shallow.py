@@ -10,6 +10,7 @@ message naming the request, the commit and the fix, never "no such commit".
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,6 @@ from helpers_git import (
     BRANCH,
     add_requests,
     backend_factory,
-    clone,
     configure,
     git,
     kubeconfig,
@@ -35,7 +35,7 @@ from helpers_git import (
     tp_run,
 )
 
-from tuneplane.gitops.bot import BotOptions, reconcile
+from tuneplane.gitops.bot import reconcile
 from tuneplane.lab.runs import RunKey, read_request, read_status, write_request
 from tuneplane.plan.names import object_name
 
@@ -83,20 +83,25 @@ def _merge(writer: Path, branch: str, files: dict[str, str]) -> str:
     return git(writer, "rev-parse", "HEAD")
 
 
-@pytest.fixture
-def shallow_lab(tmp_path: Path) -> Iterator[ShallowLab]:
-    """A lab with four merges of history on a smart-HTTP remote (the trainer changes in each)."""
+def _served_lab(tmp_path: Path, backend: str, profile: str, script: str) -> tuple[Path, Path, list[str]]:
+    """A lab with four merges of history (the trainer changes in each: `script` formatted with n)."""
     served = tmp_path / "srv"
     served.mkdir()
     remote = make_remote(served, "lab.git")
-    writer = seed_lab(remote, tmp_path / "writer", {"demo": "echo v0\n"}, backend="kubernetes", profile="h200:8")
-    git(writer, "branch", "-q", "-M", BRANCH)
+    writer = seed_lab(remote, tmp_path / "writer", {"demo": script.format(n=0)}, backend=backend, profile=profile)
     commits = [git(writer, "rev-parse", "HEAD")]
     for n in range(1, 4):
-        commits.append(_merge(writer, f"pr-{n}", {"experiments/demo/train.sh": f"echo v{n}\n"}))
-    server = GitHttpServer(served).start()
+        commits.append(_merge(writer, f"pr-{n}", {"experiments/demo/train.sh": script.format(n=n)}))
+    return remote, writer, commits
+
+
+@pytest.fixture
+def shallow_lab(tmp_path: Path) -> Iterator[ShallowLab]:
+    """A cluster lab with four merges of history on a smart-HTTP remote."""
+    remote, writer, commits = _served_lab(tmp_path, "kubernetes", "h200:8", "echo v{n}\n")
+    server = GitHttpServer(remote.parent).start()
     try:
-        yield ShallowLab(remote, writer, server.url("lab.git"), server, commits)
+        yield ShallowLab(remote, writer, server.url(remote.name), server, commits)
     finally:
         server.stop()
 
@@ -253,3 +258,87 @@ def test_rerun_of_an_unsubmitted_request_finds_the_commit_that_added_it(
 
     assert read_request(bot, again.result.key).commit == added
     assert again.result.spec.provenance.commit == added
+
+
+# ── end to end: the workflow's bot jobs, as whole processes, in a depth-1 clone over HTTP ────────────
+
+TRAIN = """#!/usr/bin/env bash
+set -eu
+mkdir -p "$TUNEPLANE_OUT_DIR/checkpoints"
+echo ok > "$TUNEPLANE_OUT_DIR/checkpoints/step-1.txt"
+echo "trained by version {n}"
+"""
+
+
+def test_the_bot_jobs_run_from_a_depth_1_clone_over_http(tmp_path: Path) -> None:
+    remote, writer, commits = _served_lab(tmp_path, "local", "local", TRAIN)
+    plain, pinned, later = run_ids(3)
+    write_request(writer, request("demo", plain))
+    write_request(writer, request("demo", pinned, commit=commits[1], rerun_of="20250101-000000-000000"))
+    git(writer, "add", "-A")
+    git(writer, "commit", "-q", "-m", "request two runs, one pinned to an older merge")
+    git(writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    writer_commits = [git(writer, "rev-parse", "HEAD")]
+    server = GitHttpServer(remote.parent).start()
+    try:
+        url = server.url(remote.name)
+        bot = tmp_path / "bot"  # what actions/checkout does with fetch-depth: 1
+        git(tmp_path, "clone", "-q", "--depth", "1", "-b", BRANCH, url, bot.name)
+        configure(bot)
+        assert git(bot, "rev-list", "--count", "HEAD") == "1"
+
+        code, out = tp_run(bot, "bot", "reconcile", "--push")
+        assert code == 0, out
+        _wait_done(remote, [plain, pinned])
+        # another writer merges a request while the jobs run: the sync below must fetch and rebase
+        git(writer, "pull", "-q", "--rebase", "origin", BRANCH)
+        write_request(writer, request("demo", later))
+        (writer / "notes.md").write_text("a note\n", encoding="utf-8")
+        git(writer, "add", "-A")
+        git(writer, "commit", "-q", "-m", "request one more run")
+        git(writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
+        writer_commits.append(git(writer, "rev-parse", "HEAD"))
+
+        code, out = tp_run(bot, "bot", "sync", "--push")
+        assert code == 0, out
+        code, out = tp_run(bot, "bot", "reconcile", "--push")  # the push event of the writer's merge
+        assert code == 0, out
+        _wait_done(remote, [later])
+        code, out = tp_run(bot, "bot", "sync", "--push")
+        assert code == 0, out
+        pushes = [path for method, path, status in server.requests if method == "POST" and status == 200]
+    finally:
+        server.stop()
+
+    assert any(p.endswith("/git-receive-pack") for p in pushes)  # the bot pushed over smart HTTP
+    statuses = {r: json.loads(remote_show(remote, f"status/demo/{r}.json")) for r in (plain, pinned, later)}
+    assert {r: s["phase"] for r, s in statuses.items()} == dict.fromkeys((plain, pinned, later), "Succeeded")
+    assert statuses[pinned]["provenance"]["commit"] == commits[1]
+    assert statuses[plain]["provenance"]["commit"] == writer_commits[0]
+    assert "trained by version 1" in _run_log(statuses[pinned])  # the pinned commit's trainer ran
+    assert "trained by version 3" in _run_log(statuses[plain])
+    tip = git(remote, "rev-parse", BRANCH)
+    for commit in [*commits, *writer_commits]:  # nobody's commit lost
+        git(remote, "merge-base", "--is-ancestor", commit, tip)
+    assert git(remote, "show", f"{BRANCH}:notes.md") == "a note"
+    assert git(bot, "status", "--porcelain") == "" and git(bot, "rev-parse", "HEAD") == tip
+    assert git(bot, "rev-parse", "--is-shallow-repository") == "true"  # it never fetched the whole history
+    assert int(git(bot, "rev-list", "--count", "HEAD")) < int(git(remote, "rev-list", "--count", BRANCH))
+
+
+def _wait_done(remote: Path, ids: list[str]) -> None:
+    """Until the local jobs of these runs have ended (their run directories say so)."""
+    from tuneplane.backends.local import read_state
+
+    deadline = time.monotonic() + 60
+    for run_id in ids:
+        status = json.loads(remote_show(remote, f"status/demo/{run_id}.json"))
+        assert status["phase"] != "Failed", f"{run_id} was not run: {status['message']}"
+        out_dir = status["out_dir"]
+        while (read_state(Path(out_dir).parent) or {}).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
+            assert time.monotonic() < deadline, f"local run {run_id} did not finish"
+            time.sleep(0.1)
+
+
+def _run_log(status: dict[str, object]) -> str:
+    return (Path(str(status["out_dir"])).parent / "run.log").read_text(encoding="utf-8")
