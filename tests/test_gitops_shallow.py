@@ -342,3 +342,18 @@ def _wait_done(remote: Path, ids: list[str]) -> None:
 
 def _run_log(status: dict[str, object]) -> str:
     return (Path(str(status["out_dir"])).parent / "run.log").read_text(encoding="utf-8")
+
+
+def test_the_workflow_checks_the_bot_out_at_depth_1_and_the_check_with_history() -> None:
+    import yaml
+
+    from tuneplane.author.scaffold import lab_files
+
+    jobs = yaml.safe_load(lab_files("demo")[".github/workflows/tuneplane.yml"])["jobs"]
+
+    def depth(job: str) -> object:
+        checkout = next(s for s in jobs[job]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@"))
+        return checkout["with"]["fetch-depth"]
+
+    assert depth("reconcile") == depth("sync") == 1  # the tip only: what each bot run pays
+    assert depth("check") == 0  # `--changed --base origin/<base>` needs the base branch and the merge base
