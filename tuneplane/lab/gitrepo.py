@@ -9,9 +9,11 @@ creates repositories and is there, lazily, for callers that want its object mode
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import tarfile
 from pathlib import Path
@@ -75,14 +77,29 @@ class GitRepo:
         return out[:-1] if out.endswith("\n") else out  # the one newline git ends its output with
 
     def _run(self, args: tuple[str, ...] | list[str], timeout: float | None = None) -> bytes:
-        try:
-            result = subprocess.run(["git", *args], cwd=self.root, env=no_git_env(), capture_output=True,
-                                    stdin=subprocess.DEVNULL, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise GitFailed(tuple(args), "timeout", f"no answer within {timeout:g} s") from None
+        if timeout is not None:
+            return self._run_bounded(args, timeout)
+        result = subprocess.run(["git", *args], cwd=self.root, env=no_git_env(), capture_output=True,
+                                stdin=subprocess.DEVNULL)
         if result.returncode:
             raise GitFailed(tuple(args), result.returncode, result.stderr.decode("utf-8", "replace").strip())
         return result.stdout
+
+    def _run_bounded(self, args: tuple[str, ...] | list[str], timeout: float) -> bytes:
+        """A command that talks to a remote: in its own process group, which is killed whole (git and its
+        transport helper) when the remote has not finished answering within `timeout` seconds."""
+        proc = subprocess.Popen(["git", *args], cwd=self.root, env=no_git_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise GitFailed(tuple(args), "timeout", f"no answer within {timeout:g} s") from None
+        if proc.returncode:
+            raise GitFailed(tuple(args), proc.returncode, err.decode("utf-8", "replace").strip())
+        return out
 
     def ensure_identity(self) -> None:
         """A commit needs an identity; give this repository a local one only when none is configured."""
@@ -141,21 +158,19 @@ class GitRepo:
         return sorted(p for p in out if p)
 
     def default_merge_base(self) -> str:
-        unrelated = ""
         for candidate in ("origin/HEAD", "origin/main", "origin/master", "main", "master"):
             try:
                 return self.git("merge-base", "HEAD", candidate)
             except GitFailed:
-                if not unrelated and self.has_commit(candidate):
-                    unrelated = candidate
+                if self.has_commit(candidate) and self.is_shallow():
+                    # the merge base may be older than the clone: never fall back to "no changes"
+                    raise UsageError(
+                        f"this clone is shallow, and the commit where HEAD and {candidate} meet is not in it, "
+                        "so the changed files are unknown",
+                        hint=f"pass --base {candidate}, fetch more history (git fetch --deepen=50 origin), "
+                        "or check out with fetch-depth: 0",
+                    ) from None
                 continue
-        if unrelated and self.is_shallow():  # the merge base may be older than the clone: never "no changes"
-            raise UsageError(
-                f"this clone is shallow, and the commit where HEAD and {unrelated} meet is not in it, so the "
-                "changed files are unknown",
-                hint=f"pass --base {unrelated}, fetch more history (git fetch --deepen=50 origin), "
-                "or check out with fetch-depth: 0",
-            )
         return ""
 
     def show(self, rev: str, path: str) -> str | None:
