@@ -13,6 +13,8 @@
    git's local transport is printed beside it, where the clone's bytes go (by kind of file), where
    its time goes (server pack, client index-pack, checkout) and the floor: a clone of one commit of
    the same paths, each a tiny file (the checkout and the work tree's index no history avoids).
+   Beside it, the bot's clone as the lab's workflow makes it (`fetch-depth: 1`: `git clone --depth 1`
+   over smart HTTP): its `.git`, its wall time and its `--no-checkout` part, what a bot run pays.
 2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
    ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
    `--repeat` (target ≤ 0.3 s each).
@@ -194,6 +196,44 @@ def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, f
         server.stop()
     medians = [statistics.median(times[k]) for k in ("http", "local", "cpu", "bare")]
     return medians[0], medians[1], medians[2], size, medians[3]
+
+
+def measure_shallow(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, float, float]:
+    """The bot's clone as the lab's workflow makes it (`fetch-depth: 1`): `git clone --depth 1` over smart
+    HTTP. Median wall time, CPU seconds of one (every git process, the server's included), its `.git` in
+    MB, and the median wall time of the same clone with `--no-checkout` (what the history still costs)."""
+    from githttp import GitHttpServer
+
+    server = GitHttpServer(remote.parent).start()
+    try:
+        url = server.url(remote.name)
+        times: dict[str, list[float]] = {"wall": [], "cpu": [], "bare": []}
+        size = 0.0
+        for i in range(repeat):
+            dest = tmp / f"shallow-bare-{i}"
+            start = time.perf_counter()
+            subprocess.run(["git", "clone", "-q", "--depth", "1", "--no-checkout", url, str(dest)], check=True,
+                           timeout=600)
+            times["bare"].append(time.perf_counter() - start)
+            shutil.rmtree(dest)
+            dest = tmp / f"shallow-{i}"
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run(["git", "clone", "-q", "--depth", "1", url, str(dest)], check=True, timeout=600)
+            times["wall"].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            times["cpu"].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if git(dest, "rev-list", "--count", "HEAD") != "1":
+                raise RuntimeError("`git clone --depth 1` fetched more than one commit")
+            size = sum(p.stat().st_size for p in (dest / ".git").rglob("*") if p.is_file()) / 1e6
+            shutil.rmtree(dest)
+        posts = [path for method, path, _status in server.requests if method == "POST"]
+        if not any(path.endswith("/git-upload-pack") for path in posts):
+            raise RuntimeError(f"the HTTP clone did not use the smart protocol: {server.requests[:5]}")
+    finally:
+        server.stop()
+    return (statistics.median(times["wall"]), statistics.median(times["cpu"]), size,
+            statistics.median(times["bare"]))
 
 
 def cpu_of(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
@@ -407,6 +447,11 @@ def main() -> int:
                      f"{seconds:.2f} s wall, {cpu:.2f} s CPU", f"≤ {TARGETS['clone']:g} s", MAIN["clone"]])
         rows.append(["  the same, git's local transport (no HTTP)", f"{local:.2f} s", "", ""])
         rows.append(["  the same over HTTP with `--no-checkout` (the history's part)", f"{bare:.2f} s", "", ""])
+        wall, cpu, size, bare = measure_shallow(tmp, remote, args.repeat)
+        rows.append([f"the bot's clone (workflow `fetch-depth: 1`): `git clone --depth 1` over smart HTTP "
+                     f"(median of {args.repeat})", f"{wall:.2f} s wall, {cpu:.2f} s CPU", "", ""])
+        rows.append(["  its .git", f"{size:.1f} MB", "", ""])
+        rows.append(["  the same with `--no-checkout` (what a bot run pays for history)", f"{bare:.2f} s", "", ""])
         print(table(breakdown(tmp / "clone-http-0"), ["where the clone's .git goes", "versions", "bytes", "share"]))
         shutil.rmtree(tmp / "clone-http-0")
         print(table(clone_phases(tmp, remote) + floor(tmp, remote), ["where the clone's time goes", "measured"]))
