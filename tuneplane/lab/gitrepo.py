@@ -242,11 +242,13 @@ class GitRepo:
     def ensure_commit(self, rev: str, remote: str = "origin") -> str:
         """The full id of commit `rev`, fetched from `remote` when this clone lacks it.
 
-        A shallow clone holds its tip only, so a commit missing here is no proof that it does not exist:
-        a full id is fetched alone (`git fetch --depth=1 REMOTE ID`; git hosts and `git http-backend`
-        under protocol v2 serve any reachable commit); a host that refuses that, or a name or a short
-        id, costs the whole history (`--unshallow`). `CommitUnavailable` says which it was: the remote
-        has no such commit (`transient` False), or it could not be asked (True: try again later).
+        A shallow clone holds its tip only, so a commit missing here is no proof that it does not exist.
+        A full id is fetched alone (`git fetch --depth=1 REMOTE ID`: upload-pack under protocol v2, git's
+        default, serves any commit it stores; git hosts serve the commits their branches reach). A host
+        that refuses that (protocol v0 serves branch tips only), a name or a short id cost the whole
+        history (`--unshallow`), which holds the commit if the remote's branches reach it.
+        `CommitUnavailable` says which it was: the remote has no such commit (`transient` False), or it
+        could not be asked (True: the same may work later).
         """
         if not rev or rev != rev.strip() or rev.startswith("-") or any(c in rev for c in "\0\n\r"):
             raise CommitUnavailable(f"{rev!r} is not a commit id", hint="give a full commit id", transient=False)
@@ -259,10 +261,10 @@ class GitRepo:
                 transient=False,
             )
         shallow = self.is_shallow()
-        by_id = bool(_FULL_ID.match(rev))
+        by_id = bool(_FULL_ID.match(rev.lower()))
         try:
             if by_id:
-                self.fetch_more(*(["--depth=1"] if shallow else []), "--end-of-options", remote, rev)
+                self.fetch_more(*(["--depth=1"] if shallow else []), "--end-of-options", remote, rev.lower())
             elif shallow:
                 self.fetch_more("--unshallow", "--end-of-options", remote)
             else:
