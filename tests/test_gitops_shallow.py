@@ -35,7 +35,7 @@ from helpers_git import (
     tp_run,
 )
 
-from tuneplane.gitops.bot import reconcile
+from tuneplane.gitops.bot import BotOptions, reconcile
 from tuneplane.lab.runs import RunKey, read_request, read_status, write_request
 from tuneplane.plan.names import object_name
 
@@ -357,3 +357,28 @@ def test_the_workflow_checks_the_bot_out_at_depth_1_and_the_check_with_history()
 
     assert depth("reconcile") == depth("sync") == 1  # the tip only: what each bot run pays
     assert depth("check") == 0  # `--changed --base origin/<base>` needs the base branch and the merge base
+
+
+def test_status_files_others_wrote_are_found_when_the_ledgers_tree_is_not_in_the_clone(
+    shallow_lab: ShallowLab, tmp_path: Path, fake_kube: FakeKube
+) -> None:
+    from tuneplane.gitops.ledger import Ledger
+    from tuneplane.gitops.scan import scan
+
+    first, other = run_ids(2)
+    add_requests(shallow_lab.writer, [("demo", first)], profile="h200:8")
+    reconcile(shallow_lab.writer, BotOptions(push=True), backends=backend_factory(fake_kube), echo=quiet)
+    ledger = Ledger.parse(git(shallow_lab.writer, "show", f"{BRANCH}:status/index.json"))
+    status = json.loads(git(shallow_lab.writer, "show", f"{BRANCH}:status/demo/{first}.json"))
+    status.update(run_id=other, phase="Running")  # as `tp submit --local` commits a run it started
+    write_request(shallow_lab.writer, request("demo", other, "h200:8"))
+    shallow_lab.push_from_writer("a run started by hand", {f"status/demo/{other}.json": json.dumps(status) + "\n"})
+    shallow_lab.push_from_writer("a later merge", {"notes.md": "later\n"})
+    bot = shallow_lab.shallow_clone(tmp_path / "bot")
+    old_tree = ledger.statuses["demo"]
+    assert git(bot, "cat-file", "-t", old_tree, check=False) == ""  # the bot's last tree is not in the clone
+
+    work = scan(bot)
+
+    assert work.ledger.active.get(f"demo/{other}") == "Running"  # watched: sync will follow it
+    assert other in [row[0] for row in work.changed_statuses["demo"]]  # its pages are rendered again
