@@ -13,6 +13,8 @@
    git's local transport is printed beside it, where the clone's bytes go (by kind of file), where
    its time goes (server pack, client index-pack, checkout) and the floor: a clone of one commit of
    the same paths, each a tiny file (the checkout and the work tree's index no history avoids).
+   Beside it, the bot's clone as the lab's workflow makes it (`fetch-depth: 1`: `git clone --depth 1`
+   over smart HTTP): its `.git`, its wall time and its `--no-checkout` part, what a bot run pays.
 2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
    ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
    `--repeat` (target ≤ 0.3 s each).
@@ -155,21 +157,28 @@ def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
     return remote, time.perf_counter() - started
 
 
-def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, float, float, float]:
+def measure_clone(
+    tmp: Path, remote: Path, repeat: int
+) -> tuple[float, float, float, float, float, tuple[float, float, float, float]]:
     """Median wall time of a full clone over smart HTTP (`git http-backend`, as a git host serves CI) and
     over git's local transport (`--no-local`: the same upload-pack, no HTTP), the CPU seconds of one HTTP
     clone (every git process of it, server side included: a figure a loaded machine does not inflate),
     the clone's `.git` in MB (everything under it: pack, pack index, the work tree's index), and the
     median wall time of the same HTTP clone with `--no-checkout` (the history's part: writing the work
-    tree's files costs what this filesystem makes it cost, whatever the history)."""
+    tree's files costs what this filesystem makes it cost, whatever the history). Last, the same four
+    figures of the bot's clone (`shallow_clone`), interleaved with these (first in every other round:
+    a filesystem that discards deleted blocks gets slower as a run goes on)."""
     from githttp import GitHttpServer
 
     server = GitHttpServer(remote.parent).start()
     try:
         url = server.url(remote.name)
         times: dict[str, list[float]] = {"http": [], "local": [], "cpu": [], "bare": []}
+        shallow: list[tuple[float, float, float, float]] = []
         size = 0.0
         for i in range(repeat):
+            if i % 2 == 0:
+                shallow.append(shallow_clone(url, tmp / f"shallow-{i}"))
             start = time.perf_counter()
             subprocess.run(["git", "clone", "-q", "--no-checkout", url, str(tmp / "clone-bare")], check=True,
                            timeout=600)
@@ -187,13 +196,37 @@ def measure_clone(tmp: Path, remote: Path, repeat: int) -> tuple[float, float, f
                 size = sum(p.stat().st_size for p in (dest / ".git").rglob("*") if p.is_file()) / 1e6
                 if i or how != "http":
                     shutil.rmtree(dest)  # the first HTTP clone stays for `breakdown`
+            if i % 2 == 1:
+                shallow.append(shallow_clone(url, tmp / f"shallow-{i}"))
         posts = [path for method, path, _status in server.requests if method == "POST"]
         if not any(path.endswith("/git-upload-pack") for path in posts):
             raise RuntimeError(f"the HTTP clone did not use the smart protocol: {server.requests[:5]}")
     finally:
         server.stop()
     medians = [statistics.median(times[k]) for k in ("http", "local", "cpu", "bare")]
-    return medians[0], medians[1], medians[2], size, medians[3]
+    bot = (statistics.median(t[0] for t in shallow), statistics.median(t[1] for t in shallow), shallow[-1][2],
+           statistics.median(t[3] for t in shallow))
+    return medians[0], medians[1], medians[2], size, medians[3], bot
+
+
+def shallow_clone(url: str, dest: Path) -> tuple[float, float, float, float]:
+    """The bot's clone as the lab's workflow makes it (`fetch-depth: 1`): `git clone --depth 1` of `url`
+    (smart HTTP). Its wall time, CPU seconds (every git process, the server's included), its `.git` in
+    MB, and the wall time of the same clone with `--no-checkout` (what the history still costs)."""
+    start = time.perf_counter()
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "--no-checkout", url, str(dest)], check=True, timeout=600)
+    bare = time.perf_counter() - start
+    shutil.rmtree(dest)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(["git", "clone", "-q", "--depth", "1", url, str(dest)], check=True, timeout=600)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if git(dest, "rev-list", "--count", "HEAD") != "1":
+        raise RuntimeError("`git clone --depth 1` fetched more than one commit")
+    size = sum(p.stat().st_size for p in (dest / ".git").rglob("*") if p.is_file()) / 1e6
+    shutil.rmtree(dest)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, size, bare
 
 
 def cpu_of(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
@@ -399,7 +432,8 @@ def main() -> int:
         print(f"building the history of {args.runs} runs ({args.batch} per merge) …", flush=True)
         remote, built = build_history(tmp / "history", args.runs, args.batch)
         commits = git(remote, "rev-list", "--count", BRANCH)
-        seconds, local, cpu, size, bare = measure_clone(tmp, remote, args.repeat)
+        seconds, local, cpu, size, bare, (shallow_wall, shallow_cpu, shallow_size, shallow_bare) = measure_clone(
+            tmp, remote, args.repeat)
         ok &= size <= TARGETS["git"] and seconds <= TARGETS["clone"]
         rows.append([f".git of a full clone after {args.runs} runs ({commits} commits)", f"{size:.1f} MB",
                      f"≤ {TARGETS['git']:g} MB", MAIN["git"]])
@@ -407,6 +441,11 @@ def main() -> int:
                      f"{seconds:.2f} s wall, {cpu:.2f} s CPU", f"≤ {TARGETS['clone']:g} s", MAIN["clone"]])
         rows.append(["  the same, git's local transport (no HTTP)", f"{local:.2f} s", "", ""])
         rows.append(["  the same over HTTP with `--no-checkout` (the history's part)", f"{bare:.2f} s", "", ""])
+        rows.append([f"the bot's clone (workflow `fetch-depth: 1`): `git clone --depth 1` over smart HTTP "
+                     f"(median of {args.repeat})", f"{shallow_wall:.2f} s wall, {shallow_cpu:.2f} s CPU", "", ""])
+        rows.append(["  its .git", f"{shallow_size:.1f} MB", "", ""])
+        rows.append(["  the same with `--no-checkout` (what a bot run pays for history)", f"{shallow_bare:.2f} s",
+                     "", ""])
         print(table(breakdown(tmp / "clone-http-0"), ["where the clone's .git goes", "versions", "bytes", "share"]))
         shutil.rmtree(tmp / "clone-http-0")
         print(table(clone_phases(tmp, remote) + floor(tmp, remote), ["where the clone's time goes", "measured"]))

@@ -26,3 +26,6 @@ def test_the_history_bench_builds_a_lab_the_bot_wrote(tmp_path: Path) -> None:
     assert "<path" in git(remote, "show", f"{BRANCH}:{charts[0]}")
     rows = history.floor(tmp_path, remote) + history.clone_phases(tmp_path, remote)
     assert len(rows) == 8 and all(row[1] for row in rows)
+    *full, bot = history.measure_clone(tmp_path, remote, 2)  # the bot's clone checks it got one commit
+    assert all(v > 0 for v in full) and all(v > 0 for v in bot)
+    assert not list(tmp_path.glob("shallow-*"))  # its clones are removed

@@ -32,7 +32,7 @@ from tuneplane.gitops.session import (
     checkpoint,
     run_pass,
 )
-from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.gitrepo import CommitUnavailable, GitRepo
 from tuneplane.lab.load import Lab
 from tuneplane.lab.runs import RunKey, parse_request, status_from
 from tuneplane.models.run import RunRequest, RunStatus, Transition
@@ -139,10 +139,10 @@ def _submit_all(
                 report.errors.append(
                     f"{len(items) - done} run(s) left for the next run: the backend failed several times in a row"
                 )
-                return [k for k, _ in items[done:]]
+                return [k for k, _ in items[done:]] + submitter.left
             submitter.one(key, what if isinstance(what, RunStatus) else None,
                           what if isinstance(what, str) else None)
-    return []
+    return submitter.left
 
 
 class _Submitter:
@@ -156,11 +156,13 @@ class _Submitter:
         self.repo, self.lab, self.pool, self.batch, self.work = repo, lab, pool, batch, work
         self.report, self.echo = report, echo
         self.head = work.snap.commit
+        self.remote = pool.opts.remote or "origin"
         self.dirty = lab_dirty(repo, lab) or repo.head() != self.head
         self.failures = 0
+        self.left: list[RunKey] = []  # requests skipped this run, to be taken up on the next one
         self.first = True
         self._experiments: dict[tuple[str, str], Any] = {}
-        self._pinned: dict[str, Lab] = {}
+        self._pinned: dict[str, Lab | CommitUnavailable] = {}
         self._stack = contextlib.ExitStack()  # the pinned labs' temporary checkouts
 
     def __enter__(self) -> _Submitter:
@@ -190,6 +192,9 @@ class _Submitter:
             return
         try:
             run = self._prepare(request)
+        except CommitUnavailable as exc:
+            self._unavailable(key, request, exc, now)
+            return
         except UsageError as exc:
             self.batch.status(refused_status(request, now, _refusal_text(exc)))
             self._note(self.report.refused, key, f"refused: {exc.message}")
@@ -248,9 +253,29 @@ class _Submitter:
     def _lab_at(self, commit: str) -> Lab:
         from tuneplane.gitops.submit import lab_at
 
-        if commit not in self._pinned:
-            self._pinned[commit] = self._stack.enter_context(lab_at(self.repo, commit))
-        return self._pinned[commit]
+        if commit not in self._pinned:  # a commit that cannot be fetched is asked for once per run
+            try:
+                self._pinned[commit] = self._stack.enter_context(lab_at(self.repo, commit, self.remote))
+            except CommitUnavailable as exc:
+                self._pinned[commit] = exc
+        pinned = self._pinned[commit]
+        if isinstance(pinned, CommitUnavailable):
+            raise pinned
+        return pinned
+
+    def _unavailable(self, key: RunKey, request: RunRequest, exc: CommitUnavailable, now: str) -> None:
+        """A pinned commit this clone lacks and could not fetch: retried later when the remote could not
+        be asked, refused (with the request, the commit and the fix) when it has no such commit."""
+        from tuneplane.gitops.writeback import refused_status
+
+        if exc.transient:
+            self.left.append(key)  # no status: the request stays new, and its experiment unhandled
+            self._note(self.report.waiting, key, f"not submitted: {exc.message} (retried on the next run)")
+            return
+        message = (f"{key.request_rel} pins `commit: {request.commit}`, which cannot be run: {exc.message}"
+                   f"\n  hint: {exc.hint}, or drop `commit:` from the request to run the commit the bot sees")
+        self.batch.status(refused_status(request, now, message, "CommitNotFound"))
+        self._note(self.report.refused, key, f"refused: {exc.message}")
 
     def _note(self, bucket: list[str], key: RunKey, text: str) -> None:
         bucket.append(str(key))

@@ -68,7 +68,7 @@ def rerun(
 
 def _added_in(repo: GitRepo, key: RunKey) -> str:
     """The commit that added a request the bot has not submitted yet: the code it would have run."""
-    found = repo.git("log", "--diff-filter=A", "--format=%H", "-1", "--", key.request_rel)
+    found = repo.added_in(key.request_rel)  # a shallow clone fetches history until the answer is sure
     if not found:
         raise UsageError(
             f"{key.request_rel} is not committed, so the commit of {key} is unknown",

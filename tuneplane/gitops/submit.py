@@ -192,15 +192,13 @@ def _ingest_secret(env: Any) -> bytes:
 
 
 @contextlib.contextmanager
-def lab_at(repo: GitRepo, commit: str) -> Iterator[Lab]:
-    """The lab as it was at `commit` (a pinned rerun resolves against the files of that commit)."""
-    try:
-        full = repo.rev_parse(commit)
-    except UsageError:
-        raise UsageError(
-            f"commit {commit!r} is not in this repository",
-            hint="fetch it first (git fetch), or drop `commit:` from the run request",
-        ) from None
+def lab_at(repo: GitRepo, commit: str, remote: str = "origin") -> Iterator[Lab]:
+    """The lab as it was at `commit` (a pinned rerun resolves against the files of that commit).
+
+    A commit this clone lacks (a shallow clone holds its tip only) is fetched from `remote` first;
+    `CommitUnavailable` when it cannot be.
+    """
+    full = repo.ensure_commit(commit, remote)
     tmp = Path(tempfile.mkdtemp(prefix="tp-lab-"))
     try:
         repo.archive(full, tmp / "lab", exclude=("runs", "status"))

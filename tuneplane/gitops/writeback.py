@@ -159,7 +159,7 @@ def pull(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> bool:
     upstream = repo.fetch(target.remote, target.branch)
     if not upstream or repo.is_ancestor(upstream):
         return False
-    integrate(repo, f"{target.remote}/{target.branch}", checkpoint)
+    integrate(repo, target, checkpoint)
     return True
 
 
@@ -177,7 +177,7 @@ def publish(
     for attempt in range(1, attempts + 1):
         upstream = repo.fetch(target.remote, target.branch)
         if upstream and not repo.is_ancestor(upstream):
-            integrate(repo, f"{target.remote}/{target.branch}", checkpoint)
+            integrate(repo, target, checkpoint)
         if upstream and repo.head() == upstream:
             return attempt
         if repo.push(target.remote, target.branch):
@@ -190,8 +190,22 @@ def publish(
     )
 
 
-def integrate(repo: GitRepo, upstream: str, checkpoint: Checkpoint = _noop) -> None:
-    """Rebase onto `upstream`, resolving the conflicts the bot understands; abort on any other."""
+def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> None:
+    """Rebase onto the fetched `target`, resolving the conflicts the bot understands; abort on any other.
+
+    A rebase replays what lies between the merge base and HEAD. A shallow clone (the workflow's
+    `fetch-depth: 1`) may lack that base: its history is deepened until it is found, so a missing
+    commit never reads as "no common history" (which would replay the clone's first commit, the whole
+    lab, as if it were the bot's). Histories that truly share no commit stop here, nothing rebased.
+    """
+    upstream = f"{target.remote}/{target.branch}"
+    if not repo.merge_base_deepening(upstream, target.remote, target.branch):
+        raise UsageError(
+            f"HEAD and {upstream} have no commit in common: the branch on {target.remote} was replaced by "
+            "an unrelated history (a force push?), so the bot's commits cannot be rebased onto it",
+            hint="nothing is lost: the bot's commits stay in this clone (git log); clone the lab again and "
+            "run the bot there, or rebase them by hand",
+        )
     conflicts = repo.rebase(upstream)
     while conflicts:
         checkpoint("rebasing")

@@ -9,8 +9,11 @@ creates repositories and is there, lazily, for callers that want its object mode
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
+import signal
 import subprocess
 import tarfile
 from pathlib import Path
@@ -25,6 +28,16 @@ FALLBACK_EMAIL = "tuneplane@localhost"
 # What `git push` says when another writer got there first (or holds the ref lock right now).
 _RACE_MARKS = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref",
                "failed to lock", "unable to create")
+
+
+# A shallow clone (the bot's CI checkout holds the tip commit only) fetches what it lacks on demand:
+# one commit by id, or history deepened this many commits at a time, then all of it (bounded).
+DEEPEN_STEPS = (50, 500)
+NETWORK_TIMEOUT = 600  # seconds for one fetch or push: a host that stops answering is an error, not a hang
+_FULL_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")  # a SHA-1 or SHA-256 commit id
+# What `git fetch` says when the remote answered and has no such object (anything else: it could not ask).
+_NOT_THERE = ("not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object",
+              "not a valid object", "no such commit")
 
 
 def no_git_env() -> dict[str, str]:
@@ -63,12 +76,30 @@ class GitRepo:
         out = self._run(args).decode("utf-8", errors="replace")
         return out[:-1] if out.endswith("\n") else out  # the one newline git ends its output with
 
-    def _run(self, args: tuple[str, ...] | list[str]) -> bytes:
+    def _run(self, args: tuple[str, ...] | list[str], timeout: float | None = None) -> bytes:
+        if timeout is not None:
+            return self._run_bounded(args, timeout)
         result = subprocess.run(["git", *args], cwd=self.root, env=no_git_env(), capture_output=True,
                                 stdin=subprocess.DEVNULL)
         if result.returncode:
             raise GitFailed(tuple(args), result.returncode, result.stderr.decode("utf-8", "replace").strip())
         return result.stdout
+
+    def _run_bounded(self, args: tuple[str, ...] | list[str], timeout: float) -> bytes:
+        """A command that talks to a remote: in its own process group, which is killed whole (git and its
+        transport helper) when the remote has not finished answering within `timeout` seconds."""
+        proc = subprocess.Popen(["git", *args], cwd=self.root, env=no_git_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise GitFailed(tuple(args), "timeout", f"no answer within {timeout:g} s") from None
+        if proc.returncode:
+            raise GitFailed(tuple(args), proc.returncode, err.decode("utf-8", "replace").strip())
+        return out
 
     def ensure_identity(self) -> None:
         """A commit needs an identity; give this repository a local one only when none is configured."""
@@ -109,8 +140,11 @@ class GitRepo:
                 return self.git("rev-parse", "--verify", "-q", "--end-of-options", f"{ref}^{{commit}}")
             except GitFailed:
                 pass
-        raise UsageError(f"{what} {ref!r} is not a commit of this repository",
-                         hint=f"pass a branch, a tag or a commit id, e.g. {what} origin/main")
+        hint = f"pass a branch, a tag or a commit id, e.g. {what} origin/main"
+        if self.is_shallow():
+            hint += ("; this clone is shallow (it holds recent commits only): fetch the ref first, e.g. "
+                     "git fetch --deepen=50 origin main, or check out with fetch-depth: 0")
+        raise UsageError(f"{what} {ref!r} is not a commit of this repository", hint=hint)
 
     def changed_files(self, base: str | None) -> list[str]:
         """Files changed since `base` (default: merge base with the default branch), plus uncommitted ones."""
@@ -128,6 +162,14 @@ class GitRepo:
             try:
                 return self.git("merge-base", "HEAD", candidate)
             except GitFailed:
+                if self.has_commit(candidate) and self.is_shallow():
+                    # the merge base may be older than the clone: never fall back to "no changes"
+                    raise UsageError(
+                        f"this clone is shallow, and the commit where HEAD and {candidate} meet is not in it, "
+                        "so the changed files are unknown",
+                        hint=f"pass --base {candidate}, fetch more history (git fetch --deepen=50 origin), "
+                        "or check out with fetch-depth: 0",
+                    ) from None
                 continue
         return ""
 
@@ -152,8 +194,8 @@ class GitRepo:
     def fetch(self, remote: str, branch: str) -> str:
         """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
         try:
-            self.git("fetch", "-q", "--end-of-options", remote,
-                     f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+            self._run(["fetch", "-q", "--end-of-options", remote,
+                       f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"], timeout=NETWORK_TIMEOUT)
         except GitFailed as exc:
             if "couldn't find remote ref" in exc.stderr.lower():
                 return ""
@@ -169,6 +211,121 @@ class GitRepo:
             return True
         except GitFailed:
             return False
+
+    # ---- shallow clones: what the bot's CI checkout (`fetch-depth: 1`) lacks, fetched on demand --------
+
+    def is_shallow(self) -> bool:
+        try:
+            return self.git("rev-parse", "--is-shallow-repository") == "true"
+        except GitFailed:
+            return False
+
+    def shallow_roots(self) -> set[str]:
+        """The commits a shallow clone holds without their parents (its history stops there)."""
+        path = Path(self.git("rev-parse", "--absolute-git-dir")) / "shallow"
+        try:
+            return set(path.read_text(encoding="ascii").split())
+        except (OSError, UnicodeDecodeError):
+            return set()
+
+    def has_commit(self, rev: str) -> bool:
+        try:
+            self.rev_parse(rev)
+            return True
+        except GitFailed:
+            return False
+
+    def fetch_more(self, *args: str) -> None:
+        """One bounded `git fetch -q --no-tags ARGS` (the caller verified what it passes)."""
+        self._run(["fetch", "-q", "--no-tags", *args], timeout=NETWORK_TIMEOUT)
+
+    def ensure_commit(self, rev: str, remote: str = "origin") -> str:
+        """The full id of commit `rev`, fetched from `remote` when this clone lacks it.
+
+        A shallow clone holds its tip only, so a commit missing here is no proof that it does not exist.
+        A full id is fetched alone (`git fetch --depth=1 REMOTE ID`: upload-pack under protocol v2, git's
+        default, serves any commit it stores; git hosts serve the commits their branches reach). A host
+        that refuses that (protocol v0 serves branch tips only), a name or a short id cost the whole
+        history (`--unshallow`), which holds the commit if the remote's branches reach it.
+        `CommitUnavailable` says which it was: the remote has no such commit (`transient` False), or it
+        could not be asked (True: the same may work later).
+        """
+        if not rev or rev != rev.strip() or rev.startswith("-") or any(c in rev for c in "\0\n\r"):
+            raise CommitUnavailable(f"{rev!r} is not a commit id", hint="give a full commit id", transient=False)
+        if self.has_commit(rev):
+            return self.rev_parse(rev)
+        if not self.has_remote(remote):
+            raise CommitUnavailable(
+                f"commit {rev} is not in this repository, and it has no remote {remote!r} to fetch it from",
+                hint=f"fetch the commit into this clone, or add the remote (git remote add {remote} URL)",
+                transient=False,
+            )
+        shallow = self.is_shallow()
+        by_id = bool(_FULL_ID.match(rev.lower()))
+        try:
+            if by_id:
+                self.fetch_more(*(["--depth=1"] if shallow else []), "--end-of-options", remote, rev.lower())
+            elif shallow:
+                self.fetch_more("--unshallow", "--end-of-options", remote)
+            else:
+                self.fetch_more("--end-of-options", remote)
+        except GitFailed as exc:
+            if not any(mark in exc.stderr.lower() for mark in _NOT_THERE):
+                raise CommitUnavailable(
+                    f"commit {rev} is not in this clone, and fetching it from {remote} failed: "
+                    f"{_last_line(exc.stderr)}",
+                    hint=f"check that {remote} can be reached, then run the command again",
+                    transient=True,
+                ) from None
+            if by_id and shallow:  # a host that serves branch tips only: the history holds it, if anything
+                try:
+                    self.fetch_more("--unshallow", "--end-of-options", remote)
+                except GitFailed as again:
+                    raise CommitUnavailable(
+                        f"commit {rev} is not in this clone, and fetching the history from {remote} failed: "
+                        f"{_last_line(again.stderr)}",
+                        hint=f"check that {remote} can be reached, then run the command again",
+                        transient=True,
+                    ) from None
+        if self.has_commit(rev):
+            return self.rev_parse(rev)
+        raise CommitUnavailable(
+            f"commit {rev} is not in this clone, and {remote} has no such commit",
+            hint=f"push the branch or tag that holds it to {remote}, or name a commit that {remote} has",
+            transient=False,
+        )
+
+    def merge_base_deepening(self, upstream: str, remote: str, branch: str) -> str:
+        """The merge base of HEAD and `upstream` ("" when they share no commit). A shallow clone that lacks
+        it fetches more of `branch`'s history, `DEEPEN_STEPS` commits at a time, then all of it."""
+        refspec = f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"
+        steps = [*DEEPEN_STEPS, 0]
+        while True:
+            try:
+                return self.git("merge-base", "--end-of-options", "HEAD", upstream)
+            except GitFailed as exc:
+                if exc.status != 1:  # 1: none found; anything else is an error to report
+                    raise
+            if not steps or not self.is_shallow():
+                return ""
+            step = steps.pop(0)
+            self.fetch_more(f"--deepen={step}" if step else "--unshallow", "--end-of-options", remote, refspec)
+
+    def added_in(self, path: str, remote: str = "origin") -> str:
+        """The newest commit of HEAD's history that added `path` ("" when none did). In a shallow clone
+        the oldest commit it holds seems to add every file: history is fetched until the answer is
+        no such commit (`DEEPEN_STEPS`, then all of it)."""
+        for step in (*DEEPEN_STEPS, 0):
+            found = self.git("log", "--diff-filter=A", "--format=%H", "-1", "--", path)
+            if not found or found not in self.shallow_roots():
+                return found
+            if not self.has_remote(remote):
+                raise UsageError(
+                    f"this clone is shallow, so the commit that added {path} is not in it",
+                    hint="fetch the history (git fetch --unshallow) and run the command again",
+                )
+            self.fetch_more(f"--deepen={step}" if step else "--unshallow", "--end-of-options", remote)
+        return self.git("log", "--diff-filter=A", "--format=%H", "-1", "--", path)
 
     def rebase(self, upstream: str) -> list[str]:
         """Replay local commits onto `upstream`; returns the conflicted paths ([] when it finished)."""
@@ -209,7 +366,7 @@ class GitRepo:
     def push(self, remote: str, branch: str) -> bool:
         """Push HEAD to `remote`/`branch`; False when the remote moved on (fetch, rebase, try again)."""
         try:
-            self.git("push", "-q", "--end-of-options", remote, f"HEAD:refs/heads/{branch}")
+            self._run(["push", "-q", "--end-of-options", remote, f"HEAD:refs/heads/{branch}"], timeout=NETWORK_TIMEOUT)
             return True
         except GitFailed as exc:
             text = exc.stderr.lower()
@@ -231,7 +388,7 @@ class GitRepo:
     def archive(self, commit: str, dest: Path, exclude: tuple[str, ...] = ()) -> None:
         """Unpack the tree of `commit` into `dest` (the job package), never the working tree."""
         specs = [".", *(f":(exclude){p}" for p in exclude)]
-        commit = self.rev_parse(commit)  # archive takes no --end-of-options: give it a verified id
+        commit = self.ensure_commit(commit)  # archive takes no --end-of-options: give it a verified id
         data = self._run(["archive", "--format=tar", commit, "--", *specs])
         dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
@@ -260,6 +417,20 @@ class GitFailed(UsageError):
         super().__init__(f"git {' '.join(args)} failed ({status}): {stderr}")
         self.status = status
         self.stderr = stderr
+
+
+class CommitUnavailable(UsageError):
+    """A commit this clone lacks and could not fetch: the remote has none (`transient` False), or it
+    could not be asked now (True: the same request may work on the next run)."""
+
+    def __init__(self, message: str, hint: str, transient: bool) -> None:
+        super().__init__(message, hint=hint)
+        self.transient = transient
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def checkout_origin(path: Path) -> tuple[str, str] | None:
