@@ -25,8 +25,9 @@ import pytest
 
 import tuneplane.report as report
 from tuneplane.ingest import mint_token, series, summary
+from tuneplane.ingest.bodies import points as body_points
 from tuneplane.ingest.gate import Refused, read_body
-from tuneplane.ingest.server import IngestHandler, IngestServer, _points
+from tuneplane.ingest.server import IngestHandler, IngestServer
 
 SECRET = b"w" * 32
 RUN = "run-rows"
@@ -60,7 +61,7 @@ class Recording(IngestHandler):
             seen.bodies.append(form)
         if form == "rows" and not seen.advertise:
             raise Refused(422, "points must be a list")
-        points = _points(body.payload, self.server.limits)
+        points = body_points(body.payload, self.server.limits)
         stored, duplicate = self.server.store.add_points(body.run_id, points, body.payload.get("batch_id"))
         return 200, {"ok": True, "stored": stored, "duplicate": duplicate}
 

@@ -16,7 +16,6 @@ connection threads that are reused (`tuneplane.ingest.workers`), so accepting ne
 from __future__ import annotations
 
 import json
-import math
 import socket
 import sys
 import threading
@@ -28,19 +27,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from tuneplane.ingest import bodies
 from tuneplane.ingest import store as store_mod
 from tuneplane.ingest.gate import SURROGATE, Limits, Refused, authenticate, read_body, storable, token_of
 from tuneplane.ingest.gate import run_id as _run_id
-from tuneplane.ingest.rows import FORMATS_HEADER, rows_points
-from tuneplane.ingest.store import MetricStore, Point, StoreBusy, StoreClosed
+from tuneplane.ingest.rows import FORMATS_HEADER
+from tuneplane.ingest.store import MetricStore, StoreBusy, StoreClosed
 from tuneplane.ingest.workers import Workers
 
-LIFECYCLE_EVENTS = frozenset({"starting", "running", "succeeded", "failed"})
 READ_KINDS = ("summary", "metrics", "hparams")
 EVENT_KINDS = frozenset({"hardware", "observations", "environment/nodes"})
 POST_KINDS = frozenset({"metrics", "hparams", "lifecycle"}) | EVENT_KINDS
-MAX_KEY = 512
-MAX_BATCH_ID = 128
 SWITCH_INTERVAL = 0.001  # seconds; see IngestServer.serve_forever
 __all__ = ["IngestHandler", "IngestServer", "Limits", "Refused", "start_server"]
 
@@ -142,18 +139,18 @@ class IngestHandler(BaseHTTPRequestHandler):
                           close=True)
         body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits)
         payload, run_id = body.payload, body.run_id
-        batch_id = _batch_id(self.headers.get("X-TunePlane-Batch") or payload.get("batch_id"))
+        batch_id = bodies.batch_id(self.headers.get("X-TunePlane-Batch") or payload.get("batch_id"))
         store = self.server.store
         if kind == "metrics":
-            points = _points(payload, self.server.limits)
+            points = bodies.points(payload, self.server.limits)
             stored, duplicate = store.add_points(run_id, points, batch_id)
             return 200, {"ok": True, "stored": stored, "duplicate": duplicate}
         if kind == "hparams":
-            params = _params(payload, self.server.limits)
+            params = bodies.params(payload, self.server.limits)
             stored, duplicate = store.set_hparams(run_id, params, batch_id)
             return 200, {"ok": True, "stored": stored, "duplicate": duplicate}
         if kind == "lifecycle":
-            event, ts = _lifecycle(payload)
+            event, ts = bodies.lifecycle(payload)
             store.add_lifecycle(run_id, event, ts)
             return 200, {"ok": True}
         if not storable(payload):
@@ -196,96 +193,6 @@ def _kind(path: str) -> str:
         if path.startswith(prefix):
             return path[len(prefix):]
     return path
-
-
-def _batch_id(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or len(value) > MAX_BATCH_ID:
-        raise Refused(422, f"batch id must be a string of at most {MAX_BATCH_ID} characters")
-    return value
-
-
-def _points(payload: dict[str, Any], limits: Limits) -> list[Point]:
-    if "blocks" in payload:  # our SDK's compact body (tuneplane.ingest.rows), once we advertised it
-        return rows_points(payload, limits)
-    raw = payload.get("points")
-    if not isinstance(raw, list):
-        raise Refused(422, "points must be a list")
-    if len(raw) > limits.max_points:
-        raise Refused(413, f"{len(raw)} points in one request; the limit is {limits.max_points}")
-    points: list[Point] = []
-    problems: list[str] = []
-    for index, item in enumerate(raw):
-        point = _point(item, index, problems)
-        if point is not None:
-            points.append(point)
-    if problems:
-        message = f"{len(problems)} invalid point(s); nothing from this request was stored"
-        raise Refused(422, message, problems)
-    return points
-
-
-def _point(item: Any, index: int, problems: list[str]) -> Point | None:
-    if not isinstance(item, dict):
-        problems.append(f"points[{index}]: not an object")
-        return None
-    key, step, value, ts = item.get("key"), item.get("step"), item.get("value"), item.get("ts")
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        problems.append(f"points[{index}].key: must be a non-empty string of at most {MAX_KEY} characters")
-        return None
-    if isinstance(step, float) and step.is_integer():
-        step = int(step)
-    if isinstance(step, bool) or not isinstance(step, int) or not -(2**63) <= step < 2**63:
-        problems.append(f"points[{index}].step: must be an integer")
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        problems.append(f"points[{index}].value: must be a finite number")
-        return None
-    if ts is not None and not isinstance(ts, str):
-        problems.append(f"points[{index}].ts: must be an ISO-8601 string")
-        return None
-    for name, text in (("key", key), ("ts", ts)):
-        if text is not None and not storable(text):
-            problems.append(f"points[{index}].{name}: {SURROGATE}")
-            return None
-    rank = item.get("rank")
-    if isinstance(rank, int) and not isinstance(rank, bool):
-        key = f"{key}@rank{rank}"  # all-ranks reporting: one series per rank
-    return key, step, float(value), ts or ""
-
-
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # a JSON integer too large for a float
-        return False
-
-
-def _params(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
-    params = payload.get("params")
-    if not isinstance(params, dict):
-        raise Refused(422, "params must be an object")
-    if len(params) > limits.max_hparams:
-        raise Refused(413, f"{len(params)} hyperparameters in one request; the limit is {limits.max_hparams}")
-    bad = [k for k in params if not k or len(k) > MAX_KEY]
-    if bad:
-        raise Refused(422, "hyperparameter names must be non-empty and short", [repr(k)[:80] for k in bad])
-    unstorable = [k for k, v in params.items() if not storable(k) or not storable(v)]
-    if unstorable:
-        raise Refused(422, f"hyperparameter {SURROGATE}", [ascii(k)[:80] for k in unstorable])
-    return params
-
-
-def _lifecycle(payload: dict[str, Any]) -> tuple[str, str | None]:
-    event, ts = payload.get("event"), payload.get("ts")
-    if event not in LIFECYCLE_EVENTS:
-        raise Refused(422, f"event must be one of {', '.join(sorted(LIFECYCLE_EVENTS))}, got {event!r}")
-    if ts is not None and not isinstance(ts, str):
-        raise Refused(422, "ts must be an ISO-8601 string")
-    if not storable(ts):
-        raise Refused(422, f"ts {SURROGATE}")
-    return event, ts
 
 
 # ── the server ────────────────────────────────────────────────────────────────────────────────
