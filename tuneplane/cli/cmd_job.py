@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from tuneplane.cli.options import Run
+from tuneplane.errors import UsageError
 
 job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
                       no_args_is_help=True, add_completion=False)
@@ -34,8 +35,6 @@ def metrics(
     Keys are shown under the recipe's canonical names (`train/loss`), primary metrics first and
     hardware last; `--key` takes a canonical name or the key as the job logged it (`loss`).
     """
-    from tuneplane.errors import UsageError
-
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
     target = _Target(run)
@@ -44,7 +43,7 @@ def metrics(
     keys = found.select(key or [])
     typer.echo(found.table(keys, width=max(1, width)), nl=False)
     if plot is not None:
-        from tuneplane.gitops.charts import render_svg
+        from tuneplane.gitops.charts import render_svg  # lazy: the chart code loads only with --plot
 
         _write(plot, render_svg(found.series(keys), title=f"run {run}", vocab=found.vocab,
                                 times=found.times(keys)))
@@ -59,7 +58,7 @@ def compare(
         help="SQLite database of the receiver (default: each local run's own store).")] = None,
 ) -> None:
     """Compare runs: each metric's last value per run, and which hyperparameters differ."""
-    from tuneplane.errors import UsageError
+    # lazy: tp builds only the invoked command, so only it pays for the charts and the metrics readers
     from tuneplane.gitops.charts import changed_parameters
     from tuneplane.gitops.runmetrics import compare_svg
 
@@ -105,7 +104,7 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
 
 
 def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:
-    from tuneplane.errors import UsageError
+    # lazy: as above
     from tuneplane.gitops.observe import vocabulary_of
     from tuneplane.gitops.runmetrics import RunMetrics
 
@@ -118,8 +117,6 @@ def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:
 
 
 def _write(path: Path, text: str) -> None:
-    from tuneplane.errors import UsageError
-
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -174,8 +171,6 @@ class _Target:
 def _local_reader(target: _Target, db: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane import ingest
-    from tuneplane.errors import UsageError
-
     path = db or target.store or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")

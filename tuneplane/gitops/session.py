@@ -68,7 +68,7 @@ class Backends:
 
 def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     """Open the lab's repository, clean up after a killed bot, and catch up with the remote."""
-    from tuneplane.gitops.writeback import pull, recover, resolve_target
+    from tuneplane.gitops.writeback import pull, recover, resolve_target  # lazy: not on an idle pass
 
     lab = load_lab(root)
     if lab.settings is None:
@@ -135,7 +135,7 @@ def finish(
     repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo
 ) -> BotReport:
     """Render what changed, commit once, push; the dashboard lists what is waiting and what was refused."""
-    from tuneplane.gitops.writeback import publish
+    from tuneplane.gitops.writeback import publish  # lazy: as above
 
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems

@@ -138,7 +138,7 @@ class _Supervisor:
 
     def _ingest(self, env: dict[str, str]) -> tuple[Callable[[], None], dict[str, str]]:
         """A receiver on 127.0.0.1 for this run only; its token lives in this process's memory."""
-        try:
+        try:  # lazy: the receiver loads only in the supervisor of a run that reports
             from tuneplane.ingest import mint_token, start_server
         except ImportError:
             return (lambda: None), env
