@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from tuneplane.cli.options import Run
+from tuneplane.constants import JOB_TOKEN
 from tuneplane.errors import UsageError
 
 job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
@@ -24,7 +25,7 @@ def metrics(
         help="Read from a receiver at this URL instead of a database.")] = None,
     db: Annotated[Path | None, typer.Option(
         help="SQLite database of the receiver (default .tuneplane/ingest.sqlite).")] = None,
-    token: Annotated[str | None, typer.Option(envvar="TUNEPLANE_JOB_TOKEN",
+    token: Annotated[str | None, typer.Option(envvar=JOB_TOKEN,
                                               help="Run token for --endpoint.")] = None,
     secret_file: Annotated[Path | None, typer.Option(
         help="Mint the run token for --endpoint from this secret.")] = None,
@@ -141,7 +142,6 @@ class _Target:
     def __init__(self, run: str) -> None:
         # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.backends.local import DB
-        from tuneplane.errors import UsageError
         from tuneplane.lab.load import find_lab_root
         from tuneplane.lab.runs import find_run, read_request, read_status
 
@@ -181,7 +181,6 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
 
 def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.errors import UsageError
     from tuneplane.ingest import client, load_secret, mint_token
 
     if secret_file is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.observe import apply_observation, backend_ref, vocabulary_of, with_artifacts, with_metrics
 from tuneplane.gitops.record import Batch
@@ -78,7 +78,7 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
         obs = Observation(phase="Unknown", message=f"could not observe the run: {exc}")
     if status.phase not in TERMINAL:
         return apply_observation(status, obs, now)
-    if obs.phase in ("Pending", "Running"):
+    if obs.phase in UNDER_WAY:
         return corrected(status, obs, now, ref.backend)
     if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
         batch.ledger.active.pop(str(key), None)

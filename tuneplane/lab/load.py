@@ -6,6 +6,7 @@ import os
 from functools import cached_property
 from pathlib import Path
 
+from tuneplane.constants import USER_ENV
 from tuneplane.lab.fs import LAB_FILE as LAB_FILE  # re-exported: callers import them from here
 from tuneplane.lab.fs import LEGACY_LAB_FILE as LEGACY_LAB_FILE
 from tuneplane.lab.fs import find_lab_root as find_lab_root
@@ -151,4 +152,4 @@ def _legacy_lab(root: Path) -> Lab:
 
 
 def storage_user(lab: Lab) -> str:
-    return lab.config.cluster.user or os.environ.get("TUNEPLANE_USER") or os.environ.get("USER") or "user"
+    return lab.config.cluster.user or os.environ.get(USER_ENV) or os.environ.get("USER") or "user"

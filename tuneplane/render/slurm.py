@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneplane.constants import CONFIG_ERROR_EXIT, HF_TOKEN, JOB_TOKEN
+from tuneplane.constants import CONFIG_ERROR_EXIT, GPUS_PER_NODE_ENV, HF_TOKEN, JOB_TOKEN, NUM_NODES_ENV
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, SlurmProfile, SlurmSettings
@@ -35,8 +35,8 @@ STATE_DIR = ".tuneplane/slurm"  # under the run dir: started/exit markers, the j
 TOKEN_FILE = ".tuneplane/secrets/job-token"  # under the run dir, mode 0600
 LAUNCH_DOCUMENT = ".tuneplane/jobspec.slurm.json"  # under the work dir; the script fills it in
 RUNTIME_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-                         "TUNEPLANE_CLUSTER_NUM_NODES",
-                         "TUNEPLANE_CLUSTER_GPUS_PER_NODE"})  # the script sets these from the allocation
+                         NUM_NODES_ENV,
+                         GPUS_PER_NODE_ENV})  # the script sets these from the allocation
 COMMENT_PREFIX = "tuneplane-run="
 
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9._:/%+=,@-]+$")
