@@ -16,6 +16,7 @@ Finding the lab (`find_lab_root`) lives here too, so a command that only needs t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -43,6 +44,15 @@ class LoadFailed(Exception):
 
 def _refuse(rel: str, rule: str, message: str, hint: str, line: int = 0) -> LoadFailed:
     return LoadFailed(Problem(rel, line, 1 if line else 0, rule, message, hint=hint))
+
+
+def unreadable(rel: str, exc: OSError) -> LoadFailed:
+    """Why a file could not be read, with the fix that fits the reason (a missing file is no permission issue)."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return _refuse(rel, "unreadable", "no such file", "check the path: is it spelled as the lab has it?")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions")
+    return _refuse(rel, "unreadable", f"cannot read file: {exc.strerror or exc}", "check the file and its folder")
 
 
 def _kind(mode: int) -> str:
@@ -94,7 +104,7 @@ def check_entry(path: Path, root: Path | None = None, rel: str | None = None) ->
     try:
         link = os.lstat(path)
     except OSError as exc:
-        raise _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions") from None
+        raise unreadable(rel, exc) from None
     is_link = stat.S_ISLNK(link.st_mode)
     if root is not None:
         _check_links(Path(path), Path(root), rel, is_link)
@@ -137,7 +147,7 @@ def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions") from None
+        raise unreadable(rel, exc) from None
     chunks: list[bytes] = []
     try:
         st = os.fstat(fd)
@@ -150,7 +160,7 @@ def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        raise _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions") from None
+        raise unreadable(rel, exc) from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
