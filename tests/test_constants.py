@@ -89,3 +89,4 @@ def test_sets_of_phases_are_the_constants() -> None:
     assert constants.TERMINAL | constants.UNDER_WAY | {"Submitted"} == PHASES
     assert constants.RAN_TO_END < constants.TERMINAL
     assert set(get_args(constants.ObservedPhase)) == PHASES - {"Submitted"} | {"Unknown"}
+

@@ -99,11 +99,11 @@ def _live(data: dict[str, Any]) -> dict[str, Any]:
         return data
     # lazy: only a listing with a local run still going loads the backend
     from tuneplane.backends.base import BackendRef
-    from tuneplane.backends.local import LocalBackend
+    from tuneplane.backends.factory import run_dir_backend
 
     ref = BackendRef(backend="local", kind=str(backend.get("kind", "")), name=str(backend.get("name", "")),
                      namespace=str(backend["namespace"]), uid=str(backend.get("uid", "")))
-    obs = LocalBackend(Path(str(backend["namespace"]))).observe(ref)
+    obs = run_dir_backend(Path(str(backend["namespace"]))).observe(ref)
     return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
 
 
