@@ -15,7 +15,7 @@ from tuneplane.lab.layout import experiment_index, layout_problems
 from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
-from tuneplane.models.lab import LabFile
+from tuneplane.models.lab import LAB_API, LabFile
 from tuneplane.problems import Problem, Severity, close_matches
 from tuneplane.runtime.records import Record
 
@@ -43,7 +43,7 @@ class Lab(Record):
         """The settings; a lab whose file is broken gets the defaults so other checks can still run."""
         if self.settings is not None:
             return self.settings
-        return LabFile.model_validate({"apiVersion": "tuneplane/project/v1", "name": "lab"})
+        return LabFile.model_validate({"apiVersion": LAB_API, "name": "lab"})
 
     def experiments_dir(self) -> Path:
         """The first experiment root: where `tp new` puts an experiment."""
@@ -103,13 +103,13 @@ def _version_first(doc: Doc) -> list[Problem]:
     if not isinstance(doc.data, dict):
         return [doc.problem("", "lab-schema", "tuneplane.yaml must be a mapping of settings")]
     api = doc.data.get("apiVersion")
-    if api == "tuneplane/project/v1":
+    if api == LAB_API:
         return []
     if isinstance(api, str) and api.startswith("tuneplane/project/"):
         return [doc.problem("/apiVersion", "lab-version", f"this lab uses {api}, newer than this tp understands",
                             hint="upgrade tuneplane: pip install -U tuneplane")]
-    return [doc.problem("/apiVersion", "lab-version", f"apiVersion must be tuneplane/project/v1 (got {api!r})",
-                        hint="set `apiVersion: tuneplane/project/v1`")]
+    return [doc.problem("/apiVersion", "lab-version", f"apiVersion must be {LAB_API} (got {api!r})",
+                        hint=f"set `apiVersion: {LAB_API}`")]
 
 
 def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:

@@ -102,15 +102,6 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
     )
 
 
-def sbatch_directives(spec: JobSpec, settings: SlurmSettings) -> list[str]:
-    return [_directive(option, value, where) for option, value, where in directive_items(spec, settings)]
-
-
-def directive_sources(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
-    """sbatch option → the setting it comes from (for refusals that name what to change)."""
-    return {option: where for option, _value, where in directive_items(spec, settings)}
-
-
 def directive_items(spec: JobSpec, settings: SlurmSettings) -> list[tuple[str, str, str]]:
     res, paths = spec.spec.resources, spec.spec.paths
     profile = settings.profiles.get(res.profile, SlurmProfile())
