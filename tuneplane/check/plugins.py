@@ -18,7 +18,7 @@ from typing import Any
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.modelparse import Refine, parse_model
-from tuneplane.lab.yamlio import Doc, LoadFailed, escape, parse_yaml
+from tuneplane.lab.yamlio import Doc, LoadFailed, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
 from tuneplane.problems import Problem, Severity
 
@@ -35,10 +35,6 @@ MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
 SOURCE_LIMIT = 4 * fs.MAX_BYTES
 FILE_LIMIT = 16 * 1024 * 1024  # any one file of a plugin
-
-
-def escape_key(key: str) -> str:
-    return escape(key)
 
 
 def positioned_doc(text: str, file: str) -> Doc:
