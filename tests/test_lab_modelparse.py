@@ -285,3 +285,15 @@ def test_a_missing_required_key_is_named_with_a_fix(kind: str, old: str, key: st
     problem = next((p for p in problems if key in p.message), problems[0])
     assert f"missing required key {key!r}" in problem.message, problems
     assert problem.line >= 1 and problem.hint, problem
+
+
+@pytest.mark.parametrize(("flag", "value", "form"), [
+    ("--profile", "h200:abc", "profile: NAME or NAME:TOTAL_GPUS"),
+    ("--run-id", "../x", "run_id: UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex digits>"),
+])
+def test_a_flag_of_the_wrong_form_is_told_its_form(lab: Path, tp: Callable[..., object], flag: str, value: str,
+                                                   form: str) -> None:
+    result = tp("render", "exp", "--profile", "local", flag, value)
+    assert result.code == 2  # type: ignore[attr-defined]
+    assert f"the command line: {flag[2:].replace('-', '_')}:" in result.output  # type: ignore[attr-defined]
+    assert f"hint: {form}" in result.output and "tp render --help" in result.output  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from tuneplane.problems import Problem, close_matches
 
 M = TypeVar("M", bound=BaseModel)
 _DID_YOU_MEAN = "did you mean "
+_SCHEMAS = "the JSON Schema in schemas/"  # the generic pointer, left out where a better hint is given
 # A file kind's own advice: the pydantic error and the problem the converter made of it → the problem to report.
 Refine = Callable[[Any, Problem], Problem]
 
@@ -75,8 +76,9 @@ def first_problem_error(problems: list[Problem], fallback_hint: str = "", prefix
 
 
 def _spelling_and(problem: Problem, hint: str) -> str:
-    spelling = problem.hint if problem.hint.startswith(_DID_YOU_MEAN) else ""
-    return "; ".join(h for h in (spelling, hint) if h)
+    """The problem's own hint when it is about this key (a spelling, the field's form), then `hint`."""
+    own = problem.hint if problem.hint and _SCHEMAS not in problem.hint else ""
+    return "; ".join(h for h in (own, hint) if h)
 
 
 def _more(problems: list[Problem]) -> str:
@@ -91,10 +93,26 @@ def _to_problem(model: type[BaseModel], doc: Doc, err: Any, rule: str, base: str
     if kind == "extra_forbidden":
         message, hint = f"unknown key {field!r}", unknown_key_hint(str(loc[-1]), known_keys(model, loc[:-1]))
     elif kind == "missing":
-        message, hint = f"missing required key {field!r}", "add it; see the JSON Schema in schemas/"
+        message, hint = f"missing required key {field!r}", f"add it; see {_SCHEMAS}"
     else:
-        message, hint = f"{field}: {error_reason(err)}", value_hint(err, str(loc[-1]) if loc else "")
+        key = str(loc[-1]) if loc else ""
+        described = field_description(model, loc)
+        message, hint = f"{field}: {error_reason(err)}", value_hint(err, key, described)
     return doc.problem(pointer, rule, message, hint=hint)
+
+
+def field_description(model: type[BaseModel], loc: list[Any]) -> str:
+    """The description the model gives the field at `loc` ("NAME or NAME:TOTAL_GPUS."), or ""."""
+    if not loc:
+        return ""
+    parents: list[Any] = [model]
+    for part in loc[:-1]:
+        parents = [t for here in parents for t in _step(here, part)]
+    for parent in (m for here in parents for m in _models_in(here)):
+        for name, info in parent.model_fields.items():
+            if loc[-1] in (name, info.alias) and info.description:
+                return info.description.rstrip(".")
+    return ""
 
 
 def error_reason(err: Any) -> str:
@@ -113,20 +131,22 @@ _WRITE = {  # what a value of each kind is written as, by the error type pydanti
 }
 
 
-def value_hint(err: Any, key: str) -> str:
-    """How to write the value a wrong-value error is about; never empty."""
+def value_hint(err: Any, key: str, described: str = "") -> str:
+    """How to write the value a wrong-value error is about (the field's own description first); never empty."""
     kind = str(err["type"])
     context = err.get("ctx") or {}
     if kind == "string_type" and isinstance(err.get("input"), int | float) and not isinstance(err["input"], bool):
         return f"quote it: {key}: \"{err['input']}\""
     if kind in ("literal_error", "enum") and "expected" in context:
         return f"write one of {context['expected']}"
+    if described and (kind == "string_pattern_mismatch" or kind.endswith(("_type", "_parsing"))):
+        return f"{key}: {described}"
     if kind == "string_pattern_mismatch":
-        return "write it in the form the JSON Schema in schemas/ gives for this key"
+        return f"write it in the form {_SCHEMAS} gives for this key"
     for prefix, what in _WRITE.items():
         if kind.startswith(prefix + "_"):
             return "write " + what.format(key=key or "key")
-    return "see the JSON Schema in schemas/ for what this key takes"
+    return f"see {_SCHEMAS} for what this key takes"
 
 
 def unknown_key_hint(key: str, known: list[str]) -> str:
@@ -135,7 +155,7 @@ def unknown_key_hint(key: str, known: list[str]) -> str:
         return f"{_DID_YOU_MEAN}{close[0]!r}?"
     if known:
         return f"known keys here: {', '.join(sorted(known))}"
-    return "remove it, or check its spelling against the JSON Schema in schemas/"
+    return f"remove it, or check its spelling against {_SCHEMAS}"
 
 
 def known_keys(model: type[BaseModel], loc: list[Any]) -> list[str]:

@@ -30,7 +30,8 @@ class RunRequest(Strict):
     api_version: Literal["tuneplane/run/v1"] = Field(RUN_API, alias="apiVersion")
     kind: Literal["RunRequest"] = "RunRequest"
     experiment: str = Field(pattern=NAME_RE)
-    run_id: str = Field(pattern=RUN_ID_RE, description="Sorts by time; unique without coordination.")
+    run_id: str = Field(pattern=RUN_ID_RE, description="UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex "
+                        "digits>; sorts by time, unique without coordination.")
     operation: Literal["train", "export", "eval"] = "train"
     profile: str = Field(pattern=PROFILE_RE, description="NAME or NAME:TOTAL_GPUS.")
     image: str = ""
