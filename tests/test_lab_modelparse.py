@@ -297,3 +297,14 @@ def test_a_flag_of_the_wrong_form_is_told_its_form(lab: Path, tp: Callable[..., 
     assert result.code == 2  # type: ignore[attr-defined]
     assert f"the command line: {flag[2:].replace('-', '_')}:" in result.output  # type: ignore[attr-defined]
     assert f"hint: {form}" in result.output and "tp render --help" in result.output  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args", [("validate",), ("render", "exp", "--profile", "local"), ("bot", "reconcile")])
+def test_a_broken_tuneplane_yaml_stops_every_command_at_its_place(lab: Path, tp: Callable[..., object],
+                                                                  args: tuple[str, ...]) -> None:
+    """One helper (`Lab.require_settings`) words it for tp validate, tp render and the bot alike."""
+    (lab / "tuneplane.yaml").write_text("apiVersion: tuneplane/project/v1\nname: x\nprofiles: [1\n")
+    result = tp(*args)
+    assert result.code == 2, result.output  # type: ignore[attr-defined]
+    assert "tuneplane.yaml:4:1: not valid YAML" in result.output  # type: ignore[attr-defined]
+    assert "hint: " in result.output and "Traceback" not in result.output  # type: ignore[attr-defined]

@@ -71,12 +71,7 @@ def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     from tuneplane.gitops.writeback import pull, recover, resolve_target  # lazy: not on an idle pass
 
     lab = load_lab(root)
-    if lab.settings is None:
-        first = lab.problems[0] if lab.problems else None
-        raise UsageError(
-            f"the lab settings cannot be read: {first.message if first else 'tuneplane.yaml'}",
-            hint="run `tp validate` and fix tuneplane.yaml",
-        )
+    lab.require_settings()
     repo = GitRepo(lab.root)
     repo.ensure_identity()
     recover(repo)

@@ -7,12 +7,13 @@ from functools import cached_property
 from pathlib import Path
 
 from tuneplane.constants import USER_ENV
+from tuneplane.errors import UsageError
 from tuneplane.lab.fs import LAB_FILE as LAB_FILE  # re-exported: callers import them from here
 from tuneplane.lab.fs import LEGACY_LAB_FILE as LEGACY_LAB_FILE
 from tuneplane.lab.fs import find_lab_root as find_lab_root
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import experiment_index, layout_problems
-from tuneplane.lab.modelparse import parse_model
+from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.lab import LAB_API, LabFile
@@ -37,6 +38,16 @@ class Lab(Record):
     @property
     def name(self) -> str:
         return self.settings.name if self.settings else self.root.name
+
+    def require_settings(self) -> LabFile:
+        """The settings, or the error a command raises when tuneplane.yaml cannot be used: its first
+        problem at its place (the bot's log and a person's terminal say the same)."""
+        if self.settings is not None:
+            return self.settings
+        if not self.problems:
+            raise UsageError(f"the lab settings cannot be read: {LAB_FILE}", hint="run `tp validate`")
+        raise first_problem_error(self.problems, "run `tp validate` for every problem",
+                                  prefix="the lab settings cannot be read: ")
 
     @property
     def config(self) -> LabFile:
