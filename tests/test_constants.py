@@ -90,3 +90,10 @@ def test_sets_of_phases_are_the_constants() -> None:
     assert constants.RAN_TO_END < constants.TERMINAL
     assert set(get_args(constants.ObservedPhase)) == PHASES - {"Submitted"} | {"Unknown"}
 
+
+
+def test_scalar_is_written_once() -> None:
+    """`Scalar` (a `--set` value, a rule's `in:` list) is `constants.Scalar`, not the union spelled again."""
+    spelled = [f"{rel}:{node.lineno}" for rel, tree in _developer_side() for node in ast.walk(tree)
+               if isinstance(node, ast.BinOp) and ast.unparse(node) == "bool | int | float | str"]
+    assert not spelled, spelled
