@@ -68,8 +68,8 @@ def validate_or_raise(model: type[M], data: Any, where: str, hint: str) -> M:
 def first_problem_error(problems: list[Problem], fallback_hint: str = "", prefix: str = "", *,
                         always: bool = False) -> UsageError:
     """The exception a command raises for problems: the first at its place, and how many more there are.
-    The hint is the problem's own, else `fallback_hint`; with `always`, the fallback stays beside a
-    "did you mean" (a file only the bot writes is restored, not edited)."""
+    The hint is the problem's own, else `fallback_hint`; with `always`, the fallback stays beside the
+    problem's own hint (a file only the bot writes is restored, not edited)."""
     first = problems[0]
     hint = _spelling_and(first, fallback_hint) if always else first.hint or fallback_hint
     return UsageError(f"{prefix}{first.location()}: {first.message}{_more(problems)}", hint=hint)
