@@ -268,7 +268,7 @@ class _Submitter:
     def _unavailable(self, key: RunKey, request: RunRequest, exc: CommitUnavailable, now: str) -> None:
         """A pinned commit this clone lacks and could not fetch: retried later when the remote could not
         be asked, refused (with the request, the commit and the fix) when it has no such commit."""
-        from tuneplane.gitops.writeback import refused_status
+        from tuneplane.gitops.writeback import refused_status  # lazy: writeback loads only when a status is written
 
         if exc.transient:
             self.left.append(key)  # no status: the request stays new, and its experiment unhandled
