@@ -113,3 +113,51 @@ def test_report_sdk_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out, out
+
+
+def _import_groups(tree: ast.AST) -> list[tuple[list[ast.stmt], ast.stmt]]:
+    """Each run of import statements inside a function, with the statement whose comments may give the
+    reason: the run itself, or the `try:` around it (`try: import x` / `except ImportError: import y`)."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    groups: list[tuple[list[ast.stmt], ast.stmt]] = []
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for node in {inner for fn in functions for inner in ast.walk(fn) if inner is not fn} | set(functions):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if not isinstance(body, list):
+                continue
+            run: list[ast.stmt] = []
+            for stmt in [*body, None]:
+                if isinstance(stmt, ast.Import | ast.ImportFrom):
+                    run.append(stmt)
+                    continue
+                if run:
+                    holder = parents.get(node) if isinstance(node, ast.ExceptHandler) else node
+                    in_try = isinstance(holder, ast.Try) and body[0] is run[0]
+                    groups.append((run, holder if in_try else run[0]))  # type: ignore[arg-type]
+                run = []
+    return groups
+
+
+def _reason_given(lines: list[str], run: list[ast.stmt], anchor: ast.stmt) -> bool:
+    text = lines[run[0].lineno - 1:run[-1].end_lineno or run[-1].lineno]
+    text.append(lines[anchor.lineno - 1])
+    for first in {run[0].lineno, anchor.lineno}:
+        above = first - 2
+        while above >= 0 and lines[above].strip().startswith("#"):
+            text.append(lines[above])
+            above -= 1
+    return any("# lazy:" in line for line in text)
+
+
+def test_every_function_level_import_says_why():
+    """A function-level import protects start-up time (or waits for an optional package): one short
+    `# lazy: <reason>` comment on it or just above says so; anything else belongs at the top."""
+    missing = []
+    for path in sorted(PKG.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        for run, anchor in _import_groups(ast.parse(source)):
+            if not _reason_given(lines, run, anchor):
+                missing.append(f"{path.relative_to(PKG.parent)}:{run[0].lineno}: {lines[run[0].lineno - 1].strip()}")
+    assert not missing, "function-level imports without a `# lazy: <reason>` comment:\n" + "\n".join(missing)

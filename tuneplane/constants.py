@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1  # the command ran and found problems (validate), or the operation failed
 EXIT_USAGE = 2  # bad arguments or a file that cannot be parsed
 EXIT_INTERNAL = 3  # a bug in tp: the traceback is shown
+EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT
 # EX_CONFIG from sysexits.h: the launcher's exit code for a job whose configuration is wrong; a
 # backend seeing it knows that retrying cannot help.
 CONFIG_ERROR_EXIT = 78
@@ -32,8 +33,9 @@ class RenderFormat(StrEnum):
 PREVIEW_RUN_ID = "00000000-000000-000000"  # a run not requested yet renders under this fixed id
 
 Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
-PHASES: tuple[Phase, ...] = ("Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
+UNDER_WAY: frozenset[str] = frozenset({"Pending", "Running"})  # the backend has it, and it has not ended
+RAN_TO_END: frozenset[str] = frozenset({"Succeeded", "Failed"})  # ended by itself, not cancelled
 # What a backend may report: a phase (never `Submitted`, which only the bot writes) or that it cannot tell.
 ObservedPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"]
 _OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
@@ -43,12 +45,24 @@ def observed_phase(text: str) -> ObservedPhase:
     """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
     return typing.cast(ObservedPhase, text) if text in _OBSERVED else "Unknown"
 
-# The environment contract's names that more than one layer reads or writes (CONTRACT §6).
+# The environment contract's names that more than one developer-side module reads or writes
+# (CONTRACT §6); a name only `plan.environment` writes stays there. The job side (the SDK, the
+# collector) spells the ones it reads itself, to stay a few milliseconds to import.
 ENV_PREFIX = "TUNEPLANE_"
 JOB_TOKEN = "TUNEPLANE_JOB_TOKEN"
+JOB_ENABLED = "TUNEPLANE_JOB_ENABLED"
+JOB_ENDPOINT = "TUNEPLANE_JOB_ENDPOINT"
+JOB_RUN_ID = "TUNEPLANE_JOB_RUN_ID"
 HF_TOKEN = "HF_TOKEN"
 INGEST_SECRET_ENV = "TUNEPLANE_INGEST_SECRET"
 STORAGE_ROOT_ENV = "TUNEPLANE_STORAGE_ROOT"
+WORK_DIR_ENV = "TUNEPLANE_WORK_DIR"
+RUN_DIR_ENV = "TUNEPLANE_RUN_DIR"
+OUT_DIR_ENV = "TUNEPLANE_OUT_DIR"
+NODE_RANK_ENV = "TUNEPLANE_NODE_RANK"
+NUM_NODES_ENV = "TUNEPLANE_CLUSTER_NUM_NODES"
+GPUS_PER_NODE_ENV = "TUNEPLANE_CLUSTER_GPUS_PER_NODE"
+USER_ENV = "TUNEPLANE_USER"
 
 
 def utc_now() -> str:

@@ -5,11 +5,13 @@ Exit codes: 0 ok, 1 problems found, 2 usage or parse failure, 3 internal bug.
 
 from __future__ import annotations
 
+from tuneplane.constants import EXIT_PROBLEMS, EXIT_USAGE
+
 
 class TunePlaneError(Exception):
     """A failure the user can fix. `hint` says how."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
@@ -27,10 +29,10 @@ class UsageError(TunePlaneError):
 class ProblemsFound(TunePlaneError):
     """Validation found errors; the problems were already reported: exit 1."""
 
-    exit_code = 1
+    exit_code = EXIT_PROBLEMS
 
 
 class RunFailed(TunePlaneError):
     """A run ended in a failed phase: exit 1."""
 
-    exit_code = 1
+    exit_code = EXIT_PROBLEMS

@@ -10,9 +10,11 @@ bounds, choices, docs), and refresh the others. Every scaffolded YAML file names
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.schemarefs import config_schema_rel, schema_rel
 
 LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock", "experiment")
@@ -68,8 +70,6 @@ def dumps(schema: dict[str, Any]) -> str:
 
 def packaged_schemas() -> dict[str, str]:
     """The lab's file schemas as this tp ships them: `{relative path in the lab: text}`."""
-    from importlib.resources import files
-
     base = files("tuneplane._data.schemas")
     return {schema_rel(kind).as_posix(): base.joinpath(f"{kind}.schema.json").read_text(encoding="utf-8")
             for kind in LAB_SCHEMAS}
@@ -77,8 +77,6 @@ def packaged_schemas() -> dict[str, str]:
 
 def write_schemas(root: Path, recipes: dict[str, Any]) -> list[str]:
     """Write the file schemas and the config schema of each `{method: recipe}`; returns what changed."""
-    from tuneplane.lab.fs import atomic_write
-
     files = packaged_schemas()
     files.update({config_schema_rel(m).as_posix(): dumps(config_schema(m, r)) for m, r in recipes.items()
                   if r.params})

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from ruamel.yaml import YAML
 from tuneplane.author.scaffold import lab_files
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.fs import file_mode
+from tuneplane.lab.fs import atomic_write_all
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
 from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.starforge import ENV_RENAMES, find_uses, rewrite
@@ -190,21 +189,6 @@ def _code(root: Path, path: Path, plan: MigrationPlan) -> None:
 
 def apply(root: Path, plan: MigrationPlan) -> None:
     """Write every new file beside its target, then rename all into place; delete last."""
-    staged: list[tuple[str, Path]] = []
-    try:
-        for rel, text in plan.writes.items():
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".migrating", dir=target.parent)
-            os.fchmod(fd, file_mode(target))
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-            staged.append((tmp, target))
-    except BaseException:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    for tmp, target in staged:
-        os.replace(tmp, target)
+    atomic_write_all({root / rel: text for rel, text in plan.writes.items()})
     for rel in plan.deletes:
         (root / rel).unlink(missing_ok=True)

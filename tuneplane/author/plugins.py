@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane import __version__
+from tuneplane.author.editor import write_schemas
 from tuneplane.check.plugin_locks import check_lock_text, parse_plugins_lock
 from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
 from tuneplane.errors import UsageError
@@ -99,8 +100,6 @@ def _schema_line(plugin_dir: Path) -> str:
     root = next((p for p in here.parents if (p / "tuneplane.yaml").is_file()), None)
     if root is None:
         return ""
-    from tuneplane.author.editor import write_schemas
-
     write_schemas(root, {})  # a lab made by an older tp may not have them yet
     return comment_line((here / MANIFEST_FILE).relative_to(root).as_posix(), schema_rel("plugin")) + "\n"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,14 +33,12 @@ class ToolSource:
 
     @property
     def comment_lines(self) -> list[str]:
-        import textwrap
-
         return textwrap.wrap(self.comment, width=96, break_long_words=False, break_on_hyphens=False)
 
 
 def installed_source(version: str) -> ToolSource:
     """The source of the running `tp`, from its distribution metadata."""
-    from importlib import metadata
+    from importlib import metadata  # lazy: distribution metadata is read only for the running tp's source
 
     try:
         dist = metadata.distribution(DIST)
@@ -93,7 +92,7 @@ def tool_source(direct: dict[str, Any] | None, version: str, origin: tuple[str, 
 
 def explicit_source(requirement: str) -> ToolSource:
     """`tp init --tool-requirement`: checked as a PEP 508 requirement naming this distribution."""
-    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.requirements import InvalidRequirement, Requirement  # lazy: packaging's parser costs ~25 ms
 
     try:
         parsed = Requirement(requirement)
@@ -114,7 +113,7 @@ def _reachable(url: str) -> bool:
 
 def _checkout_origin(direct: dict[str, Any]) -> tuple[str, str] | None:
     """(origin URL, HEAD commit) of the local directory tp was installed from, when it is a checkout."""
-    from tuneplane.lab.gitrepo import checkout_origin
+    from tuneplane.lab.gitrepo import checkout_origin  # lazy: only a source checkout is asked about git
 
     path = Path(unquote(urlparse(str(direct.get("url", ""))).path))
     return checkout_origin(path) if (path / ".git").exists() else None

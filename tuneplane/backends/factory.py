@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import Backend
-from tuneplane.lab.load import Lab
-from tuneplane.plan.resolve import storage_root
 
 if TYPE_CHECKING:
     from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.lab.load import Lab
 
 
 @dataclass(frozen=True)
@@ -38,10 +37,19 @@ def local_lab(lab: Lab) -> Lab:
 
 def local_backend(lab: Lab) -> LocalBackend:
     """This machine's backend, with the lab's local storage root."""
+    # lazy: only local runs pay for it; the storage root's rules come with the pipeline (~200 ms)
+    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.plan.resolve import storage_root
+
+    return LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
+
+
+def run_dir_backend(run_dir: Path) -> LocalBackend:
+    """A local backend that reads one run by its own directory: a listing needs no lab loaded for it."""
     # lazy: only local runs pay for it
     from tuneplane.backends.local.backend import LocalBackend
 
-    return LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
+    return LocalBackend(run_dir)
 
 
 def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Backend:

@@ -9,14 +9,11 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import ValidationError
 
 from tuneplane.check.plugins import (
     NO_ALGORITHM_FRAMEWORKS,
     FileCtx,
     display_path,
-    error_reason,
-    escape_key,
     load_plugin_manifest,
     positioned_doc,
     top_level_modules,
@@ -25,6 +22,7 @@ from tuneplane.check.plugins import (
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.layout import plugin_dir as plugin_path
+from tuneplane.lab.modelparse import Refine, parse_model
 from tuneplane.lab.yamlio import LoadFailed, parse_json
 from tuneplane.models.plugin import LOCK_API, LOCK_FILE, MANIFEST_FILE, PluginManifest, PluginsLock, PluginsLockEntry
 from tuneplane.problems import Problem, Severity
@@ -34,33 +32,29 @@ from tuneplane.runtime.digest import DigestError, tree_digest
 def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[Problem]]:
     """Parse plugins.lock.json text; every problem placed at its line and column."""
     try:
-        data = parse_json(text, file).data  # strict: duplicate keys, NaN and deep nesting refused
+        doc = parse_json(text, file)  # strict: duplicate keys, NaN and deep nesting refused
     except LoadFailed as exc:
         if exc.problem.rule != "json-syntax":
             return None, [exc.problem]
         return None, [exc.problem.replace(rule="plugins-lock-parse", hint="rewrite it with `tp plugin lock`")]
     ctx = FileCtx(file, positioned_doc(text, file))
-    try:
-        lock = PluginsLock.model_validate(data)
-    except ValidationError as exc:
-        return None, [_lock_problem(err, ctx) for err in exc.errors()]
-    return lock, list(_lock_order(lock, ctx))
+    lock, problems = parse_model(PluginsLock, doc, "plugins-lock-schema", refine=_lock_refiner(ctx))
+    return (None, problems) if lock is None else (lock, list(_lock_order(lock, ctx)))
 
 
-def _lock_problem(err: Any, ctx: FileCtx) -> Problem:
-    loc = [str(p) for p in err["loc"]]
-    pointer = "".join(f"/{escape_key(p)}" for p in loc)
-    where = ".".join(loc) or LOCK_FILE
-    if err["type"] == "extra_forbidden":
-        return ctx.problem(pointer, "plugins-lock-schema", f"unknown key {where!r}",
-                           "a lock entry has only id, version and digest", key=True)
-    if err["type"] == "missing":
-        return ctx.problem(pointer, "plugins-lock-schema", f"missing key {where!r}",
-                           "rewrite the entry with `tp plugin lock`")
-    hint = f"apiVersion is {LOCK_API}" if loc == ["apiVersion"] else "rewrite the entry with `tp plugin lock`"
-    if loc[-1:] == ["id"]:
-        hint = "ids are <owner>/<name>"
-    return ctx.problem(pointer, "plugins-lock-schema", f"{where}: {error_reason(err)}", hint)
+def _lock_refiner(ctx: FileCtx) -> Refine:
+    """The converter's problems, rule `plugins-lock-schema`, with how a lock is mended; a wrong value at the value."""
+    def refine(err: Any, problem: Problem) -> Problem:
+        loc = [str(p) for p in err["loc"]]
+        if err["type"] in ("extra_forbidden", "missing"):
+            mend = problem.hint if err["type"] == "extra_forbidden" else "rewrite the entry with `tp plugin lock`"
+            return ctx.problem(problem.pointer, "plugins-lock-schema", problem.message, mend,
+                               key=err["type"] == "extra_forbidden")
+        hint = f"apiVersion is {LOCK_API}" if loc == ["apiVersion"] else "rewrite the entry with `tp plugin lock`"
+        if loc[-1:] == ["id"]:
+            hint = "ids are <owner>/<name>"
+        return ctx.problem(problem.pointer, "plugins-lock-schema", problem.message, hint)
+    return refine
 
 
 def _lock_order(lock: PluginsLock, ctx: FileCtx) -> Iterator[Problem]:

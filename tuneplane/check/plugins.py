@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
-from tuneplane.lab.yamlio import Doc, LoadFailed, escape, parse_yaml
+from tuneplane.lab.modelparse import Refine, parse_model
+from tuneplane.lab.yamlio import Doc, LoadFailed, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
 from tuneplane.problems import Problem, Severity
 
@@ -36,10 +35,6 @@ MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
 SOURCE_LIMIT = 4 * fs.MAX_BYTES
 FILE_LIMIT = 16 * 1024 * 1024  # any one file of a plugin
-
-
-def escape_key(key: str) -> str:
-    return escape(key)
 
 
 def positioned_doc(text: str, file: str) -> Doc:
@@ -93,12 +88,10 @@ def _parse_manifest(text: str, ctx: FileCtx) -> tuple[PluginManifest | None, lis
     if schema in LEGACY_SCHEMAS:
         data, warning = _from_legacy(data, ctx)
         problems.append(warning)
-    try:
-        manifest = PluginManifest.model_validate(data)
-    except ValidationError as exc:
-        errors = [e for e in exc.errors() if not _explained_elsewhere(e, data)]
-        return None, problems + [_schema_problem(err, ctx) for err in errors]
-    return manifest, problems
+    manifest, found = parse_model(PluginManifest, Doc(ctx.file, data, ctx.doc.positions, ctx.doc.text,
+                                                       ctx.doc.values), "plugin-schema",
+                                  refine=_schema_refiner(ctx))
+    return manifest, problems + [p for p in found if not _explained_elsewhere(p, data)]
 
 
 def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, Any] | None, list[Problem]]:
@@ -139,47 +132,30 @@ def _from_legacy(data: dict[str, Any], ctx: FileCtx) -> tuple[dict[str, Any], Pr
     return data, warning
 
 
-_ALLOWED_KEYS = ", ".join(f.alias or n for n, f in PluginManifest.model_fields.items())
 
 
-def _explained_elsewhere(err: Any, data: dict[str, Any]) -> bool:
+def _explained_elsewhere(problem: Problem, data: dict[str, Any]) -> bool:
     """A missing `capability` next to a StarForge `kind:`: the unknown-key problem already says it."""
-    return err["type"] == "missing" and tuple(err["loc"]) == ("capability",) and "kind" in data
+    return problem.pointer == "/capability" and problem.message.startswith("missing") and "kind" in data
 
 
-def _schema_problem(err: Any, ctx: FileCtx) -> Problem:
-    loc = [str(p) for p in err["loc"]]
-    kind = err["type"]
-    if kind == "plugin_rule":
-        field = str(err["ctx"]["field"])
-        return ctx.problem(f"/{field}", "plugin-schema", err["msg"])
-    pointer = "".join(f"/{escape_key(p)}" for p in loc)
-    dotted = ".".join(loc) or "plugin.yaml"
-    if kind == "extra_forbidden":
-        hint = f"allowed keys: {_ALLOWED_KEYS}"
-        if loc == ["kind"]:
-            hint = "write `capability:`; `kind:` is the StarForge spelling"
-        return ctx.problem(pointer, "plugin-schema", f"unknown key {dotted!r}", hint, key=True)
-    if kind == "missing":
-        return ctx.problem(pointer, "plugin-schema", f"missing required key {dotted!r}",
-                           "see `tp plugin new` for a complete plugin.yaml")
-    return ctx.problem(pointer, "plugin-schema", f"{dotted}: {error_reason(err)}", _hint_for(kind, loc, err))
+def _schema_refiner(ctx: FileCtx) -> Refine:
+    """The converter's problems, with plugin.yaml's own advice, and a wrong value placed at the value."""
+    def refine(err: Any, problem: Problem) -> Problem:
+        loc = [str(p) for p in err["loc"]]
+        kind = err["type"]
+        if kind == "plugin_rule":
+            return ctx.problem(f"/{err['ctx']['field']}", "plugin-schema", err["msg"])
+        if kind == "extra_forbidden":
+            hint = "write `capability:`; `kind:` is the StarForge spelling" if loc == ["kind"] else problem.hint
+            return ctx.problem(problem.pointer, "plugin-schema", problem.message, hint, key=True)
+        if kind == "missing":
+            return problem.replace(hint="see `tp plugin new` for a complete plugin.yaml")
+        return ctx.problem(problem.pointer, "plugin-schema", problem.message, _hint_for(loc) or problem.hint)
+    return refine
 
 
-def error_reason(err: Any) -> str:
-    msg = str(err["msg"])
-    if err["type"] == "string_pattern_mismatch":
-        msg = f"{err['input']!r} does not match {err['ctx']['pattern']}"
-    elif err["type"] == "value_error":
-        msg = msg.removeprefix("Value error, ")
-    elif "input" in err and not isinstance(err["input"], dict):
-        msg = f"{msg} (got {err['input']!r})"
-    return msg
-
-
-def _hint_for(kind: str, loc: list[str], err: Any) -> str:
-    if kind == "string_type" and isinstance(err.get("input"), int | float):
-        return f"quote it: {loc[-1]}: \"{err['input']}\""
+def _hint_for(loc: list[str]) -> str:
     if loc == ["entrypoint"]:
         return "write module:function, e.g. `patch:install`"
     if loc == ["schema"]:

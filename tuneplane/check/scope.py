@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from tuneplane.check.validate import run_files
+from tuneplane.errors import UsageError
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
@@ -119,9 +120,23 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
             scope.runs |= sub.runs
             scope.plugins |= sub.plugins
         else:
-            scope.experiments.add(arg)
-            scope.runs |= set(run_files(lab, [arg]))
+            name = arg if "/" not in arg.strip("/") and not present(path) else _missing_experiment(lab, arg)
+            scope.experiments.add(name)
+            scope.runs |= set(run_files(lab, [name]))
     return scope
+
+
+def _missing_experiment(lab: Lab, arg: str) -> str:
+    """A path that is not there: under an experiment root it names that experiment (whose check then
+    says it does not exist, with the closest name); anything else is a mistyped argument."""
+    rel = _lab_rel(lab, Path(arg)) or arg
+    parts = [p for p in rel.strip("/").split("/") if p]
+    for experiment_root in lab.config.experiment_roots:
+        depth = len([p for p in experiment_root.strip("/").split("/") if p])
+        if len(parts) > depth and "/".join(parts[:depth]) == experiment_root.strip("/"):
+            return parts[depth]
+    raise UsageError(f"{arg}: no such file or experiment",
+                     hint="pass experiment names (see `tp ls`) or files of the lab")
 
 
 def _lab_rel(lab: Lab, path: Path) -> str | None:

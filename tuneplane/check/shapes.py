@@ -16,10 +16,6 @@ class Shape:
     local: bool
     procs_per_node: int = 0  # CPU processes of a GPU-less local profile (`local:N`); 0: one per GPU
 
-    @property
-    def total_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
 
 class ShapeError(ValueError):
     def __init__(self, message: str, hint: str = "") -> None:

@@ -6,7 +6,7 @@ parsed documents. Nothing here prints or exits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tuneplane.check.rules import experiment_rules, lab_rules, run_rules
@@ -17,7 +17,7 @@ from tuneplane.lab.fs import present
 from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE
-from tuneplane.lab.modelparse import parse_model
+from tuneplane.lab.modelparse import M, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.experiment import EXPERIMENT_API, EXPERIMENT_FILE, ExperimentManifest
@@ -115,53 +115,53 @@ def _load_lock(ctx: ExperimentContext) -> None:
                                     hint=f"scaffold experiments with `tp new`, or re-lock with "
                                          f"`tp recipe upgrade {ctx.name}`"))
         return
-    try:
-        doc = load_json(path, rel, root=ctx.lab.root)
-    except LoadFailed as exc:
-        ctx.problems.append(exc.problem)
-        return
-    ctx.lock_doc = doc
-    wrong = _unsupported_api(doc, (RECIPE_LOCK_API, *LEGACY_LOCK_APIS), "lock-version", "lock",
-                             f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`")
-    if wrong is not None:
-        ctx.problems.append(wrong)
-        return
-    ctx.lock, problems = parse_model(RecipeLock, doc, "lock-schema")
-    ctx.problems += problems
+    ctx.lock_doc = _read(ctx, lambda: load_json(path, rel, root=ctx.lab.root))
+    if ctx.lock_doc is not None:
+        ctx.lock = _parse_versioned(
+            ctx, ctx.lock_doc, RecipeLock, "lock-schema",
+            _unsupported_api(ctx.lock_doc, (RECIPE_LOCK_API, *LEGACY_LOCK_APIS), "lock-version", "lock",
+                             f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`"))
 
 
 def _load_config(ctx: ExperimentContext) -> None:
     if ctx.recipe is not None and ctx.recipe.config.mode == "user":
         return  # custom: config.yaml is the user's own file (it may be a template); tp never parses it
     path = ctx.dir / CONFIG_FILE
-    if not present(path):
-        return
-    try:
-        ctx.config = load_yaml(path, f"{ctx.rel}/{CONFIG_FILE}", root=ctx.lab.root)
-    except LoadFailed as exc:
-        ctx.problems.append(exc.problem)
-        return
-    ctx.problems += ctx.config.notes
+    if present(path):
+        ctx.config = _read(ctx, lambda: load_yaml(path, f"{ctx.rel}/{CONFIG_FILE}", root=ctx.lab.root))
 
 
 def _load_manifest(ctx: ExperimentContext) -> None:
     """experiment.yaml (optional): its version first, so a newer file says "upgrade", then its fields."""
     path = ctx.dir / EXPERIMENT_FILE
-    if not present(path):
-        return
+    doc = _read(ctx, lambda: load_yaml(path, f"{ctx.rel}/{EXPERIMENT_FILE}", root=ctx.lab.root)) \
+        if present(path) else None
+    if doc is not None:
+        ctx.manifest = _parse_versioned(
+            ctx, doc, ExperimentManifest, "experiment-schema",
+            _unsupported_api(doc, (EXPERIMENT_API,), "experiment-version", "experiment.yaml",
+                             f"start the file with `apiVersion: {EXPERIMENT_API}`"))
+
+
+def _read(ctx: ExperimentContext, load: Callable[[], Doc]) -> Doc | None:
+    """A file of the experiment, its reading notes kept; a file that cannot be read is its problem."""
     try:
-        doc = load_yaml(path, f"{ctx.rel}/{EXPERIMENT_FILE}", root=ctx.lab.root)
+        doc = load()
     except LoadFailed as exc:
         ctx.problems.append(exc.problem)
-        return
+        return None
     ctx.problems += doc.notes
-    wrong = _unsupported_api(doc, (EXPERIMENT_API,), "experiment-version", "experiment.yaml",
-                             f"start the file with `apiVersion: {EXPERIMENT_API}`")
+    return doc
+
+
+def _parse_versioned(ctx: ExperimentContext, doc: Doc, model: type[M], rule: str, wrong: Problem | None) -> M | None:
+    """The file as `model`, unless its apiVersion is already wrong (then only that is said)."""
     if wrong is not None:
         ctx.problems.append(wrong)
-        return
-    ctx.manifest, problems = parse_model(ExperimentManifest, doc, "experiment-schema")
+        return None
+    parsed, problems = parse_model(model, doc, rule)
     ctx.problems += problems
+    return parsed
 
 
 def _unsupported_api(doc: Doc, accepted: tuple[str, ...], rule: str, what: str, fix: str) -> Problem | None:

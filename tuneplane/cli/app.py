@@ -8,6 +8,7 @@ import typer
 
 from tuneplane import __version__
 from tuneplane.cli.main import COMMAND_MODULES, owner
+from tuneplane.constants import EXIT_INTERRUPTED, EXIT_USAGE
 
 
 def _version(value: bool) -> None:
@@ -56,11 +57,11 @@ def run_typer(args: list[str]) -> int:
         return exc.exit_code
     except typer.Abort:
         typer.echo("aborted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         if _is_click_usage_error(exc):
             exc.show()  # type: ignore[attr-defined]
-            return 2
+            return EXIT_USAGE
         raise
     return code if isinstance(code, int) else 0
 

@@ -18,6 +18,7 @@ bot_app = typer.Typer(
 )
 
 from tuneplane.cli.options import Branch, Context, InCluster, Kubeconfig, Push, Remote  # noqa: E402
+from tuneplane.constants import EXIT_PROBLEMS  # noqa: E402
 
 
 def register(app: typer.Typer) -> None:
@@ -70,5 +71,5 @@ def _report(report: BotReport) -> None:
             f"{len(report.waiting) + len(report.errors)} run(s) need attention (their status files say why)",
             hint="the bot retries runs it could not submit on its next run",
         )
-        failed.exit_code = 1
+        failed.exit_code = EXIT_PROBLEMS
         raise failed

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from tuneplane.cli.options import Run
+from tuneplane.constants import JOB_TOKEN
+from tuneplane.errors import UsageError
 
 job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
                       no_args_is_help=True, add_completion=False)
@@ -23,7 +25,7 @@ def metrics(
         help="Read from a receiver at this URL instead of a database.")] = None,
     db: Annotated[Path | None, typer.Option(
         help="SQLite database of the receiver (default .tuneplane/ingest.sqlite).")] = None,
-    token: Annotated[str | None, typer.Option(envvar="TUNEPLANE_JOB_TOKEN",
+    token: Annotated[str | None, typer.Option(envvar=JOB_TOKEN,
                                               help="Run token for --endpoint.")] = None,
     secret_file: Annotated[Path | None, typer.Option(
         help="Mint the run token for --endpoint from this secret.")] = None,
@@ -34,8 +36,6 @@ def metrics(
     Keys are shown under the recipe's canonical names (`train/loss`), primary metrics first and
     hardware last; `--key` takes a canonical name or the key as the job logged it (`loss`).
     """
-    from tuneplane.errors import UsageError
-
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
     target = _Target(run)
@@ -44,7 +44,7 @@ def metrics(
     keys = found.select(key or [])
     typer.echo(found.table(keys, width=max(1, width)), nl=False)
     if plot is not None:
-        from tuneplane.gitops.charts import render_svg
+        from tuneplane.gitops.charts import render_svg  # lazy: the chart code loads only with --plot
 
         _write(plot, render_svg(found.series(keys), title=f"run {run}", vocab=found.vocab,
                                 times=found.times(keys)))
@@ -59,7 +59,7 @@ def compare(
         help="SQLite database of the receiver (default: each local run's own store).")] = None,
 ) -> None:
     """Compare runs: each metric's last value per run, and which hyperparameters differ."""
-    from tuneplane.errors import UsageError
+    # lazy: tp builds only the invoked command, so only it pays for the charts and the metrics readers
     from tuneplane.gitops.charts import changed_parameters
     from tuneplane.gitops.runmetrics import compare_svg
 
@@ -105,7 +105,7 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
 
 
 def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:
-    from tuneplane.errors import UsageError
+    # lazy: as above
     from tuneplane.gitops.observe import vocabulary_of
     from tuneplane.gitops.runmetrics import RunMetrics
 
@@ -118,8 +118,6 @@ def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:
 
 
 def _write(path: Path, text: str) -> None:
-    from tuneplane.errors import UsageError
-
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -144,7 +142,6 @@ class _Target:
     def __init__(self, run: str) -> None:
         # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.backends.local import DB
-        from tuneplane.errors import UsageError
         from tuneplane.lab.load import find_lab_root
         from tuneplane.lab.runs import find_run, read_request, read_status
 
@@ -174,8 +171,6 @@ class _Target:
 def _local_reader(target: _Target, db: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane import ingest
-    from tuneplane.errors import UsageError
-
     path = db or target.store or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
@@ -186,7 +181,6 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
 
 def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.errors import UsageError
     from tuneplane.ingest import client, load_secret, mint_token
 
     if secret_file is not None:

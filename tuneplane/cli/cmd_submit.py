@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tuneplane.cli.options import Branch, Local, Push, Remote, Run  # noqa: F401
+from tuneplane.cli.job_commands import metrics_in_order
+from tuneplane.cli.options import Branch, Local, Push, Remote
+from tuneplane.errors import UsageError
 
 if TYPE_CHECKING:
     from tuneplane.models.run import RunStatus
@@ -72,8 +74,6 @@ def submit(
         branch=branch,
     )
     if detach and not local:
-        from tuneplane.errors import UsageError
-
         raise UsageError("--detach runs a local run in the background", hint="add --local")
     result = do_submit(opts, echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
     if detach:
@@ -100,7 +100,7 @@ def show_outcome(status: RunStatus, commit: str | None) -> None:
     typer.echo(f"run {key.run_id}: {status.phase}{code}")
     if status.phase != "Succeeded" and status.message:
         typer.echo("  " + status.message.replace("\n", "\n  "))
-    for name, value in _in_order(status):
+    for name, value in metrics_in_order(status):
         typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
     if status.artifacts:
         typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
@@ -119,27 +119,16 @@ def parse_duration(text: str) -> int | None:
         return None
     match = _DURATION.match(text.lower())
     if match is None:
-        # lazy: tp builds only the invoked command, so only it pays for these
-        from tuneplane.errors import UsageError
-
         raise UsageError(
             f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d"
         )
     return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
 
 
-def _in_order(status: RunStatus) -> list[tuple[str, float]]:
-    """A status's metrics in reading order: the recipe's primary metrics first, hardware last."""
-    from tuneplane.gitops.observe import vocabulary_of
-
-    return [(name, status.metrics[name]) for name in vocabulary_of(status.method).order(status.metrics)]
-
-
 def _set_keys(experiment: str) -> dict[str, Any]:
     """The parameters the experiment declares, so `--set` reads each value by its type."""
     # lazy: as above; only a submit with --set reads the experiment before the submission does
     from tuneplane.check.setkeys import experiment_set_keys
-    from tuneplane.errors import UsageError
     from tuneplane.lab.catalog import load_catalog
     from tuneplane.lab.load import load_lab
 

@@ -93,14 +93,12 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
         from tuneplane.check import reporters
         from tuneplane.check.scope import scope_all, scope_for_args, scope_for_paths
         from tuneplane.check.validate import validate as run_validate
-        from tuneplane.errors import UsageError
         from tuneplane.lab.load import load_lab
         from tuneplane.problems import has_errors
 
     lab = load_lab()
     if lab.settings is None and lab.doc is None and not lab.legacy:
-        first = lab.problems[0]
-        raise UsageError(f"{first.location()}: {first.message}", hint=first.hint)
+        lab.require_settings()
     if changed:
         # lazy: only --changed needs git
         from tuneplane.lab.gitrepo import GitRepo

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    from pathlib import Path
+from tuneplane.cli.options import Context, Kubeconfig, Run
+from tuneplane.constants import TERMINAL
 
+if TYPE_CHECKING:
     from tuneplane.lab.runs import RunKey
     from tuneplane.models.run import RunStatus
-
-from tuneplane.cli.options import Context, Kubeconfig, Run
 
 RECENT = 20
 
@@ -91,20 +92,18 @@ def _ls_row(root: Path, key: Any) -> list[str]:
 
 def _live(data: dict[str, Any]) -> dict[str, Any]:
     """A local run still in progress, as its run directory says now (its status file is from the start)."""
-    import os
-    from pathlib import Path
-
     backend = data.get("backend") or {}
-    if data.get("phase") in ("Succeeded", "Failed", "Cancelled") or not isinstance(backend, dict):
+    if data.get("phase") in TERMINAL or not isinstance(backend, dict):
         return data
     if backend.get("backend") != "local" or not os.path.isdir(str(backend.get("namespace", ""))):
         return data
+    # lazy: only a listing with a local run still going loads the backend
     from tuneplane.backends.base import BackendRef
-    from tuneplane.backends.local import LocalBackend
+    from tuneplane.backends.factory import run_dir_backend
 
     ref = BackendRef(backend="local", kind=str(backend.get("kind", "")), name=str(backend.get("name", "")),
                      namespace=str(backend["namespace"]), uid=str(backend.get("uid", "")))
-    obs = LocalBackend(Path(str(backend["namespace"]))).observe(ref)
+    obs = run_dir_backend(Path(str(backend["namespace"]))).observe(ref)
     return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
 
 
@@ -128,7 +127,7 @@ def status(
         _not_submitted(root, key, read_request)
         return
     live = refresh if refresh is not None else _here(current)
-    if live and current.phase not in ("Succeeded", "Failed", "Cancelled") and current.backend is not None:
+    if live and current.phase not in TERMINAL and current.backend is not None:
         current = _refreshed(root, current, kubeconfig, context)
     if as_json:
         typer.echo(json.dumps(current.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True))
@@ -226,7 +225,7 @@ def _status_lines(key: Any, s: RunStatus) -> list[tuple[str, str]]:
         lines.append(("image", p.image))
     if s.out_dir:
         lines.append(("outputs", s.out_dir))
-    for name, value in _in_order(s):
+    for name, value in metrics_in_order(s):
         lines.append(("metric", f"{name} = {value:.6g} {sparkline(s.metric_history.get(name, []))}".rstrip()))
     for art in s.artifacts:
         lines.append(("artifact", f"{art.kind}: {art.path} ({art.size_bytes} bytes)"))
@@ -281,8 +280,8 @@ def _backend_for(root: Path, name: str, kubeconfig: str | None, context: str | N
     return Backends(load_lab(root), BotOptions(kubeconfig=kubeconfig, context=context)).get(name)
 
 
-def _in_order(status: RunStatus) -> list[tuple[str, float]]:
+def metrics_in_order(status: RunStatus) -> list[tuple[str, float]]:
     """A status's metrics in reading order: the recipe's primary metrics first, hardware last."""
-    from tuneplane.gitops.observe import vocabulary_of
+    from tuneplane.gitops.observe import vocabulary_of  # lazy: the catalog is read only when metrics are shown
 
     return [(name, status.metrics[name]) for name in vocabulary_of(status.method).order(status.metrics)]

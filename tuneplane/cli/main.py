@@ -12,6 +12,8 @@ import sys
 import types
 from collections.abc import Callable
 
+from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED
+
 # Each module exposes `register(app)`; order is the order of `tp --help`.
 COMMAND_MODULES = (
     "init",
@@ -82,13 +84,13 @@ def _guarded(call: Callable[[], int]) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("TUNEPLANE_DEBUG"):
             raise
         sys.stderr.write(f"internal error: {type(exc).__name__}: {exc}\n"
                          "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it\n")
-        return 3
+        return EXIT_INTERNAL
 
 
 def owner(args: list[str]) -> str | None:

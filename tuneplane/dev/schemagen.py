@@ -5,6 +5,7 @@ Run `python -m tuneplane.dev.schemagen` after changing a model; tests fail when 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -43,8 +44,12 @@ def render_all() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else Path("schemas")  # run from the repository root
+    parser = argparse.ArgumentParser(prog="python -m tuneplane.dev.schemagen",
+                                     description="Write schemas/*.schema.json from the models.")
+    parser.add_argument("out", nargs="?", default="schemas", help="the folder to write (default: schemas)")
+    out = Path(parser.parse_args(sys.argv[1:] if argv is None else argv).out)  # run from the repository root
+    if not out.is_dir():
+        parser.error(f"{out} is not a folder: run from the repository root, or name the schemas folder")
     for filename, text in render_all().items():
         (out / filename).write_text(text, encoding="utf-8")
         print(f"wrote {out / filename}")

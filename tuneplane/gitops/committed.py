@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.errors import UsageError
+from tuneplane.lab.gitrepo import GitFailed, no_git_env
 from tuneplane.models.base import NAME_RE
 from tuneplane.models.run import RUN_ID_RE
 
@@ -64,8 +65,6 @@ class Snapshot:
         return self._run(list(args), stdin).decode("utf-8", "replace")
 
     def _run(self, args: list[str], stdin: bytes | None = None) -> bytes:
-        from tuneplane.lab.gitrepo import GitFailed, no_git_env
-
         done = subprocess.run(
             ["git", *args], cwd=self.root, env=no_git_env(), input=stdin, capture_output=True, check=False
         )

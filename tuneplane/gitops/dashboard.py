@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tuneplane.constants import RAN_TO_END
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.metrics.vocab import Vocabulary
 
@@ -130,7 +131,7 @@ def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, dict[str,
         if not (Path(root) / chart_rel(key)).is_file():
             continue
         data = known[run_id] if run_id in known else read_raw(root, key)
-        if data and data.get("phase") in ("Succeeded", "Failed"):
+        if data and data.get("phase") in RAN_TO_END:
             out.append(key)
     return out
 

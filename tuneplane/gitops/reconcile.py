@@ -19,6 +19,7 @@ from typing import Any
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
 from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.observe import backend_object, backend_ref
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import Scan
 from tuneplane.gitops.session import (
@@ -91,8 +92,6 @@ def _cancel(
     pool: Backends, batch: Batch, key: RunKey, status: RunStatus, request: RunRequest, report: BotReport,
     echo: Echo,
 ) -> None:
-    from tuneplane.gitops.observe import backend_ref
-
     ref = backend_ref(status)
     if ref is not None:
         try:
@@ -172,6 +171,7 @@ class _Submitter:
         self._stack.close()
 
     def one(self, key: RunKey, previous: RunStatus | None, oid: str | None) -> None:
+        # lazy: the writeback code (ledger, git push) loads only when a status is written
         from tuneplane.gitops.writeback import cancelled_before_submit, refused_status
 
         now = utc_now()
@@ -202,6 +202,7 @@ class _Submitter:
         self._hand_over(key, request, run, previous)
 
     def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
+        # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.gitops.submit import backend_request
         from tuneplane.gitops.writeback import waiting_status
 
@@ -209,7 +210,7 @@ class _Submitter:
             backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
             ref = backend.submit(backend_request(self.lab.root, self.lab, run))
         except SubmitRefused as exc:  # refused as written: retrying cannot help
-            from tuneplane.gitops.writeback import refused_status
+            from tuneplane.gitops.writeback import refused_status  # lazy: as above
 
             self.batch.status(refused_status(request, utc_now(), _located(self.lab, exc), "SubmitRefused", run.spec))
             self._note(self.report.refused, key, f"refused: {exc}")
@@ -228,6 +229,7 @@ class _Submitter:
         self._note(self.report.submitted, key, f"submitted as {ref.kind} {ref.name}")
 
     def _prepare(self, request: RunRequest) -> Any:
+        # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.gitops.submit import prepare_run
         from tuneplane.lab.catalog import load_catalog
         from tuneplane.plan.resolve import prepare_experiment
@@ -251,7 +253,7 @@ class _Submitter:
         )
 
     def _lab_at(self, commit: str) -> Lab:
-        from tuneplane.gitops.submit import lab_at
+        from tuneplane.gitops.submit import lab_at  # lazy: as above
 
         if commit not in self._pinned:  # a commit that cannot be fetched is asked for once per run
             try:
@@ -266,7 +268,7 @@ class _Submitter:
     def _unavailable(self, key: RunKey, request: RunRequest, exc: CommitUnavailable, now: str) -> None:
         """A pinned commit this clone lacks and could not fetch: retried later when the remote could not
         be asked, refused (with the request, the commit and the fix) when it has no such commit."""
-        from tuneplane.gitops.writeback import refused_status
+        from tuneplane.gitops.writeback import refused_status  # lazy: writeback loads only when a status is written
 
         if exc.transient:
             self.left.append(key)  # no status: the request stays new, and its experiment unhandled
@@ -329,8 +331,7 @@ def _refusal_text(exc: UsageError) -> str:
 
 
 def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
-    from tuneplane.gitops.observe import backend_object
-    from tuneplane.gitops.writeback import submitted_status
+    from tuneplane.gitops.writeback import submitted_status  # lazy: writeback loads only when a status is written
 
     now = utc_now()
     fresh = submitted_status(request, run.spec, ref, now)

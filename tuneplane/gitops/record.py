@@ -12,7 +12,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.gitops import dashboard
 from tuneplane.gitops.ledger import LEDGER, Ledger
-from tuneplane.lab.fs import atomic_write, file_mode
+from tuneplane.lab.fs import atomic_write, atomic_write_all
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, STATUS_SCHEMA, RunKey
 from tuneplane.models.run import RunStatus
@@ -65,23 +64,7 @@ def write_all(root: Path, files: dict[str, str]) -> None:
 
     A reader (or a bot killed half way) sees each file old or new, never half written, and a power
     loss cannot leave a renamed file without its bytes."""
-    staged: list[tuple[str, Path]] = []
-    try:
-        for rel, text in files.items():
-            target = safe_path(root, rel)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            staged.append((tmp, target))
-            os.fchmod(fd, file_mode(target))
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-        if staged:
-            os.sync()
-        for tmp, target in staged:
-            os.replace(tmp, target)
-        staged = []
-    finally:
-        for tmp, _target in staged:
-            Path(tmp).unlink(missing_ok=True)
+    atomic_write_all({safe_path(root, rel): text for rel, text in files.items()})
 
 
 class Batch:

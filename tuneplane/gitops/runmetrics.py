@@ -53,7 +53,7 @@ class RunMetrics:
         return out
 
     def table(self, keys: Mapping[str, str], width: int = 24) -> str:
-        from tuneplane.gitops.charts import render_table
+        from tuneplane.gitops.charts import render_table  # lazy: the chart code (~60 ms) loads only to draw
 
         series = {shown: self.read_series(raw) for shown, raw in keys.items()}
         return render_table({shown: self.summary[raw] for shown, raw in keys.items()}, series, width=width)
@@ -63,7 +63,7 @@ class RunMetrics:
 
     def times(self, keys: Mapping[str, str]) -> dict[str, list[tuple[float, float]]]:
         """Hardware keys as (seconds since the first hardware sample, value); {} without times."""
-        from tuneplane.gitops.charts import wall_times
+        from tuneplane.gitops.charts import wall_times  # lazy: as above
 
         if self.read_timed is None:
             return {}
@@ -73,7 +73,7 @@ class RunMetrics:
 def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str, Any]],
                 wanted: Sequence[str] = (), title: str = "") -> str:
     """One chart per metric with every run overlaid; the legend names each run's changed parameters."""
-    from tuneplane.gitops.charts import changed_parameters, render_compare_svg
+    from tuneplane.gitops.charts import changed_parameters, render_compare_svg  # lazy: as above
 
     vocab = next(iter(runs.values())).vocab if runs else Vocabulary()
     lines: dict[str, dict[str, Series]] = {}

@@ -68,15 +68,10 @@ class Backends:
 
 def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     """Open the lab's repository, clean up after a killed bot, and catch up with the remote."""
-    from tuneplane.gitops.writeback import pull, recover, resolve_target
+    from tuneplane.gitops.writeback import pull, recover, resolve_target  # lazy: not on an idle pass
 
     lab = load_lab(root)
-    if lab.settings is None:
-        first = lab.problems[0] if lab.problems else None
-        raise UsageError(
-            f"the lab settings cannot be read: {first.message if first else 'tuneplane.yaml'}",
-            hint="run `tp validate` and fix tuneplane.yaml",
-        )
+    lab.require_settings()
     repo = GitRepo(lab.root)
     repo.ensure_identity()
     recover(repo)
@@ -135,7 +130,7 @@ def finish(
     repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo
 ) -> BotReport:
     """Render what changed, commit once, push; the dashboard lists what is waiting and what was refused."""
-    from tuneplane.gitops.writeback import publish
+    from tuneplane.gitops.writeback import publish  # lazy: as above
 
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems

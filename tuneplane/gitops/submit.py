@@ -20,7 +20,7 @@ from typing import Any
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
-from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, utc_now
+from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, USER_ENV, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.localrun import run_local
 from tuneplane.gitops.requests import RunFlags, request_from_flags
@@ -219,7 +219,7 @@ def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = N
 
 
 def requester(repo: GitRepo) -> str:
-    return repo.identity() or os.environ.get("TUNEPLANE_USER") or os.environ.get("USER") or ""
+    return repo.identity() or os.environ.get(USER_ENV) or os.environ.get("USER") or ""
 
 
 def submit(

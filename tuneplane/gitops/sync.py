@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
-from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.observe import apply_observation, backend_ref, vocabulary_of, with_artifacts, with_metrics
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.session import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.lab.load import Lab
@@ -45,8 +46,6 @@ def _sync_one(
     pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
     echo: Echo,
 ) -> None:
-    from tuneplane.gitops.observe import backend_ref
-
     try:
         status = status_from(raw, key.status_rel)
     except UsageError as exc:
@@ -72,8 +71,6 @@ def _sync_one(
 
 def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
     """The status after asking the backend; None when there is nothing more to record."""
-    from tuneplane.gitops.observe import apply_observation
-
     now = utc_now()
     try:
         obs = backend.observe(ref)
@@ -81,7 +78,7 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
         obs = Observation(phase="Unknown", message=f"could not observe the run: {exc}")
     if status.phase not in TERMINAL:
         return apply_observation(status, obs, now)
-    if obs.phase in ("Pending", "Running"):
+    if obs.phase in UNDER_WAY:
         return corrected(status, obs, now, ref.backend)
     if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
         batch.ledger.active.pop(str(key), None)
@@ -91,8 +88,6 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
 def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
                   batch: Batch, key: RunKey) -> RunStatus:
     """Metrics under their canonical names; artifacts and the chart once the run ended."""
-    from tuneplane.gitops.observe import with_artifacts, with_metrics
-
     vocab = vocabulary_of(new.method)
     summary, recent = backend.metrics(ref) if hasattr(backend, "metrics") else metrics.read(status)
     if summary:
@@ -145,12 +140,6 @@ def chart_svg(key: RunKey, timed: Timed, vocab: Vocabulary) -> str:
     return render_svg(named, title=f"{key.experiment} / {key.run_id}", vocab=vocab, compact=True, times=times)
 
 
-def vocabulary_of(method: str) -> Vocabulary:
-    from tuneplane.gitops.observe import vocabulary_of as of
-
-    return of(method)
-
-
 def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | None:
     """The chart of a finished local run (`tp submit --local`), or None when it reported nothing."""
     if status.phase not in TERMINAL or not hasattr(backend, "metrics"):
@@ -170,8 +159,6 @@ class IngestReader:
 
     @classmethod
     def from_env(cls, lab: Lab) -> IngestReader:
-        from tuneplane.constants import INGEST_SECRET_ENV
-
         return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
 
     def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:

@@ -16,9 +16,11 @@ Finding the lab (`find_lab_root`) lives here too, so a command that only needs t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,15 @@ class LoadFailed(Exception):
 
 def _refuse(rel: str, rule: str, message: str, hint: str, line: int = 0) -> LoadFailed:
     return LoadFailed(Problem(rel, line, 1 if line else 0, rule, message, hint=hint))
+
+
+def unreadable(rel: str, exc: OSError) -> LoadFailed:
+    """Why a file could not be read, with the fix that fits the reason (a missing file is no permission issue)."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return _refuse(rel, "unreadable", "no such file", "check the path: is it spelled as the lab has it?")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions")
+    return _refuse(rel, "unreadable", f"cannot read file: {exc.strerror or exc}", "check the file and its folder")
 
 
 def _kind(mode: int) -> str:
@@ -94,7 +105,7 @@ def check_entry(path: Path, root: Path | None = None, rel: str | None = None) ->
     try:
         link = os.lstat(path)
     except OSError as exc:
-        raise _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions") from None
+        raise unreadable(rel, exc) from None
     is_link = stat.S_ISLNK(link.st_mode)
     if root is not None:
         _check_links(Path(path), Path(root), rel, is_link)
@@ -137,7 +148,7 @@ def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions") from None
+        raise unreadable(rel, exc) from None
     chunks: list[bytes] = []
     try:
         st = os.fstat(fd)
@@ -150,7 +161,7 @@ def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        raise _refuse(rel, "unreadable", f"cannot read file: {exc.strerror}", "check its permissions") from None
+        raise unreadable(rel, exc) from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
@@ -225,20 +236,50 @@ def file_mode(path: Path) -> int:
         return 0o666 & ~mask
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Temp file in the same directory, fsync, `os.replace`: readers see the old or the new file."""
+def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
+    """Temp file in the same directory, fsync, `os.replace`: readers see the old or the new file.
+    `mode` (0o600 for a secret) is set before a byte is written; by default the file keeps its mode."""
+    tmp = _staged(path, text, mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_all(files: Mapping[Path, str]) -> None:
+    """Many files at one durability cost: each staged beside its target, one `sync`, then the renames.
+    A reader (or a process killed half way) sees each file old or new, never half written; a failure
+    before the renames leaves every target as it was."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, text in files.items():
+            staged.append((_staged(path, text, None, sync=False), path))
+        if staged:
+            os.sync()
+        for tmp, path in staged:
+            os.replace(tmp, path)
+        staged = []
+    finally:
+        for tmp, _path in staged:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _staged(path: Path, text: str, mode: int | None, sync: bool = True) -> str:
+    """`text` in a new temporary file beside `path` (its mode `mode`, else `path`'s), flushed to disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # lazy: tempfile (and shutil, bz2, lzma with it) is 3 % of `tp validate`, which writes nothing
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, file_mode(path))  # mkstemp makes 0600; a lab file must stay readable by the team
+        os.fchmod(fd, file_mode(path) if mode is None else mode)  # mkstemp makes 0600; a lab file is shared
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())  # the rename must not land before the bytes do
-        os.replace(tmp, path)
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())  # the rename must not land before the bytes do
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return tmp

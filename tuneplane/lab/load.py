@@ -6,15 +6,17 @@ import os
 from functools import cached_property
 from pathlib import Path
 
+from tuneplane.constants import USER_ENV
+from tuneplane.errors import UsageError
 from tuneplane.lab.fs import LAB_FILE as LAB_FILE  # re-exported: callers import them from here
 from tuneplane.lab.fs import LEGACY_LAB_FILE as LEGACY_LAB_FILE
 from tuneplane.lab.fs import find_lab_root as find_lab_root
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import experiment_index, layout_problems
-from tuneplane.lab.modelparse import parse_model
+from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
-from tuneplane.models.lab import LabFile
+from tuneplane.models.lab import LAB_API, LabFile
 from tuneplane.problems import Problem, Severity, close_matches
 from tuneplane.runtime.records import Record
 
@@ -37,12 +39,22 @@ class Lab(Record):
     def name(self) -> str:
         return self.settings.name if self.settings else self.root.name
 
+    def require_settings(self) -> LabFile:
+        """The settings, or the error a command raises when tuneplane.yaml cannot be used: its first
+        problem at its place (the bot's log and a person's terminal say the same)."""
+        if self.settings is not None:
+            return self.settings
+        if not self.problems:
+            raise UsageError(f"the lab settings cannot be read: {LAB_FILE}", hint="run `tp validate`")
+        raise first_problem_error(self.problems, "run `tp validate` for every problem",
+                                  prefix="the lab settings cannot be read: ")
+
     @property
     def config(self) -> LabFile:
         """The settings; a lab whose file is broken gets the defaults so other checks can still run."""
         if self.settings is not None:
             return self.settings
-        return LabFile.model_validate({"apiVersion": "tuneplane/project/v1", "name": "lab"})
+        return LabFile.model_validate({"apiVersion": LAB_API, "name": "lab"})
 
     def experiments_dir(self) -> Path:
         """The first experiment root: where `tp new` puts an experiment."""
@@ -102,13 +114,13 @@ def _version_first(doc: Doc) -> list[Problem]:
     if not isinstance(doc.data, dict):
         return [doc.problem("", "lab-schema", "tuneplane.yaml must be a mapping of settings")]
     api = doc.data.get("apiVersion")
-    if api == "tuneplane/project/v1":
+    if api == LAB_API:
         return []
     if isinstance(api, str) and api.startswith("tuneplane/project/"):
         return [doc.problem("/apiVersion", "lab-version", f"this lab uses {api}, newer than this tp understands",
                             hint="upgrade tuneplane: pip install -U tuneplane")]
-    return [doc.problem("/apiVersion", "lab-version", f"apiVersion must be tuneplane/project/v1 (got {api!r})",
-                        hint="set `apiVersion: tuneplane/project/v1`")]
+    return [doc.problem("/apiVersion", "lab-version", f"apiVersion must be {LAB_API} (got {api!r})",
+                        hint=f"set `apiVersion: {LAB_API}`")]
 
 
 def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
@@ -151,4 +163,4 @@ def _legacy_lab(root: Path) -> Lab:
 
 
 def storage_user(lab: Lab) -> str:
-    return lab.config.cluster.user or os.environ.get("TUNEPLANE_USER") or os.environ.get("USER") or "user"
+    return lab.config.cluster.user or os.environ.get(USER_ENV) or os.environ.get("USER") or "user"

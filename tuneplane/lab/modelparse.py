@@ -3,7 +3,9 @@
 `parse_model` validates a positioned file and returns every error as a Problem at its line; files
 that have no positions (flags on the command line, a status file the bot reads) go through
 `validate_or_raise`, which turns the first problem into a UsageError. Both name an unknown key's
-closest known key ("did you mean `learning_rate`?"), found from the model's own fields.
+closest known key ("did you mean `learning_rate`?"), found from the model's own fields, and give a wrong
+value a hint saying what to write. A file kind with advice of its own (plugin.yaml, plugins.lock.json)
+passes `refine`, which sees each pydantic error beside the problem made of it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
@@ -20,19 +23,36 @@ from tuneplane.lab.yamlio import Doc, escape
 from tuneplane.problems import Problem, close_matches
 
 M = TypeVar("M", bound=BaseModel)
+_DID_YOU_MEAN = "did you mean "
+_SCHEMAS = "the JSON Schema in schemas/"  # the generic pointer, left out where a better hint is given
+# A file kind's own advice: the pydantic error and the problem the converter made of it → the problem to report.
+Refine = Callable[[Any, Problem], Problem]
 
 
-def parse_model(model: type[M], doc: Doc, rule: str, pointer: str = "") -> tuple[M | None, list[Problem]]:
+def parse_model(model: type[M], doc: Doc, rule: str, pointer: str = "", *,
+                refine: Refine | None = None) -> tuple[M | None, list[Problem]]:
     """Validate `doc.data` as `model`; every error becomes a positioned Problem (`pointer` prefixes them)."""
     try:
         return model.model_validate(doc.data), []
     except ValidationError as exc:
-        return None, problems_from(exc, model, doc, rule, pointer)
+        return None, problems_from(exc, model, doc, rule, pointer, refine=refine)
 
 
 def problems_from(exc: ValidationError, model: type[BaseModel], doc: Doc, rule: str,
-                  base: str = "") -> list[Problem]:
-    return [_to_problem(model, doc, err, rule, base) for err in exc.errors()]
+                  base: str = "", *, refine: Refine | None = None) -> list[Problem]:
+    pairs = [(err, _to_problem(model, doc, err, rule, base)) for err in exc.errors()]
+    respelled = {_suggested_pointer(p) for err, p in pairs if err["type"] == "extra_forbidden"}
+    # `nmae:` is also a missing `name`; the unknown key's "did you mean 'name'?" says both
+    pairs = [(err, p) for err, p in pairs if not (err["type"] == "missing" and p.pointer in respelled)]
+    return [p if refine is None else refine(err, p) for err, p in pairs]
+
+
+def _suggested_pointer(problem: Problem) -> str:
+    """The pointer of the key an unknown key's hint suggests (its sibling), or "" without a suggestion."""
+    if not problem.hint.startswith(_DID_YOU_MEAN):
+        return ""
+    suggested = problem.hint.removeprefix(_DID_YOU_MEAN).removesuffix("?").strip("'\"")
+    return problem.pointer.rsplit("/", 1)[0] + "/" + escape(suggested)
 
 
 def validate_or_raise(model: type[M], data: Any, where: str, hint: str) -> M:
@@ -42,16 +62,23 @@ def validate_or_raise(model: type[M], data: Any, where: str, hint: str) -> M:
     except ValidationError as exc:
         problems = problems_from(exc, model, Doc(rel=where, data=data), "schema")
         first = problems[0]
-        spelling = first.hint if first.hint.startswith("did you mean") else ""
-        raise UsageError(f"{where}: {first.message}{_more(problems)}",
-                         hint="; ".join(h for h in (spelling, hint) if h)) from None
+        raise UsageError(f"{where}: {first.message}{_more(problems)}", hint=_spelling_and(first, hint)) from None
 
 
-def first_problem_error(problems: list[Problem], fallback_hint: str = "", prefix: str = "") -> UsageError:
-    """The exception a command raises for problems: the first at its place, and how many more there are."""
+def first_problem_error(problems: list[Problem], fallback_hint: str = "", prefix: str = "", *,
+                        always: bool = False) -> UsageError:
+    """The exception a command raises for problems: the first at its place, and how many more there are.
+    The hint is the problem's own, else `fallback_hint`; with `always`, the fallback stays beside the
+    problem's own hint (a file only the bot writes is restored, not edited)."""
     first = problems[0]
-    return UsageError(f"{prefix}{first.location()}: {first.message}{_more(problems)}",
-                      hint=first.hint or fallback_hint)
+    hint = _spelling_and(first, fallback_hint) if always else first.hint or fallback_hint
+    return UsageError(f"{prefix}{first.location()}: {first.message}{_more(problems)}", hint=hint)
+
+
+def _spelling_and(problem: Problem, hint: str) -> str:
+    """The problem's own hint when it is about this key (a spelling, the field's form), then `hint`."""
+    own = problem.hint if problem.hint and _SCHEMAS not in problem.hint else ""
+    return "; ".join(h for h in (own, hint) if h)
 
 
 def _more(problems: list[Problem]) -> str:
@@ -66,21 +93,69 @@ def _to_problem(model: type[BaseModel], doc: Doc, err: Any, rule: str, base: str
     if kind == "extra_forbidden":
         message, hint = f"unknown key {field!r}", unknown_key_hint(str(loc[-1]), known_keys(model, loc[:-1]))
     elif kind == "missing":
-        message, hint = f"missing required key {field!r}", "add it; see the JSON Schema in schemas/"
+        message, hint = f"missing required key {field!r}", f"add it; see {_SCHEMAS}"
     else:
-        message, hint = f"{field}: {err['msg']}", ""
-        if "input" in err and not isinstance(err["input"], (dict, list)):
-            message += f" (got {err['input']!r})"
+        key = str(loc[-1]) if loc else ""
+        described = field_description(model, loc)
+        message, hint = f"{field}: {error_reason(err)}", value_hint(err, key, described)
     return doc.problem(pointer, rule, message, hint=hint)
+
+
+def field_description(model: type[BaseModel], loc: list[Any]) -> str:
+    """The description the model gives the field at `loc` ("NAME or NAME:TOTAL_GPUS."), or ""."""
+    if not loc:
+        return ""
+    parents: list[Any] = [model]
+    for part in loc[:-1]:
+        parents = [t for here in parents for t in _step(here, part)]
+    for parent in (m for here in parents for m in _models_in(here)):
+        for name, info in parent.model_fields.items():
+            if loc[-1] in (name, info.alias) and info.description:
+                return info.description.rstrip(".")
+    return ""
+
+
+def error_reason(err: Any) -> str:
+    """pydantic's message for a wrong value, without its "Value error, " prefix, with the value it got."""
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if "input" in err and not isinstance(err["input"], (dict, list)) and err["type"] != "value_error":
+        message += f" (got {err['input']!r})"
+    return message
+
+
+_WRITE = {  # what a value of each kind is written as, by the error type pydantic reports
+    "int": "a whole number, e.g. `{key}: 4`", "float": "a number, e.g. `{key}: 0.5`",
+    "bool": "true or false", "dict": "a mapping (indented `key: value` lines)",
+    "list": "a list (`- item` lines, or `[a, b]`)", "string": "text, in quotes if it looks like a number",
+    "model": "a mapping of the keys this section takes",
+}
+
+
+def value_hint(err: Any, key: str, described: str = "") -> str:
+    """How to write the value a wrong-value error is about (the field's own description first); never empty."""
+    kind = str(err["type"])
+    context = err.get("ctx") or {}
+    if kind == "string_type" and isinstance(err.get("input"), int | float) and not isinstance(err["input"], bool):
+        return f"quote it: {key}: \"{err['input']}\""
+    if kind in ("literal_error", "enum") and "expected" in context:
+        return f"write one of {context['expected']}"
+    if described and (kind == "string_pattern_mismatch" or kind.endswith(("_type", "_parsing"))):
+        return f"{key}: {described}"
+    if kind == "string_pattern_mismatch":
+        return f"write it in the form {_SCHEMAS} gives for this key"
+    for prefix, what in _WRITE.items():
+        if kind.startswith(prefix + "_"):
+            return "write " + what.format(key=key or "key")
+    return f"see {_SCHEMAS} for what this key takes"
 
 
 def unknown_key_hint(key: str, known: list[str]) -> str:
     close = close_matches(key, known, n=1, cutoff=0.6)
     if close:
-        return f"did you mean {close[0]!r}?"
+        return f"{_DID_YOU_MEAN}{close[0]!r}?"
     if known:
         return f"known keys here: {', '.join(sorted(known))}"
-    return "remove it, or check its spelling against the JSON Schema in schemas/"
+    return f"remove it, or check its spelling against {_SCHEMAS}"
 
 
 def known_keys(model: type[BaseModel], loc: list[Any]) -> list[str]:
@@ -88,7 +163,20 @@ def known_keys(model: type[BaseModel], loc: list[Any]) -> list[str]:
     types_here: list[Any] = [model]
     for part in loc:
         types_here = [t for here in types_here for t in _step(here, part)]
-    return sorted({k for t in types_here if _is_model(t) for k in _field_keys(t)})
+    return sorted({k for here in types_here for t in _models_in(here) for k in _field_keys(t)})
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation stands for: `Bindings | None` is Bindings, `Annotated[M, …]` is M."""
+    if _is_model(annotation):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return [m for arg in args for m in _models_in(arg)]
+    if origin is typing.Annotated:
+        return _models_in(args[0])
+    return []
 
 
 def _step(annotation: Any, part: Any) -> list[Any]:

@@ -7,7 +7,6 @@ file is created exclusively, so a collision is refused, never overwritten).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -21,10 +20,10 @@ import yaml
 from ruamel.yaml import YAML
 
 from tuneplane.errors import UsageError
-from tuneplane.lab.fs import atomic_write, write_json
+from tuneplane.lab.fs import atomic_write, present, read_text, write_json
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
-from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
+from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
 
@@ -243,22 +242,35 @@ def find_run(root: Path, text: str) -> RunKey:
 
 
 def read_status(root: Path, key: RunKey) -> RunStatus | None:
-    """The status file, or None when there is none; a damaged one raises naming the file."""
+    """The status file, or None when there is none; a damaged one raises naming `file:line:col`."""
     path = root / key.status_rel
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not present(path):
         return None
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"{key.status_rel} is not readable JSON: {exc}",
-            hint="the bot owns status/: restore the file from git (`git checkout -- <file>`)",
-        ) from None
-    return status_from(data, key.status_rel)
+    try:
+        text = read_text(path, root=root, rel=key.status_rel)  # a link out of the lab or a FIFO is refused
+    except LoadFailed as exc:
+        raise UsageError(f"{exc.problem.location()}: {exc.problem.message}", hint=_STATUS_HINT) from None
+    return parse_status(text, key.status_rel)
+
+
+def parse_status(text: str, rel: str) -> RunStatus:
+    """A status file's text, strictly; the first problem raises at its line and column."""
+    try:
+        doc = parse_json(text, rel)
+    except LoadFailed as exc:
+        raise UsageError(f"{exc.problem.location()}: {exc.problem.message}", hint=_STATUS_HINT) from None
+    status, problems = parse_model(RunStatus, doc, "status-schema")
+    if status is None:
+        raise first_problem_error(problems, _STATUS_HINT, always=True)
+    return status
 
 
 def status_from(data: Any, rel: str) -> RunStatus:
-    return validate_or_raise(RunStatus, data, rel, hint="the bot owns status/: restore the file from git")
+    """Status data already parsed (the bot's scans), so without positions."""
+    return validate_or_raise(RunStatus, data, rel, hint=_STATUS_HINT)
+
+
+_STATUS_HINT = "the bot owns status/: restore the file from git (`git checkout -- <file>`)"
 
 
 def write_status(root: Path, status: RunStatus) -> Path:

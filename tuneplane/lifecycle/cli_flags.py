@@ -80,7 +80,7 @@ def _loader(yaml: Any, values_as_written: bool) -> Any:
 
 
 def _load(path: Path, as_written: bool = False) -> dict[str, Any]:
-    import yaml
+    import yaml  # lazy: PyYAML is in the training image, loaded only when a config file is read
 
     loader = _loader(yaml, as_written)
     data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) if path.is_file() else None

@@ -30,7 +30,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
 
 def _parse_yaml(text: str, source: str) -> Any:
     try:
-        import yaml  # optional: most images have it, and the fallback reads only flat files
+        import yaml  # lazy: optional; most images have it, and the fallback reads only flat files
     except ImportError:
         return parse_flat_yaml(text, source)
     try:

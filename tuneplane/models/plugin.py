@@ -18,8 +18,6 @@ MANIFEST_FILE = "plugin.yaml"
 SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 ENTRYPOINT = r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*"
 DIGEST = r"sha256:[0-9a-f]{64}"
-CAPABILITIES = ("algorithm", "environment", "data-prep", "framework-integration",
-                "recipe", "benchmark", "playbook", "prompt")
 
 
 class StrictModel(Strict):

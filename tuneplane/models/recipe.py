@@ -4,6 +4,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from tuneplane.constants import Scalar
 from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
 
 ParamType = Literal["int", "float", "bool", "str", "enum"]
@@ -143,7 +144,7 @@ class RuleCondition(Strict):
 
     key: str = Field(min_length=1, description="A dotted config path or an input name (model, train_data, "
                                                "validation_data).")
-    in_: list[bool | int | float | str] = Field(alias="in", min_length=1,
+    in_: list[Scalar] = Field(alias="in", min_length=1,
                                                 description="The values for which the rule applies.")
 
 

@@ -1,14 +1,14 @@
 """Run requests (`runs/<exp>/<run-id>.yaml`, people review them) and status files (the bot writes them)."""
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
 from tuneplane.constants import Phase, Scalar
 from tuneplane.models.base import NAME_RE, EditorSchema, Strict, defaults_of, empty_dict, empty_list
 
-RUN_API = "tuneplane/run/v1"
-STATUS_API = "tuneplane/status/v1"
+RUN_API: Final = "tuneplane/run/v1"
+STATUS_API: Final = "tuneplane/status/v1"
 # UTC time, then random hex: 10 digits from this version on; 6-digit ids of older requests stay valid
 RUN_ID_RE = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6,12}$"
 PROFILE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"
@@ -27,10 +27,11 @@ class Inputs(Strict):
 class RunRequest(Strict):
     """What `tp submit` writes and a reviewer approves; the bot turns it into a job."""
 
-    api_version: Literal["tuneplane/run/v1"] = Field("tuneplane/run/v1", alias="apiVersion")
+    api_version: Literal["tuneplane/run/v1"] = Field(RUN_API, alias="apiVersion")
     kind: Literal["RunRequest"] = "RunRequest"
     experiment: str = Field(pattern=NAME_RE)
-    run_id: str = Field(pattern=RUN_ID_RE, description="Sorts by time; unique without coordination.")
+    run_id: str = Field(pattern=RUN_ID_RE, description="UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex "
+                        "digits>; sorts by time, unique without coordination.")
     operation: Literal["train", "export", "eval"] = "train"
     profile: str = Field(pattern=PROFILE_RE, description="NAME or NAME:TOTAL_GPUS.")
     image: str = ""
@@ -82,7 +83,7 @@ class Transition(Strict):
 class RunStatus(Strict):
     """`status/<exp>/<run-id>.json`: written by the bot only."""
 
-    api_version: Literal["tuneplane/status/v1"] = Field("tuneplane/status/v1", alias="apiVersion")
+    api_version: Literal["tuneplane/status/v1"] = Field(STATUS_API, alias="apiVersion")
     kind: Literal["RunStatus"] = "RunStatus"
     schema_ref: EditorSchema = None
     experiment: str

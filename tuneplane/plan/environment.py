@@ -10,7 +10,19 @@ from __future__ import annotations
 import json
 
 from tuneplane import __version__
-from tuneplane.constants import HF_TOKEN, JOB_TOKEN
+from tuneplane.constants import (
+    GPUS_PER_NODE_ENV,
+    HF_TOKEN,
+    JOB_ENABLED,
+    JOB_ENDPOINT,
+    JOB_RUN_ID,
+    JOB_TOKEN,
+    NUM_NODES_ENV,
+    OUT_DIR_ENV,
+    RUN_DIR_ENV,
+    STORAGE_ROOT_ENV,
+    WORK_DIR_ENV,
+)
 from tuneplane.models.jobspec import JobSpec
 
 MONITOR_INTERVAL = "10"
@@ -24,25 +36,25 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
     """Every non-secret variable of the contract, always in the same order."""
     body, paths = spec.spec, spec.spec.paths
     env = {
-        "TUNEPLANE_WORK_DIR": paths.work_dir,
+        WORK_DIR_ENV: paths.work_dir,
         "TUNEPLANE_EXP_DIR": paths.exp_dir,
-        "TUNEPLANE_OUT_DIR": paths.out_dir,
+        OUT_DIR_ENV: paths.out_dir,
         "TUNEPLANE_FRAMEWORK": body.framework.kind,
         "TUNEPLANE_RECIPE": recipe_variable(spec),
-        "TUNEPLANE_CLUSTER_NUM_NODES": str(body.resources.nodes),
-        "TUNEPLANE_CLUSTER_GPUS_PER_NODE": str(body.resources.gpus_per_node),
+        NUM_NODES_ENV: str(body.resources.nodes),
+        GPUS_PER_NODE_ENV: str(body.resources.gpus_per_node),
         "TUNEPLANE_CLUSTER_PROFILE": body.resources.profile,
         # what launch lines should start per node: the GPU count, or a CPU run's own (never 0)
         "TUNEPLANE_CLUSTER_PROCS_PER_NODE": str(body.resources.procs_per_node or max(1, body.resources.gpus_per_node)),
-        "TUNEPLANE_JOB_ENABLED": "1" if ingest_endpoint else "0",
+        JOB_ENABLED: "1" if ingest_endpoint else "0",
     }
     if ingest_endpoint:
-        env["TUNEPLANE_JOB_ENDPOINT"] = ingest_endpoint
-        env["TUNEPLANE_JOB_RUN_ID"] = spec.metadata.run_id
+        env[JOB_ENDPOINT] = ingest_endpoint
+        env[JOB_RUN_ID] = spec.metadata.run_id
     env.update({
         "TUNEPLANE_RUN_ID": spec.metadata.run_id,
-        "TUNEPLANE_RUN_DIR": paths.run_dir,
-        "TUNEPLANE_STORAGE_ROOT": paths.storage_root,
+        RUN_DIR_ENV: paths.run_dir,
+        STORAGE_ROOT_ENV: paths.storage_root,
         "TUNEPLANE_FRAMEWORK_VERSION": body.framework.version,
         "TUNEPLANE_RUNTIME_ID": body.framework.runtime_id,
         "TUNEPLANE_RECIPE_VERSION": body.recipe.version,

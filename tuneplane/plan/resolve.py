@@ -126,11 +126,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
-    if lab.settings is None:
-        first = lab.problems[0] if lab.problems else None
-        where = f"{first.location()}: {first.message}" if first else "tuneplane.yaml is unreadable"
-        raise UsageError(f"the lab settings cannot be read: {where}",
-                         hint=first.hint if first and first.hint else "run `tp validate` for every problem")
+    lab.require_settings()
 
 
 def _raise_first(problems: list[Problem]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from tuneplane import __version__
-from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_TOKEN
+from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_TOKEN, NODE_RANK_ENV, OUT_DIR_ENV, RUN_DIR_ENV, WORK_DIR_ENV
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, Profile
@@ -228,7 +228,7 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
                         ("tuneplane.dev/commit", spec.provenance.commit)],
         "init": _init_container(spec, lab, facts),
         "env": list(env.items()),
-        "env_fields": [("TUNEPLANE_NODE_RANK", COMPLETION_INDEX), ("PET_NODE_RANK", COMPLETION_INDEX)]
+        "env_fields": [(NODE_RANK_ENV, COMPLETION_INDEX), ("PET_NODE_RANK", COMPLETION_INDEX)]
         if ranked else [],
         "env_secrets": _secret_env(spec, plan, lab),
         "storage": {"volume": STORAGE_VOLUME, "root": paths.storage_root, "claim": lab.cluster.storage.pvc},
@@ -264,8 +264,8 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any
     paths = spec.spec.paths
     doc = facts.document
     env = [("TUNEPLANE_REPO_URL", lab.cluster.repo.url), ("TUNEPLANE_COMMIT", spec.provenance.commit),
-           ("TUNEPLANE_RUN_DIR", paths.run_dir), ("TUNEPLANE_WORK_DIR", paths.work_dir),
-           ("TUNEPLANE_OUT_DIR", paths.out_dir),
+           (RUN_DIR_ENV, paths.run_dir), (WORK_DIR_ENV, paths.work_dir),
+           (OUT_DIR_ENV, paths.out_dir),
            # only algorithm plugins travel in the job package; data-prep ones never leave the machine
            ("TUNEPLANE_PLUGINS", " ".join(p.source or f"plugins/{p.name}" for p in spec.spec.plugins
                                           if p.capability == "algorithm")),

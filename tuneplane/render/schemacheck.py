@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urldefrag, urljoin
 
+from tuneplane.constants import EXIT_INTERNAL
 from tuneplane.errors import UsageError
 
 K8S_VERSION = "1.31"  # the Kubernetes minor the core schemas are pinned to
@@ -39,7 +40,7 @@ Check = Callable[[Any], bool]
 class ManifestInvalid(UsageError):
     """A rendered manifest failed its schema: a bug in tp or a lab setting the manifest cannot carry."""
 
-    exit_code = 3
+    exit_code = EXIT_INTERNAL
 
 
 def validate_manifest(doc: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneplane.constants import CONFIG_ERROR_EXIT, HF_TOKEN, JOB_TOKEN
+from tuneplane.constants import CONFIG_ERROR_EXIT, GPUS_PER_NODE_ENV, HF_TOKEN, JOB_TOKEN, NUM_NODES_ENV
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, SlurmProfile, SlurmSettings
@@ -35,8 +35,8 @@ STATE_DIR = ".tuneplane/slurm"  # under the run dir: started/exit markers, the j
 TOKEN_FILE = ".tuneplane/secrets/job-token"  # under the run dir, mode 0600
 LAUNCH_DOCUMENT = ".tuneplane/jobspec.slurm.json"  # under the work dir; the script fills it in
 RUNTIME_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-                         "TUNEPLANE_CLUSTER_NUM_NODES",
-                         "TUNEPLANE_CLUSTER_GPUS_PER_NODE"})  # the script sets these from the allocation
+                         NUM_NODES_ENV,
+                         GPUS_PER_NODE_ENV})  # the script sets these from the allocation
 COMMENT_PREFIX = "tuneplane-run="
 
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9._:/%+=,@-]+$")
@@ -100,15 +100,6 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         launch_document=launch_document(spec, plan),
         sources={option: where for option, _value, where in items},
     )
-
-
-def sbatch_directives(spec: JobSpec, settings: SlurmSettings) -> list[str]:
-    return [_directive(option, value, where) for option, value, where in directive_items(spec, settings)]
-
-
-def directive_sources(spec: JobSpec, settings: SlurmSettings) -> dict[str, str]:
-    """sbatch option → the setting it comes from (for refusals that name what to change)."""
-    return {option: where for option, _value, where in directive_items(spec, settings)}
 
 
 def directive_items(spec: JobSpec, settings: SlurmSettings) -> list[tuple[str, str, str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -37,8 +38,6 @@ def quote(value: Any) -> str:
 
 def shell_quote(value: Any) -> str:
     """One shell word (POSIX single quotes) for a scalar; NUL cannot be passed and is refused."""
-    import shlex
-
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise TypeError(f"sh filter takes a string or number, got {type(value).__name__}; prepare it in Python")
     text = str(value)

@@ -19,7 +19,7 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
-TERMINAL = frozenset({"Succeeded", "Failed"})
+POD_ENDED = frozenset({"Succeeded", "Failed"})  # Kubernetes' pod phases (a pod is never Cancelled)
 
 
 def find_pods(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod]:
@@ -64,7 +64,7 @@ def _leader_key(pod: Pod, kind: Kind, obj: JobObject) -> tuple[Any, ...]:
         _int(labels.get("jobset.sigs.k8s.io/job-index")),
         _int(labels.get("batch.kubernetes.io/job-completion-index")),
         -_int(labels.get("jobset.sigs.k8s.io/restart-attempt")),
-        pod_phase(pod) in TERMINAL,  # a replaced pod goes after its replacement
+        pod_phase(pod) in POD_ENDED,  # a replaced pod goes after its replacement
         bool(meta.get("deletionTimestamp")),
     )
 

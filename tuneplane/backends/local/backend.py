@@ -219,7 +219,7 @@ class LocalBackend:
 
     def metrics(self, ref: BackendRef) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
         """The run's ingest summary and each key's recent values (empty when nothing was reported)."""
-        try:
+        try:  # lazy: the receiver's store loads only when a run's metrics are read
             from tuneplane.ingest import series, summary
         except ImportError:  # an install without the receiver: no metrics, not an error
             return {}, {}

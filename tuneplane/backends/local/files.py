@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from tuneplane.constants import ENV_PREFIX, STORAGE_ROOT_ENV
 from tuneplane.lab.fs import write_json
 
 API_VERSION = "tuneplane.dev/local/v1"
@@ -25,7 +26,7 @@ MESSAGE_LINES = 20  # log lines quoted in a failed run's message
 START_GRACE = 60.0  # seconds a spawned supervisor may take to show up before the run counts as lost
 KILL_GRACE_ENV = "TUNEPLANE_LOCAL_KILL_GRACE"  # seconds between SIGTERM and SIGKILL (default 10)
 GPUS_ENV = "TUNEPLANE_LOCAL_GPUS"  # this machine's GPU ids ("0,1,2,3") or a count ("4")
-_SCRUB = ("TUNEPLANE_", "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
+_SCRUB = (ENV_PREFIX, "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
 
 
 
@@ -88,8 +89,8 @@ def _signal_group(pgid: Any, sig: int) -> None:
 
 def _scrubbed_env(base: Any, keep_storage: bool = False) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(_SCRUB)}
-    if keep_storage and "TUNEPLANE_STORAGE_ROOT" in base:
-        env["TUNEPLANE_STORAGE_ROOT"] = base["TUNEPLANE_STORAGE_ROOT"]
+    if keep_storage and STORAGE_ROOT_ENV in base:
+        env[STORAGE_ROOT_ENV] = base[STORAGE_ROOT_ENV]
     for key in (GPUS_ENV, KILL_GRACE_ENV):
         if key in base:
             env[key] = base[key]

@@ -41,7 +41,7 @@ from tuneplane.backends.local.files import (
 )
 from tuneplane.backends.local.gpus import Unschedulable, _allot, _GpuLease
 from tuneplane.collector import collect_after
-from tuneplane.constants import CONFIG_ERROR_EXIT, utc_now
+from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_ENABLED, JOB_ENDPOINT, JOB_RUN_ID, JOB_TOKEN, utc_now
 
 # ── the supervisor ───────────────────────────────────────────────────────────────────────────────
 
@@ -138,7 +138,7 @@ class _Supervisor:
 
     def _ingest(self, env: dict[str, str]) -> tuple[Callable[[], None], dict[str, str]]:
         """A receiver on 127.0.0.1 for this run only; its token lives in this process's memory."""
-        try:
+        try:  # lazy: the receiver loads only in the supervisor of a run that reports
             from tuneplane.ingest import mint_token, start_server
         except ImportError:
             return (lambda: None), env
@@ -148,10 +148,10 @@ class _Supervisor:
         self.secrets.append(token)
         env.update(
             {
-                "TUNEPLANE_JOB_ENABLED": "1",
-                "TUNEPLANE_JOB_ENDPOINT": url,
-                "TUNEPLANE_JOB_RUN_ID": self.launch["run_id"],
-                "TUNEPLANE_JOB_TOKEN": token,
+                JOB_ENABLED: "1",
+                JOB_ENDPOINT: url,
+                JOB_RUN_ID: self.launch["run_id"],
+                JOB_TOKEN: token,
             }
         )
         return stop, env

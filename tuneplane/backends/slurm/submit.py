@@ -29,6 +29,7 @@ from tuneplane.backends.rundir import locked
 from tuneplane.backends.slurm.commands import SlurmCommands, first_line
 from tuneplane.backends.slurm.errors import refusal
 from tuneplane.errors import UsageError
+from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.render.slurm import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
 
@@ -134,20 +135,13 @@ def _export_lab(lab_root: Path, commit: str, dest: Path) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text)
 
 
 def _write_secret(path: Path, value: str) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(value)
-    os.replace(tmp, path)
+    atomic_write(path, value, mode=0o600)
 
 
 def _sbatch(commands: SlurmCommands, run_dir: Path, batch: dict[str, Any]) -> str:

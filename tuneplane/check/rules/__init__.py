@@ -20,7 +20,7 @@ def experiment_rules() -> list[Rule]:
 
 
 def lab_rules() -> list[Rule]:
-    from tuneplane.check.rules import cluster
+    from tuneplane.check.rules import cluster  # lazy: as above, loaded when the lab's settings are checked
 
     return [cluster.check]
 

@@ -11,12 +11,13 @@ process group connects to the master.
 
 from __future__ import annotations
 
+from tuneplane.constants import NODE_RANK_ENV
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.plan.adapters.base import LAUNCHER_MODULE, PYTHON, make_plan, processes_per_node
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import RENDEZVOUS_PORT, rendezvous_host
 
-NODE_RANK = "TUNEPLANE_NODE_RANK"
+NODE_RANK = NODE_RANK_ENV
 
 
 def group_env(spec: JobSpec) -> dict[str, str]:
