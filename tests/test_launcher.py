@@ -325,6 +325,15 @@ def test_ranks_that_re_enter_the_launcher_install_the_plugins(work: Path) -> Non
     assert json.loads((work / "result.json").read_text())["advantages"] == [-2.0, 0.0, 2.0]
 
 
+def test_ranks_whose_command_is_missing_exit_127_with_the_name(work: Path) -> None:
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    write_jobspec(work, [plugin], ["no-such-torchrun-tp-test", "-m", "tuneplane.launcher", "-m", "faketrain.main"])
+    proc = launch(work)
+    assert proc.returncode == 127, proc.stderr
+    assert "cannot start 'no-such-torchrun-tp-test': command not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_re_entry_still_verifies_before_starting_ranks(work: Path) -> None:
     plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
     plugin["digest"] = "sha256:" + "1" * 64

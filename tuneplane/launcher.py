@@ -441,18 +441,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             _stop_collector(collector)
         return 0
-    if ranks:  # a child, not exec: a rank's refusal must end the job as 78 with its line, not torchrun's
-        try:
-            code, line = run_ranks(spec.launch.argv, work_dir() / LAUNCH_ERROR_FILE)
-        finally:
-            _stop_collector(collector)
-        if line:
-            report_failure(line)
-            return CONFIG_ERROR_EXIT
-        return code
-    if collector is not None:
-        # Not exec: in a pod this process is the container's first, and its exit kills whatever is
-        # left, the collector's last pass included. The trainer runs as a child (signals passed on).
+    if ranks or collector is not None:
+        # A child, not exec: a rank's refusal must end the job as 78 with its line, not torchrun's;
+        # and in a pod this process is the container's first, so its exit would kill a collector
+        # beside the trainer before its last pass. Signals are passed on to the child.
         try:
             code, line = run_child(spec.launch.argv)
         finally:
