@@ -597,6 +597,13 @@ def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tm
     assert single.code == 0 and single.out == sample.read_text()
 
 
+def test_tp_render_names_a_missing_run_request_once(cli_lab: Path, tp: Any) -> None:
+    result = tp("render", "runs/img/nope.yaml")
+    assert result.code == 1
+    assert "runs/img/nope.yaml: refused: no such file" in result.err
+    assert result.err.count("runs/img/nope.yaml") == 1, result.err
+
+
 def test_tp_render_notes_a_dirty_tree_but_renders(cli_lab: Path, tp: Any) -> None:
     (cli_lab / "scratch.txt").write_text("wip")
     result = tp("render", "img", "--profile", "h200")

@@ -134,7 +134,6 @@ class RenderContext:
 
     @classmethod
     def open(cls, opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> RenderContext:
-
         lab = load_lab()
         repo = GitRepo(lab.root)
         try:
@@ -160,13 +159,11 @@ class RenderContext:
         return request_from_flags(flags, run_id=o.run_id, command="render")
 
     def all_requests(self) -> list[Path]:
-
         return run_files(self.lab)
 
     # rendering
 
     def render_request(self, request: RunRequest) -> Rendered:
-
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
         spec = resolve_prepared(self.lab, self.prepared[request.experiment], request, commit=self.commit,
@@ -182,7 +179,6 @@ class RenderContext:
     def text(self, rendered: Rendered) -> str:
         """YAML: the rendered text itself (it is what was parsed back and validated); JSON: the documents."""
 
-
         if self.opts.fmt is RenderFormat.json:
             return json.dumps(rendered.docs, indent=2, ensure_ascii=False) + "\n"
         return rendered.text if rendered.text is not None else to_yaml(rendered.docs)
@@ -195,14 +191,14 @@ class RenderContext:
         """Render each target; a refusal is reported and counted, the others still render."""
         refusals = self.render_files(targets) if self.parallel(targets) else self.render_each(targets)
         for target, message in refusals:
-            self.note(f"{self.rel(Path(target))}: refused: {message}")
+            where = self.rel(Path(target))  # a message about the file itself names it already
+            self.note(f"{where}: refused: {message.removeprefix(f'{where}: ')}")
         if self.opts.output is not None:
             self.note(f"rendered {len(targets) - len(refusals)} run request(s) into {self.opts.output}"
                       + (f"; {len(refusals)} refused" if refusals else ""))
         return len(refusals)
 
     def render_each(self, targets: list[str]) -> list[tuple[str, str]]:
-
         refusals = []
         for target in targets:
             try:
@@ -248,7 +244,6 @@ class RenderContext:
         atomic_write(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
 
     def request_from_file(self, path: Path, text: str | None = None) -> RunRequest:
-
         rel = self.rel(path)
         try:
             doc = parse_yaml(text, rel) if text is not None else load_yaml(path, rel, root=self.lab.root)
