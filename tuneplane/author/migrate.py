@@ -91,7 +91,6 @@ def _shared_code(root: Path) -> list[str]:
 
 
 def _yaml() -> Any:
-
     y = YAML()
     y.preserve_quotes = True
     y.width = 4096

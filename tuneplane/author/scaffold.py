@@ -114,7 +114,6 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
 
 
 def _first_commit(root: Path, files: list[str], name: str) -> str:
-
     repo = GitRepo(root) if (root / ".git").exists() else GitRepo.init(root)
     repo.ensure_identity()
     return repo.add_and_commit(files, f"Create TunePlane lab {name}\n\nWritten by tp init {__version__}.")

@@ -11,7 +11,6 @@ from tuneplane.lab.load import Lab
 
 
 def experiment_rows(lab: Lab) -> list[dict[str, Any]]:
-
     catalog = load_catalog()
     rows = []
     for name in lab.experiment_names():

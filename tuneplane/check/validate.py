@@ -101,7 +101,6 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
 
 
 def _known(lab: Lab, name: str) -> str:
-
     names = lab.experiment_names()
     close = close_matches(name, names, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else "see `tp ls` for the experiments of this lab"

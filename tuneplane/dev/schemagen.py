@@ -26,7 +26,6 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def models() -> dict[str, type[BaseModel]]:
-
     return {"lab": LabFile, "recipe": Recipe, "recipe-lock": RecipeLock, "plugins-lock": PluginsLock,
             "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec,
             "experiment": ExperimentManifest}

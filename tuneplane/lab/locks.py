@@ -86,7 +86,6 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
 
 
 def _did_you_mean(catalog: Catalog, name: str) -> str:
-
     close = close_matches(name, catalog.ids, n=1, cutoff=0.5)
     return (f"did you mean {close[0]!r}? " if close else "") + "see `tp methods` for the catalog"
 
@@ -159,7 +158,6 @@ def _binding_drift(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list
 
 
 def _core_admits(spec: str) -> bool:
-
     try:
         return version_admits(spec, __version__)
     except ValueError:

@@ -116,7 +116,6 @@ _SCALARS: dict[str, Any] = {
 
 
 def _build(node: Any) -> Any:
-
     if isinstance(node, yaml.MappingNode):
         out = {}
         for key_node, value_node in node.value:

@@ -130,7 +130,6 @@ def core_documents(filename: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @cache
 def own_schema(filename: str) -> dict[str, Any]:
-
     text = files("tuneplane._data.schemas").joinpath("k8s", filename).read_text(encoding="utf-8")
     return json.loads(text)  # type: ignore[no-any-return]
 

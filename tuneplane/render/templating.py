@@ -48,7 +48,6 @@ def shell_quote(value: Any) -> str:
 
 @cache
 def environment(package: str = "tuneplane._data.templates") -> jinja2.Environment:
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(files(package))),
         undefined=jinja2.StrictUndefined,
@@ -84,8 +83,6 @@ class _QuietCache(jinja2.FileSystemBytecodeCache):
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-
-
     if os.environ.get("TUNEPLANE_NO_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
