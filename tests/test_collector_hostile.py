@@ -215,6 +215,32 @@ def test_run_subdirectories_are_not_part_of_the_name(receiver: IngestServer, tmp
     assert series(receiver.store.path, RUN, "train/loss") == [(s, 3.0 - s) for s in range(5)]
 
 
+def test_sibling_folders_with_the_same_tags_stay_apart(receiver: IngestServer, tmp_path: Path) -> None:
+    """Keras writes `logs/train/` and `logs/validation/` with the same tags: two series, never one
+    overwriting the other; transformers' `runs/<date>_<host>/` and Lightning's `version_N/` name an
+    attempt of the run, not a series."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    out = tmp_path / "out"
+    for folder, offset in (("train", 0.0), ("validation", 10.0)):
+        writer = tensorboard.SummaryWriter(str(out / "logs" / folder))
+        for step in range(3):
+            writer.add_scalar("epoch_loss", offset + step, step)
+        writer.close()
+    hf = tensorboard.SummaryWriter(str(out / "hf" / "runs" / "Dec01_12-00-00_node-7"))
+    hf.add_scalar("train/loss", 1.5, 1)
+    hf.close()
+    lightning = tensorboard.SummaryWriter(str(out / "pl" / "lightning_logs" / "version_3"))
+    lightning.add_scalar("val_acc", 0.75, 2)
+    lightning.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "logs"},
+                                    {"format": "tensorboard", "path": "hf"},
+                                    {"format": "tensorboard", "path": "pl"}]))
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["train/epoch_loss", "train/loss", "val_acc", "validation/epoch_loss"], sorted(got)
+    assert series(receiver.store.path, RUN, "train/epoch_loss") == [(s, float(s)) for s in range(3)]
+    assert series(receiver.store.path, RUN, "validation/epoch_loss") == [(s, 10.0 + s) for s in range(3)]
+
+
 def test_a_json_lines_time_is_read_in_the_forms_writers_use(receiver: IngestServer, tmp_path: Path) -> None:
     import time
 

@@ -19,6 +19,7 @@ import binascii
 import json
 import math
 import os
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -116,17 +117,27 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
                     yield os.path.relpath(path, root), path
 
 
-def tb_key(source: Source, relname: str, tag: str) -> str:
-    """The key of a TensorBoard tag: the declared prefix, then the tag as written.
+# Folders that name an attempt of the run or say only "events are here", not what the series is:
+# NeMo-RL's `exp_001/tensorboard/`, Lightning's `lightning_logs/version_0/`, transformers' default
+# `runs/<Mon DD_HH-MM-SS>_<host>/`. A restarted job writes the same series under the next attempt.
+_ATTEMPT = re.compile(r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+")
+_PLACES = frozenset({"tensorboard", "tensorboard_logs", "tb", "tb_logs", "events", "logs", "runs",
+                     "lightning_logs"})
 
-    A subdirectory is a TensorBoard *run*, not part of a name (NeMo-RL writes under
-    `logs/exp_001/tensorboard/`, a restarted job under `exp_002/`: one series either way), except the
-    one `add_scalars(main, {name: v})` makes for each name, `<main>_<name>/`, whose events all carry
-    the tag `main`: that folder is kept, so `val_acc/val` and `val_f1/val` stay apart."""
-    folder = os.path.basename(os.path.dirname(os.path.relpath(relname, source.path)))
-    if folder and folder.startswith(tag.replace("/", "_") + "_"):
-        return f"{source.prefix}{folder}/{tag}"
-    return source.prefix + tag
+
+def tb_key(source: Source, relname: str, tag: str) -> str:
+    """The key of a TensorBoard tag: the declared prefix, the folders below the declared path that
+    name a series, then the tag as written.
+
+    A folder names a series when two writers use the same tags in sibling folders (Keras's `train/`
+    and `validation/`, `add_scalars(main, {name: v})`'s `<main>_<name>/`, whose events all carry the
+    tag `main`): dropping it would make one series overwrite the other step by step. Folders that only
+    name an attempt of the run or a place for events (`_ATTEMPT`, `_PLACES`) are left out, so a
+    restarted job continues the same series."""
+    folder = os.path.dirname(os.path.relpath(relname, source.path))
+    parts = [p for p in folder.split(os.sep) if p and p != "." and p.lower() not in _PLACES
+             and not _ATTEMPT.fullmatch(p)]
+    return source.prefix + "".join(f"{p}/" for p in parts) + tag
 
 
 Note = Callable[[str], None]  # takes what is wrong with one line, for a `file:line: …` message
