@@ -43,3 +43,16 @@ def test_names_and_present_paths_still_validate(demo_lab: Path, tp: Callable[...
         result = tp("validate", arg)
         assert result.code == 0, (arg, result.output)  # type: ignore[attr-defined]
         assert "1 experiment(s)" in result.output  # type: ignore[attr-defined]
+
+
+def test_a_name_that_is_also_a_folder_of_the_lab_root_names_the_experiment(
+        lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
+    """`tp new plugins` says "next: tp validate plugins"; run from the lab root, where `plugins/` is
+    a folder of the lab too, the name is the experiment's."""
+    assert tp("new", "plugins", "--method", "custom/custom").code == 0  # type: ignore[attr-defined]
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "plugins")
+    assert (lab / "plugins").is_dir()
+    result = tp("validate", "plugins")
+    assert result.code == 0, result.output  # type: ignore[attr-defined]
+    assert "1 experiment(s)" in result.output  # type: ignore[attr-defined]

@@ -120,7 +120,10 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
             scope.runs |= sub.runs
             scope.plugins |= sub.plugins
         else:
-            name = arg if "/" not in arg.strip("/") and not present(path) else _missing_experiment(lab, arg)
+            # a known name (here even when a path of that name is too: it was tried first), or a bare
+            # word that names no path (its check says there is no such experiment, and the closest)
+            bare = "/" not in arg.strip("/")
+            name = arg if arg in names or (bare and not present(path)) else _missing_experiment(lab, arg)
             scope.experiments.add(name)
             scope.runs |= set(run_files(lab, [name]))
     return scope
