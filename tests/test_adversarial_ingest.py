@@ -549,6 +549,7 @@ for step in range(3000):
     b'{"run_id": "run-adv", "event": "running", "ts": "\\ud800"}',
     b'{"run_id": "run-adv", "samples": [{"gpu": "\\ud800"}]}',
     b'{"run_id": "run-adv", "blocks": [{"keys": ["k\\ud800"], "rows": ""}]}',
+    b'{"run_id": "run-adv", "batch_id": "b\\ud800", "points": [{"key": "loss", "step": 1, "value": 1.0}]}',
 ])
 def test_a_lone_surrogate_is_a_clear_422_not_an_internal_error(rx: Receiver, body: bytes) -> None:
     path = {b"params": "/hparams", b"event": "/lifecycle", b"samples": "/hardware"}.get(

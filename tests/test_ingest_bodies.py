@@ -78,5 +78,5 @@ def test_lifecycle_events_and_batch_ids() -> None:
     assert refused(bodies.lifecycle, {"event": "running", "ts": 1}).message == "ts must be an ISO-8601 string"
     assert bodies.batch_id(None) is None and bodies.batch_id("") is None
     assert bodies.batch_id("b-1") == "b-1"
-    for bad in (7, "x" * (bodies.MAX_BATCH_ID + 1)):
+    for bad in (7, "x" * (bodies.MAX_BATCH_ID + 1), "half \ud800"):
         assert refused(bodies.batch_id, bad).status == 422

@@ -24,6 +24,8 @@ def batch_id(value: Any) -> str | None:
         return None
     if not isinstance(value, str) or len(value) > MAX_BATCH_ID:
         raise Refused(422, f"batch id must be a string of at most {MAX_BATCH_ID} characters")
+    if not storable(value):
+        raise Refused(422, f"batch id {SURROGATE}")
     return value
 
 
