@@ -7,8 +7,13 @@ branch tips only, so the fallback (the whole history) is exercised too.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +21,7 @@ import pytest
 from githttp import GitHttpServer
 from helpers_git import BRANCH, configure, git, make_remote
 
+from tuneplane.constants import EXIT_INTERRUPTED
 from tuneplane.errors import UsageError
 from tuneplane.lab import gitrepo
 from tuneplane.lab.gitrepo import CommitUnavailable, GitRepo
@@ -227,3 +233,49 @@ def test_changed_files_in_a_full_clone_is_unchanged(served: tuple[Path, str, lis
     (work / "new.txt").write_text("x\n", encoding="utf-8")
     repo.add_and_commit(["new.txt"], "topic")
     assert repo.changed_files(None) == ["new.txt"]
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_fetch_leaves_no_git_behind(tmp_path: Path, signum: int) -> None:
+    """git runs in its own process group (so a timeout kills its transport helper too); a Ctrl-C or
+    a cancelled CI job's SIGTERM must stop it as well, not leave a fetch or push running alone."""
+    work = tmp_path / "work"
+    git(tmp_path, "init", "-q", "work")
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections (the backlog), never answers
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/lab-{signum}.git"
+    git(work, "remote", "add", "origin", url)
+    script = ("import sys; from pathlib import Path; from tuneplane.lab.gitrepo import GitRepo\n"
+              f"GitRepo(Path({str(work)!r})).fetch('origin', 'main')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not _processes_naming(url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_naming(url), "git never started talking to the remote"
+        time.sleep(0.2)
+        proc.send_signal(signum)
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 10
+        while _processes_naming(url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_naming(url) == [], "git outlived the interrupted process"
+        assert proc.returncode in (128 + signum, -signum, EXIT_INTERRUPTED), proc.returncode
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _processes_naming(url):
+            os.kill(pid, signal.SIGKILL)
+        silent.close()

@@ -16,6 +16,8 @@ import re
 import signal
 import subprocess
 import tarfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +89,20 @@ class GitRepo:
 
     def _run_bounded(self, args: tuple[str, ...] | list[str], timeout: float) -> bytes:
         """A command that talks to a remote: in its own process group, which is killed whole (git and its
-        transport helper) when the remote has not finished answering within `timeout` seconds."""
+        transport helper) when the remote has not finished answering within `timeout` seconds, and when
+        this process is interrupted or terminated meanwhile (its own group is not git's, so a Ctrl-C or a
+        cancelled CI job would otherwise leave a push running on its own)."""
         proc = subprocess.Popen(["git", *args], cwd=self.root, env=no_git_env(), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            out, err = proc.communicate(timeout=timeout)
+            with _terminate_raises():
+                out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            _kill_group(proc)
             raise GitFailed(tuple(args), "timeout", f"no answer within {timeout:g} s") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
         if proc.returncode:
             raise GitFailed(tuple(args), proc.returncode, err.decode("utf-8", "replace").strip())
         return out
@@ -431,6 +437,31 @@ class CommitUnavailable(UsageError):
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no message"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) meanwhile, so the caller can stop its child first; only in the
+    main thread, and only where nobody else handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def checkout_origin(path: Path) -> tuple[str, str] | None:
