@@ -128,7 +128,8 @@ def test_the_cli_exits_1_when_runs_could_not_be_submitted(tmp_path: Path, fake_k
     code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))
 
     assert code == 1, out
-    assert "not submitted: could not create Job" in out and "1 run(s) need attention" in out
+    assert "not submitted: could not create Job" in out
+    assert "1 run(s) need attention (each is named above, with why)" in out
     assert "Traceback" not in out
     assert status(bot, run_id).reason == "SubmitFailed"
 

@@ -68,7 +68,7 @@ def _report(report: BotReport) -> None:
         typer.echo(f"error: {line}", err=True)
     if report.waiting or report.errors:
         failed = TunePlaneError(
-            f"{len(report.waiting) + len(report.errors)} run(s) need attention (their status files say why)",
+            f"{len(report.waiting) + len(report.errors)} run(s) need attention (each is named above, with why)",
             hint="the bot retries runs it could not submit on its next run",
         )
         failed.exit_code = EXIT_PROBLEMS
