@@ -258,6 +258,16 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+
+@pytest.fixture()
+def demo_lab(lab: Path, git: Callable[..., str]) -> Path:
+    """`lab` with one committed custom/custom experiment, `demo`."""
+    result = run_tp_in_process("new", "demo", "--method", "custom/custom")
+    assert result.code == 0, result.output
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "demo")
+    return lab
+
 # ── the catalog ─────────────────────────────────────────────────────────────────────────────────────
 
 

@@ -8,14 +8,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture
-def demo_lab(lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> Path:
-    assert tp("new", "demo", "--method", "custom/custom").code == 0  # type: ignore[attr-defined]
-    git(lab, "add", "-A")
-    git(lab, "commit", "-q", "-m", "demo")
-    return lab
-
-
 @pytest.mark.parametrize(("arg", "says"), [
     ("experiments/dmo", "no experiment named 'dmo'"),
     ("experiments/dmo/", "no experiment named 'dmo'"),

@@ -18,22 +18,14 @@ SETS = ["flag=yes", "off=OFF", "count=3", "neg=-2", "lr=2e-5", "ratio=.5", "quot
 FLAGS = ["--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p"]
 
 
-@pytest.fixture
-def custom_lab(lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> Path:
-    assert tp("new", "demo", "--method", "custom/custom").code == 0  # type: ignore[attr-defined]
-    git(lab, "add", "-A")
-    git(lab, "commit", "-q", "-m", "demo")
-    return lab
-
-
-def test_render_and_submit_parse_every_set_value_alike(custom_lab: Path, tp: Callable[..., object]) -> None:
+def test_render_and_submit_parse_every_set_value_alike(demo_lab: Path, tp: Callable[..., object]) -> None:
     sets = [arg for item in SETS for arg in ("--set", item)]
     rendered = tp("render", "demo", *FLAGS, *sets, "--format", "json")
     assert rendered.code == 0, rendered.output  # type: ignore[attr-defined]
     spec = json.loads(rendered.out)[0]  # type: ignore[attr-defined]
     submitted = tp("submit", "demo", *FLAGS, *sets)
     assert submitted.code == 0, submitted.output  # type: ignore[attr-defined]
-    request_file = next((custom_lab / "runs" / "demo").glob("*.yaml"))
+    request_file = next((demo_lab / "runs" / "demo").glob("*.yaml"))
     request = YAML(typ="safe").load(request_file.read_text())
     expected = {"flag": True, "off": False, "count": 3, "neg": -2, "lr": 2e-5, "ratio": 0.5, "quoted": "3",
                 "dq": "on", "word": "cosine", "notnum": "nan", "big": "inf", "dotted.key": 1.0, "empty": ""}
@@ -54,7 +46,7 @@ EVERY = {"b1": ("yes", True), "b2": ("True", True), "b3": ("TRUE", True), "b4": 
 
 
 def test_every_spelling_lands_alike_in_the_manifest_the_request_and_its_rerun(
-        custom_lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
+        demo_lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
     sets = [arg for key, (text, _) in EVERY.items() for arg in ("--set", f"{key}={text}")]
     expected = {key: value for key, (_, value) in EVERY.items()}
     rendered = tp("render", "demo", *FLAGS, *sets, "--format", "json")
@@ -62,10 +54,10 @@ def test_every_spelling_lands_alike_in_the_manifest_the_request_and_its_rerun(
     hyperparams = json.loads(rendered.out)[0]["spec"]["hyperparams"]  # type: ignore[attr-defined]
     submitted = tp("submit", "demo", *FLAGS, *sets)
     assert submitted.code == 0, submitted.output  # type: ignore[attr-defined]
-    (first,) = (custom_lab / "runs" / "demo").glob("*.yaml")
+    (first,) = (demo_lab / "runs" / "demo").glob("*.yaml")
     again = tp("rerun", first.stem)
     assert again.code == 0, again.output  # type: ignore[attr-defined]
-    (second,) = set((custom_lab / "runs" / "demo").glob("*.yaml")) - {first}
+    (second,) = set((demo_lab / "runs" / "demo").glob("*.yaml")) - {first}
     for landed in (hyperparams, *(YAML(typ="safe").load(f.read_text())["set"] for f in (first, second))):
         assert landed == expected
         assert {k: type(v) for k, v in landed.items()} == {k: type(v) for k, v in expected.items()}
@@ -76,12 +68,12 @@ def test_every_spelling_lands_alike_in_the_manifest_the_request_and_its_rerun(
     ("x=[1,2]", "is not a single value"), ("x={a: 1}", "is not a single value"), ("x=[1", "is not a single value"),
     ("=1", "is not KEY=VALUE"), ("novalue", "is not KEY=VALUE"),
 ])
-def test_what_is_not_one_value_is_refused_by_both(custom_lab: Path, tp: Callable[..., object], command: str,
+def test_what_is_not_one_value_is_refused_by_both(demo_lab: Path, tp: Callable[..., object], command: str,
                                                    item: str, says: str) -> None:
     result = tp(command, "demo", *FLAGS, "--set", item, *(["--format", "json"] if command == "render" else []))
     assert result.code == 2  # type: ignore[attr-defined]
     assert says in result.output and "Traceback" not in result.output  # type: ignore[attr-defined]
-    assert not list((custom_lab / "runs").glob("*/*.yaml"))
+    assert not list((demo_lab / "runs").glob("*/*.yaml"))
 
 
 def test_a_bad_field_names_the_command_line_and_the_help() -> None:
