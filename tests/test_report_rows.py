@@ -85,8 +85,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.fixture()
 def receiver(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IngestServer]:
-    server = IngestServer(env / "ingest.sqlite", SECRET, handler=Recording).start()
-    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    server = late_receiver(env, 0).start()
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", server.url)
     yield server
     server.stop()
@@ -96,10 +95,20 @@ def seen(server: IngestServer) -> Seen:
     return server.httpd.seen  # type: ignore[attr-defined, no-any-return]
 
 
-def down_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+def down_endpoint(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A free port as the job's endpoint, nothing listening there (yet): its number, for `late_receiver`."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{sock.getsockname()[1]}")
+        port: int = sock.getsockname()[1]
+    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    return port
+
+
+def late_receiver(env: Path, port: int, **kwargs: Any) -> IngestServer:
+    """A recording receiver on `port` (0: any), not started: one the job's sender finds when it comes."""
+    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording, **kwargs)
+    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    return server
 
 
 # ── the caller's side ─────────────────────────────────────────────────────────────────────────
@@ -240,17 +249,13 @@ def test_threads_logging_different_key_sets_keep_their_own_keys(receiver: Ingest
 def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 6,000 one-row records (160 budget bytes each) pass half of a 1 MiB budget, where the queue used
     # to go to disk; packed (about 49 bytes a row) they fit in memory, and nothing is written.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    port = down_endpoint(monkeypatch)
     session = _log_past_half_the_budget()
     stats = report.stats()
     assert stats["spilled_points"] == 0 and stats["dropped_points"] == 0
     assert stats["buffered_bytes"] <= 6000 * 64, stats["buffered_bytes"]
     assert session.packed and all(len(row) % 48 == 0 for _, row in session.packed)
-    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording)
-    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    server = late_receiver(env, port)
     try:
         server.start()
         report.finish()
@@ -286,10 +291,7 @@ def test_key_sets_past_the_cache_queue_as_records_among_id_rows(env: Path, monke
     import tuneplane.report._core as core
 
     monkeypatch.setattr(core, "MAX_CACHED_KEYS", 3)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    port = down_endpoint(monkeypatch)
     report.init(monitor_hardware=False, buffer_bytes=64 * 1024, retry_base=60, retry_cap=60)
     for step in range(3000):
         report.log({"loss": float(step), "lr": 1e-3}, step=step)  # cached: id rows from the putter
@@ -302,8 +304,7 @@ def test_key_sets_past_the_cache_queue_as_records_among_id_rows(env: Path, monke
         time.sleep(0.01)
     assert report.stats()["spilled_points"] > 0  # 64 KiB: packed, then spilled, records and rows alike
     assert len(session.entries) == 3  # the other five rare key sets were queued as records
-    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording)
-    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    server = late_receiver(env, port)
     try:
         server.start()
         report.finish()
@@ -415,17 +416,13 @@ def test_records_back_from_disk_split_on_413_and_reach_either_receiver(env: Path
                                                                         advertise: bool) -> None:
     from tuneplane.ingest.server import Limits
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
+    port = down_endpoint(monkeypatch)
     report.init(monitor_hardware=False, buffer_bytes=16 * 1024, batch_points=400)
     log_steps(0, 600)  # the receiver is away: most of this waits on disk, a line of rows a record
     time.sleep(0.2)
     assert report.stats()["spilled_points"] > 0
     # It comes back with a point cap below one line of the overflow file.
-    server = IngestServer(env / "ingest.sqlite", SECRET, port=port, handler=Recording, limits=Limits(max_points=60))
-    server.httpd.seen = Seen()  # type: ignore[attr-defined]
+    server = late_receiver(env, port, limits=Limits(max_points=60))
     seen(server).advertise = advertise
     try:
         server.start()
