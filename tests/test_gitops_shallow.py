@@ -69,6 +69,18 @@ class ShallowLab:
         git(self.writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
         return git(self.writer, "rev-parse", "HEAD")
 
+    def reconciled_clone(self, tmp_path: Path, fake_kube: FakeKube) -> tuple[Path, Path, str]:
+        """One run request pushed by the writer, then a shallow bot clone that reconciled it (committed,
+        not pushed): the clone, its kubeconfig and the run id."""
+        (run_id,) = run_ids(1)
+        add_requests(self.writer, [("demo", run_id)], profile="h200:8")
+        git(self.writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
+        bot = self.shallow_clone(tmp_path / "bot")
+        config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url)
+        code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))
+        assert code == 0, out
+        return bot, config, run_id
+
 
 def _merge(writer: Path, branch: str, files: dict[str, str]) -> str:
     """A pull request merged with a merge commit, as a git host does."""
@@ -188,13 +200,7 @@ def test_a_pinned_commit_that_cannot_be_fetched_now_is_retried_not_refused(
 def test_a_rebase_whose_merge_base_is_not_in_the_clone_deepens_it(
     shallow_lab: ShallowLab, tmp_path: Path, fake_kube: FakeKube
 ) -> None:
-    ids = run_ids(2)
-    add_requests(shallow_lab.writer, [("demo", ids[0])], profile="h200:8")
-    git(shallow_lab.writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    bot = shallow_lab.shallow_clone(tmp_path / "bot")
-    config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url)
-    code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))  # committed, not pushed
-    assert code == 0, out
+    bot, config, run_id = shallow_lab.reconciled_clone(tmp_path, fake_kube)  # committed, not pushed
     for n in range(3):  # meanwhile other writers push several commits, one of them changes the trainer
         other = shallow_lab.push_from_writer(f"other writer {n}", {f"notes/{n}.md": f"note {n}\n",
                                                                    "experiments/demo/train.sh": f"echo w{n}\n"})
@@ -209,7 +215,7 @@ def test_a_rebase_whose_merge_base_is_not_in_the_clone_deepens_it(
     git(shallow_lab.writer, "fetch", "-q", "origin")
     tip = git(shallow_lab.writer, "rev-parse", f"origin/{BRANCH}")
     git(shallow_lab.writer, "merge-base", "--is-ancestor", other, tip)  # nothing of the other writer lost
-    assert f"status/demo/{ids[0]}.json" in remote_files(shallow_lab.remote, "status")
+    assert f"status/demo/{run_id}.json" in remote_files(shallow_lab.remote, "status")
     assert sorted(remote_files(shallow_lab.remote, "notes")) == [f"notes/{n}.md" for n in range(3)]
     # the bot's commit was replayed on the other writer's: a linear history, only status/ changed
     changed = git(shallow_lab.writer, "diff", "--name-only", other, tip).splitlines()
@@ -220,12 +226,7 @@ def test_a_rebase_whose_merge_base_is_not_in_the_clone_deepens_it(
 def test_a_remote_rewritten_to_unrelated_history_is_a_clear_error(
     shallow_lab: ShallowLab, tmp_path: Path, fake_kube: FakeKube
 ) -> None:
-    ids = run_ids(1)
-    add_requests(shallow_lab.writer, [("demo", ids[0])], profile="h200:8")
-    git(shallow_lab.writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    bot = shallow_lab.shallow_clone(tmp_path / "bot")
-    config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url)
-    assert tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))[0] == 0
+    bot, config, _ = shallow_lab.reconciled_clone(tmp_path, fake_kube)
     orphan = tmp_path / "orphan"  # someone force-pushed a history with no commit in common
     seed_lab(make_remote(tmp_path, "other.git"), orphan, {"demo": "echo other\n"}, backend="kubernetes")
     git(orphan, "push", "-q", "--force", str(shallow_lab.remote), f"HEAD:{BRANCH}")
