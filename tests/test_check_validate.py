@@ -1,5 +1,5 @@
 """`tp validate` on good and ordinary input: no false alarms, the rules that should fire do, and the
-StarForge lab is recognised. Hostile input is in test_check_validate_adversarial.py."""
+StarForge lab is recognised. Hostile input is in test_check_validate_hostile.py."""
 
 from __future__ import annotations
 
