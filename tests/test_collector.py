@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tuneplane.collector import sources, tfevents
+from tuneplane.constants import METRICS_NATIVE_ENV
 from tuneplane.ingest import mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
 
@@ -36,7 +37,7 @@ def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]] | No
                 "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
                 "TUNEPLANE_REPORT_RETRY_BASE": "0.02", "TUNEPLANE_REPORT_RETRY_CAP": "0.2"})
     if native is not None:
-        env[sources.ENV] = json.dumps(native)
+        env[METRICS_NATIVE_ENV] = json.dumps(native)
     return env
 
 
@@ -225,12 +226,12 @@ def test_a_recipe_declaration_reaches_the_job_environment(tmp_path: Path) -> Non
                                                   {"format": "jsonl", "path": "m.jsonl", "key": "name"}]})
     spec = resolve_run(make_lab(tmp_path / "lab"), request("trl-sft-exp"))
     assert "native_metrics" not in spec.to_json_dict()["spec"]["recipe"]["adapter"]  # digests unchanged
-    assert sources.ENV not in spec_to_env(spec)
+    assert METRICS_NATIVE_ENV not in spec_to_env(spec)
     adapter = spec.spec.recipe.adapter.model_copy(
         update={"native_metrics": [o.model_dump(exclude_none=True) for o in declared.native]})
     recipe = spec.spec.recipe.model_copy(update={"adapter": adapter})
     spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"recipe": recipe})})
-    parsed = sources.parse(spec_to_env(spec)[sources.ENV])
+    parsed = sources.parse(spec_to_env(spec)[METRICS_NATIVE_ENV])
     expected = [("tensorboard", "logs/tb", None), ("jsonl", "m.jsonl", "name")]
     assert [(s.format, s.path, s.key) for s in parsed] == expected
     with pytest.raises(ValueError, match="inside the out dir"):

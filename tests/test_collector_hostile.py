@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tuneplane.collector import sources, tfevents
+from tuneplane.constants import METRICS_NATIVE_ENV
 from tuneplane.ingest import mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
 
@@ -37,7 +38,7 @@ def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> 
                 "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
                 "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
                 "TUNEPLANE_REPORT_RETRY_BASE": "0.02", "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
-                sources.ENV: json.dumps(native)})
+                METRICS_NATIVE_ENV: json.dumps(native)})
     return env
 
 

@@ -1,5 +1,5 @@
 """`tuneplane.constants` is the one home of exit codes, phase sets and the shared `TUNEPLANE_*` names:
-no developer-side module spells one of them again."""
+no module spells one of them again, the job side that reads a name included."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tuneplane.errors import ProblemsFound, RunFailed, TunePlaneError, UsageErro
 from tuneplane.render.schemacheck import ManifestInvalid
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
-# The job side spells the names it reads itself (the SDK stays a few milliseconds to import).
+# The job side (which keeps its own exit codes and phases out of these rules) and the home itself.
 JOB_SIDE = ("report/", "collector/", "lifecycle/", "runtime/", "launcher.py", "plugins.py", "constants.py")
 RENAME_TABLE = "lab/starforge.py"  # StarForge's names beside their TunePlane names, the data `tp migrate` applies
 PHASES = set(get_args(constants.Phase))
@@ -28,6 +28,12 @@ def _developer_side() -> list[tuple[str, ast.Module]]:
     return files
 
 
+def _every_module() -> list[tuple[str, ast.Module]]:
+    """Both sides: an environment name is written by the developer side and read by the job side."""
+    return [(rel, ast.parse(path.read_text(encoding="utf-8"))) for path in sorted(PKG.rglob("*.py"))
+            if (rel := path.relative_to(PKG).as_posix()) not in ("constants.py", RENAME_TABLE)]
+
+
 def _strings(tree: ast.Module) -> list[ast.Constant]:
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -40,16 +46,15 @@ def test_a_shared_name_is_spelled_only_in_constants() -> None:
     shared = {value: name for name, value in vars(constants).items()
               if name.isupper() and isinstance(value, str) and value.startswith(("TUNEPLANE_", "HF_TOKEN"))}
     found = [f"{rel}:{node.lineno}: {node.value!r} is constants.{shared[node.value]}"
-             for rel, tree in _developer_side() if rel != RENAME_TABLE
-             for node in _strings(tree) if node.value in shared]
+             for rel, tree in _every_module() for node in _strings(tree) if node.value in shared]
     assert not found, "\n".join(found)
 
 
 def test_a_tuneplane_name_two_modules_use_lives_in_constants() -> None:
     users: dict[str, set[str]] = defaultdict(set)
-    for rel, tree in _developer_side():
+    for rel, tree in _every_module():
         for node in _strings(tree):
-            if rel != RENAME_TABLE and node.value.startswith("TUNEPLANE_") and node.value.isupper():
+            if node.value.startswith("TUNEPLANE_") and node.value.isupper():
                 users[node.value].add(rel)
     spread = {name: sorted(files) for name, files in users.items() if len(files) > 1}
     assert not spread, f"move these to tuneplane.constants: {spread}"

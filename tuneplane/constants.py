@@ -6,7 +6,6 @@ The job side (the launcher, the SDK) imports this module too, so it must stay fr
 from __future__ import annotations
 
 import typing
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -45,9 +44,9 @@ def observed_phase(text: str) -> ObservedPhase:
     """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
     return typing.cast(ObservedPhase, text) if text in _OBSERVED else "Unknown"
 
-# The environment contract's names that more than one developer-side module reads or writes
-# (CONTRACT §6); a name only `plan.environment` writes stays there. The job side (the SDK, the
-# collector) spells the ones it reads itself, to stay a few milliseconds to import.
+# The environment contract's names (CONTRACT §6) that more than one module reads or writes, the
+# developer side that sets them and the job side that reads them alike; a name only one module
+# uses stays there. Importing this module costs the SDK nothing it does not already import.
 ENV_PREFIX = "TUNEPLANE_"
 JOB_TOKEN = "TUNEPLANE_JOB_TOKEN"
 JOB_ENABLED = "TUNEPLANE_JOB_ENABLED"
@@ -63,8 +62,14 @@ NODE_RANK_ENV = "TUNEPLANE_NODE_RANK"
 NUM_NODES_ENV = "TUNEPLANE_CLUSTER_NUM_NODES"
 GPUS_PER_NODE_ENV = "TUNEPLANE_CLUSTER_GPUS_PER_NODE"
 USER_ENV = "TUNEPLANE_USER"
+METRICS_NATIVE_ENV = "TUNEPLANE_METRICS_NATIVE"  # the native outputs to collect, a JSON list
+MONITOR_INTERVAL_ENV = "TUNEPLANE_JOB_MONITOR_INTERVAL"
+REPORT_ALL_RANKS_ENV = "TUNEPLANE_REPORT_ALL_RANKS"
+TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"  # where the launcher writes its one-line refusal
 
 
 def utc_now() -> str:
     """ISO-8601 UTC with second precision, the form every time in a status file takes."""
+    from datetime import UTC, datetime  # lazy: the SDK imports this module and has no use for datetime
+
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

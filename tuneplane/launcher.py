@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
-from tuneplane.constants import CONFIG_ERROR_EXIT
+from tuneplane.constants import CONFIG_ERROR_EXIT, WORK_DIR_ENV
 from tuneplane.runtime.digest import DigestError, tree_digest
 from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
@@ -88,7 +88,7 @@ class JobSpecView:
 
 def work_dir() -> Path:
     """The job package root: `TUNEPLANE_WORK_DIR`, else the current directory."""
-    return Path(os.environ.get("TUNEPLANE_WORK_DIR") or os.getcwd()).resolve()
+    return Path(os.environ.get(WORK_DIR_ENV) or os.getcwd()).resolve()
 
 
 def read_jobspec(work: Path) -> JobSpecView:

@@ -15,22 +15,30 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from tuneplane.constants import (
+    JOB_ENABLED,
+    JOB_TOKEN,
+    METRICS_NATIVE_ENV,
+    NODE_RANK_ENV,
+    OUT_DIR_ENV,
+    REPORT_ALL_RANKS_ENV,
+)
+
 __all__ = ["collect_after", "start_beside", "stop", "wanted"]
 
 DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
-NATIVE_ENV = "TUNEPLANE_METRICS_NATIVE"  # the declaration, a JSON list (see tuneplane.collector.sources)
 
 
 def wanted(env: Mapping[str, str]) -> bool:
     """Whether a job with this environment needs a collector: reporting on, an out dir, rank zero."""
-    if env.get(DISABLE_ENV, "").strip() == "0" or env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0":
+    if env.get(DISABLE_ENV, "").strip() == "0" or env.get(JOB_ENABLED, "").strip() == "0":
         return False
-    if not env.get("TUNEPLANE_JOB_TOKEN", "").strip() or not env.get("TUNEPLANE_OUT_DIR", "").strip():
+    if not env.get(JOB_TOKEN, "").strip() or not env.get(OUT_DIR_ENV, "").strip():
         return False
-    if not env.get(NATIVE_ENV, "").strip():
+    if not env.get(METRICS_NATIVE_ENV, "").strip():
         return False  # nothing declared: leftovers of the SDK are uploaded after the job (`collect_after`)
     # The launcher runs once per node (before torchrun sets RANK): the node rank decides there.
-    for name in ("TUNEPLANE_NODE_RANK", "RANK", "LOCAL_RANK"):
+    for name in (NODE_RANK_ENV, "RANK", "LOCAL_RANK"):
         value = env.get(name, "").strip()
         if value and value != "0":
             return False
@@ -45,7 +53,7 @@ def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes
     env = dict(os.environ if env is None else env)
     if not wanted(env):
         return None
-    env.update({"RANK": "0", "LOCAL_RANK": "0", "TUNEPLANE_REPORT_ALL_RANKS": "0"})
+    env.update({"RANK": "0", "LOCAL_RANK": "0", REPORT_ALL_RANKS_ENV: "0"})
     try:
         return subprocess.Popen(  # our own module under this interpreter
             [sys.executable, "-m", "tuneplane.collector", "--follow", "--parent", str(os.getpid())],
@@ -69,17 +77,17 @@ def collect_after(env: Mapping[str, str], timeout: float = 120.0) -> bool:
     """After the job: one pass over the declared files and what the SDK left unsent, when there is
     anything to do (the local backend calls this before it stops the run's receiver). Returns whether
     a pass ran and finished."""
-    out = env.get("TUNEPLANE_OUT_DIR", "").strip()
-    if not out or not env.get("TUNEPLANE_JOB_TOKEN", "").strip() or env.get(DISABLE_ENV, "").strip() == "0":
+    out = env.get(OUT_DIR_ENV, "").strip()
+    if not out or not env.get(JOB_TOKEN, "").strip() or env.get(DISABLE_ENV, "").strip() == "0":
         return False
     folder = os.path.join(out, ".tuneplane")
     try:
         unsent = any(n.startswith("report-unsent-") for n in os.listdir(folder))
     except OSError:
         unsent = False
-    if not unsent and not env.get(NATIVE_ENV, "").strip():
+    if not unsent and not env.get(METRICS_NATIVE_ENV, "").strip():
         return False
-    child = {**env, "RANK": "0", "LOCAL_RANK": "0", "TUNEPLANE_REPORT_ALL_RANKS": "0"}
+    child = {**env, "RANK": "0", "LOCAL_RANK": "0", REPORT_ALL_RANKS_ENV: "0"}
     try:
         done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"], env=child,
                               stdin=subprocess.DEVNULL, timeout=timeout, check=False)

@@ -12,14 +12,15 @@ from typing import Any
 from tuneplane.collector import sources
 from tuneplane.collector.run import Collector, describe, follow
 from tuneplane.collector.sink import ReportSink
+from tuneplane.constants import METRICS_NATIVE_ENV, OUT_DIR_ENV
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tuneplane.collector", description=__doc__)
-    parser.add_argument("--out-dir", default=os.environ.get("TUNEPLANE_OUT_DIR", ""),
+    parser.add_argument("--out-dir", default=os.environ.get(OUT_DIR_ENV, ""),
                         help="the job's out dir (default $TUNEPLANE_OUT_DIR)")
-    parser.add_argument("--sources", default=os.environ.get(sources.ENV, ""),
-                        help=f"the declaration as a JSON list (default ${sources.ENV})")
+    parser.add_argument("--sources", default=os.environ.get(METRICS_NATIVE_ENV, ""),
+                        help=f"the declaration as a JSON list (default ${METRICS_NATIVE_ENV})")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
     mode.add_argument("--follow", action="store_true", help="keep tailing until stopped or the parent exits")

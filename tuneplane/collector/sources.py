@@ -28,9 +28,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from tuneplane.collector import tfevents
+from tuneplane.constants import METRICS_NATIVE_ENV
 
 FORMATS = ("tensorboard", "jsonl", "unsent")
-ENV = "TUNEPLANE_METRICS_NATIVE"
 UNSENT_GLOB = "report-unsent-"
 MAX_LINE = 1024 * 1024  # a longer JSON line is not a metrics line; it is skipped and counted
 MAX_SOURCES = 64
@@ -60,9 +60,9 @@ def parse(text: str) -> list[Source]:
     try:
         raw = json.loads(text) if text.strip() else []
     except (ValueError, RecursionError) as exc:
-        raise SourceError(f"{ENV} is not valid JSON: {exc}") from None
+        raise SourceError(f"{METRICS_NATIVE_ENV} is not valid JSON: {exc}") from None
     if not isinstance(raw, list) or len(raw) > MAX_SOURCES:
-        raise SourceError(f"{ENV} must be a JSON list of at most {MAX_SOURCES} objects")
+        raise SourceError(f"{METRICS_NATIVE_ENV} must be a JSON list of at most {MAX_SOURCES} objects")
     return [source_of(item, index) for index, item in enumerate(raw)]
 
 

@@ -17,13 +17,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tuneplane.constants import OUT_DIR_ENV
 from tuneplane.lifecycle.benchmark_common import BenchError, Settings, SuiteScore, warn
 from tuneplane.lifecycle.benchmark_results import RESULT_PATTERNS, new_files, read_scores, snapshot
 from tuneplane.lifecycle.flatconfig import BOOLS, load_config
 
 PROG = "python -m tuneplane.lifecycle.benchmark_eval"
 EVAL_PYTHON_ENV = "TUNEPLANE_EVAL_PYTHON"  # the interpreter that has the runner installed
-OUT_DIR_ENV = "TUNEPLANE_OUT_DIR"
 REPORT_PATH = Path("eval") / "report.json"
 
 

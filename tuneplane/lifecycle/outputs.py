@@ -11,10 +11,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tuneplane.constants import OUT_DIR_ENV
+
 
 def output_dir(cli_value: str | None) -> Path:
     """--output-dir, else $TUNEPLANE_OUT_DIR, else ./out for a local try."""
-    return Path(cli_value or os.environ.get("TUNEPLANE_OUT_DIR") or "out").resolve()
+    return Path(cli_value or os.environ.get(OUT_DIR_ENV) or "out").resolve()
 
 
 def export_checkpoint(cli_output: str | None, checkpoint: Path | None, newest: Callable[[Path], Path],

@@ -17,6 +17,8 @@ from tuneplane.constants import (
     JOB_ENDPOINT,
     JOB_RUN_ID,
     JOB_TOKEN,
+    METRICS_NATIVE_ENV,
+    MONITOR_INTERVAL_ENV,
     NUM_NODES_ENV,
     OUT_DIR_ENV,
     RUN_DIR_ENV,
@@ -66,8 +68,8 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
         env["TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"] = body.framework.observability_url
     native = body.recipe.adapter.native_metrics
     if native:  # the native collector's declaration (tuneplane.collector.sources)
-        env["TUNEPLANE_METRICS_NATIVE"] = json.dumps(native, separators=(",", ":"), sort_keys=True)
-    env["TUNEPLANE_JOB_MONITOR_INTERVAL"] = MONITOR_INTERVAL
+        env[METRICS_NATIVE_ENV] = json.dumps(native, separators=(",", ":"), sort_keys=True)
+    env[MONITOR_INTERVAL_ENV] = MONITOR_INTERVAL
     env["HF_HOME"] = paths.hf_home or f"{paths.storage_root}/{HF_CACHE_DIR}"
     if body.shared_code:
         env["PYTHONPATH"] = shared_code_path(spec)

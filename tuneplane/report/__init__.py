@@ -21,6 +21,7 @@ import sys
 from time import time as _now
 from typing import TYPE_CHECKING, Any
 
+from tuneplane.constants import JOB_ENABLED, JOB_TOKEN
 from tuneplane.report._callback import TunePlaneCallback
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ def lifecycle(event: str, timeout: float = 5.0) -> bool:
     exit. Returns whether the receiver accepted it; never raises; does nothing without a token.
     """
     env = os.environ
-    if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0" or not env.get("TUNEPLANE_JOB_TOKEN", "").strip():
+    if env.get(JOB_ENABLED, "").strip() == "0" or not env.get(JOB_TOKEN, "").strip():
         return False
     try:
         # lazy: keeps import tuneplane.report to a few ms in every training process
@@ -250,7 +251,7 @@ def _start(options: Mapping[str, Any]) -> Session | None:
     global _session, _decided, _atexit_registered
     env = os.environ
     # The cheap gate first, so a run without a token never imports the machinery.
-    if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0" or not env.get("TUNEPLANE_JOB_TOKEN", "").strip():
+    if env.get(JOB_ENABLED, "").strip() == "0" or not env.get(JOB_TOKEN, "").strip():
         _decided = True
         return None
     # lazy: keeps import tuneplane.report to a few ms in every training process

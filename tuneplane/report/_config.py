@@ -11,6 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tuneplane.constants import (
+    JOB_ENABLED,
+    JOB_ENDPOINT,
+    JOB_RUN_ID,
+    JOB_TOKEN,
+    MONITOR_INTERVAL_ENV,
+    OUT_DIR_ENV,
+    REPORT_ALL_RANKS_ENV,
+)
+
 # Tunables: (init keyword, environment variable, default, minimum).
 _FLOATS = {
     "flush_interval": ("TUNEPLANE_REPORT_FLUSH_INTERVAL", 1.0, 0.001),
@@ -18,7 +28,7 @@ _FLOATS = {
     "retry_cap": ("TUNEPLANE_REPORT_RETRY_CAP", 10.0, 0.001),
     "finish_timeout": ("TUNEPLANE_REPORT_FINISH_TIMEOUT", 5.0, 0.0),
     "request_timeout": ("TUNEPLANE_REPORT_REQUEST_TIMEOUT", 10.0, 0.01),
-    "monitor_interval": ("TUNEPLANE_JOB_MONITOR_INTERVAL", 10.0, 0.01),
+    "monitor_interval": (MONITOR_INTERVAL_ENV, 10.0, 0.01),
 }
 _INTS = {
     "buffer_bytes": ("TUNEPLANE_REPORT_BUFFER_BYTES", 32 * 1024 * 1024, 16 * 1024),
@@ -73,9 +83,9 @@ class Config:
 
 def enabled_in(env: Mapping[str, str]) -> bool:
     """Cheap gate: a token, and no explicit `TUNEPLANE_JOB_ENABLED=0`."""
-    if env.get("TUNEPLANE_JOB_ENABLED", "").strip() == "0":
+    if env.get(JOB_ENABLED, "").strip() == "0":
         return False
-    return bool(env.get("TUNEPLANE_JOB_TOKEN", "").strip())
+    return bool(env.get(JOB_TOKEN, "").strip())
 
 
 def rank_of(env: Mapping[str, str]) -> int:
@@ -98,19 +108,19 @@ def from_env(env: Mapping[str, str], options: Mapping[str, Any]) -> Config | Non
     """The session config, or None when this process must not report."""
     if not enabled_in(env):
         return None
-    endpoint = env.get("TUNEPLANE_JOB_ENDPOINT", "").strip()
-    run_id = env.get("TUNEPLANE_JOB_RUN_ID", "").strip()
+    endpoint = env.get(JOB_ENDPOINT, "").strip()
+    run_id = env.get(JOB_RUN_ID, "").strip()
     if not endpoint or not run_id:
-        pairs = (("TUNEPLANE_JOB_ENDPOINT", endpoint), ("TUNEPLANE_JOB_RUN_ID", run_id))
+        pairs = ((JOB_ENDPOINT, endpoint), (JOB_RUN_ID, run_id))
         missing = [name for name, value in pairs if not value]
         _say(f"reporting is off: TUNEPLANE_JOB_TOKEN is set but {', '.join(missing)} is not")
         return None
     all_ranks = options.get("all_ranks")
     if all_ranks is None:
-        all_ranks = _truthy(env.get("TUNEPLANE_REPORT_ALL_RANKS", ""))
-    config = Config(endpoint=endpoint.rstrip("/"), run_id=run_id, token=env["TUNEPLANE_JOB_TOKEN"].strip(),
+        all_ranks = _truthy(env.get(REPORT_ALL_RANKS_ENV, ""))
+    config = Config(endpoint=endpoint.rstrip("/"), run_id=run_id, token=env[JOB_TOKEN].strip(),
                     rank=rank_of(env), all_ranks=bool(all_ranks),
-                    out_dir=env.get("TUNEPLANE_OUT_DIR", "").strip())
+                    out_dir=env.get(OUT_DIR_ENV, "").strip())
     notes: list[str] = []
     values: dict[str, Any] = {}
     for name, (var, default, minimum) in {**_FLOATS, **_INTS}.items():

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
+from tuneplane.constants import JOB_ENDPOINT, JOB_RUN_ID, JOB_TOKEN
 from tuneplane.report._rows import ROWS_FORMAT, Record, b64_bytes, blocks, checked, keys_json, rows_of
 
 TransportError = (OSError, http.client.HTTPException)
@@ -78,8 +79,8 @@ class Transport:
 
 def post_lifecycle(env: Mapping[str, str], event: str, timeout: float) -> bool:
     """One `/lifecycle` POST on a fresh connection, uncompressed (any receiver understands it)."""
-    run_id = env.get("TUNEPLANE_JOB_RUN_ID", "").strip()
-    transport = Transport(env.get("TUNEPLANE_JOB_ENDPOINT", "").strip(), env["TUNEPLANE_JOB_TOKEN"].strip(),
+    run_id = env.get(JOB_RUN_ID, "").strip()
+    transport = Transport(env.get(JOB_ENDPOINT, "").strip(), env[JOB_TOKEN].strip(),
                           timeout)
     stamp = datetime.now(UTC).isoformat()
     body = json.dumps({"run_id": run_id, "event": event, "ts": stamp}).encode()

@@ -24,9 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tuneplane.constants import TERMINATION_LOG_ENV
+
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
 LAUNCH_ERROR_ENV = "TUNEPLANE_LAUNCH_ERROR_FILE"
-TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"
 K8S_TERMINATION_LOG = "/dev/termination-log"
 MESSAGE_LIMIT = 4096  # Kubernetes keeps at most 4096 bytes of a termination message
 

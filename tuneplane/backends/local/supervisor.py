@@ -41,7 +41,15 @@ from tuneplane.backends.local.files import (
 )
 from tuneplane.backends.local.gpus import Unschedulable, _allot, _GpuLease
 from tuneplane.collector import collect_after
-from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_ENABLED, JOB_ENDPOINT, JOB_RUN_ID, JOB_TOKEN, utc_now
+from tuneplane.constants import (
+    CONFIG_ERROR_EXIT,
+    JOB_ENABLED,
+    JOB_ENDPOINT,
+    JOB_RUN_ID,
+    JOB_TOKEN,
+    TERMINATION_LOG_ENV,
+    utc_now,
+)
 
 # ── the supervisor ───────────────────────────────────────────────────────────────────────────────
 
@@ -168,7 +176,7 @@ class _Supervisor:
         # The job's `python` is the interpreter tp runs under, so `import tuneplane` works as it does here.
         env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])
         env.setdefault("PYTHONUNBUFFERED", "1")  # log lines arrive as they are printed
-        env["TUNEPLANE_TERMINATION_LOG"] = str(self.run_dir / TERMINATION_LOG)  # the launcher's one-line refusal
+        env[TERMINATION_LOG_ENV] = str(self.run_dir / TERMINATION_LOG)  # the launcher's one-line refusal
         (self.run_dir / TERMINATION_LOG).unlink(missing_ok=True)
         return env
 
