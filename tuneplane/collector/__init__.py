@@ -27,6 +27,9 @@ from tuneplane.constants import (
 __all__ = ["collect_after", "start_beside", "stop", "wanted"]
 
 DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
+# Set by `start_beside` for what the launcher starts next: torchrun's and accelerate's ranks re-enter
+# the launcher with RANK set, and rank 0's must not start a second collector beside the first.
+RUNNING_ENV = "TUNEPLANE_COLLECTOR_PID"
 
 
 def wanted(env: Mapping[str, str]) -> bool:
@@ -35,6 +38,8 @@ def wanted(env: Mapping[str, str]) -> bool:
         return False
     if not env.get(JOB_TOKEN, "").strip() or not env.get(OUT_DIR_ENV, "").strip():
         return False
+    if env.get(RUNNING_ENV, "").strip():
+        return False  # a launcher above this process already collects for the job
     if not env.get(METRICS_NATIVE_ENV, "").strip():
         return False  # nothing declared: leftovers of the SDK are uploaded after the job (`collect_after`)
     # The launcher runs once per node (before torchrun sets RANK): the node rank decides there.
@@ -49,17 +54,23 @@ def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes
     """Start `python -m tuneplane.collector --follow` for this job, or None when it is not wanted.
 
     It follows until its parent (this process, or what it execs into) exits, then makes a last pass.
+    With no `env` (this process's own), the processes this one starts afterwards inherit
+    `RUNNING_ENV`, so none of them starts another.
     """
+    own = env is None
     env = dict(os.environ if env is None else env)
     if not wanted(env):
         return None
     env.update({"RANK": "0", "LOCAL_RANK": "0", REPORT_ALL_RANKS_ENV: "0"})
     try:
-        return subprocess.Popen(  # our own module under this interpreter
+        proc = subprocess.Popen(  # our own module under this interpreter
             [sys.executable, "-m", "tuneplane.collector", "--follow", "--parent", str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL, start_new_session=False)
     except OSError:
         return None
+    if own:
+        os.environ[RUNNING_ENV] = str(proc.pid)
+    return proc
 
 
 def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
