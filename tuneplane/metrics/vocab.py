@@ -7,7 +7,8 @@ transformers' own reporting integrations follow (`eval_x` is `validation/x`, `tr
 `eval/loss` are `loss` and `eval_loss` to the aliases, and evaluation during training (`eval/…`)
 is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`.
 Other frameworks' validation spellings are validation too: NeMo-RL's `validation/val_loss`,
-Keras-style `val_loss`, verl's `val/loss`. An evaluation key with no alias of its own takes its
+Keras-style `val_loss`, verl's `val/loss` and its RL trainer's `val-core/<data source>/<var>/<metric>`
+and `val-aux/…` (which never share a name, so both are `validation/<data source>/…`). An evaluation key with no alias of its own takes its
 training name's alias in its namespace: with `rewards/margins` → `train/reward_margin`, TRL's
 `eval_rewards/margins` is `validation/reward_margin`. A
 key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is
@@ -144,9 +145,11 @@ class Vocabulary:
 
 # How trainers spell their namespaces, longest first: transformers' `eval_x` / `test_x` and what its
 # integrations rewrite them to (`eval/x`, `test/x`, `train/x`), the SDK's `validation/` prefix put
-# before those (`validation/eval_x`), NeMo-RL's `validation/val_x`, Keras-style `val_x` and verl's `val/x`.
+# before those (`validation/eval_x`), NeMo-RL's `validation/val_x`, Keras-style `val_x`, verl's `val/x`
+# and its RL trainer's `val-core/x` and `val-aux/x`.
 _SPELLINGS = (
-    ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("eval/", "validation/"),
+    ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("val-core/", "validation/"),
+    ("val-aux/", "validation/"), ("eval/", "validation/"),
     ("eval_", "validation/"), ("val/", "validation/"), ("val_", "validation/"), ("test/", "eval/"),
     ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"),
 )
