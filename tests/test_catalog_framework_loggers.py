@@ -45,12 +45,16 @@ VERL_RL_SHOWN = {"train/loss": "actor/pg_loss", "train/reward": "critic/rewards/
                  "validation/openai/gsm8k/reward/mean@1": "val-core/openai/gsm8k/reward/mean@1"}
 VERL_SFT_TAGS = {"train/loss": 1.5, "train/lr": 1e-5, "train/grad_norm": 2.0, "val/loss": 1.7}
 VERL_SFT_SHOWN = {"train/loss": "train/loss", "validation/loss": "val/loss", "train/lr": "train/lr"}
+# NeMo-RL's GPU monitor (`monitor_gpus`) logs under `ray/`, stepped by seconds since it started.
+NEMO_GPU_TAGS = {"ray/node.0.gpu.0.util": 55.0, "ray/node.0.gpu.0.mem_gb": 20.0, "ray/node.0.mem_gb": 100.0}
+NEMO_GPU_SHOWN = {"hw/node.0.gpu.0.util": "ray/node.0.gpu.0.util", "hw/node.0.mem_gb": "ray/node.0.mem_gb"}
 NEMO_RL_TAGS = {"train/loss": 0.2, "train/reward": 0.3, "train/grad_norm": 0.5, "validation/accuracy": 0.7,
-                "train/approx_entropy": 1.1, "timing/train/total_step_time": 9.0}
+                "train/approx_entropy": 1.1, "timing/train/total_step_time": 9.0, **NEMO_GPU_TAGS}
 NEMO_RL_SHOWN = {"train/loss": "train/loss", "train/reward": "train/reward",
-                 "validation/accuracy": "validation/accuracy", "train/entropy": "train/approx_entropy"}
-NEMO_SFT_TAGS = {"train/loss": 1.3, "train/grad_norm": 0.4, "validation/val_loss": 1.4}
-NEMO_SFT_SHOWN = {"train/loss": "train/loss", "validation/loss": "validation/val_loss"}
+                 "validation/accuracy": "validation/accuracy", "train/entropy": "train/approx_entropy",
+                 **NEMO_GPU_SHOWN}
+NEMO_SFT_TAGS = {"train/loss": 1.3, "train/grad_norm": 0.4, "validation/val_loss": 1.4, **NEMO_GPU_TAGS}
+NEMO_SFT_SHOWN = {"train/loss": "train/loss", "validation/loss": "validation/val_loss", **NEMO_GPU_SHOWN}
 SUPERVISED = {"verl/sft", "nemo-rl/sft", "nemo-rl/dpo", "nemo-rl/rm", "nemo-rl/distillation", "nemo-rl/opsd"}
 
 
@@ -118,6 +122,8 @@ def _check_names(method: str, sink: _Points, shown: dict[str, str]) -> None:
         assert vocab.resolve(raw, summary) == raw  # the raw key is still queryable
     present = [p for p in vocab.primary if p in names]
     assert list(names)[: len(present)] == present  # primary metrics first, in the recipe's order
+    hardware = [n for n in names if n.startswith("hw/")]
+    assert list(names)[len(names) - len(hardware):] == hardware  # hardware last
 
 
 @pytest.mark.parametrize("method", VERL)

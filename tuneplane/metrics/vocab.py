@@ -8,12 +8,13 @@ transformers' own reporting integrations follow (`eval_x` is `validation/x`, `tr
 is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`.
 Other frameworks' validation spellings are validation too: NeMo-RL's `validation/val_loss`,
 Keras-style `val_loss`, verl's `val/loss` and its RL trainer's `val-core/<data source>/<var>/<metric>`
-and `val-aux/…` (which never share a name, so both are `validation/<data source>/…`). An evaluation key with no alias of its own takes its
-training name's alias in its namespace: with `rewards/margins` → `train/reward_margin`, TRL's
-`eval_rewards/margins` is `validation/reward_margin`. A
-key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is
-never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw key given as a query
-is answered as itself.
+and `val-aux/…` (which never share a name, so both are `validation/<data source>/…`). An evaluation
+key with no alias of its own takes its training name's alias in its namespace: with
+`rewards/margins` → `train/reward_margin`, TRL's `eval_rewards/margins` is
+`validation/reward_margin`. NeMo-RL's own GPU monitor (`ray/node.0.gpu.0.util`) is hardware
+(`hw/node.0.gpu.0.util`). A key in another namespace (`hw/gpu_util`, a framework's `actor/kl`)
+keeps its name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys,
+and a raw key given as a query is answered as itself.
 
 Order: the recipe's `primary` metrics in the recipe's order, then the rest (training, validation,
 evaluation, others; losses before accuracies before the rest), hardware last.
@@ -78,6 +79,9 @@ class Vocabulary:
             return namespace + rest
         if raw in CONVENTION:
             return CONVENTION[raw]
+        for spelled, hardware in _HARDWARE_SPELLINGS:
+            if raw.startswith(spelled) and len(raw) > len(spelled):
+                return hardware + raw[len(spelled):]
         if "/" in raw:
             return raw  # already namespaced (ours, or a framework's own `actor/…`)
         return "train/" + raw
@@ -154,6 +158,9 @@ _SPELLINGS = (
     ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"),
 )
 _RAW_OF = {"validation/": "eval_", "eval/": "test_"}
+# Hardware a framework samples itself: NeMo-RL's GPU monitor logs `ray/node.<n>.gpu.<i>.util`,
+# `…mem_gb` and `ray/node.<n>.mem_gb`, stepped by seconds since it started, not by training step.
+_HARDWARE_SPELLINGS = (("ray/node.", "hw/node."),)
 
 
 def _split(key: str) -> tuple[str, str] | None:
