@@ -280,3 +280,19 @@ def test_the_search_for_event_files_is_bounded_in_depth(tmp_path: Path) -> None:
         (folder / "events.out.tfevents.1.host").write_bytes(record(0, 1.0))
     found = [rel for rel, _ in sources.files_of(str(out), sources.parse(json.dumps(TB))[0])]
     assert found == ["tb/a/b/events.out.tfevents.1.host"]
+
+
+def test_add_hparams_metrics_are_named_by_their_tag(receiver: IngestServer, tmp_path: Path) -> None:
+    """`SummaryWriter.add_hparams(params, metrics)` writes its metrics into a folder named by the
+    time of the call (`<out>/tb/1796154182.67/`): that folder names no series, so the metric is keyed
+    `hparam/accuracy`, the same in a rerun."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    out = tmp_path / "out"
+    writer = tensorboard.SummaryWriter(str(out / "tb"))
+    writer.add_scalar("train/loss", 0.5, 1)
+    writer.add_hparams({"lr": 0.1, "layers": 2}, {"hparam/accuracy": 0.75})
+    writer.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["hparam/accuracy", "train/loss"], sorted(got)
+    assert got["hparam/accuracy"]["last"] == 0.75

@@ -119,8 +119,10 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
 
 # Folders that name an attempt of the run or say only "events are here", not what the series is:
 # NeMo-RL's `exp_001/tensorboard/`, Lightning's `lightning_logs/version_0/`, transformers' default
-# `runs/<Mon DD_HH-MM-SS>_<host>/`. A restarted job writes the same series under the next attempt.
-_ATTEMPT = re.compile(r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+")
+# `runs/<Mon DD_HH-MM-SS>_<host>/`, and the `<unix time>/` folder of `add_hparams`' metrics (torch's
+# and tensorboardX's `str(time.time())`). A restarted job writes the same series under the next attempt.
+_ATTEMPT = re.compile(r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+"
+                      r"|\d{9,11}(?:\.\d+)?")
 _PLACES = frozenset({"tensorboard", "tensorboard_logs", "tb", "tb_logs", "events", "logs", "runs",
                      "lightning_logs"})
 
