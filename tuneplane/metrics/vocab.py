@@ -12,7 +12,9 @@ and `val-aux/…` (which never share a name, so both are `validation/<data sourc
 key with no alias of its own takes its training name's alias in its namespace: with
 `rewards/margins` → `train/reward_margin`, TRL's `eval_rewards/margins` is
 `validation/reward_margin`. NeMo-RL's own GPU monitor (`ray/node.0.gpu.0.util`) is hardware
-(`hw/node.0.gpu.0.util`). A key in another namespace (`hw/gpu_util`, a framework's `actor/kl`)
+(`hw/node.0.gpu.0.util`). Scalars named after their split, as torch's TensorBoard documentation
+writes them, are read the same way: `Loss/train` is `train/loss`, `Loss/test` and `Accuracy/val`
+are `validation/…`. A key in another namespace (`hw/gpu_util`, a framework's `actor/kl`)
 keeps its name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys,
 and a raw key given as a query is answered as itself.
 
@@ -163,11 +165,20 @@ _RAW_OF = {"validation/": "eval_", "eval/": "test_"}
 _HARDWARE_SPELLINGS = (("ray/node.", "hw/node."),)
 
 
+# The split named after the metric, as torch.utils.tensorboard's documentation writes scalars
+# (`Loss/train`, `Loss/test`, `Accuracy/test`): a test split during training is validation.
+_SPLIT_SUFFIXES = {"train": "train/", "training": "train/", "val": "validation/", "valid": "validation/",
+                   "validation": "validation/", "eval": "validation/", "test": "validation/"}
+
+
 def _split(key: str) -> tuple[str, str] | None:
     """(canonical namespace, the rest) of a key spelled in a trainer's namespace, else None."""
     for prefix, namespace in _SPELLINGS:
         if key.startswith(prefix) and len(key) > len(prefix):
             return namespace, key[len(prefix):]
+    metric, slash, split = key.partition("/")
+    if slash and metric and "/" not in split and split.lower() in _SPLIT_SUFFIXES:
+        return _SPLIT_SUFFIXES[split.lower()], metric.lower()
     return None
 
 
