@@ -67,7 +67,7 @@ def test_torch_summary_writer_scalars_are_collected(receiver: IngestServer, tmp_
     got = summary(receiver.store.path, RUN)
     assert got["train/loss"]["count"] == 20 and got["train/loss"]["last"] == pytest.approx(0.05)
     assert got["train/lr"]["count"] == 20 and got["train/lr"]["last"] == pytest.approx(1e-3)
-    assert got["val_acc/val"]["last"] == 0.5 and got["val_f1/val"]["last"] == 0.25
+    assert got["val/acc"]["last"] == 0.5 and got["val/f1"]["last"] == 0.25  # add_scalars("val", {...})
     assert result["collected_points"] == 42
 
 
