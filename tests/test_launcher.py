@@ -550,3 +550,71 @@ def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, t
         assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(40))  # each once
     finally:
         server.stop()
+
+
+UNSENT_TRAINER = """
+import os, sys, time
+from tuneplane import report
+
+report.init(monitor_hardware=False)
+for step in range(200):
+    report.log({"loss": 1.0 / (step + 1)}, step=step)
+report.finish(timeout=0.3)  # the receiver is away: what is left stays in the out dir
+out = os.environ["TUNEPLANE_OUT_DIR"]
+open(os.path.join(out, "finished"), "w").close()
+for _ in range(600):  # the test brings the receiver back, then lets the job end
+    if os.path.exists(os.path.join(out, "go")):
+        break
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("through", ["shell", "python"])
+def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Path, tmp_path: Path,
+                                                                        through: str) -> None:
+    """On a cluster no backend runs after the job: the launcher (on node rank zero) uploads the
+    points the SDK's `finish()` could not deliver before it exits, so none is lost to a receiver
+    that was away for a while. A shell entry (custom's train.sh) and a Python one alike."""
+    import socket
+    import time
+
+    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest.server import IngestServer
+
+    secret, run = b"u" * 32, "run-unsent"
+    out = tmp_path / "out"
+    out.mkdir()
+    (work / "trainer.py").write_text(UNSENT_TRAINER)
+    argv = (["sh", "-c", f"exec {shlex.quote(sys.executable)} {shlex.quote(str(work / 'trainer.py'))}"]
+            if through == "shell" else [sys.executable, str(work / "trainer.py")])
+    write_jobspec(work, [], argv)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
+               TUNEPLANE_JOB_ENDPOINT=f"http://127.0.0.1:{port}", TUNEPLANE_JOB_RUN_ID=run,
+               TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
+               TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
+    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
+                 "TUNEPLANE_METRICS_NATIVE"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = None
+    try:
+        for _ in range(1200):
+            if (out / "finished").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (out / "finished").exists(), proc.communicate(timeout=30)[0]
+        assert list((out / ".tuneplane").glob("report-unsent-*.jsonl"))
+        server = IngestServer(tmp_path / "ingest.sqlite", secret, port=port).start()
+        (out / "go").touch()
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, output
+        assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(200)), output
+        assert not list((out / ".tuneplane").glob("report-unsent-*"))  # delivered, so removed
+    finally:
+        proc.kill()
+        if server is not None:
+            server.stop()
