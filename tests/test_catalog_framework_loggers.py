@@ -28,6 +28,7 @@ from helpers_render import INPUTS, build, env_values, main_container, make_lab, 
 from tuneplane.collector import sources
 from tuneplane.collector.run import Collector
 from tuneplane.collector.sources import Point
+from tuneplane.constants import METRICS_NATIVE_ENV
 from tuneplane.gitops.observe import vocabulary_of
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
@@ -131,14 +132,14 @@ def test_verl_writes_its_tensorboard_events_where_the_collector_reads(method: st
     spec, plan, manifests = _rendered(tmp_path, method)
     assert "tensorboard" in _config(method)["trainer"]["logger"]
     out_dir = spec.spec.paths.out_dir
-    native = plan.env[sources.ENV]
+    native = plan.env[METRICS_NATIVE_ENV]
     [declared] = sources.parse(native)
     templates = [t for doc in manifests for t in pod_templates(doc)]
     assert templates
     for template in templates:  # head, workers (where verl's TaskRunner runs) and the submitter alike
         env = env_values(main_container(template))
         assert env.get("TENSORBOARD_DIR") == f"{out_dir}/{declared.path}", template["metadata"]
-        assert env.get(sources.ENV) == native
+        assert env.get(METRICS_NATIVE_ENV) == native
     where = plan.env["TENSORBOARD_DIR"]
     assert where.startswith(out_dir + "/")
     out = tmp_path / "out"
@@ -157,7 +158,7 @@ def test_nemo_rl_writes_its_tensorboard_events_where_the_collector_reads(method:
     assert log_dirs, plan.argv
     log_dir = log_dirs[-1]  # the last override wins
     assert log_dir.startswith(out_dir + "/")
-    native = plan.env[sources.ENV]
+    native = plan.env[METRICS_NATIVE_ENV]
     out = tmp_path / "out"
     # run_<method>.py: config.logger["log_dir"] = get_next_experiment_dir(log_dir); Logger: <that>/tensorboard
     tags = NEMO_SFT_TAGS if method in SUPERVISED else NEMO_RL_TAGS
