@@ -80,9 +80,11 @@ class _Points:
         return out
 
 
-def _rendered(tmp_path: Path, method: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+def _rendered(tmp_path: Path, method: str,
+              files: dict[str, str] | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
     name = method.replace("/", "-")
-    lab = make_lab(tmp_path / "lab", {name: method})
+    lab = make_lab(tmp_path / "lab", {name: method},
+                   files={f"experiments/{name}/{rel}": text for rel, text in (files or {}).items()})
     return build(lab, request(name, inputs=dict(INPUTS)))
 
 
@@ -150,9 +152,14 @@ def test_verl_writes_its_tensorboard_events_where_the_collector_reads(method: st
 
 @pytest.mark.parametrize("method", NEMO)
 def test_nemo_rl_writes_its_tensorboard_events_where_the_collector_reads(method: str, tmp_path: Path) -> None:
-    spec, plan, _ = _rendered(tmp_path, method)
-    logger = _config(method)["logger"]
-    assert logger["tensorboard_enabled"] is True
+    # An experiment whose config turned the TensorBoard logger off still gets it: the platform's
+    # metrics depend on it (observability: platform), so the adapter passes it as an override.
+    config = (CATALOG / method / "template" / "config.yaml").read_text()
+    assert "  tensorboard_enabled: true\n" in config
+    off = config.replace("  tensorboard_enabled: true\n", "  tensorboard_enabled: false\n")
+    spec, plan, _ = _rendered(tmp_path, method, {"config.yaml": off})
+    enabled = [a.split("=", 1)[1] for a in plan.argv if a.startswith("logger.tensorboard_enabled=")]
+    assert enabled[-1:] == ["true"], plan.argv  # the last override wins
     out_dir = spec.spec.paths.out_dir
     log_dirs = [json.loads(a.split("=", 1)[1]) for a in plan.argv if a.startswith("logger.log_dir=")]
     assert log_dirs, plan.argv
