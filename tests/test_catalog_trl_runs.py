@@ -202,3 +202,50 @@ def test_trl_sft_run_reports_train_and_validation_loss_under_canonical_names(ass
     titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
               if t.get("font-weight") == "bold"]
     assert titles[:2] == ["train/loss", "validation/loss"], titles
+
+
+def _shown(lab: Path, tp: Any, run_id: str, *args: str) -> list[str]:
+    shown = tp("job", "metrics", run_id, *args, cwd=lab)
+    assert shown.code == 0, shown.output
+    return [line.split()[0] for line in shown.out.splitlines()[1:] if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, raw, canonical", [
+    ("dpo", "rewards/margins", ["train/loss", "validation/loss", "train/reward_margin", "train/reward_accuracy"]),
+    ("grpo", "reward", ["train/reward", "validation/reward"]),
+])
+def test_trl_preference_and_rl_runs_show_their_primary_metrics_first(method: str, raw: str, canonical: list[str],
+                                                                     assets: Path, lab: Path, tp,
+                                                                     tp_subprocess) -> None:
+    """DPO and GRPO through `tp submit --local`: TRL's own keys under the recipe's canonical names in
+    the status, `tp job metrics`, `--plot` and the committed chart, primary first and hardware last;
+    the key as TRL logged it still answers `--key`."""
+    name = f"{method}-metrics"
+    _train(method, name, assets, lab, tp, tp_subprocess, "max_steps=4", "eval_steps=2", "eval_strategy=steps")
+    [status_path] = (lab / "status" / name).glob("*.json")
+    run_id = status_path.stem
+    status = json.loads(status_path.read_text())
+    assert set(canonical) <= set(status["metrics"]), status["metrics"]
+    keys = _shown(lab, tp, run_id)
+    assert keys[: len(canonical)] == canonical, keys
+    hardware = [i for i, k in enumerate(keys) if k.startswith("hw/")]
+    assert not hardware or hardware == list(range(len(keys) - len(hardware), len(keys))), keys  # hardware last
+    assert _shown(lab, tp, run_id, "--key", raw) == [raw]  # the key as TRL logged it
+    plot = lab.parent / f"{name}.svg"
+    assert tp("job", "metrics", run_id, "--plot", str(plot), cwd=lab).code == 0
+    for svg in (plot.read_text(), git(lab, "show", f"HEAD:status/{name}/{run_id}.svg")):
+        panels, constants = _chart_names(svg)
+        assert set(canonical) <= set(panels) | set(constants), (panels, constants)
+        drawn = [c for c in canonical if c in panels]  # a constant series is one line under the panels
+        assert panels[: len(drawn)] == drawn, panels
+        assert [c for c in canonical if c in constants] == constants[: len(canonical) - len(drawn)], constants
+
+
+def _chart_names(svg: str) -> tuple[list[str], list[str]]:
+    """A chart's panel titles in order, and the names of the constant series listed below them."""
+    texts = [(t.get("font-weight"), "".join(t.itertext()))
+             for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    panels = [text.removesuffix(" (wall time)") for weight, text in texts if weight == "bold"]
+    constants = [text.split(" = ")[0] for weight, text in texts if weight is None and " = " in text]
+    return panels, constants

@@ -67,7 +67,7 @@ def test_torch_summary_writer_scalars_are_collected(receiver: IngestServer, tmp_
     got = summary(receiver.store.path, RUN)
     assert got["train/loss"]["count"] == 20 and got["train/loss"]["last"] == pytest.approx(0.05)
     assert got["train/lr"]["count"] == 20 and got["train/lr"]["last"] == pytest.approx(1e-3)
-    assert got["val_acc/val"]["last"] == 0.5 and got["val_f1/val"]["last"] == 0.25
+    assert got["val/acc"]["last"] == 0.5 and got["val/f1"]["last"] == 0.25  # add_scalars("val", {...})
     assert result["collected_points"] == 42
 
 
@@ -236,3 +236,39 @@ def test_a_recipe_declaration_reaches_the_job_environment(tmp_path: Path) -> Non
     assert [(s.format, s.path, s.key) for s in parsed] == expected
     with pytest.raises(ValueError, match="inside the out dir"):
         Metrics.model_validate({"native": [{"format": "jsonl", "path": "../outside.jsonl"}]})
+
+
+def test_a_collector_waiting_for_the_lock_stops_when_asked(receiver: IngestServer, tmp_path: Path) -> None:
+    """A second collector of the same out dir waits for the first one's lock; asked to stop (SIGTERM,
+    as the launcher does when its rank ends), it leaves at once instead of holding the rank's exit."""
+    import fcntl
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    (out / ".tuneplane").mkdir(parents=True)
+    env = job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}])
+    with open(out / ".tuneplane" / "collector.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.collector", "--follow", "--lock-timeout", "600"],
+                                env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = 200
+            while deadline and not _has_signal_handler(proc.pid):
+                deadline -= 1
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)  # well before the 600 s lock timeout
+        finally:
+            proc.kill()
+    assert proc.returncode == 0 and "another collector holds this out dir" in err, err
+
+
+def _has_signal_handler(pid: int) -> bool:
+    """Whether a process catches SIGTERM yet (bit 15 of SigCgt in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) & (1 << 14))

@@ -212,7 +212,7 @@ def test_run_subdirectories_are_not_part_of_the_name(receiver: IngestServer, tmp
     again.close()
     collect(job_env(receiver, out, [{"format": "tensorboard", "path": "logs"}]))
     got = summary(receiver.store.path, RUN)
-    assert sorted(got) == ["train/loss", "val_acc/val", "val_f1/val", "validation/val_loss"], sorted(got)
+    assert sorted(got) == ["train/loss", "val/acc", "val/f1", "validation/val_loss"], sorted(got)
     assert series(receiver.store.path, RUN, "train/loss") == [(s, 3.0 - s) for s in range(5)]
 
 
@@ -280,3 +280,42 @@ def test_the_search_for_event_files_is_bounded_in_depth(tmp_path: Path) -> None:
         (folder / "events.out.tfevents.1.host").write_bytes(record(0, 1.0))
     found = [rel for rel, _ in sources.files_of(str(out), sources.parse(json.dumps(TB))[0])]
     assert found == ["tb/a/b/events.out.tfevents.1.host"]
+
+
+def test_add_hparams_metrics_are_named_by_their_tag(receiver: IngestServer, tmp_path: Path) -> None:
+    """`SummaryWriter.add_hparams(params, metrics)` writes its metrics into a folder named by the
+    time of the call (`<out>/tb/1796154182.67/`): that folder names no series, so the metric is keyed
+    `hparam/accuracy`, the same in a rerun."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    out = tmp_path / "out"
+    writer = tensorboard.SummaryWriter(str(out / "tb"))
+    writer.add_scalar("train/loss", 0.5, 1)
+    writer.add_hparams({"lr": 0.1, "layers": 2}, {"hparam/accuracy": 0.75})
+    writer.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["hparam/accuracy", "train/loss"], sorted(got)
+    assert got["hparam/accuracy"]["last"] == 0.75
+
+
+@pytest.mark.parametrize("writer_module", ["torch.utils.tensorboard", "tensorboardX"])
+def test_add_scalars_series_are_keyed_main_tag_then_name(writer_module: str, receiver: IngestServer,
+                                                         tmp_path: Path) -> None:
+    """`add_scalars("Loss", {"train": a, "test": b})` draws one TensorBoard chart `Loss` with a
+    line per name; the writers store it as `Loss_train/` and `Loss_test/` folders whose events carry
+    the tag `Loss`. The keys are `Loss/train` and `Loss/test` (what the person wrote), which read as
+    `train/loss` and `validation/loss`."""
+    module = pytest.importorskip(writer_module)
+    out = tmp_path / "out"
+    writer = module.SummaryWriter(str(out / "tb"))
+    for step in range(3):
+        writer.add_scalars("Loss", {"train": 1.0 / (step + 1), "test": 2.0 / (step + 1)}, step)
+        writer.add_scalars("run/x", {"sin": 0.5, "cos": 0.25}, step)  # a main tag with a slash
+    writer.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    got = summary(receiver.store.path, RUN)
+    assert sorted(got) == ["Loss/test", "Loss/train", "run/x/cos", "run/x/sin"], sorted(got)
+    assert series(receiver.store.path, RUN, "Loss/train") == [(s, pytest.approx(1.0 / (s + 1))) for s in range(3)]
+    from tuneplane.metrics.vocab import Vocabulary
+
+    assert list(Vocabulary().pick(got)) == ["train/loss", "validation/loss", "run/x/cos", "run/x/sin"]

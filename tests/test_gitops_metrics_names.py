@@ -100,3 +100,31 @@ def test_compare_takes_a_key_that_only_some_runs_logged(tp, tmp_path: Path, monk
     assert len(list(chart.iter("{http://www.w3.org/2000/svg}path"))) == 3  # reward once, loss twice
     none = tp("job", "compare", "run-a", "run-b", "--db", db, "--key", "rewards")
     assert none.code == 2 and "in any of these runs" in none.err and "'train/reward'" in none.err, none.output
+
+
+def test_a_key_as_the_trainer_logged_it_finds_what_the_callback_stored(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """TunePlaneCallback stores TRL's `loss` and `rewards/margins` as `train/loss` and
+    `train/rewards/margins` (transformers' rewrite_logs); `--key` with the name TRL printed still
+    answers, in `tp job metrics` and `tp job compare`."""
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    for run, scale in (("run-a", 1.0), ("run-b", 2.0)):
+        store.add_points(run, [(key, s, scale * (s + 1), "") for s in range(3)
+                               for key in ("train/loss", "train/rewards/margins", "eval/loss")], None)
+    store.add_points("run-c", [("hw/cpu_util", s, 5.0, "") for s in range(3)], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    shown = tp("job", "metrics", "run-a", "--db", db, "--key", "loss", "--key", "rewards/margins",
+               "--key", "eval_loss")
+    assert shown.code == 0, shown.output
+    rows = [line.split()[:2] for line in shown.out.splitlines()[1:]]
+    assert rows == [["loss", "3"], ["rewards/margins", "3"], ["eval_loss", "3"]], shown.out
+    both = tp("job", "compare", "run-a", "run-b", "run-c", "--db", db, "--key", "rewards/margins",
+              "--plot", tmp_path / "c.svg")
+    assert both.code == 0, both.output
+    rows = [line.split() for line in both.out.splitlines()[4:]]
+    assert rows == [["rewards/margins", "3", "6", "-"]], both.out
+    chart = ET.fromstring((tmp_path / "c.svg").read_text())
+    assert len(list(chart.iter("{http://www.w3.org/2000/svg}path"))) == 2  # run-c has none: nothing of it drawn

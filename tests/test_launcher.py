@@ -493,3 +493,128 @@ def test_the_collectors_last_pass_finishes_before_the_launcher_exits(work: Path,
         assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(50))
     finally:
         server.stop()
+
+
+RANK_PROBE = """
+import json, os, sys, time
+rank = int(os.environ["RANK"])
+out = os.environ["TUNEPLANE_OUT_DIR"]
+if rank == 0:
+    with open(os.path.join(out, "m.jsonl"), "w") as fh:
+        for step in range(40):
+            fh.write(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\\n")
+time.sleep(1.0)  # long enough for a collector started under this rank to show in /proc
+mine = []  # collectors started by this rank's launcher (this process: the entry runs in it)
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\\0")
+    except (OSError, ValueError, IndexError):
+        continue
+    if ppid == os.getpid() and b"tuneplane.collector" in argv:
+        mine.append(int(pid))
+with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
+    json.dump(mine, fh)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc to find the collectors")
+def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, tmp_path: Path) -> None:
+    """torchrun's ranks re-enter the launcher with RANK set; rank 0's must not start a second
+    collector beside the first (it would wait for the out dir's lock and hold the rank's exit)."""
+    pytest.importorskip("torch.distributed.run")
+    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest.server import IngestServer
+
+    secret, run = b"r" * 32, "run-ranks"
+    out = tmp_path / "out"
+    out.mkdir()
+    (work / "probe.py").write_text(RANK_PROBE)
+    write_jobspec(work, [], [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                             "--nproc_per_node", "2", "-m", "tuneplane.launcher", str(work / "probe.py")])
+    server = IngestServer(tmp_path / "ingest.sqlite", secret).start()
+    try:
+        env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
+                   TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run,
+                   TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
+                   TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
+                   TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02", OMP_NUM_THREADS="1")
+        for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR"):
+            env.pop(name, None)
+        proc = subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)] == [[], []]
+        assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(40))  # each once
+    finally:
+        server.stop()
+
+
+UNSENT_TRAINER = """
+import os, sys, time
+from tuneplane import report
+
+report.init(monitor_hardware=False)
+for step in range(200):
+    report.log({"loss": 1.0 / (step + 1)}, step=step)
+report.finish(timeout=0.3)  # the receiver is away: what is left stays in the out dir
+out = os.environ["TUNEPLANE_OUT_DIR"]
+open(os.path.join(out, "finished"), "w").close()
+for _ in range(600):  # the test brings the receiver back, then lets the job end
+    if os.path.exists(os.path.join(out, "go")):
+        break
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("through", ["shell", "python"])
+def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Path, tmp_path: Path,
+                                                                        through: str) -> None:
+    """On a cluster no backend runs after the job: the launcher (on node rank zero) uploads the
+    points the SDK's `finish()` could not deliver before it exits, so none is lost to a receiver
+    that was away for a while. A shell entry (custom's train.sh) and a Python one alike."""
+    import socket
+    import time
+
+    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest.server import IngestServer
+
+    secret, run = b"u" * 32, "run-unsent"
+    out = tmp_path / "out"
+    out.mkdir()
+    (work / "trainer.py").write_text(UNSENT_TRAINER)
+    argv = (["sh", "-c", f"exec {shlex.quote(sys.executable)} {shlex.quote(str(work / 'trainer.py'))}"]
+            if through == "shell" else [sys.executable, str(work / "trainer.py")])
+    write_jobspec(work, [], argv)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
+               TUNEPLANE_JOB_ENDPOINT=f"http://127.0.0.1:{port}", TUNEPLANE_JOB_RUN_ID=run,
+               TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
+               TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
+    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
+                 "TUNEPLANE_METRICS_NATIVE"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = None
+    try:
+        for _ in range(1200):
+            if (out / "finished").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (out / "finished").exists(), proc.communicate(timeout=30)[0]
+        assert list((out / ".tuneplane").glob("report-unsent-*.jsonl"))
+        server = IngestServer(tmp_path / "ingest.sqlite", secret, port=port).start()
+        (out / "go").touch()
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, output
+        assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(200)), output
+        assert not list((out / ".tuneplane").glob("report-unsent-*"))  # delivered, so removed
+    finally:
+        proc.kill()
+        if server is not None:
+            server.stop()

@@ -148,3 +148,54 @@ def test_tensorboard_events_only_the_experiment_declares_are_charted(tmp_path: P
     assert "train/loss" in svg and "train/lr = 0.1" in svg
     assert "hw/cpu_util (wall time)" in svg  # the event's wall time reached the store and the chart
     assert ">1m<" in svg and ">3m<" in svg  # 210 s of samples, ticked on whole minutes
+
+
+# torch.utils.tensorboard's own documentation names scalars `Loss/train`, `Loss/test`, `Accuracy/test`.
+TUTORIAL_TRAIN_PY = """
+import os
+from torch.utils.tensorboard import SummaryWriter
+
+writer = SummaryWriter(os.path.join(os.environ["TUNEPLANE_OUT_DIR"], "mine", "tb"))
+for n_iter in range(6):
+    writer.add_scalar("Loss/train", 1.0 / (n_iter + 1), n_iter)
+    writer.add_scalar("Loss/test", 2.0 / (n_iter + 1), n_iter)
+    writer.add_scalar("Accuracy/train", n_iter / 10, n_iter)
+    writer.add_scalar("Accuracy/test", n_iter / 20, n_iter)
+writer.close()
+"""
+
+
+def test_a_script_naming_scalars_as_pytorchs_tensorboard_docs_do_shows_canonical_names(
+        tmp_path: Path, tp, tp_subprocess) -> None:
+    """The must-show run of a script writing TensorBoard events, named the way torch's SummaryWriter
+    documentation names them (`Loss/train`, `Loss/test`): the status, `tp job metrics` and the
+    committed chart show `train/loss` and `validation/loss` first; the tag as written still answers."""
+    import xml.etree.ElementTree as ET
+
+    pytest.importorskip("torch.utils.tensorboard", reason="torch with tensorboard writes the events")
+    root = tmp_path / "lab"
+    assert tp("init", root, "--name", "tb").code == 0
+    assert tp("new", "scr", "--method", "custom/custom", cwd=root).code == 0
+    exp = root / "experiments/scr"
+    (exp / "train.py").write_text(TUTORIAL_TRAIN_PY)
+    (exp / "train.sh").write_text(TRAIN_SH)
+    (exp / "experiment.yaml").write_text(EXPERIMENT_YAML)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the tutorial's script")
+    env = {k: v for k, v in os.environ.items() if k != "TUNEPLANE_METRICS_NATIVE"}
+    result = tp_subprocess("submit", "scr", *SUBMIT, "--local", cwd=root, env=env)
+    assert result.code == 0, result.output
+    [status_path] = (root / "status/scr").glob("*.json")
+    run_id = status_path.stem
+    status = json.loads(status_path.read_text())
+    assert set(status["metrics"]) == {"train/loss", "validation/loss", "train/accuracy", "validation/accuracy"}
+    shown = tp_subprocess("job", "metrics", run_id, cwd=root)
+    assert shown.code == 0, shown.output
+    keys = [line.split()[0] for line in shown.out.splitlines()[1:]]
+    assert keys == ["train/loss", "validation/loss", "train/accuracy", "validation/accuracy"], keys
+    raw = tp_subprocess("job", "metrics", run_id, "--key", "Loss/train", cwd=root)
+    assert raw.code == 0 and raw.out.splitlines()[1].split()[:2] == ["Loss/train", "0.1667"], raw.output
+    svg = git(root, "show", f"HEAD:status/scr/{run_id}.svg")
+    titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+              if t.get("font-weight") == "bold"]
+    assert titles == ["train/loss", "validation/loss", "train/accuracy"], titles  # the bot commits 3 panels

@@ -8,7 +8,8 @@ It runs first in every job (standard library only: training images may lack our 
    every plugin passes, put each root on `sys.path`, import it, and call `install(params)` (eager) or
    register it for `tuneplane.plugins.install_deferred` (deferred);
 3. run `launch.argv`: a Python entry (`python -m mod …`, `python file.py …`) runs in this interpreter
-   so the patches are in effect; anything else is exec'd.
+   so the patches are in effect; anything else is exec'd, or run as a child where this launcher
+   collects the job's metrics (node rank zero with reporting on, `tuneplane.collector`).
 
 Ranks started by torchrun or accelerate re-enter the bridge as `python -m tuneplane.launcher ENTRY…`
 (ENTRY is `-m mod …` or `file.py …`): the plugins are verified and installed in each rank, then ENTRY
@@ -41,6 +42,7 @@ LAUNCH_ERROR_FILE = ".tuneplane/launch-error"  # a rank's one-line refusal, for 
 PLUGINS_DIR = "tuneplane_plugins"
 LOADED_CAPABILITY = "algorithm"
 REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
+AFTER_JOB_UPLOAD_SECONDS = 60.0  # at most this long, after the job, to upload what the SDK left unsent
 
 Emit = Callable[[str], None]
 
@@ -434,21 +436,27 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as exc:
         report_failure(f"tuneplane-launch: error: {exc}")
         return CONFIG_ERROR_EXIT
-    collector = _start_collector()
+    # Node rank zero collects for the job (tuneplane.collector): native files beside the trainer,
+    # then what the SDK left unsent.
+    uploads = bool(_collector("take_job", False))
+    collector = _collector("start_beside", None) if uploads else None
     if entry is not None:
         try:
             run_python_entry(entry)
         finally:
-            _stop_collector(collector)
+            if uploads:
+                _collector("finish_in_process_report", None)  # what it could not deliver is on disk now
+            _collector("end_job", None, collector, uploads, AFTER_JOB_UPLOAD_SECONDS)
         return 0
-    if ranks or collector is not None:
+    if ranks or uploads:
         # A child, not exec: a rank's refusal must end the job as 78 with its line, not torchrun's;
-        # and in a pod this process is the container's first, so its exit would kill a collector
-        # beside the trainer before its last pass. Signals are passed on to the child.
+        # and in a pod this process is the container's first: after the job it makes the
+        # collector's last pass and uploads what the SDK left unsent (no backend does that on a
+        # cluster), and its exit would kill both. Signals are passed on to the child.
         try:
             code, line = run_child(spec.launch.argv)
         finally:
-            _stop_collector(collector)
+            _collector("end_job", None, collector, uploads, AFTER_JOB_UPLOAD_SECONDS)
         if line:
             report_failure(line)
             return CONFIG_ERROR_EXIT
@@ -466,24 +474,16 @@ def run_child(argv: list[str]) -> tuple[int, str]:
         _fail(f"cannot start {argv[0]!r}: {exc}", 126)
 
 
-def _start_collector() -> Any:
-    """Rank zero tails the declared native metric files beside the trainer (tuneplane.collector)."""
+def _collector(name: str, failed: Any, *args: Any) -> Any:
+    """`tuneplane.collector.<name>(*args)`, or `failed` when it raises."""
     try:
-        # lazy: only jobs that declare native metric files need it
-        from tuneplane.collector import start_beside
+        # lazy: read only once the plugins are verified (a refused job exits before needing it)
+        import tuneplane.collector as collector
 
-        return start_beside()
+        return getattr(collector, name)(*args)
     except Exception as exc:  # metrics are a side channel: never stop the job for them
-        print(f"tuneplane-launch: the metrics collector did not start: {exc}", file=sys.stderr, flush=True)
-        return None
-
-
-def _stop_collector(collector: Any) -> None:
-    if collector is not None:
-        # lazy: see _start_collector
-        from tuneplane.collector import stop
-
-        stop(collector)
+        print(f"tuneplane-launch: metrics collector: {name}: {exc}", file=sys.stderr, flush=True)
+        return failed
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def compare(
     for name in names:
         cells = []
         for metrics in found.values():
-            raw = metrics.names().get(name) or (name if name in metrics.summary else None)
+            raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
         typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
     if plot is not None:
@@ -90,7 +90,7 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
     one run only (runs of different recipes log different metrics); one in none is an error."""
     if not wanted:
         return list(dict.fromkeys(n for m in found.values() for n in m.names()))
-    missing = [w for w in wanted if not any(w in m.names() or w in m.summary for m in found.values())]
+    missing = [w for w in wanted if all(m.lookup(w) is None for m in found.values())]
     if missing:
         import difflib  # lazy: only a failed lookup needs it
 

@@ -3,9 +3,11 @@ through the same path as `tuneplane.report`, exactly once across restarts. Stand
 
     python -m tuneplane.collector [--out-dir DIR] [--once | --follow] [--sources JSON]
 
-The launcher starts it on rank zero beside the trainer (`start_beside`), and the local backend runs a
-last pass after the job (`collect_once`), which also uploads what the SDK's `finish()` left in the
-out dir. The declaration format is in `tuneplane.collector.sources`.
+The launcher on node rank zero starts it beside the trainer (`start_beside`) when native files are
+declared, and after the trainer makes its last pass, or without one uploads what the SDK's
+`finish()` left in the out dir (`end_job`): on a cluster no backend runs after the job. The local
+backend runs a last pass after the job as well (`collect_after`). The declaration format is in
+`tuneplane.collector.sources`.
 """
 
 from __future__ import annotations
@@ -24,25 +26,67 @@ from tuneplane.constants import (
     REPORT_ALL_RANKS_ENV,
 )
 
-__all__ = ["collect_after", "start_beside", "stop", "wanted"]
+__all__ = ["claim", "collect_after", "end_job", "finish_in_process_report", "start_beside", "stop", "take_job",
+           "uploads", "wanted"]
 
 DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
+# Set by the launcher that collects for the job (`claim`), for what it starts next: torchrun's and
+# accelerate's ranks re-enter the launcher with RANK set, and rank 0's must not collect a second time.
+RUNNING_ENV = "TUNEPLANE_COLLECTOR_PID"
 
 
-def wanted(env: Mapping[str, str]) -> bool:
-    """Whether a job with this environment needs a collector: reporting on, an out dir, rank zero."""
+def uploads(env: Mapping[str, str]) -> bool:
+    """Whether this process collects for the job: reporting on, an out dir, node rank zero, and no
+    launcher above it that already does. It uploads at least what the SDK left unsent (`collect_after`)."""
     if env.get(DISABLE_ENV, "").strip() == "0" or env.get(JOB_ENABLED, "").strip() == "0":
         return False
     if not env.get(JOB_TOKEN, "").strip() or not env.get(OUT_DIR_ENV, "").strip():
         return False
-    if not env.get(METRICS_NATIVE_ENV, "").strip():
-        return False  # nothing declared: leftovers of the SDK are uploaded after the job (`collect_after`)
+    if env.get(RUNNING_ENV, "").strip():
+        return False  # a launcher above this process already collects for the job
     # The launcher runs once per node (before torchrun sets RANK): the node rank decides there.
     for name in (NODE_RANK_ENV, "RANK", "LOCAL_RANK"):
         value = env.get(name, "").strip()
         if value and value != "0":
             return False
     return True
+
+
+def wanted(env: Mapping[str, str]) -> bool:
+    """Whether a job with this environment needs a collector beside it: `uploads`, and native files declared."""
+    # nothing declared: only leftovers of the SDK, uploaded after the job (`collect_after`)
+    return uploads(env) and bool(env.get(METRICS_NATIVE_ENV, "").strip())
+
+
+def claim() -> None:
+    """Mark this process as the job's collector for every process it starts from now on."""
+    os.environ[RUNNING_ENV] = str(os.getpid())
+
+
+def take_job() -> bool:
+    """For the launcher: whether it collects for this job (`uploads`), and if so `claim` it."""
+    if not uploads(os.environ):
+        return False
+    claim()
+    return True
+
+
+def finish_in_process_report() -> None:
+    """End an in-process entry's `tuneplane.report` session now rather than at interpreter exit, so
+    what it could not deliver is in the out dir before the last pass (`end_job`)."""
+    report = sys.modules.get("tuneplane.report")
+    finish = getattr(report, "finish", None)
+    if callable(finish):
+        finish()
+
+
+def end_job(proc: subprocess.Popen[bytes] | None, uploads: bool, timeout: float = 60.0) -> None:
+    """After the trainer: the collector's last pass (`stop`), or without a collector, the upload of
+    what the SDK left unsent (`collect_after`) when this process collects for the job."""
+    if proc is not None:
+        stop(proc)
+    elif uploads:
+        collect_after(os.environ, timeout=timeout)
 
 
 def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes] | None:
@@ -55,11 +99,12 @@ def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes
         return None
     env.update({"RANK": "0", "LOCAL_RANK": "0", REPORT_ALL_RANKS_ENV: "0"})
     try:
-        return subprocess.Popen(  # our own module under this interpreter
+        proc = subprocess.Popen(  # our own module under this interpreter
             [sys.executable, "-m", "tuneplane.collector", "--follow", "--parent", str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL, start_new_session=False)
     except OSError:
         return None
+    return proc
 
 
 def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
@@ -78,7 +123,8 @@ def collect_after(env: Mapping[str, str], timeout: float = 120.0) -> bool:
     anything to do (the local backend calls this before it stops the run's receiver). Returns whether
     a pass ran and finished."""
     out = env.get(OUT_DIR_ENV, "").strip()
-    if not out or not env.get(JOB_TOKEN, "").strip() or env.get(DISABLE_ENV, "").strip() == "0":
+    if not out or not env.get(JOB_TOKEN, "").strip() or env.get(DISABLE_ENV, "").strip() == "0" \
+            or env.get(JOB_ENABLED, "").strip() == "0":
         return False
     folder = os.path.join(out, ".tuneplane")
     try:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if not sink.start():
         return 0  # reporting is off for this job: nothing to send to
     collector = Collector(args.out_dir, sink, declared, flush_timeout=args.flush_timeout, final=args.final)
-    if not collector.lock(args.lock_timeout):
+    if not collector.lock(args.lock_timeout, stop):
         _say("another collector holds this out dir; leaving it to that one")
         return 0
     try:

@@ -87,8 +87,9 @@ class Collector:
     def state_path(self) -> str:
         return os.path.join(self.out_dir, STATE_DIR, STATE_FILE)
 
-    def lock(self, timeout: float) -> bool:
-        """Take the out dir's collector lock, waiting up to `timeout` seconds."""
+    def lock(self, timeout: float, should_stop: Callable[[], bool] | None = None) -> bool:
+        """Take the out dir's collector lock, waiting up to `timeout` seconds, or until `should_stop()`
+        (asked to stop while another collector holds it: that one makes the last pass)."""
         os.makedirs(os.path.join(self.out_dir, STATE_DIR), exist_ok=True)
         fd = os.open(os.path.join(self.out_dir, STATE_DIR, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + timeout
@@ -98,7 +99,7 @@ class Collector:
                 self._lock_fd = fd
                 return True
             except OSError:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or (should_stop is not None and should_stop()):
                     os.close(fd)
                     return False
                 time.sleep(0.05)

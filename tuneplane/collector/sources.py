@@ -119,8 +119,10 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
 
 # Folders that name an attempt of the run or say only "events are here", not what the series is:
 # NeMo-RL's `exp_001/tensorboard/`, Lightning's `lightning_logs/version_0/`, transformers' default
-# `runs/<Mon DD_HH-MM-SS>_<host>/`. A restarted job writes the same series under the next attempt.
-_ATTEMPT = re.compile(r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+")
+# `runs/<Mon DD_HH-MM-SS>_<host>/`, and the `<unix time>/` folder of `add_hparams`' metrics (torch's
+# and tensorboardX's `str(time.time())`). A restarted job writes the same series under the next attempt.
+_ATTEMPT = re.compile(r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+"
+                      r"|\d{9,11}(?:\.\d+)?")
 _PLACES = frozenset({"tensorboard", "tensorboard_logs", "tb", "tb_logs", "events", "logs", "runs",
                      "lightning_logs"})
 
@@ -130,14 +132,22 @@ def tb_key(source: Source, relname: str, tag: str) -> str:
     name a series, then the tag as written.
 
     A folder names a series when two writers use the same tags in sibling folders (Keras's `train/`
-    and `validation/`, `add_scalars(main, {name: v})`'s `<main>_<name>/`, whose events all carry the
-    tag `main`): dropping it would make one series overwrite the other step by step. Folders that only
-    name an attempt of the run or a place for events (`_ATTEMPT`, `_PLACES`) are left out, so a
-    restarted job continues the same series."""
+    and `validation/`): dropping it would make one series overwrite the other step by step. Folders
+    that only name an attempt of the run or a place for events (`_ATTEMPT`, `_PLACES`) are left out,
+    so a restarted job continues the same series. `add_scalars(main, {name: v})` writes each name's
+    events, tagged `main`, to a folder of its own (torch's `<main with _ for />_<name>/`,
+    tensorboardX's `<main>/<name>/`): that series is `main/name`, as the person wrote it."""
     folder = os.path.dirname(os.path.relpath(relname, source.path))
-    parts = [p for p in folder.split(os.sep) if p and p != "." and p.lower() not in _PLACES
-             and not _ATTEMPT.fullmatch(p)]
-    return source.prefix + "".join(f"{p}/" for p in parts) + tag
+    parts = [p for p in folder.split(os.sep) if p and p != "."]
+    name = ""
+    flat = tag.replace("/", "_") + "_"
+    nested = tag.split("/")
+    if parts and parts[-1].startswith(flat) and len(parts[-1]) > len(flat):
+        name, parts = parts[-1][len(flat):], parts[:-1]
+    elif len(parts) > len(nested) and parts[-len(nested) - 1:-1] == nested:
+        name, parts = parts[-1], parts[:-len(nested) - 1]
+    kept = [p for p in parts if p.lower() not in _PLACES and not _ATTEMPT.fullmatch(p)]
+    return source.prefix + "".join(f"{p}/" for p in kept) + tag + (f"/{name}" if name else "")
 
 
 Note = Callable[[str], None]  # takes what is wrong with one line, for a `file:line: …` message

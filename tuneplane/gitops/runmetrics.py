@@ -39,18 +39,33 @@ class RunMetrics:
         out: dict[str, str] = {}
         missing = []
         for item in wanted:
-            if item in names:
-                out[item] = names[item]
-            elif item in self.summary:
-                out[item] = item  # a raw key stays queryable under its own name
-            else:
+            stored = self.lookup(item, names)
+            if stored is None:
                 missing.append(item)
+            else:
+                out[item] = stored
         if missing:
             close = [m for item in missing for m in difflib.get_close_matches(item, [*names, *self.summary], 1)]
             hint = f"did you mean {', '.join(map(repr, close))}?" if close else ""
             raise UsageError(f"no metric named {', '.join(map(repr, missing))} in this run",
                              f"{hint + ' ' if hint else ''}keys: {', '.join(names)}")
         return out
+
+    def lookup(self, item: str, names: Mapping[str, str] | None = None) -> str | None:
+        """The stored key that answers a query for `item`: a canonical name, a key as stored, or the
+        key as the trainer logged it before a callback renamed it (TRL's `rewards/margins`, stored
+        as `train/rewards/margins`: both are `train/reward_margin`)."""
+        names = self.names() if names is None else names
+        if item in names:
+            return names[item]
+        if item in self.summary:
+            return item  # a raw key stays queryable under its own name
+        # transformers' rewrite_logs (which the callback follows) puts `train/` before every key
+        # that is not an evaluation's
+        for guess in (self.vocab.canonical(item), self.vocab.canonical("train/" + item)):
+            if guess in names:
+                return names[guess]
+        return None
 
     def table(self, keys: Mapping[str, str], width: int = 24) -> str:
         from tuneplane.gitops.charts import render_table  # lazy: the chart code (~60 ms) loads only to draw
@@ -81,7 +96,8 @@ def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str
     for label, metrics in runs.items():
         keys = metrics.names()
         if wanted:
-            keys = {k: v for k, v in metrics.select([w for w in wanted if w in keys or w in metrics.summary]).items()}
+            found = [w for w in wanted if metrics.lookup(w, keys) is not None]
+            keys = metrics.select(found) if found else {}  # a run with none of them draws nothing
         lines[label] = dict(metrics.series(keys))
         times[label] = metrics.times(keys)  # each run's hardware from its own first sample
     return render_compare_svg(lines, legend=changed_parameters(params), title=title, vocab=vocab,

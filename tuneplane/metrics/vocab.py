@@ -7,12 +7,16 @@ transformers' own reporting integrations follow (`eval_x` is `validation/x`, `tr
 `eval/loss` are `loss` and `eval_loss` to the aliases, and evaluation during training (`eval/…`)
 is `validation/…`; `eval/…` names what an evaluation job reports, through an alias or `test_x`.
 Other frameworks' validation spellings are validation too: NeMo-RL's `validation/val_loss`,
-Keras-style `val_loss`, verl's `val/loss`. An evaluation key with no alias of its own takes its
-training name's alias in its namespace: with `rewards/margins` → `train/reward_margin`, TRL's
-`eval_rewards/margins` is `validation/reward_margin`. A
-key in another namespace (`hw/gpu_util`, a framework's `actor/kl`) keeps its name. The raw key is
-never lost: `raw_keys` maps a canonical name back to the stored keys, and a raw key given as a query
-is answered as itself.
+Keras-style `val_loss`, verl's `val/loss` and its RL trainer's `val-core/<data source>/<var>/<metric>`
+and `val-aux/…` (which never share a name, so both are `validation/<data source>/…`). An evaluation
+key with no alias of its own takes its training name's alias in its namespace: with
+`rewards/margins` → `train/reward_margin`, TRL's `eval_rewards/margins` is
+`validation/reward_margin`. NeMo-RL's own GPU monitor (`ray/node.0.gpu.0.util`) is hardware
+(`hw/node.0.gpu.0.util`). Scalars named after their split, as torch's TensorBoard documentation
+writes them, are read the same way: `Loss/train` is `train/loss`, `Loss/test` and `Accuracy/val`
+are `validation/…`. A key in another namespace (`hw/gpu_util`, a framework's `actor/kl`)
+keeps its name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys,
+and a raw key given as a query is answered as itself.
 
 Order: the recipe's `primary` metrics in the recipe's order, then the rest (training, validation,
 evaluation, others; losses before accuracies before the rest), hardware last.
@@ -77,6 +81,9 @@ class Vocabulary:
             return namespace + rest
         if raw in CONVENTION:
             return CONVENTION[raw]
+        for spelled, hardware in _HARDWARE_SPELLINGS:
+            if raw.startswith(spelled) and len(raw) > len(spelled):
+                return hardware + raw[len(spelled):]
         if "/" in raw:
             return raw  # already namespaced (ours, or a framework's own `actor/…`)
         return "train/" + raw
@@ -144,13 +151,24 @@ class Vocabulary:
 
 # How trainers spell their namespaces, longest first: transformers' `eval_x` / `test_x` and what its
 # integrations rewrite them to (`eval/x`, `test/x`, `train/x`), the SDK's `validation/` prefix put
-# before those (`validation/eval_x`), NeMo-RL's `validation/val_x`, Keras-style `val_x` and verl's `val/x`.
+# before those (`validation/eval_x`), NeMo-RL's `validation/val_x`, Keras-style `val_x`, verl's `val/x`
+# and its RL trainer's `val-core/x` and `val-aux/x`.
 _SPELLINGS = (
-    ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("eval/", "validation/"),
+    ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("val-core/", "validation/"),
+    ("val-aux/", "validation/"), ("eval/", "validation/"),
     ("eval_", "validation/"), ("val/", "validation/"), ("val_", "validation/"), ("test/", "eval/"),
     ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"),
 )
 _RAW_OF = {"validation/": "eval_", "eval/": "test_"}
+# Hardware a framework samples itself: NeMo-RL's GPU monitor logs `ray/node.<n>.gpu.<i>.util`,
+# `…mem_gb` and `ray/node.<n>.mem_gb`, stepped by seconds since it started, not by training step.
+_HARDWARE_SPELLINGS = (("ray/node.", "hw/node."),)
+
+
+# The split named after the metric, as torch.utils.tensorboard's documentation writes scalars
+# (`Loss/train`, `Loss/test`, `Accuracy/test`): a test split during training is validation.
+_SPLIT_SUFFIXES = {"train": "train/", "training": "train/", "val": "validation/", "valid": "validation/",
+                   "validation": "validation/", "eval": "validation/", "test": "validation/"}
 
 
 def _split(key: str) -> tuple[str, str] | None:
@@ -158,6 +176,9 @@ def _split(key: str) -> tuple[str, str] | None:
     for prefix, namespace in _SPELLINGS:
         if key.startswith(prefix) and len(key) > len(prefix):
             return namespace, key[len(prefix):]
+    metric, slash, split = key.partition("/")
+    if slash and metric and "/" not in split and split.lower() in _SPLIT_SUFFIXES:
+        return _SPLIT_SUFFIXES[split.lower()], metric.lower()
     return None
 
 

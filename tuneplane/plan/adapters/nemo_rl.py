@@ -3,7 +3,7 @@ export and eval through lifecycle.
 
     python3 <exp>/run_grpo.py --config <exp>/config.yaml policy.model_name="M" … <path>=<value> … \
         cluster.num_nodes=N cluster.gpus_per_node=G checkpointing.checkpoint_dir="$OUT" \
-        logger.log_dir="$OUT/logs"
+        logger.log_dir="$OUT/logs" logger.tensorboard_enabled=true
 """
 
 from __future__ import annotations
@@ -23,5 +23,7 @@ class NemoRlAdapter(LifecycleAdapter):
         args = [*entry, "--config", config_path(spec), *input_overrides(spec), *param_overrides(spec),
                 *topology_overrides(spec, "cluster.num_nodes", "cluster.gpus_per_node"),
                 f"checkpointing.checkpoint_dir={hydra_value(out(spec))}",
-                f"logger.log_dir={hydra_value(out(spec, 'logs'))}"]
+                f"logger.log_dir={hydra_value(out(spec, 'logs'))}",
+                # the collector reads <log_dir>/exp_<n>/tensorboard: the platform's metrics need it on
+                "logger.tensorboard_enabled=true"]
         return ray_driver(spec, args)
