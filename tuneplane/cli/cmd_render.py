@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.options import Timeout
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 
 
@@ -34,6 +35,7 @@ def render(
     train_data: Annotated[str, typer.Option("--train-data", help="Training data (with EXP).")] = "",
     validation_data: Annotated[str, typer.Option("--validation-data",
                                                  help="Validation data (with EXP).")] = "",
+    timeout: Timeout = "",
     run_id: Annotated[str, typer.Option("--run-id", help="Run id to render EXP under.")] = PREVIEW_RUN_ID,
     output: Annotated[Path | None,
                       typer.Option("--output", "-o", help="Write one file per run into DIR.")] = None,
@@ -52,8 +54,8 @@ def render(
 
     opts = rendering.RenderOptions(
         targets=targets or [], profile=profile, sets=sets or [], image=image, observability_url=observability_url,
-        model=model, train_data=train_data, validation_data=validation_data, run_id=run_id, output=output,
-        fmt=fmt, allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
+        model=model, train_data=train_data, validation_data=validation_data, timeout=timeout, run_id=run_id,
+        output=output, fmt=fmt, allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
     refused = rendering.run_render(opts, out=lambda text: typer.echo(text, nl=False),
                                    note=lambda line: typer.echo(line, err=True))
     if refused:

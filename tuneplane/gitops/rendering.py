@@ -17,19 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneplane.backends.slurm.commands import check_script
-from tuneplane.check.params import parse_sets
-from tuneplane.check.setkeys import experiment_set_keys
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 from tuneplane.errors import UsageError
-from tuneplane.gitops.requests import RunFlags, request_from_flags
+from tuneplane.gitops.requests import TypedFlags, read_flags, request_from_flags, requester
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
-from tuneplane.models.run import Inputs, RunRequest
+from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.resolve import prepare_experiment, resolve_prepared
@@ -69,6 +67,7 @@ class RenderOptions:
     model: str = ""
     train_data: str = ""
     validation_data: str = ""
+    timeout: str = ""
     run_id: str = PREVIEW_RUN_ID
     output: Path | None = None
     fmt: RenderFormat = RenderFormat.yaml
@@ -80,7 +79,11 @@ class RenderOptions:
 
     def has_run_flags(self) -> bool:
         return bool(self.profile or self.sets or self.image or self.observability_url or self.model
-                    or self.train_data or self.validation_data or self.run_id != PREVIEW_RUN_ID)
+                    or self.train_data or self.validation_data or self.timeout or self.run_id != PREVIEW_RUN_ID)
+
+    def typed_flags(self, experiment: str) -> TypedFlags:
+        return TypedFlags(experiment, self.profile, self.image, self.observability_url, self.sets, self.model,
+                          self.train_data, self.validation_data, self.timeout)
 
 
 def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> int:
@@ -153,10 +156,9 @@ class RenderContext:
         if not o.profile:
             raise UsageError(f"--profile is required to render experiment {experiment!r}",
                              hint=f"profiles: {', '.join(self.lab.config.profiles)}")
-        inputs = Inputs(model=o.model, train_data=o.train_data, validation_data=o.validation_data)
-        keys = experiment_set_keys(self.lab, self.catalog, experiment) if o.sets else None  # read by type
-        flags = RunFlags(experiment, o.profile, o.image, o.observability_url, parse_sets(o.sets, keys), inputs)
-        return request_from_flags(flags, run_id=o.run_id, command="render")
+        flags = read_flags(o.typed_flags(experiment), self.lab, self.catalog)
+        # who asks, as `tp submit` records it: the preview's annotations and digest are the submitted ones
+        return request_from_flags(flags, run_id=o.run_id, command="render", requested_by=requester(self.repo))
 
     def all_requests(self) -> list[Path]:
         return run_files(self.lab)
@@ -166,8 +168,11 @@ class RenderContext:
     def render_request(self, request: RunRequest) -> Rendered:
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
+        warnings: list[str] = []
         spec = resolve_prepared(self.lab, self.prepared[request.experiment], request, commit=self.commit,
-                                dirty=self.dirty, allow_dirty=True)
+                                dirty=self.dirty, allow_dirty=True, warnings=warnings)
+        for warning in warnings:  # what `tp submit` warns of, said here too
+            self.note(f"warning: {warning}")
         plan = compile_plan(spec)
         if spec.spec.resources.local:
             return Rendered(spec, plan, local_documents(spec, plan), None)

@@ -20,10 +20,10 @@ from typing import Any
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
-from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, USER_ENV, utc_now
+from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.localrun import run_local
-from tuneplane.gitops.requests import RunFlags, request_from_flags
+from tuneplane.gitops.requests import RunFlags, request_from_flags, requester
 from tuneplane.gitops.writeback import (
     publish,
     resolve_target,
@@ -216,10 +216,6 @@ def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
 def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = None) -> RunRequest:
     return request_from_flags(opts, run_id=run_id or new_run_id(), command="submit",
                               requested_by=requested_by, created_at=utc_now())
-
-
-def requester(repo: GitRepo) -> str:
-    return repo.identity() or os.environ.get(USER_ENV) or os.environ.get("USER") or ""
 
 
 def submit(
