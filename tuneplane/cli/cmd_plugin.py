@@ -59,9 +59,9 @@ def lock(
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.plugins import lock_plugin
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.load import open_lab
 
-    result = lock_plugin(find_lab_root(Path.cwd()), experiment, ref)
+    result = lock_plugin(open_lab().root, experiment, ref)
     previous = result.previous
     change = "" if previous is None else (
         " (unchanged)" if previous == result.entry else f" (was {previous.version} {previous.digest})")

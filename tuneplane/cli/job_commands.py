@@ -37,10 +37,10 @@ def ls(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.load import open_lab
     from tuneplane.lab.runs import request_keys, status_keys
 
-    root = find_lab_root()
+    root = open_lab().root
     keys = sorted(
         set(request_keys(root)) | set(status_keys(root)), key=lambda k: (k.run_id, k.experiment), reverse=True
     )
@@ -139,10 +139,10 @@ def status(
 def _located(run: str) -> tuple[Path, RunKey, RunStatus | None]:
     """The lab, the run a reference names (id, prefix or EXP/RUN) and its status (None: not submitted)."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.load import open_lab
     from tuneplane.lab.runs import find_run, read_status
 
-    root = find_lab_root()
+    root = open_lab().root
     key = find_run(root, run)
     return root, key, read_status(root, key)
 
@@ -275,9 +275,9 @@ def cancel(
 def _backend_for(root: Path, name: str, kubeconfig: str | None, context: str | None) -> Any:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops.bot import Backends, BotOptions
-    from tuneplane.lab.load import load_lab
+    from tuneplane.lab.load import open_lab
 
-    return Backends(load_lab(root), BotOptions(kubeconfig=kubeconfig, context=context)).get(name)
+    return Backends(open_lab(root), BotOptions(kubeconfig=kubeconfig, context=context)).get(name)
 
 
 def metrics_in_order(status: RunStatus) -> list[tuple[str, float]]:

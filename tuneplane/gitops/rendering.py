@@ -24,7 +24,7 @@ from tuneplane.gitops.requests import TypedFlags, read_flags, request_from_flags
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.load import load_lab
+from tuneplane.lab.load import open_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
 from tuneplane.models.run import RunRequest
@@ -137,7 +137,7 @@ class RenderContext:
 
     @classmethod
     def open(cls, opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> RenderContext:
-        lab = load_lab()
+        lab = open_lab()
         repo = GitRepo(lab.root)
         try:
             commit = repo.head()

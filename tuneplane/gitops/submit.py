@@ -30,7 +30,7 @@ from tuneplane.gitops.writeback import (
 )
 from tuneplane.ingest import mint_token
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.load import Lab, load_lab, open_lab
 from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest, RunStatus
@@ -226,7 +226,7 @@ def submit(
     `echo` gets the job's output lines (`--local`), `notify` what tp itself did, as it happens.
     """
     say = notify or (lambda _line: None)
-    lab = load_lab(root)
+    lab = open_lab(root)
     repo = lab_repo(lab)
     request = build_request(opts, requester(repo))
     commit, dirty = repo.head(), lab_dirty(repo, lab)
