@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,14 +60,7 @@ class RenderOptions:
     """What `tp render` was asked, as one typed request."""
 
     targets: list[str]
-    profile: str = ""
-    sets: list[str] = field(default_factory=list)
-    image: str = ""
-    observability_url: str = ""
-    model: str = ""
-    train_data: str = ""
-    validation_data: str = ""
-    timeout: str = ""
+    run: TypedFlags = field(default_factory=TypedFlags)  # with one EXP target: the run to render
     run_id: str = PREVIEW_RUN_ID
     output: Path | None = None
     fmt: RenderFormat = RenderFormat.yaml
@@ -78,12 +71,7 @@ class RenderOptions:
     base: str | None = None
 
     def has_run_flags(self) -> bool:
-        return bool(self.profile or self.sets or self.image or self.observability_url or self.model
-                    or self.train_data or self.validation_data or self.timeout or self.run_id != PREVIEW_RUN_ID)
-
-    def typed_flags(self, experiment: str) -> TypedFlags:
-        return TypedFlags(experiment, self.profile, self.image, self.observability_url, self.sets, self.model,
-                          self.train_data, self.validation_data, self.timeout)
+        return replace(self.run, sets=tuple(self.run.sets)) != TypedFlags() or self.run_id != PREVIEW_RUN_ID
 
 
 def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> int:
@@ -153,10 +141,10 @@ class RenderContext:
 
     def request_from_flags(self, experiment: str) -> RunRequest:
         o = self.opts
-        if not o.profile:
+        if not o.run.profile:
             raise UsageError(f"--profile is required to render experiment {experiment!r}",
                              hint=f"profiles: {', '.join(self.lab.config.profiles)}")
-        flags = read_flags(o.typed_flags(experiment), self.lab, self.catalog)
+        flags = read_flags(replace(o.run, experiment=experiment), self.lab, self.catalog)
         # who asks, as `tp submit` records it: the preview's annotations and digest are the submitted ones
         return request_from_flags(flags, run_id=o.run_id, command="render", requested_by=requester(self.repo))
 

@@ -52,8 +52,8 @@ class RunFlags:
 class TypedFlags:
     """The run flags `tp render EXP` and `tp submit EXP` share, as typed."""
 
-    experiment: str
-    profile: str
+    experiment: str = ""
+    profile: str = ""
     image: str = ""
     observability_url: str = ""
     sets: Sequence[str] = ()
