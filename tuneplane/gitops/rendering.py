@@ -241,8 +241,7 @@ class RenderContext:
         try:
             doc = parse_yaml(text, rel) if text is not None else load_yaml(path, rel, root=self.lab.root)
         except LoadFailed as exc:
-            problem = exc.problem
-            raise UsageError(f"{problem.location()}: {problem.message}", hint=problem.hint) from None
+            raise first_problem_error([exc.problem]) from None
         request, problems = parse_model(RunRequest, doc, "run-schema")
         if request is None:
             raise first_problem_error(problems[:1])
