@@ -55,6 +55,7 @@ def _commands(run_id: str) -> dict[str, tuple[str, ...]]:
         "rerun": ("rerun", run_id),
         "export": ("export", "demo", "--checkpoint", run_id),
         "recipe upgrade": ("recipe", "upgrade", "--all"),
+        "plugin new": ("plugin", "new", "opsd"),
         "plugin lock": ("plugin", "lock", "demo", "alice/opsd"),
         "job ls": ("job", "ls"),
         "job status": ("job", "status", run_id),
