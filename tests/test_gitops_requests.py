@@ -141,3 +141,29 @@ def test_render_shows_what_submit_requests_and_rerun_copies_it(cluster_lab: Path
     original, copy = (YAML(typ="safe").load(f.read_text(encoding="utf-8")) for f in (request_file, rerun_file))
     assert {k: copy.get(k) for k in COPIED} == {k: original.get(k) for k in COPIED}
     assert original["message"] == "why" and copy["rerun_of"] == run_id
+
+
+REFUSED_FLAGS = {
+    "unknown profile": ["--profile", "nosuch"],
+    "GPUs not a multiple of a node": ["--profile", "h200:12"],
+    "too many nodes": ["--profile", "h200:800"],
+    "bad GPU count": ["--profile", "h200:x"],
+    "bad timeout": ["--timeout", "soon"],
+    "negative timeout": ["--timeout", "-5"],
+    "observability url not http": ["--observability-url", "ftp://x"],
+    "set without value": ["--set", "novalue"],
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_FLAGS))
+def test_render_and_submit_refuse_a_bad_flag_with_the_same_message(cluster_lab: Path, tp: Callable[..., object],
+                                                                   case: str) -> None:
+    flags = [*CLUSTER_BASE, *REFUSED_FLAGS[case]]
+    said = []
+    for command in ("render", "submit"):
+        result = tp(command, "demo", *flags)
+        assert result.code == 2 and "Traceback" not in result.output, (command, result.output)  # type: ignore[attr-defined]
+        lines = [line for line in result.err.splitlines() if not line.startswith("note:")]  # type: ignore[attr-defined]
+        said.append([line.replace(f"tp {command} --help", "tp COMMAND --help") for line in lines])
+    assert said[0] == said[1] and said[0], said  # the same words, the command's own --help named
+    assert not _requests(cluster_lab)
