@@ -167,3 +167,24 @@ def test_render_and_submit_refuse_a_bad_flag_with_the_same_message(cluster_lab: 
         said.append([line.replace(f"tp {command} --help", "tp COMMAND --help") for line in lines])
     assert said[0] == said[1] and said[0], said  # the same words, the command's own --help named
     assert not _requests(cluster_lab)
+
+
+def test_a_catalog_recipe_reads_each_set_by_its_type_alike_in_render_submit_and_rerun(
+        cluster_lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
+    assert tp("new", "sft", "--method", "trl/sft").code == 0  # type: ignore[attr-defined]
+    git(cluster_lab, "add", "-A")
+    git(cluster_lab, "commit", "-q", "-m", "sft")
+    flags = ["--profile", "h200:8", "--model", "Qwen/Qwen3-0.6B", "--train-data", "data/t.jsonl",
+             "--validation-data", "data/v.jsonl", "--set", "eval_strategy=no", "--set", "learning_rate=1",
+             "--set", "use_peft=YES", "--set", "save_total_limit=007", "--set", "learning_rate=3e-4"]
+    submitted = tp("submit", "sft", *flags)
+    assert submitted.code == 0, submitted.output  # type: ignore[attr-defined]
+    (request_file,) = (cluster_lab / "runs" / "sft").glob("*.yaml")
+    request = YAML(typ="safe").load(request_file.read_text(encoding="utf-8"))
+    assert request["set"] == {"eval_strategy": "no", "learning_rate": 3e-4, "use_peft": True, "save_total_limit": 7}
+    from_file = tp("render", f"runs/sft/{request_file.name}")
+    from_flags = tp("render", "sft", *flags, "--run-id", request_file.stem)
+    assert from_file.code == from_flags.code == 0, from_file.output + from_flags.output  # type: ignore[attr-defined]
+    assert from_flags.out == from_file.out  # type: ignore[attr-defined]
+    again = tp("rerun", request_file.stem)
+    assert again.code == 0 and "same job as the original" in again.output, again.output  # type: ignore[attr-defined]
