@@ -110,6 +110,9 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     assert "tuneplane/_data/schemas/recipe.schema.json" in names
     assert "tuneplane/_data/templates/lab/tuneplane.yaml.j2" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    shipped = subprocess.run(["git", "ls-files", "catalog", "templates", "schemas"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert len(shipped) > 100 and not [rel for rel in shipped if f"tuneplane/_data/{rel}" not in names]
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
