@@ -68,8 +68,7 @@ def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[st
     # lazy: rendering loads the pipeline
     import shlex
 
-    from tuneplane.cli.cmd_submit import show_outcome
-    from tuneplane.errors import RunFailed
+    from tuneplane.cli.outcome import require_success, show_outcome
     from tuneplane.gitops.operations import OperationOptions, run_operation
 
     opts = OperationOptions(operation, experiment, profile, inputs, dry_run, local, output, fmt)
@@ -82,6 +81,4 @@ def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[st
     result = done.submitted
     if result is not None and result.status is not None:
         show_outcome(result.status, result.status_commit)
-        if result.status.phase != "Succeeded":
-            raise RunFailed(f"{operation} run {result.key.run_id} ended {result.status.phase}",
-                            hint=f"tp job logs {result.key.run_id}")
+        require_success(result.status, f"{operation} run")

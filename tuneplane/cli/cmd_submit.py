@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from tuneplane.cli.job_commands import metrics_in_order
 from tuneplane.cli.options import Branch, Local, Push, Remote, Timeout
 from tuneplane.errors import UsageError
-
-if TYPE_CHECKING:
-    from tuneplane.models.run import RunStatus
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +44,7 @@ def submit(
     branch: Branch = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.errors import RunFailed
+    from tuneplane.cli.outcome import require_success, show_outcome
     from tuneplane.gitops.requests import TypedFlags, read_flags
     from tuneplane.gitops.submit import SubmitOptions
     from tuneplane.gitops.submit import submit as do_submit
@@ -74,28 +70,5 @@ def submit(
         show_outcome(result.status, result.status_commit)
     if not local and not result.pushed:
         typer.echo("next: push it (or open a pull request); the bot submits it once merged")
-    if result.status is not None and result.status.phase != "Succeeded":
-        raise RunFailed(
-            f"run {result.key.run_id} ended {result.status.phase}", hint=f"tp job logs {result.key.run_id}"
-        )
-
-
-def show_outcome(status: RunStatus, commit: str | None) -> None:
-    """A few lines on how a run ended: phase, where the outputs and the status file are."""
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.dashboard import sparkline
-    from tuneplane.lab.runs import RunKey
-
-    key = RunKey(status.experiment, status.run_id)
-    code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
-    typer.echo(f"run {key.run_id}: {status.phase}{code}")
-    if status.phase != "Succeeded" and status.message:
-        typer.echo("  " + status.message.replace("\n", "\n  "))
-    for name, value in metrics_in_order(status):
-        typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
-    if status.artifacts:
-        typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
-    if status.out_dir:
-        typer.echo(f"  outputs: {status.out_dir}")
-    where = f" (committed {commit[:12]})" if commit else ""
-    typer.echo(f"status: {key.status_rel}{where}")
+    if result.status is not None:
+        require_success(result.status)
