@@ -4,6 +4,7 @@ the lab root and from a folder inside it; `tp validate` lists the same problem a
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -118,3 +119,16 @@ def test_a_subfolder_works_as_the_lab_root(requested_lab: tuple[Path, str], tp: 
     made = tp("new", "second", "--method", "custom/custom", cwd=inside)
     assert made.code == 0, made.output
     assert (lab / "experiments" / "second" / "train.sh").is_file()  # in the lab's experiment root
+
+
+def test_a_broken_run_request_is_named_once_at_its_line_by_render_as_by_rerun(requested_lab: tuple[Path, str],
+                                                                              tp: Any) -> None:
+    lab, run_id = requested_lab
+    request = lab / "runs" / "demo" / f"{run_id}.yaml"
+    request.write_text(request.read_text(encoding="utf-8") + "profile: [\n", encoding="utf-8")
+    rendered, rerun = tp("render", f"runs/demo/{run_id}.yaml"), tp("rerun", run_id)
+    assert "Traceback" not in rendered.output + rerun.output
+    found = re.search(rf"runs/demo/{run_id}\.yaml:\d+:\d+", rerun.err)
+    assert found and rerun.err.startswith(f"error: {found[0]}: not valid YAML"), rerun.err
+    assert rendered.err.count(f"runs/demo/{run_id}.yaml") == 1, rendered.err
+    assert f"{found[0]}: refused: not valid YAML" in rendered.err, rendered.err

@@ -184,8 +184,10 @@ class RenderContext:
         """Render each target; a refusal is reported and counted, the others still render."""
         refusals = self.render_files(targets) if self.parallel(targets) else self.render_each(targets)
         for target, message in refusals:
-            where = self.rel(Path(target))  # a message about the file itself names it already
-            self.note(f"{where}: refused: {message.removeprefix(f'{where}: ')}")
+            where = self.rel(Path(target))
+            if message.startswith(f"{where}:"):  # about the file itself: named once, at its place
+                where, _, message = message.partition(": ")
+            self.note(f"{where}: refused: {message}")
         if self.opts.output is not None:
             self.note(f"rendered {len(targets) - len(refusals)} run request(s) into {self.opts.output}"
                       + (f"; {len(refusals)} refused" if refusals else ""))
