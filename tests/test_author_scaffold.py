@@ -388,3 +388,19 @@ def test_new_from_an_experiment_in_another_root(two_roots: Path, tp: Any) -> Non
     assert result.code == 0, result.output
     assert json.loads((two_roots / "experiments" / "copy" / "recipe.lock.json").read_text())["recipe"]["name"] == \
         "trl/sft"
+
+
+@pytest.mark.parametrize("args", [("--name", "bad name"), ("--backend", "nosuch")], ids=["name", "backend"])
+def test_a_refused_init_leaves_no_folder_behind(tmp_path: Path, tp: Any, args: tuple[str, ...]) -> None:
+    target = tmp_path / "new" / "deeper"
+    result = tp("init", target, *args)
+    assert result.code == 2 and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_init_on_a_file_is_refused_and_the_file_kept(tmp_path: Path, tp: Any) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n", encoding="utf-8")
+    result = tp("init", target)
+    assert result.code == 2 and "is a file, not a directory" in result.err, result.output
+    assert target.read_text(encoding="utf-8") == "mine\n"

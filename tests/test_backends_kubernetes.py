@@ -746,3 +746,42 @@ def test_bad_configuration_is_explained(tmp_path: Path, monkeypatch: pytest.Monk
 def test_importing_the_module_does_not_load_the_client() -> None:
     code = "import sys, tuneplane.backends.kubernetes.backend; sys.exit('kubernetes' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ── raw objects are typed where the backend reads them ──────────────────────────────────────────────
+
+def test_every_raw_object_the_backend_reads_has_a_typeddict() -> None:
+    """What the API server sends is read through `types.py`'s TypedDicts, which mypy --strict checks:
+    every `rest.get`/`rest.list` outside the client is cast to one at once, and the types hold no `Any`."""
+    import ast
+
+    import tuneplane.backends.kubernetes.types as types_module
+
+    package = Path(types_module.__file__).parent
+    types_tree = ast.parse(Path(types_module.__file__).read_text(encoding="utf-8"))
+    declared = {node.name for node in types_tree.body if isinstance(node, ast.ClassDef)}
+    assert not [n for n in ast.walk(types_tree) if isinstance(n, ast.Name) and n.id == "Any"]
+    untyped = []
+    for path in sorted(package.glob("*.py")):
+        if path.name in ("client.py", "types.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("get", "list") and isinstance(node.func.value, (ast.Name, ast.Attribute))
+                    and ast.unparse(node.func.value) in ("rest", "self._rest")):
+                continue
+            holder = parents.get(node)
+            if isinstance(holder, ast.BoolOp):
+                holder = parents.get(holder)
+            typed = (isinstance(holder, ast.Call) and ast.unparse(holder.func) == "cast"
+                     and {n.id for n in ast.walk(holder.args[0]) if isinstance(n, ast.Name)} & declared)
+            if isinstance(holder, ast.comprehension):  # `[cast(T, w) for w in rest.list(...)]`
+                comp = parents[holder]
+                elt = getattr(comp, "elt", None)
+                typed = isinstance(elt, ast.Call) and ast.unparse(elt.func) == "cast" and \
+                    {n.id for n in ast.walk(elt.args[0]) if isinstance(n, ast.Name)} & declared
+            if not typed:
+                untyped.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not untyped, untyped

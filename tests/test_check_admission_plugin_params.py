@@ -97,6 +97,16 @@ def test_undeclared_key_with_plugins_locked_is_accepted_with_a_warning(plugin_la
     assert _seen()["opsd.beta"] == 3
 
 
+def test_render_warns_of_an_undeclared_key_as_submit_does(plugin_lab: Path, tp: Any) -> None:
+    rendered = tp("render", "cls", *SUBMIT, "--set", "opsd.beta=3", cwd=plugin_lab)
+    submitted = tp("submit", "cls", *SUBMIT, "--set", "opsd.beta=3", cwd=plugin_lab)
+    assert rendered.code == 0 and submitted.code == 0, rendered.output + submitted.output
+    warnings = [line for line in submitted.out.splitlines() if line.startswith("warning: --set opsd.beta")]
+    assert len(warnings) == 1
+    assert [line for line in rendered.err.splitlines() if line.startswith("warning: ")] == warnings
+    assert "warning" not in rendered.out  # the rendered text stays what a job gets
+
+
 def test_undeclared_key_without_plugins_is_refused_naming_plugin_params(lab: Path, tp: Any) -> None:
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
     run_git(lab, "add", "-A")

@@ -91,13 +91,18 @@ def test_pre_commit_hook_definitions():
     assert unknown["repos"][0]["hooks"][0]["language"] == "system"
 
 
-@pytest.mark.slow
-def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
-    """schemas/, catalog/ and templates/ must ship inside the wheel; tp runs from the venv alone."""
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """The project's wheel, built once for the tests that install it."""
+    dist = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-                    str(ROOT)], check=True, capture_output=True)
-    wheel = next(dist.glob("tuneplane-*.whl"))
+                    str(ROOT)], check=True, capture_output=True, timeout=300)
+    return next(dist.glob("tuneplane-*.whl"))
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
+    """schemas/, catalog/ and templates/ must ship inside the wheel; tp runs from the venv alone."""
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()
@@ -105,6 +110,9 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
     assert "tuneplane/_data/schemas/recipe.schema.json" in names
     assert "tuneplane/_data/templates/lab/tuneplane.yaml.j2" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    shipped = subprocess.run(["git", "ls-files", "catalog", "templates", "schemas"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert len(shipped) > 100 and not [rel for rel in shipped if f"tuneplane/_data/{rel}" not in names]
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
@@ -121,3 +129,64 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
     where = subprocess.run([str(py), "-c", "import tuneplane; print(tuneplane.__file__)"], env=env,
                            capture_output=True, text=True, cwd=tmp_path).stdout
     assert str(env_dir) in where, f"tp ran from {where}, not from the venv"
+
+
+# What a training image holds: the wheel alone, no dependency, no site-packages of the machine.
+JOB_SIDE_CALLS = {
+    "import tuneplane.report": ["-c", "import tuneplane.report as r; r.init(); r.log({'loss': 1.0}); r.finish()"],
+    "install_deferred": ["-c", "from tuneplane.plugins import install_deferred; print(install_deferred.__name__)"],
+    "launcher --help": ["-m", "tuneplane.launcher", "--help"],
+    "collector --help": ["-m", "tuneplane.collector", "--help"],
+    "every job-side module": ["-c", "import importlib, pkgutil, tuneplane\n"
+                              "for pkg in ('report', 'lifecycle', 'runtime', 'collector', 'metrics'):\n"
+                              "    mod = importlib.import_module('tuneplane.' + pkg)\n"
+                              "    for info in pkgutil.walk_packages(mod.__path__, mod.__name__ + '.'):\n"
+                              "        importlib.import_module(info.name)\n"
+                              "import tuneplane.launcher, tuneplane.plugins, tuneplane.constants"],
+}
+
+
+@pytest.fixture(scope="module")
+def bare_venv(tmp_path_factory, wheel):
+    """A venv without the machine's packages holding the wheel installed without its dependencies."""
+    env_dir = tmp_path_factory.mktemp("bare") / "venv"
+    venv.create(env_dir, with_pip=True, system_site_packages=False)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   capture_output=True, timeout=300)
+    missing = subprocess.run([str(py), "-c", "import pydantic"], capture_output=True, timeout=60)
+    assert missing.returncode != 0, "the bare venv must not see pydantic"
+    return env_dir
+
+
+def _bare_env():
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME") and
+            not k.startswith("TUNEPLANE_")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", list(JOB_SIDE_CALLS))
+def test_the_job_side_runs_from_the_wheel_with_the_standard_library_only(bare_venv, tmp_path, call):
+    done = subprocess.run([str(bare_venv / "bin" / "python"), *JOB_SIDE_CALLS[call]], cwd=tmp_path,
+                          env=_bare_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_tuneplane_launch_runs_from_the_wheel_with_the_standard_library_only(bare_venv, tmp_path):
+    done = subprocess.run([str(bare_venv / "bin" / "tuneplane-launch"), "--help"], cwd=tmp_path, env=_bare_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "tuneplane-launch" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["--help"], ["validate"], ["init", "lab"]])
+def test_tp_without_its_dependencies_says_what_to_install(bare_venv, tmp_path, args):
+    """An image with the wheel alone has no pydantic or Typer: tp says so, not 'a bug in tp'."""
+    done = subprocess.run([str(bare_venv / "bin" / "tp"), *args], cwd=tmp_path, env=_bare_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "bug" not in done.stderr, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("error: tp needs the Python package '") and "pip install" in done.stderr, done.stderr
+    assert not (tmp_path / "lab").exists()

@@ -16,7 +16,7 @@ from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.fs import write_json
 from tuneplane.lab.layout import plugin_dir as plugin_path
-from tuneplane.lab.load import load_lab
+from tuneplane.lab.load import open_lab
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.base import name_error
@@ -168,7 +168,7 @@ def _experiment_dir(lab_root: Path, experiment: str) -> Path:
     if not re.fullmatch(SEGMENT, experiment):
         raise UsageError(f"{experiment!r} is not an experiment name",
                          "pass the directory name under experiments/")
-    exp_dir = load_lab(lab_root).experiment_dir(experiment)
+    exp_dir = open_lab(lab_root).experiment_dir(experiment)
     if not exp_dir.is_dir():
         raise UsageError(f"no experiment {experiment!r} in {lab_root}",
                          "create it with `tp new`, or check the name with `tp ls`")

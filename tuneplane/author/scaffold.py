@@ -83,6 +83,8 @@ def default_lab_name(root: Path) -> str:
 def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local",
              tool: ToolSource | None = None) -> InitResult:
     root = root.resolve()
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root} is a file, not a directory", hint="pass a directory for the new lab")
     if (root / LAB_FILE).exists():
         raise UsageError(f"{root} is already a TunePlane lab ({LAB_FILE} exists)",
                          hint="nothing to do; use `tp new` to add an experiment")
@@ -101,6 +103,7 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
     if clashes:
         raise UsageError(f"refusing to overwrite existing files: {', '.join(clashes)}",
                          hint="move them away or run `tp init` in an empty directory")
+    root.mkdir(parents=True, exist_ok=True)  # only now: a refused init leaves no folder behind
     written = []
     for rel, text in files.items():
         path = root / rel

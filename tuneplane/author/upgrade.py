@@ -14,7 +14,9 @@ from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.load import Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, with_comment
+from tuneplane.lab.yamlio import LoadFailed, load_json
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,16 @@ class Upgrade:
 
 def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[str, object]]:
     path = lab.experiment_dir(name) / LOCK_FILE
+    rel = lab.rel(path)
+    try:  # the lab's reader: a link out of the lab, a directory or bad JSON is said as every command says it
+        old = load_json(path, rel, root=lab.root).data
+    except LoadFailed as exc:
+        raise first_problem_error([exc.problem], f"run `tp validate {name}` for every problem") from None
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
         method = old["recipe"]["name"]
         old_key = old.get("framework", {}).get("version", "")
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(f"experiments/{name}/{LOCK_FILE} is missing or unreadable",
+    except (AttributeError, KeyError, TypeError):
+        raise UsageError(f"{rel}: not a recipe lock (no recipe.name)",
                          hint=f"run `tp validate {name}` to see why") from None
     catalog.require(method)
     recipe = catalog.recipe(method)

@@ -39,10 +39,7 @@ def init(
                              hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'"
                              ) from None
 
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{directory} is a file, not a directory", hint="pass a directory for the new lab")
-    directory.mkdir(parents=True, exist_ok=True)
-    if not yes and sys.stdin.isatty() and any(directory.iterdir()):
+    if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
     result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool)
     typer.echo(f"created lab {result.name!r} in {result.root}")

@@ -68,55 +68,17 @@ def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[st
     # lazy: rendering loads the pipeline
     import shlex
 
-    from tuneplane.gitops.rendering import RenderContext, RenderOptions
-    from tuneplane.gitops.requests import RunFlags, request_from_flags
-    from tuneplane.lab.runs import new_run_id
+    from tuneplane.cli.outcome import require_success, show_outcome
+    from tuneplane.gitops.operations import OperationOptions, run_operation
 
-    options = RenderOptions(targets=[experiment], output=output, fmt=fmt, allow_dirty=dry_run)
-    context = RenderContext.open(options, out=lambda text: typer.echo(text, nl=False),
-                                 note=lambda line: typer.echo(line, err=True))
-    chosen = profile or next(iter(context.lab.config.profiles), "")
-    inputs = {**inputs, "checkpoint": _checkpoint(context.lab.root, inputs.get("checkpoint", ""))}
-    if local and not dry_run:
-        _run_here(operation, experiment, chosen, inputs)
-        return
-    flags = RunFlags(experiment, chosen, operation=operation, inputs=inputs)
-    request = request_from_flags(flags, run_id=new_run_id(), command=operation)
-    rendered = context.render_request(request)
-    if dry_run:
-        typer.echo(shlex.join(rendered.plan.argv))
-        typer.echo(f"run folder: {rendered.spec.spec.paths.run_dir}", err=True)
-        return
-    context.emit(request, rendered, experiment, single=True)
-
-
-def _checkpoint(root: Path, text: str) -> str:
-    """A run reference (id, prefix, EXP/RUN) stands for that run's out dir; anything else is a path."""
-    # lazy: only lifecycle commands read runs
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.runs import find_run, read_status
-
-    if not text or "/" in text and Path(text).exists():
-        return text
-    try:
-        status = read_status(root, find_run(root, text))
-    except UsageError:
-        return text
-    return status.out_dir if status is not None and status.out_dir else text
-
-
-def _run_here(operation: str, experiment: str, profile: str, inputs: dict[str, str]) -> None:
-    # lazy: only --local runs the operation
-    from tuneplane.cli.cmd_submit import show_outcome
-    from tuneplane.errors import RunFailed
-    from tuneplane.gitops.submit import SubmitOptions, submit
-    from tuneplane.models.run import Inputs
-
-    opts = SubmitOptions(experiment=experiment, profile=profile, operation=operation, inputs=Inputs(**inputs),
-                         local=True)
-    result = submit(opts, echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
-    if result.status is not None:
+    opts = OperationOptions(operation, experiment, profile, inputs, dry_run, local, output, fmt)
+    done = run_operation(opts, out=lambda text: typer.echo(text, nl=False),
+                         note=lambda line: typer.echo(line, err=True),
+                         echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
+    if done.argv is not None:
+        typer.echo(shlex.join(done.argv))
+        typer.echo(f"run folder: {done.run_dir}", err=True)
+    result = done.submitted
+    if result is not None and result.status is not None:
         show_outcome(result.status, result.status_commit)
-        if result.status.phase != "Succeeded":
-            raise RunFailed(f"{operation} run {result.key.run_id} ended {result.status.phase}",
-                            hint=f"tp job logs {result.key.run_id}")
+        require_success(result.status, f"{operation} run")

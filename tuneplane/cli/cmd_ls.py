@@ -16,9 +16,9 @@ def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = Fa
     import json
 
     from tuneplane.check.inventory import experiment_rows
-    from tuneplane.lab.load import load_lab
+    from tuneplane.lab.load import open_lab
 
-    rows = experiment_rows(load_lab())
+    rows = experiment_rows(open_lab())
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -22,9 +22,9 @@ def new(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.scaffold import new_experiment
-    from tuneplane.lab.load import load_lab
+    from tuneplane.lab.load import open_lab
 
-    lab = load_lab()
+    lab = open_lab()
     path = new_experiment(lab, name, method, framework_version, source, root=root)
     typer.echo(f"created {lab.rel(path)}/")
     for p in sorted(path.rglob("*")):

@@ -26,9 +26,10 @@ def new(
     """Scaffold an algorithm plugin: plugin.yaml and a module with install(params)."""
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.plugins import scaffold_plugin
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.layout import PLUGINS_DIR
+    from tuneplane.lab.load import open_lab
 
-    parent = directory if directory is not None else find_lab_root(Path.cwd()) / "plugins"
+    parent = directory if directory is not None else open_lab().root / PLUGINS_DIR
     target = scaffold_plugin(parent, name)
     typer.echo(f"created {target}/ (plugin.yaml, {next(target.glob('*.py')).name})")
     typer.echo(f"next: edit install(), then `tp plugin validate {target}` and "
@@ -59,9 +60,9 @@ def lock(
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.plugins import lock_plugin
-    from tuneplane.lab.load import find_lab_root
+    from tuneplane.lab.load import open_lab
 
-    result = lock_plugin(find_lab_root(Path.cwd()), experiment, ref)
+    result = lock_plugin(open_lab().root, experiment, ref)
     previous = result.previous
     change = "" if previous is None else (
         " (unchanged)" if previous == result.entry else f" (was {previous.version} {previous.digest})")

@@ -22,9 +22,9 @@ def upgrade(
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.upgrade import upgrade as run_upgrade
     from tuneplane.errors import UsageError
-    from tuneplane.lab.load import load_lab
+    from tuneplane.lab.load import open_lab
 
-    lab = load_lab()
+    lab = open_lab()
     if all_:
         names = lab.experiment_names()
     elif experiments:

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.options import Timeout
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 
 
@@ -34,6 +35,7 @@ def render(
     train_data: Annotated[str, typer.Option("--train-data", help="Training data (with EXP).")] = "",
     validation_data: Annotated[str, typer.Option("--validation-data",
                                                  help="Validation data (with EXP).")] = "",
+    timeout: Timeout = "",
     run_id: Annotated[str, typer.Option("--run-id", help="Run id to render EXP under.")] = PREVIEW_RUN_ID,
     output: Annotated[Path | None,
                       typer.Option("--output", "-o", help="Write one file per run into DIR.")] = None,
@@ -49,11 +51,12 @@ def render(
 ) -> None:
     # lazy: resolve, render and pydantic are only paid when rendering
     from tuneplane.gitops import rendering
+    from tuneplane.gitops.requests import TypedFlags
 
-    opts = rendering.RenderOptions(
-        targets=targets or [], profile=profile, sets=sets or [], image=image, observability_url=observability_url,
-        model=model, train_data=train_data, validation_data=validation_data, run_id=run_id, output=output,
-        fmt=fmt, allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
+    run = TypedFlags("", profile, image, observability_url, tuple(sets or ()), model, train_data, validation_data,
+                     timeout)
+    opts = rendering.RenderOptions(targets=targets or [], run=run, run_id=run_id, output=output, fmt=fmt,
+                                   allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
     refused = rendering.run_render(opts, out=lambda text: typer.echo(text, nl=False),
                                    note=lambda line: typer.echo(line, err=True))
     if refused:

@@ -24,8 +24,7 @@ def rerun(
     branch: Branch = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.cli.cmd_submit import show_outcome
-    from tuneplane.errors import RunFailed
+    from tuneplane.cli.outcome import require_success, show_outcome
     from tuneplane.gitops.rerun import rerun as do_rerun
 
     done = do_rerun(
@@ -49,7 +48,4 @@ def rerun(
         )
     if result.status is not None:
         show_outcome(result.status, result.status_commit)
-    if result.status is not None and result.status.phase != "Succeeded":
-        raise RunFailed(
-            f"run {result.key.run_id} ended {result.status.phase}", hint=f"tp job logs {result.key.run_id}"
-        )
+        require_success(result.status)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from tuneplane.cli.job_commands import metrics_in_order
-from tuneplane.cli.options import Branch, Local, Push, Remote
+from tuneplane.cli.options import Branch, Local, Push, Remote, Timeout
 from tuneplane.errors import UsageError
-
-if TYPE_CHECKING:
-    from tuneplane.models.run import RunStatus
 
 
 def register(app: typer.Typer) -> None:
@@ -36,9 +31,7 @@ def submit(
     model: Annotated[str, typer.Option("--model", help="Model to start from (hub id or storage path).")] = "",
     train_data: Annotated[str, typer.Option("--train-data", help="Training data set.")] = "",
     validation_data: Annotated[str, typer.Option("--validation-data", help="Validation data set.")] = "",
-    timeout: Annotated[
-        str, typer.Option("--timeout", help="Stop the job after this long: 3600, 90m, 12h.")
-    ] = "",
+    timeout: Timeout = "",
     message: Annotated[str, typer.Option("--message", "-m", help="Why this run: kept in the request.")] = "",
     push: Push = False,
     local: Local = False,
@@ -51,21 +44,15 @@ def submit(
     branch: Branch = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.check.params import parse_sets
-    from tuneplane.errors import RunFailed
+    from tuneplane.cli.outcome import require_success, show_outcome
+    from tuneplane.gitops.requests import TypedFlags, read_flags
     from tuneplane.gitops.submit import SubmitOptions
     from tuneplane.gitops.submit import submit as do_submit
-    from tuneplane.models.run import Inputs
 
-    opts = SubmitOptions(
-        experiment=experiment,
-        profile=profile,
-        image=image,
-        observability_url=observability_url,
-        sets=parse_sets(sets or [], _set_keys(experiment) if sets else None),
-        inputs=Inputs(model=model, train_data=train_data, validation_data=validation_data),
-        timeout=parse_duration(timeout),
-        message=message,
+    typed = TypedFlags(experiment, profile, image, observability_url, sets or [], model, train_data,
+                       validation_data, timeout, message)
+    opts = SubmitOptions.of(
+        read_flags(typed),
         push=push,
         local=local,
         detach=detach,
@@ -83,57 +70,5 @@ def submit(
         show_outcome(result.status, result.status_commit)
     if not local and not result.pushed:
         typer.echo("next: push it (or open a pull request); the bot submits it once merged")
-    if result.status is not None and result.status.phase != "Succeeded":
-        raise RunFailed(
-            f"run {result.key.run_id} ended {result.status.phase}", hint=f"tp job logs {result.key.run_id}"
-        )
-
-
-def show_outcome(status: RunStatus, commit: str | None) -> None:
-    """A few lines on how a run ended: phase, where the outputs and the status file are."""
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.dashboard import sparkline
-    from tuneplane.lab.runs import RunKey
-
-    key = RunKey(status.experiment, status.run_id)
-    code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
-    typer.echo(f"run {key.run_id}: {status.phase}{code}")
-    if status.phase != "Succeeded" and status.message:
-        typer.echo("  " + status.message.replace("\n", "\n  "))
-    for name, value in metrics_in_order(status):
-        typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
-    if status.artifacts:
-        typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
-    if status.out_dir:
-        typer.echo(f"  outputs: {status.out_dir}")
-    where = f" (committed {commit[:12]})" if commit else ""
-    typer.echo(f"status: {key.status_rel}{where}")
-
-
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
-
-
-def parse_duration(text: str) -> int | None:
-    """`3600`, `90s`, `45m`, `12h`, `2d` → seconds; empty → no timeout."""
-    if not text:
-        return None
-    match = _DURATION.match(text.lower())
-    if match is None:
-        raise UsageError(
-            f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d"
-        )
-    return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-
-
-def _set_keys(experiment: str) -> dict[str, Any]:
-    """The parameters the experiment declares, so `--set` reads each value by its type."""
-    # lazy: as above; only a submit with --set reads the experiment before the submission does
-    from tuneplane.check.setkeys import experiment_set_keys
-    from tuneplane.lab.catalog import load_catalog
-    from tuneplane.lab.load import load_lab
-
-    try:
-        lab = load_lab(None)
-    except UsageError:
-        return {}  # not in a lab: the submission says so
-    return experiment_set_keys(lab, load_catalog(), experiment)
+    if result.status is not None:
+        require_success(result.status)

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tuneplane.cli.options import Context, Kubeconfig, Run
-from tuneplane.constants import TERMINAL
 
 if TYPE_CHECKING:
     from tuneplane.lab.runs import RunKey
-    from tuneplane.models.run import RunStatus
+    from tuneplane.models.run import RunRequest, RunStatus
 
 RECENT = 20
 
@@ -37,74 +34,15 @@ def ls(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import request_keys, status_keys
+    from tuneplane.gitops.runview import LS_COLUMNS, run_rows
 
-    root = find_lab_root()
-    keys = sorted(
-        set(request_keys(root)) | set(status_keys(root)), key=lambda k: (k.run_id, k.experiment), reverse=True
-    )
-    keys = [k for k in keys if exp is None or k.experiment == exp]
-    shown = keys if all_runs else keys[:RECENT]
-    rows = [_ls_row(root, key) for key in shown]
+    rows, older = run_rows(exp, None if all_runs else RECENT)
     if not rows:
         typer.echo("no runs yet" + (f" of {exp}" if exp else "") + ": tp submit EXP --profile P")
         return
-    typer.echo(table(["RUN", "EXPERIMENT", "PHASE", "PROFILE", "STARTED", "DURATION", "METRIC"], rows))
-    if len(keys) > len(shown):
-        typer.echo(f"… {len(keys) - len(shown)} older run(s): tp job ls --all")
-
-
-def _ls_row(root: Path, key: Any) -> list[str]:
-    # lazy: tp builds only the invoked command, so only it pays for these
-    import json
-
-    from tuneplane.gitops.dashboard import duration_text, metric_cell, short_time
-
-    try:
-        data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
-    if not isinstance(data, dict):
-        return [
-            key.run_id,
-            key.experiment,
-            "(not submitted)" if data is None else "(unreadable)",
-            "",
-            "",
-            "",
-            "",
-        ]
-    data = _live(data)
-    phase = str(data.get("phase", "")) + (
-        f" ({data['reason']})" if data.get("reason") and data.get("phase") != "Succeeded" else ""
-    )
-    return [
-        key.run_id,
-        key.experiment,
-        phase,
-        str(data.get("profile", "")),
-        short_time(data.get("started_at")),
-        duration_text(data.get("started_at"), data.get("finished_at")),
-        metric_cell(data),
-    ]
-
-
-def _live(data: dict[str, Any]) -> dict[str, Any]:
-    """A local run still in progress, as its run directory says now (its status file is from the start)."""
-    backend = data.get("backend") or {}
-    if data.get("phase") in TERMINAL or not isinstance(backend, dict):
-        return data
-    if backend.get("backend") != "local" or not os.path.isdir(str(backend.get("namespace", ""))):
-        return data
-    # lazy: only a listing with a local run still going loads the backend
-    from tuneplane.backends.base import BackendRef
-    from tuneplane.backends.factory import run_dir_backend
-
-    ref = BackendRef(backend="local", kind=str(backend.get("kind", "")), name=str(backend.get("name", "")),
-                     namespace=str(backend["namespace"]), uid=str(backend.get("uid", "")))
-    obs = run_dir_backend(Path(str(backend["namespace"]))).observe(ref)
-    return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
+    typer.echo(table(LS_COLUMNS, rows))
+    if older:
+        typer.echo(f"… {older} older run(s): tp job ls --all")
 
 
 def status(
@@ -120,15 +58,15 @@ def status(
     # lazy: tp builds only the invoked command, so only it pays for these
     import json
 
+    from tuneplane.backends.factory import ClusterAccess
+    from tuneplane.gitops.runview import current_status, located
     from tuneplane.lab.runs import read_request
 
-    root, key, current = _located(run)
-    if current is None:
-        _not_submitted(root, key, read_request)
+    root, key, recorded = located(run)
+    if recorded is None:
+        _not_submitted(key, read_request(root, key))
         return
-    live = refresh if refresh is not None else _here(current)
-    if live and current.phase not in TERMINAL and current.backend is not None:
-        current = _refreshed(root, current, kubeconfig, context)
+    current = current_status(root, recorded, refresh, ClusterAccess(kubeconfig, context))
     if as_json:
         typer.echo(json.dumps(current.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True))
         return
@@ -136,28 +74,7 @@ def status(
         typer.echo(f"{label:<11}{value}")
 
 
-def _located(run: str) -> tuple[Path, RunKey, RunStatus | None]:
-    """The lab, the run a reference names (id, prefix or EXP/RUN) and its status (None: not submitted)."""
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.lab.load import find_lab_root
-    from tuneplane.lab.runs import find_run, read_status
-
-    root = find_lab_root()
-    key = find_run(root, run)
-    return root, key, read_status(root, key)
-
-
-def _here(current: RunStatus) -> bool:
-    """A local run whose directory is on this machine: cheap and safe to look at live."""
-    # lazy: tp builds only the invoked command, so only it pays for these
-    import os
-
-    backend = current.backend
-    return backend is not None and backend.backend == "local" and os.path.isdir(backend.namespace)
-
-
-def _not_submitted(root: Path, key: Any, read_request: Any) -> None:
-    request = read_request(root, key)
+def _not_submitted(key: RunKey, request: RunRequest) -> None:
     typer.echo(f"run {key.run_id} of {key.experiment}: requested, not submitted yet (no {key.status_rel})")
     typer.echo(
         f"  profile {request.profile}; requested by {request.requested_by or '?'} at {request.created_at}"
@@ -169,28 +86,7 @@ def _not_submitted(root: Path, key: Any, read_request: Any) -> None:
     )
 
 
-def _refreshed(root: Path, current: RunStatus, kubeconfig: str | None, context: str | None) -> RunStatus:
-    """The status as the backend sees it now (not written: the bot owns status files)."""
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.constants import utc_now
-    from tuneplane.gitops.observe import backend_ref, observe_run, with_metrics
-
-    ref = backend_ref(current)
-    assert ref is not None
-    backend = _backend_for(root, ref.backend, kubeconfig, context)
-    fresh = observe_run(backend, current, utc_now())
-    if hasattr(backend, "metrics"):
-        # lazy: tp builds only the invoked command, so only it pays for these
-        from tuneplane.gitops.observe import vocabulary_of
-
-        summary, series = backend.metrics(ref)
-        if summary:
-            vocab = vocabulary_of(current.method)
-            fresh = with_metrics(fresh, summary, series, list(vocab.primary), vocab)
-    return fresh
-
-
-def _status_lines(key: Any, s: RunStatus) -> list[tuple[str, str]]:
+def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.gitops.dashboard import duration_text, sparkline
 
@@ -244,17 +140,20 @@ def logs(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.backends.base import BackendError
+    from tuneplane.backends.factory import ClusterAccess
     from tuneplane.errors import UsageError
     from tuneplane.gitops.observe import backend_ref
+    from tuneplane.gitops.runview import backend_for, located
 
-    root, key, current = _located(run)
+    root, key, current = located(run)
     ref = backend_ref(current) if current is not None else None
     if ref is None:
         raise UsageError(
             f"run {key} has not been submitted, so it has no log", hint=f"tp job status {key.run_id} says why"
         )
     try:
-        for line in _backend_for(root, ref.backend, kubeconfig, context).logs(ref, tail=tail, follow=follow):
+        backend = backend_for(root, ref.backend, ClusterAccess(kubeconfig, context))
+        for line in backend.logs(ref, tail=tail, follow=follow):
             typer.echo(line)
     except BackendError as exc:
         raise UsageError(str(exc)) from None
@@ -270,14 +169,6 @@ def cancel(
 
     for line in cancel_run(run, now=now, push=push):
         typer.echo(line)
-
-
-def _backend_for(root: Path, name: str, kubeconfig: str | None, context: str | None) -> Any:
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.bot import Backends, BotOptions
-    from tuneplane.lab.load import load_lab
-
-    return Backends(load_lab(root), BotOptions(kubeconfig=kubeconfig, context=context)).get(name)
 
 
 def metrics_in_order(status: RunStatus) -> list[tuple[str, float]]:

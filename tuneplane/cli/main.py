@@ -12,7 +12,7 @@ import sys
 import types
 from collections.abc import Callable
 
-from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED
+from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS
 
 # Each module exposes `register(app)`; order is the order of `tp --help`.
 COMMAND_MODULES = (
@@ -88,9 +88,24 @@ def _guarded(call: Callable[[], int]) -> int:
     except Exception as exc:
         if os.environ.get("TUNEPLANE_DEBUG"):
             raise
+        missing = _missing_dependency(exc)
+        if missing:
+            sys.stderr.write(missing)
+            return EXIT_PROBLEMS
         sys.stderr.write(f"internal error: {type(exc).__name__}: {exc}\n"
                          "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it\n")
         return EXIT_INTERNAL
+
+
+def _missing_dependency(exc: Exception) -> str:
+    """What to say when this Python lacks one of tp's packages (an image holding the wheel alone): not a
+    bug. Empty for anything else."""
+    missing = (exc.name or "").partition(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    if not missing or missing == "tuneplane":
+        return ""
+    return (f"error: tp needs the Python package {missing!r}, which {sys.executable} cannot import\n"
+            "  hint: install tp with its dependencies (pip install tuneplane); an image that only runs "
+            "jobs needs none of them (tuneplane.report, tuneplane-launch)\n")
 
 
 def owner(args: list[str]) -> str | None:

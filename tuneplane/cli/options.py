@@ -14,3 +14,4 @@ Local = Annotated[bool, typer.Option("--local", help="Run it now on this machine
 Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", help="Kubeconfig file (default $KUBECONFIG).")]
 Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
 InCluster = Annotated[bool, typer.Option("--in-cluster", help="Use the pod's service account.")]
+Timeout = Annotated[str, typer.Option("--timeout", help="Stop the job after this long: 3600, 90m, 12h.")]

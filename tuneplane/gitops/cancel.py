@@ -10,7 +10,7 @@ from tuneplane.gitops.localrun import stop_local
 from tuneplane.gitops.submit import lab_repo
 from tuneplane.gitops.writeback import publish, resolve_target
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.load import Lab, open_lab
 from tuneplane.lab.runs import RunKey, find_run, mark_cancel, read_request, read_status
 from tuneplane.models.run import RunStatus
 
@@ -30,7 +30,7 @@ def cancel_run(
     its owner to record `Cancelled`, and only then commits the request (one git writer at a time).
     `now` asks the same of any run; only local runs can be stopped from here.
     """
-    lab = load_lab(root)
+    lab = open_lab(root)
     key = find_run(lab.root, run)
     status = read_status(lab.root, key)
     if status is not None and status.phase in TERMINAL:

@@ -12,24 +12,22 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneplane.backends.slurm.commands import check_script
-from tuneplane.check.params import parse_sets
-from tuneplane.check.setkeys import experiment_set_keys
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 from tuneplane.errors import UsageError
-from tuneplane.gitops.requests import RunFlags, request_from_flags
+from tuneplane.gitops.requests import TypedFlags, read_flags, request_from_flags, requester
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.load import load_lab
+from tuneplane.lab.load import open_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
-from tuneplane.models.run import Inputs, RunRequest
+from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.resolve import prepare_experiment, resolve_prepared
@@ -62,13 +60,7 @@ class RenderOptions:
     """What `tp render` was asked, as one typed request."""
 
     targets: list[str]
-    profile: str = ""
-    sets: list[str] = field(default_factory=list)
-    image: str = ""
-    observability_url: str = ""
-    model: str = ""
-    train_data: str = ""
-    validation_data: str = ""
+    run: TypedFlags = field(default_factory=TypedFlags)  # with one EXP target: the run to render
     run_id: str = PREVIEW_RUN_ID
     output: Path | None = None
     fmt: RenderFormat = RenderFormat.yaml
@@ -79,8 +71,7 @@ class RenderOptions:
     base: str | None = None
 
     def has_run_flags(self) -> bool:
-        return bool(self.profile or self.sets or self.image or self.observability_url or self.model
-                    or self.train_data or self.validation_data or self.run_id != PREVIEW_RUN_ID)
+        return replace(self.run, sets=tuple(self.run.sets)) != TypedFlags() or self.run_id != PREVIEW_RUN_ID
 
 
 def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> int:
@@ -134,7 +125,7 @@ class RenderContext:
 
     @classmethod
     def open(cls, opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> RenderContext:
-        lab = load_lab()
+        lab = open_lab()
         repo = GitRepo(lab.root)
         try:
             commit = repo.head()
@@ -150,13 +141,12 @@ class RenderContext:
 
     def request_from_flags(self, experiment: str) -> RunRequest:
         o = self.opts
-        if not o.profile:
+        if not o.run.profile:
             raise UsageError(f"--profile is required to render experiment {experiment!r}",
                              hint=f"profiles: {', '.join(self.lab.config.profiles)}")
-        inputs = Inputs(model=o.model, train_data=o.train_data, validation_data=o.validation_data)
-        keys = experiment_set_keys(self.lab, self.catalog, experiment) if o.sets else None  # read by type
-        flags = RunFlags(experiment, o.profile, o.image, o.observability_url, parse_sets(o.sets, keys), inputs)
-        return request_from_flags(flags, run_id=o.run_id, command="render")
+        flags = read_flags(replace(o.run, experiment=experiment), self.lab, self.catalog)
+        # who asks, as `tp submit` records it: the preview's annotations and digest are the submitted ones
+        return request_from_flags(flags, run_id=o.run_id, command="render", requested_by=requester(self.repo))
 
     def all_requests(self) -> list[Path]:
         return run_files(self.lab)
@@ -166,8 +156,11 @@ class RenderContext:
     def render_request(self, request: RunRequest) -> Rendered:
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
+        warnings: list[str] = []
         spec = resolve_prepared(self.lab, self.prepared[request.experiment], request, commit=self.commit,
-                                dirty=self.dirty, allow_dirty=True)
+                                dirty=self.dirty, allow_dirty=True, warnings=warnings)
+        for warning in warnings:  # what `tp submit` warns of, said here too
+            self.note(f"warning: {warning}")
         plan = compile_plan(spec)
         if spec.spec.resources.local:
             return Rendered(spec, plan, local_documents(spec, plan), None)
@@ -191,8 +184,10 @@ class RenderContext:
         """Render each target; a refusal is reported and counted, the others still render."""
         refusals = self.render_files(targets) if self.parallel(targets) else self.render_each(targets)
         for target, message in refusals:
-            where = self.rel(Path(target))  # a message about the file itself names it already
-            self.note(f"{where}: refused: {message.removeprefix(f'{where}: ')}")
+            where = self.rel(Path(target))
+            if message.startswith(f"{where}:"):  # about the file itself: named once, at its place
+                where, _, message = message.partition(": ")
+            self.note(f"{where}: refused: {message}")
         if self.opts.output is not None:
             self.note(f"rendered {len(targets) - len(refusals)} run request(s) into {self.opts.output}"
                       + (f"; {len(refusals)} refused" if refusals else ""))
@@ -248,8 +243,7 @@ class RenderContext:
         try:
             doc = parse_yaml(text, rel) if text is not None else load_yaml(path, rel, root=self.lab.root)
         except LoadFailed as exc:
-            problem = exc.problem
-            raise UsageError(f"{problem.location()}: {problem.message}", hint=problem.hint) from None
+            raise first_problem_error([exc.problem]) from None
         request, problems = parse_model(RunRequest, doc, "run-schema")
         if request is None:
             raise first_problem_error(problems[:1])

@@ -1,14 +1,29 @@
 """A run request from command-line flags: the one builder `tp render`, `tp submit`, `tp rerun`,
-`tp export` and `tp eval` share, so a flag means the same thing to each of them."""
+`tp export` and `tp eval` share, so a flag means the same thing to each of them.
+
+`read_flags` turns the flags as typed (`TypedFlags`: text) into `RunFlags` (`--set` read by the types the
+experiment declares, `--timeout` in seconds); `request_from_flags` makes the `RunRequest`, and `requester`
+names who asks, as the request's commit will (so `tp render EXP` shows the annotation `tp submit` writes).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
+from tuneplane.check.params import parse_sets
+from tuneplane.check.setkeys import experiment_set_keys
 from tuneplane.constants import Scalar
+from tuneplane.errors import UsageError
+from tuneplane.lab.catalog import Catalog, load_catalog
+from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitFailed, GitRepo
+from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.modelparse import validate_or_raise
 from tuneplane.models.run import Inputs, RunRequest
+from tuneplane.runtime.patterns import lazy_pattern
+
+F = TypeVar("F", bound="RunFlags")
 
 
 @dataclass(frozen=True)
@@ -27,6 +42,37 @@ class RunFlags:
     commit: str = ""  # reruns: pin the job to this commit
     rerun_of: str = ""
 
+    @classmethod
+    def of(cls: type[F], flags: RunFlags, **more: Any) -> F:
+        """`flags` as this subclass (`SubmitOptions`), with what only it takes in `more`."""
+        return cls(**{f.name: getattr(flags, f.name) for f in fields(RunFlags)}, **more)
+
+
+@dataclass(frozen=True)
+class TypedFlags:
+    """The run flags `tp render EXP` and `tp submit EXP` share, as typed."""
+
+    experiment: str = ""
+    profile: str = ""
+    image: str = ""
+    observability_url: str = ""
+    sets: Sequence[str] = ()
+    model: str = ""
+    train_data: str = ""
+    validation_data: str = ""
+    timeout: str = ""
+    message: str = ""
+
+
+def read_flags(typed: TypedFlags, lab: Lab | None = None, catalog: Catalog | None = None) -> RunFlags:
+    """`typed` read: each `--set` value by the type its key declares in the experiment (the lab and the
+    catalog are loaded for that when not given), `--timeout` in seconds. Raises UsageError."""
+    keys = _set_keys(typed.experiment, lab, catalog) if typed.sets else None
+    inputs = Inputs(model=typed.model, train_data=typed.train_data, validation_data=typed.validation_data)
+    return RunFlags(typed.experiment, typed.profile, typed.image, typed.observability_url,
+                    parse_sets(list(typed.sets), keys), inputs, timeout=parse_duration(typed.timeout),
+                    message=typed.message)
+
 
 def request_from_flags(flags: RunFlags, *, run_id: str, command: str, **recorded: str) -> RunRequest:
     """The RunRequest `flags` describe; `recorded` adds who asked and when (`requested_by`, `created_at`)."""
@@ -37,3 +83,40 @@ def request_from_flags(flags: RunFlags, *, run_id: str, command: str, **recorded
         "commit": flags.commit, "rerun_of": flags.rerun_of, **recorded,
     }
     return validate_or_raise(RunRequest, data, "the command line", hint=f"see `tp {command} --help`")
+
+
+def requester(repo: GitRepo) -> str:
+    """`Name <email>` of the commit that records a request: git's identity, tp's own for a part git lacks
+    (what `GitRepo.ensure_identity` gives the repository before `tp submit` commits); nothing is written."""
+    parts = []
+    for key, fallback in (("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)):
+        try:
+            parts.append(repo.git("config", "--get", key) or fallback)
+        except GitFailed:
+            parts.append(fallback)
+    return f"{parts[0]} <{parts[1]}>"
+
+
+_DURATION = lazy_pattern(r"^\s*(\d+)\s*([smhd]?)\s*$")
+
+
+def parse_duration(text: str) -> int | None:
+    """`--timeout`: `3600`, `90s`, `45m`, `12h`, `2d` → seconds; empty → no timeout."""
+    if not text:
+        return None
+    match = _DURATION().match(text.lower())
+    if match is None:
+        raise UsageError(
+            f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d"
+        )
+    return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+def _set_keys(experiment: str, lab: Lab | None, catalog: Catalog | None) -> dict[str, Any]:
+    """The parameters the experiment declares, so `--set` reads each value by its type."""
+    if lab is None:
+        try:
+            lab = load_lab(None)
+        except UsageError:
+            return {}  # not in a lab: the command says so when it loads the lab itself
+    return experiment_set_keys(lab, catalog or load_catalog(), experiment)

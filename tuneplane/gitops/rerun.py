@@ -10,7 +10,7 @@ from tuneplane.backends.factory import local_lab
 from tuneplane.errors import UsageError
 from tuneplane.gitops.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, prepare_run, submit
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.load import Lab, open_lab
 from tuneplane.lab.runs import RunKey, find_run, read_request, read_status
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
@@ -36,7 +36,7 @@ def rerun(
     notify: Echo | None = None,
 ) -> RerunResult:
     """A new request reproducing a run: same overrides, inputs, image and profile, pinned to its commit."""
-    lab = load_lab(root)
+    lab = open_lab(root)
     key = find_run(lab.root, run)
     original = read_request(lab.root, key)
     status = read_status(lab.root, key)

@@ -20,17 +20,17 @@ from typing import Any
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.factory import local_lab
 from tuneplane.backends.local.backend import local_manifest
-from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, USER_ENV, utc_now
+from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.localrun import run_local
-from tuneplane.gitops.requests import RunFlags, request_from_flags
+from tuneplane.gitops.requests import RunFlags, request_from_flags, requester
 from tuneplane.gitops.writeback import (
     publish,
     resolve_target,
 )
 from tuneplane.ingest import mint_token
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.load import Lab, load_lab
+from tuneplane.lab.load import Lab, load_lab, open_lab
 from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest, RunStatus
@@ -218,10 +218,6 @@ def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = N
                               requested_by=requested_by, created_at=utc_now())
 
 
-def requester(repo: GitRepo) -> str:
-    return repo.identity() or os.environ.get(USER_ENV) or os.environ.get("USER") or ""
-
-
 def submit(
     opts: SubmitOptions, root: Path | None = None, echo: Echo = print, notify: Echo | None = None
 ) -> SubmitResult:
@@ -230,7 +226,7 @@ def submit(
     `echo` gets the job's output lines (`--local`), `notify` what tp itself did, as it happens.
     """
     say = notify or (lambda _line: None)
-    lab = load_lab(root)
+    lab = open_lab(root)
     repo = lab_repo(lab)
     request = build_request(opts, requester(repo))
     commit, dirty = repo.head(), lab_dirty(repo, lab)

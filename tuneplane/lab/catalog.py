@@ -81,7 +81,7 @@ def _load_recipe(path: Path, method: str) -> Recipe:
     try:
         doc = load_yaml(path, f"catalog/{method}/recipe.yaml")
     except LoadFailed as exc:
-        raise UsageError(f"broken catalog recipe: {exc.problem.location()}: {exc.problem.message}") from None
+        raise first_problem_error([exc.problem], prefix="broken catalog recipe: ") from None
     recipe, problems = parse_model(Recipe, doc, "recipe-schema")
     if recipe is None:
         raise first_problem_error(problems[:1], prefix="broken catalog recipe: ")

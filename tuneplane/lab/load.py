@@ -109,6 +109,15 @@ def load_lab(root: Path | None = None) -> Lab:
     return Lab(root, settings, doc, notes + problems)
 
 
+def open_lab(root: Path | None = None) -> Lab:
+    """The lab a command works in: `load_lab`, with settings it can use. A tuneplane.yaml that cannot be
+    used raises the one error `Lab.require_settings` words, so every command says the same about it
+    (`tp validate` alone loads the lab as it is, to list every problem)."""
+    lab = load_lab(root)
+    lab.require_settings()
+    return lab
+
+
 def _version_first(doc: Doc) -> list[Problem]:
     """Check apiVersion before anything else, so a newer file says 'upgrade tp', not noise."""
     if not isinstance(doc.data, dict):

@@ -146,7 +146,7 @@ def parse_request(text: str, rel: str) -> RunRequest:
     try:
         doc = parse_yaml(text, rel)
     except LoadFailed as exc:
-        raise _load_error(exc) from None
+        raise first_problem_error([exc.problem]) from None
     req, problems = parse_model(RunRequest, doc, "run-schema")
     if req is None:
         raise first_problem_error(problems, f"run `tp validate` to see every problem in {rel}")
@@ -157,13 +157,10 @@ def read_request(root: Path, key: RunKey) -> RunRequest:
     try:
         doc = load_yaml(root / key.request_rel, key.request_rel)
     except LoadFailed as exc:
-        raise _load_error(exc) from None
+        raise first_problem_error([exc.problem]) from None
     return parse_request(doc.text, key.request_rel)
 
 
-def _load_error(exc: LoadFailed) -> UsageError:
-    problem = exc.problem
-    return UsageError(f"{problem.location()}: {problem.message}", hint=problem.hint)
 
 
 def mark_cancel(root: Path, key: RunKey) -> Path:
@@ -249,7 +246,7 @@ def read_status(root: Path, key: RunKey) -> RunStatus | None:
     try:
         text = read_text(path, root=root, rel=key.status_rel)  # a link out of the lab or a FIFO is refused
     except LoadFailed as exc:
-        raise UsageError(f"{exc.problem.location()}: {exc.problem.message}", hint=_STATUS_HINT) from None
+        raise first_problem_error([exc.problem.replace(hint="")], _STATUS_HINT) from None
     return parse_status(text, key.status_rel)
 
 
@@ -258,7 +255,7 @@ def parse_status(text: str, rel: str) -> RunStatus:
     try:
         doc = parse_json(text, rel)
     except LoadFailed as exc:
-        raise UsageError(f"{exc.problem.location()}: {exc.problem.message}", hint=_STATUS_HINT) from None
+        raise first_problem_error([exc.problem.replace(hint="")], _STATUS_HINT) from None
     status, problems = parse_model(RunStatus, doc, "status-schema")
     if status is None:
         raise first_problem_error(problems, _STATUS_HINT, always=True)

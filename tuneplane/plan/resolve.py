@@ -148,7 +148,7 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     try:
         raw = fs.read_bytes(path, fs.MAX_BYTES, root)
     except LoadFailed as exc:
-        raise UsageError(f"{exc.problem.location()}: {exc.problem.message}", hint=exc.problem.hint) from None
+        raise first_problem_error([exc.problem]) from None
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 

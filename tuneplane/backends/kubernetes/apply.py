@@ -151,9 +151,9 @@ def _ensure_job(rest: Rest, kind: Kind, ns: str, manifest: dict[str, Any], redac
             if exc.failure.reason not in ("", "AlreadyExists"):
                 raise BackendError(f"could not create {kind.kind} {ns}/{name}: the API server answered "
                                    f"{exc.failure.detail}") from exc
-        existing = rest.get(kind, ns, name, redact=redact)
+        existing = cast(JobObject | None, rest.get(kind, ns, name, redact=redact))
         if existing is not None:
-            return _adopt(kind, cast(JobObject, existing), manifest)
+            return _adopt(kind, existing, manifest)
     raise BackendError(f"could not create {kind.kind} {ns}/{name}: it exists and vanishes again each time it "
                        "is read (is another tool deleting it?); retry later")
 

@@ -28,8 +28,8 @@ def find_pods(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod]:
     seen: dict[str, Pod] = {}
     selectors = ([f"{RUN_LABEL}={run}"] if run else []) + _controller_selectors(kind, obj)
     for selector in selectors:
-        for pod in rest.list(POD, ns, selector):
-            seen.setdefault(str(pod["metadata"]["name"]), cast(Pod, pod))
+        for pod in cast(list[Pod], rest.list(POD, ns, selector)):
+            seen.setdefault(_name(pod), pod)
     return leader_first(list(seen.values()), kind, obj)
 
 

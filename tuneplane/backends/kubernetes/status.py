@@ -260,11 +260,11 @@ def _child_jobs_start(rest: Rest, ns: str, obj: JobObject) -> str | None:
     """A JobSet keeps no start time; its child Jobs do (and outlive their pods)."""
     selector = f"jobset.sigs.k8s.io/jobset-name={(obj.get('metadata') or {}).get('name')}"
     try:
-        jobs = rest.list(JOB, ns, selector)
+        jobs = cast(list[JobObject], rest.list(JOB, ns, selector))
     except BackendError as exc:
         log.warning("%s", exc)
         return None
-    starts = [str(s) for j in jobs if (s := (j.get("status") or {}).get("startTime"))]
+    starts = [s for j in jobs if (s := (j.get("status") or {}).get("startTime"))]
     return min(starts) if starts else None
 
 

@@ -7,7 +7,7 @@ they come from the rendered manifests.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 
 class OwnerReference(TypedDict, total=False):
@@ -50,9 +50,13 @@ class ContainerStateWaiting(TypedDict, total=False):
     message: str
 
 
+class ContainerStateRunning(TypedDict, total=False):
+    startedAt: str
+
+
 class ContainerState(TypedDict, total=False):
     waiting: ContainerStateWaiting
-    running: dict[str, Any]
+    running: ContainerStateRunning
     terminated: ContainerStateTerminated
 
 
@@ -87,6 +91,29 @@ class Pod(TypedDict, total=False):
     status: PodStatus
 
 
+class ReplicatedJobStatus(TypedDict, total=False):
+    """One entry of a JobSet's `status.replicatedJobsStatus`: its child Jobs by state."""
+
+    name: str
+    ready: int
+    succeeded: int
+    failed: int
+    active: int
+    suspended: int
+
+
+class ReplicatedJob(TypedDict, total=False):
+    name: str
+    replicas: int
+
+
+class JobObjectSpec(TypedDict, total=False):
+    """The spec fields of a Job, a JobSet and a RayJob the backend reads, together."""
+
+    suspend: bool
+    replicatedJobs: list[ReplicatedJob]
+
+
 class JobObjectStatus(TypedDict, total=False):
     """The status fields of a Job, a JobSet and a RayJob, together (each kind sets its own)."""
 
@@ -95,7 +122,7 @@ class JobObjectStatus(TypedDict, total=False):
     completionTime: str
     ready: int
     restarts: int
-    replicatedJobsStatus: list[dict[str, Any]]
+    replicatedJobsStatus: list[ReplicatedJobStatus]
     jobStatus: str
     jobDeploymentStatus: str
     endTime: str
@@ -110,7 +137,7 @@ class JobObject(TypedDict, total=False):
     apiVersion: str
     kind: str
     metadata: ObjectMeta
-    spec: dict[str, Any]
+    spec: JobObjectSpec
     status: JobObjectStatus
 
 

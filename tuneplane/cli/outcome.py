@@ -1,0 +1,41 @@
+"""How a run that tp ran here ended, said the same by `tp submit --local`, `tp rerun --local`, `tp export
+--local` and `tp eval --local`: a few lines, then exit 1 unless it succeeded."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from tuneplane.cli.job_commands import metrics_in_order
+from tuneplane.errors import RunFailed
+
+if TYPE_CHECKING:
+    from tuneplane.models.run import RunStatus
+
+
+def show_outcome(status: RunStatus, commit: str | None) -> None:
+    """A few lines on how a run ended: phase, where the outputs and the status file are."""
+    # lazy: tp builds only the invoked command, so only it pays for these
+    from tuneplane.gitops.dashboard import sparkline
+    from tuneplane.lab.runs import RunKey
+
+    key = RunKey(status.experiment, status.run_id)
+    code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
+    typer.echo(f"run {key.run_id}: {status.phase}{code}")
+    if status.phase != "Succeeded" and status.message:
+        typer.echo("  " + status.message.replace("\n", "\n  "))
+    for name, value in metrics_in_order(status):
+        typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
+    if status.artifacts:
+        typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
+    if status.out_dir:
+        typer.echo(f"  outputs: {status.out_dir}")
+    where = f" (committed {commit[:12]})" if commit else ""
+    typer.echo(f"status: {key.status_rel}{where}")
+
+
+def require_success(status: RunStatus, what: str = "run") -> None:
+    """Exit 1 (RunFailed) unless the run succeeded, pointing at its log."""
+    if status.phase != "Succeeded":
+        raise RunFailed(f"{what} {status.run_id} ended {status.phase}", hint=f"tp job logs {status.run_id}")
