@@ -1,0 +1,165 @@
+"""The ledger against what people do to a lab: hand edits, deletions, a corrupted or edited index.
+
+Every case drives real `tp bot reconcile` / `tp bot sync` processes in a clone of a bare remote, with
+the local backend: a trainer that records each launch in a file and runs until the test writes a stop
+file (bounded), so nothing depends on timing. Whatever a person did, the bot must not forget a run it
+has not seen end, must not lose a status whose request is still there, must not submit a run twice,
+and must leave a dashboard whose every link resolves in the committed tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from helpers_git import BRANCH, clone, git, make_remote, seed_lab, tp_run
+
+RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
+
+
+def _lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+    """A lab with two requested runs of `demo` whose trainer waits for `stop`; the bot's clone."""
+    launches, stop = tmp_path / "launches", tmp_path / "stop"
+    train = (f'#!/usr/bin/env bash\necho "$TUNEPLANE_RUN_ID" >> "{launches}"\n'
+             f'for i in $(seq 1 600); do [ -e "{stop}" ] && exit 0; sleep 0.1; done\nexit 3\n')
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": train}, runs=[("demo", r) for r in RUNS])
+    bot = clone(remote, tmp_path / "bot")
+    env = {"TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"]}
+    return bot, launches, stop, env
+
+
+def _bot(root: Path, verb: str, env: dict[str, str]) -> str:
+    code, out = tp_run(root, "bot", verb, "--push", env=env, timeout=120)
+    assert code == 0, out
+    return out
+
+
+def _phase(root: Path, run_id: str) -> str | None:
+    text = git(root, "show", f"HEAD:status/demo/{run_id}.json", check=False)
+    return json.loads(text)["phase"] if text else None
+
+
+def _until_running(root: Path, env: dict[str, str], launches: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if launches.exists() and len(launches.read_text().split()) == len(RUNS):
+            _bot(root, "sync", env)
+            if all(_phase(root, r) == "Running" for r in RUNS):
+                return
+        time.sleep(0.2)
+    raise AssertionError("the runs did not start")
+
+
+def _until_ended(root: Path, env: dict[str, str]) -> str:
+    deadline = time.monotonic() + 30
+    out = ""
+    while time.monotonic() < deadline:
+        out += _bot(root, "sync", env)
+        if all(_phase(root, r) == "Succeeded" for r in RUNS):
+            return out
+        time.sleep(0.2)
+    raise AssertionError(f"the runs did not end: {[_phase(root, r) for r in RUNS]}\n{out}")
+
+
+def broken_links(root: Path) -> list[tuple[str, str]]:
+    """Every relative link of every committed dashboard page that names no file of the committed tree."""
+    files = set(git(root, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
+    bad = []
+    for page in sorted(f for f in files if f.startswith("status/") and f.endswith(".md")):
+        for target in re.findall(r"\]\(([^)\s]+)\)", git(root, "show", f"HEAD:{page}")):
+            if "://" in target:
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target.split("#")[0]))
+            if path not in files:
+                bad.append((page, target))
+    return bad
+
+
+def _running_lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+    bot, launches, stop, env = _lab(tmp_path)
+    _bot(bot, "reconcile", env)
+    _until_running(bot, env, launches)
+    return bot, launches, stop, env
+
+
+def test_a_ledger_edited_by_hand_never_makes_the_bot_forget_a_running_run(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    ledger = json.loads((bot / "status/index.json").read_text())
+    assert sorted(ledger["active"]) == [f"demo/{r}" for r in RUNS]
+    ledger["active"].pop(f"demo/{RUNS[0]}")  # valid JSON, plausible, and wrong
+    ledger["counts"]["demo"] = {"Succeeded": 7}
+    (bot / "status/index.json").write_text(json.dumps(ledger, indent=1))
+    git(bot, "commit", "-qam", "tidy the index")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    stop.touch()
+
+    out = _until_ended(bot, env)
+
+    assert "status/index.json" in out and "rebuilt" in out, out  # the bot says what it did
+    assert sorted(launches.read_text().split()) == RUNS  # nothing launched twice
+    assert "**2 runs** · 2 succeeded" in git(bot, "show", "HEAD:status/README.md")
+    assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
+
+
+def test_a_deleted_status_of_a_running_run_is_restored_and_the_run_still_watched(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    git(bot, "rm", "-q", f"status/demo/{RUNS[1]}.json")
+    git(bot, "commit", "-qm", "remove a status")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    out = _bot(bot, "reconcile", env)
+
+    assert f"status/demo/{RUNS[1]}.json" in out and "restored" in out, out
+    assert _phase(bot, RUNS[1]) == "Running"
+    stop.touch()
+    _until_ended(bot, env)
+    assert sorted(launches.read_text().split()) == RUNS
+    assert broken_links(bot) == []
+
+
+def test_a_deleted_status_of_a_finished_run_comes_back_and_is_never_submitted_again(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    stop.touch()
+    _until_ended(bot, env)
+    before = git(bot, "show", f"HEAD:status/demo/{RUNS[0]}.json")
+    git(bot, "rm", "-q", f"status/demo/{RUNS[0]}.json")
+    git(bot, "commit", "-qm", "remove a status")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    _bot(bot, "reconcile", env)
+    (bot / "status/index.json").unlink()  # and later the ledger is lost: the request must still have its status
+    git(bot, "commit", "-qam", "drop the ledger")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    _bot(bot, "reconcile", env)
+
+    assert git(bot, "show", f"HEAD:status/demo/{RUNS[0]}.json") == before
+    assert sorted(launches.read_text().split()) == RUNS
+    assert "**2 runs** · 2 succeeded" in git(bot, "show", "HEAD:status/README.md")
+
+
+def test_a_deleted_request_or_experiment_leaves_no_broken_link_and_no_stale_count(tmp_path: Path) -> None:
+    bot, _launches, stop, env = _running_lab(tmp_path)
+    stop.touch()
+    _until_ended(bot, env)
+    git(bot, "rm", "-q", f"runs/demo/{RUNS[0]}.yaml")
+    git(bot, "commit", "-qm", "forget a request; its status stays as history")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    _bot(bot, "reconcile", env)
+    assert broken_links(bot) == []
+    assert _phase(bot, RUNS[0]) == "Succeeded"
+
+    git(bot, "rm", "-rq", "runs/demo", "status/demo", "experiments/demo")
+    git(bot, "commit", "-qm", "delete the experiment")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    _bot(bot, "sync", env)  # either verb notices
+
+    index = git(bot, "show", "HEAD:status/README.md")
+    assert "demo" not in index and "**0 runs**" in index, index
+    assert git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/demo") == ""
+    assert broken_links(bot) == []
+    ledger = json.loads(git(bot, "show", "HEAD:status/index.json"))
+    assert "demo" not in ledger["statuses"] and "demo" not in ledger["counts"]
