@@ -107,13 +107,16 @@ def _find_new(work: Scan) -> None:
             work.bad_requests[RunKey(exp, run_id)] = why
     work.problems += statuses.refused.values()
     work.listed = set(changed)
-    for exp in changed:
+    asked = set(requests.found) | set(requests.refused)
+    for exp in changed:  # statuses whose request was just deleted: their rows lose the link to it
         old = work.ledger.requests.get(exp)
-        if old:
-            gone = [run for run, _old, new in _diff(work.snap, old, work.runs_trees[exp], ".yaml") if not new]
-            orphans = [run for run in gone if (exp, run) in have]
-            if orphans:
-                work.orphaned[exp] = orphans  # their rows lose the link to the request
+        if old and _has(work.snap, old):
+            gone = {run for run, _old, new in _diff(work.snap, old, work.runs_trees[exp], ".yaml") if not new}
+        else:  # no earlier tree (a shallow clone): any status without a request may have just lost it
+            gone = {run for (e, run) in statuses.found if e == exp and (e, run) not in asked}
+        orphans = sorted(run for run in gone if (exp, run) in have)
+        if orphans:
+            work.orphaned[exp] = orphans
 
 
 def _find_changed(work: Scan) -> None:
