@@ -163,3 +163,18 @@ def test_a_deleted_request_or_experiment_leaves_no_broken_link_and_no_stale_coun
     assert broken_links(bot) == []
     ledger = json.loads(git(bot, "show", "HEAD:status/index.json"))
     assert "demo" not in ledger["statuses"] and "demo" not in ledger["counts"]
+
+
+def test_a_status_edited_into_no_json_is_restored_and_its_run_still_ends(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    (bot / f"status/demo/{RUNS[0]}.json").write_text('{"phase": "Succeeded", oops\n')
+    git(bot, "commit", "-qam", "a merge tool left this")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    out = _bot(bot, "sync", env)
+
+    assert f"status/demo/{RUNS[0]}.json" in out and "restored" in out, out
+    assert _phase(bot, RUNS[0]) == "Running"
+    stop.touch()
+    _until_ended(bot, env)
+    assert sorted(launches.read_text().split()) == RUNS

@@ -275,7 +275,8 @@ def _phase_text(data: dict[str, Any] | None, why: bool = False) -> str:
         return "⚠️ unreadable"
     phase = str(data.get("phase", ""))
     reason = str(data.get("reason") or "")
-    text = f"{ICON.get(phase, '')} {phase}".strip() + (f" ({reason})" if reason and phase != "Succeeded" and reason != phase else "")
+    shown = reason and phase != "Succeeded" and reason != phase
+    text = f"{ICON.get(phase, '')} {phase}".strip() + (f" ({reason})" if shown else "")
     if why and phase == "Failed":
         said = failure_line(str(data.get("message") or ""))
         if said:

@@ -122,13 +122,15 @@ def _find_new(work: Scan) -> None:
 def _find_changed(work: Scan) -> None:
     """Status files that changed since the bot last wrote them: runs that may have (re)started, and
     statuses someone deleted. A deleted status whose request is still committed is restored (the bot
-    owns `status/`, and a request with no status would be submitted again); one deleted with its
+    owns `status/`, and a request with no status would be submitted again), and so is one edited into
+    something that is no JSON object (its run would never be looked at again); one deleted with its
     request (a run, an experiment removed) stays deleted."""
     exps = {e for e in work.status_trees if work.ledger.statuses.get(e) != work.status_trees[e]}
     exps -= work.blocked
     if work.ledger.found:
         work.gone = {e for e in work.ledger.statuses if e not in work.status_trees and e not in work.blocked}
     oids: dict[RunKey, str] = {}
+    olds: dict[RunKey, str] = {}
     deleted: dict[RunKey, str] = {}
     for exp in sorted(exps | work.gone):
         old = work.ledger.statuses.get(exp) if work.ledger.found else None
@@ -142,14 +144,18 @@ def _find_changed(work: Scan) -> None:
         for run_id, old_oid, new in rows:
             if new:
                 oids[RunKey(exp, run_id)] = new
-            elif old_oid:
+            if old_oid:
+                olds[RunKey(exp, run_id)] = old_oid
+            if old_oid and not new:
                 deleted[RunKey(exp, run_id)] = old_oid
-    _restore(work, deleted)
     blobs = work.snap.blobs(oids.values())
     for key, oid in oids.items():
         data = _json(blobs.get(oid))
-        if data is not None and data.get("phase") not in TERMINAL:
+        if data is None and key in olds:  # edited into something that is no status: as good as deleted
+            deleted[key] = olds[key]
+        elif data is not None and data.get("phase") not in TERMINAL:
             work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
+    _restore(work, deleted)
 
 
 def _ensure_tree(snap: Snapshot, oid: str, remote: str = "origin") -> None:
@@ -190,6 +196,8 @@ def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
         if key.request_rel not in requested:
             continue
         data = blobs.get(oid)
+        if data is not None and _json(data) is None:
+            continue  # its last version was no status either: nothing better to put back
         if data is None:
             work.notes.append(f"{key.status_rel} was deleted, and its last version is not in this clone: "
                               f"it cannot be restored (restore it with git, or delete {key.request_rel} too)")
@@ -198,8 +206,9 @@ def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
         status = _json(data)
         if status is not None and status.get("phase") not in TERMINAL:
             work.ledger.active.setdefault(str(key), str(status.get("phase", "")))
-        work.notes.append(f"{key.status_rel} was deleted outside the bot while {key.request_rel} is still "
-                          "committed: restored (to remove a run, delete its request with its status)")
+        work.notes.append(f"{key.status_rel} was deleted or made unreadable outside the bot while "
+                          f"{key.request_rel} is still committed: restored as the bot last wrote it "
+                          "(the bot owns status/; to remove a run, delete its request with its status)")
 
 
 def _existing(snap: Snapshot, paths: list[str]) -> set[str]:
