@@ -178,3 +178,24 @@ def test_a_status_edited_into_no_json_is_restored_and_its_run_still_ends(tmp_pat
     stop.touch()
     _until_ended(bot, env)
     assert sorted(launches.read_text().split()) == RUNS
+
+
+def test_a_depth_1_clone_restores_a_status_deleted_before_it_was_cloned(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    stop.touch()
+    _until_ended(bot, env)
+    before = git(bot, "show", f"HEAD:status/demo/{RUNS[1]}.json")
+    git(bot, "rm", "-q", f"status/demo/{RUNS[1]}.json")
+    git(bot, "commit", "-qm", "remove a status")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    remote = git(bot, "remote", "get-url", "origin")
+    git(tmp_path, "clone", "-q", "--depth", "1", "-b", BRANCH, f"file://{remote}", "ci")  # the workflow's checkout
+    ci = tmp_path / "ci"
+    for key, value in (("user.name", "ci"), ("user.email", "ci@example.org")):
+        git(ci, "config", key, value)
+
+    out = _bot(ci, "reconcile", env)
+
+    assert "restored" in out, out
+    assert git(ci, "show", f"origin/{BRANCH}:status/demo/{RUNS[1]}.json") == before
+    assert sorted(launches.read_text().split()) == RUNS

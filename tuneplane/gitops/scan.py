@@ -19,6 +19,8 @@ from tuneplane.gitops.committed import TREE, Snapshot
 from tuneplane.gitops.ledger import LEDGER, Ledger
 from tuneplane.lab.runs import RUNS_DIR, STATUS_DIR, RunKey
 
+LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees the ledger names
+
 
 @dataclass
 class Scan:
@@ -160,22 +162,21 @@ def _find_changed(work: Scan) -> None:
 
 def _ensure_tree(snap: Snapshot, oid: str, remote: str = "origin") -> None:
     """A tree the ledger names, fetched when a shallow clone lacks it (the bot's CI checkout holds the tip
-    only, and a deleted status is known only from the tree the bot left): history is deepened in
-    bounded steps until the tree is there, or given up on (the files are then read as they are)."""
-    from tuneplane.lab.gitrepo import DEEPEN_STEPS, GitRepo  # lazy: only for a clone that lacks the tree
+    only, and a deleted status is known only from the tree the bot left). The bot's last commit is
+    normally among the newest few: history is deepened once, by `LEDGER_DEPTH` commits, and given
+    up on after that (a tree that only ever existed in a clone that rebased it away is in no history);
+    the files are then read as they are."""
+    from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks the tree
 
     if _has(snap, oid):
         return
     repo = GitRepo(snap.root)
     if not repo.is_shallow() or not repo.has_remote(remote):
         return
-    for step in DEEPEN_STEPS:
-        try:
-            repo.fetch_more(f"--deepen={step}", "--end-of-options", remote)
-        except UsageError:
-            return
-        if _has(snap, oid) or not repo.is_shallow():
-            return
+    try:
+        repo.fetch_more(f"--deepen={LEDGER_DEPTH}", "--end-of-options", remote)
+    except UsageError:
+        return
 
 
 def _has(snap: Snapshot, oid: str) -> bool:
