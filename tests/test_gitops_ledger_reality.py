@@ -199,3 +199,22 @@ def test_a_depth_1_clone_restores_a_status_deleted_before_it_was_cloned(tmp_path
     assert "restored" in out, out
     assert git(ci, "show", f"origin/{BRANCH}:status/demo/{RUNS[1]}.json") == before
     assert sorted(launches.read_text().split()) == RUNS
+
+
+def test_a_request_the_bot_cannot_read_by_its_name_is_named_not_ignored(tmp_path: Path) -> None:
+    bot, _launches, stop, env = _lab(tmp_path)
+    stop.touch()  # its two runs end at once
+    text = (bot / "runs/demo" / f"{RUNS[0]}.yaml").read_text()
+    (bot / "runs/demo/20250105-100000-00000c.yml").write_text(text)  # hand-written, the wrong suffix
+    (bot / "runs/demo/my-second-try.yaml").write_text(text)
+    (bot / "runs/demo/sweep").mkdir()
+    (bot / "runs/demo/sweep/20250105-100000-00000d.yaml").write_text(text)
+    git(bot, "add", "-A")
+    git(bot, "commit", "-qm", "requests written by hand")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    out = _bot(bot, "reconcile", env)
+
+    for name in ("runs/demo/20250105-100000-00000c.yml", "runs/demo/my-second-try.yaml", "runs/demo/sweep/"):
+        assert name in out and "tp submit" in out, out
+    assert "runs/demo/my-second-try.yaml is not read as a run request" in git(bot, "show", "HEAD:status/README.md")

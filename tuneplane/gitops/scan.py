@@ -107,7 +107,7 @@ def _find_new(work: Scan) -> None:
     for (exp, run_id), why in requests.refused.items():
         if (exp, run_id) not in have:
             work.bad_requests[RunKey(exp, run_id)] = why
-    work.problems += statuses.refused.values()
+    work.problems += [*requests.stray, *statuses.refused.values()]
     work.listed = set(changed)
     asked = set(requests.found) | set(requests.refused)
     for exp in changed:  # statuses whose request was just deleted: their rows lose the link to it

@@ -136,7 +136,7 @@ def finish(
     report.problems = problems
     for text in [*problems, *work.notes]:
         echo(f"  ! {text}")
-    _apply_removals(work, batch)
+    _apply_removals(work, batch, report)
     for exp, rows in work.changed_statuses.items():
         if exp in work.status_trees:
             batch.ledger.statuses.setdefault(exp, work.status_trees[exp])
@@ -162,7 +162,7 @@ def finish(
     return report
 
 
-def _apply_removals(work: Scan, batch: Batch) -> None:
+def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:
     """What others removed: statuses whose request stays are put back, rows of removed requests lose
     their link, an experiment whose statuses all went leaves the ledger (and the index)."""
     for key, data in sorted(work.restored.items()):
@@ -170,6 +170,7 @@ def _apply_removals(work: Scan, batch: Batch) -> None:
             batch.changed_by_others(key.experiment, [key.run_id])
         else:
             batch.restore(key, data)
+            report.restored.append(str(key))
     for exp, run_ids in sorted(work.orphaned.items()):
         batch.touch(exp, run_ids)
     for exp in sorted(work.gone):
