@@ -128,3 +128,29 @@ def test_durations_recorded_to_the_second_claim_no_decimal() -> None:
     assert duration_text(start, "2025-01-01T00:00:12.34Z") == "12.3s"
     assert duration_text("2025-01-01T00:00:00.5Z", "2025-01-01T00:00:00.54Z") == "0.04s"
     assert duration_text(start, "2025-01-01T00:01:12Z") == "1m 12s"
+
+
+def test_every_committed_chart_is_reachable_from_a_page_and_a_run_without_one_links_none(tmp_path: Path) -> None:
+    from tuneplane.lab.runs import RunKey
+
+    repo = GitRepo(seed_lab(make_remote(tmp_path), tmp_path / "lab", {"a": "echo hi\n"}))
+    january, february = _ids(8, day="20250110"), _ids(2, day="20250210")
+    _commit(repo, [_status(r) for r in january + february])
+    batch = Batch(repo)
+    for run_id in january[:6] + february:  # two January runs end without metrics: no chart
+        batch.status(_status(run_id, "Succeeded"))
+        if run_id not in january[4:6]:
+            batch.chart(RunKey("a", run_id), '<svg xmlns="http://www.w3.org/2000/svg"/>\n')
+    batch.render([], [])
+    assert batch.commit("tp bot: test") is not None
+
+    files = git(repo.root, "ls-tree", "-r", "--name-only", "HEAD").splitlines()
+    pages = "\n".join(git(repo.root, "show", f"HEAD:{f}") for f in files
+                      if f.startswith("status/a/") and f.endswith(".md"))
+    charts = [f.rsplit("/", 1)[1] for f in files if f.endswith(".svg")]
+    assert len(charts) == 6
+    for name in charts:
+        assert f"({name})" in pages, name
+    for run_id in january[4:6]:
+        assert f"({run_id}.svg)" not in pages
+    assert broken_links(repo.root) == []

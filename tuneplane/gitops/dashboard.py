@@ -149,7 +149,8 @@ def experiment_page(root: Path, exp: str, counts: Mapping[str, int]) -> str:
             lines += [f"The newest {len(rows)} of {len(months[newest])}; the others: "
                       + " · ".join(_part_link(newest, n) for n in full), ""]
         lines += [HEADER, RULE]
-        lines += [row(key, data, here=exp, request=_requested(root, key)) for key, data in rows]
+        lines += [row(key, data, here=exp, request=_requested(root, key), chart=_charted_file(root, key))
+                  for key, data in rows]
         lines.append("")
     charted = _charted(root, exp, ids, dict((key.run_id, data) for key, data in rows))
     if charted:
@@ -195,8 +196,9 @@ def month_page(root: Path, exp: str, month: str, part: int = 1) -> str:
     ids = list(reversed(split[part - 1])) if 0 < part <= len(split) else []
     title = f"# {_cell(exp)}: runs of {month}" + (f", part {part}" if part > 1 else "")
     lines = [title, "", NOTE, "", f"[← {_cell(exp)}](README.md)", "", HEADER, RULE]
-    lines += [row(RunKey(exp, r), read_raw(root, RunKey(exp, r)), here=exp, request=_requested(root, RunKey(exp, r)))
-              for r in ids]
+    keys = [RunKey(exp, r) for r in ids]
+    lines += [row(k, read_raw(root, k), here=exp, request=_requested(root, k), chart=_charted_file(root, k))
+              for k in keys]
     return "\n".join(lines) + "\n"
 
 
@@ -252,11 +254,19 @@ def _requested(root: Path, key: RunKey) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
-def row(key: RunKey, data: dict[str, Any] | None, here: str = "", request: bool = True) -> str:
-    """One run as a table row (links relative to `status/<here>/`, or to `status/` when empty)."""
+def _charted_file(root: Path, key: RunKey) -> bool:
+    path = Path(root) / chart_rel(key)
+    return path.is_file() and not path.is_symlink()
+
+
+def row(key: RunKey, data: dict[str, Any] | None, here: str = "", request: bool = True, chart: bool = False) -> str:
+    """One run as a table row (links relative to `status/<here>/`, or to `status/` when empty): its
+    request while it exists, its status, and its chart when it has one."""
     up = "../../" if here else "../"
     status_link = f"{key.run_id}.json" if here else key.status_rel.removeprefix(STATUS_DIR + "/")
     links = (f"[request]({up}{key.request_rel}) · " if request else "") + f"[status]({status_link})"
+    if chart:
+        links += f" · [chart]({status_link.removesuffix('.json')}.svg)"
     if data is None:
         return f"| `{key.run_id}` | | | ⚠️ unreadable | | | | {links} |"
     cells = [
