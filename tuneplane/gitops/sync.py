@@ -96,7 +96,12 @@ def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: In
         if hasattr(backend, "artifacts"):
             new = with_artifacts(new, backend.artifacts(ref))
         if summary:
-            batch.chart(key, chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab))
+            try:
+                svg = chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab)
+            except (ArithmeticError, ValueError):  # a chart is a nicety: values it cannot draw leave none
+                svg = ""
+            if svg:
+                batch.chart(key, svg)
     return new
 
 
