@@ -334,3 +334,6 @@ def test_values_at_the_ends_of_the_float_range_make_a_chart_not_a_crash() -> Non
             coords = [v for el in root.iter() for k, v in el.attrib.items() if k in ("x", "y", "x1", "y1", "x2", "y2")]
             assert coords and all(math.isfinite(float(v)) for v in coords), coords
     assert nice_ticks(-biggest, biggest) and all(math.isfinite(t) for t in nice_ticks(-biggest, biggest))
+    table = render_table({"train/loss": {"last": 0.0, "min": -biggest, "max": biggest, "count": 3}},
+                         {"train/loss": [(1, biggest), (2, -biggest), (3, 0.0)]})
+    assert "█▁▅" in table

@@ -154,3 +154,17 @@ def test_every_committed_chart_is_reachable_from_a_page_and_a_run_without_one_li
     for run_id in january[4:6]:
         assert f"({run_id}.svg)" not in pages
     assert broken_links(repo.root) == []
+
+
+def test_sparklines_of_values_at_the_ends_of_the_float_range_render(tmp_path: Path) -> None:
+    from tuneplane.gitops.dashboard import sparkline
+
+    assert sparkline([1e308, -1e308, 0.0]) == "█▁▅"
+    assert sparkline([float("inf"), 1.0, float("nan"), 2.0]) == "▁█"  # what is no number is left out
+    assert sparkline([True, 1, 2]) == "▁█"  # a flag is no metric
+    path = tmp_path / "status/a/20250101-000000-000001.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"phase": "Failed", "metrics": {"train/loss": 1e308},
+                                "metric_history": {"train/loss": [1e308, -1e308]}}))
+    counts = {"a": phase_counts(tmp_path, "a")}
+    assert "train/loss 1e+308 █▁" in index_page(tmp_path, counts)

@@ -47,7 +47,7 @@ def bucket_means(values: Sequence[float], width: int) -> list[float]:
     for index in range(width):
         lo, hi = index * len(values) // width, (index + 1) * len(values) // width
         chunk = values[lo:hi] or values[lo : lo + 1]
-        out.append(sum(chunk) / len(chunk))
+        out.append(math.fsum(v / len(chunk) for v in chunk))  # each part first: no sum past the float range
     return out
 
 
@@ -59,8 +59,7 @@ def sparkline(values: Sequence[float], width: int = 24) -> str:
     low, high = min(points), max(points)
     if _flat(low, high):
         return BARS[len(BARS) // 2 - 1] * len(points)
-    scale = (len(BARS) - 1) / (high - low)
-    return "".join(BARS[min(len(BARS) - 1, int(round((v - low) * scale)))] for v in points)
+    return "".join(BARS[min(len(BARS) - 1, int(round(_share(v, low, high) * (len(BARS) - 1))))] for v in points)
 
 
 def fmt(value: Any) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -387,12 +388,13 @@ def _vocabulary(method: str) -> Vocabulary:
 
 
 def sparkline(values: list[Any]) -> str:
-    nums = [float(v) for v in values if isinstance(v, int | float) and v == v][-20:]
+    nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    nums = [v for v in nums if math.isfinite(v)][-20:]
     if len(nums) < 2:
         return ""
     low, high = min(nums), max(nums)
-    span = (high - low) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - low) / span * (len(SPARK) - 1) + 0.5))] for v in nums)
+    half = high / 2 - low / 2 or 1.0  # by halves: a span of -1e308 to 1e308 stays a number
+    return "".join(SPARK[min(len(SPARK) - 1, int((v / 2 - low / 2) / half * (len(SPARK) - 1) + 0.5))] for v in nums)
 
 
 __all__ = ["DASHBOARD", "RUNS_DIR", "experiment_page", "index_page", "month_page", "row"]
