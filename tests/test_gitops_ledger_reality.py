@@ -218,3 +218,19 @@ def test_a_request_the_bot_cannot_read_by_its_name_is_named_not_ignored(tmp_path
     for name in ("runs/demo/20250105-100000-00000c.yml", "runs/demo/my-second-try.yaml", "runs/demo/sweep/"):
         assert name in out and "tp submit" in out, out
     assert "runs/demo/my-second-try.yaml is not read as a run request" in git(bot, "show", "HEAD:status/README.md")
+
+
+def test_a_request_deleted_while_its_run_runs_leaves_the_run_watched_to_its_end(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    git(bot, "rm", "-q", f"runs/demo/{RUNS[0]}.yaml")
+    git(bot, "commit", "-qm", "withdraw a request (cancel: true is the way, but people do this)")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    _bot(bot, "reconcile", env)
+    assert broken_links(bot) == []
+    stop.touch()
+    _until_ended(bot, env)
+
+    assert sorted(launches.read_text().split()) == RUNS
+    assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
+    assert broken_links(bot) == []

@@ -61,8 +61,10 @@ def scan(root: Path) -> Scan:
             hint=f"git rm {STATUS_DIR} && git commit, then run the bot again (it recreates {STATUS_DIR}/)",
         )
     ledger_oid = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
-    ledger = Ledger.parse((snap.blobs([ledger_oid]).get(ledger_oid) or b"").decode("utf-8", "replace")
-                          if ledger_oid else None)
+    raw = snap.blobs([ledger_oid]).get(ledger_oid) if ledger_oid else None
+    ledger = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
+    if ledger_oid and raw is None:
+        ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger)
     if ledger.problem:
         work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
