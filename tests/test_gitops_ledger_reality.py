@@ -234,3 +234,26 @@ def test_a_request_deleted_while_its_run_runs_leaves_the_run_watched_to_its_end(
     assert sorted(launches.read_text().split()) == RUNS
     assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
     assert broken_links(bot) == []
+
+
+def test_a_running_runs_request_and_status_deleted_together_still_get_its_end_recorded(tmp_path: Path) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    git(bot, "rm", "-q", f"runs/demo/{RUNS[0]}.yaml", f"status/demo/{RUNS[0]}.json")
+    git(bot, "commit", "-qm", "take the run out of the lab (while its job runs)")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    out = _bot(bot, "sync", env)
+
+    assert f"status/demo/{RUNS[0]}.json was deleted while its run is still Running" in out, out
+    stop.touch()
+    _until_ended(bot, env)
+    assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
+
+    git(bot, "rm", "-q", f"status/demo/{RUNS[0]}.json")  # after its end, the removal stands
+    git(bot, "commit", "-qm", "take the ended run out of the lab")
+    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    _bot(bot, "reconcile", env)
+    assert _phase(bot, RUNS[0]) is None and _phase(bot, RUNS[1]) == "Succeeded"
+    assert "**1 run** · 1 succeeded" in git(bot, "show", "HEAD:status/README.md")
+    assert sorted(launches.read_text().split()) == RUNS
+    assert broken_links(bot) == []

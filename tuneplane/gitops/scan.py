@@ -190,28 +190,37 @@ def _has(snap: Snapshot, oid: str) -> bool:
 
 
 def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
-    """The deleted statuses whose request the commit still holds, as they were last committed."""
+    """The deleted statuses to put back as they were last committed: those whose request the commit
+    still holds, and those of runs that had not ended (the job goes on whatever the files say, and
+    its end must be recorded, so the run stays watched even with its request gone)."""
     if not deleted:
         return
     requested = _existing(work.snap, [k.request_rel for k in deleted])
     blobs = work.snap.blobs(deleted.values())
     for key, oid in sorted(deleted.items()):
-        if key.request_rel not in requested:
-            continue
         data = blobs.get(oid)
-        if data is not None and _json(data) is None:
+        status = _json(data)
+        phase = str(status.get("phase", "")) if status is not None else ""
+        going = status is not None and phase not in TERMINAL
+        if key.request_rel not in requested and not going:
+            continue  # removed with its request, after its end: a run taken out of the lab
+        if data is not None and status is None:
             continue  # its last version was no status either: nothing better to put back
         if data is None:
             work.notes.append(f"{key.status_rel} was deleted, and its last version is not in this clone: "
                               f"it cannot be restored (restore it with git, or delete {key.request_rel} too)")
             continue
         work.restored[key] = data
-        status = _json(data)
-        if status is not None and status.get("phase") not in TERMINAL:
-            work.ledger.active.setdefault(str(key), str(status.get("phase", "")))
-        work.notes.append(f"{key.status_rel} was deleted or made unreadable outside the bot while "
-                          f"{key.request_rel} is still committed: restored as the bot last wrote it "
-                          "(the bot owns status/; to remove a run, delete its request with its status)")
+        if going:
+            work.ledger.active.setdefault(str(key), phase)
+        if key.request_rel in requested:
+            work.notes.append(f"{key.status_rel} was deleted or made unreadable outside the bot while "
+                              f"{key.request_rel} is still committed: restored as the bot last wrote it "
+                              "(the bot owns status/; to remove a run, delete its request with its status)")
+        else:
+            work.notes.append(f"{key.status_rel} was deleted while its run is still {phase} "
+                              "(the job goes on): restored, and the run watched until it ends; remove the "
+                              "status after that, or stop the run first (tp job cancel)")
 
 
 def _existing(snap: Snapshot, paths: list[str]) -> set[str]:
