@@ -168,3 +168,25 @@ def test_sparklines_of_values_at_the_ends_of_the_float_range_render(tmp_path: Pa
                                 "metric_history": {"train/loss": [1e308, -1e308]}}))
     counts = {"a": phase_counts(tmp_path, "a")}
     assert "train/loss 1e+308 █▁" in index_page(tmp_path, counts)
+
+
+def test_a_local_run_of_a_second_shows_its_duration_with_a_decimal(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from helpers_git import BRANCH, clone, tp_run
+
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"a": "sleep 0.3\n"}, runs=[("a", "20250102-100000-00000a")])
+    bot = clone(remote, tmp_path / "bot")
+    env = {"TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"]}
+    assert tp_run(bot, "bot", "reconcile", "--push", env=env)[0] == 0
+    deadline = time.monotonic() + 60
+    while "Succeeded" not in git(bot, "show", "HEAD:status/a/20250102-100000-00000a.json"):
+        assert time.monotonic() < deadline, "the run did not end"
+        time.sleep(0.3)
+        assert tp_run(bot, "bot", "sync", "--push", env=env)[0] == 0
+
+    row = next(line for line in git(bot, "show", f"{BRANCH}:status/README.md").splitlines()
+               if line.startswith("| [`20250102-100000-00000a`]"))
+    assert re.search(r"\| [0-9]+\.[0-9]+s \|", row), row  # e.g. 0.35s or 1.2s: not "0s", not "<1s"
