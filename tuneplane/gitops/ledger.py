@@ -10,7 +10,8 @@ Three small maps, committed with every bot commit:
 - `active`: `exp/run-id` → the phase the bot last saw, for every run it has not seen end. Sync and the
   cancel check look at these runs only. A run leaves the ledger when the bot itself sees it end
   (the backend says so, or the bot cancelled it), never because its status file says so: the
-  cluster is the truth, and a status hand-edited to `Succeeded` stays watched.
+  cluster is the truth, and a status hand-edited to `Succeeded` stays watched. A run that ended while
+  the metrics receiver could not be reached stays, as `<phase>+metrics`, until sync has read them.
 
 A missing or damaged ledger is rebuilt from a full scan, so deleting it is always safe. So is one
 edited by hand: the ledger carries the digest of its own maps, and one whose digest does not match
@@ -29,6 +30,7 @@ from typing import Any
 LEDGER = "status/index.json"
 VERSION = 2  # 2: the digest (a version-1 ledger is rebuilt once)
 _MAPS = ("requests", "statuses", "active", "counts")
+AWAITING = "+metrics"  # an `active` phase with this suffix: the run ended, its metrics are still to be read
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.ledger import AWAITING
 from tuneplane.gitops.observe import apply_observation, backend_ref, vocabulary_of, with_artifacts, with_metrics
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.session import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
@@ -25,6 +26,7 @@ from tuneplane.lab.runs import RunKey, status_from
 from tuneplane.metrics.vocab import Vocabulary
 from tuneplane.models.run import RunStatus, Transition
 
+PATIENCE = 7 * 86400  # seconds after a run's end the bot keeps asking an unreachable receiver for them
 Series = dict[str, list[tuple[int, float]]]
 Timed = dict[str, list[tuple[int, float, float | None]]]  # step, value, epoch seconds
 
@@ -59,14 +61,38 @@ def _sync_one(
     except BackendError as exc:  # e.g. no kubeconfig: every run of that backend says the same
         report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
         return
-    new = _observed(batch, backend, ref, key, status)
+    if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
+        new: RunStatus | None = status  # it ended; only its metrics are left to read
+    else:
+        new = _observed(batch, backend, ref, key, status)
     if new is None:
         return
     new = _with_results(new, backend, ref, metrics, status, batch, key)
+    late = new.phase in TERMINAL and metrics.unreachable and not hasattr(backend, "metrics")
     if new != status:
         batch.status(new)
         report.updated.append(str(key))
         echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+    if late and not _past(new.finished_at, PATIENCE):
+        batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
+        echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
+    elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
+        batch.ledger.active.pop(str(key), None)  # read at last, or given up on
+
+
+def awaiting_metrics(phase: str) -> bool:
+    """Whether a ledger entry is a run that ended with its metrics still to be read."""
+    return phase.endswith(AWAITING)
+
+
+def _past(when: str | None, seconds: float) -> bool:
+    from datetime import UTC, datetime  # lazy: only for a run whose metrics wait
+
+    try:
+        then = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return (datetime.now(UTC) - then).total_seconds() > seconds
 
 
 def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
@@ -161,12 +187,14 @@ class IngestReader:
 
     def __init__(self, endpoint: str, secret: bytes) -> None:
         self.endpoint, self.secret = endpoint, secret
+        self.unreachable = False  # the last read failed (no answer, an error): not the same as no metrics
 
     @classmethod
     def from_env(cls, lab: Lab) -> IngestReader:
         return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
 
     def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
+        self.unreachable = False
         found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t)) or {}
         history = self.series(status, list(found))
         return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
@@ -197,4 +225,5 @@ class IngestReader:
         try:
             return fn(client, mint_token(self.secret, status.run_id))
         except Exception:  # metrics are a nicety: an unreachable receiver must not stop the sync
+            self.unreachable = True
             return None
