@@ -147,7 +147,7 @@ def experiment_page(root: Path, exp: str, counts: Mapping[str, int]) -> str:
         lines += [f"## Runs of {newest}", ""]
         full = [n for n, part in enumerate(parts(months[newest]), 1) if len(part) == PAGE]
         if full:
-            lines += [f"The newest {len(rows)} of {len(months[newest])}; the others: "
+            lines += [f"The newest {len(rows)} of {len(months[newest])}; the month's runs, {PAGE} to a page: "
                       + " · ".join(_part_link(newest, n) for n in full), ""]
         lines += [HEADER, RULE]
         lines += [row(key, data, here=exp, request=_requested(root, key), chart=_charted_file(root, key))
