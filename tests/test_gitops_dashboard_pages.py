@@ -190,3 +190,22 @@ def test_a_local_run_of_a_second_shows_its_duration_with_a_decimal(tmp_path: Pat
     row = next(line for line in git(bot, "show", f"{BRANCH}:status/README.md").splitlines()
                if line.startswith("| [`20250102-100000-00000a`]"))
     assert re.search(r"\| [0-9]+\.[0-9]+s \|", row), row  # e.g. 0.35s or 1.2s: not "0s", not "<1s"
+
+
+def test_a_run_removed_from_a_full_month_moves_the_parts_after_it(tmp_path: Path) -> None:
+    repo = GitRepo(seed_lab(make_remote(tmp_path), tmp_path / "lab", {"a": "echo hi\n"}))
+    ids = _ids(PAGE * 2 + 5)
+    _commit(repo, [_status(r) for r in ids])
+    _commit(repo, [_status("20250201-000000-00000000ff")])  # January is over: all its parts have pages
+    git(repo.root, "rm", "-q", f"status/a/{ids[3]}.json", f"runs/a/{ids[3]}.yaml")  # taken out of the lab
+    git(repo.root, "commit", "-q", "-m", "remove a run")
+    batch = Batch(repo)
+    batch.changed_by_others("a", [ids[3]])  # what the bot does once its scan finds the removal
+    batch.render([], [])
+    batch.commit("tp bot: test")
+
+    shown = []
+    for name in ("2025-01.md", "2025-01-p2.md", "2025-01-p3.md"):
+        shown += re.findall(r"`(\d{8}-\d{6}-[0-9a-f]+)`", (repo.root / "status/a" / name).read_text())
+    assert sorted(shown) == sorted(set(ids) - {ids[3]})  # each run on exactly one part
+    assert broken_links(repo.root) == []

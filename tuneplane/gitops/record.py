@@ -170,11 +170,13 @@ class Batch:
         ids = dashboard.run_ids(self.root, exp)
         newest = dashboard.month_of(ids[-1]) if ids else ""
         touched, fresh = self.touched.get(exp, set()), self.fresh.get(exp, set())
+        gone = fresh.difference(ids)  # statuses others removed: the runs after them move to earlier parts
         kept: set[str] = set()
         for month, month_ids in dashboard.by_month(ids).items():
             parts = dashboard.parts(month_ids)
-            shifted = False  # a run added before the end of a month moves the runs after it to later parts
+            shifted = False  # a run added or removed mid-month moves the runs after it to other parts
             for number, part in enumerate(parts, 1):
+                shifted = shifted or any(dashboard.month_of(r) == month and r < part[-1] for r in gone)
                 if month == newest and number == len(parts) and len(part) < dashboard.PAGE:
                     continue  # still filling: it would go stale with every new run (the experiment page has it)
                 rel = dashboard.month_page_rel(exp, month, number)
