@@ -9,8 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from helpers_git import git, make_remote, seed_lab
-from test_gitops_ledger_reality import broken_links
+from helpers_git import broken_links, git, make_remote, seed_lab
 
 from tuneplane.gitops.dashboard import PAGE, duration_text, experiment_page, failure_line, index_page, phase_counts
 from tuneplane.gitops.record import Batch

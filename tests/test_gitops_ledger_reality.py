@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 
-from helpers_git import BRANCH, clone, git, make_remote, seed_lab, tp_run
+from helpers_git import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
 
 RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
 
@@ -63,20 +62,6 @@ def _until_ended(root: Path, env: dict[str, str]) -> str:
             return out
         time.sleep(0.2)
     raise AssertionError(f"the runs did not end: {[_phase(root, r) for r in RUNS]}\n{out}")
-
-
-def broken_links(root: Path) -> list[tuple[str, str]]:
-    """Every relative link of every committed dashboard page that names no file of the committed tree."""
-    files = set(git(root, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
-    bad = []
-    for page in sorted(f for f in files if f.startswith("status/") and f.endswith(".md")):
-        for target in re.findall(r"\]\(([^)\s]+)\)", git(root, "show", f"HEAD:{page}")):
-            if "://" in target:
-                continue
-            path = os.path.normpath(os.path.join(os.path.dirname(page), target.split("#")[0]))
-            if path not in files:
-                bad.append((page, target))
-    return bad
 
 
 def _running_lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
