@@ -61,6 +61,11 @@ def _sync_one(
     except BackendError as exc:  # e.g. no kubeconfig: every run of that backend says the same
         report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
         return
+    if elsewhere(backend, ref) and status.phase not in TERMINAL:
+        batch.ledger.active.pop(str(key), None)  # its machine records its end; this one cannot see it
+        echo(f"  {key}: a local run of another machine (no {ref.namespace} here): its status is left as "
+             "committed; the machine that runs it commits its end")
+        return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
         new: RunStatus | None = status  # it ended; only its metrics are left to read
     else:
@@ -78,6 +83,18 @@ def _sync_one(
         echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
     elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
         batch.ledger.active.pop(str(key), None)  # read at last, or given up on
+
+
+def elsewhere(backend: Backend, ref: BackendRef) -> bool:
+    """A local run whose storage is not on this machine (`tp submit --local` on a laptop, its status
+    pushed while it ran): not even the folders above its run directory exist here. Such a run is not
+    lost; this machine just cannot see it, and must not record it as `Lost` over what its own machine
+    writes. (A run directory removed on this machine, its folders still there, is still reported.)"""
+    run_dir = getattr(backend, "run_dir", None)
+    if run_dir is None or ref.backend != "local":
+        return False
+    where = Path(run_dir(ref))
+    return not any(p.exists() for p in (where, where.parent, where.parent.parent))
 
 
 def awaiting_metrics(phase: str) -> bool:
