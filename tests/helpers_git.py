@@ -8,6 +8,7 @@ test starts from the state a merged pull request leaves behind.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -209,3 +210,17 @@ def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None =
 
 def quiet(_line: str) -> None:
     """An `echo` that drops the bot's progress lines."""
+
+
+def broken_links(root: Path) -> list[tuple[str, str]]:
+    """Every relative link of every committed dashboard page that names no file of the committed tree."""
+    files = set(git(root, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
+    bad = []
+    for page in sorted(f for f in files if f.startswith("status/") and f.endswith(".md")):
+        for target in re.findall(r"\]\(([^)\s]+)\)", git(root, "show", f"HEAD:{page}")):
+            if "://" in target:
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target.split("#")[0]))
+            if path not in files:
+                bad.append((page, target))
+    return bad

@@ -6,6 +6,7 @@ the legend, a constant shown as a value, hardware on a wall-time axis.
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 
@@ -318,3 +319,21 @@ def test_many_runs_overlaid_stay_distinguishable_and_named() -> None:
     assert swatches == looks  # the legend shows each run's own line
     texts = _texts(ET.tostring(root, encoding="unicode"))
     assert "run-19 — lr=0.0019" in texts and not [t for t in texts if "seed" in t]
+
+
+def test_values_at_the_ends_of_the_float_range_make_a_chart_not_a_crash() -> None:
+    """A diverging run logs what it logs: a span past the float range, denormals, inf and NaN mixed
+    with finite values. The bot charts every finished run, so none of it may raise."""
+    biggest = 1.7976931348623157e308
+    for series in ([(1, 1e308), (2, -1e308)], [(1, biggest), (2, -biggest), (3, 0.0)], [(1, 5e-324), (2, -5e-324)],
+                   [(1, float("nan")), (2, float("inf")), (3, 0.5), (4, -biggest)], [(2**62, biggest), (0, 1.0)]):
+        for compact in (True, False):
+            svg = render_svg({"train/loss": series, "hw/gpu_util": series}, title="t", vocab=Vocabulary(),
+                             compact=compact)
+            root = ET.fromstring(svg)  # well-formed, and every coordinate a number
+            coords = [v for el in root.iter() for k, v in el.attrib.items() if k in ("x", "y", "x1", "y1", "x2", "y2")]
+            assert coords and all(math.isfinite(float(v)) for v in coords), coords
+    assert nice_ticks(-biggest, biggest) and all(math.isfinite(t) for t in nice_ticks(-biggest, biggest))
+    table = render_table({"train/loss": {"last": 0.0, "min": -biggest, "max": biggest, "count": 3}},
+                         {"train/loss": [(1, biggest), (2, -biggest), (3, 0.0)]})
+    assert "█▁▅" in table

@@ -249,6 +249,7 @@ def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None
                                   finished_at="2025-01-02T00:00:12.3Z"))
     (tmp_path / "status/demo/20250103-000000-000003.json").write_text("{not json")
     write_status(tmp_path, status("Succeeded", run_id="20241231-000000-000000"))  # an earlier month
+    write_request(tmp_path, request("demo", "20250101-000000-000001"))  # a row links the request it has
 
     counts = phase_counts(tmp_path, "demo")
     text = experiment_page(tmp_path, "demo", counts)

@@ -47,7 +47,7 @@ def bucket_means(values: Sequence[float], width: int) -> list[float]:
     for index in range(width):
         lo, hi = index * len(values) // width, (index + 1) * len(values) // width
         chunk = values[lo:hi] or values[lo : lo + 1]
-        out.append(sum(chunk) / len(chunk))
+        out.append(math.fsum(v / len(chunk) for v in chunk))  # each part first: no sum past the float range
     return out
 
 
@@ -59,8 +59,7 @@ def sparkline(values: Sequence[float], width: int = 24) -> str:
     low, high = min(points), max(points)
     if _flat(low, high):
         return BARS[len(BARS) // 2 - 1] * len(points)
-    scale = (len(BARS) - 1) / (high - low)
-    return "".join(BARS[min(len(BARS) - 1, int(round((v - low) * scale)))] for v in points)
+    return "".join(BARS[min(len(BARS) - 1, int(round(_share(v, low, high) * (len(BARS) - 1))))] for v in points)
 
 
 def fmt(value: Any) -> str:
@@ -125,6 +124,16 @@ def smooth(points: Series, limit: int = COMPACT_POINTS) -> list[tuple[float, flo
     return list(zip(steps, bucket_means([v for _, v in finite], limit), strict=True))
 
 
+def _share(value: float, low: float, high: float) -> float:
+    """Where `value` lies between `low` and `high` (0 to 1); by halves when the span itself is past the
+    float range (-1e308 to 1e308), and mid-way when the span is too small to divide by."""
+    span = high - low
+    if math.isfinite(span) and span > 0:
+        return (value - low) / span
+    half = high / 2 - low / 2
+    return (value / 2 - low / 2) / half if math.isfinite(half) and half > 0 else 0.5
+
+
 def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> list[float]:
     """Round tick values covering [low, high]; `whole`: integer steps only (training steps).
 
@@ -134,9 +143,13 @@ def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> 
         return [round(low) if whole else low]
     if whole:
         return list(_whole_ticks(low, high, count))
-    raw = (high - low) / max(1, count - 1)
+    raw = high / max(1, count - 1) - low / max(1, count - 1)  # finite even for a span past the float range
+    if not math.isfinite(raw) or raw <= 0:
+        return [low, high]
     magnitude = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = next((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), math.inf)
+    if not math.isfinite(step):
+        return [low, high]
     digits = 3 - math.floor(math.log10(step))  # enough to keep k * step exact to the step's scale
     first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
     ticks = [round(k * step, digits) for k in range(first, min(last, first + 49) + 1)]
@@ -332,7 +345,7 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
         return round(left + (step - x_lo) / (x_hi - x_lo) * (right - left)) if x_hi > x_lo else (left + right) // 2
 
     def y_of(value: float) -> int:
-        return round(plot_bottom - (value - y_lo) / (y_hi - y_lo) * (plot_bottom - plot_top))
+        return round(plot_bottom - _share(value, y_lo, y_hi) * (plot_bottom - plot_top))
 
     y_ticks = nice_ticks(y_lo, y_hi, 4)
     for tick, label in zip(y_ticks, tick_labels(y_ticks), strict=True):

@@ -52,6 +52,7 @@ class Listing:
     found: dict[tuple[str, str], str] = field(default_factory=dict)  # (experiment, run id) → blob id
     refused: dict[tuple[str, str], str] = field(default_factory=dict)  # a run's file that is no file
     problems: list[str] = field(default_factory=list)  # refused entries that name no run
+    stray: list[str] = field(default_factory=list)  # files under runs/<exp>/ that look like requests, and are not
 
 
 class Snapshot:
@@ -114,6 +115,8 @@ class Snapshot:
                 continue
             entry = _entry(item)
             parts = entry.path.split("/")
+            if len(parts) == 3 and path == "runs" and _NAME.match(parts[1]):
+                self._stray(entry, listing)
             if len(parts) != 3 or not parts[2].endswith(suffix) or not _NAME.match(parts[1]):
                 continue
             stem = parts[2][: -len(suffix)]
@@ -125,6 +128,19 @@ class Snapshot:
             else:
                 listing.refused[key] = f"{entry.path} is {entry.what()}: refused (run files must be regular files)"
         return listing
+
+    @staticmethod
+    def _stray(entry: Entry, listing: Listing) -> None:
+        """A file under `runs/<exp>/` that looks meant as a request but is none the bot reads: said so,
+        rather than never run without a word (notes such as a README are left alone)."""
+        name = entry.path.rsplit("/", 1)[-1]
+        stem, dot, ext = name.rpartition(".")
+        fix = "a run request is runs/<experiment>/<run id>.yaml, as tp submit writes it; submit it with tp submit"
+        if entry.mode == TREE:
+            listing.stray.append(f"{entry.path}/ is a folder: the bot reads no request inside it ({fix})")
+        elif dot and ext in ("yaml", "yml") and not (ext == "yaml" and _RUN_ID.match(stem)):
+            why = "ends in .yml" if ext == "yml" else f"{stem!r} is not a run id (YYYYMMDD-HHMMSS-hex)"
+            listing.stray.append(f"{entry.path} is not read as a run request: its name {why} ({fix})")
 
     # ── blobs ────────────────────────────────────────────────────────────────────────────────
 

@@ -45,8 +45,8 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
     ledger = Ledger.parse(_blob(Path(root), ledger_oid))
     if not ledger.found or ledger.active:
         return None
-    if any(ledger.statuses.get(exp) != oid for exp, oid in statuses.items()):
-        return None  # someone else wrote a status: the pages and the ledger must learn of it
+    if ledger.statuses != statuses:
+        return None  # someone else wrote or removed a status: the pages and the ledger must learn of it
     if verb == "reconcile" and ledger.requests != runs:
         return None  # a request is new (or an experiment went away)
     if opts.push and not _published(Path(root), opts, head):

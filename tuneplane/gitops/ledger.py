@@ -10,20 +10,27 @@ Three small maps, committed with every bot commit:
 - `active`: `exp/run-id` → the phase the bot last saw, for every run it has not seen end. Sync and the
   cancel check look at these runs only. A run leaves the ledger when the bot itself sees it end
   (the backend says so, or the bot cancelled it), never because its status file says so: the
-  cluster is the truth, and a status hand-edited to `Succeeded` stays watched.
+  cluster is the truth, and a status hand-edited to `Succeeded` stays watched. A run that ended while
+  the metrics receiver could not be reached stays, as `<phase>+metrics`, until sync has read them.
 
-A missing or damaged ledger is rebuilt from a full scan, so deleting it is always safe. Two bots that
-raced merge their ledgers: active runs are united, tree ids that differ are dropped (rescanned).
+A missing or damaged ledger is rebuilt from a full scan, so deleting it is always safe. So is one
+edited by hand: the ledger carries the digest of its own maps, and one whose digest does not match
+(a person "tidied" `active`, a merge tool joined two versions) is not trusted, since a run dropped from
+`active` would never be watched again. Two bots that raced merge their ledgers: active runs are
+united, tree ids that differ are dropped (rescanned).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 LEDGER = "status/index.json"
-VERSION = 1
+VERSION = 2  # 2: the digest (a version-1 ledger is rebuilt once)
+_MAPS = ("requests", "statuses", "active", "counts")
+AWAITING = "+metrics"  # an `active` phase with this suffix: the run ended, its metrics are still to be read
 
 
 @dataclass
@@ -33,6 +40,7 @@ class Ledger:
     active: dict[str, str] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # exp → phase → runs (the index page)
     found: bool = False  # read from the commit (False: rebuilt by a full scan)
+    problem: str = ""  # why a committed ledger was not trusted ("" when it was, or there was none)
 
     @classmethod
     def parse(cls, text: str | None) -> Ledger:
@@ -40,18 +48,20 @@ class Ledger:
             return cls()
         try:
             data = json.loads(text)
-        except ValueError:
-            return cls()
+        except (ValueError, RecursionError):
+            return cls(problem="it is not JSON")
         if not isinstance(data, dict) or data.get("version") != VERSION:
-            return cls()
+            return cls(problem=f"it is not a version-{VERSION} ledger")
         maps = [data.get(k) for k in ("requests", "statuses", "active")]
         if not all(isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in maps):
-            return cls()
+            return cls(problem="its maps are not what the bot writes")
         counts = data.get("counts")
         if not isinstance(counts, dict) or not all(
             isinstance(c, dict) and all(isinstance(n, int) and n >= 0 for n in c.values()) for c in counts.values()
         ):
-            counts = {}
+            return cls(problem="its counts are not what the bot writes")
+        if data.get("digest") != _digest({k: data[k] for k in _MAPS}):
+            return cls(problem="it was changed outside the bot (its digest does not match)")
         return cls(dict(maps[0]), dict(maps[1]), dict(maps[2]), dict(counts), found=True)  # type: ignore[arg-type]
 
     def dump(self) -> str:
@@ -63,6 +73,7 @@ class Ledger:
             "active": dict(sorted(self.active.items())),
             "counts": {exp: dict(sorted(c.items())) for exp, c in sorted(self.counts.items())},
         }
+        data["digest"] = _digest({k: data[k] for k in _MAPS})
         return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -76,3 +87,9 @@ def merge(upstream: str | None, ours: str | None) -> str:
         counts={k: v for k, v in a.counts.items() if b.counts.get(k) == v},
     )
     return both.dump()
+
+
+def _digest(maps: dict[str, Any]) -> str:
+    """The digest of the ledger's maps, over a canonical form (key order and spacing do not count)."""
+    canonical = json.dumps(maps, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()

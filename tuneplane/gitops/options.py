@@ -43,6 +43,7 @@ class BotReport:
     refused: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # the backend refused for now; retried next time
     updated: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)  # statuses others deleted or broke, put back
     errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # entries of the commit the bot refused to act on
     commit: str | None = None
@@ -53,7 +54,7 @@ class BotReport:
         """What the run did to runs: (verb for the commit title, heading for its body, the runs)."""
         return (("submit", "Submitted", self.submitted), ("cancel", "Cancelled", self.cancelled),
                 ("refuse", "Refused", self.refused), ("retry later", "Not yet submitted", self.waiting),
-                ("update", "Updated", self.updated))
+                ("update", "Updated", self.updated), ("restore the status of", "Restored", self.restored))
 
     @property
     def changed(self) -> bool:

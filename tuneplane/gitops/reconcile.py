@@ -19,6 +19,7 @@ from typing import Any
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
 from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.ledger import AWAITING
 from tuneplane.gitops.observe import backend_object, backend_ref
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import Scan
@@ -71,8 +72,8 @@ def _plan(
     cancel: list[tuple[RunKey, RunStatus, RunRequest]] = []
     retry: list[tuple[RunKey, RunStatus]] = []
     for key, raw in sorted(work.active.items()):
-        if raw is None:
-            continue
+        if raw is None or work.ledger.active.get(str(key), "").endswith(AWAITING):
+            continue  # unreadable, or ended with only its metrics left to read (sync does that)
         try:
             status = status_from(raw, key.status_rel)
             text = work.request_text(key)

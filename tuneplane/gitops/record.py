@@ -76,7 +76,8 @@ class Batch:
         self.ledger = ledger if ledger is not None else committed_ledger(repo)
         self.base = dict(self.ledger.statuses)  # tree ids as the ledger had them
         self.written: set[str] = set()
-        self.touched: dict[str, set[str]] = {}  # exp → months whose runs changed
+        self.touched: dict[str, set[str]] = {}  # exp → runs whose rows changed
+        self.fresh: dict[str, set[str]] = {}  # exp → runs that had no status before (they may shift pages)
         self.deltas: dict[str, Counter[str]] = {}  # exp → phase count changes
         self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
         self.pending: dict[str, str] = {}  # written on `flush`, all at once
@@ -96,16 +97,28 @@ class Batch:
         delta = self.deltas.setdefault(key.experiment, Counter())
         if before is not None:
             delta[str(before.get("phase", "?"))] -= 1
+        else:
+            self.fresh.setdefault(key.experiment, set()).add(key.run_id)
         delta[status.phase] += 1
-        self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+        self.touched.setdefault(key.experiment, set()).add(key.run_id)
         if watch if watch is not None else status.phase not in TERMINAL:
             self.ledger.active[str(key)] = status.phase
         else:
             self.ledger.active.pop(str(key), None)
 
+    def restore(self, key: RunKey, data: bytes) -> None:
+        """Put back a status someone deleted, byte for byte as it was last committed (its pages are
+        recounted: `changed_by_others`)."""
+        self._put(key.status_rel, data.decode("utf-8", "replace"))
+        self.changed_by_others(key.experiment, [key.run_id])
+
+    def touch(self, exp: str, run_ids: list[str]) -> None:
+        """Render the pages of these runs again (their request went away: the row loses its link)."""
+        self.touched.setdefault(exp, set()).update(run_ids)
+
     def chart(self, key: RunKey, svg: str) -> None:
         self._put(dashboard.chart_rel(key), svg)
-        self.touched.setdefault(key.experiment, set()).add(dashboard.month_of(key.run_id))
+        self.touched.setdefault(key.experiment, set()).add(key.run_id)
 
     def _put(self, rel: str, text: str) -> None:
         safe_path(self.root, rel)  # refused now, before anything is written
@@ -119,8 +132,8 @@ class Batch:
     def changed_by_others(self, exp: str, run_ids: list[str]) -> None:
         """Status files someone else committed: their pages are rendered again, counts recounted."""
         self.extra_changed.add(exp)
-        months = self.touched.setdefault(exp, set())
-        months.update(dashboard.month_of(r) for r in run_ids)
+        self.touched.setdefault(exp, set()).update(run_ids)
+        self.fresh.setdefault(exp, set()).update(run_ids)  # added or removed by others: pages may shift
 
     # ── pages and commit ─────────────────────────────────────────────────────────────────────
 
@@ -130,6 +143,9 @@ class Batch:
         exps = set(self.touched)
         known = self.ledger.counts
         for exp in sorted(exps | (set(dashboard_exps(self.root)) if refresh else set())):
+            if not dashboard.run_ids(self.root, exp):  # every status of it was removed: so are its pages
+                self._drop_pages(exp)
+                continue
             if exp in known and exp not in self.extra_changed and not refresh:
                 merged = Counter(known[exp])
                 merged.update(self.deltas.get(exp, Counter()))
@@ -147,17 +163,36 @@ class Batch:
         self.flush()
 
     def _month_pages(self, exp: str, refresh: bool) -> None:
-        """The pages of the months that changed, but the newest (the experiment page shows it), and of
-        any earlier month without one (a month just over): a batch of new runs writes none."""
+        """The month pages whose runs changed, each a part of at most `dashboard.PAGE` runs. Every part
+        but the newest month's last, unfilled one has a page (the experiment page shows that one);
+        a part is written when it fills or its month ends, and again only when one of its runs changes,
+        so a batch of new runs writes no month page until a part fills, in a month of any size."""
         ids = dashboard.run_ids(self.root, exp)
-        every = {dashboard.month_of(r) for r in ids}
         newest = dashboard.month_of(ids[-1]) if ids else ""
-        months = every if refresh else self.touched.get(exp, set()) & every
-        months |= {m for m in every if not (self.root / dashboard.month_page_rel(exp, m)).exists()}
-        for month in sorted(months - {newest}):
-            self._page(dashboard.month_page_rel(exp, month), dashboard.month_page(self.root, exp, month))
-        if newest:
-            self._drop(dashboard.month_page_rel(exp, newest))  # a page of the newest month would go stale
+        touched, fresh = self.touched.get(exp, set()), self.fresh.get(exp, set())
+        gone = fresh.difference(ids)  # statuses others removed: the runs after them move to earlier parts
+        kept: set[str] = set()
+        for month, month_ids in dashboard.by_month(ids).items():
+            parts = dashboard.parts(month_ids)
+            shifted = False  # a run added or removed mid-month moves the runs after it to other parts
+            for number, part in enumerate(parts, 1):
+                shifted = shifted or any(dashboard.month_of(r) == month and r < part[-1] for r in gone)
+                if month == newest and number == len(parts) and len(part) < dashboard.PAGE:
+                    continue  # still filling: it would go stale with every new run (the experiment page has it)
+                rel = dashboard.month_page_rel(exp, month, number)
+                kept.add(rel)
+                shifted = shifted or bool(fresh.intersection(part))
+                if refresh or shifted or touched.intersection(part) or not (self.root / rel).exists():
+                    self._page(rel, dashboard.month_page(self.root, exp, month, number))
+        for page in dashboard.month_pages(self.root, exp):
+            if page not in kept:
+                self._drop(page)  # the newest month's unfilled part, or a part a removal emptied
+
+    def _drop_pages(self, exp: str) -> None:
+        folder = self.root / STATUS_DIR / exp
+        if folder.is_dir() and not folder.is_symlink():
+            for page in sorted(folder.glob("*.md")):
+                self._drop(f"{STATUS_DIR}/{exp}/{page.name}")
 
     def _drop(self, rel: str) -> None:
         """Remove a page the dashboard no longer has (committed with the batch)."""
@@ -244,7 +279,8 @@ def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
     exp = parts[1]
     if parts[-1] == "README.md":
         return dashboard.experiment_page(root, exp, dashboard.phase_counts(root, exp))
-    return dashboard.month_page(root, exp, parts[-1].removesuffix(".md"))
+    month, _, number = parts[-1].removesuffix(".md").partition("-p")
+    return dashboard.month_page(root, exp, month, int(number) if number.isdigit() else 1)
 
 
 def record_status(repo: GitRepo, status: RunStatus, message: str, svg: str | None = None) -> str | None:

@@ -19,6 +19,8 @@ from tuneplane.gitops.committed import TREE, Snapshot
 from tuneplane.gitops.ledger import LEDGER, Ledger
 from tuneplane.lab.runs import RUNS_DIR, STATUS_DIR, RunKey
 
+LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees the ledger names
+
 
 @dataclass
 class Scan:
@@ -33,6 +35,10 @@ class Scan:
     listed: set[str] = field(default_factory=set)  # experiments whose requests were all listed
     active: dict[RunKey, dict[str, Any] | None] = field(default_factory=dict)  # status as committed
     changed_statuses: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # exp → (run, old, new)
+    gone: set[str] = field(default_factory=set)  # experiments whose status/ folder someone else removed
+    restored: dict[RunKey, bytes] = field(default_factory=dict)  # statuses deleted while their request stays
+    orphaned: dict[str, list[str]] = field(default_factory=dict)  # exp → runs whose request was just deleted
+    notes: list[str] = field(default_factory=list)  # what the bot noticed and did about it, for the output
 
     def request_text(self, key: RunKey) -> str | None:
         """The committed request of a run (None when there is none, or it is no regular file)."""
@@ -55,9 +61,14 @@ def scan(root: Path) -> Scan:
             hint=f"git rm {STATUS_DIR} && git commit, then run the bot again (it recreates {STATUS_DIR}/)",
         )
     ledger_oid = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
-    ledger = Ledger.parse((snap.blobs([ledger_oid]).get(ledger_oid) or b"").decode("utf-8", "replace")
-                          if ledger_oid else None)
+    raw = snap.blobs([ledger_oid]).get(ledger_oid) if ledger_oid else None
+    ledger = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
+    if ledger_oid and raw is None:
+        ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger)
+    if ledger.problem:
+        work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
+                          "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)")
     work.status_trees, status_problems = snap.top(STATUS_DIR)
     for text in status_problems:
         name = text.split(" ", 1)[0].split("/", 1)[-1]
@@ -66,8 +77,8 @@ def scan(root: Path) -> Scan:
                                           "the bot never writes through it; its runs are not handled"))
     work.runs_trees, run_problems = snap.top(RUNS_DIR)
     work.problems += run_problems
-    _find_new(work)
     _find_changed(work)
+    _find_new(work)
     _read_active(work)
     return work
 
@@ -91,49 +102,150 @@ def _find_new(work: Scan) -> None:
     requests = work.snap.runs(RUNS_DIR, ".yaml", changed)
     statuses = work.snap.runs(STATUS_DIR, ".json", changed)
     have = set(statuses.found) | set(statuses.refused)
+    have |= {(k.experiment, k.run_id) for k in work.restored}
     for (exp, run_id), oid in requests.found.items():
         if (exp, run_id) not in have:
             work.new[RunKey(exp, run_id)] = oid
     for (exp, run_id), why in requests.refused.items():
         if (exp, run_id) not in have:
             work.bad_requests[RunKey(exp, run_id)] = why
-    work.problems += statuses.refused.values()
+    work.problems += [*requests.stray, *statuses.refused.values()]
     work.listed = set(changed)
+    asked = set(requests.found) | set(requests.refused)
+    for exp in changed:  # statuses whose request was just deleted: their rows lose the link to it
+        old = work.ledger.requests.get(exp)
+        if old and _has(work.snap, old):
+            gone = {run for run, _old, new in _diff(work.snap, old, work.runs_trees[exp], ".yaml") if not new}
+        else:  # no earlier tree (a shallow clone): any status without a request may have just lost it
+            gone = {run for (e, run) in statuses.found if e == exp and (e, run) not in asked}
+        orphans = sorted(run for run in gone if (exp, run) in have)
+        if orphans:
+            work.orphaned[exp] = orphans
 
 
 def _find_changed(work: Scan) -> None:
-    """Status files that changed since the bot last wrote them: runs that may have (re)started."""
+    """Status files that changed since the bot last wrote them: runs that may have (re)started, and
+    statuses someone deleted. A deleted status whose request is still committed is restored (the bot
+    owns `status/`, and a request with no status would be submitted again), and so is one edited into
+    something that is no JSON object (its run would never be looked at again); one deleted with its
+    request (a run, an experiment removed) stays deleted."""
     exps = {e for e in work.status_trees if work.ledger.statuses.get(e) != work.status_trees[e]}
     exps -= work.blocked
+    if work.ledger.found:
+        work.gone = {e for e in work.ledger.statuses if e not in work.status_trees and e not in work.blocked}
     oids: dict[RunKey, str] = {}
-    for exp in sorted(exps):
+    olds: dict[RunKey, str] = {}
+    deleted: dict[RunKey, str] = {}
+    for exp in sorted(exps | work.gone):
         old = work.ledger.statuses.get(exp) if work.ledger.found else None
-        rows = _diff(work.snap, old, work.status_trees[exp]) if old else _all(work.snap, exp)
+        if old:
+            _ensure_tree(work.snap, old)
+        if exp in work.gone:
+            rows = [(run, oid, "") for run, _none, oid in _all_from_tree(work.snap, old or "")]
+        else:
+            rows = _diff(work.snap, old, work.status_trees[exp]) if old else _all(work.snap, exp)
         work.changed_statuses[exp] = rows
-        for run_id, _old, new in rows:
+        for run_id, old_oid, new in rows:
             if new:
                 oids[RunKey(exp, run_id)] = new
+            if old_oid:
+                olds[RunKey(exp, run_id)] = old_oid
+            if old_oid and not new:
+                deleted[RunKey(exp, run_id)] = old_oid
     blobs = work.snap.blobs(oids.values())
     for key, oid in oids.items():
         data = _json(blobs.get(oid))
-        if data is not None and data.get("phase") not in TERMINAL:
+        if data is None and key in olds:  # edited into something that is no status: as good as deleted
+            deleted[key] = olds[key]
+        elif data is not None and data.get("phase") not in TERMINAL:
             work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
+    _restore(work, deleted)
 
 
-def _diff(snap: Snapshot, old: str, new: str) -> list[tuple[str, str, str]]:
+def _ensure_tree(snap: Snapshot, oid: str, remote: str = "origin") -> None:
+    """A tree the ledger names, fetched when a shallow clone lacks it (the bot's CI checkout holds the tip
+    only, and a deleted status is known only from the tree the bot left). The bot's last commit is
+    normally among the newest few: history is deepened once, by `LEDGER_DEPTH` commits, and given
+    up on after that (a tree that only ever existed in a clone that rebased it away is in no history);
+    the files are then read as they are."""
+    from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks the tree
+
+    if _has(snap, oid):
+        return
+    repo = GitRepo(snap.root)
+    if not repo.is_shallow() or not repo.has_remote(remote):
+        return
+    try:
+        repo.fetch_more(f"--deepen={LEDGER_DEPTH}", "--end-of-options", remote)
+    except UsageError:
+        return
+
+
+def _has(snap: Snapshot, oid: str) -> bool:
+    try:
+        snap.git("cat-file", "-e", f"{oid}^{{tree}}")
+        return True
+    except UsageError:
+        return False
+
+
+def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
+    """The deleted statuses to put back as they were last committed: those whose request the commit
+    still holds, and those of runs that had not ended (the job goes on whatever the files say, and
+    its end must be recorded, so the run stays watched even with its request gone)."""
+    if not deleted:
+        return
+    requested = _existing(work.snap, [k.request_rel for k in deleted])
+    blobs = work.snap.blobs(deleted.values())
+    for key, oid in sorted(deleted.items()):
+        data = blobs.get(oid)
+        status = _json(data)
+        phase = str(status.get("phase", "")) if status is not None else ""
+        going = status is not None and phase not in TERMINAL
+        if key.request_rel not in requested and not going:
+            continue  # removed with its request, after its end: a run taken out of the lab
+        if data is not None and status is None:
+            continue  # its last version was no status either: nothing better to put back
+        if data is None:
+            work.notes.append(f"{key.status_rel} was deleted, and its last version is not in this clone: "
+                              f"it cannot be restored (restore it with git, or delete {key.request_rel} too)")
+            continue
+        work.restored[key] = data
+        if going:
+            work.ledger.active.setdefault(str(key), phase)
+        if key.request_rel in requested:
+            work.notes.append(f"{key.status_rel} was deleted or made unreadable outside the bot while "
+                              f"{key.request_rel} is still committed: restored as the bot last wrote it "
+                              "(the bot owns status/; to remove a run, delete its request with its status)")
+        else:
+            work.notes.append(f"{key.status_rel} was deleted while its run is still {phase} "
+                              "(the job goes on): restored, and the run watched until it ends; remove the "
+                              "status after that, or stop the run first (tp job cancel)")
+
+
+def _existing(snap: Snapshot, paths: list[str]) -> set[str]:
+    """Which of `paths` are regular files in the commit (bounded command lines)."""
+    found: set[str] = set()
+    for start in range(0, len(paths), 500):
+        out = snap.git("ls-tree", "-z", "--name-only", snap.commit, "--", *paths[start : start + 500])
+        found.update(p for p in out.split("\0") if p)
+    return found
+
+
+def _diff(snap: Snapshot, old: str, new: str, suffix: str = ".json") -> list[tuple[str, str, str]]:
     try:
         out = snap.git("diff-tree", "-z", "--no-renames", old, new)
     except UsageError:  # the old tree is not in this clone (a shallow clone): read them all
-        return _all_from_tree(snap, new)
+        return _all_from_tree(snap, new, suffix)
     items = [i for i in out.split("\0") if i]
     rows = []
     for meta, path in zip(items[::2], items[1::2], strict=False):
         parts = meta.lstrip(":").split()
-        if len(parts) < 4 or not path.endswith(".json") or "/" in path:
+        if len(parts) < 4 or not path.endswith(suffix) or "/" in path:
             continue
         old_oid = "" if set(parts[2]) == {"0"} else parts[2]
         new_oid = "" if set(parts[3]) == {"0"} or parts[1] not in ("100644", "100755") else parts[3]
-        rows.append((path[: -len(".json")], old_oid, new_oid))
+        rows.append((path[: -len(suffix)], old_oid, new_oid))
     return rows
 
 
@@ -142,14 +254,20 @@ def _all(snap: Snapshot, exp: str) -> list[tuple[str, str, str]]:
     return [(run_id, "", oid) for (_e, run_id), oid in sorted(listing.found.items())]
 
 
-def _all_from_tree(snap: Snapshot, tree: str) -> list[tuple[str, str, str]]:
-    out = snap.git("ls-tree", "-z", tree)
+def _all_from_tree(snap: Snapshot, tree: str, suffix: str = ".json") -> list[tuple[str, str, str]]:
+    """Every run file of a tree as (run, "", blob id); none when the tree is not in this clone."""
+    if not tree:
+        return []
+    try:
+        out = snap.git("ls-tree", "-z", tree)
+    except UsageError:
+        return []
     rows = []
     for item in out.split("\0"):
         meta, _, name = item.partition("\t")
         parts = meta.split()
-        if len(parts) == 3 and parts[0] in ("100644", "100755") and name.endswith(".json"):
-            rows.append((name[: -len(".json")], "", parts[2]))
+        if len(parts) == 3 and parts[0] in ("100644", "100755") and name.endswith(suffix):
+            rows.append((name[: -len(suffix)], "", parts[2]))
     return rows
 
 
@@ -174,10 +292,12 @@ def _read_active(work: Scan) -> None:
                 found[RunKey(exp, name.removesuffix(".json"))] = parts[2]
     blobs = work.snap.blobs(found.values())
     for key in keys:
-        if key not in found:
-            work.ledger.active.pop(str(key), None)  # its status is gone: nothing to watch
-            continue
-        work.active[key] = _json(blobs.get(found[key]))
+        if key in work.restored:
+            work.active[key] = _json(work.restored[key])
+        elif key not in found:
+            work.ledger.active.pop(str(key), None)  # its status is gone with its request: nothing to watch
+        else:
+            work.active[key] = _json(blobs.get(found[key]))
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:

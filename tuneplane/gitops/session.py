@@ -134,15 +134,16 @@ def finish(
 
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems
-    for text in problems:
+    for text in [*problems, *work.notes]:
         echo(f"  ! {text}")
+    _apply_removals(work, batch, report)
     for exp, rows in work.changed_statuses.items():
         if exp in work.status_trees:
             batch.ledger.statuses.setdefault(exp, work.status_trees[exp])
             if batch.ledger.statuses[exp] != work.status_trees[exp]:
                 batch.ledger.statuses[exp] = work.status_trees[exp]
             batch.changed_by_others(exp, [r for r, _, _ in rows])
-    if batch.written or work.changed_statuses or not work.ledger.found:
+    if batch.written or batch.touched or work.changed_statuses or not work.ledger.found:
         batch.render(waiting_list(work, report), problems, refresh=not work.ledger.found)
     checkpoint("status-written")
     title = summary_title(verb, report)
@@ -159,6 +160,23 @@ def finish(
         )
         checkpoint("pushed")
     return report
+
+
+def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:
+    """What others removed: statuses whose request stays are put back, rows of removed requests lose
+    their link, an experiment whose statuses all went leaves the ledger (and the index)."""
+    for key, data in sorted(work.restored.items()):
+        if key.status_rel in batch.written:  # a sync of the run already wrote a newer status
+            batch.changed_by_others(key.experiment, [key.run_id])
+        else:
+            batch.restore(key, data)
+            report.restored.append(str(key))
+    for exp, run_ids in sorted(work.orphaned.items()):
+        batch.touch(exp, run_ids)
+    for exp in sorted(work.gone):
+        if not any(k.experiment == exp for k in work.restored):
+            batch.ledger.statuses.pop(exp, None)
+            batch.ledger.counts.pop(exp, None)
 
 
 def _published(repo: GitRepo, target: Any) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.gitops.ledger import AWAITING
 from tuneplane.gitops.observe import apply_observation, backend_ref, vocabulary_of, with_artifacts, with_metrics
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.session import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
@@ -25,6 +26,7 @@ from tuneplane.lab.runs import RunKey, status_from
 from tuneplane.metrics.vocab import Vocabulary
 from tuneplane.models.run import RunStatus, Transition
 
+PATIENCE = 7 * 86400  # seconds after a run's end the bot keeps asking an unreachable receiver for them
 Series = dict[str, list[tuple[int, float]]]
 Timed = dict[str, list[tuple[int, float, float | None]]]  # step, value, epoch seconds
 
@@ -59,14 +61,55 @@ def _sync_one(
     except BackendError as exc:  # e.g. no kubeconfig: every run of that backend says the same
         report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
         return
-    new = _observed(batch, backend, ref, key, status)
+    if elsewhere(backend, ref) and status.phase not in TERMINAL:
+        batch.ledger.active.pop(str(key), None)  # its machine records its end; this one cannot see it
+        echo(f"  {key}: a local run of another machine (no {ref.namespace} here): its status is left as "
+             "committed; the machine that runs it commits its end")
+        return
+    if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
+        new: RunStatus | None = status  # it ended; only its metrics are left to read
+    else:
+        new = _observed(batch, backend, ref, key, status)
     if new is None:
         return
     new = _with_results(new, backend, ref, metrics, status, batch, key)
+    late = new.phase in TERMINAL and metrics.unreachable and not hasattr(backend, "metrics")
     if new != status:
         batch.status(new)
         report.updated.append(str(key))
         echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+    if late and not _past(new.finished_at, PATIENCE):
+        batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
+        echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
+    elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
+        batch.ledger.active.pop(str(key), None)  # read at last, or given up on
+
+
+def elsewhere(backend: Backend, ref: BackendRef) -> bool:
+    """A local run whose storage is not on this machine (`tp submit --local` on a laptop, its status
+    pushed while it ran): not even the folders above its run directory exist here. Such a run is not
+    lost; this machine just cannot see it, and must not record it as `Lost` over what its own machine
+    writes. (A run directory removed on this machine, its folders still there, is still reported.)"""
+    run_dir = getattr(backend, "run_dir", None)
+    if run_dir is None or ref.backend != "local":
+        return False
+    where = Path(run_dir(ref))
+    return not any(p.exists() for p in (where, where.parent, where.parent.parent))
+
+
+def awaiting_metrics(phase: str) -> bool:
+    """Whether a ledger entry is a run that ended with its metrics still to be read."""
+    return phase.endswith(AWAITING)
+
+
+def _past(when: str | None, seconds: float) -> bool:
+    from datetime import UTC, datetime  # lazy: only for a run whose metrics wait
+
+    try:
+        then = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return (datetime.now(UTC) - then).total_seconds() > seconds
 
 
 def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
@@ -96,7 +139,12 @@ def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: In
         if hasattr(backend, "artifacts"):
             new = with_artifacts(new, backend.artifacts(ref))
         if summary:
-            batch.chart(key, chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab))
+            try:
+                svg = chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab)
+            except (ArithmeticError, ValueError):  # a chart is a nicety: values it cannot draw leave none
+                svg = ""
+            if svg:
+                batch.chart(key, svg)
     return new
 
 
@@ -156,12 +204,14 @@ class IngestReader:
 
     def __init__(self, endpoint: str, secret: bytes) -> None:
         self.endpoint, self.secret = endpoint, secret
+        self.unreachable = False  # the last read failed (no answer, an error): not the same as no metrics
 
     @classmethod
     def from_env(cls, lab: Lab) -> IngestReader:
         return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
 
     def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
+        self.unreachable = False
         found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t)) or {}
         history = self.series(status, list(found))
         return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
@@ -192,4 +242,5 @@ class IngestReader:
         try:
             return fn(client, mint_token(self.secret, status.run_id))
         except Exception:  # metrics are a nicety: an unreachable receiver must not stop the sync
+            self.unreachable = True
             return None

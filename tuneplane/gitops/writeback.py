@@ -156,11 +156,20 @@ def resolve_target(repo: GitRepo, remote: str | None, branch: str | None) -> Tar
 
 def pull(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> bool:
     """Fetch and rebase local commits onto the remote branch; True when anything new came in."""
+    published = tracking(repo, target)
     upstream = repo.fetch(target.remote, target.branch)
     if not upstream or repo.is_ancestor(upstream):
         return False
-    integrate(repo, target, checkpoint)
+    integrate(repo, target, checkpoint, published)
     return True
+
+
+def tracking(repo: GitRepo, target: Target) -> str:
+    """The commit this clone last saw on the remote branch ("" when it never fetched it)."""
+    try:
+        return repo.rev_parse(f"refs/remotes/{target.remote}/{target.branch}")
+    except UsageError:
+        return ""
 
 
 def publish(
@@ -175,9 +184,10 @@ def publish(
     """Push, rebasing onto whatever other writers pushed first; returns the number of attempts it took."""
     rng = rng or random.Random()
     for attempt in range(1, attempts + 1):
+        published = tracking(repo, target)
         upstream = repo.fetch(target.remote, target.branch)
         if upstream and not repo.is_ancestor(upstream):
-            integrate(repo, target, checkpoint)
+            integrate(repo, target, checkpoint, published)
         if upstream and repo.head() == upstream:
             return attempt
         if repo.push(target.remote, target.branch):
@@ -190,13 +200,16 @@ def publish(
     )
 
 
-def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> None:
+def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, published: str = "") -> None:
     """Rebase onto the fetched `target`, resolving the conflicts the bot understands; abort on any other.
 
     A rebase replays what lies between the merge base and HEAD. A shallow clone (the workflow's
     `fetch-depth: 1`) may lack that base: its history is deepened until it is found, so a missing
     commit never reads as "no common history" (which would replay the clone's first commit, the whole
     lab, as if it were the bot's). Histories that truly share no commit stop here, nothing rebased.
+    A branch rewritten on the remote (a force push) no longer holds `published`, the commit this
+    clone saw there last: only the commits after it, the bot's own, are replayed, never the history
+    the rewrite removed (a kept clone, such as a self-hosted runner's, would otherwise push it back).
     """
     upstream = f"{target.remote}/{target.branch}"
     if not repo.merge_base_deepening(upstream, target.remote, target.branch):
@@ -206,7 +219,8 @@ def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> 
             hint="nothing is lost: the bot's commits stay in this clone (git log); clone the lab again and "
             "run the bot there, or rebase them by hand",
         )
-    conflicts = repo.rebase(upstream)
+    rewritten = bool(published) and repo.is_ancestor(published) and not repo.is_ancestor(published, upstream)
+    conflicts = repo.rebase(upstream, since=published if rewritten else "")
     while conflicts:
         checkpoint("rebasing")
         foreign = [p for p in conflicts if not p.startswith(STATUS_DIR + "/")]

@@ -333,8 +333,11 @@ class GitRepo:
             self.fetch_more(f"--deepen={step}" if step else "--unshallow", "--end-of-options", remote)
         return self.git("log", "--diff-filter=A", "--format=%H", "-1", "--", path)
 
-    def rebase(self, upstream: str) -> list[str]:
-        """Replay local commits onto `upstream`; returns the conflicted paths ([] when it finished)."""
+    def rebase(self, upstream: str, since: str = "") -> list[str]:
+        """Replay local commits onto `upstream` (only those after `since`, when given); returns the
+        conflicted paths ([] when it finished)."""
+        if since:
+            return self._rebase_step("rebase", "-q", "--autostash", "--onto", upstream, "--end-of-options", since)
         return self._rebase_step("rebase", "-q", "--autostash", "--end-of-options", upstream)
 
     def rebase_continue(self) -> list[str]:

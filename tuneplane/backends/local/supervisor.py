@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -210,7 +211,7 @@ class _Supervisor:
             message="",
             pid=child.pid,
             pgid=child.pid,
-            started_at=utc_now(),
+            started_at=_now_ms(),
         )
         pump = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
         pump.start()
@@ -309,5 +310,12 @@ class _Supervisor:
             reason=reason,
             message=message,
             exit_code=exit_code,
-            finished_at=utc_now(),
+            finished_at=_now_ms(),
         )
+
+
+def _now_ms() -> str:
+    """Now in UTC to the millisecond: the run's start and end are what its duration is read from, and
+    a run of seconds shows it as `12.3s` (other times in a status stay to the second)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"

@@ -1,0 +1,105 @@
+"""A run that ends while the metrics receiver cannot be reached keeps its metrics coming.
+
+The bot used to record the end with no metrics and stop watching the run, so its summary and chart were
+lost for good although the receiver held them. Real git, the fake API server for the cluster, and a
+real receiver (`IngestServer`) that is down at the first sync and up at the second.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from fakekube import FakeKube
+from helpers_git import backend_factory, git, kube_lab, quiet
+
+from tuneplane.constants import utc_now
+from tuneplane.gitops.bot import reconcile, sync
+from tuneplane.ingest import mint_token
+from tuneplane.ingest.server import IngestServer
+from tuneplane.lab.runs import RunKey, mark_cancel, read_status
+from tuneplane.plan.names import object_name
+
+pytest_plugins = ("fakekube",)
+SECRET = b"k" * 32
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _post(url: str, run_id: str, points: list[tuple[str, int, float]]) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = {"run_id": run_id, "points": [{"key": k, "step": s, "value": v, "ts": "2025-01-01T00:00:00+00:00"}
+                                         for k, s, v in points]}
+    conn.request("POST", "/metrics", body=json.dumps(body).encode(),
+                 headers={"X-TunePlane-Token": mint_token(SECRET, run_id)})
+    assert conn.getresponse().status < 300
+    conn.close()
+
+
+def test_metrics_the_receiver_could_not_give_at_the_end_are_read_on_a_later_sync(
+    tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot, (run_id,) = kube_lab(tmp_path)
+    port = _free_port()  # nothing listens there yet: the receiver is down
+    config = bot / "tuneplane.yaml"
+    config.write_text(config.read_text().replace('    endpoint: ""', f'    endpoint: "http://127.0.0.1:{port}"', 1))
+    git(bot, "commit", "-qam", "the lab's receiver")
+    monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", SECRET.decode())
+    reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+    fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
+        "startTime": "2025-01-01T00:00:00Z", "completionTime": utc_now(),  # it ended just now
+        "conditions": [{"type": "Complete", "status": "True"}]})
+    lines: list[str] = []
+
+    sync(bot, backends=backend_factory(fake_kube), echo=lines.append)
+
+    status = read_status(bot, RunKey("demo", run_id))
+    assert status.phase == "Succeeded" and not status.metrics
+    assert any("next sync asks again" in line for line in lines), lines
+    assert json.loads((bot / "status/index.json").read_text())["active"] == {f"demo/{run_id}": "Succeeded+metrics"}
+
+    mark_cancel(bot, RunKey("demo", run_id))  # a cancel merged after the end changes nothing
+    git(bot, "commit", "-qam", "cancel it, too late")
+    assert not reconcile(bot, backends=backend_factory(fake_kube), echo=quiet).cancelled
+    assert read_status(bot, RunKey("demo", run_id)).phase == "Succeeded"
+
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET, port=port).start()
+    try:
+        _post(server.url, run_id, [("train/loss", 1, 2.0), ("train/loss", 2, 1.0)])
+        report = sync(bot, backends=backend_factory(fake_kube), echo=quiet)
+    finally:
+        server.stop()
+
+    status = read_status(bot, RunKey("demo", run_id))
+    assert report.updated == [f"demo/{run_id}"] and status.metrics == {"train/loss": 1.0}
+    assert (bot / f"status/demo/{run_id}.svg").is_file()
+    assert json.loads((bot / "status/index.json").read_text())["active"] == {}
+    assert sync(bot, backends=backend_factory(fake_kube), echo=quiet).commit is None  # nothing left to ask
+
+
+def test_a_run_long_ended_is_not_asked_about_forever(
+    tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot, (run_id,) = kube_lab(tmp_path)
+    config = bot / "tuneplane.yaml"
+    gone = f'    endpoint: "http://127.0.0.1:{_free_port()}"'
+    config.write_text(config.read_text().replace('    endpoint: ""', gone, 1))
+    git(bot, "commit", "-qam", "a receiver that is gone for good")
+    monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", SECRET.decode())
+    reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+    fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
+        "startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",  # ended long ago
+        "conditions": [{"type": "Complete", "status": "True"}]})
+
+    sync(bot, backends=backend_factory(fake_kube), echo=quiet)
+
+    assert read_status(bot, RunKey("demo", run_id)).phase == "Succeeded"
+    assert json.loads((bot / "status/index.json").read_text())["active"] == {}
