@@ -382,8 +382,7 @@ def finished_lab(tmp: Path, n: int) -> Path:
     """`n` finished runs written in a few commits, then one bot run (it builds the ledger)."""
     from helpers_git import request
 
-    from tuneplane.gitops.record import status_text
-    from tuneplane.lab.runs import RunKey, dump_request
+    from tuneplane.lab.runs import RunKey, dump_request, status_text
 
     remote = make_remote(tmp)
     lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",

@@ -28,6 +28,7 @@ from tuneplane.lab.runs import (
     read_status,
     request_keys,
     status_keys,
+    status_text,
     write_request,
     write_status,
 )
@@ -224,6 +225,26 @@ def test_metrics_take_canonical_names_primary_first_and_keep_short_history() -> 
     assert named.metric_history["train/loss"] == [float(i) for i in range(30, 50)]  # the last 20
     default = with_metrics(status(), summary, series, [])  # custom: train/loss first, hardware last
     assert list(default.metrics)[0] == "train/loss" and list(default.metrics)[-1] == "hw/gpu_util"
+
+
+def test_a_status_file_keeps_its_metrics_in_reading_order(tmp_path: Path) -> None:
+    """Primary first, hardware last in the file too (a reader of the JSON sees what the dashboard
+    shows); every other key stays sorted, and a local run's file and the bot's are written alike."""
+    from tuneplane.metrics.vocab import Vocabulary
+
+    summary = {"loss": {"last": 0.1, "count": 5}, "accuracy": {"last": 0.9, "count": 2},
+               "hw/gpu_util": {"last": 99.0, "count": 5}}
+    series = {"loss": [0.3, 0.2, 0.1], "accuracy": [0.5, 0.9], "hw/gpu_util": [98.0, 99.0]}
+    vocab = Vocabulary.of({"accuracy": "validation/accuracy"}, ["validation/accuracy"])
+    named = with_metrics(status("Succeeded"), summary, series, list(vocab.primary), vocab)
+    order = ["validation/accuracy", "train/loss", "hw/gpu_util"]
+    path = write_status(tmp_path, named)
+    on_disk = json.loads(path.read_text(encoding="utf-8"))
+    assert list(on_disk["metrics"]) == order and list(on_disk["metric_history"]) == order
+    assert list(on_disk) == sorted(on_disk) and list(on_disk["provenance"]) == sorted(on_disk["provenance"])
+    assert path.read_text(encoding="utf-8") == status_text(named)
+    assert '"train/loss": [0.3, 0.2, 0.1]' in status_text(named)  # a sparkline stays on one line
+    assert list(read_status(tmp_path, RunKey("demo", named.run_id)).metrics) == order
 
 
 # ── the dashboard and conflicts ──────────────────────────────────────────────────────────────────

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections import Counter
 from pathlib import Path
@@ -21,7 +20,7 @@ from tuneplane.gitops import dashboard
 from tuneplane.gitops.ledger import LEDGER, Ledger
 from tuneplane.lab.fs import atomic_write, atomic_write_all
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, STATUS_SCHEMA, RunKey
+from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, status_text
 from tuneplane.models.run import RunStatus
 
 
@@ -241,16 +240,6 @@ class Batch:
         seen to end): committed, or every later run would have to look again."""
         committed = self.repo.show("HEAD", LEDGER) if self.repo.has_commits() else None
         return committed is None or committed.rstrip("\n") != self.ledger.dump().rstrip("\n")
-
-
-_NUMBERS = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")
-
-
-def status_text(status: RunStatus) -> str:
-    """A status file: indented JSON with sorted keys, number lists on one line (they are sparklines)."""
-    data = {"$schema": STATUS_SCHEMA, **status.model_dump(mode="json", by_alias=True)}  # editors find its schema
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
-    return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
 
 
 def committed_ledger(repo: GitRepo) -> Ledger:

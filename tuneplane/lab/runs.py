@@ -7,6 +7,7 @@ file is created exclusively, so a collision is refused, never overwritten).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -20,7 +21,7 @@ import yaml
 from ruamel.yaml import YAML
 
 from tuneplane.errors import UsageError
-from tuneplane.lab.fs import atomic_write, present, read_text, write_json
+from tuneplane.lab.fs import atomic_write, present, read_text
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml
@@ -273,5 +274,27 @@ _STATUS_HINT = "the bot owns status/: restore the file from git (`git checkout -
 def write_status(root: Path, status: RunStatus) -> Path:
     """Atomically (temp file + rename), so a reader or a killed bot never sees half a file."""
     path = root / RunKey(status.experiment, status.run_id).status_rel
-    write_json(path, {"$schema": STATUS_SCHEMA, **status.model_dump(mode="json", by_alias=True)})
+    atomic_write(path, status_text(status))
     return path
+
+
+_NUMBERS = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")
+_IN_READING_ORDER = ("metrics", "metric_history")  # primary first, hardware last, as every view shows them
+
+
+def status_text(status: RunStatus) -> str:
+    """A status file, as the bot and a local run write it: indented JSON with sorted keys (small,
+    stable diffs), except the metrics, which keep their reading order; number lists on one line
+    (they are sparklines)."""
+    data = {"$schema": STATUS_SCHEMA, **status.model_dump(mode="json", by_alias=True)}
+    ordered = {key: data[key] if key in _IN_READING_ORDER else _sorted(data[key]) for key in sorted(data)}
+    text = json.dumps(ordered, indent=2, ensure_ascii=False)
+    return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
