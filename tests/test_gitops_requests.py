@@ -188,3 +188,30 @@ def test_a_catalog_recipe_reads_each_set_by_its_type_alike_in_render_submit_and_
     assert from_flags.out == from_file.out  # type: ignore[attr-defined]
     again = tp("rerun", request_file.stem)
     assert again.code == 0 and "same job as the original" in again.output, again.output  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("config", "env", "expected"), [
+    ({"user.name": "Ada", "user.email": "ada@lab.org"}, {"USER": "alice"}, "Ada <ada@lab.org>"),
+    ({"user.name": "Ada"}, {"USER": "alice"}, "Ada"),  # never an address git was not given
+    ({}, {"TUNEPLANE_USER": "bob", "USER": "alice"}, "bob"),
+    ({}, {"USER": "alice"}, "alice"),  # a container or login node with no git identity still names its user
+])
+def test_the_requester_is_who_asked_not_tps_own_identity(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str], env: dict[str, str],
+        expected: str) -> None:
+    import subprocess
+
+    from tuneplane.gitops.requests import requester
+    from tuneplane.lab.gitrepo import GitRepo
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no global git identity
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in ("TUNEPLANE_USER", "USER", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
+                 "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "lab")], check=True)
+    for key, value in config.items():
+        subprocess.run(["git", "-C", str(tmp_path / "lab"), "config", key, value], check=True)
+    assert requester(GitRepo(tmp_path / "lab")) == expected

@@ -8,16 +8,17 @@ names who asks, as the request's commit will (so `tp render EXP` shows the annot
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from tuneplane.check.params import parse_sets
 from tuneplane.check.setkeys import experiment_set_keys
-from tuneplane.constants import Scalar
+from tuneplane.constants import USER_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitFailed, GitRepo
+from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.modelparse import validate_or_raise
 from tuneplane.models.run import Inputs, RunRequest
@@ -86,15 +87,12 @@ def request_from_flags(flags: RunFlags, *, run_id: str, command: str, **recorded
 
 
 def requester(repo: GitRepo) -> str:
-    """`Name <email>` of the commit that records a request: git's identity, tp's own for a part git lacks
-    (what `GitRepo.ensure_identity` gives the repository before `tp submit` commits); nothing is written."""
-    parts = []
-    for key, fallback in (("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)):
-        try:
-            parts.append(repo.git("config", "--get", key) or fallback)
-        except GitFailed:
-            parts.append(fallback)
-    return f"{parts[0]} <{parts[1]}>"
+    """Who asks for a run, for its request and the job's `requested-by`: git's identity (`Name <email>`,
+    or the half git has), else `$TUNEPLANE_USER`, else `$USER`, so a container or login node with no
+    git identity still names its user; tp's own identity only when nothing names anyone. Render and
+    submit both ask here, so a preview names the requester its submitted request will."""
+    return (repo.identity() or os.environ.get(USER_ENV, "").strip() or os.environ.get("USER", "").strip()
+            or f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>")
 
 
 _DURATION = lazy_pattern(r"^\s*(\d+)\s*([smhd]?)\s*$")
