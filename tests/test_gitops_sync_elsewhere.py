@@ -1,8 +1,9 @@
 """A local run of another machine, its status pushed while it ran (`tp submit --local` on a laptop).
 
 The bot cannot see that machine's run directory. It used to record the run `Failed (Lost)`, over the
-status the laptop commits when the run ends; it now leaves the status as committed and stops watching
-it, and takes the laptop's later status as it comes. A run directory removed on the bot's own machine
+status the laptop commits when the run ends; it now leaves the status as committed, keeps the run among
+those it watches (its storage may only be out of sight for a while: a mount missing for one pass), and
+takes the laptop's later status as it comes. A run directory removed on the bot's own machine
 (the folders above it still there) is still reported lost. Real git, the real local backend.
 """
 
@@ -34,6 +35,14 @@ def _laptop_status(root: Path, storage: Path, phase: str) -> None:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", f"tp submit --local: {phase}")
     git(root, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_running_local_run_of_another_machine_is_left_to_that_machine(tmp_path: Path) -> None:
@@ -73,13 +82,59 @@ def test_a_run_directory_removed_on_the_bots_own_machine_is_still_lost(tmp_path:
     while not (read_state(run_dir) or {}).get("pgid"):  # the supervisor started the trainer
         assert time.monotonic() < deadline, "the local run did not start"
         time.sleep(0.1)
+    state = read_state(run_dir) or {}
     try:
-        os.killpg(int((read_state(run_dir) or {})["pgid"]), 9)
+        os.killpg(int(state["pgid"]), 9)
     except ProcessLookupError:
         pass
+    supervisor = int(state["supervisor_pid"])
+    while _alive(supervisor):  # it records the end, then leaves
+        assert time.monotonic() < deadline + 30, "the run's supervisor did not leave"
+        time.sleep(0.05)
     shutil.rmtree(run_dir)  # its parents stay: this machine's storage
 
     sync(bot, echo=quiet)
 
     after = read_status(bot, RunKey("demo", RUN))
     assert after.phase == "Failed" and after.reason == "Lost"
+
+
+def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_path: Path) -> None:
+    """The bot's own local run, its storage gone for one pass (a mount missing, another runner): the
+    next sync that sees it again records its end, and the bot is not idle while it runs."""
+    from tuneplane.backends.local.files import read_state
+    from tuneplane.gitops.idle import idle
+    from tuneplane.gitops.options import BotOptions
+
+    stop = tmp_path / "stop"
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"},
+             runs=[("demo", RUN)])
+    bot = clone(remote, tmp_path / "bot")
+    reconcile(bot, echo=quiet)
+    status = read_status(bot, RunKey("demo", RUN))
+    assert status.backend is not None
+    run_dir = Path(status.backend.namespace)
+    deadline = time.monotonic() + 30
+    while not (read_state(run_dir) or {}).get("pgid"):
+        assert time.monotonic() < deadline, "the local run did not start"
+        time.sleep(0.1)
+    sync(bot, echo=quiet)
+    assert read_status(bot, RunKey("demo", RUN)).phase == "Running"
+
+    storage, hidden = run_dir.parent.parent, run_dir.parent.parent.with_name("hidden")
+    storage.rename(hidden)
+    try:
+        sync(bot, echo=quiet)
+    finally:
+        hidden.rename(storage)
+    assert read_status(bot, RunKey("demo", RUN)).phase == "Running"
+    assert idle(bot, "sync", BotOptions()) is None  # still something to watch
+
+    stop.touch()
+    deadline = time.monotonic() + 30
+    while read_status(bot, RunKey("demo", RUN)).phase == "Running":
+        assert time.monotonic() < deadline, "the bot never recorded the run's end"
+        time.sleep(0.3)
+        sync(bot, echo=quiet)
+    assert read_status(bot, RunKey("demo", RUN)).phase == "Succeeded"

@@ -62,9 +62,11 @@ def _sync_one(
         report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
         return
     if elsewhere(backend, ref) and status.phase not in TERMINAL:
-        batch.ledger.active.pop(str(key), None)  # its machine records its end; this one cannot see it
-        echo(f"  {key}: a local run of another machine (no {ref.namespace} here): its status is left as "
-             "committed; the machine that runs it commits its end")
+        # Still watched: its machine may commit its end, or its storage may be back on the next pass
+        # (a mount missing for once, another runner); either way no sync may forget it.
+        echo(f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
+             f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
+             "end, or the next sync that sees it does")
         return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
         new: RunStatus | None = status  # it ended; only its metrics are left to read
