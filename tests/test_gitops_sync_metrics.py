@@ -103,3 +103,66 @@ def test_a_run_long_ended_is_not_asked_about_forever(
 
     assert read_status(bot, RunKey("demo", run_id)).phase == "Succeeded"
     assert json.loads((bot / "status/index.json").read_text())["active"] == {}
+
+
+def test_a_receiver_that_refuses_the_bots_secret_is_reported_once_and_waited_for_by_no_run(
+    tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot, (run_id,) = kube_lab(tmp_path)
+    port = _free_port()
+    config = bot / "tuneplane.yaml"
+    config.write_text(config.read_text().replace('    endpoint: ""', f'    endpoint: "http://127.0.0.1:{port}"', 1))
+    git(bot, "commit", "-qam", "the lab's receiver")
+    monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", SECRET.decode())
+    reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+    fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
+        "startTime": "2025-01-01T00:00:00Z", "completionTime": utc_now(),
+        "conditions": [{"type": "Complete", "status": "True"}]})
+    server = IngestServer(tmp_path / "ingest.sqlite", b"z" * 32, port=port).start()  # a rotated secret
+    lines: list[str] = []
+    try:
+        report = sync(bot, backends=backend_factory(fake_kube), echo=lines.append)
+    finally:
+        server.stop()
+
+    assert read_status(bot, RunKey("demo", run_id)).phase == "Succeeded"
+    assert not any("next sync asks again" in line for line in lines), lines
+    assert len(report.errors) == 1 and "HTTP 403" in report.errors[0], report.errors
+    assert "TUNEPLANE_INGEST_SECRET" in report.errors[0]
+    assert json.loads((bot / "status/index.json").read_text())["active"] == {}  # the bot can be idle again
+
+
+def test_a_receiver_that_never_answers_costs_one_timeout_per_sync_not_one_per_run() -> None:
+    import threading
+
+    from tuneplane.gitops.sync import IngestReader
+    from tuneplane.models.run import RunStatus
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept() -> None:  # takes every connection and never answers
+        listener.settimeout(0.1)
+        while not done.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    reader = IngestReader(f"http://127.0.0.1:{listener.getsockname()[1]}", SECRET, timeout=0.5)
+    try:
+        for n in range(3):
+            status = RunStatus(experiment="demo", run_id=f"20250101-000000-00000{n}", phase="Succeeded")
+            assert reader.read(status) == ({}, {}) and reader.unreachable
+    finally:
+        done.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+    assert len(accepted) == 1, accepted  # the first run's read timed out; the others did not ask

@@ -42,6 +42,8 @@ def _sync_all(bot: BotPass, echo: Echo) -> None:
     for key, raw in sorted(bot.work.active.items()):
         if raw is not None:
             _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo)
+    if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
+        bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
 
 
 def _sync_one(
@@ -202,11 +204,18 @@ def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | Non
 
 
 class IngestReader:
-    """Metrics of cluster runs from the lab's ingest receiver, with a token minted per run."""
+    """Metrics of cluster runs from the lab's ingest receiver, with a token minted per run.
 
-    def __init__(self, endpoint: str, secret: bytes) -> None:
-        self.endpoint, self.secret = endpoint, secret
+    One reader serves one sync. A receiver that gives no answer (down, hanging) costs one `timeout`
+    per sync, not one per run and key: once it has failed, the rest of the sync does not ask again and
+    its runs wait for the next sync. A receiver that answers with a refusal (a 4xx: the bot's secret
+    is not the receiver's) is reported, and no run waits for it: asking again would not help."""
+
+    def __init__(self, endpoint: str, secret: bytes, timeout: float = 10.0) -> None:
+        self.endpoint, self.secret, self.timeout = endpoint, secret, timeout
         self.unreachable = False  # the last read failed (no answer, an error): not the same as no metrics
+        self.down = False  # no answer once in this sync: not asked again until the next one
+        self.refused = ""  # what the receiver answered when it refused, with the hint
 
     @classmethod
     def from_env(cls, lab: Lab) -> IngestReader:
@@ -214,7 +223,7 @@ class IngestReader:
 
     def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
         self.unreachable = False
-        found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t)) or {}
+        found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t, self.timeout)) or {}
         history = self.series(status, list(found))
         return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
 
@@ -229,7 +238,7 @@ class IngestReader:
         out: dict[str, list[Any]] = {}
         for key in keys:
             def fetch(c: Any, t: str, k: str = key) -> Any:
-                return getattr(c, reader)(self.endpoint, status.run_id, k, t)
+                return getattr(c, reader)(self.endpoint, status.run_id, k, t, self.timeout)
 
             points = self._call(status, fetch)
             if points:
@@ -237,12 +246,22 @@ class IngestReader:
         return out
 
     def _call(self, status: RunStatus, fn: Callable[[Any, str], Any]) -> Any:
-        if not self.endpoint or not self.secret:
+        if not self.endpoint or not self.secret or self.refused:
+            return None
+        if self.down:
+            self.unreachable = True
             return None
         from tuneplane.ingest import client, mint_token  # lazy: only cluster runs with a receiver
 
         try:
             return fn(client, mint_token(self.secret, status.run_id))
-        except Exception:  # metrics are a nicety: an unreachable receiver must not stop the sync
-            self.unreachable = True
+        except client.ReceiverError as exc:
+            if exc.answered:
+                self.refused = (f"{exc.message}; check that {INGEST_SECRET_ENV} is the receiver's secret and "
+                                "cluster.ingest.endpoint in tuneplane.yaml is the receiver")
+            else:
+                self.unreachable = self.down = True
+            return None
+        except Exception:  # metrics are a nicety: an unexpected failure must not stop the sync
+            self.unreachable = self.down = True
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -9,6 +10,16 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from tuneplane.errors import UsageError
+
+
+class ReceiverError(UsageError):
+    """The receiver could not be read. `answered`: it answered, and refused (a 4xx: the token, the run
+    id) or is no TunePlane receiver (the answer's shape); asking again will not help. Otherwise it gave
+    no answer (down, a timeout) or failed itself (a 5xx), which may pass."""
+
+    def __init__(self, message: str, hint: str = "", *, answered: bool) -> None:
+        super().__init__(message, hint)
+        self.answered = answered
 
 
 def _get(endpoint: str, path: str, token: str, timeout: float) -> dict[str, Any]:
@@ -20,18 +31,22 @@ def _get(endpoint: str, path: str, token: str, timeout: float) -> dict[str, Any]
         request = urllib.request.Request(url, headers={"X-TunePlane-Token": token, "Accept": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answer = json.loads(response.read())
-        if not isinstance(answer, dict):
-            raise ValueError("the answer is not a JSON object")
-        return answer
     except urllib.error.HTTPError as exc:
         detail = _error_of(exc.read())
         hint = "check the run id and the token (or --secret-file)" if exc.code in (401, 403) else ""
         message = f"the ingest receiver at {endpoint} answered HTTP {exc.code}: {detail}"
-        raise UsageError(message, hint) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ReceiverError(message, hint, answered=exc.code < 500) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # no (whole) answer
         reason = getattr(exc, "reason", exc)
-        raise UsageError(f"cannot read from the ingest receiver at {endpoint}: {reason}",
-                         "check --endpoint and that the receiver is running") from None
+        raise ReceiverError(f"cannot read from the ingest receiver at {endpoint}: {reason}",
+                            "check --endpoint and that the receiver is running", answered=False) from None
+    except ValueError as exc:
+        raise ReceiverError(f"the ingest receiver at {endpoint} sent no JSON ({exc})",
+                            "check that --endpoint is a TunePlane ingest receiver", answered=True) from None
+    if not isinstance(answer, dict):
+        raise ReceiverError(f"the ingest receiver at {endpoint} sent an answer of the wrong shape (not a JSON object)",
+                            "check that --endpoint is a TunePlane ingest receiver", answered=True)
+    return answer
 
 
 def _error_of(data: bytes) -> str:
@@ -52,8 +67,8 @@ class _Shape:
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if kind is not None and issubclass(kind, (TypeError, ValueError, AttributeError, KeyError)):
-            raise UsageError(f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
-                             "check that --endpoint is a TunePlane ingest receiver") from None
+            raise ReceiverError(f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
+                                "check that --endpoint is a TunePlane ingest receiver", answered=True) from None
 
 
 def fetch_summary(endpoint: str, run_id: str, token: str, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
