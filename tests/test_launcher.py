@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 
 from tuneplane import __version__
 from tuneplane.constants import CONFIG_ERROR_EXIT
+from tuneplane.ingest import mint_token
 from tuneplane.launcher import PythonEntry, python_entry, version_admits
 from tuneplane.runtime.digest import tree_digest
 
@@ -102,6 +103,13 @@ def write_jobspec(
     }
     (work / ".tuneplane").mkdir(exist_ok=True)
     (work / ".tuneplane" / "jobspec.json").write_text(json.dumps(spec), encoding="utf-8")
+
+
+def reporting_env(work: Path, endpoint: str, secret: bytes, run: str, out: Path, **extra: str) -> dict[str, str]:
+    """The launcher's environment with reporting on: a job token for `run` at `endpoint`, and `extra`."""
+    return dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1", TUNEPLANE_JOB_ENDPOINT=endpoint,
+                TUNEPLANE_JOB_RUN_ID=run, TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
+                **extra)
 
 
 def launch(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -464,7 +472,7 @@ def test_the_collectors_last_pass_finishes_before_the_launcher_exits(work: Path,
     collected, so the launcher waits for the collector's last pass instead of exec'ing."""
     import signal
 
-    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest import series
     from tuneplane.ingest.server import IngestServer
 
     secret, run = b"l" * 32, "run-launch"
@@ -474,11 +482,8 @@ def test_the_collectors_last_pass_finishes_before_the_launcher_exits(work: Path,
     write_jobspec(work, [], ["sh", "-c", f"sleep 0.5; printf '{lines}' > {out}/m.jsonl; exit 3"])
     server = IngestServer(tmp_path / "ingest.sqlite", secret).start()
     try:
-        env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
-                   TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run,
-                   TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
-                   TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
-                   TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02")
+        env = reporting_env(work, server.url, secret, run, out, TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02",
+                            TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]))
         log = tmp_path / "launcher.log"
         with log.open("wb") as sink:  # a file, not a pipe: waiting must not wait for the collector too
             proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
@@ -525,7 +530,7 @@ def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, t
     """torchrun's ranks re-enter the launcher with RANK set; rank 0's must not start a second
     collector beside the first (it would wait for the out dir's lock and hold the rank's exit)."""
     pytest.importorskip("torch.distributed.run")
-    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest import series
     from tuneplane.ingest.server import IngestServer
 
     secret, run = b"r" * 32, "run-ranks"
@@ -536,11 +541,9 @@ def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, t
                              "--nproc_per_node", "2", "-m", "tuneplane.launcher", str(work / "probe.py")])
     server = IngestServer(tmp_path / "ingest.sqlite", secret).start()
     try:
-        env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
-                   TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run,
-                   TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
-                   TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
-                   TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02", OMP_NUM_THREADS="1")
+        env = reporting_env(work, server.url, secret, run, out, TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02",
+                            TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
+                            OMP_NUM_THREADS="1")
         for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR"):
             env.pop(name, None)
         proc = subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
@@ -578,7 +581,7 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Pat
     import socket
     import time
 
-    from tuneplane.ingest import mint_token, series
+    from tuneplane.ingest import series
     from tuneplane.ingest.server import IngestServer
 
     secret, run = b"u" * 32, "run-unsent"
@@ -591,10 +594,8 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Pat
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1",
-               TUNEPLANE_JOB_ENDPOINT=f"http://127.0.0.1:{port}", TUNEPLANE_JOB_RUN_ID=run,
-               TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
-               TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
+    env = reporting_env(work, f"http://127.0.0.1:{port}", secret, run, out,
+                        TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
     for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
                  "TUNEPLANE_METRICS_NATIVE"):
         env.pop(name, None)
