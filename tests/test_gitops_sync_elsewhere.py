@@ -16,6 +16,7 @@ from pathlib import Path
 
 from helpers_git import BRANCH, clone, git, make_remote, quiet, seed_lab
 
+from tuneplane.backends.local.files import read_state
 from tuneplane.gitops.bot import reconcile, sync
 from tuneplane.lab.runs import RunKey, read_status, write_status
 from tuneplane.models.run import BackendObject, RunStatus, Transition
@@ -35,6 +36,19 @@ def _laptop_status(root: Path, storage: Path, phase: str) -> None:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", f"tp submit --local: {phase}")
     git(root, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+
+def _started(bot: Path) -> tuple[Path, float]:
+    """After the bot's reconcile: the run's directory once its supervisor started the trainer, and the
+    deadline the test waits by."""
+    status = read_status(bot, RunKey("demo", RUN))
+    assert status.backend is not None
+    run_dir = Path(status.backend.namespace)
+    deadline = time.monotonic() + 30
+    while not (read_state(run_dir) or {}).get("pgid"):
+        assert time.monotonic() < deadline, "the local run did not start"
+        time.sleep(0.1)
+    return run_dir, deadline
 
 
 def _alive(pid: int) -> bool:
@@ -73,15 +87,7 @@ def test_a_run_directory_removed_on_the_bots_own_machine_is_still_lost(tmp_path:
     seed_lab(remote, tmp_path / "seed", {"demo": "sleep 30\n"}, runs=[("demo", RUN)])
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, echo=quiet)
-    status = read_status(bot, RunKey("demo", RUN))
-    assert status.backend is not None
-    run_dir = Path(status.backend.namespace)
-    from tuneplane.backends.local.files import read_state
-
-    deadline = time.monotonic() + 30
-    while not (read_state(run_dir) or {}).get("pgid"):  # the supervisor started the trainer
-        assert time.monotonic() < deadline, "the local run did not start"
-        time.sleep(0.1)
+    run_dir, deadline = _started(bot)
     state = read_state(run_dir) or {}
     try:
         os.killpg(int(state["pgid"]), 9)
@@ -102,7 +108,6 @@ def test_a_run_directory_removed_on_the_bots_own_machine_is_still_lost(tmp_path:
 def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_path: Path) -> None:
     """The bot's own local run, its storage gone for one pass (a mount missing, another runner): the
     next sync that sees it again records its end, and the bot is not idle while it runs."""
-    from tuneplane.backends.local.files import read_state
     from tuneplane.gitops.idle import idle
     from tuneplane.gitops.options import BotOptions
 
@@ -112,13 +117,7 @@ def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_p
              runs=[("demo", RUN)])
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, echo=quiet)
-    status = read_status(bot, RunKey("demo", RUN))
-    assert status.backend is not None
-    run_dir = Path(status.backend.namespace)
-    deadline = time.monotonic() + 30
-    while not (read_state(run_dir) or {}).get("pgid"):
-        assert time.monotonic() < deadline, "the local run did not start"
-        time.sleep(0.1)
+    run_dir, deadline = _started(bot)
     sync(bot, echo=quiet)
     assert read_status(bot, RunKey("demo", RUN)).phase == "Running"
 

@@ -44,11 +44,11 @@ def _post(url: str, run_id: str, points: list[tuple[str, int, float]]) -> None:
     conn.close()
 
 
-def test_metrics_the_receiver_could_not_give_at_the_end_are_read_on_a_later_sync(
-    tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _ended_run(tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, int]:
+    """A lab whose receiver is at the returned port (nothing listens there yet), its run submitted by
+    the bot and just ended on the cluster."""
     bot, (run_id,) = kube_lab(tmp_path)
-    port = _free_port()  # nothing listens there yet: the receiver is down
+    port = _free_port()
     config = bot / "tuneplane.yaml"
     config.write_text(config.read_text().replace('    endpoint: ""', f'    endpoint: "http://127.0.0.1:{port}"', 1))
     git(bot, "commit", "-qam", "the lab's receiver")
@@ -57,6 +57,13 @@ def test_metrics_the_receiver_could_not_give_at_the_end_are_read_on_a_later_sync
     fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
         "startTime": "2025-01-01T00:00:00Z", "completionTime": utc_now(),  # it ended just now
         "conditions": [{"type": "Complete", "status": "True"}]})
+    return bot, run_id, port
+
+
+def test_metrics_the_receiver_could_not_give_at_the_end_are_read_on_a_later_sync(
+    tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot, run_id, port = _ended_run(tmp_path, fake_kube, monkeypatch)  # the receiver is down
     lines: list[str] = []
 
     sync(bot, backends=backend_factory(fake_kube), echo=lines.append)
@@ -108,16 +115,7 @@ def test_a_run_long_ended_is_not_asked_about_forever(
 def test_a_receiver_that_refuses_the_bots_secret_is_reported_once_and_waited_for_by_no_run(
     tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bot, (run_id,) = kube_lab(tmp_path)
-    port = _free_port()
-    config = bot / "tuneplane.yaml"
-    config.write_text(config.read_text().replace('    endpoint: ""', f'    endpoint: "http://127.0.0.1:{port}"', 1))
-    git(bot, "commit", "-qam", "the lab's receiver")
-    monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", SECRET.decode())
-    reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
-    fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
-        "startTime": "2025-01-01T00:00:00Z", "completionTime": utc_now(),
-        "conditions": [{"type": "Complete", "status": "True"}]})
+    bot, run_id, port = _ended_run(tmp_path, fake_kube, monkeypatch)
     server = IngestServer(tmp_path / "ingest.sqlite", b"z" * 32, port=port).start()  # a rotated secret
     lines: list[str] = []
     try:
