@@ -297,6 +297,18 @@ def test_a_flag_of_the_wrong_form_is_told_its_form(lab: Path, tp: Callable[..., 
     assert result.code == 2  # type: ignore[attr-defined]
     assert f"the command line: {flag[2:].replace('-', '_')}:" in result.output  # type: ignore[attr-defined]
     assert f"hint: {form}" in result.output and "tp render --help" in result.output  # type: ignore[attr-defined]
+    assert f"{value!r} does not have the form this key takes" in result.output  # type: ignore[attr-defined]
+    assert "should match pattern" not in result.output  # type: ignore[attr-defined]  # the form, not a regex
+
+
+def test_a_value_of_the_wrong_form_without_a_description_gets_the_pattern_in_the_hint() -> None:
+    """A key no description explains (a digest in a lock) still says what it must match."""
+    text = ('{"apiVersion": "tuneplane/recipe-lock/v1", "recipe": {"name": "custom/custom", "version": "1",'
+            ' "digest": "sha256:abc", "manifest_digest": "sha256:abc", "template_digest": "sha256:abc"}}')
+    _model, problems = parse_model(RecipeLock, parse_json(text, "recipe.lock.json"), "schema")
+    digest = next(p for p in problems if p.message.startswith("recipe.digest:"))
+    assert digest.message == "recipe.digest: 'sha256:abc' does not have the form this key takes"
+    assert "`^sha256:[0-9a-f]{64}$`" in digest.hint and digest.line == 1, digest
 
 
 @pytest.mark.parametrize("args", [("validate",), ("render", "exp", "--profile", "local"), ("bot", "reconcile")])

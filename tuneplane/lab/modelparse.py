@@ -117,6 +117,8 @@ def field_description(model: type[BaseModel], loc: list[Any]) -> str:
 
 def error_reason(err: Any) -> str:
     """pydantic's message for a wrong value, without its "Value error, " prefix, with the value it got."""
+    if err["type"] == "string_pattern_mismatch" and "input" in err:  # the hint gives the form, not a regex here
+        return f"{err['input']!r} does not have the form this key takes"
     message = str(err["msg"]).removeprefix("Value error, ")
     if "input" in err and not isinstance(err["input"], (dict, list)) and err["type"] != "value_error":
         message += f" (got {err['input']!r})"
@@ -142,7 +144,9 @@ def value_hint(err: Any, key: str, described: str = "") -> str:
     if described and (kind == "string_pattern_mismatch" or kind.endswith(("_type", "_parsing"))):
         return f"{key}: {described}"
     if kind == "string_pattern_mismatch":
-        return f"write it in the form {_SCHEMAS} gives for this key"
+        pattern = context.get("pattern", "")
+        return (f"write it to match `{pattern}` ({_SCHEMAS} describes the key)" if pattern
+                else f"write it in the form {_SCHEMAS} gives for this key")
     for prefix, what in _WRITE.items():
         if kind.startswith(prefix + "_"):
             return "write " + what.format(key=key or "key")
