@@ -321,6 +321,36 @@ def test_tp_job_metrics_errors(receiver: IngestServer, cli: Any) -> None:
         assert result.exit_code == 2 and "http:// or https://" in result.output, result.output
 
 
+@pytest.mark.parametrize("verb", ["metrics", "compare"])
+def test_tp_job_metrics_outside_a_lab_says_so(tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch,
+                                              verb: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TUNEPLANE_INGEST_DB", raising=False)
+    result = cli("job", verb, "r1", *(["r2"] if verb == "compare" else []))
+    assert result.exit_code == 2
+    assert f"not inside a TunePlane lab: no tuneplane.yaml in {tmp_path.resolve()} or above" in result.output
+    assert "--db PATH or --endpoint URL" in result.output, result.output
+
+
+def test_tp_job_metrics_reads_the_labs_store_from_any_folder_of_the_lab(
+        tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab's receiver keeps `.tuneplane/ingest.sqlite` at the lab's root, not in the folder tp runs in."""
+    lab = tmp_path / "lab"
+    (lab / "experiments" / "demo").mkdir(parents=True)
+    (lab / "tuneplane.yaml").write_text("version: tuneplane/v1\nname: lab\n")
+    server = IngestServer(lab / ".tuneplane" / "ingest.sqlite", SECRET).start()
+    try:
+        request(server.url, "POST", "/metrics", metrics_body("r1", [("train/loss", 1, 0.5)]),
+                token=mint_token(SECRET, "r1"))
+    finally:
+        server.stop()
+    monkeypatch.chdir(lab / "experiments" / "demo")
+    monkeypatch.delenv("TUNEPLANE_INGEST_DB", raising=False)
+    result = cli("job", "metrics", "r1")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["key", "train/loss"]
+
+
 def test_tp_job_metrics_from_an_endpoint_that_is_not_a_receiver(cli: Any) -> None:
     import http.server
     import threading

@@ -24,7 +24,7 @@ def metrics(
     endpoint: Annotated[str | None, typer.Option(
         help="Read from a receiver at this URL instead of a database.")] = None,
     db: Annotated[Path | None, typer.Option(
-        help="SQLite database of the receiver (default .tuneplane/ingest.sqlite).")] = None,
+        help="SQLite database of the receiver (default: the lab's .tuneplane/ingest.sqlite).")] = None,
     token: Annotated[str | None, typer.Option(envvar=JOB_TOKEN,
                                               help="Run token for --endpoint.")] = None,
     secret_file: Annotated[Path | None, typer.Option(
@@ -147,8 +147,14 @@ class _Target:
 
         self.run_id, self.method, self.store = run, "", None
         self.params: dict[str, Any] = {}
+        self.root: Path | None = None
+        self.outside = ""  # why no lab is here, when none is
         try:
-            root = find_lab_root()
+            self.root = root = find_lab_root()
+        except UsageError as exc:
+            self.outside = exc.message
+            return
+        try:
             key = find_run(root, run)
         except UsageError as exc:
             if "matches" in str(exc):  # ambiguous: say so rather than guess
@@ -171,7 +177,12 @@ class _Target:
 def _local_reader(target: _Target, db: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane import ingest
-    path = db or target.store or Path(os.environ.get("TUNEPLANE_INGEST_DB") or ingest.DEFAULT_DB)
+    given = db or target.store or (Path(os.environ["TUNEPLANE_INGEST_DB"]) if os.environ.get("TUNEPLANE_INGEST_DB")
+                                   else None)
+    if given is None and target.root is None:
+        raise UsageError(f"{target.outside}, so there is no lab's ingest database to read",
+                         "cd into the lab, or pass --db PATH or --endpoint URL")
+    path = given or (target.root or Path()) / ingest.DEFAULT_DB  # the lab's receiver keeps it at the lab's root
     if not path.exists():
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
     run_id = target.run_id
