@@ -107,6 +107,19 @@ def test_render_warns_of_an_undeclared_key_as_submit_does(plugin_lab: Path, tp: 
     assert "warning" not in rendered.out  # the rendered text stays what a job gets
 
 
+def test_a_pull_requests_diff_warns_once_of_the_changed_request(plugin_lab: Path, tp: Any) -> None:
+    """`render --changed --diff` renders the base version too; a warning is about what would run."""
+    assert tp("submit", "cls", *SUBMIT, "--set", "opsd.beta=3", cwd=plugin_lab).code == 0
+    (request,) = (plugin_lab / "runs" / "cls").glob("*.yaml")
+    request.write_text(request.read_text(encoding="utf-8").replace("opsd.beta: 3", "opsd.beta: 4"), encoding="utf-8")
+    run_git(plugin_lab, "commit", "-qam", "another beta")
+    diff = tp("render", "--changed", "--diff", "--base", "HEAD~1", cwd=plugin_lab)
+    assert diff.code == 0, diff.output
+    assert "opsd.beta" in diff.out
+    warnings = [line for line in diff.err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "opsd.beta" in warnings[0], diff.err
+
+
 def test_undeclared_key_without_plugins_is_refused_naming_plugin_params(lab: Path, tp: Any) -> None:
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
     run_git(lab, "add", "-A")

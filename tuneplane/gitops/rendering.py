@@ -153,13 +153,15 @@ class RenderContext:
 
     # rendering
 
-    def render_request(self, request: RunRequest) -> Rendered:
+    def render_request(self, request: RunRequest, *, warn: bool = True) -> Rendered:
+        """`warn`: say what `tp submit` would warn of (not for a pull request's base version, which
+        no longer runs)."""
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
         warnings: list[str] = []
         spec = resolve_prepared(self.lab, self.prepared[request.experiment], request, commit=self.commit,
                                 dirty=self.dirty, allow_dirty=True, warnings=warnings)
-        for warning in warnings:  # what `tp submit` warns of, said here too
+        for warning in warnings if warn else []:  # what `tp submit` warns of, said here too
             self.note(f"warning: {warning}")
         plan = compile_plan(spec)
         if spec.spec.resources.local:
@@ -274,7 +276,7 @@ class RenderContext:
         path = self.lab.root / rel
         before_text = self.repo.show(base, rel) if base else None
         try:
-            before = self.render_text(path, before_text) if before_text is not None else None
+            before = self.render_text(path, before_text, warn=False) if before_text is not None else None
         except UsageError:
             before = None
         try:
@@ -283,8 +285,8 @@ class RenderContext:
             return RenderedChange(rel, before, None, error=str(exc))
         return RenderedChange(rel, before, after)
 
-    def render_text(self, path: Path, text: str | None) -> str:
-        return self.text(self.render_request(self.request_from_file(path, text)))
+    def render_text(self, path: Path, text: str | None, *, warn: bool = True) -> str:
+        return self.text(self.render_request(self.request_from_file(path, text), warn=warn))
 
 
 PARALLEL_MIN = 64  # below this, starting workers costs more than it saves
