@@ -14,9 +14,10 @@ Rule = Callable[[Any], Iterator[Problem]]
 
 def experiment_rules() -> list[Rule]:
     # lazy: each rule module is loaded only when its kind of file is checked
-    from tuneplane.check.rules import config, entrypoint, launch, lint, lock, plugins, requires
+    from tuneplane.check.rules import config, entrypoint, launch, lint, lock, native, plugins, requires
 
-    return [lock.check, config.check, requires.check, entrypoint.check, plugins.check, lint.check, launch.check]
+    return [lock.check, config.check, requires.check, entrypoint.check, plugins.check, lint.check, launch.check,
+            native.check]
 
 
 def lab_rules() -> list[Rule]:
