@@ -18,7 +18,7 @@ from helpers_git import BRANCH, clone, git, make_remote, quiet, seed_lab
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.gitops.bot import reconcile, sync
-from tuneplane.lab.runs import RunKey, read_status, write_status
+from tuneplane.lab.runs import RunKey, mark_cancel, read_status, write_status
 from tuneplane.models.run import BackendObject, RunStatus, Transition
 
 RUN = "20250102-100000-00000a"
@@ -80,6 +80,24 @@ def test_a_running_local_run_of_another_machine_is_left_to_that_machine(tmp_path
     sync(bot, echo=quiet)
     assert read_status(bot, RunKey("demo", RUN)).phase == "Succeeded"
     assert "1 succeeded" in (bot / "status/README.md").read_text()
+
+
+def test_a_cancel_of_another_machines_local_run_is_left_to_that_machine(tmp_path: Path) -> None:
+    """The bot cannot stop a process on a laptop: it must not record a cancel that did not happen."""
+    remote = make_remote(tmp_path)
+    laptop = seed_lab(remote, tmp_path / "laptop", {"demo": "echo hi\n"}, runs=[("demo", RUN)])
+    _laptop_status(laptop, tmp_path / "laptop-storage", "Running")
+    bot = clone(remote, tmp_path / "bot")
+    reconcile(bot, echo=quiet)
+    sync(bot, echo=quiet)
+    mark_cancel(bot, RunKey("demo", RUN))
+    git(bot, "commit", "-qam", "cancel it")
+    lines: list[str] = []
+
+    report = reconcile(bot, echo=lines.append)
+
+    assert report.cancelled == [] and read_status(bot, RunKey("demo", RUN)).phase == "Running"
+    assert any("tp job cancel" in line and "that machine" in line for line in lines), lines
 
 
 def test_a_run_directory_removed_on_the_bots_own_machine_is_still_lost(tmp_path: Path) -> None:

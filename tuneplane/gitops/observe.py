@@ -9,6 +9,7 @@ file tells the truth even when two bots observe the same run a moment apart.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
@@ -162,3 +163,15 @@ def _is_number(value: Any) -> bool:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else "…" + text[-(MESSAGE_LIMIT - 1) :]
+
+
+def elsewhere(backend: Backend, ref: BackendRef) -> bool:
+    """A local run whose storage is not on this machine (`tp submit --local` on a laptop, its status
+    pushed while it ran): not even the folders above its run directory exist here. Such a run is not
+    lost; this machine just cannot see it, and must not record it as `Lost` over what its own machine
+    writes. (A run directory removed on this machine, its folders still there, is still reported.)"""
+    run_dir = getattr(backend, "run_dir", None)
+    if run_dir is None or ref.backend != "local":
+        return False
+    where = Path(run_dir(ref))
+    return not any(p.exists() for p in (where, where.parent, where.parent.parent))

@@ -20,7 +20,7 @@ from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
 from tuneplane.constants import TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import AWAITING
-from tuneplane.gitops.observe import backend_object, backend_ref
+from tuneplane.gitops.observe import backend_object, backend_ref, elsewhere
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.scan import Scan
 from tuneplane.gitops.session import (
@@ -96,7 +96,12 @@ def _cancel(
     ref = backend_ref(status)
     if ref is not None:
         try:
-            pool.get(ref.backend).cancel(ref)
+            backend = pool.get(ref.backend)
+            if elsewhere(backend, ref):  # a process on another machine: only that machine can stop it
+                echo(f"  {key}: a local run of another machine (no {ref.namespace} here): cancel it there "
+                     f"(`tp job cancel {key.run_id}` on that machine), which commits its end")
+                return
+            backend.cancel(ref)
         except BackendError as exc:
             report.errors.append(f"{key}: could not cancel: {exc}")
             echo(f"  ! {key}: could not cancel: {exc}")

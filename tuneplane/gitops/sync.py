@@ -18,7 +18,14 @@ from tuneplane.backends.base import Backend, BackendError, BackendRef, Observati
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import AWAITING
-from tuneplane.gitops.observe import apply_observation, backend_ref, vocabulary_of, with_artifacts, with_metrics
+from tuneplane.gitops.observe import (
+    apply_observation,
+    backend_ref,
+    elsewhere,
+    vocabulary_of,
+    with_artifacts,
+    with_metrics,
+)
 from tuneplane.gitops.record import Batch
 from tuneplane.gitops.session import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.lab.load import Lab
@@ -87,18 +94,6 @@ def _sync_one(
         echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
     elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
         batch.ledger.active.pop(str(key), None)  # read at last, or given up on
-
-
-def elsewhere(backend: Backend, ref: BackendRef) -> bool:
-    """A local run whose storage is not on this machine (`tp submit --local` on a laptop, its status
-    pushed while it ran): not even the folders above its run directory exist here. Such a run is not
-    lost; this machine just cannot see it, and must not record it as `Lost` over what its own machine
-    writes. (A run directory removed on this machine, its folders still there, is still reported.)"""
-    run_dir = getattr(backend, "run_dir", None)
-    if run_dir is None or ref.backend != "local":
-        return False
-    where = Path(run_dir(ref))
-    return not any(p.exists() for p in (where, where.parent, where.parent.parent))
 
 
 def awaiting_metrics(phase: str) -> bool:
