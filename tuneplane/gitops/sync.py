@@ -203,8 +203,8 @@ class IngestReader:
 
     One reader serves one sync. A receiver that gives no answer (down, hanging) costs one `timeout`
     per sync, not one per run and key: once it has failed, the rest of the sync does not ask again and
-    its runs wait for the next sync. A receiver that answers with a refusal (a 4xx: the bot's secret
-    is not the receiver's) is reported, and no run waits for it: asking again would not help."""
+    its runs wait for the next sync. A refusal (a 4xx: the bot's secret is not the receiver's) is
+    reported once as an error of the sync, and its runs wait too: the secret may be fixed by then."""
 
     def __init__(self, endpoint: str, secret: bytes, timeout: float = 10.0) -> None:
         self.endpoint, self.secret, self.timeout = endpoint, secret, timeout
@@ -241,9 +241,9 @@ class IngestReader:
         return out
 
     def _call(self, status: RunStatus, fn: Callable[[Any, str], Any]) -> Any:
-        if not self.endpoint or not self.secret or self.refused:
+        if not self.endpoint or not self.secret:
             return None
-        if self.down:
+        if self.down or self.refused:  # not asked again in this sync; its runs wait for the next one
             self.unreachable = True
             return None
         from tuneplane.ingest import client, mint_token  # lazy: only cluster runs with a receiver
@@ -251,11 +251,10 @@ class IngestReader:
         try:
             return fn(client, mint_token(self.secret, status.run_id))
         except client.ReceiverError as exc:
-            if exc.answered:
+            if exc.answered:  # said once per sync; the run still waits: a secret is fixed in an hour
                 self.refused = (f"{exc.message}; check that {INGEST_SECRET_ENV} is the receiver's secret and "
                                 "cluster.ingest.endpoint in tuneplane.yaml is the receiver")
-            else:
-                self.unreachable = self.down = True
+            self.unreachable = self.down = True
             return None
         except Exception:  # metrics are a nicety: an unexpected failure must not stop the sync
             self.unreachable = self.down = True

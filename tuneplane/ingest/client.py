@@ -35,7 +35,8 @@ def _get(endpoint: str, path: str, token: str, timeout: float) -> dict[str, Any]
         detail = _error_of(exc.read())
         hint = "check the run id and the token (or --secret-file)" if exc.code in (401, 403) else ""
         message = f"the ingest receiver at {endpoint} answered HTTP {exc.code}: {detail}"
-        raise ReceiverError(message, hint, answered=exc.code < 500) from None
+        # 408 and 429 (the receiver's own answer under load) are no answer yet, as a 5xx is
+        raise ReceiverError(message, hint, answered=exc.code < 500 and exc.code not in (408, 429)) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # no (whole) answer
         reason = getattr(exc, "reason", exc)
         raise ReceiverError(f"cannot read from the ingest receiver at {endpoint}: {reason}",
