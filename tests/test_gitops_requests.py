@@ -195,6 +195,9 @@ def test_a_catalog_recipe_reads_each_set_by_its_type_alike_in_render_submit_and_
     ({"user.name": "Ada"}, {"USER": "alice"}, "Ada"),  # never an address git was not given
     ({}, {"TUNEPLANE_USER": "bob", "USER": "alice"}, "bob"),
     ({}, {"USER": "alice"}, "alice"),  # a container or login node with no git identity still names its user
+    # what `tp init` / `tp submit` write into the repository when git has no identity: tp's, not a person's
+    ({"user.name": "TunePlane", "user.email": "tuneplane@localhost"}, {"USER": "alice"}, "alice"),
+    ({"user.name": "Ada", "user.email": "tuneplane@localhost"}, {"USER": "alice"}, "Ada"),
 ])
 def test_the_requester_is_who_asked_not_tps_own_identity(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str], env: dict[str, str],

@@ -18,7 +18,7 @@ from tuneplane.check.setkeys import experiment_set_keys
 from tuneplane.constants import USER_ENV, Scalar
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitRepo
+from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitFailed, GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.modelparse import validate_or_raise
 from tuneplane.models.run import Inputs, RunRequest
@@ -89,9 +89,19 @@ def request_from_flags(flags: RunFlags, *, run_id: str, command: str, **recorded
 def requester(repo: GitRepo) -> str:
     """Who asks for a run, for its request and the job's `requested-by`: git's identity (`Name <email>`,
     or the half git has), else `$TUNEPLANE_USER`, else `$USER`, so a container or login node with no
-    git identity still names its user; tp's own identity only when nothing names anyone. Render and
-    submit both ask here, so a preview names the requester its submitted request will."""
-    return (repo.identity() or os.environ.get(USER_ENV, "").strip() or os.environ.get("USER", "").strip()
+    git identity still names its user. tp's own identity, which `GitRepo.ensure_identity` writes into a
+    repository git gives none, names no one and is skipped; it is the answer only when nothing else
+    names anyone. Render and submit both ask here, so a preview names its submitted request's requester."""
+    parts = []
+    for key, own in (("user.name", FALLBACK_NAME), ("user.email", FALLBACK_EMAIL)):
+        try:
+            value = repo.git("config", "--get", key).strip()
+        except GitFailed:
+            value = ""
+        parts.append("" if value == own else value)
+    name, email = parts
+    person = f"{name} <{email}>" if name and email else name or email
+    return (person or os.environ.get(USER_ENV, "").strip() or os.environ.get("USER", "").strip()
             or f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>")
 
 
