@@ -301,14 +301,21 @@ def test_a_flag_of_the_wrong_form_is_told_its_form(lab: Path, tp: Callable[..., 
     assert "should match pattern" not in result.output  # type: ignore[attr-defined]  # the form, not a regex
 
 
-def test_a_value_of_the_wrong_form_without_a_description_gets_the_pattern_in_the_hint() -> None:
-    """A key no description explains (a digest in a lock) still says what it must match."""
+def test_a_value_of_the_wrong_form_without_a_description_is_told_its_pattern() -> None:
+    """A key no description explains (a digest in a lock) still says what it must match, in the message
+    itself: the places that keep only a key's own hint (`validate_or_raise`) drop a hint about schemas."""
     text = ('{"apiVersion": "tuneplane/recipe-lock/v1", "recipe": {"name": "custom/custom", "version": "1",'
             ' "digest": "sha256:abc", "manifest_digest": "sha256:abc", "template_digest": "sha256:abc"}}')
     _model, problems = parse_model(RecipeLock, parse_json(text, "recipe.lock.json"), "schema")
     digest = next(p for p in problems if p.message.startswith("recipe.digest:"))
-    assert digest.message == "recipe.digest: 'sha256:abc' does not have the form this key takes"
-    assert "`^sha256:[0-9a-f]{64}$`" in digest.hint and digest.line == 1, digest
+    assert digest.message == "recipe.digest: 'sha256:abc' does not match `^sha256:[0-9a-f]{64}$`", digest
+    assert digest.line == 1 and digest.hint, digest
+
+
+def test_a_flag_of_the_wrong_form_with_no_description_names_its_pattern(lab: Path, tp: Callable[..., object]) -> None:
+    result = tp("render", "Bad Name", "--profile", "local")
+    assert result.code == 2  # type: ignore[attr-defined]
+    assert "experiment: 'Bad Name' does not match `^" in result.output, result.output  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("args", [("validate",), ("render", "exp", "--profile", "local"), ("bot", "reconcile")])

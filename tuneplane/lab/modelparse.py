@@ -97,7 +97,7 @@ def _to_problem(model: type[BaseModel], doc: Doc, err: Any, rule: str, base: str
     else:
         key = str(loc[-1]) if loc else ""
         described = field_description(model, loc)
-        message, hint = f"{field}: {error_reason(err)}", value_hint(err, key, described)
+        message, hint = f"{field}: {error_reason(err, described)}", value_hint(err, key, described)
     return doc.problem(pointer, rule, message, hint=hint)
 
 
@@ -115,10 +115,15 @@ def field_description(model: type[BaseModel], loc: list[Any]) -> str:
     return ""
 
 
-def error_reason(err: Any) -> str:
-    """pydantic's message for a wrong value, without its "Value error, " prefix, with the value it got."""
-    if err["type"] == "string_pattern_mismatch" and "input" in err:  # the hint gives the form, not a regex here
-        return f"{err['input']!r} does not have the form this key takes"
+def error_reason(err: Any, described: str = "") -> str:
+    """pydantic's message for a wrong value, without its "Value error, " prefix, with the value it got.
+    A value of the wrong form is told the key's form in words when the field `described` it (the hint
+    gives it), its pattern otherwise, never pydantic's "String should match pattern"."""
+    if err["type"] == "string_pattern_mismatch" and "input" in err:
+        pattern = (err.get("ctx") or {}).get("pattern", "")
+        if described or not pattern:
+            return f"{err['input']!r} does not have the form this key takes"
+        return f"{err['input']!r} does not match `{pattern}`"
     message = str(err["msg"]).removeprefix("Value error, ")
     if "input" in err and not isinstance(err["input"], (dict, list)) and err["type"] != "value_error":
         message += f" (got {err['input']!r})"
@@ -144,9 +149,7 @@ def value_hint(err: Any, key: str, described: str = "") -> str:
     if described and (kind == "string_pattern_mismatch" or kind.endswith(("_type", "_parsing"))):
         return f"{key}: {described}"
     if kind == "string_pattern_mismatch":
-        pattern = context.get("pattern", "")
-        return (f"write it to match `{pattern}` ({_SCHEMAS} describes the key)" if pattern
-                else f"write it in the form {_SCHEMAS} gives for this key")
+        return f"write it in the form {_SCHEMAS} gives for this key"
     for prefix, what in _WRITE.items():
         if kind.startswith(prefix + "_"):
             return "write " + what.format(key=key or "key")
