@@ -19,7 +19,7 @@ from tuneplane.gitops.cancel import cancel_run
 from tuneplane.gitops.rerun import rerun
 from tuneplane.gitops.submit import SubmitOptions, submit
 from tuneplane.lab.load import load_lab
-from tuneplane.lab.runs import RunKey, read_request, read_status
+from tuneplane.lab.runs import RunKey, read_request, read_status, write_status
 
 TRAIN = (
     '#!/usr/bin/env bash\nset -eu\necho "trainer version 1 lr=$(cat "$TUNEPLANE_EXP_DIR/lr" 2>/dev/null)"\n'
@@ -51,6 +51,18 @@ def job_cli(root: Path, *args: str) -> tuple[int, str, BaseException | None]:
     app.add_typer(job, name="job")
     result = CliRunner().invoke(app, ["job", *args], catch_exceptions=True)
     return result.exit_code, result.output, result.exception
+
+
+def test_job_status_json_lists_metrics_in_reading_order(exp: Path) -> None:
+    """Primary first, hardware last, as the status file keeps them (not alphabetical: hw/* first)."""
+    run_id = submit(opts(local=True, message="x"), exp, echo=quiet).key.run_id
+    status = read_status(exp, RunKey("demo", run_id))
+    assert status is not None
+    order = {"validation/accuracy": 0.9, "train/loss": 0.1, "hw/gpu_util": 99.0}
+    write_status(exp, status.model_copy(update={"metrics": order}))
+    shown = json.loads(job_cli(exp, "status", run_id, "--json")[1])
+    assert list(shown["metrics"]) == list(order)
+    assert [k for k in shown if k != "metrics"] == sorted(k for k in shown if k != "metrics")
 
 
 def test_submit_commits_only_the_request(exp: Path) -> None:

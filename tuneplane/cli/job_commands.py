@@ -60,7 +60,7 @@ def status(
 
     from tuneplane.backends.factory import ClusterAccess
     from tuneplane.gitops.runview import current_status, located
-    from tuneplane.lab.runs import read_request
+    from tuneplane.lab.runs import read_request, status_data
 
     root, key, recorded = located(run)
     if recorded is None:
@@ -68,7 +68,7 @@ def status(
         return
     current = current_status(root, recorded, refresh, ClusterAccess(kubeconfig, context))
     if as_json:
-        typer.echo(json.dumps(current.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True))
+        typer.echo(json.dumps(status_data(current), indent=2, ensure_ascii=False))
         return
     for label, value in _status_lines(key, current):
         typer.echo(f"{label:<11}{value}")

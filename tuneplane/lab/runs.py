@@ -286,10 +286,15 @@ def status_text(status: RunStatus) -> str:
     """A status file, as the bot and a local run write it: indented JSON with sorted keys (small,
     stable diffs), except the metrics, which keep their reading order; number lists on one line
     (they are sparklines)."""
-    data = {"$schema": STATUS_SCHEMA, **status.model_dump(mode="json", by_alias=True)}
-    ordered = {key: data[key] if key in _IN_READING_ORDER else _sorted(data[key]) for key in sorted(data)}
-    text = json.dumps(ordered, indent=2, ensure_ascii=False)
+    text = json.dumps(status_data(status, {"$schema": STATUS_SCHEMA}), indent=2, ensure_ascii=False)
     return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
+
+
+def status_data(status: RunStatus, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A status as JSON data in the file's order (`tp job status --json` prints the same): keys sorted,
+    the metrics in reading order."""
+    data = {**(extra or {}), **status.model_dump(mode="json", by_alias=True)}
+    return {key: data[key] if key in _IN_READING_ORDER else _sorted(data[key]) for key in sorted(data)}
 
 
 def _sorted(value: Any) -> Any:
