@@ -598,10 +598,13 @@ def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tm
 
 
 def test_tp_render_names_a_missing_run_request_once(cli_lab: Path, tp: Any) -> None:
+    """A path that names nothing is a usage error (exit 2), as `tp validate` and `tp rerun` say of it;
+    a file that is there but refused is a problem (exit 1)."""
     result = tp("render", "runs/img/nope.yaml")
-    assert result.code == 1
-    assert "runs/img/nope.yaml: refused: no such file" in result.err
+    assert result.code == 2
+    assert "runs/img/nope.yaml: no such file" in result.err
     assert result.err.count("runs/img/nope.yaml") == 1, result.err
+    assert tp("validate", "runs/img/nope.yaml").code == 2
 
 
 def test_tp_render_notes_a_dirty_tree_but_renders(cli_lab: Path, tp: Any) -> None:

@@ -91,6 +91,10 @@ def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -
     if opts.has_run_flags():
         raise UsageError("run flags (--profile, --set, --image, …) go with EXP, not with a run request file",
                          hint="edit the run request, or render the experiment with the flags")
+    missing = [context.rel(Path(t)) for t in opts.targets if not os.path.lexists(t)]
+    if missing:  # a path that names nothing is a usage error, as for tp validate and tp rerun (exit 2)
+        raise UsageError(f"{', '.join(missing)}: no such file",
+                         hint="check the path: is it spelled as the lab has it? (`tp job ls --all` lists the runs)")
     return context.many(opts.targets)
 
 
