@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from helpers_git import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
 
 RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
@@ -90,16 +92,28 @@ def test_a_ledger_edited_by_hand_never_makes_the_bot_forget_a_running_run(tmp_pa
     assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
 
 
-def test_a_deleted_status_of_a_running_run_is_restored_and_the_run_still_watched(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
-    git(bot, "rm", "-q", f"status/demo/{RUNS[1]}.json")
+def _delete(bot: Path, run: str) -> None:
+    git(bot, "rm", "-q", f"status/demo/{run}.json")
     git(bot, "commit", "-qm", "remove a status")
+
+
+def _corrupt(bot: Path, run: str) -> None:
+    (bot / f"status/demo/{run}.json").write_text('{"phase": "Succeeded", oops\n')
+    git(bot, "commit", "-qam", "a merge tool left this")
+
+
+@pytest.mark.parametrize(("damage", "run", "verb"), [(_delete, RUNS[1], "reconcile"), (_corrupt, RUNS[0], "sync")],
+                         ids=["deleted", "edited-into-no-json"])
+def test_a_damaged_status_of_a_running_run_is_restored_and_the_run_still_ends(
+        tmp_path: Path, damage: Callable[[Path, str], None], run: str, verb: str) -> None:
+    bot, launches, stop, env = _running_lab(tmp_path)
+    damage(bot, run)
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    out = _bot(bot, "reconcile", env)
+    out = _bot(bot, verb, env)
 
-    assert f"status/demo/{RUNS[1]}.json" in out and "restored" in out, out
-    assert _phase(bot, RUNS[1]) == "Running"
+    assert f"status/demo/{run}.json" in out and "restored" in out, out
+    assert _phase(bot, run) == "Running"
     stop.touch()
     _until_ended(bot, env)
     assert sorted(launches.read_text().split()) == RUNS
@@ -148,21 +162,6 @@ def test_a_deleted_request_or_experiment_leaves_no_broken_link_and_no_stale_coun
     assert broken_links(bot) == []
     ledger = json.loads(git(bot, "show", "HEAD:status/index.json"))
     assert "demo" not in ledger["statuses"] and "demo" not in ledger["counts"]
-
-
-def test_a_status_edited_into_no_json_is_restored_and_its_run_still_ends(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
-    (bot / f"status/demo/{RUNS[0]}.json").write_text('{"phase": "Succeeded", oops\n')
-    git(bot, "commit", "-qam", "a merge tool left this")
-    git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
-
-    out = _bot(bot, "sync", env)
-
-    assert f"status/demo/{RUNS[0]}.json" in out and "restored" in out, out
-    assert _phase(bot, RUNS[0]) == "Running"
-    stop.touch()
-    _until_ended(bot, env)
-    assert sorted(launches.read_text().split()) == RUNS
 
 
 def test_a_depth_1_clone_restores_a_status_deleted_before_it_was_cloned(tmp_path: Path) -> None:
