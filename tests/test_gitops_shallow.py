@@ -69,6 +69,15 @@ class ShallowLab:
         git(self.writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
         return git(self.writer, "rev-parse", "HEAD")
 
+    def pinned_and_plain(self, pinned: str, plain: str, dest: Path) -> tuple[str, str, Path]:
+        """A request pinned to an older commit and a plain one, pushed by the writer, then a shallow
+        clone (which lacks the pinned commit): the pinned commit, the pushed head and the clone."""
+        old = self.commits[1]
+        write_request(self.writer, request("demo", pinned, "h200:8", commit=old, rerun_of="x"))
+        write_request(self.writer, request("demo", plain, "h200:8"))
+        head = self.push_from_writer("two requests", {})
+        return old, head, self.shallow_clone(dest)
+
     def reconciled_clone(self, tmp_path: Path, fake_kube: FakeKube) -> tuple[Path, Path, str]:
         """One run request pushed by the writer, then a shallow bot clone that reconciled it (committed,
         not pushed): the clone, its kubeconfig and the run id."""
@@ -134,12 +143,8 @@ def _has_object(root: Path, oid: str) -> bool:
 def test_a_pinned_commit_missing_from_the_shallow_clone_is_fetched(
     shallow_lab: ShallowLab, tmp_path: Path, fake_kube: FakeKube
 ) -> None:
-    old = shallow_lab.commits[1]
     pinned, plain = "20250106-000000-000001", "20250106-000000-000002"
-    write_request(shallow_lab.writer, request("demo", pinned, "h200:8", commit=old, rerun_of="x"))
-    write_request(shallow_lab.writer, request("demo", plain, "h200:8"))
-    head = shallow_lab.push_from_writer("two requests", {})
-    bot = shallow_lab.shallow_clone(tmp_path / "bot")
+    old, head, bot = shallow_lab.pinned_and_plain(pinned, plain, tmp_path / "bot")
     assert not _has_object(bot, old)
 
     report = reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
@@ -176,12 +181,8 @@ def test_a_pinned_commit_the_remote_does_not_have_is_refused_with_the_fix(
 def test_a_pinned_commit_that_cannot_be_fetched_now_is_retried_not_refused(
     shallow_lab: ShallowLab, tmp_path: Path, fake_kube: FakeKube
 ) -> None:
-    old = shallow_lab.commits[1]
     pinned, plain = "20250106-000000-000004", "20250106-000000-000005"
-    write_request(shallow_lab.writer, request("demo", pinned, "h200:8", commit=old, rerun_of="x"))
-    write_request(shallow_lab.writer, request("demo", plain, "h200:8"))
-    shallow_lab.push_from_writer("two requests", {})
-    bot = shallow_lab.shallow_clone(tmp_path / "bot")
+    old, _head, bot = shallow_lab.pinned_and_plain(pinned, plain, tmp_path / "bot")
     git(bot, "remote", "set-url", "origin", "http://127.0.0.1:9/lab.git")  # the host is down for now
 
     first = reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
