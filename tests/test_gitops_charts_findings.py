@@ -1,0 +1,101 @@
+"""What a reader of a chart found wrong, each as a test: values left out said in words, y labels that
+fit and never run off the left edge, sub-second wall-time ticks, a committed chart that says what it
+left out, legends that fit and name only what changed (nested keys, list values, long values cut).
+
+Series are fed straight to the chart code; charts are parsed back as XML.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tuneplane.gitops.charts import (
+    changed_parameters,
+    render_compare_svg,
+    render_svg,
+)
+from tuneplane.gitops.charts_legend import VALUE_CHARS
+
+NS = "{http://www.w3.org/2000/svg}"
+CHAR = 6.2  # px per character of the 11 px sans-serif the charts use (a generous average)
+
+
+def _texts(svg: str) -> list[ET.Element]:
+    return list(ET.fromstring(svg).iter(f"{NS}text"))
+
+
+def _y_labels(svg: str) -> list[ET.Element]:
+    return [t for t in _texts(svg) if t.get("text-anchor") == "end" and t.get("fill") is None]
+
+
+def test_values_that_are_not_finite_are_said_in_words_not_drawn() -> None:
+    svg = render_svg({"train/loss": [(0, 1.0), (1, float("nan")), (2, float("inf")), (3, 0.5)]})
+    words = " ".join("".join(t.itertext()) for t in _texts(svg))
+    assert "2 values not finite (NaN/inf) not drawn" in words, words
+    path = next(ET.fromstring(svg).iter(f"{NS}path")).get("d") or ""
+    assert "nan" not in path.lower() and "inf" not in path.lower()
+
+
+@pytest.mark.parametrize("values", [
+    [-1e-12 * (1 + s * 1e-7) for s in range(4)],
+    [123456789.123 + s * 0.001 for s in range(4)],
+    [1.000001 + s * 1e-7 for s in range(4)],
+    [s * 1e-12 for s in range(4)],
+])
+def test_y_labels_stay_inside_the_chart_and_at_least_two_are_shown(values: list[float]) -> None:
+    svg = render_svg({"train/loss": list(enumerate(values))})
+    labels = _y_labels(svg)
+    assert len(labels) >= 2, [t.text for t in labels]
+    assert len({t.text for t in labels}) == len(labels)
+    for label in labels:
+        assert float(label.get("x") or 0) - len(label.text or "") * CHAR >= 0, (label.text, label.get("x"))
+    ys = sorted(float(t.get("y") or 0) for t in labels)
+    assert all(b - a >= 14 for a, b in zip(ys, ys[1:], strict=False)), ys  # never overlapping
+
+
+def test_the_y_axis_reaches_round_ticks_around_the_data() -> None:
+    """0.41 to 0.8 is drawn on 0.4 … 0.8, not on a range whose ends no tick names."""
+    svg = render_svg({"train/accuracy": [(s, 0.41 + s * 0.0039) for s in range(101)]})
+    labels = [t.text for t in _y_labels(svg)]
+    assert labels[0] == "0.4" and labels[-1] == "0.8", labels
+
+
+def test_wall_time_under_a_second_has_ticks() -> None:
+    points = [(t / 100, float(t % 5)) for t in range(80)]  # 0 to 0.79 s
+    svg = render_svg({"hw/gpu_util": points}, times={"hw/gpu_util": points})
+    under = [t.text for t in _texts(svg) if t.get("text-anchor") == "middle" and (t.text or "").endswith("s")]
+    assert len(under) >= 3 and len(set(under)) == len(under), under
+
+
+def test_a_committed_chart_says_which_panels_it_left_out() -> None:
+    series = {f"train/m{i}": [(s, float(s * (i + 1))) for s in range(10)] for i in range(6)}
+    svg = render_svg(series, compact=True)
+    words = " ".join("".join(t.itertext()) for t in _texts(svg))
+    assert "3 more metrics" in words and "train/m5" in words, words
+
+
+def test_long_legends_are_cut_to_the_chart_width_with_an_ellipsis() -> None:
+    runs = {f"run-{i:02d}": {"train/loss": [(s, 1 / (s + 1) + i) for s in range(5)]} for i in range(12)}
+    svg = render_compare_svg(runs, legend={r: "name=" + "x" * 300 for r in runs}, width=760)
+    legend = [t for t in _texts(svg) if (t.text or "").startswith("run-")]
+    assert len(legend) == 12
+    for text in legend:
+        assert text.text is not None and text.text.endswith("…")
+        assert float(text.get("x") or 0) + len(text.text) * CHAR <= 760, len(text.text)
+
+
+def test_changed_parameters_flatten_nested_values_and_cut_long_ones() -> None:
+    legend = changed_parameters({
+        "a": {"lr": 1e-3, "opt": {"betas": [0.9, 0.99], "eps": 1e-8}, "bs": 8, "name": "x" * 80, "same": 1},
+        "b": {"lr": 2e-4, "opt": {"betas": [0.9, 0.999], "eps": 1e-8}, "name": "y" * 80, "same": 1},
+    })
+    assert legend["a"].split()[:3] == ["bs=8", "lr=0.001", "name=" + "x" * (VALUE_CHARS - 1) + "…"], legend
+    assert "opt.betas=[0.9,0.99]" in legend["a"] and "eps" not in legend["a"] and "same" not in legend["a"]
+    assert legend["b"].startswith("bs=(unset) lr=0.0002"), legend
+
+
+def test_equal_values_of_different_types_are_not_a_change() -> None:
+    assert changed_parameters({"a": {"lr": 1.0, "n": 2}, "b": {"lr": 1, "n": 2}}) == {"a": "", "b": ""}
+    assert changed_parameters({"a": {"flag": True}, "b": {"flag": 1}}) == {"a": "flag=True", "b": "flag=1"}
