@@ -109,3 +109,19 @@ def test_compare_and_metrics_name_a_run_the_lab_does_not_know(tp_subprocess, lab
         assert "Traceback" not in result.output
     twice = tp_subprocess("job", "compare", first, f"sft/{first}", cwd=lab)
     assert twice.code == 2 and f"{first} is named twice" in twice.err, twice.output
+
+
+def test_compare_rows_follow_the_reading_order_over_all_runs(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A key only the second run logged takes its place among the first run's, not after its hardware."""
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    store.add_points("run-a", [(k, s, 1.0 + s, "") for s in range(3) for k in ("loss", "hw/cpu_util")], None)
+    store.add_points("run-b", [(k, s, 2.0 + s, "") for s in range(3) for k in ("eval_loss", "loss")], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    compared = tp("job", "compare", "run-a", "run-b", "--db", db)
+    assert compared.code == 0, compared.output
+    rows = [line.split()[0] for line in compared.out.splitlines()[3:]]
+    assert rows == ["train/loss", "validation/loss", "hw/cpu_util"], compared.out

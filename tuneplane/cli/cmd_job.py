@@ -103,8 +103,9 @@ def compare(
 def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
     """The rows of a comparison: every run's metrics, or the keys asked for. A key needs to be in
     one run only (runs of different recipes log different metrics); one in none is an error."""
-    if not wanted:
-        return list(dict.fromkeys(n for m in found.values() for n in m.names()))
+    if not wanted:  # the union in one reading order (the first run with metrics decides the primary)
+        vocab = next(m.vocab for m in found.values() if m.summary)
+        return list(vocab.order(n for m in found.values() for n in m.names()))
     missing = [w for w in wanted if all(m.lookup(w) is None for m in found.values())]
     if missing:
         import difflib  # lazy: only a failed lookup needs it
