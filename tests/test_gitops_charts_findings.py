@@ -99,3 +99,14 @@ def test_changed_parameters_flatten_nested_values_and_cut_long_ones() -> None:
 def test_equal_values_of_different_types_are_not_a_change() -> None:
     assert changed_parameters({"a": {"lr": 1.0, "n": 2}, "b": {"lr": 1, "n": 2}}) == {"a": "", "b": ""}
     assert changed_parameters({"a": {"flag": True}, "b": {"flag": 1}}) == {"a": "flag=True", "b": "flag=1"}
+
+
+@pytest.mark.parametrize("span", [0.8, 61, 150, 5400, 90000, 2.5 * 86400, 3 * 86400, 10 * 86400, 400 * 86400])
+def test_a_wall_time_axis_speaks_one_unit(span: float) -> None:
+    """3 days read `0h 12h 24h … 72h`, not `36h 2d 2d12h`: one unit per axis, whole multiples of it."""
+    points = [(span * i / 10, float(i % 3)) for i in range(11)]
+    svg = render_svg({"hw/gpu_util": points}, times={"hw/gpu_util": points})
+    labels = [t.text or "" for t in _texts(svg) if t.get("text-anchor") == "middle" and "font-size" not in t.attrib]
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+    units = {label.lstrip("0123456789.") for label in labels}
+    assert len(units) == 1 and units <= {"s", "m", "h", "d"}, labels

@@ -211,6 +211,15 @@ def time_label(seconds: float) -> str:
     return f"{hours}h" if not rest else f"{hours}h{rest // 60:02d}m"
 
 
+def time_labels(ticks: Sequence[float]) -> list[str]:
+    """Labels of one wall-time axis in one unit: the largest (day, hour, minute, second) that its
+    tick step is a whole multiple of, so 3 days read `0h 12h … 72h` and not `36h 2d 2d12h`."""
+    step = min((b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a), default=1.0)
+    unit, suffix = next(((u, x) for u, x in ((86400, "d"), (3600, "h"), (60, "m"))
+                         if step >= u and abs(step / u - round(step / u)) < 1e-9), (1, "s"))
+    return [f"{round(t / unit, 1):g}{suffix}" for t in ticks]
+
+
 def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
     """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …)."""
     span = max(high - low, 1e-9)
@@ -424,7 +433,7 @@ def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, 
     """Tick labels under a panel (whole steps, or round durations), each label once."""
     if use_time:
         ticks = [t + x_lo for t in time_ticks(0.0, x_hi - x_lo)]
-        labels = [time_label(t - x_lo) for t in ticks]
+        labels = time_labels([t - x_lo for t in ticks])
     else:
         ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
         labels = tick_labels(ticks)
