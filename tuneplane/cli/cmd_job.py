@@ -20,7 +20,8 @@ job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, lo
 def metrics(
     run: Run,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Also write an SVG line chart to this file.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Also write an SVG line chart to this file (never over a file tp did not write).")] = None,
     endpoint: Annotated[str | None, typer.Option(
         help="Read from a receiver at this URL instead of a database.")] = None,
     db: Annotated[Path | None, typer.Option(
@@ -61,7 +62,8 @@ def metrics(
 def compare(
     runs: Annotated[list[str], typer.Argument(help="Two or more runs (id, unique prefix or EXP/RUN).")],
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write an SVG: one chart per metric, runs overlaid.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write).")] = None,
     db: Annotated[Path | None, typer.Option(
         help="SQLite database of the receiver (default: each local run's own store).")] = None,
 ) -> None:
