@@ -20,6 +20,7 @@ from tuneplane.gitops.charts_legend import VALUE_CHARS
 
 NS = "{http://www.w3.org/2000/svg}"
 CHAR = 6.2  # px per character of the 11 px sans-serif the charts use (a generous average)
+DIGIT = 7.0  # px per digit of that font (0.64 em, as DejaVu Sans and Helvetica draw them)
 
 
 def _texts(svg: str) -> list[ET.Element]:
@@ -43,6 +44,8 @@ def test_values_that_are_not_finite_are_said_in_words_not_drawn() -> None:
     [123456789.123 + s * 0.001 for s in range(4)],
     [1.000001 + s * 1e-7 for s in range(4)],
     [s * 1e-12 for s in range(4)],
+    [1.000001 + s * 1e-7 for s in range(8)],
+    [123456789.0 + s * 1e5 for s in range(10)],
 ])
 def test_y_labels_stay_inside_the_chart_and_at_least_two_are_shown(values: list[float]) -> None:
     svg = render_svg({"train/loss": list(enumerate(values))})
@@ -50,7 +53,7 @@ def test_y_labels_stay_inside_the_chart_and_at_least_two_are_shown(values: list[
     assert len(labels) >= 2, [t.text for t in labels]
     assert len({t.text for t in labels}) == len(labels)
     for label in labels:
-        assert float(label.get("x") or 0) - len(label.text or "") * CHAR >= 0, (label.text, label.get("x"))
+        assert float(label.get("x") or 0) - len(label.text or "") * DIGIT >= 0, (label.text, label.get("x"))
     ys = sorted(float(t.get("y") or 0) for t in labels)
     assert all(b - a >= 14 for a, b in zip(ys, ys[1:], strict=False)), ys  # never overlapping
 

@@ -32,7 +32,8 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 DASHES = ("", "6 3", "2 2", "8 3 2 3", "1 3")
 COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history stays small)
 COMPACT_PANELS = 3
-CHAR_PX = 6.2  # the width of one character of the 11 px sans-serif text, generously
+CHAR_PX = 6.2  # the mean width of a character of the 11 px sans-serif text (legends, words)
+DIGIT_PX = 7.0  # a digit's width in that font (0.64 em): what a value label is made of
 
 
 def _xml(text: str) -> str:
@@ -327,7 +328,7 @@ def render_compare_svg(
     time_ranges = [s for p in panels if p.use_time for line in p.lines.values() for s, _ in line]
     wall = (min(0.0, *time_ranges), max(time_ranges)) if time_ranges else (0.0, 1.0)
     # the widest value label sets the left margin, so none runs off the chart's edge
-    left = max(64, 8 + math.ceil(CHAR_PX * max((len(t) for p in panels for t in p.y_axis[3]), default=0)))
+    left = max(64, 10 + math.ceil(DIGIT_PX * max((len(t) for p in panels for t in p.y_axis[3]), default=0)))
     chars = max(8, int((width - 84 - 8) / CHAR_PX))  # what fits on one line of the legend or the words
     legend_rows = len(labels) if len(labels) > 1 or any(legend.values()) else 0
     top = (30 if title else 10) + legend_rows * 16
