@@ -113,3 +113,13 @@ def test_a_wall_time_axis_speaks_one_unit(span: float) -> None:
     assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
     units = {label.lstrip("0123456789.") for label in labels}
     assert len(units) == 1 and units <= {"s", "m", "h", "d"}, labels
+
+
+@pytest.mark.parametrize("base", [0, 10**9, 2**53, 2**62])
+def test_step_labels_never_overlap(base: int) -> None:
+    svg = render_svg({"train/loss": [(base + 10 * i, 1.0 / (i + 1)) for i in range(11)]}, width=600)
+    labels = [t for t in _texts(svg) if t.get("text-anchor") == "middle" and "font-size" not in t.attrib]
+    assert len(labels) >= 2, [t.text for t in labels]
+    for a, b in zip(labels, labels[1:], strict=False):
+        gap = float(b.get("x") or 0) - float(a.get("x") or 0)
+        assert gap >= (len(a.text or "") + len(b.text or "")) / 2 * DIGIT + 4, (a.text, b.text, gap)

@@ -439,15 +439,25 @@ def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, 
         ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
         labels = tick_labels(ticks)
     slack = 1e-9 if use_time else 0  # whole steps are compared exactly (a float epsilon is lost at 2**62)
-    out, seen = [], set()
+    kept: list[tuple[int, str]] = []
     for tick, label in zip(ticks, labels, strict=True):
-        if label in seen or not (x_lo - slack <= tick <= x_hi + slack):
-            continue
-        seen.add(label)
-        out.append(f'<text x="{x_of(tick)}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>')
+        if label not in {k for _, k in kept} and x_lo - slack <= tick <= x_hi + slack:
+            kept.append((x_of(tick), label))
+    out = [f'<text x="{x}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>'
+           for x, label in _spaced(kept)]
     out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
                f'{"time since the first sample" if use_time else "step"}</text>')
     return out
+
+
+def _spaced(labels: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Every k-th label, the smallest k at which no two neighbours overlap (long step numbers)."""
+    for k in range(1, len(labels) + 1):
+        picked = labels[::k]
+        if all(b[0] - a[0] >= (len(a[1]) + len(b[1])) / 2 * DIGIT_PX + 4
+               for a, b in zip(picked, picked[1:], strict=False)):
+            return picked
+    return labels[:1]
 
 
 def _path(coords: list[tuple[int, int]]) -> str:
