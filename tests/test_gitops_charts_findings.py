@@ -123,3 +123,22 @@ def test_step_labels_never_overlap(base: int) -> None:
     for a, b in zip(labels, labels[1:], strict=False):
         gap = float(b.get("x") or 0) - float(a.get("x") or 0)
         assert gap >= (len(a.text or "") + len(b.text or "")) / 2 * DIGIT + 4, (a.text, b.text, gap)
+
+
+def test_a_million_points_make_a_bounded_deterministic_chart_a_git_host_renders() -> None:
+    """1,000,000 points per series: at most 1,500 drawn per run and panel (the spikes kept), the
+    same bytes for the same input, nothing a git host strips (scripts, links, external images)."""
+    points = [(s, ((s * 7919) % 1009) / 1009 + (5.0 if s == 654_321 else 0.0)) for s in range(1_000_000)]
+    series = {"train/loss": points, "train/grad_norm": points}
+    svg = render_svg(series, title='a "run" <1M> & more')
+    assert svg == render_svg(series, title='a "run" <1M> & more')
+    assert len(svg.encode()) < 60_000, len(svg.encode())
+    root = ET.fromstring(svg)
+    assert root.get("viewBox") == f"0 0 {root.get('width')} {root.get('height')}" and root.get("width") == "760"
+    for element in root.iter():
+        assert element.tag.split("}")[-1] in {"svg", "rect", "text", "line", "path", "circle"}, element.tag
+        assert not any("href" in name or name.startswith("on") for name in element.attrib), element.attrib
+    moves = [len((p.get("d") or "").split("l")) for p in root.iter(f"{NS}path")]
+    assert all(m <= 1500 for m in moves), moves
+    labels = [t.text for t in _y_labels(svg)]
+    assert "6" in labels or "5" in labels, labels  # the one spike (5.0 over 0..1) set the axis: it survived
