@@ -125,3 +125,20 @@ def test_compare_rows_follow_the_reading_order_over_all_runs(tp, tmp_path: Path,
     assert compared.code == 0, compared.output
     rows = [line.split()[0] for line in compared.out.splitlines()[3:]]
     assert rows == ["train/loss", "validation/loss", "hw/cpu_util"], compared.out
+
+
+def test_compare_columns_tell_runs_apart_when_their_ids_end_alike(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    runs = ["lr-0.001-warmup-seed-1", "lr-0.002-warmup-seed-1"]  # the same last 10 characters
+    for number, run in enumerate(runs):
+        store.add_points(run, [("loss", s, float(number + s), "") for s in range(3)], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    compared = tp("job", "compare", *runs, "--db", db)
+    assert compared.code == 0, compared.output
+    header = compared.out.splitlines()[2].split()
+    assert header[0] == "key" and len(set(header[1:])) == 2 and all(h in r for h, r in zip(header[1:], runs,
+                                                                                            strict=True)), header

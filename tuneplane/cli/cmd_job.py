@@ -91,13 +91,17 @@ def compare(
         typer.echo(f"{run}: {said}")
     names = _compared_names(found, key or [])
     width = max((len(n) for n in names), default=3)
-    typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-10:].rjust(10) for r in runs))
+    # each column headed by the shortest end of its run id (10 characters at least) that tells it apart
+    longest = max(map(len, runs))
+    cut = next((n for n in range(10, longest + 1) if len({r[-n:] for r in runs}) == len(runs)), longest)
+    column = max(10, min(cut, longest))
+    typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-cut:].rjust(column) for r in runs))
     for name in names:
         cells = []
         for metrics in found.values():
             raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
-        typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
+        typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(column) for c in cells))
     if plot is not None:
         _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)), replacing)
 
