@@ -142,3 +142,14 @@ def test_a_million_points_make_a_bounded_deterministic_chart_a_git_host_renders(
     assert all(m <= 1500 for m in moves), moves
     labels = [t.text for t in _y_labels(svg)]
     assert "6" in labels or "5" in labels, labels  # the one spike (5.0 over 0..1) set the axis: it survived
+
+
+def test_hardware_without_times_is_drawn_by_sample_on_its_own_axis() -> None:
+    """Hardware samples are numbered by sample, not by training step: with no times known they get
+    their own axis, named `sample`, instead of sharing (and stretching) the training steps' axis."""
+    svg = render_svg({"train/loss": [(s, 1 / (s + 1)) for s in range(0, 1001, 10)],
+                      "hw/gpu_util": [(s, float(s % 4)) for s in range(12)]})
+    texts = [t.text for t in _texts(svg)]
+    assert texts.count("step") == 1 and texts.count("sample") == 1, texts
+    after = texts[texts.index("hw/gpu_util"):]
+    assert "10" in after and "1000" not in after, after

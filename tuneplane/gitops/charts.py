@@ -322,7 +322,9 @@ def render_compare_svg(
         panels = panels[:COMPACT_PANELS]
         words.insert(0, f"{len(left_out)} more metric{'' if len(left_out) == 1 else 's'} "
                         f"(`tp job metrics RUN --plot` draws them): {', '.join(left_out)}")
-    step_ranges = [s for p in panels if not p.use_time for line in p.lines.values() for s, _ in line]
+    # training panels share one step axis; hardware with no times known is numbered by sample: its own
+    step_ranges = [s for p in panels if not (p.use_time or is_hardware(p.key)) for line in p.lines.values()
+                   for s, _ in line]
     shared = (min(step_ranges), max(step_ranges)) if step_ranges else (0.0, 1.0)
     # hardware panels share one wall-time axis from the first sample (0 s), so their times line up
     time_ranges = [s for p in panels if p.use_time for line in p.lines.values() for s, _ in line]
@@ -351,7 +353,8 @@ def render_compare_svg(
     for index, panel in enumerate(panels):
         y0 = top + index * (panel_height + 34)
         parts.extend(_panel(panel, labels, y0, (left, width - 16), panel_height,
-                            wall if panel.use_time else shared, single=len(labels) == 1, index=index))
+                            wall if panel.use_time else _own(panel) if is_hardware(panel.key) else shared,
+                            single=len(labels) == 1, index=index))
     y = top + max(1, len(panels)) * (panel_height + 34)
     for text in words:
         parts.append(f'<text x="64" y="{y}">{_xml(cut(text, chars + 3))}</text>')
@@ -371,6 +374,11 @@ def _lines(key: str, sources: Mapping[str, Mapping[str, Series]],
         if points:
             lines[run] = points
     return lines, f"{dropped} value{'' if dropped == 1 else 's'} not finite (NaN/inf) not drawn" if dropped else ""
+
+
+def _own(panel: _Panel) -> tuple[float, float]:
+    xs = [s for line in panel.lines.values() for s, _ in line]
+    return min(xs), max(xs)
 
 
 def _y_axis(lines: Mapping[str, list[tuple[float, float]]]) -> tuple[float, float, list[float], list[str]]:
@@ -408,7 +416,8 @@ def _panel(panel: _Panel, labels: list[str], y0: float, across: tuple[int, int],
             y = y_of(tick)
             out.append(f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
                        f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{_xml(label)}</text>')
-    out += _x_axis(x_lo, x_hi, panel.use_time, x_of, plot_bottom, right)
+    caption = "time since the first sample" if panel.use_time else "sample" if is_hardware(panel.key) else "step"
+    out += _x_axis(x_lo, x_hi, panel.use_time, x_of, plot_bottom, right, caption)
     for number, run in enumerate(labels):
         points = lines.get(run)
         if not points:
@@ -430,7 +439,8 @@ def _stroke(number: int) -> str:
     return f' stroke="{color}"' + (f' stroke-dasharray="{dash}"' if dash else "")
 
 
-def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int) -> list[str]:
+def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int,
+            caption: str) -> list[str]:
     """Tick labels under a panel (whole steps, or round durations), each label once."""
     if use_time:
         ticks = [t + x_lo for t in time_ticks(0.0, x_hi - x_lo)]
@@ -446,7 +456,7 @@ def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, 
     out = [f'<text x="{x}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>'
            for x, label in _spaced(kept)]
     out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
-               f'{"time since the first sample" if use_time else "step"}</text>')
+               f'{caption}</text>')
     return out
 
 
