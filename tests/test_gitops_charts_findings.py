@@ -153,3 +153,10 @@ def test_hardware_without_times_is_drawn_by_sample_on_its_own_axis() -> None:
     assert texts.count("step") == 1 and texts.count("sample") == 1, texts
     after = texts[texts.index("hw/gpu_util"):]
     assert "10" in after and "1000" not in after, after
+
+
+def test_a_chart_of_constants_only_is_their_lines_without_an_empty_panel() -> None:
+    svg = render_svg({"train/epoch": [(s, 1.0) for s in range(10)]}, title="t")
+    root = ET.fromstring(svg)
+    line = next(t for t in _texts(svg) if t.text == "train/epoch = 1")
+    assert float(line.get("y") or 0) <= 60 and int(root.get("height") or 0) <= 80, svg

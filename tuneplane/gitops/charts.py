@@ -334,7 +334,9 @@ def render_compare_svg(
     chars = max(8, int((width - 84 - 8) / CHAR_PX))  # what fits on one line of the legend or the words
     legend_rows = len(labels) if len(labels) > 1 or any(legend.values()) else 0
     top = (30 if title else 10) + legend_rows * 16
-    height = top + max(1, len(panels)) * (panel_height + 34) + len(words) * 16 + 12
+    band = panel_height + 34
+    rows = len(panels) if panels or words else 1  # a chart of words only has no empty panel above them
+    height = top + rows * band + len(words) * 16 + 12 + (14 if not panels and words else 0)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
@@ -351,11 +353,11 @@ def render_compare_svg(
     if not panels and not words:
         parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
     for index, panel in enumerate(panels):
-        y0 = top + index * (panel_height + 34)
+        y0 = top + index * band
         parts.extend(_panel(panel, labels, y0, (left, width - 16), panel_height,
                             wall if panel.use_time else _own(panel) if is_hardware(panel.key) else shared,
                             single=len(labels) == 1, index=index))
-    y = top + max(1, len(panels)) * (panel_height + 34)
+    y = top + rows * band + (14 if not panels else 0)
     for text in words:
         parts.append(f'<text x="64" y="{y}">{_xml(cut(text, chars + 3))}</text>')
         y += 16
