@@ -91,6 +91,7 @@ def test_compare_says_a_run_has_no_metrics_and_compares_the_rest(tp_subprocess, 
     compared = tp_subprocess("job", "compare", first, second, quiet, "--plot", out, cwd=lab)
     assert compared.code == 0, compared.output
     assert f"{quiet}: no metrics stored" in compared.out, compared.out
+    assert f"{first}: experiment=sft\n{second}: experiment=sft\n" in compared.out, compared.out  # what differs
     row = next(line.split() for line in compared.out.splitlines() if line.split()[:1] == ["train/loss"])
     assert row == ["train/loss", "0.2", "0.2", "-"], compared.out
     texts = ["".join(t.itertext()) for t in ET.fromstring(out.read_text()).iter(f"{NS}text")]

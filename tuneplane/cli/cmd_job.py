@@ -237,7 +237,9 @@ class _Target:
             request = read_request(root, key)
         except UsageError:
             return
-        self.params = {**dict(request.set), "profile": request.profile}
+        # what sets a run apart besides its parameters: shown only where the runs compared differ
+        self.params = {**dict(request.set), "profile": request.profile, "experiment": key.experiment,
+                       **({"method": self.method} if self.method else {})}
 
 
 def _local_reader(target: _Target, db: Path | None) -> _Reader:
