@@ -135,7 +135,7 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
 
     summary = read.summary()
     if not summary and target.unknown is not None:
-        raise target.unknown
+        raise UsageError(f"{target.unknown.message}, and no metrics are stored under that id", target.unknown.hint)
     if not summary and not missing_ok:
         raise UsageError(f"no metrics stored for run {run!r}",
                          "check the run id; a job reports only with tuneplane.report "
