@@ -160,3 +160,32 @@ def test_a_chart_of_constants_only_is_their_lines_without_an_empty_panel() -> No
     root = ET.fromstring(svg)
     line = next(t for t in _texts(svg) if t.text == "train/epoch = 1")
     assert float(line.get("y") or 0) <= 60 and int(root.get("height") or 0) <= 80, svg
+
+
+def test_runs_of_two_recipes_overlay_what_they_share_and_keep_the_rest_apart() -> None:
+    """A TRL run (aliases: `mean_token_accuracy` is `train/token_accuracy`) beside a custom run (no
+    aliases): `train/loss` and `validation/loss` are one panel each with both runs, the accuracies
+    that are named differently sit side by side, each with its own run."""
+    from tuneplane.gitops.observe import vocabulary_of
+    from tuneplane.gitops.runmetrics import RunMetrics, compare_svg
+
+    def run(method: str, keys: list[str]) -> RunMetrics:
+        data = {k: [(s, float(s + i)) for s in range(5)] for i, k in enumerate(keys)}
+        summary = {k: {"last": p[-1][1], "min": p[0][1], "max": p[-1][1], "count": 5, "last_step": 4}
+                   for k, p in data.items()}
+        return RunMetrics(summary, lambda k: data[k], vocabulary_of(method))
+
+    trl = run("trl/sft", ["loss", "eval_loss", "mean_token_accuracy"])
+    custom = run("custom/custom", ["train/loss", "validation/loss", "train/mean_token_accuracy"])
+    root = ET.fromstring(compare_svg({"a": trl, "b": custom}, {"a": {"method": "trl/sft"},
+                                                               "b": {"method": "custom/custom"}}))
+    titles: list[str] = []
+    strokes: list[set[str]] = []
+    for element in root.iter():
+        if element.tag == f"{NS}text" and element.get("font-weight") == "bold":
+            titles.append(element.text or "")
+            strokes.append(set())
+        elif element.tag == f"{NS}path" and strokes:
+            strokes[-1].add(element.get("stroke") or "")
+    assert titles == ["train/loss", "validation/loss", "train/token_accuracy", "train/mean_token_accuracy"]
+    assert [len(s) for s in strokes] == [2, 2, 1, 1] and strokes[2] != strokes[3], strokes
