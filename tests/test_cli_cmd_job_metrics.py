@@ -71,6 +71,9 @@ def test_plot_never_replaces_a_users_file_and_says_when_it_replaces_a_chart(tp, 
     assert refused.code == 2 and "not a chart tp wrote" in refused.err, refused.output
     assert notes.read_text() == "my own drawing\n"
     assert "train/loss" not in refused.out  # refused before any work is shown
+    drawing = '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="200">\n<circle r="5"/></svg>\n'
+    notes.write_text(drawing)  # another tool's SVG is the user's too
+    assert tp("job", "metrics", first, "--plot", notes, cwd=lab).code == 2 and notes.read_text() == drawing
 
     chart = lab.parent / "chart.svg"
     assert tp("job", "metrics", first, "--plot", chart, cwd=lab).code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -143,9 +144,11 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
     return RunMetrics(summary, read.series, vocabulary_of(target.method), read.timed)
 
 
-# What every chart tp writes begins with (`tuneplane.gitops.charts`): a file that does not is the
-# user's, and --plot never replaces it.
-CHART_START = '<svg xmlns="http://www.w3.org/2000/svg" width="'
+# The first two lines of every chart tp writes (`tuneplane.gitops.charts`), exactly: a file that does
+# not begin so is the user's (another tool's SVG included), and --plot never replaces it.
+CHART_START = re.compile(rb'<svg xmlns="http://www\.w3\.org/2000/svg" width="(\d+)" height="(\d+)" '
+                         rb'viewBox="0 0 \1 \2" font-family="sans-serif" font-size="11">\n'
+                         rb'<rect width="\1" height="\2" fill="#ffffff"/>\n')
 
 
 def _destination(path: Path) -> bool:
@@ -160,10 +163,10 @@ def _destination(path: Path) -> bool:
         return False
     try:
         with path.open("rb") as handle:
-            start = handle.read(len(CHART_START))
+            start = handle.read(512)
     except OSError as exc:
         raise UsageError(f"cannot read {path} to see what it is: {exc.strerror or exc}") from None
-    if start != CHART_START.encode():
+    if not CHART_START.match(start):
         raise UsageError(f"{path} exists and is not a chart tp wrote; it is left as it is",
                          "give another --plot path, or move that file away first")
     return True
