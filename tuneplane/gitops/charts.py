@@ -344,7 +344,7 @@ def render_compare_svg(
     ]
     if title:
         parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">'
-                     f'{_xml(cut(title, int(width / 8.5)))}</text>')
+                     f'{_xml(cut(title, int(width / 9)))}</text>')
     for index, run in enumerate(labels[:legend_rows]):
         y = (30 if title else 10) + index * 16 + 8
         text = cut(run + (f" — {legend[run]}" if legend.get(run) else ""), chars)
