@@ -207,7 +207,7 @@ def test_compare_draws_each_runs_hardware_from_its_own_start() -> None:
                       {"run-a": {"lr": 1}, "run-b": {"lr": 2}})
     texts = _texts(svg)
     assert "hw/gpu_util (wall time)" in texts
-    assert {"0s", "2m", "4m", "6m", "8m"} <= set(texts)  # both from 0 s; run-b's 480 s set the axis
+    assert {"0m", "2m", "4m", "6m", "8m"} <= set(texts)  # both from 0 s; run-b's 480 s set the axis (one unit)
     hw_paths = [p.get("d", "") for p in ET.fromstring(svg).iter(f"{NS}path")][-2:]
     assert all(d.startswith("M64 ") for d in hw_paths)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +21,8 @@ job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, lo
 def metrics(
     run: Run,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Also write an SVG line chart to this file.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Also write an SVG line chart to this file (never over a file tp did not write).")] = None,
     endpoint: Annotated[str | None, typer.Option(
         help="Read from a receiver at this URL instead of a database.")] = None,
     db: Annotated[Path | None, typer.Option(
@@ -30,6 +32,7 @@ def metrics(
     secret_file: Annotated[Path | None, typer.Option(
         help="Mint the run token for --endpoint from this secret.")] = None,
     width: Annotated[int, typer.Option(help="Sparkline width in characters.")] = 24,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON (in reading order).")] = False,
 ) -> None:
     """Print a run's metrics (last, min, max, count, last step, trend); --plot writes an SVG.
 
@@ -38,23 +41,30 @@ def metrics(
     """
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
+    replacing = _destination(plot) if plot is not None else False
     target = _Target(run)
     read = _remote_reader(target.run_id, endpoint, token, secret_file) if endpoint else _local_reader(target, db)
     found = _run_metrics(run, target, read)
     keys = found.select(key or [])
-    typer.echo(found.table(keys, width=max(1, width)), nl=False)
+    if as_json:
+        import json  # lazy: only --json prints JSON
+
+        typer.echo(json.dumps({"run": target.run_id, "metrics": found.rows(keys)}, indent=2, ensure_ascii=False))
+    else:
+        typer.echo(found.table(keys, width=max(1, width)), nl=False)
     if plot is not None:
         from tuneplane.gitops.charts import render_svg  # lazy: the chart code loads only with --plot
 
-        _write(plot, render_svg(found.series(keys), title=f"run {run}", vocab=found.vocab,
-                                times=found.times(keys)))
+        _write(plot, render_svg(found.series(keys), title=f"run {target.run_id}", vocab=found.vocab,
+                                times=found.times(keys)), replacing)
 
 
 @job_app.command("compare")
 def compare(
     runs: Annotated[list[str], typer.Argument(help="Two or more runs (id, unique prefix or EXP/RUN).")],
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write an SVG: one chart per metric, runs overlaid.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write).")] = None,
     db: Annotated[Path | None, typer.Option(
         help="SQLite database of the receiver (default: each local run's own store).")] = None,
 ) -> None:
@@ -65,31 +75,44 @@ def compare(
 
     if len(runs) < 2:
         raise UsageError("compare needs two or more runs", "tp job compare RUN RUN [RUN…]")
+    replacing = _destination(plot) if plot is not None else False
     targets = [_Target(run) for run in runs]
     runs = [target.run_id for target in targets]
-    found = {t.run_id: _run_metrics(t.run_id, t, _local_reader(t, db)) for t in targets}
+    twice = sorted({r for r in runs if runs.count(r) > 1})
+    if twice:
+        raise UsageError(f"run {', '.join(twice)} is named twice", "name each run once: tp job compare RUN RUN…")
+    found = {t.run_id: _run_metrics(t.run_id, t, _local_reader(t, db), missing_ok=True) for t in targets}
+    if all(not m.summary for m in found.values()):
+        raise UsageError("none of these runs has metrics stored",
+                         "a job reports only with tuneplane.report and TUNEPLANE_JOB_TOKEN set")
     params = {t.run_id: t.params for t in targets}
     legend = changed_parameters(params)
     for run in runs:
-        typer.echo(f"{run}: {legend.get(run) or '(same parameters)'}")
+        said = "no metrics stored" if not found[run].summary else legend.get(run) or "(same parameters)"
+        typer.echo(f"{run}: {said}")
     names = _compared_names(found, key or [])
     width = max((len(n) for n in names), default=3)
-    typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-10:].rjust(10) for r in runs))
+    # each column headed by the shortest end of its run id (10 characters at least) that tells it apart
+    longest = max(map(len, runs))
+    cut = next((n for n in range(10, longest + 1) if len({r[-n:] for r in runs}) == len(runs)), longest)
+    column = max(10, min(cut, longest))
+    typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-cut:].rjust(column) for r in runs))
     for name in names:
         cells = []
         for metrics in found.values():
             raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
-        typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
+        typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(column) for c in cells))
     if plot is not None:
-        _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
+        _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)), replacing)
 
 
 def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
     """The rows of a comparison: every run's metrics, or the keys asked for. A key needs to be in
     one run only (runs of different recipes log different metrics); one in none is an error."""
-    if not wanted:
-        return list(dict.fromkeys(n for m in found.values() for n in m.names()))
+    if not wanted:  # the union in one reading order (the first run with metrics decides the primary)
+        vocab = next(m.vocab for m in found.values() if m.summary)
+        return list(vocab.order(n for m in found.values() for n in m.names()))
     missing = [w for w in wanted if all(m.lookup(w) is None for m in found.values())]
     if missing:
         import difflib  # lazy: only a failed lookup needs it
@@ -104,25 +127,69 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def _run_metrics(run: str, target: _Target, read: _Reader) -> Any:
+def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = False) -> Any:
+    """The run's metrics; none stored is an error, or with `missing_ok` (a comparison) an empty set.
+    A run the lab does not know and no store holds is named as such."""
     # lazy: as above
     from tuneplane.gitops.observe import vocabulary_of
     from tuneplane.gitops.runmetrics import RunMetrics
 
     summary = read.summary()
-    if not summary:
+    if not summary and target.unknown is not None:
+        raise UsageError(f"{target.unknown.message}, and no metrics are stored under that id", target.unknown.hint)
+    if not summary and not missing_ok:
         raise UsageError(f"no metrics stored for run {run!r}",
                          "check the run id; a job reports only with tuneplane.report "
                          "and TUNEPLANE_JOB_TOKEN set")
     return RunMetrics(summary, read.series, vocabulary_of(target.method), read.timed)
 
 
-def _write(path: Path, text: str) -> None:
+# The first two lines of every chart tp writes (`tuneplane.gitops.charts`), exactly: a file that does
+# not begin so is the user's (another tool's SVG included), and --plot never replaces it.
+CHART_START = re.compile(rb'<svg xmlns="http://www\.w3\.org/2000/svg" width="(\d+)" height="(\d+)" '
+                         rb'viewBox="0 0 \1 \2" font-family="sans-serif" font-size="11">\n'
+                         rb'<rect width="\1" height="\2" fill="#ffffff"/>\n')
+
+
+def _destination(path: Path) -> bool:
+    """Check where --plot will write before any work: True when it replaces a chart tp wrote before.
+    A folder, a missing folder, or a file that is not such a chart is refused with what to do."""
+    if path.is_dir():
+        raise UsageError(f"--plot {path} is a folder", f"give a file name, e.g. --plot {path / 'metrics.svg'}")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path}: the folder {path.parent} does not exist",
+                         "create it first, or give a path in a folder that exists")
+    if not path.exists():
+        return False
     try:
-        path.write_text(text, encoding="utf-8")
+        with path.open("rb") as handle:
+            start = handle.read(512)
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    typer.echo(f"wrote {path}", err=True)
+        raise UsageError(f"cannot read {path} to see what it is: {exc.strerror or exc}") from None
+    if not CHART_START.match(start):
+        raise UsageError(f"{path} exists and is not a chart tp wrote; it is left as it is",
+                         "give another --plot path, or move that file away first")
+    return True
+
+
+def _write(path: Path, text: str, replacing: bool = False) -> None:
+    """Write the chart whole (a temporary file beside it, then renamed over), and say so."""
+    import tempfile  # lazy: only --plot writes a file
+
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
+                         "give a --plot path in a folder you can write to") from None
+    typer.echo(f"{'replaced' if replacing else 'wrote'} {path}", err=True)
 
 
 class _Reader:
@@ -149,6 +216,7 @@ class _Target:
         self.params: dict[str, Any] = {}
         self.root: Path | None = None
         self.outside = ""  # why no lab is here, when none is
+        self.unknown: UsageError | None = None  # the lab does not know this run (a receiver may)
         try:
             self.root = root = find_lab_root()
         except UsageError as exc:
@@ -159,6 +227,7 @@ class _Target:
         except UsageError as exc:
             if "matches" in str(exc):  # ambiguous: say so rather than guess
                 raise
+            self.unknown = exc
             return
         self.run_id = key.run_id
         current = read_status(root, key)
@@ -171,7 +240,9 @@ class _Target:
             request = read_request(root, key)
         except UsageError:
             return
-        self.params = {**dict(request.set), "profile": request.profile}
+        # what sets a run apart besides its parameters: shown only where the runs compared differ
+        self.params = {**dict(request.set), "profile": request.profile, "experiment": key.experiment,
+                       **({"method": self.method} if self.method else {})}
 
 
 def _local_reader(target: _Target, db: Path | None) -> _Reader:
@@ -184,6 +255,8 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
                          "cd into the lab, or pass --db PATH or --endpoint URL")
     path = given or (target.root or Path()) / ingest.DEFAULT_DB  # the lab's receiver keeps it at the lab's root
     if not path.exists():
+        if target.unknown is not None and given is None:
+            raise target.unknown  # not this lab's run, and no store to look in: say which
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
     run_id = target.run_id
     return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k),

@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from xml.sax.saxutils import escape
 
+from tuneplane.gitops.charts_legend import changed_parameters as changed_parameters  # the CLI reads it here
+from tuneplane.gitops.charts_legend import cut, fmt
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -30,6 +32,8 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 DASHES = ("", "6 3", "2 2", "8 3 2 3", "1 3")
 COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history stays small)
 COMPACT_PANELS = 3
+CHAR_PX = 6.2  # the mean width of a character of the 11 px sans-serif text (legends, words)
+DIGIT_PX = 7.0  # a digit's width in that font (0.64 em): what a value label is made of
 
 
 def _xml(text: str) -> str:
@@ -60,19 +64,6 @@ def sparkline(values: Sequence[float], width: int = 24) -> str:
     if _flat(low, high):
         return BARS[len(BARS) // 2 - 1] * len(points)
     return "".join(BARS[min(len(BARS) - 1, int(round(_share(v, low, high) * (len(BARS) - 1))))] for v in points)
-
-
-def fmt(value: Any) -> str:
-    """Numbers short and aligned-friendly: 4 significant digits, integers as integers."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e15:
-            return str(int(value))
-        return f"{value:.4g}"
-    return str(value)
 
 
 def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series] | None = None,
@@ -143,17 +134,39 @@ def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> 
         return [round(low) if whole else low]
     if whole:
         return list(_whole_ticks(low, high, count))
+    step = _value_step(low, high, count)
+    if step is None:
+        return [low, high]
+    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
+    ticks = [_at(k, step) for k in range(first, min(last, first + 49) + 1)]
+    return ticks or [low]
+
+
+def value_axis(low: float, high: float, count: int = 4) -> tuple[float, float, list[float]]:
+    """A value axis from the round tick at or below `low` to the one at or above `high`, and its
+    ticks: both ends are named, so every panel shows at least two labels."""
+    step = _value_step(low, high, count) if math.isfinite(low) and math.isfinite(high) and high > low else None
+    if step is None:
+        return low, high, [t for t in nice_ticks(low, high, count) if low <= t <= high]
+    first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
+    ticks = [_at(k, step) for k in range(first, min(last, first + 49) + 1)]
+    if not all(math.isfinite(t) for t in ticks) or len(ticks) < 2:
+        return low, high, [t for t in nice_ticks(low, high, count) if low <= t <= high]
+    return min(low, ticks[0]), max(high, ticks[-1]), ticks
+
+
+def _value_step(low: float, high: float, count: int) -> float | None:
     raw = high / max(1, count - 1) - low / max(1, count - 1)  # finite even for a span past the float range
     if not math.isfinite(raw) or raw <= 0:
-        return [low, high]
+        return None
     magnitude = 10.0 ** math.floor(math.log10(raw))
     step = next((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), math.inf)
-    if not math.isfinite(step):
-        return [low, high]
-    digits = 3 - math.floor(math.log10(step))  # enough to keep k * step exact to the step's scale
-    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
-    ticks = [round(k * step, digits) for k in range(first, min(last, first + 49) + 1)]
-    return ticks or [low]
+    return step if math.isfinite(step) and step > 0 else None
+
+
+def _at(k: int, step: float) -> float:
+    """The k-th multiple of `step`, rounded to the step's own digits (1e-7 steps stay 1e-7 apart)."""
+    return round(k * step, 3 - math.floor(math.log10(step)))
 
 
 def _whole_ticks(low: float, high: float, count: int) -> list[int]:
@@ -188,7 +201,7 @@ def _short(value: float, digits: int) -> str:
 
 def time_label(seconds: float) -> str:
     if seconds < 60:
-        return f"{seconds:g}s"
+        return f"{round(seconds, 1):g}s"
     if seconds < 3600:
         minutes, secs = divmod(int(round(seconds)), 60)
         return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
@@ -199,17 +212,27 @@ def time_label(seconds: float) -> str:
     return f"{hours}h" if not rest else f"{hours}h{rest // 60:02d}m"
 
 
+def time_labels(ticks: Sequence[float]) -> list[str]:
+    """Labels of one wall-time axis in one unit: the largest (day, hour, minute, second) that its
+    tick step is a whole multiple of, so 3 days read `0h 12h … 72h` and not `36h 2d 2d12h`."""
+    step = min((b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a), default=1.0)
+    unit, suffix = next(((u, x) for u, x in ((86400, "d"), (3600, "h"), (60, "m"))
+                         if step >= u and abs(step / u - round(step / u)) < 1e-9), (1, "s"))
+    return [f"{round(t / unit, 1):g}{suffix}" for t in ticks]
+
+
 def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
     """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …)."""
     span = max(high - low, 1e-9)
-    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400, 172800,
-                 604800):
+    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
+                 86400, 172800, 604800):
         if span / step <= count:
             break
     else:  # longer still: whole weeks
         step = 604800 * math.ceil(span / (count * 604800))
-    first = float(math.ceil(low / step) * step)
-    return [first + i * step for i in range(int((high - first) // step) + 1)][:50] or [low]
+    first = math.ceil(low / step - 1e-9) * step
+    count_of = int((high - first) / step + 1e-9) + 1
+    return [round(first + i * step, 1) for i in range(max(0, count_of))][:50] or [low]
 
 
 # ── one run ────────────────────────────────────────────────────────────────────────────────────
@@ -253,6 +276,14 @@ def render_svg(series: Mapping[str, Series], title: str = "", width: int = 760, 
                               vocab=vocab, times=({"": times} if times else None), compact=compact)
 
 
+class _Panel(NamedTuple):
+    key: str
+    use_time: bool
+    lines: dict[str, list[tuple[float, float]]]
+    note: str  # what the panel leaves out, in words ("" when nothing)
+    y_axis: tuple[float, float, list[float], list[str]]  # low, high, ticks, their labels
+
+
 def render_compare_svg(
     runs: Mapping[str, Mapping[str, Series]],
     legend: Mapping[str, str] | None = None,
@@ -263,83 +294,118 @@ def render_compare_svg(
     times: Mapping[str, Mapping[str, Series]] | None = None,
     compact: bool = False,
 ) -> str:
-    """One panel per metric with every run drawn on it (one colour per run, named in the legend)."""
+    """One panel per metric with every run drawn on it (one colour per run, named in the legend).
+
+    What is not drawn is said in words under the panels: a series that never changes as its value,
+    values that are not finite (NaN, infinity) by their count, and in a `compact` chart the metrics
+    past its panel limit by name."""
     vocab = vocab or Vocabulary()
     legend = dict(legend or {})
     labels = list(runs)
-    limit = COMPACT_POINTS if compact else 1500
     keys = vocab.order({k for data in runs.values() for k in data})
-    constants: list[str] = []
-    panels: list[tuple[str, bool, dict[str, list[tuple[float, float]]]]] = []
+    words: list[str] = []  # lines under the panels
+    panels: list[_Panel] = []
     for key in keys:
         use_time = is_hardware(key) and times is not None and any(key in (times.get(r) or {}) for r in labels)
-        lines = {}
-        for run in labels:
-            source = (times.get(run) or {}) if use_time and times is not None else runs[run]
-            points = (smooth if compact else thin)(source.get(key, ()), limit)
-            if points:
-                lines[run] = points
-        if not lines:
-            continue
+        sources = {run: ((times or {}).get(run) or {}) if use_time else runs[run] for run in labels}
+        lines, note = _lines(key, sources, compact)
         same = {constant_value(p) for p in lines.values()}
-        if len(same) == 1 and None not in same:
-            value = next(iter(same))
-            constants.append(f"{key} = {fmt(value)}")
-            continue
-        panels.append((key, use_time, lines))
-    if compact:
+        if not lines:
+            if note:
+                words.append(f"{key}: no finite value ({note})")
+        elif len(same) == 1 and None not in same:
+            words.append(f"{key} = {fmt(next(iter(same)))}" + (f" ({note})" if note else ""))
+        else:
+            panels.append(_Panel(key, use_time, lines, note, _y_axis(lines)))
+    if compact and len(panels) > COMPACT_PANELS:
+        left_out = [p.key for p in panels[COMPACT_PANELS:]]
         panels = panels[:COMPACT_PANELS]
-    step_ranges = [s for _, t, lines in panels if not t for p in lines.values() for s, _ in p]
+        words.insert(0, f"{len(left_out)} more metric{'' if len(left_out) == 1 else 's'} "
+                        f"(`tp job metrics RUN --plot` draws them): {', '.join(left_out)}")
+    # training panels share one step axis; hardware with no times known is numbered by sample: its own
+    step_ranges = [s for p in panels if not (p.use_time or is_hardware(p.key)) for line in p.lines.values()
+                   for s, _ in line]
     shared = (min(step_ranges), max(step_ranges)) if step_ranges else (0.0, 1.0)
     # hardware panels share one wall-time axis from the first sample (0 s), so their times line up
-    time_ranges = [s for _, t, lines in panels if t for p in lines.values() for s, _ in p]
+    time_ranges = [s for p in panels if p.use_time for line in p.lines.values() for s, _ in line]
     wall = (min(0.0, *time_ranges), max(time_ranges)) if time_ranges else (0.0, 1.0)
+    # the widest value label sets the left margin, so none runs off the chart's edge
+    left = max(64, 10 + math.ceil(DIGIT_PX * max((len(t) for p in panels for t in p.y_axis[3]), default=0)))
+    chars = max(8, int((width - 84 - 8) / CHAR_PX))  # what fits on one line of the legend or the words
     legend_rows = len(labels) if len(labels) > 1 or any(legend.values()) else 0
     top = (30 if title else 10) + legend_rows * 16
-    const_rows = len(constants)
-    height = top + max(1, len(panels)) * (panel_height + 34) + const_rows * 16 + 12
+    band = panel_height + 34
+    rows = len(panels) if panels or words else 1  # a chart of words only has no empty panel above them
+    height = top + rows * band + len(words) * 16 + 12 + (14 if not panels and words else 0)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
     ]
     if title:
-        parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">{_xml(title)}</text>')
+        parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">'
+                     f'{_xml(cut(title, int(width / 9)))}</text>')
     for index, run in enumerate(labels[:legend_rows]):
         y = (30 if title else 10) + index * 16 + 8
-        text = run + (f" — {legend[run]}" if legend.get(run) else "")
+        text = cut(run + (f" — {legend[run]}" if legend.get(run) else ""), chars)
         parts.append(f'<line x1="64" y1="{y - 6}" x2="80" y2="{y - 6}" stroke-width="3"{_stroke(index)}/>'
                      f'<text x="84" y="{y - 4}">{_xml(text)}</text>')
-    if not panels and not constants:
+    if not panels and not words:
         parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
-    for index, (key, use_time, lines) in enumerate(panels):
-        y0 = top + index * (panel_height + 34)
-        parts.extend(_panel(key, lines, labels, y0, width, panel_height, use_time, wall if use_time else shared,
+    for index, panel in enumerate(panels):
+        y0 = top + index * band
+        parts.extend(_panel(panel, labels, y0, (left, width - 16), panel_height,
+                            wall if panel.use_time else _own(panel) if is_hardware(panel.key) else shared,
                             single=len(labels) == 1, index=index))
-    y = top + max(1, len(panels)) * (panel_height + 34)
-    for text in constants:
-        parts.append(f'<text x="64" y="{y}">{_xml(text)}</text>')
+    y = top + rows * band + (14 if not panels else 0)
+    for text in words:
+        parts.append(f'<text x="64" y="{y}">{_xml(cut(text, chars + 3))}</text>')
         y += 16
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
 
-def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: list[str], y0: float, width: int,
-           height: int, use_time: bool, shared: tuple[float, float] | None, single: bool,
-           index: int) -> list[str]:
-    left, right = 64, width - 16
-    plot_top, plot_bottom = y0 + 18, y0 + height
-    unit = " (wall time)" if use_time else ""
-    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{_xml(key)}{unit}</text>',
-           f'<rect x="{left}" y="{plot_top}" width="{right - left}" height="{plot_bottom - plot_top}" '
-           'fill="none" stroke="#cccccc"/>']
-    xs = [s for p in lines.values() for s, _ in p]
+def _lines(key: str, sources: Mapping[str, Mapping[str, Series]],
+           compact: bool) -> tuple[dict[str, list[tuple[float, float]]], str]:
+    """Each run's points of `key` to draw, and how many were not finite (said, never drawn)."""
+    lines, dropped = {}, 0
+    for run, source in sources.items():
+        given = source.get(key, ())
+        dropped += sum(1 for s, v in given if not (math.isfinite(v) and math.isfinite(s)))
+        points = smooth(given, COMPACT_POINTS) if compact else thin(given, 1500)
+        if points:
+            lines[run] = points
+    return lines, f"{dropped} value{'' if dropped == 1 else 's'} not finite (NaN/inf) not drawn" if dropped else ""
+
+
+def _own(panel: _Panel) -> tuple[float, float]:
+    xs = [s for line in panel.lines.values() for s, _ in line]
+    return min(xs), max(xs)
+
+
+def _y_axis(lines: Mapping[str, list[tuple[float, float]]]) -> tuple[float, float, list[float], list[str]]:
+    """A panel's value axis: from a round tick below its data to one above, and the tick labels."""
     ys = [v for p in lines.values() for _, v in p]
-    x_lo, x_hi = shared if shared is not None else (min(xs), max(xs))
     y_lo, y_hi = min(ys), max(ys)
     if y_hi == y_lo:
         pad = abs(y_lo) * 0.05 or 1.0
         y_lo, y_hi = y_lo - pad, y_hi + pad
+    y_lo, y_hi, ticks = value_axis(y_lo, y_hi, 4)
+    return y_lo, y_hi, ticks, tick_labels(ticks)
+
+
+def _panel(panel: _Panel, labels: list[str], y0: float, across: tuple[int, int], height: int,
+           shared: tuple[float, float], single: bool, index: int) -> list[str]:
+    (left, right), lines = across, panel.lines
+    plot_top, plot_bottom = y0 + 18, y0 + height
+    unit = " (wall time)" if panel.use_time else ""
+    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{_xml(panel.key)}{unit}</text>',
+           f'<rect x="{left}" y="{plot_top}" width="{right - left}" height="{plot_bottom - plot_top}" '
+           'fill="none" stroke="#cccccc"/>']
+    if panel.note:
+        out.append(f'<text x="{right}" y="{y0 + 12}" text-anchor="end" fill="#666666">{_xml(panel.note)}</text>')
+    x_lo, x_hi = shared
+    y_lo, y_hi, y_ticks, y_labels = panel.y_axis
 
     def x_of(step: float) -> int:
         return round(left + (step - x_lo) / (x_hi - x_lo) * (right - left)) if x_hi > x_lo else (left + right) // 2
@@ -347,13 +413,13 @@ def _panel(key: str, lines: Mapping[str, list[tuple[float, float]]], labels: lis
     def y_of(value: float) -> int:
         return round(plot_bottom - _share(value, y_lo, y_hi) * (plot_bottom - plot_top))
 
-    y_ticks = nice_ticks(y_lo, y_hi, 4)
-    for tick, label in zip(y_ticks, tick_labels(y_ticks), strict=True):
+    for tick, label in zip(y_ticks, y_labels, strict=True):
         if y_lo <= tick <= y_hi:
             y = y_of(tick)
             out.append(f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
                        f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{_xml(label)}</text>')
-    out += _x_axis(x_lo, x_hi, use_time, x_of, plot_bottom, right)
+    caption = "time since the first sample" if panel.use_time else "sample" if is_hardware(panel.key) else "step"
+    out += _x_axis(x_lo, x_hi, panel.use_time, x_of, plot_bottom, right, caption)
     for number, run in enumerate(labels):
         points = lines.get(run)
         if not points:
@@ -375,24 +441,35 @@ def _stroke(number: int) -> str:
     return f' stroke="{color}"' + (f' stroke-dasharray="{dash}"' if dash else "")
 
 
-def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int) -> list[str]:
+def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int,
+            caption: str) -> list[str]:
     """Tick labels under a panel (whole steps, or round durations), each label once."""
     if use_time:
         ticks = [t + x_lo for t in time_ticks(0.0, x_hi - x_lo)]
-        labels = [time_label(t - x_lo) for t in ticks]
+        labels = time_labels([t - x_lo for t in ticks])
     else:
         ticks = nice_ticks(x_lo, x_hi, 6, whole=True)
         labels = tick_labels(ticks)
     slack = 1e-9 if use_time else 0  # whole steps are compared exactly (a float epsilon is lost at 2**62)
-    out, seen = [], set()
+    kept: list[tuple[int, str]] = []
     for tick, label in zip(ticks, labels, strict=True):
-        if label in seen or not (x_lo - slack <= tick <= x_hi + slack):
-            continue
-        seen.add(label)
-        out.append(f'<text x="{x_of(tick)}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>')
+        if label not in {k for _, k in kept} and x_lo - slack <= tick <= x_hi + slack:
+            kept.append((x_of(tick), label))
+    out = [f'<text x="{x}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>'
+           for x, label in _spaced(kept)]
     out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
-               f'{"time since the first sample" if use_time else "step"}</text>')
+               f'{caption}</text>')
     return out
+
+
+def _spaced(labels: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Every k-th label, the smallest k at which no two neighbours overlap (long step numbers)."""
+    for k in range(1, len(labels) + 1):
+        picked = labels[::k]
+        if all(b[0] - a[0] >= (len(a[1]) + len(b[1])) / 2 * DIGIT_PX + 4
+               for a, b in zip(picked, picked[1:], strict=False)):
+            return picked
+    return labels[:1]
 
 
 def _path(coords: list[tuple[int, int]]) -> str:
@@ -407,10 +484,3 @@ def _path(coords: list[tuple[int, int]]) -> str:
         out.append(f"l{dx}{'' if dy < 0 else ' '}{dy}")
         px, py = x, y
     return "".join(out)
-
-
-def changed_parameters(params: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Per run, the hyperparameters whose value differs between the runs (`lr=0.001 batch=8`)."""
-    keys = sorted({k for p in params.values() for k in p})
-    varying = [k for k in keys if len({repr(p.get(k)) for p in params.values()}) > 1]
-    return {run: " ".join(f"{k}={fmt(p.get(k))}" for k in varying if k in p) for run, p in params.items()}

@@ -73,6 +73,12 @@ class RunMetrics:
         series = {shown: self.read_series(raw) for shown, raw in keys.items()}
         return render_table({shown: self.summary[raw] for shown, raw in keys.items()}, series, width=width)
 
+    def rows(self, keys: Mapping[str, str]) -> list[dict[str, Any]]:
+        """`tp job metrics --json`: per shown name, in reading order, the stored key and its summary."""
+        fields = ("last", "min", "max", "count", "last_step")
+        return [{"key": shown, "raw": raw, **{f: self.summary[raw].get(f) for f in fields}}
+                for shown, raw in keys.items()]
+
     def series(self, keys: Mapping[str, str]) -> dict[str, Series]:
         return {shown: self.read_series(raw) for shown, raw in keys.items()}
 
@@ -90,7 +96,7 @@ def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str
     """One chart per metric with every run overlaid; the legend names each run's changed parameters."""
     from tuneplane.gitops.charts import changed_parameters, render_compare_svg  # lazy: as above
 
-    vocab = next(iter(runs.values())).vocab if runs else Vocabulary()
+    vocab = next((m.vocab for m in runs.values() if m.summary), Vocabulary())
     lines: dict[str, dict[str, Series]] = {}
     times: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for label, metrics in runs.items():
@@ -100,5 +106,9 @@ def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str
             keys = metrics.select(found) if found else {}  # a run with none of them draws nothing
         lines[label] = dict(metrics.series(keys))
         times[label] = metrics.times(keys)  # each run's hardware from its own first sample
-    return render_compare_svg(lines, legend=changed_parameters(params), title=title, vocab=vocab,
+    legend = changed_parameters(params)
+    for label, metrics in runs.items():
+        if not metrics.summary:  # said in the legend, not left out unexplained
+            legend[label] = "no metrics stored"
+    return render_compare_svg(lines, legend=legend, title=title, vocab=vocab,
                               times=times if any(times.values()) else None)

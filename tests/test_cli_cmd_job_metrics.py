@@ -1,0 +1,148 @@
+"""`tp job metrics` and `tp job compare` as a user meets them in a real lab: runs made with
+`tp submit --local`, read back through `tp` processes.
+
+What a user found: no `--json`; `--plot` replacing any file without a word; a run with no metrics
+stopping a comparison; a run id the lab does not know told "no ingest database"; the same run named
+twice drawn as two columns of one.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+NS = "{http://www.w3.org/2000/svg}"
+TRAIN = """#!/usr/bin/env bash
+set -euo pipefail
+python - <<'PY'
+from tuneplane import report
+for step in range(1, 11):
+    report.log({"loss": 2.0 / step, "eval_loss": 2.5 / step, "grad_norm": 1.0 + step % 3,
+                "hw/gpu_util": 40.0 + step}, step=step)
+report.finish()
+PY
+"""
+SILENT = "#!/usr/bin/env bash\necho nothing to report\n"
+
+
+def _submit(tp, lab: Path, exp: str) -> str:  # type: ignore[no-untyped-def]
+    result = tp("submit", exp, "--profile", "local", "--local", "--image", "python:3.12",
+                "--observability-url", "https://track.example.org/p", cwd=lab)
+    assert result.code == 0, result.output
+    return next(line.split()[1].rstrip(":") for line in result.out.splitlines() if line.startswith("run "))
+
+
+@pytest.fixture()
+def runs(tp, lab: Path, git) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+    """Two runs that report (train/loss, validation/loss, grad norm, hardware) and one that does not."""
+    for exp, script in (("sft", TRAIN), ("quiet", SILENT)):
+        assert tp("new", exp, "--method", "custom/custom", cwd=lab).code == 0
+        (lab / f"experiments/{exp}/train.sh").write_text(script)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "two experiments")
+    return _submit(tp, lab, "sft"), _submit(tp, lab, "sft"), _submit(tp, lab, "quiet")
+
+
+def test_metrics_json_lists_keys_in_reading_order_with_their_raw_keys(tp_subprocess, lab: Path,
+                                                                      runs: tuple[str, str, str]) -> None:
+    first, _, _ = runs
+    shown = tp_subprocess("job", "metrics", first, "--json", cwd=lab)
+    assert shown.code == 0, shown.output
+    data = json.loads(shown.out)
+    assert data["run"] == first
+    keys = [m["key"] for m in data["metrics"]]
+    assert keys[:2] == ["train/loss", "validation/loss"] and keys[-1] == "hw/gpu_util", keys
+    by_key = {m["key"]: m for m in data["metrics"]}
+    assert by_key["train/loss"]["raw"] == "loss" and by_key["validation/loss"]["raw"] == "eval_loss"
+    assert by_key["train/loss"]["last"] == pytest.approx(0.2) and by_key["train/loss"]["count"] == 10
+    raw = tp_subprocess("job", "metrics", first, "--json", "--key", "eval_loss", cwd=lab)
+    assert raw.code == 0 and [m["key"] for m in json.loads(raw.out)["metrics"]] == ["eval_loss"], raw.output
+
+
+def test_plot_never_replaces_a_users_file_and_says_when_it_replaces_a_chart(tp, lab: Path,
+                                                                            runs: tuple[str, str, str]) -> None:
+    first, _, _ = runs
+    notes = lab.parent / "notes.svg"
+    notes.write_text("my own drawing\n")
+    refused = tp("job", "metrics", first, "--plot", notes, cwd=lab)
+    assert refused.code == 2 and "not a chart tp wrote" in refused.err, refused.output
+    assert notes.read_text() == "my own drawing\n"
+    assert "train/loss" not in refused.out  # refused before any work is shown
+    drawing = '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="200">\n<circle r="5"/></svg>\n'
+    notes.write_text(drawing)  # another tool's SVG is the user's too
+    assert tp("job", "metrics", first, "--plot", notes, cwd=lab).code == 2 and notes.read_text() == drawing
+
+    chart = lab.parent / "chart.svg"
+    assert tp("job", "metrics", first, "--plot", chart, cwd=lab).code == 0
+    again = tp("job", "metrics", first, "--plot", chart, cwd=lab)
+    assert again.code == 0 and f"replaced {chart}" in again.err, again.output
+    ET.fromstring(chart.read_text())
+
+    missing = tp("job", "metrics", first, "--plot", lab.parent / "no/such/folder/c.svg", cwd=lab)
+    assert missing.code == 2 and "does not exist" in missing.err and "Traceback" not in missing.output
+    folder = tp("job", "metrics", first, "--plot", lab.parent, cwd=lab)
+    assert folder.code == 2 and "is a folder" in folder.err, folder.output
+
+
+def test_compare_says_a_run_has_no_metrics_and_compares_the_rest(tp_subprocess, lab: Path,
+                                                                 runs: tuple[str, str, str]) -> None:
+    first, second, quiet = runs
+    out = lab.parent / "compare.svg"
+    compared = tp_subprocess("job", "compare", first, second, quiet, "--plot", out, cwd=lab)
+    assert compared.code == 0, compared.output
+    assert f"{quiet}: no metrics stored" in compared.out, compared.out
+    assert f"{first}: experiment=sft\n{second}: experiment=sft\n" in compared.out, compared.out  # what differs
+    row = next(line.split() for line in compared.out.splitlines() if line.split()[:1] == ["train/loss"])
+    assert row == ["train/loss", "0.2", "0.2", "-"], compared.out
+    texts = ["".join(t.itertext()) for t in ET.fromstring(out.read_text()).iter(f"{NS}text")]
+    assert any(t.startswith(quiet) and "no metrics" in t for t in texts), texts
+    only_quiet = tp_subprocess("job", "compare", quiet, quiet, cwd=lab)
+    assert only_quiet.code == 2 and "named twice" in only_quiet.err, only_quiet.output
+
+
+def test_compare_and_metrics_name_a_run_the_lab_does_not_know(tp_subprocess, lab: Path,
+                                                              runs: tuple[str, str, str]) -> None:
+    first, second, _ = runs
+    for args in (("metrics", "20990101-000000-deadbeef00"), ("compare", first, "20990101-000000-deadbeef00")):
+        result = tp_subprocess("job", *args, cwd=lab)
+        assert result.code == 2, result.output
+        assert "no run '20990101-000000-deadbeef00' in this lab" in result.err, result.output
+        assert "Traceback" not in result.output
+    twice = tp_subprocess("job", "compare", first, f"sft/{first}", cwd=lab)
+    assert twice.code == 2 and f"{first} is named twice" in twice.err, twice.output
+
+
+def test_compare_rows_follow_the_reading_order_over_all_runs(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A key only the second run logged takes its place among the first run's, not after its hardware."""
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    store.add_points("run-a", [(k, s, 1.0 + s, "") for s in range(3) for k in ("loss", "hw/cpu_util")], None)
+    store.add_points("run-b", [(k, s, 2.0 + s, "") for s in range(3) for k in ("eval_loss", "loss")], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    compared = tp("job", "compare", "run-a", "run-b", "--db", db)
+    assert compared.code == 0, compared.output
+    rows = [line.split()[0] for line in compared.out.splitlines()[3:]]
+    assert rows == ["train/loss", "validation/loss", "hw/cpu_util"], compared.out
+
+
+def test_compare_columns_tell_runs_apart_when_their_ids_end_alike(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    runs = ["lr-0.001-warmup-seed-1", "lr-0.002-warmup-seed-1"]  # the same last 10 characters
+    for number, run in enumerate(runs):
+        store.add_points(run, [("loss", s, float(number + s), "") for s in range(3)], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    compared = tp("job", "compare", *runs, "--db", db)
+    assert compared.code == 0, compared.output
+    header = compared.out.splitlines()[2].split()
+    assert header[0] == "key" and len(set(header[1:])) == 2 and all(h in r for h, r in zip(header[1:], runs,
+                                                                                            strict=True)), header
