@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import typing
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import datetime
 
 # Exit codes of `tp` (docs/reference/commands.md): library code raises, only the CLI picks one.
 EXIT_OK = 0
@@ -68,8 +71,46 @@ REPORT_ALL_RANKS_ENV = "TUNEPLANE_REPORT_ALL_RANKS"
 TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"  # where the launcher writes its one-line refusal
 
 
-def utc_now() -> str:
-    """ISO-8601 UTC with second precision, the form every time in a status file takes."""
-    from datetime import UTC, datetime  # lazy: the SDK imports this module and has no use for datetime
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # every time in a status file: ISO-8601 UTC to the second
 
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def utc_moment() -> datetime.datetime:
+    """Now, in UTC: the one reading of the wall clock as a date (run ids, status times, ages)."""
+    import datetime  # lazy: the SDK imports this module and has no use for datetime
+
+    return datetime.datetime.now(datetime.UTC)
+
+
+def utc_now(millis: bool = False) -> str:
+    """ISO-8601 UTC with second precision, the form every time in a status file takes; `millis` adds
+    the milliseconds (a local run's start and end, whose difference is shown as `12.3s`)."""
+    now = utc_moment()
+    if millis:
+        return now.strftime(STAMP_FORMAT[:-1]) + f".{now.microsecond // 1000:03d}Z"
+    return now.strftime(STAMP_FORMAT)
+
+
+def as_utc(value: str, local: bool = False) -> str | None:
+    """An ISO-8601 time as a status file writes it (UTC, to the second), or None when it is not one;
+    `local`: a time without a zone is the machine's local time (else it is UTC)."""
+    import datetime  # lazy: as in utc_moment
+
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.astimezone() if local else moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC).strftime(STAMP_FORMAT)
+
+
+def epoch_of(stamp: object) -> float | None:
+    """Seconds since the epoch of a status file's time (`2026-01-02T03:04:05Z`, a fraction allowed; no
+    zone: UTC), or None when it is not one."""
+    import datetime  # lazy: as in utc_moment
+
+    try:
+        moment = datetime.datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)).timestamp()

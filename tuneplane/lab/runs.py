@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 
+from tuneplane.constants import utc_moment
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, present, read_text
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
@@ -65,7 +66,7 @@ _ISSUED: set[str] = set()
 def new_run_id(now: datetime | None = None) -> str:
     """UTC time to the second, then 40 random bits: ids sort by time and two machines would have to
     draw the same 40 bits in the same second to collide; within one process they never repeat."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    moment = (now or utc_moment()).astimezone(UTC)
     while True:
         run_id = f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(5)}"
         if run_id not in _ISSUED:

@@ -47,18 +47,17 @@ from tuneplane.backends.local.files import (
     REF_KIND,
     START_GRACE,
     SUBMIT_LOCK,
-    _epoch,
-    _scrubbed_env,
-    _signal_group,
-    _update_state,
-    _write_json,
     read_state,
+    scrubbed_env,
+    signal_group,
     supervisor_alive,
+    update_state,
 )
 from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
-from tuneplane.constants import TERMINAL, observed_phase, utc_now
+from tuneplane.constants import TERMINAL, epoch_of, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
+from tuneplane.lab.fs import write_json
 from tuneplane.lab.gitrepo import GitRepo
 
 LOG_POLL = 0.2  # seconds between looks at a followed log
@@ -142,7 +141,7 @@ class LocalBackend:
                     raise BackendError(
                         f"could not prepare the job package of run {spec['run_id']}: {exc}"
                     ) from exc
-                _update_state(
+                update_state(
                     run_dir,
                     run_id=spec["run_id"],
                     experiment=spec["experiment"],
@@ -164,7 +163,7 @@ class LocalBackend:
 
     def _spawn(self, run_dir: Path) -> None:
         self.spawn(run_dir, [self.python, "-m", "tuneplane.backends.local", "supervise", str(run_dir)],
-                   _scrubbed_env(os.environ, keep_storage=True))
+                   scrubbed_env(os.environ, keep_storage=True))
 
     def spawn(self, run_dir: Path, argv: list[str], env: dict[str, str]) -> None:
         """Start a supervising process in its own session, with no tie to our stdio (we may exit first).
@@ -257,11 +256,11 @@ class LocalBackend:
         if state.get("phase") in TERMINAL:
             return
         if supervisor_alive(run_dir):
-            _signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
+            signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
             return
         with locked(run_dir / SUBMIT_LOCK):
-            _signal_group(state.get("pgid"), signal.SIGKILL)
-            _update_state(
+            signal_group(state.get("pgid"), signal.SIGKILL)
+            update_state(
                 run_dir,
                 phase="Cancelled",
                 reason="Cancelled",
@@ -284,7 +283,7 @@ def _local_spec(request: SubmitRequest) -> dict[str, Any]:
 def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
     """A non-terminal run nobody supervises: still starting, or lost with its supervisor."""
     if not state.get("supervisor_started"):
-        submitted = _epoch(state.get("submitted_at"))
+        submitted = epoch_of(state.get("submitted_at"))
         if submitted is None or time.time() - submitted < START_GRACE:
             return None
         return Observation(
@@ -344,7 +343,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
             "artifacts",
         )
     }
-    _write_json(run_dir / LAUNCH, launch)
+    write_json(run_dir / LAUNCH, launch)
 
 
 def _ended(run_dir: Path) -> bool:

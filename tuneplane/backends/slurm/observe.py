@@ -15,12 +15,12 @@ Slurm states → our phases:
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation
 from tuneplane.backends.slurm.commands import SlurmCommands, SlurmUnavailable, first_line, parse_fields
+from tuneplane.constants import as_utc
 from tuneplane.render.slurm import STATE_DIR
 
 PENDING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
@@ -162,9 +162,4 @@ def _time(value: str | None) -> str | None:
     """Slurm's local `2026-01-02T03:04:05` as ISO-8601 UTC (the controller's clock, in UTC)."""
     if not value or value in _UNSET:
         return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    local = moment.astimezone() if moment.tzinfo is None else moment
-    return local.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return as_utc(value, local=True)
