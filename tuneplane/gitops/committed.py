@@ -10,13 +10,12 @@ they are read.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.errors import UsageError
-from tuneplane.lab.gitrepo import GitFailed, no_git_env
+from tuneplane.lab.gitrepo import run_git
 from tuneplane.models.base import NAME_RE
 from tuneplane.models.run import RUN_ID_RE
 
@@ -66,12 +65,7 @@ class Snapshot:
         return self._run(list(args), stdin).decode("utf-8", "replace")
 
     def _run(self, args: list[str], stdin: bytes | None = None) -> bytes:
-        done = subprocess.run(
-            ["git", *args], cwd=self.root, env=no_git_env(), input=stdin, capture_output=True, check=False
-        )
-        if done.returncode:
-            raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
-        return done.stdout
+        return run_git(self.root, args, stdin)
 
     # ── trees ────────────────────────────────────────────────────────────────────────────────
 
