@@ -7,7 +7,6 @@ failure leaves nothing half-written.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -19,7 +18,7 @@ from tuneplane.author.editor import packaged_schemas, write_schemas
 from tuneplane.author.toolsource import ToolSource, installed_source
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.fs import write_json
+from tuneplane.lab.fs import atomic_write, publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
@@ -110,7 +109,7 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
         if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        atomic_write(path, text)
         written.append(rel)
     commit = _first_commit(root, written, name) if use_git else None
     return InitResult(root, name, written, commit)
@@ -174,7 +173,7 @@ def new_experiment(lab: Lab, name: str, method: str | None, framework_version: s
         shutil.copytree(template, staging / name, ignore=_ignore, symlinks=False)
         write_json(staging / name / LOCK_FILE, make_lock(catalog, method, key))
         _point_config_at_its_schema(lab, staging / name, f"{lab.rel(target)}/{CONFIG_FILE}", method, recipe)
-        os.rename(staging / name, target)
+        publish_dir(staging / name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
@@ -188,7 +187,7 @@ def _point_config_at_its_schema(lab: Lab, exp_dir: Path, rel: str, method: str, 
     if not recipe.params or not config.is_file():
         return  # custom: config.yaml is the user's own, nothing reads it
     line = comment_line(rel, config_schema_rel(method))
-    config.write_text(with_comment(config.read_text(encoding="utf-8"), line), encoding="utf-8")
+    atomic_write(config, with_comment(config.read_text(encoding="utf-8"), line))
 
 
 def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | None, str]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from tuneplane.lab.fs import atomic_write
+
 REFERENCE = Path("docs/reference/commands.md")
 HEADER = """\
 # Command reference
@@ -253,10 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     if current != text:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.output.with_name(f".{args.output.name}.tmp")
-        tmp.write_text(text, encoding="utf-8", newline="\n")
-        tmp.replace(args.output)
+        atomic_write(args.output, text)
         print(f"wrote {args.output}")
     return 0
 

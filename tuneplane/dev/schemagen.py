@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuneplane.lab.fs import atomic_write
 from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if not out.is_dir():
         parser.error(f"{out} is not a folder: run from the repository root, or name the schemas folder")
     for filename, text in render_all().items():
-        (out / filename).write_text(text, encoding="utf-8")
+        atomic_write(out / filename, text)
         print(f"wrote {out / filename}")
     return 0
 

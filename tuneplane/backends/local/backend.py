@@ -57,7 +57,7 @@ from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
 from tuneplane.constants import TERMINAL, epoch_of, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
-from tuneplane.lab.fs import write_json
+from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 
 LOG_POLL = 0.2  # seconds between looks at a followed log
@@ -324,7 +324,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
     (partial / JOBSPEC_PATH).write_text(
         json.dumps(spec["jobspec"], indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
-    os.rename(partial, work)
+    publish_dir(partial, work)
     Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
     (run_dir / LOG).touch()  # `tp job logs -f` may start following before the job does
     launch = {
