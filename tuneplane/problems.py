@@ -65,7 +65,12 @@ class Problem(FrozenRecord):
         return self.severity is Severity.ERROR
 
     def location(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}" if self.line else self.file
+        return location(self.file, self.line, self.col)
+
+
+def location(file: str, line: int, col: int) -> str:
+    """`file:line:col`, the one way a place in a file is written (just `file` for the whole file)."""
+    return f"{file}:{line}:{col}" if line else file
 
 
 def has_errors(problems: list[Problem], strict: bool = False) -> bool:

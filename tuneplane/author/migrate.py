@@ -26,6 +26,7 @@ from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.starforge import ENV_RENAMES, find_uses, rewrite
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
 from tuneplane.models.plugin import LEGACY_SCHEMAS
+from tuneplane.problems import location
 from tuneplane.runtime.digest import bundle_digest
 
 __all__ = ["ENV_RENAMES", "MigrationPlan", "apply", "plan_migration"]
@@ -183,7 +184,7 @@ def _code(root: Path, path: Path, plan: MigrationPlan) -> None:
         plan.writes[rel] = new
         plan.notes.append(f"{rel}: StarForge names rewritten to their TunePlane equivalents")
     for use in find_uses(new):
-        plan.notes.append(f"{rel}:{use.line}:{use.col}: {use.name}: {use.advice}")
+        plan.notes.append(f"{location(rel, use.line, use.col)}: {use.name}: {use.advice}")
 
 
 def apply(root: Path, plan: MigrationPlan) -> None:

@@ -35,9 +35,10 @@ from tuneplane.gitops.session import (
     run_pass,
 )
 from tuneplane.lab.gitrepo import CommitUnavailable, GitRepo
-from tuneplane.lab.load import Lab
+from tuneplane.lab.load import LAB_FILE, Lab
 from tuneplane.lab.runs import RunKey, parse_request, status_from
 from tuneplane.models.run import RunRequest, RunStatus, Transition
+from tuneplane.problems import location
 
 
 def reconcile(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
@@ -296,7 +297,7 @@ def _located(lab: Lab, exc: SubmitRefused) -> str:
     if not setting.startswith(("cluster.", "profiles.")) or lab.doc is None:
         return str(exc)
     line, col = lab.doc.where("/" + setting.replace(".", "/"))
-    return f"tuneplane.yaml:{line}:{col}: {exc}"
+    return f"{location(LAB_FILE, line, col)}: {exc}"
 
 
 def cluster_backend(lab: Lab) -> str:
