@@ -24,6 +24,10 @@ CONFIG_ERROR_EXIT = 78
 
 Scalar = bool | int | float | str
 
+# An experiment's, a plugin's or a recipe part's name (`models.base.NAME_RE` anchors it); the launcher
+# checks a plugin's name with it too.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
 
 class RenderFormat(StrEnum):
     """How `tp render`, `tp export` and `tp eval` print what they render."""

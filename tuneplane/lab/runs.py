@@ -27,7 +27,7 @@ from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml
 from tuneplane.models.base import name_error
-from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
+from tuneplane.models.run import RUN_ID, RunRequest, RunStatus
 
 RUNS_DIR = "runs"
 STATUS_DIR = "status"
@@ -36,7 +36,6 @@ SCHEMA_LINE = comment_line(f"{RUNS_DIR}/EXP/RUN.yaml", schema_rel("run"))
 STATUS_SCHEMA = reference(f"{STATUS_DIR}/EXP/RUN.json", schema_rel("status"))
 DASHBOARD = f"{STATUS_DIR}/README.md"
 
-_RUN_ID = re.compile(RUN_ID_RE)
 
 
 @dataclass(frozen=True, order=True)
@@ -199,7 +198,7 @@ def _keys_under(base: Path, suffix: str) -> list[RunKey]:
             continue
         for entry in os.scandir(exp.path):
             stem = entry.name[: -len(suffix)] if entry.name.endswith(suffix) else ""
-            if stem and _RUN_ID.match(stem) and entry.is_file():
+            if stem and RUN_ID.match(stem) and entry.is_file():
                 keys.append(RunKey(exp.name, stem))
     return sorted(keys)
 
