@@ -160,6 +160,13 @@ def _name_patterns(tree: ast.Module) -> list[int]:
     return [s.lineno for s in _strings(tree) if NAME_PATTERN in s.value]
 
 
+def _pattern_compiles(tree: ast.Module) -> list[int]:
+    """A model's pattern (`NAME_RE`, `RUN_ID_RE`, `NAME_PATTERN`, ...) compiled for Python code: `models` does it once."""
+    return [c.lineno for name, c in _calls(tree) if name.split(".")[-1] in ("compile", "lazy_pattern", "match",
+            "fullmatch", "search") and any(isinstance(n, ast.Name) and n.id.endswith(("_RE", "_PATTERN"))
+                                           for a in c.args for n in ast.walk(a))]
+
+
 def _private_imports(tree: ast.Module) -> list[int]:
     """`from tuneplane.x import _y`: a name private to one module used by another (make it public)."""
     return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tuneplane")
@@ -184,6 +191,10 @@ ONE_HOME = {
     "running git": (_git_commands, {"lab/gitrepo.py"}),
     "`file:line:col: message`": (_located_text, {"problems.py"}),
     "the pattern of a name": (_name_patterns, {"constants.py"}),
+    "a model's pattern compiled": (_pattern_compiles, {
+        "models/base.py", "models/run.py",
+        "launcher.py",  # the job side checks a plugin's name without the models
+    }),
     "private names used across modules": (_private_imports, set()),
 }
 
