@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
 from tuneplane.lab.fs import atomic_write
 
 REFERENCE = Path("docs/reference/commands.md")
@@ -246,18 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = render()
     if args.stdout:
         sys.stdout.write(text)
-        return 0
+        return EXIT_OK
     current = args.output.read_text(encoding="utf-8") if args.output.is_file() else None
     if args.check:
         if current == text:
-            return 0
+            return EXIT_OK
         print(f"{args.output} is stale: run `python -m tuneplane.dev.docgen` and commit the result",
               file=sys.stderr)
-        return 1
+        return EXIT_PROBLEMS
     if current != text:
         atomic_write(args.output, text)
         print(f"wrote {args.output}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuneplane.constants import EXIT_OK
 from tuneplane.lab.fs import atomic_write
 from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.jobspec import JobSpec
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for filename, text in render_all().items():
         atomic_write(out / filename, text)
         print(f"wrote {out / filename}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
