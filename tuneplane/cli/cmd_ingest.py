@@ -45,7 +45,7 @@ def serve(
     typer.echo(f"ingest receiver listening on {server.url} (database {db_path})", err=True)
     import signal  # lazy: only the serving path needs it
 
-    def stop(signum: int, frame: object) -> None:
+    def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt  # unwinds serve_forever, whose cleanup checkpoints and closes the store
 
     signal.signal(signal.SIGTERM, stop)

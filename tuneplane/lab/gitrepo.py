@@ -402,17 +402,6 @@ class GitRepo:
             else:  # Python < 3.11.4; git archive of our own commit writes no such entries
                 tar.extractall(dest)
 
-    def identity(self) -> str:
-        """`Name <email>` from git config, "" when unset."""
-        parts = []
-        for key in ("user.name", "user.email"):
-            try:
-                parts.append(self.git("config", "--get", key))
-            except GitFailed:
-                parts.append("")
-        name, email = parts
-        return f"{name} <{email}>" if name and email else name or email
-
     def close(self) -> None:
         if self._raw is not None:
             self._raw.close()
@@ -441,8 +430,12 @@ def _last_line(text: str) -> str:
 def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None) -> bytes:
     """`git <args>` in `root`, in the clean environment, `stdin` its input (else none): its output, or
     GitFailed. Every git command of tp runs here (a remote's through `GitRepo`, bounded in time)."""
-    done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
-                          **({"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}))
+    if stdin is None:
+        done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
+                              stdin=subprocess.DEVNULL)
+    else:
+        done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
+                              input=stdin)
     if done.returncode:
         raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
     return done.stdout

@@ -264,7 +264,7 @@ class _Supervisor:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
 
-        def stop(signum: int, frame: Any) -> None:
+        def stop(_signum: int, _frame: Any) -> None:
             self.stop_requested = True
 
         before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
