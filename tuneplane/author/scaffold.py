@@ -6,7 +6,6 @@ failure leaves nothing half-written.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
@@ -23,6 +22,7 @@ from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, reference, schema_rel, with_comment
+from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.base import name_error
 from tuneplane.models.recipe import Recipe
 from tuneplane.render.templating import render
@@ -200,8 +200,9 @@ def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | No
         raise UsageError(f"--from {source!r}: no such experiment", hint="name an experiment of this lab (`tp ls`)")
     if method is None:
 
-        try:
-            method = json.loads((src / LOCK_FILE).read_text(encoding="utf-8"))["recipe"]["name"]
-        except (OSError, ValueError, KeyError, TypeError):
+        lock = src / LOCK_FILE
+        try:  # the lab's reader: a regular file of bounded size, strict JSON
+            method = load_json(lock, str(lock)).data["recipe"]["name"]
+        except (LoadFailed, KeyError, TypeError):
             raise UsageError(f"--from {source!r} has no readable {LOCK_FILE}", hint="pass --method too") from None
     return src, str(method)
