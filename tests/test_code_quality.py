@@ -161,7 +161,8 @@ def _name_patterns(tree: ast.Module) -> list[int]:
 
 
 def _pattern_compiles(tree: ast.Module) -> list[int]:
-    """A model's pattern (`NAME_RE`, `RUN_ID_RE`, `NAME_PATTERN`, ...) compiled for Python code: `models` does it once."""
+    """A model's pattern (`NAME_RE`, `RUN_ID_RE`, `NAME_PATTERN`, ...) compiled for Python code: `models`
+    does it once."""
     return [c.lineno for name, c in _calls(tree) if name.split(".")[-1] in ("compile", "lazy_pattern", "match",
             "fullmatch", "search") and any(isinstance(n, ast.Name) and n.id.endswith(("_RE", "_PATTERN"))
                                            for a in c.args for n in ast.walk(a))]
@@ -184,9 +185,23 @@ def _exit_numbers(tree: ast.Module) -> list[int]:
     return found
 
 
+PHASES = {"Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"}
+
+
+def _phase_words(tree: ast.Module) -> list[int]:
+    """A run phase spelled as a string: `constants.SUCCEEDED` and its kin are the names. A `reason=`
+    that happens to read like a phase (`reason="Cancelled"`) is a reason, and a word among another
+    system's words (Slurm's unset `("", "Unknown", "None")`) is that system's."""
+    reasons = {id(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
+    foreign = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple | ast.Set | ast.List)
+               and any(isinstance(e, ast.Constant) and e.value not in PHASES for e in n.elts) for e in n.elts}
+    return [s.lineno for s in _strings(tree) if s.value in PHASES and id(s) not in reasons | foreign]
+
+
 def _private_imports(tree: ast.Module) -> list[int]:
     """`from tuneplane.x import _y`: a name private to one module used by another (make it public)."""
-    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tuneplane")
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tuneplane")
             and any(a.name.startswith("_") and not a.name.startswith("__") for a in n.names)]
 
 
@@ -216,6 +231,11 @@ ONE_HOME = {
         "launcher.py",  # the job side checks a plugin's name without the models
     }),
     "private names used across modules": (_private_imports, set()),
+    "a run phase by name": (_phase_words, {
+        "constants.py",
+        # Kubernetes' own words, read from its objects: pod phases, Job condition types, RayJob states
+        "backends/kubernetes/",
+    }),
     "exit codes (`constants.EXIT_*`; the job side keeps its own)": (_exit_numbers, set(JOB_SIDE)),
 }
 

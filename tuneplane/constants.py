@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typing
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
     import datetime
@@ -39,9 +39,17 @@ class RenderFormat(StrEnum):
 PREVIEW_RUN_ID = "00000000-000000-000000"  # a run not requested yet renders under this fixed id
 
 Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
-TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
-UNDER_WAY: frozenset[str] = frozenset({"Pending", "Running"})  # the backend has it, and it has not ended
-RAN_TO_END: frozenset[str] = frozenset({"Succeeded", "Failed"})  # ended by itself, not cancelled
+# Each phase by name, so that no other module spells one (mypy reads each as its Literal).
+SUBMITTED: Final = "Submitted"
+PENDING: Final = "Pending"
+RUNNING: Final = "Running"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+CANCELLED: Final = "Cancelled"
+UNKNOWN: Final = "Unknown"  # what a backend reports when it cannot tell (never written as a phase)
+TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
+UNDER_WAY: frozenset[str] = frozenset({PENDING, RUNNING})  # the backend has it, and it has not ended
+RAN_TO_END: frozenset[str] = frozenset({SUCCEEDED, FAILED})  # ended by itself, not cancelled
 # What a backend may report: a phase (never `Submitted`, which only the bot writes) or that it cannot tell.
 ObservedPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"]
 _OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
@@ -49,7 +57,7 @@ _OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
 
 def observed_phase(text: str) -> ObservedPhase:
     """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
-    return typing.cast(ObservedPhase, text) if text in _OBSERVED else "Unknown"
+    return typing.cast(ObservedPhase, text) if text in _OBSERVED else UNKNOWN
 
 # The environment contract's names (CONTRACT §6) that more than one module reads or writes, the
 # developer side that sets them and the job side that reads them alike; a name only one module

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, epoch_of, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import AWAITING
 from tuneplane.gitops.observe import (
@@ -113,7 +113,7 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
     try:
         obs = backend.observe(ref)
     except BackendError as exc:
-        obs = Observation(phase="Unknown", message=f"could not observe the run: {exc}")
+        obs = Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
     if status.phase not in TERMINAL:
         return apply_observation(status, obs, now)
     if obs.phase in UNDER_WAY:

@@ -55,7 +55,7 @@ from tuneplane.backends.local.files import (
 )
 from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
-from tuneplane.constants import TERMINAL, epoch_of, observed_phase, utc_now
+from tuneplane.constants import CANCELLED, FAILED, PENDING, TERMINAL, epoch_of, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
@@ -145,7 +145,7 @@ class LocalBackend:
                     run_dir,
                     run_id=spec["run_id"],
                     experiment=spec["experiment"],
-                    phase="Pending",
+                    phase=PENDING,
                     reason="Starting",
                     message="waiting for the local supervisor",
                     submitted_at=utc_now(),
@@ -194,15 +194,15 @@ class LocalBackend:
         state = read_state(run_dir)
         if state is None:
             return Observation(
-                "Failed",
+                FAILED,
                 reason="Lost",
                 message=f"the run directory {run_dir} has no state (deleted, or another storage root?)",
             )
         if ref.uid and state.get("uid") and state["uid"] != ref.uid:
             return Observation(
-                "Failed", reason="Replaced", message=f"{run_dir} now holds another submission of this run"
+                FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run"
             )
-        phase = str(state.get("phase", "Pending"))
+        phase = str(state.get("phase", PENDING))
         if phase not in TERMINAL and not supervisor_alive(run_dir):
             lost = _lost(run_dir, state)
             if lost is not None:
@@ -262,7 +262,7 @@ class LocalBackend:
             signal_group(state.get("pgid"), signal.SIGKILL)
             update_state(
                 run_dir,
-                phase="Cancelled",
+                phase=CANCELLED,
                 reason="Cancelled",
                 finished_at=utc_now(),
                 message="cancelled (no supervisor was running)",
@@ -287,13 +287,13 @@ def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
         if submitted is None or time.time() - submitted < START_GRACE:
             return None
         return Observation(
-            "Failed",
+            FAILED,
             reason="Lost",
             finished_at=utc_now(),
             message=f"the local supervisor never started; see {run_dir / 'supervisor.log'}",
         )
     return Observation(
-        "Failed",
+        FAILED,
         reason="Lost",
         started_at=state.get("started_at"),
         finished_at=utc_now(),

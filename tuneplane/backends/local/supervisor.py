@@ -42,11 +42,16 @@ from tuneplane.backends.local.files import (
 from tuneplane.backends.local.gpus import GpuLease, Unschedulable, allot
 from tuneplane.collector import collect_after
 from tuneplane.constants import (
+    CANCELLED,
     CONFIG_ERROR_EXIT,
+    FAILED,
     JOB_ENABLED,
     JOB_ENDPOINT,
     JOB_RUN_ID,
     JOB_TOKEN,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
     TERMINATION_LOG_ENV,
     utc_now,
 )
@@ -114,9 +119,10 @@ class _Supervisor:
                 self._waiting,
             )
         except Unschedulable as exc:
-            return self._finish("Failed", "Unschedulable", str(exc), None)
+            return self._finish(FAILED, "Unschedulable", str(exc), None)
         if lease is None:
-            return self._finish("Cancelled", "Cancelled", "cancelled while waiting for GPUs", None)
+            return self._finish(CANCELLED, reason="Cancelled", message="cancelled while waiting for GPUs",
+                                exit_code=None)
         try:
             return self._run_with(lease)
         finally:
@@ -205,7 +211,7 @@ class _Supervisor:
             return 127
         update_state(
             self.run_dir,
-            phase="Running",
+            phase=RUNNING,
             reason="",
             message="",
             pid=child.pid,
@@ -257,7 +263,7 @@ class _Supervisor:
         return self.stop_requested or (self.run_dir / CANCEL).exists()
 
     def _waiting(self, message: str) -> None:
-        update_state(self.run_dir, phase="Pending", reason="WaitingForGPUs", message=message)
+        update_state(self.run_dir, phase=PENDING, reason="WaitingForGPUs", message=message)
 
     def _trap_signals(self) -> Callable[[], None]:
         """Ctrl-C or a TERM to the supervisor stops the run cleanly (recorded as Cancelled)."""
@@ -279,20 +285,20 @@ class _Supervisor:
         exit_code = 128 - code if code < 0 else code  # killed by signal N: the shell's 128+N
         last = "\n".join(self.tail)
         if self._cancelled() and not self.timed_out:
-            return self._finish("Cancelled", "Cancelled", "cancelled on request", exit_code)
+            return self._finish(CANCELLED, reason="Cancelled", message="cancelled on request", exit_code=exit_code)
         if self.timed_out:
             return self._finish(
-                "Failed",
+                FAILED,
                 "DeadlineExceeded",
                 f"stopped after its timeout of {self.launch['timeout']} s; last lines:\n{last}",
                 exit_code,
             )
         if code == 0:
-            return self._finish("Succeeded", "", artifacts_error, 0)
+            return self._finish(SUCCEEDED, "", artifacts_error, 0)
         if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
-            return self._finish("Failed", "ConfigError", line, exit_code)  # the launcher's one line
+            return self._finish(FAILED, "ConfigError", line, exit_code)  # the launcher's one line
         reason = "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
-        return self._finish("Failed", reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
+        return self._finish(FAILED, reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
 
     def _termination_message(self) -> str:
         """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""
