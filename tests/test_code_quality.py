@@ -3,6 +3,7 @@ modules, and tests named after what they test."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,188 @@ def test_every_test_file_is_named_after_what_it_tests():
     unnamed = [path.name for path in sorted((ROOT / "tests").glob("test_*.py"))
                if not any(path.stem[5:] == s or path.stem[5:].startswith(s + "_") for s in subjects)]
     assert not unnamed, f"name these after the module they test (tests/test_<stage>_<module>.py): {unnamed}"
+
+
+# ── one home per concept (docs/architecture.md "One home per concept") ─────────────────────────────
+# Each rule finds a concept by its mechanics and names the modules allowed to hold it; a second copy
+# anywhere else fails here, so the concept stays in one place as the package grows.
+
+PKG = ROOT / "tuneplane"
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {path.relative_to(PKG).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
+            for path in sorted(PKG.rglob("*.py"))}
+
+
+TREES = _trees()
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr)}
+
+
+def _strings(tree: ast.Module) -> list[ast.Constant]:
+    skip = _docstrings(tree)
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip]
+
+
+def _calls(tree: ast.Module) -> list[tuple[str, ast.Call]]:
+    return [(ast.unparse(n.func), n) for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
+def _moves(tree: ast.Module) -> list[int]:
+    """Putting a file or folder in place by rename, and the temporary files that stage one."""
+    found = []
+    for name, call in _calls(tree):
+        one_arg = len(call.args) == 1 and not call.keywords  # Path.replace(target); str.replace takes two
+        if name in ("os.replace", "os.rename", "shutil.move", "tempfile.mkstemp", "mkstemp",
+                    "tempfile.NamedTemporaryFile", "NamedTemporaryFile") \
+                or (name.endswith((".rename", ".replace")) and one_arg):
+            found.append(call.lineno)
+    return found
+
+
+def _validation_errors(tree: ast.Module) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == "ValidationError")
+            or (isinstance(n, ast.Attribute) and n.attr == "ValidationError")
+            or (isinstance(n, ast.ImportFrom) and any(a.name == "ValidationError" for a in n.names))]
+
+
+STAMP = "%Y-%m-%dT%H:%M:%S"
+
+
+def _clock_reads(tree: ast.Module) -> list[int]:
+    """Reading the wall clock as a date, or spelling the status files' time format."""
+    calls = [c.lineno for name, c in _calls(tree) if name in ("datetime.now", "datetime.utcnow", "time.gmtime",
+                                                                "time.strftime", "datetime.datetime.now")]
+    return calls + [s.lineno for s in _strings(tree) if STAMP in s.value]
+
+
+def _close_names(tree: ast.Module) -> list[int]:
+    """A "did you mean" hint: difflib's close matches, or the words themselves."""
+    return [c.lineno for name, c in _calls(tree) if name.endswith("get_close_matches")] + \
+        [s.lineno for s in _strings(tree) if "did you mean" in s.value.lower()]
+
+
+def _git_commands(tree: ast.Module) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.List | ast.Tuple) and n.elts
+            and isinstance(n.elts[0], ast.Constant) and n.elts[0].value == "git"]
+
+
+def _located_text(tree: ast.Module) -> list[int]:
+    """`file:line:col: message` put together by hand (a Problem's `location()` is the one form)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [ast.unparse(v.value) if isinstance(v, ast.FormattedValue) else str(v.value) for v in node.values]
+            text = "\x00".join(parts)
+            if any(w in text for w in ("line\x00:\x00col", "line\x00:", ".line\x00")) and ":" in text:
+                found.append(node.lineno)
+    return found
+
+
+NAME_PATTERN = "[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+def _name_patterns(tree: ast.Module) -> list[int]:
+    """The pattern of an experiment, plugin or recipe name, spelled out again."""
+    return [s.lineno for s in _strings(tree) if NAME_PATTERN in s.value]
+
+
+def _pattern_compiles(tree: ast.Module) -> list[int]:
+    """A model's pattern (`NAME_RE`, `RUN_ID_RE`, `NAME_PATTERN`, ...) compiled for Python code: `models`
+    does it once."""
+    return [c.lineno for name, c in _calls(tree) if name.split(".")[-1] in ("compile", "lazy_pattern", "match",
+            "fullmatch", "search") and any(isinstance(n, ast.Name) and n.id.endswith(("_RE", "_PATTERN"))
+                                           for a in c.args for n in ast.walk(a))]
+
+
+def _int_literals(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int or \
+        isinstance(node, ast.IfExp) and (_int_literals(node.body) or _int_literals(node.orelse))
+
+
+def _exit_numbers(tree: ast.Module) -> list[int]:
+    """An exit code written as a number: `typer.Exit(2)`, `sys.exit(1)`, or a command's `return 1`."""
+    found = [c.lineno for name, c in _calls(tree) if name in ("typer.Exit", "sys.exit", "SystemExit", "exit")
+             and c.args and _int_literals(c.args[0])]
+    commands = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and (commands or fn.name == "command") and \
+                fn.returns is not None and ast.unparse(fn.returns) == "int":
+            found += [r.lineno for r in ast.walk(fn) if isinstance(r, ast.Return) and _int_literals(r.value)]
+    return found
+
+
+PHASES = {"Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"}
+
+
+def _phase_words(tree: ast.Module) -> list[int]:
+    """A run phase spelled as a string: `constants.SUCCEEDED` and its kin are the names. A `reason=`
+    that happens to read like a phase (`reason="Cancelled"`) is a reason, and a word among another
+    system's words (Slurm's unset `("", "Unknown", "None")`) is that system's."""
+    reasons = {id(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
+    foreign = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple | ast.Set | ast.List)
+               and any(isinstance(e, ast.Constant) and e.value not in PHASES for e in n.elts) for e in n.elts}
+    return [s.lineno for s in _strings(tree) if s.value in PHASES and id(s) not in reasons | foreign]
+
+
+def _private_imports(tree: ast.Module) -> list[int]:
+    """`from tuneplane.x import _y`: a name private to one module used by another (make it public)."""
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tuneplane")
+            and any(a.name.startswith("_") and not a.name.startswith("__") for a in n.names)]
+
+
+# The job side runs in training images and keeps its own exit codes; an entry ending in "/" is a folder.
+JOB_SIDE = ("launcher.py", "plugins.py", "lifecycle/", "runtime/", "report/", "collector/")
+
+# Copies that live in modules other work owns: each is to be merged into the concept's home there.
+ELSEWHERE = {"collector/run.py", "report/_transport.py", "gitops/runmetrics.py", "cli/cmd_job.py"}
+
+ONE_HOME = {
+    "atomic writes and moves into place": (_moves, {
+        "lab/fs.py",  # the developer side's writer
+        "runtime/files.py",  # the job side's (standard library only)
+        "report/_spill.py",  # renames its own spill file to `unsent`: no write
+    }),
+    "ValidationError → Problems": (_validation_errors, {"lab/modelparse.py"}),
+    "the clock as a date, and the time format of a status file": (_clock_reads, {"constants.py"}),
+    "close names for a \"did you mean\" hint": (_close_names, {
+        "problems.py",
+        "lifecycle/benchmark_eval.py",  # the job side: the training image has no `tuneplane.problems`
+    }),
+    "running git": (_git_commands, {"lab/gitrepo.py"}),
+    "`file:line:col: message`": (_located_text, {"problems.py"}),
+    "the pattern of a name": (_name_patterns, {"constants.py"}),
+    "a model's pattern compiled": (_pattern_compiles, {
+        "models/base.py", "models/run.py",
+        "launcher.py",  # the job side checks a plugin's name without the models
+    }),
+    "private names used across modules": (_private_imports, set()),
+    "a run phase by name": (_phase_words, {
+        "constants.py",
+        # Kubernetes' own words, read from its objects: pod phases, Job condition types, RayJob states
+        "backends/kubernetes/",
+    }),
+    "exit codes (`constants.EXIT_*`; the job side keeps its own)": (_exit_numbers, set(JOB_SIDE)),
+}
+
+
+@pytest.mark.parametrize("concept", sorted(ONE_HOME))
+def test_each_concept_has_one_home(concept):
+    find, homes = ONE_HOME[concept]
+    copies = [f"tuneplane/{rel}:{line}" for rel, tree in TREES.items()
+              if rel not in homes | ELSEWHERE and not rel.startswith(tuple(h for h in homes if h.endswith("/")))
+              for line in find(tree)]
+    assert not copies, f"{concept} belong(s) in {sorted(homes) or 'no module'}; found again at:\n" + "\n".join(copies)
+
+
+def test_a_home_still_holds_its_concept():
+    """A home that no longer holds its concept is a stale entry, which would let a copy in unseen."""
+    stale = [(concept, rel) for concept, (find, homes) in ONE_HOME.items() for rel in homes
+             if not rel.endswith("/") and rel not in JOB_SIDE and (rel not in TREES or not find(TREES[rel]))]
+    assert not stale, stale

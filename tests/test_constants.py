@@ -71,7 +71,7 @@ def test_exit_codes_are_the_constants() -> None:
                 literal.append(f"{rel}:{node.lineno}: exit_code = {value.value!r}")
             in_cli = rel.startswith("cli/")
             if in_cli and isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) \
-                    and isinstance(node.value.value, int) and node.value.value:
+                    and type(node.value.value) is int and node.value.value:  # a bool is no exit code
                 literal.append(f"{rel}:{node.lineno}: return {node.value.value}")
     assert not literal, "\n".join(literal)
     assert (TunePlaneError.exit_code, UsageError.exit_code) == (constants.EXIT_USAGE, constants.EXIT_USAGE)

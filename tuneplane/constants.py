@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import typing
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    import datetime
 
 # Exit codes of `tp` (docs/reference/commands.md): library code raises, only the CLI picks one.
 EXIT_OK = 0
@@ -21,6 +24,10 @@ CONFIG_ERROR_EXIT = 78
 
 Scalar = bool | int | float | str
 
+# An experiment's, a plugin's or a recipe part's name (`models.base.NAME_RE` anchors it); the launcher
+# checks a plugin's name with it too.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
 
 class RenderFormat(StrEnum):
     """How `tp render`, `tp export` and `tp eval` print what they render."""
@@ -32,9 +39,17 @@ class RenderFormat(StrEnum):
 PREVIEW_RUN_ID = "00000000-000000-000000"  # a run not requested yet renders under this fixed id
 
 Phase = Literal["Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled"]
-TERMINAL: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
-UNDER_WAY: frozenset[str] = frozenset({"Pending", "Running"})  # the backend has it, and it has not ended
-RAN_TO_END: frozenset[str] = frozenset({"Succeeded", "Failed"})  # ended by itself, not cancelled
+# Each phase by name, so that no other module spells one (mypy reads each as its Literal).
+SUBMITTED: Final = "Submitted"
+PENDING: Final = "Pending"
+RUNNING: Final = "Running"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+CANCELLED: Final = "Cancelled"
+UNKNOWN: Final = "Unknown"  # what a backend reports when it cannot tell (never written as a phase)
+TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
+UNDER_WAY: frozenset[str] = frozenset({PENDING, RUNNING})  # the backend has it, and it has not ended
+RAN_TO_END: frozenset[str] = frozenset({SUCCEEDED, FAILED})  # ended by itself, not cancelled
 # What a backend may report: a phase (never `Submitted`, which only the bot writes) or that it cannot tell.
 ObservedPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"]
 _OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
@@ -42,7 +57,7 @@ _OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
 
 def observed_phase(text: str) -> ObservedPhase:
     """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
-    return typing.cast(ObservedPhase, text) if text in _OBSERVED else "Unknown"
+    return typing.cast(ObservedPhase, text) if text in _OBSERVED else UNKNOWN
 
 # The environment contract's names (CONTRACT §6) that more than one module reads or writes, the
 # developer side that sets them and the job side that reads them alike; a name only one module
@@ -68,8 +83,46 @@ REPORT_ALL_RANKS_ENV = "TUNEPLANE_REPORT_ALL_RANKS"
 TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"  # where the launcher writes its one-line refusal
 
 
-def utc_now() -> str:
-    """ISO-8601 UTC with second precision, the form every time in a status file takes."""
-    from datetime import UTC, datetime  # lazy: the SDK imports this module and has no use for datetime
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # every time in a status file: ISO-8601 UTC to the second
 
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def utc_moment() -> datetime.datetime:
+    """Now, in UTC: the one reading of the wall clock as a date (run ids, status times, ages)."""
+    import datetime  # lazy: the SDK imports this module and has no use for datetime
+
+    return datetime.datetime.now(datetime.UTC)
+
+
+def utc_now(millis: bool = False) -> str:
+    """ISO-8601 UTC with second precision, the form every time in a status file takes; `millis` adds
+    the milliseconds (a local run's start and end, whose difference is shown as `12.3s`)."""
+    now = utc_moment()
+    if millis:
+        return now.strftime(STAMP_FORMAT[:-1]) + f".{now.microsecond // 1000:03d}Z"
+    return now.strftime(STAMP_FORMAT)
+
+
+def as_utc(value: str, local: bool = False) -> str | None:
+    """An ISO-8601 time as a status file writes it (UTC, to the second), or None when it is not one;
+    `local`: a time without a zone is the machine's local time (else it is UTC)."""
+    import datetime  # lazy: as in utc_moment
+
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.astimezone() if local else moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC).strftime(STAMP_FORMAT)
+
+
+def epoch_of(stamp: object) -> float | None:
+    """Seconds since the epoch of a status file's time (`2026-01-02T03:04:05Z`, a fraction allowed; no
+    zone: UTC), or None when it is not one."""
+    import datetime  # lazy: as in utc_moment
+
+    try:
+        moment = datetime.datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)).timestamp()

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
-from tuneplane.constants import CONFIG_ERROR_EXIT, WORK_DIR_ENV
+from tuneplane.constants import CONFIG_ERROR_EXIT, NAME_PATTERN, WORK_DIR_ENV
 from tuneplane.runtime.digest import DigestError, tree_digest
 from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
@@ -138,7 +138,7 @@ def _plugin_from(item: Any, index: int, path: Path) -> PluginRef:
         if not isinstance(value, str) or not value:
             raise LaunchError(f"{path}: {where}.{key} must be a non-empty string")
         fields[key] = value
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", fields["name"]):
+    if not re.fullmatch(NAME_PATTERN, fields["name"]):
         raise LaunchError(f"{path}: {where}.name {fields['name']!r} is not a plugin name")
     load = entry.get("load") or "eager"
     if load not in ("eager", "deferred"):

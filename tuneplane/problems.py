@@ -65,11 +65,28 @@ class Problem(FrozenRecord):
         return self.severity is Severity.ERROR
 
     def location(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}" if self.line else self.file
+        return location(self.file, self.line, self.col)
+
+
+def location(file: str, line: int, col: int) -> str:
+    """`file:line:col`, the one way a place in a file is written (just `file` for the whole file)."""
+    return f"{file}:{line}:{col}" if line else file
 
 
 def has_errors(problems: list[Problem], strict: bool = False) -> bool:
     return any(p.is_error or strict for p in problems)
+
+
+DID_YOU_MEAN = "did you mean "
+
+
+def did_you_mean(word: str, possibilities: Iterable[str], cutoff: float = 0.6, then: str = "") -> str:
+    """The one "did you mean 'x'?" hint: the closest of `possibilities` to `word`, followed by `then`;
+    just `then` when none is close enough."""
+    close = close_matches(word, possibilities, n=1, cutoff=cutoff)
+    if not close:
+        return then
+    return f"{DID_YOU_MEAN}{close[0]!r}?" + (f" {then}" if then else "")
 
 
 def close_matches(word: str, possibilities: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:

@@ -24,8 +24,10 @@ from tuneplane.lab.fs import atomic_write_all
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE
 from tuneplane.lab.locks import LOCK_FILE
 from tuneplane.lab.starforge import ENV_RENAMES, find_uses, rewrite
+from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
 from tuneplane.models.plugin import LEGACY_SCHEMAS
+from tuneplane.problems import location
 from tuneplane.runtime.digest import bundle_digest
 
 __all__ = ["ENV_RENAMES", "MigrationPlan", "apply", "plan_migration"]
@@ -124,10 +126,10 @@ def _lab_file(root: Path, plan: MigrationPlan, roots: list[str], shared: list[st
 
 def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None:
     rel = path.relative_to(root).as_posix()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{rel}: cannot read the lock: {exc}",
+    try:  # the lab's reader: a regular file of bounded size, strict JSON
+        data = load_json(path, rel).data
+    except LoadFailed as exc:
+        raise UsageError(f"{rel}: cannot read the lock: {exc.problem.message}",
                          hint="fix or delete it, then run tp migrate again") from None
     if data.get("apiVersion") not in LEGACY_LOCK_APIS:
         return
@@ -183,7 +185,7 @@ def _code(root: Path, path: Path, plan: MigrationPlan) -> None:
         plan.writes[rel] = new
         plan.notes.append(f"{rel}: StarForge names rewritten to their TunePlane equivalents")
     for use in find_uses(new):
-        plan.notes.append(f"{rel}:{use.line}:{use.col}: {use.name}: {use.advice}")
+        plan.notes.append(f"{location(rel, use.line, use.col)}: {use.name}: {use.advice}")
 
 
 def apply(root: Path, plan: MigrationPlan) -> None:

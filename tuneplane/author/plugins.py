@@ -14,7 +14,7 @@ from tuneplane.check.plugin_locks import check_lock_text, parse_plugins_lock
 from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
-from tuneplane.lab.fs import write_json
+from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import open_lab
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
@@ -89,8 +89,8 @@ def scaffold_plugin(parent: Path, name: str) -> Path:
         raise UsageError(f"{target} already exists", "pick another name or remove it")
     module = module_name_for(name)
     target.mkdir(parents=True)
-    (target / MANIFEST_FILE).write_text(_manifest_text(name, module, _schema_line(target)), encoding="utf-8")
-    (target / f"{module}.py").write_text(_module_text(name), encoding="utf-8")
+    atomic_write(target / MANIFEST_FILE, _manifest_text(name, module, _schema_line(target)))
+    atomic_write(target / f"{module}.py", _module_text(name))
     return target
 
 

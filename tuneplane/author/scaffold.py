@@ -6,8 +6,6 @@ failure leaves nothing half-written.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import tempfile
@@ -19,11 +17,12 @@ from tuneplane.author.editor import packaged_schemas, write_schemas
 from tuneplane.author.toolsource import ToolSource, installed_source
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.fs import write_json
+from tuneplane.lab.fs import atomic_write, publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, reference, schema_rel, with_comment
+from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.base import name_error
 from tuneplane.models.recipe import Recipe
 from tuneplane.render.templating import render
@@ -110,7 +109,7 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
         if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        atomic_write(path, text)
         written.append(rel)
     commit = _first_commit(root, written, name) if use_git else None
     return InitResult(root, name, written, commit)
@@ -174,7 +173,7 @@ def new_experiment(lab: Lab, name: str, method: str | None, framework_version: s
         shutil.copytree(template, staging / name, ignore=_ignore, symlinks=False)
         write_json(staging / name / LOCK_FILE, make_lock(catalog, method, key))
         _point_config_at_its_schema(lab, staging / name, f"{lab.rel(target)}/{CONFIG_FILE}", method, recipe)
-        os.rename(staging / name, target)
+        publish_dir(staging / name, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
@@ -188,7 +187,7 @@ def _point_config_at_its_schema(lab: Lab, exp_dir: Path, rel: str, method: str, 
     if not recipe.params or not config.is_file():
         return  # custom: config.yaml is the user's own, nothing reads it
     line = comment_line(rel, config_schema_rel(method))
-    config.write_text(with_comment(config.read_text(encoding="utf-8"), line), encoding="utf-8")
+    atomic_write(config, with_comment(config.read_text(encoding="utf-8"), line))
 
 
 def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | None, str]:
@@ -201,8 +200,9 @@ def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | No
         raise UsageError(f"--from {source!r}: no such experiment", hint="name an experiment of this lab (`tp ls`)")
     if method is None:
 
-        try:
-            method = json.loads((src / LOCK_FILE).read_text(encoding="utf-8"))["recipe"]["name"]
-        except (OSError, ValueError, KeyError, TypeError):
+        lock = src / LOCK_FILE
+        try:  # the lab's reader: a regular file of bounded size, strict JSON
+            method = load_json(lock, str(lock)).data["recipe"]["name"]
+        except (LoadFailed, KeyError, TypeError):
             raise UsageError(f"--from {source!r} has no readable {LOCK_FILE}", hint="pass --method too") from None
     return src, str(method)

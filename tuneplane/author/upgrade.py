@@ -23,7 +23,6 @@ from tuneplane.lab.yamlio import LoadFailed, load_json
 class Upgrade:
     experiment: str
     method: str
-    old_version: str
     new_version: str
     changes: list[str]
 
@@ -56,7 +55,7 @@ def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[s
         key, _ = runtime_key(recipe, None)
         new = make_lock(catalog, method, key)
     new["created_by"] = old.get("created_by", new["created_by"]) if _same(old, new) else new["created_by"]
-    return Upgrade(name, method, str(old_key), key, _diff(old, new)), new
+    return Upgrade(name, method, key, _diff(old, new)), new
 
 
 def _same(old: dict[str, object], new: dict[str, object]) -> bool:

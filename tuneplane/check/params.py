@@ -17,7 +17,7 @@ from typing import Any
 from tuneplane.constants import Scalar
 from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Param, Recipe
-from tuneplane.problems import close_matches
+from tuneplane.problems import did_you_mean
 from tuneplane.runtime.patterns import lazy_pattern
 
 _MISSING = object()
@@ -183,10 +183,9 @@ def _show(value: Any) -> str:
 
 def unknown_name_message(name: str, recipe: Recipe) -> tuple[str, str]:
     known = sorted(recipe.params)
-    close = close_matches(name, known, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
     return (f"unknown hyperparameter {name!r} for {recipe.name}",
-            hint + ("known: " + ", ".join(known) if known else f"{recipe.name} declares no hyperparameters"))
+            did_you_mean(name, known, then="known: " + ", ".join(known) if known
+                         else f"{recipe.name} declares no hyperparameters"))
 
 
 def resolve_name(name: str, recipe: Recipe) -> str | None:

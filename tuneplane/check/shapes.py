@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuneplane.models.lab import LabFile, Profile
-from tuneplane.problems import close_matches
+from tuneplane.problems import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,9 @@ def parse_profile(text: str, lab: LabFile) -> Shape:
     profile = lab.profiles.get(name)
     if profile is None:
         known = sorted(lab.profiles)
-        close = close_matches(name, known, n=1, cutoff=0.5)
         raise ShapeError(f"unknown profile {name!r}",
-                         (f"did you mean {close[0]!r}? " if close else "") +
-                         f"profiles in tuneplane.yaml: {', '.join(known) or '(none)'}")
+                         did_you_mean(name, known, cutoff=0.5,
+                                      then=f"profiles in tuneplane.yaml: {', '.join(known) or '(none)'}"))
     if not sep:
         return _default_shape(name, profile)
     if not count_text.isdigit():

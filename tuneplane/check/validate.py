@@ -22,7 +22,7 @@ from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.experiment import EXPERIMENT_API, EXPERIMENT_FILE, ExperimentManifest
 from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
-from tuneplane.problems import Problem, close_matches
+from tuneplane.problems import Problem, did_you_mean
 
 CONFIG_FILE = "config.yaml"
 
@@ -102,8 +102,7 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
 
 def _known(lab: Lab, name: str) -> str:
     names = lab.experiment_names()
-    close = close_matches(name, names, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else "see `tp ls` for the experiments of this lab"
+    return did_you_mean(name, names) or "see `tp ls` for the experiments of this lab"
 
 
 def _load_lock(ctx: ExperimentContext) -> None:

@@ -19,6 +19,7 @@ bot_app = typer.Typer(
 
 from tuneplane.cli.options import Branch, Context, InCluster, Kubeconfig, Push, Remote  # noqa: E402
 from tuneplane.constants import EXIT_PROBLEMS  # noqa: E402
+from tuneplane.errors import TunePlaneError  # noqa: E402
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +60,6 @@ def _root() -> Path:
 
 def _report(report: BotReport) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.errors import TunePlaneError
     from tuneplane.gitops.options import IDLE_MESSAGE
 
     if not report.changed and not report.pushed:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from tuneplane.errors import UsageError
 
 ingest_app = typer.Typer(name="ingest", help="The metrics ingest receiver.", no_args_is_help=True,
                          add_completion=False)
@@ -25,7 +28,6 @@ def serve(
 ) -> None:
     """Accept metrics over HTTP (upstream wire protocol plus gzip and batch ids) into SQLite."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.errors import UsageError
     from tuneplane.ingest import DEFAULT_DB, ensure_secret
     from tuneplane.ingest.server import IngestServer
 
@@ -43,9 +45,8 @@ def serve(
     if created:
         typer.echo(f"created a new token secret in {secret_path} (keep it private)", err=True)
     typer.echo(f"ingest receiver listening on {server.url} (database {db_path})", err=True)
-    import signal  # lazy: only the serving path needs it
 
-    def stop(signum: int, frame: object) -> None:
+    def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt  # unwinds serve_forever, whose cleanup checkpoints and closes the store
 
     signal.signal(signal.SIGTERM, stop)

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.errors import UsageError
+
 
 def register(app: typer.Typer) -> None:
     app.command("init", help="Create a lab: tuneplane.yaml, folders, CI workflow, pre-commit hook, git.")(init)
@@ -28,7 +30,6 @@ def init(
 
     from tuneplane.author.scaffold import init_lab
     from tuneplane.author.toolsource import explicit_source
-    from tuneplane.errors import UsageError
 
     tool = None
     if tool_requirement is not None:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tuneplane.errors import ProblemsFound
+
 if TYPE_CHECKING:
     from tuneplane.problems import Problem
 
@@ -42,7 +44,6 @@ def validate(
     """Check a plugin as publishing would: schema, entrypoint, shadowing names, symlinks."""
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.check.plugins import validate_plugin_dir
-    from tuneplane.errors import ProblemsFound
 
     problems = validate_plugin_dir(directory)
     _echo_problems(problems)

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.errors import UsageError
+
 recipe_app = typer.Typer(help="Manage recipe locks.", no_args_is_help=True)
 
 
@@ -21,7 +23,6 @@ def upgrade(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.upgrade import upgrade as run_upgrade
-    from tuneplane.errors import UsageError
     from tuneplane.lab.load import open_lab
 
     lab = open_lab()

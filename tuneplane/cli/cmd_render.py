@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.options import Timeout
-from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
+from tuneplane.constants import EXIT_PROBLEMS, PREVIEW_RUN_ID, RenderFormat
 
 
 def register(app: typer.Typer) -> None:
@@ -60,4 +60,4 @@ def render(
     refused = rendering.run_render(opts, out=lambda text: typer.echo(text, nl=False),
                                    note=lambda line: typer.echo(line, err=True))
     if refused:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_PROBLEMS)

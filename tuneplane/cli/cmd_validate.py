@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.fastpath import validate as run
+
 
 class Format(StrEnum):  # the same choices as tuneplane.cli.fastpath.FORMATS (a test checks)
     text = "text"
@@ -28,9 +30,6 @@ def validate(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
 ) -> None:
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.cli.fastpath import validate as run
-
     code = run(targets, all_=all_, changed=changed, base=base, fmt=fmt.value, strict=strict)
     if code:
         raise typer.Exit(code)

@@ -17,6 +17,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from tuneplane.errors import TunePlaneError
+
 VERBS = ("reconcile", "sync")
 
 
@@ -52,7 +54,6 @@ def command(args: list[str]) -> Callable[[], int] | None:
     except _Refused:
         return None
     # lazy: only `tp bot` pays for these, and they import neither Typer nor the pipeline
-    from tuneplane.errors import TunePlaneError
     from tuneplane.gitops.idle import idle
     from tuneplane.gitops.options import IDLE_MESSAGE, BotOptions
     from tuneplane.lab.fs import find_lab_root

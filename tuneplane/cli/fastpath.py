@@ -16,6 +16,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
+
 FORMATS = ("text", "json", "github", "sarif")
 FLAGS = {"--all": "all_", "--changed": "changed", "--strict": "strict"}  # option → parameter
 VALUED = {"--base": "base", "--format": "fmt", "-f": "fmt"}
@@ -116,4 +118,4 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
     if fmt == "github" and summary_file:
         with open(summary_file, "a", encoding="utf-8") as fh:
             fh.write(reporters.markdown(problems, checked))
-    return 1 if has_errors(problems, strict) else 0
+    return EXIT_PROBLEMS if has_errors(problems, strict) else EXIT_OK

@@ -12,7 +12,9 @@ import sys
 import types
 from collections.abc import Callable
 
+from tuneplane.cli.fastpath import command
 from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS
+from tuneplane.errors import TunePlaneError
 
 # Each module exposes `register(app)`; order is the order of `tp --help`.
 COMMAND_MODULES = (
@@ -46,9 +48,6 @@ def run(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _skip_pydantic_plugin_loader()
     args = sys.argv[1:] if argv is None else argv
-    # lazy: only `tp validate` and `tp bot` have a path that skips Typer, and only they pay for it
-    from tuneplane.cli.fastpath import command
-
     fast = command(args)
     return _exit(_guarded(fast if fast is not None else lambda: _typer(args)), argv)
 
@@ -74,9 +73,6 @@ def _typer(args: list[str]) -> int:
 
 def _guarded(call: Callable[[], int]) -> int:
     """`call()`'s exit code, with our errors as messages and a bug as exit 3 (the one place for both)."""
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.errors import TunePlaneError
-
     try:
         return call()
     except TunePlaneError as exc:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tuneplane.cli.job_commands import metrics_in_order
+from tuneplane.constants import SUCCEEDED
 from tuneplane.errors import RunFailed
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def show_outcome(status: RunStatus, commit: str | None) -> None:
     key = RunKey(status.experiment, status.run_id)
     code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
     typer.echo(f"run {key.run_id}: {status.phase}{code}")
-    if status.phase != "Succeeded" and status.message:
+    if status.phase != SUCCEEDED and status.message:
         typer.echo("  " + status.message.replace("\n", "\n  "))
     for name, value in metrics_in_order(status):
         typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
@@ -37,5 +38,5 @@ def show_outcome(status: RunStatus, commit: str | None) -> None:
 
 def require_success(status: RunStatus, what: str = "run") -> None:
     """Exit 1 (RunFailed) unless the run succeeded, pointing at its log."""
-    if status.phase != "Succeeded":
+    if status.phase != SUCCEEDED:
         raise RunFailed(f"{what} {status.run_id} ended {status.phase}", hint=f"tp job logs {status.run_id}")

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
+from tuneplane.lab.fs import atomic_write
+
 REFERENCE = Path("docs/reference/commands.md")
 HEADER = """\
 # Command reference
@@ -244,21 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = render()
     if args.stdout:
         sys.stdout.write(text)
-        return 0
+        return EXIT_OK
     current = args.output.read_text(encoding="utf-8") if args.output.is_file() else None
     if args.check:
         if current == text:
-            return 0
+            return EXIT_OK
         print(f"{args.output} is stale: run `python -m tuneplane.dev.docgen` and commit the result",
               file=sys.stderr)
-        return 1
+        return EXIT_PROBLEMS
     if current != text:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.output.with_name(f".{args.output.name}.tmp")
-        tmp.write_text(text, encoding="utf-8", newline="\n")
-        tmp.replace(args.output)
+        atomic_write(args.output, text)
         print(f"wrote {args.output}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

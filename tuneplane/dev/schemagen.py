@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuneplane.constants import EXIT_OK
+from tuneplane.lab.fs import atomic_write
 from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile
@@ -50,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     if not out.is_dir():
         parser.error(f"{out} is not a folder: run from the repository root, or name the schemas folder")
     for filename, text in render_all().items():
-        (out / filename).write_text(text, encoding="utf-8")
+        atomic_write(out / filename, text)
         print(f"wrote {out / filename}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

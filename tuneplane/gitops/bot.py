@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tuneplane.gitops.idle import idle
 from tuneplane.gitops.options import (
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tuneplane.backends.base import Backend
 
 __all__ = ["CRASH_ENV", "CRASH_EXIT", "MAX_BACKEND_FAILURES", "STEPS", "BotOptions", "BotReport", "checkpoint",
-           "reconcile", "sync"]  # and, on first use, `Backends` and `cluster_backend` (see __getattr__)
+           "reconcile", "sync"]
 
 
 def reconcile(root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None,
@@ -63,15 +63,3 @@ def sync(root: Path, opts: BotOptions | None = None, backends: Callable[[str], B
 
     return run(root, opts, backends, echo)
 
-
-def __getattr__(name: str) -> Any:
-    """`Backends` and `cluster_backend` on first use: they bring the pipeline's imports with them."""
-    if name == "Backends":
-        from tuneplane.gitops.session import Backends  # lazy: see above
-
-        return Backends
-    if name == "cluster_backend":
-        from tuneplane.gitops.reconcile import cluster_backend  # lazy: see above
-
-        return cluster_backend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

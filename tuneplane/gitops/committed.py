@@ -9,24 +9,20 @@ they are read.
 
 from __future__ import annotations
 
-import re
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.errors import UsageError
-from tuneplane.lab.gitrepo import GitFailed, no_git_env
-from tuneplane.models.base import NAME_RE
-from tuneplane.models.run import RUN_ID_RE
+from tuneplane.lab.gitrepo import run_git
+from tuneplane.models.base import NAME
+from tuneplane.models.run import RUN_ID
 
 REGULAR = ("100644", "100755")
 SYMLINK = "120000"
 GITLINK = "160000"
 TREE = "040000"
 BLOB_LIMIT = 1 << 20  # a request or a status larger than 1 MiB is refused unread
-_RUN_ID = re.compile(RUN_ID_RE.removesuffix("$") + r"\Z")
-_NAME = re.compile(NAME_RE.removesuffix("$") + r"\Z")
 
 
 @dataclass(frozen=True)
@@ -66,12 +62,7 @@ class Snapshot:
         return self._run(list(args), stdin).decode("utf-8", "replace")
 
     def _run(self, args: list[str], stdin: bytes | None = None) -> bytes:
-        done = subprocess.run(
-            ["git", *args], cwd=self.root, env=no_git_env(), input=stdin, capture_output=True, check=False
-        )
-        if done.returncode:
-            raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
-        return done.stdout
+        return run_git(self.root, args, stdin)
 
     # ── trees ────────────────────────────────────────────────────────────────────────────────
 
@@ -96,7 +87,7 @@ class Snapshot:
             name = entry.path.rsplit("/", 1)[-1]
             if entry.mode == TREE:
                 trees[name] = entry.oid
-            elif entry.mode in (SYMLINK, GITLINK) and _NAME.match(name):
+            elif entry.mode in (SYMLINK, GITLINK) and NAME.match(name):
                 problems.append(f"{entry.path} is {entry.what()}: run files must be committed in this "
                                 "repository; ignored (remove it with git rm)")
         return trees, problems
@@ -115,12 +106,12 @@ class Snapshot:
                 continue
             entry = _entry(item)
             parts = entry.path.split("/")
-            if len(parts) == 3 and path == "runs" and _NAME.match(parts[1]):
+            if len(parts) == 3 and path == "runs" and NAME.match(parts[1]):
                 self._stray(entry, listing)
-            if len(parts) != 3 or not parts[2].endswith(suffix) or not _NAME.match(parts[1]):
+            if len(parts) != 3 or not parts[2].endswith(suffix) or not NAME.match(parts[1]):
                 continue
             stem = parts[2][: -len(suffix)]
-            if not _RUN_ID.match(stem):
+            if not RUN_ID.match(stem):
                 continue
             key = (parts[1], stem)
             if entry.regular:
@@ -138,7 +129,7 @@ class Snapshot:
         fix = "a run request is runs/<experiment>/<run id>.yaml, as tp submit writes it; submit it with tp submit"
         if entry.mode == TREE:
             listing.stray.append(f"{entry.path}/ is a folder: the bot reads no request inside it ({fix})")
-        elif dot and ext in ("yaml", "yml") and not (ext == "yaml" and _RUN_ID.match(stem)):
+        elif dot and ext in ("yaml", "yml") and not (ext == "yaml" and RUN_ID.match(stem)):
             why = "ends in .yml" if ext == "yml" else f"{stem!r} is not a run id (YYYYMMDD-HHMMSS-hex)"
             listing.stray.append(f"{entry.path} is not read as a run request: its name {why} ({fix})")
 

@@ -31,17 +31,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tuneplane.constants import RAN_TO_END
+from tuneplane.constants import CANCELLED, FAILED, PENDING, RAN_TO_END, RUNNING, SUBMITTED, SUCCEEDED
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.metrics.vocab import Vocabulary
 
 ICON = {
-    "Submitted": "📨",
-    "Pending": "⏳",
-    "Running": "🏃",
-    "Succeeded": "✅",
-    "Failed": "❌",
-    "Cancelled": "⛔",
+    SUBMITTED: "📨",
+    PENDING: "⏳",
+    RUNNING: "🏃",
+    SUCCEEDED: "✅",
+    FAILED: "❌",
+    CANCELLED: "⛔",
 }
 SPARK = "▁▂▃▄▅▆▇█"
 LATEST = 12  # runs looked at past the newest month for charts to embed
@@ -286,9 +286,9 @@ def _phase_text(data: dict[str, Any] | None, why: bool = False) -> str:
         return "⚠️ unreadable"
     phase = str(data.get("phase", ""))
     reason = str(data.get("reason") or "")
-    shown = reason and phase != "Succeeded" and reason != phase
+    shown = reason and phase != SUCCEEDED and reason != phase
     text = f"{ICON.get(phase, '')} {phase}".strip() + (f" ({reason})" if shown else "")
-    if why and phase == "Failed":
+    if why and phase == FAILED:
         said = failure_line(str(data.get("message") or ""))
         if said:
             text += ": " + said

@@ -18,13 +18,12 @@ run does not read `tuneplane.yaml` either: with nothing to submit or watch it ne
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import LEDGER, Ledger
 from tuneplane.gitops.options import BotOptions, BotReport
-from tuneplane.lab.gitrepo import GitRepo, no_git_env
+from tuneplane.lab.gitrepo import GitFailed, GitRepo, run_git
 
 RUNS = "runs"
 STATUS = "status"
@@ -55,9 +54,10 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
 
 
 def _git(root: Path, *args: str) -> str | None:
-    done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True,
-                          stdin=subprocess.DEVNULL, check=False)
-    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+    try:
+        return run_git(root, args).decode("utf-8", "replace")
+    except GitFailed:
+        return None
 
 
 def _head(root: Path) -> str | None:

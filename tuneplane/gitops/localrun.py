@@ -19,7 +19,7 @@ from typing import Any
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.factory import local_backend
 from tuneplane.backends.local import LocalBackend, read_state, supervise, supervisor_alive
-from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.constants import EXIT_OK, EXIT_USAGE, TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.observe import apply_observation, backend_ref, vocabulary_of, with_artifacts, with_metrics
 from tuneplane.gitops.record import record_status
@@ -125,18 +125,18 @@ def _own(run_dir: Path, lab_root: Path) -> int:
     ref = backend_ref(initial) if initial is not None else None
     if initial is None or ref is None:
         print(f"{run_dir}: no registered status for run {key}; nothing to own", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     repo = GitRepo(lab.root)
     backend = local_backend(lab)
     supervise(run_dir, on_end=lambda _state: print(finish(repo, backend, initial, ref)[0].phase))
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
         print("usage: python -m tuneplane.gitops.localrun RUN_DIR LAB_ROOT", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return _own(Path(args[0]), Path(args[1]))
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
-from tuneplane.constants import TERMINAL
+from tuneplane.constants import CANCELLED, FAILED, PENDING, RUNNING, SUBMITTED, SUCCEEDED, TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.metrics.vocab import Vocabulary, counts
 from tuneplane.models.run import Artifact, BackendObject, RunStatus, Transition
 
-RANK = {"Submitted": 0, "Pending": 1, "Running": 2, "Succeeded": 3, "Failed": 3, "Cancelled": 3}
+RANK = {SUBMITTED: 0, PENDING: 1, RUNNING: 2, SUCCEEDED: 3, FAILED: 3, CANCELLED: 3}
 HISTORY_POINTS = 20  # values kept per metric for the dashboard's sparklines
 FALLBACK_METRICS = 6  # metrics a status keeps beyond the primary ones, up to this many in all
 MESSAGE_LIMIT = 4000
@@ -83,16 +83,16 @@ def apply_observation(status: RunStatus, obs: Observation, now: str) -> RunStatu
         return status.model_copy(update=changes)
     if (
         obs.phase in TERMINAL
-        and obs.phase != "Cancelled"
-        and RANK[status.phase] < RANK["Running"]
+        and obs.phase != CANCELLED
+        and RANK[status.phase] < RANK[RUNNING]
         and changes.get("started_at")
     ):
-        status = transition(status, "Running", changes["started_at"])  # it ran between two looks
+        status = transition(status, RUNNING, changes["started_at"])  # it ran between two looks
     when = (
         changes.get("finished_at")
         if obs.phase in TERMINAL
         else obs.started_at
-        if obs.phase == "Running"
+        if obs.phase == RUNNING
         else None
     ) or now
     return transition(status, obs.phase, when, **changes)

@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tuneplane.constants import CANCELLED, SUBMITTED
+
 CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
 CRASH_EXIT = 197
 STEPS = (
@@ -52,7 +54,7 @@ class BotReport:
 
     def outcomes(self) -> tuple[tuple[str, str, list[str]], ...]:
         """What the run did to runs: (verb for the commit title, heading for its body, the runs)."""
-        return (("submit", "Submitted", self.submitted), ("cancel", "Cancelled", self.cancelled),
+        return (("submit", SUBMITTED, self.submitted), ("cancel", CANCELLED, self.cancelled),
                 ("refuse", "Refused", self.refused), ("retry later", "Not yet submitted", self.waiting),
                 ("update", "Updated", self.updated), ("restore the status of", "Restored", self.restored))
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
-from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.constants import CANCELLED, FAILED, TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import AWAITING
 from tuneplane.gitops.observe import backend_object, backend_ref, elsewhere
@@ -35,9 +35,10 @@ from tuneplane.gitops.session import (
     run_pass,
 )
 from tuneplane.lab.gitrepo import CommitUnavailable, GitRepo
-from tuneplane.lab.load import Lab
+from tuneplane.lab.load import LAB_FILE, Lab
 from tuneplane.lab.runs import RunKey, parse_request, status_from
 from tuneplane.models.run import RunRequest, RunStatus, Transition
+from tuneplane.problems import location
 
 
 def reconcile(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
@@ -116,11 +117,11 @@ def cancelled(status: RunStatus, now: str) -> RunStatus:
     """Cancelled by its request; a status that claimed an end the cluster denied is corrected."""
     message = "cancelled: the run request says `cancel: true`"
     history = list(status.history)
-    if status.phase in TERMINAL and status.phase != "Cancelled":
+    if status.phase in TERMINAL and status.phase != CANCELLED:
         message += f" (the status said {status.phase}, but the job object still existed)"
-    if status.phase != "Cancelled":
-        history.append(Transition(phase="Cancelled", at=now))
-    return status.model_copy(update={"phase": "Cancelled", "reason": "CancelRequested", "finished_at": now,
+    if status.phase != CANCELLED:
+        history.append(Transition(phase=CANCELLED, at=now))
+    return status.model_copy(update={"phase": CANCELLED, "reason": "CancelRequested", "finished_at": now,
                                      "message": message, "history": history})
 
 
@@ -296,7 +297,7 @@ def _located(lab: Lab, exc: SubmitRefused) -> str:
     if not setting.startswith(("cluster.", "profiles.")) or lab.doc is None:
         return str(exc)
     line, col = lab.doc.where("/" + setting.replace(".", "/"))
-    return f"tuneplane.yaml:{line}:{col}: {exc}"
+    return f"{location(LAB_FILE, line, col)}: {exc}"
 
 
 def cluster_backend(lab: Lab) -> str:
@@ -324,11 +325,11 @@ def _invalid_status(key: RunKey, message: str, now: str) -> RunStatus:
     return RunStatus(
         experiment=key.experiment,
         run_id=key.run_id,
-        phase="Failed",
+        phase=FAILED,
         reason="InvalidRequest",
         message=f"{message}\nThis request will not run; submit a corrected one with tp submit.",
         finished_at=now,
-        history=[Transition(phase="Failed", at=now)],
+        history=[Transition(phase=FAILED, at=now)],
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tuneplane.backends.base import Backend, BackendRef
 from tuneplane.backends.factory import ClusterAccess, make_backend, run_dir_backend
-from tuneplane.constants import TERMINAL, utc_now
+from tuneplane.constants import SUCCEEDED, TERMINAL, utc_now
 from tuneplane.gitops.dashboard import duration_text, metric_cell, short_time
 from tuneplane.gitops.observe import backend_ref, observe_run, vocabulary_of, with_metrics
 from tuneplane.lab.load import open_lab
@@ -44,7 +44,7 @@ def _row(root: Path, key: RunKey) -> list[str]:
     if not isinstance(data, dict):
         return [key.run_id, key.experiment, "(not submitted)" if data is None else "(unreadable)", "", "", "", ""]
     data = _live(data)
-    reason = f" ({data['reason']})" if data.get("reason") and data.get("phase") != "Succeeded" else ""
+    reason = f" ({data['reason']})" if data.get("reason") and data.get("phase") != SUCCEEDED else ""
     return [key.run_id, key.experiment, str(data.get("phase", "")) + reason, str(data.get("profile", "")),
             short_time(data.get("started_at")), duration_text(data.get("started_at"), data.get("finished_at")),
             metric_cell(data)]

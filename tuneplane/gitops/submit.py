@@ -70,7 +70,6 @@ class SubmitOptions(RunFlags):
 @dataclass
 class SubmitResult:
     key: RunKey
-    request_path: Path
     request_commit: str
     spec: JobSpec
     status: RunStatus | None = None
@@ -234,7 +233,7 @@ def submit(
     for warning in run.warnings:
         say(f"warning: {warning}")
     key = RunKey(request.experiment, request.run_id)
-    path = write_request(lab.root, request)
+    write_request(lab.root, request)
     title = f"Request run {key.run_id} of {key.experiment} ({request.profile})"
     request_commit = repo.add_and_commit([key.request_rel], _message(title, request))
     say(f"wrote {key.request_rel} (committed {request_commit[:12]})")
@@ -243,7 +242,7 @@ def submit(
     if cpu_smoke_test(run.spec):
         say(f"warning: {run.spec.spec.recipe.name} is a GPU recipe; here it runs on CPU, which is fine for a "
             "smoke test and slow for real training")
-    result = SubmitResult(key, path, request_commit, run.spec)
+    result = SubmitResult(key, request_commit, run.spec)
     if opts.local:
         say(f"running {key.run_id} on this machine" + ("" if opts.detach else "; its output follows"))
         result.status, result.status_commit = run_local(

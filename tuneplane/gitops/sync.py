@@ -10,12 +10,13 @@ the time of two `git ls-tree`s. The cluster is the truth: a status that claims a
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import AWAITING
 from tuneplane.gitops.observe import (
@@ -102,13 +103,8 @@ def awaiting_metrics(phase: str) -> bool:
 
 
 def _past(when: str | None, seconds: float) -> bool:
-    from datetime import UTC, datetime  # lazy: only for a run whose metrics wait
-
-    try:
-        then = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    except ValueError:
-        return True
-    return (datetime.now(UTC) - then).total_seconds() > seconds
+    then = epoch_of(when)
+    return then is None or time.time() - then > seconds
 
 
 def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
@@ -117,7 +113,7 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
     try:
         obs = backend.observe(ref)
     except BackendError as exc:
-        obs = Observation(phase="Unknown", message=f"could not observe the run: {exc}")
+        obs = Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
     if status.phase not in TERMINAL:
         return apply_observation(status, obs, now)
     if obs.phase in UNDER_WAY:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tuneplane import __version__
 from tuneplane.backends.base import BackendRef
+from tuneplane.constants import CANCELLED, FAILED, PENDING, SUBMITTED
 from tuneplane.errors import UsageError
 from tuneplane.gitops.ledger import LEDGER, Ledger, merge
 from tuneplane.gitops.observe import RANK, backend_object
@@ -77,7 +78,7 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
         message += f" (adopted: the job was created at commit {ref.commit[:12]})"
     return _base(
         req,
-        "Submitted",
+        SUBMITTED,
         now,
         method=spec.spec.recipe.name,
         submitted_at=now,
@@ -95,14 +96,14 @@ def refused_status(
     extra: dict[str, Any] = {}
     if spec is not None:
         extra = {"method": spec.spec.recipe.name, "provenance": provenance_of(spec)}
-    return _base(req, "Failed", now, reason=reason, message=message, finished_at=now, **extra)
+    return _base(req, FAILED, now, reason=reason, message=message, finished_at=now, **extra)
 
 
 def waiting_status(req: RunRequest, spec: JobSpec, now: str, message: str) -> RunStatus:
     """The backend could not take the run yet (unreachable, refusing): the bot tries again next time."""
     return _base(
         req,
-        "Pending",
+        PENDING,
         now,
         reason="SubmitFailed",
         method=spec.spec.recipe.name,
@@ -115,7 +116,7 @@ def waiting_status(req: RunRequest, spec: JobSpec, now: str, message: str) -> Ru
 def cancelled_before_submit(req: RunRequest, now: str) -> RunStatus:
     return _base(
         req,
-        "Cancelled",
+        CANCELLED,
         now,
         reason="CancelRequested",
         finished_at=now,

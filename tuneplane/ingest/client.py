@@ -66,7 +66,7 @@ class _Shape:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, kind: Any, exc: Any, _tb: Any) -> None:
         if kind is not None and issubclass(kind, (TypeError, ValueError, AttributeError, KeyError)):
             raise ReceiverError(f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
                                 "check that --endpoint is a TunePlane ingest receiver", answered=True) from None

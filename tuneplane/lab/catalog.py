@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Recipe
-from tuneplane.problems import close_matches
+from tuneplane.problems import did_you_mean
 from tuneplane.runtime.digest import bundle_digest, manifest_digest, tree_digest
 
 CATALOG_ENV = "TUNEPLANE_CATALOG"
@@ -48,8 +48,7 @@ class Catalog:
     def require(self, method: str) -> None:
         if self.has(method):
             return
-        close = close_matches(method, self.ids, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}?" if close else f"known methods: {', '.join(self.ids)}"
+        hint = did_you_mean(method, self.ids, cutoff=0.5) or f"known methods: {', '.join(self.ids)}"
         raise UsageError(f"unknown method {method!r}", hint=hint + " (see `tp methods`)")
 
     def recipe_dir(self, method: str) -> Path:

@@ -8,7 +8,8 @@ reviewed, written by the bot, or shipped must be the file itself). The size is c
 open and again with `fstat`, and at most limit+1 bytes are read. Each refusal is a LoadFailed carrying
 a Problem that names the file.
 
-Writing (`atomic_write`): a temp file in the same directory, fsync, then `os.replace`.
+Writing (`atomic_write`): a temp file in the same directory, fsync, then `os.replace`; a folder filled
+under another name goes into place whole (`publish_dir`). The job side's writer is `runtime.files`.
 
 Finding the lab (`find_lab_root`) lives here too, so a command that only needs the root (an idle
 `tp bot` run) imports neither the models nor the YAML readers.
@@ -245,6 +246,13 @@ def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def publish_dir(staged: Path, target: Path) -> None:
+    """Move a folder filled under another name (`staged`, beside `target`) into place in one rename.
+    `target` must not exist: a caller that replaces one removes it first (a run's work tree), one that
+    must not (a new experiment) has refused already."""
+    os.replace(staged, target)
 
 
 def atomic_write_all(files: Mapping[Path, str]) -> None:

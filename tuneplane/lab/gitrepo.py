@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +81,7 @@ class GitRepo:
     def _run(self, args: tuple[str, ...] | list[str], timeout: float | None = None) -> bytes:
         if timeout is not None:
             return self._run_bounded(args, timeout)
-        result = subprocess.run(["git", *args], cwd=self.root, env=no_git_env(), capture_output=True,
-                                stdin=subprocess.DEVNULL)
-        if result.returncode:
-            raise GitFailed(tuple(args), result.returncode, result.stderr.decode("utf-8", "replace").strip())
-        return result.stdout
+        return run_git(self.root, args)
 
     def _run_bounded(self, args: tuple[str, ...] | list[str], timeout: float) -> bytes:
         """A command that talks to a remote: in its own process group, which is killed whole (git and its
@@ -406,17 +402,6 @@ class GitRepo:
             else:  # Python < 3.11.4; git archive of our own commit writes no such entries
                 tar.extractall(dest)
 
-    def identity(self) -> str:
-        """`Name <email>` from git config, "" when unset."""
-        parts = []
-        for key in ("user.name", "user.email"):
-            try:
-                parts.append(self.git("config", "--get", key))
-            except GitFailed:
-                parts.append("")
-        name, email = parts
-        return f"{name} <{email}>" if name and email else name or email
-
     def close(self) -> None:
         if self._raw is not None:
             self._raw.close()
@@ -440,6 +425,20 @@ class CommitUnavailable(UsageError):
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no message"
+
+
+def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None) -> bytes:
+    """`git <args>` in `root`, in the clean environment, `stdin` its input (else none): its output, or
+    GitFailed. Every git command of tp runs here (a remote's through `GitRepo`, bounded in time)."""
+    if stdin is None:
+        done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
+                              stdin=subprocess.DEVNULL)
+    else:
+        done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
+                              input=stdin)
+    if done.returncode:
+        raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
+    return done.stdout
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -17,7 +17,7 @@ from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.lab import LAB_API, LabFile
-from tuneplane.problems import Problem, Severity, close_matches
+from tuneplane.problems import Problem, Severity, did_you_mean
 from tuneplane.runtime.records import Record
 
 LAB_DIRS = ("experiments", "plugins", "runs", "status")
@@ -144,11 +144,10 @@ def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
     problems = []
     for name in slurm.profiles:
         if name not in settings.profiles:
-            close = close_matches(name, list(settings.profiles), n=1)
             problems.append(doc.problem(
                 f"/cluster/slurm/profiles/{name}", "lab-slurm", f"cluster.slurm.profiles names {name!r}, "
                 "which is not a profile under `profiles:`",
-                hint=f"did you mean {close[0]!r}?" if close else f"profiles: {', '.join(settings.profiles)}"))
+                hint=did_you_mean(name, settings.profiles) or f"profiles: {', '.join(settings.profiles)}"))
     if settings.cluster.backend == "slurm" and not slurm.runs_root:
         problems.append(doc.problem(
             "/cluster/slurm", "lab-slurm", "cluster.slurm.runs_root is not set: run directories go under "

@@ -14,7 +14,7 @@ from tuneplane.lab.schemarefs import reference, schema_rel
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.lock import RECIPE_LOCK_API, RecipeLock
 from tuneplane.models.recipe import Recipe
-from tuneplane.problems import Problem, Severity, close_matches
+from tuneplane.problems import Problem, Severity, did_you_mean
 from tuneplane.runtime.digest import bundle_digest
 from tuneplane.runtime.versions import version_admits
 
@@ -86,8 +86,7 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
 
 
 def _did_you_mean(catalog: Catalog, name: str) -> str:
-    close = close_matches(name, catalog.ids, n=1, cutoff=0.5)
-    return (f"did you mean {close[0]!r}? " if close else "") + "see `tp methods` for the catalog"
+    return did_you_mean(name, catalog.ids, cutoff=0.5, then="see `tp methods` for the catalog")
 
 
 def _drift(lock: RecipeLock, doc: Doc, recipe: Recipe, catalog: Catalog, fix: str) -> list[Problem]:

@@ -20,10 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.yamlio import Doc, escape
-from tuneplane.problems import Problem, close_matches
+from tuneplane.problems import DID_YOU_MEAN, Problem, did_you_mean
 
 M = TypeVar("M", bound=BaseModel)
-_DID_YOU_MEAN = "did you mean "
 _SCHEMAS = "the JSON Schema in schemas/"  # the generic pointer, left out where a better hint is given
 # A file kind's own advice: the pydantic error and the problem the converter made of it → the problem to report.
 Refine = Callable[[Any, Problem], Problem]
@@ -49,9 +48,9 @@ def problems_from(exc: ValidationError, model: type[BaseModel], doc: Doc, rule: 
 
 def _suggested_pointer(problem: Problem) -> str:
     """The pointer of the key an unknown key's hint suggests (its sibling), or "" without a suggestion."""
-    if not problem.hint.startswith(_DID_YOU_MEAN):
+    if not problem.hint.startswith(DID_YOU_MEAN):
         return ""
-    suggested = problem.hint.removeprefix(_DID_YOU_MEAN).removesuffix("?").strip("'\"")
+    suggested = problem.hint.removeprefix(DID_YOU_MEAN).removesuffix("?").strip("'\"")
     return problem.pointer.rsplit("/", 1)[0] + "/" + escape(suggested)
 
 
@@ -157,9 +156,8 @@ def value_hint(err: Any, key: str, described: str = "") -> str:
 
 
 def unknown_key_hint(key: str, known: list[str]) -> str:
-    close = close_matches(key, known, n=1, cutoff=0.6)
-    if close:
-        return f"{_DID_YOU_MEAN}{close[0]!r}?"
+    if hint := did_you_mean(key, known):
+        return hint
     if known:
         return f"known keys here: {', '.join(sorted(known))}"
     return f"remove it, or check its spelling against {_SCHEMAS}"

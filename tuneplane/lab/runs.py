@@ -20,13 +20,14 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 
+from tuneplane.constants import utc_moment
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, present, read_text
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml
 from tuneplane.models.base import name_error
-from tuneplane.models.run import RUN_ID_RE, RunRequest, RunStatus
+from tuneplane.models.run import RUN_ID, RunRequest, RunStatus
 
 RUNS_DIR = "runs"
 STATUS_DIR = "status"
@@ -35,7 +36,6 @@ SCHEMA_LINE = comment_line(f"{RUNS_DIR}/EXP/RUN.yaml", schema_rel("run"))
 STATUS_SCHEMA = reference(f"{STATUS_DIR}/EXP/RUN.json", schema_rel("status"))
 DASHBOARD = f"{STATUS_DIR}/README.md"
 
-_RUN_ID = re.compile(RUN_ID_RE)
 
 
 @dataclass(frozen=True, order=True)
@@ -65,7 +65,7 @@ _ISSUED: set[str] = set()
 def new_run_id(now: datetime | None = None) -> str:
     """UTC time to the second, then 40 random bits: ids sort by time and two machines would have to
     draw the same 40 bits in the same second to collide; within one process they never repeat."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    moment = (now or utc_moment()).astimezone(UTC)
     while True:
         run_id = f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(5)}"
         if run_id not in _ISSUED:
@@ -198,7 +198,7 @@ def _keys_under(base: Path, suffix: str) -> list[RunKey]:
             continue
         for entry in os.scandir(exp.path):
             stem = entry.name[: -len(suffix)] if entry.name.endswith(suffix) else ""
-            if stem and _RUN_ID.match(stem) and entry.is_file():
+            if stem and RUN_ID.match(stem) and entry.is_file():
                 keys.append(RunKey(exp.name, stem))
     return sorted(keys)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import json
 import math
@@ -11,7 +10,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -21,6 +19,7 @@ from tuneplane.constants import OUT_DIR_ENV
 from tuneplane.lifecycle.benchmark_common import BenchError, Settings, SuiteScore, warn
 from tuneplane.lifecycle.benchmark_results import RESULT_PATTERNS, new_files, read_scores, snapshot
 from tuneplane.lifecycle.flatconfig import BOOLS, load_config
+from tuneplane.runtime.files import write_text_atomic
 
 PROG = "python -m tuneplane.lifecycle.benchmark_eval"
 EVAL_PYTHON_ENV = "TUNEPLANE_EVAL_PYTHON"  # the interpreter that has the runner installed
@@ -274,18 +273,8 @@ def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_f
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write next to the target, then rename: a reader sees the old report or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True, allow_nan=False)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """A reader sees the old report or the new one, never half."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def format_table(scores: Mapping[str, SuiteScore]) -> str:

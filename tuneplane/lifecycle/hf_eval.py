@@ -37,6 +37,7 @@ from tuneplane.lifecycle.answers import normalise
 from tuneplane.lifecycle.outputs import output_dir
 from tuneplane.lifecycle.trl_export import load_model as load_checkpoint
 from tuneplane.lifecycle.trl_export import load_tokenizer
+from tuneplane.runtime.files import write_text_atomic
 
 ANSWER_KEYS = ("answer", "solution", "ground_truth")
 _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -230,10 +231,7 @@ def main() -> int:
         "metrics": metrics,
         "seconds": round(time.monotonic() - started, 3),
     }
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = report_path.with_name(report_path.name + ".partial")
-    partial.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    partial.replace(report_path)
+    write_text_atomic(report_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(json.dumps(metrics, sort_keys=True), file=sys.stderr)
     return 0
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tuneplane.constants import OUT_DIR_ENV
+from tuneplane.runtime.files import publish_dir
 
 
 def output_dir(cli_value: str | None) -> Path:
@@ -33,6 +34,6 @@ def export_checkpoint(cli_output: str | None, checkpoint: Path | None, newest: C
     shutil.rmtree(partial, ignore_errors=True)
     write(source, partial)
     shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
+    publish_dir(partial, target)
     print(f"exported {source} -> {target}", file=sys.stderr)
     return target

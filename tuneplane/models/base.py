@@ -6,23 +6,25 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from tuneplane.constants import NAME_PATTERN
 from tuneplane.runtime.patterns import lazy_pattern
 
 # In JSON Schema and pydantic (Rust regex) `$` is the end of the text; Python's `re` also lets `$`
 # match before a final newline, so Python code checks names with `name_error`, anchored with `\Z`.
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-LAB_NAME_RE = r"^[A-Za-z0-9._-]+$"
+NAME_RE = rf"^{NAME_PATTERN}$"
+_LAB_NAME_PATTERN = r"[A-Za-z0-9._-]+"
+LAB_NAME_RE = rf"^{_LAB_NAME_PATTERN}$"
 DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 MAX_NAME = 100  # a name becomes a directory, temp-file and object name: the filesystem allows 255 bytes
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-_LAB_NAME = lazy_pattern(r"[A-Za-z0-9._-]+\Z")
+NAME = re.compile(NAME_PATTERN + r"\Z")  # a whole name, for Python code (`$` would allow a final newline)
+_LAB_NAME = lazy_pattern(_LAB_NAME_PATTERN + r"\Z")
 
 
 def name_error(name: str, what: str = "name", lab: bool = False) -> str:
     """Why `name` is not a valid name, or "" when it is (lab names may also start with . _ -)."""
     if len(name) > MAX_NAME:
         return f"{what} is {len(name)} characters long; at most {MAX_NAME} characters are allowed"
-    if not (_LAB_NAME() if lab else _NAME).match(name) or name in (".", ".."):
+    if not (_LAB_NAME() if lab else NAME).match(name) or name in (".", ".."):
         return f"{what} {name!r} is not allowed"
     return ""
 

@@ -7,6 +7,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tuneplane.constants import NAME_PATTERN
 from tuneplane.models.base import EditorSchema, Strict, defaults_of, empty_dict, empty_list
 from tuneplane.models.recipe import Param
 
@@ -15,7 +16,7 @@ LEGACY_SCHEMAS = ("lab-plugin/v1", "forge/plugin/v1")  # StarForge: read, warn, 
 LOCK_API = "tuneplane/plugins-lock/v1"
 LOCK_FILE = "plugins.lock.json"
 MANIFEST_FILE = "plugin.yaml"
-SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+SEGMENT = NAME_PATTERN
 ENTRYPOINT = r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*"
 DIGEST = r"sha256:[0-9a-f]{64}"
 

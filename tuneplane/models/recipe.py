@@ -4,7 +4,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from tuneplane.constants import Scalar
+from tuneplane.constants import NAME_PATTERN, Scalar
 from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
 
 ParamType = Literal["int", "float", "bool", "str", "enum"]
@@ -168,7 +168,7 @@ class RecipeRule(Strict):
 class Recipe(Strict):
     """A catalog recipe. `name` is the method id `<framework>/<recipe>`."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=rf"^{NAME_PATTERN}/{NAME_PATTERN}$")
     version: str
     framework: str
     title: str = ""

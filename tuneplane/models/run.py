@@ -1,17 +1,19 @@
 """Run requests (`runs/<exp>/<run-id>.yaml`, people review them) and status files (the bot writes them)."""
 
+import re
 from typing import Final, Literal
 
 from pydantic import Field
 
-from tuneplane.constants import Phase, Scalar
+from tuneplane.constants import NAME_PATTERN, Phase, Scalar
 from tuneplane.models.base import NAME_RE, EditorSchema, Strict, defaults_of, empty_dict, empty_list
 
 RUN_API: Final = "tuneplane/run/v1"
 STATUS_API: Final = "tuneplane/status/v1"
 # UTC time, then random hex: 10 digits from this version on; 6-digit ids of older requests stay valid
 RUN_ID_RE = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6,12}$"
-PROFILE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"
+PROFILE_RE = rf"^{NAME_PATTERN}(:[0-9]+)?$"
+RUN_ID = re.compile(RUN_ID_RE.removesuffix("$") + r"\Z")  # a whole run id, for Python code
 
 
 

@@ -112,7 +112,7 @@ def run_ranks(argv: list[str], error_file: Path) -> tuple[int, str]:
     sys.stderr.flush()
     child = subprocess.Popen(argv, env=env)
 
-    def forward(signum: int, frame: FrameType | None) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         child.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}

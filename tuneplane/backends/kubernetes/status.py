@@ -27,7 +27,7 @@ from tuneplane.backends.kubernetes.pods import (
     termination_line,
 )
 from tuneplane.backends.kubernetes.types import Condition, JobObject, Pod, Secret
-from tuneplane.constants import observed_phase
+from tuneplane.constants import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, observed_phase
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 CANCEL_ANNOTATION = "tuneplane.dev/cancelled"
@@ -60,16 +60,16 @@ def _job_state(obj: JobObject) -> _State:
     started = status.get("startTime")
     if "Complete" in conds:
         return _State(
-            "Succeeded",
+            SUCCEEDED,
             started_at=started,
             finished_at=status.get("completionTime") or _ltt(conds["Complete"]),
         )
     if "Failed" in conds:
         failed = conds["Failed"]
-        return _State("Failed", failed.get("reason", ""), failed.get("message", ""), started, _ltt(failed))
+        return _State(FAILED, failed.get("reason", ""), failed.get("message", ""), started, _ltt(failed))
     if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
-        return _State("Pending", started_at=started, suspended=True)
-    return _State("Pending", started_at=started, running_hint=bool(status.get("ready")), pods_decide=True)
+        return _State(PENDING, started_at=started, suspended=True)
+    return _State(PENDING, started_at=started, running_hint=bool(status.get("ready")), pods_decide=True)
 
 
 def _jobset_state(obj: JobObject) -> _State:
@@ -77,25 +77,25 @@ def _jobset_state(obj: JobObject) -> _State:
     restarts = int(status.get("restarts") or 0)
     notes = [f"the JobSet restarted {restarts} time{'s' if restarts != 1 else ''}"] if restarts else []
     if "Completed" in conds:
-        return _State("Succeeded", finished_at=_ltt(conds["Completed"]), notes=notes)
+        return _State(SUCCEEDED, finished_at=_ltt(conds["Completed"]), notes=notes)
     if "Failed" in conds:
         failed = conds["Failed"]
         return _State(
-            "Failed", failed.get("reason", ""), failed.get("message", ""), None, _ltt(failed), notes=notes
+            FAILED, failed.get("reason", ""), failed.get("message", ""), None, _ltt(failed), notes=notes
         )
     if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
-        return _State("Pending", suspended=True, notes=notes)
+        return _State(PENDING, suspended=True, notes=notes)
     replicated = status.get("replicatedJobsStatus") or []
     ready = any(int(r.get("ready") or 0) > 0 for r in replicated)
-    return _State("Pending", running_hint=ready, pods_decide=True, notes=notes)
+    return _State(PENDING, running_hint=ready, pods_decide=True, notes=notes)
 
 
 _RAY_PHASES = {
-    "PENDING": "Pending",
-    "RUNNING": "Running",
-    "SUCCEEDED": "Succeeded",
-    "FAILED": "Failed",
-    "STOPPED": "Cancelled",
+    "PENDING": PENDING,
+    "RUNNING": RUNNING,
+    "SUCCEEDED": SUCCEEDED,
+    "FAILED": FAILED,
+    "STOPPED": CANCELLED,
 }
 
 
@@ -107,22 +107,22 @@ def _rayjob_state(obj: JobObject) -> _State:
     if job_status in {"SUCCEEDED", "FAILED", "STOPPED"}:
         phase = _RAY_PHASES[job_status]
         return _State(
-            phase, reason or (job_status.title() if phase != "Succeeded" else ""), message, started, ended
+            phase, reason or (job_status.title() if phase != SUCCEEDED else ""), message, started, ended
         )
     if deployment in {"Failed", "ValidationFailed"}:
         return _State(
-            "Failed",
+            FAILED,
             reason or deployment,
             message or f"RayJob deployment status {deployment}",
             started,
             ended,
         )
     if deployment in {"Suspended", "Suspending"} or (obj.get("spec") or {}).get("suspend"):
-        return _State("Pending", suspended=True)
+        return _State(PENDING, suspended=True)
     if job_status == "RUNNING":
-        return _State("Running", started_at=started)
+        return _State(RUNNING, started_at=started)
     waiting = "Ray cluster starting" if deployment in {"", "New", "Initializing"} else f"RayJob {deployment}"
-    return _State("Pending", reason=deployment or "Initializing", message=waiting, started_at=started)
+    return _State(PENDING, reason=deployment or "Initializing", message=waiting, started_at=started)
 
 
 _STATE_READERS: dict[str, Callable[[JobObject], _State]] = {
@@ -139,7 +139,7 @@ def _ltt(condition: Condition) -> str | None:
 
 def _observation(state: _State, exit_code: int | None = None) -> Observation:
     message = state.message
-    if state.notes and state.phase != "Failed":
+    if state.notes and state.phase != FAILED:
         message = "; ".join(m for m in [message, *state.notes] if m)
     return Observation(
         phase=observed_phase(state.phase),
@@ -160,7 +160,7 @@ def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, l
     if meta.get("deletionTimestamp"):
         return _deleting(ref, kind, ns, obj, cancelled)
     state = _STATE_READERS[kind.kind](obj)
-    if state.phase == "Succeeded":
+    if state.phase == SUCCEEDED:
         if kind is JOBSET:
             state.started_at = _child_jobs_start(rest, ns, obj)
         return _observation(state, exit_code=0)
@@ -168,17 +168,17 @@ def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, l
         state.reason, state.message = kueue.queue_reason(rest, kind, ns, obj)
         return _observation(state)
     pods = _pods_or_none(rest, kind, ns, obj)
-    if state.phase == "Failed":
+    if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail)
     return _progress(state, pods or [])
 
 
 def _vanished(ref: BackendRef, kind: Kind, ns: str, replaced: bool, cancelled: bool) -> Observation:
     if cancelled:
-        return Observation(phase="Cancelled", reason="Cancelled", message="cancelled by tuneplane")
+        return Observation(phase=CANCELLED, reason="Cancelled", message="cancelled by tuneplane")
     how = "was replaced by another object of the same name" if replaced else "was deleted outside tuneplane"
     return Observation(
-        phase="Failed",
+        phase=FAILED,
         reason="Disappeared",
         message=(
             f"job object disappeared: {kind.kind} {ns}/{ref.name} (uid {ref.uid or 'unknown'}) {how}, "
@@ -190,9 +190,9 @@ def _vanished(ref: BackendRef, kind: Kind, ns: str, replaced: bool, cancelled: b
 def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: bool) -> Observation:
     ours = ((obj.get("metadata") or {}).get("annotations") or {}).get(CANCEL_ANNOTATION) == "true"
     if ours or cancelled:
-        return Observation(phase="Cancelled", reason="Cancelled", message="cancelled by tuneplane; pods are stopping")
+        return Observation(phase=CANCELLED, reason="Cancelled", message="cancelled by tuneplane; pods are stopping")
     return Observation(
-        phase="Failed",
+        phase=FAILED,
         reason="Deleting",
         message=f"job object disappeared: {kind.kind} {ns}/{ref.name} is being deleted outside tuneplane",
     )
@@ -201,7 +201,7 @@ def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: b
 def _progress(state: _State, pods: list[Pod]) -> Observation:
     """Pending or Running: say why a run is not making progress, when a pod shows it."""
     if state.pods_decide and (state.running_hint or any(pod_phase(p) == "Running" for p in pods)):
-        state.phase = "Running"
+        state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
     problem = pod_problem(pods)
     if problem is not None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.local.files import ARTIFACTS_VERSION, _write_json
+from tuneplane.backends.local.files import ARTIFACTS_VERSION
 from tuneplane.backends.rundir import ARTIFACTS_FILE, collect_artifacts
+from tuneplane.lab.fs import write_json
 
 
-def _write_artifacts(out_dir: Path, globs: list[dict[str, Any]], run_id: str) -> str:
+def write_artifacts(out_dir: Path, globs: list[dict[str, Any]], run_id: str) -> str:
     try:
         items = collect_artifacts(out_dir, globs)
-        _write_json(
+        write_json(
             out_dir / ARTIFACTS_FILE, {"version": ARTIFACTS_VERSION, "run_id": run_id, "artifacts": items}
         )
     except OSError as exc:

@@ -47,18 +47,17 @@ from tuneplane.backends.local.files import (
     REF_KIND,
     START_GRACE,
     SUBMIT_LOCK,
-    _epoch,
-    _scrubbed_env,
-    _signal_group,
-    _update_state,
-    _write_json,
     read_state,
+    scrubbed_env,
+    signal_group,
     supervisor_alive,
+    update_state,
 )
 from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
-from tuneplane.constants import TERMINAL, observed_phase, utc_now
+from tuneplane.constants import CANCELLED, FAILED, PENDING, TERMINAL, epoch_of, observed_phase, utc_now
 from tuneplane.errors import TunePlaneError
+from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 
 LOG_POLL = 0.2  # seconds between looks at a followed log
@@ -142,11 +141,11 @@ class LocalBackend:
                     raise BackendError(
                         f"could not prepare the job package of run {spec['run_id']}: {exc}"
                     ) from exc
-                _update_state(
+                update_state(
                     run_dir,
                     run_id=spec["run_id"],
                     experiment=spec["experiment"],
-                    phase="Pending",
+                    phase=PENDING,
                     reason="Starting",
                     message="waiting for the local supervisor",
                     submitted_at=utc_now(),
@@ -164,7 +163,7 @@ class LocalBackend:
 
     def _spawn(self, run_dir: Path) -> None:
         self.spawn(run_dir, [self.python, "-m", "tuneplane.backends.local", "supervise", str(run_dir)],
-                   _scrubbed_env(os.environ, keep_storage=True))
+                   scrubbed_env(os.environ, keep_storage=True))
 
     def spawn(self, run_dir: Path, argv: list[str], env: dict[str, str]) -> None:
         """Start a supervising process in its own session, with no tie to our stdio (we may exit first).
@@ -195,15 +194,15 @@ class LocalBackend:
         state = read_state(run_dir)
         if state is None:
             return Observation(
-                "Failed",
+                FAILED,
                 reason="Lost",
                 message=f"the run directory {run_dir} has no state (deleted, or another storage root?)",
             )
         if ref.uid and state.get("uid") and state["uid"] != ref.uid:
             return Observation(
-                "Failed", reason="Replaced", message=f"{run_dir} now holds another submission of this run"
+                FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run"
             )
-        phase = str(state.get("phase", "Pending"))
+        phase = str(state.get("phase", PENDING))
         if phase not in TERMINAL and not supervisor_alive(run_dir):
             lost = _lost(run_dir, state)
             if lost is not None:
@@ -257,13 +256,13 @@ class LocalBackend:
         if state.get("phase") in TERMINAL:
             return
         if supervisor_alive(run_dir):
-            _signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
+            signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
             return
         with locked(run_dir / SUBMIT_LOCK):
-            _signal_group(state.get("pgid"), signal.SIGKILL)
-            _update_state(
+            signal_group(state.get("pgid"), signal.SIGKILL)
+            update_state(
                 run_dir,
-                phase="Cancelled",
+                phase=CANCELLED,
                 reason="Cancelled",
                 finished_at=utc_now(),
                 message="cancelled (no supervisor was running)",
@@ -284,17 +283,17 @@ def _local_spec(request: SubmitRequest) -> dict[str, Any]:
 def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
     """A non-terminal run nobody supervises: still starting, or lost with its supervisor."""
     if not state.get("supervisor_started"):
-        submitted = _epoch(state.get("submitted_at"))
+        submitted = epoch_of(state.get("submitted_at"))
         if submitted is None or time.time() - submitted < START_GRACE:
             return None
         return Observation(
-            "Failed",
+            FAILED,
             reason="Lost",
             finished_at=utc_now(),
             message=f"the local supervisor never started; see {run_dir / 'supervisor.log'}",
         )
     return Observation(
-        "Failed",
+        FAILED,
         reason="Lost",
         started_at=state.get("started_at"),
         finished_at=utc_now(),
@@ -325,7 +324,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
     (partial / JOBSPEC_PATH).write_text(
         json.dumps(spec["jobspec"], indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
-    os.rename(partial, work)
+    publish_dir(partial, work)
     Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
     (run_dir / LOG).touch()  # `tp job logs -f` may start following before the job does
     launch = {
@@ -344,7 +343,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
             "artifacts",
         )
     }
-    _write_json(run_dir / LAUNCH, launch)
+    write_json(run_dir / LAUNCH, launch)
 
 
 def _ended(run_dir: Path) -> bool:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import fcntl
 import json
 import os
-import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,11 +31,6 @@ _SCRUB = (ENV_PREFIX, "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the co
 # ── small file helpers ───────────────────────────────────────────────────────────────────────────
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """Atomic, so `observe` never reads half a state file."""
-    write_json(path, data)
-
-
 def read_state(run_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((run_dir / STATE).read_text(encoding="utf-8"))
@@ -46,14 +39,14 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
+def update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
     state = read_state(run_dir) or {}
     state.update(changes)
-    _write_json(run_dir / STATE, state)
+    write_json(run_dir / STATE, state)  # atomic: `observe` never reads half a state file
     return state
 
 
-def _try_lock(path: Path) -> IO[str] | None:
+def try_lock(path: Path) -> IO[str] | None:
     """Take `path`'s lock without waiting; the open file is the lock (None: someone holds it)."""
     fh = open(path, "a+")  # the caller keeps it open for as long as it holds the lock
     try:
@@ -65,7 +58,7 @@ def _try_lock(path: Path) -> IO[str] | None:
 
 
 def supervisor_alive(run_dir: Path) -> bool:
-    lock = _try_lock(run_dir / SUPERVISOR_LOCK)
+    lock = try_lock(run_dir / SUPERVISOR_LOCK)
     if lock is None:
         return True
     lock.close()
@@ -73,21 +66,13 @@ def supervisor_alive(run_dir: Path) -> bool:
 
 
 
-def _epoch(value: Any) -> float | None:
-    try:
-        return float(calendar.timegm(time.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ")))
-    except (TypeError, ValueError):
-        return None
-
-
-
-def _signal_group(pgid: Any, sig: int) -> None:
+def signal_group(pgid: Any, sig: int) -> None:
     if isinstance(pgid, int) and pgid > 1:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
 
 
-def _scrubbed_env(base: Any, keep_storage: bool = False) -> dict[str, str]:
+def scrubbed_env(base: Any, keep_storage: bool = False) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(_SCRUB)}
     if keep_storage and STORAGE_ROOT_ENV in base:
         env[STORAGE_ROOT_ENV] = base[STORAGE_ROOT_ENV]

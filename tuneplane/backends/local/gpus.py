@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tuneplane.backends.local.files import GPUS_ENV, _try_lock
+from tuneplane.backends.local.files import GPUS_ENV, try_lock
 
 # ── GPUs ─────────────────────────────────────────────────────────────────────────────────────────
 
@@ -46,7 +46,7 @@ class Unschedulable(Exception):
 
 
 @dataclass
-class _GpuLease:
+class GpuLease:
     ids: list[str] = field(default_factory=list)
     handles: list[IO[str]] = field(default_factory=list)
 
@@ -56,12 +56,12 @@ class _GpuLease:
         self.handles.clear()
 
 
-def _allot(
+def allot(
     count: int, lock_dir: Path, stop: Callable[[], bool], waiting: Callable[[str], None]
-) -> _GpuLease | None:
+) -> GpuLease | None:
     """Lock `count` free GPUs (one lock file per device, shared by every local run on this machine)."""
     if count <= 0:
-        return _GpuLease()
+        return GpuLease()
     devices = local_gpus()
     if count > len(devices):
         raise Unschedulable(
@@ -71,9 +71,9 @@ def _allot(
     lock_dir.mkdir(parents=True, exist_ok=True)
     told = False
     while not stop():
-        lease = _GpuLease()
+        lease = GpuLease()
         for device in devices:
-            fh = _try_lock(lock_dir / f"gpu-{device}.lock")
+            fh = try_lock(lock_dir / f"gpu-{device}.lock")
             if fh is not None:
                 lease.ids.append(device)
                 lease.handles.append(fh)

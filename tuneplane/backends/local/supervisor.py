@@ -19,11 +19,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from tuneplane.backends.local.artifacts import _write_artifacts
+from tuneplane.backends.local.artifacts import write_artifacts
 from tuneplane.backends.local.files import (
     CANCEL,
     DB,
@@ -34,20 +33,25 @@ from tuneplane.backends.local.files import (
     MESSAGE_LINES,
     SUPERVISOR_LOCK,
     TERMINATION_LOG,
-    _scrubbed_env,
-    _signal_group,
-    _try_lock,
-    _update_state,
     read_state,
+    scrubbed_env,
+    signal_group,
+    try_lock,
+    update_state,
 )
-from tuneplane.backends.local.gpus import Unschedulable, _allot, _GpuLease
+from tuneplane.backends.local.gpus import GpuLease, Unschedulable, allot
 from tuneplane.collector import collect_after
 from tuneplane.constants import (
+    CANCELLED,
     CONFIG_ERROR_EXIT,
+    FAILED,
     JOB_ENABLED,
     JOB_ENDPOINT,
     JOB_RUN_ID,
     JOB_TOKEN,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
     TERMINATION_LOG_ENV,
     utc_now,
 )
@@ -72,14 +76,14 @@ def supervise(
     `on_end(state)` runs after the final state is written and before the supervisor lock is released,
     so whoever waits for the lock (a canceller, `tp job logs -f`) sees the outcome fully recorded.
     """
-    lock = _try_lock(run_dir / SUPERVISOR_LOCK)
+    lock = try_lock(run_dir / SUPERVISOR_LOCK)
     if lock is None:
         return read_state(run_dir) or {}
     try:
         state = read_state(run_dir) or {}
         if state.get("supervisor_started"):
             return state
-        _update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid())
+        update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid())
         state = _Supervisor(run_dir, echo).run()
         if on_end is not None:
             on_end(state)
@@ -108,22 +112,23 @@ class _Supervisor:
 
     def _allot_and_run(self) -> dict[str, Any]:
         try:
-            lease = _allot(
+            lease = allot(
                 int(self.launch.get("gpus") or 0),
                 Path(self.launch["gpu_lock_dir"]),
                 self._cancelled,
                 self._waiting,
             )
         except Unschedulable as exc:
-            return self._finish("Failed", "Unschedulable", str(exc), None)
+            return self._finish(FAILED, "Unschedulable", str(exc), None)
         if lease is None:
-            return self._finish("Cancelled", "Cancelled", "cancelled while waiting for GPUs", None)
+            return self._finish(CANCELLED, reason="Cancelled", message="cancelled while waiting for GPUs",
+                                exit_code=None)
         try:
             return self._run_with(lease)
         finally:
             lease.release()
 
-    def _run_with(self, lease: _GpuLease) -> dict[str, Any]:
+    def _run_with(self, lease: GpuLease) -> dict[str, Any]:
         stop_ingest, env = self._ingest(dict(self.launch["env"]))
         env = self._child_env(env, lease.ids)
         stops = [stop_ingest, *(start(self.run_dir, dict(env)) for start in SIDECARS)]
@@ -140,7 +145,7 @@ class _Supervisor:
             if self.log is not None:
                 self.log.close()
                 self.log = None
-        artifacts_error = _write_artifacts(
+        artifacts_error = write_artifacts(
             Path(self.launch["out_dir"]), self.launch.get("artifacts") or [], self.launch["run_id"]
         )
         return self._outcome(code, artifacts_error)
@@ -166,7 +171,7 @@ class _Supervisor:
         return stop, env
 
     def _child_env(self, contract: dict[str, str], gpus: list[str]) -> dict[str, str]:
-        env = _scrubbed_env(os.environ)
+        env = scrubbed_env(os.environ)
         env.pop(GPUS_ENV, None)
         env.pop(KILL_GRACE_ENV, None)
         inherited = env.get("PYTHONPATH")
@@ -204,19 +209,19 @@ class _Supervisor:
         except OSError as exc:
             self._line(f"[tuneplane] cannot start the launcher: {exc}")
             return 127
-        _update_state(
+        update_state(
             self.run_dir,
-            phase="Running",
+            phase=RUNNING,
             reason="",
             message="",
             pid=child.pid,
             pgid=child.pid,
-            started_at=_now_ms(),
+            started_at=utc_now(millis=True),  # a run of seconds shows its duration as `12.3s`
         )
         pump = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
         pump.start()
         code = self._wait(child)
-        _signal_group(child.pid, signal.SIGKILL)  # stragglers die with the job, as in a container
+        signal_group(child.pid, signal.SIGKILL)  # stragglers die with the job, as in a container
         pump.join(timeout=10)
         return code
 
@@ -234,10 +239,10 @@ class _Supervisor:
                 self._cancelled() or (deadline is not None and time.monotonic() > deadline)
             ):
                 self.timed_out = not self._cancelled()
-                _signal_group(child.pid, signal.SIGTERM)
+                signal_group(child.pid, signal.SIGTERM)
                 killed_at = time.monotonic()
             elif killed_at is not None and time.monotonic() - killed_at > grace:
-                _signal_group(child.pid, signal.SIGKILL)
+                signal_group(child.pid, signal.SIGKILL)
 
     def _pump(self, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
@@ -258,14 +263,14 @@ class _Supervisor:
         return self.stop_requested or (self.run_dir / CANCEL).exists()
 
     def _waiting(self, message: str) -> None:
-        _update_state(self.run_dir, phase="Pending", reason="WaitingForGPUs", message=message)
+        update_state(self.run_dir, phase=PENDING, reason="WaitingForGPUs", message=message)
 
     def _trap_signals(self) -> Callable[[], None]:
         """Ctrl-C or a TERM to the supervisor stops the run cleanly (recorded as Cancelled)."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
 
-        def stop(signum: int, frame: Any) -> None:
+        def stop(_signum: int, _frame: Any) -> None:
             self.stop_requested = True
 
         before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
@@ -280,20 +285,20 @@ class _Supervisor:
         exit_code = 128 - code if code < 0 else code  # killed by signal N: the shell's 128+N
         last = "\n".join(self.tail)
         if self._cancelled() and not self.timed_out:
-            return self._finish("Cancelled", "Cancelled", "cancelled on request", exit_code)
+            return self._finish(CANCELLED, reason="Cancelled", message="cancelled on request", exit_code=exit_code)
         if self.timed_out:
             return self._finish(
-                "Failed",
+                FAILED,
                 "DeadlineExceeded",
                 f"stopped after its timeout of {self.launch['timeout']} s; last lines:\n{last}",
                 exit_code,
             )
         if code == 0:
-            return self._finish("Succeeded", "", artifacts_error, 0)
+            return self._finish(SUCCEEDED, "", artifacts_error, 0)
         if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
-            return self._finish("Failed", "ConfigError", line, exit_code)  # the launcher's one line
+            return self._finish(FAILED, "ConfigError", line, exit_code)  # the launcher's one line
         reason = "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
-        return self._finish("Failed", reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
+        return self._finish(FAILED, reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
 
     def _termination_message(self) -> str:
         """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""
@@ -304,18 +309,11 @@ class _Supervisor:
             return ""
 
     def _finish(self, phase: str, reason: str, message: str, exit_code: int | None) -> dict[str, Any]:
-        return _update_state(
+        return update_state(
             self.run_dir,
             phase=phase,
             reason=reason,
             message=message,
             exit_code=exit_code,
-            finished_at=_now_ms(),
+            finished_at=utc_now(millis=True),
         )
-
-
-def _now_ms() -> str:
-    """Now in UTC to the millisecond: the run's start and end are what its duration is read from, and
-    a run of seconds shows it as `12.3s` (other times in a status stay to the second)."""
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"

@@ -15,17 +15,17 @@ Slurm states → our phases:
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, Observation
 from tuneplane.backends.slurm.commands import SlurmCommands, SlurmUnavailable, first_line, parse_fields
+from tuneplane.constants import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, UNKNOWN, as_utc
 from tuneplane.render.slurm import STATE_DIR
 
-PENDING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
-RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"})
-FAILED = frozenset({"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+SLURM_PENDING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+SLURM_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"})
+SLURM_FAILED = frozenset({"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
                     "SPECIAL_EXIT", "REVOKED"})
 MESSAGES = {
     "TIMEOUT": "Slurm stopped the job at its time limit (the run's timeout)",
@@ -102,39 +102,39 @@ def from_fields(fields: dict[str, str], started: dict[str, Any] | None,
     if marker is not None and isinstance(marker.get("exit_code"), int):
         code = marker["exit_code"]  # the script's own view: the entrypoint's code, not bash's
     restarts = int(fields.get("Restarts", "0")) if fields.get("Restarts", "0").isdigit() else 0
-    if state in PENDING and (restarts or state.startswith("REQUEUE")):
+    if state in SLURM_PENDING and (restarts or state.startswith("REQUEUE")):
         # phases never go back: a requeued job stays Running in the status, and says why it waits
-        return Observation("Running", reason="REQUEUED", started_at=start,
+        return Observation(RUNNING, reason="REQUEUED", started_at=start,
                            message=f"Slurm requeued the job (restart {restarts}); it waits to start again: {reason}")
-    if state in PENDING:
+    if state in SLURM_PENDING:
         shown = "None" if reason in _UNSET else reason
-        return Observation("Pending", reason="" if shown == "None" else reason,
+        return Observation(PENDING, reason="" if shown == "None" else reason,
                            message=f"waiting in the Slurm queue: {shown}" if shown != "None" else "")
-    if state in RUNNING:
-        return Observation("Running", reason=state if state != "RUNNING" else "", started_at=start)
+    if state in SLURM_RUNNING:
+        return Observation(RUNNING, reason=state if state != "RUNNING" else "", started_at=start)
     if state == "COMPLETED":
-        return Observation("Succeeded", started_at=start, finished_at=end, exit_code=0 if code is None else code)
+        return Observation(SUCCEEDED, started_at=start, finished_at=end, exit_code=0 if code is None else code)
     if state == "CANCELLED":
-        return Observation("Cancelled", reason="Cancelled", message="the Slurm job was cancelled",
+        return Observation(CANCELLED, reason="Cancelled", message="the Slurm job was cancelled",
                            started_at=start, finished_at=end, exit_code=code)
-    if state in FAILED:
+    if state in SLURM_FAILED:
         why = "NonZeroExitCode" if state == "FAILED" else state
         message = MESSAGES.get(state) or f"the job exited with code {code}"
-        return Observation("Failed", reason=why, message=message, started_at=start, finished_at=end, exit_code=code)
-    return Observation("Unknown", message=f"Slurm reports state {state or '(none)'} for the job")
+        return Observation(FAILED, reason=why, message=message, started_at=start, finished_at=end, exit_code=code)
+    return Observation(UNKNOWN, message=f"Slurm reports state {state or '(none)'} for the job")
 
 
 def from_marker(ref: BackendRef, state: Path, marker: dict[str, Any] | None) -> Observation:
     """Slurm has forgotten the job: what the script wrote, or a lost job."""
     started = read_marker(state, "started", ref.uid)
     if marker is None:
-        return Observation("Failed", reason="Lost",
+        return Observation(FAILED, reason="Lost",
                            message=f"Slurm no longer knows job {ref.uid} and the job left no exit marker "
                                    f"in {state} (it ended without running its exit trap)",
                            started_at=(started or {}).get("started_at"))
     code = marker.get("exit_code")
     code = code if isinstance(code, int) else None
-    return Observation("Succeeded" if code == 0 else "Failed", reason="" if code == 0 else "NonZeroExitCode",
+    return Observation(SUCCEEDED if code == 0 else FAILED, reason="" if code == 0 else "NonZeroExitCode",
                        message="" if code == 0 else f"the job exited with code {code}",
                        started_at=(started or {}).get("started_at"), finished_at=marker.get("finished_at"),
                        exit_code=code)
@@ -162,9 +162,4 @@ def _time(value: str | None) -> str | None:
     """Slurm's local `2026-01-02T03:04:05` as ISO-8601 UTC (the controller's clock, in UTC)."""
     if not value or value in _UNSET:
         return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    local = moment.astimezone() if moment.tzinfo is None else moment
-    return local.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return as_utc(value, local=True)

@@ -29,7 +29,7 @@ from tuneplane.backends.rundir import locked
 from tuneplane.backends.slurm.commands import SlurmCommands, first_line
 from tuneplane.backends.slurm.errors import refusal
 from tuneplane.errors import UsageError
-from tuneplane.lab.fs import atomic_write
+from tuneplane.lab.fs import atomic_write, publish_dir
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.render.slurm import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
 
@@ -114,7 +114,7 @@ def _stage(run_dir: Path, batch: dict[str, Any], request: SubmitRequest) -> None
         _write(tmp / LAUNCH_DOCUMENT, json.dumps(batch["launch_document"], sort_keys=True, indent=1) + "\n")
         if work.exists():
             shutil.rmtree(work)
-        os.replace(tmp, work)
+        publish_dir(tmp, work)
     for sub in ("logs", "out"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     _write(run_dir / STATE_DIR / SCRIPT_NAME, batch["script"])

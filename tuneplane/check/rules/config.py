@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, leaf_paths
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.yamlio import Doc, escape
-from tuneplane.problems import Problem, Severity, close_matches
+from tuneplane.problems import Problem, Severity, close_matches, did_you_mean
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
@@ -62,12 +62,11 @@ def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Prob
         if path in known or any(path.startswith(k + ".") for k in known):
             continue
         pointer = "/" + "/".join(escape(p) for p in path.split("."))
-        close = close_matches(path, sorted(params) or sorted(known), n=1, cutoff=0.6) or \
-            close_matches(path, sorted(known), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        near = sorted(params) if close_matches(path, sorted(params), n=1) else sorted(known)  # a param first
         yield doc.problem(pointer, "config-unknown",
                           f"{path!r} is not a key {target} knows: the job would fail when it builds the config",
-                          hint=hint + f"remove it, or see `tp methods {ctx.method}` for the parameters")
+                          hint=did_you_mean(path, near, then=f"remove it, or see `tp methods {ctx.method}` for the "
+                                                             "parameters"))
 
 
 def _param_hint(name: str, param: object) -> str:
@@ -81,9 +80,8 @@ def _unknown_keys(ctx: ExperimentContext, doc: Doc, known_paths: set[str]) -> It
     for path in leaf_paths(data):
         if path in known_paths or any(k.startswith(path + ".") or path.startswith(k + ".") for k in known_paths):
             continue
-        close = close_matches(path, sorted(known_paths), n=1, cutoff=0.85)
-        if close:
+        hint = did_you_mean(path, sorted(known_paths), cutoff=0.85)
+        if hint:
             pointer = "/" + "/".join(escape(p) for p in path.split("."))
-            yield doc.problem(pointer, "config-unknown",
-                                          f"{path!r} is not a parameter of {ctx.method}",
-                                          hint=f"did you mean {close[0]!r}?", severity=Severity.WARNING)
+            yield doc.problem(pointer, "config-unknown", f"{path!r} is not a parameter of {ctx.method}",
+                              hint=hint, severity=Severity.WARNING)
