@@ -257,6 +257,8 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
     if not path.exists():
         if target.unknown is not None and given is None:
             raise target.unknown  # not this lab's run, and no store to look in: say which
+        if given is None:  # a run the lab knows with no store (not run yet, or run on a cluster): none stored
+            return _Reader(dict, lambda k: [], lambda k: [])
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
     run_id = target.run_id
     return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k),
