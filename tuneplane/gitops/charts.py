@@ -36,6 +36,25 @@ CHAR_PX = 6.2  # the mean width of a character of the 11 px sans-serif text (leg
 DIGIT_PX = 7.0  # a digit's width in that font (0.64 em): what a value label is made of
 
 
+def _header(width: str, height: str) -> list[str]:
+    """The first two lines of every chart: what `is_chart` knows a chart tp wrote by."""
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+            f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+
+
+# the header, its width and height numbers that are the same wherever each appears
+_CHART_START = re.compile(re.escape("\n".join(_header("W", "H")) + "\n")
+                          .replace("W", r"(?P<w>\d+)", 1).replace("H", r"(?P<h>\d+)", 1)
+                          .replace("W", "(?P=w)").replace("H", "(?P=h)").encode())
+
+
+def is_chart(first_bytes: bytes) -> bool:
+    """Whether a file that begins with `first_bytes` (its first 512 bytes will do) is a chart tp
+    wrote: another tool's SVG, even one that begins alike, is not."""
+    return _CHART_START.match(first_bytes) is not None
+
+
 def _xml(text: str) -> str:
     """`text` as XML character data: markup escaped, characters XML cannot hold shown as U+FFFD."""
     return escape(_NOT_XML.sub("\ufffd", text))
@@ -337,11 +356,7 @@ def render_compare_svg(
     band = panel_height + 34
     rows = len(panels) if panels or words else 1  # a chart of words only has no empty panel above them
     height = top + rows * band + len(words) * 16 + 12 + (14 if not panels and words else 0)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-    ]
+    parts = _header(str(width), str(height))
     if title:
         parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">'
                      f'{_xml(cut(title, int(width / 9)))}</text>')
