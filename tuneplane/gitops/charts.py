@@ -235,14 +235,24 @@ def time_labels(ticks: Sequence[float]) -> list[str]:
     """Labels of one wall-time axis in one unit: the largest (day, hour, minute, second) that its
     tick step is a whole multiple of, so 3 days read `0h 12h … 72h` and not `36h 2d 2d12h`."""
     step = min((b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a), default=1.0)
+    if step < 0.095:  # steps under a tenth of a second (0.1 less float error): milliseconds
+        digits = max(0, -math.floor(math.log10(step * 1000)))
+        return [f"{round(t * 1000, digits):g}ms" for t in ticks]
     unit, suffix = next(((u, x) for u, x in ((86400, "d"), (3600, "h"), (60, "m"))
                          if step >= u and abs(step / u - round(step / u)) < 1e-9), (1, "s"))
     return [f"{round(t / unit, 1):g}{suffix}" for t in ticks]
 
 
 def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
-    """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …)."""
+    """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …); under 0.1 s, 1, 2 or 5 times a
+    power of ten (milliseconds and less)."""
     span = max(high - low, 1e-9)
+    if span < 0.1:
+        magnitude = 10.0 ** math.floor(math.log10(span / count))
+        step = next(m * magnitude for m in (1, 2, 5, 10) if span / (m * magnitude) <= count)
+        digits = 1 - math.floor(math.log10(step))
+        first = math.ceil(low / step - 1e-9) * step
+        return [round(first + i * step, digits) for i in range(int((high - first) / step + 1e-9) + 1)][:50] or [low]
     for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
                  86400, 172800, 604800):
         if span / step <= count:
