@@ -218,3 +218,18 @@ def test_the_same_metrics_make_the_same_bytes_under_any_hash_seed() -> None:
                               env={**os.environ, "PYTHONHASHSEED": seed})
         made.append(done.stdout)
     assert made[0].count(b"<svg ") == 2 and made[0] == made[1] == made[2]
+
+
+def test_a_run_without_hardware_times_is_named_on_the_wall_time_panel() -> None:
+    """Only run-a's hardware samples have times: run-b's cannot share the wall-time axis, and the
+    panel says so instead of leaving it out unexplained."""
+    samples = [(s, float(s % 4)) for s in range(10)]
+    svg = render_compare_svg({"run-a": {"hw/gpu_util": samples}, "run-b": {"hw/gpu_util": samples}},
+                             times={"run-a": {"hw/gpu_util": [(s * 2.0, v) for s, v in samples]}, "run-b": {}})
+    captions = {"time since the first sample", "sample", "step"}
+    notes = [t.text or "" for t in _texts(svg) if t.get("fill") == "#666666" and t.text not in captions]
+    assert notes == ["run-b: no sample times, not drawn"], [t.text for t in _texts(svg)]
+    assert len(list(ET.fromstring(svg).iter(f"{NS}path"))) == 1
+    both = render_compare_svg({"run-a": {"hw/gpu_util": samples}, "run-b": {"hw/gpu_util": samples}},
+                              times={r: {"hw/gpu_util": samples} for r in ("run-a", "run-b")})
+    assert "sample times" not in both
