@@ -210,3 +210,13 @@ def test_plot_to_dev_stdout_prints_the_chart_after_the_table(db: Path, command: 
     text = out.read_bytes()
     assert text.startswith(table) and text.count(b"<svg ") == 1 and text.endswith(b"</svg>\n"), text[:300]
     assert os.path.islink("/dev/stdout")
+
+
+def test_plot_to_dev_stderr_redirected_to_a_file_writes_into_that_stream(db: Path) -> None:
+    err = db.parent / "err.txt"
+    with err.open("wb") as handle:  # `tp … --plot /dev/stderr 2> err.txt`
+        done = subprocess.run([sys.executable, "-m", "tuneplane", *map(str, _args("metrics", db, "/dev/stderr"))],
+                              cwd=db.parent, stdout=subprocess.PIPE, stderr=handle, timeout=30, check=False)
+    text = err.read_bytes()
+    assert done.returncode == 0 and b"loss" in done.stdout, text
+    assert is_chart(text[:512]) and text.endswith(b"</svg>\nwrote /dev/stderr\n"), text[-200:]

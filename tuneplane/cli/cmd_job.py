@@ -146,7 +146,8 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
 class _Plot(NamedTuple):
     """Where --plot writes, as checked: `path` as given; `target` the file written (a symlink's
     target); `kind` "new", "chart" (a chart tp wrote, replaced whole), "stream" (a character device
-    or a FIFO: written straight through) or "stdout" (tp's own output, as /dev/stdout names it);
+    or a FIFO: written straight through) or "stdout"/"stderr" (tp's own stream, as /dev/stdout
+    names it);
     `mode` the permission bits a replaced chart keeps."""
 
     path: Path
@@ -172,8 +173,9 @@ def _destination(path: Path) -> _Plot:
                          "give another --plot path") from None
     if seen is not None and stat.S_ISDIR(seen.st_mode):
         raise UsageError(f"--plot {path} is a folder", f"give a file name, e.g. --plot {path / 'metrics.svg'}")
-    if seen is not None and path.is_symlink() and _is_stdout(seen):
-        return _Plot(path, path, "stdout")  # /dev/stdout, /dev/fd/1: after the table, in its stream
+    own = _own_stream(seen) if seen is not None and path.is_symlink() else ""
+    if own:  # /dev/stdout, /dev/fd/1, /dev/stderr: into tp's own stream (after the table), even a file
+        return _Plot(path, path, own)
     if seen is not None and (stat.S_ISCHR(seen.st_mode) or stat.S_ISFIFO(seen.st_mode)):
         return _Plot(path, path, "stream")  # never read (a pipe would hang) nor renamed over
     if seen is not None and not stat.S_ISREG(seen.st_mode):
@@ -204,24 +206,29 @@ def _destination(path: Path) -> _Plot:
     return _Plot(path, target, "chart", mode)
 
 
-def _is_stdout(seen: os.stat_result) -> bool:
-    try:
-        return os.path.samestat(seen, os.fstat(1))
-    except OSError:  # no standard output at all
-        return False
+def _own_stream(seen: os.stat_result) -> str:
+    """"stdout" or "stderr" when `seen` is that stream of tp's, else ""."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            if os.path.samestat(seen, os.fstat(fd)):
+                return name
+        except OSError:  # that stream is closed
+            continue
+    return ""
 
 
 def _write(checked: _Plot, text: str) -> None:
     """Write the chart, and say so. A file is written whole: a temporary file beside it, renamed
     over a chart tp wrote (keeping its mode) or linked to a new name (failing if the name is taken by
     then: nothing is overwritten). A stream is written straight through."""
-    plot = checked if checked.kind == "stdout" else _destination(checked.path)  # checked again now
+    own = checked.kind in ("stdout", "stderr")
+    plot = checked if own else _destination(checked.path)  # checked again now
     path = plot.path
     try:
         if checked.kind == "new" and plot.kind != "new":
             raise FileExistsError
-        if plot.kind == "stdout":
-            typer.echo(text, nl=False)
+        if own:
+            typer.echo(text, nl=False, err=plot.kind == "stderr")
         elif plot.kind == "stream":
             with os.fdopen(os.open(path, os.O_WRONLY), "w", encoding="utf-8") as out:  # no O_CREAT: it is there
                 out.write(text)
