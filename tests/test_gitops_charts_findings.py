@@ -105,7 +105,8 @@ def test_equal_values_of_different_types_are_not_a_change() -> None:
     assert changed_parameters({"a": {"flag": True}, "b": {"flag": 1}}) == {"a": "flag=True", "b": "flag=1"}
 
 
-@pytest.mark.parametrize("span", [0.003, 0.05, 0.8, 61, 150, 5400, 90000, 2.5 * 86400, 3 * 86400, 10 * 86400, 400 * 86400])
+@pytest.mark.parametrize("span", [0.003, 0.05, 0.8, 61, 150, 5400, 90000, 2.5 * 86400, 3 * 86400, 10 * 86400,
+                                  400 * 86400])
 def test_a_wall_time_axis_speaks_one_unit(span: float) -> None:
     """3 days read `0h 12h 24h … 72h`, not `36h 2d 2d12h`: one unit per axis, whole multiples of it."""
     points = [(span * i / 10, float(i % 3)) for i in range(11)]
