@@ -146,3 +146,25 @@ def test_compare_columns_tell_runs_apart_when_their_ids_end_alike(tp, tmp_path: 
     header = compared.out.splitlines()[2].split()
     assert header[0] == "key" and len(set(header[1:])) == 2 and all(h in r for h, r in zip(header[1:], runs,
                                                                                             strict=True)), header
+
+
+def test_compare_reads_a_run_without_a_store_as_no_metrics(tp_subprocess, tp, lab: Path,  # type: ignore[no-untyped-def]
+                                                           runs: tuple[str, str, str]) -> None:
+    """A request not run yet (submitted without --local: no store, and this lab has no receiver
+    database) is a run the lab knows with no metrics, not a failed comparison."""
+    first, second, _ = runs
+    made = tp("submit", "sft", "--profile", "local", "--image", "python:3.12",
+              "--observability-url", "https://track.example.org/p", cwd=lab)
+    assert made.code == 0, made.output
+    waiting = next(line.split()[1] for line in made.out.splitlines() if line.startswith("wrote "))
+    waiting = Path(waiting).stem
+    assert not (lab / ".tuneplane/ingest.sqlite").exists()
+    compared = tp_subprocess("job", "compare", first, second, waiting, cwd=lab)
+    assert compared.code == 0, compared.output
+    assert f"{waiting}: no metrics stored" in compared.out, compared.out
+    row = next(line.split() for line in compared.out.splitlines() if line.split()[:1] == ["train/loss"])
+    assert row == ["train/loss", "0.2", "0.2", "-"], compared.out
+    alone = tp_subprocess("job", "metrics", waiting, cwd=lab)  # one run: said, without a traceback
+    assert alone.code == 2 and f"no metrics stored for run {waiting!r}" in alone.err, alone.output
+    given = tp_subprocess("job", "compare", first, waiting, "--db", lab / "no-such.sqlite", cwd=lab)
+    assert given.code == 2 and "no ingest database at" in given.err, given.output  # a --db given must exist

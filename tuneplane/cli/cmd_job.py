@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -41,7 +40,7 @@ def metrics(
     """
     if endpoint and db:
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
-    replacing = _destination(plot) if plot is not None else False
+    checked = _destination(plot) if plot is not None else None
     target = _Target(run)
     read = _remote_reader(target.run_id, endpoint, token, secret_file) if endpoint else _local_reader(target, db)
     found = _run_metrics(run, target, read)
@@ -52,11 +51,11 @@ def metrics(
         typer.echo(json.dumps({"run": target.run_id, "metrics": found.rows(keys)}, indent=2, ensure_ascii=False))
     else:
         typer.echo(found.table(keys, width=max(1, width)), nl=False)
-    if plot is not None:
+    if checked is not None:
         from tuneplane.gitops.charts import render_svg  # lazy: the chart code loads only with --plot
 
-        _write(plot, render_svg(found.series(keys), title=f"run {target.run_id}", vocab=found.vocab,
-                                times=found.times(keys)), replacing)
+        _write(checked, render_svg(found.series(keys), title=f"run {target.run_id}", vocab=found.vocab,
+                                   times=found.times(keys)))
 
 
 @job_app.command("compare")
@@ -75,7 +74,7 @@ def compare(
 
     if len(runs) < 2:
         raise UsageError("compare needs two or more runs", "tp job compare RUN RUN [RUN…]")
-    replacing = _destination(plot) if plot is not None else False
+    checked = _destination(plot) if plot is not None else None
     targets = [_Target(run) for run in runs]
     runs = [target.run_id for target in targets]
     twice = sorted({r for r in runs if runs.count(r) > 1})
@@ -103,8 +102,8 @@ def compare(
             raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
         typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(column) for c in cells))
-    if plot is not None:
-        _write(plot, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)), replacing)
+    if checked is not None:
+        _write(checked, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
 
 
 def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
@@ -144,52 +143,137 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
     return RunMetrics(summary, read.series, vocabulary_of(target.method), read.timed)
 
 
-# The first two lines of every chart tp writes (`tuneplane.gitops.charts`), exactly: a file that does
-# not begin so is the user's (another tool's SVG included), and --plot never replaces it.
-CHART_START = re.compile(rb'<svg xmlns="http://www\.w3\.org/2000/svg" width="(\d+)" height="(\d+)" '
-                         rb'viewBox="0 0 \1 \2" font-family="sans-serif" font-size="11">\n'
-                         rb'<rect width="\1" height="\2" fill="#ffffff"/>\n')
+class _Plot(NamedTuple):
+    """Where --plot writes, as checked: `path` as given; `target` the file written (a symlink's
+    target); `kind` "new", "chart" (a chart tp wrote, replaced whole), "stream" (a character device
+    or a FIFO: written straight through) or "stdout"/"stderr" (tp's own stream, as /dev/stdout
+    names it);
+    `mode` the permission bits a replaced chart keeps."""
+
+    path: Path
+    target: Path
+    kind: str
+    mode: int = 0
 
 
-def _destination(path: Path) -> bool:
-    """Check where --plot will write before any work: True when it replaces a chart tp wrote before.
-    A folder, a missing folder, or a file that is not such a chart is refused with what to do."""
-    if path.is_dir():
-        raise UsageError(f"--plot {path} is a folder", f"give a file name, e.g. --plot {path / 'metrics.svg'}")
-    if not path.parent.is_dir():
-        raise UsageError(f"cannot write {path}: the folder {path.parent} does not exist",
-                         "create it first, or give a path in a folder that exists")
-    if not path.exists():
-        return False
+def _destination(path: Path) -> _Plot:
+    """Check where --plot will write, before any work and again just before the write. A folder, a
+    missing folder, a file that is not a chart tp wrote (another tool's SVG included, found by its
+    first bytes) and a read-only chart are refused with what to do."""
+    import stat  # lazy: only --plot looks at a file
+
+    from tuneplane.gitops.charts import is_chart  # lazy: the chart code loads only with --plot
+
     try:
-        with path.open("rb") as handle:
-            start = handle.read(512)
+        seen: os.stat_result | None = os.stat(path)  # what the path names, a symlink followed
+    except (FileNotFoundError, NotADirectoryError):
+        seen = None
+    except OSError as exc:
+        raise UsageError(f"cannot see what --plot {path} is: {exc.strerror or exc}",
+                         "give another --plot path") from None
+    if seen is not None and stat.S_ISDIR(seen.st_mode):
+        raise UsageError(f"--plot {path} is a folder", f"give a file name, e.g. --plot {path / 'metrics.svg'}")
+    own = _own_stream(seen) if seen is not None and path.is_symlink() else ""
+    if own:  # /dev/stdout, /dev/fd/1, /dev/stderr: into tp's own stream (after the table), even a file
+        return _Plot(path, path, own)
+    if seen is not None and (stat.S_ISCHR(seen.st_mode) or stat.S_ISFIFO(seen.st_mode)):
+        return _Plot(path, path, "stream")  # never read (a pipe would hang) nor renamed over
+    if seen is not None and not stat.S_ISREG(seen.st_mode):
+        raise UsageError(f"--plot {path} is not a file tp can write a chart into",
+                         "give a file name, a FIFO or a character device such as /dev/stdout")
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path  # a link stays a link
+    if not target.parent.is_dir():
+        raise UsageError(f"cannot write {path}: the folder {target.parent} does not exist",
+                         "create it first, or give a path in a folder that exists")
+    if seen is None:
+        return _Plot(path, target, "new")
+    try:
+        handle = os.open(target, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, whatever it became
+        try:
+            regular = stat.S_ISREG(os.fstat(handle).st_mode)
+            start = os.read(handle, 512) if regular else b""
+        finally:
+            os.close(handle)
     except OSError as exc:
         raise UsageError(f"cannot read {path} to see what it is: {exc.strerror or exc}") from None
-    if not CHART_START.match(start):
+    if not regular or not is_chart(start):
         raise UsageError(f"{path} exists and is not a chart tp wrote; it is left as it is",
                          "give another --plot path, or move that file away first")
-    return True
+    mode = stat.S_IMODE(seen.st_mode)
+    if not mode & 0o200 or not os.access(target, os.W_OK):  # root may write anything: its bits say no
+        raise UsageError(f"{path} is read-only (mode {mode:04o}); it is left as it is",
+                         f"make it writable (chmod u+w {path}), or give another --plot path")
+    return _Plot(path, target, "chart", mode)
 
 
-def _write(path: Path, text: str, replacing: bool = False) -> None:
-    """Write the chart whole (a temporary file beside it, then renamed over), and say so."""
-    import tempfile  # lazy: only --plot writes a file
-
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _own_stream(seen: os.stat_result) -> str:
+    """"stdout" or "stderr" when `seen` is that stream of tp's, else ""."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
+            if os.path.samestat(seen, os.fstat(fd)):
+                return name
+        except OSError:  # that stream is closed
+            continue
+    return ""
+
+
+def _write(checked: _Plot, text: str) -> None:
+    """Write the chart, and say so. A file is written whole: a temporary file beside it, renamed
+    over a chart tp wrote (keeping its mode) or linked to a new name (failing if the name is taken by
+    then: nothing is overwritten). A stream is written straight through."""
+    own = checked.kind in ("stdout", "stderr")
+    plot = checked if own else _destination(checked.path)  # checked again now
+    path = plot.path
+    try:
+        if checked.kind == "new" and plot.kind != "new":
+            raise FileExistsError
+        if own:
+            typer.echo(text, nl=False, err=plot.kind == "stderr")
+        elif plot.kind == "stream":
+            with os.fdopen(os.open(path, os.O_WRONLY), "w", encoding="utf-8") as out:  # no O_CREAT: it is there
                 out.write(text)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        else:
+            _write_file(plot, text.encode("utf-8"))
+    except FileExistsError:
+        raise UsageError(f"{path} appeared while tp was drawing the chart; it is left as it is",
+                         "give another --plot path, or move that file away and run again") from None
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
                          "give a --plot path in a folder you can write to") from None
-    typer.echo(f"{'replaced' if replacing else 'wrote'} {path}", err=True)
+    typer.echo(f"{'replaced' if plot.kind == 'chart' else 'wrote'} {path}", err=True)
+
+
+def _write_file(plot: _Plot, data: bytes) -> None:
+    import errno  # lazy: only --plot writes a file
+    import secrets
+
+    folder, name = plot.target.parent, plot.target.name
+    for _ in range(16):  # a free temporary name; 0o666 less the umask, as any new file
+        temporary = folder / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OSError(errno.EEXIST, "no free temporary name beside it")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            if plot.kind == "chart":
+                os.fchmod(out.fileno(), plot.mode)
+        if plot.kind == "chart":
+            os.replace(temporary, plot.target)
+            return
+        try:
+            os.link(temporary, plot.target)  # fails if the name is taken: never over what appeared
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+                raise
+            with open(plot.target, "xb") as out:  # a file system without hard links: still never over one
+                out.write(data)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 class _Reader:
@@ -257,6 +341,8 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
     if not path.exists():
         if target.unknown is not None and given is None:
             raise target.unknown  # not this lab's run, and no store to look in: say which
+        if given is None:  # a run the lab knows with no store (not run yet, or run on a cluster): none stored
+            return _Reader(dict, lambda k: [], lambda k: [])
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
     run_id = target.run_id
     return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k),

@@ -17,6 +17,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 from xml.sax.saxutils import escape
 
+from tuneplane.gitops.charts_axes import nice_ticks as nice_ticks
+from tuneplane.gitops.charts_axes import tick_labels as tick_labels
+from tuneplane.gitops.charts_axes import time_label as time_label
+from tuneplane.gitops.charts_axes import time_labels as time_labels
+from tuneplane.gitops.charts_axes import time_ticks as time_ticks
+from tuneplane.gitops.charts_axes import value_axis as value_axis
 from tuneplane.gitops.charts_legend import changed_parameters as changed_parameters  # the CLI reads it here
 from tuneplane.gitops.charts_legend import cut, fmt
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
@@ -34,6 +40,25 @@ COMPACT_POINTS = 32  # per series in a chart the bot commits (the lab's history 
 COMPACT_PANELS = 3
 CHAR_PX = 6.2  # the mean width of a character of the 11 px sans-serif text (legends, words)
 DIGIT_PX = 7.0  # a digit's width in that font (0.64 em): what a value label is made of
+
+
+def _header(width: str, height: str) -> list[str]:
+    """The first two lines of every chart: what `is_chart` knows a chart tp wrote by."""
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+            f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+
+
+# the header, its width and height numbers that are the same wherever each appears
+_CHART_START = re.compile(re.escape("\n".join(_header("W", "H")) + "\n")
+                          .replace("W", r"(?P<w>\d+)", 1).replace("H", r"(?P<h>\d+)", 1)
+                          .replace("W", "(?P=w)").replace("H", "(?P=h)").encode())
+
+
+def is_chart(first_bytes: bytes) -> bool:
+    """Whether a file that begins with `first_bytes` (its first 512 bytes will do) is a chart tp
+    wrote: another tool's SVG, even one that begins alike, is not."""
+    return _CHART_START.match(first_bytes) is not None
 
 
 def _xml(text: str) -> str:
@@ -85,7 +110,7 @@ def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, 
     return "\n".join(lines) + "\n"
 
 
-# ── ticks ──────────────────────────────────────────────────────────────────────────────────────
+# ── points ──────────────────────────────────────────────────────────────────────────────────────
 
 
 def thin(points: Series, limit: int = 1500) -> list[tuple[float, float]]:
@@ -123,116 +148,6 @@ def _share(value: float, low: float, high: float) -> float:
         return (value - low) / span
     half = high / 2 - low / 2
     return (value / 2 - low / 2) / half if math.isfinite(half) and half > 0 else 0.5
-
-
-def nice_ticks(low: float, high: float, count: int = 5, whole: bool = False) -> list[float]:
-    """Round tick values covering [low, high]; `whole`: integer steps only (training steps).
-
-    Ticks are whole multiples of the tick step, computed in integers for steps (exact at any size,
-    2**62 included) and rounded to the step's own digits for values (distinct at 1e-30 as at 1e6)."""
-    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-        return [round(low) if whole else low]
-    if whole:
-        return list(_whole_ticks(low, high, count))
-    step = _value_step(low, high, count)
-    if step is None:
-        return [low, high]
-    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
-    ticks = [_at(k, step) for k in range(first, min(last, first + 49) + 1)]
-    return ticks or [low]
-
-
-def value_axis(low: float, high: float, count: int = 4) -> tuple[float, float, list[float]]:
-    """A value axis from the round tick at or below `low` to the one at or above `high`, and its
-    ticks: both ends are named, so every panel shows at least two labels."""
-    step = _value_step(low, high, count) if math.isfinite(low) and math.isfinite(high) and high > low else None
-    if step is None:
-        return low, high, [t for t in nice_ticks(low, high, count) if low <= t <= high]
-    first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
-    ticks = [_at(k, step) for k in range(first, min(last, first + 49) + 1)]
-    if not all(math.isfinite(t) for t in ticks) or len(ticks) < 2:
-        return low, high, [t for t in nice_ticks(low, high, count) if low <= t <= high]
-    return min(low, ticks[0]), max(high, ticks[-1]), ticks
-
-
-def _value_step(low: float, high: float, count: int) -> float | None:
-    raw = high / max(1, count - 1) - low / max(1, count - 1)  # finite even for a span past the float range
-    if not math.isfinite(raw) or raw <= 0:
-        return None
-    magnitude = 10.0 ** math.floor(math.log10(raw))
-    step = next((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), math.inf)
-    return step if math.isfinite(step) and step > 0 else None
-
-
-def _at(k: int, step: float) -> float:
-    """The k-th multiple of `step`, rounded to the step's own digits (1e-7 steps stay 1e-7 apart)."""
-    return round(k * step, 3 - math.floor(math.log10(step)))
-
-
-def _whole_ticks(low: float, high: float, count: int) -> list[int]:
-    lo, hi = math.ceil(low), math.floor(high)
-    if hi < lo:
-        return [round(low)]
-    raw = max(1, hi - lo) / max(1, count - 1)
-    magnitude = 10 ** max(0, math.floor(math.log10(raw)))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    if magnitude >= 10 and 2.5 * magnitude >= raw and 2 * magnitude < raw:
-        step = magnitude * 5 // 2  # 25, 250, ...: still whole
-    first = -(-lo // step) * step
-    return list(range(first, hi + 1, step))[:50] or [round(low)]
-
-
-def tick_labels(ticks: Sequence[float]) -> list[str]:
-    """Labels with just enough digits that no two are the same."""
-    for digits in range(3, 18):
-        labels = [_short(t, digits) for t in ticks]
-        if len(set(labels)) == len(labels):
-            return labels
-    return [repr(t) for t in ticks]
-
-
-def _short(value: float, digits: int) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:.{digits}g}"
-
-
-def time_label(seconds: float) -> str:
-    if seconds < 60:
-        return f"{round(seconds, 1):g}s"
-    if seconds < 3600:
-        minutes, secs = divmod(int(round(seconds)), 60)
-        return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
-    if seconds >= 172800:  # two days and more: days (and hours)
-        days, rest = divmod(int(round(seconds)), 86400)
-        return f"{days}d" if rest < 3600 else f"{days}d{rest // 3600}h"
-    hours, rest = divmod(int(round(seconds)), 3600)
-    return f"{hours}h" if not rest else f"{hours}h{rest // 60:02d}m"
-
-
-def time_labels(ticks: Sequence[float]) -> list[str]:
-    """Labels of one wall-time axis in one unit: the largest (day, hour, minute, second) that its
-    tick step is a whole multiple of, so 3 days read `0h 12h … 72h` and not `36h 2d 2d12h`."""
-    step = min((b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a), default=1.0)
-    unit, suffix = next(((u, x) for u, x in ((86400, "d"), (3600, "h"), (60, "m"))
-                         if step >= u and abs(step / u - round(step / u)) < 1e-9), (1, "s"))
-    return [f"{round(t / unit, 1):g}{suffix}" for t in ticks]
-
-
-def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
-    """Ticks on round durations (1 s, 5 s, 1 min, 5 min, 1 h, …)."""
-    span = max(high - low, 1e-9)
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
-                 86400, 172800, 604800):
-        if span / step <= count:
-            break
-    else:  # longer still: whole weeks
-        step = 604800 * math.ceil(span / (count * 604800))
-    first = math.ceil(low / step - 1e-9) * step
-    count_of = int((high - first) / step + 1e-9) + 1
-    return [round(first + i * step, 1) for i in range(max(0, count_of))][:50] or [low]
 
 
 # ── one run ────────────────────────────────────────────────────────────────────────────────────
@@ -309,6 +224,9 @@ def render_compare_svg(
         use_time = is_hardware(key) and times is not None and any(key in (times.get(r) or {}) for r in labels)
         sources = {run: ((times or {}).get(run) or {}) if use_time else runs[run] for run in labels}
         lines, note = _lines(key, sources, compact)
+        untimed = [r for r in labels if use_time and key in runs[r] and key not in ((times or {}).get(r) or {})]
+        if untimed:  # their samples have no times: they cannot share the wall-time axis, and are named
+            note = "; ".join(filter(None, (note, f"{cut(', '.join(untimed), 48)}: no sample times, not drawn")))
         same = {constant_value(p) for p in lines.values()}
         if not lines:
             if note:
@@ -337,11 +255,7 @@ def render_compare_svg(
     band = panel_height + 34
     rows = len(panels) if panels or words else 1  # a chart of words only has no empty panel above them
     height = top + rows * band + len(words) * 16 + 12 + (14 if not panels and words else 0)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-    ]
+    parts = _header(str(width), str(height))
     if title:
         parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">'
                      f'{_xml(cut(title, int(width / 9)))}</text>')
