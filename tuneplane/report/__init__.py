@@ -40,6 +40,7 @@ _finished = False  # a session ended; the next log() without init() warns once
 _last_stats: dict[str, Any] = {}
 _orphans: list[Any] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
 _atexit_registered = False
+_closing: Session | None = None  # the session finish() is draining (see `_sigterm`)
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -> None:
@@ -186,16 +187,18 @@ def flush(timeout: float = 5.0) -> bool:
 def finish(timeout: float | None = None) -> None:
     """Stop reporting: drain for at most `timeout` seconds (default 5, `TUNEPLANE_REPORT_FINISH_TIMEOUT`)
     and print to stderr what could not be delivered. Idempotent; also runs at interpreter exit."""
-    global _session, _decided, _finished, _last_stats
+    global _session, _decided, _finished, _last_stats, _closing
     s = _session
     if s is None:
         return
-    _session, _decided, _finished = None, False, True
+    _session, _decided, _finished, _closing = None, False, True, s
     try:
         s.close(timeout)
         _last_stats = s.stats()
     except Exception as exc:
         _say(f"finish() failed: {type(exc).__name__}: {exc}")
+    finally:
+        _closing = None
 
 
 def lifecycle(event: str, timeout: float = 5.0) -> bool:
@@ -274,7 +277,44 @@ def _start(options: Mapping[str, Any]) -> Session | None:
 
         atexit.register(finish)
         _atexit_registered = True
+    _catch_sigterm()
     return session
+
+
+def _catch_sigterm() -> None:
+    """A job told to stop (a pod deleted or preempted, `Pool.terminate()`, torchrun's agent) gets
+    SIGTERM, whose default action skips the exit-time `finish()`: what was queued was lost. Where the
+    process left SIGTERM at its default, it first drains (bounded, leaving the rest in the out dir
+    for the collector) and then dies of the signal as before. A handler of the trainer's own is kept."""
+    # lazy: only a process that reports needs them
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set a handler; a thread's init() leaves SIGTERM as it is
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, _sigterm)
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        return
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    # lazy: only a process that reports needs it
+    import signal
+
+    try:
+        closing = _closing
+        if closing is not None and closing.final_stats is None:
+            # The signal came while finish() (the exit-time one, say) drained: drain on here, since
+            # the interrupted finish() never resumes.
+            closing.close(None)
+        else:
+            finish()
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action: the exit status says SIGTERM
 
 
 def _start_monitor(session: Session) -> None:
@@ -299,6 +339,12 @@ def _reset() -> None:
     global _decided, _finished, _last_stats
     finish()
     _decided, _finished, _last_stats = False, False, {}
+    signals = sys.modules.get("signal")
+    try:
+        if signals is not None and signals.getsignal(signals.SIGTERM) is _sigterm:
+            signals.signal(signals.SIGTERM, signals.SIG_DFL)
+    except ValueError:  # not the main thread: the handler stays, and finishes nothing
+        pass
 
 
 def _say(message: str) -> None:
