@@ -33,6 +33,7 @@ CHUNK = 256 * 1024
 FLUSH_POINTS = 20_000
 HEAD = 4096  # bytes of a file's start whose CRC tells it apart from another file with the same inode
 PROBLEMS = 20
+SPILL_PREFIX = "report-spill-"  # tuneplane.report's overflow file while its process lives
 
 
 class Sink(Protocol):
@@ -161,6 +162,7 @@ class Collector:
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
+        adopt_orphans(folder)
         try:
             names = sorted(n for n in os.listdir(folder)
                            if n.startswith(sources.UNSENT_GLOB) and n.endswith(".jsonl"))
@@ -342,6 +344,31 @@ class Collector:
             os.unlink(os.path.join(self.out_dir, relname))
         except OSError:
             pass
+
+
+def adopt_orphans(folder: str) -> None:
+    """The overflow files (`report-spill-*`) of processes that were killed, which never renamed them
+    `report-unsent-*`, become unsent files: a file is a killed process's once its lock can be taken
+    (`tuneplane.report._spill.hold`; a live writer, or a child it forked, holds it). Lines it had
+    delivered are sent again, which the receiver's upsert on (run, key, step) stores once."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith(SPILL_PREFIX) and n.endswith(".jsonl"))
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.replace(path, os.path.join(folder, sources.UNSENT_GLOB + name[len(SPILL_PREFIX):]))
+        except OSError:
+            pass  # held: its writer lives
+        finally:
+            os.close(fd)
 
 
 def follow(collector: Collector, interval: float, should_stop: Callable[[], bool],
