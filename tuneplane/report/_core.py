@@ -376,7 +376,16 @@ class Session:
             written = self.spill.append(records)
             if written < len(records):
                 self.sender_drop(self.spill.refusal or "overflow file full", points_of(records[written:]))
-            return self.spill.close()
+            kept = self.spill.close()
+        if not kept and self.spill_root:
+            # The private folder that stood in for the out dir: empty now, so it goes (one per
+            # process would otherwise pile up on a node).
+            for folder in (os.path.dirname(self.spill.path), self.spill_root):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    pass
+        return kept
 
     def stats(self) -> dict[str, Any]:
         if self.final_stats is not None:
