@@ -319,3 +319,20 @@ def test_add_scalars_series_are_keyed_main_tag_then_name(writer_module: str, rec
     from tuneplane.metrics.vocab import Vocabulary
 
     assert list(Vocabulary().pick(got)) == ["train/loss", "validation/loss", "run/x/cos", "run/x/sin"]
+
+
+def test_a_state_folder_that_links_out_of_the_out_dir_is_refused(receiver: IngestServer, tmp_path: Path) -> None:
+    """`.tuneplane` linking elsewhere: the collector neither reads, removes nor writes there (it removed
+    the unsent files it delivered and kept its lock and offsets in the other folder)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    unsent = outside / "report-unsent-r0-1-x.jsonl"
+    unsent.write_text(json.dumps([1, 1.7e9, {"not-this-job": 1.0}]) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".tuneplane").symlink_to(outside)
+    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"],
+                          env=job_env(receiver, out, []), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and ".tuneplane is a link out of the out dir" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in outside.iterdir()) == [unsent.name]
+    assert summary(receiver.store.path, RUN) == {}

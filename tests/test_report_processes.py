@@ -229,3 +229,24 @@ def test_without_an_out_dir_nothing_is_left_in_the_temp_dir_once_delivered(tmp_p
         server.stop()
     assert rows(tmp_path / "ingest.sqlite") == {"loss": (2000, 2000), "acc": (2000, 2000)}
     assert list(temp.iterdir()) == []  # one private folder per process would pile up on a node
+
+
+def test_an_out_dirs_state_folder_that_links_elsewhere_gets_no_overflow_file(tmp_path: Path) -> None:
+    outside, out, temp = tmp_path / "elsewhere", tmp_path / "out", tmp_path / "tmp"
+    for folder in (outside, out, temp):
+        folder.mkdir()
+    (out / ".tuneplane").symlink_to(outside)
+    code = """
+    import tuneplane.report as r
+    r.init(monitor_hardware=False, buffer_bytes=16 * 1024)
+    for s in range(3000):
+        r.log({"loss": 1.0, "acc": 0.5}, step=s)
+    print(r.stats()["spill_path"])
+    r.finish(0.2)
+    """
+    env = job_env(free_port(), out, TMPDIR=str(temp))
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert list(outside.iterdir()) == []
+    assert done.stdout.strip().startswith(str(temp)) and "out/.tuneplane is a link" in done.stderr

@@ -346,6 +346,18 @@ class Collector:
             pass
 
 
+def state_dir_problem(out_dir: str) -> str | None:
+    """Why the out dir's `.tuneplane` folder must not be used, or None. The collector writes its lock
+    and offsets there and removes the unsent files it delivered: through a link, those would be
+    another folder's files."""
+    folder = os.path.join(out_dir, STATE_DIR)
+    root = os.path.realpath(out_dir)
+    if os.path.islink(folder) or os.path.dirname(os.path.realpath(folder)) != root:
+        return (f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
+                "keeps its state there and removes what it delivered)")
+    return None
+
+
 def adopt_orphans(folder: str) -> None:
     """The overflow files (`report-spill-*`) of processes that were killed, which never renamed them
     `report-unsent-*`, become unsent files: a file is a killed process's once its lock can be taken

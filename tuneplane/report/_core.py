@@ -92,7 +92,8 @@ class Session:
         if self.config.spill_bytes <= 0:
             return None
         out_dir = self.config.out_dir
-        if out_dir and os.path.isdir(out_dir):
+        linked = bool(out_dir) and os.path.islink(os.path.join(out_dir, SPILL_DIR))
+        if out_dir and os.path.isdir(out_dir) and not linked:
             folder = os.path.join(out_dir, SPILL_DIR)
         else:
             import tempfile  # lazy: only jobs without an out dir need it
@@ -100,8 +101,9 @@ class Session:
             # laid out like an out dir, so the collector can upload what finish() leaves there
             self.spill_root = tempfile.mkdtemp(prefix="tuneplane-report-")
             folder = os.path.join(self.spill_root, SPILL_DIR)
-            self.notes_later.append(
-                f"no TUNEPLANE_OUT_DIR: what does not fit in memory waits in {folder}")
+            # a `.tuneplane` that is a link would put the overflow file outside the out dir
+            why = f"{os.path.join(out_dir, SPILL_DIR)} is a link" if linked else "no TUNEPLANE_OUT_DIR"
+            self.notes_later.append(f"{why}: what does not fit in memory waits in {folder}")
         name = f"report-spill-r{self.config.rank}-{self.pid}-{self.session_id}.jsonl"
         return Spill(os.path.join(folder, name), self.config.spill_bytes, self.entry)
 
