@@ -250,3 +250,32 @@ def test_an_out_dirs_state_folder_that_links_elsewhere_gets_no_overflow_file(tmp
     assert done.returncode == 0, done.stderr
     assert list(outside.iterdir()) == []
     assert done.stdout.strip().startswith(str(temp)) and "out/.tuneplane is a link" in done.stderr
+
+
+def test_what_each_rank_left_unsent_is_uploaded_under_that_ranks_series(tmp_path: Path) -> None:
+    """With every rank reporting, the receiver keeps one series per rank (`loss@rank3`); the collector
+    uploads the ranks' unsent files as rank zero, which had merged them into one `loss` (rank 3's
+    values overwriting rank 0's step by step)."""
+    port, out = free_port(), tmp_path / "out"
+    out.mkdir()
+    code = """
+    import sys, tuneplane.report as r
+    r.init(monitor_hardware=False, all_ranks=True)
+    for s in range(10):
+        r.log({"loss": float(sys.argv[1])}, step=s)
+    r.finish(0.2)
+    """
+    for rank in ("0", "3"):
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), rank], env=job_env(port, out, RANK=rank),
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0 and "not delivered" in done.stderr, done.stderr
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET, port=port).start()
+    try:
+        collect(job_env(port, out), out)
+    finally:
+        server.stop()
+    assert rows(tmp_path / "ingest.sqlite") == {"loss@rank0": (10, 10), "loss@rank3": (10, 10)}
+    with sqlite3.connect(tmp_path / "ingest.sqlite") as conn:
+        assert conn.execute("SELECT s.key, MIN(x.value), MAX(x.value) FROM samples x JOIN series s ON s.id = x.series "
+                            "GROUP BY s.key ORDER BY s.key").fetchall() == [("loss@rank0", 0.0, 0.0),
+                                                                            ("loss@rank3", 3.0, 3.0)]

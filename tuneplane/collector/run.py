@@ -276,7 +276,8 @@ class Collector:
         if len(line) > sources.MAX_LINE:
             self.count("line too long", where, f"a line over {sources.MAX_LINE // 1024} KiB, skipped")
         elif source.format == "unsent":
-            points.extend(sources.unsent_points(line, self.counts, self._noter(where)))
+            suffix = sources.unsent_suffix(where.rsplit(":", 1)[0])
+            points.extend(sources.unsent_points(line, self.counts, self._noter(where), suffix))
         else:
             points.extend(sources.jsonl_points(source, line, self.counts, self._noter(where)))
 

@@ -104,7 +104,9 @@ class Session:
             # a `.tuneplane` that is a link would put the overflow file outside the out dir
             why = f"{os.path.join(out_dir, SPILL_DIR)} is a link" if linked else "no TUNEPLANE_OUT_DIR"
             self.notes_later.append(f"{why}: what does not fit in memory waits in {folder}")
-        name = f"report-spill-r{self.config.rank}-{self.pid}-{self.session_id}.jsonl"
+        # `rank<N>` when every rank reports: the collector then keeps the rank in the keys it uploads
+        rank = f"rank{self.config.rank}" if self.config.all_ranks else f"r{self.config.rank}"
+        name = f"report-spill-{rank}-{self.pid}-{self.session_id}.jsonl"
         return Spill(os.path.join(folder, name), self.config.spill_bytes, self.entry)
 
     def start(self) -> None:
