@@ -278,7 +278,19 @@ def _start(options: Mapping[str, Any]) -> Session | None:
         atexit.register(finish)
         _atexit_registered = True
     _catch_sigterm()
+    _quiet_conversions()
     return session
+
+
+def _quiet_conversions() -> None:
+    """`log({"loss": loss})` with the loss tensor itself is the common case; taking its value (as
+    `float()` does, and we do) is right there, so torch's warning about a tensor that requires grad
+    is not shown for our own frames. The trainer's own conversions still warn."""
+    # lazy: only a process that reports needs it
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True to a scalar",
+                            category=UserWarning, module=r"tuneplane\.report")
 
 
 def _catch_sigterm() -> None:
