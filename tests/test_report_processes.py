@@ -279,3 +279,35 @@ def test_what_each_rank_left_unsent_is_uploaded_under_that_ranks_series(tmp_path
         assert conn.execute("SELECT s.key, MIN(x.value), MAX(x.value) FROM samples x JOIN series s ON s.id = x.series "
                             "GROUP BY s.key ORDER BY s.key").fetchall() == [("loss@rank0", 0.0, 0.0),
                                                                             ("loss@rank3", 3.0, 3.0)]
+
+
+def test_threads_logging_at_once_through_a_small_budget_lose_nothing(tmp_path: Path) -> None:
+    """Several threads filling the memory budget together (a data thread, an evaluation thread…):
+    each waited only until the sender had spilled once, which the others refilled, so each dropped
+    its newest record although the disk and the receiver were fine."""
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    out = tmp_path / "out"
+    out.mkdir()
+    code = """
+    import threading, tuneplane.report as r
+    r.init(monitor_hardware=False, buffer_bytes=32 * 1024, batch_points=500)
+    def work(i):
+        for s in range(8000):
+            r.log({f"t{i}/a": float(s), f"t{i}/b": 2.0} if s % 3 else {f"t{i}/c": 1.0}, step=s)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    r.finish(60)
+    print(r.stats()["dropped"])
+    """
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=job_env(port, out),
+                              capture_output=True, text=True, timeout=TIMEOUT)
+    finally:
+        server.stop()
+    assert done.returncode == 0 and done.stdout.strip() == "{}", done.stdout + done.stderr
+    want = {f"t{i}/{k}": (n, n) for i in range(4) for k, n in (("a", 5333), ("b", 5333), ("c", 2667))}
+    assert rows(tmp_path / "ingest.sqlite") == want

@@ -189,14 +189,19 @@ class Session:
         if self.added <= self.limit + self.budget // 2:
             return
         spill = self.spill
-        if spill is not None and not spill.full:
-            deadline = time.monotonic() + 2.0
-            sender = self.sender
-            while self.spill_wanted and sender is not None and sender.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.0005)
-                self._refresh_limit()
-                if self.added <= self.limit + self.budget // 2:
-                    return
+        deadline = time.monotonic() + 2.0
+        sender = self.sender
+        # Until there is room, not merely until the sender has spilled once: other threads logging
+        # meanwhile refill what it freed, and each would then drop its newest record.
+        while spill is not None and not spill.full and sender is not None and sender.is_alive() \
+                and time.monotonic() < deadline:
+            if not self.spill_wanted:
+                self.spill_wanted = True
+                self.kick()
+            time.sleep(0.0005)
+            self._refresh_limit()
+            if self.added <= self.limit + self.budget // 2:
+                return
         with self.order_lock:
             self._refresh_limit()
             if self.added > self.limit + self.budget // 2:
