@@ -196,6 +196,8 @@ class Session:
         while spill is not None and not spill.full and sender is not None and sender.is_alive() \
                 and time.monotonic() < deadline:
             if not self.spill_wanted:
+                if self.added - self.released - self.evicted <= self.budget * 3 // 8:
+                    break  # the sender found too little in memory to spill: waiting makes no room
                 self.spill_wanted = True
                 self.kick()
             time.sleep(0.0005)
