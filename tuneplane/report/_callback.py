@@ -86,6 +86,11 @@ class TunePlaneCallback:
         raise AttributeError(name)
 
 
+def forget_steps() -> None:
+    """Start the process's step count over (`tuneplane.report._reset`: tests, long-lived tools)."""
+    _highest[0] = 0
+
+
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     """transformers' `rewrite_logs`, exactly: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, and
     everything else under `train/` (`loss` -> `train/loss`, TRL's `rewards/chosen` ->
