@@ -14,6 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tuneplane.collector import sources
 from tuneplane.ingest import mint_token
 from tuneplane.ingest.server import IngestServer
@@ -311,3 +313,73 @@ def test_threads_logging_at_once_through_a_small_budget_lose_nothing(tmp_path: P
     assert done.returncode == 0 and done.stdout.strip() == "{}", done.stdout + done.stderr
     want = {f"t{i}/{k}": (n, n) for i in range(4) for k, n in (("a", 5333), ("b", 5333), ("c", 2667))}
     assert rows(tmp_path / "ingest.sqlite") == want
+
+
+POOL = """
+import multiprocessing as mp, sys, tuneplane.report as r
+def work(i):
+    r.log({f"w{i}": float(i)}, step=i)
+    return i
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    pool = ctx.Pool(2)
+    assert pool.map(work, range(4), chunksize=1) == [0, 1, 2, 3]
+    pool.close()
+    pool.join()
+    child = ctx.Process(target=work, args=(9,))
+    child.start()
+    child.join()
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_multiprocessing_children_that_exit_normally_deliver(tmp_path: Path, method: str) -> None:
+    """A fork or forkserver child leaves through os._exit, which skips the exit-time finish()."""
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        done = subprocess.run([sys.executable, str(script), method],
+                              env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    assert rows(tmp_path / "ingest.sqlite") == {f"w{i}": (1, 1) for i in (0, 1, 2, 3, 9)}
+
+
+def test_dataloader_workers_forked_after_init_keep_the_parents_points_its_own(tmp_path: Path) -> None:
+    """num_workers=2 with fork: the workers inherit the parent's session and queue but never send them
+    (no point twice, none lost, no hang); what a worker logs itself is its own and delivered."""
+    pytest.importorskip("torch")
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    code = """
+    import multiprocessing as mp, torch, tuneplane.report as r
+    from torch.utils.data import DataLoader, Dataset
+    class Data(Dataset):
+        def __len__(self):
+            return 16
+        def __getitem__(self, i):
+            r.log({"data/item": float(i)}, step=i)
+            return torch.tensor([float(i)])
+    r.init(monitor_hardware=False)
+    step = 0
+    for epoch in range(2):
+        loader = DataLoader(Data(), batch_size=4, num_workers=2, multiprocessing_context=mp.get_context("fork"))
+        for batch in loader:
+            r.log({"loss": float(batch.mean()), "epoch": float(epoch)}, step=step)
+            step += 1
+    r.finish(10)
+    print(r.stats()["ledger"])
+    """
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                              env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    assert "'logged': 16" in done.stdout and "'delivered': 16" in done.stdout, done.stdout
+    assert rows(tmp_path / "ingest.sqlite") == {"loss": (8, 8), "epoch": (8, 8), "data/item": (16, 16)}

@@ -280,7 +280,21 @@ def _start(options: Mapping[str, Any]) -> Session | None:
         _atexit_registered = True
     _catch_sigterm()
     _quiet_conversions()
+    _finish_in_worker()
     return session
+
+
+def _finish_in_worker() -> None:
+    """A `multiprocessing` child started by fork or forkserver (a Pool worker, a `Process`, a
+    DataLoader worker) leaves through `os._exit`, which skips `atexit`: everything it logged was
+    lost. Its own exit hook, multiprocessing's finalizers, finishes the session instead."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:
+        return
+    # lazy: only a reporting multiprocessing child needs it (the package is loaded already)
+    from multiprocessing import util
+
+    util.Finalize(None, finish, exitpriority=10)
 
 
 def _quiet_conversions() -> None:
@@ -341,10 +355,10 @@ def _start_monitor(session: Session) -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child starts undecided and sends its own points; the parent's queue stays the parent's."""
-    global _session, _decided, _finished
+    global _session, _decided, _finished, _closing
     if _session is not None:
         _orphans.append(_session)
-    _session, _decided, _finished = None, False, False
+    _session, _decided, _finished, _closing = None, False, False, None
 
 
 def _reset() -> None:
