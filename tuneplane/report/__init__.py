@@ -287,14 +287,24 @@ def _start(options: Mapping[str, Any]) -> Session | None:
 def _finish_in_worker() -> None:
     """A `multiprocessing` child started by fork or forkserver (a Pool worker, a `Process`, a
     DataLoader worker) leaves through `os._exit`, which skips `atexit`: everything it logged was
-    lost. Its own exit hook, multiprocessing's finalizers, finishes the session instead."""
+    lost. Its own exit hook, multiprocessing's finalizers, finishes the session instead, draining at
+    most `WORKER_DRAIN` seconds: a parent joins its workers (a DataLoader at every epoch's end), and
+    what is not sent by then stays in the out dir for the collector."""
     mp = sys.modules.get("multiprocessing")
     if mp is None or mp.parent_process() is None:
         return
     # lazy: only a reporting multiprocessing child needs it (the package is loaded already)
     from multiprocessing import util
 
-    util.Finalize(None, finish, exitpriority=10)
+    util.Finalize(None, _finish_worker, exitpriority=10)
+
+
+WORKER_DRAIN = 1.0
+
+
+def _finish_worker() -> None:
+    s = _session
+    finish(min(WORKER_DRAIN, s.config.finish_timeout) if s is not None else None)
 
 
 def _quiet_conversions() -> None:
