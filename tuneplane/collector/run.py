@@ -152,11 +152,24 @@ class Collector:
         """Read everything new in every file; returns the points handed to the SDK."""
         sent = 0
         pending: dict[str, Tracked] = {}
+        listed: set[str] = set()
         for source in self.all_sources():
             for relname, path in self._files(source):
+                listed.add(f"{source.format}:{relname}")
                 sent += self._drain_file(source, relname, path, pending)
         self._commit(pending)
+        self._forget_gone(listed)
         return sent
+
+    def _forget_gone(self, listed: set[str]) -> None:
+        """Offsets of files that are gone (rotated away, removed) leave the state: it is rewritten
+        at every commit, and a long job's rotated files would make that ever slower. A file that comes
+        back is read from the top, which the receiver's upsert stores once."""
+        gone = [key for key in self.files if key not in listed]
+        if gone:
+            for key in gone:
+                del self.files[key]
+            self.save()
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
         if source.format != "unsent":
