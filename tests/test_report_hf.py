@@ -192,3 +192,35 @@ def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) ->
     assert [step for step, _ in stored] == list(range(1, 9))
     assert [value for _, value in stored] == pytest.approx(logged)
     assert [step for step, _ in series(server.store.path, "run-2", "eval/loss")] == [3, 4, 7, 8]
+
+
+EPOCHS = SETUP + DATA + r"""
+args = TrainingArguments(**{**common, "max_steps": -1, "num_train_epochs": 3, "logging_strategy": "epoch",
+                            "eval_strategy": "epoch", "gradient_accumulation_steps": 2,
+                            "per_device_train_batch_size": 2})
+trainer = Trainer(model=model, args=args, train_dataset=Data(), eval_dataset=Data(), callbacks=[callback])
+trainer.train()
+import json
+print("steps", json.dumps(sorted({h["step"] for h in trainer.state.log_history if "loss" in h})))
+"""
+
+
+def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps(tmp_path: Path) -> None:
+    """logging_strategy=epoch and gradient accumulation: one point per epoch at the trainer's own
+    (optimizer) step, evaluation beside it, the end-of-training summary once."""
+    pytest.importorskip("transformers")
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": "run-ep",
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-ep"), "TUNEPLANE_OUT_DIR": str(tmp_path),
+                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+                "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run([sys.executable, "-c", EPOCHS, str(tmp_path / "out")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    server.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("steps")).split(" ", 1)[1])
+    assert len(steps) == 3
+    assert [s for s, _ in series(server.store.path, "run-ep", "train/loss")] == steps
+    assert [s for s, _ in series(server.store.path, "run-ep", "eval/loss")] == steps
+    assert [s for s, _ in series(server.store.path, "run-ep", "train/train_loss")] == steps[-1:]
