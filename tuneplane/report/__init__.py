@@ -22,8 +22,7 @@ from time import time as _now
 from typing import TYPE_CHECKING, Any
 
 from tuneplane.constants import JOB_ENABLED, JOB_TOKEN
-from tuneplane.report import _callback
-from tuneplane.report._callback import TunePlaneCallback
+from tuneplane.report._callback import TunePlaneCallback, forget_steps
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -376,7 +375,7 @@ def _reset() -> None:
     global _decided, _finished, _last_stats
     finish()
     _decided, _finished, _last_stats = False, False, {}
-    _callback.forget_steps()
+    forget_steps()
     signals = sys.modules.get("signal")
     try:
         if signals is not None and signals.getsignal(signals.SIGTERM) is _sigterm:
