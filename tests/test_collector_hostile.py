@@ -319,3 +319,37 @@ def test_add_scalars_series_are_keyed_main_tag_then_name(writer_module: str, rec
     from tuneplane.metrics.vocab import Vocabulary
 
     assert list(Vocabulary().pick(got)) == ["train/loss", "validation/loss", "run/x/cos", "run/x/sin"]
+
+
+def test_a_state_folder_that_links_out_of_the_out_dir_is_refused(receiver: IngestServer, tmp_path: Path) -> None:
+    """`.tuneplane` linking elsewhere: the collector neither reads, removes nor writes there (it removed
+    the unsent files it delivered and kept its lock and offsets in the other folder)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    unsent = outside / "report-unsent-r0-1-x.jsonl"
+    unsent.write_text(json.dumps([1, 1.7e9, {"not-this-job": 1.0}]) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".tuneplane").symlink_to(outside)
+    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"],
+                          env=job_env(receiver, out, []), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and ".tuneplane is a link out of the out dir" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in outside.iterdir()) == [unsent.name]
+    assert summary(receiver.store.path, RUN) == {}
+
+
+def test_offsets_of_removed_event_files_leave_the_state(receiver: IngestServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for name in ("a", "b", "c"):
+        path = out / "tb" / f"events.out.tfevents.1.{name}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(record(step, 1.0, tag=name) for step in range(3)))
+    env = job_env(receiver, out, TB)
+    assert collect(env)["collected_points"] == 9
+    (out / "tb" / "events.out.tfevents.1.a").unlink()  # rotated away
+    (out / "tb" / "events.out.tfevents.1.b").unlink()
+    assert collect(env)["collected_points"] == 0
+    state = json.loads((out / ".tuneplane" / "collector-state.json").read_text())
+    assert sorted(state["files"]) == ["tensorboard:tb/events.out.tfevents.1.c"]
+    assert collect(env)["collected_points"] == 0  # the file still there is not read again
+    assert {key: got["count"] for key, got in summary(receiver.store.path, RUN).items()} == {"a": 3, "b": 3, "c": 3}

@@ -619,3 +619,48 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Pat
         proc.kill()
         if server is not None:
             server.stop()
+
+
+ATTEMPT = """
+import sys, tuneplane.report as r
+r.init(monitor_hardware=False)
+for step in range(10):
+    r.log({"loss": float(sys.argv[1])}, step=step)
+r.finish(timeout=float(sys.argv[2]))
+"""
+
+
+def test_an_earlier_attempts_leftovers_are_uploaded_before_the_trainer_starts(work: Path, tmp_path: Path) -> None:
+    """A job restarted in the same out dir logs the steps after its checkpoint again. What the first
+    attempt could not deliver was uploaded only after the second attempt, so its older values replaced
+    the second attempt's at the same steps; the launcher now uploads it before the trainer starts."""
+    import socket
+
+    from tuneplane.ingest import series
+    from tuneplane.ingest.server import IngestServer
+
+    secret, run = b"a" * 32, "run-attempts"
+    out = tmp_path / "out"
+    out.mkdir()
+    (work / "attempt.py").write_text(ATTEMPT)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = reporting_env(work, f"http://127.0.0.1:{port}", secret, run, out,
+                        TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
+    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
+                 "TUNEPLANE_METRICS_NATIVE"):
+        env.pop(name, None)
+    first = subprocess.run([sys.executable, str(work / "attempt.py"), "1", "0.2"], env=env, capture_output=True,
+                           text=True, timeout=60)  # the receiver is away: all ten stay in the out dir
+    assert "10 point(s) not delivered" in first.stderr, first.stderr
+    write_jobspec(work, [], [sys.executable, str(work / "attempt.py"), "2", "10"])
+    server = IngestServer(tmp_path / "ingest.sqlite", secret, port=port).start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    assert series(server.store.path, run, "loss") == [(step, 2.0) for step in range(10)]
+    assert not list((out / ".tuneplane").glob("report-unsent-*"))

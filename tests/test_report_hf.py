@@ -3,6 +3,7 @@ randomly initialised GPT-2 (built in the test, no hub) in a subprocess that repo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -155,3 +156,71 @@ def test_keys_are_rewritten_exactly_as_transformers_integrations_do() -> None:
     logs = {"loss": 0.5, "rewards/chosen": 0.1, "eval_rewards/margins": 0.2, "eval_loss": 0.4, "epoch": 0.25,
             "completions/mean_length": 12.0, "test_accuracy": 0.9, "train_runtime": 3.0, "learning_rate": 1e-5}
     assert rewrite_logs(logs) == integrations.rewrite_logs(logs)
+
+
+TWO_TRAININGS = SETUP + DATA + r"""
+first = Trainer(model=model, args=TrainingArguments(**common), train_dataset=Data(), eval_dataset=Data(),
+                callbacks=[callback])
+first.train()
+second = Trainer(model=model, args=TrainingArguments(**{**common, "learning_rate": 1e-3}), train_dataset=Data(),
+                 eval_dataset=Data(), callbacks=[TunePlaneCallback(monitor_hardware=False)])
+second.train()
+second.evaluate()
+import json
+print("losses", json.dumps([h["loss"] for t in (first, second) for h in t.state.log_history if "loss" in h]))
+"""
+
+
+def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) -> None:
+    """Two Trainers one after the other (a second stage, a sweep in one script): the second's steps
+    begin at 0 again, and the receiver keeps one value per step, so its points had replaced the first
+    training's; it now continues from the first's last step."""
+    pytest.importorskip("transformers")
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": "run-2",
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-2"), "TUNEPLANE_OUT_DIR": str(tmp_path),
+                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+                "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run([sys.executable, "-c", TWO_TRAININGS, str(tmp_path / "out")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    server.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = next(line for line in done.stdout.splitlines() if line.startswith("losses"))
+    logged = json.loads(losses.split(" ", 1)[1])  # the trainers' own log history, in order
+    stored = series(server.store.path, "run-2", "train/loss")
+    assert [step for step, _ in stored] == list(range(1, 9))
+    assert [value for _, value in stored] == pytest.approx(logged)
+    assert [step for step, _ in series(server.store.path, "run-2", "eval/loss")] == [3, 4, 7, 8]
+
+
+EPOCHS = SETUP + DATA + r"""
+args = TrainingArguments(**{**common, "max_steps": -1, "num_train_epochs": 3, "logging_strategy": "epoch",
+                            "eval_strategy": "epoch", "gradient_accumulation_steps": 2,
+                            "per_device_train_batch_size": 2})
+trainer = Trainer(model=model, args=args, train_dataset=Data(), eval_dataset=Data(), callbacks=[callback])
+trainer.train()
+import json
+print("steps", json.dumps(sorted({h["step"] for h in trainer.state.log_history if "loss" in h})))
+"""
+
+
+def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps(tmp_path: Path) -> None:
+    """logging_strategy=epoch and gradient accumulation: one point per epoch at the trainer's own
+    (optimizer) step, evaluation beside it, the end-of-training summary once."""
+    pytest.importorskip("transformers")
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": "run-ep",
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-ep"), "TUNEPLANE_OUT_DIR": str(tmp_path),
+                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+                "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run([sys.executable, "-c", EPOCHS, str(tmp_path / "out")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    server.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("steps")).split(" ", 1)[1])
+    assert len(steps) == 3
+    assert [s for s, _ in series(server.store.path, "run-ep", "train/loss")] == steps
+    assert [s for s, _ in series(server.store.path, "run-ep", "eval/loss")] == steps
+    assert [s for s, _ in series(server.store.path, "run-ep", "train/train_loss")] == steps[-1:]

@@ -42,6 +42,7 @@ LAUNCH_ERROR_FILE = ".tuneplane/launch-error"  # a rank's one-line refusal, for 
 PLUGINS_DIR = "tuneplane_plugins"
 LOADED_CAPABILITY = "algorithm"
 REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
+BEFORE_JOB_UPLOAD_SECONDS = 30.0  # at most this long, before the trainer, for an earlier attempt's leftovers
 AFTER_JOB_UPLOAD_SECONDS = 60.0  # at most this long, after the job, to upload what the SDK left unsent
 
 Emit = Callable[[str], None]
@@ -439,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     # Node rank zero collects for the job (tuneplane.collector): native files beside the trainer,
     # then what the SDK left unsent.
     uploads = bool(_collector("take_job", False))
+    if uploads:  # an earlier attempt's leftovers first, so they never replace this attempt's points
+        _collector("collect_before", None, os.environ, BEFORE_JOB_UPLOAD_SECONDS)
     collector = _collector("start_beside", None) if uploads else None
     if entry is not None:
         try:

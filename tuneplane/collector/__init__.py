@@ -26,8 +26,8 @@ from tuneplane.constants import (
     REPORT_ALL_RANKS_ENV,
 )
 
-__all__ = ["claim", "collect_after", "end_job", "finish_in_process_report", "start_beside", "stop", "take_job",
-           "uploads", "wanted"]
+__all__ = ["claim", "collect_after", "collect_before", "end_job", "finish_in_process_report", "leftovers",
+           "start_beside", "stop", "take_job", "uploads", "wanted"]
 
 DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
 # Set by the launcher that collects for the job (`claim`), for what it starts next: torchrun's and
@@ -122,17 +122,42 @@ def collect_after(env: Mapping[str, str], timeout: float = 120.0) -> bool:
     """After the job: one pass over the declared files and what the SDK left unsent, when there is
     anything to do (the local backend calls this before it stops the run's receiver). Returns whether
     a pass ran and finished."""
-    out = env.get(OUT_DIR_ENV, "").strip()
-    if not out or not env.get(JOB_TOKEN, "").strip() or env.get(DISABLE_ENV, "").strip() == "0" \
+    out = _reporting_out_dir(env)
+    if not out or (not leftovers(out) and not env.get(METRICS_NATIVE_ENV, "").strip()):
+        return False
+    return _last_pass(env, timeout)
+
+
+def collect_before(env: Mapping[str, str], timeout: float = 30.0) -> bool:
+    """Before the trainer starts: upload what an earlier attempt of the job left in the out dir (cut
+    short, or killed with its overflow file), when anything is there. After the job, those older
+    points would replace this attempt's at the same steps (the receiver keeps one value per step, and
+    a restarted job logs the steps after its checkpoint again). Returns whether a pass ran and finished."""
+    out = _reporting_out_dir(env)
+    if not out or not leftovers(out):
+        return False
+    return _last_pass(env, timeout)
+
+
+def _reporting_out_dir(env: Mapping[str, str]) -> str:
+    """The job's out dir when it reports and the collector is not turned off, else ''."""
+    if not env.get(JOB_TOKEN, "").strip() or env.get(DISABLE_ENV, "").strip() == "0" \
             or env.get(JOB_ENABLED, "").strip() == "0":
-        return False
-    folder = os.path.join(out, ".tuneplane")
+        return ""
+    return env.get(OUT_DIR_ENV, "").strip()
+
+
+def leftovers(out: str) -> bool:
+    """Whether the SDK left points in the out dir: files `finish()` could not deliver, or the
+    overflow file of a process that was killed (or of one that still runs: the pass leaves that be)."""
     try:
-        unsent = any(n.startswith("report-unsent-") for n in os.listdir(folder))
+        names = os.listdir(os.path.join(out, ".tuneplane"))
     except OSError:
-        unsent = False
-    if not unsent and not env.get(METRICS_NATIVE_ENV, "").strip():
         return False
+    return any(n.startswith(("report-unsent-", "report-spill-")) and n.endswith(".jsonl") for n in names)
+
+
+def _last_pass(env: Mapping[str, str], timeout: float) -> bool:
     child = {**env, "RANK": "0", "LOCAL_RANK": "0", REPORT_ALL_RANKS_ENV: "0"}
     try:
         done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"], env=child,

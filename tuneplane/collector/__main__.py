@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from tuneplane.collector import sources
-from tuneplane.collector.run import Collector, describe, follow
+from tuneplane.collector.run import Collector, describe, follow, state_dir_problem
 from tuneplane.collector.sink import ReportSink
 from tuneplane.constants import METRICS_NATIVE_ENV, OUT_DIR_ENV
 
@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.out_dir or not os.path.isdir(args.out_dir):
         _say(f"no out dir to collect from ({args.out_dir or 'TUNEPLANE_OUT_DIR is not set'})")
+        return 2
+    problem = state_dir_problem(args.out_dir)
+    if problem:
+        _say(problem)
         return 2
     try:
         declared = sources.parse(args.sources)

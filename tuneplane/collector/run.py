@@ -33,6 +33,7 @@ CHUNK = 256 * 1024
 FLUSH_POINTS = 20_000
 HEAD = 4096  # bytes of a file's start whose CRC tells it apart from another file with the same inode
 PROBLEMS = 20
+SPILL_PREFIX = "report-spill-"  # tuneplane.report's overflow file while its process lives
 
 
 class Sink(Protocol):
@@ -151,16 +152,30 @@ class Collector:
         """Read everything new in every file; returns the points handed to the SDK."""
         sent = 0
         pending: dict[str, Tracked] = {}
+        listed: set[str] = set()
         for source in self.all_sources():
             for relname, path in self._files(source):
+                listed.add(f"{source.format}:{relname}")
                 sent += self._drain_file(source, relname, path, pending)
         self._commit(pending)
+        self._forget_gone(listed)
         return sent
+
+    def _forget_gone(self, listed: set[str]) -> None:
+        """Offsets of files that are gone (rotated away, removed) leave the state: it is rewritten
+        at every commit, and a long job's rotated files would make that ever slower. A file that comes
+        back is read from the top, which the receiver's upsert stores once."""
+        gone = [key for key in self.files if key not in listed]
+        if gone:
+            for key in gone:
+                del self.files[key]
+            self.save()
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
+        adopt_orphans(folder)
         try:
             names = sorted(n for n in os.listdir(folder)
                            if n.startswith(sources.UNSENT_GLOB) and n.endswith(".jsonl"))
@@ -274,7 +289,8 @@ class Collector:
         if len(line) > sources.MAX_LINE:
             self.count("line too long", where, f"a line over {sources.MAX_LINE // 1024} KiB, skipped")
         elif source.format == "unsent":
-            points.extend(sources.unsent_points(line, self.counts, self._noter(where)))
+            suffix = sources.unsent_suffix(where.rsplit(":", 1)[0])
+            points.extend(sources.unsent_points(line, self.counts, self._noter(where), suffix))
         else:
             points.extend(sources.jsonl_points(source, line, self.counts, self._noter(where)))
 
@@ -342,6 +358,43 @@ class Collector:
             os.unlink(os.path.join(self.out_dir, relname))
         except OSError:
             pass
+
+
+def state_dir_problem(out_dir: str) -> str | None:
+    """Why the out dir's `.tuneplane` folder must not be used, or None. The collector writes its lock
+    and offsets there and removes the unsent files it delivered: through a link, those would be
+    another folder's files."""
+    folder = os.path.join(out_dir, STATE_DIR)
+    root = os.path.realpath(out_dir)
+    if os.path.islink(folder) or os.path.dirname(os.path.realpath(folder)) != root:
+        return (f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
+                "keeps its state there and removes what it delivered)")
+    return None
+
+
+def adopt_orphans(folder: str) -> None:
+    """The overflow files (`report-spill-*`) of processes that were killed, which never renamed them
+    `report-unsent-*`, become unsent files: a file is a killed process's once its lock can be taken
+    (`tuneplane.report._spill.hold`; a live writer, or a child it forked, holds it). Lines it had
+    delivered are sent again, which the receiver's upsert on (run, key, step) stores once."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith(SPILL_PREFIX) and n.endswith(".jsonl"))
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.replace(path, os.path.join(folder, sources.UNSENT_GLOB + name[len(SPILL_PREFIX):]))
+        except OSError:
+            pass  # held: its writer lives
+        finally:
+            os.close(fd)
 
 
 def follow(collector: Collector, interval: float, should_stop: Callable[[], bool],

@@ -250,15 +250,29 @@ def _step(value: Any) -> int | None:
     return None
 
 
-def unsent_points(line: bytes, counts: dict[str, int], note: Note | None = None) -> list[Point]:
+_RANKED = re.compile(r"report-(?:unsent|spill)-rank(\d{1,9})-")
+
+
+def unsent_suffix(name: str) -> str:
+    """What the receiver appends to the keys of a rank's points when every rank reports (`@rank<N>`,
+    see `tuneplane.ingest.bodies`), for a file the SDK of such a rank left (`report-unsent-rank<N>-*`):
+    the collector uploads it as rank zero, so without it ranks' series would overwrite each other."""
+    found = _RANKED.match(os.path.basename(name))
+    return f"@rank{int(found.group(1))}" if found else ""
+
+
+def unsent_points(line: bytes, counts: dict[str, int], note: Note | None = None, suffix: str = "") -> list[Point]:
     """One line the SDK's `finish()` left behind: a block `{"keys": [...], "rows": "<base64>"}` of
-    packed rows (`tuneplane.report._spill`), or `[step, unix_time, {key: value}]` from older SDKs."""
+    packed rows (`tuneplane.report._spill`), or `[step, unix_time, {key: value}]` from older SDKs;
+    `suffix` (`unsent_suffix`) goes after every key."""
     try:
         found = json.loads(line)
         if isinstance(found, dict):
-            return _unsent_block(found)
+            points = _unsent_block(found)
+            return [(step, unix, {k + suffix: v for k, v in values.items()}) for step, unix, values in points] \
+                if suffix else points
         step, ts, values = found
-        record = {str(k): float(v) for k, v in values.items()}
+        record = {str(k) + suffix: float(v) for k, v in values.items()}
         return [(int(step), float(ts), record)]
     except (ValueError, TypeError, AttributeError, RecursionError, OverflowError, KeyError) as exc:
         return _skip(counts, "bad unsent line", note, f"not a line tuneplane.report wrote ({type(exc).__name__})")

@@ -255,31 +255,51 @@ def _tag(raw: bytes) -> str:
     return tag
 
 
-_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64 = 1, 2, 3, 9
-_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q"}
+_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
+_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e",
+                    4: "<B", 5: "<h", 6: "<b", 17: "<H", 22: "<I", 23: "<Q"}  # uint8, int16, int8, uint16/32/64
+_HALF_VAL = 13  # float16 and bfloat16 values, each as the 16 bits of an int32
 
 
 def _tensor_scalar(buf: bytes) -> float | None:
-    """A TensorProto with exactly one number (`float_val`, `double_val`, `int_val`, `int64_val` or
-    `tensor_content`); anything larger (histograms, images) is not a scalar and is skipped."""
+    """A TensorProto with exactly one number (`float_val`, `double_val`, `int_val`, `int64_val`,
+    `half_val` for float16 and bfloat16, the unsigned fields, or `tensor_content`); anything larger
+    (histograms, images) is not a scalar and is skipped."""
     dtype = 0
     values: list[float] = []
+    halves: list[int] = []
     content = b""
     for number, wire, value in fields(buf):
         if number == 1 and wire == 0 and isinstance(value, int):
             dtype = value
         elif number == 4 and wire == 2 and isinstance(value, bytes):
             content = value
-        elif number in (5, 6, 7, 10):
+        elif number == _HALF_VAL:
+            halves.extend(int(v) & 0xFFFF for v in _numbers(7, wire, value))
+        elif number in (5, 6, 7, 10, 16, 17):  # float, double, int, int64, uint32, uint64 values
             values.extend(_numbers(number, wire, value))
-    if content and dtype in _CONTENT_FORMATS:
+    values.extend(_half(bits, dtype) for bits in halves)
+    if content and dtype == _DT_BFLOAT16 and len(content) == 2:
+        values.append(_half(int.from_bytes(content, "little"), dtype))
+    elif content and dtype in _CONTENT_FORMATS:
         fmt = _CONTENT_FORMATS[dtype]
         if len(content) == struct.calcsize(fmt):
             values.append(float(struct.unpack(fmt, content)[0]))
     return values[0] if len(values) == 1 else None
 
 
+def _half(bits: int, dtype: int) -> float:
+    """A float16 (IEEE half) or bfloat16 (a float32's top 16 bits) from its bits."""
+    if dtype == _DT_BFLOAT16:
+        return float(struct.unpack("<f", struct.pack("<I", bits << 16))[0])
+    return float(struct.unpack("<e", struct.pack("<H", bits))[0])
+
+
 def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
+    if number == 16:  # uint32_val: varints, never negative
+        return [float(v) for v in _varints(value)] if isinstance(value, bytes) else [float(value)]
+    if number == 17:  # uint64_val
+        return [float(v) for v in _varints(value)] if isinstance(value, bytes) else [float(value)]
     if number == 5:  # float_val: fixed32, packed or not
         if isinstance(value, bytes):
             return [float(v) for v in struct.unpack(f"<{len(value) // 4}f", value[: len(value) // 4 * 4])]
@@ -290,12 +310,16 @@ def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
         return [struct.unpack("<d", struct.pack("<Q", value))[0]]
     # int_val / int64_val: varints, packed or not
     if isinstance(value, bytes):
-        out, pos = [], 0
-        while pos < len(value):
-            raw, pos = _varint(value, pos)
-            out.append(float(_signed(raw)))
-        return out
+        return [float(_signed(raw)) for raw in _varints(value)]
     return [float(_signed(value))]
+
+
+def _varints(value: bytes) -> list[int]:
+    out, pos = [], 0
+    while pos < len(value):
+        raw, pos = _varint(value, pos)
+        out.append(raw)
+    return out
 
 
 # ── writing (tests, and a reference for the format) ───────────────────────────────────────────

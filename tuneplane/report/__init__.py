@@ -22,7 +22,7 @@ from time import time as _now
 from typing import TYPE_CHECKING, Any
 
 from tuneplane.constants import JOB_ENABLED, JOB_TOKEN
-from tuneplane.report._callback import TunePlaneCallback
+from tuneplane.report._callback import TunePlaneCallback, forget_steps
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -40,6 +40,7 @@ _finished = False  # a session ended; the next log() without init() warns once
 _last_stats: dict[str, Any] = {}
 _orphans: list[Any] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
 _atexit_registered = False
+_closing: Session | None = None  # the session finish() is draining (see `_sigterm`)
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -> None:
@@ -186,16 +187,18 @@ def flush(timeout: float = 5.0) -> bool:
 def finish(timeout: float | None = None) -> None:
     """Stop reporting: drain for at most `timeout` seconds (default 5, `TUNEPLANE_REPORT_FINISH_TIMEOUT`)
     and print to stderr what could not be delivered. Idempotent; also runs at interpreter exit."""
-    global _session, _decided, _finished, _last_stats
+    global _session, _decided, _finished, _last_stats, _closing
     s = _session
     if s is None:
         return
-    _session, _decided, _finished = None, False, True
+    _session, _decided, _finished, _closing = None, False, True, s
     try:
         s.close(timeout)
         _last_stats = s.stats()
     except Exception as exc:
         _say(f"finish() failed: {type(exc).__name__}: {exc}")
+    finally:
+        _closing = None
 
 
 def lifecycle(event: str, timeout: float = 5.0) -> bool:
@@ -274,7 +277,80 @@ def _start(options: Mapping[str, Any]) -> Session | None:
 
         atexit.register(finish)
         _atexit_registered = True
+    _catch_sigterm()
+    _quiet_conversions()
+    _finish_in_worker()
     return session
+
+
+def _finish_in_worker() -> None:
+    """A `multiprocessing` child started by fork or forkserver (a Pool worker, a `Process`, a
+    DataLoader worker) leaves through `os._exit`, which skips `atexit`: everything it logged was
+    lost. Its own exit hook, multiprocessing's finalizers, finishes the session instead, draining at
+    most `WORKER_DRAIN` seconds: a parent joins its workers (a DataLoader at every epoch's end), and
+    what is not sent by then stays in the out dir for the collector."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:
+        return
+    # lazy: only a reporting multiprocessing child needs it (the package is loaded already)
+    from multiprocessing import util
+
+    util.Finalize(None, _finish_worker, exitpriority=10)
+
+
+WORKER_DRAIN = 1.0
+
+
+def _finish_worker() -> None:
+    s = _session
+    finish(min(WORKER_DRAIN, s.config.finish_timeout) if s is not None else None)
+
+
+def _quiet_conversions() -> None:
+    """`log({"loss": loss})` with the loss tensor itself is the common case; taking its value (as
+    `float()` does, and we do) is right there, so torch's warning about a tensor that requires grad
+    is not shown for our own frames. The trainer's own conversions still warn."""
+    # lazy: only a process that reports needs it
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True to a scalar",
+                            category=UserWarning, module=r"tuneplane\.report")
+
+
+def _catch_sigterm() -> None:
+    """A job told to stop (a pod deleted or preempted, `Pool.terminate()`, torchrun's agent) gets
+    SIGTERM, whose default action skips the exit-time `finish()`: what was queued was lost. Where the
+    process left SIGTERM at its default, it first drains (bounded, leaving the rest in the out dir
+    for the collector) and then dies of the signal as before. A handler of the trainer's own is kept."""
+    # lazy: only a process that reports needs them
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set a handler; a thread's init() leaves SIGTERM as it is
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, _sigterm)
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        return
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    # lazy: only a process that reports needs it
+    import signal
+
+    try:
+        closing = _closing
+        if closing is not None and closing.final_stats is None:
+            # The signal came while finish() (the exit-time one, say) drained: drain on here, since
+            # the interrupted finish() never resumes.
+            closing.close(None)
+        else:
+            finish()
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action: the exit status says SIGTERM
 
 
 def _start_monitor(session: Session) -> None:
@@ -288,10 +364,10 @@ def _start_monitor(session: Session) -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child starts undecided and sends its own points; the parent's queue stays the parent's."""
-    global _session, _decided, _finished
+    global _session, _decided, _finished, _closing
     if _session is not None:
         _orphans.append(_session)
-    _session, _decided, _finished = None, False, False
+    _session, _decided, _finished, _closing = None, False, False, None
 
 
 def _reset() -> None:
@@ -299,6 +375,13 @@ def _reset() -> None:
     global _decided, _finished, _last_stats
     finish()
     _decided, _finished, _last_stats = False, False, {}
+    forget_steps()
+    signals = sys.modules.get("signal")
+    try:
+        if signals is not None and signals.getsignal(signals.SIGTERM) is _sigterm:
+            signals.signal(signals.SIGTERM, signals.SIG_DFL)
+    except ValueError:  # not the main thread: the handler stays, and finishes nothing
+        pass
 
 
 def _say(message: str) -> None:

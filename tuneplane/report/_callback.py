@@ -14,6 +14,11 @@ with the trainer's arguments, so an evaluation-only run (`evaluate()` or `predic
 `train()`, hence no `on_train_begin`) reports like a training run. `on_train_end` only flushes
 (bounded): the session stays open for a later `trainer.evaluate()` or `log()`, and finishes at
 process exit within the SDK's drain time.
+
+A second training in the same process (a second Trainer, or `train()` again) starts its steps
+again at 0, and the receiver keeps one value per key and step: its points would replace the first
+training's. So a training that begins below the highest step already reported in this process
+continues from there (as wandb's own step counter does), and its evaluations and predictions with it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 FLUSH_AT_TRAIN_END = 5.0  # seconds; what is left is still sent by the exit-time finish()
+_highest = [0]  # the highest step any callback reported in this process
 
 
 class TunePlaneCallback:
@@ -31,8 +37,11 @@ class TunePlaneCallback:
         self.monitor_hardware = monitor_hardware
         self.prefix = prefix
         self._started = False
+        self._base = 0  # added to the trainer's global step (see the module's docstring)
 
     def on_train_begin(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+        start = _step_of(state)
+        self._base = _highest[0] - start if _highest[0] > start else 0
         self._start(args)
         return control
 
@@ -60,7 +69,9 @@ class TunePlaneCallback:
         if not self._started:
             self._start(args)
         if logs:
-            log(rewrite_logs(logs), step=_step_of(state), prefix=self.prefix)
+            step = self._base + _step_of(state)
+            _highest[0] = max(_highest[0], step)
+            log(rewrite_logs(logs), step=step, prefix=self.prefix)
 
     def on_train_end(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
         # lazy: tuneplane.report imports this module first
@@ -73,6 +84,11 @@ class TunePlaneCallback:
         if name.startswith("on_"):
             return _ignore
         raise AttributeError(name)
+
+
+def forget_steps() -> None:
+    """Start the process's step count over (`tuneplane.report._reset`: tests, long-lived tools)."""
+    _highest[0] = 0
 
 
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:

@@ -92,7 +92,8 @@ class Session:
         if self.config.spill_bytes <= 0:
             return None
         out_dir = self.config.out_dir
-        if out_dir and os.path.isdir(out_dir):
+        linked = bool(out_dir) and os.path.islink(os.path.join(out_dir, SPILL_DIR))
+        if out_dir and os.path.isdir(out_dir) and not linked:
             folder = os.path.join(out_dir, SPILL_DIR)
         else:
             import tempfile  # lazy: only jobs without an out dir need it
@@ -100,9 +101,12 @@ class Session:
             # laid out like an out dir, so the collector can upload what finish() leaves there
             self.spill_root = tempfile.mkdtemp(prefix="tuneplane-report-")
             folder = os.path.join(self.spill_root, SPILL_DIR)
-            self.notes_later.append(
-                f"no TUNEPLANE_OUT_DIR: what does not fit in memory waits in {folder}")
-        name = f"report-spill-r{self.config.rank}-{self.pid}-{self.session_id}.jsonl"
+            # a `.tuneplane` that is a link would put the overflow file outside the out dir
+            why = f"{os.path.join(out_dir, SPILL_DIR)} is a link" if linked else "no TUNEPLANE_OUT_DIR"
+            self.notes_later.append(f"{why}: what does not fit in memory waits in {folder}")
+        # `rank<N>` when every rank reports: the collector then keeps the rank in the keys it uploads
+        rank = f"rank{self.config.rank}" if self.config.all_ranks else f"r{self.config.rank}"
+        name = f"report-spill-{rank}-{self.pid}-{self.session_id}.jsonl"
         return Spill(os.path.join(folder, name), self.config.spill_bytes, self.entry)
 
     def start(self) -> None:
@@ -185,14 +189,21 @@ class Session:
         if self.added <= self.limit + self.budget // 2:
             return
         spill = self.spill
-        if spill is not None and not spill.full:
-            deadline = time.monotonic() + 2.0
-            sender = self.sender
-            while self.spill_wanted and sender is not None and sender.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.0005)
-                self._refresh_limit()
-                if self.added <= self.limit + self.budget // 2:
-                    return
+        deadline = time.monotonic() + 2.0
+        sender = self.sender
+        # Until there is room, not merely until the sender has spilled once: other threads logging
+        # meanwhile refill what it freed, and each would then drop its newest record.
+        while spill is not None and not spill.full and sender is not None and sender.is_alive() \
+                and time.monotonic() < deadline:
+            if not self.spill_wanted:
+                if self.added - self.released - self.evicted <= self.budget * 3 // 8:
+                    break  # the sender found too little in memory to spill: waiting makes no room
+                self.spill_wanted = True
+                self.kick()
+            time.sleep(0.0005)
+            self._refresh_limit()
+            if self.added <= self.limit + self.budget // 2:
+                return
         with self.order_lock:
             self._refresh_limit()
             if self.added > self.limit + self.budget // 2:
@@ -376,7 +387,16 @@ class Session:
             written = self.spill.append(records)
             if written < len(records):
                 self.sender_drop(self.spill.refusal or "overflow file full", points_of(records[written:]))
-            return self.spill.close()
+            kept = self.spill.close()
+        if not kept and self.spill_root:
+            # The private folder that stood in for the out dir: empty now, so it goes (one per
+            # process would otherwise pile up on a node).
+            for folder in (os.path.dirname(self.spill.path), self.spill_root):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    pass
+        return kept
 
     def stats(self) -> dict[str, Any]:
         if self.final_stats is not None:

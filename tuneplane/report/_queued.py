@@ -64,8 +64,10 @@ def make_putter(entry: Entry, ident: int, append: Callable[[bytes], None], now: 
               f"    _append(_pack({int(ident)}, step, _now(), {', '.join(f'm[{n}]' for n in names)}))\n"
               f"    _s.added += {record_cost(len(keys))}\n"
               f"    return _s.added > _s.limit\n")
+    # `__name__`: warnings raised while packing (torch's about a tensor that requires grad) name this
+    # module, which the session's warning filter covers
     scope: dict[str, Any] = {"_pack": id_struct(len(keys)).pack, "_now": now, "_append": append, "_keys": keys,
-                             "_s": session}
+                             "_s": session, "__name__": __name__}
     exec(source, scope)  # generated from identifiers and ints only: the keys are bound as values
     put: Putter = scope["put"]
     return put

@@ -24,9 +24,24 @@ from typing import Any
 
 from tuneplane.report._rows import LINE_BYTES, LINE_ROWS, Entry, Record, b64, blocks, from_b64, keys_json, row_struct
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, and the collector then leaves overflow files to finish()
+    fcntl = None  # type: ignore[assignment]
+
 WRITE_BYTES = 128 * 1024  # records are written in groups of about this much of their memory budget
 
 _entry_of, _cost_of = itemgetter(0), itemgetter(1)
+
+
+def hold(fd: int) -> None:
+    """Lock an overflow file for as long as this process (or a child it forks) keeps it open. Where
+    the file system has no locks, the collector cannot take the lock either and leaves the file be."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass
 
 
 def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> list[tuple[bytes, int, int]]:
@@ -107,7 +122,17 @@ class Spill:
     def _open(self) -> Any:
         if self._file is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._file = open(self.path, "w+b")  # kept open for the session
+            # Locked before it takes its name: the collector uploads a `report-spill-*` file (what a
+            # killed process left) only once it can lock it, so never one a live process writes.
+            temp = self.path + ".new"
+            handle = open(temp, "w+b")  # kept open (and locked) for the session
+            try:
+                hold(handle.fileno())
+                os.replace(temp, self.path)
+            except OSError:
+                handle.close()
+                raise
+            self._file = handle
         return self._file
 
     @property
@@ -222,28 +247,32 @@ class Spill:
         with self.lock:
             self.closed = True
             remaining = self._records > 0
-            if self._file is not None:
-                try:
-                    if remaining and self._offset:
-                        self._compact()
-                    self._file.close()
-                except OSError:
-                    pass
-                self._file = None
+            # Renamed or removed while still open and locked, so no collector takes it meanwhile.
             if not remaining:
                 try:
                     os.unlink(self.path)
                 except OSError:
                     pass
-                return False
-            unsent = os.path.join(os.path.dirname(self.path),
-                                  os.path.basename(self.path).replace("report-spill-", "report-unsent-", 1))
-            try:
-                os.replace(self.path, unsent)
-                self.path = unsent
-            except OSError:
-                pass
-            return True
+            else:
+                if self._file is not None and self._offset:
+                    try:
+                        self._compact()
+                    except OSError:
+                        pass
+                unsent = os.path.join(os.path.dirname(self.path),
+                                      os.path.basename(self.path).replace("report-spill-", "report-unsent-", 1))
+                try:
+                    os.replace(self.path, unsent)
+                    self.path = unsent
+                except OSError:
+                    pass
+            if self._file is not None:
+                try:
+                    self._file.close()
+                except OSError:
+                    pass
+                self._file = None
+            return remaining
 
     def _compact(self) -> None:
         # Keep only the undelivered tail, so what is left on disk is exactly what was lost.

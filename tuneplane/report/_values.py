@@ -6,6 +6,8 @@ reason is counted, so the caller never sees an exception and the user still lear
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 import numbers
 from collections.abc import Callable, Mapping
@@ -183,12 +185,38 @@ def to_record(metrics: Any, prefix: str, on_drop: DropFn) -> dict[str, float]:
     return record
 
 
+def plain(value: Any, seen: frozenset[int] = frozenset()) -> Any:
+    """Configuration objects as the mappings they stand for, so their fields are hyperparameters of
+    their own (`optim.lr`) rather than one `repr` cut at 1000 characters: dataclass instances (a
+    structured config), `argparse` and `types` namespaces (`init(hparams=args)`), also nested in
+    mappings. Anything else, a broken object or a cycle included, is left to `flatten` as it is."""
+    if id(value) in seen:
+        return _SELF
+    if len(seen) >= MAX_DEPTH:
+        return value
+    inner = seen | {id(value)}
+    try:
+        if isinstance(value, Mapping):
+            return {k: plain(v, inner) for k, v in value.items()}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: plain(getattr(value, f.name, None), inner) for f in dataclasses.fields(value)}
+        if type(value).__name__ in _NAMESPACES and isinstance(getattr(value, "__dict__", None), dict):
+            return {k: plain(v, inner) for k, v in vars(value).items()}
+    except Exception:  # a mapping or object whose reading fails: `flatten` drops it alone
+        return value
+    return value
+
+
+_NAMESPACES = frozenset({"Namespace", "SimpleNamespace"})
+_SELF: Any = object()  # where `plain` met a value inside itself
+
+
 def hparams_payload(params: Mapping[Any, Any], on_drop: DropFn | None = None) -> dict[str, Any]:
     """Flatten hyperparameters and make every value JSON-safe, so one odd object never blocks the rest:
     a cycle, a too-deep value or one that cannot even become text is dropped alone and counted."""
     out: dict[str, Any] = {}
-    for key, value in flatten(params, on_drop=on_drop).items():
-        problem = key_problem(key)
+    for key, value in flatten(plain(params), on_drop=on_drop).items():
+        problem = "self-referencing value" if value is _SELF else key_problem(key)
         if problem:
             if on_drop:
                 on_drop(problem)
@@ -206,6 +234,8 @@ _UNSERIALISABLE: Any = object()
 
 
 def _json_safe(value: Any) -> Any:
+    if isinstance(value, enum.Enum) and not isinstance(value, (int, str)):
+        return _json_safe(value.value)  # `Color.RED` is "red", as a config file spells it
     if value is None or isinstance(value, (bool, int, str)):
         return value if not isinstance(value, str) else value[:MAX_HPARAM_TEXT]
     if isinstance(value, float):
