@@ -209,7 +209,7 @@ def _private_imports(tree: ast.Module) -> list[int]:
 JOB_SIDE = ("launcher.py", "plugins.py", "lifecycle/", "runtime/", "report/", "collector/")
 
 # Copies that live in modules other work owns: each is to be merged into the concept's home there.
-ELSEWHERE = {"collector/run.py", "report/_transport.py", "gitops/runmetrics.py", "cli/cmd_job.py"}
+ELSEWHERE = {"collector/run.py", "report/_transport.py"}
 
 ONE_HOME = {
     "atomic writes and moves into place": (_moves, {

@@ -89,6 +89,16 @@ def did_you_mean(word: str, possibilities: Iterable[str], cutoff: float = 0.6, t
     return f"{DID_YOU_MEAN}{close[0]!r}?" + (f" {then}" if then else "")
 
 
+def did_you_mean_each(words: Iterable[str], possibilities: Iterable[str], then: str = "") -> str:
+    """The hint for several unknown words at once: the closest possibility to each, in one "did you
+    mean 'a', 'b'?", followed by `then`; just `then` when none is close."""
+    known = list(possibilities)
+    close = [c for word in words for c in close_matches(word, known, n=1)]
+    if not close:
+        return then
+    return f"{DID_YOU_MEAN}{', '.join(map(repr, close))}?" + (f" {then}" if then else "")
+
+
 def close_matches(word: str, possibilities: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
     """`difflib.get_close_matches`, for a "did you mean" hint: only a problem needs one, so difflib (and
     heapq) load when the first hint is written, not with every command that validates."""

@@ -8,6 +8,7 @@ from typing import Annotated, Any, NamedTuple
 
 import typer
 
+from tuneplane.cli.job_commands import register_job_commands
 from tuneplane.cli.options import Run
 from tuneplane.constants import JOB_TOKEN
 from tuneplane.errors import UsageError
@@ -114,15 +115,11 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
         return list(vocab.order(n for m in found.values() for n in m.names()))
     missing = [w for w in wanted if all(m.lookup(w) is None for m in found.values())]
     if missing:
-        import difflib  # lazy: only a failed lookup needs it
-
-        from tuneplane.errors import UsageError
+        from tuneplane.problems import did_you_mean_each  # lazy: only a metric not found needs it
 
         known = list(dict.fromkeys(n for m in found.values() for n in m.names()))
-        close = [c for w in missing for c in difflib.get_close_matches(w, known, 1)]
-        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
         raise UsageError(f"no metric named {', '.join(map(repr, missing))} in any of these runs",
-                         f"{hint}keys: {', '.join(known)}")
+                         did_you_mean_each(missing, known, then=f"keys: {', '.join(known)}"))
     return list(dict.fromkeys(wanted))
 
 
@@ -244,36 +241,13 @@ def _write(checked: _Plot, text: str) -> None:
 
 
 def _write_file(plot: _Plot, data: bytes) -> None:
-    import errno  # lazy: only --plot writes a file
-    import secrets
+    """Over a chart tp wrote, keeping its mode; else a new file, never over one that appeared."""
+    from tuneplane.lab.fs import atomic_write, write_new  # lazy: only --plot writes a file
 
-    folder, name = plot.target.parent, plot.target.name
-    for _ in range(16):  # a free temporary name; 0o666 less the umask, as any new file
-        temporary = folder / f".{name}.{secrets.token_hex(4)}.tmp"
-        try:
-            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
+    if plot.kind == "chart":
+        atomic_write(plot.target, data, mode=plot.mode)
     else:
-        raise OSError(errno.EEXIST, "no free temporary name beside it")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            if plot.kind == "chart":
-                os.fchmod(out.fileno(), plot.mode)
-        if plot.kind == "chart":
-            os.replace(temporary, plot.target)
-            return
-        try:
-            os.link(temporary, plot.target)  # fails if the name is taken: never over what appeared
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
-                raise
-            with open(plot.target, "xb") as out:  # a file system without hard links: still never over one
-                out.write(data)
-    finally:
-        temporary.unlink(missing_ok=True)
+        write_new(plot.target, data)
 
 
 class _Reader:
@@ -364,8 +338,5 @@ def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path
 
 
 def register(app: typer.Typer) -> None:
-    # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.cli.job_commands import register_job_commands
-
     register_job_commands(job_app)
     app.add_typer(job_app, name="job")

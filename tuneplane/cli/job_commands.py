@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tuneplane.cli.options import Context, Kubeconfig, Run
+from tuneplane.errors import UsageError
 
 if TYPE_CHECKING:
     from tuneplane.lab.runs import RunKey
@@ -141,7 +142,6 @@ def logs(
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.backends.base import BackendError
     from tuneplane.backends.factory import ClusterAccess
-    from tuneplane.errors import UsageError
     from tuneplane.gitops.observe import backend_ref
     from tuneplane.gitops.runview import backend_for, located
 

@@ -8,13 +8,13 @@ same way. A query may name a key canonically (`train/loss`) or as the job logged
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.metrics.vocab import Vocabulary, counts, is_hardware
+from tuneplane.problems import did_you_mean_each
 
 Series = Sequence[tuple[int, float]]
 TimedSeries = Sequence[tuple[int, float, float | None]]  # step, value, epoch seconds
@@ -45,10 +45,8 @@ class RunMetrics:
             else:
                 out[item] = stored
         if missing:
-            close = [m for item in missing for m in difflib.get_close_matches(item, [*names, *self.summary], 1)]
-            hint = f"did you mean {', '.join(map(repr, close))}?" if close else ""
             raise UsageError(f"no metric named {', '.join(map(repr, missing))} in this run",
-                             f"{hint + ' ' if hint else ''}keys: {', '.join(names)}")
+                             did_you_mean_each(missing, [*names, *self.summary], then=f"keys: {', '.join(names)}"))
         return out
 
     def lookup(self, item: str, names: Mapping[str, str] | None = None) -> str | None:

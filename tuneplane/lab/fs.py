@@ -237,7 +237,7 @@ def file_mode(path: Path) -> int:
         return 0o666 & ~mask
 
 
-def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
+def atomic_write(path: Path, text: str | bytes, mode: int | None = None) -> None:
     """Temp file in the same directory, fsync, `os.replace`: readers see the old or the new file.
     `mode` (0o600 for a secret) is set before a byte is written; by default the file keeps its mode."""
     tmp = _staged(path, text, mode)
@@ -246,6 +246,26 @@ def atomic_write(path: Path, text: str, mode: int | None = None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_new(path: Path, content: str | bytes) -> None:
+    """`content` as a new file at `path`, whole or not at all, and never over a file that is there, even
+    one that appeared since the caller looked: staged beside it, then hard-linked to the name, which
+    fails if the name is taken (an exclusive create where the file system has no hard links).
+    FileExistsError when it is taken; the mode is that of any new file (0666 less the umask)."""
+    import errno  # lazy: only a command that makes a file beside a person's files needs it
+
+    tmp = _staged(path, content, None)
+    try:
+        try:
+            os.link(tmp, path)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+                raise
+            with open(path, "xb") as out:  # no hard links here: still never over a file
+                out.write(content.encode("utf-8") if isinstance(content, str) else content)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def publish_dir(staged: Path, target: Path) -> None:
@@ -273,8 +293,9 @@ def atomic_write_all(files: Mapping[Path, str]) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
-def _staged(path: Path, text: str, mode: int | None, sync: bool = True) -> str:
-    """`text` in a new temporary file beside `path` (its mode `mode`, else `path`'s), flushed to disk."""
+def _staged(path: Path, text: str | bytes, mode: int | None, sync: bool = True) -> str:
+    """`text` (or bytes) in a new temporary file beside `path` (its mode `mode`, else `path`'s), flushed
+    to disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # lazy: tempfile (and shutil, bz2, lzma with it) is 3 % of `tp validate`, which writes nothing
     import tempfile
@@ -282,8 +303,8 @@ def _staged(path: Path, text: str, mode: int | None, sync: bool = True) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, file_mode(path) if mode is None else mode)  # mkstemp makes 0600; a lab file is shared
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text if isinstance(text, bytes) else text.encode("utf-8"))
             if sync:
                 fh.flush()
                 os.fsync(fh.fileno())  # the rename must not land before the bytes do
