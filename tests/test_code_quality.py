@@ -209,13 +209,14 @@ def _private_imports(tree: ast.Module) -> list[int]:
 JOB_SIDE = ("launcher.py", "plugins.py", "lifecycle/", "runtime/", "report/", "collector/")
 
 # Copies that live in modules other work owns: each is to be merged into the concept's home there.
-ELSEWHERE = {"collector/run.py", "report/_transport.py"}
+ELSEWHERE: set[str] = set()
 
 ONE_HOME = {
     "atomic writes and moves into place": (_moves, {
         "lab/fs.py",  # the developer side's writer
         "runtime/files.py",  # the job side's (standard library only)
         "report/_spill.py",  # renames its own spill file to `unsent`: no write
+        "collector/run.py",  # renames a dead writer's spill file to `unsent` (adopts it): no write
     }),
     "ValidationError → Problems": (_validation_errors, {"lab/modelparse.py"}),
     "the clock as a date, and the time format of a status file": (_clock_reads, {"constants.py"}),

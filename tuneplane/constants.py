@@ -5,6 +5,7 @@ The job side (the launcher, the SDK) imports this module too, so it must stay fr
 
 from __future__ import annotations
 
+import time
 import typing
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Literal
@@ -84,6 +85,18 @@ TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"  # where the launcher writes i
 
 
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # every time in a status file: ISO-8601 UTC to the second
+
+
+def wire_second(second: int) -> str:
+    """A whole second as a point's time on the ingest wire begins (`2026-01-02T03:04:05`, UTC): the SDK
+    caches it per second on its hot path and appends the microseconds (`wire_stamp`)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+def wire_stamp(unix: float) -> str:
+    """A time on the ingest wire: ISO-8601 UTC with microseconds and `+00:00`, as the upstream SDK sends."""
+    second = int(unix)
+    return f"{wire_second(second)}.{min(int((unix - second) * 1_000_000), 999_999):06d}+00:00"
 
 
 def utc_moment() -> datetime.datetime:

@@ -21,10 +21,12 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from tuneplane.collector import sources, tfevents
 from tuneplane.collector.sources import Point, Source
+from tuneplane.runtime.files import write_text_atomic
 
 STATE_DIR = ".tuneplane"
 STATE_FILE = "collector-state.json"
@@ -132,12 +134,7 @@ class Collector:
 
     def save(self) -> None:
         data = {"version": 1, "files": {name: t.to_json() for name, t in sorted(self.files.items())}}
-        tmp = f"{self.state_path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=0)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.state_path)
+        write_text_atomic(Path(self.state_path), json.dumps(data, indent=0))
 
     def count(self, why: str, where: str = "", detail: str = "") -> None:
         self.counts[why] = self.counts.get(why, 0) + 1

@@ -19,10 +19,9 @@ import os
 import time
 import zlib
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from tuneplane.constants import JOB_ENDPOINT, JOB_RUN_ID, JOB_TOKEN
+from tuneplane.constants import JOB_ENDPOINT, JOB_RUN_ID, JOB_TOKEN, wire_second, wire_stamp
 from tuneplane.report._rows import ROWS_FORMAT, Record, b64_bytes, blocks, checked, keys_json, rows_of
 
 TransportError = (OSError, http.client.HTTPException)
@@ -82,7 +81,7 @@ def post_lifecycle(env: Mapping[str, str], event: str, timeout: float) -> bool:
     run_id = env.get(JOB_RUN_ID, "").strip()
     transport = Transport(env.get(JOB_ENDPOINT, "").strip(), env[JOB_TOKEN].strip(),
                           timeout)
-    stamp = datetime.now(UTC).isoformat()
+    stamp = wire_stamp(time.time())
     body = json.dumps({"run_id": run_id, "event": event, "ts": stamp}).encode()
     try:
         status, _, _, _ = transport.post("lifecycle", body, f"lifecycle-{event}-{os.getpid()}", gzip=False)
@@ -115,7 +114,7 @@ class Encoder:
         second = int(unix)
         if second != self._second:
             self._second = second
-            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._stamp = wire_second(second)
         micros = min(int((unix - second) * 1_000_000), 999_999)
         return f"{self._stamp}.{micros:06d}+00:00"
 
