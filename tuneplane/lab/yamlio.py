@@ -153,8 +153,13 @@ def _yaml_too_deep(text: str) -> tuple[int, int] | None:
                     return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
             elif isinstance(event, _CLOSES):
                 depth -= 1
-    except yaml.YAMLError:
-        return None  # the composer reports the syntax error at its place
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" not in str(exc):
+            return None  # the composer reports the syntax error at its place
+        # the libyaml in PyYAML 6.0.4's wheels refuses nesting far past ours while scanning ahead, before
+        # it yields the event that passes MAX_DEPTH: the brackets say where that is
+        mark = getattr(exc, "problem_mark", None)
+        return _json_too_deep(text) or ((mark.line + 1, mark.column + 1) if mark is not None else (1, 1))
     return None
 
 
