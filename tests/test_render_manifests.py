@@ -601,9 +601,13 @@ _FORKS: list[int] = []  # pids forked by this process (os.fork and multiprocessi
 os.register_at_fork(after_in_parent=lambda: _FORKS.append(os.getpid()))
 
 
-def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Path, tp: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["threading", "_thread"])
+def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Path, tp: Any, tmp_path: Path,
+                                                                      start: str) -> None:
     """fork() while another thread runs may deadlock the child (Python 3.12 and later warn of it): a host
-    process with threads gets the serial path, and the same files."""
+    process with threads gets the serial path, and the same files. A thread started below `threading` (as
+    pytest-xdist's execnet does, or a native library) is not in threading's count but is one all the same."""
+    import _thread
     import threading
 
     from tuneplane.gitops.rendering import PARALLEL_MIN
@@ -614,15 +618,22 @@ def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Pa
         (cli_lab / "runs/img").mkdir(parents=True, exist_ok=True)
         (cli_lab / f"runs/img/{req.run_id}.yaml").write_text(dump_request(req))
     commit_all(cli_lab, "many runs")
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait, args=(60,), daemon=True)
-    other.start()
+    stop, stopped = threading.Event(), threading.Event()
+
+    def wait() -> None:
+        stop.wait(60)
+        stopped.set()
+
+    if start == "threading":
+        threading.Thread(target=wait, daemon=True).start()
+    else:
+        _thread.start_new_thread(wait, ())
     forks = len(_FORKS)
     try:
         result = tp("render", "--all", "-o", tmp_path / "out")
     finally:
         stop.set()
-        other.join(10)
+        stopped.wait(10)
     assert result.code == 0, result.err
     assert len(_FORKS) == forks, "tp render forked workers while another thread was running"
     written = sorted((tmp_path / "out").rglob("*.yaml"))
