@@ -192,6 +192,26 @@ def test_json_syntax_error_position(tmp_path: Path) -> None:
     assert (info.value.problem.line, info.value.problem.col, info.value.problem.rule) == (3, 1, "json-syntax")
 
 
+@pytest.mark.parametrize("text, where, bracket", [('{\n  "a": 1,\n}\n', (3, 1), "}"),
+                                                  ('{"a": [1,\n  2,\n  ]}', (3, 3), "]"), ('[1,   ]', (1, 7), "]")])
+def test_a_trailing_comma_is_told_alike_on_every_python(tmp_path: Path, text: str, where: tuple[int, int],
+                                                        bracket: str) -> None:
+    """Python 3.13's json points at the comma, earlier ones at the bracket with "Expecting property name":
+    the problem is the same on each, at the bracket the comma stands before."""
+    with pytest.raises(LoadFailed) as info:
+        load_json(write(tmp_path, text), "f.json")
+    problem = info.value.problem
+    assert (problem.line, problem.col, problem.rule) == (*where, "json-syntax")
+    assert problem.message == f"not valid JSON: a trailing comma before this '{bracket}'", problem.message
+    assert "delete the comma" in problem.hint
+
+
+def test_a_doubled_comma_is_not_called_trailing(tmp_path: Path) -> None:
+    with pytest.raises(LoadFailed) as info:
+        load_json(write(tmp_path, '{"a": 1,,}'), "f.json")
+    assert "trailing" not in info.value.problem.message and info.value.problem.col == 9
+
+
 def test_json_duplicate_key_at_the_top(tmp_path: Path) -> None:
     with pytest.raises(LoadFailed) as info:
         load_json(write(tmp_path, '{\n  "a": 1,\n  "a": 2\n}\n'), "f.json")

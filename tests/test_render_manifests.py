@@ -597,6 +597,57 @@ def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tm
     assert single.code == 0 and single.out == sample.read_text()
 
 
+_FORKS: list[int] = []  # pids forked by this process (os.fork and multiprocessing; subprocess execs do not count)
+os.register_at_fork(after_in_parent=lambda: _FORKS.append(os.getpid()))
+
+
+@pytest.mark.parametrize("start", ["threading", "_thread"])
+def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Path, tp: Any, tmp_path: Path,
+                                                                      start: str) -> None:
+    """fork() while another thread runs may deadlock the child (Python 3.12 and later warn of it): a host
+    process with threads gets the serial path, and the same files. A thread started below `threading` (as
+    pytest-xdist's execnet does, or a native library) is not in threading's count but is one all the same."""
+    import _thread
+    import threading
+
+    from tuneplane.gitops.rendering import PARALLEL_MIN
+    from tuneplane.lab.runs import dump_request
+
+    for i in range(PARALLEL_MIN):
+        req = request("img", "h200", run_id=f"20250102-1300{i:02d}-abc123")
+        (cli_lab / "runs/img").mkdir(parents=True, exist_ok=True)
+        (cli_lab / f"runs/img/{req.run_id}.yaml").write_text(dump_request(req))
+    commit_all(cli_lab, "many runs")
+    stop, stopped = threading.Event(), threading.Event()
+
+    def wait() -> None:
+        stop.wait(60)
+        stopped.set()
+
+    if start == "threading":
+        threading.Thread(target=wait, daemon=True).start()
+    else:
+        _thread.start_new_thread(wait, ())
+    forks = len(_FORKS)
+    try:
+        result = tp("render", "--all", "-o", tmp_path / "out")
+    finally:
+        stop.set()
+        stopped.wait(10)
+    assert result.code == 0, result.err
+    assert len(_FORKS) == forks, "tp render forked workers while another thread was running"
+    written = sorted((tmp_path / "out").rglob("*.yaml"))
+    assert len(written) == len(list((cli_lab / "runs").rglob("*.yaml"))) > PARALLEL_MIN
+    single = tp("render", f"runs/{written[3].parent.name}/{written[3].name}")
+    assert single.code == 0 and single.out == written[3].read_text()
+    # a tp process of its own has no other thread: it forks its workers, and writes the same files
+    forked = subprocess.run([sys.executable, "-m", "tuneplane", "render", "--all", "-o", str(tmp_path / "forked")],
+                            cwd=cli_lab, capture_output=True, text=True, timeout=300)
+    assert forked.returncode == 0, forked.stderr
+    assert [p.read_text() for p in written] == [(tmp_path / "forked" / p.relative_to(tmp_path / "out")).read_text()
+                                                for p in written]
+
+
 def test_tp_render_names_a_missing_run_request_once(cli_lab: Path, tp: Any) -> None:
     """A path that names nothing is a usage error (exit 2), as `tp validate` and `tp rerun` say of it;
     a file that is there but refused is a problem (exit 1)."""

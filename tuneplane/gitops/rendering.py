@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -212,10 +213,12 @@ class RenderContext:
         return refusals
 
     def parallel(self, targets: list[str]) -> bool:
-        """Many requests into files, several CPUs and fork: split the work over worker processes."""
+        """Many requests into files, several CPUs and fork: split the work over worker processes. Never
+        while another thread runs (a host that calls us in-process): its locks would stay held in the
+        children (Python 3.12 and later warn of it)."""
 
         return (self.opts.output is not None and len(targets) >= PARALLEL_MIN and (os.cpu_count() or 1) > 1
-                and "fork" in multiprocessing.get_all_start_methods())
+                and "fork" in multiprocessing.get_all_start_methods() and _one_thread())
 
     def render_files(self, targets: list[str]) -> list[tuple[str, str]]:
         """The first request renders here (templates, schemas and experiments warm up once), then
@@ -296,6 +299,14 @@ class RenderContext:
 PARALLEL_MIN = 64  # below this, starting workers costs more than it saves
 MAX_WORKERS = 8
 _WORKER: RenderContext | None = None  # the warmed-up context forked workers inherit
+
+
+def _one_thread() -> bool:
+    """No other thread runs, those started below `threading` (native ones) too: Linux lists them all."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
 
 
 def _render_chunk(targets: list[str]) -> list[tuple[str, str]]:

@@ -153,8 +153,13 @@ def _yaml_too_deep(text: str) -> tuple[int, int] | None:
                     return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
             elif isinstance(event, _CLOSES):
                 depth -= 1
-    except yaml.YAMLError:
-        return None  # the composer reports the syntax error at its place
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" not in str(exc):
+            return None  # the composer reports the syntax error at its place
+        # the libyaml in PyYAML 6.0.4's wheels refuses nesting far past ours while scanning ahead, before
+        # it yields the event that passes MAX_DEPTH: the brackets say where that is
+        mark = getattr(exc, "problem_mark", None)
+        return _json_too_deep(text) or ((mark.line + 1, mark.column + 1) if mark is not None else (1, 1))
     return None
 
 
@@ -293,8 +298,7 @@ def parse_json(text: str, rel: str) -> Doc:
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
                           parse_float=_finite)
     except json.JSONDecodeError as exc:
-        raise LoadFailed(Problem(rel, exc.lineno, exc.colno, "json-syntax", f"not valid JSON: {exc.msg}",
-                                 hint="check for a missing comma or quote just before this place")) from None
+        raise LoadFailed(_json_error(text, rel, exc)) from None
     except _DuplicateKey as exc:
         try:
             parse_yaml(text, rel)  # JSON is YAML: its parser points at the exact duplicate and raises
@@ -377,6 +381,22 @@ def _finite(token: str) -> float:
 def _locate(text: str, needle: str) -> tuple[int, int]:
     idx = text.find(needle)
     return (1, 1) if idx < 0 else _locate_at(text, idx)
+
+
+def _json_error(text: str, rel: str, exc: json.JSONDecodeError) -> Problem:
+    """A trailing comma is told alike on every Python, at the bracket after it: 3.13's json points at the
+    comma ("Illegal trailing comma"), earlier ones at the bracket ("Expecting property name")."""
+    at = exc.pos
+    if text[at:at + 1] == "," and exc.msg.startswith("Illegal trailing comma"):
+        at = len(text) - len(text[at + 1:].lstrip(" \t\r\n"))
+    elif not text[:at].rstrip(" \t\r\n").endswith(","):
+        at = -1
+    if text[at:at + 1] not in ("}", "]"):
+        return Problem(rel, exc.lineno, exc.colno, "json-syntax", f"not valid JSON: {exc.msg}",
+                       hint="check for a missing comma or quote just before this place")
+    line, col = _locate_at(text, at)
+    return Problem(rel, line, col, "json-syntax", f"not valid JSON: a trailing comma before this '{text[at]}'",
+                   hint="delete the comma: JSON allows none after the last item")
 
 
 def _locate_at(text: str, idx: int) -> tuple[int, int]:
