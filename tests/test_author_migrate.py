@@ -267,3 +267,24 @@ def test_people_lab_with_nemo_rl_experiments_validates_after_migrate(tmp_path: P
     assert tp_subprocess("migrate", cwd=root).code == 0
     problems = _problems(tp_subprocess("validate", "--format", "json", cwd=root))
     assert _errors(problems) == []
+
+
+@pytest.mark.parametrize(("lock", "said"), [
+    ('{\n  "apiVersion": "forge/recipe-lock/v3"\n  "recipe": {}\n}\n', "recipe.lock.json:3:3: cannot read the lock"),
+    ("[1]\n", "recipe.lock.json: cannot read the lock: it is a JSON array, not an object"),
+    ('{"apiVersion": "forge/recipe-lock/v3", "recipe": "trl/sft"}\n',
+     "recipe.lock.json: cannot read the lock: its `recipe` is a JSON string, not an object"),
+])
+def test_a_lock_migrate_cannot_use_is_named_with_its_place_and_nothing_changes(
+        tmp_path: Path, tp_subprocess: Any, lock: str, said: str) -> None:
+    """A person's lock with a missing comma is told at its line and column; one that is JSON but not an
+    object (or whose `recipe` is not one) is told as such, not a bug in tp; the lab is left as it was."""
+    root = _people_lab(tmp_path, nemo=False)
+    (root / "experiments/sft-trl/recipe.lock.json").write_text(lock, encoding="utf-8")
+    before = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if ".git" not in p.parts)
+    result = tp_subprocess("migrate", cwd=root)
+    assert result.code == 2, result.output
+    assert "experiments/sft-trl/" + said in result.output, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert (root / "starforge.yaml").exists() and not (root / "tuneplane.yaml").exists()
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if ".git" not in p.parts) == before

@@ -176,7 +176,8 @@ def _int_literals(node: ast.AST | None) -> bool:
 def _exit_numbers(tree: ast.Module) -> list[int]:
     """An exit code written as a number: `typer.Exit(2)`, `sys.exit(1)`, or a command's `return 1`."""
     found = [c.lineno for name, c in _calls(tree) if name in ("typer.Exit", "sys.exit", "SystemExit", "exit")
-             and c.args and _int_literals(c.args[0])]
+             and (c.args and _int_literals(c.args[0]) or any(k.arg == "code" and _int_literals(k.value)
+                                                             for k in c.keywords))]
     commands = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef) and (commands or fn.name == "command") and \
@@ -191,10 +192,13 @@ PHASES = {"Submitted", "Pending", "Running", "Succeeded", "Failed", "Cancelled",
 def _phase_words(tree: ast.Module) -> list[int]:
     """A run phase spelled as a string: `constants.SUCCEEDED` and its kin are the names. A `reason=`
     that happens to read like a phase (`reason="Cancelled"`) is a reason, and a word among another
-    system's words (Slurm's unset `("", "Unknown", "None")`) is that system's."""
+    system's words (Slurm's unset `("", "Unknown", "None")`: every element a word, one of them not a
+    phase and not empty) is that system's; `("Failed", "")` or `("Succeeded", None)` are ours."""
     reasons = {id(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
-    foreign = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple | ast.Set | ast.List)
-               and any(isinstance(e, ast.Constant) and e.value not in PHASES for e in n.elts) for e in n.elts}
+    foreign = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple | ast.Set | ast.List) and n.elts
+               and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
+               and any(e.value and e.value not in PHASES for e in n.elts if isinstance(e, ast.Constant))
+               for e in n.elts}
     return [s.lineno for s in _strings(tree) if s.value in PHASES and id(s) not in reasons | foreign]
 
 
@@ -213,8 +217,8 @@ ELSEWHERE: set[str] = set()
 
 ONE_HOME = {
     "atomic writes and moves into place": (_moves, {
-        "lab/fs.py",  # the developer side's writer
-        "runtime/files.py",  # the job side's (standard library only)
+        "lab/fs.py",  # the developer side's batch and its never-over-a-file new file
+        "runtime/files.py",  # the one writer, both sides (standard library only)
         "report/_spill.py",  # renames its own spill file to `unsent`: no write
         "collector/run.py",  # renames a dead writer's spill file to `unsent` (adopts it): no write
     }),
@@ -234,8 +238,8 @@ ONE_HOME = {
     "private names used across modules": (_private_imports, set()),
     "a run phase by name": (_phase_words, {
         "constants.py",
-        # Kubernetes' own words, read from its objects: pod phases, Job condition types, RayJob states
-        "backends/kubernetes/",
+        # Kubernetes' own words, named there: pod phases, Job condition types, RayJob states
+        "backends/kubernetes/types.py",
     }),
     "exit codes (`constants.EXIT_*`; the job side keeps its own)": (_exit_numbers, set(JOB_SIDE)),
 }
@@ -255,3 +259,16 @@ def test_a_home_still_holds_its_concept():
     stale = [(concept, rel) for concept, (find, homes) in ONE_HOME.items() for rel in homes
              if not rel.endswith("/") and rel not in JOB_SIDE and (rel not in TREES or not find(TREES[rel]))]
     assert not stale, stale
+
+
+@pytest.mark.parametrize(("rule", "source", "flagged"), [
+    (_phase_words, 'if phase in ("Failed", ""):\n    pass\n', True),
+    (_phase_words, 'done = ("Succeeded", None)\n', True),
+    (_phase_words, 'UNSET = ("", "Unknown", "None")\n', False),  # Slurm's words: one is no phase
+    (_phase_words, 'Observation(phase=CANCELLED, reason="Cancelled")\n', False),
+    (_exit_numbers, "raise typer.Exit(code=2)\n", True),
+    (_exit_numbers, "raise typer.Exit(code=EXIT_USAGE)\n", False),
+])
+def test_the_rules_see_a_copy_in_every_spelling(rule, source, flagged):
+    """The one-home rules are only as good as what they find: the spellings a copy hides in."""
+    assert bool(rule(ast.parse(source))) is flagged

@@ -124,16 +124,24 @@ def _lab_file(root: Path, plan: MigrationPlan, roots: list[str], shared: list[st
                       "review profiles, images and cluster settings")
 
 
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
 def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None:
     rel = path.relative_to(root).as_posix()
     try:  # the lab's reader: a regular file of bounded size, strict JSON
         data = load_json(path, rel).data
     except LoadFailed as exc:
-        raise UsageError(f"{rel}: cannot read the lock: {exc.problem.message}",
+        raise UsageError(f"{exc.problem.location()}: cannot read the lock: {exc.problem.message}",
                          hint="fix or delete it, then run tp migrate again") from None
+    recipe = data.get("recipe", {}) if isinstance(data, dict) else None
+    if not isinstance(recipe, dict):
+        what, where = (data, "it is") if not isinstance(data, dict) else (recipe, "its `recipe` is")
+        raise UsageError(f"{rel}: cannot read the lock: {where} a JSON {_JSON_KINDS.get(type(what), 'value')}, "
+                         "not an object", hint="a recipe lock is a JSON object whose `recipe` is one too; fix or "
+                                               "delete it, then run tp migrate again")
     if data.get("apiVersion") not in LEGACY_LOCK_APIS:
         return
-    recipe = data.get("recipe", {})
     data["apiVersion"] = RECIPE_LOCK_API
     if "manifest_digest" in recipe:
         recipe["digest"] = bundle_digest(recipe["manifest_digest"])

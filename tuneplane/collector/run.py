@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from tuneplane.collector import sources, tfevents
 from tuneplane.collector.sources import Point, Source
-from tuneplane.runtime.files import write_text_atomic
+from tuneplane.runtime.files import atomic_write
 
 STATE_DIR = ".tuneplane"
 STATE_FILE = "collector-state.json"
@@ -134,7 +134,7 @@ class Collector:
 
     def save(self) -> None:
         data = {"version": 1, "files": {name: t.to_json() for name, t in sorted(self.files.items())}}
-        write_text_atomic(Path(self.state_path), json.dumps(data, indent=0))
+        atomic_write(Path(self.state_path), json.dumps(data, indent=0))
 
     def count(self, why: str, where: str = "", detail: str = "") -> None:
         self.counts[why] = self.counts.get(why, 0) + 1

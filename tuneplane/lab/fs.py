@@ -8,8 +8,10 @@ reviewed, written by the bot, or shipped must be the file itself). The size is c
 open and again with `fstat`, and at most limit+1 bytes are read. Each refusal is a LoadFailed carrying
 a Problem that names the file.
 
-Writing (`atomic_write`): a temp file in the same directory, fsync, then `os.replace`; a folder filled
-under another name goes into place whole (`publish_dir`). The job side's writer is `runtime.files`.
+Writing (`atomic_write`, `publish_dir`: `runtime.files`, the one writer both sides use): a temp file
+in the same directory, fsync, then `os.replace`; a folder filled under another name goes into place
+whole. Here too: a commit's worth of files at one sync (`atomic_write_all`) and a new file that never
+replaces one (`write_new`).
 
 Finding the lab (`find_lab_root`) lives here too, so a command that only needs the root (an idle
 `tp bot` run) imports neither the models nor the YAML readers.
@@ -27,6 +29,9 @@ from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.problems import Problem
+from tuneplane.runtime.files import atomic_write as atomic_write  # the one writer, re-exported
+from tuneplane.runtime.files import publish_dir as publish_dir
+from tuneplane.runtime.files import staged
 
 LAB_FILE = "tuneplane.yaml"
 LEGACY_LAB_FILE = "starforge.yaml"
@@ -227,35 +232,12 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def file_mode(path: Path) -> int:
-    """The mode an ordinary new file would get (0666 less the umask), or the existing file's mode."""
-    try:
-        return os.stat(path).st_mode & 0o777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
-def atomic_write(path: Path, text: str | bytes, mode: int | None = None) -> None:
-    """Temp file in the same directory, fsync, `os.replace`: readers see the old or the new file.
-    `mode` (0o600 for a secret) is set before a byte is written; by default the file keeps its mode."""
-    tmp = _staged(path, text, mode)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_new(path: Path, content: str | bytes) -> None:
     """`content` as a new file at `path`, whole or not at all, and never over a file that is there, even
     one that appeared since the caller looked: staged beside it, then hard-linked to the name, which
     fails if the name is taken (an exclusive create where the file system has no hard links).
     FileExistsError when it is taken; the mode is that of any new file (0666 less the umask)."""
-    import errno  # lazy: only a command that makes a file beside a person's files needs it
-
-    tmp = _staged(path, content, None)
+    tmp = staged(path, content, None)
     try:
         try:
             os.link(tmp, path)
@@ -268,47 +250,19 @@ def write_new(path: Path, content: str | bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def publish_dir(staged: Path, target: Path) -> None:
-    """Move a folder filled under another name (`staged`, beside `target`) into place in one rename.
-    `target` must not exist: a caller that replaces one removes it first (a run's work tree), one that
-    must not (a new experiment) has refused already."""
-    os.replace(staged, target)
-
-
 def atomic_write_all(files: Mapping[Path, str]) -> None:
     """Many files at one durability cost: each staged beside its target, one `sync`, then the renames.
     A reader (or a process killed half way) sees each file old or new, never half written; a failure
     before the renames leaves every target as it was."""
-    staged: list[tuple[str, Path]] = []
+    moves: list[tuple[str, Path]] = []
     try:
         for path, text in files.items():
-            staged.append((_staged(path, text, None, sync=False), path))
-        if staged:
+            moves.append((staged(path, text, None, sync=False), path))
+        if moves:
             os.sync()
-        for tmp, path in staged:
+        for tmp, path in moves:
             os.replace(tmp, path)
-        staged = []
+        moves = []
     finally:
-        for tmp, _path in staged:
+        for tmp, _path in moves:
             Path(tmp).unlink(missing_ok=True)
-
-
-def _staged(path: Path, text: str | bytes, mode: int | None, sync: bool = True) -> str:
-    """`text` (or bytes) in a new temporary file beside `path` (its mode `mode`, else `path`'s), flushed
-    to disk."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # lazy: tempfile (and shutil, bz2, lzma with it) is 3 % of `tp validate`, which writes nothing
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, file_mode(path) if mode is None else mode)  # mkstemp makes 0600; a lab file is shared
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text if isinstance(text, bytes) else text.encode("utf-8"))
-            if sync:
-                fh.flush()
-                os.fsync(fh.fileno())  # the rename must not land before the bytes do
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp

@@ -19,7 +19,7 @@ from tuneplane.constants import OUT_DIR_ENV
 from tuneplane.lifecycle.benchmark_common import BenchError, Settings, SuiteScore, warn
 from tuneplane.lifecycle.benchmark_results import RESULT_PATTERNS, new_files, read_scores, snapshot
 from tuneplane.lifecycle.flatconfig import BOOLS, load_config
-from tuneplane.runtime.files import write_text_atomic
+from tuneplane.runtime.files import atomic_write
 
 PROG = "python -m tuneplane.lifecycle.benchmark_eval"
 EVAL_PYTHON_ENV = "TUNEPLANE_EVAL_PYTHON"  # the interpreter that has the runner installed
@@ -274,7 +274,7 @@ def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_f
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """A reader sees the old report or the new one, never half."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def format_table(scores: Mapping[str, SuiteScore]) -> str:

@@ -37,7 +37,7 @@ from tuneplane.lifecycle.answers import normalise
 from tuneplane.lifecycle.outputs import output_dir
 from tuneplane.lifecycle.trl_export import load_model as load_checkpoint
 from tuneplane.lifecycle.trl_export import load_tokenizer
-from tuneplane.runtime.files import write_text_atomic
+from tuneplane.runtime.files import atomic_write
 
 ANSWER_KEYS = ("answer", "solution", "ground_truth")
 _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -231,7 +231,7 @@ def main() -> int:
         "metrics": metrics,
         "seconds": round(time.monotonic() - started, 3),
     }
-    write_text_atomic(report_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    atomic_write(report_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(json.dumps(metrics, sort_keys=True), file=sys.stderr)
     return 0
 

@@ -13,13 +13,20 @@ from typing import Any, cast
 
 from tuneplane.backends.kubernetes.apply import RUN_LABEL
 from tuneplane.backends.kubernetes.client import JOBSET, POD, RAYJOB, Kind, Rest
-from tuneplane.backends.kubernetes.types import ContainerStateTerminated, ContainerStatus, JobObject, Pod
+from tuneplane.backends.kubernetes.types import (
+    POD_FAILED,
+    POD_SUCCEEDED,
+    ContainerStateTerminated,
+    ContainerStatus,
+    JobObject,
+    Pod,
+)
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
-POD_ENDED = frozenset({"Succeeded", "Failed"})  # Kubernetes' pod phases (a pod is never Cancelled)
+POD_ENDED = frozenset({POD_SUCCEEDED, POD_FAILED})  # Kubernetes' pod phases (a pod is never Cancelled)
 
 
 def find_pods(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod]:

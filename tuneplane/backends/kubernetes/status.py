@@ -26,7 +26,15 @@ from tuneplane.backends.kubernetes.pods import (
     pod_problem,
     termination_line,
 )
-from tuneplane.backends.kubernetes.types import Condition, JobObject, Pod, Secret
+from tuneplane.backends.kubernetes.types import (
+    CONDITION_FAILED,
+    DEPLOYMENT_FAILED,
+    POD_RUNNING,
+    Condition,
+    JobObject,
+    Pod,
+    Secret,
+)
 from tuneplane.constants import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, observed_phase
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
@@ -64,8 +72,8 @@ def _job_state(obj: JobObject) -> _State:
             started_at=started,
             finished_at=status.get("completionTime") or _ltt(conds["Complete"]),
         )
-    if "Failed" in conds:
-        failed = conds["Failed"]
+    if CONDITION_FAILED in conds:
+        failed = conds[CONDITION_FAILED]
         return _State(FAILED, failed.get("reason", ""), failed.get("message", ""), started, _ltt(failed))
     if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
         return _State(PENDING, started_at=started, suspended=True)
@@ -78,8 +86,8 @@ def _jobset_state(obj: JobObject) -> _State:
     notes = [f"the JobSet restarted {restarts} time{'s' if restarts != 1 else ''}"] if restarts else []
     if "Completed" in conds:
         return _State(SUCCEEDED, finished_at=_ltt(conds["Completed"]), notes=notes)
-    if "Failed" in conds:
-        failed = conds["Failed"]
+    if CONDITION_FAILED in conds:
+        failed = conds[CONDITION_FAILED]
         return _State(
             FAILED, failed.get("reason", ""), failed.get("message", ""), None, _ltt(failed), notes=notes
         )
@@ -109,7 +117,7 @@ def _rayjob_state(obj: JobObject) -> _State:
         return _State(
             phase, reason or (job_status.title() if phase != SUCCEEDED else ""), message, started, ended
         )
-    if deployment in {"Failed", "ValidationFailed"}:
+    if deployment in {DEPLOYMENT_FAILED, "ValidationFailed"}:
         return _State(
             FAILED,
             reason or deployment,
@@ -200,7 +208,7 @@ def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: b
 
 def _progress(state: _State, pods: list[Pod]) -> Observation:
     """Pending or Running: say why a run is not making progress, when a pod shows it."""
-    if state.pods_decide and (state.running_hint or any(pod_phase(p) == "Running" for p in pods)):
+    if state.pods_decide and (state.running_hint or any(pod_phase(p) == POD_RUNNING for p in pods)):
         state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
     problem = pod_problem(pods)

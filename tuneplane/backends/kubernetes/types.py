@@ -7,7 +7,16 @@ they come from the rendered manifests.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Final, TypedDict
+
+# Kubernetes' own words, as its objects spell them. Some read like our run phases (`constants.RUNNING`,
+# `constants.FAILED`) but are another system's: a pod's `status.phase`, a Job or JobSet condition's
+# `type`, a RayJob's `jobDeploymentStatus`. They are spelled here alone (tests/test_code_quality.py).
+POD_RUNNING: Final = "Running"
+POD_SUCCEEDED: Final = "Succeeded"
+POD_FAILED: Final = "Failed"
+CONDITION_FAILED: Final = "Failed"
+DEPLOYMENT_FAILED: Final = "Failed"
 
 
 class OwnerReference(TypedDict, total=False):
