@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import import_module
 
+import pytest
 import typer
 
 from tuneplane.cli.app import build_app
@@ -69,3 +71,35 @@ def test_tp_does_not_import_pydantic_s_plugin_loader_unless_plugins_are_wanted(t
     out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True,
                          env={**env, "PYDANTIC_DISABLE_PLUGINS": ""}).stdout
     assert "METADATA True" in out, out
+
+
+def _with_stdout(argv: list[str], stdout: int, cwd) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *argv], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd, timeout=120, check=False)
+
+
+COMMANDS_THAT_PRINT = [["tuneplane", "--help"], ["tuneplane", "methods"], ["tuneplane.launcher", "--help"]]
+
+
+@pytest.mark.parametrize("argv", COMMANDS_THAT_PRINT, ids=" ".join)
+def test_a_reader_that_went_away_ends_the_command_quietly(argv, tmp_path):
+    """`tp methods | head -1`: the reader has what it wanted and closed the pipe; the command ends
+    without a traceback or a "bug in tp" (the read end is closed before it starts, so the first write
+    fails every time)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = _with_stdout(argv, write, tmp_path)
+    finally:
+        os.close(write)
+    assert done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("argv", COMMANDS_THAT_PRINT, ids=" ".join)
+def test_a_full_disk_under_the_output_is_said_in_one_line(argv, tmp_path):
+    with open("/dev/full", "w") as full:
+        done = _with_stdout(argv, full.fileno(), tmp_path)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and "bug in tp" not in done.stderr

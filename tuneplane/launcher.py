@@ -35,6 +35,7 @@ from tuneplane import __version__, plugins
 from tuneplane.constants import CONFIG_ERROR_EXIT, NAME_PATTERN, WORK_DIR_ENV
 from tuneplane.runtime.digest import DigestError, tree_digest
 from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
+from tuneplane.runtime.streams import print_or_quit
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
@@ -430,8 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     if args[:1] in (["-h"], ["--help"]):
-        print(__doc__)
-        return 0
+        return print_or_quit(__doc__ or "", "tuneplane-launch")
     try:
         spec, entry, ranks = _prepare(args, _emit)
     except LaunchError as exc:

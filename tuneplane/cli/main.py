@@ -84,13 +84,30 @@ def _guarded(call: Callable[[], int]) -> int:
     except Exception as exc:
         if os.environ.get("TUNEPLANE_DEBUG"):
             raise
-        missing = _missing_dependency(exc)
-        if missing:
+        missing = _missing_dependency(exc) or _no_output(exc)
+        if missing is not None:
             sys.stderr.write(missing)
             return EXIT_PROBLEMS
         sys.stderr.write(f"internal error: {type(exc).__name__}: {exc}\n"
                          "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it\n")
         return EXIT_INTERNAL
+
+
+def _no_output(exc: Exception) -> str | None:
+    """What to say when the machine, not tp, stopped the command: nothing when standard output's reader
+    went away (`tp ls | head`), the words for a full disk. None for anything else."""
+    # lazy: only a failed write needs it
+    from tuneplane.runtime.streams import NO_SPACE, quiet_stdout, stdout_closed
+
+    if stdout_closed(exc):
+        return ""
+    if not isinstance(exc, OSError) or exc.errno not in NO_SPACE:
+        return None
+    if exc.filename:
+        return f"error: {exc.strerror} writing {exc.filename}\n  hint: free some space and run the command again\n"
+    quiet_stdout()  # a stream without a file name: tp's own output, which the exit would flush again
+    return f"error: cannot write tp's output: {exc.strerror or exc}\n"
+
 
 
 def _missing_dependency(exc: Exception) -> str:
