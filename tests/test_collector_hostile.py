@@ -389,3 +389,38 @@ def test_an_unreachable_receiver_does_not_hold_the_restart_back(tmp_path: Path, 
         env["TUNEPLANE_JOB_ENDPOINT"] = f"http://127.0.0.1:{sock.getsockname()[1]}"
         assert collector.collect_before(env, 30) is True
     assert passes == [30]
+
+
+def test_a_spill_file_is_adopted_only_on_its_host_once_its_writer_is_gone(tmp_path: Path) -> None:
+    """On NFS (nolock, local_lock) and Lustre (localflock) a lock is node-local: another node's live
+    overflow file can be locked here. So the name carries host and pid, and a file is adopted only when
+    it is this host's, its pid is gone, and its lock is free; a name from before the host part goes by
+    its lock alone, as before."""
+    import fcntl
+
+    from tuneplane.collector.run import adopt_orphans
+    from tuneplane.report._spill import host_tag, owner_of, spill_name
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    dead = int(gone.stdout)
+    here = host_tag()
+    assert here and "/" not in here and owner_of(spill_name("r0", 7, "ab" * 8)) == (7, here)
+    folder = tmp_path / ".tuneplane"
+    folder.mkdir()
+    names = {"dead_here": spill_name("r0", dead, "a" * 16), "live_here": spill_name("r0", os.getpid(), "b" * 16),
+             "dead_elsewhere": f"report-spill-rank1-{dead}-{'c' * 16}-h{here}x-node.jsonl",
+             "old_free": f"report-spill-r0-{dead}-{'d' * 16}.jsonl", "old_held": f"report-spill-r0-1-{'e' * 16}.jsonl"}
+    for name in names.values():
+        (folder / name).write_text("[1, 0, {\"loss\": 1.0}]\n")
+    held = os.open(folder / names["old_held"], os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        adopt_orphans(str(folder))
+    finally:
+        os.close(held)
+    left = {path.name for path in folder.iterdir()}
+    for kind, name in names.items():
+        adopted = kind in ("dead_here", "old_free")
+        assert (name.replace("report-spill-", "report-unsent-", 1) in left) is adopted, (kind, sorted(left))
+        assert (name in left) is not adopted, (kind, sorted(left))
