@@ -353,3 +353,74 @@ def test_offsets_of_removed_event_files_leave_the_state(receiver: IngestServer, 
     assert sorted(state["files"]) == ["tensorboard:tb/events.out.tfevents.1.c"]
     assert collect(env)["collected_points"] == 0  # the file still there is not read again
     assert {key: got["count"] for key, got in summary(receiver.store.path, RUN).items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def test_an_unreachable_receiver_does_not_hold_the_restart_back(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the trainer starts, an earlier attempt's leftovers go up only when the receiver answers:
+    while it is down the pass (30 s of retries) is skipped with one line, and the files stay for the
+    pass after the job."""
+    import socket
+
+    import tuneplane.collector as collector
+
+    out = tmp_path / "out"
+    (out / ".tuneplane").mkdir(parents=True)
+    left = out / ".tuneplane" / "report-unsent-1.jsonl"
+    left.write_text('{"step": 1, "values": {"loss": 1.0}}\n')
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{port}",
+           "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN), "TUNEPLANE_OUT_DIR": str(out)}
+    passes: list[float] = []
+    monkeypatch.setattr(collector, "_last_pass", lambda env, timeout: passes.append(timeout) or True)
+    assert collector.collect_before(env, 30) is False
+    assert passes == [] and left.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unreachable" in err and f"127.0.0.1:{port}" in err, err
+    for endpoint in ("", "not a url", "http://[::1"):  # no host, or one that does not parse: said, not raised
+        env["TUNEPLANE_JOB_ENDPOINT"] = endpoint
+        assert collector.collect_before(env, 30) is False
+        assert "unreachable" in capsys.readouterr().err
+    with socket.socket() as sock:  # a receiver that answers: the pass runs, with the whole timeout
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        env["TUNEPLANE_JOB_ENDPOINT"] = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        assert collector.collect_before(env, 30) is True
+    assert passes == [30]
+
+
+def test_a_spill_file_is_adopted_only_on_its_host_once_its_writer_is_gone(tmp_path: Path) -> None:
+    """On NFS (nolock, local_lock) and Lustre (localflock) a lock is node-local: another node's live
+    overflow file can be locked here. So the name carries host and pid, and a file is adopted only when
+    it is this host's, its pid is gone, and its lock is free; a name from before the host part goes by
+    its lock alone, as before."""
+    import fcntl
+
+    from tuneplane.collector.run import adopt_orphans
+    from tuneplane.report._spill import host_tag, owner_of, spill_name
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    dead = int(gone.stdout)
+    here = host_tag()
+    assert here and "/" not in here and owner_of(spill_name("r0", 7, "ab" * 8)) == (7, here)
+    folder = tmp_path / ".tuneplane"
+    folder.mkdir()
+    names = {"dead_here": spill_name("r0", dead, "a" * 16), "live_here": spill_name("r0", os.getpid(), "b" * 16),
+             "dead_elsewhere": f"report-spill-rank1-{dead}-{'c' * 16}-h{here}x-node.jsonl",
+             "old_free": f"report-spill-r0-{dead}-{'d' * 16}.jsonl", "old_held": f"report-spill-r0-1-{'e' * 16}.jsonl"}
+    for name in names.values():
+        (folder / name).write_text("[1, 0, {\"loss\": 1.0}]\n")
+    held = os.open(folder / names["old_held"], os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        adopt_orphans(str(folder))
+    finally:
+        os.close(held)
+    left = {path.name for path in folder.iterdir()}
+    for kind, name in names.items():
+        adopted = kind in ("dead_here", "old_free")
+        assert (name.replace("report-spill-", "report-unsent-", 1) in left) is adopted, (kind, sorted(left))
+        assert (name in left) is not adopted, (kind, sorted(left))

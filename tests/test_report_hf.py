@@ -224,3 +224,60 @@ def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps
     assert [s for s, _ in series(server.store.path, "run-ep", "train/loss")] == steps
     assert [s for s, _ in series(server.store.path, "run-ep", "eval/loss")] == steps
     assert [s for s, _ in series(server.store.path, "run-ep", "train/train_loss")] == steps[-1:]
+
+
+OOM_RERUN = SETUP + DATA + r"""
+from transformers import TrainerCallback
+class OutOfMemoryOnce(TrainerCallback):
+    # What accelerate's find_executable_batch_size takes for an out-of-memory error: the Trainer
+    # halves the batch and runs its training loop again, from step 0 (on_train_begin again).
+    raised = False
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2 and not self.raised:
+            OutOfMemoryOnce.raised = True
+            raise RuntimeError("CUDA out of memory.")
+        return control
+trainer = Trainer(model=model, args=TrainingArguments(**{**common, "auto_find_batch_size": True}),
+                  train_dataset=Data(), eval_dataset=Data(), callbacks=[callback, OutOfMemoryOnce()])
+trainer.train()
+assert OutOfMemoryOnce.raised and trainer._train_batch_size < 4, trainer._train_batch_size  # it reran
+import json
+print("losses", json.dumps([h["loss"] for h in trainer.state.log_history if "loss" in h]))
+"""
+
+
+def test_the_same_trainer_rerunning_its_loop_keeps_its_own_steps(tmp_path: Path) -> None:
+    """auto_find_batch_size reruns the training loop (and on_train_begin) after an out-of-memory
+    error: that is the same training redone, so its steps stay 1..4, not continued to 3..6."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    server, _ = run_trainer(tmp_path, OOM_RERUN, "run-oom")
+    stored = series(server.store.path, "run-oom", "train/loss")
+    assert [step for step, _ in stored] == [1, 2, 3, 4]
+
+
+def test_a_trainer_is_known_by_its_arguments_object() -> None:
+    """The callback's own rule, with duck-typed events: a new arguments object continues the steps,
+    the same one beginning again at 0 (or with no arguments at all, the same callback) does not."""
+    from types import SimpleNamespace
+
+    import tuneplane.report as report
+    from tuneplane.report._callback import TunePlaneCallback, forget_steps
+
+    forget_steps()
+    try:
+        first, second = SimpleNamespace(), SimpleNamespace()
+        callback = TunePlaneCallback(monitor_hardware=False)
+        steps: list[int] = []
+        callback._started = True  # no session: only the steps are looked at
+        original, report.log = report.log, lambda logs, step=None, prefix="": steps.append(step)
+        try:
+            for args in (first, first, second, None, None):
+                callback.on_train_begin(args, SimpleNamespace(global_step=0))
+                for step in (1, 2):
+                    callback.on_log(args, SimpleNamespace(global_step=step), logs={"loss": 1.0})
+        finally:
+            report.log = original
+        assert steps == [1, 2, 1, 2, 3, 4, 5, 6, 5, 6]
+    finally:
+        forget_steps()

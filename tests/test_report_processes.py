@@ -142,8 +142,10 @@ def test_a_trainers_own_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
     assert rows(tmp_path / "ingest.sqlite") == {"loss": (1, 1)}  # its sys.exit runs the exit-time finish
 
 
-def test_pool_workers_terminated_by_the_pool_still_deliver(tmp_path: Path) -> None:
-    """multiprocessing's Pool ends its (spawned) workers with SIGTERM as its `with` block closes."""
+def test_pool_workers_closed_and_joined_deliver(tmp_path: Path) -> None:
+    """Pool workers that leave as `close()` + `join()` end them finish on their way out. (A `with`
+    block's terminate() kills them with the default action, as without tuneplane: see
+    tests/test_report_processes_sigterm.py for why a worker catches no SIGTERM.)"""
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     script = tmp_path / "pool.py"
     script.write_text(textwrap.dedent("""
@@ -152,8 +154,10 @@ def test_pool_workers_terminated_by_the_pool_still_deliver(tmp_path: Path) -> No
         r.log({f"worker{i}": float(i)}, step=i)
         return i
     if __name__ == "__main__":
-        with mp.get_context("spawn").Pool(2) as pool:
-            assert pool.map(work, range(2), chunksize=1) == [0, 1]
+        pool = mp.get_context("spawn").Pool(2)
+        assert pool.map(work, range(2), chunksize=1) == [0, 1]
+        pool.close()
+        pool.join()
     """))
     try:
         port = int(server.url.rsplit(":", 1)[1])

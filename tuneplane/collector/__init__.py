@@ -13,12 +13,15 @@ backend runs a last pass after the job as well (`collect_after`). The declaratio
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from tuneplane.constants import (
     JOB_ENABLED,
+    JOB_ENDPOINT,
     JOB_TOKEN,
     METRICS_NATIVE_ENV,
     NODE_RANK_ENV,
@@ -33,6 +36,7 @@ DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
 # Set by the launcher that collects for the job (`claim`), for what it starts next: torchrun's and
 # accelerate's ranks re-enter the launcher with RANK set, and rank 0's must not collect a second time.
 RUNNING_ENV = "TUNEPLANE_COLLECTOR_PID"
+PROBE_SECONDS = 2.0  # how long `collect_before` waits to connect before it leaves the files for later
 
 
 def uploads(env: Mapping[str, str]) -> bool:
@@ -136,7 +140,29 @@ def collect_before(env: Mapping[str, str], timeout: float = 30.0) -> bool:
     out = _reporting_out_dir(env)
     if not out or not leftovers(out):
         return False
+    problem = _unreachable(env.get(JOB_ENDPOINT, "").strip(), min(PROBE_SECONDS, timeout))
+    if problem:
+        # Waiting out the whole pass would hold every restart back while the receiver is down.
+        print(f"tuneplane.collector: an earlier attempt's unsent points stay in {out}/.tuneplane for the "
+              f"pass after the job: the receiver is unreachable ({problem})", file=sys.stderr, flush=True)
+        return False
     return _last_pass(env, timeout)
+
+
+def _unreachable(endpoint: str, timeout: float) -> str:
+    """Why no TCP connection to `endpoint` opens within `timeout` seconds, or '' when one does."""
+    try:
+        parts = urlsplit(endpoint)
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        return f"endpoint {endpoint!r}: {exc}"
+    if not host:
+        return f"endpoint {endpoint!r} names no host"
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return ""
+    except OSError as exc:
+        return f"{host}:{port}: {exc.strerror or type(exc).__name__}"
 
 
 def _reporting_out_dir(env: Mapping[str, str]) -> str:

@@ -371,14 +371,24 @@ def state_dir_problem(out_dir: str) -> str | None:
 
 def adopt_orphans(folder: str) -> None:
     """The overflow files (`report-spill-*`) of processes that were killed, which never renamed them
-    `report-unsent-*`, become unsent files: a file is a killed process's once its lock can be taken
-    (`tuneplane.report._spill.hold`; a live writer, or a child it forked, holds it). Lines it had
-    delivered are sent again, which the receiver's upsert on (run, key, step) stores once."""
+    `report-unsent-*`, become unsent files: a file is a killed process's when it was written on this
+    host, its pid is gone, and its lock can be taken (`tuneplane.report._spill.hold`; a live writer,
+    or a child it forked, holds it). A lock alone is not enough: on NFS (`nolock`, `local_lock`) and
+    Lustre (`localflock`) it is node-local, so another node's live file looks free. A file named
+    before the host part (an older SDK) is adopted by its lock alone, as that SDK's collector did.
+    Lines it had delivered are sent again, which the receiver's upsert on (run, key, step) stores once."""
+    # lazy: the report package's naming rule, loaded only when there are spill files to look at
+    from tuneplane.report._spill import host_tag, owner_of
+
     try:
         names = sorted(n for n in os.listdir(folder) if n.startswith(SPILL_PREFIX) and n.endswith(".jsonl"))
     except OSError:
         return
+    here = host_tag() if names else ""
     for name in names:
+        owner = owner_of(name)
+        if owner is not None and owner[1] and (owner[1] != here or _alive(owner[0])):
+            continue  # another host's (its lock here proves nothing), or its writer's pid lives
         path = os.path.join(folder, name)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -392,6 +402,19 @@ def adopt_orphans(folder: str) -> None:
             pass  # held: its writer lives
         finally:
             os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this host (one of another user's included)."""
+    if pid <= 0:
+        return True  # not a pid a writer had: take no chance
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists
+        return True
+    return True
 
 
 def follow(collector: Collector, interval: float, should_stop: Callable[[], bool],

@@ -25,7 +25,7 @@ from tuneplane.constants import JOB_ENABLED, JOB_TOKEN
 from tuneplane.report._callback import TunePlaneCallback, forget_steps
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from tuneplane.report._core import Session
 
@@ -41,6 +41,8 @@ _last_stats: dict[str, Any] = {}
 _orphans: list[Any] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
 _atexit_registered = False
 _closing: Session | None = None  # the session finish() is draining (see `_sigterm`)
+_term_pending = False  # a SIGTERM came during that drain: finish() ends the process as it returns
+CHAINED_FLUSH = 2.0  # seconds a chained SIGTERM handler waits for what is queued to go out
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -> None:
@@ -188,10 +190,11 @@ def finish(timeout: float | None = None) -> None:
     """Stop reporting: drain for at most `timeout` seconds (default 5, `TUNEPLANE_REPORT_FINISH_TIMEOUT`)
     and print to stderr what could not be delivered. Idempotent; also runs at interpreter exit."""
     global _session, _decided, _finished, _last_stats, _closing
-    s = _session
+    # One statement with no call in it: a signal handler cannot run between the read and the claim.
+    s, _session, _closing = _session, None, _session
     if s is None:
         return
-    _session, _decided, _finished, _closing = None, False, True, s
+    _decided, _finished = False, True
     try:
         s.close(timeout)
         _last_stats = s.stats()
@@ -199,6 +202,8 @@ def finish(timeout: float | None = None) -> None:
         _say(f"finish() failed: {type(exc).__name__}: {exc}")
     finally:
         _closing = None
+        if _term_pending:
+            _die_of_sigterm()  # a SIGTERM came while this finish() drained: it ends the process now
 
 
 def lifecycle(event: str, timeout: float = 5.0) -> bool:
@@ -318,7 +323,7 @@ def _quiet_conversions() -> None:
 
 
 def _catch_sigterm() -> None:
-    """A job told to stop (a pod deleted or preempted, `Pool.terminate()`, torchrun's agent) gets
+    """A job told to stop (a pod deleted or preempted, torchrun's agent) gets
     SIGTERM, whose default action skips the exit-time `finish()`: what was queued was lost. Where the
     process left SIGTERM at its default, it first drains (bounded, leaving the rest in the out dir
     for the collector) and then dies of the signal as before. A handler of the trainer's own is kept."""
@@ -328,6 +333,13 @@ def _catch_sigterm() -> None:
 
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set a handler; a thread's init() leaves SIGTERM as it is
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.parent_process() is not None:
+        # A multiprocessing child (a Pool worker) is terminated while its main thread waits on a
+        # lock only the parent releases; CPython runs a Python-level handler between bytecodes, so
+        # a SIGTERM landing just before that wait is never handled and the Pool hangs for good.
+        # It keeps the default action; a child that exits normally still finishes (`_finish_in_worker`).
+        return
     try:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
@@ -337,20 +349,66 @@ def _catch_sigterm() -> None:
 
 
 def _sigterm(signum: int, frame: Any) -> None:
+    """Runs in the main thread, between any two of its bytecodes: maybe inside the session's own
+    locks (log(), flush(), a finish()). So it never takes them here: the drain runs on a fresh
+    thread joined with a timeout, and the process then dies of the signal whatever that drain did."""
+    # lazy: only a process that reports needs them
+    import signal
+
+    global _term_pending
+    try:
+        ours = signal.getsignal(signal.SIGTERM) is _sigterm
+    except ValueError:
+        ours = False
+    if not ours:
+        # A handler installed after init() chained to us (Lightning's signal connector, SLURM
+        # requeue): the stop is its to make. Send what is queued, bounded, and return.
+        _bounded(flush, CHAINED_FLUSH, CHAINED_FLUSH + 0.5)
+        return
+    if _closing is not None:
+        # finish() (the exit-time one, a worker's exit hook) is draining below this frame: a second
+        # one would wait on its locks for good. It ends the process as it returns (bounded).
+        _term_pending = True
+        return
+    s = _session
+    drain = s.config.finish_timeout if s is not None else 0.0
+    _bounded(finish, drain, drain + 1.0)
+    _die_of_sigterm()
+
+
+def _bounded(call: Callable[[float], Any], timeout: float, wait: float) -> None:
+    """`call(timeout)` on a fresh daemon thread, waited for at most `wait` seconds."""
+    # lazy: only a process that reports needs it
+    import threading
+
+    try:
+        worker = threading.Thread(target=_quietly, args=(call, timeout), name="tuneplane-sigterm", daemon=True)
+        worker.start()
+        worker.join(wait)
+    except Exception:  # no thread could start (interpreter shutdown): die without the drain
+        pass
+
+
+def _quietly(call: Callable[[float], Any], timeout: float) -> None:
+    # lazy: only a process that reports needs it (loaded with the session already)
+    from tuneplane.report._sender import block_sigterm
+
+    block_sigterm()
+    call(timeout)
+
+
+def _die_of_sigterm() -> None:
+    """The default action, so the exit status says SIGTERM; as PID 1 the kernel ignores that, so
+    the process exits 143 itself rather than train on with reporting finished."""
     # lazy: only a process that reports needs it
     import signal
 
     try:
-        closing = _closing
-        if closing is not None and closing.final_stats is None:
-            # The signal came while finish() (the exit-time one, say) drained: drain on here, since
-            # the interrupted finish() never resumes.
-            closing.close(None)
-        else:
-            finish()
-    finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # the default action: the exit status says SIGTERM
+    except ValueError:
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(128 + signal.SIGTERM)
 
 
 def _start_monitor(session: Session) -> None:
@@ -364,10 +422,16 @@ def _start_monitor(session: Session) -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child starts undecided and sends its own points; the parent's queue stays the parent's."""
-    global _session, _decided, _finished, _closing
+    global _session, _decided, _finished, _closing, _term_pending
     if _session is not None:
         _orphans.append(_session)
-    _session, _decided, _finished, _closing = None, False, False, None
+    _session, _decided, _finished, _closing, _term_pending = None, False, False, None, False
+    signals = sys.modules.get("signal")
+    try:  # the child decides for itself at its own init() (see `_catch_sigterm`)
+        if signals is not None and signals.getsignal(signals.SIGTERM) is _sigterm:
+            signals.signal(signals.SIGTERM, signals.SIG_DFL)
+    except (ValueError, OSError):
+        pass
 
 
 def _reset() -> None:

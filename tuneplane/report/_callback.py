@@ -17,8 +17,12 @@ process exit within the SDK's drain time.
 
 A second training in the same process (a second Trainer, or `train()` again) starts its steps
 again at 0, and the receiver keeps one value per key and step: its points would replace the first
-training's. So a training that begins below the highest step already reported in this process
-continues from there (as wandb's own step counter does), and its evaluations and predictions with it.
+training's. So a different Trainer's training that begins below the highest step already reported
+in this process continues from there (as wandb's own step counter does), and its evaluations and
+predictions with it. The same Trainer beginning again (`auto_find_batch_size` reruns its training
+loop after an out-of-memory error; `train()` once more) keeps its own steps: it redoes them. A
+Trainer is known by its arguments object (the `args` every event gets), or by the callback when
+there is none.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from typing import Any
 
 FLUSH_AT_TRAIN_END = 5.0  # seconds; what is left is still sent by the exit-time finish()
 _highest = [0]  # the highest step any callback reported in this process
+# The arguments object of the Trainer that last began training. Held, not its id(): an id is reused
+# once the object is freed. A few hundred bytes; the model is never held.
+_owner: list[Any] = [None]
 
 
 class TunePlaneCallback:
@@ -40,8 +47,11 @@ class TunePlaneCallback:
         self._base = 0  # added to the trainer's global step (see the module's docstring)
 
     def on_train_begin(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
-        start = _step_of(state)
-        self._base = _highest[0] - start if _highest[0] > start else 0
+        owner = args if args is not None else self
+        if owner is not _owner[0]:  # a different Trainer: it continues the process's steps
+            start = _step_of(state)
+            self._base = _highest[0] - start if _highest[0] > start else 0
+            _owner[0] = owner
         self._start(args)
         return control
 
@@ -89,6 +99,7 @@ class TunePlaneCallback:
 def forget_steps() -> None:
     """Start the process's step count over (`tuneplane.report._reset`: tests, long-lived tools)."""
     _highest[0] = 0
+    _owner[0] = None
 
 
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:

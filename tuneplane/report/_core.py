@@ -33,7 +33,7 @@ from tuneplane.report._queued import (
     unqueue,
 )
 from tuneplane.report._rows import Entry, Record, cost_of, make_entry, points_of, take
-from tuneplane.report._spill import Spill
+from tuneplane.report._spill import Spill, spill_name
 from tuneplane.report._values import hparams_payload, to_record
 
 MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
@@ -106,8 +106,8 @@ class Session:
             self.notes_later.append(f"{why}: what does not fit in memory waits in {folder}")
         # `rank<N>` when every rank reports: the collector then keeps the rank in the keys it uploads
         rank = f"rank{self.config.rank}" if self.config.all_ranks else f"r{self.config.rank}"
-        name = f"report-spill-{rank}-{self.pid}-{self.session_id}.jsonl"
-        return Spill(os.path.join(folder, name), self.config.spill_bytes, self.entry)
+        return Spill(os.path.join(folder, spill_name(rank, self.pid, self.session_id)), self.config.spill_bytes,
+                     self.entry)
 
     def start(self) -> None:
         # lazy: keeps import tuneplane.report to a few ms in every training process

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tuneplane.report._sender import block_sigterm
+
 OWNER_ENV = "TUNEPLANE_REPORT_MONITOR_PID"
 
 
@@ -36,6 +38,7 @@ class Monitor:
         return monitor
 
     def _run(self) -> None:
+        block_sigterm()
         while not self._stop.wait(self.interval):
             try:
                 values = self.sample()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ class Batch:
     rows: bool = False  # the body is rows/1
 
 
+def block_sigterm() -> None:
+    """Called first in each of the package's threads: SIGTERM is then delivered to a thread that
+    has not blocked it, the main one, whose handler runs at once even while it waits in a lock or a
+    queue; delivered to this thread instead, a waiting main thread would never run it."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):  # no POSIX signal masks here
+        pass
+
+
 class Sender(threading.Thread):
     """Drains a Session to the receiver until stopped, then drains until a deadline."""
 
@@ -67,6 +78,7 @@ class Sender(threading.Thread):
 
     # ── loop ──────────────────────────────────────────────────────────────────────────────────
     def run(self) -> None:
+        block_sigterm()
         try:
             while True:
                 self.busy = True

@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
+import socket
 import threading
 from bisect import bisect_right
 from collections.abc import Callable
@@ -32,6 +34,29 @@ except ImportError:  # not POSIX: no lock, and the collector then leaves overflo
 WRITE_BYTES = 128 * 1024  # records are written in groups of about this much of their memory budget
 
 _entry_of, _cost_of = itemgetter(0), itemgetter(1)
+
+
+SPILL_NAME = re.compile(r"report-spill-(?:r|rank)\d{1,9}-(?P<pid>\d{1,10})-[0-9a-f]{1,32}"
+                        r"(?:-h(?P<host>[A-Za-z0-9._-]{1,64}))?\.jsonl")
+
+
+def host_tag() -> str:
+    """This machine's name as a spill file carries it: letters, digits, `.`, `_`, `-` (others `_`), 64 at most."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname() or "unknown")[:64] or "unknown"
+
+
+def spill_name(rank: str, pid: int, session_id: str) -> str:
+    """`report-spill-<rank>-<pid>-<session>-h<host>.jsonl`: the collector adopts a killed process's
+    file only on the host it ran on (a lock taken on NFS or Lustre can be node-local) and only once
+    that pid is gone (`owner_of`)."""
+    return f"report-spill-{rank}-{pid}-{session_id}-h{host_tag()}.jsonl"
+
+
+def owner_of(name: str) -> tuple[int, str] | None:
+    """(pid, host) of a spill file's writer from its name; host '' for a name from before the host
+    part; None for a name that is not a spill file's."""
+    found = SPILL_NAME.fullmatch(name)
+    return (int(found.group("pid")), found.group("host") or "") if found else None
 
 
 def hold(fd: int) -> None:
