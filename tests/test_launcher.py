@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,20 @@ def write_jobspec(
     }
     (work / ".tuneplane").mkdir(exist_ok=True)
     (work / ".tuneplane" / "jobspec.json").write_text(json.dumps(spec), encoding="utf-8")
+
+
+def away_receiver_env(work: Path, secret: bytes, run: str, out: Path) -> tuple[dict[str, str], int]:
+    """A single-node rank-zero job reporting to a port nothing listens on yet (the receiver is away, and
+    a test may start one there later), retrying fast: the environment and the port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = reporting_env(work, f"http://127.0.0.1:{port}", secret, run, out,
+                        TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
+    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
+                 "TUNEPLANE_METRICS_NATIVE"):
+        env.pop(name, None)
+    return env, port
 
 
 def reporting_env(work: Path, endpoint: str, secret: bytes, run: str, out: Path, **extra: str) -> dict[str, str]:
@@ -578,7 +593,6 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Pat
     """On a cluster no backend runs after the job: the launcher (on node rank zero) uploads the
     points the SDK's `finish()` could not deliver before it exits, so none is lost to a receiver
     that was away for a while. A shell entry (custom's train.sh) and a Python one alike."""
-    import socket
     import time
 
     from tuneplane.ingest import series
@@ -591,14 +605,7 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Pat
     argv = (["sh", "-c", f"exec {shlex.quote(sys.executable)} {shlex.quote(str(work / 'trainer.py'))}"]
             if through == "shell" else [sys.executable, str(work / "trainer.py")])
     write_jobspec(work, [], argv)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = reporting_env(work, f"http://127.0.0.1:{port}", secret, run, out,
-                        TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
-    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
-                 "TUNEPLANE_METRICS_NATIVE"):
-        env.pop(name, None)
+    env, port = away_receiver_env(work, secret, run, out)
     proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     server = None
@@ -634,7 +641,6 @@ def test_an_earlier_attempts_leftovers_are_uploaded_before_the_trainer_starts(wo
     """A job restarted in the same out dir logs the steps after its checkpoint again. What the first
     attempt could not deliver was uploaded only after the second attempt, so its older values replaced
     the second attempt's at the same steps; the launcher now uploads it before the trainer starts."""
-    import socket
 
     from tuneplane.ingest import series
     from tuneplane.ingest.server import IngestServer
@@ -643,14 +649,7 @@ def test_an_earlier_attempts_leftovers_are_uploaded_before_the_trainer_starts(wo
     out = tmp_path / "out"
     out.mkdir()
     (work / "attempt.py").write_text(ATTEMPT)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = reporting_env(work, f"http://127.0.0.1:{port}", secret, run, out,
-                        TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
-    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
-                 "TUNEPLANE_METRICS_NATIVE"):
-        env.pop(name, None)
+    env, port = away_receiver_env(work, secret, run, out)
     first = subprocess.run([sys.executable, str(work / "attempt.py"), "1", "0.2"], env=env, capture_output=True,
                            text=True, timeout=60)  # the receiver is away: all ten stay in the out dir
     assert "10 point(s) not delivered" in first.stderr, first.stderr

@@ -63,7 +63,9 @@ trainer.evaluate()
 """
 
 
-def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, str]:
+def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, subprocess.CompletedProcess[str]]:
+    """`script` as a training process reporting to a real receiver (offline: no hub); the receiver
+    stopped, and the finished process (its exit checked)."""
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": run,
@@ -74,7 +76,7 @@ def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, st
                           text=True, timeout=300)
     server.stop()
     assert done.returncode == 0, done.stderr[-3000:]
-    return server, done.stderr
+    return server, done
 
 
 def check_convention(server: IngestServer, run: str) -> None:
@@ -88,16 +90,16 @@ def check_convention(server: IngestServer, run: str) -> None:
 def test_transformers_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    server, err = run_trainer(tmp_path, TRAINER, "run-hf")
+    server, done = run_trainer(tmp_path, TRAINER, "run-hf")
     check_convention(server, "run-hf")
-    assert "after finish()" not in err
+    assert "after finish()" not in done.stderr
 
 
 @pytest.mark.slow
 def test_trl_sft_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
-    server, err = run_trainer(tmp_path, SFT, "run-sft")
+    server, done = run_trainer(tmp_path, SFT, "run-sft")
     check_convention(server, "run-sft")
     assert "train/mean_token_accuracy" in summary(server.store.path, "run-sft")
 
@@ -128,7 +130,7 @@ trainer.train()
 
 def test_an_evaluation_only_run_and_predict_are_delivered(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    server, err = run_trainer(tmp_path, EVALUATE_ONLY, "run-eval-only")
+    server, done = run_trainer(tmp_path, EVALUATE_ONLY, "run-eval-only")
     got = summary(server.store.path, "run-eval-only")
     assert [step for step, _ in series(server.store.path, "run-eval-only", "eval/loss")] == [0]
     assert [step for step, _ in series(server.store.path, "run-eval-only", "test/loss")] == [0]
@@ -176,16 +178,7 @@ def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) ->
     begin at 0 again, and the receiver keeps one value per step, so its points had replaced the first
     training's; it now continues from the first's last step."""
     pytest.importorskip("transformers")
-    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": "run-2",
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-2"), "TUNEPLANE_OUT_DIR": str(tmp_path),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-                "TOKENIZERS_PARALLELISM": "false"})
-    done = subprocess.run([sys.executable, "-c", TWO_TRAININGS, str(tmp_path / "out")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    server.stop()
-    assert done.returncode == 0, done.stderr[-3000:]
+    server, done = run_trainer(tmp_path, TWO_TRAININGS, "run-2")
     losses = next(line for line in done.stdout.splitlines() if line.startswith("losses"))
     logged = json.loads(losses.split(" ", 1)[1])  # the trainers' own log history, in order
     stored = series(server.store.path, "run-2", "train/loss")
@@ -209,16 +202,7 @@ def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps
     """logging_strategy=epoch and gradient accumulation: one point per epoch at the trainer's own
     (optimizer) step, evaluation beside it, the end-of-training summary once."""
     pytest.importorskip("transformers")
-    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": "run-ep",
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-ep"), "TUNEPLANE_OUT_DIR": str(tmp_path),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-                "TOKENIZERS_PARALLELISM": "false"})
-    done = subprocess.run([sys.executable, "-c", EPOCHS, str(tmp_path / "out")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    server.stop()
-    assert done.returncode == 0, done.stderr[-3000:]
+    server, done = run_trainer(tmp_path, EPOCHS, "run-ep")
     steps = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("steps")).split(" ", 1)[1])
     assert len(steps) == 3
     assert [s for s, _ in series(server.store.path, "run-ep", "train/loss")] == steps
