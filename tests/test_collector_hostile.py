@@ -424,3 +424,47 @@ def test_a_spill_file_is_adopted_only_on_its_host_once_its_writer_is_gone(tmp_pa
         adopted = kind in ("dead_here", "old_free")
         assert (name.replace("report-spill-", "report-unsent-", 1) in left) is adopted, (kind, sorted(left))
         assert (name in left) is not adopted, (kind, sorted(left))
+
+
+class _Delivered:
+    """The collector's sink in memory, confirming every flush (what `tuneplane.report` would send)."""
+
+    def __init__(self) -> None:
+        self.points: list[Any] = []
+
+    def send(self, points: list[Any]) -> None:
+        self.points.extend(points)
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+def test_a_listing_that_fails_for_a_moment_forgets_no_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder listing that comes back empty once (a network file system's blip) while the files are
+    still there: their offsets stay, so the next pass reads nothing again; only a file really gone is
+    forgotten."""
+    from tuneplane.collector.run import Collector
+
+    out = tmp_path / "out"
+    for name in ("a", "b"):
+        path = out / "tb" / f"events.out.tfevents.1.{name}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(record(step, 1.0, tag=name) for step in range(3)))
+    sink = _Delivered()
+    collector = Collector(str(out), sink, sources.parse(json.dumps(TB)))
+    assert collector.lock(5)
+    try:
+        assert collector.pass_once() == 6
+        listing = sources.files_of
+        monkeypatch.setattr(sources, "files_of", lambda out_dir, source: iter(()))
+        assert collector.pass_once() == 0
+        saved = json.loads((out / ".tuneplane" / "collector-state.json").read_text())["files"]
+        assert sorted(saved) == ["tensorboard:tb/events.out.tfevents.1.a", "tensorboard:tb/events.out.tfevents.1.b"]
+        monkeypatch.setattr(sources, "files_of", listing)
+        assert collector.pass_once() == 0  # nothing read twice
+        (out / "tb" / "events.out.tfevents.1.a").unlink()
+        collector.pass_once()
+        assert sorted(collector.files) == ["tensorboard:tb/events.out.tfevents.1.b"]
+    finally:
+        collector.unlock()
+    assert len(sink.points) == 6

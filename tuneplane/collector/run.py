@@ -161,8 +161,11 @@ class Collector:
     def _forget_gone(self, listed: set[str]) -> None:
         """Offsets of files that are gone (rotated away, removed) leave the state: it is rewritten
         at every commit, and a long job's rotated files would make that ever slower. A file that comes
-        back is read from the top, which the receiver's upsert stores once."""
-        gone = [key for key in self.files if key not in listed]
+        back is read from the top, which the receiver's upsert stores once. Only a file that is really
+        gone is forgotten: a listing that failed for a moment (a network file system) leaves out files
+        that are still there, and forgetting them would read them all again from the top."""
+        gone = [key for key in self.files if key not in listed and _missing(os.path.join(self.out_dir,
+                                                                                          key.partition(":")[2]))]
         if gone:
             for key in gone:
                 del self.files[key]
@@ -402,6 +405,16 @@ def adopt_orphans(folder: str) -> None:
             pass  # held: its writer lives
         finally:
             os.close(fd)
+
+
+def _missing(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # cannot tell: keep its offset
+    return False
 
 
 def _alive(pid: int) -> bool:
