@@ -213,15 +213,17 @@ def test_compare_draws_each_runs_hardware_from_its_own_start() -> None:
 
 
 def test_wall_time_ticks_are_round_durations_at_every_span() -> None:
-    from tuneplane.gitops.charts import time_label, time_ticks
+    """The labels the chart draws (`time_labels`: one unit per axis) on round durations."""
+    from tuneplane.gitops.charts import time_labels, time_ticks
 
-    expected = {7: ["0s", "2s", "4s", "6s"], 405: ["0s", "2m", "4m", "6m"],
-                30 * 86400: ["0s", "7d", "14d", "21d", "28d"]}
+    expected = {7: ["0s", "2s", "4s", "6s"], 405: ["0m", "2m", "4m", "6m"],
+                30 * 86400: ["0d", "7d", "14d", "21d", "28d"],
+                86400 * 3: ["0h", "12h", "24h", "36h", "48h", "60h", "72h"]}
     for span, labels in expected.items():
-        assert [time_label(t) for t in time_ticks(0.0, span)] == labels
+        assert time_labels(time_ticks(0.0, span)) == labels
     for span in (1, 59, 3599, 86399, 86400 * 3, 86400 * 400):
         ticks = time_ticks(0.0, float(span))
-        assert 1 <= len(ticks) <= 7 and len({time_label(t) for t in ticks}) == len(ticks), span
+        assert 1 <= len(ticks) <= 7 and len(set(time_labels(ticks))) == len(ticks), span
 
 
 # ── hostile values ───────────────────────────────────────────────────────────────────────────────

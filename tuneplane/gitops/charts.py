@@ -19,7 +19,6 @@ from xml.sax.saxutils import escape
 
 from tuneplane.gitops.charts_axes import nice_ticks as nice_ticks
 from tuneplane.gitops.charts_axes import tick_labels as tick_labels
-from tuneplane.gitops.charts_axes import time_label as time_label
 from tuneplane.gitops.charts_axes import time_labels as time_labels
 from tuneplane.gitops.charts_axes import time_ticks as time_ticks
 from tuneplane.gitops.charts_axes import value_axis as value_axis

@@ -81,19 +81,6 @@ def _short(value: float, digits: int) -> str:
     return f"{value:.{digits}g}"
 
 
-def time_label(seconds: float) -> str:
-    if seconds < 60:
-        return f"{round(seconds, 1):g}s"
-    if seconds < 3600:
-        minutes, secs = divmod(int(round(seconds)), 60)
-        return f"{minutes}m" if not secs else f"{minutes}m{secs:02d}s"
-    if seconds >= 172800:  # two days and more: days (and hours)
-        days, rest = divmod(int(round(seconds)), 86400)
-        return f"{days}d" if rest < 3600 else f"{days}d{rest // 3600}h"
-    hours, rest = divmod(int(round(seconds)), 3600)
-    return f"{hours}h" if not rest else f"{hours}h{rest // 60:02d}m"
-
-
 def time_labels(ticks: Sequence[float]) -> list[str]:
     """Labels of one wall-time axis in one unit: the largest (day, hour, minute, second) that its
     tick step is a whole multiple of, so 3 days read `0h 12h … 72h` and not `36h 2d 2d12h`."""
