@@ -144,13 +144,11 @@ class _Plot(NamedTuple):
     """Where --plot writes, as checked: `path` as given; `target` the file written (a symlink's
     target); `kind` "new", "chart" (a chart tp wrote, replaced whole), "stream" (a character device
     or a FIFO: written straight through) or "stdout"/"stderr" (tp's own stream, as /dev/stdout
-    names it);
-    `mode` the permission bits a replaced chart keeps."""
+    names it). A replaced chart keeps its mode: the writer keeps a file's own."""
 
     path: Path
     target: Path
     kind: str
-    mode: int = 0
 
 
 def _destination(path: Path) -> _Plot:
@@ -200,7 +198,7 @@ def _destination(path: Path) -> _Plot:
     if not mode & 0o200 or not os.access(target, os.W_OK):  # root may write anything: its bits say no
         raise UsageError(f"{path} is read-only (mode {mode:04o}); it is left as it is",
                          f"make it writable (chmod u+w {path}), or give another --plot path")
-    return _Plot(path, target, "chart", mode)
+    return _Plot(path, target, "chart")
 
 
 def _own_stream(seen: os.stat_result) -> str:
@@ -245,7 +243,7 @@ def _write_file(plot: _Plot, data: bytes) -> None:
     from tuneplane.lab.fs import atomic_write, write_new  # lazy: only --plot writes a file
 
     if plot.kind == "chart":
-        atomic_write(plot.target, data, mode=plot.mode)
+        atomic_write(plot.target, data)  # keeps the chart's own mode
     else:
         write_new(plot.target, data)
 
