@@ -193,11 +193,13 @@ def _phase_words(tree: ast.Module) -> list[int]:
     """A run phase spelled as a string: `constants.SUCCEEDED` and its kin are the names. A `reason=`
     that happens to read like a phase (`reason="Cancelled"`) is a reason, and a word among another
     system's words (Slurm's unset `("", "Unknown", "None")`: every element a word, one of them not a
-    phase and not empty) is that system's; `("Failed", "")` or `("Succeeded", None)` are ours."""
+    phase and not empty, and no phase but "Unknown" among them) is that system's; `("Failed", "")`,
+    `("Failed", "Error")` or `("Succeeded", None)` are ours."""
     reasons = {id(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
     foreign = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple | ast.Set | ast.List) and n.elts
                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
                and any(e.value and e.value not in PHASES for e in n.elts if isinstance(e, ast.Constant))
+               and {e.value for e in n.elts if isinstance(e, ast.Constant)} & PHASES <= {"Unknown"}
                for e in n.elts}
     return [s.lineno for s in _strings(tree) if s.value in PHASES and id(s) not in reasons | foreign]
 
@@ -264,6 +266,7 @@ def test_a_home_still_holds_its_concept():
 @pytest.mark.parametrize(("rule", "source", "flagged"), [
     (_phase_words, 'if phase in ("Failed", ""):\n    pass\n', True),
     (_phase_words, 'done = ("Succeeded", None)\n', True),
+    (_phase_words, 'if phase in ("Failed", "Error"):\n    pass\n', True),  # one foreign word hides no phase
     (_phase_words, 'UNSET = ("", "Unknown", "None")\n', False),  # Slurm's words: one is no phase
     (_phase_words, 'Observation(phase=CANCELLED, reason="Cancelled")\n', False),
     (_exit_numbers, "raise typer.Exit(code=2)\n", True),
