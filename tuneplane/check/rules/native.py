@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tuneplane.check.params import get_path, is_missing
+from tuneplane.check.params import config_pointer, get_path, is_missing
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.problems import Problem, Severity
 
@@ -34,7 +34,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
     listed = [value] if isinstance(value, str) else value if isinstance(value, list) else None
     if listed is None or logger in [str(item).strip().lower() for item in listed]:
         return
-    pointer = "/" + key.replace(".", "/")
+    pointer = config_pointer(key)
     yield doc.problem(pointer, RULE,
                       f"{key} has no {logger!r}: {recipe.framework} writes no TensorBoard events, so this "
                       "run's metrics never reach its status, `tp job metrics`, its chart or the dashboard",
