@@ -296,9 +296,7 @@ def _half(bits: int, dtype: int) -> float:
 
 
 def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
-    if number == 16:  # uint32_val: varints, never negative
-        return [float(v) for v in _varints(value)] if isinstance(value, bytes) else [float(value)]
-    if number == 17:  # uint64_val
+    if number in (16, 17):  # uint32_val, uint64_val: varints, never negative
         return [float(v) for v in _varints(value)] if isinstance(value, bytes) else [float(value)]
     if number == 5:  # float_val: fixed32, packed or not
         if isinstance(value, bytes):
