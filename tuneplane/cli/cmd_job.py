@@ -95,7 +95,7 @@ def compare(
     # each column headed by the shortest end of its run id (10 characters at least) that tells it apart
     longest = max(map(len, runs))
     cut = next((n for n in range(10, longest + 1) if len({r[-n:] for r in runs}) == len(runs)), longest)
-    column = max(10, min(cut, longest))
+    column = max(10, cut)
     typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-cut:].rjust(column) for r in runs))
     for name in names:
         cells = []
