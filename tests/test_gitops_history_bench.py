@@ -24,8 +24,30 @@ def test_the_history_bench_builds_a_lab_the_bot_wrote(tmp_path: Path) -> None:
     first = json.loads(git(remote, "show", f"{BRANCH}:{statuses[0]}"))
     assert first["phase"] == "Succeeded" and first["metrics"]
     assert "<path" in git(remote, "show", f"{BRANCH}:{charts[0]}")
-    rows = history.floor(tmp_path, remote) + history.clone_phases(tmp_path, remote)
-    assert len(rows) == 8 and all(row[1] for row in rows)
-    *full, bot = history.measure_clone(tmp_path, remote, 2)  # the bot's clone checks it got one commit
-    assert all(v > 0 for v in full) and all(v > 0 for v in bot)
-    assert not list(tmp_path.glob("shallow-*"))  # its clones are removed
+    phases, content = history.clone_phases(tmp_path, remote)
+    rows = history.floor(tmp_path, remote) + phases
+    assert len(rows) == 8 and all(row[1] for row in rows) and content > 0
+    structure = history.structure_floor(remote)
+    *full, bot, floor = history.measure_clone(tmp_path, remote, 2, structure)  # the bot's clone: one commit
+    assert all(v > 0 for v in full) and all(v > 0 for v in bot) and all(v > 0 for v in floor)
+    assert not list(tmp_path.glob("shallow-*")) and not list(tmp_path.glob("clone-structure-*"))
+
+
+def test_the_structure_floor_keeps_the_history_and_drops_the_content(tmp_path: Path) -> None:
+    remote, _seconds = history.build_history(tmp_path / "h", runs=40, batch=20)
+    floor = history.structure_floor(remote)
+
+    def log(repo: Path) -> list[str]:  # every commit's subject, author, date and changed paths
+        return git(repo, "log", "--format=%s %an %ad", "--name-status", "--no-renames", BRANCH).splitlines()
+
+    assert log(floor) == log(remote)
+    assert git(floor, "ls-tree", "-r", "--name-only", BRANCH) == git(remote, "ls-tree", "-r", "--name-only", BRANCH)
+
+    def blobs(repo: Path) -> list[int]:
+        listed = git(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objecttype) %(objectsize)")
+        return [int(size) for kind, size in (line.split() for line in listed.splitlines()) if kind == "blob"]
+
+    ours, tiny = blobs(remote), blobs(floor)
+    assert len(tiny) == len(ours)  # one distinct blob per distinct file version, as the history has
+    assert max(tiny) <= 6 and 100 * sum(tiny) < sum(ours)
+    assert len(list((floor / "objects" / "pack").glob("*.pack"))) == 1
