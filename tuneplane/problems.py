@@ -83,17 +83,14 @@ DID_YOU_MEAN = "did you mean "
 def did_you_mean(word: str, possibilities: Iterable[str], cutoff: float = 0.6, then: str = "") -> str:
     """The one "did you mean 'x'?" hint: the closest of `possibilities` to `word`, followed by `then`;
     just `then` when none is close enough."""
-    close = close_matches(word, possibilities, n=1, cutoff=cutoff)
-    if not close:
-        return then
-    return f"{DID_YOU_MEAN}{close[0]!r}?" + (f" {then}" if then else "")
+    return did_you_mean_each([word], possibilities, then, cutoff)
 
 
-def did_you_mean_each(words: Iterable[str], possibilities: Iterable[str], then: str = "") -> str:
+def did_you_mean_each(words: Iterable[str], possibilities: Iterable[str], then: str = "", cutoff: float = 0.6) -> str:
     """The hint for several unknown words at once: the closest possibility to each, in one "did you
     mean 'a', 'b'?", followed by `then`; just `then` when none is close."""
     known = list(possibilities)
-    close = [c for word in words for c in close_matches(word, known, n=1)]
+    close = [c for word in words for c in close_matches(word, known, n=1, cutoff=cutoff)]
     if not close:
         return then
     return f"{DID_YOU_MEAN}{', '.join(map(repr, close))}?" + (f" {then}" if then else "")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tuneplane.gitops.charts_legend import cut
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 60) -> str:
-    cells = [[_cut(str(c), max_width) for c in row] for row in rows]
+    cells = [[cut(str(c), max_width) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
@@ -14,5 +16,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: i
     return "\n".join(lines)
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
