@@ -430,12 +430,9 @@ def _last_line(text: str) -> str:
 def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None) -> bytes:
     """`git <args>` in `root`, in the clean environment, `stdin` its input (else none): its output, or
     GitFailed. Every git command of tp runs here (a remote's through `GitRepo`, bounded in time)."""
-    if stdin is None:
-        done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
-                              stdin=subprocess.DEVNULL)
-    else:
-        done = subprocess.run(["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False,
-                              input=stdin)
+    feed: dict[str, Any] = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}
+    done: subprocess.CompletedProcess[bytes] = subprocess.run(
+        ["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False, **feed)
     if done.returncode:
         raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
     return done.stdout
