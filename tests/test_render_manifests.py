@@ -640,10 +640,18 @@ def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Pa
     assert len(written) == len(list((cli_lab / "runs").rglob("*.yaml"))) > PARALLEL_MIN
     single = tp("render", f"runs/{written[3].parent.name}/{written[3].name}")
     assert single.code == 0 and single.out == written[3].read_text()
-    # a tp process of its own has no other thread: it forks its workers, and writes the same files
-    forked = subprocess.run([sys.executable, "-m", "tuneplane", "render", "--all", "-o", str(tmp_path / "forked")],
+    # a tp process of its own has no other thread: it forks its workers (counted in it), and writes the same files
+    counting = ("import os, runpy, sys\n"
+                "forks = []\n"
+                "os.register_at_fork(after_in_parent=lambda: forks.append(1))\n"
+                "sys.argv = ['tp', *sys.argv[1:]]\n"
+                "try:\n    runpy.run_module('tuneplane', run_name='__main__')\n"
+                "finally:\n    print(f'forks={len(forks)}', file=sys.stderr)\n")
+    forked = subprocess.run([sys.executable, "-c", counting, "render", "--all", "-o", str(tmp_path / "forked")],
                             cwd=cli_lab, capture_output=True, text=True, timeout=300)
     assert forked.returncode == 0, forked.stderr
+    several = (os.cpu_count() or 1) > 1
+    assert ("forks=0" not in forked.stderr) == several, forked.stderr  # one CPU: the serial path, no fork
     assert [p.read_text() for p in written] == [(tmp_path / "forked" / p.relative_to(tmp_path / "out")).read_text()
                                                 for p in written]
 
