@@ -20,10 +20,10 @@ again at 0, and the receiver keeps one value per key and step: its points would 
 training's. So a different Trainer's training that begins below the highest step already reported
 in this process continues from there (as wandb's own step counter does), and its evaluations and
 predictions with it, unless it resumes from a checkpoint (`resume_from_checkpoint`): it begins at the
-checkpoint's step and redoes the steps after it, which keep their numbers. The same Trainer beginning again (`auto_find_batch_size` reruns its training
-loop after an out-of-memory error; `train()` once more) keeps its own steps: it redoes them. A
-Trainer is known by its arguments object (the `args` every event gets), or by the callback when
-there is none.
+checkpoint's step and redoes the steps after it, which keep their numbers. The same Trainer
+beginning again (`auto_find_batch_size` reruns its training loop after an out-of-memory error;
+`train()` once more) keeps its own steps: it redoes them. A Trainer is known by its arguments
+object (the `args` every event gets), or by the callback when there is none.
 """
 
 from __future__ import annotations
