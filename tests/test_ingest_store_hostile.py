@@ -130,3 +130,25 @@ def test_a_write_that_does_not_fit_fails_alone_in_its_group(tmp_path: Path) -> N
     assert results["small-1"] == (5, False) and results["small-2"] == (5, False)
     assert isinstance(results["huge"], StoreFull)
     assert sorted(summary(store.path, "r")) == ["small-1", "small-2", "warm"]
+
+
+def test_a_log_that_outlives_the_close_is_said_and_applied_on_the_next_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The WAL cannot be merged at close when the disk is full (or a reader holds it, as here): the
+    receiver says so, and the points in it are all there on the next start, which leaves no log."""
+    db = tmp_path / "ingest.sqlite"
+    server = IngestServer(db, SECRET).start()
+    assert _post(server.url, "run-a", "loss", 500)[0] == 200
+    reader = sqlite3.connect(db)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM samples").fetchone()  # a read transaction holds the log
+    server.store._db.execute("PRAGMA busy_timeout = 0")  # give up at once rather than after 5 s
+    server.stop()
+    assert server.store.wal_left()
+    err = capsys.readouterr().err
+    assert f"{db}-wal could not be merged" in err and "the next start applies it" in err
+    reader.rollback()
+    reader.close()
+    MetricStore(db).close()
+    assert not (tmp_path / "ingest.sqlite-wal").exists()
+    assert summary(db, "run-a")["loss"]["count"] == 500

@@ -409,6 +409,9 @@ class IngestServer:
         self.httpd.drop_connections()
         self.httpd.server_close()
         self.store.close()
+        if self.store.wal_left():
+            sys.stderr.write(f"ingest: {self.store.path}-wal could not be merged into the store (its disk is full, "
+                             "or a reader holds it); keep it beside the store: the next start applies it\n")
 
     def __enter__(self) -> IngestServer:
         return self.start()

@@ -277,6 +277,12 @@ class MetricStore:
             pass  # a reader holds the WAL: SQLite cleans it up when the last one closes
         self._db.close()
 
+    def wal_left(self) -> bool:
+        """Whether the write-ahead log outlived close(): its disk was full (the database could not
+        grow to take the log's pages), or a reader held it. The points in it are safe: SQLite applies
+        the log when the store is next opened, so it must stay beside the database."""
+        return self._closed and Path(f"{self.path}-wal").exists()
+
 
 class _Job:
     """One write waiting for the writer thread: its function, then its result or error."""
