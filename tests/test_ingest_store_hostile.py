@@ -17,7 +17,7 @@ import pytest
 from tuneplane.cli.main import run as tp
 from tuneplane.ingest import mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
-from tuneplane.ingest.store import MetricStore, StoreFull, StoreUnreadable
+from tuneplane.ingest.store import MetricStore, StoreFull, StoreUnreadable, _Job
 
 SECRET = b"f" * 32
 NOT_SQLITE = {
@@ -152,3 +152,26 @@ def test_a_log_that_outlives_the_close_is_said_and_applied_on_the_next_start(
     MetricStore(db).close()
     assert not (tmp_path / "ingest.sqlite-wal").exists()
     assert summary(db, "run-a")["loss"]["count"] == 500
+
+
+def test_a_locked_store_fails_the_group_once_not_each_write_again(tmp_path: Path) -> None:
+    """Another process holding the write lock fails the whole group with one wait: only a write
+    that ended the transaction itself (a full disk) makes the writes of its group retry alone."""
+    store = MetricStore(tmp_path / "ingest.sqlite")
+    store.add_points("r", [("warm", 0, 1.0, 0.0)])
+    store._db.execute("PRAGMA busy_timeout = 100")
+    other = sqlite3.connect(tmp_path / "ingest.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a second writer holds the lock
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    # a group as the writer thread takes it from its queue (which is empty meanwhile)
+    group = [_Job(lambda: store._db.execute("INSERT INTO events VALUES ('r', 'x', 0, '{}')"), 1)
+             for _ in range(3)]
+    store._commit(group)
+    store._db.set_trace_callback(None)
+    other.execute("ROLLBACK")
+    other.close()
+    store.close()
+    assert all(isinstance(job.error, sqlite3.OperationalError) and job.done.is_set() for job in group)
+    assert sum(s.startswith("BEGIN") for s in statements) == 1, statements
+    assert sorted(summary(store.path, "r")) == ["warm"]

@@ -222,21 +222,28 @@ class MetricStore:
     def _commit(self, group: list[_Job]) -> None:
         try:
             self._transaction(group)
-        except Exception as exc:  # the transaction itself failed (disk full, locked): none of it is stored
-            try:
-                self._db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # SQLite already rolled it back
-            self._series.clear()
-            if len(group) > 1:  # each write alone, so one that does not fit fails alone
+        except _Ended as ended:  # one write ended the whole transaction (a full disk does)
+            self._rollback()
+            if len(group) > 1:  # each write alone, so the one that does not fit fails alone
                 for job in group:
                     job.error = job.result = None
                     self._commit([job])
                 return
-            group[0].error, group[0].result = self._failure(exc), None
+            group[0].error, group[0].result = self._failure(ended.cause), None
+        except Exception as exc:  # the transaction itself failed (locked, full at COMMIT): all of it
+            self._rollback()
+            for job in group:
+                job.error, job.result = self._failure(exc), None
         finally:
             for job in group:
                 job.done.set()
+
+    def _rollback(self) -> None:
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite already rolled it back
+        self._series.clear()  # ids created in the rolled-back transaction are gone
 
     def _transaction(self, group: list[_Job]) -> None:
         self._db.execute("BEGIN IMMEDIATE")
@@ -246,7 +253,7 @@ class MetricStore:
                 job.result = job.fn()
             except Exception as exc:  # this write fails alone; the others still commit
                 if not self._db.in_transaction:
-                    raise  # SQLite ended the whole transaction (a full disk does): the group is retried
+                    raise _Ended(exc) from exc  # SQLite ended the whole transaction: the group is retried
                 self._db.execute("ROLLBACK TO one_write")
                 self._series.clear()  # ids created in the rolled-back write are gone
                 job.error = self._failure(exc)
@@ -282,6 +289,14 @@ class MetricStore:
         grow to take the log's pages), or a reader held it. The points in it are safe: SQLite applies
         the log when the store is next opened, so it must stay beside the database."""
         return self._closed and Path(f"{self.path}-wal").exists()
+
+
+class _Ended(Exception):
+    """A write whose failure ended the whole transaction (SQLite rolls back on a full disk)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class _Job:
