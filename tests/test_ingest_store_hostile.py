@@ -47,10 +47,13 @@ def test_a_store_file_that_is_not_sqlite_is_named_and_left_alone(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ingest.sqlite", "secret"]  # no -wal, -shm
 
 
-def test_a_folder_as_the_store_says_it_cannot_be_opened(tmp_path: Path) -> None:
+def test_a_folder_as_the_store_says_it_cannot_be_opened(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(StoreUnreadable, match="cannot open the ingest store") as caught:
         MetricStore(tmp_path)
     assert str(tmp_path) in str(caught.value) and "hint:" in str(caught.value)
+    assert tp(["job", "metrics", "some-run", "--db", str(tmp_path)]) == 2  # the read path too
+    said = capsys.readouterr().err
+    assert f"cannot open the ingest store {tmp_path}" in said and "bug in tp" not in said
 
 
 def _post(url: str, run: str, key: str, steps: int) -> tuple[int, dict[str, Any], str | None]:

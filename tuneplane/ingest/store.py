@@ -370,7 +370,7 @@ def unreadable(path: Path, exc: sqlite3.Error) -> StoreUnreadable:
                                "move the file aside (a new, empty store is then made in its place) or "
                                "pass --db with the store's real path")
     return StoreUnreadable(f"cannot open the ingest store {path}: {exc}",
-                           "check that the path is a file you may write, in a folder that exists")
+                           "check that the path is a store file you may read and write, in a folder that exists")
 
 
 # ── read API ──────────────────────────────────────────────────────────────────────────────────
@@ -378,8 +378,11 @@ def _reader(db_path: Path | str) -> sqlite3.Connection | None:
     path = Path(db_path)
     if not path.exists():
         return None
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    db.execute("PRAGMA busy_timeout=5000")
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        db.execute("PRAGMA busy_timeout=5000")
+    except sqlite3.Error as exc:  # a folder, a file we may not read
+        raise unreadable(path, exc) from None
     return db
 
 
@@ -392,7 +395,7 @@ def _query(db_path: Path | str, sql: str, args: tuple[Any, ...]) -> list[tuple[A
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return []
-        raise
+        raise unreadable(Path(db_path), exc) from None  # a folder, unreadable, locked past the wait
     except sqlite3.DatabaseError as exc:  # not SQLite, or damaged: say which file, not a traceback
         raise unreadable(Path(db_path), exc) from None
     finally:
