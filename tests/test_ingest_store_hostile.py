@@ -178,3 +178,14 @@ def test_a_locked_store_fails_the_group_once_not_each_write_again(tmp_path: Path
     assert all(isinstance(job.error, sqlite3.OperationalError) and job.done.is_set() for job in group)
     assert sum(s.startswith("BEGIN") for s in statements) == 1, statements
     assert sorted(summary(store.path, "r")) == ["warm"]
+
+
+def test_a_store_whose_folder_cannot_be_made_is_not_a_port_problem(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "secret").write_bytes(SECRET)
+    db = tmp_path / "a-file" / "ingest.sqlite"
+    code = tp(["ingest", "serve", "--port", "0", "--db", str(db), "--secret-file", str(tmp_path / "secret")])
+    said = capsys.readouterr().err
+    assert code == 2 and f"cannot make the folder of the ingest store {db}" in said, said
+    assert "--port" not in said and "cannot listen" not in said

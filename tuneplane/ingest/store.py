@@ -89,7 +89,11 @@ class MetricStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # not a listening problem: say which folder
+            raise StoreUnreadable(f"cannot make the folder of the ingest store {self.path}: "
+                                  f"{exc.strerror or exc}", "pass --db a path in a folder you may write") from None
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         except sqlite3.DatabaseError as exc:  # a folder, or a file we may not open
