@@ -91,3 +91,55 @@ def test_sigterm_closes_cleanly_with_no_wal_left(tmp_path: Path) -> None:
     assert not os.path.exists(f"{db}-wal") and not os.path.exists(f"{db}-shm")
     assert sum(summary(db, f"run-{i}")["loss"]["count"] for i in range(16)) == 16 * 1000
     assert "Traceback" not in err
+
+
+def test_sigterm_in_the_middle_of_writes_keeps_every_acknowledged_point(tmp_path: Path) -> None:
+    """Senders still posting when SIGTERM arrives: every point answered 200 is in the store, the
+    others were refused or cut (the client retries them), and no -wal or -shm file is left."""
+    db = tmp_path / "ingest.sqlite"
+    (tmp_path / "secret").write_bytes(SECRET)
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane", "ingest", "serve", "--port", "0", "--db", str(db),
+                             "--secret-file", str(tmp_path / "secret")], stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    url = proc.stderr.readline().split("listening on ")[1].split()[0]
+    host, port = url[len("http://"):].split(":")
+    acknowledged: dict[str, set[int]] = {}
+    stop, lock = threading.Event(), threading.Lock()
+    sent = threading.Semaphore(0)
+
+    def sender(index: int) -> None:
+        run = f"run-{index}"
+        for batch in range(10_000):  # bounded; the SIGTERM ends it long before
+            if stop.is_set():
+                return
+            steps = range(batch * 100, batch * 100 + 100)
+            body = json.dumps({"run_id": run, "points": [{"key": "loss", "step": s, "value": 0.5} for s in steps]})
+            try:
+                conn = http.client.HTTPConnection(host, int(port), timeout=30)
+                conn.request("POST", "/metrics", body, {"X-TunePlane-Token": mint_token(SECRET, run)})
+                response = conn.getresponse()
+                response.read()
+                conn.close()
+            except OSError:  # cut by the shutdown, or refused once it closed: not acknowledged
+                return
+            if response.status == 200:
+                with lock:
+                    acknowledged.setdefault(run, set()).update(steps)
+                sent.release()
+
+    threads = [threading.Thread(target=sender, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for _ in range(40):  # writes are under way
+        assert sent.acquire(timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert not os.path.exists(f"{db}-wal") and not os.path.exists(f"{db}-shm")
+    assert sum(len(steps) for steps in acknowledged.values()) >= 40 * 100
+    for run, steps in acknowledged.items():
+        assert steps <= {step for step, _ in series(db, run, "loss")}, run

@@ -187,6 +187,36 @@ def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) ->
     assert [step for step, _ in series(server.store.path, "run-2", "eval/loss")] == [3, 4, 7, 8]
 
 
+RESUMED = SETUP + DATA + r"""
+import json
+first = Trainer(model=model, args=TrainingArguments(**{**common, "max_steps": 6, "save_strategy": "steps",
+                                                       "save_steps": 3, "eval_strategy": "no"}),
+                train_dataset=Data(), callbacks=[callback])
+first.train()
+# A new Trainer resuming the first's checkpoint at step 3, in the same process (a notebook, a retry
+# loop): it redoes steps 4..6.
+again = Trainer(model=model, args=TrainingArguments(**{**common, "max_steps": 6, "eval_strategy": "no"}),
+                train_dataset=Data(), callbacks=[TunePlaneCallback(monitor_hardware=False)])
+again.train(resume_from_checkpoint=out + "/checkpoint-3")
+# its log history holds the checkpoint's steps 1..3 too: the steps it ran itself are those after 3
+print("resumed", json.dumps([(h["step"], h["loss"]) for h in again.state.log_history if "loss" in h and h["step"] > 3]))
+"""
+
+
+def test_a_trainer_resumed_from_a_checkpoint_keeps_the_checkpoints_steps(tmp_path: Path) -> None:
+    """resume_from_checkpoint begins at the checkpoint's step: the steps it redoes are that
+    training's own, stored under their numbers (the last value wins), not continued past the
+    first training's last step."""
+    pytest.importorskip("transformers")
+    server, done = run_trainer(tmp_path, RESUMED, "run-resumed")
+    resumed = json.loads(next(line for line in done.stdout.splitlines()
+                              if line.startswith("resumed")).split(" ", 1)[1])
+    assert [step for step, _ in resumed] == [4, 5, 6]
+    stored = dict(series(server.store.path, "run-resumed", "train/loss"))
+    assert sorted(stored) == [1, 2, 3, 4, 5, 6]
+    assert [stored[step] for step, _ in resumed] == pytest.approx([loss for _, loss in resumed])
+
+
 EPOCHS = SETUP + DATA + r"""
 args = TrainingArguments(**{**common, "max_steps": -1, "num_train_epochs": 3, "logging_strategy": "epoch",
                             "eval_strategy": "epoch", "gradient_accumulation_steps": 2,

@@ -32,13 +32,15 @@ from tuneplane.ingest import store as store_mod
 from tuneplane.ingest.gate import SURROGATE, Limits, Refused, authenticate, read_body, storable, token_of
 from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.rows import FORMATS_HEADER
-from tuneplane.ingest.store import MetricStore, StoreBusy, StoreClosed
+from tuneplane.ingest.store import MetricStore, StoreBusy, StoreClosed, StoreFull
 from tuneplane.ingest.workers import Workers
 
 READ_KINDS = ("summary", "metrics", "hparams")
 EVENT_KINDS = frozenset({"hardware", "observations", "environment/nodes"})
 POST_KINDS = frozenset({"metrics", "hparams", "lifecycle"}) | EVENT_KINDS
 SWITCH_INTERVAL = 0.001  # seconds; see IngestServer.serve_forever
+FULL_RETRY_AFTER = 30  # seconds a client waits before it retries a write refused for a full disk
+FULL_NOTICE_EVERY = 60.0  # seconds between two "the store's disk is full" lines on stderr
 __all__ = ["IngestHandler", "IngestServer", "Limits", "Refused", "start_server"]
 
 
@@ -98,6 +100,11 @@ class IngestHandler(BaseHTTPRequestHandler):
         except StoreBusy as exc:
             self._send(503, {"error": f"the receiver is busy ({exc}); retry shortly"}, close=True)
             return
+        except StoreFull as exc:  # the client keeps its points and retries; the operator is told once a minute
+            self.server.say_full(f"{exc}: the store {self.server.store.path} cannot grow")
+            self._send(507, {"error": f"{exc}: nothing of this request was stored; retry once space is freed"},
+                       close=True, retry_after=FULL_RETRY_AFTER)
+            return
         except Exception as exc:  # an answer, never a dropped connection
             self.server.internal_errors += 1
             sys.stderr.write(f"ingest: internal error on {self.command} {self.path[:200]!r}: "
@@ -107,7 +114,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             return
         self._send(status, payload)
 
-    def _send(self, status: int, payload: dict[str, Any], close: bool = False) -> None:
+    def _send(self, status: int, payload: dict[str, Any], close: bool = False, retry_after: int = 0) -> None:
         if not self.server.watch.phase(self.connection, "responding", None):
             self.close_connection = True
             return  # the watchdog already answered (deadline passed) and closed the connection
@@ -116,6 +123,8 @@ class IngestHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-TunePlane-Formats", FORMATS_HEADER)  # what a client may send besides upstream's
+        if retry_after:
+            self.send_header("Retry-After", str(retry_after))
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -290,6 +299,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.watch = _Watch()
         self.internal_errors = 0
+        self.full_said = -FULL_NOTICE_EVERY
         self.limits = Limits()
         # a thread per open connection, reused when idle: accepting never waits for a thread to start
         self.workers = Workers(self.process_request_thread, Limits().max_connections)
@@ -305,6 +315,13 @@ class _Server(ThreadingHTTPServer):
         if not self.workers.submit(request, client_address):  # answer rather than drop
             _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
             self.shutdown_request(request)
+
+    def say_full(self, message: str) -> None:
+        """Tell the operator the store's disk is full: once, then at most once a minute."""
+        now = time.monotonic()
+        if now - self.full_said >= FULL_NOTICE_EVERY:
+            self.full_said = now
+            sys.stderr.write(f"ingest: {message}; writes are answered 507 until space is freed\n")
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that vanished mid-answer is routine: one line, not a traceback."""
@@ -392,6 +409,9 @@ class IngestServer:
         self.httpd.drop_connections()
         self.httpd.server_close()
         self.store.close()
+        if self.store.wal_left():
+            sys.stderr.write(f"ingest: {self.store.path}-wal could not be merged into the store (its disk is full, "
+                             "or a reader holds it); keep it beside the store: the next start applies it\n")
 
     def __enter__(self) -> IngestServer:
         return self.start()

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tuneplane.errors import UsageError
+
 Point = tuple[str, int, float, str | float]  # key, step, value, ts (ISO-8601 text or unix seconds)
 
 SCHEMA = """
@@ -87,13 +89,24 @@ class MetricStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit, only at checkpoints
-        self._db.execute("PRAGMA busy_timeout=5000")
-        _migrate(self._db)
-        self._db.executescript(SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # not a listening problem: say which folder
+            raise StoreUnreadable(f"cannot make the folder of the ingest store {self.path}: "
+                                  f"{exc.strerror or exc}", "pass --db a path in a folder you may write") from None
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        except sqlite3.DatabaseError as exc:  # a folder, or a file we may not open
+            raise unreadable(self.path, exc) from None
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit, only at checkpoints
+            self._db.execute("PRAGMA busy_timeout=5000")
+            _migrate(self._db)
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:  # not SQLite, damaged, a folder, not ours to write
+            self._db.close()
+            raise unreadable(self.path, exc) from None
         self._closed = False
         self._series: dict[tuple[str, str], tuple[int, int]] = {}  # (run, key) -> (id, t0_ms)
         self._jobs: queue.Queue[_Job | None] = queue.Queue(QUEUE_DEPTH)
@@ -212,31 +225,52 @@ class MetricStore:
 
     def _commit(self, group: list[_Job]) -> None:
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._transaction(group)
+        except _Ended as ended:  # one write ended the whole transaction (a full disk does)
+            self._rollback()
+            if len(group) > 1:  # each write alone, so the one that does not fit fails alone
+                for job in group:
+                    job.error = job.result = None
+                    self._commit([job])
+                return
+            group[0].error, group[0].result = self._failure(ended.cause), None
+        except Exception as exc:  # the transaction itself failed (locked, full at COMMIT): all of it
+            self._rollback()
             for job in group:
-                self._db.execute("SAVEPOINT one_write")
-                try:
-                    job.result = job.fn()
-                except Exception as exc:  # this write fails alone; the others still commit
-                    self._db.execute("ROLLBACK TO one_write")
-                    self._series.clear()  # ids created in the rolled-back write are gone
-                    job.error = exc
-                self._db.execute("RELEASE one_write")
-            self._db.execute("COMMIT")
-            self.commits += 1
-            self.writes += len(group)
-        except Exception as exc:  # the transaction itself failed (disk full, locked): all of it
-            try:
-                self._db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            self._series.clear()
-            for job in group:
-                if job.error is None:
-                    job.error, job.result = exc, None
+                job.error, job.result = self._failure(exc), None
         finally:
             for job in group:
                 job.done.set()
+
+    def _rollback(self) -> None:
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite already rolled it back
+        self._series.clear()  # ids created in the rolled-back transaction are gone
+
+    def _transaction(self, group: list[_Job]) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        for job in group:
+            self._db.execute("SAVEPOINT one_write")
+            try:
+                job.result = job.fn()
+            except Exception as exc:  # this write fails alone; the others still commit
+                if not self._db.in_transaction:
+                    raise _Ended(exc) from exc  # SQLite ended the whole transaction: the group is retried
+                self._db.execute("ROLLBACK TO one_write")
+                self._series.clear()  # ids created in the rolled-back write are gone
+                job.error = self._failure(exc)
+            self._db.execute("RELEASE one_write")
+        self._db.execute("COMMIT")
+        self.commits += 1
+        self.writes += len(group)
+
+    def _failure(self, exc: Exception) -> Exception:
+        """What a failed write raises: a full disk as StoreFull, anything else as it came."""
+        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return StoreFull("the receiver's disk (or its quota) is full")
+        return exc
 
     def close(self) -> None:
         """Commit what is queued, then checkpoint the WAL into the database and leave no -wal/-shm
@@ -253,6 +287,20 @@ class MetricStore:
         except sqlite3.Error:
             pass  # a reader holds the WAL: SQLite cleans it up when the last one closes
         self._db.close()
+
+    def wal_left(self) -> bool:
+        """Whether the write-ahead log outlived close(): its disk was full (the database could not
+        grow to take the log's pages), or a reader held it. The points in it are safe: SQLite applies
+        the log when the store is next opened, so it must stay beside the database."""
+        return self._closed and Path(f"{self.path}-wal").exists()
+
+
+class _Ended(Exception):
+    """A write whose failure ended the whole transaction (SQLite rolls back on a full disk)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class _Job:
@@ -311,13 +359,34 @@ class StoreBusy(RuntimeError):
     """A write could not be committed in time (the writer is behind); the client retries."""
 
 
+class StoreFull(RuntimeError):
+    """The store's disk (or its quota) is full: nothing of the write was stored; the client retries."""
+
+
+class StoreUnreadable(UsageError):
+    """The store's file is not an ingest store (not SQLite, damaged) or cannot be opened."""
+
+
+def unreadable(path: Path, exc: sqlite3.Error) -> StoreUnreadable:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+        return StoreUnreadable(f"{path} is not an ingest store ({exc})",
+                               "move the file aside (a new, empty store is then made in its place) or "
+                               "pass --db with the store's real path")
+    return StoreUnreadable(f"cannot open the ingest store {path}: {exc}",
+                           "check that the path is a store file you may read and write, in a folder that exists")
+
+
 # ── read API ──────────────────────────────────────────────────────────────────────────────────
 def _reader(db_path: Path | str) -> sqlite3.Connection | None:
     path = Path(db_path)
     if not path.exists():
         return None
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    db.execute("PRAGMA busy_timeout=5000")
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        db.execute("PRAGMA busy_timeout=5000")
+    except sqlite3.Error as exc:  # a folder, a file we may not read
+        raise unreadable(path, exc) from None
     return db
 
 
@@ -330,7 +399,9 @@ def _query(db_path: Path | str, sql: str, args: tuple[Any, ...]) -> list[tuple[A
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return []
-        raise
+        raise unreadable(Path(db_path), exc) from None  # a folder, unreadable, locked past the wait
+    except sqlite3.DatabaseError as exc:  # not SQLite, or damaged: say which file, not a traceback
+        raise unreadable(Path(db_path), exc) from None
     finally:
         db.close()
 

@@ -15,8 +15,11 @@ key with no alias of its own takes its training name's alias in its namespace: w
 (`hw/node.0.gpu.0.util`). Scalars named after their split, as torch's TensorBoard documentation
 writes them, are read the same way: `Loss/train` is `train/loss`, `Loss/test` and `Accuracy/val`
 are `validation/…`. A key in another namespace (`hw/gpu_util`, a framework's `actor/kl`)
-keeps its name. The raw key is never lost: `raw_keys` maps a canonical name back to the stored keys,
-and a raw key given as a query is answered as itself.
+keeps its name. A namespace is found in any case; one spelled in capitals is a title, read in lower
+case (`Train/Loss`, `EVAL_LOSS`). A name is read again until it names itself, so chained aliases are
+followed and a canonical name read again is itself (`eval/…` names excepted: read again, they are
+transformers' spelling of validation). The raw key is never lost: `raw_keys` maps a canonical
+name back to the stored keys, and a raw key given as a query is answered as itself.
 
 Order: the recipe's `primary` metrics in the recipe's order, then the rest (training, validation,
 evaluation, others; losses before accuracies before the rest), hardware last.
@@ -33,6 +36,8 @@ from typing import Any, TypeVar
 
 NAMESPACES = ("train/", "validation/", "eval/", "hw/")
 HARDWARE = "hw/"
+EVALUATION = "eval/"
+MAX_HOPS = 16  # aliases followed from one key; a longer chain is cut there
 # What a recipe that names no primary metrics (custom) shows first.
 DEFAULT_PRIMARY = ("train/loss", "validation/loss")
 # Keys every trainer in the HF family reports under these names, whatever the recipe says.
@@ -61,7 +66,25 @@ class Vocabulary:
     # ── names ────────────────────────────────────────────────────────────────────────────────
 
     def canonical(self, raw: str) -> str:
-        """The canonical name of a raw key."""
+        """The canonical name of a raw key. A name is read again until it names itself, so an alias
+        whose target is another alias's key is followed (`approx_entropy` → `train/approx_entropy`
+        → `train/entropy`) and a canonical name read again (a status's keys, a query) names itself;
+        a cycle of aliases stops where it closes. An `eval/…` name is final: read again it would be
+        transformers' spelling of validation."""
+        path = [raw]
+        for _ in range(MAX_HOPS):
+            following = self._convention(path[-1])
+            if following == path[-1]:
+                break
+            if following in path:  # a cycle: each of its names answers with the same one
+                return min(path[path.index(following):])
+            path.append(following)
+            if following.startswith(EVALUATION):
+                break
+        return path[-1]
+
+    def _convention(self, raw: str) -> str:
+        """One step: the recipe's alias of the key, else the trainers' convention."""
         if raw in self.aliases:
             return self.aliases[raw]
         split = _split(raw)
@@ -75,7 +98,7 @@ class Vocabulary:
             explicit = self.aliases.get(_RAW_OF[namespace] + rest)
             if explicit:
                 return explicit
-            trained = self.aliases.get(rest) or CONVENTION.get(rest) or ""
+            trained = self.aliases.get(rest) or self.aliases.get("train/" + rest) or CONVENTION.get(rest) or ""
             if trained.startswith("train/"):
                 return namespace + trained[len("train/"):]
             return namespace + rest
@@ -157,7 +180,7 @@ _SPELLINGS = (
     ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("val-core/", "validation/"),
     ("val-aux/", "validation/"), ("eval/", "validation/"),
     ("eval_", "validation/"), ("val/", "validation/"), ("val_", "validation/"), ("test/", "eval/"),
-    ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"),
+    ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"), ("validation/", "validation/"),
 )
 _RAW_OF = {"validation/": "eval_", "eval/": "test_"}
 # Hardware a framework samples itself: NeMo-RL's GPU monitor logs `ray/node.<n>.gpu.<i>.util`,
@@ -172,10 +195,14 @@ _SPLIT_SUFFIXES = {"train": "train/", "training": "train/", "val": "validation/"
 
 
 def _split(key: str) -> tuple[str, str] | None:
-    """(canonical namespace, the rest) of a key spelled in a trainer's namespace, else None."""
+    """(canonical namespace, the rest) of a key spelled in a trainer's namespace, else None. The
+    namespace is found in any case; one spelled in capitals (`Train/Loss`, `EVAL_LOSS`, a
+    TensorBoard title) is a title, and the metric is read in lower case, as in `Loss/train`."""
+    folded = key.lower()
     for prefix, namespace in _SPELLINGS:
-        if key.startswith(prefix) and len(key) > len(prefix):
-            return namespace, key[len(prefix):]
+        if folded.startswith(prefix) and len(key) > len(prefix):
+            rest = key[len(prefix):]
+            return namespace, rest if key.startswith(prefix) else rest.lower()
     metric, slash, split = key.partition("/")
     if slash and metric and "/" not in split and split.lower() in _SPLIT_SUFFIXES:
         return _SPLIT_SUFFIXES[split.lower()], metric.lower()

@@ -19,10 +19,11 @@ A second training in the same process (a second Trainer, or `train()` again) sta
 again at 0, and the receiver keeps one value per key and step: its points would replace the first
 training's. So a different Trainer's training that begins below the highest step already reported
 in this process continues from there (as wandb's own step counter does), and its evaluations and
-predictions with it. The same Trainer beginning again (`auto_find_batch_size` reruns its training
-loop after an out-of-memory error; `train()` once more) keeps its own steps: it redoes them. A
-Trainer is known by its arguments object (the `args` every event gets), or by the callback when
-there is none.
+predictions with it, unless it resumes from a checkpoint (`resume_from_checkpoint`): it begins at the
+checkpoint's step and redoes the steps after it, which keep their numbers. The same Trainer
+beginning again (`auto_find_batch_size` reruns its training loop after an out-of-memory error;
+`train()` once more) keeps its own steps: it redoes them. A Trainer is known by its arguments
+object (the `args` every event gets), or by the callback when there is none.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class TunePlaneCallback:
         owner = args if args is not None else self
         if owner is not _owner[0]:  # a different Trainer: it continues the process's steps
             start = _step_of(state)
-            self._base = _highest[0] - start if _highest[0] > start else 0
+            # A training resumed from a checkpoint (`resume_from_checkpoint`: it begins at the
+            # checkpoint's step, above 0) redoes the steps after it: they are its own.
+            self._base = _highest[0] - start if _highest[0] > start and start == 0 else 0
             _owner[0] = owner
         self._start(args)
         return control
