@@ -24,10 +24,9 @@ def test_the_history_bench_builds_a_lab_the_bot_wrote(tmp_path: Path) -> None:
     first = json.loads(git(remote, "show", f"{BRANCH}:{statuses[0]}"))
     assert first["phase"] == "Succeeded" and first["metrics"]
     assert "<path" in git(remote, "show", f"{BRANCH}:{charts[0]}")
-    phases, content = history.clone_phases(tmp_path, remote)
-    rows = history.floor(tmp_path, remote) + phases
-    assert len(rows) == 8 and all(row[1] for row in rows) and content > 0
-    structure = history.structure_floor(remote)
+    rows = history.floor(tmp_path, remote) + history.clone_phases(tmp_path, remote)
+    assert len(rows) == 7 and all(row[1] for row in rows)
+    structure, _tiny = history.structure_floor(remote)
     *full, bot, floor = history.measure_clone(tmp_path, remote, 2, structure)  # the bot's clone: one commit
     assert all(v > 0 for v in full) and all(v > 0 for v in bot) and all(v > 0 for v in floor)
     assert not list(tmp_path.glob("shallow-*")) and not list(tmp_path.glob("clone-structure-*"))
@@ -35,7 +34,7 @@ def test_the_history_bench_builds_a_lab_the_bot_wrote(tmp_path: Path) -> None:
 
 def test_the_structure_floor_keeps_the_history_and_drops_the_content(tmp_path: Path) -> None:
     remote, _seconds = history.build_history(tmp_path / "h", runs=40, batch=20)
-    floor = history.structure_floor(remote)
+    floor, tiny_bytes = history.structure_floor(remote)
 
     def log(repo: Path) -> list[str]:  # every commit's subject, author, date and changed paths
         return git(repo, "log", "--format=%s %an %ad", "--name-status", "--no-renames", BRANCH).splitlines()
@@ -49,5 +48,15 @@ def test_the_structure_floor_keeps_the_history_and_drops_the_content(tmp_path: P
 
     ours, tiny = blobs(remote), blobs(floor)
     assert len(tiny) == len(ours)  # one distinct blob per distinct file version, as the history has
-    assert max(tiny) <= 6 and 100 * sum(tiny) < sum(ours)
+    assert max(tiny) <= 6 and 100 * sum(tiny) < sum(ours) and sum(tiny) == tiny_bytes
     assert len(list((floor / "objects" / "pack").glob("*.pack"))) == 1
+
+
+def test_the_content_floor_compresses_every_version(tmp_path: Path) -> None:
+    remote, _seconds = history.build_history(tmp_path / "h", runs=40, batch=20)
+    listed = git(remote, "cat-file", "--batch-all-objects", "--batch-check=%(objecttype) %(objectsize)")
+    raw = sum(int(size) for kind, size in (line.split() for line in listed.splitlines()) if kind == "blob")
+    floor = history.history_entropy(remote, preset=1)
+    assert 0 < floor < raw / 10
+    again = history.build_history(tmp_path / "again", runs=80, batch=20)[0]  # more runs hold more content
+    assert history.history_entropy(again, preset=1) > floor
