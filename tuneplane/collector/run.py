@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tuneplane.collector import sources, tfevents
+from tuneplane.collector.order import Order
 from tuneplane.collector.sources import Point, Source
 from tuneplane.runtime.files import atomic_write
 
@@ -84,6 +85,7 @@ class Collector:
     final: bool = False  # the job is over: a last line without a newline is complete
     _lock_fd: int | None = None
     _delete: set[str] = field(default_factory=set)
+    order: Order = field(default_factory=Order)  # event files by when opened, and purge_step cutoffs
 
     # ── state ─────────────────────────────────────────────────────────────────────────────────
     @property
@@ -172,6 +174,8 @@ class Collector:
             self.save()
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
+        if source.format == "tensorboard":
+            return self.order.arrange(source, list(sources.files_of(self.out_dir, source)))
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
@@ -257,7 +261,8 @@ class Collector:
             if records.offset == 0:
                 return [], tracked
             moved = replace(tracked, offset=tracked.offset + records.offset)
-            return sources.tb_points(source, relname, records.payloads, self.counts), moved
+            points = sources.tb_points(source, relname, records.payloads, self.counts)
+            return self.order.keep(relname, points, self.counts), moved
         return self._lines(source, relname, data, tracked, fd, size)
 
     def _lines(self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int,

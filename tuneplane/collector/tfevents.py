@@ -223,6 +223,34 @@ def scalars(event: bytes) -> list[Scalar]:
     return out
 
 
+_SESSION_START = 1  # SessionLog.status START
+
+
+def opening(data: bytes) -> tuple[float | None, int | None]:
+    """From a file's first bytes: the wall time of its first event (when its writer opened it) and
+    the step of a `SessionLog` START among its first events, which `SummaryWriter(purge_step=N)`
+    writes and TensorBoard reads as "drop what earlier files logged at steps >= N"."""
+    opened: float | None = None
+    purge: int | None = None
+    for payload in read_records(data).payloads[:4]:
+        try:
+            wall_time, step, session = 0.0, 0, b""
+            for number, wire, value in fields(payload):
+                if number == 1 and wire == 1 and isinstance(value, int):
+                    wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
+                elif number == 2 and wire == 0 and isinstance(value, int):
+                    step = _signed(value)
+                elif number == 7 and wire == 2 and isinstance(value, bytes):
+                    session = value
+            if session and any(n == 1 and w == 0 and v == _SESSION_START for n, w, v in fields(session)):
+                purge = step
+        except ProtoError:
+            break
+        if opened is None and math.isfinite(wall_time):
+            opened = wall_time
+    return opened, purge
+
+
 def _summary_value(buf: bytes) -> tuple[str, float] | None:
     # Fast path for what add_scalar writes: tag (field 1, short) then simple_value (field 2, fixed32).
     if len(buf) > 7 and buf[0] == 0x0A and buf[1] < 0x80 and len(buf) == buf[1] + 7 and buf[buf[1] + 2] == 0x15:
@@ -349,3 +377,10 @@ def scalar_event(step: int, wall_time: float, values: dict[str, float]) -> bytes
         for tag, value in values.items())
     return (_key(1, 1) + struct.pack("<d", wall_time) + _key(2, 0) + _encode_varint(step)
             + _length_delimited(5, summary))
+
+
+def file_version_event(wall_time: float, step: int = 0, purge: bool = False) -> bytes:
+    """The event a writer opens its file with (`brain.Event:2`), and with `purge` the `SessionLog`
+    START that `SummaryWriter(purge_step=step)` writes next (tests)."""
+    head = _key(1, 1) + struct.pack("<d", wall_time) + _key(2, 0) + _encode_varint(step)
+    return head + (_length_delimited(7, _key(1, 0) + b"\x01") if purge else _length_delimited(3, b"brain.Event:2"))

@@ -1,0 +1,85 @@
+"""The order in which a TensorBoard source's event files are read, and what a restart's `purge_step`
+drops from the files before it.
+
+The receiver keeps one value per key and step, the last one it is sent, so a restarted writer's file
+must be read after the earlier attempt's whatever the folders are named (`version_10/` sorts before
+`version_9/`, transformers' `Dec01_…/` before `Nov30_…/`, a pid 1000 before 999): files go in the
+order their writers opened them (the wall time of each file's first event; without one yet, the
+unix time in its name). `SummaryWriter(purge_step=N)` starts its file with a `SessionLog` START at
+step N, and TensorBoard then discards what the earlier files of that run logged at steps >= N: the
+points of an earlier file of the same series folder from that step on are dropped, and counted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from tuneplane.collector import sources, tfevents
+from tuneplane.collector.sources import Source
+
+OPENING_BYTES = 4096  # a writer's first events (file version, session start) lie well within this
+PURGED = "purged by a later purge_step"
+_NAME_TIME = re.compile(r"tfevents\.(\d{1,12})")
+MAX_KNOWN = 200_000  # openings remembered; past that they are read again
+
+
+@dataclass
+class Order:
+    known: dict[tuple[str, int, int], tuple[float | None, int | None]] = field(default_factory=dict)
+    cutoffs: dict[str, int] = field(default_factory=dict)  # relname → first step purged
+
+    def arrange(self, source: Source, files: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """`files` in the order their writers opened them; sets the purge cutoff of each."""
+        timed = []
+        for relname, path in files:
+            opened, purge = self._opening(path)
+            found = _NAME_TIME.search(os.path.basename(relname))
+            when = opened if opened is not None else float(found.group(1)) if found else 0.0
+            timed.append((when, relname, path, purge))
+        timed.sort(key=lambda item: (item[0], item[1]))
+        later: dict[str, int] = {}  # series folder → lowest purge step of the files after
+        for _, relname, _, purge in reversed(timed):
+            group = sources.tb_key(source, relname, "")
+            cut = later.get(group)
+            if cut is None:
+                self.cutoffs.pop(relname, None)
+            else:
+                self.cutoffs[relname] = cut
+            if purge is not None:
+                later[group] = purge if cut is None else min(cut, purge)
+        return [(relname, path) for _, relname, path, _ in timed]
+
+    def _opening(self, path: str) -> tuple[float | None, int | None]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None, None
+        try:
+            info = os.fstat(fd)
+            key = (path, info.st_ino, info.st_dev)
+            if key in self.known:
+                return self.known[key]
+            head = os.pread(fd, OPENING_BYTES, 0)
+        except OSError:
+            return None, None
+        finally:
+            os.close(fd)
+        found = tfevents.opening(head)
+        # settled once the writer's first two events are whole on disk (or its file is past them)
+        if (len(head) == OPENING_BYTES or len(tfevents.read_records(head).payloads) >= 2) \
+                and len(self.known) < MAX_KNOWN:
+            self.known[key] = found
+        return found
+
+    def keep(self, relname: str, points: list[sources.Point], counts: dict[str, int]) -> list[sources.Point]:
+        """`points` of `relname` without those a later file's `purge_step` drops (counted)."""
+        cut = self.cutoffs.get(relname)
+        if cut is None:
+            return points
+        kept = [p for p in points if p[0] < cut]
+        dropped = sum(len(p[2]) for p in points if p[0] >= cut)
+        if dropped:
+            counts[PURGED] = counts.get(PURGED, 0) + dropped
+        return kept
