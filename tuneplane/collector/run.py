@@ -86,6 +86,8 @@ class Collector:
     _lock_fd: int | None = None
     _delete: set[str] = field(default_factory=set)
     order: Order = field(default_factory=Order)  # event files by when opened, and purge_step cutoffs
+    _scanned: dict[tuple[str, int, int, int], int] = field(default_factory=dict)  # a line's end searched up to
+    _damaged: dict[str, list[int]] = field(default_factory=dict)  # this read: [records, from byte, to byte]
 
     # ── state ─────────────────────────────────────────────────────────────────────────────────
     @property
@@ -217,10 +219,20 @@ class Collector:
                     self._commit(pending)
         finally:
             os.close(fd)
+            self._tell_damage()
         self.collected += sent
         if source.format == "unsent" and key in pending and pending[key].offset >= info.st_size:
             self._delete.add(key)  # delivered whole: removed once the SDK confirms
         return sent
+
+    def _tell_damage(self) -> None:
+        """One line per file and read for its damaged records, however many (a zeroed or sparse
+        stretch is one damaged stretch, not a line per read)."""
+        for relname, (_, start, end) in self._damaged.items():
+            if len(self.problems) < PROBLEMS:
+                self.problems.append(f"{relname}: damaged records or framing between byte {start} and {end} "
+                                     "skipped (the records after them are read)")
+        self._damaged.clear()
 
     def _resume(self, source: Source, relname: str, fd: int, info: os.stat_result,
                 tracked: Tracked | None) -> Tracked:
@@ -255,9 +267,9 @@ class Collector:
             if records.corrupt:
                 self.counts["corrupt tensorboard record"] = self.counts.get("corrupt tensorboard record", 0) \
                     + records.corrupt
-                if len(self.problems) < PROBLEMS:
-                    self.problems.append(f"{relname}: {records.corrupt} damaged record(s) after byte "
-                                         f"{tracked.offset} skipped")
+                seen = self._damaged.setdefault(relname, [0, tracked.offset, 0])
+                seen[0] += records.corrupt
+                seen[2] = tracked.offset + max(records.offset, 1)
             if records.offset == 0:
                 return [], tracked
             moved = replace(tracked, offset=tracked.offset + records.offset)
@@ -310,15 +322,19 @@ class Collector:
         """A line longer than one read: find its end a chunk at a time (memory stays one chunk), then
         read it whole when it is within `MAX_LINE`, or step over it."""
         start = tracked.offset
-        position = start + have
+        where = (relname, tracked.ino, tracked.dev, start)
+        searched = self._scanned.pop(where, 0)  # how far an earlier pass searched this line
+        position = max(start + have, searched if searched <= size else 0)
         while position < size:
             found = os.pread(fd, CHUNK, position).find(b"\n")
             if found >= 0:
                 end = position + found
                 break
-            position += CHUNK
+            position = min(position + CHUNK, size)
         else:
             if not self.final or size == start:
+                if len(self._scanned) < PROBLEMS:
+                    self._scanned[where] = position  # the next pass searches only what is new
                 return [], tracked  # still being written
             end = size
         number = tracked.line + 1

@@ -1,0 +1,121 @@
+"""The collector's loop against what no writer should leave but file systems do: a 10 GiB sparse
+event file and JSON-lines file, FIFOs, link loops, a line that never ends while the job runs. A pass
+ends, memory stays bounded, a damaged stretch is told in one line, and what is good still arrives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuneplane.collector import run, tfevents
+from tuneplane.collector.sources import Point, Source
+from tuneplane.constants import METRICS_NATIVE_ENV
+from tuneplane.ingest import mint_token, series
+from tuneplane.ingest.server import IngestServer
+
+SECRET = b"r" * 32
+RUN = "run-loop-hostile"
+TIMEOUT = 90  # a hang guard: on a sparse file's zeros the pass took minutes
+SPARSE = 10 * 2**30
+
+
+@pytest.fixture()
+def receiver(tmp_path: Path) -> Iterator[IngestServer]:
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    yield server
+    server.stop()
+
+
+def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": receiver.url,
+                "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+                "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+                "TUNEPLANE_REPORT_RETRY_BASE": "0.02", "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+                METRICS_NATIVE_ENV: json.dumps(native)})
+    return env
+
+
+def collect(env: dict[str, str], *args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--stats", *args],
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
+
+
+def _sparse(path: Path, size: int) -> None:
+    with path.open("wb") as handle:
+        handle.truncate(size)
+
+
+def test_a_sparse_event_file_fifos_and_link_loops_end_the_pass_with_one_line(receiver: IngestServer,
+                                                                             tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    tb = out / "tb"
+    tb.mkdir(parents=True)
+    _sparse(tb / "events.out.tfevents.1.sparse", SPARSE)
+    os.mkfifo(tb / "events.out.tfevents.2.fifo")
+    (tb / "loop").symlink_to("loop")
+    (tb / "self").symlink_to(".")
+    good = b"".join(tfevents.frame(tfevents.scalar_event(s, 1.7e9 + s, {"loss": float(s)})) for s in range(5))
+    (tb / "events.out.tfevents.3.good").write_bytes(good)
+    result = collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    assert series(receiver.store.path, RUN, "loss") == [(s, float(s)) for s in range(5)]
+    told = [line for line in result["problems"] if "sparse" in line]
+    assert len(told) == 1 and f"between byte 0 and {SPARSE - 11}" in told[0], result["problems"]
+    again = collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    assert again["collected_points"] == 0 and not again["problems"]  # stepped over once, remembered
+
+
+class Kept:
+    """The SDK's side as the loop sees it: points kept, delivery confirmed at once."""
+
+    def __init__(self) -> None:
+        self.points: list[Point] = []
+
+    def send(self, points: list[Point]) -> None:
+        self.points.extend(points)
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the job runs, a pass looks only at the bytes added since the last pass for the end of a
+    long line (on a 10 GiB sparse file, every pass read all of it again)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = out / "m.jsonl"
+    lines.write_bytes(b'{"step": 1, "loss": 1.0}\n')
+    with lines.open("ab") as handle:
+        handle.truncate(SPARSE)
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(run.os, "pread", pread)
+    sink = Kept()
+    collector = run.Collector(str(out), sink, [Source("jsonl", "m.jsonl")])
+    collector.pass_once()
+    first = sum(read)
+    assert first >= SPARSE - 64 and [p[2] for p in sink.points] == [{"loss": 1.0}]
+    read.clear()
+    with lines.open("ab") as handle:
+        handle.write(b'x"}\n{"step": 2, "loss": 2.0}\n')
+    collector.pass_once()
+    assert sum(read) < 4 * run.CHUNK, "the second pass searched the whole line again"
+    assert [p[2] for p in sink.points] == [{"loss": 1.0}, {"loss": 2.0}]
+    assert collector.counts["line too long"] == 1
