@@ -119,3 +119,27 @@ def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(tmp_path
     assert sum(read) < 4 * run.CHUNK, "the second pass searched the whole line again"
     assert [p[2] for p in sink.points] == [{"loss": 1.0}, {"loss": 2.0}]
     assert collector.counts["line too long"] == 1
+
+
+def test_the_offsets_of_a_hundred_thousand_files_survive_a_restart(receiver: IngestServer, tmp_path: Path) -> None:
+    """A state of 100,000 event files is some 14 MB: it was read only up to 4 MiB, found unreadable,
+    and every file was sent again from its start."""
+    out = tmp_path / "out"
+    tb = out / "tb"
+    tb.mkdir(parents=True)
+    for i in range(3):
+        (tb / f"events.out.tfevents.{1_700_000_000 + i}.host").write_bytes(
+            tfevents.frame(tfevents.scalar_event(i, 1.7e9 + i, {"loss": float(i)})))
+    env = job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}])
+    assert collect(env)["collected_points"] == 3
+    state = out / ".tuneplane" / "collector-state.json"
+    saved = json.loads(state.read_text())
+    entry = next(iter(saved["files"].values()))
+    for i in range(100_000):  # the entries of the files a long job rotated away meanwhile
+        saved["files"][f"tensorboard:tb/run_{i}/events.out.tfevents.{1_700_000_000 + i}.host.12345.0"] = entry
+    state.write_text(json.dumps(saved))
+    assert state.stat().st_size > 8 * 2**20
+    again = collect(env)
+    assert again["collected_points"] == 0, again["skipped"]
+    assert "unreadable state file (starting over)" not in again["skipped"]
+    assert len(json.loads(state.read_text())["files"]) == 3  # the gone files' entries left

@@ -36,6 +36,9 @@ CHUNK = 256 * 1024
 FLUSH_POINTS = 20_000
 HEAD = 4096  # bytes of a file's start whose CRC tells it apart from another file with the same inode
 PROBLEMS = 20
+# The state holds an entry of ~100 bytes per file read: 64 MiB is some 500,000 event files, a bound
+# on what a damaged state costs to parse, far past a job's (100,000 files made 4 MiB of it).
+MAX_STATE = 64 * 1024 * 1024
 SPILL_PREFIX = "report-spill-"  # tuneplane.report's overflow file while its process lives
 
 
@@ -119,7 +122,10 @@ class Collector:
     def load(self) -> None:
         try:
             with open(self.state_path, "rb") as handle:
-                raw = json.loads(handle.read(4 * 1024 * 1024))
+                text = handle.read(MAX_STATE + 1)
+            if len(text) > MAX_STATE:
+                raise ValueError(f"over {MAX_STATE >> 20} MiB")
+            raw = json.loads(text)
             entries = raw["files"]
             if not isinstance(entries, dict):
                 raise TypeError("files is not an object")
@@ -138,7 +144,7 @@ class Collector:
 
     def save(self) -> None:
         data = {"version": 1, "files": {name: t.to_json() for name, t in sorted(self.files.items())}}
-        atomic_write(Path(self.state_path), json.dumps(data, indent=0))
+        atomic_write(Path(self.state_path), json.dumps(data, separators=(",", ":")))
 
     def count(self, why: str, where: str = "", detail: str = "") -> None:
         self.counts[why] = self.counts.get(why, 0) + 1
