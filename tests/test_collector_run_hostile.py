@@ -143,3 +143,60 @@ def test_the_offsets_of_a_hundred_thousand_files_survive_a_restart(receiver: Ing
     assert again["collected_points"] == 0, again["skipped"]
     assert "unreadable state file (starting over)" not in again["skipped"]
     assert len(json.loads(state.read_text())["files"]) == 3  # the gone files' entries left
+
+
+def test_json_lines_values_that_are_not_finite_or_not_utf8_are_counted_and_named(tmp_path: Path) -> None:
+    """NaN and infinity (Python's json writes them) and a line of invalid UTF-8 are skipped and said,
+    file and line, never dropped without a word; a BOM and CRLF line ends are read as text editors
+    write them."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.jsonl").write_bytes(b'\xef\xbb\xbf{"step": 1, "loss": 1.0}\r\n'
+                                  b'{"step": 2, "loss": NaN, "acc": 0.5}\r\n'
+                                  b'{"step": 3, "loss": -Infinity}\n'
+                                  b'{"step": 4, "lo\xffss": 4.0}\n'
+                                  b'{"step": 5, "loss": 5.0}\n')
+    sink = Kept()
+    collector = run.Collector(str(out), sink, [Source("jsonl", "m.jsonl")])
+    collector.pass_once()
+    assert [(p[0], p[2]) for p in sink.points] == [(1, {"loss": 1.0}), (2, {"acc": 0.5}), (5, {"loss": 5.0})]
+    assert collector.counts["value not finite"] == 2
+    assert any(p.startswith("m.jsonl:2: ") and "'loss'" in p and "NaN" in p for p in collector.problems), \
+        collector.problems
+    assert any(p.startswith("m.jsonl:3: ") for p in collector.problems), collector.problems
+    assert any(p.startswith("m.jsonl:4: ") and "UTF-8" in p and "byte 16" in p for p in collector.problems), \
+        collector.problems
+
+
+def test_a_file_or_folder_that_cannot_be_read_is_named_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root reads everything, so the refusal the kernel gives another user is given here by `os.open`
+    and `os.scandir` (what the loop calls): the file is named with the reason, once however many
+    passes, and the readable files are still collected."""
+    out = tmp_path / "out"
+    (out / "tb" / "locked").mkdir(parents=True)
+    for name in ("events.out.tfevents.1.ok", "events.out.tfevents.2.locked"):
+        (out / "tb" / name).write_bytes(tfevents.frame(tfevents.scalar_event(1, 1.7e9, {name[-2:]: 1.0})))
+    real_open, real_scandir = os.open, os.scandir
+
+    def refusing_open(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if str(path).endswith(".locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, mode, **kwargs)
+
+    def refusing_scandir(path: Any = ".") -> Any:
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    monkeypatch.setattr(os, "scandir", refusing_scandir)
+    sink = Kept()
+    collector = run.Collector(str(out), sink, [Source("tensorboard", "tb")])
+    for _ in range(3):
+        collector.pass_once()
+    assert [p[2] for p in sink.points] == [{"ok": 1.0}]
+    told = [p for p in collector.problems if "locked" in p]
+    assert sorted(told) == sorted([
+        "tb/events.out.tfevents.2.locked: cannot be read (Permission denied); let the job's user read it",
+        "tb/locked: cannot be read (Permission denied); let the job's user read it"]), collector.problems
+    assert collector.counts["unreadable file or folder"] == 2

@@ -90,6 +90,7 @@ class Collector:
     _delete: set[str] = field(default_factory=set)
     order: Order = field(default_factory=Order)  # event files by when opened, and purge_step cutoffs
     _scanned: dict[tuple[str, int, int, int], int] = field(default_factory=dict)  # a line's end searched up to
+    _refused: set[str] = field(default_factory=set)  # told once
     _damaged: dict[str, list[int]] = field(default_factory=dict)  # this read: [records, from byte, to byte]
 
     # ── state ─────────────────────────────────────────────────────────────────────────────────
@@ -183,7 +184,7 @@ class Collector:
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
         if source.format == "tensorboard":
-            return self.order.arrange(source, list(sources.files_of(self.out_dir, source)))
+            return self.order.arrange(source, list(sources.files_of(self.out_dir, source, self.refused)))
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
@@ -199,7 +200,10 @@ class Collector:
         key = f"{source.format}:{relname}"
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        except FileNotFoundError:
+            return 0  # gone since it was listed (rotated away)
+        except OSError as exc:
+            self.refused(exc, relname)
             return 0
         sent = 0
         try:
@@ -230,6 +234,14 @@ class Collector:
         if source.format == "unsent" and key in pending and pending[key].offset >= info.st_size:
             self._delete.add(key)  # delivered whole: removed once the SDK confirms
         return sent
+
+    def refused(self, exc: OSError, relname: str = "") -> None:
+        """A file or folder the collector may not read: named once, with the reason."""
+        where = relname or os.path.relpath(str(exc.filename), os.path.realpath(self.out_dir))
+        if where not in self._refused and len(self._refused) < PROBLEMS:
+            self._refused.add(where)
+            self.count("unreadable file or folder", where,
+                       f"cannot be read ({exc.strerror or type(exc).__name__}); let the job's user read it")
 
     def _tell_damage(self) -> None:
         """One line per file and read for its damaged records, however many (a zeroed or sparse
