@@ -8,7 +8,7 @@ match is skipped and counted, and damaged framing (a length whose CRC does not m
 to the next valid header, so one bad stretch costs only the records in it. Only what a chart needs
 is decoded: `Event.wall_time` (1), `Event.step` (2), `Event.summary` (5) → `Summary.value` (1) →
 `tag` (1), `simple_value` (2), and the TensorBoard 2 form: `tensor` (8) holding one
-float/double/int value, as `add_scalar(new_style=True)` writes it.
+float/double/int/bool value, as `add_scalar(new_style=True)` writes it (a bool as 0 or 1).
 """
 
 from __future__ import annotations
@@ -299,14 +299,14 @@ def _tag(raw: bytes) -> str:
 
 
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
-_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e",
+_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e", 10: "<?",
                     4: "<B", 5: "<h", 6: "<b", 17: "<H", 22: "<I", 23: "<Q"}  # uint8, int16, int8, uint16/32/64
 _HALF_VAL = 13  # float16 and bfloat16 values, each as the 16 bits of an int32
 
 
 def _tensor_scalar(buf: bytes) -> float | None:
     """A TensorProto with exactly one number (`float_val`, `double_val`, `int_val`, `int64_val`,
-    `half_val` for float16 and bfloat16, the unsigned fields, or `tensor_content`); anything larger
+    `half_val` for float16 and bfloat16, `bool_val`, the unsigned fields, or `tensor_content`); anything larger
     (histograms, images) is not a scalar and is skipped."""
     dtype = 0
     values: list[float] = []
@@ -319,7 +319,7 @@ def _tensor_scalar(buf: bytes) -> float | None:
             content = value
         elif number == _HALF_VAL:
             halves.extend(int(v) & 0xFFFF for v in _numbers(7, wire, value))
-        elif number in (5, 6, 7, 10, 16, 17):  # float, double, int, int64, uint32, uint64 values
+        elif number in (5, 6, 7, 10, 11, 16, 17):  # float, double, int, int64, bool, uint32, uint64 values
             values.extend(_numbers(number, wire, value))
     values.extend(_half(bits, dtype) for bits in halves)
     if content and dtype == _DT_BFLOAT16 and len(content) == 2:
@@ -339,7 +339,7 @@ def _half(bits: int, dtype: int) -> float:
 
 
 def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
-    if number in (16, 17):  # uint32_val, uint64_val: varints, never negative
+    if number in (11, 16, 17):  # bool_val (0 or 1, as TensorBoard charts it), uint32_val, uint64_val: varints
         return [float(v) for v in _varints(value)] if isinstance(value, bytes) else [float(value)]
     if number == 5:  # float_val: fixed32, packed or not
         if isinstance(value, bytes):
