@@ -33,15 +33,19 @@ class Order:
     def arrange(self, source: Source, files: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """`files` in the order their writers opened them; sets the purge cutoff of each."""
         timed = []
+        groups: dict[str, str] = {}  # folder → series folder (`tb_key` of no tag), once per folder
         for relname, path in files:
             opened, purge = self._opening(path)
             found = _NAME_TIME.search(os.path.basename(relname))
             when = opened if opened is not None else float(found.group(1)) if found else 0.0
-            timed.append((when, relname, path, purge))
+            folder = os.path.dirname(relname)
+            group = groups.get(folder)
+            if group is None:
+                group = groups[folder] = sources.tb_key(source, relname, "")
+            timed.append((when, relname, path, purge, group))
         timed.sort(key=lambda item: (item[0], item[1]))
         later: dict[str, int] = {}  # series folder → lowest purge step of the files after
-        for _, relname, _, purge in reversed(timed):
-            group = sources.tb_key(source, relname, "")
+        for _, relname, _, purge, group in reversed(timed):
             cut = later.get(group)
             if cut is None:
                 self.cutoffs.pop(relname, None)
@@ -49,29 +53,31 @@ class Order:
                 self.cutoffs[relname] = cut
             if purge is not None:
                 later[group] = purge if cut is None else min(cut, purge)
-        return [(relname, path) for _, relname, path, _ in timed]
+        return [(relname, path) for _, relname, path, _, _ in timed]
 
     def _opening(self, path: str) -> tuple[float | None, int | None]:
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None, None
+        key = (path, info.st_ino, info.st_dev)  # an event file's name is never reused (time, pid, count)
+        known = self.known.get(key)
+        if known is not None:
+            return known
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None, None
         try:
-            info = os.fstat(fd)
-            key = (path, info.st_ino, info.st_dev)
-            if key in self.known:
-                return self.known[key]
             head = os.pread(fd, OPENING_BYTES, 0)
         except OSError:
             return None, None
         finally:
             os.close(fd)
-        found = tfevents.opening(head)
-        # settled once the writer's first two events are whole on disk (or its file is past them)
-        if (len(head) == OPENING_BYTES or len(tfevents.read_records(head).payloads) >= 2) \
-                and len(self.known) < MAX_KNOWN:
-            self.known[key] = found
-        return found
+        opened, purge, settled = tfevents.opening(head)
+        if (settled or len(head) == OPENING_BYTES) and len(self.known) < MAX_KNOWN:
+            self.known[key] = (opened, purge)
+        return opened, purge
 
     def keep(self, relname: str, points: list[sources.Point], counts: dict[str, int]) -> list[sources.Point]:
         """`points` of `relname` without those a later file's `purge_step` drops (counted)."""

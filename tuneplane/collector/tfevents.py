@@ -241,13 +241,15 @@ def scalars(event: bytes) -> list[Scalar]:
 _SESSION_START = 1  # SessionLog.status START
 
 
-def opening(data: bytes) -> tuple[float | None, int | None]:
-    """From a file's first bytes: the wall time of its first event (when its writer opened it) and
-    the step of a `SessionLog` START among its first events, which `SummaryWriter(purge_step=N)`
-    writes and TensorBoard reads as "drop what earlier files logged at steps >= N"."""
+def opening(data: bytes) -> tuple[float | None, int | None, bool]:
+    """From a file's first bytes: the wall time of its first event (when its writer opened it), the
+    step of a `SessionLog` START among its first events, which `SummaryWriter(purge_step=N)` writes
+    and TensorBoard reads as "drop what earlier files logged at steps >= N", and whether that is
+    settled (the writer's first two events are whole on disk, or the bytes are past them)."""
     opened: float | None = None
     purge: int | None = None
-    for payload in read_records(data).payloads[:4]:
+    payloads = read_records(data).payloads
+    for payload in payloads[:4]:
         try:
             wall_time, step, session = 0.0, 0, b""
             for number, wire, value in fields(payload):
@@ -263,7 +265,7 @@ def opening(data: bytes) -> tuple[float | None, int | None]:
             break
         if opened is None and math.isfinite(wall_time):
             opened = wall_time
-    return opened, purge
+    return opened, purge, len(payloads) >= 2
 
 
 def _summary_value(buf: bytes) -> tuple[str, float] | None:
