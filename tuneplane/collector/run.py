@@ -48,7 +48,7 @@ class Sink(Protocol):
     def flush(self, timeout: float) -> bool: ...
 
 
-@dataclass
+@dataclass(slots=True)  # one per file read: 100,000 files
 class Tracked:
     offset: int = 0
     ino: int = 0
