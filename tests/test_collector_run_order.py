@@ -119,3 +119,45 @@ def test_purge_step_drops_the_earlier_attempts_points_from_that_step(same_folder
     collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
     assert series(receiver.store.path, RUN, "loss")[-1] == (7, 2.0)
     assert len(series(receiver.store.path, RUN, "loss")) == 8
+
+
+class Kept:
+    """The SDK's side as the loop sees it: points kept, delivery confirmed at once."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[int, float | None, dict[str, float]]] = []
+
+    def send(self, points: list[tuple[int, float | None, dict[str, float]]]) -> None:
+        self.points.extend(points)
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+def test_a_purge_step_after_the_earlier_points_were_sent_is_told_once(tmp_path: Path) -> None:
+    """Beside the job the first attempt's points are sent as they are written; the restart's
+    purge_step cannot take them back here, and the collector says so, once, naming the file."""
+    from tuneplane.collector import run
+    from tuneplane.collector.sources import Source
+
+    out = tmp_path / "out"
+    old = _writer(out / "tb" / "exp_001")
+    for step in range(10):
+        old.add_scalar("loss", 1.0, step)
+    old.close()
+    collector = run.Collector(str(out), Kept(), [Source("tensorboard", "tb")])
+    collector.pass_once()
+    new = _writer(out / "tb" / "exp_002", purge_step=5)
+    new.add_scalar("loss", 2.0, 5)
+    new.close()
+    for _ in range(3):
+        collector.pass_once()
+    told = [p for p in collector.problems if "purge_step 5" in p]
+    assert len(told) == 1 and told[0].startswith("tb/exp_001/events.out.tfevents."), collector.problems
+    assert collector.counts["purge_step after its points were sent"] == 1
+    # a collector started again (the last pass) reads nothing new and tells nothing
+    collector.save()
+    again = run.Collector(str(out), Kept(), [Source("tensorboard", "tb")])
+    again.load()
+    again.pass_once()
+    assert not again.problems and not again.counts

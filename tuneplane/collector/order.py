@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tuneplane.collector import sources, tfevents
 from tuneplane.collector.sources import Source
 
+
+class _Read(Protocol):
+    offset: int
+
+
 OPENING_BYTES = 4096  # a writer's first events (file version, session start) lie well within this
 PURGED = "purged by a later purge_step"
+PURGED_LATE = "purge_step after its points were sent"
 _NAME_TIME = re.compile(r"tfevents\.(\d{1,12})")
 MAX_KNOWN = 200_000  # openings remembered; past that they are read again
 
@@ -29,9 +37,13 @@ MAX_KNOWN = 200_000  # openings remembered; past that they are read again
 class Order:
     known: dict[tuple[str, int, int], tuple[float | None, int | None]] = field(default_factory=dict)
     cutoffs: dict[str, int] = field(default_factory=dict)  # relname → first step purged
+    uncut: set[str] = field(default_factory=set)  # arranged by this process without a cutoff
 
-    def arrange(self, source: Source, files: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """`files` in the order their writers opened them; sets the purge cutoff of each."""
+    def arrange(self, source: Source, files: list[tuple[str, str]], read: Mapping[str, _Read] | None = None,
+                tell: Callable[[str, str, str], None] | None = None) -> list[tuple[str, str]]:
+        """`files` in the order their writers opened them; sets the purge cutoff of each. A file this
+        process had read from (`read`, by `tensorboard:<relname>`) without a cutoff, when a later
+        purge_step appears, is told once to `tell`: what it sent from that step on stays."""
         timed = []
         groups: dict[str, str] = {}  # folder → series folder (`tb_key` of no tag), once per folder
         for relname, path in files:
@@ -49,7 +61,13 @@ class Order:
             cut = later.get(group)
             if cut is None:
                 self.cutoffs.pop(relname, None)
+                self.uncut.add(relname)
             else:
+                done = read.get(f"tensorboard:{relname}") if read is not None else None
+                if tell is not None and relname in self.uncut and done is not None and done.offset > 0:
+                    tell(PURGED_LATE, relname, f"a later file's purge_step {cut} came after this file's points were "
+                         f"sent; those at steps >= {cut} stay on the chart until logged again")
+                self.uncut.discard(relname)
                 self.cutoffs[relname] = cut
             if purge is not None:
                 later[group] = purge if cut is None else min(cut, purge)

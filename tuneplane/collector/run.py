@@ -184,7 +184,8 @@ class Collector:
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
         if source.format == "tensorboard":
-            return self.order.arrange(source, list(sources.files_of(self.out_dir, source, self.refused)))
+            return self.order.arrange(source, list(sources.files_of(self.out_dir, source, self.refused)),
+                                      self.files, self.count)
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
