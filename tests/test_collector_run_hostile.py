@@ -200,3 +200,33 @@ def test_a_file_or_folder_that_cannot_be_read_is_named_once(tmp_path: Path, monk
         "tb/events.out.tfevents.2.locked: cannot be read (Permission denied); let the job's user read it",
         "tb/locked: cannot be read (Permission denied); let the job's user read it"]), collector.problems
     assert collector.counts["unreadable file or folder"] == 2
+
+
+@pytest.mark.parametrize("make", ["state_dir", "state_fifo", "lock_dir", "folder_file"])
+def test_a_state_or_lock_that_is_not_a_file_ends_in_one_line_never_a_hang(make: str, receiver: IngestServer,
+                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "tb").mkdir(parents=True)
+    (out / "tb" / "events.out.tfevents.1.host").write_bytes(tfevents.frame(tfevents.scalar_event(1, 1.7e9,
+                                                                                                 {"loss": 1.0})))
+    folder = out / ".tuneplane"
+    if make == "folder_file":
+        folder.write_text("not a folder\n")
+    else:
+        folder.mkdir()
+        target = folder / ("collector.lock" if make == "lock_dir" else "collector-state.json")
+        if make == "state_fifo":
+            os.mkfifo(target)  # opening it to read blocked the collector for good
+        else:
+            target.mkdir()  # saving over it raised IsADirectoryError
+    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"],
+                          env=job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]),
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    told = [line for line in proc.stderr.splitlines() if ".tuneplane" in line or "state" in line]
+    assert told and all(line.startswith("tuneplane.collector: ") for line in told), proc.stderr
+    if make.startswith("state"):  # the points still arrive; only the offsets cannot be kept
+        assert proc.returncode == 0, proc.stderr
+        assert series(receiver.store.path, RUN, "loss") == [(1, 1.0)]
+    else:
+        assert proc.returncode == 2, proc.stderr

@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import binascii
 import fcntl
-import json
 import os
 import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
-from tuneplane.collector import sources, tfevents
+from tuneplane.collector import sources, state, tfevents
 from tuneplane.collector.order import Order
 from tuneplane.collector.sources import Point, Source
-from tuneplane.runtime.files import atomic_write
 
 STATE_DIR = ".tuneplane"
 STATE_FILE = "collector-state.json"
@@ -36,9 +33,7 @@ CHUNK = 256 * 1024
 FLUSH_POINTS = 20_000
 HEAD = 4096  # bytes of a file's start whose CRC tells it apart from another file with the same inode
 PROBLEMS = 20
-# The state holds an entry of ~100 bytes per file read: 64 MiB is some 500,000 event files, a bound
-# on what a damaged state costs to parse, far past a job's (100,000 files made 4 MiB of it).
-MAX_STATE = 64 * 1024 * 1024
+UNSAVED = "state file cannot be written"
 SPILL_PREFIX = "report-spill-"  # tuneplane.report's overflow file while its process lives
 
 
@@ -122,21 +117,12 @@ class Collector:
 
     def load(self) -> None:
         try:
-            with open(self.state_path, "rb") as handle:
-                text = handle.read(MAX_STATE + 1)
-            if len(text) > MAX_STATE:
-                raise ValueError(f"over {MAX_STATE >> 20} MiB")
-            raw = json.loads(text)
-            entries = raw["files"]
-            if not isinstance(entries, dict):
-                raise TypeError("files is not an object")
-        except FileNotFoundError:
+            entries = state.read(self.state_path)
+        except state.Unreadable as exc:
+            self.count("unreadable state file (starting over)", f"{STATE_DIR}/{STATE_FILE}",
+                       f"not used ({exc}); every file is read from the top, and stored once")
             return
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            self.count("unreadable state file (starting over)")
-            self.files.clear()
-            return
-        for name, entry in entries.items():
+        for name, entry in (entries or {}).items():
             tracked = _tracked_of(entry)
             if tracked is None:
                 self.count("bad state entry (file read from the top)")
@@ -144,8 +130,10 @@ class Collector:
                 self.files[str(name)] = tracked
 
     def save(self) -> None:
-        data = {"version": 1, "files": {name: t.to_json() for name, t in sorted(self.files.items())}}
-        atomic_write(Path(self.state_path), json.dumps(data, separators=(",", ":")))
+        why = state.write(self.state_path, {name: t.to_json() for name, t in sorted(self.files.items())})
+        if why and not self.counts.get(UNSAVED):
+            self.count(UNSAVED, f"{STATE_DIR}/{STATE_FILE}", f"cannot be written ({why}); remove what is "
+                       "there: without it a restarted collector reads every file again")
 
     def count(self, why: str, where: str = "", detail: str = "") -> None:
         self.counts[why] = self.counts.get(why, 0) + 1
