@@ -161,3 +161,17 @@ def test_a_purge_step_after_the_earlier_points_were_sent_is_told_once(tmp_path: 
     again.load()
     again.pass_once()
     assert not again.problems and not again.counts
+
+
+@pytest.mark.parametrize("writer_module", ["torch.utils.tensorboard", "tensorboardX"])
+def test_steps_across_the_int64_range_keep_their_value_and_order(writer_module: str, receiver: IngestServer,
+                                                                 tmp_path: Path) -> None:
+    module = pytest.importorskip(writer_module)
+    out = tmp_path / "out"
+    writer = module.SummaryWriter(str(out / "tb"))
+    steps = [0, 2**31, 2**53 + 1, 2**62, 2**63 - 1]  # past float precision: a step is an integer
+    for index, step in enumerate(steps):
+        writer.add_scalar("loss", float(index), step)
+    writer.close()
+    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
+    assert series(receiver.store.path, RUN, "loss") == [(step, float(i)) for i, step in enumerate(steps)]
