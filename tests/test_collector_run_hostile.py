@@ -24,6 +24,7 @@ SECRET = b"r" * 32
 RUN = "run-loop-hostile"
 TIMEOUT = 90  # a hang guard: on a sparse file's zeros the pass took minutes
 SPARSE = 10 * 2**30
+LONG = 16 * 2**20  # a line without its end yet, 64 reads long
 
 
 @pytest.fixture()
@@ -91,13 +92,11 @@ class Kept:
 def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """While the job runs, a pass looks only at the bytes added since the last pass for the end of a
-    long line (on a 10 GiB sparse file, every pass read all of it again)."""
+    long line (every pass read all of it again: a 10 GiB sparse file, 10 GiB every 2 seconds)."""
     out = tmp_path / "out"
     out.mkdir()
     lines = out / "m.jsonl"
-    lines.write_bytes(b'{"step": 1, "loss": 1.0}\n')
-    with lines.open("ab") as handle:
-        handle.truncate(SPARSE)
+    lines.write_bytes(b'{"step": 1, "loss": 1.0}\n{"step": 9, "note": "' + b"a" * LONG)
     read: list[int] = []
     real_pread = os.pread
 
@@ -111,7 +110,7 @@ def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(tmp_path
     collector = run.Collector(str(out), sink, [Source("jsonl", "m.jsonl")])
     collector.pass_once()
     first = sum(read)
-    assert first >= SPARSE - 64 and [p[2] for p in sink.points] == [{"loss": 1.0}]
+    assert first >= LONG and [p[2] for p in sink.points] == [{"loss": 1.0}]
     read.clear()
     with lines.open("ab") as handle:
         handle.write(b'x"}\n{"step": 2, "loss": 2.0}\n')
@@ -230,3 +229,29 @@ def test_a_state_or_lock_that_is_not_a_file_ends_in_one_line_never_a_hang(make: 
         assert series(receiver.store.path, RUN, "loss") == [(1, 1.0)]
     else:
         assert proc.returncode == 2, proc.stderr
+
+
+@pytest.mark.parametrize("lines_before", [100, 40_000])  # a hole within one read, and one over a MiB
+def test_copytruncate_rotation_loses_no_line_after_the_hole(lines_before: int, tmp_path: Path) -> None:
+    """logrotate's copytruncate empties the file under a writer that did not open it for appending:
+    its next line lands at its old position, after a hole of zeros. That line was read as zeros
+    plus JSON: not valid, or a line over 1 MiB, and lost."""
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "m.jsonl"
+    writer = path.open("w")  # not "a": the file position survives the truncation
+    for step in range(lines_before):
+        writer.write(json.dumps({"step": step, "loss": 1.0}) + "\n")
+    writer.flush()
+    sink = Kept()
+    collector = run.Collector(str(out), sink, [Source("jsonl", "m.jsonl")])
+    collector.pass_once()
+    os.truncate(path, 0)  # copytruncate (the copy is beside it, not declared)
+    for step in range(lines_before, lines_before + 10):
+        writer.write(json.dumps({"step": step, "loss": 2.0}) + "\n")
+    writer.close()
+    collector.pass_once()
+    assert sorted({p[0] for p in sink.points}) == list(range(lines_before + 10))
+    assert [p[2] for p in sink.points[-10:]] == [{"loss": 2.0}] * 10
+    assert "line too long" not in collector.counts and "bad json line" not in collector.counts
+    assert any("zero" in p for p in collector.problems), collector.problems

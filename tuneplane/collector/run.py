@@ -237,8 +237,8 @@ class Collector:
         stretch is one damaged stretch, not a line per read)."""
         for relname, (_, start, end) in self._damaged.items():
             if len(self.problems) < PROBLEMS:
-                self.problems.append(f"{relname}: damaged records or framing between byte {start} and {end} "
-                                     "skipped (the records after them are read)")
+                self.problems.append(f"{relname}: damaged records, framing or zero bytes between byte {start} "
+                                     f"and {end} skipped (what follows is read)")
         self._damaged.clear()
 
     def _resume(self, source: Source, relname: str, fd: int, info: os.stat_result,
@@ -257,7 +257,7 @@ class Collector:
             near = os.pread(fd, tfevents.HEADER_BYTES, tracked.offset)
             good = len(near) < tfevents.HEADER_BYTES or tfevents.header_ok(near, 0)
         else:
-            good = os.pread(fd, 1, tracked.offset - 1) == b"\n" or tracked.tail
+            good = os.pread(fd, 1, tracked.offset - 1) in (b"\n", b"\0") or tracked.tail  # after a line or zeros
         if not good:
             self.count("remembered offset is not a record boundary (read from the top)", relname)
             return fresh
@@ -291,6 +291,13 @@ class Collector:
             data = data[1:]
             if not data:
                 return [], tracked
+        if data[:1] == b"\0":  # a hole (copytruncate under a writer not appending) or a crash's zero fill
+            zeros = tfevents.zeros_end(data, 0)
+            if zeros == len(data) and (tracked.offset + zeros == size and not self.final):
+                return [], tracked  # zeros up to the end: wait for what is written after them
+            seen = self._damaged.setdefault(relname, [0, tracked.offset, 0])
+            seen[2] = tracked.offset + zeros
+            return [], replace(tracked, offset=tracked.offset + zeros)
         end = data.rfind(b"\n")
         if end < 0:
             return self._long_line(source, relname, tracked, fd, size, len(data))

@@ -127,7 +127,7 @@ def _resync(data: bytes, start: int) -> int:
         if data[offset] == 0 and data[offset:offset + _HEADER] == _ZEROS:
             # A header is never 12 zero bytes (its masked CRC is not 0): step over a zeroed stretch
             # (a crash can leave one, a sparse file is one) at once, to the first window past it.
-            offset = _zeros_end(data, offset) - _HEADER + 1
+            offset = zeros_end(data, offset) - _HEADER + 1
             continue
         if header_ok(data, offset):
             return offset
@@ -138,7 +138,7 @@ def _resync(data: bytes, start: int) -> int:
 _ZEROS = bytes(_HEADER)
 
 
-def _zeros_end(data: bytes, offset: int) -> int:
+def zeros_end(data: bytes, offset: int) -> int:
     """Where the run of zero bytes at `offset` ends. Blocks of zeros double in size, then halve, and
     are compared whole (memcmp), so a long run costs microseconds (a regex or lstrip takes
     milliseconds per 256 KiB); only the last few bytes are looked at one by one."""
