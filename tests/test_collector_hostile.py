@@ -456,7 +456,7 @@ def test_a_listing_that_fails_for_a_moment_forgets_no_offset(tmp_path: Path, mon
     try:
         assert collector.pass_once() == 6
         listing = sources.files_of
-        monkeypatch.setattr(sources, "files_of", lambda out_dir, source: iter(()))
+        monkeypatch.setattr(sources, "files_of", lambda out_dir, source, *told: iter(()))
         assert collector.pass_once() == 0
         saved = json.loads((out / ".tuneplane" / "collector-state.json").read_text())["files"]
         assert sorted(saved) == ["tensorboard:tb/events.out.tfevents.1.a", "tensorboard:tb/events.out.tfevents.1.b"]

@@ -33,6 +33,11 @@ def test_one_value_tensors_of_every_numeric_dtype_are_read(tmp_path: Path) -> No
         "uint8_content": (tensor_pb2.TensorProto(dtype=types_pb2.DT_UINT8, tensor_content=bytes([200])), 200.0),
         "float": (tensor_util.make_tensor_proto(np.float32(0.5)), 0.5),
         "double": (tensor_util.make_tensor_proto(np.float64(0.25)), 0.25),
+        "int64": (tensor_util.make_tensor_proto(np.int64(-(2**40))), float(-(2**40))),
+        # a bool is charted as 0 or 1, as TensorBoard's scalars plugin reads it
+        "bool": (tensor_util.make_tensor_proto(np.bool_(True)), 1.0),
+        "bool_false": (tensor_util.make_tensor_proto(np.bool_(False)), 0.0),
+        "bool_content": (tensor_pb2.TensorProto(dtype=types_pb2.DT_BOOL, tensor_content=b"\x01"), 1.0),
     }
     scalars = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
     writer = EventFileWriter(str(tmp_path))

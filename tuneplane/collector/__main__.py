@@ -56,7 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     if not sink.start():
         return 0  # reporting is off for this job: nothing to send to
     collector = Collector(args.out_dir, sink, declared, flush_timeout=args.flush_timeout, final=args.final)
-    if not collector.lock(args.lock_timeout, stop):
+    try:
+        locked = collector.lock(args.lock_timeout, stop)
+    except OSError as exc:  # `.tuneplane` or its lock is not what the collector made (a file, a folder)
+        sink.close()
+        _say(f"cannot lock {exc.filename or collector.state_path}: {exc.strerror or exc}; remove it, the "
+             "collector makes it again")
+        return 2
+    if not locked:
         _say("another collector holds this out dir; leaving it to that one")
         return 0
     try:

@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import binascii
 import fcntl
-import json
 import os
 import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
-from tuneplane.collector import sources, tfevents
+from tuneplane.collector import sources, state, tfevents
+from tuneplane.collector.order import Order
 from tuneplane.collector.sources import Point, Source
-from tuneplane.runtime.files import atomic_write
 
 STATE_DIR = ".tuneplane"
 STATE_FILE = "collector-state.json"
@@ -35,6 +33,7 @@ CHUNK = 256 * 1024
 FLUSH_POINTS = 20_000
 HEAD = 4096  # bytes of a file's start whose CRC tells it apart from another file with the same inode
 PROBLEMS = 20
+UNSAVED = "state file cannot be written"
 SPILL_PREFIX = "report-spill-"  # tuneplane.report's overflow file while its process lives
 
 
@@ -44,7 +43,7 @@ class Sink(Protocol):
     def flush(self, timeout: float) -> bool: ...
 
 
-@dataclass
+@dataclass(slots=True)  # one per file read: 100,000 files
 class Tracked:
     offset: int = 0
     ino: int = 0
@@ -84,6 +83,10 @@ class Collector:
     final: bool = False  # the job is over: a last line without a newline is complete
     _lock_fd: int | None = None
     _delete: set[str] = field(default_factory=set)
+    order: Order = field(default_factory=Order)  # event files by when opened, and purge_step cutoffs
+    _scanned: dict[tuple[str, int, int, int], int] = field(default_factory=dict)  # a line's end searched up to
+    _refused: set[str] = field(default_factory=set)  # told once
+    _damaged: dict[str, list[int]] = field(default_factory=dict)  # this read: [records, from byte, to byte]
 
     # ── state ─────────────────────────────────────────────────────────────────────────────────
     @property
@@ -114,18 +117,12 @@ class Collector:
 
     def load(self) -> None:
         try:
-            with open(self.state_path, "rb") as handle:
-                raw = json.loads(handle.read(4 * 1024 * 1024))
-            entries = raw["files"]
-            if not isinstance(entries, dict):
-                raise TypeError("files is not an object")
-        except FileNotFoundError:
+            entries = state.read(self.state_path)
+        except state.Unreadable as exc:
+            self.count("unreadable state file (starting over)", f"{STATE_DIR}/{STATE_FILE}",
+                       f"not used ({exc}); every file is read from the top, and stored once")
             return
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            self.count("unreadable state file (starting over)")
-            self.files.clear()
-            return
-        for name, entry in entries.items():
+        for name, entry in (entries or {}).items():
             tracked = _tracked_of(entry)
             if tracked is None:
                 self.count("bad state entry (file read from the top)")
@@ -133,8 +130,10 @@ class Collector:
                 self.files[str(name)] = tracked
 
     def save(self) -> None:
-        data = {"version": 1, "files": {name: t.to_json() for name, t in sorted(self.files.items())}}
-        atomic_write(Path(self.state_path), json.dumps(data, indent=0))
+        why = state.write(self.state_path, {name: t.to_json() for name, t in sorted(self.files.items())})
+        if why and not self.counts.get(UNSAVED):
+            self.count(UNSAVED, f"{STATE_DIR}/{STATE_FILE}", f"cannot be written ({why}); remove what is "
+                       "there: without it a restarted collector reads every file again")
 
     def count(self, why: str, where: str = "", detail: str = "") -> None:
         self.counts[why] = self.counts.get(why, 0) + 1
@@ -172,6 +171,9 @@ class Collector:
             self.save()
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
+        if source.format == "tensorboard":
+            return self.order.arrange(source, list(sources.files_of(self.out_dir, source, self.refused)),
+                                      self.files, self.count)
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
@@ -187,7 +189,10 @@ class Collector:
         key = f"{source.format}:{relname}"
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        except FileNotFoundError:
+            return 0  # gone since it was listed (rotated away)
+        except OSError as exc:
+            self.refused(exc, relname)
             return 0
         sent = 0
         try:
@@ -213,10 +218,28 @@ class Collector:
                     self._commit(pending)
         finally:
             os.close(fd)
+            self._tell_damage()
         self.collected += sent
         if source.format == "unsent" and key in pending and pending[key].offset >= info.st_size:
             self._delete.add(key)  # delivered whole: removed once the SDK confirms
         return sent
+
+    def refused(self, exc: OSError, relname: str = "") -> None:
+        """A file or folder the collector may not read: named once, with the reason."""
+        where = relname or os.path.relpath(str(exc.filename), os.path.realpath(self.out_dir))
+        if where not in self._refused and len(self._refused) < PROBLEMS:
+            self._refused.add(where)
+            self.count("unreadable file or folder", where,
+                       f"cannot be read ({exc.strerror or type(exc).__name__}); let the job's user read it")
+
+    def _tell_damage(self) -> None:
+        """One line per file and read for its damaged records, however many (a zeroed or sparse
+        stretch is one damaged stretch, not a line per read)."""
+        for relname, (_, start, end) in self._damaged.items():
+            if len(self.problems) < PROBLEMS:
+                self.problems.append(f"{relname}: damaged records, framing or zero bytes between byte {start} "
+                                     f"and {end} skipped (what follows is read)")
+        self._damaged.clear()
 
     def _resume(self, source: Source, relname: str, fd: int, info: os.stat_result,
                 tracked: Tracked | None) -> Tracked:
@@ -234,7 +257,7 @@ class Collector:
             near = os.pread(fd, tfevents.HEADER_BYTES, tracked.offset)
             good = len(near) < tfevents.HEADER_BYTES or tfevents.header_ok(near, 0)
         else:
-            good = os.pread(fd, 1, tracked.offset - 1) == b"\n" or tracked.tail
+            good = os.pread(fd, 1, tracked.offset - 1) in (b"\n", b"\0") or tracked.tail  # after a line or zeros
         if not good:
             self.count("remembered offset is not a record boundary (read from the top)", relname)
             return fresh
@@ -251,13 +274,14 @@ class Collector:
             if records.corrupt:
                 self.counts["corrupt tensorboard record"] = self.counts.get("corrupt tensorboard record", 0) \
                     + records.corrupt
-                if len(self.problems) < PROBLEMS:
-                    self.problems.append(f"{relname}: {records.corrupt} damaged record(s) after byte "
-                                         f"{tracked.offset} skipped")
+                seen = self._damaged.setdefault(relname, [0, tracked.offset, 0])
+                seen[0] += records.corrupt
+                seen[2] = tracked.offset + max(records.offset, 1)
             if records.offset == 0:
                 return [], tracked
             moved = replace(tracked, offset=tracked.offset + records.offset)
-            return sources.tb_points(source, relname, records.payloads, self.counts), moved
+            points = sources.tb_points(source, relname, records.payloads, self.counts)
+            return self.order.keep(relname, points, self.counts), moved
         return self._lines(source, relname, data, tracked, fd, size)
 
     def _lines(self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int,
@@ -267,6 +291,13 @@ class Collector:
             data = data[1:]
             if not data:
                 return [], tracked
+        if data[:1] == b"\0":  # a hole (copytruncate under a writer not appending) or a crash's zero fill
+            zeros = tfevents.zeros_end(data, 0)
+            if zeros == len(data) and (tracked.offset + zeros == size and not self.final):
+                return [], tracked  # zeros up to the end: wait for what is written after them
+            seen = self._damaged.setdefault(relname, [0, tracked.offset, 0])
+            seen[2] = tracked.offset + zeros
+            return [], replace(tracked, offset=tracked.offset + zeros)
         end = data.rfind(b"\n")
         if end < 0:
             return self._long_line(source, relname, tracked, fd, size, len(data))
@@ -305,15 +336,19 @@ class Collector:
         """A line longer than one read: find its end a chunk at a time (memory stays one chunk), then
         read it whole when it is within `MAX_LINE`, or step over it."""
         start = tracked.offset
-        position = start + have
+        where = (relname, tracked.ino, tracked.dev, start)
+        searched = self._scanned.pop(where, 0)  # how far an earlier pass searched this line
+        position = max(start + have, searched if searched <= size else 0)
         while position < size:
             found = os.pread(fd, CHUNK, position).find(b"\n")
             if found >= 0:
                 end = position + found
                 break
-            position += CHUNK
+            position = min(position + CHUNK, size)
         else:
             if not self.final or size == start:
+                if len(self._scanned) < PROBLEMS:
+                    self._scanned[where] = position  # the next pass searches only what is new
                 return [], tracked  # still being written
             end = size
         number = tracked.line + 1

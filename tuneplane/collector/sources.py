@@ -93,8 +93,10 @@ def source_of(item: Any, index: int = 0) -> Source:
                   value=texts["value"] or "value", values=texts["values"], prefix=texts["prefix"] or "")
 
 
-def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
-    """(relative name, absolute path) of each regular file a source covers, inside the out dir."""
+def files_of(out_dir: str, source: Source, refused: Callable[[OSError], None] | None = None
+             ) -> Iterator[tuple[str, str]]:
+    """(relative name, absolute path) of each regular file a source covers, inside the out dir;
+    `refused` is told of each folder that cannot be listed."""
     root = os.path.realpath(out_dir)
     target = os.path.join(root, source.path)
     real = os.path.realpath(target)
@@ -106,7 +108,7 @@ def files_of(out_dir: str, source: Source) -> Iterator[tuple[str, str]]:
         return
     if not os.path.isdir(real):
         return
-    for folder, dirs, names in os.walk(real):
+    for folder, dirs, names in os.walk(real, onerror=refused):
         if folder.count(os.sep) - real.count(os.sep) >= MAX_DEPTH:
             dirs[:] = []  # deeper than any logger writes: bounded work (and os.walk's recursion)
         dirs.sort()
@@ -165,6 +167,9 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
     with what to fix), not raised."""
     try:
         obj = json.loads(line)
+    except UnicodeDecodeError as exc:
+        return _skip(counts, "bad json line", note, f"not UTF-8 text (byte {exc.start + 1} of the line); "
+                     "write JSON lines as UTF-8")
     except ValueError as exc:
         where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         return _skip(counts, "bad json line", note, f"not valid JSON{where}; write one JSON object per line")
@@ -181,6 +186,8 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
     ts = unix_time(obj.get("ts", obj.get("time", obj.get("wall_time"))))
     if source.key is not None:
         key, value = obj.get(source.key), _number(obj.get(source.value))
+        if isinstance(key, str) and key and _infinite(obj.get(source.value)):
+            return _not_finite(counts, note, [source.value])
         if not isinstance(key, str) or not key or value is None:
             return _skip(counts, "missing key or value", note,
                          f"needs a text {source.key!r} and a finite number {source.value!r} field "
@@ -191,8 +198,11 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
         return _skip(counts, "missing values object", note,
                      f"no {source.values!r} object holding the metrics (the declared `values:`)")
     values: dict[str, float] = {}
+    infinite: list[str] = []
     _flatten(holder, "", values, skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
-             depth=0)
+             depth=0, infinite=infinite)
+    if infinite:
+        _not_finite(counts, note, infinite)
     return [(step, ts, {source.prefix + k: v for k, v in values.items()})] if values else []
 
 
@@ -215,7 +225,8 @@ def unix_time(value: Any) -> float | None:
     return None
 
 
-def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[str], depth: int) -> None:
+def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[str], depth: int,
+             infinite: list[str]) -> None:
     if depth > 8:
         return
     for key, value in obj.items():
@@ -223,11 +234,25 @@ def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[
             continue
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            _flatten(value, name + ".", out, skip, depth + 1)
+            _flatten(value, name + ".", out, skip, depth + 1, infinite)
             continue
         number = _number(value)
         if number is not None:
             out[name] = number
+        elif _infinite(value):
+            infinite.append(name)
+
+
+def _infinite(value: Any) -> bool:
+    """A number a chart cannot hold: NaN, an infinity (Python's json writes them), or an integer past
+    a float's range."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and _number(value) is None
+
+
+def _not_finite(counts: dict[str, int], note: Note | None, names: list[str]) -> list[Point]:
+    shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return _skip(counts, "value not finite", note, f"{shown}: NaN, an infinity or out of range, skipped "
+                 "(the SDK drops these too); log a finite number or leave the key out")
 
 
 def _number(value: Any) -> float | None:

@@ -8,13 +8,12 @@ match is skipped and counted, and damaged framing (a length whose CRC does not m
 to the next valid header, so one bad stretch costs only the records in it. Only what a chart needs
 is decoded: `Event.wall_time` (1), `Event.step` (2), `Event.summary` (5) → `Summary.value` (1) →
 `tag` (1), `simple_value` (2), and the TensorBoard 2 form: `tensor` (8) holding one
-float/double/int value, as `add_scalar(new_style=True)` writes it.
+float/double/int/bool value, as `add_scalar(new_style=True)` writes it (a bool as 0 or 1).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -125,21 +124,37 @@ def _resync(data: bytes, start: int) -> int:
     last = len(data) - _HEADER
     offset = start
     while offset <= last:
-        if data[offset] == 0:
+        if data[offset] == 0 and data[offset:offset + _HEADER] == _ZEROS:
             # A header is never 12 zero bytes (its masked CRC is not 0): step over a zeroed stretch
-            # (a crash can leave one) at once, to the first window that reaches past it.
-            found = _NONZERO.search(data, offset)
-            end = found.start() if found is not None else len(data)
-            if end - offset >= _HEADER:
-                offset = end - _HEADER + 1
-                continue
+            # (a crash can leave one, a sparse file is one) at once, to the first window past it.
+            offset = zeros_end(data, offset) - _HEADER + 1
+            continue
         if header_ok(data, offset):
             return offset
         offset += 1
     return max(start, last + 1)
 
 
-_NONZERO = re.compile(rb"[^\x00]")
+_ZEROS = bytes(_HEADER)
+
+
+def zeros_end(data: bytes, offset: int) -> int:
+    """Where the run of zero bytes at `offset` ends. Blocks of zeros double in size, then halve, and
+    are compared whole (memcmp), so a long run costs microseconds (a regex or lstrip takes
+    milliseconds per 256 KiB); only the last few bytes are looked at one by one."""
+    size = len(data)
+    top = 0
+    while top < len(_ZERO_BLOCKS) and data.startswith(_ZERO_BLOCKS[top], offset):
+        offset += len(_ZERO_BLOCKS[top])
+        top += 1
+    for zeros in reversed(_ZERO_BLOCKS[:top + 1]):
+        while data.startswith(zeros, offset):
+            offset += len(zeros)
+    chunk = data[offset:offset + len(_ZERO_BLOCKS[0])]
+    return min(size, offset + len(chunk) - len(chunk.lstrip(b"\x00")))
+
+
+_ZERO_BLOCKS = [bytes(64 << k) for k in range(11)]  # 64 B .. 64 KiB
 
 
 # ── protobuf wire format ──────────────────────────────────────────────────────────────────────
@@ -223,6 +238,36 @@ def scalars(event: bytes) -> list[Scalar]:
     return out
 
 
+_SESSION_START = 1  # SessionLog.status START
+
+
+def opening(data: bytes) -> tuple[float | None, int | None, bool]:
+    """From a file's first bytes: the wall time of its first event (when its writer opened it), the
+    step of a `SessionLog` START among its first events, which `SummaryWriter(purge_step=N)` writes
+    and TensorBoard reads as "drop what earlier files logged at steps >= N", and whether that is
+    settled (the writer's first two events are whole on disk, or the bytes are past them)."""
+    opened: float | None = None
+    purge: int | None = None
+    payloads = read_records(data).payloads
+    for payload in payloads[:4]:
+        try:
+            wall_time, step, session = 0.0, 0, b""
+            for number, wire, value in fields(payload):
+                if number == 1 and wire == 1 and isinstance(value, int):
+                    wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
+                elif number == 2 and wire == 0 and isinstance(value, int):
+                    step = _signed(value)
+                elif number == 7 and wire == 2 and isinstance(value, bytes):
+                    session = value
+            if session and any(n == 1 and w == 0 and v == _SESSION_START for n, w, v in fields(session)):
+                purge = step
+        except ProtoError:
+            break
+        if opened is None and math.isfinite(wall_time):
+            opened = wall_time
+    return opened, purge, len(payloads) >= 2
+
+
 def _summary_value(buf: bytes) -> tuple[str, float] | None:
     # Fast path for what add_scalar writes: tag (field 1, short) then simple_value (field 2, fixed32).
     if len(buf) > 7 and buf[0] == 0x0A and buf[1] < 0x80 and len(buf) == buf[1] + 7 and buf[buf[1] + 2] == 0x15:
@@ -256,14 +301,14 @@ def _tag(raw: bytes) -> str:
 
 
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
-_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e",
+_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e", 10: "<?",
                     4: "<B", 5: "<h", 6: "<b", 17: "<H", 22: "<I", 23: "<Q"}  # uint8, int16, int8, uint16/32/64
 _HALF_VAL = 13  # float16 and bfloat16 values, each as the 16 bits of an int32
 
 
 def _tensor_scalar(buf: bytes) -> float | None:
     """A TensorProto with exactly one number (`float_val`, `double_val`, `int_val`, `int64_val`,
-    `half_val` for float16 and bfloat16, the unsigned fields, or `tensor_content`); anything larger
+    `half_val` for float16 and bfloat16, `bool_val`, the unsigned fields, or `tensor_content`); anything larger
     (histograms, images) is not a scalar and is skipped."""
     dtype = 0
     values: list[float] = []
@@ -276,7 +321,7 @@ def _tensor_scalar(buf: bytes) -> float | None:
             content = value
         elif number == _HALF_VAL:
             halves.extend(int(v) & 0xFFFF for v in _numbers(7, wire, value))
-        elif number in (5, 6, 7, 10, 16, 17):  # float, double, int, int64, uint32, uint64 values
+        elif number in (5, 6, 7, 10, 11, 16, 17):  # float, double, int, int64, bool, uint32, uint64 values
             values.extend(_numbers(number, wire, value))
     values.extend(_half(bits, dtype) for bits in halves)
     if content and dtype == _DT_BFLOAT16 and len(content) == 2:
@@ -296,7 +341,7 @@ def _half(bits: int, dtype: int) -> float:
 
 
 def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
-    if number in (16, 17):  # uint32_val, uint64_val: varints, never negative
+    if number in (11, 16, 17):  # bool_val (0 or 1, as TensorBoard charts it), uint32_val, uint64_val: varints
         return [float(v) for v in _varints(value)] if isinstance(value, bytes) else [float(value)]
     if number == 5:  # float_val: fixed32, packed or not
         if isinstance(value, bytes):
@@ -349,3 +394,10 @@ def scalar_event(step: int, wall_time: float, values: dict[str, float]) -> bytes
         for tag, value in values.items())
     return (_key(1, 1) + struct.pack("<d", wall_time) + _key(2, 0) + _encode_varint(step)
             + _length_delimited(5, summary))
+
+
+def file_version_event(wall_time: float, step: int = 0, purge: bool = False) -> bytes:
+    """The event a writer opens its file with (`brain.Event:2`), and with `purge` the `SessionLog`
+    START that `SummaryWriter(purge_step=step)` writes next (tests)."""
+    head = _key(1, 1) + struct.pack("<d", wall_time) + _key(2, 0) + _encode_varint(step)
+    return head + (_length_delimited(7, _key(1, 0) + b"\x01") if purge else _length_delimited(3, b"brain.Event:2"))

@@ -1,0 +1,56 @@
+"""The collector's offsets file, `<out>/.tuneplane/collector-state.json`, read and written so that
+nothing found at its path can hang, crash or fill memory: a FIFO there is not waited on (opening it
+to read blocks until a writer comes), a folder or device is not read, a file over `MAX_STATE` is not
+read at all, and a write that fails is told, not raised (the points still go; a restart re-sends)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from tuneplane.runtime.files import atomic_write
+
+# ~100 bytes an event file: 64 MiB is some 500,000 files, far past a job's (100,000 made 14 MB)
+MAX_STATE = 64 * 1024 * 1024
+
+
+class Unreadable(ValueError):
+    """The state cannot be used; the message says why."""
+
+
+def read(path: str) -> dict[str, Any] | None:
+    """The `files` object of the state at `path`, None when there is none; raises Unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unreadable(exc.strerror or type(exc).__name__) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable("not a regular file")
+        if info.st_size > MAX_STATE:
+            raise Unreadable(f"over {MAX_STATE >> 20} MiB")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = json.loads(handle.read(MAX_STATE + 1))
+        entries = raw["files"] if isinstance(raw, dict) else None
+        if not isinstance(entries, dict):
+            raise Unreadable("no files object")
+        return entries
+    except (OSError, ValueError, RecursionError) as exc:
+        raise Unreadable(str(exc) or type(exc).__name__) from None
+    finally:
+        os.close(fd)
+
+
+def write(path: str, files: dict[str, dict[str, Any]]) -> str:
+    """Write the state atomically; '' when done, else why not."""
+    try:
+        atomic_write(Path(path), json.dumps({"version": 1, "files": files}, separators=(",", ":")))
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return ""
