@@ -27,6 +27,7 @@ from tuneplane.lab.gitrepo import GitFailed, GitRepo, run_git
 
 RUNS = "runs"
 STATUS = "status"
+INDEX = "status/README.md"  # the index page (lab.runs.DASHBOARD, not imported: this module stays light)
 TREE = "040000"
 REGULAR = ("100644", "100755")
 LEDGER_LIMIT = 1 << 20  # the ledger of a large lab is a few KiB; a larger one is read by the full path
@@ -40,10 +41,12 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
     top = _top(Path(root), head)
     if top is None:
         return None
-    runs, statuses, ledger_oid = top
+    runs, statuses, ledger_oid, index_oid = top
     ledger = Ledger.parse(_blob(Path(root), ledger_oid))
     if not ledger.found or ledger.active:
         return None
+    if ledger.index != index_oid:
+        return None  # someone else edited or removed the index page: it is rendered again
     if ledger.statuses != statuses:
         return None  # someone else wrote or removed a status: the pages and the ledger must learn of it
     if verb == "reconcile" and ledger.requests != runs:
@@ -75,13 +78,14 @@ def _head(root: Path) -> str | None:
     return lines[2]
 
 
-def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str] | None:
-    """`runs/<exp>` and `status/<exp>` tree ids and the ledger's blob id; None when anything is unusual."""
+def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str, str] | None:
+    """`runs/<exp>` and `status/<exp>` tree ids, the ledger's and the index page's blob ids ("" for no
+    index page); None when anything is unusual."""
     out = _git(root, "ls-tree", "-z", "-l", head, "--", RUNS, STATUS, f"{RUNS}/", f"{STATUS}/")
     if out is None:
         return None
     trees: dict[str, dict[str, str]] = {RUNS: {}, STATUS: {}}
-    ledger = ""
+    ledger = index = ""
     for item in out.split("\0"):
         if not item:
             continue
@@ -101,9 +105,11 @@ def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str] | 
             if not size.isdigit() or int(size) > LEDGER_LIMIT:
                 return None
             ledger = oid
+        elif path == INDEX:
+            index = oid
     if not ledger:
         return None
-    return trees[RUNS], trees[STATUS], ledger
+    return trees[RUNS], trees[STATUS], ledger, index
 
 
 def _blob(root: Path, oid: str) -> str | None:

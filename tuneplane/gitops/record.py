@@ -81,6 +81,7 @@ class Batch:
         self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
         self.pending: dict[str, str] = {}  # written on `flush`, all at once
         self.removed: set[str] = set()  # pages removed (staged on `commit`)
+        self.repaged: dict[str, set[str]] = {}  # exp → names of its pages others edited or removed
 
     # ── writes ───────────────────────────────────────────────────────────────────────────────
 
@@ -134,6 +135,11 @@ class Batch:
         self.touched.setdefault(exp, set()).update(run_ids)
         self.fresh.setdefault(exp, set()).update(run_ids)  # added or removed by others: pages may shift
 
+    def pages_changed_by_others(self, exp: str, names: set[str]) -> None:
+        """Pages of `exp` someone else edited or removed: rendered again (the bot owns them)."""
+        self.repaged.setdefault(exp, set()).update(names)
+        self.touched.setdefault(exp, set())
+
     # ── pages and commit ─────────────────────────────────────────────────────────────────────
 
     def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
@@ -157,7 +163,9 @@ class Batch:
             known.pop(exp)
         for exp in dashboard_exps(self.root):
             if exp not in known:
-                known[exp] = dict(dashboard.phase_counts(self.root, exp))
+                counted = dict(dashboard.phase_counts(self.root, exp))
+                if counted:  # a folder whose statuses all went (its pages too) is no experiment of the index
+                    known[exp] = counted
         self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
         self.flush()
 
@@ -169,6 +177,7 @@ class Batch:
         ids = dashboard.run_ids(self.root, exp)
         newest = dashboard.month_of(ids[-1]) if ids else ""
         touched, fresh = self.touched.get(exp, set()), self.fresh.get(exp, set())
+        repaged = self.repaged.get(exp, set())
         gone = fresh.difference(ids)  # statuses others removed: the runs after them move to earlier parts
         kept: set[str] = set()
         for month, month_ids in dashboard.by_month(ids).items():
@@ -181,7 +190,8 @@ class Batch:
                 rel = dashboard.month_page_rel(exp, month, number)
                 kept.add(rel)
                 shifted = shifted or bool(fresh.intersection(part))
-                if refresh or shifted or touched.intersection(part) or not (self.root / rel).exists():
+                again = refresh or shifted or rel.rsplit("/", 1)[1] in repaged
+                if again or touched.intersection(part) or not (self.root / rel).exists():
                     self._page(rel, dashboard.month_page(self.root, exp, month, number))
         for page in dashboard.month_pages(self.root, exp):
             if page not in kept:
@@ -212,6 +222,7 @@ class Batch:
     def commit(self, message: str) -> str | None:
         """Stage exactly what was written, record the tree ids in the ledger, and commit."""
         self.flush()
+        self.ledger.index = self._index_blob()
         if not self.written and not self.removed and not self._ledger_learned():
             return None
         paths = sorted(self.written)
@@ -234,6 +245,17 @@ class Batch:
         safe_write(self.root, LEDGER, self.ledger.dump())
         self.repo.git("add", "--", LEDGER)
         return self.repo.commit_staged(message, [*paths, LEDGER])
+
+    def _index_blob(self) -> str:
+        """The blob id the index page has in the commit being made ("" when it has none)."""
+        if DASHBOARD in self.written:
+            return self.repo.git("hash-object", "--", DASHBOARD).strip()
+        if DASHBOARD in self.removed or not self.repo.has_commits():
+            return ""
+        try:
+            return self.repo.git("rev-parse", "-q", "--verify", f"HEAD:{DASHBOARD}").strip()
+        except UsageError:
+            return ""
 
     def _ledger_learned(self) -> bool:
         """The ledger learned something though no file changed (requests that all have a status, a run

@@ -143,7 +143,9 @@ def finish(
             if batch.ledger.statuses[exp] != work.status_trees[exp]:
                 batch.ledger.statuses[exp] = work.status_trees[exp]
             batch.changed_by_others(exp, [r for r, _, _ in rows])
-    if batch.written or batch.touched or work.changed_statuses or not work.ledger.found:
+    for exp, names in work.pages.items():
+        batch.pages_changed_by_others(exp, names)
+    if batch.written or batch.touched or work.changed_statuses or work.index_changed or not work.ledger.found:
         batch.render(waiting_list(work, report), problems, refresh=not work.ledger.found)
     checkpoint("status-written")
     title = summary_title(verb, report)
