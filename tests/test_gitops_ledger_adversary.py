@@ -60,6 +60,7 @@ def _bot(root: Path, verb: str) -> str:
 def _push(person: Path, message: str) -> None:
     git(person, "add", "-A")
     git(person, "commit", "-q", "-m", message)
+    git(person, "pull", "-q", "--rebase", "origin", BRANCH)
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
 
@@ -293,4 +294,207 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     opened, asked = _spied(bot, log, "reconcile")
     assert opened | asked == {f"a/{r}.json" for r in ids}  # a stale ledger: every status is looked at again
+    _settled(bot, tmp_path / "check")
+
+
+# ── git rewrites what the ledger summarises ────────────────────────────────────────────────────
+
+
+def _bot_commit_with_change(bot: Path, person: Path) -> str:
+    """A bot commit that records a person's change (a status edited by hand): its id."""
+    _edit_phase(person)
+    _push(person, "a run failed after all")
+    _bot(bot, "sync")
+    commit = git(bot, "rev-parse", "HEAD")
+    assert git(bot, "log", "-1", "--format=%s", commit).startswith("tp bot"), git(bot, "log", "-3", "--oneline")
+    git(person, "pull", "-q", "origin", BRANCH)
+    return commit
+
+
+def test_a_reverted_bot_commit_is_noticed(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    commit = _bot_commit_with_change(bot, person)
+    git(person, "revert", "--no-edit", commit)  # the pages and the ledger back, the status edit stays
+    git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    _bot(bot, "reconcile")
+
+    _settled(bot, tmp_path / "check")
+    assert "2 failed · 2 succeeded" in git(bot, "show", "HEAD:status/README.md")
+
+
+def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    _bot_commit_with_change(bot, person)
+    git(person, "reset", "-q", "--hard", "HEAD~1")  # the bot's commit is dropped, the person's edit stays
+    _remove_run(person)
+    git(person, "commit", "-q", "-m", "and a run taken out")
+    git(person, "push", "-q", "--force", "origin", f"HEAD:{BRANCH}")
+
+    _bot(bot, "sync")
+    _bot(bot, "reconcile")
+
+    _settled(bot, tmp_path / "check")
+    index = git(bot, "show", "HEAD:status/README.md")
+    assert "**5 runs** · 2 failed · 3 succeeded" in index, index
+
+
+def test_a_merge_that_adds_an_experiment_the_ledger_never_saw(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    git(person, "checkout", "-q", "-b", "topic")
+    for top in ("experiments", "runs", "status"):  # a finished run of a new experiment, from another lab
+        (person / top / "c").mkdir()
+    (person / "experiments/c").rmdir()
+    git(person, "mv", "experiments/b", "experiments/c")
+    git(person, "checkout", "-q", "HEAD", "--", "experiments/b")
+    run_id = "20250105-000000-0000000010"
+    text = (person / "runs/b" / f"{B[0]}.yaml").read_text().replace(B[0], run_id)
+    (person / "runs/c" / f"{run_id}.yaml").write_text(text.replace("experiment: b", "experiment: c"))
+    data = json.loads((person / "status/b" / f"{B[0]}.json").read_text())
+    data.update(experiment="c", run_id=run_id)
+    (person / "status/c" / f"{run_id}.json").write_text(json.dumps(data, indent=2) + "\n")
+    git(person, "add", "-A")
+    git(person, "commit", "-q", "-m", "experiment c")
+    git(person, "checkout", "-q", BRANCH)
+    _edit_phase(person)
+    git(person, "commit", "-q", "-am", "meanwhile on main")
+    git(person, "merge", "-q", "--no-edit", "topic")
+    git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    _bot(bot, "reconcile")
+
+    _settled(bot, tmp_path / "check")
+    assert "[c](c/README.md) | 1 | 1 succeeded" in git(bot, "show", "HEAD:status/README.md")
+
+
+# ── full months: real bot commits rewrite only the pages that changed ──────────────────────────
+
+
+def _month_lab(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """Experiment `a`: 150 ended runs in December (two parts), 120 in January (one full part); settled."""
+    remote = make_remote(tmp_path)
+    ids = [f"202412{1 + i // 10:02d}-{i:06d}-{i:06x}" for i in range(150)]
+    ids += [f"202501{1 + i // 10:02d}-{i:06d}-{i:010x}" for i in range(120)]
+    seed = seed_lab(remote, tmp_path / "seed", {"a": "echo hi\n"}, runs=[("a", r) for r in ids])
+    batch = Batch(GitRepo(seed))
+    for run_id in ids:
+        batch.status(_status("a", run_id))
+    batch.render([], [])
+    batch.commit("tp bot: the runs ended")
+    git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    bot = clone(remote, tmp_path / "bot")
+    _bot(bot, "reconcile")
+    return bot, clone(remote, tmp_path / "person"), ids
+
+
+def _stat(root: Path) -> list[str]:
+    return sorted(git(root, "show", "--name-only", "--format=", "HEAD").splitlines())
+
+
+def test_new_runs_in_a_month_of_full_pages_rewrite_no_month_page(tmp_path: Path) -> None:
+    import time
+
+    from helpers_git import add_requests
+
+    bot, person, _ids = _month_lab(tmp_path)
+    assert {"status/a/2024-12.md", "status/a/2024-12-p2.md", "status/a/2025-01.md"} <= set(
+        git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/a").splitlines())
+    new = [f"20250131-0000{i:02d}-{i:06x}" for i in range(3)]
+    add_requests(person, [("a", r) for r in new])
+    git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
+
+    _bot(bot, "reconcile")
+
+    pages = ["status/README.md", "status/a/README.md", LEDGER]
+    assert _stat(bot) == sorted([*pages, *(f"status/a/{r}.json" for r in new)])
+    deadline = time.monotonic() + 60
+    while '"Succeeded"' not in git(bot, "show", f"HEAD:status/a/{new[-1]}.json"):
+        assert time.monotonic() < deadline, "the runs did not end"
+        time.sleep(0.3)
+        _bot(bot, "sync")
+        changed = _stat(bot)
+        assert not [p for p in changed if p.endswith(".md") and p not in pages], changed
+    _settled(bot, tmp_path / "check")
+
+
+@pytest.mark.parametrize("how", ["added", "removed"])
+def test_a_run_added_or_removed_in_the_middle_of_a_full_month_moves_the_parts(tmp_path: Path, how: str) -> None:
+    bot, person, ids = _month_lab(tmp_path)
+    if how == "added":
+        run_id = "20241201-000000-0000000001"  # sorts just after the month's first run
+        (person / "runs/a" / f"{run_id}.yaml").write_text(
+            (person / "runs/a" / f"{ids[0]}.yaml").read_text().replace(ids[0], run_id))
+        data = json.loads((person / "status/a" / f"{ids[0]}.json").read_text())
+        data.update(run_id=run_id, phase="Failed")
+        (person / "status/a" / f"{run_id}.json").write_text(json.dumps(data, indent=2) + "\n")
+    else:
+        git(person, "rm", "-q", f"status/a/{ids[3]}.json", f"runs/a/{ids[3]}.yaml")
+    _push(person, f"a December run {how} by hand")
+
+    _bot(bot, "reconcile")
+
+    assert {"status/a/2024-12.md", "status/a/2024-12-p2.md"} <= set(_stat(bot))
+    assert "status/a/2025-01.md" not in _stat(bot)
+    _settled(bot, tmp_path / "check")
+
+
+# ── two bots: one pushes first, the other rebases its commit onto it ───────────────────────────
+
+
+@pytest.mark.parametrize("verb", ["sync", "reconcile"])
+def test_a_bot_whose_commit_is_rebased_onto_another_bots_leaves_the_pages_right(tmp_path: Path, verb: str) -> None:
+    from tuneplane.gitops.options import CRASH_ENV, CRASH_EXIT
+
+    bot, person = _lab(tmp_path)
+    other = clone(Path(git(bot, "remote", "get-url", "origin")), tmp_path / "other")
+    _edit_phase(person)
+    _push(person, "a run of a failed after all")
+    env = {"TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"], CRASH_ENV: "committed"}
+    code, out = tp_run(bot, "bot", verb, "--push", env=env)
+    assert code == CRASH_EXIT, out  # committed, never pushed: as if the other bot pushed first
+    assert git(bot, "rev-list", "--count", f"origin/{BRANCH}..HEAD") == "1"
+    path = person / "status/b" / f"{B[1]}.json"
+    path.write_text(path.read_text().replace('"Succeeded"', '"Cancelled"'))
+    _remove_run(person)
+    _push(person, "more hand edits")
+    _bot(other, verb)  # sees both experiments change, and pushes first
+
+    _bot(bot, verb)  # rebases its own commit onto the other's
+
+    _settled(bot, tmp_path / "check", requests=verb == "reconcile")
+    index = git(bot, "show", "HEAD:status/README.md")
+    assert "**5 runs** · 1 cancelled · 2 failed · 2 succeeded" in index, index
+
+
+# ── what the bot did not write stays; what it wrote for a removed run goes ─────────────────────
+
+
+def test_a_persons_file_in_status_stays_and_the_next_run_is_idle(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    (person / "status/notes").mkdir()
+    (person / "status/notes/README.md").write_text("# Notes of the team\n")
+    (person / "status/a/notes.md").write_text("why run 3 failed\n")
+    _push(person, "notes beside the dashboard")
+
+    _bot(bot, "reconcile")
+
+    for rel in ("status/notes/README.md", "status/a/notes.md"):
+        assert git(bot, "cat-file", "-t", f"HEAD:{rel}") == "blob", rel
+    _settled(bot, tmp_path / "check")
+
+
+def test_the_chart_of_a_run_taken_out_of_the_lab_goes_with_it(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"/>\n'
+    for run_id in (A[0], B[0], B[1]):  # as the bot's sync writes them when a run ends
+        (person / "status" / ("a" if run_id in A else "b") / f"{run_id}.svg").write_text(svg)
+    _push(person, "charts")
+    _bot(bot, "reconcile")
+    _remove_run(person)
+    _remove_experiment_b(person)
+    _push(person, "runs taken out of the lab")
+
+    _bot(bot, "reconcile")
+
+    assert git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/a", "status/b").count(".svg") == 0
     _settled(bot, tmp_path / "check")

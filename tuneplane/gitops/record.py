@@ -198,13 +198,19 @@ class Batch:
                 self._drop(page)  # the newest month's unfilled part, or a part a removal emptied
 
     def _drop_pages(self, exp: str) -> None:
-        folder = self.root / STATUS_DIR / exp
-        if folder.is_dir() and not folder.is_symlink():
-            for page in sorted(folder.glob("*.md")):
-                self._drop(f"{STATUS_DIR}/{exp}/{page.name}")
+        """The pages of an experiment with no status left. Any other file there is a person's and
+        stays, and so does a page without the bot's note: a folder of `status/` with no status in it
+        may be no experiment's (a team's notes)."""
+        for page in [dashboard.experiment_page_rel(exp), *dashboard.month_pages(self.root, exp)]:
+            if _written_by_bot(safe_path(self.root, page)):
+                self._drop(page)
+
+    def forget(self, key: RunKey) -> None:
+        """A run others took out of the lab (its status removed): its chart goes with it."""
+        self._drop(dashboard.chart_rel(key))
 
     def _drop(self, rel: str) -> None:
-        """Remove a page the dashboard no longer has (committed with the batch)."""
+        """Remove a page (or a chart) the dashboard no longer has (committed with the batch)."""
         path = safe_path(self.root, rel)
         if path.is_file():
             path.unlink()
@@ -262,6 +268,14 @@ class Batch:
         seen to end): committed, or every later run would have to look again."""
         committed = self.repo.show("HEAD", LEDGER) if self.repo.has_commits() else None
         return committed is None or committed.rstrip("\n") != self.ledger.dump().rstrip("\n")
+
+
+def _written_by_bot(page: Path) -> bool:
+    try:
+        with page.open(encoding="utf-8", errors="replace") as text:
+            return dashboard.NOTE in text.read(4096)
+    except OSError:
+        return False
 
 
 def committed_ledger(repo: GitRepo) -> Ledger:

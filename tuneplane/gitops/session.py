@@ -175,6 +175,10 @@ def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:
             report.restored.append(str(key))
     for exp, run_ids in sorted(work.orphaned.items()):
         batch.touch(exp, run_ids)
+    for exp, rows in sorted(work.changed_statuses.items()):
+        for run_id, _old, new in rows:
+            if not new and RunKey(exp, run_id) not in work.restored:
+                batch.forget(RunKey(exp, run_id))
     for exp in sorted(work.gone):
         if not any(k.experiment == exp for k in work.restored):
             batch.ledger.statuses.pop(exp, None)
