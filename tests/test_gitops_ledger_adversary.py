@@ -498,3 +498,56 @@ def test_the_chart_of_a_run_taken_out_of_the_lab_goes_with_it(tmp_path: Path) ->
 
     assert git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/a", "status/b").count(".svg") == 0
     _settled(bot, tmp_path / "check")
+
+
+def test_a_depth_1_bot_clone_renders_again_a_page_edited_before_it_was_cloned(tmp_path: Path) -> None:
+    _bot_clone, person = _lab(tmp_path)
+    for _ in range(3):  # the bot's last commit is a few commits back
+        for page in ("status/a/2024-12.md", "status/README.md"):
+            (person / page).write_text((person / page).read_text() + "\nmore notes\n")
+        _push(person, "notes on the dashboard")
+    remote = git(person, "remote", "get-url", "origin")
+    git(tmp_path, "clone", "-q", "--depth", "1", "-b", BRANCH, f"file://{remote}", "ci")  # the workflow's checkout
+    ci = tmp_path / "ci"
+    for key, value in (("user.name", "ci"), ("user.email", "ci@example.org")):
+        git(ci, "config", key, value)
+
+    _bot(ci, "sync")
+
+    for page in ("status/a/2024-12.md", "status/README.md"):
+        assert "more notes" not in git(ci, "show", f"HEAD:{page}"), page
+    git(ci, "fetch", "-q", "--unshallow", check=False)  # the bot may have deepened it all already
+    _settled(ci, tmp_path / "check", requests=False)
+
+
+def test_a_refusal_on_the_index_goes_once_its_cause_is_fixed(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    text = (person / "runs/a" / f"{A[0]}.yaml").read_text()
+    (person / "runs/a/my-second-try.yaml").write_text(text)
+    _push(person, "a request written by hand")
+    _bot(bot, "reconcile")
+    assert "my-second-try.yaml is not read as a run request" in git(bot, "show", "HEAD:status/README.md")
+
+    git(person, "pull", "-q", "origin", BRANCH)
+    git(person, "rm", "-q", "runs/a/my-second-try.yaml")
+    _push(person, "it was a mistake")
+    _bot(bot, "reconcile")
+
+    index = git(bot, "show", "HEAD:status/README.md")
+    assert "my-second-try" not in index and "Refused by the bot" not in index, index
+    _settled(bot, tmp_path / "check")
+
+
+def test_a_huge_status_added_by_hand_is_shown_unreadable_not_read(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    run_id = "20250105-000000-0000000011"
+    data = json.loads((person / "status/a" / f"{A[2]}.json").read_text())
+    data.update(run_id=run_id, message="x" * (3 << 20))
+    (person / "status/a" / f"{run_id}.json").write_text(json.dumps(data))
+    _push(person, "a status with the whole log in it")
+
+    _bot(bot, "reconcile")
+
+    page = git(bot, "show", "HEAD:status/a/README.md")
+    assert f"| `{run_id}` | | | ⚠️ unreadable |" in page, page
+    _settled(bot, tmp_path / "check")

@@ -6,13 +6,14 @@ with one `rev-parse`, one `ls-tree` of `runs/` and `status/` (one line per exper
 `cat-file` of the ledger, importing neither the models, the YAML readers nor the backends.
 
 The run is idle when the ledger was found and watches no run (sync, reconcile), every `status/<exp>`
-tree is the one the bot left (nobody else wrote a status), and, for reconcile, every `runs/<exp>` tree
-is one whose requests all have a status. Anything else, or anything unusual (no commit yet, a rebase
-left half done, a link where a folder belongs, a ledger too large to trust, a remote that moved on),
-sends the bot down its full path, which handles and reports it. A killed bot committed nothing, so the
-commit still shows the work it was doing and the next run takes the full path and recovers. An idle
-run does not read `tuneplane.yaml` either: with nothing to submit or watch it needs no settings
-(`tp validate` checks them on every pull request; the first run with work reports them).
+tree and the index page are the ones the bot left (nobody else wrote a status or a page), and, for
+reconcile, every `runs/<exp>` tree is one whose requests all have a status. Anything else, or anything
+unusual (no commit yet, a rebase left half done, a link where a folder belongs, a ledger too large to
+trust, a remote that moved on), sends the bot down its full path, which handles and reports it. A
+killed bot committed nothing, so the commit still shows the work it was doing and the next run takes
+the full path and recovers. An idle run does not read `tuneplane.yaml` either: with nothing to submit
+or watch it needs no settings (`tp validate` checks them on every pull request; the first run with work
+reports them).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 
 from tuneplane.backends.base import Backend
 from tuneplane.errors import UsageError
+from tuneplane.gitops.dashboard import shows_notices
 from tuneplane.gitops.options import (
     CRASH_ENV,
     CRASH_EXIT,
@@ -145,8 +146,11 @@ def finish(
             batch.changed_by_others(exp, [r for r, _, _ in rows])
     for exp, names in work.pages.items():
         batch.pages_changed_by_others(exp, names)
-    if batch.written or batch.touched or work.changed_statuses or work.index_changed or not work.ledger.found:
-        batch.render(waiting_list(work, report), problems, refresh=not work.ledger.found)
+    waiting = waiting_list(work, report)
+    notices = bool(waiting or problems) or shows_notices(batch.root)  # the index lists them, or must stop
+    if batch.written or batch.touched or work.changed_statuses or work.index_changed or notices \
+            or not work.ledger.found:
+        batch.render(waiting, problems, refresh=not work.ledger.found)
     checkpoint("status-written")
     title = summary_title(verb, report)
     report.commit = batch.commit(title + body(report))
