@@ -551,3 +551,21 @@ def test_a_huge_status_added_by_hand_is_shown_unreadable_not_read(tmp_path: Path
     page = git(bot, "show", "HEAD:status/a/README.md")
     assert f"| `{run_id}` | | | ⚠️ unreadable |" in page, page
     _settled(bot, tmp_path / "check")
+
+
+def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Path) -> None:
+    from tuneplane.gitops.ledger import _digest
+
+    bot, person = _lab(tmp_path)
+    data = _ledger_data(person)
+    del data["index"]
+    data["version"] = 2  # as the bot wrote it before it knew the index page's blob id
+    data["digest"] = _digest({k: data[k] for k in ("requests", "statuses", "active", "counts")})
+    (person / LEDGER).write_text(json.dumps(data, indent=1) + "\n")
+    _push(person, "the ledger of the previous tp")
+
+    out = _bot(bot, "sync")
+
+    assert "was not used" not in out, out
+    assert json.loads(git(bot, "show", f"HEAD:{LEDGER}"))["version"] == 3
+    _settled(bot, tmp_path / "check")
