@@ -569,3 +569,16 @@ def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Pat
     assert "was not used" not in out, out
     assert json.loads(git(bot, "show", f"HEAD:{LEDGER}"))["version"] == 3
     _settled(bot, tmp_path / "check")
+
+
+def test_status_removed_whole_with_its_ledger_comes_back_and_nothing_runs_again(tmp_path: Path) -> None:
+    bot, person = _lab(tmp_path)
+    before = {r: git(person, "show", f"HEAD:status/a/{r}.json") for r in A}
+    git(person, "rm", "-rq", "status")
+    _push(person, "clean up the dashboard")
+
+    out = _bot(bot, "reconcile")
+
+    assert "submitted" not in out, out
+    assert {r: git(bot, "show", f"HEAD:status/a/{r}.json") for r in A} == before
+    _settled(bot, tmp_path / "check")

@@ -40,6 +40,7 @@ class Scan:
     orphaned: dict[str, list[str]] = field(default_factory=dict)  # exp → runs whose request was just deleted
     notes: list[str] = field(default_factory=list)  # what the bot noticed and did about it, for the output
     pages: dict[str, set[str]] = field(default_factory=dict)  # exp → its pages others edited or removed
+    earlier: dict[str, str] = field(default_factory=dict)  # no ledger to trust: the last one's status trees
     index_changed: bool = False  # the index page is not the one the ledger says the bot committed
 
     def request_text(self, key: RunKey) -> str | None:
@@ -69,6 +70,8 @@ def scan(root: Path) -> Scan:
     if ledger_oid and raw is None:
         ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger, index_changed=ledger.index != index_oid)
+    if not ledger.found:
+        work.earlier = _earlier_trees(snap)
     if ledger.problem:
         work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
                           "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)")
@@ -84,6 +87,21 @@ def scan(root: Path) -> Scan:
     _find_new(work)
     _read_active(work)
     return work
+
+
+def _earlier_trees(snap: Snapshot) -> dict[str, str]:
+    """The status trees of the last good ledger before the commit that removed or damaged it: with the
+    ledger, `git rm -r status` removes every record of the runs, and their requests, still committed,
+    would be submitted again. A rebuild still reads every status; these trees only name what the
+    commit removed, so it is put back. Empty when history (a shallow clone's) does not reach it."""
+    try:
+        last = snap.git("rev-list", "-1", snap.commit, "--", LEDGER).strip()
+        oid = snap.git("rev-parse", "-q", "--verify", f"{last}^:{LEDGER}").strip() if last else ""
+    except UsageError:
+        return {}
+    raw = snap.blobs([oid]).get(oid) if oid else None
+    earlier = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
+    return earlier.statuses if earlier.found else {}
 
 
 def _refuse_linked_dir(root: Path, rel: str) -> None:
@@ -134,13 +152,13 @@ def _find_changed(work: Scan) -> None:
     request (a run, an experiment removed) stays deleted."""
     exps = {e for e in work.status_trees if work.ledger.statuses.get(e) != work.status_trees[e]}
     exps -= work.blocked
-    if work.ledger.found:
-        work.gone = {e for e in work.ledger.statuses if e not in work.status_trees and e not in work.blocked}
+    trees = work.ledger.statuses if work.ledger.found else work.earlier
+    work.gone = {e for e in trees if e not in work.status_trees and e not in work.blocked}
     oids: dict[RunKey, str] = {}
     olds: dict[RunKey, str] = {}
     deleted: dict[RunKey, str] = {}
     for exp in sorted(exps | work.gone):
-        old = work.ledger.statuses.get(exp) if work.ledger.found else None
+        old = trees.get(exp)
         if old:
             _ensure_tree(work.snap, old)
         rows = work.changed_statuses[exp] = _changed_rows(work, exp, old)
@@ -166,6 +184,9 @@ def _changed_rows(work: Scan, exp: str, old: str | None) -> list[tuple[str, str,
     (all of them without one); the bot's pages changed there are noted in `work.pages`."""
     if exp in work.gone:
         return [(run, oid, "") for run, _none, oid in _all_from_tree(work.snap, old or "")]
+    if not work.ledger.found:  # a rebuild reads them all, and the last ledger's tree names those removed
+        removed = [row for row in _diff(work.snap, old, work.status_trees[exp]) if not row[2]] if old else []
+        return _all(work.snap, exp) + removed
     if not old:
         return _all(work.snap, exp)
     pages = {name + ".md" for name, _o, _n in _diff(work.snap, old, work.status_trees[exp], ".md")}
