@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.constants import CANCELLED, FAILED, PENDING, RAN_TO_END, RUNNING, SUBMITTED, SUCCEEDED
+from tuneplane.gitops.committed import BLOB_LIMIT
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.metrics.vocab import Vocabulary
 
@@ -49,6 +50,8 @@ LATEST_LAB = 10  # rows of latest runs on the index
 CHARTS = 3  # charts embedded on an experiment page
 PAGE = 100  # runs on one page: an experiment page shows its newest; a month of more is split in parts
 NOTE = "<!-- Written by `tp bot` from the status files beside it; edits here are overwritten. -->"
+WAITING = "## Waiting for the bot"  # the index's notices: requests not yet run, and what the bot refused
+REFUSED = "## Refused by the bot"
 HEADER = "| run | method | profile | phase | started | duration | metric | files |"
 RULE = "|:--|:--|:--|:--|:--|--:|:--|:--|"
 
@@ -117,7 +120,9 @@ def read_raw(root: Path, key: RunKey) -> dict[str, Any] | None:
     if path.is_symlink():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            raw = file.read(BLOB_LIMIT + 1)  # a status of more is refused unread, as the scan refuses it
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= BLOB_LIMIT else None
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
@@ -217,13 +222,13 @@ def index_page(
              + (f" · {_phases(total)}" if total else ""), ""]
     waiting = sorted(waiting)
     if waiting:
-        lines += ["## Waiting for the bot", "", "| run | experiment | state |", "|:--|:--|:--|"]
+        lines += [WAITING, "", "| run | experiment | state |", "|:--|:--|:--|"]
         lines += [f"| `{k.run_id}` | {_cell(k.experiment)} | {_cell(why)} — [request](../{k.request_rel}) |"
                   for k, why in waiting]
         lines.append("")
     problems = list(problems)
     if problems:
-        lines += ["## Refused by the bot", ""] + [f"- ⚠️ {_cell(p)}" for p in problems] + [""]
+        lines += [REFUSED, ""] + [f"- ⚠️ {_cell(p)}" for p in problems] + [""]
     if counts:
         lines += ["## Experiments", "", "| experiment | runs | phases | latest run |", "|:--|--:|:--|:--|"]
         latest_lab: list[tuple[str, str]] = []
@@ -247,6 +252,19 @@ def index_page(
                              f"{_cell(metric_cell(data))} |")
             lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def shows_notices(root: Path) -> bool:
+    """Whether the index page in the work tree lists requests waiting or refusals (read, not parsed)."""
+    path = Path(root) / DASHBOARD
+    try:
+        if path.is_symlink():
+            return False
+        with path.open(encoding="utf-8", errors="replace") as text:
+            lines = {line.rstrip("\n") for line in text}
+    except OSError:
+        return False
+    return WAITING in lines or REFUSED in lines
 
 
 def _requested(root: Path, key: RunKey) -> bool:

@@ -6,13 +6,14 @@ with one `rev-parse`, one `ls-tree` of `runs/` and `status/` (one line per exper
 `cat-file` of the ledger, importing neither the models, the YAML readers nor the backends.
 
 The run is idle when the ledger was found and watches no run (sync, reconcile), every `status/<exp>`
-tree is the one the bot left (nobody else wrote a status), and, for reconcile, every `runs/<exp>` tree
-is one whose requests all have a status. Anything else, or anything unusual (no commit yet, a rebase
-left half done, a link where a folder belongs, a ledger too large to trust, a remote that moved on),
-sends the bot down its full path, which handles and reports it. A killed bot committed nothing, so the
-commit still shows the work it was doing and the next run takes the full path and recovers. An idle
-run does not read `tuneplane.yaml` either: with nothing to submit or watch it needs no settings
-(`tp validate` checks them on every pull request; the first run with work reports them).
+tree and the index page are the ones the bot left (nobody else wrote a status or a page), and, for
+reconcile, every `runs/<exp>` tree is one whose requests all have a status. Anything else, or anything
+unusual (no commit yet, a rebase left half done, a link where a folder belongs, a ledger too large to
+trust, a remote that moved on), sends the bot down its full path, which handles and reports it. A
+killed bot committed nothing, so the commit still shows the work it was doing and the next run takes
+the full path and recovers. An idle run does not read `tuneplane.yaml` either: with nothing to submit
+or watch it needs no settings (`tp validate` checks them on every pull request; the first run with work
+reports them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tuneplane.lab.gitrepo import GitFailed, GitRepo, run_git
 
 RUNS = "runs"
 STATUS = "status"
+INDEX = "status/README.md"  # the index page (lab.runs.DASHBOARD, not imported: this module stays light)
 TREE = "040000"
 REGULAR = ("100644", "100755")
 LEDGER_LIMIT = 1 << 20  # the ledger of a large lab is a few KiB; a larger one is read by the full path
@@ -40,10 +42,12 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
     top = _top(Path(root), head)
     if top is None:
         return None
-    runs, statuses, ledger_oid = top
+    runs, statuses, ledger_oid, index_oid = top
     ledger = Ledger.parse(_blob(Path(root), ledger_oid))
     if not ledger.found or ledger.active:
         return None
+    if ledger.index != index_oid:
+        return None  # someone else edited or removed the index page: it is rendered again
     if ledger.statuses != statuses:
         return None  # someone else wrote or removed a status: the pages and the ledger must learn of it
     if verb == "reconcile" and ledger.requests != runs:
@@ -75,13 +79,14 @@ def _head(root: Path) -> str | None:
     return lines[2]
 
 
-def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str] | None:
-    """`runs/<exp>` and `status/<exp>` tree ids and the ledger's blob id; None when anything is unusual."""
+def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str, str] | None:
+    """`runs/<exp>` and `status/<exp>` tree ids, the ledger's and the index page's blob ids ("" for no
+    index page); None when anything is unusual."""
     out = _git(root, "ls-tree", "-z", "-l", head, "--", RUNS, STATUS, f"{RUNS}/", f"{STATUS}/")
     if out is None:
         return None
     trees: dict[str, dict[str, str]] = {RUNS: {}, STATUS: {}}
-    ledger = ""
+    ledger = index = ""
     for item in out.split("\0"):
         if not item:
             continue
@@ -101,9 +106,11 @@ def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str] | 
             if not size.isdigit() or int(size) > LEDGER_LIMIT:
                 return None
             ledger = oid
+        elif path == INDEX:
+            index = oid
     if not ledger:
         return None
-    return trees[RUNS], trees[STATUS], ledger
+    return trees[RUNS], trees[STATUS], ledger, index
 
 
 def _blob(root: Path, oid: str) -> str | None:

@@ -81,6 +81,7 @@ class Batch:
         self.extra_changed: set[str] = set()  # experiments changed by others (recount them)
         self.pending: dict[str, str] = {}  # written on `flush`, all at once
         self.removed: set[str] = set()  # pages removed (staged on `commit`)
+        self.repaged: dict[str, set[str]] = {}  # exp → names of its pages others edited or removed
 
     # ── writes ───────────────────────────────────────────────────────────────────────────────
 
@@ -134,6 +135,11 @@ class Batch:
         self.touched.setdefault(exp, set()).update(run_ids)
         self.fresh.setdefault(exp, set()).update(run_ids)  # added or removed by others: pages may shift
 
+    def pages_changed_by_others(self, exp: str, names: set[str]) -> None:
+        """Pages of `exp` someone else edited or removed: rendered again (the bot owns them)."""
+        self.repaged.setdefault(exp, set()).update(names)
+        self.touched.setdefault(exp, set())
+
     # ── pages and commit ─────────────────────────────────────────────────────────────────────
 
     def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
@@ -157,7 +163,9 @@ class Batch:
             known.pop(exp)
         for exp in dashboard_exps(self.root):
             if exp not in known:
-                known[exp] = dict(dashboard.phase_counts(self.root, exp))
+                counted = dict(dashboard.phase_counts(self.root, exp))
+                if counted:  # a folder whose statuses all went (its pages too) is no experiment of the index
+                    known[exp] = counted
         self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
         self.flush()
 
@@ -169,6 +177,7 @@ class Batch:
         ids = dashboard.run_ids(self.root, exp)
         newest = dashboard.month_of(ids[-1]) if ids else ""
         touched, fresh = self.touched.get(exp, set()), self.fresh.get(exp, set())
+        repaged = self.repaged.get(exp, set())
         gone = fresh.difference(ids)  # statuses others removed: the runs after them move to earlier parts
         kept: set[str] = set()
         for month, month_ids in dashboard.by_month(ids).items():
@@ -181,20 +190,27 @@ class Batch:
                 rel = dashboard.month_page_rel(exp, month, number)
                 kept.add(rel)
                 shifted = shifted or bool(fresh.intersection(part))
-                if refresh or shifted or touched.intersection(part) or not (self.root / rel).exists():
+                again = refresh or shifted or rel.rsplit("/", 1)[1] in repaged
+                if again or touched.intersection(part) or not (self.root / rel).exists():
                     self._page(rel, dashboard.month_page(self.root, exp, month, number))
         for page in dashboard.month_pages(self.root, exp):
             if page not in kept:
                 self._drop(page)  # the newest month's unfilled part, or a part a removal emptied
 
     def _drop_pages(self, exp: str) -> None:
-        folder = self.root / STATUS_DIR / exp
-        if folder.is_dir() and not folder.is_symlink():
-            for page in sorted(folder.glob("*.md")):
-                self._drop(f"{STATUS_DIR}/{exp}/{page.name}")
+        """The pages of an experiment with no status left. Any other file there is a person's and
+        stays, and so does a page without the bot's note: a folder of `status/` with no status in it
+        may be no experiment's (a team's notes)."""
+        for page in [dashboard.experiment_page_rel(exp), *dashboard.month_pages(self.root, exp)]:
+            if _written_by_bot(safe_path(self.root, page)):
+                self._drop(page)
+
+    def forget(self, key: RunKey) -> None:
+        """A run others took out of the lab (its status removed): its chart goes with it."""
+        self._drop(dashboard.chart_rel(key))
 
     def _drop(self, rel: str) -> None:
-        """Remove a page the dashboard no longer has (committed with the batch)."""
+        """Remove a page (or a chart) the dashboard no longer has (committed with the batch)."""
         path = safe_path(self.root, rel)
         if path.is_file():
             path.unlink()
@@ -212,6 +228,7 @@ class Batch:
     def commit(self, message: str) -> str | None:
         """Stage exactly what was written, record the tree ids in the ledger, and commit."""
         self.flush()
+        self.ledger.index = self._index_blob()
         if not self.written and not self.removed and not self._ledger_learned():
             return None
         paths = sorted(self.written)
@@ -235,11 +252,30 @@ class Batch:
         self.repo.git("add", "--", LEDGER)
         return self.repo.commit_staged(message, [*paths, LEDGER])
 
+    def _index_blob(self) -> str:
+        """The blob id the index page has in the commit being made ("" when it has none)."""
+        if DASHBOARD in self.written:
+            return self.repo.git("hash-object", "--", DASHBOARD).strip()
+        if DASHBOARD in self.removed or not self.repo.has_commits():
+            return ""
+        try:
+            return self.repo.git("rev-parse", "-q", "--verify", f"HEAD:{DASHBOARD}").strip()
+        except UsageError:
+            return ""
+
     def _ledger_learned(self) -> bool:
         """The ledger learned something though no file changed (requests that all have a status, a run
         seen to end): committed, or every later run would have to look again."""
         committed = self.repo.show("HEAD", LEDGER) if self.repo.has_commits() else None
         return committed is None or committed.rstrip("\n") != self.ledger.dump().rstrip("\n")
+
+
+def _written_by_bot(page: Path) -> bool:
+    try:
+        with page.open(encoding="utf-8", errors="replace") as text:
+            return dashboard.NOTE in text.read(4096)
+    except OSError:
+        return False
 
 
 def committed_ledger(repo: GitRepo) -> Ledger:

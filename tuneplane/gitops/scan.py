@@ -17,7 +17,7 @@ from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.gitops.committed import TREE, Snapshot
 from tuneplane.gitops.ledger import LEDGER, Ledger
-from tuneplane.lab.runs import RUNS_DIR, STATUS_DIR, RunKey
+from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 
 LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees the ledger names
 
@@ -39,6 +39,9 @@ class Scan:
     restored: dict[RunKey, bytes] = field(default_factory=dict)  # statuses deleted while their request stays
     orphaned: dict[str, list[str]] = field(default_factory=dict)  # exp → runs whose request was just deleted
     notes: list[str] = field(default_factory=list)  # what the bot noticed and did about it, for the output
+    pages: dict[str, set[str]] = field(default_factory=dict)  # exp → its pages others edited or removed
+    earlier: dict[str, str] = field(default_factory=dict)  # no ledger to trust: the last one's status trees
+    index_changed: bool = False  # the index page is not the one the ledger says the bot committed
 
     def request_text(self, key: RunKey) -> str | None:
         """The committed request of a run (None when there is none, or it is no regular file)."""
@@ -61,11 +64,14 @@ def scan(root: Path) -> Scan:
             hint=f"git rm {STATUS_DIR} && git commit, then run the bot again (it recreates {STATUS_DIR}/)",
         )
     ledger_oid = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
+    index_oid = next((e.oid for e in status_entries if e.path == DASHBOARD and e.regular), "")
     raw = snap.blobs([ledger_oid]).get(ledger_oid) if ledger_oid else None
     ledger = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
     if ledger_oid and raw is None:
         ledger.problem = "it is larger than 1 MiB"
-    work = Scan(snap, ledger)
+    work = Scan(snap, ledger, index_changed=ledger.index != index_oid)
+    if not ledger.found:
+        work.earlier = _earlier_trees(snap)
     if ledger.problem:
         work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
                           "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)")
@@ -81,6 +87,21 @@ def scan(root: Path) -> Scan:
     _find_new(work)
     _read_active(work)
     return work
+
+
+def _earlier_trees(snap: Snapshot) -> dict[str, str]:
+    """The status trees of the last good ledger before the commit that removed or damaged it: with the
+    ledger, `git rm -r status` removes every record of the runs, and their requests, still committed,
+    would be submitted again. A rebuild still reads every status; these trees only name what the
+    commit removed, so it is put back. Empty when history (a shallow clone's) does not reach it."""
+    try:
+        last = snap.git("rev-list", "-1", snap.commit, "--", LEDGER).strip()
+        oid = snap.git("rev-parse", "-q", "--verify", f"{last}^:{LEDGER}").strip() if last else ""
+    except UsageError:
+        return {}
+    raw = snap.blobs([oid]).get(oid) if oid else None
+    earlier = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
+    return earlier.statuses if earlier.found else {}
 
 
 def _refuse_linked_dir(root: Path, rel: str) -> None:
@@ -131,20 +152,16 @@ def _find_changed(work: Scan) -> None:
     request (a run, an experiment removed) stays deleted."""
     exps = {e for e in work.status_trees if work.ledger.statuses.get(e) != work.status_trees[e]}
     exps -= work.blocked
-    if work.ledger.found:
-        work.gone = {e for e in work.ledger.statuses if e not in work.status_trees and e not in work.blocked}
+    trees = work.ledger.statuses if work.ledger.found else work.earlier
+    work.gone = {e for e in trees if e not in work.status_trees and e not in work.blocked}
     oids: dict[RunKey, str] = {}
     olds: dict[RunKey, str] = {}
     deleted: dict[RunKey, str] = {}
     for exp in sorted(exps | work.gone):
-        old = work.ledger.statuses.get(exp) if work.ledger.found else None
+        old = trees.get(exp)
         if old:
             _ensure_tree(work.snap, old)
-        if exp in work.gone:
-            rows = [(run, oid, "") for run, _none, oid in _all_from_tree(work.snap, old or "")]
-        else:
-            rows = _diff(work.snap, old, work.status_trees[exp]) if old else _all(work.snap, exp)
-        work.changed_statuses[exp] = rows
+        rows = work.changed_statuses[exp] = _changed_rows(work, exp, old)
         for run_id, old_oid, new in rows:
             if new:
                 oids[RunKey(exp, run_id)] = new
@@ -160,6 +177,22 @@ def _find_changed(work: Scan) -> None:
         elif data is not None and data.get("phase") not in TERMINAL:
             work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
     _restore(work, deleted)
+
+
+def _changed_rows(work: Scan, exp: str, old: str | None) -> list[tuple[str, str, str]]:
+    """(run, old blob, new blob) of the statuses of `exp` that changed since the ledger's tree `old`
+    (all of them without one); the bot's pages changed there are noted in `work.pages`."""
+    if exp in work.gone:
+        return [(run, oid, "") for run, _none, oid in _all_from_tree(work.snap, old or "")]
+    if not work.ledger.found:  # a rebuild reads them all, and the last ledger's tree names those removed
+        removed = [row for row in _diff(work.snap, old, work.status_trees[exp]) if not row[2]] if old else []
+        return _all(work.snap, exp) + removed
+    if not old:
+        return _all(work.snap, exp)
+    pages = {name + ".md" for name, _o, _n in _diff(work.snap, old, work.status_trees[exp], ".md")}
+    if pages:  # the bot's pages, edited or removed by hand: rendered again
+        work.pages[exp] = pages
+    return _diff(work.snap, old, work.status_trees[exp])
 
 
 def _ensure_tree(snap: Snapshot, oid: str, remote: str = "origin") -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from tuneplane.backends.base import Backend
 from tuneplane.errors import UsageError
+from tuneplane.gitops.dashboard import shows_notices
 from tuneplane.gitops.options import (
     CRASH_ENV,
     CRASH_EXIT,
@@ -143,8 +144,13 @@ def finish(
             if batch.ledger.statuses[exp] != work.status_trees[exp]:
                 batch.ledger.statuses[exp] = work.status_trees[exp]
             batch.changed_by_others(exp, [r for r, _, _ in rows])
-    if batch.written or batch.touched or work.changed_statuses or not work.ledger.found:
-        batch.render(waiting_list(work, report), problems, refresh=not work.ledger.found)
+    for exp, names in work.pages.items():
+        batch.pages_changed_by_others(exp, names)
+    waiting = waiting_list(work, report)
+    notices = bool(waiting or problems) or shows_notices(batch.root)  # the index lists them, or must stop
+    if batch.written or batch.touched or work.changed_statuses or work.index_changed or notices \
+            or not work.ledger.found:
+        batch.render(waiting, problems, refresh=not work.ledger.found)
     checkpoint("status-written")
     title = summary_title(verb, report)
     report.commit = batch.commit(title + body(report))
@@ -173,6 +179,10 @@ def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:
             report.restored.append(str(key))
     for exp, run_ids in sorted(work.orphaned.items()):
         batch.touch(exp, run_ids)
+    for exp, rows in sorted(work.changed_statuses.items()):
+        for run_id, _old, new in rows:
+            if not new and RunKey(exp, run_id) not in work.restored:
+                batch.forget(RunKey(exp, run_id))
     for exp in sorted(work.gone):
         if not any(k.experiment == exp for k in work.restored):
             batch.ledger.statuses.pop(exp, None)
