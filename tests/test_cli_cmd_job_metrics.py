@@ -209,3 +209,24 @@ def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(tp,
     whole = json.loads(tp("job", "metrics", "run-w", "--db", db, "--json").out)
     assert long_key in [m["key"] for m in whole["metrics"]]
 
+
+def test_a_stored_key_asked_for_exactly_wins_over_an_alias(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`predict()` logs `test_loss`, whose canonical name is `eval/loss`; a job that also logged
+    `eval/loss` itself asks `--key eval/loss` for what it logged (the vocabulary's rule: a query
+    reads the key itself when it is stored), and the canonical name still finds `test_loss`."""
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    store.add_points("run-e", [("test_loss", s, 9.0, "") for s in range(2)]
+                     + [("eval/loss", s, 0.5, "") for s in range(4)], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    shown = tp("job", "metrics", "run-e", "--db", db, "--key", "eval/loss", "--json")
+    assert shown.code == 0, shown.output
+    assert [(m["key"], m["raw"], m["count"]) for m in json.loads(shown.out)["metrics"]] == [
+        ("eval/loss", "eval/loss", 4)]
+    both = json.loads(tp("job", "metrics", "run-e", "--db", db, "--key", "test_loss", "--key",
+                         "validation/loss", "--json").out)
+    assert [(m["key"], m["raw"]) for m in both["metrics"]] == [("test_loss", "test_loss"),
+                                                               ("validation/loss", "eval/loss")]
