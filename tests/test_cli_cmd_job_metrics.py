@@ -230,3 +230,23 @@ def test_a_stored_key_asked_for_exactly_wins_over_an_alias(tp, tmp_path: Path, m
                          "validation/loss", "--json").out)
     assert [(m["key"], m["raw"]) for m in both["metrics"]] == [("test_loss", "test_loss"),
                                                                ("validation/loss", "eval/loss")]
+
+
+def test_compare_cuts_long_keys_and_aligns_wide_ones_like_metrics(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import unicodedata
+
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    for number, run in enumerate(("run-one-xx", "run-two-xx")):
+        store.add_points(run, [(k, s, float(number + 1), "") for s in range(2)
+                               for k in ("train/" + "y" * 294, "train/损失", "train/loss")], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    compared = tp("job", "compare", "run-one-xx", "run-two-xx", "--db", db)
+    assert compared.code == 0, compared.output
+    rows = compared.out.splitlines()[2:]
+    widths = {sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line) for line in rows}
+    assert len(widths) == 1 and widths.pop() < 90, compared.out  # every row as wide, none 300 columns
+    assert any("y…" in line for line in rows), compared.out
