@@ -309,6 +309,7 @@ class _Server(ThreadingHTTPServer):
         self.internal_errors = 0
         self.full_said = -FULL_NOTICE_EVERY
         self.dropped_said: set[str] = set()  # runs told about on stderr (DROPPED_RUNS_SAID at most)
+        self.dropped_lock = threading.Lock()
         self.limits = Limits()
         # a thread per open connection, reused when idle: accepting never waits for a thread to start
         self.workers = Workers(self.process_request_thread, Limits().max_connections)
@@ -327,7 +328,7 @@ class _Server(ThreadingHTTPServer):
 
     def say_dropped(self, run_id: str, skipped: list[str]) -> None:
         """Tell the operator once per run that points were left out; each answer says it every time."""
-        with self.watch.lock:
+        with self.dropped_lock:
             if run_id in self.dropped_said or len(self.dropped_said) >= DROPPED_RUNS_SAID:
                 return
             self.dropped_said.add(run_id)
