@@ -9,6 +9,7 @@ twice drawn as two columns of one.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -168,3 +169,84 @@ def test_compare_reads_a_run_without_a_store_as_no_metrics(tp_subprocess, tp, la
     assert alone.code == 2 and f"no metrics stored for run {waiting!r}" in alone.err, alone.output
     given = tp_subprocess("job", "compare", first, waiting, "--db", lab / "no-such.sqlite", cwd=lab)
     assert given.code == 2 and "no ingest database at" in given.err, given.output  # a --db given must exist
+
+
+def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(tp, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                             monkeypatch) -> None:
+    """One 300-character key padded every row to 300 columns; a CJK key (two columns a character)
+    pushed its row's numbers out of line. Every row's `last` value ends in the same column."""
+    import unicodedata
+
+    from tuneplane.ingest.store import MetricStore
+
+    long_key = "train/" + "x" * 294
+    keys = {long_key: 1.5, "train/损失": 2.25, "train/ｌｏｓｓ": 3.0, "train/loss": 4.5, "train/e\u0301": 5.0,
+            "train/a\nb": 6.0}
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    store.add_points("run-w", [(k, s, v, "") for s in range(3) for k, v in keys.items()], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    shown = tp("job", "metrics", "run-w", "--db", db)
+    assert shown.code == 0, shown.output
+    lines = shown.out.splitlines()
+
+    def cols(text: str) -> int:
+        return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+                   for c in text)
+
+    table = [line for line in lines if not line.startswith("(")]
+    assert len(table) == 1 + len(keys), shown.out  # the newline in a key does not break its row
+    header_end = cols(table[0][:table[0].index("last") + len("last")])
+    for line in table[1:]:  # the key, its padding, then `last` right-aligned under its header
+        found = re.match(r"(\S+)( +)(\S+)", line)
+        assert found and cols(line[:found.end(3)]) == header_end, shown.out
+    assert max(cols(line) for line in table) < 120, shown.out
+    cut = next(line for line in table if line.startswith("train/xxx"))
+    assert "…" in cut and cols(cut.split()[0]) == 48, cut
+    assert "train/a\\nb" in shown.out
+    assert lines[-1] == "(1 key(s) cut to 48 columns; --json prints them whole)", shown.out
+    whole = json.loads(tp("job", "metrics", "run-w", "--db", db, "--json").out)
+    assert long_key in [m["key"] for m in whole["metrics"]]
+
+
+def test_a_stored_key_asked_for_exactly_wins_over_an_alias(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`predict()` logs `test_loss`, whose canonical name is `eval/loss`; a job that also logged
+    `eval/loss` itself asks `--key eval/loss` for what it logged (the vocabulary's rule: a query
+    reads the key itself when it is stored), and the canonical name still finds `test_loss`."""
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    store.add_points("run-e", [("test_loss", s, 9.0, "") for s in range(2)]
+                     + [("eval/loss", s, 0.5, "") for s in range(4)], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    shown = tp("job", "metrics", "run-e", "--db", db, "--key", "eval/loss", "--json")
+    assert shown.code == 0, shown.output
+    assert [(m["key"], m["raw"], m["count"]) for m in json.loads(shown.out)["metrics"]] == [
+        ("eval/loss", "eval/loss", 4)]
+    both = json.loads(tp("job", "metrics", "run-e", "--db", db, "--key", "test_loss", "--key",
+                         "validation/loss", "--json").out)
+    assert [(m["key"], m["raw"]) for m in both["metrics"]] == [("test_loss", "test_loss"),
+                                                               ("validation/loss", "eval/loss")]
+
+
+def test_compare_cuts_long_keys_and_aligns_wide_ones_like_metrics(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import unicodedata
+
+    from tuneplane.ingest.store import MetricStore
+
+    db = tmp_path / "ingest.sqlite"
+    store = MetricStore(db)
+    for number, run in enumerate(("run-one-xx", "run-two-xx")):
+        store.add_points(run, [(k, s, float(number + 1), "") for s in range(2)
+                               for k in ("train/" + "y" * 294, "train/损失", "train/loss")], None)
+    store.close()
+    monkeypatch.chdir(tmp_path)
+    compared = tp("job", "compare", "run-one-xx", "run-two-xx", "--db", db)
+    assert compared.code == 0, compared.output
+    rows = compared.out.splitlines()[2:]
+    widths = {sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line) for line in rows}
+    assert len(widths) == 1 and widths.pop() < 90, compared.out  # every row as wide, none 300 columns
+    assert any("y…" in line for line in rows), compared.out

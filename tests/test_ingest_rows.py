@@ -81,6 +81,19 @@ def test_blocks_are_stored_with_their_times_and_nan_means_no_value(receiver: Ing
     assert post(receiver, body(first, second))[1] == {"ok": True, "stored": 0, "duplicate": True}
 
 
+def test_an_infinite_value_is_left_out_and_named_and_the_rest_stored(receiver: IngestServer) -> None:
+    """As in the upstream body: a value that is not finite has no place in a series, and refusing the
+    request would cost its finite points (a NaN is this format's "no value" and is not counted)."""
+    block = {"keys": ["a", "b"], "rows": rows(["a", "b"], [(1, 1.0, [INF, 2.0]), (2, 2.0, [1.0, -INF]),
+                                                           (3, 3.0, [NAN, 4.0])])}
+    status, answer, _ = post(receiver, body(block))
+    assert status == 200 and (answer["stored"], answer["dropped"]) == (3, 2), answer
+    assert answer["dropped_points"] == ["blocks[0].rows[0] 'a' step 1: Infinity",
+                                        "blocks[0].rows[1] 'b' step 2: -Infinity"]
+    db = receiver.store.path
+    assert series(db, RUN, "a") == [(2, 1.0)] and series(db, RUN, "b") == [(1, 2.0), (3, 4.0)]
+
+
 def test_rank_labels_every_block(receiver: IngestServer) -> None:
     block = {"keys": ["loss"], "rows": rows(["loss"], [(1, 1.0, [2.0])])}
     assert post(receiver, body(block, rank=3))[0] == 200
@@ -88,7 +101,6 @@ def test_rank_labels_every_block(receiver: IngestServer) -> None:
 
 
 @pytest.mark.parametrize(("block", "words"), [
-    ({"keys": ["a"], "rows": rows(["a"], [(1, 1.0, [INF])])}, "must be finite"),
     ({"keys": ["a"], "rows": rows(["a"], [(1, NAN, [1.0])])}, "time is not finite"),
     ({"keys": ["a", "b"], "rows": rows(["a"], [(1, 1.0, [1.0])])}, "not whole rows of 32"),
     ({"keys": ["a"], "rows": "***"}, "not base64"),

@@ -275,9 +275,27 @@ def test_hostile_json_bodies(rx: Receiver, body: bytes, status: int) -> None:
         assert answer["error"]
 
 
+@pytest.mark.parametrize("spelled", [b"NaN", b"Infinity", b"-Infinity", b"null", b"1e999", b"-1e999",
+                                     pytest.param(b"1" * 400, id="400-digit-integer")])
+def test_a_value_that_is_not_a_finite_number_is_left_out_and_the_batch_is_stored(rx: Receiver,
+                                                                                 spelled: bytes) -> None:
+    """Python's json writes NaN and Infinity bare; an upstream client whose batch got a 4xx resends it
+    forever, so one overflowed loss would cost the run every later point. The finite points of the
+    batch, before and after, are stored; the answer says what was left out and why."""
+    run = f"run-nan-{spelled[:12].decode()}"
+    body = (b'{"run_id": "' + run.encode() + b'", "points": [{"key": "loss", "step": 1, "value": 2.5}, '
+            b'{"key": "loss", "step": 2, "value": ' + spelled + b'}, {"key": "loss", "step": 3, "value": 0.5}]}')
+    code, answer = exchange(rx, post("/metrics", body, token=mint_token(SECRET, run)))
+    assert code == 200, answer
+    assert (answer["stored"], answer["dropped"]) == (2, 1), answer
+    assert answer["dropped_points"][0].startswith("points[1] 'loss' step 2: ") and "finite" in answer["dropped_why"]
+    assert summary(rx.db, run)["loss"] == {**summary(rx.db, run)["loss"], "count": 2, "last": 0.5, "min": 0.5,
+                                           "max": 2.5}
+
+
 @pytest.mark.parametrize(("point", "field"), [
-    ({"key": "k", "step": 1, "value": float("nan")}, "value"),
-    ({"key": "k", "step": 1, "value": float("inf")}, "value"),
+    ({"key": "k", "step": 1, "value": "NaN"}, "value"),
+    ({"key": "k", "step": 1.5, "value": float("inf")}, "step"),
     ({"key": "k", "step": 10**30, "value": 1.0}, "step"),
     ({"key": "k" * 600, "step": 1, "value": 1.0}, "key"),
     ({"key": "k", "step": 1, "value": "1.0"}, "value"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneplane.ingest import hparams, lifecycle, mint_token, summary
+from tuneplane.ingest import hparams, lifecycle, mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
 
 UPSTREAM = "tuneplane==0.4.0"
@@ -137,3 +138,65 @@ def test_upstream_client_points_are_all_stored(upstream: str, tmp_path: Path) ->
     assert hparams(server.store.path, run_id) == {"lr": 3e-4, "model.name": "tiny"}
     assert [e["event"] for e in lifecycle(server.store.path, run_id)] == ["succeeded"]
     assert "rejected" not in done.stdout + done.stderr and "failed" not in done.stdout + done.stderr
+
+
+NAN_SCRIPT = r"""
+import json, math, os, sys, time
+import tuneplane.reporter as reporter
+from tuneplane.report import _MetricBuffer
+
+answers = []
+original = reporter.Reporter._post
+
+def recording(self, path, payload):
+    try:
+        ok = original(self, path, payload)
+    except Exception:
+        answers.append([path, False, payload])
+        raise
+    answers.append([path, ok, payload])
+    return ok
+
+reporter.Reporter._post = recording
+# The upstream queue that framework bridges and `log()` feed; it keeps a refused batch and resends it.
+buffer = _MetricBuffer.from_env()
+buffer.flush_interval = 0.05
+steps = int(sys.argv[2])
+for step in range(steps):
+    loss = {steps // 3: math.nan, steps // 2: math.inf, steps // 2 + 1: -math.inf}.get(step, 1.0 / (step + 1))
+    buffer.enqueue_metrics([{"key": "loss", "step": step, "value": loss, "ts": "2026-01-01T00:00:00+00:00"},
+                            {"key": "lr", "step": step, "value": None if step == 7 else 0.1,
+                             "ts": "2026-01-01T00:00:00+00:00"}])
+    buffer.kick()
+    time.sleep(0.002)
+buffer.stop(timeout=20)
+with open(sys.argv[1], "w") as handle:
+    json.dump(answers, handle)
+"""
+
+
+def test_upstream_client_sending_nan_mid_run_loses_no_finite_point(upstream: str, tmp_path: Path) -> None:
+    """The upstream client writes NaN and Infinity as Python's json does and, once a batch is refused
+    with a 4xx, resends that batch forever: every later point of the run would be lost. Our receiver
+    stores every finite point, before and after, and the client never sees a refusal."""
+    server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
+    run_id = "upstream-nan"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TUNEPLANE_") and k not in ("RANK", "LOCAL_RANK")}
+    env.update(TUNEPLANE_JOB_ENABLED="1", TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run_id,
+               TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id), PYTHONPATH="")
+    record = tmp_path / "answers.json"
+    try:
+        done = subprocess.run([upstream, "-c", NAN_SCRIPT, str(record), str(STEPS)], env=env,
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = json.loads(record.read_text())
+    sent = [p for path, _, payload in answers if path == "metrics" for p in payload["points"]]
+    assert any(p["value"] is not None and not math.isfinite(p["value"]) for p in sent)  # NaN went on the wire
+    assert all(ok for _, ok, _ in answers) and "rejected" not in done.stdout + done.stderr, done.stdout[-2000:]
+    bad_loss = {STEPS // 3, STEPS // 2, STEPS // 2 + 1}
+    db = server.store.path
+    assert series(db, run_id, "loss") == [(s, 1.0 / (s + 1)) for s in range(STEPS) if s not in bad_loss]
+    assert series(db, run_id, "lr") == [(s, 0.1) for s in range(STEPS) if s != 7]

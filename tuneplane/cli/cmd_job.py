@@ -90,8 +90,13 @@ def compare(
     for run in runs:
         said = "no metrics stored" if not found[run].summary else legend.get(run) or "(same parameters)"
         typer.echo(f"{run}: {said}")
+    # lazy: as above
+    from tuneplane.gitops.charts import KEY_COLUMNS
+    from tuneplane.gitops.textcols import columns, cut_columns, ljust, printable
+
     names = _compared_names(found, key or [])
-    width = max((len(n) for n in names), default=3)
+    shown = {n: cut_columns(printable(n), KEY_COLUMNS) for n in names}  # as `tp job metrics` shows them
+    width = max((columns(s) for s in shown.values()), default=3)
     # each column headed by the shortest end of its run id (10 characters at least) that tells it apart
     longest = max(map(len, runs))
     cut = next((n for n in range(10, longest + 1) if len({r[-n:] for r in runs}) == len(runs)), longest)
@@ -102,7 +107,7 @@ def compare(
         for metrics in found.values():
             raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
-        typer.echo(f"  {name.ljust(width)}  " + "  ".join(c.rjust(column) for c in cells))
+        typer.echo(f"  {ljust(shown[name], width)}  " + "  ".join(c.rjust(column) for c in cells))
     if checked is not None:
         _write(checked, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
 

@@ -24,6 +24,7 @@ from tuneplane.gitops.charts_axes import time_ticks as time_ticks
 from tuneplane.gitops.charts_axes import value_axis as value_axis
 from tuneplane.gitops.charts_legend import changed_parameters as changed_parameters  # the CLI reads it here
 from tuneplane.gitops.charts_legend import cut, fmt
+from tuneplane.gitops.textcols import columns, cut_columns, ljust, printable, rjust
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -32,6 +33,7 @@ BARS = "▁▂▃▄▅▆▇█"
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 Series = Sequence[tuple[float, float]]
 COLUMNS = ("key", "last", "min", "max", "count", "last_step", "trend")
+KEY_COLUMNS = 48  # a metrics table's key column at most, ellipsis included
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 # Past the palette, runs repeat its colours with another dash pattern: every run stays its own line.
 DASHES = ("", "6 3", "2 2", "8 3 2 3", "1 3")
@@ -96,16 +98,21 @@ def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, 
     (primary first, hardware last); without, in the order given."""
     series = series or {}
     rows = [list(COLUMNS)]
+    cut_keys = 0
     for key in vocab.order(summary) if vocab is not None else summary:
         stats = summary[key]
         trend = sparkline([v for _, v in series.get(key, ())], width)
-        rows.append([key, fmt(stats.get("last")), fmt(stats.get("min")), fmt(stats.get("max")),
+        shown = cut_columns(printable(key), KEY_COLUMNS)  # one long key must not widen every row
+        cut_keys += shown != printable(key)
+        rows.append([shown, fmt(stats.get("last")), fmt(stats.get("min")), fmt(stats.get("max")),
                      fmt(stats.get("count")), fmt(stats.get("last_step")), trend])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    widths = [max(columns(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = []
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in range(1, 6)] + [row[6]]
+    for row in rows:  # padded by display width: a CJK key takes two columns a character
+        cells = [ljust(row[0], widths[0])] + [rjust(row[i], widths[i]) for i in range(1, 6)] + [row[6]]
         lines.append("  ".join(cells).rstrip())
+    if cut_keys:
+        lines.append(f"({cut_keys} key(s) cut to {KEY_COLUMNS} columns; --json prints them whole)")
     return "\n".join(lines) + "\n"
 
 

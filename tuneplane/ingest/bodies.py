@@ -3,6 +3,12 @@
 Each reader takes the decoded JSON object and returns what the store takes, or raises `Refused` with
 the status and a message naming the field (every point's problem, when points are refused), so a
 client is told what to fix and nothing of a refused request is stored.
+
+A point whose value is not a finite number (`NaN`, `Infinity`, `-Infinity`, an explicit `null`, a number
+beyond the float range) is not a malformed request: it is what Python's `json` writes for a loss that
+overflowed, and an upstream client never sends a batch again once it is refused (a 4xx poisons its queue).
+Such a point is left out and named in `skipped`; the request's other points are stored. A series has
+no entry at that step: nothing is stored as NULL or as a stand-in number.
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ def batch_id(value: Any) -> str | None:
     return value
 
 
-def points(payload: dict[str, Any], limits: Limits) -> list[Point]:
+def points(payload: dict[str, Any], limits: Limits, skipped: list[str] | None = None) -> list[Point]:
+    """The request's storable points; each point left out for a non-finite value is described in `skipped`."""
+    if skipped is None:
+        skipped = []
     if "blocks" in payload:  # our SDK's compact body (tuneplane.ingest.rows), once we advertised it
-        return rows_points(payload, limits)
+        return rows_points(payload, limits, skipped)
     raw = payload.get("points")
     if not isinstance(raw, list):
         raise Refused(422, "points must be a list")
@@ -40,7 +49,7 @@ def points(payload: dict[str, Any], limits: Limits) -> list[Point]:
     out: list[Point] = []
     problems: list[str] = []
     for index, item in enumerate(raw):
-        point = _point(item, index, problems)
+        point = _point(item, index, problems, skipped)
         if point is not None:
             out.append(point)
     if problems:
@@ -49,7 +58,7 @@ def points(payload: dict[str, Any], limits: Limits) -> list[Point]:
     return out
 
 
-def _point(item: Any, index: int, problems: list[str]) -> Point | None:
+def _point(item: Any, index: int, problems: list[str], skipped: list[str]) -> Point | None:
     if not isinstance(item, dict):
         problems.append(f"points[{index}]: not an object")
         return None
@@ -62,8 +71,11 @@ def _point(item: Any, index: int, problems: list[str]) -> Point | None:
     if isinstance(step, bool) or not isinstance(step, int) or not -(2**63) <= step < 2**63:
         problems.append(f"points[{index}].step: must be an integer")
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        problems.append(f"points[{index}].value: must be a finite number")
+    if "value" not in item:
+        problems.append(f"points[{index}].value: missing; every point needs a number")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
+        problems.append(f"points[{index}].value: must be a number")
         return None
     if ts is not None and not isinstance(ts, str):
         problems.append(f"points[{index}].ts: must be an ISO-8601 string")
@@ -75,14 +87,24 @@ def _point(item: Any, index: int, problems: list[str]) -> Point | None:
     rank = item.get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool):
         key = f"{key}@rank{rank}"  # all-ranks reporting: one series per rank
+    unfit = "null" if value is None else not_finite(value)
+    if unfit or value is None:  # the point is well formed; its value has no place in a series
+        skipped.append(f"points[{index}] {key[:80]!r} step {step}: {unfit}")
+        return None
     return key, step, float(value), ts or ""
 
 
-def _finite(value: float) -> bool:
+def not_finite(value: float) -> str:
+    """How a number that no series can hold is spelled ("NaN", "Infinity", ...); "" for a finite one."""
     try:
-        return math.isfinite(value)
+        number = float(value)
     except OverflowError:  # a JSON integer too large for a float
-        return False
+        return "a number beyond the float range"
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return ""
 
 
 def params(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:

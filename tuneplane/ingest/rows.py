@@ -5,8 +5,9 @@
 
 Each block's rows are packed little-endian records of `int64 step, float64 unix time, float64 value per
 key` (the keys in the block's order). A NaN value means "no value for this key in this record"; an
-infinite value, a time that is not finite, a partial row or a bad key refuses the whole request (422),
-as a bad point does in the upstream `points` body, which stays accepted unchanged. Every answer of
+infinite value is left out and named, as a non-finite value is in the upstream `points` body
+(`tuneplane.ingest.bodies`); a time that is not finite, a partial row or a bad key refuses the whole
+request (422), as a malformed point does in the upstream body, which stays accepted unchanged. Every answer of
 the receiver carries `X-TunePlane-Formats: rows/1`, so a client knows it may send this.
 """
 
@@ -26,8 +27,11 @@ FORMATS_HEADER = ", ".join(FORMATS)  # the X-TunePlane-Formats header on every a
 MAX_KEY = 512
 
 
-def rows_points(payload: dict[str, Any], limits: Limits) -> list[Point]:
-    """The points of a `rows/1` body, or a refusal that names the block and what is wrong with it."""
+def rows_points(payload: dict[str, Any], limits: Limits, skipped: list[str] | None = None) -> list[Point]:
+    """The points of a `rows/1` body, or a refusal that names the block and what is wrong with it.
+    Each infinite value left out is described in `skipped`."""
+    if skipped is None:
+        skipped = []
     if "points" in payload:
         raise Refused(422, "a body carries points or blocks, not both")
     if payload.get("format", "rows/1") not in FORMATS:
@@ -56,7 +60,7 @@ def rows_points(payload: dict[str, Any], limits: Limits) -> list[Point]:
             for step, unix, *values in layout.iter_unpack(raw):
                 points.extend(zip(named, repeat(step), values, repeat(unix)))
         else:
-            _careful(named, layout, raw, f"blocks[{index}]", points, problems)
+            _careful(named, layout, raw, f"blocks[{index}]", points, problems, skipped)
     if problems:
         raise Refused(422, f"{len(problems)} invalid block(s) or row(s); nothing from this request was stored",
                       problems)
@@ -110,7 +114,7 @@ def _all_finite(raw: bytes) -> bool:
 
 
 def _careful(keys: tuple[str, ...], layout: struct.Struct, raw: bytes, where: str, points: list[Point],
-             problems: list[str]) -> None:
+             problems: list[str], skipped: list[str]) -> None:
     for row_index, (step, unix, *values) in enumerate(layout.iter_unpack(raw)):
         if not math.isfinite(unix):
             problems.append(f"{where}.rows[{row_index}]: the time is not finite")
@@ -119,6 +123,7 @@ def _careful(keys: tuple[str, ...], layout: struct.Struct, raw: bytes, where: st
             if value != value:
                 continue  # NaN: no value for this key in this record
             if math.isinf(value):
-                problems.append(f"{where}.rows[{row_index}] {key!r}: the value must be finite")
+                skipped.append(f"{where}.rows[{row_index}] {key[:80]!r} step {step}: "
+                               f"{'Infinity' if value > 0 else '-Infinity'}")
                 continue
             points.append((key, step, value, unix))

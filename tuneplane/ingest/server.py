@@ -41,6 +41,9 @@ POST_KINDS = frozenset({"metrics", "hparams", "lifecycle"}) | EVENT_KINDS
 SWITCH_INTERVAL = 0.001  # seconds; see IngestServer.serve_forever
 FULL_RETRY_AFTER = 30  # seconds a client waits before it retries a write refused for a full disk
 FULL_NOTICE_EVERY = 60.0  # seconds between two "the store's disk is full" lines on stderr
+DROPPED_WHY = ("a value that is not a finite number (NaN, Infinity, null) is not stored: the series has no "
+               "point at that step; the request's other points are stored")
+DROPPED_RUNS_SAID = 4096  # runs whose dropped points are said on stderr (once each)
 __all__ = ["IngestHandler", "IngestServer", "Limits", "Refused", "start_server"]
 
 
@@ -151,9 +154,14 @@ class IngestHandler(BaseHTTPRequestHandler):
         batch_id = bodies.batch_id(self.headers.get("X-TunePlane-Batch") or payload.get("batch_id"))
         store = self.server.store
         if kind == "metrics":
-            points = bodies.points(payload, self.server.limits)
+            skipped: list[str] = []
+            points = bodies.points(payload, self.server.limits, skipped)
             stored, duplicate = store.add_points(run_id, points, batch_id)
-            return 200, {"ok": True, "stored": stored, "duplicate": duplicate}
+            answer: dict[str, Any] = {"ok": True, "stored": stored, "duplicate": duplicate}
+            if skipped:  # a 2xx all the same: a 4xx would make an upstream client resend this batch forever
+                answer.update(dropped=len(skipped), dropped_points=skipped[:20], dropped_why=DROPPED_WHY)
+                self.server.say_dropped(run_id, skipped)
+            return 200, answer
         if kind == "hparams":
             params = bodies.params(payload, self.server.limits)
             stored, duplicate = store.set_hparams(run_id, params, batch_id)
@@ -300,6 +308,8 @@ class _Server(ThreadingHTTPServer):
         self.watch = _Watch()
         self.internal_errors = 0
         self.full_said = -FULL_NOTICE_EVERY
+        self.dropped_said: set[str] = set()  # runs told about on stderr (DROPPED_RUNS_SAID at most)
+        self.dropped_lock = threading.Lock()
         self.limits = Limits()
         # a thread per open connection, reused when idle: accepting never waits for a thread to start
         self.workers = Workers(self.process_request_thread, Limits().max_connections)
@@ -315,6 +325,16 @@ class _Server(ThreadingHTTPServer):
         if not self.workers.submit(request, client_address):  # answer rather than drop
             _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
             self.shutdown_request(request)
+
+    def say_dropped(self, run_id: str, skipped: list[str]) -> None:
+        """Tell the operator once per run that points were left out; each answer says it every time."""
+        with self.dropped_lock:
+            if run_id in self.dropped_said or len(self.dropped_said) >= DROPPED_RUNS_SAID:
+                return
+            self.dropped_said.add(run_id)
+        sys.stderr.write(f"ingest: run {run_id[:80]!r}: {len(skipped)} point(s) not stored, the first "
+                         f"{skipped[0]}; a value that is not a finite number has no place in a series "
+                         "(later ones are counted in each answer, not said here again)\n")
 
     def say_full(self, message: str) -> None:
         """Tell the operator the store's disk is full: once, then at most once a minute."""

@@ -1,0 +1,32 @@
+"""Text in terminal columns (tuneplane/gitops/textcols.py): what the metrics table and `cli.tables`
+pad and cut by, so a CJK or fullwidth name keeps the columns aligned and a long one is cut."""
+
+from __future__ import annotations
+
+from tuneplane.cli.tables import table
+from tuneplane.gitops.textcols import columns, cut_columns, ljust, printable, rjust
+
+
+def test_columns_count_wide_characters_twice_and_marks_not_at_all() -> None:
+    assert columns("loss") == 4
+    assert columns("损失") == 4 and columns("ｌｏｓｓ") == 8  # wide ideographs and fullwidth forms
+    assert columns("e\u0301") == 1 and columns("a\u200db") == 2  # a combining accent, a zero-width joiner
+    assert columns("▁█") == 2  # the sparkline's blocks are one column each
+
+
+def test_cut_keeps_to_the_columns_with_the_ellipsis_and_never_splits_a_wide_character() -> None:
+    assert cut_columns("short", 10) == "short"
+    assert cut_columns("x" * 300, 48) == "x" * 47 + "…"
+    assert cut_columns("损失损失损失", 6) == "损失…" and columns(cut_columns("损失损失损失", 6)) == 5
+    assert cut_columns("a损失", 3) == "a…"
+
+
+def test_padding_is_by_columns_and_control_characters_are_shown_escaped() -> None:
+    assert ljust("损失", 6) == "损失  " and rjust("损失", 5) == " 损失"
+    assert printable("a\nb\x1bc") == "a\\nb\\x1bc" and printable("损失 x") == "损失 x"
+
+
+def test_cli_tables_align_wide_cells_and_cut_long_ones() -> None:
+    lines = table(["name", "n"], [["损失", 1], ["loss", 2], ["x" * 100, 3]], max_width=20).splitlines()
+    assert [columns(line[: line.rindex(" ") + 1]) for line in lines[2:]] == [22, 22, 22], lines
+    assert lines[4].startswith("x" * 19 + "…")
