@@ -210,26 +210,29 @@ def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(tp,
     assert long_key in [m["key"] for m in whole["metrics"]]
 
 
-def test_a_stored_key_asked_for_exactly_wins_over_an_alias(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """`predict()` logs `test_loss`, whose canonical name is `eval/loss`; a job that also logged
-    `eval/loss` itself asks `--key eval/loss` for what it logged (the vocabulary's rule: a query
-    reads the key itself when it is stored), and the canonical name still finds `test_loss`."""
+def test_a_name_shows_one_series_in_key_table_and_compare(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`predict()` logs `test_loss`, canonically `eval/loss`; a job that also logged `eval/loss`
+    (transformers' validation, canonically `validation/loss`) sees the same series under each name in
+    `--key`, the table and `tp job compare`: a canonical name answers before a raw key of that spelling."""
     from tuneplane.ingest.store import MetricStore
 
     db = tmp_path / "ingest.sqlite"
     store = MetricStore(db)
-    store.add_points("run-e", [("test_loss", s, 9.0, "") for s in range(2)]
-                     + [("eval/loss", s, 0.5, "") for s in range(4)], None)
+    for run, shift in (("run-e", 0.0), ("run-f", -1.0)):
+        store.add_points(run, [("test_loss", s, 9.0 + shift, "") for s in range(2)]
+                         + [("eval/loss", s, 0.5 + shift / 4, "") for s in range(4)], None)
     store.close()
     monkeypatch.chdir(tmp_path)
-    shown = tp("job", "metrics", "run-e", "--db", db, "--key", "eval/loss", "--json")
-    assert shown.code == 0, shown.output
-    assert [(m["key"], m["raw"], m["count"]) for m in json.loads(shown.out)["metrics"]] == [
-        ("eval/loss", "eval/loss", 4)]
-    both = json.loads(tp("job", "metrics", "run-e", "--db", db, "--key", "test_loss", "--key",
-                         "validation/loss", "--json").out)
-    assert [(m["key"], m["raw"]) for m in both["metrics"]] == [("test_loss", "test_loss"),
-                                                               ("validation/loss", "eval/loss")]
+    shown = json.loads(tp("job", "metrics", "run-e", "--db", db, "--key", "eval/loss", "--key", "validation/loss",
+                          "--json").out)
+    assert [(m["key"], m["raw"]) for m in shown["metrics"]] == [("eval/loss", "test_loss"),
+                                                                ("validation/loss", "eval/loss")]
+    table = json.loads(tp("job", "metrics", "run-e", "--db", db, "--json").out)
+    assert {m["key"]: m["raw"] for m in table["metrics"]}["eval/loss"] == "test_loss"
+    compare = tp("job", "compare", "run-e", "run-f", "--db", db)
+    assert compare.code == 0, compare.output
+    rows = {line.split()[0]: line.split()[1:3] for line in compare.out.splitlines() if line.split()}
+    assert rows["eval/loss"] == ["9", "8"] and rows["validation/loss"] == ["0.5", "0.25"], compare.out
 
 
 def test_compare_cuts_long_keys_and_aligns_wide_ones_like_metrics(tp, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -52,14 +52,15 @@ class RunMetrics:
     def lookup(self, item: str, names: Mapping[str, str] | None = None) -> str | None:
         """The stored key that answers a query for `item`: a canonical name, a key as stored, or the
         key as the trainer logged it before a callback renamed it (TRL's `rewards/margins`, stored
-        as `train/rewards/margins`: both are `train/reward_margin`). A key stored exactly as asked
-        wins over a canonical name another key answers for (the vocabulary's `resolve`): with
-        `test_loss` (canonically `eval/loss`) and a logged `eval/loss`, `eval/loss` is the logged one."""
-        if item in self.summary:
-            return item  # a raw key stays queryable under its own name
+        as `train/rewards/margins`: both are `train/reward_margin`). A canonical name answers first,
+        so `--key`, the table, `tp job compare` and the charts agree on what a name shows: with
+        `test_loss` (canonically `eval/loss`) and a logged `eval/loss` (canonically
+        `validation/loss`), `eval/loss` is the `predict()` series everywhere."""
         names = self.names() if names is None else names
         if item in names:
             return names[item]
+        if item in self.summary:
+            return item  # a raw key stays queryable under its own name
         # transformers' rewrite_logs (which the callback follows) puts `train/` before every key
         # that is not an evaluation's
         for guess in (self.vocab.canonical(item), self.vocab.canonical("train/" + item)):
