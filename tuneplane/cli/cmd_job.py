@@ -92,10 +92,10 @@ def compare(
         typer.echo(f"{run}: {said}")
     # lazy: as above
     from tuneplane.gitops.charts import KEY_COLUMNS
-    from tuneplane.gitops.textcols import columns, cut_columns, ljust, printable
+    from tuneplane.gitops.textcols import columns, cut_middle, ljust, printable
 
     names = _compared_names(found, key or [])
-    shown = {n: cut_columns(printable(n), KEY_COLUMNS) for n in names}  # as `tp job metrics` shows them
+    shown = {n: cut_middle(printable(n), KEY_COLUMNS) for n in names}  # as `tp job metrics` shows them
     width = max((columns(s) for s in shown.values()), default=3)
     # each column headed by the shortest end of its run id (10 characters at least) that tells it apart
     longest = max(map(len, runs))

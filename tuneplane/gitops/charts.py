@@ -24,7 +24,7 @@ from tuneplane.gitops.charts_axes import time_ticks as time_ticks
 from tuneplane.gitops.charts_axes import value_axis as value_axis
 from tuneplane.gitops.charts_legend import changed_parameters as changed_parameters  # the CLI reads it here
 from tuneplane.gitops.charts_legend import cut, fmt
-from tuneplane.gitops.textcols import columns, cut_columns, ljust, printable, rjust
+from tuneplane.gitops.textcols import columns, cut_middle, ljust, printable, rjust
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -102,7 +102,7 @@ def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, 
     for key in vocab.order(summary) if vocab is not None else summary:
         stats = summary[key]
         trend = sparkline([v for _, v in series.get(key, ())], width)
-        shown = cut_columns(printable(key), KEY_COLUMNS)  # one long key must not widen every row
+        shown = cut_middle(printable(key), KEY_COLUMNS)  # one long key must not widen every row
         cut_keys += shown != printable(key)
         rows.append([shown, fmt(stats.get("last")), fmt(stats.get("min")), fmt(stats.get("max")),
                      fmt(stats.get("count")), fmt(stats.get("last_step")), trend])
