@@ -194,6 +194,23 @@ def test_non_finite_points_are_left_out_said_in_each_answer_and_once_on_stderr(
     assert clean == (200, {"ok": True, "stored": 1, "duplicate": False})  # no drop keys when none
 
 
+def test_past_its_bound_the_stderr_notice_says_it_goes_quiet(
+        receiver: IngestServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs named on stderr are bounded; the bound is said once, so later silence is not read as
+    "no more drops", and each answer still counts its own."""
+    import tuneplane.ingest.server as server
+
+    monkeypatch.setattr(server, "DROPPED_RUNS_SAID", 2)
+    for number in range(5):
+        run = f"r{number}"
+        raw = f'{{"run_id": "{run}", "points": [{{"key": "loss", "step": 1, "value": NaN}}]}}'.encode()
+        code, body = request(receiver.url, "POST", "/metrics", raw=raw, token=mint_token(SECRET, run))
+        assert code == 200 and body["dropped"] == 1, body
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split("'")[1] for line in err if "not stored" in line] == ["r0", "r1"], err
+    assert len([line for line in err if "more than 2 runs" in line]) == 1, err
+
+
 def test_oversized_bodies_and_gzip_bombs_are_refused(receiver: IngestServer) -> None:
     token = mint_token(SECRET, "r1")
     code, body = request(receiver.url, "POST", "/metrics", raw=b" " * (65 * 1024), token=token)

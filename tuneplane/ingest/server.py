@@ -329,9 +329,14 @@ class _Server(ThreadingHTTPServer):
     def say_dropped(self, run_id: str, skipped: list[str]) -> None:
         """Tell the operator once per run that points were left out; each answer says it every time."""
         with self.dropped_lock:
-            if run_id in self.dropped_said or len(self.dropped_said) >= DROPPED_RUNS_SAID:
+            if run_id in self.dropped_said or len(self.dropped_said) > DROPPED_RUNS_SAID:
                 return
             self.dropped_said.add(run_id)
+            last = len(self.dropped_said) > DROPPED_RUNS_SAID
+        if last:  # the bound is said once, so the silence after it is not taken for no drops
+            sys.stderr.write(f"ingest: points were left out for more than {DROPPED_RUNS_SAID} runs; later runs "
+                             "are not named here (each answer still counts and names its own)\n")
+            return
         sys.stderr.write(f"ingest: run {run_id[:80]!r}: {len(skipped)} point(s) not stored, the first "
                          f"{skipped[0]}; a value that is not a finite number has no place in a series "
                          "(later ones are counted in each answer, not said here again)\n")
