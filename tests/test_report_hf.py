@@ -217,6 +217,42 @@ def test_a_trainer_resumed_from_a_checkpoint_keeps_the_checkpoints_steps(tmp_pat
     assert [stored[step] for step, _ in resumed] == pytest.approx([loss for _, loss in resumed])
 
 
+OTHER_RUN = SETUP + DATA + r"""
+# another run (another process) leaves a checkpoint at step 3 in out/b
+Trainer(model=model, args=TrainingArguments(**{**common, "output_dir": out + "/b", "max_steps": 3,
+                                               "save_strategy": "steps", "save_steps": 3, "eval_strategy": "no"}),
+        train_dataset=Data()).train()
+"""
+TWO_STAGES = SETUP + DATA + r"""
+import json
+first = Trainer(model=model, args=TrainingArguments(**{**common, "output_dir": out + "/a", "max_steps": 6,
+                                                       "eval_strategy": "no"}),
+                train_dataset=Data(), callbacks=[callback])
+first.train()
+# stage two resumes the OTHER run's checkpoint, in the folder that run saved it in
+second = Trainer(model=model, args=TrainingArguments(**{**common, "output_dir": out + "/b", "max_steps": 6,
+                                                        "eval_strategy": "no"}),
+                 train_dataset=Data(), callbacks=[TunePlaneCallback(monitor_hardware=False)])
+second.train(resume_from_checkpoint=out + "/b/checkpoint-3")
+print("losses", json.dumps([h["loss"] for h in first.state.log_history if "loss" in h]
+                           + [h["loss"] for h in second.state.log_history if "loss" in h and h["step"] > 3]))
+"""
+
+
+def test_resuming_another_runs_checkpoint_continues_after_this_processs_steps(tmp_path: Path) -> None:
+    """A checkpoint this process never saved is not its training's to redo: stage two resuming
+    another run's checkpoint-3 continues after stage one's step 6 (7..9) rather than landing its
+    steps 4..6 on stage one's and replacing their values."""
+    pytest.importorskip("transformers")
+    run_trainer(tmp_path, OTHER_RUN, "run-other")
+    server, done = run_trainer(tmp_path, TWO_STAGES, "run-stages")
+    logged = json.loads(next(line for line in done.stdout.splitlines()
+                             if line.startswith("losses")).split(" ", 1)[1])
+    stored = series(server.store.path, "run-stages", "train/loss")
+    assert [step for step, _ in stored] == list(range(1, 10))
+    assert [value for _, value in stored] == pytest.approx(logged)
+
+
 EPOCHS = SETUP + DATA + r"""
 args = TrainingArguments(**{**common, "max_steps": -1, "num_train_epochs": 3, "logging_strategy": "epoch",
                             "eval_strategy": "epoch", "gradient_accumulation_steps": 2,

@@ -30,13 +30,21 @@ def serve(
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.ingest import DEFAULT_DB, ensure_secret
     from tuneplane.ingest.server import IngestServer
+    from tuneplane.ingest.store import MetricStore
 
     db_path = db or DEFAULT_DB
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port} is not a TCP port", "use 1-65535, or 0 for any free port")
     env_secret = os.environ.get("TUNEPLANE_INGEST_SECRET_FILE")
     secret_path = secret_file or (Path(env_secret) if env_secret else db_path.parent / "ingest.secret")
-    secret, created = ensure_secret(secret_path)
+    # The store first: a --db it refuses (not an ingest store, a folder it cannot make) is named as
+    # such, with no secret made beside it and no folder made for one.
+    MetricStore(db_path).close()
+    try:
+        secret, created = ensure_secret(secret_path)
+    except OSError as exc:
+        raise UsageError(f"cannot make the token secret {secret_path}: {exc.strerror or exc}",
+                         "pass --secret-file a path in a folder you may write") from None
     try:
         server = IngestServer(db_path, secret, host, port, verbose=verbose)
     except OSError as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tuneplane.errors import UsageError
+from tuneplane.ingest.layout import foreign_objects
 
 Point = tuple[str, int, float, str | float]  # key, step, value, ts (ISO-8601 text or unix seconds)
 
@@ -62,6 +63,7 @@ MAX_GROUP_POINTS = 200_000  # and rows: a group's transaction stays short
 QUEUE_DEPTH = 1024  # writes waiting for the writer; a full queue answers "busy, retry"
 WRITE_WAIT = 60.0  # seconds a request waits for its commit before it is answered "busy, retry"
 T = TypeVar("T")
+_FULL_CODES = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE)
 
 
 def ts_ms(ts: str | float) -> int | None:
@@ -99,14 +101,19 @@ class MetricStore:
         except sqlite3.DatabaseError as exc:  # a folder, or a file we may not open
             raise unreadable(self.path, exc) from None
         try:
+            foreign = foreign_objects(self._db, SCHEMA)  # before any write: leave a foreign file as it is
+            if foreign:
+                raise StoreUnreadable(f"{self.path} is not an ingest store: it holds {foreign}",
+                                      "pass --db the ingest store's path, or one that does not exist yet "
+                                      "(a new store is made there); this file was left untouched")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit, only at checkpoints
             self._db.execute("PRAGMA busy_timeout=5000")
             _migrate(self._db)
             self._db.executescript(SCHEMA)
-        except sqlite3.DatabaseError as exc:  # not SQLite, damaged, a folder, not ours to write
+        except (sqlite3.DatabaseError, StoreUnreadable) as exc:  # not SQLite, damaged, a folder, another's
             self._db.close()
-            raise unreadable(self.path, exc) from None
+            raise (exc if isinstance(exc, StoreUnreadable) else unreadable(self.path, exc)) from None
         self._closed = False
         self._series: dict[tuple[str, str], tuple[int, int]] = {}  # (run, key) -> (id, t0_ms)
         self._jobs: queue.Queue[_Job | None] = queue.Queue(QUEUE_DEPTH)
@@ -226,18 +233,18 @@ class MetricStore:
     def _commit(self, group: list[_Job]) -> None:
         try:
             self._transaction(group)
-        except _Ended as ended:  # one write ended the whole transaction (a full disk does)
+        except Exception as exc:  # a write ended the transaction, or it failed itself (locked, full at COMMIT)
             self._rollback()
-            if len(group) > 1:  # each write alone, so the one that does not fit fails alone
+            failure = self._failure(exc.cause if isinstance(exc, _Ended) else exc)
+            # A full disk (mid-write, or at COMMIT as it mostly is in WAL mode): each write alone, so
+            # the one that does not fit fails alone. A locked store fails the group once.
+            if len(group) > 1 and (isinstance(exc, _Ended) or isinstance(failure, StoreFull)):
                 for job in group:
                     job.error = job.result = None
                     self._commit([job])
                 return
-            group[0].error, group[0].result = self._failure(ended.cause), None
-        except Exception as exc:  # the transaction itself failed (locked, full at COMMIT): all of it
-            self._rollback()
             for job in group:
-                job.error, job.result = self._failure(exc), None
+                job.error, job.result = failure, None
         finally:
             for job in group:
                 job.done.set()
@@ -267,9 +274,11 @@ class MetricStore:
         self.writes += len(group)
 
     def _failure(self, exc: Exception) -> Exception:
-        """What a failed write raises: a full disk as StoreFull, anything else as it came."""
-        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-            return StoreFull("the receiver's disk (or its quota) is full")
+        """What a failed write raises: a full disk as StoreFull, anything else as it came. SQLite says
+        SQLITE_FULL only for ENOSPC; a quota (EDQUOT), a file-size limit (EFBIG) or a failing device
+        come back as SQLITE_IOERR_WRITE, which is the same to the client: nothing stored, retry later."""
+        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) in _FULL_CODES:
+            return StoreFull("the receiver's disk is full (or a quota, file-size limit or write error stops it)")
         return exc
 
     def close(self) -> None:

@@ -19,8 +19,10 @@ A second training in the same process (a second Trainer, or `train()` again) sta
 again at 0, and the receiver keeps one value per key and step: its points would replace the first
 training's. So a different Trainer's training that begins below the highest step already reported
 in this process continues from there (as wandb's own step counter does), and its evaluations and
-predictions with it, unless it resumes from a checkpoint (`resume_from_checkpoint`): it begins at the
-checkpoint's step and redoes the steps after it, which keep their numbers. The same Trainer
+predictions with it. A Trainer resuming a checkpoint that a training of this process saved (the
+same output folder and step, seen in `on_save`) redoes that training's steps after it under their
+numbers: it takes that training's base. One resuming any other checkpoint (another run's) continues
+after the highest step too, like a new training. The same Trainer
 beginning again (`auto_find_batch_size` reruns its training loop after an out-of-memory error;
 `train()` once more) keeps its own steps: it redoes them. A Trainer is known by its arguments
 object (the `args` every event gets), or by the callback when there is none.
@@ -28,6 +30,7 @@ object (the `args` every event gets), or by the callback when there is none.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,6 +39,9 @@ _highest = [0]  # the highest step any callback reported in this process
 # The arguments object of the Trainer that last began training. Held, not its id(): an id is reused
 # once the object is freed. A few hundred bytes; the model is never held.
 _owner: list[Any] = [None]
+# (output folder, step) of each checkpoint saved in this process -> the base its training used
+_saved: dict[tuple[str | None, int], int] = {}
+MAX_SAVED = 10_000
 
 
 class TunePlaneCallback:
@@ -51,9 +57,10 @@ class TunePlaneCallback:
         owner = args if args is not None else self
         if owner is not _owner[0]:  # a different Trainer: it continues the process's steps
             start = _step_of(state)
-            # A training resumed from a checkpoint (`resume_from_checkpoint`: it begins at the
-            # checkpoint's step, above 0) redoes the steps after it: they are its own.
-            self._base = _highest[0] - start if _highest[0] > start and start == 0 else 0
+            saved = _saved.get((_folder_of(args), start)) if start else None
+            # resuming a checkpoint this process saved redoes that training's steps; anything else
+            # (a new training, another run's checkpoint) continues after the highest step
+            self._base = saved if saved is not None else max(0, _highest[0] - start)
             _owner[0] = owner
         self._start(args)
         return control
@@ -86,6 +93,12 @@ class TunePlaneCallback:
             _highest[0] = max(_highest[0], step)
             log(rewrite_logs(logs), step=step, prefix=self.prefix)
 
+    def on_save(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+        if len(_saved) >= MAX_SAVED:
+            _saved.clear()
+        _saved[(_folder_of(args), _step_of(state))] = self._base
+        return control
+
     def on_train_end(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
         # lazy: tuneplane.report imports this module first
         from tuneplane.report import flush
@@ -103,6 +116,7 @@ def forget_steps() -> None:
     """Start the process's step count over (`tuneplane.report._reset`: tests, long-lived tools)."""
     _highest[0] = 0
     _owner[0] = None
+    _saved.clear()
 
 
 def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,6 +144,15 @@ def _step_of(state: Any) -> int:
         return int(getattr(state, "global_step", 0) or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _folder_of(args: Any) -> str | None:
+    """The output folder a Trainer saves its checkpoints in, resolved; None when it has none."""
+    folder = getattr(args, "output_dir", None)
+    try:
+        return os.path.realpath(os.fspath(folder)) if folder else None
+    except (TypeError, ValueError, OSError):
+        return None
 
 
 def _hparams_of(args: Any) -> dict[str, Any] | None:
