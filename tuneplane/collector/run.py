@@ -60,7 +60,7 @@ class Tracked:
 
 def _tracked_of(entry: Any) -> Tracked | None:
     """A state entry, or None when any field is not what `save` writes (then: from the top)."""
-    if not isinstance(entry, dict):
+    if not isinstance(entry, dict) or "offset" not in entry or "ino" not in entry:
         return None
     values = [entry.get(name, 0) for name in ("offset", "ino", "dev", "line", "head", "head_len")]
     if not all(type(v) is int and v >= 0 for v in values) or values[5] > HEAD:
@@ -126,8 +126,8 @@ class Collector:
             tracked = _tracked_of(entry)
             if tracked is None:
                 self.count("bad state entry (file read from the top)")
-            else:
-                self.files[str(name)] = tracked
+            elif not _missing(os.path.join(self.out_dir, str(name).partition(":")[2])):
+                self.files[str(name)] = tracked  # a gone file's entry is not written back
 
     def save(self) -> None:
         why = state.write(self.state_path, {name: t.to_json() for name, t in sorted(self.files.items())})
