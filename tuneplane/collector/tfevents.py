@@ -245,9 +245,11 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
     """From a file's first bytes: the wall time of its first event (when its writer opened it), the
     step of a `SessionLog` START among its first events, which `SummaryWriter(purge_step=N)` writes
     and TensorBoard reads as "drop what earlier files logged at steps >= N", and whether that is
-    settled (the writer's first two events are whole on disk, or the bytes are past them)."""
+    settled: a summary or a 4th event has been read. Torch writes its first three events (file version,
+    file version at step N, the START) each in an append of its own, so two on disk settle nothing."""
     opened: float | None = None
     purge: int | None = None
+    summary = False
     payloads = read_records(data).payloads
     for payload in payloads[:4]:
         try:
@@ -257,6 +259,8 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
                     wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
                 elif number == 2 and wire == 0 and isinstance(value, int):
                     step = _signed(value)
+                elif number == 5 and wire == 2:
+                    summary = True
                 elif number == 7 and wire == 2 and isinstance(value, bytes):
                     session = value
             if session and any(n == 1 and w == 0 and v == _SESSION_START for n, w, v in fields(session)):
@@ -265,7 +269,7 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
             break
         if opened is None and math.isfinite(wall_time):
             opened = wall_time
-    return opened, purge, len(payloads) >= 2
+    return opened, purge, summary or len(payloads) >= 4
 
 
 def _summary_value(buf: bytes) -> tuple[str, float] | None:
