@@ -7,7 +7,9 @@ must be read after the earlier attempt's whatever the folders are named (`versio
 order their writers opened them (the wall time of each file's first event; without one yet, the
 unix time in its name). `SummaryWriter(purge_step=N)` starts its file with a `SessionLog` START at
 step N, and TensorBoard then discards what the earlier files of that run logged at steps >= N: the
-points of an earlier file of the same series folder from that step on are dropped, and counted.
+points of an earlier file of the same series from that step on are dropped, and counted. A series
+spans a job's attempt folders (`version_9/`, `version_10/`), so this purges further than TensorBoard,
+which purges within one run folder: on purpose, since the attempts are one series here.
 """
 
 from __future__ import annotations
