@@ -217,3 +217,46 @@ def test_a_purge_step_written_one_record_at_a_time_is_still_found(tmp_path: Path
     assert collector.order.cutoffs == {first: 5}
     collector.pass_once()
     assert sorted(p[0] for p in sink.points if p[2] == {"loss": 1.0}) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("sent_past_the_cut", [True, False])
+def test_a_purge_step_after_a_restart_is_told_when_the_earlier_points_were_already_sent(
+        tmp_path: Path, sent_past_the_cut: bool) -> None:
+    """The notice was kept in memory: a collector restarted after sending the first attempt's points,
+    then seeing the restart's purge_step, said nothing. It is told once, and not by the next restart;
+    when what was sent stops before the cut, the rest is purged and nothing is told."""
+    from tuneplane.collector import run
+    from tuneplane.collector.sources import Source
+
+    out = tmp_path / "out"
+    old = _writer(out / "tb" / "exp_001")
+    for step in range(10 if sent_past_the_cut else 4):
+        old.add_scalar("loss", 1.0, step)
+    old.flush()
+    first = run.Collector(str(out), Kept(), [Source("tensorboard", "tb")])
+    first.pass_once()
+    first.save()
+    for step in range(10 if sent_past_the_cut else 4, 10):
+        old.add_scalar("loss", 1.0, step)
+    old.close()
+    new = _writer(out / "tb" / "exp_002", purge_step=5)
+    new.add_scalar("loss", 2.0, 5)
+    new.close()
+    sink = Kept()
+    second = run.Collector(str(out), sink, [Source("tensorboard", "tb")])
+    second.load()
+    for _ in range(2):
+        second.pass_once()
+    told = [p for p in second.problems if "purge_step 5" in p]
+    if sent_past_the_cut:
+        assert len(told) == 1 and told[0].startswith("tb/exp_001/events.out.tfevents."), second.problems
+        assert second.counts == {"purge_step after its points were sent": 1}
+        assert [(p[0], p[2]) for p in sink.points] == [(5, {"loss": 2.0})]
+    else:
+        assert not told and second.counts == {"purged by a later purge_step": 5}, second.counts
+        assert [(p[0], p[2]) for p in sink.points] == [(4, {"loss": 1.0}), (5, {"loss": 2.0})]
+    second.save()
+    third = run.Collector(str(out), Kept(), [Source("tensorboard", "tb")])
+    third.load()
+    third.pass_once()
+    assert not third.problems and not third.counts

@@ -52,10 +52,12 @@ class Tracked:
     head: int = 0  # CRC-32 of the file's first `head_len` bytes
     head_len: int = 0
     tail: bool = False  # a last line without its newline was taken (final pass): skip that newline
+    told: bool = False  # read under a later purge_step's cut, or told that it came after the points went
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line,
-                "head": self.head, "head_len": self.head_len, **({"tail": True} if self.tail else {})}
+        flags = {name: True for name in ("tail", "told") if getattr(self, name)}
+        return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line, "head": self.head,
+                "head_len": self.head_len, **flags}
 
 
 def _tracked_of(entry: Any) -> Tracked | None:
@@ -66,7 +68,7 @@ def _tracked_of(entry: Any) -> Tracked | None:
     if not all(type(v) is int and v >= 0 for v in values) or values[5] > HEAD:
         return None
     offset, ino, dev, line, head, head_len = values
-    return Tracked(offset, ino, dev, line, head, head_len, tail=entry.get("tail") is True)
+    return Tracked(offset, ino, dev, line, head, head_len, entry.get("tail") is True, entry.get("told") is True)
 
 
 @dataclass
@@ -279,7 +281,8 @@ class Collector:
                 seen[2] = tracked.offset + max(records.offset, 1)
             if records.offset == 0:
                 return [], tracked
-            moved = replace(tracked, offset=tracked.offset + records.offset)
+            moved = replace(tracked, offset=tracked.offset + records.offset,
+                            told=tracked.told or relname in self.order.cutoffs)
             points = sources.tb_points(source, relname, records.payloads, self.counts)
             return self.order.keep(relname, points, self.counts), moved
         return self._lines(source, relname, data, tracked, fd, size)

@@ -205,7 +205,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         yield number, wire, value
 
 
-def _signed(value: int) -> int:
+def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
@@ -225,7 +225,7 @@ def scalars(event: bytes) -> list[Scalar]:
         if number == 1 and wire == 1 and isinstance(value, int):
             wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
         elif number == 2 and wire == 0 and isinstance(value, int):
-            step = _signed(value)
+            step = signed(value)
         elif number == 5 and wire == 2 and isinstance(value, bytes):
             summaries.append(value)
     out: list[Scalar] = []
@@ -258,7 +258,7 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
                 if number == 1 and wire == 1 and isinstance(value, int):
                     wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
                 elif number == 2 and wire == 0 and isinstance(value, int):
-                    step = _signed(value)
+                    step = signed(value)
                 elif number == 5 and wire == 2:
                     summary = True
                 elif number == 7 and wire == 2 and isinstance(value, bytes):
@@ -357,8 +357,8 @@ def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
         return [struct.unpack("<d", struct.pack("<Q", value))[0]]
     # int_val / int64_val: varints, packed or not
     if isinstance(value, bytes):
-        return [float(_signed(raw)) for raw in _varints(value)]
-    return [float(_signed(value))]
+        return [float(signed(raw)) for raw in _varints(value)]
+    return [float(signed(value))]
 
 
 def _varints(value: bytes) -> list[int]:
