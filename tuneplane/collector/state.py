@@ -71,3 +71,26 @@ def write(path: str, files: dict[str, dict[str, Any]]) -> str:
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     return ""
+
+
+def dir_problem(out_dir: str, name: str) -> str | None:
+    """Why the out dir's `.tuneplane` folder must not be used, or None. The collector writes its lock
+    and offsets there and removes the unsent files it delivered: through a link, those would be
+    another folder's files."""
+    folder = os.path.join(out_dir, name)
+    root = os.path.realpath(out_dir)
+    if os.path.islink(folder) or os.path.dirname(os.path.realpath(folder)) != root:
+        return (f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
+                "keeps its state there and removes what it delivered)")
+    return None
+
+
+def gone(path: str) -> bool:
+    """Whether nothing is at `path` (an error that cannot tell says no: keep its offset)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # cannot tell: keep its offset
+    return False
