@@ -4,6 +4,7 @@ ends, memory stays bounded, a damaged stretch is told in one line, and what is g
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -255,3 +256,50 @@ def test_copytruncate_rotation_loses_no_line_after_the_hole(lines_before: int, t
     assert [p[2] for p in sink.points[-10:]] == [{"loss": 2.0}] * 10
     assert "line too long" not in collector.counts and "bad json line" not in collector.counts
     assert any("zero" in p for p in collector.problems), collector.problems
+
+
+def test_a_hole_is_stepped_over_where_the_file_system_tells_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 10 GiB hole was read a chunk at a time, 40,960 reads of zeros per file: where the file
+    system tells holes (`SEEK_DATA`), it is stepped over, told as one damaged stretch, and what
+    follows it is read."""
+    out = tmp_path / "out"
+    (out / "tb").mkdir(parents=True)
+    probe = out / "probe"
+    _sparse(probe, SPARSE)
+    with probe.open("rb") as handle:
+        try:
+            told_hole = not hasattr(os, "SEEK_DATA") or os.lseek(handle.fileno(), 0, os.SEEK_DATA) >= SPARSE
+        except OSError as exc:
+            told_hole = exc.errno == errno.ENXIO  # only a hole from there to the end
+        if not told_hole:
+            pytest.skip("this file system does not tell holes (SEEK_DATA); the zeros are read instead")
+    probe.unlink()
+    after = tfevents.frame(tfevents.scalar_event(7, 1.7e9, {"loss": 7.0}))
+    for path, tail in ((out / "tb" / "events.out.tfevents.1.sparse", after),
+                       (out / "m.jsonl", b'{"step": 7, "acc": 0.5}\n')):
+        with path.open("wb") as handle:
+            handle.truncate(SPARSE)
+            handle.seek(SPARSE)
+            handle.write(tail)
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(run.os, "pread", pread)
+    sink = Kept()
+    collector = run.Collector(str(out), sink, [Source("tensorboard", "tb"), Source("jsonl", "m.jsonl")])
+    collector.pass_once()
+    assert sorted((p[0], tuple(p[2].items())) for p in sink.points) == [(7, (("acc", 0.5),)),
+                                                                         (7, (("loss", 7.0),))]
+    assert sum(read) < 64 * run.CHUNK, "the hole was read through"
+    told = [p for p in collector.problems if "damaged" in p]
+    assert sorted(t.split(":")[0] for t in told) == ["m.jsonl", "tb/events.out.tfevents.1.sparse"], told
+    assert all("between byte 0 and " in t for t in told), told
+    read.clear()
+    collector.pass_once()
+    assert sum(read) < 4 * run.CHUNK and len(collector.problems) == 2  # stepped over once, remembered

@@ -175,3 +175,88 @@ def test_steps_across_the_int64_range_keep_their_value_and_order(writer_module: 
     writer.close()
     collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
     assert series(receiver.store.path, RUN, "loss") == [(step, float(i)) for i, step in enumerate(steps)]
+
+
+def test_a_purge_step_written_one_record_at_a_time_is_still_found(tmp_path: Path) -> None:
+    """Torch writes its file's first three records (file version, file version at step N, the
+    SessionLog START) each in an append of its own: a pass between the second and the third took the
+    file as one without a purge_step, for good. Here a real writer's file is laid down record by
+    record, a pass after each."""
+    from tuneplane.collector import run
+    from tuneplane.collector.sources import Source
+
+    out = tmp_path / "out"
+    old = _writer(out / "tb" / "exp_001")
+    for step in range(10):
+        old.add_scalar("loss", 1.0, step)
+    old.close()
+    staged = _writer(tmp_path / "staged", purge_step=5)
+    staged.add_scalar("loss", 2.0, 5)
+    staged.close()
+    (written,) = (tmp_path / "staged").iterdir()
+    data = written.read_bytes()
+    records = []
+    offset = 0
+    while offset < len(data):
+        end = offset + 12 + int.from_bytes(data[offset:offset + 8], "little") + 4
+        records.append(data[offset:end])
+        offset = end
+    assert len(records) >= 4  # file version, file version at step 5, START, the scalar
+    target = out / "tb" / "exp_002" / written.name
+    target.parent.mkdir()
+    target.write_bytes(b"")
+    (earlier,) = (out / "tb" / "exp_001").iterdir()
+    first = f"tb/exp_001/{earlier.name}"
+    files = [(first, str(earlier)), (f"tb/exp_002/{written.name}", str(target))]
+    sink = Kept()
+    collector = run.Collector(str(out), sink, [Source("tensorboard", "tb")])
+    for record in records:
+        with target.open("ab") as handle:
+            handle.write(record)
+        collector.order.arrange(Source("tensorboard", "tb"), files)
+    assert collector.order.cutoffs == {first: 5}
+    collector.pass_once()
+    assert sorted(p[0] for p in sink.points if p[2] == {"loss": 1.0}) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("sent_past_the_cut", [True, False])
+def test_a_purge_step_after_a_restart_is_told_when_the_earlier_points_were_already_sent(
+        tmp_path: Path, sent_past_the_cut: bool) -> None:
+    """The notice was kept in memory: a collector restarted after sending the first attempt's points,
+    then seeing the restart's purge_step, said nothing. It is told once, and not by the next restart;
+    when what was sent stops before the cut, the rest is purged and nothing is told."""
+    from tuneplane.collector import run
+    from tuneplane.collector.sources import Source
+
+    out = tmp_path / "out"
+    old = _writer(out / "tb" / "exp_001")
+    for step in range(10 if sent_past_the_cut else 4):
+        old.add_scalar("loss", 1.0, step)
+    old.flush()
+    first = run.Collector(str(out), Kept(), [Source("tensorboard", "tb")])
+    first.pass_once()
+    first.save()
+    for step in range(10 if sent_past_the_cut else 4, 10):
+        old.add_scalar("loss", 1.0, step)
+    old.close()
+    new = _writer(out / "tb" / "exp_002", purge_step=5)
+    new.add_scalar("loss", 2.0, 5)
+    new.close()
+    sink = Kept()
+    second = run.Collector(str(out), sink, [Source("tensorboard", "tb")])
+    second.load()
+    for _ in range(2):
+        second.pass_once()
+    told = [p for p in second.problems if "purge_step 5" in p]
+    if sent_past_the_cut:
+        assert len(told) == 1 and told[0].startswith("tb/exp_001/events.out.tfevents."), second.problems
+        assert second.counts == {"purge_step after its points were sent": 1}
+        assert [(p[0], p[2]) for p in sink.points] == [(5, {"loss": 2.0})]
+    else:
+        assert not told and second.counts == {"purged by a later purge_step": 5}, second.counts
+        assert [(p[0], p[2]) for p in sink.points] == [(4, {"loss": 1.0}), (5, {"loss": 2.0})]
+    second.save()
+    third = run.Collector(str(out), Kept(), [Source("tensorboard", "tb")])
+    third.load()
+    third.pass_once()
+    assert not third.problems and not third.counts

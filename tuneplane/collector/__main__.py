@@ -9,8 +9,8 @@ import signal
 import sys
 from typing import Any
 
-from tuneplane.collector import sources
-from tuneplane.collector.run import Collector, describe, follow, state_dir_problem
+from tuneplane.collector import sources, state
+from tuneplane.collector.run import STATE_DIR, Collector, describe, follow
 from tuneplane.collector.sink import ReportSink
 from tuneplane.constants import METRICS_NATIVE_ENV, OUT_DIR_ENV
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out_dir or not os.path.isdir(args.out_dir):
         _say(f"no out dir to collect from ({args.out_dir or 'TUNEPLANE_OUT_DIR is not set'})")
         return 2
-    problem = state_dir_problem(args.out_dir)
+    problem = state.dir_problem(args.out_dir, STATE_DIR)
     if problem:
         _say(problem)
         return 2

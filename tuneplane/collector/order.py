@@ -7,7 +7,9 @@ must be read after the earlier attempt's whatever the folders are named (`versio
 order their writers opened them (the wall time of each file's first event; without one yet, the
 unix time in its name). `SummaryWriter(purge_step=N)` starts its file with a `SessionLog` START at
 step N, and TensorBoard then discards what the earlier files of that run logged at steps >= N: the
-points of an earlier file of the same series folder from that step on are dropped, and counted.
+points of an earlier file of the same series from that step on are dropped, and counted. A series
+spans a job's attempt folders (`version_9/`, `version_10/`), so this purges further than TensorBoard,
+which purges within one run folder: on purpose, since the attempts are one series here.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from tuneplane.collector.sources import Source
 
 class _Read(Protocol):
     offset: int
+    told: bool  # read under its cut, or the late purge_step told (in the state: a restart tells nothing)
 
 
 OPENING_BYTES = 4096  # a writer's first events (file version, session start) lie well within this
 PURGED = "purged by a later purge_step"
 PURGED_LATE = "purge_step after its points were sent"
 _NAME_TIME = re.compile(r"tfevents\.(\d{1,12})")
+SCAN_CHUNK = 256 * 1024  # a read of an earlier file's sent records, looking for a purged step
 MAX_KNOWN = 200_000  # openings remembered; past that they are read again
 
 
@@ -57,16 +61,19 @@ class Order:
             timed.append((when, relname, path, purge, group))
         timed.sort(key=lambda item: (item[0], item[1]))
         later: dict[str, int] = {}  # series folder → lowest purge step of the files after
-        for _, relname, _, purge, group in reversed(timed):
+        for _, relname, path, purge, group in reversed(timed):
             cut = later.get(group)
             if cut is None:
                 self.cutoffs.pop(relname, None)
                 self.uncut.add(relname)
             else:
                 done = read.get(f"tensorboard:{relname}") if read is not None else None
-                if tell is not None and relname in self.uncut and done is not None and done.offset > 0:
+                newly = relname not in self.cutoffs  # a restart's first arrange: read what was sent
+                if tell is not None and done is not None and done.offset > 0 and not done.told and newly \
+                        and (relname in self.uncut or _sent_from(path, cut, done.offset)):
                     tell(PURGED_LATE, relname, f"a later file's purge_step {cut} came after this file's points were "
                          f"sent; those at steps >= {cut} stay on the chart until logged again")
+                    done.told = True
                 self.uncut.discard(relname)
                 self.cutoffs[relname] = cut
             if purge is not None:
@@ -107,3 +114,28 @@ class Order:
         if dropped:
             counts[PURGED] = counts.get(PURGED, 0) + dropped
         return kept
+
+
+def _sent_from(path: str, cut: int, offset: int) -> bool:
+    """Whether the records of `path` before `offset` (what a collector before this one sent) hold a
+    step >= `cut`: read once, when the file first gets that cutoff in this process."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        position = 0
+        while position < offset:
+            records = tfevents.read_records(os.pread(fd, min(SCAN_CHUNK, offset - position), position))
+            if records.offset == 0:
+                return False  # a record larger than a read, or damage: cannot tell, say nothing
+            for payload in records.payloads:
+                if any(n == 2 and w == 0 and isinstance(v, int) and tfevents.signed(v) >= cut
+                       for n, w, v in tfevents.fields(payload)):
+                    return True
+            position += records.offset
+    except (OSError, tfevents.ProtoError):
+        return False
+    finally:
+        os.close(fd)
+    return False

@@ -52,21 +52,23 @@ class Tracked:
     head: int = 0  # CRC-32 of the file's first `head_len` bytes
     head_len: int = 0
     tail: bool = False  # a last line without its newline was taken (final pass): skip that newline
+    told: bool = False  # read under a later purge_step's cut, or told that it came after the points went
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line,
-                "head": self.head, "head_len": self.head_len, **({"tail": True} if self.tail else {})}
+        flags = {name: True for name in ("tail", "told") if getattr(self, name)}
+        return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line, "head": self.head,
+                "head_len": self.head_len, **flags}
 
 
 def _tracked_of(entry: Any) -> Tracked | None:
     """A state entry, or None when any field is not what `save` writes (then: from the top)."""
-    if not isinstance(entry, dict):
+    if not isinstance(entry, dict) or "offset" not in entry or "ino" not in entry:
         return None
     values = [entry.get(name, 0) for name in ("offset", "ino", "dev", "line", "head", "head_len")]
     if not all(type(v) is int and v >= 0 for v in values) or values[5] > HEAD:
         return None
     offset, ino, dev, line, head, head_len = values
-    return Tracked(offset, ino, dev, line, head, head_len, tail=entry.get("tail") is True)
+    return Tracked(offset, ino, dev, line, head, head_len, entry.get("tail") is True, entry.get("told") is True)
 
 
 @dataclass
@@ -126,8 +128,10 @@ class Collector:
             tracked = _tracked_of(entry)
             if tracked is None:
                 self.count("bad state entry (file read from the top)")
-            else:
+            elif not state.gone(os.path.join(self.out_dir, str(name).partition(":")[2])):
                 self.files[str(name)] = tracked
+        if len(self.files) < len(entries or {}):
+            self.save()  # gone files' entries leave first: a state of rotated-away files is not saved whole
 
     def save(self) -> None:
         why = state.write(self.state_path, {name: t.to_json() for name, t in sorted(self.files.items())})
@@ -163,7 +167,7 @@ class Collector:
         back is read from the top, which the receiver's upsert stores once. Only a file that is really
         gone is forgotten: a listing that failed for a moment (a network file system) leaves out files
         that are still there, and forgetting them would read them all again from the top."""
-        gone = [key for key in self.files if key not in listed and _missing(os.path.join(self.out_dir,
+        gone = [key for key in self.files if key not in listed and state.gone(os.path.join(self.out_dir,
                                                                                           key.partition(":")[2]))]
         if gone:
             for key in gone:
@@ -204,6 +208,9 @@ class Collector:
                 data = os.pread(fd, CHUNK, tracked.offset)
                 if not data:
                     break
+                if len(data) == CHUNK and tfevents.zeros_end(data, 0) == CHUNK:  # a hole's start?
+                    tracked, data = self._over_hole(fd, relname, tracked, info.st_size, data)
+                    pending[key] = tracked
                 points, moved = self._decode(source, relname, data, tracked, fd, info.st_size)
                 if moved == tracked:
                     break  # only an incomplete record or line: wait for the writer
@@ -223,6 +230,16 @@ class Collector:
         if source.format == "unsent" and key in pending and pending[key].offset >= info.st_size:
             self._delete.add(key)  # delivered whole: removed once the SDK confirms
         return sent
+
+    def _over_hole(self, fd: int, relname: str, tracked: Tracked, size: int, data: bytes) -> tuple[Tracked, bytes]:
+        """A read of zeros: where the file system tells a hole (a sparse file) after it, go on one read
+        before the data past it (one damaged stretch, as read through), not through it a read at a time."""
+        after = sources.next_data(fd, tracked.offset + CHUNK, size)
+        if after - CHUNK <= tracked.offset:
+            return tracked, data
+        self._damaged.setdefault(relname, [0, tracked.offset, 0])[2] = after - CHUNK
+        tracked = _with_head(fd, replace(tracked, offset=after - CHUNK))
+        return tracked, os.pread(fd, CHUNK, tracked.offset)
 
     def refused(self, exc: OSError, relname: str = "") -> None:
         """A file or folder the collector may not read: named once, with the reason."""
@@ -279,7 +296,8 @@ class Collector:
                 seen[2] = tracked.offset + max(records.offset, 1)
             if records.offset == 0:
                 return [], tracked
-            moved = replace(tracked, offset=tracked.offset + records.offset)
+            moved = replace(tracked, offset=tracked.offset + records.offset,
+                            told=tracked.told or relname in self.order.cutoffs)
             points = sources.tb_points(source, relname, records.payloads, self.counts)
             return self.order.keep(relname, points, self.counts), moved
         return self._lines(source, relname, data, tracked, fd, size)
@@ -395,18 +413,6 @@ class Collector:
             pass
 
 
-def state_dir_problem(out_dir: str) -> str | None:
-    """Why the out dir's `.tuneplane` folder must not be used, or None. The collector writes its lock
-    and offsets there and removes the unsent files it delivered: through a link, those would be
-    another folder's files."""
-    folder = os.path.join(out_dir, STATE_DIR)
-    root = os.path.realpath(out_dir)
-    if os.path.islink(folder) or os.path.dirname(os.path.realpath(folder)) != root:
-        return (f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
-                "keeps its state there and removes what it delivered)")
-    return None
-
-
 def adopt_orphans(folder: str) -> None:
     """The overflow files (`report-spill-*`) of processes that were killed, which never renamed them
     `report-unsent-*`, become unsent files: a file is a killed process's when it was written on this
@@ -440,16 +446,6 @@ def adopt_orphans(folder: str) -> None:
             pass  # held: its writer lives
         finally:
             os.close(fd)
-
-
-def _missing(path: str) -> bool:
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False  # cannot tell: keep its offset
-    return False
 
 
 def _alive(pid: int) -> bool:

@@ -16,6 +16,7 @@ always collected too.
 from __future__ import annotations
 
 import binascii
+import errno
 import json
 import math
 import os
@@ -339,3 +340,14 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
             else:
                 points.append((scalar.step, scalar.wall_time, {key: scalar.value}))
     return list(points)
+
+
+def next_data(fd: int, offset: int, size: int) -> int:
+    """Where the data from `offset` on starts, where the file system tells holes (`SEEK_DATA`): `size`
+    when only a hole follows, `offset` itself where it cannot tell (then the zeros are read)."""
+    if not hasattr(os, "SEEK_DATA"):
+        return offset
+    try:
+        return min(os.lseek(fd, offset, os.SEEK_DATA), size)
+    except OSError as exc:
+        return size if exc.errno == errno.ENXIO else offset

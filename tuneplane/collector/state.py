@@ -15,6 +15,8 @@ from tuneplane.runtime.files import atomic_write
 
 # ~100 bytes an event file: 64 MiB is some 500,000 files, far past a job's (100,000 made 14 MB)
 MAX_STATE = 64 * 1024 * 1024
+# entries read at most: twice the 100,000 files of a long job; 64 MiB of `"k":{}` would be millions
+MAX_ENTRIES = 200_000
 
 
 class Unreadable(ValueError):
@@ -36,15 +38,30 @@ def read(path: str) -> dict[str, Any] | None:
         if info.st_size > MAX_STATE:
             raise Unreadable(f"over {MAX_STATE >> 20} MiB")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = json.loads(handle.read(MAX_STATE + 1))
-        entries = raw["files"] if isinstance(raw, dict) else None
+            raw = json.loads(handle.read(MAX_STATE + 1), object_pairs_hook=_counted())
+        entries = raw.get("files") if isinstance(raw, dict) else None
         if not isinstance(entries, dict):
             raise Unreadable("no files object")
+        for name, entry in entries.items():
+            if not isinstance(entry, dict) or not all(type(entry.get(k)) is int for k in ("offset", "ino")):
+                raise Unreadable(f"entry {name[:200]!r} is not an object with an integer offset and ino")
         return entries
     except (OSError, ValueError, RecursionError) as exc:
         raise Unreadable(str(exc) or type(exc).__name__) from None
     finally:
         os.close(fd)
+
+
+def _counted() -> Any:
+    """A JSON object hook that stops the parse past `MAX_ENTRIES` objects, so memory stays bounded."""
+    seen = [0]
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen[0] += 1
+        if seen[0] > MAX_ENTRIES + 2:  # the entries, the files object, the top
+            raise ValueError(f"over {MAX_ENTRIES} entries")
+        return dict(pairs)
+    return hook
 
 
 def write(path: str, files: dict[str, dict[str, Any]]) -> str:
@@ -54,3 +71,26 @@ def write(path: str, files: dict[str, dict[str, Any]]) -> str:
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     return ""
+
+
+def dir_problem(out_dir: str, name: str) -> str | None:
+    """Why the out dir's `.tuneplane` folder must not be used, or None. The collector writes its lock
+    and offsets there and removes the unsent files it delivered: through a link, those would be
+    another folder's files."""
+    folder = os.path.join(out_dir, name)
+    root = os.path.realpath(out_dir)
+    if os.path.islink(folder) or os.path.dirname(os.path.realpath(folder)) != root:
+        return (f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
+                "keeps its state there and removes what it delivered)")
+    return None
+
+
+def gone(path: str) -> bool:
+    """Whether nothing is at `path` (an error that cannot tell says no: keep its offset)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # cannot tell: keep its offset
+    return False

@@ -205,7 +205,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         yield number, wire, value
 
 
-def _signed(value: int) -> int:
+def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
@@ -225,7 +225,7 @@ def scalars(event: bytes) -> list[Scalar]:
         if number == 1 and wire == 1 and isinstance(value, int):
             wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
         elif number == 2 and wire == 0 and isinstance(value, int):
-            step = _signed(value)
+            step = signed(value)
         elif number == 5 and wire == 2 and isinstance(value, bytes):
             summaries.append(value)
     out: list[Scalar] = []
@@ -245,9 +245,11 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
     """From a file's first bytes: the wall time of its first event (when its writer opened it), the
     step of a `SessionLog` START among its first events, which `SummaryWriter(purge_step=N)` writes
     and TensorBoard reads as "drop what earlier files logged at steps >= N", and whether that is
-    settled (the writer's first two events are whole on disk, or the bytes are past them)."""
+    settled: a summary or a 4th event has been read. Torch writes its first three events (file version,
+    file version at step N, the START) each in an append of its own, so two on disk settle nothing."""
     opened: float | None = None
     purge: int | None = None
+    summary = False
     payloads = read_records(data).payloads
     for payload in payloads[:4]:
         try:
@@ -256,7 +258,9 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
                 if number == 1 and wire == 1 and isinstance(value, int):
                     wall_time = struct.unpack("<d", struct.pack("<Q", value))[0]
                 elif number == 2 and wire == 0 and isinstance(value, int):
-                    step = _signed(value)
+                    step = signed(value)
+                elif number == 5 and wire == 2:
+                    summary = True
                 elif number == 7 and wire == 2 and isinstance(value, bytes):
                     session = value
             if session and any(n == 1 and w == 0 and v == _SESSION_START for n, w, v in fields(session)):
@@ -265,7 +269,7 @@ def opening(data: bytes) -> tuple[float | None, int | None, bool]:
             break
         if opened is None and math.isfinite(wall_time):
             opened = wall_time
-    return opened, purge, len(payloads) >= 2
+    return opened, purge, summary or len(payloads) >= 4
 
 
 def _summary_value(buf: bytes) -> tuple[str, float] | None:
@@ -353,8 +357,8 @@ def _numbers(number: int, wire: int, value: int | bytes) -> list[float]:
         return [struct.unpack("<d", struct.pack("<Q", value))[0]]
     # int_val / int64_val: varints, packed or not
     if isinstance(value, bytes):
-        return [float(_signed(raw)) for raw in _varints(value)]
-    return [float(_signed(value))]
+        return [float(signed(raw)) for raw in _varints(value)]
+    return [float(signed(value))]
 
 
 def _varints(value: bytes) -> list[int]:
