@@ -72,6 +72,8 @@ def scan(root: Path) -> Scan:
     work = Scan(snap, ledger, index_changed=ledger.index != index_oid)
     if not ledger.found:
         work.earlier = _earlier_trees(snap)
+        if top is None and not work.earlier:
+            _refuse_lost_records(snap)
     if ledger.problem:
         work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
                           "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)")
@@ -93,15 +95,76 @@ def _earlier_trees(snap: Snapshot) -> dict[str, str]:
     """The status trees of the last good ledger before the commit that removed or damaged it: with the
     ledger, `git rm -r status` removes every record of the runs, and their requests, still committed,
     would be submitted again. A rebuild still reads every status; these trees only name what the
-    commit removed, so it is put back. Empty when history (a shallow clone's) does not reach it."""
-    try:
-        last = snap.git("rev-list", "-1", snap.commit, "--", LEDGER).strip()
-        oid = snap.git("rev-parse", "-q", "--verify", f"{last}^:{LEDGER}").strip() if last else ""
-    except UsageError:
+    commit removed, so it is put back. A shallow clone (the workflow's depth-1 checkout) that lacks the
+    commit before is deepened once, as `_ensure_tree` does; empty when history still does not reach it."""
+    found = _last_ledger(snap)
+    if found is None and _deepen(snap):
+        found = _last_ledger(snap)
+    if not found:
         return {}
-    raw = snap.blobs([oid]).get(oid) if oid else None
+    raw = snap.blobs([found]).get(found)
     earlier = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
     return earlier.statuses if earlier.found else {}
+
+
+def _last_ledger(snap: Snapshot) -> str | None:
+    """The blob id of the ledger just before the last commit that changed it ("" when that commit
+    added it, or none ever did; None when that commit's parent is not in this clone)."""
+    try:
+        last = snap.git("rev-list", "-1", snap.commit, "--", LEDGER).strip()
+    except UsageError:
+        return None
+    if not last:  # no commit in this clone touched it: a new lab, or history cut short
+        return None if _shallow(snap) else ""
+    try:
+        return snap.git("rev-parse", "-q", "--verify", f"{last}^:{LEDGER}").strip()
+    except UsageError:  # that commit added it, or its parent is not in this clone
+        return None if _shallow(snap) else ""
+
+
+def _shallow(snap: Snapshot) -> bool:
+    from tuneplane.lab.gitrepo import GitRepo  # lazy: only when the ledger is missing
+
+    return GitRepo(snap.root).is_shallow()
+
+
+def _deepen(snap: Snapshot, remote: str = "origin") -> bool:
+    """Deepen a shallow clone once by `LEDGER_DEPTH` commits; whether it was."""
+    from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks history
+
+    repo = GitRepo(snap.root)
+    if not repo.is_shallow() or not repo.has_remote(remote):
+        return False
+    try:
+        repo.fetch_more(f"--deepen={LEDGER_DEPTH}", "--end-of-options", remote)
+    except UsageError:
+        return False
+    return True
+
+
+def _refuse_lost_records(snap: Snapshot) -> None:
+    """The backstop when the commit holds neither the ledger nor `status/` and no earlier ledger was
+    found: if its parent had `status/` (or history here is cut short before it), every committed
+    request would look new and be submitted again. Refused, with what to do, rather than guessed."""
+    try:
+        parents = [line.split()[1] for line in snap.git("cat-file", "-p", snap.commit).splitlines()
+                   if line.startswith("parent ")]
+    except UsageError:
+        return
+    for parent in parents:
+        try:
+            had = bool(snap.git("ls-tree", parent, "--", STATUS_DIR).strip())
+        except UsageError:  # the parent is not in this clone: nothing says the runs were never recorded
+            had = True
+        if had:
+            raise UsageError(
+                f"commit {snap.commit[:12]} removes {STATUS_DIR}/ with its ledger ({LEDGER}), and the bot "
+                "cannot find the records it held: every committed request would be submitted again, so "
+                "nothing is submitted",
+                hint=f"restore {STATUS_DIR}/ (git revert {snap.commit[:12]}, or git checkout "
+                     f"{snap.commit[:12]}^ -- {STATUS_DIR}), or run the bot in a clone with its history "
+                     "(git fetch --unshallow); to remove runs, delete their requests under runs/ too",
+            )
 
 
 def _refuse_linked_dir(root: Path, rel: str) -> None:
