@@ -83,7 +83,9 @@ def test_a_refusal_stays_on_the_index_through_an_unrelated_full_pass(tmp_path: P
     _push(person, "it was a mistake")
     _bot(bot, "sync")  # the first run after the fix, whichever verb
     assert "my-second-try" not in git(bot, "show", "HEAD:status/README.md")
-    _settled(bot, tmp_path / "check")
+    _settled(bot, tmp_path / "check", requests=False)  # sync never records requests; reconcile does
+    _bot(bot, "reconcile")
+    _settled(bot, tmp_path / "check2")
 
 
 def test_a_refusal_stays_on_the_index_through_a_pass_that_watches_a_run(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ class Scan:
     new: dict[RunKey, str] = field(default_factory=dict)  # committed requests with no status → blob id
     bad_requests: dict[RunKey, str] = field(default_factory=dict)  # request entries that are no file
     listed: set[str] = field(default_factory=set)  # experiments whose requests were all listed
+    refusing: set[str] = field(default_factory=set)  # listed experiments with a refused entry
     active: dict[RunKey, dict[str, Any] | None] = field(default_factory=dict)  # status as committed
     changed_statuses: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # exp → (run, old, new)
     gone: set[str] = field(default_factory=set)  # experiments whose status/ folder someone else removed
@@ -195,6 +196,8 @@ def _find_new(work: Scan) -> None:
             work.bad_requests[RunKey(exp, run_id)] = why
     work.problems += [*requests.stray, *statuses.refused.values()]
     work.listed = set(changed)
+    work.refusing = {k.experiment for k in work.bad_requests}
+    work.refusing |= {exp for exp, _run in statuses.refused} | {_exp_of(text) for text in requests.stray}
     asked = set(requests.found) | set(requests.refused)
     for exp in changed:  # statuses whose request was just deleted: their rows lose the link to it
         old = work.ledger.requests.get(exp)
@@ -205,6 +208,11 @@ def _find_new(work: Scan) -> None:
         orphans = sorted(run for run in gone if (exp, run) in have)
         if orphans:
             work.orphaned[exp] = orphans
+
+
+def _exp_of(text: str) -> str:
+    """The experiment a refusal of `runs/<exp>/…` names."""
+    return text.split(" ", 1)[0].removeprefix(f"{RUNS_DIR}/").split("/", 1)[0]
 
 
 def _find_changed(work: Scan) -> None:
