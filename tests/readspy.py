@@ -5,7 +5,8 @@ one that can print a status's contents (a `REV:status/…` argument, a patch, a 
     python tests/readspy.py LOG ARGS...
 
 The log (one JSON object per line) lets a test prove which status files a real bot run read, through
-the real CLI, without strace: `{"open": path}` and `{"git": argv, "input": [lines], "content": true}` (the last only when flagged)."""
+the real CLI, without strace: `{"open": path}` and `{"git": argv, "input": [lines], "content": true}`
+(`content` only when flagged)."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ def _deepen(snap: Snapshot, remote: str = "origin") -> bool:
 
 def _refuse_lost_records(snap: Snapshot) -> None:
     """The backstop when the commit holds neither the ledger nor `status/` and no earlier ledger was
-    found: if its parent had `status/` (or history here is cut short before it), every committed
+    found: if its parent had the ledger (or history here is cut short before it), every committed
     request would look new and be submitted again. Refused, with what to do, rather than guessed."""
     try:
         parents = [line.split()[1] for line in snap.git("cat-file", "-p", snap.commit).splitlines()
@@ -154,7 +154,7 @@ def _refuse_lost_records(snap: Snapshot) -> None:
         return
     for parent in parents:
         try:
-            had = bool(snap.git("ls-tree", parent, "--", STATUS_DIR).strip())
+            had = bool(snap.git("ls-tree", parent, "--", LEDGER).strip())
         except UsageError:  # the parent is not in this clone: nothing says the runs were never recorded
             had = True
         if had:
