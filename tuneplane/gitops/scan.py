@@ -72,7 +72,7 @@ def scan(root: Path) -> Scan:
         ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger, index_changed=ledger.index != index_oid)
     if not ledger.found:
-        work.earlier = _earlier_trees(snap)
+        work.earlier = _earlier_trees(snap, deepen=top is None)
         if top is None and not work.earlier:
             _refuse_lost_records(snap)
     if ledger.problem:
@@ -92,15 +92,19 @@ def scan(root: Path) -> Scan:
     return work
 
 
-def _earlier_trees(snap: Snapshot) -> dict[str, str]:
+def _earlier_trees(snap: Snapshot, deepen: bool) -> dict[str, str]:
     """The status trees of the last good ledger before the commit that removed or damaged it: with the
     ledger, `git rm -r status` removes every record of the runs, and their requests, still committed,
     would be submitted again. A rebuild still reads every status; these trees only name what the
-    commit removed, so it is put back. A shallow clone (the workflow's depth-1 checkout) that lacks the
-    commit before is deepened once, as `_ensure_tree` does; empty when history still does not reach it."""
+    commit removed, so it is put back. With `deepen` (`status/` is gone whole: every record with it), a
+    shallow clone (the workflow's depth-1 checkout) that lacks the commit before is deepened once, as
+    `_ensure_tree` does; empty when history still does not reach it. Without, a shallow clone stays
+    as it is (a lab's first bot run, whose `status/` holds no ledger yet, fetches no history)."""
     found = _last_ledger(snap)
-    if found is None and _deepen(snap):
+    if found is None and deepen and _deepen(snap, 1):  # the commit before, first: mostly the one that had it
         found = _last_ledger(snap)
+        if found is None and not _had_status(snap) and _deepen(snap, LEDGER_DEPTH):
+            found = _last_ledger(snap)
     if not found:
         return {}
     raw = snap.blobs([found]).get(found)
@@ -129,15 +133,23 @@ def _shallow(snap: Snapshot) -> bool:
     return GitRepo(snap.root).is_shallow()
 
 
-def _deepen(snap: Snapshot, remote: str = "origin") -> bool:
-    """Deepen a shallow clone once by `LEDGER_DEPTH` commits; whether it was."""
+def _had_status(snap: Snapshot) -> bool:
+    """Whether the commit's first parent (in this clone) had a `status/` folder."""
+    try:
+        return bool(snap.git("ls-tree", f"{snap.commit}^", "--", STATUS_DIR).strip())
+    except UsageError:
+        return False
+
+
+def _deepen(snap: Snapshot, depth: int, remote: str = "origin") -> bool:
+    """Deepen a shallow clone once by `depth` commits; whether it was."""
     from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks history
 
     repo = GitRepo(snap.root)
     if not repo.is_shallow() or not repo.has_remote(remote):
         return False
     try:
-        repo.fetch_more(f"--deepen={LEDGER_DEPTH}", "--end-of-options", remote)
+        repo.fetch_more(f"--deepen={depth}", "--end-of-options", remote)
     except UsageError:
         return False
     return True
@@ -145,7 +157,7 @@ def _deepen(snap: Snapshot, remote: str = "origin") -> bool:
 
 def _refuse_lost_records(snap: Snapshot) -> None:
     """The backstop when the commit holds neither the ledger nor `status/` and no earlier ledger was
-    found: if its parent had the ledger (or history here is cut short before it), every committed
+    found (the parent's ledger damaged, so it names no trees): if its parent had the ledger, every committed
     request would look new and be submitted again. Refused, with what to do, rather than guessed."""
     try:
         parents = [line.split()[1] for line in snap.git("cat-file", "-p", snap.commit).splitlines()
@@ -155,8 +167,8 @@ def _refuse_lost_records(snap: Snapshot) -> None:
     for parent in parents:
         try:
             had = bool(snap.git("ls-tree", parent, "--", LEDGER).strip())
-        except UsageError:  # the parent is not in this clone: nothing says the runs were never recorded
-            had = True
+        except UsageError:  # the parent is not in this clone (the remote unreachable): nothing to go by
+            had = False
         if had:
             raise UsageError(
                 f"commit {snap.commit[:12]} removes {STATUS_DIR}/ with its ledger ({LEDGER}), and the bot "
