@@ -255,6 +255,10 @@ def _spied(root: Path, log: Path, verb: str) -> tuple[set[str], set[str]]:
                 asked.add(blobs[word].split("/", 1)[1])
             elif ":" in word and word.split(":", 1)[1] in blobs.values():
                 asked.add(word.split(":", 1)[1].split("/", 1)[1])
+        named = [w for w in entry.get("git", []) if ":status/" in w or w.startswith(":status/")]
+        if entry.get("content") and not all(w.endswith(":" + LEDGER) for w in named or ["?"]):
+            if not any(":" in w and w.split(":", 1)[1] in blobs.values() for w in named):
+                asked.add("git " + " ".join(entry["git"]))  # prints contents the log cannot pin to a status
     return opened - {"index.json"}, asked
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from helpers_git import git, make_remote, seed_lab
 
+from tuneplane.gitops import dashboard
 from tuneplane.gitops.record import Batch
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.models.run import RunStatus, Transition
@@ -72,7 +73,7 @@ def test_a_stale_page_of_the_newest_month_is_removed(tmp_path: Path) -> None:
     """A lab written when every month had a page: the newest month's page would never change again."""
     repo = _lab(tmp_path)
     _commit(repo, [_status("a", "20250101-000000-0000000001")])
-    (repo.root / "status/a/2025-01.md").write_text("# a: runs of 2025-01\n", encoding="utf-8")
+    (repo.root / "status/a/2025-01.md").write_text(f"# a: runs of 2025-01\n\n{dashboard.NOTE}\n", encoding="utf-8")
     git(repo.root, "add", "status/a/2025-01.md")
     git(repo.root, "commit", "-q", "-m", "an older tp wrote the newest month's page")
 
@@ -80,4 +81,18 @@ def test_a_stale_page_of_the_newest_month_is_removed(tmp_path: Path) -> None:
 
     assert "status/a/2025-01.md" in changed and not (repo.root / "status/a/2025-01.md").exists()
     assert "status/a/2025-01.md" not in git(repo.root, "ls-files", "status/a").splitlines()
+
+
+def test_a_persons_page_named_like_the_newest_month_stays(tmp_path: Path) -> None:
+    """The same name without the bot's note is a person's file: neither removed nor overwritten."""
+    repo = _lab(tmp_path)
+    _commit(repo, [_status("a", "20250101-000000-0000000001")])
+    (repo.root / "status/a/2025-01.md").write_text("# plans for January\n", encoding="utf-8")
+    git(repo.root, "add", "status/a/2025-01.md")
+    git(repo.root, "commit", "-q", "-m", "plans")
+
+    changed = _commit(repo, [_status("a", "20250102-000000-0000000002")])
+
+    assert "status/a/2025-01.md" not in changed
+    assert (repo.root / "status/a/2025-01.md").read_text(encoding="utf-8") == "# plans for January\n"
     assert git(repo.root, "status", "--porcelain") == ""

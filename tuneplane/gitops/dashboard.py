@@ -35,6 +35,7 @@ from tuneplane.constants import CANCELLED, FAILED, PENDING, RAN_TO_END, RUNNING,
 from tuneplane.gitops.committed import BLOB_LIMIT
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.metrics.vocab import Vocabulary
+from tuneplane.models.run import RUN_ID
 
 ICON = {
     SUBMITTED: "📨",
@@ -106,12 +107,14 @@ def chart_rel(key: RunKey) -> str:
 
 
 def run_ids(root: Path, exp: str) -> list[str]:
-    """Run ids with a status file in `status/<exp>/`, oldest first (names only: no file is read)."""
+    """Run ids with a status file in `status/<exp>/`, oldest first (names only: no file is read). Only a
+    file named `<run id>.json` is a status: a folder of a person's notes holding other JSON is no
+    experiment's."""
     try:
         names = [e.name for e in os.scandir(Path(root) / STATUS_DIR / exp) if e.is_file(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith("."))
+    return sorted(n[: -len(".json")] for n in names if n.endswith(".json") and RUN_ID.match(n[: -len(".json")]))
 
 
 def read_raw(root: Path, key: RunKey) -> dict[str, Any] | None:

@@ -31,8 +31,9 @@ def safe_write(root: Path, rel: str, text: str) -> Path:
     return target
 
 
-def safe_path(root: Path, rel: str) -> Path:
-    """`root/rel` once every directory on the way is checked (and made): no link, nothing else."""
+def safe_path(root: Path, rel: str, make: bool = True) -> Path:
+    """`root/rel` once every directory on the way is checked (and made, unless `make` is False: then a
+    missing one ends the check, and the path returned does not exist): no link, nothing else."""
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         raise UsageError(f"refusing to write {rel!r}: not a plain path inside the lab")
@@ -42,6 +43,8 @@ def safe_path(root: Path, rel: str) -> Path:
         try:
             info = os.lstat(here)
         except FileNotFoundError:
+            if not make:  # nothing to look at or remove there, and nothing made to find that out
+                return Path(root, *parts)
             os.mkdir(here)
             continue
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
@@ -157,7 +160,7 @@ class Batch:
                 known[exp] = {k: v for k, v in merged.items() if v > 0}
             else:
                 known[exp] = dict(dashboard.phase_counts(self.root, exp))
-            self._page(dashboard.experiment_page_rel(exp), dashboard.experiment_page(self.root, exp, known[exp]))
+            self._bot_page(dashboard.experiment_page_rel(exp), dashboard.experiment_page(self.root, exp, known[exp]))
             self._month_pages(exp, refresh)
         for exp in [e for e in known if not dashboard.run_ids(self.root, e)]:
             known.pop(exp)
@@ -192,9 +195,9 @@ class Batch:
                 shifted = shifted or bool(fresh.intersection(part))
                 again = refresh or shifted or rel.rsplit("/", 1)[1] in repaged
                 if again or touched.intersection(part) or not (self.root / rel).exists():
-                    self._page(rel, dashboard.month_page(self.root, exp, month, number))
+                    self._bot_page(rel, dashboard.month_page(self.root, exp, month, number))
         for page in dashboard.month_pages(self.root, exp):
-            if page not in kept:
+            if page not in kept and _written_by_bot(safe_path(self.root, page, make=False)):
                 self._drop(page)  # the newest month's unfilled part, or a part a removal emptied
 
     def _drop_pages(self, exp: str) -> None:
@@ -202,7 +205,7 @@ class Batch:
         stays, and so does a page without the bot's note: a folder of `status/` with no status in it
         may be no experiment's (a team's notes)."""
         for page in [dashboard.experiment_page_rel(exp), *dashboard.month_pages(self.root, exp)]:
-            if _written_by_bot(safe_path(self.root, page)):
+            if _written_by_bot(safe_path(self.root, page, make=False)):
                 self._drop(page)
 
     def forget(self, key: RunKey) -> None:
@@ -211,10 +214,17 @@ class Batch:
 
     def _drop(self, rel: str) -> None:
         """Remove a page (or a chart) the dashboard no longer has (committed with the batch)."""
-        path = safe_path(self.root, rel)
+        path = safe_path(self.root, rel, make=False)
         if path.is_file():
             path.unlink()
             self.removed.add(rel)
+
+    def _bot_page(self, rel: str, text: str) -> None:
+        """A page of an experiment folder, written only where it is missing or is the bot's (carries
+        its note): a file of the same name without the note is a person's and stays."""
+        path = self.root / rel
+        if path.is_symlink() or not path.exists() or _written_by_bot(path):
+            self._page(rel, text)
 
     def _page(self, rel: str, text: str) -> None:
         path = self.root / rel

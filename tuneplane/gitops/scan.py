@@ -33,6 +33,7 @@ class Scan:
     new: dict[RunKey, str] = field(default_factory=dict)  # committed requests with no status → blob id
     bad_requests: dict[RunKey, str] = field(default_factory=dict)  # request entries that are no file
     listed: set[str] = field(default_factory=set)  # experiments whose requests were all listed
+    refusing: set[str] = field(default_factory=set)  # listed experiments with a refused entry
     active: dict[RunKey, dict[str, Any] | None] = field(default_factory=dict)  # status as committed
     changed_statuses: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # exp → (run, old, new)
     gone: set[str] = field(default_factory=set)  # experiments whose status/ folder someone else removed
@@ -71,7 +72,9 @@ def scan(root: Path) -> Scan:
         ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger, index_changed=ledger.index != index_oid)
     if not ledger.found:
-        work.earlier = _earlier_trees(snap)
+        work.earlier = _earlier_trees(snap, deepen=top is None)
+        if top is None and not work.earlier:
+            _refuse_lost_records(snap)
     if ledger.problem:
         work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
                           "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)")
@@ -89,19 +92,92 @@ def scan(root: Path) -> Scan:
     return work
 
 
-def _earlier_trees(snap: Snapshot) -> dict[str, str]:
+def _earlier_trees(snap: Snapshot, deepen: bool) -> dict[str, str]:
     """The status trees of the last good ledger before the commit that removed or damaged it: with the
     ledger, `git rm -r status` removes every record of the runs, and their requests, still committed,
     would be submitted again. A rebuild still reads every status; these trees only name what the
-    commit removed, so it is put back. Empty when history (a shallow clone's) does not reach it."""
-    try:
-        last = snap.git("rev-list", "-1", snap.commit, "--", LEDGER).strip()
-        oid = snap.git("rev-parse", "-q", "--verify", f"{last}^:{LEDGER}").strip() if last else ""
-    except UsageError:
+    commit removed, so it is put back. With `deepen` (`status/` is gone whole: every record with it), a
+    shallow clone (the workflow's depth-1 checkout) that lacks the commit before is deepened once, as
+    `_ensure_tree` does; empty when history still does not reach it. Without, a shallow clone stays
+    as it is (a lab's first bot run, whose `status/` holds no ledger yet, fetches no history)."""
+    found = _last_ledger(snap)
+    if found is None and deepen and _deepen(snap, 1):  # the commit before, first: mostly the one that had it
+        found = _last_ledger(snap)
+        if found is None and not _had_status(snap) and _deepen(snap, LEDGER_DEPTH):
+            found = _last_ledger(snap)
+    if not found:
         return {}
-    raw = snap.blobs([oid]).get(oid) if oid else None
+    raw = snap.blobs([found]).get(found)
     earlier = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
     return earlier.statuses if earlier.found else {}
+
+
+def _last_ledger(snap: Snapshot) -> str | None:
+    """The blob id of the ledger just before the last commit that changed it ("" when that commit
+    added it, or none ever did; None when that commit's parent is not in this clone)."""
+    try:
+        last = snap.git("rev-list", "-1", snap.commit, "--", LEDGER).strip()
+    except UsageError:
+        return None
+    if not last:  # no commit in this clone touched it: a new lab, or history cut short
+        return None if _shallow(snap) else ""
+    try:
+        return snap.git("rev-parse", "-q", "--verify", f"{last}^:{LEDGER}").strip()
+    except UsageError:  # that commit added it, or its parent is not in this clone
+        return None if _shallow(snap) else ""
+
+
+def _shallow(snap: Snapshot) -> bool:
+    from tuneplane.lab.gitrepo import GitRepo  # lazy: only when the ledger is missing
+
+    return GitRepo(snap.root).is_shallow()
+
+
+def _had_status(snap: Snapshot) -> bool:
+    """Whether the commit's first parent (in this clone) had a `status/` folder."""
+    try:
+        return bool(snap.git("ls-tree", f"{snap.commit}^", "--", STATUS_DIR).strip())
+    except UsageError:
+        return False
+
+
+def _deepen(snap: Snapshot, depth: int, remote: str = "origin") -> bool:
+    """Deepen a shallow clone once by `depth` commits; whether it was."""
+    from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks history
+
+    repo = GitRepo(snap.root)
+    if not repo.is_shallow() or not repo.has_remote(remote):
+        return False
+    try:
+        repo.fetch_more(f"--deepen={depth}", "--end-of-options", remote)
+    except UsageError:
+        return False
+    return True
+
+
+def _refuse_lost_records(snap: Snapshot) -> None:
+    """The backstop when the commit holds neither the ledger nor `status/` and no earlier ledger was
+    found (the parent's ledger damaged, so it names no trees): if its parent had the ledger, every committed
+    request would look new and be submitted again. Refused, with what to do, rather than guessed."""
+    try:
+        parents = [line.split()[1] for line in snap.git("cat-file", "-p", snap.commit).splitlines()
+                   if line.startswith("parent ")]
+    except UsageError:
+        return
+    for parent in parents:
+        try:
+            had = bool(snap.git("ls-tree", parent, "--", LEDGER).strip())
+        except UsageError:  # the parent is not in this clone (the remote unreachable): nothing to go by
+            had = False
+        if had:
+            raise UsageError(
+                f"commit {snap.commit[:12]} removes {STATUS_DIR}/ with its ledger ({LEDGER}), and the bot "
+                "cannot find the records it held: every committed request would be submitted again, so "
+                "nothing is submitted",
+                hint=f"restore {STATUS_DIR}/ (git revert {snap.commit[:12]}, or git checkout "
+                     f"{snap.commit[:12]}^ -- {STATUS_DIR}), or run the bot in a clone with its history "
+                     "(git fetch --unshallow); to remove runs, delete their requests under runs/ too",
+            )
 
 
 def _refuse_linked_dir(root: Path, rel: str) -> None:
@@ -132,6 +208,8 @@ def _find_new(work: Scan) -> None:
             work.bad_requests[RunKey(exp, run_id)] = why
     work.problems += [*requests.stray, *statuses.refused.values()]
     work.listed = set(changed)
+    work.refusing = {k.experiment for k in work.bad_requests}
+    work.refusing |= {exp for exp, _run in statuses.refused} | {_exp_of(text) for text in requests.stray}
     asked = set(requests.found) | set(requests.refused)
     for exp in changed:  # statuses whose request was just deleted: their rows lose the link to it
         old = work.ledger.requests.get(exp)
@@ -142,6 +220,11 @@ def _find_new(work: Scan) -> None:
         orphans = sorted(run for run in gone if (exp, run) in have)
         if orphans:
             work.orphaned[exp] = orphans
+
+
+def _exp_of(text: str) -> str:
+    """The experiment a refusal of `runs/<exp>/…` names."""
+    return text.split(" ", 1)[0].removeprefix(f"{RUNS_DIR}/").split("/", 1)[0]
 
 
 def _find_changed(work: Scan) -> None:

@@ -138,6 +138,8 @@ def finish(
     for text in [*problems, *work.notes]:
         echo(f"  ! {text}")
     _apply_removals(work, batch, report)
+    for exp in work.refusing:  # listed again by the next run, so its refusal stays until it is fixed
+        batch.ledger.requests.pop(exp, None)
     for exp, rows in work.changed_statuses.items():
         if exp in work.status_trees:
             batch.ledger.statuses.setdefault(exp, work.status_trees[exp])
