@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers_collector
 import pytest
 
 from tuneplane.collector import sources, tfevents
-from tuneplane.constants import METRICS_NATIVE_ENV
 from tuneplane.ingest import mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
 
@@ -33,21 +33,11 @@ def receiver(tmp_path: Path) -> Iterator[IngestServer]:
 
 
 def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": receiver.url,
-                "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
-                "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
-                "TUNEPLANE_REPORT_RETRY_BASE": "0.02", "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
-                METRICS_NATIVE_ENV: json.dumps(native)})
-    return env
+    return helpers_collector.job_env(receiver, out, native, run=RUN, secret=SECRET)
 
 
 def collect(env: dict[str, str], *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--stats", *args],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
+    return helpers_collector.collect(env, *args, timeout=TIMEOUT)
 
 
 def record(step: int, value: float, tag: str = "loss") -> bytes:
