@@ -35,6 +35,20 @@ def receiver(tmp_path: Path) -> Iterator[IngestServer]:
     server.stop()
 
 
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the collector's reads from now on, one entry per `os.pread`."""
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(run.os, "pread", pread)
+    return read
+
+
 def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> dict[str, str]:
     return helpers_collector.job_env(receiver, out, native, run=RUN, secret=SECRET)
 
@@ -88,15 +102,7 @@ def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(tmp_path
     out.mkdir()
     lines = out / "m.jsonl"
     lines.write_bytes(b'{"step": 1, "loss": 1.0}\n{"step": 9, "note": "' + b"a" * LONG)
-    read: list[int] = []
-    real_pread = os.pread
-
-    def pread(fd: int, size: int, offset: int) -> bytes:
-        data = real_pread(fd, size, offset)
-        read.append(len(data))
-        return data
-
-    monkeypatch.setattr(run.os, "pread", pread)
+    read = counted_reads(monkeypatch)
     sink = Kept()
     collector = run.Collector(str(out), sink, [Source("jsonl", "m.jsonl")])
     collector.pass_once()
@@ -272,15 +278,7 @@ def test_a_hole_is_stepped_over_where_the_file_system_tells_it(tmp_path: Path,
             handle.truncate(SPARSE)
             handle.seek(SPARSE)
             handle.write(tail)
-    read: list[int] = []
-    real_pread = os.pread
-
-    def pread(fd: int, size: int, offset: int) -> bytes:
-        data = real_pread(fd, size, offset)
-        read.append(len(data))
-        return data
-
-    monkeypatch.setattr(run.os, "pread", pread)
+    read = counted_reads(monkeypatch)
     sink = Kept()
     collector = run.Collector(str(out), sink, [Source("tensorboard", "tb"), Source("jsonl", "m.jsonl")])
     collector.pass_once()
