@@ -60,6 +60,31 @@ def observed_phase(text: str) -> ObservedPhase:
     """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
     return typing.cast(ObservedPhase, text) if text in _OBSERVED else UNKNOWN
 
+# Why an attempt of a run ended: one vocabulary across engines (docs/reference/files.md). An attempt
+# still under way has no reason yet. A later issue that needs a new reason adds it here and nowhere else.
+AttemptReason = Literal[
+    "Completed",  # the trainer exited 0
+    "Error",  # the trainer exited non-zero by itself
+    "Signal",  # killed by a signal nobody accounted for
+    "Timeout",  # the run's time limit (Slurm TIMEOUT, activeDeadlineSeconds)
+    "Preempted",  # the engine took the resources back (Kueue, Slurm PREEMPTED, an engine requeue)
+    "Evicted",  # a node drain or an API-initiated eviction (DisruptionTarget)
+    "NodeFailure",  # a node died or stopped answering
+    "OutOfMemory",  # the kernel or the engine killed it for memory
+    "Cancelled",  # stopped on request
+    "Lost",  # nobody can tell any more: the machine that ran it is gone
+    "ImagePull",  # the image could not be pulled
+    "ConfigError",  # the job as written cannot start (a missing secret, exit 78)
+    "Unschedulable",  # the engine can never place it
+    "GpuOveruse",  # the GPU watchdog stopped it for using more GPUs than granted
+]
+ATTEMPT_REASONS: tuple[str, ...] = typing.get_args(AttemptReason)
+# The reasons a run is retried for by default: none of them is the trainer's own fault.
+DEFAULT_RETRY_ON: tuple[str, ...] = ("Preempted", "Evicted", "NodeFailure")
+ATTEMPT_ENV = "TUNEPLANE_ATTEMPT"  # the attempt's number, 1 for the first
+RESUME_FROM_ENV = "TUNEPLANE_RESUME_FROM"  # the newest complete checkpoint of an earlier attempt, if any
+
+
 # The environment contract's names (CONTRACT §6) that more than one module reads or writes, the
 # developer side that sets them and the job side that reads them alike; a name only one module
 # uses stays there. Importing this module costs the SDK nothing it does not already import.

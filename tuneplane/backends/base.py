@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tuneplane.constants import ObservedPhase
+from tuneplane.constants import AttemptReason, ObservedPhase
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,25 @@ class BackendRef:
 
 
 @dataclass(frozen=True)
+class AttemptReport:
+    """What an engine knows of one attempt: the job side's own record where it wrote one, else the
+    engine's word. `reason` is empty while the attempt is under way."""
+
+    number: int
+    started_at: str | None = None
+    finished_at: str | None = None
+    where: tuple[str, ...] = ()
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: AttemptReason | None = None
+    message: str = ""
+    failed_node: str = ""
+    failed_rank: int | None = None
+    log_tail: tuple[str, ...] = ()
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
 class Observation:
     phase: ObservedPhase
     reason: str = ""  # e.g. a Kueue queue reason while Pending
@@ -46,6 +65,9 @@ class Observation:
     started_at: str | None = None  # ISO-8601 UTC
     finished_at: str | None = None
     exit_code: int | None = None
+    # Every attempt the engine can account for, oldest first; empty from a backend that cannot tell
+    # attempts apart (the phase then stands for the only one).
+    attempts: tuple[AttemptReport, ...] = ()
 
 
 class BackendError(Exception):

@@ -5,7 +5,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from tuneplane.constants import NAME_PATTERN, Phase, Scalar
+from tuneplane.constants import NAME_PATTERN, AttemptReason, Phase, Scalar
 from tuneplane.models.base import NAME_RE, EditorSchema, Strict, defaults_of, empty_dict, empty_list
 
 RUN_API: Final = "tuneplane/run/v1"
@@ -82,6 +82,24 @@ class Transition(Strict):
     at: str
 
 
+class Attempt(Strict):
+    """One try of a run: an engine's requeue or pod replacement, or the bot's retry, each starts one."""
+
+    number: int = Field(ge=1, description="1 for the first attempt, counted across engine and bot retries.")
+    started_at: str | None = None
+    finished_at: str | None = None
+    where: list[str] = Field(default_factory=empty_list, description="Nodes or pods the attempt ran on.")
+    exit_code: int | None = None
+    signal: int | None = Field(None, description="The signal that ended the trainer, when one did.")
+    reason: AttemptReason | Literal[""] = Field("", description="Why it ended; empty while under way.")
+    message: str = Field("", description="What a person can act on: the trainer's own last error line.")
+    failed_node: str = ""
+    failed_rank: int | None = None
+    log_tail: list[str] = Field(default_factory=empty_list, description="The failing rank's last log lines.")
+    gpus: int = Field(0, ge=0, description="GPUs the attempt held.")
+    gpu_seconds: float = Field(0.0, ge=0, description="GPUs held times the attempt's wall time.")
+
+
 class RunStatus(Strict):
     """`status/<exp>/<run-id>.json`: written by the bot only."""
 
@@ -108,3 +126,4 @@ class RunStatus(Strict):
     metric_history: dict[str, list[float]] = Field(default_factory=empty_dict,
                                                    description="Recent values, for sparklines.")
     history: list[Transition] = Field(default_factory=empty_list)
+    attempts: list[Attempt] = Field(default_factory=empty_list, description="Every attempt, oldest first.")

@@ -1,0 +1,126 @@
+"""The job side's record of one attempt: written by the launcher when it starts and when it ends, read by
+the backends. Standard library only (it runs in training images).
+
+One record per attempt and node rank, at `$TUNEPLANE_RUN_DIR/attempts/<attempt>-<node rank>.json`. On
+Kubernetes the end record also goes, compact and within the kubelet's 4,096 bytes, to the container's
+termination message, where the backend reads it from the API. A record is a JSON object:
+
+    {"attempt": 2, "node_rank": 0, "node": "gpu-7", "started_at": "2026-…Z", "finished_at": "2026-…Z",
+     "exit_code": 143, "signal": 15, "error": "FileNotFoundError: data.jsonl", "log_tail": ["…"]}
+
+`finished_at`, `exit_code`, `signal`, `error` and `log_tail` are absent from a start record. `signal` is
+set when the trainer was ended by one (then `exit_code` is 128 + the signal, as a shell reports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV
+from tuneplane.runtime.files import atomic_write
+
+ATTEMPTS_DIR = "attempts"
+TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of a termination message
+LOG_TAIL_LINES = 20
+LINE_LIMIT = 500  # characters kept of one log line
+RECORD_LIMIT = 64 * 1024  # bytes read of a record: a damaged or hostile one is not read whole
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "attempt": int,
+    "node_rank": int,
+    "node": str,
+    "started_at": str,
+    "finished_at": str,
+    "exit_code": int,
+    "signal": int,
+    "error": str,
+    "log_tail": list,
+}
+
+
+def attempt_number(environ: dict[str, str] | os._Environ[str] | None = None) -> int:
+    """This job's attempt, from `TUNEPLANE_ATTEMPT` (1 when unset or not a positive number)."""
+    text = (os.environ if environ is None else environ).get(ATTEMPT_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def record_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
+    return run_dir / ATTEMPTS_DIR / f"{attempt}-{node_rank}.json"
+
+
+def run_dir_of(environ: dict[str, str] | os._Environ[str] | None = None) -> Path | None:
+    text = (os.environ if environ is None else environ).get(RUN_DIR_ENV, "")
+    return Path(text) if text else None
+
+
+def clean(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with only the known fields of the right type, log lines cut to `LINE_LIMIT`."""
+    kept: dict[str, Any] = {}
+    for key, kind in _FIELDS.items():
+        value = record.get(key)
+        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            kept[key] = value
+    if "log_tail" in kept:
+        kept["log_tail"] = [line[:LINE_LIMIT] for line in kept["log_tail"] if isinstance(line, str)]
+        kept["log_tail"] = kept["log_tail"][-LOG_TAIL_LINES:]
+    if "error" in kept:
+        kept["error"] = kept["error"][:LINE_LIMIT]
+    return kept
+
+
+def encode(record: dict[str, Any], limit: int | None = None) -> str:
+    """`record` as one JSON line; with `limit`, log lines are dropped oldest first until it fits."""
+    record = clean(record)
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    while limit is not None and len(text.encode()) > limit and record.get("log_tail"):
+        record["log_tail"] = record["log_tail"][1:]
+        text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return text
+
+
+def decode(text: str) -> dict[str, Any] | None:
+    """A record from its JSON text, or None when it is not one (a plain termination message, say)."""
+    try:
+        value = json.loads(text[:RECORD_LIMIT])
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("attempt"), int):
+        return None
+    return clean(value)
+
+
+def write(run_dir: Path, record: dict[str, Any]) -> Path:
+    """Write `record` atomically at its place under `run_dir`; returns the path."""
+    path = record_path(run_dir, int(record["attempt"]), int(record.get("node_rank", 0)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, encode(record) + "\n")
+    return path
+
+
+def read_all(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """Every attempt's records under `run_dir`, by attempt number, each list by node rank."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    folder = run_dir / ATTEMPTS_DIR
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return found
+    for name in names:
+        record = _read_one(folder / name)
+        if record is not None:
+            found.setdefault(record["attempt"], []).append(record)
+    for records in found.values():
+        records.sort(key=lambda item: item.get("node_rank", 0))
+    return found
+
+
+def _read_one(path: Path) -> dict[str, Any] | None:
+    if not path.name.endswith(".json") or path.is_symlink() or not path.is_file():
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return decode(handle.read(RECORD_LIMIT))
+    except OSError:
+        return None
