@@ -86,7 +86,7 @@ def decode(text: str) -> dict[str, Any] | None:
         value = json.loads(text[:RECORD_LIMIT])
     except ValueError:
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("attempt"), int):
+    if not isinstance(value, dict) or type(value.get("attempt")) is not int or value["attempt"] < 1:
         return None
     return clean(value)
 
