@@ -30,6 +30,9 @@ class Profile(Strict):
     cpu: str = Field("", description="CPU request per node, Kubernetes quantity.")
     memory: str = Field("", description="Memory request per node, Kubernetes quantity.")
     shm_size: str = Field("16Gi", description="Size of the memory-backed /dev/shm.")
+    time_limit: int | None = Field(None, ge=60, le=365 * 24 * 3600,
+                                   description="Seconds a run of this profile may take when its request sets no "
+                                               "`timeout` (Slurm `--time`, Kubernetes `activeDeadlineSeconds`).")
 
 
 class Images(Strict):

@@ -263,7 +263,7 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
             hyperparams=hyperparams, inputs=_inputs(request, paths.storage_root),
             resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
                                 local=local, procs_per_node=shape.procs_per_node),
-            plugins=list(prepared.plugins), timeout_seconds=request.timeout, paths=paths,
+            plugins=list(prepared.plugins), timeout_seconds=_time_limit(lab, request), paths=paths,
             shared_code=list(settings.shared_code), datasets=_datasets(lab, paths.storage_root, local)),
         provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
                                  config_sha256=prepared.config_sha256, tool_version=__version__,
@@ -493,3 +493,11 @@ def _datasets(lab: Lab, storage: str, local: bool) -> list[DatasetRef]:
             out.append(DatasetRef(name=name, variable=dataset_variable(name), dir=where, claim=claim,
                                   read_only=ds.read_only))
     return out
+
+
+def _time_limit(lab: Lab, request: RunRequest) -> int | None:
+    """The run request's `timeout`, else its profile's `time_limit`: the one bound every engine enforces."""
+    if request.timeout is not None:
+        return request.timeout
+    profile = lab.config.profiles.get(request.profile.partition(":")[0])
+    return profile.time_limit if profile is not None else None
