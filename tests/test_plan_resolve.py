@@ -461,3 +461,35 @@ def test_a_local_lab_refuses_a_run_that_needs_several_nodes(tmp_path: Path) -> N
     assert "cluster.backend: kubernetes" in caught.value.hint
     one_node = resolve(lab, "pytorch-exp", request("pytorch-exp", "h200:8"), commit="0" * 40, dirty=False, env={})
     assert one_node.spec.resources.local and one_node.spec.resources.nodes == 1
+
+
+# ── time limits and retry policies: the most specific one wins ──────────────────────────────────────
+
+
+def test_a_profiles_time_limit_bounds_a_run_whose_request_sets_none(tmp_path: Path) -> None:
+    settings = CLUSTER_SETTINGS.replace("  cpu: {gpus_per_node: 0,", "  cpu: {time_limit: 7200, gpus_per_node: 0,")
+    lab = make_lab(tmp_path / "lab", settings=settings)
+
+    assert resolve_run(lab, request("custom-exp", profile="cpu")).spec.timeout_seconds == 7200
+    assert resolve_run(lab, request("custom-exp", profile="cpu", timeout=600)).spec.timeout_seconds == 600
+    assert resolve_run(lab, request("custom-exp", profile="h200")).spec.timeout_seconds is None
+
+
+def test_the_retry_policy_is_the_requests_else_the_profiles_else_the_labs(tmp_path: Path) -> None:
+    settings = CLUSTER_SETTINGS.replace("  cpu: {gpus_per_node: 0,", "  cpu: {retry: {attempts: 5}, gpus_per_node: 0,")
+    settings += "retry: {attempts: 2, on: [Preempted]}\n"
+    lab = make_lab(tmp_path / "lab", settings=settings)
+
+    by_lab = resolve_run(lab, request("custom-exp", profile="h200")).spec.retry
+    by_profile = resolve_run(lab, request("custom-exp", profile="cpu")).spec.retry
+    by_request = resolve_run(lab, request("custom-exp", profile="cpu", retry={"attempts": 1})).spec.retry
+
+    assert (by_lab.attempts, by_lab.on) == (2, ["Preempted"])
+    assert (by_profile.attempts, by_profile.on) == (5, ["Preempted", "Evicted", "NodeFailure"])
+    assert by_request.attempts == 1
+
+
+def test_a_run_under_the_default_retry_policy_keeps_its_jobspec_digest_form(lab: Lab) -> None:
+    spec = resolve_run(lab, request("custom-exp"))
+
+    assert "retry" not in spec.to_json_dict()["spec"]

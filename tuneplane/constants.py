@@ -80,7 +80,7 @@ AttemptReason = Literal[
 ]
 ATTEMPT_REASONS: tuple[str, ...] = typing.get_args(AttemptReason)
 # The reasons a run is retried for by default: none of them is the trainer's own fault.
-DEFAULT_RETRY_ON: tuple[str, ...] = ("Preempted", "Evicted", "NodeFailure")
+DEFAULT_RETRY_ON: tuple[AttemptReason, ...] = ("Preempted", "Evicted", "NodeFailure")
 ATTEMPT_ENV = "TUNEPLANE_ATTEMPT"  # the attempt's number, 1 for the first
 RESUME_FROM_ENV = "TUNEPLANE_RESUME_FROM"  # the newest complete checkpoint of an earlier attempt, if any
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from tuneplane.constants import NAME_PATTERN
+from tuneplane.constants import DEFAULT_RETRY_ON, NAME_PATTERN, AttemptReason
 from tuneplane.runtime.patterns import lazy_pattern
 
 # In JSON Schema and pydantic (Rust regex) `$` is the end of the text; Python's `re` also lets `$`
@@ -78,3 +78,15 @@ EditorSchema = Annotated[
     Field(alias="$schema", exclude=True,
           description="Where an editor finds this file's JSON Schema (a path in the lab); ignored by tp."),
 ]
+
+
+class RetryPolicy(Strict):
+    """How often a run is tried, and after which endings (`retry:` of tuneplane.yaml, a profile or a run
+    request; the most specific one wins whole). The engine's own requeues and restarts and the bot's
+    resubmissions all count against `attempts`, and the count never resets."""
+
+    attempts: int = Field(3, ge=1, le=100, description="Most attempts a run gets, the first included.")
+    on: list[AttemptReason] = Field(default_factory=lambda: list(DEFAULT_RETRY_ON),
+                                    description="The reasons an attempt is retried for; `Error` only when named.")
+    backoff_seconds: int = Field(60, ge=0, le=24 * 3600,
+                                 description="Seconds before the bot submits the next attempt.")

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from tuneplane.constants import Scalar
-from tuneplane.models.base import Strict, defaults_of, empty_dict, empty_list
+from tuneplane.models.base import RetryPolicy, Strict, defaults_of, empty_dict, empty_list
 
 
 class JobMeta(Strict):
@@ -139,6 +139,8 @@ class JobSpecBody(Strict):
     resources: Resources
     plugins: list[PluginRef] = Field(default_factory=empty_list)
     timeout_seconds: int | None = None
+    retry: RetryPolicy = Field(default_factory=defaults_of(RetryPolicy),
+                               description="The run's retry policy, resolved from its request, profile and lab.")
     paths: Paths
     shared_code: list[str] = Field(default_factory=empty_list,
                                    description="Lab folders of shared code, importable by their names.")
@@ -157,4 +159,6 @@ class JobSpec(Strict):
         adapter = data["spec"]["recipe"].get("adapter") or {}
         if not adapter.get("native_metrics"):
             adapter.pop("native_metrics", None)  # JobSpecs (and their digests) without it stay as they were
+        if self.spec.retry == RetryPolicy():
+            data["spec"].pop("retry")  # likewise: a run under the default policy keeps its earlier digest
         return data

@@ -4,7 +4,7 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from tuneplane.models.base import LAB_NAME_RE, Strict, defaults_of, empty_dict, empty_list
+from tuneplane.models.base import LAB_NAME_RE, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
 
 LAB_API = "tuneplane/project/v1"
 
@@ -33,6 +33,7 @@ class Profile(Strict):
     time_limit: int | None = Field(None, ge=60, le=365 * 24 * 3600,
                                    description="Seconds a run of this profile may take when its request sets no "
                                                "`timeout` (Slurm `--time`, Kubernetes `activeDeadlineSeconds`).")
+    retry: RetryPolicy | None = Field(None, description="This profile's retry policy; default the lab's `retry`.")
 
 
 class Images(Strict):
@@ -188,6 +189,8 @@ class LabFile(Strict):
     api_version: Literal["tuneplane/project/v1"] = Field(alias="apiVersion")
     name: str = Field(pattern=LAB_NAME_RE, description="The lab's name.")
     profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": _local_profile()})
+    retry: RetryPolicy = Field(default_factory=defaults_of(RetryPolicy),
+                               description="How often runs are tried; a profile or a run request may set its own.")
     images: Images = Field(default_factory=defaults_of(Images))
     cluster: Cluster = Field(default_factory=defaults_of(Cluster))
     experiment_roots: list[str] = Field(

@@ -6,7 +6,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from tuneplane.constants import NAME_PATTERN, AttemptReason, Phase, Scalar
-from tuneplane.models.base import NAME_RE, EditorSchema, Strict, defaults_of, empty_dict, empty_list
+from tuneplane.models.base import NAME_RE, EditorSchema, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
 
 RUN_API: Final = "tuneplane/run/v1"
 STATUS_API: Final = "tuneplane/status/v1"
@@ -47,6 +47,7 @@ class RunRequest(Strict):
     commit: str = Field("", description="Pin the job to this commit (reruns); empty: the commit the bot sees.")
     rerun_of: str = ""
     cancel: bool = Field(False, description="Set to true and merge: the bot stops the job.")
+    retry: RetryPolicy | None = Field(None, description="This run's retry policy; default its profile's or the lab's.")
 
 
 class BackendObject(Strict):

@@ -34,6 +34,7 @@ from tuneplane.lab.load import Lab, storage_user
 from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.lab.yamlio import Doc, LoadFailed, parse_json
+from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import (
     AdapterRef,
     ArtifactRef,
@@ -263,7 +264,8 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
             hyperparams=hyperparams, inputs=_inputs(request, paths.storage_root),
             resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
                                 local=local, procs_per_node=shape.procs_per_node),
-            plugins=list(prepared.plugins), timeout_seconds=_time_limit(lab, request), paths=paths,
+            plugins=list(prepared.plugins), timeout_seconds=_time_limit(lab, request), retry=_retry(lab, request),
+            paths=paths,
             shared_code=list(settings.shared_code), datasets=_datasets(lab, paths.storage_root, local)),
         provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
                                  config_sha256=prepared.config_sha256, tool_version=__version__,
@@ -493,6 +495,12 @@ def _datasets(lab: Lab, storage: str, local: bool) -> list[DatasetRef]:
             out.append(DatasetRef(name=name, variable=dataset_variable(name), dir=where, claim=claim,
                                   read_only=ds.read_only))
     return out
+
+
+def _retry(lab: Lab, request: RunRequest) -> RetryPolicy:
+    """The most specific retry policy: the run request's, its profile's, else the lab's."""
+    profile = lab.config.profiles.get(request.profile.partition(":")[0])
+    return request.retry or (profile.retry if profile is not None else None) or lab.config.retry
 
 
 def _time_limit(lab: Lab, request: RunRequest) -> int | None:
