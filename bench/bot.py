@@ -112,10 +112,10 @@ def slurm_round(tmp: Path, n: int) -> tuple[float, int] | str:
 
 def finished_lab(tmp: Path, n: int) -> Path:
     """A lab of `n` finished runs, written as the bot would have written them."""
-    from tuneplane.gitops.record import refresh_dashboard
     from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.lab.runs import write_status
     from tuneplane.models.run import BackendObject, RunStatus, Transition
+    from tuneplane.record.batch import refresh_dashboard
 
     remote = make_remote(tmp)
     lab = seed_lab(remote, tmp / "lab", {"demo": "echo hi\n"}, backend="kubernetes", profile="h200:8")

@@ -2,7 +2,7 @@
 
     python bench/history.py [--runs 10000] [--batch 20] [--statuses 20000] [--repeat 5]
 
-1. History: `--runs` runs go through the bot's own writer (`gitops.record.Batch`, the code `tp bot`
+1. History: `--runs` runs go through the bot's own writer (`record.batch.Batch`, the code `tp bot`
    commits with) the way a busy lab makes them: a merge adds `--batch` run requests, a reconcile
    commits their `Submitted` statuses, a sync commits them `Succeeded` with metrics and a chart
    (`status/<exp>/<run-id>.svg`), over five experiments and a year of run ids, pushed once, the
@@ -116,11 +116,10 @@ def series(rng: random.Random, start: float = 1.7e9) -> dict[str, list[tuple[int
 def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
     from helpers_git import request
 
-    from tuneplane.gitops.observe import vocabulary_of
-    from tuneplane.gitops.record import Batch
-    from tuneplane.gitops.sync import chart_svg
     from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.lab.runs import RunKey, dump_request
+    from tuneplane.record.batch import Batch
+    from tuneplane.views.runmetrics import chart_svg, vocabulary_of
 
     remote = make_remote(tmp)
     lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",

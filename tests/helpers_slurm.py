@@ -147,7 +147,7 @@ def status_of(root: Path, experiment: str, run_id: str) -> dict[str, Any]:
 def sync_until(root: Path, done: Callable[[dict[str, dict[str, Any]]], bool], keys: list[tuple[str, str]],
                timeout: float = 150, env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """`tp bot sync` (in this process) until `done(statuses)` or the deadline; returns the statuses."""
-    from tuneplane.gitops.bot import sync
+    from tuneplane.bot.entry import sync
 
     deadline = time.monotonic() + timeout
     statuses: dict[str, dict[str, Any]] = {}

@@ -46,8 +46,8 @@ def test_a_missing_lab_secret_is_refused_before_anything_is_created(fake_kube: A
 def test_submit_asks_for_the_hf_token_only_when_the_lab_names_a_secret(tmp_path: Any) -> None:
     from helpers_render import make_lab
 
-    from tuneplane.gitops.submit import backend_request, prepare_run
     from tuneplane.models.run import Inputs, RunRequest
+    from tuneplane.runs.submit import backend_request, prepare_run
 
     lab = make_lab(tmp_path / "lab", {"img": "pytorch/image-classification"})
     request = RunRequest(experiment="img", run_id="20260101-000000-abcdef", profile="h200:8", inputs=Inputs())

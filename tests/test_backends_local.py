@@ -22,8 +22,8 @@ from tuneplane.backends.local import (
     read_state,
     supervise,
 )
-from tuneplane.gitops.submit import backend_request, prepare_run
 from tuneplane.lab.load import load_lab
+from tuneplane.runs.submit import backend_request, prepare_run
 
 CONTRACT = (
     "TUNEPLANE_WORK_DIR",

@@ -52,7 +52,7 @@ def ingest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def _reconcile(root: Path) -> Any:
-    from tuneplane.gitops.bot import reconcile
+    from tuneplane.bot.entry import reconcile
 
     return reconcile(root, echo=quiet)
 

@@ -88,7 +88,7 @@ def test_bot_killed_between_sbatch_and_status_commit(slurm_cluster: SlurmCluster
 
 
 def test_unanswering_controller_is_retried_never_lost(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    from tuneplane.gitops.bot import reconcile
+    from tuneplane.bot.entry import reconcile
 
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"count": {"train.sh": COUNTING_TRAIN}})
     good = (root / "tuneplane.yaml").read_text()
@@ -121,7 +121,7 @@ def test_a_hung_controller_is_retried_and_its_job_adopted(slurm_cluster: SlurmCl
     import os
     import signal
 
-    from tuneplane.gitops.bot import reconcile
+    from tuneplane.bot.entry import reconcile
 
     shared = tmp_path / "shared"
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, shared, {"count": {"train.sh": COUNTING_TRAIN}})
@@ -151,7 +151,7 @@ def test_a_hung_controller_is_retried_and_its_job_adopted(slurm_cluster: SlurmCl
 
 
 def test_sbatch_refusals_name_the_setting(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    from tuneplane.gitops.bot import reconcile
+    from tuneplane.bot.entry import reconcile
 
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
     text = (root / "tuneplane.yaml").read_text()

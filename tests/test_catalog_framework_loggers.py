@@ -29,7 +29,7 @@ from tuneplane.collector import sources
 from tuneplane.collector.run import Collector
 from tuneplane.collector.sources import Point
 from tuneplane.constants import METRICS_NATIVE_ENV
-from tuneplane.gitops.observe import vocabulary_of
+from tuneplane.views.runmetrics import vocabulary_of
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 VERL = sorted(p.parent.relative_to(CATALOG).as_posix() for p in CATALOG.glob("verl/*/recipe.yaml"))

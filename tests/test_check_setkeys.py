@@ -3,7 +3,7 @@
 `eval_strategy=no` for TRL's enum (`"no"`, steps, epoch) is the text "no", not false; a str parameter
 keeps `007` and `1e3` as typed; a bool one takes the words, a number one parses; a key that a locked
 plugin declares is read by the plugin's type; a key nothing declares keeps CONTRACT §2 (checked by
-tests/test_gitops_requests.py). `tp render`, `tp submit`, the request file and `tp rerun` agree.
+tests/test_runs_requests.py). `tp render`, `tp submit`, the request file and `tp rerun` agree.
 """
 
 from __future__ import annotations

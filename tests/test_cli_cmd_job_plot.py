@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneplane.gitops.charts import is_chart
+from tuneplane.views.charts import is_chart
 
 COMMANDS = ("metrics", "compare")
 
@@ -130,8 +130,8 @@ def test_a_file_that_appears_while_tp_draws_is_kept(tp, db: Path, command: str, 
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The path is checked again just before the write: another program's file that appeared
     meanwhile (a slow --endpoint read, a long render) is never overwritten."""
-    import tuneplane.gitops.charts as charts
-    import tuneplane.gitops.runmetrics as runmetrics
+    import tuneplane.views.charts as charts
+    import tuneplane.views.runmetrics as runmetrics
 
     chart = db.parent / "race.svg"
     theirs = "written meanwhile by another program\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from helpers_git import git
-from test_gitops_idle import _finished_lab
+from test_bot_idle import _finished_lab
 
 from tuneplane.cli import fastbot, fastpath
 from tuneplane.cli.app import build_app, run_typer

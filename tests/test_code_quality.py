@@ -46,7 +46,7 @@ WHOLE_PROJECT = {
 
 
 def _module_names() -> set[str]:
-    """`gitops_bot` for tuneplane/gitops/bot.py, and `gitops` for the package, and so on."""
+    """`bot_sync` for tuneplane/bot/sync.py, and `bot` for the package, and so on."""
     package = ROOT / "tuneplane"
     names = set()
     for path in package.rglob("*.py"):
@@ -57,7 +57,7 @@ def _module_names() -> set[str]:
 
 
 def test_every_test_file_is_named_after_what_it_tests():
-    """tests/test_<stage>_<module>[_<topic>].py: the tests of gitops/bot.py are test_gitops_bot*.py.
+    """tests/test_<stage>_<module>[_<topic>].py: the tests of bot/sync.py are test_bot_sync*.py.
 
     A suite may instead be named after a folder of the repository it checks (catalog/, docs/,
     schemas/, bench/), a test double in tests/ (fakekube.py), or be one of the whole-project suites.

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tuneplane.gitops.charts import nice_ticks, render_svg, render_table, sparkline
 from tuneplane.ingest import (
     hparams,
     lifecycle,
@@ -30,6 +29,7 @@ from tuneplane.ingest import (
 )
 from tuneplane.ingest.server import IngestServer, Limits
 from tuneplane.ingest.tokens import ensure_secret, load_secret
+from tuneplane.views.charts import nice_ticks, render_svg, render_table, sparkline
 
 SECRET = b"s" * 32
 

@@ -13,9 +13,6 @@ from helpers_git import request
 from tuneplane.backends.base import Observation
 from tuneplane.check.params import parse_sets
 from tuneplane.errors import UsageError
-from tuneplane.gitops.dashboard import sparkline
-from tuneplane.gitops.observe import apply_observation, check_transition, is_legal, with_metrics
-from tuneplane.gitops.writeback import pick_status
 from tuneplane.lab.runs import (
     SCHEMA_LINE,
     RunKey,
@@ -33,6 +30,9 @@ from tuneplane.lab.runs import (
     write_status,
 )
 from tuneplane.models.run import RUN_ID_RE, RunStatus, Transition
+from tuneplane.record.publish import pick_status
+from tuneplane.runs.observe import apply_observation, check_transition, is_legal, with_metrics
+from tuneplane.views.dashboard import sparkline
 
 
 def status(phase: str = "Submitted", **fields) -> RunStatus:  # type: ignore[no-untyped-def]
@@ -251,7 +251,7 @@ def test_a_status_file_keeps_its_metrics_in_reading_order(tmp_path: Path) -> Non
 
 
 def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None:
-    from tuneplane.gitops.dashboard import experiment_page, month_page, phase_counts
+    from tuneplane.views.dashboard import experiment_page, month_page, phase_counts
 
     write_status(
         tmp_path,

@@ -575,8 +575,8 @@ def test_tp_render_all_writes_one_file_per_request(cli_lab: Path, tp: Any, tmp_p
 
 
 def test_tp_render_all_in_parallel_matches_one_by_one(cli_lab: Path, tp: Any, tmp_path: Path) -> None:
-    from tuneplane.gitops.rendering import PARALLEL_MIN
     from tuneplane.lab.runs import dump_request
+    from tuneplane.runs.review import PARALLEL_MIN
 
     for i in range(PARALLEL_MIN):
         req = request("img", "h200:16" if i % 2 else "h200", run_id=f"20250102-1200{i:02d}-abc123")
@@ -610,8 +610,8 @@ def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Pa
     import _thread
     import threading
 
-    from tuneplane.gitops.rendering import PARALLEL_MIN
     from tuneplane.lab.runs import dump_request
+    from tuneplane.runs.review import PARALLEL_MIN
 
     for i in range(PARALLEL_MIN):
         req = request("img", "h200", run_id=f"20250102-1300{i:02d}-abc123")

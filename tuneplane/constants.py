@@ -51,6 +51,8 @@ UNKNOWN: Final = "Unknown"  # what a backend reports when it cannot tell (never 
 TERMINAL: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 UNDER_WAY: frozenset[str] = frozenset({PENDING, RUNNING})  # the backend has it, and it has not ended
 RAN_TO_END: frozenset[str] = frozenset({SUCCEEDED, FAILED})  # ended by itself, not cancelled
+# How far a run has come: phases only move forward, and of two versions of one status the further wins.
+PHASE_RANK: dict[str, int] = {SUBMITTED: 0, PENDING: 1, RUNNING: 2, SUCCEEDED: 3, FAILED: 3, CANCELLED: 3}
 # What a backend may report: a phase (never `Submitted`, which only the bot writes) or that it cannot tell.
 ObservedPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Cancelled", "Unknown"]
 _OBSERVED: frozenset[str] = frozenset(typing.get_args(ObservedPhase))
@@ -108,6 +110,8 @@ MONITOR_INTERVAL_ENV = "TUNEPLANE_JOB_MONITOR_INTERVAL"
 REPORT_ALL_RANKS_ENV = "TUNEPLANE_REPORT_ALL_RANKS"
 TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"  # where the launcher writes its one-line refusal
 
+
+BLOB_LIMIT = 1 << 20  # a run request or a status file larger than 1 MiB is refused unread
 
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # every time in a status file: ISO-8601 UTC to the second
 

@@ -9,7 +9,7 @@ import typer
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tuneplane.gitops.bot import BotReport
+    from tuneplane.bot.entry import BotReport
 
 bot_app = typer.Typer(
     name="bot",
@@ -43,11 +43,11 @@ def sync(push: Push = False, remote: Remote = None, branch: Branch = None, kubec
 def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconfig: str | None,
          context: str | None, in_cluster: bool) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops import bot
+    from tuneplane.bot import entry
 
-    opts = bot.BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
-                          in_cluster=in_cluster)
-    step = bot.reconcile if kind == "reconcile" else bot.sync
+    opts = entry.BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
+                            in_cluster=in_cluster)
+    step = entry.reconcile if kind == "reconcile" else entry.sync
     _report(step(_root(), opts, echo=typer.echo))
 
 
@@ -60,7 +60,7 @@ def _root() -> Path:
 
 def _report(report: BotReport) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.options import IDLE_MESSAGE
+    from tuneplane.bot.report import IDLE_MESSAGE
 
     if not report.changed and not report.pushed:
         typer.echo(IDLE_MESSAGE)

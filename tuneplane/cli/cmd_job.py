@@ -53,7 +53,7 @@ def metrics(
     else:
         typer.echo(found.table(keys, width=max(1, width)), nl=False)
     if checked is not None:
-        from tuneplane.gitops.charts import render_svg  # lazy: the chart code loads only with --plot
+        from tuneplane.views.charts import render_svg  # lazy: the chart code loads only with --plot
 
         _write(checked, render_svg(found.series(keys), title=f"run {target.run_id}", vocab=found.vocab,
                                    times=found.times(keys)))
@@ -70,8 +70,8 @@ def compare(
 ) -> None:
     """Compare runs: each metric's last value per run, and which hyperparameters differ."""
     # lazy: tp builds only the invoked command, so only it pays for the charts and the metrics readers
-    from tuneplane.gitops.charts import changed_parameters
-    from tuneplane.gitops.runmetrics import compare_svg
+    from tuneplane.views.charts import changed_parameters
+    from tuneplane.views.runmetrics import compare_svg
 
     if len(runs) < 2:
         raise UsageError("compare needs two or more runs", "tp job compare RUN RUN [RUN…]")
@@ -91,8 +91,8 @@ def compare(
         said = "no metrics stored" if not found[run].summary else legend.get(run) or "(same parameters)"
         typer.echo(f"{run}: {said}")
     # lazy: as above
-    from tuneplane.gitops.charts import KEY_COLUMNS
-    from tuneplane.gitops.textcols import columns, cut_middle, ljust, printable
+    from tuneplane.views.charts import KEY_COLUMNS
+    from tuneplane.views.textcols import columns, cut_middle, ljust, printable
 
     names = _compared_names(found, key or [])
     shown = {n: cut_middle(printable(n), KEY_COLUMNS) for n in names}  # as `tp job metrics` shows them
@@ -132,8 +132,7 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
     """The run's metrics; none stored is an error, or with `missing_ok` (a comparison) an empty set.
     A run the lab does not know and no store holds is named as such."""
     # lazy: as above
-    from tuneplane.gitops.observe import vocabulary_of
-    from tuneplane.gitops.runmetrics import RunMetrics
+    from tuneplane.views.runmetrics import RunMetrics, vocabulary_of
 
     summary = read.summary()
     if not summary and target.unknown is not None:
@@ -162,7 +161,7 @@ def _destination(path: Path) -> _Plot:
     first bytes) and a read-only chart are refused with what to do."""
     import stat  # lazy: only --plot looks at a file
 
-    from tuneplane.gitops.charts import is_chart  # lazy: the chart code loads only with --plot
+    from tuneplane.views.charts import is_chart  # lazy: the chart code loads only with --plot
 
     try:
         seen: os.stat_result | None = os.stat(path)  # what the path names, a symlink followed

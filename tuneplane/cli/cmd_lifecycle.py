@@ -69,7 +69,7 @@ def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[st
     import shlex
 
     from tuneplane.cli.outcome import require_success, show_outcome
-    from tuneplane.gitops.operations import OperationOptions, run_operation
+    from tuneplane.runs.operations import OperationOptions, run_operation
 
     opts = OperationOptions(operation, experiment, profile, inputs, dry_run, local, output, fmt)
     done = run_operation(opts, out=lambda text: typer.echo(text, nl=False),

@@ -50,14 +50,14 @@ def render(
                     typer.Option("--base", help="Git ref for --changed (default: merge base).")] = None,
 ) -> None:
     # lazy: resolve, render and pydantic are only paid when rendering
-    from tuneplane.gitops import rendering
-    from tuneplane.gitops.requests import TypedFlags
+    from tuneplane.runs import review
+    from tuneplane.runs.requests import TypedFlags
 
     run = TypedFlags("", profile, image, observability_url, tuple(sets or ()), model, train_data, validation_data,
                      timeout)
-    opts = rendering.RenderOptions(targets=targets or [], run=run, run_id=run_id, output=output, fmt=fmt,
-                                   allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
-    refused = rendering.run_render(opts, out=lambda text: typer.echo(text, nl=False),
-                                   note=lambda line: typer.echo(line, err=True))
+    opts = review.RenderOptions(targets=targets or [], run=run, run_id=run_id, output=output, fmt=fmt,
+                                allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
+    refused = review.run_render(opts, out=lambda text: typer.echo(text, nl=False),
+                                note=lambda line: typer.echo(line, err=True))
     if refused:
         raise typer.Exit(EXIT_PROBLEMS)

@@ -25,7 +25,7 @@ def rerun(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.outcome import require_success, show_outcome
-    from tuneplane.gitops.rerun import rerun as do_rerun
+    from tuneplane.runs.rerun import rerun as do_rerun
 
     done = do_rerun(
         run,

@@ -45,9 +45,9 @@ def submit(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.outcome import require_success, show_outcome
-    from tuneplane.gitops.requests import TypedFlags, read_flags
-    from tuneplane.gitops.submit import SubmitOptions
-    from tuneplane.gitops.submit import submit as do_submit
+    from tuneplane.runs.requests import TypedFlags, read_flags
+    from tuneplane.runs.submit import SubmitOptions
+    from tuneplane.runs.submit import submit as do_submit
 
     typed = TypedFlags(experiment, profile, image, observability_url, sets or [], model, train_data,
                        validation_data, timeout, message)

@@ -1,6 +1,6 @@
 """`tp bot reconcile|sync` with nothing to do, answered without Typer.
 
-The bot runs on every merge and on a schedule; most of those runs find nothing to do (`gitops.idle`
+The bot runs on every merge and on a schedule; most of those runs find nothing to do (`bot.idle`
 decides that from three git commands). Building Typer's command for them (Typer, Click and a pydantic
 TypeAdapter per option) was most of such a run. This module parses exactly the options
 `cmd_bot.reconcile` and `cmd_bot.sync` declare, with the standard library, asks `idle`, and prints
@@ -54,8 +54,8 @@ def command(args: list[str]) -> Callable[[], int] | None:
     except _Refused:
         return None
     # lazy: only `tp bot` pays for these, and they import neither Typer nor the pipeline
-    from tuneplane.gitops.idle import idle
-    from tuneplane.gitops.options import IDLE_MESSAGE, BotOptions
+    from tuneplane.bot.idle import idle
+    from tuneplane.bot.report import IDLE_MESSAGE, BotOptions
     from tuneplane.lab.fs import find_lab_root
 
     opts = BotOptions(push=parsed.push, remote=parsed.remote, branch=parsed.branch,

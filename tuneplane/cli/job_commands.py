@@ -35,7 +35,7 @@ def ls(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
-    from tuneplane.gitops.runview import LS_COLUMNS, run_rows
+    from tuneplane.runs.lookup import LS_COLUMNS, run_rows
 
     rows, older = run_rows(exp, None if all_runs else RECENT)
     if not rows:
@@ -60,8 +60,8 @@ def status(
     import json
 
     from tuneplane.backends.factory import ClusterAccess
-    from tuneplane.gitops.runview import current_status, located
     from tuneplane.lab.runs import read_request, status_data
+    from tuneplane.runs.lookup import current_status, located
 
     root, key, recorded = located(run)
     if recorded is None:
@@ -89,7 +89,7 @@ def _not_submitted(key: RunKey, request: RunRequest) -> None:
 
 def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.dashboard import duration_text, sparkline
+    from tuneplane.views.dashboard import duration_text, sparkline
 
     p = s.provenance
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
@@ -142,8 +142,8 @@ def logs(
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.backends.base import BackendError
     from tuneplane.backends.factory import ClusterAccess
-    from tuneplane.gitops.observe import backend_ref
-    from tuneplane.gitops.runview import backend_for, located
+    from tuneplane.runs.lookup import backend_for, located
+    from tuneplane.runs.observe import backend_ref
 
     root, key, current = located(run)
     ref = backend_ref(current) if current is not None else None
@@ -165,7 +165,7 @@ def cancel(
     push: Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")] = False,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.cancel import cancel_run
+    from tuneplane.runs.cancel import cancel_run
 
     for line in cancel_run(run, now=now, push=push):
         typer.echo(line)
@@ -173,6 +173,6 @@ def cancel(
 
 def metrics_in_order(status: RunStatus) -> list[tuple[str, float]]:
     """A status's metrics in reading order: the recipe's primary metrics first, hardware last."""
-    from tuneplane.gitops.observe import vocabulary_of  # lazy: the catalog is read only when metrics are shown
+    from tuneplane.views.runmetrics import vocabulary_of  # lazy: the catalog is read only when metrics are shown
 
     return [(name, status.metrics[name]) for name in vocabulary_of(status.method).order(status.metrics)]

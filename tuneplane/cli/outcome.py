@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 def show_outcome(status: RunStatus, commit: str | None) -> None:
     """A few lines on how a run ended: phase, where the outputs and the status file are."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.gitops.dashboard import sparkline
     from tuneplane.lab.runs import RunKey
+    from tuneplane.views.dashboard import sparkline
 
     key = RunKey(status.experiment, status.run_id)
     code = f", exit code {status.exit_code}" if status.exit_code is not None else ""

@@ -1,6 +1,6 @@
 """Plain-text tables for the terminal (no rich: it costs start-up time).
 
-Cells are cut and padded by display width (`tuneplane.gitops.textcols`): a CJK name takes two
+Cells are cut and padded by display width (`tuneplane.views.textcols`): a CJK name takes two
 columns a character and the columns stay aligned; a cell over `max_width` columns ends in `…`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tuneplane.gitops.textcols import columns, cut_columns, ljust, printable
+from tuneplane.views.textcols import columns, cut_columns, ljust, printable
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 60) -> str:

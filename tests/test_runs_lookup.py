@@ -1,0 +1,41 @@
+"""`runs.lookup`: the runs `tp job ls` and `tp job status` show, read without writing anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuneplane.runs.lookup import LS_COLUMNS, located, run_rows
+
+FLAGS = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
+
+
+def _submit(tp: Any, times: int) -> list[str]:
+    for _ in range(times):
+        assert tp("submit", "demo", *FLAGS).code == 0
+    return sorted(p.stem for p in Path("runs/demo").glob("*.yaml"))
+
+
+def test_rows_newest_first_with_the_count_left_out(demo_lab: Path, tp: Any) -> None:
+    runs = _submit(tp, 3)
+    rows, older = run_rows(None, 2)
+    assert [r[0] for r in rows] == runs[::-1][:2] and older == 1
+    assert all(len(r) == len(LS_COLUMNS) and r[2] == "(not submitted)" for r in rows)
+    assert run_rows("other", None) == ([], 0)
+
+
+def test_a_broken_status_file_is_one_row_not_a_failure(demo_lab: Path, tp: Any) -> None:
+    (run,) = _submit(tp, 1)
+    status = demo_lab / "status" / "demo" / f"{run}.json"
+    status.parent.mkdir(parents=True)
+    status.write_text("{not json", encoding="utf-8")
+    rows, _ = run_rows(None, None)
+    assert rows == [[run, "demo", "(unreadable)", "", "", "", ""]]
+    listed = tp("job", "ls")
+    assert listed.code == 0 and "(unreadable)" in listed.out
+
+
+def test_located_names_the_run_of_a_prefix(demo_lab: Path, tp: Any) -> None:
+    (run,) = _submit(tp, 1)
+    root, key, status = located(run[:15])
+    assert root == demo_lab.resolve() and key.run_id == run and status is None

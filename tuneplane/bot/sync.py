@@ -1,0 +1,228 @@
+"""`tp bot sync`: refresh the runs the bot has not seen end from their backend and the metrics ingest.
+
+Only the ledger's active runs are looked at (see `ledger`), so a lab of 20,000 finished runs syncs in
+the time of two `git ls-tree`s. The cluster is the truth: a status that claims an end (a hand edit to
+`Succeeded`) while the backend still runs the job is corrected back to what the backend reports, so
+`cancel: true` and `tp job cancel` work on it again. When a run ends, its metrics are charted into
+`status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary metrics first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, UNKNOWN, epoch_of, utc_now
+from tuneplane.errors import UsageError
+from tuneplane.lab.load import Lab
+from tuneplane.lab.runs import RunKey, status_from
+from tuneplane.models.run import RunStatus, Transition
+from tuneplane.record.batch import Batch
+from tuneplane.record.ledger import AWAITING
+from tuneplane.runs.localrun import stored_series
+from tuneplane.runs.observe import (
+    apply_observation,
+    backend_ref,
+    elsewhere,
+    with_artifacts,
+    with_metrics,
+)
+from tuneplane.views.runmetrics import Timed, chart_svg, vocabulary_of
+
+PATIENCE = 7 * 86400  # seconds after a run's end the bot keeps asking an unreachable receiver for them
+Series = dict[str, list[tuple[int, float]]]
+
+
+def sync(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
+         echo: Echo = print) -> BotReport:
+    """Refresh every run the bot watches; commit and push what changed."""
+    return run_pass(root, opts, backends, "sync", _sync_all, echo)
+
+
+def _sync_all(bot: BotPass, echo: Echo) -> None:
+    metrics = IngestReader.from_env(bot.lab)
+    for key, raw in sorted(bot.work.active.items()):
+        if raw is not None:
+            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo)
+    if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
+        bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
+
+
+def _sync_one(
+    pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
+    echo: Echo,
+) -> None:
+    try:
+        status = status_from(raw, key.status_rel)
+    except UsageError as exc:
+        report.errors.append(str(exc))
+        return
+    ref = backend_ref(status)
+    if ref is None:
+        return  # never submitted: reconcile retries it
+    try:
+        backend = pool.get(ref.backend)
+    except BackendError as exc:  # e.g. no kubeconfig: every run of that backend says the same
+        report.errors.append(f"{key}: cannot reach the {ref.backend} backend: {exc}")
+        return
+    if elsewhere(backend, ref) and status.phase not in TERMINAL:
+        # Still watched: its machine may commit its end, or its storage may be back on the next pass
+        # (a mount missing for once, another runner); either way no sync may forget it.
+        echo(f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
+             f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
+             "end, or the next sync that sees it does")
+        return
+    if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
+        new: RunStatus | None = status  # it ended; only its metrics are left to read
+    else:
+        new = _observed(batch, backend, ref, key, status)
+    if new is None:
+        return
+    new = _with_results(new, backend, ref, metrics, status, batch, key)
+    late = new.phase in TERMINAL and metrics.unreachable and not hasattr(backend, "metrics")
+    if new != status:
+        batch.status(new)
+        report.updated.append(str(key))
+        echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+    if late and not _past(new.finished_at, PATIENCE):
+        batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
+        echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
+    elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
+        batch.ledger.active.pop(str(key), None)  # read at last, or given up on
+
+
+def awaiting_metrics(phase: str) -> bool:
+    """Whether a ledger entry is a run that ended with its metrics still to be read."""
+    return phase.endswith(AWAITING)
+
+
+def _past(when: str | None, seconds: float) -> bool:
+    then = epoch_of(when)
+    return then is None or time.time() - then > seconds
+
+
+def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
+    """The status after asking the backend; None when there is nothing more to record."""
+    now = utc_now()
+    try:
+        obs = backend.observe(ref)
+    except BackendError as exc:
+        obs = Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
+    if status.phase not in TERMINAL:
+        return apply_observation(status, obs, now)
+    if obs.phase in UNDER_WAY:
+        return corrected(status, obs, now, ref.backend)
+    if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
+        batch.ledger.active.pop(str(key), None)
+    return None
+
+
+def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
+                  batch: Batch, key: RunKey) -> RunStatus:
+    """Metrics under their canonical names; artifacts and the chart once the run ended."""
+    vocab = vocabulary_of(new.method)
+    summary, recent = backend.metrics(ref) if hasattr(backend, "metrics") else metrics.read(status)
+    if summary:
+        new = with_metrics(new, summary, recent, list(vocab.primary), vocab)
+    if new.phase in TERMINAL:
+        if hasattr(backend, "artifacts"):
+            new = with_artifacts(new, backend.artifacts(ref))
+        if summary:
+            try:
+                svg = chart_svg(key, full_series(backend, ref, metrics, status, summary), vocab)
+            except (ArithmeticError, ValueError):  # a chart is a nicety: values it cannot draw leave none
+                svg = ""
+            if svg:
+                batch.chart(key, svg)
+    return new
+
+
+def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> RunStatus:
+    """A status that claimed an end while the backend still runs the job, put back to the truth."""
+    history = [*status.history, Transition(phase=obs.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
+    message = (
+        f"the status said {status.phase}, but the job is still {obs.phase.lower()} on {backend}: "
+        "corrected by tp bot sync (the cluster is the truth; edit a run's fate with `cancel: true`)"
+    )
+    return status.model_copy(update={
+        "phase": obs.phase, "reason": "Corrected", "message": message, "finished_at": None,
+        "exit_code": None, "history": history,
+    })
+
+
+def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
+                summary: dict[str, Any]) -> Timed:
+    """Every point of every key with its time, for the chart (local runs: their own store; cluster:
+    the receiver)."""
+    run_dir = getattr(backend, "run_dir", None)
+    if run_dir is not None:
+        return stored_series(Path(run_dir(ref)), status, summary)
+    return metrics.timed(status, list(summary))
+
+
+class IngestReader:
+    """Metrics of cluster runs from the lab's ingest receiver, with a token minted per run.
+
+    One reader serves one sync. A receiver that gives no answer (down, hanging) costs one `timeout`
+    per sync, not one per run and key: once it has failed, the rest of the sync does not ask again and
+    its runs wait for the next sync. A refusal (a 4xx: the bot's secret is not the receiver's) is
+    reported once as an error of the sync, and its runs wait too: the secret may be fixed by then."""
+
+    def __init__(self, endpoint: str, secret: bytes, timeout: float = 10.0) -> None:
+        self.endpoint, self.secret, self.timeout = endpoint, secret, timeout
+        self.unreachable = False  # the last read failed (no answer, an error): not the same as no metrics
+        self.down = False  # no answer once in this sync: not asked again until the next one
+        self.refused = ""  # what the receiver answered when it refused, with the hint
+
+    @classmethod
+    def from_env(cls, lab: Lab) -> IngestReader:
+        return cls(lab.config.cluster.ingest.endpoint, os.environ.get(INGEST_SECRET_ENV, "").strip().encode())
+
+    def read(self, status: RunStatus) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
+        self.unreachable = False
+        found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t, self.timeout)) or {}
+        history = self.series(status, list(found))
+        return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
+
+    def series(self, status: RunStatus, keys: list[str]) -> Series:
+        return self._per_key(status, keys, "fetch_series")
+
+    def timed(self, status: RunStatus, keys: list[str]) -> Timed:
+        return self._per_key(status, keys, "fetch_timed_series")
+
+    def _per_key(self, status: RunStatus, keys: list[str], reader: str) -> dict[str, list[Any]]:
+        """Each key's points through the ingest client's `reader`; keys with none are left out."""
+        out: dict[str, list[Any]] = {}
+        for key in keys:
+            def fetch(c: Any, t: str, k: str = key) -> Any:
+                return getattr(c, reader)(self.endpoint, status.run_id, k, t, self.timeout)
+
+            points = self._call(status, fetch)
+            if points:
+                out[key] = list(points)
+        return out
+
+    def _call(self, status: RunStatus, fn: Callable[[Any, str], Any]) -> Any:
+        if not self.endpoint or not self.secret:
+            return None
+        if self.down or self.refused:  # not asked again in this sync; its runs wait for the next one
+            self.unreachable = True
+            return None
+        from tuneplane.ingest import client, mint_token  # lazy: only cluster runs with a receiver
+
+        try:
+            return fn(client, mint_token(self.secret, status.run_id))
+        except client.ReceiverError as exc:
+            if exc.answered:  # said once per sync; the run still waits: a secret is fixed in an hour
+                self.refused = (f"{exc.message}; check that {INGEST_SECRET_ENV} is the receiver's secret and "
+                                "cluster.ingest.endpoint in tuneplane.yaml is the receiver")
+            self.unreachable = self.down = True
+            return None
+        except Exception:  # metrics are a nicety: an unexpected failure must not stop the sync
+            self.unreachable = self.down = True
+            return None

@@ -1,1 +1,0 @@
-"""The run lifecycle in git: submit, rerun, cancel, the bot, observe, writeback, charts."""

@@ -1,0 +1,206 @@
+"""Publish: getting status commits (the bot's, `tp submit --local`'s) into the shared branch.
+
+The bot owns `status/` and nothing else. Every run has its own status file, so two bots that raced
+only ever conflict on the same run's file (resolved by keeping the more advanced status), on the
+ledger (merged) or on a dashboard page (rendered again from the files). Pushing is fetch, rebase,
+retry: bounded and jittered, so a handful of bots converge instead of colliding in lockstep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneplane.constants import PHASE_RANK
+from tuneplane.errors import UsageError
+from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.runs import STATUS_DIR
+from tuneplane.record.batch import safe_write
+from tuneplane.record.ledger import LEDGER, Ledger, merge
+
+Checkpoint = Callable[[str], None]
+PUSH_ATTEMPTS = 8
+
+
+def _noop(step: str) -> None:
+    """Default checkpoint: the bot passes its crash hook instead."""
+
+
+# ── commit and push ──────────────────────────────────────────────────────────────────────────────
+
+
+def commit_status(repo: GitRepo, message: str) -> str | None:
+    """Commit everything under `status/` (and only that); None when nothing changed."""
+    repo.stage([STATUS_DIR])
+    return repo.commit_staged(message, [STATUS_DIR])
+
+
+@dataclass(frozen=True)
+class Target:
+    remote: str
+    branch: str
+
+
+def resolve_target(repo: GitRepo, remote: str | None, branch: str | None) -> Target:
+    remote = remote or "origin"
+    if not repo.has_remote(remote):
+        raise UsageError(
+            f"this repository has no remote {remote!r}",
+            hint="pass --remote NAME, or add one with git remote add",
+        )
+    branch = branch or repo.current_branch()
+    if not branch:
+        raise UsageError(
+            "HEAD is detached, so there is no branch to push to",
+            hint="pass --branch main (or your default branch)",
+        )
+    return Target(remote, branch)
+
+
+def pull(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> bool:
+    """Fetch and rebase local commits onto the remote branch; True when anything new came in."""
+    published = tracking(repo, target)
+    upstream = repo.fetch(target.remote, target.branch)
+    if not upstream or repo.is_ancestor(upstream):
+        return False
+    integrate(repo, target, checkpoint, published)
+    return True
+
+
+def tracking(repo: GitRepo, target: Target) -> str:
+    """The commit this clone last saw on the remote branch ("" when it never fetched it)."""
+    try:
+        return repo.rev_parse(f"refs/remotes/{target.remote}/{target.branch}")
+    except UsageError:
+        return ""
+
+
+def publish(
+    repo: GitRepo,
+    target: Target,
+    *,
+    attempts: int = PUSH_ATTEMPTS,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    checkpoint: Checkpoint = _noop,
+) -> int:
+    """Push, rebasing onto whatever other writers pushed first; returns the number of attempts it took."""
+    rng = rng or random.Random()
+    for attempt in range(1, attempts + 1):
+        published = tracking(repo, target)
+        upstream = repo.fetch(target.remote, target.branch)
+        if upstream and not repo.is_ancestor(upstream):
+            integrate(repo, target, checkpoint, published)
+        if upstream and repo.head() == upstream:
+            return attempt
+        if repo.push(target.remote, target.branch):
+            return attempt
+        sleep(rng.uniform(0.05, min(2.0, 0.1 * 2**attempt)))  # full jitter: racing bots spread out
+    raise UsageError(
+        f"could not push to {target.remote}/{target.branch} after {attempts} attempts: "
+        "other writers kept pushing first",
+        hint="nothing is lost: the commits are local; run the same command again",
+    )
+
+
+def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, published: str = "") -> None:
+    """Rebase onto the fetched `target`, resolving the conflicts the bot understands; abort on any other.
+
+    A rebase replays what lies between the merge base and HEAD. A shallow clone (the workflow's
+    `fetch-depth: 1`) may lack that base: its history is deepened until it is found, so a missing
+    commit never reads as "no common history" (which would replay the clone's first commit, the whole
+    lab, as if it were the bot's). Histories that truly share no commit stop here, nothing rebased.
+    A branch rewritten on the remote (a force push) no longer holds `published`, the commit this
+    clone saw there last: only the commits after it, the bot's own, are replayed, never the history
+    the rewrite removed (a kept clone, such as a self-hosted runner's, would otherwise push it back).
+    """
+    upstream = f"{target.remote}/{target.branch}"
+    if not repo.merge_base_deepening(upstream, target.remote, target.branch):
+        raise UsageError(
+            f"HEAD and {upstream} have no commit in common: the branch on {target.remote} was replaced by "
+            "an unrelated history (a force push?), so the bot's commits cannot be rebased onto it",
+            hint="nothing is lost: the bot's commits stay in this clone (git log); clone the lab again and "
+            "run the bot there, or rebase them by hand",
+        )
+    rewritten = bool(published) and repo.is_ancestor(published) and not repo.is_ancestor(published, upstream)
+    conflicts = repo.rebase(upstream, since=published if rewritten else "")
+    while conflicts:
+        checkpoint("rebasing")
+        foreign = [p for p in conflicts if not p.startswith(STATUS_DIR + "/")]
+        if foreign:
+            repo.rebase_abort()
+            raise UsageError(
+                f"rebasing onto {upstream} conflicts in {', '.join(foreign)}, outside status/",
+                hint="resolve it by hand (git pull --rebase), then run the command again",
+            )
+        for path in sorted(conflicts, key=_resolve_order):
+            _resolve(repo, path)
+        conflicts = repo.rebase_continue()
+
+
+def _resolve_order(path: str) -> tuple[int, str]:
+    """Status files first, then the ledger (merged), then the pages (rendered from both)."""
+    return (2 if path.endswith(".md") else 1 if path == LEDGER else 0, path)
+
+
+def _resolve(repo: GitRepo, path: str) -> None:
+    from tuneplane.record.batch import render_page  # lazy: pages are rendered only on conflicts
+
+    root = repo.root
+    if path == LEDGER:
+        safe_write(root, path, merge(repo.show_stage(2, path), repo.show_stage(3, path)))
+    elif path.endswith(".md"):
+        safe_write(root, path, render_page(root, path, Ledger.parse(_text(root / LEDGER)).counts))
+    elif path.endswith(".svg"):
+        chosen_svg = repo.show_stage(3, path) or repo.show_stage(2, path) or ""
+        safe_write(root, path, chosen_svg if chosen_svg.endswith("\n") else chosen_svg + "\n")
+    else:
+        chosen = pick_status(repo.show_stage(2, path), repo.show_stage(3, path))
+        if chosen is None:
+            repo.git("rm", "-q", "--cached", "--ignore-unmatch", "--", path)
+            (root / path).unlink(missing_ok=True)
+            return
+        safe_write(root, path, chosen if chosen.endswith("\n") else chosen + "\n")
+    repo.stage([path])
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return None if path.is_symlink() else path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def pick_status(upstream: str | None, ours: str | None) -> str | None:
+    """Of two versions of one status file, the more advanced; a tie keeps the one already published."""
+
+    def rank(text: str | None) -> tuple[int, int, str]:
+        try:
+            data = json.loads(text or "")
+        except ValueError:
+            return (-1, 0, "")
+        if not isinstance(data, dict):
+            return (-1, 0, "")
+        return (
+            PHASE_RANK.get(str(data.get("phase")), -1),
+            len(data.get("history") or []),
+            str(data.get("finished_at") or ""),
+        )
+
+    if upstream is None or ours is None:
+        return upstream if ours is None else ours
+    return ours if rank(ours) > rank(upstream) else upstream
+
+
+def recover(repo: GitRepo, message: str = "tp bot: keep status written by an interrupted run") -> str | None:
+    """Undo what a killed bot left half done: an interrupted rebase, status files not yet committed."""
+    repo.rebase_abort()
+    status = repo.root / STATUS_DIR
+    if not os.path.islink(status) and os.path.isdir(status) and repo.is_dirty([STATUS_DIR]):
+        return commit_status(repo, message)
+    return None

@@ -1,0 +1,99 @@
+"""What `tp job ls`, `tp job status` and `tp job logs` look at: the runs of a lab as they are now.
+
+A status file is the bot's record; a local run still going is asked its run directory, and `--refresh`
+asks the run's backend. Nothing here writes: the bot owns status files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import Backend, BackendRef
+from tuneplane.backends.factory import ClusterAccess, make_backend, run_dir_backend
+from tuneplane.constants import SUCCEEDED, TERMINAL, utc_now
+from tuneplane.lab.load import open_lab
+from tuneplane.lab.runs import RunKey, find_run, read_status, request_keys, status_keys
+from tuneplane.models.run import RunStatus
+from tuneplane.runs.observe import backend_ref, observe_run, with_metrics
+from tuneplane.views.dashboard import duration_text, metric_cell, short_time
+from tuneplane.views.runmetrics import vocabulary_of
+
+LS_COLUMNS = ["RUN", "EXPERIMENT", "PHASE", "PROFILE", "STARTED", "DURATION", "METRIC"]
+
+
+def run_rows(experiment: str | None, limit: int | None) -> tuple[list[list[str]], int]:
+    """`tp job ls`: one row per run (newest first, `limit` of them), and how many more there are."""
+    root = open_lab().root
+    keys = sorted(set(request_keys(root)) | set(status_keys(root)), key=lambda k: (k.run_id, k.experiment),
+                  reverse=True)
+    keys = [k for k in keys if experiment is None or k.experiment == experiment]
+    shown = keys if limit is None else keys[:limit]
+    return [_row(root, key) for key in shown], len(keys) - len(shown)
+
+
+def _row(root: Path, key: RunKey) -> list[str]:
+    # the raw file, not the model: a listing of many runs stays cheap, and a broken file is one row
+    try:
+        data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        data = None
+    except (OSError, ValueError):
+        data = "unreadable"  # a corrupt status file is not a run waiting to be submitted
+    if not isinstance(data, dict):
+        return [key.run_id, key.experiment, "(not submitted)" if data is None else "(unreadable)", "", "", "", ""]
+    data = _live(data)
+    reason = f" ({data['reason']})" if data.get("reason") and data.get("phase") != SUCCEEDED else ""
+    return [key.run_id, key.experiment, str(data.get("phase", "")) + reason, str(data.get("profile", "")),
+            short_time(data.get("started_at")), duration_text(data.get("started_at"), data.get("finished_at")),
+            metric_cell(data)]
+
+
+def _live(data: dict[str, Any]) -> dict[str, Any]:
+    """A local run still in progress, as its run directory says now (its status file is from the start)."""
+    backend = data.get("backend") or {}
+    if data.get("phase") in TERMINAL or not isinstance(backend, dict):
+        return data
+    if backend.get("backend") != "local" or not os.path.isdir(str(backend.get("namespace", ""))):
+        return data
+    ref = BackendRef(backend="local", kind=str(backend.get("kind", "")), name=str(backend.get("name", "")),
+                     namespace=str(backend["namespace"]), uid=str(backend.get("uid", "")))
+    obs = run_dir_backend(Path(str(backend["namespace"]))).observe(ref)
+    return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
+
+
+def located(run: str) -> tuple[Path, RunKey, RunStatus | None]:
+    """The lab, the run a reference names (id, prefix or EXP/RUN) and its status (None: not submitted)."""
+    root = open_lab().root
+    key = find_run(root, run)
+    return root, key, read_status(root, key)
+
+
+def current_status(root: Path, status: RunStatus, refresh: bool | None, access: ClusterAccess) -> RunStatus:
+    """`tp job status`: the recorded status, asked anew of its backend when `refresh` says so (by default
+    only for a local run whose directory is on this machine: cheap and safe to look at live)."""
+    live = refresh if refresh is not None else _here(status)
+    if not live or status.phase in TERMINAL or status.backend is None:
+        return status
+    ref = backend_ref(status)
+    assert ref is not None
+    backend = backend_for(root, ref.backend, access)
+    fresh = observe_run(backend, status, utc_now())
+    if hasattr(backend, "metrics"):
+        summary, series = backend.metrics(ref)
+        if summary:
+            vocab = vocabulary_of(status.method)
+            fresh = with_metrics(fresh, summary, series, list(vocab.primary), vocab)
+    return fresh
+
+
+def _here(status: RunStatus) -> bool:
+    backend = status.backend
+    return backend is not None and backend.backend == "local" and os.path.isdir(backend.namespace)
+
+
+def backend_for(root: Path, name: str, access: ClusterAccess) -> Backend:
+    """The backend a run was submitted to, built from the lab's settings (the one factory)."""
+    return make_backend(name, open_lab(root), access)
