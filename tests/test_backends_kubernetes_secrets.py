@@ -47,10 +47,10 @@ def test_submit_asks_for_the_hf_token_only_when_the_lab_names_a_secret(tmp_path:
     from helpers_render import make_lab
 
     from tuneplane.models.run import Inputs, RunRequest
-    from tuneplane.runs.submit import backend_request, prepare_run
+    from tuneplane.runs.prepare import backend_request, prepare
 
     lab = make_lab(tmp_path / "lab", {"img": "pytorch/image-classification"})
     request = RunRequest(experiment="img", run_id="20260101-000000-abcdef", profile="h200:8", inputs=Inputs())
-    run = prepare_run(lab, request, commit="0" * 40, dirty=False)
+    run = prepare(lab, request, commit="0" * 40, dirty=False)
     assert lab.config.cluster.hf_token_secret == "hf-token"  # the test lab names one
     assert backend_request(lab.root, lab, run, env={}).secret_copies == {"hf-token": ("hf-token", "token")}

@@ -23,7 +23,7 @@ from tuneplane.backends.local import (
     supervise,
 )
 from tuneplane.lab.load import load_lab
-from tuneplane.runs.submit import backend_request, prepare_run
+from tuneplane.runs.prepare import backend_request, prepare
 
 CONTRACT = (
     "TUNEPLANE_WORK_DIR",
@@ -64,7 +64,7 @@ def job(root: Path, script: str, *, commit: bool = True, **spec_changes: object)
         git(root, "commit", "-q", "-m", "trainer")
     lab = load_lab(root)
     req = request("demo", f"20250107-000000-{next(_counter):06x}", "local")
-    run = prepare_run(lab, req, commit=git(root, "rev-parse", "HEAD"), dirty=False)
+    run = prepare(lab, req, commit=git(root, "rev-parse", "HEAD"), dirty=False)
     submit = backend_request(root, lab, run)
     submit.manifests[0]["spec"].update(spec_changes)
     return submit

@@ -35,12 +35,12 @@ def test_status_of_an_adopted_job_names_the_creators_commit(tmp_path: Any) -> No
     from helpers_render import make_lab
 
     from tuneplane.models.run import RunRequest
+    from tuneplane.runs.prepare import prepare
     from tuneplane.runs.status import submitted_status
-    from tuneplane.runs.submit import prepare_run
 
     lab = make_lab(tmp_path / "lab", {"img": "pytorch/image-classification"})
     request = RunRequest(experiment="img", run_id="20260101-000000-abcdef", profile="h200:8")
-    run = prepare_run(lab, request, commit="b" * 40, dirty=False)
+    run = prepare(lab, request, commit="b" * 40, dirty=False)
     ours = BackendRef("kubernetes", "Job", run.spec.metadata.name, NS, "uid", commit="b" * 40)
     theirs = dataclasses.replace(ours, commit=CREATOR, jobspec_digest="sha256:" + "1" * 64)
     assert submitted_status(request, run.spec, ours, "2026-01-01T00:00:00Z").provenance.commit == "b" * 40

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers_render import INPUTS, RUN_ID, build, catalog, commit_all, make_lab, resolve_run
+from helpers_shared import require_shared
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import load_lab
@@ -91,8 +92,7 @@ def test_every_catalog_recipe_scaffolds_validates_and_compiles(tmp_path: Path, m
 
 # ── deprecated runtime versions ─────────────────────────────────────────────────────────────────────
 
-STARFORGE_TRL_LOCK = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "starforge-lab" / "experiments" \
-    / "trl-grpo_qwen3.5-9b_qa-tools_v1" / "recipe.lock.json"
+STARFORGE_TRL_LOCK = ("fixtures", "starforge-lab", "experiments", "trl-grpo_qwen3.5-9b_qa-tools_v1", "recipe.lock.json")
 
 
 def test_a_lock_on_a_deprecated_runtime_is_admitted_with_a_warning_and_an_upgrade_hint(tmp_path: Path, tp) -> None:
@@ -117,9 +117,8 @@ def test_a_new_experiment_cannot_lock_a_deprecated_runtime(tmp_path: Path, tp) -
     assert result.code == 2 and "deprecated" in result.output and "1.16.0" in result.output
 
 
-@pytest.mark.skipif(not STARFORGE_TRL_LOCK.is_file(), reason="the StarForge fixtures are not beside the repository")
 def test_starforge_trl_lock_names_a_runtime_the_catalog_still_has() -> None:
-    legacy = json.loads(STARFORGE_TRL_LOCK.read_text())
+    legacy = json.loads(require_shared(*STARFORGE_TRL_LOCK).read_text())
     recipe = catalog().recipe(legacy["recipe"]["name"])
     kept = recipe.runtime.versions[legacy["framework"]["version"]]
     assert kept.runtime_id == legacy["framework"]["runtime_id"] and kept.deprecated
@@ -167,17 +166,13 @@ def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkou
     assert "policy.model_name=\"m\"" in argv and "cluster.num_nodes=1" in argv
 
 
-STARFORGE_LAB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "starforge-lab"
-
-
-@pytest.mark.skipif(not STARFORGE_LAB.is_dir(), reason="the StarForge fixtures are not beside the repository")
 def test_a_migrated_nemo_rl_sft_lock_binds_the_frameworks_driver(tmp_path: Path, tp) -> None:
     """The StarForge nemo-rl/sft experiment has no driver of its own: after `tp migrate` its lock binds
     NeMo-RL's examples/run_sft.py inside the image, and the lock is admitted."""
     import shutil
 
     root = tmp_path / "lab"
-    shutil.copytree(STARFORGE_LAB, root)
+    shutil.copytree(require_shared("fixtures", "starforge-lab"), root)
     assert tp("migrate", root, cwd=root).code == 0
     lock = json.loads((root / "experiments" / "sft_qwen3.5-4b_alpaca_v1" / "recipe.lock.json").read_text())
     assert lock["bindings"]["entrypoint"] == {"kind": "file", "value": "examples/run_sft.py"}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_shared import SHARED_DIR, require_shared
+from helpers_shared import require_shared
 
 from tuneplane import plugins
 from tuneplane.author.plugins import lock_plugin
@@ -23,8 +23,6 @@ from tuneplane.errors import UsageError
 from tuneplane.models.plugin import LOCK_API
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import tree_digest
-
-STARFORGE_PLUGINS = SHARED_DIR / "fixtures" / "starforge-lab" / "plugins"
 
 MANIFEST = """\
 schema: tuneplane/plugin/v1
@@ -257,16 +255,16 @@ def test_algorithm_plugin_may_not_target_custom_or_evalkit(tmp_path: Path) -> No
 
 
 def test_starforge_plugins_are_recognised_with_a_migrate_warning() -> None:
-    require_shared("fixtures", "starforge-lab", "plugins")
+    starforge_plugins = require_shared("fixtures", "starforge-lab", "plugins")
     for name in ("opsd", "tiny-qa-prep"):
-        problems = validate_plugin_dir(STARFORGE_PLUGINS / name, STARFORGE_PLUGINS.parent)
+        problems = validate_plugin_dir(starforge_plugins / name, starforge_plugins.parent)
         warning = only(problems, "plugin-legacy-schema")
         assert warning.severity is Severity.WARNING and "lab-plugin/v1" in warning.message
         assert "tp migrate" in warning.hint and warning.file == f"plugins/{name}/plugin.yaml"
         assert "plugin-schema" not in rules(problems)  # `kind:` read as `capability:`
     # opsd names a module the fixture does not ship: that stays a real error
-    assert rules(validate_plugin_dir(STARFORGE_PLUGINS / "opsd"), Severity.ERROR) == ["plugin-entrypoint"]
-    assert validate_plugin_dir(STARFORGE_PLUGINS / "tiny-qa-prep", STARFORGE_PLUGINS)[1:] == []
+    assert rules(validate_plugin_dir(starforge_plugins / "opsd"), Severity.ERROR) == ["plugin-entrypoint"]
+    assert validate_plugin_dir(starforge_plugins / "tiny-qa-prep", starforge_plugins)[1:] == []
 
 
 def test_forge_plugin_v1_with_capability_is_read_too(tmp_path: Path) -> None:

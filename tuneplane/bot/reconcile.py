@@ -210,8 +210,8 @@ class _Submitter:
 
     def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
+        from tuneplane.runs.prepare import backend_request
         from tuneplane.runs.status import waiting_status
-        from tuneplane.runs.submit import backend_request
 
         try:
             backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
@@ -239,7 +239,7 @@ class _Submitter:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.lab.catalog import load_catalog
         from tuneplane.plan.resolve import prepare_experiment
-        from tuneplane.runs.submit import prepare_run
+        from tuneplane.runs.prepare import prepare
 
         lab, commit, dirty = self.lab, self.head, False
         if request.commit:
@@ -255,7 +255,7 @@ class _Submitter:
         prepared = self._experiments[cache_key]
         if isinstance(prepared, UsageError):
             raise prepared
-        return prepare_run(
+        return prepare(
             lab, request, commit=commit, dirty=dirty, allow_dirty=True, prepared_experiment=prepared
         )
 

@@ -13,7 +13,8 @@ from tuneplane.lab.load import Lab, open_lab
 from tuneplane.lab.runs import RunKey, find_run, read_request, read_status
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
-from tuneplane.runs.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, prepare_run, submit
+from tuneplane.runs.prepare import prepare
+from tuneplane.runs.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, submit
 
 
 @dataclass
@@ -81,7 +82,7 @@ def _original_spec(repo: GitRepo, lab: Lab, request: RunRequest, commit: str, lo
     """The original request resolved again at its commit (None when it no longer resolves)."""
     try:
         with lab_at(repo, commit) as pinned:
-            return prepare_run(
+            return prepare(
                 local_lab(pinned) if local else pinned, request, commit=commit, dirty=False
             ).spec
     except UsageError:

@@ -1,7 +1,8 @@
 """Rendering run requests for review: one request, many, or the Markdown diff of a pull request.
 
 `tp render`, `tp export` and `tp eval` drive a `RenderContext`: one lab, one catalog, one commit, each
-experiment prepared once for every request that names it. Text goes to the `out` callable and notes to
+experiment prepared once for every request that names it, each request made by `runs.prepare` as
+`tp submit` and the bot make it, then shown (`shown`). Text goes to the `out` callable and notes to
 `note`, so the CLI decides where they are printed.
 """
 
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneplane.backends.slurm.commands import check_script
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
 from tuneplane.errors import UsageError
@@ -28,12 +28,11 @@ from tuneplane.lab.load import open_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
 from tuneplane.models.run import RunRequest
-from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.environment import job_env
-from tuneplane.plan.resolve import prepare_experiment, resolve_prepared
+from tuneplane.plan.resolve import prepare_experiment
 from tuneplane.render.diff import RenderedChange, diff_comment
-from tuneplane.render.manifests import render_documents, to_yaml
-from tuneplane.render.slurm import render_batch
+from tuneplane.render.manifests import to_yaml
+from tuneplane.runs.prepare import PreparedRun, prepare
 from tuneplane.runs.requests import TypedFlags, read_flags, request_from_flags, requester
 
 if TYPE_CHECKING:
@@ -159,22 +158,17 @@ class RenderContext:
     # rendering
 
     def render_request(self, request: RunRequest, *, warn: bool = True) -> Rendered:
-        """`warn`: say what `tp submit` would warn of (not for a pull request's base version, which
-        no longer runs)."""
+        """The run as `prepare` makes it for the backend, shown. `warn`: say what `tp submit` would warn
+        of (not for a pull request's base version, which no longer runs)."""
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
-        warnings: list[str] = []
-        spec = resolve_prepared(self.lab, self.prepared[request.experiment], request, commit=self.commit,
-                                dirty=self.dirty, allow_dirty=True, warnings=warnings)
-        for warning in warnings if warn else []:  # what `tp submit` warns of, said here too
-            self.note(f"warning: {warning}")
-        plan = compile_plan(spec)
-        if spec.spec.resources.local:
-            return Rendered(spec, plan, local_documents(spec, plan), None)
-        if self.lab.config.cluster.backend == "slurm":
-            return slurm_rendered(spec, plan, self.lab)
-        text, docs = render_documents(spec, plan, self.lab.config)
-        return Rendered(spec, plan, docs, text)
+        run = prepare(self.lab, request, commit=self.commit, dirty=self.dirty, allow_dirty=True,
+                      prepared_experiment=self.prepared[request.experiment],
+                      warn=self._warning if warn else None)  # what `tp submit` warns of, said here too
+        return shown(run)
+
+    def _warning(self, text: str) -> None:
+        self.note(f"warning: {text}")
 
     def text(self, rendered: Rendered) -> str:
         """YAML: the rendered text itself (it is what was parsed back and validated); JSON: the documents."""
@@ -314,13 +308,18 @@ def _render_chunk(targets: list[str]) -> list[tuple[str, str]]:
     return _WORKER.render_each(targets)
 
 
-def slurm_rendered(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> Rendered:
-    """A Slurm run: the batch script as text; as JSON, the script and the launch document it fills in."""
-    batch = render_batch(spec, plan, lab.config)
-    check_script(batch.script)
-    doc = {"kind": "SlurmBatch", "job_name": batch.job_name, "comment": batch.comment, "script": batch.script,
-           "launch_document": batch.launch_document}
-    return Rendered(spec, plan, [doc], batch.script)
+SHOWN_BATCH = ("kind", "job_name", "comment", "script", "launch_document")  # of a Slurm run's batch, as JSON
+
+
+def shown(run: PreparedRun) -> Rendered:
+    """What `tp render` shows of a prepared run: the manifests' YAML (Kubernetes); the batch script, or
+    as JSON the script and the launch document it fills in (Slurm); the JobSpec and process (local)."""
+    spec, plan = run.spec, run.plan
+    if spec.spec.resources.local:
+        return Rendered(spec, plan, local_documents(spec, plan), None)
+    if run.manifests and run.manifests[0].get("kind") == "SlurmBatch":
+        return Rendered(spec, plan, [{k: run.manifests[0][k] for k in SHOWN_BATCH}], run.text)
+    return Rendered(spec, plan, run.manifests, run.text)
 
 
 def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:

@@ -1,0 +1,162 @@
+"""Prepare: resolve → compile → render a run request in memory, one way for every command and the bot.
+
+`tp render`, `tp submit`, `tp rerun`, `tp export`, `tp eval` and the bot's reconcile all call `prepare`,
+so every refusal happens before a file is written or a job exists, and what `tp render` shows is by
+construction what the backend is sent: the same manifests (Kubernetes), the same batch script
+(Slurm), the same JobSpec and process (a local run). `backend_request` packs a prepared run for the
+backend that will run it (the cluster manifests, or the local backend's `LocalRun`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuneplane.backends.base import SubmitRequest
+from tuneplane.backends.local.backend import local_manifest
+from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN
+from tuneplane.ingest import mint_token
+from tuneplane.lab.load import Lab
+from tuneplane.models.jobspec import JobSpec
+from tuneplane.models.run import RunRequest
+from tuneplane.plan.adapters import compile_plan
+from tuneplane.plan.environment import job_env
+from tuneplane.plan.launchplan import LaunchPlan
+from tuneplane.plan.resolve import resolve, resolve_prepared
+from tuneplane.render.manifests import jobspec_document, render_documents
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    request: RunRequest
+    spec: JobSpec
+    plan: LaunchPlan
+    manifests: list[dict[str, Any]]  # what the backend is sent: the cluster's objects, Slurm's batch; none locally
+    text: str | None = None  # what was rendered and parsed back: the manifests' YAML, the batch script
+    warnings: tuple[str, ...] = ()  # admitted, but worth saying (a `--set` key no plugin declares)
+
+
+def prepare(
+    lab: Lab,
+    request: RunRequest,
+    *,
+    commit: str,
+    dirty: bool,
+    allow_dirty: bool = False,
+    prepared_experiment: Any = None,
+    env: dict[str, str] | None = None,
+    warn: Echo | None = None,
+) -> PreparedRun:
+    """Resolve → compile → render, in memory; raises UsageError with the first refusal.
+
+    `prepared_experiment` (from `plan.resolve.prepare_experiment`) is reused by callers that prepare
+    many requests of one experiment; `warn` hears each warning as soon as resolving finds it, before
+    the render (which may still refuse the run)."""
+    warnings: list[str] = []
+    if prepared_experiment is not None:
+        spec = resolve_prepared(
+            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            warnings=warnings,
+        )
+    else:
+        spec = resolve(
+            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            warnings=warnings,
+        )
+    if warn is not None:
+        for warning in warnings:
+            warn(warning)
+    plan = compile_plan(spec)
+    # A local run has no manifests (render refuses it); a cluster run is rendered and checked now.
+    if spec.spec.resources.local:
+        return PreparedRun(request, spec, plan, [], None, tuple(warnings))
+    if lab.config.cluster.backend == "slurm":
+        batch = slurm_batch(spec, plan, lab)
+        return PreparedRun(request, spec, plan, [batch], str(batch["script"]), tuple(warnings))
+    text, manifests = render_documents(spec, plan, lab.config)
+    return PreparedRun(request, spec, plan, manifests, text, tuple(warnings))
+
+
+def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
+    """The Slurm backend's one "manifest": the batch script and what staging the run needs."""
+    # lazy: only Slurm labs render batch scripts
+    from tuneplane.backends.slurm.commands import check_script
+    from tuneplane.plan.names import jobspec_digest
+    from tuneplane.render.slurm import render_batch
+
+    batch = render_batch(spec, plan, lab.config)
+    check_script(batch.script)
+    paths = spec.spec.paths
+    return {
+        "kind": "SlurmBatch",
+        "job_name": batch.job_name,
+        "comment": batch.comment,
+        "script": batch.script,
+        "launch_document": batch.launch_document,
+        "sources": batch.sources,
+        "run_dir": paths.run_dir,
+        "work_dir": paths.work_dir,
+        "out_dir": paths.out_dir,
+        "commit": spec.provenance.commit,
+        "jobspec_digest": jobspec_digest(spec),
+        "plugins": [p.name for p in spec.spec.plugins],
+        "artifacts": [{"kind": a.kind, "pattern": a.pattern, "format": a.format} for a in plan.artifacts],
+    }
+
+
+def backend_request(
+    lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None
+) -> SubmitRequest:
+    """What the backend gets: a `LocalRun` for local specs, the rendered manifests for the cluster."""
+    spec = run.spec
+    if spec.spec.resources.local:
+
+        manifest = local_manifest(
+            spec, run.plan, jobspec_document(spec, run.plan), lab_root, job_env(spec, run.plan.env)
+        )
+        return SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=spec.metadata.experiment,
+            namespace="",
+            object_name=spec.metadata.name,
+            manifests=[manifest],
+        )
+    secret_data: dict[str, str] = {}
+    secret = _ingest_secret(os.environ if env is None else env)
+    if secret and JOB_TOKEN in run.plan.secret_env:
+
+        secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id)
+    if lab.config.cluster.backend == "slurm":
+        token = secret_data.get(run.plan.secret_env.get(JOB_TOKEN, ""), "")
+        manifests = [dict(m, lab_root=str(lab_root)) for m in run.manifests]
+        return SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=spec.metadata.experiment,
+            namespace="",
+            object_name=spec.metadata.name,
+            manifests=manifests,
+            secret_data={"job-token": token} if token and lab.config.cluster.ingest.endpoint else {},
+        )
+    copies = {}
+    hf_secret = lab.config.cluster.hf_token_secret
+    if hf_secret and HF_TOKEN in run.plan.secret_env:
+        copies[run.plan.secret_env[HF_TOKEN]] = (hf_secret, "token")
+    return SubmitRequest(
+        run_id=spec.metadata.run_id,
+        experiment=spec.metadata.experiment,
+        namespace=lab.config.cluster.namespace,
+        object_name=spec.metadata.name,
+        manifests=run.manifests,
+        secret_data=secret_data,
+        secret_copies=copies,
+    )
+
+
+def _ingest_secret(env: Any) -> bytes:
+    value = str(env.get(INGEST_SECRET_ENV, "")).strip()
+    return value.encode() if value else b""
