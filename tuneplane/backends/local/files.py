@@ -134,7 +134,10 @@ def heartbeat_interval(env: Any = None) -> float:
 
 
 def beat(run_dir: Path, attempt: int) -> None:
-    """One heartbeat: who supervises the run, on which machine, and when it last said so."""
+    """One heartbeat: who supervises the run, on which machine, and when it last said so. Only into the
+    run directory as it is: one out of sight for a while (a mount gone) is not made again here."""
+    if not run_dir.is_dir():
+        return
     write_json(run_dir / HEARTBEAT, {**this_machine(), "pid": os.getpid(), "attempt": attempt, "at": utc_now()})
 
 
