@@ -132,6 +132,14 @@ def test_each_end_has_its_reason_from_the_one_vocabulary(
     assert attempt.signal == sig
 
 
+def test_an_attempt_counts_the_gpus_it_held(exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNEPLANE_LOCAL_GPUS", "0,1,2")
+
+    _, obs = LocalBackend(storage).run(job(exp, 'echo "visible=$CUDA_VISIBLE_DEVICES"\n', gpus=2))
+
+    assert [(a.reason, a.gpus) for a in obs.attempts] == [("Completed", 2)]
+
+
 def test_a_cancelled_attempt_says_cancelled(exp: Path, storage: Path) -> None:
     backend = LocalBackend(storage)
     ref = backend.submit(job(exp, "echo started\nsleep 300\n"))
