@@ -45,19 +45,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import (
-    AttemptReport,
     BackendError,
     BackendRef,
     NotReachable,
     Observation,
     SubmitRequest,
 )
-from tuneplane.backends.local.attempts import attempt_reports, record_cancel
+from tuneplane.backends.local.attempts import record_cancel
 from tuneplane.backends.local.files import (
     API_VERSION,
     CANCEL,
@@ -67,7 +65,6 @@ from tuneplane.backends.local.files import (
     LAUNCH,
     MARKER,
     REF_KIND,
-    START_GRACE,
     SUBMIT_LOCK,
     attempt_of,
     elsewhere,
@@ -82,16 +79,13 @@ from tuneplane.backends.local.files import (
     this_machine,
     update_state,
 )
+from tuneplane.backends.local.observe import observe_run_dir
 from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
 from tuneplane.constants import (
     CANCELLED,
-    FAILED,
     PENDING,
     TERMINAL,
-    UNKNOWN,
-    epoch_of,
-    observed_phase,
     utc_now,
 )
 from tuneplane.errors import TunePlaneError
@@ -284,39 +278,7 @@ class LocalBackend:
 
     # ---- observe ----
     def observe(self, ref: BackendRef) -> Observation:
-        run_dir = self.run_dir(ref)
-        state = read_state(run_dir)
-        if state is None:
-            if not _storage_here(run_dir):  # another machine's disk: nothing here says how it went
-                return Observation(UNKNOWN, reason="NotReachable",
-                                   message=f"the run directory {run_dir} is not on this machine")
-            return Observation(
-                FAILED,
-                reason="Lost",
-                message=f"the run directory {run_dir} has no state (deleted, or another storage root?)",
-            )
-        if ref.uid and state.get("uid") and state["uid"] != ref.uid:
-            return Observation(
-                FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run"
-            )
-        heartbeat = (read_heartbeat(run_dir) or {}).get("at")
-        phase = str(state.get("phase", PENDING))
-        if phase not in TERMINAL and not supervisor_alive(run_dir):
-            host = elsewhere(state)
-            if host:  # its lock means nothing here: only its heartbeat tells whether it lives
-                return _out_of_reach(run_dir, state, host, heartbeat)
-            lost = _lost(run_dir, state)
-            if lost is not None:
-                return _with_attempts(lost, run_dir, state, heartbeat)
-        found = Observation(
-            observed_phase(phase),
-            reason=str(state.get("reason", "")),
-            message=str(state.get("message", "")),
-            started_at=state.get("started_at"),
-            finished_at=state.get("finished_at"),
-            exit_code=state.get("exit_code"),
-        )
-        return _with_attempts(found, run_dir, state, heartbeat)
+        return observe_run_dir(self.run_dir(ref), ref.uid)
 
     def heartbeat(self, ref: BackendRef) -> dict[str, Any] | None:
         """The supervisor's last heartbeat (`host`, `machine`, `pid`, `attempt`, `at`), None if none is
@@ -406,58 +368,11 @@ def _local_spec(request: SubmitRequest) -> dict[str, Any]:
     )
 
 
-def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
-    """A non-terminal run of this machine nobody supervises: still starting, or lost with its supervisor."""
-    if not state.get("supervisor_started"):
-        submitted = epoch_of(state.get("attempt_submitted_at") or state.get("submitted_at"))
-        if submitted is None or time.time() - submitted < START_GRACE:
-            return None
-        return Observation(
-            FAILED,
-            reason="Lost",
-            finished_at=utc_now(),
-            message=f"the local supervisor never started; see {run_dir / 'supervisor.log'}",
-        )
-    return Observation(
-        FAILED,
-        reason="Lost",
-        started_at=state.get("started_at"),
-        finished_at=utc_now(),
-        message="the local supervisor stopped without recording how the run ended "
-        f"(machine restarted or process killed); see {run_dir / log_name(attempt_of(state))}",
-    )
-
-
-def _out_of_reach(run_dir: Path, state: dict[str, Any], host: str, heartbeat: str | None) -> Observation:
-    """Another machine's run: its phase as last written, never an end this machine cannot witness."""
-    age = epoch_of(heartbeat)
-    seen = (f"its last heartbeat was {time.time() - age:.0f} s ago ({heartbeat})" if age is not None
-            else "no heartbeat of it is here")
-    found = Observation(
-        UNKNOWN,
-        reason="NotReachable",
-        message=f"supervised on {host}, not this machine: {seen}; "
-        f"it was {state.get('phase', PENDING)} when {run_dir / 'state.json'} was last written",
-        started_at=state.get("started_at"),
-    )
-    return _with_attempts(found, run_dir, state, heartbeat)
-
-
-def _with_attempts(found: Observation, run_dir: Path, state: dict[str, Any], heartbeat: Any) -> Observation:
-    reports: tuple[AttemptReport, ...] = attempt_reports(run_dir, state, found)
-    return replace(found, attempts=reports, heartbeat_at=heartbeat if isinstance(heartbeat, str) else None)
-
-
 def _let_go(run_dir: Path) -> None:
     """Wait, a bounded time, for a supervisor that recorded its run's end to release the run."""
     deadline = time.monotonic() + END_GRACE
     while supervisor_alive(run_dir) and time.monotonic() < deadline:
         time.sleep(LOG_POLL)
-
-
-def _storage_here(run_dir: Path) -> bool:
-    """Whether the folders the run directory lives in exist here (else: another machine's storage)."""
-    return any(p.exists() for p in (run_dir, run_dir.parent, run_dir.parent.parent))
 
 
 def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
