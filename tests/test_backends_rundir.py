@@ -13,7 +13,7 @@ import pytest
 
 from tuneplane.backends.base import BackendRef
 from tuneplane.backends.local import LOG, LocalBackend
-from tuneplane.backends.rundir import collect_artifacts, follow_log, locked
+from tuneplane.backends.rundir import collect_artifacts, follow_log, last_exception, locked, read_tail
 from tuneplane.backends.slurm.logs import log_path, read_log
 
 
@@ -94,3 +94,64 @@ def test_follow_waits_for_a_log_and_ends_with_the_run(tmp_path: Path) -> None:
 
     assert list(follow_log(log, None, True, finished, poll=0.01)) == []
     assert len(calls) == 4
+
+
+ACCELERATE = """\
+step 1
+Traceback (most recent call last):
+  File "/work/train.py", line 3, in <module>
+    open("data.jsonl")
+FileNotFoundError: [Errno 2] No such file or directory: 'data.jsonl'
+Traceback (most recent call last):
+  File "/venv/bin/accelerate", line 8, in <module>
+    sys.exit(main())
+    ^^^^^^^^^^^^^^^^
+subprocess.CalledProcessError: Command '['/venv/bin/python', '-m', 'train']' returned non-zero exit status 1.
+"""
+TORCHRUN = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/train.py", line 9, in <module>
+[rank0]:     loss.backward()
+[rank0]: RuntimeError: CUDA error: out of memory
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED
+"""
+CHAINED = """\
+Traceback (most recent call last):
+  File "t.py", line 2, in <module>
+KeyError: 'lr'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "t.py", line 4, in <module>
+ValueError: the config has no learning rate
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (ACCELERATE, "FileNotFoundError: [Errno 2] No such file or directory: 'data.jsonl'"),
+        (TORCHRUN, "RuntimeError: CUDA error: out of memory"),
+        (CHAINED, "ValueError: the config has no learning rate"),
+        (ACCELERATE.split("Traceback", 2)[0] + "Traceback" + ACCELERATE.split("Traceback", 2)[2],
+         "subprocess.CalledProcessError: Command '['/venv/bin/python', '-m', 'train']' returned non-zero exit "
+         "status 1."),
+        ("step 1\nstep 2\nkilled\n", ""),
+    ],
+    ids=["accelerate", "torchrun-ranks", "chained", "only-the-wrapper", "no-traceback"],
+)
+def test_the_last_exception_is_the_trainers_not_its_launchers(log: str, expected: str) -> None:
+    assert last_exception(log.splitlines()) == expected
+
+
+def test_a_long_log_is_read_from_its_tail(tmp_path: Path) -> None:
+    path = tmp_path / "run.log"
+    path.write_text("x" * 5000 + "\n" + "\n".join(f"line {i}" for i in range(1000)) + "\n")
+
+    lines = read_tail(path, limit=200)
+
+    assert lines[-1] == "line 999" and all(line.startswith("line ") for line in lines)
+    assert read_tail(tmp_path / "missing.log") == []

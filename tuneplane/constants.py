@@ -81,6 +81,7 @@ AttemptReason = Literal[
     "GpuOveruse",  # the GPU watchdog stopped it for using more GPUs than granted
 ]
 ATTEMPT_REASONS: tuple[str, ...] = typing.get_args(AttemptReason)
+STOPPED_ON_REQUEST: AttemptReason = "Cancelled"  # the attempt reason that is also the phase it ends in
 # The reasons a run is retried for by default: none of them is the trainer's own fault.
 DEFAULT_RETRY_ON: tuple[AttemptReason, ...] = ("Preempted", "Evicted", "NodeFailure")
 ATTEMPT_ENV = "TUNEPLANE_ATTEMPT"  # the attempt's number, 1 for the first

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tuneplane.constants import AttemptReason, ObservedPhase
+from tuneplane.constants import EXIT_PROBLEMS, AttemptReason, ObservedPhase
+from tuneplane.errors import TunePlaneError
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class SubmitRequest:
     # per-run Secret key → (Secret in the job's namespace, its key): copied by the backend at submit,
     # so a long-lived credential (the lab's HF token) never passes through the bot or git
     secret_copies: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # 1 for the first attempt; the bot's retry of a run whose newest attempt ended asks for the next one,
+    # and the engine starts it under the same object (run dir, out dir: checkpoints stay where they were)
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,21 @@ class Observation:
     # Every attempt the engine can account for, oldest first; empty from a backend that cannot tell
     # attempts apart (the phase then stands for the only one).
     attempts: tuple[AttemptReport, ...] = ()
+    # The last sign of life the engine can see from whoever runs the newest attempt (ISO-8601 UTC), for
+    # an engine that keeps one (the local supervisor's heartbeat); None when it keeps none.
+    heartbeat_at: str | None = None
 
 
 class BackendError(Exception):
     """The backend could not do what was asked; the message is for a person."""
+
+
+class NotReachable(BackendError, TunePlaneError):
+    """The run is not within this machine's reach (its run directory, or the machine that supervises it,
+    is elsewhere): nothing was done to it beyond what the message says, and the message says where to act.
+    Also a `TunePlaneError`, so a command that meets it says it and exits 1, never as a bug."""
+
+    exit_code = EXIT_PROBLEMS
 
 
 class SubmitRefused(BackendError):

@@ -1,8 +1,9 @@
 """What the engines that keep a run in a directory share (local, and Slurm on its shared filesystem).
 
 The artifact scan (the recipe's globs over the out dir, each match realpath-checked to stay inside it,
-CONTRACT §10), an exclusive lock on a file for the length of a block, and reading a run's log, with
-`--tail` and `--follow`. The engines may not import each other, so this is their one copy.
+CONTRACT §10), an exclusive lock on a file for the length of a block, reading a run's log, with
+`--tail` and `--follow`, and finding the trainer's own last exception in it. The engines may not import
+each other, so this is their one copy.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from typing import Any
 STEP = re.compile(r"(?:step|checkpoint|ckpt|epoch|iter)[-_]?(\d+)", re.IGNORECASE)
 ARTIFACTS_FILE = "artifacts.json"  # what the local supervisor writes into the out dir; never an artifact
 FOLLOW_LIMIT = 7 * 24 * 3600.0  # seconds: a follow ends at the latest after a week
+TAIL_BYTES = 1024 * 1024  # of a log read for its last exception: a traceback is near the end
+# Exceptions that only say a child process failed: a launcher's (accelerate's CalledProcessError,
+# torchrun's ChildFailedError), never the trainer's own reason when the trainer's traceback is there too.
+WRAPPERS = ("CalledProcessError", "ChildFailedError", "SystemExit", "KeyboardInterrupt")
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d*\]:\s?")  # torch.distributed prefixes each rank's lines
 
 
 # ── artifacts ────────────────────────────────────────────────────────────────────────────────────
@@ -115,3 +121,45 @@ def follow_log(path: Path, tail: int | None, follow: bool, finished: Callable[[]
                 yield from (partial + rest).splitlines()
                 return
             time.sleep(poll)
+
+
+# ── the trainer's last exception ─────────────────────────────────────────────────────────────────
+
+
+def read_tail(path: Path, limit: int = TAIL_BYTES) -> list[str]:
+    """The lines of the last `limit` bytes of `path` (none when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            data = handle.read(limit)
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[1:] if size > limit else lines  # the first line may be cut
+
+
+def last_exception(lines: Iterable[str]) -> str:
+    """The last exception line of the last Python traceback in `lines` that is not a wrapper's.
+
+    A trainer started by a launcher dies twice in its log: its own traceback (`FileNotFoundError: …`),
+    then the launcher's (`subprocess.CalledProcessError: Command '[…]' returned non-zero exit status
+    1`). A person can act on the first; the wrapper's is taken only when nothing else is there.
+    """
+    found: list[str] = []
+    in_trace = False
+    for raw in lines:
+        line = RANK_PREFIX.sub("", raw.rstrip())
+        if line.startswith("Traceback (most recent call last)"):
+            in_trace = True
+        elif in_trace and line and not line[0].isspace():
+            found.append(line)
+            in_trace = False
+    own = [line for line in found if not _is_wrapper(line)]
+    return (own or found or [""])[-1]
+
+
+def _is_wrapper(line: str) -> bool:
+    name = line.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    return name in WRAPPERS

@@ -1,6 +1,7 @@
 """The local backend: a run as a supervised process group on this machine, same contract as a cluster.
 
 `backend` is the Backend (submit, observe, logs, cancel); `supervisor` runs one job to its end;
+`observe` reads what a run directory says of its run from this machine's view, `attempts` each attempt;
 `files` holds the run directory's names, state file and locks; `gpus` shares this machine's GPUs
 between runs; `artifacts` writes what a run left in its out dir (the scan, `collect_artifacts`, is
 `backends.rundir`'s, shared with Slurm). `python -m tuneplane.backends.local

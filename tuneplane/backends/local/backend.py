@@ -5,9 +5,13 @@ A run lives in `<storage root>/runs/<user>/<experiment>/<run_id>/`:
     work/            the job package: `git archive` of the run's commit (never the working tree),
                      plus `.tuneplane/jobspec.json` for the launcher
     out/             TUNEPLANE_OUT_DIR; `out/artifacts.json` is written when the run ends
+    .tuneplane-local-run  the marker, written first: nothing is written into a folder without it
     launch.json      what to start (argv, env without secrets, timeout, GPUs, artifact globs)
-    state.json       what happened (phase, pids, times, exit code, message): `observe` reads only this
-    run.log          the launch line, then everything the job printed
+    state.json       what happened (phase, pids, times, exit code, message, the current attempt and
+                     every ended one): `observe` reads this and the launcher's attempt records
+    run.log          the launch line, then everything the job printed (`run.<N>.log` for attempt N > 1)
+    attempts/        the launcher's record of each attempt (`<attempt>-<node rank>.json`), when it writes one
+    heartbeat        rewritten by the supervisor while it lives: which machine, and when it last said so
     metrics.sqlite   the run's ingest store (the receiver lives as long as the run)
     cancel           present once somebody asked the run to stop
 
@@ -19,6 +23,15 @@ it detached, so the bot may exit (or be killed) while the job goes on.
 
 Submitting is idempotent: the run directory is the object, claimed under a file lock; a second submit
 of the same run adopts it, and a second supervisor for the same run exits without starting anything.
+A submit of the next attempt (`SubmitRequest.attempt`, the bot's retry) of a run whose newest attempt
+ended starts that attempt in the same run directory and out dir, so its checkpoints are found; two
+submits of one attempt adopt one supervisor, as for the first.
+
+Whose run it is: the supervisor's file lock is authoritative on the machine that holds it only. A run
+supervised by another machine (shared storage, or a CI runner's disk) is never declared ended from here:
+`observe` says `Unknown` (reason `NotReachable`) with the last heartbeat it can see, and whoever can
+see that machine's heartbeat decides when it is lost. A run of this machine whose supervisor is gone is
+`Failed` with reason `Lost`: that is the newest attempt's own evidence.
 """
 
 from __future__ import annotations
@@ -35,7 +48,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import (
+    BackendError,
+    BackendRef,
+    NotReachable,
+    Observation,
+    SubmitRequest,
+)
+from tuneplane.backends.local.attempts import record_cancel
 from tuneplane.backends.local.files import (
     API_VERSION,
     CANCEL,
@@ -43,24 +63,37 @@ from tuneplane.backends.local.files import (
     JOBSPEC_PATH,
     KIND,
     LAUNCH,
-    LOG,
+    MARKER,
     REF_KIND,
-    START_GRACE,
     SUBMIT_LOCK,
+    attempt_of,
+    elsewhere,
+    leads_out,
+    log_name,
+    not_ours,
+    read_heartbeat,
     read_state,
     scrubbed_env,
     signal_group,
     supervisor_alive,
+    this_machine,
     update_state,
 )
+from tuneplane.backends.local.observe import observe_run_dir
 from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
-from tuneplane.constants import CANCELLED, FAILED, PENDING, TERMINAL, epoch_of, observed_phase, utc_now
+from tuneplane.constants import (
+    CANCELLED,
+    PENDING,
+    TERMINAL,
+    utc_now,
+)
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 
 LOG_POLL = 0.2  # seconds between looks at a followed log
+END_GRACE = 30.0  # seconds a supervisor may take, after recording the end, to let go of its run
 
 # ── what the pipeline hands to this backend ──────────────────────────────────────────────────────
 
@@ -129,36 +162,91 @@ class LocalBackend:
         return ref, self.observe(ref)
 
     def prepare(self, request: SubmitRequest) -> tuple[Path, BackendRef]:
+        """Claim the run directory for `request.attempt`: make it (attempt 1), start the next attempt of
+        a run whose newest one ended, or adopt the attempt already there."""
         spec = _local_spec(request)
         run_dir = Path(spec["run_dir"])
-        run_dir.mkdir(parents=True, exist_ok=True)
+        self._claim(run_dir, spec["run_id"])
         with locked(run_dir / SUBMIT_LOCK):
             state = read_state(run_dir)
             if state is None:
-                try:
-                    _materialise(run_dir, spec)
-                except (OSError, TunePlaneError) as exc:  # git archive failed, disk full, …
-                    raise BackendError(
-                        f"could not prepare the job package of run {spec['run_id']}: {exc}"
-                    ) from exc
-                update_state(
-                    run_dir,
-                    run_id=spec["run_id"],
-                    experiment=spec["experiment"],
-                    phase=PENDING,
-                    reason="Starting",
-                    message="waiting for the local supervisor",
-                    submitted_at=utc_now(),
-                    uid=secrets.token_hex(8),
-                    supervisor_started=False,
-                )
-                state = read_state(run_dir) or {}
+                self._first(run_dir, spec, request.attempt)
+            elif request.attempt > attempt_of(state):
+                self._next(run_dir, spec["run_id"], state, request.attempt)
+            state = read_state(run_dir) or {}
         return run_dir, BackendRef(
             backend=self.name,
             kind=REF_KIND,
             name=request.object_name,
             namespace=str(run_dir),
             uid=str(state.get("uid", "")),
+        )
+
+    def _claim(self, run_dir: Path, run_id: str) -> None:
+        """Make the run directory with its marker, or check that an existing one is ours."""
+        if leads_out(run_dir, self.root):
+            raise BackendError(f"run {run_id}: {run_dir} leads out of the storage root {self.root} through "
+                               "a symbolic link; the local backend writes only inside it")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if run_dir.is_dir() and not run_dir.is_symlink() and not any(run_dir.iterdir()):
+                (run_dir / MARKER).touch()  # new (ours, or a concurrent submit's before its marker)
+        except OSError as exc:
+            raise BackendError(f"could not make the run directory of run {run_id} ({run_dir}): {exc}") from exc
+        why = not_ours(run_dir, self.root)
+        if why:
+            raise BackendError(
+                f"run {run_id}: {run_dir} {why}; the local backend writes only into run directories it made"
+            )
+
+    def _first(self, run_dir: Path, spec: dict[str, Any], attempt: int) -> None:
+        try:
+            _materialise(run_dir, spec)
+        except (OSError, TunePlaneError) as exc:  # git archive failed, disk full, …
+            raise BackendError(f"could not prepare the job package of run {spec['run_id']}: {exc}") from exc
+        (run_dir / log_name(attempt)).touch()
+        now = utc_now()
+        update_state(
+            run_dir,
+            run_id=spec["run_id"],
+            experiment=spec["experiment"],
+            phase=PENDING,
+            reason="Starting",
+            message="waiting for the local supervisor",
+            submitted_at=now,
+            attempt=attempt,
+            attempt_submitted_at=now,
+            uid=secrets.token_hex(8),
+            supervisor_started=False,
+            **this_machine(),
+        )
+
+    def _next(self, run_dir: Path, run_id: str, state: dict[str, Any], attempt: int) -> None:
+        """Start attempt `attempt` in place: only once the newest attempt has ended and nobody supervises it."""
+        current = attempt_of(state)
+        if str(state.get("phase")) in TERMINAL:
+            _let_go(run_dir)  # the ended attempt's supervisor may still be closing its run (artifacts, owner)
+        if str(state.get("phase")) not in TERMINAL or supervisor_alive(run_dir):
+            raise BackendError(
+                f"run {run_id}: attempt {attempt} cannot start while attempt {current} has not ended "
+                f"(it is {state.get('phase')}); cancel it first, or wait for its end"
+            )
+        (run_dir / CANCEL).unlink(missing_ok=True)  # the earlier attempt's stop request is not this one's
+        (run_dir / log_name(attempt)).touch()  # the earlier attempts' logs stay as they are
+        update_state(
+            run_dir,
+            phase=PENDING,
+            reason="Starting",
+            message=f"attempt {attempt}: waiting for the local supervisor",
+            attempt=attempt,
+            attempt_submitted_at=utc_now(),
+            started_at=None,
+            finished_at=None,
+            exit_code=None,
+            pid=None,
+            pgid=None,
+            supervisor_started=False,
+            **this_machine(),
         )
 
     def _spawn(self, run_dir: Path) -> None:
@@ -190,31 +278,13 @@ class LocalBackend:
 
     # ---- observe ----
     def observe(self, ref: BackendRef) -> Observation:
+        return observe_run_dir(self.run_dir(ref), ref.uid)
+
+    def heartbeat(self, ref: BackendRef) -> dict[str, Any] | None:
+        """The supervisor's last heartbeat (`host`, `machine`, `pid`, `attempt`, `at`), None if none is
+        here. The bot publishes it from the machine that runs the job, for the machines that cannot see it."""
         run_dir = self.run_dir(ref)
-        state = read_state(run_dir)
-        if state is None:
-            return Observation(
-                FAILED,
-                reason="Lost",
-                message=f"the run directory {run_dir} has no state (deleted, or another storage root?)",
-            )
-        if ref.uid and state.get("uid") and state["uid"] != ref.uid:
-            return Observation(
-                FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run"
-            )
-        phase = str(state.get("phase", PENDING))
-        if phase not in TERMINAL and not supervisor_alive(run_dir):
-            lost = _lost(run_dir, state)
-            if lost is not None:
-                return lost
-        return Observation(
-            observed_phase(phase),
-            reason=str(state.get("reason", "")),
-            message=str(state.get("message", "")),
-            started_at=state.get("started_at"),
-            finished_at=state.get("finished_at"),
-            exit_code=state.get("exit_code"),
-        )
+        return read_heartbeat(run_dir) if not not_ours(run_dir, self.root) else None
 
     def metrics(self, ref: BackendRef) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
         """The run's ingest summary and each key's recent values (empty when nothing was reported)."""
@@ -240,17 +310,25 @@ class LocalBackend:
     # ---- logs ----
     def logs(self, ref: BackendRef, tail: int | None = None, follow: bool = False) -> Iterator[str]:
         run_dir = self.run_dir(ref)
-        path = run_dir / LOG
+        path = run_dir / log_name(attempt_of(read_state(run_dir) or {}))  # the newest attempt's
         if not path.exists():
             raise BackendError(f"run {ref.name} has no log yet ({path})")
         return follow_log(path, tail, follow, lambda: _ended(run_dir), poll=LOG_POLL)
 
     # ---- cancel ----
     def cancel(self, ref: BackendRef) -> None:
-        """Ask the supervisor to stop the run; kill the group ourselves when no supervisor is left."""
+        """Ask the supervisor to stop the run; kill the group ourselves when no supervisor is left.
+
+        Raises `NotReachable` for a run this machine cannot stop (its run directory is not here, is not
+        one this backend made, or its supervisor runs on another machine), saying what was done."""
         run_dir = self.run_dir(ref)
-        if not run_dir.exists():
-            return
+        why = not_ours(run_dir, self.root)
+        if why:
+            raise NotReachable(
+                f"run {ref.name}: its run directory {run_dir} {why}, so nothing was stopped and no file was "
+                "written; cancel it on the machine that runs it (`tp job cancel` there). If that machine is "
+                "gone, so is the run: the bot records it as lost once its heartbeat is stale"
+            )
         (run_dir / CANCEL).touch()
         state = read_state(run_dir) or {}
         if state.get("phase") in TERMINAL:
@@ -258,15 +336,25 @@ class LocalBackend:
         if supervisor_alive(run_dir):
             signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
             return
+        host = elsewhere(state)
+        if host:
+            beat = (read_heartbeat(run_dir) or {}).get("at") or "none seen"
+            raise NotReachable(
+                f"run {ref.name}: wrote its stop request {run_dir / CANCEL}, but its supervisor runs on {host} "
+                f"(last heartbeat: {beat}), where this machine can neither signal nor kill it; that "
+                f"supervisor stops the run when it sees the request, or run `tp job cancel` on {host}"
+            )
         with locked(run_dir / SUBMIT_LOCK):
             signal_group(state.get("pgid"), signal.SIGKILL)
+            message, now = "cancelled (no supervisor was running)", utc_now()
             update_state(
                 run_dir,
                 phase=CANCELLED,
                 reason="Cancelled",
-                finished_at=utc_now(),
-                message="cancelled (no supervisor was running)",
+                finished_at=now,
+                message=message,
                 supervisor_started=True,
+                attempts=record_cancel(state, message, now),
             )
 
 
@@ -280,28 +368,11 @@ def _local_spec(request: SubmitRequest) -> dict[str, Any]:
     )
 
 
-def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
-    """A non-terminal run nobody supervises: still starting, or lost with its supervisor."""
-    if not state.get("supervisor_started"):
-        submitted = epoch_of(state.get("submitted_at"))
-        if submitted is None or time.time() - submitted < START_GRACE:
-            return None
-        return Observation(
-            FAILED,
-            reason="Lost",
-            finished_at=utc_now(),
-            message=f"the local supervisor never started; see {run_dir / 'supervisor.log'}",
-        )
-    return Observation(
-        FAILED,
-        reason="Lost",
-        started_at=state.get("started_at"),
-        finished_at=utc_now(),
-        message="the local supervisor stopped without recording how the run ended "
-        f"(machine restarted or process killed); see {run_dir / LOG}",
-    )
-
-
+def _let_go(run_dir: Path) -> None:
+    """Wait, a bounded time, for a supervisor that recorded its run's end to release the run."""
+    deadline = time.monotonic() + END_GRACE
+    while supervisor_alive(run_dir) and time.monotonic() < deadline:
+        time.sleep(LOG_POLL)
 
 
 def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
@@ -326,7 +397,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
     )
     publish_dir(partial, work)
     Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
-    (run_dir / LOG).touch()  # `tp job logs -f` may start following before the job does
+    # `tp job logs -f` may start following before the job does: the caller touches the attempt's log
     launch = {
         k: spec[k]
         for k in (

@@ -6,10 +6,11 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 from pathlib import Path
 from typing import IO, Any
 
-from tuneplane.constants import ENV_PREFIX, STORAGE_ROOT_ENV
+from tuneplane.constants import ENV_PREFIX, STORAGE_ROOT_ENV, utc_now
 from tuneplane.lab.fs import write_json
 
 API_VERSION = "tuneplane.dev/local/v1"
@@ -18,12 +19,20 @@ REF_KIND = "Process"
 LAUNCH, STATE, LOG, CANCEL = "launch.json", "state.json", "run.log", "cancel"
 TERMINATION_LOG = "termination-log"  # the job's one-line status message, as a pod's /dev/termination-log
 SUPERVISOR_LOCK, SUBMIT_LOCK, DB = "supervisor.lock", ".submit.lock", "metrics.sqlite"
+# Written first into a run directory the local backend makes: nothing is ever written into a folder
+# without it (a cancel of a run dir someone else made, or one reached through a symlink, is refused).
+MARKER = ".tuneplane-local-run"
+HEARTBEAT = "heartbeat"  # rewritten by the supervisor every HEARTBEAT_ENV seconds while it lives
+HEARTBEAT_ENV = "TUNEPLANE_LOCAL_HEARTBEAT"  # seconds between heartbeats (default 10)
+DEFAULT_HEARTBEAT = 10.0
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
 ARTIFACTS_VERSION = "tuneplane/artifacts/v1"
 MESSAGE_LINES = 20  # log lines quoted in a failed run's message
 START_GRACE = 60.0  # seconds a spawned supervisor may take to show up before the run counts as lost
 KILL_GRACE_ENV = "TUNEPLANE_LOCAL_KILL_GRACE"  # seconds between SIGTERM and SIGKILL (default 10)
 GPUS_ENV = "TUNEPLANE_LOCAL_GPUS"  # this machine's GPU ids ("0,1,2,3") or a count ("4")
+_KEPT = (GPUS_ENV, KILL_GRACE_ENV, HEARTBEAT_ENV)  # the local backend's own settings reach its supervisor
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _SCRUB = (ENV_PREFIX, "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
 
 
@@ -58,11 +67,132 @@ def try_lock(path: Path) -> IO[str] | None:
 
 
 def supervisor_alive(run_dir: Path) -> bool:
-    lock = try_lock(run_dir / SUPERVISOR_LOCK)
-    if lock is None:
+    """Whether a supervisor on this machine holds the run's lock. Never creates the lock file: a run
+    directory that is gone, or that no supervisor ever started in, has no supervisor."""
+    try:
+        fd = os.open(run_dir / SUPERVISOR_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    lock.close()
+    finally:
+        os.close(fd)  # closing drops the lock if we took it
     return False
+
+
+def log_name(attempt: int) -> str:
+    """The log of one attempt: `run.log` for the first (what every earlier run has), `run.<N>.log` after."""
+    return LOG if attempt <= 1 else f"run.{attempt}.log"
+
+
+def attempt_of(state: dict[str, Any]) -> int:
+    value = state.get("attempt")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+# ── which machine ────────────────────────────────────────────────────────────────────────────────
+
+
+def this_machine() -> dict[str, str]:
+    """This kernel's identity: a file lock and a process id mean something only on the kernel that holds
+    them. The boot id changes on a restart and differs between machines; the host name is for people."""
+    try:
+        boot = BOOT_ID.read_text(encoding="ascii").strip()
+    except OSError:  # not Linux: the host name has to do
+        boot = ""
+    host = socket.gethostname()
+    return {"host": host, "machine": boot or f"host:{host}"}
+
+
+def elsewhere(state: dict[str, Any]) -> str:
+    """The host name of the machine that supervises (or submitted) the run, when it is not this one
+    running now; "" when it is this machine or the state does not say (runs of an earlier tp)."""
+    machine = state.get("machine")
+    if not isinstance(machine, str) or not machine:
+        return ""
+    here = this_machine()
+    if machine == here["machine"]:
+        return ""
+    host = str(state.get("host") or "")
+    if host == here["host"] and not machine.startswith("host:"):
+        return ""  # this machine, restarted since: its runs' supervisors are certainly gone
+    return host or "another machine"
+
+
+# ── heartbeat ────────────────────────────────────────────────────────────────────────────────────
+
+
+def heartbeat_interval(env: Any = None) -> float:
+    text = str((os.environ if env is None else env).get(HEARTBEAT_ENV, "")).strip()
+    try:
+        value = float(text) if text else DEFAULT_HEARTBEAT
+    except ValueError:
+        return DEFAULT_HEARTBEAT
+    return value if value > 0 else DEFAULT_HEARTBEAT
+
+
+def beat(run_dir: Path, attempt: int) -> None:
+    """One heartbeat: who supervises the run, on which machine, and when it last said so. Only into the
+    run directory as it is: one out of sight for a while (a mount gone) is not made again here."""
+    if not run_dir.is_dir():
+        return
+    write_json(run_dir / HEARTBEAT, {**this_machine(), "pid": os.getpid(), "attempt": attempt, "at": utc_now()})
+
+
+def read_heartbeat(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / HEARTBEAT
+    if path.is_symlink():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")[:4096])
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("at"), str) else None
+
+
+# ── whose folder ─────────────────────────────────────────────────────────────────────────────────
+
+
+def not_ours(run_dir: Path, root: Path) -> str:
+    """Why `run_dir` is not a run directory this backend made ("" when it is): gone, a symlink, reached
+    through a symlink out of the storage root, or without the marker the backend writes first."""
+    if run_dir.is_symlink():
+        return "is a symbolic link"
+    if not run_dir.is_dir():
+        return "does not exist on this machine"
+    if leads_out(run_dir, root):
+        return "leads out of the storage root through a symbolic link"
+    marker = run_dir / MARKER
+    if marker.is_file() and not marker.is_symlink():
+        return ""
+    if _legacy(run_dir):
+        return ""
+    return f"has no {MARKER} marker: the local backend did not make it"
+
+
+def leads_out(run_dir: Path, root: Path) -> bool:
+    """Whether `run_dir`, inside the storage root by name, really lies outside it (a symlink on the way);
+    its nearest existing folder is what counts. A run dir of another storage root is not judged here."""
+    if not _under(run_dir, root):
+        return False
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return not _under(Path(os.path.realpath(existing)), Path(os.path.realpath(root)))
+
+
+def _legacy(run_dir: Path) -> bool:
+    """A run directory of a tp from before the marker: its launch file and its state with a uid."""
+    files = (run_dir / LAUNCH, run_dir / STATE)
+    if any(f.is_symlink() or not f.is_file() for f in files):
+        return False
+    return bool((read_state(run_dir) or {}).get("uid"))
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
 
 
 
@@ -76,7 +206,7 @@ def scrubbed_env(base: Any, keep_storage: bool = False) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(_SCRUB)}
     if keep_storage and STORAGE_ROOT_ENV in base:
         env[STORAGE_ROOT_ENV] = base[STORAGE_ROOT_ENV]
-    for key in (GPUS_ENV, KILL_GRACE_ENV):
+    for key in _KEPT:
         if key in base:
             env[key] = base[key]
     return env

@@ -4,11 +4,19 @@
 the foreground. It holds `supervisor.lock` for its whole life (and, with `on_end`, until the caller has
 recorded the outcome), allots GPUs, starts a per-run ingest receiver with a token kept in memory, runs
 the launcher in its own process group (so timeout and cancel stop the whole group), and writes the
-final state.
+final state. While it lives it rewrites `heartbeat` every `TUNEPLANE_LOCAL_HEARTBEAT` seconds (default
+10), so a machine that cannot take its lock (another one, on shared storage) can still tell how long ago
+it was last alive.
+
+A run has attempts: `state.json` says which one is current (`attempt`, 1 for the first), the supervisor
+runs that one only (its log is `run.log` for the first, `run.<N>.log` after), and when it ends appends
+what became of it to `attempts` (reason from the one vocabulary, exit code, signal, the trainer's own last
+exception line, the log's tail, GPUs held).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -27,21 +35,28 @@ from tuneplane.backends.local.files import (
     CANCEL,
     DB,
     GPUS_ENV,
+    HEARTBEAT_ENV,
     KILL_GRACE_ENV,
     LAUNCH,
-    LOG,
     MESSAGE_LINES,
     SUPERVISOR_LOCK,
     TERMINATION_LOG,
+    attempt_of,
+    beat,
+    heartbeat_interval,
+    log_name,
     read_state,
     scrubbed_env,
     signal_group,
+    this_machine,
     try_lock,
     update_state,
 )
 from tuneplane.backends.local.gpus import GpuLease, Unschedulable, allot
+from tuneplane.backends.rundir import last_exception, read_tail
 from tuneplane.collector import collect_after
 from tuneplane.constants import (
+    ATTEMPT_ENV,
     CANCELLED,
     CONFIG_ERROR_EXIT,
     FAILED,
@@ -51,10 +66,13 @@ from tuneplane.constants import (
     JOB_TOKEN,
     PENDING,
     RUNNING,
+    STOPPED_ON_REQUEST,
     SUCCEEDED,
     TERMINATION_LOG_ENV,
     utc_now,
 )
+
+SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
 
 # ── the supervisor ───────────────────────────────────────────────────────────────────────────────
 
@@ -81,10 +99,14 @@ def supervise(
         return read_state(run_dir) or {}
     try:
         state = read_state(run_dir) or {}
-        if state.get("supervisor_started"):
+        if state.get("supervisor_started"):  # this attempt has (had) its supervisor; a new one resets it
             return state
-        update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid())
-        state = _Supervisor(run_dir, echo).run()
+        update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid(), **this_machine())
+        stop_beating = _heartbeat(run_dir, attempt_of(state))
+        try:
+            state = _Supervisor(run_dir, echo).run()
+        finally:
+            stop_beating()
         if on_end is not None:
             on_end(state)
         return state
@@ -92,11 +114,41 @@ def supervise(
         lock.close()
 
 
+def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
+    """Beat now and every interval until stopped; the last beat stays as the supervisor's last word."""
+    stop = threading.Event()
+    interval = heartbeat_interval()
+
+    def loop() -> None:
+        while True:
+            try:
+                beat(run_dir, attempt)
+            except OSError:  # a full disk must not end the run; the next beat tries again
+                pass
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=loop, name="tuneplane-heartbeat", daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=5)
+        with contextlib.suppress(OSError):
+            beat(run_dir, attempt)  # when it stopped: the run's end is recorded by now
+
+    return halt
+
+
 class _Supervisor:
     def __init__(self, run_dir: Path, echo: Callable[[str], None] | None) -> None:
         self.run_dir = run_dir
         self.echo = echo
         self.launch = json.loads((run_dir / LAUNCH).read_text(encoding="utf-8"))
+        self.attempt = attempt_of(read_state(run_dir) or {})
+        self.log_path = run_dir / log_name(self.attempt)
+        self.gpus = 0
+        self.started_at: str | None = None
         self.tail: deque[str] = deque(maxlen=MESSAGE_LINES)
         self.secrets: list[str] = []
         self.stop_requested = False
@@ -119,10 +171,11 @@ class _Supervisor:
                 self._waiting,
             )
         except Unschedulable as exc:
-            return self._finish(FAILED, "Unschedulable", str(exc), None)
+            return self._finish(FAILED, "Unschedulable", str(exc), None, ended="Unschedulable")
         if lease is None:
             return self._finish(CANCELLED, reason="Cancelled", message="cancelled while waiting for GPUs",
-                                exit_code=None)
+                                exit_code=None, ended=STOPPED_ON_REQUEST)
+        self.gpus = len(lease.ids)
         try:
             return self._run_with(lease)
         finally:
@@ -133,7 +186,7 @@ class _Supervisor:
         env = self._child_env(env, lease.ids)
         stops = [stop_ingest, *(start(self.run_dir, dict(env)) for start in SIDECARS)]
         try:
-            self.log = open(self.run_dir / LOG, "a", encoding="utf-8", errors="replace")
+            self.log = open(self.log_path, "a", encoding="utf-8", errors="replace")
             self._line(self._launch_line(lease.ids))
             code = self._execute(env)
             # Native metric files and whatever the SDK's finish() left in the out dir reach the
@@ -179,6 +232,8 @@ class _Supervisor:
         if "PYTHONPATH" in contract and inherited:  # shared code first, then what this machine had
             env["PYTHONPATH"] = os.pathsep.join([contract["PYTHONPATH"], inherited])
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # empty: no GPU is visible to a 0-GPU run
+        env[ATTEMPT_ENV] = str(self.attempt)  # the launcher's attempt records and resume point go by it
+        env.pop(HEARTBEAT_ENV, None)
         # The job's `python` is the interpreter tp runs under, so `import tuneplane` works as it does here.
         env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])
         env.setdefault("PYTHONUNBUFFERED", "1")  # log lines arrive as they are printed
@@ -190,8 +245,9 @@ class _Supervisor:
         shown = shlex.join(self.launch.get("plan_argv") or self.launch["argv"])
         timeout = self.launch.get("timeout")
         limits = f"GPUs {','.join(gpus) or 'none'}" + (f", timeout {timeout}s" if timeout else "")
+        which = f" attempt {self.attempt}" if self.attempt > 1 else ""
         return (
-            f"[tuneplane] {utc_now()} run {self.launch['run_id']}: launching `{shown}` "
+            f"[tuneplane] {utc_now()} run {self.launch['run_id']}{which}: launching `{shown}` "
             f"through tuneplane.launcher in {self.launch['work_dir']} ({limits})"
         )
 
@@ -209,6 +265,7 @@ class _Supervisor:
         except OSError as exc:
             self._line(f"[tuneplane] cannot start the launcher: {exc}")
             return 127
+        self.started_at = utc_now(millis=True)  # a run of seconds shows its duration as `12.3s`
         update_state(
             self.run_dir,
             phase=RUNNING,
@@ -216,7 +273,7 @@ class _Supervisor:
             message="",
             pid=child.pid,
             pgid=child.pid,
-            started_at=utc_now(millis=True),  # a run of seconds shows its duration as `12.3s`
+            started_at=self.started_at,
         )
         pump = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
         pump.start()
@@ -283,22 +340,27 @@ class _Supervisor:
 
     def _outcome(self, code: int, artifacts_error: str) -> dict[str, Any]:
         exit_code = 128 - code if code < 0 else code  # killed by signal N: the shell's 128+N
+        # The launcher runs the trainer as its child and exits 128+N when signal N killed it, as a shell does
+        killed_by = exit_code - 128 if 128 < exit_code <= 128 + SIGNALS else None
         last = "\n".join(self.tail)
         if self._cancelled() and not self.timed_out:
-            return self._finish(CANCELLED, reason="Cancelled", message="cancelled on request", exit_code=exit_code)
+            return self._finish(CANCELLED, reason="Cancelled", message="cancelled on request", exit_code=exit_code,
+                                ended=STOPPED_ON_REQUEST, signal=killed_by)
         if self.timed_out:
-            return self._finish(
-                FAILED,
-                "DeadlineExceeded",
-                f"stopped after its timeout of {self.launch['timeout']} s; last lines:\n{last}",
-                exit_code,
-            )
+            message = f"stopped after its timeout of {self.launch['timeout']} s"
+            return self._finish(FAILED, "DeadlineExceeded", f"{message}; last lines:\n{last}", exit_code,
+                                ended="Timeout", signal=killed_by, error=message)
         if code == 0:
-            return self._finish(SUCCEEDED, "", artifacts_error, 0)
+            return self._finish(SUCCEEDED, "", artifacts_error, 0, ended="Completed")
         if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
-            return self._finish(FAILED, "ConfigError", line, exit_code)  # the launcher's one line
+            # the launcher's one line
+            return self._finish(FAILED, "ConfigError", line, exit_code, ended="ConfigError", error=line)
         reason = "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
-        return self._finish(FAILED, reason, f"exited with code {exit_code}; last lines:\n{last}", exit_code)
+        error = last_exception(read_tail(self.log_path))  # the trainer's own words, not its wrapper's
+        said = f" ({error})" if error else ""
+        return self._finish(FAILED, reason, f"exited with code {exit_code}{said}; last lines:\n{last}", exit_code,
+                            ended="Signal" if killed_by else reason, signal=killed_by,
+                            error=error or f"exited with code {exit_code}")
 
     def _termination_message(self) -> str:
         """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""
@@ -308,12 +370,30 @@ class _Supervisor:
         except OSError:
             return ""
 
-    def _finish(self, phase: str, reason: str, message: str, exit_code: int | None) -> dict[str, Any]:
+    def _finish(self, phase: str, reason: str, message: str, exit_code: int | None, *, ended: str,
+                signal: int | None = None, error: str = "") -> dict[str, Any]:
+        """Record the run's end, and this attempt's among the run's attempts (`ended`: its reason)."""
+        finished_at = utc_now(millis=True)
+        attempt = {
+            "number": self.attempt,
+            "started_at": self.started_at,
+            "finished_at": finished_at,
+            "where": [this_machine()["host"]],
+            "exit_code": exit_code,
+            "signal": signal,
+            "reason": ended,
+            "message": error or message,
+            "log_tail": list(self.tail),
+            "gpus": self.gpus,
+        }
+        earlier = [a for a in (read_state(self.run_dir) or {}).get("attempts") or []
+                   if isinstance(a, dict) and a.get("number") != self.attempt]
         return update_state(
             self.run_dir,
             phase=phase,
             reason=reason,
             message=message,
             exit_code=exit_code,
-            finished_at=utc_now(millis=True),
+            finished_at=finished_at,
+            attempts=[*earlier, attempt],
         )
