@@ -5,7 +5,12 @@ per-run `X-TunePlane-Token`; bodies may be gzip-compressed; a batch id (`X-TuneP
 `batch_id` field) makes retries idempotent. Upstream side channels (`/hardware`, `/observations`,
 `/environment/nodes`) are accepted and kept as events so an upstream client never retries them
 forever. GET `/api/runs/<run_id>/summary | /metrics[?key=K][&times=1] | /hparams` reads back (same token);
-`times=1` adds each point's time (seconds since the epoch) in a list parallel to the series.
+`times=1` adds each point's time (seconds since the epoch) in a list parallel to the series. The
+summary (and `/metrics` without a key) is paged by metric name: `limit` names (1,000 by default, at
+most 10,000) after `after`; a full page carries `next`, the `after` of the next page. A token opens
+the run of its experiment and run id (`tuneplane.ingest.tokens`); a run may have at most
+`Limits.max_series` metric names, and points of names past that are left out and named in a 200
+answer, as non-finite values are (a 4xx would poison an upstream client's queue).
 Everything refused gets a 4xx with a JSON `{"error": ...}` that says why, an internal failure a 500:
 a request is always answered, never dropped. The order of checks that bounds the work of a hostile
 request is in `tuneplane.ingest.gate`; this module adds the connection deadlines (headers, body,
