@@ -73,7 +73,8 @@ def test_metric_names_past_the_run_limit_are_left_out_and_named(receiver: Ingest
     status, answer = call(receiver, "POST", "/metrics", token, points("wide", [f"m{i:04d}" for i in range(150)]))
     assert status == 200, answer  # a 2xx: an upstream client's queue is not poisoned
     assert answer["stored"] == 100 and answer["over_limit"] == 50
-    assert answer["over_limit_keys"][:2] == ["m0100", "m0101"] and "at most 100 metric names" in answer["over_limit_why"]
+    assert answer["over_limit_keys"][:2] == ["m0100", "m0101"]
+    assert "at most 100 metric names" in answer["over_limit_why"]
     # the names already known keep being stored; a new one is still left out
     status, answer = call(receiver, "POST", "/metrics", token, points("wide", ["m0000", "new"], step=2))
     assert status == 200 and answer["stored"] == 1 and answer["over_limit_keys"] == ["new"]

@@ -64,7 +64,7 @@ class Sender(threading.Thread):
         self.s = session
         cfg = session.config
         self.cfg = cfg
-        self.transport = Transport(cfg.endpoint, cfg.token, cfg.request_timeout)
+        self.transport = Transport(cfg.endpoint, cfg.token, cfg.request_timeout, cfg.run_id)
         self.encoder = Encoder(cfg.run_id, cfg.rank_label)
         self.wake = threading.Event()
         self.stop_at: float | None = None
