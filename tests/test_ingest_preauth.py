@@ -11,12 +11,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tuneplane.ingest import mint_token, summary
+from tuneplane.ingest.server import IngestServer, Limits
 
 SECRET = b"p" * 32
 FLOOD_CONNECTIONS = 96
@@ -145,3 +147,40 @@ def test_a_large_file_as_the_secret_is_refused(tmp_path: Path) -> None:
     result = _serve_with_secret(tmp_path, big)
     assert result.returncode == 2, result.stderr
     assert str(big) in result.stderr and "bytes" in result.stderr and "hint:" in result.stderr
+
+
+def test_past_the_budget_new_bodies_get_503_and_a_job_that_names_its_run_is_served(tmp_path: Path) -> None:
+    """Slow clients with a wrong token hold the whole budget: a body whose token can only be checked
+    once it is read waits (503, Retry-After); a request that names its run in X-TunePlane-Run (as our
+    SDK does) is verified before its body and never needs the budget."""
+    limits = Limits(preauth_bytes=4 * 64 * 1024, body_timeout=20.0)
+    with IngestServer(tmp_path / "ingest.sqlite", SECRET, limits=limits) as server:
+        host, port = server.url[len("http://"):].split(":")
+        holders = []
+        for _ in range(4):
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall((f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
+                          f"X-TunePlane-Token: {BAD_TOKEN}\r\n\r\n").encode() + b" " * 100)
+            holders.append(sock)
+        body = json.dumps({"run_id": "run-ok", "points": [{"key": "loss", "step": 1, "value": 0.5}]})
+        token = mint_token(SECRET, "run-ok", "exp")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        for _ in range(50):  # until the four holders have reached the budget (they are read in threads)
+            conn.request("POST", "/metrics", body, {"X-TunePlane-Token": token})
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            if response.status == 503:
+                break
+            conn.close()
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            time.sleep(0.1)
+        assert response.status == 503 and response.getheader("Retry-After") == "1", answer
+        assert "token is not verified yet" in answer["error"]
+        conn.close()
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/metrics", body, {"X-TunePlane-Token": token, "X-TunePlane-Run": "run-ok"})
+        assert conn.getresponse().status == 200
+        conn.close()
+        for sock in holders:
+            sock.close()
+        assert summary(server.store.path, "run-ok", experiment="exp")["loss"]["count"] == 1
