@@ -14,14 +14,14 @@ answer, as non-finite values are (a 4xx would poison an upstream client's queue)
 Everything refused gets a 4xx with a JSON `{"error": ...}` that says why, an internal failure a 500:
 a request is always answered, never dropped. The order of checks that bounds the work of a hostile
 request is in `tuneplane.ingest.gate`; this module adds the connection deadlines (headers, body,
-idle), the per-client and total connection caps, a listen backlog sized for hundreds of jobs, and
-connection threads that are reused (`tuneplane.ingest.workers`), so accepting never waits on a start.
+idle) and the per-client and total connection caps (`tuneplane.ingest.watch`), a listen backlog
+sized for hundreds of jobs, and connection threads that are reused (`tuneplane.ingest.workers`), so
+accepting never waits on a start.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import threading
 import time
@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tuneplane.ingest import bodies
-from tuneplane.ingest import store as store_mod
+from tuneplane.ingest import bodies, reads
 from tuneplane.ingest.gate import (
     SURROGATE,
     Limits,
@@ -47,6 +46,7 @@ from tuneplane.ingest.gate import (
 from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.rows import FORMATS_HEADER
 from tuneplane.ingest.store import MetricStore, StoreBusy, StoreClosed, StoreFull
+from tuneplane.ingest.watch import Watch, refuse_raw, shutdown
 from tuneplane.ingest.workers import Workers
 
 READ_KINDS = ("summary", "metrics", "hparams")
@@ -211,11 +211,11 @@ class IngestHandler(BaseHTTPRequestHandler):
         db = self.server.store.path
         query = parse_qs(url.query)
         if parts[3] == "hparams":
-            return 200, {"run_id": run_id, "hparams": store_mod.hparams(db, key)}
+            return 200, {"run_id": run_id, "hparams": reads.hparams(db, key)}
         if parts[3] == "summary" or not query.get("key"):
             # Paged by name: a run of many names never makes one answer of unbounded size.
             after, size = self._page(query)
-            page = store_mod.summary_page(db, key, after, size)
+            page = reads.summary_page(db, key, after, size)
             if parts[3] == "summary":
                 answer: dict[str, Any] = {"run_id": run_id, "summary": page}
                 return 200, self._paged(answer, page, size)
@@ -224,10 +224,10 @@ class IngestHandler(BaseHTTPRequestHandler):
             keys = query["key"][: self.server.limits.summary_page]
             page = {}
         if query.get("times", [""])[-1] not in ("1", "true"):
-            answer = {"run_id": run_id, "series": {k: store_mod.series(db, key, k) for k in keys}}
+            answer = {"run_id": run_id, "series": {k: reads.series(db, key, k) for k in keys}}
             return 200, self._paged(answer, page, len(page) if page else -1)
         # `times=1`: each point's time beside it, in a parallel list, so `series` keeps its shape
-        timed = {k: store_mod.timed_series(db, key, k) for k in keys}
+        timed = {k: reads.timed_series(db, key, k) for k in keys}
         answer = {"run_id": run_id, "series": {k: [(s, v) for s, v, _ in p] for k, p in timed.items()},
                   "times": {k: [t for _, _, t in p] for k, p in timed.items()}}
         return 200, self._paged(answer, page, len(page) if page else -1)
@@ -261,88 +261,6 @@ def _kind(path: str) -> str:
 
 
 # ── the server ────────────────────────────────────────────────────────────────────────────────
-class _Watch:
-    """Connection deadlines: a request's headers, then its body, then the idle wait for the next one.
-
-    A thread checks a few times a second; a connection past its deadline gets a 408 (unless it was
-    idle) and is shut down, so a slow client holds a thread for a bounded time only.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.conns: dict[socket.socket, list[Any]] = {}  # sock -> [phase, deadline, client]
-        self.by_client: dict[str, int] = {}
-        self.stopped = threading.Event()
-
-    def add(self, sock: socket.socket, client: str, timeout: float, limits: Limits) -> str:
-        with self.lock:
-            if len(self.conns) >= limits.max_connections:
-                return f"the receiver has {len(self.conns)} open connections; retry shortly"
-            if self.by_client.get(client, 0) >= limits.max_per_client:
-                return f"{limits.max_per_client} connections from {client} are open already; retry shortly"
-            self.conns[sock] = ["headers", time.monotonic() + timeout, client]
-            self.by_client[client] = self.by_client.get(client, 0) + 1
-            return ""
-
-    def remove(self, sock: socket.socket) -> None:
-        with self.lock:
-            entry = self.conns.pop(sock, None)
-            if entry is not None:
-                left = self.by_client.get(entry[2], 1) - 1
-                if left > 0:
-                    self.by_client[entry[2]] = left
-                else:
-                    self.by_client.pop(entry[2], None)
-
-    def phase(self, sock: socket.socket, phase: str, timeout: float | None) -> bool:
-        """Move a connection to `phase`; False when the watchdog has already closed it."""
-        with self.lock:
-            entry = self.conns.get(sock)
-            if entry is None:
-                return True  # not watched (tests that drive a handler directly)
-            if entry[0] == "reaped":
-                return False
-            entry[0] = phase
-            entry[1] = None if timeout is None else time.monotonic() + timeout
-            return True
-
-    def reap(self) -> int:
-        now = time.monotonic()
-        late: list[tuple[socket.socket, str]] = []
-        with self.lock:
-            for sock, entry in self.conns.items():
-                if entry[1] is not None and entry[0] != "reaped" and now > entry[1]:
-                    late.append((sock, entry[0]))
-                    entry[0] = "reaped"
-        for sock, phase in late:
-            if phase != "idle":
-                _refuse_raw(sock, 408, f"the request did not arrive in time ({phase} deadline)")
-            _shutdown(sock)
-        return len(late)
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.2):
-            self.reap()
-
-
-def _refuse_raw(sock: socket.socket, status: int, message: str) -> None:
-    """Answer without a handler thread (over a cap, past a deadline): one non-blocking write."""
-    body = json.dumps({"error": message}).encode()
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
-    try:
-        sock.send(head + body, socket.MSG_DONTWAIT)
-    except OSError:
-        pass
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -353,7 +271,7 @@ class _Server(ThreadingHTTPServer):
     verbose: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.watch = _Watch()
+        self.watch = Watch()
         self.internal_errors = 0
         self.full_said = -FULL_NOTICE_EVERY
         self.dropped_said: set[str] = set()  # runs told about on stderr (DROPPED_RUNS_SAID at most)
@@ -369,11 +287,11 @@ class _Server(ThreadingHTTPServer):
         client = str(client_address[0]) if client_address else "?"
         refusal = self.watch.add(request, client, self.limits.header_timeout, self.limits)
         if refusal:
-            _refuse_raw(request, 503, refusal)
+            refuse_raw(request, 503, refusal)
             self.shutdown_request(request)
             return
         if not self.workers.submit(request, client_address):  # answer rather than drop
-            _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
+            refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
             self.shutdown_request(request)
 
     def say_dropped(self, run_id: str, skipped: list[str]) -> None:
@@ -423,7 +341,7 @@ class _Server(ThreadingHTTPServer):
         with self.watch.lock:
             sockets = list(self.watch.conns)
         for sock in sockets:
-            _shutdown(sock)
+            shutdown(sock)
 
 
 class IngestServer:
