@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tuneplane.ingest import mint_token, summary
-from tuneplane.ingest.server import IngestServer
+from tuneplane.ingest.server import IngestServer, Limits
 
 SECRET = b"w" * 32
 EXPERIMENT = "exp-wide"
@@ -87,3 +87,14 @@ def test_a_setting_out_of_range_falls_back_to_its_default_with_one_warning(
     warnings = [line for line in err.splitlines() if variable in line]
     assert len(warnings) == 1 and "using the default" in warnings[0], err
     assert "Traceback" not in err
+
+
+def test_points_the_receiver_leaves_out_for_its_name_limit_are_counted_as_dropped(tmp_path: Path) -> None:
+    with IngestServer(tmp_path / "ingest.sqlite", SECRET, limits=Limits(max_series=100)) as server:
+        code = "for step in range(3):\n    report.log({f'm{i:03d}': 1.0 for i in range(150)}, step=step)"
+        stats, err = run_sdk(server, code, "run-names")
+        assert stats["delivered_points"] == 300 and stats["dropped"] == {
+            "over the receiver's limit of metric names per run": 150}, (stats, err)
+        assert stats["ledger"]["balanced"]
+        assert "at most 100 metric names" in err
+        assert len(stored(server, "run-names")) == 100
