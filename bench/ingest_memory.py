@@ -13,6 +13,9 @@ Three fresh receivers (separate processes), the peak RSS (VmHWM) of each:
     keeps posting. The receiver's one budget for bytes held before a token is verified
     (Limits.preauth_bytes) is what keeps this flat: a per-request limit alone let it hold every body.
 Target: peak RSS under 200 MB under attack and flood, with the healthy client served throughout.
+Then, with --names N (default 1,000,000): one run posting N distinct metric names in requests of
+50,000 points; the receiver's peak RSS, the points it left out past its per-run limit of names, and
+the size of the default summary answer (one page).
 """
 
 from __future__ import annotations
@@ -121,6 +124,31 @@ def flood(host: str, port: int, until: float, counts: dict[str, int]) -> None:
 FLOOD_BODY = 8 * 1024 * 1024
 
 
+def names_phase(names: int) -> None:
+    """One run posting `names` distinct metric names: what the receiver holds and answers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, host, port = start(tmp)
+        headers = {"X-TunePlane-Token": token("names"), "X-TunePlane-Run": "names"}
+        left_out = 0
+        conn = http.client.HTTPConnection(host, port, timeout=300)
+        for start_at in range(0, names, 50_000):
+            chunk = range(start_at, min(names, start_at + 50_000))
+            body = json.dumps({"run_id": "names", "points": [{"key": f"metric/{i}", "step": 0, "value": 1.0}
+                                                             for i in chunk]})
+            conn.request("POST", "/metrics", body, headers)
+            left_out += json.loads(conn.getresponse().read()).get("over_limit", 0)
+        t0 = time.perf_counter()
+        conn.request("GET", "/api/runs/names/summary", headers=headers)
+        answer = conn.getresponse().read()
+        took = time.perf_counter() - t0
+        conn.close()
+        rss = peak_rss(proc.pid)
+        proc.send_signal(2)
+        proc.wait(60)
+    print(f"names: {names} posted, {left_out} left out past the per-run limit; peak RSS {rss / 2**20:.1f} MB; "
+          f"default summary answer {len(answer) / 1024:.0f} KiB in {took:.2f} s")
+
+
 def request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
     head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
     return (head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
@@ -130,6 +158,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=96, help="flood connections at once")
+    parser.add_argument("--names", type=int, default=1_000_000, help="metric names one run posts (0: skip)")
     args = parser.parse_args()
     unit = b"[]," * 1024
     bomb = gzip.compress(b'{"points":[' + unit * (64 * 1024 * 1024 // len(unit)) + b"[]]}", compresslevel=9)
@@ -172,6 +201,8 @@ def main() -> int:
         print(f"target: peak RSS under {phase} load < 200 MB: {'met' if rss < 200 * 2**20 else 'NOT met'} "
               f"({rss / rows[0][1]:.2f}x the healthy figure); healthy client served: "
               f"{'yes' if ok > 0 and bad == 0 else 'NO'}")
+    if args.names:
+        names_phase(args.names)
     return 0
 
 
