@@ -195,12 +195,12 @@ def main() -> int:
             rows.append((phase, rss, len(ok), len(stats.get("refused", [])) + len(stats.get("failed", [])), p99,
                          counts))
     print(f"{'load':<9}{'peak RSS':>11}{'healthy ok':>12}{'not ok':>8}{'p99 ms':>9}  hostile answers")
-    for phase, rss, ok, bad, p99, counts in rows:
-        print(f"{phase:<9}{rss / 2**20:>9.1f}MB{ok:>12}{bad:>8}{p99:>9.0f}  {counts or '-'}")
-    for phase, rss, ok, bad, _, _ in rows[1:]:
+    for phase, rss, served, bad, p99, counts in rows:
+        print(f"{phase:<9}{rss / 2**20:>9.1f}MB{served:>12}{bad:>8}{p99:>9.0f}  {counts or '-'}")
+    for phase, rss, served, bad, _, _ in rows[1:]:
         print(f"target: peak RSS under {phase} load < 200 MB: {'met' if rss < 200 * 2**20 else 'NOT met'} "
               f"({rss / rows[0][1]:.2f}x the healthy figure); healthy client served: "
-              f"{'yes' if ok > 0 and bad == 0 else 'NO'}")
+              f"{'yes' if served > 0 and bad == 0 else 'NO'}")
     if args.names:
         names_phase(args.names)
     return 0

@@ -26,7 +26,7 @@ def receiver(tmp_path: Path) -> Iterator[IngestServer]:
 
 def call(server: IngestServer, method: str, path: str, token: str, body: Any = None) -> tuple[int, dict[str, Any]]:
     parts = urlsplit(server.url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=30)
     data = None if body is None else json.dumps(body)
     conn.request(method, path, data, {"X-TunePlane-Token": token})
     response = conn.getresponse()
@@ -118,7 +118,7 @@ def test_a_run_posting_very_many_names_gets_a_bounded_summary(tmp_path: Path) ->
             over += answer.get("over_limit", 0)
         assert over == 10_000
         parts = urlsplit(server.url)
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        conn = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=30)
         conn.request("GET", "/api/runs/flood/summary", headers={"X-TunePlane-Token": token})
         data = conn.getresponse().read()
         conn.close()
