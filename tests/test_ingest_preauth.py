@@ -184,3 +184,27 @@ def test_past_the_budget_new_bodies_get_503_and_a_job_that_names_its_run_is_serv
         for sock in holders:
             sock.close()
         assert summary(server.store.path, "run-ok", experiment="exp")["loss"]["count"] == 1
+
+
+def test_the_sdk_is_served_while_slow_clients_hold_the_whole_budget(tmp_path: Path) -> None:
+    limits = Limits(preauth_bytes=2 * 64 * 1024, body_timeout=30.0)
+    with IngestServer(tmp_path / "ingest.sqlite", SECRET, limits=limits) as server:
+        host, port = server.url[len("http://"):].split(":")
+        holders = []
+        for _ in range(4):  # two hold the budget; the others are refused it
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall((f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
+                          f"X-TunePlane-Token: {BAD_TOKEN}\r\n\r\n").encode() + b" " * 100)
+            holders.append(sock)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+        env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": "run-sdk", "TUNEPLANE_JOB_ENDPOINT":
+                    server.url, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-sdk", "exp")})
+        code = ("import json, tuneplane.report as r\nfor s in range(500):\n    r.log({'loss': 1.0 / (s + 1)}, step=s)\n"
+                "r.finish(timeout=20)\nprint(json.dumps(r.stats()))")
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        for sock in holders:
+            sock.close()
+        assert proc.returncode == 0, proc.stderr
+        stats = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert stats["delivered_points"] == 500 and stats["retries"] == 0, (stats, proc.stderr)
+        assert summary(server.store.path, "run-sdk", experiment="exp")["loss"]["count"] == 500
