@@ -24,6 +24,7 @@ import pytest
 import tuneplane.report as report
 from tuneplane.ingest import hparams, mint_token, series, summary
 from tuneplane.ingest.server import IngestHandler, IngestServer, Limits
+from tuneplane.ingest.store import Written
 
 SECRET = b"f" * 32
 RUN = "run-faults"
@@ -98,12 +99,12 @@ class Receiver:
         store = self.server.store
         real = store.add_points
 
-        def counting(run_id: str, points: Any, batch_id: str | None = None) -> tuple[int, bool]:
+        def counting(run_id: str, points: Any, batch_id: str | None = None) -> Written:
             points = list(points)
-            stored, duplicate = real(run_id, points, batch_id)
-            if not duplicate:
+            written = real(run_id, points, batch_id)
+            if not written.duplicate:
                 self.plan.applied.update((key, step) for key, step, _, _ in points)
-            return stored, duplicate
+            return written
 
         store.add_points = counting  # type: ignore[method-assign]
         self.port = int(self.server.httpd.server_address[1])

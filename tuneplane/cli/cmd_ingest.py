@@ -22,8 +22,8 @@ def serve(
     db: Annotated[Path | None, typer.Option(
         help="SQLite database (default .tuneplane/ingest.sqlite).")] = None,
     secret_file: Annotated[Path | None, typer.Option(
-        help="File holding the token secret; created with a random secret when missing "
-             "(default: ingest.secret next to the database, or $TUNEPLANE_INGEST_SECRET_FILE).")] = None,
+        help="File holding the token secret, a regular file of at most 4 KiB; created with a random secret "
+             "when missing (default: ingest.secret next to the database, or $TUNEPLANE_INGEST_SECRET_FILE).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
 ) -> None:
     """Accept metrics over HTTP (upstream wire protocol plus gzip and batch ids) into SQLite."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tuneplane.ingest.store import hparams, lifecycle, series, summary, timed_series
+from tuneplane.ingest.reads import hparams, lifecycle, series, summary, timed_series
 from tuneplane.ingest.tokens import ensure_secret, load_secret, mint_token, verify_token
 
 DEFAULT_DB = Path(".tuneplane") / "ingest.sqlite"

@@ -11,6 +11,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from tuneplane.errors import UsageError
 
+MAX_PAGES = 1000  # summary pages read at most (a run has at most the receiver's max_series names)
+
 
 class ReceiverError(UsageError):
     """The receiver could not be read. `answered`: it answered, and refused (a 4xx: the token, the run
@@ -73,13 +75,24 @@ class _Shape:
 
 
 def fetch_summary(endpoint: str, run_id: str, token: str, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
-    """`GET /api/runs/<run_id>/summary`: per key last, min, max, count, last_step."""
-    payload = _get(endpoint, f"/api/runs/{quote(run_id, safe='')}/summary", token, timeout)
-    with _Shape(endpoint):
-        summary = dict(payload.get("summary") or {})
-        if not all(isinstance(v, dict) for v in summary.values()):
-            raise ValueError("a summary entry is not an object")
-        return summary
+    """`GET /api/runs/<run_id>/summary`: per key last, min, max, count, last_step. The receiver answers
+    a page of names at a time (its answer's `next` is where the next page starts); all pages are read."""
+    summary: dict[str, dict[str, Any]] = {}
+    after = ""
+    for _ in range(MAX_PAGES):
+        query = f"?{urlencode({'after': after})}" if after else ""
+        payload = _get(endpoint, f"/api/runs/{quote(run_id, safe='')}/summary{query}", token, timeout)
+        with _Shape(endpoint):
+            page = dict(payload.get("summary") or {})
+            if not all(isinstance(v, dict) for v in page.values()):
+                raise ValueError("a summary entry is not an object")
+            summary.update(page)
+            after = payload.get("next") or ""
+            if not isinstance(after, str):
+                raise ValueError("next is not a metric name")
+        if not after or not page:
+            break
+    return summary
 
 
 def fetch_series(endpoint: str, run_id: str, key: str, token: str,

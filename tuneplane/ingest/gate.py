@@ -7,7 +7,11 @@ unauthenticated or hostile request can cause.
    SDK sends it) the token is verified before the body too.
 3. The body is read in chunks up to the wire limit. Without the header, the run id is peeked from the
    first 4 KiB of the decoded body (upstream clients put it first), and the token verified before
-   the rest is read. A body whose run id is not up front is parsed only if it is small.
+   the rest is read. A body whose run id is not up front is refused unread past its first chunk
+   unless it is small (then it is parsed and its run id checked before anything is stored).
+   What is held before a token is verified comes out of one budget for the whole receiver
+   (`PreAuth`): past it a request gets a 503 with Retry-After and its connection is closed, so
+   many connections with a wrong token cost a bounded amount of memory, not one body each.
 4. Decoding (gzip) stops at the decoded-size limit; before parsing, the number of JSON containers and
    items is counted (C-speed byte counts), so a body of a million empty lists never becomes objects.
 5. Parsing runs with a depth limit; a `RecursionError` cannot escape.
@@ -24,7 +28,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tuneplane.ingest.tokens import verify_token
+from tuneplane.ingest.tokens import token_scope
 
 READ_CHUNK = 64 * 1024
 PEEK_BYTES = 4096
@@ -50,6 +54,10 @@ class Limits:
     idle_timeout: float = 60.0  # a kept-alive connection with no request is closed after this
     max_per_client: int = 256  # open connections from one address
     max_connections: int = 2048  # open connections in all
+    preauth_bytes: int = 8 * 1024 * 1024  # body bytes held before a token is verified, all connections
+    max_series: int = 50_000  # distinct metric names one run may have; points past it are left out
+    summary_page: int = 1_000  # metric names in a summary answer by default
+    max_summary_page: int = 10_000  # and at most, whatever the client asks
 
 
 class Readable(Protocol):
@@ -60,12 +68,38 @@ class Refused(Exception):
     """A request we answer with a 4xx; `problems` lists what was wrong, point by point."""
 
     def __init__(self, status: int, message: str, problems: list[str] | None = None,
-                 close: bool = False) -> None:
+                 close: bool = False, retry_after: int = 0) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.problems = problems or []
         self.close = close
+        self.retry_after = retry_after
+
+
+class PreAuth:
+    """The receiver's one budget for body bytes held before a token is verified, all connections
+    together. A per-request limit alone lets N connections with a wrong token hold N bodies."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> None:
+        """Reserve `size` bytes, or refuse the request (503, close: its body is not read)."""
+        with self._lock:
+            if self.held + size > self.limit:
+                raise Refused(503, f"the receiver holds {self.held} bytes of requests whose token is not "
+                                   "verified yet; retry shortly (send X-TunePlane-Run to be verified before "
+                                   "the body)", close=True, retry_after=1)
+            self.held += size
+            self.peak = max(self.peak, self.held)
+
+    def give(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
 
 
 def content_length(headers: Any) -> int:
@@ -108,9 +142,12 @@ def run_id(value: Any) -> str:
     return value
 
 
-def authenticate(secret: bytes, run: str, token: str, close: bool = False) -> None:
-    if not verify_token(secret, run, token):
+def authenticate(secret: bytes, run: str, token: str, close: bool = False) -> str:
+    """The store's name of the run the token opens (its experiment's and its own), or a 403."""
+    key = token_scope(secret, run, token)
+    if key is None:
         raise Refused(403, f"the token is not valid for run {run[:80]!r}", close=close)
+    return key
 
 
 def encoding_of(headers: Any) -> str:
@@ -141,10 +178,14 @@ SLOTS = _Slots()
 class Body:
     payload: dict[str, Any]
     run_id: str
+    key: str  # the store's name of the run: the token's experiment scope and the run id
+
+
+_NO_BUDGET = PreAuth(2**62)  # callers that drive read_body directly (tests) and hold no receiver
 
 
 def read_body(rfile: Readable, headers: Any, secret: bytes, limits: Limits,
-              slots: threading.BoundedSemaphore | None = None) -> Body:
+              slots: threading.BoundedSemaphore | None = None, preauth: PreAuth | None = None) -> Body:
     """Framing, token shape, bounded read, early authentication, bounded decode and parse."""
     length = content_length(headers)
     token = token_of(headers)
@@ -152,17 +193,34 @@ def read_body(rfile: Readable, headers: Any, secret: bytes, limits: Limits,
     if length > limits.max_body:
         raise Refused(413, f"body of {length} bytes is over the {limits.max_body}-byte limit", close=True)
     claimed = headers.get("X-TunePlane-Run")
-    authed: str | None = None
+    authed: tuple[str, str] | None = None
     if claimed is not None:
-        authed = run_id(claimed.strip())
-        authenticate(secret, authed, token, close=True)
-    first = _read(rfile, min(length, READ_CHUNK))
-    if authed is None:
-        peeked = _peek_run_id(first, encoding)
-        if peeked is not None:
-            authed = run_id(peeked)
-            authenticate(secret, authed, token, close=len(first) < length)
-    raw = first + _read(rfile, length - len(first)) if length > len(first) else first
+        claimed_run = run_id(claimed.strip())
+        authed = claimed_run, authenticate(secret, claimed_run, token, close=True)
+    budget = preauth or _NO_BUDGET
+    held = 0 if authed else min(length, SMALL_BODY)
+    budget.take(held)
+    try:
+        first = _read(rfile, min(length, READ_CHUNK))
+        if authed is None:
+            peeked = _peek_run_id(first, encoding)
+            if peeked is not None:
+                peeked_run = run_id(peeked)
+                authed = peeked_run, authenticate(secret, peeked_run, token, close=len(first) < length)
+                budget.give(held)  # verified: the rest is an authenticated job's, bounded per request
+                held = 0
+            elif length > SMALL_BODY:  # no run id up front: the rest would be read before any token check
+                raise Refused(422, f"run_id must be the first field of a body over {SMALL_BODY // 1024} KiB "
+                                   "(or send the X-TunePlane-Run header)", close=True)
+        raw = first + _read(rfile, length - len(first)) if length > len(first) else first
+        return _finish(raw, encoding, authed, token, secret, limits, slots)
+    finally:
+        budget.give(held)
+
+
+def _finish(raw: bytes, encoding: str, authed: tuple[str, str] | None, token: str, secret: bytes,
+            limits: Limits, slots: threading.BoundedSemaphore | None) -> Body:
+    """Decode and parse under the parallel-bodies bound, then check the body's run id."""
     with slots or SLOTS.get(limits.parallel_bodies):
         decoded = _gunzip(raw, limits.max_decoded) if encoding == "gzip" else raw
         del raw
@@ -175,10 +233,10 @@ def read_body(rfile: Readable, headers: Any, secret: bytes, limits: Limits,
         payload = _parse(decoded, limits)
     body_run = run_id(payload.get("run_id"))
     if authed is None:
-        authenticate(secret, body_run, token)
-    elif body_run != authed:
+        return Body(payload, body_run, authenticate(secret, body_run, token))
+    if body_run != authed[0]:
         raise Refused(422, "run_id in the body differs from the authenticated run")
-    return Body(payload, body_run)
+    return Body(payload, body_run, authed[1])
 
 
 def _read(rfile: Readable, length: int) -> bytes:

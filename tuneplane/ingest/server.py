@@ -5,18 +5,23 @@ per-run `X-TunePlane-Token`; bodies may be gzip-compressed; a batch id (`X-TuneP
 `batch_id` field) makes retries idempotent. Upstream side channels (`/hardware`, `/observations`,
 `/environment/nodes`) are accepted and kept as events so an upstream client never retries them
 forever. GET `/api/runs/<run_id>/summary | /metrics[?key=K][&times=1] | /hparams` reads back (same token);
-`times=1` adds each point's time (seconds since the epoch) in a list parallel to the series.
+`times=1` adds each point's time (seconds since the epoch) in a list parallel to the series. The
+summary (and `/metrics` without a key) is paged by metric name: `limit` names (1,000 by default, at
+most 10,000) after `after`; a full page carries `next`, the `after` of the next page. A token opens
+the run of its experiment and run id (`tuneplane.ingest.tokens`); a run may have at most
+`Limits.max_series` metric names, and points of names past that are left out and named in a 200
+answer, as non-finite values are (a 4xx would poison an upstream client's queue).
 Everything refused gets a 4xx with a JSON `{"error": ...}` that says why, an internal failure a 500:
 a request is always answered, never dropped. The order of checks that bounds the work of a hostile
 request is in `tuneplane.ingest.gate`; this module adds the connection deadlines (headers, body,
-idle), the per-client and total connection caps, a listen backlog sized for hundreds of jobs, and
-connection threads that are reused (`tuneplane.ingest.workers`), so accepting never waits on a start.
+idle) and the per-client and total connection caps (`tuneplane.ingest.watch`), a listen backlog
+sized for hundreds of jobs, and connection threads that are reused (`tuneplane.ingest.workers`), so
+accepting never waits on a start.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import threading
 import time
@@ -27,12 +32,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tuneplane.ingest import bodies
-from tuneplane.ingest import store as store_mod
-from tuneplane.ingest.gate import SURROGATE, Limits, Refused, authenticate, read_body, storable, token_of
+from tuneplane.ingest import bodies, reads
+from tuneplane.ingest.gate import (
+    SURROGATE,
+    Limits,
+    PreAuth,
+    Refused,
+    authenticate,
+    read_body,
+    storable,
+    token_of,
+)
 from tuneplane.ingest.gate import run_id as _run_id
 from tuneplane.ingest.rows import FORMATS_HEADER
 from tuneplane.ingest.store import MetricStore, StoreBusy, StoreClosed, StoreFull
+from tuneplane.ingest.watch import Watch, refuse_raw, shutdown
 from tuneplane.ingest.workers import Workers
 
 READ_KINDS = ("summary", "metrics", "hparams")
@@ -95,7 +109,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             if exc.problems:
                 body["problems"] = exc.problems[:20]
                 body["problem_count"] = len(exc.problems)
-            self._send(exc.status, body, close=exc.close)
+            self._send(exc.status, body, close=exc.close, retry_after=exc.retry_after)
             return
         except StoreClosed:
             self._send(503, {"error": "the receiver is shutting down; retry"}, close=True)
@@ -149,34 +163,40 @@ class IngestHandler(BaseHTTPRequestHandler):
         if kind not in POST_KINDS:
             raise Refused(404, f"no ingest endpoint at {self.path!r}; use /metrics, /hparams or /lifecycle",
                           close=True)
-        body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits)
-        payload, run_id = body.payload, body.run_id
+        body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits,
+                         preauth=self.server.preauth)
+        payload, run_id, key = body.payload, body.run_id, body.key
         batch_id = bodies.batch_id(self.headers.get("X-TunePlane-Batch") or payload.get("batch_id"))
         store = self.server.store
         if kind == "metrics":
             skipped: list[str] = []
             points = bodies.points(payload, self.server.limits, skipped)
-            stored, duplicate = store.add_points(run_id, points, batch_id)
-            answer: dict[str, Any] = {"ok": True, "stored": stored, "duplicate": duplicate}
+            written = store.add_points(key, points, batch_id)
+            answer: dict[str, Any] = {"ok": True, "stored": written.stored, "duplicate": written.duplicate}
             if skipped:  # a 2xx all the same: a 4xx would make an upstream client resend this batch forever
                 answer.update(dropped=len(skipped), dropped_points=skipped[:20], dropped_why=DROPPED_WHY)
                 self.server.say_dropped(run_id, skipped)
+            if written.over:  # a 2xx too, for the same reason: the answer names what was left out
+                answer.update(over_limit=written.over_points, over_limit_keys=written.over[:20],
+                              over_limit_why=f"a run may have at most {store.max_series} metric names; points of "
+                                             "names past that are not stored (the names already known still are)")
+                self.server.say_over(run_id, store.max_series)
             return 200, answer
         if kind == "hparams":
             params = bodies.params(payload, self.server.limits)
-            stored, duplicate = store.set_hparams(run_id, params, batch_id)
+            stored, duplicate = store.set_hparams(key, params, batch_id)
             return 200, {"ok": True, "stored": stored, "duplicate": duplicate}
         if kind == "lifecycle":
             event, ts = bodies.lifecycle(payload)
-            store.add_lifecycle(run_id, event, ts)
+            store.add_lifecycle(key, event, ts)
             return 200, {"ok": True}
         if not storable(payload):
             raise Refused(422, f"the body {SURROGATE}")
-        store.add_event(run_id, kind, payload)
+        store.add_event(key, kind, payload)
         return 202, {"ok": True, "kept": "event"}
 
-    def _authenticate(self, run_id: str) -> None:
-        authenticate(self.server.secret, run_id, token_of(self.headers))
+    def _authenticate(self, run_id: str) -> str:
+        return authenticate(self.server.secret, run_id, token_of(self.headers))
 
     # ── GET ─────────────────────────────────────────────────────────────────────────────────
     def _get(self) -> tuple[int, dict[str, Any]]:
@@ -187,20 +207,48 @@ class IngestHandler(BaseHTTPRequestHandler):
         if len(parts) != 4 or parts[:2] != ["api", "runs"] or parts[3] not in READ_KINDS:
             raise Refused(404, f"no resource at {url.path!r}; try /api/runs/<run_id>/summary")
         run_id = _run_id(parts[2])
-        self._authenticate(run_id)
+        key = self._authenticate(run_id)
         db = self.server.store.path
-        if parts[3] == "summary":
-            return 200, {"run_id": run_id, "summary": store_mod.summary(db, run_id)}
-        if parts[3] == "hparams":
-            return 200, {"run_id": run_id, "hparams": store_mod.hparams(db, run_id)}
         query = parse_qs(url.query)
-        keys = query.get("key") or list(store_mod.summary(db, run_id))
+        if parts[3] == "hparams":
+            return 200, {"run_id": run_id, "hparams": reads.hparams(db, key)}
+        if parts[3] == "summary" or not query.get("key"):
+            # Paged by name: a run of many names never makes one answer of unbounded size.
+            after, size = self._page(query)
+            page = reads.summary_page(db, key, after, size)
+            if parts[3] == "summary":
+                answer: dict[str, Any] = {"run_id": run_id, "summary": page}
+                return 200, self._paged(answer, page, size)
+            keys = list(page)
+        else:
+            keys = query["key"][: self.server.limits.summary_page]
+            page = {}
         if query.get("times", [""])[-1] not in ("1", "true"):
-            return 200, {"run_id": run_id, "series": {k: store_mod.series(db, run_id, k) for k in keys}}
+            answer = {"run_id": run_id, "series": {k: reads.series(db, key, k) for k in keys}}
+            return 200, self._paged(answer, page, len(page) if page else -1)
         # `times=1`: each point's time beside it, in a parallel list, so `series` keeps its shape
-        timed = {k: store_mod.timed_series(db, run_id, k) for k in keys}
-        return 200, {"run_id": run_id, "series": {k: [(s, v) for s, v, _ in p] for k, p in timed.items()},
-                     "times": {k: [t for _, _, t in p] for k, p in timed.items()}}
+        timed = {k: reads.timed_series(db, key, k) for k in keys}
+        answer = {"run_id": run_id, "series": {k: [(s, v) for s, v, _ in p] for k, p in timed.items()},
+                  "times": {k: [t for _, _, t in p] for k, p in timed.items()}}
+        return 200, self._paged(answer, page, len(page) if page else -1)
+
+    def _page(self, query: dict[str, list[str]]) -> tuple[str, int]:
+        """`after` (the last name of the previous page) and `limit` (names in this one, capped)."""
+        limits = self.server.limits
+        raw = query.get("limit", [""])[-1]
+        if raw and not (raw.isascii() and raw.isdigit() and 0 < len(raw) < 10):
+            raise Refused(400, f"limit {raw[:20]!r} is not a positive integer")
+        size = min(int(raw), limits.max_summary_page) if raw else limits.summary_page
+        if size < 1:
+            raise Refused(400, "limit must be at least 1")
+        return query.get("after", [""])[-1], size
+
+    @staticmethod
+    def _paged(answer: dict[str, Any], page: dict[str, Any], size: int) -> dict[str, Any]:
+        """A full page says where the next one starts (`next`: pass it as `after`)."""
+        if page and len(page) >= size:
+            answer["next"] = next(reversed(page))
+        return answer
 
 
 # ── validation (pure) ─────────────────────────────────────────────────────────────────────────
@@ -213,88 +261,6 @@ def _kind(path: str) -> str:
 
 
 # ── the server ────────────────────────────────────────────────────────────────────────────────
-class _Watch:
-    """Connection deadlines: a request's headers, then its body, then the idle wait for the next one.
-
-    A thread checks a few times a second; a connection past its deadline gets a 408 (unless it was
-    idle) and is shut down, so a slow client holds a thread for a bounded time only.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.conns: dict[socket.socket, list[Any]] = {}  # sock -> [phase, deadline, client]
-        self.by_client: dict[str, int] = {}
-        self.stopped = threading.Event()
-
-    def add(self, sock: socket.socket, client: str, timeout: float, limits: Limits) -> str:
-        with self.lock:
-            if len(self.conns) >= limits.max_connections:
-                return f"the receiver has {len(self.conns)} open connections; retry shortly"
-            if self.by_client.get(client, 0) >= limits.max_per_client:
-                return f"{limits.max_per_client} connections from {client} are open already; retry shortly"
-            self.conns[sock] = ["headers", time.monotonic() + timeout, client]
-            self.by_client[client] = self.by_client.get(client, 0) + 1
-            return ""
-
-    def remove(self, sock: socket.socket) -> None:
-        with self.lock:
-            entry = self.conns.pop(sock, None)
-            if entry is not None:
-                left = self.by_client.get(entry[2], 1) - 1
-                if left > 0:
-                    self.by_client[entry[2]] = left
-                else:
-                    self.by_client.pop(entry[2], None)
-
-    def phase(self, sock: socket.socket, phase: str, timeout: float | None) -> bool:
-        """Move a connection to `phase`; False when the watchdog has already closed it."""
-        with self.lock:
-            entry = self.conns.get(sock)
-            if entry is None:
-                return True  # not watched (tests that drive a handler directly)
-            if entry[0] == "reaped":
-                return False
-            entry[0] = phase
-            entry[1] = None if timeout is None else time.monotonic() + timeout
-            return True
-
-    def reap(self) -> int:
-        now = time.monotonic()
-        late: list[tuple[socket.socket, str]] = []
-        with self.lock:
-            for sock, entry in self.conns.items():
-                if entry[1] is not None and entry[0] != "reaped" and now > entry[1]:
-                    late.append((sock, entry[0]))
-                    entry[0] = "reaped"
-        for sock, phase in late:
-            if phase != "idle":
-                _refuse_raw(sock, 408, f"the request did not arrive in time ({phase} deadline)")
-            _shutdown(sock)
-        return len(late)
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.2):
-            self.reap()
-
-
-def _refuse_raw(sock: socket.socket, status: int, message: str) -> None:
-    """Answer without a handler thread (over a cap, past a deadline): one non-blocking write."""
-    body = json.dumps({"error": message}).encode()
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
-    try:
-        sock.send(head + body, socket.MSG_DONTWAIT)
-    except OSError:
-        pass
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -305,12 +271,14 @@ class _Server(ThreadingHTTPServer):
     verbose: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.watch = _Watch()
+        self.watch = Watch()
         self.internal_errors = 0
         self.full_said = -FULL_NOTICE_EVERY
         self.dropped_said: set[str] = set()  # runs told about on stderr (DROPPED_RUNS_SAID at most)
         self.dropped_lock = threading.Lock()
         self.limits = Limits()
+        self.preauth = PreAuth(self.limits.preauth_bytes)
+        self.over_said: set[str] = set()  # runs told about on stderr for passing the names limit
         # a thread per open connection, reused when idle: accepting never waits for a thread to start
         self.workers = Workers(self.process_request_thread, Limits().max_connections)
         super().__init__(*args, **kwargs)
@@ -319,11 +287,11 @@ class _Server(ThreadingHTTPServer):
         client = str(client_address[0]) if client_address else "?"
         refusal = self.watch.add(request, client, self.limits.header_timeout, self.limits)
         if refusal:
-            _refuse_raw(request, 503, refusal)
+            refuse_raw(request, 503, refusal)
             self.shutdown_request(request)
             return
         if not self.workers.submit(request, client_address):  # answer rather than drop
-            _refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
+            refuse_raw(request, 503, "the receiver is out of threads; retry shortly")
             self.shutdown_request(request)
 
     def say_dropped(self, run_id: str, skipped: list[str]) -> None:
@@ -340,6 +308,15 @@ class _Server(ThreadingHTTPServer):
         sys.stderr.write(f"ingest: run {run_id[:80]!r}: {len(skipped)} point(s) not stored, the first "
                          f"{skipped[0]}; a value that is not a finite number has no place in a series "
                          "(later ones are counted in each answer, not said here again)\n")
+
+    def say_over(self, run_id: str, limit: int) -> None:
+        """Tell the operator once per run that it passed the metric-names limit."""
+        with self.dropped_lock:
+            if run_id in self.over_said or len(self.over_said) > DROPPED_RUNS_SAID:
+                return
+            self.over_said.add(run_id)
+        sys.stderr.write(f"ingest: run {run_id[:80]!r} has {limit} metric names, the limit: points of further "
+                         "names are not stored (each answer names them)\n")
 
     def say_full(self, message: str) -> None:
         """Tell the operator the store's disk is full: once, then at most once a minute."""
@@ -364,7 +341,7 @@ class _Server(ThreadingHTTPServer):
         with self.watch.lock:
             sockets = list(self.watch.conns)
         for sock in sockets:
-            _shutdown(sock)
+            shutdown(sock)
 
 
 class IngestServer:
@@ -380,6 +357,8 @@ class IngestServer:
         self.httpd.store = self.store
         self.httpd.secret = secret
         self.httpd.limits = limits or Limits()
+        self.httpd.preauth = PreAuth(self.httpd.limits.preauth_bytes)
+        self.store.max_series = self.httpd.limits.max_series
         self.httpd.workers.limit = self.httpd.limits.max_connections
         self.httpd.verbose = verbose
         self._thread: threading.Thread | None = None

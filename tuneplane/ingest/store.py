@@ -7,8 +7,8 @@ the milliseconds since the series' base time. Closing checkpoints the WAL and re
 Writers go through one `MetricStore` (the receiver), whose one writer thread commits the writes
 that arrived meanwhile as one transaction (group commit: one WAL append for many requests, and no
 handler thread ever holds the database's write lock); readers
-(`summary`, `series`, `timed_series`, `hparams`, `lifecycle`) open their own read-only connection, so the bot or
-`tp job metrics` can read while a job is writing. Upstream clients send no batch id and retry, so
+(`tuneplane.ingest.reads`) open their own read-only connection, so the bot or `tp job metrics` can read
+while a job is writing. Upstream clients send no batch id and retry, so
 points are upserted on (run_id, key, step); our client's batch ids make a retried batch a no-op.
 """
 
@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tuneplane.errors import UsageError
 from tuneplane.ingest.layout import foreign_objects
+from tuneplane.ingest.reads import StoreUnreadable, unreadable
 
 Point = tuple[str, int, float, str | float]  # key, step, value, ts (ISO-8601 text or unix seconds)
 
@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS events (
 UPSERT = ("INSERT INTO samples (series, step, value, dt_ms) VALUES (?, ?, ?, ?) "
           "ON CONFLICT (series, step) DO UPDATE SET value = excluded.value, dt_ms = excluded.dt_ms")
 MAX_SERIES_CACHE = 100_000
+MAX_SERIES_PER_RUN = 50_000  # metric names one run may have (the receiver's Limits.max_series)
 MAX_GROUP = 64  # writes committed in one transaction
 MAX_GROUP_POINTS = 200_000  # and rows: a group's transaction stays short
 QUEUE_DEPTH = 1024  # writes waiting for the writer; a full queue answers "busy, retry"
@@ -116,6 +117,8 @@ class MetricStore:
             raise (exc if isinstance(exc, StoreUnreadable) else unreadable(self.path, exc)) from None
         self._closed = False
         self._series: dict[tuple[str, str], tuple[int, int]] = {}  # (run, key) -> (id, t0_ms)
+        self._names: dict[str, int] = {}  # run -> its number of series (metric names), once counted
+        self.max_series = MAX_SERIES_PER_RUN
         self._jobs: queue.Queue[_Job | None] = queue.Queue(QUEUE_DEPTH)
         self._gate = threading.Lock()  # orders close() after every write already queued
         self.commits = 0  # transactions committed, each holding one or more writes
@@ -132,32 +135,45 @@ class MetricStore:
             (run_id, batch_id, kind, time.time()))
         return cursor.rowcount == 1
 
-    def add_points(self, run_id: str, points: Iterable[Point],
-                   batch_id: str | None = None) -> tuple[int, bool]:
-        """Upsert points; returns (points written, whether the batch was a duplicate)."""
+    def add_points(self, run_id: str, points: Iterable[Point], batch_id: str | None = None) -> Written:
+        """Upsert points; a point of a metric name past the run's `max_series` is left out and named."""
         stamped = _stamped(points, int(time.time() * 1000))  # on the caller's thread, not the writer's
 
-        def write() -> tuple[int, bool]:
+        def write() -> Written:
             if not self._claim_batch(run_id, batch_id, "metrics"):
-                return 0, True
+                return Written(0, True)
             rows = []
             known = self._series
+            over: dict[str, int] = {}
             for key, step, value, stamp in stamped:
-                series_id, t0 = known.get((run_id, key)) or self._series_of(run_id, key, stamp)
-                rows.append((series_id, step, value, stamp - t0))
+                found = known.get((run_id, key)) or self._series_of(run_id, key, stamp)
+                if found is None:
+                    over[key] = over.get(key, 0) + 1
+                    continue
+                rows.append((found[0], step, value, stamp - found[1]))
             self._db.executemany(UPSERT, rows)
-            return len(rows), False
+            return Written(len(rows), False, list(over), sum(over.values()))
 
         return self._submit(write, len(stamped))
 
-    def _series_of(self, run_id: str, key: str, t0: int) -> tuple[int, int]:
-        """The series row of (run, key), created with base time `t0` on first use. Inside a write."""
+    def _series_of(self, run_id: str, key: str, t0: int) -> tuple[int, int] | None:
+        """The series row of (run, key), created with base time `t0` on first use, or None when the
+        run already has `max_series` names. Inside a write."""
         cached = self._series.get((run_id, key))
         if cached is not None:
             return cached
         row = self._db.execute("SELECT id, t0_ms FROM series WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
         if row is None:
+            names = self._names.get(run_id)
+            if names is None:
+                if len(self._names) >= MAX_SERIES_CACHE:
+                    self._names.clear()
+                names = self._db.execute("SELECT COUNT(*) FROM series WHERE run_id = ?", (run_id,)).fetchone()[0]
+            if names >= self.max_series:
+                self._names[run_id] = names
+                return None
             cursor = self._db.execute("INSERT INTO series (run_id, key, t0_ms) VALUES (?, ?, ?)", (run_id, key, t0))
+            self._names[run_id] = names + 1
             row = (int(cursor.lastrowid or 0), t0)
         if len(self._series) >= MAX_SERIES_CACHE:
             self._series.clear()
@@ -255,6 +271,7 @@ class MetricStore:
         except sqlite3.Error:
             pass  # SQLite already rolled it back
         self._series.clear()  # ids created in the rolled-back transaction are gone
+        self._names.clear()
 
     def _transaction(self, group: list[_Job]) -> None:
         self._db.execute("BEGIN IMMEDIATE")
@@ -267,6 +284,7 @@ class MetricStore:
                     raise _Ended(exc) from exc  # SQLite ended the whole transaction: the group is retried
                 self._db.execute("ROLLBACK TO one_write")
                 self._series.clear()  # ids created in the rolled-back write are gone
+                self._names.clear()
                 job.error = self._failure(exc)
             self._db.execute("RELEASE one_write")
         self._db.execute("COMMIT")
@@ -302,6 +320,28 @@ class MetricStore:
         grow to take the log's pages), or a reader held it. The points in it are safe: SQLite applies
         the log when the store is next opened, so it must stay beside the database."""
         return self._closed and Path(f"{self.path}-wal").exists()
+
+
+class Written(tuple[int, bool]):
+    """What `add_points` did: `(stored, duplicate)` as before (points stored, whether the batch was seen
+    before), and beside it the metric names (`over`) and their points (`over_points`) left out because
+    the run has `max_series` names already."""
+
+    over: list[str]
+    over_points: int
+
+    def __new__(cls, stored: int, duplicate: bool, over: list[str] | None = None, over_points: int = 0) -> Written:
+        self = super().__new__(cls, (stored, duplicate))
+        self.over, self.over_points = over or [], over_points
+        return self
+
+    @property
+    def stored(self) -> int:
+        return self[0]
+
+    @property
+    def duplicate(self) -> bool:
+        return self[1]
 
 
 class _Ended(Exception):
@@ -372,93 +412,4 @@ class StoreFull(RuntimeError):
     """The store's disk (or its quota) is full: nothing of the write was stored; the client retries."""
 
 
-class StoreUnreadable(UsageError):
-    """The store's file is not an ingest store (not SQLite, damaged) or cannot be opened."""
-
-
-def unreadable(path: Path, exc: sqlite3.Error) -> StoreUnreadable:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
-        return StoreUnreadable(f"{path} is not an ingest store ({exc})",
-                               "move the file aside (a new, empty store is then made in its place) or "
-                               "pass --db with the store's real path")
-    return StoreUnreadable(f"cannot open the ingest store {path}: {exc}",
-                           "check that the path is a store file you may read and write, in a folder that exists")
-
-
-# ── read API ──────────────────────────────────────────────────────────────────────────────────
-def _reader(db_path: Path | str) -> sqlite3.Connection | None:
-    path = Path(db_path)
-    if not path.exists():
-        return None
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        db.execute("PRAGMA busy_timeout=5000")
-    except sqlite3.Error as exc:  # a folder, a file we may not read
-        raise unreadable(path, exc) from None
-    return db
-
-
-def _query(db_path: Path | str, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    db = _reader(db_path)
-    if db is None:
-        return []
-    try:
-        return db.execute(sql, args).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return []
-        raise unreadable(Path(db_path), exc) from None  # a folder, unreadable, locked past the wait
-    except sqlite3.DatabaseError as exc:  # not SQLite, or damaged: say which file, not a traceback
-        raise unreadable(Path(db_path), exc) from None
-    finally:
-        db.close()
-
-
-SUMMARY_SQL = """
-SELECT s.key, p.value, a.min_value, a.max_value, a.n, a.last_step
-FROM series AS s
-JOIN (SELECT series, MIN(value) AS min_value, MAX(value) AS max_value, COUNT(*) AS n, MAX(step) AS last_step
-      FROM samples WHERE series IN (SELECT id FROM series WHERE run_id = ?) GROUP BY series) AS a
-  ON a.series = s.id
-JOIN samples AS p ON p.series = s.id AND p.step = a.last_step
-ORDER BY s.key
-"""
-
-
-def summary(db_path: Path | str, run_id: str) -> dict[str, dict[str, Any]]:
-    """Per key: last (value at the highest step), min, max, count, last_step. Empty when unknown."""
-    rows = _query(db_path, SUMMARY_SQL, (run_id,))
-    return {key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
-            for key, last, low, high, count, step in rows}
-
-
-def series(db_path: Path | str, run_id: str, key: str) -> list[tuple[int, float]]:
-    """All (step, value) points of one key, by step."""
-    rows = _query(db_path, "SELECT p.step, p.value FROM samples AS p JOIN series AS s ON s.id = p.series "
-                  "WHERE s.run_id = ? AND s.key = ? ORDER BY p.step", (run_id, key))
-    return [(int(step), float(value)) for step, value in rows]
-
-
-TimedPoint = tuple[int, float, float | None]  # step, value, seconds since the epoch (None: not known)
-
-
-def timed_series(db_path: Path | str, run_id: str, key: str) -> list[TimedPoint]:
-    """All (step, value, time) points of one key, by step: the time a point was logged (the SDK's
-    `ts`, else when the receiver got it), in seconds since the epoch; None for rows migrated from a
-    store that kept no times."""
-    rows = _query(db_path, "SELECT p.step, p.value, s.t0_ms + p.dt_ms FROM samples AS p "
-                  "JOIN series AS s ON s.id = p.series WHERE s.run_id = ? AND s.key = ? ORDER BY p.step",
-                  (run_id, key))
-    return [(int(step), float(value), None if ms is None else ms / 1000.0) for step, value, ms in rows]
-
-
-def hparams(db_path: Path | str, run_id: str) -> dict[str, Any]:
-    rows = _query(db_path, "SELECT name, value FROM hparams WHERE run_id = ? ORDER BY name", (run_id,))
-    return {name: json.loads(value) for name, value in rows}
-
-
-def lifecycle(db_path: Path | str, run_id: str) -> list[dict[str, Any]]:
-    rows = _query(db_path, "SELECT event, ts, received_at FROM lifecycle WHERE run_id = ? "
-                  "ORDER BY received_at", (run_id,))
-    return [{"event": event, "ts": ts, "received_at": received} for event, ts, received in rows]
+__all__ = ["MetricStore", "Point", "StoreBusy", "StoreClosed", "StoreFull", "StoreUnreadable", "Written"]

@@ -88,7 +88,10 @@ def _known_keys(s: Session, metrics: dict[str, Any], step: int) -> bool:
     else (text, None, a nested dict, a tensor of many elements, a step beyond 64 bits) makes it raise,
     and the slow path reduces or drops it. The caller may reuse its dict. A key set that takes this
     path twice in a row has its putter tried first from then on."""
-    found = s.entries.get(tuple(metrics))
+    try:
+        found = s.entries.get(tuple(metrics))
+    except Exception:  # a key whose comparison raises: the slow path names what it can
+        return False
     if found is None:
         return False
     _, pack, ident, cost = found

@@ -21,20 +21,27 @@ from tuneplane.constants import (
     REPORT_ALL_RANKS_ENV,
 )
 
-# Tunables: (init keyword, environment variable, default, minimum).
+# Tunables: init keyword -> (environment variable, default, minimum, maximum). A value outside its
+# range (inf, nan, negative, 1e308) falls back to the default with one warning: a wait of 1e308 s
+# is no wait a thread can make (it raises) and an infinite timeout hangs the sender on a dead peer.
 _FLOATS = {
-    "flush_interval": ("TUNEPLANE_REPORT_FLUSH_INTERVAL", 1.0, 0.001),
-    "retry_base": ("TUNEPLANE_REPORT_RETRY_BASE", 0.5, 0.001),
-    "retry_cap": ("TUNEPLANE_REPORT_RETRY_CAP", 10.0, 0.001),
-    "finish_timeout": ("TUNEPLANE_REPORT_FINISH_TIMEOUT", 5.0, 0.0),
-    "request_timeout": ("TUNEPLANE_REPORT_REQUEST_TIMEOUT", 10.0, 0.01),
-    "monitor_interval": (MONITOR_INTERVAL_ENV, 10.0, 0.01),
+    "flush_interval": ("TUNEPLANE_REPORT_FLUSH_INTERVAL", 1.0, 0.001, 3600.0),
+    "retry_base": ("TUNEPLANE_REPORT_RETRY_BASE", 0.5, 0.001, 3600.0),
+    "retry_cap": ("TUNEPLANE_REPORT_RETRY_CAP", 10.0, 0.001, 3600.0),
+    "finish_timeout": ("TUNEPLANE_REPORT_FINISH_TIMEOUT", 5.0, 0.0, 86400.0),
+    "request_timeout": ("TUNEPLANE_REPORT_REQUEST_TIMEOUT", 10.0, 0.01, 3600.0),
+    "monitor_interval": (MONITOR_INTERVAL_ENV, 10.0, 0.01, 86400.0),
 }
+# The receiver takes at most 50,000 points a request (tuneplane.ingest.gate.Limits.max_points).
+MAX_BATCH_POINTS = 50_000
 _INTS = {
-    "buffer_bytes": ("TUNEPLANE_REPORT_BUFFER_BYTES", 32 * 1024 * 1024, 16 * 1024),
-    "spill_bytes": ("TUNEPLANE_REPORT_SPILL_BYTES", 1024 * 1024 * 1024, 0),
-    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 10_000, 1),
+    "buffer_bytes": ("TUNEPLANE_REPORT_BUFFER_BYTES", 32 * 1024 * 1024, 16 * 1024, 1 << 40),
+    "spill_bytes": ("TUNEPLANE_REPORT_SPILL_BYTES", 1024 * 1024 * 1024, 0, 1 << 50),
+    "batch_points": ("TUNEPLANE_REPORT_BATCH_POINTS", 10_000, 1, MAX_BATCH_POINTS),
 }
+# Keys one record may hold: a wider call is queued as several records of one step, so a batch always
+# fits the receiver (it reads at most 10,000 keys a rows/1 block, 50,000 points a request).
+MAX_RECORD_KEYS = 5_000
 OPTION_NAMES = frozenset(_FLOATS) | frozenset(_INTS) | {"all_ranks"}
 SPILL_DIR = ".tuneplane"
 
@@ -123,13 +130,15 @@ def from_env(env: Mapping[str, str], options: Mapping[str, Any]) -> Config | Non
                     out_dir=env.get(OUT_DIR_ENV, "").strip())
     notes: list[str] = []
     values: dict[str, Any] = {}
-    for name, (var, default, minimum) in {**_FLOATS, **_INTS}.items():
-        values[name] = _number(name, var, default, minimum, env, options, notes)
+    for name, (var, default, minimum, maximum) in {**_FLOATS, **_INTS}.items():
+        values[name] = _number(name, var, (default, minimum, maximum), env, options, notes)
     return replace(config, notes=tuple(notes), **values)
 
 
-def _number(name: str, var: str, default: float, minimum: float, env: Mapping[str, str],
+def _number(name: str, var: str, bounds: tuple[float, float, float], env: Mapping[str, str],
             options: Mapping[str, Any], notes: list[str]) -> Any:
+    """The setting's value, or its default (and a note) when it is no number in its range."""
+    default, minimum, maximum = bounds
     cast = int if name in _INTS else float
     raw = options.get(name)
     source = f"init({name}=...)"
@@ -138,14 +147,15 @@ def _number(name: str, var: str, default: float, minimum: float, env: Mapping[st
     if raw is None:
         return cast(default)
     try:
-        value = cast(float(raw))
-    except (TypeError, ValueError):
-        notes.append(f"{source}={raw!r} is not a number; using {default}")
+        number = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        notes.append(f"{source}={str(raw)[:40]!r} is not a number; using the default {cast(default)}")
         return cast(default)
-    if value < minimum:
-        notes.append(f"{source}={raw!r} is below {minimum}; using {minimum}")
-        return cast(minimum)
-    return value
+    if not minimum <= number <= maximum:  # also NaN, which compares false
+        notes.append(f"{source}={str(raw)[:40]!r} is outside {cast(minimum)}..{cast(maximum)}; "
+                     f"using the default {cast(default)}")
+        return cast(default)
+    return cast(number)
 
 
 def _say(message: str) -> None:

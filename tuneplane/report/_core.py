@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Any
 
-from tuneplane.report._config import SPILL_DIR, Config
+from tuneplane.report._config import MAX_RECORD_KEYS, SPILL_DIR, Config
 from tuneplane.report._queued import (
     PUTTER_KEYS,
     Item,
@@ -162,6 +162,15 @@ class Session:
         return self.cached(keys)[0]
 
     def append(self, step: int, record: dict[str, float], unix: float | None = None) -> None:
+        if len(record) > MAX_RECORD_KEYS:  # too wide for one block of the receiver: records of one step
+            at = time.time() if unix is None else unix
+            items = list(record.items())
+            for start in range(0, len(items), MAX_RECORD_KEYS):
+                self._append(step, dict(items[start:start + MAX_RECORD_KEYS]), at)
+            return
+        self._append(step, record, unix)
+
+    def _append(self, step: int, record: dict[str, float], unix: float | None) -> None:
         entry, pack, ident, cost = self.cached(tuple(record))
         at = time.time() if unix is None else unix
         try:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 RETRYABLE = frozenset({408, 425, 429}) | frozenset(range(500, 600))
 PROBE_POINTS = 100  # the first metrics batch, before the receiver has said what it reads
 MALFORMED = frozenset({400, 415, 422})  # a rows/1 body refused with these: perhaps no longer read
+OVER_LIMIT = "over the receiver's limit of metric names per run"  # the drop reason of points it left out
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Sender(threading.Thread):
         self.s = session
         cfg = session.config
         self.cfg = cfg
-        self.transport = Transport(cfg.endpoint, cfg.token, cfg.request_timeout)
+        self.transport = Transport(cfg.endpoint, cfg.token, cfg.request_timeout, cfg.run_id)
         self.encoder = Encoder(cfg.run_id, cfg.rank_label)
         self.wake = threading.Event()
         self.stop_at: float | None = None
@@ -210,7 +211,7 @@ class Sender(threading.Thread):
         self._retry_after = _seconds(retry_after)
         self._negotiate(formats)
         if 200 <= status < 300:
-            self._settle(batch, delivered=True)
+            self._settle(batch, delivered=True, left_out=self._left_out(data, batch.points))
             return "done"
         self.last_error = f"HTTP {status}"
         if batch.rows and status in MALFORMED and ROWS_FORMAT not in formats:
@@ -243,12 +244,30 @@ class Sender(threading.Thread):
         self.encoder.rows = False
         self.s.say(f"the receiver no longer reads {ROWS_FORMAT} bodies; sending the upstream encoding from now on")
 
-    def _settle(self, batch: Batch, delivered: bool) -> None:
+    def _left_out(self, data: bytes, points: int) -> int:
+        """Points a 2xx answer says were not stored (our receiver's metric-name limit per run): they
+        are dropped, not delivered, so the ledger tells the truth. Said once on stderr."""
+        if b'"over_limit"' not in data:
+            return 0
+        try:
+            answer = json.loads(data)
+            count = answer.get("over_limit")
+        except (ValueError, AttributeError):
+            return 0
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= points:
+            return 0
+        self.s.say(f"the receiver left out points of metric names past its limit per run "
+                   f"({' '.join(str(answer.get('over_limit_why', '')).split())[:200]}); they are counted as dropped")
+        return count
+
+    def _settle(self, batch: Batch, delivered: bool, left_out: int = 0) -> None:
         with self.s.order_lock:  # counters and pending change together: the ledger always balances
             batch.settled = True
             if delivered:
-                self.s.delivered_points += batch.points
+                self.s.delivered_points += batch.points - left_out
                 self.s.batches_sent += 1
+                if left_out:
+                    self.s.sender_drop(OVER_LIMIT, left_out)
             if batch.spill_offset is not None and self.s.spill is not None:
                 self.s.spill.commit(batch.spill_offset, len(batch.records),
                                     _raw_points(batch.records) - batch.skipped)

@@ -30,7 +30,7 @@ TransportError = (OSError, http.client.HTTPException)
 class Transport:
     """POST JSON bodies to `<endpoint>/<name>` over a reused connection."""
 
-    def __init__(self, endpoint: str, token: str, timeout: float) -> None:
+    def __init__(self, endpoint: str, token: str, timeout: float, run_id: str = "") -> None:
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"TUNEPLANE_JOB_ENDPOINT must be an http(s) URL, got {endpoint!r}")
@@ -40,6 +40,10 @@ class Transport:
         self.prefix = parts.path.rstrip("/")
         self.token = token
         self.timeout = timeout
+        # Our receiver checks the token against this header before reading a body, so a job is never
+        # queued behind the budget it keeps for bodies whose token is not verified yet (upstream
+        # receivers ignore it). Only a plain ASCII run id fits a header as it is.
+        self.run_header = run_id if run_id.isascii() and run_id.isprintable() else ""
         self._conn: http.client.HTTPConnection | None = None
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -54,6 +58,8 @@ class Transport:
                    "X-TunePlane-Batch": batch_id}
         if gzip:
             headers["Content-Encoding"] = "gzip"
+        if self.run_header:
+            headers["X-TunePlane-Run"] = self.run_header
         conn = self._connection()
         try:
             conn.request("POST", f"{self.prefix}/{name}", body=body, headers=headers)
@@ -80,7 +86,7 @@ def post_lifecycle(env: Mapping[str, str], event: str, timeout: float) -> bool:
     """One `/lifecycle` POST on a fresh connection, uncompressed (any receiver understands it)."""
     run_id = env.get(JOB_RUN_ID, "").strip()
     transport = Transport(env.get(JOB_ENDPOINT, "").strip(), env[JOB_TOKEN].strip(),
-                          timeout)
+                          timeout, run_id)
     stamp = wire_stamp(time.time())
     body = json.dumps({"run_id": run_id, "event": event, "ts": stamp}).encode()
     try:

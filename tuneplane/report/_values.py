@@ -38,7 +38,11 @@ def flatten(metrics: Mapping[Any, Any], sep: str = ".", on_drop: DropFn | None =
             continue
         nested = []
         for key, value in items:
-            name = f"{prefix}{sep}{key}" if prefix else str(key)
+            name = _name(key, prefix, sep)
+            if name is None:  # its __str__ raised: this key alone is lost, not the call
+                if on_drop:
+                    on_drop(UNNAMED)
+                continue
             if not isinstance(value, Mapping):
                 out[name] = value
             elif id(value) in seen:
@@ -51,6 +55,20 @@ def flatten(metrics: Mapping[Any, Any], sep: str = ".", on_drop: DropFn | None =
                 nested.append((value, name, depth + 1, seen | {id(value)}))
         stack.extend(reversed(nested))
     return out
+
+
+UNNAMED = "key that cannot be named"
+
+
+def _name(key: Any, prefix: str, sep: str) -> str | None:
+    """The key as text under `prefix`, or None when the key cannot become text."""
+    try:
+        text = key if type(key) is str else str(key)
+        if type(text) is not str:  # a __str__ returning a str subclass with its own failing methods
+            text = str.__str__(text)
+    except Exception:
+        return None
+    return f"{prefix}{sep}{text}" if prefix else text
 
 
 def with_prefix(key: str, prefix: str) -> str:
