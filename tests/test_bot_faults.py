@@ -176,7 +176,7 @@ def test_the_job_token_reaches_the_secret_and_nothing_else(
 
     bot, (run_id,) = lab(tmp_path)
     monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", "s3cret-for-the-ingest-receiver")
-    token = mint_token(b"s3cret-for-the-ingest-receiver", run_id)
+    token = mint_token(b"s3cret-for-the-ingest-receiver", run_id, "demo")
 
     reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
 

@@ -39,7 +39,7 @@ def _post(url: str, run_id: str, points: list[tuple[str, int, float]]) -> None:
     body = {"run_id": run_id, "points": [{"key": k, "step": s, "value": v, "ts": "2025-01-01T00:00:00+00:00"}
                                          for k, s, v in points]}
     conn.request("POST", "/metrics", body=json.dumps(body).encode(),
-                 headers={"X-TunePlane-Token": mint_token(SECRET, run_id)})
+                 headers={"X-TunePlane-Token": mint_token(SECRET, run_id, "demo")})
     assert conn.getresponse().status < 300
     conn.close()
 

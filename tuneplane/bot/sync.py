@@ -216,7 +216,7 @@ class IngestReader:
         from tuneplane.ingest import client, mint_token  # lazy: only cluster runs with a receiver
 
         try:
-            return fn(client, mint_token(self.secret, status.run_id))
+            return fn(client, mint_token(self.secret, status.run_id, status.experiment))
         except client.ReceiverError as exc:
             if exc.answered:  # said once per sync; the run still waits: a secret is fixed in an hour
                 self.refused = (f"{exc.message}; check that {INGEST_SECRET_ENV} is the receiver's secret and "

@@ -43,7 +43,8 @@ def metrics(
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
     checked = _destination(plot) if plot is not None else None
     target = _Target(run)
-    read = _remote_reader(target.run_id, endpoint, token, secret_file) if endpoint else _local_reader(target, db)
+    read = (_remote_reader(target.run_id, endpoint, token, secret_file, target.experiment) if endpoint
+            else _local_reader(target, db))
     found = _run_metrics(run, target, read)
     keys = found.select(key or [])
     if as_json:
@@ -273,6 +274,7 @@ class _Target:
         from tuneplane.lab.runs import find_run, read_request, read_status
 
         self.run_id, self.method, self.store = run, "", None
+        self.experiment: str | None = None  # the run's experiment, when the lab knows the run
         self.params: dict[str, Any] = {}
         self.root: Path | None = None
         self.outside = ""  # why no lab is here, when none is
@@ -289,7 +291,7 @@ class _Target:
                 raise
             self.unknown = exc
             return
-        self.run_id = key.run_id
+        self.run_id, self.experiment = key.run_id, key.experiment
         current = read_status(root, key)
         if current is not None:
             self.method = current.method
@@ -321,16 +323,20 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
             return _Reader(dict, lambda k: [], lambda k: [])
         raise UsageError(f"no ingest database at {path}", "pass --db PATH or --endpoint URL")
     run_id = target.run_id
-    return _Reader(lambda: ingest.summary(path, run_id), lambda k: ingest.series(path, run_id, k),
-                   lambda k: ingest.timed_series(path, run_id, k))
+    # A lab's receiver keeps a run under its experiment (tokens are scoped to both); a run's own store,
+    # and a store older than scoped tokens, keep it under its id alone.
+    scope = target.experiment if target.experiment and ingest.summary(path, run_id, target.experiment) else None
+    return _Reader(lambda: ingest.summary(path, run_id, scope), lambda k: ingest.series(path, run_id, k, scope),
+                   lambda k: ingest.timed_series(path, run_id, k, scope))
 
 
-def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None) -> _Reader:
+def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None,
+                   experiment: str | None = None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.ingest import client, load_secret, mint_token
 
     if secret_file is not None:
-        token = mint_token(load_secret(secret_file), run)
+        token = mint_token(load_secret(secret_file), run, experiment)
     if not token:
         raise UsageError("reading from --endpoint needs the run's token",
                          "pass --token (or set TUNEPLANE_JOB_TOKEN), or --secret-file to mint it")

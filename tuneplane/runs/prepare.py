@@ -130,7 +130,7 @@ def backend_request(
     secret = _ingest_secret(os.environ if env is None else env)
     if secret and JOB_TOKEN in run.plan.secret_env:
 
-        secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id)
+        secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id, spec.metadata.experiment)
     if lab.config.cluster.backend == "slurm":
         token = secret_data.get(run.plan.secret_env.get(JOB_TOKEN, ""), "")
         manifests = [dict(m, lab_root=str(lab_root)) for m in run.manifests]
