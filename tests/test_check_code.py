@@ -96,3 +96,12 @@ def test_one_run_id_in_two_experiments_is_an_error_on_the_second_file(byo: Path,
     assert code == 1 and [p["file"] for p in problems if p["rule"] == "run-id-duplicate"] == [second]
     code, problems, _ = report(tp, first)  # the other file is not checked now: this one is named
     assert code == 1 and [p["file"] for p in problems if p["rule"] == "run-id-duplicate"] == [first]
+
+
+def test_a_script_fixed_or_broken_after_a_check_is_checked_again(byo: Path, tp: Any) -> None:
+    assert [p for p in report(tp, "byo")[1] if p["rule"] == "code-shell-syntax"] == []
+    write(byo, "experiments/byo/train.sh", "#!/bin/bash\nfor x in a b; do\n  echo $x\n")
+    for _ in range(2):
+        assert [p["line"] for p in report(tp, "byo")[1] if p["rule"] == "code-shell-syntax"] == [4]
+    write(byo, "experiments/byo/train.sh", "#!/bin/bash\nfor x in a b; do\n  echo $x\ndone\n")
+    assert [p for p in report(tp, "byo")[1] if p["rule"] == "code-shell-syntax"] == []
