@@ -6,6 +6,7 @@ parsed documents. Nothing here prints or exits.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
 from tuneplane.problems import Problem, did_you_mean
 
 CONFIG_FILE = "config.yaml"
+UNREADABLE = "experiment-unreadable"
 
 
 def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
@@ -50,6 +52,8 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
         ctx.shell_check = shell_check
         contexts[name] = ctx
         problems += ctx.problems
+        if any(p.rule == UNREADABLE for p in ctx.problems):
+            continue
         for rule in experiment_rules():
             problems.extend(rule(ctx))
     runs = list(runs)
@@ -112,6 +116,12 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
     if not exp_dir.is_dir():
         ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-missing", f"no experiment named {name!r}",
                                     hint=_known(lab, name)))
+        return ctx
+    try:
+        os.listdir(exp_dir)
+    except OSError as exc:  # a folder tp may not read: every check of its files would stop on it
+        ctx.problems.append(Problem(ctx.rel, 0, 0, UNREADABLE, f"the experiment folder cannot be read: "
+                                    f"{exc.strerror or exc}", hint=f"make it readable: chmod -R u+rwX {ctx.rel}"))
         return ctx
     _load_lock(ctx)
     if ctx.lock is not None and catalog.has(ctx.lock.recipe.name):
