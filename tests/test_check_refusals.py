@@ -213,3 +213,15 @@ def test_submit_local_refuses_a_missing_data_file_before_committing(lab: Path, t
     assert result.code in (1, 2) and "Traceback" not in result.output
     assert f"--train-data {missing}: no such file" in result.err
     assert git(lab, "rev-parse", "HEAD") == head and list(lab.glob("runs/**/*.yaml")) == []
+
+
+def test_submit_refuses_a_lab_value_the_cluster_refuses_before_committing(byo: Path, tp: Any, git: Any) -> None:
+    set_profile(byo, "shm_size: 64Gi", "shm_size: 64GB")
+    git(byo, "add", "-A")
+    git(byo, "commit", "-q", "-m", "lab")
+    head = git(byo, "rev-parse", "HEAD")
+    result = tp("submit", "byo", "--profile", "h200", "--image", "registry.example.com/team/x:1.0",
+                "--observability-url", URL)
+    assert result.code in (1, 2) and "Traceback" not in result.output
+    assert "tuneplane.yaml:" in result.err and "64GB" in result.err
+    assert git(byo, "rev-parse", "HEAD") == head and list(byo.glob("runs/**/*.yaml")) == []

@@ -113,3 +113,11 @@ def test_a_file_of_another_lab_is_not_answered_with_no_problems(byo: Path, tmp_p
     result = tp_subprocess("validate", "../other-lab/experiments/sft/config.yaml", cwd=byo)
     assert result.code == 2 and "no problems" not in result.output
     assert f"belongs to the lab at {other}" in result.err and f"cd {other}" in result.err
+
+
+def test_a_set_value_past_4300_digits_is_refused_by_name(byo: Path, tp_subprocess: Any) -> None:
+    result = tp_subprocess("render", "byo", "--profile", "h200", "--set", f"x={HUGE}", "--image",
+                           "registry.example.com/x:1", "--observability-url", "https://wandb.example.org/x",
+                           "--allow-dirty", cwd=byo)
+    no_crash(result)
+    assert "--set x: a number of 5,000 digits" in result.err
