@@ -225,3 +225,13 @@ def test_submit_refuses_a_lab_value_the_cluster_refuses_before_committing(byo: P
     assert result.code in (1, 2) and "Traceback" not in result.output
     assert "tuneplane.yaml:" in result.err and "64GB" in result.err
     assert git(byo, "rev-parse", "HEAD") == head and list(byo.glob("runs/**/*.yaml")) == []
+
+
+def test_a_non_finite_value_of_a_declared_parameter_is_said_once(lab: Path, tp: Any) -> None:
+    new(tp, "sft", "trl/sft")
+    rel = f"runs/sft/{RUN_ID}.yaml"
+    write(lab, rel, f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: sft\nrun_id: {RUN_ID}\n"
+                    "profile: h200\nset: {learning_rate: .nan, no_such_key: .inf}\n")
+    code, problems = report(tp, "sft")
+    on_set = sorted((p["pointer"], p["rule"]) for p in problems if p["file"] == rel and p["pointer"].startswith("/set"))
+    assert code == 1 and on_set == [("/set/learning_rate", "run-set"), ("/set/no_such_key", "run-set")]

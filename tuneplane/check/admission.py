@@ -54,8 +54,7 @@ def check_request(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, 
     out += _hyperparams(recipe, req, plugin_params or {}, plugins_locked)
     out += _inputs(recipe, req)
     out += check_commit(req.commit)
-    refused = {r.pointer for r in out if r.severity == "error"}
-    out += [r for r in _finite_values(req) if r.pointer not in refused]  # a parameter's check said it already
+    out += _finite_values(req, {r.pointer for r in out if r.severity == "error"})
     out += _annotation_sizes(req)
     return out
 
@@ -81,11 +80,14 @@ def check_commit(commit: str) -> list[Refusal]:
                     fix.format("HEAD") + ", or leave `commit` empty for the commit the bot sees")]
 
 
-def _finite_values(req: RunRequest) -> list[Refusal]:
-    """NaN and infinities have no JSON spelling: the JobSpec and every config built from it would not parse."""
+def _finite_values(req: RunRequest, refused: set[str]) -> list[Refusal]:
+    """NaN and infinities have no JSON spelling: the JobSpec and every config built from it would not parse.
+    A key whose parameter check refused it already (`refused`, its pointer as `_hyperparams` writes it) is
+    not said twice."""
     return [Refusal(f"/set/{escape(key)}", "run-set-value",
                     f"--set {key}: {value!r} is not a finite number", "give a finite number, e.g. 0.001 or 1e-5")
-            for key, value in req.set.items() if isinstance(value, float) and not math.isfinite(value)]
+            for key, value in req.set.items()
+            if isinstance(value, float) and not math.isfinite(value) and f"/set/{key}" not in refused]
 
 
 # Each free-text field the request copies into an annotation of every object it becomes; together they
