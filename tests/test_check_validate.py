@@ -73,13 +73,16 @@ def test_good_run_requests_pass(lab: Path, tp: Any) -> None:
     for name, method in (("byo", "custom/custom"), ("img", IMG), ("sft", "trl/sft")):
         new(tp, name, method)
     write(lab, "experiments/byo/train.sh", 'exec python "${TUNEPLANE_EXP_DIR}/train.py"\n')
-    head = "apiVersion: tuneplane/run/v1\nkind: RunRequest\nrun_id: " + RUN_ID + "\n"
-    write(lab, f"runs/byo/{RUN_ID}.yaml", head + f"experiment: byo\nprofile: h200:16\n"
+
+    def head(suffix: str) -> str:  # a run id names one run across the lab
+        return "apiVersion: tuneplane/run/v1\nkind: RunRequest\nrun_id: " + RUN_ID[:-1] + suffix + "\n"
+
+    write(lab, f"runs/byo/{RUN_ID[:-1]}1.yaml", head("1") + f"experiment: byo\nprofile: h200:16\n"
           f"image: registry.example.com/team/x:1.0@{DIGEST}\nobservability_url: {URL}\n"
           "set: {anything: goes}\n")
-    write(lab, f"runs/img/{RUN_ID}.yaml", head + "experiment: img\nprofile: h200\n"
+    write(lab, f"runs/img/{RUN_ID[:-1]}2.yaml", head("2") + "experiment: img\nprofile: h200\n"
           "set: {epochs: 2, learning_rate: 1, amp: yes, optimizer: sgd, label_smoothing: 0.5}\n")
-    write(lab, f"runs/sft/{RUN_ID}.yaml", head + "experiment: sft\nprofile: h200:32\ninputs:\n"
+    write(lab, f"runs/sft/{RUN_ID[:-1]}3.yaml", head("3") + "experiment: sft\nprofile: h200:32\ninputs:\n"
           "  model: Qwen/Qwen3-0.6B\n  train_data: data/train.jsonl\n  validation_data: data/val.jsonl\n")
     code, data = report(tp, env={"TUNEPLANE_ALLOWED_IMAGE_REGISTRIES": "registry.example.com"})
     assert problems_in(data, "runs/") == []

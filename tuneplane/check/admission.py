@@ -6,6 +6,7 @@ so `tp submit`, `tp render` and the bot refuse with the same words.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Literal
@@ -17,12 +18,17 @@ from tuneplane.check.images import (
     check_digest_policy,
     parse_image,
 )
+from tuneplane.check.kube import MAX_ANNOTATIONS_BYTES, text_bytes
 from tuneplane.check.params import check_value, get_path, is_missing, resolve_name, unknown_name_message
 from tuneplane.check.shapes import ShapeError, parse_profile
+from tuneplane.lab.yamlio import escape
 from tuneplane.models.lab import LabFile
 from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
+from tuneplane.runtime.patterns import lazy_pattern
 
+FULL_SHA = lazy_pattern(r"[0-9a-f]{40}\Z")
+SHORT_SHA = lazy_pattern(r"[0-9a-f]{4,39}\Z")
 CLI_FLAG = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data"}
 EXTERNAL_NEEDS_URL = "custom external observability requires spec.framework.observability_url"
 
@@ -47,6 +53,57 @@ def check_request(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, 
     out += _observability(recipe, req)
     out += _hyperparams(recipe, req, plugin_params or {}, plugins_locked)
     out += _inputs(recipe, req)
+    out += check_commit(req.commit)
+    out += _finite_values(req, {r.pointer for r in out if r.severity == "error"})
+    out += _annotation_sizes(req)
+    return out
+
+
+# ── what the request hands the cluster verbatim: the pin, the values, the annotations ──────────────
+
+
+def check_commit(commit: str) -> list[Refusal]:
+    """A pin is a full commit id: 40 lower-case hex digits. Anything else either moves (`HEAD~1`, a
+    branch) or is not a commit at all (a line break would end the batch script's comment and start a
+    directive); a short id still names one commit today, so it is only warned about."""
+    if not commit or FULL_SHA().match(commit):
+        return []
+    fix = "write the full 40-digit id: `git rev-parse --verify '{}^{{commit}}'` prints it"
+    if SHORT_SHA().match(commit):
+        return [Refusal("/commit", "run-commit",
+                        f"commit {commit!r} is an abbreviated commit id: it may name two commits once the lab grows",
+                        fix.format(commit), severity="warning")]
+    shown = repr(commit) if len(commit) <= 60 else repr(commit[:60]) + "…"
+    return [Refusal("/commit", "run-commit",
+                    f"commit {shown} is not a commit id: a run is pinned to one full 40-digit commit id "
+                    "(a ref or an expression such as HEAD~1 moves)",
+                    fix.format("HEAD") + ", or leave `commit` empty for the commit the bot sees")]
+
+
+def _finite_values(req: RunRequest, refused: set[str]) -> list[Refusal]:
+    """NaN and infinities have no JSON spelling: the JobSpec and every config built from it would not parse.
+    A key whose parameter check refused it already (`refused`, its pointer as `_hyperparams` writes it) is
+    not said twice."""
+    return [Refusal(f"/set/{escape(key)}", "run-set-value",
+                    f"--set {key}: {value!r} is not a finite number", "give a finite number, e.g. 0.001 or 1e-5")
+            for key, value in req.set.items()
+            if isinstance(value, float) and not math.isfinite(value) and f"/set/{key}" not in refused]
+
+
+# Each free-text field the request copies into an annotation of every object it becomes; together they
+# stay far below the API server's limit on all annotations of an object (check.kube.MAX_ANNOTATIONS_BYTES).
+ANNOTATED = {"requested_by": 1024, "image": 4096, "observability_url": 4096}
+
+
+def _annotation_sizes(req: RunRequest) -> list[Refusal]:
+    out = []
+    for field, limit in ANNOTATED.items():
+        size = text_bytes(getattr(req, field))
+        if size > limit:
+            out.append(Refusal(f"/{field}", "run-annotation-size",
+                               f"{field} is {size:,} bytes; at most {limit:,} are allowed: it becomes an annotation "
+                               f"of the job, and the API server refuses objects whose annotations pass "
+                               f"{MAX_ANNOTATIONS_BYTES:,} bytes", f"shorten {field}"))
     return out
 
 
@@ -145,6 +202,29 @@ def _lifecycle_inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     return []
 
 
+# ── a run on this machine ──────────────────────────────────────────────────────────────────────────
+
+LOCAL_INPUTS = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data",
+                "data": "--data"}
+
+
+def check_local_inputs(req: RunRequest) -> list[Refusal]:
+    """A run on this machine reads its inputs from this machine's disk: an input written as a path (absolute
+    or from `~`) must be there before the request is committed, not 20 seconds into the job. Anything
+    else may be a hub id, which the job resolves itself."""
+    out = []
+    for field, flag in LOCAL_INPUTS.items():
+        value: str = getattr(req.inputs, field)
+        if not value.startswith(("/", "~")):
+            continue
+        path = os.path.expanduser(value)
+        if not os.path.exists(path):
+            out.append(Refusal(f"/inputs/{field}", "run-local-input",
+                               f"{flag} {value}: no such file or folder on this machine",
+                               "the run starts here and reads it from this path: fix the path, or create it first"))
+    return out
+
+
 # ── adapter refusals: what the experiment itself sets (config.yaml, plugins) ───────────────────────
 
 NO_ALGORITHM_PLUGINS = frozenset({"custom", "evalkit"})
@@ -152,14 +232,18 @@ NO_ALGORITHM_PLUGINS = frozenset({"custom", "evalkit"})
 
 def check_platform_owned(recipe: Recipe, config: object) -> list[Refusal]:
     """Config keys the platform sets from the run (output dirs, topology) must not be set by the user."""
-    if not isinstance(config, dict):
-        return []
-    owned = [key for key in recipe.adapter_options.platform_owned if not is_missing(get_path(config, key))]
     return [Refusal("/experiment", "run-platform-owned",
                     f"config.yaml sets {key}, a key the platform owns for {recipe.name}",
                     f"remove {key} from config.yaml: the platform sets it from the run "
                     f"(owned keys: {', '.join(recipe.adapter_options.platform_owned)})")
-            for key in owned]
+            for key in owned_keys_set(recipe, config)]
+
+
+def owned_keys_set(recipe: Recipe, config: object) -> list[str]:
+    """The platform-owned keys `config` sets, in the recipe's order."""
+    if not isinstance(config, dict):
+        return []
+    return [key for key in recipe.adapter_options.platform_owned if not is_missing(get_path(config, key))]
 
 
 def check_algorithm_plugins(framework: str, plugins: list[tuple[str, str]]) -> list[Refusal]:

@@ -74,6 +74,7 @@ def parse_typed_value(key: str, text: str, param: Param) -> Scalar:
         low = text.lower()
         return True if low in _TRUE else False if low in _FALSE else text
     if _INTEGER().match(text):
+        _bounded(key, text)
         return float(int(text)) if kind == "float" else int(text)
     if _FLOATISH().match(text):
         return float(text)
@@ -96,10 +97,20 @@ def parse_set_value(key: str, text: str) -> Scalar:
     if text.startswith(("[", "{")):
         raise UsageError(f"--set {key}: {text!r} is not a single value", hint="pass numbers, true/false or text")
     if _INTEGER().match(text):
+        _bounded(key, text)
         return int(text)
     if _FLOATISH().match(text):
         return float(text)
     return text
+
+
+MAX_DIGITS = 4000  # below Python's 4,300-digit limit of int(text)
+
+
+def _bounded(key: str, text: str) -> None:
+    if len(text) > MAX_DIGITS:
+        raise UsageError(f"--set {key}: a number of {len(text):,} digits: no parameter takes one",
+                         hint="pass the value you mean, or quote it to keep it text")
 
 
 def config_value(param: Param, value: Any, written: str | None) -> Any:

@@ -207,11 +207,21 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
     return problems
 
 
+MAX_PATH_BYTES = 3000  # below PATH_MAX (4096) with room for the names under the deepest folder
+
+
 def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]:
     """What the pin cannot vouch for: links, non-regular entries, and bytecode (outside the digest,
     and Python would run a cached or sourceless .pyc instead of the pinned source)."""
     real_root = Path(os.path.realpath(root))
     for dirpath, dirnames, filenames in os.walk(root):
+        if len(os.fsencode(dirpath)) > MAX_PATH_BYTES:
+            dirnames[:] = []  # a tree past the system's path limit: named once, not walked further
+            yield Problem(display_path(Path(dirpath), display_root)[:200] + "…", 0, 0, "plugin-entry",
+                          f"a path in the plugin is over {MAX_PATH_BYTES} bytes long: no tool can open what lies "
+                          "below it (the system's limit is about 4096)",
+                          hint="flatten the plugin's folders; a plugin is a few source files")
+            continue
         for name in sorted(dirnames + filenames):
             full = Path(dirpath, name)
             shown = display_path(full, display_root)

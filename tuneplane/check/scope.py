@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tuneplane.check.validate import run_files
 from tuneplane.errors import UsageError
-from tuneplane.lab.fs import present
+from tuneplane.lab.fs import find_lab_root, present
 from tuneplane.lab.layout import plugin_index
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
@@ -114,7 +114,8 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
         if present(path) and ("/" in arg or arg not in names):
             rel = _lab_rel(lab, path)
             if rel is None:
-                continue  # outside the lab: nothing of ours to check
+                _refuse_other_lab(lab, arg, path)
+                continue  # outside every lab (pre-commit in a larger repository): nothing of ours to check
             sub = scope_for_paths(lab, [rel])
             scope.experiments |= sub.experiments
             scope.runs |= sub.runs
@@ -127,6 +128,17 @@ def scope_for_args(lab: Lab, args: list[str]) -> Scope:
             scope.experiments.add(name)
             scope.runs |= set(run_files(lab, [name]))
     return scope
+
+
+def _refuse_other_lab(lab: Lab, arg: str, path: Path) -> None:
+    """A file of another lab is that lab's to check: "no problems" here would be a false all-clear."""
+    try:
+        other = find_lab_root(path.absolute().parent)
+    except UsageError:
+        return
+    if other.resolve() != lab.root.resolve():
+        raise UsageError(f"{arg} belongs to the lab at {other}, not to this one ({lab.root})",
+                         hint=f"check it in its own lab: cd {other} && tp validate {os.path.abspath(path)}")
 
 
 def _missing_experiment(lab: Lab, arg: str) -> str:

@@ -6,10 +6,12 @@ parsed documents. Nothing here prints or exits.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tuneplane.check.rules import experiment_rules, lab_rules, run_rules
+from tuneplane.check.rules.code import ShellCheck, check_shared
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import lint_shared_code
 from tuneplane.lab.catalog import Catalog, load_catalog
@@ -25,10 +27,13 @@ from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API, RecipeLock
 from tuneplane.problems import Problem, did_you_mean
 
 CONFIG_FILE = "config.yaml"
+UNREADABLE = "experiment-unreadable"
 
 
 def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
-             catalog: Catalog | None = None, plugins: Iterable[str] = ()) -> list[Problem]:
+             catalog: Catalog | None = None, plugins: Iterable[str] = (),
+             shell_check: ShellCheck | None = None) -> list[Problem]:
+    """Every problem; `shell_check` (lab.shellsyntax.bash_syntax) checks shell scripts, none without it."""
     catalog = catalog or load_catalog()
     problems = list(lab.problems)
     for lab_rule in lab_rules():
@@ -40,16 +45,36 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
     problems += _duplicates(lab, experiments)
     if lab.config.shared_code:
         problems += lint_shared_code(lab)
+        problems += check_shared(lab, shell_check)
     contexts: dict[str, ExperimentContext] = {}
     for name in experiments:
         ctx = load_experiment(lab, catalog, name)
+        ctx.shell_check = shell_check
         contexts[name] = ctx
         problems += ctx.problems
+        if any(p.rule == UNREADABLE for p in ctx.problems):
+            continue
         for rule in experiment_rules():
             problems.extend(rule(ctx))
+    runs = list(runs)
+    owners = run_id_owners(lab) if runs else {}
+    checked = set(runs)
     for path in runs:
-        problems += validate_run(lab, catalog, path, contexts)
+        # the second of two files with one run id is the error; the first only when the second is not checked
+        # now (a pull request that adds the file sorting first names that file)
+        same = [p for p in owners.get(path.stem, []) if p != path]
+        clash = next((p for p in same if p < path or p not in checked), None)
+        problems += validate_run(lab, catalog, path, contexts, clash)
     return sorted(set(problems))
+
+
+def run_id_owners(lab: Lab) -> dict[str, list[Path]]:
+    """Every run request file of the lab by its run id (the file name), in path order: a run id names
+    one run across the lab (status files, run directories and cluster objects are found by it)."""
+    owners: dict[str, list[Path]] = {}
+    for path in run_files(lab):
+        owners.setdefault(path.stem, []).append(path)
+    return owners
 
 
 def _plugin_problems(lab: Lab, names: list[str]) -> list[Problem]:
@@ -91,6 +116,12 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
     if not exp_dir.is_dir():
         ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-missing", f"no experiment named {name!r}",
                                     hint=_known(lab, name)))
+        return ctx
+    try:
+        os.listdir(exp_dir)
+    except OSError as exc:  # a folder tp may not read: every check of its files would stop on it
+        ctx.problems.append(Problem(ctx.rel, 0, 0, UNREADABLE, f"the experiment folder cannot be read: "
+                                    f"{exc.strerror or exc}", hint=f"make it readable: chmod -R u+rwX {ctx.rel}"))
         return ctx
     _load_lock(ctx)
     if ctx.lock is not None and catalog.has(ctx.lock.recipe.name):
@@ -174,7 +205,9 @@ def _unsupported_api(doc: Doc, accepted: tuple[str, ...], rule: str, what: str, 
                        hint="upgrade tuneplane: pip install -U tuneplane" if newer else fix)
 
 
-def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext]) -> list[Problem]:
+def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext],
+                 clash: Path | None = None) -> list[Problem]:
+    """The request's problems; `clash` is another request file with the same run id."""
     # lazy: run-request rules load only when requests are checked
     from tuneplane.check.rules.runs import RunContext
 
@@ -188,6 +221,12 @@ def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, Exp
         contexts[exp] = load_experiment(lab, catalog, exp)
     ctx = RunContext(lab, catalog, path, doc, contexts[exp])
     out: list[Problem] = list(doc.notes)
+    if clash is not None:
+        out.append(doc.problem("/run_id", "run-id-duplicate",
+                               f"run id {path.stem} is also the run id of {lab.rel(clash)}: a run id names one run "
+                               "across the lab (its status file, run directory and cluster objects)",
+                               hint="give this request a new run id: `tp submit` makes one; rename the file and "
+                                    "its run_id together"))
     for rule in run_rules():
         out.extend(rule(ctx))
     return out

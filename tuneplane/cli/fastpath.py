@@ -96,6 +96,7 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
         from tuneplane.check.scope import scope_all, scope_for_args, scope_for_paths
         from tuneplane.check.validate import validate as run_validate
         from tuneplane.lab.load import load_lab
+        from tuneplane.lab.shellsyntax import bash_syntax
         from tuneplane.problems import has_errors
 
     lab = load_lab()
@@ -110,7 +111,8 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
         scope = scope_for_args(lab, targets)
     else:
         scope = scope_all(lab)
-    problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins))
+    problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins),
+                            shell_check=bash_syntax)
     checked = scope.describe()
     sys.stdout.write(reporters.FORMATS[fmt](problems, checked))
     sys.stdout.flush()

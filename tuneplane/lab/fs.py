@@ -97,7 +97,11 @@ def present(path: Path) -> bool:
 
 def find_lab_root(start: Path | None = None) -> Path:
     """The nearest directory at or above `start` holding `tuneplane.yaml` (or a StarForge marker)."""
-    here = (start or Path.cwd()).resolve()
+    try:
+        here = (start or Path.cwd()).resolve()
+    except FileNotFoundError:
+        raise UsageError("the current directory no longer exists (it was deleted or moved)",
+                         hint="cd into the lab again, e.g. `cd \"$PWD\"` after it was recreated") from None
     for candidate in (here, *here.parents):
         if present(candidate / LAB_FILE) or (candidate / LEGACY_LAB_FILE).is_file():
             return candidate  # whatever sits at tuneplane.yaml is judged by the reader, not skipped

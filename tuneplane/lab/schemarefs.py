@@ -28,7 +28,9 @@ def config_schema_rel(method: str) -> PurePosixPath:
 def reference(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:
     """The path of `target` relative to the folder of `from_file`, both relative to the lab root."""
     start = PurePosixPath(from_file).parent
-    return PurePosixPath(os.path.relpath(PurePosixPath(target), start)).as_posix()
+    # both anchored at one made-up root: relpath of two relative paths would read the working directory,
+    # which may no longer exist (a shell in a deleted folder)
+    return PurePosixPath(os.path.relpath(PurePosixPath("/", target), PurePosixPath("/", start))).as_posix()
 
 
 def comment_line(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:

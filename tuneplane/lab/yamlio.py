@@ -238,6 +238,9 @@ class _Builder:
             value = _CONSTRUCT.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
             raise LoadFailed(_yaml_error(exc, self.doc.rel)) from None
+        except ValueError:  # an integer past Python's 4,300-digit limit of int(text)
+            mark = node.start_mark
+            raise LoadFailed(_huge_number(self.doc.rel, mark.line + 1, mark.column + 1, node.value)) from None
         if hasattr(value, "isoformat"):  # dates and timestamps stay text: JSON has no date type
             return node.value
         return value
@@ -296,7 +299,7 @@ def parse_json(text: str, rel: str) -> Doc:
         raise LoadFailed(_deep_problem(rel, *deep))
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
-                          parse_float=_finite)
+                          parse_float=_finite, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise LoadFailed(_json_error(text, rel, exc)) from None
     except _DuplicateKey as exc:
@@ -308,6 +311,8 @@ def parse_json(text: str, rel: str) -> Doc:
         line, col = _second_key(text, exc.key)  # escapes YAML does not take (surrogate pairs)
         raise LoadFailed(Problem(rel, line, col, "duplicate-key", f"duplicate key {exc.key!r}",
                                  hint="remove one of them: JSON readers keep only one, silently")) from None
+    except _HugeInt as exc:
+        raise LoadFailed(_huge_number(rel, *_locate(text, exc.token[:50]), exc.token)) from None
     except _BadConstant as exc:
         line, col = _locate(text, exc.token)
         raise LoadFailed(Problem(rel, line, col, "json-syntax",
@@ -369,6 +374,26 @@ def _second_key(text: str, key: str) -> tuple[int, int]:
         if seen == 2:
             return _locate_at(text, match.start())
     return (1, 1)
+
+
+MAX_DIGITS = 4000  # below Python's 4,300-digit limit of int(text): no setting needs a number this long
+
+
+class _HugeInt(Exception):
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.token = token
+
+
+def _bounded_int(token: str) -> int:
+    if len(token) > MAX_DIGITS:
+        raise _HugeInt(token)
+    return int(token)
+
+
+def _huge_number(rel: str, line: int, col: int, token: str) -> Problem:
+    return Problem(rel, line, col, "number-too-long", f"a number of {len(token):,} digits: no setting takes one",
+                   hint="write the value you mean (a number of at most a few digits), or quote it as text")
 
 
 def _finite(token: str) -> float:

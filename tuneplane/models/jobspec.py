@@ -120,7 +120,8 @@ class DatasetRef(Strict):
 
 
 class JobProvenance(Strict):
-    commit: str
+    # a commit id or nothing: it is written into batch-script comments and annotations verbatim
+    commit: str = Field(pattern=r"^([0-9a-f]{4,64})?$", description="The commit the job runs (hex), empty if none.")
     dirty: bool = False
     config_sha256: str = ""
     tool_version: str

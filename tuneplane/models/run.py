@@ -40,7 +40,9 @@ class RunRequest(Strict):
     observability_url: str = ""
     set: dict[str, Scalar] = Field(default_factory=empty_dict, description="Hyperparameter overrides.")
     inputs: Inputs = Field(default_factory=defaults_of(Inputs))
-    timeout: int | None = Field(None, ge=60, description="Seconds before the job is stopped.")
+    timeout: int | None = Field(None, ge=60, le=365 * 24 * 3600,
+                                description="Seconds before the job is stopped (at most a year, as a profile's "
+                                            "`time_limit`: every engine takes it).")
     requested_by: str = ""
     message: str = ""
     created_at: str = ""

@@ -18,10 +18,13 @@ from typing import Any
 
 from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
-from tuneplane.check.images import ImageError, check_allowed, check_digest_policy, parse_image
+from tuneplane.check.admission import check_local_inputs as local_inputs
+from tuneplane.check.images import ImageError, check_digest_policy, parse_image
 from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, resolve_name
 from tuneplane.check.rules import config as config_rule
 from tuneplane.check.rules import requires
+from tuneplane.check.rules import settings as settings_rule
+from tuneplane.check.rules.cluster import check_init_image
 from tuneplane.check.shapes import Shape, ShapeError, parse_profile
 from tuneplane.check.validate import load_experiment
 from tuneplane.constants import STORAGE_ROOT_ENV, Scalar
@@ -128,6 +131,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
 
 def _refuse_broken_lab(lab: Lab) -> None:
     lab.require_settings()
+    _raise_first(settings_rule.errors(lab))  # the cluster would refuse these values after the merge
 
 
 def _raise_first(problems: list[Problem]) -> None:
@@ -251,8 +255,10 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
                          "machine (cluster.backend: local)",
                          hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes "
                               "in tuneplane.yaml")
-    if not local:
-        _check_init_image(settings, env)
+    if local:
+        _raise_refusals(local_inputs(request))
+    else:
+        _check_init_image(settings)
     paths = _paths(lab, prepared.name, request.run_id, local, env)
     return JobSpec(
         metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
@@ -410,15 +416,11 @@ def _registry(env: dict[str, str]) -> dict[str, str]:
     return data
 
 
-def _check_init_image(settings: LabFile, env: dict[str, str]) -> None:
-    """The checkout init container's image is a deployment default like `images.defaults`: it obeys the
-    digest policy and the lab's registry allowlist (the environment's allowlist is about user images)."""
-    del env
-    image = settings.cluster.init_image
+def _check_init_image(settings: LabFile) -> None:
+    """The checkout init container's image, checked as `tp validate` checks it (rule cluster-init-image)."""
     try:
-        ref = parse_image(image)
-        check_allowed(ref, settings.images.allowed_registries)
-        check_digest_policy(ref, settings.images.require_digest)
+        check_init_image(settings.cluster.init_image, settings.images.allowed_registries,
+                         settings.images.require_digest)
     except ImageError as exc:
         raise UsageError(f"cluster.init_image in tuneplane.yaml: {exc}", hint=exc.hint) from None
 

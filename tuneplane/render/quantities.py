@@ -6,22 +6,16 @@ memory, so two such runs fit on one node instead of each one asking for all of i
 
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTPE]i?|m|k)?$")
-_FACTORS: dict[str | None, int | Fraction] = {
-    None: 1, "m": Fraction(1, 1000), "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-    "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
+from tuneplane.check.kube import parse_quantity
+
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
 
 def parse(text: str) -> Fraction:
-    match = _QUANTITY.match(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
-    return Fraction(match.group(1)) * _FACTORS[match.group(2)]
+    """As the API server reads it: the one parser `tp validate` checks profiles with."""
+    return parse_quantity(text.strip())
 
 
 def share(gpus: int, node_gpus: int) -> Fraction:

@@ -14,16 +14,16 @@ Rule = Callable[[Any], Iterator[Problem]]
 
 def experiment_rules() -> list[Rule]:
     # lazy: each rule module is loaded only when its kind of file is checked
-    from tuneplane.check.rules import config, entrypoint, launch, lint, lock, native, plugins, requires
+    from tuneplane.check.rules import code, config, entrypoint, launch, lint, lock, native, plugins, requires
 
-    return [lock.check, config.check, requires.check, entrypoint.check, plugins.check, lint.check, launch.check,
-            native.check]
+    return [lock.check, config.check, requires.check, entrypoint.check, plugins.check, lint.check, code.check,
+            launch.check, native.check]
 
 
 def lab_rules() -> list[Rule]:
-    from tuneplane.check.rules import cluster  # lazy: as above, loaded when the lab's settings are checked
+    from tuneplane.check.rules import cluster, settings  # lazy: as above, loaded when the lab's settings are checked
 
-    return [cluster.check]
+    return [cluster.check, settings.check]
 
 
 def run_rules() -> list[Rule]:

@@ -27,6 +27,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         yield doc.problem("", "config-root", "config.yaml must be a mapping of keys to values",
                           hint="start the file with `key: value` lines")
         return
+    yield from _platform_owned(ctx, doc)
     known_paths = {p.path for p in recipe.params.values()}
     if recipe.config.mode == "closed":
         # lazy: the plugin tooling (packaging, the lock models) loads only when asked
@@ -50,6 +51,20 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
                 rule = "config-range"
             yield doc.problem(pointer, rule, f"{param.path}: {message}", hint=_param_hint(name, param))
     yield from _unknown_keys(ctx, doc, known_paths)
+
+
+def _platform_owned(ctx: ExperimentContext, doc: Doc) -> Iterator[Problem]:
+    """The keys the platform sets from the run: the same refusal `resolve` raises, here on the key."""
+    assert ctx.recipe is not None
+    owned = ctx.recipe.adapter_options.platform_owned
+    if not any(not is_missing(get_path(doc.data, key)) for key in owned):
+        return
+    # lazy: the request checks load only when a config sets an owned key
+    from tuneplane.check.admission import check_platform_owned, owned_keys_set
+
+    for key, refusal in zip(owned_keys_set(ctx.recipe, doc.data), check_platform_owned(ctx.recipe, doc.data),
+                            strict=True):
+        yield doc.problem(config_pointer(key), "config-platform-owned", refusal.message, hint=refusal.hint)
 
 
 def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Problem]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from tuneplane.lab.catalog import Catalog
@@ -15,12 +16,14 @@ from tuneplane.runtime.records import Record
 
 
 class ExperimentContext(Record):
-    __slots__ = ("lab", "catalog", "name", "dir", "lock", "lock_doc", "recipe", "config", "manifest", "problems")
+    __slots__ = ("lab", "catalog", "name", "dir", "lock", "lock_doc", "recipe", "config", "manifest", "problems",
+                 "shell_check")
     _fields = __slots__
 
     def __init__(self, lab: Lab, catalog: Catalog, name: str, dir: Path, lock: RecipeLock | None = None,
                  lock_doc: Doc | None = None, recipe: Recipe | None = None, config: Doc | None = None,
-                 manifest: ExperimentManifest | None = None, problems: list[Problem] | None = None) -> None:
+                 manifest: ExperimentManifest | None = None, problems: list[Problem] | None = None,
+                 shell_check: Callable[[Path], tuple[int, str] | None] | None = None) -> None:
         self.lab = lab
         self.catalog = catalog
         self.name = name
@@ -31,6 +34,8 @@ class ExperimentContext(Record):
         self.config = config
         self.manifest = manifest  # experiment.yaml, when the experiment has one
         self.problems: list[Problem] = [] if problems is None else problems
+        # `bash -n` as a function (lab.shellsyntax): the check stages start no process themselves
+        self.shell_check = shell_check
 
     @property
     def rel(self) -> str:
