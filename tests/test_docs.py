@@ -41,6 +41,8 @@ from pathlib import Path
 
 import pytest
 
+from tuneplane import __version__
+
 pytest_plugins = ("slurm_cluster",)  # the slurm_cluster fixture, for documents that need it
 
 REPO = Path(__file__).resolve().parents[1]
@@ -248,7 +250,10 @@ def _environment(shims: Path) -> dict[str, str]:
         tp.chmod(0o755)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(shims), str(bin_dir), env.get("PATH", "")])
-    env.update({"COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8", "TERM": "dumb"})
+    env.update({"COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8", "TERM": "dumb",
+                # a reader's tp came from an index: their `tp init` fills tool.requirement, whatever this
+                # checkout's remotes say (a checkout without one would add the empty-requirement warning)
+                "TUNEPLANE_TOOL_REQUIREMENT": f"tuneplane=={__version__}"})
     env.pop("PYTHONPATH", None)
     return env
 

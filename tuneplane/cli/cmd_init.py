@@ -22,8 +22,9 @@ def init(
     backend: Annotated[str, typer.Option("--backend", help="Where runs go: local, kubernetes or slurm "
                                          "(slurm adds a commented cluster.slurm section).")] = "local",
     tool_requirement: Annotated[str | None, typer.Option(
-        "--tool-requirement", help="How CI installs tp (tool.requirement): tuneplane==VERSION or "
-                                   "'tuneplane @ git+URL@TAG'; default: how this tp was installed.")] = None,
+        "--tool-requirement", envvar="TUNEPLANE_TOOL_REQUIREMENT",
+        help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
+             "default: how this tp was installed.")] = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
