@@ -1,13 +1,16 @@
 """The Backend protocol every backend implements, and the plain records it exchanges.
 
-The bot and the CLI talk to backends only through this protocol; tests swap in fakes.
+The bot and the CLI talk to backends only through this protocol; tests swap in fakes. What only some
+backends can do is a capability, a small protocol of its own checked with `isinstance` (`HasMetrics`,
+`HasArtifacts`, `HasRunDir`, `Closable`), so no caller asks a backend for a method by its name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from tuneplane.constants import EXIT_PROBLEMS, AttemptReason, ObservedPhase
 from tuneplane.errors import TunePlaneError
@@ -111,3 +114,34 @@ class Backend(Protocol):
     def logs(self, ref: BackendRef, tail: int | None = None, follow: bool = False) -> Iterator[str]: ...
 
     def cancel(self, ref: BackendRef) -> None: ...
+
+
+# ── capabilities: what only some backends can do ─────────────────────────────────────────────────────
+
+
+@runtime_checkable
+class HasMetrics(Protocol):
+    """Reads a run's metrics itself (a run directory's store), not through the ingest receiver."""
+
+    def metrics(self, ref: BackendRef) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]: ...
+
+
+@runtime_checkable
+class HasArtifacts(Protocol):
+    """Lists what a run wrote (checkpoints, exports) once it ended."""
+
+    def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class HasRunDir(Protocol):
+    """Keeps each run in a directory on this machine's file system (local runs, Slurm's shared storage)."""
+
+    def run_dir(self, ref: BackendRef) -> Path: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """Holds a connection to let go of when the caller is done (the Kubernetes client's pool)."""
+
+    def close(self) -> None: ...

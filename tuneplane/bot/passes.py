@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend
+from tuneplane.backends.base import Backend, Closable
 from tuneplane.bot.report import (
     CRASH_ENV,
     CRASH_EXIT,
@@ -62,9 +62,8 @@ class Backends:
 
     def close(self) -> None:
         for backend in self._made.values():
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+            if isinstance(backend, Closable):
+                backend.close()
 
 
 def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.backends.base import Backend, BackendError, BackendRef, HasArtifacts, HasMetrics, HasRunDir, Observation
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
@@ -84,7 +84,7 @@ def _sync_one(
     if new is None:
         return
     new = _with_results(new, backend, ref, metrics, status, batch, key)
-    late = new.phase in TERMINAL and metrics.unreachable and not hasattr(backend, "metrics")
+    late = new.phase in TERMINAL and metrics.unreachable and not isinstance(backend, HasMetrics)
     if new != status:
         batch.status(new)
         report.updated.append(str(key))
@@ -126,11 +126,11 @@ def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: In
                   batch: Batch, key: RunKey) -> RunStatus:
     """Metrics under their canonical names; artifacts and the chart once the run ended."""
     vocab = vocabulary_of(new.method)
-    summary, recent = backend.metrics(ref) if hasattr(backend, "metrics") else metrics.read(status)
+    summary, recent = backend.metrics(ref) if isinstance(backend, HasMetrics) else metrics.read(status)
     if summary:
         new = with_metrics(new, summary, recent, list(vocab.primary), vocab)
     if new.phase in TERMINAL:
-        if hasattr(backend, "artifacts"):
+        if isinstance(backend, HasArtifacts):
             new = with_artifacts(new, backend.artifacts(ref))
         if summary:
             try:
@@ -159,9 +159,8 @@ def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status
                 summary: dict[str, Any]) -> Timed:
     """Every point of every key with its time, for the chart (local runs: their own store; cluster:
     the receiver)."""
-    run_dir = getattr(backend, "run_dir", None)
-    if run_dir is not None:
-        return stored_series(Path(run_dir(ref)), status, summary)
+    if isinstance(backend, HasRunDir):
+        return stored_series(Path(backend.run_dir(ref)), status, summary)
     return metrics.timed(status, list(summary))
 
 

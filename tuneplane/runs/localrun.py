@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.base import Backend, BackendError, BackendRef, HasMetrics, HasRunDir, SubmitRequest
 from tuneplane.backends.factory import local_backend
 from tuneplane.backends.local import DB, LocalBackend, read_state, supervise, supervisor_alive
 from tuneplane.constants import EXIT_OK, EXIT_USAGE, TERMINAL, utc_now
@@ -46,13 +46,12 @@ def commit_run_status(
 
 def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | None:
     """The chart of a finished local run (`tp submit --local`), or None when it reported nothing."""
-    if status.phase not in TERMINAL or not hasattr(backend, "metrics"):
+    if status.phase not in TERMINAL or not isinstance(backend, HasMetrics):
         return None
     summary, _recent = backend.metrics(ref)
     if not summary:
         return None
-    run_dir = getattr(backend, "run_dir", None)
-    series = stored_series(Path(run_dir(ref)), status, summary) if run_dir is not None else {}
+    series = stored_series(Path(backend.run_dir(ref)), status, summary) if isinstance(backend, HasRunDir) else {}
     return chart_svg(RunKey(status.experiment, status.run_id), series, vocabulary_of(status.method))
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendRef
+from tuneplane.backends.base import Backend, BackendRef, HasMetrics
 from tuneplane.backends.factory import ClusterAccess, make_backend, run_dir_backend
 from tuneplane.constants import SUCCEEDED, TERMINAL, utc_now
 from tuneplane.lab.load import open_lab
@@ -81,7 +81,7 @@ def current_status(root: Path, status: RunStatus, refresh: bool | None, access: 
     assert ref is not None
     backend = backend_for(root, ref.backend, access)
     fresh = observe_run(backend, status, utc_now())
-    if hasattr(backend, "metrics"):
+    if isinstance(backend, HasMetrics):
         summary, series = backend.metrics(ref)
         if summary:
             vocab = vocabulary_of(status.method)

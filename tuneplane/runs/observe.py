@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.backends.base import Backend, BackendError, BackendRef, HasRunDir, Observation
 from tuneplane.constants import CANCELLED, PHASE_RANK, RUNNING, TERMINAL
 from tuneplane.metrics.vocab import Vocabulary, counts
 from tuneplane.models.run import Artifact, BackendObject, RunStatus, Transition
@@ -154,8 +154,7 @@ def elsewhere(backend: Backend, ref: BackendRef) -> bool:
     pushed while it ran): not even the folders above its run directory exist here. Such a run is not
     lost; this machine just cannot see it, and must not record it as `Lost` over what its own machine
     writes. (A run directory removed on this machine, its folders still there, is still reported.)"""
-    run_dir = getattr(backend, "run_dir", None)
-    if run_dir is None or ref.backend != "local":
+    if not isinstance(backend, HasRunDir) or ref.backend != "local":
         return False
-    where = Path(run_dir(ref))
+    where = Path(backend.run_dir(ref))
     return not any(p.exists() for p in (where, where.parent, where.parent.parent))
