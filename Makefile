@@ -3,7 +3,7 @@
 PYTHON ?= python
 PYTEST = $(PYTHON) -m pytest -n 2 -q
 
-.PHONY: install test-fast test ci lint format schemas docs
+.PHONY: install test-fast test ci lint format schemas docs sizes
 
 install:  ## the project and its test dependencies, editable
 	$(PYTHON) -m pip install -e '.[test]' 'torch==2.13.0'
@@ -32,3 +32,6 @@ schemas:  ## regenerate schemas/ from the models (a test fails when they drift)
 
 docs:  ## regenerate the command reference
 	$(PYTHON) -m tuneplane.dev.docgen
+
+sizes:  ## the largest modules and longest functions, for review (nothing fails on a size)
+	$(PYTHON) -m tuneplane.dev.sizes

@@ -18,8 +18,9 @@ from helpers_git import git, request
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import BackendError, BackendRef, NotReachable, SubmitRequest
 from tuneplane.backends.local import LOG, STATE, LocalBackend, read_state, supervise, supervisor_alive
-from tuneplane.gitops.submit import backend_request, prepare_run
 from tuneplane.lab.load import load_lab
+from tuneplane.runs.prepare import backend_request
+from tuneplane.runs.prepare import prepare as prepare_run
 from tuneplane.runtime.attempts import write as write_record
 
 _counter = iter(range(1, 10_000))
@@ -378,8 +379,8 @@ def test_tp_job_cancel_of_a_run_whose_runner_is_gone_is_no_internal_error(
     exp: Path, storage: Path, tmp_path: Path, tp,  # type: ignore[no-untyped-def]
 ) -> None:
     # The bot on a CI runner submitted the run and recorded it `Submitted`; then the runner went away.
-    from tuneplane.gitops.writeback import submitted_status
     from tuneplane.lab.runs import write_request, write_status
+    from tuneplane.runs.status import submitted_status
 
     submit = job(exp, "sleep 300\n")
     lab = load_lab(exp)
