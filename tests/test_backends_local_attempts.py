@@ -350,6 +350,18 @@ def test_cancel_writes_nothing_into_a_folder_the_backend_did_not_make(storage: P
     assert tree(theirs) == ["notes.txt", "r3", "r3/.tuneplane-local-run"]
 
 
+def test_a_storage_root_that_does_not_exist_yet_leads_nowhere_out(tmp_path: Path) -> None:
+    from tuneplane.backends.local.files import leads_out
+
+    root = tmp_path / "storage"  # a first run on a fresh machine: nothing of the root exists yet
+    assert leads_out(root / "runs/u/demo/r1", root) is False
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    root.mkdir()
+    (root / "runs").symlink_to(outside, target_is_directory=True)
+    assert leads_out(root / "runs/u/demo/r1", root) is True
+
+
 def test_submit_refuses_a_folder_the_backend_did_not_make(exp: Path, storage: Path) -> None:
     submit = job(exp, "echo never\n")
     run_dir = Path(submit.manifests[0]["spec"]["run_dir"])

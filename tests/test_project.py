@@ -36,6 +36,22 @@ def test_ci_runs_the_readme_test_command():
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
 
 
+def test_the_readmes_lab_block_runs_as_written(tmp_path: Path) -> None:
+    """A new user pastes "A lab in six commands" into a shell: it ends with a Succeeded local run."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## A lab in \w+ commands\n\n```bash\n(.*?)```", text, flags=re.S)
+    assert block is not None, "README.md has no 'A lab in … commands' bash block"
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+           "TUNEPLANE_STORAGE_ROOT": str(tmp_path / "storage"), "TUNEPLANE_TOOL_REQUIREMENT": "tuneplane==0.5.0"}
+    script = "set -euo pipefail\n" + block.group(1)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Succeeded" in done.stdout, done.stdout
+    assert (tmp_path / "my-lab" / "status" / "my-exp").is_dir()
+
+
 def _workflow_schema() -> dict:
     import check_jsonschema
 

@@ -180,6 +180,8 @@ def leads_out(run_dir: Path, root: Path) -> bool:
     existing = run_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    if not _under(existing, root):  # not even the storage root exists yet: nothing can lead out
+        return False
     return not _under(Path(os.path.realpath(existing)), Path(os.path.realpath(root)))
 
 
