@@ -18,23 +18,38 @@ runs in that rank's interpreter. Any refusal exits with CONFIG_ERROR_EXIT before
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import re
 import runpy
+import signal
+import subprocess
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
+from types import FrameType, MappingProxyType
 from typing import Any, NoReturn
 
 from tuneplane import __version__, plugins
-from tuneplane.constants import CONFIG_ERROR_EXIT, NAME_PATTERN, WORK_DIR_ENV
+from tuneplane.constants import (
+    ATTEMPT_ENV,
+    CONFIG_ERROR_EXIT,
+    NAME_PATTERN,
+    NODE_RANK_ENV,
+    OUT_DIR_ENV,
+    RESUME_FROM_ENV,
+    TERMINATION_LOG_ENV,
+    WORK_DIR_ENV,
+)
+from tuneplane.report.checkpoints import newest_complete
+from tuneplane.runtime import attempts
 from tuneplane.runtime.digest import DigestError, tree_digest
-from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
+from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV, bytecode_files, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.streams import print_or_quit
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
@@ -397,20 +412,28 @@ def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]
     return entry, reenters
 
 
-def _prepare(args: list[str], emit: Emit) -> tuple[JobSpecView, PythonEntry | None, bool]:
-    """(the JobSpec, the entry to run in this interpreter or None, whether argv starts re-entering ranks)."""
+def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[JobSpecView, PythonEntry | None, bool]:
+    """(the JobSpec, the entry to run in this interpreter or None, whether argv starts re-entering ranks).
+
+    `supervised`: this launcher only watches the trainer (a child that re-enters to install the
+    plugins), so it verifies them and installs nothing itself."""
     work = work_dir()
     spec = read_jobspec(work)
     _enter_cwd(work, spec.launch)
     entry, reenters = _plan(spec, args)
     chosen = [p for p in spec.plugins if p.capability == LOADED_CAPABILITY]
+    if chosen and entry is None and not reenters:
+        raise LaunchError(
+            f"algorithm plugins apply in the entrypoint process, but launch.argv {spec.launch.argv!r} "
+            f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
+            "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
+            "(or `… <file.py> …`)")
+    if supervised:
+        for plugin in chosen:  # fail here, before the child starts; the child installs them
+            verify_plugin(work, plugin)
+        in_process = entry is not None and (bool(chosen) or spec.launch.in_process)
+        return spec, entry if in_process else None, reenters
     if chosen and entry is None:
-        if not reenters:
-            raise LaunchError(
-                f"algorithm plugins apply in the entrypoint process, but launch.argv {spec.launch.argv!r} "
-                f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
-                "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
-                "(or `… <file.py> …`)")
         loaded_plugins(spec, emit)
         for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
             verify_plugin(work, plugin)
@@ -432,17 +455,25 @@ def main(argv: list[str] | None = None) -> int:
         args = args[1:]
     if args[:1] in (["-h"], ["--help"]):
         return print_or_quit(__doc__ or "", "tuneplane-launch")
+    # The node's launcher (not a rank re-entering) tells the trainer its attempt and where to resume,
+    # and, in a run directory, records the attempt and watches the trainer as a child.
+    record = None if args else JobAttempt.from_env()
+    if not args:
+        export_attempt_env()
+    if record is not None:
+        record.begin()
     try:
-        spec, entry, ranks = _prepare(args, _emit)
+        spec, entry, ranks = _prepare(args, _emit, supervised=record is not None)
     except LaunchError as exc:
-        report_failure(f"tuneplane-launch: error: {exc}")
-        return CONFIG_ERROR_EXIT
+        return _refused(exc, record)
     # Node rank zero collects for the job (tuneplane.collector): native files beside the trainer,
     # then what the SDK left unsent.
     uploads = bool(_collector("take_job", False))
     if uploads:  # an earlier attempt's leftovers first, so they never replace this attempt's points
         _collector("collect_before", None, os.environ, BEFORE_JOB_UPLOAD_SECONDS)
     collector = _collector("start_beside", None) if uploads else None
+    if record is not None:
+        return _run_recorded(record, spec, entry, collector, uploads)
     if entry is not None:
         try:
             run_python_entry(entry)
@@ -465,6 +496,220 @@ def main(argv: list[str] | None = None) -> int:
             return CONFIG_ERROR_EXIT
         return code
     exec_argv(spec.launch.argv)
+
+
+def _refused(exc: LaunchError, record: JobAttempt | None) -> int:
+    line = f"tuneplane-launch: error: {exc}"
+    report_failure(line)
+    if record is not None:
+        record.end(Outcome(CONFIG_ERROR_EXIT, None, [line], [], line), termination=False)
+    return CONFIG_ERROR_EXIT
+
+
+def _run_recorded(record: JobAttempt, spec: JobSpecView, entry: PythonEntry | None, collector: Any,
+                  uploads: bool) -> int:
+    """Run the trainer as a watched child (an in-process entry re-enters this launcher in the child,
+    which installs the plugins there) and record how it ended."""
+    child = spec.launch.argv if entry is None else reentry_argv(entry)
+    try:
+        outcome = supervise(child, work_dir() / LAUNCH_ERROR_FILE)
+    except FileNotFoundError:
+        outcome = Outcome(127, None, [], [], f"tuneplane-launch: error: cannot start {child[0]!r}: command not found")
+    except OSError as exc:
+        outcome = Outcome(126, None, [], [], f"tuneplane-launch: error: cannot start {child[0]!r}: {exc}")
+    finally:
+        _collector("end_job", None, collector, uploads, AFTER_JOB_UPLOAD_SECONDS)
+    if outcome.refusal:
+        report_failure(outcome.refusal)
+    code = CONFIG_ERROR_EXIT if outcome.refusal and outcome.code not in (126, 127) else outcome.code
+    outcome = Outcome(code, outcome.signal, outcome.output, outcome.errors, outcome.refusal)
+    record.end(outcome, termination=not outcome.refusal)
+    return code
+
+
+def reentry_argv(entry: PythonEntry) -> list[str]:
+    """This interpreter re-entering the launcher to run `entry` (plugins are installed in that process)."""
+    head = ["-u"] if entry.unbuffered else []
+    if entry.kind == "module":
+        body = ["-m", entry.target]
+    elif entry.kind == "code":
+        body = ["-c", entry.target]
+    else:
+        body = [entry.target]
+    return [sys.executable, *head, "-m", "tuneplane.launcher", *body, *entry.args]
+
+
+# ── the attempt record and the watched trainer ─────────────────────────────────────────────────────
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
+WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the trainer ended: its exit code (128 + N when signal N ended it), the signal this launcher
+    received or the trainer died of, its last output lines, its last stderr lines, a rank's refusal."""
+
+    code: int
+    signal: int | None
+    output: list[str]
+    errors: list[str]
+    refusal: str = ""
+
+
+@dataclass
+class JobAttempt:
+    """This node's record of the attempt, under `$TUNEPLANE_RUN_DIR/attempts/`."""
+
+    run_dir: Path
+    attempt: int
+    node_rank: int
+    node: str
+    started_at: str = ""
+
+    @classmethod
+    def from_env(cls) -> JobAttempt | None:
+        run_dir = attempts.run_dir_of()
+        if run_dir is None:
+            return None
+        rank = os.environ.get(NODE_RANK_ENV, "0")
+        node = os.environ.get("SLURMD_NODENAME") or os.environ.get("NODE_NAME") or os.uname().nodename
+        return cls(run_dir, attempts.attempt_number(), int(rank) if rank.isdigit() else 0, node)
+
+    def _base(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node,
+                "started_at": self.started_at}
+
+    def begin(self) -> None:
+        self.started_at = attempts.now_utc()
+        self._write(self._base())
+
+    def end(self, outcome: Outcome, termination: bool = True) -> None:
+        record = {**self._base(), **attempts.end_fields(outcome.code, outcome.signal, outcome.output,
+                                                        outcome.errors)}
+        if outcome.refusal:
+            record["error"] = outcome.refusal.removeprefix("tuneplane-launch: error: ")
+        self._write(record)
+        target = os.environ.get(TERMINATION_LOG_ENV, "")
+        if termination and target:
+            try:
+                Path(target).write_text(attempts.encode(record, limit=attempts.TERMINATION_LIMIT), encoding="utf-8")
+            except OSError as exc:
+                print(f"tuneplane-launch: cannot write the termination message {target}: {exc}", file=sys.stderr)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        try:
+            attempts.write(self.run_dir, record)
+        except OSError as exc:  # the record is for the status; the training goes on without it
+            print(f"tuneplane-launch: cannot record attempt {self.attempt}: {exc}", file=sys.stderr, flush=True)
+
+
+def export_attempt_env(environ: MutableMapping[str, str] | None = None) -> None:
+    """TUNEPLANE_ATTEMPT, and TUNEPLANE_RESUME_FROM when a complete checkpoint exists (else unset)."""
+    env = os.environ if environ is None else environ
+    env[ATTEMPT_ENV] = str(attempts.attempt_number(env))
+    out = env.get(OUT_DIR_ENV, "")
+    newest = newest_complete(out) if out else None
+    if newest is None:
+        env.pop(RESUME_FROM_ENV, None)
+    else:
+        env[RESUME_FROM_ENV] = str(newest)
+        print(f"launcher: attempt {env[ATTEMPT_ENV]} resumes from {newest}", flush=True)
+
+
+def supervise(argv: list[str], error_file: Path) -> Outcome:
+    """Run `argv` as a child, its output copied through and remembered; TERM/INT/HUP passed on, the
+    engine's warning (USR1) passed only to processes of the trainer that catch it."""
+    error_file.unlink(missing_ok=True)
+    env = dict(os.environ, **{LAUNCH_ERROR_ENV: str(error_file)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    output, errors = attempts.Tail(), attempts.Tail()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    received: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        child.send_signal(signum)
+
+    def warn(signum: int, _frame: FrameType | None) -> None:
+        for pid in catchers(child.pid, signum):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
+    copiers = [threading.Thread(target=_copy, args=(child.stdout, sys.stdout, (output,), "out"), daemon=True),
+               threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"), daemon=True)]
+    for thread in copiers:
+        thread.start()
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    previous[WARNING_SIGNAL] = signal.signal(WARNING_SIGNAL, warn)
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for thread in copiers:
+        thread.join(timeout=10)  # a grandchild holding the pipe open must not keep the job alive
+    died_of = -code if code < 0 else None
+    stopped_by = received[-1] if received else None
+    try:
+        refusal = error_file.read_text(encoding="utf-8").strip().splitlines()[0]
+    except (OSError, IndexError):
+        refusal = ""
+    return Outcome(128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(),
+                   errors.snapshot(), refusal)
+
+
+def _copy(source: Any, target: Any, tails: tuple[attempts.Tail, ...], name: str) -> None:
+    """Copy a child's stream to ours as it comes (no line buffering), remembering its last lines."""
+    sink = getattr(target, "buffer", None)
+    while True:
+        try:
+            chunk = source.read1(65536)
+        except (OSError, ValueError):
+            break
+        if not chunk:
+            break
+        with contextlib.suppress(OSError, ValueError):
+            if sink is not None:
+                sink.write(chunk)
+                sink.flush()
+            else:
+                target.write(chunk.decode("utf-8", "replace"))
+                target.flush()
+        text = chunk.decode("utf-8", "replace")
+        for tail in tails:
+            tail.feed(text, name)
+
+
+def catchers(root: int, signum: int) -> list[int]:
+    """`root` and its descendants that installed a handler for `signum` (Linux `/proc`): the processes
+    that asked for it; sending it to any other would kill it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            parent = _proc_field(int(entry), "PPid")
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        caught = _proc_field(pid, "SigCgt", 16)
+        if caught is not None and caught >> (signum - 1) & 1:
+            found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _proc_field(pid: int, name: str, base: int = 10) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1], base)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def run_child(argv: list[str]) -> tuple[int, str]:
