@@ -543,6 +543,8 @@ def reentry_argv(entry: PythonEntry) -> list[str]:
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
 WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
+LIMIT_WARNING_FILE_ENV = "TUNEPLANE_LIMIT_WARNING_FILE"  # a file the engine writes when the warning comes
+WARNING_POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -643,9 +645,14 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         thread.start()
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     previous[WARNING_SIGNAL] = signal.signal(WARNING_SIGNAL, warn)
+    done = threading.Event()
+    warning_file = os.environ.get(LIMIT_WARNING_FILE_ENV, "")
+    if warning_file:
+        threading.Thread(target=_watch_warning, args=(Path(warning_file), child.pid, done), daemon=True).start()
     try:
         code = child.wait()
     finally:
+        done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     for thread in copiers:
@@ -658,6 +665,17 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         refusal = ""
     return Outcome(128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(),
                    errors.snapshot(), refusal)
+
+
+def _watch_warning(path: Path, pid: int, done: threading.Event) -> None:
+    """The engine's warning arrives as a file (Slurm: the batch script writes it on `--signal`): pass it
+    on once, as USR1, to the trainer processes that catch it."""
+    while not done.wait(WARNING_POLL_SECONDS):
+        if path.exists():
+            for target in catchers(pid, WARNING_SIGNAL):
+                with contextlib.suppress(OSError):
+                    os.kill(target, WARNING_SIGNAL)
+            return
 
 
 def _copy(source: Any, target: Any, tails: tuple[attempts.Tail, ...], name: str) -> None:
