@@ -105,6 +105,22 @@ class SlurmCluster:
             time.sleep(0.3)
         raise ClusterUnavailable(f"node {node} did not come back: {state}\n{self.logs_tail()}")
 
+    def restart_slurmd(self, node: str) -> None:
+        """Start the slurmd of `node` again after a test killed it (its state returns on registration)."""
+        proc = self.processes.get(f"slurmd-{node}")
+        if proc is not None and proc.poll() is None:
+            return
+        self.processes[f"slurmd-{node}"] = subprocess.Popen(
+            ["slurmd", "-D", "-N", node, "-f", str(self.conf)], env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def forgotten(self, job_id: str) -> bool:
+        """Whether slurmctld has purged the job (MinJobAge after it ended)."""
+        done = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
+                              check=False, env={**os.environ, **self.env})
+        return done.returncode != 0 and "invalid job id" in done.stderr.lower()
+
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
             if proc.poll() is not None:

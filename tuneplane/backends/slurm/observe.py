@@ -38,7 +38,17 @@ from typing import Any
 
 from tuneplane.backends.base import AttemptReport, BackendError, BackendRef, Observation
 from tuneplane.backends.slurm.commands import SlurmCommands, SlurmUnavailable, first_line, parse_fields
-from tuneplane.constants import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, UNKNOWN, AttemptReason, as_utc
+from tuneplane.constants import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    UNKNOWN,
+    AttemptReason,
+    ObservedPhase,
+    as_utc,
+)
 from tuneplane.render.slurm import STATE_DIR
 from tuneplane.runtime import attempts as records
 
@@ -72,6 +82,9 @@ _MARKER = re.compile(r"^(?P<job>[0-9]+(?:_[0-9]+)?)\.(?P<attempt>[0-9]+)\.(?P<ki
 _SRUN_TASK = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<rank>\d+)(?:-\d+)?: "
                         r"(?:Exited with exit code (?P<code>\d+)|(?P<killed>Killed|Terminated))")
 _LABEL = re.compile(r"^\s*(\d+): ")
+_STEPD_END = re.compile(r"\*\*\* (?P<what>JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
+STEPD_CAUSES: dict[str, AttemptReason] = {"TIME LIMIT": "Timeout", "JOB REQUEUE": "Preempted",
+                                          "PREEMPTION": "Preempted", "NODE FAILURE": "NodeFailure"}
 
 
 def observe(commands: SlurmCommands, ref: BackendRef, accounting: bool) -> Observation:
@@ -119,6 +132,15 @@ class Evidence:
 
     def newest(self) -> int:
         return max([*self.started, *self.ended, *self.nodes, 0])
+
+    def stepd_cause(self, attempt: int) -> AttemptReason | None:
+        """Why slurmstepd says it stopped the attempt (`*** JOB 7 ON n1 CANCELLED AT … DUE TO TIME LIMIT ***`):
+        the batch script, signalled while Slurm is ending the job, only sees the state COMPLETING."""
+        for line in reversed(self.log.get(attempt, [])):
+            match = _STEPD_END.search(line)
+            if match:
+                return STEPD_CAUSES.get((match["why"] or "").strip(), "Cancelled")
+        return None
 
     def memory_killed(self, attempt: int) -> bool:
         return any(needle in line.lower() for line in self.log.get(attempt, []) for needle in MEMORY_KILL)
@@ -208,7 +230,7 @@ def _srun_failure(lines: list[str]) -> dict[str, Any]:
         if match:
             code = int(match["code"]) if match["code"] else 137 if match["killed"] == "Killed" else 143
             found: dict[str, Any] = {"node": match["node"], "node_rank": int(match["rank"]), "exit_code": code}
-            if match["killed"]:
+            if code > 128:  # killed, or a launcher passing on the signal it got (128 + N)
                 found["signal"] = code - 128
             return found
     return {}
@@ -238,12 +260,17 @@ def ended_reason(evidence: Evidence, number: int, slurm_state: str = "") -> Atte
         return REASONS[state]
     if evidence.memory_killed(number):
         return "OutOfMemory"
+    said = None if slurm_state else evidence.stepd_cause(number)
+    if said and said != "Cancelled":
+        return said
     if state in SLURM_PENDING or state.startswith("REQUEUE"):
         return "Preempted"
     code = ended.get("exit_code")
     if state == "COMPLETED" or (not state and code == 0 and not ended.get("signal")):
         return "Completed"
     failing = failing_rank(evidence, number)
+    if said == "Cancelled" and (failing.get("signal") or not failing):
+        return "Cancelled"  # a rank that failed on its own ends its step as cancelled too
     if failing.get("signal") and not failing.get("error"):
         return "Signal"
     if ended.get("signal") and not failing:
@@ -256,8 +283,8 @@ def older_reports(evidence: Evidence, newest: int) -> list[AttemptReport]:
     out = []
     for number in range(1, newest):
         reason = ended_reason(evidence, number)
-        if reason in ("Completed", "Error", "Signal") and number not in evidence.ended:
-            reason = "Preempted"  # Slurm requeued it; nothing of its own says otherwise
+        if reason not in ("NodeFailure", "OutOfMemory", "Timeout", "Preempted"):
+            reason = "Preempted"  # Slurm requeued it (a cancel, an exit would have ended the job)
         out.append(report(evidence, number, reason))
     return out
 
@@ -314,7 +341,7 @@ def concluded(attempts: tuple[AttemptReport, ...], message: str = "") -> Observa
     if last.reason == "Completed":
         return Observation(SUCCEEDED, started_at=_run_start(list(attempts), last.started_at),
                            finished_at=last.finished_at, exit_code=0, attempts=attempts)
-    phase = CANCELLED if last.reason == "Cancelled" else FAILED
+    phase: ObservedPhase = CANCELLED if last.reason == "Cancelled" else FAILED
     return Observation(phase, reason=last.reason or "", message=message or describe(last),
                        started_at=_run_start(list(attempts), last.started_at), finished_at=last.finished_at,
                        exit_code=last.exit_code, attempts=attempts)
