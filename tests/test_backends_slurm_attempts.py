@@ -43,7 +43,7 @@ fi
 echo "rank 0 waiting"
 sleep 600
 """
-# Grows past the job's --mem (300M) within seconds.
+# Grows past the job's --mem (900M) within seconds.
 MEMORY_HOG = """#!/usr/bin/env bash
 echo "allocating"
 exec python3 -c '
@@ -219,8 +219,9 @@ def test_a_killed_slurmd_fails_the_run_with_node_failure(slurm_cluster: SlurmClu
         slurm_cluster.resume("n2")
     assert (ended.phase, ended.reason) == ("Failed", "NodeFailure"), ended
     assert ended.attempts[-1].where == ("n1", "n2") and "node" in ended.message
+    assert ended.attempts[-1].failed_node == "n2", ended.attempts[-1]
     _forget(slurm_cluster, refs)
-    assert _verdict(backend.observe(ref))[:4] == _verdict(ended)[:4]
+    assert _verdict(backend.observe(ref)) == _verdict(ended)
 
 
 def test_a_request_larger_than_the_partition_is_refused_at_submit(slurm_cluster: SlurmCluster,

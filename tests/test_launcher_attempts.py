@@ -201,3 +201,26 @@ def _wait_for(path: Path, timeout: float = 30) -> None:
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
+
+
+def test_the_engines_warning_file_reaches_only_catchers(tmp_path: Path) -> None:
+    """Slurm's batch script writes a file when the warning comes; each launcher passes it on as SIGUSR1."""
+    for asks in (True, False):
+        work, run_dir = tmp_path / f"work-{asks}", tmp_path / f"run-{asks}"
+        work.mkdir()
+        (work / "sleeper.py").write_text(SLEEPER)
+        write_jobspec(work, [], ["bash", "-c", f"{sys.executable} sleeper.py {'asks' if asks else 'no'}; exit $?"])
+        warning = tmp_path / f"warning-{asks}"
+        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
+                                env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(work / "ready")
+        warning.write_text("now")
+        if asks:
+            _wait_for(work / "warned")
+        else:
+            time.sleep(2.5)  # more than the launcher's poll
+            assert proc.poll() is None and not (work / "warned").exists()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert _record(run_dir)["signal"] == 15

@@ -18,39 +18,33 @@ runs in that rank's interpreter. Any refusal exits with CONFIG_ERROR_EXIT before
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
 import re
-import runpy
-import signal
-import subprocess
 import sys
-import threading
 import traceback
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, MappingProxyType
+from types import MappingProxyType
 from typing import Any, NoReturn
 
+import tuneplane.runtime.attempts as attempts
 from tuneplane import __version__, plugins
-from tuneplane.constants import (
-    ATTEMPT_ENV,
-    CONFIG_ERROR_EXIT,
-    NAME_PATTERN,
-    NODE_RANK_ENV,
-    OUT_DIR_ENV,
-    RESUME_FROM_ENV,
-    TERMINATION_LOG_ENV,
-    WORK_DIR_ENV,
-)
+from tuneplane.constants import ATTEMPT_ENV, CONFIG_ERROR_EXIT, NAME_PATTERN, OUT_DIR_ENV, RESUME_FROM_ENV, WORK_DIR_ENV
 from tuneplane.report.checkpoints import newest_complete
-from tuneplane.runtime import attempts
 from tuneplane.runtime.digest import DigestError, tree_digest
-from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV, bytecode_files, guard_imports, report_failure, run_ranks
+from tuneplane.runtime.entry import (
+    PythonEntry,
+    entry_after_interpreter,
+    python_entry,
+    reentry_argv,
+    run_python_entry,
+)
+from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.streams import print_or_quit
+from tuneplane.runtime.supervise import JobAttempt, Outcome, supervise
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
@@ -299,81 +293,6 @@ def install_plugins(spec: JobSpecView, work: Path, emit: Emit = print) -> list[P
 
 # ── the entrypoint ─────────────────────────────────────────────────────────────────────────────────
 
-_PYTHON_NAME = re.compile(r"python(?P<ver>3(?:\.\d+)?)?")
-
-
-@dataclass(frozen=True)
-class PythonEntry:
-    """A Python command line this interpreter can run itself: `-m mod`, a script, or `-c code`."""
-
-    kind: str  # module | file | code
-    target: str
-    args: list[str]
-    unbuffered: bool = False
-
-
-def _is_this_python(arg0: str) -> bool:
-    m = _PYTHON_NAME.fullmatch(os.path.basename(arg0))
-    if m is None or m["ver"] not in (None, "3", f"{sys.version_info[0]}.{sys.version_info[1]}"):
-        return False
-    if os.sep in arg0:
-        # Same directory as ours, not merely the same binary: a venv's python and its base
-        # interpreter resolve to one file but see different site-packages.
-        return os.path.dirname(os.path.abspath(arg0)) == os.path.dirname(os.path.abspath(sys.executable))
-    # A bare `python`/`python3` is the job's interpreter: the one running this launcher.
-    return True
-
-
-def python_entry(argv: Sequence[str]) -> PythonEntry | None:
-    """Recognise `python [-u] [-B] (-m mod | -c code | file.py) args…`; None for anything else.
-
-    Interpreter options that cannot be reproduced in a running interpreter (-O, -E, -I, -X, -W …)
-    make it not an in-process entry, so it is exec'd with its exact meaning.
-    """
-    if not argv or not _is_this_python(argv[0]):
-        return None
-    return _entry_after_interpreter(list(argv[1:]))
-
-
-def _entry_after_interpreter(rest: list[str]) -> PythonEntry | None:
-    unbuffered = False
-    while rest and rest[0] in ("-u", "-B", "-uB", "-Bu"):
-        unbuffered = unbuffered or "u" in rest[0]
-        rest = rest[1:]
-    if not rest:
-        return None
-    head = rest[0]
-    if head in ("-m", "-c") and len(rest) >= 2:
-        return PythonEntry("module" if head == "-m" else "code", rest[1], rest[2:], unbuffered)
-    if head.startswith("-") and head != "-":
-        return None
-    if head == "-":
-        return None
-    return PythonEntry("file", head, rest[1:], unbuffered)
-
-
-def run_python_entry(entry: PythonEntry) -> None:
-    """Run the entry in this interpreter as `python` would, as `__main__`."""
-    if entry.unbuffered:
-        for stream in (sys.stdout, sys.stderr):
-            reconfigure = getattr(stream, "reconfigure", None)
-            if reconfigure is not None:
-                reconfigure(write_through=True)
-    if entry.kind == "module":
-        sys.argv = [entry.target, *entry.args]
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
-    elif entry.kind == "code":
-        sys.argv = ["-c", *entry.args]
-        exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})  # python -c
-    else:
-        script = os.path.abspath(entry.target)
-        sys.argv = [entry.target, *entry.args]
-        sys.path.insert(0, os.path.dirname(script))
-        runpy.run_path(script, run_name="__main__")
-
-
 def exec_argv(argv: list[str]) -> NoReturn:
     """Replace this process with `argv`, as a shell would; 127/126 when it cannot start."""
     sys.stdout.flush()
@@ -402,7 +321,7 @@ def _enter_cwd(work: Path, launch: Launch) -> None:
 def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]:
     """What to run: (the in-process entry or None, whether the launch argv re-enters the launcher)."""
     if args:
-        entry = _entry_after_interpreter(args)
+        entry = entry_after_interpreter(args)
         if entry is None:
             raise LaunchError(f"re-entry arguments {args!r} are not a Python entry "
                               "(-m module …, file.py …, -c code …)")
@@ -527,83 +446,7 @@ def _run_recorded(record: JobAttempt, spec: JobSpecView, entry: PythonEntry | No
     return code
 
 
-def reentry_argv(entry: PythonEntry) -> list[str]:
-    """This interpreter re-entering the launcher to run `entry` (plugins are installed in that process)."""
-    head = ["-u"] if entry.unbuffered else []
-    if entry.kind == "module":
-        body = ["-m", entry.target]
-    elif entry.kind == "code":
-        body = ["-c", entry.target]
-    else:
-        body = [entry.target]
-    return [sys.executable, *head, "-m", "tuneplane.launcher", *body, *entry.args]
-
-
-# ── the attempt record and the watched trainer ─────────────────────────────────────────────────────
-
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
-WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
-LIMIT_WARNING_FILE_ENV = "TUNEPLANE_LIMIT_WARNING_FILE"  # a file the engine writes when the warning comes
-WARNING_POLL_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How the trainer ended: its exit code (128 + N when signal N ended it), the signal this launcher
-    received or the trainer died of, its last output lines, its last stderr lines, a rank's refusal."""
-
-    code: int
-    signal: int | None
-    output: list[str]
-    errors: list[str]
-    refusal: str = ""
-
-
-@dataclass
-class JobAttempt:
-    """This node's record of the attempt, under `$TUNEPLANE_RUN_DIR/attempts/`."""
-
-    run_dir: Path
-    attempt: int
-    node_rank: int
-    node: str
-    started_at: str = ""
-
-    @classmethod
-    def from_env(cls) -> JobAttempt | None:
-        run_dir = attempts.run_dir_of()
-        if run_dir is None:
-            return None
-        rank = os.environ.get(NODE_RANK_ENV, "0")
-        node = os.environ.get("SLURMD_NODENAME") or os.environ.get("NODE_NAME") or os.uname().nodename
-        return cls(run_dir, attempts.attempt_number(), int(rank) if rank.isdigit() else 0, node)
-
-    def _base(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node,
-                "started_at": self.started_at}
-
-    def begin(self) -> None:
-        self.started_at = attempts.now_utc()
-        self._write(self._base())
-
-    def end(self, outcome: Outcome, termination: bool = True) -> None:
-        record = {**self._base(), **attempts.end_fields(outcome.code, outcome.signal, outcome.output,
-                                                        outcome.errors)}
-        if outcome.refusal:
-            record["error"] = outcome.refusal.removeprefix("tuneplane-launch: error: ")
-        self._write(record)
-        target = os.environ.get(TERMINATION_LOG_ENV, "")
-        if termination and target:
-            try:
-                Path(target).write_text(attempts.encode(record, limit=attempts.TERMINATION_LIMIT), encoding="utf-8")
-            except OSError as exc:
-                print(f"tuneplane-launch: cannot write the termination message {target}: {exc}", file=sys.stderr)
-
-    def _write(self, record: dict[str, Any]) -> None:
-        try:
-            attempts.write(self.run_dir, record)
-        except OSError as exc:  # the record is for the status; the training goes on without it
-            print(f"tuneplane-launch: cannot record attempt {self.attempt}: {exc}", file=sys.stderr, flush=True)
+# ── resuming ─────────────────────────────────────────────────────────────────────────────────────────
 
 
 def export_attempt_env(environ: MutableMapping[str, str] | None = None) -> None:
@@ -617,117 +460,6 @@ def export_attempt_env(environ: MutableMapping[str, str] | None = None) -> None:
     else:
         env[RESUME_FROM_ENV] = str(newest)
         print(f"launcher: attempt {env[ATTEMPT_ENV]} resumes from {newest}", flush=True)
-
-
-def supervise(argv: list[str], error_file: Path) -> Outcome:
-    """Run `argv` as a child, its output copied through and remembered; TERM/INT/HUP passed on, the
-    engine's warning (USR1) passed only to processes of the trainer that catch it."""
-    error_file.unlink(missing_ok=True)
-    env = dict(os.environ, **{LAUNCH_ERROR_ENV: str(error_file)})
-    sys.stdout.flush()
-    sys.stderr.flush()
-    output, errors = attempts.Tail(), attempts.Tail()
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    received: list[int] = []
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        child.send_signal(signum)
-
-    def warn(signum: int, _frame: FrameType | None) -> None:
-        for pid in catchers(child.pid, signum):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signum)
-
-    copiers = [threading.Thread(target=_copy, args=(child.stdout, sys.stdout, (output,), "out"), daemon=True),
-               threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"), daemon=True)]
-    for thread in copiers:
-        thread.start()
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    previous[WARNING_SIGNAL] = signal.signal(WARNING_SIGNAL, warn)
-    done = threading.Event()
-    warning_file = os.environ.get(LIMIT_WARNING_FILE_ENV, "")
-    if warning_file:
-        threading.Thread(target=_watch_warning, args=(Path(warning_file), child.pid, done), daemon=True).start()
-    try:
-        code = child.wait()
-    finally:
-        done.set()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    for thread in copiers:
-        thread.join(timeout=10)  # a grandchild holding the pipe open must not keep the job alive
-    died_of = -code if code < 0 else None
-    stopped_by = received[-1] if received else None
-    try:
-        refusal = error_file.read_text(encoding="utf-8").strip().splitlines()[0]
-    except (OSError, IndexError):
-        refusal = ""
-    return Outcome(128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(),
-                   errors.snapshot(), refusal)
-
-
-def _watch_warning(path: Path, pid: int, done: threading.Event) -> None:
-    """The engine's warning arrives as a file (Slurm: the batch script writes it on `--signal`): pass it
-    on once, as USR1, to the trainer processes that catch it."""
-    while not done.wait(WARNING_POLL_SECONDS):
-        if path.exists():
-            for target in catchers(pid, WARNING_SIGNAL):
-                with contextlib.suppress(OSError):
-                    os.kill(target, WARNING_SIGNAL)
-            return
-
-
-def _copy(source: Any, target: Any, tails: tuple[attempts.Tail, ...], name: str) -> None:
-    """Copy a child's stream to ours as it comes (no line buffering), remembering its last lines."""
-    sink = getattr(target, "buffer", None)
-    while True:
-        try:
-            chunk = source.read1(65536)
-        except (OSError, ValueError):
-            break
-        if not chunk:
-            break
-        with contextlib.suppress(OSError, ValueError):
-            if sink is not None:
-                sink.write(chunk)
-                sink.flush()
-            else:
-                target.write(chunk.decode("utf-8", "replace"))
-                target.flush()
-        text = chunk.decode("utf-8", "replace")
-        for tail in tails:
-            tail.feed(text, name)
-
-
-def catchers(root: int, signum: int) -> list[int]:
-    """`root` and its descendants that installed a handler for `signum` (Linux `/proc`): the processes
-    that asked for it; sending it to any other would kill it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            parent = _proc_field(int(entry), "PPid")
-            if parent is not None:
-                children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        caught = _proc_field(pid, "SigCgt", 16)
-        if caught is not None and caught >> (signum - 1) & 1:
-            found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def _proc_field(pid: int, name: str, base: int = 10) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith(name + ":"):
-                    return int(line.split()[1], base)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def run_child(argv: list[str]) -> tuple[int, str]:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
+
+from tuneplane.runtime.files import atomic_write
 
 CHECKPOINTS_DIR = "checkpoints"
 MARKER = ".tuneplane-complete.json"
@@ -36,12 +37,7 @@ def mark_complete(path: str | os.PathLike[str], step: int) -> Path:
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a directory: mark a checkpoint folder after writing it")
     marker = folder / MARKER
-    fd, tmp = tempfile.mkstemp(prefix=".tp-", dir=folder)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"step": step}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, marker)
+    atomic_write(marker, json.dumps({"step": step}))
     return marker
 
 

@@ -19,12 +19,11 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV
+from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV, utc_now
 from tuneplane.runtime.files import atomic_write
 
 ATTEMPTS_DIR = "attempts"
@@ -186,14 +185,10 @@ class Tail:
             return list(self.lines) + [part for part in self._partial.values() if part]
 
 
-def now_utc() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def end_fields(code: int, signal_number: int | None, output: list[str], errors: list[str]) -> dict[str, Any]:
     """An end record's outcome: the exit code, the signal that ended the attempt (the code is 128 + N
     when it killed the trainer), the trainer's error line (from its stderr) and its last output lines."""
-    fields: dict[str, Any] = {"finished_at": now_utc(), "exit_code": code, "log_tail": output[-LOG_TAIL_LINES:]}
+    fields: dict[str, Any] = {"finished_at": utc_now(), "exit_code": code, "log_tail": output[-LOG_TAIL_LINES:]}
     if signal_number:
         fields["signal"] = signal_number
     error = trainer_error(errors)

@@ -56,7 +56,7 @@ SLURM_PENDING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
 SLURM_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"})
 REASONS: dict[str, AttemptReason] = {
     "COMPLETED": "Completed",
-    "CANCELLED": "Cancelled",
+    "CANCELLED": CANCELLED,  # the reason reads as the phase it leads to
     "TIMEOUT": "Timeout",
     "DEADLINE": "Timeout",
     "NODE_FAIL": "NodeFailure",
@@ -64,14 +64,14 @@ REASONS: dict[str, AttemptReason] = {
     "PREEMPTED": "Preempted",
     "OUT_OF_MEMORY": "OutOfMemory",
     "SPECIAL_EXIT": "Error",
-    "REVOKED": "Cancelled",
+    "REVOKED": CANCELLED,
 }
 MESSAGES: dict[str, str] = {
     "Timeout": "Slurm stopped the job at its time limit (the run's timeout, or its profile's time_limit)",
     "NodeFailure": "a node of the job failed or was set DOWN while it ran",
     "OutOfMemory": "a rank ran out of memory (raise memory_per_node, or use less)",
     "Preempted": "Slurm preempted or requeued the job",
-    "Cancelled": "the Slurm job was cancelled",
+    CANCELLED: "the Slurm job was cancelled",
     "Lost": "the job ended without writing its end marker",
 }
 MEMORY_KILL = ("exceeded memory limit", "exceeded job memory limit", "oom-kill", "oom_kill", "out of memory")
@@ -82,7 +82,9 @@ _MARKER = re.compile(r"^(?P<job>[0-9]+(?:_[0-9]+)?)\.(?P<attempt>[0-9]+)\.(?P<ki
 _SRUN_TASK = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<rank>\d+)(?:-\d+)?: "
                         r"(?:Exited with exit code (?P<code>\d+)|(?P<killed>Killed|Terminated))")
 _LABEL = re.compile(r"^\s*(\d+): ")
-_STEPD_END = re.compile(r"\*\*\* (?P<what>JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*")
+_STEPD_END = re.compile(r"\*\*\* (?P<what>JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
+                        r"(?: DUE TO (?P<why>[A-Z ]+)[^*]*)? \*\*\*")
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (?P<node>\S+)")
 STEPD_CAUSES: dict[str, AttemptReason] = {"TIME LIMIT": "Timeout", "JOB REQUEUE": "Preempted",
                                           "PREEMPTION": "Preempted", "NODE FAILURE": "NodeFailure"}
 
@@ -139,8 +141,13 @@ class Evidence:
         for line in reversed(self.log.get(attempt, [])):
             match = _STEPD_END.search(line)
             if match:
-                return STEPD_CAUSES.get((match["why"] or "").strip(), "Cancelled")
+                return STEPD_CAUSES.get((match["why"] or "").strip(), CANCELLED)
         return None
+
+    def failed_node(self, attempt: int) -> str:
+        """The node srun says failed under the attempt, or ''."""
+        found = (_NODE_FAILURE.search(line) for line in self.log.get(attempt, []))
+        return next((match["node"] for match in found if match), "")
 
     def memory_killed(self, attempt: int) -> bool:
         return any(needle in line.lower() for line in self.log.get(attempt, []) for needle in MEMORY_KILL)
@@ -184,6 +191,8 @@ def report(evidence: Evidence, number: int, reason: AttemptReason | None, slurm_
     """Attempt `number` as its evidence tells it, ended for `reason` (None: under way)."""
     started, ended = evidence.started.get(number, {}), evidence.ended.get(number, {})
     failing = failing_rank(evidence, number) if reason not in (None, "Completed") else {}
+    if reason == "NodeFailure":  # the node that failed, not a rank Slurm stopped because of it
+        failing = {"node": evidence.failed_node(number)} if evidence.failed_node(number) else {}
     code = failing.get("exit_code")
     if code is None and reason is not None:
         code = ended.get("exit_code") if isinstance(ended.get("exit_code"), int) else slurm_code
@@ -261,7 +270,7 @@ def ended_reason(evidence: Evidence, number: int, slurm_state: str = "") -> Atte
     if evidence.memory_killed(number):
         return "OutOfMemory"
     said = None if slurm_state else evidence.stepd_cause(number)
-    if said and said != "Cancelled":
+    if said and said != CANCELLED:
         return said
     if state in SLURM_PENDING or state.startswith("REQUEUE"):
         return "Preempted"
@@ -269,8 +278,8 @@ def ended_reason(evidence: Evidence, number: int, slurm_state: str = "") -> Atte
     if state == "COMPLETED" or (not state and code == 0 and not ended.get("signal")):
         return "Completed"
     failing = failing_rank(evidence, number)
-    if said == "Cancelled" and (failing.get("signal") or not failing):
-        return "Cancelled"  # a rank that failed on its own ends its step as cancelled too
+    if said == CANCELLED and (failing.get("signal") or not failing):
+        return CANCELLED  # a rank that failed on its own ends its step as cancelled too
     if failing.get("signal") and not failing.get("error"):
         return "Signal"
     if ended.get("signal") and not failing:
@@ -341,7 +350,7 @@ def concluded(attempts: tuple[AttemptReport, ...], message: str = "") -> Observa
     if last.reason == "Completed":
         return Observation(SUCCEEDED, started_at=_run_start(list(attempts), last.started_at),
                            finished_at=last.finished_at, exit_code=0, attempts=attempts)
-    phase: ObservedPhase = CANCELLED if last.reason == "Cancelled" else FAILED
+    phase: ObservedPhase = CANCELLED if last.reason == CANCELLED else FAILED
     return Observation(phase, reason=last.reason or "", message=message or describe(last),
                        started_at=_run_start(list(attempts), last.started_at), finished_at=last.finished_at,
                        exit_code=last.exit_code, attempts=attempts)
