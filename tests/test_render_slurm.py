@@ -259,3 +259,20 @@ def test_pyxis_gets_registry_hash_image_references() -> None:
     assert pyxis_image("python:3.12") == "python:3.12"  # Docker Hub: no registry to split off
     assert pyxis_image("ghcr.io#org/img:1") == "ghcr.io#org/img:1"
     assert pyxis_image("docker://ghcr.io#org/img:1") == "ghcr.io#org/img:1"
+
+
+def test_a_host_environment_accepts_an_image_and_says_it_is_not_used(tmp_path: Path, git: Any) -> None:
+    from tuneplane.lab.load import load_lab
+    from tuneplane.models.run import RunRequest
+    from tuneplane.plan.adapters import compile_plan
+    from tuneplane.plan.resolve import resolve
+    from tuneplane.render.slurm import render_batch
+
+    root = _slurm_lab(tmp_path / "lab", git)
+    lab = load_lab(root)
+    request = RunRequest(experiment="demo", run_id="20250102-100000-00000b", profile="h200:8", image="python:3.12",
+                         observability_url="https://t.example.org/p")
+    spec = resolve(lab, "demo", request, commit="0" * 40, dirty=False)
+    batch = render_batch(spec, compile_plan(spec), lab.config)
+    assert batch.image == "" and "python:3.12 was not used" in batch.note
+    assert "python:3.12" not in batch.script

@@ -57,6 +57,8 @@ class BatchJob:
     script: str  # the batch script
     launch_document: dict[str, Any]  # `.tuneplane/jobspec.slurm.json`, with rendezvous placeholders
     sources: dict[str, str] = field(default_factory=dict)  # sbatch option → tuneplane.yaml setting
+    image: str = ""  # the image the job runs in; "" when the nodes' own environment runs it (host)
+    note: str = ""  # what a person should know about the script, e.g. that --image is not used
 
 
 def job_comment(run_id: str) -> str:
@@ -106,6 +108,8 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         script=script,
         launch_document=launch_document(spec, plan),
         sources={option: where for option, _value, where in items},
+        image="" if settings.software.kind == "host" else spec.spec.image,
+        note=image_note(spec, lab),
     )
 
 
