@@ -224,3 +224,15 @@ def test_the_engines_warning_file_reaches_only_catchers(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
         assert _record(run_dir)["signal"] == 15
+
+
+def test_a_watched_shell_trainer_still_names_the_plugins_it_skips(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    other = make_plugin(work, "env-tool", EAGER_SOURCE, capability="environment")
+    write_jobspec(work, [other], ["bash", "-c", "echo trained"])
+    done = _run(work, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in plugin_lines(done) if "skipped" in line] == [
+        "plugin  : alice/env-tool@1.2.0 skipped (capability environment is not loaded in the entrypoint process)"]
+    assert "trained" in done.stdout and _record(run_dir)["exit_code"] == 0

@@ -347,12 +347,15 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
             f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
             "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
             "(or `… <file.py> …`)")
-    if supervised:
-        for plugin in chosen:  # fail here, before the child starts; the child installs them
+    in_process = entry is not None and (bool(chosen) or spec.launch.in_process)
+    if supervised and in_process:
+        for plugin in chosen:  # fail here, before the child starts; the child installs them and says so
             verify_plugin(work, plugin)
-        in_process = entry is not None and (bool(chosen) or spec.launch.in_process)
-        return spec, entry if in_process else None, reenters
-    if chosen and entry is None:
+        return spec, entry, False
+    if supervised and not (reenters and chosen):
+        loaded_plugins(spec, emit)  # no rank re-enters to install (and name) plugins
+        return spec, None, reenters
+    if chosen and (entry is None or supervised):
         loaded_plugins(spec, emit)
         for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
             verify_plugin(work, plugin)
