@@ -54,6 +54,16 @@ for _ in range(200):
     time.sleep(0.05)
 '
 """
+# Asks for the warning before the time limit (a SIGUSR1 handler), and notes when it comes.
+WARNED = """#!/usr/bin/env bash
+exec python3 -c '
+import os, signal, time
+signal.signal(signal.SIGUSR1, lambda *_: open(os.environ["TUNEPLANE_OUT_DIR"] + "/warned", "w").write(
+    os.environ["TUNEPLANE_LIMIT_WARNING_SECONDS"]))
+print("training until the limit", flush=True)
+time.sleep(600)
+'
+"""
 # Each attempt says what it was told, and leaves a complete checkpoint for the next one.
 RESUMING = """#!/usr/bin/env bash
 set -euo pipefail
@@ -115,13 +125,16 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared",
                           {"sleeps": {"train.sh": SLEEP_TRAIN}, "hog": {"train.sh": MEMORY_HOG},
-                           "ranks": {"train.sh": RANK_FAILS}})
+                           "ranks": {"train.sh": RANK_FAILS}, "warned": {"train.sh": WARNED}})
+    path = root / "tuneplane.yaml"  # warn 30 s before a limit; only a run with a limit gets --signal
+    path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    limit_warning: 30\n"))
+    git(root, "commit", "-qam", "warn before the limit")
     limited, by_hand, hog, ranks = (f"20250103-10000{i}-00000{i}" for i in range(4))
-    request_run(root, "sleeps", limited, "cpu", timeout=60)
+    request_run(root, "warned", limited, "cpu", timeout=60)
     request_run(root, "sleeps", by_hand, "cpu")
     request_run(root, "hog", hog, "cpu")
     request_run(root, "ranks", ranks, "gpu:2")
-    refs = _submit(root, [("sleeps", limited), ("sleeps", by_hand), ("hog", hog), ("ranks", ranks)])
+    refs = _submit(root, [("warned", limited), ("sleeps", by_hand), ("hog", hog), ("ranks", ranks)])
     backend = _backend(slurm_cluster)
 
     _until(lambda: _started(refs[by_hand]), bool, 60, "the job to cancel never started")
@@ -132,6 +145,9 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
     timed_out = seen[limited]
     assert (timed_out.phase, timed_out.reason, timed_out.exit_code) == ("Failed", "Timeout", 143), timed_out
     assert timed_out.attempts[-1].signal == 15 and "time limit" in timed_out.message
+    assert (Path(refs[limited].namespace) / "out" / "warned").read_text() == "30"  # it asked: it was warned
+    for run_id in (by_hand, hog, ranks):  # no limit, no warning
+        assert "--signal" not in (Path(refs[run_id].namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
 
     cancelled = seen[by_hand]
     assert (cancelled.phase, cancelled.reason) == ("Cancelled", "Cancelled"), cancelled

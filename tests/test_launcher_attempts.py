@@ -236,3 +236,18 @@ def test_a_watched_shell_trainer_still_names_the_plugins_it_skips(tmp_path: Path
     assert [line for line in plugin_lines(done) if "skipped" in line] == [
         "plugin  : alice/env-tool@1.2.0 skipped (capability environment is not loaded in the entrypoint process)"]
     assert "trained" in done.stdout and _record(run_dir)["exit_code"] == 0
+
+
+def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installed(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "late.py").write_text("import signal, sys, time\ntime.sleep(1.5)\n" + SLEEPER.split("\n", 1)[1])
+    write_jobspec(work, [], [sys.executable, "late.py", "asks"])
+    warning = tmp_path / "warning"
+    warning.write_text("early")  # Slurm may signal up to a minute early: before the trainer is ready
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
+                            env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(work / "warned")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)

@@ -138,12 +138,16 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
 
 def _watch_warning(path: Path, pid: int, done: threading.Event) -> None:
     """The engine's warning arrives as a file (Slurm: the batch script writes it on `--signal`): pass it
-    on once, as USR1, to the trainer processes that catch it."""
+    on once, as USR1, to the trainer processes that catch it; a trainer still starting when it came
+    gets it once it has installed its handler."""
     while not done.wait(WARNING_POLL_SECONDS):
-        if path.exists():
-            for target in catchers(pid, WARNING_SIGNAL):
-                with contextlib.suppress(OSError):
-                    os.kill(target, WARNING_SIGNAL)
+        if not path.exists():
+            continue
+        targets = catchers(pid, WARNING_SIGNAL)
+        for target in targets:
+            with contextlib.suppress(OSError):
+                os.kill(target, WARNING_SIGNAL)
+        if targets:
             return
 
 
