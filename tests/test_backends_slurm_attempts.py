@@ -147,7 +147,8 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
     assert timed_out.attempts[-1].signal == 15 and "time limit" in timed_out.message
     assert (Path(refs[limited].namespace) / "out" / "warned").read_text() == "30"  # it asked: it was warned
     for run_id in (by_hand, hog, ranks):  # no limit, no warning
-        assert "--signal" not in (Path(refs[run_id].namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
+        script = (Path(refs[run_id].namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
+        assert "#SBATCH --signal" not in script
 
     cancelled = seen[by_hand]
     assert (cancelled.phase, cancelled.reason) == ("Cancelled", "Cancelled"), cancelled
