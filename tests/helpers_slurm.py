@@ -66,6 +66,25 @@ IMAGE = "python:3.12"
 OBSERVABILITY = "https://track.example.org/p"
 
 
+def job_python_env(shared: Path) -> Path:
+    """A host environment on the "shared filesystem" for the jobs: this interpreter (so the job imports
+    the tuneplane under test) and torchrun. Jobs start with no environment of the bot (--export=NONE),
+    so they find nothing on the bot's PATH: what they run must be here."""
+    env = shared / "env"
+    bin_dir = env / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    python = Path(sys.executable)
+    for name in ("python", "python3"):
+        _wrapper(bin_dir / name, f'exec {python} "$@"')
+    _wrapper(bin_dir / "torchrun", f'exec {python} -m torch.distributed.run "$@"')
+    return env
+
+
+def _wrapper(path: Path, line: str) -> None:
+    path.write_text(f"#!/bin/sh\n{line}\n", encoding="utf-8")
+    path.chmod(0o755)
+
+
 def lab_yaml(cluster: SlurmCluster, shared: Path, ingest: str = "", extra_slurm: str = "",
              partition: str = "debug") -> str:
     endpoint = f"  ingest:\n    endpoint: {json.dumps(ingest)}\n" if ingest else ""
@@ -91,10 +110,10 @@ cluster:
     runs_root: {json.dumps(str(shared))}
     partition: {partition}
     cpus_per_node: 1
-    memory_per_node: 300M
+    memory_per_node: 900M
     software:
       kind: host
-      python_env: {json.dumps(sys.prefix)}
+      python_env: {json.dumps(str(job_python_env(shared)))}
     profiles:
       wide:
         partition: small

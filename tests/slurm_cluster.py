@@ -35,6 +35,7 @@ LIMITED_PARTITION = "small"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun")
 START_TIMEOUT = 60.0
+MIN_JOB_AGE = 5
 
 
 class ClusterUnavailable(Exception):
@@ -103,6 +104,22 @@ class SlurmCluster:
                 return
             time.sleep(0.3)
         raise ClusterUnavailable(f"node {node} did not come back: {state}\n{self.logs_tail()}")
+
+    def restart_slurmd(self, node: str) -> None:
+        """Start the slurmd of `node` again after a test killed it (its state returns on registration)."""
+        proc = self.processes.get(f"slurmd-{node}")
+        if proc is not None and proc.poll() is None:
+            return
+        self.processes[f"slurmd-{node}"] = subprocess.Popen(
+            ["slurmd", "-D", "-N", node, "-f", str(self.conf)], env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def forgotten(self, job_id: str) -> bool:
+        """Whether slurmctld has purged the job (MinJobAge after it ended)."""
+        done = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
+                              check=False, env={**os.environ, **self.env})
+        return done.returncode != 0 and "invalid job id" in done.stderr.lower()
 
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
@@ -181,7 +198,8 @@ def _write_conf(root: Path, ports: list[int]) -> Path:
                 "SlurmdUser=root",
                 "AuthType=auth/munge",
                 "CredType=cred/munge",
-                f"AuthInfo=socket={root}/munge/munge.socket",
+                # cred_expire: a requeued job waits this long (+1 s) before it may start again
+                f"AuthInfo=socket={root}/munge/munge.socket,cred_expire=10",
                 f"StateSaveLocation={root}/state",
                 f"SlurmdSpoolDir={root}/spool/%n",
                 f"SlurmctldPidFile={root}/run/slurmctld.pid",
@@ -197,13 +215,19 @@ def _write_conf(root: Path, ports: list[int]) -> Path:
                 "GresTypes=gpu",
                 "SlurmdParameters=config_overrides",
                 "AccountingStorageType=accounting_storage/none",
-                "JobAcctGatherType=jobacct_gather/none",
+                # Memory is enforced the way sites without cgroups do: the step is sampled every
+                # second and killed once it exceeds --mem ("exceeded memory limit").
+                "JobAcctGatherType=jobacct_gather/linux",
+                "JobAcctGatherFrequency=task=1",
+                "JobAcctGatherParams=OverMemoryKill",
                 "JobCompType=jobcomp/none",
                 "MpiDefault=none",
                 "SchedulerType=sched/backfill",
                 "SchedulerParameters=sched_interval=2",
                 "ReturnToService=2",
-                "MinJobAge=600",
+                # Slurm forgets a finished job this long after it ended (purged within a minute more):
+                # the tests check that a run reads the same once only its own evidence is left
+                f"MinJobAge={MIN_JOB_AGE}",
                 "KillWait=2",
                 "OverTimeLimit=0",
                 "InactiveLimit=0",

@@ -178,7 +178,7 @@ def test_exit_code_timeout_pending_and_cancel(slurm_cluster: SlurmCluster, tmp_p
 
     statuses = sync_until(root, lambda s: terminal(s[failing]) and terminal(s[slow]), keys, timeout=200)
     assert statuses[failing]["phase"] == "Failed" and statuses[failing]["exit_code"] == 7, statuses[failing]
-    assert statuses[slow]["phase"] == "Failed" and statuses[slow]["reason"] == "TIMEOUT", statuses[slow]
+    assert statuses[slow]["phase"] == "Failed" and statuses[slow]["reason"] == "Timeout", statuses[slow]
     assert statuses[by_request]["phase"] == statuses[by_cli]["phase"] == "Cancelled"
     assert statuses[limited]["phase"] == "Pending"
     slurm_cluster.command("scancel", statuses[limited]["backend"]["uid"])
@@ -204,7 +204,7 @@ def test_node_set_down_mid_run_fails_with_node_fail(slurm_cluster: SlurmCluster,
     finally:
         slurm_cluster.resume("n2")
     status = statuses[run_id]
-    assert status["phase"] == "Failed" and status["reason"] == "NODE_FAIL", status
+    assert status["phase"] == "Failed" and status["reason"] == "NodeFailure", status
     assert "node" in status["message"]
 
 

@@ -203,9 +203,17 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_exit_marker(slurm_cluster: S
     lost = backend.observe(gone)
     assert lost.phase == "Failed" and lost.reason == "Lost", lost
 
-    (state / "started.987654").write_text('{"job_id": "987654", "started_at": "2025-01-02T10:00:00Z"}\n')
-    (state / "exit.987654").write_text(
-        '{"job_id": "987654", "exit_code": 3, "finished_at": "2025-01-02T10:05:00Z"}\n')
+    (state / "987654.1.started").write_text(
+        '{"job_id": "987654", "attempt": 1, "started_at": "2025-01-02T10:00:00Z"}\n')
+    (state / "987654.1.exit").write_text('{"job_id": "987654", "attempt": 1, "exit_code": 3, "signal": 0, '
+                                        '"slurm_state": "", "finished_at": "2025-01-02T10:05:00Z"}\n')
     ended = backend.observe(gone)
-    assert (ended.phase, ended.exit_code, ended.started_at, ended.finished_at) == (
-        "Failed", 3, "2025-01-02T10:00:00Z", "2025-01-02T10:05:00Z"), ended
+    assert (ended.phase, ended.reason, ended.exit_code, ended.started_at, ended.finished_at) == (
+        "Failed", "Error", 3, "2025-01-02T10:00:00Z", "2025-01-02T10:05:00Z"), ended
+
+    # a requeue: attempt 2 started and left no end marker; attempt 1's end never decides it
+    (state / "987654.2.started").write_text(
+        '{"job_id": "987654", "attempt": 2, "started_at": "2025-01-02T10:06:00Z"}\n')
+    again = backend.observe(gone)
+    assert (again.phase, again.reason) == ("Failed", "Lost"), again
+    assert [(a.number, a.reason) for a in again.attempts] == [(1, "Preempted"), (2, "Lost")]

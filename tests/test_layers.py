@@ -12,7 +12,8 @@ PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.collector", "tuneplane.launcher",
             "tuneplane.plugins", "tuneplane.runtime.digest", "tuneplane.runtime.files", "tuneplane.runtime.pinned",
             "tuneplane.runtime.versions", "tuneplane.runtime.records", "tuneplane.runtime.patterns",
-            "tuneplane.runtime.streams",
+            "tuneplane.runtime.streams", "tuneplane.runtime.attempts", "tuneplane.runtime.supervise",
+            "tuneplane.runtime.entry",
             "tuneplane.lifecycle")
 JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.flatconfig", "yaml"),
                        # the generic evaluation runs in training images, which have these

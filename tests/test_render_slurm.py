@@ -206,3 +206,74 @@ def test_a_slurm_lab_without_a_shared_runs_root_is_warned(tmp_path: Path, tp: An
     assert result.code == 0, result.output  # warnings only
     assert "warning [lab-slurm] cluster.slurm.runs_root is not set" in result.output
     assert "warning [lab-slurm] cluster.slurm.software.python_env is not set" in result.output
+
+
+def _edit(root: Path, git: Any, old: str, new: str) -> None:
+    path = root / "tuneplane.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    git(root, "commit", "-qam", "edit settings")
+
+
+def _directives(script: str) -> list[str]:
+    return re.findall(r"^#SBATCH (\S+)$", script, re.MULTILINE)
+
+
+def test_requeue_the_profiles_time_limit_and_a_clean_environment(tmp_path: Path, tp: Any, git: Any) -> None:
+    root = _slurm_lab(tmp_path / "lab", git)
+    _edit(root, git, "    runs_root: /shared/tuneplane\n", "    runs_root: /shared/tuneplane\n    requeue: true\n")
+    _edit(root, git, "    gpus_per_node: 8\n    max_nodes: 4\n", "    gpus_per_node: 8\n    max_nodes: 4\n"
+                                                                 "    time_limit: 7200\n")
+    script = _render(tp, root, "--profile", "h200:8")
+    directives = _directives(script)
+    assert "--requeue" in directives and "--no-requeue" not in directives
+    assert "--time=120:00" in directives  # no --timeout: the profile's time_limit bounds the run
+    assert "--export=NONE" in directives
+    assert not any(d.startswith("--signal") for d in directives)  # no warning unless asked for
+    assert "export PATH=" in script  # nothing of the submitter's environment is relied on
+    srun = script[script.index("\nsrun "):]
+    for flag in ("--kill-on-bad-exit=1", "--wait=", "--label", "--export=ALL"):
+        assert flag in srun, flag
+    assert "tuneplane: job $SLURM_JOB_ID attempt $TUNEPLANE_ATTEMPT started" in script
+    assert "SLURM_RESTART_COUNT" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    timed = _render(tp, root, "--profile", "h200:8", "--timeout", "600")
+    assert "--time=10:00" in _directives(timed)
+
+
+def test_the_limit_warning_is_opt_in_and_comes_before_the_limit(tmp_path: Path, tp: Any, git: Any) -> None:
+    root = _slurm_lab(tmp_path / "lab", git)
+    _edit(root, git, "    runs_root: /shared/tuneplane\n", "    runs_root: /shared/tuneplane\n    limit_warning: 300\n")
+    script = _render(tp, root, "--profile", "h200:8", "--timeout", "3600")
+    assert "--signal=B:USR1@300" in _directives(script)
+    assert "export TUNEPLANE_LIMIT_WARNING_SECONDS=300" in script
+    short = _render(tp, root, "--profile", "h200:8", "--timeout", "120")
+    assert "--signal=B:USR1@60" in _directives(short)  # always well before a short limit
+
+
+def test_pyxis_gets_registry_hash_image_references() -> None:
+    from tuneplane.render.slurm import pyxis_image
+
+    assert pyxis_image("nvcr.io/nvidia/pytorch:24.01-py3") == "nvcr.io#nvidia/pytorch:24.01-py3"
+    assert pyxis_image("localhost:5000/team/train@sha256:" + "a" * 64) == "localhost:5000#team/train@sha256:" + "a" * 64
+    assert pyxis_image("python:3.12") == "python:3.12"  # Docker Hub: no registry to split off
+    assert pyxis_image("ghcr.io#org/img:1") == "ghcr.io#org/img:1"
+    assert pyxis_image("docker://ghcr.io#org/img:1") == "ghcr.io#org/img:1"
+
+
+def test_a_host_environment_accepts_an_image_and_says_it_is_not_used(tmp_path: Path, git: Any) -> None:
+    from tuneplane.lab.load import load_lab
+    from tuneplane.models.run import RunRequest
+    from tuneplane.plan.adapters import compile_plan
+    from tuneplane.plan.resolve import resolve
+    from tuneplane.render.slurm import render_batch
+
+    root = _slurm_lab(tmp_path / "lab", git)
+    lab = load_lab(root)
+    request = RunRequest(experiment="demo", run_id="20250102-100000-00000b", profile="h200:8", image="python:3.12",
+                         observability_url="https://t.example.org/p")
+    spec = resolve(lab, "demo", request, commit="0" * 40, dirty=False)
+    batch = render_batch(spec, compile_plan(spec), lab.config)
+    assert batch.image == "" and "python:3.12 was not used" in batch.note
+    assert "python:3.12" not in batch.script

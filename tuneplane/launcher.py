@@ -22,20 +22,29 @@ import importlib
 import json
 import os
 import re
-import runpy
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+import tuneplane.runtime.attempts as attempts
 from tuneplane import __version__, plugins
-from tuneplane.constants import CONFIG_ERROR_EXIT, NAME_PATTERN, WORK_DIR_ENV
+from tuneplane.constants import ATTEMPT_ENV, CONFIG_ERROR_EXIT, NAME_PATTERN, OUT_DIR_ENV, RESUME_FROM_ENV, WORK_DIR_ENV
+from tuneplane.report.checkpoints import newest_complete
 from tuneplane.runtime.digest import DigestError, tree_digest
+from tuneplane.runtime.entry import (
+    PythonEntry,
+    entry_after_interpreter,
+    python_entry,
+    reentry_argv,
+    run_python_entry,
+)
 from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.streams import print_or_quit
+from tuneplane.runtime.supervise import JobAttempt, Outcome, supervise
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
 
 JOBSPEC_PATH = ".tuneplane/jobspec.json"
@@ -284,81 +293,6 @@ def install_plugins(spec: JobSpecView, work: Path, emit: Emit = print) -> list[P
 
 # ── the entrypoint ─────────────────────────────────────────────────────────────────────────────────
 
-_PYTHON_NAME = re.compile(r"python(?P<ver>3(?:\.\d+)?)?")
-
-
-@dataclass(frozen=True)
-class PythonEntry:
-    """A Python command line this interpreter can run itself: `-m mod`, a script, or `-c code`."""
-
-    kind: str  # module | file | code
-    target: str
-    args: list[str]
-    unbuffered: bool = False
-
-
-def _is_this_python(arg0: str) -> bool:
-    m = _PYTHON_NAME.fullmatch(os.path.basename(arg0))
-    if m is None or m["ver"] not in (None, "3", f"{sys.version_info[0]}.{sys.version_info[1]}"):
-        return False
-    if os.sep in arg0:
-        # Same directory as ours, not merely the same binary: a venv's python and its base
-        # interpreter resolve to one file but see different site-packages.
-        return os.path.dirname(os.path.abspath(arg0)) == os.path.dirname(os.path.abspath(sys.executable))
-    # A bare `python`/`python3` is the job's interpreter: the one running this launcher.
-    return True
-
-
-def python_entry(argv: Sequence[str]) -> PythonEntry | None:
-    """Recognise `python [-u] [-B] (-m mod | -c code | file.py) args…`; None for anything else.
-
-    Interpreter options that cannot be reproduced in a running interpreter (-O, -E, -I, -X, -W …)
-    make it not an in-process entry, so it is exec'd with its exact meaning.
-    """
-    if not argv or not _is_this_python(argv[0]):
-        return None
-    return _entry_after_interpreter(list(argv[1:]))
-
-
-def _entry_after_interpreter(rest: list[str]) -> PythonEntry | None:
-    unbuffered = False
-    while rest and rest[0] in ("-u", "-B", "-uB", "-Bu"):
-        unbuffered = unbuffered or "u" in rest[0]
-        rest = rest[1:]
-    if not rest:
-        return None
-    head = rest[0]
-    if head in ("-m", "-c") and len(rest) >= 2:
-        return PythonEntry("module" if head == "-m" else "code", rest[1], rest[2:], unbuffered)
-    if head.startswith("-") and head != "-":
-        return None
-    if head == "-":
-        return None
-    return PythonEntry("file", head, rest[1:], unbuffered)
-
-
-def run_python_entry(entry: PythonEntry) -> None:
-    """Run the entry in this interpreter as `python` would, as `__main__`."""
-    if entry.unbuffered:
-        for stream in (sys.stdout, sys.stderr):
-            reconfigure = getattr(stream, "reconfigure", None)
-            if reconfigure is not None:
-                reconfigure(write_through=True)
-    if entry.kind == "module":
-        sys.argv = [entry.target, *entry.args]
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        runpy.run_module(entry.target, run_name="__main__", alter_sys=True)
-    elif entry.kind == "code":
-        sys.argv = ["-c", *entry.args]
-        exec(compile(entry.target, "<string>", "exec"), {"__name__": "__main__"})  # python -c
-    else:
-        script = os.path.abspath(entry.target)
-        sys.argv = [entry.target, *entry.args]
-        sys.path.insert(0, os.path.dirname(script))
-        runpy.run_path(script, run_name="__main__")
-
-
 def exec_argv(argv: list[str]) -> NoReturn:
     """Replace this process with `argv`, as a shell would; 127/126 when it cannot start."""
     sys.stdout.flush()
@@ -387,7 +321,7 @@ def _enter_cwd(work: Path, launch: Launch) -> None:
 def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]:
     """What to run: (the in-process entry or None, whether the launch argv re-enters the launcher)."""
     if args:
-        entry = _entry_after_interpreter(args)
+        entry = entry_after_interpreter(args)
         if entry is None:
             raise LaunchError(f"re-entry arguments {args!r} are not a Python entry "
                               "(-m module …, file.py …, -c code …)")
@@ -397,20 +331,31 @@ def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]
     return entry, reenters
 
 
-def _prepare(args: list[str], emit: Emit) -> tuple[JobSpecView, PythonEntry | None, bool]:
-    """(the JobSpec, the entry to run in this interpreter or None, whether argv starts re-entering ranks)."""
+def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[JobSpecView, PythonEntry | None, bool]:
+    """(the JobSpec, the entry to run in this interpreter or None, whether argv starts re-entering ranks).
+
+    `supervised`: this launcher only watches the trainer (a child that re-enters to install the
+    plugins), so it verifies them and installs nothing itself."""
     work = work_dir()
     spec = read_jobspec(work)
     _enter_cwd(work, spec.launch)
     entry, reenters = _plan(spec, args)
     chosen = [p for p in spec.plugins if p.capability == LOADED_CAPABILITY]
-    if chosen and entry is None:
-        if not reenters:
-            raise LaunchError(
-                f"algorithm plugins apply in the entrypoint process, but launch.argv {spec.launch.argv!r} "
-                f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
-                "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
-                "(or `… <file.py> …`)")
+    if chosen and entry is None and not reenters:
+        raise LaunchError(
+            f"algorithm plugins apply in the entrypoint process, but launch.argv {spec.launch.argv!r} "
+            f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
+            "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
+            "(or `… <file.py> …`)")
+    in_process = entry is not None and (bool(chosen) or spec.launch.in_process)
+    if supervised and in_process:
+        for plugin in chosen:  # fail here, before the child starts; the child installs them and says so
+            verify_plugin(work, plugin)
+        return spec, entry, False
+    if supervised and not (reenters and chosen):
+        loaded_plugins(spec, emit)  # no rank re-enters to install (and name) plugins
+        return spec, None, reenters
+    if chosen and (entry is None or supervised):
         loaded_plugins(spec, emit)
         for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
             verify_plugin(work, plugin)
@@ -432,17 +377,25 @@ def main(argv: list[str] | None = None) -> int:
         args = args[1:]
     if args[:1] in (["-h"], ["--help"]):
         return print_or_quit(__doc__ or "", "tuneplane-launch")
+    # The node's launcher (not a rank re-entering) tells the trainer its attempt and where to resume,
+    # and, in a run directory, records the attempt and watches the trainer as a child.
+    record = None if args else JobAttempt.from_env()
+    if not args:
+        export_attempt_env()
+    if record is not None:
+        record.begin()
     try:
-        spec, entry, ranks = _prepare(args, _emit)
+        spec, entry, ranks = _prepare(args, _emit, supervised=record is not None)
     except LaunchError as exc:
-        report_failure(f"tuneplane-launch: error: {exc}")
-        return CONFIG_ERROR_EXIT
+        return _refused(exc, record)
     # Node rank zero collects for the job (tuneplane.collector): native files beside the trainer,
     # then what the SDK left unsent.
     uploads = bool(_collector("take_job", False))
     if uploads:  # an earlier attempt's leftovers first, so they never replace this attempt's points
         _collector("collect_before", None, os.environ, BEFORE_JOB_UPLOAD_SECONDS)
     collector = _collector("start_beside", None) if uploads else None
+    if record is not None:
+        return _run_recorded(record, spec, entry, collector, uploads)
     if entry is not None:
         try:
             run_python_entry(entry)
@@ -465,6 +418,51 @@ def main(argv: list[str] | None = None) -> int:
             return CONFIG_ERROR_EXIT
         return code
     exec_argv(spec.launch.argv)
+
+
+def _refused(exc: LaunchError, record: JobAttempt | None) -> int:
+    line = f"tuneplane-launch: error: {exc}"
+    report_failure(line)
+    if record is not None:
+        record.end(Outcome(CONFIG_ERROR_EXIT, None, [line], [], line), termination=False)
+    return CONFIG_ERROR_EXIT
+
+
+def _run_recorded(record: JobAttempt, spec: JobSpecView, entry: PythonEntry | None, collector: Any,
+                  uploads: bool) -> int:
+    """Run the trainer as a watched child (an in-process entry re-enters this launcher in the child,
+    which installs the plugins there) and record how it ended."""
+    child = spec.launch.argv if entry is None else reentry_argv(entry)
+    try:
+        outcome = supervise(child, work_dir() / LAUNCH_ERROR_FILE)
+    except FileNotFoundError:
+        outcome = Outcome(127, None, [], [], f"tuneplane-launch: error: cannot start {child[0]!r}: command not found")
+    except OSError as exc:
+        outcome = Outcome(126, None, [], [], f"tuneplane-launch: error: cannot start {child[0]!r}: {exc}")
+    finally:
+        _collector("end_job", None, collector, uploads, AFTER_JOB_UPLOAD_SECONDS)
+    if outcome.refusal:
+        report_failure(outcome.refusal)
+    code = CONFIG_ERROR_EXIT if outcome.refusal and outcome.code not in (126, 127) else outcome.code
+    outcome = Outcome(code, outcome.signal, outcome.output, outcome.errors, outcome.refusal)
+    record.end(outcome, termination=not outcome.refusal)
+    return code
+
+
+# ── resuming ─────────────────────────────────────────────────────────────────────────────────────────
+
+
+def export_attempt_env(environ: MutableMapping[str, str] | None = None) -> None:
+    """TUNEPLANE_ATTEMPT, and TUNEPLANE_RESUME_FROM when a complete checkpoint exists (else unset)."""
+    env = os.environ if environ is None else environ
+    env[ATTEMPT_ENV] = str(attempts.attempt_number(env))
+    out = env.get(OUT_DIR_ENV, "")
+    newest = newest_complete(out) if out else None
+    if newest is None:
+        env.pop(RESUME_FROM_ENV, None)
+    else:
+        env[RESUME_FROM_ENV] = str(newest)
+        print(f"launcher: attempt {env[ATTEMPT_ENV]} resumes from {newest}", flush=True)
 
 
 def run_child(argv: list[str]) -> tuple[int, str]:

@@ -110,7 +110,13 @@ class SlurmSettings(Strict):
     runs_root: str = Field("", pattern=SLURM_PATH_RE,
                            description="Absolute path on the shared filesystem for run directories; "
                                        "default `cluster.storage.root`.")
-    requeue: bool = Field(False, description="Let Slurm requeue a job after a node failure (it restarts from scratch).")
+    requeue: bool = Field(False, description="Let Slurm requeue a job after a node failure or preemption "
+                                             "(`--requeue`); the new attempt resumes from the newest complete "
+                                             "checkpoint.")
+    limit_warning: int = Field(0, ge=0, le=3600,
+                               description="Seconds before the time limit at which the trainer is warned with "
+                                           "SIGUSR1 so it can checkpoint (Slurm `--signal`); only processes "
+                                           "that install a SIGUSR1 handler receive it. 0: no warning.")
     hf_token_file: str = Field("", pattern=SLURM_PATH_RE,
                                description="A file only you can read holding the Hugging Face token (HF_TOKEN).")
     conf: str = Field("", description="slurm.conf for the bot's Slurm commands; empty: $SLURM_CONF or Slurm's default.")

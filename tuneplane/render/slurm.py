@@ -31,13 +31,18 @@ ADDR_PLACEHOLDER = "@TP_MASTER_ADDR@"
 PORT_PLACEHOLDER = "@TP_MASTER_PORT@"
 PORT_BASE, PORT_SPAN = 20000, 20000  # the job's rendezvous port: PORT_BASE + job id % PORT_SPAN
 PORT_FLAGS = ("--main_process_port", "--master_port", "--master-port", "--rdzv-port")
-STATE_DIR = ".tuneplane/slurm"  # under the run dir: started/exit markers, the job id, the submit lock
+STATE_DIR = ".tuneplane/slurm"  # under the run dir: each attempt's markers, the job id, the submit lock
 TOKEN_FILE = ".tuneplane/secrets/job-token"  # under the run dir, mode 0600
 LAUNCH_DOCUMENT = ".tuneplane/jobspec.slurm.json"  # under the work dir; the script fills it in
 RUNTIME_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
                          NUM_NODES_ENV,
                          GPUS_PER_NODE_ENV})  # the script sets these from the allocation
 COMMENT_PREFIX = "tuneplane-run="
+# The job starts with no environment of the submitter (--export=NONE): its PATH starts from this.
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STEP_WAIT = 60  # srun --wait: seconds the other ranks may run on once one rank has ended
+LIMIT_WARNING_ENV = "TUNEPLANE_LIMIT_WARNING_SECONDS"  # set when the trainer is warned before the limit
+WARNING_SIGNAL = "USR1"
 
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9._:/%+=,@-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -52,6 +57,8 @@ class BatchJob:
     script: str  # the batch script
     launch_document: dict[str, Any]  # `.tuneplane/jobspec.slurm.json`, with rendezvous placeholders
     sources: dict[str, str] = field(default_factory=dict)  # sbatch option → tuneplane.yaml setting
+    image: str = ""  # the image the job runs in; "" when the nodes' own environment runs it (host)
+    note: str = ""  # what a person should know about the script, e.g. that --image is not used
 
 
 def job_comment(run_id: str) -> str:
@@ -80,7 +87,7 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         "run_id": spec.metadata.run_id,
         "experiment": spec.metadata.experiment,
         "commit": spec.provenance.commit or "(uncommitted)",
-        "env": _env(spec, plan),
+        "env": _env(spec, plan, settings),
         "state_dir": f"{spec.spec.paths.run_dir}/{STATE_DIR}",
         "port_base": PORT_BASE,
         "config_exit": CONFIG_ERROR_EXIT,
@@ -89,6 +96,8 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         "ingest": {"endpoint": lab.cluster.ingest.endpoint, "run_id": spec.metadata.run_id}
         if lab.cluster.ingest.endpoint else None,
         "software": _software_lines(settings),
+        "base_path": BASE_PATH,
+        "step_wait": STEP_WAIT,
         "srun_flags": _srun_flags(spec, settings),
         "command": _command(spec, settings),
     }
@@ -99,6 +108,8 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         script=script,
         launch_document=launch_document(spec, plan),
         sources={option: where for option, _value, where in items},
+        image="" if settings.software.kind == "host" else spec.spec.image,
+        note=image_note(spec, lab),
     )
 
 
@@ -108,7 +119,7 @@ def directive_items(spec: JobSpec, settings: SlurmSettings) -> list[tuple[str, s
     out: list[tuple[str, str, str]] = [  # (option, value, the setting it comes from)
         ("--job-name", spec.metadata.name, "the run's object name"),
         ("--comment", job_comment(spec.metadata.run_id), "the run id"),
-        ("--nodes", str(res.nodes), f"profiles.{res.profile}"),
+        ("--nodes", str(res.nodes), f"profiles.{res.profile} (the run's GPU count over its gpus_per_node)"),
         ("--ntasks-per-node", "1", "one launcher per node"),
         ("--chdir", paths.run_dir, "cluster.slurm.runs_root"),
         ("--output", f"{paths.run_dir}/logs/slurm-%j.out", "cluster.slurm.runs_root"),
@@ -131,11 +142,22 @@ def directive_items(spec: JobSpec, settings: SlurmSettings) -> list[tuple[str, s
     memory = profile.memory_per_node or settings.memory_per_node
     if memory:
         out.append(("--mem", memory, _setting(res.profile, profile.memory_per_node, "memory_per_node")))
-    if spec.spec.timeout_seconds:
-        out.append(("--time", slurm_time(spec.spec.timeout_seconds), "the run request's timeout"))
-    if not settings.requeue:
-        out.append(("--no-requeue", "", "cluster.slurm.requeue"))
+    out.append(("--export", "NONE", "the job gets only the environment contract"))
+    limit = spec.spec.timeout_seconds
+    if limit:
+        out.append(("--time", slurm_time(limit), "the run request's timeout, else profiles.<name>.time_limit"))
+    lead = warning_lead(limit, settings.limit_warning)
+    if lead:
+        out.append(("--signal", f"B:{WARNING_SIGNAL}@{lead}", "cluster.slurm.limit_warning"))
+    out.append(("--requeue" if settings.requeue else "--no-requeue", "", "cluster.slurm.requeue"))
     return out
+
+
+def warning_lead(limit: int | None, asked: int) -> int:
+    """Seconds before the limit the warning comes: what was asked, kept shorter than the limit; 0: none."""
+    if not asked or not limit:
+        return 0
+    return max(1, min(asked, limit // 2))
 
 
 def _setting(profile: str, override: object, key: str) -> str:
@@ -167,9 +189,11 @@ def slurm_time(seconds: int) -> str:
     return f"{minutes}:{rest:02d}"
 
 
-def _env(spec: JobSpec, plan: LaunchPlan) -> list[tuple[str, str]]:
+def _env(spec: JobSpec, plan: LaunchPlan, settings: SlurmSettings) -> list[tuple[str, str]]:
     out = []
-    for name, value in job_env(spec, plan.env).items():
+    lead = warning_lead(spec.spec.timeout_seconds, settings.limit_warning)
+    extra = {LIMIT_WARNING_ENV: str(lead)} if lead else {}
+    for name, value in {**job_env(spec, plan.env), **extra}.items():
         if name in RUNTIME_ENV:
             continue
         if not _ENV_NAME.match(name):
@@ -204,8 +228,28 @@ def _srun_flags(spec: JobSpec, settings: SlurmSettings) -> list[str]:
         return []
     root = spec.spec.paths.storage_root
     mounts = ",".join([f"{root}:{root}", *software.mounts])
-    return [f"--container-image={spec.spec.image}", f"--container-mounts={mounts}",
+    return [f"--container-image={pyxis_image(spec.spec.image)}", f"--container-mounts={mounts}",
             f"--container-workdir={spec.spec.paths.work_dir}"]
+
+
+def pyxis_image(image: str) -> str:
+    """An image reference as pyxis/enroot expect it: `registry#repository:tag`, the registry host split off
+    with `#` (a plain `host/repo` would be read as a Docker Hub repository named `host/repo`)."""
+    if "://" in image or "#" in image:
+        return image.split("://", 1)[-1]
+    first, sep, rest = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
+def image_note(spec: JobSpec, lab: LabFile) -> str:
+    """Why the run's image is not what runs ('' when it is): with `software.kind: host` the nodes' own
+    Python environment runs the job and `--image` is accepted and ignored."""
+    if slurm_settings(lab).software.kind == "host" and spec.spec.image:
+        return (f"the image {spec.spec.image} was not used: cluster.slurm.software.kind is host, so the job ran "
+                "in the nodes' Python environment")
+    return ""
 
 
 def _command(spec: JobSpec, settings: SlurmSettings) -> list[str]:

@@ -14,12 +14,16 @@ set when the trainer was ended by one (then `exit_code` is 128 + the signal, as 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV
+from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV, utc_now
 from tuneplane.runtime.files import atomic_write
 
 ATTEMPTS_DIR = "attempts"
@@ -40,7 +44,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def attempt_number(environ: dict[str, str] | os._Environ[str] | None = None) -> int:
+def attempt_number(environ: Mapping[str, str] | None = None) -> int:
     """This job's attempt, from `TUNEPLANE_ATTEMPT` (1 when unset or not a positive number)."""
     text = (os.environ if environ is None else environ).get(ATTEMPT_ENV, "")
     return int(text) if text.isdigit() and int(text) > 0 else 1
@@ -50,7 +54,7 @@ def record_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
     return run_dir / ATTEMPTS_DIR / f"{attempt}-{node_rank}.json"
 
 
-def run_dir_of(environ: dict[str, str] | os._Environ[str] | None = None) -> Path | None:
+def run_dir_of(environ: Mapping[str, str] | None = None) -> Path | None:
     text = (os.environ if environ is None else environ).get(RUN_DIR_ENV, "")
     return Path(text) if text else None
 
@@ -124,3 +128,70 @@ def _read_one(path: Path) -> dict[str, Any] | None:
             return decode(handle.read(RECORD_LIMIT))
     except OSError:
         return None
+
+
+# ── what the job side learns from a trainer's output ──────────────────────────────────────────────
+
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+# Exceptions that only say "a child failed": the child's own traceback, earlier in the output, is the
+# cause a person needs (a wrapper's `subprocess.check_call`, torchrun's elastic agent, an exit).
+WRAPPER_ERRORS = ("subprocess.CalledProcessError", "CalledProcessError", "ChildFailedError",
+                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "SystemExit",
+                  "KeyboardInterrupt")
+_RANK_PREFIX = re.compile(r"^(?:\[(?:default)?rank\d+\]:|\d+: )")
+
+
+def trainer_error(lines: list[str]) -> str:
+    """The trainer's own last exception line (`FileNotFoundError: … data.jsonl`) in its output, or ''.
+
+    Every traceback's closing line is a candidate; a wrapper's (CalledProcessError, torchrun's
+    ChildFailedError) counts only when no traceback of the trainer itself is there."""
+    found: list[str] = []
+    inside = False
+    for raw in lines:
+        line = _RANK_PREFIX.sub("", raw.rstrip("\n"), count=1).rstrip()
+        if line.strip() == TRACEBACK_HEAD:
+            inside = True
+            continue
+        if inside and line and not line[0].isspace():
+            found.append(line.strip())
+            inside = False
+    own = [line for line in found if not _is_wrapper(line)]
+    return (own or found or [""])[-1][:LINE_LIMIT]
+
+
+def _is_wrapper(line: str) -> bool:
+    name = line.split(":", 1)[0].strip()
+    return name in WRAPPER_ERRORS or name.endswith(".ChildFailedError")
+
+
+class Tail:
+    """The last lines one or more streams wrote (thread-safe; bounded memory whatever they print). Each
+    stream keeps its own unfinished line, so two streams never splice into one line."""
+
+    def __init__(self, keep: int = 400) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self._partial: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def feed(self, text: str, stream: str = "") -> None:
+        with self._lock:
+            parts = (self._partial.get(stream, "") + text).split("\n")
+            self._partial[stream] = parts.pop()[-LINE_LIMIT * 4:]
+            self.lines.extend(part.rstrip("\r")[:LINE_LIMIT] for part in parts)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self.lines) + [part for part in self._partial.values() if part]
+
+
+def end_fields(code: int, signal_number: int | None, output: list[str], errors: list[str]) -> dict[str, Any]:
+    """An end record's outcome: the exit code, the signal that ended the attempt (the code is 128 + N
+    when it killed the trainer), the trainer's error line (from its stderr) and its last output lines."""
+    fields: dict[str, Any] = {"finished_at": utc_now(), "exit_code": code, "log_tail": output[-LOG_TAIL_LINES:]}
+    if signal_number:
+        fields["signal"] = signal_number
+    error = trainer_error(errors)
+    if error:
+        fields["error"] = error
+    return fields

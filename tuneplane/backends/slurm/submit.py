@@ -26,8 +26,8 @@ from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.rundir import locked
-from tuneplane.backends.slurm.commands import SlurmCommands, first_line
-from tuneplane.backends.slurm.errors import refusal
+from tuneplane.backends.slurm.commands import SlurmCommands, first_line, parse_fields
+from tuneplane.backends.slurm.errors import SlurmRefused, refusal
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, publish_dir
 from tuneplane.lab.gitrepo import GitRepo
@@ -58,6 +58,7 @@ def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
     with locked(state / "submit.lock"):
         job_id = recorded_job_id(state) or _known_job(commands, batch)
         if not job_id:
+            check_fits(commands, batch)
             _stage(run_dir, batch, request)
             job_id = _sbatch(commands, run_dir, batch)
         _record(state, job_id)
@@ -70,14 +71,14 @@ def ref_for(batch: dict[str, Any], job_id: str) -> BackendRef:
 
 
 def recorded_job_id(state: Path) -> str:
-    """The job id written by a submit, else by a job that started (`started.<id>`), else ''."""
+    """The job id written by a submit, else by a job that started (`<id>.<attempt>.started`), else ''."""
     try:
         text = (state / JOB_ID_FILE).read_text(encoding="utf-8").strip()
     except OSError:
         text = ""
     if _JOB_ID.match(text):
         return text
-    started = sorted((p.name.split(".", 1)[1] for p in state.glob("started.*")), key=_numeric)
+    started = sorted((p.name.split(".", 1)[0] for p in state.glob("*.*.started")), key=_numeric)
     return started[-1] if started and _JOB_ID.match(started[-1]) else ""
 
 
@@ -152,6 +153,43 @@ def _sbatch(commands: SlurmCommands, run_dir: Path, batch: dict[str, Any]) -> st
     if not _JOB_ID.match(job_id):
         raise BackendError(f"sbatch printed no job id: {result.out.strip()!r}")
     return job_id
+
+
+def directives(script: str) -> dict[str, str]:
+    """The script's `#SBATCH --option=value` lines (the first block of comments), option → value."""
+    found: dict[str, str] = {}
+    for line in script.splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH "):
+            option, _, value = line[len("#SBATCH "):].strip().partition("=")
+            found.setdefault(option, value)
+    return found
+
+
+def check_fits(commands: SlurmCommands, batch: dict[str, Any]) -> None:
+    """Refuse a job that can never start: more nodes than its partition has (sbatch accepts it, and it
+    would wait in the queue forever)."""
+    asked = directives(batch["script"])
+    nodes = int(asked["--nodes"]) if asked.get("--nodes", "").isdigit() else 1
+    partition = asked.get("--partition", "")
+    result = commands.run("scontrol", "show", "partition", "--oneliner", *([partition] if partition else []))
+    if result.code:
+        return  # sbatch names a partition that does not exist itself
+    for line in result.out.splitlines():
+        fields = parse_fields(line)
+        if fields.get("PartitionName") != partition and not (not partition and fields.get("Default") == "YES"):
+            continue
+        total = fields.get("TotalNodes", "")
+        if total.isdigit() and nodes > int(total):
+            setting = batch.get("sources", {}).get("--nodes", "")
+            where = f"{setting}: " if setting else ""
+            fix = (f"ask for at most {total} node(s) (fewer GPUs, or a profile with more GPUs per node), or "
+                   "choose a bigger partition")
+            raise SlurmRefused(f"{where}the run asks for {nodes} nodes but partition "
+                               f"{fields.get('PartitionName')} has {total}: it could never start\n  hint: {fix}",
+                               setting, fix)
+        return
 
 
 def _record(state: Path, job_id: str) -> None:

@@ -1,0 +1,253 @@
+"""The launcher's attempt record and resume point, run for real: `python -m tuneplane.launcher` with a run
+directory, trainers that fail, are signalled, ask for the limit warning or write checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from test_launcher import EAGER_SOURCE, FIXTURES, TRAIN, make_plugin, plugin_lines, write_jobspec
+
+from tuneplane.constants import CONFIG_ERROR_EXIT
+from tuneplane.report.checkpoints import mark_complete, newest_complete
+from tuneplane.runtime import attempts
+
+# A wrapper that runs the real trainer with subprocess.check_call: its CalledProcessError is not the cause.
+WRAPPER = """import subprocess, sys
+print("wrapper: starting the trainer", flush=True)
+subprocess.check_call([sys.executable, "trainer.py"])
+"""
+TRAINER_MISSING_DATA = """import sys
+print("loading data", flush=True)
+open("/nonexistent-dir/data.jsonl")
+"""
+SLEEPER = """import os, signal, sys, time
+if sys.argv[1:] == ["asks"]:
+    signal.signal(signal.SIGUSR1, lambda *_: open("warned", "w").write("yes"))
+open("ready", "w").write("1")
+print("sleeping", flush=True)
+for _ in range(600):
+    time.sleep(0.1)
+"""
+RESUME_ECHO = """import json, os
+json.dump({"attempt": os.environ.get("TUNEPLANE_ATTEMPT"), "resume": os.environ.get("TUNEPLANE_RESUME_FROM")},
+          open("seen.json", "w"))
+"""
+
+
+def _env(work: Path, run_dir: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_RUN_DIR=str(run_dir),
+               TUNEPLANE_OUT_DIR=str(run_dir / "out"), TUNEPLANE_NODE_RANK="1",
+               PYTHONPATH=os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]), **extra)
+    for name in ("TUNEPLANE_ATTEMPT", "TUNEPLANE_RESUME_FROM", "TUNEPLANE_TERMINATION_LOG", "TUNEPLANE_JOB_TOKEN"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def _run(work: Path, run_dir: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=_env(work, run_dir, **extra),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _record(run_dir: Path, attempt: int = 1, rank: int = 1) -> dict[str, Any]:
+    found = attempts.read_all(run_dir)
+    return next(r for r in found[attempt] if r["node_rank"] == rank)
+
+
+def test_the_trainers_own_error_is_recorded_not_the_wrappers(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "wrapper.py").write_text(WRAPPER)
+    (work / "trainer.py").write_text(TRAINER_MISSING_DATA)
+    write_jobspec(work, [], [sys.executable, "wrapper.py"])
+    done = _run(work, run_dir, TUNEPLANE_ATTEMPT="2")
+    assert done.returncode == 1, done.stderr
+    assert "CalledProcessError" in done.stderr  # what a person sees in the log is untouched
+    record = _record(run_dir, attempt=2)
+    assert record["exit_code"] == 1 and "signal" not in record, record
+    assert record["error"].startswith("FileNotFoundError: [Errno 2]"), record
+    assert record["error"].endswith("'/nonexistent-dir/data.jsonl'"), record
+    assert "loading data" in record["log_tail"] and record["node_rank"] == 1 and record["node"]
+    assert record["started_at"] <= record["finished_at"]
+
+
+def test_a_signal_is_recorded_as_the_signal_and_passed_on(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "sleeper.py").write_text(SLEEPER)
+    write_jobspec(work, [], ["bash", "-c", f"exec {sys.executable} sleeper.py"])
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=_env(work, run_dir),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(work / "ready")
+    assert _record(run_dir).keys() >= {"attempt", "started_at"}  # the start record is there while it runs
+    assert "finished_at" not in _record(run_dir)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    record = _record(run_dir)
+    assert (record["exit_code"], record["signal"]) == (143, 15), record
+    assert "sleeping" in record["log_tail"]
+
+
+def test_the_limit_warning_reaches_only_a_trainer_that_asked(tmp_path: Path) -> None:
+    for asks in (True, False):
+        work, run_dir = tmp_path / f"work-{asks}", tmp_path / f"run-{asks}"
+        work.mkdir()
+        (work / "sleeper.py").write_text(SLEEPER)
+        write_jobspec(work, [], ["bash", "-c", f"{sys.executable} sleeper.py {'asks' if asks else 'no'}; exit $?"])
+        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
+                                env=_env(work, run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(work / "ready")
+        proc.send_signal(signal.SIGUSR1)
+        if asks:
+            _wait_for(work / "warned")
+        else:
+            time.sleep(1)
+            assert proc.poll() is None, "a trainer that did not ask was killed by the warning"
+        assert not (work / "warned").exists() or asks
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert _record(run_dir)["signal"] == 15
+
+
+def test_resume_from_the_newest_complete_checkpoint(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "echo.py").write_text(RESUME_ECHO)
+    write_jobspec(work, [], [sys.executable, "echo.py"])
+    assert _run(work, run_dir).returncode == 0
+    assert json.loads((work / "seen.json").read_text()) == {"attempt": "1", "resume": None}
+
+    ckpts = run_dir / "out" / "checkpoints"
+    (ckpts / "checkpoint-200").mkdir(parents=True)
+    (ckpts / "checkpoint-200" / "trainer_state.json").write_text("{}")
+    (ckpts / "checkpoint-300").mkdir()  # killed while saving: no trainer_state.json
+    done = _run(work, run_dir, TUNEPLANE_ATTEMPT="2")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((work / "seen.json").read_text()) == {"attempt": "2", "resume": str(ckpts / "checkpoint-200")}
+    assert f"resumes from {ckpts / 'checkpoint-200'}" in done.stdout
+
+
+def test_the_completeness_markers_of_each_framework(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    ckpts = out / "checkpoints"
+    assert newest_complete(out) is None
+    (ckpts / "global_step_40").mkdir(parents=True)
+    (ckpts / "global_step_50").mkdir()
+    (ckpts / "latest_checkpointed_iteration.txt").write_text("40\n")  # 50 was being written
+    assert newest_complete(out) == ckpts / "global_step_40"
+    (ckpts / "step_45").mkdir()
+    (ckpts / "step_45" / "training_info.json").write_text("{}")
+    assert newest_complete(out) == ckpts / "step_45"
+    (ckpts / "mine").mkdir()
+    assert newest_complete(out) == ckpts / "step_45"
+    mark_complete(ckpts / "mine", 60)
+    assert newest_complete(out) == ckpts / "mine"
+    (ckpts / "step_70").mkdir()  # NeMo-RL folder without its training info: incomplete
+    assert newest_complete(out) == ckpts / "mine"
+
+
+def test_the_termination_message_is_the_compact_end_record_within_the_limit(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "noisy.py").write_text("for i in range(400):\n    print('x' * 300, i)\nraise RuntimeError('boom')\n")
+    write_jobspec(work, [], [sys.executable, "noisy.py"])
+    message = tmp_path / "termination-log"
+    done = _run(work, run_dir, TUNEPLANE_TERMINATION_LOG=str(message))
+    assert done.returncode == 1
+    text = message.read_text()
+    assert len(text.encode()) <= attempts.TERMINATION_LIMIT and "\n" not in text.strip()
+    record = attempts.decode(text)
+    assert record is not None and record["error"] == "RuntimeError: boom" and record["exit_code"] == 1
+    assert record["log_tail"] and record["log_tail"][-1] == "RuntimeError: boom"
+
+
+def test_a_refusal_keeps_its_one_line_message_and_is_recorded(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    plugin["digest"] = "sha256:" + "0" * 64
+    write_jobspec(work, [plugin], TRAIN)
+    message = tmp_path / "termination-log"
+    done = _run(work, run_dir, TUNEPLANE_TERMINATION_LOG=str(message))
+    assert done.returncode == CONFIG_ERROR_EXIT
+    assert message.read_text().startswith("tuneplane-launch: error: plugin alice/opsd-patch@1.2.0")
+    record = _record(run_dir)
+    assert record["exit_code"] == CONFIG_ERROR_EXIT and "digest" in record["error"]
+
+
+def test_plugins_are_installed_once_in_the_watched_trainer(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
+    write_jobspec(work, [plugin], TRAIN)
+    done = _run(work, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert plugin_lines(done) == ["plugin  : alice/opsd-patch@1.2.0 applied in entrypoint process"]
+    result = json.loads((work / "result.json").read_text())
+    assert result["patch_calls"] == 1, result
+    assert _record(run_dir)["exit_code"] == 0
+
+
+def _wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_the_engines_warning_file_reaches_only_catchers(tmp_path: Path) -> None:
+    """Slurm's batch script writes a file when the warning comes; each launcher passes it on as SIGUSR1."""
+    for asks in (True, False):
+        work, run_dir = tmp_path / f"work-{asks}", tmp_path / f"run-{asks}"
+        work.mkdir()
+        (work / "sleeper.py").write_text(SLEEPER)
+        write_jobspec(work, [], ["bash", "-c", f"{sys.executable} sleeper.py {'asks' if asks else 'no'}; exit $?"])
+        warning = tmp_path / f"warning-{asks}"
+        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
+                                env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for(work / "ready")
+        warning.write_text("now")
+        if asks:
+            _wait_for(work / "warned")
+        else:
+            time.sleep(2.5)  # more than the launcher's poll
+            assert proc.poll() is None and not (work / "warned").exists()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert _record(run_dir)["signal"] == 15
+
+
+def test_a_watched_shell_trainer_still_names_the_plugins_it_skips(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    other = make_plugin(work, "env-tool", EAGER_SOURCE, capability="environment")
+    write_jobspec(work, [other], ["bash", "-c", "echo trained"])
+    done = _run(work, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in plugin_lines(done) if "skipped" in line] == [
+        "plugin  : alice/env-tool@1.2.0 skipped (capability environment is not loaded in the entrypoint process)"]
+    assert "trained" in done.stdout and _record(run_dir)["exit_code"] == 0
+
+
+def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installed(tmp_path: Path) -> None:
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "late.py").write_text("import signal, sys, time\ntime.sleep(1.5)\n" + SLEEPER.split("\n", 1)[1])
+    write_jobspec(work, [], [sys.executable, "late.py", "asks"])
+    warning = tmp_path / "warning"
+    warning.write_text("early")  # Slurm may signal up to a minute early: before the trainer is ready
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
+                            env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(work / "warned")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)

@@ -1,0 +1,203 @@
+"""Watching the trainer as a child of the node's launcher, and recording the attempt it is part of.
+
+Standard library only (it runs in training images). The launcher runs the trainer as a child whose
+output it copies through and remembers, so that however it ends (an exit code, a signal from the
+engine, a rank's refusal) the attempt record says so; it passes TERM, INT and HUP on, and the engine's
+warning before a time limit (USR1) only to the trainer's processes that installed a handler for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import tuneplane.runtime.attempts as attempts
+from tuneplane.constants import NODE_RANK_ENV, TERMINATION_LOG_ENV, utc_now
+from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
+WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
+LIMIT_WARNING_FILE_ENV = "TUNEPLANE_LIMIT_WARNING_FILE"  # a file the engine writes when the warning comes
+WARNING_POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the trainer ended: its exit code (128 + N when signal N ended it), the signal this launcher
+    received or the trainer died of, its last output lines, its last stderr lines, a rank's refusal."""
+
+    code: int
+    signal: int | None
+    output: list[str]
+    errors: list[str]
+    refusal: str = ""
+
+
+@dataclass
+class JobAttempt:
+    """This node's record of the attempt, under `$TUNEPLANE_RUN_DIR/attempts/`."""
+
+    run_dir: Path
+    attempt: int
+    node_rank: int
+    node: str
+    started_at: str = ""
+
+    @classmethod
+    def from_env(cls) -> JobAttempt | None:
+        run_dir = attempts.run_dir_of()
+        if run_dir is None:
+            return None
+        rank = os.environ.get(NODE_RANK_ENV, "0")
+        node = os.environ.get("SLURMD_NODENAME") or os.environ.get("NODE_NAME") or os.uname().nodename
+        return cls(run_dir, attempts.attempt_number(), int(rank) if rank.isdigit() else 0, node)
+
+    def _base(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node,
+                "started_at": self.started_at}
+
+    def begin(self) -> None:
+        self.started_at = utc_now()
+        self._write(self._base())
+
+    def end(self, outcome: Outcome, termination: bool = True) -> None:
+        record = {**self._base(), **attempts.end_fields(outcome.code, outcome.signal, outcome.output,
+                                                        outcome.errors)}
+        if outcome.refusal:
+            record["error"] = outcome.refusal.removeprefix("tuneplane-launch: error: ")
+        self._write(record)
+        target = os.environ.get(TERMINATION_LOG_ENV, "")
+        if termination and target:
+            try:
+                Path(target).write_text(attempts.encode(record, limit=attempts.TERMINATION_LIMIT), encoding="utf-8")
+            except OSError as exc:
+                print(f"tuneplane-launch: cannot write the termination message {target}: {exc}", file=sys.stderr)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        try:
+            attempts.write(self.run_dir, record)
+        except OSError as exc:  # the record is for the status; the training goes on without it
+            print(f"tuneplane-launch: cannot record attempt {self.attempt}: {exc}", file=sys.stderr, flush=True)
+
+
+def supervise(argv: list[str], error_file: Path) -> Outcome:
+    """Run `argv` as a child, its output copied through and remembered; TERM/INT/HUP passed on, the
+    engine's warning (USR1) passed only to processes of the trainer that catch it."""
+    error_file.unlink(missing_ok=True)
+    env = dict(os.environ, **{LAUNCH_ERROR_ENV: str(error_file)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    output, errors = attempts.Tail(), attempts.Tail()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    received: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        child.send_signal(signum)
+
+    def warn(signum: int, _frame: FrameType | None) -> None:
+        for pid in catchers(child.pid, signum):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
+    copiers = [threading.Thread(target=_copy, args=(child.stdout, sys.stdout, (output,), "out"), daemon=True),
+               threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"), daemon=True)]
+    for thread in copiers:
+        thread.start()
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    previous[WARNING_SIGNAL] = signal.signal(WARNING_SIGNAL, warn)
+    done = threading.Event()
+    warning_file = os.environ.get(LIMIT_WARNING_FILE_ENV, "")
+    if warning_file:
+        threading.Thread(target=_watch_warning, args=(Path(warning_file), child.pid, done), daemon=True).start()
+    try:
+        code = child.wait()
+    finally:
+        done.set()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for thread in copiers:
+        thread.join(timeout=10)  # a grandchild holding the pipe open must not keep the job alive
+    died_of = -code if code < 0 else None
+    stopped_by = received[-1] if received else None
+    try:
+        refusal = error_file.read_text(encoding="utf-8").strip().splitlines()[0]
+    except (OSError, IndexError):
+        refusal = ""
+    return Outcome(128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(),
+                   errors.snapshot(), refusal)
+
+
+def _watch_warning(path: Path, pid: int, done: threading.Event) -> None:
+    """The engine's warning arrives as a file (Slurm: the batch script writes it on `--signal`): pass it
+    on once, as USR1, to the trainer processes that catch it; a trainer still starting when it came
+    gets it once it has installed its handler."""
+    while not done.wait(WARNING_POLL_SECONDS):
+        if not path.exists():
+            continue
+        targets = catchers(pid, WARNING_SIGNAL)
+        for target in targets:
+            with contextlib.suppress(OSError):
+                os.kill(target, WARNING_SIGNAL)
+        if targets:
+            return
+
+
+def _copy(source: Any, target: Any, tails: tuple[attempts.Tail, ...], name: str) -> None:
+    """Copy a child's stream to ours as it comes (no line buffering), remembering its last lines."""
+    sink = getattr(target, "buffer", None)
+    while True:
+        try:
+            chunk = source.read1(65536)
+        except (OSError, ValueError):
+            break
+        if not chunk:
+            break
+        with contextlib.suppress(OSError, ValueError):
+            if sink is not None:
+                sink.write(chunk)
+                sink.flush()
+            else:
+                target.write(chunk.decode("utf-8", "replace"))
+                target.flush()
+        text = chunk.decode("utf-8", "replace")
+        for tail in tails:
+            tail.feed(text, name)
+
+
+def catchers(root: int, signum: int) -> list[int]:
+    """`root` and its descendants that installed a handler for `signum` (Linux `/proc`): the processes
+    that asked for it; sending it to any other would kill it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            parent = _proc_field(int(entry), "PPid")
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        caught = _proc_field(pid, "SigCgt", 16)
+        if caught is not None and caught >> (signum - 1) & 1:
+            found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _proc_field(pid: int, name: str, base: int = 10) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1], base)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
