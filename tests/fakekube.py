@@ -58,8 +58,12 @@ RESOURCE_TYPES = [
     ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", validated=True, custom=True),
     ResourceType("ray.io", "v1", "rayjobs", "RayJob", validated=True, custom=True),
     ResourceType("ray.io", "v1", "rayclusters", "RayCluster", custom=True),
+    # Kueue >= 0.15 serves v1beta2 (stored) and v1beta1 (deprecated, with the CRD's warning); the same
+    # objects through both. The later entry is the one objects are stored as (BY_KIND).
     ResourceType("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", custom=True),
     ResourceType("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", custom=True),
+    ResourceType("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", custom=True),
+    ResourceType("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", custom=True),
 ]
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 # spec fields the API server (or the controller's validating webhook) refuses to change after create
@@ -190,6 +194,8 @@ class FakeKube:
         self.mutators: list[Callable[[str, dict[str, Any]], None]] = []  # mutating admission, on create
         self.after_write: list[Callable[[], None]] = []  # controllers: run after every client write
         self.validate = True  # schema validation of client writes (off only to measure its cost)
+        # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
+        self.unserved: set[str] = set()
         self._appliers: dict[tuple[str, str, str], set[str]] = {}
         self._pending_owners: dict[str, set[tuple[str, ...]]] = {}
         self._rv = itertools.count(1)
@@ -732,6 +738,10 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def _send_json(self, code: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        warning = getattr(self, "_deprecation", None)
+        if warning:
+            headers = {**(headers or {}), "Warning": f'299 - "{warning}"'}
+            self._deprecation = None
         data = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -755,6 +765,10 @@ class _Handler(BaseHTTPRequestHandler):
         rtype = BY_PATH.get((groups.get("group") or "", groups["version"], groups["plural"]))
         if rtype is None:
             raise _HttpError(404, "NotFound", "the server could not find the requested resource")
+        if rtype.api_version in kube_of(self).unserved:
+            raise _HttpError(404, "NotFound", "the server could not find the requested resource")
+        self._deprecation = twin_schemas.deprecation(rtype.group, rtype.kind, rtype.version) if rtype.custom \
+            and rtype.group.startswith("kueue") else None
         ns, name, sub = groups["ns"], groups["name"], groups["sub"]
         if name is None:
             self._collection(method, rtype, ns, query, body)
@@ -789,7 +803,7 @@ class _Handler(BaseHTTPRequestHandler):
             selector = query.get("labelSelector", "")
             with kube.lock:
                 items = [
-                    copy.deepcopy(o)
+                    dict(copy.deepcopy(o), apiVersion=rtype.api_version)
                     for (k, n, _), o in sorted(kube.objects.items())
                     if k == rtype.kind
                     and n == ns
@@ -847,6 +861,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported")
             result = copy.deepcopy(result)
+            if result.get("kind") == rtype.kind:
+                result["apiVersion"] = rtype.api_version  # as the version asked for
             if method != "GET":
                 kube.settle()
             kube.changed.notify_all()
@@ -1025,6 +1041,10 @@ class _Handler(BaseHTTPRequestHandler):
                 offset = len(text)
             elif done:
                 return
+
+
+def kube_of(handler: _Handler) -> FakeKube:
+    return handler.server.kube
 
 
 def _full_status(status: dict[str, Any]) -> dict[str, Any]:

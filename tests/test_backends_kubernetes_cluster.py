@@ -90,7 +90,7 @@ def test_a_finished_rayjob_deletes_its_ray_cluster_within_minutes(
     ref, docs = submit(backend, lab, "verl-grpo-exp")
     pods = ray_pods(twin, ref.name)
     assert pods["head"] and pods["worker"] and pods["submitter"], pods
-    twin.exit_pod(NS, pods["submitter"][0]["metadata"]["name"], 0, "done\n")
+    twin.driver_exit(NS, ref.name, 0, "done\n")
     assert backend.observe(ref).phase == "Succeeded"
     twin.advance(10 * 60)  # Kueue released the quota at once; the GPU nodes must follow soon after
     left = ray_pods(twin, ref.name)
@@ -199,13 +199,29 @@ def test_a_rayjob_failure_names_the_driver_exit_code_and_its_log(
     ref, _ = submit(backend, lab, "verl-grpo-exp")
     (submitter,) = ray_pods(twin, ref.name)["submitter"]
     twin.kube.logs[(NS, ray_pods(twin, ref.name)["head"][0]["metadata"]["name"], "ray-head")] = "head: raylet up\n"
-    twin.exit_pod(NS, submitter["metadata"]["name"], 3, "driver: step 1\ndriver: CUDA error, giving up\n")
+    # the driver exits 3; the submitter, which only follows its log (`ray job logs --follow`), exits 0
+    twin.driver_exit(NS, ref.name, 3, "driver: step 1\ndriver: CUDA error, giving up\n")
+    assert twin.kube.get("Pod", NS, submitter["metadata"]["name"])["status"]["phase"] == "Succeeded"
     seen = backend.observe(ref)
     assert seen.phase == "Failed"
     assert seen.exit_code == 3
     assert "CUDA error" in seen.message
+    assert [(a.reason, a.exit_code) for a in seen.attempts] == [("Error", 3)]
     lines = list(backend.logs(ref, tail=5))
     assert lines[-1] == "driver: CUDA error, giving up"
+
+
+def test_a_submitter_whose_log_stream_dropped_is_retried_and_the_run_goes_on(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, docs = submit(backend, lab, "verl-grpo-exp")
+    assert docs[0]["spec"]["submitterConfig"]["backoffLimit"] >= 2
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    twin.exit_pod(NS, submitter["metadata"]["name"], 1, "error: connection to the dashboard was reset\n")
+    assert backend.observe(ref).phase == "Running"  # KubeRay keeps a healthy driver; a new submitter follows it
+    live = [p for p in ray_pods(twin, ref.name)["submitter"] if p["status"]["phase"] == "Running"]
+    assert len(live) == 1
+    twin.driver_exit(NS, ref.name, 0, "driver: done\n")
+    assert backend.observe(ref).phase == "Succeeded"
 
 
 def test_the_submitter_pod_carries_the_run_labels(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:

@@ -163,7 +163,8 @@ def test_one_node_is_a_batch_job_with_the_failure_rules(lab: Lab) -> None:
     doc = manifest(lab, "pytorch-exp", "h200:4", timeout=3600)
     spec = doc["spec"]
     assert (doc["apiVersion"], doc["kind"]) == ("batch/v1", "Job")
-    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 86400
+    # the default retry policy (3 attempts): two pod replacements, each counted
+    assert spec["backoffLimit"] == 2 and spec["ttlSecondsAfterFinished"] == 86400
     assert spec["activeDeadlineSeconds"] == 3600
     rule = spec["podFailurePolicy"]["rules"][0]
     assert rule == {
@@ -185,7 +186,7 @@ def test_several_nodes_are_a_jobset_indexed_by_node(lab: Lab) -> None:
         3,
         3,
         "Indexed",
-        0,
+        2,
     )
     assert doc["spec"]["network"]["enableDNSHostnames"] is True and doc["spec"]["failurePolicy"] == {
         "maxRestarts": 0

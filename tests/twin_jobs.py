@@ -54,12 +54,18 @@ def reconcile_job(cluster: Cluster, job: dict[str, Any]) -> None:
             cluster._touch(job)
         return
     if _cond(job, "Suspended"):
+        # resumed: the deadline's clock starts again (the controller resets startTime)
         status["conditions"] = [c for c in status["conditions"] if c["type"] != "Suspended"]
+        status["startTime"] = cluster.stamp()
         cluster._touch(job)
     if not status.get("startTime"):
         status["startTime"] = cluster.stamp()
         cluster._touch(job)
     if _count_failures(cluster, job, pods):
+        return
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is not None and cluster.now() >= cluster.seconds(status["startTime"]) + int(deadline):
+        _fail(cluster, job, "DeadlineExceeded", "Job was active longer than specified deadline")
         return
     pods = cluster._children("Pod", job)
     if _check_success(cluster, job, pods):

@@ -11,6 +11,7 @@ import yaml
 from tuneplane import __version__
 from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_TOKEN, NODE_RANK_ENV, OUT_DIR_ENV, RUN_DIR_ENV, WORK_DIR_ENV
 from tuneplane.errors import UsageError
+from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, Profile
 from tuneplane.plan.environment import job_env
@@ -31,6 +32,9 @@ RAY_HEAD_CPU = "4"
 RAY_HEAD_MEMORY = "16Gi"
 INIT_REQUESTS = (("cpu", "100m"), ("memory", "256Mi"))
 SUBMITTER = "ray-job-submitter"  # KubeRay's name for the container that runs `ray job submit`
+# KubeRay's own default: a submitter whose log stream dropped re-attaches to the running driver instead of
+# failing the RayJob (with 0, one dropped stream makes KubeRay kill a healthy run)
+SUBMITTER_BACKOFF = 2
 SUBMITTER_LIMITS = (("cpu", "1"), ("memory", "1Gi"))
 SUBMITTER_REQUESTS = (("cpu", "500m"), ("memory", "512Mi"))
 ROLE_LABEL = "tuneplane.dev/role"
@@ -206,14 +210,32 @@ def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
     timeout = spec.spec.timeout_seconds
     return {"ttl": lab.cluster.ttl_seconds_after_finished, "deadline": [timeout] if timeout else [],
             "container": TRAINER, "config_exit": CONFIG_ERROR_EXIT, "replicated_job": REPLICATED_JOB,
-            "nodes": spec.spec.resources.nodes}
+            "nodes": spec.spec.resources.nodes, **_failure_rules(spec.spec.retry)}
+
+
+def _failure_rules(retry: RetryPolicy) -> dict[str, Any]:
+    """The Job's restarts under the run's retry policy: every replaced pod counts against `backoffLimit`
+    (attempts - 1), so a drain or a preemption can never restart training without limit.
+
+    Rules apply first match first: exit 78 (the job as written cannot start) fails the Job at once; a
+    disrupted pod (`DisruptionTarget`: preemption, eviction, a lost node) is counted when the policy
+    retries any of those, else fails the Job; any other non-zero exit of the trainer fails the Job
+    unless the policy retries `Error` (137 and 143 are left to the count when it retries
+    `OutOfMemory` or `Signal`, which an exit code alone cannot tell apart).
+    """
+    on = set(retry.on)
+    disruption = "Count" if on & {"Preempted", "Evicted", "NodeFailure"} else "FailJob"
+    kept = [0] + ([137] if on & {"OutOfMemory", "Signal"} else []) + ([143] if "Signal" in on else [])
+    return {"backoff": retry.attempts - 1, "disruption": disruption,
+            "fail_exits": [] if "Error" in on else [kept]}
 
 
 def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> dict[str, Any]:
     # A RayJob's TTL is how long KubeRay keeps the Ray cluster (the GPU nodes) after the job: Kueue gives
     # the quota back at once, so it stays short; the RayJob object and its status stay for the bot.
     return {"entrypoint": shlex.join(launcher_command(spec)), "workers": plan.nodes,
-            "worker_gpus": str(spec.spec.resources.gpus_per_node), "ttl": lab.cluster.ray_cluster_ttl_seconds}
+            "worker_gpus": str(spec.spec.resources.gpus_per_node), "ttl": lab.cluster.ray_cluster_ttl_seconds,
+            "submitter_backoff": SUBMITTER_BACKOFF}
 
 
 def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts,
