@@ -71,6 +71,10 @@ IMMUTABLE = {
     "Job": ("template", "selector", "completionMode", "podFailurePolicy"),
     "JobSet": ("replicatedJobs",),
 }
+# what a suspended object's pod template may change (Kubernetes' mutable scheduling directives of a Job
+# that never started; the JobSet webhook's allowance for Kueue): everything else stays immutable
+SCHEDULING_DIRECTIVES = {"metadata": ("labels", "annotations"),
+                         "spec": ("nodeSelector", "tolerations", "affinity", "schedulingGates")}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCE_TYPES}
 BY_KIND = {r.kind: r for r in RESOURCE_TYPES}
 
@@ -196,6 +200,7 @@ class FakeKube:
         self.validate = True  # schema validation of client writes (off only to measure its cost)
         # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
         self.unserved: set[str] = set()
+        self.held: dict[tuple[str, str, str], str] = {}  # deleted, held by finalizers → propagation policy
         self._appliers: dict[tuple[str, str, str], set[str]] = {}
         self._pending_owners: dict[str, set[tuple[str, ...]]] = {}
         self._rv = itertools.count(1)
@@ -528,8 +533,12 @@ class FakeKube:
         else:
             self.owners[key] = fields.update(self.owners.get(key, {}), manager, current, new)
         self._check_immutable(rtype, current, new)
+        if current["metadata"].get("deletionTimestamp"):  # a deleted object keeps its deletion mark
+            new.setdefault("metadata", {})["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
         stored = self._update(current, new, rtype)
         self._stamp_managers(key)
+        if key in self.held and not stored["metadata"].get("finalizers"):
+            self._delete_now(*key, self.held.pop(key))
         return stored, 200, warnings
 
     def _applied(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
@@ -594,11 +603,12 @@ class FakeKube:
         frozen = IMMUTABLE.get(rtype.kind, ())
         suspended = bool(old_spec.get("suspend")) and not (current.get("status") or {}).get("startTime")
         for field_name in frozen:
-            if rtype.kind == "Job" and field_name == "template" and suspended:
-                continue  # scheduling directives of a suspended Job that never ran may change (Kueue)
-            if rtype.kind == "JobSet" and suspended:
-                continue
-            if old_spec.get(field_name) != new_spec.get(field_name):
+            old, wanted = old_spec.get(field_name), new_spec.get(field_name)
+            if suspended and rtype.kind == "Job" and field_name == "template":
+                old, wanted = _without_directives(old), _without_directives(wanted)
+            if suspended and rtype.kind == "JobSet":
+                old, wanted = _replicated_without_directives(old), _replicated_without_directives(wanted)
+            if old != wanted:
                 raise _HttpError(422, "Invalid", f'{rtype.kind}.{rtype.group or "core"} '
                                  f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
                                  "field is immutable")
@@ -626,6 +636,34 @@ class FakeKube:
                     fault.hits += 1
                     return fault
         return None
+
+
+def _without_directives(template: Any) -> Any:
+    """A pod template less what a suspended object may change."""
+    if not isinstance(template, dict):
+        return template
+    out = copy.deepcopy(template)
+    for part, names in SCHEDULING_DIRECTIVES.items():
+        for name in names:
+            (out.get(part) or {}).pop(name, None)
+    return out
+
+
+def _replicated_without_directives(replicated: Any) -> Any:
+    if not isinstance(replicated, list):
+        return replicated
+    out = copy.deepcopy(replicated)
+    for rjob in out:
+        job_spec = ((rjob or {}).get("template") or {}).get("spec") or {}
+        if "template" in job_spec:
+            job_spec["template"] = _without_directives(job_spec["template"])
+    return out
+
+
+def _default_policy(rtype: ResourceType) -> str:
+    """With no propagation policy, the API server orphans a batch/v1 Job's pods (for compatibility:
+    `kubectl delete` asks for Background itself); every other kind's dependents are collected."""
+    return "Orphan" if (rtype.group, rtype.kind) == ("batch", "Job") else "Background"
 
 
 def _fold_string_data(secret: dict[str, Any]) -> None:
@@ -944,13 +982,17 @@ class _Handler(BaseHTTPRequestHandler):
         kube = self.server.kube
         obj = self._require(kube.objects.get((rtype.kind, ns, name)), rtype, name)
         options = _decode(body) if body else {}
-        policy = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+        policy = query.get("propagationPolicy") or options.get("propagationPolicy") or _default_policy(rtype)
         kube.deletions.append(
             {"kind": rtype.kind, "namespace": ns, "name": name, "propagationPolicy": policy}
         )
         if kube.linger_deletes and policy == "Foreground":
             obj["metadata"]["deletionTimestamp"] = now()
             obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+            return obj
+        if obj["metadata"].get("finalizers"):  # held until every finalizer is removed (by an update)
+            obj["metadata"].setdefault("deletionTimestamp", now())
+            kube.held[(rtype.kind, ns, name)] = policy
             return obj
         kube._delete_now(rtype.kind, ns, name, policy)
         return {

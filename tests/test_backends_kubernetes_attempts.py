@@ -242,3 +242,18 @@ def test_a_profile_time_limit_becomes_the_deadline(tmp_path: Path) -> None:
     _, _, docs = build(limited, request("trl-sft-exp"))
     assert docs[0]["spec"]["activeDeadlineSeconds"] == 7200
     assert next(iter(pod_templates(docs[0])))["spec"]["restartPolicy"] == "Never"
+
+
+# ── Kueue's API versions ───────────────────────────────────────────────────────────────────────
+@pytest.mark.parametrize("unserved, read", [((), "v1beta2"), (("kueue.x-k8s.io/v1beta2",), "v1beta1")])
+def test_workloads_are_read_at_the_newest_version_kueue_serves(
+        twin: Cluster, backend: KubernetesBackend, lab: Any, unserved: tuple[str, ...], read: str) -> None:
+    twin.kube.unserved.update(unserved)  # a Kueue before 0.15 serves v1beta1 only
+    twin.add_queue(NS, "team-a", "h200-pool", gpu=0, cpu="1", memory="1Gi")
+    ref = submit(backend, lab)
+    seen = backend.observe(ref)
+    assert seen.phase == "Pending" and seen.reason == "Queued: waiting for quota in ClusterQueue h200-pool", seen
+    asked = {r.path.split("/")[3] for r in twin.kube.requests if "/apis/kueue.x-k8s.io/" in r.path}
+    assert read in asked
+    if read == "v1beta2":
+        assert asked == {"v1beta2"}, "a served v1beta2 is read without touching the deprecated v1beta1"

@@ -300,8 +300,7 @@ def _jobset_failed(cluster: Cluster, jobset: dict[str, Any], jobs: list[dict[str
     cluster._touch(jobset)
     for job in jobs:
         if not (_cond(job, "Complete") or _cond(job, "Failed")):
-            job["spec"]["suspend"] = True  # stops its pods; the real controller deletes active Jobs
-            cluster._touch(job)
+            cluster._remove(job)  # the controller deletes the active Jobs (their pods with them)
 
 
 def _jobset_succeeded(jobset: dict[str, Any], jobs: list[dict[str, Any]]) -> bool:
