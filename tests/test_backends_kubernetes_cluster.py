@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
+from podrunner import kubelet_expand
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
@@ -132,9 +133,13 @@ def _checkout_process(root: Path, tmp: Path, url: str, path: str = "",
     docs = hr.render_manifests(spec, hr.compile_plan(spec), lab.config)
     init = next(iter(pod_templates(docs[0])))["spec"]["initContainers"][0]
     storage = spec.spec.paths.storage_root
-    env = {e["name"]: e["value"].replace(storage, str(tmp / "storage")) for e in init["env"] if "value" in e}
+    declared: dict[str, str] = {}
+    for entry in init["env"]:  # as the kubelet passes them on: `$(VAR)` and `$$` expanded
+        if "value" in entry:
+            declared[entry["name"]] = kubelet_expand(entry["value"], declared)
+    env = {name: value.replace(storage, str(tmp / "storage")) for name, value in declared.items()}
     env |= {"TUNEPLANE_REPO_URL": url, "PATH": path or os.environ["PATH"], "HOME": str(tmp), **extra}
-    return list(init["command"]), env
+    return [kubelet_expand(arg, declared) for arg in init["command"]], env
 
 
 def _checkout(root: Path, tmp: Path, url: str, **extra: str) -> subprocess.CompletedProcess[str]:

@@ -81,8 +81,9 @@ def _stop_pods(cluster: Cluster, job: dict[str, Any]) -> None:
 
 
 def _exit_codes(pod: dict[str, Any]) -> list[tuple[str, int]]:
-    out = []
-    for cs in pod["status"].get("containerStatuses") or []:
+    out = []  # init containers too: a rule's containerName may name one
+    statuses = (pod["status"].get("initContainerStatuses") or []) + (pod["status"].get("containerStatuses") or [])
+    for cs in statuses:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated is not None:
             out.append((cs["name"], int(terminated.get("exitCode", 0))))
