@@ -257,3 +257,19 @@ def test_workloads_are_read_at_the_newest_version_kueue_serves(
     assert read in asked
     if read == "v1beta2":
         assert asked == {"v1beta2"}, "a served v1beta2 is read without touching the deprecated v1beta1"
+
+
+# ── several nodes: a JobSet replaces one rank ──────────────────────────────────────────────────
+def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2", "gpu-3")
+    ref = submit(backend, lab, profile="h200:16")
+    assert ref.kind == "JobSet" and len(running(twin)) == 2
+    rank1 = next(p for p in running(twin) if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1")
+    twin.drain(rank1["spec"]["nodeName"])
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert reasons(seen) == ["Evicted", None]
+    assert seen.attempts[0].failed_rank == 1 and seen.attempts[0].failed_node == rank1["spec"]["nodeName"]
+    twin.advance(120)
+    assert reasons(backend.observe(ref)) == ["Evicted", None]  # the JobSet's ledger keeps it
