@@ -201,6 +201,7 @@ class FakeKube:
         # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
         self.unserved: set[str] = set()
         self.held: dict[tuple[str, str, str], str] = {}  # deleted, held by finalizers → propagation policy
+        self.evictor: Callable[[str, str], None] | None = None  # the cluster's, for POST pods/<name>/eviction
         self._appliers: dict[tuple[str, str, str], set[str]] = {}
         self._pending_owners: dict[str, set[tuple[str, ...]]] = {}
         self._rv = itertools.count(1)
@@ -812,6 +813,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._collection(method, rtype, ns, query, body)
         elif sub == "log" and rtype.kind == "Pod" and method == "GET":
             self._pod_log(ns, name, query)
+        elif sub == "eviction" and rtype.kind == "Pod" and method == "POST":
+            self._evict(ns, name)
         elif sub in (None, "status"):
             self._item(method, rtype, ns, name, sub, query, content_type, body)
         else:
@@ -1002,6 +1005,20 @@ class _Handler(BaseHTTPRequestHandler):
             "status": "Success",
             "details": {"name": name},
         }
+
+    def _evict(self, ns: str, name: str) -> None:
+        """The Eviction API (`kubectl drain`): the cluster's evictor disrupts the pod, else it is deleted."""
+        kube = self.server.kube
+        with kube.changed:
+            self._require(kube.objects.get(("Pod", ns, name)), BY_KIND["Pod"], name)
+            if kube.evictor is not None:
+                kube.evictor(ns, name)
+            else:
+                kube._delete_now("Pod", ns, name, "Background")
+            kube.settle()
+            kube.changed.notify_all()
+        self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "code": 201})
 
     # ---- pod logs --------------------------------------------------------------------------
     def _pod_log(self, ns: str, name: str, query: dict[str, str]) -> None:

@@ -244,3 +244,22 @@ def test_a_finished_rayjob_is_cleaned_up_at_its_ttl(cluster: Cluster, kube_clien
     cluster.advance(61)
     assert cluster.kube.list("RayCluster", NS) == [] and _submitters(cluster, "rj") == []
     assert cluster.kube.get("RayJob", NS, "rj") is not None
+
+
+# ── the Eviction API ───────────────────────────────────────────────────────────────────────────
+def test_the_eviction_api_disrupts_the_pod_and_its_job_replaces_it(cluster: Cluster, kube_client: Any) -> None:
+    rules = {"rules": [{"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+    _create_job(kube_client, _job("j", backoffLimit=1, podFailurePolicy=rules))
+    (pod,) = cluster.pods(NS)
+    name = pod["metadata"]["name"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NS}}
+    client.CoreV1Api(kube_client).create_namespaced_pod_eviction(name, NS, eviction, _preload_content=False)
+    evicted = cluster.kube.get("Pod", NS, name)
+    assert evicted is not None and evicted["metadata"].get("deletionTimestamp")
+    (target,) = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert target["reason"] == "EvictionByEvictionAPI"
+    assert [p["status"]["phase"] for p in cluster.pods(NS)].count("Running") == 1  # the replacement
+    assert cluster.kube.get("Job", NS, "j")["status"]["failed"] == 1  # type: ignore[index]
+    with pytest.raises(ApiException) as missing:
+        client.CoreV1Api(kube_client).create_namespaced_pod_eviction("nope", NS, eviction)
+    assert missing.value.status == 404

@@ -101,6 +101,7 @@ class Cluster:
     def install(self) -> Cluster:
         self.kube.mutators.append(self._kueue_webhook)
         self.kube.after_write.append(self.reconcile)
+        self.kube.evictor = self._evict_now
         return self
 
     # ---- test hooks ------------------------------------------------------------------------
@@ -151,6 +152,12 @@ class Cluster:
         for name in followers:
             self.exit_pod(ns, name, 0, log)
         self.kube.settle()
+
+    def _evict_now(self, ns: str, name: str) -> None:
+        """The Eviction API's effect (the caller holds the lock and settles)."""
+        from twin_scheduler import disrupt
+
+        disrupt(self, self.kube.objects[("Pod", ns, name)], "EvictionByEvictionAPI", "Eviction API: evicting")
 
     def drain(self, node: str, *, record: str = "") -> list[str]:
         """`kubectl drain`: cordon the node, then evict every pod bound to it; returns their names."""
