@@ -58,8 +58,12 @@ RESOURCE_TYPES = [
     ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", validated=True, custom=True),
     ResourceType("ray.io", "v1", "rayjobs", "RayJob", validated=True, custom=True),
     ResourceType("ray.io", "v1", "rayclusters", "RayCluster", custom=True),
+    # Kueue >= 0.15 serves v1beta2 (stored) and v1beta1 (deprecated, with the CRD's warning); the same
+    # objects through both. The later entry is the one objects are stored as (BY_KIND).
     ResourceType("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", custom=True),
     ResourceType("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", custom=True),
+    ResourceType("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", custom=True),
+    ResourceType("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", custom=True),
 ]
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 # spec fields the API server (or the controller's validating webhook) refuses to change after create
@@ -67,6 +71,10 @@ IMMUTABLE = {
     "Job": ("template", "selector", "completionMode", "podFailurePolicy"),
     "JobSet": ("replicatedJobs",),
 }
+# what a suspended object's pod template may change (Kubernetes' mutable scheduling directives of a Job
+# that never started; the JobSet webhook's allowance for Kueue): everything else stays immutable
+SCHEDULING_DIRECTIVES = {"metadata": ("labels", "annotations"),
+                         "spec": ("nodeSelector", "tolerations", "affinity", "schedulingGates")}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCE_TYPES}
 BY_KIND = {r.kind: r for r in RESOURCE_TYPES}
 
@@ -190,6 +198,10 @@ class FakeKube:
         self.mutators: list[Callable[[str, dict[str, Any]], None]] = []  # mutating admission, on create
         self.after_write: list[Callable[[], None]] = []  # controllers: run after every client write
         self.validate = True  # schema validation of client writes (off only to measure its cost)
+        # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
+        self.unserved: set[str] = set()
+        self.held: dict[tuple[str, str, str], str] = {}  # deleted, held by finalizers → propagation policy
+        self.evictor: Callable[[str, str], None] | None = None  # the cluster's, for POST pods/<name>/eviction
         self._appliers: dict[tuple[str, str, str], set[str]] = {}
         self._pending_owners: dict[str, set[tuple[str, ...]]] = {}
         self._rv = itertools.count(1)
@@ -522,8 +534,12 @@ class FakeKube:
         else:
             self.owners[key] = fields.update(self.owners.get(key, {}), manager, current, new)
         self._check_immutable(rtype, current, new)
+        if current["metadata"].get("deletionTimestamp"):  # a deleted object keeps its deletion mark
+            new.setdefault("metadata", {})["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
         stored = self._update(current, new, rtype)
         self._stamp_managers(key)
+        if key in self.held and not stored["metadata"].get("finalizers"):
+            self._delete_now(*key, self.held.pop(key))
         return stored, 200, warnings
 
     def _applied(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
@@ -588,11 +604,12 @@ class FakeKube:
         frozen = IMMUTABLE.get(rtype.kind, ())
         suspended = bool(old_spec.get("suspend")) and not (current.get("status") or {}).get("startTime")
         for field_name in frozen:
-            if rtype.kind == "Job" and field_name == "template" and suspended:
-                continue  # scheduling directives of a suspended Job that never ran may change (Kueue)
-            if rtype.kind == "JobSet" and suspended:
-                continue
-            if old_spec.get(field_name) != new_spec.get(field_name):
+            old, wanted = old_spec.get(field_name), new_spec.get(field_name)
+            if suspended and rtype.kind == "Job" and field_name == "template":
+                old, wanted = _without_directives(old), _without_directives(wanted)
+            if suspended and rtype.kind == "JobSet":
+                old, wanted = _replicated_without_directives(old), _replicated_without_directives(wanted)
+            if old != wanted:
                 raise _HttpError(422, "Invalid", f'{rtype.kind}.{rtype.group or "core"} '
                                  f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
                                  "field is immutable")
@@ -620,6 +637,34 @@ class FakeKube:
                     fault.hits += 1
                     return fault
         return None
+
+
+def _without_directives(template: Any) -> Any:
+    """A pod template less what a suspended object may change."""
+    if not isinstance(template, dict):
+        return template
+    out = copy.deepcopy(template)
+    for part, names in SCHEDULING_DIRECTIVES.items():
+        for name in names:
+            (out.get(part) or {}).pop(name, None)
+    return out
+
+
+def _replicated_without_directives(replicated: Any) -> Any:
+    if not isinstance(replicated, list):
+        return replicated
+    out = copy.deepcopy(replicated)
+    for rjob in out:
+        job_spec = ((rjob or {}).get("template") or {}).get("spec") or {}
+        if "template" in job_spec:
+            job_spec["template"] = _without_directives(job_spec["template"])
+    return out
+
+
+def _default_policy(rtype: ResourceType) -> str:
+    """With no propagation policy, the API server orphans a batch/v1 Job's pods (for compatibility:
+    `kubectl delete` asks for Background itself); every other kind's dependents are collected."""
+    return "Orphan" if (rtype.group, rtype.kind) == ("batch", "Job") else "Background"
 
 
 def _fold_string_data(secret: dict[str, Any]) -> None:
@@ -732,6 +777,10 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def _send_json(self, code: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        warning = getattr(self, "_deprecation", None)
+        if warning:
+            headers = {**(headers or {}), "Warning": f'299 - "{warning}"'}
+            self._deprecation = None
         data = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -755,11 +804,17 @@ class _Handler(BaseHTTPRequestHandler):
         rtype = BY_PATH.get((groups.get("group") or "", groups["version"], groups["plural"]))
         if rtype is None:
             raise _HttpError(404, "NotFound", "the server could not find the requested resource")
+        if rtype.api_version in kube_of(self).unserved:
+            raise _HttpError(404, "NotFound", "the server could not find the requested resource")
+        self._deprecation = twin_schemas.deprecation(rtype.group, rtype.kind, rtype.version) if rtype.custom \
+            and rtype.group.startswith("kueue") else None
         ns, name, sub = groups["ns"], groups["name"], groups["sub"]
         if name is None:
             self._collection(method, rtype, ns, query, body)
         elif sub == "log" and rtype.kind == "Pod" and method == "GET":
             self._pod_log(ns, name, query)
+        elif sub == "eviction" and rtype.kind == "Pod" and method == "POST":
+            self._evict(ns, name)
         elif sub in (None, "status"):
             self._item(method, rtype, ns, name, sub, query, content_type, body)
         else:
@@ -789,7 +844,7 @@ class _Handler(BaseHTTPRequestHandler):
             selector = query.get("labelSelector", "")
             with kube.lock:
                 items = [
-                    copy.deepcopy(o)
+                    dict(copy.deepcopy(o), apiVersion=rtype.api_version)
                     for (k, n, _), o in sorted(kube.objects.items())
                     if k == rtype.kind
                     and n == ns
@@ -847,6 +902,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported")
             result = copy.deepcopy(result)
+            if result.get("kind") == rtype.kind:
+                result["apiVersion"] = rtype.api_version  # as the version asked for
             if method != "GET":
                 kube.settle()
             kube.changed.notify_all()
@@ -928,13 +985,17 @@ class _Handler(BaseHTTPRequestHandler):
         kube = self.server.kube
         obj = self._require(kube.objects.get((rtype.kind, ns, name)), rtype, name)
         options = _decode(body) if body else {}
-        policy = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+        policy = query.get("propagationPolicy") or options.get("propagationPolicy") or _default_policy(rtype)
         kube.deletions.append(
             {"kind": rtype.kind, "namespace": ns, "name": name, "propagationPolicy": policy}
         )
         if kube.linger_deletes and policy == "Foreground":
             obj["metadata"]["deletionTimestamp"] = now()
             obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+            return obj
+        if obj["metadata"].get("finalizers"):  # held until every finalizer is removed (by an update)
+            obj["metadata"].setdefault("deletionTimestamp", now())
+            kube.held[(rtype.kind, ns, name)] = policy
             return obj
         kube._delete_now(rtype.kind, ns, name, policy)
         return {
@@ -944,6 +1005,20 @@ class _Handler(BaseHTTPRequestHandler):
             "status": "Success",
             "details": {"name": name},
         }
+
+    def _evict(self, ns: str, name: str) -> None:
+        """The Eviction API (`kubectl drain`): the cluster's evictor disrupts the pod, else it is deleted."""
+        kube = self.server.kube
+        with kube.changed:
+            self._require(kube.objects.get(("Pod", ns, name)), BY_KIND["Pod"], name)
+            if kube.evictor is not None:
+                kube.evictor(ns, name)
+            else:
+                kube._delete_now("Pod", ns, name, "Background")
+            kube.settle()
+            kube.changed.notify_all()
+        self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "code": 201})
 
     # ---- pod logs --------------------------------------------------------------------------
     def _pod_log(self, ns: str, name: str, query: dict[str, str]) -> None:
@@ -1025,6 +1100,10 @@ class _Handler(BaseHTTPRequestHandler):
                 offset = len(text)
             elif done:
                 return
+
+
+def kube_of(handler: _Handler) -> FakeKube:
+    return handler.server.kube
 
 
 def _full_status(status: dict[str, Any]) -> dict[str, Any]:

@@ -46,9 +46,13 @@ class PodRunner:
         out = {"PATH": os.pathsep.join([*self.path, str(Path(sys.executable).parent), os.environ["PATH"]]),
                "HOME": str(self.storage / ".home" / pod["metadata"]["name"]), "LANG": "C.UTF-8",
                "HOSTNAME": pod["metadata"]["name"]}
+        declared: dict[str, str] = {}
         for entry in container.get("env") or []:
             value = self._value(ns, pod, entry)
             if value is not None:
+                if "value" in entry:  # the kubelet expands `$(VAR)` of earlier entries, and `$$` to `$`
+                    value = kubelet_expand(value, declared)
+                declared[entry["name"]] = value
                 out[entry["name"]] = self.map(value)
         Path(out["HOME"]).mkdir(parents=True, exist_ok=True)
         return out
@@ -95,7 +99,7 @@ class PodRunner:
         self._mounts = _storage_mounts(pod)
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         for container in pod["spec"].get("initContainers") or []:
-            done = subprocess.run(self._argv(container), env=self.env(pod, container), cwd=self._cwd(container),
+            done = subprocess.run(self._argv(container, pod), env=self.env(pod, container), cwd=self._cwd(container),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=self.timeout,
                                   check=False)
             self.cluster.kube.logs[(ns, name, container["name"])] = done.stdout
@@ -108,7 +112,7 @@ class PodRunner:
     def start(self, pod: dict[str, Any], container: dict[str, Any] | None = None) -> subprocess.Popen[str]:
         self._mounts = _storage_mounts(pod)
         main = container or pod["spec"]["containers"][0]
-        return subprocess.Popen(self._argv(main), env=self.env(pod, main), cwd=self._cwd(main),
+        return subprocess.Popen(self._argv(main, pod), env=self.env(pod, main), cwd=self._cwd(main),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def run(self, pods: list[dict[str, Any]]) -> dict[str, int]:
@@ -133,11 +137,21 @@ class PodRunner:
             self.cluster.exit_pod(pod["metadata"]["namespace"], name, codes[name], outputs.get(name, ""))
         return codes
 
-    def _argv(self, container: dict[str, Any]) -> list[str]:
+    def _argv(self, container: dict[str, Any], pod: dict[str, Any] | None = None) -> list[str]:
         argv = [*container.get("command", []), *container.get("args", [])]
         if not argv:
             raise AssertionError(f"container {container['name']} has no command: the image's entrypoint would run")
-        return [self.map(a) for a in argv]
+        env = self._declared(pod, container) if pod is not None else {}
+        return [self.map(kubelet_expand(a, env)) for a in argv]
+
+    def _declared(self, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+        """The container's own env, for expanding `$(VAR)` in its command and args (before host mapping)."""
+        out: dict[str, str] = {}
+        for entry in container.get("env") or []:
+            value = self._value(pod["metadata"]["namespace"], pod, entry)
+            if value is not None:
+                out[entry["name"]] = kubelet_expand(value, out) if "value" in entry else value
+        return out
 
     def _cwd(self, container: dict[str, Any]) -> str | None:
         work = container.get("workingDir")
@@ -160,6 +174,15 @@ class PodRunner:
             live["metadata"]["resourceVersion"] = str(next(kube._rv))
             kube.settle()
             kube.changed.notify_all()
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """What the kubelet does to an env value, a command and args: `$$` → `$`, `$(VAR)` → VAR's value when
+    VAR is declared (else left as written); any other `$` stays."""
+    return _REFERENCE.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
 def _storage_mounts(pod: dict[str, Any]) -> tuple[str, ...]:

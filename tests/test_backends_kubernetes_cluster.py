@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
+from podrunner import kubelet_expand
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
@@ -90,7 +91,7 @@ def test_a_finished_rayjob_deletes_its_ray_cluster_within_minutes(
     ref, docs = submit(backend, lab, "verl-grpo-exp")
     pods = ray_pods(twin, ref.name)
     assert pods["head"] and pods["worker"] and pods["submitter"], pods
-    twin.exit_pod(NS, pods["submitter"][0]["metadata"]["name"], 0, "done\n")
+    twin.driver_exit(NS, ref.name, 0, "done\n")
     assert backend.observe(ref).phase == "Succeeded"
     twin.advance(10 * 60)  # Kueue released the quota at once; the GPU nodes must follow soon after
     left = ray_pods(twin, ref.name)
@@ -132,9 +133,13 @@ def _checkout_process(root: Path, tmp: Path, url: str, path: str = "",
     docs = hr.render_manifests(spec, hr.compile_plan(spec), lab.config)
     init = next(iter(pod_templates(docs[0])))["spec"]["initContainers"][0]
     storage = spec.spec.paths.storage_root
-    env = {e["name"]: e["value"].replace(storage, str(tmp / "storage")) for e in init["env"] if "value" in e}
+    declared: dict[str, str] = {}
+    for entry in init["env"]:  # as the kubelet passes them on: `$(VAR)` and `$$` expanded
+        if "value" in entry:
+            declared[entry["name"]] = kubelet_expand(entry["value"], declared)
+    env = {name: value.replace(storage, str(tmp / "storage")) for name, value in declared.items()}
     env |= {"TUNEPLANE_REPO_URL": url, "PATH": path or os.environ["PATH"], "HOME": str(tmp), **extra}
-    return list(init["command"]), env
+    return [kubelet_expand(arg, declared) for arg in init["command"]], env
 
 
 def _checkout(root: Path, tmp: Path, url: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -199,13 +204,29 @@ def test_a_rayjob_failure_names_the_driver_exit_code_and_its_log(
     ref, _ = submit(backend, lab, "verl-grpo-exp")
     (submitter,) = ray_pods(twin, ref.name)["submitter"]
     twin.kube.logs[(NS, ray_pods(twin, ref.name)["head"][0]["metadata"]["name"], "ray-head")] = "head: raylet up\n"
-    twin.exit_pod(NS, submitter["metadata"]["name"], 3, "driver: step 1\ndriver: CUDA error, giving up\n")
+    # the driver exits 3; the submitter, which only follows its log (`ray job logs --follow`), exits 0
+    twin.driver_exit(NS, ref.name, 3, "driver: step 1\ndriver: CUDA error, giving up\n")
+    assert twin.kube.get("Pod", NS, submitter["metadata"]["name"])["status"]["phase"] == "Succeeded"
     seen = backend.observe(ref)
     assert seen.phase == "Failed"
     assert seen.exit_code == 3
     assert "CUDA error" in seen.message
+    assert [(a.reason, a.exit_code) for a in seen.attempts] == [("Error", 3)]
     lines = list(backend.logs(ref, tail=5))
     assert lines[-1] == "driver: CUDA error, giving up"
+
+
+def test_a_submitter_whose_log_stream_dropped_is_retried_and_the_run_goes_on(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref, docs = submit(backend, lab, "verl-grpo-exp")
+    assert docs[0]["spec"]["submitterConfig"]["backoffLimit"] >= 2
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    twin.exit_pod(NS, submitter["metadata"]["name"], 1, "error: connection to the dashboard was reset\n")
+    assert backend.observe(ref).phase == "Running"  # KubeRay keeps a healthy driver; a new submitter follows it
+    live = [p for p in ray_pods(twin, ref.name)["submitter"] if p["status"]["phase"] == "Running"]
+    assert len(live) == 1
+    twin.driver_exit(NS, ref.name, 0, "driver: done\n")
+    assert backend.observe(ref).phase == "Succeeded"
 
 
 def test_the_submitter_pod_carries_the_run_labels(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:

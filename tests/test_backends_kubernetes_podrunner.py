@@ -275,6 +275,7 @@ def test_a_rayjob_entrypoint_is_submitted_to_a_real_ray_head(
         dashboard = next(e["value"] for e in submitter["spec"]["containers"][0]["env"]
                          if e["name"] == "RAY_DASHBOARD_ADDRESS")
         runner.hosts[dashboard] = f"127.0.0.1:{dash}"
+        twin.ray_dashboards[dashboard] = f"127.0.0.1:{dash}"  # KubeRay reads the job's end from the dashboard
         codes = runner.run([submitter])
         log = twin.kube.logs.get((NS, submitter["metadata"]["name"], "ray-job-submitter"), "")
         assert list(codes.values()) == [0], log

@@ -25,6 +25,7 @@ from helpers_render import (
     request,
     resolve_run,
 )
+from podrunner import kubelet_expand
 from pydantic import ValidationError
 
 from tuneplane.errors import UsageError
@@ -79,13 +80,21 @@ def with_settings(lab: Lab, **cluster: Any) -> Lab:
     return lab.replace(settings=settings)
 
 
+def passed_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's env values as the kubelet passes them on (`$(VAR)` and `$$` expanded)."""
+    out: dict[str, str] = {}
+    for name, value in env_values(container).items():
+        out[name] = kubelet_expand(value, out)
+    return out
+
+
 def jobspec(doc: dict[str, Any]) -> dict[str, Any]:
     template = next(pod_templates(doc))
-    return json.loads(env_values(template["spec"]["initContainers"][0])["TUNEPLANE_JOBSPEC"])  # type: ignore[no-any-return]
+    return json.loads(passed_env(template["spec"]["initContainers"][0])["TUNEPLANE_JOBSPEC"])  # type: ignore[no-any-return]
 
 
 def trainer_env(doc: dict[str, Any]) -> dict[str, str]:
-    return env_values(main_container(next(pod_templates(doc))))
+    return passed_env(main_container(next(pod_templates(doc))))
 
 
 # ── the surfaces: (render with a value, where the value must show up) ───────────────────────────────
@@ -153,7 +162,7 @@ SURFACES: dict[str, Surface] = {
     "lab-repo-url": (
         lambda lab, v: render(with_settings(lab, repo_url=f"https://git.example.com/{v}"), "pytorch-exp"),
         lambda docs, v: (
-            env_values(next(pod_templates(docs[0]))["spec"]["initContainers"][0])["TUNEPLANE_REPO_URL"]
+            passed_env(next(pod_templates(docs[0]))["spec"]["initContainers"][0])["TUNEPLANE_REPO_URL"]
             == f"https://git.example.com/{v}"
         ),
     ),
@@ -185,11 +194,12 @@ def shape(value: Any) -> Any:
 def scripts(docs: list[dict[str, Any]]) -> Iterator[str]:
     """Every string a shell will run: `sh -c`/`bash -c` bodies in commands and argv, the Ray entrypoint."""
     for doc in docs:
-        if doc["kind"] == "RayJob":
-            yield doc["spec"]["entrypoint"]
+        if doc["kind"] == "RayJob":  # KubeRay writes it into the submitter's command: the kubelet expands it
+            yield kubelet_expand(doc["spec"]["entrypoint"], {})
         for template in pod_templates(doc):
             for container in template["spec"]["initContainers"] + template["spec"]["containers"]:
-                yield from _shell_bodies(container.get("command", []))
+                env = passed_env(container)
+                yield from _shell_bodies([kubelet_expand(a, env) for a in container.get("command", [])])
             yield from _shell_bodies(jobspec(doc)["launch"]["argv"])
 
 

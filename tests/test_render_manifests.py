@@ -35,6 +35,7 @@ from helpers_render import (
     request,
     resolve_run,
 )
+from podrunner import kubelet_expand
 
 from tuneplane import __version__
 from tuneplane.errors import UsageError
@@ -163,7 +164,8 @@ def test_one_node_is_a_batch_job_with_the_failure_rules(lab: Lab) -> None:
     doc = manifest(lab, "pytorch-exp", "h200:4", timeout=3600)
     spec = doc["spec"]
     assert (doc["apiVersion"], doc["kind"]) == ("batch/v1", "Job")
-    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 86400
+    # the default retry policy (3 attempts): two pod replacements, each counted
+    assert spec["backoffLimit"] == 2 and spec["ttlSecondsAfterFinished"] == 86400
     assert spec["activeDeadlineSeconds"] == 3600
     rule = spec["podFailurePolicy"]["rules"][0]
     assert rule == {
@@ -185,7 +187,7 @@ def test_several_nodes_are_a_jobset_indexed_by_node(lab: Lab) -> None:
         3,
         3,
         "Indexed",
-        0,
+        2,
     )
     assert doc["spec"]["network"]["enableDNSHostnames"] is True and doc["spec"]["failurePolicy"] == {
         "maxRestarts": 0
@@ -234,7 +236,7 @@ def test_every_pod_has_checkout_storage_shm_and_scheduling(lab: Lab, exp: str, p
     for template in pod_templates(doc):
         pod = template["spec"]
         (init,) = pod["initContainers"]
-        assert init["command"] == ["sh", "-c", CHECKOUT_SCRIPT]
+        assert [kubelet_expand(a, {}) for a in init["command"]] == ["sh", "-c", CHECKOUT_SCRIPT]
         init_env = env_entries(init)
         assert init_env["TUNEPLANE_REPO_URL"]["value"] == "https://git.example.com/ml/render-lab.git"
         assert init_env["TUNEPLANE_COMMIT"]["value"] == COMMIT
@@ -251,9 +253,12 @@ def test_every_pod_has_checkout_storage_shm_and_scheduling(lab: Lab, exp: str, p
         assert mounts == {"/mnt/tuneplane": "storage", "/dev/shm": "dshm"}
         assert init["volumeMounts"] == [{"name": "storage", "mountPath": "/mnt/tuneplane"}]
         assert pod["imagePullSecrets"] == [{"name": "registry-creds"}]
-        assert pod["tolerations"] == [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "value": "", "effect": "NoSchedule"}
-        ]
+        if template is not (doc["spec"].get("rayClusterSpec") or {}).get("headGroupSpec", {}).get("template"):
+            assert pod["tolerations"] == [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "value": "", "effect": "NoSchedule"}
+            ]
+        else:  # the CPU-only Ray head keeps off the GPU nodes
+            assert "tolerations" not in pod and pod["affinity"]["nodeAffinity"]
         assert pod["restartPolicy"] == "Never"
         assert (
             container["terminationMessagePolicy"]
@@ -286,6 +291,8 @@ def test_labels_annotations_and_queue(lab: Lab) -> None:
         "app.kubernetes.io/component": "train",
         "app.kubernetes.io/managed-by": "tuneplane",
         "tuneplane.dev/experiment": "trl-sft-exp",
+        "tuneplane.dev/user": "alice",
+        "tuneplane.dev/lab": "render-lab",
         "tuneplane.dev/run": RUN_ID,
         "tuneplane.dev/recipe": "trl-sft",
         "kueue.x-k8s.io/queue-name": "team-a",
@@ -447,7 +454,8 @@ def test_checkout_script_clones_the_commit_and_writes_the_jobspec(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "TUNEPLANE_"))} | env_values(init)
     for pod in ("first", "second"):
         done = subprocess.run(
-            init["command"], env=env, capture_output=True, text=True, timeout=60, check=False
+            [kubelet_expand(a, env) for a in init["command"]], env=env, capture_output=True, text=True, timeout=60,
+            check=False
         )
         assert done.returncode == 0, f"{pod} pod: {done.stderr}"
     work = Path(spec.spec.paths.work_dir)

@@ -89,6 +89,11 @@ class Cluster:
         self.auto_run = auto_run  # pods start running as soon as they can; False: a pod runner starts them
         self.private_registries = private_registries
         self.cluster_queues: dict[str, dict[str, float]] = {}
+        self.cq_preemption: set[str] = set()  # ClusterQueues that preempt lower-priority Workloads
+        self.priority_classes: dict[str, int] = {}  # PriorityClass and WorkloadPriorityClass values
+        self.nodes: dict[str, dict[str, Any]] = {}  # none: pods run unscheduled, as before nodes existed
+        self.ray_drivers: dict[tuple[str, str], dict[str, Any]] = {}  # the Ray dashboard's job table
+        self.ray_dashboards: dict[str, str] = {}  # a dashboard address in the cluster → a real one here
         self.offset = 0.0
         self._serial = 0
         self._changed = False
@@ -96,6 +101,7 @@ class Cluster:
     def install(self) -> Cluster:
         self.kube.mutators.append(self._kueue_webhook)
         self.kube.after_write.append(self.reconcile)
+        self.kube.evictor = self._evict_now
         return self
 
     # ---- test hooks ------------------------------------------------------------------------
@@ -109,6 +115,70 @@ class Cluster:
                                               for k, v in quota.items()}
         self.kube.add_local_queue(ns, local_queue, cluster_queue)
         self.kube.settle()
+
+    def add_node(self, name: str, labels: dict[str, str] | None = None,
+                 taints: list[dict[str, Any]] | None = None, **allocatable: Any) -> None:
+        """A node with allocatable resources, e.g. `gpu=8, cpu="96", memory="1Ti"`; pods are scheduled from now on."""
+        self.nodes[name] = {"labels": {"kubernetes.io/hostname": name, **(labels or {})}, "taints": taints or [],
+                            "allocatable": {("nvidia.com/gpu" if k == "gpu" else k): quantity(v)
+                                            for k, v in allocatable.items()}}
+        self.kube.settle()
+
+    def evict(self, ns: str, name: str, reason: str = "EvictionByEvictionAPI", *, record: str = "") -> None:
+        """The Eviction API (a drain), the taint manager (`DeletionByTaintManager`) or the kubelet
+        (`TerminationByKubelet`) deletes a pod: see twin_scheduler.disrupt."""
+        from twin_scheduler import disrupt
+
+        messages = {"EvictionByEvictionAPI": "Eviction API: evicting",
+                    "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
+                    "TerminationByKubelet": "Kubelet: evicting the pod (node pressure)"}
+        with self.kube.changed:
+            disrupt(self, self.kube.objects[("Pod", ns, name)], reason, messages.get(reason, reason), record=record)
+            self.kube.settle()
+            self.kube.changed.notify_all()
+
+    def driver_exit(self, ns: str, rayjob: str, code: int, log: str = "") -> None:
+        """The Ray driver of `rayjob` ends with `code`: the dashboard's job table says so, and every
+        submitter following its log gets the log and exits 0, as `ray job logs --follow` does."""
+        from twin_ray import ray_failure_message
+
+        with self.kube.changed:
+            self.ray_drivers[(ns, rayjob)] = {
+                "status": "SUCCEEDED" if code == 0 else "FAILED", "driver_exit_code": code,
+                "message": "Job finished successfully." if code == 0 else ray_failure_message(code, log)}
+            followers = [p["metadata"]["name"] for p in self._all("Pod") if p["metadata"]["namespace"] == ns
+                         and (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == rayjob
+                         and p["status"].get("phase") == "Running"]
+        for name in followers:
+            self.exit_pod(ns, name, 0, log)
+        self.kube.settle()
+
+    def _evict_now(self, ns: str, name: str) -> None:
+        """The Eviction API's effect (the caller holds the lock and settles)."""
+        from twin_scheduler import disrupt
+
+        disrupt(self, self.kube.objects[("Pod", ns, name)], "EvictionByEvictionAPI", "Eviction API: evicting")
+
+    def drain(self, node: str, *, record: str = "") -> list[str]:
+        """`kubectl drain`: cordon the node, then evict every pod bound to it; returns their names."""
+        self.nodes[node]["taints"].append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        pods = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in self._all("Pod")
+                if p["spec"].get("nodeName") == node and p["status"].get("phase") not in ("Succeeded", "Failed")]
+        for ns, name in pods:
+            self.evict(ns, name, record=record)
+        return [name for _, name in pods]
+
+    def kueue_evict(self, ns: str, kind: str, name: str, reason: str = "PodsReadyTimeout",
+                    message: str = "Exceeded the PodsReady timeout") -> None:
+        """Kueue evicts the Workload of a job object (a timeout, a stopped queue): see twin_kueue.evict."""
+        from twin_kueue import evict, workload_of
+
+        with self.kube.changed:
+            workload = workload_of(self, self.kube.objects[(kind, ns, name)])
+            assert workload is not None, f"{kind} {ns}/{name} has no Workload"
+            evict(self, workload, reason, "", message)
+            self.kube.settle()
+            self.kube.changed.notify_all()
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
@@ -127,8 +197,10 @@ class Cluster:
             self.kube.changed.notify_all()
 
     def exit_pod(self, ns: str, name: str, code: int, log: str = "", *, reason: str = "",
-                 container: str | None = None, conditions: list[dict[str, Any]] | None = None) -> None:
-        """End a running pod's main container with `code` (and its log text), as the kubelet reports it."""
+                 container: str | None = None, conditions: list[dict[str, Any]] | None = None,
+                 message: str = "") -> None:
+        """End a running pod's main container with `code` (and its log text), as the kubelet reports it;
+        `message` is what the container wrote to its termination message (the launcher's end record)."""
         with self.kube.changed:
             pod = self.kube.objects[("Pod", ns, name)]
             status = pod["status"]
@@ -138,6 +210,8 @@ class Cluster:
                     cs["state"] = {"terminated": {"exitCode": code, "reason": reason or (
                         "Completed" if code == 0 else "Error"), "finishedAt": at, "startedAt": status.get(
                         "startTime", at)}}
+                    if message:
+                        cs["state"]["terminated"]["message"] = message
                     cs["ready"] = False
             status["phase"] = "Succeeded" if code == 0 else "Failed"
             status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + (
@@ -243,9 +317,14 @@ class Cluster:
 
     # ---- kubelet ---------------------------------------------------------------------------
     def _kubelet(self) -> None:
+        from twin_scheduler import reap, schedule
+
+        reap(self)
         for pod in self._all("Pod"):
             status = pod.setdefault("status", {})
-            if status.get("phase") not in (None, "", "Pending"):
+            if status.get("phase") not in (None, "", "Pending") or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if self.nodes and not pod["spec"].get("nodeName") and not schedule(self, pod):
                 continue
             problem = self._pod_problem(pod)
             if problem is not None:

@@ -54,12 +54,18 @@ def reconcile_job(cluster: Cluster, job: dict[str, Any]) -> None:
             cluster._touch(job)
         return
     if _cond(job, "Suspended"):
+        # resumed: the deadline's clock starts again (the controller resets startTime)
         status["conditions"] = [c for c in status["conditions"] if c["type"] != "Suspended"]
+        status["startTime"] = cluster.stamp()
         cluster._touch(job)
     if not status.get("startTime"):
         status["startTime"] = cluster.stamp()
         cluster._touch(job)
     if _count_failures(cluster, job, pods):
+        return
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is not None and cluster.now() >= cluster.seconds(status["startTime"]) + int(deadline):
+        _fail(cluster, job, "DeadlineExceeded", "Job was active longer than specified deadline")
         return
     pods = cluster._children("Pod", job)
     if _check_success(cluster, job, pods):
@@ -75,8 +81,9 @@ def _stop_pods(cluster: Cluster, job: dict[str, Any]) -> None:
 
 
 def _exit_codes(pod: dict[str, Any]) -> list[tuple[str, int]]:
-    out = []
-    for cs in pod["status"].get("containerStatuses") or []:
+    out = []  # init containers too: a rule's containerName may name one
+    statuses = (pod["status"].get("initContainerStatuses") or []) + (pod["status"].get("containerStatuses") or [])
+    for cs in statuses:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated is not None:
             out.append((cs["name"], int(terminated.get("exitCode", 0))))
@@ -294,8 +301,7 @@ def _jobset_failed(cluster: Cluster, jobset: dict[str, Any], jobs: list[dict[str
     cluster._touch(jobset)
     for job in jobs:
         if not (_cond(job, "Complete") or _cond(job, "Failed")):
-            job["spec"]["suspend"] = True  # stops its pods; the real controller deletes active Jobs
-            cluster._touch(job)
+            cluster._remove(job)  # the controller deletes the active Jobs (their pods with them)
 
 
 def _jobset_succeeded(jobset: dict[str, Any], jobs: list[dict[str, Any]]) -> bool:

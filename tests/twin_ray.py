@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 import shlex
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from twin_controllers import DASHBOARD_PORT, SUBMITTER_CONTAINER, _cond, _owner
@@ -108,21 +110,50 @@ def ray_job_submit_command(pod: dict[str, Any]) -> list[str]:
 
 
 def _follow_submitter(cluster: Cluster, rayjob: dict[str, Any]) -> None:
-    """The Ray job's status as KubeRay reads it from the dashboard: here, the submitter's outcome."""
+    """The Ray job's status as KubeRay reads it: from the dashboard's job table, never from the submitter.
+
+    The submitter only follows the driver's log (`ray job logs --follow` exits 0 when the driver ends,
+    whatever its exit code); a submitter pod that fails (a dropped log stream) is retried by its Job
+    (`submitterConfig.backoffLimit`) and re-attaches; only a failed submitter Job fails the RayJob.
+    """
     job = _submitter_of(cluster, rayjob)
     if job is None:
         return
-    pods = cluster._children("Pod", job)
-    # The driver's exit is the Ray job's end: `ray job logs --follow` exits with the job, so the first
-    # finished submitter pod tells what the dashboard tells KubeRay (retries of the submitter only re-attach).
-    if any(p["status"].get("phase") == "Succeeded" for p in pods) or _cond(job, "Complete"):
+    driver = driver_state(cluster, rayjob)
+    status = str(driver.get("status") or "")
+    if status == "SUCCEEDED":
         _set(cluster, rayjob, jobStatus="SUCCEEDED", jobDeploymentStatus="Complete", endTime=cluster.stamp(),
              succeeded=1)
-    elif any(p["status"].get("phase") == "Failed" for p in pods) or _cond(job, "Failed"):
-        _set(cluster, rayjob, jobStatus="FAILED", jobDeploymentStatus="Failed", reason="AppFailed",
-             message=f"Job {rayjob['status']['jobId']} failed", endTime=cluster.stamp(), failed=1)
-    elif any(p["status"].get("phase") == "Running" for p in pods):
+    elif status in ("FAILED", "STOPPED"):
+        _set(cluster, rayjob, jobStatus=status, jobDeploymentStatus="Failed", reason="AppFailed",
+             message=str(driver.get("message") or ""), endTime=cluster.stamp(), failed=1)
+    elif _cond(job, "Failed"):
+        _set(cluster, rayjob, jobDeploymentStatus="Failed", reason="SubmissionFailed",
+             message="Job submission has failed. Reason: the submitter Job reached its backoff limit",
+             endTime=cluster.stamp(), failed=1)
+    elif any(p["status"].get("phase") == "Running" for p in cluster._children("Pod", job)):
         _set(cluster, rayjob, jobStatus="RUNNING")
+
+
+def driver_state(cluster: Cluster, rayjob: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard's word on the Ray job: a real dashboard's `/api/jobs/<id>` when the test maps one."""
+    key = (rayjob["metadata"]["namespace"], rayjob["metadata"]["name"])
+    address = str((rayjob.get("status") or {}).get("dashboardURL") or "")
+    real = cluster.ray_dashboards.get(address)
+    if real is None or key in cluster.ray_drivers:
+        return cluster.ray_drivers.get(key, {})
+    try:
+        with urllib.request.urlopen(f"http://{real}/api/jobs/{rayjob['status']['jobId']}", timeout=5) as answer:
+            found = json.loads(answer.read())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def ray_failure_message(code: int, log: str) -> str:
+    """Ray's own message for a driver that exited non-zero (what KubeRay copies into the RayJob)."""
+    return (f"Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 "
+            f"chars):\n{log[-20000:]}")
 
 
 def _shutdown_after_finish(cluster: Cluster, rayjob: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ import yaml
 from tuneplane import __version__
 from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_TOKEN, NODE_RANK_ENV, OUT_DIR_ENV, RUN_DIR_ENV, WORK_DIR_ENV
 from tuneplane.errors import UsageError
+from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, Profile
 from tuneplane.plan.environment import job_env
@@ -23,6 +25,7 @@ from tuneplane.render.templating import render
 from tuneplane.runtime.digest import canonical_json, sha256_bytes
 
 TRAINER = "trainer"
+CHECKOUT = "checkout"  # the init container that clones the lab at the run's commit
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 STORAGE_VOLUME = "storage"
@@ -31,6 +34,9 @@ RAY_HEAD_CPU = "4"
 RAY_HEAD_MEMORY = "16Gi"
 INIT_REQUESTS = (("cpu", "100m"), ("memory", "256Mi"))
 SUBMITTER = "ray-job-submitter"  # KubeRay's name for the container that runs `ray job submit`
+# KubeRay's own default: a submitter whose log stream dropped re-attaches to the running driver instead of
+# failing the RayJob (with 0, one dropped stream makes KubeRay kill a healthy run)
+SUBMITTER_BACKOFF = 2
 SUBMITTER_LIMITS = (("cpu", "1"), ("memory", "1Gi"))
 SUBMITTER_REQUESTS = (("cpu", "500m"), ("memory", "512Mi"))
 ROLE_LABEL = "tuneplane.dev/role"
@@ -178,6 +184,9 @@ def _labels(spec: JobSpec) -> list[tuple[str, str]]:
             ("app.kubernetes.io/component", spec.spec.operation),
             ("app.kubernetes.io/managed-by", MANAGED_BY),
             ("tuneplane.dev/experiment", label_value(meta.experiment)),
+            # who and which lab, selectable (`kubectl get pods -l tuneplane.dev/user=…`, quotas, cost
+            # reports); the annotations keep the exact values a label cannot hold
+            ("tuneplane.dev/user", label_value(meta.user)), ("tuneplane.dev/lab", label_value(meta.lab)),
             ("tuneplane.dev/run", label_value(meta.run_id)),
             ("tuneplane.dev/recipe", label_value(spec.spec.recipe.name))]
 
@@ -206,14 +215,34 @@ def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
     timeout = spec.spec.timeout_seconds
     return {"ttl": lab.cluster.ttl_seconds_after_finished, "deadline": [timeout] if timeout else [],
             "container": TRAINER, "config_exit": CONFIG_ERROR_EXIT, "replicated_job": REPLICATED_JOB,
-            "nodes": spec.spec.resources.nodes}
+            "nodes": spec.spec.resources.nodes, **_failure_rules(spec.spec.retry)}
+
+
+def _failure_rules(retry: RetryPolicy) -> dict[str, Any]:
+    """The Job's restarts under the run's retry policy: every replaced pod counts against `backoffLimit`
+    (attempts - 1), so a drain or a preemption can never restart training without limit.
+
+    Rules apply first match first: exit 78 (the job as written cannot start) fails the Job at once; a
+    disrupted pod (`DisruptionTarget`: preemption, eviction, a lost node) is counted when the policy
+    retries any of those, else fails the Job; any other non-zero exit of the trainer fails the Job
+    unless the policy retries `Error` (137 and 143 are left to the count when it retries
+    `OutOfMemory` or `Signal`, which an exit code alone cannot tell apart).
+    """
+    on = set(retry.on)
+    disruption = "Count" if on & {"Preempted", "Evicted", "NodeFailure"} else "FailJob"
+    kept = [0] + ([137] if on & {"OutOfMemory", "Signal"} else []) + ([143] if "Signal" in on else [])
+    # the checkout (init container) fails the same way: a wrong credential is no reason to clone again
+    fails = [] if "Error" in on else [(TRAINER, kept), (CHECKOUT, [0])]
+    return {"backoff": retry.attempts - 1, "disruption": disruption, "fail_exits": fails}
 
 
 def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> dict[str, Any]:
     # A RayJob's TTL is how long KubeRay keeps the Ray cluster (the GPU nodes) after the job: Kueue gives
     # the quota back at once, so it stays short; the RayJob object and its status stay for the bot.
-    return {"entrypoint": shlex.join(launcher_command(spec)), "workers": plan.nodes,
-            "worker_gpus": str(spec.spec.resources.gpus_per_node), "ttl": lab.cluster.ray_cluster_ttl_seconds}
+    # KubeRay writes the entrypoint into the submitter's command, which the kubelet expands in turn
+    return {"entrypoint": literal(shlex.join(launcher_command(spec))), "workers": plan.nodes,
+            "worker_gpus": str(spec.spec.resources.gpus_per_node), "ttl": lab.cluster.ray_cluster_ttl_seconds,
+            "submitter_backoff": SUBMITTER_BACKOFF}
 
 
 def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts,
@@ -226,7 +255,7 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
         "annotations": [("tuneplane.dev/jobspec-digest", facts.digest),
                         ("tuneplane.dev/commit", spec.provenance.commit)],
         "init": _init_container(spec, lab, facts),
-        "env": list(env.items()),
+        "env": [(name, literal(value)) for name, value in env.items()],
         "env_fields": [(NODE_RANK_ENV, COMPLETION_INDEX), ("PET_NODE_RANK", COMPLETION_INDEX)]
         if ranked else [],
         "env_secrets": _secret_env(spec, plan, lab),
@@ -238,6 +267,7 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
         "pull_secrets": _opt([(name,) for name in lab.cluster.image_pull_secrets]),
         "tolerations": _opt([t.model_dump() for t in profile.tolerations]),
         "pod_security": _pod_security(lab),
+        "avoid_nodes": [],
     }
 
 
@@ -272,13 +302,14 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any
     creds = lab.cluster.repo.credentials_secret
     secrets = [("GIT_USERNAME", creds, "username", True),
                ("GIT_PASSWORD", creds, "password", False)] if creds else []
-    return {"name": "checkout", "image": lab.cluster.init_image, "command": ["sh", "-c", CHECKOUT_SCRIPT], "env": env,
-            "env_secrets": secrets, "requests": list(INIT_REQUESTS)}
+    return {"name": CHECKOUT, "image": lab.cluster.init_image, "command": ["sh", "-c", literal(CHECKOUT_SCRIPT)],
+            "env": [(name, literal(value)) for name, value in env], "env_secrets": secrets,
+            "requests": list(INIT_REQUESTS)}
 
 
 def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile: Profile) -> dict[str, Any]:
     gpus = spec.spec.resources.gpus_per_node
-    return {**base, "container": TRAINER, "command": [launcher_command(spec)],
+    return {**base, "container": TRAINER, "command": [[literal(arg) for arg in launcher_command(spec)]],
             "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
             "node_selector": _opt(sorted(profile.node_selector.items()))}
 
@@ -300,7 +331,11 @@ def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) 
     """
     gpus = spec.spec.resources.gpus_per_node
     if head:
+        # No GPU tolerations (a tainted GPU node refuses it) and, where the profile selects GPU nodes by
+        # label, a required affinity away from them: a CPU-only head must not take a GPU node's place.
+        avoid = [(key, value) for key, value in sorted(profile.node_selector.items())]
         return {**base, "container": "ray-head", "command": [], "node_selector": [], "env_fields": [],
+                "tolerations": [], "avoid_nodes": _opt(avoid),
                 "resources": _resources([], [("cpu", RAY_HEAD_CPU), ("memory", RAY_HEAD_MEMORY)])}
     return {**base, "container": "ray-worker", "command": [], "env_fields": [],
             "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
@@ -318,6 +353,16 @@ def _requests(profile: Profile, gpus: int) -> list[tuple[str, str]]:
     cpu = scale_cpu(profile.cpu, part) if profile.cpu else ""
     memory = scale_memory(profile.memory, part) if profile.memory else ""
     return [(k, v) for k, v in (("cpu", cpu), ("memory", memory)) if v]
+
+
+_KUBELET_REFERENCE = re.compile(r"\$(?=[$(])")
+
+
+def literal(text: str) -> str:
+    """`text` as the kubelet must pass it on: it expands `$(VAR)` in env values, commands and args and
+    turns `$$` into `$`, so a `$` before `(` or `$` is doubled (a hyperparameter `$(HOME)`, the shell's
+    `$$`); any other `$` reaches the container as it is, and stays as written for a reader."""
+    return _KUBELET_REFERENCE.sub("$$", text)
 
 
 def _opt(items: list[Any]) -> list[list[Any]]:

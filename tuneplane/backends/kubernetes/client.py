@@ -28,6 +28,7 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MESSAGE_LIMIT = 4000
 
 T = TypeVar("T")
+Items = list[dict[str, Any]]  # named here: inside Rest, `list` is its method
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -84,8 +85,12 @@ RAYJOB = Kind("ray.io/v1", "RayJob", "rayjobs", job=True)
 SECRET = Kind("v1", "Secret", "secrets", core=True)
 CONFIGMAP = Kind("v1", "ConfigMap", "configmaps", core=True)
 POD = Kind("v1", "Pod", "pods", core=True)
-WORKLOAD = Kind("kueue.x-k8s.io/v1beta1", "Workload", "workloads")
-LOCALQUEUE = Kind("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues")
+# Kueue >= 0.15 stores v1beta2 and serves v1beta1 deprecated (a warning on every request); older ones serve
+# v1beta1 only. The newest first; kueue.py falls back on a 404 and remembers what the server answered.
+WORKLOADS = (Kind("kueue.x-k8s.io/v1beta2", "Workload", "workloads"),
+             Kind("kueue.x-k8s.io/v1beta1", "Workload", "workloads"))
+LOCALQUEUES = {"kueue.x-k8s.io/v1beta2": Kind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues"),
+               "kueue.x-k8s.io/v1beta1": Kind("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues")}
 SUBMITTABLE = {(k.api_version, k.kind): k for k in (JOB, JOBSET, RAYJOB, CONFIGMAP)}
 JOB_KINDS = {k.kind: k for k in (JOB, JOBSET, RAYJOB)}
 _TYPED = {
@@ -177,6 +182,7 @@ class Rest:
         self.retry = retry
         self._sleep = sleep
         self._rng = rng
+        self.served: dict[str, Kind] = {}  # the version of a kind this server answered for, by kind
         self._apis: dict[str, Any] = {
             "core": client.CoreV1Api(api_client),
             "batch": client.BatchV1Api(api_client),
@@ -194,6 +200,11 @@ class Rest:
                          missing_ok=True, redact=redact)
 
     def list(self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = False) -> list[dict[str, Any]]:
+        return self.list_if_served(kind, ns, selector, missing_ok) or []
+
+    def list_if_served(self, kind: Kind, ns: str, selector: str | None,
+                       missing_ok: bool = True) -> Items | None:
+        """A list, or None on a 404 (with `missing_ok`): the server does not serve this kind at this version."""
         what = f"{kind.plural} in namespace {ns}" + (f" with labels {selector}" if selector else "")
         op = _Op("list", what, "GET", kind.path(ns), kind)
         opts = self._opts(**({"label_selector": selector} if selector else {}))
@@ -205,7 +216,7 @@ class Rest:
             custom = self._apis["custom"]
             result = self.json(op, lambda: custom.list_namespaced_custom_object(*args, **opts),
                                missing_ok=missing_ok)
-        return list((result or {}).get("items") or [])
+        return None if result is None else list(result.get("items") or [])
 
     def create(self, kind: Kind, ns: str, manifest: dict[str, Any], redact: Iterable[str]) -> dict[str, Any]:
         """POST, refusing fields the server does not know (`fieldValidation=Strict`); 409 → `Conflict`."""

@@ -6,10 +6,10 @@ so one list request reads only this run's Workloads, however many the namespace 
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from tuneplane.backends.base import BackendError
-from tuneplane.backends.kubernetes.client import LOCALQUEUE, WORKLOAD, Kind, Rest
+from tuneplane.backends.kubernetes.client import LOCALQUEUES, WORKLOADS, Kind, Rest
 from tuneplane.backends.kubernetes.types import Condition, JobObject, LocalQueue, Workload
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -28,15 +28,34 @@ def queue_reason(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> tuple[str, 
         return "Suspended", f"the {kind.kind} is suspended; its Kueue Workload could not be read: {exc}"
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def queued(obj: JobObject) -> bool:
+    """Kueue manages the object: it names a queue (Kueue's webhook acts on that label only)."""
+    return bool(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+
+
 def find_workload(rest: Rest, ns: str, obj: JobObject) -> Workload | None:
     uid = (obj.get("metadata") or {}).get("uid", "")
     if not uid:
         return None
-    found = [cast(Workload, w) for w in rest.list(WORKLOAD, ns, f"{JOB_UID_LABEL}={uid}", missing_ok=True)]
+    found = [cast(Workload, w) for w in _workloads(rest, ns, f"{JOB_UID_LABEL}={uid}")]
     mine = [w for w in found if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get(
         "ownerReferences") or [])]
     mine.sort(key=lambda w: (w.get("metadata") or {}).get("creationTimestamp", ""))
     return mine[-1] if mine else None
+
+
+def _workloads(rest: Rest, ns: str, selector: str) -> list[dict[str, Any]]:
+    """Workloads at the newest version the server serves (none served: no Kueue, no Workloads)."""
+    known = rest.served.get("Workload")
+    for kind in [known] if known is not None else WORKLOADS:
+        items = rest.list_if_served(kind, ns, selector)
+        if items is not None:
+            rest.served["Workload"] = kind
+            return items
+    return []
 
 
 def _message(conds: dict[str, Condition], kind: str) -> str:
@@ -72,7 +91,8 @@ def _cluster_queue(rest: Rest, ns: str, local_queue: str) -> str | None:
     if not local_queue:
         return ""
     try:
-        lq = cast(LocalQueue | None, rest.get(LOCALQUEUE, ns, local_queue))
+        kind = LOCALQUEUES[(rest.served.get("Workload") or WORKLOADS[0]).api_version]
+        lq = cast(LocalQueue | None, rest.get(kind, ns, local_queue))
     except BackendError:
         return ""
     return None if lq is None else str((lq.get("spec") or {}).get("clusterQueue", ""))

@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from tuneplane.backends.base import BackendError, BackendRef, Observation
+from tuneplane.backends.base import AttemptReport, BackendError, BackendRef, Observation
 from tuneplane.backends.kubernetes import kueue
 from tuneplane.backends.kubernetes.apply import SECRET_SUFFIX
-from tuneplane.backends.kubernetes.client import JOB, JOBSET, SECRET, Kind, Rest, clip, redact_text
+from tuneplane.backends.kubernetes.attempts import job_attempts, ray_attempts, ray_exit_code
+from tuneplane.backends.kubernetes.client import JOB, JOBSET, RAYJOB, SECRET, Kind, Rest, clip, redact_text
 from tuneplane.backends.kubernetes.pods import (
+    default_container,
     earliest_start,
     failed_container,
     find_pods,
@@ -145,7 +147,8 @@ def _ltt(condition: Condition) -> str | None:
     return str(value) if value else None
 
 
-def _observation(state: _State, exit_code: int | None = None) -> Observation:
+def _observation(state: _State, exit_code: int | None = None,
+                 attempts: tuple[AttemptReport, ...] = ()) -> Observation:
     message = state.message
     if state.notes and state.phase != FAILED:
         message = "; ".join(m for m in [message, *state.notes] if m)
@@ -156,6 +159,7 @@ def _observation(state: _State, exit_code: int | None = None) -> Observation:
         started_at=state.started_at,
         finished_at=state.finished_at,
         exit_code=exit_code,
+        attempts=attempts,
     )
 
 
@@ -168,17 +172,36 @@ def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, l
     if meta.get("deletionTimestamp"):
         return _deleting(ref, kind, ns, obj, cancelled)
     state = _STATE_READERS[kind.kind](obj)
+    pods = _pods_or_none(rest, kind, ns, obj)
+    tried = _attempts(rest, kind, ns, obj, state, pods or [])
     if state.phase == SUCCEEDED:
         if kind is JOBSET:
             state.started_at = _child_jobs_start(rest, ns, obj)
-        return _observation(state, exit_code=0)
+        return _observation(state, exit_code=0, attempts=tried)
     if state.suspended:
         state.reason, state.message = kueue.queue_reason(rest, kind, ns, obj)
-        return _observation(state)
-    pods = _pods_or_none(rest, kind, ns, obj)
+        return _observation(state, attempts=tried)
     if state.phase == FAILED:
-        return _failure(rest, kind, ns, obj, state, pods or [], log_tail)
-    return _progress(state, pods or [])
+        return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
+    return _progress(state, pods or [], tried)
+
+
+def _attempts(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State,
+              pods: list[Pod]) -> tuple[AttemptReport, ...]:
+    """The run's attempts; reading them never fails an observation (the phase stands without them)."""
+    try:
+        if kind is RAYJOB:
+            return ray_attempts(obj, state.phase, state.reason, state.started_at, state.finished_at)
+        workload = kueue.find_workload(rest, ns, obj) if kueue.queued(obj) else None
+        return job_attempts(rest, kind, ns, obj, pods, workload, state.reason if state.phase == FAILED else "")
+    except BackendError as exc:
+        log.warning("the attempts of %s %s could not be read: %s", kind.kind, ref_name(obj), exc)
+        return ()
+
+
+def ref_name(obj: JobObject) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _vanished(ref: BackendRef, kind: Kind, ns: str, replaced: bool, cancelled: bool) -> Observation:
@@ -206,20 +229,27 @@ def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: b
     )
 
 
-def _progress(state: _State, pods: list[Pod]) -> Observation:
+def _progress(state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]) -> Observation:
     """Pending or Running: say why a run is not making progress, when a pod shows it."""
     if state.pods_decide and (state.running_hint or any(pod_phase(p) == POD_RUNNING for p in pods)):
         state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
-    problem = pod_problem(pods)
+    problem = pod_problem(_live(pods))
     if problem is not None:
         state.reason, state.message = problem
-    return _observation(state)
+    return _observation(state, attempts=attempts)
+
+
+def _live(pods: list[Pod]) -> list[Pod]:
+    """Pods not being deleted: a disrupted pod's last word is its attempt's, not the run's."""
+    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
 
 def _failure(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State, pods: list[Pod],
-             log_tail: int) -> Observation:
+             log_tail: int, attempts: tuple[AttemptReport, ...]) -> Observation:
     """Failed: name the failing container, its exit code, and its last log lines."""
+    if kind is RAYJOB and ray_exit_code(obj) is not None:
+        return _driver_failure(rest, ns, obj, state, pods, log_tail, attempts)
     culprit = failed_container(pods)
     state.started_at = state.started_at or earliest_start(pods)
     exit_code = None
@@ -237,7 +267,21 @@ def _failure(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State, pod
             parts.append(problem[1])
     parts.extend(state.notes)
     state.message = clip("\n".join(p for p in parts if p))
-    return _observation(state, exit_code=exit_code)
+    return _observation(state, exit_code=exit_code, attempts=attempts)
+
+
+def _driver_failure(rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod], log_tail: int,
+                    attempts: tuple[AttemptReport, ...]) -> Observation:
+    """A Ray driver that exited non-zero: its exit code is Ray's word (the submitter that followed its log
+    exited 0), its last lines are in the submitter's log."""
+    headline = state.message.split("\n", 1)[0]
+    parts = [f"RayJob failed ({state.reason}: {headline})"]
+    if pods:
+        parts.append(_last_lines(rest, ns, pods[0], default_container(pods[0]), obj, log_tail))
+    parts.extend(state.notes)
+    state.message = clip("\n".join(p for p in parts if p))
+    state.started_at = state.started_at or earliest_start(pods)
+    return _observation(state, exit_code=ray_exit_code(obj), attempts=attempts)
 
 
 def _last_lines(rest: Rest, ns: str, pod: Pod, container: str, obj: JobObject, tail: int) -> str:

@@ -29,6 +29,7 @@ class OwnerReference(TypedDict, total=False):
 
 class ObjectMeta(TypedDict, total=False):
     name: str
+    deletionGracePeriodSeconds: int
     namespace: str
     uid: str
     labels: dict[str, str]
@@ -49,6 +50,8 @@ class Condition(TypedDict, total=False):
 
 class ContainerStateTerminated(TypedDict, total=False):
     exitCode: int
+    signal: int
+    startedAt: str
     reason: str
     message: str
     finishedAt: str
@@ -79,19 +82,27 @@ class ContainerStatus(TypedDict, total=False):
 
 class PodStatus(TypedDict, total=False):
     phase: str
+    nominatedNodeName: str
     startTime: str
     conditions: list[Condition]
     containerStatuses: list[ContainerStatus]
     initContainerStatuses: list[ContainerStatus]
 
 
+class ResourceRequirements(TypedDict, total=False):
+    limits: dict[str, str]
+    requests: dict[str, str]
+
+
 class Container(TypedDict, total=False):
     name: str
     image: str
+    resources: ResourceRequirements
 
 
 class PodSpec(TypedDict, total=False):
     containers: list[Container]
+    nodeName: str
 
 
 class Pod(TypedDict, total=False):
@@ -127,6 +138,7 @@ class JobObjectStatus(TypedDict, total=False):
     """The status fields of a Job, a JobSet and a RayJob, together (each kind sets its own)."""
 
     conditions: list[Condition]
+    failed: int
     startTime: str
     completionTime: str
     ready: int
@@ -154,9 +166,20 @@ class WorkloadAdmission(TypedDict, total=False):
     clusterQueue: str
 
 
+class EvictionCount(TypedDict, total=False):
+    reason: str
+    underlyingCause: str
+    count: int
+
+
+class SchedulingStats(TypedDict, total=False):
+    evictions: list[EvictionCount]
+
+
 class WorkloadStatus(TypedDict, total=False):
     conditions: list[Condition]
     admission: WorkloadAdmission
+    schedulingStats: SchedulingStats
 
 
 class WorkloadSpec(TypedDict, total=False):

@@ -1,0 +1,275 @@
+"""Attempts on Kubernetes, told truthfully: a drain, a scheduler's or Kueue's preemption, a deadline, an
+error, each ends an attempt with its reason, and the engine's own restarts stay within the run's retry
+policy. Rendered runs of a real lab, submitted by the backend to the cluster twin with nodes and queues.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from helpers_render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
+
+from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
+from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.runtime.attempts import TERMINATION_LIMIT, encode
+
+if TYPE_CHECKING:
+    from fakekube import FakeKube
+    from twin_controllers import Cluster
+
+pytest_plugins = ("fakekube",)
+
+NS = "ml-team"
+FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+H200 = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return make_lab(tmp_path_factory.mktemp("attempts") / "lab", {"trl-sft-exp": "trl/sft"},
+                    settings=CLUSTER_SETTINGS)
+
+
+@pytest.fixture
+def twin(cluster: Cluster) -> Cluster:
+    cluster.add_queue(NS, "team-a", "h200-pool", gpu=64, cpu="1000", memory="16Ti")
+    for name, data in (("registry-creds", {".dockerconfigjson": "e30="}), ("lab-git", {"password": "cGFzcw=="})):
+        cluster.kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+                          "data": data})
+    return cluster
+
+
+@pytest.fixture
+def backend(fake_kube: FakeKube) -> KubernetesBackend:
+    return KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST, rng=random.Random(5))
+
+
+def add_gpu_nodes(twin: Cluster, *names: str) -> None:
+    for name in names:
+        twin.add_node(name, labels=H200, taints=list(GPU_TAINT), gpu=8, cpu="96", memory="1Ti")
+
+
+def submit(backend: KubernetesBackend, lab: Any, profile: str = "h200", **fields: Any) -> BackendRef:
+    spec, _, docs = build(lab, request("trl-sft-exp", profile=profile, **fields))
+    return backend.submit(SubmitRequest(run_id=spec.metadata.run_id, experiment="trl-sft-exp", namespace=NS,
+                                        object_name=spec.metadata.name, manifests=docs,
+                                        secret_data={"job-token": "tp-token-1234"}))
+
+
+def running(twin: Cluster) -> list[dict[str, Any]]:
+    return [p for p in twin.pods(NS) if p["status"].get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def record(node: str, code: int, signal: int | None = None, error: str = "", tail: tuple[str, ...] = ()) -> str:
+    """The launcher's end record, as it writes it to the trainer's termination message."""
+    fields: dict[str, Any] = {"attempt": 1, "node_rank": 0, "node": node, "exit_code": code, "error": error,
+                              "log_tail": list(tail), "started_at": "2026-01-01T00:00:00Z",
+                              "finished_at": "2026-01-01T01:00:00Z"}
+    if signal is not None:
+        fields["signal"] = signal
+    return encode(fields, limit=TERMINATION_LIMIT)
+
+
+def reasons(seen: Observation) -> list[str | None]:
+    return [a.reason for a in seen.attempts]
+
+
+# ── a drain: Evicted, and the replacement runs ─────────────────────────────────────────────────
+def test_a_drained_pod_is_an_attempt_that_ended_evicted_while_its_replacement_runs(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2")
+    ref = submit(backend, lab)
+    (first,) = running(twin)
+    node = first["spec"]["nodeName"]
+    twin.drain(node, record=record(node, 143, 15, tail=("step 40 loss 1.25",)))
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    ended, current = seen.attempts
+    assert (ended.number, ended.reason, ended.exit_code, ended.signal) == (1, "Evicted", 143, 15)
+    assert ended.failed_node == node and node in ended.where
+    assert ended.log_tail == ("step 40 loss 1.25",) and ended.finished_at
+    (replacement,) = running(twin)
+    assert (current.number, current.reason) == (2, None)
+    assert current.where == (replacement["spec"]["nodeName"],) and replacement["spec"]["nodeName"] != node
+
+
+def test_the_evicted_attempt_stays_after_its_pod_is_gone(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2")
+    ref = submit(backend, lab)
+    (first,) = running(twin)
+    twin.drain(first["spec"]["nodeName"])
+    assert reasons(backend.observe(ref)) == ["Evicted", None]
+    twin.advance(120)  # the Job controller accounted for the pod and its object is gone
+    assert first["metadata"]["name"] not in {p["metadata"]["name"] for p in twin.pods(NS)}
+    seen = backend.observe(ref)
+    assert reasons(seen) == ["Evicted", None] and seen.phase == "Running"
+
+
+def test_a_disruption_nobody_saw_is_still_an_attempt(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2")
+    ref = submit(backend, lab)
+    (first,) = running(twin)
+    twin.drain(first["spec"]["nodeName"])
+    twin.advance(120)  # gone before any observation: the Job's failed count still holds it
+    seen = backend.observe(ref)
+    assert reasons(seen) == ["Lost", None]
+    assert "deleted" in seen.attempts[0].message
+
+
+# ── the scheduler preempts for a higher-priority pod ───────────────────────────────────────────
+def test_preemption_by_the_scheduler_ends_an_attempt_preempted(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1")
+    ref = submit(backend, lab)
+    (ours,) = running(twin)
+    twin.kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": NS},
+                   "spec": {"priority": 1000, "nodeSelector": H200,
+                            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                            "containers": [{"name": "c", "image": "x", "resources": {
+                                "limits": {"nvidia.com/gpu": "8"}}}]},
+                   "status": {"phase": "Pending"}})
+    twin.kube.settle()
+    gone = twin.kube.get("Pod", NS, ours["metadata"]["name"])
+    assert gone is not None and any(c["type"] == "DisruptionTarget" and c["reason"] == "PreemptionByScheduler"
+                                    for c in gone["status"]["conditions"])
+    seen = backend.observe(ref)
+    assert seen.phase == "Pending" and seen.reason == "Unschedulable", seen
+    assert reasons(seen) == ["Preempted", None]
+
+
+# ── Kueue preempts for a higher-priority workload ──────────────────────────────────────────────
+def test_kueue_preemption_ends_an_attempt_preempted_and_the_run_waits_then_runs_again(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin.add_queue(NS, "team-a", "h200-pool", gpu=8, cpu="96", memory="1Ti")
+    twin.cq_preemption.add("h200-pool")
+    twin.priority_classes["urgent"] = 1000
+    ref = submit(backend, lab)
+    assert running(twin) and backend.observe(ref).attempts[0].reason is None
+    urgent = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "urgent", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "team-a",
+                                                      "kueue.x-k8s.io/priority-class": "urgent"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+    twin.kube.put(urgent)
+    twin.kube.settle()
+    seen = backend.observe(ref)
+    assert seen.phase == "Pending" and seen.reason.startswith("Queued: evicted (Preempted)"), seen
+    assert reasons(seen) == ["Preempted"]
+    assert "Preempted to accommodate" in seen.attempts[0].message
+    twin.finish(NS, {"batch.kubernetes.io/job-name": "urgent"})
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert reasons(seen) == ["Preempted", None] and [a.number for a in seen.attempts] == [1, 2]
+
+
+def test_any_kueue_eviction_is_an_attempt(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref = submit(backend, lab)
+    twin.kueue_evict(NS, "Job", ref.name, "PodsReadyTimeout", "Exceeded the PodsReady timeout")
+    seen = backend.observe(ref)
+    assert reasons(seen)[0] == "Evicted" and "PodsReady" in seen.attempts[0].message
+
+
+# ── the run's retry policy bounds the engine's restarts ────────────────────────────────────────
+def test_disruptions_count_against_the_retry_policy(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2", "gpu-3")
+    ref = submit(backend, lab, retry={"attempts": 2})
+    for _ in range(2):
+        (pod,) = running(twin)
+        twin.drain(pod["spec"]["nodeName"])
+    assert running(twin) == []
+    seen = backend.observe(ref)
+    assert seen.phase == "Failed", seen
+    assert reasons(seen) == ["Evicted", "Evicted"]
+
+
+def test_no_rendered_rule_ignores_a_disruption(lab: Any) -> None:
+    for profile in ("h200", "h200:16"):
+        _, _, docs = build(lab, request("trl-sft-exp", profile=profile, retry={"attempts": 4}))
+        jobs = [d["spec"] for d in docs if d["kind"] == "Job"] or [
+            r["template"]["spec"] for r in docs[0]["spec"]["replicatedJobs"]]
+        for job in jobs:
+            assert job["backoffLimit"] == 3
+            actions = [r["action"] for r in job["podFailurePolicy"]["rules"]]
+            assert "Ignore" not in actions and "Count" in actions
+
+
+def test_an_error_fails_at_once_with_the_trainers_own_words(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1")
+    ref = submit(backend, lab)
+    (pod,) = running(twin)
+    twin.exit_pod(NS, pod["metadata"]["name"], 1, "Traceback …\n", message=record(
+        "gpu-1", 1, error="FileNotFoundError: data/train.jsonl", tail=("loading data", "Traceback …")))
+    seen = backend.observe(ref)
+    assert seen.phase == "Failed" and len(twin.pods(NS)) == 1  # the default policy does not retry Error
+    (only,) = seen.attempts
+    assert (only.reason, only.exit_code, only.message) == ("Error", 1, "FileNotFoundError: data/train.jsonl")
+    assert only.failed_node == "gpu-1" and only.log_tail[-1] == "Traceback …"
+
+
+def test_an_error_is_retried_when_the_policy_says_so_but_a_config_error_never(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref = submit(backend, lab, retry={"attempts": 3, "on": ["Error", "Evicted"]})
+    (pod,) = running(twin)
+    twin.exit_pod(NS, pod["metadata"]["name"], 1)
+    seen = backend.observe(ref)
+    assert seen.phase == "Running" and reasons(seen) == ["Error", None]
+    (pod,) = running(twin)
+    twin.exit_pod(NS, pod["metadata"]["name"], 78, message=record("n", 78, error="secret HF_TOKEN is empty"))
+    seen = backend.observe(ref)
+    assert seen.phase == "Failed" and reasons(seen) == ["Error", "ConfigError"]
+    assert running(twin) == []
+
+
+def test_the_time_limit_ends_the_attempt_with_timeout(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    ref = submit(backend, lab, timeout=600)
+    assert running(twin)
+    twin.advance(601)
+    seen = backend.observe(ref)
+    assert seen.phase == "Failed" and seen.reason == "DeadlineExceeded", seen
+    assert reasons(seen) == ["Timeout"]
+
+
+def test_a_profile_time_limit_becomes_the_deadline(tmp_path: Path) -> None:
+    settings = CLUSTER_SETTINGS.replace("    shm_size: 64Gi\n", "    shm_size: 64Gi\n    time_limit: 7200\n")
+    limited = make_lab(tmp_path / "lab", {"trl-sft-exp": "trl/sft"}, settings=settings)
+    _, _, docs = build(limited, request("trl-sft-exp"))
+    assert docs[0]["spec"]["activeDeadlineSeconds"] == 7200
+    assert next(iter(pod_templates(docs[0])))["spec"]["restartPolicy"] == "Never"
+
+
+# ── Kueue's API versions ───────────────────────────────────────────────────────────────────────
+@pytest.mark.parametrize("unserved, read", [((), "v1beta2"), (("kueue.x-k8s.io/v1beta2",), "v1beta1")])
+def test_workloads_are_read_at_the_newest_version_kueue_serves(
+        twin: Cluster, backend: KubernetesBackend, lab: Any, unserved: tuple[str, ...], read: str) -> None:
+    twin.kube.unserved.update(unserved)  # a Kueue before 0.15 serves v1beta1 only
+    twin.add_queue(NS, "team-a", "h200-pool", gpu=0, cpu="1", memory="1Gi")
+    ref = submit(backend, lab)
+    seen = backend.observe(ref)
+    assert seen.phase == "Pending" and seen.reason == "Queued: waiting for quota in ClusterQueue h200-pool", seen
+    asked = {r.path.split("/")[3] for r in twin.kube.requests if "/apis/kueue.x-k8s.io/" in r.path}
+    assert read in asked
+    if read == "v1beta2":
+        assert asked == {"v1beta2"}, "a served v1beta2 is read without touching the deprecated v1beta1"
+
+
+# ── several nodes: a JobSet replaces one rank ──────────────────────────────────────────────────
+def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
+        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2", "gpu-3")
+    ref = submit(backend, lab, profile="h200:16")
+    assert ref.kind == "JobSet" and len(running(twin)) == 2
+    rank1 = next(p for p in running(twin) if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1")
+    twin.drain(rank1["spec"]["nodeName"])
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert reasons(seen) == ["Evicted", None]
+    assert seen.attempts[0].failed_rank == 1 and seen.attempts[0].failed_node == rank1["spec"]["nodeName"]
+    twin.advance(120)
+    assert reasons(backend.observe(ref)) == ["Evicted", None]  # the JobSet's ledger keeps it
