@@ -82,7 +82,7 @@ def _backend(cluster: SlurmCluster, timeout: float | None = None) -> Any:
 
 def _submit(root: Path, keys: list[tuple[str, str]]) -> dict[str, BackendRef]:
     from tuneplane.backends.base import BackendRef
-    from tuneplane.gitops.bot import reconcile
+    from tuneplane.bot.entry import reconcile
 
     report = reconcile(root, echo=quiet)
     assert len(report.submitted) == len(keys), report
@@ -243,7 +243,7 @@ def test_a_killed_slurmd_fails_the_run_with_node_failure(slurm_cluster: SlurmClu
 
 def test_a_request_larger_than_the_partition_is_refused_at_submit(slurm_cluster: SlurmCluster,
                                                                    tmp_path: Path) -> None:
-    from tuneplane.gitops.bot import reconcile
+    from tuneplane.bot.entry import reconcile
 
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
     path = root / "tuneplane.yaml"
