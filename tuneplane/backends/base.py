@@ -43,6 +43,8 @@ class AttemptReport:
     """What an engine knows of one attempt: the job side's own record where it wrote one, else the
     engine's word. `reason` is empty while the attempt is under way."""
 
+    # Counted across the run: an object's first attempt is its job's TUNEPLANE_ATTEMPT (1 unless the bot
+    # retried), each engine restart one more; numbers from 1 per object are shifted by the bot.
     number: int
     started_at: str | None = None
     finished_at: str | None = None
@@ -68,6 +70,13 @@ class Observation:
     # Every attempt the engine can account for, oldest first; empty from a backend that cannot tell
     # attempts apart (the phase then stands for the only one).
     attempts: tuple[AttemptReport, ...] = ()
+    # The last sign of life of a run the backend cannot see itself (a local run of another machine),
+    # with phase Unknown and reason `NO_HEARTBEAT`; None when it never had one. The bot marks the run
+    # `Lost` once it is older than `cluster.local.lost_after` seconds.
+    heartbeat_at: str | None = None
+
+
+NO_HEARTBEAT = "NoHeartbeat"  # Observation.reason of a run only another machine can see
 
 
 class BackendError(Exception):
