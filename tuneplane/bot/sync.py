@@ -2,8 +2,10 @@
 
 Only the ledger's active runs are looked at (see `ledger`), so a lab of 20,000 finished runs syncs in
 the time of two `git ls-tree`s. The cluster is the truth: a status that claims an end (a hand edit to
-`Succeeded`) while the backend still runs the job is corrected back to what the backend reports, so
-`cancel: true` and `tp job cancel` work on it again. When a run ends, its metrics are charted into
+`Succeeded`, an old attempt's exit marker) while the backend runs the job again is reopened with what
+the backend reports, so `cancel: true` and `tp job cancel` work on it again; only what the bot itself
+decided (a cancel, a spent retry budget) stays ended. A failed attempt the run's retry policy covers
+leaves the run Pending for `tp bot reconcile` to submit the next attempt. When a run ends, its metrics are charted into
 `status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary metrics first.
 """
 
@@ -17,18 +19,20 @@ from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, UNKNOWN, epoch_of, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import Lab
 from tuneplane.lab.runs import RunKey, status_from
-from tuneplane.models.run import RunStatus, Transition
+from tuneplane.models.run import RunStatus
 from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.localrun import stored_series
 from tuneplane.runs.observe import (
+    BOT_DECIDED,
     apply_observation,
     backend_ref,
     elsewhere,
+    reopened,
     with_artifacts,
     with_metrics,
 )
@@ -48,14 +52,15 @@ def _sync_all(bot: BotPass, echo: Echo) -> None:
     metrics = IngestReader.from_env(bot.lab)
     for key, raw in sorted(bot.work.active.items()):
         if raw is not None:
-            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo)
+            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo,
+                      float(bot.lab.config.cluster.local.lost_after))
     if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
         bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
 
 
 def _sync_one(
     pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
-    echo: Echo,
+    echo: Echo, lost_after: float | None = None,
 ) -> None:
     try:
         status = status_from(raw, key.status_rel)
@@ -80,7 +85,7 @@ def _sync_one(
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
         new: RunStatus | None = status  # it ended; only its metrics are left to read
     else:
-        new = _observed(batch, backend, ref, key, status)
+        new = _observed(batch, backend, ref, key, status, lost_after)
     if new is None:
         return
     new = _with_results(new, backend, ref, metrics, status, batch, key)
@@ -106,7 +111,8 @@ def _past(when: str | None, seconds: float) -> bool:
     return then is None or time.time() - then > seconds
 
 
-def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
+def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus,
+              lost_after: float | None = None) -> RunStatus | None:
     """The status after asking the backend; None when there is nothing more to record."""
     now = utc_now()
     try:
@@ -114,10 +120,11 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
     except BackendError as exc:
         obs = Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
     if status.phase not in TERMINAL:
-        return apply_observation(status, obs, now)
-    if obs.phase in UNDER_WAY:
-        return corrected(status, obs, now, ref.backend)
-    if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
+        return apply_observation(status, obs, now, retry=True, lost_after=lost_after)
+    again = reopened(status, obs, now, retry=True)  # a later attempt: the run is not over
+    if again is not None:
+        return again
+    if obs.phase in TERMINAL or status.reason in BOT_DECIDED:  # it ended: stop watching it
         batch.ledger.active.pop(str(key), None)
     return None
 
@@ -140,19 +147,6 @@ def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: In
             if svg:
                 batch.chart(key, svg)
     return new
-
-
-def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> RunStatus:
-    """A status that claimed an end while the backend still runs the job, put back to the truth."""
-    history = [*status.history, Transition(phase=obs.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
-    message = (
-        f"the status said {status.phase}, but the job is still {obs.phase.lower()} on {backend}: "
-        "corrected by tp bot sync (the cluster is the truth; edit a run's fate with `cancel: true`)"
-    )
-    return status.model_copy(update={
-        "phase": obs.phase, "reason": "Corrected", "message": message, "finished_at": None,
-        "exit_code": None, "history": history,
-    })
 
 
 def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,

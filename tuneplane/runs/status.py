@@ -8,6 +8,7 @@ from typing import Any
 from tuneplane import __version__
 from tuneplane.backends.base import BackendRef
 from tuneplane.constants import CANCELLED, FAILED, PENDING, SUBMITTED
+from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Provenance, RunRequest, RunStatus, Transition
 from tuneplane.plan.names import jobspec_digest
@@ -59,6 +60,7 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
         provenance=provenance,
         out_dir=spec.spec.paths.out_dir,
         message=message,
+        retry=None if spec.spec.retry == RetryPolicy() else spec.spec.retry,  # none: the default
     )
 
 
