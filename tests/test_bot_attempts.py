@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from helpers_git import clone, git, make_remote, quiet, request, seed_lab
+from helpers_git import clone, git, make_remote, quiet, request, seed_lab, tp_run
 
-from tuneplane.backends.base import AttemptReport, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, BackendRef, Observation, SubmitRequest
 from tuneplane.bot.entry import reconcile, sync
+from tuneplane.constants import utc_now
 from tuneplane.lab.runs import RunKey, mark_cancel, read_status, write_request
 from tuneplane.models.base import RetryPolicy
 from tuneplane.plan.names import attempt_name, object_name
@@ -135,6 +136,9 @@ def test_an_error_is_not_retried_by_default_and_the_trainer_says_why(tmp_path: P
     assert (status.phase, status.reason, status.message) == ("Failed", "Error", line)
     assert engine.creations == {FIRST: 1}
     assert line.replace("_", "\\_") in (bot / "status/demo/README.md").read_text()  # shown as written
+    code, out = tp_run(bot, "job", "status", RUN)
+    assert code == 0, out
+    assert f"message    {line}" in out and f"attempt    1 · Error · 0.1 GPU-h: {line}" in out
 
 
 def test_a_budget_of_two_stops_at_two_across_restarts_and_a_rebuilt_ledger(tmp_path: Path) -> None:
@@ -189,3 +193,49 @@ def test_cancel_stops_the_run_between_attempts(tmp_path: Path) -> None:
     status = read_status(bot, KEY)
     assert (status.phase, status.reason) == ("Cancelled", "CancelRequested")
     assert engine.creations == {FIRST: 1}
+
+
+class Elsewhere(Engine):
+    """The local backend for a run of another machine: its run directory is not on this one, and the
+    backend knows only the run's last heartbeat (`heartbeat_at`; None: it cannot tell at all)."""
+
+    name = "local"
+
+    def __init__(self, tmp_path: Path, heartbeat_at: str | None) -> None:
+        super().__init__()
+        self.where, self.heartbeat_at = tmp_path / "laptop/runs/demo/run", heartbeat_at
+
+    def submit(self, req: SubmitRequest) -> BackendRef:
+        return BackendRef("local", "Process", req.object_name, str(self.where), uid="u1")
+
+    def run_dir(self, ref: BackendRef) -> Path:
+        return Path(ref.namespace)
+
+    def observe(self, ref: BackendRef) -> Observation:
+        if self.heartbeat_at is None:  # what the local backend says of a directory it cannot see
+            return Observation("Failed", reason="Lost", message="the run directory has no state")
+        return Observation("Unknown", reason=NO_HEARTBEAT, heartbeat_at=self.heartbeat_at, message="on laptop-7")
+
+
+def local_lab(tmp_path: Path) -> Path:
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"})
+    bot = clone(remote, tmp_path / "bot")
+    write_request(bot, request("demo", RUN, "local"))
+    git(bot, "add", "-A")
+    git(bot, "commit", "-q", "-m", "request a run")
+    return bot
+
+
+def test_a_local_run_of_another_machine_silent_past_lost_after_is_lost(tmp_path: Path) -> None:
+    bot = local_lab(tmp_path)
+    reconcile(bot, backends=lambda _n: Elsewhere(tmp_path, None), echo=quiet)
+    for engine in (Elsewhere(tmp_path, None), Elsewhere(tmp_path, utc_now())):  # cannot tell; alive
+        sync(bot, backends=lambda _n, e=engine: e, echo=quiet)  # type: ignore[misc]
+        assert read_status(bot, KEY).phase == "Submitted"
+
+    sync(bot, backends=lambda _n: Elsewhere(tmp_path, "2025-01-02T10:00:00Z"), echo=quiet)
+
+    status = read_status(bot, KEY)
+    assert (status.phase, status.attempts[-1].reason) == ("Failed", "Lost")
+    assert "no heartbeat for more than 900 s (last: 2025-01-02T10:00:00Z)" in status.message

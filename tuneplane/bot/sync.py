@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, Observation
+from tuneplane.backends.base import NO_HEARTBEAT, Backend, BackendError, BackendRef, Observation
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
@@ -77,7 +77,14 @@ def _sync_one(
         return
     if elsewhere(backend, ref) and status.phase not in TERMINAL:
         # Still watched: its machine may commit its end, or its storage may be back on the next pass
-        # (a mount missing for once, another runner); either way no sync may forget it.
+        # (a mount missing for once, another runner); either way no sync may forget it. A backend that
+        # knows the run's heartbeat says so (`NO_HEARTBEAT`): silent past `lost_after`, the run is Lost.
+        lost = _heartbeat(backend, ref, status, lost_after)
+        if lost is not None:
+            batch.status(lost)
+            report.updated.append(str(key))
+            echo(f"  {key}: {status.phase} → {lost.phase}: no heartbeat from its machine")
+            return
         echo(f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
              f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
              "end, or the next sync that sees it does")
@@ -127,6 +134,19 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
     if obs.phase in TERMINAL or status.reason in BOT_DECIDED:  # it ended: stop watching it
         batch.ledger.active.pop(str(key), None)
     return None
+
+
+def _heartbeat(backend: Backend, ref: BackendRef, status: RunStatus, lost_after: float | None) -> RunStatus | None:
+    """A run of another machine whose heartbeat the backend reports as older than `lost_after`, ended
+    (or retried) as `Lost`; None while it is alive, or when the backend cannot tell."""
+    try:
+        obs = backend.observe(ref)
+    except BackendError:
+        return None
+    if obs.reason != NO_HEARTBEAT or lost_after is None:
+        return None  # the backend cannot see the run at all: its own machine records its end
+    new = apply_observation(status, obs, utc_now(), retry=True, lost_after=lost_after)
+    return new if new.phase != status.phase or new.attempts != status.attempts else None
 
 
 def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,

@@ -164,7 +164,8 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
     why = newest.message or obs.message
     if obs.phase in UNDER_WAY:  # the engine requeued it and starts the next attempt itself
         return PENDING, obs.reason or REQUEUED, f"{ended}: {why}" if why else ended
-    phase = _ENDING.get(newest.reason, FAILED)
+    # the engine's word for the whole object: stopped on request is no failure to retry
+    phase = CANCELLED if obs.phase == CANCELLED else _ENDING.get(newest.reason, FAILED)
     if phase != FAILED or not retry:
         return phase, obs.reason or newest.reason, why
     policy = status.retry or RetryPolicy()
@@ -235,7 +236,7 @@ def _merge(old: Attempt | None, new: Attempt) -> Attempt:
     fresh = {k: v for k, v in new.model_dump().items() if v not in (None, "", [])}
     if new.reason == "" and old.reason:  # the engine says it is under way again: its word wins
         kept = {k: v for k, v in kept.items() if k not in ("reason", "finished_at", "exit_code", "signal")}
-    merged = Attempt.model_validate({**kept, **fresh})
+    merged = Attempt.model_validate({**kept, **fresh, "object": old.object or new.object})
     return merged.model_copy(update={
         "gpu_seconds": gpu_seconds(merged.gpus, merged.started_at, merged.finished_at)})
 
