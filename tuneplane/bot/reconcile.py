@@ -128,7 +128,7 @@ def cancelled(status: RunStatus, now: str) -> RunStatus:
         history.append(Transition(phase=CANCELLED, at=now))
     attempts = list(status.attempts)
     if attempts and not attempts[-1].reason:  # the attempt under way ends with the run
-        attempts[-1] = attempts[-1].model_copy(update={"reason": "Cancelled", "finished_at": now})
+        attempts[-1] = attempts[-1].model_copy(update={"reason": CANCELLED, "finished_at": now})
     return status.model_copy(update={"phase": CANCELLED, "reason": "CancelRequested", "finished_at": now,
                                      "message": message, "history": history, "attempts": attempts})
 

@@ -43,7 +43,7 @@ RETRIES_SPENT = "RetriesExhausted"
 RETRY_WAIT = "RetryBackoff"  # Pending until the bot submits the next attempt
 REQUEUED = "Requeued"  # Pending until the engine starts its next attempt
 BOT_DECIDED = frozenset({CANCEL_REQUESTED, RETRIES_SPENT})
-_ENDING = {"Completed": SUCCEEDED, "Cancelled": CANCELLED}  # any other reason: Failed
+_ENDING = {"Completed": SUCCEEDED, CANCELLED: CANCELLED}  # attempt reason → phase; any other: Failed
 
 
 class IllegalTransition(ValueError):
@@ -219,7 +219,7 @@ def _derived(obs: Observation, number: int, current: str, status: RunStatus, now
     if obs.phase == SUCCEEDED:
         reason = "Completed"
     elif obs.phase == CANCELLED:
-        reason = "Cancelled"
+        reason = CANCELLED  # the attempt reason of that name
     elif obs.phase == FAILED:
         reason = obs.reason if obs.reason in ATTEMPT_REASONS else "Error"
     report = AttemptReport(number=number, started_at=obs.started_at, finished_at=obs.finished_at,
