@@ -126,7 +126,8 @@ def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
         lines.append(("metric", f"{name} = {value:.6g} {sparkline(s.metric_history.get(name, []))}".rstrip()))
     for art in s.artifacts:
         lines.append(("artifact", f"{art.kind}: {art.path} ({art.size_bytes} bytes)"))
-    for attempt in s.attempts if len(s.attempts) > 1 or any(a.reason for a in s.attempts) else []:
+    shown = len(s.attempts) > 1 or any(a.reason not in ("", "Completed") for a in s.attempts)
+    for attempt in s.attempts if shown else []:  # one attempt that ran to its end says nothing more
         lines.append(("attempt", _attempt_text(attempt)))
     if any(a.gpu_seconds for a in s.attempts):
         lines.append(("GPU-hours", gpu_hours(sum(a.gpu_seconds for a in s.attempts))))

@@ -166,7 +166,9 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
         return PENDING, obs.reason or REQUEUED, f"{ended}: {why}" if why else ended
     # the engine's word for the whole object: stopped on request is no failure to retry
     phase = CANCELLED if obs.phase == CANCELLED else _ENDING.get(newest.reason, FAILED)
-    if phase != FAILED or not retry:
+    if phase != FAILED:
+        return phase, obs.reason, why  # an attempt that completed (or was stopped) needs no reason shown
+    if not retry:
         return phase, obs.reason or newest.reason, why
     policy = status.retry or RetryPolicy()
     if newest.reason not in policy.on:
