@@ -16,7 +16,7 @@ from typing import Any
 
 from helpers_git import clone, git, make_remote, quiet, request, seed_lab, tp_run
 
-from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, BackendError, BackendRef, Observation, SubmitRequest
 from tuneplane.bot.entry import reconcile, sync
 from tuneplane.constants import utc_now
 from tuneplane.lab.runs import RunKey, mark_cancel, read_status, write_request
@@ -37,6 +37,7 @@ class Engine:
         self.env: dict[str, dict[str, str]] = {}
         self.says: dict[str, Observation] = {}
         self.cancelled: list[str] = []
+        self.down = False  # the engine's controller does not answer
 
     def submit(self, req: SubmitRequest) -> BackendRef:
         if req.object_name not in self.env:
@@ -45,6 +46,8 @@ class Engine:
         return BackendRef("kubernetes", "Job", req.object_name, "tuneplane", uid=f"uid-{req.object_name}")
 
     def observe(self, ref: BackendRef) -> Observation:
+        if self.down:
+            raise BackendError("slurmctld did not answer within 60 s")
         return self.says.get(ref.name, Observation("Pending", reason="Queued"))
 
     def logs(self, ref: BackendRef, tail: int | None = None, follow: bool = False) -> Iterator[str]:
@@ -193,6 +196,52 @@ def test_cancel_stops_the_run_between_attempts(tmp_path: Path) -> None:
     status = read_status(bot, KEY)
     assert (status.phase, status.reason) == ("Cancelled", "CancelRequested")
     assert engine.creations == {FIRST: 1}
+
+
+def test_a_requeue_after_an_old_exit_marker_never_ends_the_run(tmp_path: Path) -> None:
+    """Slurm requeued the job after attempt 1 wrote its exit marker; the controller stops answering in
+    between, and at times only the old marker is in sight. No sync may end the run."""
+    bot, engine = lab(tmp_path), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    marker = attempt(1, "10:00:00", "10:20:00", "Completed")
+    seen: list[tuple[str, str]] = []
+    for says in (Observation("Running", attempts=(attempt(1, "10:00:00"),)),
+                 Observation("Succeeded", attempts=(marker, attempt(2, "10:25:00"))),
+                 None,  # no answer
+                 Observation("Succeeded", attempts=(marker,))):
+        engine.down = says is None
+        if says is not None:
+            engine.says[FIRST] = says
+        sync(bot, backends=lambda _n: engine, echo=quiet)
+        seen.append((read_status(bot, KEY).phase, read_status(bot, KEY).message))
+    assert [phase for phase, _ in seen] == ["Running"] * 4
+    assert "could not observe the run: slurmctld did not answer" in seen[2][1]
+    engine.says[FIRST] = Observation("Succeeded", attempts=(marker, attempt(2, "10:25:00", "11:25:00", "Completed")))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.finished_at, len(status.attempts)) == ("Succeeded", "2025-01-02T11:25:00Z", 2)
+
+
+def test_a_run_recorded_ended_that_runs_again_is_reopened(tmp_path: Path) -> None:
+    """An engine that reported the old marker as the run's end (no attempts told apart) ended the run;
+    the next sync sees attempt 2 running: the run is open again, and watched until it ends."""
+    bot, engine = lab(tmp_path), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    ended = utc_now()  # just now: the engine may still requeue it
+    engine.says[FIRST] = Observation("Succeeded", started_at="2025-01-02T10:00:00Z", finished_at=ended,
+                                     exit_code=0)
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+    assert read_status(bot, KEY).phase == "Succeeded"
+
+    first = AttemptReport(number=1, started_at="2025-01-02T10:00:00Z", finished_at=ended, reason="Completed")
+    engine.says[FIRST] = Observation("Running", attempts=(first, attempt(2, "10:25:00")))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason, status.finished_at) == ("Running", "Corrected", None)
+    assert [a.number for a in status.attempts] == [1, 2]
+    engine.says[FIRST] = Observation("Failed", attempts=(first, attempt(2, "10:25:00", "10:40:00", "Error", "boom")))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+    assert (read_status(bot, KEY).phase, read_status(bot, KEY).message) == ("Failed", "boom")
 
 
 class Elsewhere(Engine):

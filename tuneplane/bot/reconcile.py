@@ -41,7 +41,7 @@ from tuneplane.problems import location
 from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.observe import RETRY_WAIT, backend_object, backend_ref, elsewhere
-from tuneplane.runs.retry import attempt_run, next_attempt, resubmitted, retry_at
+from tuneplane.runs.retry import attempt_run, kept_attempts, next_attempt, resubmitted, retry_at
 
 
 def reconcile(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
@@ -230,10 +230,7 @@ class _Submitter:
             from tuneplane.runs.status import refused_status  # lazy: as above
 
             refused = refused_status(request, utc_now(), _located(self.lab, exc), "SubmitRefused", run.spec)
-            if previous is not None and previous.attempts:  # a retry refused: its attempts stay on record
-                refused = previous.model_copy(update={k: getattr(refused, k) for k in (
-                    "phase", "reason", "message", "finished_at")} | {"history": [*previous.history, *refused.history]})
-            self.batch.status(refused)
+            self.batch.status(refused if previous is None else kept_attempts(previous, refused))
             self._note(self.report.refused, key, f"refused: {exc}")
             return
         except BackendError as exc:

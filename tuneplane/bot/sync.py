@@ -5,8 +5,9 @@ the time of two `git ls-tree`s. The cluster is the truth: a status that claims a
 `Succeeded`, an old attempt's exit marker) while the backend runs the job again is reopened with what
 the backend reports, so `cancel: true` and `tp job cancel` work on it again; only what the bot itself
 decided (a cancel, a spent retry budget) stays ended. A failed attempt the run's retry policy covers
-leaves the run Pending for `tp bot reconcile` to submit the next attempt. When a run ends, its metrics are charted into
-`status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary metrics first.
+leaves the run Pending for `tp bot reconcile` to submit the next attempt. When a run ends, its
+metrics are charted into `status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary
+metrics first.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tuneplane.runs.observe import (
 from tuneplane.views.runmetrics import Timed, chart_svg, vocabulary_of
 
 PATIENCE = 7 * 86400  # seconds after a run's end the bot keeps asking an unreachable receiver for them
+REQUEUE_WATCH = 3600  # seconds after a run's end the bot still asks its engine for a later attempt
 Series = dict[str, list[tuple[int, float]]]
 
 
@@ -90,7 +92,8 @@ def _sync_one(
              "end, or the next sync that sees it does")
         return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
-        new: RunStatus | None = status  # it ended; only its metrics are left to read
+        # it ended: its metrics may be left to read, and its engine may yet start a later attempt
+        new: RunStatus | None = reopened(status, _observation(backend, ref), utc_now(), retry=True) or status
     else:
         new = _observed(batch, backend, ref, key, status, lost_after)
     if new is None:
@@ -101,9 +104,13 @@ def _sync_one(
         batch.status(new)
         report.updated.append(str(key))
         echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
-    if late and not _past(new.finished_at, PATIENCE):
+    # An engine that requeues a job (Slurm after a node failure) may start a later attempt after an end
+    # was recorded: a run that ended by itself is looked at again for a while.
+    watch = new.phase in TERMINAL and new.reason not in BOT_DECIDED and not _past(new.finished_at, REQUEUE_WATCH)
+    if (late and not _past(new.finished_at, PATIENCE)) or watch:
         batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
-        echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
+        if late:
+            echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
     elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
         batch.ledger.active.pop(str(key), None)  # read at last, or given up on
 
@@ -122,10 +129,7 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
               lost_after: float | None = None) -> RunStatus | None:
     """The status after asking the backend; None when there is nothing more to record."""
     now = utc_now()
-    try:
-        obs = backend.observe(ref)
-    except BackendError as exc:
-        obs = Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
+    obs = _observation(backend, ref)
     if status.phase not in TERMINAL:
         return apply_observation(status, obs, now, retry=True, lost_after=lost_after)
     again = reopened(status, obs, now, retry=True)  # a later attempt: the run is not over
@@ -147,6 +151,13 @@ def _heartbeat(backend: Backend, ref: BackendRef, status: RunStatus, lost_after:
         return None  # the backend cannot see the run at all: its own machine records its end
     new = apply_observation(status, obs, utc_now(), retry=True, lost_after=lost_after)
     return new if new.phase != status.phase or new.attempts != status.attempts else None
+
+
+def _observation(backend: Backend, ref: BackendRef) -> Observation:
+    try:
+        return backend.observe(ref)
+    except BackendError as exc:
+        return Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
 
 
 def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,

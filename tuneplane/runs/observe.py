@@ -112,8 +112,10 @@ def reopened(status: RunStatus, obs: Observation, now: str, *, retry: bool = Fal
     new = _fold(open_, obs, now, retry, None)
     if new.phase in TERMINAL:
         return None
-    message = (f"the status said {status.phase}, but the job is {new.phase.lower()} again on "
-               f"{status.backend.backend if status.backend else 'its backend'}: reopened by tp bot sync "
+    going = (f"{new.phase.lower()} again (attempt {new.attempts[-1].number})" if later
+             else f"still {new.phase.lower()}")
+    message = (f"the status said {status.phase}, but the job is {going} on "
+               f"{status.backend.backend if status.backend else 'its backend'}: corrected by tp bot sync "
                "(the cluster is the truth; edit a run's fate with `cancel: true`)")
     history = [*status.history, Transition(phase=new.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
     return new.model_copy(update={"reason": "Corrected", "message": message, "history": history,

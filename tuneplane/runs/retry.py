@@ -75,3 +75,13 @@ def resubmitted(previous: RunStatus, ref: BackendRef, now: str) -> RunStatus:
         "attempts": [*earlier, attempt],
         "history": [*previous.history, Transition(phase=PENDING, at=now)],
     })
+
+
+def kept_attempts(previous: RunStatus, ended: RunStatus) -> RunStatus:
+    """`ended` (a refusal of the next attempt) written over `previous` without losing its attempts."""
+    if not previous.attempts:
+        return ended
+    return previous.model_copy(update={
+        "phase": ended.phase, "reason": ended.reason, "message": ended.message, "finished_at": ended.finished_at,
+        "history": [*previous.history, *ended.history[-1:]],
+    })
