@@ -31,6 +31,7 @@ FIRST = object_name("demo", RUN)
 
 class Engine:
     name = "kubernetes"
+    requeues = True  # its engine may start a later attempt after the bot saw an end (Slurm's requeue)
 
     def __init__(self) -> None:
         self.creations: Counter[str] = Counter()

@@ -96,6 +96,10 @@ class SubmitRefused(BackendError):
 
 
 class Backend(Protocol):
+    """Optional capabilities, looked up with `getattr`: `requeues` (True when the engine may start a
+    later attempt after reporting an end, so the bot keeps looking at an ended run for a while),
+    `run_dir`, `metrics`, `artifacts`."""
+
     name: str
 
     def submit(self, request: SubmitRequest) -> BackendRef: ...

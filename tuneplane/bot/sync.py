@@ -104,9 +104,10 @@ def _sync_one(
         batch.status(new)
         report.updated.append(str(key))
         echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
-    # An engine that requeues a job (Slurm after a node failure) may start a later attempt after an end
-    # was recorded: a run that ended by itself is looked at again for a while.
-    watch = new.phase in TERMINAL and new.reason not in BOT_DECIDED and not _past(new.finished_at, REQUEUE_WATCH)
+    # A backend whose engine may requeue a job after its end was recorded (`requeues`: Slurm after a node
+    # failure) may show a later attempt yet: a run that ended by itself is looked at again for a while.
+    watch = (getattr(backend, "requeues", False) and new.phase in TERMINAL and new.reason not in BOT_DECIDED
+             and not _past(new.finished_at, REQUEUE_WATCH))
     if (late and not _past(new.finished_at, PATIENCE)) or watch:
         batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
         if late:

@@ -281,8 +281,8 @@ def _lost(status: RunStatus, obs: Observation, now: str, lost_after: float) -> O
 def observe_run(backend: Backend, status: RunStatus, now: str) -> RunStatus:
     """Ask the backend about a non-terminal run; a backend failure becomes a message, not a crash."""
     ref = backend_ref(status)
-    if ref is None or status.phase in TERMINAL:
-        return status
+    if ref is None or status.phase in TERMINAL or status.reason == RETRY_WAIT:
+        return status  # (waiting for the bot's next attempt: its last object's end is on record)
     try:
         obs = backend.observe(ref)
     except BackendError as exc:
