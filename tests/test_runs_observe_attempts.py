@@ -134,3 +134,11 @@ def test_a_silent_run_of_another_machine_is_lost_after_the_setting() -> None:
     retried = apply_observation(s.model_copy(update={"retry": RetryPolicy(on=["Lost"])}), quiet, at(1400),
                                 retry=True, lost_after=900)
     assert (retried.phase, retried.reason) == ("Pending", "RetryBackoff")
+
+
+def test_gpus_recorded_at_submit_count_when_the_engine_does_not_say() -> None:
+    from tuneplane.models.run import Attempt
+
+    s = status(profile="h200", attempts=[Attempt(number=1, object="demo-0123456789", gpus=4)])
+    s = fold(s, Observation("Succeeded", started_at=at(0), finished_at=at(30), exit_code=0))
+    assert [(a.reason, a.gpus, a.gpu_seconds) for a in s.attempts] == [("Completed", 4, 4 * 1800.0)]

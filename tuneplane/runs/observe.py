@@ -207,7 +207,7 @@ def merged_attempts(status: RunStatus, obs: Observation, now: str) -> list[Attem
 
 def _attempt(report: AttemptReport, number: int, current: str, status: RunStatus, now: str) -> Attempt:
     finished = report.finished_at or (now if report.reason else None)
-    gpus = report.gpus or profile_gpus(status.profile)
+    gpus = report.gpus or profile_gpus(status.profile)  # else what the status recorded at submit (`_merge`)
     return Attempt(
         number=number, started_at=report.started_at, finished_at=finished, where=list(report.where),
         exit_code=report.exit_code, signal=report.signal, reason=report.reason or "",
@@ -240,7 +240,8 @@ def _merge(old: Attempt | None, new: Attempt) -> Attempt:
     fresh = {k: v for k, v in new.model_dump().items() if v not in (None, "", [])}
     if new.reason == "" and old.reason:  # the engine says it is under way again: its word wins
         kept = {k: v for k, v in kept.items() if k not in ("reason", "finished_at", "exit_code", "signal")}
-    merged = Attempt.model_validate({**kept, **fresh, "object": old.object or new.object})
+    merged = Attempt.model_validate({**kept, **fresh, "object": old.object or new.object,
+                                     "gpus": new.gpus or old.gpus})  # 0: the engine did not say
     return merged.model_copy(update={
         "gpu_seconds": gpu_seconds(merged.gpus, merged.started_at, merged.finished_at)})
 

@@ -65,7 +65,8 @@ def resubmitted(previous: RunStatus, ref: BackendRef, now: str) -> RunStatus:
     number = next_attempt(previous)
     old = previous.backend.name if previous.backend else ""
     earlier = [a if a.object else a.model_copy(update={"object": old}) for a in previous.attempts]
-    attempt = Attempt(number=number, object=ref.name, gpus=profile_gpus(previous.profile))
+    held = previous.attempts[-1].gpus if previous.attempts else 0
+    attempt = Attempt(number=number, object=ref.name, gpus=held or profile_gpus(previous.profile))
     return previous.model_copy(update={
         "reason": "",
         "message": f"attempt {number} submitted to {ref.backend} as {ref.kind} {ref.name}",
