@@ -142,3 +142,14 @@ def test_gpus_recorded_at_submit_count_when_the_engine_does_not_say() -> None:
     s = status(profile="h200", attempts=[Attempt(number=1, object="demo-0123456789", gpus=4)])
     s = fold(s, Observation("Succeeded", started_at=at(0), finished_at=at(30), exit_code=0))
     assert [(a.reason, a.gpus, a.gpu_seconds) for a in s.attempts] == [("Completed", 4, 4 * 1800.0)]
+
+
+def test_an_attempts_object_name_keeps_the_runs_hash_within_the_name_limit() -> None:
+    from tuneplane.plan.names import MAX_NAME, attempt_name, object_name
+
+    first = object_name("a-very-long-experiment-name-that-goes-on-and-on", "20250101-000000-abcdef")
+    assert attempt_name(first, 1) == first
+    for n in (2, 10, 100):
+        name = attempt_name(first, n)
+        assert len(name) <= MAX_NAME and name.endswith(f"{first[-10:]}-a{n}") and name[0].isalpha()
+    assert len({attempt_name(first, n) for n in range(1, 50)}) == 49
