@@ -297,7 +297,7 @@ def test_another_machines_run_is_unknown_and_this_machines_dead_one_is_lost(exp:
     edit_state(run_dir, host="gpu-box-7", machine="another-boot-id")
     far = backend.observe(ref)
 
-    assert (far.phase, far.reason) == ("Unknown", "NotReachable")
+    assert (far.phase, far.reason) == ("Unknown", "NoHeartbeat")
     assert "supervised on gpu-box-7" in far.message and "last heartbeat was" in far.message
     assert far.heartbeat_at == beat["at"] and far.attempts[-1].reason is None
 
@@ -312,7 +312,7 @@ def test_a_run_dir_on_storage_that_is_not_here_is_unknown(storage: Path, tmp_pat
 
     obs = LocalBackend(storage).observe(ref)
 
-    assert (obs.phase, obs.reason) == ("Unknown", "NotReachable") and not (tmp_path / "runner-disk").exists()
+    assert (obs.phase, obs.reason) == ("Unknown", "NoHeartbeat") and not (tmp_path / "runner-disk").exists()
 
 
 # ── cancel of what this machine cannot reach ─────────────────────────────────────────────────────

@@ -50,6 +50,8 @@ class AttemptReport:
     """What an engine knows of one attempt: the job side's own record where it wrote one, else the
     engine's word. `reason` is empty while the attempt is under way."""
 
+    # Counted across the run: an object's first attempt is its job's TUNEPLANE_ATTEMPT (1 unless the bot
+    # retried), each engine restart one more; numbers from 1 per object are shifted by the bot.
     number: int
     started_at: str | None = None
     finished_at: str | None = None
@@ -75,9 +77,14 @@ class Observation:
     # Every attempt the engine can account for, oldest first; empty from a backend that cannot tell
     # attempts apart (the phase then stands for the only one).
     attempts: tuple[AttemptReport, ...] = ()
-    # The last sign of life the engine can see from whoever runs the newest attempt (ISO-8601 UTC), for
-    # an engine that keeps one (the local supervisor's heartbeat); None when it keeps none.
+    # The last sign of life the engine can see from whoever runs the newest attempt (ISO-8601 UTC; the
+    # local supervisor's heartbeat), None when it keeps none. With phase Unknown and reason `NO_HEARTBEAT`
+    # (a run only another machine can see), None means it never had one. The bot marks the run
+    # `Lost` once it is older than `cluster.local.lost_after` seconds.
     heartbeat_at: str | None = None
+
+
+NO_HEARTBEAT = "NoHeartbeat"  # Observation.reason of a run only another machine can see
 
 
 class BackendError(Exception):
@@ -105,6 +112,10 @@ class SubmitRefused(BackendError):
 
 
 class Backend(Protocol):
+    """Optional capabilities, looked up with `getattr`: `requeues` (True when the engine may start a
+    later attempt after reporting an end, so the bot keeps looking at an ended run for a while),
+    `run_dir`, `metrics`, `artifacts`."""
+
     name: str
 
     def submit(self, request: SubmitRequest) -> BackendRef: ...

@@ -6,13 +6,16 @@ cancellation: a committed `cancel: true` deletes the job object of every run the
 whatever its status file claims. One request that cannot be read or parsed becomes one Failed status
 (`InvalidRequest`, with the file and line) and the bot goes on with the others.
 
-Safe to kill at any point and to run several at once: a job object's name is derived from the run,
-and backends adopt an existing object of that name, so submitting again never starts a second job.
+Safe to kill at any point and to run several at once: a job object's name is derived from the run
+(and from the attempt, for the bot's retries: see `runs.retry`), and backends adopt an existing
+object of that name, so submitting again never starts a second job.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,8 @@ from tuneplane.models.run import RunRequest, RunStatus, Transition
 from tuneplane.problems import location
 from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
-from tuneplane.runs.observe import backend_object, backend_ref, elsewhere
+from tuneplane.runs.observe import RETRY_WAIT, backend_object, backend_ref, elsewhere
+from tuneplane.runs.retry import attempt_run, kept_attempts, next_attempt, resubmitted, retry_at
 
 
 def reconcile(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
@@ -87,6 +91,8 @@ def _plan(
             cancel.append((key, status, request))
         elif status.backend is None and status.reason == "SubmitFailed" and status.phase not in TERMINAL:
             retry.append((key, status))
+        elif (due := retry_at(status)) is not None and due <= time.time():  # the bot's next attempt
+            retry.append((key, status))
     return cancel, retry
 
 
@@ -121,8 +127,11 @@ def cancelled(status: RunStatus, now: str) -> RunStatus:
         message += f" (the status said {status.phase}, but the job object still existed)"
     if status.phase != CANCELLED:
         history.append(Transition(phase=CANCELLED, at=now))
+    attempts = list(status.attempts)
+    if attempts and not attempts[-1].reason:  # the attempt under way ends with the run
+        attempts[-1] = attempts[-1].model_copy(update={"reason": CANCELLED, "finished_at": now})
     return status.model_copy(update={"phase": CANCELLED, "reason": "CancelRequested", "finished_at": now,
-                                     "message": message, "history": history})
+                                     "message": message, "history": history, "attempts": attempts})
 
 
 def _submit_all(
@@ -213,13 +222,19 @@ class _Submitter:
         from tuneplane.runs.prepare import backend_request
         from tuneplane.runs.status import waiting_status
 
+        attempt = next_attempt(previous) if previous is not None and previous.reason == RETRY_WAIT else 1
+        if attempt > 1:
+            run = attempt_run(self.lab, run, attempt)
         try:
             backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
-            ref = backend.submit(backend_request(self.lab.root, self.lab, run))
+            # the attempt's number travels with the request too: a backend that keeps one place per run
+            # (the local run directory) starts the next attempt there instead of adopting the last one
+            ref = backend.submit(dataclasses.replace(backend_request(self.lab.root, self.lab, run), attempt=attempt))
         except SubmitRefused as exc:  # refused as written: retrying cannot help
             from tuneplane.runs.status import refused_status  # lazy: as above
 
-            self.batch.status(refused_status(request, utc_now(), _located(self.lab, exc), "SubmitRefused", run.spec))
+            refused = refused_status(request, utc_now(), _located(self.lab, exc), "SubmitRefused", run.spec)
+            self.batch.status(refused if previous is None else kept_attempts(previous, refused))
             self._note(self.report.refused, key, f"refused: {exc}")
             return
         except BackendError as exc:
@@ -344,6 +359,8 @@ def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStat
     fresh = submitted_status(request, run.spec, ref, now)
     if previous is None:
         return fresh
+    if previous.reason == RETRY_WAIT:
+        return resubmitted(previous, ref, now)
     # A retried submission: the run stays Pending (phases never go back), now with its backend object.
     return previous.model_copy(
         update={

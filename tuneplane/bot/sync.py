@@ -2,9 +2,12 @@
 
 Only the ledger's active runs are looked at (see `ledger`), so a lab of 20,000 finished runs syncs in
 the time of two `git ls-tree`s. The cluster is the truth: a status that claims an end (a hand edit to
-`Succeeded`) while the backend still runs the job is corrected back to what the backend reports, so
-`cancel: true` and `tp job cancel` work on it again. When a run ends, its metrics are charted into
-`status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary metrics first.
+`Succeeded`, an old attempt's exit marker) while the backend runs the job again is reopened with what
+the backend reports, so `cancel: true` and `tp job cancel` work on it again; only what the bot itself
+decided (a cancel, a spent retry budget) stays ended. A failed attempt the run's retry policy covers
+leaves the run Pending for `tp bot reconcile` to submit the next attempt. When a run ends, its
+metrics are charted into `status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary
+metrics first.
 """
 
 from __future__ import annotations
@@ -15,26 +18,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, HasArtifacts, HasMetrics, HasRunDir, Observation
+from tuneplane.backends.base import (
+    NO_HEARTBEAT,
+    Backend,
+    BackendError,
+    BackendRef,
+    HasArtifacts,
+    HasMetrics,
+    HasRunDir,
+    Observation,
+)
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNDER_WAY, UNKNOWN, epoch_of, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import Lab
 from tuneplane.lab.runs import RunKey, status_from
-from tuneplane.models.run import RunStatus, Transition
+from tuneplane.models.run import RunStatus
 from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.localrun import stored_series
 from tuneplane.runs.observe import (
+    BOT_DECIDED,
     apply_observation,
     backend_ref,
     elsewhere,
+    reopened,
     with_artifacts,
     with_metrics,
 )
 from tuneplane.views.runmetrics import Timed, chart_svg, vocabulary_of
 
 PATIENCE = 7 * 86400  # seconds after a run's end the bot keeps asking an unreachable receiver for them
+REQUEUE_WATCH = 3600  # seconds after a run's end the bot still asks its engine for a later attempt
 Series = dict[str, list[tuple[int, float]]]
 
 
@@ -48,14 +63,15 @@ def _sync_all(bot: BotPass, echo: Echo) -> None:
     metrics = IngestReader.from_env(bot.lab)
     for key, raw in sorted(bot.work.active.items()):
         if raw is not None:
-            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo)
+            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo,
+                      float(bot.lab.config.cluster.local.lost_after))
     if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
         bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
 
 
 def _sync_one(
     pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
-    echo: Echo,
+    echo: Echo, lost_after: float | None = None,
 ) -> None:
     try:
         status = status_from(raw, key.status_rel)
@@ -72,15 +88,23 @@ def _sync_one(
         return
     if elsewhere(backend, ref) and status.phase not in TERMINAL:
         # Still watched: its machine may commit its end, or its storage may be back on the next pass
-        # (a mount missing for once, another runner); either way no sync may forget it.
+        # (a mount missing for once, another runner); either way no sync may forget it. A backend that
+        # knows the run's heartbeat says so (`NO_HEARTBEAT`): silent past `lost_after`, the run is Lost.
+        lost = _heartbeat(backend, ref, status, lost_after)
+        if lost is not None:
+            batch.status(lost)
+            report.updated.append(str(key))
+            echo(f"  {key}: {status.phase} → {lost.phase}: no heartbeat from its machine")
+            return
         echo(f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
              f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
              "end, or the next sync that sees it does")
         return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
-        new: RunStatus | None = status  # it ended; only its metrics are left to read
+        # it ended: its metrics may be left to read, and its engine may yet start a later attempt
+        new: RunStatus | None = reopened(status, _observation(backend, ref), utc_now(), retry=True) or status
     else:
-        new = _observed(batch, backend, ref, key, status)
+        new = _observed(batch, backend, ref, key, status, lost_after)
     if new is None:
         return
     new = _with_results(new, backend, ref, metrics, status, batch, key)
@@ -89,9 +113,14 @@ def _sync_one(
         batch.status(new)
         report.updated.append(str(key))
         echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
-    if late and not _past(new.finished_at, PATIENCE):
+    # A backend whose engine may requeue a job after its end was recorded (`requeues`: Slurm after a node
+    # failure) may show a later attempt yet: a run that ended by itself is looked at again for a while.
+    watch = (getattr(backend, "requeues", False) and new.phase in TERMINAL and new.reason not in BOT_DECIDED
+             and not _past(new.finished_at, REQUEUE_WATCH))
+    if (late and not _past(new.finished_at, PATIENCE)) or watch:
         batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
-        echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
+        if late:
+            echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
     elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
         batch.ledger.active.pop(str(key), None)  # read at last, or given up on
 
@@ -106,20 +135,39 @@ def _past(when: str | None, seconds: float) -> bool:
     return then is None or time.time() - then > seconds
 
 
-def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus) -> RunStatus | None:
+def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus,
+              lost_after: float | None = None) -> RunStatus | None:
     """The status after asking the backend; None when there is nothing more to record."""
     now = utc_now()
-    try:
-        obs = backend.observe(ref)
-    except BackendError as exc:
-        obs = Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
+    obs = _observation(backend, ref)
     if status.phase not in TERMINAL:
-        return apply_observation(status, obs, now)
-    if obs.phase in UNDER_WAY:
-        return corrected(status, obs, now, ref.backend)
-    if obs.phase in TERMINAL:  # the backend agrees that it ended: stop watching it
+        return apply_observation(status, obs, now, retry=True, lost_after=lost_after)
+    again = reopened(status, obs, now, retry=True)  # a later attempt: the run is not over
+    if again is not None:
+        return again
+    if obs.phase in TERMINAL or status.reason in BOT_DECIDED:  # it ended: stop watching it
         batch.ledger.active.pop(str(key), None)
     return None
+
+
+def _heartbeat(backend: Backend, ref: BackendRef, status: RunStatus, lost_after: float | None) -> RunStatus | None:
+    """A run of another machine whose heartbeat the backend reports as older than `lost_after`, ended
+    (or retried) as `Lost`; None while it is alive, or when the backend cannot tell."""
+    try:
+        obs = backend.observe(ref)
+    except BackendError:
+        return None
+    if obs.reason != NO_HEARTBEAT or lost_after is None:
+        return None  # the backend cannot see the run at all: its own machine records its end
+    new = apply_observation(status, obs, utc_now(), retry=True, lost_after=lost_after)
+    return new if new.phase != status.phase or new.attempts != status.attempts else None
+
+
+def _observation(backend: Backend, ref: BackendRef) -> Observation:
+    try:
+        return backend.observe(ref)
+    except BackendError as exc:
+        return Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
 
 
 def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
@@ -140,19 +188,6 @@ def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: In
             if svg:
                 batch.chart(key, svg)
     return new
-
-
-def corrected(status: RunStatus, obs: Observation, now: str, backend: str) -> RunStatus:
-    """A status that claimed an end while the backend still runs the job, put back to the truth."""
-    history = [*status.history, Transition(phase=obs.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
-    message = (
-        f"the status said {status.phase}, but the job is still {obs.phase.lower()} on {backend}: "
-        "corrected by tp bot sync (the cluster is the truth; edit a run's fate with `cancel: true`)"
-    )
-    return status.model_copy(update={
-        "phase": obs.phase, "reason": "Corrected", "message": message, "finished_at": None,
-        "exit_code": None, "history": history,
-    })
 
 
 def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,

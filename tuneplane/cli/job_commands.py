@@ -11,7 +11,7 @@ from tuneplane.errors import UsageError
 
 if TYPE_CHECKING:
     from tuneplane.lab.runs import RunKey
-    from tuneplane.models.run import RunRequest, RunStatus
+    from tuneplane.models.run import Attempt, RunRequest, RunStatus
 
 RECENT = 20
 
@@ -89,7 +89,7 @@ def _not_submitted(key: RunKey, request: RunRequest) -> None:
 
 def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.views.dashboard import duration_text, sparkline
+    from tuneplane.views.dashboard import duration_text, gpu_hours, sparkline
 
     p = s.provenance
     code = f", exit code {s.exit_code}" if s.exit_code is not None else ""
@@ -126,6 +126,11 @@ def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
         lines.append(("metric", f"{name} = {value:.6g} {sparkline(s.metric_history.get(name, []))}".rstrip()))
     for art in s.artifacts:
         lines.append(("artifact", f"{art.kind}: {art.path} ({art.size_bytes} bytes)"))
+    shown = len(s.attempts) > 1 or any(a.reason not in ("", "Completed") for a in s.attempts)
+    for attempt in s.attempts if shown else []:  # one attempt that ran to its end says nothing more
+        lines.append(("attempt", _attempt_text(attempt)))
+    if any(a.gpu_seconds for a in s.attempts):
+        lines.append(("GPU-hours", gpu_hours(sum(a.gpu_seconds for a in s.attempts))))
     if s.message:
         lines.append(("message", s.message.replace("\n", "\n" + " " * 11)))
     lines.append(("files", f"{key.request_rel} · {key.status_rel}"))
@@ -169,6 +174,21 @@ def cancel(
 
     for line in cancel_run(run, now=now, push=push):
         typer.echo(line)
+
+
+def _attempt_text(a: Attempt) -> str:
+    """One attempt on one line: its number, how it ended, where, its GPU-hours, what the trainer said."""
+    from tuneplane.views.dashboard import gpu_hours  # lazy: as in _status_lines
+
+    parts = [str(a.number), a.reason or "under way"]
+    if a.exit_code is not None:
+        parts.append(f"exit code {a.exit_code}")
+    if a.failed_node or a.failed_rank is not None:
+        where = [f"node {a.failed_node}"] if a.failed_node else []
+        parts.append(" ".join(where + ([f"rank {a.failed_rank}"] if a.failed_rank is not None else [])))
+    if a.gpu_seconds:
+        parts.append(f"{gpu_hours(a.gpu_seconds)} GPU-h")
+    return " · ".join(parts) + (f": {a.message.splitlines()[0]}" if a.message.strip() else "")
 
 
 def metrics_in_order(status: RunStatus) -> list[tuple[str, float]]:

@@ -145,6 +145,14 @@ class PodSecurity(Strict):
         return self
 
 
+class LocalSettings(Strict):
+    """Runs of the local backend, as the bot sees them."""
+
+    lost_after: int = Field(900, ge=60, le=7 * 86400,
+                            description="Seconds without a heartbeat after which the bot marks a local run of "
+                                        "another machine `Lost` (retried when the retry policy names Lost).")
+
+
 class Cluster(Strict):
     backend: Literal["local", "kubernetes", "slurm"] = Field("local", description="Where runs go.")
     namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
@@ -153,6 +161,7 @@ class Cluster(Strict):
     repo: Repo = Field(default_factory=defaults_of(Repo))
     ingest: Ingest = Field(default_factory=defaults_of(Ingest))
     slurm: SlurmSettings = Field(default_factory=defaults_of(SlurmSettings))
+    local: LocalSettings = Field(default_factory=defaults_of(LocalSettings))
     image_pull_secrets: list[str] = Field(default_factory=empty_list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
     ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0,

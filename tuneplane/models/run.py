@@ -101,6 +101,7 @@ class Attempt(Strict):
     log_tail: list[str] = Field(default_factory=empty_list, description="The failing rank's last log lines.")
     gpus: int = Field(0, ge=0, description="GPUs the attempt held.")
     gpu_seconds: float = Field(0.0, ge=0, description="GPUs held times the attempt's wall time.")
+    object: str = Field("", description="The backend object that ran it (the bot's retries each make one).")
 
 
 class RunStatus(Strict):
@@ -130,3 +131,5 @@ class RunStatus(Strict):
                                                    description="Recent values, for sparklines.")
     history: list[Transition] = Field(default_factory=empty_list)
     attempts: list[Attempt] = Field(default_factory=empty_list, description="Every attempt, oldest first.")
+    retry: RetryPolicy | None = Field(None, description="The retry policy the run was submitted under "
+                                      "(none: the default policy).")

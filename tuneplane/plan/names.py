@@ -31,6 +31,18 @@ def object_name(experiment: str, run_id: str) -> str:
     return f"{stem}-{digest}"
 
 
+def attempt_name(name: str, attempt: int) -> str:
+    """The object of a run's `attempt` (the bot's retry) under the name of its first (`name`, from
+    `object_name`): `<stem>-<hash>-a<N>`, the stem shortened so it stays within `MAX_NAME`. Every bot
+    derives the same name, so a second bot (or one restarted after a crash) adopts the object."""
+    if attempt <= 1:
+        return name
+    suffix = f"-a{attempt}"
+    stem, _, digest = name.rpartition("-")
+    stem = stem[: max(1, MAX_NAME - len(digest) - 1 - len(suffix))].rstrip("-") or "tp"
+    return f"{stem}-{digest}{suffix}"
+
+
 def label_value(text: str) -> str:
     """A valid label value (≤ 63, alphanumeric at both ends, `-_.` inside) that still reads like `text`."""
     cleaned = _LABEL_UNSAFE.sub("-", text)[:63]

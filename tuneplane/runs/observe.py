@@ -1,9 +1,13 @@
 """Observe: fold what a backend and the ingest receiver report into a run's status, legally.
 
-Phases only move forward: Submitted → Pending → Running → one of Succeeded, Failed, Cancelled (any step
-may be skipped: a fast job goes from Submitted straight to Succeeded). A terminal phase never changes,
-and a backward report (a requeued pod saying Pending after Running) keeps the later phase, so a status
-file tells the truth even when two bots observe the same run a moment apart.
+A run has one or more attempts (an engine's requeue or pod replacement, the bot's retry), recorded
+oldest first, and its phase is the newest attempt's truth: a new attempt starting moves the run back to
+Pending or Running (written down in its history and attempts); a terminal phase comes only from the
+newest attempt's own ending, never from an older attempt's exit marker nor from an engine that did not
+answer (`Unknown` keeps the phase). Within one attempt phases only move forward (Submitted → Pending →
+Running → an end, steps may be skipped), so a backend that cannot tell attempts apart and reports a
+stale phase (two bots a moment apart) changes nothing. A status the bot wrote terminal stays so here;
+`reopened` is the one way back, for a run its engine shows running again.
 """
 
 from __future__ import annotations
@@ -12,14 +16,42 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, HasRunDir, Observation
-from tuneplane.constants import CANCELLED, PHASE_RANK, RUNNING, TERMINAL
+from tuneplane.backends.base import (
+    NO_HEARTBEAT,
+    AttemptReport,
+    Backend,
+    BackendError,
+    BackendRef,
+    HasRunDir,
+    Observation,
+)
+from tuneplane.constants import (
+    ATTEMPT_REASONS,
+    CANCELLED,
+    FAILED,
+    PENDING,
+    PHASE_RANK,
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL,
+    UNDER_WAY,
+    epoch_of,
+)
 from tuneplane.metrics.vocab import Vocabulary, counts
-from tuneplane.models.run import Artifact, BackendObject, RunStatus, Transition
+from tuneplane.models.base import RetryPolicy
+from tuneplane.models.run import Artifact, Attempt, BackendObject, RunStatus, Transition
 
 HISTORY_POINTS = 20  # values kept per metric for the dashboard's sparklines
 FALLBACK_METRICS = 6  # metrics a status keeps beyond the primary ones, up to this many in all
 MESSAGE_LIMIT = 4000
+LOG_TAIL = 20  # a failing rank's log lines an attempt keeps
+# Status reasons of what the bot decided, not the engine: such a status is never reopened.
+CANCEL_REQUESTED = "CancelRequested"
+RETRIES_SPENT = "RetriesExhausted"
+RETRY_WAIT = "RetryBackoff"  # Pending until the bot submits the next attempt
+REQUEUED = "Requeued"  # Pending until the engine starts its next attempt
+BOT_DECIDED = frozenset({CANCEL_REQUESTED, RETRIES_SPENT})
+_ENDING = {"Completed": SUCCEEDED, CANCELLED: CANCELLED}  # attempt reason → phase; any other: Failed
 
 
 class IllegalTransition(ValueError):
@@ -27,7 +59,7 @@ class IllegalTransition(ValueError):
 
 
 def is_legal(old: str | None, new: str) -> bool:
-    """Whether a status may go from `old` (None: no status yet) to `new`."""
+    """Whether a status may go from `old` (None: no status yet) to `new` within one attempt."""
     if old is None:
         return new in PHASE_RANK
     if old in TERMINAL:
@@ -62,45 +94,204 @@ def backend_object(ref: BackendRef) -> BackendObject:
     )
 
 
-def apply_observation(status: RunStatus, obs: Observation, now: str) -> RunStatus:
-    """The status after `obs`. Unknown keeps the phase (the message says why); going backwards is ignored."""
+def apply_observation(status: RunStatus, obs: Observation, now: str, *, retry: bool = False,
+                      lost_after: float | None = None) -> RunStatus:
+    """The status after `obs`: its attempts recorded, the phase from the newest one. Unknown keeps the
+    phase (the message says why); a terminal status is left as it is. With `retry` (the bot), a failed
+    attempt the run's retry policy covers leaves the run Pending for the bot's next attempt, and one
+    that spent the budget ends it `RetriesExhausted`. With `lost_after`, a run only another machine
+    can see whose last heartbeat is older than that many seconds ends with a `Lost` attempt."""
     if status.phase in TERMINAL:
         return status
+    return _fold(status, obs, now, retry, lost_after)
+
+
+def reopened(status: RunStatus, obs: Observation, now: str, *, retry: bool = False) -> RunStatus | None:
+    """A status recorded terminal whose engine shows the run going again (a later attempt, or under
+    way while it claimed an end), put back to the truth; None when it stays as it is. What the bot
+    decided (a cancel, a spent retry budget) stays terminal whatever the engine says."""
+    if status.phase not in TERMINAL or status.reason in BOT_DECIDED or obs.phase not in PHASE_RANK:
+        return None
+    newest = status.attempts[-1].number if status.attempts else 1
+    later = any(r.number > newest for r in obs.attempts)
+    if obs.phase not in UNDER_WAY and not later:
+        return None
+    open_ = status.model_copy(update={"phase": RUNNING if status.started_at else PENDING})
+    new = _fold(open_, obs, now, retry, None)
+    if new.phase in TERMINAL:
+        return None
+    going = (f"{new.phase.lower()} again (attempt {new.attempts[-1].number})" if later
+             else f"still {new.phase.lower()}")
+    message = (f"the status said {status.phase}, but the job is {going} on "
+               f"{status.backend.backend if status.backend else 'its backend'}: corrected by tp bot sync "
+               "(the cluster is the truth; edit a run's fate with `cancel: true`)")
+    history = [*status.history, Transition(phase=new.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
+    return new.model_copy(update={"reason": "Corrected", "message": message, "history": history,
+                                  "finished_at": None, "exit_code": None})
+
+
+def _fold(status: RunStatus, obs: Observation, now: str, retry: bool, lost_after: float | None) -> RunStatus:
     if obs.phase not in PHASE_RANK:
+        if lost_after is not None and obs.reason == NO_HEARTBEAT and _silent(status, obs, now, lost_after):
+            return _fold(status, _lost(status, obs, now, lost_after), now, retry, None)
         return status.model_copy(update={"message": _clip(obs.message)}) if obs.message else status
-    if not is_legal(status.phase, obs.phase):
-        return status
-    changes: dict[str, Any] = {"reason": obs.reason, "message": _clip(obs.message)}
-    if obs.started_at and not status.started_at:
-        changes["started_at"] = obs.started_at
-    if obs.exit_code is not None:
-        changes["exit_code"] = obs.exit_code
-    if obs.phase in TERMINAL:
-        changes["finished_at"] = obs.finished_at or now
-    if obs.phase == status.phase:
+    attempts = merged_attempts(status, obs, now)
+    if attempts is None:
+        return status  # a report-less backend's stale phase: the same attempt never goes back
+    newest = attempts[-1]
+    phase, reason, message = _verdict(status, obs, newest, retry)
+    changes: dict[str, Any] = {"reason": reason, "message": _clip(message), "attempts": attempts}
+    first = attempts[0].started_at or obs.started_at
+    if first and not status.started_at:
+        changes["started_at"] = first
+    exit_code = newest.exit_code if obs.attempts else obs.exit_code
+    if exit_code is not None or obs.attempts:
+        changes["exit_code"] = exit_code
+    changes["finished_at"] = (newest.finished_at or obs.finished_at or now) if phase in TERMINAL else None
+    before = status.attempts[-1].number if status.attempts else 1
+    if phase == status.phase and newest.number <= before:
         return status.model_copy(update=changes)
-    if (
-        obs.phase in TERMINAL
-        and obs.phase != CANCELLED
-        and PHASE_RANK[status.phase] < PHASE_RANK[RUNNING]
-        and changes.get("started_at")
-    ):
-        status = transition(status, RUNNING, changes["started_at"])  # it ran between two looks
-    when = (
-        changes.get("finished_at")
-        if obs.phase in TERMINAL
-        else obs.started_at
-        if obs.phase == RUNNING
-        else None
-    ) or now
-    return transition(status, obs.phase, when, **changes)
+    if (phase in TERMINAL and phase != CANCELLED and newest.started_at
+            and (PHASE_RANK[status.phase] < PHASE_RANK[RUNNING] or newest.number > before)):
+        status = _moved(status, RUNNING, newest.started_at)  # it ran between two looks
+    when = (changes["finished_at"] if phase in TERMINAL
+            else newest.started_at if phase == RUNNING and newest.started_at
+            else now)
+    return _moved(status, phase, when, **changes)
+
+
+def _moved(status: RunStatus, phase: str, at: str, **changes: Any) -> RunStatus:
+    history = [*status.history, Transition(phase=phase, at=at)]  # type: ignore[arg-type, unused-ignore]
+    return status.model_copy(update={"phase": phase, "history": history, **changes})
+
+
+def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) -> tuple[str, str, str]:
+    """The run's phase, reason and message from its newest attempt (and what the engine says of it)."""
+    if not newest.reason:  # under way
+        going = obs.phase if obs.phase in UNDER_WAY else RUNNING if newest.started_at else PENDING
+        return going, obs.reason, obs.message
+    ended = f"attempt {newest.number} ended {newest.reason}"
+    why = newest.message or obs.message
+    if obs.phase in UNDER_WAY:  # the engine requeued it and starts the next attempt itself
+        return PENDING, obs.reason or REQUEUED, f"{ended}: {why}" if why else ended
+    # the engine's word for the whole object: stopped on request is no failure to retry
+    phase = CANCELLED if obs.phase == CANCELLED else _ENDING.get(newest.reason, FAILED)
+    if phase != FAILED:
+        return phase, obs.reason, why  # an attempt that completed (or was stopped) needs no reason shown
+    if not retry:
+        return phase, obs.reason or newest.reason, why
+    policy = status.retry or RetryPolicy()
+    if newest.reason not in policy.on:
+        return phase, obs.reason or newest.reason, why
+    if newest.number >= policy.attempts:
+        note = f"{ended}, attempt {newest.number} of {policy.attempts}: no retry left"
+        return FAILED, RETRIES_SPENT, f"{why}\n{note}" if why else note
+    note = (f"{ended}; attempt {newest.number + 1} of {policy.attempts} is submitted "
+            f"{policy.backoff_seconds} s after it ended")
+    return PENDING, RETRY_WAIT, f"{why}\n{note}" if why else note
+
+
+def merged_attempts(status: RunStatus, obs: Observation, now: str) -> list[Attempt] | None:
+    """The run's attempts with what `obs` says of the current backend object's; None when `obs`
+    (from a backend that reports no attempts) goes back within the one it stands for."""
+    current = status.backend.name if status.backend else ""
+    mine = [a for a in status.attempts if a.object in (current, "")]
+    others = [a for a in status.attempts if a.object not in (current, "")]
+    base = mine[0].number if mine else max((a.number for a in others), default=0) + 1
+    if obs.attempts:
+        shift = base - 1 if max(r.number for r in obs.attempts) < base else 0  # numbered per object
+        fresh = [_attempt(r, r.number + shift, current, status, now) for r in obs.attempts]
+    else:
+        last = mine[-1] if mine else None
+        if last is not None and not last.reason and obs.phase in UNDER_WAY and \
+                PHASE_RANK[obs.phase] < PHASE_RANK[status.phase]:
+            return None
+        fresh = [_derived(obs, last.number if last else base, current, status, now)]
+    by_number = {a.number: a for a in [*others, *mine]}
+    for attempt in fresh:
+        by_number[attempt.number] = _merge(by_number.get(attempt.number), attempt)
+    return [by_number[n] for n in sorted(by_number)]
+
+
+def _attempt(report: AttemptReport, number: int, current: str, status: RunStatus, now: str) -> Attempt:
+    finished = report.finished_at or (now if report.reason else None)
+    gpus = report.gpus or profile_gpus(status.profile)  # else what the status recorded at submit (`_merge`)
+    return Attempt(
+        number=number, started_at=report.started_at, finished_at=finished, where=list(report.where),
+        exit_code=report.exit_code, signal=report.signal, reason=report.reason or "",
+        message=_clip(report.message), failed_node=report.failed_node, failed_rank=report.failed_rank,
+        log_tail=list(report.log_tail)[-LOG_TAIL:], gpus=gpus,
+        gpu_seconds=gpu_seconds(gpus, report.started_at, finished), object=current,
+    )
+
+
+def _derived(obs: Observation, number: int, current: str, status: RunStatus, now: str) -> Attempt:
+    """The one attempt a backend that reports none stands for."""
+    reason = ""
+    if obs.phase == SUCCEEDED:
+        reason = "Completed"
+    elif obs.phase == CANCELLED:
+        reason = CANCELLED  # the attempt reason of that name
+    elif obs.phase == FAILED:
+        reason = obs.reason if obs.reason in ATTEMPT_REASONS else "Error"
+    report = AttemptReport(number=number, started_at=obs.started_at, finished_at=obs.finished_at,
+                           exit_code=obs.exit_code, reason=reason,  # type: ignore[arg-type]
+                           message=obs.message if reason else "")
+    return _attempt(report, number, current, status, now)
+
+
+def _merge(old: Attempt | None, new: Attempt) -> Attempt:
+    """`new`, keeping what `old` knew that the engine no longer says (its pods gone, a record pruned)."""
+    if old is None:
+        return new
+    kept = {k: v for k, v in old.model_dump().items() if v not in (None, "", [])}
+    fresh = {k: v for k, v in new.model_dump().items() if v not in (None, "", [])}
+    if new.reason == "" and old.reason:  # the engine says it is under way again: its word wins
+        kept = {k: v for k, v in kept.items() if k not in ("reason", "finished_at", "exit_code", "signal")}
+    merged = Attempt.model_validate({**kept, **fresh, "object": old.object or new.object,
+                                     "gpus": new.gpus or old.gpus})  # 0: the engine did not say
+    return merged.model_copy(update={
+        "gpu_seconds": gpu_seconds(merged.gpus, merged.started_at, merged.finished_at)})
+
+
+def gpu_seconds(gpus: int, started: str | None, finished: str | None) -> float:
+    """GPUs held times wall time; 0 until the attempt has both ends (a running one is not rewritten
+    on every sync)."""
+    start, end = epoch_of(started), epoch_of(finished)
+    if not gpus or start is None or end is None or end < start:
+        return 0.0
+    return round(gpus * (end - start), 1)
+
+
+def profile_gpus(profile: str) -> int:
+    """The GPU count a profile names (`h200:8` → 8); 0 when it names none."""
+    count = profile.partition(":")[2]
+    return int(count) if count.isdigit() else 0
+
+
+def _silent(status: RunStatus, obs: Observation, now: str, lost_after: float) -> bool:
+    last = epoch_of(obs.heartbeat_at or status.started_at or status.submitted_at)
+    at = epoch_of(now)
+    return last is not None and at is not None and at - last > lost_after
+
+
+def _lost(status: RunStatus, obs: Observation, now: str, lost_after: float) -> Observation:
+    """The final `Lost` attempt of a run nobody has heard of for longer than `lost_after` seconds."""
+    newest = status.attempts[-1] if status.attempts else None
+    number = newest.number if newest is not None and not newest.reason else (newest.number + 1 if newest else 1)
+    beat = obs.heartbeat_at or "never"
+    message = (f"no heartbeat for more than {int(lost_after)} s (last: {beat}); {obs.message}".rstrip("; ")
+               + " — the machine that ran it is gone or cut off (cluster.local.lost_after)")
+    report = AttemptReport(number=number, started_at=newest.started_at if newest else status.started_at,
+                           finished_at=now, reason="Lost", message=message)
+    return Observation(FAILED, reason="Lost", message=message, finished_at=now, attempts=(report,))
 
 
 def observe_run(backend: Backend, status: RunStatus, now: str) -> RunStatus:
     """Ask the backend about a non-terminal run; a backend failure becomes a message, not a crash."""
     ref = backend_ref(status)
-    if ref is None or status.phase in TERMINAL:
-        return status
+    if ref is None or status.phase in TERMINAL or status.reason == RETRY_WAIT:
+        return status  # (waiting for the bot's next attempt: its last object's end is on record)
     try:
         obs = backend.observe(ref)
     except BackendError as exc:

@@ -71,15 +71,20 @@ def prepare(
     if warn is not None:
         for warning in warnings:
             warn(warning)
-    plan = compile_plan(spec)
-    # A local run has no manifests (render refuses it); a cluster run is rendered and checked now.
+    return rendered(lab, request, spec, compile_plan(spec), tuple(warnings))
+
+
+def rendered(lab: Lab, request: RunRequest, spec: JobSpec, plan: LaunchPlan,
+             warnings: tuple[str, ...] = ()) -> PreparedRun:
+    """The run as each backend is sent it. A local run has no manifests (render refuses it); a cluster
+    run is rendered and checked now."""
     if spec.spec.resources.local:
-        return PreparedRun(request, spec, plan, [], None, tuple(warnings))
+        return PreparedRun(request, spec, plan, [], None, warnings)
     if lab.config.cluster.backend == "slurm":
         batch = slurm_batch(spec, plan, lab)
-        return PreparedRun(request, spec, plan, [batch], str(batch["script"]), tuple(warnings))
+        return PreparedRun(request, spec, plan, [batch], str(batch["script"]), warnings)
     text, manifests = render_documents(spec, plan, lab.config)
-    return PreparedRun(request, spec, plan, manifests, text, tuple(warnings))
+    return PreparedRun(request, spec, plan, manifests, text, warnings)
 
 
 def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:

@@ -8,8 +8,9 @@ from typing import Any
 from tuneplane import __version__
 from tuneplane.backends.base import BackendRef
 from tuneplane.constants import CANCELLED, FAILED, PENDING, SUBMITTED
+from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.models.run import Provenance, RunRequest, RunStatus, Transition
+from tuneplane.models.run import Attempt, Provenance, RunRequest, RunStatus, Transition
 from tuneplane.plan.names import jobspec_digest
 from tuneplane.runs.observe import backend_object
 
@@ -59,6 +60,10 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
         provenance=provenance,
         out_dir=spec.spec.paths.out_dir,
         message=message,
+        retry=None if spec.spec.retry == RetryPolicy() else spec.spec.retry,  # none: the default
+        # the first attempt, under way: what it holds is known now (a report that omits it keeps this)
+        attempts=[Attempt(number=1, object=ref.name,
+                          gpus=spec.spec.resources.nodes * spec.spec.resources.gpus_per_node)],
     )
 
 

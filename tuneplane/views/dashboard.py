@@ -3,9 +3,9 @@
 - `status/README.md`: the index. One line per experiment (runs, phases, latest run), the latest runs
   of the lab, the requests not yet run, and what the bot refused (a symlink, a request it cannot
   parse), so a person sees it on the git host.
-- `status/<exp>/README.md`: one experiment: its counts, the newest runs of its newest month (at most
-  `PAGE`), the charts of its latest finished runs (`<run-id>.svg`, written by the bot), links to the
-  month pages.
+- `status/<exp>/README.md`: one experiment: its counts, its GPU-hours by month, the newest runs of its
+  newest month (at most `PAGE`), the charts of its latest finished runs (`<run-id>.svg`, written by
+  the bot), links to the month pages.
 - `status/<exp>/<YYYY-MM>.md` (and `<YYYY-MM>-p2.md`, … for a month of more than `PAGE` runs): the
   runs of that experiment started in that month, `PAGE` to a page, oldest part first.
 
@@ -53,8 +53,8 @@ PAGE = 100  # runs on one page: an experiment page shows its newest; a month of 
 NOTE = "<!-- Written by `tp bot` from the status files beside it; edits here are overwritten. -->"
 WAITING = "## Waiting for the bot"  # the index's notices: requests not yet run, and what the bot refused
 REFUSED = "## Refused by the bot"
-HEADER = "| run | method | profile | phase | started | duration | metric | files |"
-RULE = "|:--|:--|:--|:--|:--|--:|:--|:--|"
+HEADER = "| run | method | profile | phase | started | duration | GPU-h | metric | files |"
+RULE = "|:--|:--|:--|:--|:--|--:|--:|:--|:--|"
 
 
 def month_of(run_id: str) -> str:
@@ -139,6 +139,35 @@ def _phase(data: dict[str, Any] | None) -> str:
     return str(data.get("phase", "?")) if data else "unreadable"
 
 
+def gpu_seconds(data: dict[str, Any] | None) -> float:
+    """A run's GPU-seconds: the sum over its attempts (each its GPUs times its wall time)."""
+    attempts = (data or {}).get("attempts")
+    if not isinstance(attempts, list):
+        return 0.0
+    values = (a.get("gpu_seconds") for a in attempts if isinstance(a, dict))
+    return sum(float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+               and math.isfinite(v) and v > 0)
+
+
+def gpu_seconds_by_month(root: Path, exp: str) -> dict[str, float]:
+    """An experiment's GPU-seconds by the month its runs were requested in (every status is read, as a
+    recount does: the experiment page shows them, and no other page has to change with them)."""
+    out: dict[str, float] = {}
+    for run_id in run_ids(root, exp):
+        spent = gpu_seconds(read_raw(root, RunKey(exp, run_id)))
+        if spent:
+            out[month_of(run_id)] = out.get(month_of(run_id), 0.0) + spent
+    return out
+
+
+def gpu_hours(seconds: float) -> str:
+    """GPU-seconds as GPU-hours for a page: one decimal, `<0.1` for less, empty for none."""
+    if seconds <= 0:
+        return ""
+    hours = seconds / 3600
+    return "<0.1" if hours < 0.05 else f"{hours:,.1f}"
+
+
 # ── pages ────────────────────────────────────────────────────────────────────────────────────────
 
 
@@ -150,7 +179,12 @@ def experiment_page(root: Path, exp: str, counts: Mapping[str, int]) -> str:
     newest = month_of(ids[-1]) if ids else ""
     shown = list(reversed(months.get(newest, [])))[:PAGE]
     rows = [(RunKey(exp, r), read_raw(root, RunKey(exp, r))) for r in shown]
-    lines = [f"# {_cell(exp)}", "", NOTE, "", _counts_line(counts), "", "[← all experiments](../README.md)", ""]
+    lines = [f"# {_cell(exp)}", "", NOTE, "", _counts_line(counts), ""]
+    spent = gpu_seconds_by_month(root, exp)
+    if spent:
+        lines += [f"**{gpu_hours(sum(spent.values()))} GPU-hours** · " + " · ".join(
+            f"{m}: {gpu_hours(spent[m])}" for m in sorted(spent, reverse=True)), ""]
+    lines += ["[← all experiments](../README.md)", ""]
     if rows:
         lines += [f"## Runs of {newest}", ""]
         full = [n for n, part in enumerate(parts(months[newest]), 1) if len(part) == PAGE]
@@ -290,13 +324,14 @@ def row(key: RunKey, data: dict[str, Any] | None, here: str = "", request: bool 
     if chart:
         links += f" · [chart]({status_link.removesuffix('.json')}.svg)"
     if data is None:
-        return f"| `{key.run_id}` | | | ⚠️ unreadable | | | | {links} |"
+        return f"| `{key.run_id}` | | | ⚠️ unreadable | | | | | {links} |"
     cells = [
         str(data.get("method") or ""),
         str(data.get("profile") or ""),
         _phase_text(data, why=True),
         short_time(data.get("started_at")),
         duration_text(data.get("started_at"), data.get("finished_at")),
+        gpu_hours(gpu_seconds(data)),
         metric_cell(data, spark=False),  # the index's latest runs carry the sparkline
     ]
     return f"| `{key.run_id}` | " + " | ".join(_cell(c) for c in cells) + f" | {links} |"
@@ -309,6 +344,9 @@ def _phase_text(data: dict[str, Any] | None, why: bool = False) -> str:
     reason = str(data.get("reason") or "")
     shown = reason and phase != SUCCEEDED and reason != phase
     text = f"{ICON.get(phase, '')} {phase}".strip() + (f" ({reason})" if shown else "")
+    attempts = data.get("attempts")
+    if isinstance(attempts, list) and len(attempts) > 1:
+        text += f", attempt {len(attempts)}"
     if why and phase == FAILED:
         said = failure_line(str(data.get("message") or ""))
         if said:

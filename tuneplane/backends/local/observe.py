@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tuneplane.backends.base import Observation
+from tuneplane.backends.base import NO_HEARTBEAT, Observation
 from tuneplane.backends.local.attempts import attempt_reports
 from tuneplane.backends.local.files import (
     START_GRACE,
@@ -32,7 +32,7 @@ def observe_run_dir(run_dir: Path, uid: str = "") -> Observation:
     state = read_state(run_dir)
     if state is None:
         if not _storage_here(run_dir):  # another machine's disk: nothing here says how it went
-            return Observation(UNKNOWN, reason="NotReachable",
+            return Observation(UNKNOWN, reason=NO_HEARTBEAT,
                                message=f"the run directory {run_dir} is not on this machine")
         return Observation(
             FAILED,
@@ -92,7 +92,7 @@ def _out_of_reach(run_dir: Path, state: dict[str, Any], host: str, heartbeat: st
             else "no heartbeat of it is here")
     found = Observation(
         UNKNOWN,
-        reason="NotReachable",
+        reason=NO_HEARTBEAT,
         message=f"supervised on {host}, not this machine: {seen}; "
         f"it was {state.get('phase', PENDING)} when {run_dir / 'state.json'} was last written",
         started_at=state.get("started_at"),
