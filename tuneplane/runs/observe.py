@@ -270,7 +270,10 @@ def profile_gpus(profile: str) -> int:
 
 
 def _silent(status: RunStatus, obs: Observation, now: str, lost_after: float) -> bool:
-    last = epoch_of(obs.heartbeat_at or status.started_at or status.submitted_at)
+    """Whether the run's last heartbeat is older than `lost_after`. Only a heartbeat counts: a run whose
+    heartbeat nobody can see here (a laptop's run, its storage out of sight) is not evidence of loss,
+    and a status must not say Lost on a guess."""
+    last = epoch_of(obs.heartbeat_at)
     at = epoch_of(now)
     return last is not None and at is not None and at - last > lost_after
 
