@@ -12,6 +12,7 @@ from pathlib import Path
 from tuneplane.check.rules import experiment_rules, lab_rules, run_rules
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import lint_shared_code
+from tuneplane.check.sweepfiles import validate_sweeps
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import plugin_index
@@ -47,8 +48,10 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
         problems += ctx.problems
         for rule in experiment_rules():
             problems.extend(rule(ctx))
+    runs = list(runs)
     for path in runs:
         problems += validate_run(lab, catalog, path, contexts)
+    problems += validate_sweeps(lab, catalog, {*experiments, *(p.parent.name for p in runs)}, contexts)
     return sorted(set(problems))
 
 
