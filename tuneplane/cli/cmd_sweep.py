@@ -50,7 +50,6 @@ def sweep(
     from tuneplane.errors import UsageError
     from tuneplane.runs import sweep as sweeps
 
-    where = {"push": push, "remote": remote, "branch": branch}
     if experiment in SUBCOMMANDS:
         if not name_arg:
             raise UsageError(f"tp sweep {experiment} needs the sweep's NAME", hint=f"tp sweep {experiment} NAME")
@@ -58,25 +57,26 @@ def sweep(
             _show(name_arg)
             return
         if experiment == "extend":
-            result = sweeps.extend_sweep(name_arg, grid or [], say=typer.echo, **where)
+            result = sweeps.extend_sweep(name_arg, grid or [], push=push, remote=remote, branch=branch,
+                                         say=typer.echo)
         elif experiment == "cancel":
-            result = sweeps.cancel_sweep(name_arg, **where)
+            result = sweeps.cancel_sweep(name_arg, push=push, remote=remote, branch=branch)
         else:
             if not failed:
                 raise UsageError("tp sweep rerun reruns the failed trials", hint=f"tp sweep rerun {name_arg} --failed")
-            result = sweeps.rerun_failed(name_arg, say=typer.echo, **where)
+            result = sweeps.rerun_failed(name_arg, push=push, remote=remote, branch=branch, say=typer.echo)
         _report(experiment, result)
         return
     if name_arg:
         raise UsageError(f"unexpected argument {name_arg!r}", hint="name the sweep with --name NAME")
     if not profile:
         raise UsageError("tp sweep EXP needs --profile", hint="for example --profile local")
-    from tuneplane.runs.requests import TypedFlags, read_flags
+    from tuneplane.runs.requests import TypedFlags, read_flags  # lazy: as above
 
     typed = TypedFlags(experiment, profile, image, observability_url, sets or [], model, train_data,
                        validation_data, timeout, message)
     opts = sweeps.SweepOptions.of(read_flags(typed), name=name, grid=tuple(grid or ()), sample=sample, seed=seed,
-                                  max_trials=max_trials, **where)
+                                  max_trials=max_trials, push=push, remote=remote, branch=branch)
     _report("create", sweeps.create_sweep(opts, say=typer.echo))
 
 

@@ -90,8 +90,9 @@ def extend_sweep(name: str, grid_flags: Sequence[str], root: Path | None = None,
         raise UsageError("extend needs --grid KEY=V1,V2", hint=f"tp sweep extend {name} --grid lr=1e-4")
     new_keys = sorted(set(more) - set(sweep.grid))
     if new_keys:
+        swept = ", ".join(sorted(sweep.grid))
         raise UsageError(f"{', '.join(new_keys)} is not swept by {name}: a new parameter would change every trial",
-                         hint=f"extend values of {', '.join(sorted(sweep.grid)) or 'no parameter'}, or start a new sweep")
+                         hint=f"extend values of {swept}, or start a new sweep")
     grid = {k: list(v) + [x for x in more.get(k, []) if _key(x) not in {_key(y) for y in v}]
             for k, v in sweep.grid.items()}
     if grid == {k: list(v) for k, v in sweep.grid.items()}:
@@ -202,7 +203,9 @@ def rerun_failed(name: str, root: Path | None = None, *, push: bool = False, rem
         status = read_status(lab.root, RunKey(sweep.experiment, trial.run_id))
         if status is not None and status.phase == FAILED:
             reruns[trial.first_id] = trial.rerun + 1
-            pins[trial.first_id] = status.provenance.commit
+            # pinned to the code the failed run ran: its recorded commit, else the commit that asked for it
+            key = RunKey(sweep.experiment, trial.run_id)
+            pins[trial.first_id] = status.provenance.commit or repo.added_in(key.request_rel) or repo.head()
     if not pins:
         return SweepResult(sweep, trials=expand(sweep))
     rerun = _validated(sweep, reruns=reruns)
@@ -269,7 +272,8 @@ def _prepare_all(repo: GitRepo, lab: Lab, requests: list[RunRequest]) -> None:
             prepare(lab, request, commit=request.commit or commit, dirty=dirty and not request.commit,
                     allow_dirty=True, prepared_experiment=experiment)
         except UsageError as exc:
-            raise UsageError(f"trial {request.run_id} ({_params_text(request)}): {exc.message}", hint=exc.hint) from None
+            trial = f"trial {request.run_id} ({_params_text(request)})"
+            raise UsageError(f"{trial}: {exc.message}", hint=exc.hint) from None
 
 
 def _params_text(request: RunRequest) -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuneplane.errors import UsageError
 from tuneplane.lab.runs import RunKey, read_status
 from tuneplane.lab.sweeps import read_sweep
+from tuneplane.lab.yamlio import LoadFailed
 from tuneplane.models.run import RunStatus
 from tuneplane.models.sweep import Sweep, Trial, expand
 
@@ -101,6 +103,16 @@ def sweep_table(root: Path, name: str) -> str:
                    for line in [head, *body])
 
 
+def sweep_run_ids(name: str, root: Path | None = None) -> list[str]:
+    """`EXP/RUN` of the newest run of each trial of sweep `name` that the bot has a status of."""
+    # lazy: the lab is found only when a sweep is named
+    from tuneplane.lab.fs import find_lab_root
+
+    base = root or find_lab_root()
+    sweep = read_sweep(base, name)
+    return [str(RunKey(sweep.experiment, r.trial.run_id)) for r in sweep_rows(base, sweep) if r.status is not None]
+
+
 def _declared(root: Path, experiment: str) -> list[str]:
     """The recipe's primary metrics; none when the experiment does not load (its own check says why)."""
     # lazy: the checker loads the catalog; a page of a sweep without metrics never needs it
@@ -110,6 +122,6 @@ def _declared(root: Path, experiment: str) -> list[str]:
 
     try:
         recipe = load_experiment(load_lab(root), load_catalog(), experiment).recipe
-    except Exception:  # noqa: BLE001 - a page never fails for a broken experiment; validate reports it
+    except (UsageError, LoadFailed, OSError):  # a page never fails for a broken experiment; validate says why
         return []
     return list(recipe.metrics.primary) if recipe is not None else []

@@ -147,7 +147,7 @@ def _strays(ctx: SweepContext, sweep: Sweep, expected: dict[str, Trial]) -> Iter
         if found is not None and found[0].sweep == sweep.name:
             yield found[1].problem("/sweep", "sweep-requests",
                                    f"this request names sweep {sweep.name!r}, but none of its trials has run id "
-                                   f"{path.stem}", hint=f"remove it, or the `sweep:` line if it is a run of its own")
+                                   f"{path.stem}", hint="remove it, or the `sweep:` line if it is a run of its own")
 
 
 def _request(root: Path, key: RunKey) -> tuple[RunRequest, Doc] | None:
