@@ -196,3 +196,58 @@ def _status(root: Path, run_id: str, phase: str) -> None:
     write_status(root, RunStatus(experiment="demo", run_id=run_id, phase=phase))  # type: ignore[arg-type]
     git(root, "add", "status")
     git(root, "commit", "-q", "-m", f"status of {run_id}")
+
+
+HAND_WRITTEN = """\
+apiVersion: tuneplane/sweep/v1
+kind: Sweep
+name: hand
+experiment: vision
+profile: local
+created_at: 20261202-101500
+grid:
+  learning_rate: [0.1, 20]
+  optimizer: [adamw, adam]
+  learning_rte: [1]
+"""
+
+
+@pytest.fixture
+def vision(lab: Path) -> Path:
+    """The lab with an experiment whose recipe declares typed, bounded parameters."""
+    from tuneplane.author.scaffold import new_experiment
+    from tuneplane.lab.load import load_lab
+
+    new_experiment(load_lab(lab), "vision", "pytorch/image-classification", None)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "vision")
+    return lab
+
+
+def test_swept_parameters_are_checked_like_set_before_anything_is_written(vision: Path, capsys) -> None:
+    before = commits(vision)
+    code, out = cli(capsys, "sweep", "vision", "--grid", "learning_rte=0.1,0.2", "--profile", "local")
+    assert code == 2 and "unknown hyperparameter 'learning_rte'" in out and "did you mean 'learning_rate'" in out
+    code, out = cli(capsys, "sweep", "vision", "--grid", "optimizer=adamw,adam", "--profile", "local")
+    assert code == 2 and "'adam') is not one of: adamw, sgd" in out
+    assert commits(vision) == before and not (vision / "sweeps").exists()
+
+
+def test_validate_locates_bad_parameters_at_their_value_and_extend_completes_a_hand_written_sweep(
+        vision: Path, capsys) -> None:
+    (vision / "sweeps").mkdir()
+    (vision / "sweeps" / "hand.yaml").write_text(HAND_WRITTEN)
+    code, out = cli(capsys, "validate", "vision")
+    assert code == 1
+    assert "sweeps/hand.yaml:8:24: error [sweep-params] --set learning_rate: 20 is above the maximum 10" in out
+    assert "sweeps/hand.yaml:9:22: error [sweep-params]" in out and "'adam') is not one of" in out
+    assert "sweeps/hand.yaml:10:" in out and "unknown hyperparameter 'learning_rte'" in out
+    assert "has no request" in out
+
+    text = HAND_WRITTEN.replace(", 20]", "]").replace(", adam]", "]").replace("  learning_rte: [1]\n", "")
+    (vision / "sweeps" / "hand.yaml").write_text(text)
+    before = commits(vision)
+    code, out = cli(capsys, "sweep", "extend", "hand")
+    assert code == 0, out
+    assert commits(vision) == before + 1 and git(vision, "status", "--porcelain") == ""
+    assert cli(capsys, "validate", "vision")[0] == 0

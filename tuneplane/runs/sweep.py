@@ -81,13 +81,16 @@ def create_sweep(opts: SweepOptions, root: Path | None = None, say: Echo | None 
 
 def extend_sweep(name: str, grid_flags: Sequence[str], root: Path | None = None, *, push: bool = False,
                  remote: str | None = None, branch: str | None = None, say: Echo | None = None) -> SweepResult:
-    """Add values to the sweep's grid (new trials get requests; the old keep their ids), in one commit."""
+    """Add values to the sweep's grid (new trials get requests; the old keep their ids), in one commit.
+    Without values it writes the requests the sweep lacks (a sweep written or edited by hand)."""
     lab = open_lab(root)
     repo = lab_repo(lab)
     sweep = read_sweep(lab.root, name)
     more = parse_grid(lab, sweep.experiment, grid_flags)
+    opts = SweepOptions(sweep.experiment, sweep.profile, push=push, remote=remote, branch=branch)
     if not more:
-        raise UsageError("extend needs --grid KEY=V1,V2", hint=f"tp sweep extend {name} --grid lr=1e-4")
+        return _commit(repo, lab, sweep, wrote_sweep=False, title=f"Complete sweep {name} of {sweep.experiment}",
+                       opts=opts, say=say)
     new_keys = sorted(set(more) - set(sweep.grid))
     if new_keys:
         swept = ", ".join(sorted(sweep.grid))
@@ -98,7 +101,6 @@ def extend_sweep(name: str, grid_flags: Sequence[str], root: Path | None = None,
     if grid == {k: list(v) for k, v in sweep.grid.items()}:
         return SweepResult(sweep, trials=expand(sweep))
     extended = _validated(sweep, grid=grid)
-    opts = SweepOptions(sweep.experiment, sweep.profile, push=push, remote=remote, branch=branch)
     return _commit(repo, lab, extended, wrote_sweep=True, title=f"Extend sweep {name} of {sweep.experiment}",
                    opts=opts, say=say)
 
@@ -249,7 +251,7 @@ def _commit(repo: GitRepo, lab: Lab, sweep: Sweep, *, wrote_sweep: bool, title: 
         return result  # the same sweep again: nothing to add
     if wrote_sweep:
         write_sweep(lab.root, sweep)
-        result.written.append(sweep_rel(sweep.name))
+    result.written.append(sweep_rel(sweep.name))  # also a sweep file written by hand and not yet committed
     for request in requests:
         write_request(lab.root, request)
         result.written.append(RunKey(request.experiment, request.run_id).request_rel)

@@ -120,8 +120,7 @@ def _requests(ctx: SweepContext, sweep: Sweep, trials: list[Trial]) -> Iterator[
         if found is None:
             yield ctx.doc.problem("/grid" if not trial.rerun else "/reruns", "sweep-requests",
                                   f"trial {trial.index + 1} ({_show(trial.params)}) has no request {key.request_rel}",
-                                  hint=f"run `tp sweep` for this sweep again, or `tp sweep extend {sweep.name}`: "
-                                  "both write the missing requests")
+                                  hint=f"`tp sweep extend {sweep.name}` writes the requests the sweep lacks")
             continue
         request, doc = found
         want = expected_request(sweep, trial)
