@@ -1,12 +1,11 @@
 """`tuneplane.yaml`: the lab marker and its settings (profiles, images, cluster)."""
 
-import re
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from tuneplane.constants import Phase
-from tuneplane.models.base import LAB_NAME_RE, NAME_RE, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
+from tuneplane.constants import CANCELLED, FAILED, SUCCEEDED, Phase
+from tuneplane.models.base import LAB_NAME_RE, NAME, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
 
 LAB_API = "tuneplane/project/v1"
 
@@ -183,7 +182,7 @@ class Tool(Strict):
 
 
 def _ended() -> list[Phase]:
-    return ["Succeeded", "Failed", "Cancelled"]
+    return [SUCCEEDED, FAILED, CANCELLED]
 
 
 class Webhook(Strict):
@@ -210,7 +209,7 @@ class Webhook(Strict):
             raise ValueError("give the webhook URL's source: exactly one of url_env (an environment variable) or "
                              "url_file (a file outside the lab); the URL itself never goes into git")
         for name in self.experiments:
-            if not _NAME.match(name):
+            if not NAME.match(name):
                 raise ValueError(f"experiments: {name!r} is not an experiment name")
         return self
 
@@ -221,7 +220,6 @@ class Notify(Strict):
     webhooks: list[Webhook] = Field(default_factory=empty_list, description="Webhooks to post to.")
 
 
-_NAME = re.compile(NAME_RE.removesuffix("$") + r"\Z")
 _local_profile = defaults_of(Profile, local=True, gpus_per_node=0)  # the profile of a lab that names none
 
 
