@@ -74,7 +74,10 @@ class Notifier:
 
     def queue(self) -> int:
         """Put the phase changes this pass's commit made on the branch into the outbox; how many."""
-        changes = owned_changes(self.repo, self.pass_id)
+        try:
+            changes = owned_changes(self.repo, self.pass_id)
+        except GitFailed:
+            return 0  # never fail a pass whose statuses are already pushed
         box = self._read()
         added = 0
         for change in changes:
@@ -234,6 +237,7 @@ def webhook_url(hook: Webhook) -> str:
 def http_post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
     """POST `body`; the HTTP status (an error status is returned, not raised); OSError when unreachable."""
     # lazy: urllib's HTTP client loads only when a lab has webhooks and a message to send
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -245,6 +249,8 @@ def http_post(url: str, body: bytes, headers: dict[str, str], timeout: float) ->
             return int(answer.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
+    except http.client.HTTPException as exc:  # a garbled answer: as unreachable, so it is tried again
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _hook_name(hook: Webhook) -> str:

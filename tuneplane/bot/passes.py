@@ -183,7 +183,11 @@ def _publish_and_notify(repo: GitRepo, target: Any, report: BotReport, echo: Ech
     elif notifier is not None and report.commit and target is None:
         notifier.queue()
     if notifier is not None:
-        sent = notifier.send(echo)
+        try:
+            sent = notifier.send(echo)
+        except OSError as exc:  # the outbox could not be written: said, and tried again next run
+            echo(f"  ! notify: {exc}")
+            return
         if sent:
             echo(f"notified {sent} phase change{'s' if sent != 1 else ''}")
 
