@@ -15,7 +15,7 @@ from tuneplane.lab.yamlio import load_json, load_yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = Path(__file__).parent / "schema_examples"
 EXPECTED = json.loads((EXAMPLES / "expected-errors.json").read_text())
-USER_FILES = ["lab", "recipe", "recipe-lock", "plugins-lock", "plugin", "run", "status", "experiment"]
+USER_FILES = ["lab", "recipe", "recipe-lock", "plugins-lock", "plugin", "run", "status", "experiment", "sweep"]
 
 
 def _example(name: str, kind: str):

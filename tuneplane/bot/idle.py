@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tuneplane.bot.report import BotOptions, BotReport
+from tuneplane.bot.report import NOTIFY_OUTBOX, BotOptions, BotReport
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitFailed, GitRepo, run_git
 from tuneplane.record.ledger import LEDGER, Ledger
@@ -76,6 +76,8 @@ def _head(root: Path) -> str | None:
     git_dir = Path(lines[1])
     if (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
         return None
+    if (git_dir / NOTIFY_OUTBOX).exists():
+        return None  # notifications a killed or hindered run left to send
     return lines[2]
 
 

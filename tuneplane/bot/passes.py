@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, Closable
+from tuneplane.bot.notify import Notifier, notifier_for
 from tuneplane.bot.report import (
     CRASH_ENV,
     CRASH_EXIT,
@@ -108,7 +109,7 @@ def run_pass(
         act(bot, echo)
     finally:
         bot.pool.close()
-    return finish(repo, work, bot.batch, target, bot.report, verb, echo)
+    return finish(repo, work, bot.batch, target, bot.report, verb, echo, notifier_for(repo, lab.config))
 
 
 def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
@@ -127,11 +128,11 @@ def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
 
 
 def finish(
-    repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo
+    repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo,
+    notifier: Notifier | None = None,
 ) -> BotReport:
-    """Render what changed, commit once, push; the dashboard lists what is waiting and what was refused."""
-    from tuneplane.record.publish import publish  # lazy: as above
-
+    """Render what changed, commit once, push (then notify); the dashboard lists what is waiting and what
+    was refused."""
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems
     for text in [*problems, *work.notes]:
@@ -154,19 +155,40 @@ def finish(
         batch.render(waiting, problems, refresh=not work.ledger.found)
     checkpoint("status-written")
     title = summary_title(verb, report)
-    report.commit = batch.commit(title + body(report))
+    message = title + body(report)
+    report.commit = batch.commit(notifier.mark(message) if notifier is not None else message)
     if report.commit:
         echo(f"committed {report.commit[:12]}: {title}")
     checkpoint("committed")
+    _publish_and_notify(repo, target, report, echo, notifier)
+    return report
+
+
+def _publish_and_notify(repo: GitRepo, target: Any, report: BotReport, echo: Echo, notifier: Notifier | None) -> None:
+    """Push (when asked), then send the notifications this run owns: the push race decides which those are.
+    A webhook's failure is reported, never raised: by then the statuses are committed and pushed."""
     if target is not None and (report.commit or not _published(repo, target)):
+        from tuneplane.record.publish import publish  # lazy: not on an idle pass
+
         report.push_attempts = publish(repo, target, checkpoint=checkpoint)
         report.pushed = True
         echo(
             f"pushed to {target.remote}/{target.branch}"
             + (f" (attempt {report.push_attempts})" if report.push_attempts > 1 else "")
         )
+        if notifier is not None and report.commit:
+            notifier.queue()
         checkpoint("pushed")
-    return report
+    elif notifier is not None and report.commit and target is None:
+        notifier.queue()
+    if notifier is not None:
+        try:
+            sent = notifier.send(echo)
+        except OSError as exc:  # the outbox could not be written: said, and tried again next run
+            echo(f"  ! notify: {exc}")
+            return
+        if sent:
+            echo(f"notified {sent} phase change{'s' if sent != 1 else ''}")
 
 
 def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:

@@ -27,6 +27,10 @@ STEPS = (
     "rebasing",  # in a rebase that stopped on conflicts, before resolving them
     "pushed",  # after the push
 )
+# in a lab with webhooks only (`notify:`): a notification sent, not yet taken out of the outbox (bot.notify)
+NOTIFY_STEPS = ("notified",)
+# undelivered notifications, in the clone's git directory (bot.notify); named here for the idle check
+NOTIFY_OUTBOX = "tuneplane-notify-outbox.json"
 IDLE_MESSAGE = "nothing to do: every run request has its status"  # what `tp bot` prints for a no-op run
 MAX_BACKEND_FAILURES = 3  # in a row: the backend is down, leave the rest for the next run
 Echo = Callable[[str], None]

@@ -62,14 +62,20 @@ def metrics(
 
 @job_app.command("compare")
 def compare(
-    runs: Annotated[list[str], typer.Argument(help="Two or more runs (id, unique prefix or EXP/RUN).")],
+    runs: Annotated[list[str] | None, typer.Argument(help="Two or more runs (id, unique prefix or EXP/RUN).")] = None,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
     plot: Annotated[Path | None, typer.Option(
         help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write).")] = None,
     db: Annotated[Path | None, typer.Option(
         help="SQLite database of the receiver (default: each local run's own store).")] = None,
+    sweep: Annotated[str, typer.Option("--sweep", help="Compare the newest run of each trial of this sweep.")] = "",
 ) -> None:
     """Compare runs: each metric's last value per run, and which hyperparameters differ."""
+    runs = list(runs or [])
+    if sweep:
+        from tuneplane.views.sweep import sweep_run_ids  # lazy: only --sweep reads a sweep
+
+        runs += sweep_run_ids(sweep)
     # lazy: tp builds only the invoked command, so only it pays for the charts and the metrics readers
     from tuneplane.views.charts import changed_parameters
     from tuneplane.views.runmetrics import compare_svg

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "lifecycle",
     "submit",
     "rerun",
+    "sweep",
     "job",
     "bot",
     "plugin",

@@ -22,6 +22,7 @@ from tuneplane.models.lock import RecipeLock
 from tuneplane.models.plugin import PluginManifest, PluginsLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.models.run import RunRequest, RunStatus
+from tuneplane.models.sweep import Sweep
 
 SCHEMA_BASE = "https://tuneplane.dev/schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -30,7 +31,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 def models() -> dict[str, type[BaseModel]]:
     return {"lab": LabFile, "recipe": Recipe, "recipe-lock": RecipeLock, "plugins-lock": PluginsLock,
             "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec,
-            "experiment": ExperimentManifest}
+            "experiment": ExperimentManifest, "sweep": Sweep}
 
 
 def schema_for(name: str, model: type[BaseModel]) -> dict[str, Any]:

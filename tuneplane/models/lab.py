@@ -4,7 +4,8 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from tuneplane.models.base import LAB_NAME_RE, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
+from tuneplane.constants import CANCELLED, FAILED, SUCCEEDED, Phase
+from tuneplane.models.base import LAB_NAME_RE, NAME, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
 
 LAB_API = "tuneplane/project/v1"
 
@@ -195,6 +196,45 @@ class Tool(Strict):
     index_url: str = Field("", description="Package index to install from instead of PyPI; empty for PyPI.")
 
 
+def _ended() -> list[Phase]:
+    return [SUCCEEDED, FAILED, CANCELLED]
+
+
+class Webhook(Strict):
+    """Where the bot posts a message when a run changes phase. The URL is a secret: it comes from an
+    environment variable or a file outside the lab, never from this file."""
+
+    name: str = Field("", description="A name for the bot's log lines; default the variable or file.")
+    format: Literal["json", "slack"] = Field(
+        "json", description="json: the transition as a JSON object; slack: a Slack-compatible `text` message.")
+    url_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$",
+                         description="Environment variable holding the webhook URL (e.g. a CI secret).")
+    url_file: str = Field("", description="File outside the lab holding the webhook URL (~ is your home).")
+    phases: list[Phase] = Field(default_factory=_ended,
+                                description="The phases a run entering them is announced for.")
+    experiments: list[str] = Field(default_factory=empty_list,
+                                   description="Only runs of these experiments; empty for every experiment.")
+    timeout_seconds: float = Field(5.0, gt=0, le=60,
+                                   description="Most seconds one bot run spends on this webhook, retries included.")
+    retries: int = Field(2, ge=0, le=5, description="Tries after the first within that time (5xx, timeouts).")
+
+    @model_validator(mode="after")
+    def _one_url_source(self) -> Self:
+        if bool(self.url_env) == bool(self.url_file):
+            raise ValueError("give the webhook URL's source: exactly one of url_env (an environment variable) or "
+                             "url_file (a file outside the lab); the URL itself never goes into git")
+        for name in self.experiments:
+            if not NAME.match(name):
+                raise ValueError(f"experiments: {name!r} is not an experiment name")
+        return self
+
+
+class Notify(Strict):
+    """`notify:`: messages when runs change phase, one per run and phase change, sent by the bot."""
+
+    webhooks: list[Webhook] = Field(default_factory=empty_list, description="Webhooks to post to.")
+
+
 _local_profile = defaults_of(Profile, local=True, gpus_per_node=0)  # the profile of a lab that names none
 
 
@@ -219,3 +259,4 @@ class LabFile(Strict):
     datasets: dict[str, Dataset] = Field(
         default_factory=empty_dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
     tool: Tool = Field(default_factory=defaults_of(Tool))
+    notify: Notify = Field(default_factory=defaults_of(Notify), description="Messages when runs change phase.")

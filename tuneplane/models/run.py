@@ -50,6 +50,7 @@ class RunRequest(Strict):
     rerun_of: str = ""
     cancel: bool = Field(False, description="Set to true and merge: the bot stops the job.")
     retry: RetryPolicy | None = Field(None, description="This run's retry policy; default its profile's or the lab's.")
+    sweep: str = Field("", description="The sweep this run is a trial of (sweeps/<name>.yaml); empty for none.")
 
 
 class BackendObject(Strict):

@@ -31,3 +31,9 @@ def run_rules() -> list[Rule]:
     from tuneplane.check.rules import runs
 
     return [runs.check]
+
+
+def sweep_rules() -> list[Rule]:
+    from tuneplane.check.rules import sweeps  # lazy: loaded only when the lab has sweep files
+
+    return [sweeps.check]
