@@ -48,3 +48,18 @@ def test_a_name_that_is_also_a_folder_of_the_lab_root_names_the_experiment(
     result = tp("validate", "plugins")
     assert result.code == 0, result.output  # type: ignore[attr-defined]
     assert "1 experiment(s)" in result.output  # type: ignore[attr-defined]
+
+
+def test_a_changed_sweep_file_checks_its_experiment_and_its_sweeps(demo_lab: Path) -> None:
+    """`tp validate --changed` with only `sweeps/<name>.yaml` changed: its experiment is in scope, so
+    the sweep rules see the sweep."""
+    from tuneplane.check.scope import scope_for_paths
+    from tuneplane.lab.load import load_lab
+
+    (demo_lab / "sweeps").mkdir()
+    (demo_lab / "sweeps" / "lr.yaml").write_text("experiment: demo\nprofile: local\n", encoding="utf-8")
+    (demo_lab / "sweeps" / "broken.yaml").write_text("experiment: [\n", encoding="utf-8")
+    lab = load_lab(demo_lab)
+
+    assert scope_for_paths(lab, ["sweeps/lr.yaml"]).experiments == {"demo"}
+    assert scope_for_paths(lab, ["sweeps/broken.yaml", "sweeps/gone.yaml"]).experiments == set()

@@ -74,6 +74,8 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
         elif len(parts) >= 3 and parts[0] == "runs" and rel.endswith((".yaml", ".yml")):
             if present(lab.root / rel):  # the reader refuses a FIFO or a link there, by name
                 scope.runs.add(lab.root / rel)
+        elif len(parts) == 2 and parts[0] == "sweeps" and rel.endswith((".yaml", ".yml")):
+            scope.experiments |= _sweep_experiment(lab, lab.root / rel)  # its experiment checks its sweeps
         elif len(parts) >= 2 and parts[0] == "plugins":
             plugins |= {name for name, dirs in _plugins(lab).items()
                         if any(Path(rel).is_relative_to(d) for d in dirs)}
@@ -163,3 +165,19 @@ def _lab_rel(lab: Lab, path: Path) -> str | None:
         if target.startswith(base.rstrip(os.sep) + os.sep):
             return Path(target).relative_to(base).as_posix()
     return None
+
+
+def _sweep_experiment(lab: Lab, path: Path) -> set[str]:
+    """The experiment a changed sweep file names, when it is one of the lab's (validate checks a sweep
+    with its experiment); nothing for a file that is gone or cannot be read (then every sweep whose
+    experiment cannot be read is checked anyway)."""
+    from tuneplane.lab.sweeps import load_sweep_doc  # lazy: only a change to a sweep reads one
+
+    if not present(path):
+        return set()
+    try:
+        data = load_sweep_doc(lab.root, path).data
+    except LoadFailed:
+        return set()
+    name = data.get("experiment") if isinstance(data, dict) else None
+    return {name} if isinstance(name, str) and name in lab.experiment_names() else set()
