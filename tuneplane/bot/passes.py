@@ -75,6 +75,7 @@ def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     lab.require_settings()
     repo = GitRepo(lab.root)
     repo.ensure_identity()
+    repo.guard_attributes()  # the lab's .gitattributes never reach the bot's files
     recover(repo)
     checkpoint("recovered")
     target = resolve_target(repo, opts.remote, opts.branch) if opts.push else None
@@ -104,7 +105,7 @@ def run_pass(
     opts = opts or BotOptions()
     repo, lab, target = start(root, opts)
     work = scan(lab.root)
-    bot = BotPass(repo, lab, target, work, Batch(repo, work.ledger), Backends(lab, opts, backends))
+    bot = BotPass(repo, lab, target, work, Batch(repo, work.ledger, work.authority), Backends(lab, opts, backends))
     try:
         act(bot, echo)
     finally:
@@ -156,6 +157,7 @@ def finish(
     checkpoint("status-written")
     title = summary_title(verb, report)
     report.commit = batch.commit(title + body(report))
+    report.errors += [f"{why} (not written; the other experiments were)" for why in batch.refused.values()]
     if report.commit:
         echo(f"committed {report.commit[:12]}: {title}")
     checkpoint("committed")

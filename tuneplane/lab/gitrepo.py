@@ -25,6 +25,17 @@ from tuneplane.errors import UsageError
 
 _KEEP = {"GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
          "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_ASKPASS"}
+# Refs only the bot writes (its authority): no branch, so no merged pull request can move one.
+BOT_REFS = "refs/tuneplane/"
+# A fetch never recurses into submodules: a committed `.gitmodules` (an `update = !cmd`, a URL) is the
+# lab's content, never an instruction to the bot's git.
+BOT_FETCH = ("--no-recurse-submodules",)
+# The bot's files take no attribute from the lab's `.gitattributes`: no merge driver (`merge=union`
+# would join two bots' status files into one invalid JSON), no filter (`filter=lfs` would commit a
+# pointer), no line-ending or encoding conversion. Written into the clone's own `info/attributes`,
+# which git reads after (over) every `.gitattributes` of the tree.
+BOT_ATTRIBUTES = ("# tuneplane: the bot's files take no attribute from the lab's .gitattributes\n"
+                  "status/** -merge -filter -text -eol -ident -diff -working-tree-encoding -export-subst\n")
 FALLBACK_NAME = "TunePlane"
 FALLBACK_EMAIL = "tuneplane@localhost"
 # What `git push` says when another writer got there first (or holds the ref lock right now).
@@ -102,6 +113,20 @@ class GitRepo:
         if proc.returncode:
             raise GitFailed(tuple(args), proc.returncode, err.decode("utf-8", "replace").strip())
         return out
+
+    def guard_attributes(self) -> None:
+        """Make the bot's files immune to the lab's `.gitattributes` in this clone (`BOT_ATTRIBUTES`);
+        whatever else the clone's `info/attributes` says stays."""
+        path = Path(self.git("rev-parse", "--git-path", "info/attributes"))
+        path = path if path.is_absolute() else self.root / path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        if BOT_ATTRIBUTES in text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + BOT_ATTRIBUTES, encoding="utf-8")
 
     def ensure_identity(self) -> None:
         """A commit needs an identity; give this repository a local one only when none is configured."""
@@ -196,8 +221,10 @@ class GitRepo:
     def fetch(self, remote: str, branch: str) -> str:
         """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
         try:
-            self._run(["fetch", "-q", "--end-of-options", remote,
-                       f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"], timeout=NETWORK_TIMEOUT)
+            # the bot's refs (`refs/tuneplane/*`, its authority) come along: a glob matching none is no error
+            self._run(["fetch", "-q", *BOT_FETCH, "--end-of-options", remote,
+                       f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}",
+                       f"+{BOT_REFS}*:{upstream_prefix(remote)}*"], timeout=NETWORK_TIMEOUT)
         except GitFailed as exc:
             if "couldn't find remote ref" in exc.stderr.lower():
                 return ""
@@ -239,7 +266,7 @@ class GitRepo:
 
     def fetch_more(self, *args: str) -> None:
         """One bounded `git fetch -q --no-tags ARGS` (the caller verified what it passes)."""
-        self._run(["fetch", "-q", "--no-tags", *args], timeout=NETWORK_TIMEOUT)
+        self._run(["fetch", "-q", "--no-tags", *BOT_FETCH, *args], timeout=NETWORK_TIMEOUT)
 
     def ensure_commit(self, rev: str, remote: str = "origin") -> str:
         """The full id of commit `rev`, fetched from `remote` when this clone lacks it.
@@ -368,10 +395,13 @@ class GitRepo:
         """One side of a conflicted path: 2 is the branch being rebased onto, 3 the commit replayed."""
         return self.show(f":{stage}", path) if stage in (1, 2, 3) else None
 
-    def push(self, remote: str, branch: str) -> bool:
-        """Push HEAD to `remote`/`branch`; False when the remote moved on (fetch, rebase, try again)."""
+    def push(self, remote: str, branch: str, also: Sequence[str] = ()) -> bool:
+        """Push HEAD to `remote`/`branch` (with the refspecs `also`, all or none); False when the remote
+        moved on (fetch, rebase, try again)."""
+        atomic = ["--atomic"] if also else []
         try:
-            self._run(["push", "-q", "--end-of-options", remote, f"HEAD:refs/heads/{branch}"], timeout=NETWORK_TIMEOUT)
+            self._run(["push", "-q", "--no-recurse-submodules", *atomic, "--end-of-options", remote,
+                       f"HEAD:refs/heads/{branch}", *also], timeout=NETWORK_TIMEOUT)
             return True
         except GitFailed as exc:
             text = exc.stderr.lower()
@@ -391,16 +421,67 @@ class GitRepo:
         return self.head()
 
     def archive(self, commit: str, dest: Path, exclude: tuple[str, ...] = ()) -> None:
-        """Unpack the tree of `commit` into `dest` (the job package), never the working tree."""
-        specs = [".", *(f":(exclude){p}" for p in exclude)]
-        commit = self.ensure_commit(commit)  # archive takes no --end-of-options: give it a verified id
-        data = self._run(["archive", "--format=tar", commit, "--", *specs])
+        """Unpack the tree of `commit` into `dest` (the job package), never the working tree.
+
+        Every file of the commit, as committed: `git archive` would honour the lab's `export-ignore`
+        (a `train.py export-ignore` silently drops the script from the job) and `export-subst`, which
+        are meant for release tarballs, not for running a commit. `exclude` names top-level paths.
+        """
+        commit = self.ensure_commit(commit)  # a verified id reaches the commands below
+        listing = self._run(["ls-tree", "-r", "-z", "--full-tree", commit])
+        entries = []
+        for item in listing.decode("utf-8", "surrogateescape").split("\0"):
+            meta, _, path = item.partition("\t")
+            parts = meta.split()
+            if len(parts) != 3 or parts[1] != "blob":
+                continue  # a submodule is not part of this repository's commit
+            if any(path == p or path.startswith(p.rstrip("/") + "/") for p in exclude):
+                continue
+            entries.append((parts[0], parts[2], path))
+        data = self.read_blobs([oid for _m, oid, _p in entries])
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for mode, oid, path in entries:
+                info = tarfile.TarInfo(path)
+                body = data[oid]
+                if mode == "120000":
+                    info.type, info.linkname = tarfile.SYMTYPE, body.decode("utf-8", "surrogateescape")
+                    tar.addfile(info)
+                else:
+                    info.size, info.mode = len(body), 0o755 if mode == "100755" else 0o644
+                    tar.addfile(info, io.BytesIO(body))
+        buffer.seek(0)
         dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        with tarfile.open(fileobj=buffer, mode="r:") as tar:
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(dest, filter="data")  # refuses absolute paths and links leaving dest
-            else:  # Python < 3.11.4; git archive of our own commit writes no such entries
-                tar.extractall(dest)
+            else:  # Python < 3.11.4: links leaving dest are left out by hand
+                tar.extractall(dest, members=[m for m in tar.getmembers() if not m.issym()
+                                              or _inside(dest, Path(m.name).parent / m.linkname)])
+
+    def read_blobs(self, oids: list[str]) -> dict[str, bytes]:
+        """Blob contents by id, in one `git cat-file --batch`."""
+        wanted = sorted(set(oids))
+        if not wanted:
+            return {}
+        out = run_git(self.root, ["cat-file", "--batch"], ("\n".join(wanted) + "\n").encode())
+        found: dict[str, bytes] = {}
+        at = 0
+        for oid in wanted:
+            header_end = out.index(b"\n", at)
+            size = int(out[at:header_end].split()[2])
+            found[oid] = out[header_end + 1 : header_end + 1 + size]
+            at = header_end + 1 + size + 1
+        return found
+
+    def write_blob(self, data: bytes) -> str:
+        """Store `data` as a blob; its id."""
+        return run_git(self.root, ["hash-object", "-w", "--stdin"], data).decode("ascii").strip()
+
+    def with_index(self, index: Path, *args: str, stdin: bytes | None = None) -> str:
+        """`git ARGS` with its own index file `index`: trees built without touching the clone's index."""
+        out = run_git(self.root, args, stdin, extra_env={"GIT_INDEX_FILE": str(index)})
+        return out.decode("utf-8", "replace").strip()
 
     def close(self) -> None:
         if self._raw is not None:
@@ -427,15 +508,27 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None) -> bytes:
-    """`git <args>` in `root`, in the clean environment, `stdin` its input (else none): its output, or
-    GitFailed. Every git command of tp runs here (a remote's through `GitRepo`, bounded in time)."""
+def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None,
+            extra_env: dict[str, str] | None = None) -> bytes:
+    """`git <args>` in `root`, in the clean environment (plus `extra_env`), `stdin` its input (else
+    none): its output, or GitFailed. Every git command of tp runs here (a remote's through `GitRepo`,
+    bounded in time)."""
     feed: dict[str, Any] = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}
     done: subprocess.CompletedProcess[bytes] = subprocess.run(
-        ["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False, **feed)
+        ["git", *args], cwd=root, env={**no_git_env(), **(extra_env or {})}, capture_output=True, check=False,
+        **feed)
     if done.returncode:
         raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
     return done.stdout
+
+
+def upstream_prefix(remote: str) -> str:
+    """Where a fetch from `remote` keeps its copy of the bot's refs."""
+    return f"refs/tuneplane-upstream/{remote}/"
+
+
+def _inside(root: Path, path: Path) -> bool:
+    return os.path.realpath(root / path).startswith(os.path.realpath(root) + os.sep)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

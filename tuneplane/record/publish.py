@@ -8,7 +8,6 @@ retry: bounded and jittered, so a handful of bots converge instead of colliding 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -16,12 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneplane.constants import PHASE_RANK
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import STATUS_DIR
+from tuneplane.record.authority import Authority, pick_status, upstream
 from tuneplane.record.batch import safe_write
 from tuneplane.record.ledger import LEDGER, Ledger, merge
+
+__all__ = ["Target", "commit_status", "integrate", "pick_status", "publish", "pull", "recover", "resolve_target"]
 
 Checkpoint = Callable[[str], None]
 PUSH_ATTEMPTS = 8
@@ -66,6 +67,7 @@ def pull(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> bool:
     """Fetch and rebase local commits onto the remote branch; True when anything new came in."""
     published = tracking(repo, target)
     upstream = repo.fetch(target.remote, target.branch)
+    Authority(repo).merge_upstream(target.remote)  # another bot's record, taken in before the scan
     if not upstream or repo.is_ancestor(upstream):
         return False
     integrate(repo, target, checkpoint, published)
@@ -94,11 +96,15 @@ def publish(
     for attempt in range(1, attempts + 1):
         published = tracking(repo, target)
         upstream = repo.fetch(target.remote, target.branch)
+        authority = Authority(repo)
+        authority.merge_upstream(target.remote)
         if upstream and not repo.is_ancestor(upstream):
             integrate(repo, target, checkpoint, published)
-        if upstream and repo.head() == upstream:
+        if upstream and repo.head() == upstream and _record_published(repo, authority, target.remote):
             return attempt
-        if repo.push(target.remote, target.branch):
+        # the bot's record goes with its commits, all or nothing: a record ahead of the branch, or
+        # behind it, would have the next bot restore a status the other had just written
+        if repo.push(target.remote, target.branch, authority.push_spec()):
             return attempt
         sleep(rng.uniform(0.05, min(2.0, 0.1 * 2**attempt)))  # full jitter: racing bots spread out
     raise UsageError(
@@ -176,25 +182,14 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def pick_status(upstream: str | None, ours: str | None) -> str | None:
-    """Of two versions of one status file, the more advanced; a tie keeps the one already published."""
-
-    def rank(text: str | None) -> tuple[int, int, str]:
-        try:
-            data = json.loads(text or "")
-        except ValueError:
-            return (-1, 0, "")
-        if not isinstance(data, dict):
-            return (-1, 0, "")
-        return (
-            PHASE_RANK.get(str(data.get("phase")), -1),
-            len(data.get("history") or []),
-            str(data.get("finished_at") or ""),
-        )
-
-    if upstream is None or ours is None:
-        return upstream if ours is None else ours
-    return ours if rank(ours) > rank(upstream) else upstream
+def _record_published(repo: GitRepo, authority: Authority, remote: str) -> bool:
+    """Whether the remote already holds this clone's record (or there is none to push)."""
+    if not authority.known:
+        return True
+    try:
+        return repo.rev_parse(upstream(remote)) == authority.commit
+    except UsageError:
+        return False
 
 
 def recover(repo: GitRepo, message: str = "tp bot: keep status written by an interrupted run") -> str | None:
