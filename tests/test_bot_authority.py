@@ -20,8 +20,10 @@ from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet,
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
+from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import RunKey, read_status, write_request
 from tuneplane.plan.names import object_name
+from tuneplane.record.publish import Target, publish
 
 pytest_plugins = ("fakekube",)
 
@@ -314,3 +316,30 @@ def test_the_labs_gitattributes_do_not_reach_the_bots_files(tmp_path: Path, fake
     rel = RunKey("other", ids[0]).status_rel
     said = git(bot, "check-attr", "merge", "filter", "--", rel)
     assert "union" not in said and "lfs" not in said, said
+
+
+def test_racing_bots_never_join_two_statuses_under_a_union_merge_driver(tmp_path: Path, fake_kube: FakeKube) -> None:
+    remote = make_remote(tmp_path)
+    ids = run_ids(1)
+    seed = seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"}, backend="kubernetes",
+                    runs=[("demo", ids[0])], profile="h200:8")
+    (seed / ".gitattributes").write_text("status/** merge=union\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "union")
+    git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    first = clone(remote, tmp_path / "first")
+    reconcile(first, BotOptions(push=True), backends=backend_factory(fake_kube), echo=quiet)
+    second = clone(remote, tmp_path / "second")
+    job = object_name("demo", ids[0])
+    labels = fake_kube.get("Job", NS, job)["spec"]["template"]["metadata"]["labels"]
+    fake_kube.add_pod(NS, f"{job}-x", labels, "Running", start_time="2025-01-01T00:01:00Z")
+    sync(second, backends=backend_factory(fake_kube), echo=quiet)  # committed, not pushed yet
+    fake_kube.set_status("Job", NS, job, {"startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",
+                                          "conditions": [{"type": "Complete", "status": "True"}]})
+    sync(first, BotOptions(push=True), backends=backend_factory(fake_kube), echo=quiet)
+
+    publish(GitRepo(second), Target("origin", BRANCH))  # its commit rebased onto the other's, then pushed
+
+    rel = RunKey("demo", ids[0]).status_rel
+    pushed = json.loads(git(remote, "show", f"{BRANCH}:{rel}"))  # one whole status, valid JSON
+    assert pushed["phase"] == "Succeeded"

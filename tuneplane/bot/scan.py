@@ -16,8 +16,8 @@ from typing import Any
 from tuneplane.bot.snapshot import TREE, Snapshot
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
-from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.record.authority import REF, Authority
 from tuneplane.record.batch import safe_path
 from tuneplane.record.ledger import LEDGER, Ledger

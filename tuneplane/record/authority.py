@@ -113,6 +113,8 @@ class Authority:
                 rows.append((parts[0], parts[2], path))
         data = self.repo.read_blobs([oid for _m, oid, _p in rows])
         taken = [r for r in rows if r[2] == LEDGER or _adoptable(data.get(r[1], b""))]
+        if not taken:
+            return 0  # nothing to take: the record starts with the bot's first commit
         with self._index("") as index:
             if taken:
                 lines = "".join(f"{mode} {oid}\t{path}\n" for mode, oid, path in taken)

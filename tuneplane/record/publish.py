@@ -8,6 +8,7 @@ retry: bounded and jittered, so a handful of bots converge instead of colliding 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -147,6 +148,26 @@ def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, pub
         for path in sorted(conflicts, key=_resolve_order):
             _resolve(repo, path)
         conflicts = repo.rebase_continue()
+    _refuse_broken_statuses(repo, upstream)
+
+
+def _refuse_broken_statuses(repo: GitRepo, upstream: str) -> None:
+    """The backstop before a push: every status file the bot's commits change is one whole JSON object
+    (a merge driver the lab configured could have joined two versions; the bot's clone sets none)."""
+    changed = repo.git("diff", "--name-only", "--no-renames", "--diff-filter=AM", upstream, "HEAD", "--",
+                       STATUS_DIR + "/")
+    for path in [p for p in changed.splitlines() if p.endswith(".json") and p.count("/") == 2]:
+        text = repo.show("HEAD", path) or ""
+        try:
+            ok = isinstance(json.loads(text), dict)
+        except (ValueError, RecursionError):
+            ok = False
+        if not ok:
+            raise UsageError(
+                f"after rebasing onto {upstream}, {path} is no JSON object: nothing was pushed",
+                hint="check .gitattributes for a merge driver on status/ (the bot's clone should override it: "
+                     "see .git/info/attributes), then run the bot again",
+            )
 
 
 def _resolve_order(path: str) -> tuple[int, str]:

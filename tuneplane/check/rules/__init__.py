@@ -21,9 +21,9 @@ def experiment_rules() -> list[Rule]:
 
 
 def lab_rules() -> list[Rule]:
-    from tuneplane.check.rules import cluster  # lazy: as above, loaded when the lab's settings are checked
+    from tuneplane.check.rules import cluster, status  # lazy: as above, loaded when the lab's settings are checked
 
-    return [cluster.check]
+    return [cluster.check, status.check]
 
 
 def run_rules() -> list[Rule]:
