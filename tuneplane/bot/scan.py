@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.bot.snapshot import TREE, Snapshot
+from tuneplane.bot.trust import check_writable, foreign, foreign_ok, misnamed, put_back
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.record.authority import REF, Authority
-from tuneplane.record.batch import safe_path
 from tuneplane.record.ledger import LEDGER, Ledger
 
 LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees the ledger names
@@ -100,28 +100,9 @@ def scan(root: Path) -> Scan:
     work.problems += run_problems
     _find_changed(work)
     _find_new(work)
-    _check_writable(work)
+    check_writable(work)
     _read_active(work)
     return work
-
-
-def _check_writable(work: Scan) -> None:
-    """Before any job starts: each new run's status can be written. A link or a file where a folder of
-    `status/` belongs stops that experiment only (reported), never the others."""
-    refused: dict[str, str] = {}
-    for key in sorted(work.new):
-        if key.experiment not in refused:
-            try:
-                safe_path(work.snap.root, key.status_rel, make=False, replace_link=True)
-            except UsageError as exc:
-                refused[key.experiment] = exc.message
-        if key.experiment in refused:
-            del work.new[key]
-    for exp, why in sorted(refused.items()):
-        work.blocked.add(exp)
-        work.listed.discard(exp)
-        work.problems.append(f"{why}: the new runs of {exp} are not submitted until {STATUS_DIR}/{exp} is a "
-                             f"folder of this repository again (git rm it and commit)")
 
 
 def _earlier_trees(snap: Snapshot, deepen: bool) -> dict[str, str]:
@@ -287,54 +268,16 @@ def _find_changed(work: Scan) -> None:
     for key, oid in oids.items():
         mine = recorded.get(key.status_rel)
         if mine and mine != oid:  # the bot's run, its status changed by someone else
-            _put_back(work, key, f"{key.status_rel} was changed outside the bot{_misnamed(key, blobs.get(oid))}")
+            put_back(work, key, f"{key.status_rel} was changed outside the bot{misnamed(key, blobs.get(oid))}")
             continue
         data = _json(blobs.get(oid))
         if data is None and key in olds:  # edited into something that is no status: as good as deleted
             deleted[key] = olds[key]
-        elif data is not None and not mine and not _foreign_ok(work, key, data):
+        elif data is not None and not mine and not foreign_ok(work, key, data):
             continue
         elif data is not None and data.get("phase") not in TERMINAL:
             work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
     _restore(work, deleted)
-
-
-def _misnamed(key: RunKey, data: bytes | None) -> str:
-    """What a status names, said when it is not the run its path is."""
-    status = _json(data)
-    if status is None or (status.get("experiment"), status.get("run_id")) == (key.experiment, key.run_id):
-        return ""
-    return f" (it named experiment {status.get('experiment')!r}, run {status.get('run_id')!r}, not its path)"
-
-
-def _put_back(work: Scan, key: RunKey, what: str) -> None:
-    """Restore the bot's own copy of a status someone else changed, and say so."""
-    data = work.authority.read([key.status_rel]).get(key.status_rel)
-    if data is None:
-        return
-    work.restored[key] = data
-    status = _json(data)
-    if status is not None and status.get("phase") not in TERMINAL:
-        work.ledger.active.setdefault(str(key), str(status.get("phase", "")))
-    work.notes.append(f"{what}: restored as the bot last wrote it (status/ is the bot's: a pull request "
-                      "cannot change a run's status; change its request, e.g. `cancel: true`)")
-
-
-def _foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
-    """A status the bot has no record of: a local run the bot did not start (`tp submit --local`) is
-    watched for the dashboard, never acted on; one that claims a cluster object, or names another run
-    than its path, is a forgery, reported and ignored."""
-    backend = data.get("backend")
-    where = backend.get("backend") if isinstance(backend, dict) else None
-    misnamed = (data.get("experiment"), data.get("run_id")) != (key.experiment, key.run_id)
-    if where in (None, "local") and not misnamed:
-        return True
-    claim = f"names {where} object {backend.get('name')!r}" if isinstance(backend, dict) and where != "local" \
-        else f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
-    work.problems.append(f"{key.status_rel} {claim}, which the bot never submitted for this run: ignored, the bot "
-                         "never acts on it (status/ is the bot's; remove the file, and submit runs with tp submit)")
-    work.ledger.active.pop(str(key), None)
-    return False
 
 
 def _changed_rows(work: Scan, exp: str, old: str | None) -> list[tuple[str, str, str]]:
@@ -491,23 +434,11 @@ def _read_active(work: Scan) -> None:
             work.ledger.active.pop(str(key), None)  # its status is gone with its request: nothing to watch
         elif mine:  # the bot acts on its own copy only, whatever the branch says
             if mine != found[key]:
-                _put_back(work, key, f"{key.status_rel} differs from the bot's record")
+                put_back(work, key, f"{key.status_rel} differs from the bot's record")
             data = work.authority.read([key.status_rel]).get(key.status_rel)
             work.active[key] = _json(data)
         else:
-            _foreign(work, key, _json(blobs.get(found[key])))
-
-
-def _foreign(work: Scan, key: RunKey, data: dict[str, Any] | None) -> None:
-    """An active run the bot has no record of: it did not start it, so it never observes, reads or
-    cancels it; it is watched (for the dashboard) until its status says it ended."""
-    work.active[key] = None
-    if data is None or data.get("phase") in TERMINAL or not _foreign_ok(work, key, data):
-        work.ledger.active.pop(str(key), None)
-        return
-    work.notes.append(f"{key}: a local run of another machine (or of `tp submit --local`): the bot did not "
-                      "start it and leaves it to that machine, which commits its end; cancel it there "
-                      f"(`tp job cancel {key.run_id}` on that machine)")
+            foreign(work, key, _json(blobs.get(found[key])))
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:

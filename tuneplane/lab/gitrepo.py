@@ -10,12 +10,10 @@ creates repositories and is there, lazily, for callers that want its object mode
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import signal
 import subprocess
-import tarfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,10 +28,8 @@ BOT_REFS = "refs/tuneplane/"
 # A fetch never recurses into submodules: a committed `.gitmodules` (an `update = !cmd`, a URL) is the
 # lab's content, never an instruction to the bot's git.
 BOT_FETCH = ("--no-recurse-submodules",)
-# The bot's files take no attribute from the lab's `.gitattributes`: no merge driver (`merge=union`
-# would join two bots' status files into one invalid JSON), no filter (`filter=lfs` would commit a
-# pointer), no line-ending or encoding conversion. Written into the clone's own `info/attributes`,
-# which git reads after (over) every `.gitattributes` of the tree.
+# The bot's files take no attribute from the lab's `.gitattributes` (`merge=union` joins two bots'
+# statuses into invalid JSON, `filter=lfs` commits a pointer): the clone's `info/attributes` wins.
 BOT_ATTRIBUTES = ("# tuneplane: the bot's files take no attribute from the lab's .gitattributes\n"
                   "status/** -merge -filter -text -eol -ident -diff -working-tree-encoding -export-subst\n")
 FALLBACK_NAME = "TunePlane"
@@ -115,8 +111,7 @@ class GitRepo:
         return out
 
     def guard_attributes(self) -> None:
-        """Make the bot's files immune to the lab's `.gitattributes` in this clone (`BOT_ATTRIBUTES`);
-        whatever else the clone's `info/attributes` says stays."""
+        """The bot's files immune to the lab's `.gitattributes` in this clone (the rest of it stays)."""
         path = Path(self.git("rev-parse", "--git-path", "info/attributes"))
         path = path if path.is_absolute() else self.root / path
         try:
@@ -396,8 +391,7 @@ class GitRepo:
         return self.show(f":{stage}", path) if stage in (1, 2, 3) else None
 
     def push(self, remote: str, branch: str, also: Sequence[str] = ()) -> bool:
-        """Push HEAD to `remote`/`branch` (with the refspecs `also`, all or none); False when the remote
-        moved on (fetch, rebase, try again)."""
+        """Push HEAD to `remote`/`branch` with `also`, all or none; False when the remote moved on."""
         atomic = ["--atomic"] if also else []
         try:
             self._run(["push", "-q", "--no-recurse-submodules", *atomic, "--end-of-options", remote,
@@ -421,67 +415,11 @@ class GitRepo:
         return self.head()
 
     def archive(self, commit: str, dest: Path, exclude: tuple[str, ...] = ()) -> None:
-        """Unpack the tree of `commit` into `dest` (the job package), never the working tree.
+        """Unpack the tree of `commit` into `dest` (the job package), never the working tree: every
+        file as committed (see `gittrees.package`). `exclude` names top-level paths."""
+        from tuneplane.lab.gittrees import package  # lazy: only a job package needs it
 
-        Every file of the commit, as committed: `git archive` would honour the lab's `export-ignore`
-        (a `train.py export-ignore` silently drops the script from the job) and `export-subst`, which
-        are meant for release tarballs, not for running a commit. `exclude` names top-level paths.
-        """
-        commit = self.ensure_commit(commit)  # a verified id reaches the commands below
-        listing = self._run(["ls-tree", "-r", "-z", "--full-tree", commit])
-        entries = []
-        for item in listing.decode("utf-8", "surrogateescape").split("\0"):
-            meta, _, path = item.partition("\t")
-            parts = meta.split()
-            if len(parts) != 3 or parts[1] != "blob":
-                continue  # a submodule is not part of this repository's commit
-            if any(path == p or path.startswith(p.rstrip("/") + "/") for p in exclude):
-                continue
-            entries.append((parts[0], parts[2], path))
-        data = self.read_blobs([oid for _m, oid, _p in entries])
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            for mode, oid, path in entries:
-                info = tarfile.TarInfo(path)
-                body = data[oid]
-                if mode == "120000":
-                    info.type, info.linkname = tarfile.SYMTYPE, body.decode("utf-8", "surrogateescape")
-                    tar.addfile(info)
-                else:
-                    info.size, info.mode = len(body), 0o755 if mode == "100755" else 0o644
-                    tar.addfile(info, io.BytesIO(body))
-        buffer.seek(0)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=buffer, mode="r:") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")  # refuses absolute paths and links leaving dest
-            else:  # Python < 3.11.4: links leaving dest are left out by hand
-                tar.extractall(dest, members=[m for m in tar.getmembers() if not m.issym()
-                                              or _inside(dest, Path(m.name).parent / m.linkname)])
-
-    def read_blobs(self, oids: list[str]) -> dict[str, bytes]:
-        """Blob contents by id, in one `git cat-file --batch`."""
-        wanted = sorted(set(oids))
-        if not wanted:
-            return {}
-        out = run_git(self.root, ["cat-file", "--batch"], ("\n".join(wanted) + "\n").encode())
-        found: dict[str, bytes] = {}
-        at = 0
-        for oid in wanted:
-            header_end = out.index(b"\n", at)
-            size = int(out[at:header_end].split()[2])
-            found[oid] = out[header_end + 1 : header_end + 1 + size]
-            at = header_end + 1 + size + 1
-        return found
-
-    def write_blob(self, data: bytes) -> str:
-        """Store `data` as a blob; its id."""
-        return run_git(self.root, ["hash-object", "-w", "--stdin"], data).decode("ascii").strip()
-
-    def with_index(self, index: Path, *args: str, stdin: bytes | None = None) -> str:
-        """`git ARGS` with its own index file `index`: trees built without touching the clone's index."""
-        out = run_git(self.root, args, stdin, extra_env={"GIT_INDEX_FILE": str(index)})
-        return out.decode("utf-8", "replace").strip()
+        package(self, self.ensure_commit(commit), dest, exclude)
 
     def close(self) -> None:
         if self._raw is not None:
@@ -525,10 +463,6 @@ def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None,
 def upstream_prefix(remote: str) -> str:
     """Where a fetch from `remote` keeps its copy of the bot's refs."""
     return f"refs/tuneplane-upstream/{remote}/"
-
-
-def _inside(root: Path, path: Path) -> bool:
-    return os.path.realpath(root / path).startswith(os.path.realpath(root) + os.sep)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from tuneplane.constants import PHASE_RANK
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import BOT_REFS, GitRepo, upstream_prefix
+from tuneplane.lab.gittrees import read_blobs, with_index, write_blob
 from tuneplane.record.ledger import LEDGER, merge
 
 REF = BOT_REFS + "authority"
@@ -73,7 +74,7 @@ class Authority:
     def read(self, paths: Iterable[str]) -> dict[str, bytes]:
         """The bot's copies of `paths`, as it wrote them."""
         found = self.oids(list(paths))
-        data = self.repo.read_blobs(list(found.values()))
+        data = read_blobs(self.repo, list(found.values()))
         return {p: data[oid] for p, oid in found.items()}
 
     # ── writing ──────────────────────────────────────────────────────────────────────────────────
@@ -93,9 +94,9 @@ class Authority:
             lines += [item for item in out.split("\0") if item and " blob " in item.partition("\t")[0]]
         with self._index(self.commit) as index:
             if lines:
-                self.repo.with_index(index, "update-index", "--index-info",
+                with_index(self.repo, index, "update-index", "--index-info",
                                      stdin=("\n".join(lines) + "\n").encode())
-            tree = self.repo.with_index(index, "write-tree")
+            tree = with_index(self.repo, index, "write-tree")
         self._move(tree, [self.commit] if self.commit else [], message)
         self.pending.clear()
         return self.commit
@@ -111,15 +112,15 @@ class Authority:
             parts = meta.split()
             if len(parts) == 3 and parts[0] in ("100644", "100755") and path.endswith(".json"):
                 rows.append((parts[0], parts[2], path))
-        data = self.repo.read_blobs([oid for _m, oid, _p in rows])
+        data = read_blobs(self.repo, [oid for _m, oid, _p in rows])
         taken = [r for r in rows if r[2] == LEDGER or _adoptable(data.get(r[1], b""))]
         if not taken:
             return 0  # nothing to take: the record starts with the bot's first commit
         with self._index("") as index:
             if taken:
                 lines = "".join(f"{mode} {oid}\t{path}\n" for mode, oid, path in taken)
-                self.repo.with_index(index, "update-index", "--add", "--index-info", stdin=lines.encode())
-            tree = self.repo.with_index(index, "write-tree")
+                with_index(self.repo, index, "update-index", "--add", "--index-info", stdin=lines.encode())
+            tree = with_index(self.repo, index, "write-tree")
         self._move(tree, [], f"tp bot: adopt the statuses of {commit[:12]} as its record")
         return sum(1 for r in taken if r[2] != LEDGER)
 
@@ -144,9 +145,9 @@ class Authority:
                 lines.append(f"100644 {chosen}\t{path}")
         with self._index(theirs) as index:
             if lines:
-                self.repo.with_index(index, "update-index", "--add", "--index-info",
+                with_index(self.repo, index, "update-index", "--add", "--index-info",
                                      stdin=("\n".join(lines) + "\n").encode())
-            tree = self.repo.with_index(index, "write-tree")
+            tree = with_index(self.repo, index, "write-tree")
         self._move(tree, [theirs, self.commit], "tp bot: merge the records of two bots")
         return True
 
@@ -160,10 +161,10 @@ class Authority:
         """Of two bots' copies of one path, the one to keep (a blob id)."""
         if not other or not mine:
             return other or mine
-        data = self.repo.read_blobs([other, mine])
+        data = read_blobs(self.repo, [other, mine])
         if path == LEDGER:
             text = merge(data[other].decode("utf-8", "replace"), data[mine].decode("utf-8", "replace"))
-            return self.repo.write_blob(text.encode("utf-8"))
+            return write_blob(self.repo, text.encode("utf-8"))
         chosen = pick_status(data[other].decode("utf-8", "replace"), data[mine].decode("utf-8", "replace"))
         return mine if chosen == data[mine].decode("utf-8", "replace") else other
 
@@ -173,7 +174,7 @@ class Authority:
         git_dir = Path(self.repo.git("rev-parse", "--absolute-git-dir"))
         index = git_dir / f"tuneplane-authority-{os.getpid()}.index"
         try:
-            self.repo.with_index(index, "read-tree", *([start] if start else ["--empty"]))
+            with_index(self.repo, index, "read-tree", *([start] if start else ["--empty"]))
             yield index
         finally:
             index.unlink(missing_ok=True)

@@ -21,9 +21,9 @@ def experiment_rules() -> list[Rule]:
 
 
 def lab_rules() -> list[Rule]:
-    from tuneplane.check.rules import cluster, status  # lazy: as above, loaded when the lab's settings are checked
+    from tuneplane.check.rules import cluster  # lazy: as above, loaded when the lab's settings are checked
 
-    return [cluster.check, status.check]
+    return [cluster.check]
 
 
 def run_rules() -> list[Rule]:
@@ -31,3 +31,9 @@ def run_rules() -> list[Rule]:
     from tuneplane.check.rules import runs
 
     return [runs.check]
+
+
+def status_rules() -> list[Rule]:
+    from tuneplane.check.rules import status  # lazy: loaded only when `--changed` touches status/
+
+    return [status.check]
