@@ -72,14 +72,17 @@ def scan(root: Path) -> Scan:
         )
     # the ledger the bot committed last, from its record: one a pull request rewrote (and digested
     # again) would hide the statuses it changed, or drop runs the bot watches
-    ledger_oid = authority.oids([LEDGER]).get(LEDGER) or next(
-        (e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
+    in_branch = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
+    ledger_oid = authority.oids([LEDGER]).get(LEDGER) or in_branch
     index_oid = next((e.oid for e in status_entries if e.path == DASHBOARD and e.regular), "")
     raw = snap.blobs([ledger_oid]).get(ledger_oid) if ledger_oid else None
     ledger = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
     if ledger_oid and raw is None:
         ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger, authority, index_changed=ledger.index != index_oid)
+    if ledger.found and in_branch != ledger_oid:
+        work.notes.append(f"{LEDGER} in this commit is not the one the bot recorded (a `tp submit --local`, "
+                          "an edit, a merge): the bot goes by its own and commits it again")
     if adopted > 0:
         work.notes.append(f"the bot kept no record of its runs yet ({REF}): it takes the {adopted} statuses "
                           "of this commit as its own from now on (a local run of another machine excepted)")

@@ -83,15 +83,18 @@ class Authority:
         """`rel`, as the bot commits it next, becomes the record (on `save`)."""
         self.pending.add(rel)
 
-    def save(self, commit: str, message: str) -> str:
-        """The record with `pending` paths as `commit` holds them; moves `REF`. Returns the new record."""
+    def save(self, message: str, commit: str | None = None) -> str:
+        """The record with `pending` paths as `commit` holds them (None: as staged in the clone's index,
+        before the commit is made, so a bot killed in between finds its record ahead of the branch, and
+        its next run commits the same files); moves `REF`. Returns the new record."""
         if not self.pending:
             return self.commit
         paths = sorted(self.pending)
         lines = []
         for start in range(0, len(paths), _CHUNK):
-            out = self.repo.git("ls-tree", "-z", commit, "--", *paths[start : start + _CHUNK])
-            lines += [item for item in out.split("\0") if item and " blob " in item.partition("\t")[0]]
+            chunk = paths[start : start + _CHUNK]
+            out = self.repo.git(*(["ls-tree", "-z", commit] if commit else ["ls-files", "-s", "-z"]), "--", *chunk)
+            lines += [item for item in out.split("\0") if item and item.partition("\t")[2] in self.pending]
         with self._index(self.commit) as index:
             if lines:
                 with_index(self.repo, index, "update-index", "--index-info",

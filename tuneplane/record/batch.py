@@ -284,7 +284,7 @@ class Batch:
         self.ledger.index = self._index_blob()
         if not self.written and not self.removed and not self._ledger_learned():
             if self.authority is not None and self.authority.pending:
-                self.authority.save("HEAD", "tp bot: its record")
+                self.authority.save("tp bot: its record", "HEAD")
             return None
         paths = sorted(self.written)
         if paths:
@@ -305,11 +305,10 @@ class Batch:
                 self.ledger.statuses.pop(exp, None)
         safe_write(self.root, LEDGER, self.ledger.dump())
         self.repo.git("add", "--", LEDGER)
-        commit = self.repo.commit_staged(message, [*paths, LEDGER])
-        if self.authority is not None:
+        if self.authority is not None:  # recorded first: see `Authority.save`
             self.authority.record(LEDGER)
-            self.authority.save(commit or "HEAD", "tp bot: " + message.splitlines()[0].removeprefix("tp bot: "))
-        return commit
+            self.authority.save("tp bot: " + message.splitlines()[0].removeprefix("tp bot: "))
+        return self.repo.commit_staged(message, [*paths, LEDGER])
 
     def _index_blob(self) -> str:
         """The blob id the index page has in the commit being made ("" when it has none)."""

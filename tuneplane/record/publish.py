@@ -218,5 +218,15 @@ def recover(repo: GitRepo, message: str = "tp bot: keep status written by an int
     repo.rebase_abort()
     status = repo.root / STATUS_DIR
     if not os.path.islink(status) and os.path.isdir(status) and repo.is_dirty([STATUS_DIR]):
+        repo.stage([STATUS_DIR])
+        # what a killed bot left in its own clone is its own writing: recorded as such, or its next run
+        # would take the statuses it had just written for someone else's
+        authority = Authority(repo)
+        if authority.known:
+            staged = repo.git("diff", "--cached", "--name-only", "--diff-filter=AM", "--", STATUS_DIR)
+            for rel in staged.splitlines():
+                if rel.endswith(".json"):
+                    authority.record(rel)
+            authority.save("tp bot: record the statuses of an interrupted run")
         return commit_status(repo, message)
     return None
