@@ -168,6 +168,7 @@ def test_a_ledger_taken_from_an_older_commit_is_not_trusted_for_what_changed_sin
     out = _bot(bot, "sync")
 
     assert LEDGER in out, out  # the bot goes by the ledger it recorded, and says so
+    _bot(bot, "reconcile")  # sync leaves the requests to reconcile
     _settled(bot, tmp_path / "check")
     assert "**5 runs**" in git(bot, "show", "HEAD:status/README.md")
 
@@ -315,7 +316,18 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
     git(seed, "commit", "-q", "-m", "lose the ledger")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     opened, asked = _spied(bot, log, "reconcile")
-    assert opened | asked == {f"a/{r}.json" for r in ids}  # a stale ledger: every status is looked at again
+    assert opened | asked == set()  # the branch's ledger is gone, the bot's record has it: nothing to read
+    assert git(bot, "show", f"HEAD:{LEDGER}")  # and it is committed again
+
+    git(seed, "pull", "-q", "origin", BRANCH)
+    git(seed, "rm", "-q", LEDGER)
+    git(seed, "commit", "-q", "-m", "lose the ledger again")
+    git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    for where, ref in ((remote, "refs/tuneplane/authority"), (bot, "refs/tuneplane/authority"),
+                       (bot, "refs/tuneplane-upstream/origin/authority")):
+        git(where, "update-ref", "-d", ref)  # and the record lost too
+    opened, asked = _spied(bot, log, "reconcile")
+    assert opened | asked == {f"a/{r}.json" for r in ids}  # no ledger to trust: every status is looked at again
     _settled(bot, tmp_path / "check")
 
 

@@ -132,7 +132,8 @@ def finish(
     repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo
 ) -> BotReport:
     """Render what changed, commit once, push; the dashboard lists what is waiting and what was refused."""
-    from tuneplane.record.publish import publish  # lazy: as above
+    from tuneplane.record.authority import Authority
+    from tuneplane.record.publish import publish, record_published  # lazy: as above
 
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems
@@ -161,7 +162,8 @@ def finish(
     if report.commit:
         echo(f"committed {report.commit[:12]}: {title}")
     checkpoint("committed")
-    if target is not None and (report.commit or not _published(repo, target)):
+    if target is not None and (report.commit or not _published(repo, target)
+                               or not record_published(repo, Authority(repo), target.remote)):
         report.push_attempts = publish(repo, target, checkpoint=checkpoint)
         report.pushed = True
         echo(

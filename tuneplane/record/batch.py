@@ -283,7 +283,8 @@ class Batch:
         self.flush()
         self.ledger.index = self._index_blob()
         if not self.written and not self.removed and not self._ledger_learned():
-            if self.authority is not None and self.authority.pending:
+            if self.authority is not None and (self.authority.pending or self._record_behind()):
+                self.authority.record(LEDGER)  # the branch's ledger is already what the bot would write
                 self.authority.save("tp bot: its record", "HEAD")
             return None
         paths = sorted(self.written)
@@ -320,6 +321,15 @@ class Batch:
             return self.repo.git("rev-parse", "-q", "--verify", f"HEAD:{DASHBOARD}").strip()
         except UsageError:
             return ""
+
+    def _record_behind(self) -> bool:
+        """Whether the bot's record holds another ledger than the branch (which holds the right one)."""
+        assert self.authority is not None
+        try:
+            ours = self.repo.git("rev-parse", "-q", "--verify", f"HEAD:{LEDGER}")
+        except UsageError:
+            return False
+        return self.authority.oids([LEDGER]).get(LEDGER) != ours
 
     def _ledger_learned(self) -> bool:
         """The ledger learned something though no file changed (requests that all have a status, a run

@@ -19,11 +19,13 @@ from pathlib import Path
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import STATUS_DIR
-from tuneplane.record.authority import Authority, pick_status, upstream
+from tuneplane.record.authority import Authority, pick_status
+from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
 from tuneplane.record.ledger import LEDGER, Ledger, merge
 
-__all__ = ["Target", "commit_status", "integrate", "pick_status", "publish", "pull", "recover", "resolve_target"]
+__all__ = ["Target", "commit_status", "integrate", "pick_status", "publish", "pull", "record_published", "recover",
+           "resolve_target"]
 
 Checkpoint = Callable[[str], None]
 PUSH_ATTEMPTS = 8
@@ -101,11 +103,13 @@ def publish(
         authority.merge_upstream(target.remote)
         if upstream and not repo.is_ancestor(upstream):
             integrate(repo, target, checkpoint, published)
-        if upstream and repo.head() == upstream and _record_published(repo, authority, target.remote):
+        if upstream and repo.head() == upstream and record_published(repo, authority, target.remote):
             return attempt
         # the bot's record goes with its commits, all or nothing: a record ahead of the branch, or
         # behind it, would have the next bot restore a status the other had just written
         if repo.push(target.remote, target.branch, authority.push_spec()):
+            if authority.known:  # what the remote now holds, as a fetch would have recorded it
+                repo.git("update-ref", upstream_record(target.remote), authority.commit)
             return attempt
         sleep(rng.uniform(0.05, min(2.0, 0.1 * 2**attempt)))  # full jitter: racing bots spread out
     raise UsageError(
@@ -203,12 +207,12 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def _record_published(repo: GitRepo, authority: Authority, remote: str) -> bool:
+def record_published(repo: GitRepo, authority: Authority, remote: str) -> bool:
     """Whether the remote already holds this clone's record (or there is none to push)."""
     if not authority.known:
         return True
     try:
-        return repo.rev_parse(upstream(remote)) == authority.commit
+        return repo.rev_parse(upstream_record(remote)) == authority.commit
     except UsageError:
         return False
 
