@@ -18,7 +18,7 @@ import pytest
 from helpers_git import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
 
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.models.run import RunStatus, Transition
+from tuneplane.models.run import BackendObject, RunStatus, Transition
 from tuneplane.record.batch import Batch, refresh_dashboard
 from tuneplane.record.ledger import LEDGER, Ledger
 
@@ -158,18 +158,19 @@ def test_a_damaged_ledger_is_noticed_and_rebuilt(tmp_path: Path, damage: str) ->
 def test_a_ledger_taken_from_an_older_commit_is_not_trusted_for_what_changed_since(tmp_path: Path) -> None:
     bot, person = _lab(tmp_path)
     old = git(person, "rev-parse", "HEAD")
-    (person / "status/b" / f"{B[0]}.json").write_text(
-        (person / "status/b" / f"{B[0]}.json").read_text().replace('"Succeeded"', '"Failed"'))
-    _push(person, "b's first run failed after all")
+    _remove_run(person)
+    _push(person, "a's first run taken out")
     _bot(bot, "sync")
     git(person, "pull", "-q", "origin", BRANCH)
     git(person, "checkout", old, "--", LEDGER)  # valid, digest and all, and out of date
     _push(person, "an old ledger back")
 
-    _bot(bot, "sync")
+    out = _bot(bot, "sync")
 
+    assert LEDGER in out, out  # the bot goes by the ledger it recorded, and says so
+    _bot(bot, "reconcile")  # sync leaves the requests to reconcile
     _settled(bot, tmp_path / "check")
-    assert "1 failed · 1 succeeded" in git(bot, "show", "HEAD:status/README.md")
+    assert "**5 runs**" in git(bot, "show", "HEAD:status/README.md")
 
 
 # ── status files and folders, changed by a person ──────────────────────────────────────────────
@@ -207,7 +208,6 @@ STATUS_CHANGES = {
     "run-removed": _remove_run,
     "experiment-emptied": _remove_experiment_b,
     "finished-run-added": _add_finished_run,
-    "experiment-renamed": _rename_experiment,
 }
 
 
@@ -224,6 +224,18 @@ def test_statuses_a_person_changed_are_noticed_by_the_next_run(tmp_path: Path, c
     if verb == "sync":
         _bot(bot, "reconcile")
         _settled(bot, tmp_path / "check2")
+
+
+def test_statuses_moved_to_another_experiments_folder_are_reported_not_taken(tmp_path: Path) -> None:
+    """A status names its run; one under another experiment's folder is a claim about another run."""
+    bot, person = _lab(tmp_path)
+    _rename_experiment(person)
+    _push(person, "experiment-renamed")
+
+    out = _bot(bot, "reconcile")
+
+    assert f"status/c/{B[0]}.json names experiment 'b'" in out, out
+    assert f"status/c/{B[0]}.json" in git(bot, "show", "HEAD:status/README.md")  # on the dashboard too
 
 
 # ── the no-op path reads no finished status, and a stale ledger makes it read them ─────────────
@@ -262,15 +274,22 @@ def _spied(root: Path, log: Path, verb: str) -> tuple[set[str], set[str]]:
     return opened - {"index.json"}, asked
 
 
+def _laptop(status: RunStatus, tmp_path: Path) -> RunStatus:
+    """A run of `tp submit --local` on another machine: the bot never started it, its machine commits it."""
+    where = str(tmp_path / "laptop" / "runs" / status.experiment / status.run_id)
+    return status.model_copy(update={"backend": BackendObject(backend="local", kind="Process", name=status.run_id,
+                                                              namespace=where, uid="u")})
+
+
 def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_them(tmp_path: Path) -> None:
     remote = make_remote(tmp_path)
     ids = [f"2025{m:02d}01-{i:06d}-{i:06x}" for m in (1, 2) for i in range(60)]
     seed = seed_lab(remote, tmp_path / "seed", {"a": "echo hi\n"}, runs=[("a", r) for r in ids])
     batch = Batch(GitRepo(seed))
     for run_id in ids:
-        batch.status(_status("a", run_id, "Pending" if run_id == ids[-1] else "Succeeded"))
+        batch.status(_laptop(_status("a", run_id, "Pending" if run_id == ids[-1] else "Succeeded"), tmp_path))
     batch.render([], [])
-    batch.commit("tp bot: 119 runs ended, one waits in a queue")
+    batch.commit("tp submit --local: 119 runs ended, one waits in a queue")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     bot = clone(remote, tmp_path / "bot")
     _bot(bot, "reconcile")  # the ledger learns that every request has its status
@@ -284,7 +303,7 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
 
     git(seed, "pull", "-q", "origin", BRANCH)
     batch = Batch(GitRepo(seed))
-    batch.status(_status("a", ids[-1], "Succeeded"), watch=False)  # it ended (its machine committed it)
+    batch.status(_laptop(_status("a", ids[-1], "Succeeded"), tmp_path), watch=False)  # its machine says it ended
     batch.render([], [])
     batch.commit("tp submit --local: the last run ended")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
@@ -297,7 +316,18 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
     git(seed, "commit", "-q", "-m", "lose the ledger")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     opened, asked = _spied(bot, log, "reconcile")
-    assert opened | asked == {f"a/{r}.json" for r in ids}  # a stale ledger: every status is looked at again
+    assert opened | asked == set()  # the branch's ledger is gone, the bot's record has it: nothing to read
+    assert git(bot, "show", f"HEAD:{LEDGER}")  # and it is committed again
+
+    git(seed, "pull", "-q", "origin", BRANCH)
+    git(seed, "rm", "-q", LEDGER)
+    git(seed, "commit", "-q", "-m", "lose the ledger again")
+    git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    for where, ref in ((remote, "refs/tuneplane/authority"), (bot, "refs/tuneplane/authority"),
+                       (bot, "refs/tuneplane-upstream/origin/authority")):
+        git(where, "update-ref", "-d", ref)  # and the record lost too
+    opened, asked = _spied(bot, log, "reconcile")
+    assert opened | asked == {f"a/{r}.json" for r in ids}  # no ledger to trust: every status is looked at again
     _settled(bot, tmp_path / "check")
 
 
@@ -305,7 +335,7 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
 
 
 def _bot_commit_with_change(bot: Path, person: Path) -> str:
-    """A bot commit that records a person's change (a status edited by hand): its id."""
+    """A bot commit that answers a person's change (a status edited by hand: put back): its id."""
     _edit_phase(person)
     _push(person, "a run failed after all")
     _bot(bot, "sync")
@@ -318,13 +348,13 @@ def _bot_commit_with_change(bot: Path, person: Path) -> str:
 def test_a_reverted_bot_commit_is_noticed(tmp_path: Path) -> None:
     bot, person = _lab(tmp_path)
     commit = _bot_commit_with_change(bot, person)
-    git(person, "revert", "--no-edit", commit)  # the pages and the ledger back, the status edit stays
+    git(person, "revert", "--no-edit", commit)  # the pages and the ledger back, the status edit too
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
     _bot(bot, "reconcile")
 
     _settled(bot, tmp_path / "check")
-    assert "2 failed · 2 succeeded" in git(bot, "show", "HEAD:status/README.md")
+    assert "1 failed · 3 succeeded" in git(bot, "show", "HEAD:status/README.md")  # the bot's status, again
 
 
 def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path: Path) -> None:
@@ -340,7 +370,7 @@ def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path
 
     _settled(bot, tmp_path / "check")
     index = git(bot, "show", "HEAD:status/README.md")
-    assert "**5 runs** · 2 failed · 3 succeeded" in index, index
+    assert "**5 runs** · 1 failed · 4 succeeded" in index, index  # the edit put back, the removal kept
 
 
 def test_a_merge_that_adds_an_experiment_the_ledger_never_saw(tmp_path: Path) -> None:
@@ -467,7 +497,7 @@ def test_a_bot_whose_commit_is_rebased_onto_another_bots_leaves_the_pages_right(
 
     _settled(bot, tmp_path / "check", requests=verb == "reconcile")
     index = git(bot, "show", "HEAD:status/README.md")
-    assert "**5 runs** · 1 cancelled · 2 failed · 2 succeeded" in index, index
+    assert "**5 runs** · 1 failed · 4 succeeded" in index, index  # the edits put back, the removal kept
 
 
 # ── what the bot did not write stays; what it wrote for a removed run goes ─────────────────────

@@ -44,13 +44,35 @@ def test_status_removed_whole_in_a_shallow_ci_checkout_submits_nothing_again(tmp
     assert {r: git(ci, "show", f"HEAD:status/a/{r}.json") for r in A} == before
 
 
-def test_status_removed_whole_after_its_ledger_was_damaged_is_refused(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def _damaged_then_removed(person: Path) -> None:
     (person / LEDGER).write_text((person / LEDGER).read_text().replace('"a"', '"z"', 1))
     _push(person, "tidy the ledger")  # its digest no longer matches: it names no trees to restore from
     git(person, "rm", "-rq", "status")
     _push(person, "clean up the dashboard")
+
+
+def test_status_removed_whole_after_its_ledger_was_damaged_is_restored_from_the_bots_record(tmp_path: Path) -> None:
+    """The bot's clone holds its record (refs/tuneplane/authority): its ledger, and every status it wrote,
+    out of any pull request's reach. Nothing is submitted again, and the statuses come back."""
+    bot, person = _lab(tmp_path)
+    before = {r: git(bot, "show", f"HEAD:status/a/{r}.json") for r in A}
+    _damaged_then_removed(person)
     git(bot, "pull", "-q", "origin", BRANCH)
+
+    code, out = tp_run(bot, "bot", "reconcile", env=ENV, timeout=120)
+
+    assert code == 0 and "submitted as" not in out, out
+    assert {r: git(bot, "show", f"HEAD:status/a/{r}.json") for r in A} == before
+
+
+def test_status_removed_whole_after_its_ledger_was_damaged_is_refused_without_a_record(tmp_path: Path) -> None:
+    """A clone without the bot's record (a plain `git clone` fetches no refs/tuneplane/*): the history's
+    ledger is damaged too, so nothing is guessed."""
+    _bot_clone, person = _lab(tmp_path)
+    _damaged_then_removed(person)
+    bot = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", "-b", BRANCH, git(person, "remote", "get-url", "origin"), "fresh")
+    configure(bot)
 
     code, out = tp_run(bot, "bot", "reconcile", env=ENV, timeout=120)
 

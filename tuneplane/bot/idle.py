@@ -31,6 +31,7 @@ STATUS = "status"
 INDEX = "status/README.md"  # the index page (lab.runs.DASHBOARD, not imported: this module stays light)
 TREE = "040000"
 REGULAR = ("100644", "100755")
+AUTHORITY = "refs/tuneplane/authority"  # the bot's record (record.authority.REF, not imported: light)
 LEDGER_LIMIT = 1 << 20  # the ledger of a large lab is a few KiB; a larger one is read by the full path
 
 
@@ -43,7 +44,10 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
     if top is None:
         return None
     runs, statuses, ledger_oid, index_oid = top
-    ledger = Ledger.parse(_blob(Path(root), ledger_oid))
+    recorded = _recorded_ledger(Path(root))
+    if recorded is not None and recorded[0] != ledger_oid:
+        return None  # the branch's ledger is not the one the bot recorded: someone rewrote it
+    ledger = Ledger.parse(recorded[1] if recorded is not None else _blob(Path(root), ledger_oid))
     if not ledger.found or ledger.active:
         return None
     if ledger.index != index_oid:
@@ -113,6 +117,20 @@ def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str, st
     if not ledger:
         return None
     return trees[RUNS], trees[STATUS], ledger, index
+
+
+def _recorded_ledger(root: Path) -> tuple[str, str] | None:
+    """The blob id and text of the ledger in the bot's record (`record.authority`), in one `cat-file`;
+    None when this clone holds no record (a fresh CI clone: the full path fetches it)."""
+    try:
+        out = run_git(root, ["cat-file", "--batch"], f"{AUTHORITY}:{LEDGER}\n".encode())
+    except GitFailed:
+        return None
+    header, _, body = out.partition(b"\n")
+    parts = header.split()
+    if len(parts) != 3 or parts[1] != b"blob" or int(parts[2]) > LEDGER_LIMIT:
+        return None
+    return parts[0].decode("ascii"), body[: int(parts[2])].decode("utf-8", "replace")
 
 
 def _blob(root: Path, oid: str) -> str | None:

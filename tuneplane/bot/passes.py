@@ -75,6 +75,7 @@ def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     lab.require_settings()
     repo = GitRepo(lab.root)
     repo.ensure_identity()
+    repo.guard_attributes()  # the lab's .gitattributes never reach the bot's files
     recover(repo)
     checkpoint("recovered")
     target = resolve_target(repo, opts.remote, opts.branch) if opts.push else None
@@ -104,7 +105,7 @@ def run_pass(
     opts = opts or BotOptions()
     repo, lab, target = start(root, opts)
     work = scan(lab.root)
-    bot = BotPass(repo, lab, target, work, Batch(repo, work.ledger), Backends(lab, opts, backends))
+    bot = BotPass(repo, lab, target, work, Batch(repo, work.ledger, work.authority), Backends(lab, opts, backends))
     try:
         act(bot, echo)
     finally:
@@ -157,6 +158,7 @@ def finish(
     title = summary_title(verb, report)
     message = title + body(report)
     report.commit = batch.commit(notifier.mark(message) if notifier is not None else message)
+    report.errors += [f"{why} (not written; the other experiments were)" for why in batch.refused.values()]
     if report.commit:
         echo(f"committed {report.commit[:12]}: {title}")
     checkpoint("committed")
@@ -165,11 +167,14 @@ def finish(
 
 
 def _publish_and_notify(repo: GitRepo, target: Any, report: BotReport, echo: Echo, notifier: Notifier | None) -> None:
-    """Push (when asked), then send the notifications this run owns: the push race decides which those are.
-    A webhook's failure is reported, never raised: by then the statuses are committed and pushed."""
-    if target is not None and (report.commit or not _published(repo, target)):
-        from tuneplane.record.publish import publish  # lazy: not on an idle pass
+    """Push (when asked: the branch, or the bot's record alone when only it changed), then send the
+    notifications this run owns: the push race decides which those are. A webhook's failure is
+    reported, never raised: by then the statuses are committed and pushed."""
+    from tuneplane.record.authority import Authority  # lazy: not on an idle pass
+    from tuneplane.record.publish import publish, record_published  # lazy: as above
 
+    if target is not None and (report.commit or not _published(repo, target)
+                               or not record_published(repo, Authority(repo), target.remote)):
         report.push_attempts = publish(repo, target, checkpoint=checkpoint)
         report.pushed = True
         echo(

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.bot.snapshot import TREE, Snapshot
+from tuneplane.bot.trust import check_writable, foreign, foreign_ok, misnamed, put_back
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
+from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
+from tuneplane.record.authority import REF, Authority
 from tuneplane.record.ledger import LEDGER, Ledger
 
 LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees the ledger names
@@ -26,6 +29,7 @@ LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees th
 class Scan:
     snap: Snapshot
     ledger: Ledger
+    authority: Authority
     runs_trees: dict[str, str] = field(default_factory=dict)
     status_trees: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # refused entries, for the output and the dashboard
@@ -55,6 +59,8 @@ class Scan:
 
 def scan(root: Path) -> Scan:
     snap = Snapshot(root)
+    authority = Authority(GitRepo(root))
+    adopted = -1 if authority.known else authority.adopt(snap.commit)
     _refuse_linked_dir(root, STATUS_DIR)
     status_entries = snap.entries(STATUS_DIR)
     top = next((e for e in status_entries if e.path == STATUS_DIR), None)
@@ -64,13 +70,22 @@ def scan(root: Path) -> Scan:
             "only into a directory of this repository, never through a link",
             hint=f"git rm {STATUS_DIR} && git commit, then run the bot again (it recreates {STATUS_DIR}/)",
         )
-    ledger_oid = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
+    # the ledger the bot committed last, from its record: one a pull request rewrote (and digested
+    # again) would hide the statuses it changed, or drop runs the bot watches
+    in_branch = next((e.oid for e in status_entries if e.path == LEDGER and e.regular), None)
+    ledger_oid = authority.oids([LEDGER]).get(LEDGER) or in_branch
     index_oid = next((e.oid for e in status_entries if e.path == DASHBOARD and e.regular), "")
     raw = snap.blobs([ledger_oid]).get(ledger_oid) if ledger_oid else None
     ledger = Ledger.parse(raw.decode("utf-8", "replace") if raw is not None else None)
     if ledger_oid and raw is None:
         ledger.problem = "it is larger than 1 MiB"
-    work = Scan(snap, ledger, index_changed=ledger.index != index_oid)
+    work = Scan(snap, ledger, authority, index_changed=ledger.index != index_oid)
+    if ledger.found and in_branch != ledger_oid:
+        work.notes.append(f"{LEDGER} in this commit is not the one the bot recorded (a `tp submit --local`, "
+                          "an edit, a merge): the bot goes by its own and commits it again")
+    if adopted > 0:
+        work.notes.append(f"the bot kept no record of its runs yet ({REF}): it takes the {adopted} statuses "
+                          "of this commit as its own from now on (a local run of another machine excepted)")
     if not ledger.found:
         work.earlier = _earlier_trees(snap, deepen=top is None)
         if top is None and not work.earlier:
@@ -88,6 +103,7 @@ def scan(root: Path) -> Scan:
     work.problems += run_problems
     _find_changed(work)
     _find_new(work)
+    check_writable(work)
     _read_active(work)
     return work
 
@@ -128,7 +144,6 @@ def _last_ledger(snap: Snapshot) -> str | None:
 
 
 def _shallow(snap: Snapshot) -> bool:
-    from tuneplane.lab.gitrepo import GitRepo  # lazy: only when the ledger is missing
 
     return GitRepo(snap.root).is_shallow()
 
@@ -143,7 +158,6 @@ def _had_status(snap: Snapshot) -> bool:
 
 def _deepen(snap: Snapshot, depth: int, remote: str = "origin") -> bool:
     """Deepen a shallow clone once by `depth` commits; whether it was."""
-    from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks history
 
     repo = GitRepo(snap.root)
     if not repo.is_shallow() or not repo.has_remote(remote):
@@ -253,10 +267,17 @@ def _find_changed(work: Scan) -> None:
             if old_oid and not new:
                 deleted[RunKey(exp, run_id)] = old_oid
     blobs = work.snap.blobs(oids.values())
+    recorded = work.authority.oids([k.status_rel for k in [*oids, *deleted]])
     for key, oid in oids.items():
+        mine = recorded.get(key.status_rel)
+        if mine and mine != oid:  # the bot's run, its status changed by someone else
+            put_back(work, key, f"{key.status_rel} was changed outside the bot{misnamed(key, blobs.get(oid))}")
+            continue
         data = _json(blobs.get(oid))
         if data is None and key in olds:  # edited into something that is no status: as good as deleted
             deleted[key] = olds[key]
+        elif data is not None and not mine and not foreign_ok(work, key, data):
+            continue
         elif data is not None and data.get("phase") not in TERMINAL:
             work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
     _restore(work, deleted)
@@ -284,7 +305,6 @@ def _ensure_tree(snap: Snapshot, oid: str, remote: str = "origin") -> None:
     normally among the newest few: history is deepened once, by `LEDGER_DEPTH` commits, and given
     up on after that (a tree that only ever existed in a clone that rebased it away is in no history);
     the files are then read as they are."""
-    from tuneplane.lab.gitrepo import GitRepo  # lazy: only for a clone that lacks the tree
 
     if _has(snap, oid):
         return
@@ -313,8 +333,9 @@ def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
         return
     requested = _existing(work.snap, [k.request_rel for k in deleted])
     blobs = work.snap.blobs(deleted.values())
+    mine = work.authority.read([k.status_rel for k in deleted])  # the bot's own copy comes first
     for key, oid in sorted(deleted.items()):
-        data = blobs.get(oid)
+        data = mine.get(key.status_rel, blobs.get(oid))
         status = _json(data)
         phase = str(status.get("phase", "")) if status is not None else ""
         going = status is not None and phase not in TERMINAL
@@ -407,13 +428,20 @@ def _read_active(work: Scan) -> None:
                 exp, name = path.split("/")[1:3]
                 found[RunKey(exp, name.removesuffix(".json"))] = parts[2]
     blobs = work.snap.blobs(found.values())
+    recorded = work.authority.oids([k.status_rel for k in keys if k not in work.restored])
     for key in keys:
+        mine = recorded.get(key.status_rel)
         if key in work.restored:
             work.active[key] = _json(work.restored[key])
         elif key not in found:
             work.ledger.active.pop(str(key), None)  # its status is gone with its request: nothing to watch
+        elif mine:  # the bot acts on its own copy only, whatever the branch says
+            if mine != found[key]:
+                put_back(work, key, f"{key.status_rel} differs from the bot's record")
+            data = work.authority.read([key.status_rel]).get(key.status_rel)
+            work.active[key] = _json(data)
         else:
-            work.active[key] = _json(blobs.get(found[key]))
+            foreign(work, key, _json(blobs.get(found[key])))
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:

@@ -15,8 +15,13 @@ import gc
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
+
+if TYPE_CHECKING:  # typing only: the fast path imports the pipeline lazily
+    from tuneplane.lab.load import Lab
+    from tuneplane.problems import Problem
 
 FORMATS = ("text", "json", "github", "sarif")
 FLAGS = {"--all": "all_", "--changed": "changed", "--strict": "strict"}  # option → parameter
@@ -113,6 +118,8 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
         scope = scope_all(lab)
     problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins),
                             shell_check=bash_syntax)
+    if changed:
+        problems = sorted({*problems, *_status_problems(lab, base)})
     checked = scope.describe()
     sys.stdout.write(reporters.FORMATS[fmt](problems, checked))
     sys.stdout.flush()
@@ -121,3 +128,14 @@ def validate(targets: list[str] | None, *, all_: bool = False, changed: bool = F
         with open(summary_file, "a", encoding="utf-8") as fh:
             fh.write(reporters.markdown(problems, checked))
     return EXIT_PROBLEMS if has_errors(problems, strict) else EXIT_OK
+
+
+def _status_problems(lab: Lab, base: str | None) -> list[Problem]:
+    """Rule `status-owned` on the run statuses the change touches (status/ is the bot's)."""
+    from tuneplane.check.rules import status_rules  # lazy: as above
+    from tuneplane.check.rules.status import StatusContext
+    from tuneplane.lab.gitrepo import GitRepo
+    from tuneplane.lab.gittrees import status_changes
+
+    ctx = StatusContext(lab, status_changes(GitRepo(lab.root), base))
+    return [p for rule in status_rules() for p in rule(ctx)] if ctx.changes else []

@@ -10,12 +10,10 @@ creates repositories and is there, lazily, for callers that want its object mode
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import signal
 import subprocess
-import tarfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,6 +23,15 @@ from tuneplane.errors import UsageError
 
 _KEEP = {"GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
          "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_ASKPASS"}
+# Refs only the bot writes (its authority): no branch, so no merged pull request can move one.
+BOT_REFS = "refs/tuneplane/"
+# A fetch never recurses into submodules: a committed `.gitmodules` (an `update = !cmd`, a URL) is the
+# lab's content, never an instruction to the bot's git.
+BOT_FETCH = ("--no-recurse-submodules",)
+# The bot's files take no attribute from the lab's `.gitattributes` (`merge=union` joins two bots'
+# statuses into invalid JSON, `filter=lfs` commits a pointer): the clone's `info/attributes` wins.
+BOT_ATTRIBUTES = ("# tuneplane: the bot's files take no attribute from the lab's .gitattributes\n"
+                  "status/** -merge -filter -text -eol -ident -diff -working-tree-encoding -export-subst\n")
 FALLBACK_NAME = "TunePlane"
 FALLBACK_EMAIL = "tuneplane@localhost"
 # What `git push` says when another writer got there first (or holds the ref lock right now).
@@ -102,6 +109,19 @@ class GitRepo:
         if proc.returncode:
             raise GitFailed(tuple(args), proc.returncode, err.decode("utf-8", "replace").strip())
         return out
+
+    def guard_attributes(self) -> None:
+        """The bot's files immune to the lab's `.gitattributes` in this clone (the rest of it stays)."""
+        path = Path(self.git("rev-parse", "--git-path", "info/attributes"))
+        path = path if path.is_absolute() else self.root / path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        if BOT_ATTRIBUTES in text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + BOT_ATTRIBUTES, encoding="utf-8")
 
     def ensure_identity(self) -> None:
         """A commit needs an identity; give this repository a local one only when none is configured."""
@@ -196,8 +216,10 @@ class GitRepo:
     def fetch(self, remote: str, branch: str) -> str:
         """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
         try:
-            self._run(["fetch", "-q", "--end-of-options", remote,
-                       f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"], timeout=NETWORK_TIMEOUT)
+            # the bot's refs (`refs/tuneplane/*`, its authority) come along: a glob matching none is no error
+            self._run(["fetch", "-q", *BOT_FETCH, "--end-of-options", remote,
+                       f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}",
+                       f"+{BOT_REFS}*:{upstream_prefix(remote)}*"], timeout=NETWORK_TIMEOUT)
         except GitFailed as exc:
             if "couldn't find remote ref" in exc.stderr.lower():
                 return ""
@@ -239,7 +261,7 @@ class GitRepo:
 
     def fetch_more(self, *args: str) -> None:
         """One bounded `git fetch -q --no-tags ARGS` (the caller verified what it passes)."""
-        self._run(["fetch", "-q", "--no-tags", *args], timeout=NETWORK_TIMEOUT)
+        self._run(["fetch", "-q", "--no-tags", *BOT_FETCH, *args], timeout=NETWORK_TIMEOUT)
 
     def ensure_commit(self, rev: str, remote: str = "origin") -> str:
         """The full id of commit `rev`, fetched from `remote` when this clone lacks it.
@@ -368,10 +390,12 @@ class GitRepo:
         """One side of a conflicted path: 2 is the branch being rebased onto, 3 the commit replayed."""
         return self.show(f":{stage}", path) if stage in (1, 2, 3) else None
 
-    def push(self, remote: str, branch: str) -> bool:
-        """Push HEAD to `remote`/`branch`; False when the remote moved on (fetch, rebase, try again)."""
+    def push(self, remote: str, branch: str, also: Sequence[str] = ()) -> bool:
+        """Push HEAD to `remote`/`branch` with `also`, all or none; False when the remote moved on."""
+        atomic = ["--atomic"] if also else []
         try:
-            self._run(["push", "-q", "--end-of-options", remote, f"HEAD:refs/heads/{branch}"], timeout=NETWORK_TIMEOUT)
+            self._run(["push", "-q", "--no-recurse-submodules", *atomic, "--end-of-options", remote,
+                       f"HEAD:refs/heads/{branch}", *also], timeout=NETWORK_TIMEOUT)
             return True
         except GitFailed as exc:
             text = exc.stderr.lower()
@@ -391,16 +415,11 @@ class GitRepo:
         return self.head()
 
     def archive(self, commit: str, dest: Path, exclude: tuple[str, ...] = ()) -> None:
-        """Unpack the tree of `commit` into `dest` (the job package), never the working tree."""
-        specs = [".", *(f":(exclude){p}" for p in exclude)]
-        commit = self.ensure_commit(commit)  # archive takes no --end-of-options: give it a verified id
-        data = self._run(["archive", "--format=tar", commit, "--", *specs])
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")  # refuses absolute paths and links leaving dest
-            else:  # Python < 3.11.4; git archive of our own commit writes no such entries
-                tar.extractall(dest)
+        """Unpack the tree of `commit` into `dest` (the job package), never the working tree: every
+        file as committed (see `gittrees.package`). `exclude` names top-level paths."""
+        from tuneplane.lab.gittrees import package  # lazy: only a job package needs it
+
+        package(self, self.ensure_commit(commit), dest, exclude)
 
     def close(self) -> None:
         if self._raw is not None:
@@ -427,15 +446,23 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None) -> bytes:
-    """`git <args>` in `root`, in the clean environment, `stdin` its input (else none): its output, or
-    GitFailed. Every git command of tp runs here (a remote's through `GitRepo`, bounded in time)."""
+def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None,
+            extra_env: dict[str, str] | None = None) -> bytes:
+    """`git <args>` in `root`, in the clean environment (plus `extra_env`), `stdin` its input (else
+    none): its output, or GitFailed. Every git command of tp runs here (a remote's through `GitRepo`,
+    bounded in time)."""
     feed: dict[str, Any] = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}
     done: subprocess.CompletedProcess[bytes] = subprocess.run(
-        ["git", *args], cwd=root, env=no_git_env(), capture_output=True, check=False, **feed)
+        ["git", *args], cwd=root, env={**no_git_env(), **(extra_env or {})}, capture_output=True, check=False,
+        **feed)
     if done.returncode:
         raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
     return done.stdout
+
+
+def upstream_prefix(remote: str) -> str:
+    """Where a fetch from `remote` keeps its copy of the bot's refs."""
+    return f"refs/tuneplane-upstream/{remote}/"
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

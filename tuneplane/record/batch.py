@@ -22,6 +22,7 @@ from tuneplane.lab.fs import atomic_write, atomic_write_all
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, status_text
 from tuneplane.models.run import RunStatus
+from tuneplane.record.authority import Authority
 from tuneplane.record.ledger import LEDGER, Ledger
 from tuneplane.views import dashboard
 
@@ -33,9 +34,11 @@ def safe_write(root: Path, rel: str, text: str) -> Path:
     return target
 
 
-def safe_path(root: Path, rel: str, make: bool = True) -> Path:
+def safe_path(root: Path, rel: str, make: bool = True, replace_link: bool = False) -> Path:
     """`root/rel` once every directory on the way is checked (and made, unless `make` is False: then a
-    missing one ends the check, and the path returned does not exist): no link, nothing else."""
+    missing one ends the check, and the path returned does not exist): no link, nothing else. With
+    `replace_link`, a link or a non-directory at `rel` itself is accepted: an atomic write renames over
+    the entry (never through it)."""
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         raise UsageError(f"refusing to write {rel!r}: not a plain path inside the lab")
@@ -57,6 +60,8 @@ def safe_path(root: Path, rel: str, make: bool = True) -> Path:
                 hint=f"git rm {shown} && git commit, then run the bot again",
             )
     target = here / parts[-1]
+    if replace_link and (target.is_symlink() or not target.is_dir()):
+        return target
     if target.is_symlink() or (target.exists() and not target.is_file()):
         raise UsageError(f"{rel} is a symbolic link or no regular file: the bot never writes through it",
                          hint=f"git rm {rel} && git commit, then run the bot again")
@@ -68,16 +73,18 @@ def write_all(root: Path, files: dict[str, str]) -> None:
 
     A reader (or a bot killed half way) sees each file old or new, never half written, and a power
     loss cannot leave a renamed file without its bytes."""
-    atomic_write_all({safe_path(root, rel): text for rel, text in files.items()})
+    atomic_write_all({safe_path(root, rel, replace_link=True): text for rel, text in files.items()})
 
 
 class Batch:
     """Collects one bot run's writes; `commit` renders the pages they touch and commits it all."""
 
-    def __init__(self, repo: GitRepo, ledger: Ledger | None = None) -> None:
+    def __init__(self, repo: GitRepo, ledger: Ledger | None = None, authority: Authority | None = None) -> None:
         self.repo = repo
         self.root = repo.root
         self.ledger = ledger if ledger is not None else committed_ledger(repo)
+        self.authority = authority  # the bot's record (the bot's batches only: what it wrote is its own)
+        self.refused: dict[str, str] = {}  # path → why it could not be written (its experiment is reported)
         self.base = dict(self.ledger.statuses)  # tree ids as the ledger had them
         self.written: set[str] = set()
         self.touched: dict[str, set[str]] = {}  # exp → runs whose rows changed
@@ -98,7 +105,8 @@ class Batch:
         else:
             before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
         text = status_text(status)
-        self._put(key.status_rel, text)
+        if not self._put(key.status_rel, text):
+            return
         delta = self.deltas.setdefault(key.experiment, Counter())
         if before is not None:
             delta[str(before.get("phase", "?"))] -= 1
@@ -114,21 +122,39 @@ class Batch:
     def restore(self, key: RunKey, data: bytes) -> None:
         """Put back a status someone deleted, byte for byte as it was last committed (its pages are
         recounted: `changed_by_others`)."""
-        self._put(key.status_rel, data.decode("utf-8", "replace"))
-        self.changed_by_others(key.experiment, [key.run_id])
+        if self._put(key.status_rel, data.decode("utf-8", "replace")):
+            self.changed_by_others(key.experiment, [key.run_id])
 
     def touch(self, exp: str, run_ids: list[str]) -> None:
         """Render the pages of these runs again (their request went away: the row loses its link)."""
         self.touched.setdefault(exp, set()).update(run_ids)
 
     def chart(self, key: RunKey, svg: str) -> None:
-        self._put(dashboard.chart_rel(key), svg)
-        self.touched.setdefault(key.experiment, set()).add(key.run_id)
+        if self._put(dashboard.chart_rel(key), svg):
+            self.touched.setdefault(key.experiment, set()).add(key.run_id)
 
-    def _put(self, rel: str, text: str) -> None:
-        safe_path(self.root, rel)  # refused now, before anything is written
+    def _put(self, rel: str, text: str) -> bool:
+        """Queue a write; False (and the path in `refused`) when the path cannot be written safely. One
+        bad path (a link or a file where a folder belongs) stops that write only, never the pass: every
+        other experiment's statuses are still written. A link or a file at the path itself is replaced."""
+        try:
+            safe_path(self.root, rel, replace_link=True)  # refused now, before anything is written
+        except (UsageError, OSError) as exc:
+            self.refused[rel] = str(exc)
+            return False
+        if self.authority is not None and rel.endswith(".json"):
+            self.authority.record(rel)
         self.pending[rel] = text
         self.written.add(rel)
+        return True
+
+    def writable(self, rel: str) -> str:
+        """Why `rel` cannot be written ("" when it can), found without writing or making anything."""
+        try:
+            safe_path(self.root, rel, make=False, replace_link=True)
+        except (UsageError, OSError) as exc:
+            return str(exc)
+        return ""
 
     def flush(self) -> None:
         write_all(self.root, self.pending)
@@ -153,6 +179,8 @@ class Batch:
         exps = set(self.touched)
         known = self.ledger.counts
         for exp in sorted(exps | (set(dashboard_exps(self.root)) if refresh else set())):
+            if self.writable(f"{STATUS_DIR}/{exp}/README.md") and not (self.root / STATUS_DIR / exp).is_dir():
+                continue  # no folder of its own (a file, a link): reported by the scan, its pages wait
             if not dashboard.run_ids(self.root, exp):  # every status of it was removed: so are its pages
                 self._drop_pages(exp)
                 continue
@@ -199,7 +227,7 @@ class Batch:
                 if again or touched.intersection(part) or not (self.root / rel).exists():
                     self._bot_page(rel, dashboard.month_page(self.root, exp, month, number))
         for page in dashboard.month_pages(self.root, exp):
-            if page not in kept and _written_by_bot(safe_path(self.root, page, make=False)):
+            if page not in kept and self._bots(page):
                 self._drop(page)  # the newest month's unfilled part, or a part a removal emptied
 
     def _drop_pages(self, exp: str) -> None:
@@ -207,17 +235,29 @@ class Batch:
         stays, and so does a page without the bot's note: a folder of `status/` with no status in it
         may be no experiment's (a team's notes)."""
         for page in [dashboard.experiment_page_rel(exp), *dashboard.month_pages(self.root, exp)]:
-            if _written_by_bot(safe_path(self.root, page, make=False)):
+            if self._bots(page):
                 self._drop(page)
 
     def forget(self, key: RunKey) -> None:
         """A run others took out of the lab (its status removed): its chart goes with it."""
         self._drop(dashboard.chart_rel(key))
 
+    def _bots(self, rel: str) -> bool:
+        """Whether `rel` is a page the bot wrote (a path behind a link or a file is nobody's page)."""
+        try:
+            path = safe_path(self.root, rel, make=False)
+        except UsageError:
+            return False
+        return _written_by_bot(path)
+
     def _drop(self, rel: str) -> None:
         """Remove a page (or a chart) the dashboard no longer has (committed with the batch)."""
-        path = safe_path(self.root, rel, make=False)
-        if path.is_file():
+        try:
+            path = safe_path(self.root, rel, make=False, replace_link=True)
+        except UsageError as exc:
+            self.refused[rel] = str(exc)
+            return
+        if path.is_file() or path.is_symlink():
             path.unlink()
             self.removed.add(rel)
 
@@ -238,10 +278,14 @@ class Batch:
         self._put(rel, text)
 
     def commit(self, message: str) -> str | None:
-        """Stage exactly what was written, record the tree ids in the ledger, and commit."""
+        """Stage exactly what was written, record the tree ids in the ledger, and commit (the bot's
+        batch: and make what it committed its record)."""
         self.flush()
         self.ledger.index = self._index_blob()
         if not self.written and not self.removed and not self._ledger_learned():
+            if self.authority is not None and (self.authority.pending or self._record_behind()):
+                self.authority.record(LEDGER)  # the branch's ledger is already what the bot would write
+                self.authority.save("tp bot: its record", "HEAD")
             return None
         paths = sorted(self.written)
         if paths:
@@ -262,6 +306,9 @@ class Batch:
                 self.ledger.statuses.pop(exp, None)
         safe_write(self.root, LEDGER, self.ledger.dump())
         self.repo.git("add", "--", LEDGER)
+        if self.authority is not None:  # recorded first: see `Authority.save`
+            self.authority.record(LEDGER)
+            self.authority.save("tp bot: " + message.splitlines()[0].removeprefix("tp bot: "))
         return self.repo.commit_staged(message, [*paths, LEDGER])
 
     def _index_blob(self) -> str:
@@ -274,6 +321,15 @@ class Batch:
             return self.repo.git("rev-parse", "-q", "--verify", f"HEAD:{DASHBOARD}").strip()
         except UsageError:
             return ""
+
+    def _record_behind(self) -> bool:
+        """Whether the bot's record holds another ledger than the branch (which holds the right one)."""
+        assert self.authority is not None
+        try:
+            ours = self.repo.git("rev-parse", "-q", "--verify", f"HEAD:{LEDGER}")
+        except UsageError:
+            return False
+        return self.authority.oids([LEDGER]).get(LEDGER) != ours
 
     def _ledger_learned(self) -> bool:
         """The ledger learned something though no file changed (requests that all have a status, a run

@@ -16,12 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneplane.constants import PHASE_RANK
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import STATUS_DIR
+from tuneplane.record.authority import Authority, pick_status
+from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
 from tuneplane.record.ledger import LEDGER, Ledger, merge
+
+__all__ = ["Target", "commit_status", "integrate", "pick_status", "publish", "pull", "record_published", "recover",
+           "resolve_target"]
 
 Checkpoint = Callable[[str], None]
 PUSH_ATTEMPTS = 8
@@ -66,6 +70,7 @@ def pull(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop) -> bool:
     """Fetch and rebase local commits onto the remote branch; True when anything new came in."""
     published = tracking(repo, target)
     upstream = repo.fetch(target.remote, target.branch)
+    Authority(repo).merge_upstream(target.remote)  # another bot's record, taken in before the scan
     if not upstream or repo.is_ancestor(upstream):
         return False
     integrate(repo, target, checkpoint, published)
@@ -94,11 +99,17 @@ def publish(
     for attempt in range(1, attempts + 1):
         published = tracking(repo, target)
         upstream = repo.fetch(target.remote, target.branch)
+        authority = Authority(repo)
+        authority.merge_upstream(target.remote)
         if upstream and not repo.is_ancestor(upstream):
             integrate(repo, target, checkpoint, published)
-        if upstream and repo.head() == upstream:
+        if upstream and repo.head() == upstream and record_published(repo, authority, target.remote):
             return attempt
-        if repo.push(target.remote, target.branch):
+        # the bot's record goes with its commits, all or nothing: a record ahead of the branch, or
+        # behind it, would have the next bot restore a status the other had just written
+        if repo.push(target.remote, target.branch, authority.push_spec()):
+            if authority.known:  # what the remote now holds, as a fetch would have recorded it
+                repo.git("update-ref", upstream_record(target.remote), authority.commit)
             return attempt
         sleep(rng.uniform(0.05, min(2.0, 0.1 * 2**attempt)))  # full jitter: racing bots spread out
     raise UsageError(
@@ -141,6 +152,26 @@ def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, pub
         for path in sorted(conflicts, key=_resolve_order):
             _resolve(repo, path)
         conflicts = repo.rebase_continue()
+    _refuse_broken_statuses(repo, upstream)
+
+
+def _refuse_broken_statuses(repo: GitRepo, upstream: str) -> None:
+    """The backstop before a push: every status file the bot's commits change is one whole JSON object
+    (a merge driver the lab configured could have joined two versions; the bot's clone sets none)."""
+    changed = repo.git("diff", "--name-only", "--no-renames", "--diff-filter=AM", upstream, "HEAD", "--",
+                       STATUS_DIR + "/")
+    for path in [p for p in changed.splitlines() if p.endswith(".json") and p.count("/") == 2]:
+        text = repo.show("HEAD", path) or ""
+        try:
+            ok = isinstance(json.loads(text), dict)
+        except (ValueError, RecursionError):
+            ok = False
+        if not ok:
+            raise UsageError(
+                f"after rebasing onto {upstream}, {path} is no JSON object: nothing was pushed",
+                hint="check .gitattributes for a merge driver on status/ (the bot's clone should override it: "
+                     "see .git/info/attributes), then run the bot again",
+            )
 
 
 def _resolve_order(path: str) -> tuple[int, str]:
@@ -176,25 +207,14 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def pick_status(upstream: str | None, ours: str | None) -> str | None:
-    """Of two versions of one status file, the more advanced; a tie keeps the one already published."""
-
-    def rank(text: str | None) -> tuple[int, int, str]:
-        try:
-            data = json.loads(text or "")
-        except ValueError:
-            return (-1, 0, "")
-        if not isinstance(data, dict):
-            return (-1, 0, "")
-        return (
-            PHASE_RANK.get(str(data.get("phase")), -1),
-            len(data.get("history") or []),
-            str(data.get("finished_at") or ""),
-        )
-
-    if upstream is None or ours is None:
-        return upstream if ours is None else ours
-    return ours if rank(ours) > rank(upstream) else upstream
+def record_published(repo: GitRepo, authority: Authority, remote: str) -> bool:
+    """Whether the remote already holds this clone's record (or there is none to push)."""
+    if not authority.known:
+        return True
+    try:
+        return repo.rev_parse(upstream_record(remote)) == authority.commit
+    except UsageError:
+        return False
 
 
 def recover(repo: GitRepo, message: str = "tp bot: keep status written by an interrupted run") -> str | None:
@@ -202,5 +222,15 @@ def recover(repo: GitRepo, message: str = "tp bot: keep status written by an int
     repo.rebase_abort()
     status = repo.root / STATUS_DIR
     if not os.path.islink(status) and os.path.isdir(status) and repo.is_dirty([STATUS_DIR]):
+        repo.stage([STATUS_DIR])
+        # what a killed bot left in its own clone is its own writing: recorded as such, or its next run
+        # would take the statuses it had just written for someone else's
+        authority = Authority(repo)
+        if authority.known:
+            staged = repo.git("diff", "--cached", "--name-only", "--diff-filter=AM", "--", STATUS_DIR)
+            for rel in staged.splitlines():
+                if rel.endswith(".json"):
+                    authority.record(rel)
+            authority.save("tp bot: record the statuses of an interrupted run")
         return commit_status(repo, message)
     return None

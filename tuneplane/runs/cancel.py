@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
@@ -38,6 +38,8 @@ def cancel_run(
     repo = lab_repo(lab)
     said: list[str] = []
     local = status is not None and status.backend is not None and status.backend.backend == "local"
+    if local and status is not None:
+        _refuse_foreign_dir(key, status)
     changed = _mark(lab, key)
     stopped = stop_local(repo, lab, status) if local and status is not None else ""
     said.append(_commit_mark(repo, key, changed))  # after the run's owner has committed its end
@@ -51,6 +53,20 @@ def cancel_run(
     elif not now and not local:
         said.append("next: push it (or open a pull request); the bot cancels the job once merged")
     return said
+
+
+def _refuse_foreign_dir(key: RunKey, status: RunStatus) -> None:
+    """A local run's directory is `<storage>/runs/<user>/<experiment>/<run id>`: a status naming any
+    other folder (copied from another run, or edited) would have this command stop that run's process
+    group, so nothing is stopped, marked or committed."""
+    assert status.backend is not None
+    where = PurePath(status.backend.namespace)
+    if (where.parent.name, where.name) != (key.experiment, key.run_id):
+        raise UsageError(
+            f"{key.status_rel} names {where}, which is not the run directory of {key}: nothing was stopped",
+            hint=f"status/ is the bot's; restore the file (git checkout origin/main -- {key.status_rel}), "
+                 "or stop the run on the machine that started it",
+        )
 
 
 def _mark(lab: Lab, key: RunKey) -> bool:

@@ -37,3 +37,9 @@ def sweep_rules() -> list[Rule]:
     from tuneplane.check.rules import sweeps  # lazy: loaded only when the lab has sweep files
 
     return [sweeps.check]
+
+
+def status_rules() -> list[Rule]:
+    from tuneplane.check.rules import status  # lazy: loaded only when `--changed` touches status/
+
+    return [status.check]

@@ -1,0 +1,102 @@
+"""Which statuses the bot trusts: its own record (`record.authority`) over whatever the branch says.
+
+The scan finds the statuses that changed and the runs the bot watches; this module judges them. A
+status of a run the bot recorded, changed by someone else, is put back from the record and said so.
+A status the bot has no record of is a run it did not start: a local run of another machine is
+listed, never acted on; one that claims a cluster object, or names another run than its path, is a
+forgery, reported and ignored. Before any job starts, each new run's status path is checked, so one
+bad path stops one experiment.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from tuneplane.constants import TERMINAL
+from tuneplane.errors import UsageError
+from tuneplane.lab.runs import STATUS_DIR, RunKey
+from tuneplane.record.batch import safe_path
+
+if TYPE_CHECKING:  # the scan hands itself in; importing it at run time would be a cycle
+    from tuneplane.bot.scan import Scan
+
+
+def json_of(data: bytes | None) -> dict[str, Any] | None:
+    """A status's content as an object (None: none, or not one)."""
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def check_writable(work: Scan) -> None:
+    """Before any job starts: each new run's status can be written. A link or a file where a folder of
+    `status/` belongs stops that experiment only (reported), never the others."""
+    refused: dict[str, str] = {}
+    for key in sorted(work.new):
+        if key.experiment not in refused:
+            try:
+                safe_path(work.snap.root, key.status_rel, make=False, replace_link=True)
+            except UsageError as exc:
+                refused[key.experiment] = exc.message
+        if key.experiment in refused:
+            del work.new[key]
+    for exp, why in sorted(refused.items()):
+        work.blocked.add(exp)
+        work.listed.discard(exp)
+        work.problems.append(f"{why}: the new runs of {exp} are not submitted until {STATUS_DIR}/{exp} is a "
+                             f"folder of this repository again (git rm it and commit)")
+
+
+def misnamed(key: RunKey, data: bytes | None) -> str:
+    """What a status names, said when it is not the run its path is."""
+    status = json_of(data)
+    if status is None or (status.get("experiment"), status.get("run_id")) == (key.experiment, key.run_id):
+        return ""
+    return f" (it named experiment {status.get('experiment')!r}, run {status.get('run_id')!r}, not its path)"
+
+
+def put_back(work: Scan, key: RunKey, what: str) -> None:
+    """Restore the bot's own copy of a status someone else changed, and say so."""
+    data = work.authority.read([key.status_rel]).get(key.status_rel)
+    if data is None:
+        return
+    work.restored[key] = data
+    status = json_of(data)
+    if status is not None and status.get("phase") not in TERMINAL:
+        work.ledger.active.setdefault(str(key), str(status.get("phase", "")))
+    work.notes.append(f"{what}: restored as the bot last wrote it (status/ is the bot's: a pull request "
+                      "cannot change a run's status; change its request, e.g. `cancel: true`)")
+
+
+def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
+    """A status the bot has no record of: a local run the bot did not start (`tp submit --local`) is
+    watched for the dashboard, never acted on; one that claims a cluster object, or names another run
+    than its path, is a forgery, reported and ignored."""
+    backend = data.get("backend")
+    where = backend.get("backend") if isinstance(backend, dict) else None
+    misnamed = (data.get("experiment"), data.get("run_id")) != (key.experiment, key.run_id)
+    if where in (None, "local") and not misnamed:
+        return True
+    claim = f"names {where} object {backend.get('name')!r}" if isinstance(backend, dict) and where != "local" \
+        else f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
+    work.problems.append(f"{key.status_rel} {claim}, which the bot never submitted for this run: ignored, the bot "
+                         "never acts on it (status/ is the bot's; remove the file, and submit runs with tp submit)")
+    work.ledger.active.pop(str(key), None)
+    return False
+
+
+def foreign(work: Scan, key: RunKey, data: dict[str, Any] | None) -> None:
+    """An active run the bot has no record of: it did not start it, so it never observes, reads or
+    cancels it; it is watched (for the dashboard) until its status says it ended."""
+    work.active[key] = None
+    if data is None or data.get("phase") in TERMINAL or not foreign_ok(work, key, data):
+        work.ledger.active.pop(str(key), None)
+        return
+    work.notes.append(f"{key}: a local run of another machine (or of `tp submit --local`): the bot did not "
+                      "start it and leaves it to that machine, which commits its end; cancel it there "
+                      f"(`tp job cancel {key.run_id}` on that machine)")
