@@ -14,7 +14,6 @@ from tuneplane.check.rules import experiment_rules, lab_rules, run_rules
 from tuneplane.check.rules.code import ShellCheck, check_shared
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import lint_shared_code
-from tuneplane.check.sweepfiles import validate_sweeps
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import plugin_index
@@ -66,7 +65,10 @@ def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
         same = [p for p in owners.get(path.stem, []) if p != path]
         clash = next((p for p in same if p < path or p not in checked), None)
         problems += validate_run(lab, catalog, path, contexts, clash)
-    problems += validate_sweeps(lab, catalog, {*experiments, *(p.parent.name for p in runs)}, contexts)
+    if (lab.root / "sweeps").is_dir():  # the sweep files' folder (models.sweep.SWEEPS_DIR)
+        from tuneplane.check.sweepfiles import validate_sweeps  # lazy: only a lab with sweeps pays for them
+
+        problems += validate_sweeps(lab, catalog, {*experiments, *(p.parent.name for p in runs)}, contexts)
     return sorted(set(problems))
 
 
