@@ -91,6 +91,7 @@ def job_attempts(rest: Rest, kind: Kind, ns: str, obj: JobObject, pods: list[Pod
     if under_way:
         reports.append(replace(under_way[-1].report, number=len(done) + 1))
     reports = _job_ending(reports, obj, job_failure)
+    reports = _job_completed(reports, obj)
     if new and not _finished(obj):
         _write_ledger(rest, kind, ns, obj, done)
     return tuple(reports)
@@ -272,6 +273,20 @@ def _job_ending(reports: list[AttemptReport], obj: JobObject, job_failure: str) 
     start = (obj.get("status") or {}).get("startTime")
     return [*reports, AttemptReport(number=len(reports) + 1, started_at=start, finished_at=at, reason=reason,
                                     message="the run's time limit (activeDeadlineSeconds) passed")]
+
+
+def _job_completed(reports: list[AttemptReport], obj: JobObject) -> list[AttemptReport]:
+    """A Job its controller marked Complete ended its newest attempt with it, whatever a pod not yet
+    updated (or already gone) still says: the controller counted the pods that succeeded."""
+    status = obj.get("status") or {}
+    complete = any(c.get("type") in ("Complete", "Completed") and c.get("status") == "True"
+                   for c in status.get("conditions") or [])
+    if not complete or not reports or reports[-1].reason is not None:
+        return reports
+    newest = reports[-1]
+    code = 0 if newest.exit_code is None else newest.exit_code
+    ended = newest.finished_at or status.get("completionTime")
+    return [*reports[:-1], replace(newest, reason="Completed", exit_code=code, finished_at=ended)]
 
 
 def _finished(obj: JobObject) -> bool:
