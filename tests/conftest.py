@@ -303,3 +303,21 @@ def make_catalog(tmp_path_factory: pytest.TempPathFactory,
         return target
 
     return make
+
+
+# ── what a test costs: the fast lane (`make test-fast`) leaves the costly kinds out ────────────────
+# A test is marked by the fixtures it uses, and a test file by what all of its tests do (measured with
+# `pytest --durations=0`: the files below are where the suite's minutes go). The markers are declared
+# in pyproject.toml: process, cluster, trainer, slurm.
+_FIXTURE_COST = {"slurm_cluster": "slurm", "fake_kube": "cluster", "cluster": "cluster", "kube_client": "cluster",
+                 "tp_subprocess": "process"}
+_FILE_COST: dict[str, tuple[str, ...]] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        costs = {cost for fixture, cost in _FIXTURE_COST.items() if fixture in fixtures}
+        costs |= set(_FILE_COST.get(item.path.name, ()))
+        for cost in sorted(costs):
+            item.add_marker(cost)
