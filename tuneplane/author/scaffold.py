@@ -45,9 +45,11 @@ class InitResult:
 
 
 BACKENDS = ("local", "kubernetes", "slurm")
+DEFAULT_RUNNER = "tuneplane"  # the self-hosted runner label of a local or Slurm lab's bot jobs
 
 
-def lab_files(name: str, backend: str = "local", tool: ToolSource | None = None) -> dict[str, str]:
+def lab_files(name: str, backend: str = "local", tool: ToolSource | None = None,
+              runner: str = DEFAULT_RUNNER) -> dict[str, str]:
     """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp."""
     tool = tool or installed_source(__version__)
     files = {
@@ -56,13 +58,33 @@ def lab_files(name: str, backend: str = "local", tool: ToolSource | None = None)
         "README.md": render("lab/README.md.j2", name=name),
         ".gitignore": render("lab/gitignore"),
         ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2", hook=_hook(tool)),
-        ".github/workflows/tuneplane.yml": render("lab/workflow.yml.j2", branch="main", actions=ACTIONS),
+        ".github/workflows/tuneplane.yml": render("lab/workflow.yml.j2", branch="main", actions=ACTIONS,
+                                                  **_bot_runner(backend, runner)),
         ".github/dependabot.yml": render("lab/dependabot.yml.j2"),
+        **({} if backend == "kubernetes" else {".github/actionlint.yaml": _runner_labels(runner)}),
         **packaged_schemas(),
     }
     for d in LAB_DIRS:
         files[f"{d}/.gitkeep"] = ""
     return files
+
+
+def _bot_runner(backend: str, runner: str) -> dict[str, object]:
+    """Where the bot jobs run: a hosted runner reaches a Kubernetes API server; a local run or `sbatch`
+    needs a machine that stays, so those labs' bots run on a self-hosted runner with the given label."""
+    if backend == "kubernetes":
+        return {"runs_on": "ubuntu-latest", "kubernetes": True,
+                "runner_why": "The bot jobs reach the cluster's API server from a hosted runner."}
+    where = "the machine that runs the jobs" if backend == "local" else "a machine where sbatch works"
+    return {"runs_on": f"[self-hosted, {runner}]", "kubernetes": False,
+            "runner_why": f"The bot jobs run on {where}: a self-hosted runner labelled {runner}\n  # (a "
+                          "hosted runner is gone after each job, and with it every run it started)."}
+
+
+def _runner_labels(runner: str) -> str:
+    """actionlint's settings: the self-hosted runner label the bot jobs ask for is one of the lab's."""
+    return ("# The lab's self-hosted runner labels, for actionlint (tp init wrote this).\n"
+            f"self-hosted-runner:\n  labels:\n    - {runner}\n")
 
 
 def _hook(tool: ToolSource) -> dict[str, str]:
@@ -80,7 +102,7 @@ def default_lab_name(root: Path) -> str:
 
 
 def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local",
-             tool: ToolSource | None = None) -> InitResult:
+             tool: ToolSource | None = None, runner: str = DEFAULT_RUNNER) -> InitResult:
     root = root.resolve()
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} is a file, not a directory", hint="pass a directory for the new lab")
@@ -94,7 +116,9 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-'")
     if backend not in BACKENDS:
         raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
-    files = lab_files(name, backend, tool)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", runner):
+        raise UsageError(f"runner label {runner!r} is not allowed", hint="use letters, digits, '.', '_' and '-'")
+    files = lab_files(name, backend, tool, runner)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}
     folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}

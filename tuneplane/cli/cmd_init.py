@@ -25,6 +25,9 @@ def init(
         "--tool-requirement", envvar="TUNEPLANE_TOOL_REQUIREMENT",
         help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
              "default: how this tp was installed.")] = None,
+    runner: Annotated[str, typer.Option(
+        "--runner", help="Self-hosted runner label of the bot jobs of a local or Slurm lab (their runs need a "
+                         "machine that stays).")] = "tuneplane",
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
@@ -43,7 +46,7 @@ def init(
 
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool)
+    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner)
     typer.echo(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
         if not rel.endswith(".gitkeep") and not rel.startswith(".tuneplane/"):
