@@ -103,7 +103,8 @@ class Job:
         (its output, the step of the newest complete checkpoint it left)."""
         before = self.newest_step()
         code, output = self.run(attempt, stop_past=before)
-        assert code == 128 + signal.SIGTERM, f"attempt {attempt} was not stopped mid-training ({code}):\n{output[-3000:]}"
+        stopped = code == 128 + signal.SIGTERM
+        assert stopped, f"attempt {attempt} was not stopped mid-training ({code}):\n{output[-3000:]}"
         after = self.newest_step()
         assert after > before, output[-3000:]
         return output, after
