@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -136,3 +137,35 @@ def test_pytorch_template_resumes_from_its_newest_checkpoint_twice(tmp_path: Pat
     mirrored = [json.loads(line)["step"] for line in (job.out / "logs" / "metrics.jsonl").read_text().splitlines()
                 if "train/loss" in line]
     assert mirrored == list(range(1, total + 1))  # the local mirror holds each step once too
+
+
+# ── the job-side flag renderer (ms-swift) ──────────────────────────────────────────────────────────
+
+
+ECHO = "import json, sys\nprint('ARGV=' + json.dumps(sys.argv[1:]))\n"
+
+
+def _rendered(tmp_path: Path, resume_from: str | None, *options: str) -> list[str]:
+    (tmp_path / "echo.py").write_text(ECHO)
+    (tmp_path / "config.yaml").write_text("learning_rate: 1.0e-4\n")
+    env = {k: v for k, v in os.environ.items() if k != "TUNEPLANE_RESUME_FROM"}
+    if resume_from is not None:
+        env["TUNEPLANE_RESUME_FROM"] = resume_from
+    done = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.cli_flags", "--style", "flat", "--config",
+                           str(tmp_path / "config.yaml"), "--platform-json", '{"output_dir": "/out/checkpoints"}',
+                           *options, "--", str(tmp_path / "echo.py")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("ARGV="))
+    return list(json.loads(line[5:]))
+
+
+def test_the_flag_renderer_passes_the_resume_checkpoint_only_when_there_is_one(tmp_path: Path) -> None:
+    flag = ("--resume-flag", "resume_from_checkpoint")
+    resumed = _rendered(tmp_path, "/out/checkpoints/checkpoint-40", *flag)
+    assert resumed == ["--learning_rate", "1.0e-4", "--output_dir", "/out/checkpoints",
+                       "--resume_from_checkpoint", "/out/checkpoints/checkpoint-40"]
+    assert "--resume_from_checkpoint" not in _rendered(tmp_path, None, *flag)  # a first attempt starts afresh
+    assert "--resume_from_checkpoint" not in _rendered(tmp_path, "", *flag)
+    # an entrypoint that declares no resume flag is never given one
+    assert "--resume_from_checkpoint" not in _rendered(tmp_path, "/out/checkpoints/checkpoint-40")
