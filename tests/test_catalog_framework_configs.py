@@ -102,6 +102,14 @@ def test_verl_template_composes_with_verls_defaults(method: str, verl_config_dir
     assert sorted(p["path"] for p in recipe["params"].values() if p["path"] not in known) == []
 
 
+@pytest.mark.parametrize("method", VERL_METHODS)
+def test_verl_knows_the_keys_the_platform_resumes_with(method: str, verl_config_dir: Path) -> None:
+    """The adapter sets trainer.default_local_dir and trainer.resume_mode=auto (resume from the iteration
+    latest_checkpointed_iteration.txt names there); both are keys of this trainer's own defaults."""
+    known = verl_default_keys(verl_config_dir, template(method)["defaults"])
+    assert {"trainer.default_local_dir", "trainer.resume_mode"} <= known
+
+
 def test_a_key_verl_does_not_know_is_found(verl_config_dir: Path) -> None:
     config = template("verl/grpo")
     config["actor_rollout_ref"]["actor"]["learnin_rate_typo_zz"] = 1

@@ -16,6 +16,7 @@ command line is parsed by:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,11 +88,16 @@ def framework_argv(tmp: Path, method: str, version: str, operation: str = "train
     config = options.index("--config") + 1
     options[config] = str(lab / "experiments" / "exp" / "config.yaml")  # the job's copy of it
     (tmp / "echo.py").write_text(ECHO, encoding="utf-8")
+    # a later attempt of the run, which the launcher gave a checkpoint to resume from
+    env = dict(os.environ, TUNEPLANE_RESUME_FROM=RESUME_FROM)
     done = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.cli_flags", *options, "--",
-                           str(tmp / "echo.py")], capture_output=True, text=True, timeout=60, check=False)
+                           str(tmp / "echo.py")], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("ARGV="))
     return module, list(json.loads(line[5:]))
+
+
+RESUME_FROM = "/runs/r/out/checkpoints/checkpoint-40"
 
 
 def _fill(config: Path) -> None:
@@ -122,6 +128,9 @@ def test_openrlhf_flags_parse_with_its_own_parser(tmp_path: Path, cache: Path, m
     assert (f"--{bound}" in argv) == (recipe(method)["adapter_options"]["orchestrator"] != "ray")
     problem = openrlhf_check(openrlhf_wheel(cache, version), module, argv)
     assert problem is None, f"{method} @ openrlhf {version}: {problem}\nargv: {argv}"
+    # OpenRLHF resumes by itself from the DeepSpeed checkpoints it keeps under the out dir
+    args = openrlhf_args(openrlhf_wheel(cache, version), module, argv)
+    assert args.ckpt.load_enable is True and args.ckpt.path.endswith("/out/checkpoints/deepspeed")
 
 
 def test_openrlhf_parser_refuses_what_it_does_not_know(cache: Path) -> None:
@@ -170,6 +179,7 @@ def test_ms_swift_flags_parse_with_its_own_parser(swift_results: dict[str, dict[
     assert got["unknown"] == [], f"{method} @ ms-swift {version}: flags ms-swift does not define: {got['unknown']}"
     _every_param_rendered(method, got["argv"])
     assert "--val_dataset" in got["argv"] and "--dataset" in got["argv"] and "--model" in got["argv"]
+    assert got["values"]["resume_from_checkpoint"] == RESUME_FROM  # the launcher's checkpoint, as ms-swift reads it
     r = recipe(method)
     for name, param in r["params"].items():  # each default reaches ms-swift as the value it means
         if param.get("default") is None or param["type"] not in ("int", "float", "bool"):

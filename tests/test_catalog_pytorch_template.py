@@ -65,7 +65,7 @@ def test_single_process_run_learns_and_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = train(out, {"epochs": 2}, [sys.executable])
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-1.pt", "epoch-2.pt"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-1", "epoch-2"]
 
     points = read_points(out)
     train_losses = [p["train/loss"] for p in points if "train/loss" in p]
@@ -74,7 +74,7 @@ def test_single_process_run_learns_and_checkpoints(tmp_path: Path) -> None:
     assert train_losses[-1] < train_losses[0]
     assert val_losses[-1] < val_losses[0]
 
-    state = torch.load(out / "checkpoints" / "epoch-2.pt", map_location="cpu", weights_only=False)
+    state = torch.load(out / "checkpoints" / "epoch-2" / "state.pt", map_location="cpu", weights_only=False)
     assert state["epoch"] == 2 and state["step"] == 2 * (512 // 32)
     assert state["config"]["batch_size"] == 32  # the override, not the file's value
     assert state["metrics"]["validation/loss"] == pytest.approx(val_losses[-1])
@@ -91,7 +91,7 @@ def test_max_steps_caps_the_run(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "logs" / "summary.json").read_text())
     assert summary["steps"] == 6
-    assert [p.name for p in (out / "checkpoints").iterdir()] == ["epoch-1.pt"]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["epoch-1"]
 
 
 def test_two_process_torchrun_writes_one_checkpoint_set(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_two_process_torchrun_writes_one_checkpoint_set(tmp_path: Path) -> None:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     result = train(out, {"epochs": 1}, launcher)
     assert result.returncode == 0, result.stderr + result.stdout
-    assert [p.name for p in (out / "checkpoints").iterdir()] == ["epoch-1.pt"]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["epoch-1"]
 
     summary = json.loads((out / "logs" / "summary.json").read_text())
     assert summary["world_size"] == 2

@@ -187,6 +187,40 @@ def test_save_writes_final_and_drops_the_model_card(tmp_path: Path) -> None:
     assert (checkpoints / "final").is_dir() and not (checkpoints / "README.md").exists()
 
 
+def test_a_new_attempt_trains_from_the_checkpoint_the_launcher_found(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run(tmp_path, CONFIG)
+    resumed_from: list[str | None] = []
+
+    class Trainer:
+        def __init__(self, **_: Any) -> None:
+            pass
+
+        def train(self, resume_from_checkpoint: str | None = None) -> None:
+            resumed_from.append(resume_from_checkpoint)
+
+        def save_model(self, folder: str) -> None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+
+        def is_world_process_zero(self) -> bool:
+            return True
+
+    kwargs: dict[str, Any] = {"train_dataset": [], "peft_config": None, "callbacks": []}
+    checkpoint = tmp_path / "out" / "checkpoints" / "checkpoint-6"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    monkeypatch.delenv("TUNEPLANE_RESUME_FROM", raising=False)
+    assert run.train(Trainer, dict, **kwargs) == 0  # a first attempt starts afresh
+    monkeypatch.setenv("TUNEPLANE_RESUME_FROM", str(checkpoint))
+    run.train(Trainer, dict, **kwargs)
+    # a marked folder of another loop is no Trainer checkpoint: named, and training starts afresh
+    monkeypatch.setenv("TUNEPLANE_RESUME_FROM", str(tmp_path / "out" / "checkpoints" / "final"))
+    run.train(Trainer, dict, **kwargs)
+    assert resumed_from == [None, str(checkpoint), None]
+    assert "is not a Trainer checkpoint (no trainer_state.json)" in capsys.readouterr().err
+
+
 def test_experiments_scaffolded_before_training_run_still_import_their_helpers() -> None:
     """Their trainer_config.py re-exports these names: an existing lab's train.py keeps working."""
     import tuneplane.lifecycle.trl_support as support

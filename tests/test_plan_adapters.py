@@ -174,11 +174,23 @@ def test_verl_grpo_is_a_ray_driver_with_hydra_json_overrides(lab: Lab) -> None:
         assert json.loads(overrides[path]) == value
     assert (plan.mode, plan.nodes, plan.in_process) == ("ray-driver", 2, True)
     # the platform's keys come last, so they win over anything before them
-    assert argv[-3:] == [
+    assert argv[-4:] == [
         "trainer.nnodes=2",
         "trainer.n_gpus_per_node=8",
         f"trainer.default_local_dir={json.dumps(out + '/checkpoints')}",
+        'trainer.resume_mode="auto"',
     ]
+
+
+@pytest.mark.parametrize("exp", ["verl-grpo-exp", "verl-sft-exp"])
+def test_verl_resumes_from_the_newest_checkpoint_in_its_checkpoint_dir(lab: Lab, exp: str) -> None:
+    """verl's resume_mode auto loads what latest_checkpointed_iteration.txt names in default_local_dir:
+    under $OUT/checkpoints, where the launcher finds it too; a template's own resume_mode loses."""
+    _, _, out = paths(exp)
+    argv = plan_for(lab, exp, "h200:16").argv
+    overrides = [a for a in argv if a.startswith(("trainer.resume_mode=", "trainer.default_local_dir="))]
+    assert overrides == [f"trainer.default_local_dir={json.dumps(out + '/checkpoints')}", 'trainer.resume_mode="auto"']
+    assert argv[-1] == 'trainer.resume_mode="auto"'
 
 
 def test_verl_sft_runs_under_torchrun(lab: Lab) -> None:
@@ -197,7 +209,8 @@ def test_nemo_rl_passes_config_topology_checkpoint_and_log_dirs(lab: Lab) -> Non
     # NeMo-RL's own driver in the image; the experiment has no run.py of its own
     assert argv[:4] == ["python3", "/opt/nemo-rl/examples/run_grpo.py", "--config", f"{exp_dir}/config.yaml"]
     assert "cluster.num_nodes=2" in argv and "cluster.gpus_per_node=8" in argv
-    assert f"checkpointing.checkpoint_dir={json.dumps(out)}" in argv
+    # NeMo-RL resumes from the newest step_<n> in checkpoint_dir; the launcher looks in $OUT/checkpoints
+    assert f"checkpointing.checkpoint_dir={json.dumps(out + '/checkpoints')}" in argv
     assert f"logger.log_dir={json.dumps(out + '/logs')}" in argv
     assert f"policy.model_name={json.dumps(INPUTS['model'])}" in argv
     assert "grpo.num_generations_per_prompt=8" in argv
@@ -437,3 +450,37 @@ def test_the_launcher_reads_the_jobspec_document(lab: Lab, tmp_path: Path) -> No
     assert view.launch.argv == plan.argv and view.launch.mode == "process-group"
     assert view.launch.cwd == plan.cwd and view.framework == "trl"
     assert dict(view.hyperparams) == spec.spec.hyperparams
+
+
+# ── resuming through the job-side flag renderer (ms-swift, OpenRLHF) ─────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def cli_lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    return make_lab(tmp_path_factory.mktemp("cli-adapters") / "lab",
+                    experiments={"swift-sft": "ms-swift/sft", "swift-dpo": "ms-swift/dpo",
+                                 "swift-megatron": "ms-swift/megatron-sft", "orlhf-sft": "openrlhf/sft"})
+
+
+def _renderer_options(lab: Lab, exp: str) -> list[str]:
+    argv = plan_for(lab, exp, "h200:8", inputs=dict(INPUTS), image="registry.example/fw:1").argv
+    start = argv.index("tuneplane.lifecycle.cli_flags")
+    return list(argv[start + 1 : argv.index("--", start)])
+
+
+@pytest.mark.parametrize("exp", ["swift-sft", "swift-dpo"])
+def test_ms_swift_trainer_entrypoints_take_the_resume_checkpoint_as_their_flag(cli_lab: Lab, exp: str) -> None:
+    options = _renderer_options(cli_lab, exp)
+    assert after(options, "--resume-flag") == "resume_from_checkpoint"
+
+
+def test_ms_swift_megatron_gets_no_resume_flag(cli_lab: Lab) -> None:
+    assert "--resume-flag" not in _renderer_options(cli_lab, "swift-megatron")
+
+
+def test_openrlhf_keeps_its_deepspeed_checkpoints_in_the_out_dir_and_loads_them(cli_lab: Lab) -> None:
+    _, _, out = paths("orlhf-sft")
+    options = _renderer_options(cli_lab, "orlhf-sft")
+    platform = json.loads(after(options, "--platform-json"))
+    assert platform["ckpt.path"] == f"{out}/checkpoints/deepspeed"  # not ./ckpt in the work dir
+    assert platform["ckpt.load_enable"] is True and "--resume-flag" not in options

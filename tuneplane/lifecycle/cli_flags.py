@@ -2,13 +2,15 @@
 
     python -m tuneplane.lifecycle.cli_flags --style flat|dotted --config <exp>/config.yaml \
         --overrides-json '<validated hyperparams>' --platform-json '<flags the platform owns>' \
-        -- <module | file.py>
+        [--resume-flag <flag>] -- <module | file.py>
 
 ms-swift takes flat flags (`--key value`, a list as several values, a bool as true/false, a config
 value as written: `eval_strategy: no` is `--eval_strategy no`, not false); OpenRLHF
 takes dotted flags (`a: {b: 1}` is `--a.b 1`) whose bools are switches (true adds the flag, false
 leaves it out). The hyperparameters are laid over the config, the platform's flags over both, and
-the module runs in this interpreter as `python -m <module>` would. Standard library at import;
+the module runs in this interpreter as `python -m <module>` would. With --resume-flag, a new attempt
+of the run that the launcher gave a checkpoint ($TUNEPLANE_RESUME_FROM) passes it as that flag (ms-swift's
+`resume_from_checkpoint`); the path is known only in the job. Standard library at import;
 PyYAML (the training image's) only to read the config.
 """
 
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 from pathlib import Path
 from typing import Any
 
+from tuneplane.constants import RESUME_FROM_ENV
 from tuneplane.lifecycle.overrides import apply_overrides
 
 
@@ -101,10 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--overrides-json", default="{}")
     parser.add_argument("--platform-json", default="{}")
+    parser.add_argument("--resume-flag", default="", help="the framework's flag for $TUNEPLANE_RESUME_FROM")
     opts = parser.parse_args(args[:cut])
     module = args[cut + 1]
     config = _load(opts.config, as_written=opts.style == "flat")
-    flags = build_flags(config, json.loads(opts.overrides_json), json.loads(opts.platform_json), opts.style)
+    platform = json.loads(opts.platform_json)
+    resume = os.environ.get(RESUME_FROM_ENV, "")
+    if opts.resume_flag and resume:
+        platform[opts.resume_flag] = resume
+    flags = build_flags(config, json.loads(opts.overrides_json), platform, opts.style)
     sys.argv = [module, *flags]
     if module.endswith(".py"):  # an experiment's run.py in place of the framework's module
         sys.path.insert(0, str(Path(module).resolve().parent))

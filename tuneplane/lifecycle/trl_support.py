@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported: experiments scaffolded before TrainingRun import them from here (their trainer_config.py).
+from tuneplane.constants import RESUME_FROM_ENV
 from tuneplane.lifecycle.outputs import output_dir as output_dir
 from tuneplane.lifecycle.overrides import apply_overrides as apply_overrides
 
@@ -45,6 +46,8 @@ Data: a local .jsonl/.json/.parquet/.csv file or folder, or a Hub data set name.
 the TRL config class's keys, plus model_name_or_path, dataset_train_path, dataset_eval_path (the
 arguments above win), use_peft and lora_*. Outputs under --output-dir: checkpoints/checkpoint-<step>
 while training, checkpoints/final at the end (model and tokenizer), logs under --logging-dir.
+A new attempt of the run resumes from $TUNEPLANE_RESUME_FROM (the newest complete checkpoint-<step>,
+set by the launcher) when it is set.
 """
 
 
@@ -111,6 +114,24 @@ def latest_checkpoint(checkpoints: Path) -> Path:
     if not steps:
         raise SystemExit(f"no checkpoint under {checkpoints}: train first, or pass --checkpoint")
     return max(steps, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def resume_checkpoint() -> str | None:
+    """$TUNEPLANE_RESUME_FROM when it names a Trainer checkpoint folder, else None (a fresh start).
+
+    The launcher sets it to the newest complete checkpoint under $TUNEPLANE_OUT_DIR/checkpoints, where
+    TrainingRun points the Trainer's output_dir; a folder without trainer_state.json is not one the
+    Trainer can resume (another loop's marked folder), so it is named and training starts afresh.
+    """
+    value = os.environ.get(RESUME_FROM_ENV, "")
+    if not value:
+        return None
+    if not (Path(value) / "trainer_state.json").is_file():
+        print(f"{RESUME_FROM_ENV}={value} is not a Trainer checkpoint (no trainer_state.json): "
+              "training starts from the beginning", file=sys.stderr)
+        return None
+    print(f"resuming from {value}", flush=True)
+    return value
 
 
 def platform_callbacks() -> list[Any]:
@@ -243,9 +264,13 @@ class TrainingRun:
 
     def train(self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM",
               **kwargs: Any) -> int:
-        """Build the trainer (see trainer()), train, write checkpoints/final; 0 for the exit status."""
+        """Build the trainer (see trainer()), train, write checkpoints/final; 0 for the exit status.
+
+        A new attempt of the run (a requeue, a replaced pod, a retry) resumes from the checkpoint the
+        launcher found (see resume_checkpoint()): model, optimizer, scheduler, step and data order.
+        """
         trainer = self.trainer(trainer_class, config_class, peft_task_type=peft_task_type, **kwargs)
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume_checkpoint())
         self.save(trainer)
         return 0
 

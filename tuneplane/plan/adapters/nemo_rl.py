@@ -2,8 +2,11 @@
 export and eval through lifecycle.
 
     python3 <exp>/run_grpo.py --config <exp>/config.yaml policy.model_name="M" … <path>=<value> … \
-        cluster.num_nodes=N cluster.gpus_per_node=G checkpointing.checkpoint_dir="$OUT" \
+        cluster.num_nodes=N cluster.gpus_per_node=G checkpointing.checkpoint_dir="$OUT/checkpoints" \
         logger.log_dir="$OUT/logs" logger.tensorboard_enabled=true
+
+A new attempt resumes by itself: with checkpointing enabled, NeMo-RL's algorithms load the newest
+step_<N> under checkpoint_dir (where the launcher finds it too, as TUNEPLANE_RESUME_FROM).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ class NemoRlAdapter(LifecycleAdapter):
     def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         args = [*entry, "--config", config_path(spec), *input_overrides(spec), *param_overrides(spec),
                 *topology_overrides(spec, "cluster.num_nodes", "cluster.gpus_per_node"),
-                f"checkpointing.checkpoint_dir={hydra_value(out(spec))}",
+                f"checkpointing.checkpoint_dir={hydra_value(out(spec, 'checkpoints'))}",
                 f"logger.log_dir={hydra_value(out(spec, 'logs'))}",
                 # the collector reads <log_dir>/exp_<n>/tensorboard: the platform's metrics need it on
                 "logger.tensorboard_enabled=true"]

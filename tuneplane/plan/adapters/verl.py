@@ -3,7 +3,13 @@ sft under torchrun; export and eval through lifecycle.
 
     python3 -m verl.trainer.main_ppo --config-path <exp> --config-name config \
         actor_rollout_ref.model.path="M" data.train_files="D" data.val_files="V" <path>=<json> … \
-        trainer.nnodes=N trainer.n_gpus_per_node=G trainer.default_local_dir="$OUT/checkpoints"
+        trainer.nnodes=N trainer.n_gpus_per_node=G trainer.default_local_dir="$OUT/checkpoints" \
+        trainer.resume_mode="auto"
+
+A new attempt resumes from the newest complete checkpoint: with resume_mode auto, verl (its PPO and
+SFT trainers alike) loads the global_step_<N> that latest_checkpointed_iteration.txt in
+default_local_dir names, the very folder the launcher exports as TUNEPLANE_RESUME_FROM, and starts
+afresh when there is none. The plan is fixed before the job starts, so the path itself is not passed.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ class VerlAdapter(LifecycleAdapter):
     def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         args = [*entry, *_config_args(spec), *input_overrides(spec), *param_overrides(spec),
                 *topology_overrides(spec, "trainer.nnodes", "trainer.n_gpus_per_node"),
-                f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}"]
+                f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}",
+                f"trainer.resume_mode={hydra_value('auto')}"]
         # verl's TensorBoard logger reads its folder from the environment only.
         env = {"TENSORBOARD_DIR": out(spec, "logs", "tensorboard")}
         if spec.spec.recipe.adapter.orchestrator == "ray":

@@ -12,9 +12,14 @@ its process count. The model and the input pipeline are yours to replace: `build
 `build_datasets` are the two places to start.
 
 Outputs under --output-dir:
-    checkpoints/epoch-<n>.pt   model + optimizer state, written atomically
-    logs/metrics.jsonl         one JSON object per reported point
-    logs/summary.json          the final metrics and the run's shape
+    checkpoints/epoch-<n>/state.pt   model, optimizer and schedule state, epoch and step; the folder is
+                                     marked complete (.tuneplane-complete.json) once state.pt is whole
+    logs/metrics.jsonl               one JSON object per reported point
+    logs/summary.json                the final metrics and the run's shape
+
+A new attempt of the run (a requeue, a replaced pod, a retry) resumes from $TUNEPLANE_RESUME_FROM,
+which the platform's launcher sets to the newest complete checkpoint: the model, the optimizer, the
+schedule and the step continue from there, and the epochs after it are trained as they would have been.
 """
 
 from __future__ import annotations
@@ -316,11 +321,58 @@ class Reporter:
             _report.finish()
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write beside the target and rename, so a reader never sees half a checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+STATE_FILE = "state.pt"
+COMPLETE_MARKER = ".tuneplane-complete.json"  # what tuneplane.report.checkpoints looks for
+RESUME_FROM_ENV = "TUNEPLANE_RESUME_FROM"
+
+
+def save_checkpoint(folder: Path, state: dict[str, Any]) -> None:
+    """Write state.pt beside its final name and rename it, then mark the folder complete.
+
+    The marker comes last: a folder the job was killed while writing has none, and a new attempt
+    never resumes from it.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / COMPLETE_MARKER).unlink(missing_ok=True)  # rewritten below once the state is whole
+    partial = folder / (STATE_FILE + ".partial")
     torch.save(state, partial)
+    os.replace(partial, folder / STATE_FILE)
+    mark_complete(folder, int(state["step"]))
+
+
+def mark_complete(folder: Path, step: int) -> None:
+    """tuneplane.report.checkpoints.mark_complete, or the same marker written here without the SDK."""
+    try:
+        from tuneplane.report.checkpoints import mark_complete as platform_mark
+    except ImportError:
+        partial = folder / (COMPLETE_MARKER + ".partial")
+        partial.write_text(json.dumps({"step": step}), encoding="utf-8")
+        os.replace(partial, folder / COMPLETE_MARKER)
+        return
+    platform_mark(folder, step)
+
+
+def load_resume_state(device: torch.device) -> dict[str, Any] | None:
+    """The checkpoint named by $TUNEPLANE_RESUME_FROM (a folder with state.pt), or None to start afresh."""
+    folder = os.environ.get(RESUME_FROM_ENV, "")
+    if not folder:
+        return None
+    path = Path(folder) / STATE_FILE
+    if not path.is_file():
+        raise SystemExit(f"{RESUME_FROM_ENV}={folder} has no {STATE_FILE}: it is not a checkpoint of this "
+                         "train.py; remove it from the run's checkpoints/ folder to start afresh")
+    state: dict[str, Any] = torch.load(path, map_location=device, weights_only=False)
+    return state
+
+
+def keep_points_until(path: Path, step: int) -> None:
+    """Drop the mirrored points after `step`: the resumed attempt reports those steps again."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step]
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     os.replace(partial, path)
 
 
@@ -385,11 +437,16 @@ def train(cfg: dict[str, Any], out_dir: Path, topo: Topology) -> dict[str, Any]:
     epochs, max_steps = int(cfg["epochs"]), int(cfg["max_steps"])
     total_steps = epochs * len(train_loader) if max_steps <= 0 else min(max_steps, epochs * len(train_loader))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg["lr_scheduler"], total_steps))
+    start_epoch, step, final = resume(model, optimizer, scheduler, out_dir, topo)
     reporter = Reporter(out_dir, topo, hparams=cfg)
-    step, final = 0, {}
-    for epoch in range(1, epochs + 1):
+    for epoch in range(start_epoch + 1, epochs + 1):
+        if 0 < max_steps <= step:
+            break  # the checkpoint resumed from was the last one
         if isinstance(train_loader.sampler, DistributedSampler):
             train_loader.sampler.set_epoch(epoch)
+        elif train_loader.generator is not None:
+            # each epoch's order depends on the epoch alone, so a resumed run shuffles as an unbroken one
+            train_loader.generator.manual_seed(int(cfg["seed"]) * 100_003 + epoch)
         for images, labels in train_loader:
             step += 1
             loss = train_step(model, optimizer, images, labels, cfg, topo)
@@ -405,14 +462,32 @@ def train(cfg: dict[str, Any], out_dir: Path, topo: Topology) -> dict[str, Any]:
             final = evaluate(model, val_loader, cfg, topo)
             reporter.log(final, step)
             if topo.is_main:
-                save_checkpoint(out_dir / "checkpoints" / f"epoch-{epoch}.pt", {
+                save_checkpoint(out_dir / "checkpoints" / f"epoch-{epoch}", {
                     "model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-                    "epoch": epoch, "step": step, "config": cfg, "metrics": final,
+                    "scheduler": scheduler.state_dict(), "epoch": epoch, "step": step, "config": cfg,
+                    "metrics": final,
                 })
         if stopping:
             break
     reporter.finish()
     return {"steps": step, "world_size": topo.world, **final}
+
+
+def resume(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, out_dir: Path,
+           topo: Topology) -> tuple[int, int, dict[str, float]]:
+    """(epoch, step, metrics) of the checkpoint this attempt resumes from, its state loaded; else (0, 0, {})."""
+    state = load_resume_state(topo.device)
+    if state is None:
+        return 0, 0, {}
+    unwrap(model).load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    epoch, step = int(state["epoch"]), int(state["step"])
+    if topo.is_main:
+        keep_points_until(out_dir / "logs" / "metrics.jsonl", step)
+        print(json.dumps({"event": "resumed", "from": os.environ[RESUME_FROM_ENV], "epoch": epoch,
+                          "step": step}), flush=True)
+    return epoch, step, dict(state.get("metrics") or {})
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
