@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -157,7 +156,7 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(params: Mapping[str, Param], config: object, rel: str,
+def _base_hyperparams(params: dict[str, Param], config: object, rel: str,
                       written: dict[str, str]) -> dict[str, Scalar]:
     """Config values at the param paths, read by their type (`check.params.config_value`), else the
     defaults; keyed by dotted config path (a plugin parameter's path is its name)."""
@@ -313,7 +312,7 @@ def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> Reci
                            native_metrics=[o.model_dump(exclude_none=True) for o in prepared.native]))
 
 
-def _topology(topology: Mapping[str, object]) -> dict[str, str | int]:
+def _topology(topology: dict[str, object]) -> dict[str, str | int]:
     return {k: v for k, v in topology.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
 
 
