@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from time import time as _now
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from tuneplane.constants import JOB_ENABLED, JOB_TOKEN
 from tuneplane.report._callback import TunePlaneCallback, forget_steps
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import SupportsInt
 
-    from tuneplane.report._core import Session
+    from tuneplane.report._core import Session, Stats
 
 __all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle", "log", "log_hparams",
            "stats"]
@@ -39,7 +39,7 @@ __all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle
 _session: Session | None = None
 _decided = False
 _finished = False  # a session ended; the next log() without init() warns once
-_last_stats: dict[str, Any] = {}
+_last_stats: Stats = {}
 _orphans: list[Session] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
 _atexit_registered = False
 _closing: Session | None = None  # the session finish() is draining (see `_sigterm`)
@@ -230,11 +230,11 @@ def lifecycle(event: str, timeout: float = 5.0) -> bool:
         return False
 
 
-def stats() -> dict[str, Any]:
+def stats() -> Stats:
     """Counters of the live session (or the last finished one): delivered, pending, spilled, dropped..."""
     s = _session
     try:
-        return s.stats() if s is not None else dict(_last_stats)
+        return s.stats() if s is not None else _last_stats.copy()
     except Exception:
         return {}
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tuneplane.report._config import MAX_RECORD_KEYS, SPILL_DIR, Config
 from tuneplane.report._queued import (
@@ -42,6 +42,43 @@ if TYPE_CHECKING:  # both load with a session that sends, or monitors: not on im
 
 MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
 MAX_PUTTERS = 256  # key sets with a generated putter (see `_queued`): the hot ones, found by `promote`
+
+
+class Ledger(TypedDict):
+    """Where every logged point went; `balanced` when they add up."""
+
+    logged: int
+    delivered: int
+    dropped: int
+    refused: int
+    pending: int
+    balanced: bool
+
+
+class Stats(TypedDict, total=False):  # empty before any session ran (`tuneplane.report.stats()`)
+    """A session's counters, as `tuneplane.report.stats()` returns them."""
+
+    run_id: str
+    rank: int
+    logged_points: int
+    ledger: Ledger
+    hparams_sent: int
+    hparams_pending: int
+    hparams_dropped: dict[str, int]
+    delivered_points: int
+    pending_points: int
+    spilled_points: int
+    dropped_points: int
+    dropped: dict[str, int]
+    refused_points: int
+    refused_batches: dict[int, int]
+    batches_sent: int
+    retries: int
+    buffered_bytes: int
+    from_disk_bytes: int
+    buffer_budget_bytes: int
+    spill_path: str | None
+    internal_errors: int
 
 
 class Session:
@@ -89,7 +126,7 @@ class Session:
         self._said: set[str] = set()
         self.sender: Sender | None = None
         self.monitor: Monitor | None = None
-        self.final_stats: dict[str, Any] | None = None
+        self.final_stats: Stats | None = None
 
     def _make_spill(self) -> Spill | None:
         """The overflow file: under the out dir, or a private temp dir when there is none."""
@@ -411,7 +448,7 @@ class Session:
                     pass
         return kept
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Stats:
         if self.final_stats is not None:
             return self.final_stats
         with self.order_lock:  # one consistent moment: the sender moves points only under this lock
@@ -420,9 +457,9 @@ class Session:
                 dropped[reason] = dropped.get(reason, 0) + count
             logged, pending = self._counts()
             delivered, refused = self.delivered_points, self.refused_points
-        ledger = {"logged": logged, "delivered": delivered, "dropped": sum(dropped.values()),
-                  "refused": refused, "pending": pending}
-        ledger["balanced"] = ledger["delivered"] + ledger["dropped"] + ledger["refused"] + pending == logged
+        lost = sum(dropped.values())
+        ledger: Ledger = {"logged": logged, "delivered": delivered, "dropped": lost, "refused": refused,
+                          "pending": pending, "balanced": delivered + lost + refused + pending == logged}
         return {
             "run_id": self.config.run_id,
             "rank": self.config.rank,
