@@ -41,7 +41,7 @@ def test_no_module_is_over_500_lines():
 # ── Any, counted (issue #23) ──────────────────────────────────────────────────────────────────────
 # The issue's target is `Any` on at most 1 line per 100 lines of code (dstack and hera hold 0.3,
 # pre-commit 1.0). The ceiling is where the package stands now: lower it as `Any` goes, never raise it.
-ANY_CEILING_PER_100 = 1.64
+ANY_CEILING_PER_100 = 1.63
 
 
 def _any_names(tree: ast.Module) -> set[str]:
