@@ -4,9 +4,11 @@ modules, and tests named after what they test."""
 from __future__ import annotations
 
 import ast
+import io
 import shutil
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,67 @@ def test_the_size_report_lists_the_largest_modules_and_longest_functions(tmp_pat
     assert "     46  pkg/big.py" in text and "small.py" not in text.split("longest functions:")[0]
     assert text.split("longest functions:")[1].splitlines()[1:3] == ["     42  pkg/big.py:1 long_one",
                                                                     "      2  pkg/small.py:1 f"]
+
+
+
+# ── Any, counted (issue #23) ──────────────────────────────────────────────────────────────────────
+# The issue's target is `Any` on at most 1 line per 100 lines of code (dstack and hera hold 0.3,
+# pre-commit 1.0). The ceiling is where the package stands now: lower it as `Any` goes, never raise it.
+ANY_CEILING_PER_100 = 1.63
+
+
+def _any_names(tree: ast.Module) -> set[str]:
+    """`Any` and the names a module makes an alias of it (`JSON = Any`, `X: TypeAlias = Any`)."""
+    names = {"Any"}
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if value is not None and ast.unparse(value) in ("Any", "typing.Any", "'Any'", '"Any"'):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def any_lines(source: str, aliases: set[str]) -> tuple[int, int]:
+    """(lines naming `Any` or an alias of it, lines holding code): comments, docstrings and blank
+    lines are no code, and a word in a string is no use of the name."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.STRING, tokenize.ENDMARKER}
+    code: set[int] = set()
+    named: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type not in skip:
+            code.add(tok.start[0])
+        if tok.type == tokenize.NAME and tok.string in aliases:
+            named.add(tok.start[0])
+    return len(named), len(code)
+
+
+def test_any_lines_are_counted_with_their_aliases():
+    aliases = _any_names(ast.parse("from typing import Any\nJSON = Any\n"))
+    assert aliases == {"Any", "JSON"}
+    source = '"""Any word in a docstring."""\n# Any comment\nx: JSON = 1\ny: int = 2\nz: Any = 3\n'
+    assert any_lines(source, aliases) == (2, 3)
+
+
+def test_any_stays_under_its_ceiling():
+    """`Any` switches mypy off for whatever it touches; a real type (a model, a Protocol, a TypedDict,
+    `JSONValue` from tuneplane.runtime.jsonvalue, or `object` narrowed with isinstance) keeps it on.
+    Issue #23 asks for at most 1 line in 100 of code; this ceiling holds what has been reached so far."""
+    aliases = set().union(*(_any_names(tree) for tree in TREES.values()))
+    per_package: dict[str, tuple[int, int]] = {}
+    for rel in TREES:
+        named, code = any_lines((PKG / rel).read_text(encoding="utf-8"), aliases)
+        top = rel.split("/")[0]
+        was = per_package.get(top, (0, 0))
+        per_package[top] = (was[0] + named, was[1] + code)
+    named = sum(n for n, _ in per_package.values())
+    code = sum(c for _, c in per_package.values())
+    ratio = 100 * named / code
+    worst = sorted(per_package.items(), key=lambda kv: -kv[1][0])[:8]
+    detail = ", ".join(f"{top}: {n}" for top, (n, _) in worst)
+    assert ratio <= ANY_CEILING_PER_100, (
+        f"`Any` on {named} of {code} code lines ({ratio:.2f} per 100, the ceiling is {ANY_CEILING_PER_100}); "
+        f"most in {detail}. Give the new ones a real type")
 
 
 # Suites about the whole project rather than one part of it, each with what it covers.

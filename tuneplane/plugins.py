@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-InstallFn = Callable[..., Any]
+# A plugin's install(params, **ctx): what it returns is not looked at.
+InstallFn = Callable[..., object]
 
 
 class DeferredPluginError(LookupError):
@@ -29,7 +29,7 @@ class _Deferred:
 
     ref: str  # <owner>/<name>@<version>, for messages
     install: InstallFn
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
     done: bool = False
 
 
@@ -58,7 +58,7 @@ def mark_installed(plugin_id: str, digest: str) -> None:
     _STATE.installed[plugin_id] = digest
 
 
-def register_deferred(name: str, ref: str, install: InstallFn, params: Mapping[str, Any]) -> None:
+def register_deferred(name: str, ref: str, install: InstallFn, params: Mapping[str, object]) -> None:
     """Keep `install` until the trainer calls `install_deferred(name, **ctx)`."""
     _STATE.deferred[name] = _Deferred(ref=ref, install=install, params=params)
 
@@ -68,7 +68,7 @@ def registered() -> list[str]:
     return sorted(_STATE.deferred)
 
 
-def install_deferred(name: str, **ctx: Any) -> bool:
+def install_deferred(name: str, **ctx: object) -> bool:
     """Install the deferred plugin registered under manifest `name`, handing it the trainer's context.
 
     Returns True when the plugin's install ran, False when it had already run in this process.

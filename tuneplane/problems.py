@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
 
 from tuneplane.runtime.records import FrozenRecord
 
@@ -33,7 +32,7 @@ class Problem(FrozenRecord):
                  severity: Severity = Severity.ERROR, pointer: str = "", hint: str = "") -> None:
         self._set(file, line, col, rule, message, severity, pointer, hint)
 
-    def _values(self) -> tuple[Any, ...]:
+    def _values(self) -> tuple[object, ...]:
         return (self.file, self.line, self.col, self.rule, self.message, self.severity, self.pointer)
 
     def __lt__(self, other: object) -> bool:

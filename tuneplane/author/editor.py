@@ -10,18 +10,20 @@ bounds, choices, docs), and refresh the others. Every scaffolded YAML file names
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.schemarefs import config_schema_rel, schema_rel
+from tuneplane.models.recipe import Param, Recipe
 
 LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock", "experiment")
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
 
 
-def config_schema(method: str, recipe: Any) -> dict[str, Any]:
+def config_schema(method: str, recipe: Recipe) -> dict[str, object]:
     """A JSON Schema (2020-12) for the recipe's `config.yaml`, from its params.
 
     Each parameter's dotted path becomes nested properties; `null` is allowed wherever the recipe
@@ -48,11 +50,11 @@ def _object() -> dict[str, Any]:
     return {"type": "object", "properties": {}}
 
 
-def _property(name: str, param: Any) -> dict[str, Any]:
+def _property(name: str, param: Param) -> dict[str, object]:
     doc = param.doc or f"parameter {name}"
-    prop: dict[str, Any] = {"description": f"{doc} (`--set {name}=…`)"}
+    prop: dict[str, object] = {"description": f"{doc} (`--set {name}=…`)"}
     if param.type == "enum":
-        prop["enum"] = [*param.choices, None]
+        prop["enum"] = [*(param.choices or []), None]  # an enum param has choices (its validator)
     else:
         prop["type"] = [_JSON_TYPES[param.type], "null"]
     if param.min is not None:
@@ -64,7 +66,7 @@ def _property(name: str, param: Any) -> dict[str, Any]:
     return prop
 
 
-def dumps(schema: dict[str, Any]) -> str:
+def dumps(schema: Mapping[str, object]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -75,7 +77,7 @@ def packaged_schemas() -> dict[str, str]:
             for kind in LAB_SCHEMAS}
 
 
-def write_schemas(root: Path, recipes: dict[str, Any]) -> list[str]:
+def write_schemas(root: Path, recipes: Mapping[str, Recipe]) -> list[str]:
     """Write the file schemas and the config schema of each `{method: recipe}`; returns what changed."""
     files = packaged_schemas()
     files.update({config_schema_rel(m).as_posix(): dumps(config_schema(m, r)) for m, r in recipes.items()

@@ -13,7 +13,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ruamel.yaml import YAML
 
@@ -92,14 +91,14 @@ def _shared_code(root: Path) -> list[str]:
     return [d for d in SHARED_CODE_DIRS if (root / d).is_dir() and any((root / d).rglob("*.py"))]
 
 
-def _yaml() -> Any:
+def _yaml() -> YAML:
     y = YAML()
     y.preserve_quotes = True
     y.width = 4096
     return y
 
 
-def _dump(y: Any, data: Any) -> str:
+def _dump(y: YAML, data: object) -> str:
     buf = io.StringIO()
     y.dump(data, buf)
     return buf.getvalue()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tuneplane import __version__
 from tuneplane.author.editor import write_schemas
@@ -142,7 +142,7 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     return LockResult(lock_path, entry, previous)
 
 
-def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: dict[str, Any], index: int) -> None:
+def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: Mapping[str, object], index: int) -> None:
     """Check the lock about to be written as `tp validate` will; refuse the errors of the new entry."""
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     problems = check_lock_text(lab_root, exp_dir, _framework(lab_root, exp_dir), [], __version__, text)

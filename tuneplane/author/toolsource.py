@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 DIST = "tuneplane"
@@ -63,7 +63,7 @@ def installed_source(version: str) -> ToolSource:
     return source
 
 
-def tool_source(direct: dict[str, Any] | None, version: str, origin: tuple[str, str] | None) -> ToolSource:
+def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple[str, str] | None) -> ToolSource:
     """Pure: a PEP 610 record (None: from an index) and a local checkout's (remote URL, commit)."""
     if direct is None:
         return ToolSource(f"{DIST}=={version}", f"tp {version} was installed from a package index; "
@@ -111,7 +111,7 @@ def _reachable(url: str) -> bool:
     return bool(_REMOTE.match(url))
 
 
-def _checkout_origin(direct: dict[str, Any]) -> tuple[str, str] | None:
+def _checkout_origin(direct: Mapping[str, object]) -> tuple[str, str] | None:
     """(origin URL, HEAD commit) of the local directory tp was installed from, when it is a checkout."""
     from tuneplane.lab.gitrepo import checkout_origin  # lazy: only a source checkout is asked about git
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,7 +44,7 @@ class Refusal:
 
 
 def check_request(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str] | None = None, *,
-                  plugin_params: dict[str, Param] | None = None, plugins_locked: bool = False) -> list[Refusal]:
+                  plugin_params: Mapping[str, Param] | None = None, plugins_locked: bool = False) -> list[Refusal]:
     """Every refusal of `req`; `plugin_params` are what the experiment's locked plugins declare."""
     env = dict(os.environ) if env is None else env
     out: list[Refusal] = []
@@ -158,7 +159,7 @@ def _observability(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     return []
 
 
-def _hyperparams(recipe: Recipe, req: RunRequest, plugin_params: dict[str, Param],
+def _hyperparams(recipe: Recipe, req: RunRequest, plugin_params: Mapping[str, Param],
                  plugins_locked: bool) -> list[Refusal]:
     out: list[Refusal] = []
     if not recipe.params and not plugin_params and not plugins_locked:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tuneplane.check.rules.lock import check as lock_check
 from tuneplane.check.validate import load_experiment
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.load import Lab
 
 
-def experiment_rows(lab: Lab) -> list[dict[str, Any]]:
+def experiment_rows(lab: Lab) -> list[dict[str, str]]:
     catalog = load_catalog()
     rows = []
     for name in lab.experiment_names():

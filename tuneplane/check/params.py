@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from tuneplane.constants import Scalar
 from tuneplane.errors import UsageError
@@ -113,7 +112,7 @@ def _bounded(key: str, text: str) -> None:
                          hint="pass the value you mean, or quote it to keep it text")
 
 
-def config_value(param: Param, value: Any, written: str | None) -> Any:
+def config_value(param: Param, value: object, written: str | None) -> object:
     """A config.yaml value as `param` reads it. YAML 1.1 (what tp and the job read config.yaml with)
     takes an unquoted `no` for false and `007` for 7; `written`, the scalar as written (`Doc.plain`),
     gives a str parameter its text and an enum the choice written so (`eval_strategy: no`). Other types
@@ -134,7 +133,7 @@ def config_pointer(path: str) -> str:
     return "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in path.split("."))
 
 
-def check_value(param: Param, value: Any) -> str | None:
+def check_value(param: Param, value: object) -> str | None:
     """None when `value` fits `param`, else the message saying why not."""
     kind = param.type
     if kind == "bool":
@@ -148,12 +147,12 @@ def check_value(param: Param, value: Any) -> str | None:
     return None
 
 
-def _check_number(param: Param, value: Any) -> str | None:
+def _check_number(param: Param, value: object) -> str | None:
     if _non_finite(value):
         return (f"{value!r} is not a finite number: NaN and infinities pass no bound and break the JSON "
                 "handed to the job")
     ok = isinstance(value, int) if param.type == "int" else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok:
+    if isinstance(value, bool) or not ok or not isinstance(value, (int, float)):  # the last narrows for mypy
         if isinstance(value, str) and param.type == "float" and _FLOATISH().match(value):
             return (f"expected a number, got the text {value!r}: YAML reads an exponent without a dot as text; "
                     f"write it as {_with_dot(value)}")
@@ -165,7 +164,7 @@ def _check_number(param: Param, value: Any) -> str | None:
     return None
 
 
-def _non_finite(value: Any) -> bool:
+def _non_finite(value: object) -> bool:
     """NaN or an infinity, as a float or as the text `--set` leaves unconverted ("nan", "1e999")."""
     if isinstance(value, float):
         return not math.isfinite(value)
@@ -186,7 +185,7 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     kind = {bool: "a boolean", int: "an integer", float: "a number", str: "text", list: "a list",
             dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
     return f"{kind} ({value!r})" if not isinstance(value, (list, dict)) else kind
@@ -209,7 +208,7 @@ def resolve_name(name: str, recipe: Recipe) -> str | None:
     return None
 
 
-def get_path(data: Any, dotted: str) -> Any:
+def get_path(data: object, dotted: str) -> object:
     """Value at a dotted path, or `MISSING`."""
     node = data
     for part in dotted.split("."):
@@ -219,11 +218,11 @@ def get_path(data: Any, dotted: str) -> Any:
     return node
 
 
-def is_missing(value: Any) -> bool:
+def is_missing(value: object) -> bool:
     return value is _MISSING
 
 
-def leaf_paths(data: Any, prefix: str = "") -> list[str]:
+def leaf_paths(data: object, prefix: str = "") -> list[str]:
     if not isinstance(data, dict):
         return [prefix] if prefix else []
     out: list[str] = []

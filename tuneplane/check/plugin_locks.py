@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+from pydantic_core import ErrorDetails
 
 from tuneplane.check.plugins import (
     NO_ALGORITHM_FRAMEWORKS,
@@ -24,7 +24,15 @@ from tuneplane.lab import fs
 from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.modelparse import Refine, parse_model
 from tuneplane.lab.yamlio import LoadFailed, parse_json
-from tuneplane.models.plugin import LOCK_API, LOCK_FILE, MANIFEST_FILE, PluginManifest, PluginsLock, PluginsLockEntry
+from tuneplane.models.plugin import (
+    LOCK_API,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    PluginManifest,
+    PluginParam,
+    PluginsLock,
+    PluginsLockEntry,
+)
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import DigestError, tree_digest
 
@@ -44,7 +52,7 @@ def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[P
 
 def _lock_refiner(ctx: FileCtx) -> Refine:
     """The converter's problems, rule `plugins-lock-schema`, with how a lock is mended; a wrong value at the value."""
-    def refine(err: Any, problem: Problem) -> Problem:
+    def refine(err: ErrorDetails, problem: Problem) -> Problem:
         loc = [str(p) for p in err["loc"]]
         if err["type"] in ("extra_forbidden", "missing"):
             mend = problem.hint if err["type"] == "extra_forbidden" else "rewrite the entry with `tp plugin lock`"
@@ -244,7 +252,7 @@ def _module_collisions(check: _ExpCheck, lock: PluginsLock,
     return problems
 
 
-def locked_plugin_params(lab_root: Path, exp_dir: Path) -> tuple[dict[str, Any], bool]:
+def locked_plugin_params(lab_root: Path, exp_dir: Path) -> tuple[dict[str, PluginParam], bool]:
     """(parameters the experiment's locked algorithm plugins declare, whether any algorithm plugin is
     locked). A lock or manifest that does not read gives nothing: its own rule reports it."""
     lock_path = exp_dir / LOCK_FILE
@@ -254,7 +262,7 @@ def locked_plugin_params(lab_root: Path, exp_dir: Path) -> tuple[dict[str, Any],
         lock, _ = parse_plugins_lock(fs.read_text(lock_path, root=lab_root), LOCK_FILE)
     except (OSError, LoadFailed):  # the lock's own rule reports a file that does not read
         return {}, False
-    params: dict[str, Any] = {}
+    params: dict[str, PluginParam] = {}
     locked = False
     for entry in lock.plugins if lock else []:
         try:

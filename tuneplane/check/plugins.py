@@ -13,7 +13,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from pydantic_core import ErrorDetails
 
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
@@ -94,7 +95,7 @@ def _parse_manifest(text: str, ctx: FileCtx) -> tuple[PluginManifest | None, lis
     return manifest, problems + [p for p in found if not _explained_elsewhere(p, data)]
 
 
-def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, Any] | None, list[Problem]]:
+def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, object] | None, list[Problem]]:
     try:
         data = parse_yaml(text, ctx.file).data if text.strip() else None
     except LoadFailed as exc:
@@ -114,7 +115,7 @@ def _newer_schema(schema: str) -> str:
     return ""
 
 
-def _from_legacy(data: dict[str, Any], ctx: FileCtx) -> tuple[dict[str, Any], Problem]:
+def _from_legacy(data: dict[str, object], ctx: FileCtx) -> tuple[dict[str, object], Problem]:
     """Read a StarForge manifest as tuneplane/plugin/v1: `kind` is `capability`, data-prep ran locally."""
     legacy = str(data["schema"])
     data = dict(data, schema=PLUGIN_SCHEMA)
@@ -134,14 +135,14 @@ def _from_legacy(data: dict[str, Any], ctx: FileCtx) -> tuple[dict[str, Any], Pr
 
 
 
-def _explained_elsewhere(problem: Problem, data: dict[str, Any]) -> bool:
+def _explained_elsewhere(problem: Problem, data: dict[str, object]) -> bool:
     """A missing `capability` next to a StarForge `kind:`: the unknown-key problem already says it."""
     return problem.pointer == "/capability" and problem.message.startswith("missing") and "kind" in data
 
 
 def _schema_refiner(ctx: FileCtx) -> Refine:
     """The converter's problems, with plugin.yaml's own advice, and a wrong value placed at the value."""
-    def refine(err: Any, problem: Problem) -> Problem:
+    def refine(err: ErrorDetails, problem: Problem) -> Problem:
         loc = [str(p) for p in err["loc"]]
         kind = err["type"]
         if kind == "plugin_rule":

@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from types import FrameType
 
 from tuneplane.collector import sources, state
 from tuneplane.collector.run import STATE_DIR, Collector, describe, follow
@@ -89,7 +89,7 @@ class _Stop:
         self.parent = parent
         self.flag = False
 
-    def handle(self, signum: int, frame: Any) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         self.flag = True
 
     def __call__(self) -> bool:

@@ -20,7 +20,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from tuneplane.collector import sources, state, tfevents
 from tuneplane.collector.order import Order
@@ -54,13 +54,13 @@ class Tracked:
     tail: bool = False  # a last line without its newline was taken (final pass): skip that newline
     told: bool = False  # read under a later purge_step's cut, or told that it came after the points went
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         flags = {name: True for name in ("tail", "told") if getattr(self, name)}
         return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line, "head": self.head,
                 "head_len": self.head_len, **flags}
 
 
-def _tracked_of(entry: Any) -> Tracked | None:
+def _tracked_of(entry: object) -> Tracked | None:
     """A state entry, or None when any field is not what `save` writes (then: from the top)."""
     if not isinstance(entry, dict) or "offset" not in entry or "ino" not in entry:
         return None
@@ -477,7 +477,7 @@ def follow(collector: Collector, interval: float, should_stop: Callable[[], bool
     collector.pass_once()
 
 
-def describe(collector: Collector) -> dict[str, Any]:
+def describe(collector: Collector) -> dict[str, object]:
     return {"collected_points": collector.collected, "files": len(collector.files), "skipped": collector.counts,
             "problems": collector.problems}
 

@@ -3,8 +3,6 @@ same batching, retries, spilling and ledger as `log()`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from tuneplane.collector.sources import Point
 
 
@@ -29,5 +27,5 @@ class ReportSink:
     def close(self) -> None:
         self._report.finish()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         return dict(self._report.stats())

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from typing import Any
 
 from tuneplane.collector import tfevents
 from tuneplane.constants import METRICS_NATIVE_ENV
@@ -70,7 +69,7 @@ def parse(text: str) -> list[Source]:
 _FIELDS = {"format", "path", "key", "step", "value", "values", "prefix"}
 
 
-def source_of(item: Any, index: int = 0) -> Source:
+def source_of(item: object, index: int = 0) -> Source:
     where = f"metrics.native[{index}]"
     if not isinstance(item, dict):
         raise SourceError(f"{where}: must be an object with format and path")
@@ -207,7 +206,7 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
     return [(step, ts, {source.prefix + k: v for k, v in values.items()})] if values else []
 
 
-def unix_time(value: Any) -> float | None:
+def unix_time(value: object) -> float | None:
     """A line's time as the writers spell it: seconds, milliseconds or nanoseconds since the epoch
     (told apart by size), or ISO-8601 text (UTC when it names no zone); None when absent or not a
     time, so the point takes the time it is collected rather than 1970."""
@@ -226,7 +225,7 @@ def unix_time(value: Any) -> float | None:
     return None
 
 
-def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[str], depth: int,
+def _flatten(obj: dict[str, object], prefix: str, out: dict[str, float], skip: set[str], depth: int,
              infinite: list[str]) -> None:
     if depth > 8:
         return
@@ -244,7 +243,7 @@ def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, float], skip: set[
             infinite.append(name)
 
 
-def _infinite(value: Any) -> bool:
+def _infinite(value: object) -> bool:
     """A number a chart cannot hold: NaN, an infinity (Python's json writes them), or an integer past
     a float's range."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and _number(value) is None
@@ -256,7 +255,7 @@ def _not_finite(counts: dict[str, int], note: Note | None, names: list[str]) -> 
                  "(the SDK drops these too); log a finite number or leave the key out")
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -266,7 +265,7 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _step(value: Any) -> int | None:
+def _step(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -304,12 +303,15 @@ def unsent_points(line: bytes, counts: dict[str, int], note: Note | None = None,
         return _skip(counts, "bad unsent line", note, f"not a line tuneplane.report wrote ({type(exc).__name__})")
 
 
-def _unsent_block(block: dict[str, Any]) -> list[Point]:
+def _unsent_block(block: dict[str, object]) -> list[Point]:
     keys = block["keys"]
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or not keys:
         raise ValueError("keys must be a list of names")
     layout = struct.Struct(f"<qd{len(keys)}d")
-    raw = binascii.a2b_base64(block["rows"], strict_mode=True)
+    rows = block["rows"]
+    if not isinstance(rows, str):  # what a2b_base64 would refuse with the same TypeError
+        raise TypeError("rows must be base64 text")
+    raw = binascii.a2b_base64(rows, strict_mode=True)
     if len(raw) % layout.size:
         raise ValueError("partial row")
     # NaN stands for "no value"; the SDK drops (and counts) anything else that is not finite.

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tuneplane.runtime.files import atomic_write
 
@@ -23,7 +23,7 @@ class Unreadable(ValueError):
     """The state cannot be used; the message says why."""
 
 
-def read(path: str) -> dict[str, Any] | None:
+def read(path: str) -> dict[str, object] | None:
     """The `files` object of the state at `path`, None when there is none; raises Unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -52,11 +52,11 @@ def read(path: str) -> dict[str, Any] | None:
         os.close(fd)
 
 
-def _counted() -> Any:
+def _counted() -> Callable[[list[tuple[str, object]]], dict[str, object]]:
     """A JSON object hook that stops the parse past `MAX_ENTRIES` objects, so memory stays bounded."""
     seen = [0]
 
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
         seen[0] += 1
         if seen[0] > MAX_ENTRIES + 2:  # the entries, the files object, the top
             raise ValueError(f"over {MAX_ENTRIES} entries")
@@ -64,7 +64,7 @@ def _counted() -> Any:
     return hook
 
 
-def write(path: str, files: dict[str, dict[str, Any]]) -> str:
+def write(path: str, files: dict[str, dict[str, object]]) -> str:
     """Write the state atomically; '' when done, else why not."""
     try:
         atomic_write(Path(path), json.dumps({"version": 1, "files": files}, separators=(",", ":")))

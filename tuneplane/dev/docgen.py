@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Protocol
 
 from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
 from tuneplane.lab.fs import atomic_write
@@ -41,12 +41,41 @@ report it); `130` interrupted.
 """
 
 
+class Param(Protocol):
+    """What the page reads of a Click parameter (Typer vendors its own Click in newer releases, so the
+    classes differ by version; their shape does not). Options add `help`, `envvar`, `is_flag`..."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def opts(self) -> Sequence[str]: ...
+    @property
+    def secondary_opts(self) -> Sequence[str]: ...
+    @property
+    def required(self) -> bool: ...
+    @property
+    def nargs(self) -> int: ...
+    @property
+    def metavar(self) -> str | None: ...
+    @property
+    def default(self) -> object: ...
+
+
+class Command(Protocol):
+    """What the page reads of a Click command; a group adds `commands`."""
+
+    @property
+    def help(self) -> str | None: ...
+    @property
+    def params(self) -> Sequence[Param]: ...
+
+
 @dataclass(frozen=True)
 class Entry:
     """One leaf command: its words after `tp` and the Click command object."""
 
     path: tuple[str, ...]
-    command: Any
+    command: Command
 
     @property
     def title(self) -> str:
@@ -57,7 +86,7 @@ class Entry:
         return self.title.replace(" ", "-")
 
 
-def cli_root() -> Any:
+def cli_root() -> Command:
     """The Click group behind `tp` (Typer builds it on demand)."""
     # lazy: docgen is a maintainer tool; the CLI app is built only when generating
     import typer
@@ -67,7 +96,7 @@ def cli_root() -> Any:
     return typer.main.get_command(build_app())
 
 
-def walk(group: Any, path: tuple[str, ...] = ()) -> Iterator[Entry]:
+def walk(group: Command, path: tuple[str, ...] = ()) -> Iterator[Entry]:
     """Leaf commands depth-first, in registration order (the order of `tp --help`)."""
     for name, command in getattr(group, "commands", {}).items():
         if getattr(command, "hidden", False):
@@ -78,7 +107,7 @@ def walk(group: Any, path: tuple[str, ...] = ()) -> Iterator[Entry]:
             yield Entry((*path, name), command)
 
 
-def render(root: Any | None = None) -> str:
+def render(root: Command | None = None) -> str:
     """The whole Markdown page."""
     root = cli_root() if root is None else root
     entries = list(walk(root))
@@ -112,13 +141,13 @@ def _section(entry: Entry) -> str:
 # ── commands ─────────────────────────────────────────────────────────────────────────────────────
 
 
-def _help(command: Any) -> str:
+def _help(command: Command) -> str:
     text = (command.help or "").strip()
     paragraphs = [" ".join(line.strip() for line in block.splitlines()) for block in text.split("\n\n")]
     return "\n\n".join(p for p in paragraphs if p and p != "\b") or "(no description)"
 
 
-def _summary(command: Any) -> str:
+def _summary(command: Command) -> str:
     """The first paragraph, whole: Click's short help cuts at the first full stop (e.g. "e.g.")."""
     return _help(command).split("\n\n", 1)[0]
 
@@ -140,24 +169,24 @@ def _usage(entry: Entry) -> str:
 # ── parameters ───────────────────────────────────────────────────────────────────────────────────
 
 
-def _is_argument(param: Any) -> bool:
+def _is_argument(param: Param) -> bool:
     return type(param).__name__.endswith("Argument")
 
 
-def _shown_option(param: Any) -> bool:
+def _shown_option(param: Param) -> bool:
     return not getattr(param, "hidden", False) and param.name not in {"help"}
 
 
-def _argument_name(param: Any) -> str:
+def _argument_name(param: Param) -> str:
     metavar = param.metavar
-    return metavar if isinstance(metavar, str) and metavar else param.name.upper()
+    return metavar if isinstance(metavar, str) and metavar else (param.name or "").upper()  # Click names each
 
 
-def _param_help(param: Any) -> str:
+def _param_help(param: Param) -> str:
     return " ".join((getattr(param, "help", None) or "").split())
 
 
-def _argument_row(param: Any) -> str:
+def _argument_row(param: Param) -> str:
     description = _param_help(param)
     default = _default(param)
     if default:
@@ -165,20 +194,21 @@ def _argument_row(param: Any) -> str:
     return f"| `{_argument_name(param)}` | {_yes(param.required)} | {_cell(description.strip())} |"
 
 
-def _option_row(param: Any) -> str:
+def _option_row(param: Param) -> str:
     # short forms first, as `tp CMD --help` lists them
     opts = sorted(param.opts, key=lambda o: o.startswith("--")) + list(param.secondary_opts)
     names = ", ".join(f"`{o}`" for o in opts)
     description = _param_help(param)
-    if getattr(param, "envvar", None):
-        envvars = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar)
+    envvar = getattr(param, "envvar", None)  # an option's
+    if envvar:
+        envvars = [envvar] if isinstance(envvar, str) else list(envvar)
         description += f" Environment: {', '.join(f'`{v}`' for v in envvars)}."
     if param.required:
         description += " Required."
     return f"| {names} | {_value_kind(param)} | {_default(param)} | {_cell(description.strip())} |"
 
 
-def _value_kind(param: Any) -> str:
+def _value_kind(param: Param) -> str:
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
         return "flag"
     kind = _kind_of(_declared_type(param))
@@ -187,7 +217,7 @@ def _value_kind(param: Any) -> str:
     return kind
 
 
-def _declared_type(param: Any) -> Any:
+def _declared_type(param: Param) -> object:
     """Typer 0.29+ keeps the annotation in `type_descriptor`; older releases a Click ParamType in `type`."""
     descriptor = getattr(param, "type_descriptor", None)
     if descriptor is not None and getattr(descriptor, "annotation", None) is not None:
@@ -195,7 +225,7 @@ def _declared_type(param: Any) -> Any:
     return getattr(param, "type", None)
 
 
-def _kind_of(declared: Any) -> str:
+def _kind_of(declared: object) -> str:
     choices = getattr(declared, "choices", None)  # a Click Choice
     if isinstance(declared, type) and issubclass(declared, enum.Enum):
         choices = [member.value for member in declared]
@@ -209,7 +239,7 @@ def _kind_of(declared: Any) -> str:
             "bool": "BOOL", "boolean": "BOOL"}.get(name, "TEXT")
 
 
-def _default(param: Any) -> str:
+def _default(param: Param) -> str:
     value = param.default
     if param.required or value is None or value is False or value == () or value == [] or value == "":
         return ""

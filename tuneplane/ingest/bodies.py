@@ -14,18 +14,18 @@ no entry at that step: nothing is stored as NULL or as a stand-in number.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from tuneplane.ingest.gate import SURROGATE, Limits, Refused, storable
 from tuneplane.ingest.rows import rows_points
 from tuneplane.ingest.store import Point
+from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
 
 LIFECYCLE_EVENTS = frozenset({"starting", "running", "succeeded", "failed"})
 MAX_KEY = 512
 MAX_BATCH_ID = 128
 
 
-def batch_id(value: Any) -> str | None:
+def batch_id(value: object) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str) or len(value) > MAX_BATCH_ID:
@@ -35,7 +35,7 @@ def batch_id(value: Any) -> str | None:
     return value
 
 
-def points(payload: dict[str, Any], limits: Limits, skipped: list[str] | None = None) -> list[Point]:
+def points(payload: JSONObject, limits: Limits, skipped: list[str] | None = None) -> list[Point]:
     """The request's storable points; each point left out for a non-finite value is described in `skipped`."""
     if skipped is None:
         skipped = []
@@ -58,7 +58,7 @@ def points(payload: dict[str, Any], limits: Limits, skipped: list[str] | None = 
     return out
 
 
-def _point(item: Any, index: int, problems: list[str], skipped: list[str]) -> Point | None:
+def _point(item: JSONValue, index: int, problems: list[str], skipped: list[str]) -> Point | None:
     if not isinstance(item, dict):
         problems.append(f"points[{index}]: not an object")
         return None
@@ -107,7 +107,7 @@ def not_finite(value: float) -> str:
     return ""
 
 
-def params(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
+def params(payload: JSONObject, limits: Limits) -> JSONObject:
     given = payload.get("params")
     if not isinstance(given, dict):
         raise Refused(422, "params must be an object")
@@ -122,7 +122,7 @@ def params(payload: dict[str, Any], limits: Limits) -> dict[str, Any]:
     return given
 
 
-def lifecycle(payload: dict[str, Any]) -> tuple[str, str | None]:
+def lifecycle(payload: JSONObject) -> tuple[str, str | None]:
     event, ts = payload.get("event"), payload.get("ts")
     if event not in LIFECYCLE_EVENTS:
         raise Refused(422, f"event must be one of {', '.join(sorted(LIFECYCLE_EVENTS))}, got {event!r}")

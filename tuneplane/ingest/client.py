@@ -6,6 +6,7 @@ import http.client
 import json
 import urllib.error
 import urllib.request
+from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -68,7 +69,8 @@ class _Shape:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: Any, _tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 _tb: TracebackType | None) -> None:
         if kind is not None and issubclass(kind, (TypeError, ValueError, AttributeError, KeyError)):
             raise ReceiverError(f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
                                 "check that --endpoint is a TunePlane ingest receiver", answered=True) from None

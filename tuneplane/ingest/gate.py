@@ -26,9 +26,11 @@ import re
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Any, Protocol
+from email.message import Message
+from typing import Protocol
 
 from tuneplane.ingest.tokens import token_scope
+from tuneplane.runtime.jsonvalue import JSONObject
 
 READ_CHUNK = 64 * 1024
 PEEK_BYTES = 4096
@@ -102,7 +104,7 @@ class PreAuth:
             self.held -= size
 
 
-def content_length(headers: Any) -> int:
+def content_length(headers: Message) -> int:
     """The one unambiguous body length, or a refusal that closes the connection."""
     codings = headers.get_all("Transfer-Encoding") or []
     lengths = headers.get_all("Content-Length") or []
@@ -121,7 +123,7 @@ def content_length(headers: Any) -> int:
     return int(raw)
 
 
-def token_of(headers: Any) -> str:
+def token_of(headers: Message) -> str:
     """The token header, checked for shape only: a token that cannot match is refused before the body."""
     values = headers.get_all("X-TunePlane-Token") or []
     if not values or not values[0].strip():
@@ -134,7 +136,7 @@ def token_of(headers: Any) -> str:
     return str(token)
 
 
-def run_id(value: Any) -> str:
+def run_id(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise Refused(422, "run_id must be a non-empty string")
     if len(value) > MAX_RUN_ID or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
@@ -150,7 +152,7 @@ def authenticate(secret: bytes, run: str, token: str, close: bool = False) -> st
     return key
 
 
-def encoding_of(headers: Any) -> str:
+def encoding_of(headers: Message) -> str:
     encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("gzip", "identity"):
         raise Refused(415, f"Content-Encoding {encoding[:40]!r} is not supported; use gzip or none", close=True)
@@ -176,7 +178,7 @@ SLOTS = _Slots()
 
 @dataclass
 class Body:
-    payload: dict[str, Any]
+    payload: JSONObject
     run_id: str
     key: str  # the store's name of the run: the token's experiment scope and the run id
 
@@ -184,7 +186,7 @@ class Body:
 _NO_BUDGET = PreAuth(2**62)  # callers that drive read_body directly (tests) and hold no receiver
 
 
-def read_body(rfile: Readable, headers: Any, secret: bytes, limits: Limits,
+def read_body(rfile: Readable, headers: Message, secret: bytes, limits: Limits,
               slots: threading.BoundedSemaphore | None = None, preauth: PreAuth | None = None) -> Body:
     """Framing, token shape, bounded read, early authentication, bounded decode and parse."""
     length = content_length(headers)
@@ -294,7 +296,7 @@ def _check_shape(data: bytes, limits: Limits) -> None:
         raise Refused(413, f"body holds {items} JSON values; the limit is {limits.max_items}")
 
 
-def _parse(data: bytes, limits: Limits) -> dict[str, Any]:
+def _parse(data: bytes, limits: Limits) -> JSONObject:
     try:
         payload = json.loads(data)
     except RecursionError:
@@ -308,7 +310,7 @@ def _parse(data: bytes, limits: Limits) -> dict[str, Any]:
     return payload
 
 
-def storable(value: Any) -> bool:
+def storable(value: object) -> bool:
     """Whether text (or a JSON value holding text) can be stored: JSON may spell half a UTF-16
     surrogate pair (`"\\ud800"`), which no UTF-8 text column holds."""
     try:
@@ -324,8 +326,8 @@ def storable(value: Any) -> bool:
 SURROGATE = "holds half a UTF-16 surrogate pair (a lone \\udXXX escape); send valid Unicode text"
 
 
-def _depth_over(value: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
+def _depth_over(value: object, limit: int) -> bool:
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > limit:

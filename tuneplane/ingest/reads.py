@@ -43,7 +43,7 @@ def _reader(db_path: Path | str) -> sqlite3.Connection | None:
     return db
 
 
-def _query(db_path: Path | str, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def _query(db_path: Path | str, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
     db = _reader(db_path)
     if db is None:
         return []

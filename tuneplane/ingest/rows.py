@@ -17,17 +17,17 @@ import binascii
 import math
 import struct
 from itertools import repeat
-from typing import Any
 
 from tuneplane.ingest.gate import SURROGATE, Limits, Refused, storable
 from tuneplane.ingest.store import Point
+from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
 
 FORMATS = ["rows/1"]
 FORMATS_HEADER = ", ".join(FORMATS)  # the X-TunePlane-Formats header on every answer
 MAX_KEY = 512
 
 
-def rows_points(payload: dict[str, Any], limits: Limits, skipped: list[str] | None = None) -> list[Point]:
+def rows_points(payload: JSONObject, limits: Limits, skipped: list[str] | None = None) -> list[Point]:
     """The points of a `rows/1` body, or a refusal that names the block and what is wrong with it.
     Each infinite value left out is described in `skipped`."""
     if skipped is None:
@@ -67,7 +67,7 @@ def rows_points(payload: dict[str, Any], limits: Limits, skipped: list[str] | No
     return points
 
 
-def _block(block: Any, where: str, problems: list[str]) -> tuple[tuple[str, ...], struct.Struct, bytes] | None:
+def _block(block: JSONValue, where: str, problems: list[str]) -> tuple[tuple[str, ...], struct.Struct, bytes] | None:
     if not isinstance(block, dict):
         problems.append(f"{where}: not an object")
         return None
@@ -100,7 +100,7 @@ def _block(block: Any, where: str, problems: list[str]) -> tuple[tuple[str, ...]
         problems.append(f"{where}.rows: {len(raw)} bytes are not whole rows of {layout.size} "
                         f"(int64 step, float64 time, {len(keys)} float64 values)")
         return None
-    return tuple(keys), layout, raw
+    return tuple(k for k in keys if isinstance(k, str)), layout, raw  # every key is text (checked above)
 
 
 # Every byte but the two that can open a NaN or an infinity as a little-endian double's last byte.

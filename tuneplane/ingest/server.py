@@ -25,7 +25,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -82,7 +82,7 @@ class IngestHandler(BaseHTTPRequestHandler):
 
     do_DELETE = do_PATCH = do_PUT
 
-    def _not_allowed(self) -> tuple[int, dict[str, Any]]:
+    def _not_allowed(self) -> tuple[int, dict[str, object]]:
         raise Refused(405, f"{self.command} is not supported here", close=True)
 
     def parse_request(self) -> bool:
@@ -101,11 +101,11 @@ class IngestHandler(BaseHTTPRequestHandler):
             phrase = "error"
         self._send(code, {"error": message or phrase}, close=True)
 
-    def _answer(self, handler: Callable[[], tuple[int, dict[str, Any]]]) -> None:
+    def _answer(self, handler: Callable[[], tuple[int, dict[str, object]]]) -> None:
         try:
             status, payload = handler()
         except Refused as exc:
-            body: dict[str, Any] = {"error": exc.message}
+            body: dict[str, object] = {"error": exc.message}
             if exc.problems:
                 body["problems"] = exc.problems[:20]
                 body["problem_count"] = len(exc.problems)
@@ -131,7 +131,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             return
         self._send(status, payload)
 
-    def _send(self, status: int, payload: dict[str, Any], close: bool = False, retry_after: int = 0) -> None:
+    def _send(self, status: int, payload: dict[str, object], close: bool = False, retry_after: int = 0) -> None:
         if not self.server.watch.phase(self.connection, "responding", None):
             self.close_connection = True
             return  # the watchdog already answered (deadline passed) and closed the connection
@@ -158,7 +158,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             sys.stderr.write(f"ingest: {self.address_string()} {format % args}\n")
 
     # ── POST ────────────────────────────────────────────────────────────────────────────────
-    def _post(self) -> tuple[int, dict[str, Any]]:
+    def _post(self) -> tuple[int, dict[str, object]]:
         kind = _kind(urlsplit(self.path).path)
         if kind not in POST_KINDS:
             raise Refused(404, f"no ingest endpoint at {self.path!r}; use /metrics, /hparams or /lifecycle",
@@ -172,7 +172,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             skipped: list[str] = []
             points = bodies.points(payload, self.server.limits, skipped)
             written = store.add_points(key, points, batch_id)
-            answer: dict[str, Any] = {"ok": True, "stored": written.stored, "duplicate": written.duplicate}
+            answer: dict[str, object] = {"ok": True, "stored": written.stored, "duplicate": written.duplicate}
             if skipped:  # a 2xx all the same: a 4xx would make an upstream client resend this batch forever
                 answer.update(dropped=len(skipped), dropped_points=skipped[:20], dropped_why=DROPPED_WHY)
                 self.server.say_dropped(run_id, skipped)
@@ -199,7 +199,7 @@ class IngestHandler(BaseHTTPRequestHandler):
         return authenticate(self.server.secret, run_id, token_of(self.headers))
 
     # ── GET ─────────────────────────────────────────────────────────────────────────────────
-    def _get(self) -> tuple[int, dict[str, Any]]:
+    def _get(self) -> tuple[int, dict[str, object]]:
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if parts == ["healthz"]:
@@ -217,7 +217,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             after, size = self._page(query)
             page = reads.summary_page(db, key, after, size)
             if parts[3] == "summary":
-                answer: dict[str, Any] = {"run_id": run_id, "summary": page}
+                answer: dict[str, object] = {"run_id": run_id, "summary": page}
                 return 200, self._paged(answer, page, size)
             keys = list(page)
         else:
@@ -244,10 +244,10 @@ class IngestHandler(BaseHTTPRequestHandler):
         return query.get("after", [""])[-1], size
 
     @staticmethod
-    def _paged(answer: dict[str, Any], page: dict[str, Any], size: int) -> dict[str, Any]:
+    def _paged(answer: dict[str, object], page: Mapping[str, object], size: int) -> dict[str, object]:
         """A full page says where the next one starts (`next`: pass it as `after`)."""
         if page and len(page) >= size:
-            answer["next"] = next(reversed(page))
+            answer["next"] = list(page)[-1]  # the page is in name order: its last name
         return answer
 
 

@@ -180,7 +180,7 @@ class MetricStore:
         self._series[(run_id, key)] = (int(row[0]), int(row[1]))
         return self._series[(run_id, key)]
 
-    def set_hparams(self, run_id: str, params: Mapping[str, Any],
+    def set_hparams(self, run_id: str, params: Mapping[str, object],
                     batch_id: str | None = None) -> tuple[int, bool]:
         rows = [(run_id, name, json.dumps(value, ensure_ascii=False)) for name, value in params.items()]
 
@@ -198,12 +198,12 @@ class MetricStore:
         self._insert("INSERT INTO lifecycle (run_id, event, ts, received_at) VALUES (?, ?, ?, ?)",
                      (run_id, event, ts, time.time()))
 
-    def add_event(self, run_id: str, kind: str, body: Any) -> None:
+    def add_event(self, run_id: str, kind: str, body: object) -> None:
         """Upstream side channels (hardware samples, observations) kept verbatim for inspection."""
         self._insert("INSERT INTO events (run_id, kind, received_at, body) VALUES (?, ?, ?, ?)",
                      (run_id, kind, time.time(), json.dumps(body, ensure_ascii=False)))
 
-    def _insert(self, sql: str, row: tuple[Any, ...]) -> None:
+    def _insert(self, sql: str, row: tuple[object, ...]) -> None:
         def write() -> None:
             self._db.execute(sql, row)
 

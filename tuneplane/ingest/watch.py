@@ -7,9 +7,19 @@ import socket
 import threading
 import time
 from http import HTTPStatus
-from typing import Any
 
 from tuneplane.ingest.gate import Limits
+from tuneplane.runtime.records import Record
+
+
+class _Conn(Record):
+    """A watched connection: its phase, when that phase's time is up (None: no deadline), its client."""
+
+    __slots__ = ("phase", "deadline", "client")
+    _fields = __slots__
+
+    def __init__(self, phase: str, deadline: float | None, client: str) -> None:
+        self.phase, self.deadline, self.client = phase, deadline, client
 
 
 class Watch:
@@ -21,7 +31,7 @@ class Watch:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.conns: dict[socket.socket, list[Any]] = {}  # sock -> [phase, deadline, client]
+        self.conns: dict[socket.socket, _Conn] = {}
         self.by_client: dict[str, int] = {}
         self.stopped = threading.Event()
 
@@ -31,7 +41,7 @@ class Watch:
                 return f"the receiver has {len(self.conns)} open connections; retry shortly"
             if self.by_client.get(client, 0) >= limits.max_per_client:
                 return f"{limits.max_per_client} connections from {client} are open already; retry shortly"
-            self.conns[sock] = ["headers", time.monotonic() + timeout, client]
+            self.conns[sock] = _Conn("headers", time.monotonic() + timeout, client)
             self.by_client[client] = self.by_client.get(client, 0) + 1
             return ""
 
@@ -39,11 +49,11 @@ class Watch:
         with self.lock:
             entry = self.conns.pop(sock, None)
             if entry is not None:
-                left = self.by_client.get(entry[2], 1) - 1
+                left = self.by_client.get(entry.client, 1) - 1
                 if left > 0:
-                    self.by_client[entry[2]] = left
+                    self.by_client[entry.client] = left
                 else:
-                    self.by_client.pop(entry[2], None)
+                    self.by_client.pop(entry.client, None)
 
     def phase(self, sock: socket.socket, phase: str, timeout: float | None) -> bool:
         """Move a connection to `phase`; False when the watchdog has already closed it."""
@@ -51,10 +61,10 @@ class Watch:
             entry = self.conns.get(sock)
             if entry is None:
                 return True  # not watched (tests that drive a handler directly)
-            if entry[0] == "reaped":
+            if entry.phase == "reaped":
                 return False
-            entry[0] = phase
-            entry[1] = None if timeout is None else time.monotonic() + timeout
+            entry.phase = phase
+            entry.deadline = None if timeout is None else time.monotonic() + timeout
             return True
 
     def reap(self) -> int:
@@ -62,9 +72,9 @@ class Watch:
         late: list[tuple[socket.socket, str]] = []
         with self.lock:
             for sock, entry in self.conns.items():
-                if entry[1] is not None and entry[0] != "reaped" and now > entry[1]:
-                    late.append((sock, entry[0]))
-                    entry[0] = "reaped"
+                if entry.deadline is not None and entry.phase != "reaped" and now > entry.deadline:
+                    late.append((sock, entry.phase))
+                    entry.phase = "reaped"
         for sock, phase in late:
             if phase != "idle":
                 refuse_raw(sock, 408, f"the request did not arrive in time ({phase} deadline)")

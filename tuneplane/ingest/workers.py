@@ -12,25 +12,26 @@ from __future__ import annotations
 
 import _thread
 import queue
+import socket
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
-Serve = Callable[[Any, Any], None]
+# A connection and its client's address, as socketserver hands them to process_request.
+Serve = Callable[[socket.socket, object], None]
 
 
 class Workers:
     def __init__(self, serve: Serve, limit: int, keep: int = 8, idle: float = 60.0) -> None:
         self.serve, self.limit, self.keep, self.idle_for = serve, limit, keep, idle
-        self.jobs: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[tuple[socket.socket, object] | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.idle = 0  # threads waiting for a connection, less the connections queued for them
         self.count = 0  # threads alive
         self.started = 0  # threads ever started (tests and benchmarks read it)
         self.closed = False
 
-    def submit(self, request: Any, address: Any) -> bool:
+    def submit(self, request: socket.socket, address: object) -> bool:
         """Hand a connection to a thread; False when `limit` threads are all busy (or closed)."""
         with self.lock:
             if self.closed:

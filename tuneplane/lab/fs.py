@@ -25,7 +25,6 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.problems import Problem
@@ -231,7 +230,7 @@ def _place(raw: bytes, offset: int) -> tuple[int, int]:
 # ── writing ─────────────────────────────────────────────────────────────────────────────────────────
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """2-space indent, sorted keys, UTF-8, trailing newline, atomically."""
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 

@@ -6,7 +6,6 @@ Blocking drift is an error; any other drift is advice that names `tp recipe upgr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tuneplane import __version__
 from tuneplane.lab.catalog import Catalog
@@ -41,7 +40,7 @@ def runtime_key(recipe: Recipe, requested: str | None) -> tuple[str, str]:
     return key, recipe.runtime.versions[key].runtime_id
 
 
-def make_lock(catalog: Catalog, method: str, version_key: str) -> dict[str, Any]:
+def make_lock(catalog: Catalog, method: str, version_key: str) -> dict[str, object]:
     recipe = catalog.recipe(method)
     digest, manifest, template = catalog.digests(method)
     runtime_id = recipe.runtime.versions[version_key].runtime_id if version_key in recipe.runtime.versions else ""

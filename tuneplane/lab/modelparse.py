@@ -14,9 +14,10 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar, Union
+from typing import TypeGuard, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.yamlio import Doc, escape
@@ -25,7 +26,9 @@ from tuneplane.problems import DID_YOU_MEAN, Problem, did_you_mean
 M = TypeVar("M", bound=BaseModel)
 _SCHEMAS = "the JSON Schema in schemas/"  # the generic pointer, left out where a better hint is given
 # A file kind's own advice: the pydantic error and the problem the converter made of it → the problem to report.
-Refine = Callable[[Any, Problem], Problem]
+Refine = Callable[[ErrorDetails, Problem], Problem]
+# Where an error is: field names, list indexes and dict keys, as pydantic reports them.
+Loc = list[int | str]
 
 
 def parse_model(model: type[M], doc: Doc, rule: str, pointer: str = "", *,
@@ -54,7 +57,7 @@ def _suggested_pointer(problem: Problem) -> str:
     return problem.pointer.rsplit("/", 1)[0] + "/" + escape(suggested)
 
 
-def validate_or_raise(model: type[M], data: Any, where: str, hint: str) -> M:
+def validate_or_raise(model: type[M], data: object, where: str, hint: str) -> M:
     """Validate data that has no file positions; the first error becomes a UsageError naming `where`."""
     try:
         return model.model_validate(data)
@@ -84,7 +87,7 @@ def _more(problems: list[Problem]) -> str:
     return f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
 
 
-def _to_problem(model: type[BaseModel], doc: Doc, err: Any, rule: str, base: str) -> Problem:
+def _to_problem(model: type[BaseModel], doc: Doc, err: ErrorDetails, rule: str, base: str) -> Problem:
     loc = [part for part in err["loc"] if not _is_union_tag(part)]
     pointer = base + "".join(f"/{escape(str(p))}" for p in loc)
     field = ".".join(str(p) for p in loc) or "(top level)"
@@ -100,11 +103,11 @@ def _to_problem(model: type[BaseModel], doc: Doc, err: Any, rule: str, base: str
     return doc.problem(pointer, rule, message, hint=hint)
 
 
-def field_description(model: type[BaseModel], loc: list[Any]) -> str:
+def field_description(model: type[BaseModel], loc: Loc) -> str:
     """The description the model gives the field at `loc` ("NAME or NAME:TOTAL_GPUS."), or ""."""
     if not loc:
         return ""
-    parents: list[Any] = [model]
+    parents: list[object] = [model]
     for part in loc[:-1]:
         parents = [t for here in parents for t in _step(here, part)]
     for parent in (m for here in parents for m in _models_in(here)):
@@ -114,7 +117,7 @@ def field_description(model: type[BaseModel], loc: list[Any]) -> str:
     return ""
 
 
-def error_reason(err: Any, described: str = "") -> str:
+def error_reason(err: ErrorDetails, described: str = "") -> str:
     """pydantic's message for a wrong value, without its "Value error, " prefix, with the value it got.
     A value of the wrong form is told the key's form in words when the field `described` it (the hint
     gives it), its pattern otherwise, never pydantic's "String should match pattern"."""
@@ -137,7 +140,7 @@ _WRITE = {  # what a value of each kind is written as, by the error type pydanti
 }
 
 
-def value_hint(err: Any, key: str, described: str = "") -> str:
+def value_hint(err: ErrorDetails, key: str, described: str = "") -> str:
     """How to write the value a wrong-value error is about (the field's own description first); never empty."""
     kind = str(err["type"])
     context = err.get("ctx") or {}
@@ -163,15 +166,15 @@ def unknown_key_hint(key: str, known: list[str]) -> str:
     return f"remove it, or check its spelling against {_SCHEMAS}"
 
 
-def known_keys(model: type[BaseModel], loc: list[Any]) -> list[str]:
+def known_keys(model: type[BaseModel], loc: Loc) -> list[str]:
     """The keys the model accepts at `loc` (a path of field names, list indexes and dict keys)."""
-    types_here: list[Any] = [model]
+    types_here: list[object] = [model]
     for part in loc:
         types_here = [t for here in types_here for t in _step(here, part)]
     return sorted({k for here in types_here for t in _models_in(here) for k in _field_keys(t)})
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def _models_in(annotation: object) -> list[type[BaseModel]]:
     """The models an annotation stands for: `Bindings | None` is Bindings, `Annotated[M, …]` is M."""
     if _is_model(annotation):
         return [annotation]
@@ -184,7 +187,7 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _step(annotation: Any, part: Any) -> list[Any]:
+def _step(annotation: object, part: int | str) -> list[object]:
     if _is_model(annotation):
         for name, info in annotation.model_fields.items():
             if part in (name, info.alias):
@@ -207,9 +210,9 @@ def _field_keys(model: type[BaseModel]) -> list[str]:
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
-def _is_model(annotation: Any) -> bool:
+def _is_model(annotation: object) -> TypeGuard[type[BaseModel]]:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def _is_union_tag(part: Any) -> bool:
+def _is_union_tag(part: int | str) -> bool:
     return isinstance(part, str) and bool(re.match(r"^(function-|tagged-union|literal\[|constrained-)", part))

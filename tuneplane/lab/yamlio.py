@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -22,7 +22,7 @@ from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.patterns import lazy_pattern
 from tuneplane.runtime.records import Record
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CONSTRUCT = yaml.constructor.SafeConstructor()
 
 NODE_BUDGET = 200_000  # nodes built after expanding aliases
@@ -65,9 +65,10 @@ class Doc(Record):
                 return (1, 1)
             ptr = ptr.rsplit("/", 1)[0]
 
-    def problem(self, pointer: str, rule: str, message: str, hint: str = "", **kw: Any) -> Problem:
+    def problem(self, pointer: str, rule: str, message: str, hint: str = "",
+                severity: Severity = Severity.ERROR) -> Problem:
         line, col = self.where(pointer)
-        return Problem(self.rel, line, col, rule, message, pointer=pointer, hint=hint, **kw)
+        return Problem(self.rel, line, col, rule, message, pointer=pointer, hint=hint, severity=severity)
 
 
 def escape(token: str) -> str:
@@ -205,7 +206,7 @@ class _Builder:
         self.doc = doc
         self.budget = NODE_BUDGET
 
-    def build(self, node: Any, pointer: str, depth: int = 1) -> Any:
+    def build(self, node: yaml.Node, pointer: str, depth: int = 1) -> object:
         self.budget -= 1
         if self.budget < 0:
             line, col = node.start_mark.line + 1, node.start_mark.column + 1
@@ -222,16 +223,17 @@ class _Builder:
             return self._mapping(node, pointer, depth)
         if isinstance(node, yaml.SequenceNode):
             return [self._child(item, f"{pointer}/{i}", depth) for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.ScalarNode)  # a composer makes no fourth kind of node
         value = self._scalar(node)
         if isinstance(value, (bool, int, float)) and not node.style:  # plain: None, or "" from the C composer
             self.doc.plain[pointer] = node.value
         return value
 
-    def _child(self, node: Any, pointer: str, depth: int) -> Any:
+    def _child(self, node: yaml.Node, pointer: str, depth: int) -> object:
         self.doc.positions.setdefault(pointer, (node.start_mark.line + 1, node.start_mark.column + 1))
         return self.build(node, pointer, depth + 1)
 
-    def _scalar(self, node: Any) -> Any:
+    def _scalar(self, node: yaml.ScalarNode) -> object:
         if node.tag == STR_TAG:
             return node.value
         try:
@@ -245,8 +247,8 @@ class _Builder:
             return node.value
         return value
 
-    def _mapping(self, node: Any, pointer: str, depth: int) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def _mapping(self, node: yaml.MappingNode, pointer: str, depth: int) -> dict[str, object]:
+        out: dict[str, object] = {}
         first_seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == MERGE_TAG:
@@ -273,7 +275,7 @@ class _Builder:
             out[key] = self.build(value_node, child, depth + 1)
         return out
 
-    def _confusable(self, key: str, node: Any) -> None:
+    def _confusable(self, key: str, node: yaml.Node) -> None:
         why = confusable(key)
         if why:
             self.doc.notes.append(Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1,
@@ -281,7 +283,7 @@ class _Builder:
                                           hint="retype the key in plain ASCII letters if it is meant to be the "
                                                "familiar one; as written it is a different key"))
 
-    def _fail(self, node: Any, rule: str, message: str, hint: str = "") -> None:
+    def _fail(self, node: yaml.Node, rule: str, message: str, hint: str = "") -> None:
         raise LoadFailed(Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1,
                                  rule, message, hint=hint))
 
@@ -341,8 +343,8 @@ class _DuplicateKey(Exception):
         self.key = key
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in pairs:
         if key in out:
             raise _DuplicateKey(key)
@@ -355,7 +357,7 @@ class _BadConstant(Exception):
         self.token = token
 
 
-def _no_constant(token: str) -> Any:
+def _no_constant(token: str) -> NoReturn:
     raise _BadConstant(token)
 
 

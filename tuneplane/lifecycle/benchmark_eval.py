@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from tuneplane.constants import OUT_DIR_ENV
 from tuneplane.lifecycle.benchmark_common import BenchError, Settings, SuiteScore, warn
@@ -27,7 +27,7 @@ REPORT_PATH = Path("eval") / "report.json"
 
 
 # The settings this program understands, with the defaults of the catalog's template config.
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, object] = {
     "model": "", "runner": "lm-eval", "suites": "gsm8k", "num_fewshot": None, "limit": 0,
     "batch_size": "auto", "max_new_tokens": 512, "temperature": 0.0, "apply_chat_template": True,
     "seed": 1234, "dtype": None,
@@ -103,7 +103,7 @@ def resolve_settings(args: argparse.Namespace) -> Settings:
     return build_settings(merged)
 
 
-def build_settings(values: Mapping[str, Any]) -> Settings:
+def build_settings(values: Mapping[str, object]) -> Settings:
     """Check and type each setting; the messages name the setting and what it accepts."""
     model = _text(values, "model")
     if not model:
@@ -125,19 +125,19 @@ def build_settings(values: Mapping[str, Any]) -> Settings:
     )
 
 
-def split_suites(value: Any) -> tuple[str, ...]:
+def split_suites(value: object) -> tuple[str, ...]:
     """`gsm8k, mmlu` or a YAML list -> ('gsm8k', 'mmlu'), blanks and repeats dropped."""
     items = value if isinstance(value, list) else str(value or "").split(",")
     names = (str(item).strip() for item in items)
     return tuple(dict.fromkeys(name for name in names if name))
 
 
-def _text(values: Mapping[str, Any], key: str) -> str:
+def _text(values: Mapping[str, object], key: str) -> str:
     value = values.get(key)
     return "" if value is None else str(value).strip()
 
 
-def _int(values: Mapping[str, Any], key: str, minimum: int) -> int:
+def _int(values: Mapping[str, object], key: str, minimum: int) -> int:
     value = values.get(key)
     if value is None:
         value = DEFAULTS[key]
@@ -146,7 +146,7 @@ def _int(values: Mapping[str, Any], key: str, minimum: int) -> int:
     return value
 
 
-def _float(values: Mapping[str, Any], key: str) -> float:
+def _float(values: Mapping[str, object], key: str) -> float:
     value = values.get(key)
     if value is None:
         value = DEFAULTS[key]
@@ -155,7 +155,7 @@ def _float(values: Mapping[str, Any], key: str) -> float:
     return float(value)
 
 
-def _bool(values: Mapping[str, Any], key: str) -> bool:
+def _bool(values: Mapping[str, object], key: str) -> bool:
     value = values.get(key)
     if value is None:
         value = DEFAULTS[key]
@@ -166,7 +166,7 @@ def _bool(values: Mapping[str, Any], key: str) -> bool:
     return value
 
 
-def _batch_size(value: Any) -> str:
+def _batch_size(value: object) -> str:
     """A positive integer, `auto`, or `auto:N` (lm-eval's re-probing form)."""
     text = str(DEFAULTS["batch_size"] if value is None else value).strip()
     head, _, times = text.partition(":")
@@ -175,7 +175,7 @@ def _batch_size(value: Any) -> str:
     raise BenchError(f"setting batch_size must be a positive integer, auto or auto:N, not {value!r}")
 
 
-def parse_overrides(text: str | None) -> dict[str, Any]:
+def parse_overrides(text: str | None) -> dict[str, object]:
     """The `--overrides-json` object; a key this program does not know is an error, not a no-op."""
     if not text:
         return {}
@@ -259,8 +259,18 @@ def run_runner(argv: Sequence[str]) -> int:
     return 128 - code if code < 0 else code
 
 
+class BenchReport(TypedDict):
+    """eval/report.json, as the dashboard and `tp job` read it."""
+
+    runner: str
+    model: str
+    suites: dict[str, dict[str, object]]  # per suite: a SuiteScore's fields
+    score: float  # the mean of the suites' scores
+    results_file: str  # the runner's own results, relative to the output folder when inside it
+
+
 def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_file: Path,
-                 out_dir: Path) -> dict[str, Any]:
+                 out_dir: Path) -> BenchReport:
     """report.json: per suite its metric, score and stderr; `score` is their mean."""
     try:
         shown = results_file.resolve().relative_to(out_dir.resolve()).as_posix()
@@ -272,7 +282,7 @@ def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_f
             "score": mean, "results_file": shown}
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
     """A reader sees the old report or the new one, never half."""
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 

@@ -6,7 +6,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from tuneplane.lifecycle.benchmark_common import BenchError, Settings, SuiteScore, warn
 
@@ -38,7 +37,7 @@ def read_scores(settings: Settings, fresh: Sequence[Path]) -> tuple[dict[str, Su
     return evalscope_scores(fresh), newest.parent
 
 
-def lm_eval_scores(results: Mapping[str, Any], suites: Sequence[str]) -> dict[str, SuiteScore]:
+def lm_eval_scores(results: Mapping[str, object], suites: Sequence[str]) -> dict[str, SuiteScore]:
     """One score per requested suite (a group such as mmlu counts as one); every task if none matches."""
     tasks = results.get("results")
     groups = results.get("groups")
@@ -56,7 +55,7 @@ def lm_eval_scores(results: Mapping[str, Any], suites: Sequence[str]) -> dict[st
     return scores
 
 
-def primary_metric(entry: Mapping[str, Any]) -> SuiteScore | None:
+def primary_metric(entry: Mapping[str, object]) -> SuiteScore | None:
     """The preferred metric, else the first `metric,filter` value, else any number (not a stderr)."""
     named = [key for key in entry if "," in key]
     for name in (*PREFERRED_METRICS, *named, *entry):
@@ -66,12 +65,12 @@ def primary_metric(entry: Mapping[str, Any]) -> SuiteScore | None:
     return None
 
 
-def _stderr(entry: Mapping[str, Any], name: str) -> float | None:
+def _stderr(entry: Mapping[str, object], name: str) -> float | None:
     metric, sep, filter_name = name.partition(",")
     return _number(entry.get(f"{metric}_stderr{sep}{filter_name}"))
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """A finite number; lm-eval writes "N/A" where a stderr is unknown."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
@@ -93,7 +92,7 @@ def evalscope_scores(paths: Sequence[Path]) -> dict[str, SuiteScore]:
     return scores
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

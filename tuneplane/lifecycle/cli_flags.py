@@ -28,9 +28,9 @@ from tuneplane.constants import RESUME_FROM_ENV
 from tuneplane.lifecycle.overrides import apply_overrides
 
 
-def leaves(config: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def leaves(config: dict[str, object], prefix: str = "") -> list[tuple[str, object]]:
     """(dotted key, value) for every leaf of nested mappings, in file order."""
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, object]] = []
     for key, value in config.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict) and value:
@@ -40,7 +40,7 @@ def leaves(config: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
@@ -48,7 +48,8 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def build_flags(config: dict[str, Any], overrides: dict[str, Any], platform: dict[str, Any], style: str) -> list[str]:
+def build_flags(config: dict[str, object], overrides: dict[str, object], platform: dict[str, object],
+                style: str) -> list[str]:
     """The flags of the merged config; empty strings and nulls are left out (the framework's default)."""
     merged = json.loads(json.dumps(config))
     for source in (overrides, platform):
@@ -83,7 +84,7 @@ def _loader(yaml: Any, values_as_written: bool) -> Any:
     return AsWritten
 
 
-def _load(path: Path, as_written: bool = False) -> dict[str, Any]:
+def _load(path: Path, as_written: bool = False) -> dict[str, object]:
     import yaml  # lazy: PyYAML is in the training image, loaded only when a config file is read
 
     loader = _loader(yaml, as_written)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from tuneplane.lifecycle.benchmark_common import BenchError
 
 BOOLS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 
-def load_config(path: Path | None) -> dict[str, Any]:
+def load_config(path: Path | None) -> dict[str, object]:
     """The config file as flat `{dotted key: value}`; empty without a file."""
     if path is None:
         return {}
@@ -28,7 +27,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
     return flatten(data)
 
 
-def _parse_yaml(text: str, source: str) -> Any:
+def _parse_yaml(text: str, source: str) -> object:
     try:
         import yaml  # lazy: optional; most images have it, and the fallback reads only flat files
     except ImportError:
@@ -39,9 +38,9 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise BenchError(f"{source}: not valid YAML: {exc}") from None
 
 
-def parse_flat_yaml(text: str, source: str = "config") -> dict[str, Any]:
+def parse_flat_yaml(text: str, source: str = "config") -> dict[str, object]:
     """`key: value` lines with `#` comments, for images without PyYAML; nesting is refused, not guessed."""
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = _strip_comment(raw).rstrip()
         if not line.strip() or line.strip() == "---":
@@ -67,7 +66,7 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def scalar(text: str) -> Any:
+def scalar(text: str) -> object:
     """A YAML scalar as PyYAML would read the common cases: quoted text, null, booleans, numbers."""
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
@@ -84,9 +83,9 @@ def scalar(text: str) -> Any:
     return text
 
 
-def flatten(data: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[object, object], prefix: str = "") -> dict[str, object]:
     """Nested mappings as dotted keys, the form `--overrides-json` uses."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key, value in data.items():
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, Mapping):

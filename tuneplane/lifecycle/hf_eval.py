@@ -149,7 +149,7 @@ def evaluate(model: Any, tokenizer: Any, rows: Any, max_new_tokens: int) -> dict
         if answer is not None:
             answered += 1
             correct += final_answer(text) == final_answer(answer)
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
     if tokens:
         metrics["loss"] = nll / tokens
         metrics["perplexity"] = math.exp(min(nll / tokens, 50.0))
@@ -171,7 +171,7 @@ def load_model(model_path: str) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
 
 
-def is_reward_model(model: Any) -> bool:
+def is_reward_model(model: object) -> bool:
     """A sequence classifier (its class, not its config: a merged LoRA model keeps its base's config)."""
     return type(model).__name__.endswith("ForSequenceClassification")
 

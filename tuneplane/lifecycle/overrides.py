@@ -6,10 +6,8 @@ runner of ms-swift and OpenRLHF (`cli_flags`) apply them the same way.
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def apply_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> None:
+def apply_overrides(config: dict[str, object], overrides: dict[str, object]) -> None:
     """Set each dotted path; nested mappings are created, so a key absent from the file still works."""
     for dotted, value in overrides.items():
         node = config

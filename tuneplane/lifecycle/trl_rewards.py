@@ -12,27 +12,32 @@ Standard library only: it runs in the job.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
 
 from tuneplane.lifecycle.answers import answer_score, final_answer
+
+# One completion: its text, or for conversational data its chat messages ({"role", "content"}).
+Completion: TypeAlias = "str | Sequence[Mapping[str, object]]"
 
 __all__ = ["accuracy_reward", "completion_text", "final_answer", "format_reward"]
 
 
-def completion_text(completion: Any) -> str:
+def completion_text(completion: Completion) -> str:
     """The generated text of one completion, conversational or not."""
     if isinstance(completion, str):
         return completion
     return "".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
 
 
-def accuracy_reward(completions: list[Any], answer: list[Any] | None = None, **_: Any) -> list[float | None]:
+def accuracy_reward(completions: list[Completion], answer: list[object] | None = None,
+                    **_: object) -> list[float | None]:
     """1.0 when the completion's final answer equals the row's `answer`, else 0.0."""
     if answer is None:
         return [None] * len(completions)
     return [answer_score(completion_text(c), str(expected)) for c, expected in zip(completions, answer, strict=True)]
 
 
-def format_reward(completions: list[Any], **_: Any) -> list[float | None]:
+def format_reward(completions: list[Completion], **_: object) -> list[float | None]:
     """1.0 when a final answer can be read from the completion at all: a small shaping term."""
     return [1.0 if final_answer(completion_text(c)) is not None else 0.0 for c in completions]

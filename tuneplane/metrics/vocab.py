@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 NAMESPACES = ("train/", "validation/", "eval/", "hw/")
 HARDWARE = "hw/"
@@ -223,7 +223,7 @@ def _better(raw: str, held: str, name: str, weight: Mapping[str, float] | None) 
     return raw < held
 
 
-def counts(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+def counts(summary: Mapping[str, Mapping[str, object]]) -> dict[str, float]:
     """Point counts per key of an ingest summary (the weight `rename` prefers)."""
     out: dict[str, float] = {}
     for key, stats in summary.items():

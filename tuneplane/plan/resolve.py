@@ -14,7 +14,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from tuneplane import __version__
 from tuneplane.check.admission import Refusal, check_algorithm_plugins, check_platform_owned, check_request
@@ -73,7 +72,7 @@ class PreparedExperiment:
     dir: Path
     lock: RecipeLock
     recipe: Recipe
-    config: Any
+    config: object  # config.yaml as read: a mapping when well formed
     config_sha256: str
     plugins: tuple[PluginRef, ...]
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
@@ -157,7 +156,8 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(params: dict[str, Any], config: Any, rel: str, written: dict[str, str]) -> dict[str, Scalar]:
+def _base_hyperparams(params: dict[str, Param], config: object, rel: str,
+                      written: dict[str, str]) -> dict[str, Scalar]:
     """Config values at the param paths, read by their type (`check.params.config_value`), else the
     defaults; keyed by dotted config path (a plugin parameter's path is its name)."""
     values: dict[str, Scalar] = {}
@@ -177,7 +177,7 @@ def _base_hyperparams(params: dict[str, Any], config: Any, rel: str, written: di
     return values
 
 
-def _normalise(kind: str, value: Any) -> Scalar:
+def _normalise(kind: str, value: object) -> Scalar:
     """An int given for a float param becomes a float, so the job sees the type the recipe declares."""
     if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -312,7 +312,7 @@ def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> Reci
                            native_metrics=[o.model_dump(exclude_none=True) for o in prepared.native]))
 
 
-def _topology(topology: dict[str, Any]) -> dict[str, str | int]:
+def _topology(topology: dict[str, object]) -> dict[str, str | int]:
     return {k: v for k, v in topology.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
 
 

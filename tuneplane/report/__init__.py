@@ -19,15 +19,17 @@ from __future__ import annotations
 import os
 import sys
 from time import time as _now
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from tuneplane.constants import JOB_ENABLED, JOB_TOKEN
 from tuneplane.report._callback import TunePlaneCallback, forget_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from types import FrameType
+    from typing import SupportsInt
 
-    from tuneplane.report._core import Session
+    from tuneplane.report._core import Session, Stats
 
 __all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle", "log", "log_hparams",
            "stats"]
@@ -37,15 +39,15 @@ __all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle
 _session: Session | None = None
 _decided = False
 _finished = False  # a session ended; the next log() without init() warns once
-_last_stats: dict[str, Any] = {}
-_orphans: list[Any] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
+_last_stats: Stats = {}
+_orphans: list[Session] = []  # sessions inherited across fork: kept alive so nothing closes shared fds
 _atexit_registered = False
 _closing: Session | None = None  # the session finish() is draining (see `_sigterm`)
 _term_pending = False  # a SIGTERM came during that drain: finish() ends the process as it returns
 CHAINED_FLUSH = 2.0  # seconds a chained SIGTERM handler waits for what is queued to go out
 
 
-def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -> None:
+def log(metrics: Mapping[str, object], step: int | None = None, prefix: str = "") -> None:
     """Queue scalar metrics for `step` (the previous step + 1 when omitted). Never raises.
 
     Nested dicts are flattened with `.`; tensors, arrays and lists of numbers are reduced to their
@@ -82,7 +84,7 @@ def log(metrics: Mapping[str, Any], step: int | None = None, prefix: str = "") -
         s.internal_error(f"log(): {type(exc).__name__}: {exc}")
 
 
-def _known_keys(s: Session, metrics: dict[str, Any], step: int) -> bool:
+def _known_keys(s: Session, metrics: dict[str, object], step: int) -> bool:
     """The lookup path: keys validated before, in this order. One C call packs id, step, time and
     values into an id row (see _queued), converting as float() does (a one-element tensor gives its value); anything
     else (text, None, a nested dict, a tensor of many elements, a step beyond 64 bits) makes it raise,
@@ -113,22 +115,22 @@ class _BadStep(Exception):
     pass
 
 
-def _size(metrics: Any) -> int:
+def _size(metrics: object) -> int:
     return len(metrics) if hasattr(metrics, "__len__") else 1
 
 
-def _as_step(step: Any) -> int:
+def _as_step(step: object) -> int:
     """Steps from numpy or torch become ints; text or None-like values are refused."""
     if isinstance(step, (str, bytes)) or step is None:
         raise _BadStep
     try:
-        return int(step)
+        return int(cast("SupportsInt", step))  # anything else raises, and is refused below
     except (TypeError, ValueError, OverflowError):
         raise _BadStep from None
 
 
-def init(hparams: Mapping[str, Any] | None = None, monitor_hardware: bool = True, *,
-         all_ranks: bool | None = None, **options: Any) -> bool:
+def init(hparams: Mapping[str, object] | None = None, monitor_hardware: bool = True, *,
+         all_ranks: bool | None = None, **options: object) -> bool:
     """Start reporting for this process; idempotent. Returns whether reporting is on.
 
     `all_ranks=True` (or `TUNEPLANE_REPORT_ALL_RANKS=1`) reports from every rank with the rank as a
@@ -152,7 +154,7 @@ def init(hparams: Mapping[str, Any] | None = None, monitor_hardware: bool = True
         return False
 
 
-def _log_records(records: Iterable[tuple[int, float | None, Mapping[str, Any]]]) -> None:
+def _log_records(records: Iterable[tuple[int, float | None, Mapping[str, object]]]) -> None:
     """The native collector's way in: `(step, unix_time, {key: value})` records that keep their own
     wall time (a TensorBoard event's, say; None: now). Never raises."""
     s = _session or (None if _decided else _auto_init())
@@ -168,7 +170,7 @@ def _log_records(records: Iterable[tuple[int, float | None, Mapping[str, Any]]])
             s.internal_error(f"collector records: {type(exc).__name__}: {exc}")
 
 
-def log_hparams(params: Mapping[str, Any]) -> None:
+def log_hparams(params: Mapping[str, object]) -> None:
     """Report (more) hyperparameters; values that are not JSON become strings."""
     s = _session or (None if _decided else _auto_init())
     if s is not None:
@@ -228,11 +230,11 @@ def lifecycle(event: str, timeout: float = 5.0) -> bool:
         return False
 
 
-def stats() -> dict[str, Any]:
+def stats() -> Stats:
     """Counters of the live session (or the last finished one): delivered, pending, spilled, dropped..."""
     s = _session
     try:
-        return s.stats() if s is not None else dict(_last_stats)
+        return s.stats() if s is not None else _last_stats.copy()
     except Exception:
         return {}
 
@@ -258,7 +260,7 @@ def _auto_init() -> Session | None:
         return None
 
 
-def _start(options: Mapping[str, Any]) -> Session | None:
+def _start(options: Mapping[str, object]) -> Session | None:
     global _session, _decided, _atexit_registered
     env = os.environ
     # The cheap gate first, so a run without a token never imports the machinery.
@@ -351,7 +353,7 @@ def _catch_sigterm() -> None:
         return
 
 
-def _sigterm(signum: int, frame: Any) -> None:
+def _sigterm(signum: int, frame: FrameType | None) -> None:
     """Runs in the main thread, between any two of its bytecodes: maybe inside the session's own
     locks (log(), flush(), a finish()). So it never takes them here: the drain runs on a fresh
     thread joined with a timeout, and the process then dies of the signal whatever that drain did."""
@@ -379,7 +381,7 @@ def _sigterm(signum: int, frame: Any) -> None:
     _die_of_sigterm()
 
 
-def _bounded(call: Callable[[float], Any], timeout: float, wait: float) -> None:
+def _bounded(call: Callable[[float], object], timeout: float, wait: float) -> None:
     """`call(timeout)` on a fresh daemon thread, waited for at most `wait` seconds."""
     # lazy: only a process that reports needs it
     import threading
@@ -392,7 +394,7 @@ def _bounded(call: Callable[[float], Any], timeout: float, wait: float) -> None:
         pass
 
 
-def _quietly(call: Callable[[float], Any], timeout: float) -> None:
+def _quietly(call: Callable[[float], object], timeout: float) -> None:
     # lazy: only a process that reports needs it (loaded with the session already)
     from tuneplane.report._sender import block_sigterm
 

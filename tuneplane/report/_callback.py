@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 FLUSH_AT_TRAIN_END = 5.0  # seconds; what is left is still sent by the exit-time finish()
 _highest = [0]  # the highest step any callback reported in this process
 # The arguments object of the Trainer that last began training. Held, not its id(): an id is reused
 # once the object is freed. A few hundred bytes; the model is never held.
-_owner: list[Any] = [None]
+_owner: list[object] = [None]
 # (output folder, step) of each checkpoint saved in this process -> the base its training used
 _saved: dict[tuple[str | None, int], int] = {}
 MAX_SAVED = 10_000
@@ -53,7 +52,8 @@ class TunePlaneCallback:
         self._started = False
         self._base = 0  # added to the trainer's global step (see the module's docstring)
 
-    def on_train_begin(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+    def on_train_begin(self, args: object = None, state: object = None, control: object = None,
+                       **kwargs: object) -> object:
         owner = args if args is not None else self
         if owner is not _owner[0]:  # a different Trainer: it continues the process's steps
             start = _step_of(state)
@@ -65,24 +65,24 @@ class TunePlaneCallback:
         self._start(args)
         return control
 
-    def on_log(self, args: Any = None, state: Any = None, control: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def on_log(self, args: object = None, state: object = None, control: object = None,
+               logs: dict[str, object] | None = None, **kwargs: object) -> object:
         self._log(args, state, logs)
         return control
 
-    def on_predict(self, args: Any = None, state: Any = None, control: Any = None,
-                   metrics: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def on_predict(self, args: object = None, state: object = None, control: object = None,
+                   metrics: dict[str, object] | None = None, **kwargs: object) -> object:
         self._log(args, state, metrics)
         return control
 
-    def _start(self, args: Any) -> None:
+    def _start(self, args: object) -> None:
         # lazy: tuneplane.report imports this module first
         from tuneplane.report import init
 
         self._started = True
         init(hparams=_hparams_of(args), monitor_hardware=self.monitor_hardware)
 
-    def _log(self, args: Any, state: Any, logs: Mapping[str, Any] | None) -> None:
+    def _log(self, args: object, state: object, logs: Mapping[str, object] | None) -> None:
         # lazy: tuneplane.report imports this module first
         from tuneplane.report import log
 
@@ -93,20 +93,21 @@ class TunePlaneCallback:
             _highest[0] = max(_highest[0], step)
             log(rewrite_logs(logs), step=step, prefix=self.prefix)
 
-    def on_save(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+    def on_save(self, args: object = None, state: object = None, control: object = None, **kwargs: object) -> object:
         if len(_saved) >= MAX_SAVED:
             _saved.clear()
         _saved[(_folder_of(args), _step_of(state))] = self._base
         return control
 
-    def on_train_end(self, args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+    def on_train_end(self, args: object = None, state: object = None, control: object = None,
+                     **kwargs: object) -> object:
         # lazy: tuneplane.report imports this module first
         from tuneplane.report import flush
 
         flush(FLUSH_AT_TRAIN_END)
         return control
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
+    def __getattr__(self, name: str) -> Callable[..., object]:
         if name.startswith("on_"):
             return _ignore
         raise AttributeError(name)
@@ -119,11 +120,11 @@ def forget_steps() -> None:
     _saved.clear()
 
 
-def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
+def rewrite_logs(logs: Mapping[str, object]) -> dict[str, object]:
     """transformers' `rewrite_logs`, exactly: `eval_loss` -> `eval/loss`, `test_x` -> `test/x`, and
     everything else under `train/` (`loss` -> `train/loss`, TRL's `rewards/chosen` ->
     `train/rewards/chosen`), so keys read as they do in those integrations' dashboards."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in logs.items():
         name = str(key)
         if name.startswith("eval_"):
@@ -135,18 +136,18 @@ def rewrite_logs(logs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _ignore(args: Any = None, state: Any = None, control: Any = None, **kwargs: Any) -> Any:
+def _ignore(args: object = None, state: object = None, control: object = None, **kwargs: object) -> object:
     return control
 
 
-def _step_of(state: Any) -> int:
+def _step_of(state: object) -> int:
     try:
         return int(getattr(state, "global_step", 0) or 0)
     except (TypeError, ValueError):
         return 0
 
 
-def _folder_of(args: Any) -> str | None:
+def _folder_of(args: object) -> str | None:
     """The output folder a Trainer saves its checkpoints in, resolved; None when it has none."""
     folder = getattr(args, "output_dir", None)
     try:
@@ -155,7 +156,7 @@ def _folder_of(args: Any) -> str | None:
         return None
 
 
-def _hparams_of(args: Any) -> dict[str, Any] | None:
+def _hparams_of(args: object) -> dict[str, object] | None:
     """TrainingArguments offer `to_sanitized_dict()`; other argument objects are left out."""
     try:
         if args is not None and hasattr(args, "to_sanitized_dict"):

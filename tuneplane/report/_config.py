@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, SupportsFloat, cast
 
 from tuneplane.constants import (
     JOB_ENABLED,
@@ -111,7 +111,7 @@ def _truthy(raw: str) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def from_env(env: Mapping[str, str], options: Mapping[str, Any]) -> Config | None:
+def from_env(env: Mapping[str, str], options: Mapping[str, object]) -> Config | None:
     """The session config, or None when this process must not report."""
     if not enabled_in(env):
         return None
@@ -129,33 +129,33 @@ def from_env(env: Mapping[str, str], options: Mapping[str, Any]) -> Config | Non
                     rank=rank_of(env), all_ranks=bool(all_ranks),
                     out_dir=env.get(OUT_DIR_ENV, "").strip())
     notes: list[str] = []
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # each field's own type (int or float): replace() checks it per name
     for name, (var, default, minimum, maximum) in {**_FLOATS, **_INTS}.items():
         values[name] = _number(name, var, (default, minimum, maximum), env, options, notes)
     return replace(config, notes=tuple(notes), **values)
 
 
 def _number(name: str, var: str, bounds: tuple[float, float, float], env: Mapping[str, str],
-            options: Mapping[str, Any], notes: list[str]) -> Any:
+            options: Mapping[str, object], notes: list[str]) -> float:
     """The setting's value, or its default (and a note) when it is no number in its range."""
     default, minimum, maximum = bounds
-    cast = int if name in _INTS else float
+    kind = int if name in _INTS else float
     raw = options.get(name)
     source = f"init({name}=...)"
     if raw is None:
         raw, source = env.get(var, "").strip() or None, var
     if raw is None:
-        return cast(default)
+        return kind(default)
     try:
-        number = float(raw)
+        number = float(cast("str | SupportsFloat", raw))  # anything else raises, and is noted below
     except (TypeError, ValueError, OverflowError):
-        notes.append(f"{source}={str(raw)[:40]!r} is not a number; using the default {cast(default)}")
-        return cast(default)
+        notes.append(f"{source}={str(raw)[:40]!r} is not a number; using the default {kind(default)}")
+        return kind(default)
     if not minimum <= number <= maximum:  # also NaN, which compares false
-        notes.append(f"{source}={str(raw)[:40]!r} is outside {cast(minimum)}..{cast(maximum)}; "
-                     f"using the default {cast(default)}")
-        return cast(default)
-    return cast(number)
+        notes.append(f"{source}={str(raw)[:40]!r} is outside {kind(minimum)}..{kind(maximum)}; "
+                     f"using the default {kind(default)}")
+        return kind(default)
+    return kind(number)
 
 
 def _say(message: str) -> None:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tuneplane.report._config import MAX_RECORD_KEYS, SPILL_DIR, Config
 from tuneplane.report._queued import (
@@ -36,8 +36,49 @@ from tuneplane.report._rows import Entry, Record, cost_of, make_entry, points_of
 from tuneplane.report._spill import Spill, spill_name
 from tuneplane.report._values import hparams_payload, to_record
 
+if TYPE_CHECKING:  # both load with a session that sends, or monitors: not on import
+    from tuneplane.report._hardware import Monitor
+    from tuneplane.report._sender import Sender
+
 MAX_CACHED_KEYS = 10_000  # key sets with a shared entry (the fast path); more get private entries
 MAX_PUTTERS = 256  # key sets with a generated putter (see `_queued`): the hot ones, found by `promote`
+
+
+class Ledger(TypedDict):
+    """Where every logged point went; `balanced` when they add up."""
+
+    logged: int
+    delivered: int
+    dropped: int
+    refused: int
+    pending: int
+    balanced: bool
+
+
+class Stats(TypedDict, total=False):  # empty before any session ran (`tuneplane.report.stats()`)
+    """A session's counters, as `tuneplane.report.stats()` returns them."""
+
+    run_id: str
+    rank: int
+    logged_points: int
+    ledger: Ledger
+    hparams_sent: int
+    hparams_pending: int
+    hparams_dropped: dict[str, int]
+    delivered_points: int
+    pending_points: int
+    spilled_points: int
+    dropped_points: int
+    dropped: dict[str, int]
+    refused_points: int
+    refused_batches: dict[int, int]
+    batches_sent: int
+    retries: int
+    buffered_bytes: int
+    from_disk_bytes: int
+    buffer_budget_bytes: int
+    spill_path: str | None
+    internal_errors: int
 
 
 class Session:
@@ -66,8 +107,8 @@ class Session:
         self.notes_later: list[str] = []
         self.spill_root = ""  # the private temp dir that stands in for a missing out dir
         self.spill = self._make_spill()
-        self.order_lock: Any = self.spill.lock if self.spill else threading.RLock()
-        self.hparams_pending: dict[str, Any] = {}
+        self.order_lock = self.spill.lock if self.spill else threading.RLock()
+        self.hparams_pending: dict[str, object] = {}
         self.hparams_sent = 0
         self.hparams_dropped: dict[str, int] = {}  # caller threads (bad values) and sender (refusals)
         self.logged = 0  # caller threads: points dropped before queueing (see `logged_points`)
@@ -83,9 +124,9 @@ class Session:
         self.sender_drops: dict[str, int] = {}  # sender thread
         self.internal_errors = 0
         self._said: set[str] = set()
-        self.sender: Any = None
-        self.monitor: Any = None
-        self.final_stats: dict[str, Any] | None = None
+        self.sender: Sender | None = None
+        self.monitor: Monitor | None = None
+        self.final_stats: Stats | None = None
 
     def _make_spill(self) -> Spill | None:
         """The overflow file: under the out dir, or a private temp dir when there is none."""
@@ -119,7 +160,7 @@ class Session:
         self.sender.start()
 
     # ── the caller's side ─────────────────────────────────────────────────────────────────────
-    def log_slow(self, metrics: Any, step: int, prefix: str, unix: float | None = None) -> None:
+    def log_slow(self, metrics: object, step: int, prefix: str, unix: float | None = None) -> None:
         """Everything the hot path does not handle: nesting, prefixes, non-numbers, unseen keys.
 
         The entry of the record's (validated, final) keys is what the hot path looks up next time: a
@@ -283,7 +324,7 @@ class Session:
     def sender_drop(self, reason: str, count: int = 1) -> None:
         self.sender_drops[reason] = self.sender_drops.get(reason, 0) + count
 
-    def add_hparams(self, params: Any) -> None:
+    def add_hparams(self, params: object) -> None:
         payload = hparams_payload(params, self.hparams_drop)
         if payload:
             with self.order_lock:
@@ -325,7 +366,7 @@ class Session:
         while True:
             if self.idle():
                 return True
-            if time.monotonic() >= deadline or not self.sender.is_alive():
+            if time.monotonic() >= deadline or self.sender is None or not self.sender.is_alive():
                 return self.idle()
             self.kick()
             time.sleep(0.005)
@@ -407,7 +448,7 @@ class Session:
                     pass
         return kept
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Stats:
         if self.final_stats is not None:
             return self.final_stats
         with self.order_lock:  # one consistent moment: the sender moves points only under this lock
@@ -416,9 +457,9 @@ class Session:
                 dropped[reason] = dropped.get(reason, 0) + count
             logged, pending = self._counts()
             delivered, refused = self.delivered_points, self.refused_points
-        ledger = {"logged": logged, "delivered": delivered, "dropped": sum(dropped.values()),
-                  "refused": refused, "pending": pending}
-        ledger["balanced"] = ledger["delivered"] + ledger["dropped"] + ledger["refused"] + pending == logged
+        lost = sum(dropped.values())
+        ledger: Ledger = {"logged": logged, "delivered": delivered, "dropped": lost, "refused": refused,
+                          "pending": pending, "balanced": delivered + lost + refused + pending == logged}
         return {
             "run_id": self.config.run_id,
             "rank": self.config.rank,

@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from tuneplane.report._sender import block_sigterm
+
+if TYPE_CHECKING:
+    from tuneplane.report._core import Session
 
 OWNER_ENV = "TUNEPLANE_REPORT_MONITOR_PID"
 
@@ -21,7 +25,7 @@ OWNER_ENV = "TUNEPLANE_REPORT_MONITOR_PID"
 class Monitor:
     """A daemon thread that samples and appends to the session until stopped."""
 
-    def __init__(self, session: Any, sample: Callable[[], dict[str, float]]) -> None:
+    def __init__(self, session: Session, sample: Callable[[], dict[str, float]]) -> None:
         self.session = session
         self.sample = sample
         self.interval = session.config.monitor_interval
@@ -30,7 +34,7 @@ class Monitor:
         self.samples = 0
 
     @classmethod
-    def start_for(cls, session: Any) -> Monitor | None:
+    def start_for(cls, session: Session) -> Monitor | None:
         if not _claim():
             return None
         monitor = cls(session, Sampler().sample)
@@ -109,14 +113,14 @@ class Sampler:
         return values
 
 
-def _optional(name: str) -> Any:
+def _optional(name: str) -> ModuleType | None:
     try:
         return __import__(name)
     except Exception:  # any import failure means "not available"
         return None
 
 
-def _nvml() -> Any:
+def _nvml() -> ModuleType | None:
     nvml = _optional("pynvml")
     if nvml is None:
         return None
@@ -127,7 +131,7 @@ def _nvml() -> Any:
     return nvml
 
 
-def _gpu_values(nvml: Any) -> dict[str, float]:
+def _gpu_values(nvml: ModuleType) -> dict[str, float]:
     values: dict[str, float] = {}
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)

@@ -28,12 +28,15 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from tuneplane.report._config import record_cost
 from tuneplane.report._rows import LINE_BYTES, LINE_ROWS, PACKED_COST, Entry, Record, packed
 
-Putter = Callable[[dict[str, Any], int], "bool | None"]
+if TYPE_CHECKING:
+    from tuneplane.report._core import Session
+
+Putter = Callable[[dict[str, object], int], "bool | None"]
 # A cached key set: its entry, `pack(id, step, unix_time, *values)` for its id rows, its id (-1: a key
 # set past the cache's cap, queued as records with `pack(step, unix_time, *values)`), and the budget
 # bytes of one queued item.
@@ -53,7 +56,7 @@ def id_struct(points: int) -> struct.Struct:
 
 
 def make_putter(entry: Entry, ident: int, append: Callable[[bytes], None], now: Callable[[], float],
-                session: Any) -> Putter:
+                session: Session) -> Putter:
     """The putter of `entry`'s key set, queueing id rows with `ident`. `session` has `added` and
     `limit` (see `tuneplane.report._core.Session`)."""
     keys = entry[0]
@@ -66,14 +69,14 @@ def make_putter(entry: Entry, ident: int, append: Callable[[bytes], None], now: 
               f"    return _s.added > _s.limit\n")
     # `__name__`: warnings raised while packing (torch's about a tensor that requires grad) name this
     # module, which the session's warning filter covers
-    scope: dict[str, Any] = {"_pack": id_struct(len(keys)).pack, "_now": now, "_append": append, "_keys": keys,
+    scope: dict[str, object] = {"_pack": id_struct(len(keys)).pack, "_now": now, "_append": append, "_keys": keys,
                              "_s": session, "__name__": __name__}
     exec(source, scope)  # generated from identifiers and ints only: the keys are bound as values
-    put: Putter = scope["put"]
+    put = cast(Putter, scope["put"])  # the function `source` defines
     return put
 
 
-def no_putter(metrics: dict[str, Any], step: int) -> bool | None:
+def no_putter(metrics: dict[str, object], step: int) -> bool | None:
     return None
 
 

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import groupby, repeat
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tuneplane.report._config import TUPLE_COST, record_cost
 
@@ -237,7 +237,7 @@ def keys_json(keys: tuple[str, ...], cache: dict[tuple[str, ...], str]) -> str:
     return encoded
 
 
-def as_keys(value: Any) -> tuple[str, ...] | None:
+def as_keys(value: object) -> tuple[str, ...] | None:
     """A decoded key list, or None when it is not a list of strings."""
     if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
         return None

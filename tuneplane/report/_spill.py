@@ -22,7 +22,10 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from io import BufferedRandom
 
 from tuneplane.report._rows import LINE_BYTES, LINE_ROWS, Entry, Record, b64, blocks, from_b64, keys_json, row_struct
 
@@ -140,11 +143,11 @@ class Spill:
         self.full = False  # the disk refused a write; no appends until the file empties
         self.refusal = ""  # the drop reason while full: "disk full", or why the file cannot be written
         self.error = ""
-        self._file: Any = None
+        self._file: BufferedRandom | None = None
         self._keys: dict[tuple[str, ...], str] = {}
         self._read_keys: dict[bytes, tuple[str, ...]] = {}
 
-    def _open(self) -> Any:
+    def _open(self) -> BufferedRandom:
         if self._file is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             # Locked before it takes its name: the collector uploads a `report-spill-*` file (what a
@@ -158,6 +161,7 @@ class Spill:
                 handle.close()
                 raise
             self._file = handle
+            return handle
         return self._file
 
     @property
@@ -301,10 +305,13 @@ class Spill:
 
     def _compact(self) -> None:
         # Keep only the undelivered tail, so what is left on disk is exactly what was lost.
-        self._file.seek(self._offset)
-        tail = self._file.read(self._size - self._offset)
-        self._file.seek(0)
-        self._file.write(tail)
-        self._file.truncate()
-        self._file.flush()
+        file = self._file
+        if file is None:  # the caller checked: nothing was ever written
+            return
+        file.seek(self._offset)
+        tail = file.read(self._size - self._offset)
+        file.seek(0)
+        file.write(tail)
+        file.truncate()
+        file.flush()
         self._size, self._offset = len(tail), 0

@@ -11,7 +11,7 @@ import enum
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import SupportsFloat, cast
 
 MAX_KEY_LENGTH = 256
 MAX_DEPTH = 16  # nested mappings deeper than this (or cycles) are dropped, not recursed into
@@ -21,13 +21,13 @@ MAX_HPARAM_TEXT = 1000
 DropFn = Callable[[str], None]
 
 
-def flatten(metrics: Mapping[Any, Any], sep: str = ".", on_drop: DropFn | None = None) -> dict[str, Any]:
+def flatten(metrics: Mapping[object, object], sep: str = ".", on_drop: DropFn | None = None) -> dict[str, object]:
     """Flatten nested mappings with `sep`, so `{"a": {"b": 1}}` reports as `a.b`.
 
     Iterative, with a depth limit and cycle detection: a self-referencing or very deep value is
     dropped alone (reported through `on_drop`) and everything beside it is kept."""
-    out: dict[str, Any] = {}
-    stack: list[tuple[Mapping[Any, Any], str, int, frozenset[int]]] = [(metrics, "", 0, frozenset({id(metrics)}))]
+    out: dict[str, object] = {}
+    stack: list[tuple[Mapping[object, object], str, int, frozenset[int]]] = [(metrics, "", 0, frozenset({id(metrics)}))]
     while stack:
         obj, prefix, depth, seen = stack.pop()
         try:
@@ -60,7 +60,7 @@ def flatten(metrics: Mapping[Any, Any], sep: str = ".", on_drop: DropFn | None =
 UNNAMED = "key that cannot be named"
 
 
-def _name(key: Any, prefix: str, sep: str) -> str | None:
+def _name(key: object, prefix: str, sep: str) -> str | None:
     """The key as text under `prefix`, or None when the key cannot become text."""
     try:
         text = key if type(key) is str else str(key)
@@ -94,7 +94,7 @@ def key_problem(key: str) -> str | None:
     return None
 
 
-def to_float(value: Any) -> tuple[float | None, str]:
+def to_float(value: object) -> tuple[float | None, str]:
     """Reduce a metric value to one float, or say why it cannot be.
 
     Order matters: plain numbers first (the common case), then array-likes by duck typing, so neither
@@ -106,7 +106,7 @@ def to_float(value: Any) -> tuple[float | None, str]:
         return None, "non-finite value"
 
 
-def _reduce(value: Any) -> tuple[float | None, str]:
+def _reduce(value: object) -> tuple[float | None, str]:
     if isinstance(value, bool):
         return float(value), ""
     if isinstance(value, (int, float)):
@@ -126,7 +126,7 @@ def _finite(number: float) -> tuple[float | None, str]:
     return None, "non-finite value"
 
 
-def _mean_of_sequence(items: list[Any] | tuple[Any, ...]) -> tuple[float | None, str]:
+def _mean_of_sequence(items: list[object] | tuple[object, ...]) -> tuple[float | None, str]:
     if not items:
         return None, "empty list"
     total = 0.0
@@ -138,7 +138,7 @@ def _mean_of_sequence(items: list[Any] | tuple[Any, ...]) -> tuple[float | None,
     return _finite(total / len(items))
 
 
-def _reduce_array_like(value: Any) -> tuple[float | None, str]:
+def _reduce_array_like(value: object) -> tuple[float | None, str]:
     """Tensors and arrays: detach, take the element if there is one, the mean if there are many."""
     try:
         if hasattr(value, "detach"):
@@ -149,17 +149,17 @@ def _reduce_array_like(value: Any) -> tuple[float | None, str]:
         if size == 1 and hasattr(value, "item"):
             return _finite(float(value.item()))
         if size is not None and hasattr(value, "mean"):
-            return _finite(float(_item(_mean(value))))
+            return _finite(float(cast(SupportsFloat, _item(_mean(value)))))  # else TypeError, caught
         if hasattr(value, "item"):
             return _finite(float(value.item()))
         if hasattr(value, "__float__"):
-            return _finite(float(value))
+            return _finite(float(cast(SupportsFloat, value)))
     except (TypeError, ValueError, RuntimeError, AttributeError, OverflowError):
         return None, f"cannot reduce {type(value).__name__}"
     return None, f"unsupported type {type(value).__name__}"
 
 
-def _size(value: Any) -> int | None:
+def _size(value: object) -> int | None:
     numel = getattr(value, "numel", None)
     if callable(numel):
         return int(numel())
@@ -169,9 +169,11 @@ def _size(value: Any) -> int | None:
     return None
 
 
-def _mean(value: Any) -> Any:
+def _mean(value: object) -> object:
     # Integer tensors refuse mean(); widen them first, as numpy does on its own.
     try:
+        if not hasattr(value, "mean"):  # the caller saw one; this narrows it (an array of any library)
+            raise AttributeError("mean")
         return value.mean()
     except (TypeError, RuntimeError):
         if hasattr(value, "double"):
@@ -179,11 +181,11 @@ def _mean(value: Any) -> Any:
         raise
 
 
-def _item(value: Any) -> Any:
+def _item(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
-def to_record(metrics: Any, prefix: str, on_drop: DropFn) -> dict[str, float]:
+def to_record(metrics: object, prefix: str, on_drop: DropFn) -> dict[str, float]:
     """The slow path of `log()`: flatten, prefix, validate keys, reduce values."""
     if not isinstance(metrics, Mapping):
         on_drop("metrics is not a mapping")
@@ -203,7 +205,7 @@ def to_record(metrics: Any, prefix: str, on_drop: DropFn) -> dict[str, float]:
     return record
 
 
-def plain(value: Any, seen: frozenset[int] = frozenset()) -> Any:
+def plain(value: object, seen: frozenset[int] = frozenset()) -> object:
     """Configuration objects as the mappings they stand for, so their fields are hyperparameters of
     their own (`optim.lr`) rather than one `repr` cut at 1000 characters: dataclass instances (a
     structured config), `argparse` and `types` namespaces (`init(hparams=args)`), also nested in
@@ -226,14 +228,15 @@ def plain(value: Any, seen: frozenset[int] = frozenset()) -> Any:
 
 
 _NAMESPACES = frozenset({"Namespace", "SimpleNamespace"})
-_SELF: Any = object()  # where `plain` met a value inside itself
+_SELF: object = object()  # where `plain` met a value inside itself
 
 
-def hparams_payload(params: Mapping[Any, Any], on_drop: DropFn | None = None) -> dict[str, Any]:
+def hparams_payload(params: object, on_drop: DropFn | None = None) -> dict[str, object]:
     """Flatten hyperparameters and make every value JSON-safe, so one odd object never blocks the rest:
     a cycle, a too-deep value or one that cannot even become text is dropped alone and counted."""
-    out: dict[str, Any] = {}
-    for key, value in flatten(plain(params), on_drop=on_drop).items():
+    out: dict[str, object] = {}
+    # `plain` keeps a mapping one; anything else fails flatten's guarded items() and is dropped there
+    for key, value in flatten(cast(Mapping[object, object], plain(params)), on_drop=on_drop).items():
         problem = "self-referencing value" if value is _SELF else key_problem(key)
         if problem:
             if on_drop:
@@ -248,10 +251,10 @@ def hparams_payload(params: Mapping[Any, Any], on_drop: DropFn | None = None) ->
     return out
 
 
-_UNSERIALISABLE: Any = object()
+_UNSERIALISABLE: object = object()
 
 
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: object) -> object:
     if isinstance(value, enum.Enum) and not isinstance(value, (int, str)):
         return _json_safe(value.value)  # `Color.RED` is "red", as a config file spells it
     if value is None or isinstance(value, (bool, int, str)):
@@ -272,7 +275,7 @@ def _json_safe(value: Any) -> Any:
     return text if text is _UNSERIALISABLE else str(text)[:MAX_HPARAM_TEXT]
 
 
-def _as_text(value: Any) -> Any:
+def _as_text(value: object) -> object:
     try:
         return str(value)
     except Exception:  # a broken __str__ must not stop the report

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 SKIP_PARTS = frozenset({"__pycache__", ".git", ".venv", ".mypy_cache", ".ruff_cache"})
 SKIP_NAMES = frozenset({".DS_Store"})
@@ -20,7 +19,7 @@ class DigestError(Exception):
     """A tree cannot be digested safely (a symlink leaves it, a file is unreadable)."""
 
 
-def canonical_json(value: Any) -> bytes:
+def canonical_json(value: object) -> bytes:
     """Sorted keys, no spaces, UTF-8 kept as is: the byte form every digest hashes."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.encode("utf-8")
@@ -30,7 +29,7 @@ def sha256_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def manifest_digest_of(manifest: Any) -> str:
+def manifest_digest_of(manifest: object) -> str:
     """Digest of an already parsed (YAML 1.1 safe-load) recipe manifest."""
     return sha256_bytes(canonical_json(manifest))
 

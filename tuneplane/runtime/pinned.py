@@ -22,7 +22,6 @@ import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from tuneplane.constants import TERMINATION_LOG_ENV
 
@@ -42,7 +41,7 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
             raise OSError(f"bytecode is never read for a plugin: {path}")  # SourceLoader compiles instead
         return super().get_data(path)
 
-    def set_data(self, path: str, data: Any, *, _mode: int = 0o666) -> None:
+    def set_data(self, path: str, data: object, *, _mode: int = 0o666) -> None:
         return None
 
 

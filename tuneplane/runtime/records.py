@@ -10,7 +10,7 @@ Standard library only: the job side uses it too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # the job side may run on an older Python than typing.Self
     from typing import Self
@@ -27,7 +27,7 @@ class Record:
     _fields: ClassVar[tuple[str, ...]] = ()
     __hash__: ClassVar[None] = None  # type: ignore[assignment]  # mutable, so unhashable (as a dataclass)
 
-    def _values(self) -> tuple[Any, ...]:
+    def _values(self) -> tuple[object, ...]:
         """The values equality (and, when frozen, the hash) is taken over."""
         return tuple(getattr(self, name) for name in self._fields)
 
@@ -41,11 +41,11 @@ class Record:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__qualname__}({inner})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         """Pickled and copied by its fields, through `__init__` (a frozen record refuses `setattr`)."""
         return (_rebuild, (type(self), {name: getattr(self, name) for name in self._fields}))
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, **changes: object) -> Self:
         """A copy with `changes` applied (what `dataclasses.replace` did)."""
         unknown = set(changes) - set(self._fields)
         if unknown:
@@ -73,5 +73,5 @@ class FrozenRecord(Record):
         raise FrozenError(f"cannot delete field {name!r}")
 
 
-def _rebuild(cls: type[Record], values: dict[str, Any]) -> Record:
+def _rebuild(cls: type[Record], values: dict[str, object]) -> Record:
     return cls(**values)

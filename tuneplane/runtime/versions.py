@@ -7,7 +7,7 @@ plugins' `requires.core` with the same code, so the job and the pull-request che
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeAlias
 
 from tuneplane.runtime.records import FrozenRecord
 
@@ -20,6 +20,8 @@ _VERSION_RE = re.compile(
     re.IGNORECASE,
 )
 _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+# (epoch, release, pre, post, dev): what versions compare by, PEP 440's order as plain tuples
+VersionKey: TypeAlias = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 _SPEC_RE = re.compile(r"\s*(===|~=|==|!=|<=|>=|<|>)\s*(\S+?)\s*")
 
 
@@ -40,7 +42,7 @@ class Version(FrozenRecord):
         self._set(epoch, release, pre, post, dev, local)
 
     @property
-    def key(self) -> tuple[Any, ...]:
+    def key(self) -> VersionKey:
         release = list(self.release)
         while len(release) > 1 and release[-1] == 0:  # 1.0 == 1.0.0
             release.pop()
@@ -94,7 +96,7 @@ def _equal(candidate: Version, target: str) -> bool:
     return candidate.key == wanted.key and candidate.local == wanted.local
 
 
-def _base(v: Version) -> tuple[Any, ...]:
+def _base(v: Version) -> VersionKey:
     return Version(v.epoch, v.release, None, None, None, "").key
 
 

@@ -5,14 +5,22 @@ failing example) and yields Problems. The registry below is explicit: a rule not
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuneplane.problems import Problem
 
-Rule = Callable[[Any], Iterator[Problem]]
+if TYPE_CHECKING:  # the contexts load the lab's modules, which only a rule that runs pays for
+    from tuneplane.check.rules.context import ExperimentContext
+    from tuneplane.check.rules.runs import RunContext
+    from tuneplane.lab.load import Lab
+
+# One rule per kind of thing checked: what it is given is what that registry's caller passes.
+ExperimentRule = Callable[["ExperimentContext"], Iterator[Problem]]
+LabRule = Callable[["Lab"], Iterator[Problem]]
+RunRule = Callable[["RunContext"], Iterator[Problem]]
 
 
-def experiment_rules() -> list[Rule]:
+def experiment_rules() -> list[ExperimentRule]:
     # lazy: each rule module is loaded only when its kind of file is checked
     from tuneplane.check.rules import code, config, entrypoint, launch, lint, lock, native, plugins, requires
 
@@ -20,13 +28,13 @@ def experiment_rules() -> list[Rule]:
             launch.check, native.check]
 
 
-def lab_rules() -> list[Rule]:
+def lab_rules() -> list[LabRule]:
     from tuneplane.check.rules import cluster, settings  # lazy: as above, loaded when the lab's settings are checked
 
     return [cluster.check, settings.check]
 
 
-def run_rules() -> list[Rule]:
+def run_rules() -> list[RunRule]:
     # lazy: each rule module is loaded only when its kind of file is checked
     from tuneplane.check.rules import runs
 

@@ -21,9 +21,9 @@ import re
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from tuneplane.check.rules.context import ExperimentContext
+from tuneplane.lab.load import Lab
 from tuneplane.lab.starforge import LEGACY, find_uses
 from tuneplane.problems import Problem, Severity
 
@@ -169,7 +169,7 @@ def _out_warning(rel: str, n: int, col: int, what: str) -> Problem:
                  'write under "${TUNEPLANE_OUT_DIR}" (checkpoints in "${TUNEPLANE_OUT_DIR}/checkpoints")')
 
 
-def lint_shared_code(lab: Any) -> list[Problem]:
+def lint_shared_code(lab: Lab) -> list[Problem]:
     """`lint-legacy-env` over the lab's shared code folders (they ship with every job)."""
     out: list[Problem] = []
     for folder in lab.config.shared_code:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from tuneplane.check.params import config_pointer, get_path, is_missing, resolve_name
 from tuneplane.check.rules.context import ExperimentContext
@@ -48,12 +47,12 @@ class Broken(FrozenRecord):
         return Severity.WARNING if self.rule.severity == "warning" else Severity.ERROR
 
 
-def effective_config(recipe: Recipe, config: Any, values: Mapping[str, Any] | None = None,
-                     inputs: Mapping[str, str] | None = None) -> dict[str, Any]:
+def effective_config(recipe: Recipe, config: object, values: Mapping[str, object] | None = None,
+                     inputs: Mapping[str, str] | None = None) -> dict[str, object]:
     """config.yaml with the parameters' defaults where it sets nothing, then `values` (keyed by a
     parameter's name or dotted config path, as `--set` takes them), then each given input at its
     binding: what the framework is started with."""
-    merged: dict[str, Any] = copy.deepcopy(config) if isinstance(config, dict) else {}
+    merged: dict[str, object] = copy.deepcopy(config) if isinstance(config, dict) else {}
     for param in recipe.params.values():
         current = get_path(merged, param.path)
         if (is_missing(current) or current is None) and param.default is not None:
@@ -68,8 +67,8 @@ def effective_config(recipe: Recipe, config: Any, values: Mapping[str, Any] | No
     return merged
 
 
-def broken_rules(recipe: Recipe, effective: Mapping[str, Any], inputs: Mapping[str, str] | None = None,
-                 written: Any = None) -> list[Broken]:
+def broken_rules(recipe: Recipe, effective: Mapping[str, object], inputs: Mapping[str, str] | None = None,
+                 written: object = None) -> list[Broken]:
     """The recipe's rules `effective` breaks, in the recipe's order. `written` (config.yaml as parsed)
     chooses the place: the `when` key where the file sets it, else the first required key (its nearest
     ancestor in the file, when the file lacks it)."""
@@ -83,7 +82,7 @@ def broken_rules(recipe: Recipe, effective: Mapping[str, Any], inputs: Mapping[s
     return out
 
 
-def is_set(value: Any) -> bool:
+def is_set(value: object) -> bool:
     """Set: a value other than missing, null, empty text, an empty list or mapping, or false (a switch
     left off); the job-side renderer leaves all of those off the command line."""
     return not (is_missing(value) or value is None or value is False or value in ("", [], {}))
@@ -101,7 +100,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         yield _problem(doc, f"{ctx.rel}/config.yaml", b)
 
 
-def request_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, Any],
+def request_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, object],
                      inputs: Mapping[str, str]) -> list[Problem]:
     """The rules a run request breaks beyond what config.yaml alone breaks (`tp validate EXP` names
     those), placed in config.yaml: `tp render`/`tp submit` refuse with these words, and `tp validate`
@@ -114,7 +113,7 @@ def request_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mappi
     return [_problem(config, rel, b) for b in run if b.rule.id not in alone]
 
 
-def config_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, Any],
+def config_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, object],
                     inputs: Mapping[str, str]) -> list[Problem]:
     """Every rule the run breaks (config.yaml, `--set`, inputs), placed in config.yaml."""
     if not recipe.rules or recipe.config.mode == "user":
@@ -129,7 +128,7 @@ def _problem(doc: Doc | None, rel: str, b: Broken) -> Problem:
     return Problem(rel, line, col, RULE, b.message, severity=b.severity, pointer=b.pointer, hint=b.hint)
 
 
-def _applies(recipe: Recipe, rule: RecipeRule, effective: Mapping[str, Any],
+def _applies(recipe: Recipe, rule: RecipeRule, effective: Mapping[str, object],
              inputs: Mapping[str, str] | None) -> bool:
     when = rule.when
     if not when:
@@ -140,7 +139,7 @@ def _applies(recipe: Recipe, rule: RecipeRule, effective: Mapping[str, Any],
     return not is_missing(value) and any(type(v) is type(value) and v == value for v in when.in_)
 
 
-def _value(recipe: Recipe, key: str, effective: Mapping[str, Any], inputs: Mapping[str, str] | None) -> Any:
+def _value(recipe: Recipe, key: str, effective: Mapping[str, object], inputs: Mapping[str, str] | None) -> object:
     """An input name reads the input (or its binding in the config); anything else is a config path."""
     if key in RULE_INPUTS:
         given = (inputs or {}).get(key)
@@ -155,7 +154,7 @@ def _path(recipe: Recipe, key: str) -> str:
     return recipe.adapter_options.bindings.get(key, "") if key in RULE_INPUTS else key
 
 
-def _pointer(recipe: Recipe, rule: RecipeRule, written: Any) -> str:
+def _pointer(recipe: Recipe, rule: RecipeRule, written: object) -> str:
     when = rule.when if isinstance(rule.when, str) else rule.when.key if rule.when else ""
     when_path = _path(recipe, when) if when else ""
     if when_path and isinstance(written, dict) and not is_missing(get_path(written, when_path)):
@@ -178,7 +177,7 @@ def _hint(recipe: Recipe, rule: RecipeRule) -> str:
     return f"{rule.hint.rstrip('.; ')}; {where}" if rule.hint else where
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_path(data: dict[str, object], dotted: str, value: object) -> None:
     node = data
     *parents, leaf = dotted.split(".")
     for part in parents:
