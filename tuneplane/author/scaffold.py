@@ -116,8 +116,8 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-'")
     if backend not in BACKENDS:
         raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", runner):
-        raise UsageError(f"runner label {runner!r} is not allowed", hint="use letters, digits, '.', '_' and '-'")
+    if error := name_error(runner, "runner label"):
+        raise UsageError(error, hint="use letters, digits, '.', '_' and '-', starting with a letter or digit")
     files = lab_files(name, backend, tool, runner)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}

@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV, utc_now
 from tuneplane.runtime.files import atomic_write
@@ -31,6 +31,20 @@ TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of a termination message
 LOG_TAIL_LINES = 20
 LINE_LIMIT = 500  # characters kept of one log line
 RECORD_LIMIT = 64 * 1024  # bytes read of a record: a damaged or hostile one is not read whole
+class AttemptRecord(TypedDict, total=False):
+    """A record as read back: only the known fields, each of its type."""
+
+    attempt: int
+    node_rank: int
+    node: str
+    started_at: str
+    finished_at: str
+    exit_code: int
+    signal: int
+    error: str
+    log_tail: list[str]
+
+
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "attempt": int,
     "node_rank": int,
@@ -59,22 +73,23 @@ def run_dir_of(environ: Mapping[str, str] | None = None) -> Path | None:
     return Path(text) if text else None
 
 
-def clean(record: dict[str, Any]) -> dict[str, Any]:
+def clean(record: Mapping[str, object]) -> AttemptRecord:
     """`record` with only the known fields of the right type, log lines cut to `LINE_LIMIT`."""
-    kept: dict[str, Any] = {}
+    kept: dict[str, object] = {}
     for key, kind in _FIELDS.items():
         value = record.get(key)
         if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
             kept[key] = value
-    if "log_tail" in kept:
-        kept["log_tail"] = [line[:LINE_LIMIT] for line in kept["log_tail"] if isinstance(line, str)]
-        kept["log_tail"] = kept["log_tail"][-LOG_TAIL_LINES:]
-    if "error" in kept:
-        kept["error"] = kept["error"][:LINE_LIMIT]
-    return kept
+    tail = kept.get("log_tail")
+    if isinstance(tail, list):
+        kept["log_tail"] = [line[:LINE_LIMIT] for line in tail if isinstance(line, str)][-LOG_TAIL_LINES:]
+    error = kept.get("error")
+    if isinstance(error, str):
+        kept["error"] = error[:LINE_LIMIT]
+    return cast(AttemptRecord, kept)  # every field checked against its type above
 
 
-def encode(record: dict[str, Any], limit: int | None = None) -> str:
+def encode(record: Mapping[str, object], limit: int | None = None) -> str:
     """`record` as one JSON line; with `limit`, log lines are dropped oldest first until it fits."""
     record = clean(record)
     text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
@@ -84,7 +99,7 @@ def encode(record: dict[str, Any], limit: int | None = None) -> str:
     return text
 
 
-def decode(text: str) -> dict[str, Any] | None:
+def decode(text: str) -> AttemptRecord | None:
     """A record from its JSON text, or None when it is not one (a plain termination message, say)."""
     try:
         value = json.loads(text[:RECORD_LIMIT])
@@ -95,17 +110,18 @@ def decode(text: str) -> dict[str, Any] | None:
     return clean(value)
 
 
-def write(run_dir: Path, record: dict[str, Any]) -> Path:
+def write(run_dir: Path, record: Mapping[str, object]) -> Path:
     """Write `record` atomically at its place under `run_dir`; returns the path."""
-    path = record_path(run_dir, int(record["attempt"]), int(record.get("node_rank", 0)))
+    kept = clean(record)
+    path = record_path(run_dir, kept.get("attempt", 1), kept.get("node_rank", 0))
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, encode(record) + "\n")
     return path
 
 
-def read_all(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
+def read_all(run_dir: Path) -> dict[int, list[AttemptRecord]]:
     """Every attempt's records under `run_dir`, by attempt number, each list by node rank."""
-    found: dict[int, list[dict[str, Any]]] = {}
+    found: dict[int, list[AttemptRecord]] = {}
     folder = run_dir / ATTEMPTS_DIR
     try:
         names = sorted(os.listdir(folder))
@@ -120,7 +136,7 @@ def read_all(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
     return found
 
 
-def _read_one(path: Path) -> dict[str, Any] | None:
+def _read_one(path: Path) -> AttemptRecord | None:
     if not path.name.endswith(".json") or path.is_symlink() or not path.is_file():
         return None
     try:
@@ -185,10 +201,10 @@ class Tail:
             return list(self.lines) + [part for part in self._partial.values() if part]
 
 
-def end_fields(code: int, signal_number: int | None, output: list[str], errors: list[str]) -> dict[str, Any]:
+def end_fields(code: int, signal_number: int | None, output: list[str], errors: list[str]) -> dict[str, object]:
     """An end record's outcome: the exit code, the signal that ended the attempt (the code is 128 + N
     when it killed the trainer), the trainer's error line (from its stderr) and its last output lines."""
-    fields: dict[str, Any] = {"finished_at": utc_now(), "exit_code": code, "log_tail": output[-LOG_TAIL_LINES:]}
+    fields: dict[str, object] = {"finished_at": utc_now(), "exit_code": code, "log_tail": output[-LOG_TAIL_LINES:]}
     if signal_number:
         fields["signal"] = signal_number
     error = trainer_error(errors)

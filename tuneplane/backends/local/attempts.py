@@ -26,7 +26,7 @@ from tuneplane.constants import (
     TERMINAL,
     AttemptReason,
 )
-from tuneplane.runtime.attempts import read_all
+from tuneplane.runtime.attempts import AttemptRecord, read_all
 
 # A run-level reason of a run recorded before attempts were, as the attempt's reason.
 _RUN_REASONS: dict[str, AttemptReason] = {
@@ -82,7 +82,7 @@ def _reason_of(found: Observation) -> AttemptReason:
     return _RUN_REASONS.get(found.reason, "Error")
 
 
-def _report(number: int, entry: dict[str, Any], record: dict[str, Any]) -> AttemptReport:
+def _report(number: int, entry: dict[str, Any], record: AttemptRecord) -> AttemptReport:
     """One attempt: the launcher's record over the supervisor's entry, field by field."""
     exit_code = _int(record.get("exit_code"), entry.get("exit_code"))
     # A record that has the exit code has the signal too (absent: none); else the supervisor's word
@@ -103,7 +103,7 @@ def _report(number: int, entry: dict[str, Any], record: dict[str, Any]) -> Attem
     )
 
 
-def _reason(said: Any, record: dict[str, Any], exit_code: int | None, signal: int | None) -> AttemptReason | None:
+def _reason(said: Any, record: AttemptRecord, exit_code: int | None, signal: int | None) -> AttemptReason | None:
     """The supervisor's reason (it alone knows a cancel or a timeout); from the record's end otherwise."""
     if isinstance(said, str) and said in ATTEMPT_REASONS:
         if said == "Error" and signal is not None:

@@ -116,7 +116,8 @@ class Evidence:
     @classmethod
     def read(cls, run_dir: Path, job_id: str) -> Evidence:
         log = _log_sections(run_dir / "logs" / f"slurm-{job_id}.out", job_id)
-        found = cls(nodes=records.read_all(run_dir), log=log)
+        nodes = {number: [dict(record) for record in ranks] for number, ranks in records.read_all(run_dir).items()}
+        found = cls(nodes=nodes, log=log)
         state = run_dir / STATE_DIR
         try:
             names = os.listdir(state)

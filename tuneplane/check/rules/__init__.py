@@ -12,12 +12,16 @@ from tuneplane.problems import Problem
 if TYPE_CHECKING:  # the contexts load the lab's modules, which only a rule that runs pays for
     from tuneplane.check.rules.context import ExperimentContext
     from tuneplane.check.rules.runs import RunContext
+    from tuneplane.check.rules.status import StatusContext
+    from tuneplane.check.rules.sweeps import SweepContext
     from tuneplane.lab.load import Lab
 
 # One rule per kind of thing checked: what it is given is what that registry's caller passes.
 ExperimentRule = Callable[["ExperimentContext"], Iterator[Problem]]
 LabRule = Callable[["Lab"], Iterator[Problem]]
 RunRule = Callable[["RunContext"], Iterator[Problem]]
+SweepRule = Callable[["SweepContext"], Iterator[Problem]]
+StatusRule = Callable[["StatusContext"], Iterator[Problem]]
 
 
 def experiment_rules() -> list[ExperimentRule]:
@@ -41,13 +45,13 @@ def run_rules() -> list[RunRule]:
     return [runs.check]
 
 
-def sweep_rules() -> list[Rule]:
+def sweep_rules() -> list[SweepRule]:
     from tuneplane.check.rules import sweeps  # lazy: loaded only when the lab has sweep files
 
     return [sweeps.check]
 
 
-def status_rules() -> list[Rule]:
+def status_rules() -> list[StatusRule]:
     from tuneplane.check.rules import status  # lazy: loaded only when `--changed` touches status/
 
     return [status.check]
