@@ -8,6 +8,7 @@ from typing import Annotated, Any, NamedTuple
 
 import typer
 
+from tuneplane.cli.completion import run_ids
 from tuneplane.cli.job_commands import register_job_commands
 from tuneplane.cli.options import Run
 from tuneplane.constants import JOB_TOKEN
@@ -62,7 +63,8 @@ def metrics(
 
 @job_app.command("compare")
 def compare(
-    runs: Annotated[list[str], typer.Argument(help="Two or more runs (id, unique prefix or EXP/RUN).")],
+    runs: Annotated[list[str], typer.Argument(help="Two or more runs (id, unique prefix or suffix, or EXP/RUN).",
+                                              autocompletion=run_ids)],
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
     plot: Annotated[Path | None, typer.Option(
         help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write).")] = None,

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.completion import experiment_names
 from tuneplane.cli.options import Branch, Local, Push, Remote, Timeout
 from tuneplane.errors import UsageError
 
@@ -17,7 +18,8 @@ def register(app: typer.Typer) -> None:
 
 
 def submit(
-    experiment: Annotated[str, typer.Argument(help="The experiment to run (a folder under experiments/).")],
+    experiment: Annotated[str, typer.Argument(help="The experiment to run (a folder under experiments/).",
+                                                autocompletion=experiment_names)],
     profile: Annotated[
         str, typer.Option("--profile", "-p", help="NAME or NAME:TOTAL_GPUS from tuneplane.yaml.")
     ],
