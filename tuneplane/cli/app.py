@@ -7,8 +7,8 @@ command is one line in `COMMANDS` and a `register(app)` in its module (tests/tes
 the table against what each module registers).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Typer reads the root callback's annotations, and resolving
+# them from strings (typing.get_type_hints) costs every command.
 import os
 from collections.abc import Iterator, MutableMapping
 from importlib import import_module
