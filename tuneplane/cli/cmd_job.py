@@ -12,7 +12,7 @@ from tuneplane.cli.completion import run_ids
 from tuneplane.cli.job_commands import register_job_commands
 from tuneplane.cli.options import Run
 from tuneplane.constants import JOB_TOKEN
-from tuneplane.errors import UsageError
+from tuneplane.errors import RunNotFound, UsageError
 
 job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
                       no_args_is_help=True, add_completion=False)
@@ -288,9 +288,7 @@ class _Target:
             return
         try:
             key = find_run(root, run)
-        except UsageError as exc:
-            if "matches" in str(exc):  # ambiguous: say so rather than guess
-                raise
+        except RunNotFound as exc:  # an ambiguous reference is raised: said rather than guessed
             self.unknown = exc
             return
         self.run_id, self.experiment = key.run_id, key.experiment
