@@ -19,6 +19,7 @@ import typer.core
 import typer.main
 
 from tuneplane import __version__
+from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_INTERRUPTED, EXIT_USAGE
 
 HELP = "TunePlane GitOps: ML training runs declared, checked and tracked in git."
@@ -124,7 +125,7 @@ class LazyGroup(typer.core.TyperGroup):
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"tp {__version__}")
+        say.line(f"tp {__version__}")
         raise typer.Exit()
 
 
@@ -149,7 +150,7 @@ def _show_completion(value: str | None) -> None:
     if value is not None:
         from typer._completion_shared import get_completion_script  # lazy: as above
 
-        typer.echo(get_completion_script(prog_name="tp", complete_var=COMPLETE_VAR, shell=_shell(value)))
+        say.line(get_completion_script(prog_name="tp", complete_var=COMPLETE_VAR, shell=_shell(value)))
         raise typer.Exit()
 
 
@@ -158,7 +159,7 @@ def _install_completion(value: str | None) -> None:
         from typer._completion_shared import install  # lazy: as above
 
         shell, path = install(shell=_shell(value), prog_name="tp", complete_var=COMPLETE_VAR)
-        typer.echo(f"{shell} completion installed in {path}; it takes effect in a new shell", err=True)
+        say.note(f"{shell} completion installed in {path}; it takes effect in a new shell")
         raise typer.Exit()
 
 
@@ -201,7 +202,7 @@ def run_typer(args: list[str]) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
-        typer.echo("aborted", err=True)
+        say.note("aborted")
         return EXIT_INTERRUPTED
     except Exception as exc:
         if _is_click_usage_error(exc):

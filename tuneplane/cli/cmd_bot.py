@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tuneplane.cli.say import say
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -56,7 +58,7 @@ def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconf
         # lazy: the pipeline, only for a pass with work
         from importlib import import_module
 
-        report = getattr(import_module(f"tuneplane.bot.{kind}"), kind)(root, opts, None, typer.echo)
+        report = getattr(import_module(f"tuneplane.bot.{kind}"), kind)(root, opts, None, say.line)
     _report(report)
 
 
@@ -72,9 +74,9 @@ def _report(report: BotReport) -> None:
     from tuneplane.bot.report import IDLE_MESSAGE
 
     if not report.changed and not report.pushed:
-        typer.echo(IDLE_MESSAGE)
+        say.line(IDLE_MESSAGE)
     for line in report.errors:
-        typer.echo(f"error: {line}", err=True)
+        say.error(line)
     if report.waiting or report.errors:
         failed = TunePlaneError(
             f"{len(report.waiting) + len(report.errors)} run(s) need attention (each is named above, with why)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -11,6 +12,7 @@ import typer
 from tuneplane.cli.completion import run_ids
 from tuneplane.cli.job_commands import register_job_commands
 from tuneplane.cli.options import Run
+from tuneplane.cli.say import say
 from tuneplane.constants import JOB_TOKEN
 from tuneplane.errors import RunNotFound, UsageError
 
@@ -51,9 +53,9 @@ def metrics(
     if as_json:
         import json  # lazy: only --json prints JSON
 
-        typer.echo(json.dumps({"run": target.run_id, "metrics": found.rows(keys)}, indent=2, ensure_ascii=False))
+        say.line(json.dumps({"run": target.run_id, "metrics": found.rows(keys)}, indent=2, ensure_ascii=False))
     else:
-        typer.echo(found.table(keys, width=max(1, width)), nl=False)
+        say.text(found.table(keys, width=max(1, width)))
     if checked is not None:
         from tuneplane.views.charts import render_svg  # lazy: the chart code loads only with --plot
 
@@ -92,7 +94,7 @@ def compare(
     legend = changed_parameters(params)
     for run in runs:
         said = "no metrics stored" if not found[run].summary else legend.get(run) or "(same parameters)"
-        typer.echo(f"{run}: {said}")
+        say.line(f"{run}: {said}")
     # lazy: as above
     from tuneplane.views.charts import KEY_COLUMNS
     from tuneplane.views.textcols import columns, cut_middle, ljust, printable
@@ -104,13 +106,13 @@ def compare(
     longest = max(map(len, runs))
     cut = next((n for n in range(10, longest + 1) if len({r[-n:] for r in runs}) == len(runs)), longest)
     column = max(10, cut)
-    typer.echo("  " + "key".ljust(width) + "  " + "  ".join(r[-cut:].rjust(column) for r in runs))
+    say.line("  " + "key".ljust(width) + "  " + "  ".join(r[-cut:].rjust(column) for r in runs))
     for name in names:
         cells = []
         for metrics in found.values():
             raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
-        typer.echo(f"  {ljust(shown[name], width)}  " + "  ".join(c.rjust(column) for c in cells))
+        say.line(f"  {ljust(shown[name], width)}  " + "  ".join(c.rjust(column) for c in cells))
     if checked is not None:
         _write(checked, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
 
@@ -230,7 +232,7 @@ def _write(checked: _Plot, text: str) -> None:
         if checked.kind == "new" and plot.kind != "new":
             raise FileExistsError
         if own:
-            typer.echo(text, nl=False, err=plot.kind == "stderr")
+            (sys.stderr if plot.kind == "stderr" else sys.stdout).write(text)  # a chart's bytes: never painted
         elif plot.kind == "stream":
             with os.fdopen(os.open(path, os.O_WRONLY), "w", encoding="utf-8") as out:  # no O_CREAT: it is there
                 out.write(text)
@@ -242,7 +244,7 @@ def _write(checked: _Plot, text: str) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
                          "give a --plot path in a folder you can write to") from None
-    typer.echo(f"{'replaced' if plot.kind == 'chart' else 'wrote'} {path}", err=True)
+    say.note(f"{'replaced' if plot.kind == 'chart' else 'wrote'} {path}")
 
 
 def _write_file(plot: _Plot, data: bytes) -> None:

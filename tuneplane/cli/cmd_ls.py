@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
+
 
 def register(app: typer.Typer) -> None:
     app.command("ls", help="List experiments with their method, framework version and lock state.")(ls)
@@ -20,13 +22,13 @@ def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = Fa
 
     rows = experiment_rows(open_lab())
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        say.line(json.dumps(rows, indent=2))
         return
     if not rows:
-        typer.echo("no experiments yet: tp new NAME --method custom/custom")
+        say.line("no experiments yet: tp new NAME --method custom/custom")
         return
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
 
-    typer.echo(table(["experiment", "method", "framework", "lock"],
+    say.line(table(["experiment", "method", "framework", "lock"],
                      [[r["name"], r["method"], r["framework_version"], r["lock"]] for r in rows]))

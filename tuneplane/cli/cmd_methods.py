@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
+
 
 def register(app: typer.Typer) -> None:
     app.command("methods", help="List catalog methods, or show one method's parameters.")(methods)
@@ -23,25 +25,25 @@ def methods(method: Annotated[str | None, typer.Argument(help="FRAMEWORK/RECIPE 
             r = catalog.recipe(mid)
             versions = r.runtime.default_version
             rows.append([mid, r.category, versions, r.title])
-        typer.echo(table(["method", "category", "default version", "title"], rows))
-        typer.echo("details: tp methods FRAMEWORK/RECIPE")
+        say.line(table(["method", "category", "default version", "title"], rows))
+        say.line("details: tp methods FRAMEWORK/RECIPE")
         return
     catalog.require(method)
     r = catalog.recipe(method)
-    typer.echo(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
-    typer.echo(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   "
+    say.line(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
+    say.line(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   "
                f"observability: {r.adapter_options.observability}")
     if r.runtime.versions:
         vs = ", ".join(f"{k}{' (deprecated)' if v.deprecated else ''}" for k, v in sorted(r.runtime.versions.items()))
-        typer.echo(f"framework versions: {vs} (default {r.runtime.default_version})")
+        say.line(f"framework versions: {vs} (default {r.runtime.default_version})")
     if r.adapter_options.required_inputs:
         flags = " ".join("--" + i.replace("_", "-") for i in r.adapter_options.required_inputs)
-        typer.echo(f"required inputs: {flags}")
+        say.line(f"required inputs: {flags}")
     if not r.params:
-        typer.echo("\nno parameters: config.yaml is yours and nothing reads it")
+        say.line("\nno parameters: config.yaml is yours and nothing reads it")
         return
     rows = [[name, p.type, _bounds(p), _show(p.default), p.path, p.doc] for name, p in sorted(r.params.items())]
-    typer.echo("\n" + table(["param", "type", "allowed", "default", "config path", "what it does"], rows))
+    say.line("\n" + table(["param", "type", "allowed", "default", "config path", "what it does"], rows))
 
 
 def _show(value: object) -> str:

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.completion import experiment_names
+from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
 
 
@@ -89,8 +90,12 @@ def run(targets: list[str] | None, *, all_: bool = False, changed: bool = False,
     problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins),
                             shell_check=bash_syntax)
     checked = scope.describe()
-    sys.stdout.write(reporters.FORMATS[fmt](problems, checked))
-    sys.stdout.flush()
+    report = reporters.FORMATS[fmt](problems, checked)
+    if fmt == "text":
+        say.text(report)  # coloured on a terminal
+    else:  # for a program: never painted
+        sys.stdout.write(report)
+        sys.stdout.flush()
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary_file:
         with open(summary_file, "a", encoding="utf-8") as fh:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tuneplane.cli.options import Context, Kubeconfig, Run
+from tuneplane.cli.say import say
 from tuneplane.errors import UsageError
 
 if TYPE_CHECKING:
@@ -39,11 +40,11 @@ def ls(
 
     rows, older = run_rows(exp, None if all_runs else RECENT)
     if not rows:
-        typer.echo("no runs yet" + (f" of {exp}" if exp else "") + ": tp submit EXP --profile P")
+        say.line("no runs yet" + (f" of {exp}" if exp else "") + ": tp submit EXP --profile P")
         return
-    typer.echo(table(LS_COLUMNS, rows))
+    say.line(table(LS_COLUMNS, rows))
     if older:
-        typer.echo(f"… {older} older run(s): tp job ls --all")
+        say.line(f"… {older} older run(s): tp job ls --all")
 
 
 def status(
@@ -69,22 +70,18 @@ def status(
         return
     current = current_status(root, recorded, refresh, ClusterAccess(kubeconfig, context))
     if as_json:
-        typer.echo(json.dumps(status_data(current), indent=2, ensure_ascii=False))
+        say.line(json.dumps(status_data(current), indent=2, ensure_ascii=False))
         return
     for label, value in _status_lines(key, current):
-        typer.echo(f"{label:<11}{value}")
+        say.line(f"{label:<11}{value}")
 
 
 def _not_submitted(key: RunKey, request: RunRequest) -> None:
-    typer.echo(f"run {key.run_id} of {key.experiment}: requested, not submitted yet (no {key.status_rel})")
-    typer.echo(
-        f"  profile {request.profile}; requested by {request.requested_by or '?'} at {request.created_at}"
-    )
-    typer.echo(
-        "  the bot submits it once the request is merged"
+    say.line(f"run {key.run_id} of {key.experiment}: requested, not submitted yet (no {key.status_rel})")
+    say.line(f"  profile {request.profile}; requested by {request.requested_by or '?'} at {request.created_at}")
+    say.line("  the bot submits it once the request is merged"
         if not request.cancel
-        else "  it is marked `cancel: true`: the bot will record it as cancelled"
-    )
+        else "  it is marked `cancel: true`: the bot will record it as cancelled")
 
 
 def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
@@ -154,7 +151,7 @@ def logs(
     try:
         backend = backend_for(root, ref.backend, ClusterAccess(kubeconfig, context))
         for line in backend.logs(ref, tail=tail, follow=follow):
-            typer.echo(line)
+            say.line(line)
     except BackendError as exc:
         raise UsageError(str(exc)) from None
 
@@ -168,7 +165,7 @@ def cancel(
     from tuneplane.runs.cancel import cancel_run
 
     for line in cancel_run(run, now=now, push=push):
-        typer.echo(line)
+        say.line(line)
 
 
 def metrics_in_order(status: RunStatus) -> list[tuple[str, float]]:

@@ -11,6 +11,7 @@ import sys
 import types
 from collections.abc import Callable
 
+from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS
 from tuneplane.errors import TunePlaneError
 
@@ -49,7 +50,7 @@ def _guarded(call: Callable[[], int]) -> int:
     try:
         return call()
     except TunePlaneError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        say.error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
@@ -61,8 +62,8 @@ def _guarded(call: Callable[[], int]) -> int:
         if missing is not None:
             sys.stderr.write(missing)
             return EXIT_PROBLEMS
-        sys.stderr.write(f"internal error: {type(exc).__name__}: {exc}\n"
-                         "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it\n")
+        say.note(f"internal error: {type(exc).__name__}: {exc}\n"
+                 "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it")
         return EXIT_INTERNAL
 
 
