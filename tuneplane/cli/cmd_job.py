@@ -72,6 +72,7 @@ def compare(
         help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write).")] = None,
     db: Annotated[Path | None, typer.Option(
         help="SQLite database of the receiver (default: each local run's own store).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
 ) -> None:
     """Compare runs: each metric's last value per run, and which hyperparameters differ."""
     # lazy: tp builds only the invoked command, so only it pays for the charts and the metrics readers
@@ -92,6 +93,27 @@ def compare(
                          "a job reports only with tuneplane.report and TUNEPLANE_JOB_TOKEN set")
     params = {t.run_id: t.params for t in targets}
     legend = changed_parameters(params)
+    names = _compared_names(found, key or [])
+    if as_json:
+        say.json(_comparison(runs, found, legend, names))
+    else:
+        _show_comparison(runs, found, legend, names)
+    if checked is not None:
+        _write(checked, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
+
+
+def _comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], names: list[str]) -> dict[str, Any]:
+    """`tp job compare --json`: each run with what sets it apart, each metric's last value per run."""
+    def last(metrics: Any, name: str) -> float | None:
+        raw = metrics.lookup(name)
+        return float(metrics.summary[raw]["last"]) if raw else None
+
+    return {"runs": [{"run_id": run, "has_metrics": bool(found[run].summary), "differs": legend.get(run, "")}
+                     for run in runs],
+            "metrics": [{"key": name, "last": {run: last(found[run], name) for run in runs}} for name in names]}
+
+
+def _show_comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], names: list[str]) -> None:
     for run in runs:
         said = "no metrics stored" if not found[run].summary else legend.get(run) or "(same parameters)"
         say.line(f"{run}: {said}")
@@ -99,7 +121,6 @@ def compare(
     from tuneplane.views.charts import KEY_COLUMNS
     from tuneplane.views.textcols import columns, cut_middle, ljust, printable
 
-    names = _compared_names(found, key or [])
     shown = {n: cut_middle(printable(n), KEY_COLUMNS) for n in names}  # as `tp job metrics` shows them
     width = max((columns(s) for s in shown.values()), default=3)
     # each column headed by the shortest end of its run id (10 characters at least) that tells it apart
@@ -113,8 +134,6 @@ def compare(
             raw = metrics.lookup(name)
             cells.append(f"{metrics.summary[raw]['last']:.4g}" if raw else "-")
         say.line(f"  {ljust(shown[name], width)}  " + "  ".join(c.rjust(column) for c in cells))
-    if checked is not None:
-        _write(checked, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
 
 
 def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:

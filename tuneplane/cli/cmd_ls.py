@@ -13,16 +13,15 @@ def register(app: typer.Typer) -> None:
     app.command("ls", help="List experiments with their method, framework version and lock state.")(ls)
 
 
-def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def ls(as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON (see the JSON outputs reference).")] = False) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    import json
-
     from tuneplane.check.inventory import experiment_rows
     from tuneplane.lab.load import open_lab
 
     rows = experiment_rows(open_lab())
     if as_json:
-        say.line(json.dumps(rows, indent=2))
+        say.json(rows)
         return
     if not rows:
         say.line("no experiments yet: tp new NAME --method custom/custom")

@@ -33,12 +33,16 @@ def ls(
     all_runs: Annotated[
         bool, typer.Option("--all", help=f"Every run, not the {RECENT} most recent.")
     ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
     from tuneplane.runs.lookup import LS_COLUMNS, run_rows
 
     rows, older = run_rows(exp, None if all_runs else RECENT)
+    if as_json:  # the same runs as the table, each keyed by its column's name in lower case
+        say.json([dict(zip((c.lower() for c in LS_COLUMNS), row, strict=True)) for row in rows])
+        return
     if not rows:
         say.line("no runs yet" + (f" of {exp}" if exp else "") + ": tp submit EXP --profile P")
         return
@@ -49,7 +53,8 @@ def ls(
 
 def status(
     run: Run,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status file as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status file as JSON (its schema: "
+                                                          "schemas/status.schema.json).")] = False,
     refresh: Annotated[
         bool | None,
         typer.Option("--refresh/--no-refresh", help="Ask the backend for news (default: for local runs)."),
@@ -58,19 +63,22 @@ def status(
     context: Context = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    import json
-
     from tuneplane.backends.factory import ClusterAccess
     from tuneplane.lab.runs import read_request, status_data
     from tuneplane.runs.lookup import current_status, located
 
     root, key, recorded = located(run)
     if recorded is None:
-        _not_submitted(key, read_request(root, key))
+        request = read_request(root, key)
+        if as_json:
+            say.json({"experiment": key.experiment, "run_id": key.run_id, "submitted": False,
+                      "request": request.model_dump(mode="json", by_alias=True)})
+        else:
+            _not_submitted(key, request)
         return
     current = current_status(root, recorded, refresh, ClusterAccess(kubeconfig, context))
     if as_json:
-        say.line(json.dumps(status_data(current), indent=2, ensure_ascii=False))
+        say.json(status_data(current))
         return
     for label, value in _status_lines(key, current):
         say.line(f"{label:<11}{value}")
