@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tuneplane.cli.job_commands import metrics_in_order
+from tuneplane.cli.cmd_job_runs import metrics_in_order
 from tuneplane.cli.say import say
 from tuneplane.constants import SUCCEEDED
 from tuneplane.errors import RunFailed

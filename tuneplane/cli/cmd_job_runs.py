@@ -1,4 +1,4 @@
-"""`tp job ls|status|logs|cancel`: look at runs and stop them. The `tp job` group adds these commands."""
+"""`tp job ls|status|logs|cancel`: look at runs and stop them (the `tp job` group is cmd_job's)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 RECENT = 20
 
 
-def register_job_commands(job_app: typer.Typer) -> None:
+def register(job_app: typer.Typer) -> None:
+    """Add `ls`, `status`, `logs` and `cancel` to the `tp job` group."""
     job_app.command("ls", help="List runs: the most recent, or --all.")(ls)
     job_app.command("status", help="Show a run's status: phase, times, provenance, metrics, artifacts.")(
         status
