@@ -1,4 +1,4 @@
-"""The CLI builds only the invoked command's module; the owner table must match what modules register."""
+"""The CLI builds only the invoked command's module; the command table must match what modules register."""
 
 from __future__ import annotations
 
@@ -6,38 +6,45 @@ import os
 import subprocess
 import sys
 from importlib import import_module
+from pathlib import Path
 
 import pytest
 import typer
 
-from tuneplane.cli.app import build_app
-from tuneplane.cli.main import COMMAND_MODULES, COMMAND_OWNERS
+from tuneplane.cli.app import COMMANDS, load_module_commands
 
 
-def _registered_names(module_name: str) -> set[str]:
+def _registered(module_name: str) -> dict[str, str]:
     app = typer.Typer()
-    import_module(f"tuneplane.cli.cmd_{module_name}").register(app)
-    names = {c.name or c.callback.__name__ for c in app.registered_commands}
-    names |= {g.name or g.typer_instance.info.name for g in app.registered_groups}
+    import_module(f"tuneplane.cli.{module_name}").register(app)
+    names = {c.name or c.callback.__name__: c.help or "" for c in app.registered_commands}
+    names |= {g.name or g.typer_instance.info.name: g.typer_instance.info.help for g in app.registered_groups}
     return names
 
 
-def test_every_command_has_its_owner_module():
-    registered = {name: module for module in COMMAND_MODULES for name in _registered_names(module)}
-    assert registered == COMMAND_OWNERS
+def test_the_table_names_every_command_its_module_and_its_help():
+    modules = {module for module, _help in COMMANDS.values()}
+    registered = {name: (module, text) for module in modules for name, text in _registered(module).items()}
+    assert registered == COMMANDS
 
 
-def test_building_one_command_registers_only_its_module():
-    app = build_app("validate")
-    assert [c.name for c in app.registered_commands] == ["validate"]
-    assert not app.registered_groups
+def test_a_module_builds_only_its_own_commands():
+    assert sorted(load_module_commands("cmd_lifecycle")) == ["eval", "export"]
+
+
+def _loaded_after(args: list[str], cwd: Path | None = None) -> list[str]:
+    code = (f"import sys; from tuneplane.cli.main import run; run({args!r}); "
+            "print('OTHERS', sorted(m for m in sys.modules if m.startswith('tuneplane.cli.cmd_')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=cwd).stdout
+    return eval(out.rpartition("OTHERS ")[2])  # our own probe's printed list
 
 
 def test_a_single_command_does_not_import_the_others():
-    code = ("import sys; from tuneplane.cli.main import run; run(['validate', '--help']); "
-            "print('OTHERS', sorted(m for m in sys.modules if m.startswith('tuneplane.cli.cmd_')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "OTHERS ['tuneplane.cli.cmd_validate']" in out, out
+    assert _loaded_after(["validate", "--help"]) == ["tuneplane.cli.cmd_validate"]
+
+
+def test_the_command_list_imports_no_command_module():
+    assert _loaded_after(["--help"]) == []
 
 
 def test_pydantic_uses_its_plugin_loader_only_for_get_plugins():

@@ -12,7 +12,7 @@ from helpers_git import request
 
 from tuneplane.backends.base import Observation
 from tuneplane.check.params import parse_sets
-from tuneplane.errors import UsageError
+from tuneplane.errors import AmbiguousRun, RunNotFound, UsageError
 from tuneplane.lab.runs import (
     SCHEMA_LINE,
     RunKey,
@@ -119,6 +119,37 @@ def test_find_run_accepts_ids_prefixes_and_paths(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no run 'zzz'"):
         find_run(tmp_path, "zzz")
     assert [k.experiment for k in request_keys(tmp_path)] == ["a", "b", "b"]
+
+
+def _three_runs(root: Path) -> None:
+    for exp, run_id in (
+        ("a", "20250101-000000-aaaaaa1234"),
+        ("b", "20250101-000000-bbbbbb1234"),
+        ("b", "20250102-000000-cccccc5678"),
+    ):
+        write_request(root, request(exp, run_id))
+
+
+def test_a_run_is_found_by_a_unique_suffix_too(tmp_path: Path) -> None:
+    """`tp job compare` heads its columns with the end of each run id: that end finds the run."""
+    _three_runs(tmp_path)
+    assert find_run(tmp_path, "cccccc5678") == RunKey("b", "20250102-000000-cccccc5678")
+    assert find_run(tmp_path, "aa1234") == RunKey("a", "20250101-000000-aaaaaa1234")
+    assert find_run(tmp_path, "b/5678") == RunKey("b", "20250102-000000-cccccc5678")
+    assert find_run(tmp_path, "20250102-000000-cccccc5678") == RunKey("b", "20250102-000000-cccccc5678")
+
+
+def test_an_ambiguous_reference_is_its_own_error_and_lists_every_match(tmp_path: Path) -> None:
+    _three_runs(tmp_path)
+    with pytest.raises(AmbiguousRun) as err:
+        find_run(tmp_path, "1234")  # the end of two runs
+    assert err.value.matches == [RunKey("a", "20250101-000000-aaaaaa1234"), RunKey("b", "20250101-000000-bbbbbb1234")]
+    assert "a/20250101-000000-aaaaaa1234" in str(err.value) and "b/20250101-000000-bbbbbb1234" in str(err.value)
+    with pytest.raises(AmbiguousRun):
+        find_run(tmp_path, "2025010")  # the start of all three
+    with pytest.raises(RunNotFound) as missing:
+        find_run(tmp_path, "zzz")
+    assert isinstance(missing.value, UsageError) and isinstance(err.value, UsageError)  # both exit 2
 
 
 def test_status_files_round_trip_and_refuse_damage(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.bot.entry import BotOptions, reconcile
-from tuneplane.cli.job_commands import register_job_commands
+from tuneplane.cli.cmd_job_runs import register as register_job_commands
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.runs import RunKey, read_request, read_status, write_status

@@ -26,6 +26,18 @@ class UsageError(TunePlaneError):
     """Bad arguments, an unreadable lab, a refused request: exit 2."""
 
 
+class RunNotFound(UsageError):
+    """A run reference that names no run of the lab (a receiver may still hold its metrics)."""
+
+
+class AmbiguousRun(UsageError):
+    """A run reference that names several runs; `matches` lists them (as `lab.runs.RunKey`s)."""
+
+    def __init__(self, message: str, hint: str = "", matches: list[object] | None = None) -> None:
+        super().__init__(message, hint)
+        self.matches = list(matches or [])
+
+
 class ProblemsFound(TunePlaneError):
     """Validation found errors; the problems were already reported: exit 1."""
 

@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tuneplane.cli.say import say
+
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tuneplane.bot.entry import BotReport
+    from tuneplane.bot.report import BotReport
 
 bot_app = typer.Typer(
     name="bot",
@@ -42,13 +44,22 @@ def sync(push: Push = False, remote: Remote = None, branch: Branch = None, kubec
 
 def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconfig: str | None,
          context: str | None, in_cluster: bool) -> None:
+    """Ask `bot.idle` once; only a pass with work imports the pipeline and runs it (`bot.entry` would
+    ask again, so the pass is called directly)."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.bot import entry
+    from tuneplane.bot.idle import idle
+    from tuneplane.bot.report import BotOptions
 
-    opts = entry.BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
-                            in_cluster=in_cluster)
-    step = entry.reconcile if kind == "reconcile" else entry.sync
-    _report(step(_root(), opts, echo=typer.echo))
+    root = _root()
+    opts = BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
+                      in_cluster=in_cluster)
+    report = idle(root, kind, opts)
+    if report is None:
+        # lazy: the pipeline, only for a pass with work
+        from importlib import import_module
+
+        report = getattr(import_module(f"tuneplane.bot.{kind}"), kind)(root, opts, None, say.line)
+    _report(report)
 
 
 def _root() -> Path:
@@ -63,9 +74,9 @@ def _report(report: BotReport) -> None:
     from tuneplane.bot.report import IDLE_MESSAGE
 
     if not report.changed and not report.pushed:
-        typer.echo(IDLE_MESSAGE)
+        say.line(IDLE_MESSAGE)
     for line in report.errors:
-        typer.echo(f"error: {line}", err=True)
+        say.error(line)
     if report.waiting or report.errors:
         failed = TunePlaneError(
             f"{len(report.waiting) + len(report.errors)} run(s) need attention (each is named above, with why)",

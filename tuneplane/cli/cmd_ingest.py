@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
 from tuneplane.errors import UsageError
 
 ingest_app = typer.Typer(name="ingest", help="The metrics ingest receiver.", no_args_is_help=True,
@@ -51,8 +52,8 @@ def serve(
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
                          "pick another --port or stop what is using it") from None
     if created:
-        typer.echo(f"created a new token secret in {secret_path} (keep it private)", err=True)
-    typer.echo(f"ingest receiver listening on {server.url} (database {db_path})", err=True)
+        say.note(f"created a new token secret in {secret_path} (keep it private)")
+    say.note(f"ingest receiver listening on {server.url} (database {db_path})")
 
     def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt  # unwinds serve_forever, whose cleanup checkpoints and closes the store
@@ -61,7 +62,7 @@ def serve(
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        typer.echo("stopped", err=True)
+        say.note("stopped")
 
 
 def register(app: typer.Typer) -> None:

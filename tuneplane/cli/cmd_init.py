@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
 from tuneplane.errors import UsageError
 
 
@@ -47,12 +48,12 @@ def init(
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
     result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner)
-    typer.echo(f"created lab {result.name!r} in {result.root}")
+    say.line(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
         if not rel.endswith(".gitkeep") and not rel.startswith(".tuneplane/"):
-            typer.echo(f"  {rel}")
+            say.line(f"  {rel}")
     if any(rel.startswith(".tuneplane/schemas/") for rel in result.files):
-        typer.echo("  .tuneplane/schemas/ (for editors: every file names its schema there)")
+        say.line("  .tuneplane/schemas/ (for editors: every file names its schema there)")
     if result.commit:
-        typer.echo(f"  committed {result.commit[:12]}")
-    typer.echo("next: tp new my-exp --method custom/custom   (see `tp methods`)")
+        say.line(f"  committed {result.commit[:12]}")
+    say.line("next: tp new my-exp --method custom/custom   (see `tp methods`)")

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
 from tuneplane.constants import RenderFormat
 
 
@@ -72,12 +73,12 @@ def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[st
     from tuneplane.runs.operations import OperationOptions, run_operation
 
     opts = OperationOptions(operation, experiment, profile, inputs, dry_run, local, output, fmt)
-    done = run_operation(opts, out=lambda text: typer.echo(text, nl=False),
-                         note=lambda line: typer.echo(line, err=True),
-                         echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
+    done = run_operation(opts, out=say.text,
+                         note=say.note,
+                         echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
     if done.argv is not None:
-        typer.echo(shlex.join(done.argv))
-        typer.echo(f"run folder: {done.run_dir}", err=True)
+        say.line(shlex.join(done.argv))
+        say.note(f"run folder: {done.run_dir}")
     result = done.submitted
     if result is not None and result.status is not None:
         show_outcome(result.status, result.status_commit)

@@ -6,27 +6,28 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
+
 
 def register(app: typer.Typer) -> None:
     app.command("ls", help="List experiments with their method, framework version and lock state.")(ls)
 
 
-def ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def ls(as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON (see the JSON outputs reference).")] = False) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    import json
-
     from tuneplane.check.inventory import experiment_rows
     from tuneplane.lab.load import open_lab
 
     rows = experiment_rows(open_lab())
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        say.json(rows)
         return
     if not rows:
-        typer.echo("no experiments yet: tp new NAME --method custom/custom")
+        say.line("no experiments yet: tp new NAME --method custom/custom")
         return
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
 
-    typer.echo(table(["experiment", "method", "framework", "lock"],
+    say.line(table(["experiment", "method", "framework", "lock"],
                      [[r["name"], r["method"], r["framework_version"], r["lock"]] for r in rows]))

@@ -2,46 +2,54 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from tuneplane.cli.say import say
 
 
 def register(app: typer.Typer) -> None:
     app.command("methods", help="List catalog methods, or show one method's parameters.")(methods)
 
 
-def methods(method: Annotated[str | None, typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None) -> None:
+def methods(
+    method: Annotated[str | None, typer.Argument(help="FRAMEWORK/RECIPE to show.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
+) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
     from tuneplane.lab.catalog import load_catalog
 
     catalog = load_catalog()
     if method is None:
-        rows = []
-        for mid in catalog.ids:
-            r = catalog.recipe(mid)
-            versions = r.runtime.default_version
-            rows.append([mid, r.category, versions, r.title])
-        typer.echo(table(["method", "category", "default version", "title"], rows))
-        typer.echo("details: tp methods FRAMEWORK/RECIPE")
+        listed = [{"method": mid, "category": r.category, "default_version": r.runtime.default_version,
+                   "title": r.title} for mid, r in ((mid, catalog.recipe(mid)) for mid in catalog.ids)]
+        if as_json:
+            say.json(listed)
+            return
+        say.line(table(["method", "category", "default version", "title"], [list(m.values()) for m in listed]))
+        say.line("details: tp methods FRAMEWORK/RECIPE")
         return
     catalog.require(method)
     r = catalog.recipe(method)
-    typer.echo(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
-    typer.echo(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   "
+    if as_json:
+        say.json(_method_data(method, r))
+        return
+    say.line(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
+    say.line(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   "
                f"observability: {r.adapter_options.observability}")
     if r.runtime.versions:
         vs = ", ".join(f"{k}{' (deprecated)' if v.deprecated else ''}" for k, v in sorted(r.runtime.versions.items()))
-        typer.echo(f"framework versions: {vs} (default {r.runtime.default_version})")
+        say.line(f"framework versions: {vs} (default {r.runtime.default_version})")
     if r.adapter_options.required_inputs:
         flags = " ".join("--" + i.replace("_", "-") for i in r.adapter_options.required_inputs)
-        typer.echo(f"required inputs: {flags}")
+        say.line(f"required inputs: {flags}")
     if not r.params:
-        typer.echo("\nno parameters: config.yaml is yours and nothing reads it")
+        say.line("\nno parameters: config.yaml is yours and nothing reads it")
         return
     rows = [[name, p.type, _bounds(p), _show(p.default), p.path, p.doc] for name, p in sorted(r.params.items())]
-    typer.echo("\n" + table(["param", "type", "allowed", "default", "config path", "what it does"], rows))
+    say.line("\n" + table(["param", "type", "allowed", "default", "config path", "what it does"], rows))
 
 
 def _show(value: object) -> str:
@@ -61,3 +69,18 @@ def _bounds(p: object) -> str:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _method_data(method: str, r: Any) -> dict[str, Any]:
+    """One method as `tp methods FRAMEWORK/RECIPE --json` prints it."""
+    return {
+        "method": method, "name": r.name, "version": r.version, "title": r.title, "summary": r.summary,
+        "entrypoint": {"kind": r.entrypoint.kind, "value": r.entrypoint.value},
+        "observability": r.adapter_options.observability,
+        "default_version": r.runtime.default_version,
+        "framework_versions": [{"version": k, "deprecated": bool(v.deprecated)}
+                               for k, v in sorted(r.runtime.versions.items())],
+        "required_inputs": list(r.adapter_options.required_inputs),
+        "params": [{"name": name, "type": p.type, "allowed": _bounds(p), "default": p.default, "config_path": p.path,
+                    "doc": p.doc} for name, p in sorted(r.params.items())],
+    }

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
+
 
 def register(app: typer.Typer) -> None:
     app.command("migrate", help="Convert a StarForge lab (starforge.yaml, forge locks, lab plugins) in place.")(migrate)
@@ -23,13 +25,13 @@ def migrate(
     plan = plan_migration(root)
     verb = "would write" if dry_run else "wrote"
     for rel in plan.writes:
-        typer.echo(f"{verb} {rel}")
+        say.line(f"{verb} {rel}")
     for rel in plan.deletes:
-        typer.echo(f"{'would remove' if dry_run else 'removed'} {rel}")
+        say.line(f"{'would remove' if dry_run else 'removed'} {rel}")
     if not dry_run:
         apply(root, plan)
     if plan.notes:
-        typer.echo("\nto check:")
+        say.line("\nto check:")
         for note in plan.notes:
-            typer.echo(f"  - {note}")
-    typer.echo("\ndry run: nothing written" if dry_run else "\nnext: tp validate, then commit the result")
+            say.line(f"  - {note}")
+    say.line("\ndry run: nothing written" if dry_run else "\nnext: tp validate, then commit the result")

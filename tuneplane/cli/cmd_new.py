@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
+
 
 def register(app: typer.Typer) -> None:
     app.command("new", help="Scaffold an experiment from a catalog recipe and lock it.")(new)
@@ -26,8 +28,8 @@ def new(
 
     lab = open_lab()
     path = new_experiment(lab, name, method, framework_version, source, root=root)
-    typer.echo(f"created {lab.rel(path)}/")
+    say.line(f"created {lab.rel(path)}/")
     for p in sorted(path.rglob("*")):
         if p.is_file():
-            typer.echo(f"  {p.relative_to(path).as_posix()}")
-    typer.echo(f"next: edit it, then `tp validate {name}`")
+            say.line(f"  {p.relative_to(path).as_posix()}")
+    say.line(f"next: edit it, then `tp validate {name}`")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tuneplane.cli.say import say
 from tuneplane.errors import ProblemsFound
 
 if TYPE_CHECKING:
@@ -15,9 +16,9 @@ if TYPE_CHECKING:
 
 def _echo_problems(problems: list[Problem]) -> None:
     for p in sorted(problems):
-        typer.echo(f"{p.location()}: {p.severity.value}: {p.message} [{p.rule}]")
+        say.line(f"{p.location()}: {p.severity.value}: {p.message} [{p.rule}]")
         if p.hint:
-            typer.echo(f"  hint: {p.hint}")
+            say.line(f"  hint: {p.hint}")
 
 
 def new(
@@ -33,8 +34,8 @@ def new(
 
     parent = directory if directory is not None else open_lab().root / PLUGINS_DIR
     target = scaffold_plugin(parent, name)
-    typer.echo(f"created {target}/ (plugin.yaml, {next(target.glob('*.py')).name})")
-    typer.echo(f"next: edit install(), then `tp plugin validate {target}` and "
+    say.line(f"created {target}/ (plugin.yaml, {next(target.glob('*.py')).name})")
+    say.line(f"next: edit install(), then `tp plugin validate {target}` and "
                f"`tp plugin lock <experiment> <owner>/{name}`")
 
 
@@ -50,7 +51,7 @@ def validate(
     errors = sum(p.is_error for p in problems)
     if errors:
         raise ProblemsFound(f"{directory}: {errors} error(s)")
-    typer.echo(f"ok: {directory}" + (f" ({len(problems)} warning(s))" if problems else ""))
+    say.line(f"ok: {directory}" + (f" ({len(problems)} warning(s))" if problems else ""))
 
 
 def lock(
@@ -67,7 +68,7 @@ def lock(
     previous = result.previous
     change = "" if previous is None else (
         " (unchanged)" if previous == result.entry else f" (was {previous.version} {previous.digest})")
-    typer.echo(f"locked {result.entry.ref} {result.entry.digest} in {result.path}{change}")
+    say.line(f"locked {result.entry.ref} {result.entry.digest} in {result.path}{change}")
 
 
 def register(app: typer.Typer) -> None:

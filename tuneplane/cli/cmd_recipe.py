@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.say import say
 from tuneplane.errors import UsageError
 
 recipe_app = typer.Typer(help="Manage recipe locks.", no_args_is_help=True)
@@ -35,11 +36,11 @@ def upgrade(
     results = run_upgrade(lab, names, dry_run)
     for r in results:
         if not r.changed:
-            typer.echo(f"{r.experiment}: up to date ({r.method} {r.new_version})")
+            say.line(f"{r.experiment}: up to date ({r.method} {r.new_version})")
             continue
         verb = "would update" if dry_run else "updated"
-        typer.echo(f"{r.experiment}: {verb} lock of {r.method}")
+        say.line(f"{r.experiment}: {verb} lock of {r.method}")
         for change in r.changes:
-            typer.echo(f"    {change}")
+            say.line(f"    {change}")
     if dry_run and any(r.changed for r in results):
-        typer.echo("dry run: nothing written")
+        say.line("dry run: nothing written")

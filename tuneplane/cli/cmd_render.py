@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.options import Timeout
+from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_PROBLEMS, PREVIEW_RUN_ID, RenderFormat
 
 
@@ -57,7 +58,7 @@ def render(
                      timeout)
     opts = review.RenderOptions(targets=targets or [], run=run, run_id=run_id, output=output, fmt=fmt,
                                 allow_dirty=allow_dirty, all=all_, changed=changed, diff=diff, base=base)
-    refused = review.run_render(opts, out=lambda text: typer.echo(text, nl=False),
-                                note=lambda line: typer.echo(line, err=True))
+    refused = review.run_render(opts, out=say.text,
+                                note=say.note)
     if refused:
         raise typer.Exit(EXIT_PROBLEMS)

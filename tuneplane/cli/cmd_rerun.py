@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.options import Branch, Local, Push, Remote, Run
+from tuneplane.cli.say import say
 
 
 def register(app: typer.Typer) -> None:
@@ -34,18 +35,15 @@ def rerun(
         message=message,
         remote=remote,
         branch=branch,
-        echo=lambda line: typer.echo(f"  │ {line}"),
-        notify=typer.echo,
+        echo=lambda line: say.line(f"  │ {line}"),
+        notify=say.line,
     )
     result = done.result
     if done.same_job:
-        typer.echo("  same job as the original (apart from run id and output paths)")
+        say.line("  same job as the original (apart from run id and output paths)")
     else:
-        typer.echo(
-            "  note: the job differs from the original's (tool version or image default changed?); "
-            "compare with `tp render`",
-            err=True,
-        )
+        say.note("  note: the job differs from the original's (tool version or image default changed?); "
+            "compare with `tp render`")
     if result.status is not None:
         show_outcome(result.status, result.status_commit)
         require_success(result.status)

@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.completion import experiment_names
 from tuneplane.cli.options import Branch, Local, Push, Remote, Timeout
+from tuneplane.cli.say import say
 from tuneplane.errors import UsageError
 
 
@@ -17,7 +19,8 @@ def register(app: typer.Typer) -> None:
 
 
 def submit(
-    experiment: Annotated[str, typer.Argument(help="The experiment to run (a folder under experiments/).")],
+    experiment: Annotated[str, typer.Argument(help="The experiment to run (a folder under experiments/).",
+                                                autocompletion=experiment_names)],
     profile: Annotated[
         str, typer.Option("--profile", "-p", help="NAME or NAME:TOTAL_GPUS from tuneplane.yaml.")
     ],
@@ -62,13 +65,13 @@ def submit(
     )
     if detach and not local:
         raise UsageError("--detach runs a local run in the background", hint="add --local")
-    result = do_submit(opts, echo=lambda line: typer.echo(f"  │ {line}"), notify=typer.echo)
+    result = do_submit(opts, echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
     if detach:
-        typer.echo(f"run {result.key.run_id} runs in the background; its status is committed when it ends")
+        say.line(f"run {result.key.run_id} runs in the background; its status is committed when it ends")
         return
     if result.status is not None:
         show_outcome(result.status, result.status_commit)
     if not local and not result.pushed:
-        typer.echo("next: push it (or open a pull request); the bot submits it once merged")
+        say.line("next: push it (or open a pull request); the bot submits it once merged")
     if result.status is not None:
         require_success(result.status)

@@ -1,8 +1,7 @@
 """`tp`: the entry point. It maps exceptions to exit codes and hands the command line to Typer (`app`),
-except for `tp validate` and an idle `tp bot reconcile|sync`, which `fastpath` runs without importing
-Typer at all. Command modules import only Typer and the standard library at module level; each
-command imports its pipeline stages inside the function so `tp --help` never pays for pydantic,
-Jinja, kubernetes or git.
+which builds only the invoked command's module. Command modules import only Typer and the standard
+library at module level; each command imports its pipeline stages inside the function so `tp --help`
+never pays for pydantic, Jinja, kubernetes or git.
 """
 
 from __future__ import annotations
@@ -12,34 +11,9 @@ import sys
 import types
 from collections.abc import Callable
 
-from tuneplane.cli.fastpath import command
+from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS
 from tuneplane.errors import TunePlaneError
-
-# Each module exposes `register(app)`; order is the order of `tp --help`.
-COMMAND_MODULES = (
-    "init",
-    "new",
-    "ls",
-    "methods",
-    "validate",
-    "recipe",
-    "migrate",
-    "render",
-    "lifecycle",
-    "submit",
-    "rerun",
-    "sweep",
-    "job",
-    "bot",
-    "plugin",
-    "ingest",
-)
-# Which module registers each top-level command (tests check this against what the modules register).
-# Running one command builds only its module's Click command: building all of them (importing every
-# command module and resolving every parameter annotation) was a fifth of `tp validate EXP`.
-COMMAND_OWNERS = {name: name for name in COMMAND_MODULES if name != "lifecycle"} | {
-    "export": "lifecycle", "eval": "lifecycle"}
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -49,8 +23,7 @@ def run(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _skip_pydantic_plugin_loader()
     args = sys.argv[1:] if argv is None else argv
-    fast = command(args)
-    return _exit(_guarded(fast if fast is not None else lambda: _typer(args)), argv)
+    return _exit(_guarded(lambda: _typer(args)), argv)
 
 
 def _skip_pydantic_plugin_loader() -> None:
@@ -66,7 +39,7 @@ def _skip_pydantic_plugin_loader() -> None:
 
 
 def _typer(args: list[str]) -> int:
-    # lazy: Typer and Click are a sixth of `tp validate`, which does not use them
+    # lazy: an error said before Typer loads (a missing dependency) is still said by `_guarded`
     from tuneplane.cli.app import run_typer
 
     return run_typer(args)
@@ -77,7 +50,7 @@ def _guarded(call: Callable[[], int]) -> int:
     try:
         return call()
     except TunePlaneError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        say.error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
@@ -89,8 +62,8 @@ def _guarded(call: Callable[[], int]) -> int:
         if missing is not None:
             sys.stderr.write(missing)
             return EXIT_PROBLEMS
-        sys.stderr.write(f"internal error: {type(exc).__name__}: {exc}\n"
-                         "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it\n")
+        say.note(f"internal error: {type(exc).__name__}: {exc}\n"
+                 "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it")
         return EXIT_INTERNAL
 
 
@@ -120,11 +93,6 @@ def _missing_dependency(exc: Exception) -> str:
     return (f"error: tp needs the Python package {missing!r}, which {sys.executable} cannot import\n"
             "  hint: install tp with its dependencies (pip install tuneplane); an image that only runs "
             "jobs needs none of them (tuneplane.report, tuneplane-launch)\n")
-
-
-def owner(args: list[str]) -> str | None:
-    """The module owning the command in `args`, when the first argument names one."""
-    return COMMAND_OWNERS.get(args[0]) if args else None
 
 
 def _exit(code: int, argv: list[str] | None) -> int:

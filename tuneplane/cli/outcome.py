@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import typer
-
-from tuneplane.cli.job_commands import metrics_in_order
+from tuneplane.cli.cmd_job_runs import metrics_in_order
+from tuneplane.cli.say import say
 from tuneplane.constants import SUCCEEDED
 from tuneplane.errors import RunFailed
 
@@ -23,17 +22,17 @@ def show_outcome(status: RunStatus, commit: str | None) -> None:
 
     key = RunKey(status.experiment, status.run_id)
     code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
-    typer.echo(f"run {key.run_id}: {status.phase}{code}")
+    say.line(f"run {key.run_id}: {status.phase}{code}")
     if status.phase != SUCCEEDED and status.message:
-        typer.echo("  " + status.message.replace("\n", "\n  "))
+        say.line("  " + status.message.replace("\n", "\n  "))
     for name, value in metrics_in_order(status):
-        typer.echo(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
+        say.line(f"  {name} = {value:.6g} {sparkline(status.metric_history.get(name, []))}".rstrip())
     if status.artifacts:
-        typer.echo(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
+        say.line(f"  artifacts: {', '.join(a.path for a in status.artifacts)}")
     if status.out_dir:
-        typer.echo(f"  outputs: {status.out_dir}")
+        say.line(f"  outputs: {status.out_dir}")
     where = f" (committed {commit[:12]})" if commit else ""
-    typer.echo(f"status: {key.status_rel}{where}")
+    say.line(f"status: {key.status_rel}{where}")
 
 
 def require_success(status: RunStatus, what: str = "run") -> None:

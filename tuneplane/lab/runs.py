@@ -21,7 +21,7 @@ import yaml
 from ruamel.yaml import YAML
 
 from tuneplane.constants import utc_moment
-from tuneplane.errors import UsageError
+from tuneplane.errors import AmbiguousRun, RunNotFound, UsageError
 from tuneplane.lab.fs import atomic_write, present, read_text
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
@@ -211,8 +211,12 @@ def status_keys(root: Path) -> list[RunKey]:
     return _keys_under(root / STATUS_DIR, ".json")
 
 
+SHOWN_MATCHES = 10  # an ambiguous reference lists this many of its runs
+
+
 def find_run(root: Path, text: str) -> RunKey:
-    """`RUN_ID`, `EXP/RUN_ID`, a request or status path, or a unique run-id prefix."""
+    """`RUN_ID`, `EXP/RUN_ID`, a request or status path, or the unique start or end of a run id
+    (`tp job compare` heads its columns with the end). RunNotFound or AmbiguousRun (with the runs)."""
     name = text.strip().rstrip("/")
     for suffix in (".yaml", ".json"):
         name = name.removesuffix(suffix)
@@ -221,19 +225,22 @@ def find_run(root: Path, text: str) -> RunKey:
         parts = parts[1:]
     known = sorted(set(request_keys(root)) | set(status_keys(root)))
     if len(parts) == 2:
-        matches = [k for k in known if k.experiment == parts[0] and k.run_id.startswith(parts[1])]
+        candidates = [k for k in known if k.experiment == parts[0]]
     elif len(parts) == 1:
-        matches = [k for k in known if k.run_id.startswith(parts[0])]
+        candidates = known
     else:
-        matches = []
+        candidates = []
+    part = parts[-1] if parts else ""
+    exact = [k for k in candidates if k.run_id == part]
+    matches = exact or [k for k in candidates if k.run_id.startswith(part) or k.run_id.endswith(part)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UsageError(f"no run {text!r} in this lab", hint="see `tp job ls --all` for run ids")
-    shown = ", ".join(str(k) for k in matches[:5])
-    raise UsageError(
-        f"{text!r} matches {len(matches)} runs: {shown}", hint="give more of the run id, or EXP/RUN_ID"
-    )
+        raise RunNotFound(f"no run {text!r} in this lab", hint="see `tp job ls --all` for run ids")
+    shown = "".join(f"\n  {k}" for k in matches[:SHOWN_MATCHES])
+    more = f"\n  … and {len(matches) - SHOWN_MATCHES} more" if len(matches) > SHOWN_MATCHES else ""
+    raise AmbiguousRun(f"{text!r} matches {len(matches)} runs:{shown}{more}",
+                       hint="give more of the run id (its start or its end), or EXP/RUN_ID", matches=list(matches))
 
 
 # ── status files ─────────────────────────────────────────────────────────────────────────────────

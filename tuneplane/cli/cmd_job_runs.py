@@ -1,4 +1,4 @@
-"""`tp job ls|status|logs|cancel`: look at runs and stop them. The `tp job` group adds these commands."""
+"""`tp job ls|status|logs|cancel`: look at runs and stop them (the `tp job` group is cmd_job's)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tuneplane.cli.options import Context, Kubeconfig, Run
+from tuneplane.cli.say import say
 from tuneplane.errors import UsageError
 
 if TYPE_CHECKING:
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
 RECENT = 20
 
 
-def register_job_commands(job_app: typer.Typer) -> None:
+def register(job_app: typer.Typer) -> None:
+    """Add `ls`, `status`, `logs` and `cancel` to the `tp job` group."""
     job_app.command("ls", help="List runs: the most recent, or --all.")(ls)
     job_app.command("status", help="Show a run's status: phase, times, provenance, metrics, artifacts.")(
         status
@@ -32,23 +34,28 @@ def ls(
     all_runs: Annotated[
         bool, typer.Option("--all", help=f"Every run, not the {RECENT} most recent.")
     ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
     from tuneplane.runs.lookup import LS_COLUMNS, run_rows
 
     rows, older = run_rows(exp, None if all_runs else RECENT)
-    if not rows:
-        typer.echo("no runs yet" + (f" of {exp}" if exp else "") + ": tp submit EXP --profile P")
+    if as_json:  # the same runs as the table, each keyed by its column's name in lower case
+        say.json([dict(zip((c.lower() for c in LS_COLUMNS), row, strict=True)) for row in rows])
         return
-    typer.echo(table(LS_COLUMNS, rows))
+    if not rows:
+        say.line("no runs yet" + (f" of {exp}" if exp else "") + ": tp submit EXP --profile P")
+        return
+    say.line(table(LS_COLUMNS, rows))
     if older:
-        typer.echo(f"… {older} older run(s): tp job ls --all")
+        say.line(f"… {older} older run(s): tp job ls --all")
 
 
 def status(
     run: Run,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status file as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status file as JSON (its schema: "
+                                                          "schemas/status.schema.json).")] = False,
     refresh: Annotated[
         bool | None,
         typer.Option("--refresh/--no-refresh", help="Ask the backend for news (default: for local runs)."),
@@ -57,34 +64,33 @@ def status(
     context: Context = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    import json
-
     from tuneplane.backends.factory import ClusterAccess
     from tuneplane.lab.runs import read_request, status_data
     from tuneplane.runs.lookup import current_status, located
 
     root, key, recorded = located(run)
     if recorded is None:
-        _not_submitted(key, read_request(root, key))
+        request = read_request(root, key)
+        if as_json:
+            say.json({"experiment": key.experiment, "run_id": key.run_id, "submitted": False,
+                      "request": request.model_dump(mode="json", by_alias=True)})
+        else:
+            _not_submitted(key, request)
         return
     current = current_status(root, recorded, refresh, ClusterAccess(kubeconfig, context))
     if as_json:
-        typer.echo(json.dumps(status_data(current), indent=2, ensure_ascii=False))
+        say.json(status_data(current))
         return
     for label, value in _status_lines(key, current):
-        typer.echo(f"{label:<11}{value}")
+        say.line(f"{label:<11}{value}")
 
 
 def _not_submitted(key: RunKey, request: RunRequest) -> None:
-    typer.echo(f"run {key.run_id} of {key.experiment}: requested, not submitted yet (no {key.status_rel})")
-    typer.echo(
-        f"  profile {request.profile}; requested by {request.requested_by or '?'} at {request.created_at}"
-    )
-    typer.echo(
-        "  the bot submits it once the request is merged"
+    say.line(f"run {key.run_id} of {key.experiment}: requested, not submitted yet (no {key.status_rel})")
+    say.line(f"  profile {request.profile}; requested by {request.requested_by or '?'} at {request.created_at}")
+    say.line("  the bot submits it once the request is merged"
         if not request.cancel
-        else "  it is marked `cancel: true`: the bot will record it as cancelled"
-    )
+        else "  it is marked `cancel: true`: the bot will record it as cancelled")
 
 
 def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
@@ -159,7 +165,7 @@ def logs(
     try:
         backend = backend_for(root, ref.backend, ClusterAccess(kubeconfig, context))
         for line in backend.logs(ref, tail=tail, follow=follow):
-            typer.echo(line)
+            say.line(line)
     except BackendError as exc:
         raise UsageError(str(exc)) from None
 
@@ -173,7 +179,7 @@ def cancel(
     from tuneplane.runs.cancel import cancel_run
 
     for line in cancel_run(run, now=now, push=push):
-        typer.echo(line)
+        say.line(line)
 
 
 def _attempt_text(a: Attempt) -> str:

@@ -1,0 +1,79 @@
+"""What the CLI says to a person, in one place: results on standard output, notes, warnings and
+errors on standard error, coloured only on a terminal.
+
+Every command module prints through `say` (the one `Reporter`), and hands its methods to library
+code that reports as it goes (`echo=say.line`, `note=say.note`, `out=say.text`). Colour is on when
+the stream is a terminal and `NO_COLOR` is unset (https://no-color.org); a pipe or a file gets none.
+Without colour the text is exactly the same, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+RED, YELLOW, GREEN, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
+# a line's first word, as tp and its validate report write them, and its colour
+PREFIXES = (("error:", RED), ("warning:", YELLOW), ("ok:", GREEN), ("internal error:", RED))
+SEVERITIES = ((": error [", RED), (": warning [", YELLOW))  # file:line:col: error [rule] …
+
+
+def colour_on(stream: TextIO) -> bool:
+    """Colour for this stream: a terminal, `NO_COLOR` unset, TERM not dumb."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # a stream without a file, or a closed one
+        return False
+
+
+def paint(line: str) -> str:
+    """`line` with its severity word coloured (the rest of the line as it is)."""
+    for prefix, colour in PREFIXES:
+        if line.startswith(prefix):
+            return f"{colour}{prefix}{RESET}{line[len(prefix):]}"
+    for marker, colour in SEVERITIES:
+        head, found, rest = line.partition(marker)
+        if found:
+            word = marker[2:-2]
+            return f"{head}: {colour}{word}{RESET} [{rest}"
+    return line
+
+
+class Reporter:
+    """The CLI's voice. The streams are looked up on every call, so a test's captured streams apply."""
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        if colour_on(stream):
+            text = "".join(paint(line) for line in text.splitlines(keepends=True))
+        stream.write(text)
+        stream.flush()
+
+    def line(self, text: str = "") -> None:
+        """A line of the command's result (standard output)."""
+        self._write(sys.stdout, f"{text}\n")
+
+    def text(self, text: str) -> None:
+        """Text already ending as it should (a rendered manifest, a report), to standard output."""
+        self._write(sys.stdout, text)
+
+    def json(self, data: Any) -> None:
+        """A result as JSON (never coloured: a program reads it)."""
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+    def note(self, text: str) -> None:
+        """A line about the work, not its result (standard error)."""
+        self._write(sys.stderr, f"{text}\n")
+
+    def warn(self, text: str) -> None:
+        self._write(sys.stderr, f"warning: {text}\n")
+
+    def error(self, text: str) -> None:
+        self._write(sys.stderr, f"error: {text}\n")
+
+
+say = Reporter()
