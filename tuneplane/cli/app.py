@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("cmd_lifecycle", "Render the job that evaluates a checkpoint on held-out data."),
     "submit": ("cmd_submit", "Check a run, write runs/EXP/<run-id>.yaml and commit it; --local runs it here."),
     "rerun": ("cmd_rerun", "Request a run again: same overrides, inputs, image and profile, at the same commit."),
-    "sweep": ("cmd_sweep", "Sweep an experiment over parameter values: a sweep file and its run requests, one commit."),
+    "sweep": ("cmd_sweep", "Sweep an experiment over parameter values: sweeps/NAME.yaml and one run request per "
+                           "trial, in one commit. `tp sweep extend|cancel|rerun|show NAME` change or show one."),
     "recipe": ("cmd_recipe", "Manage recipe locks."),
     "job": ("cmd_job", "Inspect and control runs: ls, status, logs, cancel, metrics, compare."),
     "bot": ("cmd_bot", "The CI bot: submit merged run requests and write status back into git."),
