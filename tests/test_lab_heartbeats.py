@@ -153,3 +153,23 @@ def test_a_lab_without_a_remote_runs_and_publishes_nothing(tmp_path: Path) -> No
     assert read_status(lab, KEY).phase == "Succeeded"
     assert "heartbeat could not be published" not in (run_dir / log_name(1)).read_text(encoding="utf-8")
     assert not git(remote, "for-each-ref", "refs/tuneplane")
+
+
+def test_a_push_that_hangs_is_killed_and_reported(tmp_path: Path) -> None:
+    """A remote that never answers: the publish is killed after its timeout and says so."""
+    import pytest
+
+    from tuneplane.lab.gitrepo import GitFailed, GitRepo
+    from tuneplane.lab.heartbeats import publish
+
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "echo trained\n"})
+    lab = clone(remote, tmp_path / "lab")
+    marker = tmp_path / "hung"
+    git(lab, "config", "protocol.ext.allow", "always")
+    git(lab, "remote", "set-url", "origin", f"ext::sh -c touch% {marker};sleep% 120")
+
+    with pytest.raises(GitFailed, match="no answer within"):
+        publish(GitRepo(lab), "origin", "demo", RUN, "a heartbeat", timeout=2)
+    assert marker.exists()  # the remote was reached, and hung
+    assert not git(remote, "for-each-ref", "refs/tuneplane")

@@ -99,6 +99,7 @@ def supervise(
     lock = try_lock(run_dir / SUPERVISOR_LOCK)
     if lock is None:
         return read_state(run_dir) or {}
+    stop_publishing: Callable[[], None] | None = None
     try:
         state = read_state(run_dir) or {}
         if state.get("supervisor_started"):  # this attempt has (had) its supervisor; a new one resets it
@@ -109,13 +110,14 @@ def supervise(
         try:
             state = _Supervisor(run_dir, echo).run()
         finally:
-            stop_publishing()
             stop_beating()
         if on_end is not None:
             on_end(state)
         return state
     finally:
         lock.close()
+        if stop_publishing is not None:  # after the lock: a push under way (ended by its own timeout)
+            stop_publishing()              # never delays whoever waits for the run's end
 
 
 def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
