@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tuneplane.backends.base import (
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now
 from tuneplane.errors import UsageError
+from tuneplane.lab.heartbeats import PublishedHeartbeats
 from tuneplane.lab.load import Lab
 from tuneplane.lab.runs import RunKey, status_from
 from tuneplane.models.run import RunStatus
@@ -61,17 +63,18 @@ def sync(root: Path, opts: BotOptions | None = None, backends: BackendFactory | 
 
 def _sync_all(bot: BotPass, echo: Echo) -> None:
     metrics = IngestReader.from_env(bot.lab)
+    published = PublishedHeartbeats(bot.repo.root)  # fetched on the first run that needs it, once
     for key, raw in sorted(bot.work.active.items()):
         if raw is not None:
             _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo,
-                      float(bot.lab.config.cluster.local.lost_after))
+                      float(bot.lab.config.cluster.local.lost_after), published)
     if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
         bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
 
 
 def _sync_one(
     pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
-    echo: Echo, lost_after: float | None = None,
+    echo: Echo, lost_after: float | None = None, published: PublishedHeartbeats | None = None,
 ) -> None:
     try:
         status = status_from(raw, key.status_rel)
@@ -90,7 +93,7 @@ def _sync_one(
         # Still watched: its machine may commit its end, or its storage may be back on the next pass
         # (a mount missing for once, another runner); either way no sync may forget it. A backend that
         # knows the run's heartbeat says so (`NO_HEARTBEAT`): silent past `lost_after`, the run is Lost.
-        lost = _heartbeat(backend, ref, status, lost_after)
+        lost, unheard = _heartbeat(backend, ref, status, lost_after, published)
         if lost is not None:
             batch.status(lost)
             report.updated.append(str(key))
@@ -98,7 +101,7 @@ def _sync_one(
             return
         echo(f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
              f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
-             "end, or the next sync that sees it does")
+             f"end, or the next sync that sees it does{unheard}")
         return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
         # it ended: its metrics may be left to read, and its engine may yet start a later attempt
@@ -150,17 +153,28 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
     return None
 
 
-def _heartbeat(backend: Backend, ref: BackendRef, status: RunStatus, lost_after: float | None) -> RunStatus | None:
+def _heartbeat(backend: Backend, ref: BackendRef, status: RunStatus, lost_after: float | None,
+               published: PublishedHeartbeats | None = None) -> tuple[RunStatus | None, str]:
     """A run of another machine whose heartbeat the backend reports as older than `lost_after`, ended
-    (or retried) as `Lost`; None while it is alive, or when the backend cannot tell."""
+    (or retried) as `Lost`; None while it is alive, or when the backend cannot tell, with why it cannot.
+
+    A heartbeat the backend cannot see here (the run directory is on the machine that ran it) is read
+    from the one its supervisor published to the lab's remote; a run that published none is not lost on
+    a guess."""
     try:
         obs = backend.observe(ref)
     except BackendError:
-        return None
+        return None, ""
     if obs.reason != NO_HEARTBEAT or lost_after is None:
-        return None  # the backend cannot see the run at all: its own machine records its end
+        return None, ""  # the backend cannot see the run at all: its own machine records its end
+    if obs.heartbeat_at is None and published is not None:
+        beat = published.at(status.experiment, status.run_id)
+        if beat is None:
+            why = published.error or "its machine published no heartbeat (a lab without a remote, or no push access)"
+            return None, f"; no published heartbeat tells whether it is alive: {why}"
+        obs = replace(obs, heartbeat_at=beat, message=f"{obs.message}; its published heartbeat is from {beat}")
     new = apply_observation(status, obs, utc_now(), retry=True, lost_after=lost_after)
-    return new if new.phase != status.phase or new.attempts != status.attempts else None
+    return (new if new.phase != status.phase or new.attempts != status.attempts else None), ""
 
 
 def _observation(backend: Backend, ref: BackendRef) -> Observation:

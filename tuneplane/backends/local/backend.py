@@ -401,6 +401,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
     launch = {
         k: spec[k]
         for k in (
+            "repo",  # the lab: its remote receives the published heartbeat
             "run_id",
             "experiment",
             "work_dir",

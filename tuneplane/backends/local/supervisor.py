@@ -71,6 +71,8 @@ from tuneplane.constants import (
     TERMINATION_LOG_ENV,
     utc_now,
 )
+from tuneplane.lab.gitrepo import GitFailed
+from tuneplane.lab.heartbeats import PUBLISH_ENV, REMOTE_TIMEOUT, publish, publish_interval, remote_of
 
 SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
 
@@ -97,12 +99,14 @@ def supervise(
     lock = try_lock(run_dir / SUPERVISOR_LOCK)
     if lock is None:
         return read_state(run_dir) or {}
+    stop_publishing: Callable[[], None] | None = None
     try:
         state = read_state(run_dir) or {}
         if state.get("supervisor_started"):  # this attempt has (had) its supervisor; a new one resets it
             return state
         update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid(), **this_machine())
         stop_beating = _heartbeat(run_dir, attempt_of(state))
+        stop_publishing = _publish_heartbeats(run_dir, attempt_of(state))
         try:
             state = _Supervisor(run_dir, echo).run()
         finally:
@@ -112,6 +116,8 @@ def supervise(
         return state
     finally:
         lock.close()
+        if stop_publishing is not None:  # after the lock: a push under way (ended by its own timeout)
+            stop_publishing()              # never delays whoever waits for the run's end
 
 
 def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
@@ -136,6 +142,49 @@ def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
         thread.join(timeout=5)
         with contextlib.suppress(OSError):
             beat(run_dir, attempt)  # when it stopped: the run's end is recorded by now
+
+    return halt
+
+
+def _publish_heartbeats(run_dir: Path, attempt: int) -> Callable[[], None]:
+    """Publish the heartbeat to the lab's remote now and every publish interval, for the bot passes on
+    other machines (see `tuneplane.lab.heartbeats`). A lab without a remote publishes nothing; a push that
+    fails (no credentials, no network, a hung remote killed after its timeout) is noted once in the run's
+    log and tried again on the next beat: publishing never touches the run itself."""
+    interval = publish_interval()
+    try:
+        launch = json.loads((run_dir / LAUNCH).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return lambda: None
+    repo = remote_of(Path(launch["repo"])) if interval and launch.get("repo") else None
+    if repo is None:
+        return lambda: None
+    stop = threading.Event()
+    log = run_dir / log_name(attempt)
+
+    def loop() -> None:
+        noted = False
+        while True:
+            message = (f"heartbeat of run {launch['run_id']} attempt {attempt} on {this_machine()['host']} "
+                       f"at {utc_now()}")
+            try:
+                publish(repo, "origin", str(launch["experiment"]), str(launch["run_id"]), message)
+            except (GitFailed, OSError) as exc:
+                if not noted:  # once: a lab without credentials would otherwise fill the log
+                    noted = True
+                    with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as fh:
+                        fh.write(f"[tuneplane] {utc_now()} the heartbeat could not be published to origin "
+                                 f"({exc}); the run goes on, but a bot on another machine cannot tell whether "
+                                 "it is alive\n")
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=loop, name="tuneplane-heartbeat-publish", daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=REMOTE_TIMEOUT + 5)  # a push under way ends by its own timeout
 
     return halt
 
@@ -234,6 +283,7 @@ class _Supervisor:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # empty: no GPU is visible to a 0-GPU run
         env[ATTEMPT_ENV] = str(self.attempt)  # the launcher's attempt records and resume point go by it
         env.pop(HEARTBEAT_ENV, None)
+        env.pop(PUBLISH_ENV, None)
         # The job's `python` is the interpreter tp runs under, so `import tuneplane` works as it does here.
         env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])
         env.setdefault("PYTHONUNBUFFERED", "1")  # log lines arrive as they are printed

@@ -1,0 +1,175 @@
+"""A local run whose machine went away (a CI runner's end) is marked Lost from its published heartbeat.
+
+The supervisor publishes its heartbeat to the lab's remote as `refs/tuneplane/heartbeats/<exp>/<run>`
+(no commit on a branch, no file under status/). A bot pass on another machine, which cannot see the
+run directory, reads it: fresh, the run stays Running; older than `lost_after`, the run is Lost. A run
+that published none is left as committed. Real git, the real local backend and supervisor processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
+
+from tuneplane.backends.local.files import log_name, read_state
+from tuneplane.bot.entry import reconcile, sync
+from tuneplane.lab.runs import RunKey, read_status
+
+RUN = "20250102-100000-00000a"
+REF = f"refs/tuneplane/heartbeats/demo/{RUN}"
+KEY = RunKey("demo", RUN)
+
+
+def _started(bot: Path) -> tuple[Path, dict[str, object]]:
+    status = read_status(bot, KEY)
+    assert status.backend is not None
+    run_dir = Path(status.backend.namespace)
+    deadline = time.monotonic() + 30
+    while not (read_state(run_dir) or {}).get("pgid"):
+        assert time.monotonic() < deadline, "the local run did not start"
+        time.sleep(0.1)
+    return run_dir, read_state(run_dir) or {}
+
+
+def _published(remote: Path) -> str:
+    deadline = time.monotonic() + 30
+    while not (found := git(remote, "for-each-ref", "--format=%(objectname)", REF)):
+        assert time.monotonic() < deadline, "no heartbeat was published"
+        time.sleep(0.1)
+    return found
+
+
+def _machine_gone(run_dir: Path, state: dict[str, object]) -> None:
+    """As a runner's end does: every process of the run killed, its disk gone with it."""
+    for group in (state["supervisor_pid"], state["pgid"]):  # the supervisor leads its own session
+        try:
+            os.killpg(int(str(group)), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    storage = run_dir.parent.parent
+    storage.rename(storage.with_name(storage.name + "-gone"))
+
+
+def _age_heartbeat(remote: Path, seconds: int) -> None:
+    """The published heartbeat as it would be after `seconds` of silence, without waiting for them."""
+    when = f"{int(time.time()) - seconds} +0000"
+    env = {**os.environ, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
+    tree = git(remote, "rev-parse", f"{REF}^{{tree}}")
+    old = subprocess.run(["git", "commit-tree", tree, "-m", "an old heartbeat"], cwd=remote, env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    git(remote, "update-ref", REF, old)
+
+
+def test_a_run_whose_machine_went_away_is_lost_once_its_published_heartbeat_is_stale(tmp_path: Path) -> None:
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "sleep 300\n"}, runs=[("demo", RUN)])
+    machine_a = clone(remote, tmp_path / "a")
+    reconcile(machine_a, echo=quiet)
+    run_dir, state = _started(machine_a)
+    _published(remote)
+    sync(machine_a, echo=quiet)
+    git(machine_a, "push", "-q", "origin", f"HEAD:{BRANCH}")  # the runner pushed the run's status
+    branches = git(remote, "for-each-ref", "--format=%(refname)", "refs/heads")
+    _machine_gone(run_dir, state)
+
+    machine_b = clone(remote, tmp_path / "b")
+    assert read_status(machine_b, KEY).phase == "Running"
+    elsewhere = backend_factory(None, storage=tmp_path / "b-storage")
+    lines: list[str] = []
+    sync(machine_b, backends=elsewhere, echo=lines.append)
+    assert read_status(machine_b, KEY).phase == "Running"  # its heartbeat is fresh
+
+    _age_heartbeat(remote, 3600)
+    sync(machine_b, backends=elsewhere, echo=lines.append)
+
+    after = read_status(machine_b, KEY)
+    assert after.phase == "Failed" and after.reason == "Lost", (after, lines)
+    assert after.attempts and after.attempts[-1].reason == "Lost"
+    last = git(remote, "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", REF)
+    assert last in after.message
+    # the heartbeat added no branch and no commit to the lab's history, and no status file
+    assert git(remote, "for-each-ref", "--format=%(refname)", "refs/heads") == branches
+    assert not list((machine_b / "status").rglob("*heartbeat*"))
+
+
+def test_a_run_that_published_no_heartbeat_is_left_as_committed(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TUNEPLANE_HEARTBEAT_PUBLISH", "0")  # publishing off: as a lab without push access
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "sleep 300\n"}, runs=[("demo", RUN)])
+    machine_a = clone(remote, tmp_path / "a")
+    reconcile(machine_a, echo=quiet)
+    run_dir, state = _started(machine_a)
+    sync(machine_a, echo=quiet)
+    git(machine_a, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    _machine_gone(run_dir, state)
+    machine_b = clone(remote, tmp_path / "b")
+    lines: list[str] = []
+
+    sync(machine_b, backends=backend_factory(None, storage=tmp_path / "b-storage"), echo=lines.append)
+
+    assert read_status(machine_b, KEY).phase == "Running"
+    assert any("no published heartbeat" in line for line in lines), lines
+    assert not git(remote, "for-each-ref", "refs/tuneplane")
+
+
+def test_a_failing_heartbeat_push_never_breaks_the_run(tmp_path: Path) -> None:
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "echo trained\n"}, runs=[("demo", RUN)])
+    bot = clone(remote, tmp_path / "bot")
+    hook = remote / "hooks" / "pre-receive"  # the remote refuses every push from now on
+    hook.write_text("#!/bin/sh\necho 'heartbeats refused here' >&2\nexit 1\n", encoding="utf-8")
+    hook.chmod(0o755)
+    reconcile(bot, echo=quiet)
+    run_dir, _ = _started(bot)
+    deadline = time.monotonic() + 60
+    while read_status(bot, KEY).phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, "the run did not end"
+        time.sleep(0.3)
+        sync(bot, echo=quiet)
+
+    assert read_status(bot, KEY).phase == "Succeeded"
+    log = (run_dir / log_name(1)).read_text(encoding="utf-8")
+    assert log.count("heartbeat could not be published") == 1, log
+
+
+def test_a_lab_without_a_remote_runs_and_publishes_nothing(tmp_path: Path) -> None:
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "echo trained\n"}, runs=[("demo", RUN)])
+    lab = clone(remote, tmp_path / "lab")
+    git(lab, "remote", "remove", "origin")
+    reconcile(lab, echo=quiet)
+    run_dir, _ = _started(lab)
+    deadline = time.monotonic() + 60
+    while read_status(lab, KEY).phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, "the run did not end"
+        time.sleep(0.3)
+        sync(lab, echo=quiet)
+
+    assert read_status(lab, KEY).phase == "Succeeded"
+    assert "heartbeat could not be published" not in (run_dir / log_name(1)).read_text(encoding="utf-8")
+    assert not git(remote, "for-each-ref", "refs/tuneplane")
+
+
+def test_a_push_that_hangs_is_killed_and_reported(tmp_path: Path) -> None:
+    """A remote that never answers: the publish is killed after its timeout and says so."""
+    import pytest
+
+    from tuneplane.lab.gitrepo import GitFailed, GitRepo
+    from tuneplane.lab.heartbeats import publish
+
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "echo trained\n"})
+    lab = clone(remote, tmp_path / "lab")
+    marker = tmp_path / "hung"
+    git(lab, "config", "protocol.ext.allow", "always")
+    git(lab, "remote", "set-url", "origin", f"ext::sh -c touch% {marker};sleep% 120")
+
+    with pytest.raises(GitFailed, match="no answer within"):
+        publish(GitRepo(lab), "origin", "demo", RUN, "a heartbeat", timeout=2)
+    assert marker.exists()  # the remote was reached, and hung
+    assert not git(remote, "for-each-ref", "refs/tuneplane")
