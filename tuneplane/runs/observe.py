@@ -171,7 +171,7 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
         going = obs.phase if obs.phase in UNDER_WAY else RUNNING if newest.started_at else PENDING
         return going, obs.reason, obs.message
     ended = f"attempt {newest.number} ended {newest.reason}"
-    why = newest.message or obs.message
+    why = _why(newest.message, obs.message)
     if obs.phase in UNDER_WAY:  # the engine requeued it and starts the next attempt itself
         return PENDING, obs.reason or REQUEUED, f"{ended}: {why}" if why else ended
     # the engine's word for the whole object: stopped on request is no failure to retry
@@ -189,6 +189,14 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
     note = (f"{ended}; attempt {newest.number + 1} of {policy.attempts} is submitted "
             f"{policy.backoff_seconds} s after it ended")
     return PENDING, RETRY_WAIT, f"{why}\n{note}" if why else note
+
+
+def _why(said: str, engine: str) -> str:
+    """What a person reads of an ended attempt: the trainer's own words first, then the engine's (its
+    exit and the log's last lines), once: an engine message that already quotes the trainer is enough."""
+    if not said or said in engine:
+        return engine or said
+    return f"{said}\n{engine}" if engine else said
 
 
 def merged_attempts(status: RunStatus, obs: Observation, now: str) -> list[Attempt] | None:

@@ -96,7 +96,11 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
     sys.stdout.flush()
     sys.stderr.flush()
     output, errors = attempts.Tail(), attempts.Tail()
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Where our stdout and stderr are one file (a run's log), the child gets one pipe for both, so its
+    # lines stay in the order it wrote them; its error lines are then found in the one stream.
+    joined = _same_file(1, 2)
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT if joined else subprocess.PIPE)
     received: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -108,8 +112,11 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
             with contextlib.suppress(OSError):
                 os.kill(pid, signum)
 
-    copiers = [threading.Thread(target=_copy, args=(child.stdout, sys.stdout, (output,), "out"), daemon=True),
-               threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"), daemon=True)]
+    copiers = [threading.Thread(target=_copy, args=(child.stdout, sys.stdout, (output, errors) if joined else (output,),
+                                                    "err" if joined else "out"), daemon=True)]
+    if not joined:
+        copiers.append(threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"),
+                                        daemon=True))
     for thread in copiers:
         thread.start()
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
@@ -134,6 +141,13 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         refusal = ""
     return Outcome(128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(),
                    errors.snapshot(), refusal)
+
+
+def _same_file(first: int, second: int) -> bool:
+    try:
+        return os.path.samestat(os.fstat(first), os.fstat(second))
+    except OSError:
+        return False
 
 
 def _watch_warning(path: Path, pid: int, done: threading.Event) -> None:
