@@ -208,3 +208,31 @@ def test_the_lock_of_a_good_plugin_still_verifies(lab: Path) -> None:
     assert tp("plugin", "lock", "img", "me/p", cwd=lab).code == 0
     lock = json.loads((lab / PLUGINS_LOCK).read_text(encoding="utf-8"))
     assert lock["plugins"][0]["digest"] == plugin_digest(lab / "plugins/p")
+
+
+# ── no bytecode from the job package, for the trainer and its children ─────────────────────────────
+
+SPAWNING_HELPER = """\
+import multiprocessing
+import pathlib
+
+import helper
+
+if __name__ == "__main__":
+    worker = multiprocessing.get_context("spawn").Process(target=helper.install, args=({},))
+    worker.start()
+    worker.join()
+    pathlib.Path("TRAINED").write_text(str(worker.exitcode))
+"""
+
+
+def test_the_trainer_and_its_workers_never_read_a_committed_cache(tmp_path: Path) -> None:
+    root = job_package(tmp_path, GOOD)
+    (tmp_path / "helper.py").write_text("def install(params):\n    pass\n", encoding="utf-8")
+    evil_pyc(tmp_path / "helper.py", tmp_path / "__pycache__" / f"helper.{CACHE_TAG}.pyc")
+    (tmp_path / "train.py").write_text(SPAWNING_HELPER, encoding="utf-8")
+    write_spec(tmp_path, root, ["python", "train.py"])
+    result = launch(tmp_path)
+    assert result.code == 0, result.output
+    assert (tmp_path / "TRAINED").read_text() == "0", result.output
+    assert not (tmp_path / "PWNED").exists(), "the trainer ran bytecode committed beside its source"

@@ -54,6 +54,7 @@ JOBSPEC_PATH = ".tuneplane/jobspec.json"
 LAUNCH_ERROR_FILE = ".tuneplane/launch-error"  # a rank's one-line refusal, for the launcher that started it
 PLUGINS_DIR = "tuneplane_plugins"
 LOADED_CAPABILITY = "algorithm"
+PYCACHE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
 BEFORE_JOB_UPLOAD_SECONDS = 30.0  # at most this long, before the trainer, for an earlier attempt's leftovers
 AFTER_JOB_UPLOAD_SECONDS = 60.0  # at most this long, after the job, to upload what the SDK left unsent
@@ -228,6 +229,20 @@ def _private_dir() -> str:
 
         atexit.register(remove)
     return _PRIVATE[0]
+
+
+def private_bytecode() -> None:
+    """Bytecode for this process and every child goes to a private folder, never `__pycache__/`.
+
+    With a cache prefix Python neither reads nor writes the `__pycache__/` beside a source, so bytecode
+    committed in the job package (an UNCHECKED_HASH `.pyc` that never looks at its source) cannot run
+    in the trainer, its ranks or the workers it spawns. A prefix already set (by the launcher that
+    started this rank, or the user) is kept: it is not beside the source either.
+    """
+    if sys.pycache_prefix is None:
+        prefix = os.path.join(_private_dir(), "bytecode")
+        sys.pycache_prefix = prefix
+        os.environ[PYCACHE_PREFIX_ENV] = prefix
 
 
 def _verify_only(work: Path, plugin: PluginRef) -> None:
@@ -419,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         args = args[1:]
     if args[:1] in (["-h"], ["--help"]):
         return print_or_quit(__doc__ or "", "tuneplane-launch")
+    private_bytecode()
     # The node's launcher (not a rank re-entering) tells the trainer its attempt and where to resume,
     # and, in a run directory, records the attempt and watches the trainer as a child.
     record = None if args else JobAttempt.from_env()
