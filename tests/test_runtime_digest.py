@@ -18,7 +18,15 @@ import yaml
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.locks import digest_consistent
 from tuneplane.models.lock import RecipeLock
-from tuneplane.runtime.digest import DigestError, bundle_digest, canonical_json, manifest_digest, tree_digest
+from tuneplane.runtime.digest import (
+    DigestError,
+    bundle_digest,
+    canonical_json,
+    manifest_digest,
+    pinned_copy,
+    tree_digest,
+    unpinned_folders,
+)
 
 SKIPPED_COMPONENTS = {"__pycache__", ".git", ".venv", ".mypy_cache", ".ruff_cache"}
 EMPTY_SHA256 = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -266,3 +274,34 @@ def test_digest_module_is_standard_library_only() -> None:
     top_level = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     allowed = ("__future__", "hashlib", "json", "os", "pathlib", "typing")
     assert all(line.split()[1].split(".")[0] in allowed for line in top_level), top_level
+
+
+# ── the launcher's private copy ──────────────────────────────────────────────────────────────────────
+
+
+def test_the_private_copy_digests_like_the_contract_and_holds_only_digested_files(tmp_path: Path) -> None:
+    root = tmp_path / "plugin"
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / "plugin.yaml").write_text("name: p\n", encoding="utf-8")
+    (root / "pkg" / "mod.py").write_text("X = 'é'\n", encoding="utf-8")
+    (root / "pkg" / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"cached")
+    (root / ".DS_Store").write_bytes(b"finder")
+    copy = tmp_path / "copy" / "plugin"
+    assert pinned_copy(root, copy) == tree_digest(root)
+    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == \
+        ["pkg/mod.py", "plugin.yaml"]
+    assert (copy / "pkg" / "mod.py").read_bytes() == (root / "pkg" / "mod.py").read_bytes()
+
+
+def test_the_private_copy_refuses_a_nul_byte_naming_the_file(tmp_path: Path) -> None:
+    root = tmp_path / "plugin"
+    root.mkdir()
+    (root / "data.bin").write_bytes(b"weights\0zz.py\0code")
+    with pytest.raises(DigestError, match="data.bin"):
+        pinned_copy(root, tmp_path / "copy")
+
+
+def test_unpinned_folders_are_named_and_caches_are_not(tmp_path: Path) -> None:
+    for rel in (".venv/lib", "sub/.git", "__pycache__", ".mypy_cache", "sub/ok"):
+        (tmp_path / rel).mkdir(parents=True)
+    assert unpinned_folders(tmp_path) == [".venv", "sub/.git"]

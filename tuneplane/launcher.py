@@ -18,11 +18,14 @@ runs in that rank's interpreter. Any refusal exits with CONFIG_ERROR_EXIT before
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -34,7 +37,7 @@ import tuneplane.runtime.attempts as attempts
 from tuneplane import __version__, plugins
 from tuneplane.constants import ATTEMPT_ENV, CONFIG_ERROR_EXIT, NAME_PATTERN, OUT_DIR_ENV, RESUME_FROM_ENV, WORK_DIR_ENV
 from tuneplane.report.checkpoints import newest_complete
-from tuneplane.runtime.digest import DigestError, tree_digest
+from tuneplane.runtime.digest import DigestError, pinned_copy, unpinned_folders
 from tuneplane.runtime.entry import (
     PythonEntry,
     entry_after_interpreter,
@@ -51,6 +54,7 @@ JOBSPEC_PATH = ".tuneplane/jobspec.json"
 LAUNCH_ERROR_FILE = ".tuneplane/launch-error"  # a rank's one-line refusal, for the launcher that started it
 PLUGINS_DIR = "tuneplane_plugins"
 LOADED_CAPABILITY = "algorithm"
+PYCACHE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
 BEFORE_JOB_UPLOAD_SECONDS = 30.0  # at most this long, before the trainer, for an earlier attempt's leftovers
 AFTER_JOB_UPLOAD_SECONDS = 60.0  # at most this long, after the job, to upload what the SDK left unsent
@@ -171,26 +175,79 @@ def _launch_from(value: Any, path: Path) -> Launch:
 
 
 def verify_plugin(work: Path, plugin: PluginRef, core_version: str = __version__) -> Path:
-    """Check one plugin's package against the JobSpec; return its root. LaunchError on any mismatch."""
+    """Check one plugin's package against the JobSpec; return the private copy to import from.
+
+    The files the digest covers are copied, each read once, into a folder only this process knows,
+    and the digest is taken of the bytes written there: what is imported is what was verified, and
+    nothing else of the job package (bytecode, a `.venv/`) is reachable from the copy.
+    LaunchError on any mismatch.
+    """
+    shown = f"{PLUGINS_DIR}/{plugin.name}/"
     root = work / PLUGINS_DIR / plugin.name
     if not root.is_dir():
-        raise LaunchError(f"plugin {plugin.ref}: its package {PLUGINS_DIR}/{plugin.name}/ is missing from "
+        raise LaunchError(f"plugin {plugin.ref}: its package {shown} is missing from "
                           f"the job package at {work}; resubmit so the platform injects it")
-    try:
-        actual = tree_digest(root)
-    except (DigestError, OSError) as exc:
-        raise LaunchError(f"plugin {plugin.ref}: cannot digest {PLUGINS_DIR}/{plugin.name}/: {exc}") from None
-    if actual != plugin.digest:
-        raise LaunchError(
-            f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/ has digest {actual} but the JobSpec locked "
-            f"{plugin.digest}; the package changed after it was locked. Restore it, or re-lock it with "
-            f"`tp plugin lock <experiment> {plugin.ref}` and submit again")
+    if os.path.realpath(root) != os.path.join(os.path.realpath(work), PLUGINS_DIR, plugin.name):
+        raise LaunchError(f"plugin {plugin.ref}: {shown} is a symlink (to {os.path.realpath(root)}); a plugin "
+                          "ships as its own files inside the job package. Replace the link with the plugin's "
+                          "folder in the lab and submit again")
+    unpinned = unpinned_folders(root)
+    if unpinned:
+        raise LaunchError(f"plugin {plugin.ref}: {shown}{unpinned[0]}/ is a folder the digest skips, so its files "
+                          "would ship unpinned; remove it from the plugin, re-lock and submit again")
     sourceless = bytecode_files(root)
     if sourceless:
-        raise LaunchError(f"plugin {plugin.ref}: {PLUGINS_DIR}/{plugin.name}/{sourceless[0]} is compiled bytecode, "
+        raise LaunchError(f"plugin {plugin.ref}: {shown}{sourceless[0]} is compiled bytecode, "
                           "which the digest does not pin; remove it from the plugin and commit only source")
+    copy = Path(tempfile.mkdtemp(prefix=f"{plugin.name}-", dir=_private_dir())) / plugin.name
+    try:
+        actual = pinned_copy(root, copy)
+    except (DigestError, OSError) as exc:
+        raise LaunchError(f"plugin {plugin.ref}: cannot digest {shown}: {exc}") from None
+    if actual != plugin.digest:
+        raise LaunchError(
+            f"plugin {plugin.ref}: {shown} has digest {actual} but the JobSpec locked "
+            f"{plugin.digest}; the package changed after it was locked. Restore it, or re-lock it with "
+            f"`tp plugin lock <experiment> {plugin.ref}` and submit again")
     _check_core(plugin, core_version)
-    return root
+    return copy
+
+
+_PRIVATE: list[str] = []  # this process's folder of verified plugin copies, made on first use
+
+
+def _private_dir() -> str:
+    """A folder only this user can read, removed when the process that made it exits."""
+    if not _PRIVATE:
+        path = tempfile.mkdtemp(prefix="tuneplane-plugins-")
+        _PRIVATE.append(path)
+        owner = os.getpid()
+
+        def remove() -> None:
+            if os.getpid() == owner:  # a forked child must not remove what its parent still imports from
+                shutil.rmtree(path, ignore_errors=True)
+
+        atexit.register(remove)
+    return _PRIVATE[0]
+
+
+def private_bytecode() -> None:
+    """Bytecode for this process and every child goes to a private folder, never `__pycache__/`.
+
+    With a cache prefix Python neither reads nor writes the `__pycache__/` beside a source, so bytecode
+    committed in the job package (an UNCHECKED_HASH `.pyc` that never looks at its source) cannot run
+    in the trainer, its ranks or the workers it spawns. A prefix already set (by the launcher that
+    started this rank, or the user) is kept: it is not beside the source either.
+    """
+    if sys.pycache_prefix is None:
+        prefix = os.path.join(_private_dir(), "bytecode")
+        sys.pycache_prefix = prefix
+        os.environ[PYCACHE_PREFIX_ENV] = prefix
+
+
+def _verify_only(work: Path, plugin: PluginRef) -> None:
+    """Verify without importing (each rank verifies again and imports its own copy)."""
+    shutil.rmtree(verify_plugin(work, plugin).parent, ignore_errors=True)
 
 
 def _check_core(plugin: PluginRef, core_version: str) -> None:
@@ -218,7 +275,7 @@ def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
     importlib.invalidate_caches()
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any import failure stops the job with the plugin named
+    except BaseException as exc:  # any import failure, SystemExit included, stops the job with the plugin named
         traceback.print_exc()
         raise LaunchError(f"plugin {plugin.ref}: importing {module_name} failed: "
                           f"{type(exc).__name__}: {exc}") from None
@@ -253,7 +310,7 @@ def _apply(plugin: PluginRef, root: Path, params: Mapping[str, Any], emit: Emit)
         return
     try:
         install(params)
-    except Exception as exc:  # a patch that did not apply must stop the job
+    except BaseException as exc:  # a patch that did not apply (or exited, even with 0) must stop the job
         traceback.print_exc()
         raise LaunchError(f"plugin {plugin.ref}: install(params) raised {type(exc).__name__}: {exc}; "
                           "the job stops because training without the patch would not be the "
@@ -350,7 +407,7 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
     in_process = entry is not None and (bool(chosen) or spec.launch.in_process)
     if supervised and in_process:
         for plugin in chosen:  # fail here, before the child starts; the child installs them and says so
-            verify_plugin(work, plugin)
+            _verify_only(work, plugin)
         return spec, entry, False
     if supervised and not (reenters and chosen):
         loaded_plugins(spec, emit)  # no rank re-enters to install (and name) plugins
@@ -358,7 +415,7 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
     if chosen and (entry is None or supervised):
         loaded_plugins(spec, emit)
         for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
-            verify_plugin(work, plugin)
+            _verify_only(work, plugin)
         emit(f"launcher: {len(chosen)} plugin(s) verified; each rank installs them on re-entry")
         return spec, None, True
     install_plugins(spec, work, emit)
@@ -377,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         args = args[1:]
     if args[:1] in (["-h"], ["--help"]):
         return print_or_quit(__doc__ or "", "tuneplane-launch")
+    private_bytecode()
     # The node's launcher (not a rank re-entering) tells the trainer its attempt and where to resume,
     # and, in a run directory, records the attempt and watches the trainer as a child.
     record = None if args else JobAttempt.from_env()

@@ -22,6 +22,7 @@ from tuneplane.lab.modelparse import Refine, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES, UNPINNED_FOLDERS
 
 # Algorithm providers patch the bridge that runs a framework's Python entrypoint; these two never use it.
 NO_ALGORITHM_FRAMEWORKS = frozenset({"custom", "evalkit"})
@@ -190,6 +191,9 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
     if not path.is_dir():
         return [Problem(display_path(path, display_root), 0, 0, "plugin-missing", "not a plugin directory",
                         hint="pass the directory that holds plugin.yaml")]
+    linked = _linked_root(path, display_root)
+    if linked is not None:
+        return [linked]  # nothing below it is the lab's: the digest would pin whatever the link reaches
     entries = list(_hostile_entries(path, display_root))
     if not fs.present(manifest_file):
         return [Problem(shown, 0, 0, "plugin-missing", "no plugin.yaml in the plugin directory",
@@ -206,6 +210,34 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
         problems += _entrypoint_problems(path, manifest, display_root, ctx)
         problems += _manifest_rules(path, manifest, ctx)
     return problems
+
+
+def _linked_root(path: Path, display_root: Path | None) -> Problem | None:
+    """A plugin folder that is a symlink, or reaches outside the lab through one."""
+    real = os.path.realpath(path)
+    leaves = display_root is not None and not Path(real).is_relative_to(os.path.realpath(display_root))
+    if not (path.is_symlink() or leaves):
+        return None
+    return Problem(display_path(path, display_root), 0, 0, "plugin-symlink",
+                   f"the plugin folder is a symlink or lies behind one (it resolves to {real}); a plugin "
+                   "is pinned and shipped as the lab's own files",
+                   hint="replace the link with the plugin's folder itself, committed in the lab")
+
+
+def _holds_nul(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                if b"\0" in chunk:
+                    return True
+    except OSError:
+        return False  # unreadable: the digest names it
+    return False
+
+
+def _digested(full: Path, root: Path) -> bool:
+    rel = full.relative_to(root).parts
+    return not (any(p in SKIP_PARTS for p in rel) or rel[-1] in SKIP_NAMES or rel[-1].endswith(SKIP_SUFFIXES))
 
 
 MAX_PATH_BYTES = 3000  # below PATH_MAX (4096) with room for the names under the deepest folder
@@ -226,7 +258,13 @@ def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]
         for name in sorted(dirnames + filenames):
             full = Path(dirpath, name)
             shown = display_path(full, display_root)
-            if full.is_symlink():
+            if name in dirnames and name in UNPINNED_FOLDERS:
+                dirnames.remove(name)
+                yield Problem(shown, 0, 0, "plugin-unpinned",
+                              f"a {name}/ folder in a plugin: the plugin digest skips it, yet it would ship "
+                              "with the job, unpinned",
+                              hint=f"move {name}/ out of the plugin folder (a plugin is its pinned source files)")
+            elif full.is_symlink():
                 leaves = not Path(os.path.realpath(full)).is_relative_to(real_root)
                 yield Problem(shown, 0, 0, "plugin-symlink",
                               f"symlink {'leaves the plugin directory' if leaves else 'in a plugin'} "
@@ -248,6 +286,11 @@ def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]
                               "run it instead of the pinned source",
                               hint="delete it (and __pycache__/), add `__pycache__/` and `*.pyc` to "
                                    ".gitignore, and commit only source")
+            elif name in filenames and _digested(full, root) and _holds_nul(full):
+                yield Problem(shown, 0, 0, "plugin-nul",
+                              "holds a NUL byte: the plugin digest has no length framing, so a file with NUL "
+                              "bytes could be re-cut into other files (a new .py) under the same digest",
+                              hint="keep binary data out of the plugin; read it from storage")
 
 
 def _own_cache(pyc: Path) -> bool:

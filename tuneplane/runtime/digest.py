@@ -101,3 +101,46 @@ def tree_digest(root: Path) -> str:
                 h.update(chunk)
         h.update(b"\0")
     return "sha256:" + h.hexdigest()
+
+
+# Folders the digest skips that hold code a job could import or run (a virtual environment, a
+# repository): shipped inside a plugin they would travel unpinned, so plugins refuse them. The caches
+# (`__pycache__`, `.mypy_cache`, `.ruff_cache`) are tool output, never copied into a job's private tree.
+UNPINNED_FOLDERS = frozenset({".venv", ".git"})
+
+
+def unpinned_folders(root: Path) -> list[str]:
+    """Relative paths of UNPINNED_FOLDERS under root, sorted (not walked into)."""
+    found = []
+    for dirpath, dirnames, _filenames in os.walk(root):
+        for name in sorted(dirnames):
+            if name in UNPINNED_FOLDERS:
+                found.append(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
+        dirnames[:] = [d for d in dirnames if d not in SKIP_PARTS]
+    return sorted(found)
+
+
+def pinned_copy(root: Path, dest: Path) -> str:
+    """Copy the files the digest covers from root into dest; return the digest of the bytes written.
+
+    Each file is read once: the bytes hashed are the bytes written, so a file swapped after this call
+    cannot reach an import from dest. A NUL byte in a file is refused (DigestError): the contract's
+    digest has no length framing, so only NUL-free contents parse back into one tree (see
+    docs/plugins.md, "What the digest pins").
+    """
+    h = hashlib.sha256()
+    dest.mkdir(parents=True, exist_ok=False)
+    for rel, path in tree_files(root):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        h.update(rel.encode("utf-8"))
+        h.update(b"\0")
+        with open(path, "rb") as src, open(target, "xb") as out:
+            while chunk := src.read(1 << 20):
+                if b"\0" in chunk:
+                    raise DigestError(f"{rel} holds a NUL byte; a plugin file must not (the digest cannot "
+                                      "tell such a file from two files)")
+                h.update(chunk)
+                out.write(chunk)
+        h.update(b"\0")
+    return "sha256:" + h.hexdigest()
