@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneplane.backends.base import Backend, Closable
 from tuneplane.bot.notify import Notifier, notifier_for
@@ -34,6 +34,9 @@ from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey
 from tuneplane.record.batch import Batch
 from tuneplane.views.dashboard import shows_notices
+
+if TYPE_CHECKING:  # publishing loads only on a pass that pushes
+    from tuneplane.record.publish import Target
 
 BackendFactory = Callable[[str], Backend]  # a backend's name → the backend (tests pass fakes)
 
@@ -90,7 +93,7 @@ class BotPass:
 
     repo: GitRepo
     lab: Lab
-    target: Any
+    target: Target | None
     work: Scan
     batch: Batch
     pool: Backends
@@ -129,7 +132,7 @@ def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
 
 
 def finish(
-    repo: GitRepo, work: Scan, batch: Batch, target: Any, report: BotReport, verb: str, echo: Echo,
+    repo: GitRepo, work: Scan, batch: Batch, target: Target | None, report: BotReport, verb: str, echo: Echo,
     notifier: Notifier | None = None,
 ) -> BotReport:
     """Render what changed, commit once, push (then notify); the dashboard lists what is waiting and what
@@ -166,7 +169,9 @@ def finish(
     return report
 
 
-def _publish_and_notify(repo: GitRepo, target: Any, report: BotReport, echo: Echo, notifier: Notifier | None) -> None:
+def _publish_and_notify(
+    repo: GitRepo, target: Target | None, report: BotReport, echo: Echo, notifier: Notifier | None
+) -> None:
     """Push (when asked: the branch, or the bot's record alone when only it changed), then send the
     notifications this run owns: the push race decides which those are. A webhook's failure is
     reported, never raised: by then the statuses are committed and pushed."""
@@ -217,7 +222,7 @@ def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:
             batch.ledger.counts.pop(exp, None)
 
 
-def _published(repo: GitRepo, target: Any) -> bool:
+def _published(repo: GitRepo, target: Target) -> bool:
     try:
         return repo.rev_parse(f"refs/remotes/{target.remote}/{target.branch}") == repo.head()
     except UsageError:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -313,7 +312,7 @@ def read_ledger(obj: JobObject) -> list[_Seen]:
     return out
 
 
-def _from_row(row: Any, number: int) -> _Seen | None:
+def _from_row(row: object, number: int) -> _Seen | None:
     if not isinstance(row, dict) or row.get("reason") not in ATTEMPT_REASONS:
         return None
     text = _strings(row.get("tail"))
@@ -344,24 +343,27 @@ def _write_ledger(rest: Rest, kind: Kind, ns: str, obj: JobObject, done: list[_S
         log.warning("could not record the attempts of %s %s/%s: %s", kind.kind, ns, name, exc)
 
 
-def _int(value: Any) -> int:
-    try:
+def _int(value: object) -> int:
+    if isinstance(value, bool):
         return int(value)
-    except (TypeError, ValueError):
-        return 0
+    if isinstance(value, int | float | str):
+        try:
+            return int(value)
+        except ValueError:
+            return 0
+    return 0
 
 
-def _opt_int(value: Any) -> int | None:
+def _opt_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _strings(value: Any) -> tuple[str, ...]:
-    items: Iterable[Any] = value if isinstance(value, list) else ()
-    return tuple(str(v) for v in items if isinstance(v, str))
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 # ==================================================================== RayJob

@@ -257,7 +257,7 @@ def _first_start(evidence: Evidence, number: int) -> str | None:
     return min(starts) if starts else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
