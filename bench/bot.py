@@ -134,9 +134,7 @@ def finished_lab(tmp: Path, n: int) -> Path:
                 started_at="2025-01-02T10:01:00Z",
                 finished_at="2025-01-02T11:00:00Z",
                 exit_code=0,
-                backend=BackendObject(
-                    backend="kubernetes", kind="Job", name=f"demo-{i:010x}", namespace="tuneplane"
-                ),
+                backend=BackendObject(backend="kubernetes", kind="Job", name=f"demo-{i:010x}", namespace="tuneplane"),
                 metrics={"loss": 1.0 / (i + 1)},
                 metric_history={"loss": [3.0, 2.0, 1.0, 1.0 / (i + 1)]},
                 history=[
@@ -159,8 +157,11 @@ def main() -> int:
     parser.add_argument("--statuses", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--slurm", type=int, default=100, help="runs submitted to the real Slurm cluster (0: skip)")
-    parser.add_argument("--compare-validation", action="store_true",
-                        help="also time the submit round with the twin's schema validation off")
+    parser.add_argument(
+        "--compare-validation",
+        action="store_true",
+        help="also time the submit round with the twin's schema validation off",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-bot-"))
     try:
@@ -196,8 +197,14 @@ def _run(tmp: Path, args: argparse.Namespace) -> int:
         rows.append(_slurm_row(tmp / "slurm", args.slurm, kube_per_run))
     if args.compare_validation:
         seconds, _ = submit_round(tmp / "submit-unvalidated", args.requests, False, validate=False)
-        rows.append([f"reconcile: submit {args.requests} runs, twin validation off (for comparison)",
-                     f"{seconds:.2f} s", "", f"{seconds / args.requests * 1000:.0f} ms"])
+        rows.append(
+            [
+                f"reconcile: submit {args.requests} runs, twin validation off (for comparison)",
+                f"{seconds:.2f} s",
+                "",
+                f"{seconds / args.requests * 1000:.0f} ms",
+            ]
+        )
     print(f"building a lab of {args.statuses} finished runs …")
     lab = finished_lab(tmp / "noop", args.statuses)
     for label, extra in (("", ()), (" --push", ("--push",))):
@@ -227,9 +234,14 @@ def _slurm_row(tmp: Path, n: int, kube_per_run: float) -> list[str]:
     if submitted != n:
         raise RuntimeError(f"{submitted} Slurm jobs for {n} requests")
     per_run = seconds / n
-    return [label, f"{seconds:.2f} s", f"Kubernetes twin {kube_per_run * 1000:.0f} ms/run",
-            f"{per_run * 1000:.0f} ms ({per_run / kube_per_run:.1f}x the twin)" if kube_per_run else
-            f"{per_run * 1000:.0f} ms"]
+    return [
+        label,
+        f"{seconds:.2f} s",
+        f"Kubernetes twin {kube_per_run * 1000:.0f} ms/run",
+        f"{per_run * 1000:.0f} ms ({per_run / kube_per_run:.1f}x the twin)"
+        if kube_per_run
+        else f"{per_run * 1000:.0f} ms",
+    ]
 
 
 if __name__ == "__main__":

@@ -81,22 +81,40 @@ def status(exp: str, run_id: str, phase: str, rng: random.Random, commit: str = 
         # as `observe.with_metrics` writes them: last values exact, the sparkline history to 4 digits
         loss = [float(f"{2.5 * math.exp(-i / 6) + rng.random() * 0.05:.4g}") for i in range(20)]
         fields = {
-            "started_at": t1, "finished_at": t2, "exit_code": 0,
-            "metrics": {"train/loss": loss[-1], "validation/loss": loss[-1] * 1.1,
-                        "train/token_accuracy": 0.6 + rng.random() * 0.3},
+            "started_at": t1,
+            "finished_at": t2,
+            "exit_code": 0,
+            "metrics": {
+                "train/loss": loss[-1],
+                "validation/loss": loss[-1] * 1.1,
+                "train/token_accuracy": 0.6 + rng.random() * 0.3,
+            },
             "metric_history": {"train/loss": loss, "validation/loss": [float(f"{v * 1.1:.4g}") for v in loss[::5]]},
-            "artifacts": [Artifact(kind="checkpoint", path="checkpoints/step-200", format="dir", size_bytes=0,
-                                   step=200)],
+            "artifacts": [
+                Artifact(kind="checkpoint", path="checkpoints/step-200", format="dir", size_bytes=0, step=200)
+            ],
         }
     return RunStatus(
-        experiment=exp, run_id=run_id, method="trl/sft", profile="h200:8", phase=phase,  # type: ignore[arg-type]
-        submitted_at=t0, history=history,
-        backend=BackendObject(backend="kubernetes", kind="JobSet", name=f"{exp}-{run_id[-10:]}",
-                              namespace="tuneplane", uid=f"{uid:032x}"),
-        provenance=Provenance(commit=commit or f"{drawn_commit:040x}", recipe="trl/sft@1.0.0",
-                              recipe_digest="sha256:" + "a" * 64, image="ghcr.io/org/trl@sha256:" + "b" * 64,
-                              jobspec_digest=f"sha256:{digest:064x}", tool_version="0.6.0"),
-        out_dir=f"/mnt/runs/{exp}/{run_id}/out", **fields,
+        experiment=exp,
+        run_id=run_id,
+        method="trl/sft",
+        profile="h200:8",
+        phase=phase,  # type: ignore[arg-type]
+        submitted_at=t0,
+        history=history,
+        backend=BackendObject(
+            backend="kubernetes", kind="JobSet", name=f"{exp}-{run_id[-10:]}", namespace="tuneplane", uid=f"{uid:032x}"
+        ),
+        provenance=Provenance(
+            commit=commit or f"{drawn_commit:040x}",
+            recipe="trl/sft@1.0.0",
+            recipe_digest="sha256:" + "a" * 64,
+            image="ghcr.io/org/trl@sha256:" + "b" * 64,
+            jobspec_digest=f"sha256:{digest:064x}",
+            tool_version="0.6.0",
+        ),
+        out_dir=f"/mnt/runs/{exp}/{run_id}/out",
+        **fields,
     )
 
 
@@ -122,8 +140,7 @@ def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
     from tuneplane.views.runmetrics import chart_svg, vocabulary_of
 
     remote = make_remote(tmp)
-    lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",
-                   profile="h200:8")
+    lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes", profile="h200:8")
     repo = GitRepo(lab)
     rng = random.Random(1)
     vocab = vocabulary_of("trl/sft")
@@ -177,8 +194,7 @@ def measure_clone(
     server = GitHttpServer(remote.parent).start()
     try:
         url = server.url(remote.name)
-        times: dict[str, list[float]] = {"http": [], "local": [], "cpu": [], "bare": [], "floor": [],
-                                         "floor-cpu": []}
+        times: dict[str, list[float]] = {"http": [], "local": [], "cpu": [], "bare": [], "floor": [], "floor-cpu": []}
         floor_size = 0.0
         shallow: list[tuple[float, float, float, float]] = []
         size = 0.0
@@ -186,8 +202,9 @@ def measure_clone(
             if i % 2 == 0:
                 shallow.append(shallow_clone(url, tmp / f"shallow-{i}"))
             start = time.perf_counter()
-            subprocess.run(["git", "clone", "-q", "--no-checkout", url, str(tmp / "clone-bare")], check=True,
-                           timeout=600)
+            subprocess.run(
+                ["git", "clone", "-q", "--no-checkout", url, str(tmp / "clone-bare")], check=True, timeout=600
+            )
             times["bare"].append(time.perf_counter() - start)
             shutil.rmtree(tmp / "clone-bare")
             for how, source in (("http", url), ("local", str(remote))):
@@ -216,8 +233,12 @@ def measure_clone(
     finally:
         server.stop()
     medians = [statistics.median(times[k]) for k in ("http", "local", "cpu", "bare")]
-    bot = (statistics.median(t[0] for t in shallow), statistics.median(t[1] for t in shallow), shallow[-1][2],
-           statistics.median(t[3] for t in shallow))
+    bot = (
+        statistics.median(t[0] for t in shallow),
+        statistics.median(t[1] for t in shallow),
+        shallow[-1][2],
+        statistics.median(t[3] for t in shallow),
+    )
     floor = (statistics.median(times["floor"]), statistics.median(times["floor-cpu"]), floor_size)
     return medians[0], medians[1], medians[2], size, medians[3], bot, floor
 
@@ -259,16 +280,28 @@ def clone_phases(tmp: Path, remote: Path) -> list[list[str]]:
     with pack.open("wb") as out:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(["git", "pack-objects", "--revs", "--all", "--stdout", "--delta-base-offset", "-q"],
-                       cwd=remote, stdin=subprocess.DEVNULL, stdout=out, check=True, timeout=600)
+        subprocess.run(
+            ["git", "pack-objects", "--revs", "--all", "--stdout", "--delta-base-offset", "-q"],
+            cwd=remote,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            check=True,
+            timeout=600,
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     server = (time.perf_counter() - start, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     git(tmp, "init", "-q", "--bare", "phases.git")
     with pack.open("rb") as data:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(["git", "index-pack", "--stdin"], cwd=tmp / "phases.git", stdin=data,
-                       stdout=subprocess.DEVNULL, check=True, timeout=600)
+        subprocess.run(
+            ["git", "index-pack", "--stdin"],
+            cwd=tmp / "phases.git",
+            stdin=data,
+            stdout=subprocess.DEVNULL,
+            check=True,
+            timeout=600,
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client = (time.perf_counter() - start, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     bare = cpu_of(["git", "clone", "-q", "--no-local", "--no-checkout", str(remote), str(tmp / "phases")])
@@ -297,8 +330,10 @@ def clone_phases(tmp: Path, remote: Path) -> list[list[str]]:
         ["client: `git index-pack` of that pack (inflates, resolves, hashes)", shown(client)],
         ["`git clone --no-checkout` (local transport: both of these, one machine)", shown(bare)],
         [f"its checkout: {files} files (the full clone less the `--no-checkout` one)", shown(checkout)],
-        ["raw bytes the history holds (what index-pack inflates and hashes)",
-         " · ".join(f"{k}s {v / 1e6:.0f} MB" for k, v in sorted(raw.items()))],
+        [
+            "raw bytes the history holds (what index-pack inflates and hashes)",
+            " · ".join(f"{k}s {v / 1e6:.0f} MB" for k, v in sorted(raw.items())),
+        ],
         ["for scale: `git hash-object` of 100 MB on this machine", shown(hashing)],
     ]
 
@@ -313,11 +348,13 @@ def history_entropy(remote: Path, preset: int = 9) -> int:
     listed = git(remote, "rev-list", "--objects", "--all", "--reverse").splitlines()
     kinds = git(remote, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)")
     blobs = {line.split()[0] for line in kinds.splitlines() if line.endswith(" blob")}
-    found = sorted((path, order, oid) for order, (oid, _, path) in enumerate(line.partition(" ") for line in listed)
-                   if oid in blobs)
+    found = sorted(
+        (path, order, oid)
+        for order, (oid, _, path) in enumerate(line.partition(" ") for line in listed)
+        if oid in blobs
+    )
     compressor = lzma.LZMACompressor(preset=preset | lzma.PRESET_EXTREME)
-    reader = subprocess.Popen(["git", "cat-file", "--batch"], cwd=remote, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE)
+    reader = subprocess.Popen(["git", "cat-file", "--batch"], cwd=remote, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert reader.stdin is not None and reader.stdout is not None
     packed = 0
     try:
@@ -378,15 +415,32 @@ def floor(tmp: Path, remote: Path) -> list[list[str]]:
     paths = git(remote, "ls-tree", "-r", "--name-only", BRANCH).splitlines()
     repo = tmp / "floor.git"
     git(tmp, "init", "-q", "--bare", "floor.git")
-    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="x\n", capture_output=True,
-                          text=True, check=True).stdout.strip()
-    subprocess.run(["git", "update-index", "--index-info"], cwd=repo, check=True, text=True,
-                   input="".join(f"100644 {blob}\t{p}\n" for p in paths),
-                   env={**os.environ, "GIT_INDEX_FILE": str(tmp / "floor.index")})
-    tree = subprocess.run(["git", "write-tree"], cwd=repo, capture_output=True, text=True, check=True,
-                          env={**os.environ, "GIT_INDEX_FILE": str(tmp / "floor.index")}).stdout.strip()
-    commit = subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit-tree",
-                             tree, "-m", "floor"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"], cwd=repo, input="x\n", capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        ["git", "update-index", "--index-info"],
+        cwd=repo,
+        check=True,
+        text=True,
+        input="".join(f"100644 {blob}\t{p}\n" for p in paths),
+        env={**os.environ, "GIT_INDEX_FILE": str(tmp / "floor.index")},
+    )
+    tree = subprocess.run(
+        ["git", "write-tree"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GIT_INDEX_FILE": str(tmp / "floor.index")},
+    ).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit-tree", tree, "-m", "floor"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     git(repo, "update-ref", f"refs/heads/{BRANCH}", commit)
     git(repo, "symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
     wall, cpu = cpu_of(["git", "clone", "-q", "--no-local", str(repo), str(tmp / "floor")])
@@ -395,16 +449,30 @@ def floor(tmp: Path, remote: Path) -> list[list[str]]:
     shutil.rmtree(tmp / "floor")
     shutil.rmtree(repo)
     (tmp / "floor.index").unlink()
-    return [[f"floor: clone of one commit of the same {len(paths)} paths, each a 2-byte file (local transport)",
-             f"{wall:.2f} s wall, {cpu:.2f} s CPU; .git {dot_git:.1f} MB, of which the index {index:.1f} MB"]]
+    return [
+        [
+            f"floor: clone of one commit of the same {len(paths)} paths, each a 2-byte file (local transport)",
+            f"{wall:.2f} s wall, {cpu:.2f} s CPU; .git {dot_git:.1f} MB, of which the index {index:.1f} MB",
+        ]
+    ]
 
 
 def kind_of(kind: str, path: str) -> str:
     """What a packed object is, for the breakdown: the file it is a version of, by role."""
     if kind != "blob":
-        return kind if kind == "commit" else "tree (root)" if not path else (
-            "tree status/<exp>" if path.startswith("status/") else
-            "tree runs/<exp>" if path.startswith("runs/") else f"tree {path.split('/')[0]}")
+        return (
+            kind
+            if kind == "commit"
+            else "tree (root)"
+            if not path
+            else (
+                "tree status/<exp>"
+                if path.startswith("status/")
+                else "tree runs/<exp>"
+                if path.startswith("runs/")
+                else f"tree {path.split('/')[0]}"
+            )
+        )
     name = path.rsplit("/", 1)[-1]
     if path.startswith("runs/"):
         return "run requests"
@@ -425,8 +493,9 @@ def breakdown(clone: Path) -> list[list[str]]:
     """Where a clone's `.git` bytes go: each kind of packed object (versions, bytes), the pack index and
     the work tree's index, largest first (`git verify-pack -v` joined with `git rev-list --objects`)."""
     pack = next((clone / ".git" / "objects" / "pack").glob("*.idx"))
-    listed = subprocess.run(["git", "verify-pack", "-v", str(pack)], capture_output=True, text=True, check=True,
-                            timeout=600).stdout
+    listed = subprocess.run(
+        ["git", "verify-pack", "-v", str(pack)], capture_output=True, text=True, check=True, timeout=600
+    ).stdout
     paths = {}
     for line in git(clone, "rev-list", "--objects", "--all").splitlines():
         oid, _, path = line.partition(" ")
@@ -441,8 +510,11 @@ def breakdown(clone: Path) -> list[list[str]]:
     sizes["pack index (.idx)"] = [0, pack.stat().st_size]
     sizes["work tree index (.git/index)"] = [0, (clone / ".git" / "index").stat().st_size]
     total = sum(b for _, b in sizes.values())
-    return [[kind, f"{n}" if n else "", f"{b / 1e6:.2f} MB", f"{100 * b / total:.0f} %"]
-            for kind, (n, b) in sorted(sizes.items(), key=lambda kv: -kv[1][1]) if b >= total / 500]
+    return [
+        [kind, f"{n}" if n else "", f"{b / 1e6:.2f} MB", f"{100 * b / total:.0f} %"]
+        for kind, (n, b) in sorted(sizes.items(), key=lambda kv: -kv[1][1])
+        if b >= total / 500
+    ]
 
 
 def finished_lab(tmp: Path, n: int) -> Path:
@@ -452,14 +524,15 @@ def finished_lab(tmp: Path, n: int) -> Path:
     from tuneplane.lab.runs import RunKey, dump_request, status_text
 
     remote = make_remote(tmp)
-    lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes",
-                   profile="h200:8")
+    lab = seed_lab(remote, tmp / "lab", {e: "echo hi\n" for e in EXPERIMENTS}, backend="kubernetes", profile="h200:8")
     rng = random.Random(2)
     for at, run_id in enumerate(run_ids(n, seed=3)):
         exp = EXPERIMENTS[at % len(EXPERIMENTS)]
         key = RunKey(exp, run_id)
-        for rel, text in ((key.request_rel, dump_request(request(exp, run_id, "h200:8"))),
-                          (key.status_rel, status_text(status(exp, run_id, "Succeeded", rng)))):  # type: ignore[arg-type]
+        for rel, text in (
+            (key.request_rel, dump_request(request(exp, run_id, "h200:8"))),
+            (key.status_rel, status_text(status(exp, run_id, "Succeeded", rng))),
+        ):  # type: ignore[arg-type]
             (lab / rel).parent.mkdir(parents=True, exist_ok=True)
             (lab / rel).write_text(text, encoding="utf-8")
     git(lab, "add", "-A")
@@ -476,8 +549,9 @@ def bot_times(root: Path, verb: str) -> tuple[float, float]:
     """Wall time and CPU time (the process and its git children) of one `tp bot VERB`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tuneplane", "bot", verb], cwd=root, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane", "bot", verb], cwd=root, capture_output=True, text=True, check=False
+    )
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -499,32 +573,87 @@ def main() -> int:
         remote, built = build_history(tmp / "history", args.runs, args.batch)
         commits = git(remote, "rev-list", "--count", BRANCH)
         structure, tiny = structure_floor(remote)
-        seconds, local, cpu, size, bare, (shallow_wall, shallow_cpu, shallow_size, shallow_bare), (
-            floor_wall, floor_cpu, floor_size) = measure_clone(tmp, remote, args.repeat, structure)
+        (
+            seconds,
+            local,
+            cpu,
+            size,
+            bare,
+            (shallow_wall, shallow_cpu, shallow_size, shallow_bare),
+            (floor_wall, floor_cpu, floor_size),
+        ) = measure_clone(tmp, remote, args.repeat, structure)
         ok &= size <= TARGETS["git"] and seconds <= TARGETS["clone"]
-        rows.append([f".git of a full clone after {args.runs} runs ({commits} commits)", f"{size:.1f} MB",
-                     f"≤ {TARGETS['git']:g} MB", MAIN["git"]])
-        rows.append([f"full clone over smart HTTP after {args.runs} runs (median of {args.repeat})",
-                     f"{seconds:.2f} s wall, {cpu:.2f} s CPU", f"≤ {TARGETS['clone']:g} s", MAIN["clone"]])
+        rows.append(
+            [
+                f".git of a full clone after {args.runs} runs ({commits} commits)",
+                f"{size:.1f} MB",
+                f"≤ {TARGETS['git']:g} MB",
+                MAIN["git"],
+            ]
+        )
+        rows.append(
+            [
+                f"full clone over smart HTTP after {args.runs} runs (median of {args.repeat})",
+                f"{seconds:.2f} s wall, {cpu:.2f} s CPU",
+                f"≤ {TARGETS['clone']:g} s",
+                MAIN["clone"],
+            ]
+        )
         rows.append(["  the same, git's local transport (no HTTP)", f"{local:.2f} s", "", ""])
         rows.append(["  the same over HTTP with `--no-checkout` (the history's part)", f"{bare:.2f} s", "", ""])
-        rows.append([f"the bot's clone (workflow `fetch-depth: 1`): `git clone --depth 1` over smart HTTP "
-                     f"(median of {args.repeat})", f"{shallow_wall:.2f} s wall, {shallow_cpu:.2f} s CPU", "", ""])
+        rows.append(
+            [
+                f"the bot's clone (workflow `fetch-depth: 1`): `git clone --depth 1` over smart HTTP "
+                f"(median of {args.repeat})",
+                f"{shallow_wall:.2f} s wall, {shallow_cpu:.2f} s CPU",
+                "",
+                "",
+            ]
+        )
         rows.append(["  its .git", f"{shallow_size:.1f} MB", "", ""])
-        rows.append(["  the same with `--no-checkout` (what a bot run pays for history)", f"{shallow_bare:.2f} s",
-                     "", ""])
+        rows.append(
+            ["  the same with `--no-checkout` (what a bot run pays for history)", f"{shallow_bare:.2f} s", "", ""]
+        )
         print(table(breakdown(tmp / "clone-http-0"), ["where the clone's .git goes", "versions", "bytes", "share"]))
         shutil.rmtree(tmp / "clone-http-0")
         content = history_entropy(remote) / 1e6
-        print(table(clone_phases(tmp, remote) + floor(tmp, remote) + [
-            ["content floor: `xz -9e` of every file version the history holds, in one stream by path",
-             f"{content:.2f} MB"]], ["where the clone's time goes", "measured"]))
-        rows.append(["structure floor: the same history, every file version a tiny distinct blob — its .git",
-                     f"{floor_size:.1f} MB", f"≤ {TARGETS['git']:g} MB", ""])
-        rows.append(["  its tiny blobs' bytes replaced by the content floor (what no packing of this history "
-                     "goes below)", f"{floor_size - tiny / 1e6 + content:.1f} MB", f"≤ {TARGETS['git']:g} MB", ""])
-        rows.append([f"  its full clone over smart HTTP (median of {args.repeat}, the same rounds)",
-                     f"{floor_wall:.2f} s wall, {floor_cpu:.2f} s CPU", f"≤ {TARGETS['clone']:g} s", ""])
+        print(
+            table(
+                clone_phases(tmp, remote)
+                + floor(tmp, remote)
+                + [
+                    [
+                        "content floor: `xz -9e` of every file version the history holds, in one stream by path",
+                        f"{content:.2f} MB",
+                    ]
+                ],
+                ["where the clone's time goes", "measured"],
+            )
+        )
+        rows.append(
+            [
+                "structure floor: the same history, every file version a tiny distinct blob — its .git",
+                f"{floor_size:.1f} MB",
+                f"≤ {TARGETS['git']:g} MB",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                "  its tiny blobs' bytes replaced by the content floor (what no packing of this history goes below)",
+                f"{floor_size - tiny / 1e6 + content:.1f} MB",
+                f"≤ {TARGETS['git']:g} MB",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                f"  its full clone over smart HTTP (median of {args.repeat}, the same rounds)",
+                f"{floor_wall:.2f} s wall, {floor_cpu:.2f} s CPU",
+                f"≤ {TARGETS['clone']:g} s",
+                "",
+            ]
+        )
         print(f"  built in {built:.0f} s; building a lab of {args.statuses} finished runs …", flush=True)
         lab = finished_lab(tmp / "noop", args.statuses)
         for verb in ("reconcile", "sync"):
@@ -532,8 +661,14 @@ def main() -> int:
             median = statistics.median(t for t, _ in times)
             cpu = statistics.median(c for _, c in times)
             ok &= median <= TARGETS["noop"]
-            rows.append([f"no-op `tp bot {verb}` over {args.statuses} statuses (whole process, median)",
-                         f"{median:.3f} s wall, {cpu:.3f} s CPU", f"≤ {TARGETS['noop']:g} s", MAIN["noop"]])
+            rows.append(
+                [
+                    f"no-op `tp bot {verb}` over {args.statuses} statuses (whole process, median)",
+                    f"{median:.3f} s wall, {cpu:.3f} s CPU",
+                    f"≤ {TARGETS['noop']:g} s",
+                    MAIN["noop"],
+                ]
+            )
         if git(lab, "status", "--porcelain"):
             raise RuntimeError("a no-op bot run changed the lab")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -541,8 +676,14 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "tuneplane", "--help"], check=True, capture_output=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        rows.append(["for scale, on this machine now: `tp --help`",
-                     f"{time.perf_counter() - start:.3f} s wall, {cpu:.3f} s CPU", "", ""])
+        rows.append(
+            [
+                "for scale, on this machine now: `tp --help`",
+                f"{time.perf_counter() - start:.3f} s wall, {cpu:.3f} s CPU",
+                "",
+                "",
+            ]
+        )
         print(table(rows, ["case", "ours", "target", "main (issue 14)"]))
         return 0 if ok else 1
     finally:

@@ -121,15 +121,33 @@ def listen_overflows() -> int:
 def run_config(server: str, backlog: int, senders: int, requests: int, points: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "ingest.sqlite"
-        rx = subprocess.Popen([sys.executable, "-c", server, str(db), SECRET, str(backlog)],
-                              stdout=subprocess.PIPE, text=True)
+        rx = subprocess.Popen(
+            [sys.executable, "-c", server, str(db), SECRET, str(backlog)], stdout=subprocess.PIPE, text=True
+        )
         assert rx.stdout is not None
         url = rx.stdout.readline().strip()
-        host, port = url[len("http://"):].split(":")
+        host, port = url[len("http://") :].split(":")
         overflows = listen_overflows()
         start_at = time.time() + 1.5 + senders * 0.03  # every sender starts at the same instant
-        procs = [subprocess.Popen([sys.executable, "-c", SENDER, host, port, f"run-{i}", str(requests), str(points),
-                                   str(start_at), SECRET], stdout=subprocess.PIPE, text=True) for i in range(senders)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    SENDER,
+                    host,
+                    port,
+                    f"run-{i}",
+                    str(requests),
+                    str(points),
+                    str(start_at),
+                    SECRET,
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(senders)
+        ]
         results = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
         elapsed = time.time() - start_at
         overflows = listen_overflows() - overflows
@@ -146,10 +164,16 @@ def run_config(server: str, backlog: int, senders: int, requests: int, points: i
             size = 0
     connects = [c for r in results for c in r["connects"]]
     totals = [t for r in results for t in r["totals"]]
-    return {"connect_p50_ms": pct(connects, 0.5) * 1000, "connect_p99_ms": pct(connects, 0.99) * 1000,
-            "request_p99_ms": pct(totals, 0.99) * 1000, "points_per_s": stored / elapsed,
-            "failed": sum(r["failed"] for r in results), "bytes_per_point": size / max(1, stored),
-            "stored": stored, "overflows": overflows}
+    return {
+        "connect_p50_ms": pct(connects, 0.5) * 1000,
+        "connect_p99_ms": pct(connects, 0.99) * 1000,
+        "request_p99_ms": pct(totals, 0.99) * 1000,
+        "points_per_s": stored / elapsed,
+        "failed": sum(r["failed"] for r in results),
+        "bytes_per_point": size / max(1, stored),
+        "stored": stored,
+        "overflows": overflows,
+    }
 
 
 def main() -> int:
@@ -170,21 +194,33 @@ def main() -> int:
 
 
 def report(args: argparse.Namespace) -> None:
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, {args.load} busy processes; "
-          f"each sender: {args.requests} requests x {args.points} points, new connection each")
-    print(f"{'receiver':<22}{'senders':>8}{'conn p50':>10}{'conn p99':>10}{'req p99':>10}{'points/s':>11}"
-          f"{'failed':>8}{'B/point':>9}{'overflows':>10}")
-    configs = (("ours (backlog 1024)", RECEIVER, 1024), ("old backlog 5", RECEIVER, 5),
-               ("floor: bare answerer", FLOOR, 1024))
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, {args.load} busy processes; "
+        f"each sender: {args.requests} requests x {args.points} points, new connection each"
+    )
+    print(
+        f"{'receiver':<22}{'senders':>8}{'conn p50':>10}{'conn p99':>10}{'req p99':>10}{'points/s':>11}"
+        f"{'failed':>8}{'B/point':>9}{'overflows':>10}"
+    )
+    configs = (
+        ("ours (backlog 1024)", RECEIVER, 1024),
+        ("old backlog 5", RECEIVER, 5),
+        ("floor: bare answerer", FLOOR, 1024),
+    )
     for senders in [int(x) for x in args.senders.split(",")]:
         for name, server, backlog in configs:
             row = run_config(server, backlog, senders, args.requests, args.points)
             per_point = f"{row['bytes_per_point']:>9.1f}" if row["bytes_per_point"] else f"{'-':>9}"
-            print(f"{name:<22}{senders:>8}{row['connect_p50_ms']:>9.1f}m{row['connect_p99_ms']:>9.1f}m"
-                  f"{row['request_p99_ms']:>9.1f}m{row['points_per_s']:>11.0f}{row['failed']:>8}"
-                  f"{per_point}{row['overflows']:>10}", flush=True)
-    print("targets: connect p99 <= 100 ms at 64 senders; <= 30 B per stored point (ms = milliseconds);\n"
-          "overflows: connections the kernel dropped from a full accept queue during that run (machine-wide)")
+            print(
+                f"{name:<22}{senders:>8}{row['connect_p50_ms']:>9.1f}m{row['connect_p99_ms']:>9.1f}m"
+                f"{row['request_p99_ms']:>9.1f}m{row['points_per_s']:>11.0f}{row['failed']:>8}"
+                f"{per_point}{row['overflows']:>10}",
+                flush=True,
+            )
+    print(
+        "targets: connect p99 <= 100 ms at 64 senders; <= 30 B per stored point (ms = milliseconds);\n"
+        "overflows: connections the kernel dropped from a full accept queue during that run (machine-wide)"
+    )
 
 
 if __name__ == "__main__":

@@ -59,18 +59,22 @@ def peak_rss(pid: int) -> int:
 
 
 def start(tmp: str) -> tuple[subprocess.Popen[str], str, int]:
-    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(Path(tmp) / "ingest.sqlite"), SECRET.decode()],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECEIVER, str(Path(tmp) / "ingest.sqlite"), SECRET.decode()],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
-    host, port = proc.stdout.readline().strip()[len("http://"):].split(":")
+    host, port = proc.stdout.readline().strip()[len("http://") :].split(":")
     return proc, host, int(port)
 
 
 def healthy(host: str, port: int, run: str, until: float, stats: dict[str, list[float]]) -> None:
     step = 0
     while time.time() < until:
-        body = json.dumps({"run_id": run, "points": [{"key": "loss", "step": step + i, "value": 0.5}
-                                                    for i in range(2000)]})
+        body = json.dumps(
+            {"run_id": run, "points": [{"key": "loss", "step": step + i, "value": 0.5} for i in range(2000)]}
+        )
         step += 2000
         t0 = time.perf_counter()
         try:
@@ -104,8 +108,9 @@ def attack(host: str, port: int, kind: int, until: float, bombs: dict[str, bytes
 
 def flood(host: str, port: int, until: float, counts: dict[str, int]) -> None:
     """One connection after another: a wrong token and 8 MiB of body with no run id up front."""
-    head = (f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
-            f"X-TunePlane-Token: {'0' * 64}\r\n\r\n").encode()
+    head = (
+        f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\nX-TunePlane-Token: {'0' * 64}\r\n\r\n"
+    ).encode()
     chunk = b" " * (256 * 1024)
     while time.time() < until:
         sent = 0
@@ -133,8 +138,9 @@ def names_phase(names: int) -> None:
         conn = http.client.HTTPConnection(host, port, timeout=300)
         for start_at in range(0, names, 50_000):
             chunk = range(start_at, min(names, start_at + 50_000))
-            body = json.dumps({"run_id": "names", "points": [{"key": f"metric/{i}", "step": 0, "value": 1.0}
-                                                             for i in chunk]})
+            body = json.dumps(
+                {"run_id": "names", "points": [{"key": f"metric/{i}", "step": 0, "value": 1.0} for i in chunk]}
+            )
             conn.request("POST", "/metrics", body, headers)
             left_out += json.loads(conn.getresponse().read()).get("over_limit", 0)
         t0 = time.perf_counter()
@@ -145,8 +151,10 @@ def names_phase(names: int) -> None:
         rss = peak_rss(proc.pid)
         proc.send_signal(2)
         proc.wait(60)
-    print(f"names: {names} posted, {left_out} left out past the per-run limit; peak RSS {rss / 2**20:.1f} MB; "
-          f"default summary answer {len(answer) / 1024:.0f} KiB in {took:.2f} s")
+    print(
+        f"names: {names} posted, {left_out} left out past the per-run limit; peak RSS {rss / 2**20:.1f} MB; "
+        f"default summary answer {len(answer) / 1024:.0f} KiB in {took:.2f} s"
+    )
 
 
 def request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
@@ -163,10 +171,13 @@ def main() -> int:
     unit = b"[]," * 1024
     bomb = gzip.compress(b'{"points":[' + unit * (64 * 1024 * 1024 // len(unit)) + b"[]]}", compresslevel=9)
     deep = b'{"run_id": "atk", "params": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
-    bombs = {"bomb-no-token": request("/metrics", bomb, {"Content-Encoding": "gzip"}),
-             "bomb-valid-token": request("/metrics", bomb, {"Content-Encoding": "gzip", "X-TunePlane-Run": "atk",
-                                                           "X-TunePlane-Token": token("atk")}),
-             "deep-json": request("/hparams", deep, {"X-TunePlane-Token": token("atk")})}
+    bombs = {
+        "bomb-no-token": request("/metrics", bomb, {"Content-Encoding": "gzip"}),
+        "bomb-valid-token": request(
+            "/metrics", bomb, {"Content-Encoding": "gzip", "X-TunePlane-Run": "atk", "X-TunePlane-Token": token("atk")}
+        ),
+        "deep-json": request("/hparams", deep, {"X-TunePlane-Token": token("atk")}),
+    }
     print(f"gzip bomb: {len(bomb) / 1024:.0f} KiB on the wire, 64 MiB inflated; deep JSON: 100,000 levels")
     rows = []
     for phase in ("healthy", "hostile", "flood"):
@@ -175,14 +186,18 @@ def main() -> int:
             until = time.time() + args.seconds
             stats: dict[str, list[float]] = {}
             counts: dict[str, int] = {}
-            workers = [threading.Thread(target=healthy, args=(host, port, f"h{i}", until, stats))
-                       for i in range(8 if phase == "healthy" else 1)]
+            workers = [
+                threading.Thread(target=healthy, args=(host, port, f"h{i}", until, stats))
+                for i in range(8 if phase == "healthy" else 1)
+            ]
             if phase == "hostile":
-                workers += [threading.Thread(target=attack, args=(host, port, i % 4, until, bombs, counts))
-                            for i in range(8)]
+                workers += [
+                    threading.Thread(target=attack, args=(host, port, i % 4, until, bombs, counts)) for i in range(8)
+                ]
             if phase == "flood":
-                workers += [threading.Thread(target=flood, args=(host, port, until, counts))
-                            for _ in range(args.connections)]
+                workers += [
+                    threading.Thread(target=flood, args=(host, port, until, counts)) for _ in range(args.connections)
+                ]
             for worker in workers:
                 worker.start()
             for worker in workers:
@@ -192,15 +207,18 @@ def main() -> int:
             proc.wait(30)
             ok = stats.get("ok", [])
             p99 = sorted(ok)[int(0.99 * (len(ok) - 1))] * 1000 if ok else float("nan")
-            rows.append((phase, rss, len(ok), len(stats.get("refused", [])) + len(stats.get("failed", [])), p99,
-                         counts))
+            rows.append(
+                (phase, rss, len(ok), len(stats.get("refused", [])) + len(stats.get("failed", [])), p99, counts)
+            )
     print(f"{'load':<9}{'peak RSS':>11}{'healthy ok':>12}{'not ok':>8}{'p99 ms':>9}  hostile answers")
     for phase, rss, served, bad, p99, counts in rows:
         print(f"{phase:<9}{rss / 2**20:>9.1f}MB{served:>12}{bad:>8}{p99:>9.0f}  {counts or '-'}")
     for phase, rss, served, bad, _, _ in rows[1:]:
-        print(f"target: peak RSS under {phase} load < 200 MB: {'met' if rss < 200 * 2**20 else 'NOT met'} "
-              f"({rss / rows[0][1]:.2f}x the healthy figure); healthy client served: "
-              f"{'yes' if served > 0 and bad == 0 else 'NO'}")
+        print(
+            f"target: peak RSS under {phase} load < 200 MB: {'met' if rss < 200 * 2**20 else 'NOT met'} "
+            f"({rss / rows[0][1]:.2f}x the healthy figure); healthy client served: "
+            f"{'yes' if served > 0 and bad == 0 else 'NO'}"
+        )
     if args.names:
         names_phase(args.names)
     return 0

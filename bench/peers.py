@@ -40,8 +40,12 @@ def peer_venv(name: str, requirements: list[str], python: str | None = None) -> 
     try:
         shutil.rmtree(env_dir, ignore_errors=True)
         subprocess.run([python, "-m", "venv", str(env_dir)], check=True, capture_output=True)
-        subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", *requirements],
-                       check=True, capture_output=True, timeout=900)
+        subprocess.run(
+            [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", *requirements],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"  (could not install {' '.join(requirements)} for {name}: {exc}; skipped)")
         return None
@@ -66,8 +70,21 @@ def ours_installed() -> Path | None:
     if env_dir is None:
         return None
     try:
-        subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                        "--force-reinstall", str(root)], check=True, capture_output=True, timeout=900)
+        subprocess.run(
+            [
+                str(env_dir / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--force-reinstall",
+                str(root),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"  (could not install this checkout into {env_dir}: {exc}; skipped)")
         return None
@@ -83,8 +100,9 @@ def bytecode_env() -> dict[str, str]:
     return env
 
 
-def time_interleaved(commands: list[tuple[list[str], Path, object]], runs: int,
-                     env: dict[str, str] | None = None) -> list[tuple[float, float]]:
+def time_interleaved(
+    commands: list[tuple[list[str], Path, object]], runs: int, env: dict[str, str] | None = None
+) -> list[tuple[float, float]]:
     """Median wall and CPU time of each command, the commands run in turn within each round (one
     untimed round first), so a machine that slows down or speeds up mid-run affects all alike and
     the ratio between them holds (run one after the other, a busy minute lands on one of them)."""
@@ -108,22 +126,24 @@ def time_interleaved(commands: list[tuple[list[str], Path, object]], runs: int,
     return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)]
 
 
-def time_process(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
-                 setup=None) -> tuple[float, float]:
+def time_process(
+    argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None, setup=None
+) -> tuple[float, float]:
     """Median wall time and median CPU time (user + system) of the whole process, in seconds, after
     one untimed warm-up run (which writes the bytecode cache). `setup(i)` runs untimed before each run."""
     return time_interleaved([(argv, cwd, setup)], runs, env)[0]
 
 
-def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None,
-                 setup=None) -> float:
+def time_command(argv: list[str], cwd: Path, runs: int = 7, env: dict[str, str] | None = None, setup=None) -> float:
     """Median wall time of the whole process, in seconds (see `time_process`)."""
     return time_process(argv, cwd, runs, env, setup)[0]
 
 
 def table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
-           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
     return "\n".join(out)

@@ -47,26 +47,44 @@ cluster:
 """
 
 RECIPES = {
-    "custom-exp": ("custom/custom", {"image": "registry.example.com/me/trainer:1",
-                                     "observability_url": "https://wandb.example/p"}),
+    "custom-exp": (
+        "custom/custom",
+        {"image": "registry.example.com/me/trainer:1", "observability_url": "https://wandb.example/p"},
+    ),
     "pytorch-exp": ("pytorch/image-classification", {"set": {"learning_rate": 0.01}}),
-    "trl-exp": ("trl/sft", {"inputs": {"model": "Qwen/Qwen3-0.6B", "train_data": "data/train.jsonl",
-                                       "validation_data": "data/val.jsonl"}}),
-    "verl-exp": ("verl/grpo", {"inputs": {"model": "Qwen/Qwen3-0.6B", "train_data": "data/train.parquet",
-                                          "validation_data": "data/val.parquet"}}),
+    "trl-exp": (
+        "trl/sft",
+        {"inputs": {"model": "Qwen/Qwen3-0.6B", "train_data": "data/train.jsonl", "validation_data": "data/val.jsonl"}},
+    ),
+    "verl-exp": (
+        "verl/grpo",
+        {
+            "inputs": {
+                "model": "Qwen/Qwen3-0.6B",
+                "train_data": "data/train.parquet",
+                "validation_data": "data/val.parquet",
+            }
+        },
+    ),
     "evalkit-exp": ("evalkit/benchmark", {"inputs": {"model": "Qwen/Qwen3-0.6B"}}),
 }
 
 
 def tp(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNEPLANE_", "GIT_"))}
-    return subprocess.run([sys.executable, "-m", "tuneplane", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tuneplane", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
 
 
 def git(cwd: Path, *args: str) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="bench@example.org",
-               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.org")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="bench",
+        GIT_AUTHOR_EMAIL="bench@example.org",
+        GIT_COMMITTER_NAME="bench",
+        GIT_COMMITTER_EMAIL="bench@example.org",
+    )
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
@@ -90,8 +108,9 @@ def build_lab(runs: int) -> Path:
         name = names[i % len(names)]
         shape = "h200:16" if i % 3 == 0 and name != "evalkit-exp" else "h200:8"
         run_id = f"20250101-{i // 60:04d}{i % 60:02d}-{i:06x}"
-        request = RunRequest.model_validate({"experiment": name, "run_id": run_id, "profile": shape,
-                                             **RECIPES[name][1]})
+        request = RunRequest.model_validate(
+            {"experiment": name, "run_id": run_id, "profile": shape, **RECIPES[name][1]}
+        )
         path = root / "runs" / name / f"{request.run_id}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump_request(request), encoding="utf-8")

@@ -185,14 +185,14 @@ print(json.dumps({"calls": end - 1, "logged_points": 4 * end, "median_ns": per_c
                   "cpu_ns": cpu * 1e9 / (end - 1), "finish_s": finish_s}))
 '''
 
-RECEIVER = r'''
+RECEIVER = r"""
 import sys
 from tuneplane.ingest.server import IngestServer
 server = IngestServer(sys.argv[1], sys.argv[2].encode()).start()
 print(server.url, flush=True)
 sys.stdin.read()
 server.stop()
-'''
+"""
 
 
 def say(message: str) -> None:
@@ -210,8 +210,9 @@ def find_python(version: str | None) -> str | None:
         root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
         candidates += [str(p) for p in sorted(Path(root or ".", "versions").glob(f"{version}*/bin/python"))]
     for candidate in filter(None, candidates):
-        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+        )
         if probe.stdout.strip() == version:
             return candidate
     return None
@@ -241,11 +242,15 @@ def peer_python(name: str) -> str | None:
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TUNEPLANE_", "WANDB_", "MLFLOW_"))
-           and k not in ("PYTHONPATH", "RANK", "LOCAL_RANK", "PYTHONDONTWRITEBYTECODE")}  # import: cached bytecode
-    env.update(WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off",
-               MLFLOW_ALLOW_FILE_STORE="true")  # the peer measured is the local file store
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TUNEPLANE_", "WANDB_", "MLFLOW_"))
+        and k not in ("PYTHONPATH", "RANK", "LOCAL_RANK", "PYTHONDONTWRITEBYTECODE")
+    }  # import: cached bytecode
+    env.update(
+        WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off", MLFLOW_ALLOW_FILE_STORE="true"
+    )  # the peer measured is the local file store
     env.update(extra)
     return env
 
@@ -256,9 +261,14 @@ class Receiver:
 
     def __init__(self, db: Path) -> None:
         self.db = db
-        self.proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(db), SECRET.decode()],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=clean_env({"PYTHONPATH": str(REPO)}), cwd=WORK)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", RECEIVER, str(db), SECRET.decode()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=clean_env({"PYTHONPATH": str(REPO)}),
+            cwd=WORK,
+        )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
 
@@ -268,8 +278,7 @@ class Receiver:
         self.proc.wait(30)
 
 
-def run_sdk(sdk: str, python: str, mode: str, calls: int, receiver: Receiver | None,
-            budget_s: float) -> dict[str, Any]:
+def run_sdk(sdk: str, python: str, mode: str, calls: int, receiver: Receiver | None, budget_s: float) -> dict[str, Any]:
     from tuneplane.ingest import mint_token
 
     workdir = WORK / "runs" / f"{sdk}-{mode}"
@@ -278,14 +287,32 @@ def run_sdk(sdk: str, python: str, mode: str, calls: int, receiver: Receiver | N
     extra = {"PYTHONPATH": str(REPO)} if sdk == "ours" else {}
     run_id = f"{sdk}-{mode}-{time.time_ns()}"
     if mode in ("enabled", "loaded", "steps") and receiver is not None:
-        extra.update(TUNEPLANE_JOB_ENABLED="1", TUNEPLANE_JOB_ENDPOINT=receiver.url,
-                     TUNEPLANE_JOB_RUN_ID=run_id,
-                     TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id), TUNEPLANE_OUT_DIR=str(workdir))
+        extra.update(
+            TUNEPLANE_JOB_ENABLED="1",
+            TUNEPLANE_JOB_ENDPOINT=receiver.url,
+            TUNEPLANE_JOB_RUN_ID=run_id,
+            TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id),
+            TUNEPLANE_OUT_DIR=str(workdir),
+        )
     burner = subprocess.Popen([sys.executable, "-c", BURNER]) if mode == "loaded" else None
     try:
-        done = subprocess.run([python, "-c", RUNNER, sdk, "enabled" if mode == "loaded" else mode, str(calls),
-                               str(workdir), str(budget_s)],
-                              capture_output=True, text=True, env=clean_env(extra), cwd=workdir, timeout=900)
+        done = subprocess.run(
+            [
+                python,
+                "-c",
+                RUNNER,
+                sdk,
+                "enabled" if mode == "loaded" else mode,
+                str(calls),
+                str(workdir),
+                str(budget_s),
+            ],
+            capture_output=True,
+            text=True,
+            env=clean_env(extra),
+            cwd=workdir,
+            timeout=900,
+        )
     finally:
         if burner is not None:
             burner.kill()
@@ -297,8 +324,13 @@ def run_sdk(sdk: str, python: str, mode: str, calls: int, receiver: Receiver | N
     if sdk == "ours" and mode == "loaded":
         # What finish() could not send in its bounded time waits in the out dir; the collector (or the
         # backend after the job) uploads it: this is the delivered share after that pass.
-        subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"], env=clean_env(extra), cwd=workdir,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "tuneplane.collector", "--once"],
+            env=clean_env(extra),
+            cwd=workdir,
+            capture_output=True,
+            timeout=600,
+        )
         result["delivered_after_collector"] = delivered(sdk, mode, workdir, receiver, run_id)
     return result
 
@@ -319,8 +351,12 @@ def delivered(sdk: str, mode: str, workdir: Path, receiver: Receiver | None, run
 def import_ms(python: str, module: str, sdk: str) -> float:
     code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
     env = clean_env({"PYTHONPATH": str(REPO)} if sdk == "ours" else {})
-    runs = [float(subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=WORK,
-                                 check=True).stdout) for _ in range(5)]
+    runs = [
+        float(
+            subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=WORK, check=True).stdout
+        )
+        for _ in range(5)
+    ]
     return statistics.median(runs) * 1000
 
 
@@ -337,36 +373,52 @@ def pct(row: dict[str, Any]) -> str:
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
-    header = (f"{'sdk':<10} {'import ms':>9} {'no-token us':>11} {'enabled us':>10} {'mean us':>8} "
-              f"{'cpu us':>7} {'calls':>7} {'finish s':>8}  delivered")
+    header = (
+        f"{'sdk':<10} {'import ms':>9} {'no-token us':>11} {'enabled us':>10} {'mean us':>8} "
+        f"{'cpu us':>7} {'calls':>7} {'finish s':>8}  delivered"
+    )
     lines = [header, "-" * len(header)]
     for name, row in rows.items():
         off, on = row.get("off") or {}, row.get("on") or {}
-        lines.append(f"{name:<10} {row.get('import_ms', 0):>9.1f} {us(off.get('median_ns')):>11} "
-                     f"{us(on.get('median_ns')):>10} {us(on.get('mean_ns')):>8} {us(on.get('cpu_ns')):>7} "
-                     f"{on.get('calls', 0):>7} "
-                     f"{on.get('finish_s', 0):>8.2f}  {pct(on)}")
+        lines.append(
+            f"{name:<10} {row.get('import_ms', 0):>9.1f} {us(off.get('median_ns')):>11} "
+            f"{us(on.get('median_ns')):>10} {us(on.get('mean_ns')):>8} {us(on.get('cpu_ns')):>7} "
+            f"{on.get('calls', 0):>7} "
+            f"{on.get('finish_s', 0):>8.2f}  {pct(on)}"
+        )
     lines.append("")
     lines.append("machine loaded by a second (CPU-bound) process, enabled:")
     for name, row in rows.items():
         loaded = row.get("loaded") or {}
         if loaded:
             after = loaded.get("delivered_after_collector")
-            tail = (f"; after the collector's pass {after}/{loaded['logged_points']} "
-                    f"({100 * after / loaded['logged_points']:.1f}%)") if after is not None else ""
-            lines.append(f"  {name:<10} mean {us(loaded.get('mean_ns'))} us, finish {loaded.get('finish_s', 0):.2f} s, "
-                         f"delivered {pct(loaded)}{tail}")
+            tail = (
+                (
+                    f"; after the collector's pass {after}/{loaded['logged_points']} "
+                    f"({100 * after / loaded['logged_points']:.1f}%)"
+                )
+                if after is not None
+                else ""
+            )
+            lines.append(
+                f"  {name:<10} mean {us(loaded.get('mean_ns'))} us, finish {loaded.get('finish_s', 0):.2f} s, "
+                f"delivered {pct(loaded)}{tail}"
+            )
     lines.append("")
-    lines.append("step-loop slowdown (1 ms sleep + 2 ms matmul per step, one log() of 4 floats; median of "
-                 "per-round ratios, 95 % interval; plain against plain is the measure's own noise):")
+    lines.append(
+        "step-loop slowdown (1 ms sleep + 2 ms matmul per step, one log() of 4 floats; median of "
+        "per-round ratios, 95 % interval; plain against plain is the measure's own noise):"
+    )
     for name, row in rows.items():
         steps = row.get("steps") or {}
         if steps:
-            lines.append(f"  {name:<10} {steps['plain_step_ms']:.3f} ms -> {steps['logged_step_ms']:.3f} ms per step: "
-                         f"{steps['slowdown_pct']:+.1f}% ({steps['ci_pct'][0]:+.1f}..{steps['ci_pct'][1]:+.1f}%; "
-                         f"quartiles {steps['spread_pct'][0]:+.1f}..{steps['spread_pct'][1]:+.1f}%), "
-                         f"plain vs plain {steps['noise_pct'][0]:+.1f}..{steps['noise_pct'][1]:+.1f}%, "
-                         f"{steps['rounds']} rounds of 4x{steps['block_steps']} steps: {step_verdict(steps)}")
+            lines.append(
+                f"  {name:<10} {steps['plain_step_ms']:.3f} ms -> {steps['logged_step_ms']:.3f} ms per step: "
+                f"{steps['slowdown_pct']:+.1f}% ({steps['ci_pct'][0]:+.1f}..{steps['ci_pct'][1]:+.1f}%; "
+                f"quartiles {steps['spread_pct'][0]:+.1f}..{steps['spread_pct'][1]:+.1f}%), "
+                f"plain vs plain {steps['noise_pct'][0]:+.1f}..{steps['noise_pct'][1]:+.1f}%, "
+                f"{steps['rounds']} rounds of 4x{steps['block_steps']} steps: {step_verdict(steps)}"
+            )
     ours = rows.get("ours", {})
     lines.append("")
     lines.append("ratios (peer / ours; higher means ours is faster):")
@@ -397,8 +449,10 @@ def step_verdict(steps: dict[str, Any]) -> str:
         return f"faster, by {-high:.1f}% at least (the loop, not the SDK: check the machine)"
     if max(abs(low), abs(high)) <= noise:
         return f"within noise (cannot tell it from 0; the noise here is +-{noise:.1f}%)"
-    return (f"cannot tell: the interval overlaps the noise (+-{noise:.1f}%) without lying inside it; "
-            "rerun with more --steps")
+    return (
+        f"cannot tell: the interval overlaps the noise (+-{noise:.1f}%) without lying inside it; "
+        "rerun with more --steps"
+    )
 
 
 def verdict(ours: dict[str, Any]) -> str:
@@ -410,8 +464,10 @@ def verdict(ours: dict[str, Any]) -> str:
         ("log() enabled (plain mean, sender included)", on.get("mean_ns", 1e9) / 1000, TARGETS["mean_us"], "us"),
         ("import tuneplane.report", ours.get("import_ms", 1e9), TARGETS["import_ms"], "ms"),
     ]
-    lines = [f"  {'ok ' if value <= limit else 'MISS'} {label}: {value:.3f} {unit} (target <= {limit} {unit})"
-             for label, value, limit, unit in checks]
+    lines = [
+        f"  {'ok ' if value <= limit else 'MISS'} {label}: {value:.3f} {unit} (target <= {limit} {unit})"
+        for label, value, limit, unit in checks
+    ]
     share = 100 * got / logged
     mark = "ok " if share >= TARGETS["delivered_pct"] else "MISS"
     lines.append(f"  {mark} delivered: {share:.1f}% (target 100%)")
@@ -422,11 +478,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=100_000, help="log() calls per measurement")
     parser.add_argument("--peers", default="upstream,wandb,mlflow", help="comma-separated; empty for none")
-    parser.add_argument("--peer-seconds", type=float, default=60.0,
-                        help="stop a slow peer's loop after this long (its call count is reported)")
-    parser.add_argument("--steps", type=int, default=8000,
-                        help="steps of the step-loop slowdown measurement, logged and plain together (rounds of "
-                             "four blocks: plain, logged, logged, plain)")
+    parser.add_argument(
+        "--peer-seconds",
+        type=float,
+        default=60.0,
+        help="stop a slow peer's loop after this long (its call count is reported)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=8000,
+        help="steps of the step-loop slowdown measurement, logged and plain together (rounds of "
+        "four blocks: plain, logged, logged, plain)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)

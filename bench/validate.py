@@ -55,8 +55,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--editable", action="store_true",
-                        help="measure this environment's own tp instead of a wheel installed in bench/.work/ours")
+    parser.add_argument(
+        "--editable",
+        action="store_true",
+        help="measure this environment's own tp instead of a wheel installed in bench/.work/ours",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-validate-"))
     try:
@@ -72,19 +75,29 @@ def _run(tmp: Path, n: int, runs: int, editable: bool) -> int:
     lab = build_lab(ours, tmp / "ours", n, ["--no-git", "--yes"])
     results: dict[str, dict[str, tuple[float, float] | None]] = {}
 
-    def measure(label: str, ours_argv: list[str], ours_cwd: Path, up_argv: list[str] | None, up_cwd: Path | None,
-                ours_setup=None, up_setup=None) -> None:
+    def measure(
+        label: str,
+        ours_argv: list[str],
+        ours_cwd: Path,
+        up_argv: list[str] | None,
+        up_cwd: Path | None,
+        ours_setup=None,
+        up_setup=None,
+    ) -> None:
         entry: dict[str, tuple[float, float] | None] = {"upstream": None}
         if up_argv and up_cwd:
             entry["ours"], entry["upstream"] = time_interleaved(
-                [(ours_argv, ours_cwd, ours_setup), (up_argv, up_cwd, up_setup)], runs)
+                [(ours_argv, ours_cwd, ours_setup), (up_argv, up_cwd, up_setup)], runs
+            )
         else:
             entry["ours"] = time_process(ours_argv, ours_cwd, runs, setup=ours_setup)
         results[label] = entry
         o, u = entry["ours"], entry["upstream"]
         assert o is not None
-        print(f"  {label}: ours {o[0]:.3f} s ({o[1]:.3f} s CPU)" +
-              (f", upstream {u[0]:.3f} s ({u[1]:.3f} s CPU)" if u else ""))
+        print(
+            f"  {label}: ours {o[0]:.3f} s ({o[1]:.3f} s CPU)"
+            + (f", upstream {u[0]:.3f} s ({u[1]:.3f} s CPU)" if u else "")
+        )
 
     up_env = upstream_venv()
     up_tp = [str(up_env / "bin" / "tp")] if up_env else None
@@ -93,23 +106,36 @@ def _run(tmp: Path, n: int, runs: int, editable: bool) -> int:
         up_lab = tmp / "up" / "lab"
         up_lab.parent.mkdir(parents=True)
         subprocess.run([*up_tp, "init", str(up_lab), "--yes", "--no-git"], check=True, capture_output=True)
-        subprocess.run([*up_tp, "new", "exp0000", "--method", "custom/custom"], cwd=up_lab, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [*up_tp, "new", "exp0000", "--method", "custom/custom"], cwd=up_lab, check=True, capture_output=True
+        )
 
     def clean(lab_dir: Path | None):
         def setup(i: int) -> None:
             if lab_dir is not None:
                 shutil.rmtree(lab_dir / "experiments" / "bench-new", ignore_errors=True)
+
         return setup
 
     measure("tp --help", [*ours, "--help"], lab, up_tp and [*up_tp, "--help"], up_lab)
-    measure("tp new", [*ours, "new", "bench-new", "--method", "custom/custom"], lab,
-            up_tp and [*up_tp, "new", "bench-new", "--method", "custom/custom"], up_lab,
-            ours_setup=clean(lab), up_setup=clean(up_lab))
+    measure(
+        "tp new",
+        [*ours, "new", "bench-new", "--method", "custom/custom"],
+        lab,
+        up_tp and [*up_tp, "new", "bench-new", "--method", "custom/custom"],
+        up_lab,
+        ours_setup=clean(lab),
+        up_setup=clean(up_lab),
+    )
     clean(lab)(0)
     measure("tp validate EXP", [*ours, "validate", "exp0000"], lab, up_tp and [*up_tp, "validate", "exp0000"], up_lab)
-    measure("tp validate --all (1,000)" if n == 1000 else f"tp validate --all ({n})", [*ours, "validate", "--all"],
-            lab, None, None)
+    measure(
+        "tp validate --all (1,000)" if n == 1000 else f"tp validate --all ({n})",
+        [*ours, "validate", "--all"],
+        lab,
+        None,
+        None,
+    )
     floor = import_floor(ours, lab, runs)
     rows = []
     for label, entry in results.items():
@@ -124,20 +150,44 @@ def _run(tmp: Path, n: int, runs: int, editable: bool) -> int:
             want = RATIO_TARGETS[label]
             verdicts.append(f"{'ok' if u[1] / o[1] >= want else 'MISSED'} (≥ {want:g}× CPU)")
         none = "n/a (no such command upstream)" if "--all" in label else "n/a"
-        rows.append([label, f"{o[0]:.3f} s", f"{o[1]:.3f} s", f"{u[0]:.3f} s" if u else "-",
-                     f"{u[1]:.3f} s" if u else "-", f"{u[0] / o[0]:.1f}×" if u else none,
-                     f"{u[1] / o[1]:.1f}×" if u else none, "; ".join(verdicts)])
-    rows.append([FLOOR_LABEL, f"{floor[0]:.3f} s", f"{floor[1]:.3f} s", "-", "-", "", "",
-                 "what any validate pays before its own code"])
+        rows.append(
+            [
+                label,
+                f"{o[0]:.3f} s",
+                f"{o[1]:.3f} s",
+                f"{u[0]:.3f} s" if u else "-",
+                f"{u[1]:.3f} s" if u else "-",
+                f"{u[0] / o[0]:.1f}×" if u else none,
+                f"{u[1] / o[1]:.1f}×" if u else none,
+                "; ".join(verdicts),
+            ]
+        )
+    rows.append(
+        [
+            FLOOR_LABEL,
+            f"{floor[0]:.3f} s",
+            f"{floor[1]:.3f} s",
+            "-",
+            "-",
+            "",
+            "",
+            "what any validate pays before its own code",
+        ]
+    )
     print()
-    print(table(rows, ["command", "ours wall", "ours CPU", "upstream wall", "upstream CPU", "ratio wall",
-                      "ratio CPU", "target"]))
+    print(
+        table(
+            rows,
+            ["command", "ours wall", "ours CPU", "upstream wall", "upstream CPU", "ratio wall", "ratio CPU", "target"],
+        )
+    )
     return 0
 
 
 FLOOR_LABEL = "floor: the interpreter + `from pydantic import BaseModel` + `import yaml`"
-FLOOR_CODE = ("import os; os.environ['PYDANTIC_DISABLE_PLUGINS'] = '__all__'; "
-              "from pydantic import BaseModel; import yaml")
+FLOOR_CODE = (
+    "import os; os.environ['PYDANTIC_DISABLE_PLUGINS'] = '__all__'; from pydantic import BaseModel; import yaml"
+)
 
 
 def import_floor(ours: list[str], lab: Path, runs: int) -> tuple[float, float]:

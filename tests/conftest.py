@@ -124,8 +124,12 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
             monkeypatch.delenv(key)
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
-    for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
-                     ("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state")):
+    for var, sub in (
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_STATE_HOME", ".local/state"),
+    ):
         (home / sub).mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(var, str(home / sub))
     for key, value in GIT_IDENTITY.items():
@@ -200,8 +204,9 @@ class TpResult:
         return self.out + self.err
 
 
-def run_tp_in_process(*args: object, cwd: Path | None = None, env: Mapping[str, str | None] | None = None,
-                      input: str | None = None) -> TpResult:
+def run_tp_in_process(
+    *args: object, cwd: Path | None = None, env: Mapping[str, str | None] | None = None, input: str | None = None
+) -> TpResult:
     """`tp ARGS` through `tuneplane.cli.main.run`, with stdout and stderr captured separately."""
     from click.testing import CliRunner
 
@@ -224,8 +229,13 @@ def run_tp_in_process(*args: object, cwd: Path | None = None, env: Mapping[str, 
     return TpResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
-def run_tp_subprocess(*args: object, cwd: Path | None = None, env: Mapping[str, str | None] | None = None,
-                      input: str | None = None, timeout: float = 120) -> TpResult:
+def run_tp_subprocess(
+    *args: object,
+    cwd: Path | None = None,
+    env: Mapping[str, str | None] | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+) -> TpResult:
     """`python -m tuneplane ARGS` as a child process with this test's environment."""
     child_env = dict(os.environ)
     for key, value in (env or {}).items():
@@ -233,8 +243,16 @@ def run_tp_subprocess(*args: object, cwd: Path | None = None, env: Mapping[str, 
             child_env.pop(key, None)
         else:
             child_env[key] = value
-    done = subprocess.run([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, env=child_env,
-                          input=input, capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane", *map(str, args)],
+        cwd=cwd,
+        env=child_env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     return TpResult(done.returncode, done.stdout, done.stderr)
 
 
@@ -258,8 +276,13 @@ def _lab_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for key in list(os.environ):
             if key.startswith(_LEAKY_PREFIXES):
                 patch.delenv(key)
-        for key, value in {**GIT_IDENTITY, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-                           "XDG_CONFIG_HOME": str(home / ".config"), "GIT_CONFIG_NOSYSTEM": "1"}.items():
+        for key, value in {
+            **GIT_IDENTITY,
+            "HOME": str(home),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }.items():
             patch.setenv(key, value)
         # a lab CI can install tp in: an empty tool.requirement is a warning of every `tp validate`
         result = run_tp_in_process("init", root, "--name", "test-lab", "--tool-requirement", "tuneplane==0.5.0")
@@ -276,7 +299,6 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _lab_template: Path) ->
     return root
 
 
-
 @pytest.fixture()
 def demo_lab(lab: Path, git: Callable[..., str]) -> Path:
     """`lab` with one committed custom/custom experiment, `demo`."""
@@ -286,19 +308,18 @@ def demo_lab(lab: Path, git: Callable[..., str]) -> Path:
     git(lab, "commit", "-q", "-m", "demo")
     return lab
 
+
 # ── the catalog ─────────────────────────────────────────────────────────────────────────────────────
 
 
 @pytest.fixture()
-def make_catalog(tmp_path_factory: pytest.TempPathFactory,
-                 monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+def make_catalog(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
     """Copies of a catalog, each in a new directory (the catalog cache is per root) and put in force."""
     from tuneplane.lab.catalog import packaged_catalog_root
 
     def make(src: Path | None = None) -> Path:
         target = tmp_path_factory.mktemp("catalog") / "catalog"
-        shutil.copytree(src or packaged_catalog_root(), target,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(src or packaged_catalog_root(), target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         monkeypatch.setenv("TUNEPLANE_CATALOG", str(target))
         return target
 
@@ -309,8 +330,13 @@ def make_catalog(tmp_path_factory: pytest.TempPathFactory,
 # A test is marked by the fixtures it uses, and a test file by what all of its tests do (measured with
 # `pytest --durations=0`: the files below are where the suite's minutes go). The markers are declared
 # in pyproject.toml: process, cluster, trainer, slurm.
-_FIXTURE_COST = {"slurm_cluster": "slurm", "fake_kube": "cluster", "cluster": "cluster", "kube_client": "cluster",
-                 "tp_subprocess": "process"}
+_FIXTURE_COST = {
+    "slurm_cluster": "slurm",
+    "fake_kube": "cluster",
+    "cluster": "cluster",
+    "kube_client": "cluster",
+    "tp_subprocess": "process",
+}
 _FILE_COST: dict[str, tuple[str, ...]] = {}
 
 

@@ -73,8 +73,10 @@ IMMUTABLE = {
 }
 # what a suspended object's pod template may change (Kubernetes' mutable scheduling directives of a Job
 # that never started; the JobSet webhook's allowance for Kueue): everything else stays immutable
-SCHEDULING_DIRECTIVES = {"metadata": ("labels", "annotations"),
-                         "spec": ("nodeSelector", "tolerations", "affinity", "schedulingGates")}
+SCHEDULING_DIRECTIVES = {
+    "metadata": ("labels", "annotations"),
+    "spec": ("nodeSelector", "tolerations", "affinity", "schedulingGates"),
+}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCE_TYPES}
 BY_KIND = {r.kind: r for r in RESOURCE_TYPES}
 
@@ -100,9 +102,7 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def status_body(
-    code: int, reason: str, message: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """A `metav1.Status` failure, the body every real API error carries."""
     return {
         "kind": "Status",
@@ -284,11 +284,7 @@ class FakeKube:
 
     def list(self, kind: str, ns: str | None = None) -> list[dict[str, Any]]:
         with self.lock:
-            return [
-                copy.deepcopy(o)
-                for (k, n, _), o in sorted(self.objects.items())
-                if k == kind and ns in (None, n)
-            ]
+            return [copy.deepcopy(o) for (k, n, _), o in sorted(self.objects.items()) if k == kind and ns in (None, n)]
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create an object as another actor would (counts as a creation); returns the stored copy."""
@@ -444,8 +440,9 @@ class FakeKube:
             return [r for r in self.requests if r.method == method and pattern.search(r.path)]
 
     # ---- state transitions (callers hold the lock) -----------------------------------------
-    def _create(self, rtype: ResourceType, ns: str, obj: dict[str, Any], keep_status: bool,
-                manager: str = "") -> dict[str, Any]:
+    def _create(
+        self, rtype: ResourceType, ns: str, obj: dict[str, Any], keep_status: bool, manager: str = ""
+    ) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{_suffix()}"
@@ -487,23 +484,38 @@ class FakeKube:
         obj = self.objects[key]
         rtype = BY_KIND[key[0]]
         obj["metadata"]["managedFields"] = [
-            {"manager": m, "operation": "Apply" if m in self._appliers.get(key, set()) else "Update",
-             "apiVersion": rtype.api_version, "time": now(), "fieldsType": "FieldsV1",
-             "fieldsV1": fields.to_fields_v1(paths)}
+            {
+                "manager": m,
+                "operation": "Apply" if m in self._appliers.get(key, set()) else "Update",
+                "apiVersion": rtype.api_version,
+                "time": now(),
+                "fieldsType": "FieldsV1",
+                "fieldsV1": fields.to_fields_v1(paths),
+            }
             for m, paths in sorted(self.owners.get(key, {}).items())
         ]
 
-    def client_write(self, rtype: ResourceType, ns: str, name: str | None, new: dict[str, Any], *,
-                     manager: str, validation: str, mode: str, force: bool = False) -> tuple[dict[str, Any], int,
-                                                                                             list[str]]:
+    def client_write(
+        self,
+        rtype: ResourceType,
+        ns: str,
+        name: str | None,
+        new: dict[str, Any],
+        *,
+        manager: str,
+        validation: str,
+        mode: str,
+        force: bool = False,
+    ) -> tuple[dict[str, Any], int, list[str]]:
         """Every write a client makes: admission, validation, immutability, conflicts, then store.
 
         `mode`: "create" (POST), "apply" (server-side apply), "update" (PUT or merge patch, `new` is the
         whole object after the change). Returns (stored object, HTTP code, warnings). Caller holds the lock.
         """
         if validation not in FIELD_VALIDATION:
-            raise _HttpError(400, "BadRequest", f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, "
-                             f"not {validation!r}")
+            raise _HttpError(
+                400, "BadRequest", f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, not {validation!r}"
+            )
         key_name = name or (new.get("metadata") or {}).get("name")
         current = self.objects.get((rtype.kind, ns, key_name)) if key_name else None
         if mode == "create" and current is not None:
@@ -511,8 +523,11 @@ class FakeKube:
         if mode == "update" and current is None:
             raise _not_found(rtype, str(name))
         if mode == "create" and not key_name and not (new.get("metadata") or {}).get("generateName"):
-            raise _HttpError(422, "Invalid", f"{rtype.kind} is invalid: metadata.name: Required value: name or "
-                             "generateName is required")
+            raise _HttpError(
+                422,
+                "Invalid",
+                f"{rtype.kind} is invalid: metadata.name: Required value: name or generateName is required",
+            )
         self._check_resource_version(rtype, current, new)
         if mode == "apply":
             new = self._applied(rtype, ns, str(key_name), current, new, manager, force)
@@ -542,8 +557,16 @@ class FakeKube:
             self._delete_now(*key, self.held.pop(key))
         return stored, 200, warnings
 
-    def _applied(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
-                 applied: dict[str, Any], manager: str, force: bool) -> dict[str, Any]:
+    def _applied(
+        self,
+        rtype: ResourceType,
+        ns: str,
+        name: str,
+        current: dict[str, Any] | None,
+        applied: dict[str, Any],
+        manager: str,
+        force: bool,
+    ) -> dict[str, Any]:
         if rtype.has_status:
             applied.pop("status", None)
         base = copy.deepcopy(current) if current is not None else {}
@@ -553,8 +576,9 @@ class FakeKube:
         try:
             result, self._pending_owners = fields.apply(base, owners, manager, applied, force)
         except fields.Conflict as exc:
-            raise _HttpError(409, "Conflict", str(exc), {"name": name, "group": rtype.group,
-                                                          "kind": rtype.plural}) from None
+            raise _HttpError(
+                409, "Conflict", str(exc), {"name": name, "group": rtype.group, "kind": rtype.plural}
+            ) from None
         return result
 
     @staticmethod
@@ -563,15 +587,24 @@ class FakeKube:
         if not wanted:
             return
         if current is None:
-            raise _HttpError(409, "Conflict", f"{rtype.plural} \"{new['metadata'].get('name')}\": resourceVersion "
-                             "must not be set on objects to be created")
+            raise _HttpError(
+                409,
+                "Conflict",
+                f'{rtype.plural} "{new["metadata"].get("name")}": resourceVersion '
+                "must not be set on objects to be created",
+            )
         if str(wanted) != current["metadata"]["resourceVersion"]:
-            raise _HttpError(409, "Conflict", f"Operation cannot be fulfilled on {rtype.plural} "
-                             f"\"{current['metadata']['name']}\": the object has been modified; please apply your "
-                             "changes to the latest version and try again")
+            raise _HttpError(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on {rtype.plural} "
+                f'"{current["metadata"]["name"]}": the object has been modified; please apply your '
+                "changes to the latest version and try again",
+            )
 
-    def _admit(self, rtype: ResourceType, current: dict[str, Any] | None, new: dict[str, Any],
-               validation: str) -> list[str]:
+    def _admit(
+        self, rtype: ResourceType, current: dict[str, Any] | None, new: dict[str, Any], validation: str
+    ) -> list[str]:
         """Mutating webhooks (on create), schema validation with pruning, validating webhooks."""
         if current is None:
             for mutate in self.mutators:
@@ -586,16 +619,24 @@ class FakeKube:
                 warnings = [f'unknown field "{p}"' for p in verdict.unknown]
             if verdict.invalid:
                 name = (new.get("metadata") or {}).get("name", "")
-                causes = [{"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]}
-                          for m in verdict.invalid]
-                raise _HttpError(422, "Invalid", f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: '
-                                 + "; ".join(verdict.invalid[:5]), {"name": name, "kind": rtype.kind,
-                                                                     "causes": causes})
+                causes = [
+                    {"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]} for m in verdict.invalid
+                ]
+                raise _HttpError(
+                    422,
+                    "Invalid",
+                    f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: ' + "; ".join(verdict.invalid[:5]),
+                    {"name": name, "kind": rtype.kind, "causes": causes},
+                )
         for webhook in self.webhooks:
             denial = webhook(rtype.kind, new)
             if denial:
-                raise _HttpError(403, "Forbidden", f'admission webhook "{denial.split(":")[0]}" denied the '
-                                 f"request: {denial.split(':', 1)[-1].strip()}")
+                raise _HttpError(
+                    403,
+                    "Forbidden",
+                    f'admission webhook "{denial.split(":")[0]}" denied the '
+                    f"request: {denial.split(':', 1)[-1].strip()}",
+                )
         return warnings
 
     @staticmethod
@@ -610,9 +651,13 @@ class FakeKube:
             if suspended and rtype.kind == "JobSet":
                 old, wanted = _replicated_without_directives(old), _replicated_without_directives(wanted)
             if old != wanted:
-                raise _HttpError(422, "Invalid", f'{rtype.kind}.{rtype.group or "core"} '
-                                 f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
-                                 "field is immutable")
+                raise _HttpError(
+                    422,
+                    "Invalid",
+                    f"{rtype.kind}.{rtype.group or 'core'} "
+                    f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
+                    "field is immutable",
+                )
 
     def _delete_now(self, kind: str, ns: str, name: str, policy: str) -> None:
         obj = self.objects.pop((kind, ns, name), None)
@@ -806,8 +851,11 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(404, "NotFound", "the server could not find the requested resource")
         if rtype.api_version in kube_of(self).unserved:
             raise _HttpError(404, "NotFound", "the server could not find the requested resource")
-        self._deprecation = twin_schemas.deprecation(rtype.group, rtype.kind, rtype.version) if rtype.custom \
-            and rtype.group.startswith("kueue") else None
+        self._deprecation = (
+            twin_schemas.deprecation(rtype.group, rtype.kind, rtype.version)
+            if rtype.custom and rtype.group.startswith("kueue")
+            else None
+        )
         ns, name, sub = groups["ns"], groups["name"], groups["sub"]
         if name is None:
             self._collection(method, rtype, ns, query, body)
@@ -824,9 +872,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/version":
             self._send_json(200, _VERSION)
         elif path == "/api":
-            self._send_json(
-                200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
-            )
+            self._send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
         elif path == "/apis":
             self._send_json(200, _group_list())
         else:
@@ -836,9 +882,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, found)
 
     # ---- collections and items -------------------------------------------------------------
-    def _collection(
-        self, method: str, rtype: ResourceType, ns: str, query: dict[str, str], body: bytes
-    ) -> None:
+    def _collection(self, method: str, rtype: ResourceType, ns: str, query: dict[str, str], body: bytes) -> None:
         kube = self.server.kube
         if method == "GET":
             selector = query.get("labelSelector", "")
@@ -846,27 +890,30 @@ class _Handler(BaseHTTPRequestHandler):
                 items = [
                     dict(copy.deepcopy(o), apiVersion=rtype.api_version)
                     for (k, n, _), o in sorted(kube.objects.items())
-                    if k == rtype.kind
-                    and n == ns
-                    and selector_matches(selector, o["metadata"].get("labels") or {})
+                    if k == rtype.kind and n == ns and selector_matches(selector, o["metadata"].get("labels") or {})
                 ]
                 rv = str(next(kube._rv))
             start = int(query.get("continue") or 0)
             limit = int(query.get("limit") or 0)
-            page = items[start: start + limit] if limit else items[start:]
+            page = items[start : start + limit] if limit else items[start:]
             meta: dict[str, Any] = {"resourceVersion": rv}
             if limit and start + limit < len(items):
                 meta["continue"] = str(start + limit)
                 meta["remainingItemCount"] = len(items) - start - limit
-            payload = {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta,
-                       "items": page}
+            payload = {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta, "items": page}
             self._send_json(200, payload)
         elif method == "POST":
             obj = _decode(body)
             with kube.changed:
                 stored, code, warnings = kube.client_write(
-                    rtype, ns, None, obj, manager=_manager(query, self.headers), mode="create",
-                    validation=query.get("fieldValidation", "Warn"))
+                    rtype,
+                    ns,
+                    None,
+                    obj,
+                    manager=_manager(query, self.headers),
+                    mode="create",
+                    validation=query.get("fieldValidation", "Warn"),
+                )
                 stored = copy.deepcopy(stored)
                 kube.settle()
                 kube.changed.notify_all()
@@ -915,29 +962,43 @@ class _Handler(BaseHTTPRequestHandler):
             raise _not_found(rtype, name)
         return current
 
-    def _apply(self, rtype: ResourceType, ns: str, name: str, sub: str | None, query: dict[str, str],
-               body: bytes) -> tuple[dict[str, Any], int, list[str]]:
+    def _apply(
+        self, rtype: ResourceType, ns: str, name: str, sub: str | None, query: dict[str, str], body: bytes
+    ) -> tuple[dict[str, Any], int, list[str]]:
         """Server-side apply: create when absent, else merge the fields this manager owns."""
         if not query.get("fieldManager"):
-            raise _HttpError(
-                400, "BadRequest", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value'
-            )
+            raise _HttpError(400, "BadRequest", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value')
         if sub is not None:
             raise _HttpError(405, "MethodNotAllowed", f"apply to the {sub} subresource is not supported here")
         applied = _decode(body)
         if (applied.get("metadata") or {}).get("name") != name:
             raise _HttpError(400, "BadRequest", "the name of the object does not match the name on the URL")
         if (applied.get("apiVersion"), applied.get("kind")) != (rtype.api_version, rtype.kind):
-            raise _HttpError(400, "BadRequest", f"the apiVersion and kind of the body must be {rtype.api_version} "
-                             f"{rtype.kind}")
+            raise _HttpError(
+                400, "BadRequest", f"the apiVersion and kind of the body must be {rtype.api_version} {rtype.kind}"
+            )
         return self.server.kube.client_write(
-            rtype, ns, name, applied, manager=query["fieldManager"], mode="apply",
+            rtype,
+            ns,
+            name,
+            applied,
+            manager=query["fieldManager"],
+            mode="apply",
             validation=query.get("fieldValidation", "Strict" if rtype.custom else "Warn"),
-            force=query.get("force") == "true")
+            force=query.get("force") == "true",
+        )
 
-    def _patch(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
-               sub: str | None, query: dict[str, str], content_type: str,
-               body: bytes) -> tuple[dict[str, Any], int, list[str]]:
+    def _patch(
+        self,
+        rtype: ResourceType,
+        ns: str,
+        name: str,
+        current: dict[str, Any] | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: bytes,
+    ) -> tuple[dict[str, Any], int, list[str]]:
         allowed = {"application/merge-patch+json", "application/json-patch+json"}
         if not rtype.custom:
             allowed.add("application/strategic-merge-patch+json")
@@ -962,11 +1023,26 @@ class _Handler(BaseHTTPRequestHandler):
         new = merge_patch(copy.deepcopy(obj), patch)
         if "resourceVersion" not in (patch.get("metadata") or {}):
             new["metadata"].pop("resourceVersion", None)
-        return kube.client_write(rtype, ns, name, new, manager=_manager(query, self.headers), mode="update",
-                                 validation=query.get("fieldValidation", "Warn"))
+        return kube.client_write(
+            rtype,
+            ns,
+            name,
+            new,
+            manager=_manager(query, self.headers),
+            mode="update",
+            validation=query.get("fieldValidation", "Warn"),
+        )
 
-    def _replace(self, rtype: ResourceType, ns: str, name: str, current: dict[str, Any] | None,
-                 sub: str | None, query: dict[str, str], body: bytes) -> tuple[dict[str, Any], int, list[str]]:
+    def _replace(
+        self,
+        rtype: ResourceType,
+        ns: str,
+        name: str,
+        current: dict[str, Any] | None,
+        sub: str | None,
+        query: dict[str, str],
+        body: bytes,
+    ) -> tuple[dict[str, Any], int, list[str]]:
         obj = self._require(current, rtype, name)
         new = _decode(body)
         if sub == "status":
@@ -975,20 +1051,28 @@ class _Handler(BaseHTTPRequestHandler):
             obj["metadata"]["resourceVersion"] = str(next(self.server.kube._rv))
             return obj, 200, []
         if not (new.get("metadata") or {}).get("resourceVersion"):
-            raise _HttpError(422, "Invalid", f'{rtype.kind} "{name}" is invalid: metadata.resourceVersion: '
-                             "Invalid value: 0: must be specified for an update")
-        return self.server.kube.client_write(rtype, ns, name, new, manager=_manager(query, self.headers),
-                                             mode="update", validation=query.get("fieldValidation", "Warn"))
-    def _delete(
-        self, rtype: ResourceType, ns: str, name: str, query: dict[str, str], body: bytes
-    ) -> dict[str, Any]:
+            raise _HttpError(
+                422,
+                "Invalid",
+                f'{rtype.kind} "{name}" is invalid: metadata.resourceVersion: '
+                "Invalid value: 0: must be specified for an update",
+            )
+        return self.server.kube.client_write(
+            rtype,
+            ns,
+            name,
+            new,
+            manager=_manager(query, self.headers),
+            mode="update",
+            validation=query.get("fieldValidation", "Warn"),
+        )
+
+    def _delete(self, rtype: ResourceType, ns: str, name: str, query: dict[str, str], body: bytes) -> dict[str, Any]:
         kube = self.server.kube
         obj = self._require(kube.objects.get((rtype.kind, ns, name)), rtype, name)
         options = _decode(body) if body else {}
         policy = query.get("propagationPolicy") or options.get("propagationPolicy") or _default_policy(rtype)
-        kube.deletions.append(
-            {"kind": rtype.kind, "namespace": ns, "name": name, "propagationPolicy": policy}
-        )
+        kube.deletions.append({"kind": rtype.kind, "namespace": ns, "name": name, "propagationPolicy": policy})
         if kube.linger_deletes and policy == "Foreground":
             obj["metadata"]["deletionTimestamp"] = now()
             obj["metadata"]["finalizers"] = ["foregroundDeletion"]
@@ -1017,8 +1101,7 @@ class _Handler(BaseHTTPRequestHandler):
                 kube._delete_now("Pod", ns, name, "Background")
             kube.settle()
             kube.changed.notify_all()
-        self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                              "code": 201})
+        self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 
     # ---- pod logs --------------------------------------------------------------------------
     def _pod_log(self, ns: str, name: str, query: dict[str, str]) -> None:
@@ -1162,8 +1245,9 @@ def _warning_headers(warnings: list[str]) -> dict[str, str]:
 
 def _not_found(rtype: ResourceType, name: str) -> _HttpError:
     what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-    return _HttpError(404, "NotFound", f'{what} "{name}" not found',
-                      {"name": name, "group": rtype.group, "kind": rtype.plural})
+    return _HttpError(
+        404, "NotFound", f'{what} "{name}" not found', {"name": name, "group": rtype.group, "kind": rtype.plural}
+    )
 
 
 def _already_exists(rtype: ResourceType, name: str) -> _HttpError:

@@ -39,8 +39,9 @@ class GitHttpServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="git-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="git-http", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -105,8 +106,9 @@ class _GitHandler(BaseHTTPRequestHandler):
             "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
             "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
         }
-        done = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
-                              timeout=CGI_TIMEOUT, check=False)
+        done = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, timeout=CGI_TIMEOUT, check=False
+        )
         head, _, payload = done.stdout.partition(b"\r\n\r\n")
         headers = [line.split(":", 1) for line in head.decode("latin-1").split("\r\n") if ":" in line]
         status = 200

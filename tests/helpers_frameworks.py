@@ -60,10 +60,31 @@ def openrlhf_wheel(cache: Path, version: str) -> Path:
         if found:
             return found[0]
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-             "--platform", "manylinux1_x86_64", f"openrlhf=={version}", "-d", str(where)],
-            capture_output=True, text=True, timeout=300, check=False)
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--abi",
+                "cp311",
+                "--platform",
+                "manylinux1_x86_64",
+                f"openrlhf=={version}",
+                "-d",
+                str(where),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         found = sorted(where.glob(f"openrlhf-{version}-*.whl"))
         if done.returncode or not found:
             unavailable(f"cannot download openrlhf=={version}: {done.stderr.strip()[-300:]}")
@@ -87,11 +108,16 @@ def _main_block(tree: ast.Module, module: str) -> list[ast.stmt]:
 
 def _stdlib_imports(tree: ast.Module) -> list[ast.stmt]:
     """The module's top-level imports of the standard library (`os`, `datetime`: the parser uses them)."""
+
     def stdlib(name: str | None) -> bool:
         return (name or "").split(".")[0] in sys.stdlib_module_names
 
-    return [s for s in tree.body if (isinstance(s, ast.Import) and all(stdlib(a.name) for a in s.names))
-            or (isinstance(s, ast.ImportFrom) and s.level == 0 and stdlib(s.module))]
+    return [
+        s
+        for s in tree.body
+        if (isinstance(s, ast.Import) and all(stdlib(a.name) for a in s.names))
+        or (isinstance(s, ast.ImportFrom) and s.level == 0 and stdlib(s.module))
+    ]
 
 
 def _parser(wheel: Path, module: str) -> tuple[argparse.ArgumentParser, list[ast.stmt], dict[str, Any]]:
@@ -105,7 +131,7 @@ def _parser(wheel: Path, module: str) -> tuple[argparse.ArgumentParser, list[ast
     ns: dict[str, Any] = {"hierarchize": config_ns["hierarchize"]}
     build = ast.Module(body=[*_stdlib_imports(tree), *body[:cut]], type_ignores=[])
     exec(compile(build, f"{module} (parser)", "exec"), ns)
-    return ns["parser"], body[cut + 1:], ns
+    return ns["parser"], body[cut + 1 :], ns
 
 
 def openrlhf_check(wheel: Path, module: str, argv: list[str]) -> str | None:
@@ -118,8 +144,11 @@ def openrlhf_check(wheel: Path, module: str, argv: list[str]) -> str | None:
             ns["args"] = parser.parse_args(argv)
     except SystemExit:
         return err.getvalue().strip().splitlines()[-1]
-    defined = {n.name for n in ast.parse(_wheel_source(wheel, module.replace(".", "/") + ".py")).body
-               if isinstance(n, ast.FunctionDef)}
+    defined = {
+        n.name
+        for n in ast.parse(_wheel_source(wheel, module.replace(".", "/") + ".py")).body
+        if isinstance(n, ast.FunctionDef)
+    }
     checks = [s for s in after if not _is_import(s) and not _calls_one_of(s, defined)]
     out = io.StringIO()
     try:
@@ -139,8 +168,12 @@ def _is_import(stmt: ast.stmt) -> bool:
 
 def _calls_one_of(stmt: ast.stmt, functions: set[str]) -> bool:
     """`train(args)`, `apply_lora(...)`: where the module's work starts, after its checks."""
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-        isinstance(stmt.value.func, ast.Name) and stmt.value.func.id in functions
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Name)
+        and stmt.value.func.id in functions
+    )
 
 
 def openrlhf_args(wheel: Path, module: str, argv: list[str]) -> SimpleNamespace:
@@ -160,16 +193,26 @@ def swift_python(cache: Path, version: str) -> str:
         if (venv / ".ready").exists():
             return str(python)
         shutil.rmtree(venv, ignore_errors=True)
-        made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                              capture_output=True, text=True, timeout=120, check=False)
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if made.returncode:
             unavailable(f"cannot create a venv for ms-swift: {made.stderr.strip()[-300:]}")
         # the test extras wherever this interpreter has them (a venv's own, not only the base's),
         # after the venv's own packages
         [own] = (venv / "lib").glob("python*/site-packages")
         (own / "_test_extras.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
-        pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", f"ms-swift=={version}",
-                              *SWIFT_EXTRAS], capture_output=True, text=True, timeout=600, check=False)
+        pip = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--no-deps", f"ms-swift=={version}", *SWIFT_EXTRAS],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         if pip.returncode:
             unavailable(f"cannot install ms-swift=={version} without its dependencies: {pip.stderr.strip()[-300:]}")
         (venv / ".ready").touch()
@@ -202,8 +245,9 @@ def swift_check(python: str, cases: dict[str, tuple[str, list[str]]]) -> dict[st
     """Each case's argv parsed by ms-swift's own parser (HfArgumentParser over the arguments class, as
     `swift.utils.parse_args` builds it), stopping before the dataclass is built (its __post_init__ loads
     the model): {case: {"unknown": [...], "values": {...}} or {"error": "..."}}."""
-    done = subprocess.run([python, "-c", SWIFT_CHECK], input=json.dumps(cases), capture_output=True,
-                          text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [python, "-c", SWIFT_CHECK], input=json.dumps(cases), capture_output=True, text=True, timeout=600, check=False
+    )
     if done.returncode:
         raise AssertionError(f"ms-swift's parser did not run: {done.stderr.strip()[-2000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))

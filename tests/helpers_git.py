@@ -106,16 +106,11 @@ def request(experiment: str, run_id: str, profile: str = "local", **fields: obje
     return RunRequest(experiment=experiment, run_id=run_id, profile=profile, **values)  # type: ignore[arg-type]
 
 
-def add_requests(
-    root: Path, runs: Iterable[tuple[str, str]], profile: str = "local", commit: bool = True
-) -> list[str]:
+def add_requests(root: Path, runs: Iterable[tuple[str, str]], profile: str = "local", commit: bool = True) -> list[str]:
     """Write run requests (experiment, run id) and commit them together; returns their paths."""
     from tuneplane.lab.runs import write_request
 
-    paths = [
-        write_request(root, request(exp, run_id, profile)).relative_to(root).as_posix()
-        for exp, run_id in runs
-    ]
+    paths = [write_request(root, request(exp, run_id, profile)).relative_to(root).as_posix() for exp, run_id in runs]
     if paths and commit:
         git(root, "add", "--", *paths)
         git(root, "commit", "-q", "-m", f"request {len(paths)} runs")
@@ -131,8 +126,14 @@ def kube_lab(tmp_path: Path, count: int = 1) -> tuple[Path, list[str]]:
     """A lab on the Kubernetes backend with `count` requests of experiment `demo`, and the bot's clone."""
     remote = make_remote(tmp_path)
     ids = run_ids(count)
-    seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"}, backend="kubernetes",
-             runs=[("demo", r) for r in ids], profile="h200:8")
+    seed_lab(
+        remote,
+        tmp_path / "seed",
+        {"demo": "echo hi\n"},
+        backend="kubernetes",
+        runs=[("demo", r) for r in ids],
+        profile="h200:8",
+    )
     return clone(remote, tmp_path / "bot"), ids
 
 
@@ -172,9 +173,7 @@ def tp_process(root: Path, *args: str, env: Mapping[str, str] | None = None) -> 
     )
 
 
-def tp_run(
-    root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
-) -> tuple[int, str]:
+def tp_run(root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> tuple[int, str]:
     proc = tp_process(root, *args, env=env)
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out + err

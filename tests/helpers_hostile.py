@@ -45,8 +45,14 @@ def _fence(memory: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def fenced(argv: Sequence[str], cwd: Path, env: Mapping[str, str | None] | None = None,
-           timeout: float = TIMEOUT, memory: int = MEMORY_CAP, stdin: str = "") -> Outcome:
+def fenced(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = TIMEOUT,
+    memory: int = MEMORY_CAP,
+    stdin: str = "",
+) -> Outcome:
     """Run `argv` under the fence; AssertionError when it hangs or dies of a signal."""
     child_env = dict(os.environ)
     for key, value in (env or {}).items():
@@ -54,9 +60,16 @@ def fenced(argv: Sequence[str], cwd: Path, env: Mapping[str, str | None] | None 
             child_env.pop(key, None)
         else:
             child_env[key] = value
-    proc = subprocess.Popen(list(argv), cwd=cwd, env=child_env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: _fence(memory))
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=child_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: _fence(memory),
+    )
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -68,13 +81,24 @@ def fenced(argv: Sequence[str], cwd: Path, env: Mapping[str, str | None] | None 
     return Outcome(proc.returncode, out, err)
 
 
-def tp(*args: str, cwd: Path, env: Mapping[str, str | None] | None = None, timeout: float = TIMEOUT,
-       memory: int = MEMORY_CAP) -> Outcome:
+def tp(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = TIMEOUT,
+    memory: int = MEMORY_CAP,
+) -> Outcome:
     return fenced([sys.executable, "-m", "tuneplane", *args], cwd, env, timeout, memory)
 
 
-def assert_clear(result: Outcome, *, file: str | None = None, line: int | None = None,
-                 says: Sequence[str] = (), codes: Sequence[int] = (1, 2)) -> None:
+def assert_clear(
+    result: Outcome,
+    *,
+    file: str | None = None,
+    line: int | None = None,
+    says: Sequence[str] = (),
+    codes: Sequence[int] = (1, 2),
+) -> None:
     """A located, clear refusal: one of `codes`, no traceback, `file:line:` and the words `says`."""
     text = result.output
     assert "Traceback" not in text, text
@@ -89,8 +113,10 @@ def assert_clear(result: Outcome, *, file: str | None = None, line: int | None =
 
 # ── the lab every case starts from ──────────────────────────────────────────────────────────────────
 
-RUN_TEXT = (f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: img\nrun_id: {RUN_ID}\n"
-            "profile: h200:8\nimage: registry.example.com/team/trainer:1.0\n")
+RUN_TEXT = (
+    f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: img\nrun_id: {RUN_ID}\n"
+    "profile: h200:8\nimage: registry.example.com/team/trainer:1.0\n"
+)
 
 
 def git(root: Path, *args: str) -> str:
@@ -104,9 +130,13 @@ def build_base_lab(root: Path) -> Path:
     """A committed lab: a PyTorch experiment `img` locking algorithm plugin me/p, a custom `byo`,
     and one run request for `img`. Built through the CLI only, so it does not depend on modules."""
     parent = root.parent
-    steps = [("init", str(root), "--name", "hostile"), ("new", "--method", "pytorch/image-classification", "img"),
-             ("new", "--method", "custom/custom", "byo"), ("plugin", "new", "p"),
-             ("plugin", "lock", "img", "me/p")]
+    steps = [
+        ("init", str(root), "--name", "hostile"),
+        ("new", "--method", "pytorch/image-classification", "img"),
+        ("new", "--method", "custom/custom", "byo"),
+        ("plugin", "new", "p"),
+        ("plugin", "lock", "img", "me/p"),
+    ]
     for step in steps:
         result = tp(*step, cwd=root if step[0] != "init" else parent, timeout=120)
         assert result.code == 0, result.output
@@ -175,8 +205,12 @@ def plugin_digest(root: Path) -> str:
     files = []
     for path in root.rglob("*"):
         rel = path.relative_to(root)
-        if (not path.is_file() or _SKIP_PARTS.intersection(rel.parts) or rel.name == ".DS_Store"
-                or rel.suffix in (".pyc", ".pyo")):
+        if (
+            not path.is_file()
+            or _SKIP_PARTS.intersection(rel.parts)
+            or rel.name == ".DS_Store"
+            or rel.suffix in (".pyc", ".pyo")
+        ):
             continue
         files.append((rel.as_posix(), path))
     for rel_posix, path in sorted(files):

@@ -30,9 +30,23 @@ class Receiver:
         self.db = tmp / "ingest.sqlite"
         secret = tmp / "ingest.secret"
         secret.write_bytes(SECRET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tuneplane", "ingest", "serve", "--port", "0",
-                                      "--db", str(self.db), "--secret-file", str(secret)],
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tuneplane",
+                "ingest",
+                "serve",
+                "--port",
+                "0",
+                "--db",
+                str(self.db),
+                "--secret-file",
+                str(secret),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()
         assert "listening on " in line, line + self.proc.stderr.read()
@@ -56,20 +70,36 @@ class Job:
         self.work.mkdir(parents=True)
         self.receiver = receiver
         self.extra_env = env
-        spec = {"apiVersion": "tuneplane/v1", "kind": "TrainingJob", "spec": {"hyperparams": {}, "plugins": []},
-                "launch": {"argv": argv, "mode": "direct", "cwd": "", "in_process": False}}
+        spec = {
+            "apiVersion": "tuneplane/v1",
+            "kind": "TrainingJob",
+            "spec": {"hyperparams": {}, "plugins": []},
+            "launch": {"argv": argv, "mode": "direct", "cwd": "", "in_process": False},
+        }
         (self.work / ".tuneplane").mkdir()
         (self.work / ".tuneplane" / "jobspec.json").write_text(json.dumps(spec), encoding="utf-8")
 
     def env(self, attempt: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-        env.update({"TUNEPLANE_WORK_DIR": str(self.work), "TUNEPLANE_RUN_DIR": str(self.run_dir),
-                    "TUNEPLANE_OUT_DIR": str(self.out), "TUNEPLANE_NODE_RANK": "0",
-                    "TUNEPLANE_ATTEMPT": str(attempt), "TUNEPLANE_JOB_ENABLED": "1",
-                    "TUNEPLANE_JOB_ENDPOINT": self.receiver.url, "TUNEPLANE_JOB_RUN_ID": RUN,
-                    "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05",
-                    "TUNEPLANE_REPORT_RETRY_BASE": "0.05", "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
-                    "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", **self.extra_env})
+        env.update(
+            {
+                "TUNEPLANE_WORK_DIR": str(self.work),
+                "TUNEPLANE_RUN_DIR": str(self.run_dir),
+                "TUNEPLANE_OUT_DIR": str(self.out),
+                "TUNEPLANE_NODE_RANK": "0",
+                "TUNEPLANE_ATTEMPT": str(attempt),
+                "TUNEPLANE_JOB_ENABLED": "1",
+                "TUNEPLANE_JOB_ENDPOINT": self.receiver.url,
+                "TUNEPLANE_JOB_RUN_ID": RUN,
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05",
+                "TUNEPLANE_REPORT_RETRY_BASE": "0.05",
+                "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "OMP_NUM_THREADS": "1",
+                **self.extra_env,
+            }
+        )
         return env
 
     def newest_step(self) -> int:
@@ -82,8 +112,13 @@ class Job:
         log_path = self.run_dir.parent / f"attempt-{attempt}.log"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with log_path.open("w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=self.work,
-                                    env=self.env(attempt), stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tuneplane.launcher"],
+                cwd=self.work,
+                env=self.env(attempt),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 deadline = time.monotonic() + timeout
                 while proc.poll() is None and time.monotonic() < deadline:

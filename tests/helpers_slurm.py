@@ -60,8 +60,9 @@ dist.destroy_process_group()
 """
 # Scripts for the failure cases: the first line of train.sh decides.
 EXIT7_TRAIN = '#!/usr/bin/env bash\necho "failing on purpose"\nexit 7\n'
-SLEEP_TRAIN = ('#!/usr/bin/env bash\necho "sleeping $TUNEPLANE_RUN_ID"\n'
-               'echo started > "$TUNEPLANE_OUT_DIR/started"\nsleep 600\n')
+SLEEP_TRAIN = (
+    '#!/usr/bin/env bash\necho "sleeping $TUNEPLANE_RUN_ID"\necho started > "$TUNEPLANE_OUT_DIR/started"\nsleep 600\n'
+)
 IMAGE = "python:3.12"
 OBSERVABILITY = "https://track.example.org/p"
 
@@ -85,8 +86,9 @@ def _wrapper(path: Path, line: str) -> None:
     path.chmod(0o755)
 
 
-def lab_yaml(cluster: SlurmCluster, shared: Path, ingest: str = "", extra_slurm: str = "",
-             partition: str = "debug") -> str:
+def lab_yaml(
+    cluster: SlurmCluster, shared: Path, ingest: str = "", extra_slurm: str = "", partition: str = "debug"
+) -> str:
     endpoint = f"  ingest:\n    endpoint: {json.dumps(ingest)}\n" if ingest else ""
     return f"""apiVersion: tuneplane/project/v1
 name: slurm-lab
@@ -120,9 +122,17 @@ cluster:
 {extra_slurm}"""
 
 
-def make_slurm_lab(work: Path, cluster: SlurmCluster, shared: Path, experiments: Mapping[str, Mapping[str, str]],
-                   *, ingest: str = "", remote: Path | None = None, method: str = "custom/custom",
-                   methods: Mapping[str, str] | None = None) -> Path:
+def make_slurm_lab(
+    work: Path,
+    cluster: SlurmCluster,
+    shared: Path,
+    experiments: Mapping[str, Mapping[str, str]],
+    *,
+    ingest: str = "",
+    remote: Path | None = None,
+    method: str = "custom/custom",
+    methods: Mapping[str, str] | None = None,
+) -> Path:
     """A committed lab (optionally pushed to `remote`) with experiments name → {file: content}."""
     from tuneplane.author.scaffold import init_lab, new_experiment
     from tuneplane.lab.load import load_lab
@@ -143,8 +153,7 @@ def make_slurm_lab(work: Path, cluster: SlurmCluster, shared: Path, experiments:
     return work
 
 
-def request_run(root: Path, experiment: str, run_id: str, profile: str, commit: bool = True,
-                **fields: Any) -> str:
+def request_run(root: Path, experiment: str, run_id: str, profile: str, commit: bool = True, **fields: Any) -> str:
     from tuneplane.lab.runs import write_request
     from tuneplane.models.run import RunRequest
 
@@ -163,8 +172,13 @@ def status_of(root: Path, experiment: str, run_id: str) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def sync_until(root: Path, done: Callable[[dict[str, dict[str, Any]]], bool], keys: list[tuple[str, str]],
-               timeout: float = 150, env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+def sync_until(
+    root: Path,
+    done: Callable[[dict[str, dict[str, Any]]], bool],
+    keys: list[tuple[str, str]],
+    timeout: float = 150,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, Any]]:
     """`tp bot sync` (in this process) until `done(statuses)` or the deadline; returns the statuses."""
     from tuneplane.bot.entry import sync
 

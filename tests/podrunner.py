@@ -43,9 +43,12 @@ class PodRunner:
     # ---- env -------------------------------------------------------------------------------
     def env(self, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
         ns = pod["metadata"]["namespace"]
-        out = {"PATH": os.pathsep.join([*self.path, str(Path(sys.executable).parent), os.environ["PATH"]]),
-               "HOME": str(self.storage / ".home" / pod["metadata"]["name"]), "LANG": "C.UTF-8",
-               "HOSTNAME": pod["metadata"]["name"]}
+        out = {
+            "PATH": os.pathsep.join([*self.path, str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "HOME": str(self.storage / ".home" / pod["metadata"]["name"]),
+            "LANG": "C.UTF-8",
+            "HOSTNAME": pod["metadata"]["name"],
+        }
         declared: dict[str, str] = {}
         for entry in container.get("env") or []:
             value = self._value(ns, pod, entry)
@@ -68,8 +71,9 @@ class PodRunner:
             if data is None:
                 if ref.get("optional"):
                     return None
-                raise AssertionError(f"the kubelet would not start this pod: no key {ref['key']} in Secret "
-                                     f"{ns}/{ref['name']}")
+                raise AssertionError(
+                    f"the kubelet would not start this pod: no key {ref['key']} in Secret {ns}/{ref['name']}"
+                )
             return base64.b64decode(data).decode()
         if "fieldRef" in source:
             path = source["fieldRef"]["fieldPath"]
@@ -99,9 +103,16 @@ class PodRunner:
         self._mounts = _storage_mounts(pod)
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         for container in pod["spec"].get("initContainers") or []:
-            done = subprocess.run(self._argv(container, pod), env=self.env(pod, container), cwd=self._cwd(container),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=self.timeout,
-                                  check=False)
+            done = subprocess.run(
+                self._argv(container, pod),
+                env=self.env(pod, container),
+                cwd=self._cwd(container),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
             self.cluster.kube.logs[(ns, name, container["name"])] = done.stdout
             if done.returncode != 0:
                 self._init_failed(pod, container["name"], done.returncode)
@@ -112,16 +123,25 @@ class PodRunner:
     def start(self, pod: dict[str, Any], container: dict[str, Any] | None = None) -> subprocess.Popen[str]:
         self._mounts = _storage_mounts(pod)
         main = container or pod["spec"]["containers"][0]
-        return subprocess.Popen(self._argv(main, pod), env=self.env(pod, main), cwd=self._cwd(main),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return subprocess.Popen(
+            self._argv(main, pod),
+            env=self.env(pod, main),
+            cwd=self._cwd(main),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     def run(self, pods: list[dict[str, Any]]) -> dict[str, int]:
         """Run every pod (init, then main; the mains concurrently, as on several nodes); pod → exit code."""
         ready = [p for p in pods if self.run_init(p)]
         procs = {p["metadata"]["name"]: (p, self.start(p)) for p in ready}
         outputs: dict[str, str] = {}
-        readers = [threading.Thread(target=_drain, args=(proc, outputs, name), daemon=True)
-                   for name, (_, proc) in procs.items()]
+        readers = [
+            threading.Thread(target=_drain, args=(proc, outputs, name), daemon=True)
+            for name, (_, proc) in procs.items()
+        ]
         for reader in readers:
             reader.start()
         codes: dict[str, int] = {}
@@ -168,8 +188,9 @@ class PodRunner:
             status = live["status"]
             for cs in status.get("initContainerStatuses") or []:
                 if cs["name"] == container:
-                    cs["state"] = {"terminated": {"exitCode": code, "reason": "Error",
-                                                  "finishedAt": self.cluster.stamp()}}
+                    cs["state"] = {
+                        "terminated": {"exitCode": code, "reason": "Error", "finishedAt": self.cluster.stamp()}
+                    }
             status["phase"] = "Failed"
             live["metadata"]["resourceVersion"] = str(next(kube._rv))
             kube.settle()
@@ -187,8 +208,12 @@ def kubelet_expand(text: str, env: dict[str, str]) -> str:
 
 def _storage_mounts(pod: dict[str, Any]) -> tuple[str, ...]:
     claims = {v["name"] for v in pod["spec"].get("volumes") or [] if "persistentVolumeClaim" in v}
-    mounts = {m["mountPath"] for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
-              for m in c.get("volumeMounts") or [] if m["name"] in claims}
+    mounts = {
+        m["mountPath"]
+        for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
+        for m in c.get("volumeMounts") or []
+        if m["name"] in claims
+    }
     return tuple(sorted(mounts, key=len, reverse=True))
 
 

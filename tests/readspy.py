@@ -61,8 +61,19 @@ def _reads_content(argv: list[str]) -> bool:
     return verb == "show" and not any(a.startswith(("--format", "--pretty")) for a in argv)
 
 
-PRINTS = {"show", "cat-file", "diff", "diff-tree", "log", "whatchanged", "grep", "archive", "blame",
-          "format-patch", "range-diff"}
+PRINTS = {
+    "show",
+    "cat-file",
+    "diff",
+    "diff-tree",
+    "log",
+    "whatchanged",
+    "grep",
+    "archive",
+    "blame",
+    "format-patch",
+    "range-diff",
+}
 
 
 if __name__ == "__main__":  # imported by its own test for `_reads_content`

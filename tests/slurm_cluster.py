@@ -56,7 +56,11 @@ class SlurmCluster:
 
     def command(self, *args: str, timeout: float = 30, check: bool = True) -> str:
         done = subprocess.run(
-            list(args), capture_output=True, text=True, timeout=timeout, check=False,
+            list(args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
             env={**os.environ, **self.env},
         )
         if check and done.returncode:
@@ -111,14 +115,23 @@ class SlurmCluster:
         if proc is not None and proc.poll() is None:
             return
         self.processes[f"slurmd-{node}"] = subprocess.Popen(
-            ["slurmd", "-D", "-N", node, "-f", str(self.conf)], env={**os.environ, **self.env},
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+            ["slurmd", "-D", "-N", node, "-f", str(self.conf)],
+            env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def forgotten(self, job_id: str) -> bool:
         """Whether slurmctld has purged the job (MinJobAge after it ended)."""
-        done = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30,
-                              check=False, env={**os.environ, **self.env})
+        done = subprocess.run(
+            ["scontrol", "show", "job", job_id],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env={**os.environ, **self.env},
+        )
         return done.returncode != 0 and "invalid job id" in done.stderr.lower()
 
     def check_alive(self) -> None:
@@ -252,11 +265,18 @@ def _start_munge(root: Path, log: Path) -> subprocess.Popen[bytes]:
     key.chmod(0o400)
     proc = subprocess.Popen(
         [
-            "munged", "--foreground", "--force",
-            f"--key-file={key}", f"--socket={munge}/munge.socket",
-            f"--pid-file={munge}/munged.pid", f"--log-file={log}", f"--seed-file={munge}/munge.seed",
+            "munged",
+            "--foreground",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={munge}/munge.socket",
+            f"--pid-file={munge}/munged.pid",
+            f"--log-file={log}",
+            f"--seed-file={munge}/munge.seed",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 10
     while not (munge / "munge.socket").exists():
@@ -280,13 +300,19 @@ def start(root: Path) -> SlurmCluster:
     try:
         cluster.processes["munged"] = _start_munge(root, root / "log" / "munged.log")
         cluster.processes["slurmctld"] = subprocess.Popen(
-            ["slurmctld", "-D", "-i", "-f", str(conf)], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+            ["slurmctld", "-D", "-i", "-f", str(conf)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         for node in NODES:
             cluster.processes[f"slurmd-{node}"] = subprocess.Popen(
-                ["slurmd", "-D", "-N", node, "-f", str(conf)], env=env,
-                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+                ["slurmd", "-D", "-N", node, "-f", str(conf)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         cluster.wait_idle()
     except BaseException:

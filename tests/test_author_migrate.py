@@ -33,16 +33,16 @@ OUT = os.environ["FORGE_OUT_DIR"]
 log({"reward": score("a")}, step=0)
 '''
 
-TRAIN_PY = '''import os
+TRAIN_PY = """import os
 import starforge.report as sfr
 
 # Writes under FORGE_OUT_DIR; the callback reports the loss.
 out_dir = os.environ.get("FORGE_OUT_DIR", "")
 token = os.getenv("STARFORGE_TOKEN")
 sfr.log({"loss": 1.0}, step=0)
-'''
+"""
 
-REWARDS_PY = '''import os
+REWARDS_PY = """import os
 
 from starforge.report import log
 
@@ -52,7 +52,7 @@ def score(text: str) -> float:
     judge = os.environ.get(prefix + "JUDGE_URL")  # composed at run time: migrate cannot rewrite this
     log({"judge": float(bool(judge))})
     return float(len(text)) if os.environ.get("STARFORGE_ENABLED") == "1" else 0.0
-'''
+"""
 
 OPSD_PY = "def install(params):\n    return float(params.get('opsd.scale', 1.0))\n"
 OPSD_YAML = """schema: lab-plugin/v1
@@ -129,7 +129,8 @@ def test_fixture_lab_migrates_every_lock_and_manifest(fixture_lab: Path, tp_subp
 
 
 def test_fixture_lab_errors_after_migrate_are_only_files_the_fixture_lacks(
-        fixture_lab: Path, tp_subprocess: Any) -> None:
+    fixture_lab: Path, tp_subprocess: Any
+) -> None:
     """The fixtures ship locks and configs only: the TRL experiment's train.py and the opsd plugin's
     module are absent, and its GRPO config sets `max_prompt_length`, which TRL 1.10's GRPOConfig no
     longer has (`GRPOConfig(**config)` would fail). Those errors are the user's; nothing else may be."""
@@ -137,8 +138,11 @@ def test_fixture_lab_errors_after_migrate_are_only_files_the_fixture_lacks(
     problems = _problems(tp_subprocess("validate", "--format", "json", cwd=fixture_lab))
     errors = [p for p in problems if p["severity"] == "error"]
     trl = "experiments/trl-grpo_qwen3.5-9b_qa-tools_v1"
-    allowed = {(f"{trl}/recipe.lock.json", "entrypoint"), ("plugins/opsd/plugin.yaml", "plugin-entrypoint"),
-               (f"{trl}/config.yaml", "config-unknown")}
+    allowed = {
+        (f"{trl}/recipe.lock.json", "entrypoint"),
+        ("plugins/opsd/plugin.yaml", "plugin-entrypoint"),
+        (f"{trl}/config.yaml", "config-unknown"),
+    }
     mine = [p for p in errors if not p["file"].startswith("experiments/sft_qwen3.5-4b_alpaca_v1/")]
     assert {(p["file"], p["rule"]) for p in mine} <= allowed, _errors(mine)
     # the TRL config is closed: every other key the fixture sets is one TRL's GRPOConfig knows
@@ -149,10 +153,13 @@ def test_fixture_lab_errors_after_migrate_are_only_files_the_fixture_lacks(
 def test_fixture_lab_completed_by_the_user_validates_clean(fixture_lab: Path, tp_subprocess: Any) -> None:
     """Depends on the catalog branch: `nemo-rl/sft` and nemo-rl's built-in run_sft.py entrypoint."""
     assert tp_subprocess("migrate", cwd=fixture_lab).code == 0
-    write_tree(fixture_lab, {
-        "experiments/trl-grpo_qwen3.5-9b_qa-tools_v1/train.py": "print('grpo')\n",
-        "plugins/opsd/opsd_plugin.py": OPSD_PY,
-    })
+    write_tree(
+        fixture_lab,
+        {
+            "experiments/trl-grpo_qwen3.5-9b_qa-tools_v1/train.py": "print('grpo')\n",
+            "plugins/opsd/opsd_plugin.py": OPSD_PY,
+        },
+    )
     config = fixture_lab / "experiments/trl-grpo_qwen3.5-9b_qa-tools_v1/config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("max_prompt_length: 1024\n", ""), encoding="utf-8")
     _commit(fixture_lab)
@@ -171,8 +178,10 @@ def _people_lab(tmp_path: Path, nemo: bool) -> Path:
         "experiments/sft-trl/config.yaml": "learning_rate: 1.0e-5\nsave_strategy: steps\n",
         "experiments/sft-trl/train.py": TRAIN_PY,
         "smoke/smoke-custom/recipe.lock.json": _legacy_lock(tmp_path, "custom/custom"),
-        "smoke/smoke-custom/train.sh": ('#!/usr/bin/env bash\nset -euo pipefail\n'
-                                        'exec python "${FORGE_EXP_DIR}/train.py" --output-dir "${FORGE_OUT_DIR}"\n'),
+        "smoke/smoke-custom/train.sh": (
+            "#!/usr/bin/env bash\nset -euo pipefail\n"
+            'exec python "${FORGE_EXP_DIR}/train.py" --output-dir "${FORGE_OUT_DIR}"\n'
+        ),
         "smoke/smoke-custom/train.py": RUN_PY,
         "smoke/smoke-custom/config.yaml": "model: {{ name }}\n",
         "common/__init__.py": "",
@@ -182,13 +191,15 @@ def _people_lab(tmp_path: Path, nemo: bool) -> Path:
         "plugins/tiny-qa-prep/plugin.yaml": PREP_YAML,
     }
     if nemo:
-        files.update({
-            "experiments/grpo-own-run/recipe.lock.json": _legacy_lock(tmp_path, "nemo-rl/grpo"),
-            "experiments/grpo-own-run/config.yaml": "grpo:\n  num_prompts_per_step: 8\n",
-            "experiments/grpo-own-run/run.py": RUN_PY,
-            "smoke/sft-builtin/recipe.lock.json": _legacy_lock(tmp_path, "nemo-rl/sft"),
-            "smoke/sft-builtin/config.yaml": "sft:\n  max_num_steps: 10\n",
-        })
+        files.update(
+            {
+                "experiments/grpo-own-run/recipe.lock.json": _legacy_lock(tmp_path, "nemo-rl/grpo"),
+                "experiments/grpo-own-run/config.yaml": "grpo:\n  num_prompts_per_step: 8\n",
+                "experiments/grpo-own-run/run.py": RUN_PY,
+                "smoke/sft-builtin/recipe.lock.json": _legacy_lock(tmp_path, "nemo-rl/sft"),
+                "smoke/sft-builtin/config.yaml": "sft:\n  max_num_steps: 10\n",
+            }
+        )
     write_tree(root, files)
     _commit(root)
     return root
@@ -231,8 +242,9 @@ def test_migrate_rewrites_starforge_names_in_code(tmp_path: Path, tp_subprocess:
 
 def test_migrate_checklist_scan_is_case_insensitive(tmp_path: Path, tp_subprocess: Any) -> None:
     root = _people_lab(tmp_path, nemo=False)
-    (root / "experiments/sft-trl/notes.py").write_text("from StarForge.Extras import Thing  # vendored\n",
-                                                       encoding="utf-8")
+    (root / "experiments/sft-trl/notes.py").write_text(
+        "from StarForge.Extras import Thing  # vendored\n", encoding="utf-8"
+    )
     _commit(root)
     result = tp_subprocess("migrate", "--dry-run", cwd=root)
     assert result.code == 0, result.output
@@ -255,8 +267,7 @@ def test_people_lab_validates_strict_after_migrate(tmp_path: Path, tp_subprocess
     assert tp_subprocess("validate", "--strict", cwd=root).code == 1
     # ... and once the user fixes it, the migrated lab is clean even under --strict
     rewards = root / "common/rewards.py"
-    rewards.write_text(rewards.read_text(encoding="utf-8").replace('"STARFORGE_"', '"TUNEPLANE_"'),
-                       encoding="utf-8")
+    rewards.write_text(rewards.read_text(encoding="utf-8").replace('"STARFORGE_"', '"TUNEPLANE_"'), encoding="utf-8")
     _commit(root)
     strict = tp_subprocess("validate", "--strict", "--format", "json", cwd=root)
     assert [f"{p['file']}:{p['line']}: {p['rule']}" for p in _problems(strict)] == []
@@ -274,14 +285,23 @@ def test_people_lab_with_nemo_rl_experiments_validates_after_migrate(tmp_path: P
     assert _errors(problems) == []
 
 
-@pytest.mark.parametrize(("lock", "said"), [
-    ('{\n  "apiVersion": "forge/recipe-lock/v3"\n  "recipe": {}\n}\n', "recipe.lock.json:3:3: cannot read the lock"),
-    ("[1]\n", "recipe.lock.json: cannot read the lock: it is a JSON array, not an object"),
-    ('{"apiVersion": "forge/recipe-lock/v3", "recipe": "trl/sft"}\n',
-     "recipe.lock.json: cannot read the lock: its `recipe` is a JSON string, not an object"),
-])
+@pytest.mark.parametrize(
+    ("lock", "said"),
+    [
+        (
+            '{\n  "apiVersion": "forge/recipe-lock/v3"\n  "recipe": {}\n}\n',
+            "recipe.lock.json:3:3: cannot read the lock",
+        ),
+        ("[1]\n", "recipe.lock.json: cannot read the lock: it is a JSON array, not an object"),
+        (
+            '{"apiVersion": "forge/recipe-lock/v3", "recipe": "trl/sft"}\n',
+            "recipe.lock.json: cannot read the lock: its `recipe` is a JSON string, not an object",
+        ),
+    ],
+)
 def test_a_lock_migrate_cannot_use_is_named_with_its_place_and_nothing_changes(
-        tmp_path: Path, tp_subprocess: Any, lock: str, said: str) -> None:
+    tmp_path: Path, tp_subprocess: Any, lock: str, said: str
+) -> None:
     """A person's lock with a missing comma is told at its line and column; one that is JSON but not an
     object (or whose `recipe` is not one) is told as such, not a bug in tp; the lab is left as it was."""
     root = _people_lab(tmp_path, nemo=False)

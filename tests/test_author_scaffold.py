@@ -13,16 +13,18 @@ import yaml
 from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
 from tuneplane.models.lab import LabFile
 
-LAB_FILES = ["tuneplane.yaml", "README.md", ".gitignore", ".pre-commit-config.yaml",
-             ".github/workflows/tuneplane.yml"]
+LAB_FILES = ["tuneplane.yaml", "README.md", ".gitignore", ".pre-commit-config.yaml", ".github/workflows/tuneplane.yml"]
 LAB_DIRS = ["experiments", "plugins", "runs", "status"]
 CATALOG_IDS = load_catalog(packaged_catalog_root()).ids
 IDENTITY_VARS = ["GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"]
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.relative_to(root).parts}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
 
 
 # ── tp init ─────────────────────────────────────────────────────────────────────────────────────────
@@ -75,8 +77,9 @@ def test_new_lab_validates_clean(tmp_path: Path, tp: Any) -> None:
     assert result.code == 0, result.output
 
 
-def test_init_commits_with_a_local_identity_when_none_is_configured(tmp_path: Path, tp: Any, git: Any,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_init_commits_with_a_local_identity_when_none_is_configured(
+    tmp_path: Path, tp: Any, git: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for var in IDENTITY_VARS:
         monkeypatch.delenv(var)
     root = tmp_path / "lab"
@@ -89,20 +92,21 @@ def test_init_commits_with_a_local_identity_when_none_is_configured(tmp_path: Pa
     assert git(root, "rev-list", "--count", "HEAD").strip() == "1"
 
 
-def test_init_keeps_a_configured_identity(tmp_path: Path, tp: Any, git: Any, monkeypatch: pytest.MonkeyPatch,
-                                          home: Path) -> None:
+def test_init_keeps_a_configured_identity(
+    tmp_path: Path, tp: Any, git: Any, monkeypatch: pytest.MonkeyPatch, home: Path
+) -> None:
     for var in IDENTITY_VARS:
         monkeypatch.delenv(var)
-    (home / ".gitconfig").write_text("[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n",
-                                              encoding="utf-8")
+    (home / ".gitconfig").write_text("[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n", encoding="utf-8")
     root = tmp_path / "lab"
     assert tp("init", root).code == 0
     assert git(root, "log", "-1", "--format=%an <%ae>").strip() == "Ada Lovelace <ada@example.org>"
     assert "user.name" not in git(root, "config", "--local", "--list")
 
 
-def test_init_ignores_git_variables_inherited_from_a_hook(tmp_path: Path, tp: Any, git: Any,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_init_ignores_git_variables_inherited_from_a_hook(
+    tmp_path: Path, tp: Any, git: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A hook or CI step exports GIT_DIR / GIT_INDEX_FILE; tp must still create and commit its own repo."""
     outer = tmp_path / "outer"
     outer.mkdir()
@@ -130,8 +134,7 @@ def test_init_inside_an_existing_repository_commits_only_its_files(tmp_path: Pat
 
 
 def test_init_refuses_an_existing_lab(lab: Path, tp: Any) -> None:
-    (lab / "tuneplane.yaml").write_text("apiVersion: tuneplane/project/v1\nname: mine  # edited\n",
-                                        encoding="utf-8")
+    (lab / "tuneplane.yaml").write_text("apiVersion: tuneplane/project/v1\nname: mine  # edited\n", encoding="utf-8")
     before = tree_snapshot(lab)
     result = tp("init", lab, "--name", "other")
     assert result.code == 2
@@ -210,9 +213,11 @@ def test_new_for_every_method_locks_the_catalog_and_validates(lab: Path, tp: Any
     assert pinned["digest"] == digest
     assert (pinned["manifest_digest"], pinned["template_digest"]) == (manifest, template)
     assert lock["framework"]["version"] == catalog.recipe(method).runtime.default_version
-    template_files = {p.relative_to(catalog.template_dir(method)).as_posix()
-                      for p in catalog.template_dir(method).rglob("*") if p.is_file()
-                      and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
+    template_files = {
+        p.relative_to(catalog.template_dir(method)).as_posix()
+        for p in catalog.template_dir(method).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    }
     copied = {p.relative_to(exp).as_posix() for p in exp.rglob("*") if p.is_file()}
     assert copied == template_files | {"recipe.lock.json"}
     report = tp("validate", name, "--format", "json")
@@ -224,8 +229,9 @@ def test_new_for_every_method_locks_the_catalog_and_validates(lab: Path, tp: Any
         assert problem["rule"] == "config-rule" and "reward.model_name_or_path" in problem["hint"], problem
         config = exp / "config.yaml"
         text = config.read_text(encoding="utf-8")
-        config.write_text(text.replace('reward:\n  model_name_or_path: ""', "reward:\n  model_name_or_path: rm", 1),
-                          encoding="utf-8")
+        config.write_text(
+            text.replace('reward:\n  model_name_or_path: ""', "reward:\n  model_name_or_path: rm", 1), encoding="utf-8"
+        )
         report = tp("validate", name, "--format", "json")
         data = json.loads(report.out)
     assert data["errors"] == 0, data["problems"]
@@ -279,8 +285,7 @@ def test_new_outside_a_lab(tmp_path: Path, tp: Any) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_new_failure_leaves_no_staging_and_no_experiment(lab: Path, tp: Any,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_failure_leaves_no_staging_and_no_experiment(lab: Path, tp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import tuneplane.author.scaffold
 
     def disk_full(path: Path, data: object) -> None:
@@ -317,7 +322,8 @@ def test_new_from_an_existing_experiment(lab: Path, tp: Any) -> None:
     second = lab / "experiments/second"
     schema = "../../.tuneplane/schemas/config/pytorch/image-classification.schema.json"
     assert (second / "config.yaml").read_text(encoding="utf-8") == (
-        f"# yaml-language-server: $schema={schema}\nepochs: 7\n")
+        f"# yaml-language-server: $schema={schema}\nepochs: 7\n"
+    )
     lock = json.loads((second / "recipe.lock.json").read_text(encoding="utf-8"))
     assert lock["recipe"]["name"] == "pytorch/image-classification"
     assert tp("validate", "second").code == 0
@@ -329,8 +335,9 @@ def test_new_from_an_existing_experiment(lab: Path, tp: Any) -> None:
 @pytest.fixture()
 def two_roots(lab: Path) -> Path:
     settings = lab / "tuneplane.yaml"
-    settings.write_text(settings.read_text(encoding="utf-8") + "experiment_roots: [experiments, smoke]\n",
-                        encoding="utf-8")
+    settings.write_text(
+        settings.read_text(encoding="utf-8") + "experiment_roots: [experiments, smoke]\n", encoding="utf-8"
+    )
     return lab
 
 
@@ -347,8 +354,22 @@ def test_new_into_a_declared_root(two_roots: Path, tp: Any, spelling: str) -> No
     assert not list((two_roots / "smoke").glob(".tp-new-*"))
     validated = tp("validate", "gpu-check")
     assert validated.code == 0, validated.output
-    rendered = tp("render", "gpu-check", "--profile", "local", "--model", "m", "--train-data", "t",
-                  "--validation-data", "v", "--set", "eval_strategy=no", "--format", "json")
+    rendered = tp(
+        "render",
+        "gpu-check",
+        "--profile",
+        "local",
+        "--model",
+        "m",
+        "--train-data",
+        "t",
+        "--validation-data",
+        "v",
+        "--set",
+        "eval_strategy=no",
+        "--format",
+        "json",
+    )
     assert rendered.code == 0, rendered.output
 
 
@@ -386,8 +407,9 @@ def test_new_from_an_experiment_in_another_root(two_roots: Path, tp: Any) -> Non
     assert tp("new", "base", "--method", "trl/sft", "--root", "smoke").code == 0
     result = tp("new", "copy", "--from", "base")
     assert result.code == 0, result.output
-    assert json.loads((two_roots / "experiments" / "copy" / "recipe.lock.json").read_text())["recipe"]["name"] == \
-        "trl/sft"
+    assert (
+        json.loads((two_roots / "experiments" / "copy" / "recipe.lock.json").read_text())["recipe"]["name"] == "trl/sft"
+    )
 
 
 @pytest.mark.parametrize("args", [("--name", "bad name"), ("--backend", "nosuch")], ids=["name", "backend"])

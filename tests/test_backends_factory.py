@@ -27,10 +27,12 @@ def test_backends_are_made_only_by_the_factory() -> None:
 
 def test_importing_the_factory_loads_no_engine_and_no_pipeline() -> None:
     """`tp job ls` asks the factory for a run's backend: importing it must not load the pipeline."""
-    code = ("import sys, tuneplane.backends.factory; "
-            "print(sorted(m for m in ('tuneplane.plan.resolve', 'tuneplane.backends.local', "
-            "'tuneplane.backends.kubernetes', 'tuneplane.backends.slurm', 'kubernetes', 'jinja2') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, tuneplane.backends.factory; "
+        "print(sorted(m for m in ('tuneplane.plan.resolve', 'tuneplane.backends.local', "
+        "'tuneplane.backends.kubernetes', 'tuneplane.backends.slurm', 'kubernetes', 'jinja2') "
+        "if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 

@@ -150,7 +150,10 @@ def test_submit_creates_the_job_then_applies_a_secret_it_owns(
     (apply,) = fake_kube.requests_for("PATCH", "/secrets/sft-demo-r1-tokens$")
     assert apply.content_type == "application/apply-patch+yaml"
     assert (apply.query["fieldManager"], apply.query["force"], apply.query["fieldValidation"]) == (
-        "tuneplane", "true", "Strict")
+        "tuneplane",
+        "true",
+        "Strict",
+    )
 
     secret = fake_kube.get("Secret", NS, "sft-demo-r1-tokens")
     assert secret is not None and secret["type"] == "Opaque"
@@ -161,9 +164,7 @@ def test_submit_creates_the_job_then_applies_a_secret_it_owns(
 
 
 @pytest.mark.parametrize("kind", ["Job", "JobSet", "RayJob"])
-def test_submitting_twice_creates_once_and_adopts(
-    fake_kube: FakeKube, backend: KubernetesBackend, kind: str
-) -> None:
+def test_submitting_twice_creates_once_and_adopts(fake_kube: FakeKube, backend: KubernetesBackend, kind: str) -> None:
     first = backend.submit(request_for(kind))
     second = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST).submit(request_for(kind))
     assert second == first
@@ -173,9 +174,7 @@ def test_submitting_twice_creates_once_and_adopts(
 
 
 def test_an_object_of_another_run_is_never_adopted(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
-    fake_kube.put(
-        job_manifest("sft-demo-r1", "someone-else") | {"metadata": {"name": "sft-demo-r1", "namespace": NS}}
-    )
+    fake_kube.put(job_manifest("sft-demo-r1", "someone-else") | {"metadata": {"name": "sft-demo-r1", "namespace": NS}})
     with pytest.raises(BackendError, match=r"Job team-a/sft-demo-r1 already exists .* not run r1"):
         backend.submit(request_for("Job"))
     assert fake_kube.get("Secret", NS, "sft-demo-r1-tokens") is None
@@ -274,19 +273,13 @@ def test_job_lifecycle_pending_running_succeeded(fake_kube: FakeKube, backend: K
     )
 
 
-def test_jobset_states_map_from_conditions_and_replicated_jobs(
-    fake_kube: FakeKube, backend: KubernetesBackend
-) -> None:
+def test_jobset_states_map_from_conditions_and_replicated_jobs(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     ref = backend.submit(request_for("JobSet"))
     assert backend.observe(ref).phase == "Pending"
-    fake_kube.set_status(
-        "JobSet", NS, "sft-demo-r1", {"replicatedJobsStatus": [{"name": "workers", "ready": 1}]}
-    )
+    fake_kube.set_status("JobSet", NS, "sft-demo-r1", {"replicatedJobsStatus": [{"name": "workers", "ready": 1}]})
     assert backend.observe(ref).phase == "Running"
     fake_kube.set_status("JobSet", NS, "sft-demo-r1", {"restarts": 2, "replicatedJobsStatus": []})
-    fake_kube.add_pod(
-        NS, "w-0", {"jobset.sigs.k8s.io/jobset-name": "sft-demo-r1"}, start_time="2025-01-01T00:02:00Z"
-    )
+    fake_kube.add_pod(NS, "w-0", {"jobset.sigs.k8s.io/jobset-name": "sft-demo-r1"}, start_time="2025-01-01T00:02:00Z")
     restarted = backend.observe(ref)  # pods without our run label are found by the controller's label
     assert (restarted.phase, restarted.started_at) == ("Running", "2025-01-01T00:02:00Z")
     assert "restarted 2 times" in restarted.message
@@ -341,16 +334,10 @@ def test_a_kueue_queued_job_is_pending_with_the_queue_reason(
     ref = backend.submit(request_for(kind))
     fake_kube.set_spec(kind, NS, "sft-demo-r1", suspend=True)
     fake_kube.add_local_queue(NS, "team-a-gpus", "h200-pool")
-    quota = (
-        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h200"
-    )
+    quota = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h200"
     conditions = [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": quota}]
-    fake_kube.add_workload(
-        NS, "job-sft-demo-r1-1a2b", kind, "sft-demo-r1", conditions, queue_name="team-a-gpus"
-    )
-    fake_kube.put(
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {"name": "unrelated"}}
-    )
+    fake_kube.add_workload(NS, "job-sft-demo-r1-1a2b", kind, "sft-demo-r1", conditions, queue_name="team-a-gpus")
+    fake_kube.put({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {"name": "unrelated"}})
     observed = backend.observe(ref)
     assert observed.phase == "Pending"
     assert observed.reason == "Queued: waiting for quota in ClusterQueue h200-pool"
@@ -382,9 +369,7 @@ def test_queue_reasons_for_reserved_admitted_and_missing_queues(
 
 def test_image_pull_backoff_names_the_image(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     ref = backend.submit(request_for("Job"))
-    waiting = {
-        "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ghcr.io/acme/trian:1"'}
-    }
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ghcr.io/acme/trian:1"'}}
     status = {"name": "trainer", "image": "ghcr.io/acme/trian:1", "state": waiting}
     fake_kube.add_pod(NS, "sft-demo-r1-x", {"tuneplane.dev/run": "r1"}, "Pending", [status])
     observed = backend.observe(ref)
@@ -464,9 +449,7 @@ def test_a_failed_init_container_is_the_culprit(fake_kube: FakeKube, backend: Ku
     clone = {"name": "clone", "state": terminated(128)}
     main = {"name": "trainer", "state": {"waiting": {"reason": "PodInitializing"}}}
     logs = {"clone": "fatal: could not read Username for 'https://github.com'\n"}
-    fake_kube.add_pod(
-        NS, "p", {"tuneplane.dev/run": "r1"}, "Failed", [main], logs, init_container_statuses=[clone]
-    )
+    fake_kube.add_pod(NS, "p", {"tuneplane.dev/run": "r1"}, "Failed", [main], logs, init_container_statuses=[clone])
     set_failed(fake_kube, "Job")
     observed = backend.observe(ref)
     assert observed.exit_code == 128
@@ -475,9 +458,7 @@ def test_a_failed_init_container_is_the_culprit(fake_kube: FakeKube, backend: Ku
 
 
 # ---------------------------------------------------------------- observe: deletion
-def test_a_deleted_object_is_failed_unless_we_cancelled_it(
-    fake_kube: FakeKube, backend: KubernetesBackend
-) -> None:
+def test_a_deleted_object_is_failed_unless_we_cancelled_it(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     ref = backend.submit(request_for("Job"))
     fake_kube.remove("Job", NS, "sft-demo-r1")
     gone = backend.observe(ref)
@@ -489,9 +470,7 @@ def test_a_deleted_object_is_failed_unless_we_cancelled_it(
     assert backend.observe(ours).phase == "Cancelled"
 
 
-def test_a_lingering_cancel_is_recognised_by_a_fresh_backend(
-    fake_kube: FakeKube, backend: KubernetesBackend
-) -> None:
+def test_a_lingering_cancel_is_recognised_by_a_fresh_backend(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     fake_kube.linger_deletes = True
     ref = backend.submit(request_for("RayJob"))
     backend.cancel(ref)
@@ -501,9 +480,7 @@ def test_a_lingering_cancel_is_recognised_by_a_fresh_backend(
     assert other_process.observe(ref).phase == "Failed"  # it cannot know any more; the bot's run request can
 
 
-def test_a_recreated_object_with_another_uid_is_not_ours(
-    fake_kube: FakeKube, backend: KubernetesBackend
-) -> None:
+def test_a_recreated_object_with_another_uid_is_not_ours(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     ref = backend.submit(request_for("Job"))
     fake_kube.remove("Job", NS, "sft-demo-r1")
     fake_kube.put(job_manifest("sft-demo-r1", "r1") | {"metadata": {"name": "sft-demo-r1", "namespace": NS}})
@@ -515,21 +492,15 @@ def test_a_recreated_object_with_another_uid_is_not_ours(
 def test_logs_tail_from_the_leader_pod(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     ref = backend.submit(request_for("JobSet"))
     labels = {"tuneplane.dev/run": "r1", "jobset.sigs.k8s.io/replicatedjob-name": "workers"}
-    fake_kube.add_pod(
-        NS, "w-1", labels | {"batch.kubernetes.io/job-completion-index": "1"}, log_text="worker 1\n"
-    )
-    fake_kube.add_pod(
-        NS, "w-0", labels | {"batch.kubernetes.io/job-completion-index": "0"}, log_text="a\nb\nc\n"
-    )
+    fake_kube.add_pod(NS, "w-1", labels | {"batch.kubernetes.io/job-completion-index": "1"}, log_text="worker 1\n")
+    fake_kube.add_pod(NS, "w-0", labels | {"batch.kubernetes.io/job-completion-index": "0"}, log_text="a\nb\nc\n")
     assert list(backend.logs(ref)) == ["a", "b", "c"]
     assert list(backend.logs(ref, tail=2)) == ["b", "c"]
 
 
 def test_rayjob_logs_come_from_the_submitter_pod(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     ref = backend.submit(request_for("RayJob"))
-    fake_kube.add_pod(
-        NS, "head", {"tuneplane.dev/run": "r1", "ray.io/node-type": "head"}, log_text="raylet\n"
-    )
+    fake_kube.add_pod(NS, "head", {"tuneplane.dev/run": "r1", "ray.io/node-type": "head"}, log_text="raylet\n")
     submitter = {"tuneplane.dev/run": "r1", "batch.kubernetes.io/job-name": "sft-demo-r1"}
     fake_kube.add_pod(NS, "sft-demo-r1-submit", submitter, log_text="driver: epoch 1\n")
     assert list(backend.logs(ref)) == ["driver: epoch 1"]
@@ -561,9 +532,7 @@ def test_logs_without_pods_say_so(fake_kube: FakeKube, backend: KubernetesBacken
 
 # ---------------------------------------------------------------- cancel
 @pytest.mark.parametrize("policy", ["Foreground", "Background"])
-def test_cancel_deletes_with_propagation_and_is_idempotent(
-    fake_kube: FakeKube, kube_client: Any, policy: str
-) -> None:
+def test_cancel_deletes_with_propagation_and_is_idempotent(fake_kube: FakeKube, kube_client: Any, policy: str) -> None:
     backend = KubernetesBackend(NS, api_client=kube_client, retry=FAST, propagation_policy=policy)
     ref = backend.submit(request_for("JobSet"))
     backend.cancel(ref)
@@ -585,9 +554,7 @@ def test_latency_within_the_timeout_succeeds(fake_kube: FakeKube, backend: Kuber
 
 
 def test_latency_past_the_timeout_is_retried(fake_kube: FakeKube, kube_client: Any) -> None:
-    backend = KubernetesBackend(
-        NS, api_client=kube_client, retry=RetryPolicy(backoff_base=0.001, timeout=0.2)
-    )
+    backend = KubernetesBackend(NS, api_client=kube_client, retry=RetryPolicy(backoff_base=0.001, timeout=0.2))
     # The first POST times out but the server still creates the Job: the retry's 409 adopts it.
     fault = fake_kube.inject("latency", KIND_PATHS["Job"] + "$", method="POST", seconds=0.6)
     ref = backend.submit(request_for("Job"))
@@ -629,17 +596,13 @@ def test_429_retry_after_is_honoured(fake_kube: FakeKube, kube_client: Any) -> N
     assert sleeps == [7.0, 7.0, 30.0]  # as asked, and capped where the server asks too much
 
 
-def test_persistent_500_names_the_object_and_the_status(
-    fake_kube: FakeKube, backend: KubernetesBackend
-) -> None:
+def test_persistent_500_names_the_object_and_the_status(fake_kube: FakeKube, backend: KubernetesBackend) -> None:
     fault = fake_kube.inject(500, KIND_PATHS["Job"] + "$", method="POST", times=100)
     with pytest.raises(BackendError) as err:
         backend.submit(request_for("Job"))
     message = str(err.value)
     assert fault.hits == FAST.attempts
-    assert message.startswith(
-        "could not create Job team-a/sft-demo-r1: the API server answered 500 Internal Server"
-    )
+    assert message.startswith("could not create Job team-a/sft-demo-r1: the API server answered 500 Internal Server")
     assert "injected fault 500 InternalError" in message  # what the server said
     assert f"POST {KIND_PATHS['Job']} on {fake_kube.url}, 4 attempts" in message
     assert "kubectl get --raw /readyz" in message
@@ -709,9 +672,7 @@ def test_retry_delays_are_capped_jittered_and_growing() -> None:
 
 
 # ---------------------------------------------------------------- configuration
-def test_a_kubeconfig_file_reaches_the_cluster_with_its_credentials(
-    fake_kube: FakeKube, tmp_path: Path
-) -> None:
+def test_a_kubeconfig_file_reaches_the_cluster_with_its_credentials(fake_kube: FakeKube, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(
         textwrap.dedent(
@@ -750,6 +711,7 @@ def test_importing_the_module_does_not_load_the_client() -> None:
 
 # ── raw objects are typed where the backend reads them ──────────────────────────────────────────────
 
+
 def test_every_raw_object_the_backend_reads_has_a_typeddict() -> None:
     """What the API server sends is read through `types.py`'s TypedDicts, which mypy --strict checks:
     every `rest.get`/`rest.list` outside the client is cast to one at once, and the types hold no `Any`."""
@@ -768,20 +730,30 @@ def test_every_raw_object_the_backend_reads_has_a_typeddict() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("get", "list") and isinstance(node.func.value, (ast.Name, ast.Attribute))
-                    and ast.unparse(node.func.value) in ("rest", "self._rest")):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "list")
+                and isinstance(node.func.value, (ast.Name, ast.Attribute))
+                and ast.unparse(node.func.value) in ("rest", "self._rest")
+            ):
                 continue
             holder = parents.get(node)
             if isinstance(holder, ast.BoolOp):
                 holder = parents.get(holder)
-            typed = (isinstance(holder, ast.Call) and ast.unparse(holder.func) == "cast"
-                     and {n.id for n in ast.walk(holder.args[0]) if isinstance(n, ast.Name)} & declared)
+            typed = (
+                isinstance(holder, ast.Call)
+                and ast.unparse(holder.func) == "cast"
+                and {n.id for n in ast.walk(holder.args[0]) if isinstance(n, ast.Name)} & declared
+            )
             if isinstance(holder, ast.comprehension):  # `[cast(T, w) for w in rest.list(...)]`
                 comp = parents[holder]
                 elt = getattr(comp, "elt", None)
-                typed = isinstance(elt, ast.Call) and ast.unparse(elt.func) == "cast" and \
-                    {n.id for n in ast.walk(elt.args[0]) if isinstance(n, ast.Name)} & declared
+                typed = (
+                    isinstance(elt, ast.Call)
+                    and ast.unparse(elt.func) == "cast"
+                    and {n.id for n in ast.walk(elt.args[0]) if isinstance(n, ast.Name)} & declared
+                )
             if not typed:
                 untyped.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     assert not untyped, untyped

@@ -30,16 +30,16 @@ GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return make_lab(tmp_path_factory.mktemp("attempts") / "lab", {"trl-sft-exp": "trl/sft"},
-                    settings=CLUSTER_SETTINGS)
+    return make_lab(tmp_path_factory.mktemp("attempts") / "lab", {"trl-sft-exp": "trl/sft"}, settings=CLUSTER_SETTINGS)
 
 
 @pytest.fixture
 def twin(cluster: Cluster) -> Cluster:
     cluster.add_queue(NS, "team-a", "h200-pool", gpu=64, cpu="1000", memory="16Ti")
     for name, data in (("registry-creds", {".dockerconfigjson": "e30="}), ("lab-git", {"password": "cGFzcw=="})):
-        cluster.kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
-                          "data": data})
+        cluster.kube.put(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": data}
+        )
     return cluster
 
 
@@ -55,21 +55,36 @@ def add_gpu_nodes(twin: Cluster, *names: str) -> None:
 
 def submit(backend: KubernetesBackend, lab: Any, profile: str = "h200", **fields: Any) -> BackendRef:
     spec, _, docs = build(lab, request("trl-sft-exp", profile=profile, **fields))
-    return backend.submit(SubmitRequest(run_id=spec.metadata.run_id, experiment="trl-sft-exp", namespace=NS,
-                                        object_name=spec.metadata.name, manifests=docs,
-                                        secret_data={"job-token": "tp-token-1234"}))
+    return backend.submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment="trl-sft-exp",
+            namespace=NS,
+            object_name=spec.metadata.name,
+            manifests=docs,
+            secret_data={"job-token": "tp-token-1234"},
+        )
+    )
 
 
 def running(twin: Cluster) -> list[dict[str, Any]]:
-    return [p for p in twin.pods(NS) if p["status"].get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")]
+    return [
+        p for p in twin.pods(NS) if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def record(node: str, code: int, signal: int | None = None, error: str = "", tail: tuple[str, ...] = ()) -> str:
     """The launcher's end record, as it writes it to the trainer's termination message."""
-    fields: dict[str, Any] = {"attempt": 1, "node_rank": 0, "node": node, "exit_code": code, "error": error,
-                              "log_tail": list(tail), "started_at": "2026-01-01T00:00:00Z",
-                              "finished_at": "2026-01-01T01:00:00Z"}
+    fields: dict[str, Any] = {
+        "attempt": 1,
+        "node_rank": 0,
+        "node": node,
+        "exit_code": code,
+        "error": error,
+        "log_tail": list(tail),
+        "started_at": "2026-01-01T00:00:00Z",
+        "finished_at": "2026-01-01T01:00:00Z",
+    }
     if signal is not None:
         fields["signal"] = signal
     return encode(fields, limit=TERMINATION_LIMIT)
@@ -81,7 +96,8 @@ def reasons(seen: Observation) -> list[str | None]:
 
 # ── a drain: Evicted, and the replacement runs ─────────────────────────────────────────────────
 def test_a_drained_pod_is_an_attempt_that_ended_evicted_while_its_replacement_runs(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     add_gpu_nodes(twin, "gpu-1", "gpu-2")
     ref = submit(backend, lab)
     (first,) = running(twin)
@@ -98,8 +114,7 @@ def test_a_drained_pod_is_an_attempt_that_ended_evicted_while_its_replacement_ru
     assert current.where == (replacement["spec"]["nodeName"],) and replacement["spec"]["nodeName"] != node
 
 
-def test_the_evicted_attempt_stays_after_its_pod_is_gone(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+def test_the_evicted_attempt_stays_after_its_pod_is_gone(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
     add_gpu_nodes(twin, "gpu-1", "gpu-2")
     ref = submit(backend, lab)
     (first,) = running(twin)
@@ -124,20 +139,30 @@ def test_a_disruption_nobody_saw_is_still_an_attempt(twin: Cluster, backend: Kub
 
 # ── the scheduler preempts for a higher-priority pod ───────────────────────────────────────────
 def test_preemption_by_the_scheduler_ends_an_attempt_preempted(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     add_gpu_nodes(twin, "gpu-1")
     ref = submit(backend, lab)
     (ours,) = running(twin)
-    twin.kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": NS},
-                   "spec": {"priority": 1000, "nodeSelector": H200,
-                            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                            "containers": [{"name": "c", "image": "x", "resources": {
-                                "limits": {"nvidia.com/gpu": "8"}}}]},
-                   "status": {"phase": "Pending"}})
+    twin.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "urgent", "namespace": NS},
+            "spec": {
+                "priority": 1000,
+                "nodeSelector": H200,
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            },
+            "status": {"phase": "Pending"},
+        }
+    )
     twin.kube.settle()
     gone = twin.kube.get("Pod", NS, ours["metadata"]["name"])
-    assert gone is not None and any(c["type"] == "DisruptionTarget" and c["reason"] == "PreemptionByScheduler"
-                                    for c in gone["status"]["conditions"])
+    assert gone is not None and any(
+        c["type"] == "DisruptionTarget" and c["reason"] == "PreemptionByScheduler" for c in gone["status"]["conditions"]
+    )
     seen = backend.observe(ref)
     assert seen.phase == "Pending" and seen.reason == "Unschedulable", seen
     assert reasons(seen) == ["Preempted", None]
@@ -145,17 +170,30 @@ def test_preemption_by_the_scheduler_ends_an_attempt_preempted(
 
 # ── Kueue preempts for a higher-priority workload ──────────────────────────────────────────────
 def test_kueue_preemption_ends_an_attempt_preempted_and_the_run_waits_then_runs_again(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     twin.add_queue(NS, "team-a", "h200-pool", gpu=8, cpu="96", memory="1Ti")
     twin.cq_preemption.add("h200-pool")
     twin.priority_classes["urgent"] = 1000
     ref = submit(backend, lab)
     assert running(twin) and backend.observe(ref).attempts[0].reason is None
-    urgent = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
-        "name": "urgent", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "team-a",
-                                                      "kueue.x-k8s.io/priority-class": "urgent"}},
-        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
-            "name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+    urgent = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "urgent",
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/priority-class": "urgent"},
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                }
+            }
+        },
+    }
     twin.kube.put(urgent)
     twin.kube.settle()
     seen = backend.observe(ref)
@@ -192,7 +230,8 @@ def test_no_rendered_rule_ignores_a_disruption(lab: Any) -> None:
     for profile in ("h200", "h200:16"):
         _, _, docs = build(lab, request("trl-sft-exp", profile=profile, retry={"attempts": 4}))
         jobs = [d["spec"] for d in docs if d["kind"] == "Job"] or [
-            r["template"]["spec"] for r in docs[0]["spec"]["replicatedJobs"]]
+            r["template"]["spec"] for r in docs[0]["spec"]["replicatedJobs"]
+        ]
         for job in jobs:
             assert job["backoffLimit"] == 3
             actions = [r["action"] for r in job["podFailurePolicy"]["rules"]]
@@ -200,12 +239,18 @@ def test_no_rendered_rule_ignores_a_disruption(lab: Any) -> None:
 
 
 def test_an_error_fails_at_once_with_the_trainers_own_words(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     add_gpu_nodes(twin, "gpu-1")
     ref = submit(backend, lab)
     (pod,) = running(twin)
-    twin.exit_pod(NS, pod["metadata"]["name"], 1, "Traceback …\n", message=record(
-        "gpu-1", 1, error="FileNotFoundError: data/train.jsonl", tail=("loading data", "Traceback …")))
+    twin.exit_pod(
+        NS,
+        pod["metadata"]["name"],
+        1,
+        "Traceback …\n",
+        message=record("gpu-1", 1, error="FileNotFoundError: data/train.jsonl", tail=("loading data", "Traceback …")),
+    )
     seen = backend.observe(ref)
     assert seen.phase == "Failed" and len(twin.pods(NS)) == 1  # the default policy does not retry Error
     (only,) = seen.attempts
@@ -214,7 +259,8 @@ def test_an_error_fails_at_once_with_the_trainers_own_words(
 
 
 def test_an_error_is_retried_when_the_policy_says_so_but_a_config_error_never(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     ref = submit(backend, lab, retry={"attempts": 3, "on": ["Error", "Evicted"]})
     (pod,) = running(twin)
     twin.exit_pod(NS, pod["metadata"]["name"], 1)
@@ -247,7 +293,8 @@ def test_a_profile_time_limit_becomes_the_deadline(tmp_path: Path) -> None:
 # ── Kueue's API versions ───────────────────────────────────────────────────────────────────────
 @pytest.mark.parametrize("unserved, read", [((), "v1beta2"), (("kueue.x-k8s.io/v1beta2",), "v1beta1")])
 def test_workloads_are_read_at_the_newest_version_kueue_serves(
-        twin: Cluster, backend: KubernetesBackend, lab: Any, unserved: tuple[str, ...], read: str) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any, unserved: tuple[str, ...], read: str
+) -> None:
     twin.kube.unserved.update(unserved)  # a Kueue before 0.15 serves v1beta1 only
     twin.add_queue(NS, "team-a", "h200-pool", gpu=0, cpu="1", memory="1Gi")
     ref = submit(backend, lab)
@@ -261,7 +308,8 @@ def test_workloads_are_read_at_the_newest_version_kueue_serves(
 
 # ── several nodes: a JobSet replaces one rank ──────────────────────────────────────────────────
 def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     add_gpu_nodes(twin, "gpu-1", "gpu-2", "gpu-3")
     ref = submit(backend, lab, profile="h200:16")
     assert ref.kind == "JobSet" and len(running(twin)) == 2

@@ -37,8 +37,11 @@ SETTINGS = CLUSTER_SETTINGS.replace("verl: example/verl:0.5.0", f"verl: {PRIVATE
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return make_lab(tmp_path_factory.mktemp("cluster") / "lab",
-                    {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"}, settings=SETTINGS)
+    return make_lab(
+        tmp_path_factory.mktemp("cluster") / "lab",
+        {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"},
+        settings=SETTINGS,
+    )
 
 
 @pytest.fixture
@@ -47,8 +50,9 @@ def twin(cluster: Cluster) -> Cluster:
     cluster.private_registries = (PRIVATE,)
     cluster.add_queue(NS, "team-a", "h200-pool", gpu=64, cpu="1000", memory="16Ti")
     for name, data in (("registry-creds", {".dockerconfigjson": "e30="}), ("lab-git", {"password": "cGFzcw=="})):
-        cluster.kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
-                          "data": data})
+        cluster.kube.put(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": data}
+        )
     return cluster
 
 
@@ -64,12 +68,25 @@ def rendered(lab: Any, experiment: str, profile: str = "h200") -> tuple[Any, lis
     return spec, docs
 
 
-def submit(backend: KubernetesBackend, lab: Any, experiment: str, profile: str = "h200",
-           secret_data: dict[str, str] | None = None) -> tuple[BackendRef, list[dict[str, Any]]]:
+def submit(
+    backend: KubernetesBackend,
+    lab: Any,
+    experiment: str,
+    profile: str = "h200",
+    secret_data: dict[str, str] | None = None,
+) -> tuple[BackendRef, list[dict[str, Any]]]:
     spec, docs = rendered(lab, experiment, profile)
     data = {"job-token": TOKEN} if secret_data is None else secret_data
-    ref = backend.submit(SubmitRequest(run_id=spec.metadata.run_id, experiment=experiment, namespace=NS,
-                                       object_name=spec.metadata.name, manifests=docs, secret_data=data))
+    ref = backend.submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=experiment,
+            namespace=NS,
+            object_name=spec.metadata.name,
+            manifests=docs,
+            secret_data=data,
+        )
+    )
     return ref, docs
 
 
@@ -87,7 +104,8 @@ def ray_pods(twin: Cluster, rayjob: str) -> dict[str, list[dict[str, Any]]]:
 
 # ── 1. a finished RayJob gives its GPUs back ─────────────────────────────────────────────────────
 def test_a_finished_rayjob_deletes_its_ray_cluster_within_minutes(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     ref, docs = submit(backend, lab, "verl-grpo-exp")
     pods = ray_pods(twin, ref.name)
     assert pods["head"] and pods["worker"] and pods["submitter"], pods
@@ -109,7 +127,8 @@ def test_job_and_jobset_keep_the_lab_ttl(lab: Any) -> None:
 
 # ── 2. no ingest secret: refused, not a pod waiting forever ─────────────────────────────────────
 def test_a_run_whose_pods_need_a_token_it_lacks_is_refused_before_anything_is_created(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     with pytest.raises(BackendError, match=r"job-token.*TUNEPLANE_JOB_TOKEN|TUNEPLANE_JOB_TOKEN.*job-token"):
         submit(backend, lab, "trl-sft-exp", secret_data={})
     assert twin.kube.list("Job", NS) == [] and twin.kube.list("Workload", NS) == []
@@ -122,8 +141,9 @@ def test_with_the_token_the_pod_runs(twin: Cluster, backend: KubernetesBackend, 
 
 
 # ── 3. the checkout lock is released whatever happens ──────────────────────────────────────────
-def _checkout_process(root: Path, tmp: Path, url: str, path: str = "",
-                      **extra: str) -> tuple[list[str], dict[str, str]]:
+def _checkout_process(
+    root: Path, tmp: Path, url: str, path: str = "", **extra: str
+) -> tuple[list[str], dict[str, str]]:
     """The rendered init container of a run at the lab's HEAD: its command, and its env (the storage root
     mapped into `tmp`, the clone URL pointed at `url`)."""
     import helpers_render as hr
@@ -167,17 +187,20 @@ def test_a_failed_checkout_leaves_no_lock_behind(git_lab: tuple[Path, str], tmp_
 
 
 def test_a_checkout_killed_mid_clone_is_taken_over_when_its_lease_expires(
-        git_lab: tuple[Path, str], tmp_path: Path) -> None:
+    git_lab: tuple[Path, str], tmp_path: Path
+) -> None:
     root, url = git_lab
     slow = tmp_path / "bin"
     slow.mkdir()
     (slow / "git").write_text(f'#!/bin/sh\n[ "$1" = fetch ] && sleep 60\nexec {shutil.which("git")} "$@"\n')
     (slow / "git").chmod(0o755)
     # A checkout that hangs in `git fetch`, killed hard (no trap can run), as a node failure would.
-    command, env = _checkout_process(root, tmp_path, url, path=f"{slow}:{os.environ['PATH']}",
-                                     TUNEPLANE_CHECKOUT_LEASE_SECONDS="2")
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    command, env = _checkout_process(
+        root, tmp_path, url, path=f"{slow}:{os.environ['PATH']}", TUNEPLANE_CHECKOUT_LEASE_SECONDS="2"
+    )
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         _wait_for(tmp_path / "storage", ".checkout.lock")
     finally:
@@ -200,7 +223,8 @@ def _wait_for(root: Path, name: str, limit: float = 20.0) -> None:
 
 # ── 4. RayJob logs and failures come from the driver ────────────────────────────────────────────
 def test_a_rayjob_failure_names_the_driver_exit_code_and_its_log(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     ref, _ = submit(backend, lab, "verl-grpo-exp")
     (submitter,) = ray_pods(twin, ref.name)["submitter"]
     twin.kube.logs[(NS, ray_pods(twin, ref.name)["head"][0]["metadata"]["name"], "ray-head")] = "head: raylet up\n"
@@ -217,7 +241,8 @@ def test_a_rayjob_failure_names_the_driver_exit_code_and_its_log(
 
 
 def test_a_submitter_whose_log_stream_dropped_is_retried_and_the_run_goes_on(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     ref, docs = submit(backend, lab, "verl-grpo-exp")
     assert docs[0]["spec"]["submitterConfig"]["backoffLimit"] >= 2
     (submitter,) = ray_pods(twin, ref.name)["submitter"]
@@ -245,7 +270,6 @@ def test_the_rayjob_submitter_pulls_a_private_image(twin: Cluster, backend: Kube
     assert backend.observe(ref).phase == "Running"
 
 
-
 # ── what works but was wrong ───────────────────────────────────────────────────────────────────
 def test_part_of_a_node_asks_for_that_share_of_its_cpu_and_memory(lab: Any) -> None:
     for profile, cpu, memory in (("h200:4", "48", "512Gi"), ("h200:1", "12", "128Gi"), ("h200", "96", "1Ti")):
@@ -255,9 +279,12 @@ def test_part_of_a_node_asks_for_that_share_of_its_cpu_and_memory(lab: Any) -> N
 
 
 def test_every_pod_has_a_restricted_security_context(tmp_path: Path) -> None:
-    settings = SETTINGS.replace("  ttl_seconds_after_finished: 86400\n", "  ttl_seconds_after_finished: 86400\n"
-                                "  security: {run_as_non_root: true, run_as_user: 1000, run_as_group: 1000, "
-                                "fs_group: 1000}\n")
+    settings = SETTINGS.replace(
+        "  ttl_seconds_after_finished: 86400\n",
+        "  ttl_seconds_after_finished: 86400\n"
+        "  security: {run_as_non_root: true, run_as_user: 1000, run_as_group: 1000, "
+        "fs_group: 1000}\n",
+    )
     secured = make_lab(tmp_path / "lab", {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"}, settings=settings)
     for experiment, profile in (("trl-sft-exp", "h200"), ("trl-sft-exp", "h200:16"), ("verl-grpo-exp", "h200")):
         _, docs = rendered(secured, experiment, profile)
@@ -266,37 +293,48 @@ def test_every_pod_has_a_restricted_security_context(tmp_path: Path) -> None:
             templates.append(docs[0]["spec"]["submitterPodTemplate"])
         for template in templates:
             pod = template["spec"]["securityContext"]
-            assert pod == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-                           "seccompProfile": {"type": "RuntimeDefault"}}
+            assert pod == {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "fsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }
             for container in template["spec"].get("initContainers", []) + template["spec"]["containers"]:
-                assert container["securityContext"] == {"allowPrivilegeEscalation": False,
-                                                        "capabilities": {"drop": ["ALL"]}}
+                assert container["securityContext"] == {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                }
 
 
 def test_torchrun_across_nodes_uses_a_static_rendezvous_from_the_completion_index(lab: Any) -> None:
-    rich = make_lab(Path(lab.root).parent / "torch-lab", {"pytorch-exp": "pytorch/image-classification"},
-                    settings=SETTINGS)
+    rich = make_lab(
+        Path(lab.root).parent / "torch-lab", {"pytorch-exp": "pytorch/image-classification"}, settings=SETTINGS
+    )
     spec, docs = rendered(rich, "pytorch-exp", "h200:16")
     (template,) = list(pod_templates(docs[0]))
     env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
     assert env["PET_MASTER_ADDR"]["value"] == f"{spec.metadata.name}-trainer-0-0.{spec.metadata.name}"
     assert env["PET_MASTER_PORT"]["value"] == "29500" and env["PET_NNODES"]["value"] == "2"
     assert env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
-        "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
 
 
 def test_the_init_image_is_a_lab_setting_under_the_image_policy(tmp_path: Path, tp: Any) -> None:
     settings = SETTINGS.replace("images:\n", "images:\n  allowed_registries: [registry.example.com]\n").replace(
         "  ttl_seconds_after_finished: 86400\n",
-        "  ttl_seconds_after_finished: 86400\n  init_image: docker.io/alpine/git:2.45.2\n")
+        "  ttl_seconds_after_finished: 86400\n  init_image: docker.io/alpine/git:2.45.2\n",
+    )
     root = tmp_path / "lab"
     policed = make_lab(root, {"trl-sft-exp": "trl/sft"}, settings=settings)
     with pytest.raises(Exception, match=r"cluster.init_image .*registry 'docker.io' is not allowed"):
         rendered(policed, "trl-sft-exp")
     result = tp("validate", cwd=root)
     assert result.code == 1 and "cluster-init-image" in result.output
-    (root / "tuneplane.yaml").write_text(settings.replace("docker.io/alpine/git:2.45.2",
-                                                          "registry.example.com/tools/git:2.45.2"))
+    (root / "tuneplane.yaml").write_text(
+        settings.replace("docker.io/alpine/git:2.45.2", "registry.example.com/tools/git:2.45.2")
+    )
     commit_all(root, "allowed init image")
     ok = make_lab_reload(root)
     _, docs = rendered(ok, "trl-sft-exp")
@@ -312,20 +350,25 @@ def make_lab_reload(root: Path) -> Any:
 
 def test_a_cluster_lab_with_a_loopback_ingest_endpoint_is_warned(tmp_path: Path, tp: Any) -> None:
     root = tmp_path / "lab"
-    make_lab(root, {"trl-sft-exp": "trl/sft"},
-             settings=SETTINGS.replace("http://ingest.tuneplane.svc:8080", "http://127.0.0.1:8080"))
+    make_lab(
+        root,
+        {"trl-sft-exp": "trl/sft"},
+        settings=SETTINGS.replace("http://ingest.tuneplane.svc:8080", "http://127.0.0.1:8080"),
+    )
     result = tp("validate", cwd=root)
     assert "cluster-ingest-loopback" in result.output and "127.0.0.1" in result.output
     assert result.code == 0  # a warning: the run still works, it only reports nothing
 
 
 def test_after_a_pod_is_replaced_the_logs_come_from_its_replacement(
-        twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
     ref, _ = submit(backend, lab, "trl-sft-exp")
     (first,) = twin.pods(NS)
     # A node drain: the pod is disrupted, the rendered podFailurePolicy ignores it and the Job replaces it.
-    twin.exit_pod(NS, first["metadata"]["name"], 143, "step 1\n",
-                  conditions=[{"type": "DisruptionTarget", "status": "True"}])
+    twin.exit_pod(
+        NS, first["metadata"]["name"], 143, "step 1\n", conditions=[{"type": "DisruptionTarget", "status": "True"}]
+    )
     live = [p for p in twin.pods(NS) if p["status"]["phase"] == "Running"]
     assert len(live) == 1 and live[0]["metadata"]["name"] != first["metadata"]["name"]
     twin.kube.append_log(NS, live[0]["metadata"]["name"], "resumed at step 1\n", container="trainer")
@@ -340,9 +383,16 @@ def test_the_workload_is_read_by_its_job_uid_label(twin: Cluster, backend: Kuber
     other = [dict(d, metadata={**d["metadata"], "name": "second-run"}) for d in docs]
     for doc in other:
         doc["metadata"]["labels"] = {**doc["metadata"]["labels"], "tuneplane.dev/run": "second"}
-    second = backend.submit(SubmitRequest(run_id="second", experiment="trl-sft-exp", namespace=NS,
-                                          object_name="second-run", manifests=other,
-                                          secret_data={"job-token": TOKEN}))
+    second = backend.submit(
+        SubmitRequest(
+            run_id="second",
+            experiment="trl-sft-exp",
+            namespace=NS,
+            object_name="second-run",
+            manifests=other,
+            secret_data={"job-token": TOKEN},
+        )
+    )
     seen = backend.observe(second)
     assert seen.phase == "Pending" and seen.reason == "Queued: waiting for quota in ClusterQueue h200-pool"
     assert "insufficient unused quota for cpu" in seen.message or "nvidia.com/gpu" in seen.message

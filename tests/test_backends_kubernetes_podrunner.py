@@ -82,8 +82,14 @@ def servers(tmp_path: Path) -> Iterator[dict[str, Any]]:
 def twin(cluster: Any) -> Any:
     cluster.auto_run = False  # the pod runner starts the pods
     cluster.add_queue(NS, "team-a", "cpu-pool", gpu=0, cpu="64", memory="256Gi")
-    cluster.kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lab-git", "namespace": NS},
-                      "data": {"username": _b64(GIT_USER), "password": _b64(GIT_PASSWORD)}})
+    cluster.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "lab-git", "namespace": NS},
+            "data": {"username": _b64(GIT_USER), "password": _b64(GIT_PASSWORD)},
+        }
+    )
     return cluster
 
 
@@ -111,9 +117,16 @@ def _submit(twin: Any, lab: Any, experiment: str, profile: str, **fields: Any) -
     docs = hr.render_manifests(spec, hr.compile_plan(spec), lab.config)
     backend = KubernetesBackend(NS, api_client=twin.kube.api_client(), retry=FAST)
     token = mint_token(SECRET, spec.metadata.run_id)
-    ref = backend.submit(SubmitRequest(run_id=spec.metadata.run_id, experiment=experiment, namespace=NS,
-                                       object_name=spec.metadata.name, manifests=docs,
-                                       secret_data={"job-token": token}))
+    ref = backend.submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=experiment,
+            namespace=NS,
+            object_name=spec.metadata.name,
+            manifests=docs,
+            secret_data={"job-token": token},
+        )
+    )
     return backend, ref, spec
 
 
@@ -127,7 +140,8 @@ def _lab_root(tmp_path: Path) -> Path:
 
 
 def test_a_job_checks_out_its_commit_runs_train_sh_and_reports_metrics(
-        twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any) -> None:
+    twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any
+) -> None:
     lab = _custom_lab(_lab_root(tmp_path), tp)
     backend, ref, spec = _submit(twin, lab, "custom-exp", "cpu")
     runner = _runner(twin, tmp_path, servers)
@@ -155,7 +169,8 @@ def test_a_job_checks_out_its_commit_runs_train_sh_and_reports_metrics(
 
 
 def test_a_failing_checkout_fails_the_pod_with_the_init_containers_exit_code(
-        twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any) -> None:
+    twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any
+) -> None:
     lab = _custom_lab(_lab_root(tmp_path), tp)
     backend, ref, _ = _submit(twin, lab, "custom-exp", "cpu")
     runner = _runner(twin, tmp_path, servers)
@@ -168,12 +183,15 @@ def test_a_failing_checkout_fails_the_pod_with_the_init_containers_exit_code(
 
 
 # ── a 2-node JobSet: a real torchrun rendezvous ─────────────────────────────────────────────────
-ALGO_YAML = PLUGIN_YAML.replace("name: envtool", "name: algo").replace("capability: environment",
-                                                                       "capability: algorithm").replace(
-    "envtool_plugin:install", "algo_plugin:install")
+ALGO_YAML = (
+    PLUGIN_YAML.replace("name: envtool", "name: algo")
+    .replace("capability: environment", "capability: algorithm")
+    .replace("envtool_plugin:install", "algo_plugin:install")
+)
 TWO_NODES = CLUSTER_SETTINGS.replace(
     "  cpu: {gpus_per_node: 0,",
-    '  cpu2: {gpus_per_node: 1, max_nodes: 2, cpu: "2", memory: 4Gi, shm_size: 1Gi}\n  cpu: {gpus_per_node: 0,')
+    '  cpu2: {gpus_per_node: 1, max_nodes: 2, cpu: "2", memory: 4Gi, shm_size: 1Gi}\n  cpu: {gpus_per_node: 0,',
+)
 
 
 def _free_port() -> int:
@@ -183,7 +201,8 @@ def _free_port() -> int:
 
 
 def test_a_two_node_jobset_runs_a_real_torchrun_rendezvous(
-        twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any) -> None:
+    twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any
+) -> None:
     pytest.importorskip("torch", reason="torch (CPU) runs the rendezvous")
     root = _lab_root(tmp_path)
     make_lab(root, {"pytorch-exp": "pytorch/image-classification"}, settings=TWO_NODES)
@@ -240,7 +259,8 @@ def ray_head(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 
 def test_a_rayjob_entrypoint_is_submitted_to_a_real_ray_head(
-        twin: Any, tmp_path: Path, servers: dict[str, Any], ray_head: dict[str, Any]) -> None:
+    twin: Any, tmp_path: Path, servers: dict[str, Any], ray_head: dict[str, Any]
+) -> None:
     root = _lab_root(tmp_path)
     make_lab(root, {"verl-grpo-exp": "verl/grpo"}, settings=TWO_NODES)
     lab = hr.load_lab(root)
@@ -262,18 +282,35 @@ def test_a_rayjob_entrypoint_is_submitted_to_a_real_ray_head(
     gcs, dash = _free_port(), _free_port()
     ray_tmp = Path("/tmp") / f"ray-{os.getpid()}-{gcs}"
     # The head in the foreground (`--block`) in its own process group, so it is stopped by its PID.
-    proc = subprocess.Popen([ray_head["ray"], "start", "--head", "--block", f"--port={gcs}",
-                             f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--num-cpus=1", "--num-gpus=0",
-                             "--include-dashboard=true", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
-                            env=env, cwd=runner.map(head["spec"]["containers"][0]["workingDir"]),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            ray_head["ray"],
+            "start",
+            "--head",
+            "--block",
+            f"--port={gcs}",
+            f"--dashboard-port={dash}",
+            "--dashboard-host=127.0.0.1",
+            "--num-cpus=1",
+            "--num-gpus=0",
+            "--include-dashboard=true",
+            f"--temp-dir={ray_tmp}",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        cwd=runner.map(head["spec"]["containers"][0]["workingDir"]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _wait_for_dashboard(dash, proc)
         for worker in [p for p in pods if p is not head and p["metadata"]["labels"].get("ray.io/node-type")]:
             twin.start_pod(NS, worker["metadata"]["name"])
         submitter = next(p for p in twin.pods(NS) if p["metadata"]["labels"].get("tuneplane.dev/role") == "submitter")
-        dashboard = next(e["value"] for e in submitter["spec"]["containers"][0]["env"]
-                         if e["name"] == "RAY_DASHBOARD_ADDRESS")
+        dashboard = next(
+            e["value"] for e in submitter["spec"]["containers"][0]["env"] if e["name"] == "RAY_DASHBOARD_ADDRESS"
+        )
         runner.hosts[dashboard] = f"127.0.0.1:{dash}"
         twin.ray_dashboards[dashboard] = f"127.0.0.1:{dash}"  # KubeRay reads the job's end from the dashboard
         codes = runner.run([submitter])

@@ -17,8 +17,15 @@ pytest_plugins = ("fakekube",)
 
 def _lab_secret(fake: Any, data: dict[str, str]) -> None:
     encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-    fake.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf", "namespace": NS},
-              "type": "Opaque", "data": encoded})
+    fake.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hf", "namespace": NS},
+            "type": "Opaque",
+            "data": encoded,
+        }
+    )
 
 
 def test_the_run_secret_gets_a_copy_of_the_lab_secret(fake_kube: Any, kube_client: Any) -> None:
@@ -33,8 +40,9 @@ def test_the_run_secret_gets_a_copy_of_the_lab_secret(fake_kube: Any, kube_clien
 
 
 @pytest.mark.parametrize("data", [None, {"other": "x"}], ids=["no-secret", "no-key"])
-def test_a_missing_lab_secret_is_refused_before_anything_is_created(fake_kube: Any, kube_client: Any,
-                                                                    data: dict[str, str] | None) -> None:
+def test_a_missing_lab_secret_is_refused_before_anything_is_created(
+    fake_kube: Any, kube_client: Any, data: dict[str, str] | None
+) -> None:
     if data is not None:
         _lab_secret(fake_kube, data)
     request = dataclasses.replace(request_for("Job"), secret_copies={"hf-token": ("hf", "token")})

@@ -99,11 +99,7 @@ def test_runs_the_commit_not_the_working_tree(exp: Path, storage: Path) -> None:
     run_dir = backend.run_dir(ref)
     log = (run_dir / LOG).read_text().splitlines()
     assert obs.phase == "Succeeded" and obs.exit_code == 0
-    assert (
-        log[0].startswith("[tuneplane] ")
-        and "launching `bash " in log[0]
-        and "through tuneplane.launcher" in log[0]
-    )
+    assert log[0].startswith("[tuneplane] ") and "launching `bash " in log[0] and "through tuneplane.launcher" in log[0]
     assert "trainer v1" in log and "trainer v2 (uncommitted)" not in "\n".join(log)
     work = run_dir / "work"
     assert json.loads((work / ".tuneplane/jobspec.json").read_text())["launch"]["argv"][0] == "bash"
@@ -118,18 +114,12 @@ def test_the_job_sees_the_contract_and_its_token_stays_secret(exp: Path, storage
     ref, obs = backend.run(submit)
 
     run_dir = backend.run_dir(ref)
-    env = dict(
-        line.split("=", 1) for line in (run_dir / "out/env.txt").read_text().splitlines() if "=" in line
-    )
+    env = dict(line.split("=", 1) for line in (run_dir / "out/env.txt").read_text().splitlines() if "=" in line)
     assert all(env.get(k) for k in CONTRACT), [k for k in CONTRACT if not env.get(k)]
-    assert env["TUNEPLANE_WORK_DIR"] == str(run_dir / "work") and env["TUNEPLANE_OUT_DIR"] == str(
-        run_dir / "out"
-    )
+    assert env["TUNEPLANE_WORK_DIR"] == str(run_dir / "work") and env["TUNEPLANE_OUT_DIR"] == str(run_dir / "out")
     assert env["TUNEPLANE_EXP_DIR"] == str(run_dir / "work/experiments/demo")
     assert env["TUNEPLANE_FRAMEWORK"] == env["TUNEPLANE_RECIPE"] == "custom"
-    assert env["TUNEPLANE_JOB_ENABLED"] == "1" and env["TUNEPLANE_JOB_ENDPOINT"].startswith(
-        "http://127.0.0.1:"
-    )
+    assert env["TUNEPLANE_JOB_ENABLED"] == "1" and env["TUNEPLANE_JOB_ENDPOINT"].startswith("http://127.0.0.1:")
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["TUNEPLANE_CLUSTER_GPUS_PER_NODE"] == "0"
     token = env["TUNEPLANE_JOB_TOKEN"]
     log = (run_dir / LOG).read_text()
@@ -162,9 +152,7 @@ def test_a_launcher_refusal_is_a_configuration_error(exp: Path, storage: Path) -
     assert (obs.phase, obs.reason, obs.exit_code) == ("Failed", "ConfigError", 78)
 
 
-def test_the_timeout_kills_the_whole_process_group(
-    exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_timeout_kills_the_whole_process_group(exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUNEPLANE_LOCAL_KILL_GRACE", "0.5")
     submit = job(exp, 'sleep 300 &\necho $! > "$TUNEPLANE_OUT_DIR/bg.pid"\necho started\nwait\n', timeout=1)
     backend = LocalBackend(storage)
@@ -256,9 +244,7 @@ def test_artifacts_of_a_directory_count_only_files_inside(tmp_path: Path) -> Non
     assert found == [{"kind": "export", "path": "hf_export", "format": "hf", "size_bytes": 7}]
 
 
-def test_only_the_allotted_gpus_are_visible(
-    exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_only_the_allotted_gpus_are_visible(exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUNEPLANE_LOCAL_GPUS", "0,1,2")
     backend = LocalBackend(storage)
 

@@ -30,8 +30,7 @@ _counter = iter(range(1, 10_000))
 WRAPPED = {
     "experiments/demo/trainer.py": "open('data.jsonl')\n",
     "experiments/demo/wrapper.py": (
-        "import subprocess, sys\n"
-        "subprocess.run([sys.executable, '-m', 'trainer'], check=True, cwd=sys.path[0])\n"
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'trainer'], check=True, cwd=sys.path[0])\n"
     ),
 }
 
@@ -62,8 +61,12 @@ def job(root: Path, script: str, files: dict[str, str] | None = None, **spec_cha
     return submit
 
 
-def wait(backend: LocalBackend, ref: BackendRef, phases: tuple[str, ...] = ("Succeeded", "Failed", "Cancelled"),
-         timeout: float = 60):  # type: ignore[no-untyped-def]
+def wait(
+    backend: LocalBackend,
+    ref: BackendRef,
+    phases: tuple[str, ...] = ("Succeeded", "Failed", "Cancelled"),
+    timeout: float = 60,
+):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     obs = backend.observe(ref)
     while obs.phase not in phases:
@@ -119,8 +122,15 @@ def test_the_message_is_the_trainers_own_error_not_its_wrappers(exp: Path, stora
     ids=["completed", "config-error", "timeout", "signal"],
 )
 def test_each_end_has_its_reason_from_the_one_vocabulary(
-    exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch, script: str, spec: dict[str, object], phase: str,
-    reason: str, exit_code: int | None, sig: int | None,
+    exp: Path,
+    storage: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: str,
+    spec: dict[str, object],
+    phase: str,
+    reason: str,
+    exit_code: int | None,
+    sig: int | None,
 ) -> None:
     monkeypatch.setenv("TUNEPLANE_LOCAL_KILL_GRACE", "0.5")
 
@@ -155,8 +165,11 @@ def test_a_cancelled_attempt_says_cancelled(exp: Path, storage: Path) -> None:
 def test_the_launchers_attempt_record_is_what_the_backend_reports(exp: Path, storage: Path) -> None:
     # The launcher writes the attempt's record from what the trainer itself printed: the backend reports
     # that record (its node, its times, the trainer's own last exception line), not the supervisor's view.
-    submit = job(exp, 'echo "epoch 1"\necho "Traceback (most recent call last):" >&2\n'
-                 'echo "ValueError: learning rate must be positive" >&2\nexit 1\n')
+    submit = job(
+        exp,
+        'echo "epoch 1"\necho "Traceback (most recent call last):" >&2\n'
+        'echo "ValueError: learning rate must be positive" >&2\nexit 1\n',
+    )
 
     _, obs = LocalBackend(storage).run(submit)
 
@@ -170,8 +183,9 @@ def test_the_launchers_attempt_record_is_what_the_backend_reports(exp: Path, sto
 
 def test_records_alone_and_state_alone_both_read_right(exp: Path, storage: Path) -> None:
     backend = LocalBackend(storage)
-    ref, _ = backend.run(job(exp, 'echo "Traceback (most recent call last):"\necho "  File x"\n'
-                                  'echo "OSError: disk full"\nexit 2\n'))
+    ref, _ = backend.run(
+        job(exp, 'echo "Traceback (most recent call last):"\necho "  File x"\necho "OSError: disk full"\nexit 2\n')
+    )
     run_dir = backend.run_dir(ref)
     state = read_state(run_dir)
     assert state is not None
@@ -180,9 +194,18 @@ def test_records_alone_and_state_alone_both_read_right(exp: Path, storage: Path)
     (legacy,) = backend.observe(ref).attempts
     assert (legacy.reason, legacy.exit_code, legacy.message) == ("Error", 2, "OSError: disk full")
     # A record, written by hand, of an attempt killed by a signal the supervisor never saw.
-    write_record(run_dir, {"attempt": 1, "node_rank": 0, "started_at": "2026-01-01T00:00:00Z",
-                           "finished_at": "2026-01-01T00:00:09Z", "exit_code": 143, "signal": 15,
-                           "error": "killed by SIGTERM"})
+    write_record(
+        run_dir,
+        {
+            "attempt": 1,
+            "node_rank": 0,
+            "started_at": "2026-01-01T00:00:00Z",
+            "finished_at": "2026-01-01T00:00:09Z",
+            "exit_code": 143,
+            "signal": 15,
+            "error": "killed by SIGTERM",
+        },
+    )
     edit_state(run_dir, attempts=state["attempts"])
     (recorded,) = backend.observe(ref).attempts
     assert (recorded.reason, recorded.exit_code, recorded.signal) == ("Signal", 143, 15)
@@ -224,8 +247,9 @@ def test_two_submits_of_one_attempt_start_it_once(exp: Path, storage: Path) -> N
     ref = backend.submit(first_submit)
     wait(backend, ref)
     refs: list[BackendRef] = []
-    racers = [threading.Thread(target=lambda: refs.append(backend.submit(replace(first_submit, attempt=2))))
-              for _ in range(3)]
+    racers = [
+        threading.Thread(target=lambda: refs.append(backend.submit(replace(first_submit, attempt=2)))) for _ in range(3)
+    ]
 
     for racer in racers:
         racer.start()
@@ -337,8 +361,11 @@ def test_cancel_writes_nothing_into_a_folder_the_backend_did_not_make(storage: P
     through = storage / "runs/u/other/r3"
     backend = LocalBackend(storage)
 
-    for where, why in ((theirs, "has no .tuneplane-local-run marker"), (link, "is a symbolic link"),
-                       (through, "leads out of the storage root")):
+    for where, why in (
+        (theirs, "has no .tuneplane-local-run marker"),
+        (link, "is a symbolic link"),
+        (through, "leads out of the storage root"),
+    ):
         with pytest.raises(NotReachable, match=why):
             backend.cancel(BackendRef(backend="local", kind="Process", name="r2", namespace=str(where)))
 
@@ -383,7 +410,10 @@ def test_cancelling_another_machines_run_asks_it_and_says_who_can_stop_it(exp: P
 
 
 def test_tp_job_cancel_of_a_run_whose_runner_is_gone_is_no_internal_error(
-    exp: Path, storage: Path, tmp_path: Path, tp,  # type: ignore[no-untyped-def]
+    exp: Path,
+    storage: Path,
+    tmp_path: Path,
+    tp,  # type: ignore[no-untyped-def]
 ) -> None:
     # The bot on a CI runner submitted the run and recorded it `Submitted`; then the runner went away.
     from tuneplane.lab.runs import write_request, write_status

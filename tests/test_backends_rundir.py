@@ -26,13 +26,17 @@ def test_artifacts_stay_inside_the_out_dir(tmp_path: Path) -> None:
     outside.mkdir()
     (out / "checkpoints" / "step-30").symlink_to(outside, target_is_directory=True)
     (out / "artifacts.json").write_text("{}")
-    globs = [{"kind": "checkpoint", "pattern": "checkpoints/step-*"}, {"kind": "log", "pattern": "*.json"},
-             {"kind": "checkpoint", "pattern": "checkpoints/*", "format": "hf"}]
+    globs = [
+        {"kind": "checkpoint", "pattern": "checkpoints/step-*"},
+        {"kind": "log", "pattern": "*.json"},
+        {"kind": "checkpoint", "pattern": "checkpoints/*", "format": "hf"},
+    ]
 
     found = collect_artifacts(out, globs)
 
-    assert found == [{"kind": "checkpoint", "path": "checkpoints/step-20", "format": "directory",
-                      "size_bytes": 10, "step": 20}]
+    assert found == [
+        {"kind": "checkpoint", "path": "checkpoints/step-20", "format": "directory", "size_bytes": 10, "step": 20}
+    ]
 
 
 def test_the_run_lock_is_exclusive_while_held(tmp_path: Path) -> None:
@@ -44,8 +48,10 @@ def test_the_run_lock_is_exclusive_while_held(tmp_path: Path) -> None:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the block
 
 
-@pytest.mark.parametrize("tail, expected", [(None, ["a", "b", "c"]), (0, ["a", "b", "c"]), (2, ["b", "c"]),
-                                            (5, ["a", "b", "c"]), (-1, ["a", "b", "c"])])
+@pytest.mark.parametrize(
+    "tail, expected",
+    [(None, ["a", "b", "c"]), (0, ["a", "b", "c"]), (2, ["b", "c"]), (5, ["a", "b", "c"]), (-1, ["a", "b", "c"])],
+)
 def test_tail_means_the_same_to_both_backends(tmp_path: Path, tail: int | None, expected: list[str]) -> None:
     slurm_ref = BackendRef("slurm", "SlurmJob", "job", namespace=str(tmp_path / "slurm"), uid="41")
     log_path(slurm_ref).parent.mkdir(parents=True)
@@ -136,9 +142,11 @@ ValueError: the config has no learning rate
         (ACCELERATE, "FileNotFoundError: [Errno 2] No such file or directory: 'data.jsonl'"),
         (TORCHRUN, "RuntimeError: CUDA error: out of memory"),
         (CHAINED, "ValueError: the config has no learning rate"),
-        (ACCELERATE.split("Traceback", 2)[0] + "Traceback" + ACCELERATE.split("Traceback", 2)[2],
-         "subprocess.CalledProcessError: Command '['/venv/bin/python', '-m', 'train']' returned non-zero exit "
-         "status 1."),
+        (
+            ACCELERATE.split("Traceback", 2)[0] + "Traceback" + ACCELERATE.split("Traceback", 2)[2],
+            "subprocess.CalledProcessError: Command '['/venv/bin/python', '-m', 'train']' returned non-zero exit "
+            "status 1.",
+        ),
         ("step 1\nstep 2\nkilled\n", ""),
     ],
     ids=["accelerate", "torchrun-ranks", "chained", "only-the-wrapper", "no-traceback"],

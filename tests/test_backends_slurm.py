@@ -65,11 +65,17 @@ def _squeue_names(cluster: SlurmCluster, name: str) -> list[str]:
 # ── runs that succeed, on one node and across both ─────────────────────────────────────────────────
 
 
-def test_custom_allreduce_on_one_node_and_across_two(slurm_cluster: SlurmCluster, tmp_path: Path,
-                                                      ingest: str, tp: Any) -> None:
+def test_custom_allreduce_on_one_node_and_across_two(
+    slurm_cluster: SlurmCluster, tmp_path: Path, ingest: str, tp: Any
+) -> None:
     shared = tmp_path / "shared"
-    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, shared,
-                          {"ddp": {"train.sh": ALLREDUCE_TRAIN, "allreduce.py": ALLREDUCE_PY}}, ingest=ingest)
+    root = make_slurm_lab(
+        tmp_path / "lab",
+        slurm_cluster,
+        shared,
+        {"ddp": {"train.sh": ALLREDUCE_TRAIN, "allreduce.py": ALLREDUCE_PY}},
+        ingest=ingest,
+    )
     one, two = "20250102-100000-000001", "20250102-100001-000002"
     request_run(root, "ddp", one, "gpu:1")
     request_run(root, "ddp", two, "gpu:2")
@@ -104,20 +110,28 @@ def test_custom_allreduce_on_one_node_and_across_two(slurm_cluster: SlurmCluster
         assert len(launches) == nodes  # the job ran once: one launcher per node
 
 
-def test_image_classification_on_one_node_and_across_two(slurm_cluster: SlurmCluster, tmp_path: Path,
-                                                          ingest: str) -> None:
+def test_image_classification_on_one_node_and_across_two(
+    slurm_cluster: SlurmCluster, tmp_path: Path, ingest: str
+) -> None:
     shared = tmp_path / "shared"
-    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, shared, {"cls": {}},
-                          method="pytorch/image-classification", ingest=ingest)
-    small = {"epochs": 1, "synthetic_train_samples": 64, "synthetic_val_samples": 32, "batch_size": 16,
-             "log_interval": 1}
+    root = make_slurm_lab(
+        tmp_path / "lab", slurm_cluster, shared, {"cls": {}}, method="pytorch/image-classification", ingest=ingest
+    )
+    small = {
+        "epochs": 1,
+        "synthetic_train_samples": 64,
+        "synthetic_val_samples": 32,
+        "batch_size": 16,
+        "log_interval": 1,
+    }
     one, two = "20250102-110000-000001", "20250102-110001-000002"
     request_run(root, "cls", one, "gpu:1", set=small, observability_url="")
     request_run(root, "cls", two, "gpu:2", set=small, observability_url="")
     report = _reconcile(root)
     assert len(report.submitted) == 2, report
-    statuses = sync_until(root, lambda s: all(terminal(v) for v in s.values()), [("cls", one), ("cls", two)],
-                          timeout=240)
+    statuses = sync_until(
+        root, lambda s: all(terminal(v) for v in s.values()), [("cls", one), ("cls", two)], timeout=240
+    )
     for run_id in (one, two):
         status = statuses[run_id]
         assert status["phase"] == "Succeeded", (status, _log(status))
@@ -138,8 +152,12 @@ def _log(status: dict[str, Any]) -> str:
 
 
 def test_exit_code_timeout_pending_and_cancel(slurm_cluster: SlurmCluster, tmp_path: Path, tp: Any) -> None:
-    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared",
-                          {"fails": {"train.sh": EXIT7_TRAIN}, "sleeps": {"train.sh": SLEEP_TRAIN}})
+    root = make_slurm_lab(
+        tmp_path / "lab",
+        slurm_cluster,
+        tmp_path / "shared",
+        {"fails": {"train.sh": EXIT7_TRAIN}, "sleeps": {"train.sh": SLEEP_TRAIN}},
+    )
     failing, slow, limited, by_request, by_cli = (f"20250102-12000{i}-00000{i}" for i in range(5))
     request_run(root, "fails", failing, "cpu")
     request_run(root, "sleeps", slow, "cpu", timeout=60)
@@ -149,8 +167,15 @@ def test_exit_code_timeout_pending_and_cancel(slurm_cluster: SlurmCluster, tmp_p
     assert len(_reconcile(root).submitted) == 5
     keys = [("fails", failing), ("sleeps", slow), ("sleeps", limited), ("sleeps", by_request), ("sleeps", by_cli)]
 
-    statuses = sync_until(root, lambda s: s[by_request].get("phase") == "Running"
-                          and s[by_cli].get("phase") == "Running" and s[limited].get("reason") != "", keys)
+    statuses = sync_until(
+        root,
+        lambda s: (
+            s[by_request].get("phase") == "Running"
+            and s[by_cli].get("phase") == "Running"
+            and s[limited].get("reason") != ""
+        ),
+        keys,
+    )
     pending = statuses[limited]
     assert pending["phase"] == "Pending" and pending["reason"] == "PartitionNodeLimit", pending
     assert "PartitionNodeLimit" in pending["message"]

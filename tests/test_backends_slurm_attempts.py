@@ -117,15 +117,34 @@ def _forget(cluster: SlurmCluster, refs: dict[str, BackendRef]) -> None:
 
 def _verdict(seen: Observation) -> tuple[Any, ...]:
     last = seen.attempts[-1]
-    return (seen.phase, seen.reason, seen.exit_code, last.reason, last.exit_code, last.signal, last.failed_node,
-            last.failed_rank, last.message, len(seen.attempts))
+    return (
+        seen.phase,
+        seen.reason,
+        seen.exit_code,
+        last.reason,
+        last.exit_code,
+        last.signal,
+        last.failed_node,
+        last.failed_rank,
+        last.message,
+        len(seen.attempts),
+    )
 
 
 def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
-        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared",
-                          {"sleeps": {"train.sh": SLEEP_TRAIN}, "hog": {"train.sh": MEMORY_HOG},
-                           "ranks": {"train.sh": RANK_FAILS}, "warned": {"train.sh": WARNED}})
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    root = make_slurm_lab(
+        tmp_path / "lab",
+        slurm_cluster,
+        tmp_path / "shared",
+        {
+            "sleeps": {"train.sh": SLEEP_TRAIN},
+            "hog": {"train.sh": MEMORY_HOG},
+            "ranks": {"train.sh": RANK_FAILS},
+            "warned": {"train.sh": WARNED},
+        },
+    )
     path = root / "tuneplane.yaml"  # warn 30 s before a limit; only a run with a limit gets --signal
     path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    limit_warning: 30\n"))
     git(root, "commit", "-qam", "warn before the limit")
@@ -139,8 +158,12 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
 
     _until(lambda: _started(refs[by_hand]), bool, 60, "the job to cancel never started")
     slurm_cluster.command("scancel", refs[by_hand].uid)  # by hand, not through the bot
-    seen = _until(lambda: _observe_all(backend, refs), lambda s: all(o.phase in TERMINAL for o in s.values()),
-                  180, "not every run ended")
+    seen = _until(
+        lambda: _observe_all(backend, refs),
+        lambda s: all(o.phase in TERMINAL for o in s.values()),
+        180,
+        "not every run ended",
+    )
 
     timed_out = seen[limited]
     assert (timed_out.phase, timed_out.reason, timed_out.exit_code) == ("Failed", "Timeout", 143), timed_out
@@ -176,7 +199,8 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
 
 
 def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides_nothing(
-        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"resumes": {"train.sh": RESUMING}})
     path = root / "tuneplane.yaml"
     path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    requeue: true\n"))
@@ -200,8 +224,12 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
         os.kill(controller, signal.SIGCONT)
     assert paused.phase == "Unknown" and "retry" in paused.message, paused  # never a verdict from old files
 
-    running = _until(lambda: backend.observe(ref), lambda o: len(o.attempts) == 2 and o.attempts[1].started_at,
-                     90, "attempt 2 never started")
+    running = _until(
+        lambda: backend.observe(ref),
+        lambda o: len(o.attempts) == 2 and o.attempts[1].started_at,
+        90,
+        "attempt 2 never started",
+    )
     assert running.phase == "Running", running
     first, second = running.attempts
     assert (first.number, first.reason, first.signal) == (1, "Preempted", 15), first
@@ -241,14 +269,16 @@ def test_a_killed_slurmd_fails_the_run_with_node_failure(slurm_cluster: SlurmClu
     assert _verdict(backend.observe(ref)) == _verdict(ended)
 
 
-def test_a_request_larger_than_the_partition_is_refused_at_submit(slurm_cluster: SlurmCluster,
-                                                                   tmp_path: Path) -> None:
+def test_a_request_larger_than_the_partition_is_refused_at_submit(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     from tuneplane.bot.entry import reconcile
 
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
     path = root / "tuneplane.yaml"
-    path.write_text(path.read_text().replace("  gpu:\n    gpus_per_node: 1\n    max_nodes: 2\n",
-                                             "  gpu:\n    gpus_per_node: 1\n    max_nodes: 3\n"))
+    path.write_text(
+        path.read_text().replace(
+            "  gpu:\n    gpus_per_node: 1\n    max_nodes: 2\n", "  gpu:\n    gpus_per_node: 1\n    max_nodes: 3\n"
+        )
+    )
     git(root, "commit", "-qam", "a profile wider than the cluster")
     run_id = "20250103-130000-000001"
     request_run(root, "sleeps", run_id, "gpu:3")

@@ -47,8 +47,9 @@ def _wait_launches(path: Path, count: int, timeout: float = 90) -> list[str]:
 def test_three_bots_racing_submit_each_run_once(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     remote = make_remote(tmp_path)
     shared = tmp_path / "shared"
-    seed = make_slurm_lab(tmp_path / "seed", slurm_cluster, shared, {"count": {"train.sh": COUNTING_TRAIN}},
-                          remote=remote)
+    seed = make_slurm_lab(
+        tmp_path / "seed", slurm_cluster, shared, {"count": {"train.sh": COUNTING_TRAIN}}, remote=remote
+    )
     run_ids = [f"20250102-14000{i}-00000{i}" for i in range(4)]
     for run_id in run_ids:
         request_run(seed, "count", run_id, "cpu")
@@ -93,8 +94,13 @@ def test_unanswering_controller_is_retried_never_lost(slurm_cluster: SlurmCluste
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"count": {"train.sh": COUNTING_TRAIN}})
     good = (root / "tuneplane.yaml").read_text()
     dead = tmp_path / "dead.conf"  # the same cluster, but a controller port nobody listens on
-    dead.write_text("\n".join("SlurmctldPort=9" if line.startswith("SlurmctldPort=") else line
-                              for line in slurm_cluster.conf.read_text().splitlines()) + "\n")
+    dead.write_text(
+        "\n".join(
+            "SlurmctldPort=9" if line.startswith("SlurmctldPort=") else line
+            for line in slurm_cluster.conf.read_text().splitlines()
+        )
+        + "\n"
+    )
     (root / "tuneplane.yaml").write_text(good.replace(json.dumps(str(slurm_cluster.conf)), json.dumps(str(dead))))
     git(root, "commit", "-qam", "point at a controller that does not answer")
     run_id = "20250102-160000-000001"
@@ -112,7 +118,8 @@ def test_unanswering_controller_is_retried_never_lost(slurm_cluster: SlurmCluste
     assert report.submitted == [f"count/{run_id}"], report
     status = status_of(root, "count", run_id)
     assert status["backend"]["uid"] and _jobs_named(slurm_cluster, status["backend"]["name"]) == [
-        status["backend"]["uid"]]
+        status["backend"]["uid"]
+    ]
 
 
 def test_a_hung_controller_is_retried_and_its_job_adopted(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -126,8 +133,9 @@ def test_a_hung_controller_is_retried_and_its_job_adopted(slurm_cluster: SlurmCl
     shared = tmp_path / "shared"
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, shared, {"count": {"train.sh": COUNTING_TRAIN}})
     text = (root / "tuneplane.yaml").read_text()
-    (root / "tuneplane.yaml").write_text(text.replace("    partition: debug\n",
-                                                      "    partition: debug\n    command_timeout: 3\n"))
+    (root / "tuneplane.yaml").write_text(
+        text.replace("    partition: debug\n", "    partition: debug\n    command_timeout: 3\n")
+    )
     git(root, "commit", "-qam", "a short command timeout")
     run_id = "20250102-180000-000001"
     request_run(root, "count", run_id, "cpu")
@@ -157,10 +165,13 @@ def test_sbatch_refusals_name_the_setting(slurm_cluster: SlurmCluster, tmp_path:
     text = (root / "tuneplane.yaml").read_text()
     text = text.replace("    partition: debug\n", "    partition: nosuchpartition\n")
     text = text.replace("  wide:\n    gpus_per_node: 1\n", "  wide:\n    gpus_per_node: 1\n", 1)
-    text = text.replace("  cpu:\n    gpus_per_node: 0\n",
-                        "  cpu:\n    gpus_per_node: 0\n  huge:\n    gpus_per_node: 5\n", 1)
-    text = text.replace("      wide:\n        partition: small\n",
-                        "      wide:\n        partition: small\n      huge:\n        partition: debug\n")
+    text = text.replace(
+        "  cpu:\n    gpus_per_node: 0\n", "  cpu:\n    gpus_per_node: 0\n  huge:\n    gpus_per_node: 5\n", 1
+    )
+    text = text.replace(
+        "      wide:\n        partition: small\n",
+        "      wide:\n        partition: small\n      huge:\n        partition: debug\n",
+    )
     (root / "tuneplane.yaml").write_text(text)
     git(root, "commit", "-qam", "a partition that does not exist; nodes with too few GPUs")
     bad_partition, too_many_gpus = "20250102-170000-000001", "20250102-170001-000002"
@@ -185,10 +196,6 @@ def _job_name(root: Path, run_id: str) -> str:
     return object_name("sleeps", run_id)
 
 
-
-
-
-
 def test_a_job_slurm_has_forgotten_is_read_from_its_exit_marker(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """scontrol answers "Invalid job id" for a purged job: the script's markers still tell how it ended."""
     from tuneplane.backends.base import BackendRef
@@ -204,16 +211,25 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_exit_marker(slurm_cluster: S
     assert lost.phase == "Failed" and lost.reason == "Lost", lost
 
     (state / "987654.1.started").write_text(
-        '{"job_id": "987654", "attempt": 1, "started_at": "2025-01-02T10:00:00Z"}\n')
-    (state / "987654.1.exit").write_text('{"job_id": "987654", "attempt": 1, "exit_code": 3, "signal": 0, '
-                                        '"slurm_state": "", "finished_at": "2025-01-02T10:05:00Z"}\n')
+        '{"job_id": "987654", "attempt": 1, "started_at": "2025-01-02T10:00:00Z"}\n'
+    )
+    (state / "987654.1.exit").write_text(
+        '{"job_id": "987654", "attempt": 1, "exit_code": 3, "signal": 0, '
+        '"slurm_state": "", "finished_at": "2025-01-02T10:05:00Z"}\n'
+    )
     ended = backend.observe(gone)
     assert (ended.phase, ended.reason, ended.exit_code, ended.started_at, ended.finished_at) == (
-        "Failed", "Error", 3, "2025-01-02T10:00:00Z", "2025-01-02T10:05:00Z"), ended
+        "Failed",
+        "Error",
+        3,
+        "2025-01-02T10:00:00Z",
+        "2025-01-02T10:05:00Z",
+    ), ended
 
     # a requeue: attempt 2 started and left no end marker; attempt 1's end never decides it
     (state / "987654.2.started").write_text(
-        '{"job_id": "987654", "attempt": 2, "started_at": "2025-01-02T10:06:00Z"}\n')
+        '{"job_id": "987654", "attempt": 2, "started_at": "2025-01-02T10:06:00Z"}\n'
+    )
     again = backend.observe(gone)
     assert (again.phase, again.reason) == ("Failed", "Lost"), again
     assert [(a.number, a.reason) for a in again.attempts] == [(1, "Preempted"), (2, "Lost")]

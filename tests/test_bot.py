@@ -137,11 +137,7 @@ def test_refusals_become_failed_status_with_the_reason(tmp_path: Path, fake_kube
 
     assert len(report.refused) == 4 and not jobs_created(fake_kube)
     unknown = status_of(bot, "20250105-000000-000001")
-    assert (
-        unknown.phase == "Failed"
-        and unknown.reason == "Refused"
-        and "unknown profile 'gpu9'" in unknown.message
-    )
+    assert unknown.phase == "Failed" and unknown.reason == "Refused" and "unknown profile 'gpu9'" in unknown.message
     assert "whole h200 nodes" in status_of(bot, "20250105-000000-000002").message
     broken = status_of(bot, "20250105-000000-000003")
     assert (
@@ -169,24 +165,14 @@ def test_a_pinned_request_runs_its_commit(tmp_path: Path, fake_kube: FakeKube) -
         init = job["spec"]["template"]["spec"]["initContainers"][0]
         return next(e["value"] for e in init["env"] if e["name"] == "TUNEPLANE_COMMIT")
 
-    assert (
-        status_of(bot, "20250106-000000-000001").provenance.commit
-        == old
-        == init_commit("20250106-000000-000001")
-    )
-    assert (
-        status_of(bot, "20250106-000000-000002").provenance.commit
-        == head
-        == init_commit("20250106-000000-000002")
-    )
+    assert status_of(bot, "20250106-000000-000001").provenance.commit == old == init_commit("20250106-000000-000001")
+    assert status_of(bot, "20250106-000000-000002").provenance.commit == head == init_commit("20250106-000000-000002")
 
 
 def test_push_needs_a_remote(tmp_path: Path, fake_kube: FakeKube) -> None:
     _, bot, _ = cluster_lab(tmp_path, count=1)
     with pytest.raises(UsageError, match="no remote 'upstream'"):
-        reconcile(
-            bot, BotOptions(push=True, remote="upstream"), backends=backend_factory(fake_kube), echo=quiet
-        )
+        reconcile(bot, BotOptions(push=True, remote="upstream"), backends=backend_factory(fake_kube), echo=quiet)
 
 
 # ── sync ─────────────────────────────────────────────────────────────────────────────────────────
@@ -298,9 +284,7 @@ def _wait_local(root: Path, run_id: str) -> None:
 # ── crash injection ──────────────────────────────────────────────────────────────────────────────
 
 
-def _crash_lab(
-    tmp_path: Path, fake_kube: FakeKube, step: str
-) -> tuple[Path, Path, list[Path], list[str], Path]:
+def _crash_lab(tmp_path: Path, fake_kube: FakeKube, step: str) -> tuple[Path, Path, list[Path], list[str], Path]:
     remote, bot, ids = cluster_lab(tmp_path, count=3)
     config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url)
     other = clone(remote, tmp_path / "other")
@@ -317,9 +301,7 @@ def _crash_lab(
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_killed_at_any_step_the_bot_converges_when_run_again(
-    tmp_path: Path, fake_kube: FakeKube, step: str
-) -> None:
+def test_killed_at_any_step_the_bot_converges_when_run_again(tmp_path: Path, fake_kube: FakeKube, step: str) -> None:
     remote, bot, clones, ids, config = _crash_lab(tmp_path, fake_kube, step)
 
     code, out = tp_run(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config), env={CRASH_ENV: step})
@@ -339,6 +321,4 @@ def test_killed_at_any_step_the_bot_converges_when_run_again(
     assert git(bot, "rev-parse", "HEAD") == git(bot, "rev-parse", f"origin/{BRANCH}")
     assert git(bot, "status", "--porcelain") == ""
     assert not (bot / ".git" / "rebase-merge").exists()
-    assert (
-        tp_run(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config))[1].count("nothing to do") == 1
-    )
+    assert tp_run(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config))[1].count("nothing to do") == 1

@@ -73,18 +73,23 @@ def lab(tmp_path: Path, retry: RetryPolicy | None = None) -> Path:
     remote = make_remote(tmp_path)
     seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"}, backend="kubernetes")
     bot = clone(remote, tmp_path / "bot")
-    write_request(bot, request("demo", RUN, "h200:8",
-                               retry=retry or RetryPolicy(backoff_seconds=0)))
+    write_request(bot, request("demo", RUN, "h200:8", retry=retry or RetryPolicy(backoff_seconds=0)))
     git(bot, "add", "-A")
     git(bot, "commit", "-q", "-m", "request a run")
     return bot
 
 
-def attempt(number: int, start: str, end: str | None = None, reason: str | None = None,
-            message: str = "") -> AttemptReport:
-    return AttemptReport(number=number, started_at=f"2025-01-02T{start}Z",
-                         finished_at=f"2025-01-02T{end}Z" if end else None, reason=reason,  # type: ignore[arg-type]
-                         message=message, gpus=8)
+def attempt(
+    number: int, start: str, end: str | None = None, reason: str | None = None, message: str = ""
+) -> AttemptReport:
+    return AttemptReport(
+        number=number,
+        started_at=f"2025-01-02T{start}Z",
+        finished_at=f"2025-01-02T{end}Z" if end else None,
+        reason=reason,  # type: ignore[arg-type]
+        message=message,
+        gpus=8,
+    )
 
 
 def passes(bot: Path, engine: Engine) -> None:
@@ -119,7 +124,10 @@ def test_a_run_preempted_twice_runs_three_attempts_each_once(tmp_path: Path) -> 
     status = read_status(bot, KEY)
     assert status.phase == "Succeeded" and status.finished_at == "2025-01-02T12:02:00Z"
     assert [(a.number, a.reason, a.object) for a in status.attempts] == [
-        (1, "Preempted", FIRST), (2, "Preempted", second), (3, "Completed", third)]
+        (1, "Preempted", FIRST),
+        (2, "Preempted", second),
+        (3, "Completed", third),
+    ]
     assert sum(a.gpu_seconds for a in status.attempts) == 8 * 7200.0
     assert engine.creations == {FIRST: 1, second: 1, third: 1}
     assert "TUNEPLANE_ATTEMPT" not in engine.env[FIRST]
@@ -163,8 +171,9 @@ def test_a_budget_of_two_stops_at_two_across_restarts_and_a_rebuilt_ledger(tmp_p
     assert "attempt 2 of 2: no retry left" in status.message
     assert engine.creations == {FIRST: 1, second: 1}
     # the engine shows the object running again: the bot's decision stands
-    engine.says[second] = Observation("Running", attempts=(attempt(2, "10:31:00", "11:01:00", "Preempted"),
-                                                            attempt(3, "11:05:00")))
+    engine.says[second] = Observation(
+        "Running", attempts=(attempt(2, "10:31:00", "11:01:00", "Preempted"), attempt(3, "11:05:00"))
+    )
     passes(bot, engine)
     assert read_status(bot, KEY).phase == "Failed"
 
@@ -206,10 +215,12 @@ def test_a_requeue_after_an_old_exit_marker_never_ends_the_run(tmp_path: Path) -
     reconcile(bot, backends=lambda _n: engine, echo=quiet)
     marker = attempt(1, "10:00:00", "10:20:00", "Completed")
     seen: list[tuple[str, str]] = []
-    for says in (Observation("Running", attempts=(attempt(1, "10:00:00"),)),
-                 Observation("Succeeded", attempts=(marker, attempt(2, "10:25:00"))),
-                 None,  # no answer
-                 Observation("Succeeded", attempts=(marker,))):
+    for says in (
+        Observation("Running", attempts=(attempt(1, "10:00:00"),)),
+        Observation("Succeeded", attempts=(marker, attempt(2, "10:25:00"))),
+        None,  # no answer
+        Observation("Succeeded", attempts=(marker,)),
+    ):
         engine.down = says is None
         if says is not None:
             engine.says[FIRST] = says
@@ -229,8 +240,7 @@ def test_a_run_recorded_ended_that_runs_again_is_reopened(tmp_path: Path) -> Non
     bot, engine = lab(tmp_path), Engine()
     reconcile(bot, backends=lambda _n: engine, echo=quiet)
     ended = utc_now()  # just now: the engine may still requeue it
-    engine.says[FIRST] = Observation("Succeeded", started_at="2025-01-02T10:00:00Z", finished_at=ended,
-                                     exit_code=0)
+    engine.says[FIRST] = Observation("Succeeded", started_at="2025-01-02T10:00:00Z", finished_at=ended, exit_code=0)
     sync(bot, backends=lambda _n: engine, echo=quiet)
     assert read_status(bot, KEY).phase == "Succeeded"
 

@@ -35,8 +35,14 @@ ATTACKER = "20250103-100000-0000ff"
 def _cluster(tmp_path: Path) -> tuple[Path, list[str]]:
     remote = make_remote(tmp_path)
     ids = run_ids(1)
-    seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n", "evil": "echo hi\n"}, backend="kubernetes",
-             runs=[("demo", r) for r in ids], profile="h200:8")
+    seed_lab(
+        remote,
+        tmp_path / "seed",
+        {"demo": "echo hi\n", "evil": "echo hi\n"},
+        backend="kubernetes",
+        runs=[("demo", r) for r in ids],
+        profile="h200:8",
+    )
     return clone(remote, tmp_path / "bot"), ids
 
 
@@ -63,8 +69,17 @@ def _fail_with_secret(fake_kube: FakeKube, job: str) -> None:
     labels = fake_kube.get("Job", NS, job)["spec"]["template"]["metadata"]["labels"]
     failed = {"name": "trainer", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
     fake_kube.add_pod(NS, f"{job}-x", labels, "Failed", [failed], f"connecting\n{SECRET}\n")
-    fake_kube.set_status("Job", NS, job, {"startTime": "2025-01-01T00:00:00Z", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}]})
+    fake_kube.set_status(
+        "Job",
+        NS,
+        job,
+        {
+            "startTime": "2025-01-01T00:00:00Z",
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "backoff"}
+            ],
+        },
+    )
 
 
 def test_a_forged_status_never_reads_another_teams_job(tmp_path: Path, fake_kube: FakeKube) -> None:
@@ -100,9 +115,16 @@ def test_an_edited_finished_status_is_restored_and_reported(tmp_path: Path, fake
     bot, ids = _cluster(tmp_path)
     key = RunKey("demo", ids[0])
     reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
-    fake_kube.set_status("Job", NS, object_name("demo", ids[0]), {
-        "startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",
-        "conditions": [{"type": "Complete", "status": "True"}]})
+    fake_kube.set_status(
+        "Job",
+        NS,
+        object_name("demo", ids[0]),
+        {
+            "startTime": "2025-01-01T00:00:00Z",
+            "completionTime": "2025-01-01T00:05:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
     sync(bot, backends=backend_factory(fake_kube), echo=quiet)
     honest = (bot / key.status_rel).read_text()
     data = json.loads(honest)
@@ -199,9 +221,14 @@ def test_a_forged_local_status_naming_any_folder_is_never_signalled(tmp_path: Pa
 
         key = RunKey("evil", ATTACKER)
         write_request(bot, request("evil", ATTACKER, cancel=True))
-        forged = {"apiVersion": "tuneplane/status/v1", "kind": "RunStatus", "experiment": "evil",
-                  "run_id": ATTACKER, "phase": "Running",
-                  "backend": {"backend": "local", "kind": "Process", "name": "x", "namespace": str(folder), "uid": "u"}}
+        forged = {
+            "apiVersion": "tuneplane/status/v1",
+            "kind": "RunStatus",
+            "experiment": "evil",
+            "run_id": ATTACKER,
+            "phase": "Running",
+            "backend": {"backend": "local", "kind": "Process", "name": "x", "namespace": str(folder), "uid": "u"},
+        }
         (bot / key.status_rel).parent.mkdir(parents=True, exist_ok=True)
         (bot / key.status_rel).write_text(json.dumps(forged))
         git(bot, "add", "-A")
@@ -223,8 +250,14 @@ def test_a_forged_local_status_naming_any_folder_is_never_signalled(tmp_path: Pa
 def _two_experiments(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     remote = make_remote(tmp_path)
     ids = run_ids(2)
-    seed = seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n", "other": "echo hi\n"}, backend="kubernetes",
-                    runs=[("other", ids[0])], profile="h200:8")
+    seed = seed_lab(
+        remote,
+        tmp_path / "seed",
+        {"demo": "echo hi\n", "other": "echo hi\n"},
+        backend="kubernetes",
+        runs=[("other", ids[0])],
+        profile="h200:8",
+    )
     return remote, seed, ids
 
 
@@ -321,8 +354,14 @@ def test_the_labs_gitattributes_do_not_reach_the_bots_files(tmp_path: Path, fake
 def test_racing_bots_never_join_two_statuses_under_a_union_merge_driver(tmp_path: Path, fake_kube: FakeKube) -> None:
     remote = make_remote(tmp_path)
     ids = run_ids(1)
-    seed = seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"}, backend="kubernetes",
-                    runs=[("demo", ids[0])], profile="h200:8")
+    seed = seed_lab(
+        remote,
+        tmp_path / "seed",
+        {"demo": "echo hi\n"},
+        backend="kubernetes",
+        runs=[("demo", ids[0])],
+        profile="h200:8",
+    )
     (seed / ".gitattributes").write_text("status/** merge=union\n")
     git(seed, "add", "-A")
     git(seed, "commit", "-q", "-m", "union")
@@ -334,8 +373,16 @@ def test_racing_bots_never_join_two_statuses_under_a_union_merge_driver(tmp_path
     labels = fake_kube.get("Job", NS, job)["spec"]["template"]["metadata"]["labels"]
     fake_kube.add_pod(NS, f"{job}-x", labels, "Running", start_time="2025-01-01T00:01:00Z")
     sync(second, backends=backend_factory(fake_kube), echo=quiet)  # committed, not pushed yet
-    fake_kube.set_status("Job", NS, job, {"startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",
-                                          "conditions": [{"type": "Complete", "status": "True"}]})
+    fake_kube.set_status(
+        "Job",
+        NS,
+        job,
+        {
+            "startTime": "2025-01-01T00:00:00Z",
+            "completionTime": "2025-01-01T00:05:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
     sync(first, BotOptions(push=True), backends=backend_factory(fake_kube), echo=quiet)
 
     publish(GitRepo(second), Target("origin", BRANCH))  # its commit rebased onto the other's, then pushed

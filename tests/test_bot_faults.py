@@ -65,8 +65,12 @@ def test_a_failed_submission_says_why_and_is_retried(
     first = status(bot, run_id)
     assert report.waiting == [f"demo/{run_id}"] and report.commit
     assert first.phase == "Pending" and first.reason == "SubmitFailed" and first.backend is None
-    for word in [*words, f"could not create Job tuneplane/{object_name('demo', run_id)}", f"POST {JOBS} on",
-                 "the bot retries on its next run"]:
+    for word in [
+        *words,
+        f"could not create Job tuneplane/{object_name('demo', run_id)}",
+        f"POST {JOBS} on",
+        "the bot retries on its next run",
+    ]:
         assert word in first.message
     assert creations(fake_kube) == 0
 
@@ -142,9 +146,7 @@ def test_a_failed_observation_keeps_the_phase_and_says_so(tmp_path: Path, fake_k
     sync(bot, backends=backend_factory(fake_kube), echo=quiet)
 
     seen = status(bot, run_id)
-    assert seen.phase == "Submitted" and seen.message.startswith(
-        "could not observe the run: could not read Job"
-    )
+    assert seen.phase == "Submitted" and seen.message.startswith("could not observe the run: could not read Job")
     fake_kube.faults.clear()
     fake_kube.set_status(
         "Job", NS, object_name("demo", run_id), {"conditions": [{"type": "Complete", "status": "True"}]}

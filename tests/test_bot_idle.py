@@ -26,10 +26,20 @@ from tuneplane.bot.idle import idle
 from tuneplane.bot.report import BotOptions
 
 RUNS = 40
-PIPELINE = ("tuneplane.bot.reconcile", "tuneplane.bot.sync", "tuneplane.record.batch",
-            "tuneplane.bot.scan", "tuneplane.lab.runs", "tuneplane.lab.load", "tuneplane.models.run",
-            "tuneplane.backends.factory", "ruamel.yaml", "yaml", "jinja2",
-            "kubernetes")  # the CLI asks bot.idle first: an idle run loads no pipeline (Typer loads pydantic)
+PIPELINE = (
+    "tuneplane.bot.reconcile",
+    "tuneplane.bot.sync",
+    "tuneplane.record.batch",
+    "tuneplane.bot.scan",
+    "tuneplane.lab.runs",
+    "tuneplane.lab.load",
+    "tuneplane.models.run",
+    "tuneplane.backends.factory",
+    "ruamel.yaml",
+    "yaml",
+    "jinja2",
+    "kubernetes",
+)  # the CLI asks bot.idle first: an idle run loads no pipeline (Typer loads pydantic)
 
 
 def _finished_lab(tmp_path: Path, count: int = RUNS) -> tuple[Path, list[str]]:
@@ -42,11 +52,23 @@ def _finished_lab(tmp_path: Path, count: int = RUNS) -> tuple[Path, list[str]]:
     ids = run_ids(count)
     add_requests(lab, [("demo", r) for r in ids], profile="h200:8", commit=False)
     for run_id in ids:
-        write_status(lab, RunStatus(
-            experiment="demo", run_id=run_id, method="custom/custom", profile="h200:8", phase="Succeeded",
-            submitted_at="2025-01-02T10:00:00Z", finished_at="2025-01-02T11:00:00Z", exit_code=0,
-            history=[Transition(phase="Submitted", at="2025-01-02T10:00:00Z"),
-                     Transition(phase="Succeeded", at="2025-01-02T11:00:00Z")]))
+        write_status(
+            lab,
+            RunStatus(
+                experiment="demo",
+                run_id=run_id,
+                method="custom/custom",
+                profile="h200:8",
+                phase="Succeeded",
+                submitted_at="2025-01-02T10:00:00Z",
+                finished_at="2025-01-02T11:00:00Z",
+                exit_code=0,
+                history=[
+                    Transition(phase="Submitted", at="2025-01-02T10:00:00Z"),
+                    Transition(phase="Succeeded", at="2025-01-02T11:00:00Z"),
+                ],
+            ),
+        )
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", f"{count} finished runs")
     git(lab, "push", "-q", "origin", f"HEAD:{BRANCH}")
@@ -62,13 +84,16 @@ def _logging_git(tmp_path: Path) -> tuple[dict[str, str], Path]:
     shim = tmp_path / "shim"
     shim.mkdir()
     log = tmp_path / "git.log"
-    (shim / "git").write_text(textwrap.dedent(f"""\
+    (shim / "git").write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import json, os, sys
         with open({str(log)!r}, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(sys.argv[1:]) + "\\n")
         os.execv({real!r}, [{real!r}, *sys.argv[1:]])
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     (shim / "git").chmod(0o755)
     env = dict(os.environ)
     env["PATH"] = f"{shim}{os.pathsep}{env.get('PATH', '')}"
@@ -94,8 +119,15 @@ def test_an_idle_run_is_three_git_commands_and_no_pipeline_import(tmp_path: Path
         """)
     for verb in ("reconcile", "sync"):
         log.write_text("", encoding="utf-8")
-        done = subprocess.run([sys.executable, "-c", probe, verb], cwd=lab, env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, verb],
+            cwd=lab,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         first, last = done.stdout.splitlines()[0], json.loads(done.stdout.splitlines()[-1])
         assert first == "nothing to do: every run request has its status"

@@ -79,8 +79,10 @@ def notify_lab(tmp_path: Path, count: int, timeout: float = 5) -> tuple[Path, li
     ids = run_ids(count)
     seed = seed_lab(remote, tmp_path / "seed", runs=[("demo", r) for r in ids])
     settings = seed / "tuneplane.yaml"
-    settings.write_text(settings.read_text() + f"notify:\n  webhooks:\n    - url_env: {HOOK_ENV}\n"
-                        f"      phases: {ALL_PHASES}\n      timeout_seconds: {timeout}\n      retries: 1\n")
+    settings.write_text(
+        settings.read_text() + f"notify:\n  webhooks:\n    - url_env: {HOOK_ENV}\n"
+        f"      phases: {ALL_PHASES}\n      timeout_seconds: {timeout}\n      retries: 1\n"
+    )
     load_lab(seed).require_settings()  # the settings are valid
     git(seed, "commit", "-qam", "notify on every phase")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
@@ -127,7 +129,8 @@ def test_racing_bots_send_one_message_per_run_per_phase_change(tmp_path: Path, r
 
 @pytest.mark.parametrize("step", ["notified", "pushed"])
 def test_a_bot_killed_around_sending_repeats_at_most_one_message_with_the_same_key(
-        tmp_path: Path, receiver: Receiver, step: str) -> None:
+    tmp_path: Path, receiver: Receiver, step: str
+) -> None:
     remote, ids = notify_lab(tmp_path, 2)
     bot = clone(remote, tmp_path / "bot")
     env = {HOOK_ENV: receiver.url}
@@ -154,7 +157,8 @@ def test_a_bot_killed_around_sending_repeats_at_most_one_message_with_the_same_k
 
 @pytest.mark.parametrize("mode", ["fail", "hang"])
 def test_a_failing_or_hanging_webhook_costs_its_time_and_loses_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     remote, ids = notify_lab(tmp_path, 2, timeout=1)
     bot = clone(remote, tmp_path / "bot")
     hook = Receiver(mode)

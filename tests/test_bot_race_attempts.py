@@ -47,8 +47,14 @@ class Preempted:
         self.real, self.name = real, "kubernetes"
 
     def observe(self, ref: BackendRef) -> Observation:
-        ended = AttemptReport(number=1, started_at="2025-01-02T10:00:00Z", finished_at="2025-01-02T10:20:00Z",
-                              reason="Preempted", message="preempted by a higher-priority workload", gpus=8)
+        ended = AttemptReport(
+            number=1,
+            started_at="2025-01-02T10:00:00Z",
+            finished_at="2025-01-02T10:20:00Z",
+            reason="Preempted",
+            message="preempted by a higher-priority workload",
+            gpus=8,
+        )
         return Observation("Failed", reason="Preempted", attempts=(ended,))
 
     def __getattr__(self, name: str) -> object:
@@ -82,8 +88,11 @@ def assert_second_attempt_once(remote: Path, fake_kube: FakeKube) -> None:
     assert [(a["number"], a["object"]) for a in status["attempts"]] == [(1, FIRST), (2, SECOND)]
     assert status["backend"]["name"] == SECOND
     assert status["backend"]["uid"] == fake_kube.get("Job", "tuneplane", SECOND)["metadata"]["uid"]
-    env = {e["name"]: e.get("value") for c in fake_kube.get("Job", "tuneplane", SECOND)["spec"]["template"]["spec"]
-           ["containers"] for e in c.get("env", [])}
+    env = {
+        e["name"]: e.get("value")
+        for c in fake_kube.get("Job", "tuneplane", SECOND)["spec"]["template"]["spec"]["containers"]
+        for e in c.get("env", [])
+    }
     assert env["TUNEPLANE_ATTEMPT"] == "2"
 
 

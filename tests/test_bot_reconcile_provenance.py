@@ -19,14 +19,16 @@ CREATOR = "a" * 40
 def _annotated(request: Any, commit: str) -> Any:
     manifests = copy.deepcopy(request.manifests)
     manifests[0]["metadata"].setdefault("annotations", {}).update(
-        {"tuneplane.dev/commit": commit, "tuneplane.dev/jobspec-digest": "sha256:" + "1" * 64})
+        {"tuneplane.dev/commit": commit, "tuneplane.dev/jobspec-digest": "sha256:" + "1" * 64}
+    )
     return dataclasses.replace(request, manifests=manifests)
 
 
 def test_the_ref_carries_the_commit_of_the_object_that_exists(fake_kube: Any, kube_client: Any) -> None:
     first = KubernetesBackend(NS, api_client=kube_client, retry=FAST).submit(_annotated(request_for("Job"), CREATOR))
     second = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST).submit(
-        _annotated(request_for("Job"), "b" * 40))
+        _annotated(request_for("Job"), "b" * 40)
+    )
     assert first.commit == CREATOR and second.commit == CREATOR  # adopted, not re-applied
     assert fake_kube.creations[("Job", NS, "sft-demo-r1")] == 1
 

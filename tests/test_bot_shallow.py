@@ -204,8 +204,9 @@ def test_a_rebase_whose_merge_base_is_not_in_the_clone_deepens_it(
 ) -> None:
     bot, config, run_id = shallow_lab.reconciled_clone(tmp_path, fake_kube)  # committed, not pushed
     for n in range(3):  # meanwhile other writers push several commits, one of them changes the trainer
-        other = shallow_lab.push_from_writer(f"other writer {n}", {f"notes/{n}.md": f"note {n}\n",
-                                                                   "experiments/demo/train.sh": f"echo w{n}\n"})
+        other = shallow_lab.push_from_writer(
+            f"other writer {n}", {f"notes/{n}.md": f"note {n}\n", "experiments/demo/train.sh": f"echo w{n}\n"}
+        )
     # the branch refreshed at depth 1 (as a shallow CI step would): its tip's parent is not in the clone
     git(bot, "fetch", "-q", "--depth", "1", "origin", f"+refs/heads/{BRANCH}:refs/remotes/origin/{BRANCH}")
     assert git(bot, "merge-base", "HEAD", f"origin/{BRANCH}", check=False) == ""

@@ -80,9 +80,7 @@ def test_a_committed_status_symlink_never_makes_the_bot_write_outside(tmp_path: 
     assert not _jobs(fake_kube), "nothing may be submitted while its status cannot be recorded"
 
 
-def test_a_status_experiment_dir_linked_outside_is_never_written_through(
-    tmp_path: Path, fake_kube: FakeKube
-) -> None:
+def test_a_status_experiment_dir_linked_outside_is_never_written_through(tmp_path: Path, fake_kube: FakeKube) -> None:
     bot, ids, config = _lab(tmp_path, fake_kube, count=1)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -189,9 +187,7 @@ def _hand_edit_succeeded(bot: Path, run_id: str) -> None:
     git(bot, "commit", "-q", "-am", "it is done (it is not)")
 
 
-def test_sync_corrects_a_status_that_claims_an_end_while_the_job_runs(
-    tmp_path: Path, fake_kube: FakeKube
-) -> None:
+def test_sync_corrects_a_status_that_claims_an_end_while_the_job_runs(tmp_path: Path, fake_kube: FakeKube) -> None:
     bot, ids, config = _lab(tmp_path, fake_kube, count=1)
     assert _bot(bot, config)[0] == 0
     name = _status(bot, ids[0])["backend"]["name"]
@@ -216,9 +212,7 @@ def test_sync_corrects_a_status_that_claims_an_end_while_the_job_runs(
     assert _status(bot, ids[0])["phase"] == "Cancelled"
 
 
-def test_cancel_true_deletes_the_job_even_when_the_status_says_it_ended(
-    tmp_path: Path, fake_kube: FakeKube
-) -> None:
+def test_cancel_true_deletes_the_job_even_when_the_status_says_it_ended(tmp_path: Path, fake_kube: FakeKube) -> None:
     from tuneplane.lab.runs import RunKey, mark_cancel
 
     bot, ids, config = _lab(tmp_path, fake_kube, count=1)
@@ -242,15 +236,13 @@ def test_one_deeply_nested_request_is_reported_and_the_others_run(tmp_path: Path
     bot, ids, config = _lab(tmp_path, fake_kube, count=2)
     bad = "20250105-000000-0000dd"
     deep = "set:\n  x: " + "[" * 900 + "]" * 900 + "\n"
-    (bot / "runs" / "demo" / f"{bad}.yaml").write_text(
-        f"experiment: demo\nrun_id: {bad}\nprofile: h200:8\n{deep}"
-    )
+    (bot / "runs" / "demo" / f"{bad}.yaml").write_text(f"experiment: demo\nrun_id: {bad}\nprofile: h200:8\n{deep}")
     nested_map = "".join("  " * i + f"k{i}:\n" for i in range(900)) + "  " * 900 + "v: 1\n"
     worse = "20250105-000000-0000ee"
     (bot / "runs" / "demo" / f"{worse}.yaml").write_text(
-        f"experiment: demo\nrun_id: {worse}\nprofile: h200:8\nset:\n" + "\n".join(
-            "  " + line for line in nested_map.splitlines()
-        ) + "\n"
+        f"experiment: demo\nrun_id: {worse}\nprofile: h200:8\nset:\n"
+        + "\n".join("  " + line for line in nested_map.splitlines())
+        + "\n"
     )
     git(bot, "add", "-A")
     git(bot, "commit", "-q", "-m", "two requests nobody can parse")
@@ -287,9 +279,16 @@ def test_a_no_op_run_reads_no_finished_status_and_a_foreign_edit_only_its_file(
     reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
     for run_id in ids:  # every job ends; sync records it and stops watching them
         name = _status(bot, run_id)["backend"]["name"]
-        fake_kube.set_status("Job", NS, name, {
-            "startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",
-            "conditions": [{"type": "Complete", "status": "True"}]})
+        fake_kube.set_status(
+            "Job",
+            NS,
+            name,
+            {
+                "startTime": "2025-01-01T00:00:00Z",
+                "completionTime": "2025-01-01T00:05:00Z",
+                "conditions": [{"type": "Complete", "status": "True"}],
+            },
+        )
     sync(bot, backends=backend_factory(fake_kube), echo=quiet)
     assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
     read: list[str] = []

@@ -26,13 +26,28 @@ RUN = "20250102-100000-00000a"
 
 def _laptop_status(root: Path, storage: Path, phase: str) -> None:
     at = "2025-01-02T10:00:00Z"
-    write_status(root, RunStatus(
-        experiment="demo", run_id=RUN, method="custom/custom", profile="local", phase=phase,  # type: ignore[arg-type]
-        submitted_at=at, started_at=at, finished_at=at if phase == "Succeeded" else None,
-        backend=BackendObject(backend="local", kind="Process", name="demo-0123456789",
-                              namespace=str(storage / "runs" / "alice" / "demo" / RUN), uid="abc"),
-        history=[Transition(phase="Running", at=at)] + ([Transition(phase=phase, at=at)] if phase != "Running" else []),  # type: ignore[arg-type]
-    ))
+    write_status(
+        root,
+        RunStatus(
+            experiment="demo",
+            run_id=RUN,
+            method="custom/custom",
+            profile="local",
+            phase=phase,  # type: ignore[arg-type]
+            submitted_at=at,
+            started_at=at,
+            finished_at=at if phase == "Succeeded" else None,
+            backend=BackendObject(
+                backend="local",
+                kind="Process",
+                name="demo-0123456789",
+                namespace=str(storage / "runs" / "alice" / "demo" / RUN),
+                uid="abc",
+            ),
+            history=[Transition(phase="Running", at=at)]
+            + ([Transition(phase=phase, at=at)] if phase != "Running" else []),  # type: ignore[arg-type]
+        ),
+    )
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", f"tp submit --local: {phase}")
     git(root, "push", "-q", "origin", f"HEAD:{BRANCH}")
@@ -131,8 +146,7 @@ def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_p
 
     stop = tmp_path / "stop"
     remote = make_remote(tmp_path)
-    seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"},
-             runs=[("demo", RUN)])
+    seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"}, runs=[("demo", RUN)])
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, echo=quiet)
     run_dir, deadline = _started(bot)

@@ -36,10 +36,16 @@ def _free_port() -> int:
 def _post(url: str, run_id: str, points: list[tuple[str, int, float]]) -> None:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    body = {"run_id": run_id, "points": [{"key": k, "step": s, "value": v, "ts": "2025-01-01T00:00:00+00:00"}
-                                         for k, s, v in points]}
-    conn.request("POST", "/metrics", body=json.dumps(body).encode(),
-                 headers={"X-TunePlane-Token": mint_token(SECRET, run_id, "demo")})
+    body = {
+        "run_id": run_id,
+        "points": [{"key": k, "step": s, "value": v, "ts": "2025-01-01T00:00:00+00:00"} for k, s, v in points],
+    }
+    conn.request(
+        "POST",
+        "/metrics",
+        body=json.dumps(body).encode(),
+        headers={"X-TunePlane-Token": mint_token(SECRET, run_id, "demo")},
+    )
     assert conn.getresponse().status < 300
     conn.close()
 
@@ -54,9 +60,16 @@ def _ended_run(tmp_path: Path, fake_kube: FakeKube, monkeypatch: pytest.MonkeyPa
     git(bot, "commit", "-qam", "the lab's receiver")
     monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", SECRET.decode())
     reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
-    fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
-        "startTime": "2025-01-01T00:00:00Z", "completionTime": utc_now(),  # it ended just now
-        "conditions": [{"type": "Complete", "status": "True"}]})
+    fake_kube.set_status(
+        "Job",
+        "tuneplane",
+        object_name("demo", run_id),
+        {
+            "startTime": "2025-01-01T00:00:00Z",
+            "completionTime": utc_now(),  # it ended just now
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
     return bot, run_id, port
 
 
@@ -102,9 +115,16 @@ def test_a_run_long_ended_is_not_asked_about_forever(
     git(bot, "commit", "-qam", "a receiver that is gone for good")
     monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", SECRET.decode())
     reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
-    fake_kube.set_status("Job", "tuneplane", object_name("demo", run_id), {
-        "startTime": "2025-01-01T00:00:00Z", "completionTime": "2025-01-01T00:05:00Z",  # ended long ago
-        "conditions": [{"type": "Complete", "status": "True"}]})
+    fake_kube.set_status(
+        "Job",
+        "tuneplane",
+        object_name("demo", run_id),
+        {
+            "startTime": "2025-01-01T00:00:00Z",
+            "completionTime": "2025-01-01T00:05:00Z",  # ended long ago
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    )
 
     sync(bot, backends=backend_factory(fake_kube), echo=quiet)
 

@@ -25,23 +25,63 @@ from packaging.specifiers import SpecifierSet
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 EXPECTED = {  # every recipe id the upstream client ships
-    "custom/custom", "evalkit/benchmark", "pytorch/image-classification",
-    *(f"ms-swift/{m}" for m in ("sft", "dpo", "kto", "orpo", "cpo", "rm", "gkd", "grpo", "reranker",
-                                 "megatron-sft", "megatron-dpo", "megatron-gkd", "megatron-grpo")),
+    "custom/custom",
+    "evalkit/benchmark",
+    "pytorch/image-classification",
+    *(
+        f"ms-swift/{m}"
+        for m in (
+            "sft",
+            "dpo",
+            "kto",
+            "orpo",
+            "cpo",
+            "rm",
+            "gkd",
+            "grpo",
+            "reranker",
+            "megatron-sft",
+            "megatron-dpo",
+            "megatron-gkd",
+            "megatron-grpo",
+        )
+    ),
     *(f"nemo-rl/{m}" for m in ("sft", "dpo", "rm", "ppo", "grpo", "grpo-lora", "distillation", "maxrl", "opsd")),
     *(f"openrlhf/{m}" for m in ("sft", "dpo", "rm", "ppo", "grpo", "reinforce-baseline")),
     *(f"trl/{m}" for m in ("sft", "dpo", "kto", "rm", "rloo", "grpo", "grpo-judge", "opsd")),
     *(f"verl/{m}" for m in ("sft", "ppo", "grpo", "dapo", "rloo", "remax", "reinforce-baseline", "distillation")),
 }
 TOP_KEYS = {
-    "name", "version", "framework", "title", "summary", "category", "template", "entrypoint",
-    "adapter_options", "roles", "plugins", "lifecycle", "lifecycle_resources", "metrics",
-    "artifacts", "runtime", "requires", "params", "config",
+    "name",
+    "version",
+    "framework",
+    "title",
+    "summary",
+    "category",
+    "template",
+    "entrypoint",
+    "adapter_options",
+    "roles",
+    "plugins",
+    "lifecycle",
+    "lifecycle_resources",
+    "metrics",
+    "artifacts",
+    "runtime",
+    "requires",
+    "params",
+    "config",
 }
 OPTIONAL_KEYS = {"rules"}  # only where the framework has cross-field requirements
 ADAPTER_KEYS = {
-    "observability", "orchestrator", "launcher", "config_mode", "bindings", "topology",
-    "platform_owned", "required_inputs",
+    "observability",
+    "orchestrator",
+    "launcher",
+    "config_mode",
+    "bindings",
+    "topology",
+    "platform_owned",
+    "required_inputs",
 }
 ARTIFACT_KEYS = {"version", "checkpoints", "logs", "exports", "evaluations", "formats"}
 PARAM_KEYS = {"type", "path", "doc", "group", "required", "default", "min", "max", "exclusive_min", "choices"}
@@ -49,12 +89,21 @@ INPUTS = {"model", "train_data", "validation_data"}
 CATEGORIES = {"custom", "supervised", "sft", "rl", "preference", "evaluation"}
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
 PY_TYPES: dict[str, tuple[type, ...]] = {
-    "int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "enum": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+    "enum": (str,),
 }
 IMAGE = re.compile(r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+)?(@sha256:[0-9a-f]{64})?")
 REQUIRED_ENV = (
-    "TUNEPLANE_WORK_DIR", "TUNEPLANE_EXP_DIR", "TUNEPLANE_OUT_DIR", "TUNEPLANE_FRAMEWORK",
-    "TUNEPLANE_RECIPE", "TUNEPLANE_CLUSTER_NUM_NODES", "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
+    "TUNEPLANE_WORK_DIR",
+    "TUNEPLANE_EXP_DIR",
+    "TUNEPLANE_OUT_DIR",
+    "TUNEPLANE_FRAMEWORK",
+    "TUNEPLANE_RECIPE",
+    "TUNEPLANE_CLUSTER_NUM_NODES",
+    "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
 )
 
 
@@ -298,11 +347,17 @@ def contract_env(tmp_path: Path) -> dict[str, str]:
     out = tmp_path / "out"
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({
-        "TUNEPLANE_WORK_DIR": str(tmp_path / "work"), "TUNEPLANE_EXP_DIR": str(exp),
-        "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_FRAMEWORK": "custom", "TUNEPLANE_RECIPE": "custom",
-        "TUNEPLANE_CLUSTER_NUM_NODES": "1", "TUNEPLANE_CLUSTER_GPUS_PER_NODE": "0",
-    })
+    env.update(
+        {
+            "TUNEPLANE_WORK_DIR": str(tmp_path / "work"),
+            "TUNEPLANE_EXP_DIR": str(exp),
+            "TUNEPLANE_OUT_DIR": str(out),
+            "TUNEPLANE_FRAMEWORK": "custom",
+            "TUNEPLANE_RECIPE": "custom",
+            "TUNEPLANE_CLUSTER_NUM_NODES": "1",
+            "TUNEPLANE_CLUSTER_GPUS_PER_NODE": "0",
+        }
+    )
     return env
 
 
@@ -310,8 +365,14 @@ def contract_env(tmp_path: Path) -> dict[str, str]:
 def test_unedited_custom_scaffold_fails_fast_with_the_known_message(tmp_path: Path) -> None:
     text = TRAIN_SH.read_text(encoding="utf-8")
     assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
-    result = subprocess.run(["bash", str(TRAIN_SH)], env=contract_env(tmp_path), cwd=tmp_path / "work",
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        ["bash", str(TRAIN_SH)],
+        env=contract_env(tmp_path),
+        cwd=tmp_path / "work",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert "no training command yet" in result.stderr
     assert "experiments/my-trainer/train.sh" in result.stderr
@@ -334,15 +395,19 @@ def test_custom_scaffold_names_a_missing_contract_variable(tmp_path: Path, missi
 def test_trl_grpo_rewards_score_final_answers() -> None:
     rewards = load_module(CATALOG / "trl" / "grpo" / "template" / "rewards.py", "catalog_trl_rewards")
     completions = [
-        "7 + 5 = 12", "so the answer is \\boxed{12}.", "it is 13", "no idea",
+        "7 + 5 = 12",
+        "so the answer is \\boxed{12}.",
+        "it is 13",
+        "no idea",
         [{"role": "assistant", "content": "The total is 1,200."}],
     ]
     answers = ["12", "12", "12", "12", "1200"]
     assert rewards.accuracy_reward(completions, answer=answers) == [1.0, 1.0, 0.0, 0.0, 1.0]
     assert rewards.format_reward(completions) == [1.0, 1.0, 1.0, 0.0, 1.0]
     assert rewards.accuracy_reward(["12"]) == [None]  # no answer column: not applicable
-    assert len(rewards.REWARD_FUNCTIONS) == len(yaml.safe_load(
-        (CATALOG / "trl" / "grpo" / "template" / "config.yaml").read_text())["reward_weights"])
+    assert len(rewards.REWARD_FUNCTIONS) == len(
+        yaml.safe_load((CATALOG / "trl" / "grpo" / "template" / "config.yaml").read_text())["reward_weights"]
+    )
 
 
 def test_verl_reward_scores_final_answers() -> None:

@@ -22,8 +22,11 @@ import yaml
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 VERL = "verl==0.9.1"
 REQUIRED = os.environ.get("CI") == "true"
-NEMO_KEYS = {line for line in (Path(__file__).parent / "data" / "nemo_rl_0.7.0_config_keys.txt").read_text().split("\n")
-             if line and not line.startswith("#")}
+NEMO_KEYS = {
+    line
+    for line in (Path(__file__).parent / "data" / "nemo_rl_0.7.0_config_keys.txt").read_text().split("\n")
+    if line and not line.startswith("#")
+}
 
 
 def leaves(node: Any, prefix: str = "") -> Iterator[str]:
@@ -47,8 +50,13 @@ def verl_config_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     cache = Path(request.config.cache.mkdir("verl-wheel"))
     wheels = sorted(cache.glob("verl-0.9.1-*.whl"))
     if not wheels:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), VERL],
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), VERL],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         wheels = sorted(cache.glob("verl-0.9.1-*.whl"))
         if not wheels:
             if REQUIRED:

@@ -23,10 +23,28 @@ from tuneplane.lifecycle.cli_flags import build_flags, leaves
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 FLAGS = json.loads((Path(__file__).parent / "data" / "framework_flags.json").read_text())
-SCRIPT_KEYS = {"model_name_or_path", "dataset_train_path", "dataset_eval_path", "use_peft", "lora_r", "lora_alpha",
-               "lora_dropout", "lora_target_modules", "judge_model_name_or_path", "judge_max_length"}
-TRL_CONFIG = {"sft": "SFTConfig", "dpo": "DPOConfig", "kto": "KTOConfig", "rm": "RewardConfig", "rloo": "RLOOConfig",
-              "grpo": "GRPOConfig", "grpo-judge": "GRPOConfig", "opsd": "DistillationConfig"}
+SCRIPT_KEYS = {
+    "model_name_or_path",
+    "dataset_train_path",
+    "dataset_eval_path",
+    "use_peft",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "judge_model_name_or_path",
+    "judge_max_length",
+}
+TRL_CONFIG = {
+    "sft": "SFTConfig",
+    "dpo": "DPOConfig",
+    "kto": "KTOConfig",
+    "rm": "RewardConfig",
+    "rloo": "RLOOConfig",
+    "grpo": "GRPOConfig",
+    "grpo-judge": "GRPOConfig",
+    "opsd": "DistillationConfig",
+}
 
 
 def recipe(method: str) -> dict[str, Any]:
@@ -51,8 +69,11 @@ def _flag_names(argv: list[str]) -> list[str]:
     return [a[2:] for a in argv if a.startswith("--")]
 
 
-CLI = sorted(p.parent.relative_to(CATALOG).as_posix() for p in CATALOG.glob("ms-swift/*/recipe.yaml")
-             if "_megatron" in recipe(p.parent.relative_to(CATALOG).as_posix())["entrypoint"]["value"])
+CLI = sorted(
+    p.parent.relative_to(CATALOG).as_posix()
+    for p in CATALOG.glob("ms-swift/*/recipe.yaml")
+    if "_megatron" in recipe(p.parent.relative_to(CATALOG).as_posix())["entrypoint"]["value"]
+)
 
 
 def test_the_megatron_recipes_are_all_checked() -> None:
@@ -80,7 +101,15 @@ def _flag_list(method: str, r: dict[str, Any]) -> str:
 
 def test_renderer_writes_switches_and_lists_as_the_frameworks_parse_them() -> None:
     cfg = {"a": {"b": True, "c": False, "d": [1, 2]}, "e": "", "f": None}
-    assert build_flags(cfg, {"a.x": 3}, {"out": "/o"}, "dotted") == ["--a.b", "--a.d", "1", "2", "--a.x", "3",
-                                                                    "--out", "/o"]
+    assert build_flags(cfg, {"a.x": 3}, {"out": "/o"}, "dotted") == [
+        "--a.b",
+        "--a.d",
+        "1",
+        "2",
+        "--a.x",
+        "3",
+        "--out",
+        "/o",
+    ]
     assert build_flags({"g": True, "h": False}, {}, {}, "flat") == ["--g", "true", "--h", "false"]
     assert leaves({"a": {"b": {}}}) == [("a.b", {})]

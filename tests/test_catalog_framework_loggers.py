@@ -36,24 +36,48 @@ VERL = sorted(p.parent.relative_to(CATALOG).as_posix() for p in CATALOG.glob("ve
 NEMO = sorted(p.parent.relative_to(CATALOG).as_posix() for p in CATALOG.glob("nemo-rl/*/recipe.yaml"))
 
 # What the frameworks log (tag names from their trainers' code), and what people must see.
-VERL_RL_TAGS = {"actor/pg_loss": 0.5, "actor/kl_loss": 0.01, "actor/entropy": 1.2, "actor/grad_norm": 0.3,
-                "actor/pg_clipfrac": 0.02, "critic/rewards/mean": 0.4, "critic/score/mean": 0.4,
-                "response_length/mean": 120.0, "val-core/openai/gsm8k/reward/mean@1": 0.6,
-                "val-aux/openai/gsm8k/reward/std@1": 0.1, "timing_s/gen": 3.0}
-VERL_RL_SHOWN = {"train/loss": "actor/pg_loss", "train/reward": "critic/rewards/mean",
-                 "train/kl": "actor/kl_loss", "train/entropy": "actor/entropy",
-                 "train/response_length": "response_length/mean",
-                 "validation/openai/gsm8k/reward/mean@1": "val-core/openai/gsm8k/reward/mean@1"}
+VERL_RL_TAGS = {
+    "actor/pg_loss": 0.5,
+    "actor/kl_loss": 0.01,
+    "actor/entropy": 1.2,
+    "actor/grad_norm": 0.3,
+    "actor/pg_clipfrac": 0.02,
+    "critic/rewards/mean": 0.4,
+    "critic/score/mean": 0.4,
+    "response_length/mean": 120.0,
+    "val-core/openai/gsm8k/reward/mean@1": 0.6,
+    "val-aux/openai/gsm8k/reward/std@1": 0.1,
+    "timing_s/gen": 3.0,
+}
+VERL_RL_SHOWN = {
+    "train/loss": "actor/pg_loss",
+    "train/reward": "critic/rewards/mean",
+    "train/kl": "actor/kl_loss",
+    "train/entropy": "actor/entropy",
+    "train/response_length": "response_length/mean",
+    "validation/openai/gsm8k/reward/mean@1": "val-core/openai/gsm8k/reward/mean@1",
+}
 VERL_SFT_TAGS = {"train/loss": 1.5, "train/lr": 1e-5, "train/grad_norm": 2.0, "val/loss": 1.7}
 VERL_SFT_SHOWN = {"train/loss": "train/loss", "validation/loss": "val/loss", "train/lr": "train/lr"}
 # NeMo-RL's GPU monitor (`monitor_gpus`) logs under `ray/`, stepped by seconds since it started.
 NEMO_GPU_TAGS = {"ray/node.0.gpu.0.util": 55.0, "ray/node.0.gpu.0.mem_gb": 20.0, "ray/node.0.mem_gb": 100.0}
 NEMO_GPU_SHOWN = {"hw/node.0.gpu.0.util": "ray/node.0.gpu.0.util", "hw/node.0.mem_gb": "ray/node.0.mem_gb"}
-NEMO_RL_TAGS = {"train/loss": 0.2, "train/reward": 0.3, "train/grad_norm": 0.5, "validation/accuracy": 0.7,
-                "train/approx_entropy": 1.1, "timing/train/total_step_time": 9.0, **NEMO_GPU_TAGS}
-NEMO_RL_SHOWN = {"train/loss": "train/loss", "train/reward": "train/reward",
-                 "validation/accuracy": "validation/accuracy", "train/entropy": "train/approx_entropy",
-                 **NEMO_GPU_SHOWN}
+NEMO_RL_TAGS = {
+    "train/loss": 0.2,
+    "train/reward": 0.3,
+    "train/grad_norm": 0.5,
+    "validation/accuracy": 0.7,
+    "train/approx_entropy": 1.1,
+    "timing/train/total_step_time": 9.0,
+    **NEMO_GPU_TAGS,
+}
+NEMO_RL_SHOWN = {
+    "train/loss": "train/loss",
+    "train/reward": "train/reward",
+    "validation/accuracy": "validation/accuracy",
+    "train/entropy": "train/approx_entropy",
+    **NEMO_GPU_SHOWN,
+}
 NEMO_SFT_TAGS = {"train/loss": 1.3, "train/grad_norm": 0.4, "validation/val_loss": 1.4, **NEMO_GPU_TAGS}
 NEMO_SFT_SHOWN = {"train/loss": "train/loss", "validation/loss": "validation/val_loss", **NEMO_GPU_SHOWN}
 SUPERVISED = {"verl/sft", "nemo-rl/sft", "nemo-rl/dpo", "nemo-rl/rm", "nemo-rl/distillation", "nemo-rl/opsd"}
@@ -80,11 +104,15 @@ class _Points:
         return out
 
 
-def _rendered(tmp_path: Path, method: str,
-              files: dict[str, str] | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
+def _rendered(
+    tmp_path: Path, method: str, files: dict[str, str] | None = None
+) -> tuple[Any, Any, list[dict[str, Any]]]:
     name = method.replace("/", "-")
-    lab = make_lab(tmp_path / "lab", {name: method},
-                   files={f"experiments/{name}/{rel}": text for rel, text in (files or {}).items()})
+    lab = make_lab(
+        tmp_path / "lab",
+        {name: method},
+        files={f"experiments/{name}/{rel}": text for rel, text in (files or {}).items()},
+    )
     return build(lab, request(name, inputs=dict(INPUTS)))
 
 
@@ -126,7 +154,7 @@ def _check_names(method: str, sink: _Points, shown: dict[str, str]) -> None:
     present = [p for p in vocab.primary if p in names]
     assert list(names)[: len(present)] == present  # primary metrics first, in the recipe's order
     hardware = [n for n in names if n.startswith("hw/")]
-    assert list(names)[len(names) - len(hardware):] == hardware  # hardware last
+    assert list(names)[len(names) - len(hardware) :] == hardware  # hardware last
 
 
 @pytest.mark.parametrize("method", VERL)

@@ -35,8 +35,12 @@ INPUTS = ("--model", "Qwen/Qwen2.5-0.5B-Instruct", "--train-data", "data/train.j
 # recipes (set in config.yaml, as the README says).
 FILLED = {"reward": {"model_name_or_path": "OpenRLHF/Llama-3-8b-rm-700k"}}
 ECHO = "import json, sys\nprint('ARGV=' + json.dumps(sys.argv[1:]))\n"
-SWIFT_ARGUMENTS = {"swift.cli.sft": "SftArguments", "swift.cli.rlhf": "RLHFArguments",
-                   "swift.cli.export": "ExportArguments", "swift.cli.eval": "EvalArguments"}
+SWIFT_ARGUMENTS = {
+    "swift.cli.sft": "SftArguments",
+    "swift.cli.rlhf": "RLHFArguments",
+    "swift.cli.export": "ExportArguments",
+    "swift.cli.eval": "EvalArguments",
+}
 
 
 def recipe(method: str) -> dict[str, Any]:
@@ -75,23 +79,50 @@ def framework_argv(tmp: Path, method: str, version: str, operation: str = "train
     ray = recipe(method)["adapter_options"]["orchestrator"] == "ray" and method.startswith("openrlhf/")
     validation = () if ray else ("--validation-data", "data/val.jsonl")
     if ray:
-        refused = run_tp_in_process("render", "exp", "--profile", "local", "--image", "registry.example/fw:1",
-                                    *INPUTS, "--validation-data", "data/val.jsonl", cwd=lab)
+        refused = run_tp_in_process(
+            "render",
+            "exp",
+            "--profile",
+            "local",
+            "--image",
+            "registry.example/fw:1",
+            *INPUTS,
+            "--validation-data",
+            "data/val.jsonl",
+            cwd=lab,
+        )
         assert refused.code == 2 and "rule 'eval-needs-remote-reward'" in refused.err, refused.output
-    rendered = run_tp_in_process("render", "exp", "--profile", "local", "--image", "registry.example/fw:1",
-                                 *INPUTS, *validation, "--format", "json", cwd=lab)
+    rendered = run_tp_in_process(
+        "render",
+        "exp",
+        "--profile",
+        "local",
+        "--image",
+        "registry.example/fw:1",
+        *INPUTS,
+        *validation,
+        "--format",
+        "json",
+        cwd=lab,
+    )
     assert rendered.code == 0, rendered.output
     [plan] = [doc for doc in json.loads(rendered.out) if doc["kind"] == "LaunchPlan"]
     argv = list(plan["argv"])
     start = argv.index("tuneplane.lifecycle.cli_flags")
-    options, module = argv[start + 1:-2], argv[-1]
+    options, module = argv[start + 1 : -2], argv[-1]
     config = options.index("--config") + 1
     options[config] = str(lab / "experiments" / "exp" / "config.yaml")  # the job's copy of it
     (tmp / "echo.py").write_text(ECHO, encoding="utf-8")
     # a later attempt of the run, which the launcher gave a checkpoint to resume from
     env = dict(os.environ, TUNEPLANE_RESUME_FROM=RESUME_FROM)
-    done = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.cli_flags", *options, "--",
-                           str(tmp / "echo.py")], env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane.lifecycle.cli_flags", *options, "--", str(tmp / "echo.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("ARGV="))
     return module, list(json.loads(line[5:]))
@@ -106,7 +137,7 @@ def _fill(config: Path) -> None:
     for section, values in FILLED.items():
         for key, value in values.items():
             if isinstance(data.get(section), dict) and data[section].get(key) == "":
-                line = f"  {key}: \"\""
+                line = f'  {key}: ""'
                 assert text.count(line) >= 1, (config, line)
                 text = text.replace(f"{section}:\n{line}", f"{section}:\n  {key}: {value}", 1)
     config.write_text(text, encoding="utf-8")
@@ -140,12 +171,18 @@ def test_openrlhf_parser_refuses_what_it_does_not_know(cache: Path) -> None:
     assert "AttributeError" in str(openrlhf_check(wheel, "openrlhf.cli.train_ppo_ray", base[:4]))  # PPO needs an RM
     assert openrlhf_check(wheel, "openrlhf.cli.train_ppo_ray", base) is None
     assert "unrecognized arguments: --actor.learning_rate" in str(
-        openrlhf_check(wheel, "openrlhf.cli.train_ppo_ray", [*base, "--actor.learning_rate", "1e-6"]))
+        openrlhf_check(wheel, "openrlhf.cli.train_ppo_ray", [*base, "--actor.learning_rate", "1e-6"])
+    )
     assert "invalid int value" in str(
-        openrlhf_check(wheel, "openrlhf.cli.train_ppo_ray", [*base, "--rollout.n_samples_per_prompt", "x"]))
-    assert "assertion" in str(openrlhf_check(
-        wheel, "openrlhf.cli.train_ppo_ray", [*base, "--algo.advantage.estimator", "group_norm",
-                                              "--rollout.n_samples_per_prompt", "1"]))
+        openrlhf_check(wheel, "openrlhf.cli.train_ppo_ray", [*base, "--rollout.n_samples_per_prompt", "x"])
+    )
+    assert "assertion" in str(
+        openrlhf_check(
+            wheel,
+            "openrlhf.cli.train_ppo_ray",
+            [*base, "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "1"],
+        )
+    )
     args = openrlhf_args(wheel, "openrlhf.cli.train_sft", ["--adam.lr", "2e-5", "--ds.zero_stage", "3"])
     assert (args.adam.lr, args.ds.zero_stage) == (2e-5, 3)
 
@@ -172,8 +209,9 @@ def swift_results(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> dict
 
 
 @pytest.mark.parametrize(("method", "version"), SWIFT_CASES)
-def test_ms_swift_flags_parse_with_its_own_parser(swift_results: dict[str, dict[str, Any]], method: str,
-                                                 version: str) -> None:
+def test_ms_swift_flags_parse_with_its_own_parser(
+    swift_results: dict[str, dict[str, Any]], method: str, version: str
+) -> None:
     got = swift_results[f"{method}@{version}"]
     assert "error" not in got, f"{method} @ ms-swift {version}: {got.get('error')}\nargv: {got['argv']}"
     assert got["unknown"] == [], f"{method} @ ms-swift {version}: flags ms-swift does not define: {got['unknown']}"
@@ -190,12 +228,15 @@ def test_ms_swift_flags_parse_with_its_own_parser(swift_results: dict[str, dict[
 
 def test_ms_swift_parser_refuses_what_it_does_not_know(cache: Path) -> None:
     version = sorted({v for _, v in SWIFT_CASES})[-1]
-    parsed = swift_check(swift_python(cache, version), {
-        "unknown": ("SftArguments", ["--model", "m", "--learnin_rate", "1e-4"]),
-        "type": ("RLHFArguments", ["--rlhf_type", "dpo", "--beta", "strong"]),
-        "choice": ("RLHFArguments", ["--rlhf_type", "dpox"]),
-        "text": ("SftArguments", ["--eval_strategy", "no"]),
-    })
+    parsed = swift_check(
+        swift_python(cache, version),
+        {
+            "unknown": ("SftArguments", ["--model", "m", "--learnin_rate", "1e-4"]),
+            "type": ("RLHFArguments", ["--rlhf_type", "dpo", "--beta", "strong"]),
+            "choice": ("RLHFArguments", ["--rlhf_type", "dpox"]),
+            "text": ("SftArguments", ["--eval_strategy", "no"]),
+        },
+    )
     assert parsed["unknown"]["unknown"] == ["--learnin_rate", "1e-4"]
     assert "invalid float value" in parsed["type"]["error"]
     assert "invalid choice" in parsed["choice"]["error"]
@@ -222,8 +263,9 @@ def test_swift_export_merge_flags_parse_with_ms_swift(cache: Path) -> None:
 def test_openrlhf_export_merge_flags_parse_with_its_combiner(tmp_path: Path, cache: Path, task: str) -> None:
     from tuneplane.lifecycle.openrlhf_export import MODULE, merge_argv
 
-    (tmp_path / "adapter_config.json").write_text(json.dumps(
-        {"base_model_name_or_path": "Qwen/Qwen2.5-0.5B", "task_type": task}), encoding="utf-8")
+    (tmp_path / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B", "task_type": task}), encoding="utf-8"
+    )
     argv = merge_argv(tmp_path, tmp_path / "merged")
     for version in sorted({v for _, v in cases("openrlhf")}):
         wheel = openrlhf_wheel(cache, version)
@@ -240,11 +282,18 @@ REMOTE = "http://127.0.0.1:5000/get_reward"
 # sample per prompt, a check of its own that no rule covers)
 RULE_CASES = {
     "train_ppo_ray": [
-        [{}, {"reward": {"model_name_or_path": FILLED["reward"]["model_name_or_path"]}},
-         {"reward": {"remote_url": REMOTE}}, {"train": {"agent_func_path": "agent.py"}}],
+        [
+            {},
+            {"reward": {"model_name_or_path": FILLED["reward"]["model_name_or_path"]}},
+            {"reward": {"remote_url": REMOTE}},
+            {"train": {"agent_func_path": "agent.py"}},
+        ],
         [{}, {"eval": {"dataset": "data/val.jsonl"}}],
-        [{}, {"train": {"partial_rollout_enable": True}},
-         {"train": {"partial_rollout_enable": True, "async_enable": True}}],
+        [
+            {},
+            {"train": {"partial_rollout_enable": True}},
+            {"train": {"partial_rollout_enable": True, "async_enable": True}},
+        ],
         [{}, {"algo": {"dynamic_filtering_enable": True}, "rollout": {"n_samples_per_prompt": 2}}],
     ],
     "train_sft": [[{}, {"data": {"multiturn": True}}], [{}, {"data": {"apply_chat_template": False}}]],
@@ -259,8 +308,7 @@ def _merge(base: dict[str, Any], *fragments: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("method", ["openrlhf/ppo", "openrlhf/grpo", "openrlhf/reinforce-baseline",
-                                    "openrlhf/sft"])
+@pytest.mark.parametrize("method", ["openrlhf/ppo", "openrlhf/grpo", "openrlhf/reinforce-baseline", "openrlhf/sft"])
 def test_openrlhf_recipe_rules_fire_exactly_when_openrlhf_refuses(cache: Path, method: str) -> None:
     import itertools
 

@@ -38,8 +38,16 @@ def run_env() -> dict[str, str]:
 
 
 def train(out: Path, overrides: dict[str, Any], launcher: list[str]) -> subprocess.CompletedProcess[str]:
-    command = [*launcher, str(TRAIN), "--config", str(CONFIG), "--output-dir", str(out),
-               "--overrides-json", json.dumps({**SMALL, **overrides})]
+    command = [
+        *launcher,
+        str(TRAIN),
+        "--config",
+        str(CONFIG),
+        "--output-dir",
+        str(out),
+        "--overrides-json",
+        json.dumps({**SMALL, **overrides}),
+    ]
     return subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=120)
 
 

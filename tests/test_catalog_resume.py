@@ -76,9 +76,19 @@ def _tiny_causal_lm(root: Path) -> Path:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     fast.save_pretrained(root / "model")
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                         pad_token_id=0, eos_token_id=1, bos_token_id=1, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        tie_word_embeddings=True,
+    )
     Qwen2ForCausalLM(config).save_pretrained(root / "model")
     (root / "sft.jsonl").write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rows))
     return root
@@ -89,14 +99,41 @@ def test_trl_sft_resumes_from_its_newest_checkpoint_twice(tmp_path: Path, receiv
     assets = _tiny_causal_lm(tmp_path / "assets")
     template = CATALOG / "trl" / "sft" / "template"
     max_steps = 24
-    overrides = {"max_steps": max_steps, "save_steps": 2, "save_total_limit": 2, "logging_steps": 1,
-                 "bf16": False, "gradient_checkpointing": False, "per_device_train_batch_size": 2,
-                 "gradient_accumulation_steps": 1, "max_length": 16, "warmup_steps": 0}
-    job = Job(tmp_path, [sys.executable, str(template / "train.py"), "--config", str(template / "config.yaml"),
-                         "--model", str(assets / "model"), "--train-data", str(assets / "sft.jsonl"),
-                         "--output-dir", str(tmp_path / "run" / "out"), "--overrides-json", json.dumps(overrides)],
-              receiver, TRANSFORMERS_VERBOSITY="info", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-              TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(tmp_path / "hf-datasets"))
+    overrides = {
+        "max_steps": max_steps,
+        "save_steps": 2,
+        "save_total_limit": 2,
+        "logging_steps": 1,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 1,
+        "max_length": 16,
+        "warmup_steps": 0,
+    }
+    job = Job(
+        tmp_path,
+        [
+            sys.executable,
+            str(template / "train.py"),
+            "--config",
+            str(template / "config.yaml"),
+            "--model",
+            str(assets / "model"),
+            "--train-data",
+            str(assets / "sft.jsonl"),
+            "--output-dir",
+            str(tmp_path / "run" / "out"),
+            "--overrides-json",
+            json.dumps(overrides),
+        ],
+        receiver,
+        TRANSFORMERS_VERBOSITY="info",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_DATASETS_CACHE=str(tmp_path / "hf-datasets"),
+    )
 
     # transformers' own line (at info level) names the step its Trainer state was restored at
     _resumes_twice(job, lambda step: f"and global step {step}\n")
@@ -116,26 +153,44 @@ def test_pytorch_template_resumes_from_its_newest_checkpoint_twice(tmp_path: Pat
     torch = _require("torch")
     template = CATALOG / "pytorch" / "image-classification" / "template"
     epochs, per_epoch = 12, 4
-    overrides = {"epochs": epochs, "synthetic_train_samples": 16 * per_epoch, "synthetic_val_samples": 16,
-                 "batch_size": 16, "log_interval": 1}
-    job = Job(tmp_path, [sys.executable, str(template / "train.py"), "--config", str(template / "config.yaml"),
-                         "--output-dir", str(tmp_path / "run" / "out"), "--overrides-json", json.dumps(overrides)],
-              receiver)
+    overrides = {
+        "epochs": epochs,
+        "synthetic_train_samples": 16 * per_epoch,
+        "synthetic_val_samples": 16,
+        "batch_size": 16,
+        "log_interval": 1,
+    }
+    job = Job(
+        tmp_path,
+        [
+            sys.executable,
+            str(template / "train.py"),
+            "--config",
+            str(template / "config.yaml"),
+            "--output-dir",
+            str(tmp_path / "run" / "out"),
+            "--overrides-json",
+            json.dumps(overrides),
+        ],
+        receiver,
+    )
 
     resumed = _resumes_twice(job, lambda step: f'"step": {step}}}')
     assert all(step % per_epoch == 0 for step in resumed)  # an epoch's end, where this loop saves
 
     total = epochs * per_epoch
-    state = torch.load(job.out / "checkpoints" / f"epoch-{epochs}" / "state.pt", map_location="cpu",
-                       weights_only=False)
+    state = torch.load(job.out / "checkpoints" / f"epoch-{epochs}" / "state.pt", map_location="cpu", weights_only=False)
     assert (state["epoch"], state["step"]) == (epochs, total)
     summary = json.loads((job.out / "logs" / "summary.json").read_text())
     assert summary["steps"] == total
     receiver.stop()
     assert receiver.steps("train/loss") == list(range(1, total + 1))
     assert receiver.steps("validation/loss") == list(range(per_epoch, total + 1, per_epoch))
-    mirrored = [json.loads(line)["step"] for line in (job.out / "logs" / "metrics.jsonl").read_text().splitlines()
-                if "train/loss" in line]
+    mirrored = [
+        json.loads(line)["step"]
+        for line in (job.out / "logs" / "metrics.jsonl").read_text().splitlines()
+        if "train/loss" in line
+    ]
     assert mirrored == list(range(1, total + 1))  # the local mirror holds each step once too
 
 
@@ -151,10 +206,27 @@ def _rendered(tmp_path: Path, resume_from: str | None, *options: str) -> list[st
     env = {k: v for k, v in os.environ.items() if k != "TUNEPLANE_RESUME_FROM"}
     if resume_from is not None:
         env["TUNEPLANE_RESUME_FROM"] = resume_from
-    done = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.cli_flags", "--style", "flat", "--config",
-                           str(tmp_path / "config.yaml"), "--platform-json", '{"output_dir": "/out/checkpoints"}',
-                           *options, "--", str(tmp_path / "echo.py")],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuneplane.lifecycle.cli_flags",
+            "--style",
+            "flat",
+            "--config",
+            str(tmp_path / "config.yaml"),
+            "--platform-json",
+            '{"output_dir": "/out/checkpoints"}',
+            *options,
+            "--",
+            str(tmp_path / "echo.py"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("ARGV="))
     return list(json.loads(line[5:]))
@@ -163,8 +235,14 @@ def _rendered(tmp_path: Path, resume_from: str | None, *options: str) -> list[st
 def test_the_flag_renderer_passes_the_resume_checkpoint_only_when_there_is_one(tmp_path: Path) -> None:
     flag = ("--resume-flag", "resume_from_checkpoint")
     resumed = _rendered(tmp_path, "/out/checkpoints/checkpoint-40", *flag)
-    assert resumed == ["--learning_rate", "1.0e-4", "--output_dir", "/out/checkpoints",
-                       "--resume_from_checkpoint", "/out/checkpoints/checkpoint-40"]
+    assert resumed == [
+        "--learning_rate",
+        "1.0e-4",
+        "--output_dir",
+        "/out/checkpoints",
+        "--resume_from_checkpoint",
+        "/out/checkpoints/checkpoint-40",
+    ]
     assert "--resume_from_checkpoint" not in _rendered(tmp_path, None, *flag)  # a first attempt starts afresh
     assert "--resume_from_checkpoint" not in _rendered(tmp_path, "", *flag)
     # an entrypoint that declares no resume flag is never given one

@@ -27,16 +27,34 @@ def _require(module: str) -> Any:
     return pytest.importorskip(module, reason=f"{module} is not installed")
 
 
-ROWS = [("what is one plus two", "three", "3"), ("what is two plus two", "four", "4"),
-        ("what is three plus one", "four", "4"), ("what is one plus one", "two", "2")]
+ROWS = [
+    ("what is one plus two", "three", "3"),
+    ("what is two plus two", "four", "4"),
+    ("what is three plus one", "four", "4"),
+    ("what is one plus one", "two", "2"),
+]
 DATA = {  # the file each recipe trains on, in the row format its TRL trainer reads
-    "sft": "sft.jsonl", "dpo": "pairs.jsonl", "rm": "pairs.jsonl", "kto": "kto.jsonl",
-    "grpo": "prompts.jsonl", "rloo": "prompts.jsonl", "grpo-judge": "prompts.jsonl", "opsd": "prompts.jsonl",
+    "sft": "sft.jsonl",
+    "dpo": "pairs.jsonl",
+    "rm": "pairs.jsonl",
+    "kto": "kto.jsonl",
+    "grpo": "prompts.jsonl",
+    "rloo": "prompts.jsonl",
+    "grpo-judge": "prompts.jsonl",
+    "opsd": "prompts.jsonl",
 }
 TINY = {  # the --set values that keep a run to seconds on CPU, where the recipe declares the key
-    "max_steps": 2, "bf16": False, "gradient_checkpointing": False, "per_device_train_batch_size": 2,
-    "per_device_eval_batch_size": 2, "gradient_accumulation_steps": 1, "logging_steps": 1,
-    "max_length": 32, "num_generations": 2, "max_completion_length": 4, "use_vllm": False,
+    "max_steps": 2,
+    "bf16": False,
+    "gradient_checkpointing": False,
+    "per_device_train_batch_size": 2,
+    "per_device_eval_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "logging_steps": 1,
+    "max_length": 32,
+    "num_generations": 2,
+    "max_completion_length": 4,
+    "use_vllm": False,
     "judge_max_length": 64,
 }
 
@@ -58,15 +76,27 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     fast.save_pretrained(root / "model")
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                         pad_token_id=0, eos_token_id=1, bos_token_id=1, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        tie_word_embeddings=True,
+    )
     Qwen2ForCausalLM(config).save_pretrained(root / "model")
     formats = {
         "sft.jsonl": [{"prompt": p, "completion": c} for p, c, _ in ROWS],
         "pairs.jsonl": [{"prompt": p, "chosen": c, "rejected": "no"} for p, c, _ in ROWS],
-        "kto.jsonl": [{"prompt": p, "completion": c if i % 2 == 0 else "no", "label": i % 2 == 0}
-                      for i, (p, c, _) in enumerate(ROWS)],
+        "kto.jsonl": [
+            {"prompt": p, "completion": c if i % 2 == 0 else "no", "label": i % 2 == 0}
+            for i, (p, c, _) in enumerate(ROWS)
+        ],
         "prompts.jsonl": [{"prompt": p, "answer": a} for p, _, a in ROWS],
     }
     for name, rows in formats.items():
@@ -90,11 +120,25 @@ def _train(method: str, name: str, assets: Path, lab: Path, tp: Any, tp_subproce
     git(lab, "commit", "-q", "-m", f"experiment {name}")
     params = yaml.safe_load((CATALOG / "trl" / method / "recipe.yaml").read_text())["params"]
     given = {item.split("=", 1)[0] for item in extra}  # what the test sets itself wins over TINY
-    sets = [f"{key}={str(value).lower() if isinstance(value, bool) else value}"
-            for key, value in TINY.items() if key in params and key not in given]
+    sets = [
+        f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+        for key, value in TINY.items()
+        if key in params and key not in given
+    ]
     data = str(assets / DATA[method])
-    args = ["submit", name, "--profile", "local", "--model", str(assets / "model"), "--train-data", data,
-            "--validation-data", data, "--local"]
+    args = [
+        "submit",
+        name,
+        "--profile",
+        "local",
+        "--model",
+        str(assets / "model"),
+        "--train-data",
+        data,
+        "--validation-data",
+        data,
+        "--local",
+    ]
     for item in [*sets, *extra]:
         args += ["--set", item]
     result = tp_subprocess(*args, cwd=lab, timeout=600)
@@ -116,8 +160,7 @@ def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method, task_type", [("sft", "CAUSAL_LM"), ("rm", "SEQ_CLS")])
-def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path, lab: Path, tp,
-                                       tp_subprocess) -> None:
+def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
     """use_peft: the shared LoRA config (rank, task type) reaches the trainer, which saves an adapter."""
     _require("peft")
     final = _train(method, f"lora-{method}", assets, lab, tp, tp_subprocess, "use_peft=true", "lora_r=4")
@@ -128,8 +171,9 @@ def test_use_peft_trains_lora_adapters(method: str, task_type: str, assets: Path
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, assets: Path, lab: Path, tp,
-                                                                tp_subprocess) -> None:
+def test_a_reward_model_exports_and_evaluates_as_a_reward_model(
+    lora: bool, assets: Path, lab: Path, tp, tp_subprocess
+) -> None:
     """`tp export` of trl/rm writes the reward model itself: the exported folder loads as a sequence
     classifier and scores a text exactly as the trained checkpoint does; `tp eval` reports how well
     it ranks held-out pairs."""
@@ -138,8 +182,9 @@ def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, asse
 
     name = f"rm-export-{'lora' if lora else 'full'}"
     final = _train("rm", name, assets, lab, tp, tp_subprocess, *(["use_peft=true", "lora_r=4"] if lora else []))
-    result = tp_subprocess("export", name, "--profile", "local", "--checkpoint", str(final), "--local",
-                           cwd=lab, timeout=600)
+    result = tp_subprocess(
+        "export", name, "--profile", "local", "--checkpoint", str(final), "--local", cwd=lab, timeout=600
+    )
     assert result.code == 0, result.output[-4000:]
     statuses = [json.loads(p.read_text()) for p in (lab / "status" / name).glob("*.json")]
     [export] = [s for s in statuses if s["operation"] == "export"]
@@ -162,8 +207,19 @@ def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, asse
 
     # `tp eval` scores the reward model on preference pairs: the share of pairs it ranks right
     pairs = assets / DATA["rm"]
-    result = tp_subprocess("eval", name, "--profile", "local", "--checkpoint", str(final), "--data", str(pairs),
-                           "--local", cwd=lab, timeout=600)
+    result = tp_subprocess(
+        "eval",
+        name,
+        "--profile",
+        "local",
+        "--checkpoint",
+        str(final),
+        "--data",
+        str(pairs),
+        "--local",
+        cwd=lab,
+        timeout=600,
+    )
     assert result.code == 0, result.output[-4000:]
     statuses = [json.loads(p.read_text()) for p in (lab / "status" / name).glob("*.json")]
     [evaluation] = [s for s in statuses if s["operation"] == "eval"]
@@ -172,8 +228,10 @@ def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, asse
     margins = []
     with torch.no_grad():
         for row in rows:
-            chosen, rejected = (tokenizer(row["prompt"] + row[k] + tokenizer.eos_token, return_tensors="pt")
-                                for k in ("chosen", "rejected"))
+            chosen, rejected = (
+                tokenizer(row["prompt"] + row[k] + tokenizer.eos_token, return_tensors="pt")
+                for k in ("chosen", "rejected")
+            )
             margins.append(float(trained(**chosen).logits[0, 0] - trained(**rejected).logits[0, 0]))
     assert metrics["pairs"] == len(rows)
     assert metrics["accuracy"] == sum(m > 0 for m in margins) / len(rows)
@@ -181,8 +239,9 @@ def test_a_reward_model_exports_and_evaluates_as_a_reward_model(lora: bool, asse
 
 
 @pytest.mark.slow
-def test_trl_sft_run_reports_train_and_validation_loss_under_canonical_names(assets: Path, lab: Path, tp,
-                                                                             tp_subprocess) -> None:
+def test_trl_sft_run_reports_train_and_validation_loss_under_canonical_names(
+    assets: Path, lab: Path, tp, tp_subprocess
+) -> None:
     """Issue 14's real run: TRL's own keys (`loss`, `eval_loss`) reach the status, `tp job metrics`
     and the committed chart as `train/loss` and `validation/loss`, primary metrics first."""
     # Enough steps past the scheduler's first (zero) learning rate that the loss moves: a constant
@@ -199,8 +258,11 @@ def test_trl_sft_run_reports_train_and_validation_loss_under_canonical_names(ass
     keys = [line.split()[0] for line in shown.out.splitlines()[1:]]
     assert keys[:2] == ["train/loss", "validation/loss"], keys
     svg = git(lab, "show", f"HEAD:status/sft-metrics/{run_id}.svg")
-    titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
-              if t.get("font-weight") == "bold"]
+    titles = [
+        "".join(t.itertext())
+        for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+        if t.get("font-weight") == "bold"
+    ]
     assert titles[:2] == ["train/loss", "validation/loss"], titles
 
 
@@ -211,13 +273,16 @@ def _shown(lab: Path, tp: Any, run_id: str, *args: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, raw, canonical", [
-    ("dpo", "rewards/margins", ["train/loss", "validation/loss", "train/reward_margin", "train/reward_accuracy"]),
-    ("grpo", "reward", ["train/reward", "validation/reward"]),
-])
-def test_trl_preference_and_rl_runs_show_their_primary_metrics_first(method: str, raw: str, canonical: list[str],
-                                                                     assets: Path, lab: Path, tp,
-                                                                     tp_subprocess) -> None:
+@pytest.mark.parametrize(
+    "method, raw, canonical",
+    [
+        ("dpo", "rewards/margins", ["train/loss", "validation/loss", "train/reward_margin", "train/reward_accuracy"]),
+        ("grpo", "reward", ["train/reward", "validation/reward"]),
+    ],
+)
+def test_trl_preference_and_rl_runs_show_their_primary_metrics_first(
+    method: str, raw: str, canonical: list[str], assets: Path, lab: Path, tp, tp_subprocess
+) -> None:
     """DPO and GRPO through `tp submit --local`: TRL's own keys under the recipe's canonical names in
     the status, `tp job metrics`, `--plot` and the committed chart, primary first and hardware last;
     the key as TRL logged it still answers `--key`."""
@@ -244,8 +309,10 @@ def test_trl_preference_and_rl_runs_show_their_primary_metrics_first(method: str
 
 def _chart_names(svg: str) -> tuple[list[str], list[str]]:
     """A chart's panel titles in order, and the names of the constant series listed below them."""
-    texts = [(t.get("font-weight"), "".join(t.itertext()))
-             for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    texts = [
+        (t.get("font-weight"), "".join(t.itertext()))
+        for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+    ]
     panels = [text.removesuffix(" (wall time)") for weight, text in texts if weight == "bold"]
     constants = [text.split(" = ")[0] for weight, text in texts if weight is None and " = " in text]
     return panels, constants

@@ -43,8 +43,7 @@ def plugin_lab(lab: Path, tp: Any) -> Path:
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
     (lab / "experiments" / "cls" / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     # in a group folder, as labs keep their example plugins: the job package must still carry it
-    write_tree(lab, {"plugins/examples/opsd/plugin.yaml": PLUGIN_YAML,
-                     "plugins/examples/opsd/opsd_patch.py": PATCH_PY})
+    write_tree(lab, {"plugins/examples/opsd/plugin.yaml": PLUGIN_YAML, "plugins/examples/opsd/opsd_patch.py": PATCH_PY})
     locked = tp("plugin", "lock", "cls", "alice/opsd", cwd=lab)
     assert locked.code == 0, locked.output
     run_git(lab, "add", "-A")
@@ -65,8 +64,9 @@ def test_declared_plugin_params_validate(plugin_lab: Path, tp: Any) -> None:
 
 
 def test_set_value_of_a_declared_plugin_param_reaches_install(plugin_lab: Path, tp_subprocess: Any) -> None:
-    result = tp_subprocess("submit", "cls", *SUBMIT, "--set", "opsd.scale=2", "--set", "opsd.mode=token",
-                           "--local", cwd=plugin_lab)
+    result = tp_subprocess(
+        "submit", "cls", *SUBMIT, "--set", "opsd.scale=2", "--set", "opsd.mode=token", "--local", cwd=plugin_lab
+    )
     assert result.code == 0, result.output
     assert _seen() == {"opsd.scale": 2.0, "opsd.mode": "token"}
 
@@ -77,20 +77,21 @@ def test_plugin_param_default_reaches_install(plugin_lab: Path, tp_subprocess: A
     assert _seen() == {"opsd.scale": 1.0}
 
 
-@pytest.mark.parametrize(("assignment", "needle"), [
-    ("opsd.scale=-1", "minimum"),
-    ("opsd.scale=fast", "number"),
-    ("opsd.mode=word", "token, sequence"),
-])
-def test_set_checks_a_key_a_locked_plugin_declares(plugin_lab: Path, tp: Any, assignment: str,
-                                                   needle: str) -> None:
+@pytest.mark.parametrize(
+    ("assignment", "needle"),
+    [
+        ("opsd.scale=-1", "minimum"),
+        ("opsd.scale=fast", "number"),
+        ("opsd.mode=word", "token, sequence"),
+    ],
+)
+def test_set_checks_a_key_a_locked_plugin_declares(plugin_lab: Path, tp: Any, assignment: str, needle: str) -> None:
     result = tp("submit", "cls", *SUBMIT, "--set", assignment, cwd=plugin_lab)
     assert result.code != 0 and "Traceback" not in result.output
     assert assignment.split("=")[0] in result.output and needle in result.output
 
 
-def test_undeclared_key_with_plugins_locked_is_accepted_with_a_warning(plugin_lab: Path,
-                                                                       tp_subprocess: Any) -> None:
+def test_undeclared_key_with_plugins_locked_is_accepted_with_a_warning(plugin_lab: Path, tp_subprocess: Any) -> None:
     result = tp_subprocess("submit", "cls", *SUBMIT, "--set", "opsd.beta=3", "--local", cwd=plugin_lab)
     assert result.code == 0, result.output
     assert "warning: --set opsd.beta" in result.output and "params:" in result.output
@@ -131,22 +132,31 @@ def test_undeclared_key_without_plugins_is_refused_naming_plugin_params(lab: Pat
 
 def test_run_request_with_a_plugin_param_validates(plugin_lab: Path, tp: Any) -> None:
     run = "20250101-120000-abc123"
-    write_tree(plugin_lab, {f"runs/cls/{run}.yaml": (
-        f"experiment: cls\nrun_id: {run}\nprofile: local\nimage: python:3.12\nset: {{opsd.scale: -2}}\n")})
+    write_tree(
+        plugin_lab,
+        {
+            f"runs/cls/{run}.yaml": (
+                f"experiment: cls\nrun_id: {run}\nprofile: local\nimage: python:3.12\nset: {{opsd.scale: -2}}\n"
+            )
+        },
+    )
     result = tp("validate", "--format", "json", cwd=plugin_lab)
     problems = json.loads(result.out)["problems"]
     errors = [(p["file"], p["rule"]) for p in problems if p["severity"] == "error"]
     assert errors == [(f"runs/cls/{run}.yaml", "run-set")]
 
 
-@pytest.mark.parametrize(("params", "needle"), [
-    ("params:\n  opsd.mode: {type: enum}\n", "choices"),
-    ("params:\n  opsd.scale: {type: float, minimum: 0}\n", "minimum"),
-    ("params:\n  'bad name': {type: int}\n", "bad name"),
-])
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ("params:\n  opsd.mode: {type: enum}\n", "choices"),
+        ("params:\n  opsd.scale: {type: float, minimum: 0}\n", "minimum"),
+        ("params:\n  'bad name': {type: int}\n", "bad name"),
+    ],
+)
 def test_bad_plugin_params_are_placed_errors(plugin_lab: Path, tp: Any, params: str, needle: str) -> None:
     manifest = plugin_lab / "plugins" / "examples" / "opsd" / "plugin.yaml"
     text = manifest.read_text(encoding="utf-8")
-    manifest.write_text(text[:text.index("params:")] + params, encoding="utf-8")
+    manifest.write_text(text[: text.index("params:")] + params, encoding="utf-8")
     result = tp("plugin", "validate", manifest.parent, cwd=plugin_lab)
     assert result.code == 1 and needle in result.output and "plugin.yaml:" in result.output

@@ -55,8 +55,11 @@ def test_a_syntax_error_in_a_helper_module_and_in_shared_code_is_found(byo: Path
 
 
 def test_a_shell_syntax_error_in_train_sh_fails_validate_at_its_line(byo: Path, tp: Any) -> None:
-    write(byo, "experiments/byo/train.sh", '#!/usr/bin/env bash\nif [ -n "$X" ]; then\n  echo x\n'
-                                           'exec python "${TUNEPLANE_EXP_DIR}/train.py"\n')
+    write(
+        byo,
+        "experiments/byo/train.sh",
+        '#!/usr/bin/env bash\nif [ -n "$X" ]; then\n  echo x\nexec python "${TUNEPLANE_EXP_DIR}/train.py"\n',
+    )
     code, problems, _ = report(tp, "byo")
     found = [p for p in problems if p["rule"] == "code-shell-syntax"]
     assert code == 1 and len(found) == 1 and found[0]["file"] == "experiments/byo/train.sh"
@@ -80,8 +83,12 @@ def test_newer_python_syntax_is_a_warning_under_an_older_interpreter(byo: Path, 
 
 def request(lab: Path, exp: str, run_id: str = RUN_ID) -> str:
     rel = f"runs/{exp}/{run_id}.yaml"
-    write(lab, rel, f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: {exp}\nrun_id: {run_id}\n"
-                    f"profile: h200\nimage: registry.example.com/team/x:1.0\nobservability_url: {URL}\n")
+    write(
+        lab,
+        rel,
+        f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: {exp}\nrun_id: {run_id}\n"
+        f"profile: h200\nimage: registry.example.com/team/x:1.0\nobservability_url: {URL}\n",
+    )
     return rel
 
 

@@ -17,39 +17,43 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 ALLOWED = ["registry.example.com"]
 
 
-@pytest.mark.parametrize("text,host,repository,tag,digest", [
-    ("python", "docker.io", "python", "", ""),
-    ("python:3.12-slim", "docker.io", "python", "3.12-slim", ""),
-    ("library/python:3.12", "docker.io", "library/python", "3.12", ""),
-    ("team/trainer", "docker.io", "team/trainer", "", ""),
-    ("localhost/trainer", "localhost", "trainer", "", ""),
-    ("localhost:5000/a/b:1", "localhost:5000", "a/b", "1", ""),
-    ("registry.example.com/team/trainer:1.0", "registry.example.com", "team/trainer", "1.0", ""),
-    (f"registry.example.com/team/trainer:1.0@{DIGEST}", "registry.example.com", "team/trainer", "1.0",
-     DIGEST),
-    (f"registry.example.com/trainer@{DIGEST}", "registry.example.com", "trainer", "", DIGEST),
-    ("registry.example.com:443/x", "registry.example.com:443", "x", "", ""),
-    ("ghcr.io/org/repo/sub:v1.2.3_rc", "ghcr.io", "org/repo/sub", "v1.2.3_rc", ""),
-])
-def test_parse_splits_host_repository_tag_digest(text: str, host: str, repository: str, tag: str,
-                                                  digest: str) -> None:
+@pytest.mark.parametrize(
+    "text,host,repository,tag,digest",
+    [
+        ("python", "docker.io", "python", "", ""),
+        ("python:3.12-slim", "docker.io", "python", "3.12-slim", ""),
+        ("library/python:3.12", "docker.io", "library/python", "3.12", ""),
+        ("team/trainer", "docker.io", "team/trainer", "", ""),
+        ("localhost/trainer", "localhost", "trainer", "", ""),
+        ("localhost:5000/a/b:1", "localhost:5000", "a/b", "1", ""),
+        ("registry.example.com/team/trainer:1.0", "registry.example.com", "team/trainer", "1.0", ""),
+        (f"registry.example.com/team/trainer:1.0@{DIGEST}", "registry.example.com", "team/trainer", "1.0", DIGEST),
+        (f"registry.example.com/trainer@{DIGEST}", "registry.example.com", "trainer", "", DIGEST),
+        ("registry.example.com:443/x", "registry.example.com:443", "x", "", ""),
+        ("ghcr.io/org/repo/sub:v1.2.3_rc", "ghcr.io", "org/repo/sub", "v1.2.3_rc", ""),
+    ],
+)
+def test_parse_splits_host_repository_tag_digest(text: str, host: str, repository: str, tag: str, digest: str) -> None:
     ref = parse_image(text)
     assert (ref.host, ref.repository, ref.tag, ref.digest) == (host, repository, tag, digest)
 
 
-@pytest.mark.parametrize("text,says", [
-    ("registry.example.com@evil.io/x", "not a valid image reference"),
-    ("REGISTRY.EXAMPLE.COM/x", "lower case"),
-    ("registry.example.com/Team/x", "not a valid image reference"),
-    ("registry.example.com/x@sha256:abc", "malformed digest"),
-    ("registry.example.com/x@sha256:" + "A" * 64, "malformed digest"),
-    ("registry.example.com/x@md5:" + "a" * 32, "malformed digest"),
-    ("", "not a valid image reference"),
-    ("registry.example.com/x:tag with space", "not a valid image reference"),
-    ("https://registry.example.com/x", "not a valid image reference"),
-    ("registry.example.com//x", "not a valid image reference"),
-    ("registry.example.com/x\n", "not a valid image reference"),
-])
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("registry.example.com@evil.io/x", "not a valid image reference"),
+        ("REGISTRY.EXAMPLE.COM/x", "lower case"),
+        ("registry.example.com/Team/x", "not a valid image reference"),
+        ("registry.example.com/x@sha256:abc", "malformed digest"),
+        ("registry.example.com/x@sha256:" + "A" * 64, "malformed digest"),
+        ("registry.example.com/x@md5:" + "a" * 32, "malformed digest"),
+        ("", "not a valid image reference"),
+        ("registry.example.com/x:tag with space", "not a valid image reference"),
+        ("https://registry.example.com/x", "not a valid image reference"),
+        ("registry.example.com//x", "not a valid image reference"),
+        ("registry.example.com/x\n", "not a valid image reference"),
+    ],
+)
 def test_parse_refuses_malformed_references(text: str, says: str) -> None:
     with pytest.raises(ImageError) as info:
         parse_image(text)
@@ -57,15 +61,18 @@ def test_parse_refuses_malformed_references(text: str, says: str) -> None:
     assert info.value.hint
 
 
-@pytest.mark.parametrize("text", [
-    "registry.example.com.evil.io/x",
-    "evil.io/registry.example.com/x",
-    "registry.example.com:5000/x",
-    "registry.example.co/x",
-    "xregistry.example.com/x",
-    "python:3.12",
-    "registry/x",  # no dot: the first part is a Docker Hub namespace, not a host
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "registry.example.com.evil.io/x",
+        "evil.io/registry.example.com/x",
+        "registry.example.com:5000/x",
+        "registry.example.co/x",
+        "xregistry.example.com/x",
+        "python:3.12",
+        "registry/x",  # no dot: the first part is a Docker Hub namespace, not a host
+    ],
+)
 def test_allowlist_compares_hosts_exactly(text: str) -> None:
     ref = parse_image(text)
     with pytest.raises(ImageError) as info:
@@ -89,15 +96,19 @@ def test_empty_allowlist_refuses_every_custom_image() -> None:
     assert "administrator" in info.value.hint
 
 
-@pytest.mark.parametrize("env,lab,expected", [
-    ({}, None, None),
-    ({}, ["a.io"], ["a.io"]),
-    ({ALLOWLIST_ENV: "b.io, c.io:5000 ,"}, ["a.io"], ["b.io", "c.io:5000"]),
-    ({ALLOWLIST_ENV: ""}, None, []),
-    ({ALLOWLIST_ENV: " , "}, ["a.io"], []),
-])
-def test_environment_allowlist_wins_over_the_lab(env: dict[str, str], lab: list[str] | None,
-                                                 expected: list[str] | None) -> None:
+@pytest.mark.parametrize(
+    "env,lab,expected",
+    [
+        ({}, None, None),
+        ({}, ["a.io"], ["a.io"]),
+        ({ALLOWLIST_ENV: "b.io, c.io:5000 ,"}, ["a.io"], ["b.io", "c.io:5000"]),
+        ({ALLOWLIST_ENV: ""}, None, []),
+        ({ALLOWLIST_ENV: " , "}, ["a.io"], []),
+    ],
+)
+def test_environment_allowlist_wins_over_the_lab(
+    env: dict[str, str], lab: list[str] | None, expected: list[str] | None
+) -> None:
     assert allowed_registries(env, lab) == expected
 
 

@@ -24,28 +24,53 @@ def param(**kw: Any) -> Param:
     return Param.model_validate({"path": "x", **kw})
 
 
-RECIPE = Recipe.model_validate({
-    "name": "fw/demo", "version": "1", "framework": "fw",
-    "entrypoint": {"kind": "module", "value": "demo.train"},
-    "adapter_options": {"observability": "platform"},
-    "runtime": {"default_version": "1", "versions": {"1": {"runtime_id": "fw-1"}}},
-    "params": {
-        "learning_rate": {"type": "float", "path": "optim.lr", "min": 0, "exclusive_min": True},
-        "epochs": {"type": "int", "path": "epochs", "min": 1},
-        "scheduler": {"type": "enum", "path": "optim.scheduler", "choices": ["cosine", "linear"]},
-    },
-})
+RECIPE = Recipe.model_validate(
+    {
+        "name": "fw/demo",
+        "version": "1",
+        "framework": "fw",
+        "entrypoint": {"kind": "module", "value": "demo.train"},
+        "adapter_options": {"observability": "platform"},
+        "runtime": {"default_version": "1", "versions": {"1": {"runtime_id": "fw-1"}}},
+        "params": {
+            "learning_rate": {"type": "float", "path": "optim.lr", "min": 0, "exclusive_min": True},
+            "epochs": {"type": "int", "path": "epochs", "min": 1},
+            "scheduler": {"type": "enum", "path": "optim.scheduler", "choices": ["cosine", "linear"]},
+        },
+    }
+)
 
 
 # ── --set values ────────────────────────────────────────────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("true", True), ("YES", True), ("On", True), ("false", False), ("no", False), ("OFF", False),
-    ("3", 3), ("-2", -2), ("0", 0), ("1.5", 1.5), ("1e-6", 1e-6), ("2.0E3", 2000.0),
-    ("cosine", "cosine"), ("", ""), ("1.2.3", "1.2.3"), ("0x10", "0x10"), ("y", "y"), ("n", "n"),
-    ("'3'", "3"), ('"yes"', "yes"), ("1_000", "1_000"), ("12\n", 12),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("true", True),
+        ("YES", True),
+        ("On", True),
+        ("false", False),
+        ("no", False),
+        ("OFF", False),
+        ("3", 3),
+        ("-2", -2),
+        ("0", 0),
+        ("1.5", 1.5),
+        ("1e-6", 1e-6),
+        ("2.0E3", 2000.0),
+        ("cosine", "cosine"),
+        ("", ""),
+        ("1.2.3", "1.2.3"),
+        ("0x10", "0x10"),
+        ("y", "y"),
+        ("n", "n"),
+        ("'3'", "3"),
+        ('"yes"', "yes"),
+        ("1_000", "1_000"),
+        ("12\n", 12),
+    ],
+)
 def test_cli_values_bool_then_int_then_float_then_text(text: str, expected: object) -> None:
     value = parse_set_value("k", text)
     assert value == expected and type(value) is type(expected)
@@ -64,13 +89,16 @@ def test_cli_lists_and_maps_are_refused(text: str) -> None:
         parse_set_value("k", text)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("lr=0.1", ("lr", 0.1)),
-    (" lr = 3", ("lr", 3)),
-    ("name=a=b", ("name", "a=b")),
-    ("flag=", ("flag", "")),
-    ("optim.lr=1e-4", ("optim.lr", 1e-4)),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("lr=0.1", ("lr", 0.1)),
+        (" lr = 3", ("lr", 3)),
+        ("name=a=b", ("name", "a=b")),
+        ("flag=", ("flag", "")),
+        ("optim.lr=1e-4", ("optim.lr", 1e-4)),
+    ],
+)
 def test_assignments(text: str, expected: tuple[str, object]) -> None:
     assert parse_sets([text]) == dict([expected])
 
@@ -85,41 +113,47 @@ def test_malformed_assignments_name_the_input(text: str) -> None:
 # ── values against params ───────────────────────────────────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("spec,value", [
-    ({"type": "float"}, 1),
-    ({"type": "float"}, 1.5),
-    ({"type": "int"}, -3),
-    ({"type": "bool"}, False),
-    ({"type": "str"}, "x"),
-    ({"type": "enum", "choices": ["a", "b"]}, "b"),
-    ({"type": "enum", "choices": [1, 2]}, 2),
-    ({"type": "int", "min": 1, "max": 3}, 1),
-    ({"type": "int", "min": 1, "max": 3}, 3),
-    ({"type": "float", "min": 0, "exclusive_min": True}, 1e-12),
-])
+@pytest.mark.parametrize(
+    "spec,value",
+    [
+        ({"type": "float"}, 1),
+        ({"type": "float"}, 1.5),
+        ({"type": "int"}, -3),
+        ({"type": "bool"}, False),
+        ({"type": "str"}, "x"),
+        ({"type": "enum", "choices": ["a", "b"]}, "b"),
+        ({"type": "enum", "choices": [1, 2]}, 2),
+        ({"type": "int", "min": 1, "max": 3}, 1),
+        ({"type": "int", "min": 1, "max": 3}, 3),
+        ({"type": "float", "min": 0, "exclusive_min": True}, 1e-12),
+    ],
+)
 def test_accepted(spec: dict[str, Any], value: object) -> None:
     assert check_value(param(**spec), value) is None
 
 
-@pytest.mark.parametrize("spec,value,says", [
-    ({"type": "int"}, True, "boolean"),
-    ({"type": "float"}, False, "boolean"),
-    ({"type": "int"}, 1.5, "integer"),
-    ({"type": "int"}, "3", "text"),
-    ({"type": "float"}, "fast", "text"),
-    ({"type": "float"}, "1e-6", "write it as 1.0e-6"),
-    ({"type": "float"}, "5E3", "write it as 5.0e3"),
-    ({"type": "bool"}, "true", "true or false"),
-    ({"type": "bool"}, 1, "true or false"),
-    ({"type": "str"}, 3, "text"),
-    ({"type": "enum", "choices": ["a", "b"]}, "c", "a, b"),
-    ({"type": "int", "min": 1}, 0, "minimum 1"),
-    ({"type": "int", "max": 3}, 4, "maximum 3"),
-    ({"type": "float", "min": 0, "exclusive_min": True}, 0, "(exclusive)"),
-    ({"type": "float", "min": 0.5}, 0.25, "minimum 0.5"),
-    ({"type": "int"}, [1], "list"),
-    ({"type": "int"}, {"a": 1}, "mapping"),
-])
+@pytest.mark.parametrize(
+    "spec,value,says",
+    [
+        ({"type": "int"}, True, "boolean"),
+        ({"type": "float"}, False, "boolean"),
+        ({"type": "int"}, 1.5, "integer"),
+        ({"type": "int"}, "3", "text"),
+        ({"type": "float"}, "fast", "text"),
+        ({"type": "float"}, "1e-6", "write it as 1.0e-6"),
+        ({"type": "float"}, "5E3", "write it as 5.0e3"),
+        ({"type": "bool"}, "true", "true or false"),
+        ({"type": "bool"}, 1, "true or false"),
+        ({"type": "str"}, 3, "text"),
+        ({"type": "enum", "choices": ["a", "b"]}, "c", "a, b"),
+        ({"type": "int", "min": 1}, 0, "minimum 1"),
+        ({"type": "int", "max": 3}, 4, "maximum 3"),
+        ({"type": "float", "min": 0, "exclusive_min": True}, 0, "(exclusive)"),
+        ({"type": "float", "min": 0.5}, 0.25, "minimum 0.5"),
+        ({"type": "int"}, [1], "list"),
+        ({"type": "int"}, {"a": 1}, "mapping"),
+    ],
+)
 def test_refused_with_the_reason(spec: dict[str, Any], value: object, says: str) -> None:
     message = check_value(param(**spec), value)
     assert message is not None and says in message
@@ -162,4 +196,8 @@ def test_get_path_and_missing() -> None:
 
 def test_leaf_paths() -> None:
     assert sorted(leaf_paths({"a": {"b": 1, "c": {}}, "d": [1, 2], "e": {"f": {"g": None}}})) == [
-        "a.b", "a.c", "d", "e.f.g"]
+        "a.b",
+        "a.c",
+        "d",
+        "e.f.g",
+    ]

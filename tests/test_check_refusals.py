@@ -31,8 +31,12 @@ def write(root: Path, rel: str, text: str) -> Path:
 
 def request(lab: Path, exp: str = "byo", run_id: str = RUN_ID, extra: str = "") -> str:
     rel = f"runs/{exp}/{run_id}.yaml"
-    write(lab, rel, f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: {exp}\nrun_id: {run_id}\n"
-                    f"profile: h200\nimage: registry.example.com/team/x:1.0\nobservability_url: {URL}\n" + extra)
+    write(
+        lab,
+        rel,
+        f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: {exp}\nrun_id: {run_id}\n"
+        f"profile: h200\nimage: registry.example.com/team/x:1.0\nobservability_url: {URL}\n" + extra,
+    )
     return rel
 
 
@@ -123,8 +127,19 @@ def test_a_platform_owned_key_in_config_is_refused_by_validate_as_by_render(lab:
     found = only(problems, "config-platform-owned")
     assert code == 1 and [(p["file"], p["pointer"]) for p in found] == [("experiments/sft/config.yaml", "/output_dir")]
     assert found[0]["line"] > 1
-    result = tp("render", "sft", "--profile", "h200", "--model", "m", "--train-data", "d.jsonl",
-                "--validation-data", "v.jsonl", "--allow-dirty")
+    result = tp(
+        "render",
+        "sft",
+        "--profile",
+        "h200",
+        "--model",
+        "m",
+        "--train-data",
+        "d.jsonl",
+        "--validation-data",
+        "v.jsonl",
+        "--allow-dirty",
+    )
     assert result.code in (1, 2) and "output_dir" in result.err
 
 
@@ -141,25 +156,49 @@ def set_profile(lab: Path, old: str, new_text: str) -> None:
 TOLERATION = "      - key: nvidia.com/gpu\n        operator: Exists\n        effect: NoSchedule\n"
 
 
-@pytest.mark.parametrize(("old", "new_text", "rule", "pointer"), [
-    ("shm_size: 64Gi", "shm_size: 64GB", "profile-quantity", "/profiles/h200/shm_size"),
-    ('cpu: "96"', "cpu: lots", "profile-quantity", "/profiles/h200/cpu"),
-    ('cpu: "96"', 'cpu: "-2"', "profile-quantity", "/profiles/h200/cpu"),
-    ("memory: 1600Gi", "memory: 1e999", "profile-quantity", "/profiles/h200/memory"),
-    ("nvidia.com/gpu.product: NVIDIA-H200", "nvidia.com/gpu.product: NVIDIA H200",
-     "profile-node-selector", "/profiles/h200/node_selector/nvidia.com~1gpu.product"),
-    ("nvidia.com/gpu.product: NVIDIA-H200", "Bad_Prefix/x: y",
-     "profile-node-selector", "/profiles/h200/node_selector/Bad_Prefix~1x"),
-    (TOLERATION, '      - key: ""\n        operator: Equal\n', "profile-toleration",
-     "/profiles/h200/tolerations/0/operator"),
-    (TOLERATION, "      - key: nvidia.com/gpu\n        operator: Exists\n        value: x\n", "profile-toleration",
-     "/profiles/h200/tolerations/0/value"),
-    (TOLERATION, "      - key: nvidia.com/gpu\n        operator: Equal\n        value: a b\n", "profile-toleration",
-     "/profiles/h200/tolerations/0/value"),
-    ("root: /mnt/tuneplane", "root: data/../elsewhere", "storage-root", "/cluster/storage/root"),
-])
-def test_lab_values_a_cluster_refuses_fail_validate_and_render(byo: Path, tp: Any, old: str, new_text: str,
-                                                                rule: str, pointer: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new_text", "rule", "pointer"),
+    [
+        ("shm_size: 64Gi", "shm_size: 64GB", "profile-quantity", "/profiles/h200/shm_size"),
+        ('cpu: "96"', "cpu: lots", "profile-quantity", "/profiles/h200/cpu"),
+        ('cpu: "96"', 'cpu: "-2"', "profile-quantity", "/profiles/h200/cpu"),
+        ("memory: 1600Gi", "memory: 1e999", "profile-quantity", "/profiles/h200/memory"),
+        (
+            "nvidia.com/gpu.product: NVIDIA-H200",
+            "nvidia.com/gpu.product: NVIDIA H200",
+            "profile-node-selector",
+            "/profiles/h200/node_selector/nvidia.com~1gpu.product",
+        ),
+        (
+            "nvidia.com/gpu.product: NVIDIA-H200",
+            "Bad_Prefix/x: y",
+            "profile-node-selector",
+            "/profiles/h200/node_selector/Bad_Prefix~1x",
+        ),
+        (
+            TOLERATION,
+            '      - key: ""\n        operator: Equal\n',
+            "profile-toleration",
+            "/profiles/h200/tolerations/0/operator",
+        ),
+        (
+            TOLERATION,
+            "      - key: nvidia.com/gpu\n        operator: Exists\n        value: x\n",
+            "profile-toleration",
+            "/profiles/h200/tolerations/0/value",
+        ),
+        (
+            TOLERATION,
+            "      - key: nvidia.com/gpu\n        operator: Equal\n        value: a b\n",
+            "profile-toleration",
+            "/profiles/h200/tolerations/0/value",
+        ),
+        ("root: /mnt/tuneplane", "root: data/../elsewhere", "storage-root", "/cluster/storage/root"),
+    ],
+)
+def test_lab_values_a_cluster_refuses_fail_validate_and_render(
+    byo: Path, tp: Any, old: str, new_text: str, rule: str, pointer: str
+) -> None:
     set_profile(byo, old, new_text)
     rel = request(byo)
     code, problems = report(tp, "byo")
@@ -201,15 +240,27 @@ def test_an_empty_requirement_warns_with_the_fix(byo: Path, tp: Any) -> None:
 # ── a run on this machine ───────────────────────────────────────────────────────────────────────────
 
 
-def test_submit_local_refuses_a_missing_data_file_before_committing(lab: Path, tp: Any, git: Any,
-                                                                   tmp_path: Path) -> None:
+def test_submit_local_refuses_a_missing_data_file_before_committing(
+    lab: Path, tp: Any, git: Any, tmp_path: Path
+) -> None:
     new(tp, "sft", "trl/sft")
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", "sft")
     head = git(lab, "rev-parse", "HEAD")
     missing = tmp_path / "data" / "nope.jsonl"
-    result = tp("submit", "sft", "--profile", "local", "--model", "Qwen/Qwen3-0.6B", "--train-data", str(missing),
-                "--validation-data", str(missing), "--local")
+    result = tp(
+        "submit",
+        "sft",
+        "--profile",
+        "local",
+        "--model",
+        "Qwen/Qwen3-0.6B",
+        "--train-data",
+        str(missing),
+        "--validation-data",
+        str(missing),
+        "--local",
+    )
     assert result.code in (1, 2) and "Traceback" not in result.output
     assert f"--train-data {missing}: no such file" in result.err
     assert git(lab, "rev-parse", "HEAD") == head and list(lab.glob("runs/**/*.yaml")) == []
@@ -220,8 +271,9 @@ def test_submit_refuses_a_lab_value_the_cluster_refuses_before_committing(byo: P
     git(byo, "add", "-A")
     git(byo, "commit", "-q", "-m", "lab")
     head = git(byo, "rev-parse", "HEAD")
-    result = tp("submit", "byo", "--profile", "h200", "--image", "registry.example.com/team/x:1.0",
-                "--observability-url", URL)
+    result = tp(
+        "submit", "byo", "--profile", "h200", "--image", "registry.example.com/team/x:1.0", "--observability-url", URL
+    )
     assert result.code in (1, 2) and "Traceback" not in result.output
     assert "tuneplane.yaml:" in result.err and "64GB" in result.err
     assert git(byo, "rev-parse", "HEAD") == head and list(byo.glob("runs/**/*.yaml")) == []
@@ -230,8 +282,12 @@ def test_submit_refuses_a_lab_value_the_cluster_refuses_before_committing(byo: P
 def test_a_non_finite_value_of_a_declared_parameter_is_said_once(lab: Path, tp: Any) -> None:
     new(tp, "sft", "trl/sft")
     rel = f"runs/sft/{RUN_ID}.yaml"
-    write(lab, rel, f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: sft\nrun_id: {RUN_ID}\n"
-                    "profile: h200\nset: {learning_rate: .nan, no_such_key: .inf}\n")
+    write(
+        lab,
+        rel,
+        f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: sft\nrun_id: {RUN_ID}\n"
+        "profile: h200\nset: {learning_rate: .nan, no_such_key: .inf}\n",
+    )
     code, problems = report(tp, "sft")
     on_set = sorted((p["pointer"], p["rule"]) for p in problems if p["file"] == rel and p["pointer"].startswith("/set"))
     assert code == 1 and on_set == [("/set/learning_rate", "run-set"), ("/set/no_such_key", "run-set")]

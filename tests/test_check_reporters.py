@@ -11,10 +11,18 @@ import pytest
 from tuneplane.check import reporters
 from tuneplane.problems import Problem, Severity
 
-ERR = Problem("experiments/a/config.yaml", 3, 5, "config-range", "epochs: 0 is below the minimum 1",
-              pointer="/epochs", hint="parameter epochs: passes over the data")
-WARN = Problem("experiments/a/train.sh", 38, 1, "lint-scaffold", "train.sh is still the scaffold",
-               severity=Severity.WARNING)
+ERR = Problem(
+    "experiments/a/config.yaml",
+    3,
+    5,
+    "config-range",
+    "epochs: 0 is below the minimum 1",
+    pointer="/epochs",
+    hint="parameter epochs: passes over the data",
+)
+WARN = Problem(
+    "experiments/a/train.sh", 38, 1, "lint-scaffold", "train.sh is still the scaffold", severity=Severity.WARNING
+)
 WHOLE = Problem("experiments/a b", 0, 0, "experiment-name", "experiment name 'a b' is not allowed")
 
 # The parts of SARIF 2.1.0 a consumer (GitHub code scanning) relies on, written from the spec.
@@ -24,37 +32,74 @@ SARIF_SCHEMA = {
     "properties": {
         "version": {"const": "2.1.0"},
         "$schema": {"type": "string"},
-        "runs": {"type": "array", "minItems": 1, "items": {
-            "type": "object",
-            "required": ["tool", "results"],
-            "properties": {
-                "tool": {"type": "object", "required": ["driver"], "properties": {"driver": {
-                    "type": "object", "required": ["name"],
-                    "properties": {"name": {"type": "string"}, "version": {"type": "string"},
-                                   "rules": {"type": "array",
-                                             "items": {"type": "object", "required": ["id"]}}}}}},
-                "results": {"type": "array", "items": {
-                    "type": "object",
-                    "required": ["message", "ruleId", "level", "locations"],
-                    "properties": {
-                        "ruleId": {"type": "string"},
-                        "level": {"enum": ["none", "note", "warning", "error"]},
-                        "message": {"type": "object", "required": ["text"]},
-                        "locations": {"type": "array", "items": {"type": "object", "properties": {
-                            "physicalLocation": {"type": "object", "required": ["artifactLocation"],
-                                                 "properties": {
-                                "artifactLocation": {"type": "object", "required": ["uri"]},
-                                "region": {"type": "object", "properties": {
-                                    "startLine": {"type": "integer", "minimum": 1},
-                                    "startColumn": {"type": "integer", "minimum": 1}}}}}}}}}}},
-            }}},
+        "runs": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["tool", "results"],
+                "properties": {
+                    "tool": {
+                        "type": "object",
+                        "required": ["driver"],
+                        "properties": {
+                            "driver": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "version": {"type": "string"},
+                                    "rules": {"type": "array", "items": {"type": "object", "required": ["id"]}},
+                                },
+                            }
+                        },
+                    },
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["message", "ruleId", "level", "locations"],
+                            "properties": {
+                                "ruleId": {"type": "string"},
+                                "level": {"enum": ["none", "note", "warning", "error"]},
+                                "message": {"type": "object", "required": ["text"]},
+                                "locations": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "physicalLocation": {
+                                                "type": "object",
+                                                "required": ["artifactLocation"],
+                                                "properties": {
+                                                    "artifactLocation": {"type": "object", "required": ["uri"]},
+                                                    "region": {
+                                                        "type": "object",
+                                                        "properties": {
+                                                            "startLine": {"type": "integer", "minimum": 1},
+                                                            "startColumn": {"type": "integer", "minimum": 1},
+                                                        },
+                                                    },
+                                                },
+                                            }
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
     },
 }
 
 
 def many(n: int, severity: Severity = Severity.ERROR) -> list[Problem]:
-    return [Problem(f"experiments/e{i:02d}/config.yaml", i + 1, 1, "config-type", f"problem {i}",
-                    severity=severity) for i in range(n)]
+    return [
+        Problem(f"experiments/e{i:02d}/config.yaml", i + 1, 1, "config-type", f"problem {i}", severity=severity)
+        for i in range(n)
+    ]
 
 
 # ── text and JSON ───────────────────────────────────────────────────────────────────────────────────
@@ -81,9 +126,16 @@ def test_summary_counts_are_singular_and_plural() -> None:
 def test_json_carries_every_field() -> None:
     data = json.loads(reporters.as_json([ERR, WARN], "checked"))
     assert (data["errors"], data["warnings"], data["checked"]) == (1, 1, "checked")
-    assert data["problems"][0] == {"file": ERR.file, "line": 3, "col": 5, "pointer": "/epochs",
-                                   "rule": "config-range", "severity": "error", "message": ERR.message,
-                                   "hint": ERR.hint}
+    assert data["problems"][0] == {
+        "file": ERR.file,
+        "line": 3,
+        "col": 5,
+        "pointer": "/epochs",
+        "rule": "config-range",
+        "severity": "error",
+        "message": ERR.message,
+        "hint": ERR.hint,
+    }
 
 
 def test_json_keeps_non_ascii() -> None:

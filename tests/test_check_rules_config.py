@@ -40,13 +40,17 @@ def test_trl_scaffold_config_is_closed_and_clean(lab: Path, tp: Any, method: str
     assert [p for p in _problems(result) if p["rule"].startswith("config-")] == []
 
 
-@pytest.mark.parametrize(("key", "hint"), [
-    ("bogus_key: 1\n", ""),
-    ("learnin_rate_typo_zz: 1.0e-5\n", "did you mean 'learning_rate'"),
-])
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("bogus_key: 1\n", ""),
+        ("learnin_rate_typo_zz: 1.0e-5\n", "did you mean 'learning_rate'"),
+    ],
+)
 @pytest.mark.parametrize("method", ["trl/sft", "trl/grpo"])
-def test_unknown_key_in_a_closed_config_is_a_located_error(lab: Path, tp: Any, method: str, key: str,
-                                                           hint: str) -> None:
+def test_unknown_key_in_a_closed_config_is_a_located_error(
+    lab: Path, tp: Any, method: str, key: str, hint: str
+) -> None:
     assert tp("new", "exp", "--method", method, cwd=lab).code == 0
     line = _config(lab, "exp", key)
     result = tp("validate", "exp", "--format", "json", cwd=lab)
@@ -57,8 +61,21 @@ def test_unknown_key_in_a_closed_config_is_a_located_error(lab: Path, tp: Any, m
     assert problem["file"] == "experiments/exp/config.yaml" and name in problem["message"]
     assert hint in problem["hint"] and problem["hint"]
     # submit refuses it too, in the same words
-    submit = tp("submit", "exp", "--profile", "local", "--model", "m", "--train-data", "t",
-                "--validation-data", "v", "--image", "x/y:1", cwd=lab)
+    submit = tp(
+        "submit",
+        "exp",
+        "--profile",
+        "local",
+        "--model",
+        "m",
+        "--train-data",
+        "t",
+        "--validation-data",
+        "v",
+        "--image",
+        "x/y:1",
+        cwd=lab,
+    )
     assert submit.code != 0 and name in submit.output
 
 
@@ -103,7 +120,17 @@ def test_custom_config_is_never_parsed(lab: Path, tp: Any, tp_subprocess: Any, t
     result = tp("validate", "mine", "--format", "json", cwd=lab)
     assert [p for p in _problems(result) if p["severity"] == "error"] == []
     assert not [p for p in _problems(result) if p["file"].endswith("config.yaml")]
-    submit = tp_subprocess("submit", "mine", "--profile", "local", "--image", "python:3.12",
-                           "--observability-url", "https://track.example.org/p", "--local", cwd=lab)
+    submit = tp_subprocess(
+        "submit",
+        "mine",
+        "--profile",
+        "local",
+        "--image",
+        "python:3.12",
+        "--observability-url",
+        "https://track.example.org/p",
+        "--local",
+        cwd=lab,
+    )
     assert submit.code == 0, submit.output
     assert "Succeeded" in submit.output

@@ -12,8 +12,10 @@ import pytest
 from conftest import REPO_ROOT
 
 VERL_PLATFORM = sorted(
-    f"verl/{p.parent.name}" for p in (REPO_ROOT / "catalog" / "verl").glob("*/recipe.yaml")
-    if "format: tensorboard" in p.read_text(encoding="utf-8"))
+    f"verl/{p.parent.name}"
+    for p in (REPO_ROOT / "catalog" / "verl").glob("*/recipe.yaml")
+    if "format: tensorboard" in p.read_text(encoding="utf-8")
+)
 
 
 def _native_off(lab: Path, tp: Any) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ def _edit(lab: Path, old: str, new: str, exp: str = "exp") -> int:
     path.write_text(text, encoding="utf-8")
     run_git(lab, "add", "-A")
     run_git(lab, "commit", "-q", "-m", "edit")
-    return text[:text.index(new)].count("\n") + 1
+    return text[: text.index(new)].count("\n") + 1
 
 
 def _new(lab: Path, tp: Any, method: str) -> None:
@@ -61,14 +61,17 @@ def _new(lab: Path, tp: Any, method: str) -> None:
 def test_a_rule_is_strict() -> None:
     ok = RecipeRule.model_validate({"id": "reward-source", "require_any": ["reward.remote_url"], "message": "m"})
     assert ok.when == "" and ok.severity == "error"
-    with_condition = RecipeRule.model_validate({"id": "x", "when": {"key": "algo.estimator", "in": ["gae"]},
-                                                "require_any": ["a"], "message": "m"})
+    with_condition = RecipeRule.model_validate(
+        {"id": "x", "when": {"key": "algo.estimator", "in": ["gae"]}, "require_any": ["a"], "message": "m"}
+    )
     assert not isinstance(with_condition.when, str) and with_condition.when.in_ == ["gae"]
-    for bad in ({"id": "x", "require_any": [], "message": "m"},          # nothing to require
-                {"id": "Bad Id", "require_any": ["a"], "message": "m"},  # not an id
-                {"id": "x", "require_any": ["a"], "message": ""},        # says nothing
-                {"id": "x", "require_any": ["a"], "message": "m", "requires": ["b"]},  # unknown key
-                {"id": "x", "when": {"key": "a"}, "require_any": ["a"], "message": "m"}):  # no values
+    for bad in (
+        {"id": "x", "require_any": [], "message": "m"},  # nothing to require
+        {"id": "Bad Id", "require_any": ["a"], "message": "m"},  # not an id
+        {"id": "x", "require_any": ["a"], "message": ""},  # says nothing
+        {"id": "x", "require_any": ["a"], "message": "m", "requires": ["b"]},  # unknown key
+        {"id": "x", "when": {"key": "a"}, "require_any": ["a"], "message": "m"},
+    ):  # no values
         with pytest.raises(ValidationError):
             RecipeRule.model_validate(bad)
     data = _recipe("openrlhf/ppo").model_dump(by_alias=True, exclude_defaults=True)
@@ -88,14 +91,18 @@ def test_set_means_what_the_command_line_gets() -> None:
 def test_effective_config_lays_defaults_sets_and_inputs_as_the_job_does() -> None:
     ppo = _recipe("openrlhf/ppo")
     config = {"rollout": {"n_samples_per_prompt": 2}, "eval": {"dataset": ""}}
-    merged = effective_config(ppo, config, {"temperature": 0.7, "reward.remote_url": "http://127.0.0.1:5000"},
-                              {"validation_data": "data/val.jsonl", "model": ""})
-    assert merged["rollout"]["n_samples_per_prompt"] == 2       # the file's value
-    assert merged["rollout"]["batch_size"] == 128               # a parameter's default
-    assert merged["rollout"]["temperature"] == 0.7              # --set by parameter name
+    merged = effective_config(
+        ppo,
+        config,
+        {"temperature": 0.7, "reward.remote_url": "http://127.0.0.1:5000"},
+        {"validation_data": "data/val.jsonl", "model": ""},
+    )
+    assert merged["rollout"]["n_samples_per_prompt"] == 2  # the file's value
+    assert merged["rollout"]["batch_size"] == 128  # a parameter's default
+    assert merged["rollout"]["temperature"] == 0.7  # --set by parameter name
     assert merged["reward"]["remote_url"] == "http://127.0.0.1:5000"  # --set by path
-    assert merged["eval"]["dataset"] == "data/val.jsonl"        # an input at its binding
-    assert "model_name_or_path" not in merged["actor"]           # an empty input: not laid
+    assert merged["eval"]["dataset"] == "data/val.jsonl"  # an input at its binding
+    assert "model_name_or_path" not in merged["actor"]  # an empty input: not laid
     assert config == {"rollout": {"n_samples_per_prompt": 2}, "eval": {"dataset": ""}}  # not changed
 
 
@@ -113,27 +120,36 @@ def test_the_rl_rules_fire_on_what_breaks_them(method: str) -> None:
     assert ids({"reward": {"model_name_or_path": RM}}, {"validation_data": "v"}) == ["eval-needs-remote-reward"]
     assert ids({"reward": {"model_name_or_path": RM}, "eval": {"dataset": "v"}}) == ["eval-needs-remote-reward"]
     assert ids({"reward": {"remote_url": "http://127.0.0.1:5000"}}, {"validation_data": "v"}) == []
-    assert ids({"reward": {"model_name_or_path": RM}, "train": {"partial_rollout_enable": True}}) == \
-        ["partial-rollout-needs-async"]
-    assert ids({"reward": {"model_name_or_path": RM},
-                "train": {"partial_rollout_enable": True, "async_enable": True}}) == []
+    assert ids({"reward": {"model_name_or_path": RM}, "train": {"partial_rollout_enable": True}}) == [
+        "partial-rollout-needs-async"
+    ]
+    assert (
+        ids({"reward": {"model_name_or_path": RM}, "train": {"partial_rollout_enable": True, "async_enable": True}})
+        == []
+    )
     assert ids({"reward": {"model_name_or_path": RM}, "train": {"partial_rollout_enable": False}}) == []
-    assert ids({"reward": {"model_name_or_path": RM}, "algo": {"dynamic_filtering_enable": True}}) == \
-        ["dynamic-filtering-needs-remote-reward"]
+    assert ids({"reward": {"model_name_or_path": RM}, "algo": {"dynamic_filtering_enable": True}}) == [
+        "dynamic-filtering-needs-remote-reward"
+    ]
 
 
 def test_a_condition_on_a_value_reads_the_parameter_as_set() -> None:
     """`when: {key, in}` sees the default, the file and `--set` (by name or path) in that order."""
     ppo = _recipe("openrlhf/ppo")
-    rule = RecipeRule.model_validate({"id": "gae-needs-critic", "when": {"key": "algo.advantage.estimator",
-                                                                         "in": ["gae"]},
-                                      "require_any": ["critic.model_name_or_path"], "message": "m"})
+    rule = RecipeRule.model_validate(
+        {
+            "id": "gae-needs-critic",
+            "when": {"key": "algo.advantage.estimator", "in": ["gae"]},
+            "require_any": ["critic.model_name_or_path"],
+            "message": "m",
+        }
+    )
     r = ppo.model_copy(update={"rules": [rule]})
 
     def fires(config: dict[str, Any], **sets: Any) -> bool:
         return bool(broken_rules(r, effective_config(r, config, sets)))
 
-    assert fires({})                                                   # the default, gae
+    assert fires({})  # the default, gae
     assert not fires({"algo": {"advantage": {"estimator": "group_norm"}}})
     assert fires({"algo": {"advantage": {"estimator": "group_norm"}}}, advantage_estimator="gae")
     assert not fires({}, **{"algo.advantage.estimator": "rloo"})
@@ -180,7 +196,8 @@ def test_validation_data_needs_a_remote_reward_on_submit(lab: Path, tp: Any, met
     _new(lab, tp, method)
     _edit(lab, 'reward:\n  model_name_or_path: ""', f"reward:\n  model_name_or_path: {RM}")
     line = (lab / "experiments/exp/config.yaml").read_text(encoding="utf-8").splitlines().index(
-        '  dataset: ""') + 1  # eval.dataset, where --validation-data lands
+        '  dataset: ""'
+    ) + 1  # eval.dataset, where --validation-data lands
     for command in ("render", "submit"):
         refused = tp(command, "exp", *RENDER, "--validation-data", "data/val.jsonl", cwd=lab)
         assert refused.code == 2, refused.output
@@ -202,7 +219,9 @@ def test_validate_reports_a_run_request_that_breaks_a_rule(lab: Path, tp: Any) -
     runs.mkdir(parents=True)
     (runs / "20260101-000000-abcdef.yaml").write_text(
         "experiment: exp\nrun_id: 20260101-000000-abcdef\nprofile: local\nimage: registry.example/fw:1\n"
-        "inputs:\n  model: m\n  train_data: t\n  validation_data: v\n", encoding="utf-8")
+        "inputs:\n  model: m\n  train_data: t\n  validation_data: v\n",
+        encoding="utf-8",
+    )
     result = tp("validate", "--format", "json", cwd=lab)
     [problem] = _problems(result)
     assert problem["file"] == "runs/exp/20260101-000000-abcdef.yaml" and problem["line"] == 5

@@ -8,13 +8,17 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.parametrize(("arg", "says"), [
-    ("experiments/dmo", "no experiment named 'dmo'"),
-    ("experiments/dmo/", "no experiment named 'dmo'"),
-    ("experiments/dmo/config.yaml", "no experiment named 'dmo'"),
-])
+@pytest.mark.parametrize(
+    ("arg", "says"),
+    [
+        ("experiments/dmo", "no experiment named 'dmo'"),
+        ("experiments/dmo/", "no experiment named 'dmo'"),
+        ("experiments/dmo/config.yaml", "no experiment named 'dmo'"),
+    ],
+)
 def test_a_missing_path_under_an_experiment_root_names_the_experiment(
-        demo_lab: Path, tp: Callable[..., object], arg: str, says: str) -> None:
+    demo_lab: Path, tp: Callable[..., object], arg: str, says: str
+) -> None:
     result = tp("validate", arg)
     assert result.code == 1, result.output  # type: ignore[attr-defined]
     assert f"experiments/dmo: error [experiment-missing] {says}" in result.output  # type: ignore[attr-defined]
@@ -38,7 +42,8 @@ def test_names_and_present_paths_still_validate(demo_lab: Path, tp: Callable[...
 
 
 def test_a_name_that_is_also_a_folder_of_the_lab_root_names_the_experiment(
-        lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
+    lab: Path, tp: Callable[..., object], git: Callable[..., str]
+) -> None:
     """`tp new plugins` says "next: tp validate plugins"; run from the lab root, where `plugins/` is
     a folder of the lab too, the name is the experiment's."""
     assert tp("new", "plugins", "--method", "custom/custom").code == 0  # type: ignore[attr-defined]

@@ -52,38 +52,45 @@ def test_an_enum_choice_that_looks_like_a_boolean_is_the_choice(trl_lab: Path, t
 
 
 def test_an_enum_value_written_otherwise_is_refused_with_its_choices(  # not silently false either
-        trl_lab: Path, tp: Any) -> None:
+    trl_lab: Path, tp: Any
+) -> None:
     result = tp("render", "sft", *FLAGS, *INPUTS, "--set", "eval_strategy=No")
     assert result.code != 0
     assert "text ('No') is not one of: no, steps, epoch" in result.output
 
 
 def test_numbers_and_bools_of_a_trl_experiment_parse_by_their_type(trl_lab: Path, tp: Any) -> None:
-    got = _trl(tp, "learning_rate=1e-4", "num_train_epochs=2", "gradient_checkpointing=off",
-                       "bf16=YES", "weight_decay=0")
+    got = _trl(
+        tp, "learning_rate=1e-4", "num_train_epochs=2", "gradient_checkpointing=off", "bf16=YES", "weight_decay=0"
+    )
     assert got["learning_rate"] == 1e-4
     assert got["num_train_epochs"] == 2 and type(got["num_train_epochs"]) is int
     assert got["gradient_checkpointing"] is False and got["bf16"] is True
     assert got["weight_decay"] == 0.0 and type(got["weight_decay"]) is float
 
 
-@pytest.mark.parametrize(("assignment", "needle"), [
-    ("num_train_epochs=two", "expected an integer, got text ('two')"),
-    ("num_train_epochs=1e3", "expected an integer, got a number (1000.0)"),
-    ("gradient_checkpointing=1", "expected true or false, got text ('1')"),
-    ("learning_rate=nan", "is not a finite number"),
-    ("learning_rate=[1]", "is not a single value"),
-])
-def test_a_value_that_does_not_read_as_its_type_is_refused(trl_lab: Path, tp: Any, assignment: str,
-                                                           needle: str) -> None:
+@pytest.mark.parametrize(
+    ("assignment", "needle"),
+    [
+        ("num_train_epochs=two", "expected an integer, got text ('two')"),
+        ("num_train_epochs=1e3", "expected an integer, got a number (1000.0)"),
+        ("gradient_checkpointing=1", "expected true or false, got text ('1')"),
+        ("learning_rate=nan", "is not a finite number"),
+        ("learning_rate=[1]", "is not a single value"),
+    ],
+)
+def test_a_value_that_does_not_read_as_its_type_is_refused(
+    trl_lab: Path, tp: Any, assignment: str, needle: str
+) -> None:
     result = tp("render", "sft", *FLAGS, *INPUTS, "--set", assignment)
     assert result.code != 0
     assert needle in result.output, result.output
 
 
 def test_submit_writes_the_typed_value_and_rerun_keeps_it(trl_lab: Path, tp: Any) -> None:
-    submitted = tp("submit", "sft", "--profile", "local", *INPUTS, "--set", "eval_strategy=no",
-                   "--set", "save_steps=50")
+    submitted = tp(
+        "submit", "sft", "--profile", "local", *INPUTS, "--set", "eval_strategy=no", "--set", "save_steps=50"
+    )
     assert submitted.code == 0, submitted.output
     [request_file] = (trl_lab / "runs" / "sft").glob("*.yaml")
     text = request_file.read_text(encoding="utf-8")
@@ -126,13 +133,15 @@ params:
 
 def test_a_locked_plugins_params_are_read_by_their_type(lab: Path, tp: Any) -> None:
     assert tp("new", "cls", "--method", "pytorch/image-classification").code == 0
-    write_tree(lab, {"plugins/opsd/plugin.yaml": PLUGIN_YAML,
-                     "plugins/opsd/opsd_patch.py": "def install(params):\n    pass\n"})
+    write_tree(
+        lab, {"plugins/opsd/plugin.yaml": PLUGIN_YAML, "plugins/opsd/opsd_patch.py": "def install(params):\n    pass\n"}
+    )
     locked = tp("plugin", "lock", "cls", "alice/opsd")
     assert locked.code == 0, locked.output
     _commit(lab, "plugin")
-    got = _hyperparams(tp, "cls", "opsd.mode=off", "opsd.tag=0x10", "opsd.scale=2", "undeclared=on",
-                       extra=("--image", "python:3.12"))
+    got = _hyperparams(
+        tp, "cls", "opsd.mode=off", "opsd.tag=0x10", "opsd.scale=2", "undeclared=on", extra=("--image", "python:3.12")
+    )
     assert (got["opsd.mode"], got["opsd.tag"], got["opsd.scale"]) == ("off", "0x10", 2.0)
     assert got["undeclared"] is True  # nothing declares it: CONTRACT §2
 
@@ -140,40 +149,51 @@ def test_a_locked_plugins_params_are_read_by_their_type(lab: Path, tp: Any) -> N
 # ── the parser on its own ────────────────────────────────────────────────────────────────────────
 
 
-RECIPE = Recipe.model_validate({
-    "name": "fw/demo", "version": "1", "framework": "fw",
-    "entrypoint": {"kind": "module", "value": "demo.train"},
-    "adapter_options": {"observability": "platform"},
-    "runtime": {"default_version": "1", "versions": {"1": {"runtime_id": "fw-1"}}},
-    "params": {
-        "lr": {"type": "float", "path": "optim.lr"},
-        "tp_size": {"type": "enum", "path": "tp", "choices": [1, 2, 4]},
-        "name": {"type": "str", "path": "run.name"},
-    },
-})
+RECIPE = Recipe.model_validate(
+    {
+        "name": "fw/demo",
+        "version": "1",
+        "framework": "fw",
+        "entrypoint": {"kind": "module", "value": "demo.train"},
+        "adapter_options": {"observability": "platform"},
+        "runtime": {"default_version": "1", "versions": {"1": {"runtime_id": "fw-1"}}},
+        "params": {
+            "lr": {"type": "float", "path": "optim.lr"},
+            "tp_size": {"type": "enum", "path": "tp", "choices": [1, 2, 4]},
+            "name": {"type": "str", "path": "run.name"},
+        },
+    }
+)
 
 
 def test_keys_are_names_and_config_paths() -> None:
     keys = set_keys(RECIPE)
     assert set(keys) == {"lr", "optim.lr", "tp_size", "tp", "name", "run.name"}
     assert parse_sets(["optim.lr=3", "tp=2", "run.name=1.0", "other=no"], keys) == {
-        "optim.lr": 3.0, "tp": 2, "run.name": "1.0", "other": False}
+        "optim.lr": 3.0,
+        "tp": 2,
+        "run.name": "1.0",
+        "other": False,
+    }
 
 
-@pytest.mark.parametrize(("spec", "text", "expected"), [
-    ({"type": "str"}, " 007 ", "007"),
-    ({"type": "str"}, "[INST]", "[INST]"),
-    ({"type": "str"}, "'quoted'", "quoted"),
-    ({"type": "enum", "choices": ["no", "yes"]}, "yes", "yes"),
-    ({"type": "enum", "choices": [1, 2]}, "2", 2),
-    ({"type": "enum", "choices": [1, 2]}, "3", "3"),
-    ({"type": "bool"}, "On", True),
-    ({"type": "bool"}, "'true'", "true"),
-    ({"type": "int"}, "-3", -3),
-    ({"type": "float"}, "-3", -3.0),
-    ({"type": "float"}, "2.5e-5", 2.5e-5),
-    ({"type": "float"}, "inf", "inf"),
-])
+@pytest.mark.parametrize(
+    ("spec", "text", "expected"),
+    [
+        ({"type": "str"}, " 007 ", "007"),
+        ({"type": "str"}, "[INST]", "[INST]"),
+        ({"type": "str"}, "'quoted'", "quoted"),
+        ({"type": "enum", "choices": ["no", "yes"]}, "yes", "yes"),
+        ({"type": "enum", "choices": [1, 2]}, "2", 2),
+        ({"type": "enum", "choices": [1, 2]}, "3", "3"),
+        ({"type": "bool"}, "On", True),
+        ({"type": "bool"}, "'true'", "true"),
+        ({"type": "int"}, "-3", -3),
+        ({"type": "float"}, "-3", -3.0),
+        ({"type": "float"}, "2.5e-5", 2.5e-5),
+        ({"type": "float"}, "inf", "inf"),
+    ],
+)
 def test_typed_values(spec: dict[str, Any], text: str, expected: object) -> None:
     value = parse_typed_value("k", text, Param.model_validate({"path": "x", **spec}))
     assert value == expected and type(value) is type(expected)
@@ -215,21 +235,47 @@ def test_a_str_config_value_keeps_its_text(lab: Path, tp: Any) -> None:
 ECHO_PY = "import json, sys\nprint(json.dumps(sys.argv[1:]))\n"
 
 
-@pytest.mark.parametrize(("style", "expected"), [
-    ("flat", ["--eval_strategy", "no", "--run_name", "007", "--lr", "1e-5", "--quoted", "no", "--on", "yes",
-              "--n", "3"]),
-    # OpenRLHF's dotted flags: a YAML boolean is a switch (false leaves it out), as its argparse wants
-    ("dotted", ["--run_name", "7", "--lr", "1e-5", "--quoted", "no", "--on", "--n", "3"]),
-])
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [
+        (
+            "flat",
+            ["--eval_strategy", "no", "--run_name", "007", "--lr", "1e-5", "--quoted", "no", "--on", "yes", "--n", "3"],
+        ),
+        # OpenRLHF's dotted flags: a YAML boolean is a switch (false leaves it out), as its argparse wants
+        ("dotted", ["--run_name", "7", "--lr", "1e-5", "--quoted", "no", "--on", "--n", "3"]),
+    ],
+)
 def test_the_job_renders_flat_flags_as_written(tmp_path: Path, style: str, expected: list[str]) -> None:
     import subprocess
     import sys
 
-    write_tree(tmp_path, {"config.yaml": 'eval_strategy: no\nrun_name: 007\nlr: 1e-5\nquoted: "no"\non: yes\n'
-                                         "skip: null\nempty: ''\n",
-                          "echo.py": ECHO_PY})
-    done = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.cli_flags", "--style", style,
-                           "--config", str(tmp_path / "config.yaml"), "--overrides-json", '{"n": 3}', "--",
-                           str(tmp_path / "echo.py")], capture_output=True, text=True, timeout=60, check=False)
+    write_tree(
+        tmp_path,
+        {
+            "config.yaml": 'eval_strategy: no\nrun_name: 007\nlr: 1e-5\nquoted: "no"\non: yes\n'
+            "skip: null\nempty: ''\n",
+            "echo.py": ECHO_PY,
+        },
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuneplane.lifecycle.cli_flags",
+            "--style",
+            style,
+            "--config",
+            str(tmp_path / "config.yaml"),
+            "--overrides-json",
+            '{"n": 3}',
+            "--",
+            str(tmp_path / "echo.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected

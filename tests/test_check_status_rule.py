@@ -23,8 +23,14 @@ NEW = "20250103-100000-0000aa"
 def _pr(tmp_path: Path, fake_kube: FakeKube) -> tuple[Path, RunKey]:
     remote = make_remote(tmp_path)
     ids = run_ids(1)
-    seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"}, backend="kubernetes",
-             runs=[("demo", r) for r in ids], profile="h200:8")
+    seed_lab(
+        remote,
+        tmp_path / "seed",
+        {"demo": "echo hi\n"},
+        backend="kubernetes",
+        runs=[("demo", r) for r in ids],
+        profile="h200:8",
+    )
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, BotOptions(push=True), backends=backend_factory(fake_kube), echo=quiet)
     pr = clone(remote, tmp_path / "pr")
@@ -67,9 +73,17 @@ def test_a_new_status_naming_a_cluster_object_is_refused(tmp_path: Path, fake_ku
 def test_a_local_runs_own_status_and_notes_stay_allowed(tmp_path: Path, fake_kube: FakeKube) -> None:
     pr, victim = _pr(tmp_path, fake_kube)
     write_request(pr, request("demo", NEW, "local"))
-    local = {**json.loads((pr / victim.status_rel).read_text()), "run_id": NEW,
-             "backend": {"backend": "local", "kind": "Process", "name": "demo-x", "namespace": str(tmp_path / "r"),
-                         "uid": "u"}}
+    local = {
+        **json.loads((pr / victim.status_rel).read_text()),
+        "run_id": NEW,
+        "backend": {
+            "backend": "local",
+            "kind": "Process",
+            "name": "demo-x",
+            "namespace": str(tmp_path / "r"),
+            "uid": "u",
+        },
+    }
     (pr / f"status/demo/{NEW}.json").write_text(json.dumps(local, indent=2) + "\n")
     (pr / "status/demo/NOTES.md").write_text("the baseline is run 0\n")
     git(pr, "add", "-A")

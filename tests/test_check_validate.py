@@ -54,9 +54,12 @@ def test_empty_lab_is_clean(lab: Path, tp: Any) -> None:
 def test_good_config_values_pass(lab: Path, tp: Any) -> None:
     """YAML 1.1 booleans, an int for a float, inclusive bounds, a dotted exponent, unknown far-off keys."""
     new(tp, "img", "pytorch/image-classification")
-    write(lab, "experiments/img/config.yaml",
-          "epochs: 1\nlearning_rate: 1.0e-6\nweight_decay: 1\nmomentum: 0\namp: on\noptimizer: sgd\n"
-          "label_smoothing: 0.5\nmy_own_setting: {nested: true}\n")
+    write(
+        lab,
+        "experiments/img/config.yaml",
+        "epochs: 1\nlearning_rate: 1.0e-6\nweight_decay: 1\nmomentum: 0\namp: on\noptimizer: sgd\n"
+        "label_smoothing: 0.5\nmy_own_setting: {nested: true}\n",
+    )
     code, data = report(tp, "img")
     assert (code, data["problems"]) == (0, [])
 
@@ -77,13 +80,25 @@ def test_good_run_requests_pass(lab: Path, tp: Any) -> None:
     def head(suffix: str) -> str:  # a run id names one run across the lab
         return "apiVersion: tuneplane/run/v1\nkind: RunRequest\nrun_id: " + RUN_ID[:-1] + suffix + "\n"
 
-    write(lab, f"runs/byo/{RUN_ID[:-1]}1.yaml", head("1") + f"experiment: byo\nprofile: h200:16\n"
-          f"image: registry.example.com/team/x:1.0@{DIGEST}\nobservability_url: {URL}\n"
-          "set: {anything: goes}\n")
-    write(lab, f"runs/img/{RUN_ID[:-1]}2.yaml", head("2") + "experiment: img\nprofile: h200\n"
-          "set: {epochs: 2, learning_rate: 1, amp: yes, optimizer: sgd, label_smoothing: 0.5}\n")
-    write(lab, f"runs/sft/{RUN_ID[:-1]}3.yaml", head("3") + "experiment: sft\nprofile: h200:32\ninputs:\n"
-          "  model: Qwen/Qwen3-0.6B\n  train_data: data/train.jsonl\n  validation_data: data/val.jsonl\n")
+    write(
+        lab,
+        f"runs/byo/{RUN_ID[:-1]}1.yaml",
+        head("1") + f"experiment: byo\nprofile: h200:16\n"
+        f"image: registry.example.com/team/x:1.0@{DIGEST}\nobservability_url: {URL}\n"
+        "set: {anything: goes}\n",
+    )
+    write(
+        lab,
+        f"runs/img/{RUN_ID[:-1]}2.yaml",
+        head("2") + "experiment: img\nprofile: h200\n"
+        "set: {epochs: 2, learning_rate: 1, amp: yes, optimizer: sgd, label_smoothing: 0.5}\n",
+    )
+    write(
+        lab,
+        f"runs/sft/{RUN_ID[:-1]}3.yaml",
+        head("3") + "experiment: sft\nprofile: h200:32\ninputs:\n"
+        "  model: Qwen/Qwen3-0.6B\n  train_data: data/train.jsonl\n  validation_data: data/val.jsonl\n",
+    )
     code, data = report(tp, env={"TUNEPLANE_ALLOWED_IMAGE_REGISTRIES": "registry.example.com"})
     assert problems_in(data, "runs/") == []
     assert data["errors"] == 0 and code == 0
@@ -95,11 +110,16 @@ def test_set_accepts_the_config_path_too(lab: Path, make_catalog: Any, tp: Any) 
     recipe = catalog / "pytorch/image-classification/recipe.yaml"
     text = recipe.read_text(encoding="utf-8")
     assert "seed: {type: int, path: seed," in text
-    recipe.write_text(text.replace("seed: {type: int, path: seed,", "seed: {type: int, path: train.seed,"),
-                      encoding="utf-8")
+    recipe.write_text(
+        text.replace("seed: {type: int, path: seed,", "seed: {type: int, path: train.seed,"), encoding="utf-8"
+    )
     new(tp, "img", "pytorch/image-classification")
-    write(lab, f"runs/img/{RUN_ID}.yaml", "apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: img\n"
-          f"run_id: {RUN_ID}\nprofile: h200\nset:\n  train.seed: 3\n  seed: 4\n")
+    write(
+        lab,
+        f"runs/img/{RUN_ID}.yaml",
+        "apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: img\n"
+        f"run_id: {RUN_ID}\nprofile: h200\nset:\n  train.seed: 3\n  seed: 4\n",
+    )
     code, data = report(tp, "img")
     assert problems_in(data, "runs/") == [] and code == 0
 
@@ -127,8 +147,10 @@ def test_custom_config_is_not_checked_against_params(lab: Path, tp: Any) -> None
 def test_required_param_missing_from_config(lab: Path, make_catalog: Any, tp: Any) -> None:
     catalog = make_catalog()
     recipe = catalog / "pytorch/image-classification/recipe.yaml"
-    old = "seed: {type: int, path: seed, doc: \"Seeds weights, data order and the synthetic data.\", " \
-          "group: optimizer, required: false"
+    old = (
+        'seed: {type: int, path: seed, doc: "Seeds weights, data order and the synthetic data.", '
+        "group: optimizer, required: false"
+    )
     text = recipe.read_text(encoding="utf-8")
     assert text.count(old) == 1
     recipe.write_text(text.replace(old, old.replace("required: false", "required: true")), encoding="utf-8")
@@ -144,7 +166,7 @@ LINT_CASES = [
     ("lint-hardcoded-gpus", "set -e\nexec torchrun --nproc_per_node 8 train.py\n", 2),
     ("lint-output-dir", "exec python train.py --output-dir ./checkpoints\n", 1),
     ("lint-output-dir", "mkdir -p /tmp/ckpt\n", 1),
-    ("lint-exec", "cd \"$TUNEPLANE_EXP_DIR\"\npython train.py --output_dir \"$TUNEPLANE_OUT_DIR\"\n", 2),
+    ("lint-exec", 'cd "$TUNEPLANE_EXP_DIR"\npython train.py --output_dir "$TUNEPLANE_OUT_DIR"\n', 2),
 ]
 
 
@@ -161,10 +183,14 @@ def test_lint_warnings_point_at_the_line(lab: Path, tp: Any, rule: str, script: 
 
 def test_lint_passing_example_is_quiet(lab: Path, tp: Any) -> None:
     new(tp, "byo", "custom/custom")
-    write(lab, "experiments/byo/train.sh", "#!/usr/bin/env bash\nset -euo pipefail\n"
-          'exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" '
-          '"${TUNEPLANE_EXP_DIR}/train.py" '
-          '--output-dir "${TUNEPLANE_OUT_DIR}"\n')
+    write(
+        lab,
+        "experiments/byo/train.sh",
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        'exec torchrun --nproc_per_node "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" '
+        '"${TUNEPLANE_EXP_DIR}/train.py" '
+        '--output-dir "${TUNEPLANE_OUT_DIR}"\n',
+    )
     assert report(tp, "byo")[1]["problems"] == []
 
 
@@ -188,8 +214,11 @@ def test_unknown_experiment_suggests_a_name(lab: Path, tp: Any) -> None:
 def test_run_request_experiment_field_must_match_its_directory(lab: Path, tp: Any) -> None:
     new(tp, "img", "pytorch/image-classification")
     new(tp, "other", "pytorch/image-classification")
-    write(lab, f"runs/img/{RUN_ID}.yaml", "apiVersion: tuneplane/run/v1\nkind: RunRequest\n"
-          f"experiment: other\nrun_id: {RUN_ID}\nprofile: h200\n")
+    write(
+        lab,
+        f"runs/img/{RUN_ID}.yaml",
+        f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: other\nrun_id: {RUN_ID}\nprofile: h200\n",
+    )
     code, data = report(tp)
     found = [p for p in data["problems"] if p["file"] == f"runs/img/{RUN_ID}.yaml"]
     assert [(p["line"], p["rule"]) for p in found] == [(3, "run-schema")]
@@ -202,15 +231,16 @@ def test_library_result_is_sorted_and_without_duplicates(lab: Path, tp: Any) -> 
     problems = validate(load_lab(lab), ["img", "img"])
     assert problems == sorted(set(problems))
     assert all(isinstance(p, Problem) for p in problems)
-    assert [(p.line, p.rule) for p in problems if p.severity is Severity.ERROR] == [(1, "config-range"),
-                                                                                    (2, "config-range")]
+    assert [(p.line, p.rule) for p in problems if p.severity is Severity.ERROR] == [
+        (1, "config-range"),
+        (2, "config-range"),
+    ]
 
 
 # ── StarForge ───────────────────────────────────────────────────────────────────────────────────────
 
 
-def test_starforge_lab_is_recognised_and_explained(shared_dir: Path, tmp_path: Path,
-                                                   tp_subprocess: Any) -> None:
+def test_starforge_lab_is_recognised_and_explained(shared_dir: Path, tmp_path: Path, tp_subprocess: Any) -> None:
     root = tmp_path / "starforge-lab"
     shutil.copytree(shared_dir / "fixtures" / "starforge-lab", root)
     result = tp_subprocess("validate", "--format", "json", cwd=root)
@@ -221,14 +251,14 @@ def test_starforge_lab_is_recognised_and_explained(shared_dir: Path, tmp_path: P
     assert any("tp migrate" in p["hint"] for p in data["problems"] if p["rule"] == "starforge-lab")
     legacy = [p for p in data["problems"] if p["rule"] == "lock-legacy"]
     assert sorted(p["file"] for p in legacy) == sorted(
-        f"experiments/{d.name}/recipe.lock.json" for d in (root / "experiments").iterdir())
+        f"experiments/{d.name}/recipe.lock.json" for d in (root / "experiments").iterdir()
+    )
     assert all(p["severity"] == "warning" and p["line"] == 2 for p in legacy)
     assert not [p for p in data["problems"] if p["rule"] == "lock-tampered"]  # legacy digests verify
     assert result.code == 1
 
 
-def test_starforge_lab_text_output_names_the_fix(shared_dir: Path, tmp_path: Path,
-                                                 tp_subprocess: Any) -> None:
+def test_starforge_lab_text_output_names_the_fix(shared_dir: Path, tmp_path: Path, tp_subprocess: Any) -> None:
     root = tmp_path / "starforge-lab"
     shutil.copytree(shared_dir / "fixtures" / "starforge-lab", root)
     result = tp_subprocess("validate", cwd=root / "experiments")

@@ -36,16 +36,21 @@ def no_crash(result: Any) -> None:
 @pytest.mark.parametrize("where", ["run", "lock", "config"])
 def test_an_integer_past_4300_digits_is_a_located_problem(byo: Path, tp_subprocess: Any, where: str) -> None:
     if where == "run":
-        rel = write(byo, f"runs/byo/{RUN_ID}.yaml", "apiVersion: tuneplane/run/v1\nkind: RunRequest\n"
-                    f"experiment: byo\nrun_id: {RUN_ID}\nprofile: h200\ntimeout: {HUGE}\n").relative_to(byo)
+        rel = write(
+            byo,
+            f"runs/byo/{RUN_ID}.yaml",
+            "apiVersion: tuneplane/run/v1\nkind: RunRequest\n"
+            f"experiment: byo\nrun_id: {RUN_ID}\nprofile: h200\ntimeout: {HUGE}\n",
+        ).relative_to(byo)
         line = 6
     elif where == "lock":
         path = byo / "experiments/byo/recipe.lock.json"
         path.write_text(path.read_text(encoding="utf-8").replace("{", '{"big": ' + HUGE + ",", 1), encoding="utf-8")
         rel, line = path.relative_to(byo), 1
     else:
-        rel = write(byo, "experiments/byo/experiment.yaml", f"apiVersion: tuneplane/experiment/v1\nx: {HUGE}\n"
-                    ).relative_to(byo)
+        rel = write(
+            byo, "experiments/byo/experiment.yaml", f"apiVersion: tuneplane/experiment/v1\nx: {HUGE}\n"
+        ).relative_to(byo)
         line = 2
     result = tp_subprocess("validate", cwd=byo)
     no_crash(result)
@@ -66,15 +71,20 @@ def test_a_deleted_working_directory_is_said_so(byo: Path, tmp_path: Path) -> No
     script = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -m tuneplane "$@"'
     for args in (["validate"], ["ls"]):
         gone.mkdir()
-        done = subprocess.run(["sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=120,
-                              check=False)
+        done = subprocess.run(
+            ["sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=120, check=False
+        )
         assert done.returncode == 2 and "internal error" not in done.stderr, done.stderr
         assert "current directory no longer exists" in done.stderr
 
 
 def test_a_plugin_tree_past_path_max_is_a_problem(byo: Path, tp_subprocess: Any) -> None:
-    write(byo, "plugins/deep/plugin.yaml", "schema: tuneplane/plugin/v1\nname: deep\nversion: 0.1.0\n"
-                                           "capability: algorithm\nentrypoint: deep.algo:install\n")
+    write(
+        byo,
+        "plugins/deep/plugin.yaml",
+        "schema: tuneplane/plugin/v1\nname: deep\nversion: 0.1.0\n"
+        "capability: algorithm\nentrypoint: deep.algo:install\n",
+    )
     write(byo, "plugins/deep/deep/__init__.py", "")
     write(byo, "plugins/deep/deep/algo.py", "def install(ctx):\n    pass\n")
     fd = os.open(byo / "plugins/deep", os.O_RDONLY)
@@ -103,8 +113,7 @@ def test_an_unreadable_experiment_folder_is_a_problem(byo: Path, tp_subprocess: 
     assert "experiments/byo: error [experiment-unreadable]" in result.out
 
 
-def test_a_file_of_another_lab_is_not_answered_with_no_problems(byo: Path, tmp_path: Path,
-                                                              tp_subprocess: Any) -> None:
+def test_a_file_of_another_lab_is_not_answered_with_no_problems(byo: Path, tmp_path: Path, tp_subprocess: Any) -> None:
     other = tmp_path / "other-lab"
     assert tp_subprocess("init", other, "--name", "other", "--tool-requirement", "tuneplane==0.5.0").code == 0
     assert tp_subprocess("new", "sft", "--method", "trl/sft", cwd=other).code == 0
@@ -116,8 +125,19 @@ def test_a_file_of_another_lab_is_not_answered_with_no_problems(byo: Path, tmp_p
 
 
 def test_a_set_value_past_4300_digits_is_refused_by_name(byo: Path, tp_subprocess: Any) -> None:
-    result = tp_subprocess("render", "byo", "--profile", "h200", "--set", f"x={HUGE}", "--image",
-                           "registry.example.com/x:1", "--observability-url", "https://wandb.example.org/x",
-                           "--allow-dirty", cwd=byo)
+    result = tp_subprocess(
+        "render",
+        "byo",
+        "--profile",
+        "h200",
+        "--set",
+        f"x={HUGE}",
+        "--image",
+        "registry.example.com/x:1",
+        "--observability-url",
+        "https://wandb.example.org/x",
+        "--allow-dirty",
+        cwd=byo,
+    )
     no_crash(result)
     assert "--set x: a number of 5,000 digits" in result.err

@@ -84,9 +84,15 @@ def test_exit_2_outside_a_lab(tmp_path: Path, tp_subprocess: Any) -> None:
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("content", [b"apiVersion: tuneplane/project/v1\nname: caf\xe9\n",
-                                     b"apiVersion: tuneplane/project/v1\nname: [lab\n",
-                                     b"\x00\x01binary"], ids=["not-utf8", "not-yaml", "binary"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"apiVersion: tuneplane/project/v1\nname: caf\xe9\n",
+        b"apiVersion: tuneplane/project/v1\nname: [lab\n",
+        b"\x00\x01binary",
+    ],
+    ids=["not-utf8", "not-yaml", "binary"],
+)
 def test_exit_2_when_the_lab_file_cannot_be_read(lab: Path, tp_subprocess: Any, content: bytes) -> None:
     (lab / "tuneplane.yaml").write_bytes(content)
     result = tp_subprocess("validate", cwd=lab)
@@ -185,8 +191,10 @@ def plugin_lab(lab: Path, tp: Any, git: Any) -> Path:
     write(lab, "experiments/b/config.yaml", "epochs: 2\nlearning_rte: 0.1\n")
     write(lab, "plugins/p/plugin.yaml", PLUGIN_YAML)
     write(lab, "plugins/p/p_mod.py", "def install(params):\n    pass\n")
-    lock = {"apiVersion": "tuneplane/plugins-lock/v1",
-            "plugins": [{"id": "alice/p", "version": "0.1.0", "digest": tree_digest(lab / "plugins/p")}]}
+    lock = {
+        "apiVersion": "tuneplane/plugins-lock/v1",
+        "plugins": [{"id": "alice/p", "version": "0.1.0", "digest": tree_digest(lab / "plugins/p")}],
+    }
     write(lab, "experiments/a/plugins.lock.json", json.dumps(lock, indent=2) + "\n")
     git(lab, "add", "-A")
     git(lab, "commit", "-q", "-m", "experiments and a plugin")

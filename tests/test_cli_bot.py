@@ -14,8 +14,9 @@ import tuneplane.bot.idle
 
 
 @pytest.mark.parametrize("verb", ["reconcile", "sync"])
-def test_a_pass_with_work_asks_the_idle_check_once(verb: str, tmp_path: Path, tp,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_with_work_asks_the_idle_check_once(
+    verb: str, tmp_path: Path, tp, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lab = seed_lab(make_remote(tmp_path), tmp_path / "lab", {"demo": "echo hi\n"})  # no ledger yet: work to do
     monkeypatch.chdir(lab)
     asked: list[Any] = []

@@ -30,8 +30,18 @@ SILENT = "#!/usr/bin/env bash\necho nothing to report\n"
 
 
 def _submit(tp, lab: Path, exp: str) -> str:  # type: ignore[no-untyped-def]
-    result = tp("submit", exp, "--profile", "local", "--local", "--image", "python:3.12",
-                "--observability-url", "https://track.example.org/p", cwd=lab)
+    result = tp(
+        "submit",
+        exp,
+        "--profile",
+        "local",
+        "--local",
+        "--image",
+        "python:3.12",
+        "--observability-url",
+        "https://track.example.org/p",
+        cwd=lab,
+    )
     assert result.code == 0, result.output
     return next(line.split()[1].rstrip(":") for line in result.out.splitlines() if line.startswith("run "))
 
@@ -47,8 +57,9 @@ def runs(tp, lab: Path, git) -> tuple[str, str, str]:  # type: ignore[no-untyped
     return _submit(tp, lab, "sft"), _submit(tp, lab, "sft"), _submit(tp, lab, "quiet")
 
 
-def test_metrics_json_lists_keys_in_reading_order_with_their_raw_keys(tp_subprocess, lab: Path,
-                                                                      runs: tuple[str, str, str]) -> None:
+def test_metrics_json_lists_keys_in_reading_order_with_their_raw_keys(
+    tp_subprocess, lab: Path, runs: tuple[str, str, str]
+) -> None:
     first, _, _ = runs
     shown = tp_subprocess("job", "metrics", first, "--json", cwd=lab)
     assert shown.code == 0, shown.output
@@ -63,8 +74,9 @@ def test_metrics_json_lists_keys_in_reading_order_with_their_raw_keys(tp_subproc
     assert raw.code == 0 and [m["key"] for m in json.loads(raw.out)["metrics"]] == ["eval_loss"], raw.output
 
 
-def test_plot_never_replaces_a_users_file_and_says_when_it_replaces_a_chart(tp, lab: Path,
-                                                                            runs: tuple[str, str, str]) -> None:
+def test_plot_never_replaces_a_users_file_and_says_when_it_replaces_a_chart(
+    tp, lab: Path, runs: tuple[str, str, str]
+) -> None:
     first, _, _ = runs
     notes = lab.parent / "notes.svg"
     notes.write_text("my own drawing\n")
@@ -88,8 +100,9 @@ def test_plot_never_replaces_a_users_file_and_says_when_it_replaces_a_chart(tp, 
     assert folder.code == 2 and "is a folder" in folder.err, folder.output
 
 
-def test_compare_says_a_run_has_no_metrics_and_compares_the_rest(tp_subprocess, lab: Path,
-                                                                 runs: tuple[str, str, str]) -> None:
+def test_compare_says_a_run_has_no_metrics_and_compares_the_rest(
+    tp_subprocess, lab: Path, runs: tuple[str, str, str]
+) -> None:
     first, second, quiet = runs
     out = lab.parent / "compare.svg"
     compared = tp_subprocess("job", "compare", first, second, quiet, "--plot", out, cwd=lab)
@@ -104,8 +117,9 @@ def test_compare_says_a_run_has_no_metrics_and_compares_the_rest(tp_subprocess, 
     assert only_quiet.code == 2 and "named twice" in only_quiet.err, only_quiet.output
 
 
-def test_compare_and_metrics_name_a_run_the_lab_does_not_know(tp_subprocess, lab: Path,
-                                                              runs: tuple[str, str, str]) -> None:
+def test_compare_and_metrics_name_a_run_the_lab_does_not_know(
+    tp_subprocess, lab: Path, runs: tuple[str, str, str]
+) -> None:
     first, second, _ = runs
     for args in (("metrics", "20990101-000000-deadbeef00"), ("compare", first, "20990101-000000-deadbeef00")):
         result = tp_subprocess("job", *args, cwd=lab)
@@ -145,17 +159,31 @@ def test_compare_columns_tell_runs_apart_when_their_ids_end_alike(tp, tmp_path: 
     compared = tp("job", "compare", *runs, "--db", db)
     assert compared.code == 0, compared.output
     header = compared.out.splitlines()[2].split()
-    assert header[0] == "key" and len(set(header[1:])) == 2 and all(h in r for h, r in zip(header[1:], runs,
-                                                                                            strict=True)), header
+    assert (
+        header[0] == "key" and len(set(header[1:])) == 2 and all(h in r for h, r in zip(header[1:], runs, strict=True))
+    ), header
 
 
-def test_compare_reads_a_run_without_a_store_as_no_metrics(tp_subprocess, tp, lab: Path,  # type: ignore[no-untyped-def]
-                                                           runs: tuple[str, str, str]) -> None:
+def test_compare_reads_a_run_without_a_store_as_no_metrics(
+    tp_subprocess,
+    tp,
+    lab: Path,  # type: ignore[no-untyped-def]
+    runs: tuple[str, str, str],
+) -> None:
     """A request not run yet (submitted without --local: no store, and this lab has no receiver
     database) is a run the lab knows with no metrics, not a failed comparison."""
     first, second, _ = runs
-    made = tp("submit", "sft", "--profile", "local", "--image", "python:3.12",
-              "--observability-url", "https://track.example.org/p", cwd=lab)
+    made = tp(
+        "submit",
+        "sft",
+        "--profile",
+        "local",
+        "--image",
+        "python:3.12",
+        "--observability-url",
+        "https://track.example.org/p",
+        cwd=lab,
+    )
     assert made.code == 0, made.output
     waiting = next(line.split()[1] for line in made.out.splitlines() if line.startswith("wrote "))
     waiting = Path(waiting).stem
@@ -171,8 +199,11 @@ def test_compare_reads_a_run_without_a_store_as_no_metrics(tp_subprocess, tp, la
     assert given.code == 2 and "no ingest database at" in given.err, given.output  # a --db given must exist
 
 
-def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(tp, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                                             monkeypatch) -> None:
+def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(
+    tp,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    monkeypatch,
+) -> None:
     """One 300-character key padded every row to 300 columns; a CJK key (two columns a character)
     pushed its row's numbers out of line. Every row's `last` value ends in the same column."""
     import unicodedata
@@ -180,8 +211,14 @@ def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(tp,
     from tuneplane.ingest.store import MetricStore
 
     long_key = "train/" + "x" * 294
-    keys = {long_key: 1.5, "train/损失": 2.25, "train/ｌｏｓｓ": 3.0, "train/loss": 4.5, "train/e\u0301": 5.0,
-            "train/a\nb": 6.0}
+    keys = {
+        long_key: 1.5,
+        "train/损失": 2.25,
+        "train/ｌｏｓｓ": 3.0,
+        "train/loss": 4.5,
+        "train/e\u0301": 5.0,
+        "train/a\nb": 6.0,
+    }
     db = tmp_path / "ingest.sqlite"
     store = MetricStore(db)
     store.add_points("run-w", [(k, s, v, "") for s in range(3) for k, v in keys.items()], None)
@@ -192,15 +229,14 @@ def test_metrics_table_cuts_a_long_key_and_aligns_wide_ones_by_display_width(tp,
     lines = shown.out.splitlines()
 
     def cols(text: str) -> int:
-        return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-                   for c in text)
+        return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
     table = [line for line in lines if not line.startswith("(")]
     assert len(table) == 1 + len(keys), shown.out  # the newline in a key does not break its row
-    header_end = cols(table[0][:table[0].index("last") + len("last")])
+    header_end = cols(table[0][: table[0].index("last") + len("last")])
     for line in table[1:]:  # the key, its padding, then `last` right-aligned under its header
         found = re.match(r"(\S+)( +)(\S+)", line)
-        assert found and cols(line[:found.end(3)]) == header_end, shown.out
+        assert found and cols(line[: found.end(3)]) == header_end, shown.out
     assert max(cols(line) for line in table) < 120, shown.out
     cut = next(line for line in table if line.startswith("train/xxx"))
     assert "…" in cut and cols(cut.split()[0]) == 48, cut
@@ -219,14 +255,21 @@ def test_a_name_shows_one_series_in_key_table_and_compare(tp, tmp_path: Path, mo
     db = tmp_path / "ingest.sqlite"
     store = MetricStore(db)
     for run, shift in (("run-e", 0.0), ("run-f", -1.0)):
-        store.add_points(run, [("test_loss", s, 9.0 + shift, "") for s in range(2)]
-                         + [("eval/loss", s, 0.5 + shift / 4, "") for s in range(4)], None)
+        store.add_points(
+            run,
+            [("test_loss", s, 9.0 + shift, "") for s in range(2)]
+            + [("eval/loss", s, 0.5 + shift / 4, "") for s in range(4)],
+            None,
+        )
     store.close()
     monkeypatch.chdir(tmp_path)
-    shown = json.loads(tp("job", "metrics", "run-e", "--db", db, "--key", "eval/loss", "--key", "validation/loss",
-                          "--json").out)
-    assert [(m["key"], m["raw"]) for m in shown["metrics"]] == [("eval/loss", "test_loss"),
-                                                                ("validation/loss", "eval/loss")]
+    shown = json.loads(
+        tp("job", "metrics", "run-e", "--db", db, "--key", "eval/loss", "--key", "validation/loss", "--json").out
+    )
+    assert [(m["key"], m["raw"]) for m in shown["metrics"]] == [
+        ("eval/loss", "test_loss"),
+        ("validation/loss", "eval/loss"),
+    ]
     table = json.loads(tp("job", "metrics", "run-e", "--db", db, "--json").out)
     assert {m["key"]: m["raw"] for m in table["metrics"]}["eval/loss"] == "test_loss"
     compare = tp("job", "compare", "run-e", "run-f", "--db", db)
@@ -243,8 +286,15 @@ def test_compare_cuts_long_keys_and_aligns_wide_ones_like_metrics(tp, tmp_path: 
     db = tmp_path / "ingest.sqlite"
     store = MetricStore(db)
     for number, run in enumerate(("run-one-xx", "run-two-xx")):
-        store.add_points(run, [(k, s, float(number + 1), "") for s in range(2)
-                               for k in ("train/" + "y" * 294, "train/损失", "train/loss")], None)
+        store.add_points(
+            run,
+            [
+                (k, s, float(number + 1), "")
+                for s in range(2)
+                for k in ("train/" + "y" * 294, "train/损失", "train/loss")
+            ],
+            None,
+        )
     store.close()
     monkeypatch.chdir(tmp_path)
     compared = tp("job", "compare", "run-one-xx", "run-two-xx", "--db", db)

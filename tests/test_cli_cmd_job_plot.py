@@ -126,8 +126,12 @@ def test_a_read_only_chart_is_refused_by_name(tp, db: Path, command: str) -> Non
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_file_that_appears_while_tp_draws_is_kept(tp, db: Path, command: str,  # type: ignore[no-untyped-def]
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_that_appears_while_tp_draws_is_kept(
+    tp,
+    db: Path,
+    command: str,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The path is checked again just before the write: another program's file that appeared
     meanwhile (a slow --endpoint read, a long render) is never overwritten."""
     import tuneplane.views.charts as charts
@@ -177,8 +181,12 @@ def fifo(tmp_path: Path) -> Iterator[tuple[Path, list[bytes]]]:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_fifo_is_written_straight_through(tp_subprocess, db: Path, command: str,  # type: ignore[no-untyped-def]
-                                            fifo: tuple[Path, list[bytes]]) -> None:
+def test_a_fifo_is_written_straight_through(
+    tp_subprocess,
+    db: Path,
+    command: str,  # type: ignore[no-untyped-def]
+    fifo: tuple[Path, list[bytes]],
+) -> None:
     path, got = fifo
     done = tp_subprocess(*_args(command, db, path), cwd=db.parent, timeout=30)
     assert done.code == 0, done.output
@@ -192,8 +200,14 @@ def test_a_fifo_is_written_straight_through(tp_subprocess, db: Path, command: st
 
 
 def _tp_child(args: list[object], cwd: Path, stdout: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, stdout=stdout,
-                          stderr=subprocess.PIPE, timeout=30, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tuneplane", *map(str, args)],
+        cwd=cwd,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        timeout=30,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -215,8 +229,14 @@ def test_plot_to_dev_stdout_prints_the_chart_after_the_table(db: Path, command: 
 def test_plot_to_dev_stderr_redirected_to_a_file_writes_into_that_stream(db: Path) -> None:
     err = db.parent / "err.txt"
     with err.open("wb") as handle:  # `tp … --plot /dev/stderr 2> err.txt`
-        done = subprocess.run([sys.executable, "-m", "tuneplane", *map(str, _args("metrics", db, "/dev/stderr"))],
-                              cwd=db.parent, stdout=subprocess.PIPE, stderr=handle, timeout=30, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "tuneplane", *map(str, _args("metrics", db, "/dev/stderr"))],
+            cwd=db.parent,
+            stdout=subprocess.PIPE,
+            stderr=handle,
+            timeout=30,
+            check=False,
+        )
     text = err.read_bytes()
     assert done.returncode == 0 and b"loss" in done.stdout, text
     assert is_chart(text[:512]) and text.endswith(b"</svg>\nwrote /dev/stderr\n"), text[-200:]

@@ -16,15 +16,21 @@ def _complete(words: str, cwd: Path) -> list[str]:
     parts = words.split(" ")
     env = {**os.environ, "_TP_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)}
     code = "import sys; sys.argv = ['tp']; from tuneplane.cli.main import run; run()"
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
 
-@pytest.mark.parametrize(("shell", "marker"), [("bash", "complete -o default -F _tp_completion tp"),
-                                               ("zsh", "compdef _tp_completion tp"),
-                                               ("fish", "complete --command tp")])
+@pytest.mark.parametrize(
+    ("shell", "marker"),
+    [
+        ("bash", "complete -o default -F _tp_completion tp"),
+        ("zsh", "compdef _tp_completion tp"),
+        ("fish", "complete --command tp"),
+    ],
+)
 def test_each_shell_gets_its_script(shell: str, marker: str, tp_subprocess):
     result = tp_subprocess("--show-completion", shell)  # named: no detection of the shell running the tests
     assert result.code == 0, result.output
@@ -43,11 +49,9 @@ def test_experiments_and_run_ids_complete_from_the_lab(demo_lab: Path, tp):
         (demo_lab / "runs" / "demo" / f"{run}.yaml").write_text("profile: p\n", encoding="utf-8")
     assert _complete("tp validate ", demo_lab) == ["demo", "other"]
     assert _complete("tp submit d", demo_lab) == ["demo"]
-    assert _complete("tp job status 2025010", demo_lab) == ["20250103-100000-bbbbbbbbbb",
-                                                           "20250102-100000-aaaaaaaaaa"]
+    assert _complete("tp job status 2025010", demo_lab) == ["20250103-100000-bbbbbbbbbb", "20250102-100000-aaaaaaaaaa"]
     assert _complete("tp job status demo/20250102", demo_lab) == ["demo/20250102-100000-aaaaaaaaaa"]
-    assert _complete("tp job compare 20250102-100000-aaaaaaaaaa 20250103", demo_lab) == [
-        "20250103-100000-bbbbbbbbbb"]
+    assert _complete("tp job compare 20250102-100000-aaaaaaaaaa 20250103", demo_lab) == ["20250103-100000-bbbbbbbbbb"]
 
 
 def test_outside_a_lab_nothing_is_offered(tmp_path: Path):
@@ -56,8 +60,14 @@ def test_outside_a_lab_nothing_is_offered(tmp_path: Path):
 
 def test_install_writes_the_script_where_the_shell_reads_it(tmp_path: Path):
     env = {**os.environ, "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "tuneplane", "--install-completion", "bash"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane", "--install-completion", "bash"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "bash completion installed in" in done.stderr
     script = tmp_path / ".bash_completions" / "tp.sh"

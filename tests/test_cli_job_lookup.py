@@ -9,8 +9,11 @@ from helpers_git import request
 
 from tuneplane.lab.runs import write_request
 
-RUNS = (("demo", "20250101-000000-aaaaaa1234"), ("demo", "20250101-000000-bbbbbb1234"),
-        ("demo", "20250102-000000-cccccc5678"))
+RUNS = (
+    ("demo", "20250101-000000-aaaaaa1234"),
+    ("demo", "20250101-000000-bbbbbb1234"),
+    ("demo", "20250102-000000-cccccc5678"),
+)
 
 
 def _requests(lab: Path) -> None:
@@ -29,8 +32,9 @@ def test_an_ambiguous_reference_lists_its_runs(demo_lab: Path, tp) -> None:
     _requests(demo_lab)
     result = tp("job", "status", "1234")
     assert result.code == 2, result.output
-    assert result.err.startswith("error: '1234' matches 2 runs:\n  demo/20250101-000000-aaaaaa1234\n"
-                                 "  demo/20250101-000000-bbbbbb1234\n  hint: "), result.err
+    assert result.err.startswith(
+        "error: '1234' matches 2 runs:\n  demo/20250101-000000-aaaaaa1234\n  demo/20250101-000000-bbbbbb1234\n  hint: "
+    ), result.err
 
 
 def test_metrics_of_an_ambiguous_reference_is_said_not_guessed(demo_lab: Path, tp) -> None:

@@ -33,8 +33,10 @@ def test_a_module_builds_only_its_own_commands():
 
 
 def _loaded_after(args: list[str], cwd: Path | None = None) -> list[str]:
-    code = (f"import sys; from tuneplane.cli.main import run; run({args!r}); "
-            "print('OTHERS', sorted(m for m in sys.modules if m.startswith('tuneplane.cli.cmd_')))")
+    code = (
+        f"import sys; from tuneplane.cli.main import run; run({args!r}); "
+        "print('OTHERS', sorted(m for m in sys.modules if m.startswith('tuneplane.cli.cmd_')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=cwd).stdout
     return eval(out.rpartition("OTHERS ")[2])  # our own probe's printed list
 
@@ -66,23 +68,41 @@ def test_pydantic_uses_its_plugin_loader_only_for_get_plugins():
 
 
 def test_tp_does_not_import_pydantic_s_plugin_loader_unless_plugins_are_wanted(tmp_path):
-    code = ("import sys; from tuneplane.cli.main import run; run(['validate']); "
-            "print('METADATA', 'importlib.metadata' in sys.modules)")
+    code = (
+        "import sys; from tuneplane.cli.main import run; run(['validate']); "
+        "print('METADATA', 'importlib.metadata' in sys.modules)"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     lab = tmp_path / "lab"
-    subprocess.run([sys.executable, "-m", "tuneplane", "init", str(lab), "--no-git", "--yes"], check=True,
-                   capture_output=True, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "tuneplane", "init", str(lab), "--no-git", "--yes"],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, env=env).stdout
     assert "METADATA False" in out, out
     # a user who wants pydantic's plugins gets the real loader
-    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True,
-                         env={**env, "PYDANTIC_DISABLE_PLUGINS": ""}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=lab,
+        capture_output=True,
+        text=True,
+        env={**env, "PYDANTIC_DISABLE_PLUGINS": ""},
+    ).stdout
     assert "METADATA True" in out, out
 
 
 def _with_stdout(argv: list[str], stdout: int, cwd) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *argv], stdout=stdout, stderr=subprocess.PIPE, text=True,
-                          cwd=cwd, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
 
 
 COMMANDS_THAT_PRINT = [["tuneplane", "--help"], ["tuneplane", "methods"], ["tuneplane.launcher", "--help"]]

@@ -41,8 +41,12 @@ def _directory(path: Path) -> str:
     return "tuneplane.yaml: is a directory"
 
 
-BREAK: dict[str, Callable[[Path], str]] = {"yaml error": _yaml_error, "unknown key": _unknown_key,
-                                           "wrong type": _wrong_type, "a directory": _directory}
+BREAK: dict[str, Callable[[Path], str]] = {
+    "yaml error": _yaml_error,
+    "unknown key": _unknown_key,
+    "wrong type": _wrong_type,
+    "a directory": _directory,
+}
 
 
 def _commands(run_id: str) -> dict[str, tuple[str, ...]]:
@@ -77,14 +81,18 @@ def requested_lab(demo_lab: Path, tp: Any) -> tuple[Path, str]:
 
 
 def _snapshot(root: Path) -> dict[str, bytes | None]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
-            for p in sorted(root.rglob("*")) if ".git" not in p.relative_to(root).parts}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+        if ".git" not in p.relative_to(root).parts
+    }
 
 
 @pytest.mark.parametrize("where", ["root", "subfolder"])
 @pytest.mark.parametrize("broken", list(BREAK))
-def test_every_lab_command_refuses_an_unusable_lab_file_alike(requested_lab: tuple[Path, str], tp: Any,
-                                                              broken: str, where: str) -> None:
+def test_every_lab_command_refuses_an_unusable_lab_file_alike(
+    requested_lab: tuple[Path, str], tp: Any, broken: str, where: str
+) -> None:
     lab, run_id = requested_lab
     place = BREAK[broken](lab / "tuneplane.yaml")
     cwd = lab if where == "root" else lab / "experiments" / "demo"
@@ -111,8 +119,12 @@ def test_every_lab_command_refuses_an_unusable_lab_file_alike(requested_lab: tup
 def test_a_subfolder_works_as_the_lab_root(requested_lab: tuple[Path, str], tp: Any) -> None:
     lab, run_id = requested_lab
     inside = lab / "experiments" / "demo"
-    for args in (("ls",), ("job", "ls"), ("job", "status", run_id),
-                 ("render", str(lab / "runs" / "demo" / f"{run_id}.yaml"))):
+    for args in (
+        ("ls",),
+        ("job", "ls"),
+        ("job", "status", run_id),
+        ("render", str(lab / "runs" / "demo" / f"{run_id}.yaml")),
+    ):
         here, there = tp(*args, cwd=lab), tp(*args, cwd=inside)
         assert (here.code, here.out) == (there.code, there.out), args
     shutil.rmtree(lab / "experiments" / "second", ignore_errors=True)
@@ -121,8 +133,9 @@ def test_a_subfolder_works_as_the_lab_root(requested_lab: tuple[Path, str], tp: 
     assert (lab / "experiments" / "second" / "train.sh").is_file()  # in the lab's experiment root
 
 
-def test_a_broken_run_request_is_named_once_at_its_line_by_render_as_by_rerun(requested_lab: tuple[Path, str],
-                                                                              tp: Any) -> None:
+def test_a_broken_run_request_is_named_once_at_its_line_by_render_as_by_rerun(
+    requested_lab: tuple[Path, str], tp: Any
+) -> None:
     lab, run_id = requested_lab
     request = lab / "runs" / "demo" / f"{run_id}.yaml"
     request.write_text(request.read_text(encoding="utf-8") + "profile: [\n", encoding="utf-8")

@@ -21,8 +21,15 @@ def _on_a_terminal(args: list[str], cwd: Path, **env: str) -> tuple[int, str, st
     err_main, err_side = os.openpty()
     environment = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     environment.update(TERM="xterm", **env)
-    done = subprocess.run([sys.executable, "-m", "tuneplane", *args], cwd=cwd, stdout=out_side, stderr=err_side,
-                          env=environment, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane", *args],
+        cwd=cwd,
+        stdout=out_side,
+        stderr=err_side,
+        env=environment,
+        timeout=120,
+        check=False,
+    )
     os.close(out_side)
     os.close(err_side)
     texts = []
@@ -53,18 +60,27 @@ def test_a_terminal_gets_colour_and_no_color_the_same_text_without(demo_lab: Pat
 
 
 def test_a_pipe_gets_no_colour(demo_lab: Path):
-    done = subprocess.run([sys.executable, "-m", "tuneplane", "job", "status", "nope"], cwd=demo_lab,
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, "TERM": "xterm"})
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane", "job", "status", "nope"],
+        cwd=demo_lab,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "TERM": "xterm"},
+    )
     assert done.stderr.startswith("error: no run 'nope'") and "\033[" not in done.stderr
 
 
-@pytest.mark.parametrize(("line", "painted"), [
-    ("error: x", f"{RED}error:{RESET} x"),
-    ("a.yaml:1:2: error [rule] x", f"a.yaml:1:2: {RED}error{RESET} [rule] x"),
-    ("a.yaml:1:2: warning [rule] x", f"a.yaml:1:2: {YELLOW}warning{RESET} [rule] x"),
-    ("ok: 3 experiments", "\033[32mok:\033[0m 3 experiments"),
-    ("run 1: Succeeded", "run 1: Succeeded"),
-])
+@pytest.mark.parametrize(
+    ("line", "painted"),
+    [
+        ("error: x", f"{RED}error:{RESET} x"),
+        ("a.yaml:1:2: error [rule] x", f"a.yaml:1:2: {RED}error{RESET} [rule] x"),
+        ("a.yaml:1:2: warning [rule] x", f"a.yaml:1:2: {YELLOW}warning{RESET} [rule] x"),
+        ("ok: 3 experiments", "\033[32mok:\033[0m 3 experiments"),
+        ("run 1: Succeeded", "run 1: Succeeded"),
+    ],
+)
 def test_only_the_severity_word_is_painted(line: str, painted: str):
     assert paint(line) == painted

@@ -13,9 +13,20 @@ import pytest
 # by a rare branch (difflib, for a "did you mean", is Click's to import now: its parser suggests options);
 # unicodedata: a key with a non-ASCII character; importlib.metadata and email: pydantic's plugin loader;
 # rich: Typer's optional pretty output; the other command modules: `tp` builds the invoked command alone.
-NOT_ON_THE_VALIDATE_PATH = ("unicodedata", "importlib.metadata", "email", "rich", "jinja2",
-                            "git", "kubernetes", "ruamel", "tuneplane.cli.cmd_job", "tuneplane.cli.cmd_submit",
-                            "tuneplane.bot", "tuneplane.runs")
+NOT_ON_THE_VALIDATE_PATH = (
+    "unicodedata",
+    "importlib.metadata",
+    "email",
+    "rich",
+    "jinja2",
+    "git",
+    "kubernetes",
+    "ruamel",
+    "tuneplane.cli.cmd_job",
+    "tuneplane.cli.cmd_submit",
+    "tuneplane.bot",
+    "tuneplane.runs",
+)
 
 _PROBE = """
 import dataclasses, inspect, json, sys
@@ -48,30 +59,38 @@ def test_validate_loads_only_what_it_uses(lab: Path, tp):
     assert "tuneplane.lab.starforge._KNOWN" in probe["lazy"] and "tuneplane.lab.starforge._KNOWN" not in compiled
 
 
-@pytest.mark.parametrize(("before", "expect"), [
-    ("", "enabled True frozen True"),  # the first import: paused, then frozen, then collecting again
-    ("import tuneplane.check.validate", "enabled True frozen False"),  # imported before: left as it is
-    ("import gc; gc.disable()", "enabled False frozen False"),  # the caller's choice stands
-])
+@pytest.mark.parametrize(
+    ("before", "expect"),
+    [
+        ("", "enabled True frozen True"),  # the first import: paused, then frozen, then collecting again
+        ("import tuneplane.check.validate", "enabled True frozen False"),  # imported before: left as it is
+        ("import gc; gc.disable()", "enabled False frozen False"),  # the caller's choice stands
+    ],
+)
 def test_the_collector_is_paused_only_for_the_first_import_of_the_pipeline(before: str, expect: str, lab: Path, tp):
     assert tp("new", "exp", "--method", "custom/custom").code == 0
     # Python 3.12 starts with objects in the permanent generation already: frozen means more of them
-    code = (f"import gc\nstart = gc.get_freeze_count()\n{before}\nfrom tuneplane.cli.main import run\n"
-            "rc = run(['validate', 'exp'])\n"
-            "print('enabled', gc.isenabled(), 'frozen', gc.get_freeze_count() > start, rc)")
+    code = (
+        f"import gc\nstart = gc.get_freeze_count()\n{before}\nfrom tuneplane.cli.main import run\n"
+        "rc = run(['validate', 'exp'])\n"
+        "print('enabled', gc.isenabled(), 'frozen', gc.get_freeze_count() > start, rc)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == f"{expect} 0", out
 
 
-@pytest.mark.parametrize(("args", "code", "out", "err"), [
-    (["exp"], 0, "experiments/exp/train.sh", ""),
-    (["-f", "json", "exp"], 0, "{", ""),
-    (["-fjson", "exp"], 0, "{", ""),
-    (["--format=sarif", "exp"], 0, "{", ""),
-    (["--bogus"], 2, "", "No such option: --bogus"),
-    (["-f", "yaml"], 2, "", "'yaml' is not one of"),
-    (["--help"], 0, "Usage: tp validate", ""),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "out", "err"),
+    [
+        (["exp"], 0, "experiments/exp/train.sh", ""),
+        (["-f", "json", "exp"], 0, "{", ""),
+        (["-fjson", "exp"], 0, "{", ""),
+        (["--format=sarif", "exp"], 0, "{", ""),
+        (["--bogus"], 2, "", "No such option: --bogus"),
+        (["-f", "yaml"], 2, "", "'yaml' is not one of"),
+        (["--help"], 0, "Usage: tp validate", ""),
+    ],
+)
 def test_one_definition_reads_every_spelling(args: list[str], code: int, out: str, err: str, lab: Path, tp):
     """The options are Typer's alone: every spelling Click takes works, and every refusal is Click's."""
     assert tp("new", "exp", "--method", "custom/custom").code == 0

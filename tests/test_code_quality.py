@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_is_clean():
     ruff = shutil.which("ruff") or pytest.fail("ruff is a test dependency: pip install -e '.[test]'")
-    result = subprocess.run([ruff, "check", "--output-format", "concise", "tuneplane", "tests", "bench"],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [ruff, "check", "--output-format", "concise", "tuneplane", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -38,16 +42,18 @@ def test_the_size_report_lists_the_largest_modules_and_longest_functions(tmp_pat
     package.mkdir()
     (package / "small.py").write_text("def f():\n    return 1\n", encoding="utf-8")
     body = "".join(f"    x{i} = {i}\n" for i in range(40))
-    (package / "big.py").write_text(f"def long_one():\n{body}    return 0\n\n\ndef short():\n    pass\n",
-                                    encoding="utf-8")
+    (package / "big.py").write_text(
+        f"def long_one():\n{body}    return 0\n\n\ndef short():\n    pass\n", encoding="utf-8"
+    )
 
     text = report(package, modules=1, functions=2)
 
     assert "2 modules, 48 lines; 3 functions, median 2 lines" in text
     assert "     46  pkg/big.py" in text and "small.py" not in text.split("longest functions:")[0]
-    assert text.split("longest functions:")[1].splitlines()[1:3] == ["     42  pkg/big.py:1 long_one",
-                                                                    "      2  pkg/small.py:1 f"]
-
+    assert text.split("longest functions:")[1].splitlines()[1:3] == [
+        "     42  pkg/big.py:1 long_one",
+        "      2  pkg/small.py:1 f",
+    ]
 
 
 # ── Any, counted (issue #23) ──────────────────────────────────────────────────────────────────────
@@ -70,8 +76,15 @@ def _any_names(tree: ast.Module) -> set[str]:
 def any_lines(source: str, aliases: set[str]) -> tuple[int, int]:
     """(lines naming `Any` or an alias of it, lines holding code): comments, docstrings and blank
     lines are no code, and a word in a string is no use of the name."""
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-            tokenize.STRING, tokenize.ENDMARKER}
+    skip = {
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.STRING,
+        tokenize.ENDMARKER,
+    }
     code: set[int] = set()
     named: set[int] = set()
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -107,7 +120,8 @@ def test_any_stays_under_its_ceiling():
     detail = ", ".join(f"{top}: {n}" for top, (n, _) in worst)
     assert ratio <= ANY_CEILING_PER_100, (
         f"`Any` on {named} of {code} code lines ({ratio:.2f} per 100, the ceiling is {ANY_CEILING_PER_100}); "
-        f"most in {detail}. Give the new ones a real type")
+        f"most in {detail}. Give the new ones a real type"
+    )
 
 
 # Suites about the whole project rather than one part of it, each with what it covers.
@@ -125,8 +139,9 @@ def _module_names() -> set[str]:
     package = ROOT / "tuneplane"
     names = set()
     for path in package.rglob("*.py"):
-        parts = [p.lstrip("_") for p in path.relative_to(package).with_suffix("").parts
-                 if p not in ("__init__", "__main__")]
+        parts = [
+            p.lstrip("_") for p in path.relative_to(package).with_suffix("").parts if p not in ("__init__", "__main__")
+        ]
         names.update("_".join(parts[:i]) for i in range(1, len(parts) + 1))
     return names
 
@@ -141,8 +156,11 @@ def test_every_test_file_is_named_after_what_it_tests():
     subjects |= {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")} - {"tests", "build"}
     subjects |= {p.stem for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_")}
     subjects |= set(WHOLE_PROJECT)
-    unnamed = [path.name for path in sorted((ROOT / "tests").glob("test_*.py"))
-               if not any(path.stem[5:] == s or path.stem[5:].startswith(s + "_") for s in subjects)]
+    unnamed = [
+        path.name
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if not any(path.stem[5:] == s or path.stem[5:].startswith(s + "_") for s in subjects)
+    ]
     assert not unnamed, f"name these after the module they test (tests/test_<stage>_<module>.py): {unnamed}"
 
 
@@ -154,17 +172,23 @@ PKG = ROOT / "tuneplane"
 
 
 def _trees() -> dict[str, ast.Module]:
-    return {path.relative_to(PKG).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
-            for path in sorted(PKG.rglob("*.py"))}
+    return {
+        path.relative_to(PKG).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(PKG.rglob("*.py"))
+    }
 
 
 TREES = _trees()
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body and isinstance(node.body[0], ast.Expr)}
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
 
 
 def _strings(tree: ast.Module) -> list[ast.Constant]:
@@ -181,17 +205,27 @@ def _moves(tree: ast.Module) -> list[int]:
     found = []
     for name, call in _calls(tree):
         one_arg = len(call.args) == 1 and not call.keywords  # Path.replace(target); str.replace takes two
-        if name in ("os.replace", "os.rename", "shutil.move", "tempfile.mkstemp", "mkstemp",
-                    "tempfile.NamedTemporaryFile", "NamedTemporaryFile") \
-                or (name.endswith((".rename", ".replace")) and one_arg):
+        if name in (
+            "os.replace",
+            "os.rename",
+            "shutil.move",
+            "tempfile.mkstemp",
+            "mkstemp",
+            "tempfile.NamedTemporaryFile",
+            "NamedTemporaryFile",
+        ) or (name.endswith((".rename", ".replace")) and one_arg):
             found.append(call.lineno)
     return found
 
 
 def _validation_errors(tree: ast.Module) -> list[int]:
-    return [n.lineno for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == "ValidationError")
-            or (isinstance(n, ast.Attribute) and n.attr == "ValidationError")
-            or (isinstance(n, ast.ImportFrom) and any(a.name == "ValidationError" for a in n.names))]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if (isinstance(n, ast.Name) and n.id == "ValidationError")
+        or (isinstance(n, ast.Attribute) and n.attr == "ValidationError")
+        or (isinstance(n, ast.ImportFrom) and any(a.name == "ValidationError" for a in n.names))
+    ]
 
 
 STAMP = "%Y-%m-%dT%H:%M:%S"
@@ -199,20 +233,30 @@ STAMP = "%Y-%m-%dT%H:%M:%S"
 
 def _clock_reads(tree: ast.Module) -> list[int]:
     """Reading the wall clock as a date, or spelling the status files' time format."""
-    calls = [c.lineno for name, c in _calls(tree) if name in ("datetime.now", "datetime.utcnow", "time.gmtime",
-                                                                "time.strftime", "datetime.datetime.now")]
+    calls = [
+        c.lineno
+        for name, c in _calls(tree)
+        if name in ("datetime.now", "datetime.utcnow", "time.gmtime", "time.strftime", "datetime.datetime.now")
+    ]
     return calls + [s.lineno for s in _strings(tree) if STAMP in s.value]
 
 
 def _close_names(tree: ast.Module) -> list[int]:
     """A "did you mean" hint: difflib's close matches, or the words themselves."""
-    return [c.lineno for name, c in _calls(tree) if name.endswith("get_close_matches")] + \
-        [s.lineno for s in _strings(tree) if "did you mean" in s.value.lower()]
+    return [c.lineno for name, c in _calls(tree) if name.endswith("get_close_matches")] + [
+        s.lineno for s in _strings(tree) if "did you mean" in s.value.lower()
+    ]
 
 
 def _git_commands(tree: ast.Module) -> list[int]:
-    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.List | ast.Tuple) and n.elts
-            and isinstance(n.elts[0], ast.Constant) and n.elts[0].value == "git"]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.List | ast.Tuple)
+        and n.elts
+        and isinstance(n.elts[0], ast.Constant)
+        and n.elts[0].value == "git"
+    ]
 
 
 def _located_text(tree: ast.Module) -> list[int]:
@@ -238,25 +282,39 @@ def _name_patterns(tree: ast.Module) -> list[int]:
 def _pattern_compiles(tree: ast.Module) -> list[int]:
     """A model's pattern (`NAME_RE`, `RUN_ID_RE`, `NAME_PATTERN`, ...) compiled for Python code: `models`
     does it once."""
-    return [c.lineno for name, c in _calls(tree) if name.split(".")[-1] in ("compile", "lazy_pattern", "match",
-            "fullmatch", "search") and any(isinstance(n, ast.Name) and n.id.endswith(("_RE", "_PATTERN"))
-                                           for a in c.args for n in ast.walk(a))]
+    return [
+        c.lineno
+        for name, c in _calls(tree)
+        if name.split(".")[-1] in ("compile", "lazy_pattern", "match", "fullmatch", "search")
+        and any(isinstance(n, ast.Name) and n.id.endswith(("_RE", "_PATTERN")) for a in c.args for n in ast.walk(a))
+    ]
 
 
 def _int_literals(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) is int or \
-        isinstance(node, ast.IfExp) and (_int_literals(node.body) or _int_literals(node.orelse))
+    return (
+        isinstance(node, ast.Constant)
+        and type(node.value) is int
+        or isinstance(node, ast.IfExp)
+        and (_int_literals(node.body) or _int_literals(node.orelse))
+    )
 
 
 def _exit_numbers(tree: ast.Module) -> list[int]:
     """An exit code written as a number: `typer.Exit(2)`, `sys.exit(1)`, or a command's `return 1`."""
-    found = [c.lineno for name, c in _calls(tree) if name in ("typer.Exit", "sys.exit", "SystemExit", "exit")
-             and (c.args and _int_literals(c.args[0]) or any(k.arg == "code" and _int_literals(k.value)
-                                                             for k in c.keywords))]
+    found = [
+        c.lineno
+        for name, c in _calls(tree)
+        if name in ("typer.Exit", "sys.exit", "SystemExit", "exit")
+        and (c.args and _int_literals(c.args[0]) or any(k.arg == "code" and _int_literals(k.value) for k in c.keywords))
+    ]
     commands = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
     for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef) and (commands or fn.name == "command") and \
-                fn.returns is not None and ast.unparse(fn.returns) == "int":
+        if (
+            isinstance(fn, ast.FunctionDef)
+            and (commands or fn.name == "command")
+            and fn.returns is not None
+            and ast.unparse(fn.returns) == "int"
+        ):
             found += [r.lineno for r in ast.walk(fn) if isinstance(r, ast.Return) and _int_literals(r.value)]
     return found
 
@@ -271,19 +329,28 @@ def _phase_words(tree: ast.Module) -> list[int]:
     phase and not empty, and no phase but "Unknown" among them) is that system's; `("Failed", "")`,
     `("Failed", "Error")` or `("Succeeded", None)` are ours."""
     reasons = {id(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
-    foreign = {id(e) for n in ast.walk(tree) if isinstance(n, ast.Tuple | ast.Set | ast.List) and n.elts
-               and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
-               and any(e.value and e.value not in PHASES for e in n.elts if isinstance(e, ast.Constant))
-               and {e.value for e in n.elts if isinstance(e, ast.Constant)} & PHASES <= {"Unknown"}
-               for e in n.elts}
+    foreign = {
+        id(e)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Tuple | ast.Set | ast.List)
+        and n.elts
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
+        and any(e.value and e.value not in PHASES for e in n.elts if isinstance(e, ast.Constant))
+        and {e.value for e in n.elts if isinstance(e, ast.Constant)} & PHASES <= {"Unknown"}
+        for e in n.elts
+    }
     return [s.lineno for s in _strings(tree) if s.value in PHASES and id(s) not in reasons | foreign]
 
 
 def _private_imports(tree: ast.Module) -> list[int]:
     """`from tuneplane.x import _y`: a name private to one module used by another (make it public)."""
-    return [n.lineno for n in ast.walk(tree)
-            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tuneplane")
-            and any(a.name.startswith("_") and not a.name.startswith("__") for a in n.names)]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        and (n.module or "").startswith("tuneplane")
+        and any(a.name.startswith("_") and not a.name.startswith("__") for a in n.names)
+    ]
 
 
 # The job side runs in training images and keeps its own exit codes; an entry ending in "/" is a folder.
@@ -293,31 +360,44 @@ JOB_SIDE = ("launcher.py", "plugins.py", "lifecycle/", "runtime/", "report/", "c
 ELSEWHERE: set[str] = set()
 
 ONE_HOME = {
-    "atomic writes and moves into place": (_moves, {
-        "lab/fs.py",  # the developer side's batch and its never-over-a-file new file
-        "runtime/files.py",  # the one writer, both sides (standard library only)
-        "report/_spill.py",  # renames its own spill file to `unsent`: no write
-        "collector/run.py",  # renames a dead writer's spill file to `unsent` (adopts it): no write
-    }),
+    "atomic writes and moves into place": (
+        _moves,
+        {
+            "lab/fs.py",  # the developer side's batch and its never-over-a-file new file
+            "runtime/files.py",  # the one writer, both sides (standard library only)
+            "report/_spill.py",  # renames its own spill file to `unsent`: no write
+            "collector/run.py",  # renames a dead writer's spill file to `unsent` (adopts it): no write
+        },
+    ),
     "ValidationError → Problems": (_validation_errors, {"lab/modelparse.py"}),
     "the clock as a date, and the time format of a status file": (_clock_reads, {"constants.py"}),
-    "close names for a \"did you mean\" hint": (_close_names, {
-        "problems.py",
-        "lifecycle/benchmark_eval.py",  # the job side: the training image has no `tuneplane.problems`
-    }),
+    'close names for a "did you mean" hint': (
+        _close_names,
+        {
+            "problems.py",
+            "lifecycle/benchmark_eval.py",  # the job side: the training image has no `tuneplane.problems`
+        },
+    ),
     "running git": (_git_commands, {"lab/gitrepo.py"}),
     "`file:line:col: message`": (_located_text, {"problems.py"}),
     "the pattern of a name": (_name_patterns, {"constants.py"}),
-    "a model's pattern compiled": (_pattern_compiles, {
-        "models/base.py", "models/run.py",
-        "launcher.py",  # the job side checks a plugin's name without the models
-    }),
+    "a model's pattern compiled": (
+        _pattern_compiles,
+        {
+            "models/base.py",
+            "models/run.py",
+            "launcher.py",  # the job side checks a plugin's name without the models
+        },
+    ),
     "private names used across modules": (_private_imports, set()),
-    "a run phase by name": (_phase_words, {
-        "constants.py",
-        # Kubernetes' own words, named there: pod phases, Job condition types, RayJob states
-        "backends/kubernetes/types.py",
-    }),
+    "a run phase by name": (
+        _phase_words,
+        {
+            "constants.py",
+            # Kubernetes' own words, named there: pod phases, Job condition types, RayJob states
+            "backends/kubernetes/types.py",
+        },
+    ),
     "exit codes (`constants.EXIT_*`; the job side keeps its own)": (_exit_numbers, set(JOB_SIDE)),
 }
 
@@ -325,28 +405,38 @@ ONE_HOME = {
 @pytest.mark.parametrize("concept", sorted(ONE_HOME))
 def test_each_concept_has_one_home(concept):
     find, homes = ONE_HOME[concept]
-    copies = [f"tuneplane/{rel}:{line}" for rel, tree in TREES.items()
-              if rel not in homes | ELSEWHERE and not rel.startswith(tuple(h for h in homes if h.endswith("/")))
-              for line in find(tree)]
+    copies = [
+        f"tuneplane/{rel}:{line}"
+        for rel, tree in TREES.items()
+        if rel not in homes | ELSEWHERE and not rel.startswith(tuple(h for h in homes if h.endswith("/")))
+        for line in find(tree)
+    ]
     assert not copies, f"{concept} belong(s) in {sorted(homes) or 'no module'}; found again at:\n" + "\n".join(copies)
 
 
 def test_a_home_still_holds_its_concept():
     """A home that no longer holds its concept is a stale entry, which would let a copy in unseen."""
-    stale = [(concept, rel) for concept, (find, homes) in ONE_HOME.items() for rel in homes
-             if not rel.endswith("/") and rel not in JOB_SIDE and (rel not in TREES or not find(TREES[rel]))]
+    stale = [
+        (concept, rel)
+        for concept, (find, homes) in ONE_HOME.items()
+        for rel in homes
+        if not rel.endswith("/") and rel not in JOB_SIDE and (rel not in TREES or not find(TREES[rel]))
+    ]
     assert not stale, stale
 
 
-@pytest.mark.parametrize(("rule", "source", "flagged"), [
-    (_phase_words, 'if phase in ("Failed", ""):\n    pass\n', True),
-    (_phase_words, 'done = ("Succeeded", None)\n', True),
-    (_phase_words, 'if phase in ("Failed", "Error"):\n    pass\n', True),  # one foreign word hides no phase
-    (_phase_words, 'UNSET = ("", "Unknown", "None")\n', False),  # Slurm's words: one is no phase
-    (_phase_words, 'Observation(phase=CANCELLED, reason="Cancelled")\n', False),
-    (_exit_numbers, "raise typer.Exit(code=2)\n", True),
-    (_exit_numbers, "raise typer.Exit(code=EXIT_USAGE)\n", False),
-])
+@pytest.mark.parametrize(
+    ("rule", "source", "flagged"),
+    [
+        (_phase_words, 'if phase in ("Failed", ""):\n    pass\n', True),
+        (_phase_words, 'done = ("Succeeded", None)\n', True),
+        (_phase_words, 'if phase in ("Failed", "Error"):\n    pass\n', True),  # one foreign word hides no phase
+        (_phase_words, 'UNSET = ("", "Unknown", "None")\n', False),  # Slurm's words: one is no phase
+        (_phase_words, 'Observation(phase=CANCELLED, reason="Cancelled")\n', False),
+        (_exit_numbers, "raise typer.Exit(code=2)\n", True),
+        (_exit_numbers, "raise typer.Exit(code=EXIT_USAGE)\n", False),
+    ],
+)
 def test_the_rules_see_a_copy_in_every_spelling(rule, source, flagged):
     """The one-home rules are only as good as what they find: the spellings a copy hides in."""
     assert bool(rule(ast.parse(source))) is flagged

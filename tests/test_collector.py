@@ -32,18 +32,31 @@ def receiver(tmp_path: Path) -> Iterator[IngestServer]:
 
 def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": receiver.url,
-                "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
-                "TUNEPLANE_OUT_DIR": str(out), "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
-                "TUNEPLANE_REPORT_RETRY_BASE": "0.02", "TUNEPLANE_REPORT_RETRY_CAP": "0.2"})
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_ENDPOINT": receiver.url,
+            "TUNEPLANE_JOB_RUN_ID": RUN,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+            "TUNEPLANE_OUT_DIR": str(out),
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+            "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+            "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+        }
+    )
     if native is not None:
         env[METRICS_NATIVE_ENV] = json.dumps(native)
     return env
 
 
 def collect(env: dict[str, str], *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--stats", *args],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuneplane.collector", "--once", "--stats", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
 
@@ -102,8 +115,7 @@ def test_tensorboardx_scalars_are_collected(receiver: IngestServer, tmp_path: Pa
 
 
 def _events(path: Path, steps: range, tags: tuple[str, ...] = ("loss",)) -> bytes:
-    data = b"".join(tfevents.frame(tfevents.scalar_event(s, 1.7e9 + s, {t: float(s) for t in tags}))
-                    for s in steps)
+    data = b"".join(tfevents.frame(tfevents.scalar_event(s, 1.7e9 + s, {t: float(s) for t in tags})) for s in steps)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("ab") as handle:
         handle.write(data)
@@ -111,7 +123,8 @@ def _events(path: Path, steps: range, tags: tuple[str, ...] = ("loss",)) -> byte
 
 
 def test_restart_mid_file_stores_no_point_twice_and_truncated_record_waits(
-        receiver: IngestServer, tmp_path: Path) -> None:
+    receiver: IngestServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     events = out / "tb" / "events.out.tfevents.1.host"
     env = job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}])
@@ -155,11 +168,15 @@ def test_jsonl_long_and_wide_mappings(receiver: IngestServer, tmp_path: Path) ->
     (out / "logs").mkdir(parents=True)
     (out / "logs" / "long.jsonl").write_text(
         '{"name": "reward", "it": 1, "val": 0.5}\n{"name": "reward", "it": 2, "val": 0.75}\nnot json\n'
-        '{"name": "reward", "it": 3, "val": 1.0}')  # no newline yet: still being written
+        '{"name": "reward", "it": 3, "val": 1.0}'
+    )  # no newline yet: still being written
     (out / "logs" / "wide.jsonl").write_text(
-        '{"step": 1, "data": {"train/loss": 2.0, "note": "x", "actor": {"kl": 0.1}}}\n')
-    native = [{"format": "jsonl", "path": "logs/long.jsonl", "key": "name", "step": "it", "value": "val"},
-              {"format": "jsonl", "path": "logs/wide.jsonl", "step": "step", "values": "data"}]
+        '{"step": 1, "data": {"train/loss": 2.0, "note": "x", "actor": {"kl": 0.1}}}\n'
+    )
+    native = [
+        {"format": "jsonl", "path": "logs/long.jsonl", "key": "name", "step": "it", "value": "val"},
+        {"format": "jsonl", "path": "logs/wide.jsonl", "step": "step", "values": "data"},
+    ]
     result = collect(job_env(receiver, out, native))
     got = summary(receiver.store.path, RUN)
     assert series(receiver.store.path, RUN, "reward") == [(1, 0.5), (2, 0.75)]
@@ -171,10 +188,16 @@ def test_jsonl_long_and_wide_mappings(receiver: IngestServer, tmp_path: Path) ->
     assert [s for s, _ in series(receiver.store.path, RUN, "reward")] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("bad", [
-    [{"format": "tensorboard", "path": "/etc"}], [{"format": "tensorboard", "path": "../x"}],
-    [{"format": "csv", "path": "x"}], [{"format": "jsonl", "path": "x", "colour": 1}], {"format": "jsonl"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"format": "tensorboard", "path": "/etc"}],
+        [{"format": "tensorboard", "path": "../x"}],
+        [{"format": "csv", "path": "x"}],
+        [{"format": "jsonl", "path": "x", "colour": 1}],
+        {"format": "jsonl"},
+    ],
+)
 def test_bad_declarations_are_refused_with_the_entry_named(bad: Any) -> None:
     with pytest.raises(sources.SourceError, match=r"metrics\.native|TUNEPLANE_METRICS_NATIVE"):
         sources.parse(json.dumps(bad))
@@ -197,8 +220,7 @@ def test_one_million_scalars_within_the_sdk_memory_budget(receiver: IngestServer
     _events(out / "tb" / "events.out.tfevents.4.host", range(10_000), tags)  # 1,000,000 scalars
     budget = 32 * 1024 * 1024  # the SDK's default memory budget
     env = job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}])
-    baseline = _peak_rss([sys.executable, "-c", "import tuneplane.collector.__main__, tuneplane.report._core"],
-                         env)
+    baseline = _peak_rss([sys.executable, "-c", "import tuneplane.collector.__main__, tuneplane.report._core"], env)
     peak = _peak_rss([sys.executable, "-m", "tuneplane.collector", "--once"], env)
     got = summary(receiver.store.path, RUN)
     assert len(got) == 100 and all(v["count"] == 10_000 for v in got.values())
@@ -207,11 +229,12 @@ def test_one_million_scalars_within_the_sdk_memory_budget(receiver: IngestServer
 
 
 def _peak_rss(argv: list[str], env: dict[str, str]) -> int:
-    code = ("import resource, runpy, sys; argv = sys.argv[1:]; sys.argv = argv;"
-            "import subprocess; p = subprocess.run(argv, env=None); "
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    code = (
+        "import resource, runpy, sys; argv = sys.argv[1:]; sys.argv = argv;"
+        "import subprocess; p = subprocess.run(argv, env=None); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().splitlines()[-1]) * 1024
 
@@ -222,13 +245,20 @@ def test_a_recipe_declaration_reaches_the_job_environment(tmp_path: Path) -> Non
     from tuneplane.models.recipe import Metrics
     from tuneplane.plan.environment import spec_to_env
 
-    declared = Metrics.model_validate({"native": [{"format": "tensorboard", "path": "logs/tb"},
-                                                  {"format": "jsonl", "path": "m.jsonl", "key": "name"}]})
+    declared = Metrics.model_validate(
+        {
+            "native": [
+                {"format": "tensorboard", "path": "logs/tb"},
+                {"format": "jsonl", "path": "m.jsonl", "key": "name"},
+            ]
+        }
+    )
     spec = resolve_run(make_lab(tmp_path / "lab"), request("trl-sft-exp"))
     assert "native_metrics" not in spec.to_json_dict()["spec"]["recipe"]["adapter"]  # digests unchanged
     assert METRICS_NATIVE_ENV not in spec_to_env(spec)
     adapter = spec.spec.recipe.adapter.model_copy(
-        update={"native_metrics": [o.model_dump(exclude_none=True) for o in declared.native]})
+        update={"native_metrics": [o.model_dump(exclude_none=True) for o in declared.native]}
+    )
     recipe = spec.spec.recipe.model_copy(update={"adapter": adapter})
     spec = spec.model_copy(update={"spec": spec.spec.model_copy(update={"recipe": recipe})})
     parsed = sources.parse(spec_to_env(spec)[METRICS_NATIVE_ENV])
@@ -250,8 +280,12 @@ def test_a_collector_waiting_for_the_lock_stops_when_asked(receiver: IngestServe
     env = job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}])
     with open(out / ".tuneplane" / "collector.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.collector", "--follow", "--lock-timeout", "600"],
-                                env=env, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuneplane.collector", "--follow", "--lock-timeout", "600"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = 200
             while deadline and not _has_signal_handler(proc.pid):

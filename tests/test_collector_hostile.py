@@ -50,15 +50,19 @@ def test_a_damaged_length_in_the_middle_loses_only_that_record(receiver: IngestS
     events.parent.mkdir(parents=True)
     damaged = bytearray(record(5, 5.0))
     damaged[2] ^= 0x40  # the length no longer matches its CRC
-    events.write_bytes(b"".join(record(s, float(s)) for s in range(5)) + bytes(damaged)
-                       + b"".join(record(s, float(s)) for s in range(6, 10)))
+    events.write_bytes(
+        b"".join(record(s, float(s)) for s in range(5))
+        + bytes(damaged)
+        + b"".join(record(s, float(s)) for s in range(6, 10))
+    )
     result = collect(job_env(receiver, out, TB))
     assert [s for s, _ in series(receiver.store.path, RUN, "loss")] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
     assert result["skipped"] == {"corrupt tensorboard record": 1}
 
 
 def test_garbage_between_records_is_skipped_and_later_records_still_arrive(
-        receiver: IngestServer, tmp_path: Path) -> None:
+    receiver: IngestServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     events = out / "tb" / "events.out.tfevents.2.host"
     events.parent.mkdir(parents=True)
@@ -77,7 +81,8 @@ def _state(out: Path) -> Path:
 
 @pytest.mark.parametrize("offset", [-5, 7, 10**12, "abc", None, 1.5])
 def test_a_damaged_offset_in_the_state_file_neither_crashes_nor_loses_points(
-        receiver: IngestServer, tmp_path: Path, offset: Any) -> None:
+    receiver: IngestServer, tmp_path: Path, offset: Any
+) -> None:
     out = tmp_path / "out"
     events = out / "tb" / "events.out.tfevents.3.host"
     events.parent.mkdir(parents=True)
@@ -94,8 +99,7 @@ def test_a_damaged_offset_in_the_state_file_neither_crashes_nor_loses_points(
     assert [s for s, _ in series(receiver.store.path, RUN, "loss")] == list(range(15))
 
 
-def test_offsets_of_another_file_with_the_same_name_are_not_trusted(
-        receiver: IngestServer, tmp_path: Path) -> None:
+def test_offsets_of_another_file_with_the_same_name_are_not_trusted(receiver: IngestServer, tmp_path: Path) -> None:
     out = tmp_path / "out"
     events = out / "tb" / "events.out.tfevents.4.host"
     events.parent.mkdir(parents=True)
@@ -118,14 +122,16 @@ def test_a_json_line_longer_than_one_read_does_not_stall_the_file(receiver: Inge
     out.mkdir()
     path = out / "m.jsonl"
     big = json.dumps({"step": 1, "loss": 1.0, "note": "x" * 400_000})  # 400 kB: larger than one read
-    path.write_text(json.dumps({"step": 0, "loss": 0.5}) + "\n" + big + "\n"
-                    + json.dumps({"step": 2, "loss": 0.25}) + "\n")
+    path.write_text(
+        json.dumps({"step": 0, "loss": 0.5}) + "\n" + big + "\n" + json.dumps({"step": 2, "loss": 0.25}) + "\n"
+    )
     collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
     assert series(receiver.store.path, RUN, "loss") == [(0, 0.5), (1, 1.0), (2, 0.25)]
 
 
 def test_a_line_past_the_limit_is_skipped_whole_and_the_next_line_is_read(
-        receiver: IngestServer, tmp_path: Path) -> None:
+    receiver: IngestServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     path = out / "m.jsonl"
@@ -139,8 +145,9 @@ def test_a_line_past_the_limit_is_skipped_whole_and_the_next_line_is_read(
 def test_bad_lines_are_named_by_file_and_line(receiver: IngestServer, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    (out / "m.jsonl").write_text('{"step": 0, "loss": 1}\n{"step": 1, "loss": \n[1, 2]\n{"loss": 3}\n'
-                                 '{"step": 4, "loss": 4}\n')
+    (out / "m.jsonl").write_text(
+        '{"step": 0, "loss": 1}\n{"step": 1, "loss": \n[1, 2]\n{"loss": 3}\n{"step": 4, "loss": 4}\n'
+    )
     result = collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
     assert series(receiver.store.path, RUN, "loss") == [(0, 1.0), (4, 4.0)]
     assert "m.jsonl:2:" in result["stderr"] and "m.jsonl:3:" in result["stderr"]
@@ -182,7 +189,8 @@ def test_real_writers_mixed_summaries_and_several_files(receiver: IngestServer, 
     assert sorted(got) == ["train/loss", "train/lr"]
     assert series(receiver.store.path, RUN, "train/loss") == [(s, 4.0 - s) for s in range(8)]
     assert [v for _, v in series(receiver.store.path, RUN, "train/lr")] == pytest.approx(
-        [1e-8 * (s + 1) for s in range(4)], rel=1e-9)
+        [1e-8 * (s + 1) for s in range(4)], rel=1e-9
+    )
 
 
 def test_run_subdirectories_are_not_part_of_the_name(receiver: IngestServer, tmp_path: Path) -> None:
@@ -223,9 +231,17 @@ def test_sibling_folders_with_the_same_tags_stay_apart(receiver: IngestServer, t
     lightning = tensorboard.SummaryWriter(str(out / "pl" / "lightning_logs" / "version_3"))
     lightning.add_scalar("val_acc", 0.75, 2)
     lightning.close()
-    collect(job_env(receiver, out, [{"format": "tensorboard", "path": "logs"},
-                                    {"format": "tensorboard", "path": "hf"},
-                                    {"format": "tensorboard", "path": "pl"}]))
+    collect(
+        job_env(
+            receiver,
+            out,
+            [
+                {"format": "tensorboard", "path": "logs"},
+                {"format": "tensorboard", "path": "hf"},
+                {"format": "tensorboard", "path": "pl"},
+            ],
+        )
+    )
     got = summary(receiver.store.path, RUN)
     assert sorted(got) == ["train/epoch_loss", "train/loss", "val_acc", "validation/epoch_loss"], sorted(got)
     assert series(receiver.store.path, RUN, "train/epoch_loss") == [(s, float(s)) for s in range(3)]
@@ -239,10 +255,12 @@ def test_a_json_lines_time_is_read_in_the_forms_writers_use(receiver: IngestServ
 
     out = tmp_path / "out"
     out.mkdir()
-    rows = [{"step": 0, "hw/gpu": 1.0, "ts": 1_800_000_000.5},             # seconds
-            {"step": 1, "hw/gpu": 2.0, "time": "2027-01-15T08:00:01Z"},     # ISO-8601
-            {"step": 2, "hw/gpu": 3.0, "wall_time": 1_800_000_002_000},     # milliseconds
-            {"step": 3, "hw/gpu": 4.0}]                                     # none: when it was collected
+    rows = [
+        {"step": 0, "hw/gpu": 1.0, "ts": 1_800_000_000.5},  # seconds
+        {"step": 1, "hw/gpu": 2.0, "time": "2027-01-15T08:00:01Z"},  # ISO-8601
+        {"step": 2, "hw/gpu": 3.0, "wall_time": 1_800_000_002_000},  # milliseconds
+        {"step": 3, "hw/gpu": 4.0},
+    ]  # none: when it was collected
     (out / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     before = time.time()
     collect(job_env(receiver, out, [{"format": "jsonl", "path": "m.jsonl"}]))
@@ -289,8 +307,9 @@ def test_add_hparams_metrics_are_named_by_their_tag(receiver: IngestServer, tmp_
 
 
 @pytest.mark.parametrize("writer_module", ["torch.utils.tensorboard", "tensorboardX"])
-def test_add_scalars_series_are_keyed_main_tag_then_name(writer_module: str, receiver: IngestServer,
-                                                         tmp_path: Path) -> None:
+def test_add_scalars_series_are_keyed_main_tag_then_name(
+    writer_module: str, receiver: IngestServer, tmp_path: Path
+) -> None:
     """`add_scalars("Loss", {"train": a, "test": b})` draws one TensorBoard chart `Loss` with a
     line per name; the writers store it as `Loss_train/` and `Loss_test/` folders whose events carry
     the tag `Loss`. The keys are `Loss/train` and `Loss/test` (what the person wrote), which read as
@@ -321,8 +340,13 @@ def test_a_state_folder_that_links_out_of_the_out_dir_is_refused(receiver: Inges
     out = tmp_path / "out"
     out.mkdir()
     (out / ".tuneplane").symlink_to(outside)
-    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"],
-                          env=job_env(receiver, out, []), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuneplane.collector", "--once", "--final"],
+        env=job_env(receiver, out, []),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 2 and ".tuneplane is a link out of the out dir" in proc.stderr, proc.stderr
     assert sorted(p.name for p in outside.iterdir()) == [unsent.name]
     assert summary(receiver.store.path, RUN) == {}
@@ -345,8 +369,9 @@ def test_offsets_of_removed_event_files_leave_the_state(receiver: IngestServer, 
     assert {key: got["count"] for key, got in summary(receiver.store.path, RUN).items()} == {"a": 3, "b": 3, "c": 3}
 
 
-def test_an_unreachable_receiver_does_not_hold_the_restart_back(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_receiver_does_not_hold_the_restart_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before the trainer starts, an earlier attempt's leftovers go up only when the receiver answers:
     while it is down the pass (30 s of retries) is skipped with one line, and the files stay for the
     pass after the job."""
@@ -361,8 +386,13 @@ def test_an_unreachable_receiver_does_not_hold_the_restart_back(tmp_path: Path, 
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{port}",
-           "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN), "TUNEPLANE_OUT_DIR": str(out)}
+    env = {
+        "TUNEPLANE_JOB_ENABLED": "1",
+        "TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{port}",
+        "TUNEPLANE_JOB_RUN_ID": RUN,
+        "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+        "TUNEPLANE_OUT_DIR": str(out),
+    }
     passes: list[float] = []
     monkeypatch.setattr(collector, "_last_pass", lambda env, timeout: passes.append(timeout) or True)
     assert collector.collect_before(env, 30) is False
@@ -391,18 +421,23 @@ def test_a_spill_file_is_adopted_only_on_its_host_once_its_writer_is_gone(tmp_pa
     from tuneplane.collector.run import adopt_orphans
     from tuneplane.report._spill import host_tag, owner_of, spill_name
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=60, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=60, check=True
+    )
     dead = int(gone.stdout)
     here = host_tag()
     assert here and "/" not in here and owner_of(spill_name("r0", 7, "ab" * 8)) == (7, here)
     folder = tmp_path / ".tuneplane"
     folder.mkdir()
-    names = {"dead_here": spill_name("r0", dead, "a" * 16), "live_here": spill_name("r0", os.getpid(), "b" * 16),
-             "dead_elsewhere": f"report-spill-rank1-{dead}-{'c' * 16}-h{here}x-node.jsonl",
-             "old_free": f"report-spill-r0-{dead}-{'d' * 16}.jsonl", "old_held": f"report-spill-r0-1-{'e' * 16}.jsonl"}
+    names = {
+        "dead_here": spill_name("r0", dead, "a" * 16),
+        "live_here": spill_name("r0", os.getpid(), "b" * 16),
+        "dead_elsewhere": f"report-spill-rank1-{dead}-{'c' * 16}-h{here}x-node.jsonl",
+        "old_free": f"report-spill-r0-{dead}-{'d' * 16}.jsonl",
+        "old_held": f"report-spill-r0-1-{'e' * 16}.jsonl",
+    }
     for name in names.values():
-        (folder / name).write_text("[1, 0, {\"loss\": 1.0}]\n")
+        (folder / name).write_text('[1, 0, {"loss": 1.0}]\n')
     held = os.open(folder / names["old_held"], os.O_RDONLY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)

@@ -62,8 +62,9 @@ def _sparse(path: Path, size: int) -> None:
         handle.truncate(size)
 
 
-def test_a_sparse_event_file_fifos_and_link_loops_end_the_pass_with_one_line(receiver: IngestServer,
-                                                                             tmp_path: Path) -> None:
+def test_a_sparse_event_file_fifos_and_link_loops_end_the_pass_with_one_line(
+    receiver: IngestServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     tb = out / "tb"
     tb.mkdir(parents=True)
@@ -94,8 +95,9 @@ class Kept:
         return True
 
 
-def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """While the job runs, a pass looks only at the bytes added since the last pass for the end of a
     long line (every pass read all of it again: a 10 GiB sparse file, 10 GiB every 2 seconds)."""
     out = tmp_path / "out"
@@ -125,7 +127,8 @@ def test_the_offsets_of_a_hundred_thousand_files_survive_a_restart(receiver: Ing
     tb.mkdir(parents=True)
     for i in range(3):
         (tb / f"events.out.tfevents.{1_700_000_000 + i}.host").write_bytes(
-            tfevents.frame(tfevents.scalar_event(i, 1.7e9 + i, {"loss": float(i)})))
+            tfevents.frame(tfevents.scalar_event(i, 1.7e9 + i, {"loss": float(i)}))
+        )
     env = job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}])
     assert collect(env)["collected_points"] == 3
     state = out / ".tuneplane" / "collector-state.json"
@@ -147,21 +150,25 @@ def test_json_lines_values_that_are_not_finite_or_not_utf8_are_counted_and_named
     write them."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "m.jsonl").write_bytes(b'\xef\xbb\xbf{"step": 1, "loss": 1.0}\r\n'
-                                  b'{"step": 2, "loss": NaN, "acc": 0.5}\r\n'
-                                  b'{"step": 3, "loss": -Infinity}\n'
-                                  b'{"step": 4, "lo\xffss": 4.0}\n'
-                                  b'{"step": 5, "loss": 5.0}\n')
+    (out / "m.jsonl").write_bytes(
+        b'\xef\xbb\xbf{"step": 1, "loss": 1.0}\r\n'
+        b'{"step": 2, "loss": NaN, "acc": 0.5}\r\n'
+        b'{"step": 3, "loss": -Infinity}\n'
+        b'{"step": 4, "lo\xffss": 4.0}\n'
+        b'{"step": 5, "loss": 5.0}\n'
+    )
     sink = Kept()
     collector = run.Collector(str(out), sink, [Source("jsonl", "m.jsonl")])
     collector.pass_once()
     assert [(p[0], p[2]) for p in sink.points] == [(1, {"loss": 1.0}), (2, {"acc": 0.5}), (5, {"loss": 5.0})]
     assert collector.counts["value not finite"] == 2
-    assert any(p.startswith("m.jsonl:2: ") and "'loss'" in p and "NaN" in p for p in collector.problems), \
+    assert any(p.startswith("m.jsonl:2: ") and "'loss'" in p and "NaN" in p for p in collector.problems), (
         collector.problems
+    )
     assert any(p.startswith("m.jsonl:3: ") for p in collector.problems), collector.problems
-    assert any(p.startswith("m.jsonl:4: ") and "UTF-8" in p and "byte 16" in p for p in collector.problems), \
+    assert any(p.startswith("m.jsonl:4: ") and "UTF-8" in p and "byte 16" in p for p in collector.problems), (
         collector.problems
+    )
 
 
 def test_a_file_or_folder_that_cannot_be_read_is_named_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,19 +199,24 @@ def test_a_file_or_folder_that_cannot_be_read_is_named_once(tmp_path: Path, monk
         collector.pass_once()
     assert [p[2] for p in sink.points] == [{"ok": 1.0}]
     told = [p for p in collector.problems if "locked" in p]
-    assert sorted(told) == sorted([
-        "tb/events.out.tfevents.2.locked: cannot be read (Permission denied); let the job's user read it",
-        "tb/locked: cannot be read (Permission denied); let the job's user read it"]), collector.problems
+    assert sorted(told) == sorted(
+        [
+            "tb/events.out.tfevents.2.locked: cannot be read (Permission denied); let the job's user read it",
+            "tb/locked: cannot be read (Permission denied); let the job's user read it",
+        ]
+    ), collector.problems
     assert collector.counts["unreadable file or folder"] == 2
 
 
 @pytest.mark.parametrize("make", ["state_dir", "state_fifo", "lock_dir", "folder_file"])
-def test_a_state_or_lock_that_is_not_a_file_ends_in_one_line_never_a_hang(make: str, receiver: IngestServer,
-                                                                           tmp_path: Path) -> None:
+def test_a_state_or_lock_that_is_not_a_file_ends_in_one_line_never_a_hang(
+    make: str, receiver: IngestServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     (out / "tb").mkdir(parents=True)
-    (out / "tb" / "events.out.tfevents.1.host").write_bytes(tfevents.frame(tfevents.scalar_event(1, 1.7e9,
-                                                                                                 {"loss": 1.0})))
+    (out / "tb" / "events.out.tfevents.1.host").write_bytes(
+        tfevents.frame(tfevents.scalar_event(1, 1.7e9, {"loss": 1.0}))
+    )
     folder = out / ".tuneplane"
     if make == "folder_file":
         folder.write_text("not a folder\n")
@@ -215,9 +227,13 @@ def test_a_state_or_lock_that_is_not_a_file_ends_in_one_line_never_a_hang(make: 
             os.mkfifo(target)  # opening it to read blocked the collector for good
         else:
             target.mkdir()  # saving over it raised IsADirectoryError
-    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"],
-                          env=job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]),
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuneplane.collector", "--once"],
+        env=job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     told = [line for line in proc.stderr.splitlines() if ".tuneplane" in line or "state" in line]
     assert told and all(line.startswith("tuneplane.collector: ") for line in told), proc.stderr
@@ -254,8 +270,7 @@ def test_copytruncate_rotation_loses_no_line_after_the_hole(lines_before: int, t
     assert any("zero" in p for p in collector.problems), collector.problems
 
 
-def test_a_hole_is_stepped_over_where_the_file_system_tells_it(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hole_is_stepped_over_where_the_file_system_tells_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 10 GiB hole was read a chunk at a time, 40,960 reads of zeros per file: where the file
     system tells holes (`SEEK_DATA`), it is stepped over, told as one damaged stretch, and what
     follows it is read."""
@@ -272,8 +287,10 @@ def test_a_hole_is_stepped_over_where_the_file_system_tells_it(tmp_path: Path,
             pytest.skip("this file system does not tell holes (SEEK_DATA); the zeros are read instead")
     probe.unlink()
     after = tfevents.frame(tfevents.scalar_event(7, 1.7e9, {"loss": 7.0}))
-    for path, tail in ((out / "tb" / "events.out.tfevents.1.sparse", after),
-                       (out / "m.jsonl", b'{"step": 7, "acc": 0.5}\n')):
+    for path, tail in (
+        (out / "tb" / "events.out.tfevents.1.sparse", after),
+        (out / "m.jsonl", b'{"step": 7, "acc": 0.5}\n'),
+    ):
         with path.open("wb") as handle:
             handle.truncate(SPARSE)
             handle.seek(SPARSE)
@@ -282,8 +299,7 @@ def test_a_hole_is_stepped_over_where_the_file_system_tells_it(tmp_path: Path,
     sink = Kept()
     collector = run.Collector(str(out), sink, [Source("tensorboard", "tb"), Source("jsonl", "m.jsonl")])
     collector.pass_once()
-    assert sorted((p[0], tuple(p[2].items())) for p in sink.points) == [(7, (("acc", 0.5),)),
-                                                                         (7, (("loss", 7.0),))]
+    assert sorted((p[0], tuple(p[2].items())) for p in sink.points) == [(7, (("acc", 0.5),)), (7, (("loss", 7.0),))]
     assert sum(read) < 64 * run.CHUNK, "the hole was read through"
     told = [p for p in collector.problems if "damaged" in p]
     assert sorted(t.split(":")[0] for t in told) == ["m.jsonl", "tb/events.out.tfevents.1.sparse"], told

@@ -42,11 +42,17 @@ def _writer(folder: Path, **kwargs: object) -> object:
     return tensorboard.SummaryWriter(str(folder), **kwargs)
 
 
-@pytest.mark.parametrize("first, second", [("version_9", "version_10"),  # Lightning's attempts
-                                           ("Nov30_23-59-58_host", "Dec01_00-00-02_host"),  # transformers'
-                                           ("exp_099", "exp_100")])
-def test_the_later_attempt_wins_however_its_folder_sorts(first: str, second: str, receiver: IngestServer,
-                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("version_9", "version_10"),  # Lightning's attempts
+        ("Nov30_23-59-58_host", "Dec01_00-00-02_host"),  # transformers'
+        ("exp_099", "exp_100"),
+    ],
+)
+def test_the_later_attempt_wins_however_its_folder_sorts(
+    first: str, second: str, receiver: IngestServer, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     old = _writer(out / "logs" / first)
     for step in range(10):
@@ -60,8 +66,9 @@ def test_the_later_attempt_wins_however_its_folder_sorts(first: str, second: str
     assert series(receiver.store.path, RUN, "loss") == [(s, 1.0) for s in range(5)] + [(s, 2.0) for s in range(5, 10)]
 
 
-def test_the_later_file_wins_in_one_folder_when_names_sort_the_other_way(receiver: IngestServer,
-                                                                          tmp_path: Path) -> None:
+def test_the_later_file_wins_in_one_folder_when_names_sort_the_other_way(
+    receiver: IngestServer, tmp_path: Path
+) -> None:
     """Two writers of the same second: the name's pid part decides nothing (pid 1000 sorts before 999)."""
     out = tmp_path / "out"
     folder = out / "tb"
@@ -70,8 +77,10 @@ def test_the_later_file_wins_in_one_folder_when_names_sort_the_other_way(receive
     older = [tfevents.scalar_event(s, now + s, {"loss": 1.0}) for s in range(10)]
     newer = [tfevents.scalar_event(s, now + 50 + s, {"loss": 2.0}) for s in range(5, 10)]
     stamp = int(now)
-    for name, events, start in ((f"events.out.tfevents.{stamp}.host.999.0", older, now),
-                                (f"events.out.tfevents.{stamp}.host.1000.0", newer, now + 50)):
+    for name, events, start in (
+        (f"events.out.tfevents.{stamp}.host.999.0", older, now),
+        (f"events.out.tfevents.{stamp}.host.1000.0", newer, now + 50),
+    ):
         version = tfevents.file_version_event(start)
         (folder / name).write_bytes(b"".join(tfevents.frame(e) for e in [version, *events]))
     collect(job_env(receiver, out, [{"format": "tensorboard", "path": "tb"}]))
@@ -79,8 +88,9 @@ def test_the_later_file_wins_in_one_folder_when_names_sort_the_other_way(receive
 
 
 @pytest.mark.parametrize("same_folder", [True, False])
-def test_purge_step_drops_the_earlier_attempts_points_from_that_step(same_folder: bool, receiver: IngestServer,
-                                                                     tmp_path: Path) -> None:
+def test_purge_step_drops_the_earlier_attempts_points_from_that_step(
+    same_folder: bool, receiver: IngestServer, tmp_path: Path
+) -> None:
     """`SummaryWriter(purge_step=5)` after a crash at step 12: TensorBoard shows 0..4 of the first
     attempt and 5..7 of the second, never the first attempt's 8..12."""
     out = tmp_path / "out"
@@ -151,8 +161,9 @@ def test_a_purge_step_after_the_earlier_points_were_sent_is_told_once(tmp_path: 
 
 
 @pytest.mark.parametrize("writer_module", ["torch.utils.tensorboard", "tensorboardX"])
-def test_steps_across_the_int64_range_keep_their_value_and_order(writer_module: str, receiver: IngestServer,
-                                                                 tmp_path: Path) -> None:
+def test_steps_across_the_int64_range_keep_their_value_and_order(
+    writer_module: str, receiver: IngestServer, tmp_path: Path
+) -> None:
     module = pytest.importorskip(writer_module)
     out = tmp_path / "out"
     writer = module.SummaryWriter(str(out / "tb"))
@@ -185,7 +196,7 @@ def test_a_purge_step_written_one_record_at_a_time_is_still_found(tmp_path: Path
     records = []
     offset = 0
     while offset < len(data):
-        end = offset + 12 + int.from_bytes(data[offset:offset + 8], "little") + 4
+        end = offset + 12 + int.from_bytes(data[offset : offset + 8], "little") + 4
         records.append(data[offset:end])
         offset = end
     assert len(records) >= 4  # file version, file version at step 5, START, the scalar
@@ -208,7 +219,8 @@ def test_a_purge_step_written_one_record_at_a_time_is_still_found(tmp_path: Path
 
 @pytest.mark.parametrize("sent_past_the_cut", [True, False])
 def test_a_purge_step_after_a_restart_is_told_when_the_earlier_points_were_already_sent(
-        tmp_path: Path, sent_past_the_cut: bool) -> None:
+    tmp_path: Path, sent_past_the_cut: bool
+) -> None:
     """The notice was kept in memory: a collector restarted after sending the first attempt's points,
     then seeing the restart's purge_step, said nothing. It is told once, and not by the next restart;
     when what was sent stops before the cut, the rest is purged and nothing is told."""

@@ -49,7 +49,8 @@ def _job(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     (out / "tb").mkdir(parents=True)
     (out / "tb" / "events.out.tfevents.1.host").write_bytes(
-        b"".join(tfevents.frame(tfevents.scalar_event(s, 1.7e9 + s, {"loss": float(s)})) for s in range(3)))
+        b"".join(tfevents.frame(tfevents.scalar_event(s, 1.7e9 + s, {"loss": float(s)})) for s in range(3))
+    )
     (out / ".tuneplane").mkdir()
     return out
 
@@ -58,13 +59,22 @@ def _state(out: Path) -> Path:
     return out / ".tuneplane" / "collector-state.json"
 
 
-@pytest.mark.parametrize("text", ['{"version": 1}', '{"version": 1, "files": []}', '[]', 'null', '3',
-                                  '{"files": {"tensorboard:tb/events.out.tfevents.1.host": 7}}',
-                                  '{"files": {"tensorboard:tb/events.out.tfevents.1.host": {}}}',
-                                  '{"files": {"tensorboard:tb/events.out.tfevents.1.host": {"offset": 5}}}',
-                                  '{"files": {"tensorboard:tb/events.out.tfevents.1.host": {"ino": 1}}}',
-                                  '{"files": {"x": {"offset": "10", "ino": 1}}}',
-                                  '{"files": {"x": {"offset": 10, "ino": null}}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"version": 1}',
+        '{"version": 1, "files": []}',
+        "[]",
+        "null",
+        "3",
+        '{"files": {"tensorboard:tb/events.out.tfevents.1.host": 7}}',
+        '{"files": {"tensorboard:tb/events.out.tfevents.1.host": {}}}',
+        '{"files": {"tensorboard:tb/events.out.tfevents.1.host": {"offset": 5}}}',
+        '{"files": {"tensorboard:tb/events.out.tfevents.1.host": {"ino": 1}}}',
+        '{"files": {"x": {"offset": "10", "ino": 1}}}',
+        '{"files": {"x": {"offset": 10, "ino": null}}}',
+    ],
+)
 def test_a_state_of_the_wrong_shape_is_said_once_and_every_point_still_comes(tmp_path: Path, text: str) -> None:
     out = _job(tmp_path)
     _state(out).write_text(text)
@@ -85,12 +95,24 @@ def test_a_state_without_files_does_not_stop_the_collector_process(receiver: Ing
     out = _job(tmp_path)
     _state(out).write_text('{"version": 1}\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": receiver.url, "TUNEPLANE_JOB_RUN_ID": RUN,
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN), "TUNEPLANE_OUT_DIR": str(out),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
-                METRICS_NATIVE_ENV: json.dumps([{"format": "tensorboard", "path": "tb"}])})
-    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--stats"], env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_ENDPOINT": receiver.url,
+            "TUNEPLANE_JOB_RUN_ID": RUN,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+            "TUNEPLANE_OUT_DIR": str(out),
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+            METRICS_NATIVE_ENV: json.dumps([{"format": "tensorboard", "path": "tb"}]),
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuneplane.collector", "--once", "--stats"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "collector-state.json" in proc.stderr and "no files object" in proc.stderr, proc.stderr
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -106,8 +128,7 @@ def test_millions_of_empty_entries_stop_the_parse_at_the_cap(tmp_path: Path) -> 
     with pytest.raises(state.Unreadable, match=f"over {state.MAX_ENTRIES} entries"):
         state.read(str(path))
     # the same entries under the cap are read (they then fail on their shape, not on their number)
-    path.write_text('{"version":1,"files":{' + ",".join(f'"{i}":{{}}' for i in range(state.MAX_ENTRIES))
-                    + "}}")
+    path.write_text('{"version":1,"files":{' + ",".join(f'"{i}":{{}}' for i in range(state.MAX_ENTRIES)) + "}}")
     with pytest.raises(state.Unreadable, match="integer offset and ino"):
         state.read(str(path))
 

@@ -23,8 +23,10 @@ def test_one_value_tensors_of_every_numeric_dtype_are_read(tmp_path: Path) -> No
 
     cases = {
         "half": (tensor_util.make_tensor_proto(np.float16(-0.1)), float(np.float16(-0.1))),
-        "half_content": (tensor_pb2.TensorProto(dtype=types_pb2.DT_HALF,
-                                                tensor_content=np.float16(1.25).tobytes()), 1.25),
+        "half_content": (
+            tensor_pb2.TensorProto(dtype=types_pb2.DT_HALF, tensor_content=np.float16(1.25).tobytes()),
+            1.25,
+        ),
         "bfloat16": (tensor_pb2.TensorProto(dtype=types_pb2.DT_BFLOAT16, half_val=[0x4060]), 3.5),
         "bfloat16_content": (tensor_pb2.TensorProto(dtype=types_pb2.DT_BFLOAT16, tensor_content=b"\x60\x40"), 3.5),
         "uint64": (tensor_util.make_tensor_proto(np.uint64(2**40)), float(2**40)),
@@ -42,13 +44,18 @@ def test_one_value_tensors_of_every_numeric_dtype_are_read(tmp_path: Path) -> No
     scalars = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
     writer = EventFileWriter(str(tmp_path))
     for step in range(3):
-        values = [summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=scalars)
-                  for tag, (tensor, _) in cases.items()]
+        values = [
+            summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=scalars) for tag, (tensor, _) in cases.items()
+        ]
         writer.add_event(event_pb2.Event(step=step, wall_time=1.7e9 + step, summary=summary_pb2.Summary(value=values)))
     # a two-value half tensor is not a scalar
     pair = tensor_util.make_tensor_proto(np.array([1, 2], dtype=np.float16))
-    writer.add_event(event_pb2.Event(step=9, summary=summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag="pair", tensor=pair, metadata=scalars)])))
+    writer.add_event(
+        event_pb2.Event(
+            step=9,
+            summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="pair", tensor=pair, metadata=scalars)]),
+        )
+    )
     writer.close()
     (path,) = glob.glob(os.path.join(tmp_path, "events.out.tfevents.*"))
     records = tfevents.read_records(Path(path).read_bytes())

@@ -30,23 +30,40 @@ def _developer_side() -> list[tuple[str, ast.Module]]:
 
 def _every_module() -> list[tuple[str, ast.Module]]:
     """Both sides: an environment name is written by the developer side and read by the job side."""
-    return [(rel, ast.parse(path.read_text(encoding="utf-8"))) for path in sorted(PKG.rglob("*.py"))
-            if (rel := path.relative_to(PKG).as_posix()) not in ("constants.py", RENAME_TABLE)]
+    return [
+        (rel, ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(PKG.rglob("*.py"))
+        if (rel := path.relative_to(PKG).as_posix()) not in ("constants.py", RENAME_TABLE)
+    ]
 
 
 def _strings(tree: ast.Module) -> list[ast.Constant]:
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-                  and node.body and isinstance(node.body[0], ast.Expr)}
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and id(node) not in docstrings]
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
 
 
 def test_a_shared_name_is_spelled_only_in_constants() -> None:
-    shared = {value: name for name, value in vars(constants).items()
-              if name.isupper() and isinstance(value, str) and value.startswith(("TUNEPLANE_", "HF_TOKEN"))}
-    found = [f"{rel}:{node.lineno}: {node.value!r} is constants.{shared[node.value]}"
-             for rel, tree in _every_module() for node in _strings(tree) if node.value in shared]
+    shared = {
+        value: name
+        for name, value in vars(constants).items()
+        if name.isupper() and isinstance(value, str) and value.startswith(("TUNEPLANE_", "HF_TOKEN"))
+    }
+    found = [
+        f"{rel}:{node.lineno}: {node.value!r} is constants.{shared[node.value]}"
+        for rel, tree in _every_module()
+        for node in _strings(tree)
+        if node.value in shared
+    ]
     assert not found, "\n".join(found)
 
 
@@ -70,8 +87,13 @@ def test_exit_codes_are_the_constants() -> None:
             if named and isinstance(value, ast.Constant) and isinstance(value.value, int):
                 literal.append(f"{rel}:{node.lineno}: exit_code = {value.value!r}")
             in_cli = rel.startswith("cli/")
-            if in_cli and isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) \
-                    and type(node.value.value) is int and node.value.value:  # a bool is no exit code
+            if (
+                in_cli
+                and isinstance(node, ast.Return)
+                and isinstance(node.value, ast.Constant)
+                and type(node.value.value) is int
+                and node.value.value
+            ):  # a bool is no exit code
                 literal.append(f"{rel}:{node.lineno}: return {node.value.value}")
     assert not literal, "\n".join(literal)
     assert (TunePlaneError.exit_code, UsageError.exit_code) == (constants.EXIT_USAGE, constants.EXIT_USAGE)
@@ -87,8 +109,11 @@ def test_sets_of_phases_are_the_constants() -> None:
         if rel.startswith("backends/kubernetes/"):
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Tuple | ast.Set | ast.List) and len(node.elts) > 1 and all(
-                    isinstance(e, ast.Constant) and e.value in PHASES for e in node.elts):
+            if (
+                isinstance(node, ast.Tuple | ast.Set | ast.List)
+                and len(node.elts) > 1
+                and all(isinstance(e, ast.Constant) and e.value in PHASES for e in node.elts)
+            ):
                 again.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     assert not again, "\n".join(again)
     assert constants.TERMINAL | constants.UNDER_WAY | {"Submitted"} == PHASES
@@ -96,9 +121,12 @@ def test_sets_of_phases_are_the_constants() -> None:
     assert set(get_args(constants.ObservedPhase)) == PHASES - {"Submitted"} | {"Unknown"}
 
 
-
 def test_scalar_is_written_once() -> None:
     """`Scalar` (a `--set` value, a rule's `in:` list) is `constants.Scalar`, not the union spelled again."""
-    spelled = [f"{rel}:{node.lineno}" for rel, tree in _developer_side() for node in ast.walk(tree)
-               if isinstance(node, ast.BinOp) and ast.unparse(node) == "bool | int | float | str"]
+    spelled = [
+        f"{rel}:{node.lineno}"
+        for rel, tree in _developer_side()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and ast.unparse(node) == "bool | int | float | str"
+    ]
     assert not spelled, spelled

@@ -10,8 +10,9 @@ from tuneplane.dev.schemagen import render_all
 
 
 def _schemagen(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuneplane.dev.schemagen", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tuneplane.dev.schemagen", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_help_and_a_missing_folder_are_usage_not_a_traceback(tmp_path: Path) -> None:

@@ -107,12 +107,11 @@ def parse(path: Path) -> Document:
         elif fence:
             end = _closing(lines, i, fence.group("fence"))
             lang = fence.group("info").lower()
-            code = "\n".join(lines[i + 1:end]) + "\n"
+            code = "\n".join(lines[i + 1 : end]) + "\n"
             if lang in RUN_LANGS:
                 doc.blocks.append(Block(path, i + 1, lang, code, pending[1] if pending else ""))
             elif pending:
-                doc.errors.append(f"{path.name}:{pending[0]}: a skip marker before a `{lang}` block, "
-                                  "which never runs")
+                doc.errors.append(f"{path.name}:{pending[0]}: a skip marker before a `{lang}` block, which never runs")
             pending = None
             i = end
         elif line.strip() and pending:
@@ -135,8 +134,10 @@ def _marker(doc: Document, number: int, body: str, pending: tuple[int, str] | No
     elif body == NEEDS_SLURM:
         doc.slurm = True
     else:
-        doc.errors.append(f"{doc.path.name}:{number}: unknown doc-test marker {body!r} "
-                          "(use `skip (why)`, `needs-module NAME` or `needs-slurm`)")
+        doc.errors.append(
+            f"{doc.path.name}:{number}: unknown doc-test marker {body!r} "
+            "(use `skip (why)`, `needs-module NAME` or `needs-slurm`)"
+        )
     return None
 
 
@@ -209,9 +210,14 @@ class Session:
         script, log = self.state / "block.sh", self.state / "block.log"
         script.write_text(PRELUDE + code, encoding="utf-8")
         with log.open("wb") as out:
-            child = subprocess.Popen(["bash", str(script)], env={**self.env, "__DOC_STATE": str(self.state)},
-                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+            child = subprocess.Popen(
+                ["bash", str(script)],
+                env={**self.env, "__DOC_STATE": str(self.state)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 code_ = child.wait(timeout=BLOCK_TIMEOUT)
             except subprocess.TimeoutExpired:
@@ -226,7 +232,7 @@ class Session:
     def python(self, code: str) -> subprocess.CompletedProcess[str]:
         source = self.state / "block.py"
         source.write_text(code, encoding="utf-8")
-        return self.bash(f'python {shlex.quote(str(source))}\n')
+        return self.bash(f"python {shlex.quote(str(source))}\n")
 
 
 def _stop_group(pgid: int) -> None:
@@ -250,10 +256,17 @@ def _environment(shims: Path) -> dict[str, str]:
         tp.chmod(0o755)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(shims), str(bin_dir), env.get("PATH", "")])
-    env.update({"COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", "LC_ALL": "C.UTF-8", "TERM": "dumb",
-                # a reader's tp came from an index: their `tp init` fills tool.requirement, whatever this
-                # checkout's remotes say (a checkout without one would add the empty-requirement warning)
-                "TUNEPLANE_TOOL_REQUIREMENT": f"tuneplane=={__version__}"})
+    env.update(
+        {
+            "COLUMNS": "100",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            # a reader's tp came from an index: their `tp init` fills tool.requirement, whatever this
+            # checkout's remotes say (a checkout without one would add the empty-requirement warning)
+            "TUNEPLANE_TOOL_REQUIREMENT": f"tuneplane=={__version__}",
+        }
+    )
     env.pop("PYTHONPATH", None)
     return env
 
@@ -329,12 +342,17 @@ def run_block(session: Session, block: Block) -> None:
             done = session.bash(command.text + "\n")
             where = f"{_shown(block.doc)}:{command.line}"
             if done.returncode != command.exit_code:
-                _fail(where, f"`{command.text}` exited {done.returncode}, expected {command.exit_code}",
-                      command.text, done.stdout)
+                _fail(
+                    where,
+                    f"`{command.text}` exited {done.returncode}, expected {command.exit_code}",
+                    command.text,
+                    done.stdout,
+                )
             missing = missing_output(command.expected, done.stdout)
             if missing is not None:
-                _fail(where, f"`{command.text}` did not print (in order): {missing.strip()!r}",
-                      command.text, done.stdout)
+                _fail(
+                    where, f"`{command.text}` did not print (in order): {missing.strip()!r}", command.text, done.stdout
+                )
 
 
 # ── the executed documents ───────────────────────────────────────────────────────────────────────
@@ -396,8 +414,12 @@ def test_harness_fails_a_bash_block_on_the_first_error(tmp_path: Path) -> None:
 
 def test_harness_checks_console_output_and_exit_codes(tmp_path: Path) -> None:
     session = Session.start(tmp_path)
-    good = Block(tmp_path / "x.md", 1, "console",
-                 "$ printf 'a  b\\nrun 123 done\\n'\na b\nrun ... done\n$ sh -c 'exit 3'  # exit 3\n")
+    good = Block(
+        tmp_path / "x.md",
+        1,
+        "console",
+        "$ printf 'a  b\\nrun 123 done\\n'\na b\nrun ... done\n$ sh -c 'exit 3'  # exit 3\n",
+    )
     run_block(session, good)
     wrong_text = Block(tmp_path / "x.md", 1, "console", "$ echo hello\ngoodbye\n")
     with pytest.raises(pytest.fail.Exception, match="did not print"):
@@ -419,9 +441,12 @@ def test_harness_uses_this_interpreter_and_tp(tmp_path: Path) -> None:
 
 def test_parser_reads_markers_and_rejects_stray_ones(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
-    page.write_text("<!-- doc-test: needs-module torch -->\n\n<!-- doc-test: skip (needs a cluster) -->\n"
-                    "```bash\nkubectl get pods\n```\n\n```python\nprint(1)\n```\n\n"
-                    "<!-- doc-test: skip (needs GPUs) -->\n\ntext\n```yaml\na: 1\n```\n", encoding="utf-8")
+    page.write_text(
+        "<!-- doc-test: needs-module torch -->\n\n<!-- doc-test: skip (needs a cluster) -->\n"
+        "```bash\nkubectl get pods\n```\n\n```python\nprint(1)\n```\n\n"
+        "<!-- doc-test: skip (needs GPUs) -->\n\ntext\n```yaml\na: 1\n```\n",
+        encoding="utf-8",
+    )
     doc = parse(page)
     assert doc.needs == ["torch"]
     assert [(b.lang, b.skip) for b in doc.blocks] == [("bash", "needs a cluster"), ("python", "")]
@@ -436,7 +461,8 @@ def test_command_reference_is_generated_from_the_cli() -> None:
 
     committed = (REPO / docgen.REFERENCE).read_text(encoding="utf-8")
     assert committed == docgen.render(), (
-        "docs/reference/commands.md is stale: run `python -m tuneplane.dev.docgen` and commit the result")
+        "docs/reference/commands.md is stale: run `python -m tuneplane.dev.docgen` and commit the result"
+    )
 
 
 def test_command_reference_lists_every_command_and_option() -> None:
@@ -468,9 +494,20 @@ def test_docgen_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
 
 # ── links, coverage of code facts ────────────────────────────────────────────────────────────────
 
-GUIDES = ["getting-started.md", "gitops.md", "custom-trainer.md", "plugins.md", "framework-adapters.md",
-          "migrating-from-starforge.md", "architecture.md", "reference/commands.md", "reference/files.md",
-          "reference/environment.md", "reference/rules.md", "reference/report.md"]
+GUIDES = [
+    "getting-started.md",
+    "gitops.md",
+    "custom-trainer.md",
+    "plugins.md",
+    "framework-adapters.md",
+    "migrating-from-starforge.md",
+    "architecture.md",
+    "reference/commands.md",
+    "reference/files.md",
+    "reference/environment.md",
+    "reference/rules.md",
+    "reference/report.md",
+]
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
 
 
@@ -478,8 +515,11 @@ def test_index_links_every_guide() -> None:
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     targets = {m.group("target").split("#", 1)[0] for m in LINK.finditer(index)}
     assert [g for g in GUIDES if g not in targets] == []
-    orphans = [p.relative_to(DOCS).as_posix() for p in markdown_files()
-               if p.name != "README.md" and p.relative_to(DOCS).as_posix() not in targets]
+    orphans = [
+        p.relative_to(DOCS).as_posix()
+        for p in markdown_files()
+        if p.name != "README.md" and p.relative_to(DOCS).as_posix() not in targets
+    ]
     assert orphans == [], "every page is reachable from docs/README.md"
 
 
@@ -512,9 +552,12 @@ def test_relative_links_resolve() -> None:
 def test_docs_contain_no_machine_paths() -> None:
     """Examples must work anywhere: no home directories or temporary paths of some machine."""
     machine = re.compile(r"(/root/|/home/\w|/Users/\w|/tmp/pytest|/private/var/|\.pyenv)")
-    offenders = [f"{p.relative_to(REPO)}:{n}" for p in markdown_files()
-                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-                 if machine.search(line)]
+    offenders = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in markdown_files()
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if machine.search(line)
+    ]
     assert offenders == []
 
 
@@ -546,8 +589,13 @@ def test_the_job_environment_is_documented_in_the_custom_guide(tp, tmp_path: Pat
     lab = tmp_path / "lab"
     assert tp("init", lab).code == 0
     assert tp("new", "e", "--method", "custom/custom", cwd=lab).code == 0
-    request = RunRequest(experiment="e", run_id="20250101-120000-abc123", profile="local",
-                         image="python:3.12", observability_url="https://example.org")
+    request = RunRequest(
+        experiment="e",
+        run_id="20250101-120000-abc123",
+        profile="local",
+        image="python:3.12",
+        observability_url="https://example.org",
+    )
     spec = resolve(load_lab(lab), "e", request, commit="0" * 40, dirty=False)
     names = set(job_env(spec, {}, ingest_endpoint="http://ingest")) | set(SECRET_KEYS)
     assert {"TUNEPLANE_OUT_DIR", "TUNEPLANE_JOB_ENDPOINT", "TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"} <= names
@@ -560,8 +608,10 @@ def test_the_job_environment_is_documented_in_the_custom_guide(tp, tmp_path: Pat
 # Where rule ids appear: the rule is this positional argument of these calls (or `rule=`).
 RULE_ARG = {"Problem": 3, "problem": 1, "Refusal": 1, "_warn": 3, "_fail": 1, "parse_model": 2}
 RULE_LIKE = re.compile(r"^[a-z]+(-[a-z0-9]+)+$|^entrypoint$|^binary$|^encoding$|^unreadable$")
-RULE_PREFIX = re.compile(r"[\"'](?P<id>(?:lint|run|lock|config|plugin|plugins|experiment|lab|runtime|"
-                         r"starforge|yaml|json)-[a-z0-9-]+)[\"']")
+RULE_PREFIX = re.compile(
+    r"[\"'](?P<id>(?:lint|run|lock|config|plugin|plugins|experiment|lab|runtime|"
+    r"starforge|yaml|json)-[a-z0-9-]+)[\"']"
+)
 
 
 def rule_ids() -> set[str]:
@@ -582,8 +632,11 @@ def rule_ids() -> set[str]:
             name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
             args = [node.args[RULE_ARG[name]]] if name in RULE_ARG and len(node.args) > RULE_ARG[name] else []
             args += [k.value for k in node.keywords if k.arg == "rule"]
-            ids |= {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                    and RULE_LIKE.match(a.value)}
+            ids |= {
+                a.value
+                for a in args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and RULE_LIKE.match(a.value)
+            }
     return ids - set(schema_models())
 
 
@@ -606,7 +659,7 @@ def _schema_examples() -> list[tuple[str, str, str, int]]:
         fence = FENCE.match(lines[i + 1])
         if mark and fence:
             end = _closing(lines, i + 1, fence.group("fence"))
-            found.append((mark.group("name"), fence.group("info"), "\n".join(lines[i + 2:end]), i + 2))
+            found.append((mark.group("name"), fence.group("info"), "\n".join(lines[i + 2 : end]), i + 2))
     return found
 
 

@@ -60,16 +60,12 @@ def _experiment(tp, root: Path, name: str, files: dict[str, str]) -> None:
     git(root, "commit", "-q", "-m", f"experiment {name}")
 
 
-def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
-    tmp_path: Path, tp, tp_subprocess
-) -> None:
+def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(tmp_path: Path, tp, tp_subprocess) -> None:
     root = tmp_path / "lab"
     assert tp("init", root, "--name", "e2e").code == 0
     _experiment(tp, root, "logreg", {"train.py": TRAIN_PY, "train.sh": TRAIN_SH})
 
-    result = tp_subprocess(
-        "submit", "logreg", *SUBMIT, "--set", "lr=0.5", "-m", "first try", "--local", cwd=root
-    )
+    result = tp_subprocess("submit", "logreg", *SUBMIT, "--set", "lr=0.5", "-m", "first try", "--local", cwd=root)
 
     assert result.code == 0, result.output
     assert "epoch 5 loss" in result.out and "Succeeded" in result.out
@@ -84,9 +80,7 @@ def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
     assert Path(status["out_dir"], "checkpoints/step-6.json").is_file()
     run_id = status_path.stem
     request = (root / f"runs/logreg/{run_id}.yaml").read_text()
-    assert request.startswith(
-        "# yaml-language-server: $schema=../../.tuneplane/schemas/run.schema.json\n"
-    )
+    assert request.startswith("# yaml-language-server: $schema=../../.tuneplane/schemas/run.schema.json\n")
     assert "lr: 0.5" in request and "message: first try" in request
     log = git(root, "log", "--format=%s", "-3").splitlines()
     assert log[0] == f"Status of run {run_id} of logreg: Succeeded"
@@ -103,9 +97,7 @@ def test_a_local_run_ends_succeeded_with_metrics_artifacts_and_history(
     assert f"`{run_id}`" in dashboard and "✅ Succeeded" in dashboard and "| train/loss 0.0" in dashboard
 
 
-def test_a_failing_trainer_ends_failed_with_its_exit_code_and_last_lines(
-    tmp_path: Path, tp, tp_subprocess
-) -> None:
+def test_a_failing_trainer_ends_failed_with_its_exit_code_and_last_lines(tmp_path: Path, tp, tp_subprocess) -> None:
     root = tmp_path / "lab"
     assert tp("init", root, "--name", "e2e").code == 0
     _experiment(tp, root, "broken", {"train.sh": FAILING_SH})

@@ -34,8 +34,24 @@ def _jobset(name: str, **labels: str) -> dict[str, Any]:
         "kind": "JobSet",
         "metadata": {"name": name, "labels": labels},
         # the smallest JobSet the CRD's schema admits: a replicated job needs its Job template
-        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {"template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36"}]}}}}}]},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [{"name": "w", "image": "busybox:1.36"}],
+                                }
+                            }
+                        }
+                    },
+                }
+            ]
+        },
         "status": {"restarts": 99},
     }
 
@@ -80,9 +96,7 @@ def test_create_conflict_and_read_back_through_typed_client(fake_kube: FakeKube,
     }
 
 
-def test_server_side_apply_creates_then_merges_and_ignores_status(
-    fake_kube: FakeKube, kube_client: Any
-) -> None:
+def test_server_side_apply_creates_then_merges_and_ignores_status(fake_kube: FakeKube, kube_client: Any) -> None:
     first = _apply_jobset(kube_client, _jobset("js", a="1"), force=True)
     assert first["status"] == {}  # status is a subresource: apply cannot set it
     assert first["metadata"]["managedFields"][0]["manager"] == "tests"
@@ -126,9 +140,7 @@ def test_merge_patch_sets_and_deletes_fields(fake_kube: FakeKube, kube_client: A
     assert stored["metadata"]["labels"] == {"keep": "x"}
     assert stored["metadata"]["annotations"] == {"note": "hi"}
     with pytest.raises(ApiException) as err:
-        custom.patch_namespaced_custom_object(
-            *JOBSET, "absent", patch, _content_type="application/merge-patch+json"
-        )
+        custom.patch_namespaced_custom_object(*JOBSET, "absent", patch, _content_type="application/merge-patch+json")
     assert err.value.status == 404
 
 
@@ -158,9 +170,7 @@ def test_delete_records_policy_and_collects_owned_objects(fake_kube: FakeKube, k
     core.create_namespaced_secret(NS, {"metadata": {"name": "free"}})
     custom = client.CustomObjectsApi(kube_client)
     custom.delete_namespaced_custom_object(*JOBSET, "js", propagation_policy="Foreground")
-    assert fake_kube.deletions == [
-        {"kind": "JobSet", "namespace": NS, "name": "js", "propagationPolicy": "Foreground"}
-    ]
+    assert fake_kube.deletions == [{"kind": "JobSet", "namespace": NS, "name": "js", "propagationPolicy": "Foreground"}]
     assert fake_kube.get("Secret", NS, "owned") is None
     assert fake_kube.get("Secret", NS, "free") is not None
     with pytest.raises(ApiException) as err:
@@ -168,14 +178,10 @@ def test_delete_records_policy_and_collects_owned_objects(fake_kube: FakeKube, k
     assert err.value.status == 404
 
 
-def test_lingering_foreground_delete_keeps_object_until_finished(
-    fake_kube: FakeKube, kube_client: Any
-) -> None:
+def test_lingering_foreground_delete_keeps_object_until_finished(fake_kube: FakeKube, kube_client: Any) -> None:
     fake_kube.linger_deletes = True
     _apply_jobset(kube_client, _jobset("js"))
-    client.CustomObjectsApi(kube_client).delete_namespaced_custom_object(
-        *JOBSET, "js", propagation_policy="Foreground"
-    )
+    client.CustomObjectsApi(kube_client).delete_namespaced_custom_object(*JOBSET, "js", propagation_policy="Foreground")
     lingering = fake_kube.get("JobSet", NS, "js")
     assert lingering is not None and lingering["metadata"]["deletionTimestamp"]
     fake_kube.finish_deletion("JobSet", NS, "js")
@@ -202,9 +208,7 @@ def test_pod_log_tail_and_container_rules(fake_kube: FakeKube, kube_client: Any)
 
 def test_follow_streams_appended_lines_until_the_pod_ends(fake_kube: FakeKube, kube_client: Any) -> None:
     fake_kube.add_pod(NS, "p", {}, log_text="first\n")
-    response = client.CoreV1Api(kube_client).read_namespaced_pod_log(
-        "p", NS, follow=True, _preload_content=False
-    )
+    response = client.CoreV1Api(kube_client).read_namespaced_pod_log("p", NS, follow=True, _preload_content=False)
     chunks = response.stream(1024)
     assert next(chunks) == b"first\n"
     fake_kube.append_log(NS, "p", "second\n")
@@ -213,9 +217,7 @@ def test_follow_streams_appended_lines_until_the_pod_ends(fake_kube: FakeKube, k
     assert list(chunks) == []
 
 
-def test_faults_fire_the_given_number_of_times_on_matching_paths(
-    fake_kube: FakeKube, kube_client: Any
-) -> None:
+def test_faults_fire_the_given_number_of_times_on_matching_paths(fake_kube: FakeKube, kube_client: Any) -> None:
     core = client.CoreV1Api(kube_client)
     server_error = fake_kube.inject(500, r"/secrets$", times=2)
     other_path = fake_kube.inject(503, r"/configmaps")
@@ -249,9 +251,7 @@ def test_latency_past_the_client_timeout_times_out(fake_kube: FakeKube, kube_cli
     assert core.list_namespaced_pod(NS, _request_timeout=5).items == []
 
 
-def test_dropped_connection_reaches_the_client_as_a_protocol_error(
-    fake_kube: FakeKube, kube_client: Any
-) -> None:
+def test_dropped_connection_reaches_the_client_as_a_protocol_error(fake_kube: FakeKube, kube_client: Any) -> None:
     fake_kube.inject("drop", r"/pods$")
     core = client.CoreV1Api(kube_client)
     with pytest.raises(urllib3.exceptions.ProtocolError):
@@ -288,9 +288,7 @@ def test_workload_hook_owns_it_by_the_job_uid(fake_kube: FakeKube, kube_client: 
 
 def test_stop_unblocks_an_open_follow_stream(kube_client: Any, fake_kube: FakeKube) -> None:
     fake_kube.add_pod(NS, "p", {}, log_text="x\n")
-    response = client.CoreV1Api(kube_client).read_namespaced_pod_log(
-        "p", NS, follow=True, _preload_content=False
-    )
+    response = client.CoreV1Api(kube_client).read_namespaced_pod_log("p", NS, follow=True, _preload_content=False)
     assert _drain_after_stop(fake_kube, response) == b"x\n"
 
 
@@ -307,8 +305,12 @@ def _drain_after_stop(server: FakeKube, response: Any) -> bytes:
 # ---------------------------------------------------------------- API machinery a real server has
 def _job(name: str, **spec: Any) -> dict[str, Any]:
     pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "busybox:1.36"}]}}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"backoffLimit": 0, "template": pod, **spec}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": pod, **spec},
+    }
 
 
 def test_unknown_fields_follow_field_validation(fake_kube: FakeKube, kube_client: Any) -> None:
@@ -318,8 +320,15 @@ def test_unknown_fields_follow_field_validation(fake_kube: FakeKube, kube_client
     with pytest.raises(ApiException) as err:
         jobs.create_namespaced_custom_object("batch", "v1", NS, "jobs", body, field_validation="Strict")
     assert err.value.status == 400 and 'unknown field \\"spec.bogus\\"' in str(err.value.body)
-    warned = jobs.create_namespaced_custom_object("batch", "v1", NS, "jobs", body | {"metadata": {"name": "warn"}},
-                                                  field_validation="Warn", _preload_content=False)
+    warned = jobs.create_namespaced_custom_object(
+        "batch",
+        "v1",
+        NS,
+        "jobs",
+        body | {"metadata": {"name": "warn"}},
+        field_validation="Warn",
+        _preload_content=False,
+    )
     assert warned.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
     stored = fake_kube.get("Job", NS, "warn")
     assert stored is not None and "bogus" not in stored["spec"]  # pruned, as the server drops it
@@ -341,7 +350,8 @@ def test_a_jobs_pod_template_is_immutable_and_stale_updates_conflict(fake_kube: 
     changed["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:1.37"
     with pytest.raises(ApiException) as err:
         client.CustomObjectsApi(kube_client).patch_namespaced_custom_object(
-            "batch", "v1", NS, "jobs", "j", changed, _content_type=APPLY, field_manager="tests", force=True)
+            "batch", "v1", NS, "jobs", "j", changed, _content_type=APPLY, field_manager="tests", force=True
+        )
     assert err.value.status == 422 and "field is immutable" in json.loads(err.value.body)["message"]
     batch.patch_namespaced_job("j", NS, {"metadata": {"labels": {"seen": "yes"}}}, _preload_content=False)
     with pytest.raises(ApiException) as conflict:  # `created` carries the resourceVersion before the patch
@@ -353,8 +363,9 @@ def test_strategic_merge_patch_is_refused_on_custom_resources(kube_client: Any) 
     custom = client.CustomObjectsApi(kube_client)
     _apply_jobset(kube_client, _jobset("js"))
     with pytest.raises(ApiException) as err:
-        custom.patch_namespaced_custom_object(*JOBSET, "js", {"metadata": {"labels": {"a": "b"}}},
-                                              _content_type="application/strategic-merge-patch+json")
+        custom.patch_namespaced_custom_object(
+            *JOBSET, "js", {"metadata": {"labels": {"a": "b"}}}, _content_type="application/strategic-merge-patch+json"
+        )
     assert err.value.status == 415
 
 
@@ -372,12 +383,18 @@ def test_generate_name_and_pagination(fake_kube: FakeKube, kube_client: Any) -> 
 
 # ---------------------------------------------------------------- controllers
 def test_the_job_controller_runs_pods_and_applies_the_pod_failure_policy(cluster: Any, kube_client: Any) -> None:
-    rules = {"rules": [{"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In",
-                                                                "values": [78]}},
-                       {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+    rules = {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [78]}},
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
     batch = client.BatchV1Api(kube_client)
-    batch.create_namespaced_job(NS, _job("j", completionMode="Indexed", completions=2, parallelism=2,
-                                         podFailurePolicy=rules, backoffLimit=3), _preload_content=False)
+    batch.create_namespaced_job(
+        NS,
+        _job("j", completionMode="Indexed", completions=2, parallelism=2, podFailurePolicy=rules, backoffLimit=3),
+        _preload_content=False,
+    )
     pods = cluster.pods(NS)
     labels = pods[0]["metadata"]["labels"]
     assert len(pods) == 2 and labels["batch.kubernetes.io/job-name"] == "j" and "controller-uid" in labels
@@ -433,8 +450,9 @@ def test_kueue_admits_by_quota_and_says_why_the_second_waits(cluster: Any, kube_
 
 
 def test_finished_jobs_are_deleted_after_their_ttl(cluster: Any, kube_client: Any) -> None:
-    client.BatchV1Api(kube_client).create_namespaced_job(NS, _job("j", ttlSecondsAfterFinished=300),
-                                                         _preload_content=False)
+    client.BatchV1Api(kube_client).create_namespaced_job(
+        NS, _job("j", ttlSecondsAfterFinished=300), _preload_content=False
+    )
     (pod,) = cluster.pods(NS)
     cluster.exit_pod(NS, pod["metadata"]["name"], 0)
     cluster.advance(280)  # the twin's clock: no sleeping (timestamps have whole seconds)

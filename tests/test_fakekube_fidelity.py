@@ -24,16 +24,47 @@ MERGE = "application/merge-patch+json"
 
 
 def _job(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
-                {"name": "trainer", "image": "busybox:1.36", "command": ["train"]}]}}, **spec}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "trainer", "image": "busybox:1.36", "command": ["train"]}],
+                }
+            },
+            **spec,
+        },
+    }
 
 
 def _jobset(name: str, replicas: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
-            "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {"spec": {
-                "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
-                    {"name": "w", "image": "busybox:1.36", "command": ["work"]}]}}}}}]}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {
+                            "backoffLimit": 0,
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [{"name": "w", "image": "busybox:1.36", "command": ["work"]}],
+                                }
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
 
 
 def _create_job(kube_client: Any, body: dict[str, Any]) -> None:
@@ -41,8 +72,7 @@ def _create_job(kube_client: Any, body: dict[str, Any]) -> None:
 
 
 def _patch_job(kube_client: Any, name: str, patch: dict[str, Any]) -> None:
-    client.BatchV1Api(kube_client).patch_namespaced_job(name, NS, patch, _content_type=MERGE,
-                                                        _preload_content=False)
+    client.BatchV1Api(kube_client).patch_namespaced_job(name, NS, patch, _content_type=MERGE, _preload_content=False)
 
 
 # ── deletion ───────────────────────────────────────────────────────────────────────────────────
@@ -57,8 +87,9 @@ def test_deleting_a_batch_v1_job_without_a_policy_orphans_its_pods(cluster: Clus
 
 def test_an_explicit_background_deletion_collects_the_pods(cluster: Cluster, kube_client: Any) -> None:
     _create_job(kube_client, _job("j"))
-    client.BatchV1Api(kube_client).delete_namespaced_job("j", NS, propagation_policy="Background",
-                                                         _preload_content=False)
+    client.BatchV1Api(kube_client).delete_namespaced_job(
+        "j", NS, propagation_policy="Background", _preload_content=False
+    )
     assert cluster.pods(NS) == []
 
 
@@ -66,8 +97,9 @@ def test_finalizers_hold_a_deleted_object_until_they_are_removed(cluster: Cluste
     body = _job("j")
     body["metadata"]["finalizers"] = ["example.com/keep"]
     _create_job(kube_client, body)
-    client.BatchV1Api(kube_client).delete_namespaced_job("j", NS, propagation_policy="Background",
-                                                         _preload_content=False)
+    client.BatchV1Api(kube_client).delete_namespaced_job(
+        "j", NS, propagation_policy="Background", _preload_content=False
+    )
     held = cluster.kube.get("Job", NS, "j")
     assert held is not None and held["metadata"].get("deletionTimestamp")
     _patch_job(kube_client, "j", {"metadata": {"finalizers": None}})
@@ -77,8 +109,11 @@ def test_finalizers_hold_a_deleted_object_until_they_are_removed(cluster: Cluste
 # ── immutability as upstream's validation has it ───────────────────────────────────────────────
 def test_a_suspended_jobs_template_takes_scheduling_directives_only(cluster: Cluster, kube_client: Any) -> None:
     _create_job(kube_client, _job("j", suspend=True))
-    _patch_job(kube_client, "j", {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a"}},
-                                                        "metadata": {"labels": {"kueue": "x"}}}}})
+    _patch_job(
+        kube_client,
+        "j",
+        {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a"}}, "metadata": {"labels": {"kueue": "x"}}}}},
+    )
     changed = copy.deepcopy(cluster.kube.get("Job", NS, "j")["spec"]["template"])  # type: ignore[index]
     changed["spec"]["containers"][0]["command"] = ["other"]
     with pytest.raises(ApiException) as refused:
@@ -87,20 +122,19 @@ def test_a_suspended_jobs_template_takes_scheduling_directives_only(cluster: Clu
 
 
 def test_a_suspended_jobsets_replicated_jobs_take_scheduling_directives_only(
-        cluster: Cluster, kube_client: Any) -> None:
+    cluster: Cluster, kube_client: Any
+) -> None:
     custom = client.CustomObjectsApi(kube_client)
     body = _jobset("js")
     body["spec"]["suspend"] = True
     custom.create_namespaced_custom_object(*JOBSET, body)
     patched = copy.deepcopy(body["spec"]["replicatedJobs"])
     patched[0]["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "a"}
-    custom.patch_namespaced_custom_object(*JOBSET, "js", {"spec": {"replicatedJobs": patched}},
-                                          _content_type=MERGE)
+    custom.patch_namespaced_custom_object(*JOBSET, "js", {"spec": {"replicatedJobs": patched}}, _content_type=MERGE)
     more = copy.deepcopy(patched)
     more[0]["replicas"] = 2
     with pytest.raises(ApiException) as refused:
-        custom.patch_namespaced_custom_object(*JOBSET, "js", {"spec": {"replicatedJobs": more}},
-                                              _content_type=MERGE)
+        custom.patch_namespaced_custom_object(*JOBSET, "js", {"spec": {"replicatedJobs": more}}, _content_type=MERGE)
     assert refused.value.status == 422
 
 
@@ -123,14 +157,16 @@ def test_active_deadline_seconds_fails_the_job_with_deadline_exceeded(cluster: C
     cluster.advance(290)
     assert cluster.kube.get("Job", NS, "j")["status"].get("conditions") in (None, [])  # type: ignore[index]
     cluster.advance(20)
-    failed = [c for c in cluster.kube.get("Job", NS, "j")["status"]["conditions"]  # type: ignore[index]
-              if c["type"] == "Failed"]
+    failed = [
+        c
+        for c in cluster.kube.get("Job", NS, "j")["status"]["conditions"]  # type: ignore[index]
+        if c["type"] == "Failed"
+    ]
     assert failed and failed[0]["reason"] == "DeadlineExceeded" and cluster.pods(NS) == []
 
 
 # ── scheduling ─────────────────────────────────────────────────────────────────────────────────
-def test_pods_wait_for_a_node_that_fits_and_a_higher_priority_pod_preempts(
-        cluster: Cluster, kube_client: Any) -> None:
+def test_pods_wait_for_a_node_that_fits_and_a_higher_priority_pod_preempts(cluster: Cluster, kube_client: Any) -> None:
     cluster.add_node("n1", gpu=8)
     big = _job("low")
     big["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
@@ -148,8 +184,9 @@ def test_pods_wait_for_a_node_that_fits_and_a_higher_priority_pod_preempts(
     assert target["reason"] == "PreemptionByScheduler"
     (high,) = cluster.pods(NS, {"batch.kubernetes.io/job-name": "high"})
     assert high["spec"].get("nodeName") == "n1"
-    replacement = [p for p in cluster.pods(NS, {"batch.kubernetes.io/job-name": "low"})
-                   if p["status"]["phase"] == "Pending"]
+    replacement = [
+        p for p in cluster.pods(NS, {"batch.kubernetes.io/job-name": "low"}) if p["status"]["phase"] == "Pending"
+    ]
     assert replacement and replacement[0]["status"]["conditions"][-1]["reason"] == "Unschedulable"
     assert "Insufficient nvidia.com/gpu" in replacement[0]["status"]["conditions"][-1]["message"]
 
@@ -166,12 +203,14 @@ def test_kueue_preempts_a_lower_priority_workload_and_readmits_it_later(cluster:
         _create_job(kube_client, body)
     low = cluster.kube.get("Job", NS, "low")
     assert low["spec"]["suspend"] is True  # type: ignore[index]
-    workload = next(w for w in cluster.kube.list("Workload", NS)
-                    if w["metadata"]["ownerReferences"][0]["name"] == "low")
+    workload = next(
+        w for w in cluster.kube.list("Workload", NS) if w["metadata"]["ownerReferences"][0]["name"] == "low"
+    )
     conds = {c["type"]: c for c in workload["status"]["conditions"]}
     assert conds["Evicted"]["status"] == "True" and conds["Evicted"]["reason"] == "Preempted"
     assert workload["status"]["schedulingStats"]["evictions"] == [
-        {"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 1}]
+        {"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 1}
+    ]
     cluster.finish(NS, {"batch.kubernetes.io/job-name": "high"})
     workload = cluster.kube.get("Workload", NS, workload["metadata"]["name"])
     conds = {c["type"]: c for c in workload["status"]["conditions"]}  # type: ignore[index]
@@ -180,7 +219,8 @@ def test_kueue_preempts_a_lower_priority_workload_and_readmits_it_later(cluster:
 
 
 def test_workloads_are_served_at_v1beta2_and_v1beta1_with_the_crds_deprecation(
-        cluster: Cluster, kube_client: Any) -> None:
+    cluster: Cluster, kube_client: Any
+) -> None:
     custom = client.CustomObjectsApi(kube_client)
     cluster.add_queue(NS, "lq", "cq", cpu="4")
     body = _job("j")
@@ -200,12 +240,24 @@ def test_workloads_are_served_at_v1beta2_and_v1beta1_with_the_crds_deprecation(
 # ── KubeRay ────────────────────────────────────────────────────────────────────────────────────
 def _rayjob(name: str, backoff: int | None = None) -> dict[str, Any]:
     pod = {"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.40.0"}]}}
-    spec: dict[str, Any] = {"entrypoint": "python main.py", "shutdownAfterJobFinishes": True,
-                            "ttlSecondsAfterFinished": 60,
-                            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": pod},
-                                               "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 1,
-                                                                     "maxReplicas": 1, "rayStartParams": {},
-                                                                     "template": pod}]}}
+    spec: dict[str, Any] = {
+        "entrypoint": "python main.py",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": 60,
+        "rayClusterSpec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": pod},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "w",
+                    "replicas": 1,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "rayStartParams": {},
+                    "template": pod,
+                }
+            ],
+        },
+    }
     if backoff is not None:
         spec["submitterConfig"] = {"backoffLimit": backoff}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name}, "spec": spec}
@@ -226,9 +278,11 @@ def test_kuberay_takes_the_drivers_end_from_ray_not_from_the_submitter(cluster: 
 
 
 def test_kuberay_retries_the_submitter_and_fails_only_past_its_backoff_limit(
-        cluster: Cluster, kube_client: Any) -> None:
-    client.CustomObjectsApi(kube_client).create_namespaced_custom_object("ray.io", "v1", NS, "rayjobs",
-                                                                        _rayjob("rj", backoff=1))
+    cluster: Cluster, kube_client: Any
+) -> None:
+    client.CustomObjectsApi(kube_client).create_namespaced_custom_object(
+        "ray.io", "v1", NS, "rayjobs", _rayjob("rj", backoff=1)
+    )
     for _ in range(2):
         (live,) = [p for p in _submitters(cluster, "rj") if p["status"]["phase"] == "Running"]
         assert cluster.kube.get("RayJob", NS, "rj")["status"]["jobDeploymentStatus"] == "Running"  # type: ignore[index]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-PROBES = '''
+PROBES = """
 from fakekube import FakeKube
 from helpers_shared import require_shared
 
@@ -31,7 +31,7 @@ def test_the_fixture(shared_dir):
 
 def test_the_helper():
     assert require_shared("fixtures", "starforge-lab").is_dir()
-'''
+"""
 
 
 def _clone_without_shared(tmp_path: Path) -> Path:
@@ -52,9 +52,23 @@ def _session(clone: Path, ci: str | None) -> tuple[int, str]:
     if ci is not None:
         env["CI"] = ci
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-rsfE",
-         "tests/test_probes.py"],
-        cwd=clone, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rsfE",
+            "tests/test_probes.py",
+        ],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return done.returncode, done.stdout + done.stderr
 

@@ -36,14 +36,23 @@ SECRET = b"s" * 32
 
 @pytest.fixture()
 def receiver(tmp_path: Path):
-    server = IngestServer(tmp_path / "ingest.sqlite", SECRET, limits=Limits(max_body=64 * 1024,
-                                                                             max_decoded=256 * 1024)).start()
+    server = IngestServer(
+        tmp_path / "ingest.sqlite", SECRET, limits=Limits(max_body=64 * 1024, max_decoded=256 * 1024)
+    ).start()
     yield server
     server.stop()
 
 
-def request(url: str, method: str, path: str, body: Any = None, *, token: str | None = None,
-            headers: dict[str, str] | None = None, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
+def request(
+    url: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+) -> tuple[int, dict[str, Any]]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
@@ -58,8 +67,11 @@ def request(url: str, method: str, path: str, body: Any = None, *, token: str | 
 
 
 def metrics_body(run_id: str, points: list[tuple[str, int, float]], **extra: Any) -> dict[str, Any]:
-    return {"run_id": run_id, "points": [{"key": k, "step": s, "value": v, "ts": "2025-01-01T00:00:00+00:00"}
-                                         for k, s, v in points], **extra}
+    return {
+        "run_id": run_id,
+        "points": [{"key": k, "step": s, "value": v, "ts": "2025-01-01T00:00:00+00:00"} for k, s, v in points],
+        **extra,
+    }
 
 
 # ── tokens ────────────────────────────────────────────────────────────────────────────────────
@@ -92,12 +104,17 @@ def test_upstream_metrics_hparams_lifecycle_are_stored(receiver: IngestServer) -
     body = metrics_body("r1", [("loss", 1, 2.0), ("loss", 2, 1.0)])
     status, body = request(receiver.url, "POST", "/metrics", body, token=token)
     assert (status, body["stored"]) == (200, 2)
-    status, _ = request(receiver.url, "POST", "/api/ingest/hparams",
-                        {"run_id": "r1", "params": {"lr": 0.001, "model.name": "gpt"}},
-                        headers={"x-tuneplane-token": token})  # header name is case-insensitive
+    status, _ = request(
+        receiver.url,
+        "POST",
+        "/api/ingest/hparams",
+        {"run_id": "r1", "params": {"lr": 0.001, "model.name": "gpt"}},
+        headers={"x-tuneplane-token": token},
+    )  # header name is case-insensitive
     assert status == 200
-    status, _ = request(receiver.url, "POST", "/lifecycle", {"run_id": "r1", "event": "running", "ts": "t"},
-                        token=token)
+    status, _ = request(
+        receiver.url, "POST", "/lifecycle", {"run_id": "r1", "event": "running", "ts": "t"}, token=token
+    )
     assert status == 200
     db = receiver.store.path
     assert summary(db, "r1") == {"loss": {"last": 1.0, "min": 1.0, "max": 2.0, "count": 2, "last_step": 2}}
@@ -132,8 +149,13 @@ def test_gzip_and_batch_id_make_a_retry_a_no_op(receiver: IngestServer) -> None:
 
 def test_ranked_points_are_kept_apart(receiver: IngestServer) -> None:
     token = mint_token(SECRET, "r1")
-    body = {"run_id": "r1", "points": [{"key": "loss", "step": 1, "value": 1.0, "ts": "t", "rank": 0},
-                                       {"key": "loss", "step": 1, "value": 2.0, "ts": "t", "rank": 3}]}
+    body = {
+        "run_id": "r1",
+        "points": [
+            {"key": "loss", "step": 1, "value": 1.0, "ts": "t", "rank": 0},
+            {"key": "loss", "step": 1, "value": 2.0, "ts": "t", "rank": 3},
+        ],
+    }
     assert request(receiver.url, "POST", "/metrics", body, token=token)[0] == 200
     assert set(summary(receiver.store.path, "r1")) == {"loss@rank0", "loss@rank3"}
 
@@ -153,13 +175,23 @@ def test_malformed_bodies_get_clear_4xx(receiver: IngestServer) -> None:
     assert request(url, "POST", "/metrics", raw=b"{not json", token=token)[0] == 400
     not_object = request(url, "POST", "/metrics", raw=b"[1]", token=token)
     assert not_object[1]["error"] == "body must be a JSON object"
-    code, body = request(url, "POST", "/metrics", {"run_id": "r1", "points": [
-        {"key": "ok", "step": 1, "value": 1.0, "ts": "t"},
-        {"key": "", "step": 1, "value": 1.0},
-        {"key": "x", "step": "one", "value": 1.0},
-        {"key": "x", "step": 1, "value": "NaN"},
-        {"key": "x", "step": True, "value": 1.0},
-        {"key": "x", "step": 1, "value": False}]}, token=token)
+    code, body = request(
+        url,
+        "POST",
+        "/metrics",
+        {
+            "run_id": "r1",
+            "points": [
+                {"key": "ok", "step": 1, "value": 1.0, "ts": "t"},
+                {"key": "", "step": 1, "value": 1.0},
+                {"key": "x", "step": "one", "value": 1.0},
+                {"key": "x", "step": 1, "value": "NaN"},
+                {"key": "x", "step": True, "value": 1.0},
+                {"key": "x", "step": 1, "value": False},
+            ],
+        },
+        token=token,
+    )
     assert code == 422 and body["problem_count"] == 5
     assert any("points[2].step" in p for p in body["problems"])
     assert summary(receiver.store.path, "r1") == {}  # all or nothing
@@ -173,18 +205,23 @@ def test_malformed_bodies_get_clear_4xx(receiver: IngestServer) -> None:
 
 
 def test_non_finite_points_are_left_out_said_in_each_answer_and_once_on_stderr(
-        receiver: IngestServer, capsys: pytest.CaptureFixture[str]) -> None:
+    receiver: IngestServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     """fp16 overflow: the loss goes NaN for a few steps. Every finite point is stored, each answer
     counts what it left out, the operator reads one line per run, and no NULL or stand-in is stored."""
     token = mint_token(SECRET, "r1")
     for step in range(1, 6):
-        raw = (f'{{"run_id": "r1", "points": [{{"key": "loss", "step": {step}, "value": NaN}}, '
-               f'{{"key": "lr", "step": {step}, "value": 0.1}}, {{"key": "loss", "step": {step + 100}, '
-               f'"value": null}}]}}').encode()
+        raw = (
+            f'{{"run_id": "r1", "points": [{{"key": "loss", "step": {step}, "value": NaN}}, '
+            f'{{"key": "lr", "step": {step}, "value": 0.1}}, {{"key": "loss", "step": {step + 100}, '
+            f'"value": null}}]}}'
+        ).encode()
         code, body = request(receiver.url, "POST", "/metrics", raw=raw, token=token)
         assert code == 200 and (body["stored"], body["dropped"]) == (1, 2), body
-        assert body["dropped_points"] == [f"points[0] 'loss' step {step}: NaN",
-                                          f"points[2] 'loss' step {step + 100}: null"]
+        assert body["dropped_points"] == [
+            f"points[0] 'loss' step {step}: NaN",
+            f"points[2] 'loss' step {step + 100}: null",
+        ]
     lines = [line for line in capsys.readouterr().err.splitlines() if "not stored" in line]
     assert len(lines) == 1 and "'r1'" in lines[0] and "points[0] 'loss' step 1: NaN" in lines[0], lines
     assert summary(receiver.store.path, "r1") == {"lr": summary(receiver.store.path, "r1")["lr"]}
@@ -195,7 +232,8 @@ def test_non_finite_points_are_left_out_said_in_each_answer_and_once_on_stderr(
 
 
 def test_past_its_bound_the_stderr_notice_says_it_goes_quiet(
-        receiver: IngestServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    receiver: IngestServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The runs named on stderr are bounded; the bound is said once, so later silence is not read as
     "no more drops", and each answer still counts its own."""
     import tuneplane.ingest.server as server
@@ -217,8 +255,7 @@ def test_oversized_bodies_and_gzip_bombs_are_refused(receiver: IngestServer) -> 
     assert code == 413 and "limit" in body["error"]
     bomb = gzip.compress(b" " * (10 * 1024 * 1024))  # ~10 KiB on the wire, 10 MiB inflated
     assert len(bomb) < 64 * 1024
-    code, body = request(receiver.url, "POST", "/metrics", raw=bomb, token=token,
-                         headers={"Content-Encoding": "gzip"})
+    code, body = request(receiver.url, "POST", "/metrics", raw=bomb, token=token, headers={"Content-Encoding": "gzip"})
     assert code == 413 and "decompressed" in body["error"]
 
 
@@ -238,8 +275,13 @@ def test_upstream_side_channels_are_accepted(receiver: IngestServer) -> None:
 
 def test_read_endpoints(receiver: IngestServer) -> None:
     token = mint_token(SECRET, "run/with space")
-    request(receiver.url, "POST", "/metrics", metrics_body("run/with space", [("a", 1, 1.0), ("a", 2, 3.0),
-                                                                                ("b", 1, 5.0)]), token=token)
+    request(
+        receiver.url,
+        "POST",
+        "/metrics",
+        metrics_body("run/with space", [("a", 1, 1.0), ("a", 2, 3.0), ("b", 1, 5.0)]),
+        token=token,
+    )
     run = "run%2Fwith%20space"
     code, body = request(receiver.url, "GET", f"/api/runs/{run}/summary", token=token)
     assert code == 200
@@ -254,16 +296,23 @@ def test_read_endpoints(receiver: IngestServer) -> None:
 
 def test_the_read_path_returns_each_points_time(receiver: IngestServer) -> None:
     token = mint_token(SECRET, "r-timed")
-    body = {"run_id": "r-timed", "points": [
-        {"key": "hw/cpu", "step": 0, "value": 1.0, "ts": "2025-01-01T00:00:00+00:00"},
-        {"key": "hw/cpu", "step": 1, "value": 2.0, "ts": "2025-01-01T00:00:30.250+00:00"},
-        {"key": "hw/cpu", "step": 2, "value": 3.0, "ts": "2025-01-01T01:00:00+00:00"},
-        {"key": "loss", "step": 5, "value": 0.5}]}  # no ts: the time the receiver got it
+    body = {
+        "run_id": "r-timed",
+        "points": [
+            {"key": "hw/cpu", "step": 0, "value": 1.0, "ts": "2025-01-01T00:00:00+00:00"},
+            {"key": "hw/cpu", "step": 1, "value": 2.0, "ts": "2025-01-01T00:00:30.250+00:00"},
+            {"key": "hw/cpu", "step": 2, "value": 3.0, "ts": "2025-01-01T01:00:00+00:00"},
+            {"key": "loss", "step": 5, "value": 0.5},
+        ],
+    }  # no ts: the time the receiver got it
     before = time.time()
     assert request(receiver.url, "POST", "/metrics", body, token=token)[0] == 200
     t0 = 1735689600.0  # 2025-01-01T00:00:00Z
     assert timed_series(receiver.store.path, "r-timed", "hw/cpu") == [
-        (0, 1.0, t0), (1, 2.0, t0 + 30.25), (2, 3.0, t0 + 3600)]
+        (0, 1.0, t0),
+        (1, 2.0, t0 + 30.25),
+        (2, 3.0, t0 + 3600),
+    ]
     [(step, value, got)] = timed_series(receiver.store.path, "r-timed", "loss")
     assert (step, value) == (5, 0.5) and got is not None and before - 1 <= got <= time.time() + 1
     code, answer = request(receiver.url, "GET", "/api/runs/r-timed/metrics?key=hw/cpu&times=1", token=token)
@@ -276,13 +325,19 @@ def test_the_read_path_returns_each_points_time(receiver: IngestServer) -> None:
     assert fetch_timed_series(receiver.url, "r-timed", "hw/cpu", token)[1] == (1, 2.0, t0 + 30.25)
 
 
-def test_tp_job_metrics_plots_hardware_against_wall_time(receiver: IngestServer, tmp_path: Path,
-                                                           cli: Any) -> None:
+def test_tp_job_metrics_plots_hardware_against_wall_time(receiver: IngestServer, tmp_path: Path, cli: Any) -> None:
     token = mint_token(SECRET, "r-hw")
     points = [{"key": "train/loss", "step": s, "value": 1.0 / (s + 1)} for s in range(10)]
     # samples numbered 0..9, 45 s apart, starting two minutes into the hour
-    points += [{"key": "hw/gpu_util", "step": s, "value": float(s % 3),
-                "ts": f"2025-01-01T00:{2 + (45 * s) // 60:02d}:{(45 * s) % 60:02d}+00:00"} for s in range(10)]
+    points += [
+        {
+            "key": "hw/gpu_util",
+            "step": s,
+            "value": float(s % 3),
+            "ts": f"2025-01-01T00:{2 + (45 * s) // 60:02d}:{(45 * s) % 60:02d}+00:00",
+        }
+        for s in range(10)
+    ]
     assert request(receiver.url, "POST", "/metrics", {"run_id": "r-hw", "points": points}, token=token)[0] == 200
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(SECRET)
@@ -343,8 +398,7 @@ def test_tp_job_metrics_table_and_svg(receiver: IngestServer, tmp_path: Path, cl
     # Remote read, token minted from the secret file.
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(SECRET)
-    remote = cli("job", "metrics", "r1", "--endpoint", receiver.url, "--secret-file", str(secret_file),
-                 "--key", "acc")
+    remote = cli("job", "metrics", "r1", "--endpoint", receiver.url, "--secret-file", str(secret_file), "--key", "acc")
     assert remote.exit_code == 0, remote.output
     assert [line.split()[0] for line in remote.stdout.splitlines()] == ["key", "acc"]
 
@@ -361,8 +415,9 @@ def test_tp_job_metrics_errors(receiver: IngestServer, cli: Any) -> None:
 
 
 @pytest.mark.parametrize("verb", ["metrics", "compare"])
-def test_tp_job_metrics_outside_a_lab_says_so(tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch,
-                                              verb: str) -> None:
+def test_tp_job_metrics_outside_a_lab_says_so(
+    tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TUNEPLANE_INGEST_DB", raising=False)
     result = cli("job", verb, "r1", *(["r2"] if verb == "compare" else []))
@@ -372,15 +427,17 @@ def test_tp_job_metrics_outside_a_lab_says_so(tmp_path: Path, cli: Any, monkeypa
 
 
 def test_tp_job_metrics_reads_the_labs_store_from_any_folder_of_the_lab(
-        tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The lab's receiver keeps `.tuneplane/ingest.sqlite` at the lab's root, not in the folder tp runs in."""
     lab = tmp_path / "lab"
     (lab / "experiments" / "demo").mkdir(parents=True)
     (lab / "tuneplane.yaml").write_text("version: tuneplane/v1\nname: lab\n")
     server = IngestServer(lab / ".tuneplane" / "ingest.sqlite", SECRET).start()
     try:
-        request(server.url, "POST", "/metrics", metrics_body("r1", [("train/loss", 1, 0.5)]),
-                token=mint_token(SECRET, "r1"))
+        request(
+            server.url, "POST", "/metrics", metrics_body("r1", [("train/loss", 1, 0.5)]), token=mint_token(SECRET, "r1")
+        )
     finally:
         server.stop()
     monkeypatch.chdir(lab / "experiments" / "demo")
@@ -396,8 +453,11 @@ def test_tp_job_metrics_from_an_endpoint_that_is_not_a_receiver(cli: Any) -> Non
 
     class NotOurs(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = (b'{"summary": {"loss": {"last": 1, "min": 1, "max": 1, "count": 1, "last_step": 0}}}'
-                    if "summary" in self.path else b'{"series": {"loss": [["x", 1]]}}')
+            body = (
+                b'{"summary": {"loss": {"last": 1, "min": 1, "max": 1, "count": 1, "last_step": 0}}}'
+                if "summary" in self.path
+                else b'{"series": {"loss": [["x", 1]]}}'
+            )
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -420,8 +480,16 @@ def test_tp_job_metrics_from_an_endpoint_that_is_not_a_receiver(cli: Any) -> Non
 
 def test_tp_ingest_serve_refuses_a_busy_port(tmp_path: Path, receiver: IngestServer, cli: Any) -> None:
     port = urlsplit(receiver.url).port
-    result = cli("ingest", "serve", "--port", str(port), "--db", str(tmp_path / "x.sqlite"),
-                 "--secret-file", str(tmp_path / "secret"))
+    result = cli(
+        "ingest",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        str(tmp_path / "x.sqlite"),
+        "--secret-file",
+        str(tmp_path / "secret"),
+    )
     assert result.exit_code == 2 and "cannot listen" in result.output
 
 
@@ -435,11 +503,15 @@ def test_sparkline_shapes() -> None:
 
 
 def test_table_and_svg_escape_and_scale() -> None:
-    table = render_table({"a<b": {"last": 1.5, "min": 1.0, "max": 2.0, "count": 3, "last_step": 9}},
-                         {"a<b": [(1, 1.0), (2, 2.0), (9, 1.5)]})
+    table = render_table(
+        {"a<b": {"last": 1.5, "min": 1.0, "max": 2.0, "count": 3, "last_step": 9}},
+        {"a<b": [(1, 1.0), (2, 2.0), (9, 1.5)]},
+    )
     assert "a<b" in table and "1.5" in table
-    svg = render_svg({"a<b": [(s, float(s * s)) for s in range(5000)], "flat": [(1, 2.0)],
-                      "dot": [(3, 1.0), (3, 2.0)]}, title="x & y")
+    svg = render_svg(
+        {"a<b": [(s, float(s * s)) for s in range(5000)], "flat": [(1, 2.0)], "dot": [(3, 1.0), (3, 2.0)]},
+        title="x & y",
+    )
     root = ET.fromstring(svg)  # escaped text keeps it well-formed
     ns = "{http://www.w3.org/2000/svg}"
     line = root.find(f".//{ns}path")
@@ -460,10 +532,18 @@ def test_table_and_svg_escape_and_scale() -> None:
 def test_ingest_templates_render_to_valid_manifests() -> None:
     from tuneplane.render.templating import render
 
-    values = dict(name="tp-ingest", namespace="ml", image="registry.example/tp:0.5", port=8765, storage="5Gi",
-                  secret_name="tuneplane-ingest", secret_key="secret", cpu="250m", memory="512Mi")
-    docs = {t: yaml.safe_load(render(f"ingest/{t}.yaml.j2", **values))
-            for t in ("deployment", "service", "pvc")}
+    values = dict(
+        name="tp-ingest",
+        namespace="ml",
+        image="registry.example/tp:0.5",
+        port=8765,
+        storage="5Gi",
+        secret_name="tuneplane-ingest",
+        secret_key="secret",
+        cpu="250m",
+        memory="512Mi",
+    )
+    docs = {t: yaml.safe_load(render(f"ingest/{t}.yaml.j2", **values)) for t in ("deployment", "service", "pvc")}
     container = docs["deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][:3] == ["tp", "ingest", "serve"] and "8765" in container["args"]
     assert all(isinstance(a, str) for a in container["args"])

@@ -21,9 +21,13 @@ def refused(call: Any, *args: Any) -> Refused:
 
 
 def test_points_are_read_as_the_store_takes_them() -> None:
-    payload = {"points": [{"key": "train/loss", "step": 3, "value": 1.5, "ts": "2026-01-01T00:00:00Z"},
-                          {"key": "train/loss", "step": 4.0, "value": 2},
-                          {"key": "hw/gpu", "step": 4, "value": 0.5, "rank": 3}]}
+    payload = {
+        "points": [
+            {"key": "train/loss", "step": 3, "value": 1.5, "ts": "2026-01-01T00:00:00Z"},
+            {"key": "train/loss", "step": 4.0, "value": 2},
+            {"key": "hw/gpu", "step": 4, "value": 0.5, "rank": 3},
+        ]
+    }
     assert bodies.points(payload, LIMITS) == [
         ("train/loss", 3, 1.5, "2026-01-01T00:00:00Z"),
         ("train/loss", 4, 2.0, ""),  # a whole float step is a step; an int value a float
@@ -32,41 +36,62 @@ def test_points_are_read_as_the_store_takes_them() -> None:
 
 
 def test_every_bad_point_is_named_and_none_is_kept() -> None:
-    payload = {"points": [{"key": "ok", "step": 1, "value": 1.0},
-                          "text",
-                          {"key": "", "step": 1, "value": 1.0},
-                          {"key": "a", "step": True, "value": 1.0},
-                          {"key": "a", "step": 1.5, "value": 1.0},
-                          {"key": "a", "step": 2**63, "value": 1.0},
-                          {"key": "a", "step": 1, "value": "NaN"},
-                          {"key": "a", "step": 1},
-                          {"key": "a", "step": 1, "value": False},
-                          {"key": "a", "step": 1, "value": 1.0, "ts": 5},
-                          {"key": "a\udc80", "step": 1, "value": 1.0},
-                          {"key": "a", "step": 1, "value": float("nan")}]}  # not a problem: left out
+    payload = {
+        "points": [
+            {"key": "ok", "step": 1, "value": 1.0},
+            "text",
+            {"key": "", "step": 1, "value": 1.0},
+            {"key": "a", "step": True, "value": 1.0},
+            {"key": "a", "step": 1.5, "value": 1.0},
+            {"key": "a", "step": 2**63, "value": 1.0},
+            {"key": "a", "step": 1, "value": "NaN"},
+            {"key": "a", "step": 1},
+            {"key": "a", "step": 1, "value": False},
+            {"key": "a", "step": 1, "value": 1.0, "ts": 5},
+            {"key": "a\udc80", "step": 1, "value": 1.0},
+            {"key": "a", "step": 1, "value": float("nan")},
+        ]
+    }  # not a problem: left out
     error = refused(bodies.points, payload, LIMITS)
     assert error.status == 422
     assert "10 invalid point(s); nothing from this request was stored" in error.message
     assert [p.split(":")[0] for p in error.problems] == [
-        "points[1]", "points[2].key", "points[3].step", "points[4].step", "points[5].step",
-        "points[6].value", "points[7].value", "points[8].value", "points[9].ts", "points[10].key"]
+        "points[1]",
+        "points[2].key",
+        "points[3].step",
+        "points[4].step",
+        "points[5].step",
+        "points[6].value",
+        "points[7].value",
+        "points[8].value",
+        "points[9].ts",
+        "points[10].key",
+    ]
 
 
 def test_a_value_that_is_not_a_finite_number_is_left_out_and_named_and_the_rest_kept() -> None:
     """What Python's json writes for a loss that overflowed (NaN, Infinity), an explicit null, and a
     number past the float range: the point is left out, named, and the other points are read."""
-    payload = {"points": [{"key": "train/loss", "step": 1, "value": 2.0},
-                          {"key": "train/loss", "step": 2, "value": float("nan")},
-                          {"key": "train/loss", "step": 3, "value": float("inf")},
-                          {"key": "grad_norm", "step": 3, "value": -float("inf"), "rank": 1},
-                          {"key": "lr", "step": 3, "value": None},
-                          {"key": "lr", "step": 4, "value": 10**400},
-                          {"key": "train/loss", "step": 4, "value": 1.5}]}
+    payload = {
+        "points": [
+            {"key": "train/loss", "step": 1, "value": 2.0},
+            {"key": "train/loss", "step": 2, "value": float("nan")},
+            {"key": "train/loss", "step": 3, "value": float("inf")},
+            {"key": "grad_norm", "step": 3, "value": -float("inf"), "rank": 1},
+            {"key": "lr", "step": 3, "value": None},
+            {"key": "lr", "step": 4, "value": 10**400},
+            {"key": "train/loss", "step": 4, "value": 1.5},
+        ]
+    }
     skipped: list[str] = []
     assert bodies.points(payload, LIMITS, skipped) == [("train/loss", 1, 2.0, ""), ("train/loss", 4, 1.5, "")]
-    assert skipped == ["points[1] 'train/loss' step 2: NaN", "points[2] 'train/loss' step 3: Infinity",
-                       "points[3] 'grad_norm@rank1' step 3: -Infinity", "points[4] 'lr' step 3: null",
-                       "points[5] 'lr' step 4: a number beyond the float range"]
+    assert skipped == [
+        "points[1] 'train/loss' step 2: NaN",
+        "points[2] 'train/loss' step 3: Infinity",
+        "points[3] 'grad_norm@rank1' step 3: -Infinity",
+        "points[4] 'lr' step 3: null",
+        "points[5] 'lr' step 4: a number beyond the float range",
+    ]
     assert bodies.points({"points": [{"key": "a", "step": 1, "value": float("nan")}]}, LIMITS) == []
 
 
@@ -89,11 +114,11 @@ def test_hyperparameters() -> None:
 
 
 def test_lifecycle_events_and_batch_ids() -> None:
-    assert bodies.lifecycle({"event": "running", "ts": "2026-01-01T00:00:00Z"}) == (
-        "running", "2026-01-01T00:00:00Z")
+    assert bodies.lifecycle({"event": "running", "ts": "2026-01-01T00:00:00Z"}) == ("running", "2026-01-01T00:00:00Z")
     assert bodies.lifecycle({"event": "failed"}) == ("failed", None)
     assert refused(bodies.lifecycle, {"event": "paused"}).message == (
-        "event must be one of failed, running, starting, succeeded, got 'paused'")
+        "event must be one of failed, running, starting, succeeded, got 'paused'"
+    )
     assert refused(bodies.lifecycle, {"event": "running", "ts": 1}).message == "ts must be an ISO-8601 string"
     assert bodies.batch_id(None) is None and bodies.batch_id("") is None
     assert bodies.batch_id("b-1") == "b-1"

@@ -21,10 +21,11 @@ LIMITS = Limits(max_body=64 * 1024, max_decoded=256 * 1024, max_points=500, max_
 BOUNDED = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 STATUSES = {400, 401, 403, 411, 413, 415, 422}
 
-json_values = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                       max_size=5),
-                           max_leaves=40)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=40,
+)
 
 
 def headers_of(pairs: list[tuple[str, str]]) -> Any:
@@ -41,10 +42,12 @@ def call(pairs: list[tuple[str, str]], body: bytes) -> None:
     assert isinstance(result.payload, dict) and isinstance(result.run_id, str)
 
 
-header_values = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255, blacklist_characters="\r\n"),
-                        max_size=80)
-header_names = st.sampled_from(["Content-Length", "Transfer-Encoding", "Content-Encoding", "X-TunePlane-Token",
-                                "X-TunePlane-Run", "X-Other"])
+header_values = st.text(
+    alphabet=st.characters(min_codepoint=32, max_codepoint=255, blacklist_characters="\r\n"), max_size=80
+)
+header_names = st.sampled_from(
+    ["Content-Length", "Transfer-Encoding", "Content-Encoding", "X-TunePlane-Token", "X-TunePlane-Run", "X-Other"]
+)
 
 
 @BOUNDED
@@ -68,7 +71,7 @@ def test_arbitrary_json_with_a_valid_frame(value: Any, run: str, zipped: bool, c
 
 
 @BOUNDED
-@given(st.integers(min_value=1, max_value=3000), st.sampled_from(["[", "{\"a\":"]))
+@given(st.integers(min_value=1, max_value=3000), st.sampled_from(["[", '{"a":']))
 def test_nesting_of_any_depth_is_refused_not_raised(depth: int, opener: str) -> None:
     closer = "]" if opener == "[" else "}"
     body = ('{"run_id": "r1", "params": ' + opener * depth + "1" + closer * depth + "}").encode()

@@ -33,13 +33,27 @@ class Serve:
         self.db = tmp / "ingest.sqlite"
         secret = tmp / "secret"
         secret.write_bytes(SECRET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tuneplane", "ingest", "serve", "--port", "0",
-                                      "--db", str(self.db), "--secret-file", str(secret)],
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tuneplane",
+                "ingest",
+                "serve",
+                "--port",
+                "0",
+                "--db",
+                str(self.db),
+                "--secret-file",
+                str(secret),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()
         assert "listening on " in line, line + self.proc.stderr.read()
-        host, port = line.split("listening on ")[1].split()[0][len("http://"):].split(":")
+        host, port = line.split("listening on ")[1].split()[0][len("http://") :].split(":")
         self.host, self.port = host, int(port)
 
     def peak(self) -> int:
@@ -65,8 +79,10 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
 
 def _flood(serve: Serve, sent: list[int]) -> None:
     """One connection: headers with a well-formed but wrong token, then 8 MiB with no run id up front."""
-    head = (f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
-            f"X-TunePlane-Token: {BAD_TOKEN}\r\nContent-Type: application/json\r\n\r\n").encode()
+    head = (
+        f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
+        f"X-TunePlane-Token: {BAD_TOKEN}\r\nContent-Type: application/json\r\n\r\n"
+    ).encode()
     chunk = b" " * (256 * 1024)
     total = 0
     try:
@@ -112,9 +128,24 @@ def test_bodies_without_a_valid_token_share_one_memory_budget(serve: Serve) -> N
 
 # ── --secret-file ─────────────────────────────────────────────────────────────────────────────
 def _serve_with_secret(tmp_path: Path, secret: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuneplane", "ingest", "serve", "--port", "0",
-                           "--db", str(tmp_path / "ingest.sqlite"), "--secret-file", str(secret)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuneplane",
+            "ingest",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(tmp_path / "ingest.sqlite"),
+            "--secret-file",
+            str(secret),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_fifo_as_the_secret_file_is_refused_without_hanging(tmp_path: Path) -> None:
@@ -155,12 +186,17 @@ def test_past_the_budget_new_bodies_get_503_and_a_job_that_names_its_run_is_serv
     SDK does) is verified before its body and never needs the budget."""
     limits = Limits(preauth_bytes=4 * 64 * 1024, body_timeout=20.0)
     with IngestServer(tmp_path / "ingest.sqlite", SECRET, limits=limits) as server:
-        host, port = server.url[len("http://"):].split(":")
+        host, port = server.url[len("http://") :].split(":")
         holders = []
         for _ in range(4):
             sock = socket.create_connection((host, int(port)), timeout=30)
-            sock.sendall((f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
-                          f"X-TunePlane-Token: {BAD_TOKEN}\r\n\r\n").encode() + b" " * 100)
+            sock.sendall(
+                (
+                    f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
+                    f"X-TunePlane-Token: {BAD_TOKEN}\r\n\r\n"
+                ).encode()
+                + b" " * 100
+            )
             holders.append(sock)
         body = json.dumps({"run_id": "run-ok", "points": [{"key": "loss", "step": 1, "value": 0.5}]})
         token = mint_token(SECRET, "run-ok", "exp")
@@ -189,18 +225,31 @@ def test_past_the_budget_new_bodies_get_503_and_a_job_that_names_its_run_is_serv
 def test_the_sdk_is_served_while_slow_clients_hold_the_whole_budget(tmp_path: Path) -> None:
     limits = Limits(preauth_bytes=2 * 64 * 1024, body_timeout=30.0)
     with IngestServer(tmp_path / "ingest.sqlite", SECRET, limits=limits) as server:
-        host, port = server.url[len("http://"):].split(":")
+        host, port = server.url[len("http://") :].split(":")
         holders = []
         for _ in range(4):  # two hold the budget; the others are refused it
             sock = socket.create_connection((host, int(port)), timeout=30)
-            sock.sendall((f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
-                          f"X-TunePlane-Token: {BAD_TOKEN}\r\n\r\n").encode() + b" " * 100)
+            sock.sendall(
+                (
+                    f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {FLOOD_BODY}\r\n"
+                    f"X-TunePlane-Token: {BAD_TOKEN}\r\n\r\n"
+                ).encode()
+                + b" " * 100
+            )
             holders.append(sock)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-        env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": "run-sdk", "TUNEPLANE_JOB_ENDPOINT":
-                    server.url, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-sdk", "exp")})
-        code = ("import json, tuneplane.report as r\nfor s in range(500):\n    r.log({'loss': 1.0 / (s + 1)}, step=s)\n"
-                "r.finish(timeout=20)\nprint(json.dumps(r.stats()))")
+        env.update(
+            {
+                "TUNEPLANE_JOB_ENABLED": "1",
+                "TUNEPLANE_JOB_RUN_ID": "run-sdk",
+                "TUNEPLANE_JOB_ENDPOINT": server.url,
+                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-sdk", "exp"),
+            }
+        )
+        code = (
+            "import json, tuneplane.report as r\nfor s in range(500):\n    r.log({'loss': 1.0 / (s + 1)}, step=s)\n"
+            "r.finish(timeout=20)\nprint(json.dumps(r.stats()))"
+        )
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
         for sock in holders:
             sock.close()

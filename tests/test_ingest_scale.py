@@ -22,8 +22,11 @@ def test_a_stored_point_costs_at_most_30_bytes(tmp_path: Path) -> None:
     store = MetricStore(db)
     keys = [f"train/metric_{i}" for i in range(10)]
     for start in range(0, 20_000, 1000):
-        points = [(key, step, step * 0.001 + i, f"2026-01-01T00:{(step // 60) % 60:02d}:{step % 60:02d}.123456+00:00")
-                  for step in range(start, start + 1000) for i, key in enumerate(keys)]
+        points = [
+            (key, step, step * 0.001 + i, f"2026-01-01T00:{(step // 60) % 60:02d}:{step % 60:02d}.123456+00:00")
+            for step in range(start, start + 1000)
+            for i, key in enumerate(keys)
+        ]
         store.add_points("run-with-a-realistic-id-20260101-abcdef", points)
     store.close()
     import sqlite3
@@ -42,8 +45,10 @@ def test_an_old_database_is_migrated(tmp_path: Path) -> None:
 
     db = tmp_path / "old.sqlite"
     con = sqlite3.connect(db)
-    con.execute("CREATE TABLE points (run_id TEXT NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL, "
-                "value REAL NOT NULL, ts TEXT, PRIMARY KEY (run_id, key, step)) WITHOUT ROWID")
+    con.execute(
+        "CREATE TABLE points (run_id TEXT NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL, "
+        "value REAL NOT NULL, ts TEXT, PRIMARY KEY (run_id, key, step)) WITHOUT ROWID"
+    )
     rows = [("r", "loss", s, 1.0 / (s + 1), "t") for s in range(5)]
     rows = [("r", "loss", s, 1.0 / (s + 1), "t") for s in range(5)]
     con.executemany("INSERT INTO points VALUES (?, ?, ?, ?, ?)", rows)
@@ -57,20 +62,36 @@ def test_sigterm_closes_cleanly_with_no_wal_left(tmp_path: Path) -> None:
     db = tmp_path / "ingest.sqlite"
     secret = tmp_path / "secret"
     secret.write_bytes(SECRET)
-    proc = subprocess.Popen([sys.executable, "-m", "tuneplane", "ingest", "serve", "--port", "0", "--db", str(db),
-                             "--secret-file", str(secret)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tuneplane",
+            "ingest",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(db),
+            "--secret-file",
+            str(secret),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     line = proc.stderr.readline()
     url = line.split("listening on ")[1].split()[0]
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     errors: list[str] = []
 
     def sender(index: int) -> None:
         run = f"run-{index}"
         conn = http.client.HTTPConnection(host, int(port), timeout=30)
         for batch in range(20):
-            body = json.dumps({"run_id": run, "points": [{"key": "loss", "step": batch * 50 + i, "value": 1.0}
-                                                        for i in range(50)]})
+            body = json.dumps(
+                {"run_id": run, "points": [{"key": "loss", "step": batch * 50 + i, "value": 1.0} for i in range(50)]}
+            )
             conn.request("POST", "/metrics", body, {"X-TunePlane-Token": mint_token(SECRET, run)})
             response = conn.getresponse()
             response.read()
@@ -98,11 +119,26 @@ def test_sigterm_in_the_middle_of_writes_keeps_every_acknowledged_point(tmp_path
     others were refused or cut (the client retries them), and no -wal or -shm file is left."""
     db = tmp_path / "ingest.sqlite"
     (tmp_path / "secret").write_bytes(SECRET)
-    proc = subprocess.Popen([sys.executable, "-m", "tuneplane", "ingest", "serve", "--port", "0", "--db", str(db),
-                             "--secret-file", str(tmp_path / "secret")], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tuneplane",
+            "ingest",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(db),
+            "--secret-file",
+            str(tmp_path / "secret"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     url = proc.stderr.readline().split("listening on ")[1].split()[0]
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     acknowledged: dict[str, set[int]] = {}
     stop, lock = threading.Event(), threading.Lock()
     sent = threading.Semaphore(0)

@@ -112,8 +112,9 @@ def test_a_run_posting_very_many_names_gets_a_bounded_summary(tmp_path: Path) ->
         token = mint_token(SECRET, "flood", "exp")
         over = 0
         for start in range(0, 60_000, 20_000):
-            status, answer = call(server, "POST", "/metrics", token,
-                                  points("flood", [f"name-{i}" for i in range(start, start + 20_000)]))
+            status, answer = call(
+                server, "POST", "/metrics", token, points("flood", [f"name-{i}" for i in range(start, start + 20_000)])
+            )
             assert status == 200
             over += answer.get("over_limit", 0)
         assert over == 10_000

@@ -53,12 +53,16 @@ def _case_timeout() -> Iterator[None]:
 class Receiver:
     def __init__(self, db: Path) -> None:
         self.db = db
-        self.proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(db), SECRET.decode(), str(MEMORY_CAP)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", RECEIVER, str(db), SECRET.decode(), str(MEMORY_CAP)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         assert line.startswith("http://"), self.proc.stderr.read() if self.proc.stderr else line
-        self.host, port = line[len("http://"):].split(":")
+        self.host, port = line[len("http://") :].split(":")
         self.port = int(port)
 
     def peak_rss(self) -> int:
@@ -123,8 +127,9 @@ def exchange(rx: Receiver, raw: bytes, source: str = "127.0.0.1") -> tuple[int, 
     return status, body
 
 
-def post(path: str, body: bytes, headers: dict[str, str] | None = None, *, token: str | None = TOKEN,
-         length: bool = True) -> bytes:
+def post(
+    path: str, body: bytes, headers: dict[str, str] | None = None, *, token: str | None = TOKEN, length: bool = True
+) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: x"]
     if token is not None:
         lines.append(f"X-TunePlane-Token: {token}")
@@ -135,8 +140,9 @@ def post(path: str, body: bytes, headers: dict[str, str] | None = None, *, token
 
 
 def metrics(points: int = 1, run: str = RUN, **extra: Any) -> bytes:
-    return json.dumps({"run_id": run, "points": [{"key": "loss", "step": i, "value": 1.0, "ts": "t"}
-                                                 for i in range(points)], **extra}).encode()
+    return json.dumps(
+        {"run_id": run, "points": [{"key": "loss", "step": i, "value": 1.0, "ts": "t"} for i in range(points)], **extra}
+    ).encode()
 
 
 def bomb(inflated: int = 64 * 1024 * 1024) -> bytes:
@@ -163,13 +169,13 @@ def test_gzip_bomb_without_a_valid_token_is_refused(rx: Receiver, token: str | N
 
 
 def test_gzip_bomb_with_a_valid_token_is_refused_by_size(rx: Receiver) -> None:
-    status, body = exchange(rx, post("/metrics", BOMB, {"Content-Encoding": "gzip",
-                                                       "X-TunePlane-Run": RUN}))
+    status, body = exchange(rx, post("/metrics", BOMB, {"Content-Encoding": "gzip", "X-TunePlane-Run": RUN}))
     assert status == 413 and "decompressed" in body["error"]
 
 
-@pytest.mark.parametrize(("token", "status"), [(None, 401), ("nothex", 403), ("\xff\xfe", 403),
-                                                (mint_token(SECRET, "other"), 403)])
+@pytest.mark.parametrize(
+    ("token", "status"), [(None, 401), ("nothex", 403), ("\xff\xfe", 403), (mint_token(SECRET, "other"), 403)]
+)
 def test_refused_before_the_body_is_sent(rx: Receiver, token: str | None, status: int) -> None:
     """The answer comes while the client still holds its 1 MB body back: nothing was read."""
     head = post("/metrics", b"", {"X-TunePlane-Run": RUN}, token=token, length=False)
@@ -204,11 +210,14 @@ def test_large_body_with_run_id_late_is_refused(rx: Receiver) -> None:
 
 
 # ── framing ───────────────────────────────────────────────────────────────────────────────────
-@pytest.mark.parametrize(("extra", "status", "words"), [
-    ("Content-Length: 5", 400, "Content-Length headers"),
-    ("Transfer-Encoding: chunked", 400, "both"),
-    ("Transfer-Encoding: identity", 400, "both"),
-])
+@pytest.mark.parametrize(
+    ("extra", "status", "words"),
+    [
+        ("Content-Length: 5", 400, "Content-Length headers"),
+        ("Transfer-Encoding: chunked", 400, "both"),
+        ("Transfer-Encoding: identity", 400, "both"),
+    ],
+)
 def test_ambiguous_framing_is_refused(rx: Receiver, extra: str, status: int, words: str) -> None:
     raw = post("/metrics", metrics()).replace(b"Host: x", f"Host: x\r\n{extra}".encode())
     code, body = exchange(rx, raw)
@@ -233,13 +242,16 @@ def test_huge_declared_length_is_refused_unread(rx: Receiver) -> None:
     assert code == 413 and "limit" in body["error"]
 
 
-@pytest.mark.parametrize(("raw", "status"), [
-    (b"GARBAGE\r\n\r\n", 400),
-    (b"POST /metrics HTTP/9.9\r\nHost: x\r\n\r\n", 505),
-    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
-    (b"POST /metrics HTTP/1.1\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", 431),
-    (b"POST /metrics HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(150)) + b"\r\n", 431),
-])
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"POST /metrics HTTP/9.9\r\nHost: x\r\n\r\n", 505),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+        (b"POST /metrics HTTP/1.1\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+        (b"POST /metrics HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(150)) + b"\r\n", 431),
+    ],
+)
 def test_broken_request_heads_get_json_answers(rx: Receiver, raw: bytes, status: int) -> None:
     assert exchange(rx, raw)[0] == status
 
@@ -251,22 +263,26 @@ def test_unsupported_method_and_path(rx: Receiver) -> None:
 
 # ── bodies ────────────────────────────────────────────────────────────────────────────────────
 def deep(levels: int, inner: str = "") -> bytes:
-    return json.dumps({"run_id": RUN, "params": {"x": "@"}}).replace(
-        '"@"', "[" * levels + inner + "]" * levels).encode()
+    return (
+        json.dumps({"run_id": RUN, "params": {"x": "@"}}).replace('"@"', "[" * levels + inner + "]" * levels).encode()
+    )
 
 
-@pytest.mark.parametrize(("body", "status"), [
-    (b'{"run_id": "run-adv", "points": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 413),
-    (deep(100_000), 413),
-    (deep(5_000), 422),
-    (deep(40), 422),
-    (b"\xff\xfe{}", 400),
-    (b'{"run_id": "run-adv", "points": [], "x": "\\ud800"}', 200),
-    (b"[1, 2]", 400),
-    (b'{"points": []}', 422),
-    (b'{"run_id": "' + b"r" * 300 + b'", "points": []}', 422),
-    (b'{"run_id": "run\\u0000adv", "points": []}', 422),
-])
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"run_id": "run-adv", "points": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 413),
+        (deep(100_000), 413),
+        (deep(5_000), 422),
+        (deep(40), 422),
+        (b"\xff\xfe{}", 400),
+        (b'{"run_id": "run-adv", "points": [], "x": "\\ud800"}', 200),
+        (b"[1, 2]", 400),
+        (b'{"points": []}', 422),
+        (b'{"run_id": "' + b"r" * 300 + b'", "points": []}', 422),
+        (b'{"run_id": "run\\u0000adv", "points": []}', 422),
+    ],
+)
 def test_hostile_json_bodies(rx: Receiver, body: bytes, status: int) -> None:
     path = "/hparams" if b'"params"' in body else "/metrics"
     code, answer = exchange(rx, post(path, body))
@@ -275,31 +291,42 @@ def test_hostile_json_bodies(rx: Receiver, body: bytes, status: int) -> None:
         assert answer["error"]
 
 
-@pytest.mark.parametrize("spelled", [b"NaN", b"Infinity", b"-Infinity", b"null", b"1e999", b"-1e999",
-                                     pytest.param(b"1" * 400, id="400-digit-integer")])
-def test_a_value_that_is_not_a_finite_number_is_left_out_and_the_batch_is_stored(rx: Receiver,
-                                                                                 spelled: bytes) -> None:
+@pytest.mark.parametrize(
+    "spelled",
+    [b"NaN", b"Infinity", b"-Infinity", b"null", b"1e999", b"-1e999", pytest.param(b"1" * 400, id="400-digit-integer")],
+)
+def test_a_value_that_is_not_a_finite_number_is_left_out_and_the_batch_is_stored(rx: Receiver, spelled: bytes) -> None:
     """Python's json writes NaN and Infinity bare; an upstream client whose batch got a 4xx resends it
     forever, so one overflowed loss would cost the run every later point. The finite points of the
     batch, before and after, are stored; the answer says what was left out and why."""
     run = f"run-nan-{spelled[:12].decode()}"
-    body = (b'{"run_id": "' + run.encode() + b'", "points": [{"key": "loss", "step": 1, "value": 2.5}, '
-            b'{"key": "loss", "step": 2, "value": ' + spelled + b'}, {"key": "loss", "step": 3, "value": 0.5}]}')
+    body = (
+        b'{"run_id": "' + run.encode() + b'", "points": [{"key": "loss", "step": 1, "value": 2.5}, '
+        b'{"key": "loss", "step": 2, "value": ' + spelled + b'}, {"key": "loss", "step": 3, "value": 0.5}]}'
+    )
     code, answer = exchange(rx, post("/metrics", body, token=mint_token(SECRET, run)))
     assert code == 200, answer
     assert (answer["stored"], answer["dropped"]) == (2, 1), answer
     assert answer["dropped_points"][0].startswith("points[1] 'loss' step 2: ") and "finite" in answer["dropped_why"]
-    assert summary(rx.db, run)["loss"] == {**summary(rx.db, run)["loss"], "count": 2, "last": 0.5, "min": 0.5,
-                                           "max": 2.5}
+    assert summary(rx.db, run)["loss"] == {
+        **summary(rx.db, run)["loss"],
+        "count": 2,
+        "last": 0.5,
+        "min": 0.5,
+        "max": 2.5,
+    }
 
 
-@pytest.mark.parametrize(("point", "field"), [
-    ({"key": "k", "step": 1, "value": "NaN"}, "value"),
-    ({"key": "k", "step": 1.5, "value": float("inf")}, "step"),
-    ({"key": "k", "step": 10**30, "value": 1.0}, "step"),
-    ({"key": "k" * 600, "step": 1, "value": 1.0}, "key"),
-    ({"key": "k", "step": 1, "value": "1.0"}, "value"),
-])
+@pytest.mark.parametrize(
+    ("point", "field"),
+    [
+        ({"key": "k", "step": 1, "value": "NaN"}, "value"),
+        ({"key": "k", "step": 1.5, "value": float("inf")}, "step"),
+        ({"key": "k", "step": 10**30, "value": 1.0}, "step"),
+        ({"key": "k" * 600, "step": 1, "value": 1.0}, "key"),
+        ({"key": "k", "step": 1, "value": "1.0"}, "value"),
+    ],
+)
 def test_bad_points_are_422_and_nothing_stored(rx: Receiver, point: dict[str, Any], field: str) -> None:
     body = json.dumps({"run_id": "run-bad", "points": [point]}).encode()
     code, answer = exchange(rx, post("/metrics", body, token=mint_token(SECRET, "run-bad")))
@@ -318,12 +345,16 @@ def test_too_many_hparams_in_one_request(rx: Receiver) -> None:
     assert code == 413 and "10000" in answer["error"]
 
 
-@pytest.mark.parametrize(("encoding", "raw", "status"), [
-    ("gzip", b"not gzip at all", 400),
-    ("gzip", gzip.compress(metrics(), mtime=0)[:-12], 400),
-    ("br", metrics(), 415),
-    ("gzip, gzip", metrics(), 415),
-], ids=["not-gzip", "truncated-gzip", "brotli", "gzip-twice"])
+@pytest.mark.parametrize(
+    ("encoding", "raw", "status"),
+    [
+        ("gzip", b"not gzip at all", 400),
+        ("gzip", gzip.compress(metrics(), mtime=0)[:-12], 400),
+        ("br", metrics(), 415),
+        ("gzip, gzip", metrics(), 415),
+    ],
+    ids=["not-gzip", "truncated-gzip", "brotli", "gzip-twice"],
+)
 def test_bad_encodings(rx: Receiver, encoding: str, raw: bytes, status: int) -> None:
     assert exchange(rx, post("/metrics", raw, {"Content-Encoding": encoding}))[0] == status
 
@@ -356,8 +387,12 @@ def test_slow_headers_get_408_within_the_deadline(rx: Receiver) -> None:
 
 def test_slow_body_gets_408(rx: Receiver) -> None:
     with connect(rx) as sock:
-        sock.sendall(post("/metrics", b"", {"X-TunePlane-Run": RUN}, length=False).replace(
-            b"\r\n\r\n", b"\r\nContent-Length: 100\r\n\r\n") + b'{"run_id"')
+        sock.sendall(
+            post("/metrics", b"", {"X-TunePlane-Run": RUN}, length=False).replace(
+                b"\r\n\r\n", b"\r\nContent-Length: 100\r\n\r\n"
+            )
+            + b'{"run_id"'
+        )
         status, body, _ = read_answer(sock)
     assert status == 408
 
@@ -397,9 +432,14 @@ def test_healthy_client_is_served_during_eight_hostile_bodies(rx: Receiver) -> N
             sock.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\n")  # and then nothing: a slow client
         hostile.append(sock)
     started = time.monotonic()
-    answers = [exchange(rx, post("/metrics", metrics(10, run="run-healthy"),
-                                 token=mint_token(SECRET, "run-healthy")), source="127.0.0.3")[0]
-               for _ in range(5)]
+    answers = [
+        exchange(
+            rx,
+            post("/metrics", metrics(10, run="run-healthy"), token=mint_token(SECRET, "run-healthy")),
+            source="127.0.0.3",
+        )[0]
+        for _ in range(5)
+    ]
     assert answers == [200] * 5 and time.monotonic() - started < 30
     for sock in hostile:
         sock.close()
@@ -431,13 +471,22 @@ print(json.dumps({"stats": report.stats(), "checks": checks}))
 
 def sdk(code: str, env_extra: dict[str, str], tmp_path: Path, run: str = "run-sdk") -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": run,
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run), "TUNEPLANE_OUT_DIR": str(tmp_path / "out"),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
-                "TUNEPLANE_REPORT_RETRY_CAP": "0.1", **env_extra})
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_RUN_ID": run,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run),
+            "TUNEPLANE_OUT_DIR": str(tmp_path / "out"),
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+            "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+            "TUNEPLANE_REPORT_RETRY_CAP": "0.1",
+            **env_extra,
+        }
+    )
     (tmp_path / "out").mkdir(exist_ok=True)
-    proc = subprocess.run([sys.executable, "-c", SDK_RUNNER, code], env=env, capture_output=True, text=True,
-                          timeout=CASE_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-c", SDK_RUNNER, code], env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["stderr"] = proc.stderr
@@ -456,8 +505,9 @@ def down_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_disk_full_mid_spill_keeps_the_ledger_and_what_was_written(tmp_path: Path, down_port: int,
-                                                                   rx: Receiver) -> None:
+def test_disk_full_mid_spill_keeps_the_ledger_and_what_was_written(
+    tmp_path: Path, down_port: int, rx: Receiver
+) -> None:
     """The receiver is away, the overflow file's disk fills at 200 KiB: what did not fit is dropped
     as 'disk full', what fit is kept for the collector, and the ledger balances at every moment."""
     code = """
@@ -466,8 +516,12 @@ for step in range(40_000):
     if step % 5000 == 0:
         checks.append(report.stats()["ledger"])
 """
-    env = {"TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{down_port}", "CASE_FSIZE": str(200 * 1024),
-           "TUNEPLANE_REPORT_BUFFER_BYTES": str(256 * 1024), "CASE_FINISH": "0.2"}
+    env = {
+        "TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{down_port}",
+        "CASE_FSIZE": str(200 * 1024),
+        "TUNEPLANE_REPORT_BUFFER_BYTES": str(256 * 1024),
+        "CASE_FINISH": "0.2",
+    }
     result = sdk(code, env, tmp_path)
     stats = result["stats"]
     assert all(c["balanced"] for c in result["checks"]) and balanced(stats)
@@ -487,11 +541,23 @@ for step in range(40_000):
     assert problems == {}
     # The collector uploads them afterwards: everything kept reaches the store.
     env_c = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env_c.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": "run-sdk",
-                  "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-sdk"), "TUNEPLANE_OUT_DIR": str(tmp_path / "out"),
-                  "TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}", "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02"})
-    proc = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once"], env=env_c,
-                          capture_output=True, text=True, timeout=CASE_TIMEOUT)
+    env_c.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_RUN_ID": "run-sdk",
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "run-sdk"),
+            "TUNEPLANE_OUT_DIR": str(tmp_path / "out"),
+            "TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}",
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuneplane.collector", "--once"],
+        env=env_c,
+        capture_output=True,
+        text=True,
+        timeout=CASE_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr
     got = summary(rx.db, "run-sdk")
     assert sum(v["count"] for v in got.values()) == kept
@@ -523,11 +589,16 @@ def test_more_than_ten_thousand_hparams_are_all_stored(tmp_path: Path, rx: Recei
     assert len(stored) == 25_000 and stored["layer24999.width"] == 24_999
 
 
-@pytest.mark.parametrize(("build", "reason"), [
-    ("bad = {}; bad['self'] = bad", "self-referencing value"),
-    ("bad = {}\nnode = bad\nfor _ in range(5000):\n    node['x'] = {}\n    node = node['x']",
-     "nested deeper than 16 levels"),
-])
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        ("bad = {}; bad['self'] = bad", "self-referencing value"),
+        (
+            "bad = {}\nnode = bad\nfor _ in range(5000):\n    node['x'] = {}\n    node = node['x']",
+            "nested deeper than 16 levels",
+        ),
+    ],
+)
 def test_a_bad_hparam_is_dropped_alone(tmp_path: Path, rx: Receiver, build: str, reason: str) -> None:
     code = build + '\nreport.init(hparams={"lr": 0.1, "model": {"bad": bad, "name": "gpt"}}, monitor_hardware=False)'
     run = f"run-hp-{abs(hash(build)) % 1000}"
@@ -539,8 +610,7 @@ def test_a_bad_hparam_is_dropped_alone(tmp_path: Path, rx: Receiver, build: str,
 def test_hparams_split_on_413_like_metrics(tmp_path: Path, rx: Receiver) -> None:
     """The receiver under test caps points at 5000; its hparams cap is 10,000: a 20,000-key request
     would be refused, so the SDK's batches of 1000 are what get through (and 413 halves them)."""
-    code = ('report.init(hparams={f"p{i}": "v" * 200 for i in range(12_000)}, monitor_hardware=False, '
-            'batch_points=100)')
+    code = 'report.init(hparams={f"p{i}": "v" * 200 for i in range(12_000)}, monitor_hardware=False, batch_points=100)'
     result = sdk(code, {"TUNEPLANE_JOB_ENDPOINT": f"http://{rx.host}:{rx.port}"}, tmp_path, run="run-hp413")
     assert result["stats"]["hparams_sent"] == 12_000
     assert len(hparams(rx.db, "run-hp413")) == 12_000
@@ -559,24 +629,30 @@ for step in range(3000):
 
 
 # ── text a column cannot hold ─────────────────────────────────────────────────────────────────
-@pytest.mark.parametrize("body", [
-    b'{"run_id": "run-adv", "points": [{"key": "loss\\ud800", "step": 1, "value": 1.0}]}',
-    b'{"run_id": "run-adv", "points": [{"key": "loss", "step": 1, "value": 1.0, "ts": "\\udfff"}]}',
-    b'{"run_id": "run-adv", "params": {"lr\\uDBFF": 1}}',
-    b'{"run_id": "run-adv", "params": {"lr": "\\ud800"}}',
-    b'{"run_id": "run-adv", "event": "running", "ts": "\\ud800"}',
-    b'{"run_id": "run-adv", "samples": [{"gpu": "\\ud800"}]}',
-    b'{"run_id": "run-adv", "blocks": [{"keys": ["k\\ud800"], "rows": ""}]}',
-    b'{"run_id": "run-adv", "batch_id": "b\\ud800", "points": [{"key": "loss", "step": 1, "value": 1.0}]}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"run_id": "run-adv", "points": [{"key": "loss\\ud800", "step": 1, "value": 1.0}]}',
+        b'{"run_id": "run-adv", "points": [{"key": "loss", "step": 1, "value": 1.0, "ts": "\\udfff"}]}',
+        b'{"run_id": "run-adv", "params": {"lr\\uDBFF": 1}}',
+        b'{"run_id": "run-adv", "params": {"lr": "\\ud800"}}',
+        b'{"run_id": "run-adv", "event": "running", "ts": "\\ud800"}',
+        b'{"run_id": "run-adv", "samples": [{"gpu": "\\ud800"}]}',
+        b'{"run_id": "run-adv", "blocks": [{"keys": ["k\\ud800"], "rows": ""}]}',
+        b'{"run_id": "run-adv", "batch_id": "b\\ud800", "points": [{"key": "loss", "step": 1, "value": 1.0}]}',
+    ],
+)
 def test_a_lone_surrogate_is_a_clear_422_not_an_internal_error(rx: Receiver, body: bytes) -> None:
     path = {b"params": "/hparams", b"event": "/lifecycle", b"samples": "/hardware"}.get(
-        next((k for k in (b"params", b"event", b"samples") if k in body), b""), "/metrics")
+        next((k for k in (b"params", b"event", b"samples") if k in body), b""), "/metrics"
+    )
     status, answer = exchange(rx, post(path, body))
     assert status == 422 and "surrogate" in json.dumps(answer), answer
     # a valid pair is one character, and fine
-    status, answer = exchange(rx, post("/metrics", b'{"run_id": "run-adv", "points": [{"key": "pair\\ud83d\\ude00",'
-                                                   b' "step": 1, "value": 2.0}]}'))
+    status, answer = exchange(
+        rx,
+        post("/metrics", b'{"run_id": "run-adv", "points": [{"key": "pair\\ud83d\\ude00", "step": 1, "value": 2.0}]}'),
+    )
     assert status == 200, answer
     assert summary(rx.db, RUN)["pair\U0001f600"]["last"] == 2.0
 

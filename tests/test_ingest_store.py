@@ -107,12 +107,13 @@ def test_close_commits_what_is_queued_and_leaves_no_wal(tmp_path: Path) -> None:
 
 
 def test_a_write_that_waits_too_long_is_answered_busy_and_its_retry_is_a_no_op(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     try:
         monkeypatch.setattr(store_mod, "WRITE_WAIT", 0.3)
         release, holder = _hold_writer(server.store)
-        host, port = server.url[len("http://"):].split(":")
+        host, port = server.url[len("http://") :].split(":")
         body = json.dumps({"run_id": "r", "batch_id": "b-1", "points": [{"key": "loss", "step": 1, "value": 0.5}]})
         headers = {"X-TunePlane-Token": mint_token(SECRET, "r")}
 

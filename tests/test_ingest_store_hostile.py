@@ -33,15 +33,18 @@ NOT_SQLITE = {
 
 
 @pytest.mark.parametrize("kind", list(NOT_SQLITE))
-def test_a_store_file_that_is_not_sqlite_is_named_and_left_alone(tmp_path: Path, kind: str,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_store_file_that_is_not_sqlite_is_named_and_left_alone(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "ingest.sqlite"
     db.write_bytes(NOT_SQLITE[kind])
     (tmp_path / "secret").write_bytes(SECRET)
     with pytest.raises(StoreUnreadable, match="is not an ingest store"):
         MetricStore(db)
-    for argv in (["ingest", "serve", "--port", "0", "--db", str(db), "--secret-file", str(tmp_path / "secret")],
-                 ["job", "metrics", "some-run", "--db", str(db)]):
+    for argv in (
+        ["ingest", "serve", "--port", "0", "--db", str(db), "--secret-file", str(tmp_path / "secret")],
+        ["job", "metrics", "some-run", "--db", str(db)],
+    ):
         code = tp(argv)
         out = capsys.readouterr()
         said = out.out + out.err
@@ -62,7 +65,7 @@ def test_a_folder_as_the_store_says_it_cannot_be_opened(tmp_path: Path, capsys: 
 
 
 def _post(url: str, run: str, key: str, steps: int) -> tuple[int, dict[str, Any], str | None]:
-    host, port = url[len("http://"):].rsplit(":", 1)
+    host, port = url[len("http://") :].rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     body = json.dumps({"run_id": run, "points": [{"key": key, "step": s, "value": s / 7} for s in range(steps)]})
     conn.request("POST", "/metrics", body, {"X-TunePlane-Token": mint_token(SECRET, run)})
@@ -77,8 +80,9 @@ def _fill_up(store: MetricStore, spare_pages: int) -> None:
     store._db.execute(f"PRAGMA max_page_count = {pages + spare_pages}")
 
 
-def test_a_full_disk_is_a_clear_507_and_the_store_stays_whole(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_full_disk_is_a_clear_507_and_the_store_stays_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "ingest.sqlite"
     server = IngestServer(db, SECRET).start()
     try:
@@ -121,8 +125,10 @@ def _a_group_of_three(store: MetricStore) -> dict[str, Any]:
         except Exception as exc:  # what the receiver would answer from
             results[name] = exc
 
-    writers = [threading.Thread(target=write, args=(name, steps))
-               for name, steps in (("small-1", 5), ("huge", 40_000), ("small-2", 5))]
+    writers = [
+        threading.Thread(target=write, args=(name, steps))
+        for name, steps in (("small-1", 5), ("huge", 40_000), ("small-2", 5))
+    ]
     for thread in writers:
         thread.start()
     for _ in range(1000):
@@ -188,8 +194,7 @@ class FullAtCommit:
 
 
 @pytest.mark.parametrize("rolled_back", [False, True], ids=["left-open", "rolled-back"])
-def test_a_disk_that_fills_at_commit_fails_only_the_write_that_does_not_fit(tmp_path: Path,
-                                                                             rolled_back: bool) -> None:
+def test_a_disk_that_fills_at_commit_fails_only_the_write_that_does_not_fit(tmp_path: Path, rolled_back: bool) -> None:
     """On a real full disk in WAL mode the failure mostly comes at COMMIT, not from a statement:
     the writes of the group are still tried alone, so only the one that does not fit gets StoreFull."""
     store = MetricStore(tmp_path / "ingest.sqlite")
@@ -205,7 +210,8 @@ def test_a_disk_that_fills_at_commit_fails_only_the_write_that_does_not_fit(tmp_
 
 
 def test_a_log_that_outlives_the_close_is_said_and_applied_on_the_next_start(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The WAL cannot be merged at close when the disk is full (or a reader holds it, as here): the
     receiver says so, and the points in it are all there on the next start, which leaves no log."""
     db = tmp_path / "ingest.sqlite"
@@ -237,8 +243,7 @@ def test_a_locked_store_fails_the_group_once_not_each_write_again(tmp_path: Path
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     # a group as the writer thread takes it from its queue (which is empty meanwhile)
-    group = [_Job(lambda: store._db.execute("INSERT INTO events VALUES ('r', 'x', 0, '{}')"), 1)
-             for _ in range(3)]
+    group = [_Job(lambda: store._db.execute("INSERT INTO events VALUES ('r', 'x', 0, '{}')"), 1) for _ in range(3)]
     store._commit(group)
     store._db.set_trace_callback(None)
     other.execute("ROLLBACK")
@@ -249,8 +254,9 @@ def test_a_locked_store_fails_the_group_once_not_each_write_again(tmp_path: Path
     assert sorted(summary(store.path, "r")) == ["warm"]
 
 
-def test_a_store_whose_folder_cannot_be_made_is_not_a_port_problem(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_store_whose_folder_cannot_be_made_is_not_a_port_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "secret").write_bytes(SECRET)
     db = tmp_path / "a-file" / "ingest.sqlite"
@@ -258,6 +264,8 @@ def test_a_store_whose_folder_cannot_be_made_is_not_a_port_problem(tmp_path: Pat
     said = capsys.readouterr().err
     assert code == 2 and f"cannot make the folder of the ingest store {db}" in said, said
     assert "--port" not in said and "cannot listen" not in said
+
+
 FILE_SIZE_LIMITED = r"""
 import resource, signal, sys, threading
 from tuneplane.ingest.server import IngestServer
@@ -278,8 +286,12 @@ def test_a_file_size_limit_or_quota_is_a_507_not_an_internal_error(tmp_path: Pat
     here with RLIMIT_FSIZE on a real receiver process) comes back as SQLITE_IOERR_WRITE. It is
     answered as a full disk is: 507 with Retry-After, told once on stderr, the writes that fit stored."""
     db = tmp_path / "ingest.sqlite"
-    child = subprocess.Popen([sys.executable, "-c", FILE_SIZE_LIMITED, str(db), str(512 * 1024)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", FILE_SIZE_LIMITED, str(db), str(512 * 1024)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None
         url = child.stdout.readline().strip()
@@ -304,21 +316,21 @@ def test_a_file_size_limit_or_quota_is_a_507_not_an_internal_error(tmp_path: Pat
 FOREIGN = {
     "another program's table": "CREATE TABLE users (x); INSERT INTO users VALUES (1);",
     "a points table of another shape": "CREATE TABLE points (run_id, key, step, value); "
-                                       "INSERT INTO points VALUES ('r', 'loss', 1, 0.5);",
+    "INSERT INTO points VALUES ('r', 'loss', 1, 0.5);",
     "the old points table beside another's": "CREATE TABLE points (run_id TEXT NOT NULL, key TEXT NOT NULL, "
-                                             "step INTEGER NOT NULL, value REAL NOT NULL, ts TEXT); "
-                                             "INSERT INTO points VALUES ('r', 'loss', 1, 0.5, ''); "
-                                             "CREATE TABLE users (x);",
+    "step INTEGER NOT NULL, value REAL NOT NULL, ts TEXT); "
+    "INSERT INTO points VALUES ('r', 'loss', 1, 0.5, ''); "
+    "CREATE TABLE users (x);",
     "our names, other columns": "CREATE TABLE events (id INTEGER PRIMARY KEY, what TEXT);",
     "a view": "CREATE TABLE hparams (run_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, "
-              "PRIMARY KEY (run_id, name)) WITHOUT ROWID; CREATE VIEW v AS SELECT 1;",
+    "PRIMARY KEY (run_id, name)) WITHOUT ROWID; CREATE VIEW v AS SELECT 1;",
 }
 
 
 @pytest.mark.parametrize("kind", list(FOREIGN))
-def test_another_programs_sqlite_file_is_named_and_left_untouched(tmp_path: Path, kind: str,
-                                                                   capsys: pytest.CaptureFixture[str],
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_programs_sqlite_file_is_named_and_left_untouched(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TUNEPLANE_INGEST_SECRET_FILE", raising=False)
     db = tmp_path / "other.db"
     made = sqlite3.connect(db)
@@ -336,8 +348,9 @@ def test_another_programs_sqlite_file_is_named_and_left_untouched(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, -shm, ingest.secret
 
 
-def test_a_store_folder_that_is_a_file_without_a_secret_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_store_folder_that_is_a_file_without_a_secret_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The secret's default place is beside the store: the store's folder is checked first, so a
     file in its way is named as the store's problem, never "a bug in tp"."""
     monkeypatch.delenv("TUNEPLANE_INGEST_SECRET_FILE", raising=False)
@@ -350,12 +363,10 @@ def test_a_store_folder_that_is_a_file_without_a_secret_file(tmp_path: Path, cap
     assert (tmp_path / "a-file").read_text() == "x"
 
 
-def test_a_secret_file_whose_folder_cannot_be_made_is_named(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_secret_file_whose_folder_cannot_be_made_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
     secret = tmp_path / "a-file" / "ingest.secret"
-    code = tp(["ingest", "serve", "--port", "0", "--db", str(tmp_path / "ingest.sqlite"),
-               "--secret-file", str(secret)])
+    code = tp(["ingest", "serve", "--port", "0", "--db", str(tmp_path / "ingest.sqlite"), "--secret-file", str(secret)])
     said = capsys.readouterr().err
     assert code == 2 and f"cannot make the token secret {secret}" in said, said
     assert "bug in tp" not in said and "Traceback" not in said and "cannot listen" not in said

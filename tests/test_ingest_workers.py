@@ -26,12 +26,16 @@ def _until(condition, timeout: float = 10.0) -> bool:
 def test_connections_reuse_idle_threads(tmp_path: Path) -> None:
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     try:
-        host, port = server.url[len("http://"):].split(":")
+        host, port = server.url[len("http://") :].split(":")
         token = mint_token(SECRET, "r")
         for step in range(40):  # a new connection per request, one after the other
             conn = http.client.HTTPConnection(host, int(port), timeout=10)
-            conn.request("POST", "/metrics", f'{{"run_id": "r", "points": [{{"key": "k", "step": {step}, '
-                                             f'"value": 1.0}}]}}', {"X-TunePlane-Token": token})
+            conn.request(
+                "POST",
+                "/metrics",
+                f'{{"run_id": "r", "points": [{{"key": "k", "step": {step}, "value": 1.0}}]}}',
+                {"X-TunePlane-Token": token},
+            )
             assert conn.getresponse().status == 200
             conn.close()
         assert server.httpd.workers.started <= 4  # not one thread per connection

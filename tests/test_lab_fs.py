@@ -74,9 +74,12 @@ def test_the_developer_side_stages_files_only_through_lab_fs() -> None:
         if rel == "lab/fs.py" or rel.startswith(job_side):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in ("mkstemp", "replace", "NamedTemporaryFile") and \
-                    getattr(node.func.value, "id", "") in ("os", "tempfile"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("mkstemp", "replace", "NamedTemporaryFile")
+                and getattr(node.func.value, "id", "") in ("os", "tempfile")
+            ):
                 target = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
                 if (rel, target) not in directory_swaps:
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")

@@ -35,11 +35,25 @@ PLUGINS_LOCK = "experiments/img/plugins.lock.json"
 LAB_FILE = "tuneplane.yaml"
 MANIFEST = "plugins/p/plugin.yaml"
 MODULE = "plugins/p/p_plugin.py"
-TARGETS = {"config": CONFIG, "recipe-lock": RECIPE_LOCK, "plugins-lock": PLUGINS_LOCK, "run": RUN_REQUEST,
-           "lab": LAB_FILE, "manifest": MANIFEST, "module": MODULE}
+TARGETS = {
+    "config": CONFIG,
+    "recipe-lock": RECIPE_LOCK,
+    "plugins-lock": PLUGINS_LOCK,
+    "run": RUN_REQUEST,
+    "lab": LAB_FILE,
+    "manifest": MANIFEST,
+    "module": MODULE,
+}
 # what the refusal must say about each kind of entry
-KINDS = {"fifo": "fifo", "dev-zero": "/dev/zero", "socket": "socket", "outside": "symlink",
-         "huge": "refused", "directory": "directory", "loop": "symlink"}
+KINDS = {
+    "fifo": "fifo",
+    "dev-zero": "/dev/zero",
+    "socket": "socket",
+    "outside": "symlink",
+    "huge": "refused",
+    "directory": "directory",
+    "loop": "symlink",
+}
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +130,7 @@ def test_a_dangling_config_link_is_named(lab: Path) -> None:
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
 def test_render_of_a_hostile_run_request(lab: Path, kind: str) -> None:
     replace(lab / RUN_REQUEST, kind)
-    assert_clear(tp("render", RUN_REQUEST, "--allow-dirty", cwd=lab, env=ALLOW), file=RUN_REQUEST,
-                 says=[KINDS[kind]])
+    assert_clear(tp("render", RUN_REQUEST, "--allow-dirty", cwd=lab, env=ALLOW), file=RUN_REQUEST, says=[KINDS[kind]])
 
 
 # ── one parser limit ────────────────────────────────────────────────────────────────────────────────
@@ -168,15 +181,17 @@ def test_deep_run_request(lab: Path, depth: int) -> None:
 
 @pytest.mark.parametrize("depth", [500, 999, 100_000])
 def test_deep_recipe_lock(lab: Path, depth: int) -> None:
-    (lab / RECIPE_LOCK).write_text('{\n  "apiVersion": "tuneplane/recipe-lock/v1",\n  "x": '
-                                   + flow(depth) + "\n}\n", encoding="utf-8")
+    (lab / RECIPE_LOCK).write_text(
+        '{\n  "apiVersion": "tuneplane/recipe-lock/v1",\n  "x": ' + flow(depth) + "\n}\n", encoding="utf-8"
+    )
     assert_clear(validate(lab), file=RECIPE_LOCK, line=3, says=["deep"], codes=(1,))
 
 
 @pytest.mark.parametrize("depth", [600, 100_000])
 def test_deep_plugins_lock(lab: Path, depth: int) -> None:
-    (lab / PLUGINS_LOCK).write_text('{"apiVersion": "tuneplane/plugins-lock/v1",\n"plugins": '
-                                    + flow(depth, "[", "]") + "}\n", encoding="utf-8")
+    (lab / PLUGINS_LOCK).write_text(
+        '{"apiVersion": "tuneplane/plugins-lock/v1",\n"plugins": ' + flow(depth, "[", "]") + "}\n", encoding="utf-8"
+    )
     assert_clear(validate(lab), file=PLUGINS_LOCK, line=2, says=["deep"], codes=(1,))
 
 
@@ -187,15 +202,16 @@ def test_deep_plugin_manifest(lab: Path) -> None:
 
 
 def test_deep_lab_file(lab: Path) -> None:
-    (lab / LAB_FILE).write_text("apiVersion: tuneplane/project/v1\nname: lab\nprofiles: "
-                                + "{a: " * 800 + "1" + "}" * 800 + "\n", encoding="utf-8")
+    (lab / LAB_FILE).write_text(
+        "apiVersion: tuneplane/project/v1\nname: lab\nprofiles: " + "{a: " * 800 + "1" + "}" * 800 + "\n",
+        encoding="utf-8",
+    )
     assert_clear(validate(lab), file=LAB_FILE, line=3, says=["deep"])
 
 
 def test_deep_request_rendered(lab: Path) -> None:
     (lab / RUN_REQUEST).write_text(RUN_TEXT + "set:\n  epochs: " + flow(900) + "\n", encoding="utf-8")
-    assert_clear(tp("render", RUN_REQUEST, "--allow-dirty", cwd=lab, env=ALLOW), file=RUN_REQUEST,
-                 says=["deep"])
+    assert_clear(tp("render", RUN_REQUEST, "--allow-dirty", cwd=lab, env=ALLOW), file=RUN_REQUEST, says=["deep"])
 
 
 def test_nesting_under_the_cap_is_fine(lab: Path) -> None:
@@ -217,7 +233,7 @@ def test_nul_byte_is_reported_at_its_line(lab: Path, line: int) -> None:
 
 
 def test_nul_byte_in_a_run_request(lab: Path) -> None:
-    (lab / RUN_REQUEST).write_bytes(RUN_TEXT.encode() + b"message: \"x\0y\"\n")
+    (lab / RUN_REQUEST).write_bytes(RUN_TEXT.encode() + b'message: "x\0y"\n')
     assert_clear(validate(lab), file=RUN_REQUEST, line=7, says=["NUL"], codes=(1,))
 
 
@@ -256,8 +272,9 @@ def test_run_request_set_refuses_nan_and_infinity(lab: Path, value: str) -> None
 @pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity", "1e999"])
 def test_submit_set_refuses_nan_and_infinity(lab: Path, value: str) -> None:
     before = sorted(p.name for p in (lab / "runs/img").iterdir())
-    result = tp("submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}",
-                cwd=lab, env=ALLOW)
+    result = tp(
+        "submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}", cwd=lab, env=ALLOW
+    )
     assert_clear(result, says=["learning_rate"], codes=(2,))
     assert "finite" in result.output.lower() or "nan" in result.output.lower(), result.output
     assert sorted(p.name for p in (lab / "runs/img").iterdir()) == before
@@ -265,8 +282,19 @@ def test_submit_set_refuses_nan_and_infinity(lab: Path, value: str) -> None:
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_render_set_refuses_nan_and_infinity(lab: Path, value: str) -> None:
-    result = tp("render", "img", "--profile", "h200:8", "--image", IMAGE, "--set", f"learning_rate={value}",
-                "--allow-dirty", cwd=lab, env=ALLOW)
+    result = tp(
+        "render",
+        "img",
+        "--profile",
+        "h200:8",
+        "--image",
+        IMAGE,
+        "--set",
+        f"learning_rate={value}",
+        "--allow-dirty",
+        cwd=lab,
+        env=ALLOW,
+    )
     assert_clear(result, says=["learning_rate"], codes=(1, 2))
     assert "--overrides-json" not in result.out
 
@@ -280,17 +308,20 @@ def test_int_param_refuses_a_huge_float(lab: Path) -> None:
 
 
 def test_duplicate_key_in_plugins_lock(lab: Path) -> None:
-    (lab / PLUGINS_LOCK).write_text('{\n  "apiVersion": "tuneplane/plugins-lock/v1",\n  "plugins": [],\n'
-                                    '  "plugins": []\n}\n', encoding="utf-8")
+    (lab / PLUGINS_LOCK).write_text(
+        '{\n  "apiVersion": "tuneplane/plugins-lock/v1",\n  "plugins": [],\n  "plugins": []\n}\n', encoding="utf-8"
+    )
     assert_clear(validate(lab), file=PLUGINS_LOCK, line=4, says=["duplicate"], codes=(1,))
 
 
 def test_duplicate_key_inside_a_plugins_lock_entry(lab: Path) -> None:
     data = json.loads((lab / PLUGINS_LOCK).read_text(encoding="utf-8"))
     entry = data["plugins"][0]
-    text = ('{\n  "apiVersion": "tuneplane/plugins-lock/v1",\n  "plugins": [\n    {\n'
-            f'      "digest": "{entry["digest"]}",\n      "id": "me/p",\n      "id": "evil/p",\n'
-            f'      "version": "{entry["version"]}"\n    }}\n  ]\n}}\n')
+    text = (
+        '{\n  "apiVersion": "tuneplane/plugins-lock/v1",\n  "plugins": [\n    {\n'
+        f'      "digest": "{entry["digest"]}",\n      "id": "me/p",\n      "id": "evil/p",\n'
+        f'      "version": "{entry["version"]}"\n    }}\n  ]\n}}\n'
+    )
     (lab / PLUGINS_LOCK).write_text(text, encoding="utf-8")
     assert_clear(validate(lab), file=PLUGINS_LOCK, line=7, says=["duplicate"], codes=(1,))
 
@@ -384,8 +415,16 @@ def test_confusable_config_key_is_warned_at_its_line(lab: Path, case: str) -> No
     result = validate(lab, "--format", "json")
     assert "Traceback" not in result.output
     problems = json.loads(result.out)["problems"]
-    found = [p for p in problems if p["file"] == rel and p["line"] == 2 and "script" in p["message"].lower()
-             or p["file"] == rel and p["line"] == 2 and "confusable" in p["message"].lower()]
+    found = [
+        p
+        for p in problems
+        if p["file"] == rel
+        and p["line"] == 2
+        and "script" in p["message"].lower()
+        or p["file"] == rel
+        and p["line"] == 2
+        and "confusable" in p["message"].lower()
+    ]
     assert found, json.dumps(problems, indent=1, ensure_ascii=False)
 
 
@@ -424,7 +463,8 @@ def test_the_base_lab_validates_and_renders(lab: Path) -> None:
 
 
 def test_submit_with_a_finite_float_works(lab: Path) -> None:
-    result = tp("submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", "learning_rate=0.01",
-                cwd=lab, env=ALLOW)
+    result = tp(
+        "submit", "img", "--profile", "h200:8", "--image", IMAGE, "--set", "learning_rate=0.01", cwd=lab, env=ALLOW
+    )
     assert result.code == 0, result.output
     assert git(lab, "status", "--porcelain") == ""

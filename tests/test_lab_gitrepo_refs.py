@@ -45,8 +45,9 @@ def base_lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture()
 def lab(base_lab: Path, tmp_path: Path) -> Path:
     root = copy_lab(base_lab, tmp_path / "lab")
-    (root / RUN_REQUEST).write_text((root / RUN_REQUEST).read_text(encoding="utf-8") + "message: changed\n",
-                                    encoding="utf-8")
+    (root / RUN_REQUEST).write_text(
+        (root / RUN_REQUEST).read_text(encoding="utf-8") + "message: changed\n", encoding="utf-8"
+    )
     return root
 
 
@@ -64,8 +65,10 @@ def test_validate_changed_refuses_a_hostile_base(lab: Path, tmp_path: Path, case
     _check_refused(lab, ["validate", "--changed", f"--base={ref}"], victim)
 
 
-@pytest.mark.parametrize("case", ["output-option", "output-short", "no-index", "blob", "range", "missing",
-                                  "newline", "empty", "help", "shell"])
+@pytest.mark.parametrize(
+    "case",
+    ["output-option", "output-short", "no-index", "blob", "range", "missing", "newline", "empty", "help", "shell"],
+)
 def test_render_changed_diff_refuses_a_hostile_base(lab: Path, tmp_path: Path, case: str) -> None:
     victim = tmp_path / "victim"
     ref = HOSTILE_REFS[case].replace("{victim}", str(victim))
@@ -89,8 +92,12 @@ def test_the_refusal_is_before_any_other_git_call(lab: Path, tmp_path: Path) -> 
 @pytest.mark.parametrize("how", ["HEAD", "sha", "short-sha", "branch"])
 def test_a_real_commit_is_accepted(lab: Path, how: str) -> None:
     head = git(lab, "rev-parse", "HEAD").strip()
-    ref = {"HEAD": "HEAD", "sha": head, "short-sha": head[:10],
-           "branch": git(lab, "symbolic-ref", "--short", "HEAD").strip()}[how]
+    ref = {
+        "HEAD": "HEAD",
+        "sha": head,
+        "short-sha": head[:10],
+        "branch": git(lab, "symbolic-ref", "--short", "HEAD").strip(),
+    }[how]
     result = tp("validate", "--changed", f"--base={ref}", cwd=lab, env=ALLOW)
     assert result.code == 0, result.output
     assert "1 run request" in result.output

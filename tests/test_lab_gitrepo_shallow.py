@@ -259,10 +259,12 @@ def test_an_interrupted_fetch_leaves_no_git_behind(tmp_path: Path, signum: int) 
     git(work, "remote", "add", "origin", url)
     # a shell starts tp with Ctrl-C at its default; a test worker may pass it on ignored or blocked (a
     # library another test loaded in it), which would make this test time out, not our code fail
-    script = ("import signal, sys; from pathlib import Path; from tuneplane.lab.gitrepo import GitRepo\n"
-              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-              "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
-              f"GitRepo(Path({str(work)!r})).fetch('origin', 'main')\n")
+    script = (
+        "import signal, sys; from pathlib import Path; from tuneplane.lab.gitrepo import GitRepo\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+        f"GitRepo(Path({str(work)!r})).fetch('origin', 'main')\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -60,8 +60,14 @@ def _age_heartbeat(remote: Path, seconds: int) -> None:
     when = f"{int(time.time()) - seconds} +0000"
     env = {**os.environ, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
     tree = git(remote, "rev-parse", f"{REF}^{{tree}}")
-    old = subprocess.run(["git", "commit-tree", tree, "-m", "an old heartbeat"], cwd=remote, env=env,
-                         capture_output=True, text=True, check=True).stdout.strip()
+    old = subprocess.run(
+        ["git", "commit-tree", tree, "-m", "an old heartbeat"],
+        cwd=remote,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     git(remote, "update-ref", REF, old)
 
 

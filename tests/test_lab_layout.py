@@ -97,15 +97,18 @@ def test_one_experiment_name_in_two_roots_is_an_error(layout_lab: Path, tp: Any)
     assert "experiments/twin" in dup[0]["message"] and dup[0]["hint"]
 
 
-@pytest.mark.parametrize(("settings", "needle"), [
-    ("shared_code: [lib]\n", "lib"),
-    ("shared_code: [torch]\n", "torch"),
-    ("shared_code: [../outside]\n", "outside"),
-    ("experiment_roots: [experiments, ../elsewhere]\n", "elsewhere"),
-    ("datasets:\n  alpaca: {path: a, volume: b}\n", "alpaca"),
-    ("datasets:\n  alpaca: {path: ../../etc}\n", "alpaca"),
-    ("datasets:\n  alpaca: {path: a}\n  ALPACA: {path: b}\n", "ALPACA_DATA_DIR"),
-])
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        ("shared_code: [lib]\n", "lib"),
+        ("shared_code: [torch]\n", "torch"),
+        ("shared_code: [../outside]\n", "outside"),
+        ("experiment_roots: [experiments, ../elsewhere]\n", "elsewhere"),
+        ("datasets:\n  alpaca: {path: a, volume: b}\n", "alpaca"),
+        ("datasets:\n  alpaca: {path: ../../etc}\n", "alpaca"),
+        ("datasets:\n  alpaca: {path: a}\n  ALPACA: {path: b}\n", "ALPACA_DATA_DIR"),
+    ],
+)
 def test_bad_layout_settings_are_placed_errors(lab: Path, tp: Any, settings: str, needle: str) -> None:
     _add_settings(lab, settings)
     problems = _problems(tp("validate", "--format", "json", cwd=lab))
@@ -116,7 +119,8 @@ def test_bad_layout_settings_are_placed_errors(lab: Path, tp: Any, settings: str
 
 
 def test_local_job_sees_shared_code_data_sets_cache_and_profile(
-        layout_lab: Path, tp_subprocess: Any, tmp_path: Path) -> None:
+    layout_lab: Path, tp_subprocess: Any, tmp_path: Path
+) -> None:
     storage = Path(os.environ["TUNEPLANE_STORAGE_ROOT"])
     write_tree(storage, {"datasets/alpaca/train.jsonl": "{}\n{}\n"})
     result = tp_subprocess("submit", "smoke-probe", "--profile", "local", *CUSTOM, "--local", cwd=layout_lab)

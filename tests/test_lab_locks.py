@@ -39,8 +39,13 @@ def test_make_lock_pins_the_catalog_entry(method: str) -> None:
     lock = make_lock(catalog, method, key)
     digest, manifest, template = catalog.digests(method)
     assert lock["apiVersion"] == "tuneplane/recipe-lock/v1"
-    assert lock["recipe"] == {"name": method, "version": recipe.version, "digest": digest,
-                              "manifest_digest": manifest, "template_digest": template}
+    assert lock["recipe"] == {
+        "name": method,
+        "version": recipe.version,
+        "digest": digest,
+        "manifest_digest": manifest,
+        "template_digest": template,
+    }
     assert lock["framework"] == {"kind": recipe.framework, "version": key, "runtime_id": runtime_id}
     assert lock["created_by"] == {"core_version": __version__}
     assert lock["requires"] == {"core": recipe.requires.core}
@@ -111,8 +116,7 @@ def locked(lab: Path, make_catalog: Callable[..., Path], tp: Any) -> Path:
     return catalog
 
 
-def changed_catalog(make_catalog: Callable[..., Path], current: Path,
-                    change: Callable[[Path], None]) -> Path:
+def changed_catalog(make_catalog: Callable[..., Path], current: Path, change: Callable[[Path], None]) -> Path:
     """A fresh copy of `current`, changed and put in force."""
     target = make_catalog(current)
     change(target)
@@ -125,12 +129,14 @@ def edit(rel: str, old: str, new: str) -> Callable[[Path], None]:
         text = path.read_text(encoding="utf-8")
         assert text.count(old) == 1, f"{old!r} is not once in {rel}: the catalog changed, update the test"
         path.write_text(text.replace(old, new), encoding="utf-8")
+
     return change
 
 
 def param_line(root: Path, name: str) -> str:
-    line = next(x for x in (root / RECIPE_REL).read_text(encoding="utf-8").splitlines()
-                if x.lstrip().startswith(f"{name}: {{"))
+    line = next(
+        x for x in (root / RECIPE_REL).read_text(encoding="utf-8").splitlines() if x.lstrip().startswith(f"{name}: {{")
+    )
     return line
 
 
@@ -199,26 +205,24 @@ def test_framework_kind_changed_blocks(lab: Path, locked: Path, make_catalog: An
 
 
 def test_runtime_id_changed_blocks(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
-    changed_catalog(make_catalog, locked,
-                    edit(RECIPE_REL, "runtime_id: pytorch-2.14.0,", "runtime_id: pt-2.14.0-b,"))
+    changed_catalog(make_catalog, locked, edit(RECIPE_REL, "runtime_id: pytorch-2.14.0,", "runtime_id: pt-2.14.0-b,"))
     assert_blocked(lab, tp, "framework", "runtime_id", says="pt-2.14.0-b")
 
 
 def test_locked_runtime_version_removed_blocks(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
     def drop_version(root: Path) -> None:
         edit(RECIPE_REL, 'default_version: "2.14.0"', 'default_version: "2.13.0"')(root)
-        line = next(x for x in (root / RECIPE_REL).read_text(encoding="utf-8").splitlines()
-                    if x.strip().startswith('"2.14.0":'))
+        line = next(
+            x for x in (root / RECIPE_REL).read_text(encoding="utf-8").splitlines() if x.strip().startswith('"2.14.0":')
+        )
         edit(RECIPE_REL, line + "\n", "")(root)
 
     changed_catalog(make_catalog, locked, drop_version)
     assert_blocked(lab, tp, "framework", "version", says="2.13.0")
 
 
-def test_requires_core_excluding_this_tool_blocks(lab: Path, locked: Path, make_catalog: Any,
-                                                  tp: Any) -> None:
-    changed_catalog(make_catalog, locked, edit(RECIPE_REL, 'requires: {core: ">=0.1,<1"}',
-                                               'requires: {core: ">=99"}'))
+def test_requires_core_excluding_this_tool_blocks(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
+    changed_catalog(make_catalog, locked, edit(RECIPE_REL, 'requires: {core: ">=0.1,<1"}', 'requires: {core: ">=99"}'))
     assert_blocked(lab, tp, "requires", "core", says=__version__)
 
 
@@ -231,20 +235,31 @@ def test_bound_param_removed_blocks(lab: Path, locked: Path, make_catalog: Any, 
 
 
 def test_bound_param_moved_blocks(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
-    changed_catalog(make_catalog, locked, edit(RECIPE_REL, "seed: {type: int, path: seed,",
-                                               "seed: {type: int, path: training.seed,"))
+    changed_catalog(
+        make_catalog,
+        locked,
+        edit(RECIPE_REL, "seed: {type: int, path: seed,", "seed: {type: int, path: training.seed,"),
+    )
     assert_blocked(lab, tp, "bindings", "params", "seed", says="training.seed")
 
 
 def test_bound_param_type_changed_blocks(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
-    changed_catalog(make_catalog, locked, edit(RECIPE_REL, "seed: {type: int, path: seed,",
-                                               "seed: {type: float, path: seed,"))
+    changed_catalog(
+        make_catalog, locked, edit(RECIPE_REL, "seed: {type: int, path: seed,", "seed: {type: float, path: seed,")
+    )
     assert_blocked(lab, tp, "bindings", "params", "seed", says="float")
 
 
 def test_entrypoint_moved_blocks(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
-    changed_catalog(make_catalog, locked, edit(RECIPE_REL, "entrypoint: {kind: experiment, value: train.py}",
-                                               "entrypoint: {kind: experiment, value: main.py}"))
+    changed_catalog(
+        make_catalog,
+        locked,
+        edit(
+            RECIPE_REL,
+            "entrypoint: {kind: experiment, value: train.py}",
+            "entrypoint: {kind: experiment, value: main.py}",
+        ),
+    )
     assert_blocked(lab, tp, "bindings", "entrypoint", says="main.py")
 
 
@@ -254,9 +269,15 @@ def test_recipe_removed_blocks(lab: Path, locked: Path, make_catalog: Any, tp: A
 
 
 def test_deprecated_runtime_is_a_warning(lab: Path, locked: Path, make_catalog: Any, tp: Any) -> None:
-    changed_catalog(make_catalog, locked, edit(
-        RECIPE_REL, 'image: "pytorch/pytorch:2.14.0-cuda12.8-cudnn9-runtime", deprecated: false}',
-        'image: "pytorch/pytorch:2.14.0-cuda12.8-cudnn9-runtime", deprecated: true}'))
+    changed_catalog(
+        make_catalog,
+        locked,
+        edit(
+            RECIPE_REL,
+            'image: "pytorch/pytorch:2.14.0-cuda12.8-cudnn9-runtime", deprecated: false}',
+            'image: "pytorch/pytorch:2.14.0-cuda12.8-cudnn9-runtime", deprecated: true}',
+        ),
+    )
     code, report = validate(tp)
     found = lock_problems(report, "runtime-deprecated")
     assert len(found) == 1 and report["errors"] == 0, report["problems"]

@@ -22,12 +22,16 @@ from tuneplane.models.run import RunRequest
 from tuneplane.problems import Problem
 
 
-@pytest.mark.parametrize("typo,expected", [
-    ("profles:\n  x: {}\n", "did you mean 'profiles'?"),
-    ("clusterr:\n  backend: local\n", "did you mean 'cluster'?"),
-])
-def test_a_typo_in_tuneplane_yaml_gets_the_closest_key(lab: Path, tp: Callable[..., object], typo: str,
-                                                       expected: str) -> None:
+@pytest.mark.parametrize(
+    "typo,expected",
+    [
+        ("profles:\n  x: {}\n", "did you mean 'profiles'?"),
+        ("clusterr:\n  backend: local\n", "did you mean 'cluster'?"),
+    ],
+)
+def test_a_typo_in_tuneplane_yaml_gets_the_closest_key(
+    lab: Path, tp: Callable[..., object], typo: str, expected: str
+) -> None:
     path = lab / "tuneplane.yaml"
     path.write_text(path.read_text() + typo)
     result = tp("validate")
@@ -38,8 +42,9 @@ def test_a_typo_in_tuneplane_yaml_gets_the_closest_key(lab: Path, tp: Callable[.
 
 
 def test_nested_unknown_keys_are_matched_against_their_own_model() -> None:
-    doc = parse_yaml("experiment: demo\nrun_id: 20250101-000000-000001\nprofile: local\n"
-                     "inputs:\n  modle: m\n", "runs/demo/r.yaml")
+    doc = parse_yaml(
+        "experiment: demo\nrun_id: 20250101-000000-000001\nprofile: local\ninputs:\n  modle: m\n", "runs/demo/r.yaml"
+    )
     request, problems = parse_model(RunRequest, doc, "run-schema")
     assert request is None and len(problems) == 1
     assert problems[0].line == 5 and "did you mean 'model'?" in problems[0].hint
@@ -169,6 +174,7 @@ def _read_model(model: type[Any], rule: str, json_file: bool = False) -> Callabl
     def read(text: str, rel: str) -> list[Problem]:
         doc = parse_json(text, rel) if json_file else parse_yaml(text, rel)
         return parse_model(model, doc, rule)[1]
+
     return read
 
 
@@ -188,14 +194,23 @@ def _read_status(text: str, rel: str, tmp_path: Path) -> list[Problem]:
 READERS: dict[str, tuple[str, str, Callable[..., list[Problem]]]] = {
     "lab": (LAB, "tuneplane.yaml", _read_model(LabFile, "lab-schema")),
     "run": (RUN, "runs/demo/20261129-101500-a1b2c3.yaml", _read_model(RunRequest, "run-schema")),
-    "experiment": (EXPERIMENT, "experiments/demo/experiment.yaml",
-                   _read_model(ExperimentManifest, "experiment-schema")),
+    "experiment": (
+        EXPERIMENT,
+        "experiments/demo/experiment.yaml",
+        _read_model(ExperimentManifest, "experiment-schema"),
+    ),
     "recipe": (RECIPE, "catalog/acme/sft/recipe.yaml", _read_model(Recipe, "recipe-schema")),
-    "recipe-lock": (RECIPE_LOCK, "experiments/demo/recipe.lock.json",
-                    _read_model(RecipeLock, "lock-schema", json_file=True)),
+    "recipe-lock": (
+        RECIPE_LOCK,
+        "experiments/demo/recipe.lock.json",
+        _read_model(RecipeLock, "lock-schema", json_file=True),
+    ),
     "plugin": (PLUGIN, "plugins/opsd/plugin.yaml", lambda text, rel: parse_plugin_manifest(text, rel)[1]),
-    "plugins-lock": (PLUGINS_LOCK, "experiments/demo/plugins.lock.json",
-                     lambda text, rel: parse_plugins_lock(text, rel)[1]),
+    "plugins-lock": (
+        PLUGINS_LOCK,
+        "experiments/demo/plugins.lock.json",
+        lambda text, rel: parse_plugins_lock(text, rel)[1],
+    ),
     "status": (STATUS, "status/demo/20261129-101500-a1b2c3.json", _read_status),
 }
 
@@ -218,30 +233,34 @@ def _place(text: str, needle: str) -> tuple[int, int]:
     raise AssertionError(f"{needle!r} not in the text")
 
 
-@pytest.mark.parametrize(("kind", "old", "new", "right"), [
-    ("lab", "name: demo-lab", "nmae: demo-lab", "name"),
-    ("lab", "  backend: local", "  backnd: local", "backend"),
-    ("lab", "        operator: Exists", "        opertor: Exists", "operator"),
-    ("run", "profile: local", "profle: local", "profile"),
-    ("run", "  model: hub/tiny", "  modl: hub/tiny", "model"),
-    ("experiment", "metrics:", "metrcs:", "metrics"),
-    ("experiment", "      path: logs/tb", "      paht: logs/tb", "path"),
-    ("recipe", "framework: acme", "framwork: acme", "framework"),
-    ("recipe", "      runtime_id: acme-1.0", "      runtime_idd: acme-1.0", "runtime_id"),
-    ("recipe", "    default: 0.001", "    defualt: 0.001", "default"),
-    ("recipe-lock", '"bindings"', '"bindigs"', "bindings"),
-    ("recipe-lock", '"kind": "experiment"', '"knd": "experiment"', "kind"),
-    ("plugin", "summary:", "summry:", "summary"),
-    ("plugin", "  core:", "  cor:", "core"),
-    ("plugin", "    default: 1.0", "    defualt: 1.0", "default"),
-    ("plugins-lock", '"plugins"', '"plugin"', "plugins"),
-    ("plugins-lock", '"version"', '"vresion"', "version"),
-    ("status", '"exit_code"', '"exit_cod"', "exit_code"),
-    ("status", '"name": "demo-1"', '"nmae": "demo-1"', "name"),
-    ("status", '"size_bytes"', '"size_byte"', "size_bytes"),
-])
+@pytest.mark.parametrize(
+    ("kind", "old", "new", "right"),
+    [
+        ("lab", "name: demo-lab", "nmae: demo-lab", "name"),
+        ("lab", "  backend: local", "  backnd: local", "backend"),
+        ("lab", "        operator: Exists", "        opertor: Exists", "operator"),
+        ("run", "profile: local", "profle: local", "profile"),
+        ("run", "  model: hub/tiny", "  modl: hub/tiny", "model"),
+        ("experiment", "metrics:", "metrcs:", "metrics"),
+        ("experiment", "      path: logs/tb", "      paht: logs/tb", "path"),
+        ("recipe", "framework: acme", "framwork: acme", "framework"),
+        ("recipe", "      runtime_id: acme-1.0", "      runtime_idd: acme-1.0", "runtime_id"),
+        ("recipe", "    default: 0.001", "    defualt: 0.001", "default"),
+        ("recipe-lock", '"bindings"', '"bindigs"', "bindings"),
+        ("recipe-lock", '"kind": "experiment"', '"knd": "experiment"', "kind"),
+        ("plugin", "summary:", "summry:", "summary"),
+        ("plugin", "  core:", "  cor:", "core"),
+        ("plugin", "    default: 1.0", "    defualt: 1.0", "default"),
+        ("plugins-lock", '"plugins"', '"plugin"', "plugins"),
+        ("plugins-lock", '"version"', '"vresion"', "version"),
+        ("status", '"exit_code"', '"exit_cod"', "exit_code"),
+        ("status", '"name": "demo-1"', '"nmae": "demo-1"', "name"),
+        ("status", '"size_bytes"', '"size_byte"', "size_bytes"),
+    ],
+)
 def test_a_typo_anywhere_names_the_key_its_place_and_the_right_spelling(
-        kind: str, old: str, new: str, right: str, tmp_path: Path) -> None:
+    kind: str, old: str, new: str, right: str, tmp_path: Path
+) -> None:
     text, problems = _problems(kind, old, new, tmp_path)
     wrong = new.strip().split(":")[0].strip('"')
     unknown = [p for p in problems if "unknown key" in p.message and wrong in p.message]
@@ -252,18 +271,22 @@ def test_a_typo_anywhere_names_the_key_its_place_and_the_right_spelling(
     assert f"did you mean {right!r}?" in problem.hint, problem
 
 
-@pytest.mark.parametrize(("kind", "old", "new", "field"), [
-    ("lab", "max_nodes: 2", "max_nodes: many", "max_nodes"),
-    ("run", "timeout: 7200", "timeout: soon", "timeout"),
-    ("experiment", "format: tensorboard", "format: [tensorboard]", "format"),
-    ("recipe", "default_version: \"1.0\"", "default_version: [1]", "default_version"),
-    ("recipe-lock", '"version": "user-managed"', '"version": 3', "version"),
-    ("plugin", "version: 0.1.0", "version: [1]", "version"),
-    ("plugins-lock", '"version": "0.1.0"', '"version": 1', "version"),
-    ("status", '"exit_code": 0', '"exit_code": "zero"', "exit_code"),
-])
+@pytest.mark.parametrize(
+    ("kind", "old", "new", "field"),
+    [
+        ("lab", "max_nodes: 2", "max_nodes: many", "max_nodes"),
+        ("run", "timeout: 7200", "timeout: soon", "timeout"),
+        ("experiment", "format: tensorboard", "format: [tensorboard]", "format"),
+        ("recipe", 'default_version: "1.0"', "default_version: [1]", "default_version"),
+        ("recipe-lock", '"version": "user-managed"', '"version": 3', "version"),
+        ("plugin", "version: 0.1.0", "version: [1]", "version"),
+        ("plugins-lock", '"version": "0.1.0"', '"version": 1', "version"),
+        ("status", '"exit_code": 0', '"exit_code": "zero"', "exit_code"),
+    ],
+)
 def test_a_wrong_type_names_the_field_the_value_and_a_fix(
-        kind: str, old: str, new: str, field: str, tmp_path: Path) -> None:
+    kind: str, old: str, new: str, field: str, tmp_path: Path
+) -> None:
     text, problems = _problems(kind, old, new, tmp_path)
     problem = problems[0]
     assert problem.file == READERS[kind][1]
@@ -271,15 +294,18 @@ def test_a_wrong_type_names_the_field_the_value_and_a_fix(
     assert problem.hint, f"{kind}: no hint for {problem.message!r}"
 
 
-@pytest.mark.parametrize(("kind", "old", "key"), [
-    ("lab", "name: demo-lab\n", "name"),
-    ("run", "experiment: demo\n", "experiment"),
-    ("recipe", "framework: acme\n", "framework"),
-    ("recipe-lock", '    "name": "custom/custom",\n', "recipe.name"),
-    ("plugin", "version: 0.1.0\n", "version"),
-    ("plugins-lock", '      "id": "local/opsd",\n', "plugins.0.id"),
-    ("status", '  "phase": "Succeeded",\n', "phase"),
-])
+@pytest.mark.parametrize(
+    ("kind", "old", "key"),
+    [
+        ("lab", "name: demo-lab\n", "name"),
+        ("run", "experiment: demo\n", "experiment"),
+        ("recipe", "framework: acme\n", "framework"),
+        ("recipe-lock", '    "name": "custom/custom",\n', "recipe.name"),
+        ("plugin", "version: 0.1.0\n", "version"),
+        ("plugins-lock", '      "id": "local/opsd",\n', "plugins.0.id"),
+        ("status", '  "phase": "Succeeded",\n', "phase"),
+    ],
+)
 def test_a_missing_required_key_is_named_with_a_fix(kind: str, old: str, key: str, tmp_path: Path) -> None:
     _, problems = _problems(kind, old, "", tmp_path)
     problem = next((p for p in problems if key in p.message), problems[0])
@@ -287,12 +313,16 @@ def test_a_missing_required_key_is_named_with_a_fix(kind: str, old: str, key: st
     assert problem.line >= 1 and problem.hint, problem
 
 
-@pytest.mark.parametrize(("flag", "value", "form"), [
-    ("--profile", "h200:abc", "profile: NAME or NAME:TOTAL_GPUS"),
-    ("--run-id", "../x", "run_id: UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex digits>"),
-])
-def test_a_flag_of_the_wrong_form_is_told_its_form(lab: Path, tp: Callable[..., object], flag: str, value: str,
-                                                   form: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "form"),
+    [
+        ("--profile", "h200:abc", "profile: NAME or NAME:TOTAL_GPUS"),
+        ("--run-id", "../x", "run_id: UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex digits>"),
+    ],
+)
+def test_a_flag_of_the_wrong_form_is_told_its_form(
+    lab: Path, tp: Callable[..., object], flag: str, value: str, form: str
+) -> None:
     result = tp("render", "exp", "--profile", "local", flag, value)
     assert result.code == 2  # type: ignore[attr-defined]
     assert f"the command line: {flag[2:].replace('-', '_')}:" in result.output  # type: ignore[attr-defined]
@@ -304,8 +334,10 @@ def test_a_flag_of_the_wrong_form_is_told_its_form(lab: Path, tp: Callable[..., 
 def test_a_value_of_the_wrong_form_without_a_description_is_told_its_pattern() -> None:
     """A key no description explains (a digest in a lock) still says what it must match, in the message
     itself: the places that keep only a key's own hint (`validate_or_raise`) drop a hint about schemas."""
-    text = ('{"apiVersion": "tuneplane/recipe-lock/v1", "recipe": {"name": "custom/custom", "version": "1",'
-            ' "digest": "sha256:abc", "manifest_digest": "sha256:abc", "template_digest": "sha256:abc"}}')
+    text = (
+        '{"apiVersion": "tuneplane/recipe-lock/v1", "recipe": {"name": "custom/custom", "version": "1",'
+        ' "digest": "sha256:abc", "manifest_digest": "sha256:abc", "template_digest": "sha256:abc"}}'
+    )
     _model, problems = parse_model(RecipeLock, parse_json(text, "recipe.lock.json"), "schema")
     digest = next(p for p in problems if p.message.startswith("recipe.digest:"))
     assert digest.message == "recipe.digest: 'sha256:abc' does not match `^sha256:[0-9a-f]{64}$`", digest
@@ -319,8 +351,9 @@ def test_a_flag_of_the_wrong_form_with_no_description_names_its_pattern(lab: Pat
 
 
 @pytest.mark.parametrize("args", [("validate",), ("render", "exp", "--profile", "local"), ("bot", "reconcile")])
-def test_a_broken_tuneplane_yaml_stops_every_command_at_its_place(lab: Path, tp: Callable[..., object],
-                                                                  args: tuple[str, ...]) -> None:
+def test_a_broken_tuneplane_yaml_stops_every_command_at_its_place(
+    lab: Path, tp: Callable[..., object], args: tuple[str, ...]
+) -> None:
     """One helper (`Lab.require_settings`) words it for tp validate, tp render and the bot alike."""
     (lab / "tuneplane.yaml").write_text("apiVersion: tuneplane/project/v1\nname: x\nprofiles: [1\n")
     result = tp(*args)

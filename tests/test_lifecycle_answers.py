@@ -42,7 +42,9 @@ def test_verl_templates_are_one_file_that_imports_the_parser() -> None:
 
 
 def test_the_parser_needs_only_the_standard_library() -> None:
-    code = ("import sys; import tuneplane.lifecycle.answers; "
-            "bad = {m.split('.')[0] for m in sys.modules} & {'pydantic', 'yaml', 'torch', 'transformers', 'jinja2'}; "
-            "assert not bad, bad")
+    code = (
+        "import sys; import tuneplane.lifecycle.answers; "
+        "bad = {m.split('.')[0] for m in sys.modules} & {'pydantic', 'yaml', 'torch', 'transformers', 'jinja2'}; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)

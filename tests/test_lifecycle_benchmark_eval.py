@@ -29,7 +29,7 @@ TEMPLATE_CONFIG = REPO / "catalog" / "evalkit" / "benchmark" / "template" / "con
 MODULE = "tuneplane.lifecycle.benchmark_eval"
 SECRET = b"benchmark-test-secret"
 
-FAKE_RUNNER = r'''
+FAKE_RUNNER = r"""
 import json, os, sys, time
 
 LM_EVAL_RESULTS = {
@@ -110,7 +110,7 @@ def main():
 
 
 sys.exit(main())
-'''
+"""
 
 
 @dataclass
@@ -122,8 +122,15 @@ class Bench:
     env: dict[str, str]
 
     def run(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", MODULE, *args], cwd=self.root, env={**self.env, **(env or {})},
-                              capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", MODULE, *args],
+            cwd=self.root,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     def runner_argv(self) -> list[str]:
         argv: list[str] = json.loads(self.argv_file.read_text(encoding="utf-8"))
@@ -145,8 +152,14 @@ def bench(tmp_path: Path) -> Bench:
     return Bench(tmp_path, out, fake, argv_file, env)
 
 
-def _args(bench: Bench, *, model: str | None = "org/model", suites: str | None = "gsm8k",
-          config: Path | None = TEMPLATE_CONFIG, overrides: Mapping[str, Any] | None = None) -> list[str]:
+def _args(
+    bench: Bench,
+    *,
+    model: str | None = "org/model",
+    suites: str | None = "gsm8k",
+    config: Path | None = TEMPLATE_CONFIG,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[str]:
     args = ["--output-dir", str(bench.out)]
     if model is not None:
         args += ["--model", model]
@@ -166,32 +179,68 @@ def test_template_defaults_make_a_greedy_full_lm_eval_run(bench: Bench):
     done = bench.run(*_args(bench))
     assert done.returncode == 0, done.stderr
     assert bench.runner_argv() == [
-        "-m", "lm_eval", "--model", "hf", "--model_args", "pretrained=org/model", "--tasks", "gsm8k",
-        "--output_path", str(bench.out / "eval" / "lm-eval"), "--batch_size", "auto",
-        "--apply_chat_template", "--gen_kwargs", "max_gen_toks=512,temperature=0.0,do_sample=false",
-        "--seed", "1234",
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        "pretrained=org/model",
+        "--tasks",
+        "gsm8k",
+        "--output_path",
+        str(bench.out / "eval" / "lm-eval"),
+        "--batch_size",
+        "auto",
+        "--apply_chat_template",
+        "--gen_kwargs",
+        "max_gen_toks=512,temperature=0.0,do_sample=false",
+        "--seed",
+        "1234",
     ]
 
 
 def test_overrides_and_config_shape_the_lm_eval_command(bench: Bench, tmp_path: Path):
     config = tmp_path / "config.yaml"
     config.write_text(TEMPLATE_CONFIG.read_text(encoding="utf-8") + "dtype: bfloat16\n", encoding="utf-8")
-    overrides = {"limit": 20, "num_fewshot": 5, "apply_chat_template": False, "temperature": 0.7,
-                 "max_new_tokens": 256, "batch_size": "8", "seed": 7, "suites": "ignored-by-flag"}
+    overrides = {
+        "limit": 20,
+        "num_fewshot": 5,
+        "apply_chat_template": False,
+        "temperature": 0.7,
+        "max_new_tokens": 256,
+        "batch_size": "8",
+        "seed": 7,
+        "suites": "ignored-by-flag",
+    }
     done = bench.run(*_args(bench, suites="gsm8k, arc_easy", config=config, overrides=overrides))
     assert done.returncode == 0, done.stderr
     assert bench.runner_argv() == [
-        "-m", "lm_eval", "--model", "hf", "--model_args", "pretrained=org/model,dtype=bfloat16",
-        "--tasks", "gsm8k,arc_easy", "--output_path", str(bench.out / "eval" / "lm-eval"), "--batch_size", "8",
-        "--num_fewshot", "5", "--limit", "20",
-        "--gen_kwargs", "max_gen_toks=256,temperature=0.7,do_sample=true", "--seed", "7",
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        "pretrained=org/model,dtype=bfloat16",
+        "--tasks",
+        "gsm8k,arc_easy",
+        "--output_path",
+        str(bench.out / "eval" / "lm-eval"),
+        "--batch_size",
+        "8",
+        "--num_fewshot",
+        "5",
+        "--limit",
+        "20",
+        "--gen_kwargs",
+        "max_gen_toks=256,temperature=0.7,do_sample=true",
+        "--seed",
+        "7",
     ]
 
 
 def test_suites_and_model_fall_back_to_the_config(bench: Bench, tmp_path: Path):
     config = tmp_path / "config.yaml"
-    config.write_text("model: local/ckpt   # from the config\nsuites: arc_easy,ifeval\nlimit: 3\n",
-                      encoding="utf-8")
+    config.write_text("model: local/ckpt   # from the config\nsuites: arc_easy,ifeval\nlimit: 3\n", encoding="utf-8")
     done = bench.run(*_args(bench, model=None, suites=None, config=config))
     assert done.returncode == 0, done.stderr
     argv = bench.runner_argv()
@@ -238,8 +287,13 @@ def test_scores_reach_the_ingest_receiver(bench: Bench, tmp_path: Path):
     db = tmp_path / "ingest.sqlite"
     url, stop = start_server(db, SECRET)
     try:
-        env = {"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": url, "TUNEPLANE_JOB_RUN_ID": "bench-1",
-               "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "bench-1"), "TUNEPLANE_OUT_DIR": str(bench.out)}
+        env = {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_ENDPOINT": url,
+            "TUNEPLANE_JOB_RUN_ID": "bench-1",
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, "bench-1"),
+            "TUNEPLANE_OUT_DIR": str(bench.out),
+        }
         done = bench.run(*_args(bench, suites="gsm8k,arc_easy"), env=env)
         assert done.returncode == 0, done.stderr
         seen = summary(db, "bench-1")
@@ -256,16 +310,33 @@ def test_evalscope_runner_command_and_reports(bench: Bench):
     done = bench.run(*_args(bench, model="org/model", suites="gsm8k,arc", overrides=overrides))
     assert done.returncode == 0, done.stderr
     assert bench.runner_argv() == [
-        "-m", "evalscope.cli.cli", "eval", "--model", "org/model", "--datasets", "gsm8k", "arc",
-        "--work-dir", str(bench.out / "eval" / "evalscope"), "--seed", "1234",
-        "--generation-config", "max_tokens=512,temperature=0.0,do_sample=false", "--limit", "5",
-        "--eval-batch-size", "16",
-        "--dataset-args", json.dumps({"gsm8k": {"few_shot_num": 4}, "arc": {"few_shot_num": 4}}),
+        "-m",
+        "evalscope.cli.cli",
+        "eval",
+        "--model",
+        "org/model",
+        "--datasets",
+        "gsm8k",
+        "arc",
+        "--work-dir",
+        str(bench.out / "eval" / "evalscope"),
+        "--seed",
+        "1234",
+        "--generation-config",
+        "max_tokens=512,temperature=0.0,do_sample=false",
+        "--limit",
+        "5",
+        "--eval-batch-size",
+        "16",
+        "--dataset-args",
+        json.dumps({"gsm8k": {"few_shot_num": 4}, "arc": {"few_shot_num": 4}}),
     ]
     report = bench.report()
     assert report["runner"] == "evalscope"
-    assert report["suites"] == {"gsm8k": {"metric": "AverageAccuracy", "score": 0.5, "stderr": None},
-                                "arc": {"metric": "AverageAccuracy", "score": 0.6, "stderr": None}}
+    assert report["suites"] == {
+        "gsm8k": {"metric": "AverageAccuracy", "score": 0.5, "stderr": None},
+        "arc": {"metric": "AverageAccuracy", "score": 0.6, "stderr": None},
+    }
     assert report["results_file"] == "eval/evalscope/20250101_120000/reports/model"
 
 
@@ -300,15 +371,18 @@ def test_a_runner_that_cannot_start_is_a_clear_error(bench: Bench, tmp_path: Pat
     assert "cannot start" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model": None}, "no model to evaluate"),
-    ({"model": ""}, "no model to evaluate"),
-    ({"suites": " , "}, "no suites to run"),
-    ({"overrides": {"runner": "helm"}}, "unknown runner 'helm'"),
-    ({"overrides": {"limt": 5}}, "did you mean 'limit'?"),
-    ({"overrides": {"limit": -1}}, "limit must be an integer >= 0"),
-    ({"overrides": {"batch_size": "lots"}}, "batch_size must be"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": None}, "no model to evaluate"),
+        ({"model": ""}, "no model to evaluate"),
+        ({"suites": " , "}, "no suites to run"),
+        ({"overrides": {"runner": "helm"}}, "unknown runner 'helm'"),
+        ({"overrides": {"limt": 5}}, "did you mean 'limit'?"),
+        ({"overrides": {"limit": -1}}, "limit must be an integer >= 0"),
+        ({"overrides": {"batch_size": "lots"}}, "batch_size must be"),
+    ],
+)
 def test_usage_errors_exit_2_without_a_traceback(bench: Bench, change: dict[str, Any], message: str):
     done = bench.run(*_args(bench, **change))
     assert done.returncode == 2, done.stdout + done.stderr
@@ -332,11 +406,18 @@ def test_flat_parser_reads_the_template_config_as_pyyaml_does():
 
 
 def test_flat_parser_coerces_scalars_and_keeps_quoted_hashes():
-    text = ("# leading comment\nlimit: 20\ntemperature: 0.5\napply_chat_template: false\n"
-            "suites: 'gsm8k#v2'   # quoted hash stays\nnum_fewshot:\nname: \"two words\"\n")
+    text = (
+        "# leading comment\nlimit: 20\ntemperature: 0.5\napply_chat_template: false\n"
+        "suites: 'gsm8k#v2'   # quoted hash stays\nnum_fewshot:\nname: \"two words\"\n"
+    )
     assert flatconfig.parse_flat_yaml(text) == {
-        "limit": 20, "temperature": 0.5, "apply_chat_template": False, "suites": "gsm8k#v2",
-        "num_fewshot": None, "name": "two words"}
+        "limit": 20,
+        "temperature": 0.5,
+        "apply_chat_template": False,
+        "suites": "gsm8k#v2",
+        "num_fewshot": None,
+        "name": "two words",
+    }
 
 
 def test_flat_parser_refuses_nesting_instead_of_guessing():

@@ -85,8 +85,11 @@ def test_a_failed_verl_merge_leaves_no_export(tmp_path):
     (tmp_path / "checkpoints" / "global_step_1").mkdir(parents=True)
     (tmp_path / "hf_export").mkdir()
     (tmp_path / "hf_export" / "keep").write_text("good")
-    result = subprocess.run([sys.executable, "-m", "tuneplane.lifecycle.verl_export", "--output-dir", str(tmp_path)],
-                            capture_output=True, text=True)  # verl is not installed: the merger fails
+    result = subprocess.run(
+        [sys.executable, "-m", "tuneplane.lifecycle.verl_export", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )  # verl is not installed: the merger fails
     assert result.returncode != 0
     assert (tmp_path / "hf_export" / "keep").read_text() == "good"
 
@@ -94,9 +97,11 @@ def test_a_failed_verl_merge_leaves_no_export(tmp_path):
 TEMPLATES = sorted(ROOT.glob("catalog/*/*/template/export.py"))
 
 
-@pytest.mark.parametrize("script", [p for p in TEMPLATES if p.parts[-4] in ("trl", "verl")],
-                         ids=lambda p: "/".join(p.parts[-4:-2]))
+@pytest.mark.parametrize(
+    "script", [p for p in TEMPLATES if p.parts[-4] in ("trl", "verl")], ids=lambda p: "/".join(p.parts[-4:-2])
+)
 def test_template_exports_are_fronts_to_the_shared_code(script):
-    result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
-                            cwd=script.parent, env=NO_PYC)
+    result = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=script.parent, env=NO_PYC
+    )
     assert result.returncode == 0 and "--checkpoint" in result.stdout and "--output-dir" in result.stdout

@@ -27,15 +27,20 @@ class ChatTokenizer:
         return "|".join(m["content"] for m in messages) + ("<gen>" if add_generation_prompt else "")
 
 
-@pytest.mark.parametrize("row, expected", [
-    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
-     ("user: hi\nassistant:", "hello", None)),
-    ({"prompt": "2+2?", "completion": "4", "answer": 4}, ("2+2?", "4", "4")),
-    ({"prompt": "q", "completion": [{"role": "assistant", "content": "a"}]}, ("q", "a", None)),
-    ({"input": "capital of France", "output": "Paris"}, ("capital of France", "Paris", "Paris")),
-    ({"text": "some text"}, ("", "some text", None)),
-    ({"prompt": "q", "solution": "7"}, ("q", None, "7")),
-])
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        (
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+            ("user: hi\nassistant:", "hello", None),
+        ),
+        ({"prompt": "2+2?", "completion": "4", "answer": 4}, ("2+2?", "4", "4")),
+        ({"prompt": "q", "completion": [{"role": "assistant", "content": "a"}]}, ("q", "a", None)),
+        ({"input": "capital of France", "output": "Paris"}, ("capital of France", "Paris", "Paris")),
+        ({"text": "some text"}, ("", "some text", None)),
+        ({"prompt": "q", "solution": "7"}, ("q", None, "7")),
+    ],
+)
 def test_each_row_format(row, expected):
     assert split_row(row, PlainTokenizer()) == expected
 
@@ -50,10 +55,15 @@ def test_an_unreadable_row_stops_with_its_keys():
         split_row({"question": "?"}, PlainTokenizer())
 
 
-@pytest.mark.parametrize("text, answer", [
-    ("so the result is \\boxed{1,024}.", "1024"), ("first 3 then 17", "17"), ("The Answer.", "the answer"),
-    ("-2.5 apples", "-2.5"),
-])
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("so the result is \\boxed{1,024}.", "1024"),
+        ("first 3 then 17", "17"),
+        ("The Answer.", "the answer"),
+        ("-2.5 apples", "-2.5"),
+    ],
+)
 def test_final_answers(text, answer):
     assert final_answer(text) == answer
 
@@ -73,21 +83,38 @@ class EosTokenizer(PlainTokenizer):
     eos_token = "<eos>"
 
 
-@pytest.mark.parametrize("row, expected", [
-    ({"prompt": "2+2? ", "chosen": "4", "rejected": "5"}, ("2+2? 4<eos>", "2+2? 5<eos>")),
-    ({"chosen": "good<eos>", "rejected": "bad"}, ("good<eos>", "bad<eos>")),  # an eos is not doubled
-    ({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "a"}],
-      "rejected": [{"role": "assistant", "content": "b"}]}, ("user: q\nassistant: a", "user: q\nassistant: b")),
-])
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ({"prompt": "2+2? ", "chosen": "4", "rejected": "5"}, ("2+2? 4<eos>", "2+2? 5<eos>")),
+        ({"chosen": "good<eos>", "rejected": "bad"}, ("good<eos>", "bad<eos>")),  # an eos is not doubled
+        (
+            {
+                "prompt": [{"role": "user", "content": "q"}],
+                "chosen": [{"role": "assistant", "content": "a"}],
+                "rejected": [{"role": "assistant", "content": "b"}],
+            },
+            ("user: q\nassistant: a", "user: q\nassistant: b"),
+        ),
+    ],
+)
 def test_a_reward_model_reads_preference_pairs_as_trl_joins_them(row, expected):
     assert pair_texts(row, EosTokenizer()) == expected
 
 
-@pytest.mark.parametrize("row, message", [
-    ({"prompt": "q", "completion": "a"}, r"rows need `chosen` and `rejected`, this one has \['completion', 'prompt'\]"),
-    ({"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": []},
-     "must all be text or all chat messages"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        (
+            {"prompt": "q", "completion": "a"},
+            r"rows need `chosen` and `rejected`, this one has \['completion', 'prompt'\]",
+        ),
+        (
+            {"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": []},
+            "must all be text or all chat messages",
+        ),
+    ],
+)
 def test_a_row_that_is_no_preference_pair_stops_with_a_message(row, message):
     with pytest.raises(SystemExit, match=message):
         pair_texts(row, EosTokenizer())

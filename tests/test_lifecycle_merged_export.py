@@ -56,20 +56,31 @@ def test_tp_export_local_copies_a_full_weights_checkpoint(lab: Path, tp_subproce
 @pytest.mark.parametrize("module", sorted(MODULES.values()))
 def test_a_folder_that_is_no_checkpoint_is_refused(tmp_path: Path, module: str) -> None:
     (tmp_path / "ckpt").mkdir()
-    done = subprocess.run([sys.executable, "-m", module, "--checkpoint", str(tmp_path / "ckpt"),
-                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--checkpoint", str(tmp_path / "ckpt"), "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode != 0
     assert "neither a LoRA adapter (adapter_config.json) nor a Hugging Face model folder" in done.stderr
     assert not (tmp_path / "out" / "hf_export").exists()
-    missing = subprocess.run([sys.executable, "-m", module, "--checkpoint", str(tmp_path / "nope")],
-                             capture_output=True, text=True, timeout=60, check=False)
+    missing = subprocess.run(
+        [sys.executable, "-m", module, "--checkpoint", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert missing.returncode != 0 and "no such folder" in missing.stderr
 
 
-CLI_RECIPES = sorted(p.parent.relative_to(p.parents[2]).as_posix()
-                     for p in (Path(__file__).resolve().parents[1] / "catalog").glob("*/*/recipe.yaml")
-                     if p.parent.parent.name in ("ms-swift", "openrlhf") and "megatron" not in p.parent.name)
+CLI_RECIPES = sorted(
+    p.parent.relative_to(p.parents[2]).as_posix()
+    for p in (Path(__file__).resolve().parents[1] / "catalog").glob("*/*/recipe.yaml")
+    if p.parent.parent.name in ("ms-swift", "openrlhf") and "megatron" not in p.parent.name
+)
 
 
 @pytest.mark.parametrize("method", CLI_RECIPES)
@@ -78,8 +89,9 @@ def test_export_and_eval_run_the_recipes_lifecycle_scripts(lab: Path, tp: Any, m
     assert len(CLI_RECIPES) == 15
     settings = lab / "tuneplane.yaml"
     text = settings.read_text(encoding="utf-8")
-    settings.write_text(text.replace("  defaults: {}", f'  defaults: {{{method.split("/")[0]}: "r.example/fw:1"}}', 1),
-                        encoding="utf-8")
+    settings.write_text(
+        text.replace("  defaults: {}", f'  defaults: {{{method.split("/")[0]}: "r.example/fw:1"}}', 1), encoding="utf-8"
+    )
     run_git(lab, "add", "-A")
     run_git(lab, "commit", "-q", "-m", "exp")
     ckpt = "runs/alice/exp/r/out/checkpoints/checkpoint-5"
@@ -101,9 +113,21 @@ def test_a_failed_merge_keeps_the_previous_export(tmp_path: Path) -> None:
     (checkpoint / "adapter_config.json").write_text('{"base_model_name_or_path": "org/base"}', encoding="utf-8")
     (tmp_path / "out" / "hf_export").mkdir(parents=True)
     (tmp_path / "out" / "hf_export" / "keep").write_text("good", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", MODULES["openrlhf/sft"], "--checkpoint", str(checkpoint),
-                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            MODULES["openrlhf/sft"],
+            "--checkpoint",
+            str(checkpoint),
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode != 0 and "openrlhf" in done.stderr
     assert (tmp_path / "out" / "hf_export" / "keep").read_text(encoding="utf-8") == "good"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["hf_export"]

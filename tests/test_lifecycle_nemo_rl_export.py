@@ -14,7 +14,7 @@ import pytest
 
 from tuneplane.lifecycle import nemo_rl_export
 
-CONVERTER = '''
+CONVERTER = """
 import json
 from pathlib import Path
 
@@ -28,7 +28,7 @@ def convert_dcp_to_hf(*, dcp_ckpt_path, hf_ckpt_path, model_name_or_path, tokeni
     out.mkdir(parents=True)
     (out / "config.json").write_text(json.dumps({"from": str(weights), "model": model_name_or_path,
                                                  "tokenizer": tokenizer_name_or_path}))
-'''
+"""
 
 
 @pytest.fixture()

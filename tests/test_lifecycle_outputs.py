@@ -9,8 +9,9 @@ import pytest
 from tuneplane.lifecycle.outputs import export_checkpoint, output_dir
 
 
-def test_the_output_folder_comes_from_the_flag_then_the_environment(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_output_folder_comes_from_the_flag_then_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TUNEPLANE_OUT_DIR", str(tmp_path / "env"))
     assert output_dir(str(tmp_path / "flag")) == tmp_path / "flag"
     assert output_dir(None) == tmp_path / "env"

@@ -68,13 +68,25 @@ logging_dir: /elsewhere
 
 def test_arguments_win_over_the_config_and_overrides_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
-    run = _run(tmp_path, CONFIG, "--model", "m", "--validation-data", "val.jsonl",
-               "--overrides-json", json.dumps({"learning_rate": 3e-5, "lora_r": 4, "max_steps": 2}),
-               own_keys=("judge_max_length",))
+    run = _run(
+        tmp_path,
+        CONFIG,
+        "--model",
+        "m",
+        "--validation-data",
+        "val.jsonl",
+        "--overrides-json",
+        json.dumps({"learning_rate": 3e-5, "lora_r": 4, "max_steps": 2}),
+        own_keys=("judge_max_length",),
+    )
     assert (run.model, run.train_data, run.eval_data) == ("m", "train-from-config.jsonl", "val.jsonl")
     # what TRL gets: the file and the overrides, less the script's and the platform's keys
-    assert run.settings == {"learning_rate": 3e-5, "bf16": False, "max_steps": 2,
-                            "output_dir": str((tmp_path / "out" / "checkpoints").resolve())}
+    assert run.settings == {
+        "learning_rate": 3e-5,
+        "bf16": False,
+        "max_steps": 2,
+        "output_dir": str((tmp_path / "out" / "checkpoints").resolve()),
+    }
     assert run.script["lora_r"] == 4 and run.script["judge_max_length"] == 64
     assert set(run.script) <= {*SCRIPT_KEYS, "judge_max_length"}
     assert os.environ["TENSORBOARD_LOGGING_DIR"] == str((tmp_path / "out").resolve() / "logs")
@@ -93,13 +105,16 @@ def test_the_config_beside_the_script_is_the_default(tmp_path: Path, monkeypatch
     assert run.config_path == path and run.model == "from-config"
 
 
-@pytest.mark.parametrize("config, argv, message", [
-    ("learning_rate: 1.0\n", [], "a model and training data are required: pass --model and --train-data"),
-    ("a: [1\n", [], "not valid YAML"),
-    ("- a\n", [], "must be a mapping"),
-    (CONFIG, ["--overrides-json", "{'lr': 1}"], "--overrides-json is not valid JSON: .* line 1, column 2"),
-    (CONFIG, ["--overrides-json", '{"learning_rate.x": 1}'], "'learning_rate' is not a mapping"),
-])
+@pytest.mark.parametrize(
+    "config, argv, message",
+    [
+        ("learning_rate: 1.0\n", [], "a model and training data are required: pass --model and --train-data"),
+        ("a: [1\n", [], "not valid YAML"),
+        ("- a\n", [], "must be a mapping"),
+        (CONFIG, ["--overrides-json", "{'lr': 1}"], "--overrides-json is not valid JSON: .* line 1, column 2"),
+        (CONFIG, ["--overrides-json", '{"learning_rate.x": 1}'], "'learning_rate' is not a mapping"),
+    ],
+)
 def test_bad_input_is_a_message_not_a_traceback(tmp_path: Path, config: str, argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit, match=message):
         _run(tmp_path, config, *argv)
@@ -137,8 +152,9 @@ def test_the_trainer_gets_the_run_and_a_keyword_replaces_a_default(tmp_path: Pat
     from trl import RewardConfig
 
     run = _run(tmp_path, CONFIG, "--validation-data", str(tmp_path / "missing.jsonl"), own_keys=("judge_max_length",))
-    built = run.trainer(Recorder, RewardConfig, peft_task_type="SEQ_CLS", model="replaced",
-                        train_dataset=["row"], eval_dataset=None).kwargs
+    built = run.trainer(
+        Recorder, RewardConfig, peft_task_type="SEQ_CLS", model="replaced", train_dataset=["row"], eval_dataset=None
+    ).kwargs
     assert built["model"] == "replaced" and built["train_dataset"] == ["row"] and built["eval_dataset"] is None
     assert isinstance(built["args"], RewardConfig) and built["args"].learning_rate == 1e-5
     assert isinstance(built["peft_config"], LoraConfig)
@@ -167,8 +183,12 @@ def test_reward_weights_must_match_the_reward_functions_before_anything_loads(tm
     funcs = [trl_rewards.accuracy_reward, trl_rewards.format_reward, trl_rewards.format_reward]
     with pytest.raises(SystemExit, match=r"reward_weights is 2 weights for 3 reward functions"):
         run.trainer(never, dict, reward_funcs=funcs)
-    assert run.trainer(Recorder, dict, reward_funcs=funcs[:2], train_dataset=[], peft_config=None,
-                       callbacks=[]).kwargs["reward_funcs"] == funcs[:2]
+    assert (
+        run.trainer(Recorder, dict, reward_funcs=funcs[:2], train_dataset=[], peft_config=None, callbacks=[]).kwargs[
+            "reward_funcs"
+        ]
+        == funcs[:2]
+    )
 
 
 def test_save_writes_final_and_drops_the_model_card(tmp_path: Path) -> None:
@@ -187,9 +207,9 @@ def test_save_writes_final_and_drops_the_model_card(tmp_path: Path) -> None:
     assert (checkpoints / "final").is_dir() and not (checkpoints / "README.md").exists()
 
 
-def test_a_new_attempt_trains_from_the_checkpoint_the_launcher_found(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_new_attempt_trains_from_the_checkpoint_the_launcher_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = _run(tmp_path, CONFIG)
     resumed_from: list[str | None] = []
 
@@ -225,8 +245,17 @@ def test_experiments_scaffolded_before_training_run_still_import_their_helpers()
     """Their trainer_config.py re-exports these names: an existing lab's train.py keeps working."""
     import tuneplane.lifecycle.trl_support as support
 
-    old = ("PLATFORM_KEYS", "SCRIPT_KEYS", "apply_overrides", "latest_checkpoint", "load_config", "load_split",
-           "output_dir", "platform_callbacks", "read_overrides")
+    old = (
+        "PLATFORM_KEYS",
+        "SCRIPT_KEYS",
+        "apply_overrides",
+        "latest_checkpoint",
+        "load_config",
+        "load_split",
+        "output_dir",
+        "platform_callbacks",
+        "read_overrides",
+    )
     assert [name for name in old if not hasattr(support, name)] == []
 
 
@@ -268,18 +297,21 @@ def test_train_py_starts_from_the_sdk_folder_of_a_cluster_job(template: Path, tm
     sdk = tmp_path / "sdk"
     shutil.copytree(ROOT / "tuneplane", sdk / "tuneplane", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**NO_PYC, "PYTHONPATH": str(sdk)}
-    done = subprocess.run([sys.executable, "-S", "train.py", "--help"], cwd=template, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-S", "train.py", "--help"], cwd=template, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "--overrides-json" in done.stdout and "accelerate launch" in done.stdout
     code = "import tuneplane.lifecycle.trl_support as s; print(s.__file__)"
-    where = subprocess.run([sys.executable, "-S", "-c", code], cwd=template, env=env,
-                           capture_output=True, text=True, timeout=60)
+    where = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=template, env=env, capture_output=True, text=True, timeout=60
+    )
     assert where.stdout.strip().startswith(str(sdk))
 
 
-@pytest.mark.parametrize("template", [t for t in TRL_TEMPLATES if (t / "rewards.py").is_file()],
-                         ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "template", [t for t in TRL_TEMPLATES if (t / "rewards.py").is_file()], ids=lambda p: p.parent.name
+)
 def test_reward_weights_ship_one_per_reward_function(template: Path) -> None:
     code = compile((template / "rewards.py").read_text(), str(template / "rewards.py"), "exec")
     scope: dict[str, Any] = {}
@@ -306,8 +338,9 @@ def _old_accuracy(completion: str, expected: str) -> float:
     return 1.0 if got is not None and got == want else 0.0
 
 
-TEXTS = st.lists(st.sampled_from(["\\boxed{", "}", "{", "1", "23", ",", ".", "-", " ", "x", "Paris", "4.5"]),
-                 max_size=12).map("".join)
+TEXTS = st.lists(
+    st.sampled_from(["\\boxed{", "}", "{", "1", "23", ",", ".", "-", " ", "x", "Paris", "4.5"]), max_size=12
+).map("".join)
 
 
 @settings(max_examples=300, deadline=None)
@@ -347,12 +380,17 @@ def test_the_rendered_pod_command_gives_train_py_the_sdk(method: str, cluster_la
     (tmp_path / "work" / ".tuneplane").mkdir(parents=True)
     train = work / "experiments" / f"trl-{method}" / "train.py"
     launch = {"argv": [sys.executable, "-S", str(train), "--help"], "mode": "direct", "cwd": str(work)}
-    document = {"apiVersion": "tuneplane/v1", "kind": "TrainingJob", "spec": {"framework": {"kind": "trl"}},
-                "launch": launch}
+    document = {
+        "apiVersion": "tuneplane/v1",
+        "kind": "TrainingJob",
+        "spec": {"framework": {"kind": "trl"}},
+        "launch": launch,
+    }
     (tmp_path / "work" / ".tuneplane" / "jobspec.json").write_text(json.dumps(document))
     env = {**NO_PYC, "TUNEPLANE_WORK_DIR": str(tmp_path / "work")}
     env.pop("PYTHONPATH", None)
-    done = subprocess.run([sys.executable, "-S", "-c", bootstrap, str(sdk), mode], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", bootstrap, str(sdk), mode], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "--overrides-json" in done.stdout and "accelerate launch" in done.stdout

@@ -12,22 +12,63 @@ from tuneplane.metrics.vocab import Vocabulary
 # What TRL, transformers (with and without the callback's rewrite), verl, NeMo-RL, TensorBoard
 # scripts and custom jobs log, in the spellings seen in the wild.
 KEYS = (
-    "loss", "eval_loss", "train_loss", "train/loss", "eval/loss", "validation/loss", "train/train_loss",
-    "learning_rate", "lr", "grad_norm", "mean_token_accuracy", "eval_mean_token_accuracy",
-    "rewards/chosen", "eval_rewards/margins", "rewards/margins", "train/rewards/margins",
-    "approx_entropy", "train_approx_entropy", "train/approx_entropy", "kl_penalty", "train/kl_penalty",
-    "mean_gen_tokens_per_sample", "val_reward", "validation/val_reward", "validation/eval_loss",
-    "eval_val_reward", "validation/val_loss", "val_loss", "val/loss", "val-core/gsm8k/reward/mean@1",
-    "val-aux/gsm8k/score", "Loss/train", "Loss/Train", "Train/Loss", "TRAIN/loss", "EVAL_LOSS",
-    "Eval/Loss", "Validation/Loss", "Accuracy/val", "ray/node.0.gpu.0.util", "hw/gpu_util", "actor/kl",
-    "critic/score/mean", "bench/score", "my loss", "损失", "train/损失", "a" * 300,
+    "loss",
+    "eval_loss",
+    "train_loss",
+    "train/loss",
+    "eval/loss",
+    "validation/loss",
+    "train/train_loss",
+    "learning_rate",
+    "lr",
+    "grad_norm",
+    "mean_token_accuracy",
+    "eval_mean_token_accuracy",
+    "rewards/chosen",
+    "eval_rewards/margins",
+    "rewards/margins",
+    "train/rewards/margins",
+    "approx_entropy",
+    "train_approx_entropy",
+    "train/approx_entropy",
+    "kl_penalty",
+    "train/kl_penalty",
+    "mean_gen_tokens_per_sample",
+    "val_reward",
+    "validation/val_reward",
+    "validation/eval_loss",
+    "eval_val_reward",
+    "validation/val_loss",
+    "val_loss",
+    "val/loss",
+    "val-core/gsm8k/reward/mean@1",
+    "val-aux/gsm8k/score",
+    "Loss/train",
+    "Loss/Train",
+    "Train/Loss",
+    "TRAIN/loss",
+    "EVAL_LOSS",
+    "Eval/Loss",
+    "Validation/Loss",
+    "Accuracy/val",
+    "ray/node.0.gpu.0.util",
+    "hw/gpu_util",
+    "actor/kl",
+    "critic/score/mean",
+    "bench/score",
+    "my loss",
+    "损失",
+    "train/损失",
+    "a" * 300,
 )
 
 
 def vocabularies() -> dict[str, Vocabulary]:
     catalog = load_catalog()
-    found = {rid: Vocabulary.of(catalog.recipe(rid).metrics.aliases, catalog.recipe(rid).metrics.primary)
-             for rid in catalog.ids}
+    found = {
+        rid: Vocabulary.of(catalog.recipe(rid).metrics.aliases, catalog.recipe(rid).metrics.primary)
+        for rid in catalog.ids
+    }
     assert any(v.aliases for v in found.values())  # the catalog declares aliases to test against
     found["custom"] = Vocabulary()
     return found
@@ -55,8 +96,7 @@ def test_aliases_that_chain_are_followed_to_their_end() -> None:
 
 
 def test_a_cycle_of_aliases_ends_and_answers_the_same_every_time() -> None:
-    cycle = Vocabulary.of({"a": "train/b", "train/b": "a", "x": "train/y", "train/y": "train/z",
-                           "train/z": "train/y"})
+    cycle = Vocabulary.of({"a": "train/b", "train/b": "a", "x": "train/y", "train/y": "train/z", "train/z": "train/y"})
     for key in ("a", "train/b", "x", "train/y", "train/z"):
         first = cycle.canonical(key)
         assert cycle.canonical(key) == first and cycle.canonical(first) == first

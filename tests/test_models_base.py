@@ -28,8 +28,12 @@ def _models() -> list[type[BaseModel]]:
 
 
 MODELS = _models()
-FACTORIES = [(model, name, field.default_factory) for model in MODELS
-             for name, field in model.model_fields.items() if field.default_factory is not None]
+FACTORIES = [
+    (model, name, field.default_factory)
+    for model in MODELS
+    for name, field in model.model_fields.items()
+    if field.default_factory is not None
+]
 
 
 def test_the_models_are_found():
@@ -37,16 +41,14 @@ def test_the_models_are_found():
     assert len(FACTORIES) > 40
 
 
-@pytest.mark.parametrize(("model", "name", "factory"), FACTORIES,
-                         ids=[f"{m.__name__}.{n}" for m, n, _ in FACTORIES])
+@pytest.mark.parametrize(("model", "name", "factory"), FACTORIES, ids=[f"{m.__name__}.{n}" for m, n, _ in FACTORIES])
 def test_every_default_factory_is_a_python_function(model: type[BaseModel], name: str, factory: Any):
     """pydantic reads each factory's signature; a builtin (`list`, `dict`) or a model class is read
     the slow way (a text signature tokenized, a model's signature generated)."""
     assert isinstance(factory, types.FunctionType), f"{model.__name__}.{name}: use empty_list/empty_dict/defaults_of"
 
 
-@pytest.mark.parametrize(("model", "name", "factory"), FACTORIES,
-                         ids=[f"{m.__name__}.{n}" for m, n, _ in FACTORIES])
+@pytest.mark.parametrize(("model", "name", "factory"), FACTORIES, ids=[f"{m.__name__}.{n}" for m, n, _ in FACTORIES])
 def test_every_default_is_valid_and_what_the_model_would_make(model: type[BaseModel], name: str, factory: Any):
     value = factory()
     values = value.values() if isinstance(value, dict) else [value]
@@ -64,8 +66,9 @@ def test_every_default_is_valid_and_what_the_model_would_make(model: type[BaseMo
 def test_defaults_of_keeps_what_was_set_and_gives_a_new_value_each_time():
     local = defaults_of(Profile, local=True, gpus_per_node=0)
     assert local() == Profile(local=True, gpus_per_node=0)
-    assert local().model_fields_set == Profile(local=True, gpus_per_node=0).model_fields_set == {
-        "local", "gpus_per_node"}
+    assert (
+        local().model_fields_set == Profile(local=True, gpus_per_node=0).model_fields_set == {"local", "gpus_per_node"}
+    )
     first, second = defaults_of(Cluster)(), defaults_of(Cluster)()
     assert first == second and first is not second
     assert first.image_pull_secrets is not second.image_pull_secrets
@@ -79,5 +82,10 @@ def test_a_lab_file_that_leaves_every_section_out_gets_the_defaults():
     assert lab.cluster.slurm.software.kind == "host"
     # a value people write is validated by the lab file's own validator, as before
     with pytest.raises(ValueError, match="run_as_user 0 is root"):
-        LabFile.model_validate({"apiVersion": "tuneplane/project/v1", "name": "lab",
-                                "cluster": {"security": {"run_as_non_root": True, "run_as_user": 0}}})
+        LabFile.model_validate(
+            {
+                "apiVersion": "tuneplane/project/v1",
+                "name": "lab",
+                "cluster": {"security": {"run_as_non_root": True, "run_as_user": 0}},
+            }
+        )

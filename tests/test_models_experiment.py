@@ -62,7 +62,8 @@ def test_a_path_outside_the_out_dir_is_refused_at_its_line(tmp_path: Path, tp, p
     assert tp("new", "scr", "--method", "custom/custom", cwd=root).code == 0
     (root / "experiments/scr/experiment.yaml").write_text(
         "apiVersion: tuneplane/experiment/v1\nmetrics:\n  native:\n"
-        f"    - format: tensorboard\n      path: {json.dumps(path)}\n")
+        f"    - format: tensorboard\n      path: {json.dumps(path)}\n"
+    )
     result = tp("validate", "scr", cwd=root)
     assert result.code != 0
     assert "experiments/scr/experiment.yaml:5:" in result.output, result.output
@@ -87,15 +88,22 @@ def test_the_merged_list_reaches_the_jobspec_and_the_job(tmp_path: Path) -> None
 
     from tuneplane.plan.environment import spec_to_env
 
-    extra = ("apiVersion: tuneplane/experiment/v1\nmetrics:\n  native:\n"
-             "    - {format: jsonl, path: logs/rewards.jsonl, key: name, step: it, value: val}\n"
-             "    - {format: tensorboard, path: logs/tensorboard, prefix: verl/}\n")
-    lab = make_lab(tmp_path / "lab", {"verl-grpo-exp": "verl/grpo", "plain": "verl/grpo"},
-                   files={"experiments/verl-grpo-exp/experiment.yaml": extra})
+    extra = (
+        "apiVersion: tuneplane/experiment/v1\nmetrics:\n  native:\n"
+        "    - {format: jsonl, path: logs/rewards.jsonl, key: name, step: it, value: val}\n"
+        "    - {format: tensorboard, path: logs/tensorboard, prefix: verl/}\n"
+    )
+    lab = make_lab(
+        tmp_path / "lab",
+        {"verl-grpo-exp": "verl/grpo", "plain": "verl/grpo"},
+        files={"experiments/verl-grpo-exp/experiment.yaml": extra},
+    )
     spec = resolve_run(lab, request("verl-grpo-exp"))
     declared = spec.spec.recipe.adapter.native_metrics
     assert [(d["format"], d["path"], d["prefix"]) for d in declared] == [
-        ("jsonl", "logs/rewards.jsonl", ""), ("tensorboard", "logs/tensorboard", "verl/")]
+        ("jsonl", "logs/rewards.jsonl", ""),
+        ("tensorboard", "logs/tensorboard", "verl/"),
+    ]
     env = spec_to_env(spec)
     assert json.loads(env["TUNEPLANE_METRICS_NATIVE"]) == declared  # what every backend's collector reads
     _, _, manifests = build(lab, request("verl-grpo-exp"))  # the cluster's pods get the same list
@@ -103,7 +111,8 @@ def test_the_merged_list_reaches_the_jobspec_and_the_job(tmp_path: Path) -> None
     assert found and all(json.loads(v) == declared for v in found)
     plain = resolve_run(lab, request("plain", inputs=dict(INPUTS)))
     assert plain.spec.recipe.adapter.native_metrics == [
-        {"format": "tensorboard", "path": "logs/tensorboard", "prefix": "", "step": "step", "value": "value"}]
+        {"format": "tensorboard", "path": "logs/tensorboard", "prefix": "", "step": "step", "value": "value"}
+    ]
 
 
 def _container_env(node: object) -> list[dict[str, str]]:
@@ -166,7 +175,8 @@ writer.close()
 
 
 def test_a_script_naming_scalars_as_pytorchs_tensorboard_docs_do_shows_canonical_names(
-        tmp_path: Path, tp, tp_subprocess) -> None:
+    tmp_path: Path, tp, tp_subprocess
+) -> None:
     """The must-show run of a script writing TensorBoard events, named the way torch's SummaryWriter
     documentation names them (`Loss/train`, `Loss/test`): the status, `tp job metrics` and the
     committed chart show `train/loss` and `validation/loss` first; the tag as written still answers."""
@@ -196,6 +206,9 @@ def test_a_script_naming_scalars_as_pytorchs_tensorboard_docs_do_shows_canonical
     raw = tp_subprocess("job", "metrics", run_id, "--key", "Loss/train", cwd=root)
     assert raw.code == 0 and raw.out.splitlines()[1].split()[:2] == ["Loss/train", "0.1667"], raw.output
     svg = git(root, "show", f"HEAD:status/scr/{run_id}.svg")
-    titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
-              if t.get("font-weight") == "bold"]
+    titles = [
+        "".join(t.itertext())
+        for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+        if t.get("font-weight") == "bold"
+    ]
     assert titles == ["train/loss", "validation/loss", "train/accuracy"], titles  # the bot commits 3 panels

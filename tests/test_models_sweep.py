@@ -42,13 +42,16 @@ def test_a_sample_is_seeded_and_reruns_follow_their_trial() -> None:
     assert [t.run_id for t in rerun if not t.rerun] == [t.run_id for t in one]
 
 
-@pytest.mark.parametrize("bad", [
-    {"grid": {"lr": []}},
-    {"grid": {"lr": [1, 1]}},
-    {"grid": {"lr": [1]}, "set": {"lr": 2}},
-    {"early_stopping": {"patience": 2}},
-    {"created_at": "2026-12-02"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"grid": {"lr": []}},
+        {"grid": {"lr": [1, 1]}},
+        {"grid": {"lr": [1]}, "set": {"lr": 2}},
+        {"early_stopping": {"patience": 2}},
+        {"created_at": "2026-12-02"},
+    ],
+)
 def test_malformed_sweeps_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         sweep(**bad)

@@ -270,9 +270,7 @@ def test_eval_needs_data(lab: Lab) -> None:
 
 def test_a_checkpoint_format_the_recipe_does_not_write_is_refused(lab: Lab) -> None:
     with pytest.raises(UsageError, match="trl/sft writes safetensors checkpoints, not 'gguf'"):
-        plan_for(
-            lab, "trl-sft-exp", operation="export", inputs={"checkpoint": "/c", "checkpoint_format": "gguf"}
-        )
+        plan_for(lab, "trl-sft-exp", operation="export", inputs={"checkpoint": "/c", "checkpoint_format": "gguf"})
     assert (
         plan_for(
             lab,
@@ -457,9 +455,15 @@ def test_the_launcher_reads_the_jobspec_document(lab: Lab, tmp_path: Path) -> No
 
 @pytest.fixture(scope="module")
 def cli_lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    return make_lab(tmp_path_factory.mktemp("cli-adapters") / "lab",
-                    experiments={"swift-sft": "ms-swift/sft", "swift-dpo": "ms-swift/dpo",
-                                 "swift-megatron": "ms-swift/megatron-sft", "orlhf-sft": "openrlhf/sft"})
+    return make_lab(
+        tmp_path_factory.mktemp("cli-adapters") / "lab",
+        experiments={
+            "swift-sft": "ms-swift/sft",
+            "swift-dpo": "ms-swift/dpo",
+            "swift-megatron": "ms-swift/megatron-sft",
+            "orlhf-sft": "openrlhf/sft",
+        },
+    )
 
 
 def _renderer_options(lab: Lab, exp: str) -> list[str]:

@@ -18,11 +18,14 @@ NEMO_ROOT = "/opt/nemo-rl"
 
 
 def _request(experiment: str, method: str, profile: str = "h200") -> RunRequest:
-    data: dict[str, object] = {"experiment": experiment, "run_id": RUN_ID, "profile": profile,
-                               "inputs": dict(INPUTS)}
+    data: dict[str, object] = {"experiment": experiment, "run_id": RUN_ID, "profile": profile, "inputs": dict(INPUTS)}
     if method == "custom/custom":
-        data = {**data, "image": "registry.example.com/t:1", "observability_url": "https://track.example.org/p",
-                "inputs": {}}
+        data = {
+            **data,
+            "image": "registry.example.com/t:1",
+            "observability_url": "https://track.example.org/p",
+            "inputs": {},
+        }
     if method.startswith(("ms-swift/", "openrlhf/", "verl/")) or method == "evalkit/benchmark":
         data["image"] = "registry.example.com/framework:1"
     if method == "evalkit/benchmark":
@@ -43,8 +46,11 @@ def test_nemo_rl_runs_the_frameworks_own_driver_without_a_run_py(tmp_path: Path)
 
 
 def test_an_experiment_run_py_wins_over_the_frameworks_entry(tmp_path: Path) -> None:
-    lab = make_lab(tmp_path / "lab", {"grpo": "nemo-rl/grpo", "vgrpo": "verl/grpo"},
-                   files={"experiments/grpo/run.py": "print('mine')\n", "experiments/vgrpo/run.py": "pass\n"})
+    lab = make_lab(
+        tmp_path / "lab",
+        {"grpo": "nemo-rl/grpo", "vgrpo": "verl/grpo"},
+        files={"experiments/grpo/run.py": "print('mine')\n", "experiments/vgrpo/run.py": "pass\n"},
+    )
     for name, method in (("grpo", "nemo-rl/grpo"), ("vgrpo", "verl/grpo")):
         spec, plan, _ = build(lab, _request(name, method))
         assert (spec.spec.recipe.entrypoint_kind, spec.spec.recipe.entrypoint) == ("experiment", "run.py")
@@ -131,17 +137,21 @@ def test_catalog_frameworks_have_an_image_without_a_lab_default(tmp_path: Path) 
 
     settings = re.sub(r"images:\n(  .*\n)+", "", CLUSTER_SETTINGS)
     assert "images:" not in settings
-    lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "p": "pytorch/image-classification", "n": "nemo-rl/sft"},
-                   settings=settings)
-    images = {name: resolve_run(lab, _request(name, method, "cpu" if name != "n" else "h200")).spec.image
-              for name, method in (("t", "trl/sft"), ("p", "pytorch/image-classification"), ("n", "nemo-rl/sft"))}
+    lab = make_lab(
+        tmp_path / "lab", {"t": "trl/sft", "p": "pytorch/image-classification", "n": "nemo-rl/sft"}, settings=settings
+    )
+    images = {
+        name: resolve_run(lab, _request(name, method, "cpu" if name != "n" else "h200")).spec.image
+        for name, method in (("t", "trl/sft"), ("p", "pytorch/image-classification"), ("n", "nemo-rl/sft"))
+    }
     assert images["t"] == "huggingface/trl:1.16.0"
     assert images["p"].startswith("pytorch/pytorch:2.14.0-")
     assert re.fullmatch(r"nvcr\.io/nvidia/nemo-rl:v0\.7\.0@sha256:[0-9a-f]{64}", images["n"])
 
 
-def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkout(tmp_path: Path,
-                                                                                 tp_subprocess) -> None:
+def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkout(
+    tmp_path: Path, tp_subprocess
+) -> None:
     """The local backend runs a `file` entrypoint from NEMO_RL_ROOT: here a stand-in NeMo-RL checkout
     whose driver records what it got, as NeMo-RL's own examples/run_sft.py would receive it."""
     from helpers_render import CLUSTER_SETTINGS
@@ -150,20 +160,35 @@ def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkou
     (checkout / "examples").mkdir(parents=True)
     (checkout / "examples" / "run_sft.py").write_text(
         "import json, os, sys\n"
-        "json.dump(sys.argv[1:], open(os.path.join(os.environ['TUNEPLANE_OUT_DIR'], 'argv.json'), 'w'))\n")
-    settings = CLUSTER_SETTINGS.replace("local: {local: true, gpus_per_node: 0}",
-                                        "local: {local: true, gpus_per_node: 1}")  # the driver uses none
+        "json.dump(sys.argv[1:], open(os.path.join(os.environ['TUNEPLANE_OUT_DIR'], 'argv.json'), 'w'))\n"
+    )
+    settings = CLUSTER_SETTINGS.replace(
+        "local: {local: true, gpus_per_node: 0}", "local: {local: true, gpus_per_node: 1}"
+    )  # the driver uses none
     lab = make_lab(tmp_path / "lab", {"sft": "nemo-rl/sft"}, settings=settings)
-    result = tp_subprocess("submit", "sft", "--profile", "local", "--model", "m", "--train-data", "t.jsonl",
-                           "--validation-data", "v.jsonl", "--local", cwd=lab.root,
-                           env={"NEMO_RL_ROOT": str(checkout), "TUNEPLANE_LOCAL_GPUS": "1"}, timeout=300)
+    result = tp_subprocess(
+        "submit",
+        "sft",
+        "--profile",
+        "local",
+        "--model",
+        "m",
+        "--train-data",
+        "t.jsonl",
+        "--validation-data",
+        "v.jsonl",
+        "--local",
+        cwd=lab.root,
+        env={"NEMO_RL_ROOT": str(checkout), "TUNEPLANE_LOCAL_GPUS": "1"},
+        timeout=300,
+    )
     assert result.code == 0, result.output[-3000:]
     [status_path] = (lab.root / "status" / "sft").glob("*.json")
     status = json.loads(status_path.read_text())
     assert status["phase"] == "Succeeded"
     argv = json.loads((Path(status["out_dir"]) / "argv.json").read_text())
     assert argv[0] == "--config" and argv[1].endswith("experiments/sft/config.yaml")
-    assert "policy.model_name=\"m\"" in argv and "cluster.num_nodes=1" in argv
+    assert 'policy.model_name="m"' in argv and "cluster.num_nodes=1" in argv
 
 
 def test_a_migrated_nemo_rl_sft_lock_binds_the_frameworks_driver(tmp_path: Path, tp) -> None:

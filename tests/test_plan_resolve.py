@@ -175,9 +175,7 @@ def test_experiment_mismatch_is_refused(lab: Lab) -> None:
     from tuneplane.plan.resolve import resolve
 
     with pytest.raises(UsageError, match="names experiment 'pytorch-exp', not 'trl-sft-exp'"):
-        resolve(
-            lab, "trl-sft-exp", request("pytorch-exp"), commit=COMMIT, dirty=False, catalog=catalog(), env={}
-        )
+        resolve(lab, "trl-sft-exp", request("pytorch-exp"), commit=COMMIT, dirty=False, catalog=catalog(), env={})
 
 
 def test_storage_user_is_one_safe_path_segment(tmp_path: Path) -> None:
@@ -226,9 +224,7 @@ def test_image_order_flag_then_lab_default_then_registry_then_pin(tmp_path: Path
     settings = CLUSTER_SETTINGS.replace("    trl: example/trl:1.10.0\n", "")
     settings = settings.replace("    verl: example/verl:0.5.0\n", "")
     lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "verl-sft-exp": "verl/sft"}, settings=settings)
-    runtime_id = json.loads((lab.root / "experiments/t/recipe.lock.json").read_text())["framework"][
-        "runtime_id"
-    ]
+    runtime_id = json.loads((lab.root / "experiments/t/recipe.lock.json").read_text())["framework"]["runtime_id"]
     registry = {"TUNEPLANE_RUNTIME_IMAGES": json.dumps({runtime_id: "example/trl-registry:1"})}
     assert (
         resolve_run(lab, request("t", image="example/mine:2", inputs=INPUTS), env=registry).spec.image
@@ -261,8 +257,9 @@ def test_digest_policy_applies_to_the_resolved_image(tmp_path: Path) -> None:
     unpinned = make_lab(tmp_path / "unpinned", {"t": "trl/sft"}, settings=settings)
     with pytest.raises(UsageError, match=r"cluster.init_image .*not pinned by digest"):
         resolve_run(unpinned, request("t", image="example/trl@sha256:" + "a" * 64, inputs=INPUTS))
-    settings = settings.replace("  ttl_seconds_after_finished: 86400\n",
-                                f"  ttl_seconds_after_finished: 86400\n  init_image: {pinned_init}\n")
+    settings = settings.replace(
+        "  ttl_seconds_after_finished: 86400\n", f"  ttl_seconds_after_finished: 86400\n  init_image: {pinned_init}\n"
+    )
     lab = make_lab(tmp_path / "lab", {"t": "trl/sft"}, settings=settings)
     assert "not pinned by digest" in refusal(lab, request("t", inputs=INPUTS)).message
     pinned = "example/trl@sha256:" + "a" * 64
@@ -289,8 +286,10 @@ def _plugin_lab(root: Path, method: str, capability: str = "algorithm", load: st
         from tuneplane.runtime.digest import tree_digest
 
         entry = {"id": "alice/opsd", "version": "1.2.0", "digest": tree_digest(lab.root / "plugins/opsd")}
-        (lab.root / "experiments/exp/plugins.lock.json").write_text(json.dumps(
-            {"apiVersion": "tuneplane/plugins-lock/v1", "plugins": [entry]}, indent=2) + "\n", encoding="utf-8")
+        (lab.root / "experiments/exp/plugins.lock.json").write_text(
+            json.dumps({"apiVersion": "tuneplane/plugins-lock/v1", "plugins": [entry]}, indent=2) + "\n",
+            encoding="utf-8",
+        )
     else:
         lock_plugin(lab.root, "exp", "alice/opsd@1.2.0")
     commit_all(lab.root)
@@ -316,9 +315,7 @@ def test_plugins_come_from_the_lock_and_plugin_yaml(tmp_path: Path) -> None:
 
 def test_a_plugin_changed_after_locking_is_refused(tmp_path: Path) -> None:
     lab = _plugin_lab(tmp_path / "lab", "trl/sft")
-    (lab.root / "plugins/opsd/opsd_patch/__init__.py").write_text(
-        "def install(params):\n    raise SystemExit\n"
-    )
+    (lab.root / "plugins/opsd/opsd_patch/__init__.py").write_text("def install(params):\n    raise SystemExit\n")
     error = refusal(lab, request("exp", inputs=INPUTS))
     assert "plugins/opsd changed since it was locked" in error.message
 
@@ -364,10 +361,7 @@ def test_custom_external_observability_needs_a_url(lab: Lab) -> None:
 
 def test_platform_observability_refuses_a_url(lab: Lab) -> None:
     error = refusal(lab, request("pytorch-exp", observability_url=OBS_URL))
-    assert (
-        error.message
-        == "pytorch/image-classification uses platform observability: --observability-url is refused"
-    )
+    assert error.message == "pytorch/image-classification uses platform observability: --observability-url is refused"
 
 
 def test_custom_needs_an_image(lab: Lab) -> None:
@@ -391,13 +385,10 @@ def test_required_inputs_are_named(lab: Lab) -> None:
 def test_platform_owned_keys_in_a_verl_config_are_refused(tmp_path: Path) -> None:
     lab = make_lab(tmp_path / "lab", {"v": "verl/grpo"})
     config = lab.root / "experiments/v/config.yaml"
-    config.write_text(
-        config.read_text().replace("\ntrainer:\n", "\ntrainer:\n  default_local_dir: /tmp/ckpt\n")
-    )
+    config.write_text(config.read_text().replace("\ntrainer:\n", "\ntrainer:\n  default_local_dir: /tmp/ckpt\n"))
     error = refusal(lab, request("v", inputs=INPUTS))
     assert error.message == (
-        "experiments/v/config.yaml: config.yaml sets trainer.default_local_dir, "
-        "a key the platform owns for verl/grpo"
+        "experiments/v/config.yaml: config.yaml sets trainer.default_local_dir, a key the platform owns for verl/grpo"
     )
 
 

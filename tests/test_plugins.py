@@ -449,10 +449,7 @@ def test_recipe_plugins_need_exactly_one_lock_entry(lab: Path) -> None:
     assert rules(check(lab)) == ["plugins-lock-unsatisfied"]  # no lock at all
     assert check(lab, recipe_plugins=[]) == []
     lock_plugin(lab, "exp1", "alice/opsd-patch")
-    assert (
-        "'grpo-x'"
-        in only(check(lab, recipe_plugins=["opsd-patch", "grpo-x"]), "plugins-lock-unsatisfied").message
-    )
+    assert "'grpo-x'" in only(check(lab, recipe_plugins=["opsd-patch", "grpo-x"]), "plugins-lock-unsatisfied").message
     with pytest.raises(UsageError, match="both ship a top-level module"):  # lock refuses what validate does
         lock_plugin(lab, "exp1", "bob/opsd-patch")
     path = lab / "experiments" / "exp1" / "plugins.lock.json"

@@ -56,8 +56,13 @@ def evil_pyc(source_py: Path, target: Path) -> None:
     tmp = target.parent / "evil_src.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(EVIL, encoding="utf-8")
-    py_compile.compile(str(tmp), cfile=str(target), dfile=str(source_py), doraise=True,
-                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(tmp),
+        cfile=str(target),
+        dfile=str(source_py),
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
     tmp.unlink()
 
 
@@ -96,8 +101,7 @@ def test_committed_bytecode_is_refused_by_validate(lab: Path, case: str) -> None
 @pytest.mark.parametrize("case", ["pycache", "sourceless"])
 def test_plugin_validate_refuses_bytecode(lab: Path, case: str) -> None:
     evil_pyc(lab / MODULE, lab / BYTECODE[case])
-    assert_clear(tp("plugin", "validate", "plugins/p", cwd=lab), file=BYTECODE[case], says=["bytecode"],
-                 codes=(1,))
+    assert_clear(tp("plugin", "validate", "plugins/p", cwd=lab), file=BYTECODE[case], says=["bytecode"], codes=(1,))
 
 
 def test_a_cache_python_wrote_for_the_source_beside_it_is_not_an_error(lab: Path) -> None:
@@ -145,28 +149,45 @@ def job_package(work: Path, source: str, *, argv: list[str] | None = None, name:
     """A job package with one algorithm plugin; the trainer is `python -c` writing TRAINED."""
     root = work / "tuneplane_plugins" / name
     root.mkdir(parents=True)
-    (root / "plugin.yaml").write_text(f"schema: tuneplane/plugin/v1\nname: {name}\nversion: 1.0.0\n"
-                                      f"capability: algorithm\nentrypoint: {name}_plugin:install\n",
-                                      encoding="utf-8")
+    (root / "plugin.yaml").write_text(
+        f"schema: tuneplane/plugin/v1\nname: {name}\nversion: 1.0.0\n"
+        f"capability: algorithm\nentrypoint: {name}_plugin:install\n",
+        encoding="utf-8",
+    )
     (root / f"{name}_plugin.py").write_text(source, encoding="utf-8")
     return root
 
 
 def write_spec(work: Path, root: Path, argv: list[str]) -> None:
     name = root.name
-    spec = {"apiVersion": "tuneplane/v1", "kind": "TrainingJob",
-            "spec": {"framework": {"kind": "pytorch"}, "hyperparams": {},
-                     "plugins": [{"id": f"me/{name}", "name": name, "version": "1.0.0",
-                                  "digest": plugin_digest(root), "capability": "algorithm",
-                                  "entrypoint": f"{name}_plugin:install", "load": "eager"}]},
-            "launch": {"argv": argv, "mode": "direct", "cwd": "", "in_process": False}}
+    spec = {
+        "apiVersion": "tuneplane/v1",
+        "kind": "TrainingJob",
+        "spec": {
+            "framework": {"kind": "pytorch"},
+            "hyperparams": {},
+            "plugins": [
+                {
+                    "id": f"me/{name}",
+                    "name": name,
+                    "version": "1.0.0",
+                    "digest": plugin_digest(root),
+                    "capability": "algorithm",
+                    "entrypoint": f"{name}_plugin:install",
+                    "load": "eager",
+                }
+            ],
+        },
+        "launch": {"argv": argv, "mode": "direct", "cwd": "", "in_process": False},
+    }
     (work / ".tuneplane").mkdir(exist_ok=True)
     (work / ".tuneplane" / "jobspec.json").write_text(json.dumps(spec), encoding="utf-8")
 
 
 def launch(work: Path, timeout: float = 60) -> Outcome:
-    return fenced([sys.executable, "-m", "tuneplane.launcher"], work, env={"TUNEPLANE_WORK_DIR": str(work)},
-                  timeout=timeout)
+    return fenced(
+        [sys.executable, "-m", "tuneplane.launcher"], work, env={"TUNEPLANE_WORK_DIR": str(work)}, timeout=timeout
+    )
 
 
 TRAIN = ["python", "-c", "import pathlib; pathlib.Path('TRAINED').write_text('ok')"]
@@ -225,24 +246,35 @@ def test_failing_install_writes_the_termination_message(tmp_path: Path) -> None:
     root = job_package(tmp_path, FAILING)
     write_spec(tmp_path, root, TRAIN)
     message = tmp_path / "termination-log"
-    result = fenced([sys.executable, "-m", "tuneplane.launcher"], tmp_path,
-                    env={"TUNEPLANE_WORK_DIR": str(tmp_path), "TUNEPLANE_TERMINATION_LOG": str(message)})
+    result = fenced(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        tmp_path,
+        env={"TUNEPLANE_WORK_DIR": str(tmp_path), "TUNEPLANE_TERMINATION_LOG": str(message)},
+    )
     assert result.code == CONFIG_ERROR_EXIT
     text = message.read_text(encoding="utf-8")
     assert text.count("\n") <= 1 and "does not apply" in text and "Traceback" not in text
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists(),
-                    reason="torchrun is not installed")
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists(),
+    reason="torchrun is not installed",
+)
 def test_failing_install_under_torchrun_is_78_and_one_line_on_every_rank(tmp_path: Path) -> None:
     root = job_package(tmp_path, FAILING)
-    rank = (f"{shlex.quote(sys.executable)} -m torch.distributed.run --standalone --nproc-per-node 2 "
-            "-m tuneplane.launcher -c \"import pathlib; pathlib.Path('TRAINED').write_text('ok')\"")
+    rank = (
+        f"{shlex.quote(sys.executable)} -m torch.distributed.run --standalone --nproc-per-node 2 "
+        "-m tuneplane.launcher -c \"import pathlib; pathlib.Path('TRAINED').write_text('ok')\""
+    )
     write_spec(tmp_path, root, ["sh", "-c", rank])
     message = tmp_path / "termination-log"
-    result = fenced([sys.executable, "-m", "tuneplane.launcher"], tmp_path,
-                    env={"TUNEPLANE_WORK_DIR": str(tmp_path), "TUNEPLANE_TERMINATION_LOG": str(message)},
-                    timeout=120, memory=4 * 1024 * 1024 * 1024)
+    result = fenced(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        tmp_path,
+        env={"TUNEPLANE_WORK_DIR": str(tmp_path), "TUNEPLANE_TERMINATION_LOG": str(message)},
+        timeout=120,
+        memory=4 * 1024 * 1024 * 1024,
+    )
     assert result.code == CONFIG_ERROR_EXIT, result.output
     last = _last_line(result)
     assert last.startswith("tuneplane-launch: error: plugin me/p@1.0.0") and "does not apply" in last, result.err
@@ -267,8 +299,11 @@ ENTRYPOINTS = {
 
 def _set_entrypoint(lab: Path, source: str, entrypoint: str) -> None:
     (lab / MODULE).write_text(source, encoding="utf-8")
-    text = (lab / MANIFEST).read_text(encoding="utf-8").replace("entrypoint: p_plugin:install",
-                                                               f"entrypoint: {entrypoint}")
+    text = (
+        (lab / MANIFEST)
+        .read_text(encoding="utf-8")
+        .replace("entrypoint: p_plugin:install", f"entrypoint: {entrypoint}")
+    )
     (lab / MANIFEST).write_text(text, encoding="utf-8")
 
 
@@ -338,8 +373,11 @@ def test_plugin_lock_refuses_a_plugin_this_tuneplane_does_not_satisfy(lab: Path)
 
 
 def test_plugin_lock_refuses_a_plugin_for_another_framework(lab: Path) -> None:
-    text = (lab / MANIFEST).read_text(encoding="utf-8").replace('core: ">=0.1,<1"\n',
-                                                               'core: ">=0.1,<1"\n  frameworks: [trl]\n')
+    text = (
+        (lab / MANIFEST)
+        .read_text(encoding="utf-8")
+        .replace('core: ">=0.1,<1"\n', 'core: ">=0.1,<1"\n  frameworks: [trl]\n')
+    )
     (lab / MANIFEST).write_text(text, encoding="utf-8")
     assert_clear(tp("plugin", "lock", "img", "me/p", cwd=lab), says=["trl"], codes=(2,))
 
@@ -350,11 +388,16 @@ def test_plugin_lock_refuses_a_plugin_for_another_framework(lab: Path) -> None:
 def test_a_data_prep_plugin_never_enters_the_job_package(lab: Path) -> None:
     assert tp("plugin", "new", "prep", cwd=lab).code == 0
     manifest = lab / "plugins/prep/plugin.yaml"
-    (lab / "tuneplane.yaml").write_text((lab / "tuneplane.yaml").read_text(encoding="utf-8").replace(
-        "  backend: local ", "  backend: kubernetes ").replace('    url: ""', '    url: "https://git.example.com/lab.git"'),
-        encoding="utf-8")
-    text = manifest.read_text(encoding="utf-8").replace("capability: algorithm",
-                                                        "capability: data-prep\nexecution: local")
+    (lab / "tuneplane.yaml").write_text(
+        (lab / "tuneplane.yaml")
+        .read_text(encoding="utf-8")
+        .replace("  backend: local ", "  backend: kubernetes ")
+        .replace('    url: ""', '    url: "https://git.example.com/lab.git"'),
+        encoding="utf-8",
+    )
+    text = manifest.read_text(encoding="utf-8").replace(
+        "capability: algorithm", "capability: data-prep\nexecution: local"
+    )
     manifest.write_text(text, encoding="utf-8")
     relock_prep = tp("plugin", "lock", "img", "me/prep", cwd=lab)
     assert relock_prep.code == 0, relock_prep.output
@@ -362,8 +405,11 @@ def test_a_data_prep_plugin_never_enters_the_job_package(lab: Path) -> None:
     git(lab, "commit", "-q", "-m", "data prep")
     result = tp("render", RUN_REQUEST, cwd=lab, env=ALLOW)
     assert result.code == 0, result.output
-    values = [item.get("value") for item in _walk(list(yaml.safe_load_all(result.out)))
-              if isinstance(item, dict) and item.get("name") == "TUNEPLANE_PLUGINS"]
+    values = [
+        item.get("value")
+        for item in _walk(list(yaml.safe_load_all(result.out)))
+        if isinstance(item, dict) and item.get("name") == "TUNEPLANE_PLUGINS"
+    ]
     assert values == ["plugins/p"], values  # the algorithm plugin travels (by its folder), the data-prep one does not
 
 

@@ -89,8 +89,9 @@ def test_the_launcher_imports_the_bytes_it_verified(tmp_path: Path, monkeypatch:
 
     def verify_then_swap(work: Path, plugin: launcher.PluginRef, *args: object) -> Path:
         checked = verify(work, plugin)
-        (root / f"{name}_plugin.py").write_text("def install(params):\n    params['ran'].append('evil')\n",
-                                                encoding="utf-8")
+        (root / f"{name}_plugin.py").write_text(
+            "def install(params):\n    params['ran'].append('evil')\n", encoding="utf-8"
+        )
         return checked
 
     monkeypatch.setattr(launcher, "verify_plugin", verify_then_swap)

@@ -42,11 +42,14 @@ def test_the_readmes_lab_block_runs_as_written(tmp_path: Path) -> None:
     block = re.search(r"## A lab in \w+ commands\n\n```bash\n(.*?)```", text, flags=re.S)
     assert block is not None, "README.md has no 'A lab in … commands' bash block"
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
-           "TUNEPLANE_STORAGE_ROOT": str(tmp_path / "storage"), "TUNEPLANE_TOOL_REQUIREMENT": "tuneplane==0.5.0"}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+        "TUNEPLANE_STORAGE_ROOT": str(tmp_path / "storage"),
+        "TUNEPLANE_TOOL_REQUIREMENT": "tuneplane==0.5.0",
+    }
     script = "set -euo pipefail\n" + block.group(1)
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Succeeded" in done.stdout, done.stdout
     assert (tmp_path / "my-lab" / "status" / "my-exp").is_dir()
@@ -94,11 +97,13 @@ def test_pre_commit_hook_definitions():
     from tuneplane.author.scaffold import lab_files
     from tuneplane.author.toolsource import ToolSource
 
-    released = ToolSource("tuneplane @ git+https://git.example.org/tp@v0.5.0", "x", "https://git.example.org/tp",
-                          "v0.5.0")
+    released = ToolSource(
+        "tuneplane @ git+https://git.example.org/tp@v0.5.0", "x", "https://git.example.org/tp", "v0.5.0"
+    )
     config = yaml.safe_load(lab_files("demo", tool=released)[".pre-commit-config.yaml"])
-    assert config["repos"] == [{"repo": "https://git.example.org/tp", "rev": "v0.5.0",
-                                "hooks": [{"id": "tp-validate"}]}]
+    assert config["repos"] == [
+        {"repo": "https://git.example.org/tp", "rev": "v0.5.0", "hooks": [{"id": "tp-validate"}]}
+    ]
     indexed = yaml.safe_load(lab_files("demo", tool=ToolSource("tuneplane==0.5.0", "x"))[".pre-commit-config.yaml"])
     hook = indexed["repos"][0]["hooks"][0]
     assert indexed["repos"][0]["repo"] == "local" and hook["entry"] == "tp validate"
@@ -111,8 +116,12 @@ def test_pre_commit_hook_definitions():
 def wheel(tmp_path_factory):
     """The project's wheel, built once for the tests that install it."""
     dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-                    str(ROOT)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return next(dist.glob("tuneplane-*.whl"))
 
 
@@ -126,8 +135,9 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     assert "tuneplane/_data/schemas/recipe.schema.json" in names
     assert "tuneplane/_data/templates/lab/tuneplane.yaml.j2" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    shipped = subprocess.run(["git", "ls-files", "catalog", "templates", "schemas"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split()
+    shipped = subprocess.run(
+        ["git", "ls-files", "catalog", "templates", "schemas"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert len(shipped) > 100 and not [rel for rel in shipped if f"tuneplane/_data/{rel}" not in names]
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
@@ -142,8 +152,13 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     assert run("new", "exp", "--method", "custom/custom", cwd=lab).returncode == 0
     result = run("validate", cwd=lab)
     assert result.returncode == 0, result.stdout + result.stderr
-    where = subprocess.run([str(py), "-c", "import tuneplane; print(tuneplane.__file__)"], env=env,
-                           capture_output=True, text=True, cwd=tmp_path).stdout
+    where = subprocess.run(
+        [str(py), "-c", "import tuneplane; print(tuneplane.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    ).stdout
     assert str(env_dir) in where, f"tp ran from {where}, not from the venv"
 
 
@@ -153,12 +168,15 @@ JOB_SIDE_CALLS = {
     "install_deferred": ["-c", "from tuneplane.plugins import install_deferred; print(install_deferred.__name__)"],
     "launcher --help": ["-m", "tuneplane.launcher", "--help"],
     "collector --help": ["-m", "tuneplane.collector", "--help"],
-    "every job-side module": ["-c", "import importlib, pkgutil, tuneplane\n"
-                              "for pkg in ('report', 'lifecycle', 'runtime', 'collector', 'metrics'):\n"
-                              "    mod = importlib.import_module('tuneplane.' + pkg)\n"
-                              "    for info in pkgutil.walk_packages(mod.__path__, mod.__name__ + '.'):\n"
-                              "        importlib.import_module(info.name)\n"
-                              "import tuneplane.launcher, tuneplane.plugins, tuneplane.constants"],
+    "every job-side module": [
+        "-c",
+        "import importlib, pkgutil, tuneplane\n"
+        "for pkg in ('report', 'lifecycle', 'runtime', 'collector', 'metrics'):\n"
+        "    mod = importlib.import_module('tuneplane.' + pkg)\n"
+        "    for info in pkgutil.walk_packages(mod.__path__, mod.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "import tuneplane.launcher, tuneplane.plugins, tuneplane.constants",
+    ],
 }
 
 
@@ -168,30 +186,47 @@ def bare_venv(tmp_path_factory, wheel):
     env_dir = tmp_path_factory.mktemp("bare") / "venv"
     venv.create(env_dir, with_pip=True, system_site_packages=False)
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     missing = subprocess.run([str(py), "-c", "import pydantic"], capture_output=True, timeout=60)
     assert missing.returncode != 0, "the bare venv must not see pydantic"
     return env_dir
 
 
 def _bare_env():
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME") and
-            not k.startswith("TUNEPLANE_")}
+    return {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME") and not k.startswith("TUNEPLANE_")
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("call", list(JOB_SIDE_CALLS))
 def test_the_job_side_runs_from_the_wheel_with_the_standard_library_only(bare_venv, tmp_path, call):
-    done = subprocess.run([str(bare_venv / "bin" / "python"), *JOB_SIDE_CALLS[call]], cwd=tmp_path,
-                          env=_bare_env(), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(bare_venv / "bin" / "python"), *JOB_SIDE_CALLS[call]],
+        cwd=tmp_path,
+        env=_bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
 
 
 @pytest.mark.slow
 def test_tuneplane_launch_runs_from_the_wheel_with_the_standard_library_only(bare_venv, tmp_path):
-    done = subprocess.run([str(bare_venv / "bin" / "tuneplane-launch"), "--help"], cwd=tmp_path, env=_bare_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(bare_venv / "bin" / "tuneplane-launch"), "--help"],
+        cwd=tmp_path,
+        env=_bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "tuneplane-launch" in done.stdout, done.stdout + done.stderr
 
 
@@ -199,8 +234,14 @@ def test_tuneplane_launch_runs_from_the_wheel_with_the_standard_library_only(bar
 @pytest.mark.parametrize("args", [["--help"], ["validate"], ["init", "lab"]])
 def test_tp_without_its_dependencies_says_what_to_install(bare_venv, tmp_path, args):
     """An image with the wheel alone has no pydantic or Typer: tp says so, not 'a bug in tp'."""
-    done = subprocess.run([str(bare_venv / "bin" / "tp"), *args], cwd=tmp_path, env=_bare_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(bare_venv / "bin" / "tp"), *args],
+        cwd=tmp_path,
+        env=_bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "bug" not in done.stderr, done.stderr
     first = done.stderr.splitlines()[0]

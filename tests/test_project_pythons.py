@@ -31,8 +31,7 @@ PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
 
 def _is_version(exe: str | Path, version: str) -> bool:
     try:
-        done = subprocess.run([str(exe), "-c", PROBE], capture_output=True, text=True, timeout=60,
-                              env=_bare_env())
+        done = subprocess.run([str(exe), "-c", PROBE], capture_output=True, text=True, timeout=60, env=_bare_env())
     except OSError:
         return False
     return done.returncode == 0 and done.stdout.strip() == version
@@ -58,8 +57,10 @@ def find_python(version: str) -> Path | None:
 def _python_or_skip(version: str) -> Path:
     found = find_python(version)
     if found is None:
-        pytest.skip(f"python{version} is not installed here (not on PATH, not a pyenv version): the project claims "
-                    f"{version}, so install it to run this check")
+        pytest.skip(
+            f"python{version} is not installed here (not on PATH, not a pyenv version): the project claims "
+            f"{version}, so install it to run this check"
+        )
     return found
 
 
@@ -77,8 +78,11 @@ def test_pyproject_and_the_wheel_claim_exactly_the_pythons_tested(wheel):  # noq
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         metadata = Parser().parsestr(archive.read(name).decode("utf-8"))
     assert SpecifierSet(metadata["Requires-Python"]) == spec
-    versions = [c.rsplit(" :: ", 1)[1] for c in metadata.get_all("Classifier") or []
-                if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    versions = [
+        c.rsplit(" :: ", 1)[1]
+        for c in metadata.get_all("Classifier") or []
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
     assert versions == list(CLAIMED), metadata.get_all("Classifier")
     assert "Programming Language :: Python :: 3 :: Only" in metadata.get_all("Classifier")
 
@@ -88,8 +92,12 @@ def other_bare(request, tmp_path_factory, wheel):  # noqa: F811
     """The wheel alone, without its dependencies, in a venv of another claimed Python."""
     python = _python_or_skip(request.param)
     py = _venv(python, tmp_path_factory.mktemp(f"bare-{request.param}") / "venv")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return py
 
 
@@ -97,14 +105,32 @@ def other_bare(request, tmp_path_factory, wheel):  # noqa: F811
 def test_the_job_side_runs_on_every_claimed_python_with_warnings_as_errors(other_bare, tmp_path):
     """tuneplane.report, the launcher, the collector and every job-side module, under -W error."""
     for call, args in JOB_SIDE_CALLS.items():
-        done = subprocess.run([str(other_bare), "-W", "error", *args], cwd=tmp_path, env=_bare_env(),
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [str(other_bare), "-W", "error", *args],
+            cwd=tmp_path,
+            env=_bare_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0 and not done.stderr, f"{call}: {done.stdout}{done.stderr}"
-    done = subprocess.run([str(other_bare.parent / "tuneplane-launch"), "--help"], cwd=tmp_path, env=_bare_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(other_bare.parent / "tuneplane-launch"), "--help"],
+        cwd=tmp_path,
+        env=_bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "tuneplane-launch" in done.stdout, done.stdout + done.stderr
-    tp = subprocess.run([str(other_bare), "-W", "error", "-m", "tuneplane", "--help"], cwd=tmp_path,
-                        env=_bare_env(), capture_output=True, text=True, timeout=120)
+    tp = subprocess.run(
+        [str(other_bare), "-W", "error", "-m", "tuneplane", "--help"],
+        cwd=tmp_path,
+        env=_bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert tp.returncode == 1 and tp.stderr.startswith("error: tp needs the Python package '"), tp.stderr
 
 
@@ -118,17 +144,19 @@ def ours(stderr: str) -> list[str]:
     found = []
     for match in WARNING_LINE.finditer(stderr):
         parts = Path(match["file"]).parts
-        third_party = "site-packages" in parts and parts[parts.index("site-packages") + 1:][:1] != ("tuneplane",)
+        third_party = "site-packages" in parts and parts[parts.index("site-packages") + 1 :][:1] != ("tuneplane",)
         if not third_party:
             found.append(match[0])
     return found
 
 
 def test_ours_tells_our_deprecations_from_third_party_ones():
-    text = ("/v/lib/python3.13/site-packages/tuneplane/lab/fs.py:3: DeprecationWarning: utcnow\n"
-            "/v/lib/python3.13/site-packages/pydantic/main.py:9: DeprecationWarning: theirs\n"
-            "/p/lib/python3.13/multiprocessing/popen_fork.py:66: DeprecationWarning: This process is multi-threaded\n"
-            "<string>:1: PendingDeprecationWarning: soon\n  warnings.warn(x)\n")
+    text = (
+        "/v/lib/python3.13/site-packages/tuneplane/lab/fs.py:3: DeprecationWarning: utcnow\n"
+        "/v/lib/python3.13/site-packages/pydantic/main.py:9: DeprecationWarning: theirs\n"
+        "/p/lib/python3.13/multiprocessing/popen_fork.py:66: DeprecationWarning: This process is multi-threaded\n"
+        "<string>:1: PendingDeprecationWarning: soon\n  warnings.warn(x)\n"
+    )
     assert ours(text) == [line for line in text.splitlines() if "pydantic" not in line and "warn(" not in line]
     assert ours("all fine\n") == []
 
@@ -138,8 +166,9 @@ def other_full(request, tmp_path_factory, wheel):  # noqa: F811
     """The wheel with its dependencies from the package index, in a venv of another claimed Python."""
     python = _python_or_skip(request.param)
     py = _venv(python, tmp_path_factory.mktemp(f"full-{request.param}") / "venv")
-    done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", str(wheel)], capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-compile", str(wheel)], capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, f"pip install of the wheel on {request.param}: {done.stderr[-3000:]}"
     return py
 
@@ -148,14 +177,23 @@ def other_full(request, tmp_path_factory, wheel):  # noqa: F811
 def test_the_quickstart_runs_on_every_claimed_python_without_our_deprecations(other_full, tmp_path):
     """The README's first command: tp init, tp new, tp validate, tp submit --local to a Succeeded status file;
     the job runs on the same Python. Every deprecation is shown, and none may come from our code."""
-    env = {**_bare_env(), "PATH": f"{other_full.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONWARNINGS": "always::DeprecationWarning,always::PendingDeprecationWarning",
-           "TUNEPLANE_STORAGE_ROOT": str(tmp_path / "storage")}
-    help_ = subprocess.run([str(other_full.parent / "tp"), "--help"], env=env, capture_output=True, text=True,
-                           timeout=120)
+    env = {
+        **_bare_env(),
+        "PATH": f"{other_full.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONWARNINGS": "always::DeprecationWarning,always::PendingDeprecationWarning",
+        "TUNEPLANE_STORAGE_ROOT": str(tmp_path / "storage"),
+    }
+    help_ = subprocess.run(
+        [str(other_full.parent / "tp"), "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert help_.returncode == 0 and "validate" in help_.stdout and not ours(help_.stderr), help_.stderr
-    done = subprocess.run(["bash", str(ROOT / "examples" / "quickstart.sh"), str(tmp_path / "q")], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        ["bash", str(ROOT / "examples" / "quickstart.sh"), str(tmp_path / "q")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not ours(done.stderr), ours(done.stderr)
     lab = tmp_path / "q" / "lab"
@@ -163,6 +201,7 @@ def test_the_quickstart_runs_on_every_claimed_python_without_our_deprecations(ot
     assert '"phase": "Succeeded"' in status.read_text(encoding="utf-8")
     (log,) = (tmp_path / "storage").rglob("run.log")
     assert not ours(log.read_text(encoding="utf-8")), ours(log.read_text(encoding="utf-8"))
-    validate = subprocess.run([str(other_full), "-m", "tuneplane", "validate"], cwd=lab, env=env,
-                              capture_output=True, text=True, timeout=120)
+    validate = subprocess.run(
+        [str(other_full), "-m", "tuneplane", "validate"], cwd=lab, env=env, capture_output=True, text=True, timeout=120
+    )
     assert validate.returncode == 0 and not ours(validate.stderr), validate.stdout + validate.stderr

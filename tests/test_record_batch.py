@@ -14,8 +14,13 @@ from tuneplane.views import dashboard
 
 def _status(exp: str, run_id: str, phase: str = "Submitted") -> RunStatus:
     day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}T00:00:00Z"
-    return RunStatus(experiment=exp, run_id=run_id, phase=phase, profile="local",  # type: ignore[arg-type]
-                     history=[Transition(phase=phase, at=day)])  # type: ignore[arg-type]
+    return RunStatus(
+        experiment=exp,
+        run_id=run_id,
+        phase=phase,
+        profile="local",  # type: ignore[arg-type]
+        history=[Transition(phase=phase, at=day)],
+    )  # type: ignore[arg-type]
 
 
 def _commit(repo: GitRepo, statuses: list[RunStatus]) -> list[str]:
@@ -39,13 +44,24 @@ def test_a_batch_of_new_runs_writes_one_page_per_experiment(tmp_path: Path) -> N
     _commit(repo, [_status("a", "20250101-000000-0000000001"), _status("b", "20250101-000000-0000000002")])
     pages = ["status/README.md", "status/a/README.md", "status/b/README.md", "status/index.json"]
 
-    changed = _commit(repo, [_status("a", "20250102-000000-0000000003"), _status("b", "20250102-000000-0000000004"),
-                             _status("a", "20250101-000000-0000000001", "Succeeded")])
+    changed = _commit(
+        repo,
+        [
+            _status("a", "20250102-000000-0000000003"),
+            _status("b", "20250102-000000-0000000004"),
+            _status("a", "20250101-000000-0000000001", "Succeeded"),
+        ],
+    )
 
     # no month page: the experiment page is the page of its newest month, so the batch writes it alone
-    assert changed == sorted(pages + ["status/a/20250101-000000-0000000001.json",
-                                      "status/a/20250102-000000-0000000003.json",
-                                      "status/b/20250102-000000-0000000004.json"])
+    assert changed == sorted(
+        pages
+        + [
+            "status/a/20250101-000000-0000000001.json",
+            "status/a/20250102-000000-0000000003.json",
+            "status/b/20250102-000000-0000000004.json",
+        ]
+    )
     page = (repo.root / "status/a/README.md").read_text(encoding="utf-8")
     assert "## Runs of 2025-01" in page and "`20250102-000000-0000000003`" in page and "Earlier months" not in page
 

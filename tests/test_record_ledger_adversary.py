@@ -28,9 +28,15 @@ B = ["20250103-000000-00000e", "20250104-000000-00000f"]
 
 def _status(exp: str, run_id: str, phase: str = "Succeeded") -> RunStatus:
     day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}T00:00:00Z"
-    return RunStatus(experiment=exp, run_id=run_id, phase=phase, profile="local",  # type: ignore[arg-type]
-                     started_at=day, finished_at=day.replace("00:00:00", "00:00:07.5"),
-                     history=[Transition(phase=phase, at=day)])  # type: ignore[arg-type]
+    return RunStatus(
+        experiment=exp,
+        run_id=run_id,
+        phase=phase,
+        profile="local",  # type: ignore[arg-type]
+        started_at=day,
+        finished_at=day.replace("00:00:00", "00:00:07.5"),
+        history=[Transition(phase=phase, at=day)],
+    )  # type: ignore[arg-type]
 
 
 def _lab(tmp_path: Path) -> tuple[Path, Path]:
@@ -85,7 +91,8 @@ def _settled(bot: Path, check: Path, requests: bool = True) -> None:
     made = refresh_dashboard(GitRepo(check), "full re-render")
     changed = git(check, "show", "--stat", "--format=", "HEAD") if made else ""
     assert made is None, f"the bot's pages or counts differ from a full re-render:\n{changed}\n" + (
-        git(check, "show", "HEAD") if made else "")
+        git(check, "show", "HEAD") if made else ""
+    )
     assert broken_links(bot) == []
     for verb in ("reconcile", "sync") if requests else ():
         head = git(bot, "rev-parse", "HEAD")
@@ -134,7 +141,8 @@ LEDGER_DAMAGE = {
     "empty": lambda p: (p / LEDGER).write_text(""),
     "not-json": lambda p: (p / LEDGER).write_text("{'version': 2}\n"),
     "conflict-markers": lambda p: (p / LEDGER).write_text(
-        "<<<<<<< HEAD\n" + (p / LEDGER).read_text() + "=======\n{}\n>>>>>>> theirs\n"),
+        "<<<<<<< HEAD\n" + (p / LEDGER).read_text() + "=======\n{}\n>>>>>>> theirs\n"
+    ),
     "wrong-version": lambda p: _rewrite(p, lambda d: d.update(version=99)),
     "wrong-counts": lambda p: _rewrite(p, lambda d: d["counts"].update(a={"Succeeded": 40})),
     "wrong-trees": lambda p: _rewrite(p, lambda d: d["statuses"].update(a="0" * 40, b=d["statuses"]["a"])),
@@ -250,8 +258,15 @@ def _spied(root: Path, log: Path, verb: str) -> tuple[set[str], set[str]]:
 
     log.unlink(missing_ok=True)
     env = {**os.environ, "TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"]}
-    done = subprocess.run([sys.executable, str(SPY), str(log), "bot", verb, "--push"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, str(SPY), str(log), "bot", verb, "--push"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     blobs = {}
     for line in git(root, "ls-tree", "-r", "HEAD", "--", "status/").splitlines():
@@ -277,8 +292,9 @@ def _spied(root: Path, log: Path, verb: str) -> tuple[set[str], set[str]]:
 def _laptop(status: RunStatus, tmp_path: Path) -> RunStatus:
     """A run of `tp submit --local` on another machine: the bot never started it, its machine commits it."""
     where = str(tmp_path / "laptop" / "runs" / status.experiment / status.run_id)
-    return status.model_copy(update={"backend": BackendObject(backend="local", kind="Process", name=status.run_id,
-                                                              namespace=where, uid="u")})
+    return status.model_copy(
+        update={"backend": BackendObject(backend="local", kind="Process", name=status.run_id, namespace=where, uid="u")}
+    )
 
 
 def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_them(tmp_path: Path) -> None:
@@ -323,8 +339,11 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
     git(seed, "rm", "-q", LEDGER)
     git(seed, "commit", "-q", "-m", "lose the ledger again")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    for where, ref in ((remote, "refs/tuneplane/authority"), (bot, "refs/tuneplane/authority"),
-                       (bot, "refs/tuneplane-upstream/origin/authority")):
+    for where, ref in (
+        (remote, "refs/tuneplane/authority"),
+        (bot, "refs/tuneplane/authority"),
+        (bot, "refs/tuneplane-upstream/origin/authority"),
+    ):
         git(where, "update-ref", "-d", ref)  # and the record lost too
     opened, asked = _spied(bot, log, "reconcile")
     assert opened | asked == {f"a/{r}.json" for r in ids}  # no ledger to trust: every status is looked at again
@@ -432,7 +451,8 @@ def test_new_runs_in_a_month_of_full_pages_rewrite_no_month_page(tmp_path: Path)
 
     bot, person, _ids = _month_lab(tmp_path)
     assert {"status/a/2024-12.md", "status/a/2024-12-p2.md", "status/a/2025-01.md"} <= set(
-        git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/a").splitlines())
+        git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/a").splitlines()
+    )
     new = [f"20250131-0000{i:02d}-{i:06x}" for i in range(3)]
     add_requests(person, [("a", r) for r in new])
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
@@ -457,7 +477,8 @@ def test_a_run_added_or_removed_in_the_middle_of_a_full_month_moves_the_parts(tm
     if how == "added":
         run_id = "20241201-000000-0000000001"  # sorts just after the month's first run
         (person / "runs/a" / f"{run_id}.yaml").write_text(
-            (person / "runs/a" / f"{ids[0]}.yaml").read_text().replace(ids[0], run_id))
+            (person / "runs/a" / f"{ids[0]}.yaml").read_text().replace(ids[0], run_id)
+        )
         data = json.loads((person / "status/a" / f"{ids[0]}.json").read_text())
         data.update(run_id=run_id, phase="Failed")
         (person / "status/a" / f"{run_id}.json").write_text(json.dumps(data, indent=2) + "\n")

@@ -24,8 +24,10 @@ RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
 def _lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
     """A lab with two requested runs of `demo` whose trainer waits for `stop`; the bot's clone."""
     launches, stop = tmp_path / "launches", tmp_path / "stop"
-    train = (f'#!/usr/bin/env bash\necho "$TUNEPLANE_RUN_ID" >> "{launches}"\n'
-             f'for i in $(seq 1 600); do [ -e "{stop}" ] && exit 0; sleep 0.1; done\nexit 3\n')
+    train = (
+        f'#!/usr/bin/env bash\necho "$TUNEPLANE_RUN_ID" >> "{launches}"\n'
+        f'for i in $(seq 1 600); do [ -e "{stop}" ] && exit 0; sleep 0.1; done\nexit 3\n'
+    )
     remote = make_remote(tmp_path)
     seed_lab(remote, tmp_path / "seed", {"demo": train}, runs=[("demo", r) for r in RUNS])
     bot = clone(remote, tmp_path / "bot")
@@ -102,10 +104,14 @@ def _corrupt(bot: Path, run: str) -> None:
     git(bot, "commit", "-qam", "a merge tool left this")
 
 
-@pytest.mark.parametrize(("damage", "run", "verb"), [(_delete, RUNS[1], "reconcile"), (_corrupt, RUNS[0], "sync")],
-                         ids=["deleted", "edited-into-no-json"])
+@pytest.mark.parametrize(
+    ("damage", "run", "verb"),
+    [(_delete, RUNS[1], "reconcile"), (_corrupt, RUNS[0], "sync")],
+    ids=["deleted", "edited-into-no-json"],
+)
 def test_a_damaged_status_of_a_running_run_is_restored_and_the_run_still_ends(
-        tmp_path: Path, damage: Callable[[Path, str], None], run: str, verb: str) -> None:
+    tmp_path: Path, damage: Callable[[Path, str], None], run: str, verb: str
+) -> None:
     bot, launches, stop, env = _running_lab(tmp_path)
     damage(bot, run)
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")

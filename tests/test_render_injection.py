@@ -135,9 +135,7 @@ SURFACES: dict[str, Surface] = {
     ),
     "verl-model-hydra": (
         lambda lab, v: render(lab, "verl-grpo-exp", inputs=dict(INPUTS, model=v)),
-        lambda docs, v: (
-            json.loads(_override(jobspec(docs[0])["launch"]["argv"], "actor_rollout_ref.model.path")) == v
-        ),
+        lambda docs, v: json.loads(_override(jobspec(docs[0])["launch"]["argv"], "actor_rollout_ref.model.path")) == v,
     ),
     "eval-data-argv": (
         lambda lab, v: render(lab, "trl-sft-exp", operation="eval", inputs={"checkpoint": "/c", "data": v}),

@@ -132,14 +132,10 @@ def test_golden_manifests(lab: Lab, case: str) -> None:
     actual = normalise(docs)
     if REGEN:
         GOLDEN.mkdir(exist_ok=True)
-        path.write_text(
-            f"# tp render golden file: {case} (regenerate with TUNEPLANE_REGEN=1)\n" + to_yaml(actual)
-        )
+        path.write_text(f"# tp render golden file: {case} (regenerate with TUNEPLANE_REGEN=1)\n" + to_yaml(actual))
     assert path.is_file(), f"{path} is missing: run TUNEPLANE_REGEN=1 pytest {__file__}"
     expected = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    assert actual == expected, (
-        f"{case} differs from {path.name}; if intended, regenerate with TUNEPLANE_REGEN=1"
-    )
+    assert actual == expected, f"{case} differs from {path.name}; if intended, regenerate with TUNEPLANE_REGEN=1"
 
 
 def test_every_golden_file_belongs_to_a_case() -> None:
@@ -189,9 +185,7 @@ def test_several_nodes_are_a_jobset_indexed_by_node(lab: Lab) -> None:
         "Indexed",
         2,
     )
-    assert doc["spec"]["network"]["enableDNSHostnames"] is True and doc["spec"]["failurePolicy"] == {
-        "maxRestarts": 0
-    }
+    assert doc["spec"]["network"]["enableDNSHostnames"] is True and doc["spec"]["failurePolicy"] == {"maxRestarts": 0}
     env = env_entries(main_container(job["template"]))
     index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     assert env["TUNEPLANE_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == index
@@ -260,11 +254,7 @@ def test_every_pod_has_checkout_storage_shm_and_scheduling(lab: Lab, exp: str, p
         else:  # the CPU-only Ray head keeps off the GPU nodes
             assert "tolerations" not in pod and pod["affinity"]["nodeAffinity"]
         assert pod["restartPolicy"] == "Never"
-        assert (
-            container["terminationMessagePolicy"]
-            == init["terminationMessagePolicy"]
-            == "FallbackToLogsOnError"
-        )
+        assert container["terminationMessagePolicy"] == init["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert container["image"] == resolve_run(lab, request(exp, profile)).spec.image
     trainer = main_container(list(pod_templates(doc))[-1])
     assert trainer["resources"]["limits"] == {"nvidia.com/gpu": 8}
@@ -303,10 +293,7 @@ def test_labels_annotations_and_queue(lab: Lab) -> None:
     assert notes["tuneplane.dev/commit"] == COMMIT and notes["tuneplane.dev/dirty"] == "false"
     assert notes["tuneplane.dev/jobspec-digest"] == jobspec_digest(spec)
     assert notes["tuneplane.dev/recipe-digest"] == spec.spec.recipe.digest
-    assert (
-        notes["tuneplane.dev/recipe"] == "trl/sft"
-        and notes["tuneplane.dev/requested-by"] == "alice@example.org"
-    )
+    assert notes["tuneplane.dev/recipe"] == "trl/sft" and notes["tuneplane.dev/requested-by"] == "alice@example.org"
     pod_labels = doc["spec"]["template"]["metadata"]["labels"]
     assert "kueue.x-k8s.io/queue-name" not in pod_labels and pod_labels["tuneplane.dev/run"] == RUN_ID
 
@@ -454,8 +441,12 @@ def test_checkout_script_clones_the_commit_and_writes_the_jobspec(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "TUNEPLANE_"))} | env_values(init)
     for pod in ("first", "second"):
         done = subprocess.run(
-            [kubelet_expand(a, env) for a in init["command"]], env=env, capture_output=True, text=True, timeout=60,
-            check=False
+            [kubelet_expand(a, env) for a in init["command"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 0, f"{pod} pod: {done.stderr}"
     work = Path(spec.spec.paths.work_dir)
@@ -540,9 +531,7 @@ def test_diff_comment_without_changes() -> None:
 def cli_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     from tuneplane.lab.runs import dump_request
 
-    lab = make_lab(
-        tmp_path / "lab", {"t": "trl/sft", "c": "custom/custom", "img": "pytorch/image-classification"}
-    )
+    lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "c": "custom/custom", "img": "pytorch/image-classification"})
     from helpers_render import INPUTS
 
     for i, profile in enumerate(["h200", "h200:16"]):
@@ -610,8 +599,9 @@ os.register_at_fork(after_in_parent=lambda: _FORKS.append(os.getpid()))
 
 
 @pytest.mark.parametrize("start", ["threading", "_thread"])
-def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Path, tp: Any, tmp_path: Path,
-                                                                      start: str) -> None:
+def test_tp_render_all_beside_another_thread_renders_without_forking(
+    cli_lab: Path, tp: Any, tmp_path: Path, start: str
+) -> None:
     """fork() while another thread runs may deadlock the child (Python 3.12 and later warn of it): a host
     process with threads gets the serial path, and the same files. A thread started below `threading` (as
     pytest-xdist's execnet does, or a native library) is not in threading's count but is one all the same."""
@@ -649,19 +639,27 @@ def test_tp_render_all_beside_another_thread_renders_without_forking(cli_lab: Pa
     single = tp("render", f"runs/{written[3].parent.name}/{written[3].name}")
     assert single.code == 0 and single.out == written[3].read_text()
     # a tp process of its own has no other thread: it forks its workers (counted in it), and writes the same files
-    counting = ("import os, runpy, sys\n"
-                "forks = []\n"
-                "os.register_at_fork(after_in_parent=lambda: forks.append(1))\n"
-                "sys.argv = ['tp', *sys.argv[1:]]\n"
-                "try:\n    runpy.run_module('tuneplane', run_name='__main__')\n"
-                "finally:\n    print(f'forks={len(forks)}', file=sys.stderr)\n")
-    forked = subprocess.run([sys.executable, "-c", counting, "render", "--all", "-o", str(tmp_path / "forked")],
-                            cwd=cli_lab, capture_output=True, text=True, timeout=300)
+    counting = (
+        "import os, runpy, sys\n"
+        "forks = []\n"
+        "os.register_at_fork(after_in_parent=lambda: forks.append(1))\n"
+        "sys.argv = ['tp', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('tuneplane', run_name='__main__')\n"
+        "finally:\n    print(f'forks={len(forks)}', file=sys.stderr)\n"
+    )
+    forked = subprocess.run(
+        [sys.executable, "-c", counting, "render", "--all", "-o", str(tmp_path / "forked")],
+        cwd=cli_lab,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert forked.returncode == 0, forked.stderr
     several = (os.cpu_count() or 1) > 1
     assert ("forks=0" not in forked.stderr) == several, forked.stderr  # one CPU: the serial path, no fork
-    assert [p.read_text() for p in written] == [(tmp_path / "forked" / p.relative_to(tmp_path / "out")).read_text()
-                                                for p in written]
+    assert [p.read_text() for p in written] == [
+        (tmp_path / "forked" / p.relative_to(tmp_path / "out")).read_text() for p in written
+    ]
 
 
 def test_tp_render_names_a_missing_run_request_once(cli_lab: Path, tp: Any) -> None:

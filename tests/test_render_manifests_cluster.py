@@ -30,8 +30,11 @@ USER = "Alice Smith <alice@example.com>"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
     settings = CLUSTER_SETTINGS.replace("  user: alice\n", f'  user: "{USER}"\n')
-    return make_lab(tmp_path_factory.mktemp("manifests") / "lab",
-                    {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"}, settings=settings)
+    return make_lab(
+        tmp_path_factory.mktemp("manifests") / "lab",
+        {"trl-sft-exp": "trl/sft", "verl-grpo-exp": "verl/grpo"},
+        settings=settings,
+    )
 
 
 def templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -66,8 +69,9 @@ def test_user_lab_and_experiment_are_labels_too(lab: Any, experiment: str, profi
 
 def test_dollar_signs_reach_the_containers_as_written(lab: Any) -> None:
     model = "org/model-$(HOME)-$$-$x"
-    _, _, docs = build(lab, request("trl-sft-exp", inputs={"model": model, "train_data": "t.jsonl",
-                                                           "validation_data": "v.jsonl"}))
+    _, _, docs = build(
+        lab, request("trl-sft-exp", inputs={"model": model, "train_data": "t.jsonl", "validation_data": "v.jsonl"})
+    )
     (template,) = list(pod_templates(docs[0]))
     init = template["spec"]["initContainers"][0]
     env: dict[str, str] = {"HOME": "/root"}
@@ -82,24 +86,42 @@ def test_dollar_signs_reach_the_containers_as_written(lab: Any) -> None:
 def _gpu_and_cpu_nodes(twin: Cluster) -> None:
     twin.add_node("cpu-1", cpu="32", memory="128Gi")
     for name in ("gpu-1", "gpu-2"):
-        twin.add_node(name, labels={"nvidia.com/gpu.product": "NVIDIA-H200"}, gpu=8, cpu="96", memory="1Ti",
-                      taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+        twin.add_node(
+            name,
+            labels={"nvidia.com/gpu.product": "NVIDIA-H200"},
+            gpu=8,
+            cpu="96",
+            memory="1Ti",
+            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        )
 
 
 def test_the_ray_head_runs_off_the_gpu_nodes(lab: Any, cluster: Cluster, fake_kube: Any) -> None:
     cluster.add_queue(NS, "team-a", "h200-pool", gpu=64, cpu="1000", memory="16Ti")
     for name, data in (("registry-creds", {".dockerconfigjson": "e30="}), ("lab-git", {"password": "cGFzcw=="})):
-        cluster.kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
-                          "data": data})
+        cluster.kube.put(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": data}
+        )
     _gpu_and_cpu_nodes(cluster)
     spec, _, docs = build(lab, request("verl-grpo-exp", profile="h200:16"))
     head_spec = docs[0]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     assert "tolerations" not in head_spec
-    backend = KubernetesBackend(NS, api_client=fake_kube.api_client(), rng=random.Random(1),
-                                retry=RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0))
-    backend.submit(SubmitRequest(run_id=spec.metadata.run_id, experiment="verl-grpo-exp", namespace=NS,
-                                 object_name=spec.metadata.name, manifests=docs,
-                                 secret_data={"job-token": "tp-token-1234"}))
+    backend = KubernetesBackend(
+        NS,
+        api_client=fake_kube.api_client(),
+        rng=random.Random(1),
+        retry=RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0),
+    )
+    backend.submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment="verl-grpo-exp",
+            namespace=NS,
+            object_name=spec.metadata.name,
+            manifests=docs,
+            secret_data={"job-token": "tp-token-1234"},
+        )
+    )
     nodes = {p["metadata"]["labels"].get("ray.io/node-type"): p["spec"].get("nodeName") for p in cluster.pods(NS)}
     assert nodes["head"] == "cpu-1"
     workers = [p["spec"].get("nodeName") for p in cluster.pods(NS, {"ray.io/node-type": "worker"})]

@@ -51,10 +51,7 @@ def golden_docs(kind: str | None = None) -> list[dict[str, Any]]:
 def _goldens() -> tuple[dict[str, Any], ...]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return tuple(
-        d
-        for path in sorted(GOLDEN.glob("*.yaml"))
-        for d in yaml.load_all(path.read_text(), Loader=loader)
-        if d
+        d for path in sorted(GOLDEN.glob("*.yaml")) for d in yaml.load_all(path.read_text(), Loader=loader) if d
     )
 
 

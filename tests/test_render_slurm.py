@@ -30,8 +30,9 @@ SLURM_SECTION = """  slurm:
 HOSTILE = "https://t.example.org/p?q='; touch PWNED; echo '$(touch PWNED2)`x`\"\nnext-line"
 
 
-def _slurm_lab(root: Path, git: Any, kind: str = "host", runtime: str = "pyxis",
-               gpu_request: str = "gpus-per-node") -> Path:
+def _slurm_lab(
+    root: Path, git: Any, kind: str = "host", runtime: str = "pyxis", gpu_request: str = "gpus-per-node"
+) -> Path:
     from tuneplane.author.scaffold import init_lab, new_experiment
     from tuneplane.lab.load import load_lab
 
@@ -47,8 +48,9 @@ def _slurm_lab(root: Path, git: Any, kind: str = "host", runtime: str = "pyxis",
 
 
 def _render(tp: Any, root: Path, *args: str) -> str:
-    result = tp("render", "demo", "--image", "python:3.12", "--observability-url", "https://t.example.org/p",
-                *args, cwd=root)
+    result = tp(
+        "render", "demo", "--image", "python:3.12", "--observability-url", "https://t.example.org/p", *args, cwd=root
+    )
     assert result.code == 0, result.output
     return result.out
 
@@ -58,7 +60,7 @@ def test_init_backend_slurm_writes_a_commented_section_that_validates(tmp_path: 
     # a requirement CI can install (empty, as from a checkout without a remote, is a warning of its own)
     assert tp("init", root, "--backend", "slurm", "--tool-requirement", "tuneplane==0.5.0").code == 0
     text = (root / "tuneplane.yaml").read_text(encoding="utf-8")
-    section = text[text.index("  slurm:\n"):]
+    section = text[text.index("  slurm:\n") :]
     assert "backend: slurm" in text
     assert sum(1 for line in section.splitlines() if "#" in line) >= 15  # every setting explained
     result = tp("validate", cwd=root)
@@ -74,8 +76,16 @@ def test_batch_script_asks_what_the_profile_maps_to(tmp_path: Path, tp: Any, git
     directives = re.findall(r"^#SBATCH (\S+)$", script, re.MULTILINE)
     assert f"--job-name={object_name('demo', '20250102-100000-00000a')}" in directives
     assert "--comment=tuneplane-run=20250102-100000-00000a" in directives
-    for wanted in ("--nodes=2", "--ntasks-per-node=1", "--partition=gpu", "--account=ml-team",
-                   "--gpus-per-node=h200:8", "--cpus-per-task=8", "--mem=64G", "--no-requeue"):
+    for wanted in (
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--partition=gpu",
+        "--account=ml-team",
+        "--gpus-per-node=h200:8",
+        "--cpus-per-task=8",
+        "--mem=64G",
+        "--no-requeue",
+    ):
         assert wanted in directives, (wanted, directives)
     assert "export VIRTUAL_ENV=/shared/envs/train" in script
     assert "/shared/envs/train/bin/python3 \\\n  -m \\\n  tuneplane.launcher" in script
@@ -86,21 +96,23 @@ def test_batch_script_asks_what_the_profile_maps_to(tmp_path: Path, tp: Any, git
     assert "#SBATCH --gres=gpu:h200:8\n" in _render(tp, gres, "--profile", "h200:8")
 
 
-def test_batch_script_is_deterministic_and_holds_no_secret(tmp_path: Path, tp: Any, git: Any,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batch_script_is_deterministic_and_holds_no_secret(
+    tmp_path: Path, tp: Any, git: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _slurm_lab(tmp_path / "lab", git)
     monkeypatch.setenv("TUNEPLANE_INGEST_SECRET", "s3cret-ingest-key")
     first = _render(tp, root, "--profile", "h200:8")
     second = _render(tp, root, "--profile", "h200:8")
     assert first == second
-    assert "s3cret" not in first and "TOKEN=" not in first.replace("TUNEPLANE_JOB_TOKEN=\"$(cat", "")
+    assert "s3cret" not in first and "TOKEN=" not in first.replace('TUNEPLANE_JOB_TOKEN="$(cat', "")
 
 
 def test_every_value_reaches_the_job_exactly_as_written(tmp_path: Path, tp: Any, git: Any) -> None:
     """A hostile tracking URL (quotes, $(…), backticks, a newline) is one inert shell word."""
     root = _slurm_lab(tmp_path / "lab", git)
-    result = tp("render", "demo", "--image", "python:3.12", "--observability-url", HOSTILE, "--profile", "h200:8",
-                cwd=root)
+    result = tp(
+        "render", "demo", "--image", "python:3.12", "--observability-url", HOSTILE, "--profile", "h200:8", cwd=root
+    )
     if result.code != 0:  # refused as a URL is fine too: then it never reaches a script
         assert "observability" in result.output.lower()
         return
@@ -108,8 +120,13 @@ def test_every_value_reaches_the_job_exactly_as_written(tmp_path: Path, tp: Any,
     exports = "\n".join(line for line in _logical_lines(script) if line.startswith("export TUNEPLANE_"))
     work = tmp_path / "sandbox"
     work.mkdir()
-    done = subprocess.run(["bash", "-c", exports + '\nprintf %s "$TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"'],
-                          cwd=work, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["bash", "-c", exports + '\nprintf %s "$TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"'],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout == HOSTILE
     assert list(work.iterdir()) == []  # nothing ran
 
@@ -130,20 +147,48 @@ def test_several_nodes_meet_where_the_script_says(tmp_path: Path, tp: Any, git: 
     from tuneplane.plan.names import RENDEZVOUS_PORT
     from tuneplane.render.slurm import ADDR_PLACEHOLDER, PORT_PLACEHOLDER, rendezvous_argv
 
-    argv = ["torchrun", "--rdzv_endpoint", f"job-trainer-0-0.job:{RENDEZVOUS_PORT}", "--main_process_ip",
-            "job-trainer-0-0.job", "--main_process_port", str(RENDEZVOUS_PORT), "--lr", str(RENDEZVOUS_PORT)]
+    argv = [
+        "torchrun",
+        "--rdzv_endpoint",
+        f"job-trainer-0-0.job:{RENDEZVOUS_PORT}",
+        "--main_process_ip",
+        "job-trainer-0-0.job",
+        "--main_process_port",
+        str(RENDEZVOUS_PORT),
+        "--lr",
+        str(RENDEZVOUS_PORT),
+    ]
     assert rendezvous_argv(argv, "job-trainer-0-0.job") == [
-        "torchrun", "--rdzv_endpoint", f"{ADDR_PLACEHOLDER}:{PORT_PLACEHOLDER}", "--main_process_ip",
-        ADDR_PLACEHOLDER, "--main_process_port", PORT_PLACEHOLDER, "--lr", str(RENDEZVOUS_PORT)]
+        "torchrun",
+        "--rdzv_endpoint",
+        f"{ADDR_PLACEHOLDER}:{PORT_PLACEHOLDER}",
+        "--main_process_ip",
+        ADDR_PLACEHOLDER,
+        "--main_process_port",
+        PORT_PLACEHOLDER,
+        "--lr",
+        str(RENDEZVOUS_PORT),
+    ]
 
     root = _slurm_lab(tmp_path / "lab", git)
-    result = tp("render", "demo", "--image", "python:3.12", "--observability-url", "https://t.example.org/p",
-                "--profile", "h200:16", "--format", "json", cwd=root)
+    result = tp(
+        "render",
+        "demo",
+        "--image",
+        "python:3.12",
+        "--observability-url",
+        "https://t.example.org/p",
+        "--profile",
+        "h200:16",
+        "--format",
+        "json",
+        cwd=root,
+    )
     assert result.code == 0, result.output
     [doc] = json.loads(result.out)
     assert doc["kind"] == "SlurmBatch"
     assert doc["launch_document"]["launch"]["argv"][0] == "bash"
-    assert "scontrol show node" in doc["script"] and 'SLURM_NODEID' in doc["script"]
+    assert "scontrol show node" in doc["script"] and "SLURM_NODEID" in doc["script"]
 
 
 @pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
@@ -163,8 +208,9 @@ def test_validate_locates_bad_slurm_settings(tmp_path: Path, tp: Any, git: Any) 
     root = _slurm_lab(tmp_path / "lab", git)
     path = root / "tuneplane.yaml"
     text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace("      h200:\n        gpu_request", "      h20:\n        gpu_request"),
-                    encoding="utf-8")
+    path.write_text(
+        text.replace("      h200:\n        gpu_request", "      h20:\n        gpu_request"), encoding="utf-8"
+    )
     result = tp("validate", cwd=root)
     assert result.code == 1, result.output
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -179,19 +225,26 @@ def test_validate_locates_bad_slurm_settings(tmp_path: Path, tp: Any, git: Any) 
     assert f"tuneplane.yaml:{bad_partition}:" in result.output and "gpu two" in result.output
 
 
-@pytest.mark.parametrize(("said", "setting"), [
-    ("Invalid account or account/partition combination specified", "cluster.slurm.account"),
-    ("Invalid qos specification", "cluster.slurm.qos"),
-    ("Requested time limit is invalid (missing or exceeds some limit)", "the run request's timeout"),
-    ("Invalid partition name specified", "cluster.slurm.profiles.gpu.partition"),
-])
+@pytest.mark.parametrize(
+    ("said", "setting"),
+    [
+        ("Invalid account or account/partition combination specified", "cluster.slurm.account"),
+        ("Invalid qos specification", "cluster.slurm.qos"),
+        ("Requested time limit is invalid (missing or exceeds some limit)", "the run request's timeout"),
+        ("Invalid partition name specified", "cluster.slurm.profiles.gpu.partition"),
+    ],
+)
 def test_refusals_that_need_accounting_name_their_setting(said: str, setting: str) -> None:
     """Slurm's own wording (accounting and EnforcePartLimits are off on the test cluster)."""
     from tuneplane.backends.base import SubmitRefused
     from tuneplane.backends.slurm.errors import refusal
 
-    sources = {"--account": "cluster.slurm.account", "--qos": "cluster.slurm.qos",
-               "--time": "the run request's timeout", "--partition": "cluster.slurm.profiles.gpu.partition"}
+    sources = {
+        "--account": "cluster.slurm.account",
+        "--qos": "cluster.slurm.qos",
+        "--time": "the run request's timeout",
+        "--partition": "cluster.slurm.profiles.gpu.partition",
+    }
     refused = refusal(f"sbatch: error: Batch job submission failed: {said}", sources)
     assert isinstance(refused, SubmitRefused) and refused.setting == setting
     assert str(refused).startswith(f"{setting}: sbatch refused the job: ") and "hint:" in str(refused)
@@ -200,8 +253,12 @@ def test_refusals_that_need_accounting_name_their_setting(said: str, setting: st
 def test_a_slurm_lab_without_a_shared_runs_root_is_warned(tmp_path: Path, tp: Any, git: Any) -> None:
     root = _slurm_lab(tmp_path / "lab", git)
     path = root / "tuneplane.yaml"
-    path.write_text(path.read_text(encoding="utf-8").replace("    runs_root: /shared/tuneplane\n", "")
-                    .replace("      python_env: /shared/envs/train\n", ""), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8")
+        .replace("    runs_root: /shared/tuneplane\n", "")
+        .replace("      python_env: /shared/envs/train\n", ""),
+        encoding="utf-8",
+    )
     result = tp("validate", cwd=root)
     assert result.code == 0, result.output  # warnings only
     assert "warning [lab-slurm] cluster.slurm.runs_root is not set" in result.output
@@ -223,8 +280,12 @@ def _directives(script: str) -> list[str]:
 def test_requeue_the_profiles_time_limit_and_a_clean_environment(tmp_path: Path, tp: Any, git: Any) -> None:
     root = _slurm_lab(tmp_path / "lab", git)
     _edit(root, git, "    runs_root: /shared/tuneplane\n", "    runs_root: /shared/tuneplane\n    requeue: true\n")
-    _edit(root, git, "    gpus_per_node: 8\n    max_nodes: 4\n", "    gpus_per_node: 8\n    max_nodes: 4\n"
-                                                                 "    time_limit: 7200\n")
+    _edit(
+        root,
+        git,
+        "    gpus_per_node: 8\n    max_nodes: 4\n",
+        "    gpus_per_node: 8\n    max_nodes: 4\n    time_limit: 7200\n",
+    )
     script = _render(tp, root, "--profile", "h200:8")
     directives = _directives(script)
     assert "--requeue" in directives and "--no-requeue" not in directives
@@ -232,7 +293,7 @@ def test_requeue_the_profiles_time_limit_and_a_clean_environment(tmp_path: Path,
     assert "--export=NONE" in directives
     assert not any(d.startswith("--signal") for d in directives)  # no warning unless asked for
     assert "export PATH=" in script  # nothing of the submitter's environment is relied on
-    srun = script[script.index("\nsrun "):]
+    srun = script[script.index("\nsrun ") :]
     for flag in ("--kill-on-bad-exit=1", "--wait=", "--label", "--export=ALL"):
         assert flag in srun, flag
     assert "tuneplane: job $SLURM_JOB_ID attempt $TUNEPLANE_ATTEMPT started" in script
@@ -271,8 +332,13 @@ def test_a_host_environment_accepts_an_image_and_says_it_is_not_used(tmp_path: P
 
     root = _slurm_lab(tmp_path / "lab", git)
     lab = load_lab(root)
-    request = RunRequest(experiment="demo", run_id="20250102-100000-00000b", profile="h200:8", image="python:3.12",
-                         observability_url="https://t.example.org/p")
+    request = RunRequest(
+        experiment="demo",
+        run_id="20250102-100000-00000b",
+        profile="h200:8",
+        image="python:3.12",
+        observability_url="https://t.example.org/p",
+    )
     spec = resolve(lab, "demo", request, commit="0" * 40, dirty=False)
     batch = render_batch(spec, compile_plan(spec), lab.config)
     assert batch.image == "" and "python:3.12 was not used" in batch.note

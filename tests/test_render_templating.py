@@ -9,8 +9,9 @@ from tuneplane.render.templating import _bytecode_cache, _QuietCache, quote
 
 
 def _env(tmp_path, cache):
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(tmp_path / "t")), bytecode_cache=cache,
-                              undefined=jinja2.StrictUndefined)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(tmp_path / "t")), bytecode_cache=cache, undefined=jinja2.StrictUndefined
+    )
 
 
 def test_an_edited_template_is_not_served_from_the_cache(tmp_path):

@@ -18,8 +18,12 @@ from tuneplane.ingest import hparams, mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
 
 SECRET = b"k" * 32
-FAST = {"TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
-        "TUNEPLANE_REPORT_RETRY_CAP": "0.2", "TUNEPLANE_REPORT_FINISH_TIMEOUT": "10"}
+FAST = {
+    "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+    "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+    "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+    "TUNEPLANE_REPORT_FINISH_TIMEOUT": "10",
+}
 
 
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,8 +112,9 @@ def test_import_is_light_and_disabled_log_loads_nothing() -> None:
     assert out.stderr == ""
 
 
-def test_missing_endpoint_is_explained(offline: None, monkeypatch: pytest.MonkeyPatch,
-                                       capfd: pytest.CaptureFixture[str]) -> None:
+def test_missing_endpoint_is_explained(
+    offline: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TUNEPLANE_JOB_TOKEN", "t")
     assert report.init() is False
     assert "TUNEPLANE_JOB_ENDPOINT" in capfd.readouterr().err
@@ -117,9 +122,17 @@ def test_missing_endpoint_is_explained(offline: None, monkeypatch: pytest.Monkey
 
 # ── delivery and values ───────────────────────────────────────────────────────────────────────
 def test_points_and_hparams_arrive(job: Job) -> None:
-    assert report.init(hparams={"lr": 3e-4, "model": {"name": "tiny", "layers": 2}, "obj": object(),
-                                "path": Path("/x"), "nan": float("nan"), "tags": ["a", "b"]},
-                       monitor_hardware=False)
+    assert report.init(
+        hparams={
+            "lr": 3e-4,
+            "model": {"name": "tiny", "layers": 2},
+            "obj": object(),
+            "path": Path("/x"),
+            "nan": float("nan"),
+            "tags": ["a", "b"],
+        },
+        monitor_hardware=False,
+    )
     assert report.init() is True  # idempotent
     for step in range(100):
         report.log({"loss": 1.0 / (step + 1), "acc": step / 100}, step=step)
@@ -150,8 +163,14 @@ def test_flatten_prefix_and_key_rules(job: Job) -> None:
     report.log({"x": 1.0}, step=1, prefix="eval/")
     report.log({"": 1.0, "bad\nkey": 1.0, "k" * 300: 1.0, "ok": 1.0}, step=1)
     report.finish()
-    assert set(summary(job.db, job.run_id)) == {"train.loss", "train.opt.lr", "validation/loss",
-                                                 "validation/acc", "eval/x", "ok"}
+    assert set(summary(job.db, job.run_id)) == {
+        "train.loss",
+        "train.opt.lr",
+        "validation/loss",
+        "validation/acc",
+        "eval/x",
+        "ok",
+    }
     dropped = report.stats()["dropped"]
     assert dropped["empty key"] == 1
     assert dropped["key contains control characters"] == 1
@@ -187,23 +206,58 @@ class FakeTensor:
 
 def test_values_are_reduced_or_dropped_with_reasons(job: Job) -> None:
     np = pytest.importorskip("numpy")
-    report.log({
-        "int": 3, "bool": True, "np_f32": np.float32(0.5), "np_i64": np.int64(7), "zero_d": np.array(2.5),
-        "nd": np.array([[1.0, 2.0], [3.0, 4.0]]), "list": [1, 2, 3], "tuple": (2.0, 4.0),
-        "tensor": FakeTensor([1.0, 3.0]), "scalar_tensor": FakeTensor([9.0]),
-        "int_tensor": FakeTensor([1, 2], True),
-        "text": "hello", "none": None, "nan": float("nan"), "inf": np.float64("inf"), "empty": [],
-        "mixed": [1, "a"], "obj": object(), "empty_array": np.array([]), "np_list": [np.float32(1), 3.0],
-        "huge": 10**400,
-    }, step=1)
+    report.log(
+        {
+            "int": 3,
+            "bool": True,
+            "np_f32": np.float32(0.5),
+            "np_i64": np.int64(7),
+            "zero_d": np.array(2.5),
+            "nd": np.array([[1.0, 2.0], [3.0, 4.0]]),
+            "list": [1, 2, 3],
+            "tuple": (2.0, 4.0),
+            "tensor": FakeTensor([1.0, 3.0]),
+            "scalar_tensor": FakeTensor([9.0]),
+            "int_tensor": FakeTensor([1, 2], True),
+            "text": "hello",
+            "none": None,
+            "nan": float("nan"),
+            "inf": np.float64("inf"),
+            "empty": [],
+            "mixed": [1, "a"],
+            "obj": object(),
+            "empty_array": np.array([]),
+            "np_list": [np.float32(1), 3.0],
+            "huge": 10**400,
+        },
+        step=1,
+    )
     report.finish()
     got = {k: v["last"] for k, v in summary(job.db, job.run_id).items()}
-    assert got == {"int": 3.0, "bool": 1.0, "np_f32": 0.5, "np_i64": 7.0, "zero_d": 2.5, "nd": 2.5,
-                   "list": 2.0,
-                   "tuple": 3.0, "tensor": 2.0, "scalar_tensor": 9.0, "int_tensor": 1.5, "np_list": 2.0}
+    assert got == {
+        "int": 3.0,
+        "bool": 1.0,
+        "np_f32": 0.5,
+        "np_i64": 7.0,
+        "zero_d": 2.5,
+        "nd": 2.5,
+        "list": 2.0,
+        "tuple": 3.0,
+        "tensor": 2.0,
+        "scalar_tensor": 9.0,
+        "int_tensor": 1.5,
+        "np_list": 2.0,
+    }
     dropped = report.stats()["dropped"]
-    assert dropped == {"text value": 1, "None value": 1, "non-finite value": 3, "empty list": 1,
-                       "list with non-numeric items": 1, "unsupported type object": 1, "empty array": 1}
+    assert dropped == {
+        "text value": 1,
+        "None value": 1,
+        "non-finite value": 3,
+        "empty list": 1,
+        "list with non-numeric items": 1,
+        "unsupported type object": 1,
+        "empty array": 1,
+    }
 
 
 def test_bad_inputs_never_raise(job: Job) -> None:
@@ -256,10 +310,13 @@ def test_flush_waits_for_delivery(job: Job) -> None:
 
 
 # ── ranks ─────────────────────────────────────────────────────────────────────────────────────
-@pytest.mark.parametrize(("rank", "local_rank", "reports"), [
-    ("1", None, False), (None, "2", False), ("0", "3", True), (None, None, True), ("x", None, True)])
-def test_rank_zero_reports_by_default(job: Job, monkeypatch: pytest.MonkeyPatch, rank: str | None,
-                                      local_rank: str | None, reports: bool) -> None:
+@pytest.mark.parametrize(
+    ("rank", "local_rank", "reports"),
+    [("1", None, False), (None, "2", False), ("0", "3", True), (None, None, True), ("x", None, True)],
+)
+def test_rank_zero_reports_by_default(
+    job: Job, monkeypatch: pytest.MonkeyPatch, rank: str | None, local_rank: str | None, reports: bool
+) -> None:
     if rank is not None:
         monkeypatch.setenv("RANK", rank)
     if local_rank is not None:
@@ -287,8 +344,7 @@ def test_hardware_monitor_samples_on_rank_zero(job: Job) -> None:
     assert report.init(monitor_interval=0.02)
     deadline = threading.Event()
     for _ in range(500):
-        if report._session is not None and report._session.monitor is not None and \
-                report._session.monitor.samples >= 2:
+        if report._session is not None and report._session.monitor is not None and report._session.monitor.samples >= 2:
             break
         deadline.wait(0.01)
     report.finish()
@@ -326,9 +382,23 @@ def test_a_stuck_sampler_does_not_delay_finish(job: Job, monkeypatch: pytest.Mon
 
 
 # ── the trainer callback ──────────────────────────────────────────────────────────────────────
-HF_EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "on_pre_optimizer_step",
-             "on_optimizer_step", "on_substep_end", "on_step_end", "on_log", "on_evaluate", "on_predict",
-             "on_prediction_step", "on_save", "on_epoch_end", "on_train_end")
+HF_EVENTS = (
+    "on_init_end",
+    "on_train_begin",
+    "on_epoch_begin",
+    "on_step_begin",
+    "on_pre_optimizer_step",
+    "on_optimizer_step",
+    "on_substep_end",
+    "on_step_end",
+    "on_log",
+    "on_evaluate",
+    "on_predict",
+    "on_prediction_step",
+    "on_save",
+    "on_epoch_end",
+    "on_train_end",
+)
 
 
 class StandInTrainer:
@@ -387,7 +457,8 @@ def test_callback_is_inert_without_a_token(offline: None) -> None:
 def test_callback_with_real_transformers(job: Job) -> None:
     transformers = pytest.importorskip("transformers")
     handler = transformers.trainer_callback.CallbackHandler(
-        [report.TunePlaneCallback(monitor_hardware=False)], None, None, None, None)
+        [report.TunePlaneCallback(monitor_hardware=False)], None, None, None, None
+    )
     args, state = StandInTrainer.Args(), transformers.TrainerState()
     control = transformers.TrainerControl()
     handler.on_train_begin(args, state, control)
@@ -397,8 +468,9 @@ def test_callback_with_real_transformers(job: Job) -> None:
     assert series(job.db, job.run_id, "train/loss") == [(7, 0.5)]
 
 
-def test_a_bad_endpoint_turns_reporting_off_with_a_reason(offline: None, monkeypatch: pytest.MonkeyPatch,
-                                                          capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_endpoint_turns_reporting_off_with_a_reason(
+    offline: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TUNEPLANE_JOB_TOKEN", "t")
     monkeypatch.setenv("TUNEPLANE_JOB_RUN_ID", "r")
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", "ingest:8080")
@@ -409,8 +481,7 @@ def test_a_bad_endpoint_turns_reporting_off_with_a_reason(offline: None, monkeyp
 
 # ── the memory estimate ───────────────────────────────────────────────────────────────────────
 @pytest.mark.parametrize("keys", [1, 4, 12])
-def test_buffer_estimate_bounds_real_memory(offline: None, monkeypatch: pytest.MonkeyPatch,
-                                            keys: int) -> None:
+def test_buffer_estimate_bounds_real_memory(offline: None, monkeypatch: pytest.MonkeyPatch, keys: int) -> None:
     import socket
     import tracemalloc
 

@@ -93,8 +93,7 @@ class Receiver:
         self.server: IngestServer | None = None
 
     def start(self) -> Receiver:
-        self.server = IngestServer(self.db, SECRET, port=self.port, handler=FaultHandler,
-                                   limits=self.limits).start()
+        self.server = IngestServer(self.db, SECRET, port=self.port, handler=FaultHandler, limits=self.limits).start()
         self.server.httpd.plan = self.plan  # type: ignore[attr-defined]
         store = self.server.store
         real = store.add_points
@@ -133,11 +132,17 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
             monkeypatch.delenv(name, raising=False)
     out = tmp_path / "out"
     out.mkdir()
-    for name, value in {"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": RUN,
-                        "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN), "TUNEPLANE_OUT_DIR": str(out),
-                        "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
-                        "TUNEPLANE_REPORT_RETRY_CAP": "0.1", "TUNEPLANE_REPORT_FINISH_TIMEOUT": "20",
-                        "TUNEPLANE_REPORT_REQUEST_TIMEOUT": "10"}.items():
+    for name, value in {
+        "TUNEPLANE_JOB_ENABLED": "1",
+        "TUNEPLANE_JOB_RUN_ID": RUN,
+        "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+        "TUNEPLANE_OUT_DIR": str(out),
+        "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+        "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+        "TUNEPLANE_REPORT_RETRY_CAP": "0.1",
+        "TUNEPLANE_REPORT_FINISH_TIMEOUT": "20",
+        "TUNEPLANE_REPORT_REQUEST_TIMEOUT": "10",
+    }.items():
         monkeypatch.setenv(name, value)
     report._reset()
     yield tmp_path
@@ -183,8 +188,9 @@ def test_receiver_down_from_the_start_then_up(env: Path, monkeypatch: pytest.Mon
         rec.stop()
 
 
-def test_receiver_never_comes_back(env: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capfd: pytest.CaptureFixture[str]) -> None:
+def test_receiver_never_comes_back(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     report.init(monitor_hardware=False, buffer_bytes=16 * 1024)
     log_steps(0, 200)
@@ -222,9 +228,9 @@ def test_receiver_down_mid_run_and_back(receiver: Receiver) -> None:
     assert not list((Path(os.environ["TUNEPLANE_OUT_DIR"]) / ".tuneplane").glob("*.jsonl"))  # cleaned up
 
 
-def test_without_an_out_dir_overflow_waits_in_a_private_temp_dir(receiver: Receiver,
-                                                                 monkeypatch: pytest.MonkeyPatch,
-                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+def test_without_an_out_dir_overflow_waits_in_a_private_temp_dir(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("TUNEPLANE_OUT_DIR")
     report.init(monitor_hardware=False, buffer_bytes=16 * 1024)
     receiver.stop()
@@ -295,8 +301,9 @@ def test_a_413_splits_batches(env: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         rec.stop()
 
 
-def test_a_wrong_token_is_one_diagnostic_not_a_flood(receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_wrong_token_is_one_diagnostic_not_a_flood(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TUNEPLANE_JOB_TOKEN", "wrong")
     report.init(monitor_hardware=False, batch_points=10)
     log_steps(0, 100)
@@ -336,8 +343,18 @@ def test_hparams_that_are_not_json(receiver: Receiver) -> None:
         def __str__(self) -> str:
             raise ValueError("no")
 
-    report.init(hparams={"fn": print, "set": {1, 2}, "bytes": b"\x00", "weird": Weird(), "inf": float("inf"),
-                         "long": "x" * 5000, "ok": 1}, monitor_hardware=False)
+    report.init(
+        hparams={
+            "fn": print,
+            "set": {1, 2},
+            "bytes": b"\x00",
+            "weird": Weird(),
+            "inf": float("inf"),
+            "long": "x" * 5000,
+            "ok": 1,
+        },
+        monitor_hardware=False,
+    )
     report.finish()
     got = hparams(receiver.db, RUN)
     assert got["ok"] == 1 and got["inf"] == "inf" and got["weird"] == "<Weird>"
@@ -359,8 +376,12 @@ server.stop()
 def test_a_million_points_through_a_one_mib_budget(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The receiver runs in another process so tracemalloc sees only the SDK and this loop.
     db = env / "ingest.sqlite"
-    proc = subprocess.Popen([sys.executable, "-c", RECEIVER_SCRIPT, str(db), SECRET.decode()],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECEIVER_SCRIPT, str(db), SECRET.decode()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", proc.stdout.readline().strip())
@@ -394,7 +415,8 @@ def test_a_million_points_through_a_one_mib_budget(env: Path, monkeypatch: pytes
 
 
 def test_without_an_out_dir_what_finish_leaves_is_uploaded_by_the_command_it_prints(
-        env: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    env: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     import re
     import shutil
     import subprocess
@@ -411,8 +433,13 @@ def test_without_an_out_dir_what_finish_leaves_is_uploaded_by_the_command_it_pri
     assert found, err
     rec = Receiver(env / "ingest.sqlite", port=port).start()
     try:
-        done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--out-dir", found.group(1), "--once"],
-                              env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "tuneplane.collector", "--out-dir", found.group(1), "--once"],
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert_exactly_once(rec, range(300))
         assert not list(Path(found.group(1), ".tuneplane").glob("report-unsent-*"))  # delivered, removed

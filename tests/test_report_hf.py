@@ -36,7 +36,9 @@ common = dict(output_dir=out, max_steps=4, logging_steps=1, eval_strategy="steps
               save_strategy="no", disable_tqdm=True)
 callback = TunePlaneCallback(monitor_hardware=False)
 """
-TRAINER = SETUP + r"""
+TRAINER = (
+    SETUP
+    + r"""
 from transformers import Trainer, TrainingArguments
 class Data(torch.utils.data.Dataset):
     def __init__(self):
@@ -52,7 +54,10 @@ trainer.train()
 trainer.evaluate()  # after train(): still delivered
 # No finish(): the exit-time finish delivers what is left within the drain time.
 """
-SFT = SETUP + r"""
+)
+SFT = (
+    SETUP
+    + r"""
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 data = Dataset.from_dict({"text": texts})
@@ -61,6 +66,7 @@ trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=data
 trainer.train()
 trainer.evaluate()
 """
+)
 
 
 def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, subprocess.CompletedProcess[str]]:
@@ -68,12 +74,24 @@ def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, su
     stopped, and the finished process (its exit checked)."""
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": run,
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run), "TUNEPLANE_OUT_DIR": str(tmp_path),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TOKENIZERS_PARALLELISM": "false"})
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], env=env, capture_output=True,
-                          text=True, timeout=300)
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_ENDPOINT": server.url,
+            "TUNEPLANE_JOB_RUN_ID": run,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run),
+            "TUNEPLANE_OUT_DIR": str(tmp_path),
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": str(tmp_path / "hf"),
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300
+    )
     server.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     return server, done
@@ -115,17 +133,25 @@ class Data(torch.utils.data.Dataset):
         ids = torch.tensor(self.rows[i]["input_ids"])
         return {"input_ids": ids, "attention_mask": torch.tensor(self.rows[i]["attention_mask"]), "labels": ids}
 """
-EVALUATE_ONLY = SETUP + DATA + r"""
+EVALUATE_ONLY = (
+    SETUP
+    + DATA
+    + r"""
 trainer = Trainer(model=model, args=TrainingArguments(**common), eval_dataset=Data(), callbacks=[callback])
 trainer.evaluate()  # an evaluation job: no train(), so no on_train_begin
 trainer.predict(Data())  # transformers' integrations report predict() metrics as test/...
 """
-TWO_EVAL_SETS = SETUP + DATA + r"""
+)
+TWO_EVAL_SETS = (
+    SETUP
+    + DATA
+    + r"""
 evals = {"short": Data(texts[:4]), "long": Data(texts)}
 trainer = Trainer(model=model, args=TrainingArguments(**{**common, "logging_steps": 0.25}),
                   train_dataset=Data(), eval_dataset=evals, callbacks=[callback])
 trainer.train()
 """
+)
 
 
 def test_an_evaluation_only_run_and_predict_are_delivered(tmp_path: Path) -> None:
@@ -155,12 +181,24 @@ def test_keys_are_rewritten_exactly_as_transformers_integrations_do() -> None:
     from tuneplane.report._callback import rewrite_logs
 
     # what TRL's DPO, GRPO and SFT trainers put in their logs, training and evaluation
-    logs = {"loss": 0.5, "rewards/chosen": 0.1, "eval_rewards/margins": 0.2, "eval_loss": 0.4, "epoch": 0.25,
-            "completions/mean_length": 12.0, "test_accuracy": 0.9, "train_runtime": 3.0, "learning_rate": 1e-5}
+    logs = {
+        "loss": 0.5,
+        "rewards/chosen": 0.1,
+        "eval_rewards/margins": 0.2,
+        "eval_loss": 0.4,
+        "epoch": 0.25,
+        "completions/mean_length": 12.0,
+        "test_accuracy": 0.9,
+        "train_runtime": 3.0,
+        "learning_rate": 1e-5,
+    }
     assert rewrite_logs(logs) == integrations.rewrite_logs(logs)
 
 
-TWO_TRAININGS = SETUP + DATA + r"""
+TWO_TRAININGS = (
+    SETUP
+    + DATA
+    + r"""
 first = Trainer(model=model, args=TrainingArguments(**common), train_dataset=Data(), eval_dataset=Data(),
                 callbacks=[callback])
 first.train()
@@ -171,6 +209,7 @@ second.evaluate()
 import json
 print("losses", json.dumps([h["loss"] for t in (first, second) for h in t.state.log_history if "loss" in h]))
 """
+)
 
 
 def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) -> None:
@@ -187,7 +226,10 @@ def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) ->
     assert [step for step, _ in series(server.store.path, "run-2", "eval/loss")] == [3, 4, 7, 8]
 
 
-RESUMED = SETUP + DATA + r"""
+RESUMED = (
+    SETUP
+    + DATA
+    + r"""
 import json
 first = Trainer(model=model, args=TrainingArguments(**{**common, "max_steps": 6, "save_strategy": "steps",
                                                        "save_steps": 3, "eval_strategy": "no"}),
@@ -201,6 +243,7 @@ again.train(resume_from_checkpoint=out + "/checkpoint-3")
 # its log history holds the checkpoint's steps 1..3 too: the steps it ran itself are those after 3
 print("resumed", json.dumps([(h["step"], h["loss"]) for h in again.state.log_history if "loss" in h and h["step"] > 3]))
 """
+)
 
 
 def test_a_trainer_resumed_from_a_checkpoint_keeps_the_checkpoints_steps(tmp_path: Path) -> None:
@@ -209,21 +252,27 @@ def test_a_trainer_resumed_from_a_checkpoint_keeps_the_checkpoints_steps(tmp_pat
     first training's last step."""
     pytest.importorskip("transformers")
     server, done = run_trainer(tmp_path, RESUMED, "run-resumed")
-    resumed = json.loads(next(line for line in done.stdout.splitlines()
-                              if line.startswith("resumed")).split(" ", 1)[1])
+    resumed = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("resumed")).split(" ", 1)[1])
     assert [step for step, _ in resumed] == [4, 5, 6]
     stored = dict(series(server.store.path, "run-resumed", "train/loss"))
     assert sorted(stored) == [1, 2, 3, 4, 5, 6]
     assert [stored[step] for step, _ in resumed] == pytest.approx([loss for _, loss in resumed])
 
 
-OTHER_RUN = SETUP + DATA + r"""
+OTHER_RUN = (
+    SETUP
+    + DATA
+    + r"""
 # another run (another process) leaves a checkpoint at step 3 in out/b
 Trainer(model=model, args=TrainingArguments(**{**common, "output_dir": out + "/b", "max_steps": 3,
                                                "save_strategy": "steps", "save_steps": 3, "eval_strategy": "no"}),
         train_dataset=Data()).train()
 """
-TWO_STAGES = SETUP + DATA + r"""
+)
+TWO_STAGES = (
+    SETUP
+    + DATA
+    + r"""
 import json
 first = Trainer(model=model, args=TrainingArguments(**{**common, "output_dir": out + "/a", "max_steps": 6,
                                                        "eval_strategy": "no"}),
@@ -237,6 +286,7 @@ second.train(resume_from_checkpoint=out + "/b/checkpoint-3")
 print("losses", json.dumps([h["loss"] for h in first.state.log_history if "loss" in h]
                            + [h["loss"] for h in second.state.log_history if "loss" in h and h["step"] > 3]))
 """
+)
 
 
 def test_resuming_another_runs_checkpoint_continues_after_this_processs_steps(tmp_path: Path) -> None:
@@ -246,14 +296,16 @@ def test_resuming_another_runs_checkpoint_continues_after_this_processs_steps(tm
     pytest.importorskip("transformers")
     run_trainer(tmp_path, OTHER_RUN, "run-other")
     server, done = run_trainer(tmp_path, TWO_STAGES, "run-stages")
-    logged = json.loads(next(line for line in done.stdout.splitlines()
-                             if line.startswith("losses")).split(" ", 1)[1])
+    logged = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("losses")).split(" ", 1)[1])
     stored = series(server.store.path, "run-stages", "train/loss")
     assert [step for step, _ in stored] == list(range(1, 10))
     assert [value for _, value in stored] == pytest.approx(logged)
 
 
-EPOCHS = SETUP + DATA + r"""
+EPOCHS = (
+    SETUP
+    + DATA
+    + r"""
 args = TrainingArguments(**{**common, "max_steps": -1, "num_train_epochs": 3, "logging_strategy": "epoch",
                             "eval_strategy": "epoch", "gradient_accumulation_steps": 2,
                             "per_device_train_batch_size": 2})
@@ -262,6 +314,7 @@ trainer.train()
 import json
 print("steps", json.dumps(sorted({h["step"] for h in trainer.state.log_history if "loss" in h})))
 """
+)
 
 
 def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps(tmp_path: Path) -> None:
@@ -276,7 +329,10 @@ def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps
     assert [s for s, _ in series(server.store.path, "run-ep", "train/train_loss")] == steps[-1:]
 
 
-OOM_RERUN = SETUP + DATA + r"""
+OOM_RERUN = (
+    SETUP
+    + DATA
+    + r"""
 from transformers import TrainerCallback
 class OutOfMemoryOnce(TrainerCallback):
     # What accelerate's find_executable_batch_size takes for an out-of-memory error: the Trainer
@@ -294,6 +350,7 @@ assert OutOfMemoryOnce.raised and trainer._train_batch_size < 4, trainer._train_
 import json
 print("losses", json.dumps([h["loss"] for h in trainer.state.log_history if "loss" in h]))
 """
+)
 
 
 def test_the_same_trainer_rerunning_its_loop_keeps_its_own_steps(tmp_path: Path) -> None:

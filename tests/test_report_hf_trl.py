@@ -14,7 +14,9 @@ from tuneplane.ingest import series, summary
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.metrics.vocab import Vocabulary, counts
 
-DPO = SETUP + r"""
+DPO = (
+    SETUP
+    + r"""
 import copy
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
@@ -28,7 +30,10 @@ trainer = DPOTrainer(model=model, ref_model=copy.deepcopy(model), processing_cla
 trainer.train()
 trainer.evaluate()
 """
-GRPO = SETUP + r"""
+)
+GRPO = (
+    SETUP
+    + r"""
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 data = Dataset.from_dict({"prompt": ["the cat", "a dog", "the mat", "a cat"] * 3})
@@ -40,12 +45,34 @@ trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=leng
 trainer.train()
 trainer.evaluate()
 """
+)
 # What each trainer logs that its recipe names primary (TRL leaves `kl` out while beta is 0, its default).
 CASES = {
-    "dpo": (DPO, "trl/dpo", ["train/loss", "validation/loss", "train/reward_margin", "train/reward_accuracy",
-                             "train/grad_norm", "train/lr"]),
-    "grpo": (GRPO, "trl/grpo", ["train/reward", "validation/reward", "train/reward_std", "train/entropy",
-                                "train/response_length", "train/loss", "train/grad_norm"]),
+    "dpo": (
+        DPO,
+        "trl/dpo",
+        [
+            "train/loss",
+            "validation/loss",
+            "train/reward_margin",
+            "train/reward_accuracy",
+            "train/grad_norm",
+            "train/lr",
+        ],
+    ),
+    "grpo": (
+        GRPO,
+        "trl/grpo",
+        [
+            "train/reward",
+            "validation/reward",
+            "train/reward_std",
+            "train/entropy",
+            "train/response_length",
+            "train/loss",
+            "train/grad_norm",
+        ],
+    ),
 }
 
 
@@ -59,7 +86,7 @@ def test_trl_preference_and_rl_trainers_show_their_recipes_primary_metrics(tmp_p
     stored = summary(server.store.path, f"run-{trainer}")
     metrics = load_catalog().recipe(recipe).metrics
     names = Vocabulary.of(metrics.aliases, metrics.primary).pick(stored, counts(stored))
-    assert list(names)[:len(shown_first)] == shown_first, list(names)
+    assert list(names)[: len(shown_first)] == shown_first, list(names)
     # every evaluation once, from on_log, at the step it ran (3 in training, 4 from evaluate())
     assert [step for step, _ in series(server.store.path, f"run-{trainer}", names["validation/loss"])] == [3, 4]
     assert not [key for key in stored if key.startswith("validation/") or key in ("loss", "eval_loss")]

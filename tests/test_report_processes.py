@@ -33,10 +33,19 @@ def free_port() -> int:
 
 def job_env(port: int, out: Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_") and k not in ("RANK", "LOCAL_RANK")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{port}",
-                "TUNEPLANE_JOB_RUN_ID": RUN, "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
-                "TUNEPLANE_REPORT_RETRY_CAP": "0.2", "TUNEPLANE_REPORT_FINISH_TIMEOUT": "1", **extra})
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_ENDPOINT": f"http://127.0.0.1:{port}",
+            "TUNEPLANE_JOB_RUN_ID": RUN,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+            "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+            "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+            "TUNEPLANE_REPORT_FINISH_TIMEOUT": "1",
+            **extra,
+        }
+    )
     if out is not None:
         env["TUNEPLANE_OUT_DIR"] = str(out)
     return env
@@ -45,15 +54,23 @@ def job_env(port: int, out: Path | None, **extra: str) -> dict[str, str]:
 def rows(db: Path) -> dict[str, tuple[int, int]]:
     """key -> (rows stored, distinct steps) for the run."""
     with sqlite3.connect(db) as conn:
-        found = conn.execute("SELECT s.key, COUNT(*), COUNT(DISTINCT x.step) FROM samples x JOIN series s "
-                             "ON s.id = x.series WHERE s.run_id = ? GROUP BY s.key", (RUN,)).fetchall()
+        found = conn.execute(
+            "SELECT s.key, COUNT(*), COUNT(DISTINCT x.step) FROM samples x JOIN series s "
+            "ON s.id = x.series WHERE s.run_id = ? GROUP BY s.key",
+            (RUN,),
+        ).fetchall()
     return {key: (count, steps) for key, count, steps in found}
 
 
 def trainer(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
     """A training script that prints `ready` once it has logged what the test checks."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_ready(proc: subprocess.Popen[str]) -> None:
@@ -63,8 +80,13 @@ def wait_ready(proc: subprocess.Popen[str]) -> None:
 
 
 def collect(env: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final", "--out-dir", str(out)],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane.collector", "--once", "--final", "--out-dir", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
@@ -109,8 +131,9 @@ def test_sigterm_with_a_healthy_receiver_delivers_what_is_queued(tmp_path: Path)
     out.mkdir()
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        proc = trainer(LOG_THEN_WAIT.format(options="", steps=500),
-                       job_env(port, out, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"))
+        proc = trainer(
+            LOG_THEN_WAIT.format(options="", steps=500), job_env(port, out, TUNEPLANE_REPORT_FLUSH_INTERVAL="60")
+        )
         wait_ready(proc)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=TIMEOUT)
@@ -148,7 +171,8 @@ def test_pool_workers_closed_and_joined_deliver(tmp_path: Path) -> None:
     tests/test_report_processes_sigterm.py for why a worker catches no SIGTERM.)"""
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     script = tmp_path / "pool.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
     import multiprocessing as mp, tuneplane.report as r
     def work(i):
         r.log({f"worker{i}": float(i)}, step=i)
@@ -158,11 +182,17 @@ def test_pool_workers_closed_and_joined_deliver(tmp_path: Path) -> None:
         assert pool.map(work, range(2), chunksize=1) == [0, 1]
         pool.close()
         pool.join()
-    """))
+    """)
+    )
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        done = subprocess.run([sys.executable, str(script)], env=job_env(port, tmp_path,
-                              TUNEPLANE_REPORT_FLUSH_INTERVAL="60"), capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()
@@ -208,8 +238,12 @@ def test_the_overflow_file_of_a_killed_trainer_is_uploaded_and_a_live_ones_left_
         server.stop()
     got = rows(tmp_path / "ingest.sqlite")
     with sqlite3.connect(tmp_path / "ingest.sqlite") as conn:
-        stored = {(key, step) for key, step in conn.execute(
-            "SELECT s.key, x.step FROM samples x JOIN series s ON s.id = x.series WHERE s.run_id = ?", (RUN,))}
+        stored = {
+            (key, step)
+            for key, step in conn.execute(
+                "SELECT s.key, x.step FROM samples x JOIN series s ON s.id = x.series WHERE s.run_id = ?", (RUN,)
+            )
+        }
     assert spilled <= stored
     assert all(count == steps for count, steps in got.values())
     assert not list((out / ".tuneplane").glob("report-*"))
@@ -228,8 +262,13 @@ def test_without_an_out_dir_nothing_is_left_in_the_temp_dir_once_delivered(tmp_p
             r.log({"loss": 1.0, "acc": 0.5}, step=s)
         r.finish(30)
         """
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=job_env(port, None, TMPDIR=str(temp)),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=job_env(port, None, TMPDIR=str(temp)),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()
@@ -251,8 +290,9 @@ def test_an_out_dirs_state_folder_that_links_elsewhere_gets_no_overflow_file(tmp
     r.finish(0.2)
     """
     env = job_env(free_port(), out, TMPDIR=str(temp))
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert done.returncode == 0, done.stderr
     assert list(outside.iterdir()) == []
     assert done.stdout.strip().startswith(str(temp)) and "out/.tuneplane is a link" in done.stderr
@@ -272,8 +312,13 @@ def test_what_each_rank_left_unsent_is_uploaded_under_that_ranks_series(tmp_path
     r.finish(0.2)
     """
     for rank in ("0", "3"):
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), rank], env=job_env(port, out, RANK=rank),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), rank],
+            env=job_env(port, out, RANK=rank),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert done.returncode == 0 and "not delivered" in done.stderr, done.stderr
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET, port=port).start()
     try:
@@ -282,9 +327,10 @@ def test_what_each_rank_left_unsent_is_uploaded_under_that_ranks_series(tmp_path
         server.stop()
     assert rows(tmp_path / "ingest.sqlite") == {"loss@rank0": (10, 10), "loss@rank3": (10, 10)}
     with sqlite3.connect(tmp_path / "ingest.sqlite") as conn:
-        assert conn.execute("SELECT s.key, MIN(x.value), MAX(x.value) FROM samples x JOIN series s ON s.id = x.series "
-                            "GROUP BY s.key ORDER BY s.key").fetchall() == [("loss@rank0", 0.0, 0.0),
-                                                                            ("loss@rank3", 3.0, 3.0)]
+        assert conn.execute(
+            "SELECT s.key, MIN(x.value), MAX(x.value) FROM samples x JOIN series s ON s.id = x.series "
+            "GROUP BY s.key ORDER BY s.key"
+        ).fetchall() == [("loss@rank0", 0.0, 0.0), ("loss@rank3", 3.0, 3.0)]
 
 
 def test_threads_logging_at_once_through_a_small_budget_lose_nothing(tmp_path: Path) -> None:
@@ -310,8 +356,13 @@ def test_threads_logging_at_once_through_a_small_budget_lose_nothing(tmp_path: P
     """
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=job_env(port, out),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=job_env(port, out),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
     finally:
         server.stop()
     assert done.returncode == 0 and done.stdout.strip() == "{}", done.stdout + done.stderr
@@ -344,9 +395,13 @@ def test_multiprocessing_children_that_exit_normally_deliver(tmp_path: Path, met
     script.write_text(POOL)
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        done = subprocess.run([sys.executable, str(script), method],
-                              env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, str(script), method],
+            env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()
@@ -379,9 +434,13 @@ def test_dataloader_workers_forked_after_init_keep_the_parents_points_its_own(tm
     """
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                              env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=job_env(port, tmp_path, TUNEPLANE_REPORT_FLUSH_INTERVAL="60"),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.stop()

@@ -19,12 +19,17 @@ from tuneplane.ingest.server import IngestServer
 TIMEOUT = 60
 
 
-def run_script(tmp_path: Path, code: str, env: dict[str, str], prefix: list[str] | None = None,
-               ) -> subprocess.CompletedProcess[str]:
+def run_script(
+    tmp_path: Path,
+    code: str,
+    env: dict[str, str],
+    prefix: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "t.py"
     script.write_text(textwrap.dedent(code))
-    return subprocess.run([*(prefix or []), sys.executable, str(script)], env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    return subprocess.run(
+        [*(prefix or []), sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
 
 
 def test_fork_pool_blocks_that_terminate_workers_while_they_finish_never_hang(tmp_path: Path) -> None:
@@ -77,8 +82,14 @@ def test_a_handler_chained_after_init_keeps_its_graceful_stop(tmp_path: Path) ->
         port = int(server.url.rsplit(":", 1)[1])
         env = job_env(port, tmp_path)
         script_dir = tmp_path
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=script_dir,
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=env,
+            cwd=script_dir,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr
@@ -101,8 +112,10 @@ def _can_unshare() -> bool:
     if shutil.which("unshare") is None:
         return False
     try:
-        return subprocess.run(["unshare", "-pf", "--mount-proc", "true"], capture_output=True,
-                              timeout=TIMEOUT).returncode == 0
+        return (
+            subprocess.run(["unshare", "-pf", "--mount-proc", "true"], capture_output=True, timeout=TIMEOUT).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -114,8 +127,7 @@ def test_as_pid_1_a_sigterm_still_ends_the_process_after_the_drain(tmp_path: Pat
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        done = run_script(tmp_path, PID1, job_env(port, tmp_path),
-                          prefix=["unshare", "-pf", "--mount-proc"])
+        done = run_script(tmp_path, PID1, job_env(port, tmp_path), prefix=["unshare", "-pf", "--mount-proc"])
     finally:
         server.stop()
     assert "kept training" not in done.stdout, done.stderr

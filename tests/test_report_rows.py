@@ -31,8 +31,12 @@ from tuneplane.ingest.server import IngestHandler, IngestServer
 
 SECRET = b"w" * 32
 RUN = "run-rows"
-FAST = {"TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02", "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
-        "TUNEPLANE_REPORT_RETRY_CAP": "0.2", "TUNEPLANE_REPORT_FINISH_TIMEOUT": "20"}
+FAST = {
+    "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+    "TUNEPLANE_REPORT_RETRY_BASE": "0.02",
+    "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
+    "TUNEPLANE_REPORT_FINISH_TIMEOUT": "20",
+}
 
 
 class Seen:
@@ -114,8 +118,14 @@ def late_receiver(env: Path, port: int, **kwargs: Any) -> IngestServer:
 # ── the caller's side ─────────────────────────────────────────────────────────────────────────
 def test_a_queued_record_is_compact_and_untracked_by_the_gc(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     down_endpoint(monkeypatch)  # nothing leaves: every record stays queued
-    report.init(monitor_hardware=False, finish_timeout=0, spill_bytes=0, buffer_bytes=64 * 1024 * 1024,
-                retry_base=60, retry_cap=60)  # the sender waits out its backoff: only the queue grows
+    report.init(
+        monitor_hardware=False,
+        finish_timeout=0,
+        spill_bytes=0,
+        buffer_bytes=64 * 1024 * 1024,
+        retry_base=60,
+        retry_cap=60,
+    )  # the sender waits out its backoff: only the queue grows
     report.log({"loss": 0.0, "acc": 0.0, "lr": 0.0, "grad_norm": 0.0}, step=0)
     time.sleep(0.2)  # its first (failed) attempt is over
     tracemalloc.start()
@@ -133,8 +143,9 @@ def test_a_queued_record_is_compact_and_untracked_by_the_gc(env: Path, monkeypat
     assert not any(gc.is_tracked(record) for record in list(session.queue)[:1000])
 
 
-def test_the_callers_thread_encodes_nothing_even_when_memory_overflows(env: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_callers_thread_encodes_nothing_even_when_memory_overflows(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     down_endpoint(monkeypatch)  # the queue overflows to disk all the time
     report.init(monitor_hardware=False, finish_timeout=0, buffer_bytes=16 * 1024)
     report.log({"loss": 0.0, "acc": 0.0}, step=0)
@@ -142,8 +153,10 @@ def test_the_callers_thread_encodes_nothing_even_when_memory_overflows(env: Path
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if event == "c_call":
-            called.add(f"{getattr(arg, '__module__', None) or type(getattr(arg, '__self__', None)).__name__}."
-                       f"{getattr(arg, '__name__', '?')}")
+            called.add(
+                f"{getattr(arg, '__module__', None) or type(getattr(arg, '__self__', None)).__name__}."
+                f"{getattr(arg, '__name__', '?')}"
+            )
         elif event == "call":
             called.add(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}")
 
@@ -156,9 +169,15 @@ def test_the_callers_thread_encodes_nothing_even_when_memory_overflows(env: Path
     stats = report.stats()
     assert stats["spilled_points"] > 0 and stats["dropped_points"] == 0  # it did overflow, losslessly
     encoders = {"zlib", "binascii", "_json", "json"}
-    assert not [c for c in called if c.split(".")[0] in encoders or "dumps" in c or "compress" in c
-                or c.startswith(("_spill.py", "_transport.py", "encoder.py")) or c.endswith((".write", ".flush"))], \
-        sorted(called)
+    assert not [
+        c
+        for c in called
+        if c.split(".")[0] in encoders
+        or "dumps" in c
+        or "compress" in c
+        or c.startswith(("_spill.py", "_transport.py", "encoder.py"))
+        or c.endswith((".write", ".flush"))
+    ], sorted(called)
 
 
 def test_the_hot_path_reads_values_by_key_in_one_generated_frame(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,8 +230,9 @@ def test_the_hot_path_matches_the_key_set_not_its_order(receiver: IngestServer) 
     report.finish()
     db = receiver.store.path
     assert series(db, RUN, "a") == [(s, float(s)) for s in range(40) if s != 5]
-    assert series(db, RUN, "b") == [(s, -float(s)) for s in range(3)] + [(3, 30.0), (5, 5.0), (6, 60.0), (8, 80.0)] + \
-        [(s, -float(s)) for s in range(9, 40, 2)]
+    assert series(db, RUN, "b") == [(s, -float(s)) for s in range(3)] + [(3, 30.0), (5, 5.0), (6, 60.0), (8, 80.0)] + [
+        (s, -float(s)) for s in range(9, 40, 2)
+    ]
     assert series(db, RUN, "c") == [(4, 40.0), (8, 800.0)] + [(s, float(s)) for s in range(10, 40, 2)]
     stats = report.stats()
     assert stats["dropped"] == {"text value": 1} and stats["ledger"]["balanced"]
@@ -278,8 +298,12 @@ def test_packed_records_left_at_finish_are_kept_for_the_collector(env: Path, mon
 
     spill = next((env / "out" / ".tuneplane").glob("report-unsent-*.jsonl"))
     problems: dict[str, int] = {}
-    got = {(step, key): value for line in spill.read_bytes().splitlines()
-           for step, _, values in unsent_points(line, problems) for key, value in values.items()}
+    got = {
+        (step, key): value
+        for line in spill.read_bytes().splitlines()
+        for step, _, values in unsent_points(line, problems)
+        for key, value in values.items()
+    }
     assert problems == {} and len(got) == 24_000
     assert [got[(step, "grad_norm")] for step in range(6000)] == [float(step) for step in range(6000)]
     assert report.stats()["pending_points"] == 24_000 and report.stats()["ledger"]["balanced"]
@@ -374,8 +398,9 @@ def test_an_upstream_receiver_only_ever_gets_points(receiver: IngestServer) -> N
     assert summary(receiver.store.path, RUN)["loss"]["count"] == 500
 
 
-def test_a_receiver_that_stops_reading_rows_gets_points_again(receiver: IngestServer,
-                                                                capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_receiver_that_stops_reading_rows_gets_points_again(
+    receiver: IngestServer, capfd: pytest.CaptureFixture[str]
+) -> None:
     report.init(monitor_hardware=False, batch_points=100)
     log_steps(0, 10)
     assert report.flush(10)
@@ -412,8 +437,9 @@ def test_rows_bodies_are_smaller_and_cheaper_than_points_for_the_same_records() 
 
 
 @pytest.mark.parametrize("advertise", [True, False])
-def test_records_back_from_disk_split_on_413_and_reach_either_receiver(env: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                        advertise: bool) -> None:
+def test_records_back_from_disk_split_on_413_and_reach_either_receiver(
+    env: Path, monkeypatch: pytest.MonkeyPatch, advertise: bool
+) -> None:
     from tuneplane.ingest.server import Limits
 
     port = down_endpoint(monkeypatch)

@@ -22,12 +22,24 @@ RUN = "run-values"
 def run_job(tmp_path: Path, code: str, *python_args: str) -> tuple[Path, str]:
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_ENDPOINT": server.url, "TUNEPLANE_JOB_RUN_ID": RUN,
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN), "TUNEPLANE_OUT_DIR": str(tmp_path),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02"})
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_ENDPOINT": server.url,
+            "TUNEPLANE_JOB_RUN_ID": RUN,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
+            "TUNEPLANE_OUT_DIR": str(tmp_path),
+            "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.02",
+        }
+    )
     try:
-        done = subprocess.run([sys.executable, *python_args, "-c", textwrap.dedent(code)], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, *python_args, "-c", textwrap.dedent(code)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr
@@ -75,7 +87,17 @@ def test_hyperparameters_given_as_config_objects_are_their_fields(tmp_path: Path
     """
     db, _ = run_job(tmp_path, code)
     assert hparams(db, RUN) == {
-        "batch_size": 8, "config.optim.lr": 3e-4, "config.optim.betas": [0.9, 0.95], "config.kind": "causal",
-        "config.data": "data/train.jsonl", "config.seed": None,
-        "optim.lr": 3e-4, "optim.betas": [0.9, 0.95], "kind": "causal", "data": "data/train.jsonl", "seed": 1,
-        "loop.a": 1, "ok": 2}
+        "batch_size": 8,
+        "config.optim.lr": 3e-4,
+        "config.optim.betas": [0.9, 0.95],
+        "config.kind": "causal",
+        "config.data": "data/train.jsonl",
+        "config.seed": None,
+        "optim.lr": 3e-4,
+        "optim.betas": [0.9, 0.95],
+        "kind": "causal",
+        "data": "data/train.jsonl",
+        "seed": 1,
+        "loop.a": 1,
+        "ok": 2,
+    }

@@ -36,8 +36,15 @@ def receiver(tmp_path: Path) -> Iterator[IngestServer]:
 
 def run_sdk(receiver: IngestServer, code: str, run: str, **env_extra: str) -> tuple[dict[str, Any], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update({"TUNEPLANE_JOB_ENABLED": "1", "TUNEPLANE_JOB_RUN_ID": run, "TUNEPLANE_JOB_ENDPOINT": receiver.url,
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run, EXPERIMENT), **env_extra})
+    env.update(
+        {
+            "TUNEPLANE_JOB_ENABLED": "1",
+            "TUNEPLANE_JOB_RUN_ID": run,
+            "TUNEPLANE_JOB_ENDPOINT": receiver.url,
+            "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, run, EXPERIMENT),
+            **env_extra,
+        }
+    )
     proc = subprocess.run([sys.executable, "-c", RUNNER, code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
@@ -47,8 +54,7 @@ def stored(receiver: IngestServer, run: str) -> dict[str, dict[str, Any]]:
     return summary(receiver.store.path, run, experiment=EXPERIMENT)
 
 
-def test_a_call_with_more_keys_than_the_receiver_takes_in_one_block_is_delivered_whole(
-        receiver: IngestServer) -> None:
+def test_a_call_with_more_keys_than_the_receiver_takes_in_one_block_is_delivered_whole(receiver: IngestServer) -> None:
     """12,000 keys a call, three calls: every point arrives (the receiver reads at most 10,000 keys a
     block, so the SDK splits the call's record under that)."""
     code = "for step in range(3):\n    report.log({f'layer{i}/grad': float(i + step) for i in range(12000)}, step=step)"
@@ -74,12 +80,20 @@ report.log({"loss": 0.25}, step=2)
     assert sorted(stored(receiver, "run-unnamed")) == ["loss", "nested.acc"]
 
 
-@pytest.mark.parametrize("variable", ["TUNEPLANE_REPORT_REQUEST_TIMEOUT", "TUNEPLANE_REPORT_FLUSH_INTERVAL",
-                                      "TUNEPLANE_REPORT_RETRY_CAP", "TUNEPLANE_REPORT_BUFFER_BYTES",
-                                      "TUNEPLANE_REPORT_BATCH_POINTS"])
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "TUNEPLANE_REPORT_REQUEST_TIMEOUT",
+        "TUNEPLANE_REPORT_FLUSH_INTERVAL",
+        "TUNEPLANE_REPORT_RETRY_CAP",
+        "TUNEPLANE_REPORT_BUFFER_BYTES",
+        "TUNEPLANE_REPORT_BATCH_POINTS",
+    ],
+)
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e308"])
 def test_a_setting_out_of_range_falls_back_to_its_default_with_one_warning(
-        receiver: IngestServer, variable: str, value: str) -> None:
+    receiver: IngestServer, variable: str, value: str
+) -> None:
     code = "for step in range(1000):\n    report.log({'loss': 1.0 / (step + 1)}, step=step)"
     stats, err = run_sdk(receiver, code, "run-cfg", **{variable: value})
     assert stats["delivered_points"] == 1000, (stats, err)
@@ -94,7 +108,8 @@ def test_points_the_receiver_leaves_out_for_its_name_limit_are_counted_as_droppe
         code = "for step in range(3):\n    report.log({f'm{i:03d}': 1.0 for i in range(150)}, step=step)"
         stats, err = run_sdk(server, code, "run-names")
         assert stats["delivered_points"] == 300 and stats["dropped"] == {
-            "over the receiver's limit of metric names per run": 150}, (stats, err)
+            "over the receiver's limit of metric names per run": 150
+        }, (stats, err)
         assert stats["ledger"]["balanced"]
         assert "at most 100 metric names" in err
         assert len(stored(server, "run-names")) == 100

@@ -28,9 +28,15 @@ def test_a_status_naming_another_runs_directory_is_never_stopped(
     (victim / "state.json").write_text(json.dumps({"pgid": bystander.pid, "supervisor_pid": bystander.pid}))
     try:
         write_request(demo_lab, request("demo", RUN))
-        write_status(demo_lab, RunStatus(experiment="demo", run_id=RUN, phase="Running",  # type: ignore[arg-type]
-                                         backend=BackendObject(backend="local", kind="Process", name="x",
-                                                               namespace=str(victim), uid="u")))
+        write_status(
+            demo_lab,
+            RunStatus(
+                experiment="demo",
+                run_id=RUN,
+                phase="Running",  # type: ignore[arg-type]
+                backend=BackendObject(backend="local", kind="Process", name="x", namespace=str(victim), uid="u"),
+            ),
+        )
         git(demo_lab, "add", "-A")
         git(demo_lab, "commit", "-q", "-m", "a run, and a status copied from another")
 

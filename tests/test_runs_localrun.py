@@ -46,13 +46,25 @@ def _until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
 
 
 def _tp(*args: Any, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tuneplane", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _popen(*args: Any, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tuneplane", *map(str, args)], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuneplane", *map(str, args)],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 @pytest.fixture()
@@ -88,12 +100,16 @@ def test_a_foreground_local_run_is_watched_followed_and_cancelled_from_another_t
     follower: subprocess.Popen[str] | None = None
     try:
         run_id = _until("the run to be registered", lambda: _run_id(root))
-        listed = _until("tp job ls to show it Running",
-                        lambda: (r := _tp("job", "ls", cwd=root)).returncode == 0 and "Running" in r.stdout and r)
+        listed = _until(
+            "tp job ls to show it Running",
+            lambda: (r := _tp("job", "ls", cwd=root)).returncode == 0 and "Running" in r.stdout and r,
+        )
         assert run_id in listed.stdout and "(not submitted)" not in listed.stdout
 
-        status = _until("a live metric in tp job status", lambda: (r := _tp("job", "status", run_id[:14],
-                                                                            cwd=root)) and "loss" in r.stdout and r)
+        status = _until(
+            "a live metric in tp job status",
+            lambda: (r := _tp("job", "status", run_id[:14], cwd=root)) and "loss" in r.stdout and r,
+        )
         assert "Running" in status.stdout and "requested, not submitted" not in status.stdout
         metrics = _tp("job", "metrics", f"loop/{run_id[:12]}", cwd=root)
         assert metrics.returncode == 0 and "loss" in metrics.stdout, metrics.stdout + metrics.stderr
@@ -118,7 +134,9 @@ def test_a_foreground_local_run_is_watched_followed_and_cancelled_from_another_t
     assert final["phase"] == "Cancelled" and final["reason"] == "Cancelled"
     # the owner commits the end first; the canceller then records `cancel: true` in the request
     assert git(root, "log", "-2", "--format=%s").splitlines() == [
-        f"Cancel run {run_id} of loop", f"Status of run {run_id} of loop: Cancelled"]
+        f"Cancel run {run_id} of loop",
+        f"Status of run {run_id} of loop: Cancelled",
+    ]
     assert git(root, "status", "--porcelain") == ""
     assert "done after" not in (Path(final["out_dir"]).parent / "run.log").read_text(encoding="utf-8")
 
@@ -129,8 +147,7 @@ def test_a_detached_local_run_returns_at_once_and_records_its_end(looping_lab: P
     assert started.returncode == 0, started.stdout + started.stderr
     run_id = _run_id(root)
     assert run_id and f"tp job logs -f {run_id}" in started.stdout and f"tp job status {run_id}" in started.stdout
-    _until("the detached run to be Running",
-           lambda: "Running" in _tp("job", "status", run_id, cwd=root).stdout)
+    _until("the detached run to be Running", lambda: "Running" in _tp("job", "status", run_id, cwd=root).stdout)
     (tmp_path / "stop-file").touch()
 
     def ended() -> dict[str, Any] | None:
@@ -139,8 +156,10 @@ def test_a_detached_local_run_returns_at_once_and_records_its_end(looping_lab: P
 
     final = _until("the detached run to end", ended)
     assert final["phase"] == "Succeeded" and final["metrics"]["train/loss"] > 0  # `loss`, by its canonical name
-    _until("its status commit", lambda: git(root, "log", "-1", "--format=%s")
-           == f"Status of run {run_id} of loop: Succeeded")
+    _until(
+        "its status commit",
+        lambda: git(root, "log", "-1", "--format=%s") == f"Status of run {run_id} of loop: Succeeded",
+    )
     logs = _tp("job", "logs", run_id, cwd=root)
     assert "done after" in logs.stdout
 
@@ -168,8 +187,7 @@ def test_every_job_command_takes_every_run_reference(looping_lab: Path, tmp_path
     (tmp_path / "stop-file").touch()
     assert _tp("submit", "loop", *SUBMIT, "--local", cwd=root, timeout=120).returncode == 0
     run_id = _run_id(root)
-    ref = {"full": run_id, "prefix": run_id[:13], "exp/run": f"loop/{run_id}",
-           "path": f"runs/loop/{run_id}.yaml"}[form]
+    ref = {"full": run_id, "prefix": run_id[:13], "exp/run": f"loop/{run_id}", "path": f"runs/loop/{run_id}.yaml"}[form]
     for argv in (("status", ref), ("logs", ref), ("metrics", ref)):
         done = _tp("job", *argv, cwd=root)
         assert done.returncode == 0, (argv, done.stdout + done.stderr)
@@ -180,8 +198,14 @@ def test_every_job_command_takes_every_run_reference(looping_lab: Path, tmp_path
 
 def test_quickstart_prints_how_to_watch_from_another_terminal(tmp_path: Path) -> None:
     script = Path(__file__).resolve().parents[1] / "examples" / "quickstart.sh"
-    done = subprocess.run(["bash", str(script), str(tmp_path / "qs")], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = subprocess.run(
+        ["bash", str(script), str(tmp_path / "qs")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Succeeded" in done.stdout.splitlines()[-1] or "Succeeded" in done.stdout[-400:]
     assert "another terminal" in done.stdout and "tp job logs -f" in done.stdout
@@ -196,12 +220,23 @@ def test_local_2_trains_image_classification_on_two_cpu_ranks(tmp_path: Path, tp
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "image classification")
     small = ("epochs=1", "synthetic_train_samples=256", "synthetic_val_samples=64", "batch_size=32", "log_interval=1")
-    done = _tp("submit", "cls", "--profile", "local:2", "--image", "pytorch/pytorch:2.13.0",
-               *(a for kv in small for a in ("--set", kv)), "--local", cwd=root, timeout=300)
+    done = _tp(
+        "submit",
+        "cls",
+        "--profile",
+        "local:2",
+        "--image",
+        "pytorch/pytorch:2.13.0",
+        *(a for kv in small for a in ("--set", kv)),
+        "--local",
+        cwd=root,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "--nproc_per_node 2" in done.stdout and "(GPUs none)" in done.stdout
-    finished = [json.loads(line.split("│ ", 1)[1]) for line in done.stdout.splitlines()
-                if '"event": "finished"' in line]
+    finished = [
+        json.loads(line.split("│ ", 1)[1]) for line in done.stdout.splitlines() if '"event": "finished"' in line
+    ]
     assert finished and finished[0]["world_size"] == 2
     assert finished[0]["steps"] == 4  # 256 samples over 2 ranks of 32 per step: half the steps of one rank
     status = json.loads(next((root / "status" / "cls").glob("*.json")).read_text(encoding="utf-8"))
@@ -214,8 +249,11 @@ def test_a_cpu_launch_line_gets_its_process_count(tmp_path: Path, tp: Any) -> No
     assert tp("init", root, "--name", "seed").code == 0
     assert tp("new", "ddp", "--method", "custom/custom", cwd=root).code == 0
     train = root / "experiments" / "ddp" / "train.sh"
-    train.write_text('#!/usr/bin/env bash\nset -euo pipefail\nexec torchrun --nproc_per_node '
-                     '"$TUNEPLANE_CLUSTER_GPUS_PER_NODE" "$TUNEPLANE_EXP_DIR/train.py"\n', encoding="utf-8")
+    train.write_text(
+        "#!/usr/bin/env bash\nset -euo pipefail\nexec torchrun --nproc_per_node "
+        '"$TUNEPLANE_CLUSTER_GPUS_PER_NODE" "$TUNEPLANE_EXP_DIR/train.py"\n',
+        encoding="utf-8",
+    )
     warned = tp("validate", "ddp", cwd=root)
     assert warned.code == 0 and "launch-zero-procs" in warned.out and "train.sh:3:" in warned.out
     assert "TUNEPLANE_CLUSTER_PROCS_PER_NODE" in warned.out and "local" in warned.out
@@ -229,8 +267,11 @@ def test_export_runs_here_against_a_local_runs_outputs(looping_lab: Path, tmp_pa
     assert _tp("submit", "loop", *SUBMIT, "--local", cwd=root, timeout=120).returncode == 0
     source = json.loads(next((root / "status" / "loop").glob("*.json")).read_text(encoding="utf-8"))
     assert tp("new", "sft", "--method", "trl/sft", cwd=root).code == 0
-    text = (root / "tuneplane.yaml").read_text(encoding="utf-8").replace(
-        "  defaults: {}", '  defaults: {trl: "ghcr.io/acme/trl:1"}', 1)
+    text = (
+        (root / "tuneplane.yaml")
+        .read_text(encoding="utf-8")
+        .replace("  defaults: {}", '  defaults: {trl: "ghcr.io/acme/trl:1"}', 1)
+    )
     (root / "tuneplane.yaml").write_text(text, encoding="utf-8")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "a TRL experiment")

@@ -28,8 +28,18 @@ PY
 
 
 def _submit(tp, lab: Path) -> str:  # type: ignore[no-untyped-def]
-    result = tp("submit", "sft", "--profile", "local", "--local", "--image", "python:3.12",
-                "--observability-url", "https://track.example.org/p", cwd=lab)
+    result = tp(
+        "submit",
+        "sft",
+        "--profile",
+        "local",
+        "--local",
+        "--image",
+        "python:3.12",
+        "--observability-url",
+        "https://track.example.org/p",
+        cwd=lab,
+    )
     assert result.code == 0, result.output
     return next(line.split()[1].rstrip(":") for line in result.out.splitlines() if line.startswith("run "))
 
@@ -56,8 +66,11 @@ def test_trl_style_keys_reach_status_metrics_and_chart_under_canonical_names(tp,
     assert raw.code == 0 and raw.out.splitlines()[1].split()[:2] == ["eval_loss", "0.305"], raw.output
 
     svg = git(lab, "show", f"HEAD:status/sft/{run_id}.svg")
-    titles = ["".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
-              if t.get("font-weight") == "bold"]
+    titles = [
+        "".join(t.itertext())
+        for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")
+        if t.get("font-weight") == "bold"
+    ]
     assert titles[:2] == ["train/loss", "validation/loss"], titles
     assert "train/lr = 2e-05" in svg  # a constant is one line, not a panel
     page = git(lab, "show", "HEAD:status/sft/README.md")
@@ -87,12 +100,27 @@ def test_compare_takes_a_key_that_only_some_runs_logged(tp, tmp_path: Path, monk
     db = tmp_path / "ingest.sqlite"
     store = MetricStore(db)
     store.add_points("run-a", [("loss", s, 1.0 / (s + 1), "") for s in range(5)], None)
-    store.add_points("run-b", [("loss", s, 2.0 / (s + 1), "") for s in range(5)]
-                     + [("reward", s, float(s), "") for s in range(5)], None)
+    store.add_points(
+        "run-b",
+        [("loss", s, 2.0 / (s + 1), "") for s in range(5)] + [("reward", s, float(s), "") for s in range(5)],
+        None,
+    )
     store.close()
     monkeypatch.chdir(tmp_path)  # outside a lab: runs named by id, read from --db
-    both = tp("job", "compare", "run-a", "run-b", "--db", db, "--key", "reward", "--key", "train/loss",
-              "--plot", tmp_path / "c.svg")
+    both = tp(
+        "job",
+        "compare",
+        "run-a",
+        "run-b",
+        "--db",
+        db,
+        "--key",
+        "reward",
+        "--key",
+        "train/loss",
+        "--plot",
+        tmp_path / "c.svg",
+    )
     assert both.code == 0, both.output
     rows = [line.split() for line in both.out.splitlines()[3:]]
     assert rows == [["reward", "-", "4"], ["train/loss", "0.2", "0.4"]], both.out
@@ -111,18 +139,35 @@ def test_a_key_as_the_trainer_logged_it_finds_what_the_callback_stored(tp, tmp_p
     db = tmp_path / "ingest.sqlite"
     store = MetricStore(db)
     for run, scale in (("run-a", 1.0), ("run-b", 2.0)):
-        store.add_points(run, [(key, s, scale * (s + 1), "") for s in range(3)
-                               for key in ("train/loss", "train/rewards/margins", "eval/loss")], None)
+        store.add_points(
+            run,
+            [
+                (key, s, scale * (s + 1), "")
+                for s in range(3)
+                for key in ("train/loss", "train/rewards/margins", "eval/loss")
+            ],
+            None,
+        )
     store.add_points("run-c", [("hw/cpu_util", s, 5.0, "") for s in range(3)], None)
     store.close()
     monkeypatch.chdir(tmp_path)
-    shown = tp("job", "metrics", "run-a", "--db", db, "--key", "loss", "--key", "rewards/margins",
-               "--key", "eval_loss")
+    shown = tp("job", "metrics", "run-a", "--db", db, "--key", "loss", "--key", "rewards/margins", "--key", "eval_loss")
     assert shown.code == 0, shown.output
     rows = [line.split()[:2] for line in shown.out.splitlines()[1:]]
     assert rows == [["loss", "3"], ["rewards/margins", "3"], ["eval_loss", "3"]], shown.out
-    both = tp("job", "compare", "run-a", "run-b", "run-c", "--db", db, "--key", "rewards/margins",
-              "--plot", tmp_path / "c.svg")
+    both = tp(
+        "job",
+        "compare",
+        "run-a",
+        "run-b",
+        "run-c",
+        "--db",
+        db,
+        "--key",
+        "rewards/margins",
+        "--plot",
+        tmp_path / "c.svg",
+    )
     assert both.code == 0, both.output
     rows = [line.split() for line in both.out.splitlines()[4:]]
     assert rows == [["rewards/margins", "3", "6", "-"]], both.out

@@ -20,7 +20,10 @@ def at(minute: int) -> str:
 
 def status(**fields: object) -> RunStatus:
     values: dict[str, object] = {
-        "experiment": "demo", "run_id": "20250101-000000-abcdef", "profile": "h200:8", "phase": "Submitted",
+        "experiment": "demo",
+        "run_id": "20250101-000000-abcdef",
+        "profile": "h200:8",
+        "phase": "Submitted",
         "history": [Transition(phase="Submitted", at=T0)],
         "backend": BackendObject(backend="kubernetes", kind="Job", name="demo-0123456789"),
     }
@@ -28,10 +31,17 @@ def status(**fields: object) -> RunStatus:
     return RunStatus.model_validate(values)
 
 
-def ran(number: int, start: int, end: int | None = None, reason: str = "", message: str = "",
-        gpus: int = 8) -> AttemptReport:
-    return AttemptReport(number=number, started_at=at(start), finished_at=at(end) if end is not None else None,
-                         reason=reason or None, message=message, gpus=gpus)  # type: ignore[arg-type]
+def ran(
+    number: int, start: int, end: int | None = None, reason: str = "", message: str = "", gpus: int = 8
+) -> AttemptReport:
+    return AttemptReport(
+        number=number,
+        started_at=at(start),
+        finished_at=at(end) if end is not None else None,
+        reason=reason or None,
+        message=message,
+        gpus=gpus,
+    )  # type: ignore[arg-type]
 
 
 def fold(s: RunStatus, *observations: Observation, retry: bool = True) -> RunStatus:
@@ -53,11 +63,20 @@ def test_a_run_preempted_twice_has_three_attempts_and_its_gpu_hours_summed() -> 
     assert (s.phase, s.reason) == ("Pending", "Requeued")  # back from Running: the engine requeued it
     assert "attempt 2 ended Preempted" in s.message
 
-    s = fold(s, Observation("Succeeded", finished_at=at(131), attempts=(
-        ran(1, 1, 31, "Preempted"), ran(2, 35, 65, "Preempted"), ran(3, 71, 131, "Completed"))))
+    s = fold(
+        s,
+        Observation(
+            "Succeeded",
+            finished_at=at(131),
+            attempts=(ran(1, 1, 31, "Preempted"), ran(2, 35, 65, "Preempted"), ran(3, 71, 131, "Completed")),
+        ),
+    )
     assert s.phase == "Succeeded" and s.finished_at == at(131)
     assert [(a.number, a.reason, a.gpus) for a in s.attempts] == [
-        (1, "Preempted", 8), (2, "Preempted", 8), (3, "Completed", 8)]
+        (1, "Preempted", 8),
+        (2, "Preempted", 8),
+        (3, "Completed", 8),
+    ]
     assert [a.gpu_seconds for a in s.attempts] == [8 * 1800.0, 8 * 1800.0, 8 * 3600.0]
     assert [t.phase for t in s.history] == ["Submitted", "Running", "Running", "Pending", "Running", "Succeeded"]
     assert all(a.object == "demo-0123456789" for a in s.attempts)
@@ -98,13 +117,29 @@ def test_a_retry_budget_of_two_stops_at_two() -> None:
     s = fold(s, Observation("Failed", attempts=(ran(1, 1, 5, "Preempted", "SIGTERM from the scheduler"),)))
     assert (s.phase, s.reason) == ("Pending", "RetryBackoff")
     assert "attempt 2 of 2 is submitted" in s.message
-    s = s.model_copy(update={"backend": BackendObject(backend="kubernetes", kind="Job", name="demo-0123456789-a2"),
-                             "attempts": [*s.attempts, s.attempts[0].model_copy(update={
-                                 "number": 2, "reason": "", "object": "demo-0123456789-a2",
-                                 "started_at": None, "finished_at": None, "message": ""})]})
+    s = s.model_copy(
+        update={
+            "backend": BackendObject(backend="kubernetes", kind="Job", name="demo-0123456789-a2"),
+            "attempts": [
+                *s.attempts,
+                s.attempts[0].model_copy(
+                    update={
+                        "number": 2,
+                        "reason": "",
+                        "object": "demo-0123456789-a2",
+                        "started_at": None,
+                        "finished_at": None,
+                        "message": "",
+                    }
+                ),
+            ],
+        }
+    )
     s = fold(s, Observation("Failed", attempts=(ran(1, 10, 15, "Preempted"),)))  # numbered per object
     assert [(a.number, a.reason, a.object) for a in s.attempts] == [
-        (1, "Preempted", "demo-0123456789"), (2, "Preempted", "demo-0123456789-a2")]
+        (1, "Preempted", "demo-0123456789"),
+        (2, "Preempted", "demo-0123456789-a2"),
+    ]
     assert (s.phase, s.reason) == ("Failed", "RetriesExhausted") and "no retry left" in s.message
 
 
@@ -131,8 +166,9 @@ def test_a_silent_run_of_another_machine_is_lost_after_the_setting() -> None:
     lost = apply_observation(s, quiet, at(1400), retry=True, lost_after=900)
     assert (lost.phase, lost.attempts[-1].reason, lost.attempts[-1].number) == ("Failed", "Lost", 1)
     assert "no heartbeat" in lost.message
-    retried = apply_observation(s.model_copy(update={"retry": RetryPolicy(on=["Lost"])}), quiet, at(1400),
-                                retry=True, lost_after=900)
+    retried = apply_observation(
+        s.model_copy(update={"retry": RetryPolicy(on=["Lost"])}), quiet, at(1400), retry=True, lost_after=900
+    )
     assert (retried.phase, retried.reason) == ("Pending", "RetryBackoff")
 
 

@@ -13,8 +13,21 @@ from tuneplane.constants import PREVIEW_RUN_ID
 from tuneplane.errors import UsageError
 from tuneplane.runs.requests import RunFlags, request_from_flags
 
-SETS = ["flag=yes", "off=OFF", "count=3", "neg=-2", "lr=2e-5", "ratio=.5", "quoted='3'", "dq=\"on\"",
-        "word=cosine", "notnum=nan", "big=inf", "dotted.key=1.0", "empty="]
+SETS = [
+    "flag=yes",
+    "off=OFF",
+    "count=3",
+    "neg=-2",
+    "lr=2e-5",
+    "ratio=.5",
+    "quoted='3'",
+    'dq="on"',
+    "word=cosine",
+    "notnum=nan",
+    "big=inf",
+    "dotted.key=1.0",
+    "empty=",
+]
 FLAGS = ["--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p"]
 
 
@@ -27,8 +40,21 @@ def test_render_and_submit_parse_every_set_value_alike(demo_lab: Path, tp: Calla
     assert submitted.code == 0, submitted.output  # type: ignore[attr-defined]
     request_file = next((demo_lab / "runs" / "demo").glob("*.yaml"))
     request = YAML(typ="safe").load(request_file.read_text())
-    expected = {"flag": True, "off": False, "count": 3, "neg": -2, "lr": 2e-5, "ratio": 0.5, "quoted": "3",
-                "dq": "on", "word": "cosine", "notnum": "nan", "big": "inf", "dotted.key": 1.0, "empty": ""}
+    expected = {
+        "flag": True,
+        "off": False,
+        "count": 3,
+        "neg": -2,
+        "lr": 2e-5,
+        "ratio": 0.5,
+        "quoted": "3",
+        "dq": "on",
+        "word": "cosine",
+        "notnum": "nan",
+        "big": "inf",
+        "dotted.key": 1.0,
+        "empty": "",
+    }
     assert request["set"] == expected
     assert spec["spec"]["hyperparams"] == expected
     for key in ("count", "neg"):
@@ -36,17 +62,42 @@ def test_render_and_submit_parse_every_set_value_alike(demo_lab: Path, tp: Calla
 
 
 # Every spelling a person may type, read by CONTRACT §2 the same way by render, submit and rerun.
-EVERY = {"b1": ("yes", True), "b2": ("True", True), "b3": ("TRUE", True), "b4": ("on", True), "b5": ("No", False),
-         "q1": ('"yes"', "yes"), "q2": ("'1'", "1"), "q3": ("''", ""), "n1": ("nan", "nan"), "n2": ("-inf", "-inf"),
-         "n3": (".inf", ".inf"), "f1": ("1e3", 1000.0), "f2": ("-1.5E-3", -0.0015), "t1": ("1_000", "1_000"),
-         "t2": ("0x10", "0x10"), "i1": ("010", 10), "i2": ("+7", 7), "e1": ("", ""), "e2": ("  ", ""),
-         "eq": ("b=c", "b=c"), "u1": ("ünï ✓", "ünï ✓"), "z1": ("null", "null"), "z2": ("~", "~"),
-         "y1": ("a: b", "a: b"), "y2": ("#x", "#x"), "y3": ("- x", "- x"), "y4": ("2001-12-14", "2001-12-14"),
-         "opt.lr.dotted": ("2e-5", 2e-5), "ключ": ("значение", "значение")}
+EVERY = {
+    "b1": ("yes", True),
+    "b2": ("True", True),
+    "b3": ("TRUE", True),
+    "b4": ("on", True),
+    "b5": ("No", False),
+    "q1": ('"yes"', "yes"),
+    "q2": ("'1'", "1"),
+    "q3": ("''", ""),
+    "n1": ("nan", "nan"),
+    "n2": ("-inf", "-inf"),
+    "n3": (".inf", ".inf"),
+    "f1": ("1e3", 1000.0),
+    "f2": ("-1.5E-3", -0.0015),
+    "t1": ("1_000", "1_000"),
+    "t2": ("0x10", "0x10"),
+    "i1": ("010", 10),
+    "i2": ("+7", 7),
+    "e1": ("", ""),
+    "e2": ("  ", ""),
+    "eq": ("b=c", "b=c"),
+    "u1": ("ünï ✓", "ünï ✓"),
+    "z1": ("null", "null"),
+    "z2": ("~", "~"),
+    "y1": ("a: b", "a: b"),
+    "y2": ("#x", "#x"),
+    "y3": ("- x", "- x"),
+    "y4": ("2001-12-14", "2001-12-14"),
+    "opt.lr.dotted": ("2e-5", 2e-5),
+    "ключ": ("значение", "значение"),
+}
 
 
 def test_every_spelling_lands_alike_in_the_manifest_the_request_and_its_rerun(
-        demo_lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
+    demo_lab: Path, tp: Callable[..., object], git: Callable[..., str]
+) -> None:
     sets = [arg for key, (text, _) in EVERY.items() for arg in ("--set", f"{key}={text}")]
     expected = {key: value for key, (_, value) in EVERY.items()}
     rendered = tp("render", "demo", *FLAGS, *sets, "--format", "json")
@@ -64,12 +115,19 @@ def test_every_spelling_lands_alike_in_the_manifest_the_request_and_its_rerun(
 
 
 @pytest.mark.parametrize("command", ["render", "submit"])
-@pytest.mark.parametrize(("item", "says"), [
-    ("x=[1,2]", "is not a single value"), ("x={a: 1}", "is not a single value"), ("x=[1", "is not a single value"),
-    ("=1", "is not KEY=VALUE"), ("novalue", "is not KEY=VALUE"),
-])
-def test_what_is_not_one_value_is_refused_by_both(demo_lab: Path, tp: Callable[..., object], command: str,
-                                                   item: str, says: str) -> None:
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ("x=[1,2]", "is not a single value"),
+        ("x={a: 1}", "is not a single value"),
+        ("x=[1", "is not a single value"),
+        ("=1", "is not KEY=VALUE"),
+        ("novalue", "is not KEY=VALUE"),
+    ],
+)
+def test_what_is_not_one_value_is_refused_by_both(
+    demo_lab: Path, tp: Callable[..., object], command: str, item: str, says: str
+) -> None:
     result = tp(command, "demo", *FLAGS, "--set", item, *(["--format", "json"] if command == "render" else []))
     assert result.code == 2  # type: ignore[attr-defined]
     assert says in result.output and "Traceback" not in result.output  # type: ignore[attr-defined]
@@ -121,8 +179,9 @@ def _requests(lab: Path) -> set[Path]:
 
 
 @pytest.mark.parametrize("case", list(SHARED_FLAGS))
-def test_render_shows_what_submit_requests_and_rerun_copies_it(cluster_lab: Path, tp: Callable[..., object],
-                                                               case: str) -> None:
+def test_render_shows_what_submit_requests_and_rerun_copies_it(
+    cluster_lab: Path, tp: Callable[..., object], case: str
+) -> None:
     flags = [*CLUSTER_BASE, *SHARED_FLAGS[case]]
     submitted = tp("submit", "demo", *flags, "--message", "why")
     assert submitted.code == 0, submitted.output  # type: ignore[attr-defined]
@@ -156,8 +215,9 @@ REFUSED_FLAGS = {
 
 
 @pytest.mark.parametrize("case", list(REFUSED_FLAGS))
-def test_render_and_submit_refuse_a_bad_flag_with_the_same_message(cluster_lab: Path, tp: Callable[..., object],
-                                                                   case: str) -> None:
+def test_render_and_submit_refuse_a_bad_flag_with_the_same_message(
+    cluster_lab: Path, tp: Callable[..., object], case: str
+) -> None:
     flags = [*CLUSTER_BASE, *REFUSED_FLAGS[case]]
     said = []
     for command in ("render", "submit"):
@@ -170,13 +230,31 @@ def test_render_and_submit_refuse_a_bad_flag_with_the_same_message(cluster_lab: 
 
 
 def test_a_catalog_recipe_reads_each_set_by_its_type_alike_in_render_submit_and_rerun(
-        cluster_lab: Path, tp: Callable[..., object], git: Callable[..., str]) -> None:
+    cluster_lab: Path, tp: Callable[..., object], git: Callable[..., str]
+) -> None:
     assert tp("new", "sft", "--method", "trl/sft").code == 0  # type: ignore[attr-defined]
     git(cluster_lab, "add", "-A")
     git(cluster_lab, "commit", "-q", "-m", "sft")
-    flags = ["--profile", "h200:8", "--model", "Qwen/Qwen3-0.6B", "--train-data", "data/t.jsonl",
-             "--validation-data", "data/v.jsonl", "--set", "eval_strategy=no", "--set", "learning_rate=1",
-             "--set", "use_peft=YES", "--set", "save_total_limit=007", "--set", "learning_rate=3e-4"]
+    flags = [
+        "--profile",
+        "h200:8",
+        "--model",
+        "Qwen/Qwen3-0.6B",
+        "--train-data",
+        "data/t.jsonl",
+        "--validation-data",
+        "data/v.jsonl",
+        "--set",
+        "eval_strategy=no",
+        "--set",
+        "learning_rate=1",
+        "--set",
+        "use_peft=YES",
+        "--set",
+        "save_total_limit=007",
+        "--set",
+        "learning_rate=3e-4",
+    ]
     submitted = tp("submit", "sft", *flags)
     assert submitted.code == 0, submitted.output  # type: ignore[attr-defined]
     (request_file,) = (cluster_lab / "runs" / "sft").glob("*.yaml")
@@ -190,18 +268,21 @@ def test_a_catalog_recipe_reads_each_set_by_its_type_alike_in_render_submit_and_
     assert again.code == 0 and "same job as the original" in again.output, again.output  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("config", "env", "expected"), [
-    ({"user.name": "Ada", "user.email": "ada@lab.org"}, {"USER": "alice"}, "Ada <ada@lab.org>"),
-    ({"user.name": "Ada"}, {"USER": "alice"}, "Ada"),  # never an address git was not given
-    ({}, {"TUNEPLANE_USER": "bob", "USER": "alice"}, "bob"),
-    ({}, {"USER": "alice"}, "alice"),  # a container or login node with no git identity still names its user
-    # what `tp init` / `tp submit` write into the repository when git has no identity: tp's, not a person's
-    ({"user.name": "TunePlane", "user.email": "tuneplane@localhost"}, {"USER": "alice"}, "alice"),
-    ({"user.name": "Ada", "user.email": "tuneplane@localhost"}, {"USER": "alice"}, "Ada"),
-])
+@pytest.mark.parametrize(
+    ("config", "env", "expected"),
+    [
+        ({"user.name": "Ada", "user.email": "ada@lab.org"}, {"USER": "alice"}, "Ada <ada@lab.org>"),
+        ({"user.name": "Ada"}, {"USER": "alice"}, "Ada"),  # never an address git was not given
+        ({}, {"TUNEPLANE_USER": "bob", "USER": "alice"}, "bob"),
+        ({}, {"USER": "alice"}, "alice"),  # a container or login node with no git identity still names its user
+        # what `tp init` / `tp submit` write into the repository when git has no identity: tp's, not a person's
+        ({"user.name": "TunePlane", "user.email": "tuneplane@localhost"}, {"USER": "alice"}, "alice"),
+        ({"user.name": "Ada", "user.email": "tuneplane@localhost"}, {"USER": "alice"}, "Ada"),
+    ],
+)
 def test_the_requester_is_who_asked_not_tps_own_identity(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str], env: dict[str, str],
-        expected: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str], env: dict[str, str], expected: str
+) -> None:
     import subprocess
 
     from tuneplane.lab.gitrepo import GitRepo
@@ -209,8 +290,15 @@ def test_the_requester_is_who_asked_not_tps_own_identity(
 
     monkeypatch.setenv("HOME", str(tmp_path))  # no global git identity
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for name in ("TUNEPLANE_USER", "USER", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
-                 "GIT_COMMITTER_EMAIL", "EMAIL"):
+    for name in (
+        "TUNEPLANE_USER",
+        "USER",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "EMAIL",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

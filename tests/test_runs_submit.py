@@ -21,9 +21,7 @@ from tuneplane.runs.cancel import cancel_run
 from tuneplane.runs.rerun import rerun
 from tuneplane.runs.submit import SubmitOptions, submit
 
-TRAIN = (
-    '#!/usr/bin/env bash\nset -eu\necho "trainer version 1 lr=$(cat "$TUNEPLANE_EXP_DIR/lr" 2>/dev/null)"\n'
-)
+TRAIN = '#!/usr/bin/env bash\nset -eu\necho "trainer version 1 lr=$(cat "$TUNEPLANE_EXP_DIR/lr" 2>/dev/null)"\n'
 BASE = {"profile": "local", "image": "python:3.12", "observability_url": "https://track.example.org/p"}
 
 
@@ -173,10 +171,7 @@ def test_cancel_now_stops_a_local_run(exp: Path, tmp_path: Path) -> None:
 
     assert said[-1].startswith("stopped: Cancelled")
     status = read_status(exp, result.key)
-    assert (
-        status.phase == "Cancelled"
-        and json.loads((run_dir / "state.json").read_text())["phase"] == "Cancelled"
-    )
+    assert status.phase == "Cancelled" and json.loads((run_dir / "state.json").read_text())["phase"] == "Cancelled"
     with pytest.raises(UsageError, match="already ended"):
         cancel_run(result.key.run_id, exp)
 

@@ -96,8 +96,10 @@ def test_a_2x3_sweep_is_written_validated_run_by_the_bot_and_compared(lab: Path,
     assert "lr=" in out and "seed=" in out  # the parameters that differ label each run
 
     page = sweep_page(lab, name)
-    losses = [json.loads(remote_show(lab.parent / "remote.git", f"status/demo/{t.run_id}.json"))["metrics"]
-              ["train/loss"] for t in trials]
+    losses = [
+        json.loads(remote_show(lab.parent / "remote.git", f"status/demo/{t.run_id}.json"))["metrics"]["train/loss"]
+        for t in trials
+    ]
     rows = [line for line in page.splitlines() if line.startswith("| ") and "`20" in line]
     shown = [float(line.rsplit("|", 2)[1]) for line in rows]
     assert shown == sorted(shown) and len(rows) == 6  # best (lowest loss) first
@@ -186,8 +188,11 @@ def test_validate_locates_requests_that_do_not_match_the_sweep(lab: Path, capsys
     assert f"runs/demo/{trials[0].run_id}.yaml:" in out and "but trial 1 of sweep s says" in out
     assert "sweeps/s.yaml:" in out and f"trial 2 (lr=1e-05, seed=1) has no request runs/demo/{trials[1].run_id}" in out
     sweep_file = lab / "sweeps" / "s.yaml"
-    sweep_file.write_text(sweep_file.read_text().replace("profile: local", "profile: nope")
-                          .replace("max_trials: 64", "max_trials: 64\nearly_stopping: {patience: 2}"))
+    sweep_file.write_text(
+        sweep_file.read_text()
+        .replace("profile: local", "profile: nope")
+        .replace("max_trials: 64", "max_trials: 64\nearly_stopping: {patience: 2}")
+    )
     code, out = cli(capsys, "validate")
     assert code == 1 and "[sweep-schema]" in out and "early_stopping" in out
 
@@ -234,7 +239,8 @@ def test_swept_parameters_are_checked_like_set_before_anything_is_written(vision
 
 
 def test_validate_locates_bad_parameters_at_their_value_and_extend_completes_a_hand_written_sweep(
-        vision: Path, capsys) -> None:
+    vision: Path, capsys
+) -> None:
     (vision / "sweeps").mkdir()
     (vision / "sweeps" / "hand.yaml").write_text(HAND_WRITTEN)
     code, out = cli(capsys, "validate", "vision")

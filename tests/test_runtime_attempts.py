@@ -22,8 +22,12 @@ def test_a_record_round_trips_and_attempts_are_grouped_by_number(tmp_path: Path)
 
 
 def test_a_termination_message_fits_the_kubelets_limit_dropping_the_oldest_lines() -> None:
-    record = {"attempt": 1, "exit_code": 1, "error": "ValueError: x", "log_tail": [f"line {i} " + "x" * 400
-                                                                                 for i in range(20)]}
+    record = {
+        "attempt": 1,
+        "exit_code": 1,
+        "error": "ValueError: x",
+        "log_tail": [f"line {i} " + "x" * 400 for i in range(20)],
+    }
     text = attempts.encode(record, limit=attempts.TERMINATION_LIMIT)
 
     assert len(text.encode()) <= attempts.TERMINATION_LIMIT

@@ -51,8 +51,7 @@ def ref_bundle(manifest: str, template: str | None = None) -> str:
 
 def ref_skipped(rel: str) -> bool:
     parts = rel.split("/")
-    return (bool(SKIPPED_COMPONENTS.intersection(parts)) or parts[-1] == ".DS_Store"
-            or rel.endswith((".pyc", ".pyo")))
+    return bool(SKIPPED_COMPONENTS.intersection(parts)) or parts[-1] == ".DS_Store" or rel.endswith((".pyc", ".pyo"))
 
 
 def ref_tree_digest(root: Path) -> str:
@@ -97,11 +96,17 @@ TREES: dict[str, dict[str, str | bytes | None]] = {
         "mod.pycx": "kept\n",
     },
     "code-point-order": {
-        "a/z.txt": "1", "a.txt": "2", "a-b/x.txt": "3", "B.txt": "4", "b.txt": "5", "a/b/c.txt": "6",
-        "Z/y": "7", "_x": "8", "~tilde": "9",
+        "a/z.txt": "1",
+        "a.txt": "2",
+        "a-b/x.txt": "3",
+        "B.txt": "4",
+        "b.txt": "5",
+        "a/b/c.txt": "6",
+        "Z/y": "7",
+        "_x": "8",
+        "~tilde": "9",
     },
-    "non-ascii": {"données/é.txt": "ça\n", "日本/語.md": "# 見出し\n", "ascii.txt": "plain\n",
-                  "emoji-😀.txt": "😀"},
+    "non-ascii": {"données/é.txt": "ça\n", "日本/語.md": "# 見出し\n", "ascii.txt": "plain\n", "emoji-😀.txt": "😀"},
     "binary-content": {"weights.bin": bytes(range(256)) * 4, "nul": b"\0\0\0"},
 }
 
@@ -123,8 +128,7 @@ def test_empty_tree_is_sha256_of_nothing(tmp_path: Path) -> None:
 def test_skipped_files_do_not_change_the_digest(tmp_path: Path, build_tree: Any) -> None:
     root = build_tree(tmp_path / "t", {"train.py": "print(1)\n"})
     before = tree_digest(root)
-    build_tree(root, {"__pycache__/train.pyc": b"x", "sub/.DS_Store": b"y", "x.pyo": b"z",
-                      ".git/config": "[core]\n"})
+    build_tree(root, {"__pycache__/train.pyc": b"x", "sub/.DS_Store": b"y", "x.pyo": b"z", ".git/config": "[core]\n"})
     assert tree_digest(root) == before
 
 
@@ -186,10 +190,10 @@ MANIFESTS = {
     "yaml-1.1-booleans": "a: yes\nb: no\nc: on\nd: off\ne: True\n",
     "exponent-without-dot-is-text": "lr: 1e-6\nlr2: 1.0e-6\nlr3: 1E5\n",
     "numbers": "i: 42\nf: 3.5\noct: 0o17\nneg: -3\nbig: 12345678901234567890\n",
-    "non-ascii-kept": "title: Café – 日本語\nsummary: \"emoji 😀\"\n",
+    "non-ascii-kept": 'title: Café – 日本語\nsummary: "emoji 😀"\n',
     "nested-and-ordering": "z: 1\na: {y: [3, 2, 1], b: null}\nm:\n  - {k: v}\n",
     "block-scalars": "summary: >-\n  folded\n  text\nscript: |\n  line1\n  line2\n",
-    "quoted-strings": "v: \"1.0.0\"\nw: '2'\nx: \"yes\"\n",
+    "quoted-strings": 'v: "1.0.0"\nw: \'2\'\nx: "yes"\n',
     "anchors": "base: &b {x: 1}\nuse: *b\n",
 }
 
@@ -288,8 +292,10 @@ def test_the_private_copy_digests_like_the_contract_and_holds_only_digested_file
     (root / ".DS_Store").write_bytes(b"finder")
     copy = tmp_path / "copy" / "plugin"
     assert pinned_copy(root, copy) == tree_digest(root)
-    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == \
-        ["pkg/mod.py", "plugin.yaml"]
+    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == [
+        "pkg/mod.py",
+        "plugin.yaml",
+    ]
     assert (copy / "pkg" / "mod.py").read_bytes() == (root / "pkg" / "mod.py").read_bytes()
 
 

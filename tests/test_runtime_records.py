@@ -35,8 +35,16 @@ class OldProblem:
 
 
 def _problem_args() -> list[tuple[Any, ...]]:
-    values = [("a.yaml", "b.yaml"), (0, 3), (1,), ("r1", "r2"), ("m",), (Severity.ERROR, Severity.WARNING),
-              ("", "/x"), ("", "hint")]
+    values = [
+        ("a.yaml", "b.yaml"),
+        (0, 3),
+        (1,),
+        ("r1", "r2"),
+        ("m",),
+        (Severity.ERROR, Severity.WARNING),
+        ("", "/x"),
+        ("", "hint"),
+    ]
     return list(itertools.product(*values))
 
 
@@ -73,10 +81,15 @@ def test_a_record_is_equal_only_to_its_own_class():
     assert ImageRef("a", "b", "c", "d", "e") != LegacyUse(1, 2, "a", "b")
 
 
-@pytest.mark.parametrize("record", [
-    Problem("f", 1, 2, "r", "m"), Version(0, (1, 2), None, None, None, ""), ImageRef("t", "h", "r", "", ""),
-    LegacyUse(1, 2, "starforge", "tuneplane"),
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        Problem("f", 1, 2, "r", "m"),
+        Version(0, (1, 2), None, None, None, ""),
+        ImageRef("t", "h", "r", "", ""),
+        LegacyUse(1, 2, "starforge", "tuneplane"),
+    ],
+)
 def test_frozen_records_refuse_assignment_and_deletion(record: FrozenRecord):
     name = record._fields[0]
     before = getattr(record, name)
@@ -99,11 +112,16 @@ def test_replace_copies_and_refuses_unknown_fields():
     assert lab.replace(legacy=True) == Lab(Path("/lab"), None, None, [], legacy=True)
 
 
-@pytest.mark.parametrize("record", [
-    Problem("f", 1, 2, "r", "m", hint="h"), parse_version("1.2rc1+local"), ImageRef("t", "h", "r", "tag", ""),
-    Scope({"a"}, {Path("runs/a/x.yaml")}, set(), everything=True),
-    Doc(rel="x.yaml", data={"a": 1}, positions={"/a": (1, 1)}, text="a: 1\n"),
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        Problem("f", 1, 2, "r", "m", hint="h"),
+        parse_version("1.2rc1+local"),
+        ImageRef("t", "h", "r", "tag", ""),
+        Scope({"a"}, {Path("runs/a/x.yaml")}, set(), everything=True),
+        Doc(rel="x.yaml", data={"a": 1}, positions={"/a": (1, 1)}, text="a: 1\n"),
+    ],
+)
 def test_records_pickle_and_copy_by_their_fields(record: Record):
     for twin in (pickle.loads(pickle.dumps(record)), copy.copy(record), copy.deepcopy(record)):
         assert twin == record and twin is not record and repr(twin) == repr(record)

@@ -68,8 +68,9 @@ def find_python312() -> str | None:
         root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
         candidates += [str(p) for p in sorted(Path(root or ".", "versions").glob("3.12*/bin/python"))]
     for candidate in filter(None, candidates):
-        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"], capture_output=True, text=True
+        )
         if probe.stdout.strip() == "True":
             return candidate
     return None
@@ -92,8 +93,9 @@ def upstream_python(cache_dir: Path) -> str:
             made = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True)
             if made.returncode != 0:
                 pytest.skip(f"cannot create a python3.12 venv: {made.stderr.strip()[-300:]}")
-            pip = subprocess.run([str(python), "-m", "pip", "install", "-q", UPSTREAM], capture_output=True,
-                                 text=True, timeout=600)
+            pip = subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", UPSTREAM], capture_output=True, text=True, timeout=600
+            )
             if pip.returncode != 0:
                 pytest.skip(f"cannot install {UPSTREAM}: {pip.stderr.strip()[-300:]}")
             (venv / ".ready").touch()
@@ -110,14 +112,24 @@ def upstream(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def test_upstream_client_points_are_all_stored(upstream: str, tmp_path: Path) -> None:
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     run_id = "upstream-run"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TUNEPLANE_") and k not in ("RANK", "LOCAL_RANK")}
-    env.update(TUNEPLANE_JOB_ENABLED="1", TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run_id,
-               TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id), PYTHONPATH="")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_") and k not in ("RANK", "LOCAL_RANK")}
+    env.update(
+        TUNEPLANE_JOB_ENABLED="1",
+        TUNEPLANE_JOB_ENDPOINT=server.url,
+        TUNEPLANE_JOB_RUN_ID=run_id,
+        TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id),
+        PYTHONPATH="",
+    )
     record = tmp_path / "delivered.json"
     try:
-        done = subprocess.run([upstream, "-c", UPSTREAM_SCRIPT, str(record), str(STEPS)], env=env,
-                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        done = subprocess.run(
+            [upstream, "-c", UPSTREAM_SCRIPT, str(record), str(STEPS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr[-2000:]
@@ -181,14 +193,24 @@ def test_upstream_client_sending_nan_mid_run_loses_no_finite_point(upstream: str
     stores every finite point, before and after, and the client never sees a refusal."""
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     run_id = "upstream-nan"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TUNEPLANE_") and k not in ("RANK", "LOCAL_RANK")}
-    env.update(TUNEPLANE_JOB_ENABLED="1", TUNEPLANE_JOB_ENDPOINT=server.url, TUNEPLANE_JOB_RUN_ID=run_id,
-               TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id), PYTHONPATH="")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_") and k not in ("RANK", "LOCAL_RANK")}
+    env.update(
+        TUNEPLANE_JOB_ENABLED="1",
+        TUNEPLANE_JOB_ENDPOINT=server.url,
+        TUNEPLANE_JOB_RUN_ID=run_id,
+        TUNEPLANE_JOB_TOKEN=mint_token(SECRET, run_id),
+        PYTHONPATH="",
+    )
     record = tmp_path / "answers.json"
     try:
-        done = subprocess.run([upstream, "-c", NAN_SCRIPT, str(record), str(STEPS)], env=env,
-                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        done = subprocess.run(
+            [upstream, "-c", NAN_SCRIPT, str(record), str(STEPS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr[-2000:]

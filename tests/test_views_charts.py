@@ -22,8 +22,13 @@ from tuneplane.views.charts import (
 
 NS = "{http://www.w3.org/2000/svg}"
 SFT = Vocabulary.of(
-    {"loss": "train/loss", "eval_loss": "validation/loss", "validation/eval_loss": "validation/loss",
-     "mean_token_accuracy": "train/token_accuracy", "learning_rate": "train/lr"},
+    {
+        "loss": "train/loss",
+        "eval_loss": "validation/loss",
+        "validation/eval_loss": "validation/loss",
+        "mean_token_accuracy": "train/token_accuracy",
+        "learning_rate": "train/lr",
+    },
     ["train/loss", "validation/loss", "train/token_accuracy", "train/grad_norm", "train/lr"],
 )
 
@@ -41,7 +46,11 @@ def _titles(svg: str) -> list[str]:
 
 def test_trl_keys_take_the_recipes_canonical_names() -> None:
     assert [SFT.canonical(k) for k in ("loss", "eval_loss", "mean_token_accuracy", "learning_rate")] == [
-        "train/loss", "validation/loss", "train/token_accuracy", "train/lr"]
+        "train/loss",
+        "validation/loss",
+        "train/token_accuracy",
+        "train/lr",
+    ]
 
 
 def test_without_aliases_the_hf_convention_names_keys() -> None:
@@ -54,21 +63,44 @@ def test_without_aliases_the_hf_convention_names_keys() -> None:
 
 
 def test_order_is_primary_then_the_rest_then_hardware() -> None:
-    keys = ["hw/cpu", "train/epoch", "validation/token_accuracy", "train/lr", "validation/loss", "train/loss",
-            "eval/score", "train/grad_norm"]
-    assert SFT.order(keys) == ["train/loss", "validation/loss", "train/grad_norm", "train/lr", "train/epoch",
-                               "validation/token_accuracy", "eval/score", "hw/cpu"]
+    keys = [
+        "hw/cpu",
+        "train/epoch",
+        "validation/token_accuracy",
+        "train/lr",
+        "validation/loss",
+        "train/loss",
+        "eval/score",
+        "train/grad_norm",
+    ]
+    assert SFT.order(keys) == [
+        "train/loss",
+        "validation/loss",
+        "train/grad_norm",
+        "train/lr",
+        "train/epoch",
+        "validation/token_accuracy",
+        "eval/score",
+        "hw/cpu",
+    ]
     assert Vocabulary().order(["hw/mem", "train/acc", "validation/loss", "train/loss"]) == [
-        "train/loss", "validation/loss", "train/acc", "hw/mem"]
+        "train/loss",
+        "validation/loss",
+        "train/acc",
+        "hw/mem",
+    ]
 
 
 def test_two_raw_keys_for_one_name_keep_the_canonical_or_the_fuller_one() -> None:
     assert SFT.pick(["eval_loss", "validation/eval_loss"], {"eval_loss": 5, "validation/eval_loss": 2}) == {
-        "validation/loss": "eval_loss"}
+        "validation/loss": "eval_loss"
+    }
     assert SFT.pick(["validation/loss", "eval_loss"], {"eval_loss": 9}) == {"validation/loss": "validation/loss"}
     assert SFT.resolve("loss", ["loss"]) == "loss" and SFT.resolve("train/loss", ["loss"]) == "loss"
     assert SFT.raw_keys("validation/loss", ["eval_loss", "validation/eval_loss", "loss"]) == [
-        "eval_loss", "validation/eval_loss"]
+        "eval_loss",
+        "validation/eval_loss",
+    ]
 
 
 # ── one run ──────────────────────────────────────────────────────────────────────────────────────
@@ -89,10 +121,18 @@ def test_panels_follow_the_vocabulary_and_constants_become_one_line() -> None:
 
 
 def test_step_ticks_are_whole_numbers_without_duplicates() -> None:
-    svg = render_svg({"train/loss": [(s, 1.0 / s) for s in range(1, 8)],
-                      "validation/loss": [(s, 1.0 + s * 1e-7) for s in range(1, 8)]}, vocab=SFT)
-    labels = [t.get("x") and "".join(t.itertext()) for t in ET.fromstring(svg).iter(f"{NS}text")
-              if t.get("text-anchor") == "middle" and t.get("y") and "font-size" not in t.attrib]
+    svg = render_svg(
+        {
+            "train/loss": [(s, 1.0 / s) for s in range(1, 8)],
+            "validation/loss": [(s, 1.0 + s * 1e-7) for s in range(1, 8)],
+        },
+        vocab=SFT,
+    )
+    labels = [
+        t.get("x") and "".join(t.itertext())
+        for t in ET.fromstring(svg).iter(f"{NS}text")
+        if t.get("text-anchor") == "middle" and t.get("y") and "font-size" not in t.attrib
+    ]
     steps = [x for x in labels if x]
     assert steps and all(re.fullmatch(r"\d+", x) for x in steps), steps
     assert nice_ticks(1, 7, 7, whole=True) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
@@ -104,17 +144,24 @@ def test_step_ticks_are_whole_numbers_without_duplicates() -> None:
 
 
 def test_training_panels_share_one_step_axis() -> None:
-    svg = render_svg({"train/loss": [(s, 1.0 / (s + 1)) for s in range(100)],
-                      "validation/loss": [(s, 2.0 / (s + 1)) for s in (0, 50, 99)]}, vocab=SFT)
+    svg = render_svg(
+        {
+            "train/loss": [(s, 1.0 / (s + 1)) for s in range(100)],
+            "validation/loss": [(s, 2.0 / (s + 1)) for s in (0, 50, 99)],
+        },
+        vocab=SFT,
+    )
     root = ET.fromstring(svg)
     ends = [p.get("d", "") for p in root.iter(f"{NS}path")]
     assert len(ends) == 2 and all(d.startswith("M64 ") for d in ends)  # both start at step 0, the left edge
 
 
 def test_hardware_uses_wall_time_when_it_is_known() -> None:
-    svg = render_svg({"train/loss": [(s, 1.0 / (s + 1)) for s in range(10)],
-                      "hw/cpu": [(s, float(s)) for s in range(10)]},
-                     vocab=SFT, times={"hw/cpu": [(30.0 * s, float(s)) for s in range(10)]})
+    svg = render_svg(
+        {"train/loss": [(s, 1.0 / (s + 1)) for s in range(10)], "hw/cpu": [(s, float(s)) for s in range(10)]},
+        vocab=SFT,
+        times={"hw/cpu": [(30.0 * s, float(s)) for s in range(10)]},
+    )
     texts = _texts(svg)
     assert "hw/cpu (wall time)" in texts and "time since the first sample" in texts
     assert any(re.fullmatch(r"\d+m(\d\ds)?", t) for t in texts), texts
@@ -124,10 +171,12 @@ def test_hardware_panels_share_one_wall_clock_from_the_first_sample() -> None:
     from tuneplane.views.charts import wall_times
 
     start = 1_700_000_000.0
-    timed = {"hw/cpu": [(s, float(s % 2), start + 10.0 * s) for s in range(30)],  # 0 s .. 290 s
-             "hw/gpu": [(s, float(s % 3), start + 150.0 + 10.0 * s) for s in range(15)],  # from 150 s
-             "hw/old": [(0, 1.0, None), (1, 2.0, None)],  # a store without times: left to the step axis
-             "train/loss": [(s, 1.0, start + s) for s in range(3)]}  # not hardware: steps
+    timed = {
+        "hw/cpu": [(s, float(s % 2), start + 10.0 * s) for s in range(30)],  # 0 s .. 290 s
+        "hw/gpu": [(s, float(s % 3), start + 150.0 + 10.0 * s) for s in range(15)],  # from 150 s
+        "hw/old": [(0, 1.0, None), (1, 2.0, None)],  # a store without times: left to the step axis
+        "train/loss": [(s, 1.0, start + s) for s in range(3)],
+    }  # not hardware: steps
     times = wall_times(timed)
     assert sorted(times) == ["hw/cpu", "hw/gpu"]
     assert times["hw/cpu"][0] == (0.0, 0.0) and times["hw/gpu"][0] == (150.0, 0.0)
@@ -159,8 +208,10 @@ def test_a_committed_chart_draws_the_trend_evenly_spaced() -> None:
 
 
 def test_the_table_follows_the_vocabulary_when_given_one() -> None:
-    summary = {k: {"last": 1.0, "min": 1.0, "max": 1.0, "count": 1, "last_step": 1}
-               for k in ("hw/cpu", "train/lr", "train/loss")}
+    summary = {
+        k: {"last": 1.0, "min": 1.0, "max": 1.0, "count": 1, "last_step": 1}
+        for k in ("hw/cpu", "train/lr", "train/loss")
+    }
     rows = render_table(summary, vocab=SFT).splitlines()[1:]
     assert [r.split()[0] for r in rows] == ["train/loss", "train/lr", "hw/cpu"]
 
@@ -169,12 +220,16 @@ def test_the_table_follows_the_vocabulary_when_given_one() -> None:
 
 
 def test_compare_overlays_runs_with_a_legend_of_what_differs() -> None:
-    params = {"run-a": {"lr": 1e-4, "epochs": 3, "profile": "local"},
-              "run-b": {"lr": 3e-4, "epochs": 3, "profile": "local"}}
+    params = {
+        "run-a": {"lr": 1e-4, "epochs": 3, "profile": "local"},
+        "run-b": {"lr": 3e-4, "epochs": 3, "profile": "local"},
+    }
     legend = changed_parameters(params)
     assert legend == {"run-a": "lr=0.0001", "run-b": "lr=0.0003"}
-    runs = {"run-a": {"train/loss": [(s, 2.0 - s / 10) for s in range(10)]},
-            "run-b": {"train/loss": [(s, 1.5 - s / 20) for s in range(10)], "hw/cpu": [(0, 1.0), (1, 2.0)]}}
+    runs = {
+        "run-a": {"train/loss": [(s, 2.0 - s / 10) for s in range(10)]},
+        "run-b": {"train/loss": [(s, 1.5 - s / 20) for s in range(10)], "hw/cpu": [(0, 1.0), (1, 2.0)]},
+    }
     svg = render_compare_svg(runs, legend=legend, vocab=SFT)
     root = ET.fromstring(svg)
     assert _titles(svg) == ["train/loss", "hw/cpu"]
@@ -185,9 +240,10 @@ def test_compare_overlays_runs_with_a_legend_of_what_differs() -> None:
 
 def test_keys_rewritten_by_the_hf_callback_land_on_the_same_names() -> None:
     # TunePlaneCallback follows transformers' rewrite_logs: `eval_loss` → `eval/loss`, `loss` → `train/loss`
-    assert [SFT.canonical(k) for k in ("train/loss", "eval/loss", "train/mean_token_accuracy",
-                                       "train/learning_rate", "validation/eval_loss")] == [
-        "train/loss", "validation/loss", "train/token_accuracy", "train/lr", "validation/loss"]
+    assert [
+        SFT.canonical(k)
+        for k in ("train/loss", "eval/loss", "train/mean_token_accuracy", "train/learning_rate", "validation/eval_loss")
+    ] == ["train/loss", "validation/loss", "train/token_accuracy", "train/lr", "validation/loss"]
     plain = Vocabulary()
     assert plain.canonical("eval/accuracy") == "validation/accuracy"
     assert plain.canonical("test/accuracy") == "eval/accuracy"
@@ -198,13 +254,17 @@ def test_compare_draws_each_runs_hardware_from_its_own_start() -> None:
     from tuneplane.views.runmetrics import RunMetrics, compare_svg
 
     def run(start: float, every: float) -> RunMetrics:
-        timed = {"loss": [(s, 1.0 / (s + 1), start + s) for s in range(5)],
-                 "hw/gpu_util": [(s, float(s % 2), start + every * s) for s in range(5)]}
+        timed = {
+            "loss": [(s, 1.0 / (s + 1), start + s) for s in range(5)],
+            "hw/gpu_util": [(s, float(s % 2), start + every * s) for s in range(5)],
+        }
         summary = {k: {"last": p[-1][1], "min": 0.0, "max": 1.0, "count": 5, "last_step": 4} for k, p in timed.items()}
         return RunMetrics(summary, lambda k: [(s, v) for s, v, _ in timed[k]], SFT, lambda k: timed[k])
 
-    svg = compare_svg({"run-a": run(1_700_000_000.0, 60.0), "run-b": run(1_800_000_000.0, 120.0)},
-                      {"run-a": {"lr": 1}, "run-b": {"lr": 2}})
+    svg = compare_svg(
+        {"run-a": run(1_700_000_000.0, 60.0), "run-b": run(1_800_000_000.0, 120.0)},
+        {"run-a": {"lr": 1}, "run-b": {"lr": 2}},
+    )
     texts = _texts(svg)
     assert "hw/gpu_util (wall time)" in texts
     assert {"0m", "2m", "4m", "6m", "8m"} <= set(texts)  # both from 0 s; run-b's 480 s set the axis (one unit)
@@ -216,9 +276,12 @@ def test_wall_time_ticks_are_round_durations_at_every_span() -> None:
     """The labels the chart draws (`time_labels`: one unit per axis) on round durations."""
     from tuneplane.views.charts import time_labels, time_ticks
 
-    expected = {7: ["0s", "2s", "4s", "6s"], 405: ["0m", "2m", "4m", "6m"],
-                30 * 86400: ["0d", "7d", "14d", "21d", "28d"],
-                86400 * 3: ["0h", "12h", "24h", "36h", "48h", "60h", "72h"]}
+    expected = {
+        7: ["0s", "2s", "4s", "6s"],
+        405: ["0m", "2m", "4m", "6m"],
+        30 * 86400: ["0d", "7d", "14d", "21d", "28d"],
+        86400 * 3: ["0h", "12h", "24h", "36h", "48h", "60h", "72h"],
+    }
     for span, labels in expected.items():
         assert time_labels(time_ticks(0.0, span)) == labels
     for span in (1, 59, 3599, 86399, 86400 * 3, 86400 * 400):
@@ -272,8 +335,11 @@ def test_negative_values_and_a_single_point() -> None:
 
 def test_names_with_markup_and_control_characters_make_well_formed_svg() -> None:
     keys = ["loss<&>\"'", "a\x00b", "c\x1b[31md", "e\ud800f", "g\ufffeh"]
-    svg = render_compare_svg({"run<1>": {k: [(0, 1.0), (1, 2.0)] for k in keys}, "run&2": {keys[0]: [(0, 3.0)]}},
-                             legend={"run<1>": "lr=<1e-3>", "run&2": "x=\x07"}, title="t<i>t\x01le")
+    svg = render_compare_svg(
+        {"run<1>": {k: [(0, 1.0), (1, 2.0)] for k in keys}, "run&2": {keys[0]: [(0, 3.0)]}},
+        legend={"run<1>": "lr=<1e-3>", "run&2": "x=\x07"},
+        title="t<i>t\x01le",
+    )
     svg.encode("utf-8")  # writable as UTF-8 (no lone surrogate)
     texts = _texts(svg)  # parses as XML
     assert "loss<&>\"'" in texts and "t<i>t\ufffdle" in texts
@@ -288,22 +354,29 @@ def test_each_frameworks_validation_keys_reach_validation_names() -> None:
 
     cases = {
         # NeMo-RL's SFT logs its validation metrics as `val_loss` under the `validation` prefix
-        "nemo-rl/sft": (["train/loss", "validation/val_loss", "train/lr", "timing/train/total_step_time"],
-                        ["train/loss", "validation/loss", "train/lr"]),
+        "nemo-rl/sft": (
+            ["train/loss", "validation/val_loss", "train/lr", "timing/train/total_step_time"],
+            ["train/loss", "validation/loss", "train/lr"],
+        ),
         # Keras-style names in a custom script
-        "custom/custom": (["loss", "val_loss", "val_accuracy", "hw/cpu_util"],
-                          ["train/loss", "validation/loss"]),
+        "custom/custom": (["loss", "val_loss", "val_accuracy", "hw/cpu_util"], ["train/loss", "validation/loss"]),
         # TRL DPO: evaluation keys with a slash take the training name's alias
-        "trl/dpo": (["loss", "eval_loss", "rewards/margins", "eval_rewards/margins", "eval/rewards/chosen"],
-                    ["train/loss", "validation/loss", "train/reward_margin"]),
+        "trl/dpo": (
+            ["loss", "eval_loss", "rewards/margins", "eval_rewards/margins", "eval/rewards/chosen"],
+            ["train/loss", "validation/loss", "train/reward_margin"],
+        ),
         "verl/sft": (["train/loss", "val/loss"], ["train/loss", "validation/loss"]),
     }
     for method, (raw, first) in cases.items():
         names = vocabulary_of(method).pick(raw)
         assert list(names)[: len(first)] == first, (method, names)
     custom = vocabulary_of("custom/custom").pick(["loss", "val_loss", "val_accuracy", "hw/cpu_util"])
-    assert custom == {"train/loss": "loss", "validation/loss": "val_loss", "validation/accuracy": "val_accuracy",
-                      "hw/cpu_util": "hw/cpu_util"}
+    assert custom == {
+        "train/loss": "loss",
+        "validation/loss": "val_loss",
+        "validation/accuracy": "val_accuracy",
+        "hw/cpu_util": "hw/cpu_util",
+    }
     dpo = vocabulary_of("trl/dpo")
     assert dpo.canonical("eval_rewards/margins") == "validation/reward_margin"
     assert dpo.canonical("eval/rewards/chosen") == "validation/reward_chosen"
@@ -316,8 +389,9 @@ def test_many_runs_overlaid_stay_distinguishable_and_named() -> None:
     root = ET.fromstring(render_compare_svg(runs, legend=legend))
     looks = [(p.get("stroke"), p.get("stroke-dasharray")) for p in root.iter(f"{NS}path")]
     assert len(looks) == 20 and len(set(looks)) == 20, looks
-    swatches = [(s.get("stroke"), s.get("stroke-dasharray")) for s in root.iter(f"{NS}line")
-                if s.get("stroke-width") == "3"]
+    swatches = [
+        (s.get("stroke"), s.get("stroke-dasharray")) for s in root.iter(f"{NS}line") if s.get("stroke-width") == "3"
+    ]
     assert swatches == looks  # the legend shows each run's own line
     texts = _texts(ET.tostring(root, encoding="unicode"))
     assert "run-19 — lr=0.0019" in texts and not [t for t in texts if "seed" in t]
@@ -327,15 +401,23 @@ def test_values_at_the_ends_of_the_float_range_make_a_chart_not_a_crash() -> Non
     """A diverging run logs what it logs: a span past the float range, denormals, inf and NaN mixed
     with finite values. The bot charts every finished run, so none of it may raise."""
     biggest = 1.7976931348623157e308
-    for series in ([(1, 1e308), (2, -1e308)], [(1, biggest), (2, -biggest), (3, 0.0)], [(1, 5e-324), (2, -5e-324)],
-                   [(1, float("nan")), (2, float("inf")), (3, 0.5), (4, -biggest)], [(2**62, biggest), (0, 1.0)]):
+    for series in (
+        [(1, 1e308), (2, -1e308)],
+        [(1, biggest), (2, -biggest), (3, 0.0)],
+        [(1, 5e-324), (2, -5e-324)],
+        [(1, float("nan")), (2, float("inf")), (3, 0.5), (4, -biggest)],
+        [(2**62, biggest), (0, 1.0)],
+    ):
         for compact in (True, False):
-            svg = render_svg({"train/loss": series, "hw/gpu_util": series}, title="t", vocab=Vocabulary(),
-                             compact=compact)
+            svg = render_svg(
+                {"train/loss": series, "hw/gpu_util": series}, title="t", vocab=Vocabulary(), compact=compact
+            )
             root = ET.fromstring(svg)  # well-formed, and every coordinate a number
             coords = [v for el in root.iter() for k, v in el.attrib.items() if k in ("x", "y", "x1", "y1", "x2", "y2")]
             assert coords and all(math.isfinite(float(v)) for v in coords), coords
     assert nice_ticks(-biggest, biggest) and all(math.isfinite(t) for t in nice_ticks(-biggest, biggest))
-    table = render_table({"train/loss": {"last": 0.0, "min": -biggest, "max": biggest, "count": 3}},
-                         {"train/loss": [(1, biggest), (2, -biggest), (3, 0.0)]})
+    table = render_table(
+        {"train/loss": {"last": 0.0, "min": -biggest, "max": biggest, "count": 3}},
+        {"train/loss": [(1, biggest), (2, -biggest), (3, 0.0)]},
+    )
     assert "█▁▅" in table

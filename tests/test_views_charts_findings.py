@@ -39,14 +39,17 @@ def test_values_that_are_not_finite_are_said_in_words_not_drawn() -> None:
     assert path.count("M") == 1 and path.count("l") == 1, path  # the two finite points, one segment
 
 
-@pytest.mark.parametrize("values", [
-    [-1e-12 * (1 + s * 1e-7) for s in range(4)],
-    [123456789.123 + s * 0.001 for s in range(4)],
-    [1.000001 + s * 1e-7 for s in range(4)],
-    [s * 1e-12 for s in range(4)],
-    [1.000001 + s * 1e-7 for s in range(8)],
-    [123456789.0 + s * 1e5 for s in range(10)],
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [-1e-12 * (1 + s * 1e-7) for s in range(4)],
+        [123456789.123 + s * 0.001 for s in range(4)],
+        [1.000001 + s * 1e-7 for s in range(4)],
+        [s * 1e-12 for s in range(4)],
+        [1.000001 + s * 1e-7 for s in range(8)],
+        [123456789.0 + s * 1e5 for s in range(10)],
+    ],
+)
 def test_y_labels_stay_inside_the_chart_and_at_least_two_are_shown(values: list[float]) -> None:
     svg = render_svg({"train/loss": list(enumerate(values))})
     labels = _y_labels(svg)
@@ -91,10 +94,12 @@ def test_long_legends_are_cut_to_the_chart_width_with_an_ellipsis() -> None:
 
 
 def test_changed_parameters_flatten_nested_values_and_cut_long_ones() -> None:
-    legend = changed_parameters({
-        "a": {"lr": 1e-3, "opt": {"betas": [0.9, 0.99], "eps": 1e-8}, "bs": 8, "name": "x" * 80, "same": 1},
-        "b": {"lr": 2e-4, "opt": {"betas": [0.9, 0.999], "eps": 1e-8}, "name": "y" * 80, "same": 1},
-    })
+    legend = changed_parameters(
+        {
+            "a": {"lr": 1e-3, "opt": {"betas": [0.9, 0.99], "eps": 1e-8}, "bs": 8, "name": "x" * 80, "same": 1},
+            "b": {"lr": 2e-4, "opt": {"betas": [0.9, 0.999], "eps": 1e-8}, "name": "y" * 80, "same": 1},
+        }
+    )
     assert legend["a"].split()[:3] == ["bs=8", "lr=0.001", "name=" + "x" * (VALUE_CHARS - 1) + "…"], legend
     assert "opt.betas=[0.9,0.99]" in legend["a"] and "eps" not in legend["a"] and "same" not in legend["a"]
     assert legend["b"].startswith("bs=(unset) lr=0.0002"), legend
@@ -105,8 +110,9 @@ def test_equal_values_of_different_types_are_not_a_change() -> None:
     assert changed_parameters({"a": {"flag": True}, "b": {"flag": 1}}) == {"a": "flag=True", "b": "flag=1"}
 
 
-@pytest.mark.parametrize("span", [0.003, 0.05, 0.8, 61, 150, 5400, 90000, 2.5 * 86400, 3 * 86400, 10 * 86400,
-                                  400 * 86400])
+@pytest.mark.parametrize(
+    "span", [0.003, 0.05, 0.8, 61, 150, 5400, 90000, 2.5 * 86400, 3 * 86400, 10 * 86400, 400 * 86400]
+)
 def test_a_wall_time_axis_speaks_one_unit(span: float) -> None:
     """3 days read `0h 12h 24h … 72h`, not `36h 2d 2d12h`: one unit per axis, whole multiples of it."""
     points = [(span * i / 10, float(i % 3)) for i in range(11)]
@@ -148,11 +154,15 @@ def test_a_million_points_make_a_bounded_deterministic_chart_a_git_host_renders(
 def test_hardware_without_times_is_drawn_by_sample_on_its_own_axis() -> None:
     """Hardware samples are numbered by sample, not by training step: with no times known they get
     their own axis, named `sample`, instead of sharing (and stretching) the training steps' axis."""
-    svg = render_svg({"train/loss": [(s, 1 / (s + 1)) for s in range(0, 1001, 10)],
-                      "hw/gpu_util": [(s, float(s % 4)) for s in range(12)]})
+    svg = render_svg(
+        {
+            "train/loss": [(s, 1 / (s + 1)) for s in range(0, 1001, 10)],
+            "hw/gpu_util": [(s, float(s % 4)) for s in range(12)],
+        }
+    )
     texts = [t.text for t in _texts(svg)]
     assert texts.count("step") == 1 and texts.count("sample") == 1, texts
-    after = texts[texts.index("hw/gpu_util"):]
+    after = texts[texts.index("hw/gpu_util") :]
     assert "10" in after and "1000" not in after, after
 
 
@@ -171,14 +181,16 @@ def test_runs_of_two_recipes_overlay_what_they_share_and_keep_the_rest_apart() -
 
     def run(method: str, keys: list[str]) -> RunMetrics:
         data = {k: [(s, float(s + i)) for s in range(5)] for i, k in enumerate(keys)}
-        summary = {k: {"last": p[-1][1], "min": p[0][1], "max": p[-1][1], "count": 5, "last_step": 4}
-                   for k, p in data.items()}
+        summary = {
+            k: {"last": p[-1][1], "min": p[0][1], "max": p[-1][1], "count": 5, "last_step": 4} for k, p in data.items()
+        }
         return RunMetrics(summary, lambda k: data[k], vocabulary_of(method))
 
     trl = run("trl/sft", ["loss", "eval_loss", "mean_token_accuracy"])
     custom = run("custom/custom", ["train/loss", "validation/loss", "train/mean_token_accuracy"])
-    root = ET.fromstring(compare_svg({"a": trl, "b": custom}, {"a": {"method": "trl/sft"},
-                                                               "b": {"method": "custom/custom"}}))
+    root = ET.fromstring(
+        compare_svg({"a": trl, "b": custom}, {"a": {"method": "trl/sft"}, "b": {"method": "custom/custom"}})
+    )
     titles: list[str] = []
     strokes: list[set[str]] = []
     for element in root.iter():
@@ -214,8 +226,13 @@ def test_the_same_metrics_make_the_same_bytes_under_any_hash_seed() -> None:
 
     made = []
     for seed in ("0", "1", "4242"):
-        done = subprocess.run([sys.executable, "-c", _RENDER], capture_output=True, timeout=60, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": seed})
+        done = subprocess.run(
+            [sys.executable, "-c", _RENDER],
+            capture_output=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
         made.append(done.stdout)
     assert made[0].count(b"<svg ") == 2 and made[0] == made[1] == made[2]
 
@@ -224,12 +241,16 @@ def test_a_run_without_hardware_times_is_named_on_the_wall_time_panel() -> None:
     """Only run-a's hardware samples have times: run-b's cannot share the wall-time axis, and the
     panel says so instead of leaving it out unexplained."""
     samples = [(s, float(s % 4)) for s in range(10)]
-    svg = render_compare_svg({"run-a": {"hw/gpu_util": samples}, "run-b": {"hw/gpu_util": samples}},
-                             times={"run-a": {"hw/gpu_util": [(s * 2.0, v) for s, v in samples]}, "run-b": {}})
+    svg = render_compare_svg(
+        {"run-a": {"hw/gpu_util": samples}, "run-b": {"hw/gpu_util": samples}},
+        times={"run-a": {"hw/gpu_util": [(s * 2.0, v) for s, v in samples]}, "run-b": {}},
+    )
     captions = {"time since the first sample", "sample", "step"}
     notes = [t.text or "" for t in _texts(svg) if t.get("fill") == "#666666" and t.text not in captions]
     assert notes == ["run-b: no sample times, not drawn"], [t.text for t in _texts(svg)]
     assert len(list(ET.fromstring(svg).iter(f"{NS}path"))) == 1
-    both = render_compare_svg({"run-a": {"hw/gpu_util": samples}, "run-b": {"hw/gpu_util": samples}},
-                              times={r: {"hw/gpu_util": samples} for r in ("run-a", "run-b")})
+    both = render_compare_svg(
+        {"run-a": {"hw/gpu_util": samples}, "run-b": {"hw/gpu_util": samples}},
+        times={r: {"hw/gpu_util": samples} for r in ("run-a", "run-b")},
+    )
     assert "sample times" not in both

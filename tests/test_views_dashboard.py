@@ -20,11 +20,22 @@ def _rows(text: str) -> list[str]:
 
 
 def test_a_failed_runs_reason_is_on_the_index_and_every_row_stays_one_row(tmp_path: Path) -> None:
-    _write(tmp_path, "20250102-000000-000002", phase="Failed", reason="Error\rInjected",
-           message="\r\nCUDA out of memory\rretry with a smaller batch\u2028| done",
-           started_at="2025-01-02T00:00:00Z", finished_at="2025-01-02T00:00:07.25Z")
-    _write(tmp_path, "20250101-000000-000001", phase="Succeeded", started_at="2025-01-01T00:00:00Z",
-           finished_at="2025-01-01T00:00:59.97Z")
+    _write(
+        tmp_path,
+        "20250102-000000-000002",
+        phase="Failed",
+        reason="Error\rInjected",
+        message="\r\nCUDA out of memory\rretry with a smaller batch\u2028| done",
+        started_at="2025-01-02T00:00:00Z",
+        finished_at="2025-01-02T00:00:07.25Z",
+    )
+    _write(
+        tmp_path,
+        "20250101-000000-000001",
+        phase="Succeeded",
+        started_at="2025-01-01T00:00:00Z",
+        finished_at="2025-01-01T00:00:59.97Z",
+    )
     counts = {"demo": phase_counts(tmp_path, "demo")}
     for text in (index_page(tmp_path, counts), experiment_page(tmp_path, "demo", counts["demo"])):
         rows = _rows(text)

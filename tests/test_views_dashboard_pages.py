@@ -20,15 +20,24 @@ from tuneplane.views.dashboard import PAGE, duration_text, experiment_page, fail
 
 def _status(run_id: str, phase: str = "Submitted", exp: str = "a", **fields: object) -> RunStatus:
     day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}T00:00:00Z"
-    return RunStatus(experiment=exp, run_id=run_id, phase=phase, profile="local",  # type: ignore[arg-type]
-                     history=[Transition(phase=phase, at=day)], **fields)  # type: ignore[arg-type]
+    return RunStatus(
+        experiment=exp,
+        run_id=run_id,
+        phase=phase,
+        profile="local",  # type: ignore[arg-type]
+        history=[Transition(phase=phase, at=day)],
+        **fields,
+    )  # type: ignore[arg-type]
 
 
 def _commit(repo: GitRepo, statuses: list[RunStatus]) -> list[str]:
     from helpers_git import request
 
-    paths = [write_request(repo.root, request(s.experiment, s.run_id)) for s in statuses
-             if not (repo.root / "runs" / s.experiment / f"{s.run_id}.yaml").exists()]
+    paths = [
+        write_request(repo.root, request(s.experiment, s.run_id))
+        for s in statuses
+        if not (repo.root / "runs" / s.experiment / f"{s.run_id}.yaml").exists()
+    ]
     if paths:
         git(repo.root, "add", "--", *map(str, paths))
         git(repo.root, "commit", "-q", "-m", "merge the requests")
@@ -64,8 +73,11 @@ def test_an_experiment_of_hundreds_of_runs_in_one_month_keeps_every_page_bounded
         assert f"`{ids[number * PAGE - 1]}`" in _rows(part)[0] and f"`{ids[(number - 1) * PAGE]}`" in _rows(part)[-1]
         assert f"({name})" in readme
     assert not (repo.root / "status/a/2025-01-p3.md").exists()  # still filling: on the experiment page
-    shown = {m for page in ("README.md", "2025-01.md", "2025-01-p2.md")
-             for m in re.findall(r"`(\d{8}-\d{6}-[0-9a-f]+)`", (repo.root / "status/a" / page).read_text())}
+    shown = {
+        m
+        for page in ("README.md", "2025-01.md", "2025-01-p2.md")
+        for m in re.findall(r"`(\d{8}-\d{6}-[0-9a-f]+)`", (repo.root / "status/a" / page).read_text())
+    }
     assert shown == set(ids)  # every run is on a page
     assert broken_links(repo.root) == []
 
@@ -87,17 +99,26 @@ def test_text_from_a_run_is_shown_as_written_and_cannot_break_the_page(tmp_path:
     hostile = "boom | *bad* _x_ <!-- hidden `tick` [link](http://x) ![img](y) ~~s~~ $x$ &amp;"
     root = tmp_path
     for run_id, fields in (
-        ("20250102-000000-000002", {"phase": "Failed", "reason": "Error<br>",
-                                    "message": f"exited with code 1; last lines:\nstep 9\n{hostile}",
-                                    "method": "custom/*x*", "metrics": {"<b>|loss": 0.5, "train/loss": 0.25}}),
+        (
+            "20250102-000000-000002",
+            {
+                "phase": "Failed",
+                "reason": "Error<br>",
+                "message": f"exited with code 1; last lines:\nstep 9\n{hostile}",
+                "method": "custom/*x*",
+                "metrics": {"<b>|loss": 0.5, "train/loss": 0.25},
+            },
+        ),
         ("20250101-000000-000001", {"phase": "Succeeded", "metrics": {"eval/acc": "_high_"}}),
     ):
         path = root / "status" / "a_b_" / f"{run_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"experiment": "a_b_", "run_id": run_id, "profile": "p|*", **fields}))
     counts = {"a_b_": phase_counts(root, "a_b_")}
-    for text in (index_page(root, counts, problems=[f"runs/x/<y>.yaml: {hostile}"]),
-                 experiment_page(root, "a_b_", counts["a_b_"])):
+    for text in (
+        index_page(root, counts, problems=[f"runs/x/<y>.yaml: {hostile}"]),
+        experiment_page(root, "a_b_", counts["a_b_"]),
+    ):
         assert "<!--" not in text.replace("<!-- Written by `tp bot`", "")  # the page's own note only
         for raw in ("<b>", "<br>", "*bad*", "_x_", "[link]", "![img]", "~~s~~", "$x$", "&amp;", "`tick`"):
             assert re.search(r"(?<!\\)" + re.escape(raw), text) is None, (raw, text)
@@ -111,8 +132,10 @@ def test_text_from_a_run_is_shown_as_written_and_cannot_break_the_page(tmp_path:
 
 
 def test_a_failure_line_is_the_reason_not_only_its_introduction() -> None:
-    assert failure_line("exited with code 1; last lines:\nsome\nno such data set: /data") == \
-        "exited with code 1; last lines: no such data set: /data"
+    assert (
+        failure_line("exited with code 1; last lines:\nsome\nno such data set: /data")
+        == "exited with code 1; last lines: no such data set: /data"
+    )
     assert failure_line("\n\nCUDA out of memory\nmore") == "CUDA out of memory"
     assert failure_line("exited with code 2; last lines:") == "exited with code 2"  # the job wrote nothing
     assert len(failure_line("x" * 500)) == 160
@@ -144,8 +167,9 @@ def test_every_committed_chart_is_reachable_from_a_page_and_a_run_without_one_li
     assert batch.commit("tp bot: test") is not None
 
     files = git(repo.root, "ls-tree", "-r", "--name-only", "HEAD").splitlines()
-    pages = "\n".join(git(repo.root, "show", f"HEAD:{f}") for f in files
-                      if f.startswith("status/a/") and f.endswith(".md"))
+    pages = "\n".join(
+        git(repo.root, "show", f"HEAD:{f}") for f in files if f.startswith("status/a/") and f.endswith(".md")
+    )
     charts = [f.rsplit("/", 1)[1] for f in files if f.endswith(".svg")]
     assert len(charts) == 6
     for name in charts:
@@ -163,8 +187,11 @@ def test_sparklines_of_values_at_the_ends_of_the_float_range_render(tmp_path: Pa
     assert sparkline([True, 1, 2]) == "▁█"  # a flag is no metric
     path = tmp_path / "status/a/20250101-000000-000001.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"phase": "Failed", "metrics": {"train/loss": 1e308},
-                                "metric_history": {"train/loss": [1e308, -1e308]}}))
+    path.write_text(
+        json.dumps(
+            {"phase": "Failed", "metrics": {"train/loss": 1e308}, "metric_history": {"train/loss": [1e308, -1e308]}}
+        )
+    )
     counts = {"a": phase_counts(tmp_path, "a")}
     assert "train/loss 1e+308 █▁" in index_page(tmp_path, counts)
 
@@ -186,8 +213,11 @@ def test_a_local_run_of_a_second_shows_its_duration_with_a_decimal(tmp_path: Pat
         time.sleep(0.3)
         assert tp_run(bot, "bot", "sync", "--push", env=env)[0] == 0
 
-    row = next(line for line in git(bot, "show", f"{BRANCH}:status/README.md").splitlines()
-               if line.startswith("| [`20250102-100000-00000a`]"))
+    row = next(
+        line
+        for line in git(bot, "show", f"{BRANCH}:status/README.md").splitlines()
+        if line.startswith("| [`20250102-100000-00000a`]")
+    )
     assert re.search(r"\| [0-9]+\.[0-9]+s \|", row), row  # e.g. 0.35s or 1.2s: not "0s", not "<1s"
 
 

@@ -34,14 +34,17 @@ def test_cli_tables_align_wide_cells_and_cut_long_ones() -> None:
     assert lines[4].startswith("x" * 19 + "…")
 
 
-@pytest.mark.parametrize(("text", "cols"), [
-    ("👩\u200d🔬", 2),  # a joined emoji is one picture
-    ("❤\ufe0f", 2),  # the presentation selector draws the heart as an emoji
-    ("👍🏽", 2),  # a skin tone modifies the emoji before it
-    ("\u1100\u1161\u11a8", 2),  # decomposed Hangul: one syllable
-    ("训练\u3000损失", 10),  # the ideographic space is a fullwidth space
-    ("a\u00a0b", 3),
-])
+@pytest.mark.parametrize(
+    ("text", "cols"),
+    [
+        ("👩\u200d🔬", 2),  # a joined emoji is one picture
+        ("❤\ufe0f", 2),  # the presentation selector draws the heart as an emoji
+        ("👍🏽", 2),  # a skin tone modifies the emoji before it
+        ("\u1100\u1161\u11a8", 2),  # decomposed Hangul: one syllable
+        ("训练\u3000损失", 10),  # the ideographic space is a fullwidth space
+        ("a\u00a0b", 3),
+    ],
+)
 def test_emoji_sequences_and_spaces_stay_and_take_a_terminals_columns(text: str, cols: int) -> None:
     assert printable(text) == text
     assert columns(text) == cols

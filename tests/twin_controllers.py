@@ -46,8 +46,19 @@ JS = "jobset.sigs.k8s.io/"
 SUBMITTER_CONTAINER = "ray-job-submitter"
 DASHBOARD_PORT = 8265
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_UNITS = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-          "Ti": 2**40, "Pi": 2**50}
+_UNITS = {
+    "": 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+}
 
 
 def quantity(text: Any) -> float:
@@ -72,8 +83,14 @@ def _cond(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 
 def _owner(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
@@ -111,17 +128,25 @@ class Cluster:
         self.kube.settle()
 
     def add_queue(self, ns: str, local_queue: str, cluster_queue: str, **quota: Any) -> None:
-        self.cluster_queues[cluster_queue] = {("nvidia.com/gpu" if k == "gpu" else k): quantity(v)
-                                              for k, v in quota.items()}
+        self.cluster_queues[cluster_queue] = {
+            ("nvidia.com/gpu" if k == "gpu" else k): quantity(v) for k, v in quota.items()
+        }
         self.kube.add_local_queue(ns, local_queue, cluster_queue)
         self.kube.settle()
 
-    def add_node(self, name: str, labels: dict[str, str] | None = None,
-                 taints: list[dict[str, Any]] | None = None, **allocatable: Any) -> None:
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, Any]] | None = None,
+        **allocatable: Any,
+    ) -> None:
         """A node with allocatable resources, e.g. `gpu=8, cpu="96", memory="1Ti"`; pods are scheduled from now on."""
-        self.nodes[name] = {"labels": {"kubernetes.io/hostname": name, **(labels or {})}, "taints": taints or [],
-                            "allocatable": {("nvidia.com/gpu" if k == "gpu" else k): quantity(v)
-                                            for k, v in allocatable.items()}}
+        self.nodes[name] = {
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            "taints": taints or [],
+            "allocatable": {("nvidia.com/gpu" if k == "gpu" else k): quantity(v) for k, v in allocatable.items()},
+        }
         self.kube.settle()
 
     def evict(self, ns: str, name: str, reason: str = "EvictionByEvictionAPI", *, record: str = "") -> None:
@@ -129,9 +154,11 @@ class Cluster:
         (`TerminationByKubelet`) deletes a pod: see twin_scheduler.disrupt."""
         from twin_scheduler import disrupt
 
-        messages = {"EvictionByEvictionAPI": "Eviction API: evicting",
-                    "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
-                    "TerminationByKubelet": "Kubelet: evicting the pod (node pressure)"}
+        messages = {
+            "EvictionByEvictionAPI": "Eviction API: evicting",
+            "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
+            "TerminationByKubelet": "Kubelet: evicting the pod (node pressure)",
+        }
         with self.kube.changed:
             disrupt(self, self.kube.objects[("Pod", ns, name)], reason, messages.get(reason, reason), record=record)
             self.kube.settle()
@@ -144,11 +171,17 @@ class Cluster:
 
         with self.kube.changed:
             self.ray_drivers[(ns, rayjob)] = {
-                "status": "SUCCEEDED" if code == 0 else "FAILED", "driver_exit_code": code,
-                "message": "Job finished successfully." if code == 0 else ray_failure_message(code, log)}
-            followers = [p["metadata"]["name"] for p in self._all("Pod") if p["metadata"]["namespace"] == ns
-                         and (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == rayjob
-                         and p["status"].get("phase") == "Running"]
+                "status": "SUCCEEDED" if code == 0 else "FAILED",
+                "driver_exit_code": code,
+                "message": "Job finished successfully." if code == 0 else ray_failure_message(code, log),
+            }
+            followers = [
+                p["metadata"]["name"]
+                for p in self._all("Pod")
+                if p["metadata"]["namespace"] == ns
+                and (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == rayjob
+                and p["status"].get("phase") == "Running"
+            ]
         for name in followers:
             self.exit_pod(ns, name, 0, log)
         self.kube.settle()
@@ -162,14 +195,23 @@ class Cluster:
     def drain(self, node: str, *, record: str = "") -> list[str]:
         """`kubectl drain`: cordon the node, then evict every pod bound to it; returns their names."""
         self.nodes[node]["taints"].append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
-        pods = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in self._all("Pod")
-                if p["spec"].get("nodeName") == node and p["status"].get("phase") not in ("Succeeded", "Failed")]
+        pods = [
+            (p["metadata"]["namespace"], p["metadata"]["name"])
+            for p in self._all("Pod")
+            if p["spec"].get("nodeName") == node and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
         for ns, name in pods:
             self.evict(ns, name, record=record)
         return [name for _, name in pods]
 
-    def kueue_evict(self, ns: str, kind: str, name: str, reason: str = "PodsReadyTimeout",
-                    message: str = "Exceeded the PodsReady timeout") -> None:
+    def kueue_evict(
+        self,
+        ns: str,
+        kind: str,
+        name: str,
+        reason: str = "PodsReadyTimeout",
+        message: str = "Exceeded the PodsReady timeout",
+    ) -> None:
         """Kueue evicts the Workload of a job object (a timeout, a stopped queue): see twin_kueue.evict."""
         from twin_kueue import evict, workload_of
 
@@ -186,9 +228,13 @@ class Cluster:
 
     def pods(self, ns: str, selector: dict[str, str] | None = None) -> list[dict[str, Any]]:
         with self.kube.lock:
-            return [copy.deepcopy(p) for (k, n, _), p in sorted(self.kube.objects.items())
-                    if k == "Pod" and n == ns and all((p["metadata"].get("labels") or {}).get(a) == b
-                                                      for a, b in (selector or {}).items())]
+            return [
+                copy.deepcopy(p)
+                for (k, n, _), p in sorted(self.kube.objects.items())
+                if k == "Pod"
+                and n == ns
+                and all((p["metadata"].get("labels") or {}).get(a) == b for a, b in (selector or {}).items())
+            ]
 
     def start_pod(self, ns: str, name: str) -> None:
         with self.kube.changed:
@@ -196,9 +242,18 @@ class Cluster:
             self.kube.settle()
             self.kube.changed.notify_all()
 
-    def exit_pod(self, ns: str, name: str, code: int, log: str = "", *, reason: str = "",
-                 container: str | None = None, conditions: list[dict[str, Any]] | None = None,
-                 message: str = "") -> None:
+    def exit_pod(
+        self,
+        ns: str,
+        name: str,
+        code: int,
+        log: str = "",
+        *,
+        reason: str = "",
+        container: str | None = None,
+        conditions: list[dict[str, Any]] | None = None,
+        message: str = "",
+    ) -> None:
         """End a running pod's main container with `code` (and its log text), as the kubelet reports it;
         `message` is what the container wrote to its termination message (the launcher's end record)."""
         with self.kube.changed:
@@ -207,15 +262,21 @@ class Cluster:
             at = self.stamp()
             for cs in status.get("containerStatuses") or []:
                 if container in (None, cs["name"]):
-                    cs["state"] = {"terminated": {"exitCode": code, "reason": reason or (
-                        "Completed" if code == 0 else "Error"), "finishedAt": at, "startedAt": status.get(
-                        "startTime", at)}}
+                    cs["state"] = {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": reason or ("Completed" if code == 0 else "Error"),
+                            "finishedAt": at,
+                            "startedAt": status.get("startTime", at),
+                        }
+                    }
                     if message:
                         cs["state"]["terminated"]["message"] = message
                     cs["ready"] = False
             status["phase"] = "Succeeded" if code == 0 else "Failed"
             status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + (
-                conditions or [])
+                conditions or []
+            )
             if log:
                 main = container or pod["spec"]["containers"][0]["name"]
                 self.kube.logs[(ns, name, main)] = self.kube.logs.get((ns, name, main), "") + log
@@ -341,10 +402,13 @@ class Cluster:
             image = str(container.get("image", ""))
             host = image.split("/")[0] if "/" in image and ("." in image.split("/")[0]) else "docker.io"
             if host in self.private_registries and not any(
-                    ("Secret", ns, s.get("name")) in self.kube.objects for s in spec.get("imagePullSecrets") or []):
-                return "ErrImagePull", (f'failed to pull and unpack image "{image}": failed to resolve reference: '
-                                        "pull access denied, repository does not exist or may require "
-                                        "authorization: authorization failed: no basic auth credentials")
+                ("Secret", ns, s.get("name")) in self.kube.objects for s in spec.get("imagePullSecrets") or []
+            ):
+                return "ErrImagePull", (
+                    f'failed to pull and unpack image "{image}": failed to resolve reference: '
+                    "pull access denied, repository does not exist or may require "
+                    "authorization: authorization failed: no basic auth credentials"
+                )
             for entry in container.get("env") or []:
                 ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
                 if not ref or ref.get("optional"):
@@ -353,8 +417,9 @@ class Cluster:
                 if secret is None:
                     return "CreateContainerConfigError", f'secret "{ref["name"]}" not found'
                 if ref["key"] not in (secret.get("data") or {}):
-                    return "CreateContainerConfigError", (f"couldn't find key {ref['key']} in Secret "
-                                                          f"{ns}/{ref['name']}")
+                    return "CreateContainerConfigError", (
+                        f"couldn't find key {ref['key']} in Secret {ns}/{ref['name']}"
+                    )
         return None
 
     def _wait(self, pod: dict[str, Any], reason: str, message: str) -> None:
@@ -366,17 +431,25 @@ class Cluster:
             "initContainerStatuses": [self._container(c, spec, waiting) for c in inits],
             "containerStatuses": [self._container(c["name"], spec, waiting) for c in spec["containers"]],
         }
-        wanted = {"phase": "Pending", **statuses,
-                  "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        wanted = {"phase": "Pending", **statuses, "conditions": [{"type": "PodScheduled", "status": "True"}]}
         if any(status.get(k) != v for k, v in wanted.items()):
             status.update(wanted)
             self._touch(pod)
 
     def _container(self, name: str, spec: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        image = next((c.get("image", "") for c in (spec.get("initContainers") or []) + spec["containers"]
-                      if c["name"] == name), "")
-        return {"name": name, "image": image, "imageID": "", "ready": "running" in state, "restartCount": 0,
-                "state": copy.deepcopy(state), "started": "running" in state}
+        image = next(
+            (c.get("image", "") for c in (spec.get("initContainers") or []) + spec["containers"] if c["name"] == name),
+            "",
+        )
+        return {
+            "name": name,
+            "image": image,
+            "imageID": "",
+            "ready": "running" in state,
+            "restartCount": 0,
+            "state": copy.deepcopy(state),
+            "started": "running" in state,
+        }
 
     def _run(self, pod: dict[str, Any]) -> None:
         status = pod["status"]
@@ -384,10 +457,13 @@ class Cluster:
         at = self.stamp()
         done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}}
         status.update(
-            phase="Running", startTime=status.get("startTime") or at, podIP="127.0.0.1",
+            phase="Running",
+            startTime=status.get("startTime") or at,
+            podIP="127.0.0.1",
             initContainerStatuses=[self._container(c["name"], spec, done) for c in spec.get("initContainers") or []],
-            containerStatuses=[self._container(c["name"], spec, {"running": {"startedAt": at}})
-                               for c in spec["containers"]],
+            containerStatuses=[
+                self._container(c["name"], spec, {"running": {"startedAt": at}}) for c in spec["containers"]
+            ],
             conditions=[{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
         )
         self._touch(pod)

@@ -16,8 +16,19 @@ import copy
 from typing import Any
 
 Path = tuple[str, ...]
-_SKIP_META = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-                        "managedFields", "deletionTimestamp", "selfLink"})
+_SKIP_META = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "deletionTimestamp",
+        "selfLink",
+    }
+)
 MISSING = object()
 
 
@@ -93,12 +104,12 @@ class Conflict(Exception):
     def __init__(self, conflicts: list[tuple[str, Path]]) -> None:
         self.conflicts = conflicts
         lines = "\n".join(f'- conflict with "{m}": .{".".join(p)}' for m, p in conflicts)
-        super().__init__(f"Apply failed with {len(conflicts)} conflict{'s' if len(conflicts) != 1 else ''}:\n"
-                         f"{lines}")
+        super().__init__(f"Apply failed with {len(conflicts)} conflict{'s' if len(conflicts) != 1 else ''}:\n{lines}")
 
 
-def apply(current: dict[str, Any], owners: dict[str, set[Path]], manager: str, applied: dict[str, Any],
-          force: bool) -> tuple[dict[str, Any], dict[str, set[Path]]]:
+def apply(
+    current: dict[str, Any], owners: dict[str, set[Path]], manager: str, applied: dict[str, Any], force: bool
+) -> tuple[dict[str, Any], dict[str, set[Path]]]:
     """(the object after the apply, the new ownership); raises Conflict."""
     sent = leaves(applied)
     conflicts = []
@@ -107,8 +118,11 @@ def apply(current: dict[str, Any], owners: dict[str, set[Path]], manager: str, a
             continue
         for path in sent:
             for owned in paths:
-                if overlaps(path, owned) and get(current, owned) != get(applied, owned) and \
-                        get(applied, owned) is not MISSING:
+                if (
+                    overlaps(path, owned)
+                    and get(current, owned) != get(applied, owned)
+                    and get(applied, owned) is not MISSING
+                ):
                     conflicts.append((other, owned))
     if conflicts and not force:
         raise Conflict(sorted(set(conflicts)))
@@ -126,12 +140,16 @@ def apply(current: dict[str, Any], owners: dict[str, set[Path]], manager: str, a
     return result, {m: p for m, p in new_owners.items() if p}
 
 
-def update(owners: dict[str, set[Path]], manager: str, before: dict[str, Any],
-           after: dict[str, Any]) -> dict[str, set[Path]]:
+def update(
+    owners: dict[str, set[Path]], manager: str, before: dict[str, Any], after: dict[str, Any]
+) -> dict[str, set[Path]]:
     """An Update operation: `manager` takes the fields it changed or added."""
     changed = {p for p in leaves(after) if get(before, p) != get(after, p)}
-    new_owners = {m: {p for p in ps if get(after, p) is not MISSING and not any(overlaps(p, c) for c in changed)}
-                  for m, ps in owners.items() if m != manager}
+    new_owners = {
+        m: {p for p in ps if get(after, p) is not MISSING and not any(overlaps(p, c) for c in changed)}
+        for m, ps in owners.items()
+        if m != manager
+    }
     mine = {p for p in owners.get(manager, set()) if get(after, p) is not MISSING} | changed
     new_owners[manager] = mine
     return {m: p for m, p in new_owners.items() if p}

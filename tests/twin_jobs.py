@@ -16,8 +16,14 @@ CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 
 
 def _condition(cluster: Cluster, ctype: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": ctype, "status": "True", "reason": reason, "message": message,
-            "lastTransitionTime": cluster.stamp(), "lastProbeTime": cluster.stamp()}
+    return {
+        "type": ctype,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": cluster.stamp(),
+        "lastProbeTime": cluster.stamp(),
+    }
 
 
 def _default_job(job: dict[str, Any]) -> bool:
@@ -48,8 +54,9 @@ def reconcile_job(cluster: Cluster, job: dict[str, Any]) -> None:
     if spec.get("suspend"):
         _stop_pods(cluster, job)
         if not _cond(job, "Suspended"):
-            status.setdefault("conditions", []).append(_condition(cluster, "Suspended", "JobSuspended",
-                                                                  "Job suspended"))
+            status.setdefault("conditions", []).append(
+                _condition(cluster, "Suspended", "JobSuspended", "Job suspended")
+            )
             status["active"] = 0
             cluster._touch(job)
         return
@@ -102,8 +109,14 @@ def _policy_action(job: dict[str, Any], pod: dict[str, Any]) -> tuple[str, int, 
                 inside = code in codes.get("values", [])
                 if inside == (codes.get("operator") == "In"):
                     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-                    return rule["action"], index, (f"Container {container} for pod {ns}/{name} failed with exit "
-                                                   f"code {code} matching {rule['action']} rule at index {index}")
+                    return (
+                        rule["action"],
+                        index,
+                        (
+                            f"Container {container} for pod {ns}/{name} failed with exit "
+                            f"code {code} matching {rule['action']} rule at index {index}"
+                        ),
+                    )
         for wanted in rule.get("onPodConditions") or []:
             for cond in pod["status"].get("conditions") or []:
                 if cond.get("type") == wanted["type"] and cond.get("status") == wanted.get("status", "True"):
@@ -133,8 +146,9 @@ def _count_failures(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, 
 
 def _fail(cluster: Cluster, job: dict[str, Any], reason: str, message: str) -> bool:
     status = job["status"]
-    status.setdefault("conditions", []).extend([_condition(cluster, "FailureTarget", reason, message),
-                                                _condition(cluster, "Failed", reason, message)])
+    status.setdefault("conditions", []).extend(
+        [_condition(cluster, "FailureTarget", reason, message), _condition(cluster, "Failed", reason, message)]
+    )
     status["active"] = 0
     cluster._touch(job)
     _stop_pods(cluster, job)
@@ -142,8 +156,11 @@ def _fail(cluster: Cluster, job: dict[str, Any], reason: str, message: str) -> b
 
 
 def _indexes_done(pods: list[dict[str, Any]]) -> set[int]:
-    return {int(p["metadata"]["annotations"][INDEX]) for p in pods
-            if p["status"].get("phase") == "Succeeded" and INDEX in (p["metadata"].get("annotations") or {})}
+    return {
+        int(p["metadata"]["annotations"][INDEX])
+        for p in pods
+        if p["status"].get("phase") == "Succeeded" and INDEX in (p["metadata"].get("annotations") or {})
+    }
 
 
 def _check_success(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
@@ -156,9 +173,14 @@ def _check_success(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, A
     if not done:
         return False
     status["succeeded"] = completions
-    status.setdefault("conditions", []).extend([
-        _condition(cluster, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
-        _condition(cluster, "Complete", "CompletionsReached", "Reached expected number of succeeded pods")])
+    status.setdefault("conditions", []).extend(
+        [
+            _condition(
+                cluster, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"
+            ),
+            _condition(cluster, "Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
+        ]
+    )
     status["completionTime"] = cluster.stamp()
     status["active"] = 0
     cluster._touch(job)
@@ -191,18 +213,30 @@ def _new_pod(cluster: Cluster, job: dict[str, Any], index: int | None) -> dict[s
         labels[INDEX] = notes[INDEX] = str(index)
         spec["hostname"] = f"{name}-{index}"
     stem = f"{name}-{index}" if index is not None else name
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": cluster._name(stem), "namespace": job["metadata"]["namespace"],
-                        "labels": labels, "annotations": notes, "ownerReferences": [_owner(job)]},
-           "spec": spec, "status": {"phase": "Pending"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": cluster._name(stem),
+            "namespace": job["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": notes,
+            "ownerReferences": [_owner(job)],
+        },
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
     return cluster._make(pod)
 
 
 def _update_counts(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
     status = job["status"]
     active = [p for p in pods if p["status"].get("phase") in ("Pending", "Running")]
-    ready = [p for p in pods if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                    for c in p["status"].get("conditions") or [])]
+    ready = [
+        p
+        for p in pods
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions") or [])
+    ]
     counts = {"active": len(active), "ready": len(ready)}
     if any(status.get(k) != v for k, v in counts.items()):
         status.update(counts)
@@ -227,8 +261,9 @@ def reconcile_jobset(cluster: Cluster, jobset: dict[str, Any]) -> None:
         _jobset_failed(cluster, jobset, jobs)
         return
     if _jobset_succeeded(jobset, jobs):
-        status.setdefault("conditions", []).append(_condition(cluster, "Completed", "AllJobsCompleted",
-                                                              "jobset completed successfully"))
+        status.setdefault("conditions", []).append(
+            _condition(cluster, "Completed", "AllJobsCompleted", "jobset completed successfully")
+        )
         status["terminalState"] = "Completed"
         cluster._touch(jobset)
         return
@@ -238,8 +273,15 @@ def reconcile_jobset(cluster: Cluster, jobset: dict[str, Any]) -> None:
         for index in range(int(rjob.get("replicas", 1))):
             name = f"{jobset['metadata']['name']}-{rjob['name']}-{index}"
             if name not in existing:
-                _child_job(cluster, jobset, rjob, index, name, subdomain if network.get(
-                    "enableDNSHostnames", True) else "", suspended)
+                _child_job(
+                    cluster,
+                    jobset,
+                    rjob,
+                    index,
+                    name,
+                    subdomain if network.get("enableDNSHostnames", True) else "",
+                    suspended,
+                )
     for job in cluster._children("Job", jobset):
         if bool(job["spec"].get("suspend")) != suspended:
             job["spec"]["suspend"] = suspended
@@ -251,22 +293,43 @@ def _ensure_service(cluster: Cluster, jobset: dict[str, Any], name: str, not_rea
     ns = jobset["metadata"]["namespace"]
     if ("Service", ns, name) in cluster.kube.objects:
         return
-    cluster._make({"apiVersion": "v1", "kind": "Service",
-                   "metadata": {"name": name, "namespace": ns, "ownerReferences": [_owner(jobset)]},
-                   "spec": {"clusterIP": "None", "publishNotReadyAddresses": not_ready,
-                            "selector": {f"{JS}jobset-name": jobset["metadata"]["name"]}}})
+    cluster._make(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": ns, "ownerReferences": [_owner(jobset)]},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": not_ready,
+                "selector": {f"{JS}jobset-name": jobset["metadata"]["name"]},
+            },
+        }
+    )
 
 
-def _child_job(cluster: Cluster, jobset: dict[str, Any], rjob: dict[str, Any], index: int, name: str,
-               subdomain: str, suspended: bool) -> None:
+def _child_job(
+    cluster: Cluster,
+    jobset: dict[str, Any],
+    rjob: dict[str, Any],
+    index: int,
+    name: str,
+    subdomain: str,
+    suspended: bool,
+) -> None:
     ns, js_name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
     restarts = int((jobset.get("status") or {}).get("restarts", 0))
     order = [r["name"] for r in jobset["spec"]["replicatedJobs"]]
     before = sum(int(r.get("replicas", 1)) for r in jobset["spec"]["replicatedJobs"][: order.index(rjob["name"])])
-    marks = {f"{JS}jobset-name": js_name, f"{JS}replicatedjob-name": rjob["name"],
-             f"{JS}replicatedjob-replicas": str(rjob.get("replicas", 1)), f"{JS}job-index": str(index),
-             f"{JS}job-global-index": str(before + index), f"{JS}restart-attempt": str(restarts),
-             f"{JS}job-key": _job_key(ns, name), f"{JS}jobset-uid": jobset["metadata"]["uid"]}
+    marks = {
+        f"{JS}jobset-name": js_name,
+        f"{JS}replicatedjob-name": rjob["name"],
+        f"{JS}replicatedjob-replicas": str(rjob.get("replicas", 1)),
+        f"{JS}job-index": str(index),
+        f"{JS}job-global-index": str(before + index),
+        f"{JS}restart-attempt": str(restarts),
+        f"{JS}job-key": _job_key(ns, name),
+        f"{JS}jobset-uid": jobset["metadata"]["uid"],
+    }
     template = copy.deepcopy(rjob["template"])
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **marks}
@@ -277,10 +340,19 @@ def _child_job(cluster: Cluster, jobset: dict[str, Any], rjob: dict[str, Any], i
     pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **marks}
     if subdomain:
         pod_template["spec"]["subdomain"] = subdomain
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": name, "namespace": ns, "labels": meta["labels"], "annotations": meta["annotations"],
-                        "ownerReferences": [_owner(jobset)]},
-           "spec": {**template["spec"], "suspend": suspended}, "status": {}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": meta["labels"],
+            "annotations": meta["annotations"],
+            "ownerReferences": [_owner(jobset)],
+        },
+        "spec": {**template["spec"], "suspend": suspended},
+        "status": {},
+    }
     cluster._make(job)
 
 
@@ -294,9 +366,14 @@ def _jobset_failed(cluster: Cluster, jobset: dict[str, Any], jobs: list[dict[str
         cluster._touch(jobset)
         return
     failed = next(j for j in jobs if _cond(j, "Failed"))
-    status.setdefault("conditions", []).append(_condition(
-        cluster, "Failed", "FailedJobs", f"jobset failed due to one or more job failures (first: "
-        f"{failed['metadata']['name']})"))
+    status.setdefault("conditions", []).append(
+        _condition(
+            cluster,
+            "Failed",
+            "FailedJobs",
+            f"jobset failed due to one or more job failures (first: {failed['metadata']['name']})",
+        )
+    )
     status["terminalState"] = "Failed"
     cluster._touch(jobset)
     for job in jobs:
@@ -319,12 +396,16 @@ def _jobset_counts(cluster: Cluster, jobset: dict[str, Any], jobs: list[dict[str
     rows = []
     for rjob in jobset["spec"]["replicatedJobs"]:
         mine = [j for j in jobs if j["metadata"]["labels"].get(f"{JS}replicatedjob-name") == rjob["name"]]
-        rows.append({"name": rjob["name"],
-                     "ready": sum(1 for j in mine if int((j.get("status") or {}).get("ready") or 0) > 0),
-                     "succeeded": sum(1 for j in mine if _cond(j, "Complete")),
-                     "failed": sum(1 for j in mine if _cond(j, "Failed")),
-                     "active": sum(1 for j in mine if int((j.get("status") or {}).get("active") or 0) > 0),
-                     "suspended": sum(1 for j in mine if j["spec"].get("suspend"))})
+        rows.append(
+            {
+                "name": rjob["name"],
+                "ready": sum(1 for j in mine if int((j.get("status") or {}).get("ready") or 0) > 0),
+                "succeeded": sum(1 for j in mine if _cond(j, "Complete")),
+                "failed": sum(1 for j in mine if _cond(j, "Failed")),
+                "active": sum(1 for j in mine if int((j.get("status") or {}).get("active") or 0) > 0),
+                "suspended": sum(1 for j in mine if j["spec"].get("suspend")),
+            }
+        )
     if jobset["status"].get("replicatedJobsStatus") != rows:
         jobset["status"]["replicatedJobsStatus"] = rows
         cluster._touch(jobset)

@@ -35,13 +35,20 @@ def pod_sets(obj: dict[str, Any]) -> list[dict[str, Any]]:
     if obj["kind"] == "Job":
         return [{"name": "main", "count": int(spec.get("parallelism", 1)), "template": spec["template"]}]
     if obj["kind"] == "JobSet":
-        return [{"name": r["name"], "template": r["template"]["spec"]["template"],
-                 "count": int(r.get("replicas", 1)) * int(r["template"]["spec"].get("parallelism", 1))}
-                for r in spec["replicatedJobs"]]
+        return [
+            {
+                "name": r["name"],
+                "template": r["template"]["spec"]["template"],
+                "count": int(r.get("replicas", 1)) * int(r["template"]["spec"].get("parallelism", 1)),
+            }
+            for r in spec["replicatedJobs"]
+        ]
     cluster = spec["rayClusterSpec"]
     sets = [{"name": "head", "count": 1, "template": cluster["headGroupSpec"]["template"]}]
-    sets += [{"name": g["groupName"], "count": int(g.get("replicas", 1)), "template": g["template"]}
-             for g in cluster.get("workerGroupSpecs") or []]
+    sets += [
+        {"name": g["groupName"], "count": int(g.get("replicas", 1)), "template": g["template"]}
+        for g in cluster.get("workerGroupSpecs") or []
+    ]
     return sets
 
 
@@ -55,8 +62,12 @@ def _usage(workload: dict[str, Any]) -> dict[str, float]:
 
 def _finished(obj: dict[str, Any]) -> bool:
     status = obj.get("status") or {}
-    return bool(_cond(obj, "Complete") or _cond(obj, "Failed") or _cond(obj, "Completed")
-                or status.get("jobDeploymentStatus") in ("Complete", "Failed"))
+    return bool(
+        _cond(obj, "Complete")
+        or _cond(obj, "Failed")
+        or _cond(obj, "Completed")
+        or status.get("jobDeploymentStatus") in ("Complete", "Failed")
+    )
 
 
 def reconcile_kueue(cluster: Cluster) -> None:
@@ -70,10 +81,11 @@ def reconcile_kueue(cluster: Cluster) -> None:
         if owner is not None and _finished(owner) and not _cond(workload, "Finished"):
             _condition(cluster, workload, "Finished", "True", "Succeeded", "Job finished")
     # Kueue's queueing order: higher priority first, then the older Workload
-    for workload in sorted(cluster._all("Workload"), key=lambda w: (-_priority(w), w["metadata"][
-            "creationTimestamp"], w["metadata"]["name"])):
-        if not _cond(workload, "QuotaReserved") and not _cond(workload, "Finished") and \
-                _try_admit(cluster, workload):
+    for workload in sorted(
+        cluster._all("Workload"),
+        key=lambda w: (-_priority(w), w["metadata"]["creationTimestamp"], w["metadata"]["name"]),
+    ):
+        if not _cond(workload, "QuotaReserved") and not _cond(workload, "Finished") and _try_admit(cluster, workload):
             break  # a preemption: the next pass admits in priority order again, the preemptor first
 
 
@@ -111,10 +123,19 @@ def _preempt_for(cluster: Cluster, workload: dict[str, Any], cq_name: str, quota
     """Within-ClusterQueue preemption of lower-priority Workloads, lowest and newest first; True if it did."""
     if cq_name not in cluster.cq_preemption:
         return False
-    admitted = [w for w in cluster._all("Workload") if w is not workload and _cond(w, "QuotaReserved")
-                and not _cond(w, "Finished") and (w["status"].get("admission") or {}).get("clusterQueue") == cq_name]
-    lower = sorted((w for w in admitted if _priority(w) < _priority(workload)),
-                   key=lambda w: (_priority(w), w["metadata"]["creationTimestamp"]), reverse=False)
+    admitted = [
+        w
+        for w in cluster._all("Workload")
+        if w is not workload
+        and _cond(w, "QuotaReserved")
+        and not _cond(w, "Finished")
+        and (w["status"].get("admission") or {}).get("clusterQueue") == cq_name
+    ]
+    lower = sorted(
+        (w for w in admitted if _priority(w) < _priority(workload)),
+        key=lambda w: (_priority(w), w["metadata"]["creationTimestamp"]),
+        reverse=False,
+    )
     chosen: list[dict[str, Any]] = []
     for victim in lower:
         chosen.append(victim)
@@ -122,8 +143,13 @@ def _preempt_for(cluster: Cluster, workload: dict[str, Any], cq_name: str, quota
         if all(v <= quota.get(k, 0.0) - used.get(k, 0.0) + 1e-9 for k, v in _usage(workload).items()):
             uid = workload["metadata"]["uid"]
             for target in chosen:
-                evict(cluster, target, "Preempted", "InClusterQueue",
-                      f"Preempted to accommodate a workload (UID: {uid}) due to prioritization in the ClusterQueue")
+                evict(
+                    cluster,
+                    target,
+                    "Preempted",
+                    "InClusterQueue",
+                    f"Preempted to accommodate a workload (UID: {uid}) due to prioritization in the ClusterQueue",
+                )
             return True
     return False
 
@@ -133,8 +159,11 @@ def _used(cluster: Cluster, cq_name: str, exclude: list[dict[str, Any]]) -> dict
     for other in cluster._all("Workload"):
         if any(other is e for e in exclude):
             continue
-        if _cond(other, "QuotaReserved") and not _cond(other, "Finished") and \
-                (other["status"].get("admission") or {}).get("clusterQueue") == cq_name:
+        if (
+            _cond(other, "QuotaReserved")
+            and not _cond(other, "Finished")
+            and (other["status"].get("admission") or {}).get("clusterQueue") == cq_name
+        ):
             for key, value in _usage(other).items():
                 used[key] = used.get(key, 0.0) + value
     return used
@@ -152,26 +181,42 @@ def _ensure_workload(cluster: Cluster, obj: dict[str, Any], queue: str) -> None:
     if any(_owned_by(w, obj) for w in cluster._all("Workload")):
         return
     meta = obj["metadata"]
-    owner = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
-             "controller": True, "blockOwnerDeletion": True}
+    owner = {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     sets = pod_sets(obj)
     priority_class = (meta.get("labels") or {}).get(PRIORITY_LABEL) or next(
-        (s["template"]["spec"].get("priorityClassName") for s in sets if s["template"]["spec"].get(
-            "priorityClassName")), "")
-    cluster._make({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-                   "metadata": {"name": workload_name(obj["kind"], meta["name"], meta["uid"]),
-                                "namespace": meta["namespace"], "labels": {JOB_UID_LABEL: meta["uid"]},
-                                "ownerReferences": [owner]},
-                   "spec": {"queueName": queue, "podSets": sets, "priority": cluster.priority_classes.get(
-                       priority_class, 0)},
-                   "status": {"conditions": []}})
+        (
+            s["template"]["spec"].get("priorityClassName")
+            for s in sets
+            if s["template"]["spec"].get("priorityClassName")
+        ),
+        "",
+    )
+    cluster._make(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": workload_name(obj["kind"], meta["name"], meta["uid"]),
+                "namespace": meta["namespace"],
+                "labels": {JOB_UID_LABEL: meta["uid"]},
+                "ownerReferences": [owner],
+            },
+            "spec": {"queueName": queue, "podSets": sets, "priority": cluster.priority_classes.get(priority_class, 0)},
+            "status": {"conditions": []},
+        }
+    )
 
 
-def _condition(cluster: Cluster, workload: dict[str, Any], ctype: str, status: str, reason: str,
-               message: str) -> None:
+def _condition(cluster: Cluster, workload: dict[str, Any], ctype: str, status: str, reason: str, message: str) -> None:
     conds = [c for c in workload["status"].get("conditions") or [] if c["type"] != ctype]
-    new = {"type": ctype, "status": status, "reason": reason, "message": message,
-           "lastTransitionTime": cluster.stamp()}
+    new = {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": cluster.stamp()}
     old = next((c for c in workload["status"].get("conditions") or [] if c["type"] == ctype), None)
     if old is not None and (old["status"], old["reason"], old["message"]) == (status, reason, message):
         return
@@ -184,8 +229,14 @@ def _try_admit(cluster: Cluster, workload: dict[str, Any]) -> bool:
     ns = workload["metadata"]["namespace"]
     local = cluster.kube.objects.get(("LocalQueue", ns, workload["spec"]["queueName"]))
     if local is None:
-        _condition(cluster, workload, "QuotaReserved", "False", "Inadmissible",
-                   f"LocalQueue {workload['spec']['queueName']} doesn't exist")
+        _condition(
+            cluster,
+            workload,
+            "QuotaReserved",
+            "False",
+            "Inadmissible",
+            f"LocalQueue {workload['spec']['queueName']} doesn't exist",
+        )
         return False
     cq_name = local["spec"]["clusterQueue"]
     quota = cluster.cluster_queues.get(cq_name)
@@ -201,17 +252,26 @@ def _try_admit(cluster: Cluster, workload: dict[str, Any]) -> bool:
             pod_set = workload["spec"]["podSets"][0]["name"]
             if _preempt_for(cluster, workload, cq_name, quota):
                 return True  # admitted on a later pass, once the victims gave their quota back
-            _condition(cluster, workload, "QuotaReserved", "False", "Pending",
-                       f"couldn't assign flavors to pod set {pod_set}: insufficient unused quota for {key} in "
-                       f"flavor {FLAVOR}, {shown} more needed")
+            _condition(
+                cluster,
+                workload,
+                "QuotaReserved",
+                "False",
+                "Pending",
+                f"couldn't assign flavors to pod set {pod_set}: insufficient unused quota for {key} in "
+                f"flavor {FLAVOR}, {shown} more needed",
+            )
             return False
-    workload["status"]["admission"] = {"clusterQueue": cq_name, "podSetAssignments": [
-        {"name": p["name"], "count": p["count"], "flavors": {k: FLAVOR for k in _requests(p["template"])}}
-        for p in workload["spec"]["podSets"]]}
+    workload["status"]["admission"] = {
+        "clusterQueue": cq_name,
+        "podSetAssignments": [
+            {"name": p["name"], "count": p["count"], "flavors": {k: FLAVOR for k in _requests(p["template"])}}
+            for p in workload["spec"]["podSets"]
+        ],
+    }
     _condition(cluster, workload, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq_name}")
     for ctype in ("Evicted", "Preempted"):  # re-admitted: Kueue keeps the earlier eviction, as False
-        old = next((c for c in workload["status"]["conditions"] if c["type"] == ctype and c["status"] == "True"),
-                   None)
+        old = next((c for c in workload["status"]["conditions"] if c["type"] == ctype and c["status"] == "True"), None)
         if old is not None:
             _condition(cluster, workload, ctype, "False", "QuotaReserved", f"Previously: {old['message']}")
     _condition(cluster, workload, "Admitted", "True", "Admitted", "The workload is admitted")

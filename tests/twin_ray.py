@@ -23,8 +23,12 @@ def _cluster_of(cluster: Cluster, rayjob: dict[str, Any]) -> dict[str, Any] | No
 
 def _submitter_of(cluster: Cluster, rayjob: dict[str, Any]) -> dict[str, Any] | None:
     job = cluster.kube.objects.get(("Job", rayjob["metadata"]["namespace"], rayjob["metadata"]["name"]))
-    return job if job is not None and any(o.get("uid") == rayjob["metadata"]["uid"]
-                                          for o in job["metadata"].get("ownerReferences") or []) else None
+    return (
+        job
+        if job is not None
+        and any(o.get("uid") == rayjob["metadata"]["uid"] for o in job["metadata"].get("ownerReferences") or [])
+        else None
+    )
 
 
 def _set(cluster: Cluster, obj: dict[str, Any], **values: Any) -> None:
@@ -49,24 +53,49 @@ def reconcile_rayjob(cluster: Cluster, rayjob: dict[str, Any]) -> None:
     if deployment in ("", "New", "Suspended"):
         name = cluster._name(rayjob["metadata"]["name"])
         labels = {**ORIGIN, "ray.io/originated-from-cr-name": rayjob["metadata"]["name"]}
-        cluster._make({"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                       "metadata": {"name": name, "namespace": rayjob["metadata"]["namespace"], "labels": labels,
-                                    "ownerReferences": [_owner(rayjob)]},
-                       "spec": copy.deepcopy(spec["rayClusterSpec"]), "status": {}})
-        _set(cluster, rayjob, jobDeploymentStatus="Initializing", rayClusterName=name,
-             jobId=status.get("jobId") or cluster._name(rayjob["metadata"]["name"]),
-             startTime=status.get("startTime") or cluster.stamp())
+        cluster._make(
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayCluster",
+                "metadata": {
+                    "name": name,
+                    "namespace": rayjob["metadata"]["namespace"],
+                    "labels": labels,
+                    "ownerReferences": [_owner(rayjob)],
+                },
+                "spec": copy.deepcopy(spec["rayClusterSpec"]),
+                "status": {},
+            }
+        )
+        _set(
+            cluster,
+            rayjob,
+            jobDeploymentStatus="Initializing",
+            rayClusterName=name,
+            jobId=status.get("jobId") or cluster._name(rayjob["metadata"]["name"]),
+            startTime=status.get("startTime") or cluster.stamp(),
+        )
         return
     ray_cluster = _cluster_of(cluster, rayjob)
     if ray_cluster is None:
-        _set(cluster, rayjob, jobDeploymentStatus="Failed", reason="RayClusterNotFound",
-             message="the RayCluster of this RayJob was deleted", endTime=cluster.stamp())
+        _set(
+            cluster,
+            rayjob,
+            jobDeploymentStatus="Failed",
+            reason="RayClusterNotFound",
+            message="the RayCluster of this RayJob was deleted",
+            endTime=cluster.stamp(),
+        )
         return
     if deployment == "Initializing" and (ray_cluster.get("status") or {}).get("state") == "ready":
         _create_submitter(cluster, rayjob, ray_cluster)
-        _set(cluster, rayjob, jobDeploymentStatus="Running",
-             dashboardURL=f"{ray_cluster['metadata']['name']}-head-svc.{rayjob['metadata']['namespace']}.svc:"
-                          f"{DASHBOARD_PORT}")
+        _set(
+            cluster,
+            rayjob,
+            jobDeploymentStatus="Running",
+            dashboardURL=f"{ray_cluster['metadata']['name']}-head-svc.{rayjob['metadata']['namespace']}.svc:"
+            f"{DASHBOARD_PORT}",
+        )
         return
     if deployment == "Running":
         _follow_submitter(cluster, rayjob)
@@ -76,31 +105,62 @@ def _create_submitter(cluster: Cluster, rayjob: dict[str, Any], ray_cluster: dic
     """The submitter Job, as KubeRay writes it: our template or its default, its command filled in."""
     spec, status = rayjob["spec"], rayjob["status"]
     head = ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    template = copy.deepcopy(spec.get("submitterPodTemplate")) or {"spec": {
-        "restartPolicy": "Never", "containers": [{
-            "name": SUBMITTER_CONTAINER, "image": head["image"],
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
-    address = f"http://{ray_cluster['metadata']['name']}-head-svc.{rayjob['metadata']['namespace']}.svc:" \
-              f"{DASHBOARD_PORT}"
+    template = copy.deepcopy(spec.get("submitterPodTemplate")) or {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": SUBMITTER_CONTAINER,
+                    "image": head["image"],
+                    "resources": {
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                        "requests": {"cpu": "500m", "memory": "200Mi"},
+                    },
+                }
+            ],
+        }
+    }
+    address = (
+        f"http://{ray_cluster['metadata']['name']}-head-svc.{rayjob['metadata']['namespace']}.svc:{DASHBOARD_PORT}"
+    )
     container = template["spec"]["containers"][0]
     job_id = status["jobId"]
     if not container.get("command"):
-        submit = (f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then ray job submit "
-                  f"--address {address} --no-wait --submission-id {job_id} -- {spec['entrypoint']} ; fi ; "
-                  f"ray job logs --address {address} --follow {job_id}")
+        submit = (
+            f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then ray job submit "
+            f"--address {address} --no-wait --submission-id {job_id} -- {spec['entrypoint']} ; fi ; "
+            f"ray job logs --address {address} --follow {job_id}"
+        )
         container["command"] = ["/bin/bash", "-ce", "--"]
         container["args"] = [submit]
     env = container.setdefault("env", [])
-    env.extend([{"name": "RAY_DASHBOARD_ADDRESS", "value": address.removeprefix("http://")},
-                {"name": "RAY_JOB_SUBMISSION_ID", "value": job_id}])
+    env.extend(
+        [
+            {"name": "RAY_DASHBOARD_ADDRESS", "value": address.removeprefix("http://")},
+            {"name": "RAY_JOB_SUBMISSION_ID", "value": job_id},
+        ]
+    )
     template["spec"].setdefault("restartPolicy", "Never")
-    labels = {**ORIGIN, "ray.io/originated-from-cr-name": rayjob["metadata"]["name"],
-              "app.kubernetes.io/created-by": "kuberay-operator"}
+    labels = {
+        **ORIGIN,
+        "ray.io/originated-from-cr-name": rayjob["metadata"]["name"],
+        "app.kubernetes.io/created-by": "kuberay-operator",
+    }
     backoff = int((spec.get("submitterConfig") or {}).get("backoffLimit", 2))
-    cluster._make({"apiVersion": "batch/v1", "kind": "Job",
-                   "metadata": {"name": rayjob["metadata"]["name"], "namespace": rayjob["metadata"]["namespace"],
-                                "labels": labels, "ownerReferences": [_owner(rayjob)]},
-                   "spec": {"backoffLimit": backoff, "template": template}, "status": {}})
+    cluster._make(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": rayjob["metadata"]["name"],
+                "namespace": rayjob["metadata"]["namespace"],
+                "labels": labels,
+                "ownerReferences": [_owner(rayjob)],
+            },
+            "spec": {"backoffLimit": backoff, "template": template},
+            "status": {},
+        }
+    )
 
 
 def ray_job_submit_command(pod: dict[str, Any]) -> list[str]:
@@ -122,15 +182,30 @@ def _follow_submitter(cluster: Cluster, rayjob: dict[str, Any]) -> None:
     driver = driver_state(cluster, rayjob)
     status = str(driver.get("status") or "")
     if status == "SUCCEEDED":
-        _set(cluster, rayjob, jobStatus="SUCCEEDED", jobDeploymentStatus="Complete", endTime=cluster.stamp(),
-             succeeded=1)
+        _set(
+            cluster, rayjob, jobStatus="SUCCEEDED", jobDeploymentStatus="Complete", endTime=cluster.stamp(), succeeded=1
+        )
     elif status in ("FAILED", "STOPPED"):
-        _set(cluster, rayjob, jobStatus=status, jobDeploymentStatus="Failed", reason="AppFailed",
-             message=str(driver.get("message") or ""), endTime=cluster.stamp(), failed=1)
+        _set(
+            cluster,
+            rayjob,
+            jobStatus=status,
+            jobDeploymentStatus="Failed",
+            reason="AppFailed",
+            message=str(driver.get("message") or ""),
+            endTime=cluster.stamp(),
+            failed=1,
+        )
     elif _cond(job, "Failed"):
-        _set(cluster, rayjob, jobDeploymentStatus="Failed", reason="SubmissionFailed",
-             message="Job submission has failed. Reason: the submitter Job reached its backoff limit",
-             endTime=cluster.stamp(), failed=1)
+        _set(
+            cluster,
+            rayjob,
+            jobDeploymentStatus="Failed",
+            reason="SubmissionFailed",
+            message="Job submission has failed. Reason: the submitter Job reached its backoff limit",
+            endTime=cluster.stamp(),
+            failed=1,
+        )
     elif any(p["status"].get("phase") == "Running" for p in cluster._children("Pod", job)):
         _set(cluster, rayjob, jobStatus="RUNNING")
 
@@ -152,8 +227,10 @@ def driver_state(cluster: Cluster, rayjob: dict[str, Any]) -> dict[str, Any]:
 
 def ray_failure_message(code: int, log: str) -> str:
     """Ray's own message for a driver that exited non-zero (what KubeRay copies into the RayJob)."""
-    return (f"Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 "
-            f"chars):\n{log[-20000:]}")
+    return (
+        f"Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 "
+        f"chars):\n{log[-20000:]}"
+    )
 
 
 def _shutdown_after_finish(cluster: Cluster, rayjob: dict[str, Any]) -> None:
@@ -173,37 +250,63 @@ def reconcile_raycluster(cluster: Cluster, ray_cluster: dict[str, Any]) -> None:
     pods = cluster._children("Pod", ray_cluster)
     if not any(p["metadata"]["labels"].get("ray.io/node-type") == "head" for p in pods):
         _ray_pod(cluster, ray_cluster, spec["headGroupSpec"], "head", "headgroup", f"{name}-head")
-        cluster._make({"apiVersion": "v1", "kind": "Service",
-                       "metadata": {"name": f"{name}-head-svc", "namespace": ns,
-                                    "ownerReferences": [_owner(ray_cluster)]},
-                       "spec": {"selector": {"ray.io/cluster": name, "ray.io/node-type": "head"},
-                                "ports": [{"name": "dashboard", "port": DASHBOARD_PORT}]}})
+        cluster._make(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": f"{name}-head-svc", "namespace": ns, "ownerReferences": [_owner(ray_cluster)]},
+                "spec": {
+                    "selector": {"ray.io/cluster": name, "ray.io/node-type": "head"},
+                    "ports": [{"name": "dashboard", "port": DASHBOARD_PORT}],
+                },
+            }
+        )
     for group in spec.get("workerGroupSpecs") or []:
-        mine = [p for p in pods if p["metadata"]["labels"].get("ray.io/group") == group["groupName"]
-                and p["status"].get("phase") not in ("Succeeded", "Failed")]
+        mine = [
+            p
+            for p in pods
+            if p["metadata"]["labels"].get("ray.io/group") == group["groupName"]
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
         for _ in range(int(group.get("replicas", 1)) - len(mine)):
-            _ray_pod(cluster, ray_cluster, group, "worker", group["groupName"],
-                     f"{name}-{group['groupName']}-worker")
+            _ray_pod(cluster, ray_cluster, group, "worker", group["groupName"], f"{name}-{group['groupName']}-worker")
     pods = cluster._children("Pod", ray_cluster)
     ready = bool(pods) and all(p["status"].get("phase") == "Running" for p in pods)
     _set(cluster, ray_cluster, state="ready" if ready else "")
 
 
-def _ray_pod(cluster: Cluster, ray_cluster: dict[str, Any], group: dict[str, Any], node_type: str, group_name: str,
-             stem: str) -> None:
+def _ray_pod(
+    cluster: Cluster, ray_cluster: dict[str, Any], group: dict[str, Any], node_type: str, group_name: str, stem: str
+) -> None:
     template = copy.deepcopy(group["template"])
     meta = template.get("metadata") or {}
     name = ray_cluster["metadata"]["name"]
-    labels = {**(meta.get("labels") or {}), "ray.io/cluster": name, "ray.io/node-type": node_type,
-              "ray.io/group": group_name, "ray.io/is-ray-node": "yes", "ray.io/identifier": f"{name}-{node_type}"}
+    labels = {
+        **(meta.get("labels") or {}),
+        "ray.io/cluster": name,
+        "ray.io/node-type": node_type,
+        "ray.io/group": group_name,
+        "ray.io/is-ray-node": "yes",
+        "ray.io/identifier": f"{name}-{node_type}",
+    }
     container = template["spec"]["containers"][0]
     params = " ".join(f"--{k}={shlex.quote(str(v))}" for k, v in sorted((group.get("rayStartParams") or {}).items()))
     start = "ray start --head" if node_type == "head" else f"ray start --address={name}-head-svc:6379"
     if not container.get("command"):
         container["command"] = ["/bin/bash", "-lc", "--"]
         container["args"] = [f"ulimit -n 65536; {start} {params} --block".strip()]
-    cluster._make({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": cluster._name(stem), "namespace": ray_cluster["metadata"]["namespace"],
-                                "labels": labels, "annotations": dict(meta.get("annotations") or {}),
-                                "ownerReferences": [_owner(ray_cluster)]},
-                   "spec": template["spec"], "status": {"phase": "Pending"}})
+    cluster._make(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": cluster._name(stem),
+                "namespace": ray_cluster["metadata"]["namespace"],
+                "labels": labels,
+                "annotations": dict(meta.get("annotations") or {}),
+                "ownerReferences": [_owner(ray_cluster)],
+            },
+            "spec": template["spec"],
+            "status": {"phase": "Pending"},
+        }
+    )

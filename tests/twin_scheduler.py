@@ -69,12 +69,11 @@ def _matches(pod: dict[str, Any], node: dict[str, Any]) -> bool:
 
 def _avoided(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     """Required node affinity, the `NotIn`/`DoesNotExist`/`In`/`Exists` operators of its terms."""
-    affinity = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     required = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
     if not required:
         return False
-    return not any(all(_expression(node["labels"], e) for e in term.get("matchExpressions") or [])
-                   for term in required)
+    return not any(all(_expression(node["labels"], e) for e in term.get("matchExpressions") or []) for term in required)
 
 
 def _expression(labels: dict[str, str], expr: dict[str, Any]) -> bool:
@@ -91,16 +90,23 @@ def _expression(labels: dict[str, str], expr: dict[str, Any]) -> bool:
 
 
 def _bound(cluster: Cluster, node: str) -> list[dict[str, Any]]:
-    return [p for p in cluster._all("Pod") if (p.get("spec") or {}).get("nodeName") == node
-            and p["status"].get("phase") not in TERMINAL]
+    return [
+        p
+        for p in cluster._all("Pod")
+        if (p.get("spec") or {}).get("nodeName") == node and p["status"].get("phase") not in TERMINAL
+    ]
 
 
-def _free(cluster: Cluster, name: str, without: list[dict[str, Any]] | None = None,
-          claimant: dict[str, Any] | None = None) -> dict[str, float]:
+def _free(
+    cluster: Cluster, name: str, without: list[dict[str, Any]] | None = None, claimant: dict[str, Any] | None = None
+) -> dict[str, float]:
     """What is left on a node; room a preemptor was promised (`nominatedNodeName`) is not left to others."""
     free = dict(cluster.nodes[name]["allocatable"])
-    nominated = [p for p in cluster._all("Pod") if p["status"].get("nominatedNodeName") == name
-                 and not p["spec"].get("nodeName") and p is not claimant]
+    nominated = [
+        p
+        for p in cluster._all("Pod")
+        if p["status"].get("nominatedNodeName") == name and not p["spec"].get("nodeName") and p is not claimant
+    ]
     for pod in _bound(cluster, name) + nominated:
         if any(pod is other for other in without or []):
             continue
@@ -125,8 +131,9 @@ def schedule(cluster: Cluster, pod: dict[str, Any]) -> bool:
             return True
     mine = priority_of(cluster, pod)
     for name in candidates:
-        victims = sorted((p for p in _bound(cluster, name) if priority_of(cluster, p) < mine),
-                         key=lambda p: priority_of(cluster, p))
+        victims = sorted(
+            (p for p in _bound(cluster, name) if priority_of(cluster, p) < mine), key=lambda p: priority_of(cluster, p)
+        )
         chosen: list[dict[str, Any]] = []
         for victim in victims:
             chosen.append(victim)
@@ -142,19 +149,26 @@ def schedule(cluster: Cluster, pod: dict[str, Any]) -> bool:
 
 def _unschedulable(cluster: Cluster, pod: dict[str, Any], wanted: dict[str, float], candidates: list[str]) -> None:
     total = len(cluster.nodes)
-    short = sorted({key for n in candidates for key, value in wanted.items()
-                    if value > _free(cluster, n).get(key, 0.0) + 1e-9})
+    short = sorted(
+        {key for n in candidates for key, value in wanted.items() if value > _free(cluster, n).get(key, 0.0) + 1e-9}
+    )
     parts = [f"{len(candidates)} Insufficient {key}" for key in short]
     if total - len(candidates):
         parts.append(f"{total - len(candidates)} node(s) didn't match Pod's node affinity/selector")
-    message = (f"0/{total} nodes are available: {', '.join(parts)}. preemption: 0/{total} nodes are available: "
-               f"{total} No preemption victims found for incoming pod.")
+    message = (
+        f"0/{total} nodes are available: {', '.join(parts)}. preemption: 0/{total} nodes are available: "
+        f"{total} No preemption victims found for incoming pod."
+    )
     wanted_cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
     conds = pod["status"].get("conditions") or []
     if wanted_cond not in [{k: c.get(k) for k in wanted_cond} for c in conds]:
-        pod["status"].update(phase="Pending", conditions=[
-            *[c for c in conds if c.get("type") != "PodScheduled"], {**wanted_cond,
-                                                                      "lastTransitionTime": cluster.stamp()}])
+        pod["status"].update(
+            phase="Pending",
+            conditions=[
+                *[c for c in conds if c.get("type") != "PodScheduled"],
+                {**wanted_cond, "lastTransitionTime": cluster.stamp()},
+            ],
+        )
         cluster._touch(pod)
 
 
@@ -167,17 +181,23 @@ def disrupt(cluster: Cluster, pod: dict[str, Any], reason: str, message: str, *,
     if pod["metadata"].get("deletionTimestamp"):
         return
     at = cluster.stamp()
-    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") not in ("Ready",
-                                                                                                 "DisruptionTarget")]
-    status["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": reason,
-                                 "message": message, "lastTransitionTime": at})
+    status["conditions"] = [
+        c for c in status.get("conditions") or [] if c.get("type") not in ("Ready", "DisruptionTarget")
+    ]
+    status["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message, "lastTransitionTime": at}
+    )
     pod["metadata"]["deletionTimestamp"] = at
     pod["metadata"]["deletionGracePeriodSeconds"] = GRACE_SECONDS
     if status.get("phase") == "Running":
         for cs in status.get("containerStatuses") or []:
             if "running" in (cs.get("state") or {}):
-                ended = {"exitCode": 143, "reason": "Error", "startedAt": cs["state"]["running"].get(
-                    "startedAt", at), "finishedAt": at}
+                ended = {
+                    "exitCode": 143,
+                    "reason": "Error",
+                    "startedAt": cs["state"]["running"].get("startedAt", at),
+                    "finishedAt": at,
+                }
                 if record:
                     ended["message"] = record
                 cs.update(state={"terminated": ended}, ready=False)

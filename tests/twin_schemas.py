@@ -186,8 +186,10 @@ def check(obj: dict[str, Any], api_version: str, kind: str) -> Verdict:
             return verdict
         root = served["schema"]["openAPIV3Schema"]
         body = {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}
-        schema = {**root, "properties": {k: v for k, v in root["properties"].items()
-                                         if k not in ("metadata", "apiVersion", "kind")}}
+        schema = {
+            **root,
+            "properties": {k: v for k, v in root["properties"].items() if k not in ("metadata", "apiVersion", "kind")},
+        }
         prune(body, schema, _Resolver(core=False), "", verdict.unknown)
         obj.update(body)
         for key in [k for k in obj if k not in body and k not in ("metadata", "apiVersion", "kind")]:
@@ -224,15 +226,19 @@ def _metadata_errors(meta: dict[str, Any]) -> list[str]:
     errors = []
     name = meta.get("name")
     if name is not None and (not isinstance(name, str) or len(name) > 253 or not _DNS_1123_SUBDOMAIN.match(name)):
-        errors.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
-                      "lower case alphanumeric characters, '-' or '.'")
+        errors.append(
+            f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of "
+            "lower case alphanumeric characters, '-' or '.'"
+        )
     for key, value in (meta.get("labels") or {}).items():
         prefix, _, short = str(key).rpartition("/")
         if not _LABEL_NAME.match(short) or len(short) > 63 or len(prefix) > 253:
             errors.append(f"metadata.labels: Invalid value: {key!r}: name part must be a valid label name")
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-            errors.append(f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string "
-                          "or consist of alphanumeric characters, '-', '_' or '.', at most 63 characters")
+            errors.append(
+                f"metadata.labels: Invalid value: {value!r}: a valid label must be an empty string "
+                "or consist of alphanumeric characters, '-', '_' or '.', at most 63 characters"
+            )
     for key, value in (meta.get("annotations") or {}).items():
         if not isinstance(value, str):
             errors.append(f"metadata.annotations.{key}: Invalid value: annotation values must be strings")

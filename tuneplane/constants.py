@@ -62,6 +62,7 @@ def observed_phase(text: str) -> ObservedPhase:
     """`text` as a phase a backend may report, or `Unknown` for anything else (a damaged state file)."""
     return typing.cast(ObservedPhase, text) if text in _OBSERVED else UNKNOWN
 
+
 # Why an attempt of a run ended: one vocabulary across engines (docs/reference/files.md). An attempt
 # still under way has no reason yet. A later issue that needs a new reason adds it here and nowhere else.
 AttemptReason = Literal[

@@ -114,8 +114,9 @@ def read_jobspec(work: Path) -> JobSpecView:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LaunchError(f"no JobSpec at {path}; tuneplane-launch runs inside a job package "
-                          "(set TUNEPLANE_WORK_DIR to its root)") from None
+        raise LaunchError(
+            f"no JobSpec at {path}; tuneplane-launch runs inside a job package (set TUNEPLANE_WORK_DIR to its root)"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LaunchError(f"cannot read the JobSpec {path}: {exc}") from None
     return _jobspec_from(raw, path)
@@ -124,8 +125,10 @@ def read_jobspec(work: Path) -> JobSpecView:
 def _jobspec_from(raw: Any, path: Path) -> JobSpecView:
     spec = _mapping(raw, "the JobSpec", path)
     if spec.get("apiVersion") != "tuneplane/v1" or spec.get("kind") != "TrainingJob":
-        raise LaunchError(f"{path} is not a tuneplane/v1 TrainingJob (apiVersion={spec.get('apiVersion')!r}, "
-                          f"kind={spec.get('kind')!r})")
+        raise LaunchError(
+            f"{path} is not a tuneplane/v1 TrainingJob (apiVersion={spec.get('apiVersion')!r}, "
+            f"kind={spec.get('kind')!r})"
+        )
     body = _mapping(spec.get("spec"), "spec", path)
     framework = _mapping(body.get("framework", {}), "spec.framework", path).get("kind", "")
     hyperparams = _mapping(body.get("hyperparams", {}), "spec.hyperparams", path)
@@ -134,8 +137,9 @@ def _jobspec_from(raw: Any, path: Path) -> JobSpecView:
     if not isinstance(raw_plugins, list):
         raise LaunchError(f"{path}: spec.plugins must be a list")
     refs = [_plugin_from(item, i, path) for i, item in enumerate(raw_plugins)]
-    return JobSpecView(str(framework), MappingProxyType(dict(hyperparams)), refs,
-                       _launch_from(spec.get("launch"), path))
+    return JobSpecView(
+        str(framework), MappingProxyType(dict(hyperparams)), refs, _launch_from(spec.get("launch"), path)
+    )
 
 
 def _mapping(value: Any, what: str, path: Path) -> dict[str, Any]:
@@ -158,8 +162,12 @@ def _plugin_from(item: Any, index: int, path: Path) -> PluginRef:
     load = entry.get("load") or "eager"
     if load not in ("eager", "deferred"):
         raise LaunchError(f"{path}: {where}.load must be eager or deferred, got {load!r}")
-    return PluginRef(entrypoint=str(entry.get("entrypoint") or ""), load=str(load),
-                     requires_core=str(entry.get("requires_core") or ""), **fields)
+    return PluginRef(
+        entrypoint=str(entry.get("entrypoint") or ""),
+        load=str(load),
+        requires_core=str(entry.get("requires_core") or ""),
+        **fields,
+    )
 
 
 def _launch_from(value: Any, path: Path) -> Launch:
@@ -167,8 +175,12 @@ def _launch_from(value: Any, path: Path) -> Launch:
     argv = launch.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise LaunchError(f"{path}: launch.argv must be a non-empty list of strings")
-    return Launch(argv=list(argv), mode=str(launch.get("mode") or "direct"),
-                  cwd=str(launch.get("cwd") or ""), in_process=bool(launch.get("in_process", False)))
+    return Launch(
+        argv=list(argv),
+        mode=str(launch.get("mode") or "direct"),
+        cwd=str(launch.get("cwd") or ""),
+        in_process=bool(launch.get("in_process", False)),
+    )
 
 
 # ── plugins ────────────────────────────────────────────────────────────────────────────────────────
@@ -185,20 +197,28 @@ def verify_plugin(work: Path, plugin: PluginRef, core_version: str = __version__
     shown = f"{PLUGINS_DIR}/{plugin.name}/"
     root = work / PLUGINS_DIR / plugin.name
     if not root.is_dir():
-        raise LaunchError(f"plugin {plugin.ref}: its package {shown} is missing from "
-                          f"the job package at {work}; resubmit so the platform injects it")
+        raise LaunchError(
+            f"plugin {plugin.ref}: its package {shown} is missing from "
+            f"the job package at {work}; resubmit so the platform injects it"
+        )
     if os.path.realpath(root) != os.path.join(os.path.realpath(work), PLUGINS_DIR, plugin.name):
-        raise LaunchError(f"plugin {plugin.ref}: {shown} is a symlink (to {os.path.realpath(root)}); a plugin "
-                          "ships as its own files inside the job package. Replace the link with the plugin's "
-                          "folder in the lab and submit again")
+        raise LaunchError(
+            f"plugin {plugin.ref}: {shown} is a symlink (to {os.path.realpath(root)}); a plugin "
+            "ships as its own files inside the job package. Replace the link with the plugin's "
+            "folder in the lab and submit again"
+        )
     unpinned = unpinned_folders(root)
     if unpinned:
-        raise LaunchError(f"plugin {plugin.ref}: {shown}{unpinned[0]}/ is a folder the digest skips, so its files "
-                          "would ship unpinned; remove it from the plugin, re-lock and submit again")
+        raise LaunchError(
+            f"plugin {plugin.ref}: {shown}{unpinned[0]}/ is a folder the digest skips, so its files "
+            "would ship unpinned; remove it from the plugin, re-lock and submit again"
+        )
     sourceless = bytecode_files(root)
     if sourceless:
-        raise LaunchError(f"plugin {plugin.ref}: {shown}{sourceless[0]} is compiled bytecode, "
-                          "which the digest does not pin; remove it from the plugin and commit only source")
+        raise LaunchError(
+            f"plugin {plugin.ref}: {shown}{sourceless[0]} is compiled bytecode, "
+            "which the digest does not pin; remove it from the plugin and commit only source"
+        )
     copy = Path(tempfile.mkdtemp(prefix=f"{plugin.name}-", dir=_private_dir())) / plugin.name
     try:
         actual = pinned_copy(root, copy)
@@ -208,7 +228,8 @@ def verify_plugin(work: Path, plugin: PluginRef, core_version: str = __version__
         raise LaunchError(
             f"plugin {plugin.ref}: {shown} has digest {actual} but the JobSpec locked "
             f"{plugin.digest}; the package changed after it was locked. Restore it, or re-lock it with "
-            f"`tp plugin lock <experiment> {plugin.ref}` and submit again")
+            f"`tp plugin lock <experiment> {plugin.ref}` and submit again"
+        )
     _check_core(plugin, core_version)
     return copy
 
@@ -254,13 +275,13 @@ def _check_core(plugin: PluginRef, core_version: str) -> None:
     try:
         admitted = version_admits(plugin.requires_core, core_version)
     except ValueError as exc:
-        raise LaunchError(f"plugin {plugin.ref}: requires.core {plugin.requires_core!r} is invalid: {exc}") \
-            from None
+        raise LaunchError(f"plugin {plugin.ref}: requires.core {plugin.requires_core!r} is invalid: {exc}") from None
     if not admitted:
         raise LaunchError(
             f"plugin {plugin.ref} requires tuneplane {plugin.requires_core} but this job runs tuneplane "
             f"{core_version}; use an image with a matching tuneplane, or lock a plugin version whose "
-            "requires.core admits it")
+            "requires.core admits it"
+        )
 
 
 def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
@@ -277,8 +298,7 @@ def _load_install(root: Path, plugin: PluginRef) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # any import failure, SystemExit included, stops the job with the plugin named
         traceback.print_exc()
-        raise LaunchError(f"plugin {plugin.ref}: importing {module_name} failed: "
-                          f"{type(exc).__name__}: {exc}") from None
+        raise LaunchError(f"plugin {plugin.ref}: importing {module_name} failed: {type(exc).__name__}: {exc}") from None
     install = getattr(module, attr, None)
     if not callable(install):
         raise LaunchError(f"plugin {plugin.ref}: {module_name} has no callable {attr!r}")
@@ -296,9 +316,11 @@ def _refuse_foreign_module(root: Path, plugin: PluginRef, top: str) -> None:
     if any(Path(p).resolve().is_relative_to(root.resolve()) for p in paths):
         return
     origin = paths[0] if paths else "a built-in module"
-    raise LaunchError(f"plugin {plugin.ref}: its module {top!r} is already imported from {origin} "
-                      "(another plugin or the framework uses the same name); rename the plugin's module "
-                      "and re-lock it")
+    raise LaunchError(
+        f"plugin {plugin.ref}: its module {top!r} is already imported from {origin} "
+        "(another plugin or the framework uses the same name); rename the plugin's module "
+        "and re-lock it"
+    )
 
 
 def _apply(plugin: PluginRef, root: Path, params: Mapping[str, Any], emit: Emit) -> None:
@@ -312,9 +334,11 @@ def _apply(plugin: PluginRef, root: Path, params: Mapping[str, Any], emit: Emit)
         install(params)
     except BaseException as exc:  # a patch that did not apply (or exited, even with 0) must stop the job
         traceback.print_exc()
-        raise LaunchError(f"plugin {plugin.ref}: install(params) raised {type(exc).__name__}: {exc}; "
-                          "the job stops because training without the patch would not be the "
-                          "experiment that was declared") from None
+        raise LaunchError(
+            f"plugin {plugin.ref}: install(params) raised {type(exc).__name__}: {exc}; "
+            "the job stops because training without the patch would not be the "
+            "experiment that was declared"
+        ) from None
     plugins.mark_installed(plugin.id, plugin.digest)
     emit(f"plugin  : {plugin.ref} applied in entrypoint process")
 
@@ -326,8 +350,10 @@ def loaded_plugins(spec: JobSpecView, emit: Emit) -> list[PluginRef]:
         if plugin.capability == LOADED_CAPABILITY:
             chosen.append(plugin)
         else:
-            emit(f"plugin  : {plugin.ref} skipped (capability {plugin.capability} is not loaded in the "
-                 "entrypoint process)")
+            emit(
+                f"plugin  : {plugin.ref} skipped (capability {plugin.capability} is not loaded in the "
+                "entrypoint process)"
+            )
     return chosen
 
 
@@ -349,6 +375,7 @@ def install_plugins(spec: JobSpecView, work: Path, emit: Emit = print) -> list[P
 
 
 # ── the entrypoint ─────────────────────────────────────────────────────────────────────────────────
+
 
 def exec_argv(argv: list[str]) -> NoReturn:
     """Replace this process with `argv`, as a shell would; 127/126 when it cannot start."""
@@ -380,8 +407,7 @@ def _plan(spec: JobSpecView, args: list[str]) -> tuple[PythonEntry | None, bool]
     if args:
         entry = entry_after_interpreter(args)
         if entry is None:
-            raise LaunchError(f"re-entry arguments {args!r} are not a Python entry "
-                              "(-m module …, file.py …, -c code …)")
+            raise LaunchError(f"re-entry arguments {args!r} are not a Python entry (-m module …, file.py …, -c code …)")
         return entry, False
     entry = python_entry(spec.launch.argv)
     reenters = any(marker in arg for arg in spec.launch.argv for marker in REENTRY_MARKERS)
@@ -403,7 +429,8 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
             f"algorithm plugins apply in the entrypoint process, but launch.argv {spec.launch.argv!r} "
             f"is not a Python entry for this interpreter ({sys.executable}) and does not re-enter "
             "tuneplane.launcher; start each rank as `python -m tuneplane.launcher -m <module> …` "
-            "(or `… <file.py> …`)")
+            "(or `… <file.py> …`)"
+        )
     in_process = entry is not None and (bool(chosen) or spec.launch.in_process)
     if supervised and in_process:
         for plugin in chosen:  # fail here, before the child starts; the child installs them and says so
@@ -486,8 +513,9 @@ def _refused(exc: LaunchError, record: JobAttempt | None) -> int:
     return CONFIG_ERROR_EXIT
 
 
-def _run_recorded(record: JobAttempt, spec: JobSpecView, entry: PythonEntry | None, collector: Any,
-                  uploads: bool) -> int:
+def _run_recorded(
+    record: JobAttempt, spec: JobSpecView, entry: PythonEntry | None, collector: Any, uploads: bool
+) -> int:
     """Run the trainer as a watched child (an in-process entry re-enters this launcher in the child,
     which installs the plugins there) and record how it ended."""
     child = spec.launch.argv if entry is None else reentry_argv(entry)

@@ -88,8 +88,7 @@ def install_deferred(name: str, **ctx: object) -> bool:
     try:
         entry.install(entry.params, **ctx)
     except Exception as exc:
-        raise PluginInstallError(f"deferred plugin {entry.ref} failed to install: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        raise PluginInstallError(f"deferred plugin {entry.ref} failed to install: {type(exc).__name__}: {exc}") from exc
     entry.done = True
     return True
 

@@ -28,8 +28,17 @@ class Problem(FrozenRecord):
     pointer: str
     hint: str
 
-    def __init__(self, file: str, line: int, col: int, rule: str, message: str,
-                 severity: Severity = Severity.ERROR, pointer: str = "", hint: str = "") -> None:
+    def __init__(
+        self,
+        file: str,
+        line: int,
+        col: int,
+        rule: str,
+        message: str,
+        severity: Severity = Severity.ERROR,
+        pointer: str = "",
+        hint: str = "",
+    ) -> None:
         self._set(file, line, col, rule, message, severity, pointer, hint)
 
     def _values(self) -> tuple[object, ...]:

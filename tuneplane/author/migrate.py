@@ -76,8 +76,10 @@ def _lab_tree(root: Path) -> list[Path]:
             if path.is_file() and not path.is_symlink():
                 found.append(path)
         if len(found) > MAX_FILES:
-            raise UsageError(f"{root} holds more than {MAX_FILES} files; that is not a lab",
-                             hint="run tp migrate at the root of the StarForge lab")
+            raise UsageError(
+                f"{root} holds more than {MAX_FILES} files; that is not a lab",
+                hint="run tp migrate at the root of the StarForge lab",
+            )
     return found
 
 
@@ -108,19 +110,25 @@ def _lab_file(root: Path, plan: MigrationPlan, roots: list[str], shared: list[st
     y = _yaml()
     data = y.load((root / LEGACY_LAB_FILE).read_text(encoding="utf-8")) or {}
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(data.get("name") or root.name)).strip("-.") or "lab"
-    header = "".join(line + "\n" for line in (root / LEGACY_LAB_FILE).read_text(encoding="utf-8").splitlines()
-                     if line.startswith("#"))
+    header = "".join(
+        line + "\n"
+        for line in (root / LEGACY_LAB_FILE).read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    )
     new_lab = lab_files(name)[LAB_FILE]
     first, _, rest = new_lab.partition("\n")
     layout = ""
     if roots != ["experiments"] or shared:
-        layout = ("\n# Where this lab keeps its experiments, and code every job of the lab imports.\n"
-                  f"experiment_roots: [{', '.join(roots)}]\n")
+        layout = (
+            "\n# Where this lab keeps its experiments, and code every job of the lab imports.\n"
+            f"experiment_roots: [{', '.join(roots)}]\n"
+        )
         layout += f"shared_code: [{', '.join(shared)}]\n" if shared else ""
     plan.writes[LAB_FILE] = f"{first}\n# Migrated from {LEGACY_LAB_FILE}; its comments follow.\n{header}{rest}{layout}"
     plan.deletes.append(LEGACY_LAB_FILE)
-    plan.notes.append(f"{LAB_FILE}: written from {LEGACY_LAB_FILE} (name {name!r}); "
-                      "review profiles, images and cluster settings")
+    plan.notes.append(
+        f"{LAB_FILE}: written from {LEGACY_LAB_FILE} (name {name!r}); review profiles, images and cluster settings"
+    )
 
 
 _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
@@ -131,14 +139,18 @@ def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None
     try:  # the lab's reader: a regular file of bounded size, strict JSON
         data = load_json(path, rel).data
     except LoadFailed as exc:
-        raise UsageError(f"{exc.problem.location()}: cannot read the lock: {exc.problem.message}",
-                         hint="fix or delete it, then run tp migrate again") from None
+        raise UsageError(
+            f"{exc.problem.location()}: cannot read the lock: {exc.problem.message}",
+            hint="fix or delete it, then run tp migrate again",
+        ) from None
     recipe = data.get("recipe", {}) if isinstance(data, dict) else None
     if not isinstance(recipe, dict):
         what, where = (data, "it is") if not isinstance(data, dict) else (recipe, "its `recipe` is")
-        raise UsageError(f"{rel}: cannot read the lock: {where} a JSON {_JSON_KINDS.get(type(what), 'value')}, "
-                         "not an object", hint="a recipe lock is a JSON object whose `recipe` is one too; fix or "
-                                               "delete it, then run tp migrate again")
+        raise UsageError(
+            f"{rel}: cannot read the lock: {where} a JSON {_JSON_KINDS.get(type(what), 'value')}, not an object",
+            hint="a recipe lock is a JSON object whose `recipe` is one too; fix or "
+            "delete it, then run tp migrate again",
+        )
     if data.get("apiVersion") not in LEGACY_LOCK_APIS:
         return
     data["apiVersion"] = RECIPE_LOCK_API
@@ -147,16 +159,25 @@ def _lock(root: Path, path: Path, plan: MigrationPlan, catalog: Catalog) -> None
     method = recipe.get("name", "")
     if catalog.has(method):
         current = catalog.recipe(method)
-        data.setdefault("bindings", {
-            "params": {n: {"path": p.path, "type": p.type} for n, p in sorted(current.params.items())},
-            "entrypoint": {"kind": current.entrypoint.kind, "value": current.entrypoint.value}})
-        if (data.get("recipe", {}).get("manifest_digest"), recipe.get("template_digest")) != \
-                catalog.digests(method)[1:]:
-            plan.notes.append(f"{rel}: converted; then run `tp recipe upgrade {path.parent.name}` to adopt the "
-                              f"current {method} recipe")
+        data.setdefault(
+            "bindings",
+            {
+                "params": {n: {"path": p.path, "type": p.type} for n, p in sorted(current.params.items())},
+                "entrypoint": {"kind": current.entrypoint.kind, "value": current.entrypoint.value},
+            },
+        )
+        if (data.get("recipe", {}).get("manifest_digest"), recipe.get("template_digest")) != catalog.digests(method)[
+            1:
+        ]:
+            plan.notes.append(
+                f"{rel}: converted; then run `tp recipe upgrade {path.parent.name}` to adopt the "
+                f"current {method} recipe"
+            )
     else:
-        plan.notes.append(f"{rel}: converted, but {method!r} is not in this catalog; pick a method from "
-                          f"`tp methods` and re-create it with `tp new NEW --method … --from {path.parent.name}`")
+        plan.notes.append(
+            f"{rel}: converted, but {method!r} is not in this catalog; pick a method from "
+            f"`tp methods` and re-create it with `tp new NEW --method … --from {path.parent.name}`"
+        )
     plan.writes[rel] = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -174,8 +195,10 @@ def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
     if data.get("capability") == "data-prep" and "execution" not in data:
         data.insert(list(data.keys()).index("capability") + 1, "execution", "local")  # StarForge ran it locally
     plan.writes[rel] = _dump(y, data)
-    plan.notes.append(f"{rel}: schema tuneplane/plugin/v1 (`kind` is now `capability`); re-lock experiments "
-                      "that use it with `tp plugin lock`")
+    plan.notes.append(
+        f"{rel}: schema tuneplane/plugin/v1 (`kind` is now `capability`); re-lock experiments "
+        "that use it with `tp plugin lock`"
+    )
 
 
 def _code(root: Path, path: Path, plan: MigrationPlan) -> None:

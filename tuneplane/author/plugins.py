@@ -34,17 +34,18 @@ from tuneplane.runtime.digest import DigestError, tree_digest
 
 
 def _manifest_text(name: str, module: str, schema_line: str) -> str:
-    return (schema_line +
-            f"schema: {PLUGIN_SCHEMA}\n"
-            f"name: {name}\n"
-            "version: 0.1.0\n"
-            "capability: algorithm\n"
-            "summary: Say in one line what this patch changes.\n"
-            f"entrypoint: {module}:install\n"
-            "load: eager\n"
-            "requires:\n"
-            "  core: \">=0.1,<1\"\n"
-            "scope: entrypoint\n")
+    return (
+        schema_line + f"schema: {PLUGIN_SCHEMA}\n"
+        f"name: {name}\n"
+        "version: 0.1.0\n"
+        "capability: algorithm\n"
+        "summary: Say in one line what this patch changes.\n"
+        f"entrypoint: {module}:install\n"
+        "load: eager\n"
+        "requires:\n"
+        '  core: ">=0.1,<1"\n'
+        "scope: entrypoint\n"
+    )
 
 
 def _module_text(name: str) -> str:
@@ -128,8 +129,7 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     try:
         digest = tree_digest(plugin_dir)
     except DigestError as exc:
-        raise UsageError(f"cannot digest plugins/{name}: {exc}",
-                         f"tp plugin validate plugins/{name}") from None
+        raise UsageError(f"cannot digest plugins/{name}: {exc}", f"tp plugin validate plugins/{name}") from None
     entry = PluginsLockEntry(id=f"{owner}/{name}", version=manifest.version, digest=digest)
     lock_path = exp_dir / LOCK_FILE
     entries = _existing_entries(lock_path, lab_root)
@@ -150,8 +150,10 @@ def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: Mapping[s
     mine = [p for p in problems if p.is_error and (p.file != shown or p.pointer.startswith(f"/plugins/{index}/"))]
     if mine:
         lines = "\n".join(f"  {p.location()}: {p.message}" for p in mine)
-        raise UsageError(f"{shown} was left as it is; `tp validate` would refuse this lock:\n{lines}",
-                         mine[0].hint or f"tp validate {exp_dir.name}")
+        raise UsageError(
+            f"{shown} was left as it is; `tp validate` would refuse this lock:\n{lines}",
+            mine[0].hint or f"tp validate {exp_dir.name}",
+        )
 
 
 def _framework(lab_root: Path, exp_dir: Path) -> str:
@@ -166,21 +168,19 @@ def _framework(lab_root: Path, exp_dir: Path) -> str:
 
 def _experiment_dir(lab_root: Path, experiment: str) -> Path:
     if not re.fullmatch(SEGMENT, experiment):
-        raise UsageError(f"{experiment!r} is not an experiment name",
-                         "pass the directory name under experiments/")
+        raise UsageError(f"{experiment!r} is not an experiment name", "pass the directory name under experiments/")
     exp_dir = open_lab(lab_root).experiment_dir(experiment)
     if not exp_dir.is_dir():
-        raise UsageError(f"no experiment {experiment!r} in {lab_root}",
-                         "create it with `tp new`, or check the name with `tp ls`")
+        raise UsageError(
+            f"no experiment {experiment!r} in {lab_root}", "create it with `tp new`, or check the name with `tp ls`"
+        )
     return exp_dir
 
 
-def _lockable_manifest(lab_root: Path, plugin_dir: Path, plugin_id: str,
-                       version: str | None) -> PluginManifest:
+def _lockable_manifest(lab_root: Path, plugin_dir: Path, plugin_id: str, version: str | None) -> PluginManifest:
     name = plugin_id.split("/", 1)[1]
     if not plugin_dir.is_dir():
-        raise UsageError(f"no plugin {name!r} in {lab_root / 'plugins'}",
-                         f"create it with `tp plugin new {name}`")
+        raise UsageError(f"no plugin {name!r} in {lab_root / 'plugins'}", f"create it with `tp plugin new {name}`")
     problems = validate_plugin_dir(plugin_dir, lab_root)
     errors = [p for p in problems if p.is_error]
     if errors:
@@ -188,11 +188,15 @@ def _lockable_manifest(lab_root: Path, plugin_dir: Path, plugin_id: str,
         raise UsageError(f"plugins/{name} does not validate:\n{lines}", f"tp plugin validate plugins/{name}")
     manifest = load_plugin_manifest(plugin_dir)
     if manifest.name != name:
-        raise UsageError(f"plugins/{name}/plugin.yaml names itself {manifest.name!r}",
-                         f"set `name: {name}` or move the directory to plugins/{manifest.name}")
+        raise UsageError(
+            f"plugins/{name}/plugin.yaml names itself {manifest.name!r}",
+            f"set `name: {name}` or move the directory to plugins/{manifest.name}",
+        )
     if version is not None and version != manifest.version:
-        raise UsageError(f"plugins/{name} is version {manifest.version}, not {version}",
-                         f"lock {plugin_id}@{manifest.version}, or set `version: {version}` in plugin.yaml")
+        raise UsageError(
+            f"plugins/{name} is version {manifest.version}, not {version}",
+            f"lock {plugin_id}@{manifest.version}, or set `version: {version}` in plugin.yaml",
+        )
     return manifest
 
 
@@ -207,6 +211,7 @@ def _existing_entries(lock_path: Path, lab_root: Path) -> list[PluginsLockEntry]
     lock, problems = parse_plugins_lock(text, shown)
     if lock is None:
         lines = "\n".join(f"  {p.location()}: {p.message}" for p in problems if p.is_error)
-        raise UsageError(f"{shown} is invalid; it was left as it is:\n{lines}",
-                         "fix it by hand (or delete it) and lock again")
+        raise UsageError(
+            f"{shown} is invalid; it was left as it is:\n{lines}", "fix it by hand (or delete it) and lock again"
+        )
     return list(lock.plugins)

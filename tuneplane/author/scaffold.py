@@ -48,18 +48,25 @@ BACKENDS = ("local", "kubernetes", "slurm")
 DEFAULT_RUNNER = "tuneplane"  # the self-hosted runner label of a local or Slurm lab's bot jobs
 
 
-def lab_files(name: str, backend: str = "local", tool: ToolSource | None = None,
-              runner: str = DEFAULT_RUNNER) -> dict[str, str]:
+def lab_files(
+    name: str, backend: str = "local", tool: ToolSource | None = None, runner: str = DEFAULT_RUNNER
+) -> dict[str, str]:
     """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp."""
     tool = tool or installed_source(__version__)
     files = {
-        LAB_FILE: render("lab/tuneplane.yaml.j2", name=name, backend=backend, tool=tool,
-                         schema_ref=reference(LAB_FILE, schema_rel("lab"))),
+        LAB_FILE: render(
+            "lab/tuneplane.yaml.j2",
+            name=name,
+            backend=backend,
+            tool=tool,
+            schema_ref=reference(LAB_FILE, schema_rel("lab")),
+        ),
         "README.md": render("lab/README.md.j2", name=name),
         ".gitignore": render("lab/gitignore"),
         ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2", hook=_hook(tool)),
-        ".github/workflows/tuneplane.yml": render("lab/workflow.yml.j2", branch="main", actions=ACTIONS,
-                                                  **_bot_runner(backend, runner)),
+        ".github/workflows/tuneplane.yml": render(
+            "lab/workflow.yml.j2", branch="main", actions=ACTIONS, **_bot_runner(backend, runner)
+        ),
         ".github/dependabot.yml": render("lab/dependabot.yml.j2"),
         **({} if backend == "kubernetes" else {".github/actionlint.yaml": _runner_labels(runner)}),
         **packaged_schemas(),
@@ -73,26 +80,37 @@ def _bot_runner(backend: str, runner: str) -> dict[str, object]:
     """Where the bot jobs run: a hosted runner reaches a Kubernetes API server; a local run or `sbatch`
     needs a machine that stays, so those labs' bots run on a self-hosted runner with the given label."""
     if backend == "kubernetes":
-        return {"runs_on": "ubuntu-latest", "kubernetes": True,
-                "runner_why": "The bot jobs reach the cluster's API server from a hosted runner."}
+        return {
+            "runs_on": "ubuntu-latest",
+            "kubernetes": True,
+            "runner_why": "The bot jobs reach the cluster's API server from a hosted runner.",
+        }
     where = "the machine that runs the jobs" if backend == "local" else "a machine where sbatch works"
-    return {"runs_on": f"[self-hosted, {runner}]", "kubernetes": False,
-            "runner_why": f"The bot jobs run on {where}: a self-hosted runner labelled {runner}\n  # (a "
-                          "hosted runner is gone after each job, and with it every run it started)."}
+    return {
+        "runs_on": f"[self-hosted, {runner}]",
+        "kubernetes": False,
+        "runner_why": f"The bot jobs run on {where}: a self-hosted runner labelled {runner}\n  # (a "
+        "hosted runner is gone after each job, and with it every run it started).",
+    }
 
 
 def _runner_labels(runner: str) -> str:
     """actionlint's settings: the self-hosted runner label the bot jobs ask for is one of the lab's."""
-    return ("# The lab's self-hosted runner labels, for actionlint (tp init wrote this).\n"
-            f"self-hosted-runner:\n  labels:\n    - {runner}\n")
+    return (
+        "# The lab's self-hosted runner labels, for actionlint (tp init wrote this).\n"
+        f"self-hosted-runner:\n  labels:\n    - {runner}\n"
+    )
 
 
 def _hook(tool: ToolSource) -> dict[str, str]:
     """The project's own hook at a release tag when the project's repository is known, else a local one."""
     if tool.hook_repo:
         return {"repo": tool.hook_repo, "rev": tool.hook_rev}
-    why = ("the project's repository is not known here, so the hook installs tp as tool.requirement says"
-           if tool.requirement else "tp's source is not known here: this hook runs the tp on your PATH")
+    why = (
+        "the project's repository is not known here, so the hook installs tp as tool.requirement says"
+        if tool.requirement
+        else "tp's source is not known here: this hook runs the tp on your PATH"
+    )
     return {"repo": "", "why": why, "requirement": tool.requirement}
 
 
@@ -101,14 +119,22 @@ def default_lab_name(root: Path) -> str:
     return name
 
 
-def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local",
-             tool: ToolSource | None = None, runner: str = DEFAULT_RUNNER) -> InitResult:
+def init_lab(
+    root: Path,
+    name: str | None,
+    use_git: bool,
+    backend: str = "local",
+    tool: ToolSource | None = None,
+    runner: str = DEFAULT_RUNNER,
+) -> InitResult:
     root = root.resolve()
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} is a file, not a directory", hint="pass a directory for the new lab")
     if (root / LAB_FILE).exists():
-        raise UsageError(f"{root} is already a TunePlane lab ({LAB_FILE} exists)",
-                         hint="nothing to do; use `tp new` to add an experiment")
+        raise UsageError(
+            f"{root} is already a TunePlane lab ({LAB_FILE} exists)",
+            hint="nothing to do; use `tp new` to add an experiment",
+        )
     if (root / LEGACY_LAB_FILE).exists():
         raise UsageError(f"{root} is a StarForge lab", hint="run `tp migrate` to convert it in place")
     name = name or default_lab_name(root)
@@ -124,8 +150,10 @@ def init_lab(root: Path, name: str | None, use_git: bool, backend: str = "local"
     folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}
     clashes += sorted(d for d in folders if (root / d).exists() and not (root / d).is_dir())
     if clashes:
-        raise UsageError(f"refusing to overwrite existing files: {', '.join(clashes)}",
-                         hint="move them away or run `tp init` in an empty directory")
+        raise UsageError(
+            f"refusing to overwrite existing files: {', '.join(clashes)}",
+            hint="move them away or run `tp init` in an empty directory",
+        )
     root.mkdir(parents=True, exist_ok=True)  # only now: a refused init leaves no folder behind
     written = []
     for rel, text in files.items():
@@ -147,9 +175,11 @@ def _first_commit(root: Path, files: list[str], name: str) -> str:
 
 def check_experiment_name(name: str) -> None:
     if error := name_error(name, "experiment name"):
-        raise UsageError(error,
-                         hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter or digit "
-                              "(e.g. sft_qwen3-8b_alpaca_v1)")
+        raise UsageError(
+            error,
+            hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter or digit "
+            "(e.g. sft_qwen3-8b_alpaca_v1)",
+        )
 
 
 def _ignore(directory: str, names: list[str]) -> set[str]:
@@ -167,12 +197,21 @@ def experiment_root(lab: Lab, root: str | None) -> Path:
         if PurePosixPath(base) == wanted:
             return lab.root / base
     names = ", ".join(declared) if declared else "none"
-    raise UsageError(f"--root {root!r} is not an experiment root of this lab (declared in {LAB_FILE}: {names})",
-                     hint=f"pick one of them, or add {str(wanted)!r} to experiment_roots in {LAB_FILE} first")
+    raise UsageError(
+        f"--root {root!r} is not an experiment root of this lab (declared in {LAB_FILE}: {names})",
+        hint=f"pick one of them, or add {str(wanted)!r} to experiment_roots in {LAB_FILE} first",
+    )
 
 
-def new_experiment(lab: Lab, name: str, method: str | None, framework_version: str | None,
-                   source: str | None = None, catalog: Catalog | None = None, root: str | None = None) -> Path:
+def new_experiment(
+    lab: Lab,
+    name: str,
+    method: str | None,
+    framework_version: str | None,
+    source: str | None = None,
+    catalog: Catalog | None = None,
+    root: str | None = None,
+) -> Path:
     """Scaffold `name` into the experiment root `root` (the first declared one by default)."""
     catalog = catalog or load_catalog()
     check_experiment_name(name)
@@ -180,9 +219,10 @@ def new_experiment(lab: Lab, name: str, method: str | None, framework_version: s
     target = base / name
     if target.exists() or target.is_symlink() or name in lab.experiment_index:
         where = lab.rel(target) if target.exists() or target.is_symlink() else lab.experiment_rel(name)
-        raise UsageError(f"experiment {name!r} already exists at {where}",
-                         hint="choose another name (names are unique across the experiment roots), "
-                              "or delete the directory first")
+        raise UsageError(
+            f"experiment {name!r} already exists at {where}",
+            hint="choose another name (names are unique across the experiment roots), or delete the directory first",
+        )
     src_dir, method = _source(lab, source, method)
     catalog.require(method)
     recipe = catalog.recipe(method)
@@ -223,7 +263,6 @@ def _source(lab: Lab, source: str | None, method: str | None) -> tuple[Path | No
     if not src.is_dir():
         raise UsageError(f"--from {source!r}: no such experiment", hint="name an experiment of this lab (`tp ls`)")
     if method is None:
-
         lock = src / LOCK_FILE
         try:  # the lab's reader: a regular file of bounded size, strict JSON
             method = load_json(lock, str(lock)).data["recipe"]["name"]

@@ -43,8 +43,10 @@ def installed_source(version: str) -> ToolSource:
     try:
         dist = metadata.distribution(DIST)
     except metadata.PackageNotFoundError:
-        return ToolSource("", "tp runs from a source tree that is not installed, so CI cannot install the same; "
-                              "write a requirement here")
+        return ToolSource(
+            "",
+            "tp runs from a source tree that is not installed, so CI cannot install the same; write a requirement here",
+        )
     text = dist.read_text("direct_url.json")
     try:
         direct = json.loads(text) if text else None
@@ -66,15 +68,21 @@ def installed_source(version: str) -> ToolSource:
 def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple[str, str] | None) -> ToolSource:
     """Pure: a PEP 610 record (None: from an index) and a local checkout's (remote URL, commit)."""
     if direct is None:
-        return ToolSource(f"{DIST}=={version}", f"tp {version} was installed from a package index; "
-                                                "if that index is not PyPI, set index_url too")
+        return ToolSource(
+            f"{DIST}=={version}",
+            f"tp {version} was installed from a package index; if that index is not PyPI, set index_url too",
+        )
     url = str(direct.get("url", ""))
     vcs = direct.get("vcs_info")
     if isinstance(vcs, dict) and vcs.get("commit_id") and _reachable(url):
         tag = str(vcs.get("requested_revision") or "")
         shown = f" (requested {tag})" if tag else ""
-        return ToolSource(f"{DIST} @ {vcs.get('vcs', 'git')}+{url}@{vcs['commit_id']}",
-                          f"tp was installed from {url} at this commit{shown}", url, tag or str(vcs["commit_id"]))
+        return ToolSource(
+            f"{DIST} @ {vcs.get('vcs', 'git')}+{url}@{vcs['commit_id']}",
+            f"tp was installed from {url} at this commit{shown}",
+            url,
+            tag or str(vcs["commit_id"]),
+        )
     archive = direct.get("archive_info")
     if isinstance(archive, dict) and _reachable(url):
         hashes = archive.get("hashes") or {}
@@ -82,12 +90,18 @@ def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple
         return ToolSource(f"{DIST} @ {url}{pin}", "tp was installed from this archive")
     if origin is not None and _reachable(origin[0]):
         remote, commit = origin
-        return ToolSource(f"{DIST} @ git+{remote}@{commit}",
-                          f"tp was installed from a local checkout of {remote}; CI installs the same commit "
-                          "(push it first)", remote, f"v{version}")
+        return ToolSource(
+            f"{DIST} @ git+{remote}@{commit}",
+            f"tp was installed from a local checkout of {remote}; CI installs the same commit (push it first)",
+            remote,
+            f"v{version}",
+        )
     where = unquote(urlparse(url).path) or url or "a local file"
-    return ToolSource("", f"tp was installed from {where}, which CI cannot reach: write how CI installs tp, "
-                          f"e.g. {DIST}=={version} or '{DIST} @ git+https://HOST/OWNER/REPO@TAG'")
+    return ToolSource(
+        "",
+        f"tp was installed from {where}, which CI cannot reach: write how CI installs tp, "
+        f"e.g. {DIST}=={version} or '{DIST} @ git+https://HOST/OWNER/REPO@TAG'",
+    )
 
 
 def explicit_source(requirement: str) -> ToolSource:

@@ -42,8 +42,9 @@ def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[s
         method = old["recipe"]["name"]
         old_key = old.get("framework", {}).get("version", "")
     except (AttributeError, KeyError, TypeError):
-        raise UsageError(f"{rel}: not a recipe lock (no recipe.name)",
-                         hint=f"run `tp validate {name}` to see why") from None
+        raise UsageError(
+            f"{rel}: not a recipe lock (no recipe.name)", hint=f"run `tp validate {name}` to see why"
+        ) from None
     catalog.require(method)
     recipe = catalog.recipe(method)
     try:

@@ -43,8 +43,12 @@ def collect_artifacts(out_dir: Path, globs: list[dict[str, Any]]) -> list[dict[s
             if rel in seen or rel == ARTIFACTS_FILE or not _inside(real, root):
                 continue
             seen.add(rel)
-            entry: dict[str, Any] = {"kind": item["kind"], "path": rel,
-                                     "format": item.get("format") or _format(real), "size_bytes": _size(real, root)}
+            entry: dict[str, Any] = {
+                "kind": item["kind"],
+                "path": rel,
+                "format": item.get("format") or _format(real),
+                "size_bytes": _size(real, root),
+            }
             step = STEP.search(os.path.basename(match))
             if step:
                 entry["step"] = int(step.group(1))
@@ -89,8 +93,7 @@ def locked(path: Path) -> Iterator[None]:
 # ── logs ─────────────────────────────────────────────────────────────────────────────────────────
 
 
-def follow_log(path: Path, tail: int | None, follow: bool, finished: Callable[[], bool],
-               poll: float) -> Iterator[str]:
+def follow_log(path: Path, tail: int | None, follow: bool, finished: Callable[[], bool], poll: float) -> Iterator[str]:
     """The log's lines (the last `tail` when positive); with `follow`, then what is appended until
     `finished()` says the run is over (and what it printed last), or a week has passed.
 

@@ -38,12 +38,22 @@ from tuneplane.bot.report import (
 if TYPE_CHECKING:
     from tuneplane.backends.base import Backend
 
-__all__ = ["CRASH_ENV", "CRASH_EXIT", "MAX_BACKEND_FAILURES", "STEPS", "BotOptions", "BotReport", "checkpoint",
-           "reconcile", "sync"]
+__all__ = [
+    "CRASH_ENV",
+    "CRASH_EXIT",
+    "MAX_BACKEND_FAILURES",
+    "STEPS",
+    "BotOptions",
+    "BotReport",
+    "checkpoint",
+    "reconcile",
+    "sync",
+]
 
 
-def reconcile(root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None,
-              echo: Echo = print) -> BotReport:
+def reconcile(
+    root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None, echo: Echo = print
+) -> BotReport:
     """`tp bot reconcile` (see bot.reconcile); nothing is imported or read when there is nothing to do."""
     report = idle(root, "reconcile", opts or BotOptions())
     if report is not None:
@@ -53,8 +63,9 @@ def reconcile(root: Path, opts: BotOptions | None = None, backends: Callable[[st
     return run(root, opts, backends, echo)
 
 
-def sync(root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None,
-         echo: Echo = print) -> BotReport:
+def sync(
+    root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None, echo: Echo = print
+) -> BotReport:
     """`tp bot sync` (see bot.sync); nothing is imported or read when no run is being watched."""
     report = idle(root, "sync", opts or BotOptions())
     if report is not None:
@@ -62,4 +73,3 @@ def sync(root: Path, opts: BotOptions | None = None, backends: Callable[[str], B
     from tuneplane.bot.sync import sync as run  # lazy: the pipeline, only when there is work
 
     return run(root, opts, backends, echo)
-

@@ -113,11 +113,15 @@ class Notifier:
                 entry["runs"] = int(entry["runs"]) + 1
                 if entry["runs"] >= MAX_RUNS_KEPT:
                     del box[entry_key]
-                    echo(f"  ! notify {_hook_name(hook)}: gave up on {change.experiment}/{change.run_id} "
-                         f"{change.new} after {MAX_RUNS_KEPT} runs ({why})")
+                    echo(
+                        f"  ! notify {_hook_name(hook)}: gave up on {change.experiment}/{change.run_id} "
+                        f"{change.new} after {MAX_RUNS_KEPT} runs ({why})"
+                    )
                 else:
-                    echo(f"  ! notify {_hook_name(hook)}: {change.experiment}/{change.run_id} {change.new} "
-                         f"not delivered ({why}); tried again next run")
+                    echo(
+                        f"  ! notify {_hook_name(hook)}: {change.experiment}/{change.run_id} {change.new} "
+                        f"not delivered ({why}); tried again next run"
+                    )
             self._write(box)
         return sent
 
@@ -126,8 +130,7 @@ class Notifier:
         if not url:
             return False, f"no URL in {'$' + hook.url_env if hook.url_env else hook.url_file}"
         body = json.dumps(payload(hook, change, self.lab_name), sort_keys=True).encode()
-        headers = {"Content-Type": "application/json", "Idempotency-Key": change.key,
-                   "User-Agent": "tuneplane-bot"}
+        headers = {"Content-Type": "application/json", "Idempotency-Key": change.key, "User-Agent": "tuneplane-bot"}
         deadline = time.monotonic() + budget
         why = ""
         for attempt in range(hook.retries + 1):
@@ -219,9 +222,18 @@ def payload(hook: Webhook, change: Change, lab: str) -> dict[str, Any]:
     text += f" ({change.message})" if change.message else ""
     if hook.format == "slack":
         return {"text": text, "idempotency_key": change.key}
-    return {"idempotency_key": change.key, "lab": lab, "run": run, "experiment": change.experiment,
-            "run_id": change.run_id, "previous_phase": change.old, "phase": change.new, "at": change.at,
-            "message": change.message, "text": text}
+    return {
+        "idempotency_key": change.key,
+        "lab": lab,
+        "run": run,
+        "experiment": change.experiment,
+        "run_id": change.run_id,
+        "previous_phase": change.old,
+        "phase": change.new,
+        "at": change.at,
+        "message": change.message,
+        "text": text,
+    }
 
 
 def webhook_url(hook: Webhook) -> str:

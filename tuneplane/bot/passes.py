@@ -40,8 +40,23 @@ if TYPE_CHECKING:  # publishing loads only on a pass that pushes
 
 BackendFactory = Callable[[str], Backend]  # a backend's name → the backend (tests pass fakes)
 
-__all__ = ["CRASH_ENV", "CRASH_EXIT", "MAX_BACKEND_FAILURES", "STEPS", "BackendFactory", "Backends", "BotOptions",
-           "BotPass", "BotReport", "Echo", "checkpoint", "finish", "run_pass", "start", "waiting_list"]
+__all__ = [
+    "CRASH_ENV",
+    "CRASH_EXIT",
+    "MAX_BACKEND_FAILURES",
+    "STEPS",
+    "BackendFactory",
+    "Backends",
+    "BotOptions",
+    "BotPass",
+    "BotReport",
+    "Echo",
+    "checkpoint",
+    "finish",
+    "run_pass",
+    "start",
+    "waiting_list",
+]
 
 
 class Backends:
@@ -101,8 +116,12 @@ class BotPass:
 
 
 def run_pass(
-    root: Path, opts: BotOptions | None, backends: BackendFactory | None, verb: str,
-    act: Callable[[BotPass, Echo], None], echo: Echo,
+    root: Path,
+    opts: BotOptions | None,
+    backends: BackendFactory | None,
+    verb: str,
+    act: Callable[[BotPass, Echo], None],
+    echo: Echo,
 ) -> BotReport:
     """Start, scan the commit, `act` on it, close the backends, then finish: one commit, and the push."""
     opts = opts or BotOptions()
@@ -124,15 +143,20 @@ def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
         exp, _, run_id = text.partition("/")
         data = work.active.get(RunKey(exp, run_id))
         if str(RunKey(exp, run_id)) in report.waiting or (
-            data and data.get("reason") == "SubmitFailed" and not data.get("backend")
-            and text not in done
+            data and data.get("reason") == "SubmitFailed" and not data.get("backend") and text not in done
         ):
             out.append((RunKey(exp, run_id), "the backend could not take it yet; retried"))
     return out
 
 
 def finish(
-    repo: GitRepo, work: Scan, batch: Batch, target: Target | None, report: BotReport, verb: str, echo: Echo,
+    repo: GitRepo,
+    work: Scan,
+    batch: Batch,
+    target: Target | None,
+    report: BotReport,
+    verb: str,
+    echo: Echo,
     notifier: Notifier | None = None,
 ) -> BotReport:
     """Render what changed, commit once, push (then notify); the dashboard lists what is waiting and what
@@ -154,8 +178,14 @@ def finish(
         batch.pages_changed_by_others(exp, names)
     waiting = waiting_list(work, report)
     notices = bool(waiting or problems) or shows_notices(batch.root)  # the index lists them, or must stop
-    if batch.written or batch.touched or work.changed_statuses or work.index_changed or notices \
-            or not work.ledger.found:
+    if (
+        batch.written
+        or batch.touched
+        or work.changed_statuses
+        or work.index_changed
+        or notices
+        or not work.ledger.found
+    ):
         batch.render(waiting, problems, refresh=not work.ledger.found)
     checkpoint("status-written")
     title = summary_title(verb, report)
@@ -178,8 +208,9 @@ def _publish_and_notify(
     from tuneplane.record.authority import Authority  # lazy: not on an idle pass
     from tuneplane.record.publish import publish, record_published  # lazy: as above
 
-    if target is not None and (report.commit or not _published(repo, target)
-                               or not record_published(repo, Authority(repo), target.remote)):
+    if target is not None and (
+        report.commit or not _published(repo, target) or not record_published(repo, Authority(repo), target.remote)
+    ):
         report.push_attempts = publish(repo, target, checkpoint=checkpoint)
         report.pushed = True
         echo(

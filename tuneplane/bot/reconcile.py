@@ -45,8 +45,9 @@ from tuneplane.runs.observe import RETRY_WAIT, backend_object, backend_ref, else
 from tuneplane.runs.retry import attempt_run, kept_attempts, next_attempt, resubmitted, retry_at
 
 
-def reconcile(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
-              echo: Echo = print) -> BotReport:
+def reconcile(
+    root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None, echo: Echo = print
+) -> BotReport:
     """Cancel what asks for it, submit what is new (and retry what failed); commit and push what changed."""
     return run_pass(root, opts, backends, "submit", _reconcile, echo)
 
@@ -72,8 +73,10 @@ def _plan(
     """From the runs the bot watches: which to cancel, which submissions to retry."""
     for exp in sorted(work.blocked):
         if exp in work.runs_trees:
-            report.errors.append(f"status/{exp} is a symbolic link or no directory: the runs of {exp} are "
-                                 "not handled until it is a directory again (git rm it and commit)")
+            report.errors.append(
+                f"status/{exp} is a symbolic link or no directory: the runs of {exp} are "
+                "not handled until it is a directory again (git rm it and commit)"
+            )
     cancel: list[tuple[RunKey, RunStatus, RunRequest]] = []
     retry: list[tuple[RunKey, RunStatus]] = []
     for key, raw in sorted(work.active.items()):
@@ -97,7 +100,12 @@ def _plan(
 
 
 def _cancel(
-    pool: Backends, batch: Batch, key: RunKey, status: RunStatus, request: RunRequest, report: BotReport,
+    pool: Backends,
+    batch: Batch,
+    key: RunKey,
+    status: RunStatus,
+    request: RunRequest,
+    report: BotReport,
     echo: Echo,
 ) -> None:
     ref = backend_ref(status)
@@ -105,8 +113,10 @@ def _cancel(
         try:
             backend = pool.get(ref.backend)
             if elsewhere(backend, ref):  # a process on another machine: only that machine can stop it
-                echo(f"  {key}: a local run of another machine (no {ref.namespace} here): cancel it there "
-                     f"(`tp job cancel {key.run_id}` on that machine), which commits its end")
+                echo(
+                    f"  {key}: a local run of another machine (no {ref.namespace} here): cancel it there "
+                    f"(`tp job cancel {key.run_id}` on that machine), which commits its end"
+                )
                 return
             backend.cancel(ref)
         except BackendError as exc:
@@ -130,13 +140,27 @@ def cancelled(status: RunStatus, now: str) -> RunStatus:
     attempts = list(status.attempts)
     if attempts and not attempts[-1].reason:  # the attempt under way ends with the run
         attempts[-1] = attempts[-1].model_copy(update={"reason": CANCELLED, "finished_at": now})
-    return status.model_copy(update={"phase": CANCELLED, "reason": "CancelRequested", "finished_at": now,
-                                     "message": message, "history": history, "attempts": attempts})
+    return status.model_copy(
+        update={
+            "phase": CANCELLED,
+            "reason": "CancelRequested",
+            "finished_at": now,
+            "message": message,
+            "history": history,
+            "attempts": attempts,
+        }
+    )
 
 
 def _submit_all(
-    repo: GitRepo, lab: Lab, pool: Backends, batch: Batch, work: Scan,
-    retry: list[tuple[RunKey, RunStatus]], report: BotReport, echo: Echo,
+    repo: GitRepo,
+    lab: Lab,
+    pool: Backends,
+    batch: Batch,
+    work: Scan,
+    retry: list[tuple[RunKey, RunStatus]],
+    report: BotReport,
+    echo: Echo,
 ) -> list[RunKey]:
     """Submit new requests (then retries); returns the keys left for the next run."""
     now = utc_now()
@@ -155,8 +179,7 @@ def _submit_all(
                     f"{len(items) - done} run(s) left for the next run: the backend failed several times in a row"
                 )
                 return [k for k, _ in items[done:]] + submitter.left
-            submitter.one(key, what if isinstance(what, RunStatus) else None,
-                          what if isinstance(what, str) else None)
+            submitter.one(key, what if isinstance(what, RunStatus) else None, what if isinstance(what, str) else None)
     return submitter.left
 
 
@@ -270,9 +293,7 @@ class _Submitter:
         prepared = self._experiments[cache_key]
         if isinstance(prepared, UsageError):
             raise prepared
-        return prepare(
-            lab, request, commit=commit, dirty=dirty, allow_dirty=True, prepared_experiment=prepared
-        )
+        return prepare(lab, request, commit=commit, dirty=dirty, allow_dirty=True, prepared_experiment=prepared)
 
     def _lab_at(self, commit: str) -> Lab:
         from tuneplane.runs.submit import lab_at  # lazy: as above
@@ -296,8 +317,10 @@ class _Submitter:
             self.left.append(key)  # no status: the request stays new, and its experiment unhandled
             self._note(self.report.waiting, key, f"not submitted: {exc.message} (retried on the next run)")
             return
-        message = (f"{key.request_rel} pins `commit: {request.commit}`, which cannot be run: {exc.message}"
-                   f"\n  hint: {exc.hint}, or drop `commit:` from the request to run the commit the bot sees")
+        message = (
+            f"{key.request_rel} pins `commit: {request.commit}`, which cannot be run: {exc.message}"
+            f"\n  hint: {exc.hint}, or drop `commit:` from the request to run the commit the bot sees"
+        )
         self.batch.status(refused_status(request, now, message, "CommitNotFound"))
         self._note(self.report.refused, key, f"refused: {exc.message}")
 

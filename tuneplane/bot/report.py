@@ -58,9 +58,14 @@ class BotReport:
 
     def outcomes(self) -> tuple[tuple[str, str, list[str]], ...]:
         """What the run did to runs: (verb for the commit title, heading for its body, the runs)."""
-        return (("submit", SUBMITTED, self.submitted), ("cancel", CANCELLED, self.cancelled),
-                ("refuse", "Refused", self.refused), ("retry later", "Not yet submitted", self.waiting),
-                ("update", "Updated", self.updated), ("restore the status of", "Restored", self.restored))
+        return (
+            ("submit", SUBMITTED, self.submitted),
+            ("cancel", CANCELLED, self.cancelled),
+            ("refuse", "Refused", self.refused),
+            ("retry later", "Not yet submitted", self.waiting),
+            ("update", "Updated", self.updated),
+            ("restore the status of", "Restored", self.restored),
+        )
 
     @property
     def changed(self) -> bool:

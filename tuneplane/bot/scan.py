@@ -81,24 +81,34 @@ def scan(root: Path) -> Scan:
         ledger.problem = "it is larger than 1 MiB"
     work = Scan(snap, ledger, authority, index_changed=ledger.index != index_oid)
     if ledger.found and in_branch != ledger_oid:
-        work.notes.append(f"{LEDGER} in this commit is not the one the bot recorded (a `tp submit --local`, "
-                          "an edit, a merge): the bot goes by its own and commits it again")
+        work.notes.append(
+            f"{LEDGER} in this commit is not the one the bot recorded (a `tp submit --local`, "
+            "an edit, a merge): the bot goes by its own and commits it again"
+        )
     if adopted > 0:
-        work.notes.append(f"the bot kept no record of its runs yet ({REF}): it takes the {adopted} statuses "
-                          "of this commit as its own from now on (a local run of another machine excepted)")
+        work.notes.append(
+            f"the bot kept no record of its runs yet ({REF}): it takes the {adopted} statuses "
+            "of this commit as its own from now on (a local run of another machine excepted)"
+        )
     if not ledger.found:
         work.earlier = _earlier_trees(snap, deepen=top is None)
         if top is None and not work.earlier:
             _refuse_lost_records(snap)
     if ledger.problem:
-        work.notes.append(f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
-                          "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)")
+        work.notes.append(
+            f"{LEDGER} was not used: {ledger.problem}; it is rebuilt from the status files "
+            "(the bot owns it: edit run requests instead, and delete it to have it rebuilt)"
+        )
     work.status_trees, status_problems = snap.top(STATUS_DIR)
     for text in status_problems:
         name = text.split(" ", 1)[0].split("/", 1)[-1]
         work.blocked.add(name)
-        work.problems.append(text.replace("run files must be committed in this repository; ignored",
-                                          "the bot never writes through it; its runs are not handled"))
+        work.problems.append(
+            text.replace(
+                "run files must be committed in this repository; ignored",
+                "the bot never writes through it; its runs are not handled",
+            )
+        )
     work.runs_trees, run_problems = snap.top(RUNS_DIR)
     work.problems += run_problems
     _find_changed(work)
@@ -174,8 +184,11 @@ def _refuse_lost_records(snap: Snapshot) -> None:
     found (the parent's ledger damaged, so it names no trees): if its parent had the ledger, every committed
     request would look new and be submitted again. Refused, with what to do, rather than guessed."""
     try:
-        parents = [line.split()[1] for line in snap.git("cat-file", "-p", snap.commit).splitlines()
-                   if line.startswith("parent ")]
+        parents = [
+            line.split()[1]
+            for line in snap.git("cat-file", "-p", snap.commit).splitlines()
+            if line.startswith("parent ")
+        ]
     except UsageError:
         return
     for parent in parents:
@@ -189,8 +202,8 @@ def _refuse_lost_records(snap: Snapshot) -> None:
                 "cannot find the records it held: every committed request would be submitted again, so "
                 "nothing is submitted",
                 hint=f"restore {STATUS_DIR}/ (git revert {snap.commit[:12]}, or git checkout "
-                     f"{snap.commit[:12]}^ -- {STATUS_DIR}), or run the bot in a clone with its history "
-                     "(git fetch --unshallow); to remove runs, delete their requests under runs/ too",
+                f"{snap.commit[:12]}^ -- {STATUS_DIR}), or run the bot in a clone with its history "
+                "(git fetch --unshallow); to remove runs, delete their requests under runs/ too",
             )
 
 
@@ -205,8 +218,7 @@ def _refuse_linked_dir(root: Path, rel: str) -> None:
 
 def _find_new(work: Scan) -> None:
     changed = [
-        exp for exp, oid in work.runs_trees.items()
-        if work.ledger.requests.get(exp) != oid and exp not in work.blocked
+        exp for exp, oid in work.runs_trees.items() if work.ledger.requests.get(exp) != oid and exp not in work.blocked
     ]
     if not changed:
         return
@@ -344,20 +356,26 @@ def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
         if data is not None and status is None:
             continue  # its last version was no status either: nothing better to put back
         if data is None:
-            work.notes.append(f"{key.status_rel} was deleted, and its last version is not in this clone: "
-                              f"it cannot be restored (restore it with git, or delete {key.request_rel} too)")
+            work.notes.append(
+                f"{key.status_rel} was deleted, and its last version is not in this clone: "
+                f"it cannot be restored (restore it with git, or delete {key.request_rel} too)"
+            )
             continue
         work.restored[key] = data
         if going:
             work.ledger.active.setdefault(str(key), phase)
         if key.request_rel in requested:
-            work.notes.append(f"{key.status_rel} was deleted or made unreadable outside the bot while "
-                              f"{key.request_rel} is still committed: restored as the bot last wrote it "
-                              "(the bot owns status/; to remove a run, delete its request with its status)")
+            work.notes.append(
+                f"{key.status_rel} was deleted or made unreadable outside the bot while "
+                f"{key.request_rel} is still committed: restored as the bot last wrote it "
+                "(the bot owns status/; to remove a run, delete its request with its status)"
+            )
         else:
-            work.notes.append(f"{key.status_rel} was deleted while its run is still {phase} "
-                              "(the job goes on): restored, and the run watched until it ends; remove the "
-                              "status after that, or stop the run first (tp job cancel)")
+            work.notes.append(
+                f"{key.status_rel} was deleted while its run is still {phase} "
+                "(the job goes on): restored, and the run watched until it ends; remove the "
+                "status after that, or stop the run first (tp job cancel)"
+            )
 
 
 def _existing(snap: Snapshot, paths: list[str]) -> set[str]:

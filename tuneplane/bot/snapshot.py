@@ -88,8 +88,10 @@ class Snapshot:
             if entry.mode == TREE:
                 trees[name] = entry.oid
             elif entry.mode in (SYMLINK, GITLINK) and NAME.match(name):
-                problems.append(f"{entry.path} is {entry.what()}: run files must be committed in this "
-                                "repository; ignored (remove it with git rm)")
+                problems.append(
+                    f"{entry.path} is {entry.what()}: run files must be committed in this "
+                    "repository; ignored (remove it with git rm)"
+                )
         return trees, problems
 
     def runs(self, path: str, suffix: str, experiments: Iterable[str] | None = None) -> Listing:
@@ -141,8 +143,9 @@ class Snapshot:
         if not wanted:
             return {}
         sizes: dict[str, int] = {}
-        check = self._run(["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"],
-                          ("\n".join(wanted) + "\n").encode())
+        check = self._run(
+            ["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"], ("\n".join(wanted) + "\n").encode()
+        )
         for line in check.decode("ascii", "replace").splitlines():
             parts = line.split()
             if len(parts) == 3 and parts[1] == "blob":
@@ -163,8 +166,9 @@ class Snapshot:
         """One blob as UTF-8 text; a clear UsageError when it is too large or not text."""
         data = self.blobs([oid], limit).get(oid)
         if data is None:
-            raise UsageError(f"{rel} is larger than {limit // 1024} KiB; refused unread",
-                             hint="a run request is a few lines of YAML")
+            raise UsageError(
+                f"{rel} is larger than {limit // 1024} KiB; refused unread", hint="a run request is a few lines of YAML"
+            )
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -55,8 +55,9 @@ REQUEUE_WATCH = 3600  # seconds after a run's end the bot still asks its engine 
 Series = dict[str, list[tuple[int, float]]]
 
 
-def sync(root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None,
-         echo: Echo = print) -> BotReport:
+def sync(
+    root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None, echo: Echo = print
+) -> BotReport:
     """Refresh every run the bot watches; commit and push what changed."""
     return run_pass(root, opts, backends, "sync", _sync_all, echo)
 
@@ -66,15 +67,31 @@ def _sync_all(bot: BotPass, echo: Echo) -> None:
     published = PublishedHeartbeats(bot.repo.root)  # fetched on the first run that needs it, once
     for key, raw in sorted(bot.work.active.items()):
         if raw is not None:
-            _sync_one(bot.pool, metrics, bot.batch, key, raw, bot.report, echo,
-                      float(bot.lab.config.cluster.local.lost_after), published)
+            _sync_one(
+                bot.pool,
+                metrics,
+                bot.batch,
+                key,
+                raw,
+                bot.report,
+                echo,
+                float(bot.lab.config.cluster.local.lost_after),
+                published,
+            )
     if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
         bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
 
 
 def _sync_one(
-    pool: Backends, metrics: IngestReader, batch: Batch, key: RunKey, raw: dict[str, Any], report: BotReport,
-    echo: Echo, lost_after: float | None = None, published: PublishedHeartbeats | None = None,
+    pool: Backends,
+    metrics: IngestReader,
+    batch: Batch,
+    key: RunKey,
+    raw: dict[str, Any],
+    report: BotReport,
+    echo: Echo,
+    lost_after: float | None = None,
+    published: PublishedHeartbeats | None = None,
 ) -> None:
     try:
         status = status_from(raw, key.status_rel)
@@ -99,9 +116,11 @@ def _sync_one(
             report.updated.append(str(key))
             echo(f"  {key}: {status.phase} → {lost.phase}: no heartbeat from its machine")
             return
-        echo(f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
-             f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
-             f"end, or the next sync that sees it does{unheard}")
+        echo(
+            f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
+            f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
+            f"end, or the next sync that sees it does{unheard}"
+        )
         return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
         # it ended: its metrics may be left to read, and its engine may yet start a later attempt
@@ -118,8 +137,12 @@ def _sync_one(
         echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
     # A backend whose engine may requeue a job after its end was recorded (`requeues`: Slurm after a node
     # failure) may show a later attempt yet: a run that ended by itself is looked at again for a while.
-    watch = (getattr(backend, "requeues", False) and new.phase in TERMINAL and new.reason not in BOT_DECIDED
-             and not _past(new.finished_at, REQUEUE_WATCH))
+    watch = (
+        getattr(backend, "requeues", False)
+        and new.phase in TERMINAL
+        and new.reason not in BOT_DECIDED
+        and not _past(new.finished_at, REQUEUE_WATCH)
+    )
     if (late and not _past(new.finished_at, PATIENCE)) or watch:
         batch.ledger.active[str(key)] = new.phase + AWAITING  # asked again on the next sync
         if late:
@@ -138,8 +161,9 @@ def _past(when: str | None, seconds: float) -> bool:
     return then is None or time.time() - then > seconds
 
 
-def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus,
-              lost_after: float | None = None) -> RunStatus | None:
+def _observed(
+    batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, status: RunStatus, lost_after: float | None = None
+) -> RunStatus | None:
     """The status after asking the backend; None when there is nothing more to record."""
     now = utc_now()
     obs = _observation(backend, ref)
@@ -153,8 +177,13 @@ def _observed(batch: Batch, backend: Backend, ref: BackendRef, key: RunKey, stat
     return None
 
 
-def _heartbeat(backend: Backend, ref: BackendRef, status: RunStatus, lost_after: float | None,
-               published: PublishedHeartbeats | None = None) -> tuple[RunStatus | None, str]:
+def _heartbeat(
+    backend: Backend,
+    ref: BackendRef,
+    status: RunStatus,
+    lost_after: float | None,
+    published: PublishedHeartbeats | None = None,
+) -> tuple[RunStatus | None, str]:
     """A run of another machine whose heartbeat the backend reports as older than `lost_after`, ended
     (or retried) as `Lost`; None while it is alive, or when the backend cannot tell, with why it cannot.
 
@@ -184,8 +213,15 @@ def _observation(backend: Backend, ref: BackendRef) -> Observation:
         return Observation(phase=UNKNOWN, message=f"could not observe the run: {exc}")
 
 
-def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
-                  batch: Batch, key: RunKey) -> RunStatus:
+def _with_results(
+    new: RunStatus,
+    backend: Backend,
+    ref: BackendRef,
+    metrics: IngestReader,
+    status: RunStatus,
+    batch: Batch,
+    key: RunKey,
+) -> RunStatus:
     """Metrics under their canonical names; artifacts and the chart once the run ended."""
     vocab = vocabulary_of(new.method)
     summary, recent = backend.metrics(ref) if isinstance(backend, HasMetrics) else metrics.read(status)
@@ -204,8 +240,9 @@ def _with_results(new: RunStatus, backend: Backend, ref: BackendRef, metrics: In
     return new
 
 
-def full_series(backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus,
-                summary: dict[str, Any]) -> Timed:
+def full_series(
+    backend: Backend, ref: BackendRef, metrics: IngestReader, status: RunStatus, summary: dict[str, Any]
+) -> Timed:
     """Every point of every key with its time, for the chart (local runs: their own store; cluster:
     the receiver)."""
     if isinstance(backend, HasRunDir):
@@ -247,6 +284,7 @@ class IngestReader:
         """Each key's points through the ingest client's `reader`; keys with none are left out."""
         out: dict[str, list[Any]] = {}
         for key in keys:
+
             def fetch(c: Any, t: str, k: str = key) -> Any:
                 return getattr(c, reader)(self.endpoint, status.run_id, k, t, self.timeout)
 
@@ -267,8 +305,10 @@ class IngestReader:
             return fn(client, mint_token(self.secret, status.run_id, status.experiment))
         except client.ReceiverError as exc:
             if exc.answered:  # said once per sync; the run still waits: a secret is fixed in an hour
-                self.refused = (f"{exc.message}; check that {INGEST_SECRET_ENV} is the receiver's secret and "
-                                "cluster.ingest.endpoint in tuneplane.yaml is the receiver")
+                self.refused = (
+                    f"{exc.message}; check that {INGEST_SECRET_ENV} is the receiver's secret and "
+                    "cluster.ingest.endpoint in tuneplane.yaml is the receiver"
+                )
             self.unreachable = self.down = True
             return None
         except Exception:  # metrics are a nicety: an unexpected failure must not stop the sync

@@ -48,8 +48,10 @@ def check_writable(work: Scan) -> None:
     for exp, why in sorted(refused.items()):
         work.blocked.add(exp)
         work.listed.discard(exp)
-        work.problems.append(f"{why}: the new runs of {exp} are not submitted until {STATUS_DIR}/{exp} is a "
-                             f"folder of this repository again (git rm it and commit)")
+        work.problems.append(
+            f"{why}: the new runs of {exp} are not submitted until {STATUS_DIR}/{exp} is a "
+            f"folder of this repository again (git rm it and commit)"
+        )
 
 
 def misnamed(key: RunKey, data: bytes | None) -> str:
@@ -69,8 +71,10 @@ def put_back(work: Scan, key: RunKey, what: str) -> None:
     status = json_of(data)
     if status is not None and status.get("phase") not in TERMINAL:
         work.ledger.active.setdefault(str(key), str(status.get("phase", "")))
-    work.notes.append(f"{what}: restored as the bot last wrote it (status/ is the bot's: a pull request "
-                      "cannot change a run's status; change its request, e.g. `cancel: true`)")
+    work.notes.append(
+        f"{what}: restored as the bot last wrote it (status/ is the bot's: a pull request "
+        "cannot change a run's status; change its request, e.g. `cancel: true`)"
+    )
 
 
 def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
@@ -82,10 +86,15 @@ def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
     misnamed = (data.get("experiment"), data.get("run_id")) != (key.experiment, key.run_id)
     if where in (None, "local") and not misnamed:
         return True
-    claim = f"names {where} object {backend.get('name')!r}" if isinstance(backend, dict) and where != "local" \
+    claim = (
+        f"names {where} object {backend.get('name')!r}"
+        if isinstance(backend, dict) and where != "local"
         else f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
-    work.problems.append(f"{key.status_rel} {claim}, which the bot never submitted for this run: ignored, the bot "
-                         "never acts on it (status/ is the bot's; remove the file, and submit runs with tp submit)")
+    )
+    work.problems.append(
+        f"{key.status_rel} {claim}, which the bot never submitted for this run: ignored, the bot "
+        "never acts on it (status/ is the bot's; remove the file, and submit runs with tp submit)"
+    )
     work.ledger.active.pop(str(key), None)
     return False
 
@@ -97,6 +106,8 @@ def foreign(work: Scan, key: RunKey, data: dict[str, Any] | None) -> None:
     if data is None or data.get("phase") in TERMINAL or not foreign_ok(work, key, data):
         work.ledger.active.pop(str(key), None)
         return
-    work.notes.append(f"{key}: a local run of another machine (or of `tp submit --local`): the bot did not "
-                      "start it and leaves it to that machine, which commits its end; cancel it there "
-                      f"(`tp job cancel {key.run_id}` on that machine)")
+    work.notes.append(
+        f"{key}: a local run of another machine (or of `tp submit --local`): the bot did not "
+        "start it and leaves it to that machine, which commits its end; cancel it there "
+        f"(`tp job cancel {key.run_id}` on that machine)"
+    )

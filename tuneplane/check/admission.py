@@ -43,8 +43,15 @@ class Refusal:
     severity: Literal["error", "warning"] = "error"
 
 
-def check_request(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str] | None = None, *,
-                  plugin_params: Mapping[str, Param] | None = None, plugins_locked: bool = False) -> list[Refusal]:
+def check_request(
+    lab: LabFile,
+    recipe: Recipe,
+    req: RunRequest,
+    env: dict[str, str] | None = None,
+    *,
+    plugin_params: Mapping[str, Param] | None = None,
+    plugins_locked: bool = False,
+) -> list[Refusal]:
     """Every refusal of `req`; `plugin_params` are what the experiment's locked plugins declare."""
     env = dict(os.environ) if env is None else env
     out: list[Refusal] = []
@@ -71,24 +78,41 @@ def check_commit(commit: str) -> list[Refusal]:
         return []
     fix = "write the full 40-digit id: `git rev-parse --verify '{}^{{commit}}'` prints it"
     if SHORT_SHA().match(commit):
-        return [Refusal("/commit", "run-commit",
-                        f"commit {commit!r} is an abbreviated commit id: it may name two commits once the lab grows",
-                        fix.format(commit), severity="warning")]
+        return [
+            Refusal(
+                "/commit",
+                "run-commit",
+                f"commit {commit!r} is an abbreviated commit id: it may name two commits once the lab grows",
+                fix.format(commit),
+                severity="warning",
+            )
+        ]
     shown = repr(commit) if len(commit) <= 60 else repr(commit[:60]) + "…"
-    return [Refusal("/commit", "run-commit",
-                    f"commit {shown} is not a commit id: a run is pinned to one full 40-digit commit id "
-                    "(a ref or an expression such as HEAD~1 moves)",
-                    fix.format("HEAD") + ", or leave `commit` empty for the commit the bot sees")]
+    return [
+        Refusal(
+            "/commit",
+            "run-commit",
+            f"commit {shown} is not a commit id: a run is pinned to one full 40-digit commit id "
+            "(a ref or an expression such as HEAD~1 moves)",
+            fix.format("HEAD") + ", or leave `commit` empty for the commit the bot sees",
+        )
+    ]
 
 
 def _finite_values(req: RunRequest, refused: set[str]) -> list[Refusal]:
     """NaN and infinities have no JSON spelling: the JobSpec and every config built from it would not parse.
     A key whose parameter check refused it already (`refused`, its pointer as `_hyperparams` writes it) is
     not said twice."""
-    return [Refusal(f"/set/{escape(key)}", "run-set-value",
-                    f"--set {key}: {value!r} is not a finite number", "give a finite number, e.g. 0.001 or 1e-5")
-            for key, value in req.set.items()
-            if isinstance(value, float) and not math.isfinite(value) and f"/set/{key}" not in refused]
+    return [
+        Refusal(
+            f"/set/{escape(key)}",
+            "run-set-value",
+            f"--set {key}: {value!r} is not a finite number",
+            "give a finite number, e.g. 0.001 or 1e-5",
+        )
+        for key, value in req.set.items()
+        if isinstance(value, float) and not math.isfinite(value) and f"/set/{key}" not in refused
+    ]
 
 
 # Each free-text field the request copies into an annotation of every object it becomes; together they
@@ -101,10 +125,16 @@ def _annotation_sizes(req: RunRequest) -> list[Refusal]:
     for field, limit in ANNOTATED.items():
         size = text_bytes(getattr(req, field))
         if size > limit:
-            out.append(Refusal(f"/{field}", "run-annotation-size",
-                               f"{field} is {size:,} bytes; at most {limit:,} are allowed: it becomes an annotation "
-                               f"of the job, and the API server refuses objects whose annotations pass "
-                               f"{MAX_ANNOTATIONS_BYTES:,} bytes", f"shorten {field}"))
+            out.append(
+                Refusal(
+                    f"/{field}",
+                    "run-annotation-size",
+                    f"{field} is {size:,} bytes; at most {limit:,} are allowed: it becomes an annotation "
+                    f"of the job, and the API server refuses objects whose annotations pass "
+                    f"{MAX_ANNOTATIONS_BYTES:,} bytes",
+                    f"shorten {field}",
+                )
+            )
     return out
 
 
@@ -112,11 +142,22 @@ def _operation(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     if req.operation == "train" or req.operation in recipe.lifecycle:
         return []
     if recipe.framework == "custom":
-        return [Refusal("/operation", "run-operation",
-                        f"custom adapter refuses {req.operation}: custom/custom compiles only the train operation",
-                        "export or evaluate inside your own train.sh, writing under $TUNEPLANE_OUT_DIR")]
-    return [Refusal("/operation", "run-operation", f"{recipe.name} has no {req.operation} operation",
-                    f"operations of {recipe.name}: train{''.join(', ' + k for k in recipe.lifecycle)}")]
+        return [
+            Refusal(
+                "/operation",
+                "run-operation",
+                f"custom adapter refuses {req.operation}: custom/custom compiles only the train operation",
+                "export or evaluate inside your own train.sh, writing under $TUNEPLANE_OUT_DIR",
+            )
+        ]
+    return [
+        Refusal(
+            "/operation",
+            "run-operation",
+            f"{recipe.name} has no {req.operation} operation",
+            f"operations of {recipe.name}: train{''.join(', ' + k for k in recipe.lifecycle)}",
+        )
+    ]
 
 
 def _profile(lab: LabFile, req: RunRequest) -> list[Refusal]:
@@ -130,8 +171,14 @@ def _profile(lab: LabFile, req: RunRequest) -> list[Refusal]:
 def _image(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str]) -> list[Refusal]:
     if not req.image:
         if recipe.user_managed:
-            return [Refusal("/image", "run-image", f"{recipe.name} needs --image: it has no catalog image",
-                            "pass --image registry/repository:tag (pin @sha256:… in production)")]
+            return [
+                Refusal(
+                    "/image",
+                    "run-image",
+                    f"{recipe.name} needs --image: it has no catalog image",
+                    "pass --image registry/repository:tag (pin @sha256:… in production)",
+                )
+            ]
         return []
     try:
         ref = parse_image(req.image)
@@ -145,22 +192,43 @@ def _image(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str]) -
 def _observability(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     mode = recipe.adapter_options.observability
     if mode == "external" and not req.observability_url:
-        message = EXTERNAL_NEEDS_URL if recipe.framework == "custom" else \
-            f"{recipe.framework} external observability requires spec.framework.observability_url"
-        return [Refusal("/observability_url", "run-observability", message,
-                        "pass --observability-url with the dashboard your team uses (e.g. a wandb project URL)")]
+        message = (
+            EXTERNAL_NEEDS_URL
+            if recipe.framework == "custom"
+            else f"{recipe.framework} external observability requires spec.framework.observability_url"
+        )
+        return [
+            Refusal(
+                "/observability_url",
+                "run-observability",
+                message,
+                "pass --observability-url with the dashboard your team uses (e.g. a wandb project URL)",
+            )
+        ]
     if mode == "platform" and req.observability_url:
-        return [Refusal("/observability_url", "run-observability",
-                        f"{recipe.name} uses platform observability: --observability-url is refused",
-                        "drop --observability-url; metrics from tuneplane.report reach the platform")]
+        return [
+            Refusal(
+                "/observability_url",
+                "run-observability",
+                f"{recipe.name} uses platform observability: --observability-url is refused",
+                "drop --observability-url; metrics from tuneplane.report reach the platform",
+            )
+        ]
     if req.observability_url and not req.observability_url.startswith(("https://", "http://")):
-        return [Refusal("/observability_url", "run-observability",
-                        f"observability URL {req.observability_url!r} is not an http(s) URL", "")]
+        return [
+            Refusal(
+                "/observability_url",
+                "run-observability",
+                f"observability URL {req.observability_url!r} is not an http(s) URL",
+                "",
+            )
+        ]
     return []
 
 
-def _hyperparams(recipe: Recipe, req: RunRequest, plugin_params: Mapping[str, Param],
-                 plugins_locked: bool) -> list[Refusal]:
+def _hyperparams(
+    recipe: Recipe, req: RunRequest, plugin_params: Mapping[str, Param], plugins_locked: bool
+) -> list[Refusal]:
     out: list[Refusal] = []
     if not recipe.params and not plugin_params and not plugins_locked:
         return out  # custom: values land in spec.hyperparams unchecked (nothing reads them)
@@ -172,16 +240,28 @@ def _hyperparams(recipe: Recipe, req: RunRequest, plugin_params: Mapping[str, Pa
             if problem:
                 out.append(Refusal(f"/set/{key}", "run-set", f"--set {key}: {problem}", param.doc))
         elif plugins_locked:
-            out.append(Refusal(f"/set/{key}", "run-set-undeclared",
-                               f"--set {key} is not a parameter of {recipe.name} nor declared by a locked plugin; "
-                               "it reaches the plugins' install(params) unchecked",
-                               "declare it under `params:` in the plugin's plugin.yaml so tp checks it",
-                               severity="warning"))
+            out.append(
+                Refusal(
+                    f"/set/{key}",
+                    "run-set-undeclared",
+                    f"--set {key} is not a parameter of {recipe.name} nor declared by a locked plugin; "
+                    "it reaches the plugins' install(params) unchecked",
+                    "declare it under `params:` in the plugin's plugin.yaml so tp checks it",
+                    severity="warning",
+                )
+            )
         else:
             message, hint = unknown_name_message(key, recipe)
-            out.append(Refusal(f"/set/{key}", "run-set", message, hint + "; a key meant for an algorithm plugin "
-                               "needs the plugin locked (`tp plugin lock`) and declared under `params:` in its "
-                               "plugin.yaml"))
+            out.append(
+                Refusal(
+                    f"/set/{key}",
+                    "run-set",
+                    message,
+                    hint + "; a key meant for an algorithm plugin "
+                    "needs the plugin locked (`tp plugin lock`) and declared under `params:` in its "
+                    "plugin.yaml",
+                )
+            )
     return out
 
 
@@ -191,22 +271,37 @@ def _inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     missing = [CLI_FLAG[k] for k in recipe.adapter_options.required_inputs if not getattr(req.inputs, k)]
     if not missing:
         return []
-    return [Refusal("/inputs", "run-inputs", f"The {recipe.framework} recipe requires explicit: {' '.join(missing)}",
-                    "pass them to tp submit (a hub id or a path under the storage root)")]
+    return [
+        Refusal(
+            "/inputs",
+            "run-inputs",
+            f"The {recipe.framework} recipe requires explicit: {' '.join(missing)}",
+            "pass them to tp submit (a hub id or a path under the storage root)",
+        )
+    ]
 
 
 def _lifecycle_inputs(recipe: Recipe, req: RunRequest) -> list[Refusal]:
     if req.operation in recipe.lifecycle and not req.inputs.checkpoint:
-        return [Refusal("/inputs/checkpoint", "run-inputs", f"{req.operation} needs --checkpoint",
-                        "name a checkpoint directory of an earlier run, "
-                        "e.g. runs/<user>/<exp>/<run>/out/checkpoints/step-100")]
+        return [
+            Refusal(
+                "/inputs/checkpoint",
+                "run-inputs",
+                f"{req.operation} needs --checkpoint",
+                "name a checkpoint directory of an earlier run, e.g. runs/<user>/<exp>/<run>/out/checkpoints/step-100",
+            )
+        ]
     return []
 
 
 # ── a run on this machine ──────────────────────────────────────────────────────────────────────────
 
-LOCAL_INPUTS = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data",
-                "data": "--data"}
+LOCAL_INPUTS = {
+    "model": "--model",
+    "train_data": "--train-data",
+    "validation_data": "--validation-data",
+    "data": "--data",
+}
 
 
 def check_local_inputs(req: RunRequest) -> list[Refusal]:
@@ -220,9 +315,14 @@ def check_local_inputs(req: RunRequest) -> list[Refusal]:
             continue
         path = os.path.expanduser(value)
         if not os.path.exists(path):
-            out.append(Refusal(f"/inputs/{field}", "run-local-input",
-                               f"{flag} {value}: no such file or folder on this machine",
-                               "the run starts here and reads it from this path: fix the path, or create it first"))
+            out.append(
+                Refusal(
+                    f"/inputs/{field}",
+                    "run-local-input",
+                    f"{flag} {value}: no such file or folder on this machine",
+                    "the run starts here and reads it from this path: fix the path, or create it first",
+                )
+            )
     return out
 
 
@@ -233,11 +333,16 @@ NO_ALGORITHM_PLUGINS = frozenset({"custom", "evalkit"})
 
 def check_platform_owned(recipe: Recipe, config: object) -> list[Refusal]:
     """Config keys the platform sets from the run (output dirs, topology) must not be set by the user."""
-    return [Refusal("/experiment", "run-platform-owned",
-                    f"config.yaml sets {key}, a key the platform owns for {recipe.name}",
-                    f"remove {key} from config.yaml: the platform sets it from the run "
-                    f"(owned keys: {', '.join(recipe.adapter_options.platform_owned)})")
-            for key in owned_keys_set(recipe, config)]
+    return [
+        Refusal(
+            "/experiment",
+            "run-platform-owned",
+            f"config.yaml sets {key}, a key the platform owns for {recipe.name}",
+            f"remove {key} from config.yaml: the platform sets it from the run "
+            f"(owned keys: {', '.join(recipe.adapter_options.platform_owned)})",
+        )
+        for key in owned_keys_set(recipe, config)
+    ]
 
 
 def owned_keys_set(recipe: Recipe, config: object) -> list[str]:
@@ -251,8 +356,14 @@ def check_algorithm_plugins(framework: str, plugins: list[tuple[str, str]]) -> l
     """`plugins` = (reference, capability) pairs; custom and evalkit never run algorithm plugins."""
     if framework not in NO_ALGORITHM_PLUGINS:
         return []
-    return [Refusal("/experiment", "run-plugins",
-                    f"{ref} is an algorithm plugin; the {framework} adapter refuses algorithm plugins "
-                    "(its entrypoint does not start through the algorithm bridge)",
-                    "remove it from plugins.lock.json, or use a catalog framework that supports plugins")
-            for ref, capability in plugins if capability == "algorithm"]
+    return [
+        Refusal(
+            "/experiment",
+            "run-plugins",
+            f"{ref} is an algorithm plugin; the {framework} adapter refuses algorithm plugins "
+            "(its entrypoint does not start through the algorithm bridge)",
+            "remove it from plugins.lock.json, or use a catalog framework that supports plugins",
+        )
+        for ref, capability in plugins
+        if capability == "algorithm"
+    ]

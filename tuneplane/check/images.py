@@ -11,8 +11,10 @@ ALLOWLIST_ENV = "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _TAG = r"[\w][\w.-]{0,127}"
-_REF = lazy_pattern(rf"^(?P<name>(?:(?P<host>{_HOST})/)?{_COMPONENT}(?:/{_COMPONENT})*)"
-                    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[a-z0-9]+:[a-zA-Z0-9]+))?$")
+_REF = lazy_pattern(
+    rf"^(?P<name>(?:(?P<host>{_HOST})/)?{_COMPONENT}(?:/{_COMPONENT})*)"
+    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>[a-z0-9]+:[a-zA-Z0-9]+))?$"
+)
 _DIGEST = lazy_pattern(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -38,18 +40,23 @@ class ImageError(ValueError):
 def parse_image(text: str) -> ImageRef:
     m = _REF().fullmatch(text)
     if not m:
-        raise ImageError(f"{text!r} is not a valid image reference",
-                         "write [registry/]repository[:tag][@sha256:<64 hex>], lower-case repository")
+        raise ImageError(
+            f"{text!r} is not a valid image reference",
+            "write [registry/]repository[:tag][@sha256:<64 hex>], lower-case repository",
+        )
     name, digest = m.group("name"), m.group("digest") or ""
     if digest and not _DIGEST().match(digest):
-        raise ImageError(f"{text!r} has a malformed digest {digest!r}",
-                         "a digest is sha256: and 64 lower-case hex digits")
+        raise ImageError(
+            f"{text!r} has a malformed digest {digest!r}", "a digest is sha256: and 64 lower-case hex digits"
+        )
     first, _, rest = name.partition("/")
     is_host = bool(rest) and ("." in first or ":" in first or first == "localhost")
     host, repo = (first, rest) if is_host else (DOCKER_HUB, name)
     if host != host.lower():
-        raise ImageError(f"{text!r}: registry host {host!r} must be written in lower case",
-                         f"write {host.lower()!r}; hosts are compared exactly")
+        raise ImageError(
+            f"{text!r}: registry host {host!r} must be written in lower case",
+            f"write {host.lower()!r}; hosts are compared exactly",
+        )
     return ImageRef(text, host, repo, m.group("tag") or "", digest)
 
 
@@ -64,12 +71,15 @@ def check_allowed(ref: ImageRef, allowed: list[str] | None) -> None:
     if allowed is None or ref.host in allowed:
         return
     where = "is empty, so no custom image is accepted" if not allowed else f"allows: {', '.join(allowed)}"
-    raise ImageError(f"image registry {ref.host!r} is not allowed: the registry allowlist {where}",
-                     f"ask an administrator to add {ref.host!r} to {ALLOWLIST_ENV} "
-                     "(or images.allowed_registries in tuneplane.yaml)")
+    raise ImageError(
+        f"image registry {ref.host!r} is not allowed: the registry allowlist {where}",
+        f"ask an administrator to add {ref.host!r} to {ALLOWLIST_ENV} (or images.allowed_registries in tuneplane.yaml)",
+    )
 
 
 def check_digest_policy(ref: ImageRef, require_digest: bool) -> None:
     if require_digest and not ref.digest:
-        raise ImageError(f"image {ref.text!r} is not pinned by digest and this lab requires digests",
-                         "append @sha256:<digest> (for example from `docker buildx imagetools inspect`)")
+        raise ImageError(
+            f"image {ref.text!r} is not pinned by digest and this lab requires digests",
+            "append @sha256:<digest> (for example from `docker buildx imagetools inspect`)",
+        )

@@ -19,6 +19,12 @@ def experiment_rows(lab: Lab) -> list[dict[str, str]]:
             state = "blocked: " + next(p.message for p in problems if p.is_error)
         elif problems:
             state = "upgrade available"
-        rows.append({"name": name, "method": ctx.method or "?",
-                     "framework_version": ctx.lock.framework.version if ctx.lock else "?", "lock": state})
+        rows.append(
+            {
+                "name": name,
+                "method": ctx.method or "?",
+                "framework_version": ctx.lock.framework.version if ctx.lock else "?",
+                "lock": state,
+            }
+        )
     return rows

@@ -15,12 +15,28 @@ from tuneplane.runtime.patterns import lazy_pattern
 # resource.ParseQuantity: a signed decimal number (`1`, `1.5`, `.5`, `1.`), then a binary suffix
 # (Ki … Ei), a decimal one (n u m "" k M G T P E) or a decimal exponent (e3, E-2). The digit counts
 # are bounded so that no absurd text reaches the arithmetic below.
-_QUANTITY = lazy_pattern(r"([+-]?)([0-9]{0,40})(?:\.([0-9]{0,40}))?"
-                         r"(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]{1,3}|[numkMGTPE])?\Z")
-_DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
-            "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-            "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10), "Mi": Fraction(2**20),
-            "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50), "Ei": Fraction(2**60)}
+_QUANTITY = lazy_pattern(
+    r"([+-]?)([0-9]{0,40})(?:\.([0-9]{0,40}))?"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]{1,3}|[numkMGTPE])?\Z"
+)
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
 MAX_QUANTITY = 2**63 - 1  # a quantity's value is an int64 on the server
 
 _LABEL_NAME = lazy_pattern(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
@@ -36,8 +52,10 @@ def parse_quantity(text: str) -> Fraction:
     """The value of a Kubernetes quantity, as the API server reads it; ValueError says why not."""
     match = _QUANTITY().match(text)
     if match is None or not (match.group(2) or match.group(3)):
-        raise ValueError(f"{text!r} is not a Kubernetes quantity: a number with an optional suffix "
-                         "(Ki Mi Gi Ti Pi Ei, or m k M G T P E), e.g. 500m, 8, 64Gi, 1500M")
+        raise ValueError(
+            f"{text!r} is not a Kubernetes quantity: a number with an optional suffix "
+            "(Ki Mi Gi Ti Pi Ei, or m k M G T P E), e.g. 500m, 8, 64Gi, 1500M"
+        )
     sign, whole, fraction, suffix = match.group(1), match.group(2), match.group(3) or "", match.group(4) or ""
     number = Fraction(int(whole or "0")) + (Fraction(int(fraction), 10 ** len(fraction)) if fraction else 0)
     if suffix[:1] in ("e", "E") and len(suffix) > 1:
@@ -69,8 +87,10 @@ def label_value_error(value: str) -> str:
     if len(value) > MAX_LABEL:
         return f"{value[:20]!r}… is {len(value)} characters long; a label value has at most {MAX_LABEL}"
     if not _LABEL_NAME().match(value):
-        return (f"{value!r} is not a label value: letters, digits, '-', '_' and '.' only, starting and ending "
-                "with a letter or digit")
+        return (
+            f"{value!r} is not a label value: letters, digits, '-', '_' and '.' only, starting and ending "
+            "with a letter or digit"
+        )
     return ""
 
 
@@ -83,15 +103,19 @@ def label_key_error(key: str) -> str:
     if prefix.count("/"):
         return f"{key!r} is not a label key: at most one '/' separates the prefix from the name"
     if prefix and (len(prefix) > MAX_PREFIX or not _DNS_SUBDOMAIN().match(prefix)):
-        return (f"{key!r} is not a label key: its prefix {prefix!r} must be a DNS subdomain (lower-case "
-                "letters, digits, '-' and '.', at most 253 characters)")
+        return (
+            f"{key!r} is not a label key: its prefix {prefix!r} must be a DNS subdomain (lower-case "
+            "letters, digits, '-' and '.', at most 253 characters)"
+        )
     if not name:
         return f"{key!r} is not a label key: the name is empty"
     if len(name) > MAX_LABEL:
         return f"{key!r} is not a label key: its name is {len(name)} characters long; at most {MAX_LABEL}"
     if not _LABEL_NAME().match(name):
-        return (f"{key!r} is not a label key: its name may hold letters, digits, '-', '_' and '.' only, "
-                "starting and ending with a letter or digit")
+        return (
+            f"{key!r} is not a label key: its name may hold letters, digits, '-', '_' and '.' only, "
+            "starting and ending with a letter or digit"
+        )
     return ""
 
 
@@ -102,11 +126,16 @@ def toleration_errors(key: str, operator: str, value: str) -> list[tuple[str, st
         if error := label_key_error(key):
             out.append(("key", error))
     elif operator != "Exists":
-        out.append(("operator", f"operator {operator!r} with an empty key: an empty key matches every taint "
-                                "only with operator Exists"))
+        out.append(
+            (
+                "operator",
+                f"operator {operator!r} with an empty key: an empty key matches every taint only with operator Exists",
+            )
+        )
     if operator == "Exists" and value:
-        out.append(("value", f"value {value!r} with operator Exists: Exists matches any value, so the value "
-                             "must be empty"))
+        out.append(
+            ("value", f"value {value!r} with operator Exists: Exists matches any value, so the value must be empty")
+        )
     elif operator == "Equal" and (error := label_value_error(value)):
         out.append(("value", error))
     return out

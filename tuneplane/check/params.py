@@ -67,8 +67,10 @@ def parse_typed_value(key: str, text: str, param: Param) -> Scalar:
         chosen: Scalar = next((c for c in param.choices or [] if str(c) == text), text)
         return chosen
     if text.startswith(("[", "{")):
-        raise UsageError(f"--set {key}: {text!r} is not a single value",
-                         hint=f"{key} is {'a number' if kind != 'bool' else 'true or false'}")
+        raise UsageError(
+            f"--set {key}: {text!r} is not a single value",
+            hint=f"{key} is {'a number' if kind != 'bool' else 'true or false'}",
+        )
     if kind == "bool":
         low = text.lower()
         return True if low in _TRUE else False if low in _FALSE else text
@@ -108,8 +110,10 @@ MAX_DIGITS = 4000  # below Python's 4,300-digit limit of int(text)
 
 def _bounded(key: str, text: str) -> None:
     if len(text) > MAX_DIGITS:
-        raise UsageError(f"--set {key}: a number of {len(text):,} digits: no parameter takes one",
-                         hint="pass the value you mean, or quote it to keep it text")
+        raise UsageError(
+            f"--set {key}: a number of {len(text):,} digits: no parameter takes one",
+            hint="pass the value you mean, or quote it to keep it text",
+        )
 
 
 def config_value(param: Param, value: object, written: str | None) -> object:
@@ -149,13 +153,16 @@ def check_value(param: Param, value: object) -> str | None:
 
 def _check_number(param: Param, value: object) -> str | None:
     if _non_finite(value):
-        return (f"{value!r} is not a finite number: NaN and infinities pass no bound and break the JSON "
-                "handed to the job")
+        return (
+            f"{value!r} is not a finite number: NaN and infinities pass no bound and break the JSON handed to the job"
+        )
     ok = isinstance(value, int) if param.type == "int" else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok or not isinstance(value, (int, float)):  # the last narrows for mypy
         if isinstance(value, str) and param.type == "float" and _FLOATISH().match(value):
-            return (f"expected a number, got the text {value!r}: YAML reads an exponent without a dot as text; "
-                    f"write it as {_with_dot(value)}")
+            return (
+                f"expected a number, got the text {value!r}: YAML reads an exponent without a dot as text; "
+                f"write it as {_with_dot(value)}"
+            )
         return f"expected {'an integer' if param.type == 'int' else 'a number'}, got {_show(value)}"
     if param.min is not None and (value <= param.min if param.exclusive_min else value < param.min):
         return f"{value} is below the minimum {'(exclusive) ' if param.exclusive_min else ''}{_num(param.min)}"
@@ -186,16 +193,26 @@ def _num(x: float) -> str:
 
 
 def _show(value: object) -> str:
-    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "text", list: "a list",
-            dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
+    kind = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "text",
+        list: "a list",
+        dict: "a mapping",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
     return f"{kind} ({value!r})" if not isinstance(value, (list, dict)) else kind
 
 
 def unknown_name_message(name: str, recipe: Recipe) -> tuple[str, str]:
     known = sorted(recipe.params)
-    return (f"unknown hyperparameter {name!r} for {recipe.name}",
-            did_you_mean(name, known, then="known: " + ", ".join(known) if known
-                         else f"{recipe.name} declares no hyperparameters"))
+    return (
+        f"unknown hyperparameter {name!r} for {recipe.name}",
+        did_you_mean(
+            name, known, then="known: " + ", ".join(known) if known else f"{recipe.name} declares no hyperparameters"
+        ),
+    )
 
 
 def resolve_name(name: str, recipe: Recipe) -> str | None:

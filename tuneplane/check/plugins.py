@@ -29,8 +29,24 @@ NO_ALGORITHM_FRAMEWORKS = frozenset({"custom", "evalkit"})
 
 
 # The plugin root is put first on sys.path in the job: these names would replace the real module.
-RESERVED_MODULES = frozenset({"tuneplane", "nemo_rl", "common", "ray", "torch", "transformers", "vllm",
-                              "trl", "verl", "numpy", "yaml", "json", "os", "sys"})
+RESERVED_MODULES = frozenset(
+    {
+        "tuneplane",
+        "nemo_rl",
+        "common",
+        "ray",
+        "torch",
+        "transformers",
+        "vllm",
+        "trl",
+        "verl",
+        "numpy",
+        "yaml",
+        "json",
+        "os",
+        "sys",
+    }
+)
 
 
 MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".pth")
@@ -54,8 +70,16 @@ class FileCtx:
     file: str
     doc: Doc
 
-    def problem(self, pointer: str, rule: str, message: str, hint: str = "", *, key: bool = False,
-                severity: Severity = Severity.ERROR) -> Problem:
+    def problem(
+        self,
+        pointer: str,
+        rule: str,
+        message: str,
+        hint: str = "",
+        *,
+        key: bool = False,
+        severity: Severity = Severity.ERROR,
+    ) -> Problem:
         line, col = self.doc.where(pointer, value=not key)
         return Problem(self.file, line, col, rule, message, severity, pointer, hint)
 
@@ -63,8 +87,10 @@ class FileCtx:
 def display_path(path: Path, root: Path | None) -> str:
     if root is not None:
         # abspath, not resolve: a symlink must be shown where it sits, not where it points
-        for shown, base in ((os.path.abspath(path), os.path.abspath(root)),
-                            (os.path.join(os.path.realpath(path.parent), path.name), os.path.realpath(root))):
+        for shown, base in (
+            (os.path.abspath(path), os.path.abspath(root)),
+            (os.path.join(os.path.realpath(path.parent), path.name), os.path.realpath(root)),
+        ):
             try:
                 return Path(shown).relative_to(base).as_posix()
             except ValueError:
@@ -90,9 +116,12 @@ def _parse_manifest(text: str, ctx: FileCtx) -> tuple[PluginManifest | None, lis
     if schema in LEGACY_SCHEMAS:
         data, warning = _from_legacy(data, ctx)
         problems.append(warning)
-    manifest, found = parse_model(PluginManifest, Doc(ctx.file, data, ctx.doc.positions, ctx.doc.text,
-                                                       ctx.doc.values), "plugin-schema",
-                                  refine=_schema_refiner(ctx))
+    manifest, found = parse_model(
+        PluginManifest,
+        Doc(ctx.file, data, ctx.doc.positions, ctx.doc.text, ctx.doc.values),
+        "plugin-schema",
+        refine=_schema_refiner(ctx),
+    )
     return manifest, problems + [p for p in found if not _explained_elsewhere(p, data)]
 
 
@@ -104,8 +133,14 @@ def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, object] | Non
         return None, [exc.problem.replace(rule=rule)]
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
-        return None, [ctx.problem("", "plugin-schema", f"plugin.yaml must be a mapping, got {got}",
-                                  f"start from `tp plugin new <name>`; begin with `schema: {PLUGIN_SCHEMA}`")]
+        return None, [
+            ctx.problem(
+                "",
+                "plugin-schema",
+                f"plugin.yaml must be a mapping, got {got}",
+                f"start from `tp plugin new <name>`; begin with `schema: {PLUGIN_SCHEMA}`",
+            )
+        ]
     return data, []
 
 
@@ -127,13 +162,14 @@ def _from_legacy(data: dict[str, object], ctx: FileCtx) -> tuple[dict[str, objec
                 table["/capability"] = table["/kind"]
     if data.get("capability") == "data-prep" and "execution" not in data:
         data["execution"] = "local"  # StarForge data-prep scripts only ever ran on the user's machine
-    warning = ctx.problem("/schema", "plugin-legacy-schema",
-                          f"StarForge plugin manifest ({legacy}) read for compatibility",
-                          f"run `tp migrate` to rewrite it as `schema: {PLUGIN_SCHEMA}` "
-                          "(`kind:` becomes `capability:`)", severity=Severity.WARNING)
+    warning = ctx.problem(
+        "/schema",
+        "plugin-legacy-schema",
+        f"StarForge plugin manifest ({legacy}) read for compatibility",
+        f"run `tp migrate` to rewrite it as `schema: {PLUGIN_SCHEMA}` (`kind:` becomes `capability:`)",
+        severity=Severity.WARNING,
+    )
     return data, warning
-
-
 
 
 def _explained_elsewhere(problem: Problem, data: dict[str, object]) -> bool:
@@ -143,6 +179,7 @@ def _explained_elsewhere(problem: Problem, data: dict[str, object]) -> bool:
 
 def _schema_refiner(ctx: FileCtx) -> Refine:
     """The converter's problems, with plugin.yaml's own advice, and a wrong value placed at the value."""
+
     def refine(err: ErrorDetails, problem: Problem) -> Problem:
         loc = [str(p) for p in err["loc"]]
         kind = err["type"]
@@ -154,6 +191,7 @@ def _schema_refiner(ctx: FileCtx) -> Refine:
         if kind == "missing":
             return problem.replace(hint="see `tp plugin new` for a complete plugin.yaml")
         return ctx.problem(problem.pointer, "plugin-schema", problem.message, _hint_for(loc) or problem.hint)
+
     return refine
 
 
@@ -171,8 +209,7 @@ def load_plugin_manifest(path: Path) -> PluginManifest:
     try:
         text = fs.read_text(file, fs.MAX_BYTES, file.parent, file.as_posix())
     except LoadFailed as exc:
-        raise UsageError(f"cannot read {file}: {exc.problem.message}", "a plugin directory holds plugin.yaml") \
-            from None
+        raise UsageError(f"cannot read {file}: {exc.problem.message}", "a plugin directory holds plugin.yaml") from None
     manifest, problems = parse_plugin_manifest(text, file.as_posix())
     errors = [p for p in problems if p.is_error]
     if manifest is None or errors:
@@ -189,15 +226,31 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
     manifest_file = path / MANIFEST_FILE
     shown = display_path(manifest_file, display_root)
     if not path.is_dir():
-        return [Problem(display_path(path, display_root), 0, 0, "plugin-missing", "not a plugin directory",
-                        hint="pass the directory that holds plugin.yaml")]
+        return [
+            Problem(
+                display_path(path, display_root),
+                0,
+                0,
+                "plugin-missing",
+                "not a plugin directory",
+                hint="pass the directory that holds plugin.yaml",
+            )
+        ]
     linked = _linked_root(path, display_root)
     if linked is not None:
         return [linked]  # nothing below it is the lab's: the digest would pin whatever the link reaches
     entries = list(_hostile_entries(path, display_root))
     if not fs.present(manifest_file):
-        return [Problem(shown, 0, 0, "plugin-missing", "no plugin.yaml in the plugin directory",
-                        hint="create one with `tp plugin new <name>`")] + entries
+        return [
+            Problem(
+                shown,
+                0,
+                0,
+                "plugin-missing",
+                "no plugin.yaml in the plugin directory",
+                hint="create one with `tp plugin new <name>`",
+            )
+        ] + entries
     try:
         text = fs.read_text(manifest_file, fs.MAX_BYTES, path, shown)
     except LoadFailed as exc:
@@ -218,10 +271,15 @@ def _linked_root(path: Path, display_root: Path | None) -> Problem | None:
     leaves = display_root is not None and not Path(real).is_relative_to(os.path.realpath(display_root))
     if not (path.is_symlink() or leaves):
         return None
-    return Problem(display_path(path, display_root), 0, 0, "plugin-symlink",
-                   f"the plugin folder is a symlink or lies behind one (it resolves to {real}); a plugin "
-                   "is pinned and shipped as the lab's own files",
-                   hint="replace the link with the plugin's folder itself, committed in the lab")
+    return Problem(
+        display_path(path, display_root),
+        0,
+        0,
+        "plugin-symlink",
+        f"the plugin folder is a symlink or lies behind one (it resolves to {real}); a plugin "
+        "is pinned and shipped as the lab's own files",
+        hint="replace the link with the plugin's folder itself, committed in the lab",
+    )
 
 
 def _holds_nul(path: Path) -> bool:
@@ -250,47 +308,85 @@ def _hostile_entries(root: Path, display_root: Path | None) -> Iterator[Problem]
     for dirpath, dirnames, filenames in os.walk(root):
         if len(os.fsencode(dirpath)) > MAX_PATH_BYTES:
             dirnames[:] = []  # a tree past the system's path limit: named once, not walked further
-            yield Problem(display_path(Path(dirpath), display_root)[:200] + "…", 0, 0, "plugin-entry",
-                          f"a path in the plugin is over {MAX_PATH_BYTES} bytes long: no tool can open what lies "
-                          "below it (the system's limit is about 4096)",
-                          hint="flatten the plugin's folders; a plugin is a few source files")
+            yield Problem(
+                display_path(Path(dirpath), display_root)[:200] + "…",
+                0,
+                0,
+                "plugin-entry",
+                f"a path in the plugin is over {MAX_PATH_BYTES} bytes long: no tool can open what lies "
+                "below it (the system's limit is about 4096)",
+                hint="flatten the plugin's folders; a plugin is a few source files",
+            )
             continue
         for name in sorted(dirnames + filenames):
             full = Path(dirpath, name)
             shown = display_path(full, display_root)
             if name in dirnames and name in UNPINNED_FOLDERS:
                 dirnames.remove(name)
-                yield Problem(shown, 0, 0, "plugin-unpinned",
-                              f"a {name}/ folder in a plugin: the plugin digest skips it, yet it would ship "
-                              "with the job, unpinned",
-                              hint=f"move {name}/ out of the plugin folder (a plugin is its pinned source files)")
+                yield Problem(
+                    shown,
+                    0,
+                    0,
+                    "plugin-unpinned",
+                    f"a {name}/ folder in a plugin: the plugin digest skips it, yet it would ship "
+                    "with the job, unpinned",
+                    hint=f"move {name}/ out of the plugin folder (a plugin is its pinned source files)",
+                )
             elif full.is_symlink():
                 leaves = not Path(os.path.realpath(full)).is_relative_to(real_root)
-                yield Problem(shown, 0, 0, "plugin-symlink",
-                              f"symlink {'leaves the plugin directory' if leaves else 'in a plugin'} "
-                              f"(points to {os.readlink(full)}); a plugin ships exactly its files",
-                              hint="copy the file into the plugin instead of linking it")
+                yield Problem(
+                    shown,
+                    0,
+                    0,
+                    "plugin-symlink",
+                    f"symlink {'leaves the plugin directory' if leaves else 'in a plugin'} "
+                    f"(points to {os.readlink(full)}); a plugin ships exactly its files",
+                    hint="copy the file into the plugin instead of linking it",
+                )
             elif name in filenames and not full.is_file():
-                yield Problem(shown, 0, 0, "plugin-entry",
-                              f"is {fs.describe(full)}, not a regular file; a plugin holds only files",
-                              hint="remove it from the plugin directory")
+                yield Problem(
+                    shown,
+                    0,
+                    0,
+                    "plugin-entry",
+                    f"is {fs.describe(full)}, not a regular file; a plugin holds only files",
+                    hint="remove it from the plugin directory",
+                )
             elif name in filenames and full.stat().st_size > FILE_LIMIT:
-                yield Problem(shown, 0, 0, "plugin-entry",
-                              f"is {full.stat().st_size / 1e6:.0f} MB; a plugin file may be at most "
-                              f"{FILE_LIMIT // (1024 * 1024)} MiB (a plugin is code, shipped with every job)",
-                              hint="keep data and weights out of the plugin; read them from storage")
-            elif name in filenames and (name.endswith(BYTECODE_SUFFIXES) or "__pycache__" in full.parts) \
-                    and not _own_cache(full):
-                yield Problem(shown, 0, 0, "plugin-bytecode",
-                              "compiled bytecode in a plugin: the digest does not pin it, and Python would "
-                              "run it instead of the pinned source",
-                              hint="delete it (and __pycache__/), add `__pycache__/` and `*.pyc` to "
-                                   ".gitignore, and commit only source")
+                yield Problem(
+                    shown,
+                    0,
+                    0,
+                    "plugin-entry",
+                    f"is {full.stat().st_size / 1e6:.0f} MB; a plugin file may be at most "
+                    f"{FILE_LIMIT // (1024 * 1024)} MiB (a plugin is code, shipped with every job)",
+                    hint="keep data and weights out of the plugin; read them from storage",
+                )
+            elif (
+                name in filenames
+                and (name.endswith(BYTECODE_SUFFIXES) or "__pycache__" in full.parts)
+                and not _own_cache(full)
+            ):
+                yield Problem(
+                    shown,
+                    0,
+                    0,
+                    "plugin-bytecode",
+                    "compiled bytecode in a plugin: the digest does not pin it, and Python would "
+                    "run it instead of the pinned source",
+                    hint="delete it (and __pycache__/), add `__pycache__/` and `*.pyc` to "
+                    ".gitignore, and commit only source",
+                )
             elif name in filenames and _digested(full, root) and _holds_nul(full):
-                yield Problem(shown, 0, 0, "plugin-nul",
-                              "holds a NUL byte: the plugin digest has no length framing, so a file with NUL "
-                              "bytes could be re-cut into other files (a new .py) under the same digest",
-                              hint="keep binary data out of the plugin; read it from storage")
+                yield Problem(
+                    shown,
+                    0,
+                    0,
+                    "plugin-nul",
+                    "holds a NUL byte: the plugin digest has no length framing, so a file with NUL "
+                    "bytes could be re-cut into other files (a new .py) under the same digest",
+                    hint="keep binary data out of the plugin; read it from storage",
+                )
 
 
 def _own_cache(pyc: Path) -> bool:
@@ -336,10 +432,15 @@ def _shadowing(root: Path, display_root: Path | None) -> Iterator[Problem]:
     for module, entry in top_level_modules(root).items():
         if module in RESERVED_MODULES or module in sys.stdlib_module_names:
             what = "the standard library's" if module in sys.stdlib_module_names else "the dependency"
-            yield Problem(display_path(root / entry.rstrip("/"), display_root), 0, 0, "plugin-shadowing",
-                          f"top-level name {module!r} would shadow {what} module {module!r}: the plugin "
-                          "root goes first on sys.path in the job",
-                          hint=f"rename it, e.g. `{prefix}_{module}` (and `entrypoint:` if it names it)")
+            yield Problem(
+                display_path(root / entry.rstrip("/"), display_root),
+                0,
+                0,
+                "plugin-shadowing",
+                f"top-level name {module!r} would shadow {what} module {module!r}: the plugin "
+                "root goes first on sys.path in the job",
+                hint=f"rename it, e.g. `{prefix}_{module}` (and `entrypoint:` if it names it)",
+            )
 
 
 def _module_file(root: Path, module: str) -> Path | None:
@@ -350,21 +451,28 @@ def _module_file(root: Path, module: str) -> Path | None:
     return None
 
 
-def _entrypoint_problems(root: Path, manifest: PluginManifest, display_root: Path | None,
-                         ctx: FileCtx) -> list[Problem]:
+def _entrypoint_problems(
+    root: Path, manifest: PluginManifest, display_root: Path | None, ctx: FileCtx
+) -> list[Problem]:
     if not manifest.entrypoint:
         return []
     module, _, func = manifest.entrypoint.partition(":")
     source = _module_file(root, module)
     if source is None:
-        return [ctx.problem("/entrypoint", "plugin-entrypoint",
-                            f"entrypoint module {module!r} is not in the plugin directory",
-                            f"add {module.replace('.', '/')}.py next to plugin.yaml")]
+        return [
+            ctx.problem(
+                "/entrypoint",
+                "plugin-entrypoint",
+                f"entrypoint module {module!r} is not in the plugin directory",
+                f"add {module.replace('.', '/')}.py next to plugin.yaml",
+            )
+        ]
     return _function_problems(source, func, ctx, root, display_root)
 
 
-def _function_problems(source: Path, func: str, ctx: FileCtx, root: Path, display_root: Path | None,
-                       hops: int = 0) -> list[Problem]:
+def _function_problems(
+    source: Path, func: str, ctx: FileCtx, root: Path, display_root: Path | None, hops: int = 0
+) -> list[Problem]:
     """The entrypoint must be a plain function defined with `def` in the plugin's own code (a re-export
     from another module of the plugin is followed): anything else is foreign or not callable as
     `install(params)`."""
@@ -379,27 +487,49 @@ def _function_problems(source: Path, func: str, ctx: FileCtx, root: Path, displa
     binding = next((node for node in reversed(tree.body) if _binds(node, func)), None)
     here = f"entrypoint {func!r} in {source.name}"
     if binding is None:
-        return [ctx.problem("/entrypoint", "plugin-entrypoint",
-                            f"{source.name} defines no top-level {func!r}", f"def {func}(params): ...")]
+        return [
+            ctx.problem(
+                "/entrypoint",
+                "plugin-entrypoint",
+                f"{source.name} defines no top-level {func!r}",
+                f"def {func}(params): ...",
+            )
+        ]
     if isinstance(binding, ast.FunctionDef):
         args = binding.args
         if not (args.posonlyargs or args.args or args.vararg):
-            return [Problem(shown_source, binding.lineno, binding.col_offset + 1, "plugin-entrypoint",
-                            f"{func}() takes no arguments; the launcher calls {func}(params)",
-                            hint=f"def {func}(params): ...")]
+            return [
+                Problem(
+                    shown_source,
+                    binding.lineno,
+                    binding.col_offset + 1,
+                    "plugin-entrypoint",
+                    f"{func}() takes no arguments; the launcher calls {func}(params)",
+                    hint=f"def {func}(params): ...",
+                )
+            ]
         return []
     if isinstance(binding, ast.ImportFrom) and hops < 5:
         target = _own_module(root, source, binding)
         if target is not None:
             original = next(a.name for a in binding.names if (a.asname or a.name) == func)
             return _function_problems(target, original, ctx, root, display_root, hops + 1)
-    what = {ast.AsyncFunctionDef: "an async function, which the launcher would not await",
-            ast.ClassDef: "a class, not a function", ast.Import: "imported from outside the plugin",
-            ast.ImportFrom: "imported from outside the plugin"}.get(type(binding), "assigned a value, not "
-                                                                                  "defined with def")
-    return [Problem(shown_source, binding.lineno, binding.col_offset + 1, "plugin-entrypoint",
-                    f"{here} is {what}: the entrypoint must be a function the plugin defines itself",
-                    hint=f"def {func}(params): ... in {source.name}")]
+    what = {
+        ast.AsyncFunctionDef: "an async function, which the launcher would not await",
+        ast.ClassDef: "a class, not a function",
+        ast.Import: "imported from outside the plugin",
+        ast.ImportFrom: "imported from outside the plugin",
+    }.get(type(binding), "assigned a value, not defined with def")
+    return [
+        Problem(
+            shown_source,
+            binding.lineno,
+            binding.col_offset + 1,
+            "plugin-entrypoint",
+            f"{here} is {what}: the entrypoint must be a function the plugin defines itself",
+            hint=f"def {func}(params): ... in {source.name}",
+        )
+    ]
 
 
 def _own_module(root: Path, source: Path, node: ast.ImportFrom) -> Path | None:
@@ -429,14 +559,24 @@ def _manifest_rules(root: Path, manifest: PluginManifest, ctx: FileCtx) -> list[
     problems = []
     dir_name = root.resolve().name
     if manifest.name != dir_name:
-        problems.append(ctx.problem("/name", "plugin-name",
-                                    f"name {manifest.name!r} differs from its directory {dir_name!r}",
-                                    "the lab keeps each plugin in plugins/<name>/; rename one of them",
-                                    severity=Severity.WARNING))
+        problems.append(
+            ctx.problem(
+                "/name",
+                "plugin-name",
+                f"name {manifest.name!r} differs from its directory {dir_name!r}",
+                "the lab keeps each plugin in plugins/<name>/; rename one of them",
+                severity=Severity.WARNING,
+            )
+        )
     refused = sorted(NO_ALGORITHM_FRAMEWORKS.intersection(manifest.requires.frameworks))
     if manifest.capability == "algorithm" and refused:
-        problems.append(ctx.problem("/requires/frameworks", "plugin-framework",
-                                    f"algorithm plugins cannot run under {', '.join(refused)}: those "
-                                    "frameworks do not start through the algorithm bridge",
-                                    "remove them from requires.frameworks"))
+        problems.append(
+            ctx.problem(
+                "/requires/frameworks",
+                "plugin-framework",
+                f"algorithm plugins cannot run under {', '.join(refused)}: those "
+                "frameworks do not start through the algorithm bridge",
+                "remove them from requires.frameworks",
+            )
+        )
     return problems

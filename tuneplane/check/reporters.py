@@ -21,8 +21,10 @@ def summary_line(problems: Sequence[Problem], checked: str) -> str:
     if not problems:
         return f"ok: {checked}, no problems"
     files = len({p.file for p in problems})
-    return f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} in {files} " \
-           f"file{'s' * (files != 1)} ({checked})"
+    return (
+        f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} in {files} "
+        f"file{'s' * (files != 1)} ({checked})"
+    )
 
 
 def text(problems: Sequence[Problem], checked: str) -> str:
@@ -37,10 +39,24 @@ def text(problems: Sequence[Problem], checked: str) -> str:
 
 def as_json(problems: Sequence[Problem], checked: str) -> str:
     errors, warnings = counts(problems)
-    body = {"checked": checked, "errors": errors, "warnings": warnings,
-            "problems": [{"file": p.file, "line": p.line, "col": p.col, "pointer": p.pointer, "rule": p.rule,
-                          "severity": p.severity.value, "message": p.message, "hint": p.hint}
-                         for p in problems]}
+    body = {
+        "checked": checked,
+        "errors": errors,
+        "warnings": warnings,
+        "problems": [
+            {
+                "file": p.file,
+                "line": p.line,
+                "col": p.col,
+                "pointer": p.pointer,
+                "rule": p.rule,
+                "severity": p.severity.value,
+                "message": p.message,
+                "hint": p.hint,
+            }
+            for p in problems
+        ],
+    }
     return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -69,8 +85,10 @@ def github(problems: Sequence[Problem], checked: str) -> str:
         lines.append(f"::{sev} {props}::{_gh_data(message)}")
     hidden = len(problems) - sum(shown.values())
     if hidden:
-        lines.append(f"{hidden} more problem(s) are not annotated (GitHub shows {GITHUB_ANNOTATION_CAP} of each "
-                     "kind per step); all are in the job summary")
+        lines.append(
+            f"{hidden} more problem(s) are not annotated (GitHub shows {GITHUB_ANNOTATION_CAP} of each "
+            "kind per step); all are in the job summary"
+        )
     lines.append(summary_line(problems, checked))
     return "\n".join(lines) + "\n"
 
@@ -96,12 +114,25 @@ def sarif(problems: Sequence[Problem], checked: str) -> str:
     for p in problems:
         region = {"startLine": p.line, "startColumn": max(p.col, 1)} if p.line else {}
         location = {"physicalLocation": {"artifactLocation": {"uri": p.file}, **({"region": region} if region else {})}}
-        results.append({"ruleId": p.rule, "level": p.severity.value,
-                        "message": {"text": p.message + (f" (hint: {p.hint})" if p.hint else "")},
-                        "locations": [location]})
-    run = {"tool": {"driver": {"name": "tuneplane", "version": __version__, "informationUri": "https://tuneplane.dev",
-                               "rules": [{"id": r} for r in rules]}},
-           "results": results}
+        results.append(
+            {
+                "ruleId": p.rule,
+                "level": p.severity.value,
+                "message": {"text": p.message + (f" (hint: {p.hint})" if p.hint else "")},
+                "locations": [location],
+            }
+        )
+    run = {
+        "tool": {
+            "driver": {
+                "name": "tuneplane",
+                "version": __version__,
+                "informationUri": "https://tuneplane.dev",
+                "rules": [{"id": r} for r in rules],
+            }
+        },
+        "results": results,
+    }
     doc = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 

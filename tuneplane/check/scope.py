@@ -18,8 +18,13 @@ class Scope(Record):
     __slots__ = ("experiments", "runs", "plugins", "everything")
     _fields = __slots__
 
-    def __init__(self, experiments: set[str] | None = None, runs: set[Path] | None = None,
-                 plugins: set[str] | None = None, everything: bool = False) -> None:
+    def __init__(
+        self,
+        experiments: set[str] | None = None,
+        runs: set[Path] | None = None,
+        plugins: set[str] | None = None,
+        everything: bool = False,
+    ) -> None:
         self.experiments = set() if experiments is None else experiments
         self.runs: set[Path] = set() if runs is None else runs
         self.plugins = set() if plugins is None else plugins
@@ -66,7 +71,7 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
             return scope_all(lab)
         root = _experiment_root(lab, parts)
         if root:
-            folder = lab.root.joinpath(*parts[:root + 1])
+            folder = lab.root.joinpath(*parts[: root + 1])
             if not parts[root].startswith(".") and folder.is_dir():  # not a root's .gitkeep or a gone folder
                 scope.experiments.add(parts[root])
         elif any(Path(rel).is_relative_to(d) for d in lab.config.shared_code):
@@ -77,8 +82,7 @@ def scope_for_paths(lab: Lab, paths: list[str]) -> Scope:
         elif len(parts) == 2 and parts[0] == "sweeps" and rel.endswith((".yaml", ".yml")):
             scope.experiments |= _sweep_experiment(lab, lab.root / rel)  # its experiment checks its sweeps
         elif len(parts) >= 2 and parts[0] == "plugins":
-            plugins |= {name for name, dirs in _plugins(lab).items()
-                        if any(Path(rel).is_relative_to(d) for d in dirs)}
+            plugins |= {name for name, dirs in _plugins(lab).items() if any(Path(rel).is_relative_to(d) for d in dirs)}
     if plugins:
         scope.plugins |= plugins
         scope.experiments |= experiments_locking(lab, plugins)
@@ -139,8 +143,10 @@ def _refuse_other_lab(lab: Lab, arg: str, path: Path) -> None:
     except UsageError:
         return
     if other.resolve() != lab.root.resolve():
-        raise UsageError(f"{arg} belongs to the lab at {other}, not to this one ({lab.root})",
-                         hint=f"check it in its own lab: cd {other} && tp validate {os.path.abspath(path)}")
+        raise UsageError(
+            f"{arg} belongs to the lab at {other}, not to this one ({lab.root})",
+            hint=f"check it in its own lab: cd {other} && tp validate {os.path.abspath(path)}",
+        )
 
 
 def _missing_experiment(lab: Lab, arg: str) -> str:
@@ -152,14 +158,17 @@ def _missing_experiment(lab: Lab, arg: str) -> str:
         depth = len([p for p in experiment_root.strip("/").split("/") if p])
         if len(parts) > depth and "/".join(parts[:depth]) == experiment_root.strip("/"):
             return parts[depth]
-    raise UsageError(f"{arg}: no such file or experiment",
-                     hint="pass experiment names (see `tp ls`) or files of the lab")
+    raise UsageError(
+        f"{arg}: no such file or experiment", hint="pass experiment names (see `tp ls`) or files of the lab"
+    )
 
 
 def _lab_rel(lab: Lab, path: Path) -> str | None:
     """`path` relative to the lab root (a link judged where it sits); the lab root itself is its marker."""
-    for base, target in ((os.path.abspath(lab.root), os.path.abspath(path)),
-                         (os.path.realpath(lab.root), os.path.realpath(path))):
+    for base, target in (
+        (os.path.abspath(lab.root), os.path.abspath(path)),
+        (os.path.realpath(lab.root), os.path.realpath(path)),
+    ):
         if target == base:
             return "tuneplane.yaml"
         if target.startswith(base.rstrip(os.sep) + os.sep):

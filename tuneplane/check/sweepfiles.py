@@ -13,8 +13,9 @@ from tuneplane.lab.yamlio import LoadFailed
 from tuneplane.problems import Problem
 
 
-def validate_sweeps(lab: Lab, catalog: Catalog, experiments: Collection[str],
-                    contexts: dict[str, ExperimentContext]) -> list[Problem]:
+def validate_sweeps(
+    lab: Lab, catalog: Catalog, experiments: Collection[str], contexts: dict[str, ExperimentContext]
+) -> list[Problem]:
     """Problems of every sweep of `experiments`; a sweep whose experiment cannot be read is always checked."""
     paths = sweep_files(lab.root)
     if not paths:

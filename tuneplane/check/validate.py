@@ -30,9 +30,14 @@ CONFIG_FILE = "config.yaml"
 UNREADABLE = "experiment-unreadable"
 
 
-def validate(lab: Lab, experiments: Iterable[str], runs: Iterable[Path] = (),
-             catalog: Catalog | None = None, plugins: Iterable[str] = (),
-             shell_check: ShellCheck | None = None) -> list[Problem]:
+def validate(
+    lab: Lab,
+    experiments: Iterable[str],
+    runs: Iterable[Path] = (),
+    catalog: Catalog | None = None,
+    plugins: Iterable[str] = (),
+    shell_check: ShellCheck | None = None,
+) -> list[Problem]:
     """Every problem; `shell_check` (lab.shellsyntax.bash_syntax) checks shell scripts, none without it."""
     catalog = catalog or load_catalog()
     problems = list(lab.problems)
@@ -90,9 +95,16 @@ def _plugin_problems(lab: Lab, names: list[str]) -> list[Problem]:
     for name in names:
         dirs = index.get(name) or [f"plugins/{name}"]
         if len(dirs) > 1:
-            problems.append(Problem(f"{dirs[1]}/plugin.yaml", 1, 1, "plugin-duplicate",
-                                    f"two plugins are named {name!r}: {' and '.join(dirs)}",
-                                    hint="a lock names a plugin by its name: rename or remove one of them"))
+            problems.append(
+                Problem(
+                    f"{dirs[1]}/plugin.yaml",
+                    1,
+                    1,
+                    "plugin-duplicate",
+                    f"two plugins are named {name!r}: {' and '.join(dirs)}",
+                    hint="a lock names a plugin by its name: rename or remove one of them",
+                )
+            )
         for rel in dirs:
             problems += validate_plugin_dir(lab.root / rel, display_root=lab.root)
     return problems
@@ -103,9 +115,16 @@ def _duplicates(lab: Lab, experiments: list[str]) -> list[Problem]:
     for name in experiments:
         dirs = lab.experiment_index.get(name, [])
         if len(dirs) > 1:
-            out.append(Problem(dirs[1], 0, 0, "experiment-duplicate",
-                               f"experiment {name!r} exists twice: {' and '.join(dirs)}",
-                               hint="runs and status files are keyed by the experiment name: rename one folder"))
+            out.append(
+                Problem(
+                    dirs[1],
+                    0,
+                    0,
+                    "experiment-duplicate",
+                    f"experiment {name!r} exists twice: {' and '.join(dirs)}",
+                    hint="runs and status files are keyed by the experiment name: rename one folder",
+                )
+            )
     return out
 
 
@@ -113,19 +132,36 @@ def load_experiment(lab: Lab, catalog: Catalog, name: str) -> ExperimentContext:
     exp_dir = lab.experiment_dir(name)
     ctx = ExperimentContext(lab, catalog, name, exp_dir)
     if error := name_error(name, "experiment name"):
-        ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-name", error,
-                                    hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter "
-                                         "or digit; rename the directory"))
+        ctx.problems.append(
+            Problem(
+                ctx.rel,
+                0,
+                0,
+                "experiment-name",
+                error,
+                hint="use ASCII letters, digits, '.', '_' and '-', starting with a letter "
+                "or digit; rename the directory",
+            )
+        )
         return ctx
     if not exp_dir.is_dir():
-        ctx.problems.append(Problem(ctx.rel, 0, 0, "experiment-missing", f"no experiment named {name!r}",
-                                    hint=_known(lab, name)))
+        ctx.problems.append(
+            Problem(ctx.rel, 0, 0, "experiment-missing", f"no experiment named {name!r}", hint=_known(lab, name))
+        )
         return ctx
     try:
         os.listdir(exp_dir)
     except OSError as exc:  # a folder tp may not read: every check of its files would stop on it
-        ctx.problems.append(Problem(ctx.rel, 0, 0, UNREADABLE, f"the experiment folder cannot be read: "
-                                    f"{exc.strerror or exc}", hint=f"make it readable: chmod -R u+rwX {ctx.rel}"))
+        ctx.problems.append(
+            Problem(
+                ctx.rel,
+                0,
+                0,
+                UNREADABLE,
+                f"the experiment folder cannot be read: {exc.strerror or exc}",
+                hint=f"make it readable: chmod -R u+rwX {ctx.rel}",
+            )
+        )
         return ctx
     _load_lock(ctx)
     if ctx.lock is not None and catalog.has(ctx.lock.recipe.name):
@@ -144,16 +180,32 @@ def _load_lock(ctx: ExperimentContext) -> None:
     path = ctx.dir / LOCK_FILE
     rel = f"{ctx.rel}/{LOCK_FILE}"
     if not present(path):
-        ctx.problems.append(Problem(rel, 0, 0, "lock-missing", "recipe.lock.json is missing",
-                                    hint=f"scaffold experiments with `tp new`, or re-lock with "
-                                         f"`tp recipe upgrade {ctx.name}`"))
+        ctx.problems.append(
+            Problem(
+                rel,
+                0,
+                0,
+                "lock-missing",
+                "recipe.lock.json is missing",
+                hint=f"scaffold experiments with `tp new`, or re-lock with `tp recipe upgrade {ctx.name}`",
+            )
+        )
         return
     ctx.lock_doc = _read(ctx, lambda: load_json(path, rel, root=ctx.lab.root))
     if ctx.lock_doc is not None:
         ctx.lock = _parse_versioned(
-            ctx, ctx.lock_doc, RecipeLock, "lock-schema",
-            _unsupported_api(ctx.lock_doc, (RECIPE_LOCK_API, *LEGACY_LOCK_APIS), "lock-version", "lock",
-                             f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`"))
+            ctx,
+            ctx.lock_doc,
+            RecipeLock,
+            "lock-schema",
+            _unsupported_api(
+                ctx.lock_doc,
+                (RECIPE_LOCK_API, *LEGACY_LOCK_APIS),
+                "lock-version",
+                "lock",
+                f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`",
+            ),
+        )
 
 
 def _load_config(ctx: ExperimentContext) -> None:
@@ -167,13 +219,25 @@ def _load_config(ctx: ExperimentContext) -> None:
 def _load_manifest(ctx: ExperimentContext) -> None:
     """experiment.yaml (optional): its version first, so a newer file says "upgrade", then its fields."""
     path = ctx.dir / EXPERIMENT_FILE
-    doc = _read(ctx, lambda: load_yaml(path, f"{ctx.rel}/{EXPERIMENT_FILE}", root=ctx.lab.root)) \
-        if present(path) else None
+    doc = (
+        _read(ctx, lambda: load_yaml(path, f"{ctx.rel}/{EXPERIMENT_FILE}", root=ctx.lab.root))
+        if present(path)
+        else None
+    )
     if doc is not None:
         ctx.manifest = _parse_versioned(
-            ctx, doc, ExperimentManifest, "experiment-schema",
-            _unsupported_api(doc, (EXPERIMENT_API,), "experiment-version", "experiment.yaml",
-                             f"start the file with `apiVersion: {EXPERIMENT_API}`"))
+            ctx,
+            doc,
+            ExperimentManifest,
+            "experiment-schema",
+            _unsupported_api(
+                doc,
+                (EXPERIMENT_API,),
+                "experiment-version",
+                "experiment.yaml",
+                f"start the file with `apiVersion: {EXPERIMENT_API}`",
+            ),
+        )
 
 
 def _read(ctx: ExperimentContext, load: Callable[[], Doc]) -> Doc | None:
@@ -205,12 +269,17 @@ def _unsupported_api(doc: Doc, accepted: tuple[str, ...], rule: str, what: str, 
         return None
     kind = accepted[0].rsplit("/", 1)[0] + "/"
     newer = isinstance(api, str) and api.startswith(kind)
-    return doc.problem("/apiVersion", rule, f"unsupported {what} apiVersion {api!r}",
-                       hint="upgrade tuneplane: pip install -U tuneplane" if newer else fix)
+    return doc.problem(
+        "/apiVersion",
+        rule,
+        f"unsupported {what} apiVersion {api!r}",
+        hint="upgrade tuneplane: pip install -U tuneplane" if newer else fix,
+    )
 
 
-def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext],
-                 clash: Path | None = None) -> list[Problem]:
+def validate_run(
+    lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, ExperimentContext], clash: Path | None = None
+) -> list[Problem]:
     """The request's problems; `clash` is another request file with the same run id."""
     # lazy: run-request rules load only when requests are checked
     from tuneplane.check.rules.runs import RunContext
@@ -226,11 +295,15 @@ def validate_run(lab: Lab, catalog: Catalog, path: Path, contexts: dict[str, Exp
     ctx = RunContext(lab, catalog, path, doc, contexts[exp])
     out: list[Problem] = list(doc.notes)
     if clash is not None:
-        out.append(doc.problem("/run_id", "run-id-duplicate",
-                               f"run id {path.stem} is also the run id of {lab.rel(clash)}: a run id names one run "
-                               "across the lab (its status file, run directory and cluster objects)",
-                               hint="give this request a new run id: `tp submit` makes one; rename the file and "
-                                    "its run_id together"))
+        out.append(
+            doc.problem(
+                "/run_id",
+                "run-id-duplicate",
+                f"run id {path.stem} is also the run id of {lab.rel(clash)}: a run id names one run "
+                "across the lab (its status file, run directory and cluster objects)",
+                hint="give this request a new run id: `tp submit` makes one; rename the file and its run_id together",
+            )
+        )
     for rule in run_rules():
         out.extend(rule(ctx))
     return out
@@ -240,8 +313,7 @@ def run_files(lab: Lab, experiments: Iterable[str] | None = None) -> list[Path]:
     base = lab.root / "runs"
     if not base.is_dir():
         return []
-    names = sorted(experiments) if experiments is not None else sorted(
-        p.name for p in base.iterdir() if p.is_dir())
+    names = sorted(experiments) if experiments is not None else sorted(p.name for p in base.iterdir() if p.is_dir())
     found: list[Path] = []
     for name in names:
         d = base / name

@@ -32,14 +32,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "methods": ("cmd_methods", "List catalog methods, or show one method's parameters."),
     "validate": ("cmd_validate", "Check experiments, run requests and plugins (the pull-request check)."),
     "migrate": ("cmd_migrate", "Convert a StarForge lab (starforge.yaml, forge locks, lab plugins) in place."),
-    "render": ("cmd_render",
-               "Show the Kubernetes manifests or Slurm batch script a run request becomes (or their diff)."),
+    "render": (
+        "cmd_render",
+        "Show the Kubernetes manifests or Slurm batch script a run request becomes (or their diff).",
+    ),
     "export": ("cmd_lifecycle", "Render the job that exports a checkpoint, for example to Hugging Face format."),
     "eval": ("cmd_lifecycle", "Render the job that evaluates a checkpoint on held-out data."),
     "submit": ("cmd_submit", "Check a run, write runs/EXP/<run-id>.yaml and commit it; --local runs it here."),
     "rerun": ("cmd_rerun", "Request a run again: same overrides, inputs, image and profile, at the same commit."),
-    "sweep": ("cmd_sweep", "Sweep an experiment over parameter values: sweeps/NAME.yaml and one run request per "
-                           "trial, in one commit. `tp sweep extend|cancel|rerun|show NAME` change or show one."),
+    "sweep": (
+        "cmd_sweep",
+        "Sweep an experiment over parameter values: sweeps/NAME.yaml and one run request per "
+        "trial, in one commit. `tp sweep extend|cancel|rerun|show NAME` change or show one.",
+    ),
     "recipe": ("cmd_recipe", "Manage recipe locks."),
     "job": ("cmd_job", "Inspect and control runs: ls, status, logs, cancel, metrics, compare."),
     "bot": ("cmd_bot", "The CI bot: submit merged run requests and write status back into git."),
@@ -121,8 +126,9 @@ class LazyGroup(typer.core.TyperGroup):
 
         if incomplete.startswith("-"):
             return super().shell_complete(ctx, incomplete)
-        return [CompletionItem(name, help=text) for name, (_module, text) in COMMANDS.items()
-                if name.startswith(incomplete)]
+        return [
+            CompletionItem(name, help=text) for name, (_module, text) in COMMANDS.items() if name.startswith(incomplete)
+        ]
 
 
 def _version(value: bool) -> None:
@@ -143,8 +149,9 @@ def _shell(value: str) -> str:
 
     shell = (_get_shell_name() or "") if value == DETECT else value
     if shell not in SHELLS:
-        raise typer.BadParameter(f"no completion for shell {shell or '(not detected)'!r}; name one of "
-                                 f"{', '.join(SHELLS)}")
+        raise typer.BadParameter(
+            f"no completion for shell {shell or '(not detected)'!r}; name one of {', '.join(SHELLS)}"
+        )
     return shell
 
 
@@ -180,15 +187,27 @@ def build_app() -> typer.Typer:
 
     @app.callback()
     def _root(
-        version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
-                                     help="Show the version and exit."),
-        show: str | None = typer.Option(None, "--show-completion", metavar="[SHELL]",
-                                        callback=_show_completion, is_eager=True, expose_value=False,
-                                        help="Print the completion script for SHELL (bash, zsh, fish; "
-                                             "default this shell)."),
-        install: str | None = typer.Option(None, "--install-completion", metavar="[SHELL]",
-                                           callback=_install_completion, is_eager=True, expose_value=False,
-                                           help="Install completion for SHELL (default this shell)."),
+        version: bool = typer.Option(
+            False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+        show: str | None = typer.Option(
+            None,
+            "--show-completion",
+            metavar="[SHELL]",
+            callback=_show_completion,
+            is_eager=True,
+            expose_value=False,
+            help="Print the completion script for SHELL (bash, zsh, fish; default this shell).",
+        ),
+        install: str | None = typer.Option(
+            None,
+            "--install-completion",
+            metavar="[SHELL]",
+            callback=_install_completion,
+            is_eager=True,
+            expose_value=False,
+            help="Install completion for SHELL (default this shell).",
+        ),
     ) -> None:
         """TunePlane GitOps: ML training runs declared, checked and tracked in git."""
 

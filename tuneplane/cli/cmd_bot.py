@@ -28,22 +28,39 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bot_app)
 
 
-@bot_app.command(
-    "reconcile", help="Submit run requests that have no status, cancel those marked `cancel: true`."
-)
-def reconcile(push: Push = False, remote: Remote = None, branch: Branch = None, kubeconfig: Kubeconfig = None,
-              context: Context = None, in_cluster: InCluster = False) -> None:
+@bot_app.command("reconcile", help="Submit run requests that have no status, cancel those marked `cancel: true`.")
+def reconcile(
+    push: Push = False,
+    remote: Remote = None,
+    branch: Branch = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    in_cluster: InCluster = False,
+) -> None:
     _run("reconcile", push, remote, branch, kubeconfig, context, in_cluster)
 
 
 @bot_app.command("sync", help="Refresh unfinished runs from their backend and the metrics ingest.")
-def sync(push: Push = False, remote: Remote = None, branch: Branch = None, kubeconfig: Kubeconfig = None,
-         context: Context = None, in_cluster: InCluster = False) -> None:
+def sync(
+    push: Push = False,
+    remote: Remote = None,
+    branch: Branch = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    in_cluster: InCluster = False,
+) -> None:
     _run("sync", push, remote, branch, kubeconfig, context, in_cluster)
 
 
-def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconfig: str | None,
-         context: str | None, in_cluster: bool) -> None:
+def _run(
+    kind: str,
+    push: bool,
+    remote: str | None,
+    branch: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+) -> None:
     """Ask `bot.idle` once; only a pass with work imports the pipeline and runs it (`bot.entry` would
     ask again, so the pass is called directly)."""
     # lazy: tp builds only the invoked command, so only it pays for these
@@ -51,8 +68,9 @@ def _run(kind: str, push: bool, remote: str | None, branch: str | None, kubeconf
     from tuneplane.bot.report import BotOptions
 
     root = _root()
-    opts = BotOptions(push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context,
-                      in_cluster=in_cluster)
+    opts = BotOptions(
+        push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster
+    )
     report = idle(root, kind, opts)
     if report is None:
         # lazy: the pipeline, only for a pass with work

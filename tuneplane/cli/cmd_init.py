@@ -20,15 +20,30 @@ def init(
     name: Annotated[str | None, typer.Option("--name", help="Lab name; default the directory name.")] = None,
     no_git: Annotated[bool, typer.Option("--no-git", help="Do not run git init or commit.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before using a non-empty directory.")] = False,
-    backend: Annotated[str, typer.Option("--backend", help="Where runs go: local, kubernetes or slurm "
-                                         "(slurm adds a commented cluster.slurm section).")] = "local",
-    tool_requirement: Annotated[str | None, typer.Option(
-        "--tool-requirement", envvar="TUNEPLANE_TOOL_REQUIREMENT",
-        help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
-             "default: how this tp was installed.")] = None,
-    runner: Annotated[str, typer.Option(
-        "--runner", help="Self-hosted runner label of the bot jobs of a local or Slurm lab (their runs need a "
-                         "machine that stays).")] = "tuneplane",
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="Where runs go: local, kubernetes or slurm (slurm adds a commented cluster.slurm section).",
+        ),
+    ] = "local",
+    tool_requirement: Annotated[
+        str | None,
+        typer.Option(
+            "--tool-requirement",
+            envvar="TUNEPLANE_TOOL_REQUIREMENT",
+            help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
+            "default: how this tp was installed.",
+        ),
+    ] = None,
+    runner: Annotated[
+        str,
+        typer.Option(
+            "--runner",
+            help="Self-hosted runner label of the bot jobs of a local or Slurm lab (their runs need a "
+            "machine that stays).",
+        ),
+    ] = "tuneplane",
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
@@ -41,9 +56,10 @@ def init(
         try:
             tool = explicit_source(tool_requirement)
         except ValueError as exc:
-            raise UsageError(f"--tool-requirement {tool_requirement!r}: {exc}",
-                             hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'"
-                             ) from None
+            raise UsageError(
+                f"--tool-requirement {tool_requirement!r}: {exc}",
+                hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'",
+            ) from None
 
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)

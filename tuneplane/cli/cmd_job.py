@@ -9,8 +9,12 @@ from tuneplane.cli import cmd_job_metrics, cmd_job_runs
 
 
 def register(app: typer.Typer) -> None:
-    job_app = typer.Typer(name="job", help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
-                          no_args_is_help=True, add_completion=False)
+    job_app = typer.Typer(
+        name="job",
+        help="Inspect and control runs: ls, status, logs, cancel, metrics, compare.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
     cmd_job_runs.register(job_app)
     cmd_job_metrics.register(job_app)
     app.add_typer(job_app, name="job")

@@ -19,16 +19,20 @@ from tuneplane.errors import RunNotFound, UsageError
 def metrics(
     run: Run,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
-    plot: Annotated[Path | None, typer.Option(
-        help="Also write an SVG line chart to this file (never over a file tp did not write).")] = None,
-    endpoint: Annotated[str | None, typer.Option(
-        help="Read from a receiver at this URL instead of a database.")] = None,
-    db: Annotated[Path | None, typer.Option(
-        help="SQLite database of the receiver (default: the lab's .tuneplane/ingest.sqlite).")] = None,
-    token: Annotated[str | None, typer.Option(envvar=JOB_TOKEN,
-                                              help="Run token for --endpoint.")] = None,
-    secret_file: Annotated[Path | None, typer.Option(
-        help="Mint the run token for --endpoint from this secret.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Also write an SVG line chart to this file (never over a file tp did not write)."),
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="Read from a receiver at this URL instead of a database.")
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite database of the receiver (default: the lab's .tuneplane/ingest.sqlite).")
+    ] = None,
+    token: Annotated[str | None, typer.Option(envvar=JOB_TOKEN, help="Run token for --endpoint.")] = None,
+    secret_file: Annotated[
+        Path | None, typer.Option(help="Mint the run token for --endpoint from this secret.")
+    ] = None,
     width: Annotated[int, typer.Option(help="Sparkline width in characters.")] = 24,
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON (in reading order).")] = False,
 ) -> None:
@@ -41,8 +45,11 @@ def metrics(
         raise UsageError("--endpoint and --db are alternatives", "pass one of them")
     checked = _destination(plot) if plot is not None else None
     target = _Target(run)
-    read = (_remote_reader(target.run_id, endpoint, token, secret_file, target.experiment) if endpoint
-            else _local_reader(target, db))
+    read = (
+        _remote_reader(target.run_id, endpoint, token, secret_file, target.experiment)
+        if endpoint
+        else _local_reader(target, db)
+    )
     found = _run_metrics(run, target, read)
     keys = found.select(key or [])
     if as_json:
@@ -54,18 +61,25 @@ def metrics(
     if checked is not None:
         from tuneplane.views.charts import render_svg  # lazy: the chart code loads only with --plot
 
-        _write(checked, render_svg(found.series(keys), title=f"run {target.run_id}", vocab=found.vocab,
-                                   times=found.times(keys)))
+        _write(
+            checked,
+            render_svg(found.series(keys), title=f"run {target.run_id}", vocab=found.vocab, times=found.times(keys)),
+        )
 
 
 def compare(
-    runs: Annotated[list[str] | None, typer.Argument(
-        help="Two or more runs (id, unique prefix or suffix, or EXP/RUN).", autocompletion=run_ids)] = None,
+    runs: Annotated[
+        list[str] | None,
+        typer.Argument(help="Two or more runs (id, unique prefix or suffix, or EXP/RUN).", autocompletion=run_ids),
+    ] = None,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Only this key (repeatable).")] = None,
-    plot: Annotated[Path | None, typer.Option(
-        help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write).")] = None,
-    db: Annotated[Path | None, typer.Option(
-        help="SQLite database of the receiver (default: each local run's own store).")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Write an SVG: one chart per metric, runs overlaid (never over a file tp did not write)."),
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite database of the receiver (default: each local run's own store).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
     sweep: Annotated[str, typer.Option("--sweep", help="Compare the newest run of each trial of this sweep.")] = "",
 ) -> None:
@@ -89,8 +103,10 @@ def compare(
         raise UsageError(f"run {', '.join(twice)} is named twice", "name each run once: tp job compare RUN RUN…")
     found = {t.run_id: _run_metrics(t.run_id, t, _local_reader(t, db), missing_ok=True) for t in targets}
     if all(not m.summary for m in found.values()):
-        raise UsageError("none of these runs has metrics stored",
-                         "a job reports only with tuneplane.report and TUNEPLANE_JOB_TOKEN set")
+        raise UsageError(
+            "none of these runs has metrics stored",
+            "a job reports only with tuneplane.report and TUNEPLANE_JOB_TOKEN set",
+        )
     params = {t.run_id: t.params for t in targets}
     legend = changed_parameters(params)
     names = _compared_names(found, key or [])
@@ -104,13 +120,17 @@ def compare(
 
 def _comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], names: list[str]) -> dict[str, Any]:
     """`tp job compare --json`: each run with what sets it apart, each metric's last value per run."""
+
     def last(metrics: Any, name: str) -> float | None:
         raw = metrics.lookup(name)
         return float(metrics.summary[raw]["last"]) if raw else None
 
-    return {"runs": [{"run_id": run, "has_metrics": bool(found[run].summary), "differs": legend.get(run, "")}
-                     for run in runs],
-            "metrics": [{"key": name, "last": {run: last(found[run], name) for run in runs}} for name in names]}
+    return {
+        "runs": [
+            {"run_id": run, "has_metrics": bool(found[run].summary), "differs": legend.get(run, "")} for run in runs
+        ],
+        "metrics": [{"key": name, "last": {run: last(found[run], name) for run in runs}} for name in names],
+    }
 
 
 def _show_comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], names: list[str]) -> None:
@@ -147,8 +167,10 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
         from tuneplane.problems import did_you_mean_each  # lazy: only a metric not found needs it
 
         known = list(dict.fromkeys(n for m in found.values() for n in m.names()))
-        raise UsageError(f"no metric named {', '.join(map(repr, missing))} in any of these runs",
-                         did_you_mean_each(missing, known, then=f"keys: {', '.join(known)}"))
+        raise UsageError(
+            f"no metric named {', '.join(map(repr, missing))} in any of these runs",
+            did_you_mean_each(missing, known, then=f"keys: {', '.join(known)}"),
+        )
     return list(dict.fromkeys(wanted))
 
 
@@ -162,9 +184,10 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
     if not summary and target.unknown is not None:
         raise UsageError(f"{target.unknown.message}, and no metrics are stored under that id", target.unknown.hint)
     if not summary and not missing_ok:
-        raise UsageError(f"no metrics stored for run {run!r}",
-                         "check the run id; a job reports only with tuneplane.report "
-                         "and TUNEPLANE_JOB_TOKEN set")
+        raise UsageError(
+            f"no metrics stored for run {run!r}",
+            "check the run id; a job reports only with tuneplane.report and TUNEPLANE_JOB_TOKEN set",
+        )
     return RunMetrics(summary, read.series, vocabulary_of(target.method), read.timed)
 
 
@@ -192,8 +215,9 @@ def _destination(path: Path) -> _Plot:
     except (FileNotFoundError, NotADirectoryError):
         seen = None
     except OSError as exc:
-        raise UsageError(f"cannot see what --plot {path} is: {exc.strerror or exc}",
-                         "give another --plot path") from None
+        raise UsageError(
+            f"cannot see what --plot {path} is: {exc.strerror or exc}", "give another --plot path"
+        ) from None
     if seen is not None and stat.S_ISDIR(seen.st_mode):
         raise UsageError(f"--plot {path} is a folder", f"give a file name, e.g. --plot {path / 'metrics.svg'}")
     own = _own_stream(seen) if seen is not None and path.is_symlink() else ""
@@ -202,12 +226,16 @@ def _destination(path: Path) -> _Plot:
     if seen is not None and (stat.S_ISCHR(seen.st_mode) or stat.S_ISFIFO(seen.st_mode)):
         return _Plot(path, path, "stream")  # never read (a pipe would hang) nor renamed over
     if seen is not None and not stat.S_ISREG(seen.st_mode):
-        raise UsageError(f"--plot {path} is not a file tp can write a chart into",
-                         "give a file name, a FIFO or a character device such as /dev/stdout")
+        raise UsageError(
+            f"--plot {path} is not a file tp can write a chart into",
+            "give a file name, a FIFO or a character device such as /dev/stdout",
+        )
     target = Path(os.path.realpath(path)) if path.is_symlink() else path  # a link stays a link
     if not target.parent.is_dir():
-        raise UsageError(f"cannot write {path}: the folder {target.parent} does not exist",
-                         "create it first, or give a path in a folder that exists")
+        raise UsageError(
+            f"cannot write {path}: the folder {target.parent} does not exist",
+            "create it first, or give a path in a folder that exists",
+        )
     if seen is None:
         return _Plot(path, target, "new")
     try:
@@ -220,17 +248,21 @@ def _destination(path: Path) -> _Plot:
     except OSError as exc:
         raise UsageError(f"cannot read {path} to see what it is: {exc.strerror or exc}") from None
     if not regular or not is_chart(start):
-        raise UsageError(f"{path} exists and is not a chart tp wrote; it is left as it is",
-                         "give another --plot path, or move that file away first")
+        raise UsageError(
+            f"{path} exists and is not a chart tp wrote; it is left as it is",
+            "give another --plot path, or move that file away first",
+        )
     mode = stat.S_IMODE(seen.st_mode)
     if not mode & 0o200 or not os.access(target, os.W_OK):  # root may write anything: its bits say no
-        raise UsageError(f"{path} is read-only (mode {mode:04o}); it is left as it is",
-                         f"make it writable (chmod u+w {path}), or give another --plot path")
+        raise UsageError(
+            f"{path} is read-only (mode {mode:04o}); it is left as it is",
+            f"make it writable (chmod u+w {path}), or give another --plot path",
+        )
     return _Plot(path, target, "chart")
 
 
 def _own_stream(seen: os.stat_result) -> str:
-    """"stdout" or "stderr" when `seen` is that stream of tp's, else ""."""
+    """ "stdout" or "stderr" when `seen` is that stream of tp's, else ""."""
     for fd, name in ((1, "stdout"), (2, "stderr")):
         try:
             if os.path.samestat(seen, os.fstat(fd)):
@@ -258,11 +290,14 @@ def _write(checked: _Plot, text: str) -> None:
         else:
             _write_file(plot, text.encode("utf-8"))
     except FileExistsError:
-        raise UsageError(f"{path} appeared while tp was drawing the chart; it is left as it is",
-                         "give another --plot path, or move that file away and run again") from None
+        raise UsageError(
+            f"{path} appeared while tp was drawing the chart; it is left as it is",
+            "give another --plot path, or move that file away and run again",
+        ) from None
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}",
-                         "give a --plot path in a folder you can write to") from None
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}", "give a --plot path in a folder you can write to"
+        ) from None
     say.note(f"{'replaced' if plot.kind == 'chart' else 'wrote'} {path}")
 
 
@@ -324,18 +359,28 @@ class _Target:
         except UsageError:
             return
         # what sets a run apart besides its parameters: shown only where the runs compared differ
-        self.params = {**dict(request.set), "profile": request.profile, "experiment": key.experiment,
-                       **({"method": self.method} if self.method else {})}
+        self.params = {
+            **dict(request.set),
+            "profile": request.profile,
+            "experiment": key.experiment,
+            **({"method": self.method} if self.method else {}),
+        }
 
 
 def _local_reader(target: _Target, db: Path | None) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane import ingest
-    given = db or target.store or (Path(os.environ["TUNEPLANE_INGEST_DB"]) if os.environ.get("TUNEPLANE_INGEST_DB")
-                                   else None)
+
+    given = (
+        db
+        or target.store
+        or (Path(os.environ["TUNEPLANE_INGEST_DB"]) if os.environ.get("TUNEPLANE_INGEST_DB") else None)
+    )
     if given is None and target.root is None:
-        raise UsageError(f"{target.outside}, so there is no lab's ingest database to read",
-                         "cd into the lab, or pass --db PATH or --endpoint URL")
+        raise UsageError(
+            f"{target.outside}, so there is no lab's ingest database to read",
+            "cd into the lab, or pass --db PATH or --endpoint URL",
+        )
     path = given or (target.root or Path()) / ingest.DEFAULT_DB  # the lab's receiver keeps it at the lab's root
     if not path.exists():
         if target.unknown is not None and given is None:
@@ -347,23 +392,31 @@ def _local_reader(target: _Target, db: Path | None) -> _Reader:
     # A lab's receiver keeps a run under its experiment (tokens are scoped to both); a run's own store,
     # and a store older than scoped tokens, keep it under its id alone.
     scope = target.experiment if target.experiment and ingest.summary(path, run_id, target.experiment) else None
-    return _Reader(lambda: ingest.summary(path, run_id, scope), lambda k: ingest.series(path, run_id, k, scope),
-                   lambda k: ingest.timed_series(path, run_id, k, scope))
+    return _Reader(
+        lambda: ingest.summary(path, run_id, scope),
+        lambda k: ingest.series(path, run_id, k, scope),
+        lambda k: ingest.timed_series(path, run_id, k, scope),
+    )
 
 
-def _remote_reader(run: str, endpoint: str, token: str | None, secret_file: Path | None,
-                   experiment: str | None = None) -> _Reader:
+def _remote_reader(
+    run: str, endpoint: str, token: str | None, secret_file: Path | None, experiment: str | None = None
+) -> _Reader:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.ingest import client, load_secret, mint_token
 
     if secret_file is not None:
         token = mint_token(load_secret(secret_file), run, experiment)
     if not token:
-        raise UsageError("reading from --endpoint needs the run's token",
-                         "pass --token (or set TUNEPLANE_JOB_TOKEN), or --secret-file to mint it")
-    return _Reader(lambda: client.fetch_summary(endpoint, run, token),
-                   lambda k: client.fetch_series(endpoint, run, k, token),
-                   lambda k: client.fetch_timed_series(endpoint, run, k, token))
+        raise UsageError(
+            "reading from --endpoint needs the run's token",
+            "pass --token (or set TUNEPLANE_JOB_TOKEN), or --secret-file to mint it",
+        )
+    return _Reader(
+        lambda: client.fetch_summary(endpoint, run, token),
+        lambda k: client.fetch_series(endpoint, run, k, token),
+        lambda k: client.fetch_timed_series(endpoint, run, k, token),
+    )
 
 
 def register(job_app: typer.Typer) -> None:

@@ -20,20 +20,16 @@ RECENT = 20
 def register(job_app: typer.Typer) -> None:
     """Add `ls`, `status`, `logs` and `cancel` to the `tp job` group."""
     job_app.command("ls", help="List runs: the most recent, or --all.")(ls)
-    job_app.command("status", help="Show a run's status: phase, times, provenance, metrics, artifacts.")(
-        status
-    )
+    job_app.command("status", help="Show a run's status: phase, times, provenance, metrics, artifacts.")(status)
     job_app.command("logs", help="Print a run's log (-f follows it).")(logs)
-    job_app.command(
-        "cancel", help="Cancel a run: set `cancel: true` in its request and commit (--now: stop it)."
-    )(cancel)
+    job_app.command("cancel", help="Cancel a run: set `cancel: true` in its request and commit (--now: stop it).")(
+        cancel
+    )
 
 
 def ls(
     exp: Annotated[str | None, typer.Option("--exp", help="Only this experiment.")] = None,
-    all_runs: Annotated[
-        bool, typer.Option("--all", help=f"Every run, not the {RECENT} most recent.")
-    ] = False,
+    all_runs: Annotated[bool, typer.Option("--all", help=f"Every run, not the {RECENT} most recent.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
@@ -54,8 +50,9 @@ def ls(
 
 def status(
     run: Run,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status file as JSON (its schema: "
-                                                          "schemas/status.schema.json).")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the status file as JSON (its schema: schemas/status.schema.json).")
+    ] = False,
     refresh: Annotated[
         bool | None,
         typer.Option("--refresh/--no-refresh", help="Ask the backend for news (default: for local runs)."),
@@ -72,8 +69,14 @@ def status(
     if recorded is None:
         request = read_request(root, key)
         if as_json:
-            say.json({"experiment": key.experiment, "run_id": key.run_id, "submitted": False,
-                      "request": request.model_dump(mode="json", by_alias=True)})
+            say.json(
+                {
+                    "experiment": key.experiment,
+                    "run_id": key.run_id,
+                    "submitted": False,
+                    "request": request.model_dump(mode="json", by_alias=True),
+                }
+            )
         else:
             _not_submitted(key, request)
         return
@@ -88,9 +91,11 @@ def status(
 def _not_submitted(key: RunKey, request: RunRequest) -> None:
     say.line(f"run {key.run_id} of {key.experiment}: requested, not submitted yet (no {key.status_rel})")
     say.line(f"  profile {request.profile}; requested by {request.requested_by or '?'} at {request.created_at}")
-    say.line("  the bot submits it once the request is merged"
+    say.line(
+        "  the bot submits it once the request is merged"
         if not request.cancel
-        else "  it is marked `cancel: true`: the bot will record it as cancelled")
+        else "  it is marked `cancel: true`: the bot will record it as cancelled"
+    )
 
 
 def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:

@@ -21,13 +21,11 @@ from tuneplane.constants import RenderFormat
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export", help="Render the job that exports a checkpoint, for example to Hugging Face format.")(
-        export)
+    app.command("export", help="Render the job that exports a checkpoint, for example to Hugging Face format.")(export)
     app.command("eval", help="Render the job that evaluates a checkpoint on held-out data.")(evaluate)
 
 
-Checkpoint = Annotated[str, typer.Option("--checkpoint",
-                                         help="Checkpoint path (absolute, or under the storage root).")]
+Checkpoint = Annotated[str, typer.Option("--checkpoint", help="Checkpoint path (absolute, or under the storage root).")]
 Profile = Annotated[str, typer.Option("--profile", "-p", help="NAME[:GPUS]; default the lab's first.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the launch command only.")]
 Local = Annotated[bool, typer.Option("--local", help="Run the operation on this machine and commit its status.")]
@@ -38,8 +36,7 @@ Fmt = Annotated[RenderFormat, typer.Option("--format", "-f", help="yaml or json.
 def export(
     experiment: Annotated[str, typer.Argument(help="The experiment whose recipe exports.")],
     checkpoint: Checkpoint,
-    checkpoint_format: Annotated[str, typer.Option("--checkpoint-format",
-                                                   help="Format of the checkpoint.")] = "",
+    checkpoint_format: Annotated[str, typer.Option("--checkpoint-format", help="Format of the checkpoint.")] = "",
     profile: Profile = "",
     dry_run: DryRun = False,
     local: Local = False,
@@ -60,12 +57,19 @@ def evaluate(
     output: Output = None,
     fmt: Fmt = RenderFormat.yaml,
 ) -> None:
-    run_lifecycle("eval", experiment, profile, {"checkpoint": checkpoint, "data": data}, dry_run, output, fmt,
-                  local)
+    run_lifecycle("eval", experiment, profile, {"checkpoint": checkpoint, "data": data}, dry_run, output, fmt, local)
 
 
-def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[str, str], dry_run: bool,
-                  output: Path | None, fmt: RenderFormat, local: bool = False) -> None:
+def run_lifecycle(
+    operation: str,
+    experiment: str,
+    profile: str,
+    inputs: dict[str, str],
+    dry_run: bool,
+    output: Path | None,
+    fmt: RenderFormat,
+    local: bool = False,
+) -> None:
     # lazy: rendering loads the pipeline
     import shlex
 
@@ -73,9 +77,7 @@ def run_lifecycle(operation: str, experiment: str, profile: str, inputs: dict[st
     from tuneplane.runs.operations import OperationOptions, run_operation
 
     opts = OperationOptions(operation, experiment, profile, inputs, dry_run, local, output, fmt)
-    done = run_operation(opts, out=say.text,
-                         note=say.note,
-                         echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
+    done = run_operation(opts, out=say.text, note=say.note, echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
     if done.argv is not None:
         say.line(shlex.join(done.argv))
         say.note(f"run folder: {done.run_dir}")

@@ -13,8 +13,9 @@ def register(app: typer.Typer) -> None:
     app.command("ls", help="List experiments with their method, framework version and lock state.")(ls)
 
 
-def ls(as_json: Annotated[bool, typer.Option(
-        "--json", help="Print JSON (see the JSON outputs reference).")] = False) -> None:
+def ls(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (see the JSON outputs reference).")] = False,
+) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.check.inventory import experiment_rows
     from tuneplane.lab.load import open_lab
@@ -29,5 +30,9 @@ def ls(as_json: Annotated[bool, typer.Option(
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.tables import table
 
-    say.line(table(["experiment", "method", "framework", "lock"],
-                     [[r["name"], r["method"], r["framework_version"], r["lock"]] for r in rows]))
+    say.line(
+        table(
+            ["experiment", "method", "framework", "lock"],
+            [[r["name"], r["method"], r["framework_version"], r["lock"]] for r in rows],
+        )
+    )

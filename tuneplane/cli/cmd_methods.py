@@ -23,8 +23,10 @@ def methods(
 
     catalog = load_catalog()
     if method is None:
-        listed = [{"method": mid, "category": r.category, "default_version": r.runtime.default_version,
-                   "title": r.title} for mid, r in ((mid, catalog.recipe(mid)) for mid in catalog.ids)]
+        listed = [
+            {"method": mid, "category": r.category, "default_version": r.runtime.default_version, "title": r.title}
+            for mid, r in ((mid, catalog.recipe(mid)) for mid in catalog.ids)
+        ]
         if as_json:
             say.json(listed)
             return
@@ -37,8 +39,7 @@ def methods(
         say.json(_method_data(method, r))
         return
     say.line(f"{r.name} {r.version}: {r.title}\n{r.summary}\n")
-    say.line(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   "
-               f"observability: {r.adapter_options.observability}")
+    say.line(f"entrypoint: {r.entrypoint.kind} {r.entrypoint.value}   observability: {r.adapter_options.observability}")
     if r.runtime.versions:
         vs = ", ".join(f"{k}{' (deprecated)' if v.deprecated else ''}" for k, v in sorted(r.runtime.versions.items()))
         say.line(f"framework versions: {vs} (default {r.runtime.default_version})")
@@ -74,13 +75,27 @@ def _num(x: float) -> str:
 def _method_data(method: str, r: Any) -> dict[str, Any]:
     """One method as `tp methods FRAMEWORK/RECIPE --json` prints it."""
     return {
-        "method": method, "name": r.name, "version": r.version, "title": r.title, "summary": r.summary,
+        "method": method,
+        "name": r.name,
+        "version": r.version,
+        "title": r.title,
+        "summary": r.summary,
         "entrypoint": {"kind": r.entrypoint.kind, "value": r.entrypoint.value},
         "observability": r.adapter_options.observability,
         "default_version": r.runtime.default_version,
-        "framework_versions": [{"version": k, "deprecated": bool(v.deprecated)}
-                               for k, v in sorted(r.runtime.versions.items())],
+        "framework_versions": [
+            {"version": k, "deprecated": bool(v.deprecated)} for k, v in sorted(r.runtime.versions.items())
+        ],
         "required_inputs": list(r.adapter_options.required_inputs),
-        "params": [{"name": name, "type": p.type, "allowed": _bounds(p), "default": p.default, "config_path": p.path,
-                    "doc": p.doc} for name, p in sorted(r.params.items())],
+        "params": [
+            {
+                "name": name,
+                "type": p.type,
+                "allowed": _bounds(p),
+                "default": p.default,
+                "config_path": p.path,
+                "doc": p.doc,
+            }
+            for name, p in sorted(r.params.items())
+        ],
     }

@@ -18,9 +18,13 @@ def new(
     method: Annotated[str | None, typer.Option("--method", "-m", help="FRAMEWORK/RECIPE, see `tp methods`.")] = None,
     framework_version: Annotated[str | None, typer.Option("--framework-version", help="Runtime version key.")] = None,
     source: Annotated[str | None, typer.Option("--from", help="Start from an existing experiment.")] = None,
-    root: Annotated[str | None, typer.Option(
-        "--root", help="Experiment root to create it in, one of experiment_roots in tuneplane.yaml "
-                       "(default: the first).")] = None,
+    root: Annotated[
+        str | None,
+        typer.Option(
+            "--root",
+            help="Experiment root to create it in, one of experiment_roots in tuneplane.yaml (default: the first).",
+        ),
+    ] = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.scaffold import new_experiment

@@ -23,8 +23,9 @@ def _echo_problems(problems: list[Problem]) -> None:
 
 def new(
     name: Annotated[str, typer.Argument(help="Plugin name (its directory and manifest name).")],
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", help="Create <DIR>/<NAME>/ instead of plugins/<NAME>/ in the current lab.")] = None,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Create <DIR>/<NAME>/ instead of plugins/<NAME>/ in the current lab.")
+    ] = None,
 ) -> None:
     """Scaffold an algorithm plugin: plugin.yaml and a module with install(params)."""
     # lazy: tp builds only the invoked command, so only it pays for these
@@ -35,8 +36,9 @@ def new(
     parent = directory if directory is not None else open_lab().root / PLUGINS_DIR
     target = scaffold_plugin(parent, name)
     say.line(f"created {target}/ (plugin.yaml, {next(target.glob('*.py')).name})")
-    say.line(f"next: edit install(), then `tp plugin validate {target}` and "
-               f"`tp plugin lock <experiment> <owner>/{name}`")
+    say.line(
+        f"next: edit install(), then `tp plugin validate {target}` and `tp plugin lock <experiment> <owner>/{name}`"
+    )
 
 
 def validate(
@@ -56,8 +58,9 @@ def validate(
 
 def lock(
     experiment: Annotated[str, typer.Argument(help="Experiment name (a directory under experiments/).")],
-    ref: Annotated[str, typer.Argument(metavar="OWNER/NAME[@VERSION]",
-                                       help="The lab plugin plugins/NAME/, locked under OWNER.")],
+    ref: Annotated[
+        str, typer.Argument(metavar="OWNER/NAME[@VERSION]", help="The lab plugin plugins/NAME/, locked under OWNER.")
+    ],
 ) -> None:
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
     # lazy: tp builds only the invoked command, so only it pays for these
@@ -66,14 +69,16 @@ def lock(
 
     result = lock_plugin(open_lab().root, experiment, ref)
     previous = result.previous
-    change = "" if previous is None else (
-        " (unchanged)" if previous == result.entry else f" (was {previous.version} {previous.digest})")
+    change = (
+        ""
+        if previous is None
+        else (" (unchanged)" if previous == result.entry else f" (was {previous.version} {previous.digest})")
+    )
     say.line(f"locked {result.entry.ref} {result.entry.digest} in {result.path}{change}")
 
 
 def register(app: typer.Typer) -> None:
-    plugin_app = typer.Typer(name="plugin", help="Algorithm plugins: scaffold, validate, lock.",
-                             no_args_is_help=True)
+    plugin_app = typer.Typer(name="plugin", help="Algorithm plugins: scaffold, validate, lock.", no_args_is_help=True)
     plugin_app.command("new")(new)
     plugin_app.command("validate")(validate)
     plugin_app.command("lock")(lock)

@@ -11,9 +11,9 @@ from tuneplane.cli.say import say
 
 
 def register(app: typer.Typer) -> None:
-    app.command(
-        "rerun", help="Request a run again: same overrides, inputs, image and profile, at the same commit."
-    )(rerun)
+    app.command("rerun", help="Request a run again: same overrides, inputs, image and profile, at the same commit.")(
+        rerun
+    )
 
 
 def rerun(
@@ -42,8 +42,10 @@ def rerun(
     if done.same_job:
         say.line("  same job as the original (apart from run id and output paths)")
     else:
-        say.note("  note: the job differs from the original's (tool version or image default changed?); "
-            "compare with `tp render`")
+        say.note(
+            "  note: the job differs from the original's (tool version or image default changed?); "
+            "compare with `tp render`"
+        )
     if result.status is not None:
         show_outcome(result.status, result.status_commit)
         require_success(result.status)

@@ -13,24 +13,20 @@ from tuneplane.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
-    app.command(
-        "submit", help="Check a run, write runs/EXP/<run-id>.yaml and commit it; --local runs it here."
-    )(submit)
+    app.command("submit", help="Check a run, write runs/EXP/<run-id>.yaml and commit it; --local runs it here.")(submit)
 
 
 def submit(
-    experiment: Annotated[str, typer.Argument(help="The experiment to run (a folder under experiments/).",
-                                                autocompletion=experiment_names)],
-    profile: Annotated[
-        str, typer.Option("--profile", "-p", help="NAME or NAME:TOTAL_GPUS from tuneplane.yaml.")
+    experiment: Annotated[
+        str,
+        typer.Argument(help="The experiment to run (a folder under experiments/).", autocompletion=experiment_names),
     ],
+    profile: Annotated[str, typer.Option("--profile", "-p", help="NAME or NAME:TOTAL_GPUS from tuneplane.yaml.")],
     image: Annotated[str, typer.Option("--image", help="Container image (custom recipes need one).")] = "",
     observability_url: Annotated[
         str, typer.Option("--observability-url", help="Your tracking URL (external observability).")
     ] = "",
-    sets: Annotated[
-        list[str] | None, typer.Option("--set", help="Hyperparameter override KEY=VALUE.")
-    ] = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="Hyperparameter override KEY=VALUE.")] = None,
     model: Annotated[str, typer.Option("--model", help="Model to start from (hub id or storage path).")] = "",
     train_data: Annotated[str, typer.Option("--train-data", help="Training data set.")] = "",
     validation_data: Annotated[str, typer.Option("--validation-data", help="Validation data set.")] = "",
@@ -38,11 +34,11 @@ def submit(
     message: Annotated[str, typer.Option("--message", "-m", help="Why this run: kept in the request.")] = "",
     push: Push = False,
     local: Local = False,
-    detach: Annotated[bool, typer.Option(
-        "--detach", help="With --local: start the run and return; it records its status when it ends.")] = False,
-    allow_dirty: Annotated[
-        bool, typer.Option("--allow-dirty", help="Submit despite uncommitted changes.")
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", help="With --local: start the run and return; it records its status when it ends."),
     ] = False,
+    allow_dirty: Annotated[bool, typer.Option("--allow-dirty", help="Submit despite uncommitted changes.")] = False,
     remote: Remote = None,
     branch: Branch = None,
 ) -> None:
@@ -52,8 +48,9 @@ def submit(
     from tuneplane.runs.submit import SubmitOptions
     from tuneplane.runs.submit import submit as do_submit
 
-    typed = TypedFlags(experiment, profile, image, observability_url, sets or [], model, train_data,
-                       validation_data, timeout, message)
+    typed = TypedFlags(
+        experiment, profile, image, observability_url, sets or [], model, train_data, validation_data, timeout, message
+    )
     opts = SubmitOptions.of(
         read_flags(typed),
         push=push,

@@ -17,14 +17,18 @@ SUBCOMMANDS = ("extend", "cancel", "rerun", "show")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sweep", help="Sweep an experiment over parameter values: sweeps/NAME.yaml and one run request "
-                "per trial, in one commit. `tp sweep extend|cancel|rerun|show NAME` change or show one.",
-                context_settings={"allow_interspersed_args": True})(sweep)
+    app.command(
+        "sweep",
+        help="Sweep an experiment over parameter values: sweeps/NAME.yaml and one run request "
+        "per trial, in one commit. `tp sweep extend|cancel|rerun|show NAME` change or show one.",
+        context_settings={"allow_interspersed_args": True},
+    )(sweep)
 
 
 def sweep(
-    experiment: Annotated[str, typer.Argument(
-        help="The experiment to sweep; or extend|cancel|rerun|show followed by the sweep's NAME.")],
+    experiment: Annotated[
+        str, typer.Argument(help="The experiment to sweep; or extend|cancel|rerun|show followed by the sweep's NAME.")
+    ],
     name_arg: Annotated[str, typer.Argument(metavar="[NAME]", help="The sweep, after extend|cancel|rerun|show.")] = "",
     grid: Grid = None,
     sample: Annotated[int | None, typer.Option("--sample", help="Run N combinations drawn at random.")] = None,
@@ -57,8 +61,7 @@ def sweep(
             _show(name_arg)
             return
         if experiment == "extend":
-            result = sweeps.extend_sweep(name_arg, grid or [], push=push, remote=remote, branch=branch,
-                                         say=typer.echo)
+            result = sweeps.extend_sweep(name_arg, grid or [], push=push, remote=remote, branch=branch, say=typer.echo)
         elif experiment == "cancel":
             result = sweeps.cancel_sweep(name_arg, push=push, remote=remote, branch=branch)
         else:
@@ -73,10 +76,20 @@ def sweep(
         raise UsageError("tp sweep EXP needs --profile", hint="for example --profile local")
     from tuneplane.runs.requests import TypedFlags, read_flags  # lazy: as above
 
-    typed = TypedFlags(experiment, profile, image, observability_url, sets or [], model, train_data,
-                       validation_data, timeout, message)
-    opts = sweeps.SweepOptions.of(read_flags(typed), name=name, grid=tuple(grid or ()), sample=sample, seed=seed,
-                                  max_trials=max_trials, push=push, remote=remote, branch=branch)
+    typed = TypedFlags(
+        experiment, profile, image, observability_url, sets or [], model, train_data, validation_data, timeout, message
+    )
+    opts = sweeps.SweepOptions.of(
+        read_flags(typed),
+        name=name,
+        grid=tuple(grid or ()),
+        sample=sample,
+        seed=seed,
+        max_trials=max_trials,
+        push=push,
+        remote=remote,
+        branch=branch,
+    )
     _report("create", sweeps.create_sweep(opts, say=typer.echo))
 
 
@@ -86,11 +99,13 @@ def _report(verb: str, result: object) -> None:
     assert isinstance(result, SweepResult)
     name = result.sweep.name
     if result.commit is None:
-        typer.echo(f"sweep {name}: nothing to {'add' if verb in ('create', 'extend') else verb} "
-                   f"({len(result.trials)} runs)")
+        typer.echo(
+            f"sweep {name}: nothing to {'add' if verb in ('create', 'extend') else verb} ({len(result.trials)} runs)"
+        )
     elif verb == "cancel":
-        typer.echo(f"sweep {name}: marked {len(result.written)} requests `cancel: true` "
-                   f"(committed {result.commit[:12]})")
+        typer.echo(
+            f"sweep {name}: marked {len(result.written)} requests `cancel: true` (committed {result.commit[:12]})"
+        )
     typer.echo(f"sweep {name}: {len(result.trials)} runs; `tp sweep show {name}` lists them")
     if result.commit is not None and not result.pushed:
         typer.echo("next: push it (or open a pull request); the bot runs it once merged")

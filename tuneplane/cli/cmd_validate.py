@@ -35,12 +35,15 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(
-    targets: Annotated[list[str] | None, typer.Argument(help="Experiment names or file paths.",
-                                                        autocompletion=experiment_names)] = None,
+    targets: Annotated[
+        list[str] | None, typer.Argument(help="Experiment names or file paths.", autocompletion=experiment_names)
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Everything in the lab (the default with no targets).")] = False,
     changed: Annotated[bool, typer.Option("--changed", help="Only what changed since --base.")] = False,
-    base: Annotated[str | None, typer.Option("--base", help="Git ref for --changed; default the merge base "
-                                                               "with the default branch.")] = None,
+    base: Annotated[
+        str | None,
+        typer.Option("--base", help="Git ref for --changed; default the merge base with the default branch."),
+    ] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
 ) -> None:
@@ -67,8 +70,15 @@ class _CollectorPaused:
             gc.enable()
 
 
-def run(targets: list[str] | None, *, all_: bool = False, changed: bool = False,
-        base: str | None = None, fmt: str = "text", strict: bool = False) -> int:
+def run(
+    targets: list[str] | None,
+    *,
+    all_: bool = False,
+    changed: bool = False,
+    base: str | None = None,
+    fmt: str = "text",
+    strict: bool = False,
+) -> int:
     """The body of `tp validate`: print the report, return the exit code (1 when it fails)."""
     with _CollectorPaused():
         # lazy: only the validate command pays for the pipeline
@@ -91,8 +101,9 @@ def run(targets: list[str] | None, *, all_: bool = False, changed: bool = False,
         scope = scope_for_args(lab, targets)
     else:
         scope = scope_all(lab)
-    problems = run_validate(lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins),
-                            shell_check=bash_syntax)
+    problems = run_validate(
+        lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins), shell_check=bash_syntax
+    )
     if changed:
         problems = sorted({*problems, *_status_problems(lab, base)})
     checked = scope.describe()

@@ -35,8 +35,11 @@ def experiment_names(incomplete: str) -> list[str]:
         for base in root.iterdir():
             if base.name in SKIPPED or base.name.startswith(".") or not base.is_dir():
                 continue
-            names.update(e.name for e in base.iterdir()
-                         if not e.name.startswith(".") and any((e / f).is_file() for f in EXPERIMENT_FILES))
+            names.update(
+                e.name
+                for e in base.iterdir()
+                if not e.name.startswith(".") and any((e / f).is_file() for f in EXPERIMENT_FILES)
+            )
     except OSError:
         return sorted(n for n in names if n.startswith(incomplete))
     return sorted(n for n in names if n.startswith(incomplete))

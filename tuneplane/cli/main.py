@@ -62,8 +62,10 @@ def _guarded(call: Callable[[], int]) -> int:
         if missing is not None:
             sys.stderr.write(missing)
             return EXIT_PROBLEMS
-        say.note(f"internal error: {type(exc).__name__}: {exc}\n"
-                 "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it")
+        say.note(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "  this is a bug in tp; rerun with TUNEPLANE_DEBUG=1 for the traceback and report it"
+        )
         return EXIT_INTERNAL
 
 
@@ -83,16 +85,17 @@ def _no_output(exc: Exception) -> str | None:
     return f"error: cannot write tp's output: {exc.strerror or exc}\n"
 
 
-
 def _missing_dependency(exc: Exception) -> str:
     """What to say when this Python lacks one of tp's packages (an image holding the wheel alone): not a
     bug. Empty for anything else."""
     missing = (exc.name or "").partition(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
     if not missing or missing == "tuneplane":
         return ""
-    return (f"error: tp needs the Python package {missing!r}, which {sys.executable} cannot import\n"
-            "  hint: install tp with its dependencies (pip install tuneplane); an image that only runs "
-            "jobs needs none of them (tuneplane.report, tuneplane-launch)\n")
+    return (
+        f"error: tp needs the Python package {missing!r}, which {sys.executable} cannot import\n"
+        "  hint: install tp with its dependencies (pip install tuneplane); an image that only runs "
+        "jobs needs none of them (tuneplane.report, tuneplane-launch)\n"
+    )
 
 
 def _exit(code: int, argv: list[str] | None) -> int:

@@ -8,8 +8,9 @@ import typer
 
 from tuneplane.cli.completion import run_ids
 
-Run = Annotated[str, typer.Argument(help="RUN_ID, EXP/RUN_ID, or a unique prefix or suffix of a run id.",
-                                    autocompletion=run_ids)]
+Run = Annotated[
+    str, typer.Argument(help="RUN_ID, EXP/RUN_ID, or a unique prefix or suffix of a run id.", autocompletion=run_ids)
+]
 Push = Annotated[bool, typer.Option("--push", help="Push the commit (fetch, rebase, retry).")]
 Remote = Annotated[str | None, typer.Option("--remote", help="Remote to push to and sync with (default origin).")]
 Branch = Annotated[str | None, typer.Option("--branch", help="Branch to push to (default the current one).")]

@@ -34,7 +34,7 @@ def paint(line: str) -> str:
     """`line` with its severity word coloured (the rest of the line as it is)."""
     for prefix, colour in PREFIXES:
         if line.startswith(prefix):
-            return f"{colour}{prefix}{RESET}{line[len(prefix):]}"
+            return f"{colour}{prefix}{RESET}{line[len(prefix) :]}"
     for marker, colour in SEVERITIES:
         head, found, rest = line.partition(marker)
         if found:

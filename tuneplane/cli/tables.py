@@ -41,10 +41,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], width: int |
     limit = terminal_width() if width == -1 else width
     cells = [[printable(str(c)) for c in row] for row in rows]
     natural = [max([columns(h)] + [columns(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    widths = natural if limit is None else fit(natural, limit, [max(columns(h), min(n, NARROWEST))
-                                                                for h, n in zip(headers, natural, strict=True)])
+    widths = (
+        natural
+        if limit is None
+        else fit(natural, limit, [max(columns(h), min(n, NARROWEST)) for h, n in zip(headers, natural, strict=True)])
+    )
     cells = [[cut_columns(c, w) for c, w in zip(row, widths, strict=True)] for row in cells]
-    lines = ["  ".join(ljust(h, w) for h, w in zip(headers, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(ljust(h, w) for h, w in zip(headers, widths, strict=True)).rstrip(),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(ljust(c, w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)

@@ -29,8 +29,19 @@ from tuneplane.constants import (
     REPORT_ALL_RANKS_ENV,
 )
 
-__all__ = ["claim", "collect_after", "collect_before", "end_job", "finish_in_process_report", "leftovers",
-           "start_beside", "stop", "take_job", "uploads", "wanted"]
+__all__ = [
+    "claim",
+    "collect_after",
+    "collect_before",
+    "end_job",
+    "finish_in_process_report",
+    "leftovers",
+    "start_beside",
+    "stop",
+    "take_job",
+    "uploads",
+    "wanted",
+]
 
 DISABLE_ENV = "TUNEPLANE_COLLECTOR"  # "0" turns the collector off for a job
 # Set by the launcher that collects for the job (`claim`), for what it starts next: torchrun's and
@@ -105,7 +116,10 @@ def start_beside(env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes
     try:
         proc = subprocess.Popen(  # our own module under this interpreter
             [sys.executable, "-m", "tuneplane.collector", "--follow", "--parent", str(os.getpid())],
-            env=env, stdin=subprocess.DEVNULL, start_new_session=False)
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=False,
+        )
     except OSError:
         return None
     return proc
@@ -143,8 +157,12 @@ def collect_before(env: Mapping[str, str], timeout: float = 30.0) -> bool:
     problem = _unreachable(env.get(JOB_ENDPOINT, "").strip(), min(PROBE_SECONDS, timeout))
     if problem:
         # Waiting out the whole pass would hold every restart back while the receiver is down.
-        print(f"tuneplane.collector: an earlier attempt's unsent points stay in {out}/.tuneplane for the "
-              f"pass after the job: the receiver is unreachable ({problem})", file=sys.stderr, flush=True)
+        print(
+            f"tuneplane.collector: an earlier attempt's unsent points stay in {out}/.tuneplane for the "
+            f"pass after the job: the receiver is unreachable ({problem})",
+            file=sys.stderr,
+            flush=True,
+        )
         return False
     return _last_pass(env, timeout)
 
@@ -167,8 +185,11 @@ def _unreachable(endpoint: str, timeout: float) -> str:
 
 def _reporting_out_dir(env: Mapping[str, str]) -> str:
     """The job's out dir when it reports and the collector is not turned off, else ''."""
-    if not env.get(JOB_TOKEN, "").strip() or env.get(DISABLE_ENV, "").strip() == "0" \
-            or env.get(JOB_ENABLED, "").strip() == "0":
+    if (
+        not env.get(JOB_TOKEN, "").strip()
+        or env.get(DISABLE_ENV, "").strip() == "0"
+        or env.get(JOB_ENABLED, "").strip() == "0"
+    ):
         return ""
     return env.get(OUT_DIR_ENV, "").strip()
 
@@ -186,8 +207,13 @@ def leftovers(out: str) -> bool:
 def _last_pass(env: Mapping[str, str], timeout: float) -> bool:
     child = {**env, "RANK": "0", "LOCAL_RANK": "0", REPORT_ALL_RANKS_ENV: "0"}
     try:
-        done = subprocess.run([sys.executable, "-m", "tuneplane.collector", "--once", "--final"], env=child,
-                              stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "tuneplane.collector", "--once", "--final"],
+            env=child,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

@@ -17,19 +17,25 @@ from tuneplane.constants import METRICS_NATIVE_ENV, OUT_DIR_ENV
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tuneplane.collector", description=__doc__)
-    parser.add_argument("--out-dir", default=os.environ.get(OUT_DIR_ENV, ""),
-                        help="the job's out dir (default $TUNEPLANE_OUT_DIR)")
-    parser.add_argument("--sources", default=os.environ.get(METRICS_NATIVE_ENV, ""),
-                        help=f"the declaration as a JSON list (default ${METRICS_NATIVE_ENV})")
+    parser.add_argument(
+        "--out-dir", default=os.environ.get(OUT_DIR_ENV, ""), help="the job's out dir (default $TUNEPLANE_OUT_DIR)"
+    )
+    parser.add_argument(
+        "--sources",
+        default=os.environ.get(METRICS_NATIVE_ENV, ""),
+        help=f"the declaration as a JSON list (default ${METRICS_NATIVE_ENV})",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
     mode.add_argument("--follow", action="store_true", help="keep tailing until stopped or the parent exits")
-    parser.add_argument("--final", action="store_true",
-                        help="the job is over: a last line without its newline is complete")
+    parser.add_argument(
+        "--final", action="store_true", help="the job is over: a last line without its newline is complete"
+    )
     parser.add_argument("--parent", type=int, default=0, help="with --follow: stop when this process is gone")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between passes with --follow")
-    parser.add_argument("--lock-timeout", type=float, default=60.0,
-                        help="how long to wait for another collector of the same out dir")
+    parser.add_argument(
+        "--lock-timeout", type=float, default=60.0, help="how long to wait for another collector of the same out dir"
+    )
     parser.add_argument("--flush-timeout", type=float, default=30.0)
     parser.add_argument("--stats", action="store_true", help="print what was collected as JSON on stdout")
     return parser
@@ -60,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         locked = collector.lock(args.lock_timeout, stop)
     except OSError as exc:  # `.tuneplane` or its lock is not what the collector made (a file, a folder)
         sink.close()
-        _say(f"cannot lock {exc.filename or collector.state_path}: {exc.strerror or exc}; remove it, the "
-             "collector makes it again")
+        _say(
+            f"cannot lock {exc.filename or collector.state_path}: {exc.strerror or exc}; remove it, the "
+            "collector makes it again"
+        )
         return 2
     if not locked:
         _say("another collector holds this out dir; leaving it to that one")

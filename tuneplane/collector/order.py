@@ -43,8 +43,13 @@ class Order:
     cutoffs: dict[str, int] = field(default_factory=dict)  # relname → first step purged
     uncut: set[str] = field(default_factory=set)  # arranged by this process without a cutoff
 
-    def arrange(self, source: Source, files: list[tuple[str, str]], read: Mapping[str, _Read] | None = None,
-                tell: Callable[[str, str, str], None] | None = None) -> list[tuple[str, str]]:
+    def arrange(
+        self,
+        source: Source,
+        files: list[tuple[str, str]],
+        read: Mapping[str, _Read] | None = None,
+        tell: Callable[[str, str, str], None] | None = None,
+    ) -> list[tuple[str, str]]:
         """`files` in the order their writers opened them; sets the purge cutoff of each. A file this
         process had read from (`read`, by `tensorboard:<relname>`) without a cutoff, when a later
         purge_step appears, is told once to `tell`: what it sent from that step on stays."""
@@ -69,10 +74,20 @@ class Order:
             else:
                 done = read.get(f"tensorboard:{relname}") if read is not None else None
                 newly = relname not in self.cutoffs  # a restart's first arrange: read what was sent
-                if tell is not None and done is not None and done.offset > 0 and not done.told and newly \
-                        and (relname in self.uncut or _sent_from(path, cut, done.offset)):
-                    tell(PURGED_LATE, relname, f"a later file's purge_step {cut} came after this file's points were "
-                         f"sent; those at steps >= {cut} stay on the chart until logged again")
+                if (
+                    tell is not None
+                    and done is not None
+                    and done.offset > 0
+                    and not done.told
+                    and newly
+                    and (relname in self.uncut or _sent_from(path, cut, done.offset))
+                ):
+                    tell(
+                        PURGED_LATE,
+                        relname,
+                        f"a later file's purge_step {cut} came after this file's points were "
+                        f"sent; those at steps >= {cut} stay on the chart until logged again",
+                    )
                     done.told = True
                 self.uncut.discard(relname)
                 self.cutoffs[relname] = cut
@@ -130,8 +145,10 @@ def _sent_from(path: str, cut: int, offset: int) -> bool:
             if records.offset == 0:
                 return False  # a record larger than a read, or damage: cannot tell, say nothing
             for payload in records.payloads:
-                if any(n == 2 and w == 0 and isinstance(v, int) and tfevents.signed(v) >= cut
-                       for n, w, v in tfevents.fields(payload)):
+                if any(
+                    n == 2 and w == 0 and isinstance(v, int) and tfevents.signed(v) >= cut
+                    for n, w, v in tfevents.fields(payload)
+                ):
                     return True
             position += records.offset
     except (OSError, tfevents.ProtoError):

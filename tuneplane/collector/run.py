@@ -56,8 +56,15 @@ class Tracked:
 
     def to_json(self) -> dict[str, object]:
         flags = {name: True for name in ("tail", "told") if getattr(self, name)}
-        return {"offset": self.offset, "ino": self.ino, "dev": self.dev, "line": self.line, "head": self.head,
-                "head_len": self.head_len, **flags}
+        return {
+            "offset": self.offset,
+            "ino": self.ino,
+            "dev": self.dev,
+            "line": self.line,
+            "head": self.head,
+            "head_len": self.head_len,
+            **flags,
+        }
 
 
 def _tracked_of(entry: object) -> Tracked | None:
@@ -121,8 +128,11 @@ class Collector:
         try:
             entries = state.read(self.state_path)
         except state.Unreadable as exc:
-            self.count("unreadable state file (starting over)", f"{STATE_DIR}/{STATE_FILE}",
-                       f"not used ({exc}); every file is read from the top, and stored once")
+            self.count(
+                "unreadable state file (starting over)",
+                f"{STATE_DIR}/{STATE_FILE}",
+                f"not used ({exc}); every file is read from the top, and stored once",
+            )
             return
         for name, entry in (entries or {}).items():
             tracked = _tracked_of(entry)
@@ -136,8 +146,12 @@ class Collector:
     def save(self) -> None:
         why = state.write(self.state_path, {name: t.to_json() for name, t in sorted(self.files.items())})
         if why and not self.counts.get(UNSAVED):
-            self.count(UNSAVED, f"{STATE_DIR}/{STATE_FILE}", f"cannot be written ({why}); remove what is "
-                       "there: without it a restarted collector reads every file again")
+            self.count(
+                UNSAVED,
+                f"{STATE_DIR}/{STATE_FILE}",
+                f"cannot be written ({why}); remove what is "
+                "there: without it a restarted collector reads every file again",
+            )
 
     def count(self, why: str, where: str = "", detail: str = "") -> None:
         self.counts[why] = self.counts.get(why, 0) + 1
@@ -167,8 +181,11 @@ class Collector:
         back is read from the top, which the receiver's upsert stores once. Only a file that is really
         gone is forgotten: a listing that failed for a moment (a network file system) leaves out files
         that are still there, and forgetting them would read them all again from the top."""
-        gone = [key for key in self.files if key not in listed and state.gone(os.path.join(self.out_dir,
-                                                                                          key.partition(":")[2]))]
+        gone = [
+            key
+            for key in self.files
+            if key not in listed and state.gone(os.path.join(self.out_dir, key.partition(":")[2]))
+        ]
         if gone:
             for key in gone:
                 del self.files[key]
@@ -176,15 +193,15 @@ class Collector:
 
     def _files(self, source: Source) -> list[tuple[str, str]]:
         if source.format == "tensorboard":
-            return self.order.arrange(source, list(sources.files_of(self.out_dir, source, self.refused)),
-                                      self.files, self.count)
+            return self.order.arrange(
+                source, list(sources.files_of(self.out_dir, source, self.refused)), self.files, self.count
+            )
         if source.format != "unsent":
             return list(sources.files_of(self.out_dir, source))
         folder = os.path.join(self.out_dir, STATE_DIR)
         adopt_orphans(folder)
         try:
-            names = sorted(n for n in os.listdir(folder)
-                           if n.startswith(sources.UNSENT_GLOB) and n.endswith(".jsonl"))
+            names = sorted(n for n in os.listdir(folder) if n.startswith(sources.UNSENT_GLOB) and n.endswith(".jsonl"))
         except OSError:
             return []
         return [(f"{STATE_DIR}/{n}", os.path.join(folder, n)) for n in names]
@@ -246,24 +263,27 @@ class Collector:
         where = relname or os.path.relpath(str(exc.filename), os.path.realpath(self.out_dir))
         if where not in self._refused and len(self._refused) < PROBLEMS:
             self._refused.add(where)
-            self.count("unreadable file or folder", where,
-                       f"cannot be read ({exc.strerror or type(exc).__name__}); let the job's user read it")
+            self.count(
+                "unreadable file or folder",
+                where,
+                f"cannot be read ({exc.strerror or type(exc).__name__}); let the job's user read it",
+            )
 
     def _tell_damage(self) -> None:
         """One line per file and read for its damaged records, however many (a zeroed or sparse
         stretch is one damaged stretch, not a line per read)."""
         for relname, (_, start, end) in self._damaged.items():
             if len(self.problems) < PROBLEMS:
-                self.problems.append(f"{relname}: damaged records, framing or zero bytes between byte {start} "
-                                     f"and {end} skipped (what follows is read)")
+                self.problems.append(
+                    f"{relname}: damaged records, framing or zero bytes between byte {start} "
+                    f"and {end} skipped (what follows is read)"
+                )
         self._damaged.clear()
 
-    def _resume(self, source: Source, relname: str, fd: int, info: os.stat_result,
-                tracked: Tracked | None) -> Tracked:
+    def _resume(self, source: Source, relname: str, fd: int, info: os.stat_result, tracked: Tracked | None) -> Tracked:
         """Where to go on reading: the remembered offset when it is this file's, else the top."""
         fresh = Tracked(0, info.st_ino, info.st_dev)
-        if tracked is None or (tracked.ino, tracked.dev) != (info.st_ino, info.st_dev) \
-                or info.st_size < tracked.offset:
+        if tracked is None or (tracked.ino, tracked.dev) != (info.st_ino, info.st_dev) or info.st_size < tracked.offset:
             return fresh  # new, replaced or truncated
         if tracked.offset == 0:
             return tracked
@@ -280,8 +300,9 @@ class Collector:
             return fresh
         return tracked
 
-    def _decode(self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int,
-                size: int) -> tuple[list[Point], Tracked]:
+    def _decode(
+        self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int, size: int
+    ) -> tuple[list[Point], Tracked]:
         """The points of `data` (read at `tracked.offset`) and where reading stands after them; an
         unchanged `tracked` means only an incomplete record or line is left."""
         if source.format == "tensorboard":
@@ -289,21 +310,24 @@ class Collector:
             if records.offset == 0 and len(data) == CHUNK:
                 records = self._big_record(fd, tracked.offset)
             if records.corrupt:
-                self.counts["corrupt tensorboard record"] = self.counts.get("corrupt tensorboard record", 0) \
-                    + records.corrupt
+                self.counts["corrupt tensorboard record"] = (
+                    self.counts.get("corrupt tensorboard record", 0) + records.corrupt
+                )
                 seen = self._damaged.setdefault(relname, [0, tracked.offset, 0])
                 seen[0] += records.corrupt
                 seen[2] = tracked.offset + max(records.offset, 1)
             if records.offset == 0:
                 return [], tracked
-            moved = replace(tracked, offset=tracked.offset + records.offset,
-                            told=tracked.told or relname in self.order.cutoffs)
+            moved = replace(
+                tracked, offset=tracked.offset + records.offset, told=tracked.told or relname in self.order.cutoffs
+            )
             points = sources.tb_points(source, relname, records.payloads, self.counts)
             return self.order.keep(relname, points, self.counts), moved
         return self._lines(source, relname, data, tracked, fd, size)
 
-    def _lines(self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int,
-               size: int) -> tuple[list[Point], Tracked]:
+    def _lines(
+        self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int, size: int
+    ) -> tuple[list[Point], Tracked]:
         if tracked.tail and data.startswith(b"\n"):  # the newline of a last line already taken whole
             tracked = replace(tracked, offset=tracked.offset + 1, tail=False)
             data = data[1:]
@@ -347,10 +371,12 @@ class Collector:
         def note(detail: str) -> None:
             if len(self.problems) < PROBLEMS:
                 self.problems.append(f"{where}: {detail}")
+
         return note
 
-    def _long_line(self, source: Source, relname: str, tracked: Tracked, fd: int, size: int,
-                   have: int) -> tuple[list[Point], Tracked]:
+    def _long_line(
+        self, source: Source, relname: str, tracked: Tracked, fd: int, size: int, have: int
+    ) -> tuple[list[Point], Tracked]:
         """A line longer than one read: find its end a chunk at a time (memory stays one chunk), then
         read it whole when it is within `MAX_LINE`, or step over it."""
         start = tracked.offset
@@ -374,8 +400,11 @@ class Collector:
         if end - start <= sources.MAX_LINE:
             self._line(source, os.pread(fd, end - start, start), f"{relname}:{number}", points)
         else:
-            self.count("line too long", f"{relname}:{number}",
-                       f"a line of {end - start} bytes (over {sources.MAX_LINE // 1024} KiB), skipped")
+            self.count(
+                "line too long",
+                f"{relname}:{number}",
+                f"a line of {end - start} bytes (over {sources.MAX_LINE // 1024} KiB), skipped",
+            )
         return points, replace(tracked, offset=min(end + 1, size), line=number, tail=end == size)
 
     def _big_record(self, fd: int, offset: int) -> tfevents.Records:
@@ -391,8 +420,9 @@ class Collector:
         if not pending and not self._unsaved:
             return
         if self._unsaved and not self.sink.flush(self.flush_timeout):
-            self.counts["flush timed out (offsets kept for a retry)"] = \
+            self.counts["flush timed out (offsets kept for a retry)"] = (
                 self.counts.get("flush timed out (offsets kept for a retry)", 0) + 1
+            )
             self.files.update(pending)  # do not read twice in this process; a restart re-reads
             pending.clear()
             return
@@ -441,7 +471,7 @@ def adopt_orphans(folder: str) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                os.replace(path, os.path.join(folder, sources.UNSENT_GLOB + name[len(SPILL_PREFIX):]))
+                os.replace(path, os.path.join(folder, sources.UNSENT_GLOB + name[len(SPILL_PREFIX) :]))
         except OSError:
             pass  # held: its writer lives
         finally:
@@ -461,8 +491,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def follow(collector: Collector, interval: float, should_stop: Callable[[], bool],
-           max_seconds: float | None = None) -> None:
+def follow(
+    collector: Collector, interval: float, should_stop: Callable[[], bool], max_seconds: float | None = None
+) -> None:
     """Pass after pass until `should_stop()`, then one final pass (what the job wrote last, a last
     line without its newline included)."""
     started = time.monotonic()
@@ -478,8 +509,12 @@ def follow(collector: Collector, interval: float, should_stop: Callable[[], bool
 
 
 def describe(collector: Collector) -> dict[str, object]:
-    return {"collected_points": collector.collected, "files": len(collector.files), "skipped": collector.counts,
-            "problems": collector.problems}
+    return {
+        "collected_points": collector.collected,
+        "files": len(collector.files),
+        "skipped": collector.counts,
+        "problems": collector.problems,
+    }
 
 
 def _with_head(fd: int, tracked: Tracked) -> Tracked:

@@ -89,12 +89,20 @@ def source_of(item: object, index: int = 0) -> Source:
     for name, value in texts.items():
         if value is not None and (not isinstance(value, str) or len(value) > 256):
             raise SourceError(f"{where}.{name}: must be a short string")
-    return Source(fmt, str(pure), key=texts["key"], step=texts["step"] or "step",
-                  value=texts["value"] or "value", values=texts["values"], prefix=texts["prefix"] or "")
+    return Source(
+        fmt,
+        str(pure),
+        key=texts["key"],
+        step=texts["step"] or "step",
+        value=texts["value"] or "value",
+        values=texts["values"],
+        prefix=texts["prefix"] or "",
+    )
 
 
-def files_of(out_dir: str, source: Source, refused: Callable[[OSError], None] | None = None
-             ) -> Iterator[tuple[str, str]]:
+def files_of(
+    out_dir: str, source: Source, refused: Callable[[OSError], None] | None = None
+) -> Iterator[tuple[str, str]]:
     """(relative name, absolute path) of each regular file a source covers, inside the out dir;
     `refused` is told of each folder that cannot be listed."""
     root = os.path.realpath(out_dir)
@@ -123,10 +131,11 @@ def files_of(out_dir: str, source: Source, refused: Callable[[OSError], None] | 
 # NeMo-RL's `exp_001/tensorboard/`, Lightning's `lightning_logs/version_0/`, transformers' default
 # `runs/<Mon DD_HH-MM-SS>_<host>/`, and the `<unix time>/` folder of `add_hparams`' metrics (torch's
 # and tensorboardX's `str(time.time())`). A restarted job writes the same series under the next attempt.
-_ATTEMPT = re.compile(r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+"
-                      r"|\d{9,11}(?:\.\d+)?")
-_PLACES = frozenset({"tensorboard", "tensorboard_logs", "tb", "tb_logs", "events", "logs", "runs",
-                     "lightning_logs"})
+_ATTEMPT = re.compile(
+    r"(?:exp|version|run|attempt|trial)[_-]?\d+|[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+"
+    r"|\d{9,11}(?:\.\d+)?"
+)
+_PLACES = frozenset({"tensorboard", "tensorboard_logs", "tb", "tb_logs", "events", "logs", "runs", "lightning_logs"})
 
 
 def tb_key(source: Source, relname: str, tag: str) -> str:
@@ -145,9 +154,9 @@ def tb_key(source: Source, relname: str, tag: str) -> str:
     flat = tag.replace("/", "_") + "_"
     nested = tag.split("/")
     if parts and parts[-1].startswith(flat) and len(parts[-1]) > len(flat):
-        name, parts = parts[-1][len(flat):], parts[:-1]
-    elif len(parts) > len(nested) and parts[-len(nested) - 1:-1] == nested:
-        name, parts = parts[-1], parts[:-len(nested) - 1]
+        name, parts = parts[-1][len(flat) :], parts[:-1]
+    elif len(parts) > len(nested) and parts[-len(nested) - 1 : -1] == nested:
+        name, parts = parts[-1], parts[: -len(nested) - 1]
     kept = [p for p in parts if p.lower() not in _PLACES and not _ATTEMPT.fullmatch(p)]
     return source.prefix + "".join(f"{p}/" for p in kept) + tag + (f"/{name}" if name else "")
 
@@ -168,39 +177,65 @@ def jsonl_points(source: Source, line: bytes, counts: dict[str, int], note: Note
     try:
         obj = json.loads(line)
     except UnicodeDecodeError as exc:
-        return _skip(counts, "bad json line", note, f"not UTF-8 text (byte {exc.start + 1} of the line); "
-                     "write JSON lines as UTF-8")
+        return _skip(
+            counts,
+            "bad json line",
+            note,
+            f"not UTF-8 text (byte {exc.start + 1} of the line); write JSON lines as UTF-8",
+        )
     except ValueError as exc:
         where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         return _skip(counts, "bad json line", note, f"not valid JSON{where}; write one JSON object per line")
     except RecursionError:
         return _skip(counts, "bad json line", note, "JSON nested too deeply; write one flat object per line")
     if not isinstance(obj, dict):
-        return _skip(counts, "line is not an object", note,
-                     f"a JSON {type(obj).__name__}, not an object; write one object per line")
+        return _skip(
+            counts,
+            "line is not an object",
+            note,
+            f"a JSON {type(obj).__name__}, not an object; write one object per line",
+        )
     step = _step(obj.get(source.step))
     if step is None:
-        return _skip(counts, "missing or bad step", note,
-                     f"no whole-number {source.step!r} field; give each line its step, or declare the "
-                     "field that holds it as `step:`")
+        return _skip(
+            counts,
+            "missing or bad step",
+            note,
+            f"no whole-number {source.step!r} field; give each line its step, or declare the "
+            "field that holds it as `step:`",
+        )
     ts = unix_time(obj.get("ts", obj.get("time", obj.get("wall_time"))))
     if source.key is not None:
         key, value = obj.get(source.key), _number(obj.get(source.value))
         if isinstance(key, str) and key and _infinite(obj.get(source.value)):
             return _not_finite(counts, note, [source.value])
         if not isinstance(key, str) or not key or value is None:
-            return _skip(counts, "missing key or value", note,
-                         f"needs a text {source.key!r} and a finite number {source.value!r} field "
-                         "(the declared `key:` and `value:`)")
+            return _skip(
+                counts,
+                "missing key or value",
+                note,
+                f"needs a text {source.key!r} and a finite number {source.value!r} field "
+                "(the declared `key:` and `value:`)",
+            )
         return [(step, ts, {source.prefix + key: value})]
     holder = obj.get(source.values) if source.values else obj
     if not isinstance(holder, dict):
-        return _skip(counts, "missing values object", note,
-                     f"no {source.values!r} object holding the metrics (the declared `values:`)")
+        return _skip(
+            counts,
+            "missing values object",
+            note,
+            f"no {source.values!r} object holding the metrics (the declared `values:`)",
+        )
     values: dict[str, float] = {}
     infinite: list[str] = []
-    _flatten(holder, "", values, skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
-             depth=0, infinite=infinite)
+    _flatten(
+        holder,
+        "",
+        values,
+        skip=set() if source.values else {source.step, "ts", "time", "wall_time"},
+        depth=0,
+        infinite=infinite,
+    )
     if infinite:
         _not_finite(counts, note, infinite)
     return [(step, ts, {source.prefix + k: v for k, v in values.items()})] if values else []
@@ -225,8 +260,9 @@ def unix_time(value: object) -> float | None:
     return None
 
 
-def _flatten(obj: dict[str, object], prefix: str, out: dict[str, float], skip: set[str], depth: int,
-             infinite: list[str]) -> None:
+def _flatten(
+    obj: dict[str, object], prefix: str, out: dict[str, float], skip: set[str], depth: int, infinite: list[str]
+) -> None:
     if depth > 8:
         return
     for key, value in obj.items():
@@ -251,8 +287,13 @@ def _infinite(value: object) -> bool:
 
 def _not_finite(counts: dict[str, int], note: Note | None, names: list[str]) -> list[Point]:
     shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return _skip(counts, "value not finite", note, f"{shown}: NaN, an infinity or out of range, skipped "
-                 "(the SDK drops these too); log a finite number or leave the key out")
+    return _skip(
+        counts,
+        "value not finite",
+        note,
+        f"{shown}: NaN, an infinity or out of range, skipped "
+        "(the SDK drops these too); log a finite number or leave the key out",
+    )
 
 
 def _number(value: object) -> float | None:
@@ -294,8 +335,11 @@ def unsent_points(line: bytes, counts: dict[str, int], note: Note | None = None,
         found = json.loads(line)
         if isinstance(found, dict):
             points = _unsent_block(found)
-            return [(step, unix, {k + suffix: v for k, v in values.items()}) for step, unix, values in points] \
-                if suffix else points
+            return (
+                [(step, unix, {k + suffix: v for k, v in values.items()}) for step, unix, values in points]
+                if suffix
+                else points
+            )
         step, ts, values = found
         record = {str(k) + suffix: float(v) for k, v in values.items()}
         return [(int(step), float(ts), record)]
@@ -315,8 +359,10 @@ def _unsent_block(block: dict[str, object]) -> list[Point]:
     if len(raw) % layout.size:
         raise ValueError("partial row")
     # NaN stands for "no value"; the SDK drops (and counts) anything else that is not finite.
-    return [(step, unix, {k: v for k, v in zip(keys, values, strict=True) if v == v})
-            for step, unix, *values in layout.iter_unpack(raw)]
+    return [
+        (step, unix, {k: v for k, v in zip(keys, values, strict=True) if v == v})
+        for step, unix, *values in layout.iter_unpack(raw)
+    ]
 
 
 SAME_TIME = 0.001  # seconds: scalars of one step written this close together share a record
@@ -336,8 +382,12 @@ def tb_points(source: Source, relname: str, payloads: list[bytes], counts: dict[
             key = keys.get(scalar.tag) or keys.setdefault(scalar.tag, tb_key(source, relname, scalar.tag))
             # one record has one time: a scalar logged with its own wall time (a hardware sample
             # written with `walltime=`) starts a record of its own, so its time is kept
-            if (points and points[-1][0] == scalar.step and key not in points[-1][2]
-                    and abs(points[-1][1] - scalar.wall_time) < SAME_TIME):
+            if (
+                points
+                and points[-1][0] == scalar.step
+                and key not in points[-1][2]
+                and abs(points[-1][1] - scalar.wall_time) < SAME_TIME
+            ):
                 points[-1][2][key] = scalar.value
             else:
                 points.append((scalar.step, scalar.wall_time, {key: scalar.value}))

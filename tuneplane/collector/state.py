@@ -61,6 +61,7 @@ def _counted() -> Callable[[list[tuple[str, object]]], dict[str, object]]:
         if seen[0] > MAX_ENTRIES + 2:  # the entries, the files object, the top
             raise ValueError(f"over {MAX_ENTRIES} entries")
         return dict(pairs)
+
     return hook
 
 
@@ -80,8 +81,10 @@ def dir_problem(out_dir: str, name: str) -> str | None:
     folder = os.path.join(out_dir, name)
     root = os.path.realpath(out_dir)
     if os.path.islink(folder) or os.path.dirname(os.path.realpath(folder)) != root:
-        return (f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
-                "keeps its state there and removes what it delivered)")
+        return (
+            f"{folder} is a link out of the out dir; not collecting (remove the link: the collector "
+            "keeps its state there and removes what it delivered)"
+        )
     return None
 
 

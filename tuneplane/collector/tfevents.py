@@ -69,8 +69,7 @@ def masked_crc(data: bytes) -> int:
 def frame(payload: bytes) -> bytes:
     """One TFRecord around `payload` (used by tests and by tools that write event files)."""
     length = struct.pack("<Q", len(payload))
-    return (length + struct.pack("<I", masked_crc(length)) + payload
-            + struct.pack("<I", masked_crc(payload)))
+    return length + struct.pack("<I", masked_crc(length)) + payload + struct.pack("<I", masked_crc(payload))
 
 
 @dataclass
@@ -98,7 +97,7 @@ def read_records(data: bytes, offset: int = 0) -> Records:
         end = offset + _HEADER + length + 4
         if end > size:
             break  # incomplete: read it again once the writer has finished it
-        payload = data[offset + _HEADER:end - 4]
+        payload = data[offset + _HEADER : end - 4]
         (payload_crc,) = struct.unpack_from("<I", data, end - 4)
         if payload_crc == masked_crc(payload):
             payloads.append(payload)
@@ -110,7 +109,7 @@ def read_records(data: bytes, offset: int = 0) -> Records:
 
 def header_ok(data: bytes, offset: int) -> bool:
     """Whether a record header starts at `offset`: its length's CRC matches and the length is sane."""
-    head = data[offset:offset + 8]
+    head = data[offset : offset + 8]
     if len(head) < 8 or offset + _HEADER > len(data):
         return False
     (length,) = struct.unpack("<Q", head)
@@ -124,7 +123,7 @@ def _resync(data: bytes, start: int) -> int:
     last = len(data) - _HEADER
     offset = start
     while offset <= last:
-        if data[offset] == 0 and data[offset:offset + _HEADER] == _ZEROS:
+        if data[offset] == 0 and data[offset : offset + _HEADER] == _ZEROS:
             # A header is never 12 zero bytes (its masked CRC is not 0): step over a zeroed stretch
             # (a crash can leave one, a sparse file is one) at once, to the first window past it.
             offset = zeros_end(data, offset) - _HEADER + 1
@@ -147,10 +146,10 @@ def zeros_end(data: bytes, offset: int) -> int:
     while top < len(_ZERO_BLOCKS) and data.startswith(_ZERO_BLOCKS[top], offset):
         offset += len(_ZERO_BLOCKS[top])
         top += 1
-    for zeros in reversed(_ZERO_BLOCKS[:top + 1]):
+    for zeros in reversed(_ZERO_BLOCKS[: top + 1]):
         while data.startswith(zeros, offset):
             offset += len(zeros)
-    chunk = data[offset:offset + len(_ZERO_BLOCKS[0])]
+    chunk = data[offset : offset + len(_ZERO_BLOCKS[0])]
     return min(size, offset + len(chunk) - len(chunk.lstrip(b"\x00")))
 
 
@@ -193,7 +192,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
             length, pos = _varint(buf, pos)
             if pos + length > end:
                 raise ProtoError("truncated bytes field")
-            value = buf[pos:pos + length]
+            value = buf[pos : pos + length]
             pos += length
         elif wire == 5:
             if pos + 4 > end:
@@ -305,8 +304,20 @@ def _tag(raw: bytes) -> str:
 
 
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
-_CONTENT_FORMATS = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e", 10: "<?",
-                    4: "<B", 5: "<h", 6: "<b", 17: "<H", 22: "<I", 23: "<Q"}  # uint8, int16, int8, uint16/32/64
+_CONTENT_FORMATS = {
+    _DT_FLOAT: "<f",
+    _DT_DOUBLE: "<d",
+    _DT_INT32: "<i",
+    _DT_INT64: "<q",
+    _DT_HALF: "<e",
+    10: "<?",
+    4: "<B",
+    5: "<h",
+    6: "<b",
+    17: "<H",
+    22: "<I",
+    23: "<Q",
+}  # uint8, int16, int8, uint16/32/64
 _HALF_VAL = 13  # float16 and bfloat16 values, each as the 16 bits of an int32
 
 
@@ -395,9 +406,9 @@ def scalar_event(step: int, wall_time: float, values: dict[str, float]) -> bytes
     """A serialized `Event` with one `simple_value` per tag, as `SummaryWriter.add_scalar` writes it."""
     summary = b"".join(
         _length_delimited(1, _length_delimited(1, tag.encode()) + _key(2, 5) + struct.pack("<f", value))
-        for tag, value in values.items())
-    return (_key(1, 1) + struct.pack("<d", wall_time) + _key(2, 0) + _encode_varint(step)
-            + _length_delimited(5, summary))
+        for tag, value in values.items()
+    )
+    return _key(1, 1) + struct.pack("<d", wall_time) + _key(2, 0) + _encode_varint(step) + _length_delimited(5, summary)
 
 
 def file_version_event(wall_time: float, step: int = 0, purge: bool = False) -> bytes:

@@ -235,8 +235,15 @@ def _kind_of(declared: object) -> str:
     if args and getattr(declared, "__origin__", None) in (list, tuple):
         return _kind_of(args[0])
     name = getattr(declared, "__name__", None) or getattr(declared, "name", "") or ""
-    return {"int": "INT", "integer": "INT", "float": "FLOAT", "Path": "PATH", "path": "PATH",
-            "bool": "BOOL", "boolean": "BOOL"}.get(name, "TEXT")
+    return {
+        "int": "INT",
+        "integer": "INT",
+        "float": "FLOAT",
+        "Path": "PATH",
+        "path": "PATH",
+        "bool": "BOOL",
+        "boolean": "BOOL",
+    }.get(name, "TEXT")
 
 
 def _default(param: Param) -> str:
@@ -282,8 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         if current == text:
             return EXIT_OK
-        print(f"{args.output} is stale: run `python -m tuneplane.dev.docgen` and commit the result",
-              file=sys.stderr)
+        print(f"{args.output} is stale: run `python -m tuneplane.dev.docgen` and commit the result", file=sys.stderr)
         return EXIT_PROBLEMS
     if current != text:
         atomic_write(args.output, text)

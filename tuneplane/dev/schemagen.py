@@ -29,9 +29,18 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def models() -> dict[str, type[BaseModel]]:
-    return {"lab": LabFile, "recipe": Recipe, "recipe-lock": RecipeLock, "plugins-lock": PluginsLock,
-            "plugin": PluginManifest, "run": RunRequest, "status": RunStatus, "jobspec": JobSpec,
-            "experiment": ExperimentManifest, "sweep": Sweep}
+    return {
+        "lab": LabFile,
+        "recipe": Recipe,
+        "recipe-lock": RecipeLock,
+        "plugins-lock": PluginsLock,
+        "plugin": PluginManifest,
+        "run": RunRequest,
+        "status": RunStatus,
+        "jobspec": JobSpec,
+        "experiment": ExperimentManifest,
+        "sweep": Sweep,
+    }
 
 
 def schema_for(name: str, model: type[BaseModel]) -> dict[str, Any]:
@@ -40,14 +49,16 @@ def schema_for(name: str, model: type[BaseModel]) -> dict[str, Any]:
 
 
 def render_all() -> dict[str, str]:
-    return {f"{name}.schema.json": json.dumps(schema_for(name, model), indent=2, sort_keys=True,
-                                              ensure_ascii=False) + "\n"
-            for name, model in models().items()}
+    return {
+        f"{name}.schema.json": json.dumps(schema_for(name, model), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        for name, model in models().items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuneplane.dev.schemagen",
-                                     description="Write schemas/*.schema.json from the models.")
+    parser = argparse.ArgumentParser(
+        prog="python -m tuneplane.dev.schemagen", description="Write schemas/*.schema.json from the models."
+    )
     parser.add_argument("out", nargs="?", default="schemas", help="the folder to write (default: schemas)")
     out = Path(parser.parse_args(sys.argv[1:] if argv is None else argv).out)  # run from the repository root
     if not out.is_dir():

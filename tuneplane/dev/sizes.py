@@ -25,8 +25,10 @@ class Sized(NamedTuple):
 
 def module_sizes(package: Path) -> list[Sized]:
     """Every module of `package` by its number of lines, largest first."""
-    sizes = [Sized(len(path.read_text(encoding="utf-8").splitlines()), path.relative_to(package.parent).as_posix())
-             for path in package.rglob("*.py")]
+    sizes = [
+        Sized(len(path.read_text(encoding="utf-8").splitlines()), path.relative_to(package.parent).as_posix())
+        for path in package.rglob("*.py")
+    ]
     return sorted(sizes, reverse=True)
 
 
@@ -46,8 +48,12 @@ def report(package: Path, modules: int, functions: int) -> str:
     all_modules = module_sizes(package)
     all_functions = function_sizes(package)
     median = sorted(f.lines for f in all_functions)[len(all_functions) // 2] if all_functions else 0
-    lines = [f"{len(all_modules)} modules, {sum(m.lines for m in all_modules)} lines; "
-             f"{len(all_functions)} functions, median {median} lines", "", "largest modules:"]
+    lines = [
+        f"{len(all_modules)} modules, {sum(m.lines for m in all_modules)} lines; "
+        f"{len(all_functions)} functions, median {median} lines",
+        "",
+        "largest modules:",
+    ]
     lines += [f"  {m.lines:5d}  {m.name}" for m in all_modules[:modules]]
     lines += ["", "longest functions:"]
     lines += [f"  {f.lines:5d}  {f.name}" for f in all_functions[:functions]]

@@ -16,12 +16,25 @@ from tuneplane.ingest.tokens import ensure_secret, load_secret, mint_token, veri
 DEFAULT_DB = Path(".tuneplane") / "ingest.sqlite"
 DEFAULT_SECRET = Path(".tuneplane") / "ingest.secret"
 
-__all__ = ["DEFAULT_DB", "DEFAULT_SECRET", "ensure_secret", "hparams", "lifecycle", "load_secret",
-           "mint_token", "series", "start_server", "summary", "timed_series", "verify_token"]
+__all__ = [
+    "DEFAULT_DB",
+    "DEFAULT_SECRET",
+    "ensure_secret",
+    "hparams",
+    "lifecycle",
+    "load_secret",
+    "mint_token",
+    "series",
+    "start_server",
+    "summary",
+    "timed_series",
+    "verify_token",
+]
 
 
-def start_server(db_path: Path | str, secret: bytes, host: str = "127.0.0.1",
-                 port: int = 0) -> tuple[str, Callable[[], None]]:
+def start_server(
+    db_path: Path | str, secret: bytes, host: str = "127.0.0.1", port: int = 0
+) -> tuple[str, Callable[[], None]]:
     """Start a receiver in a background thread; returns (base URL, stop). See `server.start_server`."""
     # lazy: the HTTP server loads only where a receiver is started
     from tuneplane.ingest.server import start_server as _start

@@ -27,8 +27,10 @@ class ReceiverError(UsageError):
 
 def _get(endpoint: str, path: str, token: str, timeout: float) -> dict[str, Any]:
     if urlsplit(endpoint).scheme not in ("http", "https") or not urlsplit(endpoint).netloc:
-        raise UsageError(f"--endpoint {endpoint!r} is not an http:// or https:// URL",
-                         "pass the receiver's base URL, e.g. http://127.0.0.1:8765")
+        raise UsageError(
+            f"--endpoint {endpoint!r} is not an http:// or https:// URL",
+            "pass the receiver's base URL, e.g. http://127.0.0.1:8765",
+        )
     url = endpoint.rstrip("/") + path
     try:
         request = urllib.request.Request(url, headers={"X-TunePlane-Token": token, "Accept": "application/json"})
@@ -42,14 +44,23 @@ def _get(endpoint: str, path: str, token: str, timeout: float) -> dict[str, Any]
         raise ReceiverError(message, hint, answered=exc.code < 500 and exc.code not in (408, 429)) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # no (whole) answer
         reason = getattr(exc, "reason", exc)
-        raise ReceiverError(f"cannot read from the ingest receiver at {endpoint}: {reason}",
-                            "check --endpoint and that the receiver is running", answered=False) from None
+        raise ReceiverError(
+            f"cannot read from the ingest receiver at {endpoint}: {reason}",
+            "check --endpoint and that the receiver is running",
+            answered=False,
+        ) from None
     except ValueError as exc:
-        raise ReceiverError(f"the ingest receiver at {endpoint} sent no JSON ({exc})",
-                            "check that --endpoint is a TunePlane ingest receiver", answered=True) from None
+        raise ReceiverError(
+            f"the ingest receiver at {endpoint} sent no JSON ({exc})",
+            "check that --endpoint is a TunePlane ingest receiver",
+            answered=True,
+        ) from None
     if not isinstance(answer, dict):
-        raise ReceiverError(f"the ingest receiver at {endpoint} sent an answer of the wrong shape (not a JSON object)",
-                            "check that --endpoint is a TunePlane ingest receiver", answered=True)
+        raise ReceiverError(
+            f"the ingest receiver at {endpoint} sent an answer of the wrong shape (not a JSON object)",
+            "check that --endpoint is a TunePlane ingest receiver",
+            answered=True,
+        )
     return answer
 
 
@@ -69,11 +80,13 @@ class _Shape:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 _tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: TracebackType | None) -> None:
         if kind is not None and issubclass(kind, (TypeError, ValueError, AttributeError, KeyError)):
-            raise ReceiverError(f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
-                                "check that --endpoint is a TunePlane ingest receiver", answered=True) from None
+            raise ReceiverError(
+                f"the ingest receiver at {self.endpoint} sent an answer of the wrong shape ({exc})",
+                "check that --endpoint is a TunePlane ingest receiver",
+                answered=True,
+            ) from None
 
 
 def fetch_summary(endpoint: str, run_id: str, token: str, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
@@ -97,8 +110,7 @@ def fetch_summary(endpoint: str, run_id: str, token: str, timeout: float = 10.0)
     return summary
 
 
-def fetch_series(endpoint: str, run_id: str, key: str, token: str,
-                 timeout: float = 10.0) -> list[tuple[int, float]]:
+def fetch_series(endpoint: str, run_id: str, key: str, token: str, timeout: float = 10.0) -> list[tuple[int, float]]:
     """`GET /api/runs/<run_id>/metrics?key=K`: the (step, value) points of one key."""
     path = f"/api/runs/{quote(run_id, safe='')}/metrics?{urlencode({'key': key})}"
     payload = _get(endpoint, path, token, timeout)
@@ -106,8 +118,9 @@ def fetch_series(endpoint: str, run_id: str, key: str, token: str,
         return [(int(s), float(v)) for s, v in (payload.get("series") or {}).get(key, [])]
 
 
-def fetch_timed_series(endpoint: str, run_id: str, key: str, token: str,
-                       timeout: float = 10.0) -> list[tuple[int, float, float | None]]:
+def fetch_timed_series(
+    endpoint: str, run_id: str, key: str, token: str, timeout: float = 10.0
+) -> list[tuple[int, float, float | None]]:
     """`GET /api/runs/<run_id>/metrics?key=K&times=1`: (step, value, time) points of one key."""
     path = f"/api/runs/{quote(run_id, safe='')}/metrics?{urlencode({'key': key, 'times': '1'})}"
     payload = _get(endpoint, path, token, timeout)
@@ -115,5 +128,4 @@ def fetch_timed_series(endpoint: str, run_id: str, key: str, token: str,
         points = (payload.get("series") or {}).get(key, [])
         times = list((payload.get("times") or {}).get(key) or [])
         times += [None] * (len(points) - len(times))  # a receiver that sends no times: steps only
-        return [(int(s), float(v), None if t is None else float(t))
-                for (s, v), t in zip(points, times, strict=False)]
+        return [(int(s), float(v), None if t is None else float(t)) for (s, v), t in zip(points, times, strict=False)]

@@ -69,8 +69,9 @@ class Readable(Protocol):
 class Refused(Exception):
     """A request we answer with a 4xx; `problems` lists what was wrong, point by point."""
 
-    def __init__(self, status: int, message: str, problems: list[str] | None = None,
-                 close: bool = False, retry_after: int = 0) -> None:
+    def __init__(
+        self, status: int, message: str, problems: list[str] | None = None, close: bool = False, retry_after: int = 0
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -93,9 +94,14 @@ class PreAuth:
         """Reserve `size` bytes, or refuse the request (503, close: its body is not read)."""
         with self._lock:
             if self.held + size > self.limit:
-                raise Refused(503, f"the receiver holds {self.held} bytes of requests whose token is not "
-                                   "verified yet; retry shortly (send X-TunePlane-Run to be verified before "
-                                   "the body)", close=True, retry_after=1)
+                raise Refused(
+                    503,
+                    f"the receiver holds {self.held} bytes of requests whose token is not "
+                    "verified yet; retry shortly (send X-TunePlane-Run to be verified before "
+                    "the body)",
+                    close=True,
+                    retry_after=1,
+                )
             self.held += size
             self.peak = max(self.peak, self.held)
 
@@ -109,8 +115,7 @@ def content_length(headers: Message) -> int:
     codings = headers.get_all("Transfer-Encoding") or []
     lengths = headers.get_all("Content-Length") or []
     if codings and lengths:
-        raise Refused(400, "both Transfer-Encoding and Content-Length are set; send Content-Length only",
-                      close=True)
+        raise Refused(400, "both Transfer-Encoding and Content-Length are set; send Content-Length only", close=True)
     if codings:
         raise Refused(411, "a Content-Length header is required (chunked bodies are not accepted)", close=True)
     if not lengths:
@@ -186,8 +191,14 @@ class Body:
 _NO_BUDGET = PreAuth(2**62)  # callers that drive read_body directly (tests) and hold no receiver
 
 
-def read_body(rfile: Readable, headers: Message, secret: bytes, limits: Limits,
-              slots: threading.BoundedSemaphore | None = None, preauth: PreAuth | None = None) -> Body:
+def read_body(
+    rfile: Readable,
+    headers: Message,
+    secret: bytes,
+    limits: Limits,
+    slots: threading.BoundedSemaphore | None = None,
+    preauth: PreAuth | None = None,
+) -> Body:
     """Framing, token shape, bounded read, early authentication, bounded decode and parse."""
     length = content_length(headers)
     token = token_of(headers)
@@ -212,16 +223,27 @@ def read_body(rfile: Readable, headers: Message, secret: bytes, limits: Limits,
                 budget.give(held)  # verified: the rest is an authenticated job's, bounded per request
                 held = 0
             elif length > SMALL_BODY:  # no run id up front: the rest would be read before any token check
-                raise Refused(422, f"run_id must be the first field of a body over {SMALL_BODY // 1024} KiB "
-                                   "(or send the X-TunePlane-Run header)", close=True)
+                raise Refused(
+                    422,
+                    f"run_id must be the first field of a body over {SMALL_BODY // 1024} KiB "
+                    "(or send the X-TunePlane-Run header)",
+                    close=True,
+                )
         raw = first + _read(rfile, length - len(first)) if length > len(first) else first
         return _finish(raw, encoding, authed, token, secret, limits, slots)
     finally:
         budget.give(held)
 
 
-def _finish(raw: bytes, encoding: str, authed: tuple[str, str] | None, token: str, secret: bytes,
-            limits: Limits, slots: threading.BoundedSemaphore | None) -> Body:
+def _finish(
+    raw: bytes,
+    encoding: str,
+    authed: tuple[str, str] | None,
+    token: str,
+    secret: bytes,
+    limits: Limits,
+    slots: threading.BoundedSemaphore | None,
+) -> Body:
     """Decode and parse under the parallel-bodies bound, then check the body's run id."""
     with slots or SLOTS.get(limits.parallel_bodies):
         decoded = _gunzip(raw, limits.max_decoded) if encoding == "gzip" else raw
@@ -229,8 +251,9 @@ def _finish(raw: bytes, encoding: str, authed: tuple[str, str] | None, token: st
         if len(decoded) > limits.max_decoded:
             raise Refused(413, f"body is over the {limits.max_decoded}-byte limit")
         if authed is None and len(decoded) > SMALL_BODY:
-            raise Refused(422, "run_id must be the first field of a body over 64 KiB "
-                               "(or send the X-TunePlane-Run header)")
+            raise Refused(
+                422, "run_id must be the first field of a body over 64 KiB (or send the X-TunePlane-Run header)"
+            )
         _check_shape(decoded, limits)
         payload = _parse(decoded, limits)
     body_run = run_id(payload.get("run_id"))

@@ -15,8 +15,9 @@ def foreign_objects(db: sqlite3.Connection, schema: str) -> str:
     or empty."""
     kept = dict(_tables(schema)) | {"points": OLD_POINTS}
     odd = []
-    rows = db.execute("SELECT type, name, tbl_name FROM sqlite_master "
-                      "WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name").fetchall()
+    rows = db.execute(
+        "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name"
+    ).fetchall()
     for kind, name, table in rows:
         if kind not in ("table", "index") or kept.get(table) != _columns(db, table):
             odd.append(f"{kind} {name!r}")

@@ -22,12 +22,15 @@ class StoreUnreadable(UsageError):
 def unreadable(path: Path, exc: sqlite3.Error) -> StoreUnreadable:
     code = getattr(exc, "sqlite_errorcode", None)
     if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
-        return StoreUnreadable(f"{path} is not an ingest store ({exc})",
-                               "move the file aside (a new, empty store is then made in its place) or "
-                               "pass --db with the store's real path")
-    return StoreUnreadable(f"cannot open the ingest store {path}: {exc}",
-                           "check that the path is a store file you may read and write, in a folder that exists")
-
+        return StoreUnreadable(
+            f"{path} is not an ingest store ({exc})",
+            "move the file aside (a new, empty store is then made in its place) or "
+            "pass --db with the store's real path",
+        )
+    return StoreUnreadable(
+        f"cannot open the ingest store {path}: {exc}",
+        "check that the path is a store file you may read and write, in a folder that exists",
+    )
 
 
 # ── read API ──────────────────────────────────────────────────────────────────────────────────
@@ -74,8 +77,10 @@ def summary(db_path: Path | str, run_id: str, experiment: str | None = None) -> 
     """Per key: last (value at the highest step), min, max, count, last_step. Empty when unknown."""
     run_id = run_key(run_id, experiment)  # see tuneplane.ingest.tokens
     rows = _query(db_path, SUMMARY_SQL, (run_id,))
-    return {key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
-            for key, last, low, high, count, step in rows}
+    return {
+        key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
+        for key, last, low, high, count, step in rows
+    }
 
 
 SUMMARY_PAGE_SQL = """
@@ -93,15 +98,21 @@ ORDER BY s.key
 def summary_page(db_path: Path | str, run_id: str, after: str = "", limit: int = 1000) -> dict[str, dict[str, Any]]:
     """As `summary`, for at most `limit` metric names, in name order, those after `after`."""
     rows = _query(db_path, SUMMARY_PAGE_SQL, (run_id, after, limit, run_id, after, limit))
-    return {key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
-            for key, last, low, high, count, step in rows}
+    return {
+        key: {"last": last, "min": low, "max": high, "count": count, "last_step": step}
+        for key, last, low, high, count, step in rows
+    }
 
 
 def series(db_path: Path | str, run_id: str, key: str, experiment: str | None = None) -> list[tuple[int, float]]:
     """All (step, value) points of one key, by step."""
     run_id = run_key(run_id, experiment)  # see tuneplane.ingest.tokens
-    rows = _query(db_path, "SELECT p.step, p.value FROM samples AS p JOIN series AS s ON s.id = p.series "
-                  "WHERE s.run_id = ? AND s.key = ? ORDER BY p.step", (run_id, key))
+    rows = _query(
+        db_path,
+        "SELECT p.step, p.value FROM samples AS p JOIN series AS s ON s.id = p.series "
+        "WHERE s.run_id = ? AND s.key = ? ORDER BY p.step",
+        (run_id, key),
+    )
     return [(int(step), float(value)) for step, value in rows]
 
 
@@ -113,9 +124,12 @@ def timed_series(db_path: Path | str, run_id: str, key: str, experiment: str | N
     `ts`, else when the receiver got it), in seconds since the epoch; None for rows migrated from a
     store that kept no times."""
     run_id = run_key(run_id, experiment)  # see tuneplane.ingest.tokens
-    rows = _query(db_path, "SELECT p.step, p.value, s.t0_ms + p.dt_ms FROM samples AS p "
-                  "JOIN series AS s ON s.id = p.series WHERE s.run_id = ? AND s.key = ? ORDER BY p.step",
-                  (run_id, key))
+    rows = _query(
+        db_path,
+        "SELECT p.step, p.value, s.t0_ms + p.dt_ms FROM samples AS p "
+        "JOIN series AS s ON s.id = p.series WHERE s.run_id = ? AND s.key = ? ORDER BY p.step",
+        (run_id, key),
+    )
     return [(int(step), float(value), None if ms is None else ms / 1000.0) for step, value, ms in rows]
 
 
@@ -127,6 +141,7 @@ def hparams(db_path: Path | str, run_id: str, experiment: str | None = None) -> 
 
 def lifecycle(db_path: Path | str, run_id: str, experiment: str | None = None) -> list[dict[str, Any]]:
     run_id = run_key(run_id, experiment)  # see tuneplane.ingest.tokens
-    rows = _query(db_path, "SELECT event, ts, received_at FROM lifecycle WHERE run_id = ? "
-                  "ORDER BY received_at", (run_id,))
+    rows = _query(
+        db_path, "SELECT event, ts, received_at FROM lifecycle WHERE run_id = ? ORDER BY received_at", (run_id,)
+    )
     return [{"event": event, "ts": ts, "received_at": received} for event, ts, received in rows]

@@ -62,8 +62,9 @@ def rows_points(payload: JSONObject, limits: Limits, skipped: list[str] | None =
         else:
             _careful(named, layout, raw, f"blocks[{index}]", points, problems, skipped)
     if problems:
-        raise Refused(422, f"{len(problems)} invalid block(s) or row(s); nothing from this request was stored",
-                      problems)
+        raise Refused(
+            422, f"{len(problems)} invalid block(s) or row(s); nothing from this request was stored", problems
+        )
     return points
 
 
@@ -97,8 +98,10 @@ def _block(block: JSONValue, where: str, problems: list[str]) -> tuple[tuple[str
         return None
     layout = struct.Struct(f"<qd{len(keys)}d")
     if len(raw) % layout.size:
-        problems.append(f"{where}.rows: {len(raw)} bytes are not whole rows of {layout.size} "
-                        f"(int64 step, float64 time, {len(keys)} float64 values)")
+        problems.append(
+            f"{where}.rows: {len(raw)} bytes are not whole rows of {layout.size} "
+            f"(int64 step, float64 time, {len(keys)} float64 values)"
+        )
         return None
     return tuple(k for k in keys if isinstance(k, str)), layout, raw  # every key is text (checked above)
 
@@ -113,8 +116,15 @@ def _all_finite(raw: bytes) -> bool:
     return not raw[7::8].translate(None, _NOT_HIGH)
 
 
-def _careful(keys: tuple[str, ...], layout: struct.Struct, raw: bytes, where: str, points: list[Point],
-             problems: list[str], skipped: list[str]) -> None:
+def _careful(
+    keys: tuple[str, ...],
+    layout: struct.Struct,
+    raw: bytes,
+    where: str,
+    points: list[Point],
+    problems: list[str],
+    skipped: list[str],
+) -> None:
     for row_index, (step, unix, *values) in enumerate(layout.iter_unpack(raw)):
         if not math.isfinite(unix):
             problems.append(f"{where}.rows[{row_index}]: the time is not finite")
@@ -123,7 +133,8 @@ def _careful(keys: tuple[str, ...], layout: struct.Struct, raw: bytes, where: st
             if value != value:
                 continue  # NaN: no value for this key in this record
             if math.isinf(value):
-                skipped.append(f"{where}.rows[{row_index}] {key[:80]!r} step {step}: "
-                               f"{'Infinity' if value > 0 else '-Infinity'}")
+                skipped.append(
+                    f"{where}.rows[{row_index}] {key[:80]!r} step {step}: {'Infinity' if value > 0 else '-Infinity'}"
+                )
                 continue
             points.append((key, step, value, unix))

@@ -55,8 +55,10 @@ POST_KINDS = frozenset({"metrics", "hparams", "lifecycle"}) | EVENT_KINDS
 SWITCH_INTERVAL = 0.001  # seconds; see IngestServer.serve_forever
 FULL_RETRY_AFTER = 30  # seconds a client waits before it retries a write refused for a full disk
 FULL_NOTICE_EVERY = 60.0  # seconds between two "the store's disk is full" lines on stderr
-DROPPED_WHY = ("a value that is not a finite number (NaN, Infinity, null) is not stored: the series has no "
-               "point at that step; the request's other points are stored")
+DROPPED_WHY = (
+    "a value that is not a finite number (NaN, Infinity, null) is not stored: the series has no "
+    "point at that step; the request's other points are stored"
+)
 DROPPED_RUNS_SAID = 4096  # runs whose dropped points are said on stderr (once each)
 __all__ = ["IngestHandler", "IngestServer", "Limits", "Refused", "start_server"]
 
@@ -119,15 +121,19 @@ class IngestHandler(BaseHTTPRequestHandler):
             return
         except StoreFull as exc:  # the client keeps its points and retries; the operator is told once a minute
             self.server.say_full(f"{exc}: the store {self.server.store.path} cannot grow")
-            self._send(507, {"error": f"{exc}: nothing of this request was stored; retry once space is freed"},
-                       close=True, retry_after=FULL_RETRY_AFTER)
+            self._send(
+                507,
+                {"error": f"{exc}: nothing of this request was stored; retry once space is freed"},
+                close=True,
+                retry_after=FULL_RETRY_AFTER,
+            )
             return
         except Exception as exc:  # an answer, never a dropped connection
             self.server.internal_errors += 1
-            sys.stderr.write(f"ingest: internal error on {self.command} {self.path[:200]!r}: "
-                             f"{type(exc).__name__}: {exc}\n")
-            self._send(500, {"error": f"internal error ({type(exc).__name__}); the request was not stored"},
-                       close=True)
+            sys.stderr.write(
+                f"ingest: internal error on {self.command} {self.path[:200]!r}: {type(exc).__name__}: {exc}\n"
+            )
+            self._send(500, {"error": f"internal error ({type(exc).__name__}); the request was not stored"}, close=True)
             return
         self._send(status, payload)
 
@@ -161,10 +167,8 @@ class IngestHandler(BaseHTTPRequestHandler):
     def _post(self) -> tuple[int, dict[str, object]]:
         kind = _kind(urlsplit(self.path).path)
         if kind not in POST_KINDS:
-            raise Refused(404, f"no ingest endpoint at {self.path!r}; use /metrics, /hparams or /lifecycle",
-                          close=True)
-        body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits,
-                         preauth=self.server.preauth)
+            raise Refused(404, f"no ingest endpoint at {self.path!r}; use /metrics, /hparams or /lifecycle", close=True)
+        body = read_body(self.rfile, self.headers, self.server.secret, self.server.limits, preauth=self.server.preauth)
         payload, run_id, key = body.payload, body.run_id, body.key
         batch_id = bodies.batch_id(self.headers.get("X-TunePlane-Batch") or payload.get("batch_id"))
         store = self.server.store
@@ -177,9 +181,12 @@ class IngestHandler(BaseHTTPRequestHandler):
                 answer.update(dropped=len(skipped), dropped_points=skipped[:20], dropped_why=DROPPED_WHY)
                 self.server.say_dropped(run_id, skipped)
             if written.over:  # a 2xx too, for the same reason: the answer names what was left out
-                answer.update(over_limit=written.over_points, over_limit_keys=written.over[:20],
-                              over_limit_why=f"a run may have at most {store.max_series} metric names; points of "
-                                             "names past that are not stored (the names already known still are)")
+                answer.update(
+                    over_limit=written.over_points,
+                    over_limit_keys=written.over[:20],
+                    over_limit_why=f"a run may have at most {store.max_series} metric names; points of "
+                    "names past that are not stored (the names already known still are)",
+                )
                 self.server.say_over(run_id, store.max_series)
             return 200, answer
         if kind == "hparams":
@@ -228,8 +235,11 @@ class IngestHandler(BaseHTTPRequestHandler):
             return 200, self._paged(answer, page, len(page) if page else -1)
         # `times=1`: each point's time beside it, in a parallel list, so `series` keeps its shape
         timed = {k: reads.timed_series(db, key, k) for k in keys}
-        answer = {"run_id": run_id, "series": {k: [(s, v) for s, v, _ in p] for k, p in timed.items()},
-                  "times": {k: [t for _, _, t in p] for k, p in timed.items()}}
+        answer = {
+            "run_id": run_id,
+            "series": {k: [(s, v) for s, v, _ in p] for k, p in timed.items()},
+            "times": {k: [t for _, _, t in p] for k, p in timed.items()},
+        }
         return 200, self._paged(answer, page, len(page) if page else -1)
 
     def _page(self, query: dict[str, list[str]]) -> tuple[str, int]:
@@ -256,7 +266,7 @@ def _kind(path: str) -> str:
     path = path.rstrip("/")
     for prefix in ("/api/ingest/", "/"):
         if path.startswith(prefix):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     return path
 
 
@@ -302,12 +312,16 @@ class _Server(ThreadingHTTPServer):
             self.dropped_said.add(run_id)
             last = len(self.dropped_said) > DROPPED_RUNS_SAID
         if last:  # the bound is said once, so the silence after it is not taken for no drops
-            sys.stderr.write(f"ingest: points were left out for more than {DROPPED_RUNS_SAID} runs; later runs "
-                             "are not named here (each answer still counts and names its own)\n")
+            sys.stderr.write(
+                f"ingest: points were left out for more than {DROPPED_RUNS_SAID} runs; later runs "
+                "are not named here (each answer still counts and names its own)\n"
+            )
             return
-        sys.stderr.write(f"ingest: run {run_id[:80]!r}: {len(skipped)} point(s) not stored, the first "
-                         f"{skipped[0]}; a value that is not a finite number has no place in a series "
-                         "(later ones are counted in each answer, not said here again)\n")
+        sys.stderr.write(
+            f"ingest: run {run_id[:80]!r}: {len(skipped)} point(s) not stored, the first "
+            f"{skipped[0]}; a value that is not a finite number has no place in a series "
+            "(later ones are counted in each answer, not said here again)\n"
+        )
 
     def say_over(self, run_id: str, limit: int) -> None:
         """Tell the operator once per run that it passed the metric-names limit."""
@@ -315,8 +329,10 @@ class _Server(ThreadingHTTPServer):
             if run_id in self.over_said or len(self.over_said) > DROPPED_RUNS_SAID:
                 return
             self.over_said.add(run_id)
-        sys.stderr.write(f"ingest: run {run_id[:80]!r} has {limit} metric names, the limit: points of further "
-                         "names are not stored (each answer names them)\n")
+        sys.stderr.write(
+            f"ingest: run {run_id[:80]!r} has {limit} metric names, the limit: points of further "
+            "names are not stored (each answer names them)\n"
+        )
 
     def say_full(self, message: str) -> None:
         """Tell the operator the store's disk is full: once, then at most once a minute."""
@@ -329,8 +345,10 @@ class _Server(ThreadingHTTPServer):
         """A client that vanished mid-answer is routine: one line, not a traceback."""
         exc = sys.exc_info()[1]
         if self.verbose or not isinstance(exc, OSError):
-            sys.stderr.write(f"ingest: connection from {client_address[0] if client_address else '?'} "
-                             f"ended: {type(exc).__name__}: {exc}\n")
+            sys.stderr.write(
+                f"ingest: connection from {client_address[0] if client_address else '?'} "
+                f"ended: {type(exc).__name__}: {exc}\n"
+            )
 
     def shutdown_request(self, request: Any) -> None:
         self.watch.remove(request)
@@ -347,9 +365,17 @@ class _Server(ThreadingHTTPServer):
 class IngestServer:
     """An embeddable receiver: `with IngestServer(db, secret) as srv: ... srv.url ...`."""
 
-    def __init__(self, db_path: Path | str, secret: bytes, host: str = "127.0.0.1", port: int = 0, *,
-                 limits: Limits | None = None, handler: type[IngestHandler] = IngestHandler,
-                 verbose: bool = False) -> None:
+    def __init__(
+        self,
+        db_path: Path | str,
+        secret: bytes,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        limits: Limits | None = None,
+        handler: type[IngestHandler] = IngestHandler,
+        verbose: bool = False,
+    ) -> None:
         if not secret:
             raise ValueError("the ingest secret is empty")
         self.store = MetricStore(db_path)
@@ -362,8 +388,7 @@ class IngestServer:
         self.httpd.workers.limit = self.httpd.limits.max_connections
         self.httpd.verbose = verbose
         self._thread: threading.Thread | None = None
-        self._watchdog = threading.Thread(target=self.httpd.watch.run, name="tuneplane-ingest-watch",
-                                          daemon=True)
+        self._watchdog = threading.Thread(target=self.httpd.watch.run, name="tuneplane-ingest-watch", daemon=True)
         self._watchdog.start()
         self._closed = False
 
@@ -377,8 +402,9 @@ class IngestServer:
     def start(self) -> IngestServer:
         """Serve in a daemon thread and return at once."""
         # A short poll interval makes stop() quick; an idle loop costs ~nothing either way.
-        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                        name="tuneplane-ingest", daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(0.05,), name="tuneplane-ingest", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -414,8 +440,10 @@ class IngestServer:
         self.httpd.server_close()
         self.store.close()
         if self.store.wal_left():
-            sys.stderr.write(f"ingest: {self.store.path}-wal could not be merged into the store (its disk is full, "
-                             "or a reader holds it); keep it beside the store: the next start applies it\n")
+            sys.stderr.write(
+                f"ingest: {self.store.path}-wal could not be merged into the store (its disk is full, "
+                "or a reader holds it); keep it beside the store: the next start applies it\n"
+            )
 
     def __enter__(self) -> IngestServer:
         return self.start()
@@ -424,9 +452,9 @@ class IngestServer:
         self.stop()
 
 
-def start_server(db_path: Path | str, secret: bytes, host: str = "127.0.0.1",
-                 port: int = 0) -> tuple[str, Callable[[], None]]:
+def start_server(
+    db_path: Path | str, secret: bytes, host: str = "127.0.0.1", port: int = 0
+) -> tuple[str, Callable[[], None]]:
     """Start a receiver in a background thread; returns (base URL, stop)."""
     server = IngestServer(db_path, secret, host, port).start()
     return server.url, server.stop
-

@@ -55,8 +55,10 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
-UPSERT = ("INSERT INTO samples (series, step, value, dt_ms) VALUES (?, ?, ?, ?) "
-          "ON CONFLICT (series, step) DO UPDATE SET value = excluded.value, dt_ms = excluded.dt_ms")
+UPSERT = (
+    "INSERT INTO samples (series, step, value, dt_ms) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (series, step) DO UPDATE SET value = excluded.value, dt_ms = excluded.dt_ms"
+)
 MAX_SERIES_CACHE = 100_000
 MAX_SERIES_PER_RUN = 50_000  # metric names one run may have (the receiver's Limits.max_series)
 MAX_GROUP = 64  # writes committed in one transaction
@@ -95,8 +97,10 @@ class MetricStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # not a listening problem: say which folder
-            raise StoreUnreadable(f"cannot make the folder of the ingest store {self.path}: "
-                                  f"{exc.strerror or exc}", "pass --db a path in a folder you may write") from None
+            raise StoreUnreadable(
+                f"cannot make the folder of the ingest store {self.path}: {exc.strerror or exc}",
+                "pass --db a path in a folder you may write",
+            ) from None
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         except sqlite3.DatabaseError as exc:  # a folder, or a file we may not open
@@ -104,9 +108,11 @@ class MetricStore:
         try:
             foreign = foreign_objects(self._db, SCHEMA)  # before any write: leave a foreign file as it is
             if foreign:
-                raise StoreUnreadable(f"{self.path} is not an ingest store: it holds {foreign}",
-                                      "pass --db the ingest store's path, or one that does not exist yet "
-                                      "(a new store is made there); this file was left untouched")
+                raise StoreUnreadable(
+                    f"{self.path} is not an ingest store: it holds {foreign}",
+                    "pass --db the ingest store's path, or one that does not exist yet "
+                    "(a new store is made there); this file was left untouched",
+                )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit, only at checkpoints
             self._db.execute("PRAGMA busy_timeout=5000")
@@ -132,7 +138,8 @@ class MetricStore:
             return True
         cursor = self._db.execute(
             "INSERT OR IGNORE INTO batches (run_id, batch_id, kind, received_at) VALUES (?, ?, ?, ?)",
-            (run_id, batch_id, kind, time.time()))
+            (run_id, batch_id, kind, time.time()),
+        )
         return cursor.rowcount == 1
 
     def add_points(self, run_id: str, points: Iterable[Point], batch_id: str | None = None) -> Written:
@@ -180,8 +187,7 @@ class MetricStore:
         self._series[(run_id, key)] = (int(row[0]), int(row[1]))
         return self._series[(run_id, key)]
 
-    def set_hparams(self, run_id: str, params: Mapping[str, object],
-                    batch_id: str | None = None) -> tuple[int, bool]:
+    def set_hparams(self, run_id: str, params: Mapping[str, object], batch_id: str | None = None) -> tuple[int, bool]:
         rows = [(run_id, name, json.dumps(value, ensure_ascii=False)) for name, value in params.items()]
 
         def write() -> tuple[int, bool]:
@@ -189,19 +195,25 @@ class MetricStore:
                 return 0, True
             self._db.executemany(
                 "INSERT INTO hparams (run_id, name, value) VALUES (?, ?, ?) "
-                "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value", rows)
+                "ON CONFLICT (run_id, name) DO UPDATE SET value = excluded.value",
+                rows,
+            )
             return len(rows), False
 
         return self._submit(write, len(rows))
 
     def add_lifecycle(self, run_id: str, event: str, ts: str | None) -> None:
-        self._insert("INSERT INTO lifecycle (run_id, event, ts, received_at) VALUES (?, ?, ?, ?)",
-                     (run_id, event, ts, time.time()))
+        self._insert(
+            "INSERT INTO lifecycle (run_id, event, ts, received_at) VALUES (?, ?, ?, ?)",
+            (run_id, event, ts, time.time()),
+        )
 
     def add_event(self, run_id: str, kind: str, body: object) -> None:
         """Upstream side channels (hardware samples, observations) kept verbatim for inspection."""
-        self._insert("INSERT INTO events (run_id, kind, received_at, body) VALUES (?, ?, ?, ?)",
-                     (run_id, kind, time.time(), json.dumps(body, ensure_ascii=False)))
+        self._insert(
+            "INSERT INTO events (run_id, kind, received_at, body) VALUES (?, ?, ?, ?)",
+            (run_id, kind, time.time(), json.dumps(body, ensure_ascii=False)),
+        )
 
     def _insert(self, sql: str, row: tuple[object, ...]) -> None:
         def write() -> None:
@@ -388,11 +400,14 @@ def _migrate(db: sqlite3.Connection) -> None:
     db.executescript(SCHEMA)
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute("INSERT OR IGNORE INTO series (run_id, key, t0_ms) SELECT run_id, key, 0 FROM points "
-                   "GROUP BY run_id, key")
-        db.execute("INSERT OR REPLACE INTO samples (series, step, value, dt_ms) "
-                   "SELECT s.id, p.step, p.value, NULL FROM points AS p "
-                   "JOIN series AS s ON s.run_id = p.run_id AND s.key = p.key")
+        db.execute(
+            "INSERT OR IGNORE INTO series (run_id, key, t0_ms) SELECT run_id, key, 0 FROM points GROUP BY run_id, key"
+        )
+        db.execute(
+            "INSERT OR REPLACE INTO samples (series, step, value, dt_ms) "
+            "SELECT s.id, p.step, p.value, NULL FROM points AS p "
+            "JOIN series AS s ON s.run_id = p.run_id AND s.key = p.key"
+        )
         db.execute("DROP TABLE points")
         db.execute("COMMIT")
     except sqlite3.Error:

@@ -41,7 +41,7 @@ def run_key(run_id: str, experiment: str | None = None) -> str:
 
 def _scoped_mac(secret: bytes, tag: str, run_id: str) -> str:
     message = b"tuneplane-run\0" + tag.encode("ascii") + b"\0" + run_id.encode("utf-8")
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()[:64 - TAG_HEX]
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()[: 64 - TAG_HEX]
 
 
 def mint_token(secret: bytes, run_id: str, experiment: str | None = None) -> str:
@@ -82,36 +82,52 @@ def load_secret(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:
-        raise UsageError(f"cannot read the ingest secret {path}: {exc.strerror or exc}",
-                         "pass --secret-file pointing at a readable file") from exc
+        raise UsageError(
+            f"cannot read the ingest secret {path}: {exc.strerror or exc}",
+            "pass --secret-file pointing at a readable file",
+        ) from exc
     try:
         secret = _read_small(fd, path).strip()
     finally:
         os.close(fd)
     if len(secret) < 16:
-        raise UsageError(f"the ingest secret in {path} is shorter than 16 bytes",
-                         "use a long random value, e.g. "
-                         "`python -c 'import secrets; print(secrets.token_hex(32))'`")
+        raise UsageError(
+            f"the ingest secret in {path} is shorter than 16 bytes",
+            "use a long random value, e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`",
+        )
     return secret
 
 
 def _read_small(fd: int, path: Path) -> bytes:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
-            "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a special file"
-        raise UsageError(f"the ingest secret {path} is not a regular file (it is {kind})",
-                         "pass --secret-file a small file holding the secret, e.g. one written by "
-                         "`python -c 'import secrets; print(secrets.token_hex(32))' > ingest.secret`")
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(info.st_mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a device"
+            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            else "a special file"
+        )
+        raise UsageError(
+            f"the ingest secret {path} is not a regular file (it is {kind})",
+            "pass --secret-file a small file holding the secret, e.g. one written by "
+            "`python -c 'import secrets; print(secrets.token_hex(32))' > ingest.secret`",
+        )
     try:
         data = os.read(fd, SECRET_MAX_BYTES + 1)
     except OSError as exc:
-        raise UsageError(f"cannot read the ingest secret {path}: {exc.strerror or exc}",
-                         "pass --secret-file pointing at a readable file") from exc
+        raise UsageError(
+            f"cannot read the ingest secret {path}: {exc.strerror or exc}",
+            "pass --secret-file pointing at a readable file",
+        ) from exc
     if len(data) > SECRET_MAX_BYTES or info.st_size > SECRET_MAX_BYTES:
-        raise UsageError(f"the ingest secret {path} holds {max(info.st_size, len(data))} bytes, over the "
-                         f"{SECRET_MAX_BYTES}-byte limit of a secret", "pass --secret-file the file that holds only "
-                         "the secret (one line of random hex)")
+        raise UsageError(
+            f"the ingest secret {path} holds {max(info.st_size, len(data))} bytes, over the "
+            f"{SECRET_MAX_BYTES}-byte limit of a secret",
+            "pass --secret-file the file that holds only the secret (one line of random hex)",
+        )
     return data
 
 

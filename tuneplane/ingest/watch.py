@@ -89,8 +89,10 @@ class Watch:
 def refuse_raw(sock: socket.socket, status: int, message: str) -> None:
     """Answer without a handler thread (over a cap, past a deadline): one non-blocking write."""
     body = json.dumps({"error": message}).encode()
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    ).encode()
     try:
         sock.send(head + body, socket.MSG_DONTWAIT)
     except OSError:

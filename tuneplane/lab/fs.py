@@ -62,9 +62,13 @@ def unreadable(rel: str, exc: OSError) -> LoadFailed:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -99,13 +103,17 @@ def find_lab_root(start: Path | None = None) -> Path:
     try:
         here = (start or Path.cwd()).resolve()
     except FileNotFoundError:
-        raise UsageError("the current directory no longer exists (it was deleted or moved)",
-                         hint="cd into the lab again, e.g. `cd \"$PWD\"` after it was recreated") from None
+        raise UsageError(
+            "the current directory no longer exists (it was deleted or moved)",
+            hint='cd into the lab again, e.g. `cd "$PWD"` after it was recreated',
+        ) from None
     for candidate in (here, *here.parents):
         if present(candidate / LAB_FILE) or (candidate / LEGACY_LAB_FILE).is_file():
             return candidate  # whatever sits at tuneplane.yaml is judged by the reader, not skipped
-    raise UsageError(f"not inside a TunePlane lab: no {LAB_FILE} in {here} or above",
-                     hint="run `tp init` to create a lab, or cd into one")
+    raise UsageError(
+        f"not inside a TunePlane lab: no {LAB_FILE} in {here} or above",
+        hint="run `tp init` to create a lab, or cd into one",
+    )
 
 
 def check_entry(path: Path, root: Path | None = None, rel: str | None = None) -> os.stat_result:
@@ -122,12 +130,20 @@ def check_entry(path: Path, root: Path | None = None, rel: str | None = None) ->
         st = os.stat(path)
     except OSError as exc:
         target = os.readlink(path) if is_link else ""
-        raise _refuse(rel, "not-regular", f"is a broken symlink (to {target}): {exc.strerror}",
-                      "point it at a file inside the lab, or replace it with the file") from None
+        raise _refuse(
+            rel,
+            "not-regular",
+            f"is a broken symlink (to {target}): {exc.strerror}",
+            "point it at a file inside the lab, or replace it with the file",
+        ) from None
     if not stat.S_ISREG(st.st_mode):
         via = f" (a symlink to {os.readlink(path)})" if is_link else ""
-        raise _refuse(rel, "not-regular", f"is {_kind(st.st_mode)}{via}, not a regular file; it was not read",
-                      "replace it with an ordinary file")
+        raise _refuse(
+            rel,
+            "not-regular",
+            f"is {_kind(st.st_mode)}{via}, not a regular file; it was not read",
+            "replace it with an ordinary file",
+        )
     return st
 
 
@@ -138,11 +154,19 @@ def _check_links(path: Path, root: Path, rel: str, is_link: bool) -> None:
     shown = os.readlink(path) if is_link else real
     area = Path(inside).parts[0] if inside != "." else ""
     if area in NO_LINK_AREAS and real != os.path.normpath(os.path.join(real_root, inside)):
-        raise _refuse(rel, "symlink", f"is a symlink (to {shown}); symlinks are not followed under {area}/",
-                      f"commit the file itself under {area}/, not a link")
+        raise _refuse(
+            rel,
+            "symlink",
+            f"is a symlink (to {shown}); symlinks are not followed under {area}/",
+            f"commit the file itself under {area}/, not a link",
+        )
     if real != real_root and not real.startswith(real_root + os.sep):
-        raise _refuse(rel, "symlink", f"is a symlink to {shown}, outside the lab; it was not read",
-                      "keep every lab file inside the lab: copy it in instead of linking")
+        raise _refuse(
+            rel,
+            "symlink",
+            f"is a symlink to {shown}, outside the lab; it was not read",
+            "keep every lab file inside the lab: copy it in instead of linking",
+        )
 
 
 def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel: str | None = None) -> bytes:
@@ -162,8 +186,12 @@ def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # replaced between the check and the open
-            raise _refuse(rel, "not-regular", f"is {_kind(st.st_mode)}, not a regular file; it was not read",
-                          "replace it with an ordinary file")
+            raise _refuse(
+                rel,
+                "not-regular",
+                f"is {_kind(st.st_mode)}, not a regular file; it was not read",
+                "replace it with an ordinary file",
+            )
         _check_size(st.st_size, limit, rel)
         left = limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, _CHUNK))):
@@ -181,8 +209,13 @@ def read_bytes(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel
 def _check_size(size: int, limit: int, rel: str) -> None:
     if size > limit:
         shown = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
-        raise _refuse(rel, "too-large", f"file is {size / 1e6:.1f} MB; files over {shown} are refused",
-                      "keep data out of lab files; point at it with a path instead", line=1)
+        raise _refuse(
+            rel,
+            "too-large",
+            f"file is {size / 1e6:.1f} MB; files over {shown} are refused",
+            "keep data out of lab files; point at it with a path instead",
+            line=1,
+        )
 
 
 def read_text(path: Path, limit: int = MAX_BYTES, root: Path | None = None, rel: str | None = None) -> str:
@@ -198,20 +231,37 @@ def decode(raw: bytes, rel: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line, col = _place(raw, exc.start)
-        raise LoadFailed(Problem(rel, line, col, "encoding", f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
-                                 hint="re-save the file with UTF-8 encoding")) from None
+        raise LoadFailed(
+            Problem(
+                rel,
+                line,
+                col,
+                "encoding",
+                f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
+                hint="re-save the file with UTF-8 encoding",
+            )
+        ) from None
 
 
 def _nul(raw: bytes, rel: str) -> None:
     sample = raw[:8192]
     controls = sum(1 for b in sample if b < 32 and b not in (9, 10, 13))
     if controls * 4 > len(sample) or not _is_utf8(sample):  # mostly control bytes: not text at all
-        raise LoadFailed(Problem(rel, 1, 1, "binary", "this is a binary file, not text",
-                                 hint="save the file as UTF-8 text"))
+        raise LoadFailed(
+            Problem(rel, 1, 1, "binary", "this is a binary file, not text", hint="save the file as UTF-8 text")
+        )
     at = raw.index(b"\0")
     line, col = _place(raw, at)
-    raise LoadFailed(Problem(rel, line, col, "nul-byte", "a NUL byte (\\0) is in the text; text files cannot hold one",
-                             hint="delete the invisible character at this place (an editor or a tool put it there)"))
+    raise LoadFailed(
+        Problem(
+            rel,
+            line,
+            col,
+            "nul-byte",
+            "a NUL byte (\\0) is in the text; text files cannot hold one",
+            hint="delete the invisible character at this place (an editor or a tool put it there)",
+        )
+    )
 
 
 def _is_utf8(sample: bytes) -> bool:

@@ -21,8 +21,17 @@ from typing import Any
 
 from tuneplane.errors import UsageError
 
-_KEEP = {"GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
-         "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_ASKPASS"}
+_KEEP = {
+    "GIT_EXEC_PATH",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_NO_VERIFY",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_TERMINAL_PROMPT",
+    "GIT_ASKPASS",
+}
 # Refs only the bot writes (its authority): no branch, so no merged pull request can move one.
 BOT_REFS = "refs/tuneplane/"
 # A fetch never recurses into submodules: a committed `.gitmodules` (an `update = !cmd`, a URL) is the
@@ -30,13 +39,22 @@ BOT_REFS = "refs/tuneplane/"
 BOT_FETCH = ("--no-recurse-submodules",)
 # The bot's files take no attribute from the lab's `.gitattributes` (`merge=union` joins two bots'
 # statuses into invalid JSON, `filter=lfs` commits a pointer): the clone's `info/attributes` wins.
-BOT_ATTRIBUTES = ("# tuneplane: the bot's files take no attribute from the lab's .gitattributes\n"
-                  "status/** -merge -filter -text -eol -ident -diff -working-tree-encoding -export-subst\n")
+BOT_ATTRIBUTES = (
+    "# tuneplane: the bot's files take no attribute from the lab's .gitattributes\n"
+    "status/** -merge -filter -text -eol -ident -diff -working-tree-encoding -export-subst\n"
+)
 FALLBACK_NAME = "TunePlane"
 FALLBACK_EMAIL = "tuneplane@localhost"
 # What `git push` says when another writer got there first (or holds the ref lock right now).
-_RACE_MARKS = ("[rejected]", "non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref",
-               "failed to lock", "unable to create")
+_RACE_MARKS = (
+    "[rejected]",
+    "non-fast-forward",
+    "fetch first",
+    "cannot lock ref",
+    "failed to update ref",
+    "failed to lock",
+    "unable to create",
+)
 
 
 # A shallow clone (the bot's CI checkout holds the tip commit only) fetches what it lacks on demand:
@@ -45,8 +63,14 @@ DEEPEN_STEPS = (50, 500)
 NETWORK_TIMEOUT = 600  # seconds for one fetch or push: a host that stops answering is an error, not a hang
 _FULL_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")  # a SHA-1 or SHA-256 commit id
 # What `git fetch` says when the remote answered and has no such object (anything else: it could not ask).
-_NOT_THERE = ("not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object",
-              "not a valid object", "no such commit")
+_NOT_THERE = (
+    "not our ref",
+    "couldn't find remote ref",
+    "no such remote ref",
+    "unadvertised object",
+    "not a valid object",
+    "no such commit",
+)
 
 
 def no_git_env() -> dict[str, str]:
@@ -66,8 +90,9 @@ class GitRepo:
         except (GitFailed, OSError):
             top = ""
         if not top or Path(top).resolve() != self.root.resolve():
-            raise UsageError(f"{root} is not a git repository",
-                             hint="run `git init` (or `tp init`), or pass --no-git where offered")
+            raise UsageError(
+                f"{root} is not a git repository", hint="run `git init` (or `tp init`), or pass --no-git where offered"
+            )
 
     @classmethod
     def init(cls, root: Path, branch: str = "main") -> GitRepo:
@@ -95,8 +120,15 @@ class GitRepo:
         transport helper) when the remote has not finished answering within `timeout` seconds, and when
         this process is interrupted or terminated meanwhile (its own group is not git's, so a Ctrl-C or a
         cancelled CI job would otherwise leave a push running on its own)."""
-        proc = subprocess.Popen(["git", *args], cwd=self.root, env=no_git_env(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            ["git", *args],
+            cwd=self.root,
+            env=no_git_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             with _terminate_raises():
                 out, err = proc.communicate(timeout=timeout)
@@ -164,8 +196,10 @@ class GitRepo:
                 pass
         hint = f"pass a branch, a tag or a commit id, e.g. {what} origin/main"
         if self.is_shallow():
-            hint += ("; this clone is shallow (it holds recent commits only): fetch the ref first, e.g. "
-                     "git fetch --deepen=50 origin main, or check out with fetch-depth: 0")
+            hint += (
+                "; this clone is shallow (it holds recent commits only): fetch the ref first, e.g. "
+                "git fetch --deepen=50 origin main, or check out with fetch-depth: 0"
+            )
         raise UsageError(f"{what} {ref!r} is not a commit of this repository", hint=hint)
 
     def changed_files(self, base: str | None) -> list[str]:
@@ -174,8 +208,9 @@ class GitRepo:
         out = set()
         if ref:
             out.update(self.git("diff", "--name-only", "--no-renames", "--end-of-options", ref, "--").splitlines())
-        out.update(self.git("diff", "--name-only", "--no-renames", "HEAD", "--").splitlines()
-                   if self.has_commits() else [])
+        out.update(
+            self.git("diff", "--name-only", "--no-renames", "HEAD", "--").splitlines() if self.has_commits() else []
+        )
         out.update(self.git("ls-files", "--others", "--exclude-standard").splitlines())
         return sorted(p for p in out if p)
 
@@ -217,9 +252,18 @@ class GitRepo:
         """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
         try:
             # the bot's refs (`refs/tuneplane/*`, its authority) come along: a glob matching none is no error
-            self._run(["fetch", "-q", *BOT_FETCH, "--end-of-options", remote,
-                       f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}",
-                       f"+{BOT_REFS}*:{upstream_prefix(remote)}*"], timeout=NETWORK_TIMEOUT)
+            self._run(
+                [
+                    "fetch",
+                    "-q",
+                    *BOT_FETCH,
+                    "--end-of-options",
+                    remote,
+                    f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}",
+                    f"+{BOT_REFS}*:{upstream_prefix(remote)}*",
+                ],
+                timeout=NETWORK_TIMEOUT,
+            )
         except GitFailed as exc:
             if "couldn't find remote ref" in exc.stderr.lower():
                 return ""
@@ -394,8 +438,19 @@ class GitRepo:
         """Push HEAD to `remote`/`branch` with `also`, all or none; False when the remote moved on."""
         atomic = ["--atomic"] if also else []
         try:
-            self._run(["push", "-q", "--no-recurse-submodules", *atomic, "--end-of-options", remote,
-                       f"HEAD:refs/heads/{branch}", *also], timeout=NETWORK_TIMEOUT)
+            self._run(
+                [
+                    "push",
+                    "-q",
+                    "--no-recurse-submodules",
+                    *atomic,
+                    "--end-of-options",
+                    remote,
+                    f"HEAD:refs/heads/{branch}",
+                    *also,
+                ],
+                timeout=NETWORK_TIMEOUT,
+            )
             return True
         except GitFailed as exc:
             text = exc.stderr.lower()
@@ -425,6 +480,7 @@ class GitRepo:
         if self._raw is not None:
             self._raw.close()
 
+
 class GitFailed(UsageError):
     def __init__(self, args: tuple[str, ...], status: Any, stderr: str) -> None:
         super().__init__(f"git {' '.join(args)} failed ({status}): {stderr}")
@@ -446,15 +502,16 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def run_git(root: Path, args: Sequence[str], stdin: bytes | None = None,
-            extra_env: dict[str, str] | None = None) -> bytes:
+def run_git(
+    root: Path, args: Sequence[str], stdin: bytes | None = None, extra_env: dict[str, str] | None = None
+) -> bytes:
     """`git <args>` in `root`, in the clean environment (plus `extra_env`), `stdin` its input (else
     none): its output, or GitFailed. Every git command of tp runs here (a remote's through `GitRepo`,
     bounded in time)."""
     feed: dict[str, Any] = {"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}
     done: subprocess.CompletedProcess[bytes] = subprocess.run(
-        ["git", *args], cwd=root, env={**no_git_env(), **(extra_env or {})}, capture_output=True, check=False,
-        **feed)
+        ["git", *args], cwd=root, env={**no_git_env(), **(extra_env or {})}, capture_output=True, check=False, **feed
+    )
     if done.returncode:
         raise GitFailed(tuple(args), done.returncode, done.stderr.decode("utf-8", "replace").strip())
     return done.stdout
@@ -475,8 +532,10 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _terminate_raises() -> Iterator[None]:
     """SIGTERM raises SystemExit(143) meanwhile, so the caller can stop its child first; only in the
     main thread, and only where nobody else handles SIGTERM."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 

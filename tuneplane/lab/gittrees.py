@@ -52,8 +52,12 @@ def package(repo: GitRepo, commit: str, dest: Path, exclude: tuple[str, ...] = (
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, filter="data")  # refuses absolute paths and links leaving dest
         else:  # Python < 3.11.4: links leaving dest are left out by hand
-            tar.extractall(dest, members=[m for m in tar.getmembers() if not m.issym()
-                                          or _inside(dest, Path(m.name).parent / m.linkname)])
+            tar.extractall(
+                dest,
+                members=[
+                    m for m in tar.getmembers() if not m.issym() or _inside(dest, Path(m.name).parent / m.linkname)
+                ],
+            )
 
 
 def _inside(root: Path, path: Path) -> bool:
@@ -107,9 +111,11 @@ def read_blobs(repo: GitRepo, oids: list[str]) -> dict[str, bytes]:
         at = header_end + 1 + size + 1
     return found
 
+
 def write_blob(repo: GitRepo, data: bytes) -> str:
     """Store `data` as a blob; its id."""
     return run_git(repo.root, ["hash-object", "-w", "--stdin"], data).decode("ascii").strip()
+
 
 def with_index(repo: GitRepo, index: Path, *args: str, stdin: bytes | None = None) -> str:
     """`git ARGS` with its own index file `index`: trees built without touching the clone's index."""

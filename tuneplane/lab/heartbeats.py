@@ -54,15 +54,16 @@ def remote_of(root: Path, remote: str = "origin") -> GitRepo | None:
         return None
 
 
-def publish(repo: GitRepo, remote: str, experiment: str, run_id: str, message: str,
-            timeout: float = REMOTE_TIMEOUT) -> None:
+def publish(
+    repo: GitRepo, remote: str, experiment: str, run_id: str, message: str, timeout: float = REMOTE_TIMEOUT
+) -> None:
     """Force-push one heartbeat of the run to `remote`; raises GitFailed (a hung push: killed after
     `timeout` seconds). Nothing changes in the working tree, the index or any local ref."""
     tree = repo.git("mktree")  # no entries on its (empty) stdin: the empty tree, written if missing
-    commit = repo.git("-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}",
-                      "commit-tree", tree, "-m", message)
-    repo._run(["push", "--quiet", "--force", remote, f"{commit}:{heartbeat_ref(experiment, run_id)}"],
-              timeout=timeout)
+    commit = repo.git(
+        "-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}", "commit-tree", tree, "-m", message
+    )
+    repo._run(["push", "--quiet", "--force", remote, f"{commit}:{heartbeat_ref(experiment, run_id)}"], timeout=timeout)
 
 
 class PublishedHeartbeats:
@@ -88,8 +89,10 @@ class PublishedHeartbeats:
             return {}
         try:
             # --prune: a heartbeat ref deleted on the remote is not read from an older fetch
-            repo._run(["fetch", "--quiet", "--prune", "--no-tags", self.remote,
-                       f"+{HEARTBEAT_REFS}/*:{HEARTBEAT_REFS}/*"], timeout=self.timeout)
+            repo._run(
+                ["fetch", "--quiet", "--prune", "--no-tags", self.remote, f"+{HEARTBEAT_REFS}/*:{HEARTBEAT_REFS}/*"],
+                timeout=self.timeout,
+            )
             listed = repo.git("for-each-ref", "--format=%(refname) %(committerdate:unix)", HEARTBEAT_REFS)
         except (GitFailed, OSError) as exc:
             self.error = f"could not fetch the published heartbeats from {self.remote}: {exc}"

@@ -21,8 +21,21 @@ from tuneplane.runtime.patterns import lazy_pattern
 PLUGINS_DIR = "plugins"
 RESERVED_ROOTS = frozenset({"runs", "status", "plugins", ".git", ".github", ".tuneplane", "tuneplane_plugins"})
 # Shared code joins the job's PYTHONPATH by its folder name: these would hide the real module.
-SHADOWED = frozenset({"tuneplane", "nemo_rl", "ray", "torch", "transformers", "vllm", "trl", "verl", "numpy",
-                      "yaml", "tuneplane_plugins"}) | frozenset(sys.stdlib_module_names)
+SHADOWED = frozenset(
+    {
+        "tuneplane",
+        "nemo_rl",
+        "ray",
+        "torch",
+        "transformers",
+        "vllm",
+        "trl",
+        "verl",
+        "numpy",
+        "yaml",
+        "tuneplane_plugins",
+    }
+) | frozenset(sys.stdlib_module_names)
 MAX_PLUGIN_DEPTH = 3  # plugins/<group>/<subgroup>/<name>/plugin.yaml at most
 DATASET_NAME = lazy_pattern(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
@@ -34,8 +47,13 @@ def dataset_variable(name: str) -> str:
 
 def _relative_inside(value: str) -> bool:
     pure = PurePosixPath(value)
-    return bool(value) and not pure.is_absolute() and ".." not in pure.parts and "\\" not in value \
+    return (
+        bool(value)
+        and not pure.is_absolute()
+        and ".." not in pure.parts
+        and "\\" not in value
         and value not in (".", "")
+    )
 
 
 # ── experiments ─────────────────────────────────────────────────────────────────────────────────────
@@ -109,15 +127,33 @@ def _roots(root: Path, doc: Doc, settings: LabFile) -> list[Problem]:
     for index, base in enumerate(settings.experiment_roots):
         at = f"/experiment_roots/{index}"
         if not _relative_inside(base):
-            out.append(doc.problem(at, "lab-layout", f"experiment root {base!r} must be a folder inside the lab",
-                                   hint="name it relative to the lab root, without '..', e.g. smoke"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"experiment root {base!r} must be a folder inside the lab",
+                    hint="name it relative to the lab root, without '..', e.g. smoke",
+                )
+            )
         elif PurePosixPath(base).parts[0] in RESERVED_ROOTS:
-            out.append(doc.problem(at, "lab-layout", f"experiment root {base!r} is a folder tp owns",
-                                   hint="keep experiments out of runs/, status/ and plugins/"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"experiment root {base!r} is a folder tp owns",
+                    hint="keep experiments out of runs/, status/ and plugins/",
+                )
+            )
         elif not (root / base).is_dir():
-            out.append(doc.problem(at, "lab-layout", f"experiment root {base!r} does not exist",
-                                   hint=f"create {base}/ or remove it from experiment_roots",
-                                   severity=Severity.WARNING))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"experiment root {base!r} does not exist",
+                    hint=f"create {base}/ or remove it from experiment_roots",
+                    severity=Severity.WARNING,
+                )
+            )
     return out
 
 
@@ -127,17 +163,41 @@ def _shared(root: Path, doc: Doc, settings: LabFile) -> list[Problem]:
         at = f"/shared_code/{index}"
         name = PurePosixPath(folder).name
         if not _relative_inside(folder):
-            out.append(doc.problem(at, "lab-layout", f"shared code {folder!r} must be a folder inside the lab",
-                                   hint="name it relative to the lab root, without '..', e.g. common"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"shared code {folder!r} must be a folder inside the lab",
+                    hint="name it relative to the lab root, without '..', e.g. common",
+                )
+            )
         elif not name.isidentifier() or keyword.iskeyword(name):
-            out.append(doc.problem(at, "lab-layout", f"shared code {folder!r} cannot be imported: "
-                                   f"{name!r} is not a Python name", hint="rename the folder, e.g. common"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"shared code {folder!r} cannot be imported: {name!r} is not a Python name",
+                    hint="rename the folder, e.g. common",
+                )
+            )
         elif name in SHADOWED:
-            out.append(doc.problem(at, "lab-layout", f"shared code {folder!r} would hide the real {name!r} "
-                                   "module in every job", hint="rename the folder, e.g. common"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"shared code {folder!r} would hide the real {name!r} module in every job",
+                    hint="rename the folder, e.g. common",
+                )
+            )
         elif not (root / folder).is_dir() or os.path.islink(root / folder):
-            out.append(doc.problem(at, "lab-layout", f"shared code {folder!r}: no folder {folder}/ in the lab",
-                                   hint=f"create {folder}/ or remove it from shared_code"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-layout",
+                    f"shared code {folder!r}: no folder {folder}/ in the lab",
+                    hint=f"create {folder}/ or remove it from shared_code",
+                )
+            )
     return out
 
 
@@ -148,21 +208,49 @@ def _datasets(doc: Doc, settings: LabFile) -> list[Problem]:
         at = f"/datasets/{name}"
         variable = dataset_variable(name)
         if not DATASET_NAME().match(name):
-            out.append(doc.problem(at, "lab-dataset", f"data set name {name!r} is not allowed",
-                                   hint="start with a letter; use letters, digits, '_' and '-'"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-dataset",
+                    f"data set name {name!r} is not allowed",
+                    hint="start with a letter; use letters, digits, '_' and '-'",
+                )
+            )
         elif variable in seen:
-            out.append(doc.problem(at, "lab-dataset", f"data sets {seen[variable]!r} and {name!r} both set "
-                                   f"{variable}", hint="rename one of them"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-dataset",
+                    f"data sets {seen[variable]!r} and {name!r} both set {variable}",
+                    hint="rename one of them",
+                )
+            )
         seen.setdefault(variable, name)
         if bool(ds.path) == bool(ds.volume):
-            out.append(doc.problem(at, "lab-dataset", f"data set {name!r} needs exactly one of `path` or `volume`",
-                                   hint="path: a folder on the lab's storage; volume: a "
-                                                  "PersistentVolumeClaim of its own"))
+            out.append(
+                doc.problem(
+                    at,
+                    "lab-dataset",
+                    f"data set {name!r} needs exactly one of `path` or `volume`",
+                    hint="path: a folder on the lab's storage; volume: a PersistentVolumeClaim of its own",
+                )
+            )
         elif ds.path and not _relative_inside(ds.path):
-            out.append(doc.problem(f"{at}/path", "lab-dataset", f"data set {name!r}: path {ds.path!r} must stay "
-                                   "inside the storage root", hint="name it relative to the storage root, "
-                                                                   "without '..', e.g. datasets/alpaca"))
+            out.append(
+                doc.problem(
+                    f"{at}/path",
+                    "lab-dataset",
+                    f"data set {name!r}: path {ds.path!r} must stay inside the storage root",
+                    hint="name it relative to the storage root, without '..', e.g. datasets/alpaca",
+                )
+            )
         elif ds.volume and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", ds.volume):
-            out.append(doc.problem(f"{at}/volume", "lab-dataset", f"data set {name!r}: {ds.volume!r} is not a "
-                                   "PersistentVolumeClaim name", hint="lower-case letters, digits, '-' and '.'"))
+            out.append(
+                doc.problem(
+                    f"{at}/volume",
+                    "lab-dataset",
+                    f"data set {name!r}: {ds.volume!r} is not a PersistentVolumeClaim name",
+                    hint="lower-case letters, digits, '-' and '.'",
+                )
+            )
     return out

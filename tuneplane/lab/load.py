@@ -27,8 +27,14 @@ class Lab(Record):
     # no __slots__: `experiment_index` is a cached_property, kept in the instance's __dict__
     _fields = ("root", "settings", "doc", "problems", "legacy")
 
-    def __init__(self, root: Path, settings: LabFile | None, doc: Doc | None, problems: list[Problem] | None = None,
-                 legacy: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        settings: LabFile | None,
+        doc: Doc | None,
+        problems: list[Problem] | None = None,
+        legacy: bool = False,
+    ) -> None:
         self.root = root
         self.settings = settings
         self.doc = doc
@@ -46,8 +52,9 @@ class Lab(Record):
             return self.settings
         if not self.problems:
             raise UsageError(f"the lab settings cannot be read: {LAB_FILE}", hint="run `tp validate`")
-        raise first_problem_error(self.problems, "run `tp validate` for every problem",
-                                  prefix="the lab settings cannot be read: ")
+        raise first_problem_error(
+            self.problems, "run `tp validate` for every problem", prefix="the lab settings cannot be read: "
+        )
 
     @property
     def config(self) -> LabFile:
@@ -90,8 +97,11 @@ class Lab(Record):
 
 
 def load_lab(root: Path | None = None) -> Lab:
-    root = find_lab_root(root) if root is None or not (
-        present(root / LAB_FILE) or (root / LEGACY_LAB_FILE).is_file()) else root.resolve()
+    root = (
+        find_lab_root(root)
+        if root is None or not (present(root / LAB_FILE) or (root / LEGACY_LAB_FILE).is_file())
+        else root.resolve()
+    )
     if not present(root / LAB_FILE):
         return _legacy_lab(root)
     try:
@@ -126,16 +136,35 @@ def _version_first(doc: Doc) -> list[Problem]:
     if api == LAB_API:
         return []
     if isinstance(api, str) and api.startswith("tuneplane/project/"):
-        return [doc.problem("/apiVersion", "lab-version", f"this lab uses {api}, newer than this tp understands",
-                            hint="upgrade tuneplane: pip install -U tuneplane")]
-    return [doc.problem("/apiVersion", "lab-version", f"apiVersion must be {LAB_API} (got {api!r})",
-                        hint=f"set `apiVersion: {LAB_API}`")]
+        return [
+            doc.problem(
+                "/apiVersion",
+                "lab-version",
+                f"this lab uses {api}, newer than this tp understands",
+                hint="upgrade tuneplane: pip install -U tuneplane",
+            )
+        ]
+    return [
+        doc.problem(
+            "/apiVersion",
+            "lab-version",
+            f"apiVersion must be {LAB_API} (got {api!r})",
+            hint=f"set `apiVersion: {LAB_API}`",
+        )
+    ]
 
 
 def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
-    return [doc.problem(f"/profiles/{name}", "lab-schema", f"profile name {name!r} is not a valid name",
-                        hint="use letters, digits, '.', '_' and '-'")
-            for name in settings.profiles if name_error(name)]
+    return [
+        doc.problem(
+            f"/profiles/{name}",
+            "lab-schema",
+            f"profile name {name!r} is not a valid name",
+            hint="use letters, digits, '.', '_' and '-'",
+        )
+        for name in settings.profiles
+        if name_error(name)
+    ]
 
 
 def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
@@ -144,29 +173,48 @@ def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
     problems = []
     for name in slurm.profiles:
         if name not in settings.profiles:
-            problems.append(doc.problem(
-                f"/cluster/slurm/profiles/{name}", "lab-slurm", f"cluster.slurm.profiles names {name!r}, "
-                "which is not a profile under `profiles:`",
-                hint=did_you_mean(name, settings.profiles) or f"profiles: {', '.join(settings.profiles)}"))
+            problems.append(
+                doc.problem(
+                    f"/cluster/slurm/profiles/{name}",
+                    "lab-slurm",
+                    f"cluster.slurm.profiles names {name!r}, which is not a profile under `profiles:`",
+                    hint=did_you_mean(name, settings.profiles) or f"profiles: {', '.join(settings.profiles)}",
+                )
+            )
     if settings.cluster.backend == "slurm" and not slurm.runs_root:
-        problems.append(doc.problem(
-            "/cluster/slurm", "lab-slurm", "cluster.slurm.runs_root is not set: run directories go under "
-            f"cluster.storage.root ({settings.cluster.storage.root}), which every node must share",
-            hint="set cluster.slurm.runs_root to a directory on the cluster's shared filesystem",
-            severity=Severity.WARNING))
+        problems.append(
+            doc.problem(
+                "/cluster/slurm",
+                "lab-slurm",
+                "cluster.slurm.runs_root is not set: run directories go under "
+                f"cluster.storage.root ({settings.cluster.storage.root}), which every node must share",
+                hint="set cluster.slurm.runs_root to a directory on the cluster's shared filesystem",
+                severity=Severity.WARNING,
+            )
+        )
     if settings.cluster.backend == "slurm" and slurm.software.kind == "host" and not slurm.software.python_env:
-        problems.append(doc.problem(
-            "/cluster/slurm/software", "lab-slurm", "cluster.slurm.software.python_env is not set: jobs run "
-            "the nodes' own python3, which needs tuneplane and your framework installed",
-            hint="set python_env to the prefix of a virtualenv or conda env on the shared filesystem",
-            severity=Severity.WARNING))
+        problems.append(
+            doc.problem(
+                "/cluster/slurm/software",
+                "lab-slurm",
+                "cluster.slurm.software.python_env is not set: jobs run "
+                "the nodes' own python3, which needs tuneplane and your framework installed",
+                hint="set python_env to the prefix of a virtualenv or conda env on the shared filesystem",
+                severity=Severity.WARNING,
+            )
+        )
     return problems
 
 
 def _legacy_lab(root: Path) -> Lab:
-    problem = Problem(LEGACY_LAB_FILE, 1, 1, "starforge-lab",
-                      "this is a StarForge lab (starforge.yaml); tp reads it but the formats are outdated",
-                      hint="run `tp migrate` to convert it to a TunePlane lab")
+    problem = Problem(
+        LEGACY_LAB_FILE,
+        1,
+        1,
+        "starforge-lab",
+        "this is a StarForge lab (starforge.yaml); tp reads it but the formats are outdated",
+        hint="run `tp migrate` to convert it to a TunePlane lab",
+    )
     return Lab(root, None, None, [problem], legacy=True)
 
 

@@ -35,8 +35,10 @@ def runtime_key(recipe: Recipe, requested: str | None) -> tuple[str, str]:
         known = ", ".join(sorted(recipe.runtime.versions))
         raise ValueError(f"{recipe.name} has no framework version {key!r}; known versions: {known}")
     if recipe.runtime.versions[key].deprecated:  # kept only for the locks that already name it
-        raise ValueError(f"framework version {key} of {recipe.name} is deprecated; "
-                         f"use {recipe.runtime.default_version} (the default)")
+        raise ValueError(
+            f"framework version {key} of {recipe.name} is deprecated; "
+            f"use {recipe.runtime.default_version} (the default)"
+        )
     return key, recipe.runtime.versions[key].runtime_id
 
 
@@ -47,8 +49,13 @@ def make_lock(catalog: Catalog, method: str, version_key: str) -> dict[str, obje
     return {
         "$schema": LOCK_SCHEMA,
         "apiVersion": RECIPE_LOCK_API,
-        "recipe": {"name": recipe.name, "version": recipe.version, "digest": digest,
-                   "manifest_digest": manifest, "template_digest": template},
+        "recipe": {
+            "name": recipe.name,
+            "version": recipe.version,
+            "digest": digest,
+            "manifest_digest": manifest,
+            "template_digest": template,
+        },
         "framework": {"kind": recipe.framework, "version": version_key, "runtime_id": runtime_id},
         "created_by": {"core_version": __version__},
         "requires": {"core": recipe.requires.core},
@@ -70,16 +77,31 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
     fix = UPGRADE.format(exp=exp)
     out: list[Problem] = []
     if not digest_consistent(lock):
-        out.append(doc.problem("/recipe/digest", "lock-tampered",
-                               "recipe.digest does not follow from recipe.manifest_digest: the lock was edited",
-                               hint=fix))
+        out.append(
+            doc.problem(
+                "/recipe/digest",
+                "lock-tampered",
+                "recipe.digest does not follow from recipe.manifest_digest: the lock was edited",
+                hint=fix,
+            )
+        )
     if lock.legacy:
-        out.append(doc.problem("/apiVersion", "lock-legacy", f"{lock.api_version} is a StarForge lock",
-                               hint="run `tp migrate` to convert it", severity=Severity.WARNING))
+        out.append(
+            doc.problem(
+                "/apiVersion",
+                "lock-legacy",
+                f"{lock.api_version} is a StarForge lock",
+                hint="run `tp migrate` to convert it",
+                severity=Severity.WARNING,
+            )
+        )
     if not catalog.has(lock.recipe.name):
         catalog_hint = _did_you_mean(catalog, lock.recipe.name)
-        out.append(doc.problem("/recipe/name", "lock-blocking",
-                               f"recipe {lock.recipe.name!r} is not in the catalog", hint=catalog_hint))
+        out.append(
+            doc.problem(
+                "/recipe/name", "lock-blocking", f"recipe {lock.recipe.name!r} is not in the catalog", hint=catalog_hint
+            )
+        )
         return out
     return out + _drift(lock, doc, catalog.recipe(lock.recipe.name), catalog, fix)
 
@@ -93,19 +115,37 @@ def _drift(lock: RecipeLock, doc: Doc, recipe: Recipe, catalog: Catalog, fix: st
     if out:
         return out
     digest, manifest, template = catalog.digests(recipe.name)
-    changed = [name for name, old, new in (("version", lock.recipe.version, recipe.version),
-                                          ("manifest digest", lock.recipe.manifest_digest, manifest),
-                                          ("template digest", lock.recipe.template_digest, template))
-               if old != new]
+    changed = [
+        name
+        for name, old, new in (
+            ("version", lock.recipe.version, recipe.version),
+            ("manifest digest", lock.recipe.manifest_digest, manifest),
+            ("template digest", lock.recipe.template_digest, template),
+        )
+        if old != new
+    ]
     if changed:
-        out.append(doc.problem("/recipe", "lock-drift",
-                               f"{recipe.name} changed in the catalog since this lock ({', '.join(changed)})",
-                               hint=fix, severity=Severity.WARNING))
+        out.append(
+            doc.problem(
+                "/recipe",
+                "lock-drift",
+                f"{recipe.name} changed in the catalog since this lock ({', '.join(changed)})",
+                hint=fix,
+                severity=Severity.WARNING,
+            )
+        )
     runtime = recipe.runtime.versions.get(lock.framework.version)
     if runtime is not None and runtime.deprecated:
-        out.append(doc.problem("/framework/version", "runtime-deprecated",
-                               f"framework version {lock.framework.version} of {recipe.name} is deprecated "
-                               f"(current: {recipe.runtime.default_version})", hint=fix, severity=Severity.WARNING))
+        out.append(
+            doc.problem(
+                "/framework/version",
+                "runtime-deprecated",
+                f"framework version {lock.framework.version} of {recipe.name} is deprecated "
+                f"(current: {recipe.runtime.default_version})",
+                hint=fix,
+                severity=Severity.WARNING,
+            )
+        )
     return out
 
 
@@ -120,14 +160,20 @@ def _blocking(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list[Prob
     if not recipe.user_managed and lock.framework.version != "user-managed":
         runtime = recipe.runtime.versions.get(lock.framework.version)
         if runtime is None:
-            block("/framework/version", f"framework version {lock.framework.version!r} is no longer offered "
-                                        f"(known: {', '.join(sorted(recipe.runtime.versions))})")
+            block(
+                "/framework/version",
+                f"framework version {lock.framework.version!r} is no longer offered "
+                f"(known: {', '.join(sorted(recipe.runtime.versions))})",
+            )
         elif lock.framework.runtime_id and runtime.runtime_id != lock.framework.runtime_id:
-            block("/framework/runtime_id",
-                  f"runtime {lock.framework.runtime_id!r} is now {runtime.runtime_id!r} for this version")
+            block(
+                "/framework/runtime_id",
+                f"runtime {lock.framework.runtime_id!r} is now {runtime.runtime_id!r} for this version",
+            )
     if not _core_admits(recipe.requires.core):
-        block("/requires/core", f"this tp ({__version__}) is outside the recipe's requires.core "
-                                f"{recipe.requires.core!r}")
+        block(
+            "/requires/core", f"this tp ({__version__}) is outside the recipe's requires.core {recipe.requires.core!r}"
+        )
     out += _binding_drift(lock, doc, recipe, fix)
     return out
 
@@ -142,16 +188,27 @@ def _binding_drift(lock: RecipeLock, doc: Doc, recipe: Recipe, fix: str) -> list
         if param is None:
             out.append(doc.problem(ptr, "lock-blocking", f"bound param {name!r} no longer exists", hint=fix))
         elif param.path != bound.path:
-            out.append(doc.problem(ptr, "lock-blocking",
-                                   f"param {name!r} moved from {bound.path!r} to {param.path!r}", hint=fix))
+            out.append(
+                doc.problem(
+                    ptr, "lock-blocking", f"param {name!r} moved from {bound.path!r} to {param.path!r}", hint=fix
+                )
+            )
         elif param.type != bound.type:
-            out.append(doc.problem(ptr, "lock-blocking",
-                                   f"param {name!r} changed type from {bound.type} to {param.type}", hint=fix))
+            out.append(
+                doc.problem(
+                    ptr, "lock-blocking", f"param {name!r} changed type from {bound.type} to {param.type}", hint=fix
+                )
+            )
     ep = lock.bindings.entrypoint
     if ep is not None and (ep.kind, ep.value) != (recipe.entrypoint.kind, recipe.entrypoint.value):
-        out.append(doc.problem("/bindings/entrypoint", "lock-blocking",
-                               f"entrypoint moved from {ep.kind}:{ep.value} to "
-                               f"{recipe.entrypoint.kind}:{recipe.entrypoint.value}", hint=fix))
+        out.append(
+            doc.problem(
+                "/bindings/entrypoint",
+                "lock-blocking",
+                f"entrypoint moved from {ep.kind}:{ep.value} to {recipe.entrypoint.kind}:{recipe.entrypoint.value}",
+                hint=fix,
+            )
+        )
     return out
 
 

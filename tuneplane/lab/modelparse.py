@@ -31,8 +31,9 @@ Refine = Callable[[ErrorDetails, Problem], Problem]
 Loc = list[int | str]
 
 
-def parse_model(model: type[M], doc: Doc, rule: str, pointer: str = "", *,
-                refine: Refine | None = None) -> tuple[M | None, list[Problem]]:
+def parse_model(
+    model: type[M], doc: Doc, rule: str, pointer: str = "", *, refine: Refine | None = None
+) -> tuple[M | None, list[Problem]]:
     """Validate `doc.data` as `model`; every error becomes a positioned Problem (`pointer` prefixes them)."""
     try:
         return model.model_validate(doc.data), []
@@ -40,8 +41,9 @@ def parse_model(model: type[M], doc: Doc, rule: str, pointer: str = "", *,
         return None, problems_from(exc, model, doc, rule, pointer, refine=refine)
 
 
-def problems_from(exc: ValidationError, model: type[BaseModel], doc: Doc, rule: str,
-                  base: str = "", *, refine: Refine | None = None) -> list[Problem]:
+def problems_from(
+    exc: ValidationError, model: type[BaseModel], doc: Doc, rule: str, base: str = "", *, refine: Refine | None = None
+) -> list[Problem]:
     pairs = [(err, _to_problem(model, doc, err, rule, base)) for err in exc.errors()]
     respelled = {_suggested_pointer(p) for err, p in pairs if err["type"] == "extra_forbidden"}
     # `nmae:` is also a missing `name`; the unknown key's "did you mean 'name'?" says both
@@ -67,8 +69,9 @@ def validate_or_raise(model: type[M], data: object, where: str, hint: str) -> M:
         raise UsageError(f"{where}: {first.message}{_more(problems)}", hint=_spelling_and(first, hint)) from None
 
 
-def first_problem_error(problems: list[Problem], fallback_hint: str = "", prefix: str = "", *,
-                        always: bool = False) -> UsageError:
+def first_problem_error(
+    problems: list[Problem], fallback_hint: str = "", prefix: str = "", *, always: bool = False
+) -> UsageError:
     """The exception a command raises for problems: the first at its place, and how many more there are.
     The hint is the problem's own, else `fallback_hint`; with `always`, the fallback stays beside the
     problem's own hint (a file only the bot writes is restored, not edited)."""
@@ -133,9 +136,12 @@ def error_reason(err: ErrorDetails, described: str = "") -> str:
 
 
 _WRITE = {  # what a value of each kind is written as, by the error type pydantic reports
-    "int": "a whole number, e.g. `{key}: 4`", "float": "a number, e.g. `{key}: 0.5`",
-    "bool": "true or false", "dict": "a mapping (indented `key: value` lines)",
-    "list": "a list (`- item` lines, or `[a, b]`)", "string": "text, in quotes if it looks like a number",
+    "int": "a whole number, e.g. `{key}: 4`",
+    "float": "a number, e.g. `{key}: 0.5`",
+    "bool": "true or false",
+    "dict": "a mapping (indented `key: value` lines)",
+    "list": "a list (`- item` lines, or `[a, b]`)",
+    "string": "text, in quotes if it looks like a number",
     "model": "a mapping of the keys this section takes",
 }
 
@@ -145,7 +151,7 @@ def value_hint(err: ErrorDetails, key: str, described: str = "") -> str:
     kind = str(err["type"])
     context = err.get("ctx") or {}
     if kind == "string_type" and isinstance(err.get("input"), int | float) and not isinstance(err["input"], bool):
-        return f"quote it: {key}: \"{err['input']}\""
+        return f'quote it: {key}: "{err["input"]}"'
     if kind in ("literal_error", "enum") and "expected" in context:
         return f"write one of {context['expected']}"
     if described and (kind == "string_pattern_mismatch" or kind.endswith(("_type", "_parsing"))):

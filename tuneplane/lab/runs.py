@@ -37,7 +37,6 @@ STATUS_SCHEMA = reference(f"{STATUS_DIR}/EXP/RUN.json", schema_rel("status"))
 DASHBOARD = f"{STATUS_DIR}/README.md"
 
 
-
 @dataclass(frozen=True, order=True)
 class RunKey:
     """One run, named by its experiment and id (sorts by experiment, then time)."""
@@ -55,8 +54,6 @@ class RunKey:
 
     def __str__(self) -> str:
         return f"{self.experiment}/{self.run_id}"
-
-
 
 
 _ISSUED: set[str] = set()
@@ -87,9 +84,7 @@ def dump_request(req: RunRequest) -> str:
             body[key] = value
     if inputs:
         body["inputs"] = inputs
-    text = yaml.dump(
-        body, Dumper=_dumper(), sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000
-    )
+    text = yaml.dump(body, Dumper=_dumper(), sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000)
     return (
         f"{SCHEMA_LINE}\n"
         "# A run request, written by `tp submit`. Review it in the pull request; the bot submits it\n"
@@ -105,6 +100,7 @@ _AMBIGUOUS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", 
 
 def _dumper() -> Any:
     """A safe dumper that quotes every string a YAML 1.1 or 1.2 reader could take for another type."""
+
     class Dumper(yaml.SafeDumper):
         pass
 
@@ -134,9 +130,7 @@ def write_request(root: Path, req: RunRequest) -> Path:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        raise UsageError(
-            f"{key.request_rel} already exists", hint="submit again: a new run id is drawn"
-        ) from None
+        raise UsageError(f"{key.request_rel} already exists", hint="submit again: a new run id is drawn") from None
     with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
         fh.write(dump_request(req))
     return path
@@ -162,11 +156,8 @@ def read_request(root: Path, key: RunKey) -> RunRequest:
     return parse_request(doc.text, key.request_rel)
 
 
-
-
 def mark_cancel(root: Path, key: RunKey) -> Path:
     """Set `cancel: true`, keeping the person's comments and key order (ruamel round trip)."""
-
 
     path = root / key.request_rel
     text = path.read_text(encoding="utf-8")
@@ -239,8 +230,11 @@ def find_run(root: Path, text: str) -> RunKey:
         raise RunNotFound(f"no run {text!r} in this lab", hint="see `tp job ls --all` for run ids")
     shown = "".join(f"\n  {k}" for k in matches[:SHOWN_MATCHES])
     more = f"\n  … and {len(matches) - SHOWN_MATCHES} more" if len(matches) > SHOWN_MATCHES else ""
-    raise AmbiguousRun(f"{text!r} matches {len(matches)} runs:{shown}{more}",
-                       hint="give more of the run id (its start or its end), or EXP/RUN_ID", matches=list(matches))
+    raise AmbiguousRun(
+        f"{text!r} matches {len(matches)} runs:{shown}{more}",
+        hint="give more of the run id (its start or its end), or EXP/RUN_ID",
+        matches=list(matches),
+    )
 
 
 # ── status files ─────────────────────────────────────────────────────────────────────────────────

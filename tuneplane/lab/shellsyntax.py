@@ -63,9 +63,16 @@ def _remember(cached: Path) -> None:
 
 def _run_bash(bash: str, path: Path) -> tuple[int, str] | None:
     try:
-        done = subprocess.run([bash, "-n", "--", path.name], cwd=path.parent, capture_output=True, text=True,
-                              errors="replace", timeout=TIMEOUT_S, check=False,
-                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+        done = subprocess.run(
+            [bash, "-n", "--", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=TIMEOUT_S,
+            check=False,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode == 0:
@@ -75,4 +82,3 @@ def _run_bash(bash: str, path: Path) -> tuple[int, str] | None:
     if match is None:
         return 0, first.removeprefix(f"{path.name}: ")
     return int(match.group(1)), match.group(2)
-

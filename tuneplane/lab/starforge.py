@@ -14,14 +14,19 @@ from tuneplane.runtime.records import FrozenRecord
 
 # StarForge variable → the TunePlane variable a job sees with the same meaning.
 ENV_RENAMES = {
-    "FORGE_WORK_DIR": "TUNEPLANE_WORK_DIR", "FORGE_EXP_DIR": "TUNEPLANE_EXP_DIR",
-    "FORGE_OUT_DIR": "TUNEPLANE_OUT_DIR", "FORGE_FRAMEWORK": "TUNEPLANE_FRAMEWORK",
-    "FORGE_RECIPE": "TUNEPLANE_RECIPE", "FORGE_CLUSTER_NUM_NODES": "TUNEPLANE_CLUSTER_NUM_NODES",
+    "FORGE_WORK_DIR": "TUNEPLANE_WORK_DIR",
+    "FORGE_EXP_DIR": "TUNEPLANE_EXP_DIR",
+    "FORGE_OUT_DIR": "TUNEPLANE_OUT_DIR",
+    "FORGE_FRAMEWORK": "TUNEPLANE_FRAMEWORK",
+    "FORGE_RECIPE": "TUNEPLANE_RECIPE",
+    "FORGE_CLUSTER_NUM_NODES": "TUNEPLANE_CLUSTER_NUM_NODES",
     "FORGE_CLUSTER_GPUS_PER_NODE": "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
     "FORGE_EXTERNAL_OBSERVABILITY_URL": "TUNEPLANE_EXTERNAL_OBSERVABILITY_URL",
     "FORGE_ALLOWED_IMAGE_REGISTRIES": "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES",
-    "STARFORGE_ENDPOINT": "TUNEPLANE_JOB_ENDPOINT", "STARFORGE_RUN_ID": "TUNEPLANE_JOB_RUN_ID",
-    "STARFORGE_TOKEN": "TUNEPLANE_JOB_TOKEN", "STARFORGE_ENABLED": "TUNEPLANE_JOB_ENABLED",
+    "STARFORGE_ENDPOINT": "TUNEPLANE_JOB_ENDPOINT",
+    "STARFORGE_RUN_ID": "TUNEPLANE_JOB_RUN_ID",
+    "STARFORGE_TOKEN": "TUNEPLANE_JOB_TOKEN",
+    "STARFORGE_ENABLED": "TUNEPLANE_JOB_ENABLED",
     "STARFORGE_MONITOR_INTERVAL": "TUNEPLANE_JOB_MONITOR_INTERVAL",
 }
 # Python names of the reporting SDK.
@@ -30,8 +35,9 @@ CODE_RENAMES = {
     "StarForgeCallback": "TunePlaneCallback",
 }
 _FROM_PACKAGE = lazy_pattern(r"\bfrom(\s+)starforge(\s+)import(\s+)report\b")
-_KNOWN = lazy_pattern(r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAMES, **CODE_RENAMES},
-                                                                   key=len, reverse=True)) + r")\b")
+_KNOWN = lazy_pattern(
+    r"\b(" + "|".join(re.escape(k) for k in sorted({**ENV_RENAMES, **CODE_RENAMES}, key=len, reverse=True)) + r")\b"
+)
 # Anything else that still looks like StarForge, whatever its case: `starforge`, `StarForge.x`,
 # `FORGE_SOMETHING`, a bare `"STARFORGE_"` prefix composed at run time.
 LEGACY = re.compile(r"star_?forge\w*(?:\.\w+)*|\b(?:STAR)?FORGE_\w*", re.IGNORECASE)

@@ -60,8 +60,10 @@ def dump_sweep(sweep: Sweep) -> str:
     if inputs:
         body["inputs"] = inputs
     text = yaml.safe_dump(body, sort_keys=False, allow_unicode=True, default_flow_style=None, width=1000)
-    return ("# A sweep, written by `tp sweep`. Each trial is a run request under runs/; review them together.\n"
-            "# `tp sweep extend|cancel|rerun` change it; `tp validate` checks the requests match it.\n" + text)
+    return (
+        "# A sweep, written by `tp sweep`. Each trial is a run request under runs/; review them together.\n"
+        "# `tp sweep extend|cancel|rerun` change it; `tp validate` checks the requests match it.\n" + text
+    )
 
 
 def write_sweep(root: Path, sweep: Sweep) -> Path:

@@ -40,9 +40,16 @@ class Doc(Record):
     __slots__ = ("rel", "data", "positions", "text", "values", "notes", "plain")
     _fields = __slots__
 
-    def __init__(self, rel: str, data: Any, positions: dict[str, tuple[int, int]] | None = None, text: str = "",
-                 values: dict[str, tuple[int, int]] | None = None, notes: list[Problem] | None = None,
-                 plain: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        rel: str,
+        data: Any,
+        positions: dict[str, tuple[int, int]] | None = None,
+        text: str = "",
+        values: dict[str, tuple[int, int]] | None = None,
+        notes: list[Problem] | None = None,
+        plain: dict[str, str] | None = None,
+    ) -> None:
         self.rel = rel
         self.data = data
         self.positions: dict[str, tuple[int, int]] = {} if positions is None else positions  # of the key (or list item)
@@ -65,8 +72,9 @@ class Doc(Record):
                 return (1, 1)
             ptr = ptr.rsplit("/", 1)[0]
 
-    def problem(self, pointer: str, rule: str, message: str, hint: str = "",
-                severity: Severity = Severity.ERROR) -> Problem:
+    def problem(
+        self, pointer: str, rule: str, message: str, hint: str = "", severity: Severity = Severity.ERROR
+    ) -> Problem:
         line, col = self.where(pointer)
         return Problem(self.rel, line, col, rule, message, pointer=pointer, hint=hint, severity=severity)
 
@@ -97,9 +105,16 @@ def parse_yaml(text: str, rel: str) -> Doc:
     except yaml.reader.ReaderError as exc:  # a character YAML refuses: placed from its offset
         line, col = _locate_at(text, min(max(exc.position, 0), len(text)))
         char = ord(exc.character) if isinstance(exc.character, str) else int(exc.character)
-        raise LoadFailed(Problem(rel, line, col, "yaml-syntax",
-                                 f"not valid YAML: character U+{char:04X} is not allowed ({exc.reason})",
-                                 hint="delete the invisible character at this place")) from None
+        raise LoadFailed(
+            Problem(
+                rel,
+                line,
+                col,
+                "yaml-syntax",
+                f"not valid YAML: character U+{char:04X} is not allowed ({exc.reason})",
+                hint="delete the invisible character at this place",
+            )
+        ) from None
     except yaml.YAMLError as exc:
         raise LoadFailed(Problem(rel, 1, 1, "yaml-syntax", f"not valid YAML: {exc}")) from None
     doc = Doc(rel=rel, data=None, text=text)
@@ -132,8 +147,14 @@ _JSON_TOKENS = lazy_pattern(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _deep_problem(rel: str, line: int, col: int) -> Problem:
-    return Problem(rel, line, col, "too-deep", f"nesting is more than {MAX_DEPTH} levels deep here",
-                   hint="flatten the structure: no config needs this many nested mappings or lists")
+    return Problem(
+        rel,
+        line,
+        col,
+        "too-deep",
+        f"nesting is more than {MAX_DEPTH} levels deep here",
+        hint="flatten the structure: no config needs this many nested mappings or lists",
+    )
 
 
 def _yaml_too_deep(text: str) -> tuple[int, int] | None:
@@ -210,12 +231,23 @@ class _Builder:
         self.budget -= 1
         if self.budget < 0:
             line, col = node.start_mark.line + 1, node.start_mark.column + 1
-            raise LoadFailed(Problem(self.doc.rel, line, col, "yaml-aliases",
-                                     f"document expands to more than {NODE_BUDGET} values (YAML alias bomb?)",
-                                     hint="do not nest anchors and aliases; write the values out"))
+            raise LoadFailed(
+                Problem(
+                    self.doc.rel,
+                    line,
+                    col,
+                    "yaml-aliases",
+                    f"document expands to more than {NODE_BUDGET} values (YAML alias bomb?)",
+                    hint="do not nest anchors and aliases; write the values out",
+                )
+            )
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in (MAP_TAG, SEQ_TAG):
-            self._fail(node, "yaml-syntax", f"not valid YAML: the tag {node.tag!r} is not allowed",
-                       hint="custom YAML tags are not allowed; write a plain value")
+            self._fail(
+                node,
+                "yaml-syntax",
+                f"not valid YAML: the tag {node.tag!r} is not allowed",
+                hint="custom YAML tags are not allowed; write a plain value",
+            )
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and depth > MAX_DEPTH:
             # aliases can nest a shallow text deeply: the built value is what callers recurse into
             raise LoadFailed(_deep_problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1))
@@ -263,9 +295,12 @@ class _Builder:
             key = key_node.value  # keys as written: `yes:` is the key "yes", not True
             line = key_node.start_mark.line + 1
             if key in first_seen:
-                self._fail(key_node, "duplicate-key",
-                           f"duplicate key {key!r} (first defined on line {first_seen[key]})",
-                           hint="remove one of them: YAML keeps only the last, silently")
+                self._fail(
+                    key_node,
+                    "duplicate-key",
+                    f"duplicate key {key!r} (first defined on line {first_seen[key]})",
+                    hint="remove one of them: YAML keeps only the last, silently",
+                )
             first_seen[key] = line
             if not key.isascii():
                 self._confusable(key, key_node)
@@ -278,14 +313,23 @@ class _Builder:
     def _confusable(self, key: str, node: yaml.Node) -> None:
         why = confusable(key)
         if why:
-            self.doc.notes.append(Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1,
-                                          "confusable-key", f"key {key!r} {why}", Severity.WARNING,
-                                          hint="retype the key in plain ASCII letters if it is meant to be the "
-                                               "familiar one; as written it is a different key"))
+            self.doc.notes.append(
+                Problem(
+                    self.doc.rel,
+                    node.start_mark.line + 1,
+                    node.start_mark.column + 1,
+                    "confusable-key",
+                    f"key {key!r} {why}",
+                    Severity.WARNING,
+                    hint="retype the key in plain ASCII letters if it is meant to be the "
+                    "familiar one; as written it is a different key",
+                )
+            )
 
     def _fail(self, node: yaml.Node, rule: str, message: str, hint: str = "") -> None:
-        raise LoadFailed(Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1,
-                                 rule, message, hint=hint))
+        raise LoadFailed(
+            Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1, rule, message, hint=hint)
+        )
 
 
 def load_json(path: Path, rel: str, max_bytes: int = MAX_BYTES, root: Path | None = None) -> Doc:
@@ -300,8 +344,13 @@ def parse_json(text: str, rel: str) -> Doc:
     if deep is not None:
         raise LoadFailed(_deep_problem(rel, *deep))
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
-                          parse_float=_finite, parse_int=_bounded_int)
+        data = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+            parse_float=_finite,
+            parse_int=_bounded_int,
+        )
     except json.JSONDecodeError as exc:
         raise LoadFailed(_json_error(text, rel, exc)) from None
     except _DuplicateKey as exc:
@@ -311,15 +360,30 @@ def parse_json(text: str, rel: str) -> Doc:
             if located.problem.rule == "duplicate-key":
                 raise
         line, col = _second_key(text, exc.key)  # escapes YAML does not take (surrogate pairs)
-        raise LoadFailed(Problem(rel, line, col, "duplicate-key", f"duplicate key {exc.key!r}",
-                                 hint="remove one of them: JSON readers keep only one, silently")) from None
+        raise LoadFailed(
+            Problem(
+                rel,
+                line,
+                col,
+                "duplicate-key",
+                f"duplicate key {exc.key!r}",
+                hint="remove one of them: JSON readers keep only one, silently",
+            )
+        ) from None
     except _HugeInt as exc:
         raise LoadFailed(_huge_number(rel, *_locate(text, exc.token[:50]), exc.token)) from None
     except _BadConstant as exc:
         line, col = _locate(text, exc.token)
-        raise LoadFailed(Problem(rel, line, col, "json-syntax",
-                                 f"not valid JSON: {exc.token} is not a finite number",
-                                 hint="write a finite number or null")) from None
+        raise LoadFailed(
+            Problem(
+                rel,
+                line,
+                col,
+                "json-syntax",
+                f"not valid JSON: {exc.token} is not a finite number",
+                hint="write a finite number or null",
+            )
+        ) from None
     return _LazyJsonDoc(rel=rel, data=data, text=text)
 
 
@@ -394,8 +458,14 @@ def _bounded_int(token: str) -> int:
 
 
 def _huge_number(rel: str, line: int, col: int, token: str) -> Problem:
-    return Problem(rel, line, col, "number-too-long", f"a number of {len(token):,} digits: no setting takes one",
-                   hint="write the value you mean (a number of at most a few digits), or quote it as text")
+    return Problem(
+        rel,
+        line,
+        col,
+        "number-too-long",
+        f"a number of {len(token):,} digits: no setting takes one",
+        hint="write the value you mean (a number of at most a few digits), or quote it as text",
+    )
 
 
 def _finite(token: str) -> float:
@@ -414,16 +484,28 @@ def _json_error(text: str, rel: str, exc: json.JSONDecodeError) -> Problem:
     """A trailing comma is told alike on every Python, at the bracket after it: 3.13's json points at the
     comma ("Illegal trailing comma"), earlier ones at the bracket ("Expecting property name")."""
     at = exc.pos
-    if text[at:at + 1] == "," and exc.msg.startswith("Illegal trailing comma"):
-        at = len(text) - len(text[at + 1:].lstrip(" \t\r\n"))
+    if text[at : at + 1] == "," and exc.msg.startswith("Illegal trailing comma"):
+        at = len(text) - len(text[at + 1 :].lstrip(" \t\r\n"))
     elif not text[:at].rstrip(" \t\r\n").endswith(","):
         at = -1
-    if text[at:at + 1] not in ("}", "]"):
-        return Problem(rel, exc.lineno, exc.colno, "json-syntax", f"not valid JSON: {exc.msg}",
-                       hint="check for a missing comma or quote just before this place")
+    if text[at : at + 1] not in ("}", "]"):
+        return Problem(
+            rel,
+            exc.lineno,
+            exc.colno,
+            "json-syntax",
+            f"not valid JSON: {exc.msg}",
+            hint="check for a missing comma or quote just before this place",
+        )
     line, col = _locate_at(text, at)
-    return Problem(rel, line, col, "json-syntax", f"not valid JSON: a trailing comma before this '{text[at]}'",
-                   hint="delete the comma: JSON allows none after the last item")
+    return Problem(
+        rel,
+        line,
+        col,
+        "json-syntax",
+        f"not valid JSON: a trailing comma before this '{text[at]}'",
+        hint="delete the comma: JSON allows none after the last item",
+    )
 
 
 def _locate_at(text: str, idx: int) -> tuple[int, int]:

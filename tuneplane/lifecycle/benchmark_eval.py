@@ -28,9 +28,17 @@ REPORT_PATH = Path("eval") / "report.json"
 
 # The settings this program understands, with the defaults of the catalog's template config.
 DEFAULTS: dict[str, object] = {
-    "model": "", "runner": "lm-eval", "suites": "gsm8k", "num_fewshot": None, "limit": 0,
-    "batch_size": "auto", "max_new_tokens": 512, "temperature": 0.0, "apply_chat_template": True,
-    "seed": 1234, "dtype": None,
+    "model": "",
+    "runner": "lm-eval",
+    "suites": "gsm8k",
+    "num_fewshot": None,
+    "limit": 0,
+    "batch_size": "auto",
+    "max_new_tokens": 512,
+    "temperature": 0.0,
+    "apply_chat_template": True,
+    "seed": 1234,
+    "dtype": None,
 }
 
 
@@ -64,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
     before = snapshot(runner_dir, pattern)
     code = run_runner(build_command(settings, eval_python(), runner_dir))
     if code != 0:
-        print(f"benchmark_eval: {settings.runner} failed with exit status {code}; no scores recorded",
-              file=sys.stderr)
+        print(f"benchmark_eval: {settings.runner} failed with exit status {code}; no scores recorded", file=sys.stderr)
         return code
     fresh = new_files(runner_dir, pattern, before)
     if not fresh:
-        raise BenchError(f"{settings.runner} exited successfully but wrote no results file "
-                         f"({pattern}) under {runner_dir}")
+        raise BenchError(
+            f"{settings.runner} exited successfully but wrote no results file ({pattern}) under {runner_dir}"
+        )
     scores, results_file = read_scores(settings, fresh)
     if not scores:
         raise BenchError(f"no scores found in {results_file}")
@@ -116,11 +124,16 @@ def build_settings(values: Mapping[str, object]) -> Settings:
         raise BenchError("no suites to run: pass --suites (e.g. gsm8k,mmlu) or set suites in config.yaml")
     fewshot = values.get("num_fewshot")
     return Settings(
-        model=model, runner=runner, suites=suites,
+        model=model,
+        runner=runner,
+        suites=suites,
         num_fewshot=None if fewshot is None else _int(values, "num_fewshot", 0),
-        limit=_int(values, "limit", 0), batch_size=_batch_size(values.get("batch_size")),
-        max_new_tokens=_int(values, "max_new_tokens", 1), temperature=_float(values, "temperature"),
-        apply_chat_template=_bool(values, "apply_chat_template"), seed=_int(values, "seed", 0),
+        limit=_int(values, "limit", 0),
+        batch_size=_batch_size(values.get("batch_size")),
+        max_new_tokens=_int(values, "max_new_tokens", 1),
+        temperature=_float(values, "temperature"),
+        apply_chat_template=_bool(values, "apply_chat_template"),
+        seed=_int(values, "seed", 0),
         dtype=_text(values, "dtype") or None,
     )
 
@@ -187,8 +200,10 @@ def parse_overrides(text: str | None) -> dict[str, object]:
         raise BenchError("--overrides-json must be a JSON object of setting -> value")
     unknown = sorted(set(data) - set(DEFAULTS))
     if unknown:
-        raise BenchError(f"unknown setting(s) in --overrides-json: {_with_suggestions(unknown)}; "
-                         f"known settings: {', '.join(sorted(DEFAULTS))}")
+        raise BenchError(
+            f"unknown setting(s) in --overrides-json: {_with_suggestions(unknown)}; "
+            f"known settings: {', '.join(sorted(DEFAULTS))}"
+        )
     return data
 
 
@@ -213,8 +228,21 @@ def build_command(settings: Settings, python: str, runner_dir: Path) -> list[str
 def lm_eval_command(s: Settings, python: str, output_path: Path) -> list[str]:
     """lm-evaluation-harness's single-command form, which later versions still accept (as `run`)."""
     model_args = f"pretrained={s.model}" + (f",dtype={s.dtype}" if s.dtype else "")
-    argv = [python, "-m", "lm_eval", "--model", "hf", "--model_args", model_args,
-            "--tasks", ",".join(s.suites), "--output_path", str(output_path), "--batch_size", s.batch_size]
+    argv = [
+        python,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        model_args,
+        "--tasks",
+        ",".join(s.suites),
+        "--output_path",
+        str(output_path),
+        "--batch_size",
+        s.batch_size,
+    ]
     if s.num_fewshot is not None:
         argv += ["--num_fewshot", str(s.num_fewshot)]
     if s.limit > 0:
@@ -233,9 +261,22 @@ def _generation(s: Settings, length_key: str) -> str:
 
 def evalscope_command(s: Settings, python: str, work_dir: Path) -> list[str]:
     """EvalScope's `eval` command; it writes reports/<model id>/<dataset>.json under a timestamped folder."""
-    argv = [python, "-m", "evalscope.cli.cli", "eval", "--model", s.model, "--datasets", *s.suites,
-            "--work-dir", str(work_dir), "--seed", str(s.seed),
-            "--generation-config", _generation(s, "max_tokens")]
+    argv = [
+        python,
+        "-m",
+        "evalscope.cli.cli",
+        "eval",
+        "--model",
+        s.model,
+        "--datasets",
+        *s.suites,
+        "--work-dir",
+        str(work_dir),
+        "--seed",
+        str(s.seed),
+        "--generation-config",
+        _generation(s, "max_tokens"),
+    ]
     if s.dtype and s.dtype != "auto":
         argv += ["--model-args", f"precision={s.dtype if '.' in s.dtype else 'torch.' + s.dtype}"]
     if s.limit > 0:
@@ -254,8 +295,9 @@ def run_runner(argv: Sequence[str]) -> int:
     try:
         code = subprocess.run(list(argv), check=False).returncode
     except OSError as exc:
-        raise BenchError(f"cannot start {argv[0]!r}: {exc.strerror or exc} "
-                         f"(set {EVAL_PYTHON_ENV} to the Python that has the runner)") from None
+        raise BenchError(
+            f"cannot start {argv[0]!r}: {exc.strerror or exc} (set {EVAL_PYTHON_ENV} to the Python that has the runner)"
+        ) from None
     return 128 - code if code < 0 else code
 
 
@@ -269,17 +311,22 @@ class BenchReport(TypedDict):
     results_file: str  # the runner's own results, relative to the output folder when inside it
 
 
-def build_report(settings: Settings, scores: Mapping[str, SuiteScore], results_file: Path,
-                 out_dir: Path) -> BenchReport:
+def build_report(
+    settings: Settings, scores: Mapping[str, SuiteScore], results_file: Path, out_dir: Path
+) -> BenchReport:
     """report.json: per suite its metric, score and stderr; `score` is their mean."""
     try:
         shown = results_file.resolve().relative_to(out_dir.resolve()).as_posix()
     except ValueError:
         shown = str(results_file)
     mean = sum(score.score for score in scores.values()) / len(scores)
-    return {"runner": settings.runner, "model": settings.model,
-            "suites": {task: asdict(score) for task, score in scores.items()},
-            "score": mean, "results_file": shown}
+    return {
+        "runner": settings.runner,
+        "model": settings.model,
+        "suites": {task: asdict(score) for task, score in scores.items()},
+        "score": mean,
+        "results_file": shown,
+    }
 
 
 def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
@@ -289,11 +336,13 @@ def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
 
 def format_table(scores: Mapping[str, SuiteScore]) -> str:
     rows = [("suite", "metric", "score", "stderr")]
-    rows += [(task, s.metric, f"{s.score:.4f}", "-" if s.stderr is None else f"{s.stderr:.4f}")
-             for task, s in scores.items()]
+    rows += [
+        (task, s.metric, f"{s.score:.4f}", "-" if s.stderr is None else f"{s.stderr:.4f}") for task, s in scores.items()
+    ]
     widths = [max(len(row[col]) for row in rows) for col in range(4)]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
 
 
 def report_scores(settings: Settings, scores: Mapping[str, SuiteScore], mean: float) -> None:

@@ -48,8 +48,9 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-def build_flags(config: dict[str, object], overrides: dict[str, object], platform: dict[str, object],
-                style: str) -> list[str]:
+def build_flags(
+    config: dict[str, object], overrides: dict[str, object], platform: dict[str, object], style: str
+) -> list[str]:
     """The flags of the merged config; empty strings and nulls are left out (the framework's default)."""
     merged = json.loads(json.dumps(config))
     for source in (overrides, platform):
@@ -76,8 +77,12 @@ def _loader(yaml: Any, values_as_written: bool) -> Any:
     class AsWritten(yaml.SafeLoader):  # type: ignore[misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             self.flatten_mapping(node)
-            return {k.value if isinstance(k, yaml.ScalarNode) else self.construct_object(k, deep=deep):
-                    self.construct_object(v, deep=deep) for k, v in node.value}
+            return {
+                k.value
+                if isinstance(k, yaml.ScalarNode)
+                else self.construct_object(k, deep=deep): self.construct_object(v, deep=deep)
+                for k, v in node.value
+            }
 
     for tag in ("bool", "int", "float") if values_as_written else ():
         AsWritten.add_constructor(f"tag:yaml.org,2002:{tag}", lambda loader, node: loader.construct_scalar(node))

@@ -47,8 +47,9 @@ def parse_flat_yaml(text: str, source: str = "config") -> dict[str, object]:
             continue
         key, sep, value = line.partition(":")
         if line[0].isspace() or not sep or not key.strip():
-            raise BenchError(f"{source}:{number}: expected a flat `key: value` line "
-                             "(nested YAML needs PyYAML in the image)")
+            raise BenchError(
+                f"{source}:{number}: expected a flat `key: value` line (nested YAML needs PyYAML in the image)"
+            )
         result[key.strip()] = scalar(value.strip())
     return result
 

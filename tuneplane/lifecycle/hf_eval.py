@@ -128,9 +128,13 @@ def generate(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int) -> st
 
     encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
     with torch.no_grad():
-        output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
-                                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-    return str(tokenizer.decode(output[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True))
+        output = model.generate(
+            **encoded,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        )
+    return str(tokenizer.decode(output[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True))
 
 
 def evaluate(model: Any, tokenizer: Any, rows: Any, max_new_tokens: int) -> dict[str, Any]:
@@ -179,8 +183,10 @@ def is_reward_model(model: object) -> bool:
 def pair_texts(row: dict[str, Any], tokenizer: Any) -> tuple[str, str]:
     """The chosen and the rejected text of a preference row, each after its prompt, as TRL joins them."""
     if row.get("chosen") is None or row.get("rejected") is None:
-        raise SystemExit(f"a reward model is scored on preference pairs: rows need `chosen` and `rejected`, "
-                         f"this one has {sorted(row)}")
+        raise SystemExit(
+            f"a reward model is scored on preference pairs: rows need `chosen` and `rejected`, "
+            f"this one has {sorted(row)}"
+        )
     texts = []
     for reply in (row["chosen"], row["rejected"]):
         prompt = row.get("prompt") or type(reply)()
@@ -206,8 +212,11 @@ def evaluate_pairs(model: Any, tokenizer: Any, rows: Any) -> dict[str, Any]:
         margins.append(scores[0] - scores[1])
     if not margins:
         raise SystemExit("no preference pairs to score")
-    return {"accuracy": sum(m > 0 for m in margins) / len(margins), "margin": sum(margins) / len(margins),
-            "pairs": len(margins)}
+    return {
+        "accuracy": sum(m > 0 for m in margins) / len(margins),
+        "margin": sum(margins) / len(margins),
+        "pairs": len(margins),
+    }
 
 
 def main() -> int:

@@ -19,8 +19,16 @@ from pathlib import Path
 from tuneplane.lifecycle.outputs import export_checkpoint
 
 # what a checkpoint holds besides the model: optimizer, scheduler, RNG and DeepSpeed state
-TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "training_args.bin", "trainer_state.json", "latest",
-                  "zero_to_fp32.py", "rng_state*.pth", "global_step*")
+TRAINING_STATE = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "training_args.bin",
+    "trainer_state.json",
+    "latest",
+    "zero_to_fp32.py",
+    "rng_state*.pth",
+    "global_step*",
+)
 
 
 def parse_args(argv: list[str] | None, what: str) -> argparse.Namespace:
@@ -52,8 +60,10 @@ def export(argv: list[str] | None, what: str, merge: Callable[[Path, Path], None
     if not checkpoint.is_dir():
         raise SystemExit(f"--checkpoint {checkpoint}: no such folder")
     if not is_lora(checkpoint) and not (checkpoint / "config.json").is_file():
-        raise SystemExit(f"{checkpoint} is neither a LoRA adapter (adapter_config.json) nor a Hugging Face "
-                         "model folder (config.json): name a checkpoint the run wrote")
+        raise SystemExit(
+            f"{checkpoint} is neither a LoRA adapter (adapter_config.json) nor a Hugging Face "
+            "model folder (config.json): name a checkpoint the run wrote"
+        )
 
     def write(source: Path, folder: Path) -> None:
         try:

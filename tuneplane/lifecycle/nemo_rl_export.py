@@ -29,8 +29,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def newest_step(checkpoints: Path) -> Path:
     """NeMo-RL writes step_<n> straight into its checkpoint_dir: the out dir, or checkpoints/ in it."""
-    steps = [p for base in (checkpoints.parent, checkpoints) for p in base.glob("step_*")
-             if p.is_dir() and p.name.rsplit("_", 1)[-1].isdigit()]
+    steps = [
+        p
+        for base in (checkpoints.parent, checkpoints)
+        for p in base.glob("step_*")
+        if p.is_dir() and p.name.rsplit("_", 1)[-1].isdigit()
+    ]
     if not steps:
         raise SystemExit(f"no step_<n> checkpoint under {checkpoints.parent}: train first, or pass --checkpoint")
     return max(steps, key=lambda p: int(p.name.rsplit("_", 1)[-1]))

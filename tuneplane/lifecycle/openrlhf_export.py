@@ -27,8 +27,15 @@ def merge_argv(checkpoint: Path, target: Path) -> list[str]:
     if not base:
         raise SystemExit(f"{checkpoint}/adapter_config.json names no base_model_name_or_path to merge into")
     reward = config.get("task_type") == "SEQ_CLS"
-    return ["--model_path", str(base), "--lora_path", str(checkpoint), "--output_path", str(target),
-            *(["--is_rm"] if reward else [])]
+    return [
+        "--model_path",
+        str(base),
+        "--lora_path",
+        str(checkpoint),
+        "--output_path",
+        str(target),
+        *(["--is_rm"] if reward else []),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,8 +20,9 @@ def output_dir(cli_value: str | None) -> Path:
     return Path(cli_value or os.environ.get(OUT_DIR_ENV) or "out").resolve()
 
 
-def export_checkpoint(cli_output: str | None, checkpoint: Path | None, newest: Callable[[Path], Path],
-                      write: Callable[[Path, Path], None]) -> Path:
+def export_checkpoint(
+    cli_output: str | None, checkpoint: Path | None, newest: Callable[[Path], Path], write: Callable[[Path, Path], None]
+) -> Path:
     """Export a checkpoint (the one given, else `newest` under <out>/checkpoints) to <out>/hf_export.
 
     `write(checkpoint, folder)` fills `hf_export.partial`, which takes the place of `hf_export` only

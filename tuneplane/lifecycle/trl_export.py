@@ -43,8 +43,10 @@ def load_model(checkpoint: Path) -> Any:
         return AutoPeftModelForCausalLM.from_pretrained(str(checkpoint)).merge_and_unload()
     config = checkpoint / "config.json"
     if not config.is_file():
-        raise SystemExit(f"{checkpoint}: no model here (neither config.json nor adapter_config.json); "
-                         "pass --checkpoint with a checkpoint-<step> or final folder")
+        raise SystemExit(
+            f"{checkpoint}: no model here (neither config.json nor adapter_config.json); "
+            "pass --checkpoint with a checkpoint-<step> or final folder"
+        )
     # lazy: a training-image library, absent where tp runs
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 

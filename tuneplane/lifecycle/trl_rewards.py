@@ -30,8 +30,9 @@ def completion_text(completion: Completion) -> str:
     return "".join(str(m.get("content", "")) for m in completion if m.get("role") == "assistant")
 
 
-def accuracy_reward(completions: list[Completion], answer: list[object] | None = None,
-                    **_: object) -> list[float | None]:
+def accuracy_reward(
+    completions: list[Completion], answer: list[object] | None = None, **_: object
+) -> list[float | None]:
     """1.0 when the completion's final answer equals the row's `answer`, else 0.0."""
     if answer is None:
         return [None] * len(completions)

@@ -28,8 +28,14 @@ from tuneplane.lifecycle.overrides import apply_overrides as apply_overrides
 
 # Keys of config.yaml that train.py consumes itself; everything else goes to the TRL config class.
 SCRIPT_KEYS = (
-    "model_name_or_path", "dataset_train_path", "dataset_eval_path",
-    "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+    "model_name_or_path",
+    "dataset_train_path",
+    "dataset_eval_path",
+    "use_peft",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
 )
 # Set by the platform from the run's output directory; a value in config.yaml is ignored.
 PLATFORM_KEYS = ("output_dir", "logging_dir")
@@ -78,8 +84,9 @@ def read_overrides(text: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"--overrides-json is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                         f"column {exc.colno}") from None
+        raise SystemExit(
+            f"--overrides-json is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
     if not isinstance(value, dict):
         raise SystemExit("--overrides-json must be a JSON object of dotted config paths to values")
     return value
@@ -127,8 +134,11 @@ def resume_checkpoint() -> str | None:
     if not value:
         return None
     if not (Path(value) / "trainer_state.json").is_file():
-        print(f"{RESUME_FROM_ENV}={value} is not a Trainer checkpoint (no trainer_state.json): "
-              "training starts from the beginning", file=sys.stderr)
+        print(
+            f"{RESUME_FROM_ENV}={value} is not a Trainer checkpoint (no trainer_state.json): "
+            "training starts from the beginning",
+            file=sys.stderr,
+        )
         return None
     print(f"resuming from {value}", flush=True)
     return value
@@ -193,8 +203,9 @@ class TrainingRun:
     script: dict[str, Any]
 
     @classmethod
-    def from_command_line(cls, description: str, own_keys: Sequence[str] = (),
-                          argv: Sequence[str] | None = None) -> TrainingRun:
+    def from_command_line(
+        cls, description: str, own_keys: Sequence[str] = (), argv: Sequence[str] | None = None
+    ) -> TrainingRun:
         """Read the arguments, config.yaml and --overrides-json; `own_keys` stay out of `settings`."""
         args = _parser(description).parse_args(argv)
         config_path: Path = args.config or Path(sys.argv[0]).resolve().parent / "config.yaml"
@@ -206,8 +217,10 @@ class TrainingRun:
         model = args.model or script.get("model_name_or_path")
         train_data = args.train_data or script.get("dataset_train_path")
         if not model or not train_data:
-            raise SystemExit("a model and training data are required: pass --model and --train-data "
-                             f"(or set model_name_or_path and dataset_train_path in {config_path})")
+            raise SystemExit(
+                "a model and training data are required: pass --model and --train-data "
+                f"(or set model_name_or_path and dataset_train_path in {config_path})"
+            )
         eval_data = args.validation_data or script.get("dataset_eval_path") or None
         out = output_dir(args.output_dir)
         # transformers reads the TensorBoard folder from the environment, not from TrainingArguments.
@@ -215,8 +228,9 @@ class TrainingRun:
         settings["output_dir"] = str(out / "checkpoints")
         if not eval_data:
             settings["eval_strategy"] = "no"
-        return cls(str(model), str(train_data), str(eval_data) if eval_data else None, out, config_path,
-                   settings, script)
+        return cls(
+            str(model), str(train_data), str(eval_data) if eval_data else None, out, config_path, settings, script
+        )
 
     def peft_config(self, task_type: str = "CAUSAL_LM") -> Any:
         """A LoRA config from use_peft and lora_* when use_peft is on (peft is imported only then)."""
@@ -238,11 +252,14 @@ class TrainingRun:
         try:
             return config_class(**self.settings)
         except (TypeError, ValueError) as exc:
-            raise SystemExit(f"{self.config_path}: {config_class.__name__} refuses these settings: {exc}; "
-                             "fix or remove the key in config.yaml or the --set value") from None
+            raise SystemExit(
+                f"{self.config_path}: {config_class.__name__} refuses these settings: {exc}; "
+                "fix or remove the key in config.yaml or the --set value"
+            ) from None
 
-    def trainer(self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM",
-                **kwargs: Any) -> Any:
+    def trainer(
+        self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM", **kwargs: Any
+    ) -> Any:
         """The trainer with the run's model, TRL config, data sets, LoRA config and metrics callback.
 
         A keyword given here is passed on and replaces the default of the same name (`model=` a
@@ -262,8 +279,7 @@ class TrainingRun:
                 kwargs[name] = make()
         return trainer_class(**kwargs)
 
-    def train(self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM",
-              **kwargs: Any) -> int:
+    def train(self, trainer_class: Any, config_class: Any, *, peft_task_type: str = "CAUSAL_LM", **kwargs: Any) -> int:
         """Build the trainer (see trainer()), train, write checkpoints/final; 0 for the exit status.
 
         A new attempt of the run (a requeue, a replaced pod, a retry) resumes from the checkpoint the
@@ -290,14 +306,17 @@ class TrainingRun:
         count = len(reward_funcs) if isinstance(reward_funcs, list | tuple) else 1
         if not isinstance(weights, list) or len(weights) != count:
             given = f"{len(weights)} weights" if isinstance(weights, list) else repr(weights)
-            raise SystemExit(f"{self.config_path}: reward_weights is {given} for {count} reward functions: "
-                             "give one weight per function, in order, or remove reward_weights to weigh "
-                             "them equally")
+            raise SystemExit(
+                f"{self.config_path}: reward_weights is {given} for {count} reward functions: "
+                "give one weight per function, in order, or remove reward_weights to weigh "
+                "them equally"
+            )
 
 
 def _parser(description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description, epilog=LAUNCH,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, epilog=LAUNCH, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", type=Path, help="the experiment's config.yaml (default: beside train.py)")
     parser.add_argument("--model", help="Hub id or local path (else model_name_or_path in the config)")
     parser.add_argument("--train-data", help="training data (else dataset_train_path)")

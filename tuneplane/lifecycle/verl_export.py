@@ -25,8 +25,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def newest_step(checkpoints: Path) -> Path:
-    steps = [p for p in checkpoints.glob("global_step_*")
-             if p.is_dir() and p.name.rsplit("_", 1)[-1].isdigit()]
+    steps = [p for p in checkpoints.glob("global_step_*") if p.is_dir() and p.name.rsplit("_", 1)[-1].isdigit()]
     if not steps:
         raise SystemExit(f"no global_step_<n> under {checkpoints}: train first, or pass --checkpoint")
     return max(steps, key=lambda p: int(p.name.rsplit("_", 1)[-1]))
@@ -39,16 +38,27 @@ def shard_folder(step: Path) -> Path:
 
 
 def merge(step: Path, folder: Path, backend: str) -> None:
-    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", backend,
-               "--local_dir", str(shard_folder(step)), "--target_dir", str(folder)]
+    command = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        backend,
+        "--local_dir",
+        str(shard_folder(step)),
+        "--target_dir",
+        str(folder),
+    ]
     print("+ " + " ".join(command), file=sys.stderr, flush=True)
     subprocess.run(command, check=True)
 
 
 def main() -> int:
     args = parse_args()
-    export_checkpoint(args.output_dir, args.checkpoint, newest_step,
-                      lambda step, folder: merge(step, folder, args.backend))
+    export_checkpoint(
+        args.output_dir, args.checkpoint, newest_step, lambda step, folder: merge(step, folder, args.backend)
+    )
     return 0
 
 

@@ -77,7 +77,7 @@ class Vocabulary:
             if following == path[-1]:
                 break
             if following in path:  # a cycle: each of its names answers with the same one
-                return min(path[path.index(following):])
+                return min(path[path.index(following) :])
             path.append(following)
             if following.startswith(EVALUATION):
                 break
@@ -100,13 +100,13 @@ class Vocabulary:
                 return explicit
             trained = self.aliases.get(rest) or self.aliases.get("train/" + rest) or CONVENTION.get(rest) or ""
             if trained.startswith("train/"):
-                return namespace + trained[len("train/"):]
+                return namespace + trained[len("train/") :]
             return namespace + rest
         if raw in CONVENTION:
             return CONVENTION[raw]
         for spelled, hardware in _HARDWARE_SPELLINGS:
             if raw.startswith(spelled) and len(raw) > len(spelled):
-                return hardware + raw[len(spelled):]
+                return hardware + raw[len(spelled) :]
         if "/" in raw:
             return raw  # already namespaced (ours, or a framework's own `actor/…`)
         return "train/" + raw
@@ -177,10 +177,19 @@ class Vocabulary:
 # before those (`validation/eval_x`), NeMo-RL's `validation/val_x`, Keras-style `val_x`, verl's `val/x`
 # and its RL trainer's `val-core/x` and `val-aux/x`.
 _SPELLINGS = (
-    ("validation/eval_", "validation/"), ("validation/val_", "validation/"), ("val-core/", "validation/"),
-    ("val-aux/", "validation/"), ("eval/", "validation/"),
-    ("eval_", "validation/"), ("val/", "validation/"), ("val_", "validation/"), ("test/", "eval/"),
-    ("test_", "eval/"), ("train/", "train/"), ("train_", "train/"), ("validation/", "validation/"),
+    ("validation/eval_", "validation/"),
+    ("validation/val_", "validation/"),
+    ("val-core/", "validation/"),
+    ("val-aux/", "validation/"),
+    ("eval/", "validation/"),
+    ("eval_", "validation/"),
+    ("val/", "validation/"),
+    ("val_", "validation/"),
+    ("test/", "eval/"),
+    ("test_", "eval/"),
+    ("train/", "train/"),
+    ("train_", "train/"),
+    ("validation/", "validation/"),
 )
 _RAW_OF = {"validation/": "eval_", "eval/": "test_"}
 # Hardware a framework samples itself: NeMo-RL's GPU monitor logs `ray/node.<n>.gpu.<i>.util`,
@@ -190,8 +199,15 @@ _HARDWARE_SPELLINGS = (("ray/node.", "hw/node."),)
 
 # The split named after the metric, as torch.utils.tensorboard's documentation writes scalars
 # (`Loss/train`, `Loss/test`, `Accuracy/test`): a test split during training is validation.
-_SPLIT_SUFFIXES = {"train": "train/", "training": "train/", "val": "validation/", "valid": "validation/",
-                   "validation": "validation/", "eval": "validation/", "test": "validation/"}
+_SPLIT_SUFFIXES = {
+    "train": "train/",
+    "training": "train/",
+    "val": "validation/",
+    "valid": "validation/",
+    "validation": "validation/",
+    "eval": "validation/",
+    "test": "validation/",
+}
 
 
 def _split(key: str) -> tuple[str, str] | None:
@@ -201,7 +217,7 @@ def _split(key: str) -> tuple[str, str] | None:
     folded = key.lower()
     for prefix, namespace in _SPELLINGS:
         if folded.startswith(prefix) and len(key) > len(prefix):
-            rest = key[len(prefix):]
+            rest = key[len(prefix) :]
             return namespace, rest if key.startswith(prefix) else rest.lower()
     metric, slash, split = key.partition("/")
     if slash and metric and "/" not in split and split.lower() in _SPLIT_SUFFIXES:

@@ -75,8 +75,11 @@ def _ignored(_value: object) -> None:
 EditorSchema = Annotated[
     str | None,
     AfterValidator(_ignored),
-    Field(alias="$schema", exclude=True,
-          description="Where an editor finds this file's JSON Schema (a path in the lab); ignored by tp."),
+    Field(
+        alias="$schema",
+        exclude=True,
+        description="Where an editor finds this file's JSON Schema (a path in the lab); ignored by tp.",
+    ),
 ]
 
 
@@ -86,7 +89,8 @@ class RetryPolicy(Strict):
     resubmissions all count against `attempts`, and the count never resets."""
 
     attempts: int = Field(3, ge=1, le=100, description="Most attempts a run gets, the first included.")
-    on: list[AttemptReason] = Field(default_factory=lambda: list(DEFAULT_RETRY_ON),
-                                    description="The reasons an attempt is retried for; `Error` only when named.")
-    backoff_seconds: int = Field(60, ge=0, le=24 * 3600,
-                                 description="Seconds before the bot submits the next attempt.")
+    on: list[AttemptReason] = Field(
+        default_factory=lambda: list(DEFAULT_RETRY_ON),
+        description="The reasons an attempt is retried for; `Error` only when named.",
+    )
+    backoff_seconds: int = Field(60, ge=0, le=24 * 3600, description="Seconds before the bot submits the next attempt.")

@@ -18,9 +18,11 @@ EXPERIMENT_FILE = "experiment.yaml"
 
 class ExperimentMetrics(Strict):
     native: list[NativeOutput] = Field(
-        default_factory=empty_list, max_length=64,
+        default_factory=empty_list,
+        max_length=64,
         description="Native metric files under the out dir the collector sends, beside the recipe's "
-                    "(same path: this entry replaces the recipe's). See docs/reference/collector.md.")
+        "(same path: this entry replaces the recipe's). See docs/reference/collector.md.",
+    )
 
 
 class ExperimentManifest(Strict):

@@ -37,14 +37,16 @@ class AdapterRef(Strict):
     bindings: dict[str, str] = Field(default_factory=empty_dict, description="Config keys of model/data inputs.")
     platform_owned: list[str] = Field(default_factory=empty_list, description="Dotted config keys the platform sets.")
     required_inputs: list[str] = Field(default_factory=empty_list, description="Inputs a train run must name.")
-    topology: dict[str, str | int] = Field(default_factory=empty_dict,
-                                           description="min_gpus, and the config keys of the node shape.")
+    topology: dict[str, str | int] = Field(
+        default_factory=empty_dict, description="min_gpus, and the config keys of the node shape."
+    )
     lifecycle: dict[str, str] = Field(default_factory=empty_dict, description="Operation → entrypoint (export, eval).")
     artifacts: list[ArtifactRef] = Field(default_factory=empty_list)
     native_metrics: list[dict[str, str]] = Field(
         default_factory=empty_list,
         description="The collector's outputs: the recipe's `metrics.native` and the experiment's "
-                    "(experiment.yaml), merged (left out when empty).")
+        "(experiment.yaml), merged (left out when empty).",
+    )
 
 
 class RecipeRef(Strict):
@@ -81,9 +83,13 @@ class Resources(Strict):
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(ge=0)
     local: bool = False
-    procs_per_node: int = Field(0, ge=0, exclude_if=lambda v: v == 0,
-                                description="Processes per node when they are not one per GPU (a CPU run, "
-                                            "`--profile local:N`); 0 means one per GPU.")
+    procs_per_node: int = Field(
+        0,
+        ge=0,
+        exclude_if=lambda v: v == 0,
+        description="Processes per node when they are not one per GPU (a CPU run, "
+        "`--profile local:N`); 0 means one per GPU.",
+    )
 
 
 class PluginRef(Strict):
@@ -135,16 +141,20 @@ class JobSpecBody(Strict):
     image: str = ""
     hyperparams: dict[str, Scalar] = Field(
         default_factory=empty_dict,
-        description="Validated values keyed by dotted config path (custom: the `--set` keys as written).")
+        description="Validated values keyed by dotted config path (custom: the `--set` keys as written).",
+    )
     inputs: InputsRef = Field(default_factory=defaults_of(InputsRef))
     resources: Resources
     plugins: list[PluginRef] = Field(default_factory=empty_list)
     timeout_seconds: int | None = None
-    retry: RetryPolicy = Field(default_factory=defaults_of(RetryPolicy),
-                               description="The run's retry policy, resolved from its request, profile and lab.")
+    retry: RetryPolicy = Field(
+        default_factory=defaults_of(RetryPolicy),
+        description="The run's retry policy, resolved from its request, profile and lab.",
+    )
     paths: Paths
-    shared_code: list[str] = Field(default_factory=empty_list,
-                                   description="Lab folders of shared code, importable by their names.")
+    shared_code: list[str] = Field(
+        default_factory=empty_list, description="Lab folders of shared code, importable by their names."
+    )
     datasets: list[DatasetRef] = Field(default_factory=empty_list)
 
 

@@ -23,23 +23,29 @@ class Profile(Strict):
     local: bool = Field(False, description="Runs on this machine through the local backend.")
     gpus_per_node: int = Field(8, ge=0, le=64, description="GPUs on one node of this profile.")
     max_nodes: int = Field(1, ge=1, le=1024, description="Most nodes one run may take.")
-    default_gpus: int | None = Field(None, ge=0,
-                                     description="Total GPUs when the profile has no `:N`; default one node.")
+    default_gpus: int | None = Field(
+        None, ge=0, description="Total GPUs when the profile has no `:N`; default one node."
+    )
     gpu_product: str = Field("", description="GPU product label, e.g. NVIDIA-H200 (for people and the node selector).")
     node_selector: dict[str, str] = Field(default_factory=empty_dict, description="Kubernetes node selector.")
     tolerations: list[Toleration] = Field(default_factory=empty_list)
     cpu: str = Field("", description="CPU request per node, Kubernetes quantity.")
     memory: str = Field("", description="Memory request per node, Kubernetes quantity.")
     shm_size: str = Field("16Gi", description="Size of the memory-backed /dev/shm.")
-    time_limit: int | None = Field(None, ge=60, le=365 * 24 * 3600,
-                                   description="Seconds a run of this profile may take when its request sets no "
-                                               "`timeout` (Slurm `--time`, Kubernetes `activeDeadlineSeconds`).")
+    time_limit: int | None = Field(
+        None,
+        ge=60,
+        le=365 * 24 * 3600,
+        description="Seconds a run of this profile may take when its request sets no "
+        "`timeout` (Slurm `--time`, Kubernetes `activeDeadlineSeconds`).",
+    )
     retry: RetryPolicy | None = Field(None, description="This profile's retry policy; default the lab's `retry`.")
 
 
 class Images(Strict):
     allowed_registries: list[str] | None = Field(
-        None, description="Registry hosts custom images may come from; null allows any, [] refuses all.")
+        None, description="Registry hosts custom images may come from; null allows any, [] refuses all."
+    )
     require_digest: bool = Field(False, description="Refuse image references without @sha256:<digest>.")
     defaults: dict[str, str] = Field(default_factory=empty_dict, description="Per-framework default image.")
 
@@ -68,62 +74,93 @@ SLURM_PATH_RE = r"^(/[A-Za-z0-9._+@-]+)*/?$"
 class SlurmProfile(Strict):
     """How one profile of `profiles:` is asked for on Slurm."""
 
-    partition: str = Field("", pattern=SLURM_NAME_RE,
-                           description="Partition for this profile; default `slurm.partition`.")
+    partition: str = Field(
+        "", pattern=SLURM_NAME_RE, description="Partition for this profile; default `slurm.partition`."
+    )
     qos: str = Field("", pattern=SLURM_NAME_RE, description="QOS for this profile; default `slurm.qos`.")
     gpu_request: Literal["gpus-per-node", "gres"] = Field(
-        "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`.")
-    gpu_type: str = Field("", pattern=SLURM_NAME_RE,
-                          description="GPU type as the cluster names it (`--gpus-per-node=h100:8`); empty for any.")
+        "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`."
+    )
+    gpu_type: str = Field(
+        "",
+        pattern=SLURM_NAME_RE,
+        description="GPU type as the cluster names it (`--gpus-per-node=h100:8`); empty for any.",
+    )
     constraint: str = Field("", pattern=r"^[A-Za-z0-9._&|\[\]*-]*$", description="Node features (`--constraint`).")
     cpus_per_node: int | None = Field(None, ge=1, le=4096, description="CPUs per node; default `slurm.cpus_per_node`.")
-    memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE,
-                                 description="Memory per node (`--mem`, e.g. 500G); default `slurm.memory_per_node`.")
+    memory_per_node: str = Field(
+        "",
+        pattern=SLURM_MEMORY_RE,
+        description="Memory per node (`--mem`, e.g. 500G); default `slurm.memory_per_node`.",
+    )
 
 
 class SlurmSoftware(Strict):
     """Where the job's software comes from."""
 
     kind: Literal["host", "container"] = Field(
-        "host", description="host: a Python environment on the shared filesystem; container: the run's image.")
-    python_env: str = Field("", pattern=SLURM_PATH_RE,
-                            description="host: prefix of the environment with tuneplane and the framework "
-                                        "(its bin/ goes first on PATH); empty: the nodes' own python3.")
+        "host", description="host: a Python environment on the shared filesystem; container: the run's image."
+    )
+    python_env: str = Field(
+        "",
+        pattern=SLURM_PATH_RE,
+        description="host: prefix of the environment with tuneplane and the framework "
+        "(its bin/ goes first on PATH); empty: the nodes' own python3.",
+    )
     runtime: Literal["pyxis", "apptainer"] = Field(
-        "pyxis", description="container: pyxis/enroot (`srun --container-image`) or Apptainer (`apptainer exec`).")
-    mounts: list[str] = Field(default_factory=empty_list,
-                              description="container: extra `SRC:DST` mounts; the runs root is always mounted.")
+        "pyxis", description="container: pyxis/enroot (`srun --container-image`) or Apptainer (`apptainer exec`)."
+    )
+    mounts: list[str] = Field(
+        default_factory=empty_list, description="container: extra `SRC:DST` mounts; the runs root is always mounted."
+    )
 
 
 class SlurmSettings(Strict):
     """`cluster.slurm`: how runs become Slurm batch jobs (used when `cluster.backend: slurm`)."""
 
-    partition: str = Field("", pattern=SLURM_NAME_RE,
-                           description="Partition (`--partition`); empty: the cluster's default.")
+    partition: str = Field(
+        "", pattern=SLURM_NAME_RE, description="Partition (`--partition`); empty: the cluster's default."
+    )
     account: str = Field("", pattern=SLURM_NAME_RE, description="Account to charge (`--account`).")
     qos: str = Field("", pattern=SLURM_NAME_RE, description="Quality of service (`--qos`).")
-    cpus_per_node: int | None = Field(None, ge=1, le=4096,
-                                      description="CPUs per node (`--cpus-per-task`, one task per node).")
+    cpus_per_node: int | None = Field(
+        None, ge=1, le=4096, description="CPUs per node (`--cpus-per-task`, one task per node)."
+    )
     memory_per_node: str = Field("", pattern=SLURM_MEMORY_RE, description="Memory per node (`--mem`, e.g. 500G).")
-    profiles: dict[str, SlurmProfile] = Field(default_factory=empty_dict,
-                                              description="Per-profile settings, by profile name.")
+    profiles: dict[str, SlurmProfile] = Field(
+        default_factory=empty_dict, description="Per-profile settings, by profile name."
+    )
     software: SlurmSoftware = Field(default_factory=defaults_of(SlurmSoftware))
-    runs_root: str = Field("", pattern=SLURM_PATH_RE,
-                           description="Absolute path on the shared filesystem for run directories; "
-                                       "default `cluster.storage.root`.")
-    requeue: bool = Field(False, description="Let Slurm requeue a job after a node failure or preemption "
-                                             "(`--requeue`); the new attempt resumes from the newest complete "
-                                             "checkpoint.")
-    limit_warning: int = Field(0, ge=0, le=3600,
-                               description="Seconds before the time limit at which the trainer is warned with "
-                                           "SIGUSR1 so it can checkpoint (Slurm `--signal`); only processes "
-                                           "that install a SIGUSR1 handler receive it. 0: no warning.")
-    hf_token_file: str = Field("", pattern=SLURM_PATH_RE,
-                               description="A file only you can read holding the Hugging Face token (HF_TOKEN).")
+    runs_root: str = Field(
+        "",
+        pattern=SLURM_PATH_RE,
+        description="Absolute path on the shared filesystem for run directories; default `cluster.storage.root`.",
+    )
+    requeue: bool = Field(
+        False,
+        description="Let Slurm requeue a job after a node failure or preemption "
+        "(`--requeue`); the new attempt resumes from the newest complete "
+        "checkpoint.",
+    )
+    limit_warning: int = Field(
+        0,
+        ge=0,
+        le=3600,
+        description="Seconds before the time limit at which the trainer is warned with "
+        "SIGUSR1 so it can checkpoint (Slurm `--signal`); only processes "
+        "that install a SIGUSR1 handler receive it. 0: no warning.",
+    )
+    hf_token_file: str = Field(
+        "", pattern=SLURM_PATH_RE, description="A file only you can read holding the Hugging Face token (HF_TOKEN)."
+    )
     conf: str = Field("", description="slurm.conf for the bot's Slurm commands; empty: $SLURM_CONF or Slurm's default.")
-    command_timeout: float = Field(60, ge=1, le=600,
-                                   description="Seconds a Slurm command may take before the controller counts as "
-                                               "not answering (the bot retries on its next run).")
+    command_timeout: float = Field(
+        60,
+        ge=1,
+        le=600,
+        description="Seconds a Slurm command may take before the controller counts as "
+        "not answering (the bot retries on its next run).",
+    )
 
 
 class PodSecurity(Strict):
@@ -149,9 +186,13 @@ class PodSecurity(Strict):
 class LocalSettings(Strict):
     """Runs of the local backend, as the bot sees them."""
 
-    lost_after: int = Field(900, ge=60, le=7 * 86400,
-                            description="Seconds without a heartbeat after which the bot marks a local run of "
-                                        "another machine `Lost` (retried when the retry policy names Lost).")
+    lost_after: int = Field(
+        900,
+        ge=60,
+        le=7 * 86400,
+        description="Seconds without a heartbeat after which the bot marks a local run of "
+        "another machine `Lost` (retried when the retry policy names Lost).",
+    )
 
 
 class Cluster(Strict):
@@ -165,13 +206,21 @@ class Cluster(Strict):
     local: LocalSettings = Field(default_factory=defaults_of(LocalSettings))
     image_pull_secrets: list[str] = Field(default_factory=empty_list)
     hf_token_secret: str = Field("", description="Secret with key `token` passed to jobs as HF_TOKEN.")
-    ttl_seconds_after_finished: int = Field(7 * 24 * 3600, ge=0,
-                                            description="Seconds a finished Job or JobSet (and its logs) is kept.")
+    ttl_seconds_after_finished: int = Field(
+        7 * 24 * 3600, ge=0, description="Seconds a finished Job or JobSet (and its logs) is kept."
+    )
     ray_cluster_ttl_seconds: int = Field(
-        60, ge=0, le=3600, description="Seconds KubeRay keeps a finished RayJob's Ray cluster (its GPU nodes) "
-        "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.")
-    init_image: str = Field("alpine/git:2.45.2", description="Image of the checkout init container (needs sh and "
-                            "git); checked against images.allowed_registries and images.require_digest.")
+        60,
+        ge=0,
+        le=3600,
+        description="Seconds KubeRay keeps a finished RayJob's Ray cluster (its GPU nodes) "
+        "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.",
+    )
+    init_image: str = Field(
+        "alpine/git:2.45.2",
+        description="Image of the checkout init container (needs sh and "
+        "git); checked against images.allowed_registries and images.require_digest.",
+    )
     security: PodSecurity = Field(default_factory=defaults_of(PodSecurity))
     user: str = Field("", description="User name in output paths; default the git user or $USER.")
 
@@ -179,20 +228,28 @@ class Cluster(Strict):
 class Dataset(Strict):
     """A named data set every job of the lab sees, mounted where `<NAME>_DATA_DIR` says."""
 
-    path: str = Field("", description="Folder on the lab's storage, relative to the storage root "
-                                      "(every backend mounts that storage).")
-    volume: str = Field("", description="A PersistentVolumeClaim of its own, mounted read-only at "
-                                        "/mnt/datasets/<name> on Kubernetes.")
-    local_path: str = Field("", description="Where the data set lies on machines that run jobs without "
-                                            "Kubernetes (local backend, Slurm); default <storage root>/<path>.")
+    path: str = Field(
+        "", description="Folder on the lab's storage, relative to the storage root (every backend mounts that storage)."
+    )
+    volume: str = Field(
+        "", description="A PersistentVolumeClaim of its own, mounted read-only at /mnt/datasets/<name> on Kubernetes."
+    )
+    local_path: str = Field(
+        "",
+        description="Where the data set lies on machines that run jobs without "
+        "Kubernetes (local backend, Slurm); default <storage root>/<path>.",
+    )
     read_only: bool = Field(True, description="Mount the volume read-only.")
 
 
 class Tool(Strict):
     """How the lab's CI (and its pre-commit hook, when local) installs tp."""
 
-    requirement: str = Field("", description="PEP 508 requirement pip installs in CI: tuneplane==VERSION, or "
-                                             "'tuneplane @ git+URL@TAG-OR-COMMIT'. Empty: CI stops and says so.")
+    requirement: str = Field(
+        "",
+        description="PEP 508 requirement pip installs in CI: tuneplane==VERSION, or "
+        "'tuneplane @ git+URL@TAG-OR-COMMIT'. Empty: CI stops and says so.",
+    )
     index_url: str = Field("", description="Package index to install from instead of PyPI; empty for PyPI.")
 
 
@@ -206,23 +263,30 @@ class Webhook(Strict):
 
     name: str = Field("", description="A name for the bot's log lines; default the variable or file.")
     format: Literal["json", "slack"] = Field(
-        "json", description="json: the transition as a JSON object; slack: a Slack-compatible `text` message.")
-    url_env: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$",
-                         description="Environment variable holding the webhook URL (e.g. a CI secret).")
+        "json", description="json: the transition as a JSON object; slack: a Slack-compatible `text` message."
+    )
+    url_env: str = Field(
+        "",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$",
+        description="Environment variable holding the webhook URL (e.g. a CI secret).",
+    )
     url_file: str = Field("", description="File outside the lab holding the webhook URL (~ is your home).")
-    phases: list[Phase] = Field(default_factory=_ended,
-                                description="The phases a run entering them is announced for.")
-    experiments: list[str] = Field(default_factory=empty_list,
-                                   description="Only runs of these experiments; empty for every experiment.")
-    timeout_seconds: float = Field(5.0, gt=0, le=60,
-                                   description="Most seconds one bot run spends on this webhook, retries included.")
+    phases: list[Phase] = Field(default_factory=_ended, description="The phases a run entering them is announced for.")
+    experiments: list[str] = Field(
+        default_factory=empty_list, description="Only runs of these experiments; empty for every experiment."
+    )
+    timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="Most seconds one bot run spends on this webhook, retries included."
+    )
     retries: int = Field(2, ge=0, le=5, description="Tries after the first within that time (5xx, timeouts).")
 
     @model_validator(mode="after")
     def _one_url_source(self) -> Self:
         if bool(self.url_env) == bool(self.url_file):
-            raise ValueError("give the webhook URL's source: exactly one of url_env (an environment variable) or "
-                             "url_file (a file outside the lab); the URL itself never goes into git")
+            raise ValueError(
+                "give the webhook URL's source: exactly one of url_env (an environment variable) or "
+                "url_file (a file outside the lab); the URL itself never goes into git"
+            )
         for name in self.experiments:
             if not NAME.match(name):
                 raise ValueError(f"experiments: {name!r} is not an experiment name")
@@ -244,19 +308,23 @@ class LabFile(Strict):
     api_version: Literal["tuneplane/project/v1"] = Field(alias="apiVersion")
     name: str = Field(pattern=LAB_NAME_RE, description="The lab's name.")
     profiles: dict[str, Profile] = Field(default_factory=lambda: {"local": _local_profile()})
-    retry: RetryPolicy = Field(default_factory=defaults_of(RetryPolicy),
-                               description="How often runs are tried; a profile or a run request may set its own.")
+    retry: RetryPolicy = Field(
+        default_factory=defaults_of(RetryPolicy),
+        description="How often runs are tried; a profile or a run request may set its own.",
+    )
     images: Images = Field(default_factory=defaults_of(Images))
     cluster: Cluster = Field(default_factory=defaults_of(Cluster))
     experiment_roots: list[str] = Field(
         default_factory=lambda: ["experiments"],
-        description="Folders that hold experiments (each experiment is <root>/<name>/); names are unique "
-                    "across them.")
+        description="Folders that hold experiments (each experiment is <root>/<name>/); names are unique across them.",
+    )
     shared_code: list[str] = Field(
         default_factory=empty_list,
         description="Lab folders of Python code every job imports (e.g. common): each ships with the job "
-                    "and is importable by its folder name on every backend.")
+        "and is importable by its folder name on every backend.",
+    )
     datasets: dict[str, Dataset] = Field(
-        default_factory=empty_dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR.")
+        default_factory=empty_dict, description="Named data sets; a job finds each at $<NAME>_DATA_DIR."
+    )
     tool: Tool = Field(default_factory=defaults_of(Tool))
     notify: Notify = Field(default_factory=defaults_of(Notify), description="Messages when runs change phase.")

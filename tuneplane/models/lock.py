@@ -48,8 +48,9 @@ class Bindings(Strict):
 
 
 class RecipeLock(Strict):
-    api_version: Literal["tuneplane/recipe-lock/v1", "forge/recipe-lock/v2", "forge/recipe-lock/v3",
-                         "forge/recipe-lock/v4"] = Field(alias="apiVersion")
+    api_version: Literal[
+        "tuneplane/recipe-lock/v1", "forge/recipe-lock/v2", "forge/recipe-lock/v3", "forge/recipe-lock/v4"
+    ] = Field(alias="apiVersion")
     recipe: LockedRecipe
     framework: LockedFramework
     created_by: CreatedBy

@@ -31,7 +31,7 @@ def _specifier(value: str) -> str:
     try:
         SpecifierSet(value)
     except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a PEP 440 version specifier (e.g. \">=0.1,<1\")") from None
+        raise ValueError(f'{value!r} is not a PEP 440 version specifier (e.g. ">=0.1,<1")') from None
     return value
 
 
@@ -40,8 +40,9 @@ class PluginRequires(StrictModel):
 
     core: str = Field("", description="PEP 440 specifier the running tuneplane must satisfy.")
     python: str = Field("", description="PEP 440 specifier for the job's Python.")
-    frameworks: list[str] = Field(default_factory=empty_list,
-                                  description="Frameworks the plugin supports; empty means any.")
+    frameworks: list[str] = Field(
+        default_factory=empty_list, description="Frameworks the plugin supports; empty means any."
+    )
 
     _check_core = field_validator("core", "python")(_specifier)
 
@@ -69,44 +70,57 @@ class PluginManifest(StrictModel):
     schema_: Literal["tuneplane/plugin/v1"] = Field(alias="schema", description="Always tuneplane/plugin/v1.")
     name: str = Field(pattern=f"^{SEGMENT}$", description="The plugin name; `install_deferred` takes it.")
     version: str = Field(pattern=f"^{SEGMENT}$", description="The plugin version, a string.")
-    capability: Literal["algorithm", "environment", "data-prep", "framework-integration", "recipe",
-                        "benchmark", "playbook", "prompt"] = Field(description="What the plugin provides.")
+    capability: Literal[
+        "algorithm", "environment", "data-prep", "framework-integration", "recipe", "benchmark", "playbook", "prompt"
+    ] = Field(description="What the plugin provides.")
     execution: Literal["local", "job"] | None = Field(
-        None, description="data-prep only: runs on your machine (local) or in a job.")
+        None, description="data-prep only: runs on your machine (local) or in a job."
+    )
     summary: str = Field("", description="One line saying what the plugin changes.")
-    entrypoint: str | None = Field(None, pattern=f"^{ENTRYPOINT}$",
-                                   description="module:function the launcher calls (algorithm).")
+    entrypoint: str | None = Field(
+        None, pattern=f"^{ENTRYPOINT}$", description="module:function the launcher calls (algorithm)."
+    )
     load: Literal["eager", "deferred"] = Field(
-        "eager", description="eager: install(params) before training; deferred: the trainer calls "
-                             "tuneplane.plugins.install_deferred(name, **ctx).")
+        "eager",
+        description="eager: install(params) before training; deferred: the trainer calls "
+        "tuneplane.plugins.install_deferred(name, **ctx).",
+    )
     requires: PluginRequires = Field(default_factory=defaults_of(PluginRequires))
     scope: Literal["entrypoint"] = Field("entrypoint", description="Where it applies: the entrypoint.")
     params: dict[str, PluginParam] = Field(
-        default_factory=empty_dict, description="Parameters the plugin reads from install(params), by full dotted "
-                                          "name (opsd.scale); `tp submit --set` checks them.")
+        default_factory=empty_dict,
+        description="Parameters the plugin reads from install(params), by full dotted "
+        "name (opsd.scale); `tp submit --set` checks them.",
+    )
 
     @field_validator("params")
     @classmethod
     def _param_names(cls, value: dict[str, PluginParam]) -> dict[str, PluginParam]:
         bad = [name for name in value if not re.match(PARAM_NAME, name)]
         if bad:
-            raise ValueError(f"parameter names must be dotted Python names like opsd.scale, not "
-                             f"{', '.join(map(repr, bad))}")
+            raise ValueError(
+                f"parameter names must be dotted Python names like opsd.scale, not {', '.join(map(repr, bad))}"
+            )
         return value
 
     @model_validator(mode="after")
     def _capability_rules(self) -> Self:
         if self.capability == "data-prep" and self.execution is None:
-            raise PydanticCustomError("plugin_rule", "a data-prep plugin needs `execution: local` or "
-                                      "`execution: job`", {"field": "capability"})
+            raise PydanticCustomError(
+                "plugin_rule",
+                "a data-prep plugin needs `execution: local` or `execution: job`",
+                {"field": "capability"},
+            )
         if self.capability != "data-prep" and self.execution is not None:
             raise PydanticCustomError(
-                "plugin_rule", f"`execution` is only for data-prep; a {self.capability} plugin's location "
-                "follows from its capability", {"field": "execution"})
+                "plugin_rule",
+                f"`execution` is only for data-prep; a {self.capability} plugin's location follows from its capability",
+                {"field": "execution"},
+            )
         if self.capability == "algorithm" and not self.entrypoint:
             raise PydanticCustomError(
-                "plugin_rule", "an algorithm plugin needs `entrypoint: module:function`",
-                {"field": "capability"})
+                "plugin_rule", "an algorithm plugin needs `entrypoint: module:function`", {"field": "capability"}
+            )
         return self
 
     @property

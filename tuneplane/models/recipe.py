@@ -34,11 +34,14 @@ class Entrypoint(Strict):
 
     kind: Literal["module", "file", "experiment"] = Field(
         description="experiment: a file of the experiment; module: a module of the image; "
-                    "file: a file of the framework inside the image, relative to the runtime's `root`.")
+        "file: a file of the framework inside the image, relative to the runtime's `root`."
+    )
     value: str
     experiment_override: str = Field(
-        "", description="An experiment file (e.g. run.py) started instead, with the same arguments, "
-                        "when the experiment has it.")
+        "",
+        description="An experiment file (e.g. run.py) started instead, with the same arguments, "
+        "when the experiment has it.",
+    )
 
 
 class AdapterOptions(Strict):
@@ -56,19 +59,25 @@ class ConfigPolicy(Strict):
     """How `tp validate` reads the experiment's config.yaml."""
 
     mode: Literal["open", "closed", "user"] = Field(
-        "open", description="closed: every key is a parameter or a pass-through key (anything else is an "
-                            "error); open: other keys are kept; user: the file is the user's own, never parsed.")
+        "open",
+        description="closed: every key is a parameter or a pass-through key (anything else is an "
+        "error); open: other keys are kept; user: the file is the user's own, never parsed.",
+    )
     target: str = Field("", description="What consumes the config, e.g. trl.SFTConfig (for people and tests).")
-    passthrough: list[str] = Field(default_factory=empty_list,
-                                   description="Keys beyond the params that the framework or the template reads.")
+    passthrough: list[str] = Field(
+        default_factory=empty_list, description="Keys beyond the params that the framework or the template reads."
+    )
 
 
 class NativeOutput(Strict):
     """A metrics file the framework writes under the out dir, read by the native collector."""
 
     format: Literal["tensorboard", "jsonl"]
-    path: str = Field(min_length=1, max_length=512,
-                      description="Relative to the out dir: a TensorBoard log directory or a JSON-lines file.")
+    path: str = Field(
+        min_length=1,
+        max_length=512,
+        description="Relative to the out dir: a TensorBoard log directory or a JSON-lines file.",
+    )
     key: str | None = Field(None, description="JSON lines, one point per line: the field holding the name.")
     step: str = Field("step", description="JSON lines: the field holding the step.")
     value: str = Field("value", description="JSON lines, one point per line: the field holding the value.")
@@ -80,8 +89,7 @@ class NativeOutput(Strict):
     def _inside_out_dir(cls, path: str) -> str:
         parts = path.replace("\\", "/").split("/")
         if path.startswith(("/", "\\", "~")) or ".." in parts or "\0" in path:
-            raise ValueError(f"path {path!r} must stay inside the out dir: relative to it, without '..' "
-                             "(e.g. logs/tb)")
+            raise ValueError(f"path {path!r} must stay inside the out dir: relative to it, without '..' (e.g. logs/tb)")
         return path
 
     @property
@@ -102,8 +110,10 @@ class Metrics(Strict):
     primary: list[str] = Field(default_factory=empty_list)
     aliases: dict[str, str] = Field(default_factory=empty_dict)
     native: list[NativeOutput] = Field(
-        default_factory=empty_list, max_length=64,
-        description="Native metric files the collector sends (docs/reference/collector.md).")
+        default_factory=empty_list,
+        max_length=64,
+        description="Native metric files the collector sends (docs/reference/collector.md).",
+    )
 
 
 class Artifacts(Strict):
@@ -119,10 +129,12 @@ class RuntimeVersion(Strict):
     runtime_id: str
     requires: str = ""
     image: str = ""
-    root: str = Field("", description="Where the framework's source tree sits in the image; "
-                                      "a `file` entrypoint is relative to it.")
-    deprecated: bool = Field(False, description="Still admitted for existing locks, with a warning; "
-                                                "not offered to new experiments.")
+    root: str = Field(
+        "", description="Where the framework's source tree sits in the image; a `file` entrypoint is relative to it."
+    )
+    deprecated: bool = Field(
+        False, description="Still admitted for existing locks, with a warning; not offered to new experiments."
+    )
 
 
 class Runtime(Strict):
@@ -142,10 +154,10 @@ RULE_INPUTS = ("model", "train_data", "validation_data")
 class RuleCondition(Strict):
     """`when: {key: algo.advantage.estimator, in: [gae]}`: the rule applies when the key has one of the values."""
 
-    key: str = Field(min_length=1, description="A dotted config path or an input name (model, train_data, "
-                                               "validation_data).")
-    in_: list[Scalar] = Field(alias="in", min_length=1,
-                                                description="The values for which the rule applies.")
+    key: str = Field(
+        min_length=1, description="A dotted config path or an input name (model, train_data, validation_data)."
+    )
+    in_: list[Scalar] = Field(alias="in", min_length=1, description="The values for which the rule applies.")
 
 
 class RecipeRule(Strict):
@@ -156,10 +168,11 @@ class RecipeRule(Strict):
 
     id: str = Field(pattern=RULE_ID_RE, max_length=64, description="Named in every report of the rule.")
     when: str | RuleCondition = Field(
-        "", description="Empty: always. A config path or input name: when it is set. A mapping "
-                        "`{key, in}`: when the key's value is one of `in`.")
-    require_any: list[str] = Field(min_length=1, description="Config paths or input names; at least one "
-                                                             "must be set.")
+        "",
+        description="Empty: always. A config path or input name: when it is set. A mapping "
+        "`{key, in}`: when the key's value is one of `in`.",
+    )
+    require_any: list[str] = Field(min_length=1, description="Config paths or input names; at least one must be set.")
     message: str = Field(min_length=1, description="What the framework does when the rule is broken.")
     hint: str = Field("", description="How to fix it; the keys to set are named after it.")
     severity: Literal["error", "warning"] = "error"
@@ -187,8 +200,11 @@ class Recipe(Strict):
     requires: Requires = Field(default_factory=defaults_of(Requires))
     params: dict[str, Param] = Field(default_factory=empty_dict)
     config: ConfigPolicy = Field(default_factory=defaults_of(ConfigPolicy))
-    rules: list[RecipeRule] = Field(default_factory=empty_list, max_length=64,
-                                    description="Cross-field requirements of the framework (docs/reference/files.md).")
+    rules: list[RecipeRule] = Field(
+        default_factory=empty_list,
+        max_length=64,
+        description="Cross-field requirements of the framework (docs/reference/files.md).",
+    )
 
     @model_validator(mode="after")
     def _rule_ids_unique(self) -> Self:

@@ -16,7 +16,6 @@ PROFILE_RE = rf"^{NAME_PATTERN}(:[0-9]+)?$"
 RUN_ID = re.compile(RUN_ID_RE.removesuffix("$") + r"\Z")  # a whole run id, for Python code
 
 
-
 class Inputs(Strict):
     model: str = ""
     train_data: str = ""
@@ -32,17 +31,24 @@ class RunRequest(Strict):
     api_version: Literal["tuneplane/run/v1"] = Field(RUN_API, alias="apiVersion")
     kind: Literal["RunRequest"] = "RunRequest"
     experiment: str = Field(pattern=NAME_RE)
-    run_id: str = Field(pattern=RUN_ID_RE, description="UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex "
-                        "digits>; sorts by time, unique without coordination.")
+    run_id: str = Field(
+        pattern=RUN_ID_RE,
+        description="UTC time, then random hex: YYYYMMDD-HHMMSS-<6 to 12 hex "
+        "digits>; sorts by time, unique without coordination.",
+    )
     operation: Literal["train", "export", "eval"] = "train"
     profile: str = Field(pattern=PROFILE_RE, description="NAME or NAME:TOTAL_GPUS.")
     image: str = ""
     observability_url: str = ""
     set: dict[str, Scalar] = Field(default_factory=empty_dict, description="Hyperparameter overrides.")
     inputs: Inputs = Field(default_factory=defaults_of(Inputs))
-    timeout: int | None = Field(None, ge=60, le=365 * 24 * 3600,
-                                description="Seconds before the job is stopped (at most a year, as a profile's "
-                                            "`time_limit`: every engine takes it).")
+    timeout: int | None = Field(
+        None,
+        ge=60,
+        le=365 * 24 * 3600,
+        description="Seconds before the job is stopped (at most a year, as a profile's "
+        "`time_limit`: every engine takes it).",
+    )
     requested_by: str = ""
     message: str = ""
     created_at: str = ""
@@ -128,9 +134,11 @@ class RunStatus(Strict):
     out_dir: str = ""
     artifacts: list[Artifact] = Field(default_factory=empty_list)
     metrics: dict[str, float] = Field(default_factory=empty_dict, description="Last value of each primary metric.")
-    metric_history: dict[str, list[float]] = Field(default_factory=empty_dict,
-                                                   description="Recent values, for sparklines.")
+    metric_history: dict[str, list[float]] = Field(
+        default_factory=empty_dict, description="Recent values, for sparklines."
+    )
     history: list[Transition] = Field(default_factory=empty_list)
     attempts: list[Attempt] = Field(default_factory=empty_list, description="Every attempt, oldest first.")
-    retry: RetryPolicy | None = Field(None, description="The retry policy the run was submitted under "
-                                      "(none: the default policy).")
+    retry: RetryPolicy | None = Field(
+        None, description="The retry policy the run was submitted under (none: the default policy)."
+    )

@@ -47,12 +47,14 @@ class Sweep(Strict):
     set: dict[str, Scalar] = Field(default_factory=empty_dict, description="Overrides every trial shares.")
     inputs: Inputs = Field(default_factory=defaults_of(Inputs))
     timeout: int | None = Field(None, ge=60, description="Seconds before each trial's job is stopped.")
-    grid: dict[str, list[Scalar]] = Field(default_factory=empty_dict,
-                                          description="Parameter → values; trials are every combination.")
+    grid: dict[str, list[Scalar]] = Field(
+        default_factory=empty_dict, description="Parameter → values; trials are every combination."
+    )
     sample: Sample | None = Field(None, description="Run a seeded random sample of the combinations instead.")
     max_trials: int = Field(64, ge=1, le=MAX_TRIALS, description="Most trials the sweep may expand to.")
-    reruns: dict[str, int] = Field(default_factory=empty_dict,
-                                   description="Trial run id → times its trial was run again (tp sweep rerun).")
+    reruns: dict[str, int] = Field(
+        default_factory=empty_dict, description="Trial run id → times its trial was run again (tp sweep rerun)."
+    )
     early_stopping: None = Field(None, description="Reserved for early stopping; not supported yet, leave it out.")
     requested_by: str = ""
     message: str = ""

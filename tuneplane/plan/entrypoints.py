@@ -32,8 +32,9 @@ def root_variable(framework: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", framework).upper() + "_ROOT"
 
 
-def effective_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe,
-                         local_env: dict[str, str] | None = None) -> tuple[str, str]:
+def effective_entrypoint(
+    exp_dir: Path, lock: RecipeLock, recipe: Recipe, local_env: dict[str, str] | None = None
+) -> tuple[str, str]:
     """(kind, value) the job starts: the experiment's override when present, else the recipe's entry.
 
     A `file` entry comes back as its absolute path in the image. UsageError when an `experiment`
@@ -42,9 +43,11 @@ def effective_entrypoint(exp_dir: Path, lock: RecipeLock, recipe: Recipe,
     kind, value = locked_entrypoint(lock, recipe)
     if kind == "experiment":
         if resolve_entrypoint(exp_dir, value) is None:
-            raise UsageError(entrypoint_message(recipe.framework),
-                             hint=f"the recipe runs {value!r}: it must be a regular file inside "
-                                  f"experiments/{exp_dir.name}/ (renamed or deleted? restore it)")
+            raise UsageError(
+                entrypoint_message(recipe.framework),
+                hint=f"the recipe runs {value!r}: it must be a regular file inside "
+                f"experiments/{exp_dir.name}/ (renamed or deleted? restore it)",
+            )
         return kind, value
     override = recipe.entrypoint.experiment_override
     if override and resolve_entrypoint(exp_dir, override) is not None:
@@ -61,7 +64,9 @@ def _in_image(recipe: Recipe, version: str, value: str, local_root: str | None) 
     runtime = recipe.runtime.versions.get(version)
     root = local_root or (runtime.root if runtime else "")
     if not root:
-        raise UsageError(f"{recipe.name} starts {value!r} from the framework's folder in the image, but "
-                         f"runtime {version!r} names no root folder",
-                         hint=f"add run.py to the experiment, or use a runtime of {recipe.name} that names its root")
+        raise UsageError(
+            f"{recipe.name} starts {value!r} from the framework's folder in the image, but "
+            f"runtime {version!r} names no root folder",
+            hint=f"add run.py to the experiment, or use a runtime of {recipe.name} that names its root",
+        )
     return f"{root.rstrip('/')}/{value}"

@@ -53,17 +53,19 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
     if ingest_endpoint:
         env[JOB_ENDPOINT] = ingest_endpoint
         env[JOB_RUN_ID] = spec.metadata.run_id
-    env.update({
-        "TUNEPLANE_RUN_ID": spec.metadata.run_id,
-        RUN_DIR_ENV: paths.run_dir,
-        STORAGE_ROOT_ENV: paths.storage_root,
-        "TUNEPLANE_FRAMEWORK_VERSION": body.framework.version,
-        "TUNEPLANE_RUNTIME_ID": body.framework.runtime_id,
-        "TUNEPLANE_RECIPE_VERSION": body.recipe.version,
-        "TUNEPLANE_RECIPE_DIGEST": body.recipe.digest,
-        "TUNEPLANE_CORE_VERSION": __version__,
-        "TUNEPLANE_RECIPE_PLUGINS": ",".join(body.recipe.plugins),
-    })
+    env.update(
+        {
+            "TUNEPLANE_RUN_ID": spec.metadata.run_id,
+            RUN_DIR_ENV: paths.run_dir,
+            STORAGE_ROOT_ENV: paths.storage_root,
+            "TUNEPLANE_FRAMEWORK_VERSION": body.framework.version,
+            "TUNEPLANE_RUNTIME_ID": body.framework.runtime_id,
+            "TUNEPLANE_RECIPE_VERSION": body.recipe.version,
+            "TUNEPLANE_RECIPE_DIGEST": body.recipe.digest,
+            "TUNEPLANE_CORE_VERSION": __version__,
+            "TUNEPLANE_RECIPE_PLUGINS": ",".join(body.recipe.plugins),
+        }
+    )
     if body.framework.observability_url:
         env["TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"] = body.framework.observability_url
     native = body.recipe.adapter.native_metrics

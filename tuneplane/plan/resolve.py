@@ -86,13 +86,23 @@ class PreparedExperiment:
         return any(p.capability == "algorithm" for p in self.plugins)
 
 
-def resolve(lab: Lab, experiment: str, request: RunRequest, *, commit: str, dirty: bool,
-            allow_dirty: bool = False, catalog: Catalog | None = None,
-            env: dict[str, str] | None = None, warnings: list[str] | None = None) -> JobSpec:
+def resolve(
+    lab: Lab,
+    experiment: str,
+    request: RunRequest,
+    *,
+    commit: str,
+    dirty: bool,
+    allow_dirty: bool = False,
+    catalog: Catalog | None = None,
+    env: dict[str, str] | None = None,
+    warnings: list[str] | None = None,
+) -> JobSpec:
     """The JobSpec of `request`; raises UsageError with the first refusal and how to fix it."""
     prepared = prepare_experiment(lab, experiment, catalog or load_catalog())
-    return resolve_prepared(lab, prepared, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty,
-                            env=env, warnings=warnings)
+    return resolve_prepared(
+        lab, prepared, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env, warnings=warnings
+    )
 
 
 # ── per experiment ──────────────────────────────────────────────────────────────────────────────────
@@ -104,12 +114,15 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     ctx = load_experiment(lab, catalog, experiment)
     _raise_first(ctx.problems)
     if ctx.lock is None or ctx.lock_doc is None:
-        raise UsageError(f"experiment {experiment!r} has no usable recipe.lock.json",
-                         hint=f"re-lock it with `tp recipe upgrade {experiment}`")
+        raise UsageError(
+            f"experiment {experiment!r} has no usable recipe.lock.json",
+            hint=f"re-lock it with `tp recipe upgrade {experiment}`",
+        )
     _raise_first(admit(ctx.lock, ctx.lock_doc, catalog, experiment))
     if ctx.recipe is None:
-        raise UsageError(f"recipe {ctx.lock.recipe.name!r} of {experiment} is not in the catalog",
-                         hint="see `tp methods`")
+        raise UsageError(
+            f"recipe {ctx.lock.recipe.name!r} of {experiment} is not in the catalog", hint="see `tp methods`"
+        )
     recipe = ctx.recipe
     config = ctx.config.data if ctx.config is not None else None
     _raise_first([p for p in config_rule.check(ctx) if p.rule == "config-unknown"])  # a closed config
@@ -117,15 +130,28 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     rel = lab.experiment_rel(experiment)
     _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
     plugins, plugin_params = _plugins(lab, ctx.dir, recipe)
-    _raise_refusals(check_algorithm_plugins(recipe.framework,
-                                            [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
-                    f"{rel}/plugins.lock.json")
+    _raise_refusals(
+        check_algorithm_plugins(recipe.framework, [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
+        f"{rel}/plugins.lock.json",
+    )
     written = ctx.config.plain if ctx.config is not None else {}
-    base = _base_hyperparams(recipe.params, config, rel, written) | \
-        _base_hyperparams(plugin_params, config, rel, written)
+    base = _base_hyperparams(recipe.params, config, rel, written) | _base_hyperparams(
+        plugin_params, config, rel, written
+    )
     native = merge_native(recipe.metrics.native, ctx.manifest.metrics.native if ctx.manifest else [])
-    return PreparedExperiment(experiment, ctx.dir, ctx.lock, recipe, config, _config_digest(ctx.dir, ctx.lab.root),
-                              tuple(plugins), base, plugin_params, tuple(native), ctx.config)
+    return PreparedExperiment(
+        experiment,
+        ctx.dir,
+        ctx.lock,
+        recipe,
+        config,
+        _config_digest(ctx.dir, ctx.lab.root),
+        tuple(plugins),
+        base,
+        plugin_params,
+        tuple(native),
+        ctx.config,
+    )
 
 
 def _refuse_broken_lab(lab: Lab) -> None:
@@ -156,8 +182,7 @@ def _config_digest(exp_dir: Path, root: Path) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _base_hyperparams(params: dict[str, Param], config: object, rel: str,
-                      written: dict[str, str]) -> dict[str, Scalar]:
+def _base_hyperparams(params: dict[str, Param], config: object, rel: str, written: dict[str, str]) -> dict[str, Scalar]:
     """Config values at the param paths, read by their type (`check.params.config_value`), else the
     defaults; keyed by dotted config path (a plugin parameter's path is its name)."""
     values: dict[str, Scalar] = {}
@@ -171,8 +196,10 @@ def _base_hyperparams(params: dict[str, Param], config: object, rel: str,
             continue
         problem = check_value(param, value)
         if problem:
-            raise UsageError(f"{rel}/config.yaml: {param.path}: {problem}",
-                             hint=param.doc or f"see `tp methods` for parameter {name}")
+            raise UsageError(
+                f"{rel}/config.yaml: {param.path}: {problem}",
+                hint=param.doc or f"see `tp methods` for parameter {name}",
+            )
         values[param.path] = _normalise(param.type, value)
     return values
 
@@ -196,8 +223,7 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], 
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
 
-    _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins),
-                                          __version__))
+    _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins), __version__))
     lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
     refs: list[PluginRef] = []
     params: dict[str, Param] = {}
@@ -206,10 +232,19 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], 
         manifest = load_plugin_manifest(folder)
         if manifest.capability == "algorithm":
             params.update({name: p.model_copy(update={"path": name}) for name, p in manifest.params.items()})
-        refs.append(PluginRef(id=entry.id, name=entry.name, version=entry.version, digest=entry.digest,
-                              capability=manifest.capability, entrypoint=manifest.entrypoint or "",
-                              load=manifest.load, requires_core=manifest.requires.core,
-                              source=lab.rel(folder)))
+        refs.append(
+            PluginRef(
+                id=entry.id,
+                name=entry.name,
+                version=entry.version,
+                digest=entry.digest,
+                capability=manifest.capability,
+                entrypoint=manifest.entrypoint or "",
+                load=manifest.load,
+                requires_core=manifest.requires.core,
+                source=lab.rel(folder),
+            )
+        )
     return refs, params
 
 
@@ -220,27 +255,41 @@ def _no_plugins_locked(lock_path: Path) -> bool:
         data = parse_json(fs.read_text(lock_path, fs.MAX_BYTES), lock_path.name).data
     except LoadFailed:
         return False  # let the full check name the problem
-    return (isinstance(data, dict) and data.get("apiVersion") == "tuneplane/plugins-lock/v1"
-            and data.get("plugins") == [])
+    return (
+        isinstance(data, dict) and data.get("apiVersion") == "tuneplane/plugins-lock/v1" and data.get("plugins") == []
+    )
 
 
 # ── per run request ─────────────────────────────────────────────────────────────────────────────────
 
 
-def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest, *, commit: str,
-                     dirty: bool, allow_dirty: bool = False, env: dict[str, str] | None = None,
-                     warnings: list[str] | None = None) -> JobSpec:
+def resolve_prepared(
+    lab: Lab,
+    prepared: PreparedExperiment,
+    request: RunRequest,
+    *,
+    commit: str,
+    dirty: bool,
+    allow_dirty: bool = False,
+    env: dict[str, str] | None = None,
+    warnings: list[str] | None = None,
+) -> JobSpec:
     """The JobSpec; admitted-with-a-warning facts (a `--set` key no plugin declares) go to `warnings`."""
     env = dict(os.environ) if env is None else env
     recipe, settings = prepared.recipe, lab.config
     if request.experiment != prepared.name:
-        raise UsageError(f"the run request names experiment {request.experiment!r}, not {prepared.name!r}",
-                         hint="fix `experiment:` in the run request or move it under runs/<experiment>/")
+        raise UsageError(
+            f"the run request names experiment {request.experiment!r}, not {prepared.name!r}",
+            hint="fix `experiment:` in the run request or move it under runs/<experiment>/",
+        )
     if dirty and not allow_dirty:
-        raise UsageError("the lab has uncommitted changes: the job would run a commit, not what you see",
-                         hint="commit them first (the job clones the commit), or pass --allow-dirty")
-    refusals = check_request(settings, recipe, request, env, plugin_params=prepared.plugin_params,
-                             plugins_locked=prepared.plugins_locked)
+        raise UsageError(
+            "the lab has uncommitted changes: the job would run a commit, not what you see",
+            hint="commit them first (the job clones the commit), or pass --allow-dirty",
+        )
+    refusals = check_request(
+        settings, recipe, request, env, plugin_params=prepared.plugin_params, plugins_locked=prepared.plugins_locked
+    )
     _raise_refusals([r for r in refusals if r.severity == "error"])
     hyperparams = _hyperparams(prepared, request)
     broken = _broken_rules(lab, prepared, request, hyperparams)
@@ -251,31 +300,52 @@ def resolve_prepared(lab: Lab, prepared: PreparedExperiment, request: RunRequest
     shape = _shape(lab, request, recipe)
     local = shape.local or settings.cluster.backend == "local"
     if local and shape.nodes > 1:
-        raise UsageError(f"profile {request.profile} needs {shape.nodes} nodes, but this lab runs jobs on one "
-                         "machine (cluster.backend: local)",
-                         hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes "
-                              "in tuneplane.yaml")
+        raise UsageError(
+            f"profile {request.profile} needs {shape.nodes} nodes, but this lab runs jobs on one "
+            "machine (cluster.backend: local)",
+            hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes in tuneplane.yaml",
+        )
     if local:
         _raise_refusals(local_inputs(request))
     else:
         _check_init_image(settings)
     paths = _paths(lab, prepared.name, request.run_id, local, env)
     return JobSpec(
-        metadata=JobMeta(name=object_name(prepared.name, request.run_id), experiment=prepared.name,
-                         run_id=request.run_id, lab=lab.name, user=_user(lab)),
+        metadata=JobMeta(
+            name=object_name(prepared.name, request.run_id),
+            experiment=prepared.name,
+            run_id=request.run_id,
+            lab=lab.name,
+            user=_user(lab),
+        ),
         spec=JobSpecBody(
-            operation=request.operation, recipe=_recipe_ref(prepared, env if shape.local else {}),
+            operation=request.operation,
+            recipe=_recipe_ref(prepared, env if shape.local else {}),
             framework=_framework_ref(prepared, request),
             image=_image(lab, recipe, prepared.lock, request, env),
-            hyperparams=hyperparams, inputs=_inputs(request, paths.storage_root),
-            resources=Resources(profile=shape.profile, nodes=shape.nodes, gpus_per_node=shape.gpus_per_node,
-                                local=local, procs_per_node=shape.procs_per_node),
-            plugins=list(prepared.plugins), timeout_seconds=_time_limit(lab, request), retry=_retry(lab, request),
+            hyperparams=hyperparams,
+            inputs=_inputs(request, paths.storage_root),
+            resources=Resources(
+                profile=shape.profile,
+                nodes=shape.nodes,
+                gpus_per_node=shape.gpus_per_node,
+                local=local,
+                procs_per_node=shape.procs_per_node,
+            ),
+            plugins=list(prepared.plugins),
+            timeout_seconds=_time_limit(lab, request),
+            retry=_retry(lab, request),
             paths=paths,
-            shared_code=list(settings.shared_code), datasets=_datasets(lab, paths.storage_root, local)),
-        provenance=JobProvenance(commit=request.commit or commit, dirty=dirty,
-                                 config_sha256=prepared.config_sha256, tool_version=__version__,
-                                 requested_by=request.requested_by),
+            shared_code=list(settings.shared_code),
+            datasets=_datasets(lab, paths.storage_root, local),
+        ),
+        provenance=JobProvenance(
+            commit=request.commit or commit,
+            dirty=dirty,
+            config_sha256=prepared.config_sha256,
+            tool_version=__version__,
+            requested_by=request.requested_by,
+        ),
     )
 
 
@@ -288,11 +358,18 @@ def _shape(lab: Lab, request: RunRequest, recipe: Recipe) -> Shape:
         return shape
     gpus = recipe.lifecycle_resources[request.operation]
     if gpus > shape.gpus_per_node and not shape.local:
-        raise UsageError(f"{recipe.name} {request.operation} needs {gpus} GPU(s) on one node; "
-                         f"profile {shape.profile} has {shape.gpus_per_node} per node",
-                         hint="pick a profile with more GPUs per node")
-    return Shape(shape.profile, 1, gpus if not shape.local else min(gpus, shape.gpus_per_node), shape.local,
-                 procs_per_node=shape.procs_per_node)
+        raise UsageError(
+            f"{recipe.name} {request.operation} needs {gpus} GPU(s) on one node; "
+            f"profile {shape.profile} has {shape.gpus_per_node} per node",
+            hint="pick a profile with more GPUs per node",
+        )
+    return Shape(
+        shape.profile,
+        1,
+        gpus if not shape.local else min(gpus, shape.gpus_per_node),
+        shape.local,
+        procs_per_node=shape.procs_per_node,
+    )
 
 
 def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> RecipeRef:
@@ -300,16 +377,28 @@ def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> Reci
     kind, value = effective_entrypoint(prepared.dir, lock, recipe, local_env)
     opts = recipe.adapter_options
     return RecipeRef(
-        name=recipe.name, version=lock.recipe.version, digest=lock.recipe.digest,
-        manifest_digest=lock.recipe.manifest_digest, template_digest=lock.recipe.template_digest,
-        entrypoint_kind=kind, entrypoint=value,
-        plugins=list(recipe.plugins), observability=opts.observability,
-        adapter=AdapterRef(launcher=opts.launcher, orchestrator=opts.orchestrator,
-                           config_mode=opts.config_mode,
-                           bindings=dict(opts.bindings), platform_owned=list(opts.platform_owned),
-                           required_inputs=list(opts.required_inputs), topology=_topology(opts.topology),
-                           lifecycle=dict(recipe.lifecycle), artifacts=_artifacts(recipe),
-                           native_metrics=[o.model_dump(exclude_none=True) for o in prepared.native]))
+        name=recipe.name,
+        version=lock.recipe.version,
+        digest=lock.recipe.digest,
+        manifest_digest=lock.recipe.manifest_digest,
+        template_digest=lock.recipe.template_digest,
+        entrypoint_kind=kind,
+        entrypoint=value,
+        plugins=list(recipe.plugins),
+        observability=opts.observability,
+        adapter=AdapterRef(
+            launcher=opts.launcher,
+            orchestrator=opts.orchestrator,
+            config_mode=opts.config_mode,
+            bindings=dict(opts.bindings),
+            platform_owned=list(opts.platform_owned),
+            required_inputs=list(opts.required_inputs),
+            topology=_topology(opts.topology),
+            lifecycle=dict(recipe.lifecycle),
+            artifacts=_artifacts(recipe),
+            native_metrics=[o.model_dump(exclude_none=True) for o in prepared.native],
+        ),
+    )
 
 
 def _topology(topology: dict[str, object]) -> dict[str, str | int]:
@@ -318,16 +407,24 @@ def _topology(topology: dict[str, object]) -> dict[str, str | int]:
 
 def _artifacts(recipe: Recipe) -> list[ArtifactRef]:
     a = recipe.artifacts
-    groups = (("checkpoint", "checkpoints", a.checkpoints), ("log", "logs", a.logs),
-              ("export", "exports", a.exports), ("evaluation", "evaluations", a.evaluations))
-    return [ArtifactRef(kind=kind, pattern=pattern, format=a.formats.get(key, ""))
-            for kind, key, patterns in groups for pattern in patterns]
+    groups = (
+        ("checkpoint", "checkpoints", a.checkpoints),
+        ("log", "logs", a.logs),
+        ("export", "exports", a.exports),
+        ("evaluation", "evaluations", a.evaluations),
+    )
+    return [
+        ArtifactRef(kind=kind, pattern=pattern, format=a.formats.get(key, ""))
+        for kind, key, patterns in groups
+        for pattern in patterns
+    ]
 
 
 def _framework_ref(prepared: PreparedExperiment, request: RunRequest) -> FrameworkRef:
     fw = prepared.lock.framework
-    return FrameworkRef(kind=fw.kind, version=fw.version, runtime_id=fw.runtime_id,
-                        observability_url=request.observability_url)
+    return FrameworkRef(
+        kind=fw.kind, version=fw.version, runtime_id=fw.runtime_id, observability_url=request.observability_url
+    )
 
 
 def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str, Scalar]:
@@ -341,30 +438,38 @@ def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str,
         param = recipe.params[name] if name is not None else prepared.plugin_params.get(key)
         # a key no parameter declares was admitted with a warning for the locked plugins: as given
         values[param.path if param else key] = _normalise(param.type, value) if param else value
-    missing = [f"{name} ({p.path})" for name, p in recipe.params.items()
-               if p.required and p.path not in values]
+    missing = [f"{name} ({p.path})" for name, p in recipe.params.items() if p.required and p.path not in values]
     if missing:
-        raise UsageError(f"required parameter(s) not set: {', '.join(missing)}",
-                         hint="set them in config.yaml or pass --set NAME=VALUE")
+        raise UsageError(
+            f"required parameter(s) not set: {', '.join(missing)}",
+            hint="set them in config.yaml or pass --set NAME=VALUE",
+        )
     return {path: values[path] for path in sorted(values)}
 
 
-def _broken_rules(lab: Lab, prepared: PreparedExperiment, request: RunRequest,
-                  hyperparams: dict[str, Scalar]) -> list[Problem]:
+def _broken_rules(
+    lab: Lab, prepared: PreparedExperiment, request: RunRequest, hyperparams: dict[str, Scalar]
+) -> list[Problem]:
     """The recipe's rules (`rules:` in recipe.yaml) on what the framework is started with."""
     if request.operation != "train":
         return []
     i = request.inputs
     inputs = {"model": i.model, "train_data": i.train_data, "validation_data": i.validation_data}
-    return requires.config_problems(prepared.recipe, prepared.config_doc,
-                                    f"{lab.experiment_rel(prepared.name)}/config.yaml", hyperparams, inputs)
+    return requires.config_problems(
+        prepared.recipe, prepared.config_doc, f"{lab.experiment_rel(prepared.name)}/config.yaml", hyperparams, inputs
+    )
 
 
 def _inputs(request: RunRequest, storage_root: str) -> InputsRef:
     i = request.inputs
-    return InputsRef(model=i.model, train_data=i.train_data, validation_data=i.validation_data,
-                     checkpoint=_storage_path(i.checkpoint, storage_root, "--checkpoint"),
-                     checkpoint_format=i.checkpoint_format, data=i.data)
+    return InputsRef(
+        model=i.model,
+        train_data=i.train_data,
+        validation_data=i.validation_data,
+        checkpoint=_storage_path(i.checkpoint, storage_root, "--checkpoint"),
+        checkpoint_format=i.checkpoint_format,
+        data=i.data,
+    )
 
 
 def _storage_path(value: str, storage_root: str, flag: str) -> str:
@@ -373,8 +478,10 @@ def _storage_path(value: str, storage_root: str, flag: str) -> str:
         return ""
     pure = PurePosixPath(value)
     if ".." in pure.parts:
-        raise UsageError(f"{flag} {value!r} may not contain '..'",
-                         hint="name it from the storage root, e.g. runs/<user>/<exp>/<run>/out/checkpoints/…")
+        raise UsageError(
+            f"{flag} {value!r} may not contain '..'",
+            hint="name it from the storage root, e.g. runs/<user>/<exp>/<run>/out/checkpoints/…",
+        )
     return str(pure) if pure.is_absolute() else str(PurePosixPath(storage_root) / pure)
 
 
@@ -386,19 +493,22 @@ def _image(lab: Lab, recipe: Recipe, lock: RecipeLock, request: RunRequest, env:
     runtime = recipe.runtime.versions.get(lock.framework.version)
     candidates = (
         (request.image, "--image"),
-        (lab.config.images.defaults.get(recipe.framework, ""),
-         f"images.defaults.{recipe.framework} in tuneplane.yaml"),
-        (_registry(env).get(lock.framework.runtime_id, "") if lock.framework.runtime_id else "",
-         f"{RUNTIME_IMAGES_ENV}[{lock.framework.runtime_id}]"),
+        (lab.config.images.defaults.get(recipe.framework, ""), f"images.defaults.{recipe.framework} in tuneplane.yaml"),
+        (
+            _registry(env).get(lock.framework.runtime_id, "") if lock.framework.runtime_id else "",
+            f"{RUNTIME_IMAGES_ENV}[{lock.framework.runtime_id}]",
+        ),
         (runtime.image if runtime else "", f"the catalog pin of {recipe.name} {lock.framework.version}"),
     )
     for image, source in candidates:
         if image:
             return _checked_image(lab, image, source)
-    raise UsageError(f"no image for {recipe.name} (framework {recipe.framework} {lock.framework.version})",
-                     hint=f"pass --image, set images.defaults.{recipe.framework} in tuneplane.yaml, "
-                          f"or ask an administrator to add {lock.framework.runtime_id or recipe.framework} "
-                          f"to {RUNTIME_IMAGES_ENV}")
+    raise UsageError(
+        f"no image for {recipe.name} (framework {recipe.framework} {lock.framework.version})",
+        hint=f"pass --image, set images.defaults.{recipe.framework} in tuneplane.yaml, "
+        f"or ask an administrator to add {lock.framework.runtime_id or recipe.framework} "
+        f"to {RUNTIME_IMAGES_ENV}",
+    )
 
 
 def _registry(env: dict[str, str]) -> dict[str, str]:
@@ -408,19 +518,24 @@ def _registry(env: dict[str, str]) -> dict[str, str]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{RUNTIME_IMAGES_ENV} is not valid JSON: {exc.msg}",
-                         hint='runtime id → image, e.g. {"trl-1.10.0": "registry/trl:1.10.0"}') from None
+        raise UsageError(
+            f"{RUNTIME_IMAGES_ENV} is not valid JSON: {exc.msg}",
+            hint='runtime id → image, e.g. {"trl-1.10.0": "registry/trl:1.10.0"}',
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise UsageError(f"{RUNTIME_IMAGES_ENV} must be a JSON object of runtime id → image",
-                         hint='for example {"trl-1.10.0": "registry/trl:1.10.0"}')
+        raise UsageError(
+            f"{RUNTIME_IMAGES_ENV} must be a JSON object of runtime id → image",
+            hint='for example {"trl-1.10.0": "registry/trl:1.10.0"}',
+        )
     return data
 
 
 def _check_init_image(settings: LabFile) -> None:
     """The checkout init container's image, checked as `tp validate` checks it (rule cluster-init-image)."""
     try:
-        check_init_image(settings.cluster.init_image, settings.images.allowed_registries,
-                         settings.images.require_digest)
+        check_init_image(
+            settings.cluster.init_image, settings.images.allowed_registries, settings.images.require_digest
+        )
     except ImageError as exc:
         raise UsageError(f"cluster.init_image in tuneplane.yaml: {exc}", hint=exc.hint) from None
 
@@ -455,8 +570,7 @@ def storage_root(lab: Lab, local: bool, env: dict[str, str]) -> str:
         return str(root if root.is_absolute() else (lab.root / root))
     if env.get(STORAGE_ROOT_ENV):
         return str(Path(os.path.expanduser(env[STORAGE_ROOT_ENV])).absolute())
-    data_home = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"),
-                                                         ".local", "share")
+    data_home = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
     return str(Path(data_home) / "tuneplane")
 
 
@@ -464,9 +578,14 @@ def _paths(lab: Lab, experiment: str, run_id: str, local: bool, env: dict[str, s
     root = storage_root(lab, local, env)
     run_dir = str(PurePosixPath(root) / "runs" / _user(lab) / experiment / run_id)
     work_dir = f"{run_dir}/work"
-    return Paths(storage_root=root, run_dir=run_dir, work_dir=work_dir,
-                 exp_dir=f"{work_dir}/{lab.experiment_rel(experiment)}", out_dir=f"{run_dir}/out",
-                 hf_home=_local_hf_home(env) if local else "")
+    return Paths(
+        storage_root=root,
+        run_dir=run_dir,
+        work_dir=work_dir,
+        exp_dir=f"{work_dir}/{lab.experiment_rel(experiment)}",
+        out_dir=f"{run_dir}/out",
+        hf_home=_local_hf_home(env) if local else "",
+    )
 
 
 def _local_hf_home(env: dict[str, str]) -> str:
@@ -494,8 +613,9 @@ def _datasets(lab: Lab, storage: str, local: bool) -> list[DatasetRef]:
         elif not local:
             where, claim = f"{DATASET_MOUNT_ROOT}/{name}", ds.volume
         if where:  # a volume with no local_path cannot reach a job on this machine
-            out.append(DatasetRef(name=name, variable=dataset_variable(name), dir=where, claim=claim,
-                                  read_only=ds.read_only))
+            out.append(
+                DatasetRef(name=name, variable=dataset_variable(name), dir=where, claim=claim, read_only=ds.read_only)
+            )
     return out
 
 

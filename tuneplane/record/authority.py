@@ -97,8 +97,7 @@ class Authority:
             lines += [item for item in out.split("\0") if item and item.partition("\t")[2] in self.pending]
         with self._index(self.commit) as index:
             if lines:
-                with_index(self.repo, index, "update-index", "--index-info",
-                                     stdin=("\n".join(lines) + "\n").encode())
+                with_index(self.repo, index, "update-index", "--index-info", stdin=("\n".join(lines) + "\n").encode())
             tree = with_index(self.repo, index, "write-tree")
         self._move(tree, [self.commit] if self.commit else [], message)
         self.pending.clear()
@@ -148,8 +147,9 @@ class Authority:
                 lines.append(f"100644 {chosen}\t{path}")
         with self._index(theirs) as index:
             if lines:
-                with_index(self.repo, index, "update-index", "--add", "--index-info",
-                                     stdin=("\n".join(lines) + "\n").encode())
+                with_index(
+                    self.repo, index, "update-index", "--add", "--index-info", stdin=("\n".join(lines) + "\n").encode()
+                )
             tree = with_index(self.repo, index, "write-tree")
         self._move(tree, [theirs, self.commit], "tp bot: merge the records of two bots")
         return True
@@ -188,8 +188,10 @@ class Authority:
         try:
             self.repo.git("update-ref", REF, new, *([self.commit] if self.commit else [""]))
         except UsageError as exc:  # another process of this clone moved it meanwhile
-            raise UsageError(f"the bot's record ({REF}) moved while it was written: {exc.message}",
-                             hint="another bot runs in this clone; run the command again once it is done") from None
+            raise UsageError(
+                f"the bot's record ({REF}) moved while it was written: {exc.message}",
+                hint="another bot runs in this clone; run the command again once it is done",
+            ) from None
         self.commit, self._oids = new, {}
 
 

@@ -63,8 +63,10 @@ def safe_path(root: Path, rel: str, make: bool = True, replace_link: bool = Fals
     if replace_link and (target.is_symlink() or not target.is_dir()):
         return target
     if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise UsageError(f"{rel} is a symbolic link or no regular file: the bot never writes through it",
-                         hint=f"git rm {rel} && git commit, then run the bot again")
+        raise UsageError(
+            f"{rel} is a symbolic link or no regular file: the bot never writes through it",
+            hint=f"git rm {rel} && git commit, then run the bot again",
+        )
     return target
 
 

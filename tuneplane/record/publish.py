@@ -24,8 +24,17 @@ from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
 from tuneplane.record.ledger import LEDGER, Ledger, merge
 
-__all__ = ["Target", "commit_status", "integrate", "pick_status", "publish", "pull", "record_published", "recover",
-           "resolve_target"]
+__all__ = [
+    "Target",
+    "commit_status",
+    "integrate",
+    "pick_status",
+    "publish",
+    "pull",
+    "record_published",
+    "recover",
+    "resolve_target",
+]
 
 Checkpoint = Callable[[str], None]
 PUSH_ATTEMPTS = 8
@@ -158,8 +167,9 @@ def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, pub
 def _refuse_broken_statuses(repo: GitRepo, upstream: str) -> None:
     """The backstop before a push: every status file the bot's commits change is one whole JSON object
     (a merge driver the lab configured could have joined two versions; the bot's clone sets none)."""
-    changed = repo.git("diff", "--name-only", "--no-renames", "--diff-filter=AM", upstream, "HEAD", "--",
-                       STATUS_DIR + "/")
+    changed = repo.git(
+        "diff", "--name-only", "--no-renames", "--diff-filter=AM", upstream, "HEAD", "--", STATUS_DIR + "/"
+    )
     for path in [p for p in changed.splitlines() if p.endswith(".json") and p.count("/") == 2]:
         text = repo.show("HEAD", path) or ""
         try:
@@ -170,7 +180,7 @@ def _refuse_broken_statuses(repo: GitRepo, upstream: str) -> None:
             raise UsageError(
                 f"after rebasing onto {upstream}, {path} is no JSON object: nothing was pushed",
                 hint="check .gitattributes for a merge driver on status/ (the bot's clone should override it: "
-                     "see .git/info/attributes), then run the bot again",
+                "see .git/info/attributes), then run the bot again",
             )
 
 

@@ -48,8 +48,11 @@ def _section(change: RenderedChange) -> _Section:
     if change.error:
         return _Section(f"{path}: refused", "text", change.error.splitlines(), open=True)
     before, after = change.before or "", change.after or ""
-    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
-                                      f"a/{change.path}", f"b/{change.path}", lineterm="", n=3))
+    lines = list(
+        difflib.unified_diff(
+            before.splitlines(), after.splitlines(), f"a/{change.path}", f"b/{change.path}", lineterm="", n=3
+        )
+    )
     added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
     state = "new" if change.before is None else "removed" if change.after is None else "changed"
@@ -87,9 +90,11 @@ def _partial(section: _Section, room: int) -> str:
 
 
 def _truncation_note(left: int) -> str:
-    return (f"\n**Truncated:** this comment stops at the {COMMENT_LIMIT:,}-character limit of a pull-request "
-            f"comment; {left} run request(s) are not shown in full. Run `tp render --changed --diff` "
-            "locally for the whole diff.\n")
+    return (
+        f"\n**Truncated:** this comment stops at the {COMMENT_LIMIT:,}-character limit of a pull-request "
+        f"comment; {left} run request(s) are not shown in full. Run `tp render --changed --diff` "
+        "locally for the whole diff.\n"
+    )
 
 
 def _fence(lines: list[str]) -> str:

@@ -86,8 +86,7 @@ def render_manifests(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> 
     return render_documents(spec, plan, lab_settings)[1]
 
 
-def render_documents(spec: JobSpec, plan: LaunchPlan,
-                     lab_settings: LabFile) -> tuple[str, list[dict[str, Any]]]:
+def render_documents(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> tuple[str, list[dict[str, Any]]]:
     """(the rendered YAML text, its documents parsed back and validated)."""
     _refuse_unrenderable(spec, lab_settings)
     kind = manifest_kind(plan)
@@ -106,9 +105,10 @@ def parse_documents(text: str) -> list[dict[str, Any]]:
     try:
         docs = [_build(node) for node in yaml.compose_all(text, Loader=loader) if node is not None]
     except yaml.YAMLError as exc:
-        raise UsageError(f"a value cannot be written into a manifest: {exc}",
-                         hint="remove control characters from the value (--set values, names, settings)") \
-            from None
+        raise UsageError(
+            f"a value cannot be written into a manifest: {exc}",
+            hint="remove control characters from the value (--set values, names, settings)",
+        ) from None
     return [d for d in docs if d is not None]
 
 
@@ -127,32 +127,40 @@ def _build(node: Any) -> Any:
         for key_node, value_node in node.value:
             key = _build(key_node)
             if not isinstance(key, str) or key in out:
-                raise UsageError(f"rendered manifest has a bad or repeated key {key!r} "
-                                 f"(line {key_node.start_mark.line + 1})",
-                                 hint="this is a bug in tp's templates: report it")
+                raise UsageError(
+                    f"rendered manifest has a bad or repeated key {key!r} (line {key_node.start_mark.line + 1})",
+                    hint="this is a bug in tp's templates: report it",
+                )
             out[key] = _build(value_node)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(item) for item in node.value]
     convert = _SCALARS.get(node.tag)
     if convert is None:
-        raise UsageError(f"rendered manifest has a value of type {node.tag} "
-                         f"(line {node.start_mark.line + 1})",
-                         hint="this is a bug in tp's templates: report it")
+        raise UsageError(
+            f"rendered manifest has a value of type {node.tag} (line {node.start_mark.line + 1})",
+            hint="this is a bug in tp's templates: report it",
+        )
     return convert(node.value)
 
 
 def _refuse_unrenderable(spec: JobSpec, lab: LabFile) -> None:
     if spec.spec.resources.local:
-        raise UsageError(f"{spec.metadata.experiment}/{spec.metadata.run_id} runs on this machine "
-                         f"(profile {spec.spec.resources.profile!r}): it has no Kubernetes manifests",
-                         hint="use a cluster profile, or set cluster.backend: kubernetes in tuneplane.yaml")
+        raise UsageError(
+            f"{spec.metadata.experiment}/{spec.metadata.run_id} runs on this machine "
+            f"(profile {spec.spec.resources.profile!r}): it has no Kubernetes manifests",
+            hint="use a cluster profile, or set cluster.backend: kubernetes in tuneplane.yaml",
+        )
     if not lab.cluster.repo.url:
-        raise UsageError("cluster.repo.url is not set in tuneplane.yaml: the job's init container "
-                         "clones the lab from it", hint="set it to the clone URL of this lab repository")
+        raise UsageError(
+            "cluster.repo.url is not set in tuneplane.yaml: the job's init container clones the lab from it",
+            hint="set it to the clone URL of this lab repository",
+        )
     if spec.spec.resources.profile not in lab.profiles:
-        raise UsageError(f"profile {spec.spec.resources.profile!r} is not in tuneplane.yaml",
-                         hint=f"profiles: {', '.join(sorted(lab.profiles))}")
+        raise UsageError(
+            f"profile {spec.spec.resources.profile!r} is not in tuneplane.yaml",
+            hint=f"profiles: {', '.join(sorted(lab.profiles))}",
+        )
 
 
 def _context(spec: JobSpec, plan: LaunchPlan, lab: LabFile, kind: str) -> dict[str, Any]:
@@ -174,21 +182,29 @@ def _metadata(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any]:
     labels = _labels(spec)
     if lab.cluster.queue:
         labels.append((QUEUE_LABEL, label_value(lab.cluster.queue)))
-    return {"name": spec.metadata.name, "namespace": lab.cluster.namespace, "labels": labels,
-            "annotations": _annotations(spec, facts)}
+    return {
+        "name": spec.metadata.name,
+        "namespace": lab.cluster.namespace,
+        "labels": labels,
+        "annotations": _annotations(spec, facts),
+    }
 
 
 def _labels(spec: JobSpec) -> list[tuple[str, str]]:
     meta = spec.metadata
-    return [("app.kubernetes.io/name", "tuneplane"), ("app.kubernetes.io/instance", meta.name),
-            ("app.kubernetes.io/component", spec.spec.operation),
-            ("app.kubernetes.io/managed-by", MANAGED_BY),
-            ("tuneplane.dev/experiment", label_value(meta.experiment)),
-            # who and which lab, selectable (`kubectl get pods -l tuneplane.dev/user=…`, quotas, cost
-            # reports); the annotations keep the exact values a label cannot hold
-            ("tuneplane.dev/user", label_value(meta.user)), ("tuneplane.dev/lab", label_value(meta.lab)),
-            ("tuneplane.dev/run", label_value(meta.run_id)),
-            ("tuneplane.dev/recipe", label_value(spec.spec.recipe.name))]
+    return [
+        ("app.kubernetes.io/name", "tuneplane"),
+        ("app.kubernetes.io/instance", meta.name),
+        ("app.kubernetes.io/component", spec.spec.operation),
+        ("app.kubernetes.io/managed-by", MANAGED_BY),
+        ("tuneplane.dev/experiment", label_value(meta.experiment)),
+        # who and which lab, selectable (`kubectl get pods -l tuneplane.dev/user=…`, quotas, cost
+        # reports); the annotations keep the exact values a label cannot hold
+        ("tuneplane.dev/user", label_value(meta.user)),
+        ("tuneplane.dev/lab", label_value(meta.lab)),
+        ("tuneplane.dev/run", label_value(meta.run_id)),
+        ("tuneplane.dev/recipe", label_value(spec.spec.recipe.name)),
+    ]
 
 
 def _annotations(spec: JobSpec, facts: _Facts) -> list[tuple[str, str]]:
@@ -197,25 +213,36 @@ def _annotations(spec: JobSpec, facts: _Facts) -> list[tuple[str, str]]:
     return [
         ("tuneplane.dev/experiment", spec.metadata.experiment),
         ("tuneplane.dev/run-id", spec.metadata.run_id),
-        ("tuneplane.dev/lab", spec.metadata.lab), ("tuneplane.dev/user", spec.metadata.user),
-        ("tuneplane.dev/operation", body.operation), ("tuneplane.dev/recipe", body.recipe.name),
+        ("tuneplane.dev/lab", spec.metadata.lab),
+        ("tuneplane.dev/user", spec.metadata.user),
+        ("tuneplane.dev/operation", body.operation),
+        ("tuneplane.dev/recipe", body.recipe.name),
         ("tuneplane.dev/recipe-version", body.recipe.version),
         ("tuneplane.dev/recipe-digest", body.recipe.digest),
         ("tuneplane.dev/framework", f"{body.framework.kind} {body.framework.version}"),
         ("tuneplane.dev/image", body.image),
         ("tuneplane.dev/profile", f"{res.profile} ({res.nodes} x {res.gpus_per_node} GPU)"),
         ("tuneplane.dev/plugins", ",".join(f"{p.id}@{p.version}" for p in body.plugins)),
-        ("tuneplane.dev/commit", prov.commit), ("tuneplane.dev/dirty", "true" if prov.dirty else "false"),
-        ("tuneplane.dev/config-digest", prov.config_sha256), ("tuneplane.dev/jobspec-digest", facts.digest),
-        ("tuneplane.dev/requested-by", prov.requested_by), ("tuneplane.dev/tool-version", prov.tool_version),
+        ("tuneplane.dev/commit", prov.commit),
+        ("tuneplane.dev/dirty", "true" if prov.dirty else "false"),
+        ("tuneplane.dev/config-digest", prov.config_sha256),
+        ("tuneplane.dev/jobspec-digest", facts.digest),
+        ("tuneplane.dev/requested-by", prov.requested_by),
+        ("tuneplane.dev/tool-version", prov.tool_version),
     ]
 
 
 def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
     timeout = spec.spec.timeout_seconds
-    return {"ttl": lab.cluster.ttl_seconds_after_finished, "deadline": [timeout] if timeout else [],
-            "container": TRAINER, "config_exit": CONFIG_ERROR_EXIT, "replicated_job": REPLICATED_JOB,
-            "nodes": spec.spec.resources.nodes, **_failure_rules(spec.spec.retry)}
+    return {
+        "ttl": lab.cluster.ttl_seconds_after_finished,
+        "deadline": [timeout] if timeout else [],
+        "container": TRAINER,
+        "config_exit": CONFIG_ERROR_EXIT,
+        "replicated_job": REPLICATED_JOB,
+        "nodes": spec.spec.resources.nodes,
+        **_failure_rules(spec.spec.retry),
+    }
 
 
 def _failure_rules(retry: RetryPolicy) -> dict[str, Any]:
@@ -240,30 +267,39 @@ def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> dict[str, Any]
     # A RayJob's TTL is how long KubeRay keeps the Ray cluster (the GPU nodes) after the job: Kueue gives
     # the quota back at once, so it stays short; the RayJob object and its status stay for the bot.
     # KubeRay writes the entrypoint into the submitter's command, which the kubelet expands in turn
-    return {"entrypoint": literal(shlex.join(launcher_command(spec))), "workers": plan.nodes,
-            "worker_gpus": str(spec.spec.resources.gpus_per_node), "ttl": lab.cluster.ray_cluster_ttl_seconds,
-            "submitter_backoff": SUBMITTER_BACKOFF}
+    return {
+        "entrypoint": literal(shlex.join(launcher_command(spec))),
+        "workers": plan.nodes,
+        "worker_gpus": str(spec.spec.resources.gpus_per_node),
+        "ttl": lab.cluster.ray_cluster_ttl_seconds,
+        "submitter_backoff": SUBMITTER_BACKOFF,
+    }
 
 
-def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts,
-              ranked: bool) -> dict[str, Any]:
+def _pod_base(
+    spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts, ranked: bool
+) -> dict[str, Any]:
     """What every pod of the run shares: labels, the checkout, volumes, env, scheduling."""
     paths = spec.spec.paths
     env = job_env(spec, plan.env, ingest_endpoint=lab.cluster.ingest.endpoint)
     return {
         "labels": _labels(spec),
-        "annotations": [("tuneplane.dev/jobspec-digest", facts.digest),
-                        ("tuneplane.dev/commit", spec.provenance.commit)],
+        "annotations": [
+            ("tuneplane.dev/jobspec-digest", facts.digest),
+            ("tuneplane.dev/commit", spec.provenance.commit),
+        ],
         "init": _init_container(spec, lab, facts),
         "env": [(name, literal(value)) for name, value in env.items()],
-        "env_fields": [(NODE_RANK_ENV, COMPLETION_INDEX), ("PET_NODE_RANK", COMPLETION_INDEX)]
-        if ranked else [],
+        "env_fields": [(NODE_RANK_ENV, COMPLETION_INDEX), ("PET_NODE_RANK", COMPLETION_INDEX)] if ranked else [],
         "env_secrets": _secret_env(spec, plan, lab),
         "storage": {"volume": STORAGE_VOLUME, "root": paths.storage_root, "claim": lab.cluster.storage.pvc},
         "shm": {"volume": SHM_VOLUME, "size": profile.shm_size},
-        "datasets": [{"volume": f"data-{index}", "claim": d.claim, "path": d.dir, "read_only": d.read_only}
-                     for index, d in enumerate(d for d in spec.spec.datasets if d.claim)],
-        "image": spec.spec.image, "working_dir": paths.work_dir,
+        "datasets": [
+            {"volume": f"data-{index}", "claim": d.claim, "path": d.dir, "read_only": d.read_only}
+            for index, d in enumerate(d for d in spec.spec.datasets if d.claim)
+        ],
+        "image": spec.spec.image,
+        "working_dir": paths.work_dir,
         "pull_secrets": _opt([(name,) for name in lab.cluster.image_pull_secrets]),
         "tolerations": _opt([t.model_dump() for t in profile.tolerations]),
         "pod_security": _pod_security(lab),
@@ -274,8 +310,12 @@ def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, f
 def _pod_security(lab: LabFile) -> list[tuple[str, Any]]:
     """The pod's securityContext fields (seccomp and the container-level ones are in the template)."""
     sec = lab.cluster.security
-    fields = [("runAsNonRoot", True if sec.run_as_non_root else None), ("runAsUser", sec.run_as_user),
-              ("runAsGroup", sec.run_as_group), ("fsGroup", sec.fs_group)]
+    fields = [
+        ("runAsNonRoot", True if sec.run_as_non_root else None),
+        ("runAsUser", sec.run_as_user),
+        ("runAsGroup", sec.run_as_group),
+        ("fsGroup", sec.fs_group),
+    ]
     return [(key, value) for key, value in fields if value is not None]
 
 
@@ -292,36 +332,56 @@ def _secret_env(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> list[tuple[str
 def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any]:
     paths = spec.spec.paths
     doc = facts.document
-    env = [("TUNEPLANE_REPO_URL", lab.cluster.repo.url), ("TUNEPLANE_COMMIT", spec.provenance.commit),
-           (RUN_DIR_ENV, paths.run_dir), (WORK_DIR_ENV, paths.work_dir),
-           (OUT_DIR_ENV, paths.out_dir),
-           # only algorithm plugins travel in the job package; data-prep ones never leave the machine
-           ("TUNEPLANE_PLUGINS", " ".join(p.source or f"plugins/{p.name}" for p in spec.spec.plugins
-                                          if p.capability == "algorithm")),
-           ("TUNEPLANE_JOBSPEC", doc)]
+    env = [
+        ("TUNEPLANE_REPO_URL", lab.cluster.repo.url),
+        ("TUNEPLANE_COMMIT", spec.provenance.commit),
+        (RUN_DIR_ENV, paths.run_dir),
+        (WORK_DIR_ENV, paths.work_dir),
+        (OUT_DIR_ENV, paths.out_dir),
+        # only algorithm plugins travel in the job package; data-prep ones never leave the machine
+        (
+            "TUNEPLANE_PLUGINS",
+            " ".join(p.source or f"plugins/{p.name}" for p in spec.spec.plugins if p.capability == "algorithm"),
+        ),
+        ("TUNEPLANE_JOBSPEC", doc),
+    ]
     creds = lab.cluster.repo.credentials_secret
-    secrets = [("GIT_USERNAME", creds, "username", True),
-               ("GIT_PASSWORD", creds, "password", False)] if creds else []
-    return {"name": CHECKOUT, "image": lab.cluster.init_image, "command": ["sh", "-c", literal(CHECKOUT_SCRIPT)],
-            "env": [(name, literal(value)) for name, value in env], "env_secrets": secrets,
-            "requests": list(INIT_REQUESTS)}
+    secrets = [("GIT_USERNAME", creds, "username", True), ("GIT_PASSWORD", creds, "password", False)] if creds else []
+    return {
+        "name": CHECKOUT,
+        "image": lab.cluster.init_image,
+        "command": ["sh", "-c", literal(CHECKOUT_SCRIPT)],
+        "env": [(name, literal(value)) for name, value in env],
+        "env_secrets": secrets,
+        "requests": list(INIT_REQUESTS),
+    }
 
 
 def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile: Profile) -> dict[str, Any]:
     gpus = spec.spec.resources.gpus_per_node
-    return {**base, "container": TRAINER, "command": [[literal(arg) for arg in launcher_command(spec)]],
-            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
-            "node_selector": _opt(sorted(profile.node_selector.items()))}
+    return {
+        **base,
+        "container": TRAINER,
+        "command": [[literal(arg) for arg in launcher_command(spec)]],
+        "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
+        "node_selector": _opt(sorted(profile.node_selector.items())),
+    }
 
 
 def _submitter_pod(base: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     """KubeRay's submitter pod, written out so that it carries our labels (`tp job logs` and the driver's
     exit code are read from it), the lab's pull secrets (a private image must submit too), small fixed
     resources and the pod security context. KubeRay fills in its `ray job submit` command."""
-    return {"labels": [*base["labels"], (ROLE_LABEL, "submitter")], "annotations": base["annotations"],
-            "container": SUBMITTER, "image": spec.spec.image, "pull_secrets": base["pull_secrets"],
-            "limits": list(SUBMITTER_LIMITS), "requests": list(SUBMITTER_REQUESTS),
-            "pod_security": base["pod_security"]}
+    return {
+        "labels": [*base["labels"], (ROLE_LABEL, "submitter")],
+        "annotations": base["annotations"],
+        "container": SUBMITTER,
+        "image": spec.spec.image,
+        "pull_secrets": base["pull_secrets"],
+        "limits": list(SUBMITTER_LIMITS),
+        "requests": list(SUBMITTER_REQUESTS),
+        "pod_security": base["pod_security"],
+    }
 
 
 def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) -> dict[str, Any]:
@@ -334,12 +394,24 @@ def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) 
         # No GPU tolerations (a tainted GPU node refuses it) and, where the profile selects GPU nodes by
         # label, a required affinity away from them: a CPU-only head must not take a GPU node's place.
         avoid = [(key, value) for key, value in sorted(profile.node_selector.items())]
-        return {**base, "container": "ray-head", "command": [], "node_selector": [], "env_fields": [],
-                "tolerations": [], "avoid_nodes": _opt(avoid),
-                "resources": _resources([], [("cpu", RAY_HEAD_CPU), ("memory", RAY_HEAD_MEMORY)])}
-    return {**base, "container": "ray-worker", "command": [], "env_fields": [],
-            "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
-            "node_selector": _opt(sorted(profile.node_selector.items()))}
+        return {
+            **base,
+            "container": "ray-head",
+            "command": [],
+            "node_selector": [],
+            "env_fields": [],
+            "tolerations": [],
+            "avoid_nodes": _opt(avoid),
+            "resources": _resources([], [("cpu", RAY_HEAD_CPU), ("memory", RAY_HEAD_MEMORY)]),
+        }
+    return {
+        **base,
+        "container": "ray-worker",
+        "command": [],
+        "env_fields": [],
+        "resources": _resources([("nvidia.com/gpu", gpus)] if gpus else [], _requests(profile, gpus)),
+        "node_selector": _opt(sorted(profile.node_selector.items())),
+    }
 
 
 def _resources(limits: list[tuple[str, Any]], requests: list[tuple[str, Any]]) -> list[Any]:
@@ -373,5 +445,4 @@ def _opt(items: list[Any]) -> list[list[Any]]:
 def to_yaml(docs: list[dict[str, Any]]) -> str:
     """Manifests as one YAML stream, keys in the order they were rendered."""
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, allow_unicode=True, width=1_000_000,
-                         explicit_start=True)
+    return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, allow_unicode=True, width=1_000_000, explicit_start=True)

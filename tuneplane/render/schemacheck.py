@@ -28,10 +28,15 @@ from tuneplane.errors import UsageError
 
 K8S_VERSION = "1.31"  # the Kubernetes minor the core schemas are pinned to
 _STRICT_DIR = f"v{K8S_VERSION}.0-local-strict"
-CORE_SCHEMAS = {("batch/v1", "Job"): "job-batch-v1.json", ("v1", "PodTemplate"): "podtemplate-v1.json",
-                ("v1", "Secret"): "secret-v1.json"}
-OWN_SCHEMAS = {("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset.v1alpha2.schema.json",
-               ("ray.io/v1", "RayJob"): "rayjob.v1.schema.json"}
+CORE_SCHEMAS = {
+    ("batch/v1", "Job"): "job-batch-v1.json",
+    ("v1", "PodTemplate"): "podtemplate-v1.json",
+    ("v1", "Secret"): "secret-v1.json",
+}
+OWN_SCHEMAS = {
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset.v1alpha2.schema.json",
+    ("ray.io/v1", "RayJob"): "rayjob.v1.schema.json",
+}
 OWN_SCHEMA_FILES = ("pod-template.schema.json", "object-meta.schema.json", *OWN_SCHEMAS.values())
 
 Check = Callable[[Any], bool]
@@ -47,10 +52,12 @@ def validate_manifest(doc: dict[str, Any]) -> None:
     """Raise ManifestInvalid naming the first error of `doc` (and of the templates inside it)."""
     for error in manifest_errors(doc):
         kind, name = doc.get("kind", "?"), (doc.get("metadata") or {}).get("name", "?")
-        raise ManifestInvalid(f"rendered {kind} {name} is invalid: {error}",
-                              hint="check the lab settings in tuneplane.yaml (profiles, cluster); "
-                                   "if they are right, this is a bug in tp: report it with "
-                                   "TUNEPLANE_DEBUG=1 output")
+        raise ManifestInvalid(
+            f"rendered {kind} {name} is invalid: {error}",
+            hint="check the lab settings in tuneplane.yaml (profiles, cluster); "
+            "if they are right, this is a bug in tp: report it with "
+            "TUNEPLANE_DEBUG=1 output",
+        )
 
 
 def manifest_errors(doc: dict[str, Any]) -> Iterator[str]:
@@ -85,19 +92,25 @@ def embedded_objects(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
     for i, rjob in enumerate(spec.get("replicatedJobs") or []):
         template = rjob.get("template") if isinstance(rjob, dict) else None
         if isinstance(template, dict):
-            yield (f"spec.replicatedJobs.{i}.template.",
-                   {"apiVersion": "batch/v1", "kind": "Job", "metadata": template.get("metadata") or {},
-                    "spec": template.get("spec")})
+            yield (
+                f"spec.replicatedJobs.{i}.template.",
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": template.get("metadata") or {},
+                    "spec": template.get("spec"),
+                },
+            )
     cluster = _mapping(spec.get("rayClusterSpec"))
     groups = [("spec.rayClusterSpec.headGroupSpec.", cluster.get("headGroupSpec"))]
-    groups += [(f"spec.rayClusterSpec.workerGroupSpecs.{i}.", g)
-               for i, g in enumerate(cluster.get("workerGroupSpecs") or [])]
+    groups += [
+        (f"spec.rayClusterSpec.workerGroupSpecs.{i}.", g) for i, g in enumerate(cluster.get("workerGroupSpecs") or [])
+    ]
     if isinstance(spec.get("submitterPodTemplate"), dict):
         groups.append(("spec.submitterPodTemplate.", {"template": spec["submitterPodTemplate"]}))
     for where, group in groups:
         if isinstance(group, dict) and isinstance(group.get("template"), dict):
-            yield where, {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {},
-                          "template": group["template"]}
+            yield where, {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {}, "template": group["template"]}
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -111,12 +124,13 @@ def core_schema_dir() -> Path:
     """The strict core schemas of the pinned Kubernetes minor inside the kubernetes-validate package."""
     found = importlib.util.find_spec("kubernetes_validate")
     if found is None or not found.submodule_search_locations:
-        raise UsageError("kubernetes-validate is not installed",
-                         hint="pip install 'kubernetes-validate>=1.31'")
+        raise UsageError("kubernetes-validate is not installed", hint="pip install 'kubernetes-validate>=1.31'")
     path = Path(list(found.submodule_search_locations)[0]) / "kubernetes-json-schema" / _STRICT_DIR
     if not path.is_dir():
-        raise UsageError(f"this kubernetes-validate ships no schemas for Kubernetes {K8S_VERSION}",
-                         hint="install a kubernetes-validate release that includes it (>=1.31)")
+        raise UsageError(
+            f"this kubernetes-validate ships no schemas for Kubernetes {K8S_VERSION}",
+            hint="install a kubernetes-validate release that includes it (>=1.31)",
+        )
     return path
 
 
@@ -124,8 +138,10 @@ def core_schema_dir() -> Path:
 def core_documents(filename: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the kind's schema, the shared definitions it refers to)."""
     base = core_schema_dir()
-    return (json.loads((base / filename).read_text(encoding="utf-8")),
-            json.loads((base / "_definitions.json").read_text(encoding="utf-8")))
+    return (
+        json.loads((base / filename).read_text(encoding="utf-8")),
+        json.loads((base / "_definitions.json").read_text(encoding="utf-8")),
+    )
 
 
 @cache
@@ -179,10 +195,26 @@ def own_validator(filename: str) -> Any:
 
 # ── the compiler ────────────────────────────────────────────────────────────────────────────────────
 
-_KEYWORDS = frozenset({
-    "type", "properties", "additionalProperties", "required", "items", "$ref", "oneOf", "const", "enum",
-    "pattern", "minLength", "maxLength", "minimum", "minItems", "maxItems", "propertyNames",
-})
+_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "additionalProperties",
+        "required",
+        "items",
+        "$ref",
+        "oneOf",
+        "const",
+        "enum",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "minItems",
+        "maxItems",
+        "propertyNames",
+    }
+)
 # Annotations: no effect on validity (draft 2020-12 asserts no `format` without a format checker).
 _ANNOTATIONS = frozenset({"$schema", "$id", "title", "description", "$defs", "format", "default"})
 _JSON_TYPES: dict[str, Check] = {
@@ -215,8 +247,11 @@ class _Compiler:
         unknown = {k for k in schema if not k.startswith("x-kubernetes-")} - _KEYWORDS - _ANNOTATIONS
         if unknown:
             raise _Unsupported(sorted(unknown))
-        checks: list[Check] = [getattr(self, "_" + key.lstrip("$"))(value, schema, base)
-                               for key, value in schema.items() if key in _KEYWORDS]
+        checks: list[Check] = [
+            getattr(self, "_" + key.lstrip("$"))(value, schema, base)
+            for key, value in schema.items()
+            if key in _KEYWORDS
+        ]
         if len(checks) == 1:
             return checks[0]
         return lambda v: all(check(v) for check in checks)

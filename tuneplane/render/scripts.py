@@ -8,9 +8,9 @@ BOOTSTRAP = (
     "import os, sys\n"
     "sdk, mode = sys.argv[1], sys.argv[2]\n"
     "del sys.argv[1:]\n"
-    "if mode == \"prepend\":\n"
-    "    old = os.environ.get(\"PYTHONPATH\")\n"
-    "    os.environ[\"PYTHONPATH\"] = os.pathsep.join(p for p in (sdk, old) if p)\n"
+    'if mode == "prepend":\n'
+    '    old = os.environ.get("PYTHONPATH")\n'
+    '    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (sdk, old) if p)\n'
     "sys.path.insert(0, sdk)\n"
     "from tuneplane.launcher import main\n"
     "sys.exit(main([]))\n"

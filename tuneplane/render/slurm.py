@@ -34,9 +34,9 @@ PORT_FLAGS = ("--main_process_port", "--master_port", "--master-port", "--rdzv-p
 STATE_DIR = ".tuneplane/slurm"  # under the run dir: each attempt's markers, the job id, the submit lock
 TOKEN_FILE = ".tuneplane/secrets/job-token"  # under the run dir, mode 0600
 LAUNCH_DOCUMENT = ".tuneplane/jobspec.slurm.json"  # under the work dir; the script fills it in
-RUNTIME_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-                         NUM_NODES_ENV,
-                         GPUS_PER_NODE_ENV})  # the script sets these from the allocation
+RUNTIME_ENV = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", NUM_NODES_ENV, GPUS_PER_NODE_ENV}
+)  # the script sets these from the allocation
 COMMENT_PREFIX = "tuneplane-run="
 # The job starts with no environment of the submitter (--export=NONE): its PATH starts from this.
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -94,7 +94,8 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         "port_span": PORT_SPAN,
         "secret_files": _secret_files(spec, lab),
         "ingest": {"endpoint": lab.cluster.ingest.endpoint, "run_id": spec.metadata.run_id}
-        if lab.cluster.ingest.endpoint else None,
+        if lab.cluster.ingest.endpoint
+        else None,
         "software": _software_lines(settings),
         "base_path": BASE_PATH,
         "step_wait": STEP_WAIT,
@@ -197,8 +198,10 @@ def _env(spec: JobSpec, plan: LaunchPlan, settings: SlurmSettings) -> list[tuple
         if name in RUNTIME_ENV:
             continue
         if not _ENV_NAME.match(name):
-            raise UsageError(f"environment variable name {name!r} is not valid in a shell",
-                             hint="this is a bug in an adapter; report it")
+            raise UsageError(
+                f"environment variable name {name!r} is not valid in a shell",
+                hint="this is a bug in an adapter; report it",
+            )
         out.append((name, value))
     return out
 
@@ -228,8 +231,11 @@ def _srun_flags(spec: JobSpec, settings: SlurmSettings) -> list[str]:
         return []
     root = spec.spec.paths.storage_root
     mounts = ",".join([f"{root}:{root}", *software.mounts])
-    return [f"--container-image={pyxis_image(spec.spec.image)}", f"--container-mounts={mounts}",
-            f"--container-workdir={spec.spec.paths.work_dir}"]
+    return [
+        f"--container-image={pyxis_image(spec.spec.image)}",
+        f"--container-mounts={mounts}",
+        f"--container-workdir={spec.spec.paths.work_dir}",
+    ]
 
 
 def pyxis_image(image: str) -> str:
@@ -247,8 +253,10 @@ def image_note(spec: JobSpec, lab: LabFile) -> str:
     """Why the run's image is not what runs ('' when it is): with `software.kind: host` the nodes' own
     Python environment runs the job and `--image` is accepted and ignored."""
     if slurm_settings(lab).software.kind == "host" and spec.spec.image:
-        return (f"the image {spec.spec.image} was not used: cluster.slurm.software.kind is host, so the job ran "
-                "in the nodes' Python environment")
+        return (
+            f"the image {spec.spec.image} was not used: cluster.slurm.software.kind is host, so the job ran "
+            "in the nodes' Python environment"
+        )
     return ""
 
 

@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 
     from tuneplane.report._core import Session, Stats
 
-__all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle", "log", "log_hparams",
-           "stats"]
+__all__ = ["TunePlaneCallback", "enabled", "finish", "flush", "init", "lifecycle", "log", "log_hparams", "stats"]
 
 # Process-wide state. `_session` is the live session; `_decided` means "do not look again": together
 # they make the disabled log() one global read and one comparison.
@@ -129,8 +128,13 @@ def _as_step(step: object) -> int:
         raise _BadStep from None
 
 
-def init(hparams: Mapping[str, object] | None = None, monitor_hardware: bool = True, *,
-         all_ranks: bool | None = None, **options: object) -> bool:
+def init(
+    hparams: Mapping[str, object] | None = None,
+    monitor_hardware: bool = True,
+    *,
+    all_ranks: bool | None = None,
+    **options: object,
+) -> bool:
     """Start reporting for this process; idempotent. Returns whether reporting is on.
 
     `all_ranks=True` (or `TUNEPLANE_REPORT_ALL_RANKS=1`) reports from every rank with the rank as a
@@ -162,8 +166,7 @@ def _log_records(records: Iterable[tuple[int, float | None, Mapping[str, object]
         return
     for step, unix, values in records:
         try:
-            s.log_slow(values, step if type(step) is int else _as_step(step), "",
-                       None if unix is None else float(unix))
+            s.log_slow(values, step if type(step) is int else _as_step(step), "", None if unix is None else float(unix))
         except _BadStep:
             s.drop("step is not an integer", _size(values))
         except Exception as exc:
@@ -323,8 +326,12 @@ def _quiet_conversions() -> None:
     # lazy: only a process that reports needs it
     import warnings
 
-    warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True to a scalar",
-                            category=UserWarning, module=r"tuneplane\.report")
+    warnings.filterwarnings(
+        "ignore",
+        message="Converting a tensor with requires_grad=True to a scalar",
+        category=UserWarning,
+        module=r"tuneplane\.report",
+    )
 
 
 def _catch_sigterm() -> None:

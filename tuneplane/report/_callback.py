@@ -52,8 +52,9 @@ class TunePlaneCallback:
         self._started = False
         self._base = 0  # added to the trainer's global step (see the module's docstring)
 
-    def on_train_begin(self, args: object = None, state: object = None, control: object = None,
-                       **kwargs: object) -> object:
+    def on_train_begin(
+        self, args: object = None, state: object = None, control: object = None, **kwargs: object
+    ) -> object:
         owner = args if args is not None else self
         if owner is not _owner[0]:  # a different Trainer: it continues the process's steps
             start = _step_of(state)
@@ -65,13 +66,25 @@ class TunePlaneCallback:
         self._start(args)
         return control
 
-    def on_log(self, args: object = None, state: object = None, control: object = None,
-               logs: dict[str, object] | None = None, **kwargs: object) -> object:
+    def on_log(
+        self,
+        args: object = None,
+        state: object = None,
+        control: object = None,
+        logs: dict[str, object] | None = None,
+        **kwargs: object,
+    ) -> object:
         self._log(args, state, logs)
         return control
 
-    def on_predict(self, args: object = None, state: object = None, control: object = None,
-                   metrics: dict[str, object] | None = None, **kwargs: object) -> object:
+    def on_predict(
+        self,
+        args: object = None,
+        state: object = None,
+        control: object = None,
+        metrics: dict[str, object] | None = None,
+        **kwargs: object,
+    ) -> object:
         self._log(args, state, metrics)
         return control
 
@@ -99,8 +112,9 @@ class TunePlaneCallback:
         _saved[(_folder_of(args), _step_of(state))] = self._base
         return control
 
-    def on_train_end(self, args: object = None, state: object = None, control: object = None,
-                     **kwargs: object) -> object:
+    def on_train_end(
+        self, args: object = None, state: object = None, control: object = None, **kwargs: object
+    ) -> object:
         # lazy: tuneplane.report imports this module first
         from tuneplane.report import flush
 

@@ -125,9 +125,14 @@ def from_env(env: Mapping[str, str], options: Mapping[str, object]) -> Config | 
     all_ranks = options.get("all_ranks")
     if all_ranks is None:
         all_ranks = _truthy(env.get(REPORT_ALL_RANKS_ENV, ""))
-    config = Config(endpoint=endpoint.rstrip("/"), run_id=run_id, token=env[JOB_TOKEN].strip(),
-                    rank=rank_of(env), all_ranks=bool(all_ranks),
-                    out_dir=env.get(OUT_DIR_ENV, "").strip())
+    config = Config(
+        endpoint=endpoint.rstrip("/"),
+        run_id=run_id,
+        token=env[JOB_TOKEN].strip(),
+        rank=rank_of(env),
+        all_ranks=bool(all_ranks),
+        out_dir=env.get(OUT_DIR_ENV, "").strip(),
+    )
     notes: list[str] = []
     values: dict[str, Any] = {}  # each field's own type (int or float): replace() checks it per name
     for name, (var, default, minimum, maximum) in {**_FLOATS, **_INTS}.items():
@@ -135,8 +140,14 @@ def from_env(env: Mapping[str, str], options: Mapping[str, object]) -> Config | 
     return replace(config, notes=tuple(notes), **values)
 
 
-def _number(name: str, var: str, bounds: tuple[float, float, float], env: Mapping[str, str],
-            options: Mapping[str, object], notes: list[str]) -> float:
+def _number(
+    name: str,
+    var: str,
+    bounds: tuple[float, float, float],
+    env: Mapping[str, str],
+    options: Mapping[str, object],
+    notes: list[str],
+) -> float:
     """The setting's value, or its default (and a note) when it is no number in its range."""
     default, minimum, maximum = bounds
     kind = int if name in _INTS else float
@@ -152,8 +163,9 @@ def _number(name: str, var: str, bounds: tuple[float, float, float], env: Mappin
         notes.append(f"{source}={str(raw)[:40]!r} is not a number; using the default {kind(default)}")
         return kind(default)
     if not minimum <= number <= maximum:  # also NaN, which compares false
-        notes.append(f"{source}={str(raw)[:40]!r} is outside {kind(minimum)}..{kind(maximum)}; "
-                     f"using the default {kind(default)}")
+        notes.append(
+            f"{source}={str(raw)[:40]!r} is outside {kind(minimum)}..{kind(maximum)}; using the default {kind(default)}"
+        )
         return kind(default)
     return kind(number)
 
@@ -163,5 +175,3 @@ def _say(message: str) -> None:
         print(f"tuneplane.report: {message}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
-
-

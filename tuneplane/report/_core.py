@@ -147,8 +147,9 @@ class Session:
             self.notes_later.append(f"{why}: what does not fit in memory waits in {folder}")
         # `rank<N>` when every rank reports: the collector then keeps the rank in the keys it uploads
         rank = f"rank{self.config.rank}" if self.config.all_ranks else f"r{self.config.rank}"
-        return Spill(os.path.join(folder, spill_name(rank, self.pid, self.session_id)), self.config.spill_bytes,
-                     self.entry)
+        return Spill(
+            os.path.join(folder, spill_name(rank, self.pid, self.session_id)), self.config.spill_bytes, self.entry
+        )
 
     def start(self) -> None:
         # lazy: keeps import tuneplane.report to a few ms in every training process
@@ -207,7 +208,7 @@ class Session:
             at = time.time() if unix is None else unix
             items = list(record.items())
             for start in range(0, len(items), MAX_RECORD_KEYS):
-                self._append(step, dict(items[start:start + MAX_RECORD_KEYS]), at)
+                self._append(step, dict(items[start : start + MAX_RECORD_KEYS]), at)
             return
         self._append(step, record, unix)
 
@@ -215,8 +216,9 @@ class Session:
         entry, pack, ident, cost = self.cached(tuple(record))
         at = time.time() if unix is None else unix
         try:
-            item: Item = pack(ident, step, at, *record.values()) if ident >= 0 else \
-                (entry, pack(step, at, *record.values()))
+            item: Item = (
+                pack(ident, step, at, *record.values()) if ident >= 0 else (entry, pack(step, at, *record.values()))
+            )
         except (OverflowError, ValueError, TypeError, struct.error):  # a step beyond 64 bits, a bad time
             self.drop("step out of range" if not -(2**63) <= step < 2**63 else "bad timestamp", len(record))
             return
@@ -243,8 +245,13 @@ class Session:
         sender = self.sender
         # Until there is room, not merely until the sender has spilled once: other threads logging
         # meanwhile refill what it freed, and each would then drop its newest record.
-        while spill is not None and not spill.full and sender is not None and sender.is_alive() \
-                and time.monotonic() < deadline:
+        while (
+            spill is not None
+            and not spill.full
+            and sender is not None
+            and sender.is_alive()
+            and time.monotonic() < deadline
+        ):
             if not self.spill_wanted:
                 if self.added - self.released - self.evicted <= self.budget * 3 // 8:
                     break  # the sender found too little in memory to spill: waiting makes no room
@@ -282,8 +289,10 @@ class Session:
                 self.sender_drop(spill.refusal or "overflow file full", points_of(records[written:]))
             self._refresh_limit()
         if spill.refusal:
-            self.say(f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
-                     f"in memory are dropped as '{spill.refusal}', those already written are still sent")
+            self.say(
+                f"cannot write the overflow file {spill.path} ({spill.error}); points that do not fit "
+                f"in memory are dropped as '{spill.refusal}', those already written are still sent"
+            )
 
     def _pack(self, max_points: int | None = None) -> None:
         """Sender (or finish()), under order_lock: what is queued moves to `packed` as records of at
@@ -301,8 +310,11 @@ class Session:
             return
         entry, cost = item_of(item, self.by_id)
         self.evicted += cost
-        why = "memory budget full (no overflow file)" if self.spill is None else \
-            ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
+        why = (
+            "memory budget full (no overflow file)"
+            if self.spill is None
+            else ("disk full" if self.spill.full else "memory budget full (overflow file behind)")
+        )
         self.drop(why, entry[2])
 
     def _refresh_limit(self) -> None:
@@ -357,8 +369,16 @@ class Session:
     def idle(self) -> bool:
         sender = self.sender
         spill_pending = self.spill.pending if self.spill else 0
-        return (not self.queue and not self.packed and not spill_pending and not self.hparams_pending
-                and sender is not None and sender.inflight is None and not sender.backlog and not sender.busy)
+        return (
+            not self.queue
+            and not self.packed
+            and not spill_pending
+            and not self.hparams_pending
+            and sender is not None
+            and sender.inflight is None
+            and not sender.backlog
+            and not sender.busy
+        )
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything logged so far is settled, or `timeout` passes."""
@@ -393,8 +413,7 @@ class Session:
         with self.order_lock:
             queued = queued_points(list(self.queue)) + points_of(self.packed)
             held = self.sender.pending_points() if self.sender else 0
-            return (self.logged + self.taken + queued,
-                    queued + held + (self.spill.points if self.spill else 0))
+            return (self.logged + self.taken + queued, queued + held + (self.spill.points if self.spill else 0))
 
     def _report_losses(self) -> None:
         kept = self._leftover_to_disk()
@@ -405,8 +424,10 @@ class Session:
             why = f" (last error: {self.sender.last_error})" if self.sender and self.sender.last_error else ""
             where = f"; they are kept in {self.spill.path}" if kept and self.spill else ""
             if where and self.spill_root:
-                where += (f" (send them with this job's TUNEPLANE_JOB_* variables set: "
-                          f"python -m tuneplane.collector --out-dir {self.spill_root} --once)")
+                where += (
+                    f" (send them with this job's TUNEPLANE_JOB_* variables set: "
+                    f"python -m tuneplane.collector --out-dir {self.spill_root} --once)"
+                )
             parts.append(f"{stats['pending_points']} point(s) not delivered before finish(){why}{where}")
         if stats["refused_points"]:
             codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(self.refused_batches.items()))
@@ -458,8 +479,14 @@ class Session:
             logged, pending = self._counts()
             delivered, refused = self.delivered_points, self.refused_points
         lost = sum(dropped.values())
-        ledger: Ledger = {"logged": logged, "delivered": delivered, "dropped": lost, "refused": refused,
-                          "pending": pending, "balanced": delivered + lost + refused + pending == logged}
+        ledger: Ledger = {
+            "logged": logged,
+            "delivered": delivered,
+            "dropped": lost,
+            "refused": refused,
+            "pending": pending,
+            "balanced": delivered + lost + refused + pending == logged,
+        }
         return {
             "run_id": self.config.run_id,
             "rank": self.config.rank,
@@ -483,4 +510,3 @@ class Session:
             "spill_path": self.spill.path if self.spill else None,
             "internal_errors": self.internal_errors,
         }
-

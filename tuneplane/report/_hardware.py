@@ -100,8 +100,11 @@ class Sampler:
         if self._psutil is not None:
             mem = self._psutil.virtual_memory()
             rss = self._psutil.Process().memory_info().rss
-            return {"cpu.util_pct": float(self._psutil.cpu_percent(None)),
-                    "mem.used_pct": float(mem.percent), "mem.proc_rss_mb": rss / 2**20}
+            return {
+                "cpu.util_pct": float(self._psutil.cpu_percent(None)),
+                "mem.used_pct": float(mem.percent),
+                "mem.proc_rss_mb": rss / 2**20,
+            }
         values: dict[str, float] = {}
         now = _proc_cpu()
         if now and self._cpu_last:
@@ -168,5 +171,3 @@ def _proc_memory() -> dict[str, float]:
     except (OSError, ValueError, IndexError):
         pass
     return values
-
-

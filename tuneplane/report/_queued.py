@@ -55,22 +55,31 @@ def id_struct(points: int) -> struct.Struct:
     return layout
 
 
-def make_putter(entry: Entry, ident: int, append: Callable[[bytes], None], now: Callable[[], float],
-                session: Session) -> Putter:
+def make_putter(
+    entry: Entry, ident: int, append: Callable[[bytes], None], now: Callable[[], float], session: Session
+) -> Putter:
     """The putter of `entry`'s key set, queueing id rows with `ident`. `session` has `added` and
     `limit` (see `tuneplane.report._core.Session`)."""
     keys = entry[0]
     names = [f"_k{i}" for i in range(len(keys))]
-    source = (f"def put(m, step, _len=len, _pack=_pack, _now=_now, _append=_append, _s=_s, "
-              f"{', '.join(f'{n}=_keys[{i}]' for i, n in enumerate(names))}):\n"
-              f"    if _len(m) != {len(keys)}:\n        return None\n"
-              f"    _append(_pack({int(ident)}, step, _now(), {', '.join(f'm[{n}]' for n in names)}))\n"
-              f"    _s.added += {record_cost(len(keys))}\n"
-              f"    return _s.added > _s.limit\n")
+    source = (
+        f"def put(m, step, _len=len, _pack=_pack, _now=_now, _append=_append, _s=_s, "
+        f"{', '.join(f'{n}=_keys[{i}]' for i, n in enumerate(names))}):\n"
+        f"    if _len(m) != {len(keys)}:\n        return None\n"
+        f"    _append(_pack({int(ident)}, step, _now(), {', '.join(f'm[{n}]' for n in names)}))\n"
+        f"    _s.added += {record_cost(len(keys))}\n"
+        f"    return _s.added > _s.limit\n"
+    )
     # `__name__`: warnings raised while packing (torch's about a tensor that requires grad) name this
     # module, which the session's warning filter covers
-    scope: dict[str, object] = {"_pack": id_struct(len(keys)).pack, "_now": now, "_append": append, "_keys": keys,
-                             "_s": session, "__name__": __name__}
+    scope: dict[str, object] = {
+        "_pack": id_struct(len(keys)).pack,
+        "_now": now,
+        "_append": append,
+        "_keys": keys,
+        "_s": session,
+        "__name__": __name__,
+    }
     exec(source, scope)  # generated from identifiers and ints only: the keys are bound as values
     put = cast(Putter, scope["put"])  # the function `source` defines
     return put
@@ -118,7 +127,7 @@ def unqueue(items: list[Item], by_id: list[Entry], max_points: int) -> tuple[lis
         keys_n = width // 8 - 3
         per = max(1, min(LINE_ROWS, LINE_BYTES // (width - 8), max_points // max(1, keys_n)))
         for first in range(start, end, per):  # a line's rows at a time: small transient copies
-            part: list[bytes] = items[first:min(end, first + per)]  # type: ignore[assignment]
+            part: list[bytes] = items[first : min(end, first + per)]  # type: ignore[assignment]
             got = _id_rows(part, width, by_id) if len(part) >= _FAST_ROWS else None
             if got is None:
                 loose += [(by_id[_ident(row)[0]], row[8:]) for row in part]
@@ -160,8 +169,10 @@ def _id_rows(items: list[bytes], width: int, by_id: list[Entry]) -> tuple[Record
     keys = by_id[ids[0]][0]
     del words[0::stride]  # the id column
     rows = words.tobytes()
-    return (((keys, PACKED_COST + len(rows), len(items) * len(keys)), rows),
-            len(items) * record_cost(len(keys)) - PACKED_COST - len(rows))
+    return (
+        ((keys, PACKED_COST + len(rows), len(items) * len(keys)), rows),
+        len(items) * record_cost(len(keys)) - PACKED_COST - len(rows),
+    )
 
 
 def queued_points(items: Iterable[Item]) -> int:

@@ -123,7 +123,7 @@ def packed(records: list[Record], max_points: int) -> tuple[list[Record], int]:
         per = max(1, min(LINE_ROWS, LINE_BYTES // width, max_points // len(keys)))
         freed += entry[1] * len(rows)
         for start in range(0, len(rows), per):
-            blob = b"".join(rows[start:start + per])
+            blob = b"".join(rows[start : start + per])
             out.append(((keys, PACKED_COST + len(blob), len(blob) // width * len(keys)), blob))
             freed -= PACKED_COST + len(blob)
     return out, freed

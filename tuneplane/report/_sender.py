@@ -151,8 +151,7 @@ class Sender(threading.Thread):
                 offset = None
             if not records:
                 return None
-            batch = self.inflight = Batch(self._new_id(), records, cost=cost, spill_offset=offset,
-                                          disk_cost=disk_cost)
+            batch = self.inflight = Batch(self._new_id(), records, cost=cost, spill_offset=offset, disk_cost=disk_cost)
         return self._encoded(batch)
 
     def _take_from_memory(self) -> tuple[list[Record], int]:
@@ -170,8 +169,7 @@ class Sender(threading.Thread):
         # the per-record work is a C-level pop and sum; only the sender pops, so they are all there.
         while packed and points < max_points and cost < cap_cost:
             entry = packed[0][0]
-            count = min(len(packed), max(1, (max_points - points) // entry[2]),
-                        max(1, (cap_cost - cost) // entry[1]))
+            count = min(len(packed), max(1, (max_points - points) // entry[2]), max(1, (cap_cost - cost) // entry[1]))
             run = take(packed, count)
             records += run
             points += points_of(run)
@@ -201,8 +199,7 @@ class Sender(threading.Thread):
             return "done"
         batch.attempts += 1
         try:
-            status, data, retry_after, formats = self.transport.post("metrics", batch.body, batch.batch_id,
-                                                                     batch.gzip)
+            status, data, retry_after, formats = self.transport.post("metrics", batch.body, batch.batch_id, batch.gzip)
         except TransportError as exc:
             self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.s.retries += 1
@@ -256,8 +253,10 @@ class Sender(threading.Thread):
             return 0
         if not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= points:
             return 0
-        self.s.say(f"the receiver left out points of metric names past its limit per run "
-                   f"({' '.join(str(answer.get('over_limit_why', '')).split())[:200]}); they are counted as dropped")
+        self.s.say(
+            f"the receiver left out points of metric names past its limit per run "
+            f"({' '.join(str(answer.get('over_limit_why', '')).split())[:200]}); they are counted as dropped"
+        )
         return count
 
     def _settle(self, batch: Batch, delivered: bool, left_out: int = 0) -> None:
@@ -269,8 +268,7 @@ class Sender(threading.Thread):
                 if left_out:
                     self.s.sender_drop(OVER_LIMIT, left_out)
             if batch.spill_offset is not None and self.s.spill is not None:
-                self.s.spill.commit(batch.spill_offset, len(batch.records),
-                                    _raw_points(batch.records) - batch.skipped)
+                self.s.spill.commit(batch.spill_offset, len(batch.records), _raw_points(batch.records) - batch.skipped)
             if batch.cost:
                 self.s.release(batch.cost)
             if batch.disk_cost:
@@ -291,8 +289,7 @@ class Sender(threading.Thread):
         with self.s.order_lock:
             batch.settled = True
             if batch.spill_offset is not None and self.s.spill is not None:
-                self.s.spill.commit(batch.spill_offset, len(batch.records),
-                                    _raw_points(batch.records) - batch.skipped)
+                self.s.spill.commit(batch.spill_offset, len(batch.records), _raw_points(batch.records) - batch.skipped)
             if batch.disk_cost:  # the halves are memory batches with their own cost now
                 self.s.held_from_disk -= batch.disk_cost
                 batch.disk_cost = 0
@@ -306,8 +303,10 @@ class Sender(threading.Thread):
             self.s.refused_batches[status] = self.s.refused_batches.get(status, 0) + 1
         if status not in self._announced:
             self._announced.add(status)
-            self.s.say(f"the receiver refused a batch of {batch.points} point(s) with HTTP {status}"
-                       f"{_reason(data)}; dropped that batch and carrying on")
+            self.s.say(
+                f"the receiver refused a batch of {batch.points} point(s) with HTTP {status}"
+                f"{_reason(data)}; dropped that batch and carrying on"
+            )
         self._settle(batch, delivered=False)
 
     def _backoff(self, attempts: int) -> bool:
@@ -348,8 +347,11 @@ class Sender(threading.Thread):
         try:
             body = compress(self.encoder.hparams_body(self._hparams_id(), params))
         except (TypeError, ValueError):  # not JSON after all: send each value alone to find the bad one
-            return self._hparams_refused(params, 0, b"", "not serialisable") if len(params) == 1 else \
-                self._hparams_shrink()
+            return (
+                self._hparams_refused(params, 0, b"", "not serialisable")
+                if len(params) == 1
+                else self._hparams_shrink()
+            )
         try:
             status, data, retry_after, formats = self.transport.post("hparams", body, self._hparams_id())
         except TransportError as exc:

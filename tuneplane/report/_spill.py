@@ -39,8 +39,10 @@ WRITE_BYTES = 128 * 1024  # records are written in groups of about this much of 
 _entry_of, _cost_of = itemgetter(0), itemgetter(1)
 
 
-SPILL_NAME = re.compile(r"report-spill-(?:r|rank)\d{1,9}-(?P<pid>\d{1,10})-[0-9a-f]{1,32}"
-                        r"(?:-h(?P<host>[A-Za-z0-9._-]{1,64}))?\.jsonl")
+SPILL_NAME = re.compile(
+    r"report-spill-(?:r|rank)\d{1,9}-(?P<pid>\d{1,10})-[0-9a-f]{1,32}"
+    r"(?:-h(?P<host>[A-Za-z0-9._-]{1,64}))?\.jsonl"
+)
 
 
 def host_tag() -> str:
@@ -85,7 +87,7 @@ def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> l
             out += [((head + b64(blob) + '"}\n').encode(), 1, entry[2]) for blob in rows]
             continue
         for start in range(0, len(rows), per_line):
-            chunk = rows[start:start + per_line]
+            chunk = rows[start : start + per_line]
             out.append(((head + b64(b"".join(chunk)) + '"}\n').encode(), len(chunk), len(chunk) * entry[2]))
     return out
 
@@ -93,8 +95,9 @@ def lines_of(records: list[Record], keys_cache: dict[tuple[str, ...], str]) -> l
 ROWS_MARK = b',"rows":"'
 
 
-def parse_line(line: bytes, entry_of: Callable[[tuple[str, ...]], Entry],
-               keys_cache: dict[bytes, tuple[str, ...]] | None = None) -> Record:
+def parse_line(
+    line: bytes, entry_of: Callable[[tuple[str, ...]], Entry], keys_cache: dict[bytes, tuple[str, ...]] | None = None
+) -> Record:
     """One line back as one record of all its rows; ValueError when it is not a line this module
     wrote. The lines are ours, so the key list is cut out and parsed (once per key set) and the rows
     decoded directly, rather than running the JSON decoder over the long base64 text."""
@@ -109,11 +112,14 @@ def parse_line(line: bytes, entry_of: Callable[[tuple[str, ...]], Entry],
             keys = tuple(found)
             if len(keys_cache) < 10_000:
                 keys_cache[head] = keys
-        return _record(entry_of(keys), from_b64(line[cut + len(ROWS_MARK):line.rstrip().rfind(b'"')], strict=False))
+        return _record(entry_of(keys), from_b64(line[cut + len(ROWS_MARK) : line.rstrip().rfind(b'"')], strict=False))
     block = json.loads(line)
     keys = block["keys"] if isinstance(block, dict) else None
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or \
-            not isinstance(block.get("rows"), str):
+    if (
+        not isinstance(keys, list)
+        or not all(isinstance(k, str) for k in keys)
+        or not isinstance(block.get("rows"), str)
+    ):
         raise ValueError("not an overflow-file line")
     return _record(entry_of(tuple(keys)), from_b64(block["rows"]))
 
@@ -288,8 +294,10 @@ class Spill:
                         self._compact()
                     except OSError:
                         pass
-                unsent = os.path.join(os.path.dirname(self.path),
-                                      os.path.basename(self.path).replace("report-spill-", "report-unsent-", 1))
+                unsent = os.path.join(
+                    os.path.dirname(self.path),
+                    os.path.basename(self.path).replace("report-spill-", "report-unsent-", 1),
+                )
                 try:
                     os.replace(self.path, unsent)
                     self.path = unsent

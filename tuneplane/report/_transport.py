@@ -54,8 +54,7 @@ class Transport:
 
     def post(self, name: str, body: bytes, batch_id: str, gzip: bool = True) -> tuple[int, bytes, str, str]:
         """Send one request; returns (status, response body, Retry-After, X-TunePlane-Formats)."""
-        headers = {"Content-Type": "application/json", "X-TunePlane-Token": self.token,
-                   "X-TunePlane-Batch": batch_id}
+        headers = {"Content-Type": "application/json", "X-TunePlane-Token": self.token, "X-TunePlane-Batch": batch_id}
         if gzip:
             headers["Content-Encoding"] = "gzip"
         if self.run_header:
@@ -70,8 +69,12 @@ class Transport:
             raise
         if response.will_close:
             self.close()
-        return (response.status, data, response.getheader("Retry-After") or "",
-                response.getheader("X-TunePlane-Formats") or "")
+        return (
+            response.status,
+            data,
+            response.getheader("Retry-After") or "",
+            response.getheader("X-TunePlane-Formats") or "",
+        )
 
     def close(self) -> None:
         if self._conn is not None:
@@ -85,8 +88,7 @@ class Transport:
 def post_lifecycle(env: Mapping[str, str], event: str, timeout: float) -> bool:
     """One `/lifecycle` POST on a fresh connection, uncompressed (any receiver understands it)."""
     run_id = env.get(JOB_RUN_ID, "").strip()
-    transport = Transport(env.get(JOB_ENDPOINT, "").strip(), env[JOB_TOKEN].strip(),
-                          timeout, run_id)
+    transport = Transport(env.get(JOB_ENDPOINT, "").strip(), env[JOB_TOKEN].strip(), timeout, run_id)
     stamp = wire_stamp(time.time())
     body = json.dumps({"run_id": run_id, "event": event, "ts": stamp}).encode()
     try:
@@ -186,5 +188,6 @@ class Encoder:
         return b"".join(out), points, skipped
 
     def hparams_body(self, batch_id: str, params: dict[str, object]) -> bytes:
-        return (f'{self.head},"batch_id":"{batch_id}","params":'
-                f"{json.dumps(params, ensure_ascii=False, allow_nan=False)}}}").encode()
+        return (
+            f'{self.head},"batch_id":"{batch_id}","params":{json.dumps(params, ensure_ascii=False, allow_nan=False)}}}'
+        ).encode()

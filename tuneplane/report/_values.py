@@ -261,10 +261,13 @@ def _json_safe(value: object) -> object:
         return value if not isinstance(value, str) else value[:MAX_HPARAM_TEXT]
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if isinstance(value, (list, tuple)) and all(
-        v is None or isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v))
-        for v in value
-    ) and len(value) <= 64:
+    if (
+        isinstance(value, (list, tuple))
+        and all(
+            v is None or isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v)) for v in value
+        )
+        and len(value) <= 64
+    ):
         return list(value)
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         try:

@@ -65,7 +65,7 @@ def _refuse_foreign_dir(key: RunKey, status: RunStatus) -> None:
         raise UsageError(
             f"{key.status_rel} names {where}, which is not the run directory of {key}: nothing was stopped",
             hint=f"status/ is the bot's; restore the file (git checkout origin/main -- {key.status_rel}), "
-                 "or stop the run on the machine that started it",
+            "or stop the run on the machine that started it",
         )
 
 

@@ -64,12 +64,19 @@ def stored_series(where: Path, status: RunStatus, keys: Iterable[str]) -> Timed:
 
 
 def watch_hint(run_id: str) -> str:
-    return (f"watch it from another terminal: tp job status {run_id} · tp job logs -f {run_id} · "
-            f"tp job cancel {run_id}")
+    return f"watch it from another terminal: tp job status {run_id} · tp job logs -f {run_id} · tp job cancel {run_id}"
 
 
-def run_local(repo: GitRepo, lab: Lab, request: RunRequest, spec: JobSpec, packed: SubmitRequest, echo: Echo,
-              say: Echo, detach: bool = False) -> tuple[RunStatus, str | None]:
+def run_local(
+    repo: GitRepo,
+    lab: Lab,
+    request: RunRequest,
+    spec: JobSpec,
+    packed: SubmitRequest,
+    echo: Echo,
+    say: Echo,
+    detach: bool = False,
+) -> tuple[RunStatus, str | None]:
     """Register the run, then supervise it here (or in a detached owner) and commit how it ended.
 
     `packed` is what the local backend gets (its `LocalRun`), made from `request` and `spec`.
@@ -129,8 +136,7 @@ def stop_local(repo: GitRepo, lab: Lab, status: RunStatus) -> str:
     if current.phase in TERMINAL:  # the owner recorded it (and committed it)
         return f"stopped: {current.phase} (status recorded by the run's owner)"
     if supervisor_alive(run_dir):
-        return (f"asked the run to stop; it has not ended after {STOP_WAIT:.0f} s "
-                f"(see tp job logs {status.run_id})")
+        return f"asked the run to stop; it has not ended after {STOP_WAIT:.0f} s (see tp job logs {status.run_id})"
     final, commit = finish(repo, backend, current, ref)
     return f"stopped: {final.phase}" + (f" (status committed {commit[:12]})" if commit else "")
 

@@ -27,8 +27,9 @@ LS_COLUMNS = ["RUN", "EXPERIMENT", "PHASE", "PROFILE", "STARTED", "DURATION", "M
 def run_rows(experiment: str | None, limit: int | None) -> tuple[list[list[str]], int]:
     """`tp job ls`: one row per run (newest first, `limit` of them), and how many more there are."""
     root = open_lab().root
-    keys = sorted(set(request_keys(root)) | set(status_keys(root)), key=lambda k: (k.run_id, k.experiment),
-                  reverse=True)
+    keys = sorted(
+        set(request_keys(root)) | set(status_keys(root)), key=lambda k: (k.run_id, k.experiment), reverse=True
+    )
     keys = [k for k in keys if experiment is None or k.experiment == experiment]
     shown = keys if limit is None else keys[:limit]
     return [_row(root, key) for key in shown], len(keys) - len(shown)
@@ -46,9 +47,15 @@ def _row(root: Path, key: RunKey) -> list[str]:
         return [key.run_id, key.experiment, "(not submitted)" if data is None else "(unreadable)", "", "", "", ""]
     data = _live(data)
     reason = f" ({data['reason']})" if data.get("reason") and data.get("phase") != SUCCEEDED else ""
-    return [key.run_id, key.experiment, str(data.get("phase", "")) + reason, str(data.get("profile", "")),
-            short_time(data.get("started_at")), duration_text(data.get("started_at"), data.get("finished_at")),
-            metric_cell(data)]
+    return [
+        key.run_id,
+        key.experiment,
+        str(data.get("phase", "")) + reason,
+        str(data.get("profile", "")),
+        short_time(data.get("started_at")),
+        duration_text(data.get("started_at"), data.get("finished_at")),
+        metric_cell(data),
+    ]
 
 
 def _live(data: dict[str, Any]) -> dict[str, Any]:
@@ -58,8 +65,13 @@ def _live(data: dict[str, Any]) -> dict[str, Any]:
         return data
     if backend.get("backend") != "local" or not os.path.isdir(str(backend.get("namespace", ""))):
         return data
-    ref = BackendRef(backend="local", kind=str(backend.get("kind", "")), name=str(backend.get("name", "")),
-                     namespace=str(backend["namespace"]), uid=str(backend.get("uid", "")))
+    ref = BackendRef(
+        backend="local",
+        kind=str(backend.get("kind", "")),
+        name=str(backend.get("name", "")),
+        namespace=str(backend["namespace"]),
+        uid=str(backend.get("uid", "")),
+    )
     obs = run_dir_backend(Path(str(backend["namespace"]))).observe(ref)
     return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
 

@@ -89,13 +89,12 @@ def backend_ref(status: RunStatus) -> BackendRef | None:
 
 
 def backend_object(ref: BackendRef) -> BackendObject:
-    return BackendObject(
-        backend=ref.backend, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid
-    )
+    return BackendObject(backend=ref.backend, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid)
 
 
-def apply_observation(status: RunStatus, obs: Observation, now: str, *, retry: bool = False,
-                      lost_after: float | None = None) -> RunStatus:
+def apply_observation(
+    status: RunStatus, obs: Observation, now: str, *, retry: bool = False, lost_after: float | None = None
+) -> RunStatus:
     """The status after `obs`: its attempts recorded, the phase from the newest one. Unknown keeps the
     phase (the message says why); a terminal status is left as it is. With `retry` (the bot), a failed
     attempt the run's retry policy covers leaves the run Pending for the bot's next attempt, and one
@@ -120,14 +119,16 @@ def reopened(status: RunStatus, obs: Observation, now: str, *, retry: bool = Fal
     new = _fold(open_, obs, now, retry, None)
     if new.phase in TERMINAL:
         return None
-    going = (f"{new.phase.lower()} again (attempt {new.attempts[-1].number})" if later
-             else f"still {new.phase.lower()}")
-    message = (f"the status said {status.phase}, but the job is {going} on "
-               f"{status.backend.backend if status.backend else 'its backend'}: corrected by tp bot sync "
-               "(the cluster is the truth; edit a run's fate with `cancel: true`)")
+    going = f"{new.phase.lower()} again (attempt {new.attempts[-1].number})" if later else f"still {new.phase.lower()}"
+    message = (
+        f"the status said {status.phase}, but the job is {going} on "
+        f"{status.backend.backend if status.backend else 'its backend'}: corrected by tp bot sync "
+        "(the cluster is the truth; edit a run's fate with `cancel: true`)"
+    )
     history = [*status.history, Transition(phase=new.phase, at=now)]  # type: ignore[arg-type, unused-ignore]
-    return new.model_copy(update={"reason": "Corrected", "message": message, "history": history,
-                                  "finished_at": None, "exit_code": None})
+    return new.model_copy(
+        update={"reason": "Corrected", "message": message, "history": history, "finished_at": None, "exit_code": None}
+    )
 
 
 def _fold(status: RunStatus, obs: Observation, now: str, retry: bool, lost_after: float | None) -> RunStatus:
@@ -151,12 +152,20 @@ def _fold(status: RunStatus, obs: Observation, now: str, retry: bool, lost_after
     before = status.attempts[-1].number if status.attempts else 1
     if phase == status.phase and newest.number <= before:
         return status.model_copy(update=changes)
-    if (phase in TERMINAL and phase != CANCELLED and newest.started_at
-            and (PHASE_RANK[status.phase] < PHASE_RANK[RUNNING] or newest.number > before)):
+    if (
+        phase in TERMINAL
+        and phase != CANCELLED
+        and newest.started_at
+        and (PHASE_RANK[status.phase] < PHASE_RANK[RUNNING] or newest.number > before)
+    ):
         status = _moved(status, RUNNING, newest.started_at)  # it ran between two looks
-    when = (changes["finished_at"] if phase in TERMINAL
-            else newest.started_at if phase == RUNNING and newest.started_at
-            else now)
+    when = (
+        changes["finished_at"]
+        if phase in TERMINAL
+        else newest.started_at
+        if phase == RUNNING and newest.started_at
+        else now
+    )
     return _moved(status, phase, when, **changes)
 
 
@@ -186,8 +195,10 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
     if newest.number >= policy.attempts:
         note = f"{ended}, attempt {newest.number} of {policy.attempts}: no retry left"
         return FAILED, RETRIES_SPENT, f"{why}\n{note}" if why else note
-    note = (f"{ended}; attempt {newest.number + 1} of {policy.attempts} is submitted "
-            f"{policy.backoff_seconds} s after it ended")
+    note = (
+        f"{ended}; attempt {newest.number + 1} of {policy.attempts} is submitted "
+        f"{policy.backoff_seconds} s after it ended"
+    )
     return PENDING, RETRY_WAIT, f"{why}\n{note}" if why else note
 
 
@@ -211,8 +222,12 @@ def merged_attempts(status: RunStatus, obs: Observation, now: str) -> list[Attem
         fresh = [_attempt(r, r.number + shift, current, status, now) for r in obs.attempts]
     else:
         last = mine[-1] if mine else None
-        if last is not None and not last.reason and obs.phase in UNDER_WAY and \
-                PHASE_RANK[obs.phase] < PHASE_RANK[status.phase]:
+        if (
+            last is not None
+            and not last.reason
+            and obs.phase in UNDER_WAY
+            and PHASE_RANK[obs.phase] < PHASE_RANK[status.phase]
+        ):
             return None
         fresh = [_derived(obs, last.number if last else base, current, status, now)]
     by_number = {a.number: a for a in [*others, *mine]}
@@ -225,11 +240,20 @@ def _attempt(report: AttemptReport, number: int, current: str, status: RunStatus
     finished = report.finished_at or (now if report.reason else None)
     gpus = report.gpus or profile_gpus(status.profile)  # else what the status recorded at submit (`_merge`)
     return Attempt(
-        number=number, started_at=report.started_at, finished_at=finished, where=list(report.where),
-        exit_code=report.exit_code, signal=report.signal, reason=report.reason or "",
-        message=_clip(report.message), failed_node=report.failed_node, failed_rank=report.failed_rank,
-        log_tail=list(report.log_tail)[-LOG_TAIL:], gpus=gpus,
-        gpu_seconds=gpu_seconds(gpus, report.started_at, finished), object=current,
+        number=number,
+        started_at=report.started_at,
+        finished_at=finished,
+        where=list(report.where),
+        exit_code=report.exit_code,
+        signal=report.signal,
+        reason=report.reason or "",
+        message=_clip(report.message),
+        failed_node=report.failed_node,
+        failed_rank=report.failed_rank,
+        log_tail=list(report.log_tail)[-LOG_TAIL:],
+        gpus=gpus,
+        gpu_seconds=gpu_seconds(gpus, report.started_at, finished),
+        object=current,
     )
 
 
@@ -242,9 +266,14 @@ def _derived(obs: Observation, number: int, current: str, status: RunStatus, now
         reason = CANCELLED  # the attempt reason of that name
     elif obs.phase == FAILED:
         reason = obs.reason if obs.reason in ATTEMPT_REASONS else "Error"
-    report = AttemptReport(number=number, started_at=obs.started_at, finished_at=obs.finished_at,
-                           exit_code=obs.exit_code, reason=reason,  # type: ignore[arg-type]
-                           message=obs.message if reason else "")
+    report = AttemptReport(
+        number=number,
+        started_at=obs.started_at,
+        finished_at=obs.finished_at,
+        exit_code=obs.exit_code,
+        reason=reason,  # type: ignore[arg-type]
+        message=obs.message if reason else "",
+    )
     return _attempt(report, number, current, status, now)
 
 
@@ -256,10 +285,10 @@ def _merge(old: Attempt | None, new: Attempt) -> Attempt:
     fresh = {k: v for k, v in new.model_dump().items() if v not in (None, "", [])}
     if new.reason == "" and old.reason:  # the engine says it is under way again: its word wins
         kept = {k: v for k, v in kept.items() if k not in ("reason", "finished_at", "exit_code", "signal")}
-    merged = Attempt.model_validate({**kept, **fresh, "object": old.object or new.object,
-                                     "gpus": new.gpus or old.gpus})  # 0: the engine did not say
-    return merged.model_copy(update={
-        "gpu_seconds": gpu_seconds(merged.gpus, merged.started_at, merged.finished_at)})
+    merged = Attempt.model_validate(
+        {**kept, **fresh, "object": old.object or new.object, "gpus": new.gpus or old.gpus}
+    )  # 0: the engine did not say
+    return merged.model_copy(update={"gpu_seconds": gpu_seconds(merged.gpus, merged.started_at, merged.finished_at)})
 
 
 def gpu_seconds(gpus: int, started: str | None, finished: str | None) -> float:
@@ -291,10 +320,17 @@ def _lost(status: RunStatus, obs: Observation, now: str, lost_after: float) -> O
     newest = status.attempts[-1] if status.attempts else None
     number = newest.number if newest is not None and not newest.reason else (newest.number + 1 if newest else 1)
     beat = obs.heartbeat_at or "never"
-    message = (f"no heartbeat for more than {int(lost_after)} s (last: {beat}); {obs.message}".rstrip("; ")
-               + " — the machine that ran it is gone or cut off (cluster.local.lost_after)")
-    report = AttemptReport(number=number, started_at=newest.started_at if newest else status.started_at,
-                           finished_at=now, reason="Lost", message=message)
+    message = (
+        f"no heartbeat for more than {int(lost_after)} s (last: {beat}); {obs.message}".rstrip("; ")
+        + " — the machine that ran it is gone or cut off (cluster.local.lost_after)"
+    )
+    report = AttemptReport(
+        number=number,
+        started_at=newest.started_at if newest else status.started_at,
+        finished_at=now,
+        reason="Lost",
+        message=message,
+    )
     return Observation(FAILED, reason="Lost", message=message, finished_at=now, attempts=(report,))
 
 
@@ -327,7 +363,8 @@ def with_metrics(
     metrics = {k: float(summary[chosen[k]]["last"]) for k in keys if _is_number(summary[chosen[k]].get("last"))}
     history = {  # four significant digits draw the same sparkline and keep status files (and git) small
         k: [_round(float(v)) for v in series.get(chosen[k], [])][-HISTORY_POINTS:]
-        for k in metrics if series.get(chosen[k])
+        for k in metrics
+        if series.get(chosen[k])
     }
     if metrics == status.metrics and history == status.metric_history:
         return status

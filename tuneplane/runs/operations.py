@@ -48,8 +48,9 @@ def run_operation(opts: OperationOptions, out: Echo, note: Echo, echo: Echo, not
     flags = RunFlags(opts.experiment, profile, operation=opts.operation, inputs=Inputs(**inputs))
     if opts.local and not opts.dry_run:
         return OperationOutcome(submitted=submit(SubmitOptions.of(flags, local=True), echo=echo, notify=notify))
-    request = request_from_flags(flags, run_id=new_run_id(), command=opts.operation,
-                                 requested_by=requester(context.repo))
+    request = request_from_flags(
+        flags, run_id=new_run_id(), command=opts.operation, requested_by=requester(context.repo)
+    )
     rendered = context.render_request(request)
     if opts.dry_run:
         return OperationOutcome(argv=list(rendered.plan.argv), run_dir=rendered.spec.spec.paths.run_dir)

@@ -60,12 +60,24 @@ def prepare(
     warnings: list[str] = []
     if prepared_experiment is not None:
         spec = resolve_prepared(
-            lab, prepared_experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            lab,
+            prepared_experiment,
+            request,
+            commit=commit,
+            dirty=dirty,
+            allow_dirty=allow_dirty,
+            env=env,
             warnings=warnings,
         )
     else:
         spec = resolve(
-            lab, request.experiment, request, commit=commit, dirty=dirty, allow_dirty=allow_dirty, env=env,
+            lab,
+            request.experiment,
+            request,
+            commit=commit,
+            dirty=dirty,
+            allow_dirty=allow_dirty,
+            env=env,
             warnings=warnings,
         )
     if warn is not None:
@@ -74,8 +86,9 @@ def prepare(
     return rendered(lab, request, spec, compile_plan(spec), tuple(warnings))
 
 
-def rendered(lab: Lab, request: RunRequest, spec: JobSpec, plan: LaunchPlan,
-             warnings: tuple[str, ...] = ()) -> PreparedRun:
+def rendered(
+    lab: Lab, request: RunRequest, spec: JobSpec, plan: LaunchPlan, warnings: tuple[str, ...] = ()
+) -> PreparedRun:
     """The run as each backend is sent it. A local run has no manifests (render refuses it); a cluster
     run is rendered and checked now."""
     if spec.spec.resources.local:
@@ -114,13 +127,10 @@ def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
     }
 
 
-def backend_request(
-    lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None
-) -> SubmitRequest:
+def backend_request(lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None) -> SubmitRequest:
     """What the backend gets: a `LocalRun` for local specs, the rendered manifests for the cluster."""
     spec = run.spec
     if spec.spec.resources.local:
-
         manifest = local_manifest(
             spec, run.plan, jobspec_document(spec, run.plan), lab_root, job_env(spec, run.plan.env)
         )
@@ -134,7 +144,6 @@ def backend_request(
     secret_data: dict[str, str] = {}
     secret = _ingest_secret(os.environ if env is None else env)
     if secret and JOB_TOKEN in run.plan.secret_env:
-
         secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id, spec.metadata.experiment)
     if lab.config.cluster.backend == "slurm":
         token = secret_data.get(run.plan.secret_env.get(JOB_TOKEN, ""), "")

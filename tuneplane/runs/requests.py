@@ -70,18 +70,34 @@ def read_flags(typed: TypedFlags, lab: Lab | None = None, catalog: Catalog | Non
     catalog are loaded for that when not given), `--timeout` in seconds. Raises UsageError."""
     keys = _set_keys(typed.experiment, lab, catalog) if typed.sets else None
     inputs = Inputs(model=typed.model, train_data=typed.train_data, validation_data=typed.validation_data)
-    return RunFlags(typed.experiment, typed.profile, typed.image, typed.observability_url,
-                    parse_sets(list(typed.sets), keys), inputs, timeout=parse_duration(typed.timeout),
-                    message=typed.message)
+    return RunFlags(
+        typed.experiment,
+        typed.profile,
+        typed.image,
+        typed.observability_url,
+        parse_sets(list(typed.sets), keys),
+        inputs,
+        timeout=parse_duration(typed.timeout),
+        message=typed.message,
+    )
 
 
 def request_from_flags(flags: RunFlags, *, run_id: str, command: str, **recorded: str) -> RunRequest:
     """The RunRequest `flags` describe; `recorded` adds who asked and when (`requested_by`, `created_at`)."""
     data: dict[str, Any] = {
-        "experiment": flags.experiment, "run_id": run_id, "operation": flags.operation,
-        "profile": flags.profile, "image": flags.image, "observability_url": flags.observability_url,
-        "set": flags.sets, "inputs": flags.inputs, "timeout": flags.timeout, "message": flags.message,
-        "commit": flags.commit, "rerun_of": flags.rerun_of, **recorded,
+        "experiment": flags.experiment,
+        "run_id": run_id,
+        "operation": flags.operation,
+        "profile": flags.profile,
+        "image": flags.image,
+        "observability_url": flags.observability_url,
+        "set": flags.sets,
+        "inputs": flags.inputs,
+        "timeout": flags.timeout,
+        "message": flags.message,
+        "commit": flags.commit,
+        "rerun_of": flags.rerun_of,
+        **recorded,
     }
     return validate_or_raise(RunRequest, data, "the command line", hint=f"see `tp {command} --help`")
 
@@ -101,8 +117,12 @@ def requester(repo: GitRepo) -> str:
         parts.append("" if value == own else value)
     name, email = parts
     person = f"{name} <{email}>" if name and email else name or email
-    return (person or os.environ.get(USER_ENV, "").strip() or os.environ.get("USER", "").strip()
-            or f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>")
+    return (
+        person
+        or os.environ.get(USER_ENV, "").strip()
+        or os.environ.get("USER", "").strip()
+        or f"{FALLBACK_NAME} <{FALLBACK_EMAIL}>"
+    )
 
 
 _DURATION = lazy_pattern(r"^\s*(\d+)\s*([smhd]?)\s*$")
@@ -114,9 +134,7 @@ def parse_duration(text: str) -> int | None:
         return None
     match = _DURATION().match(text.lower())
     if match is None:
-        raise UsageError(
-            f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d"
-        )
+        raise UsageError(f"--timeout {text!r} is not a duration", hint="use seconds or a unit: 5400, 90m, 12h, 2d")
     return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
 
 

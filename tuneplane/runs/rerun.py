@@ -82,9 +82,7 @@ def _original_spec(repo: GitRepo, lab: Lab, request: RunRequest, commit: str, lo
     """The original request resolved again at its commit (None when it no longer resolves)."""
     try:
         with lab_at(repo, commit) as pinned:
-            return prepare(
-                local_lab(pinned) if local else pinned, request, commit=commit, dirty=False
-            ).spec
+            return prepare(local_lab(pinned) if local else pinned, request, commit=commit, dirty=False).spec
     except UsageError:
         return None
 

@@ -60,22 +60,29 @@ def resubmitted(previous: RunStatus, ref: BackendRef, now: str) -> RunStatus:
     earlier = [a if a.object else a.model_copy(update={"object": old}) for a in previous.attempts]
     held = previous.attempts[-1].gpus if previous.attempts else 0
     attempt = Attempt(number=number, object=ref.name, gpus=held or profile_gpus(previous.profile))
-    return previous.model_copy(update={
-        "reason": "",
-        "message": f"attempt {number} submitted to {ref.backend} as {ref.kind} {ref.name}",
-        "backend": backend_object(ref),
-        "finished_at": None,
-        "exit_code": None,
-        "attempts": [*earlier, attempt],
-        "history": [*previous.history, Transition(phase=PENDING, at=now)],
-    })
+    return previous.model_copy(
+        update={
+            "reason": "",
+            "message": f"attempt {number} submitted to {ref.backend} as {ref.kind} {ref.name}",
+            "backend": backend_object(ref),
+            "finished_at": None,
+            "exit_code": None,
+            "attempts": [*earlier, attempt],
+            "history": [*previous.history, Transition(phase=PENDING, at=now)],
+        }
+    )
 
 
 def kept_attempts(previous: RunStatus, ended: RunStatus) -> RunStatus:
     """`ended` (a refusal of the next attempt) written over `previous` without losing its attempts."""
     if not previous.attempts:
         return ended
-    return previous.model_copy(update={
-        "phase": ended.phase, "reason": ended.reason, "message": ended.message, "finished_at": ended.finished_at,
-        "history": [*previous.history, *ended.history[-1:]],
-    })
+    return previous.model_copy(
+        update={
+            "phase": ended.phase,
+            "reason": ended.reason,
+            "message": ended.message,
+            "finished_at": ended.finished_at,
+            "history": [*previous.history, *ended.history[-1:]],
+        }
+    )

@@ -53,8 +53,6 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-
-
 @dataclass
 class RenderOptions:
     """What `tp render` was asked, as one typed request."""
@@ -84,17 +82,23 @@ def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -
     if opts.all:
         return context.many([str(p) for p in context.all_requests()])
     if not opts.targets:
-        raise UsageError("name what to render: EXP, a run request file, --all or --changed",
-                         hint="tp render EXP --profile NAME[:GPUS], tp render runs/EXP/RUN.yaml")
+        raise UsageError(
+            "name what to render: EXP, a run request file, --all or --changed",
+            hint="tp render EXP --profile NAME[:GPUS], tp render runs/EXP/RUN.yaml",
+        )
     if len(opts.targets) == 1 and not _is_request_file(opts.targets[0]):
         return context.one(context.request_from_flags(opts.targets[0]), opts.targets[0])
     if opts.has_run_flags():
-        raise UsageError("run flags (--profile, --set, --image, …) go with EXP, not with a run request file",
-                         hint="edit the run request, or render the experiment with the flags")
+        raise UsageError(
+            "run flags (--profile, --set, --image, …) go with EXP, not with a run request file",
+            hint="edit the run request, or render the experiment with the flags",
+        )
     missing = [context.rel(Path(t)) for t in opts.targets if not os.path.lexists(t)]
     if missing:  # a path that names nothing is a usage error, as for tp validate and tp rerun (exit 2)
-        raise UsageError(f"{', '.join(missing)}: no such file",
-                         hint="check the path: is it spelled as the lab has it? (`tp job ls --all` lists the runs)")
+        raise UsageError(
+            f"{', '.join(missing)}: no such file",
+            hint="check the path: is it spelled as the lab has it? (`tp job ls --all` lists the runs)",
+        )
     return context.many(opts.targets)
 
 
@@ -137,8 +141,10 @@ class RenderContext:
             commit = "0" * 40  # a lab without commits yet still renders, marked dirty below
         dirty = repo.is_dirty()
         if dirty and not opts.allow_dirty and not opts.diff:
-            note(f"note: the lab has uncommitted changes; rendering them against HEAD {commit[:12]} "
-                 "(a job would clone the commit, not your working tree)")
+            note(
+                f"note: the lab has uncommitted changes; rendering them against HEAD {commit[:12]} "
+                "(a job would clone the commit, not your working tree)"
+            )
         return cls(opts, lab, load_catalog(), repo, commit, dirty, out=out, note=note)
 
     # requests
@@ -146,8 +152,10 @@ class RenderContext:
     def request_from_flags(self, experiment: str) -> RunRequest:
         o = self.opts
         if not o.run.profile:
-            raise UsageError(f"--profile is required to render experiment {experiment!r}",
-                             hint=f"profiles: {', '.join(self.lab.config.profiles)}")
+            raise UsageError(
+                f"--profile is required to render experiment {experiment!r}",
+                hint=f"profiles: {', '.join(self.lab.config.profiles)}",
+            )
         flags = read_flags(replace(o.run, experiment=experiment), self.lab, self.catalog)
         # who asks, as `tp submit` records it: the preview's annotations and digest are the submitted ones
         return request_from_flags(flags, run_id=o.run_id, command="render", requested_by=requester(self.repo))
@@ -162,9 +170,15 @@ class RenderContext:
         of (not for a pull request's base version, which no longer runs)."""
         if request.experiment not in self.prepared:
             self.prepared[request.experiment] = prepare_experiment(self.lab, request.experiment, self.catalog)
-        run = prepare(self.lab, request, commit=self.commit, dirty=self.dirty, allow_dirty=True,
-                      prepared_experiment=self.prepared[request.experiment],
-                      warn=self._warning if warn else None)  # what `tp submit` warns of, said here too
+        run = prepare(
+            self.lab,
+            request,
+            commit=self.commit,
+            dirty=self.dirty,
+            allow_dirty=True,
+            prepared_experiment=self.prepared[request.experiment],
+            warn=self._warning if warn else None,
+        )  # what `tp submit` warns of, said here too
         return shown(run)
 
     def _warning(self, text: str) -> None:
@@ -190,8 +204,10 @@ class RenderContext:
                 where, _, message = message.partition(": ")
             self.note(f"{where}: refused: {message}")
         if self.opts.output is not None:
-            self.note(f"rendered {len(targets) - len(refusals)} run request(s) into {self.opts.output}"
-                      + (f"; {len(refusals)} refused" if refusals else ""))
+            self.note(
+                f"rendered {len(targets) - len(refusals)} run request(s) into {self.opts.output}"
+                + (f"; {len(refusals)} refused" if refusals else "")
+            )
         return len(refusals)
 
     def render_each(self, targets: list[str]) -> list[tuple[str, str]]:
@@ -211,8 +227,13 @@ class RenderContext:
         while another thread runs (a host that calls us in-process): its locks would stay held in the
         children (Python 3.12 and later warn of it)."""
 
-        return (self.opts.output is not None and len(targets) >= PARALLEL_MIN and (os.cpu_count() or 1) > 1
-                and "fork" in multiprocessing.get_all_start_methods() and _one_thread())
+        return (
+            self.opts.output is not None
+            and len(targets) >= PARALLEL_MIN
+            and (os.cpu_count() or 1) > 1
+            and "fork" in multiprocessing.get_all_start_methods()
+            and _one_thread()
+        )
 
     def render_files(self, targets: list[str]) -> list[tuple[str, str]]:
         """The first request renders here (templates, schemas and experiments warm up once), then
@@ -237,8 +258,11 @@ class RenderContext:
         if self.opts.output is None:
             self.out(text if single or self.opts.fmt is RenderFormat.json else f"# {label}\n{text}")
             return
-        suffix = ".json" if self.opts.fmt is RenderFormat.json else (
-            ".sh" if self.lab.config.cluster.backend == "slurm" and rendered.text is not None else ".yaml")
+        suffix = (
+            ".json"
+            if self.opts.fmt is RenderFormat.json
+            else (".sh" if self.lab.config.cluster.backend == "slurm" and rendered.text is not None else ".yaml")
+        )
         atomic_write(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
 
     def request_from_file(self, path: Path, text: str | None = None) -> RunRequest:
@@ -325,8 +349,15 @@ def shown(run: PreparedRun) -> Rendered:
 def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:
     """A local run has no manifests: show its JobSpec and the process the local backend starts."""
 
-    launch = {"apiVersion": "tuneplane/v1", "kind": "LaunchPlan", "argv": list(plan.argv), "cwd": plan.cwd,
-              "mode": plan.mode, "env": job_env(spec, plan.env), "secret_env": dict(plan.secret_env)}
+    launch = {
+        "apiVersion": "tuneplane/v1",
+        "kind": "LaunchPlan",
+        "argv": list(plan.argv),
+        "cwd": plan.cwd,
+        "mode": plan.mode,
+        "env": job_env(spec, plan.env),
+        "secret_env": dict(plan.secret_env),
+    }
     return [spec.to_json_dict(), launch]
 
 

@@ -47,8 +47,9 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
     message = f"submitted to {ref.backend} as {ref.kind} {ref.name}"
     if ref.commit and ref.commit != provenance.commit:
         # another bot created the object from another commit: record what actually runs
-        provenance = provenance.model_copy(update={"commit": ref.commit,
-                                                   "jobspec_digest": ref.jobspec_digest or provenance.jobspec_digest})
+        provenance = provenance.model_copy(
+            update={"commit": ref.commit, "jobspec_digest": ref.jobspec_digest or provenance.jobspec_digest}
+        )
         message += f" (adopted: the job was created at commit {ref.commit[:12]})"
     return _base(
         req,
@@ -62,8 +63,9 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
         message=message,
         retry=None if spec.spec.retry == RetryPolicy() else spec.spec.retry,  # none: the default
         # the first attempt, under way: what it holds is known now (a report that omits it keeps this)
-        attempts=[Attempt(number=1, object=ref.name,
-                          gpus=spec.spec.resources.nodes * spec.spec.resources.gpus_per_node)],
+        attempts=[
+            Attempt(number=1, object=ref.name, gpus=spec.spec.resources.nodes * spec.spec.resources.gpus_per_node)
+        ],
     )
 
 

@@ -35,8 +35,6 @@ from tuneplane.runs.requests import RunFlags, request_from_flags, requester
 Echo = Callable[[str], None]
 
 
-
-
 @dataclass(frozen=True)
 class SubmitOptions(RunFlags):
     """Everything `tp submit` takes: the run's flags, and what to do with the request once written."""
@@ -82,8 +80,9 @@ def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
 
 
 def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = None) -> RunRequest:
-    return request_from_flags(opts, run_id=run_id or new_run_id(), command="submit",
-                              requested_by=requested_by, created_at=utc_now())
+    return request_from_flags(
+        opts, run_id=run_id or new_run_id(), command="submit", requested_by=requested_by, created_at=utc_now()
+    )
 
 
 def submit(
@@ -109,13 +108,16 @@ def submit(
     if dirty and not opts.commit:
         say(f"warning: uncommitted changes are not part of the run; it runs commit {commit[:12]}")
     if cpu_smoke_test(run.spec):
-        say(f"warning: {run.spec.spec.recipe.name} is a GPU recipe; here it runs on CPU, which is fine for a "
-            "smoke test and slow for real training")
+        say(
+            f"warning: {run.spec.spec.recipe.name} is a GPU recipe; here it runs on CPU, which is fine for a "
+            "smoke test and slow for real training"
+        )
     result = SubmitResult(key, request_commit, run.spec)
     if opts.local:
         say(f"running {key.run_id} on this machine" + ("" if opts.detach else "; its output follows"))
         result.status, result.status_commit = run_local(
-            repo, lab, run.request, run.spec, backend_request(lab.root, lab, run), echo, say, detach=opts.detach)
+            repo, lab, run.request, run.spec, backend_request(lab.root, lab, run), echo, say, detach=opts.detach
+        )
     if opts.push:
         target = resolve_target(repo, opts.remote, opts.branch)
         publish(repo, target)
@@ -127,9 +129,7 @@ def submit(
 def lab_repo(lab: Lab) -> GitRepo:
     repo = GitRepo(lab.root)
     if not repo.has_commits():
-        raise UsageError(
-            "the lab has no commits yet", hint="commit your experiment first (git add -A && git commit)"
-        )
+        raise UsageError("the lab has no commits yet", hint="commit your experiment first (git add -A && git commit)")
     repo.ensure_identity()
     return repo
 
@@ -139,9 +139,7 @@ def _prepare_for_submit(
 ) -> PreparedRun:
     if opts.commit:
         with lab_at(repo, opts.commit) as pinned:
-            return prepare(
-                local_lab(pinned) if opts.local else pinned, request, commit=opts.commit, dirty=False
-            )
+            return prepare(local_lab(pinned) if opts.local else pinned, request, commit=opts.commit, dirty=False)
     return prepare(
         local_lab(lab) if opts.local else lab,
         request,

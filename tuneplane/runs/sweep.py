@@ -72,15 +72,32 @@ def create_sweep(opts: SweepOptions, root: Path | None = None, say: Echo | None 
     fresh = _sweep_of(opts, grid, requester(repo))
     existing = _existing(lab, fresh.name)
     if existing is not None and _definition(existing) != _definition(fresh):
-        raise UsageError(f"sweep {fresh.name!r} already exists with other settings ({sweep_rel(fresh.name)})",
-                         hint="`tp sweep extend NAME --grid …` adds values; or pick another --name")
+        raise UsageError(
+            f"sweep {fresh.name!r} already exists with other settings ({sweep_rel(fresh.name)})",
+            hint="`tp sweep extend NAME --grid …` adds values; or pick another --name",
+        )
     sweep = existing or fresh
-    return _commit(repo, lab, sweep, wrote_sweep=existing is None, title=f"Sweep {sweep.name} of {sweep.experiment}",
-                   opts=opts, say=say)
+    return _commit(
+        repo,
+        lab,
+        sweep,
+        wrote_sweep=existing is None,
+        title=f"Sweep {sweep.name} of {sweep.experiment}",
+        opts=opts,
+        say=say,
+    )
 
 
-def extend_sweep(name: str, grid_flags: Sequence[str], root: Path | None = None, *, push: bool = False,
-                 remote: str | None = None, branch: str | None = None, say: Echo | None = None) -> SweepResult:
+def extend_sweep(
+    name: str,
+    grid_flags: Sequence[str],
+    root: Path | None = None,
+    *,
+    push: bool = False,
+    remote: str | None = None,
+    branch: str | None = None,
+    say: Echo | None = None,
+) -> SweepResult:
     """Add values to the sweep's grid (new trials get requests; the old keep their ids), in one commit.
     Without values it writes the requests the sweep lacks (a sweep written or edited by hand)."""
     lab = open_lab(root)
@@ -89,20 +106,31 @@ def extend_sweep(name: str, grid_flags: Sequence[str], root: Path | None = None,
     more = parse_grid(lab, sweep.experiment, grid_flags)
     opts = SweepOptions(sweep.experiment, sweep.profile, push=push, remote=remote, branch=branch)
     if not more:
-        return _commit(repo, lab, sweep, wrote_sweep=False, title=f"Complete sweep {name} of {sweep.experiment}",
-                       opts=opts, say=say)
+        return _commit(
+            repo,
+            lab,
+            sweep,
+            wrote_sweep=False,
+            title=f"Complete sweep {name} of {sweep.experiment}",
+            opts=opts,
+            say=say,
+        )
     new_keys = sorted(set(more) - set(sweep.grid))
     if new_keys:
         swept = ", ".join(sorted(sweep.grid))
-        raise UsageError(f"{', '.join(new_keys)} is not swept by {name}: a new parameter would change every trial",
-                         hint=f"extend values of {swept}, or start a new sweep")
-    grid = {k: list(v) + [x for x in more.get(k, []) if _key(x) not in {_key(y) for y in v}]
-            for k, v in sweep.grid.items()}
+        raise UsageError(
+            f"{', '.join(new_keys)} is not swept by {name}: a new parameter would change every trial",
+            hint=f"extend values of {swept}, or start a new sweep",
+        )
+    grid = {
+        k: list(v) + [x for x in more.get(k, []) if _key(x) not in {_key(y) for y in v}] for k, v in sweep.grid.items()
+    }
     if grid == {k: list(v) for k, v in sweep.grid.items()}:
         return SweepResult(sweep, trials=expand(sweep))
     extended = _validated(sweep, grid=grid)
-    return _commit(repo, lab, extended, wrote_sweep=True, title=f"Extend sweep {name} of {sweep.experiment}",
-                   opts=opts, say=say)
+    return _commit(
+        repo, lab, extended, wrote_sweep=True, title=f"Extend sweep {name} of {sweep.experiment}", opts=opts, say=say
+    )
 
 
 def parse_grid(lab: Lab, experiment: str, items: Sequence[str]) -> dict[str, list[Scalar]]:
@@ -125,10 +153,20 @@ def _sweep_of(opts: SweepOptions, grid: dict[str, list[Scalar]], who: str) -> Sw
         raise UsageError("a sweep needs --grid KEY=V1,V2,…", hint="for example --grid lr=1e-5,3e-5 --grid seed=0,1,2")
     sample = None if opts.sample is None else {"count": opts.sample, "seed": opts.seed}
     data: dict[str, Any] = {
-        "name": opts.name or "pending", "experiment": opts.experiment, "profile": opts.profile,
-        "created_at": f"{utc_moment():%Y%m%d-%H%M%S}", "image": opts.image, "observability_url": opts.observability_url,
-        "set": opts.sets, "inputs": opts.inputs, "timeout": opts.timeout, "grid": grid, "sample": sample,
-        "max_trials": opts.max_trials, "requested_by": who, "message": opts.message,
+        "name": opts.name or "pending",
+        "experiment": opts.experiment,
+        "profile": opts.profile,
+        "created_at": f"{utc_moment():%Y%m%d-%H%M%S}",
+        "image": opts.image,
+        "observability_url": opts.observability_url,
+        "set": opts.sets,
+        "inputs": opts.inputs,
+        "timeout": opts.timeout,
+        "grid": grid,
+        "sample": sample,
+        "max_trials": opts.max_trials,
+        "requested_by": who,
+        "message": opts.message,
     }
     if opts.name and name_error(opts.name, "sweep name"):
         raise UsageError(name_error(opts.name, "sweep name"), hint="use letters, digits, `.`, `_` and `-`")
@@ -157,8 +195,10 @@ def _validated(sweep: Sweep, **update: Any) -> Sweep:
     checked = validate_or_raise(Sweep, data, "the command line", hint="see `tp sweep --help`")
     count = trial_count(checked)
     if count > checked.max_trials:
-        raise UsageError(f"sweep {checked.name} has {count} trials, over its cap of {checked.max_trials}",
-                         hint=f"sample fewer with --sample N, or raise --max-trials (at most {MAX_TRIALS})")
+        raise UsageError(
+            f"sweep {checked.name} has {count} trials, over its cap of {checked.max_trials}",
+            hint=f"sample fewer with --sample N, or raise --max-trials (at most {MAX_TRIALS})",
+        )
     return checked
 
 
@@ -169,8 +209,9 @@ def _existing(lab: Lab, name: str) -> Sweep | None:
 # ── cancel and rerun ──────────────────────────────────────────────────────────────────────────────
 
 
-def cancel_sweep(name: str, root: Path | None = None, *, push: bool = False, remote: str | None = None,
-                 branch: str | None = None) -> SweepResult:
+def cancel_sweep(
+    name: str, root: Path | None = None, *, push: bool = False, remote: str | None = None, branch: str | None = None
+) -> SweepResult:
     """`cancel: true` in every request of the sweep whose run has not ended, in one commit."""
     lab = open_lab(root)
     repo = lab_repo(lab)
@@ -187,14 +228,22 @@ def cancel_sweep(name: str, root: Path | None = None, *, push: bool = False, rem
         changed.append(key.request_rel)
     result = SweepResult(sweep, changed, trials=expand(sweep))
     if changed:
-        result.commit = repo.add_and_commit(changed, f"Cancel sweep {name} ({len(changed)} runs)\n\n"
-                                            "Written by tp sweep cancel.")
+        result.commit = repo.add_and_commit(
+            changed, f"Cancel sweep {name} ({len(changed)} runs)\n\nWritten by tp sweep cancel."
+        )
     _push(repo, result, push, remote, branch)
     return result
 
 
-def rerun_failed(name: str, root: Path | None = None, *, push: bool = False, remote: str | None = None,
-                 branch: str | None = None, say: Echo | None = None) -> SweepResult:
+def rerun_failed(
+    name: str,
+    root: Path | None = None,
+    *,
+    push: bool = False,
+    remote: str | None = None,
+    branch: str | None = None,
+    say: Echo | None = None,
+) -> SweepResult:
     """A new request for each trial whose newest run failed, pinned to that run's commit, in one commit."""
     lab = open_lab(root)
     repo = lab_repo(lab)
@@ -212,8 +261,16 @@ def rerun_failed(name: str, root: Path | None = None, *, push: bool = False, rem
         return SweepResult(sweep, trials=expand(sweep))
     rerun = _validated(sweep, reruns=reruns)
     opts = SweepOptions(sweep.experiment, sweep.profile, push=push, remote=remote, branch=branch)
-    return _commit(repo, lab, rerun, wrote_sweep=True, title=f"Rerun the failed trials of sweep {name}",
-                   opts=opts, say=say, pins=pins)
+    return _commit(
+        repo,
+        lab,
+        rerun,
+        wrote_sweep=True,
+        title=f"Rerun the failed trials of sweep {name}",
+        opts=opts,
+        say=say,
+        pins=pins,
+    )
 
 
 def newest_runs(trials: list[Trial]) -> list[Trial]:
@@ -229,16 +286,34 @@ def newest_runs(trials: list[Trial]) -> list[Trial]:
 
 def trial_request(sweep: Sweep, trial: Trial, who: str, commit: str = "") -> RunRequest:
     """The run request of one trial, made by the builder `tp submit` uses."""
-    flags = RunFlags(sweep.experiment, sweep.profile, sweep.image, sweep.observability_url,
-                     {**sweep.set, **trial.params}, sweep.inputs, timeout=sweep.timeout,
-                     message=sweep.message or f"trial {trial.index + 1} of sweep {sweep.name}",
-                     commit=commit if trial.rerun else "", rerun_of=trial.rerun_of)
-    return request_from_flags(flags, run_id=trial.run_id, command="sweep", requested_by=who,
-                              created_at=utc_now(), sweep=sweep.name)
+    flags = RunFlags(
+        sweep.experiment,
+        sweep.profile,
+        sweep.image,
+        sweep.observability_url,
+        {**sweep.set, **trial.params},
+        sweep.inputs,
+        timeout=sweep.timeout,
+        message=sweep.message or f"trial {trial.index + 1} of sweep {sweep.name}",
+        commit=commit if trial.rerun else "",
+        rerun_of=trial.rerun_of,
+    )
+    return request_from_flags(
+        flags, run_id=trial.run_id, command="sweep", requested_by=who, created_at=utc_now(), sweep=sweep.name
+    )
 
 
-def _commit(repo: GitRepo, lab: Lab, sweep: Sweep, *, wrote_sweep: bool, title: str, opts: SweepOptions,
-            say: Echo | None, pins: dict[str, str] | None = None) -> SweepResult:
+def _commit(
+    repo: GitRepo,
+    lab: Lab,
+    sweep: Sweep,
+    *,
+    wrote_sweep: bool,
+    title: str,
+    opts: SweepOptions,
+    say: Echo | None,
+    pins: dict[str, str] | None = None,
+) -> SweepResult:
     """Prepare every missing request (refusing before anything is written), write them and the sweep, commit."""
     who = requester(repo)
     trials = expand(sweep)
@@ -271,8 +346,14 @@ def _prepare_all(repo: GitRepo, lab: Lab, requests: list[RunRequest]) -> None:
     commit, dirty = repo.head(), lab_dirty(repo, lab)
     for request in requests:
         try:
-            prepare(lab, request, commit=request.commit or commit, dirty=dirty and not request.commit,
-                    allow_dirty=True, prepared_experiment=experiment)
+            prepare(
+                lab,
+                request,
+                commit=request.commit or commit,
+                dirty=dirty and not request.commit,
+                allow_dirty=True,
+                prepared_experiment=experiment,
+            )
         except UsageError as exc:
             trial = f"trial {request.run_id} ({_params_text(request)})"
             raise UsageError(f"{trial}: {exc.message}", hint=exc.hint) from None

@@ -31,6 +31,8 @@ TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of a termination message
 LOG_TAIL_LINES = 20
 LINE_LIMIT = 500  # characters kept of one log line
 RECORD_LIMIT = 64 * 1024  # bytes read of a record: a damaged or hostile one is not read whole
+
+
 class AttemptRecord(TypedDict, total=False):
     """A record as read back: only the known fields, each of its type."""
 
@@ -151,9 +153,14 @@ def _read_one(path: Path) -> AttemptRecord | None:
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 # Exceptions that only say "a child failed": the child's own traceback, earlier in the output, is the
 # cause a person needs (a wrapper's `subprocess.check_call`, torchrun's elastic agent, an exit).
-WRAPPER_ERRORS = ("subprocess.CalledProcessError", "CalledProcessError", "ChildFailedError",
-                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "SystemExit",
-                  "KeyboardInterrupt")
+WRAPPER_ERRORS = (
+    "subprocess.CalledProcessError",
+    "CalledProcessError",
+    "ChildFailedError",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+    "SystemExit",
+    "KeyboardInterrupt",
+)
 _RANK_PREFIX = re.compile(r"^(?:\[(?:default)?rank\d+\]:|\d+: )")
 
 
@@ -193,7 +200,7 @@ class Tail:
     def feed(self, text: str, stream: str = "") -> None:
         with self._lock:
             parts = (self._partial.get(stream, "") + text).split("\n")
-            self._partial[stream] = parts.pop()[-LINE_LIMIT * 4:]
+            self._partial[stream] = parts.pop()[-LINE_LIMIT * 4 :]
             self.lines.extend(part.rstrip("\r")[:LINE_LIMIT] for part in parts)
 
     def snapshot(self) -> list[str]:

@@ -138,8 +138,10 @@ def pinned_copy(root: Path, dest: Path) -> str:
         with open(path, "rb") as src, open(target, "xb") as out:
             while chunk := src.read(1 << 20):
                 if b"\0" in chunk:
-                    raise DigestError(f"{rel} holds a NUL byte; a plugin file must not (the digest cannot "
-                                      "tell such a file from two files)")
+                    raise DigestError(
+                        f"{rel} holds a NUL byte; a plugin file must not (the digest cannot "
+                        "tell such a file from two files)"
+                    )
                 h.update(chunk)
                 out.write(chunk)
         h.update(b"\0")

@@ -54,8 +54,10 @@ def _plugin_path_hook(path: str) -> importlib.machinery.FileFinder:
     if not _inside_a_plugin(path):
         raise ImportError("not inside a plugin root")  # the standard hooks take it from here
     return importlib.machinery.FileFinder(
-        path, (_SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES),
-        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))
+        path,
+        (_SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES),
+        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+    )
 
 
 def guard_imports(root: Path) -> None:
@@ -75,8 +77,9 @@ def bytecode_files(root: Path) -> list[str]:
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        found += [os.path.relpath(os.path.join(dirpath, n), root) for n in sorted(filenames)
-                  if n.endswith(BYTECODE_SUFFIXES)]
+        found += [
+            os.path.relpath(os.path.join(dirpath, n), root) for n in sorted(filenames) if n.endswith(BYTECODE_SUFFIXES)
+        ]
     return found
 
 
@@ -99,7 +102,7 @@ def _write(target: str, line: str, first_wins: bool) -> None:
     except OSError:
         return  # another rank got there first, or nowhere to write: stderr has the line
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(line.encode("utf-8")[:MESSAGE_LIMIT - 1].decode("utf-8", "ignore") + "\n")
+        fh.write(line.encode("utf-8")[: MESSAGE_LIMIT - 1].decode("utf-8", "ignore") + "\n")
 
 
 def run_ranks(argv: list[str], error_file: Path) -> tuple[int, str]:

@@ -61,16 +61,14 @@ class JobAttempt:
         return cls(run_dir, attempts.attempt_number(), int(rank) if rank.isdigit() else 0, node)
 
     def _base(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node,
-                "started_at": self.started_at}
+        return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node, "started_at": self.started_at}
 
     def begin(self) -> None:
         self.started_at = utc_now()
         self._write(self._base())
 
     def end(self, outcome: Outcome, termination: bool = True) -> None:
-        record = {**self._base(), **attempts.end_fields(outcome.code, outcome.signal, outcome.output,
-                                                        outcome.errors)}
+        record = {**self._base(), **attempts.end_fields(outcome.code, outcome.signal, outcome.output, outcome.errors)}
         if outcome.refusal:
             record["error"] = outcome.refusal.removeprefix("tuneplane-launch: error: ")
         self._write(record)
@@ -99,8 +97,9 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
     # Where our stdout and stderr are one file (a run's log), the child gets one pipe for both, so its
     # lines stay in the order it wrote them; its error lines are then found in the one stream.
     joined = _same_file(1, 2)
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT if joined else subprocess.PIPE)
+    child = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if joined else subprocess.PIPE
+    )
     received: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -112,11 +111,17 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
             with contextlib.suppress(OSError):
                 os.kill(pid, signum)
 
-    copiers = [threading.Thread(target=_copy, args=(child.stdout, sys.stdout, (output, errors) if joined else (output,),
-                                                    "err" if joined else "out"), daemon=True)]
+    copiers = [
+        threading.Thread(
+            target=_copy,
+            args=(child.stdout, sys.stdout, (output, errors) if joined else (output,), "err" if joined else "out"),
+            daemon=True,
+        )
+    ]
     if not joined:
-        copiers.append(threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"),
-                                        daemon=True))
+        copiers.append(
+            threading.Thread(target=_copy, args=(child.stderr, sys.stderr, (output, errors), "err"), daemon=True)
+        )
     for thread in copiers:
         thread.start()
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
@@ -139,8 +144,9 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         refusal = error_file.read_text(encoding="utf-8").strip().splitlines()[0]
     except (OSError, IndexError):
         refusal = ""
-    return Outcome(128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(),
-                   errors.snapshot(), refusal)
+    return Outcome(
+        128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(), errors.snapshot(), refusal
+    )
 
 
 def _same_file(first: int, second: int) -> bool:

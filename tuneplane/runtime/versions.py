@@ -37,8 +37,15 @@ class Version(FrozenRecord):
     dev: int | None
     local: str
 
-    def __init__(self, epoch: int, release: tuple[int, ...], pre: tuple[int, int] | None, post: int | None,
-                 dev: int | None, local: str) -> None:
+    def __init__(
+        self,
+        epoch: int,
+        release: tuple[int, ...],
+        pre: tuple[int, int] | None,
+        post: int | None,
+        dev: int | None,
+        local: str,
+    ) -> None:
         self._set(epoch, release, pre, post, dev, local)
 
     @property
@@ -73,8 +80,9 @@ def parse_version(text: str) -> Version:
     if m["post_n1"] is not None or m["post_l"] is not None:
         post = int(m["post_n1"] or m["post_n2"] or 0)
     dev = int(m["dev_n"] or 0) if m["dev_n"] is not None else None
-    return Version(int(m["epoch"] or 0), tuple(int(p) for p in m["release"].split(".")), pre, post, dev,
-                   (m["local"] or "").lower())
+    return Version(
+        int(m["epoch"] or 0), tuple(int(p) for p in m["release"].split(".")), pre, post, dev, (m["local"] or "").lower()
+    )
 
 
 def _prefix_match(candidate: Version, prefix: str) -> bool:
@@ -91,8 +99,7 @@ def _equal(candidate: Version, target: str) -> bool:
         return _prefix_match(candidate, target[:-2])
     wanted = parse_version(target)
     if not wanted.local:
-        candidate = Version(candidate.epoch, candidate.release, candidate.pre, candidate.post,
-                            candidate.dev, "")
+        candidate = Version(candidate.epoch, candidate.release, candidate.pre, candidate.post, candidate.dev, "")
     return candidate.key == wanted.key and candidate.local == wanted.local
 
 
@@ -160,5 +167,3 @@ def version_admits(specifier: str, version: str) -> bool:
             raise ValueError(f"{clause.strip()!r} is not a version specifier clause")
         admitted = _clause_admits(m[1], m[2], candidate, version) and admitted
     return admitted
-
-

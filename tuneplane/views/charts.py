@@ -45,15 +45,22 @@ DIGIT_PX = 7.0  # a digit's width in that font (0.64 em): what a value label is 
 
 def _header(width: str, height: str) -> list[str]:
     """The first two lines of every chart: what `is_chart` knows a chart tp wrote by."""
-    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-            f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+    ]
 
 
 # the header, its width and height numbers that are the same wherever each appears
-_CHART_START = re.compile(re.escape("\n".join(_header("W", "H")) + "\n")
-                          .replace("W", r"(?P<w>\d+)", 1).replace("H", r"(?P<h>\d+)", 1)
-                          .replace("W", "(?P=w)").replace("H", "(?P=h)").encode())
+_CHART_START = re.compile(
+    re.escape("\n".join(_header("W", "H")) + "\n")
+    .replace("W", r"(?P<w>\d+)", 1)
+    .replace("H", r"(?P<h>\d+)", 1)
+    .replace("W", "(?P=w)")
+    .replace("H", "(?P=h)")
+    .encode()
+)
 
 
 def is_chart(first_bytes: bytes) -> bool:
@@ -92,8 +99,12 @@ def sparkline(values: Sequence[float], width: int = 24) -> str:
     return "".join(BARS[min(len(BARS) - 1, int(round(_share(v, low, high) * (len(BARS) - 1))))] for v in points)
 
 
-def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, Series] | None = None,
-                 width: int = 24, vocab: Vocabulary | None = None) -> str:
+def render_table(
+    summary: Mapping[str, Mapping[str, Any]],
+    series: Mapping[str, Series] | None = None,
+    width: int = 24,
+    vocab: Vocabulary | None = None,
+) -> str:
     """One row per key: last, min, max, count, last step, trend. With `vocab`, in its reading order
     (primary first, hardware last); without, in the order given."""
     series = series or {}
@@ -104,8 +115,17 @@ def render_table(summary: Mapping[str, Mapping[str, Any]], series: Mapping[str, 
         trend = sparkline([v for _, v in series.get(key, ())], width)
         shown = cut_middle(printable(key), KEY_COLUMNS)  # one long key must not widen every row
         cut_keys += shown != printable(key)
-        rows.append([shown, fmt(stats.get("last")), fmt(stats.get("min")), fmt(stats.get("max")),
-                     fmt(stats.get("count")), fmt(stats.get("last_step")), trend])
+        rows.append(
+            [
+                shown,
+                fmt(stats.get("last")),
+                fmt(stats.get("min")),
+                fmt(stats.get("max")),
+                fmt(stats.get("count")),
+                fmt(stats.get("last_step")),
+                trend,
+            ]
+        )
     widths = [max(columns(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = []
     for row in rows:  # padded by display width: a CJK key takes two columns a character
@@ -175,8 +195,11 @@ def wall_times(timed: Mapping[str, Sequence[tuple[int, float, float | None]]]) -
     """Hardware keys of `timed` (step, value, epoch seconds) as (seconds since the run's first
     hardware sample, value), by time: what `render_svg(times=...)` draws against. Points without a
     time are left out; a key with none keeps its step axis."""
-    hardware = {k: sorted((t, v) for _, v, t in points if t is not None and math.isfinite(t))
-                for k, points in timed.items() if is_hardware(k)}
+    hardware = {
+        k: sorted((t, v) for _, v, t in points if t is not None and math.isfinite(t))
+        for k, points in timed.items()
+        if is_hardware(k)
+    }
     starts = [points[0][0] for points in hardware.values() if points]
     if not starts:
         return {}
@@ -184,17 +207,30 @@ def wall_times(timed: Mapping[str, Sequence[tuple[int, float, float | None]]]) -
     return {k: [(t - origin, v) for t, v in points] for k, points in hardware.items() if points}
 
 
-def render_svg(series: Mapping[str, Series], title: str = "", width: int = 760, panel_height: int = 150,
-               vocab: Vocabulary | None = None, times: Mapping[str, Series] | None = None,
-               compact: bool = False) -> str:
+def render_svg(
+    series: Mapping[str, Series],
+    title: str = "",
+    width: int = 760,
+    panel_height: int = 150,
+    vocab: Vocabulary | None = None,
+    times: Mapping[str, Series] | None = None,
+    compact: bool = False,
+) -> str:
     """A run's metrics: one panel per changing key (primary first, hardware last), stacked.
 
     `times` gives hardware keys as (seconds since the first sample, value) for a wall-time axis
     (`wall_times` makes it from the ingest's timed series).
     `compact` bounds the file (a chart the bot commits for every run): fewer points and panels.
     """
-    return render_compare_svg({"": series}, title=title, width=width, panel_height=panel_height,
-                              vocab=vocab, times=({"": times} if times else None), compact=compact)
+    return render_compare_svg(
+        {"": series},
+        title=title,
+        width=width,
+        panel_height=panel_height,
+        vocab=vocab,
+        times=({"": times} if times else None),
+        compact=compact,
+    )
 
 
 class _Panel(NamedTuple):
@@ -244,11 +280,15 @@ def render_compare_svg(
     if compact and len(panels) > COMPACT_PANELS:
         left_out = [p.key for p in panels[COMPACT_PANELS:]]
         panels = panels[:COMPACT_PANELS]
-        words.insert(0, f"{len(left_out)} more metric{'' if len(left_out) == 1 else 's'} "
-                        f"(`tp job metrics RUN --plot` draws them): {', '.join(left_out)}")
+        words.insert(
+            0,
+            f"{len(left_out)} more metric{'' if len(left_out) == 1 else 's'} "
+            f"(`tp job metrics RUN --plot` draws them): {', '.join(left_out)}",
+        )
     # training panels share one step axis; hardware with no times known is numbered by sample: its own
-    step_ranges = [s for p in panels if not (p.use_time or is_hardware(p.key)) for line in p.lines.values()
-                   for s, _ in line]
+    step_ranges = [
+        s for p in panels if not (p.use_time or is_hardware(p.key)) for line in p.lines.values() for s, _ in line
+    ]
     shared = (min(step_ranges), max(step_ranges)) if step_ranges else (0.0, 1.0)
     # hardware panels share one wall-time axis from the first sample (0 s), so their times line up
     time_ranges = [s for p in panels if p.use_time for line in p.lines.values() for s, _ in line]
@@ -263,20 +303,33 @@ def render_compare_svg(
     height = top + rows * band + len(words) * 16 + 12 + (14 if not panels and words else 0)
     parts = _header(str(width), str(height))
     if title:
-        parts.append(f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">'
-                     f'{_xml(cut(title, int(width / 9)))}</text>')
+        parts.append(
+            f'<text x="{width // 2}" y="20" text-anchor="middle" font-size="14">'
+            f"{_xml(cut(title, int(width / 9)))}</text>"
+        )
     for index, run in enumerate(labels[:legend_rows]):
         y = (30 if title else 10) + index * 16 + 8
         text = cut(run + (f" — {legend[run]}" if legend.get(run) else ""), chars)
-        parts.append(f'<line x1="64" y1="{y - 6}" x2="80" y2="{y - 6}" stroke-width="3"{_stroke(index)}/>'
-                     f'<text x="84" y="{y - 4}">{_xml(text)}</text>')
+        parts.append(
+            f'<line x1="64" y1="{y - 6}" x2="80" y2="{y - 6}" stroke-width="3"{_stroke(index)}/>'
+            f'<text x="84" y="{y - 4}">{_xml(text)}</text>'
+        )
     if not panels and not words:
         parts.append(f'<text x="{width // 2}" y="{top + 20}" text-anchor="middle">no metrics</text>')
     for index, panel in enumerate(panels):
         y0 = top + index * band
-        parts.extend(_panel(panel, labels, y0, (left, width - 16), panel_height,
-                            wall if panel.use_time else _own(panel) if is_hardware(panel.key) else shared,
-                            single=len(labels) == 1, index=index))
+        parts.extend(
+            _panel(
+                panel,
+                labels,
+                y0,
+                (left, width - 16),
+                panel_height,
+                wall if panel.use_time else _own(panel) if is_hardware(panel.key) else shared,
+                single=len(labels) == 1,
+                index=index,
+            )
+        )
     y = top + rows * band + (14 if not panels else 0)
     for text in words:
         parts.append(f'<text x="64" y="{y}">{_xml(cut(text, chars + 3))}</text>')
@@ -285,8 +338,9 @@ def render_compare_svg(
     return "\n".join(parts) + "\n"
 
 
-def _lines(key: str, sources: Mapping[str, Mapping[str, Series]],
-           compact: bool) -> tuple[dict[str, list[tuple[float, float]]], str]:
+def _lines(
+    key: str, sources: Mapping[str, Mapping[str, Series]], compact: bool
+) -> tuple[dict[str, list[tuple[float, float]]], str]:
     """Each run's points of `key` to draw, and how many were not finite (said, never drawn)."""
     lines, dropped = {}, 0
     for run, source in sources.items():
@@ -314,14 +368,24 @@ def _y_axis(lines: Mapping[str, list[tuple[float, float]]]) -> tuple[float, floa
     return y_lo, y_hi, ticks, tick_labels(ticks)
 
 
-def _panel(panel: _Panel, labels: list[str], y0: float, across: tuple[int, int], height: int,
-           shared: tuple[float, float], single: bool, index: int) -> list[str]:
+def _panel(
+    panel: _Panel,
+    labels: list[str],
+    y0: float,
+    across: tuple[int, int],
+    height: int,
+    shared: tuple[float, float],
+    single: bool,
+    index: int,
+) -> list[str]:
     (left, right), lines = across, panel.lines
     plot_top, plot_bottom = y0 + 18, y0 + height
     unit = " (wall time)" if panel.use_time else ""
-    out = [f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{_xml(panel.key)}{unit}</text>',
-           f'<rect x="{left}" y="{plot_top}" width="{right - left}" height="{plot_bottom - plot_top}" '
-           'fill="none" stroke="#cccccc"/>']
+    out = [
+        f'<text x="{left}" y="{y0 + 12}" font-weight="bold">{_xml(panel.key)}{unit}</text>',
+        f'<rect x="{left}" y="{plot_top}" width="{right - left}" height="{plot_bottom - plot_top}" '
+        'fill="none" stroke="#cccccc"/>',
+    ]
     if panel.note:
         out.append(f'<text x="{right}" y="{y0 + 12}" text-anchor="end" fill="#666666">{_xml(panel.note)}</text>')
     x_lo, x_hi = shared
@@ -336,8 +400,10 @@ def _panel(panel: _Panel, labels: list[str], y0: float, across: tuple[int, int],
     for tick, label in zip(y_ticks, y_labels, strict=True):
         if y_lo <= tick <= y_hi:
             y = y_of(tick)
-            out.append(f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
-                       f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{_xml(label)}</text>')
+            out.append(
+                f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
+                f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{_xml(label)}</text>'
+            )
     caption = "time since the first sample" if panel.use_time else "sample" if is_hardware(panel.key) else "step"
     out += _x_axis(x_lo, x_hi, panel.use_time, x_of, plot_bottom, right, caption)
     for number, run in enumerate(labels):
@@ -361,8 +427,7 @@ def _stroke(number: int) -> str:
     return f' stroke="{color}"' + (f' stroke-dasharray="{dash}"' if dash else "")
 
 
-def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int,
-            caption: str) -> list[str]:
+def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, right: int, caption: str) -> list[str]:
     """Tick labels under a panel (whole steps, or round durations), each label once."""
     if use_time:
         ticks = [t + x_lo for t in time_ticks(0.0, x_hi - x_lo)]
@@ -375,10 +440,8 @@ def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, 
     for tick, label in zip(ticks, labels, strict=True):
         if label not in {k for _, k in kept} and x_lo - slack <= tick <= x_hi + slack:
             kept.append((x_of(tick), label))
-    out = [f'<text x="{x}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>'
-           for x, label in _spaced(kept)]
-    out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">'
-               f'{caption}</text>')
+    out = [f'<text x="{x}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>' for x, label in _spaced(kept)]
+    out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">{caption}</text>')
     return out
 
 
@@ -386,8 +449,9 @@ def _spaced(labels: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """Every k-th label, the smallest k at which no two neighbours overlap (long step numbers)."""
     for k in range(1, len(labels) + 1):
         picked = labels[::k]
-        if all(b[0] - a[0] >= (len(a[1]) + len(b[1])) / 2 * DIGIT_PX + 4
-               for a, b in zip(picked, picked[1:], strict=False)):
+        if all(
+            b[0] - a[0] >= (len(a[1]) + len(b[1])) / 2 * DIGIT_PX + 4 for a, b in zip(picked, picked[1:], strict=False)
+        ):
             return picked
     return labels[:1]
 

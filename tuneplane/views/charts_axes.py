@@ -88,8 +88,14 @@ def time_labels(ticks: Sequence[float]) -> list[str]:
     if step < 0.095:  # steps under a tenth of a second (0.1 less float error): milliseconds
         digits = max(0, -math.floor(math.log10(step * 1000)))
         return [f"{round(t * 1000, digits):g}ms" for t in ticks]
-    unit, suffix = next(((u, x) for u, x in ((86400, "d"), (3600, "h"), (60, "m"))
-                         if step >= u and abs(step / u - round(step / u)) < 1e-9), (1, "s"))
+    unit, suffix = next(
+        (
+            (u, x)
+            for u, x in ((86400, "d"), (3600, "h"), (60, "m"))
+            if step >= u and abs(step / u - round(step / u)) < 1e-9
+        ),
+        (1, "s"),
+    )
     return [f"{round(t / unit, 1):g}{suffix}" for t in ticks]
 
 
@@ -103,8 +109,30 @@ def time_ticks(low: float, high: float, count: int = 6) -> list[float]:
         digits = 1 - math.floor(math.log10(step))
         first = math.ceil(low / step - 1e-9) * step
         return [round(first + i * step, digits) for i in range(int((high - first) / step + 1e-9) + 1)][:50] or [low]
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
-                 86400, 172800, 604800):
+    for step in (
+        0.1,
+        0.2,
+        0.5,
+        1,
+        2,
+        5,
+        10,
+        15,
+        30,
+        60,
+        120,
+        300,
+        600,
+        900,
+        1800,
+        3600,
+        7200,
+        21600,
+        43200,
+        86400,
+        172800,
+        604800,
+    ):
         if span / step <= count:
             break
     else:  # longer still: whole weeks

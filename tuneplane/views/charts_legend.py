@@ -71,7 +71,5 @@ def changed_parameters(params: Mapping[str, Mapping[str, Any]]) -> dict[str, str
     """Per run, the hyperparameters whose value differs between the runs (`lr=0.001 batch=8`)."""
     flat = {run: flatten(p) for run, p in params.items()}
     keys = sorted({k for p in flat.values() for k in p})
-    varying = [k for k in keys
-               if len({_same_as(p[k]) if k in p else ("unset", None) for p in flat.values()}) > 1]
-    return {run: " ".join(f"{k}={value_text(p[k]) if k in p else UNSET}" for k in varying)
-            for run, p in flat.items()}
+    varying = [k for k in keys if len({_same_as(p[k]) if k in p else ("unset", None) for p in flat.values()}) > 1]
+    return {run: " ".join(f"{k}={value_text(p[k]) if k in p else UNSET}" for k in varying) for run, p in flat.items()}

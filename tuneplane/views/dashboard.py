@@ -145,8 +145,11 @@ def gpu_seconds(data: dict[str, Any] | None) -> float:
     if not isinstance(attempts, list):
         return 0.0
     values = (a.get("gpu_seconds") for a in attempts if isinstance(a, dict))
-    return sum(float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
-               and math.isfinite(v) and v > 0)
+    return sum(
+        float(v)
+        for v in values
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    )
 
 
 def gpu_seconds_by_month(root: Path, exp: str) -> dict[str, float]:
@@ -182,18 +185,26 @@ def experiment_page(root: Path, exp: str, counts: Mapping[str, int]) -> str:
     lines = [f"# {_cell(exp)}", "", NOTE, "", _counts_line(counts), ""]
     spent = gpu_seconds_by_month(root, exp)
     if spent:
-        lines += [f"**{gpu_hours(sum(spent.values()))} GPU-hours** · " + " · ".join(
-            f"{m}: {gpu_hours(spent[m])}" for m in sorted(spent, reverse=True)), ""]
+        lines += [
+            f"**{gpu_hours(sum(spent.values()))} GPU-hours** · "
+            + " · ".join(f"{m}: {gpu_hours(spent[m])}" for m in sorted(spent, reverse=True)),
+            "",
+        ]
     lines += ["[← all experiments](../README.md)", ""]
     if rows:
         lines += [f"## Runs of {newest}", ""]
         full = [n for n, part in enumerate(parts(months[newest]), 1) if len(part) == PAGE]
         if full:
-            lines += [f"The newest {len(rows)} of {len(months[newest])}; the month's runs, {PAGE} to a page: "
-                      + " · ".join(_part_link(newest, n) for n in full), ""]
+            lines += [
+                f"The newest {len(rows)} of {len(months[newest])}; the month's runs, {PAGE} to a page: "
+                + " · ".join(_part_link(newest, n) for n in full),
+                "",
+            ]
         lines += [HEADER, RULE]
-        lines += [row(key, data, here=exp, request=_requested(root, key), chart=_charted_file(root, key))
-                  for key, data in rows]
+        lines += [
+            row(key, data, here=exp, request=_requested(root, key), chart=_charted_file(root, key))
+            for key, data in rows
+        ]
         lines.append("")
     charted = _charted(root, exp, ids, dict((key.run_id, data) for key, data in rows))
     if charted:
@@ -212,8 +223,11 @@ def _part_link(month: str, part: int) -> str:
 def _month_links(month: str, count: int) -> str:
     if count == 1:
         return f"[{month}]({_page_name(month, 1)})"
-    return f"[{month}]({_page_name(month, 1)}) (" + ", ".join(
-        f"[{n}]({_page_name(month, n)})" for n in range(1, count + 1)) + ")"
+    return (
+        f"[{month}]({_page_name(month, 1)}) ("
+        + ", ".join(f"[{n}]({_page_name(month, n)})" for n in range(1, count + 1))
+        + ")"
+    )
 
 
 def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, dict[str, Any] | None]) -> list[RunKey]:
@@ -240,8 +254,9 @@ def month_page(root: Path, exp: str, month: str, part: int = 1) -> str:
     title = f"# {_cell(exp)}: runs of {month}" + (f", part {part}" if part > 1 else "")
     lines = [title, "", NOTE, "", f"[← {_cell(exp)}](README.md)", "", HEADER, RULE]
     keys = [RunKey(exp, r) for r in ids]
-    lines += [row(k, read_raw(root, k), here=exp, request=_requested(root, k), chart=_charted_file(root, k))
-              for k in keys]
+    lines += [
+        row(k, read_raw(root, k), here=exp, request=_requested(root, k), chart=_charted_file(root, k)) for k in keys
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -255,13 +270,21 @@ def index_page(
     for c in counts.values():
         total.update(c)
     runs = sum(total.values())
-    lines = ["# Runs", "", NOTE, "", f"**{runs} run{'s' if runs != 1 else ''}**"
-             + (f" · {_phases(total)}" if total else ""), ""]
+    lines = [
+        "# Runs",
+        "",
+        NOTE,
+        "",
+        f"**{runs} run{'s' if runs != 1 else ''}**" + (f" · {_phases(total)}" if total else ""),
+        "",
+    ]
     waiting = sorted(waiting)
     if waiting:
         lines += [WAITING, "", "| run | experiment | state |", "|:--|:--|:--|"]
-        lines += [f"| `{k.run_id}` | {_cell(k.experiment)} | {_cell(why)} — [request](../{k.request_rel}) |"
-                  for k, why in waiting]
+        lines += [
+            f"| `{k.run_id}` | {_cell(k.experiment)} | {_cell(why)} — [request](../{k.request_rel}) |"
+            for k, why in waiting
+        ]
         lines.append("")
     problems = list(problems)
     if problems:
@@ -275,18 +298,21 @@ def index_page(
             last = ids[-1] if ids else ""
             data = read_raw(root, RunKey(exp, last)) if last else None
             shown = f"`{last}` {_cell(_phase_text(data))}" if last else ""
-            lines.append(f"| [{_cell(exp)}]({exp}/README.md) | {sum(counts[exp].values())} | "
-                         f"{_cell(_phases(counts[exp]))} | {shown} |")
+            lines.append(
+                f"| [{_cell(exp)}]({exp}/README.md) | {sum(counts[exp].values())} | "
+                f"{_cell(_phases(counts[exp]))} | {shown} |"
+            )
         lines.append("")
         recent = sorted(latest_lab, reverse=True)[:LATEST_LAB]
         if recent:
-            lines += ["## Latest runs", "", "| run | experiment | phase | duration | metric |",
-                      "|:--|:--|:--|--:|:--|"]
+            lines += ["## Latest runs", "", "| run | experiment | phase | duration | metric |", "|:--|:--|:--|--:|:--|"]
             for run_id, exp in recent:
                 data = read_raw(root, RunKey(exp, run_id)) or {}
-                lines.append(f"| [`{run_id}`]({exp}/README.md) | {_cell(exp)} | {_cell(_phase_text(data, why=True))} | "
-                             f"{duration_text(data.get('started_at'), data.get('finished_at'))} | "
-                             f"{_cell(metric_cell(data))} |")
+                lines.append(
+                    f"| [`{run_id}`]({exp}/README.md) | {_cell(exp)} | {_cell(_phase_text(data, why=True))} | "
+                    f"{duration_text(data.get('started_at'), data.get('finished_at'))} | "
+                    f"{_cell(metric_cell(data))} |"
+                )
             lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

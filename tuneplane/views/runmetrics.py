@@ -47,8 +47,10 @@ class RunMetrics:
             else:
                 out[item] = stored
         if missing:
-            raise UsageError(f"no metric named {', '.join(map(repr, missing))} in this run",
-                             did_you_mean_each(missing, [*names, *self.summary], then=f"keys: {', '.join(names)}"))
+            raise UsageError(
+                f"no metric named {', '.join(map(repr, missing))} in this run",
+                did_you_mean_each(missing, [*names, *self.summary], then=f"keys: {', '.join(names)}"),
+            )
         return out
 
     def lookup(self, item: str, names: Mapping[str, str] | None = None) -> str | None:
@@ -79,8 +81,9 @@ class RunMetrics:
     def rows(self, keys: Mapping[str, str]) -> list[dict[str, Any]]:
         """`tp job metrics --json`: per shown name, in reading order, the stored key and its summary."""
         fields = ("last", "min", "max", "count", "last_step")
-        return [{"key": shown, "raw": raw, **{f: self.summary[raw].get(f) for f in fields}}
-                for shown, raw in keys.items()]
+        return [
+            {"key": shown, "raw": raw, **{f: self.summary[raw].get(f) for f in fields}} for shown, raw in keys.items()
+        ]
 
     def series(self, keys: Mapping[str, str]) -> dict[str, Series]:
         return {shown: self.read_series(raw) for shown, raw in keys.items()}
@@ -94,8 +97,9 @@ class RunMetrics:
         return wall_times({shown: self.read_timed(raw) for shown, raw in keys.items() if is_hardware(shown)})
 
 
-def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str, Any]],
-                wanted: Sequence[str] = (), title: str = "") -> str:
+def compare_svg(
+    runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str, Any]], wanted: Sequence[str] = (), title: str = ""
+) -> str:
     """One chart per metric with every run overlaid; the legend names each run's changed parameters."""
     from tuneplane.views.charts import changed_parameters, render_compare_svg  # lazy: as above
 
@@ -113,8 +117,9 @@ def compare_svg(runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str
     for label, metrics in runs.items():
         if not metrics.summary:  # said in the legend, not left out unexplained
             legend[label] = "no metrics stored"
-    return render_compare_svg(lines, legend=legend, title=title, vocab=vocab,
-                              times=times if any(times.values()) else None)
+    return render_compare_svg(
+        lines, legend=legend, title=title, vocab=vocab, times=times if any(times.values()) else None
+    )
 
 
 def chart_svg(key: RunKey, timed: Timed, vocab: Vocabulary) -> str:

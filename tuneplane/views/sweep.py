@@ -72,18 +72,26 @@ def sweep_page(root: Path, name: str, declared: list[str] | None = None) -> str:
     metric = primary_metric(rows, declared if declared is not None else _declared(root, sweep.experiment))
     params = varied(sweep)
     order = "lower is better" if lower_is_better(metric) else "higher is better"
-    lines = [f"# Sweep {sweep.name}", "",
-             f"Experiment `{sweep.experiment}`, profile `{sweep.profile}`, {len(rows)} trials"
-             + (f"; sorted by `{metric}` ({order})." if metric else "; no metrics reported yet."), ""]
+    lines = [
+        f"# Sweep {sweep.name}",
+        "",
+        f"Experiment `{sweep.experiment}`, profile `{sweep.profile}`, {len(rows)} trials"
+        + (f"; sorted by `{metric}` ({order})." if metric else "; no metrics reported yet."),
+        "",
+    ]
     if sweep.set:
         lines += ["Every trial sets " + ", ".join(f"`{k}={v}`" for k, v in sorted(sweep.set.items())) + ".", ""]
     head = ["#", "run", "phase", *params, *([metric] if metric else [])]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rank, row in enumerate(ranked(rows, metric) if metric else rows, start=1):
         value = row.metric(metric) if metric else None
-        cells = [str(rank), f"[`{row.trial.run_id}`](../{sweep.experiment}/{row.trial.run_id}.json)", row.phase,
-                 *(f"`{row.trial.params.get(p)}`" for p in params), *([f"{value:.4g}" if value is not None else "-"]
-                                                                      if metric else [])]
+        cells = [
+            str(rank),
+            f"[`{row.trial.run_id}`](../{sweep.experiment}/{row.trial.run_id}.json)",
+            row.phase,
+            *(f"`{row.trial.params.get(p)}`" for p in params),
+            *([f"{value:.4g}" if value is not None else "-"] if metric else []),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -95,12 +103,19 @@ def sweep_table(root: Path, name: str) -> str:
     metric = primary_metric(rows, _declared(root, sweep.experiment))
     params = varied(sweep)
     head = ["run", "phase", *params, *([metric] if metric else [])]
-    body = [[r.trial.run_id, r.phase, *(str(r.trial.params.get(p)) for p in params),
-             *([f"{r.metric(metric):.4g}" if r.metric(metric) is not None else "-"] if metric else [])]
-            for r in (ranked(rows, metric) if metric else rows)]
+    body = [
+        [
+            r.trial.run_id,
+            r.phase,
+            *(str(r.trial.params.get(p)) for p in params),
+            *([f"{r.metric(metric):.4g}" if r.metric(metric) is not None else "-"] if metric else []),
+        ]
+        for r in (ranked(rows, metric) if metric else rows)
+    ]
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
-                   for line in [head, *body])
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in [head, *body]
+    )
 
 
 def sweep_run_ids(name: str, root: Path | None = None) -> list[str]:

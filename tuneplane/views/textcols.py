@@ -21,8 +21,9 @@ def printable(text: str) -> str:
     so a cell is one line that reads in order; spaces, joiners and variation selectors stay."""
     if text.isprintable():
         return text
-    return "".join(ascii(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ord(ch) in _BIDI else ch
-                   for ch in text)
+    return "".join(
+        ascii(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ord(ch) in _BIDI else ch for ch in text
+    )
 
 
 def char_columns(ch: str) -> int:

@@ -33,8 +33,10 @@ EXPERIMENT_LABEL = "tuneplane.dev/experiment"
 COMMIT_ANNOTATION = "tuneplane.dev/commit"  # provenance the renderer writes on every job object
 JOBSPEC_ANNOTATION = "tuneplane.dev/jobspec-digest"
 SECRET_SUFFIX = "-tokens"
-ENV_HINTS = {"job-token": "the bot mints it from TUNEPLANE_INGEST_SECRET: set that secret in the bot's "
-                          "environment (or clear cluster.ingest.endpoint in tuneplane.yaml to run without reporting)"}
+ENV_HINTS = {
+    "job-token": "the bot mints it from TUNEPLANE_INGEST_SECRET: set that secret in the bot's "
+    "environment (or clear cluster.ingest.endpoint in tuneplane.yaml to run without reporting)"
+}
 
 
 def submit(rest: Rest, request: SubmitRequest, ns: str, name: str) -> BackendRef:
@@ -50,8 +52,13 @@ def submit(rest: Rest, request: SubmitRequest, ns: str, name: str) -> BackendRef
     meta = job.get("metadata") or {}
     notes = meta.get("annotations") or {}
     return BackendRef(
-        backend=name, kind=kind.kind, name=meta.get("name", ""), namespace=ns, uid=meta.get("uid", ""),
-        commit=notes.get(COMMIT_ANNOTATION, ""), jobspec_digest=notes.get(JOBSPEC_ANNOTATION, ""),
+        backend=name,
+        kind=kind.kind,
+        name=meta.get("name", ""),
+        namespace=ns,
+        uid=meta.get("uid", ""),
+        commit=notes.get(COMMIT_ANNOTATION, ""),
+        jobspec_digest=notes.get(JOBSPEC_ANNOTATION, ""),
     )
 
 
@@ -63,9 +70,11 @@ def _copied_secrets(rest: Rest, request: SubmitRequest, ns: str) -> dict[str, st
         value = (secret.get("data") or {}).get(key)
         if value is None:
             found = "has no key" if secret else "does not exist, so it has no key"
-            raise BackendError(f"Secret {ns}/{source} {found} {key!r}, which run {request.run_id} passes to "
-                               f"its job as {target}; create it (kubectl create secret generic {source} "
-                               f"--from-literal={key}=...) or clear the setting in tuneplane.yaml")
+            raise BackendError(
+                f"Secret {ns}/{source} {found} {key!r}, which run {request.run_id} passes to "
+                f"its job as {target}; create it (kubectl create secret generic {source} "
+                f"--from-literal={key}=...) or clear the setting in tuneplane.yaml"
+            )
         out[target] = base64.b64decode(value).decode("utf-8", "replace")
     return out
 
@@ -132,8 +141,11 @@ def _refuse_missing_keys(request: SubmitRequest, data: dict[str, str]) -> None:
 
 def _variables_for(value: Any, key: str) -> list[str]:
     if isinstance(value, dict):
-        ref = ((value.get("valueFrom") or {}).get("secretKeyRef") or {}) if isinstance(value.get("valueFrom"),
-                                                                                        dict) else {}
+        ref = (
+            ((value.get("valueFrom") or {}).get("secretKeyRef") or {})
+            if isinstance(value.get("valueFrom"), dict)
+            else {}
+        )
         here = [str(value.get("name"))] if ref.get("key") == key else []
         return sorted(set(here + [v for item in value.values() for v in _variables_for(item, key)]))
     if isinstance(value, list):
@@ -149,13 +161,16 @@ def _ensure_job(rest: Rest, kind: Kind, ns: str, manifest: dict[str, Any], redac
             return cast(JobObject, rest.create(kind, ns, manifest, redact))
         except Conflict as exc:
             if exc.failure.reason not in ("", "AlreadyExists"):
-                raise BackendError(f"could not create {kind.kind} {ns}/{name}: the API server answered "
-                                   f"{exc.failure.detail}") from exc
+                raise BackendError(
+                    f"could not create {kind.kind} {ns}/{name}: the API server answered {exc.failure.detail}"
+                ) from exc
         existing = cast(JobObject | None, rest.get(kind, ns, name, redact=redact))
         if existing is not None:
             return _adopt(kind, existing, manifest)
-    raise BackendError(f"could not create {kind.kind} {ns}/{name}: it exists and vanishes again each time it "
-                       "is read (is another tool deleting it?); retry later")
+    raise BackendError(
+        f"could not create {kind.kind} {ns}/{name}: it exists and vanishes again each time it "
+        "is read (is another tool deleting it?); retry later"
+    )
 
 
 def _adopt(kind: Kind, existing: JobObject, manifest: dict[str, Any]) -> JobObject:
@@ -168,8 +183,7 @@ def _adopt(kind: Kind, existing: JobObject, manifest: dict[str, Any]) -> JobObje
             f"{'run ' + found if found else 'no tuneplane run'} (label {RUN_LABEL}), not run {wanted}; "
             "delete it or render this run under another name"
         )
-    log.info("adopting existing %s %s/%s (uid %s)", kind.kind, meta.get("namespace"), meta.get("name"),
-             meta.get("uid"))
+    log.info("adopting existing %s %s/%s (uid %s)", kind.kind, meta.get("namespace"), meta.get("name"), meta.get("uid"))
     return existing
 
 
@@ -180,8 +194,12 @@ def _type_of(manifest: dict[str, Any]) -> tuple[str, str]:
 def _owner_reference(job: JobObject) -> OwnerReference:
     meta = job.get("metadata") or {}
     # No blockOwnerDeletion: it needs update rights on the owner's finalizers, which a bot may lack.
-    return {"apiVersion": job.get("apiVersion", ""), "kind": job.get("kind", ""), "name": meta.get("name", ""),
-            "uid": meta.get("uid", "")}
+    return {
+        "apiVersion": job.get("apiVersion", ""),
+        "kind": job.get("kind", ""),
+        "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
+    }
 
 
 def _owned(manifest: dict[str, Any], owner: OwnerReference) -> dict[str, Any]:
@@ -191,15 +209,20 @@ def _owned(manifest: dict[str, Any], owner: OwnerReference) -> dict[str, Any]:
     return manifest
 
 
-def _secret(request: SubmitRequest, ns: str, job: JobObject, owner: OwnerReference,
-            copied: dict[str, str]) -> dict[str, Any]:
+def _secret(
+    request: SubmitRequest, ns: str, job: JobObject, owner: OwnerReference, copied: dict[str, str]
+) -> dict[str, Any]:
     meta = job.get("metadata") or {}
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in {RUN_LABEL, EXPERIMENT_LABEL}}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": f"{meta.get('name')}{SECRET_SUFFIX}", "namespace": ns, "labels": labels,
-                     "ownerReferences": [dict(owner)]},
+        "metadata": {
+            "name": f"{meta.get('name')}{SECRET_SUFFIX}",
+            "namespace": ns,
+            "labels": labels,
+            "ownerReferences": [dict(owner)],
+        },
         "type": "Opaque",
         "stringData": {**copied, **request.secret_data},
     }

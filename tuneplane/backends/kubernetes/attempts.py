@@ -70,8 +70,9 @@ class _Seen:
     sort_key: str = ""
 
 
-def job_attempts(rest: Rest, kind: Kind, ns: str, obj: JobObject, pods: list[Pod],
-                 workload: Workload | None, job_failure: str = "") -> tuple[AttemptReport, ...]:
+def job_attempts(
+    rest: Rest, kind: Kind, ns: str, obj: JobObject, pods: list[Pod], workload: Workload | None, job_failure: str = ""
+) -> tuple[AttemptReport, ...]:
     """Every attempt of a Job or JobSet, oldest first; records newly ended ones in the ledger."""
     ledger = read_ledger(obj)
     known_pods = {p for entry in ledger for p in entry.pods}
@@ -106,8 +107,12 @@ def _pod_groups(pods: list[Pod]) -> list[list[Pod]]:
         by_slot.setdefault(slot, []).append(pod)
     groups: dict[tuple[int, int], list[Pod]] = {}
     for (restart, _), members in by_slot.items():
-        members.sort(key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp", ""),
-                                    (p.get("metadata") or {}).get("name", "")))
+        members.sort(
+            key=lambda p: (
+                (p.get("metadata") or {}).get("creationTimestamp", ""),
+                (p.get("metadata") or {}).get("name", ""),
+            )
+        )
         for ordinal, pod in enumerate(members):
             groups.setdefault((restart, ordinal), []).append(pod)
     return [groups[key] for key in sorted(groups)]
@@ -115,8 +120,7 @@ def _pod_groups(pods: list[Pod]) -> list[list[Pod]]:
 
 def _group_attempt(group: list[Pod]) -> _Seen:
     ends = [_pod_end(p) for p in group]
-    failed = sorted((e for e in ends if e is not None and e.reason != "Completed"),
-                    key=lambda e: e.finished_at or "~")
+    failed = sorted((e for e in ends if e is not None and e.reason != "Completed"), key=lambda e: e.finished_at or "~")
     starts = [s for p in group if (s := (p.get("status") or {}).get("startTime"))]
     where = tuple(dict.fromkeys(_where(p) for p in group))
     names = tuple(str((p.get("metadata") or {}).get("name", "")) for p in group)
@@ -133,15 +137,23 @@ def _group_attempt(group: list[Pod]) -> _Seen:
 
 
 def _disrupted(pod: Pod) -> bool:
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _pod_end(pod: Pod) -> AttemptReport | None:
     """How one pod ended, or None while it has not."""
     status = pod.get("status") or {}
-    disruption = next((c for c in status.get("conditions") or []
-                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    disruption = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
     if status.get("phase") not in (POD_FAILED, POD_SUCCEEDED) and disruption is None:
         return None
     terminated, init_failed = _terminated(pod)
@@ -155,13 +167,24 @@ def _pod_end(pod: Pod) -> AttemptReport | None:
     if not message and init_failed:
         message = f"init container {init_failed!r} exited with code {exit_code}"
     node = str(record.get("node") or (pod.get("spec") or {}).get("nodeName") or "")
-    finished = record.get("finished_at") or terminated.get("finishedAt") or (
-        disruption or {}).get("lastTransitionTime") or (pod.get("metadata") or {}).get("deletionTimestamp")
+    finished = (
+        record.get("finished_at")
+        or terminated.get("finishedAt")
+        or (disruption or {}).get("lastTransitionTime")
+        or (pod.get("metadata") or {}).get("deletionTimestamp")
+    )
     return AttemptReport(
-        number=0, started_at=record.get("started_at") or status.get("startTime"), finished_at=finished,
-        exit_code=exit_code, signal=signal, reason=reason, message=message[:MESSAGE_KEPT * 2],
-        failed_node=node if reason != "Completed" else "", failed_rank=_failed_rank(pod, reason),
-        log_tail=tuple(record.get("log_tail") or ()))
+        number=0,
+        started_at=record.get("started_at") or status.get("startTime"),
+        finished_at=finished,
+        exit_code=exit_code,
+        signal=signal,
+        reason=reason,
+        message=message[: MESSAGE_KEPT * 2],
+        failed_node=node if reason != "Completed" else "",
+        failed_rank=_failed_rank(pod, reason),
+        log_tail=tuple(record.get("log_tail") or ()),
+    )
 
 
 def _reason(disruption: Any, terminated: Any, exit_code: Any, signal: Any, init_failed: str) -> AttemptReason:
@@ -219,12 +242,17 @@ def _kueue_evictions(workload: Workload | None, known: int) -> list[_Seen]:
     if workload is None:
         return []
     status = workload.get("status") or {}
-    counts: list[tuple[str, int]] = [(str(r.get("reason") or ""), _int(r.get("count")))
-                                     for r in (status.get("schedulingStats") or {}).get("evictions") or []]
+    counts: list[tuple[str, int]] = [
+        (str(r.get("reason") or ""), _int(r.get("count")))
+        for r in (status.get("schedulingStats") or {}).get("evictions") or []
+    ]
     evicted = next((c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), None)
     if not counts and evicted is not None:  # a Kueue before schedulingStats: the newest eviction only
-        counts = [(str(evicted.get("reason") or "Evicted"), 1)] if evicted.get("status") == "True" or str(
-            evicted.get("message") or "").startswith("Previously: ") else []
+        counts = (
+            [(str(evicted.get("reason") or "Evicted"), 1)]
+            if evicted.get("status") == "True" or str(evicted.get("message") or "").startswith("Previously: ")
+            else []
+        )
     total = sum(n for _, n in counts)
     if total <= known:
         return []
@@ -237,10 +265,18 @@ def _kueue_evictions(workload: Workload | None, known: int) -> list[_Seen]:
         why = reasons[index] if newest_reason in ("", "QuotaReserved") or index < total - 1 else newest_reason
         last = index == total - 1
         text = message if last else f"evicted by Kueue ({why})"
-        out.append(_Seen(AttemptReport(number=0, finished_at=at if last else None,
-                                       reason="Preempted" if why == "Preempted" else "Evicted",
-                                       message=f"Kueue: {text}"[:MESSAGE_KEPT * 2]),
-                         kueue=True, sort_key=str(at or "") if last else ""))
+        out.append(
+            _Seen(
+                AttemptReport(
+                    number=0,
+                    finished_at=at if last else None,
+                    reason="Preempted" if why == "Preempted" else "Evicted",
+                    message=f"Kueue: {text}"[: MESSAGE_KEPT * 2],
+                ),
+                kueue=True,
+                sort_key=str(at or "") if last else "",
+            )
+        )
     return out
 
 
@@ -251,13 +287,19 @@ def _unexplained_failures(obj: JobObject, pods: list[Pod], ledger: list[_Seen], 
     counted = _int((obj.get("status") or {}).get("failed"))
     failed_now = sum(1 for p in pods if (p.get("status") or {}).get("phase") == POD_FAILED)
     visible = {str((p.get("metadata") or {}).get("name", "")) for p in pods}
-    remembered = sum(1 for e in ledger if not e.kueue and e.report.reason != "Completed"
-                     and not set(e.pods) & visible)
+    remembered = sum(1 for e in ledger if not e.kueue and e.report.reason != "Completed" and not set(e.pods) & visible)
     missing = counted - failed_now - remembered - sum(1 for s in new if s.report.reason == "Lost")
-    return [_Seen(AttemptReport(number=0, reason="Lost",
-                                message="its pod was deleted (a preemption, an eviction or a lost node) before "
-                                        "tuneplane saw why; the Job counted it as failed"))
-            for _ in range(max(0, missing))]
+    return [
+        _Seen(
+            AttemptReport(
+                number=0,
+                reason="Lost",
+                message="its pod was deleted (a preemption, an eviction or a lost node) before "
+                "tuneplane saw why; the Job counted it as failed",
+            )
+        )
+        for _ in range(max(0, missing))
+    ]
 
 
 def _job_ending(reports: list[AttemptReport], obj: JobObject, job_failure: str) -> list[AttemptReport]:
@@ -270,16 +312,25 @@ def _job_ending(reports: list[AttemptReport], obj: JobObject, job_failure: str) 
     if reports and reports[-1].reason in (None, "Signal", "Error"):
         return [*reports[:-1], replace(reports[-1], reason=reason, finished_at=reports[-1].finished_at or at)]
     start = (obj.get("status") or {}).get("startTime")
-    return [*reports, AttemptReport(number=len(reports) + 1, started_at=start, finished_at=at, reason=reason,
-                                    message="the run's time limit (activeDeadlineSeconds) passed")]
+    return [
+        *reports,
+        AttemptReport(
+            number=len(reports) + 1,
+            started_at=start,
+            finished_at=at,
+            reason=reason,
+            message="the run's time limit (activeDeadlineSeconds) passed",
+        ),
+    ]
 
 
 def _job_completed(reports: list[AttemptReport], obj: JobObject) -> list[AttemptReport]:
     """A Job its controller marked Complete ended its newest attempt with it, whatever a pod not yet
     updated (or already gone) still says: the controller counted the pods that succeeded."""
     status = obj.get("status") or {}
-    complete = any(c.get("type") in ("Complete", "Completed") and c.get("status") == "True"
-                   for c in status.get("conditions") or [])
+    complete = any(
+        c.get("type") in ("Complete", "Completed") and c.get("status") == "True" for c in status.get("conditions") or []
+    )
     if not complete or not reports or reports[-1].reason is not None:
         return reports
     newest = reports[-1]
@@ -290,8 +341,9 @@ def _job_completed(reports: list[AttemptReport], obj: JobObject) -> list[Attempt
 
 def _finished(obj: JobObject) -> bool:
     conds = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") in ("Complete", CONDITION_FAILED, "Completed") and c.get("status") == "True"
-               for c in conds)
+    return any(
+        c.get("type") in ("Complete", CONDITION_FAILED, "Completed") and c.get("status") == "True" for c in conds
+    )
 
 
 # ==================================================================== the ledger
@@ -317,20 +369,39 @@ def _from_row(row: object, number: int) -> _Seen | None:
         return None
     text = _strings(row.get("tail"))
     report = AttemptReport(
-        number=number, started_at=_str(row.get("start")), finished_at=_str(row.get("end")),
-        where=_strings(row.get("where")), exit_code=_opt_int(row.get("exit")), signal=_opt_int(row.get("signal")),
-        reason=row["reason"], message=str(row.get("message") or "")[:MESSAGE_KEPT],
-        failed_node=str(row.get("node") or ""), failed_rank=_opt_int(row.get("rank")), log_tail=text,
-        gpus=_int(row.get("gpus")))
+        number=number,
+        started_at=_str(row.get("start")),
+        finished_at=_str(row.get("end")),
+        where=_strings(row.get("where")),
+        exit_code=_opt_int(row.get("exit")),
+        signal=_opt_int(row.get("signal")),
+        reason=row["reason"],
+        message=str(row.get("message") or "")[:MESSAGE_KEPT],
+        failed_node=str(row.get("node") or ""),
+        failed_rank=_opt_int(row.get("rank")),
+        log_tail=text,
+        gpus=_int(row.get("gpus")),
+    )
     return _Seen(report, _strings(row.get("pods")), kueue=bool(row.get("kueue")))
 
 
 def _row(seen: _Seen) -> dict[str, Any]:
     r = seen.report
-    row: dict[str, Any] = {"reason": r.reason, "start": r.started_at, "end": r.finished_at, "where": list(r.where),
-                           "exit": r.exit_code, "signal": r.signal, "message": r.message[:MESSAGE_KEPT],
-                           "node": r.failed_node, "rank": r.failed_rank, "tail": list(r.log_tail[-TAIL_KEPT:]),
-                           "gpus": r.gpus, "pods": list(seen.pods), "kueue": seen.kueue}
+    row: dict[str, Any] = {
+        "reason": r.reason,
+        "start": r.started_at,
+        "end": r.finished_at,
+        "where": list(r.where),
+        "exit": r.exit_code,
+        "signal": r.signal,
+        "message": r.message[:MESSAGE_KEPT],
+        "node": r.failed_node,
+        "rank": r.failed_rank,
+        "tail": list(r.log_tail[-TAIL_KEPT:]),
+        "gpus": r.gpus,
+        "pods": list(seen.pods),
+        "kueue": seen.kueue,
+    }
     return {k: v for k, v in row.items() if v not in (None, "", [], False, 0)}
 
 
@@ -376,8 +447,9 @@ def ray_exit_code(obj: JobObject) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def ray_attempts(obj: JobObject, phase: str, reason: str, started: str | None,
-                 finished: str | None) -> tuple[AttemptReport, ...]:
+def ray_attempts(
+    obj: JobObject, phase: str, reason: str, started: str | None, finished: str | None
+) -> tuple[AttemptReport, ...]:
     """A RayJob is one attempt (tp renders `backoffLimit: 0`): the driver's run on its Ray cluster."""
     if not started:
         return ()
@@ -390,5 +462,13 @@ def ray_attempts(obj: JobObject, phase: str, reason: str, started: str | None,
         ended = CANCELLED  # the reason is spelled as the phase it ends in
     elif phase == FAILED:
         ended = "Timeout" if reason == "DeadlineExceeded" else "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
-    return (AttemptReport(number=1, started_at=started, finished_at=finished if ended else None, exit_code=code,
-                          reason=ended, message=message if ended not in (None, "Completed") else ""),)
+    return (
+        AttemptReport(
+            number=1,
+            started_at=started,
+            finished_at=finished if ended else None,
+            exit_code=code,
+            reason=ended,
+            message=message if ended not in (None, "Completed") else "",
+        ),
+    )

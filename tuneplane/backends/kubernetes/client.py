@@ -30,6 +30,7 @@ MESSAGE_LIMIT = 4000
 T = TypeVar("T")
 Items = list[dict[str, Any]]  # named here: inside Rest, `list` is its method
 
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How hard to try: bounded attempts, capped and jittered exponential backoff, a per-request timeout.
@@ -87,10 +88,14 @@ CONFIGMAP = Kind("v1", "ConfigMap", "configmaps", core=True)
 POD = Kind("v1", "Pod", "pods", core=True)
 # Kueue >= 0.15 stores v1beta2 and serves v1beta1 deprecated (a warning on every request); older ones serve
 # v1beta1 only. The newest first; kueue.py falls back on a 404 and remembers what the server answered.
-WORKLOADS = (Kind("kueue.x-k8s.io/v1beta2", "Workload", "workloads"),
-             Kind("kueue.x-k8s.io/v1beta1", "Workload", "workloads"))
-LOCALQUEUES = {"kueue.x-k8s.io/v1beta2": Kind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues"),
-               "kueue.x-k8s.io/v1beta1": Kind("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues")}
+WORKLOADS = (
+    Kind("kueue.x-k8s.io/v1beta2", "Workload", "workloads"),
+    Kind("kueue.x-k8s.io/v1beta1", "Workload", "workloads"),
+)
+LOCALQUEUES = {
+    "kueue.x-k8s.io/v1beta2": Kind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues"),
+    "kueue.x-k8s.io/v1beta1": Kind("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues"),
+}
 SUBMITTABLE = {(k.api_version, k.kind): k for k in (JOB, JOBSET, RAYJOB, CONFIGMAP)}
 JOB_KINDS = {k.kind: k for k in (JOB, JOBSET, RAYJOB)}
 _TYPED = {
@@ -101,9 +106,7 @@ _TYPED = {
 }
 
 
-def build_api_client(
-    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False
-) -> Any:
+def build_api_client(kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False) -> Any:
     """An ApiClient from a kubeconfig (default discovery when None) or the pod's service account.
 
     urllib3's own retries are switched off: our RetryPolicy is the one place that decides.
@@ -161,7 +164,6 @@ class _Failure:
         return self.kind != "http" or self.status in RETRYABLE_STATUS
 
 
-
 class Conflict(Exception):
     """A 409: the object exists already (create) or someone changed it (update)."""
 
@@ -173,8 +175,7 @@ class Conflict(Exception):
 class Rest:
     """The REST verbs the backend uses, on raw JSON (plain dicts, never the client's models)."""
 
-    def __init__(self, api_client: Any, retry: RetryPolicy, sleep: Callable[[float], None],
-                 rng: random.Random) -> None:
+    def __init__(self, api_client: Any, retry: RetryPolicy, sleep: Callable[[float], None], rng: random.Random) -> None:
         # lazy: the CLI's fast paths never load the client
         from kubernetes import client
 
@@ -196,14 +197,14 @@ class Rest:
             return self.json(op, lambda: fn(name, ns, **self._opts()), missing_ok=True, redact=redact)
         args = (kind.group, kind.version, ns, kind.plural, name)
         custom = self._apis["custom"]
-        return self.json(op, lambda: custom.get_namespaced_custom_object(*args, **self._opts()),
-                         missing_ok=True, redact=redact)
+        return self.json(
+            op, lambda: custom.get_namespaced_custom_object(*args, **self._opts()), missing_ok=True, redact=redact
+        )
 
     def list(self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = False) -> list[dict[str, Any]]:
         return self.list_if_served(kind, ns, selector, missing_ok) or []
 
-    def list_if_served(self, kind: Kind, ns: str, selector: str | None,
-                       missing_ok: bool = True) -> Items | None:
+    def list_if_served(self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = True) -> Items | None:
         """A list, or None on a 404 (with `missing_ok`): the server does not serve this kind at this version."""
         what = f"{kind.plural} in namespace {ns}" + (f" with labels {selector}" if selector else "")
         op = _Op("list", what, "GET", kind.path(ns), kind)
@@ -214,8 +215,7 @@ class Rest:
         else:
             args = (kind.group, kind.version, ns, kind.plural)
             custom = self._apis["custom"]
-            result = self.json(op, lambda: custom.list_namespaced_custom_object(*args, **opts),
-                               missing_ok=missing_ok)
+            result = self.json(op, lambda: custom.list_namespaced_custom_object(*args, **opts), missing_ok=missing_ok)
         return None if result is None else list(result.get("items") or [])
 
     def create(self, kind: Kind, ns: str, manifest: dict[str, Any], redact: Iterable[str]) -> dict[str, Any]:
@@ -229,16 +229,16 @@ class Rest:
         # with its own models, which refuse what the server accepts (an integer GPU quantity).
         args = (kind.group, kind.version, ns, kind.plural, manifest)
         custom = self._apis["custom"]
-        result = self.json(op, lambda: custom.create_namespaced_custom_object(*args, **opts), conflict=True,
-                           redact=redact)
+        result = self.json(
+            op, lambda: custom.create_namespaced_custom_object(*args, **opts), conflict=True, redact=redact
+        )
         return cast(dict[str, Any], result)
 
     def apply(self, kind: Kind, ns: str, manifest: dict[str, Any], redact: Iterable[str]) -> dict[str, Any]:
         """Server-side apply of an object only tuneplane writes (forced, strict field validation)."""
         name = manifest["metadata"]["name"]
         op = _Op("apply", f"{kind.kind} {ns}/{name}", "PATCH", kind.path(ns, name), kind)
-        opts = self._opts(field_manager=FIELD_MANAGER, force=True, field_validation=STRICT,
-                          _content_type=APPLY_PATCH)
+        opts = self._opts(field_manager=FIELD_MANAGER, force=True, field_validation=STRICT, _content_type=APPLY_PATCH)
         if kind.core:
             fn = self._typed("patch", kind)
             result = self.json(op, lambda: fn(name, ns, manifest, **opts), redact=redact)
@@ -293,8 +293,14 @@ class Rest:
         """Raw responses (we read plain JSON, not models) and a bounded wait for each request."""
         return {"_preload_content": False, "_request_timeout": self.retry.timeout, **extra}
 
-    def json(self, op: _Op, fn: Callable[[], Any], missing_ok: bool = False, conflict: bool = False,
-             redact: Iterable[str] = ()) -> dict[str, Any] | None:
+    def json(
+        self,
+        op: _Op,
+        fn: Callable[[], Any],
+        missing_ok: bool = False,
+        conflict: bool = False,
+        redact: Iterable[str] = (),
+    ) -> dict[str, Any] | None:
         data = self.call(op, lambda: read_body(fn()), missing_ok=missing_ok, conflict=conflict, redact=redact)
         if data is None:
             return None
@@ -305,8 +311,9 @@ class Rest:
                 f"could not {op.action} {op.what}: the API server answered with no JSON ({exc})"
             ) from exc
 
-    def call(self, op: _Op, fn: Callable[[], T], missing_ok: bool = False, conflict: bool = False,
-             redact: Iterable[str] = ()) -> T | None:
+    def call(
+        self, op: _Op, fn: Callable[[], T], missing_ok: bool = False, conflict: bool = False, redact: Iterable[str] = ()
+    ) -> T | None:
         """Run one request with retries; 404 → None when `missing_ok`; 409 → `Conflict` when `conflict`."""
         attempts = max(1, self.retry.attempts)
         for attempt in range(attempts):
@@ -323,9 +330,13 @@ class Rest:
                 if not failure.retryable or attempt + 1 == attempts:
                     raise BackendError(redact_text(self._message(op, failure, attempt + 1), redact)) from exc
             delay = self.retry.delay(attempt, failure.retry_after, self._rng)
-            log.info("retrying: %s (attempt %d of %d, in %.2f s)",
-                     redact_text(f"{op.action} {op.what}: {_describe(failure, self.retry.timeout)}", redact),
-                     attempt + 2, attempts, delay)
+            log.info(
+                "retrying: %s (attempt %d of %d, in %.2f s)",
+                redact_text(f"{op.action} {op.what}: {_describe(failure, self.retry.timeout)}", redact),
+                attempt + 2,
+                attempts,
+                delay,
+            )
             self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -408,8 +419,10 @@ def _hint(op: _Op, failure: _Failure) -> str:
     if status == 401:
         return "Check the credentials in your kubeconfig (an expired token?)."
     if status == 403 and "admission webhook" in failure.detail:
-        return ("An admission webhook of the cluster refused the object (a policy, not your access): "
-                "read its message above, change the run or ask the cluster's administrators about the policy.")
+        return (
+            "An admission webhook of the cluster refused the object (a policy, not your access): "
+            "read its message above, change the run or ask the cluster's administrators about the policy."
+        )
     if status == 403:
         verb = {"GET": "get", "PATCH": "patch", "DELETE": "delete", "POST": "create"}.get(op.method, op.method.lower())
         return (
@@ -438,7 +451,6 @@ def clip(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 20] + "\n… (truncated)"
 
 
-
 def read_body(response: Any) -> bytes:
     """The whole body of a raw response, and the connection back to the pool."""
     try:
@@ -462,8 +474,6 @@ def stream_lines(response: Any, what: str) -> Iterator[str]:
         if pending:
             yield pending.decode("utf-8", "replace")
     except (u3.HTTPError, OSError) as exc:
-        raise BackendError(
-            f"the log stream of {what} broke off: {_short(exc)}; run the command again"
-        ) from exc
+        raise BackendError(f"the log stream of {what} broke off: {_short(exc)}; run the command again") from exc
     finally:
         response.release_conn()

@@ -41,8 +41,9 @@ def find_workload(rest: Rest, ns: str, obj: JobObject) -> Workload | None:
     if not uid:
         return None
     found = [cast(Workload, w) for w in _workloads(rest, ns, f"{JOB_UID_LABEL}={uid}")]
-    mine = [w for w in found if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get(
-        "ownerReferences") or [])]
+    mine = [
+        w for w in found if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])
+    ]
     mine.sort(key=lambda w: (w.get("metadata") or {}).get("creationTimestamp", ""))
     return mine[-1] if mine else None
 

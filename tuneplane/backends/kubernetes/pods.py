@@ -155,8 +155,16 @@ def failed_container(pods: list[Pod]) -> tuple[Pod, str, ContainerStateTerminate
         for status, is_init in _statuses(pod):
             terminated = (status.get("state") or {}).get("terminated") or {}
             if terminated and terminated.get("exitCode", 0) != 0:
-                found.append((terminated.get("finishedAt") or "~", 0 if is_init else 1, number, pod,
-                              status.get("name", ""), terminated))
+                found.append(
+                    (
+                        terminated.get("finishedAt") or "~",
+                        0 if is_init else 1,
+                        number,
+                        pod,
+                        status.get("name", ""),
+                        terminated,
+                    )
+                )
     if not found:
         return None
     found.sort(key=lambda f: (f[0], f[1], f[2]))

@@ -58,7 +58,6 @@ class _State:
     notes: list[str] = field(default_factory=list)
 
 
-
 # ==================================================================== job object states
 def _true_conditions(obj: JobObject) -> dict[str, Condition]:
     conds = (obj.get("status") or {}).get("conditions") or []
@@ -90,9 +89,7 @@ def _jobset_state(obj: JobObject) -> _State:
         return _State(SUCCEEDED, finished_at=_ltt(conds["Completed"]), notes=notes)
     if CONDITION_FAILED in conds:
         failed = conds[CONDITION_FAILED]
-        return _State(
-            FAILED, failed.get("reason", ""), failed.get("message", ""), None, _ltt(failed), notes=notes
-        )
+        return _State(FAILED, failed.get("reason", ""), failed.get("message", ""), None, _ltt(failed), notes=notes)
     if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
         return _State(PENDING, suspended=True, notes=notes)
     replicated = status.get("replicatedJobsStatus") or []
@@ -116,9 +113,7 @@ def _rayjob_state(obj: JobObject) -> _State:
     reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
     if job_status in {"SUCCEEDED", "FAILED", "STOPPED"}:
         phase = _RAY_PHASES[job_status]
-        return _State(
-            phase, reason or (job_status.title() if phase != SUCCEEDED else ""), message, started, ended
-        )
+        return _State(phase, reason or (job_status.title() if phase != SUCCEEDED else ""), message, started, ended)
     if deployment in {DEPLOYMENT_FAILED, "ValidationFailed"}:
         return _State(
             FAILED,
@@ -147,8 +142,7 @@ def _ltt(condition: Condition) -> str | None:
     return str(value) if value else None
 
 
-def _observation(state: _State, exit_code: int | None = None,
-                 attempts: tuple[AttemptReport, ...] = ()) -> Observation:
+def _observation(state: _State, exit_code: int | None = None, attempts: tuple[AttemptReport, ...] = ()) -> Observation:
     message = state.message
     if state.notes and state.phase != FAILED:
         message = "; ".join(m for m in [message, *state.notes] if m)
@@ -186,8 +180,9 @@ def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, l
     return _progress(state, pods or [], tried)
 
 
-def _attempts(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State,
-              pods: list[Pod]) -> tuple[AttemptReport, ...]:
+def _attempts(
+    rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State, pods: list[Pod]
+) -> tuple[AttemptReport, ...]:
     """The run's attempts; reading them never fails an observation (the phase stands without them)."""
     try:
         if kind is RAYJOB:
@@ -245,8 +240,16 @@ def _live(pods: list[Pod]) -> list[Pod]:
     return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
 
 
-def _failure(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State, pods: list[Pod],
-             log_tail: int, attempts: tuple[AttemptReport, ...]) -> Observation:
+def _failure(
+    rest: Rest,
+    kind: Kind,
+    ns: str,
+    obj: JobObject,
+    state: _State,
+    pods: list[Pod],
+    log_tail: int,
+    attempts: tuple[AttemptReport, ...],
+) -> Observation:
     """Failed: name the failing container, its exit code, and its last log lines."""
     if kind is RAYJOB and ray_exit_code(obj) is not None:
         return _driver_failure(rest, ns, obj, state, pods, log_tail, attempts)
@@ -270,8 +273,15 @@ def _failure(rest: Rest, kind: Kind, ns: str, obj: JobObject, state: _State, pod
     return _observation(state, exit_code=exit_code, attempts=attempts)
 
 
-def _driver_failure(rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod], log_tail: int,
-                    attempts: tuple[AttemptReport, ...]) -> Observation:
+def _driver_failure(
+    rest: Rest,
+    ns: str,
+    obj: JobObject,
+    state: _State,
+    pods: list[Pod],
+    log_tail: int,
+    attempts: tuple[AttemptReport, ...],
+) -> Observation:
     """A Ray driver that exited non-zero: its exit code is Ray's word (the submitter that followed its log
     exited 0), its last lines are in the submitter's log."""
     headline = state.message.split("\n", 1)[0]

@@ -14,5 +14,16 @@ from tuneplane.backends.local.gpus import local_gpus
 from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import collect_artifacts
 
-__all__ = ["CANCEL", "DB", "LOG", "STATE", "LocalBackend", "collect_artifacts", "local_gpus", "local_manifest",
-           "read_state", "supervise", "supervisor_alive"]
+__all__ = [
+    "CANCEL",
+    "DB",
+    "LOG",
+    "STATE",
+    "LocalBackend",
+    "collect_artifacts",
+    "local_gpus",
+    "local_manifest",
+    "read_state",
+    "supervise",
+    "supervisor_alive",
+]

@@ -13,10 +13,7 @@ from tuneplane.lab.fs import write_json
 def write_artifacts(out_dir: Path, globs: list[dict[str, Any]], run_id: str) -> str:
     try:
         items = collect_artifacts(out_dir, globs)
-        write_json(
-            out_dir / ARTIFACTS_FILE, {"version": ARTIFACTS_VERSION, "run_id": run_id, "artifacts": items}
-        )
+        write_json(out_dir / ARTIFACTS_FILE, {"version": ARTIFACTS_VERSION, "run_id": run_id, "artifacts": items})
     except OSError as exc:
         return f"could not list artifacts: {exc}"
     return ""
-

@@ -54,8 +54,16 @@ def record_cancel(state: dict[str, Any], message: str, at: str) -> list[dict[str
     """`state`'s attempts with the current one ended as cancelled (by a canceller, no supervisor left)."""
     number = attempt_of(state)
     earlier = [a for a in state.get("attempts") or [] if _is_entry(a) and a["number"] != number]
-    return [*earlier, {"number": number, "started_at": state.get("started_at"), "finished_at": at,
-                       "reason": STOPPED_ON_REQUEST, "message": message}]
+    return [
+        *earlier,
+        {
+            "number": number,
+            "started_at": state.get("started_at"),
+            "finished_at": at,
+            "reason": STOPPED_ON_REQUEST,
+            "message": message,
+        },
+    ]
 
 
 def _current(run_dir: Path, state: dict[str, Any], found: Observation, newest: bool) -> dict[str, Any]:

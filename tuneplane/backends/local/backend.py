@@ -119,8 +119,9 @@ def local_manifest(
             "gpu_lock_dir": f"{body.paths.storage_root}/.locks/gpus",
             "work_dir": body.paths.work_dir,
             "out_dir": body.paths.out_dir,
-            "plugins": [p.source or f"plugins/{p.name}" for p in body.plugins
-                        if p.capability == "algorithm"],  # only these travel
+            "plugins": [
+                p.source or f"plugins/{p.name}" for p in body.plugins if p.capability == "algorithm"
+            ],  # only these travel
             "jobspec": jobspec_doc,
             "argv": [sys.executable, "-m", "tuneplane.launcher"],
             "plan_argv": list(plan.argv),
@@ -130,7 +131,6 @@ def local_manifest(
             "artifacts": [{"kind": a.kind, "pattern": a.pattern, "format": a.format} for a in plan.artifacts],
         },
     }
-
 
 
 # ── the backend ──────────────────────────────────────────────────────────────────────────────────
@@ -153,9 +153,7 @@ class LocalBackend:
             self._spawn(run_dir)
         return ref
 
-    def run(
-        self, request: SubmitRequest, echo: Callable[[str], None] | None = None
-    ) -> tuple[BackendRef, Observation]:
+    def run(self, request: SubmitRequest, echo: Callable[[str], None] | None = None) -> tuple[BackendRef, Observation]:
         """Submit and supervise in this process (`tp submit --local`): returns when the run has ended."""
         run_dir, ref = self.prepare(request)
         supervise(run_dir, echo=echo)
@@ -185,8 +183,10 @@ class LocalBackend:
     def _claim(self, run_dir: Path, run_id: str) -> None:
         """Make the run directory with its marker, or check that an existing one is ours."""
         if leads_out(run_dir, self.root):
-            raise BackendError(f"run {run_id}: {run_dir} leads out of the storage root {self.root} through "
-                               "a symbolic link; the local backend writes only inside it")
+            raise BackendError(
+                f"run {run_id}: {run_dir} leads out of the storage root {self.root} through "
+                "a symbolic link; the local backend writes only inside it"
+            )
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             if run_dir.is_dir() and not run_dir.is_symlink() and not any(run_dir.iterdir()):
@@ -250,8 +250,11 @@ class LocalBackend:
         )
 
     def _spawn(self, run_dir: Path) -> None:
-        self.spawn(run_dir, [self.python, "-m", "tuneplane.backends.local", "supervise", str(run_dir)],
-                   scrubbed_env(os.environ, keep_storage=True))
+        self.spawn(
+            run_dir,
+            [self.python, "-m", "tuneplane.backends.local", "supervise", str(run_dir)],
+            scrubbed_env(os.environ, keep_storage=True),
+        )
 
     def spawn(self, run_dir: Path, argv: list[str], env: dict[str, str]) -> None:
         """Start a supervising process in its own session, with no tie to our stdio (we may exit first).
@@ -363,8 +366,7 @@ def _local_spec(request: SubmitRequest) -> dict[str, Any]:
         if manifest.get("apiVersion") == API_VERSION and manifest.get("kind") == KIND:
             return dict(manifest["spec"])
     raise BackendError(
-        f"run {request.run_id}: the local backend needs a {KIND} manifest "
-        "(render the run for the local backend)"
+        f"run {request.run_id}: the local backend needs a {KIND} manifest (render the run for the local backend)"
     )
 
 
@@ -392,9 +394,7 @@ def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
         if source.is_dir() and not target.exists():
             shutil.copytree(source, target, symlinks=True)
     (partial / ".tuneplane").mkdir(exist_ok=True)
-    (partial / JOBSPEC_PATH).write_text(
-        json.dumps(spec["jobspec"], indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    (partial / JOBSPEC_PATH).write_text(json.dumps(spec["jobspec"], indent=2, sort_keys=True) + "\n", encoding="utf-8")
     publish_dir(partial, work)
     Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
     # `tp job logs -f` may start following before the job does: the caller touches the attempt's log

@@ -38,7 +38,6 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _SCRUB = (ENV_PREFIX, "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
 
 
-
 # ── small file helpers ───────────────────────────────────────────────────────────────────────────
 
 
@@ -197,7 +196,6 @@ def _legacy(run_dir: Path) -> bool:
 
 def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
-
 
 
 def signal_group(pgid: Any, sig: int) -> None:

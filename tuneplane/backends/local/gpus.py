@@ -56,17 +56,14 @@ class GpuLease:
         self.handles.clear()
 
 
-def allot(
-    count: int, lock_dir: Path, stop: Callable[[], bool], waiting: Callable[[str], None]
-) -> GpuLease | None:
+def allot(count: int, lock_dir: Path, stop: Callable[[], bool], waiting: Callable[[str], None]) -> GpuLease | None:
     """Lock `count` free GPUs (one lock file per device, shared by every local run on this machine)."""
     if count <= 0:
         return GpuLease()
     devices = local_gpus()
     if count > len(devices):
         raise Unschedulable(
-            f"the run needs {count} GPU(s); this machine has {len(devices)} "
-            f"({GPUS_ENV}={','.join(devices) or 'none'})"
+            f"the run needs {count} GPU(s); this machine has {len(devices)} ({GPUS_ENV}={','.join(devices) or 'none'})"
         )
     lock_dir.mkdir(parents=True, exist_ok=True)
     told = False

@@ -32,17 +32,16 @@ def observe_run_dir(run_dir: Path, uid: str = "") -> Observation:
     state = read_state(run_dir)
     if state is None:
         if not _storage_here(run_dir):  # another machine's disk: nothing here says how it went
-            return Observation(UNKNOWN, reason=NO_HEARTBEAT,
-                               message=f"the run directory {run_dir} is not on this machine")
+            return Observation(
+                UNKNOWN, reason=NO_HEARTBEAT, message=f"the run directory {run_dir} is not on this machine"
+            )
         return Observation(
             FAILED,
             reason="Lost",
             message=f"the run directory {run_dir} has no state (deleted, or another storage root?)",
         )
     if uid and state.get("uid") and state["uid"] != uid:
-        return Observation(
-            FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run"
-        )
+        return Observation(FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run")
     heartbeat = (read_heartbeat(run_dir) or {}).get("at")
     phase = str(state.get("phase", PENDING))
     if phase not in TERMINAL and not supervisor_alive(run_dir):
@@ -88,8 +87,11 @@ def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
 def _out_of_reach(run_dir: Path, state: dict[str, Any], host: str, heartbeat: str | None) -> Observation:
     """Another machine's run: its phase as last written, never an end this machine cannot witness."""
     age = epoch_of(heartbeat)
-    seen = (f"its last heartbeat was {time.time() - age:.0f} s ago ({heartbeat})" if age is not None
-            else "no heartbeat of it is here")
+    seen = (
+        f"its last heartbeat was {time.time() - age:.0f} s ago ({heartbeat})"
+        if age is not None
+        else "no heartbeat of it is here"
+    )
     found = Observation(
         UNKNOWN,
         reason=NO_HEARTBEAT,
@@ -101,8 +103,11 @@ def _out_of_reach(run_dir: Path, state: dict[str, Any], host: str, heartbeat: st
 
 
 def _with_attempts(found: Observation, run_dir: Path, state: dict[str, Any], heartbeat: Any) -> Observation:
-    return replace(found, attempts=attempt_reports(run_dir, state, found),
-                   heartbeat_at=heartbeat if isinstance(heartbeat, str) else None)
+    return replace(
+        found,
+        attempts=attempt_reports(run_dir, state, found),
+        heartbeat_at=heartbeat if isinstance(heartbeat, str) else None,
+    )
 
 
 def _storage_here(run_dir: Path) -> bool:

@@ -117,7 +117,7 @@ def supervise(
     finally:
         lock.close()
         if stop_publishing is not None:  # after the lock: a push under way (ended by its own timeout)
-            stop_publishing()              # never delays whoever waits for the run's end
+            stop_publishing()  # never delays whoever waits for the run's end
 
 
 def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
@@ -165,17 +165,20 @@ def _publish_heartbeats(run_dir: Path, attempt: int) -> Callable[[], None]:
     def loop() -> None:
         noted = False
         while True:
-            message = (f"heartbeat of run {launch['run_id']} attempt {attempt} on {this_machine()['host']} "
-                       f"at {utc_now()}")
+            message = (
+                f"heartbeat of run {launch['run_id']} attempt {attempt} on {this_machine()['host']} at {utc_now()}"
+            )
             try:
                 publish(repo, "origin", str(launch["experiment"]), str(launch["run_id"]), message)
             except (GitFailed, OSError) as exc:
                 if not noted:  # once: a lab without credentials would otherwise fill the log
                     noted = True
                     with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as fh:
-                        fh.write(f"[tuneplane] {utc_now()} the heartbeat could not be published to origin "
-                                 f"({exc}); the run goes on, but a bot on another machine cannot tell whether "
-                                 "it is alive\n")
+                        fh.write(
+                            f"[tuneplane] {utc_now()} the heartbeat could not be published to origin "
+                            f"({exc}); the run goes on, but a bot on another machine cannot tell whether "
+                            "it is alive\n"
+                        )
             if stop.wait(interval):
                 return
 
@@ -222,8 +225,13 @@ class _Supervisor:
         except Unschedulable as exc:
             return self._finish(FAILED, "Unschedulable", str(exc), None, ended="Unschedulable")
         if lease is None:
-            return self._finish(CANCELLED, reason="Cancelled", message="cancelled while waiting for GPUs",
-                                exit_code=None, ended=STOPPED_ON_REQUEST)
+            return self._finish(
+                CANCELLED,
+                reason="Cancelled",
+                message="cancelled while waiting for GPUs",
+                exit_code=None,
+                ended=STOPPED_ON_REQUEST,
+            )
         self.gpus = len(lease.ids)
         try:
             return self._run_with(lease)
@@ -342,9 +350,7 @@ class _Supervisor:
                 return child.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 pass
-            if killed_at is None and (
-                self._cancelled() or (deadline is not None and time.monotonic() > deadline)
-            ):
+            if killed_at is None and (self._cancelled() or (deadline is not None and time.monotonic() > deadline)):
                 self.timed_out = not self._cancelled()
                 signal_group(child.pid, signal.SIGTERM)
                 killed_at = time.monotonic()
@@ -394,12 +400,25 @@ class _Supervisor:
         killed_by = exit_code - 128 if 128 < exit_code <= 128 + SIGNALS else None
         last = "\n".join(self.tail)
         if self._cancelled() and not self.timed_out:
-            return self._finish(CANCELLED, reason="Cancelled", message="cancelled on request", exit_code=exit_code,
-                                ended=STOPPED_ON_REQUEST, signal=killed_by)
+            return self._finish(
+                CANCELLED,
+                reason="Cancelled",
+                message="cancelled on request",
+                exit_code=exit_code,
+                ended=STOPPED_ON_REQUEST,
+                signal=killed_by,
+            )
         if self.timed_out:
             message = f"stopped after its timeout of {self.launch['timeout']} s"
-            return self._finish(FAILED, "DeadlineExceeded", f"{message}; last lines:\n{last}", exit_code,
-                                ended="Timeout", signal=killed_by, error=message)
+            return self._finish(
+                FAILED,
+                "DeadlineExceeded",
+                f"{message}; last lines:\n{last}",
+                exit_code,
+                ended="Timeout",
+                signal=killed_by,
+                error=message,
+            )
         if code == 0:
             return self._finish(SUCCEEDED, "", artifacts_error, 0, ended="Completed")
         if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
@@ -408,9 +427,15 @@ class _Supervisor:
         reason = "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
         error = last_exception(read_tail(self.log_path))  # the trainer's own words, not its wrapper's
         said = f" ({error})" if error else ""
-        return self._finish(FAILED, reason, f"exited with code {exit_code}{said}; last lines:\n{last}", exit_code,
-                            ended="Signal" if killed_by else reason, signal=killed_by,
-                            error=error or f"exited with code {exit_code}")
+        return self._finish(
+            FAILED,
+            reason,
+            f"exited with code {exit_code}{said}; last lines:\n{last}",
+            exit_code,
+            ended="Signal" if killed_by else reason,
+            signal=killed_by,
+            error=error or f"exited with code {exit_code}",
+        )
 
     def _termination_message(self) -> str:
         """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""
@@ -420,8 +445,17 @@ class _Supervisor:
         except OSError:
             return ""
 
-    def _finish(self, phase: str, reason: str, message: str, exit_code: int | None, *, ended: str,
-                signal: int | None = None, error: str = "") -> dict[str, Any]:
+    def _finish(
+        self,
+        phase: str,
+        reason: str,
+        message: str,
+        exit_code: int | None,
+        *,
+        ended: str,
+        signal: int | None = None,
+        error: str = "",
+    ) -> dict[str, Any]:
         """Record the run's end, and this attempt's among the run's attempts (`ended`: its reason)."""
         finished_at = utc_now(millis=True)
         attempt = {
@@ -436,8 +470,11 @@ class _Supervisor:
             "log_tail": list(self.tail),
             "gpus": self.gpus,
         }
-        earlier = [a for a in (read_state(self.run_dir) or {}).get("attempts") or []
-                   if isinstance(a, dict) and a.get("number") != self.attempt]
+        earlier = [
+            a
+            for a in (read_state(self.run_dir) or {}).get("attempts") or []
+            if isinstance(a, dict) and a.get("number") != self.attempt
+        ]
         return update_state(
             self.run_dir,
             phase=phase,

@@ -57,14 +57,24 @@ class SlurmCommands:
     def run(self, *args: str, input_text: str | None = None) -> Result:
         program = args[0]
         if shutil.which(program) is None:
-            raise BackendError(f"{program} is not installed on this machine: the Slurm backend needs "
-                               "Slurm's client commands (apt-get install slurm-client, or your site's module)")
+            raise BackendError(
+                f"{program} is not installed on this machine: the Slurm backend needs "
+                "Slurm's client commands (apt-get install slurm-client, or your site's module)"
+            )
         try:
-            done = subprocess.run(list(args), input=input_text, capture_output=True, text=True,
-                                  timeout=self.timeout, env=self.env(), check=False)
+            done = subprocess.run(
+                list(args),
+                input=input_text,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=self.env(),
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            raise SlurmUnavailable(f"{program} did not answer within {self.timeout:.0f}s: "
-                                   "slurmctld is not responding; will retry") from None
+            raise SlurmUnavailable(
+                f"{program} did not answer within {self.timeout:.0f}s: slurmctld is not responding; will retry"
+            ) from None
         except OSError as exc:
             raise BackendError(f"cannot run {program}: {exc}") from None
         result = Result(done.returncode, done.stdout, done.stderr.strip())
@@ -84,11 +94,15 @@ def check_script(script: str) -> str:
     try:
         done = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"cannot check the batch script with bash -n: {exc}",
-                         hint="install bash on the machine that renders Slurm runs") from None
+        raise UsageError(
+            f"cannot check the batch script with bash -n: {exc}",
+            hint="install bash on the machine that renders Slurm runs",
+        ) from None
     if done.returncode:
-        raise UsageError(f"the rendered batch script does not parse: {done.stderr.strip()}",
-                         hint="this is a bug in tuneplane; report it with the run request")
+        raise UsageError(
+            f"the rendered batch script does not parse: {done.stderr.strip()}",
+            hint="this is a bug in tuneplane; report it with the run request",
+        )
     return script
 
 

@@ -14,24 +14,39 @@ from tuneplane.backends.slurm.commands import first_line
 # (text in sbatch's message, lowercased) → (the sbatch options it may be about, first present wins; the fix)
 KNOWN = (
     ("invalid partition", "--partition", "name a partition that exists (sinfo --summarize lists them)"),
-    ("partition configuration not available", "--partition", "the partition is down or closed to you: ask "
-     "the cluster's administrators, or name another partition"),
+    (
+        "partition configuration not available",
+        "--partition",
+        "the partition is down or closed to you: ask the cluster's administrators, or name another partition",
+    ),
     ("invalid account", "--account", "name an account you belong to (sacctmgr show assoc user=$USER)"),
     ("invalid qos", "--qos", "name a QOS your account may use (sacctmgr show assoc user=$USER format=qos)"),
-    ("qos policy", "--qos", "the job exceeds a limit of its QOS or account: ask for fewer resources or "
-     "another QOS"),
-    ("time limit", "--time", "lower the run's timeout (tp submit --timeout) to the partition's limit "
-     "(scontrol show partition), or choose a partition that allows it"),
-    ("node count specification invalid", "--nodes", "the profile asks for more nodes than the partition "
-     "has: lower profiles.<name>.max_nodes or the run's GPU count"),
-    ("requested node configuration is not available", "--gpus-per-node --gres --cpus-per-task --mem --nodes",
-     "no node of the partition has what the "
-     "profile asks for (GPUs, CPUs, memory per node): check gpus_per_node and the slurm profile mapping "
-     "against `sinfo -o '%P %D %c %m %G'`"),
+    ("qos policy", "--qos", "the job exceeds a limit of its QOS or account: ask for fewer resources or another QOS"),
+    (
+        "time limit",
+        "--time",
+        "lower the run's timeout (tp submit --timeout) to the partition's limit "
+        "(scontrol show partition), or choose a partition that allows it",
+    ),
+    (
+        "node count specification invalid",
+        "--nodes",
+        "the profile asks for more nodes than the partition "
+        "has: lower profiles.<name>.max_nodes or the run's GPU count",
+    ),
+    (
+        "requested node configuration is not available",
+        "--gpus-per-node --gres --cpus-per-task --mem --nodes",
+        "no node of the partition has what the "
+        "profile asks for (GPUs, CPUs, memory per node): check gpus_per_node and the slurm profile mapping "
+        "against `sinfo -o '%P %D %c %m %G'`",
+    ),
     ("memory", "--mem", "lower memory_per_node to what the partition's nodes have"),
-    ("gres", "--gres --gpus-per-node",
-     "the GPU request does not match the cluster's generic resources: check gpu_request "
-     "and gpu_type"),
+    (
+        "gres",
+        "--gres --gpus-per-node",
+        "the GPU request does not match the cluster's generic resources: check gpu_request and gpu_type",
+    ),
 )
 
 

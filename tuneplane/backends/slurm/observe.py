@@ -79,14 +79,22 @@ NOT_FOUND = "invalid job id"
 LOG_READ = 256 * 1024  # bytes read from the end of the job's output
 _UNSET = ("", "Unknown", "None", "N/A")
 _MARKER = re.compile(r"^(?P<job>[0-9]+(?:_[0-9]+)?)\.(?P<attempt>[0-9]+)\.(?P<kind>started|exit)$")
-_SRUN_TASK = re.compile(r"srun: error: (?P<node>\S+): tasks? (?P<rank>\d+)(?:-\d+)?: "
-                        r"(?:Exited with exit code (?P<code>\d+)|(?P<killed>Killed|Terminated))")
+_SRUN_TASK = re.compile(
+    r"srun: error: (?P<node>\S+): tasks? (?P<rank>\d+)(?:-\d+)?: "
+    r"(?:Exited with exit code (?P<code>\d+)|(?P<killed>Killed|Terminated))"
+)
 _LABEL = re.compile(r"^\s*(\d+): ")
-_STEPD_END = re.compile(r"\*\*\* (?P<what>JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
-                        r"(?: DUE TO (?P<why>[A-Z ]+)[^*]*)? \*\*\*")
+_STEPD_END = re.compile(
+    r"\*\*\* (?P<what>JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
+    r"(?: DUE TO (?P<why>[A-Z ]+)[^*]*)? \*\*\*"
+)
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (?P<node>\S+)")
-STEPD_CAUSES: dict[str, AttemptReason] = {"TIME LIMIT": "Timeout", "JOB REQUEUE": "Preempted",
-                                          "PREEMPTION": "Preempted", "NODE FAILURE": "NodeFailure"}
+STEPD_CAUSES: dict[str, AttemptReason] = {
+    "TIME LIMIT": "Timeout",
+    "JOB REQUEUE": "Preempted",
+    "PREEMPTION": "Preempted",
+    "NODE FAILURE": "NodeFailure",
+}
 
 
 def observe(commands: SlurmCommands, ref: BackendRef, accounting: bool) -> Observation:
@@ -95,8 +103,11 @@ def observe(commands: SlurmCommands, ref: BackendRef, accounting: bool) -> Obser
         if fields is None and accounting:
             fields = sacct_job(commands, ref.uid)
     except SlurmUnavailable as exc:
-        return Observation(UNKNOWN, reason="ControllerUnavailable",
-                           message=f"{exc}; the run's state is decided once slurmctld answers again")
+        return Observation(
+            UNKNOWN,
+            reason="ControllerUnavailable",
+            message=f"{exc}; the run's state is decided once slurmctld answers again",
+        )
     evidence = Evidence.read(Path(ref.namespace), ref.uid)
     return from_slurm(fields, evidence) if fields is not None else from_evidence(evidence, ref)
 
@@ -187,8 +198,14 @@ def _log_sections(path: Path, job_id: str) -> dict[int, list[str]]:
 # ── one attempt ────────────────────────────────────────────────────────────────────────────────────
 
 
-def report(evidence: Evidence, number: int, reason: AttemptReason | None, slurm_code: int | None = None,
-           start: str | None = None, end: str | None = None) -> AttemptReport:
+def report(
+    evidence: Evidence,
+    number: int,
+    reason: AttemptReason | None,
+    slurm_code: int | None = None,
+    start: str | None = None,
+    end: str | None = None,
+) -> AttemptReport:
     """Attempt `number` as its evidence tells it, ended for `reason` (None: under way)."""
     started, ended = evidence.started.get(number, {}), evidence.ended.get(number, {})
     failing = failing_rank(evidence, number) if reason not in (None, "Completed") else {}
@@ -228,8 +245,11 @@ def failing_rank(evidence: Evidence, number: int) -> dict[str, Any]:
     srun = _srun_failure(evidence.log.get(number, []))
     if srun:
         same = next((r for r in nodes if r.get("node_rank") == srun["node_rank"]), {})
-        return {**srun, **{k: v for k, v in same.items() if k in ("error",)},
-                "log_tail": _rank_lines(evidence.log.get(number, []), srun["node_rank"])}
+        return {
+            **srun,
+            **{k: v for k, v in same.items() if k in ("error",)},
+            "log_tail": _rank_lines(evidence.log.get(number, []), srun["node_rank"]),
+        }
     signalled = [r for r in nodes if r.get("finished_at") and r.get("signal")]
     return min(signalled, key=lambda r: str(r.get("finished_at"))) if signalled else {}
 
@@ -249,7 +269,7 @@ def _srun_failure(lines: list[str]) -> dict[str, Any]:
 def _rank_lines(lines: list[str], rank: int) -> list[str]:
     """The last lines of one rank's output (`--label` prefixes each with its task number) and slurmstepd's."""
     kept = [line for line in lines if (m := _LABEL.match(line)) is None or int(m.group(1)) == rank]
-    return kept[-records.LOG_TAIL_LINES:]
+    return kept[-records.LOG_TAIL_LINES :]
 
 
 def _first_start(evidence: Evidence, number: int) -> str | None:
@@ -311,22 +331,29 @@ def from_slurm(fields: dict[str, str], evidence: Evidence) -> Observation:
     queue_reason = fields.get("Reason", "")
     if state in SLURM_PENDING and (restarts or state.startswith("REQUEUE")):
         # phases never go back: a requeued job stays Running in the status, and says why it waits
-        return Observation(RUNNING, reason="REQUEUED", started_at=_run_start(older, start),
-                           message=f"Slurm requeued the job (restart {restarts}); attempt {newest} waits to "
-                                   f"start: {queue_reason}", attempts=tuple(older))
+        return Observation(
+            RUNNING,
+            reason="REQUEUED",
+            started_at=_run_start(older, start),
+            message=f"Slurm requeued the job (restart {restarts}); attempt {newest} waits to start: {queue_reason}",
+            attempts=tuple(older),
+        )
     if state in SLURM_PENDING:
         shown = "" if queue_reason in _UNSET else queue_reason
         return Observation(PENDING, reason=shown, message=f"waiting in the Slurm queue: {shown}" if shown else "")
     if state in SLURM_RUNNING:
         current = report(evidence, newest, None, start=start)
-        return Observation(RUNNING, reason=state if state != "RUNNING" else "", started_at=_run_start(older, start),
-                           attempts=(*older, current))
+        return Observation(
+            RUNNING,
+            reason=state if state != "RUNNING" else "",
+            started_at=_run_start(older, start),
+            attempts=(*older, current),
+        )
     if state in REASONS or state == "FAILED":
         reason = ended_reason(evidence, newest, state)
         last = report(evidence, newest, reason, exit_code(fields.get("ExitCode", "")), start, end)
         return concluded((*older, last))
-    return Observation(UNKNOWN, message=f"Slurm reports state {state or '(none)'} for the job",
-                       attempts=tuple(older))
+    return Observation(UNKNOWN, message=f"Slurm reports state {state or '(none)'} for the job", attempts=tuple(older))
 
 
 def from_evidence(evidence: Evidence, ref: BackendRef) -> Observation:
@@ -334,14 +361,20 @@ def from_evidence(evidence: Evidence, ref: BackendRef) -> Observation:
     newest = evidence.newest()
     state_dir = Path(ref.namespace) / STATE_DIR
     if newest == 0:
-        return Observation(FAILED, reason="Lost",
-                           message=f"Slurm no longer knows job {ref.uid} and the job left no marker in "
-                                   f"{state_dir} (it never started, or ended without running its script)")
+        return Observation(
+            FAILED,
+            reason="Lost",
+            message=f"Slurm no longer knows job {ref.uid} and the job left no marker in "
+            f"{state_dir} (it never started, or ended without running its script)",
+        )
     older = older_reports(evidence, newest)
     if newest not in evidence.ended:
         lost = report(evidence, newest, "Lost")
-        return concluded((*older, lost), f"Slurm no longer knows job {ref.uid} and attempt {newest} left no end "
-                                         f"marker in {state_dir} (it was killed before its script could write it)")
+        return concluded(
+            (*older, lost),
+            f"Slurm no longer knows job {ref.uid} and attempt {newest} left no end "
+            f"marker in {state_dir} (it was killed before its script could write it)",
+        )
     return concluded((*older, report(evidence, newest, ended_reason(evidence, newest))))
 
 
@@ -349,20 +382,34 @@ def concluded(attempts: tuple[AttemptReport, ...], message: str = "") -> Observa
     """The run as its newest (ended) attempt tells it."""
     last = attempts[-1]
     if last.reason == "Completed":
-        return Observation(SUCCEEDED, started_at=_run_start(list(attempts), last.started_at),
-                           finished_at=last.finished_at, exit_code=0, attempts=attempts)
+        return Observation(
+            SUCCEEDED,
+            started_at=_run_start(list(attempts), last.started_at),
+            finished_at=last.finished_at,
+            exit_code=0,
+            attempts=attempts,
+        )
     phase: ObservedPhase = CANCELLED if last.reason == CANCELLED else FAILED
-    return Observation(phase, reason=last.reason or "", message=message or describe(last),
-                       started_at=_run_start(list(attempts), last.started_at), finished_at=last.finished_at,
-                       exit_code=last.exit_code, attempts=attempts)
+    return Observation(
+        phase,
+        reason=last.reason or "",
+        message=message or describe(last),
+        started_at=_run_start(list(attempts), last.started_at),
+        finished_at=last.finished_at,
+        exit_code=last.exit_code,
+        attempts=attempts,
+    )
 
 
 def describe(attempt: AttemptReport) -> str:
     """What a person reads first: why it ended, where, and the trainer's own error line."""
     parts = [MESSAGES.get(attempt.reason or "", "")]
     if attempt.failed_node or attempt.failed_rank is not None:
-        how = f"killed by signal {attempt.signal}" if attempt.signal and attempt.reason != "Error" \
+        how = (
+            f"killed by signal {attempt.signal}"
+            if attempt.signal and attempt.reason != "Error"
             else f"exited with code {attempt.exit_code}"
+        )
         parts.append(f"rank {attempt.failed_rank} on {attempt.failed_node or '?'} {how}")
     elif not parts[0]:
         parts.append(f"the job exited with code {attempt.exit_code}")
@@ -391,15 +438,27 @@ def show_job(commands: SlurmCommands, job_id: str) -> dict[str, str] | None:
 
 def sacct_job(commands: SlurmCommands, job_id: str) -> dict[str, str] | None:
     """The job's accounting record (State, ExitCode, Start, End), in scontrol's field names."""
-    result = commands.run("sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
-                          "--format=State,ExitCode,Start,End,Reason,Restarts")
+    result = commands.run(
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        f"--jobs={job_id}",
+        "--format=State,ExitCode,Start,End,Reason,Restarts",
+    )
     if result.code:
         return None
     for line in result.out.splitlines():
         parts = line.strip().split("|")
         if len(parts) >= 5 and parts[0]:
-            return {"JobState": parts[0].split()[0], "ExitCode": parts[1], "StartTime": parts[2],
-                    "EndTime": parts[3], "Reason": parts[4], "Restarts": parts[5] if len(parts) > 5 else "0"}
+            return {
+                "JobState": parts[0].split()[0],
+                "ExitCode": parts[1],
+                "StartTime": parts[2],
+                "EndTime": parts[3],
+                "Reason": parts[4],
+                "Restarts": parts[5] if len(parts) > 5 else "0",
+            }
     return None
 
 

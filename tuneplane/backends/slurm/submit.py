@@ -53,8 +53,9 @@ def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
     try:
         state.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BackendError(f"cannot create the run directory {run_dir}: {exc} "
-                           "(cluster.slurm.runs_root must be writable by the bot)") from None
+        raise BackendError(
+            f"cannot create the run directory {run_dir}: {exc} (cluster.slurm.runs_root must be writable by the bot)"
+        ) from None
     with locked(state / "submit.lock"):
         job_id = recorded_job_id(state) or _known_job(commands, batch)
         if not job_id:
@@ -66,8 +67,15 @@ def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
 
 
 def ref_for(batch: dict[str, Any], job_id: str) -> BackendRef:
-    return BackendRef(backend="slurm", kind=KIND, name=batch["job_name"], namespace=batch["run_dir"],
-                      uid=job_id, commit=batch.get("commit", ""), jobspec_digest=batch.get("jobspec_digest", ""))
+    return BackendRef(
+        backend="slurm",
+        kind=KIND,
+        name=batch["job_name"],
+        namespace=batch["run_dir"],
+        uid=job_id,
+        commit=batch.get("commit", ""),
+        jobspec_digest=batch.get("jobspec_digest", ""),
+    )
 
 
 def recorded_job_id(state: Path) -> str:
@@ -88,8 +96,7 @@ def _numeric(job_id: str) -> int:
 
 def _known_job(commands: SlurmCommands, batch: dict[str, Any]) -> str:
     """A job Slurm still holds under this run's name and comment (any state), or ''."""
-    result = commands.run("squeue", "--noheader", "--states=all", f"--name={batch['job_name']}",
-                          "--format=%i|%k")
+    result = commands.run("squeue", "--noheader", "--states=all", f"--name={batch['job_name']}", "--format=%i|%k")
     if result.code:
         raise BackendError(f"squeue failed ({result.code}): {first_line(result.err)}")
     ids = []
@@ -119,8 +126,10 @@ def _stage(run_dir: Path, batch: dict[str, Any], request: SubmitRequest) -> None
     for sub in ("logs", "out"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     _write(run_dir / STATE_DIR / SCRIPT_NAME, batch["script"])
-    _write(run_dir / STATE_DIR / RUN_FILE,
-           json.dumps({"run_id": request.run_id, "artifacts": batch.get("artifacts", [])}, indent=1) + "\n")
+    _write(
+        run_dir / STATE_DIR / RUN_FILE,
+        json.dumps({"run_id": request.run_id, "artifacts": batch.get("artifacts", [])}, indent=1) + "\n",
+    )
     for key, value in request.secret_data.items():
         if key == "job-token":
             _write_secret(run_dir / TOKEN_FILE, value)
@@ -162,7 +171,7 @@ def directives(script: str) -> dict[str, str]:
         if not line.startswith("#"):
             break
         if line.startswith("#SBATCH "):
-            option, _, value = line[len("#SBATCH "):].strip().partition("=")
+            option, _, value = line[len("#SBATCH ") :].strip().partition("=")
             found.setdefault(option, value)
     return found
 
@@ -184,11 +193,16 @@ def check_fits(commands: SlurmCommands, batch: dict[str, Any]) -> None:
         if total.isdigit() and nodes > int(total):
             setting = batch.get("sources", {}).get("--nodes", "")
             where = f"{setting}: " if setting else ""
-            fix = (f"ask for at most {total} node(s) (fewer GPUs, or a profile with more GPUs per node), or "
-                   "choose a bigger partition")
-            raise SlurmRefused(f"{where}the run asks for {nodes} nodes but partition "
-                               f"{fields.get('PartitionName')} has {total}: it could never start\n  hint: {fix}",
-                               setting, fix)
+            fix = (
+                f"ask for at most {total} node(s) (fewer GPUs, or a profile with more GPUs per node), or "
+                "choose a bigger partition"
+            )
+            raise SlurmRefused(
+                f"{where}the run asks for {nodes} nodes but partition "
+                f"{fields.get('PartitionName')} has {total}: it could never start\n  hint: {fix}",
+                setting,
+                fix,
+            )
         return
 
 

@@ -28,8 +28,17 @@ def experiment_rules() -> list[ExperimentRule]:
     # lazy: each rule module is loaded only when its kind of file is checked
     from tuneplane.check.rules import code, config, entrypoint, launch, lint, lock, native, plugins, requires
 
-    return [lock.check, config.check, requires.check, entrypoint.check, plugins.check, lint.check, code.check,
-            launch.check, native.check]
+    return [
+        lock.check,
+        config.check,
+        requires.check,
+        entrypoint.check,
+        plugins.check,
+        lint.check,
+        code.check,
+        launch.check,
+        native.check,
+    ]
 
 
 def lab_rules() -> list[LabRule]:

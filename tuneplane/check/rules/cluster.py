@@ -41,10 +41,13 @@ def _loopback_ingest(lab: Lab) -> Iterator[Problem]:
     endpoint = lab.settings.cluster.ingest.endpoint
     if endpoint and is_loopback(endpoint):
         yield lab.doc.problem(
-            "/cluster/ingest/endpoint", "cluster-ingest-loopback",
+            "/cluster/ingest/endpoint",
+            "cluster-ingest-loopback",
             f"cluster.ingest.endpoint {endpoint!r} is a loopback address: inside a pod it is the pod itself, so "
-            "the jobs' metrics never reach the receiver", severity=Severity.WARNING,
-            hint="use an address pods can reach, e.g. the receiver's Service: http://ingest.<namespace>.svc:8080")
+            "the jobs' metrics never reach the receiver",
+            severity=Severity.WARNING,
+            hint="use an address pods can reach, e.g. the receiver's Service: http://ingest.<namespace>.svc:8080",
+        )
 
 
 def _init_image(lab: Lab) -> Iterator[Problem]:
@@ -53,8 +56,7 @@ def _init_image(lab: Lab) -> Iterator[Problem]:
     try:
         check_init_image(image, lab.settings.images.allowed_registries, lab.settings.images.require_digest)
     except ImageError as exc:
-        yield lab.doc.problem("/cluster/init_image", "cluster-init-image", f"cluster.init_image: {exc}",
-                              hint=exc.hint)
+        yield lab.doc.problem("/cluster/init_image", "cluster-init-image", f"cluster.init_image: {exc}", hint=exc.hint)
 
 
 def check_init_image(image: str, lab_allowed: list[str] | None, require_digest: bool) -> None:

@@ -29,8 +29,10 @@ ShellCheck = Callable[[Path], "tuple[int, str] | None"]
 SHELL_SUFFIXES = (".sh", ".bash")
 NEW_GRAMMAR = (3, 12)
 # lines Python 3.12 reads and 3.11 does not: a `type` alias, type parameters, an f-string (PEP 701)
-_NEWER_FORMS = lazy_pattern(r"\s*(type\s+\w+\s*[=\[]|(async\s+)?def\s+\w+\s*\[|class\s+\w+\s*\[)"
-                            r"|.*(?<![\w])[rRbB]?[fF][rR]?['\"]")
+_NEWER_FORMS = lazy_pattern(
+    r"\s*(type\s+\w+\s*[=\[]|(async\s+)?def\s+\w+\s*\[|class\s+\w+\s*\[)"
+    r"|.*(?<![\w])[rRbB]?[fF][rR]?['\"]"
+)
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
@@ -58,9 +60,15 @@ def check_tree(base: Path, rel: str, shell_check: ShellCheck | None) -> Iterator
             found = shell_check(path)
             if found is not None:
                 line, message = found
-                yield Problem(shown, line, 1 if line else 0, "code-shell-syntax", f"bash -n: {message}",
-                              hint="the job runs this script with bash, which stops at this line: fix the "
-                                   "syntax (`bash -n FILE` shows the same)")
+                yield Problem(
+                    shown,
+                    line,
+                    1 if line else 0,
+                    "code-shell-syntax",
+                    f"bash -n: {message}",
+                    hint="the job runs this script with bash, which stops at this line: fix the "
+                    "syntax (`bash -n FILE` shows the same)",
+                )
 
 
 def python_syntax(path: Path, shown: str) -> Problem | None:
@@ -77,23 +85,41 @@ def python_syntax(path: Path, shown: str) -> Problem | None:
     except SyntaxError as exc:
         return _syntax_problem(shown, exc)
     except ValueError as exc:  # source with a NUL byte
-        return Problem(shown, 0, 0, "code-python-syntax", f"Python cannot read this file: {exc}",
-                       hint="remove the NUL bytes, or keep binary data out of .py files")
+        return Problem(
+            shown,
+            0,
+            0,
+            "code-python-syntax",
+            f"Python cannot read this file: {exc}",
+            hint="remove the NUL bytes, or keep binary data out of .py files",
+        )
     return None
 
 
 def _syntax_problem(shown: str, exc: SyntaxError) -> Problem:
     message = exc.msg or "invalid syntax"
     line, col = exc.lineno or 0, exc.offset or 0
-    definite = sys.version_info >= NEW_GRAMMAR or isinstance(exc, IndentationError) or \
-        not _NEWER_FORMS().match(exc.text or "")
+    definite = (
+        sys.version_info >= NEW_GRAMMAR or isinstance(exc, IndentationError) or not _NEWER_FORMS().match(exc.text or "")
+    )
     if definite:
-        return Problem(shown, line, max(col, 1) if line else 0, "code-python-syntax", f"SyntaxError: {message}",
-                       hint="Python stops at this line before the job trains: fix the syntax "
-                            "(`python -m py_compile FILE` shows the same)")
+        return Problem(
+            shown,
+            line,
+            max(col, 1) if line else 0,
+            "code-python-syntax",
+            f"SyntaxError: {message}",
+            hint="Python stops at this line before the job trains: fix the syntax "
+            "(`python -m py_compile FILE` shows the same)",
+        )
     version = ".".join(map(str, sys.version_info[:2]))
-    return Problem(shown, line, max(col, 1) if line else 0, "code-python-syntax",
-                   f"Python {version}, which tp runs under, cannot parse this: {message}",
-                   severity=Severity.WARNING,
-                   hint=f"if it is syntax of a newer Python the job's image has, ignore this; else fix it "
-                        f"(tp under Python {NEW_GRAMMAR[0]}.{NEW_GRAMMAR[1]} or newer checks it exactly)")
+    return Problem(
+        shown,
+        line,
+        max(col, 1) if line else 0,
+        "code-python-syntax",
+        f"Python {version}, which tp runs under, cannot parse this: {message}",
+        severity=Severity.WARNING,
+        hint=f"if it is syntax of a newer Python the job's image has, ignore this; else fix it "
+        f"(tp under Python {NEW_GRAMMAR[0]}.{NEW_GRAMMAR[1]} or newer checks it exactly)",
+    )

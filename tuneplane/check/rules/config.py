@@ -24,8 +24,12 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
     if doc is None or recipe is None or not recipe.params:
         return  # custom: config.yaml is the user's own and nothing reads it
     if not isinstance(doc.data, dict):
-        yield doc.problem("", "config-root", "config.yaml must be a mapping of keys to values",
-                          hint="start the file with `key: value` lines")
+        yield doc.problem(
+            "",
+            "config-root",
+            "config.yaml must be a mapping of keys to values",
+            hint="start the file with `key: value` lines",
+        )
         return
     yield from _platform_owned(ctx, doc)
     known_paths = {p.path for p in recipe.params.values()}
@@ -41,8 +45,12 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         value = config_value(param, get_path(doc.data, param.path), doc.plain.get(pointer))
         if is_missing(value) or value is None:  # `key: null` means "not set": the default applies
             if param.required:
-                yield doc.problem("", "config-required", f"required parameter {name!r} ({param.path}) is not set",
-                                  hint=f"add `{param.path}: <{param.type}>` or pass --set {name}=...")
+                yield doc.problem(
+                    "",
+                    "config-required",
+                    f"required parameter {name!r} ({param.path}) is not set",
+                    hint=f"add `{param.path}: <{param.type}>` or pass --set {name}=...",
+                )
             continue
         message = check_value(param, value)
         if message:
@@ -62,8 +70,9 @@ def _platform_owned(ctx: ExperimentContext, doc: Doc) -> Iterator[Problem]:
     # lazy: the request checks load only when a config sets an owned key
     from tuneplane.check.admission import check_platform_owned, owned_keys_set
 
-    for key, refusal in zip(owned_keys_set(ctx.recipe, doc.data), check_platform_owned(ctx.recipe, doc.data),
-                            strict=True):
+    for key, refusal in zip(
+        owned_keys_set(ctx.recipe, doc.data), check_platform_owned(ctx.recipe, doc.data), strict=True
+    ):
         yield doc.problem(config_pointer(key), "config-platform-owned", refusal.message, hint=refusal.hint)
 
 
@@ -78,10 +87,12 @@ def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Prob
             continue
         pointer = "/" + "/".join(escape(p) for p in path.split("."))
         near = sorted(params) if close_matches(path, sorted(params), n=1) else sorted(known)  # a param first
-        yield doc.problem(pointer, "config-unknown",
-                          f"{path!r} is not a key {target} knows: the job would fail when it builds the config",
-                          hint=did_you_mean(path, near, then=f"remove it, or see `tp methods {ctx.method}` for the "
-                                                             "parameters"))
+        yield doc.problem(
+            pointer,
+            "config-unknown",
+            f"{path!r} is not a key {target} knows: the job would fail when it builds the config",
+            hint=did_you_mean(path, near, then=f"remove it, or see `tp methods {ctx.method}` for the parameters"),
+        )
 
 
 def _param_hint(name: str, param: object) -> str:
@@ -98,5 +109,10 @@ def _unknown_keys(ctx: ExperimentContext, doc: Doc, known_paths: set[str]) -> It
         hint = did_you_mean(path, sorted(known_paths), cutoff=0.85)
         if hint:
             pointer = "/" + "/".join(escape(p) for p in path.split("."))
-            yield doc.problem(pointer, "config-unknown", f"{path!r} is not a parameter of {ctx.method}",
-                              hint=hint, severity=Severity.WARNING)
+            yield doc.problem(
+                pointer,
+                "config-unknown",
+                f"{path!r} is not a parameter of {ctx.method}",
+                hint=hint,
+                severity=Severity.WARNING,
+            )

@@ -16,14 +16,35 @@ from tuneplane.runtime.records import Record
 
 
 class ExperimentContext(Record):
-    __slots__ = ("lab", "catalog", "name", "dir", "lock", "lock_doc", "recipe", "config", "manifest", "problems",
-                 "shell_check")
+    __slots__ = (
+        "lab",
+        "catalog",
+        "name",
+        "dir",
+        "lock",
+        "lock_doc",
+        "recipe",
+        "config",
+        "manifest",
+        "problems",
+        "shell_check",
+    )
     _fields = __slots__
 
-    def __init__(self, lab: Lab, catalog: Catalog, name: str, dir: Path, lock: RecipeLock | None = None,
-                 lock_doc: Doc | None = None, recipe: Recipe | None = None, config: Doc | None = None,
-                 manifest: ExperimentManifest | None = None, problems: list[Problem] | None = None,
-                 shell_check: Callable[[Path], tuple[int, str] | None] | None = None) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        catalog: Catalog,
+        name: str,
+        dir: Path,
+        lock: RecipeLock | None = None,
+        lock_doc: Doc | None = None,
+        recipe: Recipe | None = None,
+        config: Doc | None = None,
+        manifest: ExperimentManifest | None = None,
+        problems: list[Problem] | None = None,
+        shell_check: Callable[[Path], tuple[int, str] | None] | None = None,
+    ) -> None:
         self.lab = lab
         self.catalog = catalog
         self.name = name

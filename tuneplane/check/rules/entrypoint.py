@@ -45,13 +45,22 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
     path = ctx.dir / value if value and not PurePosixPath(value).is_absolute() else None
     where = f"{ctx.rel}/{value}"
     if path is not None and path.is_symlink():
-        yield Problem(where, 1, 1, "entrypoint", entrypoint_message(ctx.framework),
-                      hint=f"{value} is a symlink to {os.readlink(path)}; put the real file in {ctx.rel}/")
+        yield Problem(
+            where,
+            1,
+            1,
+            "entrypoint",
+            entrypoint_message(ctx.framework),
+            hint=f"{value} is a symlink to {os.readlink(path)}; put the real file in {ctx.rel}/",
+        )
         return
     pointer = "/bindings/entrypoint/value" if bound else "/recipe/name"
-    yield doc.problem(pointer, "entrypoint", entrypoint_message(ctx.framework),
-                      hint=f"the recipe runs {value!r}: it must be a file inside {ctx.rel}/ "
-                           f"(renamed or deleted? restore {value})")
+    yield doc.problem(
+        pointer,
+        "entrypoint",
+        entrypoint_message(ctx.framework),
+        hint=f"the recipe runs {value!r}: it must be a file inside {ctx.rel}/ (renamed or deleted? restore {value})",
+    )
 
 
 def _catalog_entrypoint(ctx: ExperimentContext) -> tuple[str, str]:

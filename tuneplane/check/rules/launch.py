@@ -19,8 +19,10 @@ from tuneplane.problems import Problem, Severity
 SCRIPTS = ("train.sh", "train.py")
 MAX_BYTES = 512 * 1024
 # a process-count flag whose value (quoted or not, maybe arithmetic) is built from the GPU count
-_COUNT = re.compile(r"--(nproc[-_]per[-_]node|num[-_]processes|nproc)[ =]+(?:\"[^\"]*|'[^']*|\S*)"
-                    r"TUNEPLANE_CLUSTER_GPUS_PER_NODE\b")
+_COUNT = re.compile(
+    r"--(nproc[-_]per[-_]node|num[-_]processes|nproc)[ =]+(?:\"[^\"]*|'[^']*|\S*)"
+    r"TUNEPLANE_CLUSTER_GPUS_PER_NODE\b"
+)
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
@@ -43,9 +45,14 @@ def _lines(rel: str, text: str, shell: bool, profiles: list[str]) -> Iterator[Pr
     for number, line in enumerate(text.splitlines(), 1):
         code = line.split("#", 1)[0] if shell else line
         for m in _COUNT.finditer(code):
-            yield Problem(rel, number, m.start() + 1, "launch-zero-procs",
-                          f"--{m.group(1)} takes $TUNEPLANE_CLUSTER_GPUS_PER_NODE, which is 0 on profile "
-                          f"{', '.join(profiles)}: the launcher would start no process",
-                          severity=Severity.WARNING,
-                          hint='use "$TUNEPLANE_CLUSTER_PROCS_PER_NODE": the GPU count on GPU profiles, the '
-                               "process count of a CPU run (--profile local:N) on this machine")
+            yield Problem(
+                rel,
+                number,
+                m.start() + 1,
+                "launch-zero-procs",
+                f"--{m.group(1)} takes $TUNEPLANE_CLUSTER_GPUS_PER_NODE, which is 0 on profile "
+                f"{', '.join(profiles)}: the launcher would start no process",
+                severity=Severity.WARNING,
+                hint='use "$TUNEPLANE_CLUSTER_PROCS_PER_NODE": the GPU count on GPU profiles, the '
+                "process count of a CPU run (--profile local:N) on this machine",
+            )

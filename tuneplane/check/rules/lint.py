@@ -95,7 +95,7 @@ def code_lines(text: str, shell: bool) -> list[str]:
 
 def _strip_shell_comment(line: str) -> str:
     m = re.search(r"(^|\s)#", line)
-    return line[:m.start()] if m else line
+    return line[: m.start()] if m else line
 
 
 def _python_code(text: str, lines: list[str]) -> list[str]:
@@ -107,8 +107,10 @@ def _python_code(text: str, lines: list[str]) -> list[str]:
     starts_statement = True
     for index, tok in enumerate(tokens):
         prose = tok.type == tokenize.COMMENT or (
-            tok.type == tokenize.STRING and starts_statement
-            and tokens[index + 1].type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT))
+            tok.type == tokenize.STRING
+            and starts_statement
+            and tokens[index + 1].type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT)
+        )
         if prose:
             _blank(out, tok.start, tok.end)
         if tok.type not in (tokenize.NL, tokenize.COMMENT):
@@ -131,15 +133,26 @@ def _warn(rel: str, line: int, col: int, rule: str, message: str, hint: str) -> 
 
 def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator[Problem]:
     if shell and _SCAFFOLD.search(code):
-        yield _warn(rel, n, 1, "lint-scaffold", "train.sh is still the scaffold: the job will stop at once "
-                    "with `no training command yet`", "replace this line with your launch command, "
-                    'e.g. exec python "${TUNEPLANE_EXP_DIR}/train.py" --output-dir "${TUNEPLANE_OUT_DIR}"')
+        yield _warn(
+            rel,
+            n,
+            1,
+            "lint-scaffold",
+            "train.sh is still the scaffold: the job will stop at once with `no training command yet`",
+            "replace this line with your launch command, "
+            'e.g. exec python "${TUNEPLANE_EXP_DIR}/train.py" --output-dir "${TUNEPLANE_OUT_DIR}"',
+        )
         return
     for m in _GPUS.finditer(code):
-        yield _warn(rel, n, m.start() + 1, "lint-hardcoded-gpus",
-                    f"--{m.group(1)} is hard-coded to {m.group(2)}",
-                    'pass "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" (or _NUM_NODES): the job gets the processes its '
-                    "profile allots, and taking more gets it stopped")
+        yield _warn(
+            rel,
+            n,
+            m.start() + 1,
+            "lint-hardcoded-gpus",
+            f"--{m.group(1)} is hard-coded to {m.group(2)}",
+            'pass "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" (or _NUM_NODES): the job gets the processes its '
+            "profile allots, and taking more gets it stopped",
+        )
     flagged = set()
     for m in _REL_OUT.finditer(code):
         flagged.add(m.start())
@@ -152,21 +165,37 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
     for m in LEGACY.finditer(code):
         yield _legacy_warning(rel, n, m.start() + 1, code, m.start())
     if shell and _LAUNCH.match(code):
-        yield _warn(rel, n, 1, "lint-exec", "the launcher is not started with `exec`",
-                    "prefix it with `exec` so cancel and timeout signals reach the trainer and its exit "
-                    "code becomes the job's")
+        yield _warn(
+            rel,
+            n,
+            1,
+            "lint-exec",
+            "the launcher is not started with `exec`",
+            "prefix it with `exec` so cancel and timeout signals reach the trainer and its exit code becomes the job's",
+        )
 
 
 def _legacy_warning(rel: str, n: int, col: int, code: str, start: int) -> Problem:
     [use] = find_uses(code[start:])[:1]
-    return _warn(rel, n, col, "lint-legacy-env", f"{use.name} is a StarForge name that TunePlane jobs do not "
-                 "set or ship", use.advice + ("; `tp migrate` rewrites it" if use.replacement else ""))
+    return _warn(
+        rel,
+        n,
+        col,
+        "lint-legacy-env",
+        f"{use.name} is a StarForge name that TunePlane jobs do not set or ship",
+        use.advice + ("; `tp migrate` rewrites it" if use.replacement else ""),
+    )
 
 
 def _out_warning(rel: str, n: int, col: int, what: str) -> Problem:
-    return _warn(rel, n, col, "lint-output-dir", f"{what.strip()!r} is outside $TUNEPLANE_OUT_DIR: files "
-                 "written there vanish when the job's container exits",
-                 'write under "${TUNEPLANE_OUT_DIR}" (checkpoints in "${TUNEPLANE_OUT_DIR}/checkpoints")')
+    return _warn(
+        rel,
+        n,
+        col,
+        "lint-output-dir",
+        f"{what.strip()!r} is outside $TUNEPLANE_OUT_DIR: files written there vanish when the job's container exits",
+        'write under "${TUNEPLANE_OUT_DIR}" (checkpoints in "${TUNEPLANE_OUT_DIR}/checkpoints")',
+    )
 
 
 def lint_shared_code(lab: Lab) -> list[Problem]:

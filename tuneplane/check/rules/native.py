@@ -35,8 +35,11 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
     if listed is None or logger in [str(item).strip().lower() for item in listed]:
         return
     pointer = config_pointer(key)
-    yield doc.problem(pointer, RULE,
-                      f"{key} has no {logger!r}: {recipe.framework} writes no TensorBoard events, so this "
-                      "run's metrics never reach its status, `tp job metrics`, its chart or the dashboard",
-                      hint=f"add {logger} to the list, e.g. `logger: [console, {logger}]`",
-                      severity=Severity.WARNING)
+    yield doc.problem(
+        pointer,
+        RULE,
+        f"{key} has no {logger!r}: {recipe.framework} writes no TensorBoard events, so this "
+        "run's metrics never reach its status, `tp job metrics`, its chart or the dashboard",
+        hint=f"add {logger} to the list, e.g. `logger: [console, {logger}]`",
+        severity=Severity.WARNING,
+    )

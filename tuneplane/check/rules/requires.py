@@ -47,8 +47,9 @@ class Broken(FrozenRecord):
         return Severity.WARNING if self.rule.severity == "warning" else Severity.ERROR
 
 
-def effective_config(recipe: Recipe, config: object, values: Mapping[str, object] | None = None,
-                     inputs: Mapping[str, str] | None = None) -> dict[str, object]:
+def effective_config(
+    recipe: Recipe, config: object, values: Mapping[str, object] | None = None, inputs: Mapping[str, str] | None = None
+) -> dict[str, object]:
     """config.yaml with the parameters' defaults where it sets nothing, then `values` (keyed by a
     parameter's name or dotted config path, as `--set` takes them), then each given input at its
     binding: what the framework is started with."""
@@ -67,18 +68,26 @@ def effective_config(recipe: Recipe, config: object, values: Mapping[str, object
     return merged
 
 
-def broken_rules(recipe: Recipe, effective: Mapping[str, object], inputs: Mapping[str, str] | None = None,
-                 written: object = None) -> list[Broken]:
+def broken_rules(
+    recipe: Recipe, effective: Mapping[str, object], inputs: Mapping[str, str] | None = None, written: object = None
+) -> list[Broken]:
     """The recipe's rules `effective` breaks, in the recipe's order. `written` (config.yaml as parsed)
     chooses the place: the `when` key where the file sets it, else the first required key (its nearest
     ancestor in the file, when the file lacks it)."""
     out = []
     for rule in recipe.rules:
-        if not _applies(recipe, rule, effective, inputs) or \
-                any(is_set(_value(recipe, key, effective, inputs)) for key in rule.require_any):
+        if not _applies(recipe, rule, effective, inputs) or any(
+            is_set(_value(recipe, key, effective, inputs)) for key in rule.require_any
+        ):
             continue
-        out.append(Broken(rule, _pointer(recipe, rule, written), f"{recipe.name} rule {rule.id!r}: {rule.message}",
-                          _hint(recipe, rule)))
+        out.append(
+            Broken(
+                rule,
+                _pointer(recipe, rule, written),
+                f"{recipe.name} rule {rule.id!r}: {rule.message}",
+                _hint(recipe, rule),
+            )
+        )
     return out
 
 
@@ -100,8 +109,9 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         yield _problem(doc, f"{ctx.rel}/config.yaml", b)
 
 
-def request_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, object],
-                     inputs: Mapping[str, str]) -> list[Problem]:
+def request_problems(
+    recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, object], inputs: Mapping[str, str]
+) -> list[Problem]:
     """The rules a run request breaks beyond what config.yaml alone breaks (`tp validate EXP` names
     those), placed in config.yaml: `tp render`/`tp submit` refuse with these words, and `tp validate`
     reports them for a run request file."""
@@ -113,14 +123,17 @@ def request_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mappi
     return [_problem(config, rel, b) for b in run if b.rule.id not in alone]
 
 
-def config_problems(recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, object],
-                    inputs: Mapping[str, str]) -> list[Problem]:
+def config_problems(
+    recipe: Recipe, config: Doc | None, rel: str, values: Mapping[str, object], inputs: Mapping[str, str]
+) -> list[Problem]:
     """Every rule the run breaks (config.yaml, `--set`, inputs), placed in config.yaml."""
     if not recipe.rules or recipe.config.mode == "user":
         return []
     data = config.data if config is not None and isinstance(config.data, dict) else None
-    return [_problem(config, rel, b)
-            for b in broken_rules(recipe, effective_config(recipe, data, values, inputs), inputs, written=data)]
+    return [
+        _problem(config, rel, b)
+        for b in broken_rules(recipe, effective_config(recipe, data, values, inputs), inputs, written=data)
+    ]
 
 
 def _problem(doc: Doc | None, rel: str, b: Broken) -> Problem:
@@ -128,8 +141,9 @@ def _problem(doc: Doc | None, rel: str, b: Broken) -> Problem:
     return Problem(rel, line, col, RULE, b.message, severity=b.severity, pointer=b.pointer, hint=b.hint)
 
 
-def _applies(recipe: Recipe, rule: RecipeRule, effective: Mapping[str, object],
-             inputs: Mapping[str, str] | None) -> bool:
+def _applies(
+    recipe: Recipe, rule: RecipeRule, effective: Mapping[str, object], inputs: Mapping[str, str] | None
+) -> bool:
     when = rule.when
     if not when:
         return True

@@ -43,16 +43,24 @@ def check(ctx: RunContext) -> Iterator[Problem]:
     if req is None:
         return
     if req.experiment != ctx.path.parent.name:
-        yield doc.problem("/experiment", "run-schema",
-                          f"experiment {req.experiment!r} does not match the directory runs/{ctx.path.parent.name}/",
-                          hint="move the file or fix the field")
+        yield doc.problem(
+            "/experiment",
+            "run-schema",
+            f"experiment {req.experiment!r} does not match the directory runs/{ctx.path.parent.name}/",
+            hint="move the file or fix the field",
+        )
     if req.run_id != ctx.path.stem:
-        yield doc.problem("/run_id", "run-schema", f"run_id {req.run_id!r} does not match the file name",
-                          hint=f"rename the file to {req.run_id}.yaml or fix the field")
+        yield doc.problem(
+            "/run_id",
+            "run-schema",
+            f"run_id {req.run_id!r} does not match the file name",
+            hint=f"rename the file to {req.run_id}.yaml or fix the field",
+        )
     exp = ctx.experiment
     if not exp.dir.is_dir():
-        yield doc.problem("/experiment", "run-experiment", f"no experiment {req.experiment!r} in this lab",
-                          hint="see `tp ls`")
+        yield doc.problem(
+            "/experiment", "run-experiment", f"no experiment {req.experiment!r} in this lab", hint="see `tp ls`"
+        )
         return
     if exp.recipe is None:
         return  # the experiment's own problems already say why

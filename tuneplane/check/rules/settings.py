@@ -47,55 +47,82 @@ def findings(settings: LabFile) -> Iterator[Finding]:
         yield from _profile_quantities(at, profile.cpu, profile.memory, profile.shm_size)
         for key, value in sorted(profile.node_selector.items()):
             if error := label_key_error(key) or label_value_error(value):
-                yield (f"{at}/node_selector/{escape(key)}", "profile-node-selector",
-                       f"profile {name}: node_selector: {error}",
-                       "node selectors are node labels: write the key and value exactly as "
-                       "`kubectl get nodes --show-labels` prints them", Severity.ERROR)
+                yield (
+                    f"{at}/node_selector/{escape(key)}",
+                    "profile-node-selector",
+                    f"profile {name}: node_selector: {error}",
+                    "node selectors are node labels: write the key and value exactly as "
+                    "`kubectl get nodes --show-labels` prints them",
+                    Severity.ERROR,
+                )
         for i, toleration in enumerate(profile.tolerations):
             for field, error in toleration_errors(toleration.key, toleration.operator, toleration.value):
-                yield (f"{at}/tolerations/{i}/{field}", "profile-toleration",
-                       f"profile {name}: toleration {i + 1}: {error}",
-                       "match a taint by key: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}, or "
-                       "{key: K, operator: Equal, value: V}", Severity.ERROR)
+                yield (
+                    f"{at}/tolerations/{i}/{field}",
+                    "profile-toleration",
+                    f"profile {name}: toleration {i + 1}: {error}",
+                    "match a taint by key: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}, or "
+                    "{key: K, operator: Equal, value: V}",
+                    Severity.ERROR,
+                )
     yield from _storage(settings)
     yield from _tool(settings)
 
 
 def _profile_quantities(at: str, cpu: str, memory: str, shm: str) -> Iterator[Finding]:
-    for field, text, example in (("cpu", cpu, '"96" or 500m'), ("memory", memory, "1600Gi"),
-                                 ("shm_size", shm, "64Gi")):
+    for field, text, example in (("cpu", cpu, '"96" or 500m'), ("memory", memory, "1600Gi"), ("shm_size", shm, "64Gi")):
         if not text and field != "shm_size":
             continue  # no request: the scheduler's default
         if error := quantity_error(text):
-            yield (f"{at}/{field}", "profile-quantity", f"{field}: {error}",
-                   f"write a Kubernetes quantity, e.g. {example} (Gi is 2^30 bytes; GB is not a unit there)",
-                   Severity.ERROR)
+            yield (
+                f"{at}/{field}",
+                "profile-quantity",
+                f"{field}: {error}",
+                f"write a Kubernetes quantity, e.g. {example} (Gi is 2^30 bytes; GB is not a unit there)",
+                Severity.ERROR,
+            )
 
 
 def _storage(settings: LabFile) -> Iterator[Finding]:
     root = settings.cluster.storage.root
     parts = PurePosixPath(root).parts
     if not root.startswith("/") or ".." in parts or any(c in root for c in "\n\r\0"):
-        yield ("/cluster/storage/root", "storage-root",
-               f"cluster.storage.root {root!r} must be an absolute path without '..'",
-               "name the mount point inside the pods, e.g. /mnt/tuneplane: every run directory is made under it",
-               Severity.ERROR)
+        yield (
+            "/cluster/storage/root",
+            "storage-root",
+            f"cluster.storage.root {root!r} must be an absolute path without '..'",
+            "name the mount point inside the pods, e.g. /mnt/tuneplane: every run directory is made under it",
+            Severity.ERROR,
+        )
 
 
 def _tool(settings: LabFile) -> Iterator[Finding]:
     requirement = settings.tool.requirement
     if not requirement.strip():
-        yield ("/tool/requirement", "tool-requirement",
-               "tool.requirement is empty: the lab's CI stops before `tp validate`, since it cannot know how to "
-               "install tp", "write how CI installs tp, e.g. `requirement: tuneplane==0.5.0` or "
-               "'tuneplane @ git+https://HOST/OWNER/REPO@TAG'", Severity.WARNING)
+        yield (
+            "/tool/requirement",
+            "tool-requirement",
+            "tool.requirement is empty: the lab's CI stops before `tp validate`, since it cannot know how to "
+            "install tp",
+            "write how CI installs tp, e.g. `requirement: tuneplane==0.5.0` or "
+            "'tuneplane @ git+https://HOST/OWNER/REPO@TAG'",
+            Severity.WARNING,
+        )
     elif len(requirement) > MAX_REQUIREMENT or any(ord(c) < 32 or ord(c) == 127 for c in requirement):
-        yield ("/tool/requirement", "tool-requirement",
-               "tool.requirement holds a line break or control character (or is over 1000 characters): the CI "
-               "installs it with `pip install`, which would read what follows as more options",
-               "one PEP 508 requirement on one line, e.g. tuneplane==0.5.0", Severity.ERROR)
+        yield (
+            "/tool/requirement",
+            "tool-requirement",
+            "tool.requirement holds a line break or control character (or is over 1000 characters): the CI "
+            "installs it with `pip install`, which would read what follows as more options",
+            "one PEP 508 requirement on one line, e.g. tuneplane==0.5.0",
+            Severity.ERROR,
+        )
     index = settings.tool.index_url
     if index and (any(ord(c) <= 32 or ord(c) == 127 for c in index) or not index.startswith(("https://", "http://"))):
-        yield ("/tool/index_url", "tool-requirement",
-               f"tool.index_url {index[:80]!r} is not one http(s) URL: the CI passes it to `pip install --index-url`",
-               "an index URL such as https://pypi.example.com/simple, or empty for PyPI", Severity.ERROR)
+        yield (
+            "/tool/index_url",
+            "tool-requirement",
+            f"tool.index_url {index[:80]!r} is not one http(s) URL: the CI passes it to `pip install --index-url`",
+            "an index URL such as https://pypi.example.com/simple, or empty for PyPI",
+            Severity.ERROR,
+        )

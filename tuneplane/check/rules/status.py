@@ -32,8 +32,10 @@ from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.problems import Problem
 
 RULE = "status-owned"
-HINT = ("status/ is the bot's: drop this change (git checkout <base> -- FILE); to change a run, edit its "
-        "request (`cancel: true`) or submit a new one with tp submit")
+HINT = (
+    "status/ is the bot's: drop this change (git checkout <base> -- FILE); to change a run, edit its "
+    "request (`cancel: true`) or submit a new one with tp submit"
+)
 
 
 class StatusChange(Protocol):
@@ -67,8 +69,14 @@ def _check_one(lab: Lab, change: StatusChange) -> Iterator[Problem]:
     path = lab.root / rel
     if not os.path.lexists(path):
         if bots and request:
-            yield Problem(rel, 0, 0, RULE, f"{rel} is deleted while its request stays: the bot submitted this "
-                          "run, and it restores its status", hint="delete the request too, to remove the run")
+            yield Problem(
+                rel,
+                0,
+                0,
+                RULE,
+                f"{rel} is deleted while its request stays: the bot submitted this run, and it restores its status",
+                hint="delete the request too, to remove the run",
+            )
         return
     try:
         doc = load_json(path, rel, root=lab.root)
@@ -77,23 +85,39 @@ def _check_one(lab: Lab, change: StatusChange) -> Iterator[Problem]:
         return
     data = doc.data if isinstance(doc.data, dict) else {}
     if (data.get("experiment"), data.get("run_id")) != (exp, run_id):
-        yield doc.problem("/experiment" if data.get("experiment") != exp else "/run_id", RULE,
-                          f"{rel} names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}, "
-                          "not the run of its path", hint=HINT)
+        yield doc.problem(
+            "/experiment" if data.get("experiment") != exp else "/run_id",
+            RULE,
+            f"{rel} names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}, not the run of its path",
+            hint=HINT,
+        )
         return
     if bots:
-        yield doc.problem(_first_change(before or "", data), RULE,
-                          f"{rel} is the status of a run the bot submitted: only the bot writes it", hint=HINT)
+        yield doc.problem(
+            _first_change(before or "", data),
+            RULE,
+            f"{rel} is the status of a run the bot submitted: only the bot writes it",
+            hint=HINT,
+        )
         return
     backend = data.get("backend")
     where = backend.get("backend") if isinstance(backend, dict) else None
     if before is None and where != "local":
         what = f"a {where} object" if where else "no backend"
-        yield doc.problem("/backend", RULE, f"{rel} is a new status naming {what}: only the bot submits runs "
-                          "and writes their status (a local run's own status names the local backend)", hint=HINT)
+        yield doc.problem(
+            "/backend",
+            RULE,
+            f"{rel} is a new status naming {what}: only the bot submits runs "
+            "and writes their status (a local run's own status names the local backend)",
+            hint=HINT,
+        )
     elif before is None and not request:
-        yield doc.problem("", RULE, f"{rel} is a new status without its request runs/{exp}/{run_id}.yaml",
-                          hint="commit the status with its request, as tp submit --local does")
+        yield doc.problem(
+            "",
+            RULE,
+            f"{rel} is a new status without its request runs/{exp}/{run_id}.yaml",
+            hint="commit the status with its request, as tp submit --local does",
+        )
 
 
 def _bots(change: StatusChange) -> bool:

@@ -51,17 +51,26 @@ def check(ctx: SweepContext) -> Iterator[Problem]:
     if sweep is None:
         return
     if sweep.name != ctx.path.stem:
-        yield doc.problem("/name", "sweep-schema", f"name {sweep.name!r} does not match the file name",
-                          hint=f"rename the file to {sweep.name}.yaml or fix the field")
+        yield doc.problem(
+            "/name",
+            "sweep-schema",
+            f"name {sweep.name!r} does not match the file name",
+            hint=f"rename the file to {sweep.name}.yaml or fix the field",
+        )
     count = trial_count(sweep)
     if count > sweep.max_trials:
-        yield doc.problem("/max_trials", "sweep-trials", f"the sweep has {count} trials, over its cap of "
-                          f"{sweep.max_trials}", hint="sample fewer (`sample: {count: N}`) or raise max_trials")
+        yield doc.problem(
+            "/max_trials",
+            "sweep-trials",
+            f"the sweep has {count} trials, over its cap of {sweep.max_trials}",
+            hint="sample fewer (`sample: {count: N}`) or raise max_trials",
+        )
         return  # its requests would be checked by the thousand
     exp = ctx.experiment
     if not exp.dir.is_dir():
-        yield doc.problem("/experiment", "sweep-experiment", f"no experiment {sweep.experiment!r} in this lab",
-                          hint="see `tp ls`")
+        yield doc.problem(
+            "/experiment", "sweep-experiment", f"no experiment {sweep.experiment!r} in this lab", hint="see `tp ls`"
+        )
         return
     trials = expand(sweep)
     if exp.recipe is not None:
@@ -71,10 +80,20 @@ def check(ctx: SweepContext) -> Iterator[Problem]:
 
 def expected_request(sweep: Sweep, trial: Trial) -> RunRequest:
     """What the sweep says of a trial's request (the fields in `_COMPARED`), as a request."""
-    return RunRequest.model_validate({
-        "experiment": sweep.experiment, "run_id": trial.run_id, "profile": sweep.profile, "image": sweep.image,
-        "observability_url": sweep.observability_url, "set": {**sweep.set, **trial.params}, "inputs": sweep.inputs,
-        "timeout": sweep.timeout, "sweep": sweep.name, "rerun_of": trial.rerun_of})
+    return RunRequest.model_validate(
+        {
+            "experiment": sweep.experiment,
+            "run_id": trial.run_id,
+            "profile": sweep.profile,
+            "image": sweep.image,
+            "observability_url": sweep.observability_url,
+            "set": {**sweep.set, **trial.params},
+            "inputs": sweep.inputs,
+            "timeout": sweep.timeout,
+            "sweep": sweep.name,
+            "rerun_of": trial.rerun_of,
+        }
+    )
 
 
 def _params(ctx: SweepContext, sweep: Sweep, trials: list[Trial]) -> Iterator[Problem]:
@@ -118,19 +137,25 @@ def _requests(ctx: SweepContext, sweep: Sweep, trials: list[Trial]) -> Iterator[
         key = RunKey(sweep.experiment, trial.run_id)
         found = _request(root, key)
         if found is None:
-            yield ctx.doc.problem("/grid" if not trial.rerun else "/reruns", "sweep-requests",
-                                  f"trial {trial.index + 1} ({_show(trial.params)}) has no request {key.request_rel}",
-                                  hint=f"`tp sweep extend {sweep.name}` writes the requests the sweep lacks")
+            yield ctx.doc.problem(
+                "/grid" if not trial.rerun else "/reruns",
+                "sweep-requests",
+                f"trial {trial.index + 1} ({_show(trial.params)}) has no request {key.request_rel}",
+                hint=f"`tp sweep extend {sweep.name}` writes the requests the sweep lacks",
+            )
             continue
         request, doc = found
         want = expected_request(sweep, trial)
         for name in _COMPARED:
             have, should = getattr(request, name), getattr(want, name)
             if _plain(have) != _plain(should):
-                yield doc.problem(f"/{name}", "sweep-requests",
-                                  f"{name} is {_plain(have)!r}, but trial {trial.index + 1} of sweep {sweep.name} "
-                                  f"says {_plain(should)!r}",
-                                  hint=f"write it as the sweep says, or change the sweep ({ctx.doc.rel})")
+                yield doc.problem(
+                    f"/{name}",
+                    "sweep-requests",
+                    f"{name} is {_plain(have)!r}, but trial {trial.index + 1} of sweep {sweep.name} "
+                    f"says {_plain(should)!r}",
+                    hint=f"write it as the sweep says, or change the sweep ({ctx.doc.rel})",
+                )
     yield from _strays(ctx, sweep, expected)
 
 
@@ -144,9 +169,12 @@ def _strays(ctx: SweepContext, sweep: Sweep, expected: dict[str, Trial]) -> Iter
             continue
         found = _request(ctx.lab.root, RunKey(sweep.experiment, path.stem))
         if found is not None and found[0].sweep == sweep.name:
-            yield found[1].problem("/sweep", "sweep-requests",
-                                   f"this request names sweep {sweep.name!r}, but none of its trials has run id "
-                                   f"{path.stem}", hint="remove it, or the `sweep:` line if it is a run of its own")
+            yield found[1].problem(
+                "/sweep",
+                "sweep-requests",
+                f"this request names sweep {sweep.name!r}, but none of its trials has run id {path.stem}",
+                hint="remove it, or the `sweep:` line if it is a run of its own",
+            )
 
 
 def _request(root: Path, key: RunKey) -> tuple[RunRequest, Doc] | None:

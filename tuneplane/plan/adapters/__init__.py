@@ -20,9 +20,16 @@ from tuneplane.plan.launchplan import LaunchPlan
 
 ADAPTERS: dict[str, FrameworkAdapter] = {
     adapter.name: adapter
-    for adapter in (CustomAdapter(), PyTorchAdapter(), TrlAdapter(), VerlAdapter(), NemoRlAdapter(),
-                    MsSwiftAdapter(), OpenRlhfAdapter(),
-                    EvalkitAdapter())
+    for adapter in (
+        CustomAdapter(),
+        PyTorchAdapter(),
+        TrlAdapter(),
+        VerlAdapter(),
+        NemoRlAdapter(),
+        MsSwiftAdapter(),
+        OpenRlhfAdapter(),
+        EvalkitAdapter(),
+    )
 }
 
 
@@ -30,8 +37,10 @@ def adapter_for(framework: str) -> FrameworkAdapter:
     try:
         return ADAPTERS[framework]
     except KeyError:
-        raise UsageError(f"no adapter for framework {framework!r}",
-                         hint=f"frameworks this tp compiles: {', '.join(sorted(ADAPTERS))}") from None
+        raise UsageError(
+            f"no adapter for framework {framework!r}",
+            hint=f"frameworks this tp compiles: {', '.join(sorted(ADAPTERS))}",
+        ) from None
 
 
 def compile_plan(spec: JobSpec) -> LaunchPlan:

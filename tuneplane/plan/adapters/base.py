@@ -55,8 +55,10 @@ def overrides_json(spec: JobSpec) -> str:
 def hydra_value(value: object) -> str:
     """A value in Hydra's override grammar, written as JSON (strings quoted, lists as lists)."""
     if isinstance(value, str) and _CONTROL.search(value):
-        raise UsageError(f"value {value!r} contains a control character, which a Hydra override cannot carry",
-                         hint="remove newlines and tabs from the value")
+        raise UsageError(
+            f"value {value!r} contains a control character, which a Hydra override cannot carry",
+            hint="remove newlines and tabs from the value",
+        )
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -76,23 +78,39 @@ def processes_per_node(spec: JobSpec) -> int:
 # ── the plan ───────────────────────────────────────────────────────────────────────────────────────
 
 
-def make_plan(spec: JobSpec, argv: list[str], *, mode: LaunchMode = "direct", in_process: bool = False,
-              procs_per_node: int = 1, extra_env: dict[str, str] | None = None) -> LaunchPlan:
+def make_plan(
+    spec: JobSpec,
+    argv: list[str],
+    *,
+    mode: LaunchMode = "direct",
+    in_process: bool = False,
+    procs_per_node: int = 1,
+    extra_env: dict[str, str] | None = None,
+) -> LaunchPlan:
     env = spec_to_env(spec)
     env.update(extra_env or {})
-    return LaunchPlan(argv=argv, cwd=spec.spec.paths.work_dir, env=env, mode=mode,
-                      nodes=spec.spec.resources.nodes, procs_per_node=procs_per_node,
-                      secret_env=secret_env(ingest_bound=True), artifacts=artifacts(spec),
-                      in_process=in_process)
+    return LaunchPlan(
+        argv=argv,
+        cwd=spec.spec.paths.work_dir,
+        env=env,
+        mode=mode,
+        nodes=spec.spec.resources.nodes,
+        procs_per_node=procs_per_node,
+        secret_env=secret_env(ingest_bound=True),
+        artifacts=artifacts(spec),
+        in_process=in_process,
+    )
 
 
 def artifacts(spec: JobSpec) -> list[ArtifactGlob]:
     """The recipe's artifact globs that this operation produces."""
     wanted = {"train": {"checkpoint", "log"}, "export": {"export", "log"}, "eval": {"evaluation", "log"}}
-    kinds = wanted[spec.spec.operation] if spec.spec.recipe.name != "custom/custom" else \
-        {"checkpoint", "log", "export", "evaluation"}
-    return [ArtifactGlob(a.kind, a.pattern, a.format)
-            for a in spec.spec.recipe.adapter.artifacts if a.kind in kinds]
+    kinds = (
+        wanted[spec.spec.operation]
+        if spec.spec.recipe.name != "custom/custom"
+        else {"checkpoint", "log", "export", "evaluation"}
+    )
+    return [ArtifactGlob(a.kind, a.pattern, a.format) for a in spec.spec.recipe.adapter.artifacts if a.kind in kinds]
 
 
 # ── checks every framework makes ────────────────────────────────────────────────────────────────────
@@ -114,39 +132,50 @@ def _check_operation(spec: JobSpec, adapter: str) -> None:
     if op == "train" or op in spec.spec.recipe.adapter.lifecycle:
         return
     if adapter == "custom":
-        raise UsageError(f"custom adapter refuses {op}: custom/custom compiles only the train operation",
-                         hint="export or evaluate inside your own train.sh, writing under $TUNEPLANE_OUT_DIR")
+        raise UsageError(
+            f"custom adapter refuses {op}: custom/custom compiles only the train operation",
+            hint="export or evaluate inside your own train.sh, writing under $TUNEPLANE_OUT_DIR",
+        )
     known = ", ".join(["train", *spec.spec.recipe.adapter.lifecycle])
-    raise UsageError(f"the {adapter} adapter has no {op} operation for {spec.spec.recipe.name}",
-                     hint=f"operations of {spec.spec.recipe.name}: {known}")
+    raise UsageError(
+        f"the {adapter} adapter has no {op} operation for {spec.spec.recipe.name}",
+        hint=f"operations of {spec.spec.recipe.name}: {known}",
+    )
 
 
 def _check_observability(spec: JobSpec, adapter: str) -> None:
     url = spec.spec.framework.observability_url
     if spec.spec.recipe.observability == "external" and not url:
-        raise UsageError(f"{adapter} external observability requires spec.framework.observability_url",
-                         hint="pass --observability-url with the dashboard your team uses")
+        raise UsageError(
+            f"{adapter} external observability requires spec.framework.observability_url",
+            hint="pass --observability-url with the dashboard your team uses",
+        )
     if spec.spec.recipe.observability == "platform" and url:
-        raise UsageError(f"{spec.spec.recipe.name} uses platform observability: "
-                         "--observability-url is refused",
-                         hint="drop --observability-url; metrics from tuneplane.report reach the platform")
+        raise UsageError(
+            f"{spec.spec.recipe.name} uses platform observability: --observability-url is refused",
+            hint="drop --observability-url; metrics from tuneplane.report reach the platform",
+        )
 
 
 def _check_no_algorithm_plugins(spec: JobSpec, adapter: str) -> None:
     for plugin in spec.spec.plugins:
         if plugin.capability == "algorithm":
-            raise UsageError(f"{plugin.id}@{plugin.version} is an algorithm plugin; the {adapter} adapter "
-                             "refuses algorithm plugins (its entrypoint does not start through the algorithm "
-                             "bridge)",
-                             hint="remove it from plugins.lock.json")
+            raise UsageError(
+                f"{plugin.id}@{plugin.version} is an algorithm plugin; the {adapter} adapter "
+                "refuses algorithm plugins (its entrypoint does not start through the algorithm "
+                "bridge)",
+                hint="remove it from plugins.lock.json",
+            )
 
 
 def _check_inputs(spec: JobSpec) -> None:
     required = spec.spec.recipe.adapter.required_inputs
     missing = [CLI_FLAG.get(k, k) for k in required if not getattr(spec.spec.inputs, k, "")]
     if missing:
-        raise UsageError(f"The {spec.spec.framework.kind} recipe requires explicit: {' '.join(missing)}",
-                         hint="pass them to tp submit (a hub id or a path under the storage root)")
+        raise UsageError(
+            f"The {spec.spec.framework.kind} recipe requires explicit: {' '.join(missing)}",
+            hint="pass them to tp submit (a hub id or a path under the storage root)",
+        )
 
 
 def _check_gpus(spec: JobSpec) -> None:
@@ -155,9 +184,11 @@ def _check_gpus(spec: JobSpec) -> None:
     if cpu_smoke_test(spec):
         return  # allowed on this machine's CPUs, with a warning at submit: slow, but it shows the job works
     if isinstance(needed, int) and have < needed:
-        raise UsageError(f"{spec.spec.recipe.name} needs at least {needed} GPU(s) per node; "
-                         f"profile {spec.spec.resources.profile} gives {have}",
-                         hint="pick a GPU profile, e.g. --profile <gpu-profile>:1")
+        raise UsageError(
+            f"{spec.spec.recipe.name} needs at least {needed} GPU(s) per node; "
+            f"profile {spec.spec.resources.profile} gives {have}",
+            hint="pick a GPU profile, e.g. --profile <gpu-profile>:1",
+        )
 
 
 # Frameworks built for GPUs: they run on a CPU-only local profile (their recipes allow 0 GPUs so a

@@ -36,8 +36,10 @@ RESUME_FLAGS = {"swift.cli.sft": "resume_from_checkpoint", "swift.cli.rlhf": "re
 def platform_flags(spec: JobSpec, owned: dict[str, str | bool]) -> dict[str, str | bool]:
     bindings, inputs = spec.spec.recipe.adapter.bindings, spec.spec.inputs
     flags: dict[str, str | bool] = {
-        bindings[name]: getattr(inputs, name) for name in ("model", "train_data", "validation_data")
-        if name in bindings and getattr(inputs, name)}
+        bindings[name]: getattr(inputs, name)
+        for name in ("model", "train_data", "validation_data")
+        if name in bindings and getattr(inputs, name)
+    }
     flags.update(owned)
     return flags
 
@@ -51,9 +53,21 @@ class _CliFlagsAdapter(LifecycleAdapter):
     def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         platform = json.dumps(platform_flags(spec, self.owned(spec)), sort_keys=True, separators=(",", ":"))
         resume = RESUME_FLAGS.get(spec.spec.recipe.entrypoint, "")
-        args = ["-m", RENDERER, "--style", self.style, "--config", config_path(spec),
-                "--overrides-json", overrides_json(spec), "--platform-json", platform,
-                *(["--resume-flag", resume] if resume else []), "--", entry[-1]]
+        args = [
+            "-m",
+            RENDERER,
+            "--style",
+            self.style,
+            "--config",
+            config_path(spec),
+            "--overrides-json",
+            overrides_json(spec),
+            "--platform-json",
+            platform,
+            *(["--resume-flag", resume] if resume else []),
+            "--",
+            entry[-1],
+        ]
         if spec.spec.recipe.adapter.orchestrator == "ray":
             return ray_driver(spec, args)
         return torchrun(spec, args)
@@ -64,8 +78,12 @@ class MsSwiftAdapter(_CliFlagsAdapter):
     style = "flat"
 
     def owned(self, spec: JobSpec) -> dict[str, str | bool]:
-        return {"output_dir": out(spec, "checkpoints"), "logging_dir": out(spec, "logs", "tensorboard"),
-                "add_version": "false", "report_to": "tensorboard"}
+        return {
+            "output_dir": out(spec, "checkpoints"),
+            "logging_dir": out(spec, "logs", "tensorboard"),
+            "add_version": "false",
+            "report_to": "tensorboard",
+        }
 
 
 class OpenRlhfAdapter(_CliFlagsAdapter):
@@ -74,5 +92,9 @@ class OpenRlhfAdapter(_CliFlagsAdapter):
 
     def owned(self, spec: JobSpec) -> dict[str, str | bool]:
         # DeepSpeed's resumable checkpoints (ckpt.path) would default to a folder in the work dir
-        return {"ckpt.output_dir": out(spec, "checkpoints"), "ckpt.path": out(spec, "checkpoints", "deepspeed"),
-                "ckpt.load_enable": True, "logger.tensorboard_dir": out(spec, "logs", "tensorboard")}
+        return {
+            "ckpt.output_dir": out(spec, "checkpoints"),
+            "ckpt.path": out(spec, "checkpoints", "deepspeed"),
+            "ckpt.load_enable": True,
+            "logger.tensorboard_dir": out(spec, "logs", "tensorboard"),
+        }

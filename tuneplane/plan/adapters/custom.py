@@ -24,11 +24,14 @@ class CustomAdapter:
         check_common(spec, self.name, no_algorithm_plugins=True)
         recipe = spec.spec.recipe
         if recipe.entrypoint_kind != "experiment" or not _inside(recipe.entrypoint):
-            raise UsageError(entrypoint_message("custom"),
-                             hint="the custom recipe runs experiments/<name>/train.sh; restore it")
+            raise UsageError(
+                entrypoint_message("custom"), hint="the custom recipe runs experiments/<name>/train.sh; restore it"
+            )
         if not spec.spec.image:
-            raise UsageError("custom/custom needs --image: it has no catalog image",
-                             hint="pass --image registry/repository:tag (pin @sha256:… in production)")
+            raise UsageError(
+                "custom/custom needs --image: it has no catalog image",
+                hint="pass --image registry/repository:tag (pin @sha256:… in production)",
+            )
         mode: LaunchMode = "process-group" if spec.spec.resources.nodes > 1 else "direct"
         argv = ["bash", exp_path(spec, recipe.entrypoint)]
         return make_plan(spec, argv, mode=mode, extra_env=group_env(spec))

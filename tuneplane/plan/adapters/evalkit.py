@@ -22,15 +22,31 @@ class EvalkitAdapter:
     def compile(self, spec: JobSpec) -> LaunchPlan:
         check_common(spec, self.name, no_algorithm_plugins=True)
         if spec.spec.resources.nodes > 1:
-            raise UsageError(f"{spec.spec.recipe.name} runs on one node; profile "
-                             f"{spec.spec.resources.profile} asks for {spec.spec.resources.nodes}",
-                             hint="ask for at most one node's GPUs, e.g. --profile <name>:1")
+            raise UsageError(
+                f"{spec.spec.recipe.name} runs on one node; profile "
+                f"{spec.spec.resources.profile} asks for {spec.spec.resources.nodes}",
+                hint="ask for at most one node's GPUs, e.g. --profile <name>:1",
+            )
         recipe = spec.spec.recipe
         suites = str(spec.spec.hyperparams.get(SUITES_KEY, ""))
         if not suites:
-            raise UsageError(f"{recipe.name} needs suites to run",
-                             hint="set suites in config.yaml or --set suites=gsm8k")
+            raise UsageError(
+                f"{recipe.name} needs suites to run", hint="set suites in config.yaml or --set suites=gsm8k"
+            )
         entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
-        return single(spec, [*entry, "--model", spec.spec.inputs.model, "--suites", suites,
-                             "--output-dir", out(spec), "--config", config_path(spec),
-                             "--overrides-json", overrides_json(spec)])
+        return single(
+            spec,
+            [
+                *entry,
+                "--model",
+                spec.spec.inputs.model,
+                "--suites",
+                suites,
+                "--output-dir",
+                out(spec),
+                "--config",
+                config_path(spec),
+                "--overrides-json",
+                overrides_json(spec),
+            ],
+        )

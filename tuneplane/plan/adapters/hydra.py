@@ -12,9 +12,11 @@ from tuneplane.plan.adapters.base import hydra_value
 
 def input_overrides(spec: JobSpec) -> list[str]:
     bindings, inputs = spec.spec.recipe.adapter.bindings, spec.spec.inputs
-    return [f"{bindings[name]}={hydra_value(getattr(inputs, name))}"
-            for name in ("model", "train_data", "validation_data")
-            if name in bindings and getattr(inputs, name)]
+    return [
+        f"{bindings[name]}={hydra_value(getattr(inputs, name))}"
+        for name in ("model", "train_data", "validation_data")
+        if name in bindings and getattr(inputs, name)
+    ]
 
 
 def param_overrides(spec: JobSpec) -> list[str]:
@@ -23,5 +25,7 @@ def param_overrides(spec: JobSpec) -> list[str]:
 
 def topology_overrides(spec: JobSpec, nodes_key: str, gpus_key: str) -> list[str]:
     topology, res = spec.spec.recipe.adapter.topology, spec.spec.resources
-    return [f"{topology.get('nodes', nodes_key)}={res.nodes}",
-            f"{topology.get('gpus_per_node', gpus_key)}={res.gpus_per_node}"]
+    return [
+        f"{topology.get('nodes', nodes_key)}={res.nodes}",
+        f"{topology.get('gpus_per_node', gpus_key)}={res.gpus_per_node}",
+    ]

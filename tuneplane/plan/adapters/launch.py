@@ -26,8 +26,13 @@ def group_env(spec: JobSpec) -> dict[str, str]:
     if nodes == 1:
         return {}
     host, port = rendezvous_host(spec), str(RENDEZVOUS_PORT)
-    return {"MASTER_ADDR": host, "MASTER_PORT": port, "PET_MASTER_ADDR": host, "PET_MASTER_PORT": port,
-            "PET_NNODES": str(nodes)}
+    return {
+        "MASTER_ADDR": host,
+        "MASTER_PORT": port,
+        "PET_MASTER_ADDR": host,
+        "PET_MASTER_PORT": port,
+        "PET_NNODES": str(nodes),
+    }
 
 
 def torchrun(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
@@ -39,8 +44,9 @@ def torchrun(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None)
     else:
         argv += ["--rdzv_backend", "static"]  # master address, port and node rank: the PET_* variables
     argv += ["-m", LAUNCHER_MODULE, *entry]
-    return make_plan(spec, argv, mode="process-group", procs_per_node=procs,
-                     extra_env={**group_env(spec), **(env or {})})
+    return make_plan(
+        spec, argv, mode="process-group", procs_per_node=procs, extra_env={**group_env(spec), **(env or {})}
+    )
 
 
 def accelerate(spec: JobSpec, entry: list[str]) -> LaunchPlan:
@@ -64,8 +70,14 @@ def accelerate(spec: JobSpec, entry: list[str]) -> LaunchPlan:
 
 def ray_driver(spec: JobSpec, entry: list[str], env: dict[str, str] | None = None) -> LaunchPlan:
     """The driver runs on the Ray head in the launcher's interpreter (plugins apply there)."""
-    return make_plan(spec, [PYTHON, *entry], mode="ray-driver", in_process=True,
-                     procs_per_node=processes_per_node(spec), extra_env=env)
+    return make_plan(
+        spec,
+        [PYTHON, *entry],
+        mode="ray-driver",
+        in_process=True,
+        procs_per_node=processes_per_node(spec),
+        extra_env=env,
+    )
 
 
 def single(spec: JobSpec, entry: list[str]) -> LaunchPlan:

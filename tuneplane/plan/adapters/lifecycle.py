@@ -38,16 +38,33 @@ def compile_lifecycle(spec: JobSpec) -> LaunchPlan:
     op, recipe, inputs = spec.spec.operation, spec.spec.recipe, spec.spec.inputs
     value = recipe.adapter.lifecycle[op]
     entry = python_entry(spec, "experiment" if value.endswith(".py") else "module", value)
-    checkpoint = require_value(inputs.checkpoint, f"{op} needs --checkpoint",
-                               "name a checkpoint of an earlier run, "
-                               "e.g. runs/<user>/<exp>/<run>/out/checkpoints/…")
+    checkpoint = require_value(
+        inputs.checkpoint,
+        f"{op} needs --checkpoint",
+        "name a checkpoint of an earlier run, e.g. runs/<user>/<exp>/<run>/out/checkpoints/…",
+    )
     _check_format(spec)
     if op == "export":
         return single(spec, [*entry, "--output-dir", out(spec), "--checkpoint", checkpoint])
-    data = require_value(inputs.data, f"{recipe.name} eval needs --data (the evaluation data set)",
-                         "pass --data with a file or folder under the storage root, or a hub data set name")
-    return single(spec, [*entry, "--data", data, "--report", out(spec, "eval", "report.json"),
-                         "--model", checkpoint, "--output-dir", out(spec)])
+    data = require_value(
+        inputs.data,
+        f"{recipe.name} eval needs --data (the evaluation data set)",
+        "pass --data with a file or folder under the storage root, or a hub data set name",
+    )
+    return single(
+        spec,
+        [
+            *entry,
+            "--data",
+            data,
+            "--report",
+            out(spec, "eval", "report.json"),
+            "--model",
+            checkpoint,
+            "--output-dir",
+            out(spec),
+        ],
+    )
 
 
 def _check_format(spec: JobSpec) -> None:
@@ -55,6 +72,7 @@ def _check_format(spec: JobSpec) -> None:
     given = spec.spec.inputs.checkpoint_format
     known = {a.format for a in spec.spec.recipe.adapter.artifacts if a.kind == "checkpoint" and a.format}
     if given and known and given not in known:
-        raise UsageError(f"{spec.spec.recipe.name} writes {', '.join(sorted(known))} checkpoints, "
-                         f"not {given!r}",
-                         hint=f"pass --checkpoint-format {sorted(known)[0]} or leave it out")
+        raise UsageError(
+            f"{spec.spec.recipe.name} writes {', '.join(sorted(known))} checkpoints, not {given!r}",
+            hint=f"pass --checkpoint-format {sorted(known)[0]} or leave it out",
+        )

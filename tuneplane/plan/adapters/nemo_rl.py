@@ -23,10 +23,16 @@ class NemoRlAdapter(LifecycleAdapter):
     name = "nemo-rl"
 
     def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
-        args = [*entry, "--config", config_path(spec), *input_overrides(spec), *param_overrides(spec),
-                *topology_overrides(spec, "cluster.num_nodes", "cluster.gpus_per_node"),
-                f"checkpointing.checkpoint_dir={hydra_value(out(spec, 'checkpoints'))}",
-                f"logger.log_dir={hydra_value(out(spec, 'logs'))}",
-                # the collector reads <log_dir>/exp_<n>/tensorboard: the platform's metrics need it on
-                "logger.tensorboard_enabled=true"]
+        args = [
+            *entry,
+            "--config",
+            config_path(spec),
+            *input_overrides(spec),
+            *param_overrides(spec),
+            *topology_overrides(spec, "cluster.num_nodes", "cluster.gpus_per_node"),
+            f"checkpointing.checkpoint_dir={hydra_value(out(spec, 'checkpoints'))}",
+            f"logger.log_dir={hydra_value(out(spec, 'logs'))}",
+            # the collector reads <log_dir>/exp_<n>/tensorboard: the platform's metrics need it on
+            "logger.tensorboard_enabled=true",
+        ]
         return ray_driver(spec, args)

@@ -19,6 +19,5 @@ class PyTorchAdapter:
         check_common(spec, self.name)
         recipe = spec.spec.recipe
         entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
-        args = ["--config", config_path(spec), "--output-dir", out(spec),
-                "--overrides-json", overrides_json(spec)]
+        args = ["--config", config_path(spec), "--output-dir", out(spec), "--overrides-json", overrides_json(spec)]
         return torchrun(spec, [*entry, *args])

@@ -19,7 +19,20 @@ class TrlAdapter(LifecycleAdapter):
 
     def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
         inputs = spec.spec.inputs
-        args = ["--config", config_path(spec), "--model", inputs.model, "--train-data", inputs.train_data,
-                "--validation-data", inputs.validation_data, "--output-dir", out(spec),
-                "--logging-dir", out(spec, "logs"), "--overrides-json", overrides_json(spec)]
+        args = [
+            "--config",
+            config_path(spec),
+            "--model",
+            inputs.model,
+            "--train-data",
+            inputs.train_data,
+            "--validation-data",
+            inputs.validation_data,
+            "--output-dir",
+            out(spec),
+            "--logging-dir",
+            out(spec, "logs"),
+            "--overrides-json",
+            overrides_json(spec),
+        ]
         return accelerate(spec, [*entry, *args])

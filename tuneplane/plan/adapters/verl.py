@@ -26,10 +26,15 @@ class VerlAdapter(LifecycleAdapter):
     name = "verl"
 
     def train(self, spec: JobSpec, entry: list[str]) -> LaunchPlan:
-        args = [*entry, *_config_args(spec), *input_overrides(spec), *param_overrides(spec),
-                *topology_overrides(spec, "trainer.nnodes", "trainer.n_gpus_per_node"),
-                f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}",
-                f"trainer.resume_mode={hydra_value('auto')}"]
+        args = [
+            *entry,
+            *_config_args(spec),
+            *input_overrides(spec),
+            *param_overrides(spec),
+            *topology_overrides(spec, "trainer.nnodes", "trainer.n_gpus_per_node"),
+            f"trainer.default_local_dir={hydra_value(out(spec, 'checkpoints'))}",
+            f"trainer.resume_mode={hydra_value('auto')}",
+        ]
         # verl's TensorBoard logger reads its folder from the environment only.
         env = {"TENSORBOARD_DIR": out(spec, "logs", "tensorboard")}
         if spec.spec.recipe.adapter.orchestrator == "ray":

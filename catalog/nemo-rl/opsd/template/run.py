@@ -49,8 +49,10 @@ def main() -> int:
     driver = nemo_rl_root() / DRIVER
     if not driver.is_file():
         raise SystemExit(f"{driver} is missing: no NeMo-RL distillation driver there (set NEMO_RL_ROOT)")
-    print(f"opsd    : {'plugin opsd applied' if applied else 'plain self-distillation (no opsd plugin locked)'}",
-          flush=True)
+    print(
+        f"opsd    : {'plugin opsd applied' if applied else 'plain self-distillation (no opsd plugin locked)'}",
+        flush=True,
+    )
     sys.argv = [str(driver), *sys.argv[1:]]
     runpy.run_path(str(driver), run_name="__main__")
     return 0

@@ -359,8 +359,10 @@ def load_resume_state(device: torch.device) -> dict[str, Any] | None:
         return None
     path = Path(folder) / STATE_FILE
     if not path.is_file():
-        raise SystemExit(f"{RESUME_FROM_ENV}={folder} has no {STATE_FILE}: it is not a checkpoint of this "
-                         "train.py; remove it from the run's checkpoints/ folder to start afresh")
+        raise SystemExit(
+            f"{RESUME_FROM_ENV}={folder} has no {STATE_FILE}: it is not a checkpoint of this "
+            "train.py; remove it from the run's checkpoints/ folder to start afresh"
+        )
     state: dict[str, Any] = torch.load(path, map_location=device, weights_only=False)
     return state
 
@@ -369,8 +371,11 @@ def keep_points_until(path: Path, step: int) -> None:
     """Drop the mirrored points after `step`: the resumed attempt reports those steps again."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step]
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line).get("step", 0) <= step
+    ]
     partial = path.with_name(path.name + ".partial")
     partial.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     os.replace(partial, path)
@@ -415,12 +420,19 @@ def evaluate(model: nn.Module, loader: DataLoader, cfg: dict[str, Any], topo: To
 def make_loader(dataset: TensorDataset, cfg: dict[str, Any], topo: Topology, train: bool) -> DataLoader:
     sampler = None
     if topo.world > 1:
-        sampler = DistributedSampler(dataset, num_replicas=topo.world, rank=topo.rank, shuffle=train,
-                                     seed=int(cfg["seed"]))
+        sampler = DistributedSampler(
+            dataset, num_replicas=topo.world, rank=topo.rank, shuffle=train, seed=int(cfg["seed"])
+        )
     generator = torch.Generator().manual_seed(int(cfg["seed"]))
-    return DataLoader(dataset, batch_size=int(cfg["batch_size"]), shuffle=train and sampler is None,
-                      sampler=sampler, num_workers=int(cfg["num_workers"]), generator=generator,
-                      drop_last=False)
+    return DataLoader(
+        dataset,
+        batch_size=int(cfg["batch_size"]),
+        shuffle=train and sampler is None,
+        sampler=sampler,
+        num_workers=int(cfg["num_workers"]),
+        generator=generator,
+        drop_last=False,
+    )
 
 
 def train(cfg: dict[str, Any], out_dir: Path, topo: Topology) -> dict[str, Any]:
@@ -453,8 +465,9 @@ def train(cfg: dict[str, Any], out_dir: Path, topo: Topology) -> dict[str, Any]:
             scheduler.step()
             if step == 1 or step % int(cfg["log_interval"]) == 0:
                 mean_loss = float(mean_over_ranks(loss.detach().clone(), topo)) / topo.world
-                reporter.log({"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0],
-                              "train/epoch": float(epoch)}, step)
+                reporter.log(
+                    {"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0], "train/epoch": float(epoch)}, step
+                )
             if 0 < max_steps <= step:
                 break
         stopping = epoch == epochs or 0 < max_steps <= step
@@ -462,19 +475,27 @@ def train(cfg: dict[str, Any], out_dir: Path, topo: Topology) -> dict[str, Any]:
             final = evaluate(model, val_loader, cfg, topo)
             reporter.log(final, step)
             if topo.is_main:
-                save_checkpoint(out_dir / "checkpoints" / f"epoch-{epoch}", {
-                    "model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "epoch": epoch, "step": step, "config": cfg,
-                    "metrics": final,
-                })
+                save_checkpoint(
+                    out_dir / "checkpoints" / f"epoch-{epoch}",
+                    {
+                        "model": unwrap(model).state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "epoch": epoch,
+                        "step": step,
+                        "config": cfg,
+                        "metrics": final,
+                    },
+                )
         if stopping:
             break
     reporter.finish()
     return {"steps": step, "world_size": topo.world, **final}
 
 
-def resume(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, out_dir: Path,
-           topo: Topology) -> tuple[int, int, dict[str, float]]:
+def resume(
+    model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, out_dir: Path, topo: Topology
+) -> tuple[int, int, dict[str, float]]:
     """(epoch, step, metrics) of the checkpoint this attempt resumes from, its state loaded; else (0, 0, {})."""
     state = load_resume_state(topo.device)
     if state is None:
@@ -485,13 +506,21 @@ def resume(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, o
     epoch, step = int(state["epoch"]), int(state["step"])
     if topo.is_main:
         keep_points_until(out_dir / "logs" / "metrics.jsonl", step)
-        print(json.dumps({"event": "resumed", "from": os.environ[RESUME_FROM_ENV], "epoch": epoch,
-                          "step": step}), flush=True)
+        print(
+            json.dumps({"event": "resumed", "from": os.environ[RESUME_FROM_ENV], "epoch": epoch, "step": step}),
+            flush=True,
+        )
     return epoch, step, dict(state.get("metrics") or {})
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-               labels: torch.Tensor, cfg: dict[str, Any], topo: Topology) -> torch.Tensor:
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    cfg: dict[str, Any],
+    topo: Topology,
+) -> torch.Tensor:
     images, labels = images.to(topo.device), labels.to(topo.device)
     with autocast(cfg, topo):
         logits = model(images)
@@ -517,10 +546,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     here = Path(__file__).resolve().parent
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=here / "config.yaml", help="YAML config file")
-    parser.add_argument("--output-dir", type=Path, default=Path(os.environ.get("TUNEPLANE_OUT_DIR", "out")),
-                        help="where checkpoints/ and logs/ go (default: $TUNEPLANE_OUT_DIR)")
-    parser.add_argument("--overrides-json", default=None,
-                        help="JSON object of dotted config paths to values, or @file")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path(os.environ.get("TUNEPLANE_OUT_DIR", "out")),
+        help="where checkpoints/ and logs/ go (default: $TUNEPLANE_OUT_DIR)",
+    )
+    parser.add_argument("--overrides-json", default=None, help="JSON object of dotted config paths to values, or @file")
     return parser.parse_args(argv)
 
 

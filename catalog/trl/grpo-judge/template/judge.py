@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-TEMPLATE = ("Question: {prompt}\nReference: {reference}\nAnswer: {completion}\n"
-            "Is the answer correct? Reply yes or no.\n")
+TEMPLATE = "Question: {prompt}\nReference: {reference}\nAnswer: {completion}\nIs the answer correct? Reply yes or no.\n"
 
 
 def _text(value: Any) -> str:

@@ -15,14 +15,16 @@ from tuneplane.lifecycle.trl_support import TrainingRun
 
 
 def main() -> int:
-    run = TrainingRun.from_command_line("GRPO with an LLM judge (TRL)",
-                                        own_keys=("judge_model_name_or_path", "judge_max_length"))
+    run = TrainingRun.from_command_line(
+        "GRPO with an LLM judge (TRL)", own_keys=("judge_model_name_or_path", "judge_max_length")
+    )
     # lazy: TRL and the judge load torch; reading the arguments (and --help) does not need it
     from judge import JudgeReward
     from trl import GRPOConfig, GRPOTrainer
 
-    judge = JudgeReward(str(run.script.get("judge_model_name_or_path") or run.model),
-                        int(run.script.get("judge_max_length") or 1024))
+    judge = JudgeReward(
+        str(run.script.get("judge_model_name_or_path") or run.model), int(run.script.get("judge_max_length") or 1024)
+    )
     return run.train(GRPOTrainer, GRPOConfig, reward_funcs=[judge])
 
 
