@@ -1,5 +1,5 @@
-"""The code style the project holds itself to: ruff (with complexity limits), mypy --strict, short
-modules, and tests named after what they test."""
+"""The code style the project holds itself to: ruff (with complexity limits) and its formatter, mypy
+--strict, the size report, and tests named after what they test."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ def test_ruff_is_clean():
         capture_output=True,
         text=True,
     )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_tree_is_formatted():
+    """`ruff format` owns the layout of the code (`make format`); a change it would make fails here."""
+    ruff = shutil.which("ruff") or pytest.fail("ruff is a test dependency: pip install -e '.[test]'")
+    result = subprocess.run([ruff, "format", "--check", "."], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
