@@ -125,6 +125,18 @@ def test_deferred_install_failure_names_the_plugin_and_can_be_retried(registry: 
     assert plugins.install_deferred("opsd", tokenizer=1) is True
 
 
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_deferred_install_that_exits_fails_instead_of_ending_training(registry: None, code: int) -> None:
+    """`sys.exit(0)` inside a deferred install would end the trainer's process as a success, untrained."""
+
+    def install(params: Any, **ctx: Any) -> None:
+        raise SystemExit(code)
+
+    plugins.register_deferred("opsd", "alice/opsd@1.0", install, {})
+    with pytest.raises(plugins.PluginInstallError, match=r"alice/opsd@1.0 failed to install: SystemExit"):
+        plugins.install_deferred("opsd")
+
+
 def test_job_side_modules_import_only_the_standard_library() -> None:
     code = (
         "import sys, tuneplane.launcher, tuneplane.plugins\n"

@@ -87,7 +87,7 @@ def install_deferred(name: str, **ctx: object) -> bool:
         return False
     try:
         entry.install(entry.params, **ctx)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # an exit from install must not end training as a success
         raise PluginInstallError(f"deferred plugin {entry.ref} failed to install: {type(exc).__name__}: {exc}") from exc
     entry.done = True
     return True
