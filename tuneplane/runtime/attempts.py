@@ -211,7 +211,11 @@ class Tail:
 def end_fields(code: int, signal_number: int | None, output: list[str], errors: list[str]) -> dict[str, object]:
     """An end record's outcome: the exit code, the signal that ended the attempt (the code is 128 + N
     when it killed the trainer), the trainer's error line (from its stderr) and its last output lines."""
-    fields: dict[str, object] = {"finished_at": utc_now(), "exit_code": code, "log_tail": output[-LOG_TAIL_LINES:]}
+    fields: dict[str, object] = {
+        "finished_at": utc_now(millis=True),
+        "exit_code": code,
+        "log_tail": output[-LOG_TAIL_LINES:],
+    }
     if signal_number:
         fields["signal"] = signal_number
     error = trainer_error(errors)

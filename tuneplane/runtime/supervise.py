@@ -64,7 +64,7 @@ class JobAttempt:
         return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node, "started_at": self.started_at}
 
     def begin(self) -> None:
-        self.started_at = utc_now()
+        self.started_at = utc_now(millis=True)  # a run of seconds shows its duration with a decimal
         self._write(self._base())
 
     def end(self, outcome: Outcome, termination: bool = True) -> None:
