@@ -4,6 +4,11 @@ The supervisor publishes its heartbeat to the lab's remote as `refs/tuneplane/he
 (no commit on a branch, no file under status/). A bot pass on another machine, which cannot see the
 run directory, reads it: fresh, the run stays Running; older than `lost_after`, the run is Lost. A run
 that published none is left as committed. Real git, the real local backend and supervisor processes.
+
+Machine A is a bot (a CI runner) that started the run: it pushes with `--push`, so its record of the
+run (`refs/tuneplane/authority`) goes to the remote with the run's status. Machine B is the next bot,
+which fetches that record with the branch (`--push`): without it, the run would be one the bot never
+started, which it never observes (`bot.trust.foreign`).
 """
 
 from __future__ import annotations
@@ -14,15 +19,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
+from helpers_git import backend_factory, clone, git, make_remote, quiet, seed_lab
 
 from tuneplane.backends.local.files import log_name, read_state
-from tuneplane.bot.entry import reconcile, sync
+from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.lab.runs import RunKey, read_status
 
 RUN = "20250102-100000-00000a"
 REF = f"refs/tuneplane/heartbeats/demo/{RUN}"
 KEY = RunKey("demo", RUN)
+PUSH = BotOptions(push=True)  # as the bot runs in CI: fetch (with its record), commit, push
 
 
 def _started(bot: Path) -> tuple[Path, dict[str, object]]:
@@ -78,8 +84,8 @@ def test_a_run_whose_machine_went_away_is_lost_once_its_published_heartbeat_is_s
     reconcile(machine_a, echo=quiet)
     run_dir, state = _started(machine_a)
     _published(remote)
-    sync(machine_a, echo=quiet)
-    git(machine_a, "push", "-q", "origin", f"HEAD:{BRANCH}")  # the runner pushed the run's status
+    sync(machine_a, PUSH, echo=quiet)  # the runner pushed the run's status, and its record of the run
+    assert git(remote, "for-each-ref", "refs/tuneplane/authority")
     branches = git(remote, "for-each-ref", "--format=%(refname)", "refs/heads")
     _machine_gone(run_dir, state)
 
@@ -87,11 +93,11 @@ def test_a_run_whose_machine_went_away_is_lost_once_its_published_heartbeat_is_s
     assert read_status(machine_b, KEY).phase == "Running"
     elsewhere = backend_factory(None, storage=tmp_path / "b-storage")
     lines: list[str] = []
-    sync(machine_b, backends=elsewhere, echo=lines.append)
-    assert read_status(machine_b, KEY).phase == "Running"  # its heartbeat is fresh
+    sync(machine_b, PUSH, backends=elsewhere, echo=lines.append)  # fetches the bot's record first
+    assert read_status(machine_b, KEY).phase == "Running", lines  # its heartbeat is fresh
 
     _age_heartbeat(remote, 3600)
-    sync(machine_b, backends=elsewhere, echo=lines.append)
+    sync(machine_b, PUSH, backends=elsewhere, echo=lines.append)
 
     after = read_status(machine_b, KEY)
     assert after.phase == "Failed" and after.reason == "Lost", (after, lines)
@@ -110,17 +116,16 @@ def test_a_run_that_published_no_heartbeat_is_left_as_committed(tmp_path: Path, 
     machine_a = clone(remote, tmp_path / "a")
     reconcile(machine_a, echo=quiet)
     run_dir, state = _started(machine_a)
-    sync(machine_a, echo=quiet)
-    git(machine_a, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    sync(machine_a, PUSH, echo=quiet)
     _machine_gone(run_dir, state)
     machine_b = clone(remote, tmp_path / "b")
     lines: list[str] = []
 
-    sync(machine_b, backends=backend_factory(None, storage=tmp_path / "b-storage"), echo=lines.append)
+    sync(machine_b, PUSH, backends=backend_factory(None, storage=tmp_path / "b-storage"), echo=lines.append)
 
     assert read_status(machine_b, KEY).phase == "Running"
     assert any("no published heartbeat" in line for line in lines), lines
-    assert not git(remote, "for-each-ref", "refs/tuneplane")
+    assert not git(remote, "for-each-ref", "refs/tuneplane/heartbeats")  # the bot's record is there, no heartbeat
 
 
 def test_a_failing_heartbeat_push_never_breaks_the_run(tmp_path: Path) -> None:
