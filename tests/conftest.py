@@ -120,8 +120,8 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private HOME, XDG dirs, storage root and git identity; nothing leaks in from the shell."""
     for key in list(os.environ):
-        if key.startswith(_LEAKY_PREFIXES) or key == "KUBECONFIG":
-            monkeypatch.delenv(key)
+        if key.startswith(_LEAKY_PREFIXES) or key in ("KUBECONFIG", "COLUMNS", "LINES", "NO_COLOR"):
+            monkeypatch.delenv(key)  # a terminal's width or colour setting must not change what tp prints
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     for var, sub in (

@@ -191,13 +191,16 @@ def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkou
     assert 'policy.model_name="m"' in argv and "cluster.num_nodes=1" in argv
 
 
-def test_a_migrated_nemo_rl_sft_lock_binds_the_frameworks_driver(tmp_path: Path, tp) -> None:
+def test_a_migrated_nemo_rl_sft_lock_binds_the_frameworks_driver(
+    tmp_path: Path, tp, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The StarForge nemo-rl/sft experiment has no driver of its own: after `tp migrate` its lock binds
     NeMo-RL's examples/run_sft.py inside the image, and the lock is admitted."""
     import shutil
 
     root = tmp_path / "lab"
     shutil.copytree(require_shared("fixtures", "starforge-lab"), root)
+    monkeypatch.setenv("TUNEPLANE_TOOL_REQUIREMENT", "tuneplane==0.5.0")  # how CI installs tp, as a team says
     assert tp("migrate", root, cwd=root).code == 0
     lock = json.loads((root / "experiments" / "sft_qwen3.5-4b_alpaca_v1" / "recipe.lock.json").read_text())
     assert lock["bindings"]["entrypoint"] == {"kind": "file", "value": "examples/run_sft.py"}

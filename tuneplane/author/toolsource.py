@@ -10,6 +10,7 @@ cannot know, and the lab's `tool.requirement` stays empty with a comment saying 
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from collections.abc import Mapping
@@ -36,8 +37,23 @@ class ToolSource:
         return textwrap.wrap(self.comment, width=96, break_long_words=False, break_on_hyphens=False)
 
 
+TOOL_REQUIREMENT_ENV = "TUNEPLANE_TOOL_REQUIREMENT"
+
+
 def installed_source(version: str) -> ToolSource:
-    """The source of the running `tp`, from its distribution metadata."""
+    """The source of the running `tp`: `TUNEPLANE_TOOL_REQUIREMENT` when set (a team's own index or
+    fork, for `tp init` and `tp migrate` alike), else its distribution metadata."""
+    given = os.environ.get(TOOL_REQUIREMENT_ENV, "").strip()
+    if given:
+        try:
+            return explicit_source(given)
+        except ValueError as exc:
+            from tuneplane.errors import UsageError  # lazy: only a bad value needs it
+
+            raise UsageError(
+                f"{TOOL_REQUIREMENT_ENV}={given!r}: {exc}",
+                hint="set it to tuneplane==VERSION or 'tuneplane @ git+URL@TAG', or unset it",
+            ) from None
     from importlib import metadata  # lazy: distribution metadata is read only for the running tp's source
 
     try:
