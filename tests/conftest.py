@@ -337,7 +337,53 @@ _FIXTURE_COST = {
     "kube_client": "cluster",
     "tp_subprocess": "process",
 }
-_FILE_COST: dict[str, tuple[str, ...]] = {}
+_FILE_COST: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(
+        (
+            "test_catalog_trl_runs.py",
+            "test_catalog_resume.py",
+            "test_report_hf.py",
+            "test_report_hf_trl.py",
+            "test_catalog_pytorch_template.py",
+            "test_catalog_framework_parsers.py",
+            "test_catalog_framework_configs.py",
+            "test_lifecycle_hf_eval.py",
+            "test_lifecycle_merged_export.py",
+        ),
+        ("trainer",),
+    ),
+    **dict.fromkeys(
+        ("test_backends_slurm.py", "test_backends_slurm_attempts.py", "test_backends_slurm_faults.py"), ("slurm",)
+    ),
+    **dict.fromkeys(
+        (
+            "test_backends_kubernetes_podrunner.py",
+            "test_backends_kubernetes_cluster.py",
+            "test_fakekube.py",
+            "test_fakekube_fidelity.py",
+        ),
+        ("cluster",),
+    ),
+    **dict.fromkeys(
+        (
+            "test_docs.py",
+            "test_launcher_attempts.py",
+            "test_bot_race.py",
+            "test_bot_race_attempts.py",
+            "test_runs_localrun.py",
+            "test_project.py",
+            "test_project_pythons.py",
+            "test_lab_tools.py",
+            "test_upstream_compat.py",
+            "test_e2e_local.py",
+            "test_record_ledger_adversary.py",
+            "test_bench_history.py",
+            "test_lab_heartbeats.py",
+            "test_bot_notify.py",
+        ),
+        ("process",),
+    ),
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
