@@ -399,6 +399,8 @@ def test_plugin_module_already_imported_from_elsewhere_is_refused(work: Path) ->
     [
         (None, "no JobSpec"),
         ("{not json", "cannot read the JobSpec"),
+        pytest.param("[" * 5000 + "]" * 5000, "cannot read the JobSpec", id="nested-past-the-parsers-depth"),
+        pytest.param('{"apiVersion": ' + "9" * 5000 + "}", "cannot read the JobSpec", id="integer-past-python-digits"),
         (json.dumps({"apiVersion": "tuneplane/v2", "kind": "TrainingJob"}), "not a tuneplane/v1 TrainingJob"),
         (
             json.dumps(
@@ -422,7 +424,7 @@ def test_bad_jobspec_is_a_configuration_error(work: Path, jobspec: str | None, n
         (work / ".tuneplane").mkdir()
         (work / ".tuneplane" / "jobspec.json").write_text(jobspec)
     proc = launch(work)
-    assert proc.returncode == CONFIG_ERROR_EXIT and needle in proc.stderr
+    assert proc.returncode == CONFIG_ERROR_EXIT and needle in proc.stderr and "Traceback" not in proc.stderr
 
 
 # ── pure helpers ──────────────────────────────────────────────────────────────────────────────────

@@ -119,6 +119,8 @@ def read_jobspec(work: Path) -> JobSpecView:
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LaunchError(f"cannot read the JobSpec {path}: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # nesting past the parser's depth, an integer past its digits
+        raise LaunchError(f"cannot read the JobSpec {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
     return _jobspec_from(raw, path)
 
 
