@@ -17,7 +17,8 @@ A controller that does not answer gives `Unknown` (nothing is decided until it a
 verdict read from files alone: that is how a paused slurmctld turned a requeued run `Succeeded`.
 
 Slurm states → the newest attempt's reason (and the run's phase):
-  PENDING, CONFIGURING… → Pending (Slurm's queue reason); after a restart: Running, reason REQUEUED
+  PENDING, CONFIGURING… → Pending (Slurm's queue reason); after a restart: the run Pending again, reason
+      REQUEUED, until the next attempt starts
   RUNNING, COMPLETING, SUSPENDED… → Running
   COMPLETED → Completed (Succeeded)
   CANCELLED → Cancelled (Cancelled)
@@ -329,17 +330,22 @@ def from_slurm(fields: dict[str, str], evidence: Evidence) -> Observation:
     older = older_reports(evidence, newest)
     start, end = _time(fields.get("StartTime")), _time(fields.get("EndTime"))
     queue_reason = fields.get("Reason", "")
-    if state in SLURM_PENDING and (restarts or state.startswith("REQUEUE")):
-        # phases never go back: a requeued job stays Running in the status, and says why it waits
+    shown = "" if queue_reason in _UNSET else queue_reason
+    # a requeued job still ending its last attempt reads COMPLETING with the restart already counted:
+    # the next attempt has not started until its own start marker says so
+    requeuing = state == "COMPLETING" and restarts > 0 and newest not in evidence.started
+    if requeuing or (state in SLURM_PENDING and (restarts or state.startswith("REQUEUE"))):
+        # the job is under way again: the bot's fold puts the run back to Pending (reason REQUEUED) with
+        # the ended attempts, until attempt `newest` starts; the message says why it waits
+        waits = f"attempt {newest} waits to start" + (f": {shown}" if shown else "")
         return Observation(
             RUNNING,
             reason="REQUEUED",
             started_at=_run_start(older, start),
-            message=f"Slurm requeued the job (restart {restarts}); attempt {newest} waits to start: {queue_reason}",
+            message=f"Slurm requeued the job (restart {restarts}); {waits}",
             attempts=tuple(older),
         )
     if state in SLURM_PENDING:
-        shown = "" if queue_reason in _UNSET else queue_reason
         return Observation(PENDING, reason=shown, message=f"waiting in the Slurm queue: {shown}" if shown else "")
     if state in SLURM_RUNNING:
         current = report(evidence, newest, None, start=start)
@@ -404,7 +410,9 @@ def concluded(attempts: tuple[AttemptReport, ...], message: str = "") -> Observa
 def describe(attempt: AttemptReport) -> str:
     """What a person reads first: why it ended, where, and the trainer's own error line."""
     parts = [MESSAGES.get(attempt.reason or "", "")]
-    if attempt.failed_node or attempt.failed_rank is not None:
+    if attempt.failed_rank is None and attempt.failed_node:
+        parts.append(f"node {attempt.failed_node}")  # a node that failed: no rank of it ended on its own
+    elif attempt.failed_rank is not None:
         how = (
             f"killed by signal {attempt.signal}"
             if attempt.signal and attempt.reason != "Error"
