@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from tuneplane.constants import TOOL_REQUIREMENT_ENV
+
 DIST = "tuneplane"
 _REMOTE = re.compile(r"^(https://|ssh://|git@[^:]+:)")
 _VCS_REF = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*git\+(?P<url>[^@\s]+(?:@[^@\s/]+)?)@(?P<rev>[^@\s#]+)$")
@@ -35,9 +37,6 @@ class ToolSource:
     @property
     def comment_lines(self) -> list[str]:
         return textwrap.wrap(self.comment, width=96, break_long_words=False, break_on_hyphens=False)
-
-
-TOOL_REQUIREMENT_ENV = "TUNEPLANE_TOOL_REQUIREMENT"
 
 
 def installed_source(version: str) -> ToolSource:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.say import say
+from tuneplane.constants import TOOL_REQUIREMENT_ENV
 from tuneplane.errors import UsageError
 
 
@@ -31,7 +32,7 @@ def init(
         str | None,
         typer.Option(
             "--tool-requirement",
-            envvar="TUNEPLANE_TOOL_REQUIREMENT",
+            envvar=TOOL_REQUIREMENT_ENV,
             help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
             "default: how this tp was installed.",
         ),
