@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers_ingest import ServeProcess
+
 from tuneplane.ingest import mint_token, series
 from tuneplane.report.checkpoints import CHECKPOINTS_DIR, complete_checkpoints
 
@@ -23,39 +25,11 @@ SECRET = b"resume-test-secret-0123456789abcdef"
 RUN = "resume-run"
 
 
-class Receiver:
-    """`tp ingest serve` on a free loopback port, with its own database and secret file."""
+class Receiver(ServeProcess):
+    """`tp ingest serve` for the resumed run's metrics."""
 
     def __init__(self, tmp: Path) -> None:
-        self.db = tmp / "ingest.sqlite"
-        secret = tmp / "ingest.secret"
-        secret.write_bytes(SECRET)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tuneplane",
-                "ingest",
-                "serve",
-                "--port",
-                "0",
-                "--db",
-                str(self.db),
-                "--secret-file",
-                str(secret),
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        assert "listening on " in line, line + self.proc.stderr.read()
-        self.url = line.split("listening on ")[1].split()[0]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.communicate(timeout=30)
+        super().__init__(tmp, SECRET)
 
     def steps(self, key: str) -> list[int]:
         return [step for step, _ in series(self.db, RUN, key)]

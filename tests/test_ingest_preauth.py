@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers_ingest import ServeProcess
 
 from tuneplane.ingest import mint_token, summary
 from tuneplane.ingest.server import IngestServer, Limits
@@ -26,46 +26,17 @@ FLOOD_BODY = 8 * 1024 * 1024
 BAD_TOKEN = "0" * 64
 
 
-class Serve:
+class Serve(ServeProcess):
     """`tp ingest serve` in its own process; `peak()` is its peak resident memory (VmHWM)."""
 
     def __init__(self, tmp: Path) -> None:
-        self.db = tmp / "ingest.sqlite"
-        secret = tmp / "secret"
-        secret.write_bytes(SECRET)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tuneplane",
-                "ingest",
-                "serve",
-                "--port",
-                "0",
-                "--db",
-                str(self.db),
-                "--secret-file",
-                str(secret),
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        assert "listening on " in line, line + self.proc.stderr.read()
-        host, port = line.split("listening on ")[1].split()[0][len("http://") :].split(":")
-        self.host, self.port = host, int(port)
+        super().__init__(tmp, SECRET)
 
     def peak(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
         raise AssertionError("no VmHWM")
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=30)
-        return err
 
 
 @pytest.fixture()
