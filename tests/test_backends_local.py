@@ -299,3 +299,23 @@ def test_logs_tail_and_follow(exp: Path, storage: Path) -> None:
     assert followed[0].startswith("[tuneplane]") and followed[1:] == ["step 1", "step 2", "step 3"]
     assert tail == ["step 2", "step 3"]
     assert read_state(backend.run_dir(ref))["phase"] == "Succeeded"
+
+
+def test_a_run_folder_out_of_sight_is_never_made_again_by_its_supervisor(tmp_path: Path) -> None:
+    """A mount gone for a while: the heartbeat and the state are not written into a new, empty folder on
+    the disk beneath (it would hide the run's real folder once the mount is back, or block its return)."""
+    from tuneplane.backends.local.files import beat, update_state
+
+    run_dir = tmp_path / "storage" / "runs" / "user" / "r1"
+    run_dir.mkdir(parents=True)
+    beat(run_dir, 1)
+    assert (run_dir / "heartbeat").is_file()
+    (tmp_path / "storage").rename(tmp_path / "hidden")
+
+    beat(run_dir, 1)
+    with pytest.raises(FileNotFoundError):
+        update_state(run_dir, phase="Succeeded")
+
+    assert not (tmp_path / "storage").exists()
+    (tmp_path / "hidden").rename(tmp_path / "storage")  # the mount back: nothing in its way
+    assert (run_dir / "heartbeat").is_file()

@@ -280,9 +280,9 @@ def _place(raw: bytes, offset: int) -> tuple[int, int]:
 # ── writing ─────────────────────────────────────────────────────────────────────────────────────────
 
 
-def write_json(path: Path, data: object) -> None:
-    """2-space indent, sorted keys, UTF-8, trailing newline, atomically."""
-    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+def write_json(path: Path, data: object, parents: bool = True) -> None:
+    """2-space indent, sorted keys, UTF-8, trailing newline, atomically (`parents`: as `atomic_write`)."""
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", parents=parents)
 
 
 def write_new(path: Path, content: str | bytes) -> None:

@@ -20,10 +20,13 @@ def file_mode(path: Path) -> int:
         return 0o666 & ~mask
 
 
-def staged(path: Path, content: str | bytes, mode: int | None = None, sync: bool = True) -> str:
+def staged(path: Path, content: str | bytes, mode: int | None = None, sync: bool = True, parents: bool = True) -> str:
     """`content` in a new temporary file beside `path`, with the mode `mode`, else `path`'s own (a new
-    file's: 0666 less the umask), flushed to disk unless `sync` is off (a batch syncs once)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    file's: 0666 less the umask), flushed to disk unless `sync` is off (a batch syncs once). Without
+    `parents`, `path`'s folder must be there already (FileNotFoundError if not): a writer into a run's
+    folder that has gone out of sight (a mount gone) must not make it again on the disk beneath."""
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     # lazy: tempfile (and shutil, bz2, lzma with it) is 3 % of `tp validate`, which writes nothing
     import tempfile
 
@@ -41,11 +44,11 @@ def staged(path: Path, content: str | bytes, mode: int | None = None, sync: bool
     return tmp
 
 
-def atomic_write(path: Path, content: str | bytes, mode: int | None = None) -> None:
+def atomic_write(path: Path, content: str | bytes, mode: int | None = None, parents: bool = True) -> None:
     """A temporary file beside `path`, flushed to disk, then renamed over it: a reader sees the old file
     or the new one, never half; a failure leaves the old one and no temporary file. `mode` (0o600 for a
-    secret) is set before a byte is written; by default the file keeps its mode."""
-    tmp = staged(path, content, mode)
+    secret) is set before a byte is written; by default the file keeps its mode. `parents`: as `staged`."""
+    tmp = staged(path, content, mode, parents=parents)
     try:
         os.replace(tmp, path)
     except BaseException:

@@ -52,7 +52,7 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
 def update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
     state = read_state(run_dir) or {}
     state.update(changes)
-    write_json(run_dir / STATE, state)  # atomic: `observe` never reads half a state file
+    write_json(run_dir / STATE, state, parents=False)  # atomic: `observe` never reads half a state file
     return state
 
 
@@ -137,9 +137,11 @@ def heartbeat_interval(env: Any = None) -> float:
 def beat(run_dir: Path, attempt: int) -> None:
     """One heartbeat: who supervises the run, on which machine, and when it last said so. Only into the
     run directory as it is: one out of sight for a while (a mount gone) is not made again here."""
-    if not run_dir.is_dir():
-        return
-    write_json(run_dir / HEARTBEAT, {**this_machine(), "pid": os.getpid(), "attempt": attempt, "at": utc_now()})
+    try:
+        said = {**this_machine(), "pid": os.getpid(), "attempt": attempt, "at": utc_now()}
+        write_json(run_dir / HEARTBEAT, said, parents=False)
+    except FileNotFoundError:
+        pass  # out of sight now: the next beat finds it again, or the run is lost
 
 
 def read_heartbeat(run_dir: Path) -> dict[str, Any] | None:

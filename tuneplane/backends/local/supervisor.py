@@ -475,12 +475,23 @@ class _Supervisor:
             for a in (read_state(self.run_dir) or {}).get("attempts") or []
             if isinstance(a, dict) and a.get("number") != self.attempt
         ]
-        return update_state(
-            self.run_dir,
-            phase=phase,
-            reason=reason,
-            message=message,
-            exit_code=exit_code,
-            finished_at=finished_at,
-            attempts=[*earlier, attempt],
-        )
+        fields = dict(phase=phase, reason=reason, message=message, exit_code=exit_code, finished_at=finished_at)
+        return _in_sight(self.run_dir, lambda: update_state(self.run_dir, **fields, attempts=[*earlier, attempt]))
+
+
+END_WAIT = 300.0  # seconds the end of a run waits for its folder to be in sight again (a mount back)
+
+
+def _in_sight(run_dir: Path, write: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`write()` the run's end into its folder, waiting a while when the folder is out of sight: made
+    again on the disk beneath a mount, the end would be hidden once the mount is back, and recorded
+    nowhere else. After `END_WAIT` the end is lost, and the run is too, once its heartbeat is stale."""
+    deadline = time.monotonic() + END_WAIT
+    while True:
+        try:
+            return write()
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                print(f"[tuneplane] the run folder {run_dir} stayed out of sight; its end is not recorded", flush=True)
+                return {}
+            time.sleep(1.0)
