@@ -35,12 +35,3 @@ def test_importing_the_factory_loads_no_engine_and_no_pipeline() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
-
-
-def test_a_run_directory_backend_reads_the_run_where_it_lies(tmp_path: Path) -> None:
-    from tuneplane.backends.base import BackendRef
-    from tuneplane.backends.factory import run_dir_backend
-
-    backend = run_dir_backend(tmp_path / "run")
-    ref = BackendRef(backend="local", kind="Process", name="demo", namespace=str(tmp_path / "run"))
-    assert backend.run_dir(ref) == tmp_path / "run"

@@ -39,3 +39,25 @@ def test_located_names_the_run_of_a_prefix(demo_lab: Path, tp: Any) -> None:
     (run,) = _submit(tp, 1)
     root, key, status = located(run[:15])
     assert root == demo_lab.resolve() and key.run_id == run and status is None
+
+
+def test_a_status_naming_a_folder_the_local_backend_did_not_make_is_not_read(
+    demo_lab: Path, tp: Any, tmp_path: Path
+) -> None:
+    """A merged status whose backend names any folder (one with a state file saying Succeeded): the
+    listing keeps what the status records, and nothing is written into that folder."""
+    import json
+
+    (run,) = _submit(tp, 1)
+    elsewhere = tmp_path / "someone-else"
+    elsewhere.mkdir()
+    (elsewhere / "state.json").write_text(json.dumps({"phase": "Succeeded", "uid": "u1"}), encoding="utf-8")
+    status = demo_lab / "status" / "demo" / f"{run}.json"
+    status.parent.mkdir(parents=True)
+    backend = {"backend": "local", "kind": "Process", "name": run, "namespace": str(elsewhere), "uid": "u1"}
+    status.write_text(json.dumps({"phase": "Running", "backend": backend}), encoding="utf-8")
+
+    rows, _ = run_rows(None, None)
+
+    assert rows[0][2].startswith("Running"), rows
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["state.json"]

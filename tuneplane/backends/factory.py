@@ -44,14 +44,6 @@ def local_backend(lab: Lab) -> LocalBackend:
     return LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
 
 
-def run_dir_backend(run_dir: Path) -> LocalBackend:
-    """A local backend that reads one run by its own directory: a listing needs no lab loaded for it."""
-    # lazy: only local runs pay for it
-    from tuneplane.backends.local.backend import LocalBackend
-
-    return LocalBackend(run_dir)
-
-
 def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Backend:
     """The backend called `name` (`local`, `slurm`, or else Kubernetes) for this lab."""
     if name == "local":

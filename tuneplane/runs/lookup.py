@@ -6,14 +6,16 @@ asks the run's backend. Nothing here writes: the bot owns status files.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendRef, HasMetrics
-from tuneplane.backends.factory import ClusterAccess, make_backend, run_dir_backend
-from tuneplane.constants import SUCCEEDED, TERMINAL, utc_now
+from tuneplane.backends.factory import ClusterAccess, local_backend, make_backend
+from tuneplane.constants import SUCCEEDED, TERMINAL, UNKNOWN, utc_now
 from tuneplane.lab.load import open_lab
 from tuneplane.lab.runs import RunKey, find_run, read_status, request_keys, status_keys
 from tuneplane.models.run import RunStatus
@@ -26,16 +28,18 @@ LS_COLUMNS = ["RUN", "EXPERIMENT", "PHASE", "PROFILE", "STARTED", "DURATION", "M
 
 def run_rows(experiment: str | None, limit: int | None) -> tuple[list[list[str]], int]:
     """`tp job ls`: one row per run (newest first, `limit` of them), and how many more there are."""
-    root = open_lab().root
+    lab = open_lab()
+    root = lab.root
     keys = sorted(
         set(request_keys(root)) | set(status_keys(root)), key=lambda k: (k.run_id, k.experiment), reverse=True
     )
     keys = [k for k in keys if experiment is None or k.experiment == experiment]
     shown = keys if limit is None else keys[:limit]
-    return [_row(root, key) for key in shown], len(keys) - len(shown)
+    local = functools.cache(lambda: local_backend(lab))  # built once, and only for a live local run
+    return [_row(root, key, local) for key in shown], len(keys) - len(shown)
 
 
-def _row(root: Path, key: RunKey) -> list[str]:
+def _row(root: Path, key: RunKey, local: Callable[[], Backend]) -> list[str]:
     # the raw file, not the model: a listing of many runs stays cheap, and a broken file is one row
     try:
         data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
@@ -45,7 +49,7 @@ def _row(root: Path, key: RunKey) -> list[str]:
         data = "unreadable"  # a corrupt status file is not a run waiting to be submitted
     if not isinstance(data, dict):
         return [key.run_id, key.experiment, "(not submitted)" if data is None else "(unreadable)", "", "", "", ""]
-    data = _live(data)
+    data = _live(data, local)
     reason = f" ({data['reason']})" if data.get("reason") and data.get("phase") != SUCCEEDED else ""
     return [
         key.run_id,
@@ -58,8 +62,9 @@ def _row(root: Path, key: RunKey) -> list[str]:
     ]
 
 
-def _live(data: dict[str, Any]) -> dict[str, Any]:
-    """A local run still in progress, as its run directory says now (its status file is from the start)."""
+def _live(data: dict[str, Any], local: Callable[[], Backend]) -> dict[str, Any]:
+    """A local run still in progress, as its run directory says now (its status file is from the start).
+    The lab's local backend reads it: a directory it did not make keeps the status as recorded."""
     backend = data.get("backend") or {}
     if data.get("phase") in TERMINAL or not isinstance(backend, dict):
         return data
@@ -72,7 +77,9 @@ def _live(data: dict[str, Any]) -> dict[str, Any]:
         namespace=str(backend["namespace"]),
         uid=str(backend.get("uid", "")),
     )
-    obs = run_dir_backend(Path(str(backend["namespace"]))).observe(ref)
+    obs = local().observe(ref)
+    if obs.phase == UNKNOWN:
+        return data
     return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
 
 

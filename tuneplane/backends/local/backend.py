@@ -86,12 +86,14 @@ from tuneplane.constants import (
     CANCELLED,
     PENDING,
     TERMINAL,
+    UNKNOWN,
     utc_now,
 )
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 
+NOT_OURS = "NotOurs"  # Observation.reason of a directory this backend did not make
 LOG_POLL = 0.2  # seconds between looks at a followed log
 END_GRACE = 30.0  # seconds a supervisor may take, after recording the end, to let go of its run
 
@@ -281,7 +283,13 @@ class LocalBackend:
 
     # ---- observe ----
     def observe(self, ref: BackendRef) -> Observation:
-        return observe_run_dir(self.run_dir(ref), ref.uid)
+        """The run as its directory says; a directory that is here but that this backend did not make (a
+        status naming any folder) is not read: Unknown, with why."""
+        run_dir = self.run_dir(ref)
+        why = not_ours(run_dir, self.root) if run_dir.is_dir() or run_dir.is_symlink() else ""
+        if why:
+            return Observation(UNKNOWN, reason=NOT_OURS, message=f"{run_dir} {why}; its status is not read from it")
+        return observe_run_dir(run_dir, ref.uid)
 
     def heartbeat(self, ref: BackendRef) -> dict[str, Any] | None:
         """The supervisor's last heartbeat (`host`, `machine`, `pid`, `attempt`, `at`), None if none is
