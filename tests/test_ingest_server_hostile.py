@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -444,6 +445,22 @@ def test_healthy_client_is_served_during_eight_hostile_bodies(rx: Receiver) -> N
     for sock in hostile:
         sock.close()
     assert summary(rx.db, "run-healthy")["loss"]["count"] == 10
+
+
+def test_a_client_that_resets_mid_body_is_no_internal_error(tmp_path: Path) -> None:
+    """A sender cut off while its body is read (a job killed, a reset by the network): the receiver
+    lets the connection go without calling it its own error, and goes on serving."""
+    receiver = Receiver(tmp_path / "ingest.sqlite")
+    try:
+        for _ in range(3):
+            sock = connect(receiver)
+            sock.sendall(post("/metrics", metrics(200))[:-500])
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # with a zero linger: a reset, not a polite close
+        assert exchange(receiver, post("/metrics", metrics(3)))[0] == 200
+    finally:
+        err = receiver.stop()
+    assert "internal error" not in err and "Traceback" not in err, err
 
 
 def test_receiver_survived_everything_and_stayed_small(rx: Receiver) -> None:

@@ -128,6 +128,9 @@ class IngestHandler(BaseHTTPRequestHandler):
                 retry_after=FULL_RETRY_AFTER,
             )
             return
+        except ConnectionError:  # the sender went away mid-request: nobody to answer, and not our fault
+            self.close_connection = True
+            return
         except Exception as exc:  # an answer, never a dropped connection
             self.server.internal_errors += 1
             sys.stderr.write(
