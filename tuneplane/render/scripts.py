@@ -21,7 +21,8 @@ BOOTSTRAP = (
 # One pod of a run clones, the others wait for its result. The lock is a lease on the shared volume: a
 # directory (mkdir is atomic) with an owner file whose mtime the holder renews; it is released on every
 # exit the shell sees, and a holder killed outright (no trap runs) is taken over once its heartbeat is
-# older than the lease. umask 002 and the pod's fsGroup let a trainer of another uid write the out dir.
+# older than the lease. Its renewer holds no output open, so whoever reads the script's output sees its
+# end when the script ends. umask 002 and the pod's fsGroup let a trainer of another uid write the out dir.
 CHECKOUT_SCRIPT = r"""set -eu
 set -f
 umask 002
@@ -45,7 +46,7 @@ while ! mkdir "$lock" 2>/dev/null; do
   sleep 1
 done
 echo "$me" > "$lock/owner"
-( while sleep $(( lease / 4 + 1 )); do touch "$lock/owner" 2>/dev/null || exit 0; done ) &
+( while sleep $(( lease / 4 + 1 )); do touch "$lock/owner" 2>/dev/null || exit 0; done ) </dev/null >/dev/null 2>&1 &
 beat_pid=$!
 trap 'kill "$beat_pid" 2>/dev/null || true; rm -rf "$lock"' EXIT
 trap 'exit 129' HUP
