@@ -386,6 +386,20 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package once, for every process the tests start. Where PYTHONDONTWRITEBYTECODE is
+    set (many CI images set it) Python writes no bytecode, so each of the suite's thousands of `tp`,
+    bot and job processes would compile the whole package again (about 80 ms each). Bytecode is read
+    whatever that variable says, and a stale file is ignored; a read-only checkout just compiles nothing."""
+    if hasattr(config, "workerinput"):  # the controller does it, once, before any worker starts
+        return
+    import compileall
+
+    import tuneplane
+
+    compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
