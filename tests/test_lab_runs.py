@@ -247,9 +247,34 @@ def test_metrics_take_canonical_names_primary_first_and_keep_short_history() -> 
     assert list(named.metrics) == ["validation/accuracy", "train/loss", "train/lr", "hw/gpu_util"]
     assert named.metrics["validation/accuracy"] == 0.9 and named.metrics["train/lr"] == 1e-4
     assert named.metric_history["validation/accuracy"] == [0.5, 0.9]
-    assert named.metric_history["train/loss"] == [float(i) for i in range(30, 50)]  # the last 20
+    history = named.metric_history["train/loss"]  # 20 points over the whole run, first to last
+    assert len(history) == 20 and (history[0], history[-1]) == (0.0, 49.0) and history == sorted(history)
     default = with_metrics(status(), summary, series, [])  # custom: train/loss first, hardware last
     assert list(default.metrics)[0] == "train/loss" and list(default.metrics)[-1] == "hw/gpu_util"
+
+
+def test_an_800_step_run_that_converged_falls_from_left_to_right_in_its_sparkline() -> None:
+    """The issue's run (5.7 → 0.38 over 800 steps, noisy at the end): its last 20 values alone look like
+    noise; the status keeps the whole run in 20 points, and the sparkline falls."""
+    values = [5.7 * 0.9967**i + (0.02 if i % 2 else -0.02) for i in range(800)]
+    named = with_metrics(status(), {"loss": {"last": values[-1], "count": 800}}, {"loss": values}, [])
+    history = named.metric_history["train/loss"]
+    assert len(history) == 20 and history[0] == round(values[0], 3) and history[-1] == pytest.approx(values[-1], 1e-3)
+    assert all(a > b for a, b in zip(history, history[1:], strict=False)), history
+    drawn = sparkline(history)
+    assert drawn[0] == "█" and drawn[-1] == "▁", drawn
+
+
+def test_a_status_keeps_every_namespace_the_run_reported() -> None:
+    """Seven `train/` keys and one `env/` key in a custom run: the status keeps the first few and the
+    guide's own `env/tool_success_rate` too, not six `train/` keys alone; and a run that reports a
+    thousand keys keeps a bounded number of them."""
+    summary = {f"train/k{i}": {"last": 1.0, "count": 3} for i in range(7)}
+    summary["env/tool_success_rate"] = {"last": 0.5, "count": 3}
+    named = with_metrics(status(), summary, {}, [])
+    assert "env/tool_success_rate" in named.metrics and len(named.metrics) == 7, list(named.metrics)
+    wide = {f"ns{i}/k": {"last": 1.0, "count": 3} for i in range(1000)}
+    assert len(with_metrics(status(), wide, {}, []).metrics) == 24
 
 
 def test_a_status_file_keeps_its_metrics_in_reading_order(tmp_path: Path) -> None:

@@ -272,7 +272,7 @@ class IngestReader:
         self.unreachable = False
         found = self._call(status, lambda c, t: c.fetch_summary(self.endpoint, status.run_id, t, self.timeout)) or {}
         history = self.series(status, list(found))
-        return found, {k: [v for _, v in points[-20:]] for k, points in history.items()}
+        return found, {k: [v for _, v in points] for k, points in history.items()}
 
     def series(self, status: RunStatus, keys: list[str]) -> Series:
         return self._per_key(status, keys, "fetch_series")

@@ -37,12 +37,14 @@ from tuneplane.constants import (
     UNDER_WAY,
     epoch_of,
 )
+from tuneplane.metrics.overview import overview
 from tuneplane.metrics.vocab import Vocabulary, counts
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.run import Artifact, Attempt, BackendObject, RunStatus, Transition
 
-HISTORY_POINTS = 20  # values kept per metric for the dashboard's sparklines
-FALLBACK_METRICS = 6  # metrics a status keeps beyond the primary ones, up to this many in all
+HISTORY_POINTS = 20  # values kept per metric for the sparklines, spread over the whole run
+FALLBACK_METRICS = 6  # metrics a status keeps beyond the primary ones, up to this many in all …
+STATUS_METRICS = 24  # … and more, one per namespace the run reported (`env/`, `eval/`), up to this many
 MESSAGE_LIMIT = 4000
 LOG_TAIL = 20  # a failing rank's log lines an attempt keeps
 # Status reasons of what the bot decided, not the engine: such a status is never reopened.
@@ -354,21 +356,41 @@ def with_metrics(
     vocab: Vocabulary | None = None,
 ) -> RunStatus:
     """Last values of the metrics under their canonical names (primary first, hardware last), and
-    their recent history. Raw keys (`loss`, `eval_loss`) are named by the recipe's vocabulary."""
+    each one's whole history in a few points (`series`: every value, by step). Raw keys (`loss`,
+    `eval_loss`) are named by the recipe's vocabulary."""
     vocab = vocab or Vocabulary.of(primary=primary)
     chosen = vocab.pick(summary, counts(summary))
     leading = [k for k in chosen if vocab.is_primary(k)]
     rest = [k for k in chosen if k not in leading]  # in reading order: hardware last
-    keys = leading + rest[: max(0, FALLBACK_METRICS - len(leading))]
+    keys = leading + _kept(leading, rest)
     metrics = {k: float(summary[chosen[k]]["last"]) for k in keys if _is_number(summary[chosen[k]].get("last"))}
     history = {  # four significant digits draw the same sparkline and keep status files (and git) small
-        k: [_round(float(v)) for v in series.get(chosen[k], [])][-HISTORY_POINTS:]
+        k: [_round(float(v)) for v in overview(series.get(chosen[k], []), HISTORY_POINTS)]
         for k in metrics
         if series.get(chosen[k])
     }
     if metrics == status.metrics and history == status.metric_history:
         return status
     return status.model_copy(update={"metrics": metrics, "metric_history": history})
+
+
+def _kept(leading: list[str], rest: list[str]) -> list[str]:
+    """Which of `rest` (in reading order) a status keeps beside the primary metrics: the first few, and
+    the first of every namespace not shown yet (a guide's own `env/tool_success_rate` is not dropped for
+    a sixth `train/` key), in reading order, within STATUS_METRICS in all."""
+    seen = {_namespace(k) for k in leading}
+    kept = []
+    for key in rest:
+        if len(leading) + len(kept) >= STATUS_METRICS:
+            break
+        if len(leading) + len(kept) < FALLBACK_METRICS or _namespace(key) not in seen:
+            kept.append(key)
+            seen.add(_namespace(key))
+    return kept
+
+
+def _namespace(key: str) -> str:
+    return key.split("/", 1)[0] if "/" in key else ""
 
 
 def with_artifacts(status: RunStatus, items: list[dict[str, Any]]) -> RunStatus:

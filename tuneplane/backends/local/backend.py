@@ -298,7 +298,7 @@ class LocalBackend:
         return read_heartbeat(run_dir) if not not_ours(run_dir, self.root) else None
 
     def metrics(self, ref: BackendRef) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]:
-        """The run's ingest summary and each key's recent values (empty when nothing was reported)."""
+        """The run's ingest summary and each key's values by step (empty when nothing was reported)."""
         try:  # lazy: the receiver's store loads only when a run's metrics are read
             from tuneplane.ingest import series, summary
         except ImportError:  # an install without the receiver: no metrics, not an error
@@ -309,7 +309,7 @@ class LocalBackend:
         if not db.exists() or not run_id:
             return {}, {}
         found = summary(db, run_id)
-        return found, {k: [v for _, v in series(db, run_id, k)[-20:]] for k in found}
+        return found, {k: [v for _, v in series(db, run_id, k)] for k in found}
 
     def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]:
         try:
