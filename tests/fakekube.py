@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import email.utils
 import itertools
 import json
 import re
 import socket
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -202,6 +204,7 @@ class FakeKube:
         self.unserved: set[str] = set()
         self.held: dict[tuple[str, str, str], str] = {}  # deleted, held by finalizers → propagation policy
         self.evictor: Callable[[str, str], None] | None = None  # the cluster's, for POST pods/<name>/eviction
+        self.clock: Callable[[], float] = time.time  # the server's time, sent in every answer's Date header
         self._appliers: dict[tuple[str, str, str], set[str]] = {}
         self._pending_owners: dict[str, set[tuple[str, ...]]] = {}
         self._rv = itertools.count(1)
@@ -767,6 +770,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The Date header every answer carries, from the server's clock (the twin's, once it has one)."""
+        return email.utils.formatdate(self.server.kube.clock() if timestamp is None else timestamp, usegmt=True)
 
     def do_GET(self) -> None:
         self._dispatch("GET")

@@ -321,3 +321,66 @@ def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
     assert seen.attempts[0].failed_rank == 1 and seen.attempts[0].failed_node == rank1["spec"]["nodeName"]
     twin.advance(120)
     assert reasons(backend.observe(ref)) == ["Evicted", None]  # the JobSet's ledger keeps it
+
+
+# ── a pod stuck on a missing Secret or an image it cannot pull ends its attempt ─────────────────
+def live_pods(twin: Cluster) -> list[dict[str, Any]]:
+    return [p for p in twin.pods(NS) if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_a_pod_that_loses_its_secret_ends_the_attempt_config_error_and_gives_its_gpus_back(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    add_gpu_nodes(twin, "gpu-1", "gpu-2")
+    ref = submit(backend, lab)
+    (first,) = running(twin)
+    twin.kube.remove("Secret", NS, "lab-git")  # the git credentials are deleted while the run goes on
+    twin.drain(first["spec"]["nodeName"])  # its replacement cannot clone: no GIT_PASSWORD
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason) == ("Pending", "CreateContainerConfigError"), seen
+    assert reasons(seen) == ["Evicted", None]
+    twin.advance(9 * 60)  # within the grace period (10 minutes by default) the pod may still start
+    assert reasons(backend.observe(ref)) == ["Evicted", None]
+    twin.advance(2 * 60)
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason) == ("Failed", "ConfigError"), seen
+    assert reasons(seen) == ["Evicted", "ConfigError"]
+    assert 'secret "lab-git" not found' in seen.attempts[-1].message and seen.attempts[-1].finished_at
+    assert live_pods(twin) == [], "the stuck pod still holds its GPUs"
+    assert twin.kube.list("Workload", NS) == [], "the run still holds its Kueue quota"
+
+
+def test_an_image_that_cannot_be_pulled_ends_the_attempt_image_pull_after_the_grace_period(
+    twin: Cluster, fake_kube: FakeKube, lab: Any
+) -> None:
+    twin.private_registries = ("docker.io",)  # the lab's trl image, without its pull secret
+    twin.kube.remove("Secret", NS, "registry-creds")
+    backend = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST, stuck_after=300)
+    ref = submit(backend, lab)
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason) == ("Pending", "ErrImagePull"), seen
+    twin.advance(301)
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason) == ("Failed", "ImagePull"), seen
+    assert reasons(seen) == ["ImagePull"] and "pull access denied" in seen.attempts[-1].message
+    assert live_pods(twin) == []
+    assert backend.observe(ref).phase == "Failed"  # while its deletion goes on, or after
+
+
+def test_the_grace_period_is_a_lab_setting(tmp_path: Path) -> None:
+    from tuneplane.backends.factory import ClusterAccess, make_backend
+    from tuneplane.lab.load import load_lab
+
+    settings = CLUSTER_SETTINGS.replace("  ttl_seconds_after_finished: 86400\n", "  stuck_after: 1200\n")
+    root = tmp_path / "lab"
+    root.mkdir()
+    (root / "tuneplane.yaml").write_text(settings, encoding="utf-8")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n",
+        encoding="utf-8",
+    )
+    backend = make_backend("kubernetes", load_lab(root), ClusterAccess(kubeconfig=str(kubeconfig)))
+    assert getattr(backend, "stuck_after", None) == 1200

@@ -744,6 +744,18 @@ def test_tp_export_and_eval_dry_run(cli_lab: Path, tp: Any) -> None:
     assert main_container(doc["spec"]["template"])["resources"]["limits"] == {"nvidia.com/gpu": 1}
 
 
+@pytest.mark.parametrize("command, extra", [("export", ()), ("eval", ("--data", "d"))])
+def test_tp_export_and_eval_take_a_timeout_as_submit_does(
+    cli_lab: Path, tp: Any, command: str, extra: tuple[str, ...]
+) -> None:
+    result = tp(command, "t", "--checkpoint", "/c", *extra, "-p", "h200", "--timeout", "90m")
+    assert result.code == 0, result.output
+    doc = next(d for d in yaml.safe_load_all(result.out) if d)
+    assert doc["spec"]["activeDeadlineSeconds"] == 5400
+    refused = tp(command, "t", "--checkpoint", "/c", *extra, "-p", "h200", "--timeout", "soon")
+    assert refused.code == 2 and "--timeout 'soon' is not a duration" in refused.err
+
+
 @pytest.mark.parametrize("command", ["export", "eval"])
 def test_tp_export_and_eval_refuse_custom(cli_lab: Path, tp: Any, command: str) -> None:
     result = tp(command, "c", "--checkpoint", "/c", "-p", "h200")

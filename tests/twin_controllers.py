@@ -119,6 +119,7 @@ class Cluster:
         self.kube.mutators.append(self._kueue_webhook)
         self.kube.after_write.append(self.reconcile)
         self.kube.evictor = self._evict_now
+        self.kube.clock = self.now  # the API server's Date header tells the twin's time, as a real one tells its own
         return self
 
     # ---- test hooks ------------------------------------------------------------------------

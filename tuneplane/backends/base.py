@@ -27,6 +27,8 @@ class SubmitRequest:
     # per-run Secret key → (Secret in the job's namespace, its key): copied by the backend at submit,
     # so a long-lived credential (the lab's HF token) never passes through the bot or git
     secret_copies: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Secret of the namespace → the tuneplane.yaml setting that names it, so a refusal says what to change
+    secret_settings: dict[str, str] = field(default_factory=dict)
     # 1 for the first attempt; the bot's retry of a run whose newest attempt ended asks for the next one,
     # and the engine starts it under the same object (run dir, out dir: checkpoints stay where they were)
     attempt: int = 1

@@ -63,4 +63,5 @@ def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Ba
         kubeconfig=access.kubeconfig,
         context=access.context,
         in_cluster=access.in_cluster,
+        stuck_after=lab.config.cluster.stuck_after,
     )

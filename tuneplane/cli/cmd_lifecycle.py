@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.options import Timeout
 from tuneplane.cli.say import say
 from tuneplane.constants import RenderFormat
 
@@ -38,13 +39,14 @@ def export(
     checkpoint: Checkpoint,
     checkpoint_format: Annotated[str, typer.Option("--checkpoint-format", help="Format of the checkpoint.")] = "",
     profile: Profile = "",
+    timeout: Timeout = "",
     dry_run: DryRun = False,
     local: Local = False,
     output: Output = None,
     fmt: Fmt = RenderFormat.yaml,
 ) -> None:
     inputs = {"checkpoint": checkpoint, "checkpoint_format": checkpoint_format}
-    run_lifecycle("export", experiment, profile, inputs, dry_run, output, fmt, local)
+    run_lifecycle("export", experiment, profile, inputs, dry_run, output, fmt, local, timeout)
 
 
 def evaluate(
@@ -52,12 +54,14 @@ def evaluate(
     checkpoint: Checkpoint,
     data: Annotated[str, typer.Option("--data", help="Evaluation data set.")] = "",
     profile: Profile = "",
+    timeout: Timeout = "",
     dry_run: DryRun = False,
     local: Local = False,
     output: Output = None,
     fmt: Fmt = RenderFormat.yaml,
 ) -> None:
-    run_lifecycle("eval", experiment, profile, {"checkpoint": checkpoint, "data": data}, dry_run, output, fmt, local)
+    inputs = {"checkpoint": checkpoint, "data": data}
+    run_lifecycle("eval", experiment, profile, inputs, dry_run, output, fmt, local, timeout)
 
 
 def run_lifecycle(
@@ -69,14 +73,18 @@ def run_lifecycle(
     output: Path | None,
     fmt: RenderFormat,
     local: bool = False,
+    timeout: str = "",
 ) -> None:
     # lazy: rendering loads the pipeline
     import shlex
 
     from tuneplane.cli.outcome import require_success, show_outcome
     from tuneplane.runs.operations import OperationOptions, run_operation
+    from tuneplane.runs.requests import parse_duration
 
-    opts = OperationOptions(operation, experiment, profile, inputs, dry_run, local, output, fmt)
+    opts = OperationOptions(
+        operation, experiment, profile, inputs, dry_run, local, output, fmt, parse_duration(timeout)
+    )
     done = run_operation(opts, out=say.text, note=say.note, echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
     if done.argv is not None:
         say.line(shlex.join(done.argv))

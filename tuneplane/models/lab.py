@@ -216,6 +216,13 @@ class Cluster(Strict):
         description="Seconds KubeRay keeps a finished RayJob's Ray cluster (its GPU nodes) "
         "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.",
     )
+    stuck_after: int = Field(
+        600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="Seconds a pod may wait on an image it cannot pull or a Secret it cannot read before "
+        "its attempt ends (`ImagePull`, `ConfigError`) and the job is deleted to give its GPUs and quota back.",
+    )
     init_image: str = Field(
         "alpine/git:2.45.2",
         description="Image of the checkout init container (needs sh and "

@@ -30,6 +30,7 @@ class OperationOptions:
     local: bool = False
     output: Path | None = None
     fmt: RenderFormat = RenderFormat.yaml
+    timeout: int | None = None  # seconds, as `tp submit --timeout`: the job's time limit on every backend
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def run_operation(opts: OperationOptions, out: Echo, note: Echo, echo: Echo, not
     context = RenderContext.open(options, out=out, note=note)
     profile = opts.profile or next(iter(context.lab.config.profiles), "")
     inputs = {**opts.inputs, "checkpoint": checkpoint_path(context.lab.root, opts.inputs.get("checkpoint", ""))}
-    flags = RunFlags(opts.experiment, profile, operation=opts.operation, inputs=Inputs(**inputs))
+    flags = RunFlags(opts.experiment, profile, operation=opts.operation, inputs=Inputs(**inputs), timeout=opts.timeout)
     if opts.local and not opts.dry_run:
         return OperationOutcome(submitted=submit(SubmitOptions.of(flags, local=True), echo=echo, notify=notify))
     request = request_from_flags(

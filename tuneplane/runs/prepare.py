@@ -168,7 +168,19 @@ def backend_request(lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, s
         manifests=run.manifests,
         secret_data=secret_data,
         secret_copies=copies,
+        secret_settings=_secret_settings(lab),
     )
+
+
+def _secret_settings(lab: Lab) -> dict[str, str]:
+    """Which tuneplane.yaml setting names each Secret the pods read, for the backend's refusals."""
+    cluster = lab.config.cluster
+    named = {name: "cluster.image_pull_secrets" for name in cluster.image_pull_secrets}
+    if cluster.hf_token_secret:
+        named[cluster.hf_token_secret] = "cluster.hf_token_secret"
+    if cluster.repo.credentials_secret:
+        named[cluster.repo.credentials_secret] = "cluster.repo.credentials_secret"
+    return named
 
 
 def _ingest_secret(env: Any) -> bytes:

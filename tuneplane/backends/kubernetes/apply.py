@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
@@ -43,7 +45,7 @@ def submit(rest: Rest, request: SubmitRequest, ns: str, name: str) -> BackendRef
     copied = _copied_secrets(rest, request, ns)
     redact = tuple(request.secret_data.values()) + tuple(copied.values())
     job_manifest, kind, others = _split_manifests(request, ns)
-    _refuse_missing_keys(request, {**copied, **request.secret_data})
+    _refuse_missing_secrets(rest, request, ns, {**copied, **request.secret_data})
     job = _ensure_job(rest, kind, ns, job_manifest, redact)
     owner = _owner_reference(job)
     for manifest in others:
@@ -112,45 +114,123 @@ def _split_manifests(request: SubmitRequest, ns: str) -> tuple[dict[str, Any], K
     return job, JOB_KINDS[job["kind"]], others
 
 
-def _secret_refs(value: Any) -> list[dict[str, Any]]:
-    """Every `secretKeyRef` anywhere in a manifest (env of every container of every pod template)."""
+@dataclass(frozen=True)
+class _Need:
+    """A Secret (and one of its keys, or "" for the whole Secret) a pod cannot start without."""
+
+    secret: str
+    key: str
+    used_as: str  # "GIT_PASSWORD", "envFrom of container 'trainer'", "volume 'certs'"
+
+
+def _pod_specs(value: Any) -> Iterator[dict[str, Any]]:
+    """Every pod spec anywhere in a manifest (a Job's template, each replicated Job's, a Ray group's)."""
     if isinstance(value, dict):
-        found = [value["secretKeyRef"]] if isinstance(value.get("secretKeyRef"), dict) else []
-        return found + [r for v in value.values() for r in _secret_refs(v)]
-    if isinstance(value, list):
-        return [r for v in value for r in _secret_refs(v)]
-    return []
+        if isinstance(value.get("containers"), list):
+            yield value
+        for item in value.values():
+            yield from _pod_specs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _pod_specs(item)
 
 
-def _refuse_missing_keys(request: SubmitRequest, data: dict[str, str]) -> None:
-    """A pod that requires a key of the run's Secret which submission will not write never starts: it
-    waits in CreateContainerConfigError, holding its queue's quota. Refuse before creating anything."""
+def _needs(pod: dict[str, Any]) -> Iterator[_Need]:
+    """What the kubelet must read before it starts the pod: every non-optional secretKeyRef, envFrom
+    secretRef and secret volume (plain or projected). A missing one keeps the pod waiting forever."""
+    for container in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+        where = f"container {container.get('name')!r}"
+        for entry in container.get("env") or []:
+            ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+            if isinstance(ref, dict) and not ref.get("optional"):
+                yield _Need(str(ref.get("name")), str(ref.get("key")), str(entry.get("name")))
+        for source in container.get("envFrom") or []:
+            ref = source.get("secretRef")
+            if isinstance(ref, dict) and not ref.get("optional"):
+                yield _Need(str(ref.get("name")), "", f"envFrom of {where}")
+    for volume in pod.get("volumes") or []:
+        sources = [(volume.get("secret"), "secretName")]
+        sources += [(s.get("secret"), "name") for s in (volume.get("projected") or {}).get("sources") or []]
+        for ref, field_name in sources:
+            if isinstance(ref, dict) and not ref.get("optional"):
+                keys = [str(i.get("key")) for i in ref.get("items") or []] or [""]
+                for key in keys:
+                    yield _Need(str(ref.get(field_name)), key, f"volume {volume.get('name')!r}")
+
+
+def _refuse_missing_secrets(rest: Rest, request: SubmitRequest, ns: str, data: dict[str, str]) -> None:
+    """A pod that needs a Secret or a key that is not there never starts: it waits in
+    CreateContainerConfigError (ContainerCreating for a volume) forever, holding its GPUs and its queue's
+    quota. Every Secret the pods need is read now (the run's own one is what submission will write), and
+    the run refused before anything is created, with every gap and its fix at once."""
     own = f"{request.object_name}{SECRET_SUFFIX}"
-    for manifest in request.manifests:
-        for ref in _secret_refs(manifest):
-            if ref.get("name") != own or ref.get("optional") or ref.get("key") in data:
-                continue
-            key = str(ref.get("key"))
-            variables = _variables_for(manifest, key)
-            raise BackendError(
-                f"run {request.run_id} cannot be submitted: its pods require key {key!r} of Secret {own} "
-                f"(as {', '.join(variables) or 'an environment variable'}), and nothing provides it, so they "
-                f"would wait in CreateContainerConfigError forever; {ENV_HINTS.get(key, 'provide the value')}"
-            )
-
-
-def _variables_for(value: Any, key: str) -> list[str]:
-    if isinstance(value, dict):
-        ref = (
-            ((value.get("valueFrom") or {}).get("secretKeyRef") or {})
-            if isinstance(value.get("valueFrom"), dict)
-            else {}
+    needs = list(dict.fromkeys(n for m in request.manifests for pod in _pod_specs(m) for n in _needs(pod)))
+    keys: dict[str, set[str] | None] = {own: set(data)}
+    for name in dict.fromkeys(n.secret for n in needs):
+        if name not in keys:
+            found = cast(Secret | None, rest.get(SECRET, ns, name))
+            keys[name] = None if found is None else set(found.get("data") or {})
+    missing = [n for n in needs if keys[n.secret] is None or (n.key and n.key not in (keys[n.secret] or ()))]
+    if missing:
+        gaps = dict.fromkeys(n.secret for n in missing)
+        lines = [_missing_line(request, ns, s, keys[s], [n for n in missing if n.secret == s], own) for s in gaps]
+        raise BackendError(
+            f"run {request.run_id} cannot be submitted: its pods would wait in CreateContainerConfigError "
+            "forever, holding their GPUs and queue quota:\n" + "\n".join(f"  - {line}" for line in lines)
         )
-        here = [str(value.get("name"))] if ref.get("key") == key else []
-        return sorted(set(here + [v for item in value.values() for v in _variables_for(item, key)]))
-    if isinstance(value, list):
-        return sorted({v for item in value for v in _variables_for(item, key)})
-    return []
+    _warn_missing_pull_secrets(rest, request, ns)
+
+
+def _missing_line(
+    request: SubmitRequest, ns: str, secret: str, keys: set[str] | None, needs: list[_Need], own: str
+) -> str:
+    """One Secret's gaps: what is missing, who needs it, which setting names it, and the command that fixes it."""
+    wanted = sorted({n.key for n in needs if n.key})
+    uses = ", ".join(sorted({n.used_as for n in needs}))
+    if secret == own:
+        key = wanted[0]
+        return (
+            f"its pods require key {key!r} of Secret {own} (as {uses}), which submission would not "
+            f"write; {ENV_HINTS.get(key, 'provide the value')}"
+        )
+    listed = " or ".join(repr(k) for k in wanted)
+    if keys is None:
+        what = f"does not exist, so it has no key {listed}" if wanted else "does not exist"
+    else:
+        what = f"has no key {listed}"
+    setting = request.secret_settings.get(secret)
+    named = f"; tuneplane.yaml names it in {setting}" if setting else ""
+    literals = " ".join(f"--from-literal={k}=..." for k in wanted) or "--from-literal=KEY=..."
+    return (
+        f"Secret {ns}/{secret} {what}, which the pods need (as {uses}){named}. Create it: "
+        f"kubectl create secret generic {secret} -n {ns} {literals}" + (f" (or correct {setting})" if setting else "")
+    )
+
+
+def _warn_missing_pull_secrets(rest: Rest, request: SubmitRequest, ns: str) -> None:
+    """A missing image pull Secret is only a warning: the kubelet pulls without it, so a public image
+    still starts; a private one fails the pull and the attempt ends `ImagePull` after the grace period."""
+    names = dict.fromkeys(
+        str(ref.get("name"))
+        for m in request.manifests
+        for pod in _pod_specs(m)
+        for ref in pod.get("imagePullSecrets") or []
+        if isinstance(ref, dict)
+    )
+    for name in names:
+        if cast(Secret | None, rest.get(SECRET, ns, name)) is None:
+            setting = request.secret_settings.get(name, "the manifests")
+            log.warning(
+                "image pull Secret %s/%s (named by %s in tuneplane.yaml) does not exist: a private image of run "
+                "%s will not pull; create it: kubectl create secret docker-registry %s -n %s --docker-server=... "
+                "--docker-username=... --docker-password=...",
+                ns,
+                name,
+                setting,
+                request.run_id,
+                name,
+                ns,
+            )
 
 
 def _ensure_job(rest: Rest, kind: Kind, ns: str, manifest: dict[str, Any], redact: tuple[str, ...]) -> JobObject:

@@ -47,6 +47,7 @@ class KubernetesBackend:
         *,
         propagation_policy: str = "Foreground",
         log_tail: int = 20,
+        stuck_after: float = status.Stuck.after,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -56,6 +57,7 @@ class KubernetesBackend:
         self.retry = retry
         self.propagation_policy = propagation_policy
         self.log_tail = log_tail
+        self.stuck_after = stuck_after  # seconds a pod may wait on an image or a Secret before its attempt ends
         self._client = api_client if api_client is not None else build_api_client(kubeconfig, context, in_cluster)
         self._rest = Rest(self._client, retry, sleep, rng or random.Random())
         self._cancelled: set[tuple[str, str, str]] = set()
@@ -70,7 +72,8 @@ class KubernetesBackend:
     def observe(self, ref: BackendRef) -> Observation:
         kind, ns = self._job_kind(ref), ref.namespace or self.namespace
         cancelled = (kind.kind, ns, ref.name) in self._cancelled
-        return status.observe(self._rest, ref, kind, ns, cancelled, self.log_tail)
+        stuck = status.Stuck(self.stuck_after, self.propagation_policy)
+        return status.observe(self._rest, ref, kind, ns, cancelled, self.log_tail, stuck)
 
     def logs(self, ref: BackendRef, tail: int | None = None, follow: bool = False) -> Iterator[str]:
         """Lines from the leader pod's main container; `follow` streams until the container ends."""

@@ -8,9 +8,11 @@ what the server said and what to check. Secret values never reach a message or a
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -184,6 +186,7 @@ class Rest:
         self._sleep = sleep
         self._rng = rng
         self.served: dict[str, Kind] = {}  # the version of a kind this server answered for, by kind
+        self._server_time: float | None = None  # the Date header of the server's last answer
         self._apis: dict[str, Any] = {
             "core": client.CoreV1Api(api_client),
             "batch": client.BatchV1Api(api_client),
@@ -301,7 +304,7 @@ class Rest:
         conflict: bool = False,
         redact: Iterable[str] = (),
     ) -> dict[str, Any] | None:
-        data = self.call(op, lambda: read_body(fn()), missing_ok=missing_ok, conflict=conflict, redact=redact)
+        data = self.call(op, lambda: self._body(fn()), missing_ok=missing_ok, conflict=conflict, redact=redact)
         if data is None:
             return None
         try:
@@ -310,6 +313,17 @@ class Rest:
             raise BackendError(
                 f"could not {op.action} {op.what}: the API server answered with no JSON ({exc})"
             ) from exc
+
+    def _body(self, response: Any) -> bytes:
+        when = _date_header(response)
+        if when is not None:
+            self._server_time = when
+        return read_body(response)
+
+    def now(self) -> float:
+        """The API server's time at its last answer (its Date header), else this machine's. How long a
+        pod has waited is measured on the clock that stamped it, whatever this machine's clock says."""
+        return self._server_time if self._server_time is not None else time.time()
 
     def call(
         self, op: _Op, fn: Callable[[], T], missing_ok: bool = False, conflict: bool = False, redact: Iterable[str] = ()
@@ -449,6 +463,15 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
 
 def clip(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 20] + "\n… (truncated)"
+
+
+def _date_header(response: Any) -> float | None:
+    headers: Any = getattr(response, "headers", None)
+    value = headers.get("Date") if hasattr(headers, "get") else None
+    try:
+        return email.utils.parsedate_to_datetime(str(value)).timestamp() if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 def read_body(response: Any) -> bytes:

@@ -21,12 +21,18 @@ from tuneplane.backends.kubernetes.types import (
     JobObject,
     Pod,
 )
+from tuneplane.constants import AttemptReason, epoch_of
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CONFIG_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 POD_ENDED = frozenset({POD_SUCCEEDED, POD_FAILED})  # Kubernetes' pod phases (a pod is never Cancelled)
+# waiting reasons that never clear by themselves → the reason of the attempt they end after the grace period
+STUCK: dict[str, AttemptReason] = {
+    **{reason: "ImagePull" for reason in IMAGE_REASONS},
+    **{reason: "ConfigError" for reason in CONFIG_REASONS},
+}
 
 
 def find_pods(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod]:
@@ -145,6 +151,23 @@ def _container_problem(pod: str, status: ContainerStatus, is_init: bool) -> tupl
             f"{which} cannot start ({reason}){': ' + detail if detail else ''}. A Secret or ConfigMap it "
             "references may be missing."
         )
+    return None
+
+
+def stuck_pod(pods: list[Pod], now: float, grace: float) -> tuple[AttemptReason, str] | None:
+    """A pod whose container has waited on an image it cannot pull or on its configuration (a missing
+    Secret or key) for `grace` seconds or more since the kubelet took it: the attempt's reason and the
+    kubelet's words. Such a pod never starts by itself, and it holds its GPUs and quota while it waits."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        since = epoch_of(status.get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp"))
+        if since is None or now - since < grace:
+            continue
+        for container, is_init in _statuses(pod):
+            reason = ((container.get("state") or {}).get("waiting") or {}).get("reason", "")
+            found = _container_problem(_name(pod), container, is_init) if reason in STUCK else None
+            if found is not None:
+                return STUCK[reason], found[1]
     return None
 
 

@@ -9,9 +9,11 @@ and its last log lines, with the run's token values redacted).
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import cast
 
 from tuneplane.backends.base import AttemptReport, BackendError, BackendRef, Observation
@@ -20,12 +22,14 @@ from tuneplane.backends.kubernetes.apply import SECRET_SUFFIX
 from tuneplane.backends.kubernetes.attempts import job_attempts, ray_attempts, ray_exit_code
 from tuneplane.backends.kubernetes.client import JOB, JOBSET, RAYJOB, SECRET, Kind, Rest, clip, redact_text
 from tuneplane.backends.kubernetes.pods import (
+    STUCK,
     default_container,
     earliest_start,
     failed_container,
     find_pods,
     pod_phase,
     pod_problem,
+    stuck_pod,
     termination_line,
 )
 from tuneplane.backends.kubernetes.types import (
@@ -37,10 +41,28 @@ from tuneplane.backends.kubernetes.types import (
     Pod,
     Secret,
 )
-from tuneplane.constants import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, observed_phase
+from tuneplane.constants import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    STAMP_FORMAT,
+    SUCCEEDED,
+    AttemptReason,
+    observed_phase,
+)
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 CANCEL_ANNOTATION = "tuneplane.dev/cancelled"
+STOPPED_ANNOTATION = "tuneplane.dev/stopped"  # why tuneplane deleted a job whose pod could not start
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """How long a pod may wait on an image or a Secret before its attempt ends, and how its job is deleted."""
+
+    after: float = 600.0  # seconds since the kubelet took the pod (`cluster.stuck_after`)
+    propagation: str = "Foreground"
 
 
 @dataclass
@@ -157,7 +179,9 @@ def _observation(state: _State, exit_code: int | None = None, attempts: tuple[At
     )
 
 
-def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int) -> Observation:
+def observe(
+    rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int, stuck: Stuck = Stuck()
+) -> Observation:
     """Read the job object, then its pods or Kueue Workload as its state calls for."""
     obj = cast(JobObject | None, rest.get(kind, ns, ref.name))
     meta = (obj or {}).get("metadata") or {}
@@ -177,7 +201,7 @@ def observe(rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, l
         return _observation(state, attempts=tried)
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
-    return _progress(state, pods or [], tried)
+    return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck) or _progress(state, pods or [], tried)
 
 
 def _attempts(
@@ -214,13 +238,71 @@ def _vanished(ref: BackendRef, kind: Kind, ns: str, replaced: bool, cancelled: b
 
 
 def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: bool) -> Observation:
-    ours = ((obj.get("metadata") or {}).get("annotations") or {}).get(CANCEL_ANNOTATION) == "true"
-    if ours or cancelled:
+    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    if notes.get(CANCEL_ANNOTATION) == "true" or cancelled:
         return Observation(phase=CANCELLED, reason="Cancelled", message="cancelled by tuneplane; pods are stopping")
+    stopped = _stopped_note(notes.get(STOPPED_ANNOTATION, ""))
+    if stopped is not None:
+        return stopped
     return Observation(
         phase=FAILED,
         reason="Deleting",
         message=f"job object disappeared: {kind.kind} {ns}/{ref.name} is being deleted outside tuneplane",
+    )
+
+
+def _stop_if_stuck(
+    rest: Rest, kind: Kind, ns: str, obj: JobObject, pods: list[Pod], tried: tuple[AttemptReport, ...], stuck: Stuck
+) -> Observation | None:
+    """A pod that waited past the grace period on an image or its configuration ends its attempt. Nothing
+    in the cluster ends it (the kubelet retries forever), so tuneplane deletes the job object, as a cancel
+    does, and its pods with it: their GPUs and queue quota go back. The reason is noted on the object
+    first, so an observation while its deletion runs tells the same story."""
+    now = rest.now()
+    found = stuck_pod(_live(pods), now, stuck.after)
+    if found is None:
+        return None
+    reason, words = found
+    at = datetime.fromtimestamp(now, UTC).strftime(STAMP_FORMAT)
+    message = clip(
+        f"{words}\nIt waited longer than cluster.stuck_after ({stuck.after:g} s): the {kind.kind} was "
+        "deleted to give its GPUs back; fix the cause, then submit the run again."
+    )
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    note = json.dumps({"reason": reason, "message": message, "at": at})
+    try:
+        if rest.merge(kind, ns, name, {"metadata": {"annotations": {STOPPED_ANNOTATION: note}}}) is None:
+            return None
+        rest.delete(kind, ns, name, stuck.propagation)
+    except BackendError as exc:  # reported as waiting: the next observation tries again
+        log.warning("could not delete %s %s/%s, whose pod cannot start: %s", kind.kind, ns, name, exc)
+        return None
+    return Observation(
+        phase=FAILED, reason=reason, message=message, finished_at=at, attempts=_ended(tried, reason, words, at)
+    )
+
+
+def _ended(tried: tuple[AttemptReport, ...], reason: AttemptReason, words: str, at: str) -> tuple[AttemptReport, ...]:
+    """The attempts with the one under way ended (a new one when none is: its pods never started)."""
+    if tried and tried[-1].reason is None:
+        return (*tried[:-1], replace(tried[-1], reason=reason, message=words, finished_at=at))
+    number = tried[-1].number + 1 if tried else 1
+    return (*tried, AttemptReport(number=number, reason=reason, message=words, finished_at=at))
+
+
+def _stopped_note(text: str) -> Observation | None:
+    """The observation a stuck job's note stands for, while its deletion runs; None for no (or a damaged) note."""
+    try:
+        note = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(note, dict) or note.get("reason") not in set(STUCK.values()):
+        return None
+    return Observation(
+        phase=FAILED,
+        reason=str(note["reason"]),
+        message=clip(str(note.get("message") or "")),
+        finished_at=str(note.get("at") or "") or None,
     )
 
 
