@@ -3,7 +3,8 @@ Slurm knows the job and again once it has forgotten it (the cluster's MinJobAge 
 
 The bot submits each run (`tp bot reconcile`); the tests then observe through the backend, as the
 bot's sync does, and check the phase, the reason, the exit code or signal, the failing node and rank,
-the trainer's error line and the log tail of every attempt.
+the trainer's error line and the log tail of every attempt, and the GPUs each attempt held (what Slurm
+granted, from the fake GRES gpus of the nodes) with its GPU-seconds.
 """
 
 from __future__ import annotations
@@ -115,6 +116,22 @@ def _forget(cluster: SlurmCluster, refs: dict[str, BackendRef]) -> None:
     _until(lambda: [cluster.forgotten(ref.uid) for ref in refs.values()], all, 150, "Slurm still knows the jobs")
 
 
+def _assert_gpu_seconds(status: dict[str, Any], gpus: int, attempts: int) -> None:
+    """Every attempt held `gpus` GPUs and spent that many times its own wall time; the run's GPU-seconds
+    (its GPU-hours on the pages) are their sum."""
+    from tuneplane.constants import epoch_of
+    from tuneplane.views.dashboard import gpu_seconds
+
+    spent = status["attempts"]
+    assert len(spent) == attempts, spent
+    for attempt in spent:
+        start, end = epoch_of(attempt["started_at"]), epoch_of(attempt["finished_at"])
+        assert start is not None and end is not None and end > start, attempt
+        assert attempt["gpus"] == gpus, attempt
+        assert attempt["gpu_seconds"] == round(gpus * (end - start), 1) > 0, attempt
+    assert gpu_seconds(status) == sum(a["gpu_seconds"] for a in spent)
+
+
 def _verdict(seen: Observation) -> tuple[Any, ...]:
     last = seen.attempts[-1]
     return (
@@ -201,12 +218,18 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
 def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides_nothing(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
+    from tuneplane.bot.entry import sync
+
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"resumes": {"train.sh": RESUMING}})
     path = root / "tuneplane.yaml"
-    path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    requeue: true\n"))
-    git(root, "commit", "-qam", "let Slurm requeue")
+    path.write_text(
+        path.read_text()
+        .replace("    partition: debug\n", "    partition: debug\n    requeue: true\n")
+        .replace("profiles:\n", "profiles:\n  pair:\n    gpus_per_node: 2\n    max_nodes: 1\n", 1)
+    )
+    git(root, "commit", "-qam", "let Slurm requeue; a profile of two GPUs on one node")
     run_id = "20250103-110000-000001"
-    request_run(root, "resumes", run_id, "cpu")
+    request_run(root, "resumes", run_id, "pair:2")  # each attempt holds both GPUs of its node
     refs = _submit(root, [("resumes", run_id)])
     ref = refs[run_id]
     out = Path(ref.namespace) / "out"
@@ -236,14 +259,21 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
     assert (second.number, second.reason) == (2, None), second
     lines = _until(lambda: (out / "attempts.txt").read_text().splitlines(), lambda v: len(v) == 2, 30, "no attempt 2")
     assert lines == ["1 none", f"2 {out / 'checkpoints' / 'checkpoint-1'}"]
+    sync(root, echo=quiet)  # the bot records attempt 1's end while attempt 2 runs
+    assert [a["gpus"] for a in status_of(root, "resumes", run_id)["attempts"]] == [2, 2]
 
     slurm_cluster.command("scancel", ref.uid)
     ended = _until(lambda: backend.observe(ref), lambda o: o.phase in TERMINAL, 60, "the cancel never ended it")
     assert (ended.phase, ended.reason) == ("Cancelled", "Cancelled"), ended
     assert [a.reason for a in ended.attempts] == ["Preempted", "Cancelled"], ended.attempts
+    assert [a.gpus for a in ended.attempts] == [2, 2], ended.attempts
+    sync(root, echo=quiet)
+    _assert_gpu_seconds(status_of(root, "resumes", run_id), gpus=2, attempts=2)
     _forget(slurm_cluster, refs)
     assert _verdict(backend.observe(ref)) == _verdict(ended)
     assert [a.reason for a in backend.observe(ref).attempts] == ["Preempted", "Cancelled"]
+    sync(root, echo=quiet)  # the bot looks again after the end (a requeue may come): nothing changes
+    _assert_gpu_seconds(status_of(root, "resumes", run_id), gpus=2, attempts=2)
 
 
 def test_a_killed_slurmd_fails_the_run_with_node_failure(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:

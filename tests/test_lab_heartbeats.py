@@ -13,13 +13,14 @@ started, which it never observes (`bot.trust.foreign`).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from helpers_git import backend_factory, clone, git, make_remote, quiet, seed_lab
+from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
 
 from tuneplane.backends.local.files import log_name, read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -29,6 +30,7 @@ RUN = "20250102-100000-00000a"
 REF = f"refs/tuneplane/heartbeats/demo/{RUN}"
 KEY = RunKey("demo", RUN)
 PUSH = BotOptions(push=True)  # as the bot runs in CI: fetch (with its record), commit, push
+ZERO = "0" * 40
 
 
 def _started(bot: Path) -> tuple[Path, dict[str, object]]:
@@ -77,6 +79,128 @@ def _age_heartbeat(remote: Path, seconds: int) -> None:
     git(remote, "update-ref", REF, old)
 
 
+def _log_pushes(remote: Path) -> Path:
+    """Have the remote note every push it receives: one block of `old new ref` lines per push."""
+    log = remote / "pushes.log"
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\n{{ cat; echo --; }} >> '{log}'\n", encoding="utf-8")
+    hook.chmod(0o755)
+    return log
+
+
+def _pushes(log: Path) -> list[list[tuple[str, str, str]]]:
+    blocks = log.read_text(encoding="utf-8").split("--\n")
+    return [[tuple(line.split()) for line in b.splitlines() if line.strip()] for b in blocks if b.strip()]  # type: ignore[misc]
+
+
+def _phase_at(remote: Path, commit: str) -> str:
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:status/demo/{RUN}.json"], cwd=remote, capture_output=True, text=True
+    ).stdout
+    return json.loads(shown).get("phase", "") if shown else ""
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _ended(run_dir: Path, state: dict[str, object]) -> None:
+    """Wait until the run's supervisor has recorded the end and left."""
+    deadline = time.monotonic() + 60
+    while _alive(int(str(state["supervisor_pid"]))):
+        assert time.monotonic() < deadline, "the run's supervisor did not leave"
+        time.sleep(0.05)
+    assert (read_state(run_dir) or {}).get("phase") == "Succeeded", read_state(run_dir)
+
+
+def test_the_push_that_records_a_runs_end_deletes_its_heartbeat_for_good(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TUNEPLANE_HEARTBEAT_PUBLISH", "0.2")  # often: a beat after the end would show
+    stop = tmp_path / "stop"
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"}, runs=[("demo", RUN)])
+    log = _log_pushes(remote)
+    bot = clone(remote, tmp_path / "bot")
+    reconcile(bot, PUSH, echo=quiet)
+    run_dir, state = _started(bot)
+    _published(remote)
+
+    stop.touch()
+    deadline = time.monotonic() + 60
+    while read_status(bot, KEY).phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, "the bot never recorded the run's end"
+        time.sleep(0.2)
+        sync(bot, PUSH, echo=quiet)
+    assert read_status(bot, KEY).phase == "Succeeded"
+    _ended(run_dir, state)
+
+    assert not git(remote, "for-each-ref", REF)  # gone, and the supervisor that ended published no more
+    pushes = _pushes(log)
+    ending = next(
+        i
+        for i, block in enumerate(pushes)
+        if any(ref == f"refs/heads/{BRANCH}" and _phase_at(remote, new) == "Succeeded" for _, new, ref in block)
+    )
+    assert any(ref == REF and new == ZERO for _, new, ref in pushes[ending]), pushes[ending]  # in the same push
+    assert not [b for b in pushes[ending + 1 :] if any(ref == REF and new != ZERO for _, new, ref in b)]
+
+
+def test_racing_bots_both_record_the_end_and_the_heartbeat_is_deleted_once(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two bots of one machine see the run end; one pushes the end (and the deletion) while the other is
+    about to push the same: the second rebases onto the first and pushes without an error."""
+    from tuneplane.lab.gitrepo import GitRepo
+
+    stop = tmp_path / "stop"
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"}, runs=[("demo", RUN)])
+    first = clone(remote, tmp_path / "first")
+    reconcile(first, PUSH, echo=quiet)
+    run_dir, state = _started(first)
+    _published(remote)
+    second = clone(remote, tmp_path / "second")
+    stop.touch()
+    _ended(run_dir, state)
+    assert git(remote, "for-each-ref", REF)  # nobody has recorded the end yet
+
+    real_push = GitRepo.push
+    raced: list[object] = []
+
+    def push(repo: GitRepo, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if repo.root == second.resolve() and not raced:  # the first bot gets there just before
+            raced.append(sync(first, PUSH, echo=quiet))
+        return real_push(repo, *args, **kwargs)
+
+    monkeypatch.setattr(GitRepo, "push", push)
+    report = sync(second, PUSH, echo=quiet)
+
+    assert raced and raced[0].pushed and report.pushed and not report.errors, (raced, report)  # type: ignore[attr-defined]
+    assert read_status(second, KEY).phase == "Succeeded"
+    assert _phase_at(remote, git(remote, "rev-parse", BRANCH)) == "Succeeded"
+    assert not git(remote, "for-each-ref", "refs/tuneplane/heartbeats")
+
+
+def test_a_heartbeat_of_a_run_no_longer_in_the_lab_is_deleted_and_a_watched_ones_kept(tmp_path: Path) -> None:
+    remote = make_remote(tmp_path)
+    seed_lab(remote, tmp_path / "seed", {"demo": "sleep 300\n"}, runs=[("demo", RUN)])
+    bot = clone(remote, tmp_path / "bot")
+    reconcile(bot, PUSH, echo=quiet)
+    run_dir, state = _started(bot)
+    _published(remote)
+    gone = "refs/tuneplane/heartbeats/demo/20250101-090000-00000f"  # its request was never merged
+    git(remote, "update-ref", gone, git(remote, "rev-parse", REF))
+    try:
+        sync(bot, PUSH, echo=quiet)
+
+        assert read_status(bot, KEY).phase == "Running"
+        assert git(remote, "for-each-ref", REF)  # a run the bot watches keeps its heartbeat
+        assert not git(remote, "for-each-ref", gone)
+    finally:
+        _machine_gone(run_dir, state)
+
+
 def test_a_run_whose_machine_went_away_is_lost_once_its_published_heartbeat_is_stale(tmp_path: Path) -> None:
     remote = make_remote(tmp_path)
     seed_lab(remote, tmp_path / "seed", {"demo": "sleep 300\n"}, runs=[("demo", RUN)])
@@ -97,13 +221,14 @@ def test_a_run_whose_machine_went_away_is_lost_once_its_published_heartbeat_is_s
     assert read_status(machine_b, KEY).phase == "Running", lines  # its heartbeat is fresh
 
     _age_heartbeat(remote, 3600)
+    last = git(remote, "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", REF)
     sync(machine_b, PUSH, backends=elsewhere, echo=lines.append)
 
     after = read_status(machine_b, KEY)
     assert after.phase == "Failed" and after.reason == "Lost", (after, lines)
     assert after.attempts and after.attempts[-1].reason == "Lost"
-    last = git(remote, "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", REF)
     assert last in after.message
+    assert not git(remote, "for-each-ref", REF)  # the push that recorded the loss deleted the heartbeat
     # the heartbeat added no branch and no commit to the lab's history, and no status file
     assert git(remote, "for-each-ref", "--format=%(refname)", "refs/heads") == branches
     assert not list((machine_b / "status").rglob("*heartbeat*"))

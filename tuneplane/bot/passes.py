@@ -202,14 +202,17 @@ def finish(
 def _publish_and_notify(
     repo: GitRepo, target: Target | None, report: BotReport, echo: Echo, notifier: Notifier | None
 ) -> None:
-    """Push (when asked: the branch, or the bot's record alone when only it changed), then send the
+    """Push (when asked: the branch, or only the bot's record or a stale heartbeat's deletion), then send the
     notifications this run owns: the push race decides which those are. A webhook's failure is
     reported, never raised: by then the statuses are committed and pushed."""
     from tuneplane.record.authority import Authority  # lazy: not on an idle pass
-    from tuneplane.record.publish import publish, record_published  # lazy: as above
+    from tuneplane.record.publish import ended_heartbeats, publish, record_published  # lazy: as above
 
     if target is not None and (
-        report.commit or not _published(repo, target) or not record_published(repo, Authority(repo), target.remote)
+        report.commit
+        or not _published(repo, target)
+        or not record_published(repo, Authority(repo), target.remote)
+        or ended_heartbeats(repo, Authority(repo), target.remote)  # a beat that came after the end was pushed
     ):
         report.push_attempts = publish(repo, target, checkpoint=checkpoint)
         report.pushed = True

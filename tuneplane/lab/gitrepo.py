@@ -54,6 +54,7 @@ _RACE_MARKS = (
     "failed to update ref",
     "failed to lock",
     "unable to create",
+    "remote ref does not exist",  # a ref deleted by another writer first: the next fetch no longer lists it
 )
 
 
@@ -251,11 +252,13 @@ class GitRepo:
     def fetch(self, remote: str, branch: str) -> str:
         """Fetch one branch; returns the fetched commit ("" when the remote has no such branch yet)."""
         try:
-            # the bot's refs (`refs/tuneplane/*`, its authority) come along: a glob matching none is no error
+            # the bot's refs (`refs/tuneplane/*`, its authority) come along: a glob matching none is no
+            # error; --prune: a ref deleted there (a heartbeat no run needs) leaves no copy here
             self._run(
                 [
                     "fetch",
                     "-q",
+                    "--prune",
                     *BOT_FETCH,
                     "--end-of-options",
                     remote,

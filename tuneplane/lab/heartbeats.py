@@ -7,7 +7,9 @@ The supervisor therefore publishes its heartbeat to the lab's remote as a ref on
 heartbeat, force-pushed over the last one. It adds no commit to any branch and no file under status/,
 so `main` stays the record and the heartbeat costs one tiny object per beat.
 
-The bot reads them once per pass, and only when some run needs it (`PublishedHeartbeats`).
+The bot reads them once per pass, and only when some run needs it (`PublishedHeartbeats`). Once no run
+needs one (the bot pushed the run's end, or the run left the lab), the bot's push deletes it, with its
+commit (`tuneplane.record.publish`): a lab keeps one ref per run under way, not one per run ever made.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from pathlib import Path
 
 from tuneplane.constants import STAMP_FORMAT
 from tuneplane.errors import UsageError
-from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitFailed, GitRepo
+from tuneplane.lab.gitrepo import BOT_REFS, FALLBACK_EMAIL, FALLBACK_NAME, GitFailed, GitRepo, run_git, upstream_prefix
 
-HEARTBEAT_REFS = "refs/tuneplane/heartbeats"
+HEARTBEAT_REFS = BOT_REFS + "heartbeats"
 PUBLISH_ENV = "TUNEPLANE_HEARTBEAT_PUBLISH"  # seconds between published heartbeats; 0 publishes none
 DEFAULT_PUBLISH = 60.0
 REMOTE_TIMEOUT = 30.0  # seconds a push or fetch of heartbeats may take before it is killed
@@ -28,6 +30,28 @@ REMOTE_TIMEOUT = 30.0  # seconds a push or fetch of heartbeats may take before i
 
 def heartbeat_ref(experiment: str, run_id: str) -> str:
     return f"{HEARTBEAT_REFS}/{experiment}/{run_id}"
+
+
+def fetched(repo: GitRepo, remote: str) -> dict[str, tuple[str, str] | None]:
+    """The heartbeat refs `remote` held when the bot's refs were last fetched from it (`GitRepo.fetch`
+    copies them under `upstream_prefix`), by their name on `remote` → (experiment, run id); None for a
+    ref that names no run."""
+    copies = upstream_prefix(remote) + HEARTBEAT_REFS.removeprefix(BOT_REFS) + "/"
+    found: dict[str, tuple[str, str] | None] = {}
+    for name in repo.git("for-each-ref", "--format=%(refname)", copies).splitlines():
+        experiment, _, run_id = name.removeprefix(copies).partition("/")
+        found[f"{HEARTBEAT_REFS}/{name.removeprefix(copies)}"] = (
+            (experiment, run_id) if experiment and run_id and "/" not in run_id else None
+        )
+    return found
+
+
+def forget_fetched(repo: GitRepo, remote: str, refs: list[str]) -> None:
+    """Drop the copies of `refs` deleted on `remote`, as the next fetch would."""
+    copies = upstream_prefix(remote) + HEARTBEAT_REFS.removeprefix(BOT_REFS)
+    lines = "".join(f"delete {copies}{ref.removeprefix(HEARTBEAT_REFS)}\n" for ref in refs)
+    if lines:
+        run_git(repo.root, ["update-ref", "--stdin"], lines.encode())
 
 
 def publish_interval(env: dict[str, str] | None = None) -> float:

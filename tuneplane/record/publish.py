@@ -4,6 +4,9 @@ The bot owns `status/` and nothing else. Every run has its own status file, so t
 only ever conflict on the same run's file (resolved by keeping the more advanced status), on the
 ledger (merged) or on a dashboard page (rendered again from the files). Pushing is fetch, rebase,
 retry: bounded and jittered, so a handful of bots converge instead of colliding in lockstep.
+
+Every push also deletes the heartbeat refs no run needs any more (`ended_heartbeats`), atomically with
+the commit that records why: a run's end, or its leaving the lab.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import STATUS_DIR
+from tuneplane.lab.gittrees import read_blobs
+from tuneplane.lab.heartbeats import fetched, forget_fetched
+from tuneplane.lab.runs import STATUS_DIR, RunKey
 from tuneplane.record.authority import Authority, pick_status
 from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
@@ -27,6 +33,7 @@ from tuneplane.record.ledger import LEDGER, Ledger, merge
 __all__ = [
     "Target",
     "commit_status",
+    "ended_heartbeats",
     "integrate",
     "pick_status",
     "publish",
@@ -112,13 +119,16 @@ def publish(
         authority.merge_upstream(target.remote)
         if upstream and not repo.is_ancestor(upstream):
             integrate(repo, target, checkpoint, published)
-        if upstream and repo.head() == upstream and record_published(repo, authority, target.remote):
+        ended = ended_heartbeats(repo, authority, target.remote)
+        if upstream and repo.head() == upstream and record_published(repo, authority, target.remote) and not ended:
             return attempt
         # the bot's record goes with its commits, all or nothing: a record ahead of the branch, or
-        # behind it, would have the next bot restore a status the other had just written
-        if repo.push(target.remote, target.branch, authority.push_spec()):
+        # behind it, would have the next bot restore a status the other had just written; so do the
+        # deletions of heartbeats, which the commits make stale
+        if repo.push(target.remote, target.branch, [*authority.push_spec(), *(f":{ref}" for ref in ended)]):
             if authority.known:  # what the remote now holds, as a fetch would have recorded it
                 repo.git("update-ref", upstream_record(target.remote), authority.commit)
+            forget_fetched(repo, target.remote, ended)
             return attempt
         sleep(rng.uniform(0.05, min(2.0, 0.1 * 2**attempt)))  # full jitter: racing bots spread out
     raise UsageError(
@@ -126,6 +136,49 @@ def publish(
         "other writers kept pushing first",
         hint="nothing is lost: the commits are local; run the same command again",
     )
+
+
+def ended_heartbeats(repo: GitRepo, authority: Authority, remote: str) -> list[str]:
+    """The heartbeat refs `remote` held at the last fetch that no run needs any more, given HEAD: those
+    of runs that ended (the bot's own record of the status first, else the branch's) and of runs no
+    longer in the lab (neither a request nor a status). A run under way keeps its heartbeat, request or
+    not: the bot watches it until its end is recorded. A ref another bot deleted meanwhile fails nothing:
+    git only warns of it (a server that refuses it is a lost race: the next fetch no longer lists it)."""
+    refs = fetched(repo, remote)
+    if not refs:
+        return []
+    keys = {ref: RunKey(*run) for ref, run in refs.items() if run is not None}
+    head = _oids_at(repo, [rel for key in keys.values() for rel in (key.status_rel, key.request_rel)])
+    mine = authority.read([key.status_rel for key in keys.values()])
+    branch = read_blobs(repo, [head[k.status_rel] for k in keys.values() if k.status_rel in head])
+    ended = []
+    for ref in refs:
+        key = keys.get(ref)
+        status = None if key is None else mine.get(key.status_rel) or branch.get(head.get(key.status_rel, ""))
+        needed = key is not None and (key.request_rel in head if status is None else _phase(status) not in TERMINAL)
+        if not needed:
+            ended.append(ref)
+    return sorted(ended)
+
+
+def _oids_at(repo: GitRepo, paths: list[str]) -> dict[str, str]:
+    """Blob ids of those of `paths` that HEAD holds."""
+    found: dict[str, str] = {}
+    for start in range(0, len(paths), 500):  # bounded command lines
+        out = repo.git("ls-tree", "-z", "HEAD", "--", *paths[start : start + 500])
+        for item in out.split("\0"):
+            meta, _, path = item.partition("\t")
+            if len(meta.split()) == 3 and meta.split()[1] == "blob":
+                found[path] = meta.split()[2]
+    return found
+
+
+def _phase(data: bytes) -> str:
+    try:
+        status = json.loads(data)
+    except (ValueError, RecursionError):
+        return ""
+    return str(status.get("phase", "")) if isinstance(status, dict) else ""
 
 
 def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, published: str = "") -> None:

@@ -6,7 +6,8 @@ recorded the outcome), allots GPUs, starts a per-run ingest receiver with a toke
 the launcher in its own process group (so timeout and cancel stop the whole group), and writes the
 final state. While it lives it rewrites `heartbeat` every `TUNEPLANE_LOCAL_HEARTBEAT` seconds (default
 10), so a machine that cannot take its lock (another one, on shared storage) can still tell how long ago
-it was last alive.
+it was last alive. The heartbeat it publishes to the lab's remote stops once the job has ended, before
+the end is recorded (the bot deletes it with the push of the end: see `tuneplane.lab.heartbeats`).
 
 A run has attempts: `state.json` says which one is current (`attempt`, 1 for the first), the supervisor
 runs that one only (its log is `run.log` for the first, `run.<N>.log` after), and when it ends appends
@@ -75,6 +76,10 @@ from tuneplane.lab.gitrepo import GitFailed
 from tuneplane.lab.heartbeats import PUBLISH_ENV, REMOTE_TIMEOUT, publish, publish_interval, remote_of
 
 SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
+# Seconds a heartbeat push under way may take to land once the job ended, before the end is recorded:
+# the bot deletes the heartbeat with the push of the end, and a beat landing after that would publish a
+# run that no longer runs (a slower push, of a remote that hangs, is deleted by the bot's next push).
+PUBLISH_SETTLE = 5.0
 
 # ── the supervisor ───────────────────────────────────────────────────────────────────────────────
 
@@ -99,7 +104,7 @@ def supervise(
     lock = try_lock(run_dir / SUPERVISOR_LOCK)
     if lock is None:
         return read_state(run_dir) or {}
-    stop_publishing: Callable[[], None] | None = None
+    stop_publishing: Callable[[float], None] | None = None
     try:
         state = read_state(run_dir) or {}
         if state.get("supervisor_started"):  # this attempt has (had) its supervisor; a new one resets it
@@ -107,8 +112,9 @@ def supervise(
         update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid(), **this_machine())
         stop_beating = _heartbeat(run_dir, attempt_of(state))
         stop_publishing = _publish_heartbeats(run_dir, attempt_of(state))
+        publishing = stop_publishing
         try:
-            state = _Supervisor(run_dir, echo).run()
+            state = _Supervisor(run_dir, echo, ending=lambda: publishing(PUBLISH_SETTLE)).run()
         finally:
             stop_beating()
         if on_end is not None:
@@ -117,7 +123,7 @@ def supervise(
     finally:
         lock.close()
         if stop_publishing is not None:  # after the lock: a push under way (ended by its own timeout)
-            stop_publishing()  # never delays whoever waits for the run's end
+            stop_publishing(REMOTE_TIMEOUT + 5)  # never delays whoever waits for the run's end
 
 
 def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
@@ -146,19 +152,20 @@ def _heartbeat(run_dir: Path, attempt: int) -> Callable[[], None]:
     return halt
 
 
-def _publish_heartbeats(run_dir: Path, attempt: int) -> Callable[[], None]:
+def _publish_heartbeats(run_dir: Path, attempt: int) -> Callable[[float], None]:
     """Publish the heartbeat to the lab's remote now and every publish interval, for the bot passes on
     other machines (see `tuneplane.lab.heartbeats`). A lab without a remote publishes nothing; a push that
     fails (no credentials, no network, a hung remote killed after its timeout) is noted once in the run's
-    log and tried again on the next beat: publishing never touches the run itself."""
+    log and tried again on the next beat: publishing never touches the run itself. The returned stop
+    waits that many seconds for a push under way."""
     interval = publish_interval()
     try:
         launch = json.loads((run_dir / LAUNCH).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return lambda: None
+        return _not_publishing
     repo = remote_of(Path(launch["repo"])) if interval and launch.get("repo") else None
     if repo is None:
-        return lambda: None
+        return _not_publishing
     stop = threading.Event()
     log = run_dir / log_name(attempt)
 
@@ -185,17 +192,24 @@ def _publish_heartbeats(run_dir: Path, attempt: int) -> Callable[[], None]:
     thread = threading.Thread(target=loop, name="tuneplane-heartbeat-publish", daemon=True)
     thread.start()
 
-    def halt() -> None:
+    def halt(wait: float) -> None:
         stop.set()
-        thread.join(timeout=REMOTE_TIMEOUT + 5)  # a push under way ends by its own timeout
+        thread.join(timeout=wait)  # a push under way ends by its own timeout
 
     return halt
 
 
+def _not_publishing(wait: float) -> None:
+    """The stop of a run that publishes no heartbeat."""
+
+
 class _Supervisor:
-    def __init__(self, run_dir: Path, echo: Callable[[str], None] | None) -> None:
+    def __init__(
+        self, run_dir: Path, echo: Callable[[str], None] | None, ending: Callable[[], None] = lambda: None
+    ) -> None:
         self.run_dir = run_dir
         self.echo = echo
+        self.ending = ending  # called once the job has ended, before its end is recorded
         self.launch = json.loads((run_dir / LAUNCH).read_text(encoding="utf-8"))
         self.attempt = attempt_of(read_state(run_dir) or {})
         self.log_path = run_dir / log_name(self.attempt)
@@ -457,6 +471,7 @@ class _Supervisor:
         error: str = "",
     ) -> dict[str, Any]:
         """Record the run's end, and this attempt's among the run's attempts (`ended`: its reason)."""
+        self.ending()
         finished_at = utc_now(millis=True)
         attempt = {
             "number": self.attempt,
