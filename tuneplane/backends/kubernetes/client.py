@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -440,11 +441,26 @@ def _hint(op: _Op, failure: _Failure) -> str:
     return "Check the object and your access, then retry."
 
 
+REDACTED = "[redacted]"
+FRAGMENT = 8  # a secret cut short by a length limit still gives this much of itself away
+
+
 def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """`text` without the secret values, also where a length limit (a clipped message, a log tail that
+    keeps the end) cut one short at the end or the start of a line."""
     for value in secrets:
         if value and len(value) >= 4:
-            text = text.replace(value, "[redacted]")
+            text = text.replace(value, REDACTED)
+            if len(value) > FRAGMENT and (value[:FRAGMENT] in text or value[-FRAGMENT:] in text):
+                text = _fragments(value).sub(REDACTED, text)
     return text
+
+
+def _fragments(value: str) -> re.Pattern[str]:
+    sizes = range(len(value) - 1, FRAGMENT - 1, -1)  # longest first
+    heads = "|".join(re.escape(value[:n]) for n in sizes)
+    tails = "|".join(re.escape(value[-n:]) for n in sizes)
+    return re.compile(f"(?:{heads})$|^(?:{tails})", re.MULTILINE)
 
 
 def clip(text: str) -> str:
