@@ -25,7 +25,7 @@ import pytest
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
 from podrunner import PodRunner, kubelet_expand
 
-from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
 
 if TYPE_CHECKING:
@@ -390,6 +390,49 @@ def test_kuberay_s_own_submitter_waits_for_python_forever(
     else:
         assert code == -signal.SIGKILL and "Waiting for Ray Dashboard GCS to become healthy" in log
         assert not record.exists()  # it never got to `ray job submit`
+
+
+# ── 4c. controllers too old for the manifests are named before anything is written ──────────────
+@pytest.mark.parametrize(
+    "experiment, profile, kind, fields, needed",
+    [
+        ("verl-grpo-exp", "h200", "RayJob", ("spec.backoffLimit", "spec.submitterConfig"), "KubeRay >= 1.2"),
+        ("trl-sft-exp", "h200:16", "JobSet", ("spec.network.publishNotReadyAddresses",), "JobSet >= 0.6"),
+    ],
+)
+def test_an_older_controller_is_named_with_the_version_needed(
+    twin: Cluster,
+    backend: KubernetesBackend,
+    lab: Any,
+    experiment: str,
+    profile: str,
+    kind: str,
+    fields: tuple[str, ...],
+    needed: str,
+) -> None:
+    twin.kube.older_crds[kind] = fields  # the CRD of an older release, which strict validation would refuse
+    with pytest.raises(SubmitRefused) as refused:
+        submit(backend, lab, experiment, profile)
+    message = str(refused.value)
+    assert needed in message and all(f in message for f in fields), message
+    assert not twin.kube.list(kind, NS)  # nothing written
+    assert not [s for s in twin.kube.list("Secret", NS) if s["metadata"]["name"].endswith("-tokens")]
+
+
+def test_a_group_version_the_cluster_does_not_serve_is_named(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    twin.kube.unserved.add("ray.io/v1")  # KubeRay before 1.0 served only ray.io/v1alpha1
+    with pytest.raises(SubmitRefused, match=r"does not serve ray.io/v1 RayJob: tuneplane needs KubeRay >= 1.2"):
+        submit(backend, lab, "verl-grpo-exp")
+    assert not twin.kube.list("RayJob", NS)
+
+
+def test_the_served_versions_are_read_once_per_backend(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    submit(backend, lab, "verl-grpo-exp")
+    twin.kube.older_crds["RayJob"] = ("spec.backoffLimit",)  # read once: a later change is not seen
+    submit(backend, lab, "verl-grpo-exp", profile="h200:16")
+    assert len(twin.kube.requests_for("GET", r"^/openapi/v3/apis/ray.io/v1")) == 1
 
 
 # ── 5. a private image submits ──────────────────────────────────────────────────────────────────
