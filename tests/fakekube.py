@@ -202,6 +202,9 @@ class FakeKube:
         self.validate = True  # schema validation of client writes (off only to measure its cost)
         # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
         self.unserved: set[str] = set()
+        # An older controller's CRD in the OpenAPI document: kind → the dotted fields it lacks, e.g.
+        # {"RayJob": ("spec.backoffLimit", "spec.submitterConfig")} for KubeRay 1.1
+        self.older_crds: dict[str, tuple[str, ...]] = {}
         self.held: dict[tuple[str, str, str], str] = {}  # deleted, held by finalizers → propagation policy
         self.evictor: Callable[[str, str], None] | None = None  # the cluster's, for POST pods/<name>/eviction
         self.clock: Callable[[], float] = time.time  # the server's time, sent in every answer's Date header
@@ -882,6 +885,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
         elif path == "/apis":
             self._send_json(200, _group_list())
+        elif path.startswith("/openapi/v3/apis/"):
+            found = _openapi(path.removeprefix("/openapi/v3/apis/"), kube_of(self))
+            if found is None:
+                raise _HttpError(404, "NotFound", "the server could not find the requested resource")
+            self._send_json(200, found)
         else:
             found = _resource_list(path)
             if found is None:
@@ -1273,6 +1281,29 @@ def _group_list() -> dict[str, Any]:
         gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
         items.append({"name": group, "versions": gvs, "preferredVersion": gvs[0]})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": items}
+
+
+def _openapi(group_version: str, kube: FakeKube) -> dict[str, Any] | None:
+    """The OpenAPI v3 document of a CRD group version, as the server publishes it: each kind's schema
+    (from the real CRD, less the fields `older_crds` takes away) with its group-version-kind."""
+    if group_version in kube.unserved:
+        return None
+    group, _, version = group_version.partition("/")
+    schemas: dict[str, Any] = {}
+    for gk in (*twin_schemas.CRD_FILES, *twin_schemas.VERSION_ONLY_CRDS):
+        served = twin_schemas.crd_version(*gk, version) if gk[0] == group else None
+        if served is None:
+            continue
+        schema = copy.deepcopy(served["schema"]["openAPIV3Schema"])
+        for dotted in kube.older_crds.get(gk[1], ()):
+            *parents, leaf = dotted.split(".")
+            node = schema
+            for part in parents:
+                node = node["properties"][part]
+            del node["properties"][leaf]
+        schema["x-kubernetes-group-version-kind"] = [{"group": group, "version": version, "kind": gk[1]}]
+        schemas[".".join([*reversed(group.split(".")), version, gk[1]])] = schema
+    return {"openapi": "3.0.0", "components": {"schemas": schemas}} if schemas else None
 
 
 def _resource_list(path: str) -> dict[str, Any] | None:

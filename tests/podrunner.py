@@ -8,7 +8,8 @@ Secrets, `fieldRef` to the pod's own metadata). What a node provides is mapped o
 - the storage volume's mount path → a temporary directory (in every env value, argument and path);
 - cluster host names (a JobSet's first pod, the ingest Service, the Ray head Service) → 127.0.0.1 with
   the port of a server the test started (`hosts`), as `hostAliases` would;
-- images: the container runs with this machine's tools (`sh`, `git`, this Python with tuneplane).
+- images: the container runs with this machine's tools (`sh`, `git`, this Python with tuneplane), or
+  with the tools a test put in `image_path` for it.
 
 Each container's output becomes its log in the twin, and its exit code ends the pod there
 (`Cluster.exit_pod`), so the backend observes the run exactly as it would on a cluster.
@@ -39,12 +40,19 @@ class PodRunner:
     hosts: dict[str, str] = field(default_factory=dict)  # text in the pod → text here (host:port, URLs)
     timeout: float = 240.0
     path: list[str] = field(default_factory=list)  # extra PATH entries (this Python's bin first)
+    # The image's PATH, when a test stands in for an image's tools: only these directories (an image
+    # with `python3` but no `python`, say); None: this machine's tools
+    image_path: list[str] | None = None
 
     # ---- env -------------------------------------------------------------------------------
     def env(self, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
         ns = pod["metadata"]["namespace"]
         out = {
-            "PATH": os.pathsep.join([*self.path, str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "PATH": os.pathsep.join(
+                self.image_path
+                if self.image_path is not None
+                else [*self.path, str(Path(sys.executable).parent), os.environ["PATH"]]
+            ),
             "HOME": str(self.storage / ".home" / pod["metadata"]["name"]),
             "LANG": "C.UTF-8",
             "HOSTNAME": pod["metadata"]["name"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import random
 import subprocess
@@ -658,6 +659,21 @@ def test_secret_values_never_reach_messages_or_logs(
     assert "could not apply Secret team-a/sft-demo-r1-tokens" in str(err.value)
     assert TOKEN not in str(err.value)
     assert caplog.records and all(TOKEN not in r.getMessage() for r in caplog.records)
+
+
+def test_a_secret_cut_short_by_a_length_limit_is_redacted_too() -> None:
+    from tuneplane.backends.kubernetes.client import MESSAGE_LIMIT, clip, redact_text
+
+    secret = hashlib.sha256(b"job token").hexdigest()
+    clipped = clip("x" * (MESSAGE_LIMIT - 50) + f"token={secret} and more")  # the limit falls inside the value
+    assert secret[:20] in clipped and secret not in clipped
+    tail = f"{secret[40:]}\nstep 2 failed"  # a log tail that keeps the end begins inside the value
+    line = f"token={secret}"[:30]  # a line cut to its first characters
+    for text in (clipped, tail, line):
+        redacted = redact_text(text, [secret])
+        assert "[redacted]" in redacted and secret[:8] not in redacted and secret[-8:] not in redacted
+    inside = f"step {secret[:8]} done"
+    assert redact_text(inside, [secret]) == inside  # a piece within a line is no cut value
 
 
 def test_retry_delays_are_capped_jittered_and_growing() -> None:

@@ -7,19 +7,25 @@ KubeRay and Kueue controllers and the kubelet act as they do on a cluster.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
-from podrunner import kubelet_expand
+from podrunner import PodRunner, kubelet_expand
 
-from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
 
 if TYPE_CHECKING:
@@ -259,6 +265,174 @@ def test_the_submitter_pod_carries_the_run_labels(twin: Cluster, backend: Kubern
     (submitter,) = ray_pods(twin, ref.name)["submitter"]
     labels = submitter["metadata"]["labels"]
     assert labels["tuneplane.dev/run"] and labels["tuneplane.dev/experiment"] == "verl-grpo-exp"
+
+
+# ── 4b. the submitter runs in an image that has `python3` but no `python` ─────────────────────────
+RAY_STUB = """#!/bin/sh
+for arg in "$@"; do printf '%s\\037' "$arg"; done >> {record}
+printf '\\036' >> {record}
+case "$2" in
+  status) exit 1 ;;
+  submit) echo "Job submitted" ;;
+  logs) echo "driver: done" ;;
+esac
+"""
+
+
+def _image(tmp_path: Path, python: bool) -> tuple[Path, Path]:
+    """A stand-in for a trainer image's PATH: a shell, `sleep`, `python3`, a `ray` that records its calls,
+    and `python` only when asked; returns the directory and the record of `ray` calls."""
+    image, record = tmp_path / ("image-python" if python else "image"), tmp_path / "ray-calls"
+    image.mkdir()
+    tools = {name: shutil.which(name) for name in ("bash", "sh", "sleep", "cat")}
+    tools["python3"] = sys.executable
+    if python:
+        tools["python"] = sys.executable
+    for name, target in tools.items():
+        assert target, name
+        (image / name).symlink_to(target)
+    (image / "ray").write_text(RAY_STUB.format(record=record))
+    (image / "ray").chmod(0o755)
+    return image, record
+
+
+@contextlib.contextmanager
+def _healthy_dashboard() -> Iterator[int]:
+    """A Ray dashboard that says its GCS is healthy (the endpoint KubeRay's wait loop asks)."""
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"success" if self.path.startswith("/api/gcs_healthz") else b"{}"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _run_submitter(twin: Cluster, pod: dict[str, Any], tmp_path: Path, image: Path, port: int) -> tuple[int, str]:
+    """The submitter's command as its container runs it, in `image`, with the head Service on `port`; a
+    command that never gets past its wait loop is stopped once it said so twice."""
+    env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
+    dashboard = env["RAY_DASHBOARD_ADDRESS"].removeprefix("http://")
+    runner = PodRunner(twin, tmp_path / "storage", hosts={dashboard: f"127.0.0.1:{port}"}, image_path=[str(image)])
+    proc = runner.start(pod)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if sum("Waiting" in seen for seen in lines) >= 2:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    return proc.wait(timeout=60), "".join(lines)
+
+
+def test_the_submitter_needs_no_python_on_path(
+    twin: Cluster, backend: KubernetesBackend, lab: Any, tmp_path: Path
+) -> None:
+    ref, docs = submit(backend, lab, "verl-grpo-exp")
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    image, record = _image(tmp_path, python=False)
+    with _healthy_dashboard() as port:
+        code, log = _run_submitter(twin, submitter, tmp_path, image, port)
+    assert code == 0, log
+    calls = _calls(record)
+    job_id = twin.kube.get("RayJob", NS, ref.name)["status"]["jobId"]
+    assert [c[:2] for c in calls] == [["job", "list"], ["job", "status"], ["job", "submit"], ["job", "logs"]]
+    submitted = calls[2]
+    assert submitted[submitted.index("--submission-id") + 1] == job_id
+    entrypoint = shlex.split(kubelet_expand(docs[0]["spec"]["entrypoint"], {}))
+    assert submitted[submitted.index("--") + 1 :] == entrypoint  # the driver as the RayJob names it
+    assert "--follow" in calls[3] and calls[3][-1] == job_id
+
+
+def _calls(record: Path) -> list[list[str]]:
+    """The `ray` stub's calls, each as its argument list."""
+    return [call.split("\x1f")[:-1] for call in record.read_text().split("\x1e") if call]
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_kuberay_s_own_submitter_waits_for_python_forever(
+    twin: Cluster, backend: KubernetesBackend, lab: Any, tmp_path: Path, python: bool
+) -> None:
+    """The twin as KubeRay 1.7: its default command's wait loop needs `python` on the image's PATH."""
+    spec, docs = rendered(lab, "verl-grpo-exp")
+    container = docs[0]["spec"]["submitterPodTemplate"]["spec"]["containers"][0]
+    for key in ("command", "args"):
+        container.pop(key, None)
+    ref = backend.submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment="verl-grpo-exp",
+            namespace=NS,
+            object_name=spec.metadata.name,
+            manifests=docs,
+            secret_data={"job-token": TOKEN},
+        )
+    )
+    (submitter,) = ray_pods(twin, ref.name)["submitter"]
+    image, record = _image(tmp_path, python=python)
+    with _healthy_dashboard() as port:
+        code, log = _run_submitter(twin, submitter, tmp_path, image, port)
+    if python:
+        assert code == 0 and [c[:2] for c in _calls(record)][-1] == ["job", "logs"], log
+    else:
+        assert code == -signal.SIGKILL and "Waiting for Ray Dashboard GCS to become healthy" in log
+        assert not record.exists()  # it never got to `ray job submit`
+
+
+# ── 4c. controllers too old for the manifests are named before anything is written ──────────────
+@pytest.mark.parametrize(
+    "experiment, profile, kind, fields, needed",
+    [
+        ("verl-grpo-exp", "h200", "RayJob", ("spec.backoffLimit", "spec.submitterConfig"), "KubeRay >= 1.2"),
+        ("trl-sft-exp", "h200:16", "JobSet", ("spec.network.publishNotReadyAddresses",), "JobSet >= 0.6"),
+    ],
+)
+def test_an_older_controller_is_named_with_the_version_needed(
+    twin: Cluster,
+    backend: KubernetesBackend,
+    lab: Any,
+    experiment: str,
+    profile: str,
+    kind: str,
+    fields: tuple[str, ...],
+    needed: str,
+) -> None:
+    twin.kube.older_crds[kind] = fields  # the CRD of an older release, which strict validation would refuse
+    with pytest.raises(SubmitRefused) as refused:
+        submit(backend, lab, experiment, profile)
+    message = str(refused.value)
+    assert needed in message and all(f in message for f in fields), message
+    assert not twin.kube.list(kind, NS)  # nothing written
+    assert not [s for s in twin.kube.list("Secret", NS) if s["metadata"]["name"].endswith("-tokens")]
+
+
+def test_a_group_version_the_cluster_does_not_serve_is_named(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    twin.kube.unserved.add("ray.io/v1")  # KubeRay before 1.0 served only ray.io/v1alpha1
+    with pytest.raises(SubmitRefused, match=r"does not serve ray.io/v1 RayJob: tuneplane needs KubeRay >= 1.2"):
+        submit(backend, lab, "verl-grpo-exp")
+    assert not twin.kube.list("RayJob", NS)
+
+
+def test_the_served_versions_are_read_once_per_backend(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
+    submit(backend, lab, "verl-grpo-exp")
+    twin.kube.older_crds["RayJob"] = ("spec.backoffLimit",)  # read once: a later change is not seen
+    submit(backend, lab, "verl-grpo-exp", profile="h200:16")
+    assert len(twin.kube.requests_for("GET", r"^/openapi/v3/apis/ray.io/v1")) == 1
 
 
 # ── 5. a private image submits ──────────────────────────────────────────────────────────────────

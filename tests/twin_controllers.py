@@ -13,7 +13,8 @@ model what our backend and our manifests depend on, as the real controllers do i
   child Jobs, `restart-attempt` + 1), `successPolicy` (All / Any), `replicatedJobsStatus`, TTL.
 - **KubeRay**: a RayCluster per RayJob with head and worker pods (`ray.io/*` labels), the submitter Job
   (KubeRay's own labels; its pods carry only the Job controller's labels unless `submitterPodTemplate`
-  gives more), `jobDeploymentStatus`/`jobStatus` from the submitter's outcome, `shutdownAfterJobFinishes`
+  gives more; where its container has no command, KubeRay 1.7's, with its `until python -c …` wait for
+  the dashboard), `jobDeploymentStatus`/`jobStatus` from the submitter's outcome, `shutdownAfterJobFinishes`
   with `ttlSecondsAfterFinished` deleting the RayCluster and the submitter, `suspend` deleting both.
 - **Kueue**: a mutating webhook that suspends a queued object on create, a Workload per object (owner
   reference, `kueue.x-k8s.io/job-uid` label, pod sets with their requests), admission against

@@ -125,17 +125,13 @@ def _create_submitter(cluster: Cluster, rayjob: dict[str, Any], ray_cluster: dic
     )
     container = template["spec"]["containers"][0]
     job_id = status["jobId"]
-    if not container.get("command"):
-        submit = (
-            f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then ray job submit "
-            f"--address {address} --no-wait --submission-id {job_id} -- {spec['entrypoint']} ; fi ; "
-            f"ray job logs --address {address} --follow {job_id}"
-        )
+    if not container.get("command"):  # KubeRay fills in its own only where the template has none
         container["command"] = ["/bin/bash", "-ce", "--"]
-        container["args"] = [submit]
+        container["args"] = [_default_submit_command(address, job_id, spec["entrypoint"])]
     env = container.setdefault("env", [])
     env.extend(
         [
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
             {"name": "RAY_DASHBOARD_ADDRESS", "value": address.removeprefix("http://")},
             {"name": "RAY_JOB_SUBMISSION_ID", "value": job_id},
         ]
@@ -160,6 +156,23 @@ def _create_submitter(cluster: Cluster, rayjob: dict[str, Any], ray_cluster: dic
             "spec": {"backoffLimit": backoff, "template": template},
             "status": {},
         }
+    )
+
+
+def _default_submit_command(address: str, job_id: str, entrypoint: str) -> str:
+    """KubeRay 1.7's submitter command (K8sJobMode): first a loop that waits for the dashboard's GCS health
+    endpoint through `python -c`, then submit unless already submitted, then follow the driver's log. The
+    loop's own failures are silenced, so an image without `python` on PATH waits in it forever."""
+    health = (
+        "python -c \"import urllib.request; r=urllib.request.urlopen('"
+        f"{address}/api/gcs_healthz', timeout=10); exit(0 if b'success' in r.read() else 1)\""
+    )
+    return (
+        f"until {health} >/dev/null 2>&1 ; do echo "
+        f'"Waiting for Ray Dashboard GCS to become healthy at {address} ..." ; sleep 2 ; done ; '
+        f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then ray job submit "
+        f"--address {address} --no-wait --submission-id {job_id} -- {entrypoint.strip()} ; fi ; "
+        f"ray job logs --address {address} --follow {job_id}"
     )
 
 

@@ -39,6 +39,22 @@ SUBMITTER = "ray-job-submitter"  # KubeRay's name for the container that runs `r
 SUBMITTER_BACKOFF = 2
 SUBMITTER_LIMITS = (("cpu", "1"), ("memory", "1Gi"))
 SUBMITTER_REQUESTS = (("cpu", "500m"), ("memory", "512Mi"))
+SUBMITTER_WAIT_TRIES = 150  # 2 s apart: a dashboard that has not answered in 5 minutes fails this submitter
+# The submitter's command, ours rather than KubeRay's: KubeRay >= 1.7 waits for the dashboard with
+# `until python -c …`, which never ends in an image with `python3` but no `python`. The `ray` CLI the
+# submitter needs anyway runs under whatever Python its image has; the loop is bounded, so a dashboard
+# that never answers fails the submitter (and, past its retries, the RayJob) instead of holding the GPUs.
+# KubeRay keeps a command it finds and only adds RAY_DASHBOARD_ADDRESS and RAY_JOB_SUBMISSION_ID.
+SUBMIT_SCRIPT = (
+    'address="http://${{RAY_DASHBOARD_ADDRESS#http://}}"; tries=0; '
+    'until ray job list --address "$address" >/dev/null 2>&1; do '
+    'tries=$((tries + 1)); if [ "$tries" -ge {tries} ]; then '
+    'echo "the Ray dashboard at $address did not answer; giving up" >&2; exit 1; fi; '
+    'echo "Waiting for the Ray dashboard at $address ..."; sleep 2; done; '
+    'if ! ray job status --address "$address" "$RAY_JOB_SUBMISSION_ID" >/dev/null 2>&1; then '
+    'ray job submit --address "$address" --no-wait --submission-id "$RAY_JOB_SUBMISSION_ID" -- {entrypoint}; fi; '
+    'exec ray job logs --address "$address" --follow "$RAY_JOB_SUBMISSION_ID"'
+)
 ROLE_LABEL = "tuneplane.dev/role"
 
 
@@ -371,12 +387,14 @@ def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile:
 def _submitter_pod(base: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     """KubeRay's submitter pod, written out so that it carries our labels (`tp job logs` and the driver's
     exit code are read from it), the lab's pull secrets (a private image must submit too), small fixed
-    resources and the pod security context. KubeRay fills in its `ray job submit` command."""
+    resources and the pod security context, and our submit command (SUBMIT_SCRIPT)."""
+    script = SUBMIT_SCRIPT.format(tries=SUBMITTER_WAIT_TRIES, entrypoint=shlex.join(launcher_command(spec)))
     return {
         "labels": [*base["labels"], (ROLE_LABEL, "submitter")],
         "annotations": base["annotations"],
         "container": SUBMITTER,
         "image": spec.spec.image,
+        "command": ["/bin/sh", "-ec", literal(script)],
         "pull_secrets": base["pull_secrets"],
         "limits": list(SUBMITTER_LIMITS),
         "requests": list(SUBMITTER_REQUESTS),

@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRequest
+from tuneplane.backends.base import BackendError, BackendRef, Observation, SubmitRefused, SubmitRequest
 from tuneplane.backends.kubernetes import apply, status
 from tuneplane.backends.kubernetes.client import (
     DEFAULT_RETRY,
     JOB_KINDS,
+    SUBMITTABLE,
     Kind,
     Rest,
     RetryPolicy,
@@ -25,6 +26,7 @@ from tuneplane.backends.kubernetes.client import (
 )
 from tuneplane.backends.kubernetes.pods import default_container, find_pods
 from tuneplane.backends.kubernetes.types import JobObject
+from tuneplane.backends.kubernetes.versions import ServedVersions, TooOld, check_request
 
 __all__ = ["KubernetesBackend", "RetryPolicy", "build_api_client"]
 
@@ -61,12 +63,18 @@ class KubernetesBackend:
         self._client = api_client if api_client is not None else build_api_client(kubeconfig, context, in_cluster)
         self._rest = Rest(self._client, retry, sleep, rng or random.Random())
         self._cancelled: set[tuple[str, str, str]] = set()
+        self._versions = ServedVersions(self._rest)
 
     def close(self) -> None:
         self._client.close()
 
     def submit(self, request: SubmitRequest) -> BackendRef:
-        """Create the job object (adopting one that is ours), its companions, then its token Secret."""
+        """Check that the cluster's controllers know what the manifests say, then create the job object
+        (adopting one that is ours), its companions, then its token Secret."""
+        try:
+            check_request(self._versions, request, SUBMITTABLE)
+        except TooOld as exc:
+            raise SubmitRefused(f"run {request.run_id} cannot be submitted: {exc}") from exc
         return apply.submit(self._rest, request, request.namespace or self.namespace, self.name)
 
     def observe(self, ref: BackendRef) -> Observation:

@@ -3,7 +3,7 @@
 The job object's own status decides first (Job conditions, JobSet conditions and restarts, RayJob
 `jobStatus`/`jobDeploymentStatus`); a suspended object is explained by its Kueue Workload; pods add the
 detail a person needs (an image that cannot be pulled, the container that failed first, its exit code
-and its last log lines, with the run's token values redacted).
+and its last log lines). Every message leaves `observe` without the values of the run's Secret.
 """
 
 from __future__ import annotations
@@ -182,7 +182,36 @@ def _observation(state: _State, exit_code: int | None = None, attempts: tuple[At
 def observe(
     rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int, stuck: Stuck = Stuck()
 ) -> Observation:
-    """Read the job object, then its pods or Kueue Workload as its state calls for."""
+    """Read the job object, then its pods or Kueue Workload as its state calls for; every word the cluster
+    wrote (KubeRay's copy of the driver's last lines, termination messages, conditions, events, log
+    tails) leaves here without the run's secret values, on its way to a status file in git."""
+    seen = _observe(rest, ref, kind, ns, cancelled, log_tail, stuck)
+    return _redacted(seen, secret_values(rest, ns, ref.name) if _words(seen) else ())
+
+
+def _words(seen: Observation) -> bool:
+    return bool(seen.message or seen.reason or any(a.message or a.log_tail for a in seen.attempts))
+
+
+def _redacted(seen: Observation, secrets: tuple[str, ...]) -> Observation:
+    if not secrets:
+        return seen
+    attempts = tuple(
+        replace(
+            a,
+            message=redact_text(a.message, secrets),
+            log_tail=tuple(redact_text(line, secrets) for line in a.log_tail),
+        )
+        for a in seen.attempts
+    )
+    return replace(
+        seen, reason=redact_text(seen.reason, secrets), message=redact_text(seen.message, secrets), attempts=attempts
+    )
+
+
+def _observe(
+    rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int, stuck: Stuck
+) -> Observation:
     obj = cast(JobObject | None, rest.get(kind, ns, ref.name))
     meta = (obj or {}).get("metadata") or {}
     if obj is None or (ref.uid and meta.get("uid") != ref.uid):
@@ -345,7 +374,7 @@ def _failure(
         parts.append(termination_line(pod, container, terminated))
         if terminated.get("reason") not in (None, "", "Error"):
             state.reason = str(terminated.get("reason"))
-        parts.append(_last_lines(rest, ns, pod, container, obj, log_tail))
+        parts.append(_last_lines(rest, ns, pod, container, log_tail))
     else:
         problem = pod_problem(pods)
         if problem is not None:
@@ -369,14 +398,14 @@ def _driver_failure(
     headline = state.message.split("\n", 1)[0]
     parts = [f"RayJob failed ({state.reason}: {headline})"]
     if pods:
-        parts.append(_last_lines(rest, ns, pods[0], default_container(pods[0]), obj, log_tail))
+        parts.append(_last_lines(rest, ns, pods[0], default_container(pods[0]), log_tail))
     parts.extend(state.notes)
     state.message = clip("\n".join(p for p in parts if p))
     state.started_at = state.started_at or earliest_start(pods)
     return _observation(state, exit_code=ray_exit_code(obj), attempts=attempts)
 
 
-def _last_lines(rest: Rest, ns: str, pod: Pod, container: str, obj: JobObject, tail: int) -> str:
+def _last_lines(rest: Rest, ns: str, pod: Pod, container: str, tail: int) -> str:
     name = (pod.get("metadata") or {}).get("name", "")
     try:
         data = rest.pod_log(ns, name, container, tail, follow=False, read=True)
@@ -387,13 +416,14 @@ def _last_lines(rest: Rest, ns: str, pod: Pod, container: str, obj: JobObject, t
     if not lines:
         return "(it wrote no log lines)"
     body = "\n".join("  " + line for line in lines)
-    return redact_text(f"last {len(lines)} log lines:\n{body}", secret_values(rest, ns, obj))
+    return f"last {len(lines)} log lines:\n{body}"
 
 
-def secret_values(rest: Rest, ns: str, obj: JobObject) -> tuple[str, ...]:
-    """The run's token values, so a job that printed one cannot leak it into a status file."""
+def secret_values(rest: Rest, ns: str, name: str) -> tuple[str, ...]:
+    """The values of the run's Secret (its job token, the lab's tokens copied for it), so a job that printed
+    one cannot leak it into a status file."""
     try:
-        secret = cast(Secret | None, rest.get(SECRET, ns, f"{(obj.get('metadata') or {}).get('name')}{SECRET_SUFFIX}"))
+        secret = cast(Secret | None, rest.get(SECRET, ns, f"{name}{SECRET_SUFFIX}"))
     except BackendError:
         return ()
     values = (secret or {}).get("data") or {}
