@@ -379,7 +379,7 @@ def _kept(leading: list[str], rest: list[str]) -> list[str]:
     the first of every namespace not shown yet (a guide's own `env/tool_success_rate` is not dropped for
     a sixth `train/` key), in reading order, within STATUS_METRICS in all."""
     seen = {_namespace(k) for k in leading}
-    kept = []
+    kept: list[str] = []
     for key in rest:
         if len(leading) + len(kept) >= STATUS_METRICS:
             break
