@@ -215,6 +215,7 @@ class FakeKube:
         self.after_write: list[Callable[[], None]] = []  # controllers: run after every client write
         self.validate = True  # schema validation of client writes (off only to measure its cost)
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> the ServiceAccount (ns, name) it is
+        self.audit: list[tuple[str, twin_rbac.Attributes]] = []  # (user, request) of every authorization asked
         # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
         self.unserved: set[str] = set()
         self.held: dict[tuple[str, str, str], str] = {}  # deleted, held by finalizers → propagation policy
@@ -836,6 +837,8 @@ class _Handler(BaseHTTPRequestHandler):
         kube = self.server.kube
         who = twin_rbac.identity(kube, self.headers.get("Authorization") or "")
         attrs = twin_rbac.attributes(method, match.groupdict(), query)
+        with kube.lock:
+            kube.audit.append((who.user, attrs))
         if not twin_rbac.allowed(kube, who, attrs):
             message = twin_rbac.forbidden_message(who, attrs)
             raise _HttpError(403, "Forbidden", message, twin_rbac.forbidden_details(attrs))
@@ -843,6 +846,8 @@ class _Handler(BaseHTTPRequestHandler):
         creates = rtype is not None and (rtype.kind, attrs.namespace, attrs.name) not in kube.objects
         if content_type == APPLY_PATCH and creates and not attrs.sub:
             wanted = dataclasses.replace(attrs, verb="create")
+            with kube.lock:
+                kube.audit.append((who.user, wanted))
             if not twin_rbac.allowed(kube, who, wanted):  # the apply handler's own check: no reason given
                 message = twin_rbac.forbidden_message(who, attrs, reason="")
                 raise _HttpError(403, "Forbidden", message, twin_rbac.forbidden_details(attrs))

@@ -20,14 +20,15 @@ from tuneplane.backends.kubernetes.client import (
     LOCALQUEUES,
     POD,
     RAYJOB,
+    RBAC_COMMAND,
+    RBAC_FILE,
     SECRET,
     WORKLOADS,
     Kind,
 )
 
 BOT_NAME = "tuneplane-bot"  # the ServiceAccount, Role and RoleBinding
-RBAC_FILE = "cluster/bot-rbac.yaml"  # where `tp init --backend kubernetes` writes them
-RBAC_COMMAND = "tp cluster rbac"  # prints them for an existing lab
+__all__ = ["BOT_NAME", "RBAC_COMMAND", "RBAC_FILE", "RULES", "manifests", "to_yaml", "user"]
 
 
 @dataclass(frozen=True)
