@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import twin_rbac
-import twin_schemas
 import yaml
-from helpers_git import kubeconfig, run_ids, tp_run
+from helpers_git import clone, kubeconfig, make_remote, run_ids, seed_lab, tp_run
 from helpers_render import CLUSTER_SETTINGS, build, make_lab, request
 from twin_rbac import bot_client
 
-from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
+from tuneplane.backends.base import BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy, rbac
 
 if TYPE_CHECKING:
@@ -121,3 +120,73 @@ def test_the_role_is_exactly_the_requests_of_job_jobset_and_rayjob_runs(twin: Cl
     missing, spare = asked(twin.kube) - granted(), granted() - asked(twin.kube)
     assert not missing, f"the backend asks for what the Role lacks: {sorted(missing)}"
     assert not spare, f"the Role grants what the backend never asks for: {sorted(spare)}"
+
+
+def test_the_objects_tp_writes_pass_the_api_servers_schemas(fake_kube: FakeKube, kube_client: Any) -> None:
+    from kubernetes import client
+
+    account, role, binding = rbac.manifests(NS)
+    client.CoreV1Api(kube_client).create_namespaced_service_account(NS, account, field_validation="Strict")
+    custom = client.CustomObjectsApi(kube_client)
+    for plural, body in (("roles", role), ("rolebindings", binding)):
+        custom.create_namespaced_custom_object(
+            "rbac.authorization.k8s.io", "v1", NS, plural, body, field_validation="Strict"
+        )
+    assert fake_kube.get("Role", NS, rbac.BOT_NAME)["rules"] == role["rules"]
+
+
+# ── a cluster's `edit` role is not enough ────────────────────────────────────────────────────────
+def multi_node_lab(tmp_path: Path) -> tuple[Path, str]:
+    """A Kubernetes lab whose one run request asks for two nodes (a JobSet), and the bot's clone."""
+    remote = make_remote(tmp_path)
+    (run_id,) = run_ids(1)
+    seed_lab(
+        remote,
+        tmp_path / "seed",
+        {"demo": "echo hi\n"},
+        backend="kubernetes",
+        runs=[("demo", run_id)],
+        profile="h200:16",
+    )
+    return clone(remote, tmp_path / "bot"), run_id
+
+
+def bound_to_edit(kube: FakeKube, ns: str) -> str:
+    """The bot's ServiceAccount bound to the cluster's `edit` role, as docs once had it; its token."""
+    kube.put(twin_rbac.edit_cluster_role())
+    binding = {
+        **rbac.role_binding(ns),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+    }
+    return twin_rbac.grant(kube, [rbac.service_account(ns), binding])
+
+
+def test_a_bot_bound_to_edit_cannot_submit_a_jobset_and_is_told_what_to_apply(
+    tmp_path: Path, fake_kube: FakeKube
+) -> None:
+    bot, run_id = multi_node_lab(tmp_path)
+    config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url, token=bound_to_edit(fake_kube, "tuneplane"))
+
+    code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))
+
+    assert code == 1 and "Traceback" not in out, out
+    assert 'cannot create resource "jobsets" in API group "jobset.x-k8s.io" in the namespace "tuneplane"' in out
+    assert "kubectl auth can-i create jobsets.jobset.x-k8s.io -n tuneplane" in out
+    assert "`tp cluster rbac` prints the Role" in out
+    assert fake_kube.list("JobSet", "tuneplane") == []
+
+
+def test_the_same_bot_with_the_role_tp_prints_submits_it(tmp_path: Path, fake_kube: FakeKube) -> None:
+    bot, run_id = multi_node_lab(tmp_path)
+    code, printed = tp_run(bot, "cluster", "rbac")
+    assert code == 0, printed
+    token = twin_rbac.grant(fake_kube, list(yaml.safe_load_all(printed)))
+    config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url, token=token)
+
+    code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))
+
+    assert code == 0, out
+    (jobset,) = fake_kube.list("JobSet", "tuneplane")
+    assert jobset["metadata"]["labels"]["tuneplane.dev/run"] == run_id
+    (secret,) = fake_kube.list("Secret", "tuneplane")
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == jobset["metadata"]["uid"]
