@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import copy
 import email.utils
+import dataclasses
 import itertools
 import json
 import re
@@ -32,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import twin_fields as fields
+import twin_rbac
 import twin_schemas
 import yaml
 
@@ -45,6 +47,7 @@ class ResourceType:
     has_status: bool = True  # status is a subresource: apply and create ignore it
     validated: bool = False  # checked against the real schema on every write from a client
     custom: bool = False  # a custom resource: no strategic merge patch
+    namespaced: bool = True  # cluster-scoped kinds are stored under namespace "" (test hooks only)
 
     @property
     def api_version(self) -> str:
@@ -56,6 +59,18 @@ RESOURCE_TYPES = [
     ResourceType("", "v1", "configmaps", "ConfigMap", has_status=False, validated=True),
     ResourceType("", "v1", "pods", "Pod", validated=True),
     ResourceType("", "v1", "services", "Service", validated=True),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", has_status=False, validated=True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", has_status=False, validated=True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", has_status=False, validated=True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", has_status=False, namespaced=False),
+    ResourceType(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        has_status=False,
+        namespaced=False,
+    ),
     ResourceType("batch", "v1", "jobs", "Job", validated=True),
     ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", validated=True, custom=True),
     ResourceType("ray.io", "v1", "rayjobs", "RayJob", validated=True, custom=True),
@@ -68,6 +83,7 @@ RESOURCE_TYPES = [
     ResourceType("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", custom=True),
 ]
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+APPLY_PATCH = "application/apply-patch+yaml"
 # spec fields the API server (or the controller's validating webhook) refuses to change after create
 IMMUTABLE = {
     "Job": ("template", "selector", "completionMode", "podFailurePolicy"),
@@ -200,6 +216,8 @@ class FakeKube:
         self.mutators: list[Callable[[str, dict[str, Any]], None]] = []  # mutating admission, on create
         self.after_write: list[Callable[[], None]] = []  # controllers: run after every client write
         self.validate = True  # schema validation of client writes (off only to measure its cost)
+        self.tokens: dict[str, tuple[str, str]] = {}  # bearer token -> the ServiceAccount (ns, name) it is
+        self.audit: list[tuple[str, twin_rbac.Attributes]] = []  # (user, request) of every authorization asked
         # API versions this server does not serve, e.g. {"kueue.x-k8s.io/v1beta2"} for a Kueue before 0.15
         self.unserved: set[str] = set()
         # An older controller's CRD in the OpenAPI document: kind → the dotted fields it lacks, e.g.
@@ -246,18 +264,19 @@ class FakeKube:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def api_client(self) -> Any:
+    def api_client(self, token: str = "fake-token") -> Any:
         """A real `kubernetes.client.ApiClient` pointed at this server.
 
         urllib3's own retries are off, as the backend sets them when it builds its client, so the
-        retries a test sees are the backend's.
+        retries a test sees are the backend's. The default token is an administrator's (RBAC allows it
+        everything); a ServiceAccount's (`service_account_token`) is held to its roles.
         """
         from kubernetes import client
 
         cfg = client.Configuration()
         cfg.host = self.url
         cfg.retries = False
-        cfg.api_key = {"authorization": "Bearer fake-token"}
+        cfg.api_key = {"authorization": f"Bearer {token}"}
         return client.ApiClient(cfg)
 
     # ---- test hooks ------------------------------------------------------------------------
@@ -283,6 +302,10 @@ class FakeKube:
             self.faults.append(injected)
         return injected
 
+    def service_account_token(self, ns: str, name: str) -> str:
+        """A bearer token that authenticates as ServiceAccount NS/NAME (which must exist)."""
+        return twin_rbac.issue_token(self, ns, name)
+
     def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
         with self.lock:
             obj = self.objects.get((kind, ns, name))
@@ -295,7 +318,7 @@ class FakeKube:
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create an object as another actor would (counts as a creation); returns the stored copy."""
         kind = obj["kind"]
-        ns = obj["metadata"].get("namespace", "default")
+        ns = obj["metadata"].get("namespace", "default") if BY_KIND[kind].namespaced else ""
         with self.changed:
             stored = self._create(BY_KIND[kind], ns, copy.deepcopy(obj), keep_status=True)
             self.changed.notify_all()
@@ -459,6 +482,8 @@ class FakeKube:
             creationTimestamp=now(),
             generation=1,
         )
+        if not rtype.namespaced:
+            meta.pop("namespace")
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         if rtype.has_status and not keep_status:
             obj["status"] = {}
@@ -809,9 +834,33 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and self._apply_fault(fault):
             return
         try:
+            self._authorize(method, path, query, content_type)
             self._route(method, path, query, content_type, body)
         except _HttpError as exc:
             self._send_json(exc.body["code"], exc.body)
+
+    def _authorize(self, method: str, path: str, query: dict[str, str], content_type: str) -> None:
+        """RBAC, before any handler: a 403 Forbidden in the API server's words (twin_rbac)."""
+        match = _CORE_RE.match(path) or _GROUP_RE.match(path)
+        if match is None:
+            return  # discovery: open to every authenticated user
+        kube = self.server.kube
+        who = twin_rbac.identity(kube, self.headers.get("Authorization") or "")
+        attrs = twin_rbac.attributes(method, match.groupdict(), query)
+        with kube.lock:
+            kube.audit.append((who.user, attrs))
+        if not twin_rbac.allowed(kube, who, attrs):
+            message = twin_rbac.forbidden_message(who, attrs)
+            raise _HttpError(403, "Forbidden", message, twin_rbac.forbidden_details(attrs))
+        rtype = BY_PATH.get((attrs.group, match.group("version"), attrs.resource))
+        creates = rtype is not None and (rtype.kind, attrs.namespace, attrs.name) not in kube.objects
+        if content_type == APPLY_PATCH and creates and not attrs.sub:
+            wanted = dataclasses.replace(attrs, verb="create")
+            with kube.lock:
+                kube.audit.append((who.user, wanted))
+            if not twin_rbac.allowed(kube, who, wanted):  # the apply handler's own check: no reason given
+                message = twin_rbac.forbidden_message(who, attrs, reason="")
+                raise _HttpError(403, "Forbidden", message, twin_rbac.forbidden_details(attrs))
 
     def _apply_fault(self, fault: Fault) -> bool:
         """Act out a fault; True when the request is answered (or dropped) by it."""

@@ -137,8 +137,9 @@ def kube_lab(tmp_path: Path, count: int = 1) -> tuple[Path, list[str]]:
     return clone(remote, tmp_path / "bot"), ids
 
 
-def kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig naming the fake API server (token auth, plain HTTP on loopback)."""
+def kubeconfig(path: Path, server: str, token: str = "fake-token") -> Path:
+    """A kubeconfig naming the fake API server (token auth, plain HTTP on loopback); the default token is an
+    administrator's, a ServiceAccount's (`FakeKube.service_account_token`) is held to its roles."""
     path.write_text(
         f"""apiVersion: v1
 kind: Config
@@ -152,7 +153,7 @@ contexts:
 current-context: fake
 users:
 - name: bot
-  user: {{token: fake-token}}
+  user: {{token: {token}}}
 """,
         encoding="utf-8",
     )

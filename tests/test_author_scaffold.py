@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tuneplane.backends.kubernetes import rbac
+from tuneplane.backends.kubernetes.rbac import RBAC_FILE
 from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
 from tuneplane.models.lab import LabFile
 
@@ -46,6 +48,29 @@ def test_init_writes_every_file_and_folder(tmp_path: Path, tp: Any, git: Any) ->
     assert set(LAB_FILES) <= committed
     assert {f"{d}/.gitkeep" for d in LAB_DIRS} <= committed
     assert git(root, "status", "--porcelain") == ""
+
+
+def test_a_kubernetes_lab_gets_the_bots_rbac_and_tp_cluster_rbac_follows_its_namespace(
+    tmp_path: Path, tp: Any, git: Any
+) -> None:
+    root = tmp_path / "k-lab"
+    result = tp("init", root, "--backend", "kubernetes")
+    assert result.code == 0, result.output
+    assert RBAC_FILE in result.out and RBAC_FILE in git(root, "ls-files").split()
+    written = (root / RBAC_FILE).read_text(encoding="utf-8")
+    assert list(yaml.safe_load_all(written)) == rbac.manifests("tuneplane")
+    assert tp("cluster", "rbac", cwd=root).out == written
+
+    settings = root / "tuneplane.yaml"
+    settings.write_text(settings.read_text(encoding="utf-8").replace("namespace: tuneplane", "namespace: ml-team"))
+    printed = tp("cluster", "rbac", cwd=root)
+    assert printed.code == 0, printed.output
+    assert list(yaml.safe_load_all(printed.out)) == rbac.manifests("ml-team")
+
+
+def test_a_local_lab_has_no_cluster_rbac(tmp_path: Path, tp: Any) -> None:
+    assert tp("init", tmp_path / "l", "--no-git").code == 0
+    assert not (tmp_path / "l" / "cluster").exists()
 
 
 def test_lab_file_explains_itself_with_comments(tmp_path: Path, tp: Any) -> None:

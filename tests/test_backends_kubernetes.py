@@ -10,10 +10,12 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from twin_rbac import bot_client
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
@@ -100,6 +102,16 @@ class Sleeps(list[float]):
 
 
 @pytest.fixture
+def kube_client(fake_kube: FakeKube) -> Iterator[Any]:
+    """The bot's client: every request is held to the Role tuneplane declares (twin_rbac)."""
+    api_client = bot_client(fake_kube, NS)
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+@pytest.fixture
 def backend(kube_client: Any) -> KubernetesBackend:
     return KubernetesBackend(NS, api_client=kube_client, retry=FAST, rng=random.Random(7))
 
@@ -167,7 +179,7 @@ def test_submit_creates_the_job_then_applies_a_secret_it_owns(
 @pytest.mark.parametrize("kind", ["Job", "JobSet", "RayJob"])
 def test_submitting_twice_creates_once_and_adopts(fake_kube: FakeKube, backend: KubernetesBackend, kind: str) -> None:
     first = backend.submit(request_for(kind))
-    second = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST).submit(request_for(kind))
+    second = KubernetesBackend(NS, api_client=bot_client(fake_kube, NS), retry=FAST).submit(request_for(kind))
     assert second == first
     assert fake_kube.creations[(kind, NS, "sft-demo-r1")] == 1
     assert len(fake_kube.requests_for("POST", KIND_PATHS[kind] + "$")) == 2  # the second got 409 and adopted
@@ -475,7 +487,7 @@ def test_a_lingering_cancel_is_recognised_by_a_fresh_backend(fake_kube: FakeKube
     fake_kube.linger_deletes = True
     ref = backend.submit(request_for("RayJob"))
     backend.cancel(ref)
-    other_process = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST)
+    other_process = KubernetesBackend(NS, api_client=bot_client(fake_kube, NS), retry=FAST)
     assert other_process.observe(ref).phase == "Cancelled"
     fake_kube.finish_deletion("RayJob", NS, "sft-demo-r1")
     assert other_process.observe(ref).phase == "Failed"  # it cannot know any more; the bot's run request can

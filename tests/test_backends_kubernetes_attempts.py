@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers_render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
+from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
@@ -45,7 +46,7 @@ def twin(cluster: Cluster) -> Cluster:
 
 @pytest.fixture
 def backend(fake_kube: FakeKube) -> KubernetesBackend:
-    return KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST, rng=random.Random(5))
+    return KubernetesBackend(NS, api_client=bot_client(fake_kube, NS), retry=FAST, rng=random.Random(5))
 
 
 def add_gpu_nodes(twin: Cluster, *names: str) -> None:

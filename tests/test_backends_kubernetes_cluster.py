@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
 from podrunner import PodRunner, kubelet_expand
+from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
@@ -64,7 +65,7 @@ def twin(cluster: Cluster) -> Cluster:
 
 @pytest.fixture
 def backend(fake_kube: FakeKube) -> KubernetesBackend:
-    return KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST, rng=random.Random(3))
+    return KubernetesBackend(NS, api_client=bot_client(fake_kube, NS), retry=FAST, rng=random.Random(3))
 
 
 def rendered(lab: Any, experiment: str, profile: str = "h200") -> tuple[Any, list[dict[str, Any]]]:

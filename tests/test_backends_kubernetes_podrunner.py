@@ -25,6 +25,7 @@ import pytest
 from githttp import GitHttpServer
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, request, resolve_run
 from podrunner import PodRunner
+from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
@@ -115,7 +116,7 @@ def _custom_lab(root: Path, tp: Any) -> Any:
 def _submit(twin: Any, lab: Any, experiment: str, profile: str, **fields: Any) -> tuple[KubernetesBackend, Any, Any]:
     spec = resolve_run(lab, request(experiment, profile=profile, **fields), commit=git(lab.root, "rev-parse", "HEAD"))
     docs = hr.render_manifests(spec, hr.compile_plan(spec), lab.config)
-    backend = KubernetesBackend(NS, api_client=twin.kube.api_client(), retry=FAST)
+    backend = KubernetesBackend(NS, api_client=bot_client(twin.kube, NS), retry=FAST)
     token = mint_token(SECRET, spec.metadata.run_id)
     ref = backend.submit(
         SubmitRequest(

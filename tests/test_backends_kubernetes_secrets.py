@@ -8,12 +8,13 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_backends_kubernetes import FAST, NS, request_for
+from test_backends_kubernetes import FAST, NS, kube_client, request_for
 
 from tuneplane.backends.base import BackendError
 from tuneplane.backends.kubernetes.backend import KubernetesBackend
 
 pytest_plugins = ("fakekube",)
+__all__ = ["kube_client"]  # the bot's client, held to its Role, for every test here
 
 
 def _lab_secret(fake: Any, data: dict[str, str]) -> None:

@@ -40,6 +40,9 @@ CORE_FILES = {
     ("v1", "ConfigMap"): "configmap-v1.json",
     ("v1", "Pod"): "pod-v1.json",
     ("v1", "Service"): "service-v1.json",
+    ("v1", "ServiceAccount"): "serviceaccount-v1.json",
+    ("rbac.authorization.k8s.io/v1", "Role"): "role-rbac-v1.json",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebinding-rbac-v1.json",
 }
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -49,9 +50,14 @@ DEFAULT_RUNNER = "tuneplane"  # the self-hosted runner label of a local or Slurm
 
 
 def lab_files(
-    name: str, backend: str = "local", tool: ToolSource | None = None, runner: str = DEFAULT_RUNNER
+    name: str,
+    backend: str = "local",
+    tool: ToolSource | None = None,
+    runner: str = DEFAULT_RUNNER,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp."""
+    """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp; `extra`:
+    files a layer above writes (the Kubernetes bot's RBAC, which the backend declares)."""
     tool = tool or installed_source(__version__)
     files = {
         LAB_FILE: render(
@@ -70,6 +76,7 @@ def lab_files(
         ".github/dependabot.yml": render("lab/dependabot.yml.j2"),
         **({} if backend == "kubernetes" else {".github/actionlint.yaml": _runner_labels(runner)}),
         **packaged_schemas(),
+        **(extra or {}),
     }
     for d in LAB_DIRS:
         files[f"{d}/.gitkeep"] = ""
@@ -126,6 +133,7 @@ def init_lab(
     backend: str = "local",
     tool: ToolSource | None = None,
     runner: str = DEFAULT_RUNNER,
+    extra: Mapping[str, str] | None = None,
 ) -> InitResult:
     root = root.resolve()
     if root.exists() and not root.is_dir():
@@ -144,7 +152,7 @@ def init_lab(
         raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
     if error := name_error(runner, "runner label"):
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-', starting with a letter or digit")
-    files = lab_files(name, backend, tool, runner)
+    files = lab_files(name, backend, tool, runner, extra)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}
     folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}

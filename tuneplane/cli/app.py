@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recipe": ("cmd_recipe", "Manage recipe locks."),
     "job": ("cmd_job", "Inspect and control runs: ls, status, logs, cancel, metrics, compare."),
     "bot": ("cmd_bot", "The CI bot: submit merged run requests and write status back into git."),
+    "cluster": (
+        "cmd_cluster",
+        "What the cluster needs for this lab: `tp cluster rbac` prints the bot's Role, RoleBinding and ServiceAccount.",
+    ),
     "plugin": ("cmd_plugin", "Algorithm plugins: scaffold, validate, lock."),
     "ingest": ("cmd_ingest", "The metrics ingest receiver."),
 }

@@ -64,7 +64,8 @@ def init(
 
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner)
+    extra = _cluster_files() if backend == "kubernetes" else {}
+    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner, extra=extra)
     say.line(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
         if not rel.endswith(".gitkeep") and not rel.startswith(".tuneplane/"):
@@ -73,4 +74,16 @@ def init(
         say.line("  .tuneplane/schemas/ (for editors: every file names its schema there)")
     if result.commit:
         say.line(f"  committed {result.commit[:12]}")
+    if extra:
+        say.line(f"the bot's Kubernetes permissions are in {', '.join(extra)}: an administrator applies them once")
     say.line("next: tp new my-exp --method custom/custom   (see `tp methods`)")
+
+
+def _cluster_files() -> dict[str, str]:
+    """The bot's ServiceAccount, Role and RoleBinding in a new lab's namespace (tp cluster rbac prints them
+    again for another namespace)."""
+    # lazy: only a Kubernetes lab pays for the backend's declarations
+    from tuneplane.backends.kubernetes.rbac import RBAC_FILE, to_yaml
+    from tuneplane.models.lab import Cluster
+
+    return {RBAC_FILE: to_yaml(str(Cluster.model_fields["namespace"].default))}

@@ -29,6 +29,8 @@ JSON = "application/json"  # said explicitly: the generated client sends a creat
 STRICT = "Strict"  # fieldValidation: an older CRD that does not know a field refuses it instead of dropping it
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MESSAGE_LIMIT = 4000
+RBAC_COMMAND = "tp cluster rbac"  # prints the bot's Role (rbac.py) for a lab
+RBAC_FILE = "cluster/bot-rbac.yaml"  # where `tp init --backend kubernetes` writes it
 
 T = TypeVar("T")
 Items = list[dict[str, Any]]  # named here: inside Rest, `list` is its method
@@ -455,11 +457,7 @@ def _hint(op: _Op, failure: _Failure) -> str:
             "read its message above, change the run or ask the cluster's administrators about the policy."
         )
     if status == 403:
-        verb = {"GET": "get", "PATCH": "patch", "DELETE": "delete", "POST": "create"}.get(op.method, op.method.lower())
-        return (
-            f"Ask an administrator for access: kubectl auth can-i {verb} {kind.plural}"
-            f"{'.' + kind.group if kind.group else ''} -n {ns}."
-        )
+        return _forbidden_hint(op, ns)
     if status == 404 and not kind.core:
         return f"Is the {kind.kind} CRD installed? Check with: kubectl get crd {kind.plural}.{kind.group}."
     if status in {400, 422}:
@@ -473,6 +471,23 @@ def _hint(op: _Op, failure: _Failure) -> str:
 
 REDACTED = "[redacted]"
 FRAGMENT = 8  # a secret cut short by a length limit still gives this much of itself away
+
+
+def _forbidden_hint(op: _Op, ns: str) -> str:
+    """RBAC refused: which permission, how to check it, and where the Role the bot needs comes from."""
+    verb = {"GET": "get", "PATCH": "patch", "DELETE": "delete", "POST": "create"}.get(op.method, op.method.lower())
+    if op.action == "list":
+        verb = "list"
+    # a server-side apply that makes the object needs `create` as well as `patch`
+    verbs = ["create", "patch"] if op.action == "apply" else [verb]
+    resource = op.kind.plural + ("/log" if op.action == "read logs of" else "")
+    resource += f".{op.kind.group}" if op.kind.group else ""
+    checks = " and ".join(f"kubectl auth can-i {v} {resource} -n {ns}" for v in verbs)
+    return (
+        f"The identity in your kubeconfig lacks this permission (check: {checks}). `{RBAC_COMMAND}` prints the "
+        f"Role, RoleBinding and ServiceAccount the bot needs; an administrator applies them ({RBAC_FILE} in a lab "
+        "that tp init made)."
+    )
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:
