@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import base64
 import copy
-import email.utils
 import dataclasses
+import email.utils
 import itertools
 import json
 import re

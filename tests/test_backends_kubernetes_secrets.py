@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -70,6 +71,18 @@ def test_submit_asks_for_the_hf_token_only_when_the_lab_names_a_secret(tmp_path:
 RENDER_NS = "ml-team"  # the namespace of helpers_render's cluster lab
 
 
+@pytest.fixture
+def render_client(fake_kube: Any) -> Iterator[Any]:
+    """The bot's client in the rendered lab's namespace, held to the Role tuneplane declares there."""
+    from twin_rbac import bot_client
+
+    api_client = bot_client(fake_kube, RENDER_NS)
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
 def _put_secret(fake: Any, name: str, data: dict[str, str], ns: str = NS) -> None:
     encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
     fake.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "data": encoded})
@@ -88,14 +101,14 @@ def _rendered_request(tmp_path: Any) -> Any:
 
 @pytest.mark.parametrize("data", [None, {"username": "bot"}], ids=["no-secret", "no-password-key"])
 def test_missing_git_credentials_are_refused_naming_the_setting_and_the_fix(
-    fake_kube: Any, kube_client: Any, tmp_path: Any, data: dict[str, str] | None
+    fake_kube: Any, render_client: Any, tmp_path: Any, data: dict[str, str] | None
 ) -> None:
     if data is not None:
         _put_secret(fake_kube, "lab-git", data, RENDER_NS)
     _put_secret(fake_kube, "hf-token", {"token": "hf_x"}, RENDER_NS)
     request = _rendered_request(tmp_path)
     with pytest.raises(BackendError) as caught:
-        KubernetesBackend(RENDER_NS, api_client=kube_client, retry=FAST).submit(request)
+        KubernetesBackend(RENDER_NS, api_client=render_client, retry=FAST).submit(request)
     text = str(caught.value)
     assert f"Secret {RENDER_NS}/lab-git" in text and "'password'" in text and "GIT_PASSWORD" in text
     assert "cluster.repo.credentials_secret" in text
@@ -105,24 +118,24 @@ def test_missing_git_credentials_are_refused_naming_the_setting_and_the_fix(
     assert fake_kube.get("Secret", RENDER_NS, request.object_name + "-tokens") is None
 
 
-def test_with_the_git_credentials_the_run_is_submitted(fake_kube: Any, kube_client: Any, tmp_path: Any) -> None:
+def test_with_the_git_credentials_the_run_is_submitted(fake_kube: Any, render_client: Any, tmp_path: Any) -> None:
     _put_secret(fake_kube, "lab-git", {"password": "pass"}, RENDER_NS)
     _put_secret(fake_kube, "hf-token", {"token": "hf_x"}, RENDER_NS)
     _put_secret(fake_kube, "registry-creds", {".dockerconfigjson": "{}"}, RENDER_NS)
     request = _rendered_request(tmp_path)
-    ref = KubernetesBackend(RENDER_NS, api_client=kube_client, retry=FAST).submit(request)
+    ref = KubernetesBackend(RENDER_NS, api_client=render_client, retry=FAST).submit(request)
     assert fake_kube.get("Job", RENDER_NS, ref.name) is not None
 
 
 def test_a_missing_image_pull_secret_only_warns(
-    fake_kube: Any, kube_client: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
+    fake_kube: Any, render_client: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The kubelet pulls without it (a public image still starts); a private one ends the attempt ImagePull."""
     _put_secret(fake_kube, "lab-git", {"password": "pass"}, RENDER_NS)
     _put_secret(fake_kube, "hf-token", {"token": "hf_x"}, RENDER_NS)
     request = _rendered_request(tmp_path)
     with caplog.at_level("WARNING", logger="tuneplane.backends.kubernetes"):
-        ref = KubernetesBackend(RENDER_NS, api_client=kube_client, retry=FAST).submit(request)
+        ref = KubernetesBackend(RENDER_NS, api_client=render_client, retry=FAST).submit(request)
     assert fake_kube.get("Job", RENDER_NS, ref.name) is not None
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "registry-creds" in warned and "cluster.image_pull_secrets" in warned
