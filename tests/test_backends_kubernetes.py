@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from twin_rbac import bot_client
+from twin_rbac import bot_client, bot_session
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
@@ -104,11 +104,8 @@ class Sleeps(list[float]):
 @pytest.fixture
 def kube_client(fake_kube: FakeKube) -> Iterator[Any]:
     """The bot's client: every request is held to the Role tuneplane declares (twin_rbac)."""
-    api_client = bot_client(fake_kube, NS)
-    try:
+    with bot_session(fake_kube, NS) as api_client:
         yield api_client
-    finally:
-        api_client.close()
 
 
 @pytest.fixture

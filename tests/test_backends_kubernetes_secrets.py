@@ -74,13 +74,10 @@ RENDER_NS = "ml-team"  # the namespace of helpers_render's cluster lab
 @pytest.fixture
 def render_client(fake_kube: Any) -> Iterator[Any]:
     """The bot's client in the rendered lab's namespace, held to the Role tuneplane declares there."""
-    from twin_rbac import bot_client
+    from twin_rbac import bot_session
 
-    api_client = bot_client(fake_kube, RENDER_NS)
-    try:
+    with bot_session(fake_kube, RENDER_NS) as api_client:
         yield api_client
-    finally:
-        api_client.close()
 
 
 def _put_secret(fake: Any, name: str, data: dict[str, str], ns: str = NS) -> None:

@@ -20,7 +20,9 @@ beyond discovery.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -270,3 +272,13 @@ def bot_client(kube: FakeKube, ns: str) -> Any:
     with kube.lock:
         token = next((t for t, acct in kube.tokens.items() if acct == (ns, rbac.BOT_NAME)), None)
     return kube.api_client(token or grant(kube, rbac.manifests(ns)))
+
+
+@contextlib.contextmanager
+def bot_session(kube: FakeKube, ns: str) -> Iterator[Any]:
+    """`bot_client` for the length of a `with`, closed after (a test's fixture yields it)."""
+    api_client = bot_client(kube, ns)
+    try:
+        yield api_client
+    finally:
+        api_client.close()
