@@ -134,7 +134,7 @@ def plan_table(found: list[Estimate]) -> str:
         "",
         "| run request | GPU-hours | estimated from |",
         "|:--|--:|:--|",
-        *(f"| `{e.rel}` | {_shown(e.hours)} | {e.how} |" for e in found),
+        *(f"| `{e.rel}` | {_shown(e.hours)} | {_cell(e.how.removeprefix('unknown: '))} |" for e in found),
         f"| **total** | **{total(found):,.2f}** | |",
         "",
         "",
@@ -146,6 +146,11 @@ def plan_lines(found: list[Estimate]) -> list[str]:
     """The same plan as lines for a terminal."""
     rows = [f"{e.rel}: {_shown(e.hours)} GPU-hours ({e.how})" for e in found]
     return [*rows, f"total: {total(found):,.2f} GPU-hours for {len(found)} new run request(s)"] if found else []
+
+
+def _cell(text: str) -> str:
+    """Text in a Markdown table cell: a `|` of a message cannot end the cell, nor a line break the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _shown(hours: float | None) -> str:
