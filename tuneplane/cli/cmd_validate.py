@@ -92,11 +92,13 @@ def run(
     lab = load_lab()
     if lab.settings is None and lab.doc is None and not lab.legacy:
         lab.require_settings()
+    changed_files: list[str] = []
     if changed:
         # lazy: only --changed needs git
         from tuneplane.lab.gitrepo import GitRepo
 
-        scope = scope_for_paths(lab, GitRepo(lab.root).changed_files(base))
+        changed_files = GitRepo(lab.root).changed_files(base)
+        scope = scope_for_paths(lab, changed_files)
     elif targets and not all_:
         scope = scope_for_args(lab, targets)
     else:
@@ -105,7 +107,7 @@ def run(
         lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins), shell_check=bash_syntax
     )
     if changed:
-        problems = sorted({*problems, *_status_problems(lab, base)})
+        problems = sorted({*problems, *_status_problems(lab, base), *_budget_problems(lab, changed_files)})
     checked = scope.describe()
     report = reporters.FORMATS[fmt](problems, checked)
     if fmt == "text":
@@ -129,3 +131,12 @@ def _status_problems(lab: "Lab", base: str | None) -> "list[Problem]":
 
     ctx = StatusContext(lab, status_changes(GitRepo(lab.root), base))
     return [p for rule in status_rules() for p in rule(ctx)] if ctx.changes else []
+
+
+def _budget_problems(lab: "Lab", changed_files: list[str]) -> "list[Problem]":
+    """Rules `budget-exceeded` and `budget-unknown`: the change's new run requests against this month's budgets."""
+    from datetime import UTC, datetime
+
+    from tuneplane.runs import budget  # lazy: only --changed reads the statuses' GPU-hours
+
+    return budget.budget_problems(lab, budget.estimates(lab, changed_files), datetime.now(UTC))

@@ -1,6 +1,6 @@
 """`tuneplane.yaml`: the lab marker and its settings (profiles, images, cluster)."""
 
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -306,6 +306,27 @@ class Notify(Strict):
     webhooks: list[Webhook] = Field(default_factory=empty_list, description="Webhooks to post to.")
 
 
+class Budgets(Strict):
+    """`budgets:`: GPU-hours a calendar month (UTC) may spend. `tp validate --changed` refuses a change
+    whose new run requests, estimated, would take the month's spending past one; raising a budget is a
+    reviewed change of this file. Spent GPU-hours are the attempts the bot recorded in `status/`."""
+
+    monthly_gpu_hours: float | None = Field(
+        None, ge=0, description="GPU-hours the whole lab may spend in a month; null: no limit."
+    )
+    experiments: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=empty_dict,
+        description="GPU-hours one experiment may spend in a month, by experiment name.",
+    )
+
+    @model_validator(mode="after")
+    def _experiment_limits(self) -> Self:
+        for name in self.experiments:
+            if not NAME.match(name):
+                raise ValueError(f"experiments: {name!r} is not an experiment name")
+        return self
+
+
 _local_profile = defaults_of(Profile, local=True, gpus_per_node=0)  # the profile of a lab that names none
 
 
@@ -335,3 +356,6 @@ class LabFile(Strict):
     )
     tool: Tool = Field(default_factory=defaults_of(Tool))
     notify: Notify = Field(default_factory=defaults_of(Notify), description="Messages when runs change phase.")
+    budgets: Budgets = Field(
+        default_factory=defaults_of(Budgets), description="GPU-hours a month may spend, lab-wide and per experiment."
+    )

@@ -19,9 +19,10 @@ class RenderedChange:
     error: str = ""
 
 
-def diff_comment(changes: list[RenderedChange], base: str, limit: int = COMMENT_LIMIT) -> str:
-    """A Markdown comment with one collapsible unified diff per run request, at most `limit` characters."""
-    head = f"### tp render: {len(changes)} changed run request(s) against `{base}`\n\n"
+def diff_comment(changes: list[RenderedChange], base: str, limit: int = COMMENT_LIMIT, plan: str = "") -> str:
+    """A Markdown comment with one collapsible unified diff per run request, at most `limit` characters.
+    `plan`: Markdown shown above the diffs (the GPU-hours of the new requests, made by `runs.budget`)."""
+    head = f"### tp render: {len(changes)} changed run request(s) against `{base}`\n\n{plan}"
     if not changes:
         return head + "No run request changed: nothing would be submitted.\n"
     return _fit(head, [_section(c) for c in changes], limit)

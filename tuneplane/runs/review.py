@@ -32,6 +32,7 @@ from tuneplane.plan.environment import job_env
 from tuneplane.plan.resolve import prepare_experiment
 from tuneplane.render.diff import RenderedChange, diff_comment
 from tuneplane.render.manifests import to_yaml
+from tuneplane.runs import budget
 from tuneplane.runs.prepare import PreparedRun, prepare
 from tuneplane.runs.requests import TypedFlags, read_flags, request_from_flags, requester
 
@@ -286,13 +287,17 @@ class RenderContext:
         # a user's --base reaches git only as a verified commit id (see GitRepo.verify_commit)
         base = self.repo.verify_commit(self.opts.base) if self.opts.base is not None else ""
         paths = [p for p in self.repo.changed_files(base or None) if _is_run_request(p)]
+        cost = budget.estimates(self.lab, paths)  # the GPU-hours of what the bot would submit
         if not self.opts.diff:
             existing = [str(self.lab.root / p) for p in paths if present(self.lab.root / p)]
-            return self.many(existing) if existing else 0
+            refused = self.many(existing) if existing else 0
+            for line in budget.plan_lines(cost):
+                self.note(line)
+            return refused
 
         base = base or self.repo.default_merge_base() or ""
         changes = [self.change(p, base) for p in paths]
-        self.out(diff_comment(changes, self.opts.base or base[:12] or "(no base)"))
+        self.out(diff_comment(changes, self.opts.base or base[:12] or "(no base)", plan=budget.plan_table(cost)))
         return sum(1 for c in changes if c.error)
 
     def change(self, rel: str, base: str) -> Any:

@@ -141,25 +141,44 @@ def _phase(data: dict[str, Any] | None) -> str:
 
 def gpu_seconds(data: dict[str, Any] | None) -> float:
     """A run's GPU-seconds: the sum over its attempts (each its GPUs times its wall time)."""
+    return sum(attempt_gpu_seconds(a) for a in attempts_of(data))
+
+
+def attempts_of(data: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A status's attempts as plain JSON objects (anything else in the list is skipped)."""
     attempts = (data or {}).get("attempts")
-    if not isinstance(attempts, list):
+    return [a for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+
+
+def attempt_gpu_seconds(attempt: dict[str, Any]) -> float:
+    """One attempt's GPU-seconds as recorded; 0 for a value that is not a positive finite number."""
+    v = attempt.get("gpu_seconds")
+    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
         return 0.0
-    values = (a.get("gpu_seconds") for a in attempts if isinstance(a, dict))
-    return sum(
-        float(v)
-        for v in values
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-    )
+    return max(float(v), 0.0)
+
+
+def attempt_month(attempt: dict[str, Any], run_id: str) -> str:
+    """The month (`YYYY-MM`, UTC) an attempt's GPU-hours count in: when it started, else the run's month."""
+    started = attempt.get("started_at")
+    month = started[:7] if isinstance(started, str) else ""
+    return month if _MONTH.match(month) else month_of(run_id)
+
+
+_MONTH = re.compile(r"[0-9]{4}-[0-9]{2}\Z")
 
 
 def gpu_seconds_by_month(root: Path, exp: str) -> dict[str, float]:
-    """An experiment's GPU-seconds by the month its runs were requested in (every status is read, as a
-    recount does: the experiment page shows them, and no other page has to change with them)."""
+    """An experiment's GPU-seconds by the month each attempt started in (every status is read, as a
+    recount does: the experiment page shows them, and no other page has to change with them). The
+    monthly budgets of `tuneplane.yaml` count the same numbers."""
     out: dict[str, float] = {}
     for run_id in run_ids(root, exp):
-        spent = gpu_seconds(read_raw(root, RunKey(exp, run_id)))
-        if spent:
-            out[month_of(run_id)] = out.get(month_of(run_id), 0.0) + spent
+        for attempt in attempts_of(read_raw(root, RunKey(exp, run_id))):
+            spent = attempt_gpu_seconds(attempt)
+            if spent:
+                month = attempt_month(attempt, run_id)
+                out[month] = out.get(month, 0.0) + spent
     return out
 
 

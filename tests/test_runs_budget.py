@@ -1,0 +1,194 @@
+"""GPU-hours in the plan, budgets at the gate (`runs.budget`).
+
+A real lab in git, bot-written statuses on its default branch carrying attempts and their GPU-seconds,
+then a pull request's branch adding run requests; `tp validate --changed` and `tp render --changed
+--diff` run as processes, as the lab's workflow runs them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from helpers_git import BRANCH, git, make_remote, request, seed_lab, tp_run
+
+from tuneplane.lab.load import load_lab
+from tuneplane.lab.runs import write_request, write_status
+from tuneplane.models.run import Attempt, BackendObject, RunStatus
+from tuneplane.runs.budget import estimate
+
+NOW = datetime.now(UTC)
+THIS_MONTH = NOW.strftime("%Y%m")
+LAST_MONTH = (NOW.replace(day=1) - timedelta(days=1)).strftime("%Y%m")
+
+
+def _id(month: str, n: int) -> str:
+    return f"{month}01-00{n:04d}-{n:06x}"
+
+
+def _started(month: str) -> str:
+    return f"{month[:4]}-{month[4:]}-01T00:00:00Z"
+
+
+def _status(exp: str, run_id: str, profile: str, *hours: float) -> RunStatus:
+    """A finished run as the bot records it: one attempt per GPU-hours value, started in the run's month."""
+    month = run_id[:6]
+    attempts = [
+        Attempt(number=n, started_at=_started(month), reason="Completed", gpus=1, gpu_seconds=h * 3600)
+        for n, h in enumerate(hours, 1)
+    ]
+    return RunStatus(
+        experiment=exp,
+        run_id=run_id,
+        profile=profile,
+        phase="Succeeded",
+        backend=BackendObject(backend="kubernetes", kind="Job", name=f"{exp}-{run_id}"),
+        attempts=attempts,
+    )
+
+
+def _lab(tmp_path: Path, budgets: str, statuses: list[RunStatus]) -> Path:
+    """The default branch: a Kubernetes lab with `budgets`, its statuses; then a pull request's branch."""
+    remote = make_remote(tmp_path)
+    lab = seed_lab(remote, tmp_path / "lab", {"demo": "echo hi\n", "other": "echo hi\n"}, backend="kubernetes")
+    with (lab / "tuneplane.yaml").open("a", encoding="utf-8") as fh:
+        fh.write(budgets)
+    for status in statuses:
+        write_request(lab, request(status.experiment, status.run_id, status.profile))
+        write_status(lab, status)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "budgets and what the bot ran")
+    git(lab, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    git(lab, "checkout", "-q", "-b", "feature")
+    return lab
+
+
+def _propose(lab: Path, *requests: tuple[str, str, int | None]) -> list[str]:
+    """Commit new run requests (experiment, profile, timeout seconds) on the pull request's branch."""
+    rels = []
+    for n, (exp, profile, timeout) in enumerate(requests, 900):
+        path = write_request(lab, request(exp, _id(THIS_MONTH, n), profile, timeout=timeout))
+        rels.append(path.relative_to(lab).as_posix())
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "more runs")
+    return rels
+
+
+def _validate(lab: Path) -> tuple[int, str]:
+    return tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}")
+
+
+MONTHLY_10 = "\nbudgets:\n  monthly_gpu_hours: 10\n"
+
+
+def test_a_change_over_the_monthly_budget_fails_with_the_numbers(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(THIS_MONTH, 1), "h200:1", 5, 4)])
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = _validate(lab)
+
+    assert code == 1, out
+    assert "budget-exceeded" in out and rel in out, out
+    month = NOW.strftime("%Y-%m")
+    assert f"9.00 GPU-hours spent in {month} + 2.00 estimated for this change = 11.00" in out, out
+    assert "budgets.monthly_gpu_hours 10" in out and "tuneplane.yaml" in out, out
+
+
+def test_a_change_within_the_budget_passes(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(THIS_MONTH, 1), "h200:1", 7)])
+    _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = _validate(lab)
+
+    assert code == 0 and "budget-" not in out, out
+
+
+def test_last_months_spending_is_not_counted(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(LAST_MONTH, 1), "h200:1", 9)])
+    _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = _validate(lab)
+
+    assert code == 0 and "budget-exceeded" not in out, out
+
+
+def test_an_experiments_budget_holds_only_that_experiment(tmp_path: Path) -> None:
+    budgets = "\nbudgets:\n  experiments:\n    demo: 3\n"
+    lab = _lab(tmp_path, budgets, [_status("demo", _id(THIS_MONTH, 1), "h200:1", 2)])
+    (demo,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+    code, out = _validate(lab)
+    assert code == 1 and "budgets.experiments.demo 3" in out and demo in out, out
+    assert "2.00 GPU-hours spent in" in out and "= 4.00" in out, out
+
+    git(lab, "reset", "-q", "--hard", f"origin/{BRANCH}")
+    _propose(lab, ("other", "h200:8", 3600))
+    code, out = _validate(lab)
+    assert code == 0 and "budget-" not in out, out
+
+
+def test_an_unknown_estimate_is_said_and_counts_zero(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(THIS_MONTH, 1), "h200:1", 9)])
+    (rel,) = _propose(lab, ("demo", "h200:8", None))
+
+    code, out = _validate(lab)
+
+    assert code == 0, out
+    assert "budget-unknown" in out and rel in out and "no timeout and no past runs on h200:8" in out, out
+
+
+def test_the_estimate_is_the_timeout_bound_then_the_median_then_unknown(tmp_path: Path) -> None:
+    lab_root = _lab(
+        tmp_path,
+        "",
+        [
+            _status("demo", _id(LAST_MONTH, 1), "h200:1", 1, 3),
+            _status("demo", _id(LAST_MONTH, 2), "h200:1", 8),
+            _status("demo", _id(LAST_MONTH, 3), "h200:8", 100),
+        ],
+    )
+    lab = load_lab(lab_root)
+
+    bound = estimate(lab, request("demo", _id(THIS_MONTH, 5), "h200:16", timeout=5400), "r.yaml")
+    median = estimate(lab, request("demo", _id(THIS_MONTH, 6), "h200:1"), "r.yaml")
+    unknown = estimate(lab, request("other", _id(THIS_MONTH, 7), "h200:1"), "r.yaml")
+
+    assert (bound.hours, bound.how) == (24.0, "16 GPUs × timeout 1h30m")
+    assert (median.hours, median.how) == (3.0, "median of 3 past attempts on h200:1")
+    assert (unknown.hours, unknown.how) == (None, "unknown: no timeout and no past runs on h200:1")
+
+
+def _plan_rows(comment: str) -> tuple[dict[str, str], str]:
+    rows = dict(re.findall(r"^\| `(runs/[^`]+)` \| ([^|]+?) \|", comment, re.M))
+    total = re.search(r"^\| \*\*total\*\* \| \*\*([^*]+)\*\*", comment, re.M)
+    assert total, comment
+    return rows, total.group(1)
+
+
+def test_the_plan_shows_each_estimate_and_their_total(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(LAST_MONTH, 1), "h200:1", 1.25)])
+    rels = _propose(
+        lab, ("demo", "h200:1", 2 * 3600), ("demo", "h200:8", 1800), ("demo", "h200:1", None), ("other", "h200:8", None)
+    )
+
+    code, out = tp_run(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
+
+    assert code == 0, out
+    rows, total = _plan_rows(out)
+    assert rows == {rels[0]: "2.00", rels[1]: "4.00", rels[2]: "1.25", rels[3]: "unknown"}, out
+    assert float(total) == pytest.approx(sum(float(v) for v in rows.values() if v != "unknown")) == 7.25
+    assert "1 unknown" in out, out
+
+
+def test_budgets_are_a_closed_schema_with_located_errors(tmp_path: Path) -> None:
+    lab = _lab(tmp_path, "\nbudgets:\n  monthly_gpu_hour: 10\n  experiments:\n    demo: -1\n", [])
+
+    code, out = tp_run(lab, "validate")
+
+    lines = (lab / "tuneplane.yaml").read_text(encoding="utf-8").splitlines()
+    typo, negative = (lines.index(text) + 1 for text in ("  monthly_gpu_hour: 10", "    demo: -1"))
+    assert code == 1, out
+    assert f"tuneplane.yaml:{typo}:3: error [lab-schema] unknown key 'budgets.monthly_gpu_hour'" in out, out
+    assert "did you mean 'monthly_gpu_hours'" in out, out
+    assert f"tuneplane.yaml:{negative}:5: error [lab-schema] budgets.experiments.demo" in out, out

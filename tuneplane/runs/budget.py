@@ -1,0 +1,213 @@
+"""GPU-hours before a run: each new run request's estimate, the plan's total, and the monthly budgets of
+`tuneplane.yaml` that `tp validate --changed` holds a pull request to.
+
+An estimate is an upper bound where one exists (the request's `timeout`, else its profile's
+`time_limit`: the job is stopped there), else the median GPU-seconds of the experiment's past attempts
+on the same profile, else unknown, said so. Spent GPU-hours are the attempts the bot recorded in
+`status/`, counted by the month each attempt started in, as the dashboard counts them
+(`views.dashboard.gpu_seconds_by_month`, the one place that sums them).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from tuneplane.check.shapes import ShapeError, parse_profile
+from tuneplane.errors import UsageError
+from tuneplane.lab.fs import present
+from tuneplane.lab.load import Lab
+from tuneplane.lab.runs import RunKey, parse_request, status_keys
+from tuneplane.lab.yamlio import LoadFailed, read_text
+from tuneplane.models.run import RUN_ID, RunRequest
+from tuneplane.problems import Problem, Severity
+from tuneplane.views.dashboard import attempt_gpu_seconds, attempts_of, gpu_seconds_by_month, read_raw, run_ids
+
+EXCEEDED = "budget-exceeded"
+UNKNOWN = "budget-unknown"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One new run request's GPU-hours (None: unknown), rounded to hundredths so that the plan's total
+    is the sum of the rows it shows, and how it was made."""
+
+    rel: str
+    experiment: str
+    hours: float | None
+    how: str
+
+
+def estimate(lab: Lab, request: RunRequest, rel: str) -> Estimate:
+    """The GPU-hours `request` may take: its time bound × its GPUs, else the median of past attempts."""
+    try:
+        shape = parse_profile(request.profile, lab.config)
+    except ShapeError as exc:
+        return Estimate(rel, request.experiment, None, f"unknown: {exc}")
+    gpus = shape.nodes * shape.gpus_per_node
+    if gpus == 0:
+        return Estimate(rel, request.experiment, 0.0, f"no GPUs on {request.profile}")
+    bound = request.timeout or lab.config.profiles[shape.profile].time_limit
+    if bound:
+        what = "timeout" if request.timeout else f"time limit of {shape.profile}"
+        return Estimate(rel, request.experiment, _hours(gpus * bound), f"{_gpus(gpus)} × {what} {_duration(bound)}")
+    past = past_attempts(lab.root, request.experiment, request.profile)
+    if past:
+        n = len(past)
+        how = f"median of {n} past attempt{'s' if n > 1 else ''} on {request.profile}"
+        return Estimate(rel, request.experiment, _hours(statistics.median(past)), how)
+    return Estimate(rel, request.experiment, None, f"unknown: no timeout and no past runs on {request.profile}")
+
+
+def past_attempts(root: Path, exp: str, profile: str) -> list[float]:
+    """GPU-seconds of the experiment's ended attempts on exactly this profile (`h200:8` is not `h200:16`)."""
+    out = []
+    for run_id in run_ids(root, exp):
+        data = read_raw(root, RunKey(exp, run_id))
+        if data is None or data.get("profile") != profile:
+            continue
+        out += [attempt_gpu_seconds(a) for a in attempts_of(data) if a.get("reason") and attempt_gpu_seconds(a)]
+    return out
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 2)
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n > 1 else ''}"
+
+
+def _duration(seconds: int) -> str:
+    """`5400` → `1h30m`, as `--timeout` takes it."""
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{v}{unit}" for v, unit in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"
+
+
+# ── which requests are new ──────────────────────────────────────────────────────────────────────────
+
+
+def new_requests(lab: Lab, rels: Iterable[str]) -> list[tuple[str, RunRequest]]:
+    """The changed run request files the bot would submit: present, parsed, not cancelled, no status
+    yet. A file that does not parse is `tp validate`'s to report, and left out here."""
+    out = []
+    for rel in sorted(set(rels)):
+        parts = rel.split("/")
+        if len(parts) != 3 or parts[0] != "runs" or not rel.endswith((".yaml", ".yml")):
+            continue
+        key = RunKey(parts[1], parts[2].rsplit(".", 1)[0])
+        if not RUN_ID.match(key.run_id) or not present(lab.root / rel) or present(lab.root / key.status_rel):
+            continue
+        try:
+            request = parse_request(read_text(lab.root / rel, rel, root=lab.root), rel)
+        except (UsageError, LoadFailed):
+            continue
+        if not request.cancel:
+            out.append((rel, request))
+    return out
+
+
+def estimates(lab: Lab, rels: Iterable[str]) -> list[Estimate]:
+    return [estimate(lab, request, rel) for rel, request in new_requests(lab, rels)]
+
+
+def total(found: Iterable[Estimate]) -> float:
+    """The plan's total: the sum of the known estimates (an unknown one counts 0, and is said so)."""
+    return round(sum(e.hours or 0.0 for e in found), 2)
+
+
+# ── the plan ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def plan_table(found: list[Estimate]) -> str:
+    """The Markdown rows of the pull-request plan: each new request's estimate, then the total."""
+    if not found:
+        return ""
+    unknown = sum(1 for e in found if e.hours is None)
+    said = f" ({unknown} unknown, counted 0)" if unknown else ""
+    lines = [
+        f"**GPU-hours of the {len(found)} new run request(s): {total(found):,.2f}**{said}",
+        "",
+        "| run request | GPU-hours | estimated from |",
+        "|:--|--:|:--|",
+        *(f"| `{e.rel}` | {_shown(e.hours)} | {_cell(e.how.removeprefix('unknown: '))} |" for e in found),
+        f"| **total** | **{total(found):,.2f}** | |",
+        "",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plan_lines(found: list[Estimate]) -> list[str]:
+    """The same plan as lines for a terminal."""
+    rows = [f"{e.rel}: {_shown(e.hours)} GPU-hours ({e.how})" for e in found]
+    return [*rows, f"total: {total(found):,.2f} GPU-hours for {len(found)} new run request(s)"] if found else []
+
+
+def _cell(text: str) -> str:
+    """Text in a Markdown table cell: a `|` of a message cannot end the cell, nor a line break the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _shown(hours: float | None) -> str:
+    return "unknown" if hours is None else f"{hours:,.2f}"
+
+
+# ── the gate ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def spent(root: Path, month: str) -> dict[str, float]:
+    """GPU-hours each experiment spent in `month` (`YYYY-MM`), from the attempts in `status/`."""
+    experiments = sorted({key.experiment for key in status_keys(root)})
+    by_exp = {exp: gpu_seconds_by_month(root, exp).get(month, 0.0) / 3600 for exp in experiments}
+    return {exp: hours for exp, hours in by_exp.items() if hours}
+
+
+def budget_problems(lab: Lab, found: list[Estimate], now: datetime) -> list[Problem]:
+    """Rule `budget-exceeded` for each budget this change's estimates take past this month's limit, and
+    `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set."""
+    budgets = lab.config.budgets
+    if budgets.monthly_gpu_hours is None and not budgets.experiments:
+        return []
+    month = now.strftime("%Y-%m")
+    used = spent(lab.root, month)
+    problems = [_unknown(e) for e in found if e.hours is None]
+    if budgets.monthly_gpu_hours is not None:
+        problems += _over(month, sum(used.values()), found, budgets.monthly_gpu_hours, "budgets.monthly_gpu_hours")
+    for exp, limit in sorted(budgets.experiments.items()):
+        mine = [e for e in found if e.experiment == exp]
+        problems += _over(month, used.get(exp, 0.0), mine, limit, f"budgets.experiments.{exp}")
+    return problems
+
+
+def _over(month: str, used: float, found: list[Estimate], limit: float, setting: str) -> list[Problem]:
+    adding = total(found)
+    if adding <= 0 or used + adding <= limit:
+        return []
+    requests = ", ".join(f"{e.rel} {_shown(e.hours)} ({e.how})" for e in found if e.hours)
+    message = (
+        f"this change would pass {setting} {limit:g}: {used:,.2f} GPU-hours spent in {month} + "
+        f"{adding:,.2f} estimated for this change = {used + adding:,.2f} (new: {requests})"
+    )
+    hint = (
+        f"raise {setting} in tuneplane.yaml in a reviewed change, give the request a shorter `timeout:` "
+        "(tp submit --timeout), or wait for next month"
+    )
+    rel = next(e.rel for e in found if e.hours)
+    return [Problem(rel, 0, 0, EXCEEDED, message, hint=hint)]
+
+
+def _unknown(e: Estimate) -> Problem:
+    return Problem(
+        e.rel,
+        0,
+        0,
+        UNKNOWN,
+        f"the GPU-hours of this run are {e.how}; the budget counts it as 0",
+        Severity.WARNING,
+        hint="give it a `timeout:` (tp submit --timeout 2h) so the budget can bound it",
+    )
