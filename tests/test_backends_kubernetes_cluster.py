@@ -429,6 +429,21 @@ def test_a_group_version_the_cluster_does_not_serve_is_named(
     assert not twin.kube.list("RayJob", NS)
 
 
+def test_a_queued_run_on_a_cluster_without_kueue_is_refused_naming_it(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    """Without Kueue nothing would admit the suspended job: it would wait forever, holding nothing but
+    hope. The run is refused before anything is written; with Kueue's v1beta1 alone (before 0.15) it goes."""
+    twin.kube.unserved.update({"kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"})
+    with pytest.raises(SubmitRefused, match=r"serves no Kueue Workloads .*tuneplane needs Kueue >= 0.6"):
+        submit(backend, lab, "trl-sft-exp")
+    assert not twin.kube.list("Job", NS)
+    twin.kube.unserved.discard("kueue.x-k8s.io/v1beta1")
+    fresh = KubernetesBackend(NS, api_client=bot_client(twin.kube, NS), retry=FAST)  # a new bot run asks again
+    ref, _ = submit(fresh, lab, "trl-sft-exp")
+    assert twin.kube.get("Job", NS, ref.name) is not None
+
+
 def test_the_served_versions_are_read_once_per_backend(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
     submit(backend, lab, "verl-grpo-exp")
     twin.kube.older_crds["RayJob"] = ("spec.backoffLimit",)  # read once: a later change is not seen

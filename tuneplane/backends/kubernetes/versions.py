@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.backends.base import SubmitRequest
-from tuneplane.backends.kubernetes.client import JOBSET, RAYJOB, Kind, Rest
+from tuneplane.backends.kubernetes.client import JOBSET, RAYJOB, WORKLOADS, Kind, Rest
+from tuneplane.backends.kubernetes.kueue import QUEUE_LABEL
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ MINIMUMS = {
     RAYJOB.kind: Minimum("KubeRay", "1.2", "https://github.com/ray-project/kuberay/releases"),
     JOBSET.kind: Minimum("JobSet", "0.6", "https://github.com/kubernetes-sigs/jobset/releases"),
 }
+
+
+KUEUE = Minimum("Kueue", "0.6", "https://github.com/kubernetes-sigs/kueue/releases")  # queues ray.io/v1 RayJobs
 
 
 class TooOld(Exception):
@@ -64,19 +68,35 @@ class ServedVersions:
                 "once it is known)"
             )
 
+    def check_queue(self, manifest: dict[str, Any]) -> None:
+        """A run with a queue label needs Kueue: without it nothing admits the suspended job, and it waits
+        forever. Kueue is there when it serves its Workloads (at v1beta2, or at v1beta1 before 0.15)."""
+        queue = ((manifest.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        if not queue or any(self._schema(kind) is not None for kind in WORKLOADS):
+            return
+        raise TooOld(
+            f"the run is queued (label {QUEUE_LABEL}: {queue}, from cluster.queue in tuneplane.yaml), but the "
+            "cluster serves no Kueue Workloads (kueue.x-k8s.io v1beta2 or v1beta1): tuneplane needs "
+            f"{KUEUE.controller} >= {KUEUE.version} ({KUEUE.install}), or no cluster.queue; check with: "
+            "kubectl api-resources --api-group=kueue.x-k8s.io"
+        )
+
     def _schema(self, kind: Kind) -> dict[str, Any] | None:
-        if kind.kind not in self._schemas:
+        key = f"{kind.api_version} {kind.kind}"
+        if key not in self._schemas:
             document = self._rest.openapi(kind)
-            self._schemas[kind.kind] = None if document is None else _kind_schema(document, kind)
-        return self._schemas[kind.kind]
+            self._schemas[key] = None if document is None else _kind_schema(document, kind)
+        return self._schemas[key]
 
 
 def check_request(versions: ServedVersions, request: SubmitRequest, kinds: dict[tuple[str, str], Kind]) -> None:
-    """Every manifest of a submission whose kind has a minimum controller version."""
+    """Every manifest of a submission whose kind has a minimum controller version, and Kueue for a
+    queued one."""
     for manifest in request.manifests:
         kind = kinds.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
         if kind is not None:
             versions.check(kind, manifest)
+            versions.check_queue(manifest)
 
 
 def _kind_schema(document: dict[str, Any], kind: Kind) -> dict[str, Any] | None:
