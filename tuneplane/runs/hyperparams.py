@@ -40,7 +40,7 @@ def kept_hyperparameters(
     return kept, _named(left_out)
 
 
-def _flatten(data: Mapping[object, object], prefix: str = "") -> Iterator[tuple[str, object]]:
+def _flatten(data: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
     """Leaves under dotted keys; an empty mapping is a leaf (and not a scalar)."""
     for key, value in data.items():
         name = f"{prefix}{key}"
