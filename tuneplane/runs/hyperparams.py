@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeGuard
 
 from tuneplane.constants import Scalar
 from tuneplane.views.charts_legend import cut
@@ -36,7 +37,7 @@ def kept_hyperparameters(
         if len(kept) >= MAX_KEYS or len(key) > MAX_CHARS or not _scalar(value):
             left_out.append(key)
         else:
-            kept[key] = cut(value, MAX_CHARS) if isinstance(value, str) else value  # type: ignore[assignment]
+            kept[key] = cut(value, MAX_CHARS) if isinstance(value, str) else value
     return kept, _named(left_out)
 
 
@@ -50,7 +51,7 @@ def _flatten(data: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str
             yield name, value
 
 
-def _scalar(value: object) -> bool:
+def _scalar(value: object) -> TypeGuard[Scalar]:
     """A number, text or boolean JSON can carry (not NaN or an infinity)."""
     if isinstance(value, float):
         return math.isfinite(value)
