@@ -379,7 +379,7 @@ def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStat
     from tuneplane.runs.status import submitted_status  # lazy: status records load only when a status is written
 
     now = utc_now()
-    fresh = submitted_status(request, run.spec, ref, now)
+    fresh = submitted_status(request, run.spec, ref, now, run.config)
     if previous is None:
         return fresh
     if previous.reason == RETRY_WAIT:
@@ -394,6 +394,8 @@ def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStat
             "provenance": fresh.provenance,
             "out_dir": fresh.out_dir,
             "method": fresh.method,
+            "hyperparameters": fresh.hyperparameters,
+            "hyperparameters_left_out": fresh.hyperparameters_left_out,
         }
     )
 

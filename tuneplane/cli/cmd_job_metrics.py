@@ -321,8 +321,9 @@ class _Target:
     vocabulary applies), what its request sets (a comparison's legend) and a local run's own store.
 
     Outside a lab, or for a run the lab does not know (one a receiver holds), the text is the run id
-    and the rest is empty. An ambiguous prefix or a damaged status file is an error; a request that
-    cannot be read only leaves the legend without that run's parameters.
+    and the rest is empty. The parameters are the effective hyperparameters the run's status keeps,
+    or for a status older than those the request's `--set`. An ambiguous prefix or a damaged status
+    file is an error; a request that cannot be read only leaves the legend without that run's parameters.
     """
 
     def __init__(self, run: str) -> None:
@@ -349,7 +350,9 @@ class _Target:
             return
         self.run_id, self.experiment = key.run_id, key.experiment
         current = read_status(root, key)
+        hyperparameters: dict[str, Any] = {}
         if current is not None:
+            hyperparameters = dict(current.hyperparameters)
             self.method = current.method
             if current.backend is not None and current.backend.backend == "local":
                 path = Path(current.backend.namespace) / DB
@@ -358,9 +361,11 @@ class _Target:
             request = read_request(root, key)
         except UsageError:
             return
-        # what sets a run apart besides its parameters: shown only where the runs compared differ
+        # The hyperparameters the job was started with (config.yaml and --set, as its status keeps
+        # them), else (a status written before statuses kept them) the request's --set; then what sets
+        # a run apart besides its parameters: shown only where the runs compared differ.
         self.params = {
-            **dict(request.set),
+            **(hyperparameters or dict(request.set)),
             "profile": request.profile,
             "experiment": key.experiment,
             **({"method": self.method} if self.method else {}),

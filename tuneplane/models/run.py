@@ -138,6 +138,16 @@ class RunStatus(Strict):
         default_factory=empty_dict, description="Recent values, for sparklines."
     )
     history: list[Transition] = Field(default_factory=empty_list)
+    hyperparameters: dict[str, Scalar] = Field(
+        default_factory=empty_dict,
+        description="The run's effective hyperparameters: config.yaml merged with the request's `--set` as the "
+        "job was started with them, nested keys joined with dots; scalars only, bounded in count and length.",
+    )
+    hyperparameters_left_out: list[str] = Field(
+        default_factory=empty_list,
+        description="The dotted keys `hyperparameters` does not keep (a list or null value, or past the bound), "
+        "the first few named; the run's commit has them all.",
+    )
     attempts: list[Attempt] = Field(default_factory=empty_list, description="Every attempt, oldest first.")
     retry: RetryPolicy | None = Field(
         None, description="The retry policy the run was submitted under (none: the default policy)."

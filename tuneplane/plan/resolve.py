@@ -447,6 +447,12 @@ def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str,
     return {path: values[path] for path in sorted(values)}
 
 
+def job_config(prepared: PreparedExperiment, spec: JobSpec) -> dict[str, object]:
+    """config.yaml merged with the JobSpec's validated hyperparameters: what the job is started with,
+    as the recipe's rules see it (`_broken_rules` checks the same merge)."""
+    return requires.effective_config(prepared.recipe, prepared.config, spec.spec.hyperparams)
+
+
 def _broken_rules(
     lab: Lab, prepared: PreparedExperiment, request: RunRequest, hyperparams: dict[str, Scalar]
 ) -> list[Problem]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +76,12 @@ def run_local(
     echo: Echo,
     say: Echo,
     detach: bool = False,
+    config: Mapping[str, object] | None = None,
 ) -> tuple[RunStatus, str | None]:
     """Register the run, then supervise it here (or in a detached owner) and commit how it ended.
 
-    `packed` is what the local backend gets (its `LocalRun`), made from `request` and `spec`.
+    `packed` is what the local backend gets (its `LocalRun`), made from `request` and `spec`;
+    `config` the configuration the job gets (`PreparedRun.config`), whose hyperparameters the status keeps.
     """
     backend = local_backend(lab)
     try:
@@ -87,7 +89,7 @@ def run_local(
     except BackendError as exc:
         commit_run_status(repo, refused_status(request, utc_now(), str(exc), "SubmitFailed", spec))
         raise UsageError(f"the run could not start: {exc}", hint="fix the cause, then tp rerun it") from None
-    initial = submitted_status(request, spec, ref, utc_now())
+    initial = submitted_status(request, spec, ref, utc_now(), config)
     write_status(lab.root, initial)  # from now on every terminal sees the run
     say(watch_hint(request.run_id))
     if detach:

@@ -9,9 +9,10 @@ backend that will run it (the cluster manifests, or the local backend's `LocalRu
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,14 @@ from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.local.backend import local_manifest
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN
 from tuneplane.ingest import mint_token
+from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.load import Lab
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
-from tuneplane.plan.resolve import resolve, resolve_prepared
+from tuneplane.plan.resolve import job_config, prepare_experiment, resolve_prepared
 from tuneplane.render.manifests import jobspec_document, render_documents
 
 Echo = Callable[[str], None]
@@ -39,6 +41,7 @@ class PreparedRun:
     manifests: list[dict[str, Any]]  # what the backend is sent: the cluster's objects, Slurm's batch; none locally
     text: str | None = None  # what was rendered and parsed back: the manifests' YAML, the batch script
     warnings: tuple[str, ...] = ()  # admitted, but worth saying (a `--set` key no plugin declares)
+    config: Mapping[str, object] = field(default_factory=dict)  # config.yaml merged with --set, as the job gets it
 
 
 def prepare(
@@ -58,32 +61,23 @@ def prepare(
     many requests of one experiment; `warn` hears each warning as soon as resolving finds it, before
     the render (which may still refuse the run)."""
     warnings: list[str] = []
-    if prepared_experiment is not None:
-        spec = resolve_prepared(
-            lab,
-            prepared_experiment,
-            request,
-            commit=commit,
-            dirty=dirty,
-            allow_dirty=allow_dirty,
-            env=env,
-            warnings=warnings,
-        )
-    else:
-        spec = resolve(
-            lab,
-            request.experiment,
-            request,
-            commit=commit,
-            dirty=dirty,
-            allow_dirty=allow_dirty,
-            env=env,
-            warnings=warnings,
-        )
+    if prepared_experiment is None:
+        prepared_experiment = prepare_experiment(lab, request.experiment, load_catalog())
+    spec = resolve_prepared(
+        lab,
+        prepared_experiment,
+        request,
+        commit=commit,
+        dirty=dirty,
+        allow_dirty=allow_dirty,
+        env=env,
+        warnings=warnings,
+    )
     if warn is not None:
         for warning in warnings:
             warn(warning)
-    return rendered(lab, request, spec, compile_plan(spec), tuple(warnings))
+    run = rendered(lab, request, spec, compile_plan(spec), tuple(warnings))
+    return dataclasses.replace(run, config=job_config(prepared_experiment, spec))
 
 
 def rendered(

@@ -49,7 +49,7 @@ def attempt_run(lab: Lab, run: PreparedRun, number: int) -> PreparedRun:
     spec = run.spec.model_copy(update={"metadata": meta})
     compiled = compile_plan(spec)  # names derived from the object's (a rendezvous host) follow it
     plan = dataclasses.replace(compiled, env={**compiled.env, ATTEMPT_ENV: str(number)})
-    return rendered(lab, run.request, spec, plan, run.warnings)
+    return dataclasses.replace(rendered(lab, run.request, spec, plan, run.warnings), config=run.config)
 
 
 def resubmitted(previous: RunStatus, ref: BackendRef, now: str) -> RunStatus:

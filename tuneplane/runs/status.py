@@ -3,6 +3,7 @@ cancelled before it ran; written by `tp submit`, a local run and the bot alike."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tuneplane import __version__
@@ -12,6 +13,7 @@ from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import Attempt, Provenance, RunRequest, RunStatus, Transition
 from tuneplane.plan.names import jobspec_digest
+from tuneplane.runs.hyperparams import kept_hyperparameters
 from tuneplane.runs.observe import backend_object
 
 
@@ -42,7 +44,12 @@ def _base(req: RunRequest, phase: str, now: str, **fields: Any) -> RunStatus:
     )
 
 
-def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) -> RunStatus:
+def submitted_status(
+    req: RunRequest, spec: JobSpec, ref: BackendRef, now: str, config: Mapping[str, object] | None = None
+) -> RunStatus:
+    """The status of a run its backend took; `config` (config.yaml merged with `--set`, as the job
+    gets it: `PreparedRun.config`) gives the hyperparameters it keeps."""
+    kept, left_out = kept_hyperparameters(config or {}, first=spec.spec.hyperparams)
     provenance = provenance_of(spec)
     message = f"submitted to {ref.backend} as {ref.kind} {ref.name}"
     if ref.commit and ref.commit != provenance.commit:
@@ -62,6 +69,8 @@ def submitted_status(req: RunRequest, spec: JobSpec, ref: BackendRef, now: str) 
         out_dir=spec.spec.paths.out_dir,
         message=message,
         retry=None if spec.spec.retry == RetryPolicy() else spec.spec.retry,  # none: the default
+        hyperparameters=kept,
+        hyperparameters_left_out=left_out,
         # the first attempt, under way: what it holds is known now (a report that omits it keeps this)
         attempts=[
             Attempt(number=1, object=ref.name, gpus=spec.spec.resources.nodes * spec.spec.resources.gpus_per_node)

@@ -116,7 +116,15 @@ def submit(
     if opts.local:
         say(f"running {key.run_id} on this machine" + ("" if opts.detach else "; its output follows"))
         result.status, result.status_commit = run_local(
-            repo, lab, run.request, run.spec, backend_request(lab.root, lab, run), echo, say, detach=opts.detach
+            repo,
+            lab,
+            run.request,
+            run.spec,
+            backend_request(lab.root, lab, run),
+            echo,
+            say,
+            detach=opts.detach,
+            config=run.config,
         )
     if opts.push:
         target = resolve_target(repo, opts.remote, opts.branch)
