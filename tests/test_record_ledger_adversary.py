@@ -20,7 +20,7 @@ from helpers_git import BRANCH, broken_links, clone, git, make_remote, seed_lab,
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.models.run import BackendObject, RunStatus, Transition
 from tuneplane.record.batch import Batch, refresh_dashboard
-from tuneplane.record.ledger import LEDGER, Ledger
+from tuneplane.record.ledger import LEDGER, VERSION, Ledger
 
 A = ["20241231-235900-00000a", "20250101-000000-00000b", "20250101-000001-000000000c", "20250102-000000-00000d"]
 B = ["20250103-000000-00000e", "20250104-000000-00000f"]
@@ -622,7 +622,7 @@ def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Pat
     out = _bot(bot, "sync")
 
     assert "was not used" not in out, out
-    assert json.loads(git(bot, "show", f"HEAD:{LEDGER}"))["version"] == 3
+    assert json.loads(git(bot, "show", f"HEAD:{LEDGER}"))["version"] == VERSION
     _settled(bot, tmp_path / "check")
 
 

@@ -6,7 +6,8 @@ with one `rev-parse`, one `ls-tree` of `runs/` and `status/` (one line per exper
 `cat-file` of the ledger, importing neither the models, the YAML readers nor the backends.
 
 The run is idle when the ledger was found and watches no run (sync, reconcile), every `status/<exp>`
-tree and the index page are the ones the bot left (nobody else wrote a status or a page), and, for
+tree, the index page and the `sweeps/` tree are the ones the bot left (nobody else wrote a status or
+a page, no sweep file changed: its page would have to follow), and, for
 reconcile, every `runs/<exp>` tree is one whose requests all have a status. Anything else, or anything
 unusual (no commit yet, a rebase left half done, a link where a folder belongs, a ledger too large to
 trust, a remote that moved on), sends the bot down its full path, which handles and reports it. A
@@ -28,6 +29,7 @@ from tuneplane.record.ledger import LEDGER, Ledger
 
 RUNS = "runs"
 STATUS = "status"
+SWEEPS = "sweeps"  # the sweep files (models.sweep.SWEEPS_DIR, not imported: this module stays light)
 INDEX = "status/README.md"  # the index page (lab.runs.DASHBOARD, not imported: this module stays light)
 TREE = "040000"
 REGULAR = ("100644", "100755")
@@ -43,7 +45,7 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
     top = _top(Path(root), head)
     if top is None:
         return None
-    runs, statuses, ledger_oid, index_oid = top
+    runs, statuses, ledger_oid, index_oid, sweeps_oid = top
     recorded = _recorded_ledger(Path(root))
     if recorded is not None and recorded[0] != ledger_oid:
         return None  # the branch's ledger is not the one the bot recorded: someone rewrote it
@@ -52,6 +54,8 @@ def idle(root: Path, verb: str, opts: BotOptions) -> BotReport | None:
         return None
     if ledger.index != index_oid:
         return None  # someone else edited or removed the index page: it is rendered again
+    if ledger.sweeps != sweeps_oid:
+        return None  # a sweep file was added, changed or removed: its page follows
     if ledger.statuses != statuses:
         return None  # someone else wrote or removed a status: the pages and the ledger must learn of it
     if verb == "reconcile" and ledger.requests != runs:
@@ -85,17 +89,16 @@ def _head(root: Path) -> str | None:
     return lines[2]
 
 
-def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str, str] | None:
+def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str, str, str] | None:
     """`runs/<exp>` and `status/<exp>` tree ids, the ledger's and the index page's blob ids ("" for no
-    index page); None when anything is unusual."""
-    out = _git(root, "ls-tree", "-z", "-l", head, "--", RUNS, STATUS, f"{RUNS}/", f"{STATUS}/")
+    index page) and the `sweeps/` tree id ("" for none); None when anything is unusual."""
+    out = _git(root, "ls-tree", "-z", "-l", head, "--", RUNS, STATUS, SWEEPS, f"{RUNS}/", f"{STATUS}/")
     if out is None:
         return None
     trees: dict[str, dict[str, str]] = {RUNS: {}, STATUS: {}}
     ledger = index = ""
-    for item in out.split("\0"):
-        if not item:
-            continue
+    items, sweeps = _take_sweeps([i for i in out.split("\0") if i])
+    for item in items:
         meta, _, path = item.partition("\t")
         parts = meta.split()
         if len(parts) != 4:
@@ -116,7 +119,20 @@ def _top(root: Path, head: str) -> tuple[dict[str, str], dict[str, str], str, st
             index = oid
     if not ledger:
         return None
-    return trees[RUNS], trees[STATUS], ledger, index
+    return trees[RUNS], trees[STATUS], ledger, index, sweeps
+
+
+def _take_sweeps(items: list[str]) -> tuple[list[str], str]:
+    """The `sweeps` entry out of an `ls-tree` listing: the other entries, and its tree id ("" for none)."""
+    rest, sweeps = [], ""
+    for item in items:
+        meta, _, path = item.partition("\t")
+        if path != SWEEPS:
+            rest.append(item)
+            continue
+        parts = meta.split()
+        sweeps = parts[2] if len(parts) == 4 and parts[0] == TREE else ""
+    return rest, sweeps
 
 
 def _recorded_ledger(root: Path) -> tuple[str, str] | None:

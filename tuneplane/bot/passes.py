@@ -178,15 +178,18 @@ def finish(
         batch.pages_changed_by_others(exp, names)
     waiting = waiting_list(work, report)
     notices = bool(waiting or problems) or shows_notices(batch.root)  # the index lists them, or must stop
+    batch.sweeps_changed = batch.ledger.sweeps != work.sweeps_tree
     if (
         batch.written
         or batch.touched
         or work.changed_statuses
         or work.index_changed
+        or batch.sweeps_changed
         or notices
         or not work.ledger.found
     ):
         batch.render(waiting, problems, refresh=not work.ledger.found)
+    batch.ledger.sweeps = work.sweeps_tree
     checkpoint("status-written")
     title = summary_title(verb, report)
     message = title + body(report)

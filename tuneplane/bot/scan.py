@@ -19,6 +19,7 @@ from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
+from tuneplane.models.sweep import SWEEPS_DIR
 from tuneplane.record.authority import REF, Authority
 from tuneplane.record.ledger import LEDGER, Ledger
 
@@ -47,6 +48,7 @@ class Scan:
     pages: dict[str, set[str]] = field(default_factory=dict)  # exp → its pages others edited or removed
     earlier: dict[str, str] = field(default_factory=dict)  # no ledger to trust: the last one's status trees
     index_changed: bool = False  # the index page is not the one the ledger says the bot committed
+    sweeps_tree: str = ""  # tree id of the commit's sweeps/ ("" when it has none)
 
     def request_text(self, key: RunKey) -> str | None:
         """The committed request of a run (None when there is none, or it is no regular file)."""
@@ -109,6 +111,7 @@ def scan(root: Path) -> Scan:
                 "the bot never writes through it; its runs are not handled",
             )
         )
+    work.sweeps_tree = _tree_id(snap, SWEEPS_DIR)
     work.runs_trees, run_problems = snap.top(RUNS_DIR)
     work.problems += run_problems
     _find_changed(work)
@@ -116,6 +119,14 @@ def scan(root: Path) -> Scan:
     check_writable(work)
     _read_active(work)
     return work
+
+
+def _tree_id(snap: Snapshot, path: str) -> str:
+    """The tree id of a folder of the commit ("" when there is none, or it is no folder)."""
+    out = snap.git("ls-tree", "-z", snap.commit, "--", path).split("\0")[0]
+    meta, _, name = out.partition("\t")
+    parts = meta.split()
+    return parts[2] if name == path and len(parts) == 3 and parts[0] == TREE else ""
 
 
 def _earlier_trees(snap: Snapshot, deepen: bool) -> dict[str, str]:

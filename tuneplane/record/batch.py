@@ -21,10 +21,12 @@ from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, atomic_write_all
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, status_text
+from tuneplane.lab.sweeps import read_sweep, sweep_files
 from tuneplane.models.run import RunStatus
 from tuneplane.record.authority import Authority
 from tuneplane.record.ledger import LEDGER, Ledger
 from tuneplane.views import dashboard
+from tuneplane.views.sweep import SWEEP_FOLDER, SWEEP_PAGES, page_of, sweep_page, sweep_page_rel, trial_ids
 
 
 def safe_write(root: Path, rel: str, text: str) -> Path:
@@ -96,6 +98,7 @@ class Batch:
         self.pending: dict[str, str] = {}  # written on `flush`, all at once
         self.removed: set[str] = set()  # pages removed (staged on `commit`)
         self.repaged: dict[str, set[str]] = {}  # exp → names of its pages others edited or removed
+        self.sweeps_changed = False  # a sweep file was added, changed or removed: every sweep page again
 
     # ── writes ───────────────────────────────────────────────────────────────────────────────
 
@@ -178,7 +181,7 @@ class Batch:
     def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
         """Write the pages the batch changed (every page when `refresh`)."""
         self.flush()
-        exps = set(self.touched)
+        exps = set(self.touched) - {SWEEP_FOLDER}
         known = self.ledger.counts
         for exp in sorted(exps | (set(dashboard_exps(self.root)) if refresh else set())):
             if self.writable(f"{STATUS_DIR}/{exp}/README.md") and not (self.root / STATUS_DIR / exp).is_dir():
@@ -201,8 +204,51 @@ class Batch:
                 counted = dict(dashboard.phase_counts(self.root, exp))
                 if counted:  # a folder whose statuses all went (its pages too) is no experiment of the index
                     known[exp] = counted
-        self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems))
+        sweeps = self._sweep_pages(refresh or self.sweeps_changed or SWEEP_FOLDER in self.touched)
+        self._page(DASHBOARD, dashboard.index_page(self.root, known, waiting, problems, sweeps))
         self.flush()
+
+    def _sweep_pages(self, every: bool) -> dict[str, str]:
+        """Write the page of each sweep one of whose trials changed (of every sweep when `every`: a sweep
+        file or a page changed by others), remove the pages of sweeps whose file is gone, and return the
+        sweeps with a page (name → link from the index). A sweep file that does not load keeps its page
+        as it was: `tp validate` says what is wrong with it."""
+        names = [p.stem for p in sweep_files(self.root)]
+        runs = {(exp, run) for exp, ids in self.touched.items() for run in ids}
+        for name in names:
+            rel = sweep_page_rel(name)
+            if not (every or runs or not os.path.lexists(self.root / rel)):
+                continue
+            try:
+                sweep = read_sweep(self.root, name)
+            except UsageError:
+                continue
+            if (
+                every
+                or not os.path.lexists(self.root / rel)
+                or runs & {(sweep.experiment, r) for r in trial_ids(sweep)}
+            ):
+                self._bot_page(rel, page_of(self.root, sweep))
+        for rel in self._sweep_page_files():
+            if rel.removeprefix(SWEEP_PAGES + "/").removesuffix(".md") not in names and self._bots(rel):
+                self._drop(rel)
+        shown = {n: sweep_page_rel(n) for n in names}
+        return {
+            n: rel.removeprefix(STATUS_DIR + "/")
+            for n, rel in shown.items()
+            if rel in self.pending or (rel not in self.removed and _regular(self.root / rel))
+        }
+
+    def _sweep_page_files(self) -> list[str]:
+        """The pages in the sweep pages' folder now (none when it is a link or no folder: never listed
+        through one; a write there is refused and reported)."""
+        if self.writable(f"{SWEEP_PAGES}/page.md"):
+            return []
+        try:
+            found = [e.name for e in os.scandir(self.root / SWEEP_PAGES) if e.is_file(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(f"{SWEEP_PAGES}/{n}" for n in found if n.endswith(".md"))
 
     def _month_pages(self, exp: str, refresh: bool) -> None:
         """The month pages whose runs changed, each a part of at most `dashboard.PAGE` runs. Every part
@@ -340,6 +386,10 @@ class Batch:
         return committed is None or committed.rstrip("\n") != self.ledger.dump().rstrip("\n")
 
 
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
 def _written_by_bot(page: Path) -> bool:
     try:
         with page.open(encoding="utf-8", errors="replace") as text:
@@ -370,7 +420,11 @@ def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
     parts = rel.split("/")
     if rel == DASHBOARD:
         known = {exp: counts.get(exp) or dict(dashboard.phase_counts(root, exp)) for exp in dashboard_exps(root)}
-        return dashboard.index_page(root, {e: c for e, c in known.items() if c})
+        pages = {p.stem: sweep_page_rel(p.stem) for p in sweep_files(root)}
+        sweeps = {n: r.removeprefix(STATUS_DIR + "/") for n, r in pages.items() if _regular(root / r)}
+        return dashboard.index_page(root, {e: c for e, c in known.items() if c}, sweeps=sweeps)
+    if rel.startswith(SWEEP_PAGES + "/"):
+        return sweep_page(root, parts[-1].removesuffix(".md"))
     exp = parts[1]
     if parts[-1] == "README.md":
         return dashboard.experiment_page(root, exp, dashboard.phase_counts(root, exp))
@@ -398,6 +452,6 @@ def refresh_dashboard(repo: GitRepo, message: str = "tp bot: render the dashboar
 def dashboard_exps(root: Path) -> list[str]:
     base = Path(root) / "status"
     try:
-        return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and e.name != SWEEP_FOLDER)
     except (FileNotFoundError, NotADirectoryError):
         return []

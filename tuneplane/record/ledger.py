@@ -15,6 +15,9 @@ Three small maps, committed with every bot commit:
 
 - `index`: the blob id of the index page (`status/README.md`) the bot committed. The page lies
   outside every experiment's tree, so this is how a hand edit or a deletion of it is noticed.
+- `sweeps`: the tree id of `sweeps/` the sweep pages (`status/_sweeps/`) were last rendered for. A
+  sweep file added, changed or removed changes it, so its page is written or removed though no
+  status changed; otherwise a sweep's page is written only with a status of one of its trials.
 
 A missing or damaged ledger is rebuilt from a full scan, so deleting it is always safe. So is one
 edited by hand: the ledger carries the digest of its own maps, and one whose digest does not match
@@ -31,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LEDGER = "status/index.json"
-VERSION = 3  # 3: the index page's blob id (a version-2 ledger is read and its index page rendered once)
-_READ = (2, VERSION)  # 2: the digest (a version-1 ledger is rebuilt once)
+VERSION = 4  # 4: the sweeps' tree id (an older ledger is read and the sweep pages rendered once)
+_READ = (2, 3, VERSION)  # 2: the digest (a version-1 ledger is rebuilt once); 3: the index page's blob id
 _MAPS = ("requests", "statuses", "active", "counts")
 AWAITING = "+metrics"  # an `active` phase with this suffix: the run ended, its metrics are still to be read
 
@@ -44,6 +47,7 @@ class Ledger:
     active: dict[str, str] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # exp → phase → runs (the index page)
     index: str = ""  # blob id of the index page as the bot committed it ("": unknown, rendered again)
+    sweeps: str = ""  # tree id of sweeps/ the sweep pages were rendered for ("": none, or unknown)
     found: bool = False  # read from the commit (False: rebuilt by a full scan)
     problem: str = ""  # why a committed ledger was not trusted ("" when it was, or there was none)
 
@@ -57,8 +61,9 @@ class Ledger:
             return cls(problem="it is not JSON")
         if not isinstance(data, dict) or data.get("version") not in _READ:
             return cls(problem=f"it is not a version-{VERSION} ledger")
-        keys = (*_MAPS, "index") if data["version"] >= 3 else _MAPS
+        keys = _MAPS + ("index",) * (data["version"] >= 3) + ("sweeps",) * (data["version"] >= 4)
         index = data.get("index", "") if data["version"] >= 3 else ""
+        sweeps = data.get("sweeps", "") if data["version"] >= 4 else ""
         maps = [data.get(k) for k in ("requests", "statuses", "active")]
         if not all(isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in maps):
             return cls(problem="its maps are not what the bot writes")
@@ -67,11 +72,11 @@ class Ledger:
             isinstance(c, dict) and all(isinstance(n, int) and n >= 0 for n in c.values()) for c in counts.values()
         ):
             return cls(problem="its counts are not what the bot writes")
-        if not isinstance(index, str):
+        if not isinstance(index, str) or not isinstance(sweeps, str):
             return cls(problem="its index is not what the bot writes")
         if data.get("digest") != _digest({k: data.get(k) for k in keys}):
             return cls(problem="it was changed outside the bot (its digest does not match)")
-        return cls(dict(maps[0]), dict(maps[1]), dict(maps[2]), dict(counts), index, found=True)  # type: ignore[arg-type]
+        return cls(dict(maps[0]), dict(maps[1]), dict(maps[2]), dict(counts), index, sweeps, found=True)  # type: ignore[arg-type]
 
     def dump(self) -> str:
         data: dict[str, Any] = {
@@ -82,8 +87,9 @@ class Ledger:
             "active": dict(sorted(self.active.items())),
             "counts": {exp: dict(sorted(c.items())) for exp, c in sorted(self.counts.items())},
             "index": self.index,
+            "sweeps": self.sweeps,
         }
-        data["digest"] = _digest({k: data[k] for k in (*_MAPS, "index")})
+        data["digest"] = _digest({k: data[k] for k in (*_MAPS, "index", "sweeps")})
         return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -96,6 +102,7 @@ def merge(upstream: str | None, ours: str | None) -> str:
         active={**a.active, **b.active},
         counts={k: v for k, v in a.counts.items() if b.counts.get(k) == v},
         index=a.index if a.index == b.index else "",
+        sweeps=a.sweeps if a.sweeps == b.sweeps else "",
     )
     return both.dump()
 

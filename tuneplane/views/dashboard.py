@@ -284,7 +284,9 @@ def index_page(
     counts: Mapping[str, Mapping[str, int]],
     waiting: Iterable[tuple[RunKey, str]] = (),
     problems: Iterable[str] = (),
+    sweeps: Mapping[str, str] | None = None,
 ) -> str:
+    """The lab's index; `sweeps` maps each sweep with a page to that page (relative to `status/`)."""
     total: Counter[str] = Counter()
     for c in counts.values():
         total.update(c)
@@ -333,6 +335,8 @@ def index_page(
                     f"{_cell(metric_cell(data))} |"
                 )
             lines.append("")
+    if sweeps:
+        lines += ["## Sweeps", "", " · ".join(f"[{_cell(n)}]({link})" for n, link in sorted(sweeps.items())), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

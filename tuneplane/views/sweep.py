@@ -1,8 +1,9 @@
 """A sweep's page: its trials sorted by the recipe's primary metric, with the parameters that differ.
 
-`sweep_page` renders `status/sweeps/<name>.md` for the bot (Markdown a git host shows), `sweep_table`
+`sweep_page` renders `status/_sweeps/<name>.md` for the bot (Markdown a git host shows), `sweep_table`
 the same rows for a terminal (`tp sweep show`). Both read only files: the sweep, its status files,
-and the experiment's recipe for which metric comes first.
+and the experiment's recipe for which metric comes first. The pages' folder starts with `_`, which
+no experiment name does, so it never shares a folder with an experiment's statuses and pages.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane.errors import UsageError
-from tuneplane.lab.runs import RunKey, read_status
+from tuneplane.lab.runs import STATUS_DIR, RunKey, read_status
 from tuneplane.lab.sweeps import read_sweep
 from tuneplane.lab.yamlio import LoadFailed
 from tuneplane.models.run import RunStatus
 from tuneplane.models.sweep import Sweep, Trial, expand
+from tuneplane.views.dashboard import NOTE
 
-SWEEP_PAGES = "status/sweeps"
+SWEEP_FOLDER = "_sweeps"  # under status/: no experiment is named so (names start with a letter or digit)
+SWEEP_PAGES = f"{STATUS_DIR}/{SWEEP_FOLDER}"
 _LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "wer", "cer")
 
 
@@ -32,6 +35,15 @@ class Row:
 
     def metric(self, name: str) -> float | None:
         return None if self.status is None else self.status.metrics.get(name)
+
+
+def sweep_page_rel(name: str) -> str:
+    return f"{SWEEP_PAGES}/{name}.md"
+
+
+def trial_ids(sweep: Sweep) -> set[str]:
+    """The run ids of every trial of the sweep, reruns included: a status of any of them is on its page."""
+    return {t.run_id for t in expand(sweep)}
 
 
 def sweep_rows(root: Path, sweep: Sweep) -> list[Row]:
@@ -67,13 +79,19 @@ def varied(sweep: Sweep) -> list[str]:
 
 def sweep_page(root: Path, name: str, declared: list[str] | None = None) -> str:
     """The Markdown page of sweep `name`."""
-    sweep = read_sweep(root, name)
+    return page_of(root, read_sweep(root, name), declared)
+
+
+def page_of(root: Path, sweep: Sweep, declared: list[str] | None = None) -> str:
+    """The Markdown page of a sweep already read (the bot reads each sweep file once a pass)."""
     rows = sweep_rows(root, sweep)
     metric = primary_metric(rows, declared if declared is not None else _declared(root, sweep.experiment))
     params = varied(sweep)
     order = "lower is better" if lower_is_better(metric) else "higher is better"
     lines = [
         f"# Sweep {sweep.name}",
+        "",
+        NOTE,
         "",
         f"Experiment `{sweep.experiment}`, profile `{sweep.profile}`, {len(rows)} trials"
         + (f"; sorted by `{metric}` ({order})." if metric else "; no metrics reported yet."),
