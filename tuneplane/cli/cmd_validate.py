@@ -135,8 +135,7 @@ def _status_problems(lab: "Lab", base: str | None) -> "list[Problem]":
 
 def _budget_problems(lab: "Lab", changed_files: list[str]) -> "list[Problem]":
     """Rules `budget-exceeded` and `budget-unknown`: the change's new run requests against this month's budgets."""
-    from datetime import UTC, datetime
-
+    from tuneplane.constants import utc_moment
     from tuneplane.runs import budget  # lazy: only --changed reads the statuses' GPU-hours
 
-    return budget.budget_problems(lab, budget.estimates(lab, changed_files), datetime.now(UTC))
+    return budget.budget_problems(lab, budget.estimates(lab, changed_files), utc_moment())
