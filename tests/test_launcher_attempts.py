@@ -184,7 +184,17 @@ def test_the_termination_message_is_the_compact_end_record_within_the_limit(tmp_
     (work / "noisy.py").write_text("for i in range(400):\n    print('x' * 300, i)\nraise RuntimeError('boom')\n")
     write_jobspec(work, [], [sys.executable, "noisy.py"])
     message = tmp_path / "termination-log"
-    done = _run(work, run_dir, TUNEPLANE_TERMINATION_LOG=str(message))
+    # one log for both streams, as a Slurm step's or a local run's: only then is the order of the last lines
+    # the trainer's own (two pipes are read by two threads, and a loaded machine may interleave them)
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneplane.launcher"],
+        cwd=work,
+        env=_env(work, run_dir, TUNEPLANE_TERMINATION_LOG=str(message)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     text = message.read_text()
     assert len(text.encode()) <= attempts.TERMINATION_LIMIT and "\n" not in text.strip()
