@@ -33,6 +33,8 @@ if sys.argv[1:] == ["asks"]:
 open("ready", "w").write("1")
 print("sleeping", flush=True)
 for _ in range(600):
+    if os.path.exists("stop"):  # the rest of the step's TERM (see _stop): the shell in between waits for it
+        break
     time.sleep(0.1)
 """
 RESUME_ECHO = """import json, os
@@ -114,6 +116,15 @@ def test_a_signal_is_recorded_as_the_signal_and_passed_on(tmp_path: Path) -> Non
     assert "sleeping" in record["log_tail"]
 
 
+def _stop(proc: subprocess.Popen[str], work: Path) -> None:
+    """TERM the launcher, as an engine ends a step. The engine signals every process of the step; here
+    only the launcher is, and it passes TERM to its child, a shell that waits for its own child before it
+    acts on it: that one is told to stop by a file instead of sleeping out its minute."""
+    proc.send_signal(signal.SIGTERM)
+    (work / "stop").touch()
+    proc.communicate(timeout=60)
+
+
 def test_the_limit_warning_reaches_only_a_trainer_that_asked(tmp_path: Path) -> None:
     for asks in (True, False):
         work, run_dir = tmp_path / f"work-{asks}", tmp_path / f"run-{asks}"
@@ -136,8 +147,7 @@ def test_the_limit_warning_reaches_only_a_trainer_that_asked(tmp_path: Path) -> 
             time.sleep(1)
             assert proc.poll() is None, "a trainer that did not ask was killed by the warning"
         assert not (work / "warned").exists() or asks
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        _stop(proc, work)
         assert _record(run_dir)["signal"] == 15
 
 
@@ -260,8 +270,7 @@ def test_the_engines_warning_file_reaches_only_catchers(tmp_path: Path) -> None:
         else:
             time.sleep(2.5)  # more than the launcher's poll
             assert proc.poll() is None and not (work / "warned").exists()
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        _stop(proc, work)
         assert _record(run_dir)["signal"] == 15
 
 
@@ -281,7 +290,7 @@ def test_a_watched_shell_trainer_still_names_the_plugins_it_skips(tmp_path: Path
 def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installed(tmp_path: Path) -> None:
     work, run_dir = tmp_path / "work", tmp_path / "run"
     work.mkdir()
-    (work / "late.py").write_text("import signal, sys, time\ntime.sleep(1.5)\n" + SLEEPER.split("\n", 1)[1])
+    (work / "late.py").write_text("import os, signal, sys, time\ntime.sleep(1.5)\n" + SLEEPER.split("\n", 1)[1])
     write_jobspec(work, [], [sys.executable, "late.py", "asks"])
     warning = tmp_path / "warning"
     warning.write_text("early")  # Slurm may signal up to a minute early: before the trainer is ready
