@@ -59,12 +59,14 @@ def _env(work: Path, run_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(work: Path, run_dir: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(work: Path, run_dir: Path, one_log: bool = False, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The launcher to its end; `one_log`: its stderr into its stdout, as a Slurm step or a local run has."""
     return subprocess.run(
         [sys.executable, "-m", "tuneplane.launcher"],
         cwd=work,
         env=_env(work, run_dir, **extra),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if one_log else subprocess.PIPE,
         text=True,
         timeout=120,
     )
@@ -194,17 +196,9 @@ def test_the_termination_message_is_the_compact_end_record_within_the_limit(tmp_
     (work / "noisy.py").write_text("for i in range(400):\n    print('x' * 300, i)\nraise RuntimeError('boom')\n")
     write_jobspec(work, [], [sys.executable, "noisy.py"])
     message = tmp_path / "termination-log"
-    # one log for both streams, as a Slurm step's or a local run's: only then is the order of the last lines
-    # the trainer's own (two pipes are read by two threads, and a loaded machine may interleave them)
-    done = subprocess.run(
-        [sys.executable, "-m", "tuneplane.launcher"],
-        cwd=work,
-        env=_env(work, run_dir, TUNEPLANE_TERMINATION_LOG=str(message)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-    )
+    # one log for both streams: only then is the order of the last lines the trainer's own (two pipes are
+    # read by two threads, and a loaded machine may interleave them)
+    done = _run(work, run_dir, one_log=True, TUNEPLANE_TERMINATION_LOG=str(message))
     assert done.returncode == 1
     text = message.read_text()
     assert len(text.encode()) <= attempts.TERMINATION_LIMIT and "\n" not in text.strip()

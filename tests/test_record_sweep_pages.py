@@ -10,21 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_git import clone, git, make_remote, quiet, remote_files, remote_show, seed_lab
-from test_runs_sweep import FLAGS, GRID, TRAIN, cli, only_sweep
+from helpers_git import clone, git, quiet, remote_files, remote_show
+from test_runs_sweep import FLAGS, GRID, cli, lab, only_sweep
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.lab.runs import RunKey, read_status
 from tuneplane.lab.sweeps import read_sweep
 from tuneplane.models.sweep import expand
 
-
-@pytest.fixture
-def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    remote = make_remote(tmp_path)
-    root = seed_lab(remote, tmp_path / "lab", {"demo": TRAIN})
-    monkeypatch.chdir(root)
-    return root
+__all__ = ["lab"]  # the sweep tests' lab (a trivial trainer, a bare remote), for every test here
 
 
 def sweep_page_rel(name: str) -> str:
