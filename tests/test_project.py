@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -114,10 +115,17 @@ def test_pre_commit_hook_definitions():
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    """The project's wheel, built once for the tests that install it."""
+    """The project's wheel, built once per module for the tests that install it, from a private copy of the
+    tree: setuptools builds in the source's own `build/` and `*.egg-info`, and two workers building the
+    checkout at once (this module's and test_project_pythons') break each other's build."""
     dist = tmp_path_factory.mktemp("dist")
+    source = tmp_path_factory.mktemp("source") / "tuneplane"
+    ignore = shutil.ignore_patterns(
+        ".git", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv", ".*_cache", ".work"
+    )
+    shutil.copytree(ROOT, source, ignore=ignore)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
         check=True,
         capture_output=True,
         timeout=300,
