@@ -8,7 +8,6 @@ KubeRay and Kueue controllers and the kubelet act as they do on a cluster.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import random
 import shlex
@@ -16,12 +15,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from helpers_http import answering
 from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
 from podrunner import PodRunner, kubelet_expand
 from twin_rbac import bot_client
@@ -297,29 +295,9 @@ def _image(tmp_path: Path, python: bool) -> tuple[Path, Path]:
     return image, record
 
 
-@contextlib.contextmanager
-def _healthy_dashboard() -> Iterator[int]:
-    """A Ray dashboard that says its GCS is healthy (the endpoint KubeRay's wait loop asks)."""
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"success" if self.path.startswith("/api/gcs_healthz") else b"{}"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+def _healthy_dashboard() -> contextlib.AbstractContextManager[int]:
+    """A Ray dashboard that says its GCS is healthy (the endpoint KubeRay's wait loop asks); yields its port."""
+    return answering(lambda path: b"success" if path.startswith("/api/gcs_healthz") else b"{}")
 
 
 def _run_submitter(twin: Cluster, pod: dict[str, Any], tmp_path: Path, image: Path, port: int) -> tuple[int, str]:

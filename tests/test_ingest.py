@@ -448,34 +448,17 @@ def test_tp_job_metrics_reads_the_labs_store_from_any_folder_of_the_lab(
 
 
 def test_tp_job_metrics_from_an_endpoint_that_is_not_a_receiver(cli: Any) -> None:
-    import http.server
-    import threading
+    from helpers_http import answering
 
-    class NotOurs(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = (
-                b'{"summary": {"loss": {"last": 1, "min": 1, "max": 1, "count": 1, "last_step": 0}}}'
-                if "summary" in self.path
-                else b'{"series": {"loss": [["x", 1]]}}'
-            )
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def body(path: str) -> bytes:
+        if "summary" in path:
+            return b'{"summary": {"loss": {"last": 1, "min": 1, "max": 1, "count": 1, "last_step": 0}}}'
+        return b'{"series": {"loss": [["x", 1]]}}'
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotOurs)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with answering(body) as port:
+        url = f"http://127.0.0.1:{port}"
         result = cli("job", "metrics", "r1", "--endpoint", url, "--token", mint_token(SECRET, "r1"))
         assert result.exit_code == 2 and "wrong shape" in result.output, result.output
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_tp_ingest_serve_refuses_a_busy_port(tmp_path: Path, receiver: IngestServer, cli: Any) -> None:
