@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers_git import git, request
+from helpers_local import kill_recorded
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import BackendError, BackendRef, NotReachable, SubmitRequest
@@ -305,8 +306,7 @@ def test_another_machines_run_is_unknown_and_this_machines_dead_one_is_lost(exp:
     beat = backend.heartbeat(ref)
     assert beat is not None
     # This machine's run whose supervisor was killed (and its job with it), as by a restart:
-    os.kill(state["supervisor_pid"], signal.SIGKILL)
-    os.killpg(state["pgid"], signal.SIGKILL)
+    kill_recorded(state)
     wait_for(lambda: not supervisor_alive(run_dir))
     lost = backend.observe(ref)
     assert (lost.phase, lost.reason, lost.attempts[-1].reason) == ("Failed", "Lost", "Lost")
@@ -431,8 +431,7 @@ def test_tp_job_cancel_of_a_run_whose_runner_is_gone_is_no_internal_error(
     git(exp, "add", "-A")
     git(exp, "commit", "-q", "-m", "bot: submitted")
     state = read_state(backend.run_dir(ref)) or {}
-    os.kill(state["supervisor_pid"], signal.SIGKILL)
-    os.killpg(state["pgid"], signal.SIGKILL)
+    kill_recorded(state)
     storage.rename(tmp_path / "runner-disk-gone")  # the runner's disk, with the run dir, is gone
 
     result = tp("job", "cancel", submit.run_id, cwd=exp)
@@ -440,3 +439,26 @@ def test_tp_job_cancel_of_a_run_whose_runner_is_gone_is_no_internal_error(
     assert result.code == 1 and "internal error" not in result.output, result.output
     assert "does not exist on this machine, so nothing was stopped" in result.output
     assert not storage.exists()  # nothing was made where the run dir was
+
+
+def test_a_recorded_group_number_now_used_by_another_process_is_never_signalled(exp: Path, storage: Path) -> None:
+    """Process ids are reused (pid_max is 32768 on many machines): a cancel that finds no supervisor
+    kills the group the run recorded only while that group is still the run's."""
+    backend = LocalBackend(storage)
+    ref = backend.submit(job(exp, "sleep 300\n"))
+    wait(backend, ref, ("Running",))
+    run_dir = backend.run_dir(ref)
+    state = read_state(run_dir) or {}
+    kill_recorded(state)
+    wait_for(lambda: not supervisor_alive(run_dir))
+    # The run's group number now names a stranger's group, as after the number was handed out again.
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        raw = json.loads((run_dir / STATE).read_text())
+        (run_dir / STATE).write_text(json.dumps({**raw, "pgid": bystander.pid, "pid": bystander.pid}))
+        backend.cancel(ref)
+        assert bystander.poll() is None, "the cancel killed a process group that was no longer the run's"
+        assert (read_state(run_dir) or {})["phase"] == "Cancelled"
+    finally:
+        bystander.kill()
+        bystander.wait()

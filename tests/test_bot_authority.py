@@ -9,14 +9,13 @@ that only: a forged status is reported and never obeyed, an edited one is put ba
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from fakekube import FakeKube
 from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, run_ids, seed_lab
+from helpers_local import kill_job
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -181,7 +180,8 @@ def test_a_forged_local_status_never_stops_another_run(tmp_path: Path) -> None:
     while not (read_state(run_dir) or {}).get("pgid"):
         assert time.monotonic() < deadline, "the victim's run did not start"
         time.sleep(0.1)
-    pgid = int((read_state(run_dir) or {})["pgid"])
+    state = read_state(run_dir) or {}
+    pgid = int(state["pgid"])
     try:
         from helpers_git import request
 
@@ -201,10 +201,7 @@ def test_a_forged_local_status_never_stops_another_run(tmp_path: Path) -> None:
         assert read_status(bot, victim).phase != "Cancelled"
         assert str(key) not in report.cancelled
     finally:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_job(state)
 
 
 def test_a_forged_local_status_naming_any_folder_is_never_signalled(tmp_path: Path) -> None:

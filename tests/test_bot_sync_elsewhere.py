@@ -9,12 +9,12 @@ takes the laptop's later status as it comes. A run directory removed on the bot'
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
 
 from helpers_git import BRANCH, clone, git, make_remote, quiet, seed_lab
+from helpers_local import kill_job
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import reconcile, sync
@@ -122,10 +122,7 @@ def test_a_run_directory_removed_on_the_bots_own_machine_is_still_lost(tmp_path:
     reconcile(bot, echo=quiet)
     run_dir, deadline = _started(bot)
     state = read_state(run_dir) or {}
-    try:
-        os.killpg(int(state["pgid"]), 9)
-    except ProcessLookupError:
-        pass
+    kill_job(state)
     supervisor = int(state["supervisor_pid"])
     while _alive(supervisor):  # it records the end, then leaves
         assert time.monotonic() < deadline + 30, "the run's supervisor did not leave"

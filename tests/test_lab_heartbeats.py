@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
+from helpers_local import kill_recorded
 
 from tuneplane.backends.local.files import log_name, read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -54,11 +54,7 @@ def _published(remote: Path) -> str:
 
 def _machine_gone(run_dir: Path, state: dict[str, object]) -> None:
     """As a runner's end does: every process of the run killed, its disk gone with it."""
-    for group in (state["supervisor_pid"], state["pgid"]):  # the supervisor leads its own session
-        try:
-            os.killpg(int(str(group)), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_recorded(state)  # the supervisor leads its own session
     storage = run_dir.parent.parent
     storage.rename(storage.with_name(storage.name + "-gone"))
 

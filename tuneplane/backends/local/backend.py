@@ -345,7 +345,8 @@ class LocalBackend:
         if state.get("phase") in TERMINAL:
             return
         if supervisor_alive(run_dir):
-            signal_group(state.get("pgid"), signal.SIGTERM)  # faster than waiting for the next poll
+            # faster than waiting for the next poll
+            signal_group(state.get("pgid"), signal.SIGTERM, state.get("pgid_start"))
             return
         host = elsewhere(state)
         if host:
@@ -356,7 +357,7 @@ class LocalBackend:
                 f"supervisor stops the run when it sees the request, or run `tp job cancel` on {host}"
             )
         with locked(run_dir / SUBMIT_LOCK):
-            signal_group(state.get("pgid"), signal.SIGKILL)
+            signal_group(state.get("pgid"), signal.SIGKILL, state.get("pgid_start"))
             message, now = "cancelled (no supervisor was running)", utc_now()
             update_state(
                 run_dir,

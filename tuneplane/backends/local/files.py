@@ -200,10 +200,34 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def signal_group(pgid: Any, sig: int) -> None:
-    if isinstance(pgid, int) and pgid > 1:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
+def process_start(pid: int) -> int | None:
+    """When the kernel started process `pid` (clock ticks since boot, field 22 of /proc/PID/stat): with
+    the pid, it names one process for ever, where the pid alone is handed out again. None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # the name in parentheses may hold spaces
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def signal_group(pgid: Any, sig: int, started: Any = None) -> None:
+    """Signal the process group the run recorded, only while it is still the run's.
+
+    `started` is the group leader's `process_start` recorded with it. A leader alive with another start
+    time means the number now names someone else's group: nothing is sent. A leader gone is fine: the
+    kernel hands out no pid equal to a live group's id, so a group that still exists is still ours."""
+    if not (isinstance(pgid, int) and pgid > 1):
+        return
+    if isinstance(started, int):
+        now = process_start(pgid)
+        if now is not None and now != started:
+            return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
 
 
 def scrubbed_env(base: Any, keep_storage: bool = False) -> dict[str, str]:

@@ -46,6 +46,7 @@ from tuneplane.backends.local.files import (
     beat,
     heartbeat_interval,
     log_name,
+    process_start,
     read_state,
     scrubbed_env,
     signal_group,
@@ -109,7 +110,13 @@ def supervise(
         state = read_state(run_dir) or {}
         if state.get("supervisor_started"):  # this attempt has (had) its supervisor; a new one resets it
             return state
-        update_state(run_dir, supervisor_started=True, supervisor_pid=os.getpid(), **this_machine())
+        update_state(
+            run_dir,
+            supervisor_started=True,
+            supervisor_pid=os.getpid(),
+            supervisor_start=process_start(os.getpid()),
+            **this_machine(),
+        )
         stop_beating = _heartbeat(run_dir, attempt_of(state))
         stop_publishing = _publish_heartbeats(run_dir, attempt_of(state))
         publishing = stop_publishing
@@ -338,6 +345,7 @@ class _Supervisor:
             self._line(f"[tuneplane] cannot start the launcher: {exc}")
             return 127
         self.started_at = utc_now(millis=True)  # a run of seconds shows its duration as `12.3s`
+        started = process_start(child.pid)  # the group's id with its leader's start names it for ever
         update_state(
             self.run_dir,
             phase=RUNNING,
@@ -345,12 +353,13 @@ class _Supervisor:
             message="",
             pid=child.pid,
             pgid=child.pid,
+            pgid_start=started,
             started_at=self.started_at,
         )
         pump = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
         pump.start()
         code = self._wait(child)
-        signal_group(child.pid, signal.SIGKILL)  # stragglers die with the job, as in a container
+        signal_group(child.pid, signal.SIGKILL, started)  # stragglers die with the job, as in a container
         pump.join(timeout=10)
         return code
 
