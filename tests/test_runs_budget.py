@@ -15,7 +15,7 @@ import pytest
 from helpers_git import BRANCH, git, make_remote, request, seed_lab, tp_run
 
 from tuneplane.lab.load import load_lab
-from tuneplane.lab.runs import write_request, write_status
+from tuneplane.lab.runs import RunKey, write_request, write_status
 from tuneplane.models.run import Attempt, BackendObject, RunStatus
 from tuneplane.runs.budget import estimate
 
@@ -179,6 +179,32 @@ def test_the_plan_shows_each_estimate_and_their_total(tmp_path: Path) -> None:
     assert rows == {rels[0]: "2.00", rels[1]: "4.00", rels[2]: "1.25", rels[3]: "unknown"}, out
     assert float(total) == pytest.approx(sum(float(v) for v in rows.values() if v != "unknown")) == 7.25
     assert "1 unknown" in out, out
+
+
+def test_the_plan_shows_diffs_only_for_what_the_bot_would_submit(tmp_path: Path) -> None:
+    """A request already run (edited afterwards) and a cancel are one line each: no manifests the bot
+    would never send, no `new` rendering of a run that has a status."""
+    done = _status("demo", _id(THIS_MONTH, 1), "h200:1", 1)
+    running = _status("demo", _id(THIS_MONTH, 2), "h200:1").model_copy(update={"phase": "Running"})
+    lab = _lab(tmp_path, MONTHLY_10, [done, running])
+    edited, stop = (RunKey("demo", s.run_id).request_rel for s in (done, running))
+    for rel in (edited, stop):
+        (lab / rel).unlink()
+    write_request(lab, request("demo", done.run_id, "h200:1", timeout=600))
+    write_request(lab, request("demo", running.run_id, "h200:1", cancel=True))
+    (new,) = _propose(lab, ("demo", "h200:1", 3600))
+
+    code, out = tp_run(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
+
+    assert code == 0, out
+    assert out.startswith("<!-- tuneplane:plan -->\n"), out[:200]
+    assert "3 changed run request(s)" in out and "1 to submit" in out, out
+    assert f"- `{edited}`: already run (status: Succeeded): the bot submits nothing" in out, out
+    assert f"- `{stop}`: the bot cancels this run (now Running)" in out, out
+    diffs = re.findall(r"<summary><code>([^<]+)</code>: (\w+)", out)
+    assert diffs == [(new, "new")], out
+    rows, total = _plan_rows(out)
+    assert rows == {new: "1.00"} and total == "1.00", out
 
 
 def test_budgets_are_a_closed_schema_with_located_errors(tmp_path: Path) -> None:

@@ -17,15 +17,33 @@ class RenderedChange:
     before: str | None
     after: str | None
     error: str = ""
+    outcome: str = ""  # set for a request the bot submits nothing for: what it does instead, in one line
+
+
+PLAN_MARKER = "<!-- tuneplane:plan -->"  # the workflow finds its own comment by this line, to update it in place
 
 
 def diff_comment(changes: list[RenderedChange], base: str, limit: int = COMMENT_LIMIT, plan: str = "") -> str:
-    """A Markdown comment with one collapsible unified diff per run request, at most `limit` characters.
+    """A Markdown comment with one collapsible unified diff per run request the bot would submit, and
+    one line for each changed request it submits nothing for, at most `limit` characters.
     `plan`: Markdown shown above the diffs (the GPU-hours of the new requests, made by `runs.budget`)."""
-    head = f"### tp render: {len(changes)} changed run request(s) against `{base}`\n\n{plan}"
+    submitted = [c for c in changes if not c.outcome]
+    others = [c for c in changes if c.outcome]
+    head = (
+        f"{PLAN_MARKER}\n### tp render: {len(changes)} changed run request(s) against `{base}`, "
+        f"{len(submitted)} to submit\n\n{plan}{_outcomes(others)}"
+    )
     if not changes:
         return head + "No run request changed: nothing would be submitted.\n"
-    return _fit(head, [_section(c) for c in changes], limit)
+    if not submitted:
+        return head + "Nothing would be submitted.\n"
+    return _fit(head, [_section(c) for c in submitted], limit)
+
+
+def _outcomes(changes: list[RenderedChange]) -> str:
+    """One line per changed request the bot submits nothing for (a run it already has, a cancel)."""
+    lines = [f"- `{c.path}`: {_html(c.outcome)}" for c in changes]
+    return "\n".join(lines) + "\n\n" if lines else ""
 
 
 @dataclass(frozen=True)

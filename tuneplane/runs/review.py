@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneplane.check.validate import run_files
-from tuneplane.constants import PREVIEW_RUN_ID, RenderFormat
+from tuneplane.constants import PREVIEW_RUN_ID, TERMINAL, RenderFormat
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import open_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
-from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml
+from tuneplane.lab.runs import RunKey, parse_request, read_status
+from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml, read_text
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.resolve import prepare_experiment
@@ -300,10 +301,13 @@ class RenderContext:
         self.out(diff_comment(changes, self.opts.base or base[:12] or "(no base)", plan=budget.plan_table(cost)))
         return sum(1 for c in changes if c.error)
 
-    def change(self, rel: str, base: str) -> Any:
-        """Both renderings of one changed request; a base that no longer renders counts as absent."""
-
+    def change(self, rel: str, base: str) -> RenderedChange:
+        """Both renderings of one changed request; a base that no longer renders counts as absent. A
+        request the bot submits nothing for is one line saying what the bot does instead."""
         path = self.lab.root / rel
+        outcome = bot_outcome(self.lab.root, rel)
+        if outcome:
+            return RenderedChange(rel, None, None, outcome=outcome)
         before_text = self.repo.show(base, rel) if base else None
         try:
             before = self.render_text(path, before_text, warn=False) if before_text is not None else None
@@ -364,6 +368,31 @@ def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:
         "secret_env": dict(plan.secret_env),
     }
     return [spec.to_json_dict(), launch]
+
+
+def bot_outcome(root: Path, rel: str) -> str:
+    """What the bot does with a changed run request file instead of submitting it ("": it submits it).
+
+    The bot submits a request that has no status yet and does not say `cancel: true`; it cancels the
+    job of a run that has a status and says it; every other change to a request is for people only."""
+    parts = rel.split("/")
+    if len(parts) != 3:
+        return ""
+    key = RunKey(parts[1], parts[2].rsplit(".", 1)[0])
+    if not present(root / rel):
+        return "removed: the bot does nothing (a run it started goes on; cancel it with `cancel: true`)"
+    try:
+        status = read_status(root, key)
+        if status is None:
+            return ""
+        request = parse_request(read_text(root / rel, rel, root=root), rel)
+    except (UsageError, LoadFailed):
+        return ""  # `tp validate` reports it; the rendering below says it is refused
+    if request.cancel:
+        if status.phase in TERMINAL:
+            return f"cancel: true, but the run already ended ({status.phase}): the bot does nothing"
+        return f"the bot cancels this run (now {status.phase})"
+    return f"already run (status: {status.phase}): the bot submits nothing for this change"
 
 
 def _is_run_request(rel: str) -> bool:
