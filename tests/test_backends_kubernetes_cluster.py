@@ -259,6 +259,32 @@ def test_a_submitter_whose_log_stream_dropped_is_retried_and_the_run_goes_on(
     assert backend.observe(ref).phase == "Succeeded"
 
 
+def test_an_evicted_ray_head_ends_an_attempt_and_the_run_goes_on_on_the_new_head(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    """A drained node takes the Ray head: KubeRay makes a new head, the driver's job table is gone with
+    the old one, the submitter re-submits on the new head. The run did not fail, but its work since the
+    last checkpoint is lost: the status says so as an attempt ended `Evicted`, and the next is under way."""
+    ref, _ = submit(backend, lab, "verl-grpo-exp")
+    assert backend.observe(ref).phase == "Running"
+    (head,) = ray_pods(twin, ref.name)["head"]
+    twin.evict(NS, head["metadata"]["name"])
+
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert [(a.number, a.reason) for a in seen.attempts] == [(1, "Evicted"), (2, None)], seen.attempts
+    assert "Eviction API" in seen.attempts[0].message
+    heads = [p for p in ray_pods(twin, ref.name)["head"] if not p["metadata"].get("deletionTimestamp")]
+    assert len(heads) == 1 and heads[0]["metadata"]["name"] != head["metadata"]["name"]
+
+    twin.advance(3600)  # the evicted head's object is long gone: the ledger on the RayJob remembers it
+    assert not any(p["metadata"]["name"] == head["metadata"]["name"] for p in ray_pods(twin, ref.name)["head"])
+    twin.driver_exit(NS, ref.name, 0, "driver: resumed, done\n")
+    done = backend.observe(ref)
+    assert done.phase == "Succeeded"
+    assert [(a.number, a.reason) for a in done.attempts] == [(1, "Evicted"), (2, "Completed")], done.attempts
+
+
 def test_the_submitter_pod_carries_the_run_labels(twin: Cluster, backend: KubernetesBackend, lab: Any) -> None:
     ref, _ = submit(backend, lab, "verl-grpo-exp")
     (submitter,) = ray_pods(twin, ref.name)["submitter"]

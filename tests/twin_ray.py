@@ -258,11 +258,54 @@ def _shutdown_after_finish(cluster: Cluster, rayjob: dict[str, Any]) -> None:
                 cluster._remove(obj)
 
 
+def _gone(pod: dict[str, Any]) -> bool:
+    """A pod being deleted, or one that ended: KubeRay deletes an ended Ray pod and makes a new one."""
+    return bool(pod["metadata"].get("deletionTimestamp")) or pod["status"].get("phase") in ("Succeeded", "Failed")
+
+
+def _head_lost(cluster: Cluster, ray_cluster: dict[str, Any], head: dict[str, Any]) -> None:
+    """Without GCS fault tolerance the Ray job table lives in the head: a lost head takes the driver
+    with it, and every submitter following the driver's log sees its stream break (exit 1)."""
+    annotations = head["metadata"].setdefault("annotations", {})
+    if annotations.get("twin/head-lost"):
+        return
+    annotations["twin/head-lost"] = "true"
+    ns = ray_cluster["metadata"]["namespace"]
+    for owner in ray_cluster["metadata"].get("ownerReferences") or []:
+        if owner.get("kind") != "RayJob":
+            continue
+        cluster.ray_drivers.pop((ns, owner["name"]), None)
+        rayjob = cluster.kube.objects.get(("RayJob", ns, owner["name"]))
+        job = _submitter_of(cluster, rayjob) if rayjob is not None else None
+        for pod in cluster._children("Pod", job) if job is not None else []:
+            if pod["status"].get("phase") == "Running":
+                _stream_broken(cluster, pod)
+
+
+def _stream_broken(cluster: Cluster, pod: dict[str, Any]) -> None:
+    at = cluster.stamp()
+    for cs in pod["status"].get("containerStatuses") or []:
+        started = (cs.get("state") or {}).get("running", {}).get("startedAt", at)
+        cs.update(
+            state={"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started, "finishedAt": at}},
+            ready=False,
+        )
+    pod["status"]["phase"] = "Failed"
+    key = (pod["metadata"]["namespace"], pod["metadata"]["name"], pod["spec"]["containers"][0]["name"])
+    cluster.kube.logs[key] = cluster.kube.logs.get(key, "") + "error: lost the connection to the Ray head\n"
+    cluster._touch(pod)
+
+
 def reconcile_raycluster(cluster: Cluster, ray_cluster: dict[str, Any]) -> None:
     spec, name, ns = ray_cluster["spec"], ray_cluster["metadata"]["name"], ray_cluster["metadata"]["namespace"]
     pods = cluster._children("Pod", ray_cluster)
-    if not any(p["metadata"]["labels"].get("ray.io/node-type") == "head" for p in pods):
+    heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+    for head in heads:
+        if _gone(head):
+            _head_lost(cluster, ray_cluster, head)
+    if not any(not _gone(p) for p in heads):
         _ray_pod(cluster, ray_cluster, spec["headGroupSpec"], "head", "headgroup", f"{name}-head")
+    if not cluster.kube.objects.get(("Service", ns, f"{name}-head-svc")):
         cluster._make(
             {
                 "apiVersion": "v1",
@@ -283,7 +326,7 @@ def reconcile_raycluster(cluster: Cluster, ray_cluster: dict[str, Any]) -> None:
         ]
         for _ in range(int(group.get("replicas", 1)) - len(mine)):
             _ray_pod(cluster, ray_cluster, group, "worker", group["groupName"], f"{name}-{group['groupName']}-worker")
-    pods = cluster._children("Pod", ray_cluster)
+    pods = [p for p in cluster._children("Pod", ray_cluster) if not _gone(p)]
     ready = bool(pods) and all(p["status"].get("phase") == "Running" for p in pods)
     _set(cluster, ray_cluster, state="ready" if ready else "")
 

@@ -46,6 +46,7 @@ MESSAGE_KEPT = 300
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 GPU = "nvidia.com/gpu"
+RAY_NODE_TYPE = "ray.io/node-type"  # KubeRay's label on a Ray pod: head or worker
 
 # DisruptionTarget reasons (the Kubernetes pod disruption conditions), by who took the pod away
 DISRUPTIONS: dict[str, AttemptReason] = {
@@ -448,11 +449,51 @@ def ray_exit_code(obj: JobObject) -> int | None:
 
 
 def ray_attempts(
-    obj: JobObject, phase: str, reason: str, started: str | None, finished: str | None
+    rest: Rest,
+    kind: Kind,
+    ns: str,
+    obj: JobObject,
+    pods: list[Pod],
+    state: tuple[str, str, str | None, str | None],
 ) -> tuple[AttemptReport, ...]:
-    """A RayJob is one attempt (tp renders `backoffLimit: 0`): the driver's run on its Ray cluster."""
+    """A RayJob's attempts: each Ray head lost while the run ran ends one, and the driver's run on Ray's
+    job table (its phase, reason, start and end in `state`) is the newest.
+
+    Without GCS fault tolerance the job table lives in the head: KubeRay makes a new head, the submitter
+    submits the driver again, and it starts over from its newest checkpoint, while the RayJob itself
+    never leaves Running. tp renders `backoffLimit: 0`, so KubeRay makes no other attempt of its own;
+    the submitter's own retries (a dropped log stream) are no attempts. Lost heads are kept in the
+    ledger, because an evicted pod is gone minutes later."""
+    phase, reason, started, finished = state
     if not started:
         return ()
+    ledger = read_ledger(obj)
+    known = {p for entry in ledger for p in entry.pods}
+    heads = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(RAY_NODE_TYPE) == "head"]
+    lost = [] if phase in (SUCCEEDED, FAILED, CANCELLED) else [s for s in map(_head_lost, heads) if s is not None]
+    new = sorted((s for s in lost if not set(s.pods) & known), key=lambda s: s.sort_key)
+    done = ledger + [replace(s, report=replace(s.report, number=len(ledger) + i + 1)) for i, s in enumerate(new)]
+    if new:
+        _write_ledger(rest, kind, ns, obj, done)
+    live = [h for h in heads if _head_lost(h) is None]
+    since = max((s for h in live if (s := (h.get("status") or {}).get("startTime"))), default=None)
+    newest = _driver_attempt(obj, phase, reason, (since if done else None) or started, finished)
+    return (*(s.report for s in done), replace(newest, number=len(done) + 1))
+
+
+def _head_lost(pod: Pod) -> _Seen | None:
+    """A Ray head that a disruption took, or that ended (a Ray head runs until its cluster goes)."""
+    end = _pod_end(pod)
+    if end is None:
+        return None
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    message = end.message or f"the Ray head {name} ended; the driver started again on a new head"
+    report = replace(end, where=(_where(pod),), reason=end.reason if end.reason != "Completed" else "Error")
+    return _Seen(replace(report, message=message), (name,), sort_key=end.finished_at or "~")
+
+
+def _driver_attempt(obj: JobObject, phase: str, reason: str, started: str, finished: str | None) -> AttemptReport:
+    """The driver's run on Ray's job table: under way, or ended with the RayJob's phase."""
     code = ray_exit_code(obj)
     message = str((obj.get("status") or {}).get("message") or "").split("\n", 1)[0][:MESSAGE_KEPT]
     ended: AttemptReason | None = None
@@ -462,13 +503,11 @@ def ray_attempts(
         ended = CANCELLED  # the reason is spelled as the phase it ends in
     elif phase == FAILED:
         ended = "Timeout" if reason == "DeadlineExceeded" else "ConfigError" if code == CONFIG_ERROR_EXIT else "Error"
-    return (
-        AttemptReport(
-            number=1,
-            started_at=started,
-            finished_at=finished if ended else None,
-            exit_code=code,
-            reason=ended,
-            message=message if ended not in (None, "Completed") else "",
-        ),
+    return AttemptReport(
+        number=1,
+        started_at=started,
+        finished_at=finished if ended else None,
+        exit_code=code,
+        reason=ended,
+        message=message if ended not in (None, "Completed") else "",
     )

@@ -239,7 +239,9 @@ def _attempts(
     """The run's attempts; reading them never fails an observation (the phase stands without them)."""
     try:
         if kind is RAYJOB:
-            return ray_attempts(obj, state.phase, state.reason, state.started_at, state.finished_at)
+            return ray_attempts(
+                rest, kind, ns, obj, pods, (state.phase, state.reason, state.started_at, state.finished_at)
+            )
         workload = kueue.find_workload(rest, ns, obj) if kueue.queued(obj) else None
         return job_attempts(rest, kind, ns, obj, pods, workload, state.reason if state.phase == FAILED else "")
     except BackendError as exc:
