@@ -11,6 +11,7 @@ import json
 
 from tuneplane import __version__
 from tuneplane.constants import (
+    GPU_WATCHDOG_DEFAULT,
     GPU_WATCHDOG_ENV,
     GPUS_PER_NODE_ENV,
     HF_TOKEN,
@@ -27,7 +28,6 @@ from tuneplane.constants import (
     WORK_DIR_ENV,
 )
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.runtime.gpuwatch import DEFAULT_POLICY
 
 MONITOR_INTERVAL = "10"
 # Keys of the per-run Secret `<object name>-tokens` the secret variables come from.
@@ -117,7 +117,7 @@ def job_env(
     only when it is not the launcher's default: a lab that keeps it gives its jobs the same environment.
     """
     env = spec_to_env(spec, ingest_endpoint=ingest_endpoint)
-    if gpu_watchdog and gpu_watchdog != DEFAULT_POLICY:
+    if gpu_watchdog and gpu_watchdog != GPU_WATCHDOG_DEFAULT:
         env[GPU_WATCHDOG_ENV] = gpu_watchdog
     unbound = spec_to_env(spec)
     for key, value in plan_env.items():

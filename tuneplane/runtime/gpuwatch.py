@@ -25,10 +25,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from tuneplane.constants import GPU_WATCHDOG_ENV, GPUS_PER_NODE_ENV
+from tuneplane.constants import GPU_WATCHDOG_DEFAULT, GPU_WATCHDOG_ENV, GPUS_PER_NODE_ENV
 
 POLICIES = ("warn", "stop", "off")
-DEFAULT_POLICY = "warn"
+DEFAULT_POLICY = GPU_WATCHDOG_DEFAULT
 OVERUSE_REASON = "GpuOveruse"  # the attempt reason (constants.AttemptReason) of a run the watchdog stopped
 INTERVAL_ENV = "TUNEPLANE_GPU_WATCHDOG_INTERVAL"  # seconds between samples
 DEFAULT_INTERVAL = 30.0
