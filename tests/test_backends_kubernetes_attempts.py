@@ -265,7 +265,9 @@ def test_the_gpu_watchdogs_stop_and_warning_reach_the_attempt(
     twin: Cluster, backend: KubernetesBackend, lab: Any
 ) -> None:
     # The launcher's record says its GPU watchdog stopped the trainer (TERM: 143), or only warned.
-    overuse = "the run's processes occupy 8 GPUs on this node (0-7; 8 process(es)) but it was granted 4"
+    overuse = (
+        "the run's processes occupy 8 GPUs on this node (0, 1, 2, 3, 4, 5, 6, 7; 8 processes) but it was granted 4"
+    )
     add_gpu_nodes(twin, "gpu-1")
     stopped = submit(backend, lab)
     (pod,) = running(twin)

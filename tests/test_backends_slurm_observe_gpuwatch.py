@@ -8,7 +8,7 @@ from typing import Any
 
 from tuneplane.backends.slurm.observe import Evidence, concluded, ended_reason, report
 
-OVERUSE = "the run's processes occupy 8 GPUs on this node (0-7; 8 process(es)) but it was granted 4"
+OVERUSE = "the run's processes occupy 8 GPUs on this node (0, 1, 2, 3, 4, 5, 6, 7; 8 processes) but it was granted 4"
 
 
 def _record(rank: int, code: int, signal: int | None = None, **more: Any) -> dict[str, Any]:

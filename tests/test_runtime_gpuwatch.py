@@ -172,7 +172,9 @@ def test_four_ranks_on_a_one_gpu_grant_are_warned_in_the_log_and_the_status(
     assert status["phase"] == "Succeeded"
     (attempt,) = status["attempts"]  # type: ignore[misc]
     assert attempt["reason"] == "Completed"
-    assert attempt["message"].startswith("GPU watchdog: the run's processes occupy 4 GPUs on this node (0, 1, 2, 3;")
+    assert attempt["message"].startswith(
+        "GPU watchdog: the run's processes occupy 4 GPUs on this node (0, 1, 2, 3; 4 processes)"
+    )
     assert "but it was granted 1 (TUNEPLANE_CLUSTER_GPUS_PER_NODE=1)" in attempt["message"]
     log = _job_log(root, status)
     (line,) = [line for line in log.splitlines() if "gpu watchdog" in line]  # said once, not every sample
@@ -198,15 +200,7 @@ def test_the_labs_stop_policy_ends_the_run_with_reason_gpu_overuse(
     log = _job_log(root, status)
     assert "tuneplane-launch: gpu watchdog: error: the run's processes occupy 4 GPUs" in log
     for pid_file in (watched / "pids").iterdir():  # every rank was stopped, not only the trainer's shell
-        assert not _alive(int(pid_file.read_text()))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+        assert not gpuwatch.alive(int(pid_file.read_text()))
 
 
 # ── the backend's view: within the grant, and a tool that fails or hangs ──────────────────────────
@@ -256,7 +250,7 @@ def test_a_failing_or_hung_nvidia_smi_leaves_the_run_alone(
     log = (backend.run_dir(ref) / LOG).read_text()
     assert "trained" in log and "occupy" not in log
     if behaviour == HANGS:  # the hung query went with the trainer, and left nothing running
-        assert not _alive(int((watched / "hung-pid").read_text()))
+        assert not gpuwatch.alive(int((watched / "hung-pid").read_text()))
 
 
 # ── the parts ────────────────────────────────────────────────────────────────────────────────────────
@@ -285,10 +279,14 @@ def test_the_process_tree_is_the_trainer_and_its_descendants(tmp_path: Path) -> 
         grandchild = int(child.stdout.readline())
         tree = gpuwatch.process_tree(child.pid)
         assert tree[0] == child.pid and grandchild in tree and os.getpid() not in tree
+        assert gpuwatch.descends_from(grandchild, child.pid) and gpuwatch.descends_from(child.pid, child.pid)
+        assert not gpuwatch.descends_from(os.getpid(), child.pid) and not gpuwatch.descends_from(4194304, child.pid)
     finally:
-        gpuwatch.TreeStop(child.pid, grace=0.1)()
+        stop = gpuwatch.TreeStop(child.pid, grace=30)
+        stop()
         child.wait(timeout=30)
-    assert child.returncode == -15
+        stop.finish()
+    assert child.returncode == -15 and not gpuwatch.alive(grandchild)
 
 
 def test_the_watchdog_is_off_without_the_tool_a_grant_or_the_labs_consent(tmp_path: Path) -> None:
@@ -307,7 +305,7 @@ def test_the_watchdog_is_off_without_the_tool_a_grant_or_the_labs_consent(tmp_pa
 def test_an_unknown_policy_is_said_and_read_as_warn(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpuwatch.policy_of("Stop") == "stop"
     assert gpuwatch.policy_of("kill") == "warn"
-    assert "TUNEPLANE_GPU_WATCHDOG='kill' is not one of warn, stop, off" in capsys.readouterr().out
+    assert "TUNEPLANE_GPU_WATCHDOG='kill' is not one of warn, stop, off" in capsys.readouterr().err
 
 
 def test_the_record_keeps_the_finding_and_only_a_known_reason() -> None:

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ FIRST_SAMPLE = 5.0  # seconds before the first sample (at most the interval): a 
 QUERY_TIMEOUT = 10.0  # seconds one nvidia-smi query may take before it is killed and the watchdog goes off
 FAILURES_OFF = 3  # consecutive failed queries after which the watchdog goes off for the run
 STOP_GRACE = 30.0  # seconds between TERM and KILL when the watchdog stops the trainer
+REAP_POLL = 0.2  # seconds between looks at the stopped processes that outlived the trainer
 TOOL = "nvidia-smi"
 APPS_QUERY = ("--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits")
 GPUS_QUERY = ("--query-gpu=index,uuid", "--format=csv,noheader,nounits")
@@ -76,7 +78,7 @@ def policy_of(text: str) -> str:
     if not value:
         return DEFAULT_POLICY
     if value not in POLICIES:
-        print(f"{LOG_PREFIX} {GPU_WATCHDOG_ENV}={text!r} is not one of {', '.join(POLICIES)}; using {DEFAULT_POLICY}")
+        _say(f"{GPU_WATCHDOG_ENV}={text!r} is not one of {', '.join(POLICIES)}; using {DEFAULT_POLICY}")
         return DEFAULT_POLICY
     return value
 
@@ -132,10 +134,13 @@ class Tool:
 
     timeout: float = QUERY_TIMEOUT
     running: subprocess.Popen[bytes] | None = None
+    closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def rows(self, args: tuple[str, ...]) -> list[list[str]]:
         """The query's CSV rows, each split on commas and stripped."""
+        if self.closed:
+            raise QueryFailed(f"{TOOL} is no longer asked: the trainer has ended")
         try:
             child = subprocess.Popen(
                 [TOOL, *args],
@@ -161,6 +166,11 @@ class Tool:
         text = out.decode("utf-8", "replace")
         return [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
 
+    def close(self) -> None:
+        """No more queries (the trainer has ended): the one under way is killed."""
+        self.closed = True
+        self.kill()
+
     def kill(self) -> None:
         """Kill the query under way, if any, and everything it started; never waits on it for long."""
         with self._lock:
@@ -171,6 +181,19 @@ class Tool:
             os.killpg(child.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired, OSError):
             child.wait(timeout=1)  # a tool stuck in the kernel stays a zombie rather than hang us
+
+
+def descends_from(pid: int, root: int, depth: int = 256) -> bool:
+    """Whether `pid` is `root` or below it, by its chain of parents (`/proc`); a few reads per pid, where
+    listing the whole tree would read every process of the machine."""
+    for _ in range(depth):
+        if pid == root:
+            return True
+        parent = proc_field(pid, "PPid")
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
 
 
 def occupied(apps: list[list[str]], pids: set[int]) -> set[str]:
@@ -192,7 +215,8 @@ def overuse_line(used: list[str], granted: int, pids: int) -> str:
     """The job log's (and the status's) words for an overuse."""
     gpus = "GPU" if len(used) == 1 else "GPUs"
     return (
-        f"the run's processes occupy {len(used)} {gpus} on this node ({', '.join(used)}; {pids} process(es)) "
+        f"the run's processes occupy {len(used)} {gpus} on this node ({', '.join(used)}; "
+        f"{pids} process{'' if pids == 1 else 'es'}) "
         f"but it was granted {granted} ({GPUS_PER_NODE_ENV}={granted}); start as many processes as granted "
         f'(torchrun --nproc_per_node / accelerate launch --num_processes "${{{GPUS_PER_NODE_ENV}}}")'
     )
@@ -240,8 +264,9 @@ class Watchdog:
 
     def sample(self) -> None:
         """One look: the tree's GPUs against the grant; a line when it is over (again only when wider)."""
-        tree = set(process_tree(self.root))
-        held = occupied(self.tool.rows(APPS_QUERY), tree)
+        apps = self.tool.rows(APPS_QUERY)
+        ours = {int(row[0]) for row in apps if row[0].isdigit() and descends_from(int(row[0]), self.root)}
+        held = occupied(apps, ours)
         if len(held) <= self.settings.granted or len(held) <= self._widest:
             return
         self._widest = len(held)
@@ -251,7 +276,7 @@ class Watchdog:
             raise
         except QueryFailed:
             names = sorted(held)
-        self.finding = overuse_line(names, self.settings.granted, len(tree))
+        self.finding = overuse_line(names, self.settings.granted, len(ours))
         if self.settings.policy == "stop":
             self.finding += "; stopped (cluster.gpu_watchdog: stop)"
             _say(f"error: {self.finding}")
@@ -268,25 +293,43 @@ def _say(line: str) -> None:
 @dataclass
 class TreeStop:
     """Stops a trainer's process tree: TERM to the trainer and every descendant (a shell does not pass it
-    on to its children), KILL `grace` seconds later to what is left, and to what outlived the trainer."""
+    on to its children); `grace` seconds later KILL to what is left, of the tree as it was stopped and
+    as it is then. Once the trainer has ended, `finish()` gives what outlived it the rest of the grace."""
 
     root: int
     grace: float = STOP_GRACE
     pids: list[int] = field(default_factory=list)
+    ended: threading.Event = field(default_factory=threading.Event)
+    stopped_at: float = 0.0
 
     def __call__(self) -> None:
+        self.stopped_at = time.monotonic()
         self.pids = process_tree(self.root)
         _signal_all(self.pids, signal.SIGTERM)
-        timer = threading.Timer(self.grace, self.kill)
-        timer.daemon = True
-        timer.start()
+        threading.Thread(target=self._kill_later, name="gpu-watchdog-kill", daemon=True).start()
 
-    def kill(self, trainer_ended: bool = False) -> None:
-        """KILL the tree as it was stopped and as it is now (once the trainer ended, not its own pid:
-        it has been reaped, and the number may be another process's by now)."""
-        now = [] if trainer_ended else process_tree(self.root)
-        left = [pid for pid in dict.fromkeys([*self.pids, *now]) if not (trainer_ended and pid == self.root)]
+    def _kill_later(self) -> None:
+        if not self.ended.wait(self.grace):
+            _signal_all(list(dict.fromkeys([*self.pids, *process_tree(self.root)])), signal.SIGKILL)
+
+    def finish(self) -> None:
+        """The trainer has ended (and was reaped: its pid is not looked at again). The processes of the
+        stopped tree still alive (a rank saving its state on TERM) get the rest of the grace, then KILL."""
+        self.ended.set()
+        left = [pid for pid in self.pids if pid != self.root]
+        while left and time.monotonic() < self.stopped_at + self.grace:
+            time.sleep(REAP_POLL)
+            left = [pid for pid in left if alive(pid)]
         _signal_all(left, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended: it only waits for its parent to read its status)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _signal_all(pids: list[int], signum: int) -> None:

@@ -149,9 +149,9 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if watchdog is not None:
-            watchdog.tool.kill()  # a query still under way ends with the trainer
+            watchdog.tool.close()  # a query still under way ends with the trainer
             if watchdog.stopped and isinstance(watchdog.stop, TreeStop):
-                watchdog.stop.kill(trainer_ended=True)  # ranks that outlived the trainer go with it
+                watchdog.stop.finish()  # ranks that outlived the trainer go with it
     for thread in copiers:
         thread.join(timeout=10)  # a grandchild holding the pipe open must not keep the job alive
     died_of = -code if code < 0 else None
