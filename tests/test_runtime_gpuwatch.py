@@ -323,3 +323,19 @@ def test_the_labs_policy_reaches_the_job_environment(lab: Path, policy: str | No
 
     env = submit.manifests[0]["spec"]["env"]
     assert env.get(GPU_WATCHDOG_ENV) == expected  # the default is the launcher's own: jobs stay as they were
+
+
+def test_a_cluster_job_gets_the_labs_policy_on_kubernetes_and_slurm(tmp_path: Path) -> None:
+    from helpers_render import CLUSTER_SETTINGS, build, env_values, main_container, make_lab, pod_templates
+    from helpers_render import request as render_request
+
+    from tuneplane.render.slurm import render_batch
+
+    settings = CLUSTER_SETTINGS.replace("\ncluster:\n", "\ncluster:\n  gpu_watchdog: stop\n", 1)
+    lab = make_lab(tmp_path / "lab", {"demo": "custom/custom"}, settings=settings)
+    spec, plan, docs = build(
+        lab, render_request("demo", image="registry.example.com/t:1", observability_url="https://o")
+    )
+
+    assert {env_values(main_container(t)).get(GPU_WATCHDOG_ENV) for t in pod_templates(docs[0])} == {"stop"}
+    assert f"{GPU_WATCHDOG_ENV}=stop" in render_batch(spec, plan, lab.config).script
