@@ -176,6 +176,7 @@ def test_four_ranks_on_a_one_gpu_grant_are_warned_in_the_log_and_the_status(
         "GPU watchdog: the run's processes occupy 4 GPUs on this node (0, 1, 2, 3; 4 processes)"
     )
     assert "but it was granted 1 (TUNEPLANE_CLUSTER_GPUS_PER_NODE=1)" in attempt["message"]
+    assert status["message"] == attempt["message"]  # the run's own message says it too
     log = _job_log(root, status)
     (line,) = [line for line in log.splitlines() if "gpu watchdog" in line]  # said once, not every sample
     assert line.startswith("tuneplane-launch: gpu watchdog: warning: the run's processes occupy 4 GPUs")
