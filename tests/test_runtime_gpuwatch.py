@@ -16,6 +16,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,19 @@ def test_a_cluster_job_gets_the_labs_policy_on_kubernetes_and_slurm(tmp_path: Pa
 
     assert {env_values(main_container(t)).get(GPU_WATCHDOG_ENV) for t in pod_templates(docs[0])} == {"stop"}
     assert f"{GPU_WATCHDOG_ENV}=stop" in render_batch(spec, plan, lab.config).script
+
+
+def test_a_query_that_does_not_answer_is_killed_and_the_watchdog_goes_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_tool(monkeypatch, fake_smi(tmp_path, gpus=1, behaviour=HANGS))
+    watchdog = gpuwatch.Watchdog(os.getpid(), gpuwatch.Settings("stop", 0, 1.0), lambda: None, gpuwatch.Tool(0.5))
+
+    watchdog.watch(threading.Event())  # returns: the first query hangs, and nothing is asked again
+
+    assert not gpuwatch.alive(int((tmp_path / "hung-pid").read_text()))
+    assert (tmp_path / "queries").read_text().count("compute-apps") == 1
+    assert "nvidia-smi did not answer within 0.5 s; the watchdog is off for the rest of this run" in (
+        capsys.readouterr().err
+    )
+    assert not watchdog.stopped and watchdog.finding == ""
