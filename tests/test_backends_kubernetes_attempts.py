@@ -74,7 +74,9 @@ def running(twin: Cluster) -> list[dict[str, Any]]:
     ]
 
 
-def record(node: str, code: int, signal: int | None = None, error: str = "", tail: tuple[str, ...] = ()) -> str:
+def record(
+    node: str, code: int, signal: int | None = None, error: str = "", tail: tuple[str, ...] = (), **more: str
+) -> str:
     """The launcher's end record, as it writes it to the trainer's termination message."""
     fields: dict[str, Any] = {
         "attempt": 1,
@@ -88,7 +90,7 @@ def record(node: str, code: int, signal: int | None = None, error: str = "", tai
     }
     if signal is not None:
         fields["signal"] = signal
-    return encode(fields, limit=TERMINATION_LIMIT)
+    return encode({**fields, **more}, limit=TERMINATION_LIMIT)
 
 
 def reasons(seen: Observation) -> list[str | None]:
@@ -257,6 +259,31 @@ def test_an_error_fails_at_once_with_the_trainers_own_words(
     (only,) = seen.attempts
     assert (only.reason, only.exit_code, only.message) == ("Error", 1, "FileNotFoundError: data/train.jsonl")
     assert only.failed_node == "gpu-1" and only.log_tail[-1] == "Traceback …"
+
+
+def test_the_gpu_watchdogs_stop_and_warning_reach_the_attempt(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    # The launcher's record says its GPU watchdog stopped the trainer (TERM: 143), or only warned.
+    overuse = (
+        "the run's processes occupy 8 GPUs on this node (0, 1, 2, 3, 4, 5, 6, 7; 8 processes) but it was granted 4"
+    )
+    add_gpu_nodes(twin, "gpu-1")
+    stopped = submit(backend, lab)
+    (pod,) = running(twin)
+    message = record(
+        "gpu-1", 143, 15, f"GPU watchdog: {overuse}; stopped", warning=f"{overuse}; stopped", reason="GpuOveruse"
+    )
+    twin.exit_pod(NS, pod["metadata"]["name"], 143, message=message)
+    seen = backend.observe(stopped)
+    assert seen.phase == "Failed" and reasons(seen) == ["GpuOveruse"]  # not retried by the default policy
+    assert seen.attempts[0].message == f"GPU watchdog: {overuse}; stopped"
+    warned = submit(backend, lab, run_id="20260101-000000-00000b")
+    (pod,) = running(twin)
+    twin.exit_pod(NS, pod["metadata"]["name"], 0, message=record("gpu-1", 0, warning=overuse))
+    seen = backend.observe(warned)
+    assert seen.phase == "Succeeded" and reasons(seen) == ["Completed"]
+    assert seen.attempts[0].message == f"GPU watchdog: {overuse}"
 
 
 def test_an_error_is_retried_when_the_policy_says_so_but_a_config_error_never(

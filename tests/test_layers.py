@@ -22,6 +22,7 @@ JOB_SIDE = (
     "tuneplane.runtime.records",
     "tuneplane.runtime.patterns",
     "tuneplane.runtime.streams",
+    "tuneplane.runtime.gpuwatch",
     "tuneplane.runtime.attempts",
     "tuneplane.runtime.supervise",
     "tuneplane.runtime.entry",

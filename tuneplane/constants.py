@@ -112,6 +112,8 @@ MONITOR_INTERVAL_ENV = "TUNEPLANE_JOB_MONITOR_INTERVAL"
 REPORT_ALL_RANKS_ENV = "TUNEPLANE_REPORT_ALL_RANKS"
 TOOL_REQUIREMENT_ENV = "TUNEPLANE_TOOL_REQUIREMENT"  # how CI installs tp, when tp init or migrate is not told
 TERMINATION_LOG_ENV = "TUNEPLANE_TERMINATION_LOG"  # where the launcher writes its one-line refusal
+GPU_WATCHDOG_ENV = "TUNEPLANE_GPU_WATCHDOG"  # the lab's cluster.gpu_watchdog: warn, stop or off
+GPU_WATCHDOG_DEFAULT = "warn"  # the launcher's policy where the variable is unset
 
 
 BLOB_LIMIT = 1 << 20  # a run request or a status file larger than 1 MiB is refused unread

@@ -19,6 +19,7 @@ runs in that rank's interpreter. Any refusal exits with CONFIG_ERROR_EXIT before
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib
 import json
 import os
@@ -532,7 +533,7 @@ def _run_recorded(
     if outcome.refusal:
         report_failure(outcome.refusal)
     code = CONFIG_ERROR_EXIT if outcome.refusal and outcome.code not in (126, 127) else outcome.code
-    outcome = Outcome(code, outcome.signal, outcome.output, outcome.errors, outcome.refusal)
+    outcome = dataclasses.replace(outcome, code=code)  # the GPU watchdog's finding and reason kept
     record.end(outcome, termination=not outcome.refusal)
     return code
 

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tuneplane.constants import CANCELLED, FAILED, SUCCEEDED, Phase
 from tuneplane.models.base import LAB_NAME_RE, NAME, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
@@ -229,7 +229,20 @@ class Cluster(Strict):
         "git); checked against images.allowed_registries and images.require_digest.",
     )
     security: PodSecurity = Field(default_factory=defaults_of(PodSecurity))
+    gpu_watchdog: Literal["warn", "stop", "off"] = Field(
+        "warn",
+        description="What the job's launcher does when a run's processes occupy more GPUs on a node than "
+        "granted (TUNEPLANE_CLUSTER_GPUS_PER_NODE): `warn` in the job log and the status, `stop` the run "
+        "(attempt reason `GpuOveruse`), or `off`. Needs nvidia-smi in the image; reaches the job as "
+        "TUNEPLANE_GPU_WATCHDOG.",
+    )
     user: str = Field("", description="User name in output paths; default the git user or $USER.")
+
+    @field_validator("gpu_watchdog", mode="before")
+    @classmethod
+    def _bare_off(cls, value: object) -> object:
+        """YAML 1.1 reads a bare `off` as false: written here, it names the policy `off`."""
+        return "off" if value is False else value
 
 
 class Dataset(Strict):

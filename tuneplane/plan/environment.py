@@ -11,6 +11,8 @@ import json
 
 from tuneplane import __version__
 from tuneplane.constants import (
+    GPU_WATCHDOG_DEFAULT,
+    GPU_WATCHDOG_ENV,
     GPUS_PER_NODE_ENV,
     HF_TOKEN,
     JOB_ENABLED,
@@ -104,13 +106,19 @@ def secret_env(ingest_bound: bool) -> dict[str, str]:
     return keys
 
 
-def job_env(spec: JobSpec, plan_env: dict[str, str], *, ingest_endpoint: str = "") -> dict[str, str]:
+def job_env(
+    spec: JobSpec, plan_env: dict[str, str], *, ingest_endpoint: str = "", gpu_watchdog: str = ""
+) -> dict[str, str]:
     """The contract for this deployment's ingest binding, then what the adapter added, in order.
 
     A LaunchPlan's env is `spec_to_env(spec)` (no ingest) plus the adapter's own variables; a backend
     that binds ingest calls this to get the contract with the binding and keep the adapter's extras.
+    `gpu_watchdog` is the lab's `cluster.gpu_watchdog`, for the launcher (`TUNEPLANE_GPU_WATCHDOG`), set
+    only when it is not the launcher's default: a lab that keeps it gives its jobs the same environment.
     """
     env = spec_to_env(spec, ingest_endpoint=ingest_endpoint)
+    if gpu_watchdog and gpu_watchdog != GPU_WATCHDOG_DEFAULT:
+        env[GPU_WATCHDOG_ENV] = gpu_watchdog
     unbound = spec_to_env(spec)
     for key, value in plan_env.items():
         if key not in unbound and key not in env:

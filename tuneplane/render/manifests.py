@@ -297,7 +297,7 @@ def _pod_base(
 ) -> dict[str, Any]:
     """What every pod of the run shares: labels, the checkout, volumes, env, scheduling."""
     paths = spec.spec.paths
-    env = job_env(spec, plan.env, ingest_endpoint=lab.cluster.ingest.endpoint)
+    env = job_env(spec, plan.env, ingest_endpoint=lab.cluster.ingest.endpoint, gpu_watchdog=lab.cluster.gpu_watchdog)
     return {
         "labels": _labels(spec),
         "annotations": [

@@ -87,7 +87,7 @@ def render_batch(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> BatchJob:
         "run_id": spec.metadata.run_id,
         "experiment": spec.metadata.experiment,
         "commit": spec.provenance.commit or "(uncommitted)",
-        "env": _env(spec, plan, settings),
+        "env": _env(spec, plan, settings, lab.cluster.gpu_watchdog),
         "state_dir": f"{spec.spec.paths.run_dir}/{STATE_DIR}",
         "port_base": PORT_BASE,
         "config_exit": CONFIG_ERROR_EXIT,
@@ -190,11 +190,11 @@ def slurm_time(seconds: int) -> str:
     return f"{minutes}:{rest:02d}"
 
 
-def _env(spec: JobSpec, plan: LaunchPlan, settings: SlurmSettings) -> list[tuple[str, str]]:
+def _env(spec: JobSpec, plan: LaunchPlan, settings: SlurmSettings, gpu_watchdog: str) -> list[tuple[str, str]]:
     out = []
     lead = warning_lead(spec.spec.timeout_seconds, settings.limit_warning)
     extra = {LIMIT_WARNING_ENV: str(lead)} if lead else {}
-    for name, value in {**job_env(spec, plan.env), **extra}.items():
+    for name, value in {**job_env(spec, plan.env, gpu_watchdog=gpu_watchdog), **extra}.items():
         if name in RUNTIME_ENV:
             continue
         if not _ENV_NAME.match(name):

@@ -126,7 +126,11 @@ def backend_request(lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, s
     spec = run.spec
     if spec.spec.resources.local:
         manifest = local_manifest(
-            spec, run.plan, jobspec_document(spec, run.plan), lab_root, job_env(spec, run.plan.env)
+            spec,
+            run.plan,
+            jobspec_document(spec, run.plan),
+            lab_root,
+            job_env(spec, run.plan.env, gpu_watchdog=lab.config.cluster.gpu_watchdog),
         )
         return SubmitRequest(
             run_id=spec.metadata.run_id,

@@ -10,6 +10,8 @@ termination message, where the backend reads it from the API. A record is a JSON
 
 `finished_at`, `exit_code`, `signal`, `error` and `log_tail` are absent from a start record. `signal` is
 set when the trainer was ended by one (then `exit_code` is 128 + the signal, as a shell reports it).
+`warning` is the GPU watchdog's finding (the run occupied more GPUs than granted), and `reason` is set
+only when the job side knows why the attempt ended better than its exit says: `GpuOveruse`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypedDict, cast
 
-from tuneplane.constants import ATTEMPT_ENV, RUN_DIR_ENV, utc_now
+from tuneplane.constants import ATTEMPT_ENV, ATTEMPT_REASONS, RUN_DIR_ENV, utc_now
 from tuneplane.runtime.files import atomic_write
 
 ATTEMPTS_DIR = "attempts"
@@ -45,6 +47,8 @@ class AttemptRecord(TypedDict, total=False):
     signal: int
     error: str
     log_tail: list[str]
+    warning: str
+    reason: str
 
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -57,6 +61,8 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "signal": int,
     "error": str,
     "log_tail": list,
+    "warning": str,
+    "reason": str,
 }
 
 
@@ -85,9 +91,12 @@ def clean(record: Mapping[str, object]) -> AttemptRecord:
     tail = kept.get("log_tail")
     if isinstance(tail, list):
         kept["log_tail"] = [line[:LINE_LIMIT] for line in tail if isinstance(line, str)][-LOG_TAIL_LINES:]
-    error = kept.get("error")
-    if isinstance(error, str):
-        kept["error"] = error[:LINE_LIMIT]
+    for key in ("error", "warning"):
+        text = kept.get(key)
+        if isinstance(text, str):
+            kept[key] = text[:LINE_LIMIT]
+    if kept.get("reason") not in ATTEMPT_REASONS:
+        kept.pop("reason", None)
     return cast(AttemptRecord, kept)  # every field checked against its type above
 
 
@@ -162,6 +171,15 @@ WRAPPER_ERRORS = (
     "KeyboardInterrupt",
 )
 _RANK_PREFIX = re.compile(r"^(?:\[(?:default)?rank\d+\]:|\d+: )")
+
+
+def said(record: AttemptRecord) -> str:
+    """What a person reads of an attempt from its record: the error, then the watchdog's warning when
+    it is not already the error's cause."""
+    error, warning = record.get("error", ""), record.get("warning", "")
+    if not warning or warning in error:
+        return error
+    return f"{error}\nGPU watchdog: {warning}" if error else f"GPU watchdog: {warning}"
 
 
 def trainer_error(lines: list[str]) -> str:

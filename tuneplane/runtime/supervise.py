@@ -4,6 +4,8 @@ Standard library only (it runs in training images). The launcher runs the traine
 output it copies through and remembers, so that however it ends (an exit code, a signal from the
 engine, a rank's refusal) the attempt record says so; it passes TERM, INT and HUP on, and the engine's
 warning before a time limit (USR1) only to the trainer's processes that installed a handler for it.
+Beside the trainer runs the GPU watchdog (`tuneplane.runtime.gpuwatch`): its finding goes into the
+record, and when the lab's policy had it stop the trainer, the attempt's reason is `GpuOveruse`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import tuneplane.runtime.attempts as attempts
 from tuneplane.constants import NODE_RANK_ENV, TERMINATION_LOG_ENV, utc_now
+from tuneplane.runtime.gpuwatch import OVERUSE_REASON, Settings, TreeStop, Watchdog, proc_field, process_tree
 from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
@@ -32,13 +35,16 @@ WARNING_POLL_SECONDS = 1.0
 @dataclass(frozen=True)
 class Outcome:
     """How the trainer ended: its exit code (128 + N when signal N ended it), the signal this launcher
-    received or the trainer died of, its last output lines, its last stderr lines, a rank's refusal."""
+    received or the trainer died of, its last output lines, its last stderr lines, a rank's refusal;
+    the GPU watchdog's finding, and `GpuOveruse` as `reason` when the watchdog stopped it."""
 
     code: int
     signal: int | None
     output: list[str]
     errors: list[str]
     refusal: str = ""
+    warning: str = ""
+    reason: str = ""
 
 
 @dataclass
@@ -71,6 +77,11 @@ class JobAttempt:
         record = {**self._base(), **attempts.end_fields(outcome.code, outcome.signal, outcome.output, outcome.errors)}
         if outcome.refusal:
             record["error"] = outcome.refusal.removeprefix("tuneplane-launch: error: ")
+        if outcome.warning:
+            record["warning"] = outcome.warning
+        if outcome.reason:  # the watchdog's stop is the cause, whatever the trainer printed as it went
+            record["reason"] = outcome.reason
+            record["error"] = f"GPU watchdog: {outcome.warning}"
         self._write(record)
         target = os.environ.get(TERMINATION_LOG_ENV, "")
         if termination and target:
@@ -130,12 +141,17 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
     warning_file = os.environ.get(LIMIT_WARNING_FILE_ENV, "")
     if warning_file:
         threading.Thread(target=_watch_warning, args=(Path(warning_file), child.pid, done), daemon=True).start()
+    watchdog = _start_watchdog(child.pid, done)
     try:
         code = child.wait()
     finally:
         done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watchdog is not None:
+            watchdog.tool.close()  # a query still under way ends with the trainer
+            if watchdog.stopped and isinstance(watchdog.stop, TreeStop):
+                watchdog.stop.finish()  # ranks that outlived the trainer go with it
     for thread in copiers:
         thread.join(timeout=10)  # a grandchild holding the pipe open must not keep the job alive
     died_of = -code if code < 0 else None
@@ -145,8 +161,25 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
     except (OSError, IndexError):
         refusal = ""
     return Outcome(
-        128 + died_of if died_of else code, died_of or stopped_by, output.snapshot(), errors.snapshot(), refusal
+        128 + died_of if died_of else code,
+        died_of or stopped_by,
+        output.snapshot(),
+        errors.snapshot(),
+        refusal,
+        watchdog.finding if watchdog is not None else "",
+        OVERUSE_REASON if watchdog is not None and watchdog.stopped else "",
     )
+
+
+def _start_watchdog(pid: int, done: threading.Event) -> Watchdog | None:
+    """The GPU watchdog over the trainer `pid`'s tree, started; None where it is off (no nvidia-smi,
+    no grant, the lab's policy `off`)."""
+    settings = Settings.from_env()
+    if settings is None:
+        return None
+    watchdog = Watchdog(pid, settings, TreeStop(pid))
+    watchdog.start(done)
+    return watchdog
 
 
 def _same_file(first: int, second: int) -> bool:
@@ -196,28 +229,9 @@ def _copy(source: Any, target: Any, tails: tuple[attempts.Tail, ...], name: str)
 def catchers(root: int, signum: int) -> list[int]:
     """`root` and its descendants that installed a handler for `signum` (Linux `/proc`): the processes
     that asked for it; sending it to any other would kill it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            parent = _proc_field(int(entry), "PPid")
-            if parent is not None:
-                children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        caught = _proc_field(pid, "SigCgt", 16)
+    found = []
+    for pid in process_tree(root):
+        caught = proc_field(pid, "SigCgt", 16)
         if caught is not None and caught >> (signum - 1) & 1:
             found.append(pid)
-        todo.extend(children.get(pid, []))
     return found
-
-
-def _proc_field(pid: int, name: str, base: int = 10) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith(name + ":"):
-                    return int(line.split()[1], base)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

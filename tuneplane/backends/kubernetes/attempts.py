@@ -35,7 +35,7 @@ from tuneplane.backends.kubernetes.types import (
     Workload,
 )
 from tuneplane.constants import ATTEMPT_REASONS, CANCELLED, CONFIG_ERROR_EXIT, FAILED, SUCCEEDED, AttemptReason
-from tuneplane.runtime.attempts import decode
+from tuneplane.runtime.attempts import decode, said
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 
@@ -162,7 +162,9 @@ def _pod_end(pod: Pod) -> AttemptReport | None:
     exit_code = record.get("exit_code", terminated.get("exitCode"))
     signal = record.get("signal", terminated.get("signal"))
     reason = _reason(disruption, terminated, exit_code, signal, init_failed)
-    message = str(record.get("error") or "")
+    if record.get("reason") == "GpuOveruse" and disruption is None:  # the launcher's GPU watchdog stopped it
+        reason = "GpuOveruse"
+    message = said(record)
     if not message and disruption is not None:
         message = str(disruption.get("message") or disruption.get("reason") or "")
     if not message and init_failed:

@@ -26,7 +26,7 @@ from tuneplane.constants import (
     TERMINAL,
     AttemptReason,
 )
-from tuneplane.runtime.attempts import AttemptRecord, read_all
+from tuneplane.runtime.attempts import AttemptRecord, read_all, said
 
 # A run-level reason of a run recorded before attempts were, as the attempt's reason.
 _RUN_REASONS: dict[str, AttemptReason] = {
@@ -34,6 +34,7 @@ _RUN_REASONS: dict[str, AttemptReason] = {
     "ConfigError": "ConfigError",
     "Unschedulable": "Unschedulable",
     "Lost": "Lost",
+    "GpuOveruse": "GpuOveruse",
     CANCELLED: STOPPED_ON_REQUEST,
 }
 
@@ -105,18 +106,21 @@ def _report(number: int, entry: dict[str, Any], record: AttemptRecord) -> Attemp
         exit_code=exit_code,
         signal=signal,
         reason=reason,
-        message=str(record.get("error") or entry.get("message") or ""),
+        message=said(record) or str(entry.get("message") or ""),
         log_tail=tuple(record.get("log_tail") or entry.get("log_tail") or ()),
         gpus=_int(entry.get("gpus"), 0) or 0,
     )
 
 
-def _reason(said: Any, record: AttemptRecord, exit_code: int | None, signal: int | None) -> AttemptReason | None:
-    """The supervisor's reason (it alone knows a cancel or a timeout); from the record's end otherwise."""
-    if isinstance(said, str) and said in ATTEMPT_REASONS:
-        if said == "Error" and signal is not None:
+def _reason(told: Any, record: AttemptRecord, exit_code: int | None, signal: int | None) -> AttemptReason | None:
+    """The supervisor's reason (it alone knows a cancel or a timeout), unless the launcher's record
+    names the cause the exit hides (the GPU watchdog stopped it); from the record's end otherwise."""
+    if record.get("reason") == "GpuOveruse" and told not in (STOPPED_ON_REQUEST, "Timeout"):
+        return "GpuOveruse"
+    if isinstance(told, str) and told in ATTEMPT_REASONS:
+        if told == "Error" and signal is not None:
             return "Signal"  # the launcher saw the signal the supervisor could not
-        return typing.cast(AttemptReason, said)
+        return typing.cast(AttemptReason, told)
     if "finished_at" not in record or exit_code is None:
         return None  # under way, as far as anything here can tell
     if signal is not None:

@@ -13,6 +13,7 @@ from typing import IO, Any
 from tuneplane.constants import ENV_PREFIX, STORAGE_ROOT_ENV, utc_now
 from tuneplane.lab.fs import write_json
 from tuneplane.lab.heartbeats import PUBLISH_ENV
+from tuneplane.runtime.gpuwatch import INTERVAL_ENV as WATCHDOG_INTERVAL_ENV
 
 API_VERSION = "tuneplane.dev/local/v1"
 KIND = "LocalRun"
@@ -32,8 +33,8 @@ MESSAGE_LINES = 20  # log lines quoted in a failed run's message
 START_GRACE = 60.0  # seconds a spawned supervisor may take to show up before the run counts as lost
 KILL_GRACE_ENV = "TUNEPLANE_LOCAL_KILL_GRACE"  # seconds between SIGTERM and SIGKILL (default 10)
 GPUS_ENV = "TUNEPLANE_LOCAL_GPUS"  # this machine's GPU ids ("0,1,2,3") or a count ("4")
-# the local backend's own settings reach its supervisor
-_KEPT = (GPUS_ENV, KILL_GRACE_ENV, HEARTBEAT_ENV, PUBLISH_ENV)
+# the local backend's own settings (and the GPU watchdog's interval) reach its supervisor and the job
+_KEPT = (GPUS_ENV, KILL_GRACE_ENV, HEARTBEAT_ENV, PUBLISH_ENV, WATCHDOG_INTERVAL_ENV)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _SCRUB = (ENV_PREFIX, "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the contract sets its own
 

@@ -75,6 +75,7 @@ from tuneplane.constants import (
 )
 from tuneplane.lab.gitrepo import GitFailed
 from tuneplane.lab.heartbeats import PUBLISH_ENV, REMOTE_TIMEOUT, publish, publish_interval, remote_of
+from tuneplane.runtime import attempts as records
 
 SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
 # Seconds a heartbeat push under way may take to land once the job ended, before the end is recorded:
@@ -442,8 +443,17 @@ class _Supervisor:
                 signal=killed_by,
                 error=message,
             )
+        record = self._record()
+        if record.get("reason") == "GpuOveruse":  # the launcher's GPU watchdog stopped it
+            error = record.get("error", "stopped by the GPU watchdog")
+            message = f"{error}; last lines:\n{last}"
+            return self._finish(
+                FAILED, "GpuOveruse", message, exit_code, ended="GpuOveruse", signal=killed_by, error=error
+            )
         if code == 0:
-            return self._finish(SUCCEEDED, "", artifacts_error, 0, ended="Completed")
+            warned = records.said({"warning": record.get("warning", "")})  # the GPU watchdog's, if it warned
+            message = "\n".join(part for part in (artifacts_error, warned) if part)
+            return self._finish(SUCCEEDED, "", message, 0, ended="Completed")
         if code == CONFIG_ERROR_EXIT and (line := self._termination_message()):
             # the launcher's one line
             return self._finish(FAILED, "ConfigError", line, exit_code, ended="ConfigError", error=line)
@@ -459,6 +469,10 @@ class _Supervisor:
             signal=killed_by,
             error=error or f"exited with code {exit_code}",
         )
+
+    def _record(self) -> records.AttemptRecord:
+        """The launcher's end record of this attempt (node rank 0), {} when it wrote none."""
+        return (records.read_all(self.run_dir).get(self.attempt) or [{}])[0]
 
     def _termination_message(self) -> str:
         """What the job left as its status message (as a pod's /dev/termination-log), "" if nothing."""

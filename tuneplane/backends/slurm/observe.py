@@ -35,7 +35,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tuneplane.backends.base import AttemptReport, BackendError, BackendRef, Observation
 from tuneplane.backends.slurm.commands import SlurmCommands, SlurmUnavailable, first_line, parse_fields
@@ -74,6 +74,7 @@ MESSAGES: dict[str, str] = {
     "Preempted": "Slurm preempted or requeued the job",
     CANCELLED: "the Slurm job was cancelled",
     "Lost": "the job ended without writing its end marker",
+    "GpuOveruse": "the GPU watchdog stopped the job (cluster.gpu_watchdog: stop)",
 }
 MEMORY_KILL = ("exceeded memory limit", "exceeded job memory limit", "oom-kill", "oom_kill", "out of memory")
 NOT_FOUND = "invalid job id"
@@ -228,7 +229,7 @@ def report(
         exit_code=code if reason is not None else None,
         signal=signal if reason is not None else None,
         reason=reason,
-        message=str(failing.get("error", "")),
+        message=str(failing.get("error", "")) or _watchdog_warning(evidence, number),
         failed_node=str(failing.get("node", "")),
         failed_rank=failing.get("node_rank") if isinstance(failing.get("node_rank"), int) else None,
         log_tail=tuple(str(line) for line in tail),
@@ -237,9 +238,13 @@ def report(
 
 
 def failing_rank(evidence: Evidence, number: int) -> dict[str, Any]:
-    """The rank that failed first: one that ended non-zero on its own (not by a signal srun or Slurm sent
-    when another rank failed), else the task srun names, else one that died of a signal."""
+    """The rank that failed first: one whose GPU watchdog stopped it, else one that ended non-zero on its
+    own (not by a signal srun or Slurm sent when another rank failed), else the task srun names, else
+    one that died of a signal."""
     nodes = evidence.nodes.get(number, [])
+    stopped = [r for r in nodes if r.get("reason") == "GpuOveruse"]
+    if stopped:
+        return min(stopped, key=lambda r: str(r.get("finished_at")))
     own = [r for r in nodes if r.get("finished_at") and r.get("exit_code") not in (None, 0) and not r.get("signal")]
     if own:
         return min(own, key=lambda r: str(r.get("finished_at")))
@@ -273,6 +278,12 @@ def _rank_lines(lines: list[str], rank: int) -> list[str]:
     return kept[-records.LOG_TAIL_LINES :]
 
 
+def _watchdog_warning(evidence: Evidence, number: int) -> str:
+    """The GPU watchdog's warning of the first node rank that has one, for a run it did not stop."""
+    warned = [records.said(cast(records.AttemptRecord, r)) for r in evidence.nodes.get(number, []) if r.get("warning")]
+    return warned[0] if warned else ""
+
+
 def _first_start(evidence: Evidence, number: int) -> str | None:
     starts = [str(r["started_at"]) for r in evidence.nodes.get(number, []) if r.get("started_at")]
     return min(starts) if starts else None
@@ -300,6 +311,8 @@ def ended_reason(evidence: Evidence, number: int, slurm_state: str = "") -> Atte
     if state == "COMPLETED" or (not state and code == 0 and not ended.get("signal")):
         return "Completed"
     failing = failing_rank(evidence, number)
+    if failing.get("reason") == "GpuOveruse":
+        return "GpuOveruse"
     if said == CANCELLED and (failing.get("signal") or not failing):
         return CANCELLED  # a rank that failed on its own ends its step as cancelled too
     if failing.get("signal") and not failing.get("error"):
