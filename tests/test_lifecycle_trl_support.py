@@ -137,6 +137,24 @@ def test_a_key_the_trl_config_refuses_names_the_file(tmp_path: Path) -> None:
     assert built.learning_rate == 1e-5 and built.output_dir == run.settings["output_dir"]
 
 
+@pytest.mark.parametrize(
+    ("report_to", "kept"),
+    [("tuneplane", "none"), ("[tuneplane]", "none"), ("[tensorboard, tuneplane]", ["tensorboard"])],
+)
+def test_report_to_tuneplane_is_the_platforms_callback(tmp_path: Path, report_to: str, kept: Any) -> None:
+    """transformers refuses an integration it does not know as the trainer is built ("tuneplane is
+    not supported, only azure_ml, ... are supported"): the name is the platform's callback, which the
+    run has already, so it is taken out and the rest reaches the trainer."""
+    _require("trl")
+    from transformers.integrations import get_reporting_integration_callbacks
+    from trl import SFTConfig
+
+    run = _run(tmp_path, CONFIG + f"report_to: {report_to}\n", own_keys=("judge_max_length",))
+    assert run.settings["report_to"] == kept
+    built = run.trl_config(SFTConfig)
+    assert "tuneplane" not in get_reporting_integration_callbacks(built.report_to)  # raised before
+
+
 class Recorder:
     """Stands where a TRL trainer class goes: keeps the keywords train() would construct it with."""
 

@@ -427,26 +427,110 @@ class StandInTrainer:
             for name in ("on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end"):
                 self.event(name)
             self.event("on_log", logs={"loss": 1.0 / step, "learning_rate": 5e-5, "epoch": step / 3})
-        # transformers' Trainer logs evaluation through on_log, then calls on_evaluate.
-        self.event("on_log", logs={"eval_loss": 0.3, "eval_runtime": 1.5, "epoch": 1.0})
-        self.event("on_evaluate", metrics={"eval_loss": 0.3, "eval_runtime": 1.5})
+        self.evaluate()
         self.event("on_save")
         self.event("on_some_future_event")
+        # the end-of-training summary, as Trainer._finalize_training logs it
+        summary = {"train_runtime": 2.0, "train_samples_per_second": 6.0, "train_steps_per_second": 1.5}
+        self.event("on_log", logs={**summary, "total_flos": 0.0, "train_loss": 0.6, "epoch": 1.0})
         self.event("on_train_end")
+
+    def evaluate(self, loss: float = 0.3) -> None:
+        """transformers' Trainer logs an evaluation through on_log, then calls on_evaluate with the
+        same dict, which TRL's trainers extend in place before the log."""
+        metrics: dict[str, Any] = {"eval_loss": loss, "eval_runtime": 1.5}
+        self.event("on_log", logs=metrics)
+        metrics["epoch"] = 1.0  # Trainer.log adds it to the dict on_evaluate then gets
+        self.event("on_evaluate", metrics=metrics)
 
 
 def test_callback_with_a_stand_in_trainer(job: Job) -> None:
-    StandInTrainer([report.TunePlaneCallback(monitor_hardware=False)]).train()
+    trainer = StandInTrainer([report.TunePlaneCallback(monitor_hardware=False)])
+    trainer.train()
     got = summary(job.db, job.run_id)
     assert got["train/loss"]["count"] == 3 and got["train/loss"]["last_step"] == 3
-    assert got["eval/loss"]["last"] == 0.3 and got["eval/loss"]["count"] == 1  # once: no copy from on_evaluate
-    assert not [key for key in got if key.startswith("validation/") or key == "loss"]
+    # the evaluation once, by on_evaluate, under validation/: on_log's copy is not stored beside it
+    assert series(job.db, job.run_id, "validation/loss") == [(3, 0.3)]
+    assert series(job.db, job.run_id, "validation/runtime") == [(3, 1.5)]
+    assert not [key for key in got if key.startswith("eval") or key in ("loss", "validation/epoch")]
+    # the end-of-training summary under summary/, apart from the per-step series
+    assert series(job.db, job.run_id, "summary/train_loss") == [(3, 0.6)]
+    assert {k for k in got if k.startswith("summary/")} == {
+        "summary/train_loss",
+        "summary/train_runtime",
+        "summary/train_samples_per_second",
+        "summary/train_steps_per_second",
+        "summary/total_flos",
+    }
+    assert not [key for key in got if key.startswith("train/train_") or key == "train/total_flos"]
+    assert series(job.db, job.run_id, "train/epoch")[-1] == (3, 1.0)  # the summary's epoch is the step's
     assert hparams(job.db, job.run_id)["learning_rate"] == 5e-5
-    assert report._session is not None  # on_train_end only flushed: a later evaluate() still reports
-    report.log({"eval/loss": 0.2}, step=4)
+    assert report._session is None  # on_train_end finished the session
+    trainer.state.global_step = 4
+    trainer.evaluate(0.2)  # evaluate() after train(): the callback starts a new session
     report.finish()
-    assert series(job.db, job.run_id, "eval/loss") == [(3, 0.3), (4, 0.2)]
+    assert series(job.db, job.run_id, "validation/loss") == [(3, 0.3), (4, 0.2)]
     assert not hasattr(report.TunePlaneCallback(), "not_an_event")
+
+
+def test_callback_on_train_end_calls_finish(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    finished: list[object] = []
+    real = report.finish
+    monkeypatch.setattr(report, "finish", lambda timeout=None: (finished.append(timeout), real(timeout)))
+    StandInTrainer([report.TunePlaneCallback(monitor_hardware=False)]).train()
+    assert finished == [None]  # once, with the SDK's own finish timeout
+    ledger = report.stats()["ledger"]
+    assert report._session is None and ledger["pending"] == 0 and ledger["delivered"] == ledger["logged"] > 0
+
+
+def test_on_evaluate_alone_stores_the_evaluation(job: Job) -> None:
+    """A trainer that calls on_evaluate without logging the evaluation first."""
+    callback = report.TunePlaneCallback(monitor_hardware=False)
+    state = StandInTrainer.State()
+    state.global_step = 5
+    callback.on_evaluate(StandInTrainer.Args(), state, None, metrics={"eval_loss": 0.25, "eval_short_acc": 0.5})
+    report.finish()
+    assert series(job.db, job.run_id, "validation/loss") == [(5, 0.25)]
+    assert series(job.db, job.run_id, "validation/short_acc") == [(5, 0.5)]
+
+
+def test_an_evaluation_logged_with_no_on_evaluate_is_sent_by_the_next_event(job: Job) -> None:
+    """A loop of one's own that hands evaluation to on_log only: nothing is lost, still once."""
+    callback = report.TunePlaneCallback(monitor_hardware=False)
+    args, state = StandInTrainer.Args(), StandInTrainer.State()
+    state.global_step = 2
+    callback.on_log(args, state, None, logs={"eval_loss": 0.4, "eval_extra": 1.0})
+    state.global_step = 3
+    callback.on_log(args, state, None, logs={"loss": 0.9})
+    callback.on_evaluate(args, state, None, metrics={"eval_loss": 0.35})
+    callback.on_train_end(args, state, None)
+    assert series(job.db, job.run_id, "validation/loss") == [(2, 0.4), (3, 0.35)]
+    assert series(job.db, job.run_id, "validation/extra") == [(2, 1.0)]
+
+
+def test_trl_values_on_log_adds_join_their_evaluation(job: Job) -> None:
+    """TRL adds its `eval_*` values to the log; should they reach on_log only (a copy of the dict),
+    they are sent with the evaluation's on_evaluate, at its step, once."""
+    callback = report.TunePlaneCallback(monitor_hardware=False)
+    args, state = StandInTrainer.Args(), StandInTrainer.State()
+    state.global_step = 3
+    callback.on_log(args, state, None, logs={"eval_loss": 0.3, "eval_reward": 2.0, "epoch": 0.5})
+    callback.on_evaluate(args, state, None, metrics={"eval_loss": 0.3, "epoch": 0.5})
+    report.finish()
+    got = summary(job.db, job.run_id)
+    assert sorted(got) == ["train/epoch", "validation/loss", "validation/reward"]
+    assert got["validation/loss"]["count"] == got["validation/reward"]["count"] == 1
+
+
+def test_per_step_train_speed_values_stay_training_series(job: Job) -> None:
+    """With include_num_input_tokens_seen each step's log has `train_runtime` and
+    `train_tokens_per_second`: those are per-step series; only the end-of-training log is the summary."""
+    callback = report.TunePlaneCallback(monitor_hardware=False)
+    args, state = StandInTrainer.Args(), StandInTrainer.State()
+    state.global_step = 1
+    callback.on_log(args, state, None, logs={"loss": 1.0, "train_runtime": 0.5, "train_tokens_per_second": 9.0})
+    report.finish()
+    assert sorted(summary(job.db, job.run_id)) == ["train/loss", "train/train_runtime", "train/train_tokens_per_second"]
 
 
 def test_callback_is_inert_without_a_token(offline: None) -> None:

@@ -51,7 +51,9 @@ class Data(torch.utils.data.Dataset):
 trainer = Trainer(model=model, args=TrainingArguments(**common), train_dataset=Data(), eval_dataset=Data(),
                   callbacks=[callback])
 trainer.train()
-trainer.evaluate()  # after train(): still delivered
+import json, tuneplane.report as report
+print("after-train", json.dumps({"finished": report._session is None, "ledger": report.stats()["ledger"]}))
+trainer.evaluate()  # after train(), whose end finished the session: a new one delivers it
 # No finish(): the exit-time finish delivers what is left within the drain time.
 """
 )
@@ -64,6 +66,8 @@ data = Dataset.from_dict({"text": texts})
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=data, eval_dataset=data,
                      args=SFTConfig(**common, max_length=16, dataset_text_field="text"), callbacks=[callback])
 trainer.train()
+import json, tuneplane.report as report
+print("after-train", json.dumps({"finished": report._session is None, "ledger": report.stats()["ledger"]}))
 trainer.evaluate()
 """
 )
@@ -97,20 +101,40 @@ def run_trainer(tmp_path: Path, script: str, run: str) -> tuple[IngestServer, su
     return server, done
 
 
-def check_convention(server: IngestServer, run: str) -> None:
+# The end-of-training summary, as the docs name it (docs/reference/report.md).
+SUMMARY_KEYS = {
+    "summary/train_loss",
+    "summary/train_runtime",
+    "summary/train_samples_per_second",
+    "summary/train_steps_per_second",
+    "summary/total_flos",
+}
+
+
+def check_convention(server: IngestServer, run: str, done: subprocess.CompletedProcess[str]) -> None:
     got = summary(server.store.path, run)
     assert got["train/loss"]["count"] == 4 and got["train/loss"]["last_step"] == 4
-    # Evaluation once per evaluation, from on_log only: at step 3 in training, at 4 from evaluate().
-    assert [step for step, _ in series(server.store.path, run, "eval/loss")] == [3, 4]
-    assert not [key for key in got if key.startswith("validation/") or key in ("loss", "eval_loss")]
+    # Evaluation once per evaluation, by on_evaluate: at step 3 in training, at 4 from evaluate().
+    assert [step for step, _ in series(server.store.path, run, "validation/loss")] == [3, 4]
+    assert got["validation/loss"]["count"] == 2
+    assert not [key for key in got if key.startswith("eval") or key in ("loss", "validation/epoch")]
+    # the summary once, at the last step, under its own names; none of it in the per-step series
+    assert {key for key in got if key.startswith("summary/")} == SUMMARY_KEYS
+    assert [step for step, _ in series(server.store.path, run, "summary/train_loss")] == [4]
+    assert not [key for key in got if key.startswith("train/train_") or key == "train/total_flos"]
+    # on_train_end finished the session: everything logged in training was delivered by then
+    line = next(line for line in done.stdout.splitlines() if line.startswith("after-train"))
+    after = json.loads(line.split(" ", 1)[1])
+    assert after["finished"] and after["ledger"]["pending"] == 0
+    assert after["ledger"]["delivered"] == after["ledger"]["logged"] > 0
+    assert "after finish()" not in done.stderr
 
 
 def test_transformers_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
     server, done = run_trainer(tmp_path, TRAINER, "run-hf")
-    check_convention(server, "run-hf")
-    assert "after finish()" not in done.stderr
+    check_convention(server, "run-hf", done)
 
 
 @pytest.mark.slow
@@ -118,8 +142,11 @@ def test_trl_sft_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
     server, done = run_trainer(tmp_path, SFT, "run-sft")
-    check_convention(server, "run-sft")
-    assert "train/mean_token_accuracy" in summary(server.store.path, "run-sft")
+    check_convention(server, "run-sft", done)
+    got = summary(server.store.path, "run-sft")
+    assert "train/mean_token_accuracy" in got
+    # TRL's own evaluation values travel with the evaluation, once each
+    assert got["validation/mean_token_accuracy"]["count"] == 2
 
 
 DATA = r"""
@@ -158,7 +185,7 @@ def test_an_evaluation_only_run_and_predict_are_delivered(tmp_path: Path) -> Non
     pytest.importorskip("transformers")
     server, done = run_trainer(tmp_path, EVALUATE_ONLY, "run-eval-only")
     got = summary(server.store.path, "run-eval-only")
-    assert [step for step, _ in series(server.store.path, "run-eval-only", "eval/loss")] == [0]
+    assert [step for step, _ in series(server.store.path, "run-eval-only", "validation/loss")] == [0]
     assert [step for step, _ in series(server.store.path, "run-eval-only", "test/loss")] == [0]
     assert not [key for key in got if key.startswith("train/") and "loss" in key]
     # the trainer's arguments, as on_train_begin would have sent them
@@ -170,10 +197,10 @@ def test_several_evaluation_sets_and_fractional_logging_steps(tmp_path: Path) ->
     server, _ = run_trainer(tmp_path, TWO_EVAL_SETS, "run-two-evals")
     got = summary(server.store.path, "run-two-evals")
     # evaluated at step 3 and at the last step, each set under its own name, once each
-    assert [s for s, _ in series(server.store.path, "run-two-evals", "eval/short_loss")] == [3, 4]
-    assert [s for s, _ in series(server.store.path, "run-two-evals", "eval/long_loss")] == [3, 4]
+    assert [s for s, _ in series(server.store.path, "run-two-evals", "validation/short_loss")] == [3, 4]
+    assert [s for s, _ in series(server.store.path, "run-two-evals", "validation/long_loss")] == [3, 4]
     assert got["train/loss"]["count"] == 4  # logging_steps=0.25 of 4 steps: every step
-    assert not [key for key in got if key.startswith("validation/") or key.startswith("eval_")]
+    assert not [key for key in got if key.startswith("eval")]
 
 
 def test_keys_are_rewritten_exactly_as_transformers_integrations_do() -> None:
@@ -223,7 +250,7 @@ def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) ->
     stored = series(server.store.path, "run-2", "train/loss")
     assert [step for step, _ in stored] == list(range(1, 9))
     assert [value for _, value in stored] == pytest.approx(logged)
-    assert [step for step, _ in series(server.store.path, "run-2", "eval/loss")] == [3, 4, 7, 8]
+    assert [step for step, _ in series(server.store.path, "run-2", "validation/loss")] == [3, 4, 7, 8]
 
 
 RESUMED = (
@@ -325,8 +352,8 @@ def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps
     steps = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("steps")).split(" ", 1)[1])
     assert len(steps) == 3
     assert [s for s, _ in series(server.store.path, "run-ep", "train/loss")] == steps
-    assert [s for s, _ in series(server.store.path, "run-ep", "eval/loss")] == steps
-    assert [s for s, _ in series(server.store.path, "run-ep", "train/train_loss")] == steps[-1:]
+    assert [s for s, _ in series(server.store.path, "run-ep", "validation/loss")] == steps
+    assert [s for s, _ in series(server.store.path, "run-ep", "summary/train_loss")] == steps[-1:]
 
 
 OOM_RERUN = (

@@ -1,7 +1,7 @@
 """TunePlaneCallback inside TRL's preference and RL trainers (DPO, GRPO) on CPU: a tiny randomly
 initialised GPT-2 built in the test, a real receiver, and the catalog recipe's vocabulary reading what
-was stored, so the recipe's primary metrics are found under their canonical names and evaluation is
-validation, each evaluation once."""
+was stored, so the recipe's primary metrics are found under their canonical names, evaluation is
+validation, each evaluation once, and the end-of-training summary is apart."""
 
 from __future__ import annotations
 
@@ -87,7 +87,9 @@ def test_trl_preference_and_rl_trainers_show_their_recipes_primary_metrics(tmp_p
     metrics = load_catalog().recipe(recipe).metrics
     names = Vocabulary.of(metrics.aliases, metrics.primary).pick(stored, counts(stored))
     assert list(names)[: len(shown_first)] == shown_first, list(names)
-    # every evaluation once, from on_log, at the step it ran (3 in training, 4 from evaluate())
-    assert [step for step, _ in series(server.store.path, f"run-{trainer}", names["validation/loss"])] == [3, 4]
-    assert not [key for key in stored if key.startswith("validation/") or key in ("loss", "eval_loss")]
+    # every evaluation once, by on_evaluate, at the step it ran (3 in training, 4 from evaluate())
+    assert names["validation/loss"] == "validation/loss"
+    assert [step for step, _ in series(server.store.path, f"run-{trainer}", "validation/loss")] == [3, 4]
+    assert not [key for key in stored if key.startswith("eval") or key in ("loss", "validation/epoch")]
+    assert "summary/train_loss" in stored and "train/train_loss" not in stored
     assert "after finish()" not in done.stderr

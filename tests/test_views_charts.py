@@ -239,7 +239,7 @@ def test_compare_overlays_runs_with_a_legend_of_what_differs() -> None:
 
 
 def test_keys_rewritten_by_the_hf_callback_land_on_the_same_names() -> None:
-    # TunePlaneCallback follows transformers' rewrite_logs: `eval_loss` → `eval/loss`, `loss` → `train/loss`
+    # transformers' spelling (`eval/loss`, `train/loss`) and upstream's `validation/eval_loss` read as one name
     assert [
         SFT.canonical(k)
         for k in ("train/loss", "eval/loss", "train/mean_token_accuracy", "train/learning_rate", "validation/eval_loss")

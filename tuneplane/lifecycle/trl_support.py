@@ -39,6 +39,8 @@ SCRIPT_KEYS = (
 )
 # Set by the platform from the run's output directory; a value in config.yaml is ignored.
 PLATFORM_KEYS = ("output_dir", "logging_dir")
+# What `report_to` may name for the platform's own reporting; transformers has no such integration.
+REPORT_TO = "tuneplane"
 _DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 LAUNCH = """\
 The platform starts train.py with accelerate, one process per GPU:
@@ -214,6 +216,7 @@ class TrainingRun:
         script = {key: settings.pop(key) for key in (*SCRIPT_KEYS, *own_keys) if key in settings}
         for key in PLATFORM_KEYS:
             settings.pop(key, None)
+        _report_to_without_tuneplane(settings)
         model = args.model or script.get("model_name_or_path")
         train_data = args.train_data or script.get("dataset_train_path")
         if not model or not train_data:
@@ -311,6 +314,19 @@ class TrainingRun:
                 "give one weight per function, in order, or remove reward_weights to weigh "
                 "them equally"
             )
+
+
+def _report_to_without_tuneplane(settings: dict[str, Any]) -> None:
+    """`report_to: tuneplane` (alone or in a list) asks for what the platform's callback already does
+    (see platform_callbacks); transformers knows no integration of that name and would refuse it as
+    the trainer is built, so the name is taken out and the rest is kept (`none` when nothing is left)."""
+    value = settings.get("report_to")
+    names = value if isinstance(value, list) else [value] if isinstance(value, str) else None
+    if names is None or REPORT_TO not in names:
+        return
+    rest = [name for name in names if name != REPORT_TO]
+    settings["report_to"] = rest if rest else "none"
+    print(f"report_to: {REPORT_TO!r} is the platform's metrics callback, which this run has already", flush=True)
 
 
 def _parser(description: str) -> argparse.ArgumentParser:
