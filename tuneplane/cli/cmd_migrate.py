@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.say import say
+from tuneplane.constants import EXIT_PROBLEMS
 
 
 def register(app: typer.Typer) -> None:
@@ -19,7 +20,7 @@ def migrate(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; write nothing.")] = False,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.author.migrate import apply, plan_migration
+    from tuneplane.author.migrate import apply, checked, plan_migration
 
     root = directory.resolve()
     plan = plan_migration(root)
@@ -34,4 +35,18 @@ def migrate(
         say.line("\nto check:")
         for note in plan.notes:
             say.line(f"  - {note}")
+    # every error `tp validate` would still report is in the list above, or listed here and fails
+    left = checked(root, plan, applied=not dry_run)
+    if left:
+        say.line(
+            f"\n{'would remain' if dry_run else 'still wrong'} (tp validate), not a conversion tp migrate can make:"
+        )
+        for problem in left:
+            say.line(f"  - {problem.location()}: {problem.rule}: {problem.message}")
+            if problem.hint:
+                say.line(f"      hint: {problem.hint}")
     say.line("\ndry run: nothing written" if dry_run else "\nnext: tp validate, then commit the result")
+    if left:
+        done = "the lab would be converted" if dry_run else "the lab is converted"
+        say.error(f"{done}, but {len(left)} error(s) above remain that tp migrate cannot fix: fix them by hand")
+        raise typer.Exit(EXIT_PROBLEMS)
