@@ -336,10 +336,13 @@ def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
 
 
 def _rename(mapping: CommentedMap, old: str, new: str) -> None:
-    """Rename a key of a round-trip YAML mapping in place, keeping its position."""
+    """Rename a key of a round-trip YAML mapping in place, keeping its position and its comment."""
     position = list(mapping.keys()).index(old)
+    comment = mapping.ca.items.pop(old, None)
     value = mapping.pop(old)
     mapping.insert(position, new, value)
+    if comment is not None:
+        mapping.ca.items[new] = comment
 
 
 def _code(root: Path, path: Path, plan: MigrationPlan) -> None:
