@@ -118,8 +118,9 @@ def fixture_lab(shared_dir: Path, tmp_path: Path) -> Path:
 
 def test_fixture_lab_migrates_every_lock_and_manifest(fixture_lab: Path, tp_subprocess: Any) -> None:
     result = tp_subprocess("migrate", cwd=fixture_lab)
-    # converted, and it says (exit 1) that the files the fixtures lack remain to be written
-    assert result.code == 1 and "the lab is converted, but 3 error(s) above remain" in result.err, result.output
+    assert result.code == 0, result.output
+    # what the fixtures lack (their own errors, not formats) is listed for the user
+    assert "left for you (tp validate; not StarForge formats):" in result.out, result.out
     for lock in fixture_lab.glob("experiments/*/recipe.lock.json"):
         data = json.loads(lock.read_text(encoding="utf-8"))
         assert data["apiVersion"] == "tuneplane/recipe-lock/v1", lock
@@ -135,9 +136,9 @@ def test_fixture_lab_errors_after_migrate_are_only_files_the_fixture_lacks(
     """The fixtures ship locks and configs only: the TRL experiment's train.py and the opsd plugin's
     module are absent, and its GRPO config sets `max_prompt_length`, which TRL 1.10's GRPOConfig no
     longer has (`GRPOConfig(**config)` would fail). Those errors are the user's; nothing else may be,
-    and `tp migrate` lists each of them (exit 1)."""
+    and `tp migrate` lists each of them."""
     migrated = tp_subprocess("migrate", cwd=fixture_lab)
-    assert migrated.code == 1, migrated.output
+    assert migrated.code == 0, migrated.output
     problems = _problems(tp_subprocess("validate", "--format", "json", cwd=fixture_lab))
     errors = [p for p in problems if p["severity"] == "error"]
     assert errors
@@ -158,7 +159,7 @@ def test_fixture_lab_errors_after_migrate_are_only_files_the_fixture_lacks(
 
 def test_fixture_lab_completed_by_the_user_validates_clean(fixture_lab: Path, tp_subprocess: Any) -> None:
     """Depends on the catalog branch: `nemo-rl/sft` and nemo-rl's built-in run_sft.py entrypoint."""
-    assert tp_subprocess("migrate", cwd=fixture_lab).code == 1  # the files written below are missing
+    assert tp_subprocess("migrate", cwd=fixture_lab).code == 0
     write_tree(
         fixture_lab,
         {

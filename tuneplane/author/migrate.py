@@ -41,7 +41,7 @@ from tuneplane.models.plugin import LEGACY_SCHEMAS
 from tuneplane.problems import Problem, location
 from tuneplane.runtime.digest import bundle_digest
 
-__all__ = ["ENV_RENAMES", "MigrationPlan", "apply", "checked", "plan_migration"]
+__all__ = ["ENV_RENAMES", "MigrationPlan", "apply", "checked", "plan_migration", "unconverted"]
 CODE_SUFFIXES = (".py", ".sh", ".bash", ".yaml", ".yml")
 SKIP_DIRS = frozenset({".git", "runs", "status", "node_modules", "__pycache__", ".venv", "venv", ".tox"})
 # Folders that hold someone else's code, whatever the lab around them: rewriting it would break it.
@@ -57,6 +57,21 @@ SHARED_CODE_DIRS = ("common",)
 # Locks of StarForge's older CLI (`lab`) with the same fields as forge/recipe-lock/v3 (SDK-numbered).
 OLDER_LOCK_APIS = ("lab/recipe-lock/v3",)
 LOCK_RULES = frozenset({"lock-schema", "lock-version", "lock-blocking", "lock-tampered"})
+# `tp validate` rules about the formats migrate converts: one left means migrate failed at its own job
+FORMAT_RULES = frozenset(
+    {
+        *LOCK_RULES - {"lock-blocking"},
+        "lock-legacy",
+        "plugin-schema",
+        "plugin-parse",
+        "plugin-legacy-schema",
+        "plugin-requires-core",
+        "starforge-lab",
+        "lab-schema",
+        "lab-version",
+        "lab-layout",
+    }
+)
 
 
 @dataclass
@@ -367,6 +382,11 @@ def apply(root: Path, plan: MigrationPlan) -> None:
     atomic_write_all({root / rel: text for rel, text in plan.writes.items()})
     for rel in plan.deletes:
         (root / rel).unlink(missing_ok=True)
+
+
+def unconverted(problems: list[Problem]) -> list[Problem]:
+    """Of the errors `checked` found, those about a StarForge format migrate did not convert."""
+    return [p for p in problems if p.rule in FORMAT_RULES]
 
 
 def checked(root: Path, plan: MigrationPlan, *, applied: bool) -> list[Problem]:
