@@ -144,8 +144,10 @@ def _lab_tree(root: Path, left_alone: dict[str, str]) -> list[Path]:
 
 
 def _not_lab_code(folder: Path) -> str:
-    """Why `folder` is not the lab's own code to rewrite, or ""."""
+    """Why `folder` is not the lab's own code to rewrite, or "" (an experiment, whatever its name)."""
     name = folder.name
+    if (folder / LOCK_FILE).is_file():
+        return ""
     if name in VENDORED_DIRS or name.endswith((".dist-info", ".egg-info")):
         return "vendored packages"
     if (folder / "pyvenv.cfg").is_file():
