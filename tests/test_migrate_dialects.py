@@ -259,3 +259,50 @@ def test_a_starforge_form_migrate_does_not_know_fails_and_is_named(tmp_path: Pat
     ), migrated.out
     assert "1 StarForge form(s) above are not converted (the rest of the lab is converted)" in migrated.err
     assert (root / "tuneplane.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("spec", "written"),
+    [
+        (">=0.1,<1", ">=0.1,<1"),  # TunePlane's numbering: kept
+        (">=0.1,<3", ">=0.1,<3"),  # admits this tp: kept
+        (">=2.1,<3", ">=0.1,<1"),
+        ("~=2.1", ">=0.1,<1"),
+        ("==2.1.0", ">=0.1,<1"),
+        (">=2.1", ">=0.1"),
+        (">=2.4,<3", None),  # SDK releases after the rename never existed
+        (">=3", None),
+        (">=0.9,<3", None),  # neither numbering for sure, and this tp is outside it
+        ("two point one", None),
+    ],
+)
+def test_starforge_sdk_numbering_maps_to_tuneplane_s_or_says_why_not(spec: str, written: str | None) -> None:
+    from tuneplane.lab.starforge import core_requirement
+
+    mapped = core_requirement(spec)
+    assert mapped.text == written
+    assert bool(mapped.why) == (written != spec), mapped.why
+
+
+def test_a_migrated_sdk_plugin_can_be_locked(tmp_path: Path, tp_subprocess: Any) -> None:
+    """Before, `requires.sdk`/SDK-numbered `requires.core` could never be locked by this tp."""
+    dialect = DIALECTS["forge-v3-sdk"]
+    root = _starforge_lab(tmp_path, dialect)
+    scratch = tmp_path / "scratch"
+    assert run_tp_in_process("new", "cls", "--method", "pytorch/image-classification", cwd=scratch).code == 0
+    files = {
+        p.relative_to(scratch / "experiments/cls").as_posix(): p.read_bytes()
+        for p in (scratch / "experiments/cls").rglob("*")
+        if p.is_file()
+    }
+    files["recipe.lock.json"] = _dialect_lock(json.loads(files["recipe.lock.json"]), dialect).encode()
+    write_tree(root / "experiments/cls", dict(files.items()))
+    manifest = root / "plugins/opsd/plugin.yaml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace("load: deferred", "load: eager"), encoding="utf-8")
+    run_git(root, "add", "-A")
+    run_git(root, "commit", "-q", "-m", "an image classifier")
+    assert tp_subprocess("migrate", cwd=root).code == 0
+    locked = tp_subprocess("plugin", "lock", "cls", "lab/opsd", cwd=root)
+    assert locked.code == 0, locked.output
+    entry = json.loads((root / "experiments/cls/plugins.lock.json").read_text(encoding="utf-8"))["plugins"]
+    assert [p["id"] for p in entry] == ["lab/opsd"]
