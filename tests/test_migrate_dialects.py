@@ -49,6 +49,8 @@ LEFT_ALONE = {
     "tests/test_loop.py": 'import os\n\ndef test_out():\n    assert "FORGE_OUT_DIR" not in os.environ\n',
     "experiments/loop/test_train.py": "from starforge.report import log\n",
     "tests/fixtures/old/recipe.lock.json": '{"apiVersion": "forge/recipe-lock/v3", "recipe": {}}\n',
+    "env/pyvenv.cfg": "home = /usr/bin\n",  # a virtual environment under any name
+    "env/lib/python3.12/site-packages/starforge/report.py": "import os\nOUT = os.environ['FORGE_OUT_DIR']\n",
 }
 SUBMIT = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
 SDK_SPEC = ">=2.1,<3"  # StarForge SDK numbering
@@ -163,6 +165,7 @@ def test_each_dialect_migrates_with_nothing_unlisted_then_validates_and_runs(
     for folder in ("vendor/", "third_party/", "site-packages/", "starforge_cli/", "tests/"):
         assert f"  - {folder}: left as it is (" in migrated.out, migrated.out
     assert "  - experiments/loop/test_train.py: left as it is (a test of the lab)" in migrated.out
+    assert "env/" not in migrated.out  # an environment is nobody's code: skipped without a word
     assert "FORGE_" not in (root / "experiments/loop/train.sh").read_text(encoding="utf-8")
 
     run_git(root, "add", "-A")

@@ -49,6 +49,7 @@ VENDORED_DIRS = frozenset(
     {"site-packages", "dist-packages", "vendor", "vendored", "_vendor", "third_party", "third-party", "thirdparty"}
 )
 TEST_DIRS = frozenset({"tests", "test"})
+VENV = "a virtual environment"
 STARFORGE_PACKAGE = re.compile(r"star_?forge\w*", re.IGNORECASE)  # starforge_cli/, starforge_sdk/ …
 TEST_FILE = re.compile(r"(?:test_.*|.*_test|conftest)\.py")
 MAX_FILES = 20_000  # a lab is walked once; a bigger tree is not a lab
@@ -124,10 +125,10 @@ def _lab_tree(root: Path, left_alone: dict[str, str]) -> list[Path]:
         kept = []
         for d in sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")):
             why = _not_lab_code(here / d)
-            if why:
-                left_alone[(here / d).relative_to(root).as_posix()] = why
-            else:
+            if not why:
                 kept.append(d)
+            elif why != VENV:  # an environment is nobody's code to update: not listed
+                left_alone[(here / d).relative_to(root).as_posix()] = why
         dirnames[:] = kept
         for name in sorted(filenames):
             path = here / name
@@ -151,7 +152,7 @@ def _not_lab_code(folder: Path) -> str:
     if name in VENDORED_DIRS or name.endswith((".dist-info", ".egg-info")):
         return "vendored packages"
     if (folder / "pyvenv.cfg").is_file():
-        return "a virtual environment"
+        return VENV
     if name in TEST_DIRS:
         return "the lab's tests"
     if STARFORGE_PACKAGE.fullmatch(name) and (
