@@ -332,25 +332,29 @@ def _plugin(root: Path, path: Path, plan: MigrationPlan) -> None:
     requires = data.get("requires")
     if hasattr(requires, "insert") and "sdk" in requires and "core" not in requires:
         _rename(requires, "sdk", "core")
+    if hasattr(requires, "get") and isinstance(requires.get("core"), str):
+        _plugin_core(rel, requires, plan)
     plan.writes[rel] = _dump(y, data)
     plan.notes.append(
         f"{rel}: schema tuneplane/plugin/v1 (`kind` is now `capability`); re-lock experiments "
         "that use it with `tp plugin lock`"
     )
-    if hasattr(requires, "get") and isinstance(requires.get("core"), str):
-        mapped = core_requirement(requires["core"])
-        if mapped.text is not None:
-            requires["core"] = mapped.text
-            plan.writes[rel] = _dump(y, data)
-        if mapped.why and mapped.text is not None:
+
+
+def _plugin_core(rel: str, requires: CommentedMap, plan: MigrationPlan) -> None:
+    """A manifest's `requires.core` in tuneplane's numbering, or kept and listed when it has none."""
+    mapped = core_requirement(requires["core"])
+    if mapped.text is not None:
+        requires["core"] = mapped.text
+        if mapped.why:
             plan.renumbered.setdefault(mapped.why, []).append(rel)
-        elif mapped.why:
-            plan.expect(
-                rel,
-                {"plugin-requires-core"},
-                f"{rel}: requires.core {mapped.why}; write the tuneplane versions the plugin works with "
-                "(a range that admits this tp) before `tp plugin lock`, which refuses it until then",
-            )
+        return
+    plan.expect(
+        rel,
+        {"plugin-requires-core"},
+        f"{rel}: requires.core {mapped.why}; write the tuneplane versions the plugin works with "
+        "(a range that admits this tp) before `tp plugin lock`, which refuses it until then",
+    )
 
 
 def _rename(mapping: CommentedMap, old: str, new: str) -> None:
