@@ -102,6 +102,8 @@ CONTRACT_ORDER = (
         "TUNEPLANE_RECIPE_DIGEST",
         "TUNEPLANE_CORE_VERSION",
         "TUNEPLANE_RECIPE_PLUGINS",
+        "CLUSTER_PROFILE",  # StarForge's names, which its labs' scripts still read
+        "NRL_RUN_ID",
         "TUNEPLANE_EXTERNAL_OBSERVABILITY_URL",
         "TUNEPLANE_JOB_MONITOR_INTERVAL",
         "HF_HOME",

@@ -119,6 +119,8 @@ def fixture_lab(shared_dir: Path, tmp_path: Path) -> Path:
 def test_fixture_lab_migrates_every_lock_and_manifest(fixture_lab: Path, tp_subprocess: Any) -> None:
     result = tp_subprocess("migrate", cwd=fixture_lab)
     assert result.code == 0, result.output
+    # what the fixtures lack (their own errors, not formats) is listed for the user
+    assert "left for you (tp validate; not StarForge formats):" in result.out, result.out
     for lock in fixture_lab.glob("experiments/*/recipe.lock.json"):
         data = json.loads(lock.read_text(encoding="utf-8"))
         assert data["apiVersion"] == "tuneplane/recipe-lock/v1", lock
@@ -133,10 +135,15 @@ def test_fixture_lab_errors_after_migrate_are_only_files_the_fixture_lacks(
 ) -> None:
     """The fixtures ship locks and configs only: the TRL experiment's train.py and the opsd plugin's
     module are absent, and its GRPO config sets `max_prompt_length`, which TRL 1.10's GRPOConfig no
-    longer has (`GRPOConfig(**config)` would fail). Those errors are the user's; nothing else may be."""
-    assert tp_subprocess("migrate", cwd=fixture_lab).code == 0
+    longer has (`GRPOConfig(**config)` would fail). Those errors are the user's; nothing else may be,
+    and `tp migrate` lists each of them."""
+    migrated = tp_subprocess("migrate", cwd=fixture_lab)
+    assert migrated.code == 0, migrated.output
     problems = _problems(tp_subprocess("validate", "--format", "json", cwd=fixture_lab))
     errors = [p for p in problems if p["severity"] == "error"]
+    assert errors
+    for p in errors:
+        assert f"{p['file']}:{p['line']}:{p['col']}: {p['rule']}: {p['message']}" in migrated.out, migrated.out
     trl = "experiments/trl-grpo_qwen3.5-9b_qa-tools_v1"
     allowed = {
         (f"{trl}/recipe.lock.json", "entrypoint"),

@@ -6,8 +6,10 @@ import pytest
 
 from tuneplane.check.images import (
     ALLOWLIST_ENV,
+    LEGACY_ALLOWLIST_ENV,
     ImageError,
     allowed_registries,
+    allowlist_variable,
     check_allowed,
     check_digest_policy,
     parse_image,
@@ -110,6 +112,31 @@ def test_environment_allowlist_wins_over_the_lab(
     env: dict[str, str], lab: list[str] | None, expected: list[str] | None
 ) -> None:
     assert allowed_registries(env, lab) == expected
+
+
+@pytest.mark.parametrize(
+    "env,lab,expected",
+    [
+        ({LEGACY_ALLOWLIST_ENV: ""}, None, []),  # set but empty: StarForge refused every custom image
+        ({LEGACY_ALLOWLIST_ENV: ""}, ["a.io"], []),
+        ({LEGACY_ALLOWLIST_ENV: "b.io, c.io"}, ["a.io"], ["b.io", "c.io"]),
+        ({LEGACY_ALLOWLIST_ENV: "", ALLOWLIST_ENV: "d.io"}, None, ["d.io"]),  # ours wins
+        ({LEGACY_ALLOWLIST_ENV: "b.io", ALLOWLIST_ENV: ""}, None, []),
+    ],
+)
+def test_starforge_allowlist_variable_is_honoured(
+    env: dict[str, str], lab: list[str] | None, expected: list[str] | None
+) -> None:
+    assert allowed_registries(env, lab) == expected
+
+
+def test_refusal_names_the_variable_in_force() -> None:
+    env = {LEGACY_ALLOWLIST_ENV: ""}
+    with pytest.raises(ImageError) as info:
+        check_allowed(parse_image("registry.example.com/x:1"), allowed_registries(env, None), allowlist_variable(env))
+    assert "is empty, so no custom image is accepted" in str(info.value)
+    assert f"add 'registry.example.com' to {LEGACY_ALLOWLIST_ENV}" in info.value.hint
+    assert allowlist_variable({}) == allowlist_variable({LEGACY_ALLOWLIST_ENV: "", ALLOWLIST_ENV: ""}) == ALLOWLIST_ENV
 
 
 def test_digest_policy() -> None:

@@ -254,6 +254,13 @@ def _environment(shims: Path) -> dict[str, str]:
         tp = shims / "tp"
         tp.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m tuneplane "$@"\n', encoding="utf-8")
         tp.chmod(0o755)
+    if not (bin_dir / "sf").exists():  # the same for StarForge's name of tp (an install older than it)
+        sf = shims / "sf"
+        sf.write_text(
+            f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "from tuneplane.cli.sf import run; run()" "$@"\n',
+            encoding="utf-8",
+        )
+        sf.chmod(0o755)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(shims), str(bin_dir), env.get("PATH", "")])
     env.update(

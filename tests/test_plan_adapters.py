@@ -392,6 +392,7 @@ def test_spec_to_env_has_every_variable_in_a_fixed_order(lab: Lab) -> None:
     assert env["TUNEPLANE_JOB_RUN_ID"] == env["TUNEPLANE_RUN_ID"] == RUN_ID
     assert env["TUNEPLANE_CORE_VERSION"] == __version__ and env["TUNEPLANE_JOB_MONITOR_INTERVAL"] == "10"
     assert env["TUNEPLANE_RECIPE_DIGEST"] == spec.spec.recipe.digest
+    assert (env["CLUSTER_PROFILE"], env["NRL_RUN_ID"]) == ("h200", RUN_ID)  # as StarForge set them
     assert env["HF_HOME"] == "/mnt/tuneplane/cache/huggingface"
     assert all(isinstance(v, str) for v in env.values())
 

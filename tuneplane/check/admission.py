@@ -15,6 +15,7 @@ from typing import Literal
 from tuneplane.check.images import (
     ImageError,
     allowed_registries,
+    allowlist_variable,
     check_allowed,
     check_digest_policy,
     parse_image,
@@ -182,7 +183,7 @@ def _image(lab: LabFile, recipe: Recipe, req: RunRequest, env: dict[str, str]) -
         return []
     try:
         ref = parse_image(req.image)
-        check_allowed(ref, allowed_registries(env, lab.images.allowed_registries))
+        check_allowed(ref, allowed_registries(env, lab.images.allowed_registries), allowlist_variable(env))
         check_digest_policy(ref, lab.images.require_digest)
     except ImageError as exc:
         return [Refusal("/image", "run-image", str(exc), exc.hint)]

@@ -7,6 +7,9 @@ from tuneplane.runtime.records import FrozenRecord
 
 DOCKER_HUB = "docker.io"
 ALLOWLIST_ENV = "TUNEPLANE_ALLOWED_IMAGE_REGISTRIES"
+# StarForge's name for the same allowlist, same meaning (set but empty refuses every custom image);
+# a deployment still setting it keeps its policy. Ours wins when both are set.
+LEGACY_ALLOWLIST_ENV = "FORGE_ALLOWED_IMAGE_REGISTRIES"
 
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]+)?"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -60,20 +63,27 @@ def parse_image(text: str) -> ImageRef:
     return ImageRef(text, host, repo, m.group("tag") or "", digest)
 
 
+def allowlist_variable(env: dict[str, str]) -> str:
+    """The environment variable whose allowlist is in force (ours unless only StarForge's is set)."""
+    return LEGACY_ALLOWLIST_ENV if ALLOWLIST_ENV not in env and LEGACY_ALLOWLIST_ENV in env else ALLOWLIST_ENV
+
+
 def allowed_registries(env: dict[str, str], lab_allowed: list[str] | None) -> list[str] | None:
     """The allowlist in force: the environment wins over the lab; None allows any registry."""
-    if ALLOWLIST_ENV in env:
-        return [h.strip() for h in env[ALLOWLIST_ENV].split(",") if h.strip()]
+    variable = allowlist_variable(env)
+    if variable in env:
+        return [h.strip() for h in env[variable].split(",") if h.strip()]
     return lab_allowed
 
 
-def check_allowed(ref: ImageRef, allowed: list[str] | None) -> None:
+def check_allowed(ref: ImageRef, allowed: list[str] | None, variable: str = ALLOWLIST_ENV) -> None:
+    """Refuse `ref` unless its registry host is on the allowlist; `variable` is the one to name."""
     if allowed is None or ref.host in allowed:
         return
     where = "is empty, so no custom image is accepted" if not allowed else f"allows: {', '.join(allowed)}"
     raise ImageError(
         f"image registry {ref.host!r} is not allowed: the registry allowlist {where}",
-        f"ask an administrator to add {ref.host!r} to {ALLOWLIST_ENV} (or images.allowed_registries in tuneplane.yaml)",
+        f"ask an administrator to add {ref.host!r} to {variable} (or images.allowed_registries in tuneplane.yaml)",
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 RED, YELLOW, GREEN, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
@@ -46,7 +47,12 @@ def paint(line: str) -> str:
 class Reporter:
     """The CLI's voice. The streams are looked up on every call, so a test's captured streams apply."""
 
+    # an edition's wording of tp's messages (the `sf` command's, tuneplane.cli.sf); None: as written
+    translate: Callable[[str], str] | None = None
+
     def _write(self, stream: TextIO, text: str) -> None:
+        if self.translate is not None:
+            text = self.translate(text)
         if colour_on(stream):
             text = "".join(paint(line) for line in text.splitlines(keepends=True))
         stream.write(text)

@@ -68,6 +68,9 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
             "TUNEPLANE_RECIPE_PLUGINS": ",".join(body.recipe.plugins),
         }
     )
+    # StarForge set these two in every job; scripts written for it still read them
+    env["CLUSTER_PROFILE"] = body.resources.profile
+    env["NRL_RUN_ID"] = spec.metadata.run_id
     if body.framework.observability_url:
         env["TUNEPLANE_EXTERNAL_OBSERVABILITY_URL"] = body.framework.observability_url
     native = body.recipe.adapter.native_metrics
