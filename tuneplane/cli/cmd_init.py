@@ -11,6 +11,13 @@ from tuneplane.cli.say import say
 from tuneplane.constants import TOOL_REQUIREMENT_ENV
 from tuneplane.errors import UsageError
 
+WORKFLOW_FILE = ".github/workflows/tuneplane.yml"
+# How the bot jobs push their status commits. A deploy key by default: one secret, this repository only,
+# and a ruleset can let it past a protected branch, which GITHUB_TOKEN cannot be (docs/gitops.md).
+PUSH_IDENTITIES = ("deploy-key", "github-app", "github-token")
+# actions/create-github-app-token, pinned by commit like the workflow's other actions (the v3.1.1 tag).
+APP_TOKEN_ACTION = {"sha": "1b10c78c7865c340bc4f6099eb2f838309f1e8c3", "version": "v3.1.1"}
+
 
 def register(app: typer.Typer) -> None:
     app.command("init", help="Create a lab: tuneplane.yaml, folders, CI workflow, pre-commit hook, git.")(init)
@@ -45,6 +52,15 @@ def init(
             "machine that stays).",
         ),
     ] = "tuneplane",
+    push_identity: Annotated[
+        str,
+        typer.Option(
+            "--push-identity",
+            help="How the bot jobs push status commits: deploy-key (secret TUNEPLANE_DEPLOY_KEY), github-app "
+            "(secrets TUNEPLANE_APP_CLIENT_ID and TUNEPLANE_APP_PRIVATE_KEY) or github-token (no setup, "
+            "but refused by a branch protection that requires pull requests).",
+        ),
+    ] = PUSH_IDENTITIES[0],
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
@@ -62,9 +78,15 @@ def init(
                 hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'",
             ) from None
 
+    if push_identity not in PUSH_IDENTITIES:
+        raise UsageError(
+            f"--push-identity {push_identity!r} is not known",
+            hint=f"choose one of: {', '.join(PUSH_IDENTITIES)} (docs/gitops.md: the bot's push identity)",
+        )
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    extra = _cluster_files() if backend == "kubernetes" else {}
+    cluster = _cluster_files() if backend == "kubernetes" else {}
+    extra = {**cluster, **_workflow(backend, runner, push_identity)}
     result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner, extra=extra)
     say.line(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
@@ -74,8 +96,9 @@ def init(
         say.line("  .tuneplane/schemas/ (for editors: every file names its schema there)")
     if result.commit:
         say.line(f"  committed {result.commit[:12]}")
-    if extra:
-        say.line(f"the bot's Kubernetes permissions are in {', '.join(extra)}: an administrator applies them once")
+    if cluster:
+        say.line(f"the cluster's side is in {', '.join(cluster)}: an administrator applies it once (docs/operators.md)")
+    say.line(f"the bot pushes as {push_identity}: {_identity_setup(push_identity)}")
     say.line("next: tp new my-exp --method custom/custom   (see `tp methods`)")
 
 
@@ -87,3 +110,29 @@ def _cluster_files() -> dict[str, str]:
     from tuneplane.models.lab import Cluster
 
     return {RBAC_FILE: to_yaml(str(Cluster.model_fields["namespace"].default))}
+
+
+def _workflow(backend: str, runner: str, push_identity: str) -> dict[str, str]:
+    """The lab's workflow with the chosen push identity (it replaces the scaffold's, which has the default)."""
+    # lazy: only init renders the workflow
+    from tuneplane.author.scaffold import ACTIONS, _bot_runner
+    from tuneplane.render.templating import render
+
+    actions = {**ACTIONS, "create_github_app_token": APP_TOKEN_ACTION}
+    text = render(
+        "lab/workflow.yml.j2",
+        branch="main",
+        actions=actions,
+        push_identity=push_identity,
+        **_bot_runner(backend, runner),
+    )
+    return {WORKFLOW_FILE: text}
+
+
+def _identity_setup(push_identity: str) -> str:
+    """What a person does once on GitHub for the identity (docs/gitops.md has the steps)."""
+    if push_identity == "deploy-key":
+        return "add a deploy key with write access and its private key as secret TUNEPLANE_DEPLOY_KEY"
+    if push_identity == "github-app":
+        return "install the lab's GitHub App; set secrets TUNEPLANE_APP_CLIENT_ID and TUNEPLANE_APP_PRIVATE_KEY"
+    return "nothing to set up; a branch protection that requires pull requests refuses its pushes"
