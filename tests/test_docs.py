@@ -675,3 +675,15 @@ def test_file_format_examples_pass_their_schemas() -> None:
         data = json.loads(text) if lang == "json" else yaml.safe_load(text)
         errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=str)
         assert errors == [], f"files.md:{line}: the {name} example fails its schema: {errors[0].message}"
+
+
+def test_no_page_installs_another_project_by_name() -> None:
+    """PyPI's `tuneplane` is another project: the docs install this one from its repository or a wheel."""
+    by_name = re.compile(r"pip install\s+(-[-\w]+\s+)*['\"]?tuneplane(?![\w@ -]*@)(\s|==|['\"`]|$)")
+    offenders = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in [*markdown_files(), REPO / "README.md"]
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if by_name.search(line)
+    ]
+    assert offenders == []

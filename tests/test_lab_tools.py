@@ -298,8 +298,8 @@ def test_init_writes_a_dependabot_config_for_the_actions(lab: Path) -> None:
 
 def test_the_project_workflow_pins_the_same_actions() -> None:
     text = (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
-    for action, version in PINNED.items():
-        assert f"{action}@" in text and f" # {version}" in text
+    for action in ("actions/checkout", "actions/setup-python"):  # the project needs no App token
+        assert f"{action}@" in text and f" # {PINNED[action]}" in text
     assert "@v4" not in text and "@v5" not in text
 
 
@@ -334,12 +334,72 @@ def test_the_tool_requirement_follows_how_tp_was_installed(direct_url: Any, requ
 
 
 def test_a_local_checkout_with_a_remote_and_a_release_tag_becomes_a_vcs_pin() -> None:
+    """The hook is the same commit CI installs: a release tag of the version may not exist on the remote."""
     from tuneplane.author.toolsource import tool_source
 
     origin = ("https://github.com/acme/tuneplane.git", "c" * 40)
     source = tool_source({"url": "file:///src/tp", "dir_info": {"editable": True}}, "0.5.0", origin=origin)
     assert source.requirement == f"tuneplane @ git+https://github.com/acme/tuneplane.git@{'c' * 40}"
-    assert source.hook_repo == "https://github.com/acme/tuneplane.git" and source.hook_rev == "v0.5.0"
+    assert source.hook_repo == "https://github.com/acme/tuneplane.git" and source.hook_rev == "c" * 40
+
+
+def _hook_installs(config: dict[str, Any]) -> str:
+    """What pre-commit installs for the lab's tp-validate hook, as a PEP 508 requirement."""
+    (repo,) = config["repos"]
+    if repo["repo"] == "local":
+        (hook,) = repo["hooks"]
+        assert hook["language"] == "python", hook
+        (requirement,) = hook["additional_dependencies"]
+        return str(requirement)
+    return f"tuneplane @ git+{repo['repo']}@{repo['rev']}"  # pre-commit: `pip install .` of the repo at rev
+
+
+VCS_INSTALL = {
+    "url": "https://github.com/acme/tuneplane",
+    "vcs_info": {"vcs": "git", "commit_id": "a" * 40, "requested_revision": "v0.5.0"},
+}
+WHEEL_INSTALL = {"url": "https://files.example.org/tuneplane-0.5.0-py3-none-any.whl", "archive_info": {}}
+PROJECT_URLS = ["Repository, https://github.com/acme/tuneplane"]
+
+
+@pytest.mark.parametrize("direct_url", [None, VCS_INSTALL, WHEEL_INSTALL], ids=["index", "vcs", "wheel"])
+def test_the_pre_commit_hook_installs_tp_as_the_workflow_does(direct_url: Any) -> None:
+    """pre-commit installs what tool.requirement says, never a release tag of a project URL beside it (an
+    index install's `tuneplane==X` and that tag are two different sources)."""
+    from tuneplane.author.scaffold import lab_files
+    from tuneplane.author.toolsource import tool_source, with_release_hook
+
+    source = with_release_hook(tool_source(direct_url, "0.5.0", origin=None), PROJECT_URLS, "0.5.0")
+    files = lab_files("demo", tool=source)
+    requirement = yaml.safe_load(files["tuneplane.yaml"])["tool"]["requirement"]
+    assert requirement and _hook_installs(yaml.safe_load(files[".pre-commit-config.yaml"])) == requirement
+
+
+def test_a_hook_with_no_requirement_falls_back_to_the_release_tag() -> None:
+    from tuneplane.author.toolsource import tool_source, with_release_hook
+
+    unknown = tool_source({"url": "file:///src/tp", "dir_info": {}}, "0.5.0", origin=None)
+    source = with_release_hook(unknown, PROJECT_URLS, "0.5.0")
+    assert (source.requirement, source.hook_repo, source.hook_rev) == (
+        "",
+        "https://github.com/acme/tuneplane",
+        "v0.5.0",
+    )
+
+
+def test_an_empty_requirement_warns_in_validate_with_how_to_install_this_project(tmp_path: Path, tp: Any) -> None:
+    """The warning's fix names this project's repository or a wheel; a bare name only with the team's own
+    index, since PyPI's `tuneplane` is another project."""
+    root = tmp_path / "lab"
+    assert tp("init", root, "--no-git", "--tool-requirement", VCS_REQUIREMENT).code == 0
+    path = root / "tuneplane.yaml"
+    path.write_text(path.read_text(encoding="utf-8").replace(json.dumps(VCS_REQUIREMENT), '""'), encoding="utf-8")
+    result = tp("validate", cwd=root)
+    assert result.code == 0, result.output
+    said = " ".join(result.out.split())
+    assert "tuneplane.yaml:" in said and "warning" in said and "tool.requirement is empty" in said
+    assert "git+https://HOST/OWNER/REPO@TAG" in said and "wheel" in said
+    assert "on PyPI that name is another project" in said
 
 
 def test_init_takes_an_explicit_requirement_and_says_where_it_came_from(tmp_path: Path, tp: Any) -> None:

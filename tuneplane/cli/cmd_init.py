@@ -40,8 +40,9 @@ def init(
         typer.Option(
             "--tool-requirement",
             envvar=TOOL_REQUIREMENT_ENV,
-            help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
-            "default: how this tp was installed.",
+            help="How CI installs tp (tool.requirement): 'tuneplane @ git+URL@TAG', a wheel's URL, or "
+            "tuneplane==VERSION from your team's index (PyPI's tuneplane is another project); default: how "
+            "this tp was installed.",
         ),
     ] = None,
     runner: Annotated[
@@ -75,7 +76,7 @@ def init(
         except ValueError as exc:
             raise UsageError(
                 f"--tool-requirement {tool_requirement!r}: {exc}",
-                hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'",
+                hint="for example 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0' or a wheel's URL",
             ) from None
 
     if push_identity not in PUSH_IDENTITIES:
