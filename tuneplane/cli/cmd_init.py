@@ -104,13 +104,17 @@ def init(
 
 
 def _cluster_files() -> dict[str, str]:
-    """The bot's ServiceAccount, Role and RoleBinding in a new lab's namespace (tp cluster rbac prints them
-    again for another namespace)."""
+    """The bot's ServiceAccount, Role and RoleBinding, and the storage every job mounts, in a new lab's
+    namespace (tp cluster rbac and tp cluster storage print them again, for another namespace or size)."""
     # lazy: only a Kubernetes lab pays for the backend's declarations
+    from tuneplane.backends.kubernetes.operator import STORAGE_FILE
     from tuneplane.backends.kubernetes.rbac import RBAC_FILE, to_yaml
-    from tuneplane.models.lab import Cluster
+    from tuneplane.cli.cmd_cluster import storage_yaml
+    from tuneplane.models.lab import Cluster, Storage
 
-    return {RBAC_FILE: to_yaml(str(Cluster.model_fields["namespace"].default))}
+    namespace = str(Cluster.model_fields["namespace"].default)
+    pvc = str(Storage.model_fields["pvc"].default)
+    return {RBAC_FILE: to_yaml(namespace), STORAGE_FILE: storage_yaml(namespace, pvc)}
 
 
 def _workflow(backend: str, runner: str, push_identity: str) -> dict[str, str]:
