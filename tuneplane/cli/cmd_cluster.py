@@ -13,10 +13,7 @@ from tuneplane.errors import UsageError
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's, and this ServiceAccount's
 
-HELP = (
-    "What the cluster needs for this lab, as YAML for kubectl apply -f -: the bot's permissions (rbac), the "
-    "storage every job mounts (storage), tp's SDK on it (sdk) and the metrics receiver (ingest)."
-)
+HELP = "What the cluster needs for this lab (YAML for kubectl apply -f -): rbac, storage, sdk, ingest."
 NAMESPACE_HELP = "Namespace; default the lab's cluster.namespace."
 cluster_app = typer.Typer(help=HELP, no_args_is_help=True)
 
