@@ -11,13 +11,6 @@ from tuneplane.cli.say import say
 from tuneplane.constants import TOOL_REQUIREMENT_ENV
 from tuneplane.errors import UsageError
 
-WORKFLOW_FILE = ".github/workflows/tuneplane.yml"
-# How the bot jobs push their status commits. A deploy key by default: one secret, this repository only,
-# and a ruleset can let it past a protected branch, which GITHUB_TOKEN cannot be (docs/gitops.md).
-PUSH_IDENTITIES = ("deploy-key", "github-app", "github-token")
-# actions/create-github-app-token, pinned by commit like the workflow's other actions (the v3.1.1 tag).
-APP_TOKEN_ACTION = {"sha": "1b10c78c7865c340bc4f6099eb2f838309f1e8c3", "version": "v3.1.1"}
-
 
 def register(app: typer.Typer) -> None:
     app.command("init", help="Create a lab: tuneplane.yaml, folders, CI workflow, pre-commit hook, git.")(init)
@@ -61,7 +54,7 @@ def init(
             "(secrets TUNEPLANE_APP_CLIENT_ID and TUNEPLANE_APP_PRIVATE_KEY) or github-token (no setup, "
             "but refused by a branch protection that requires pull requests).",
         ),
-    ] = PUSH_IDENTITIES[0],
+    ] = "deploy-key",  # the scaffold's PUSH_IDENTITIES[0], which says why
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
@@ -79,16 +72,19 @@ def init(
                 hint="for example 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0' or a wheel's URL",
             ) from None
 
-    if push_identity not in PUSH_IDENTITIES:
-        raise UsageError(
-            f"--push-identity {push_identity!r} is not known",
-            hint=f"choose one of: {', '.join(PUSH_IDENTITIES)} (docs/gitops.md: the bot's push identity)",
-        )
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
     cluster = _cluster_files() if backend == "kubernetes" else {}
-    extra = {**cluster, **_workflow(backend, runner, push_identity)}
-    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner, extra=extra)
+    result = init_lab(
+        directory,
+        name,
+        use_git=not no_git,
+        backend=backend,
+        tool=tool,
+        runner=runner,
+        extra=cluster,
+        push_identity=push_identity,
+    )
     say.line(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
         if not rel.endswith(".gitkeep") and not rel.startswith(".tuneplane/"):
@@ -115,23 +111,6 @@ def _cluster_files() -> dict[str, str]:
     namespace = str(Cluster.model_fields["namespace"].default)
     pvc = str(Storage.model_fields["pvc"].default)
     return {RBAC_FILE: to_yaml(namespace), STORAGE_FILE: storage_yaml(namespace, pvc)}
-
-
-def _workflow(backend: str, runner: str, push_identity: str) -> dict[str, str]:
-    """The lab's workflow with the chosen push identity (it replaces the scaffold's, which has the default)."""
-    # lazy: only init renders the workflow
-    from tuneplane.author.scaffold import ACTIONS, _bot_runner
-    from tuneplane.render.templating import render
-
-    actions = {**ACTIONS, "create_github_app_token": APP_TOKEN_ACTION}
-    text = render(
-        "lab/workflow.yml.j2",
-        branch="main",
-        actions=actions,
-        push_identity=push_identity,
-        **_bot_runner(backend, runner),
-    )
-    return {WORKFLOW_FILE: text}
 
 
 def _identity_setup(push_identity: str) -> str:
