@@ -59,6 +59,8 @@ RESOURCE_TYPES = [
     ResourceType("", "v1", "configmaps", "ConfigMap", has_status=False, validated=True),
     ResourceType("", "v1", "pods", "Pod", validated=True),
     ResourceType("", "v1", "services", "Service", validated=True),
+    ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", validated=True),
+    ResourceType("apps", "v1", "deployments", "Deployment", validated=True),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", has_status=False, validated=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", has_status=False, validated=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", has_status=False, validated=True),

@@ -20,6 +20,9 @@ would for a reader typing the commands into one terminal.
 - A document that says `<!-- doc-test: needs-slurm -->` runs against the real two-node Slurm cluster
   of tests/slurm_cluster.py (`SLURM_CONF` points the reader's session at it); where the cluster
   cannot start it is skipped with the reason (failed in CI).
+- A document that says `<!-- doc-test: needs-kube -->` runs against the Kubernetes cluster twin
+  (tests/fakekube.py): `KUBECONFIG` points the session at it, and its `kubectl` is tests/kubectl_twin.py,
+  the few verbs the guides use done through the real `kubernetes` client.
 
 Besides running the blocks, this file checks that the generated command reference matches the CLI,
 that every guide is linked from the index, that relative links resolve, that every schema and
@@ -43,7 +46,7 @@ import pytest
 
 from tuneplane import __version__
 
-pytest_plugins = ("slurm_cluster",)  # the slurm_cluster fixture, for documents that need it
+pytest_plugins = ("slurm_cluster", "fakekube")  # the slurm_cluster fixture, for documents that need it
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -54,6 +57,7 @@ MARKER = re.compile(r"^<!--\s*doc-test:\s*(?P<body>.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s*\((?P<reason>[^)]+)\)$")
 NEEDS = re.compile(r"^needs-module\s+(?P<module>[A-Za-z_][A-Za-z0-9_.]*)$")
 NEEDS_SLURM = "needs-slurm"
+NEEDS_KUBE = "needs-kube"
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)")
 NOT_BEFORE_FENCE = "a skip marker must be the line right before a fence"
 EXPECT_EXIT = re.compile(r"\s+#\s*exit\s+(?P<code>\d+)\s*$")
@@ -89,6 +93,7 @@ class Document:
     blocks: list[Block] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)
     slurm: bool = False  # runs against the test Slurm cluster
+    kube: bool = False  # runs against the Kubernetes cluster twin
     errors: list[str] = field(default_factory=list)  # malformed markers
 
 
@@ -133,6 +138,8 @@ def _marker(doc: Document, number: int, body: str, pending: tuple[int, str] | No
         doc.needs.append(needs.group("module"))
     elif body == NEEDS_SLURM:
         doc.slurm = True
+    elif body == NEEDS_KUBE:
+        doc.kube = True
     else:
         doc.errors.append(
             f"{doc.path.name}:{number}: unknown doc-test marker {body!r} "
@@ -377,9 +384,24 @@ def test_document_runs(doc: Document, tmp_path: Path, request: pytest.FixtureReq
     session = Session.start(tmp_path)
     if doc.slurm:
         session.env.update(request.getfixturevalue("slurm_cluster").env)
+    if doc.kube:
+        session.env.update(_kube_twin(request.getfixturevalue("fake_kube").url, tmp_path))
     for block in doc.blocks:
         if not block.skip:
             run_block(session, block)
+
+
+def _kube_twin(server: str, tmp: Path) -> dict[str, str]:
+    """A kubeconfig naming the twin, and tests/kubectl_twin.py as the session's `kubectl`."""
+    from helpers_git import kubeconfig
+
+    shim = tmp / ".doc-bin" / "kubectl"
+    stand_in = Path(__file__).with_name("kubectl_twin.py")
+    shim.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(stand_in))} "$@"\n', encoding="utf-8"
+    )
+    shim.chmod(0o755)
+    return {"KUBECONFIG": str(kubeconfig(tmp / "kubeconfig", server))}
 
 
 @pytest.mark.parametrize("block", SKIPPED, ids=lambda b: b.where)
@@ -682,3 +704,15 @@ def test_file_format_examples_pass_their_schemas() -> None:
         data = json.loads(text) if lang == "json" else yaml.safe_load(text)
         errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=str)
         assert errors == [], f"files.md:{line}: the {name} example fails its schema: {errors[0].message}"
+
+
+def test_no_page_installs_another_project_by_name() -> None:
+    """PyPI's `tuneplane` is another project: the docs install this one from its repository or a wheel."""
+    by_name = re.compile(r"pip install\s+(-[-\w]+\s+)*['\"]?tuneplane(?![\w@ -]*@)(\s|==|['\"`]|$)")
+    offenders = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in [*markdown_files(), REPO / "README.md"]
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if by_name.search(line)
+    ]
+    assert offenders == []

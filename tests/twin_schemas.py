@@ -40,6 +40,8 @@ CORE_FILES = {
     ("v1", "ConfigMap"): "configmap-v1.json",
     ("v1", "Pod"): "pod-v1.json",
     ("v1", "Service"): "service-v1.json",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaim-v1.json",
+    ("apps/v1", "Deployment"): "deployment-apps-v1.json",
     ("v1", "ServiceAccount"): "serviceaccount-v1.json",
     ("rbac.authorization.k8s.io/v1", "Role"): "role-rbac-v1.json",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebinding-rbac-v1.json",

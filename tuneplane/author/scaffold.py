@@ -34,7 +34,12 @@ CONFIG_FILE = "config.yaml"
 ACTIONS = {
     "checkout": {"sha": "3d3c42e5aac5ba805825da76410c181273ba90b1", "version": "v7.0.1"},
     "setup_python": {"sha": "5fda3b95a4ea91299a34e894583c3862153e4b97", "version": "v7.0.0"},
+    "create_github_app_token": {"sha": "1b10c78c7865c340bc4f6099eb2f838309f1e8c3", "version": "v3.1.1"},
 }
+# How the bot jobs push their status commits (docs/gitops.md, the bot's push identity). A deploy key by
+# default: one secret, this repository only, and a ruleset can let it past a protected branch, which no
+# bypass list can do for GITHUB_TOKEN.
+PUSH_IDENTITIES = ("deploy-key", "github-app", "github-token")
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ def lab_files(
     tool: ToolSource | None = None,
     runner: str = DEFAULT_RUNNER,
     extra: Mapping[str, str] | None = None,
+    push_identity: str = PUSH_IDENTITIES[0],
 ) -> dict[str, str]:
     """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp; `extra`:
     files a layer above writes (the Kubernetes bot's RBAC, which the backend declares)."""
@@ -71,7 +77,11 @@ def lab_files(
         ".gitignore": render("lab/gitignore"),
         ".pre-commit-config.yaml": render("lab/pre-commit-config.yaml.j2", hook=_hook(tool)),
         ".github/workflows/tuneplane.yml": render(
-            "lab/workflow.yml.j2", branch="main", actions=ACTIONS, **_bot_runner(backend, runner)
+            "lab/workflow.yml.j2",
+            branch="main",
+            actions=ACTIONS,
+            push_identity=push_identity,
+            **_bot_runner(backend, runner),
         ),
         ".github/dependabot.yml": render("lab/dependabot.yml.j2"),
         **({} if backend == "kubernetes" else {".github/actionlint.yaml": _runner_labels(runner)}),
@@ -134,6 +144,7 @@ def init_lab(
     tool: ToolSource | None = None,
     runner: str = DEFAULT_RUNNER,
     extra: Mapping[str, str] | None = None,
+    push_identity: str = PUSH_IDENTITIES[0],
 ) -> InitResult:
     root = root.resolve()
     if root.exists() and not root.is_dir():
@@ -152,7 +163,12 @@ def init_lab(
         raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
     if error := name_error(runner, "runner label"):
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-', starting with a letter or digit")
-    files = lab_files(name, backend, tool, runner, extra)
+    if push_identity not in PUSH_IDENTITIES:
+        raise UsageError(
+            f"push identity {push_identity!r} is not known",
+            hint=f"choose one of: {', '.join(PUSH_IDENTITIES)} (docs/gitops.md: the bot's push identity)",
+        )
+    files = lab_files(name, backend, tool, runner, extra, push_identity)
     clashes = [rel for rel in files if (root / rel).exists() and not rel.endswith(".gitkeep")]
     folders = {str(Path(rel).parent) for rel in files if "/" in rel}
     folders |= {str(p) for f in list(folders) for p in Path(f).parents if str(p) != "."}

@@ -51,7 +51,7 @@ def installed_source(version: str) -> ToolSource:
 
             raise UsageError(
                 f"{TOOL_REQUIREMENT_ENV}={given!r}: {exc}",
-                hint="set it to tuneplane==VERSION or 'tuneplane @ git+URL@TAG', or unset it",
+                hint="set it to 'tuneplane @ git+URL@TAG' or a wheel's URL, or unset it",
             ) from None
     from importlib import metadata  # lazy: distribution metadata is read only for the running tp's source
 
@@ -73,11 +73,17 @@ def installed_source(version: str) -> ToolSource:
         direct = {"url": source_tree.as_uri(), "dir_info": {}}
     origin = _checkout_origin(direct) if isinstance(direct, dict) and "dir_info" in direct else None
     source = tool_source(direct if isinstance(direct, dict) else None, version, origin=origin)
-    if not source.hook_repo:
-        repo = _project_url(dist.metadata.get_all("Project-URL") or [])
-        if repo:
-            source = ToolSource(source.requirement, source.comment, repo, f"v{version}")
-    return source
+    return with_release_hook(source, dist.metadata.get_all("Project-URL") or [], version)
+
+
+def with_release_hook(source: ToolSource, project_urls: list[str], version: str) -> ToolSource:
+    """The pre-commit hook installs tp as the workflow does: from `requirement` itself whenever there is one.
+    Only when CI cannot know how to install tp does the hook fall back to the project's repository (its
+    `Project-URL`) at this release's tag, which beats a hook that needs tp on every PATH."""
+    if source.hook_repo or source.requirement:
+        return source
+    repo = _project_url(project_urls)
+    return ToolSource(source.requirement, source.comment, repo, f"v{version}") if repo else source
 
 
 def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple[str, str] | None) -> ToolSource:
@@ -85,7 +91,8 @@ def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple
     if direct is None:
         return ToolSource(
             f"{DIST}=={version}",
-            f"tp {version} was installed from a package index; if that index is not PyPI, set index_url too",
+            f"tp {version} was installed from a package index: set index_url to that index (PyPI's "
+            f"{DIST} is another project)",
         )
     url = str(direct.get("url", ""))
     vcs = direct.get("vcs_info")
@@ -96,7 +103,7 @@ def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple
             f"{DIST} @ {vcs.get('vcs', 'git')}+{url}@{vcs['commit_id']}",
             f"tp was installed from {url} at this commit{shown}",
             url,
-            tag or str(vcs["commit_id"]),
+            str(vcs["commit_id"]),  # the hook at the commit CI installs (a tag can move, or be local only)
         )
     archive = direct.get("archive_info")
     if isinstance(archive, dict) and _reachable(url):
@@ -109,13 +116,13 @@ def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple
             f"{DIST} @ git+{remote}@{commit}",
             f"tp was installed from a local checkout of {remote}; CI installs the same commit (push it first)",
             remote,
-            f"v{version}",
+            commit,
         )
     where = unquote(urlparse(url).path) or url or "a local file"
     return ToolSource(
         "",
         f"tp was installed from {where}, which CI cannot reach: write how CI installs tp, "
-        f"e.g. {DIST}=={version} or '{DIST} @ git+https://HOST/OWNER/REPO@TAG'",
+        f"e.g. '{DIST} @ git+https://HOST/OWNER/REPO@v{version}' or a wheel's URL",
     )
 
 

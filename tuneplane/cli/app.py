@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bot": ("cmd_bot", "The CI bot: submit merged run requests and write status back into git."),
     "cluster": (
         "cmd_cluster",
-        "What the cluster needs for this lab: `tp cluster rbac` prints the bot's Role, RoleBinding and ServiceAccount.",
+        "What the cluster needs for this lab (YAML for kubectl apply -f -): rbac, storage, sdk, ingest.",
     ),
     "plugin": ("cmd_plugin", "Algorithm plugins: scaffold, validate, lock."),
     "ingest": ("cmd_ingest", "The metrics ingest receiver."),

@@ -33,8 +33,9 @@ def init(
         typer.Option(
             "--tool-requirement",
             envvar=TOOL_REQUIREMENT_ENV,
-            help="How CI installs tp (tool.requirement): tuneplane==VERSION or 'tuneplane @ git+URL@TAG'; "
-            "default: how this tp was installed.",
+            help="How CI installs tp (tool.requirement): 'tuneplane @ git+URL@TAG', a wheel's URL, or "
+            "tuneplane==VERSION from your team's index (PyPI's tuneplane is another project); default: how "
+            "this tp was installed.",
         ),
     ] = None,
     runner: Annotated[
@@ -45,6 +46,15 @@ def init(
             "machine that stays).",
         ),
     ] = "tuneplane",
+    push_identity: Annotated[
+        str,
+        typer.Option(
+            "--push-identity",
+            help="How the bot jobs push status commits: deploy-key (secret TUNEPLANE_DEPLOY_KEY), github-app "
+            "(secrets TUNEPLANE_APP_CLIENT_ID and TUNEPLANE_APP_PRIVATE_KEY) or github-token (no setup, "
+            "but refused by a branch protection that requires pull requests).",
+        ),
+    ] = "deploy-key",  # the scaffold's PUSH_IDENTITIES[0], which says why
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     import sys
@@ -59,13 +69,22 @@ def init(
         except ValueError as exc:
             raise UsageError(
                 f"--tool-requirement {tool_requirement!r}: {exc}",
-                hint="for example tuneplane==0.5.0 or 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0'",
+                hint="for example 'tuneplane @ git+https://HOST/OWNER/REPO@v0.5.0' or a wheel's URL",
             ) from None
 
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    extra = _cluster_files() if backend == "kubernetes" else {}
-    result = init_lab(directory, name, use_git=not no_git, backend=backend, tool=tool, runner=runner, extra=extra)
+    cluster = _cluster_files() if backend == "kubernetes" else {}
+    result = init_lab(
+        directory,
+        name,
+        use_git=not no_git,
+        backend=backend,
+        tool=tool,
+        runner=runner,
+        extra=cluster,
+        push_identity=push_identity,
+    )
     say.line(f"created lab {result.name!r} in {result.root}")
     for rel in result.files:
         if not rel.endswith(".gitkeep") and not rel.startswith(".tuneplane/"):
@@ -74,16 +93,30 @@ def init(
         say.line("  .tuneplane/schemas/ (for editors: every file names its schema there)")
     if result.commit:
         say.line(f"  committed {result.commit[:12]}")
-    if extra:
-        say.line(f"the bot's Kubernetes permissions are in {', '.join(extra)}: an administrator applies them once")
+    if cluster:
+        say.line(f"the cluster's side is in {', '.join(cluster)}: an administrator applies it once (docs/operators.md)")
+    say.line(f"the bot pushes as {push_identity}: {_identity_setup(push_identity)}")
     say.line("next: tp new my-exp --method custom/custom   (see `tp methods`)")
 
 
 def _cluster_files() -> dict[str, str]:
-    """The bot's ServiceAccount, Role and RoleBinding in a new lab's namespace (tp cluster rbac prints them
-    again for another namespace)."""
+    """The bot's ServiceAccount, Role and RoleBinding, and the storage every job mounts, in a new lab's
+    namespace (tp cluster rbac and tp cluster storage print them again, for another namespace or size)."""
     # lazy: only a Kubernetes lab pays for the backend's declarations
+    from tuneplane.backends.kubernetes.operator import STORAGE_FILE
     from tuneplane.backends.kubernetes.rbac import RBAC_FILE, to_yaml
-    from tuneplane.models.lab import Cluster
+    from tuneplane.cli.cmd_cluster import storage_yaml
+    from tuneplane.models.lab import Cluster, Storage
 
-    return {RBAC_FILE: to_yaml(str(Cluster.model_fields["namespace"].default))}
+    namespace = str(Cluster.model_fields["namespace"].default)
+    pvc = str(Storage.model_fields["pvc"].default)
+    return {RBAC_FILE: to_yaml(namespace), STORAGE_FILE: storage_yaml(namespace, pvc)}
+
+
+def _identity_setup(push_identity: str) -> str:
+    """What a person does once on GitHub for the identity (docs/gitops.md has the steps)."""
+    if push_identity == "deploy-key":
+        return "add a deploy key with write access and its private key as secret TUNEPLANE_DEPLOY_KEY"
+    if push_identity == "github-app":
+        return "install the lab's GitHub App; set secrets TUNEPLANE_APP_CLIENT_ID and TUNEPLANE_APP_PRIVATE_KEY"
+    return "nothing to set up; a branch protection that requires pull requests refuses its pushes"

@@ -24,6 +24,13 @@ from tuneplane.models.lab import LabFile
 from tuneplane.problems import Problem, Severity
 
 MAX_REQUIREMENT = 1000
+# How this project installs: its repository at a tag, or a wheel; a bare name only with the team's own index,
+# since PyPI's `tuneplane` is another project.
+REQUIREMENT_HINT = (
+    "write how CI installs tp: 'tuneplane @ git+https://HOST/OWNER/REPO@TAG' (this project's repository at a "
+    "release tag), a wheel's URL ('tuneplane @ https://HOST/tuneplane-VERSION-py3-none-any.whl'), or "
+    "tuneplane==VERSION with index_url naming your team's index (on PyPI that name is another project)"
+)
 
 
 def check(lab: Lab) -> Iterator[Problem]:
@@ -104,8 +111,7 @@ def _tool(settings: LabFile) -> Iterator[Finding]:
             "tool-requirement",
             "tool.requirement is empty: the lab's CI stops before `tp validate`, since it cannot know how to "
             "install tp",
-            "write how CI installs tp, e.g. `requirement: tuneplane==0.5.0` or "
-            "'tuneplane @ git+https://HOST/OWNER/REPO@TAG'",
+            REQUIREMENT_HINT,
             Severity.WARNING,
         )
     elif len(requirement) > MAX_REQUIREMENT or any(ord(c) < 32 or ord(c) == 127 for c in requirement):
