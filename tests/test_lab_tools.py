@@ -147,7 +147,7 @@ def test_the_workflow_grants_least_privilege_and_times_out(tmp_path: Path, tp: A
     data = _workflow(root)
     assert data["permissions"] == {"contents": "read"}
     jobs = data["jobs"]
-    assert jobs["check"]["permissions"] == {"contents": "read"}
+    assert jobs["check"]["permissions"] == {"contents": "read", "pull-requests": "write"}  # the plan's comment
     bot_token = "write" if identity == "github-token" else "read"
     for bot in ("reconcile", "sync"):
         assert jobs[bot]["permissions"] == {"contents": bot_token}
@@ -620,3 +620,52 @@ def test_schemas_are_committed_with_the_lab_and_refreshed_by_upgrade(lab: Path, 
     assert tp("new", "c", "--method", "custom/custom").code == 0
     assert tp("recipe", "upgrade", "--all").code == 0
     assert (lab / ".tuneplane" / "schemas" / "run.schema.json").is_file()
+
+
+GH_STUB = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$CALLS"
+case "$*" in
+  *--method\\ PATCH*|*--method\\ POST*)
+    for a in "$@"; do case "$a" in body=@*) cat "${a#body=@}" > "$BODY" ;; esac; done ;;
+  *) printf '%s' "$FOUND" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("found", ["", "4711\n"], ids=["first-push", "later-push"])
+def test_the_plan_is_one_pull_request_comment_updated_in_place(tmp_path: Path, tp: Any, found: str) -> None:
+    """The comment step as GitHub runs it, with `gh` standing in for the API: the first push posts the
+    plan, every later one edits the comment the bot posted (found by the plan's first line)."""
+    root = tmp_path / "lab"
+    assert tp("init", root, "--tool-requirement", VCS_REQUIREMENT).code == 0
+    steps = _workflow(root)["jobs"]["check"]["steps"]
+    (step,) = [s for s in steps if s.get("name") == "The plan as the pull request's comment"]
+    assert "head.repo.full_name == github.repository" in step["if"]  # a fork's token cannot write
+    bin_dir, temp = tmp_path / "bin", tmp_path / "runner-temp"
+    bin_dir.mkdir()
+    temp.mkdir()
+    (bin_dir / "gh").write_text(GH_STUB)
+    (bin_dir / "gh").chmod(0o755)
+    plan = "<!-- tuneplane:plan -->\n### tp render: 1 changed run request(s) against `origin/main`, 1 to submit\n"
+    (temp / "plan.md").write_text(plan)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "RUNNER_TEMP": str(temp),
+        "GITHUB_REPOSITORY": "acme/lab",
+        "PR": "12",
+        "CALLS": str(tmp_path / "calls"),
+        "BODY": str(tmp_path / "body"),
+        "FOUND": found,
+    }
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, check=False)
+
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0].startswith("api --paginate repos/acme/lab/issues/12/comments --jq ")
+    assert "github-actions[bot]" in calls[0] and "<!-- tuneplane:plan -->" in calls[0]
+    if found:
+        assert calls[1].startswith("api --method PATCH repos/acme/lab/issues/comments/4711 "), calls
+    else:
+        assert calls[1].startswith("api --method POST repos/acme/lab/issues/12/comments "), calls
+    assert len(calls) == 2 and (tmp_path / "body").read_text() == plan
