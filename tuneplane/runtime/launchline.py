@@ -9,13 +9,18 @@ script's own output (`exec > >(tee log) 2>&1`) is not a launch.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Sequence
 
 _COMMENT = re.compile(r"(^|\s)#")
 _EXEC = re.compile(r"^\s*exec\s+(\S)")
 # an `exec` whose first word is a redirection (`exec 2>&1`, `exec >log`, `exec {fd}<file`) runs nothing
 _REDIRECTION = re.compile(r"^(\d*[<>&]|\{\w+\}[<>])")
 MAX_SHOWN = 2000  # characters of a launch line a log repeats
+MAX_SCRIPT_BYTES = 512 * 1024
+# set by a backend that already wrote the launch line at the top of the job's log
+SHOWN_ENV = "TUNEPLANE_LAUNCH_LINE_SHOWN"
 
 
 def shell_commands(text: str) -> list[tuple[int, str]]:
@@ -50,3 +55,24 @@ def launch_line(text: str) -> tuple[int, str] | None:
 def _strip_comment(line: str) -> str:
     m = _COMMENT.search(line)
     return line[: m.start()] if m else line
+
+
+def own_launch_line(argv: Sequence[str], work_dir: str) -> str | None:
+    """`<script>:<line>: <launch>` when the job runs a person's own shell script (`bash <script>` in
+    the job package), the first line its log shows; None for any other start or a script without one."""
+    if len(argv) != 2 or os.path.basename(argv[0]) != "bash":
+        return None
+    script, work = os.path.realpath(argv[1]), os.path.realpath(work_dir)
+    if not script.startswith(work + os.sep):
+        return None
+    try:
+        if os.path.getsize(script) > MAX_SCRIPT_BYTES:
+            return None
+        with open(script, encoding="utf-8") as fh:
+            found = launch_line(fh.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+    if found is None:
+        return None
+    rel = os.path.relpath(script, work).replace(os.sep, "/")
+    return f"{rel}:{found[0]}: {found[1]}"

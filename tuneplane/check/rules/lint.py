@@ -138,7 +138,7 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
             n,
             1,
             "lint-scaffold",
-            "train.sh is still the scaffold: the job will stop at once with `no training command yet`",
+            "train.sh is still the scaffold: the job will stop at once with `no training command yet` (exit 1)",
             "replace this line with your launch command, "
             'e.g. exec python "${TUNEPLANE_EXP_DIR}/train.py" --output-dir "${TUNEPLANE_OUT_DIR}"',
         )
