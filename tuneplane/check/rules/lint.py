@@ -42,7 +42,7 @@ _OUT_FLAG = re.compile(r"--(output[-_]dir|save[-_]dir|checkpoint[-_]dir)[ =]+['\
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
     for path in code_files(ctx.dir):
         rel = path.relative_to(ctx.dir).as_posix()
-        text = _read(path)
+        text = read_code(path)
         if text is None:
             continue
         shown = f"{ctx.rel}/{rel}"
@@ -63,7 +63,8 @@ def code_files(base: Path) -> list[Path]:
     return [p for p in found[:MAX_LINT_FILES] if p.is_file() and not p.is_symlink()]
 
 
-def _read(path: Path) -> str | None:
+def read_code(path: Path) -> str | None:
+    """The file's text, or None when it is too big to lint or not UTF-8 text."""
     try:
         if path.stat().st_size > MAX_LINT_BYTES:
             return None
@@ -206,7 +207,7 @@ def lint_shared_code(lab: Lab) -> list[Problem]:
         if not base.is_dir() or base.is_symlink():
             continue
         for path in code_files(base):
-            text = _read(path)
+            text = read_code(path)
             if text is not None:
                 out += lint_legacy(lab.rel(path), text, shell=path.suffix != ".py")
     return out
