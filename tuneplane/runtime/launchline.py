@@ -28,7 +28,7 @@ def shell_commands(text: str) -> list[tuple[int, str]]:
     commands: list[tuple[int, str]] = []
     start, parts = 0, list[str]()
     for number, raw in enumerate(text.splitlines(), 1):
-        line = _strip_comment(raw)
+        line = strip_comment(raw)
         if not parts:
             start = number
         continued = line.rstrip().endswith("\\")
@@ -52,7 +52,8 @@ def launch_line(text: str) -> tuple[int, str] | None:
     return None
 
 
-def _strip_comment(line: str) -> str:
+def strip_comment(line: str) -> str:
+    """A shell line without its comment (a `#` that starts a word), columns kept."""
     m = _COMMENT.search(line)
     return line[: m.start()] if m else line
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.entrypoint import resolve_entrypoint
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.launchline import strip_comment
 
 RULE = "launch-zero-procs"
 SCRIPTS = ("train.sh", "train.py")
@@ -60,7 +61,7 @@ def zero_counts(text: str, shell: bool) -> list[ZeroCount]:
     """Every process-count flag of `text` taken from the GPU count (not a PROCS fallback to it)."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0] if shell else line
+        code = strip_comment(line) if shell else line
         for m in _COUNT.finditer(code):
             if PROCS in m.group(0):  # `${PROCS:-$GPUS}`: the GPU count only where PROCS is not set
                 continue

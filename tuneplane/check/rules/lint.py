@@ -26,6 +26,7 @@ from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.load import Lab
 from tuneplane.lab.starforge import LEGACY, find_uses
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.launchline import strip_comment
 
 SCRIPTS = ("train.sh", "train.py")
 CODE_SUFFIXES = (".py", ".sh", ".bash")
@@ -90,13 +91,8 @@ def code_lines(text: str, shell: bool) -> list[str]:
     """The lines of `text` with comments (and Python docstrings) blanked, columns kept."""
     lines = text.splitlines()
     if shell:
-        return [_strip_shell_comment(line) for line in lines]
+        return [strip_comment(line) for line in lines]
     return _python_code(text, lines)
-
-
-def _strip_shell_comment(line: str) -> str:
-    m = re.search(r"(^|\s)#", line)
-    return line[: m.start()] if m else line
 
 
 def _python_code(text: str, lines: list[str]) -> list[str]:
