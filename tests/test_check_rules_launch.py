@@ -25,6 +25,7 @@ TRAIN_PY = """import json, os, sys
 from tuneplane.report import log
 print("rank", json.dumps({"rank": os.environ.get("RANK"), "world": os.environ.get("WORLD_SIZE")}))
 print("args", json.dumps(sys.argv[1:]))
+print("env", json.dumps([os.environ[f"TUNEPLANE_CLUSTER_{k}_PER_NODE"] for k in ("GPUS", "PROCS")]))
 log({"train/loss": 1.0}, step=1)
 """
 # the guide's three launch lines, as written there
@@ -70,6 +71,7 @@ def test_the_guides_python_line_runs(lab: Path, tp: Any, tp_subprocess: Any) -> 
     done = tp_subprocess("submit", "byo", *SUBMIT, "--local", cwd=lab, timeout=300)
     assert done.code == 0, done.output
     assert "Succeeded" in done.out and _printed(done.out, "rank") == [{"rank": None, "world": None}]
+    assert _printed(done.out, "env") == [["0", "1"]]  # the GPU count stays the GPU count; processes: 1
     assert "warning" not in done.out
 
 
