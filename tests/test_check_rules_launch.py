@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import clone, git, make_remote, quiet, run_ids, seed_lab
+from helpers_git import clone, git, make_remote, quiet, request, run_ids, seed_lab
 
 from tuneplane.bot.entry import reconcile
 from tuneplane.check.rules.launch import ACCELERATE, TORCHRUN, zero_counts
-from tuneplane.lab.runs import RunKey, read_status
+from tuneplane.lab.runs import RunKey, read_status, write_request
 
 SUBMIT = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
 TRAIN_PY = """import json, os, sys
@@ -183,3 +183,17 @@ def test_what_accelerate_does_with_zero(tmp_path: Path) -> None:
     done = _zero_launch([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "0"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["started None"]  # one process, no distributed world
+
+
+def test_validate_reports_a_run_request_the_bot_would_refuse(lab: Path, tp: Any) -> None:
+    """The pull-request check says it before the merge, at the request's profile, with submit's words."""
+    _lab(lab, tp, TORCHRUN_LINE)
+    local, gpus = request("byo", "20260101-120000-aaaaaa"), request("byo", "20260101-120000-bbbbbb", "h200:8")
+    for req in (local, gpus):
+        write_request(lab, req)
+    result = tp("validate", "--format", "json")
+    found = [p for p in json.loads(result.out)["problems"] if p["rule"] == "launch-zero-procs"]
+    errors = [(p["file"], p["line"], p["severity"]) for p in found if p["file"].startswith("runs/")]
+    assert errors == [("runs/byo/20260101-120000-aaaaaa.yaml", 9, "error")] and result.code == 1
+    message = next(p["message"] for p in found if p["file"].startswith("runs/"))
+    assert message.startswith("experiments/byo/train.sh:39:3: torchrun's --nproc_per_node")

@@ -63,9 +63,9 @@ def lab_rules() -> list[LabRule]:
 
 def run_rules() -> list[RunRule]:
     # lazy: each rule module is loaded only when its kind of file is checked
-    from tuneplane.check.rules import runs
+    from tuneplane.check.rules import launch, runs
 
-    return [runs.check]
+    return [runs.check, launch.check_run]
 
 
 def sweep_rules() -> list[SweepRule]:

@@ -6,8 +6,8 @@ profile of a CPU machine), and a process count taken from it means something els
 `accelerate launch --num_processes 0` starts one plain, non-distributed process whatever the run
 asked for (`--profile local:4` still gets one). `$TUNEPLANE_CLUSTER_PROCS_PER_NODE` is the GPU count
 on GPU profiles and the process count of a CPU run (`--profile local:N`, 1 by default), never 0.
-`tp validate` warns when the lab has a profile without GPUs; `tp submit` (and the bot) refuse a run
-on such a profile whose launch would start no process.
+`tp validate` warns when the lab has a profile without GPUs, and reports a run request on such a
+profile whose launch would start no process as the error `tp submit` and the bot refuse it with.
 Passing: `exec torchrun --nproc_per_node "$TUNEPLANE_CLUSTER_PROCS_PER_NODE" "$TUNEPLANE_EXP_DIR/train.py"`.
 Failing: `exec torchrun --nproc_per_node "$TUNEPLANE_CLUSTER_GPUS_PER_NODE" …` in a lab with a 0-GPU profile.
 """
@@ -17,12 +17,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tuneplane.check.rules.context import ExperimentContext
-from tuneplane.check.rules.entrypoint import resolve_entrypoint
+from tuneplane.check.rules.entrypoint import own_entrypoint, resolve_entrypoint
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.launchline import strip_comment
+
+if TYPE_CHECKING:  # the run-request rules load only when requests are checked
+    from tuneplane.check.rules.runs import RunContext
 
 RULE = "launch-zero-procs"
 SCRIPTS = ("train.sh", "train.py")
@@ -91,6 +94,28 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
                 severity=Severity.WARNING,
                 hint=FIX,
             )
+
+
+def check_run(ctx: RunContext) -> Iterator[Problem]:
+    """A run request whose profile leaves the launch line 0 processes: the error `tp submit` and the bot
+    refuse it with, placed at its `profile`."""
+    data = ctx.doc.data
+    if not isinstance(data, dict) or data.get("operation", "train") != "train":
+        return
+    profile, entrypoint = data.get("profile"), own_entrypoint(ctx.experiment)
+    if not isinstance(profile, str) or entrypoint is None:
+        return
+    # lazy: profiles are parsed only for run requests, which `tp validate EXP` does not load
+    from tuneplane.check.shapes import ShapeError, parse_profile
+
+    try:
+        shape = parse_profile(profile, ctx.lab.config)
+    except ShapeError:
+        return  # rule run-profile says why
+    exp = ctx.experiment
+    found = zero_process_launch(exp.dir, exp.rel, entrypoint, shape.gpus_per_node, shape.profile)
+    if found is not None:
+        yield ctx.doc.problem("/profile", RULE, f"{found.location()}: {found.message}", hint=found.hint)
 
 
 def zero_process_launch(exp_dir: Path, rel: str, entrypoint: str, gpus_per_node: int, profile: str) -> Problem | None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tuneplane.check.rules.context import ExperimentContext
-from tuneplane.check.rules.entrypoint import resolve_entrypoint
+from tuneplane.check.rules.entrypoint import own_entrypoint
 from tuneplane.check.rules.lint import code_files, code_lines, read_code
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.launchline import launch_line
@@ -57,27 +57,6 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         "callbacks=[TunePlaneCallback()] to a Hugging Face trainer; or declare the TensorBoard or JSON "
         "lines files it writes under metrics.native in experiment.yaml",
     )
-
-
-def own_entrypoint(ctx: ExperimentContext) -> str | None:
-    """The entrypoint the job starts when it is the experiment's own file (custom's train.sh, a
-    template's train.py, an experiment override), else None."""
-    if ctx.lock is None:
-        return None
-    bound = ctx.lock.bindings.entrypoint if ctx.lock.bindings else None
-    recipe = ctx.recipe
-    if bound is not None:
-        kind, value = bound.kind, bound.value
-    elif recipe is not None:
-        kind, value = recipe.entrypoint.kind, recipe.entrypoint.value
-    else:
-        return None
-    override = recipe.entrypoint.experiment_override if recipe is not None else ""
-    if kind != "experiment" and override and resolve_entrypoint(ctx.dir, override) is not None:
-        kind, value = "experiment", override
-    if kind != "experiment" or resolve_entrypoint(ctx.dir, value) is None:
-        return None  # a missing entrypoint is rule `entrypoint`'s
-    return value
 
 
 def _declares_native(ctx: ExperimentContext) -> bool:
