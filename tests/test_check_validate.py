@@ -191,6 +191,7 @@ def test_lint_passing_example_is_quiet(lab: Path, tp: Any) -> None:
         '"${TUNEPLANE_EXP_DIR}/train.py" '
         '--output-dir "${TUNEPLANE_OUT_DIR}"\n',
     )
+    write(lab, "experiments/byo/train.py", "from tuneplane.report import log\n")  # it reports its metrics
     assert report(tp, "byo")[1]["problems"] == []
 
 

@@ -26,6 +26,7 @@ JOB_SIDE = (
     "tuneplane.runtime.attempts",
     "tuneplane.runtime.supervise",
     "tuneplane.runtime.entry",
+    "tuneplane.runtime.launchline",
     "tuneplane.lifecycle",
 )
 JOB_SIDE_EXCEPTIONS = {

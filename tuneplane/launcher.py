@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 import tuneplane.runtime.attempts as attempts
+import tuneplane.runtime.launchline as launchline
 from tuneplane import __version__, plugins
 from tuneplane.constants import ATTEMPT_ENV, CONFIG_ERROR_EXIT, NAME_PATTERN, OUT_DIR_ENV, RESUME_FROM_ENV, WORK_DIR_ENV
 from tuneplane.report.checkpoints import newest_complete
@@ -476,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         spec, entry, ranks = _prepare(args, _emit, supervised=record is not None)
     except LaunchError as exc:
         return _refused(exc, record)
+    _show_own_launch(args, spec)
     # Node rank zero collects for the job (tuneplane.collector): native files beside the trainer,
     # then what the SDK left unsent.
     uploads = bool(_collector("take_job", False))
@@ -506,6 +508,14 @@ def main(argv: list[str] | None = None) -> int:
             return CONFIG_ERROR_EXIT
         return code
     exec_argv(spec.launch.argv)
+
+
+def _show_own_launch(args: list[str], spec: JobSpecView) -> None:
+    """The log starts with the person's own launch line (`bash train.sh`'s exec), once per node."""
+    shown = args or os.environ.pop(launchline.SHOWN_ENV, "")  # a rank, or a backend already wrote it
+    own = None if shown else launchline.own_launch_line(spec.launch.argv, str(work_dir()))
+    if own:
+        _emit(own)
 
 
 def _refused(exc: LaunchError, record: JobAttempt | None) -> int:

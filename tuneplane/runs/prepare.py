@@ -18,10 +18,12 @@ from typing import Any
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.local.backend import local_manifest
+from tuneplane.check.rules.launch import zero_process_launch
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN
 from tuneplane.ingest import mint_token
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.load import Lab
+from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
@@ -76,8 +78,20 @@ def prepare(
     if warn is not None:
         for warning in warnings:
             warn(warning)
+    _refuse_zero_processes(lab, prepared_experiment.dir, spec)
     run = rendered(lab, request, spec, compile_plan(spec), tuple(warnings))
     return dataclasses.replace(run, config=job_config(prepared_experiment, spec))
+
+
+def _refuse_zero_processes(lab: Lab, exp_dir: Path, spec: JobSpec) -> None:
+    """A launch line that would start no process on this run's profile (rule `launch-zero-procs`)."""
+    recipe, resources = spec.spec.recipe, spec.spec.resources
+    if recipe.entrypoint_kind != "experiment":
+        return
+    rel = lab.experiment_rel(spec.metadata.experiment)
+    found = zero_process_launch(exp_dir, rel, recipe.entrypoint, resources.gpus_per_node, resources.profile)
+    if found is not None:
+        raise first_problem_error([found])
 
 
 def rendered(

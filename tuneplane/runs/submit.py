@@ -24,6 +24,7 @@ from tuneplane.lab.runs import RunKey, new_run_id, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest, RunStatus
 from tuneplane.plan.adapters.base import cpu_smoke_test
+from tuneplane.problems import Problem
 from tuneplane.record.publish import (
     publish,
     resolve_target,
@@ -97,9 +98,14 @@ def submit(
     repo = lab_repo(lab)
     request = build_request(opts, requester(repo))
     commit, dirty = repo.head(), lab_dirty(repo, lab)
-    run = _prepare_for_submit(repo, lab, request, opts, commit, dirty)
+    run, checked = _prepare_for_submit(repo, lab, request, opts, commit, dirty)
     for warning in run.warnings:
         say(f"warning: {warning}")
+    for problem in checked:  # what `tp validate EXP` warns about, each said once
+        if not any(problem.message in warning for warning in run.warnings):
+            say(f"{problem.location()}: warning [{problem.rule}] {problem.message}")
+            if problem.hint:
+                say(f"    hint: {problem.hint}")
     key = RunKey(request.experiment, request.run_id)
     write_request(lab.root, request)
     title = f"Request run {key.run_id} of {key.experiment} ({request.profile})"
@@ -144,17 +150,32 @@ def lab_repo(lab: Lab) -> GitRepo:
 
 def _prepare_for_submit(
     repo: GitRepo, lab: Lab, request: RunRequest, opts: SubmitOptions, commit: str, dirty: bool
-) -> PreparedRun:
+) -> tuple[PreparedRun, list[Problem]]:
+    """The prepared run (or its refusal), and the warnings `tp validate` has for its experiment."""
     if opts.commit:
         with lab_at(repo, opts.commit) as pinned:
-            return prepare(local_lab(pinned) if opts.local else pinned, request, commit=opts.commit, dirty=False)
-    return prepare(
+            run = prepare(local_lab(pinned) if opts.local else pinned, request, commit=opts.commit, dirty=False)
+            return run, experiment_warnings(pinned, request.experiment)
+    run = prepare(
         local_lab(lab) if opts.local else lab,
         request,
         commit=commit,
         dirty=dirty,
         allow_dirty=opts.allow_dirty,
     )
+    return run, experiment_warnings(lab, request.experiment)
+
+
+def experiment_warnings(lab: Lab, experiment: str) -> list[Problem]:
+    """The warnings `tp validate EXP` reports in the experiment's files: admitted, but the run may not
+    do what was meant (the lab's own settings are `tp validate`'s to report)."""
+    # lazy: the rules load only for a run that was admitted
+    from tuneplane.check.validate import validate
+    from tuneplane.lab.shellsyntax import bash_syntax
+
+    own = lab.experiment_rel(experiment) + "/"
+    problems = validate(lab, [experiment], shell_check=bash_syntax)
+    return [p for p in problems if not p.is_error and p.file.startswith(own)]
 
 
 def _message(title: str, request: RunRequest) -> str:

@@ -76,6 +76,8 @@ from tuneplane.constants import (
 from tuneplane.lab.gitrepo import GitFailed
 from tuneplane.lab.heartbeats import PUBLISH_ENV, REMOTE_TIMEOUT, publish, publish_interval, remote_of
 from tuneplane.runtime import attempts as records
+from tuneplane.runtime.launchline import SHOWN_ENV as LAUNCH_SHOWN_ENV
+from tuneplane.runtime.launchline import own_launch_line
 
 SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
 # Seconds a heartbeat push under way may take to land once the job ended, before the end is recorded:
@@ -266,6 +268,10 @@ class _Supervisor:
         stops = [stop_ingest, *(start(self.run_dir, dict(env)) for start in SIDECARS)]
         try:
             self.log = open(self.log_path, "a", encoding="utf-8", errors="replace")
+            own = own_launch_line(self.launch.get("plan_argv") or [], self.launch["work_dir"])
+            if own:  # the log starts with the person's own launch, then the platform's
+                self._line(own)
+                env[LAUNCH_SHOWN_ENV] = "1"  # so the launcher does not repeat it
             self._line(self._launch_line(lease.ids))
             code = self._execute(env)
             # Native metric files and whatever the SDK's finish() left in the out dir reach the

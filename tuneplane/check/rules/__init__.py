@@ -26,7 +26,19 @@ StatusRule = Callable[["StatusContext"], Iterator[Problem]]
 
 def experiment_rules() -> list[ExperimentRule]:
     # lazy: each rule module is loaded only when its kind of file is checked
-    from tuneplane.check.rules import code, config, entrypoint, launch, lint, lock, native, plugins, requires
+    from tuneplane.check.rules import (
+        checkpoints,
+        code,
+        config,
+        entrypoint,
+        launch,
+        lint,
+        lock,
+        native,
+        plugins,
+        reporting,
+        requires,
+    )
 
     return [
         lock.check,
@@ -35,6 +47,8 @@ def experiment_rules() -> list[ExperimentRule]:
         entrypoint.check,
         plugins.check,
         lint.check,
+        reporting.check,
+        checkpoints.check,
         code.check,
         launch.check,
         native.check,
@@ -49,9 +63,9 @@ def lab_rules() -> list[LabRule]:
 
 def run_rules() -> list[RunRule]:
     # lazy: each rule module is loaded only when its kind of file is checked
-    from tuneplane.check.rules import runs
+    from tuneplane.check.rules import launch, runs
 
-    return [runs.check]
+    return [runs.check, launch.check_run]
 
 
 def sweep_rules() -> list[SweepRule]:

@@ -67,3 +67,24 @@ def _catalog_entrypoint(ctx: ExperimentContext) -> tuple[str, str]:
     if ctx.recipe is None:
         return "", ""
     return ctx.recipe.entrypoint.kind, ctx.recipe.entrypoint.value
+
+
+def own_entrypoint(ctx: ExperimentContext) -> str | None:
+    """The entrypoint the job starts when it is the experiment's own file (custom's train.sh, a
+    template's train.py, an experiment override), else None."""
+    if ctx.lock is None:
+        return None
+    bound = ctx.lock.bindings.entrypoint if ctx.lock.bindings else None
+    recipe = ctx.recipe
+    if bound is not None:
+        kind, value = bound.kind, bound.value
+    elif recipe is not None:
+        kind, value = recipe.entrypoint.kind, recipe.entrypoint.value
+    else:
+        return None
+    override = recipe.entrypoint.experiment_override if recipe is not None else ""
+    if kind != "experiment" and override and resolve_entrypoint(ctx.dir, override) is not None:
+        kind, value = "experiment", override
+    if kind != "experiment" or resolve_entrypoint(ctx.dir, value) is None:
+        return None  # a missing entrypoint is rule `entrypoint`'s
+    return value

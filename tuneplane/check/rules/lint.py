@@ -26,6 +26,7 @@ from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.load import Lab
 from tuneplane.lab.starforge import LEGACY, find_uses
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.launchline import strip_comment
 
 SCRIPTS = ("train.sh", "train.py")
 CODE_SUFFIXES = (".py", ".sh", ".bash")
@@ -42,7 +43,7 @@ _OUT_FLAG = re.compile(r"--(output[-_]dir|save[-_]dir|checkpoint[-_]dir)[ =]+['\
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
     for path in code_files(ctx.dir):
         rel = path.relative_to(ctx.dir).as_posix()
-        text = _read(path)
+        text = read_code(path)
         if text is None:
             continue
         shown = f"{ctx.rel}/{rel}"
@@ -63,7 +64,8 @@ def code_files(base: Path) -> list[Path]:
     return [p for p in found[:MAX_LINT_FILES] if p.is_file() and not p.is_symlink()]
 
 
-def _read(path: Path) -> str | None:
+def read_code(path: Path) -> str | None:
+    """The file's text, or None when it is too big to lint or not UTF-8 text."""
     try:
         if path.stat().st_size > MAX_LINT_BYTES:
             return None
@@ -89,13 +91,8 @@ def code_lines(text: str, shell: bool) -> list[str]:
     """The lines of `text` with comments (and Python docstrings) blanked, columns kept."""
     lines = text.splitlines()
     if shell:
-        return [_strip_shell_comment(line) for line in lines]
+        return [strip_comment(line) for line in lines]
     return _python_code(text, lines)
-
-
-def _strip_shell_comment(line: str) -> str:
-    m = re.search(r"(^|\s)#", line)
-    return line[: m.start()] if m else line
 
 
 def _python_code(text: str, lines: list[str]) -> list[str]:
@@ -138,7 +135,7 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
             n,
             1,
             "lint-scaffold",
-            "train.sh is still the scaffold: the job will stop at once with `no training command yet`",
+            "train.sh is still the scaffold: the job will stop at once with `no training command yet` (exit 1)",
             "replace this line with your launch command, "
             'e.g. exec python "${TUNEPLANE_EXP_DIR}/train.py" --output-dir "${TUNEPLANE_OUT_DIR}"',
         )
@@ -206,7 +203,7 @@ def lint_shared_code(lab: Lab) -> list[Problem]:
         if not base.is_dir() or base.is_symlink():
             continue
         for path in code_files(base):
-            text = _read(path)
+            text = read_code(path)
             if text is not None:
                 out += lint_legacy(lab.rel(path), text, shell=path.suffix != ".py")
     return out

@@ -5,8 +5,8 @@
 # this experiment's folder, so name your own files through $TUNEPLANE_EXP_DIR.
 # What to keep: write checkpoints, logs and exports under $TUNEPLANE_OUT_DIR (checkpoints/*, logs,
 # hf_export, eval/report.json); everything else is thrown away when the container stops.
-# How big the job is: start exactly TUNEPLANE_CLUSTER_NUM_NODES x TUNEPLANE_CLUSTER_GPUS_PER_NODE
-# workers; the quota watchdog measures the job against those two numbers.
+# How big the job is: TUNEPLANE_CLUSTER_NUM_NODES x TUNEPLANE_CLUSTER_GPUS_PER_NODE GPUs (0 on a CPU
+# machine); start TUNEPLANE_CLUSTER_PROCS_PER_NODE processes per node (never 0), as below.
 # Charts: call tuneplane.report (init/log/finish) from the trainer; printed loss lines are logs only.
 #
 # Replace the last line of this file with one launch, for example:
@@ -16,13 +16,13 @@
 #     --output-dir "${TUNEPLANE_OUT_DIR}"
 #
 #   exec torchrun --nnodes "${TUNEPLANE_CLUSTER_NUM_NODES}" \
-#     --nproc_per_node "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" \
+#     --nproc_per_node "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" \
 #     "${TUNEPLANE_EXP_DIR}/train.py" --output-dir "${TUNEPLANE_OUT_DIR}"
 #
-#   exec accelerate launch --num_processes "${TUNEPLANE_CLUSTER_GPUS_PER_NODE}" \
+#   exec accelerate launch --num_processes "${TUNEPLANE_CLUSTER_PROCS_PER_NODE}" \
 #     "${TUNEPLANE_EXP_DIR}/train.py" --output_dir "${TUNEPLANE_OUT_DIR}"
 #
-# `exec` hands the process over to the trainer, so its exit status is the job's exit status.
+# `exec` hands over to the trainer: its exit status is the job's, and the job log starts with it.
 set -euo pipefail
 
 # The environment contract. Stop at once, naming the variable, when the job was started some
@@ -35,4 +35,4 @@ set -euo pipefail
 : "${TUNEPLANE_CLUSTER_NUM_NODES:?is not set: run this through tp submit, not by hand}"
 : "${TUNEPLANE_CLUSTER_GPUS_PER_NODE:?is not set: run this through tp submit, not by hand}"
 
-echo "no training command yet: edit experiments/${TUNEPLANE_EXP_DIR##*/}/train.sh" >&2; exit 2
+echo "no training command yet: edit experiments/${TUNEPLANE_EXP_DIR##*/}/train.sh" >&2; exit 1
