@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -99,6 +100,7 @@ def with_lab_settings(root: Path, policy: str | None) -> None:
         "profiles:\n", "profiles:\n  gpus:\n    local: true\n    gpus_per_node: 4\n    max_nodes: 1\n", 1
     )
     if policy is not None:
+        text = re.sub(r"(?m)^  gpu_watchdog: .*\n", "", text)  # `tp init` writes the default
         text = text.replace("\ncluster:\n", f"\ncluster:\n  gpu_watchdog: {policy}\n", 1)
     path.write_text(text, encoding="utf-8")
 
