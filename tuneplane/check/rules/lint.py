@@ -183,7 +183,7 @@ def _legacy_warning(rel: str, n: int, col: int, code: str, start: int) -> Proble
         col,
         "lint-legacy-env",
         f"{use.name} is a StarForge name that TunePlane jobs do not set or ship",
-        use.advice + ("; `tp migrate` rewrites it" if use.replacement else ""),
+        use.advice,
     )
 
 
