@@ -319,7 +319,11 @@ NOT_A_FIX = {
     "submit": "what writes a run request with a new id, named where a run id is used twice",
     "job metrics": "a message says where a run's metrics show",
 }
-SOURCES = [*sorted((ROOT / "tuneplane" / "check").rglob("*.py")), ROOT / "tuneplane" / "lab" / "locks.py"]
+# the check rules, and the lab readers whose problems `tp validate` reports
+SOURCES = [
+    *sorted((ROOT / "tuneplane" / "check").rglob("*.py")),
+    *(ROOT / "tuneplane" / "lab" / name for name in ("layout.py", "load.py", "locks.py")),
+]
 _GROUPS = ("recipe", "plugin", "sweep", "job", "cluster", "ingest", "bot")  # a command of two words
 
 
