@@ -77,6 +77,13 @@ def _lock_deleted(lab: Path, tp: Any) -> None:
     _lock(lab, "sft-tiny").unlink()
 
 
+def _lock_deleted_recipe_renamed(lab: Path, tp: Any) -> None:
+    """The config's schema line names a recipe the catalog no longer has: the person names one."""
+    _lock_deleted(lab, tp)
+    config = _exp(lab, "sft-tiny") / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("config/trl/sft.", "config/trl/sft-old."))
+
+
 def _image_lock_deleted(lab: Path, tp: Any) -> None:
     _new(tp, "img", "pytorch/image-classification")
     _commit(lab)
@@ -205,6 +212,9 @@ CASES = {
     "lock deleted": Case("lock-missing", "recipe upgrade", _lock_deleted),
     "lock deleted, nothing names the recipe": Case(
         "lock-missing", "recipe upgrade", _custom_lock_deleted, fill={"FRAMEWORK/RECIPE": "custom/custom"}
+    ),
+    "lock deleted, the recipe named is gone": Case(
+        "lock-missing", "recipe upgrade", _lock_deleted_recipe_renamed, fill={"FRAMEWORK/RECIPE": "trl/sft"}
     ),
     "lock deleted, at submit": Case(
         "lock-missing", "recipe upgrade", _image_lock_deleted, command=("submit", "img", "--profile", "local")

@@ -187,7 +187,7 @@ def _load_lock(ctx: ExperimentContext) -> None:
                 0,
                 "lock-missing",
                 "recipe.lock.json is missing",
-                hint=lock_missing_hint(ctx.name, method_without_lock(ctx.dir, ctx.lab.root)),
+                hint=lock_missing_hint(ctx.name, _named_method(ctx)),
             )
         )
         return
@@ -206,6 +206,12 @@ def _load_lock(ctx: ExperimentContext) -> None:
                 f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`",
             ),
         )
+
+
+def _named_method(ctx: ExperimentContext) -> str | None:
+    """The catalog recipe a lock-less experiment's config.yaml names (None: the person must name it)."""
+    method = method_without_lock(ctx.dir, ctx.lab.root)
+    return method if method is not None and ctx.catalog.has(method) else None
 
 
 def _load_config(ctx: ExperimentContext) -> None:
