@@ -203,6 +203,14 @@ def _starforge_lab(lab: Path, tp: Any) -> None:
     _commit(lab)
 
 
+def _plugin_only(lab: Path, tp: Any) -> None:
+    _with_plugin(lab, tp, OPSD)
+
+
+def _image_only(lab: Path, tp: Any) -> None:
+    _new(tp, "img", "pytorch/image-classification")
+
+
 def _commit(lab: Path) -> None:
     subprocess.run(["git", "add", "-A"], cwd=lab, check=True)
     subprocess.run(["git", "commit", "-qm", "work", "--allow-empty"], cwd=lab, check=True)
@@ -248,6 +256,16 @@ CASES = {
     "sweep request deleted": Case("sweep-requests", "sweep extend", _sweep_request_deleted),
     "StarForge plugin in a StarForge lab": Case(
         "plugin-legacy-schema", "migrate", _starforge_lab, command=("plugin", "validate", "plugins/opsd")
+    ),
+    "plugin lock of a plugin not in the lab": Case(
+        "", "plugin new", _image_only, command=("plugin", "lock", "img", "alice/nope")
+    ),
+    "plugin lock into no experiment": Case(
+        "",
+        "new",
+        _plugin_only,
+        command=("plugin", "lock", "cls", OPSD),
+        fill={"FRAMEWORK/RECIPE": "pytorch/image-classification"},
     ),
     "request of no experiment": Case("run-experiment", "ls", _request_of_no_experiment, diagnosis="img"),
 }
@@ -329,10 +347,11 @@ NOT_A_FIX = {
     "submit": "what writes a run request with a new id, named where a run id is used twice",
     "job metrics": "a message says where a run's metrics show",
 }
-# the check rules, and the lab readers whose problems `tp validate` reports
+# the check rules, the lab readers whose problems `tp validate` reports, and the authoring commands
 SOURCES = [
     *sorted((ROOT / "tuneplane" / "check").rglob("*.py")),
     *(ROOT / "tuneplane" / "lab" / name for name in ("layout.py", "load.py", "locks.py")),
+    *(ROOT / "tuneplane" / "author" / name for name in ("plugins.py", "upgrade.py")),
 ]
 _GROUPS = ("recipe", "plugin", "sweep", "job", "cluster", "ingest", "bot")  # a command of two words
 

@@ -214,7 +214,8 @@ def _experiment_dir(lab_root: Path, experiment: str) -> Path:
     exp_dir = open_lab(lab_root).experiment_dir(experiment)
     if not exp_dir.is_dir():
         raise UsageError(
-            f"no experiment {experiment!r} in {lab_root}", "create it with `tp new`, or check the name with `tp ls`"
+            f"no experiment {experiment!r} in {lab_root}",
+            f"create it with `tp new {experiment} --method FRAMEWORK/RECIPE`, or check the name with `tp ls`",
         )
     return exp_dir
 
