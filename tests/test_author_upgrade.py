@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,24 @@ def test_an_unreadable_lock_gets_the_message_submit_gives(demo_lab: Path, tp: An
     assert first and first[0].startswith("error: experiments/demo/recipe.lock.json"), upgraded.output
     assert first[0] in submitted.err.splitlines(), (first, submitted.err)
     assert not list((demo_lab / "runs").glob("*/*.yaml"))
+
+
+def test_method_locks_only_an_experiment_without_a_lock(demo_lab: Path, tp: Any) -> None:
+    lock = demo_lab / "experiments" / "demo" / "recipe.lock.json"
+    before = lock.read_bytes()
+    refused = tp("recipe", "upgrade", "demo", "--method", "trl/sft")
+    assert refused.code == 2 and "demo is locked to custom/custom" in refused.err, refused.output
+    assert lock.read_bytes() == before
+    lock.unlink()
+    assert tp("recipe", "upgrade", "demo", "--method", "custom/custom").code == 0
+    assert json.loads(lock.read_text(encoding="utf-8"))["recipe"]["name"] == "custom/custom"
+    assert tp("validate", "demo").code == 0
+
+
+def test_no_experiment_and_an_unknown_method_are_refused_by_name(demo_lab: Path, tp: Any) -> None:
+    missing = tp("recipe", "upgrade", "nope")
+    assert missing.code == 2 and "no experiment 'nope'" in missing.err, missing.output
+    (demo_lab / "experiments" / "demo" / "recipe.lock.json").unlink()
+    unknown = tp("recipe", "upgrade", "demo", "--method", "trl/stf")
+    assert unknown.code == 2 and "trl/sft" in unknown.err, unknown.output
+    assert not (demo_lab / "experiments" / "demo" / "recipe.lock.json").exists()

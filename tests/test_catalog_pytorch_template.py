@@ -138,3 +138,61 @@ def test_overrides_set_dotted_paths_and_refuse_unknown_ones() -> None:
     assert config == {"epochs": 3, "opt": {"lr": 0.01}}
     with pytest.raises(SystemExit, match="opt.momentum"):
         module.apply_overrides(config, {"opt.momentum": 0.9})
+
+
+# ── a closed config: a key train.py does not read stops the run ─────────────────────────────────────
+
+
+def _config_with(tmp_path: Path, extra: str, lock: dict[str, Any] | None = None) -> Path:
+    config = tmp_path / "exp" / "config.yaml"
+    config.parent.mkdir()
+    text = CONFIG.read_text(encoding="utf-8")
+    if extra.startswith("extra:"):  # in place of the template's empty one
+        text = text.replace("extra: {}\n", "")
+    config.write_text(text + extra, encoding="utf-8")
+    if lock is not None:
+        (config.parent / "plugins.lock.json").write_text(json.dumps(lock), encoding="utf-8")
+    return config
+
+
+def test_the_keys_train_py_reads_are_the_recipe_parameters() -> None:
+    recipe = yaml.safe_load((TEMPLATE.parent / "recipe.yaml").read_text(encoding="utf-8"))
+    assert recipe["config"]["mode"] == "closed"
+    assert load_train_module().CONFIG_KEYS == {p["path"] for p in recipe["params"].values()}
+    assert set(yaml.safe_load(CONFIG.read_text(encoding="utf-8"))) == {*load_train_module().CONFIG_KEYS, "extra"}
+
+
+def test_a_typo_in_config_yaml_stops_the_run_with_did_you_mean(tmp_path: Path) -> None:
+    config = _config_with(tmp_path, "learnig_rate: 0.1\n")
+    out = tmp_path / "out"
+    command = [sys.executable, str(TRAIN), "--config", str(config), "--output-dir", str(out)]
+    result = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "'learnig_rate'" in result.stderr and "did you mean 'learning_rate'?" in result.stderr, result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "lock"),
+    [
+        ("", None),
+        ("extra: {data_dir: /data/images}\n", None),
+        ("opsd:\n  scale: 2.0\n", {"plugins": [{"id": "alice/opsd", "version": "0.1.0", "digest": "sha256:0"}]}),
+    ],
+    ids=["the template's config", "keys of your own under extra", "a locked plugin's parameters"],
+)
+def test_the_keys_it_may_hold_pass(tmp_path: Path, extra: str, lock: dict[str, Any] | None) -> None:
+    config = _config_with(tmp_path, extra, lock)
+    module = load_train_module()
+    module.check_keys(module.load_config(config), config)
+
+
+def test_an_unknown_plugin_section_and_a_missing_key_are_refused(tmp_path: Path) -> None:
+    module = load_train_module()
+    config = _config_with(tmp_path, "opsd:\n  scale: 2.0\n")
+    with pytest.raises(SystemExit, match="'opsd'"):
+        module.check_keys(module.load_config(config), config)
+    values = module.load_config(config)
+    del values["opsd"], values["seed"]
+    with pytest.raises(SystemExit, match="missing seed"):
+        module.check_keys(values, config)

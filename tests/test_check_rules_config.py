@@ -93,6 +93,20 @@ def test_an_open_config_keeps_unknown_keys(lab: Path, tp: Any) -> None:
     assert [p for p in _problems(result) if p["severity"] == "error"] == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "refused"),
+    [("lr: 0.1\n", ["/lr"]), ("extra:\n  data_dir: /data/images\n", [])],
+    ids=["a key train.py does not read", "keys of your own under extra"],
+)
+def test_the_pytorch_config_is_closed_as_its_train_py_is(lab: Path, tp: Any, extra: str, refused: list[str]) -> None:
+    """The template's train.py reads exactly the parameters: what it would refuse at run time, validate refuses."""
+    assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
+    path = lab / "experiments" / "cls" / "config.yaml"
+    path.write_text(path.read_text(encoding="utf-8").replace("extra: {}\n", "") + extra, encoding="utf-8")
+    problems = _problems(tp("validate", "cls", "--format", "json", cwd=lab))
+    assert [p["pointer"] for p in problems if p["rule"] == "config-unknown" and p["severity"] == "error"] == refused
+
+
 def test_recipes_say_whether_their_config_is_closed() -> None:
     modes = {}
     for path in sorted((REPO_ROOT / "catalog").glob("*/*/recipe.yaml")):
@@ -100,6 +114,7 @@ def test_recipes_say_whether_their_config_is_closed() -> None:
         modes[data["name"]] = (data.get("config") or {}).get("mode")
     assert all(mode == "closed" for name, mode in modes.items() if name.startswith("trl/")), modes
     assert modes["custom/custom"] == "user", modes
+    assert modes["pytorch/image-classification"] == "closed", modes  # its train.py refuses other keys
     assert all(mode in ("open", "closed", "user") for mode in modes.values()), modes
 
 

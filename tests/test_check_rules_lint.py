@@ -43,6 +43,22 @@ def test_output_path_lint_still_fires_on_code(lab: Path, tp: Any) -> None:
     assert [(p["line"], p["col"]) for p in problems if p["rule"] == "lint-output-dir"] == [(2, 8)]
 
 
+SEARCH_PATHS_SH = """#!/usr/bin/env bash
+export PYTHONPATH="/tmp/deps:${PYTHONPATH:-}"
+PATH=/opt/bin:/tmp/tools/bin:$PATH exec python "${TUNEPLANE_EXP_DIR}/train.py" > /tmp/train.log
+"""
+SEARCH_PATHS_PY = 'import os, sys\nsys.path.insert(0, "/tmp/deps")\nos.environ["PYTHONPATH"] = "/tmp/deps"\n'
+
+
+def test_a_search_path_under_tmp_is_not_an_output_but_a_write_there_is(lab: Path, tp: Any) -> None:
+    """Code found under /tmp loses nothing when the container exits; a log written there does."""
+    assert tp("new", "byo", "--method", "custom/custom", cwd=lab).code == 0
+    write_tree(lab, {"experiments/byo/train.sh": SEARCH_PATHS_SH, "experiments/byo/train.py": SEARCH_PATHS_PY})
+    problems = _problems(tp("validate", "byo", "--format", "json", cwd=lab))
+    found = [(p["file"], p["line"]) for p in problems if p["rule"] == "lint-output-dir"]
+    assert found == [("experiments/byo/train.sh", 3)], found
+
+
 def test_starforge_callback_anywhere_in_the_experiment_fails_strict(lab: Path, tp: Any) -> None:
     assert tp("new", "sft", "--method", "trl/sft", cwd=lab).code == 0
     write_tree(lab, {"experiments/sft/helpers/callbacks.py": STARFORGE_RUN})

@@ -52,13 +52,13 @@ def test_empty_lab_is_clean(lab: Path, tp: Any) -> None:
 
 
 def test_good_config_values_pass(lab: Path, tp: Any) -> None:
-    """YAML 1.1 booleans, an int for a float, inclusive bounds, a dotted exponent, unknown far-off keys."""
+    """YAML 1.1 booleans, an int for a float, inclusive bounds, a dotted exponent, keys of your own."""
     new(tp, "img", "pytorch/image-classification")
     write(
         lab,
         "experiments/img/config.yaml",
         "epochs: 1\nlearning_rate: 1.0e-6\nweight_decay: 1\nmomentum: 0\namp: on\noptimizer: sgd\n"
-        "label_smoothing: 0.5\nmy_own_setting: {nested: true}\n",
+        "label_smoothing: 0.5\nextra: {my_own_setting: {nested: true}}\n",
     )
     code, data = report(tp, "img")
     assert (code, data["problems"]) == (0, [])
@@ -114,6 +114,8 @@ def test_set_accepts_the_config_path_too(lab: Path, make_catalog: Any, tp: Any) 
         text.replace("seed: {type: int, path: seed,", "seed: {type: int, path: train.seed,"), encoding="utf-8"
     )
     new(tp, "img", "pytorch/image-classification")
+    config = lab / "experiments/img/config.yaml"  # the closed config follows the moved path
+    config.write_text(config.read_text(encoding="utf-8").replace("seed: 0\n", "train: {seed: 0}\n"), encoding="utf-8")
     write(
         lab,
         f"runs/img/{RUN_ID}.yaml",

@@ -185,10 +185,11 @@ def test_sarif_format(lab: Path, tp: Any) -> None:
 
 @pytest.fixture()
 def plugin_lab(lab: Path, tp: Any, git: Any) -> Path:
-    """Experiments a (locks plugin alice/p) and b (a committed config warning), all committed on main."""
+    """Experiments a (locks plugin alice/p) and b (a committed lint warning), all committed on main."""
     new(tp, "a")
     new(tp, "b")
-    write(lab, "experiments/b/config.yaml", "epochs: 2\nlearning_rte: 0.1\n")
+    train = lab / "experiments/b/train.py"  # a checkpoint folder the container takes with it: a warning
+    write(lab, "experiments/b/train.py", train.read_text(encoding="utf-8") + 'SCRATCH = "./checkpoints"\n')
     write(lab, "plugins/p/plugin.yaml", PLUGIN_YAML)
     write(lab, "plugins/p/p_mod.py", "def install(params):\n    pass\n")
     lock = {
@@ -213,7 +214,7 @@ def files_of(data: dict[str, Any]) -> set[str]:
 
 def test_everything_validates_without_changed(plugin_lab: Path, tp: Any) -> None:
     result = tp("validate", "--format", "json")
-    assert files_of(json.loads(result.out)) == {"experiments/b/config.yaml"}  # a is clean, b has its warning
+    assert files_of(json.loads(result.out)) == {"experiments/b/train.py"}  # a is clean, b has its warning
     assert result.code == 0
 
 
@@ -247,7 +248,7 @@ def test_an_experiment_change_revalidates_only_that_experiment(plugin_lab: Path,
     write(plugin_lab, "experiments/b/config.yaml", "epochs: 0\n")
     code, data = changed(tp)
     assert data["checked"].startswith("1 experiment(s)")
-    assert files_of(data) == {"experiments/b/config.yaml"}
+    assert files_of(data) == {"experiments/b/config.yaml", "experiments/b/train.py"}
     assert code == 1
 
 
@@ -273,7 +274,7 @@ def test_a_lab_file_change_revalidates_everything(plugin_lab: Path, tp: Any) -> 
         fh.write("# a comment\n")
     code, data = changed(tp)
     assert data["checked"].startswith("2 experiment(s)")
-    assert files_of(data) == {"experiments/b/config.yaml"}
+    assert files_of(data) == {"experiments/b/train.py"}
 
 
 def test_changed_outside_a_git_repository(tmp_path: Path, tp: Any) -> None:

@@ -23,20 +23,28 @@ LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock", 
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
 
 
-def config_schema(method: str, recipe: Recipe) -> dict[str, object]:
+def config_schema(method: str, recipe: Recipe, plugin_params: Mapping[str, Param] | None = None) -> dict[str, object]:
     """A JSON Schema (2020-12) for the recipe's `config.yaml`, from its params.
 
     Each parameter's dotted path becomes nested properties; `null` is allowed wherever the recipe
-    says "not set" means the default. Keys that are not parameters stay allowed: the framework may take
-    them, and `tp validate` says which of them look like typos.
+    says "not set" means the default. In an open config, keys that are not parameters stay allowed: the
+    framework may take them, and `tp validate` says which of them look like typos. A closed config
+    (`tp validate` refuses any other key) closes every level (`additionalProperties: false`) but for
+    the keys `tp validate` lets through: pass-through keys and the keys inputs bind, which take any
+    value below them, and the parameters of the lab's algorithm plugins (`plugin_params`). The keys the
+    platform sets stay unknown: `tp validate` refuses them too.
     """
     root: dict[str, Any] = _object()
     for name, param in sorted(recipe.params.items()):
-        node = root
-        parts = param.path.split(".")
-        for part in parts[:-1]:
-            node = node["properties"].setdefault(part, _object())
-        node["properties"][parts[-1]] = _property(name, param)
+        _node_at(root, param.path)["properties"][param.path.split(".")[-1]] = _property(name, param)
+    if recipe.config.mode == "closed":
+        for name, param in sorted((plugin_params or {}).items()):
+            _node_at(root, name)["properties"][name.split(".")[-1]] = _property(name, param)
+        options = recipe.adapter_options
+        target = recipe.config.target or recipe.framework
+        for key in sorted({*recipe.config.passthrough, *options.bindings.values()}):
+            _open_key(root, key, target)
+        _close(root)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"config.yaml of {method}",
@@ -48,6 +56,34 @@ def config_schema(method: str, recipe: Recipe) -> dict[str, object]:
 
 def _object() -> dict[str, Any]:
     return {"type": "object", "properties": {}}
+
+
+def _node_at(root: dict[str, Any], path: str) -> dict[str, Any]:
+    """The object node that holds the last part of dotted `path`, made on the way."""
+    node = root
+    for part in path.split(".")[:-1]:
+        node = node["properties"].setdefault(part, _object())
+    return node
+
+
+def _open_key(root: dict[str, Any], path: str, target: str) -> None:
+    """A key that takes any value, whatever is below it (a parameter under it keeps its own schema)."""
+    leaf = path.split(".")[-1]
+    node = _node_at(root, path)["properties"].setdefault(leaf, {"description": f"Read by {target} as it is."})
+    node[_OPEN] = True
+
+
+_OPEN = "\0open"  # a mark while building: this node's keys are not closed
+
+
+def _close(node: dict[str, Any], closed: bool = True) -> None:
+    """`additionalProperties: false` on every object node neither marked open nor under one; marks removed."""
+    closed = closed and not node.pop(_OPEN, False)
+    if "properties" in node:
+        if closed:
+            node["additionalProperties"] = False
+        for child in node["properties"].values():
+            _close(child, closed)
 
 
 def _property(name: str, param: Param) -> dict[str, object]:
@@ -70,6 +106,24 @@ def dumps(schema: Mapping[str, object]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def lab_plugin_params(root: Path) -> dict[str, Param]:
+    """The parameters of every algorithm plugin in the lab (a plugin that does not load gives none)."""
+    # lazy: only a closed recipe's schema needs the plugin reader
+    from tuneplane.check.plugins import load_plugin_manifest
+    from tuneplane.errors import UsageError
+    from tuneplane.lab.layout import plugin_index
+
+    params: dict[str, Param] = {}
+    for dirs in plugin_index(root).values():
+        try:
+            manifest = load_plugin_manifest(root / dirs[0])
+        except UsageError:
+            continue
+        if manifest.capability == "algorithm":
+            params.update(manifest.params)
+    return params
+
+
 def packaged_schemas() -> dict[str, str]:
     """The lab's file schemas as this tp ships them: `{relative path in the lab: text}`."""
     base = files("tuneplane._data.schemas")
@@ -82,7 +136,10 @@ def packaged_schemas() -> dict[str, str]:
 def write_schemas(root: Path, recipes: Mapping[str, Recipe]) -> list[str]:
     """Write the file schemas and the config schema of each `{method: recipe}`; returns what changed."""
     files = packaged_schemas()
-    files.update({config_schema_rel(m).as_posix(): dumps(config_schema(m, r)) for m, r in recipes.items() if r.params})
+    plugins = lab_plugin_params(root) if any(r.config.mode == "closed" for r in recipes.values()) else {}
+    files.update(
+        {config_schema_rel(m).as_posix(): dumps(config_schema(m, r, plugins)) for m, r in recipes.items() if r.params}
+    )
     changed = []
     for rel, text in sorted(files.items()):
         path = root / rel

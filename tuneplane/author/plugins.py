@@ -14,6 +14,7 @@ from tuneplane.check.plugin_locks import check_lock_text, parse_plugins_lock
 from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
+from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import open_lab
@@ -82,17 +83,32 @@ def install(params: Mapping[str, Any]) -> None:
 
 
 def scaffold_plugin(parent: Path, name: str) -> Path:
-    """Create `<parent>/<name>/` with plugin.yaml and its module; never overwrites anything."""
+    """Create `<parent>/<name>/` with plugin.yaml and its module; never overwrites anything.
+
+    A folder that is there without a manifest (or with an empty one) is filled in: what `tp validate`
+    says of such a folder is to run this command, and the files already in it stay as they are.
+    """
     if error := name_error(name, "plugin name"):
         raise UsageError(error, "use letters, digits, '.', '_' or '-', starting with a letter or digit")
     target = parent / name
-    if target.exists():
+    if target.exists() and not _unfinished(target):
         raise UsageError(f"{target} already exists", "pick another name or remove it")
     module = module_name_for(name)
-    target.mkdir(parents=True)
+    target.mkdir(parents=True, exist_ok=True)
     atomic_write(target / MANIFEST_FILE, _manifest_text(name, module, _schema_line(target)))
-    atomic_write(target / f"{module}.py", _module_text(name))
+    if not fs.present(target / f"{module}.py"):
+        atomic_write(target / f"{module}.py", _module_text(name))
     return target
+
+
+def _unfinished(target: Path) -> bool:
+    """A real folder (not a link) whose plugin.yaml is missing or holds only white space."""
+    manifest = target / MANIFEST_FILE
+    if target.is_symlink() or not target.is_dir() or manifest.is_symlink():
+        return False
+    if not fs.present(manifest):
+        return True
+    return manifest.is_file() and manifest.stat().st_size < 4096 and not manifest.read_bytes().strip()
 
 
 def _schema_line(plugin_dir: Path) -> str:
@@ -132,14 +148,23 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
         raise UsageError(f"cannot digest plugins/{name}: {exc}", f"tp plugin validate plugins/{name}") from None
     entry = PluginsLockEntry(id=f"{owner}/{name}", version=manifest.version, digest=digest)
     lock_path = exp_dir / LOCK_FILE
-    entries = _existing_entries(lock_path, lab_root)
+    entries = _existing_entries(lock_path, lab_root, entry.id)
     previous = next((e for e in entries if e.id == entry.id), None)
     kept = sorted([e for e in entries if e.id != entry.id] + [entry], key=lambda e: e.id)
     schema = reference(f"experiments/{exp_dir.name}/{LOCK_FILE}", schema_rel("plugins-lock"))
     data = {"$schema": schema, "apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]}
     _refuse_what_validate_refuses(lab_root, exp_dir, data, kept.index(entry))
     write_json(lock_path, data)
+    _refresh_config_schema(lab_root, exp_dir)
     return LockResult(lock_path, entry, previous)
+
+
+def _refresh_config_schema(lab_root: Path, exp_dir: Path) -> None:
+    """A closed config's editor schema names the lab's plugin parameters: the one just locked included."""
+    method = str(_recipe_lock(lab_root, exp_dir).get("recipe", {}).get("name", ""))
+    catalog = load_catalog()
+    if catalog.has(method) and catalog.recipe(method).config.mode == "closed":
+        write_schemas(lab_root, {method: catalog.recipe(method)})
 
 
 def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: Mapping[str, object], index: int) -> None:
@@ -158,12 +183,29 @@ def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: Mapping[s
 
 def _framework(lab_root: Path, exp_dir: Path) -> str:
     """The experiment's framework from its recipe lock ("" when it cannot be read: validate says why)."""
+    return str(_recipe_lock(lab_root, exp_dir).get("framework", {}).get("kind", ""))
+
+
+def _recipe_lock(lab_root: Path, exp_dir: Path) -> dict[str, dict[str, object]]:
+    """The experiment's recipe lock, its sections that are mappings only ({} when it cannot be read)."""
     try:
         data = load_json(exp_dir / "recipe.lock.json", f"{exp_dir.name}/recipe.lock.json", root=lab_root).data
     except LoadFailed:
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def _without_entry(text: str, plugin_id: str) -> str:
+    """The lock text without the entries of `plugin_id` ("" when it is not a lock's JSON at all)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
         return ""
-    framework = data.get("framework") if isinstance(data, dict) else None
-    return str(framework.get("kind", "")) if isinstance(framework, dict) else ""
+    entries = data.get("plugins") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return ""
+    kept = [e for e in entries if not (isinstance(e, dict) and e.get("id") == plugin_id)]
+    return json.dumps({**data, "plugins": kept})
 
 
 def _experiment_dir(lab_root: Path, experiment: str) -> Path:
@@ -172,7 +214,8 @@ def _experiment_dir(lab_root: Path, experiment: str) -> Path:
     exp_dir = open_lab(lab_root).experiment_dir(experiment)
     if not exp_dir.is_dir():
         raise UsageError(
-            f"no experiment {experiment!r} in {lab_root}", "create it with `tp new`, or check the name with `tp ls`"
+            f"no experiment {experiment!r} in {lab_root}",
+            f"create it with `tp new {experiment} --method FRAMEWORK/RECIPE`, or check the name with `tp ls`",
         )
     return exp_dir
 
@@ -200,7 +243,8 @@ def _lockable_manifest(lab_root: Path, plugin_dir: Path, plugin_id: str, version
     return manifest
 
 
-def _existing_entries(lock_path: Path, lab_root: Path) -> list[PluginsLockEntry]:
+def _existing_entries(lock_path: Path, lab_root: Path, relocked: str) -> list[PluginsLockEntry]:
+    """The lock's entries; a broken entry of the plugin being locked again is the one replaced."""
     if not fs.present(lock_path):
         return []
     shown = display_path(lock_path, lab_root)
@@ -209,6 +253,8 @@ def _existing_entries(lock_path: Path, lab_root: Path) -> list[PluginsLockEntry]
     except LoadFailed as exc:
         raise UsageError(f"{shown}: {exc.problem.message}; it was left as it is", exc.problem.hint) from None
     lock, problems = parse_plugins_lock(text, shown)
+    if lock is None:
+        lock, _ = parse_plugins_lock(_without_entry(text, relocked), shown)
     if lock is None:
         lines = "\n".join(f"  {p.location()}: {p.message}" for p in problems if p.is_error)
         raise UsageError(

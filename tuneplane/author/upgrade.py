@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from tuneplane.author.editor import write_schemas
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
-from tuneplane.lab.fs import atomic_write, write_json
+from tuneplane.lab.fs import atomic_write, present, write_json
 from tuneplane.lab.load import Lab
-from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.locks import LOCK_FILE, lock_missing_hint, make_lock, method_without_lock, runtime_key
 from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, with_comment
 from tuneplane.lab.yamlio import LoadFailed, load_json
@@ -31,20 +32,14 @@ class Upgrade:
         return bool(self.changes)
 
 
-def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[str, object]]:
+def plan_upgrade(lab: Lab, name: str, catalog: Catalog, method: str | None = None) -> tuple[Upgrade, dict[str, object]]:
+    """The new lock of experiment `name`; `method` locks an experiment that has no lock (yet)."""
     path = lab.experiment_dir(name) / LOCK_FILE
-    rel = lab.rel(path)
-    try:  # the lab's reader: a link out of the lab, a directory or bad JSON is said as every command says it
-        old = load_json(path, rel, root=lab.root).data
-    except LoadFailed as exc:
-        raise first_problem_error([exc.problem], f"run `tp validate {name}` for every problem") from None
-    try:
-        method = old["recipe"]["name"]
-        old_key = old.get("framework", {}).get("version", "")
-    except (AttributeError, KeyError, TypeError):
-        raise UsageError(
-            f"{rel}: not a recipe lock (no recipe.name)", hint=f"run `tp validate {name}` to see why"
-        ) from None
+    if not present(path):
+        old: dict[str, object] = {}
+        method, old_key = method or _method_without_lock(lab, name), ""
+    else:
+        method, old, old_key = _locked(lab, name, method)
     catalog.require(method)
     recipe = catalog.recipe(method)
     try:
@@ -57,6 +52,43 @@ def plan_upgrade(lab: Lab, name: str, catalog: Catalog) -> tuple[Upgrade, dict[s
         new = make_lock(catalog, method, key)
     new["created_by"] = old.get("created_by", new["created_by"]) if _same(old, new) else new["created_by"]
     return Upgrade(name, method, key, _diff(old, new)), new
+
+
+def _locked(lab: Lab, name: str, method: str | None) -> tuple[str, dict[str, Any], str]:
+    """(method, lock, locked version key) of the experiment's lock; `method` must agree with it."""
+    path = lab.experiment_dir(name) / LOCK_FILE
+    rel = lab.rel(path)
+    try:  # the lab's reader: a link out of the lab, a directory or bad JSON is said as every command says it
+        old = load_json(path, rel, root=lab.root).data
+    except LoadFailed as exc:
+        raise first_problem_error([exc.problem], f"run `tp validate {name}` for every problem") from None
+    try:
+        locked = old["recipe"]["name"]
+        key = old.get("framework", {}).get("version", "")
+    except (AttributeError, KeyError, TypeError):
+        raise UsageError(
+            f"{rel}: not a recipe lock (no recipe.name)", hint=f"run `tp validate {name}` to see why"
+        ) from None
+    if method not in (None, locked):
+        raise UsageError(
+            f"{name} is locked to {locked}; --method locks only an experiment without {LOCK_FILE}",
+            hint=f"start another experiment for {method}: tp new NAME --method {method}",
+        )
+    return str(locked), old, str(key)
+
+
+def _method_without_lock(lab: Lab, name: str) -> str:
+    """The recipe an experiment without a lock names: its config.yaml's schema line, as `tp new` wrote it."""
+    exp_dir = lab.experiment_dir(name)
+    if not exp_dir.is_dir():
+        raise UsageError(f"no experiment {name!r} in this lab", hint="see `tp ls` for the experiments of this lab")
+    method = method_without_lock(exp_dir, lab.root)
+    if method is None:
+        raise UsageError(
+            f"{lab.rel(exp_dir / LOCK_FILE)} is missing, and nothing in {name} names its recipe",
+            hint=lock_missing_hint(name, None),
+        )
+    return method
 
 
 def _same(old: dict[str, object], new: dict[str, object]) -> bool:
@@ -85,11 +117,14 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "…"
 
 
-def upgrade(lab: Lab, names: list[str], dry_run: bool, catalog: Catalog | None = None) -> list[Upgrade]:
+def upgrade(
+    lab: Lab, names: list[str], dry_run: bool, catalog: Catalog | None = None, method: str | None = None
+) -> list[Upgrade]:
+    """Re-lock each experiment; `method` names the recipe of experiments whose lock is missing."""
     catalog = catalog or load_catalog()
     results = []
     for name in names:
-        result, lock = plan_upgrade(lab, name, catalog)
+        result, lock = plan_upgrade(lab, name, catalog, method)
         if result.changed and not dry_run:
             write_json(lab.experiment_dir(name) / LOCK_FILE, lock)
         results.append(result)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -28,6 +29,7 @@ from tuneplane.models.plugin import (
     LOCK_API,
     LOCK_FILE,
     MANIFEST_FILE,
+    SEGMENT,
     PluginManifest,
     PluginParam,
     PluginsLock,
@@ -44,7 +46,8 @@ def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[P
     except LoadFailed as exc:
         if exc.problem.rule != "json-syntax":
             return None, [exc.problem]
-        return None, [exc.problem.replace(rule="plugins-lock-parse", hint="rewrite it with `tp plugin lock`")]
+        hint = f"fix the JSON, or delete the file and lock each plugin again: {_relock(file)}"
+        return None, [exc.problem.replace(rule="plugins-lock-parse", hint=hint)]
     ctx = FileCtx(file, positioned_doc(text, file))
     lock, problems = parse_model(PluginsLock, doc, "plugins-lock-schema", refine=_lock_refiner(ctx))
     return (None, problems) if lock is None else (lock, list(_lock_order(lock, ctx)))
@@ -55,17 +58,34 @@ def _lock_refiner(ctx: FileCtx) -> Refine:
 
     def refine(err: ErrorDetails, problem: Problem) -> Problem:
         loc = [str(p) for p in err["loc"]]
+        rewrite = f"rewrite the entry with {_relock(ctx.file, _entry_id(ctx.doc.data, loc))}"
         if err["type"] in ("extra_forbidden", "missing"):
-            mend = problem.hint if err["type"] == "extra_forbidden" else "rewrite the entry with `tp plugin lock`"
+            mend = problem.hint if err["type"] == "extra_forbidden" else rewrite
             return ctx.problem(
                 problem.pointer, "plugins-lock-schema", problem.message, mend, key=err["type"] == "extra_forbidden"
             )
-        hint = f"apiVersion is {LOCK_API}" if loc == ["apiVersion"] else "rewrite the entry with `tp plugin lock`"
+        hint = f"apiVersion is {LOCK_API}" if loc == ["apiVersion"] else rewrite
         if loc[-1:] == ["id"]:
             hint = "ids are <owner>/<name>"
         return ctx.problem(problem.pointer, "plugins-lock-schema", problem.message, hint)
 
     return refine
+
+
+def _relock(file: str, plugin_id: str = "<owner>/<name>") -> str:
+    """The command that rewrites one entry of the lock `file` (experiments/<exp>/plugins.lock.json)."""
+    return f"`tp plugin lock {PurePosixPath(file).parent.name or '<experiment>'} {plugin_id}`"
+
+
+def _entry_id(data: object, loc: list[str]) -> str:
+    """The id of the lock entry an error is in, when it has a well-formed one (else a placeholder)."""
+    entries = data.get("plugins") if isinstance(data, dict) else None
+    if loc[:1] == ["plugins"] and len(loc) > 1 and loc[1].isdigit() and isinstance(entries, list):
+        entry = entries[int(loc[1])] if int(loc[1]) < len(entries) else None
+        plugin_id = entry.get("id") if isinstance(entry, dict) else None
+        if isinstance(plugin_id, str) and re.fullmatch(f"{SEGMENT}/{SEGMENT}", plugin_id):
+            return plugin_id
+    return "<owner>/<name>"
 
 
 def _lock_order(lock: PluginsLock, ctx: FileCtx) -> Iterator[Problem]:
@@ -83,7 +103,7 @@ def _lock_order(lock: PluginsLock, ctx: FileCtx) -> Iterator[Problem]:
             "/plugins",
             "plugins-lock-order",
             "plugins are not sorted by id",
-            "`tp plugin lock` rewrites the file sorted",
+            f"{_relock(ctx.file, ids[0])} rewrites the file sorted",
             severity=Severity.WARNING,
         )
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic_core import ErrorDetails
 
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
+from tuneplane.lab.layout import PLUGINS_DIR
 from tuneplane.lab.modelparse import Refine, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
@@ -84,6 +86,12 @@ class FileCtx:
         return Problem(self.file, line, col, rule, message, severity, pointer, hint)
 
 
+def new_plugin_hint(plugin_dir: PurePosixPath) -> str:
+    """`tp plugin new` for a plugin folder that lacks its manifest: it fills the folder, keeping its files."""
+    where = "" if plugin_dir.parent.as_posix() == PLUGINS_DIR else f" --dir {shlex.quote(plugin_dir.parent.as_posix())}"
+    return f"`tp plugin new {shlex.quote(plugin_dir.name)}{where}`"
+
+
 def display_path(path: Path, root: Path | None) -> str:
     if root is not None:
         # abspath, not resolve: a symlink must be shown where it sits, not where it points
@@ -106,7 +114,9 @@ def parse_plugin_manifest(text: str, file: str) -> tuple[PluginManifest | None, 
     return _parse_manifest(text, FileCtx(file, positioned_doc(text, file)))
 
 
-def _parse_manifest(text: str, ctx: FileCtx) -> tuple[PluginManifest | None, list[Problem]]:
+def _parse_manifest(
+    text: str, ctx: FileCtx, in_starforge_lab: bool = False
+) -> tuple[PluginManifest | None, list[Problem]]:
     data, problems = _load_yaml_mapping(text, ctx)
     if data is None:
         return None, problems
@@ -114,7 +124,7 @@ def _parse_manifest(text: str, ctx: FileCtx) -> tuple[PluginManifest | None, lis
     if isinstance(schema, str) and (newer := _newer_schema(schema)):
         return None, problems + [ctx.problem("/schema", "plugin-schema", newer, "upgrade tuneplane")]
     if schema in LEGACY_SCHEMAS:
-        data, warning = _from_legacy(data, ctx)
+        data, warning = _from_legacy(data, ctx, in_starforge_lab)
         problems.append(warning)
     manifest, found = parse_model(
         PluginManifest,
@@ -138,7 +148,8 @@ def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, object] | Non
                 "",
                 "plugin-schema",
                 f"plugin.yaml must be a mapping, got {got}",
-                f"start from `tp plugin new <name>`; begin with `schema: {PLUGIN_SCHEMA}`",
+                f"{new_plugin_hint(PurePosixPath(ctx.file).parent)} writes a complete one; "
+                f"or begin with `schema: {PLUGIN_SCHEMA}`",
             )
         ]
     return data, []
@@ -151,8 +162,10 @@ def _newer_schema(schema: str) -> str:
     return ""
 
 
-def _from_legacy(data: dict[str, object], ctx: FileCtx) -> tuple[dict[str, object], Problem]:
-    """Read a StarForge manifest as tuneplane/plugin/v1: `kind` is `capability`, data-prep ran locally."""
+def _from_legacy(data: dict[str, object], ctx: FileCtx, in_starforge_lab: bool) -> tuple[dict[str, object], Problem]:
+    """Read a StarForge manifest as tuneplane/plugin/v1: `kind` is `capability`, data-prep ran locally.
+
+    `tp migrate` rewrites it only while the lab is still StarForge's; in a TunePlane lab it refuses."""
     legacy = str(data["schema"])
     data = dict(data, schema=PLUGIN_SCHEMA)
     if "kind" in data and "capability" not in data:
@@ -166,7 +179,9 @@ def _from_legacy(data: dict[str, object], ctx: FileCtx) -> tuple[dict[str, objec
         "/schema",
         "plugin-legacy-schema",
         f"StarForge plugin manifest ({legacy}) read for compatibility",
-        f"run `tp migrate` to rewrite it as `schema: {PLUGIN_SCHEMA}` (`kind:` becomes `capability:`)",
+        f"run `tp migrate` to rewrite it as `schema: {PLUGIN_SCHEMA}` (`kind:` becomes `capability:`)"
+        if in_starforge_lab
+        else f"write `schema: {PLUGIN_SCHEMA}`, and `capability:` for `kind:` (as converting a StarForge lab does)",
         severity=Severity.WARNING,
     )
     return data, warning
@@ -218,6 +233,15 @@ def load_plugin_manifest(path: Path) -> PluginManifest:
     return manifest
 
 
+def _in_starforge_lab(plugin_dir: Path) -> bool:
+    """Whether the lab around a plugin is still StarForge's (starforge.yaml, no tuneplane.yaml yet)."""
+    try:
+        root = fs.find_lab_root(plugin_dir)
+    except UsageError:
+        return False
+    return not fs.present(root / fs.LAB_FILE)
+
+
 def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Problem]:
     """Every problem with a plugin directory: manifest, entrypoint, shadowing names, escaping symlinks.
 
@@ -248,7 +272,7 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
                 0,
                 "plugin-missing",
                 "no plugin.yaml in the plugin directory",
-                hint="create one with `tp plugin new <name>`",
+                hint=f"{new_plugin_hint(PurePosixPath(display_path(path, display_root)))} writes one",
             )
         ] + entries
     try:
@@ -256,7 +280,7 @@ def validate_plugin_dir(path: Path, display_root: Path | None = None) -> list[Pr
     except LoadFailed as exc:
         return [exc.problem] + entries
     ctx = FileCtx(shown, positioned_doc(text, shown))
-    manifest, problems = _parse_manifest(text, ctx)
+    manifest, problems = _parse_manifest(text, ctx, _in_starforge_lab(path))
     problems += entries
     problems += _shadowing(path, display_root)
     if manifest is not None:

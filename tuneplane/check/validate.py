@@ -17,8 +17,8 @@ from tuneplane.check.rules.lint import lint_shared_code
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.fs import present
 from tuneplane.lab.layout import plugin_index
-from tuneplane.lab.load import Lab
-from tuneplane.lab.locks import LOCK_FILE
+from tuneplane.lab.load import UPGRADE_TP, Lab
+from tuneplane.lab.locks import LOCK_FILE, lock_missing_hint, method_without_lock
 from tuneplane.lab.modelparse import M, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_json, load_yaml
 from tuneplane.models.base import name_error
@@ -187,7 +187,7 @@ def _load_lock(ctx: ExperimentContext) -> None:
                 0,
                 "lock-missing",
                 "recipe.lock.json is missing",
-                hint=f"scaffold experiments with `tp new`, or re-lock with `tp recipe upgrade {ctx.name}`",
+                hint=lock_missing_hint(ctx.name, _named_method(ctx)),
             )
         )
         return
@@ -206,6 +206,12 @@ def _load_lock(ctx: ExperimentContext) -> None:
                 f"expected {RECIPE_LOCK_API}; re-lock with `tp recipe upgrade {ctx.name}`",
             ),
         )
+
+
+def _named_method(ctx: ExperimentContext) -> str | None:
+    """The catalog recipe a lock-less experiment's config.yaml names (None: the person must name it)."""
+    method = method_without_lock(ctx.dir, ctx.lab.root)
+    return method if method is not None and ctx.catalog.has(method) else None
 
 
 def _load_config(ctx: ExperimentContext) -> None:
@@ -273,7 +279,7 @@ def _unsupported_api(doc: Doc, accepted: tuple[str, ...], rule: str, what: str, 
         "/apiVersion",
         rule,
         f"unsupported {what} apiVersion {api!r}",
-        hint="upgrade tuneplane: pip install -U tuneplane" if newer else fix,
+        hint=UPGRADE_TP if newer else fix,
     )
 
 

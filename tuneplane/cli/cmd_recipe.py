@@ -21,6 +21,14 @@ def upgrade(
     experiments: Annotated[list[str] | None, typer.Argument(help="Experiments to upgrade.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every experiment of the lab.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            "--method",
+            metavar="FRAMEWORK/RECIPE",
+            help="The recipe of an experiment that has no recipe.lock.json (else its config.yaml names it).",
+        ),
+    ] = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.author.upgrade import upgrade as run_upgrade
@@ -33,7 +41,7 @@ def upgrade(
         names = experiments
     else:
         raise UsageError("name the experiments to upgrade, or pass --all")
-    results = run_upgrade(lab, names, dry_run)
+    results = run_upgrade(lab, names, dry_run, method=method)
     for r in results:
         if not r.changed:
             say.line(f"{r.experiment}: up to date ({r.method} {r.new_version})")

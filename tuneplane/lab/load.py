@@ -22,6 +22,9 @@ from tuneplane.runtime.records import Record
 
 LAB_DIRS = ("experiments", "plugins", "runs", "status")
 
+# PyPI's `tuneplane` is another project: a newer tp comes from where the lab's CI installs it
+UPGRADE_TP = "upgrade tp the way tool.requirement in tuneplane.yaml installs it (its repository or a wheel)"
+
 
 class Lab(Record):
     # no __slots__: `experiment_index` is a cached_property, kept in the instance's __dict__
@@ -141,7 +144,7 @@ def _version_first(doc: Doc) -> list[Problem]:
                 "/apiVersion",
                 "lab-version",
                 f"this lab uses {api}, newer than this tp understands",
-                hint="upgrade tuneplane: pip install -U tuneplane",
+                hint=UPGRADE_TP,
             )
         ]
     return [

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuneplane import __version__
+from tuneplane.lab import fs
 from tuneplane.lab.catalog import Catalog
-from tuneplane.lab.schemarefs import reference, schema_rel
+from tuneplane.lab.schemarefs import method_named_by, reference, schema_rel
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.lock import RECIPE_LOCK_API, RecipeLock
 from tuneplane.models.recipe import Recipe
@@ -22,6 +23,22 @@ UPGRADE = "run `tp recipe upgrade {exp}` to re-lock against the current catalog"
 # experiments/<exp>/recipe.lock.json → the lab's copy of the lock schema, for editors. Older tools read a
 # lock by its named keys, so the extra key costs them nothing.
 LOCK_SCHEMA = reference("experiments/EXP/recipe.lock.json", schema_rel("recipe-lock"))
+
+
+def method_without_lock(exp_dir: Path, root: Path) -> str | None:
+    """The recipe of an experiment whose lock is gone: the schema line `tp new` wrote atop config.yaml."""
+    config = exp_dir / "config.yaml"
+    try:
+        return method_named_by(fs.read_text(config, root=root)) if fs.present(config) else None
+    except fs.LoadFailed:  # the config's own check reports a file that does not read
+        return None
+
+
+def lock_missing_hint(exp: str, method: str | None) -> str:
+    """The command that locks an experiment without a lock: the recipe named when nothing else names it."""
+    if method is not None:
+        return f"re-lock it with `tp recipe upgrade {exp}` (it locks {method}, which its config.yaml names)"
+    return f"lock it with `tp recipe upgrade {exp} --method FRAMEWORK/RECIPE` (`tp methods` lists them)"
 
 
 def runtime_key(recipe: Recipe, requested: str | None) -> tuple[str, str]:
@@ -91,7 +108,7 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
                 "/apiVersion",
                 "lock-legacy",
                 f"{lock.api_version} is a StarForge lock",
-                hint="run `tp migrate` to convert it",
+                hint=f"re-lock it: {UPGRADE.format(exp=exp)}",
                 severity=Severity.WARNING,
             )
         )

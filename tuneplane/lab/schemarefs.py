@@ -25,6 +25,24 @@ def config_schema_rel(method: str) -> PurePosixPath:
     return CONFIG_DIR / f"{method}.schema.json"
 
 
+def method_named_by(config_text: str) -> str | None:
+    """The method whose config schema the first line of a config.yaml names, or None.
+
+    `tp new` writes that line, so an experiment whose lock was lost still says which recipe it is.
+    """
+    first = config_text.split("\n", 1)[0].strip()
+    if not first.startswith(COMMENT):
+        return None
+    target = PurePosixPath(first[len(COMMENT) :].strip())
+    parts = target.parts
+    config = CONFIG_DIR.parts
+    for start in range(len(parts) - len(config) - 2 + 1):
+        if parts[start : start + len(config)] == config and len(parts) == start + len(config) + 2:
+            framework, recipe = parts[-2], parts[-1].removesuffix(".schema.json")
+            return f"{framework}/{recipe}" if recipe != parts[-1] else None
+    return None
+
+
 def reference(from_file: str | PurePosixPath, target: str | PurePosixPath) -> str:
     """The path of `target` relative to the folder of `from_file`, both relative to the lab root."""
     start = PurePosixPath(from_file).parent

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tuneplane.check.params import parse_sets
@@ -25,6 +26,14 @@ from tuneplane.models.run import Inputs, RunRequest
 from tuneplane.runtime.patterns import lazy_pattern
 
 F = TypeVar("F", bound="RunFlags")
+# the files a trainer reads as local data (the TRL templates' loaders); a name without one is a Hub id
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+LOCAL_INPUTS = {
+    "model": "--model",
+    "train_data": "--train-data",
+    "validation_data": "--validation-data",
+    "data": "--data",
+}
 
 
 @dataclass(frozen=True)
@@ -146,3 +155,27 @@ def _set_keys(experiment: str, lab: Lab | None, catalog: Catalog | None) -> dict
         except UsageError:
             return {}  # not in a lab: the command says so when it loads the lab itself
     return experiment_set_keys(lab, catalog or load_catalog(), experiment)
+
+
+def check_local_inputs(lab_root: Path, inputs: Inputs) -> None:
+    """A `--local` run reads its inputs on this machine: a path that is not there is refused now,
+    before the request is committed, not by the trainer once the run has started.
+
+    A value is a path when it is absolute, starts with `.` or `~`, or names a data file (`.jsonl`,
+    `.json`, `.parquet`, `.csv`); a relative one is read from the lab's root, the run's working
+    directory. Anything else (`Qwen/Qwen3-0.6B`, `org/data-set`) is a Hub name, which the trainer
+    fetches itself."""
+    for name, flag in LOCAL_INPUTS.items():
+        value = str(getattr(inputs, name))
+        if not value or not _looks_local(value):
+            continue
+        path = Path(value).expanduser()
+        if not (path if path.is_absolute() else lab_root / path).exists():
+            raise UsageError(
+                f"{flag} {value}: no such file or folder on this machine, where a --local run reads it",
+                hint="check the path (a relative one is read from the lab's root); a Hub name is owner/name",
+            )
+
+
+def _looks_local(value: str) -> bool:
+    return value.startswith(("/", ".", "~")) or value.lower().endswith(DATA_SUFFIXES)

@@ -31,7 +31,7 @@ from tuneplane.record.publish import (
 )
 from tuneplane.runs.localrun import run_local
 from tuneplane.runs.prepare import PreparedRun, backend_request, prepare
-from tuneplane.runs.requests import RunFlags, request_from_flags, requester
+from tuneplane.runs.requests import RunFlags, check_local_inputs, request_from_flags, requester
 
 Echo = Callable[[str], None]
 
@@ -97,6 +97,8 @@ def submit(
     lab = open_lab(root)
     repo = lab_repo(lab)
     request = build_request(opts, requester(repo))
+    if opts.local:  # the trainer reads them here: a missing one is refused before the commit
+        check_local_inputs(lab.root, request.inputs)
     commit, dirty = repo.head(), lab_dirty(repo, lab)
     run, checked = _prepare_for_submit(repo, lab, request, opts, commit, dirty)
     for warning in run.warnings:

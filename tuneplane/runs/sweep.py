@@ -331,7 +331,10 @@ def _commit(
         write_request(lab.root, request)
         result.written.append(RunKey(request.experiment, request.run_id).request_rel)
     body = f"{len(requests)} new run request{'s' if len(requests) != 1 else ''}."
-    result.commit = repo.add_and_commit(result.written, f"{title}\n\n{body}\nWritten by tp sweep.")
+    if not repo.is_dirty(result.written):  # a deleted request written again as committed: nothing to commit
+        result.commit = repo.head()
+    else:
+        result.commit = repo.add_and_commit(result.written, f"{title}\n\n{body}\nWritten by tp sweep.")
     if say is not None:
         say(f"wrote {sweep_rel(sweep.name)} and {len(requests)} run requests (committed {result.commit[:12]})")
     _push(repo, result, opts.push, opts.remote, opts.branch)

@@ -37,6 +37,11 @@ _SCAFFOLD = re.compile(r"no training command yet")
 _LAUNCH = re.compile(r"^\s*(python3?|torchrun|accelerate\s+launch|deepspeed|srun|uv\s+run)\b")
 _GPUS = re.compile(r"--(nproc[-_]per[-_]node|num[-_]processes|nnodes|num[-_]machines|gpus)[ =]+['\"]?(\d+)")
 _REL_OUT = re.compile(r"(?<![\w$}/])(\./(checkpoints|outputs?|ckpt)\b|/tmp/)")
+# where a /tmp path on the line is searched for code (PYTHONPATH=/tmp/deps, sys.path.insert(0, "/tmp/x")),
+# not written to: nothing is lost with the container
+_SEARCH_PATH = re.compile(
+    r"""(\b\w*PATH\s*=\s*["']?[^\s"';]*|\bsys\.path\.(insert|append)\([^)]*|PATH["']\]\s*=\s*["']?[^\s"']*)$"""
+)
 _OUT_FLAG = re.compile(r"--(output[-_]dir|save[-_]dir|checkpoint[-_]dir)[ =]+['\"]?(?![\"'$-])([^\s\"']+)")
 
 
@@ -153,7 +158,8 @@ def _line(rel: str, n: int, line: int | str, code: str, shell: bool) -> Iterator
     flagged = set()
     for m in _REL_OUT.finditer(code):
         flagged.add(m.start())
-        yield _out_warning(rel, n, m.start() + 1, m.group(0))
+        if not _SEARCH_PATH.search(code[: m.start()]):
+            yield _out_warning(rel, n, m.start() + 1, m.group(0))
     for m in _OUT_FLAG.finditer(code):
         if m.start(2) in flagged:  # the value itself was already reported
             continue
@@ -180,7 +186,7 @@ def _legacy_warning(rel: str, n: int, col: int, code: str, start: int) -> Proble
         col,
         "lint-legacy-env",
         f"{use.name} is a StarForge name that TunePlane jobs do not set or ship",
-        use.advice + ("; `tp migrate` rewrites it" if use.replacement else ""),
+        use.advice,
     )
 
 

@@ -25,6 +25,7 @@ schedule and the step continue from there, and the epochs after it are trained a
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -147,6 +148,48 @@ def parse_scalar(text: str) -> Any:
     if _FLOAT.match(text) and ("." in text or "inf" in lowered or "nan" in lowered):
         return float(text)
     return text
+
+
+# The keys this file reads, each a parameter of the recipe; `extra` is yours (see config.yaml). A key
+# beyond these would be silently not applied, so it stops the run instead, as `tp validate` refuses it.
+CONFIG_KEYS = frozenset(
+    {
+        "seed", "epochs", "max_steps", "batch_size", "optimizer", "learning_rate", "weight_decay", "momentum",
+        "lr_scheduler", "max_grad_norm", "label_smoothing", "amp", "arch", "num_classes", "image_size",
+        "input_pipeline", "num_workers", "synthetic_train_samples", "synthetic_val_samples", "synthetic_noise",
+        "log_interval", "eval_interval_epochs",
+    }
+)  # fmt: skip
+OWN_KEYS = "extra"
+
+
+def check_keys(config: dict[str, Any], path: Path) -> None:
+    """Refuse a key this file does not read ("did you mean …"), and a key it reads that is missing.
+
+    The experiment's locked plugins may keep their parameters in the config, under their names.
+    """
+    allowed = CONFIG_KEYS | {OWN_KEYS} | locked_plugins(path.parent)
+    for key in sorted(set(config) - allowed, key=str):
+        close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SystemExit(
+            f"{path}: unknown key {key!r}: this train.py would not apply it. {hint}"
+            f"Keys of your own go under `{OWN_KEYS}:`"
+        )
+    missing = sorted(CONFIG_KEYS - set(config))
+    if missing:
+        raise SystemExit(f"{path}: missing {', '.join(missing)}: the template's config.yaml has every key")
+
+
+def locked_plugins(exp_dir: Path) -> set[str]:
+    """The names of the plugins locked in plugins.lock.json beside the config (none when it has none)."""
+    try:
+        lock = json.loads((exp_dir / "plugins.lock.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    entries = lock.get("plugins") if isinstance(lock, dict) else None
+    ids = [e.get("id") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    return {i.rsplit("/", 1)[-1] for i in ids if isinstance(i, str)}
 
 
 def apply_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> None:
@@ -559,6 +602,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config)
+    check_keys(cfg, args.config)
     apply_overrides(cfg, read_overrides(args.overrides_json))
     topo = setup_processes()
     started = time.monotonic()
