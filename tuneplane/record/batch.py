@@ -432,14 +432,30 @@ def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
     return dashboard.month_page(root, exp, month, int(number) if number.isdigit() else 1)
 
 
-def record_status(repo: GitRepo, status: RunStatus, message: str, svg: str | None = None) -> str | None:
-    """Write and commit one run's status (and chart) with the pages it changes: `tp submit --local`."""
-    batch = Batch(repo)
-    batch.status(status)
+def record_status(
+    repo: GitRepo, status: RunStatus, message: str, svg: str | None = None, pages: bool = False
+) -> str | None:
+    """Write and commit one run's own files, its status and (once it ended) its chart: `tp submit --local`.
+
+    With `pages` (a lab with no remote, so no bot and nobody to pull from) the dashboard pages and the
+    ledger are rendered and committed too. Otherwise never: they are the bot's, rendered from the statuses
+    on its next pass (which sees this experiment's status tree changed). A person's branch so carries
+    nothing the bot rewrites, and their `git pull --rebase` has nothing to conflict on however often the
+    bot committed meanwhile."""
+    key = RunKey(status.experiment, status.run_id)
+    if pages:
+        batch = Batch(repo)
+        batch.status(status)
+        if svg is not None:
+            batch.chart(key, svg)
+        batch.render([], [])
+        return batch.commit(message)
+    files = {key.status_rel: status_text(status)}
     if svg is not None:
-        batch.chart(RunKey(status.experiment, status.run_id), svg)
-    batch.render([], [])
-    return batch.commit(message)
+        files[dashboard.chart_rel(key)] = svg
+    write_all(repo.root, files)
+    repo.git("add", "--", *files)
+    return repo.commit_staged(message, list(files))
 
 
 def refresh_dashboard(repo: GitRepo, message: str = "tp bot: render the dashboard") -> str | None:
