@@ -32,7 +32,7 @@ from test_bot_sync_metrics import SECRET, _free_port, _post
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.ingest.server import IngestServer
-from tuneplane.lab.runs import RunKey, read_status
+from tuneplane.lab.runs import RunKey, read_status, write_status
 from tuneplane.plan.names import object_name
 
 pytest_plugins = ("fakekube",)
@@ -204,3 +204,23 @@ def test_metrics_every_zero_commits_new_points_on_every_sync(
         server.stop()
     assert all(commits) and len(set(commits)) == 3
     assert read_status(bot, RunKey("demo", run_id)).metrics == {"train/loss": 1.0 / 3}  # type: ignore[union-attr]
+
+
+def test_a_run_after_a_killed_one_commits_once_with_what_the_killed_one_left(
+    tmp_path: Path, fake_kube: FakeKube
+) -> None:
+    bot, (first,) = kube_lab(tmp_path)
+    reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+    left = read_status(bot, RunKey("demo", first))
+    assert left is not None
+    write_status(bot, left.model_copy(update={"message": "written by a bot killed before its commit"}))
+    (second,) = run_ids(1, day="20250103")
+    add_requests(bot, [("demo", second)])  # merged meanwhile
+    before = git(bot, "rev-parse", "HEAD")
+
+    report = reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+
+    assert report.submitted == [f"demo/{second}"] and report.commit == git(bot, "rev-parse", "HEAD")
+    assert git(bot, "rev-list", "--count", f"{before}..HEAD") == "1"
+    assert "killed before its commit" in git(bot, "show", f"HEAD:status/demo/{first}.json")
+    assert "interrupted bot run" in git(bot, "log", "-1", "--format=%B") and not git(bot, "status", "--porcelain")
