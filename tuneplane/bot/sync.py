@@ -35,7 +35,7 @@ from tuneplane.backends.base import (
     Observation,
 )
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
-from tuneplane.constants import INGEST_SECRET_ENV, STAMP_FORMAT, TERMINAL, UNKNOWN, epoch_of, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now, wire_second
 from tuneplane.errors import UsageError
 from tuneplane.lab.heartbeats import PublishedHeartbeats
 from tuneplane.lab.load import Lab
@@ -194,7 +194,7 @@ def _metric_points(bot: BotPass, held: list[RunStatus], echo: Echo) -> None:
     then = epoch_of(last) if last else None
     due = not every or bool(bot.batch.written) or then is None or now() - then >= every
     if bot.batch.written or (held and due):
-        bot.batch.ledger.metrics_at = time.strftime(STAMP_FORMAT, time.gmtime(now()))
+        bot.batch.ledger.metrics_at = wire_second(int(now())) + "Z"  # a status file's time format
     for status in held:
         key = f"{status.experiment}/{status.run_id}"
         if due:
