@@ -18,6 +18,9 @@
    bot's commits cost with no content at all).
    Beside it, the bot's clone as the lab's workflow makes it (`fetch-depth: 1`: `git clone --depth 1`
    over smart HTTP): its `.git`, its wall time and its `--no-checkout` part, what a bot run pays.
+   Then the bot's CI job at that size: its checkout plus a `tp bot reconcile --push` with nothing to do,
+   as the workflow ran it before (`fetch-depth: 1`, every file checked out) and from the sparse checkout
+   without the run files (`record.batch.SPARSE_CHECKOUT`; target ≤ 3 s), median of `--repeat`.
 2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
    ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
    `--repeat` (target ≤ 0.3 s each).
@@ -47,8 +50,9 @@ sys.path.insert(0, str(HERE))
 from helpers_git import BRANCH, git, make_remote, seed_lab  # noqa: E402
 from peers import table  # noqa: E402
 
-TARGETS = {"git": 10.0, "clone": 2.0, "noop": 0.3}
+TARGETS = {"git": 10.0, "clone": 2.0, "noop": 0.3, "ci": 3.0}
 MAIN = {"git": "59 MB", "clone": "18 s", "noop": "1.3–1.7 s"}  # issue 14, measured on main
+MAIN_CI = "14–18 s"  # issue 27: the bot's CI checkout plus a no-op pass at 10,000 runs, measured on main
 EXPERIMENTS = ("sft-base", "sft-lora", "dpo", "grpo", "eval")
 
 
@@ -541,22 +545,92 @@ def finished_lab(tmp: Path, n: int) -> Path:
     return lab
 
 
-def bot(root: Path, verb: str) -> float:
-    return bot_times(root, verb)[0]
+def bot(root: Path, verb: str, *args: str) -> float:
+    return bot_times(root, verb, *args)[0]
 
 
-def bot_times(root: Path, verb: str) -> tuple[float, float]:
-    """Wall time and CPU time (the process and its git children) of one `tp bot VERB`."""
+def bot_times(root: Path, verb: str, *args: str) -> tuple[float, float]:
+    """Wall time and CPU time (the process and its git children) of one `tp bot VERB ARGS`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "tuneplane", "bot", verb], cwd=root, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "tuneplane", "bot", verb, *args], cwd=root, capture_output=True, text=True, check=False
     )
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise RuntimeError(f"tp bot {verb} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def ci_job(url: str, dest: Path, sparse: bool) -> tuple[float, float, int]:
+    """The bot's CI job once: its checkout as the workflow makes it (the tip commit of `url`, smart HTTP;
+    with `sparse`, without the run files: `record.batch.SPARSE_CHECKOUT`), then `tp bot reconcile --push`
+    with nothing to do. Wall seconds of the checkout and of the pass, and the files checked out."""
+    from tuneplane.record.batch import SPARSE_CHECKOUT
+
+    start = time.perf_counter()
+    if sparse:
+        git(dest.parent, "clone", "-q", "--depth", "1", "--no-checkout", url, dest.name)
+        git(dest, "sparse-checkout", "set", "--no-cone", *SPARSE_CHECKOUT)
+        git(dest, "checkout", "-q", BRANCH)
+    else:
+        git(dest.parent, "clone", "-q", "--depth", "1", url, dest.name)
+    checkout = time.perf_counter() - start
+    head = git(dest, "rev-parse", "HEAD")
+    noop = bot(dest, "reconcile", "--push")
+    if git(dest, "rev-parse", "HEAD") != head or git(dest, "status", "--porcelain"):
+        raise RuntimeError(f"the bot's pass in {dest} was no no-op: it committed or changed files")
+    files = sum(1 for line in git(dest, "ls-files", "-t").splitlines() if not line.startswith("S "))
+    shutil.rmtree(dest)
+    return checkout, noop, files
+
+
+def measure_ci(tmp: Path, remote: Path, repeat: int) -> dict[bool, tuple[float, float, int]]:
+    """The bot's CI job over the history in `remote`, with every file checked out (False) and sparse (True):
+    median checkout and pass seconds and the files checked out. A bot run in a full clone first takes the
+    history's statuses as its own and pushes its record, as the first bot run of a lab does."""
+    from githttp import GitHttpServer
+
+    prime = tmp / "ci-prime"
+    git(tmp, "clone", "-q", str(remote), prime.name)
+    git(prime, "config", "user.name", "bench")
+    git(prime, "config", "user.email", "bench@example.org")
+    bot(prime, "reconcile", "--push")
+    shutil.rmtree(prime)
+    server = GitHttpServer(remote.parent).start()
+    try:
+        rounds: dict[bool, list[tuple[float, float, int]]] = {False: [], True: []}
+        for i in range(repeat):
+            for sparse in (i % 2 == 0, i % 2 == 1):  # each first in every other round
+                rounds[sparse].append(ci_job(server.url(remote.name), tmp / f"ci-{i}-{int(sparse)}", sparse))
+    finally:
+        server.stop()
+    return {
+        sparse: (
+            statistics.median(r[0] for r in runs),
+            statistics.median(r[1] for r in runs),
+            runs[-1][2],
+        )
+        for sparse, runs in rounds.items()
+    }
+
+
+def ci_rows(runs: int, repeat: int, measured: dict[bool, tuple[float, float, int]]) -> list[list[str]]:
+    """The table's rows of `measure_ci`: the workflow's checkout before, and the sparse one."""
+    rows = []
+    for sparse, how in ((False, "every file checked out (`fetch-depth: 1`, as before)"), (True, "sparse checkout")):
+        checkout, noop, files = measured[sparse]
+        rows.append(
+            [
+                f"the bot's CI job after {runs} runs, {how}: checkout ({files} files) + a no-op "
+                f"`tp bot reconcile --push` (median of {repeat})",
+                f"{checkout + noop:.2f} s ({checkout:.2f} + {noop:.2f})",
+                f"≤ {TARGETS['ci']:g} s" if sparse else "",
+                MAIN_CI,
+            ]
+        )
+    return rows
 
 
 def main() -> int:
@@ -614,6 +688,7 @@ def main() -> int:
         rows.append(
             ["  the same with `--no-checkout` (what a bot run pays for history)", f"{shallow_bare:.2f} s", "", ""]
         )
+        ci_at = len(rows)  # the CI job's rows follow the bot's clone, measured once the history is read
         print(table(breakdown(tmp / "clone-http-0"), ["where the clone's .git goes", "versions", "bytes", "share"]))
         shutil.rmtree(tmp / "clone-http-0")
         content = history_entropy(remote) / 1e6
@@ -630,6 +705,9 @@ def main() -> int:
                 ["where the clone's time goes", "measured"],
             )
         )
+        ci = measure_ci(tmp, remote, args.repeat)  # its first bot run pushes a commit: after the figures above
+        ok &= sum(ci[True][:2]) <= TARGETS["ci"]
+        rows[ci_at:ci_at] = ci_rows(args.runs, args.repeat, ci)
         rows.append(
             [
                 "structure floor: the same history, every file version a tiny distinct blob — its .git",
@@ -684,7 +762,7 @@ def main() -> int:
                 "",
             ]
         )
-        print(table(rows, ["case", "ours", "target", "main (issue 14)"]))
+        print(table(rows, ["case", "ours", "target", "main (issue 14; the CI job: issue 27)"]))
         return 0 if ok else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

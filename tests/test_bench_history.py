@@ -60,3 +60,20 @@ def test_the_content_floor_compresses_every_version(tmp_path: Path) -> None:
     assert 0 < floor < raw / 10
     again = history.build_history(tmp_path / "again", runs=80, batch=20)[0]  # more runs hold more content
     assert history.history_entropy(again, preset=1) > floor
+
+
+def test_the_bots_ci_job_is_measured_with_every_file_and_sparse(tmp_path: Path) -> None:
+    remote, _seconds = history.build_history(tmp_path / "h", runs=40, batch=20)
+
+    measured = history.measure_ci(tmp_path, remote, 1)
+
+    (full_checkout, full_pass, full_files), (sparse_checkout, sparse_pass, sparse_files) = (
+        measured[False],
+        measured[True],
+    )
+    files = len(git(remote, "ls-tree", "-r", "--name-only", BRANCH).splitlines())
+    assert full_files == files and sparse_files == files - 3 * 40  # each run's request, status and chart left out
+    assert min(full_checkout, full_pass, sparse_checkout, sparse_pass) > 0
+    rows = history.ci_rows(40, 1, measured)
+    assert len(rows) == 2 and rows[1][2] == "≤ 3 s" and all(row[3] == history.MAIN_CI for row in rows)
+    assert not list(tmp_path.glob("ci-*"))

@@ -85,8 +85,9 @@ class Backends:
                 backend.close()
 
 
-def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
-    """Open the lab's repository, clean up after a killed bot, and catch up with the remote."""
+def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any, bool]:
+    """Open the lab's repository, clean up after a killed bot, and catch up with the remote; last, whether
+    the clean-up committed what a killed bot left (`finish` makes it one commit with the run's own)."""
     from tuneplane.record.publish import pull, recover, resolve_target  # lazy: not on an idle pass
 
     lab = load_lab(root)
@@ -94,12 +95,12 @@ def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any]:
     repo = GitRepo(lab.root)
     repo.ensure_identity()
     repo.guard_attributes()  # the lab's .gitattributes never reach the bot's files
-    recover(repo)
+    recovered = recover(repo) is not None
     checkpoint("recovered")
     target = resolve_target(repo, opts.remote, opts.branch) if opts.push else None
     if target is not None:
         pull(repo, target, checkpoint)
-    return repo, lab, target
+    return repo, lab, target, recovered
 
 
 @dataclass
@@ -125,14 +126,15 @@ def run_pass(
 ) -> BotReport:
     """Start, scan the commit, `act` on it, close the backends, then finish: one commit, and the push."""
     opts = opts or BotOptions()
-    repo, lab, target = start(root, opts)
+    repo, lab, target, recovered = start(root, opts)
     work = scan(lab.root)
     bot = BotPass(repo, lab, target, work, Batch(repo, work.ledger, work.authority), Backends(lab, opts, backends))
     try:
         act(bot, echo)
     finally:
         bot.pool.close()
-    return finish(repo, work, bot.batch, target, bot.report, verb, echo, notifier_for(repo, lab.config))
+    notifier = notifier_for(repo, lab.config)
+    return finish(repo, work, bot.batch, target, bot.report, verb, echo, notifier, recovered)
 
 
 def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
@@ -158,9 +160,10 @@ def finish(
     verb: str,
     echo: Echo,
     notifier: Notifier | None = None,
+    recovered: bool = False,
 ) -> BotReport:
     """Render what changed, commit once, push (then notify); the dashboard lists what is waiting and what
-    was refused."""
+    was refused. With `recovered` (`start` committed what a killed bot left) the two are one commit."""
     problems = [*work.problems, *work.bad_requests.values()]
     report.problems = problems
     for text in [*problems, *work.notes]:
@@ -194,6 +197,8 @@ def finish(
     title = summary_title(verb, report)
     message = title + body(report)
     report.commit = batch.commit(notifier.mark(message) if notifier is not None else message)
+    if report.commit and recovered:
+        report.commit = _one_commit(repo)
     report.errors += [f"{why} (not written; the other experiments were)" for why in batch.refused.values()]
     if report.commit:
         echo(f"committed {report.commit[:12]}: {title}")
@@ -257,6 +262,20 @@ def _apply_removals(work: Scan, batch: Batch, report: BotReport) -> None:
         if not any(k.experiment == exp for k in work.restored):
             batch.ledger.statuses.pop(exp, None)
             batch.ledger.counts.pop(exp, None)
+
+
+def _one_commit(repo: GitRepo) -> str:
+    """The run's commit and the one before it, the statuses a killed bot left (`start`), as one commit with
+    the run's message: one bot run, one commit. Both are this clone's own, not yet pushed."""
+    from tuneplane.record.publish import RECOVERED  # lazy: as in `start`
+
+    if repo.git("log", "-1", "--format=%s", "HEAD~1").strip() != RECOVERED:
+        return repo.head()  # not the commit `start` made (nothing to join)
+    title, _, rest = repo.git("log", "-1", "--format=%B", "HEAD").rstrip("\n").partition("\n")
+    note = "Also keeps the statuses an interrupted bot run wrote."  # before the body: trailers stay last
+    repo.git("reset", "-q", "--soft", "HEAD~2")
+    repo.git("commit", "-q", "-m", f"{title}\n\n{note}" + (f"\n{rest}" if rest else ""))
+    return repo.head()
 
 
 def _published(repo: GitRepo, target: Target) -> bool:

@@ -50,6 +50,7 @@ class BotReport:
     waiting: list[str] = field(default_factory=list)  # the backend refused for now; retried next time
     updated: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)  # statuses others deleted or broke, put back
+    held: list[str] = field(default_factory=list)  # runs whose new metric points wait for `bot.metrics_every`
     errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # entries of the commit the bot refused to act on
     commit: str | None = None

@@ -8,6 +8,11 @@ decided (a cancel, a spent retry budget) stays ended. A failed attempt the run's
 leaves the run Pending for `tp bot reconcile` to submit the next attempt. When a run ends, its
 metrics are charted into `status/<exp>/<run-id>.svg`, under the recipe's canonical names, primary
 metrics first.
+
+Metric points alone are news the history can wait for: a run that only reported new points is written
+with the pass's other news (a phase change, an end, a new run), or once `bot.metrics_every` seconds have
+passed since the last commit of metrics (the ledger's `metrics_at`); otherwise the pass commits nothing
+and the next one reads the points again (the receiver and the run directory keep them).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from tuneplane.backends.base import (
     Observation,
 )
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now
+from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now, wire_second
 from tuneplane.errors import UsageError
 from tuneplane.lab.heartbeats import PublishedHeartbeats
 from tuneplane.lab.load import Lab
@@ -65,6 +70,7 @@ def sync(
 def _sync_all(bot: BotPass, echo: Echo) -> None:
     metrics = IngestReader.from_env(bot.lab)
     published = PublishedHeartbeats(bot.repo.root)  # fetched on the first run that needs it, once
+    held: list[RunStatus] = []
     for key, raw in sorted(bot.work.active.items()):
         if raw is not None:
             _sync_one(
@@ -77,7 +83,9 @@ def _sync_all(bot: BotPass, echo: Echo) -> None:
                 echo,
                 float(bot.lab.config.cluster.local.lost_after),
                 published,
+                held,
             )
+    _metric_points(bot, held, echo)
     if metrics.refused:  # once per sync, not once per run: every run's metrics are refused alike
         bot.report.errors.append(f"metrics of the runs that ended were not read: {metrics.refused}")
 
@@ -92,7 +100,9 @@ def _sync_one(
     echo: Echo,
     lost_after: float | None = None,
     published: PublishedHeartbeats | None = None,
+    held: list[RunStatus] | None = None,
 ) -> None:
+    """Refresh one run; a running run whose only news is metric points goes to `held` (see `_metric_points`)."""
     try:
         status = status_from(raw, key.status_rel)
     except UsageError as exc:
@@ -131,10 +141,7 @@ def _sync_one(
         return
     new = _with_results(new, backend, ref, metrics, status, batch, key)
     late = new.phase in TERMINAL and metrics.unreachable and not isinstance(backend, HasMetrics)
-    if new != status:
-        batch.status(new)
-        report.updated.append(str(key))
-        echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+    _record(batch, report, echo, status, new, held)
     # A backend whose engine may requeue a job after its end was recorded (`requeues`: Slurm after a node
     # failure) may show a later attempt yet: a run that ended by itself is looked at again for a while.
     watch = (
@@ -149,6 +156,58 @@ def _sync_one(
             echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
     elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
         batch.ledger.active.pop(str(key), None)  # read at last, or given up on
+
+
+def _record(
+    batch: Batch, report: BotReport, echo: Echo, status: RunStatus, new: RunStatus, held: list[RunStatus] | None
+) -> None:
+    """Write a run's new status, or hold it when its only news is metric points (see `_metric_points`)."""
+    if new == status:
+        return
+    key = RunKey(status.experiment, status.run_id)
+    if held is not None and metric_points_only(status, new):
+        held.append(new)
+        return
+    batch.status(new)
+    report.updated.append(str(key))
+    echo(f"  {key}: {status.phase} → {new.phase}" if new.phase != status.phase else f"  {key}: updated")
+
+
+def now() -> float:
+    """The clock `bot.metrics_every` is measured by."""
+    return time.time()
+
+
+def metric_points_only(old: RunStatus, new: RunStatus) -> bool:
+    """Whether `new` is `old` with newer metric values and nothing else (the run goes on as it was)."""
+    if new.phase in TERMINAL:
+        return False
+    return new.model_copy(update={"metrics": old.metrics, "metric_history": old.metric_history}) == old
+
+
+def _metric_points(bot: BotPass, held: list[RunStatus], echo: Echo) -> None:
+    """Write the held runs' new metric points when the pass writes statuses anyway or `bot.metrics_every`
+    seconds have passed since the last sync that wrote any (its statuses carried their runs' newest
+    points: `metrics_at`); otherwise leave them for a later pass, which reads them again."""
+    every = bot.lab.config.bot.metrics_every
+    last = bot.batch.ledger.metrics_at
+    then = epoch_of(last) if last else None
+    due = not every or bool(bot.batch.written) or then is None or now() - then >= every
+    if bot.batch.written or (held and due):
+        bot.batch.ledger.metrics_at = wire_second(int(now())) + "Z"  # a status file's time format
+    for status in held:
+        key = f"{status.experiment}/{status.run_id}"
+        if due:
+            bot.batch.status(status)
+            bot.report.updated.append(key)
+            echo(f"  {key}: updated")
+        else:
+            bot.report.held.append(key)
+    if held and not due:
+        echo(
+            f"  new metric points of {len(held)} running run{'s' if len(held) != 1 else ''} wait: the last were "
+            f"committed at {last}, and bot.metrics_every is {every} s"
+        )
 
 
 def awaiting_metrics(phase: str) -> bool:

@@ -340,6 +340,20 @@ class Budgets(Strict):
         return self
 
 
+class BotSettings(Strict):
+    """`bot:`: how the CI bot writes its history."""
+
+    metrics_every: int = Field(
+        3600,
+        ge=0,
+        le=7 * 86400,
+        description="Seconds between the bot's commits that only bring new metric points of running runs: "
+        "a sync whose only news is metrics commits nothing until this long after the last such commit "
+        "(phase changes, ends and new runs always commit at once, with the metrics held back). "
+        "0 commits new metrics on every sync.",
+    )
+
+
 _local_profile = defaults_of(Profile, local=True, gpus_per_node=0)  # the profile of a lab that names none
 
 
@@ -372,3 +386,4 @@ class LabFile(Strict):
     budgets: Budgets = Field(
         default_factory=defaults_of(Budgets), description="GPU-hours a month may spend, lab-wide and per experiment."
     )
+    bot: BotSettings = Field(default_factory=defaults_of(BotSettings), description="How the CI bot writes its history.")

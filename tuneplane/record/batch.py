@@ -28,6 +28,21 @@ from tuneplane.record.ledger import LEDGER, Ledger
 from tuneplane.views import dashboard
 from tuneplane.views.sweep import SWEEP_FOLDER, SWEEP_PAGES, page_of, sweep_page, sweep_page_rel, trial_ids
 
+# The bot's CI checkout (`git sparse-checkout set --no-cone`, one pattern a line): every file but the run
+# files, which a no-op pass never reads (it reads the commit) and which are most of a big lab's files.
+SPARSE_CHECKOUT = ("/*", "!/runs/*/", f"!/{STATUS_DIR}/*/*.json", f"!/{STATUS_DIR}/*/*.svg")
+
+
+def widen(repo: GitRepo) -> bool:
+    """Check out every file of a sparse checkout (the bot's CI checkout: `SPARSE_CHECKOUT`) before the bot
+    writes or renders anything: the pages are rendered from the status files, requests and charts beside
+    them. True when the checkout was sparse. A pass with nothing to write never gets here, so it pays for
+    none of those files."""
+    if repo.git("config", "--bool", "--default", "false", "core.sparseCheckout").strip() != "true":
+        return False
+    repo.git("sparse-checkout", "disable")
+    return True
+
 
 def safe_write(root: Path, rel: str, text: str) -> Path:
     """Atomically write `root/rel`, creating directories; refuse any link or non-directory on the way."""
@@ -99,11 +114,19 @@ class Batch:
         self.removed: set[str] = set()  # pages removed (staged on `commit`)
         self.repaged: dict[str, set[str]] = {}  # exp → names of its pages others edited or removed
         self.sweeps_changed = False  # a sweep file was added, changed or removed: every sweep page again
+        self.whole = False  # the work tree holds every file (see `widen`)
+
+    def whole_tree(self) -> None:
+        """Every file in the work tree before the first write or read of one (a sparse CI checkout: `widen`)."""
+        if not self.whole:
+            self.whole = True
+            widen(self.repo)
 
     # ── writes ───────────────────────────────────────────────────────────────────────────────
 
     def status(self, status: RunStatus, *, watch: bool | None = None) -> None:
         """Write a run's status; `watch` keeps it in the ledger's active runs (default: not ended)."""
+        self.whole_tree()
         key = RunKey(status.experiment, status.run_id)
         if key.status_rel in self.pending:
             before = json.loads(self.pending[key.status_rel])
@@ -127,14 +150,17 @@ class Batch:
     def restore(self, key: RunKey, data: bytes) -> None:
         """Put back a status someone deleted, byte for byte as it was last committed (its pages are
         recounted: `changed_by_others`)."""
+        self.whole_tree()
         if self._put(key.status_rel, data.decode("utf-8", "replace")):
             self.changed_by_others(key.experiment, [key.run_id])
 
     def touch(self, exp: str, run_ids: list[str]) -> None:
         """Render the pages of these runs again (their request went away: the row loses its link)."""
+        self.whole_tree()
         self.touched.setdefault(exp, set()).update(run_ids)
 
     def chart(self, key: RunKey, svg: str) -> None:
+        self.whole_tree()
         if self._put(dashboard.chart_rel(key), svg):
             self.touched.setdefault(key.experiment, set()).add(key.run_id)
 
@@ -167,12 +193,14 @@ class Batch:
 
     def changed_by_others(self, exp: str, run_ids: list[str]) -> None:
         """Status files someone else committed: their pages are rendered again, counts recounted."""
+        self.whole_tree()
         self.extra_changed.add(exp)
         self.touched.setdefault(exp, set()).update(run_ids)
         self.fresh.setdefault(exp, set()).update(run_ids)  # added or removed by others: pages may shift
 
     def pages_changed_by_others(self, exp: str, names: set[str]) -> None:
         """Pages of `exp` someone else edited or removed: rendered again (the bot owns them)."""
+        self.whole_tree()
         self.repaged.setdefault(exp, set()).update(names)
         self.touched.setdefault(exp, set())
 
@@ -180,6 +208,7 @@ class Batch:
 
     def render(self, waiting: list[tuple[RunKey, str]], problems: list[str], refresh: bool = False) -> None:
         """Write the pages the batch changed (every page when `refresh`)."""
+        self.whole_tree()
         self.flush()
         exps = set(self.touched) - {SWEEP_FOLDER}
         known = self.ledger.counts
@@ -288,6 +317,7 @@ class Batch:
 
     def forget(self, key: RunKey) -> None:
         """A run others took out of the lab (its status removed): its chart goes with it."""
+        self.whole_tree()
         self._drop(dashboard.chart_rel(key))
 
     def _bots(self, rel: str) -> bool:
@@ -432,14 +462,30 @@ def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
     return dashboard.month_page(root, exp, month, int(number) if number.isdigit() else 1)
 
 
-def record_status(repo: GitRepo, status: RunStatus, message: str, svg: str | None = None) -> str | None:
-    """Write and commit one run's status (and chart) with the pages it changes: `tp submit --local`."""
-    batch = Batch(repo)
-    batch.status(status)
+def record_status(
+    repo: GitRepo, status: RunStatus, message: str, svg: str | None = None, pages: bool = False
+) -> str | None:
+    """Write and commit one run's own files, its status and (once it ended) its chart: `tp submit --local`.
+
+    With `pages` (a lab with no remote, so no bot and nobody to pull from) the dashboard pages and the
+    ledger are rendered and committed too. Otherwise never: they are the bot's, rendered from the statuses
+    on its next pass (which sees this experiment's status tree changed). A person's branch so carries
+    nothing the bot rewrites, and their `git pull --rebase` has nothing to conflict on however often the
+    bot committed meanwhile."""
+    key = RunKey(status.experiment, status.run_id)
+    if pages:
+        batch = Batch(repo)
+        batch.status(status)
+        if svg is not None:
+            batch.chart(key, svg)
+        batch.render([], [])
+        return batch.commit(message)
+    files = {key.status_rel: status_text(status)}
     if svg is not None:
-        batch.chart(RunKey(status.experiment, status.run_id), svg)
-    batch.render([], [])
-    return batch.commit(message)
+        files[dashboard.chart_rel(key)] = svg
+    write_all(repo.root, files)
+    repo.git("add", "--", *files)
+    return repo.commit_staged(message, list(files))
 
 
 def refresh_dashboard(repo: GitRepo, message: str = "tp bot: render the dashboard") -> str | None:

@@ -18,6 +18,8 @@ Three small maps, committed with every bot commit:
 - `sweeps`: the tree id of `sweeps/` the sweep pages (`status/_sweeps/`) were last rendered for. A
   sweep file added, changed or removed changes it, so its page is written or removed though no
   status changed; otherwise a sweep's page is written only with a status of one of its trials.
+- `metrics_at`: when the bot last committed new metric points of running runs (UTC, ISO 8601). A sync
+  whose only news is metrics commits nothing until `bot.metrics_every` seconds after it.
 
 A missing or damaged ledger is rebuilt from a full scan, so deleting it is always safe. So is one
 edited by hand: the ledger carries the digest of its own maps, and one whose digest does not match
@@ -34,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LEDGER = "status/index.json"
-VERSION = 4  # 4: the sweeps' tree id (an older ledger is read and the sweep pages rendered once)
-_READ = (2, 3, VERSION)  # 2: the digest (a version-1 ledger is rebuilt once); 3: the index page's blob id
+VERSION = 5  # 5: when metrics were last committed; 4: the sweeps' tree id (older: read, pages rendered once)
+_READ = (2, 3, 4, VERSION)  # 2: the digest (a version-1 ledger is rebuilt once); 3: the index page's blob id
 _MAPS = ("requests", "statuses", "active", "counts")
 AWAITING = "+metrics"  # an `active` phase with this suffix: the run ended, its metrics are still to be read
 
@@ -48,6 +50,7 @@ class Ledger:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # exp → phase → runs (the index page)
     index: str = ""  # blob id of the index page as the bot committed it ("": unknown, rendered again)
     sweeps: str = ""  # tree id of sweeps/ the sweep pages were rendered for ("": none, or unknown)
+    metrics_at: str = ""  # when metric points of running runs were last committed ("": never)
     found: bool = False  # read from the commit (False: rebuilt by a full scan)
     problem: str = ""  # why a committed ledger was not trusted ("" when it was, or there was none)
 
@@ -61,9 +64,11 @@ class Ledger:
             return cls(problem="it is not JSON")
         if not isinstance(data, dict) or data.get("version") not in _READ:
             return cls(problem=f"it is not a version-{VERSION} ledger")
-        keys = _MAPS + ("index",) * (data["version"] >= 3) + ("sweeps",) * (data["version"] >= 4)
-        index = data.get("index", "") if data["version"] >= 3 else ""
-        sweeps = data.get("sweeps", "") if data["version"] >= 4 else ""
+        version = data["version"]
+        keys = _MAPS + ("index",) * (version >= 3) + ("sweeps",) * (version >= 4) + ("metrics_at",) * (version >= 5)
+        index = data.get("index", "") if version >= 3 else ""
+        sweeps = data.get("sweeps", "") if version >= 4 else ""
+        metrics_at = data.get("metrics_at", "") if version >= 5 else ""
         maps = [data.get(k) for k in ("requests", "statuses", "active")]
         if not all(isinstance(m, dict) and all(isinstance(v, str) for v in m.values()) for m in maps):
             return cls(problem="its maps are not what the bot writes")
@@ -72,11 +77,20 @@ class Ledger:
             isinstance(c, dict) and all(isinstance(n, int) and n >= 0 for n in c.values()) for c in counts.values()
         ):
             return cls(problem="its counts are not what the bot writes")
-        if not isinstance(index, str) or not isinstance(sweeps, str):
+        if not all(isinstance(v, str) for v in (index, sweeps, metrics_at)):
             return cls(problem="its index is not what the bot writes")
         if data.get("digest") != _digest({k: data.get(k) for k in keys}):
             return cls(problem="it was changed outside the bot (its digest does not match)")
-        return cls(dict(maps[0]), dict(maps[1]), dict(maps[2]), dict(counts), index, sweeps, found=True)  # type: ignore[arg-type]
+        return cls(
+            dict(maps[0]),  # type: ignore[arg-type]
+            dict(maps[1]),  # type: ignore[arg-type]
+            dict(maps[2]),  # type: ignore[arg-type]
+            dict(counts),
+            index,
+            sweeps,
+            metrics_at,
+            found=True,
+        )
 
     def dump(self) -> str:
         data: dict[str, Any] = {
@@ -88,8 +102,9 @@ class Ledger:
             "counts": {exp: dict(sorted(c.items())) for exp, c in sorted(self.counts.items())},
             "index": self.index,
             "sweeps": self.sweeps,
+            "metrics_at": self.metrics_at,
         }
-        data["digest"] = _digest({k: data[k] for k in (*_MAPS, "index", "sweeps")})
+        data["digest"] = _digest({k: data[k] for k in (*_MAPS, "index", "sweeps", "metrics_at")})
         return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -103,6 +118,7 @@ def merge(upstream: str | None, ours: str | None) -> str:
         counts={k: v for k, v in a.counts.items() if b.counts.get(k) == v},
         index=a.index if a.index == b.index else "",
         sweeps=a.sweeps if a.sweeps == b.sweeps else "",
+        metrics_at=max(a.metrics_at, b.metrics_at),  # the later commit of metrics counts
     )
     return both.dump()
 

@@ -280,7 +280,10 @@ def record_published(repo: GitRepo, authority: Authority, remote: str) -> bool:
         return False
 
 
-def recover(repo: GitRepo, message: str = "tp bot: keep status written by an interrupted run") -> str | None:
+RECOVERED = "tp bot: keep status written by an interrupted run"  # the subject of `recover`'s commit
+
+
+def recover(repo: GitRepo, message: str = RECOVERED) -> str | None:
     """Undo what a killed bot left half done: an interrupted rebase, status files not yet committed."""
     repo.rebase_abort()
     status = repo.root / STATUS_DIR

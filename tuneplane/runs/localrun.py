@@ -38,10 +38,11 @@ STOP_WAIT = 60.0  # seconds a canceller waits for the run's owner to record the 
 def commit_run_status(
     repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None
 ) -> str | None:
-    """Commit a local run's status with the dashboard pages it changes, and its chart once it ended."""
+    """Commit a local run's status, and its chart once it ended. The dashboard pages go with them only in a
+    lab with no remote: with one, they are the bot's (see `record_status`)."""
     svg = run_chart(backend, ref, status) if backend is not None and ref is not None else None
     message = f"Status of run {status.run_id} of {status.experiment}: {status.phase}\n\nWritten by tp submit --local."
-    return record_status(repo, status, message, svg)
+    return record_status(repo, status, message, svg, pages=not repo.git("remote").strip())
 
 
 def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | None:
