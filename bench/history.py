@@ -20,7 +20,7 @@
    over smart HTTP): its `.git`, its wall time and its `--no-checkout` part, what a bot run pays.
    Then the bot's CI job at that size: its checkout plus a `tp bot reconcile --push` with nothing to do,
    as the workflow ran it before (`fetch-depth: 1`, every file checked out) and from the sparse checkout
-   without the run files (`record.batch.SPARSE_CHECKOUT`; target ≤ 3 s), median of `--repeat`.
+   without the run files (`lab.runs.SPARSE_CHECKOUT`; target ≤ 3 s), median of `--repeat`.
 2. No-op: a lab with `--statuses` finished runs (written in a few commits), one bot run to build its
    ledger, then `python -m tuneplane bot reconcile` and `… bot sync` as whole processes, median of
    `--repeat` (target ≤ 0.3 s each).
@@ -565,9 +565,9 @@ def bot_times(root: Path, verb: str, *args: str) -> tuple[float, float]:
 
 def ci_job(url: str, dest: Path, sparse: bool) -> tuple[float, float, int]:
     """The bot's CI job once: its checkout as the workflow makes it (the tip commit of `url`, smart HTTP;
-    with `sparse`, without the run files: `record.batch.SPARSE_CHECKOUT`), then `tp bot reconcile --push`
+    with `sparse`, without the run files: `lab.runs.SPARSE_CHECKOUT`), then `tp bot reconcile --push`
     with nothing to do. Wall seconds of the checkout and of the pass, and the files checked out."""
-    from tuneplane.record.batch import SPARSE_CHECKOUT
+    from tuneplane.lab.runs import SPARSE_CHECKOUT
 
     start = time.perf_counter()
     if sparse:

@@ -1,4 +1,4 @@
-"""The bot works from its CI checkout: a sparse one without the run files (`record.batch.SPARSE_CHECKOUT`).
+"""The bot works from its CI checkout: a sparse one without the run files (`lab.runs.SPARSE_CHECKOUT`).
 
 A big lab's files are mostly its runs' (a request, a status and a chart each), which a pass with nothing
 to do never reads: the bot reads the commit. The CI checkout leaves them out; a pass that writes checks
@@ -26,8 +26,9 @@ from helpers_git import (
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.runs import SPARSE_CHECKOUT
 from tuneplane.plan.names import object_name
-from tuneplane.record.batch import SPARSE_CHECKOUT, refresh_dashboard
+from tuneplane.record.batch import refresh_dashboard
 
 pytest_plugins = ("fakekube",)
 PUSH = BotOptions(push=True)

@@ -237,7 +237,7 @@ def test_the_github_token_identity_needs_no_secret(tmp_path: Path, tp: Any) -> N
     for job in ("reconcile", "sync"):
         steps = _bot_steps(root, job)
         _, checkout = _checkout(steps)
-        assert set(checkout["with"]) == {"fetch-depth"}
+        assert not {"ssh-key", "token"} & set(checkout["with"])  # the checkout persists GITHUB_TOKEN
         assert "secrets." not in json.dumps(steps[: steps.index(checkout)])
 
 
@@ -669,3 +669,20 @@ def test_the_plan_is_one_pull_request_comment_updated_in_place(tmp_path: Path, t
     else:
         assert calls[1].startswith("api --method POST repos/acme/lab/issues/12/comments "), calls
     assert len(calls) == 2 and (tmp_path / "body").read_text() == plan
+
+
+@pytest.mark.parametrize("identity", PUSH_IDENTITIES)
+def test_the_bot_jobs_check_out_every_file_but_the_run_files(tmp_path: Path, tp: Any, identity: str) -> None:
+    """The bot's CI checkout leaves out what a pass with nothing to write never reads (30,000 files at
+    10,000 runs); the patterns are the ones the bot widens from before it writes."""
+    from tuneplane.lab.runs import SPARSE_CHECKOUT
+
+    root = tmp_path / "lab"
+    assert tp("init", root, "--push-identity", identity, "--tool-requirement", VCS_REQUIREMENT).code == 0
+    jobs = _workflow(root)["jobs"]
+    for bot in ("reconcile", "sync"):
+        (checkout,) = [s for s in jobs[bot]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
+        assert tuple(checkout["with"]["sparse-checkout"].splitlines()) == SPARSE_CHECKOUT, checkout
+        assert checkout["with"]["sparse-checkout-cone-mode"] is False and checkout["with"]["fetch-depth"] == 1
+    (check,) = [s for s in jobs["check"]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
+    assert "sparse-checkout" not in check["with"]  # the pull request check reads the whole lab

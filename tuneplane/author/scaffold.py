@@ -22,6 +22,7 @@ from tuneplane.lab.fs import atomic_write, publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import LAB_DIRS, LAB_FILE, LEGACY_LAB_FILE, Lab
 from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
+from tuneplane.lab.runs import SPARSE_CHECKOUT
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, reference, schema_rel, with_comment
 from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.base import name_error
@@ -81,6 +82,7 @@ def lab_files(
             branch="main",
             actions=ACTIONS,
             push_identity=push_identity,
+            sparse=SPARSE_CHECKOUT,
             **_bot_runner(backend, runner),
         ),
         ".github/dependabot.yml": render("lab/dependabot.yml.j2"),

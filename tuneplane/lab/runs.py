@@ -31,6 +31,10 @@ from tuneplane.models.run import RUN_ID, RunRequest, RunStatus
 
 RUNS_DIR = "runs"
 STATUS_DIR = "status"
+# The bot's CI checkout: every file but the run files (a request, a status and a chart per run), which a
+# pass with nothing to write never reads (`record.batch.widen` checks them out before a pass writes).
+# The lab workflow's checkout step lists these patterns (tp init renders them from here).
+SPARSE_CHECKOUT = ("/*", f"!/{RUNS_DIR}/*/", f"!/{STATUS_DIR}/*/*.json", f"!/{STATUS_DIR}/*/*.svg")
 # Requests and status files always lie two folders deep, so their schema references are fixed.
 SCHEMA_LINE = comment_line(f"{RUNS_DIR}/EXP/RUN.yaml", schema_rel("run"))
 STATUS_SCHEMA = reference(f"{STATUS_DIR}/EXP/RUN.json", schema_rel("status"))

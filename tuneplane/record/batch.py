@@ -30,12 +30,11 @@ from tuneplane.views.sweep import SWEEP_FOLDER, SWEEP_PAGES, page_of, sweep_page
 
 # The bot's CI checkout (`git sparse-checkout set --no-cone`, one pattern a line): every file but the run
 # files, which a no-op pass never reads (it reads the commit) and which are most of a big lab's files.
-SPARSE_CHECKOUT = ("/*", "!/runs/*/", f"!/{STATUS_DIR}/*/*.json", f"!/{STATUS_DIR}/*/*.svg")
 
 
 def widen(repo: GitRepo) -> bool:
-    """Check out every file of a sparse checkout (the bot's CI checkout: `SPARSE_CHECKOUT`) before the bot
-    writes or renders anything: the pages are rendered from the status files, requests and charts beside
+    """Check out every file of a sparse checkout (the bot's CI checkout: `lab.runs.SPARSE_CHECKOUT`) before
+    the bot writes or renders anything: the pages are rendered from the status files, requests and charts beside
     them. True when the checkout was sparse. A pass with nothing to write never gets here, so it pays for
     none of those files."""
     if repo.git("config", "--bool", "--default", "false", "core.sparseCheckout").strip() != "true":
