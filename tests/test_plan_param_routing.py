@@ -134,3 +134,14 @@ def test_a_when_that_names_no_bool_parameter_is_refused() -> None:
     recipe["params"]["lora_r"]["when"] = "learning_rate"
     with pytest.raises(ValidationError, match="not a bool parameter"):
         Recipe.model_validate(recipe)
+
+
+def test_a_closed_config_refuses_a_plugins_key_the_trainer_would_get(lab: Path, tp: Any) -> None:
+    """TRL builds its config class from the whole config.yaml: a plugin's key belongs on `--set`."""
+    _lab(lab, tp, "trl/sft", DECLARED)
+    config = lab / "experiments" / "exp" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8") + "opsd:\n  scale: 2.0\n", encoding="utf-8")
+    result = tp("validate", "--format", "json", cwd=lab)
+    problems = [p for p in json.loads(result.out)["problems"] if p["severity"] == "error"]
+    assert [(p["rule"], p["pointer"]) for p in problems] == [("config-unknown", "/opsd/scale")], problems
+    assert "locked plugin's parameter" in problems[0]["message"] and "--set opsd.scale" in problems[0]["hint"]

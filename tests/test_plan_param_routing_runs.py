@@ -86,14 +86,16 @@ def _tiny_trl(method: str = "sft") -> dict[str, Any]:
     return {key: value for key, value in TINY.items() if key in params}
 
 
-def _trl_inputs(assets: Path) -> list[str]:
-    data = str(assets / "sft.jsonl")
-    return ["--model", str(assets / "model"), "--train-data", data, "--validation-data", data]
+def _trl_inputs(built: Path) -> list[str]:
+    data = str(built / "sft.jsonl")
+    return ["--model", str(built / "model"), "--train-data", data, "--validation-data", data]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("plugin", [GUIDE_PLUGIN, DECLARED_PLUGIN], ids=["as-in-the-guide", "declared"])
-def test_the_guides_plugin_trains_with_the_pytorch_template(lab: Path, tp: Any, tp_subprocess: Any, plugin: str) -> None:
+def test_the_guides_plugin_trains_with_the_pytorch_template(
+    lab: Path, tp: Any, tp_subprocess: Any, plugin: str
+) -> None:
     _require("torch")
     _experiment(lab, tp, "cls", "pytorch/image-classification", plugin, {})
     out = _submit(lab, tp_subprocess, "cls", {**PYTORCH_TINY, "opsd.scale": 2}, "--image", "python:3.12")
