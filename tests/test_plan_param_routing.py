@@ -145,3 +145,16 @@ def test_a_closed_config_refuses_a_plugins_key_the_trainer_would_get(lab: Path, 
     problems = [p for p in json.loads(result.out)["problems"] if p["severity"] == "error"]
     assert [(p["rule"], p["pointer"]) for p in problems] == [("config-unknown", "/opsd/scale")], problems
     assert "locked plugin's parameter" in problems[0]["message"] and "--set opsd.scale" in problems[0]["hint"]
+
+
+@pytest.mark.parametrize(("method", "config_class"), [("trl/sft", "SFTConfig"), ("trl/grpo", "GRPOConfig")])
+def test_with_lora_off_trl_gets_only_keys_its_config_class_takes(
+    lab: Path, tp: Any, method: str, config_class: str
+) -> None:
+    """A lab's own train.py hands the overrides to TRL's config class whole: each key must be a field."""
+    import dataclasses
+
+    trl = pytest.importorskip("trl", reason="TRL is not installed")
+    fields = {f.name for f in dataclasses.fields(getattr(trl, config_class))}
+    overrides = _overrides(compile_plan(_resolve(_lab(lab, tp, method, None), {})).argv)
+    assert sorted(set(overrides) - fields) == []
