@@ -84,7 +84,7 @@ ADAPTER_KEYS = {
     "required_inputs",
 }
 ARTIFACT_KEYS = {"version", "checkpoints", "logs", "exports", "evaluations", "formats"}
-PARAM_KEYS = {"type", "path", "doc", "group", "required", "default", "min", "max", "exclusive_min", "choices"}
+PARAM_KEYS = {"type", "path", "doc", "group", "required", "default", "min", "max", "exclusive_min", "choices", "when"}
 INPUTS = {"model", "train_data", "validation_data"}
 CATEGORIES = {"custom", "supervised", "sft", "rl", "preference", "evaluation"}
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
@@ -191,8 +191,14 @@ def test_template_and_entrypoint_exist(folder: Path) -> None:
     assert (template / "README.md").is_file()
     assert (template / "config.yaml").is_file()
     entry = recipe["entrypoint"]
-    assert {"kind", "value"} <= set(entry) <= {"kind", "value", "experiment_override"}
+    assert {"kind", "value"} <= set(entry) <= {"kind", "value", "experiment_override", "flags"}
     assert entry["kind"] in {"module", "file", "experiment"}
+    # the flags the entrypoint takes: the template's parser knows each of them
+    assert all(re.fullmatch(r"--[a-z][a-z0-9-]*", f) for f in entry.get("flags", [])), entry
+    if entry["kind"] == "experiment" and entry.get("flags"):
+        script = (template / entry["value"]).read_text(encoding="utf-8")
+        for flag in entry["flags"]:
+            assert f'"{flag}"' in script or _parsed_by_support(script, flag), flag
     if "experiment_override" in entry:  # an experiment file that wins over the framework's entry
         assert entry["kind"] != "experiment" and re.fullmatch(r"[A-Za-z0-9_.-]+\.py", entry["experiment_override"])
     if entry["kind"] == "file":  # a file of the framework, under the root every runtime names
@@ -202,6 +208,13 @@ def test_template_and_entrypoint_exist(folder: Path) -> None:
         assert (template / entry["value"]).is_file()
     if entry["kind"] == "module":
         assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", entry["value"])
+
+
+def _parsed_by_support(script: str, flag: str) -> bool:
+    """A TRL template parses its arguments in tuneplane.lifecycle.trl_support (TrainingRun)."""
+    from tuneplane.lifecycle import trl_support
+
+    return "TrainingRun" in script and f'"{flag}"' in Path(trl_support.__file__).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("folder", RECIPES, ids=IDS)
@@ -287,6 +300,8 @@ def test_params_land_on_template_config(folder: Path) -> None:
             assert not found, f"{name}: {spec['path']} is in config.yaml but the param declares no default"
             assert not spec.get("required", False), f"{name}: a required param needs a value in config.yaml"
             continue
+        if "when" in spec:  # a switch: a bool parameter of the recipe
+            assert recipe["params"][spec["when"]]["type"] == "bool", name
         assert found, f"{name}: {spec['path']} is not in config.yaml"
         assert is_type(value, kind), f"{name}: {value!r} is not {kind}"
         assert spec["default"] == value and type(spec["default"]) is type(value), name

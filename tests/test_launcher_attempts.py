@@ -51,8 +51,8 @@ def _env(work: Path, run_dir: Path, **extra: str) -> dict[str, str]:
         TUNEPLANE_OUT_DIR=str(run_dir / "out"),
         TUNEPLANE_NODE_RANK="1",
         PYTHONPATH=os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
-        **extra,
     )
+    env.update(extra)  # may name the node rank: the job's plugin lines are node 0's
     for name in ("TUNEPLANE_ATTEMPT", "TUNEPLANE_RESUME_FROM", "TUNEPLANE_TERMINATION_LOG", "TUNEPLANE_JOB_TOKEN"):
         if name not in extra:
             env.pop(name, None)
@@ -226,12 +226,12 @@ def test_plugins_are_installed_once_in_the_watched_trainer(tmp_path: Path) -> No
     work.mkdir()
     plugin = make_plugin(work, "opsd-patch", EAGER_SOURCE)
     write_jobspec(work, [plugin], TRAIN)
-    done = _run(work, run_dir)
+    done = _run(work, run_dir, TUNEPLANE_NODE_RANK="0")
     assert done.returncode == 0, done.stderr
     assert plugin_lines(done) == ["plugin  : alice/opsd-patch@1.2.0 applied in entrypoint process"]
     result = json.loads((work / "result.json").read_text())
     assert result["patch_calls"] == 1, result
-    assert _record(run_dir)["exit_code"] == 0
+    assert _record(run_dir, rank=0)["exit_code"] == 0
 
 
 def _wait_for(path: Path, timeout: float = 30) -> None:
@@ -273,12 +273,12 @@ def test_a_watched_shell_trainer_still_names_the_plugins_it_skips(tmp_path: Path
     work.mkdir()
     other = make_plugin(work, "env-tool", EAGER_SOURCE, capability="environment")
     write_jobspec(work, [other], ["bash", "-c", "echo trained"])
-    done = _run(work, run_dir)
+    done = _run(work, run_dir, TUNEPLANE_NODE_RANK="0")
     assert done.returncode == 0, done.stderr
     assert [line for line in plugin_lines(done) if "skipped" in line] == [
         "plugin  : alice/env-tool@1.2.0 skipped (capability environment is not loaded in the entrypoint process)"
     ]
-    assert "trained" in done.stdout and _record(run_dir)["exit_code"] == 0
+    assert "trained" in done.stdout and _record(run_dir, rank=0)["exit_code"] == 0
 
 
 def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installed(tmp_path: Path) -> None:

@@ -14,6 +14,10 @@ It runs first in every job (standard library only: training images may lack our 
 Ranks started by torchrun or accelerate re-enter the bridge as `python -m tuneplane.launcher ENTRY…`
 (ENTRY is `-m mod …` or `file.py …`): the plugins are verified and installed in each rank, then ENTRY
 runs in that rank's interpreter. Any refusal exits with CONFIG_ERROR_EXIT before training starts.
+
+The job's log names each plugin once (`plugin  : … applied`, `… registered`, `… skipped`): only the
+job's first process says it, the process that installs the plugins on node 0 (global rank 0 where
+ranks re-enter), never the launcher above ranks that will say it themselves.
 """
 
 from __future__ import annotations
@@ -37,7 +41,15 @@ from typing import Any, NoReturn
 import tuneplane.runtime.attempts as attempts
 import tuneplane.runtime.launchline as launchline
 from tuneplane import __version__, plugins
-from tuneplane.constants import ATTEMPT_ENV, CONFIG_ERROR_EXIT, NAME_PATTERN, OUT_DIR_ENV, RESUME_FROM_ENV, WORK_DIR_ENV
+from tuneplane.constants import (
+    ATTEMPT_ENV,
+    CONFIG_ERROR_EXIT,
+    NAME_PATTERN,
+    NODE_RANK_ENV,
+    OUT_DIR_ENV,
+    RESUME_FROM_ENV,
+    WORK_DIR_ENV,
+)
 from tuneplane.report.checkpoints import newest_complete
 from tuneplane.runtime.digest import DigestError, pinned_copy, unpinned_folders
 from tuneplane.runtime.entry import (
@@ -348,17 +360,29 @@ def _apply(plugin: PluginRef, root: Path, params: Mapping[str, Any], emit: Emit)
 
 
 def loaded_plugins(spec: JobSpecView, emit: Emit) -> list[PluginRef]:
-    """The plugins this process loads; the others are named in a log line and left alone."""
+    """The plugins this process loads; the others are named in a log line and left alone. A data-prep
+    plugin never runs in a job, whatever its manifest's `execution` says: it runs on your machine."""
     chosen = []
     for plugin in spec.plugins:
         if plugin.capability == LOADED_CAPABILITY:
             chosen.append(plugin)
+        elif plugin.capability == "data-prep":
+            emit(f"plugin  : {plugin.ref} skipped (a data-prep plugin runs on your machine, never in a job)")
         else:
             emit(
                 f"plugin  : {plugin.ref} skipped (capability {plugin.capability} is not loaded in the "
                 "entrypoint process)"
             )
     return chosen
+
+
+def speaks_for_job(env: Mapping[str, str]) -> bool:
+    """Whether this process writes the job's plugin lines: node 0, and global rank 0 among ranks."""
+    return all(env.get(name, "").strip() in ("", "0") for name in (NODE_RANK_ENV, "RANK"))
+
+
+def _quiet(line: str) -> None:
+    """An Emit for the processes that install plugins without naming them (the job names each once)."""
 
 
 def install_plugins(spec: JobSpecView, work: Path, emit: Emit = print) -> list[PluginRef]:
@@ -427,6 +451,8 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
     spec = read_jobspec(work)
     _enter_cwd(work, spec.launch)
     entry, reenters = _plan(spec, args)
+    # the plugin lines come from one process of the job: the ranks say them when they re-enter
+    says = emit if speaks_for_job(os.environ) and not reenters else _quiet
     chosen = [p for p in spec.plugins if p.capability == LOADED_CAPABILITY]
     if chosen and entry is None and not reenters:
         raise LaunchError(
@@ -441,15 +467,14 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
             _verify_only(work, plugin)
         return spec, entry, False
     if supervised and not (reenters and chosen):
-        loaded_plugins(spec, emit)  # no rank re-enters to install (and name) plugins
+        loaded_plugins(spec, says)  # no rank installs plugins here; ranks that re-enter name the skipped
         return spec, None, reenters
     if chosen and (entry is None or supervised):
-        loaded_plugins(spec, emit)
         for plugin in chosen:  # fail before starting the ranks; each rank installs on re-entry
             _verify_only(work, plugin)
         emit(f"launcher: {len(chosen)} plugin(s) verified; each rank installs them on re-entry")
         return spec, None, True
-    install_plugins(spec, work, emit)
+    install_plugins(spec, work, says)
     in_process = entry is not None and (bool(args) or bool(chosen) or spec.launch.in_process)
     return spec, entry if in_process else None, False
 

@@ -592,6 +592,17 @@ def _manifest_rules(root: Path, manifest: PluginManifest, ctx: FileCtx) -> list[
                 severity=Severity.WARNING,
             )
         )
+    if manifest.capability == "data-prep" and manifest.execution == "job":
+        problems.append(
+            ctx.problem(
+                "/execution",
+                "plugin-data-prep-job",
+                "a data-prep plugin never runs in a job: the launcher loads only algorithm plugins and "
+                "skips this one, whatever `execution` says",
+                "run it on your machine before you submit, and write `execution: local`",
+                severity=Severity.WARNING,
+            )
+        )
     refused = sorted(NO_ALGORITHM_FRAMEWORKS.intersection(manifest.requires.frameworks))
     if manifest.capability == "algorithm" and refused:
         problems.append(

@@ -57,6 +57,12 @@ class RecipeRef(Strict):
     template_digest: str
     entrypoint_kind: Literal["module", "file", "experiment"]
     entrypoint: str
+    entrypoint_flags: list[str] = Field(
+        default_factory=empty_list,
+        exclude_if=lambda v: not v,
+        description="The flags the entrypoint accepts (the recipe's `entrypoint.flags`); empty: all the "
+        "adapter writes.",
+    )
     plugins: list[str] = Field(default_factory=empty_list)
     observability: Literal["platform", "external"]
     adapter: AdapterRef = Field(default_factory=defaults_of(AdapterRef))
@@ -142,6 +148,13 @@ class JobSpecBody(Strict):
     hyperparams: dict[str, Scalar] = Field(
         default_factory=empty_dict,
         description="Validated values keyed by dotted config path (custom: the `--set` keys as written).",
+    )
+    plugin_params: dict[str, list[str]] = Field(
+        default_factory=empty_dict,
+        exclude_if=lambda v: not v,
+        description="The hyperparameters that are the locked algorithm plugins' alone: key → the plugins "
+        "(`<owner>/<name>@<version>`) it is for. They reach install(params) with the rest of "
+        "`hyperparams`, and never the trainer's config or command line.",
     )
     inputs: InputsRef = Field(default_factory=defaults_of(InputsRef))
     resources: Resources

@@ -62,6 +62,7 @@ class PluginParam(Param):
     """A plugin parameter: a recipe parameter's shape; its full dotted name is its key in params."""
 
     path: str = Field("", description="Unused for plugins: the name is the key install(params) reads.")
+    when: Literal[""] = Field("", description="Unused for plugins: install(params) gets every value.")
 
 
 class PluginManifest(StrictModel):

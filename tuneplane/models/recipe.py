@@ -21,6 +21,11 @@ class Param(Strict):
     max: float | None = None
     exclusive_min: bool = False
     choices: list[Any] | None = None
+    when: str = Field(
+        "",
+        description="The name of a bool parameter: this one reaches the job only while that one is true "
+        "(lora_r only with use_peft on; a parameter may name itself). Empty: always.",
+    )
 
     @model_validator(mode="after")
     def _enum_has_choices(self) -> Self:
@@ -41,6 +46,12 @@ class Entrypoint(Strict):
         "",
         description="An experiment file (e.g. run.py) started instead, with the same arguments, "
         "when the experiment has it.",
+    )
+    flags: list[str] = Field(
+        default_factory=empty_list,
+        description="The command-line flags the entrypoint accepts (for an experiment's file: what the "
+        "template shipped, which a lab's own copy may not outgrow); the adapter passes no other. "
+        "Empty: every flag the framework's adapter writes.",
     )
 
 
@@ -205,6 +216,14 @@ class Recipe(Strict):
         max_length=64,
         description="Cross-field requirements of the framework (docs/reference/files.md).",
     )
+
+    @model_validator(mode="after")
+    def _when_names_a_switch(self) -> Self:
+        for name, param in self.params.items():
+            switch = self.params.get(param.when) if param.when else None
+            if param.when and (switch is None or switch.type != "bool"):
+                raise ValueError(f"params.{name}.when: {param.when!r} is not a bool parameter of this recipe")
+        return self
 
     @model_validator(mode="after")
     def _rule_ids_unique(self) -> Self:

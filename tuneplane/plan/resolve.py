@@ -56,6 +56,7 @@ from tuneplane.models.lab import LabFile
 from tuneplane.models.lock import RecipeLock
 from tuneplane.models.recipe import NativeOutput, Param, Recipe, merge_native
 from tuneplane.models.run import RunRequest
+from tuneplane.plan.adapters.base import trainer_hyperparams
 from tuneplane.plan.entrypoints import effective_entrypoint
 from tuneplane.plan.names import object_name
 from tuneplane.problems import Problem
@@ -77,6 +78,7 @@ class PreparedExperiment:
     plugins: tuple[PluginRef, ...]
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
     plugin_params: dict[str, Param] = field(default_factory=dict)  # declared by the locked plugins
+    plugin_owners: dict[str, list[str]] = field(default_factory=dict)  # each declared key → who declares it
     native: tuple[NativeOutput, ...] = ()  # the collector's outputs: the recipe's and experiment.yaml's
     config_doc: Doc | None = None  # config.yaml with its positions, for the recipe's rules
 
@@ -129,7 +131,7 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
     effective_entrypoint(ctx.dir, ctx.lock, recipe)
     rel = lab.experiment_rel(experiment)
     _raise_refusals(check_platform_owned(recipe, config), f"{rel}/config.yaml")
-    plugins, plugin_params = _plugins(lab, ctx.dir, recipe)
+    plugins, plugin_params, owners = _plugins(lab, ctx.dir, recipe)
     _raise_refusals(
         check_algorithm_plugins(recipe.framework, [(f"{p.id}@{p.version}", p.capability) for p in plugins]),
         f"{rel}/plugins.lock.json",
@@ -149,8 +151,9 @@ def prepare_experiment(lab: Lab, experiment: str, catalog: Catalog) -> PreparedE
         tuple(plugins),
         base,
         plugin_params,
-        tuple(native),
-        ctx.config,
+        native=tuple(native),
+        config_doc=ctx.config,
+        plugin_owners=owners,
     )
 
 
@@ -213,12 +216,12 @@ def _normalise(kind: str, value: object) -> Scalar:
     return value
 
 
-def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], dict[str, Param]]:
-    """Locked plugins with the fields of their plugin.yaml, and the parameters the algorithm ones
-    declare; the lock must verify against the lab."""
+def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], dict[str, Param], dict[str, list[str]]]:
+    """Locked plugins with the fields of their plugin.yaml, the parameters the algorithm ones declare,
+    and which of them declares each; the lock must verify against the lab."""
     lock_path = exp_dir / "plugins.lock.json"
     if not recipe.plugins and _no_plugins_locked(lock_path):
-        return [], {}  # the common case, without loading the plugin tooling
+        return [], {}, {}  # the common case, without loading the plugin tooling
     # lazy: the plugin tooling loads only for experiments that lock plugins
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
     from tuneplane.check.plugins import load_plugin_manifest
@@ -227,11 +230,14 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], 
     lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
     refs: list[PluginRef] = []
     params: dict[str, Param] = {}
+    owners: dict[str, list[str]] = {}
     for entry in lock.plugins if lock else []:
         folder = plugin_path(lab.root, entry.name)
         manifest = load_plugin_manifest(folder)
         if manifest.capability == "algorithm":
             params.update({name: p.model_copy(update={"path": name}) for name, p in manifest.params.items()})
+            for name in manifest.params:
+                owners.setdefault(name, []).append(entry.ref)
         refs.append(
             PluginRef(
                 id=entry.id,
@@ -245,7 +251,7 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], 
                 source=lab.rel(folder),
             )
         )
-    return refs, params
+    return refs, params, owners
 
 
 def _no_plugins_locked(lock_path: Path) -> bool:
@@ -291,12 +297,13 @@ def resolve_prepared(
         settings, recipe, request, env, plugin_params=prepared.plugin_params, plugins_locked=prepared.plugins_locked
     )
     _raise_refusals([r for r in refusals if r.severity == "error"])
-    hyperparams = _hyperparams(prepared, request)
+    hyperparams, switched_off = _hyperparams(prepared, request)
     broken = _broken_rules(lab, prepared, request, hyperparams)
     _raise_first(broken)
     if warnings is not None:
         warnings += [f"{r.message} ({r.hint})" for r in refusals if r.severity == "warning"]
         warnings += [f"{p.location()}: {p.message} ({p.hint})" for p in broken]
+        warnings += switched_off
     shape = _shape(lab, request, recipe)
     local = shape.local or settings.cluster.backend == "local"
     if local and shape.nodes > 1:
@@ -324,6 +331,7 @@ def resolve_prepared(
             framework=_framework_ref(prepared, request),
             image=_image(lab, recipe, prepared.lock, request, env),
             hyperparams=hyperparams,
+            plugin_params=plugin_routes(prepared, hyperparams),
             inputs=_inputs(request, paths.storage_root),
             resources=Resources(
                 profile=shape.profile,
@@ -384,6 +392,7 @@ def _recipe_ref(prepared: PreparedExperiment, local_env: dict[str, str]) -> Reci
         template_digest=lock.recipe.template_digest,
         entrypoint_kind=kind,
         entrypoint=value,
+        entrypoint_flags=list(recipe.entrypoint.flags),
         plugins=list(recipe.plugins),
         observability=opts.observability,
         adapter=AdapterRef(
@@ -427,11 +436,12 @@ def _framework_ref(prepared: PreparedExperiment, request: RunRequest) -> Framewo
     )
 
 
-def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str, Scalar]:
-    """Base values, then the request's `--set` (already checked by admission), keyed by config path."""
+def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> tuple[dict[str, Scalar], list[str]]:
+    """Base values, then the request's `--set` (already checked by admission), keyed by config path,
+    less the parameters whose switch (`when`) is off; and a warning for each such `--set`."""
     recipe = prepared.recipe
     if not recipe.params and not prepared.plugin_params:
-        return dict(request.set)  # custom: kept as written, nothing reads them
+        return dict(request.set), []  # custom: kept as written, nothing reads them
     values = dict(prepared.base_hyperparams)
     for key, value in request.set.items():
         name = resolve_name(key, recipe)
@@ -444,13 +454,47 @@ def _hyperparams(prepared: PreparedExperiment, request: RunRequest) -> dict[str,
             f"required parameter(s) not set: {', '.join(missing)}",
             hint="set them in config.yaml or pass --set NAME=VALUE",
         )
-    return {path: values[path] for path in sorted(values)}
+    off = _switched_off(recipe, values)
+    given = {param.path: key for key in request.set if (param := _recipe_param(recipe, key)) is not None}
+    warnings = [
+        f"--set {given[path]} has no effect: {recipe.name} passes {path} only while "
+        f"{recipe.params[switch].path} is true (--set {switch}=true to use it)"
+        for path, switch in off.items()
+        if path in given
+    ]
+    return {path: values[path] for path in sorted(values) if path not in off}, warnings
+
+
+def _recipe_param(recipe: Recipe, key: str) -> Param | None:
+    name = resolve_name(key, recipe)
+    return recipe.params[name] if name is not None else None
+
+
+def _switched_off(recipe: Recipe, values: dict[str, Scalar]) -> dict[str, str]:
+    """The paths of the parameters whose switch (`when`: a bool parameter) is not on, to that switch:
+    the entrypoint does not take them then (LoRA's rank with LoRA off is a key TRL's config refuses)."""
+    return {
+        param.path: param.when
+        for param in recipe.params.values()
+        if param.when and values.get(recipe.params[param.when].path) is not True
+    }
+
+
+def plugin_routes(prepared: PreparedExperiment, hyperparams: dict[str, Scalar]) -> dict[str, list[str]]:
+    """The hyperparameters that are the locked algorithm plugins' alone, each to the plugins it is for:
+    a key a plugin declares goes to that plugin, a key nothing declares (admitted with a warning) to
+    every algorithm plugin. A recipe parameter's path is the trainer's, even when a plugin declares it."""
+    algorithm = [f"{p.id}@{p.version}" for p in prepared.plugins if p.capability == "algorithm"]
+    if not algorithm:
+        return {}
+    trainer = {p.path for p in prepared.recipe.params.values()}
+    return {key: prepared.plugin_owners.get(key, algorithm) for key in hyperparams if key not in trainer}
 
 
 def job_config(prepared: PreparedExperiment, spec: JobSpec) -> dict[str, object]:
     """config.yaml merged with the JobSpec's validated hyperparameters: what the job is started with,
     as the recipe's rules see it (`_broken_rules` checks the same merge)."""
-    return requires.effective_config(prepared.recipe, prepared.config, spec.spec.hyperparams)
+    return requires.effective_config(prepared.recipe, prepared.config, trainer_hyperparams(spec))
 
 
 def _broken_rules(

@@ -5,7 +5,8 @@ Failing: `learning_rate: "fast"` → `config-type`; `num_generations: 0` with `m
 `lr_scheduler_type: cosin` → `config-choice`; `learning_rte: 1.0e-5` → `config-unknown` (did you mean
 `learning_rate`?). In a closed config (`config: {mode: closed}` in the recipe, the TRL recipes: TRL
 builds `SFTConfig(**config)` and dies on a key it does not know) every key must be a parameter, a
-declared pass-through key or a platform-owned key, and `bogus_key: 1` is an error; in an open config
+declared pass-through key or a platform-owned key, and `bogus_key: 1` is an error (so is a locked
+plugin's parameter: pass it with `--set`); in an open config
 only a near-miss of a parameter is reported, as a warning (other keys reach the framework).
 """
 
@@ -37,8 +38,7 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
         # lazy: the plugin tooling (packaging, the lock models) loads only when asked
         from tuneplane.check.plugin_locks import locked_plugin_params
 
-        known_paths |= set(locked_plugin_params(ctx.lab.root, ctx.dir)[0])
-        yield from _closed(ctx, doc, known_paths)
+        yield from _closed(ctx, doc, known_paths, set(locked_plugin_params(ctx.lab.root, ctx.dir)[0]))
         known_paths = set()
     for name, param in sorted(recipe.params.items()):
         pointer = config_pointer(param.path)
@@ -76,7 +76,9 @@ def _platform_owned(ctx: ExperimentContext, doc: Doc) -> Iterator[Problem]:
         yield doc.problem(config_pointer(key), "config-platform-owned", refusal.message, hint=refusal.hint)
 
 
-def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Problem]:
+def _closed(ctx: ExperimentContext, doc: Doc, params: set[str], plugin_params: set[str]) -> Iterator[Problem]:
+    """Every key a parameter, pass-through or platform key. A locked plugin's parameter is refused too:
+    the trainer builds its config from the whole file, and a plugin's key reaches only install(params)."""
     recipe = ctx.recipe
     assert recipe is not None
     options = recipe.adapter_options
@@ -86,6 +88,15 @@ def _closed(ctx: ExperimentContext, doc: Doc, params: set[str]) -> Iterator[Prob
         if path in known or any(path.startswith(k + ".") for k in known):
             continue
         pointer = "/" + "/".join(escape(p) for p in path.split("."))
+        if path in plugin_params:
+            yield doc.problem(
+                pointer,
+                "config-unknown",
+                f"{path!r} is a locked plugin's parameter, not a key {target} knows: the job builds the "
+                "config from this whole file and would fail",
+                hint=f"remove it and pass it with --set {path}=…, or set its default in the plugin's plugin.yaml",
+            )
+            continue
         near = sorted(params) if close_matches(path, sorted(params), n=1) else sorted(known)  # a param first
         yield doc.problem(
             pointer,

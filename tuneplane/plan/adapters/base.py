@@ -10,6 +10,7 @@ import json
 import re
 from typing import Protocol
 
+from tuneplane.constants import Scalar
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.plan.environment import secret_env, spec_to_env
@@ -47,9 +48,24 @@ def out(spec: JobSpec, *parts: str) -> str:
     return "/".join([spec.spec.paths.out_dir, *parts])
 
 
+def trainer_hyperparams(spec: JobSpec) -> dict[str, Scalar]:
+    """The validated hyperparameters the trainer takes: all but the algorithm plugins' own
+    (`spec.plugin_params`), which reach only their install(params)."""
+    mine = spec.spec.plugin_params
+    return {path: value for path, value in spec.spec.hyperparams.items() if path not in mine}
+
+
 def overrides_json(spec: JobSpec) -> str:
-    """The validated hyperparameters (dotted config path → value) as one compact JSON argument."""
-    return json.dumps(spec.spec.hyperparams, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The trainer's hyperparameters (dotted config path → value) as one compact JSON argument."""
+    return json.dumps(trainer_hyperparams(spec), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def entry_flags(spec: JobSpec, flags: list[tuple[str, str]]) -> list[str]:
+    """`flags` as arguments, less those the entrypoint does not accept (the recipe's
+    `entrypoint.flags`; none declared: all). A lab's own train.py parses its arguments strictly: a
+    flag it never had (`--logging-dir`) would stop the run before it starts."""
+    accepted = spec.spec.recipe.entrypoint_flags
+    return [arg for flag, value in flags if not accepted or flag in accepted for arg in (flag, value)]
 
 
 def hydra_value(value: object) -> str:

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import check_common, config_path, out, overrides_json, python_entry
+from tuneplane.plan.adapters.base import (
+    check_common,
+    config_path,
+    entry_flags,
+    out,
+    overrides_json,
+    python_entry,
+    trainer_hyperparams,
+)
 from tuneplane.plan.adapters.launch import single
 from tuneplane.plan.launchplan import LaunchPlan
 
@@ -28,25 +36,17 @@ class EvalkitAdapter:
                 hint="ask for at most one node's GPUs, e.g. --profile <name>:1",
             )
         recipe = spec.spec.recipe
-        suites = str(spec.spec.hyperparams.get(SUITES_KEY, ""))
+        suites = str(trainer_hyperparams(spec).get(SUITES_KEY, ""))
         if not suites:
             raise UsageError(
                 f"{recipe.name} needs suites to run", hint="set suites in config.yaml or --set suites=gsm8k"
             )
         entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
-        return single(
-            spec,
-            [
-                *entry,
-                "--model",
-                spec.spec.inputs.model,
-                "--suites",
-                suites,
-                "--output-dir",
-                out(spec),
-                "--config",
-                config_path(spec),
-                "--overrides-json",
-                overrides_json(spec),
-            ],
-        )
+        flags = [
+            ("--model", spec.spec.inputs.model),
+            ("--suites", suites),
+            ("--output-dir", out(spec)),
+            ("--config", config_path(spec)),
+            ("--overrides-json", overrides_json(spec)),
+        ]
+        return single(spec, [*entry, *entry_flags(spec, flags)])

@@ -7,7 +7,7 @@ checkpoint and log directories), so the platform's values always win.
 from __future__ import annotations
 
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import hydra_value
+from tuneplane.plan.adapters.base import hydra_value, trainer_hyperparams
 
 
 def input_overrides(spec: JobSpec) -> list[str]:
@@ -20,7 +20,7 @@ def input_overrides(spec: JobSpec) -> list[str]:
 
 
 def param_overrides(spec: JobSpec) -> list[str]:
-    return [f"{path}={hydra_value(value)}" for path, value in spec.spec.hyperparams.items()]
+    return [f"{path}={hydra_value(value)}" for path, value in trainer_hyperparams(spec).items()]
 
 
 def topology_overrides(spec: JobSpec, nodes_key: str, gpus_key: str) -> list[str]:

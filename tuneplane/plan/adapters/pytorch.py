@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from tuneplane.models.jobspec import JobSpec
-from tuneplane.plan.adapters.base import check_common, config_path, out, overrides_json, python_entry
+from tuneplane.plan.adapters.base import check_common, config_path, entry_flags, out, overrides_json, python_entry
 from tuneplane.plan.adapters.launch import torchrun
 from tuneplane.plan.launchplan import LaunchPlan
 
@@ -19,5 +19,9 @@ class PyTorchAdapter:
         check_common(spec, self.name)
         recipe = spec.spec.recipe
         entry = python_entry(spec, recipe.entrypoint_kind, recipe.entrypoint)
-        args = ["--config", config_path(spec), "--output-dir", out(spec), "--overrides-json", overrides_json(spec)]
-        return torchrun(spec, [*entry, *args])
+        flags = [
+            ("--config", config_path(spec)),
+            ("--output-dir", out(spec)),
+            ("--overrides-json", overrides_json(spec)),
+        ]
+        return torchrun(spec, [*entry, *entry_flags(spec, flags)])
