@@ -23,7 +23,7 @@ LAB_SCHEMAS = ("lab", "run", "status", "plugin", "recipe-lock", "plugins-lock", 
 _JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
 
 
-def config_schema(method: str, recipe: Recipe, plugin_params: Mapping[str, Param] | None = None) -> dict[str, object]:
+def config_schema(method: str, recipe: Recipe) -> dict[str, object]:
     """A JSON Schema (2020-12) for the recipe's `config.yaml`, from its params.
 
     Each parameter's dotted path becomes nested properties; `null` is allowed wherever the recipe
@@ -31,15 +31,14 @@ def config_schema(method: str, recipe: Recipe, plugin_params: Mapping[str, Param
     framework may take them, and `tp validate` says which of them look like typos. A closed config
     (`tp validate` refuses any other key) closes every level (`additionalProperties: false`) but for
     the keys `tp validate` lets through: pass-through keys and the keys inputs bind, which take any
-    value below them, and the parameters of the lab's algorithm plugins (`plugin_params`). The keys the
-    platform sets stay unknown: `tp validate` refuses them too.
+    value below them. The keys the platform sets stay unknown, and so do a plugin's parameters: a
+    closed config goes to the trainer whole, so `tp validate` refuses them there too (they are given
+    with `--set`, which routes them to the plugin alone).
     """
     root: dict[str, Any] = _object()
     for name, param in sorted(recipe.params.items()):
         _node_at(root, param.path)["properties"][param.path.split(".")[-1]] = _property(name, param)
     if recipe.config.mode == "closed":
-        for name, param in sorted((plugin_params or {}).items()):
-            _node_at(root, name)["properties"][name.split(".")[-1]] = _property(name, param)
         options = recipe.adapter_options
         target = recipe.config.target or recipe.framework
         for key in sorted({*recipe.config.passthrough, *options.bindings.values()}):
@@ -106,24 +105,6 @@ def dumps(schema: Mapping[str, object]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def lab_plugin_params(root: Path) -> dict[str, Param]:
-    """The parameters of every algorithm plugin in the lab (a plugin that does not load gives none)."""
-    # lazy: only a closed recipe's schema needs the plugin reader
-    from tuneplane.check.plugins import load_plugin_manifest
-    from tuneplane.errors import UsageError
-    from tuneplane.lab.layout import plugin_index
-
-    params: dict[str, Param] = {}
-    for dirs in plugin_index(root).values():
-        try:
-            manifest = load_plugin_manifest(root / dirs[0])
-        except UsageError:
-            continue
-        if manifest.capability == "algorithm":
-            params.update(manifest.params)
-    return params
-
-
 def packaged_schemas() -> dict[str, str]:
     """The lab's file schemas as this tp ships them: `{relative path in the lab: text}`."""
     base = files("tuneplane._data.schemas")
@@ -136,10 +117,7 @@ def packaged_schemas() -> dict[str, str]:
 def write_schemas(root: Path, recipes: Mapping[str, Recipe]) -> list[str]:
     """Write the file schemas and the config schema of each `{method: recipe}`; returns what changed."""
     files = packaged_schemas()
-    plugins = lab_plugin_params(root) if any(r.config.mode == "closed" for r in recipes.values()) else {}
-    files.update(
-        {config_schema_rel(m).as_posix(): dumps(config_schema(m, r, plugins)) for m, r in recipes.items() if r.params}
-    )
+    files.update({config_schema_rel(m).as_posix(): dumps(config_schema(m, r)) for m, r in recipes.items() if r.params})
     changed = []
     for rel, text in sorted(files.items()):
         path = root / rel

@@ -14,7 +14,6 @@ from tuneplane.check.plugin_locks import check_lock_text, parse_plugins_lock
 from tuneplane.check.plugins import display_path, load_plugin_manifest, validate_plugin_dir
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
-from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import open_lab
@@ -155,16 +154,7 @@ def lock_plugin(lab_root: Path, experiment: str, ref: str) -> LockResult:
     data = {"$schema": schema, "apiVersion": LOCK_API, "plugins": [e.model_dump() for e in kept]}
     _refuse_what_validate_refuses(lab_root, exp_dir, data, kept.index(entry))
     write_json(lock_path, data)
-    _refresh_config_schema(lab_root, exp_dir)
     return LockResult(lock_path, entry, previous)
-
-
-def _refresh_config_schema(lab_root: Path, exp_dir: Path) -> None:
-    """A closed config's editor schema names the lab's plugin parameters: the one just locked included."""
-    method = str(_recipe_lock(lab_root, exp_dir).get("recipe", {}).get("name", ""))
-    catalog = load_catalog()
-    if catalog.has(method) and catalog.recipe(method).config.mode == "closed":
-        write_schemas(lab_root, {method: catalog.recipe(method)})
 
 
 def _refuse_what_validate_refuses(lab_root: Path, exp_dir: Path, data: Mapping[str, object], index: int) -> None:
