@@ -47,13 +47,13 @@ The platform starts train.py with accelerate, one process per GPU:
 
     accelerate launch ... train.py --config <exp>/config.yaml \\
         --model <model> --train-data <data> --validation-data <data> \\
-        --output-dir $TUNEPLANE_OUT_DIR --logging-dir $TUNEPLANE_OUT_DIR/logs \\
-        --overrides-json '<validated --set values>'
+        --output-dir $TUNEPLANE_OUT_DIR --overrides-json '<validated --set values>'
 
 Data: a local .jsonl/.json/.parquet/.csv file or folder, or a Hub data set name. config.yaml holds
 the TRL config class's keys, plus model_name_or_path, dataset_train_path, dataset_eval_path (the
 arguments above win), use_peft and lora_*. Outputs under --output-dir: checkpoints/checkpoint-<step>
-while training, checkpoints/final at the end (model and tokenizer), logs under --logging-dir.
+while training, checkpoints/final at the end (model and tokenizer), logs under <output-dir>/logs
+(--logging-dir, which the platform does not pass, moves them).
 A new attempt of the run resumes from $TUNEPLANE_RESUME_FROM (the newest complete checkpoint-<step>,
 set by the launcher) when it is set.
 """
