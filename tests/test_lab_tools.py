@@ -345,7 +345,7 @@ def test_a_local_checkout_with_a_remote_and_a_release_tag_becomes_a_vcs_pin() ->
 
 def _hook_installs(config: dict[str, Any]) -> str:
     """What pre-commit installs for the lab's tp-validate hook, as a PEP 508 requirement."""
-    (repo,) = config["repos"]
+    (repo,) = [r for r in config["repos"] if any(h["id"] == "tp-validate" for h in r["hooks"])]
     if repo["repo"] == "local":
         (hook,) = repo["hooks"]
         assert hook["language"] == "python", hook
@@ -478,7 +478,9 @@ def _lab_with_hook(tmp_path: Path, tp: Any, hook_repo: Path) -> Path:
     req = f"tuneplane @ git+{hook_repo.as_uri()}@v{__version__}"
     assert tp("init", root, "--tool-requirement", req).code == 0
     config = yaml.safe_load((root / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
-    assert config["repos"] == [{"repo": hook_repo.as_uri(), "rev": f"v{__version__}", "hooks": [{"id": "tp-validate"}]}]
+    tp_hook = {"repo": hook_repo.as_uri(), "rev": f"v{__version__}", "hooks": [{"id": "tp-validate"}]}
+    assert config["repos"][0] == tp_hook
+    assert [h["id"] for h in config["repos"][1]["hooks"]] == ["ruff-check"]
     assert tp("new", "good", "--method", "custom/custom", cwd=root).code == 0
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "good experiment"], cwd=root, check=True)
@@ -514,6 +516,22 @@ def test_pre_commit_all_files_fails_on_a_committed_broken_experiment(
     done = _pre_commit(root, pre_commit_home, "run", "--all-files")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "experiments/bad/recipe.lock.json" in done.stdout and "custom/nope" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_labs_hook_lints_its_own_python_with_ruff(
+    tmp_path: Path, tp: Any, hook_repo: Path, pre_commit_home: Path
+) -> None:
+    """A name that does not exist in a lab's trainer fails the commit, not the job an hour later; the
+    experiment's own template files pass as tp wrote them (lint only: their digests are locked)."""
+    root = _lab_with_hook(tmp_path, tp, hook_repo)
+    done = _pre_commit(root, pre_commit_home, "run", "ruff-check", "--all-files")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (root / "experiments" / "good" / "prepare.py").write_text("print(tokenizr)\n", encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    done = _pre_commit(root, pre_commit_home, "run", "ruff-check", "--all-files")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "experiments/good/prepare.py:1:7" in done.stdout and "F821" in done.stdout, done.stdout
 
 
 @pytest.mark.slow
