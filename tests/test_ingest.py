@@ -532,7 +532,8 @@ def test_ingest_templates_render_to_valid_manifests() -> None:
     assert all(isinstance(a, str) for a in container["args"])
     assert docs["service"]["spec"]["ports"][0]["port"] == 8765
     assert docs["pvc"]["spec"]["resources"]["requests"]["storage"] == "5Gi"
-    claim = docs["deployment"]["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    volumes = docs["deployment"]["spec"]["template"]["spec"]["volumes"]
+    (claim,) = [v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v]
     assert claim == docs["pvc"]["metadata"]["name"]
     # A hostile value stays one scalar.
     evil = dict(values, name="x\nkind: Secret")

@@ -77,7 +77,8 @@ def test_a_newer_or_unknown_file_says_what_to_do(tmp_path: Path, tp) -> None:
     manifest = root / "experiments/scr/experiment.yaml"
     manifest.write_text("apiVersion: tuneplane/experiment/v9\n")
     result = tp("validate", "scr", cwd=root)
-    assert result.code != 0 and "experiment.yaml:1:" in result.output and "upgrade tuneplane" in result.output
+    assert result.code != 0 and "experiment.yaml:1:" in result.output
+    assert "upgrade tp the way tool.requirement" in result.output
     manifest.write_text("apiVersion: tuneplane/experiment/v1\nmetrics:\n  nativ: []\n")
     result = tp("validate", "scr", cwd=root)
     assert result.code != 0 and "experiment.yaml:3:" in result.output and "native" in result.output

@@ -166,6 +166,8 @@ def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkou
         "local: {local: true, gpus_per_node: 0}", "local: {local: true, gpus_per_node: 1}"
     )  # the driver uses none
     lab = make_lab(tmp_path / "lab", {"sft": "nemo-rl/sft"}, settings=settings)
+    for data in ("t.jsonl", "v.jsonl"):  # a --local run's data must be on this machine (the driver reads none)
+        (lab.root / data).write_text('{"messages": []}\n', encoding="utf-8")
     result = tp_subprocess(
         "submit",
         "sft",

@@ -18,7 +18,7 @@ from tuneplane.lab.fs import atomic_write, write_json
 from tuneplane.lab.layout import plugin_dir as plugin_path
 from tuneplane.lab.load import open_lab
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
-from tuneplane.lab.yamlio import LoadFailed, load_json
+from tuneplane.lab.yamlio import LoadFailed, load_json, parse_json
 from tuneplane.models.base import name_error
 from tuneplane.models.plugin import (
     LOCK_API,
@@ -186,10 +186,11 @@ def _recipe_lock(lab_root: Path, exp_dir: Path) -> dict[str, dict[str, object]]:
 
 
 def _without_entry(text: str, plugin_id: str) -> str:
-    """The lock text without the entries of `plugin_id` ("" when it is not a lock's JSON at all)."""
+    """The lock text without the entries of `plugin_id` ("" when it is not a lock's strict JSON: a
+    duplicate key or a NaN is damage to the whole file, never dropped silently by a rewrite)."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json(text, LOCK_FILE).data
+    except LoadFailed:
         return ""
     entries = data.get("plugins") if isinstance(data, dict) else None
     if not isinstance(entries, list):

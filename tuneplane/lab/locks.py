@@ -89,8 +89,9 @@ def digest_consistent(lock: RecipeLock) -> bool:
     return r.digest in (bundle_digest(r.manifest_digest), bundle_digest(r.manifest_digest, r.template_digest))
 
 
-def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Problem]:
-    """Problems of a parsed lock against the catalog in force; empty means current."""
+def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str, starforge_lab: bool = False) -> list[Problem]:
+    """Problems of a parsed lock against the catalog in force; empty means current. In a lab still
+    StarForge's (`starforge.yaml`), `tp migrate` converts a StarForge lock with the rest of the lab."""
     fix = UPGRADE.format(exp=exp)
     out: list[Problem] = []
     if not digest_consistent(lock):
@@ -108,7 +109,7 @@ def admit(lock: RecipeLock, doc: Doc, catalog: Catalog, exp: str) -> list[Proble
                 "/apiVersion",
                 "lock-legacy",
                 f"{lock.api_version} is a StarForge lock",
-                hint=f"re-lock it: {UPGRADE.format(exp=exp)}",
+                hint="run `tp migrate` to convert it" if starforge_lab else f"re-lock it: {UPGRADE.format(exp=exp)}",
                 severity=Severity.WARNING,
             )
         )

@@ -23,6 +23,7 @@ from tuneplane.constants import (
     MONITOR_INTERVAL_ENV,
     NUM_NODES_ENV,
     OUT_DIR_ENV,
+    PROCS_PER_NODE_ENV,
     RUN_DIR_ENV,
     STORAGE_ROOT_ENV,
     WORK_DIR_ENV,
@@ -49,7 +50,7 @@ def spec_to_env(spec: JobSpec, *, ingest_endpoint: str = "") -> dict[str, str]:
         GPUS_PER_NODE_ENV: str(body.resources.gpus_per_node),
         "TUNEPLANE_CLUSTER_PROFILE": body.resources.profile,
         # what launch lines should start per node: the GPU count, or a CPU run's own (never 0)
-        "TUNEPLANE_CLUSTER_PROCS_PER_NODE": str(body.resources.procs_per_node or max(1, body.resources.gpus_per_node)),
+        PROCS_PER_NODE_ENV: str(body.resources.procs_per_node or max(1, body.resources.gpus_per_node)),
         JOB_ENABLED: "1" if ingest_endpoint else "0",
     }
     if ingest_endpoint:

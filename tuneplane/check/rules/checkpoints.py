@@ -20,10 +20,11 @@ from collections.abc import Iterator
 
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import code_files, read_code
+from tuneplane.constants import OUT_DIR_ENV
 from tuneplane.problems import Problem, Severity
 
 RULE = "lint-checkpoint-dir"
-OUT_ENV = "TUNEPLANE_OUT_DIR"
+OUT_ENV = OUT_DIR_ENV
 OUT_ATTRIBUTE = "output_dir"  # argparse's name for --output-dir / --output_dir
 _KEPT = re.compile(r"(^|[/\\])(checkpoints|hf_export)([/\\]|$)")  # where the platform collects weights
 # callee → the keywords that name where it writes (its first path argument is positional `index`)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.entrypoint import own_entrypoint, resolve_entrypoint
+from tuneplane.constants import GPUS_PER_NODE_ENV, PROCS_PER_NODE_ENV
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.launchline import strip_comment
 
@@ -30,8 +31,8 @@ if TYPE_CHECKING:  # the run-request rules load only when requests are checked
 RULE = "launch-zero-procs"
 SCRIPTS = ("train.sh", "train.py")
 MAX_BYTES = 512 * 1024
-GPUS = "TUNEPLANE_CLUSTER_GPUS_PER_NODE"
-PROCS = "TUNEPLANE_CLUSTER_PROCS_PER_NODE"
+GPUS = GPUS_PER_NODE_ENV
+PROCS = PROCS_PER_NODE_ENV
 # a process-count flag whose value (quoted or not, maybe arithmetic) is built from the GPU count
 _COUNT = re.compile(r"--(nproc[-_]per[-_]node|num[-_]processes|nproc)[ =]+(?:\"[^\"]*|'[^']*|\S*)" + GPUS + r"\b")
 FIX = (

@@ -17,4 +17,4 @@ from tuneplane.problems import Problem
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
     if ctx.lock is None or ctx.lock_doc is None:
         return
-    yield from admit(ctx.lock, ctx.lock_doc, ctx.catalog, ctx.name)
+    yield from admit(ctx.lock, ctx.lock_doc, ctx.catalog, ctx.name, starforge_lab=ctx.lab.legacy)
