@@ -256,8 +256,8 @@ def test_entrypoint_moved_blocks(lab: Path, locked: Path, make_catalog: Any, tp:
         locked,
         edit(
             RECIPE_REL,
-            "entrypoint: {kind: experiment, value: train.py}",
-            "entrypoint: {kind: experiment, value: main.py}",
+            "  kind: experiment\n  value: train.py\n",
+            "  kind: experiment\n  value: main.py\n",
         ),
     )
     assert_blocked(lab, tp, "bindings", "entrypoint", says="main.py")

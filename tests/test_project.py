@@ -128,9 +128,12 @@ def test_pre_commit_hook_definitions():
         "tuneplane @ git+https://git.example.org/tp@v0.5.0", "x", "https://git.example.org/tp", "v0.5.0"
     )
     config = yaml.safe_load(lab_files("demo", tool=released)[".pre-commit-config.yaml"])
-    assert config["repos"] == [
-        {"repo": "https://git.example.org/tp", "rev": "v0.5.0", "hooks": [{"id": "tp-validate"}]}
-    ]
+    assert config["repos"][0] == {
+        "repo": "https://git.example.org/tp",
+        "rev": "v0.5.0",
+        "hooks": [{"id": "tp-validate"}],
+    }
+    assert [h["id"] for h in config["repos"][1]["hooks"]] == ["ruff-check"]  # the lab's own Python
     indexed = yaml.safe_load(lab_files("demo", tool=ToolSource("tuneplane==0.5.0", "x"))[".pre-commit-config.yaml"])
     hook = indexed["repos"][0]["hooks"][0]
     assert indexed["repos"][0]["repo"] == "local" and hook["entry"] == "tp validate"
