@@ -349,6 +349,7 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             "test_catalog_framework_configs.py",
             "test_lifecycle_hf_eval.py",
             "test_lifecycle_merged_export.py",
+            "test_plan_param_routing_runs.py",
         ),
         ("trainer",),
     ),
@@ -380,6 +381,10 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             "test_bench_history.py",
             "test_lab_heartbeats.py",
             "test_bot_notify.py",
+            "test_report_typing.py",
+            "test_author_migrate_dialects.py",
+            "test_runtime_gpuwatch.py",
+            "test_bot_quiet.py",
         ),
         ("process",),
     ),
@@ -400,10 +405,19 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
 
 
+# The costliest files start first: with the workers busy to the end, the run is not left waiting on one
+# worker's long training while the others are idle. Within a file the order stays as written.
+_START_FIRST = {"trainer": 0, "slurm": 0, "cluster": 1, "process": 2}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank: dict[Path, int] = {}
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         costs = {cost for fixture, cost in _FIXTURE_COST.items() if fixture in fixtures}
         costs |= set(_FILE_COST.get(item.path.name, ()))
         for cost in sorted(costs):
             item.add_marker(cost)
+        first = min((_START_FIRST[c] for c in costs), default=len(_START_FIRST))
+        rank[item.path] = min(rank.get(item.path, first), first)
+    items.sort(key=lambda item: rank[item.path])  # stable: the same order in every worker
