@@ -405,19 +405,10 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
 
 
-# The costliest files start first: with the workers busy to the end, the run is not left waiting on one
-# worker's long training while the others are idle. Within a file the order stays as written.
-_START_FIRST = {"trainer": 0, "slurm": 0, "cluster": 1, "process": 2}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank: dict[Path, int] = {}
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         costs = {cost for fixture, cost in _FIXTURE_COST.items() if fixture in fixtures}
         costs |= set(_FILE_COST.get(item.path.name, ()))
         for cost in sorted(costs):
             item.add_marker(cost)
-        first = min((_START_FIRST[c] for c in costs), default=len(_START_FIRST))
-        rank[item.path] = min(rank.get(item.path, first), first)
-    items.sort(key=lambda item: rank[item.path])  # stable: the same order in every worker
