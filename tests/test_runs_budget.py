@@ -207,6 +207,23 @@ def test_the_plan_shows_diffs_only_for_what_the_bot_would_submit(tmp_path: Path)
     assert rows == {new: "1.00"} and total == "1.00", out
 
 
+def test_a_status_the_pull_request_adds_does_not_hide_its_request_from_the_plan(tmp_path: Path) -> None:
+    """Only the base's statuses say a run already ran: a new request with a status written beside it in
+    the same pull request is still what the bot would submit (the bot puts such a status back)."""
+    lab = _lab(tmp_path, MONTHLY_10, [])
+    (new,) = _propose(lab, ("demo", "h200:1", 3600))
+    run_id = new.rsplit("/", 1)[1].rsplit(".", 1)[0]
+    write_status(lab, _status("demo", run_id, "h200:1", 1))
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "a status of our own")
+
+    code, out = tp_run(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
+
+    assert code == 0, out
+    assert "already run" not in out, out
+    assert re.findall(r"<summary><code>([^<]+)</code>: (\w+)", out) == [(new, "new")], out
+
+
 def test_budgets_are_a_closed_schema_with_located_errors(tmp_path: Path) -> None:
     lab = _lab(tmp_path, "\nbudgets:\n  monthly_gpu_hour: 10\n  experiments:\n    demo: -1\n", [])
 

@@ -26,7 +26,7 @@ from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import open_lab
 from tuneplane.lab.modelparse import first_problem_error, parse_model
-from tuneplane.lab.runs import RunKey, parse_request, read_status
+from tuneplane.lab.runs import RunKey, parse_request, parse_status
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml, read_text
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.environment import job_env
@@ -305,7 +305,7 @@ class RenderContext:
         """Both renderings of one changed request; a base that no longer renders counts as absent. A
         request the bot submits nothing for is one line saying what the bot does instead."""
         path = self.lab.root / rel
-        outcome = bot_outcome(self.lab.root, rel)
+        outcome = bot_outcome(self.lab.root, rel, lambda status_rel: self.repo.show(base, status_rel) if base else None)
         if outcome:
             return RenderedChange(rel, None, None, outcome=outcome)
         before_text = self.repo.show(base, rel) if base else None
@@ -370,11 +370,13 @@ def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:
     return [spec.to_json_dict(), launch]
 
 
-def bot_outcome(root: Path, rel: str) -> str:
+def bot_outcome(root: Path, rel: str, status_at_base: Callable[[str], str | None]) -> str:
     """What the bot does with a changed run request file instead of submitting it ("": it submits it).
 
     The bot submits a request that has no status yet and does not say `cancel: true`; it cancels the
-    job of a run that has a status and says it; every other change to a request is for people only."""
+    job of a run that has a status and says it; every other change to a request is for people only.
+    The status is read at the base (`status_at_base`): a status the pull request itself adds would
+    otherwise hide a new request's manifests from its own plan."""
     parts = rel.split("/")
     if len(parts) != 3:
         return ""
@@ -382,9 +384,10 @@ def bot_outcome(root: Path, rel: str) -> str:
     if not present(root / rel):
         return "removed: the bot does nothing (a run it started goes on; cancel it with `cancel: true`)"
     try:
-        status = read_status(root, key)
-        if status is None:
+        text = status_at_base(key.status_rel)
+        if text is None:
             return ""
+        status = parse_status(text, key.status_rel)
         request = parse_request(read_text(root / rel, rel, root=root), rel)
     except (UsageError, LoadFailed):
         return ""  # `tp validate` reports it; the rendering below says it is refused
