@@ -96,6 +96,21 @@ def test_a_change_over_the_monthly_budget_fails_with_the_numbers(tmp_path: Path)
     assert "budgets.monthly_gpu_hours 10" in out and "tuneplane.yaml" in out, out
 
 
+def test_a_status_written_beside_a_new_request_does_not_take_it_out_of_the_budget(tmp_path: Path) -> None:
+    """Whether a run already ran is the base's word: a pull request cannot exempt its own request from
+    the gate by adding a status for it."""
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(THIS_MONTH, 1), "h200:1", 9)])
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+    run_id = rel.rsplit("/", 1)[1].rsplit(".", 1)[0]
+    write_status(lab, _status("demo", run_id, "h200:1", 0.1))
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "a status of our own")
+
+    code, out = _validate(lab)
+
+    assert code == 1 and "budget-exceeded" in out and rel in out, out
+
+
 def test_a_change_within_the_budget_passes(tmp_path: Path) -> None:
     lab = _lab(tmp_path, MONTHLY_10, [_status("demo", _id(THIS_MONTH, 1), "h200:1", 7)])
     _propose(lab, ("demo", "h200:1", 2 * 3600))

@@ -107,7 +107,7 @@ def run(
         lab, sorted(scope.experiments), sorted(scope.runs), plugins=sorted(scope.plugins), shell_check=bash_syntax
     )
     if changed:
-        problems = sorted({*problems, *_status_problems(lab, base), *_budget_problems(lab, changed_files)})
+        problems = sorted({*problems, *_status_problems(lab, base), *_budget_problems(lab, changed_files, base)})
     checked = scope.describe()
     report = reporters.FORMATS[fmt](problems, checked)
     if fmt == "text":
@@ -133,9 +133,11 @@ def _status_problems(lab: "Lab", base: str | None) -> "list[Problem]":
     return [p for rule in status_rules() for p in rule(ctx)] if ctx.changes else []
 
 
-def _budget_problems(lab: "Lab", changed_files: list[str]) -> "list[Problem]":
+def _budget_problems(lab: "Lab", changed_files: list[str], base: str | None) -> "list[Problem]":
     """Rules `budget-exceeded` and `budget-unknown`: the change's new run requests against this month's budgets."""
     from tuneplane.constants import utc_moment
+    from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.runs import budget  # lazy: only --changed reads the statuses' GPU-hours
 
-    return budget.budget_problems(lab, budget.estimates(lab, changed_files), utc_moment())
+    ran = budget.ran_at_base(GitRepo(lab.root), base)
+    return budget.budget_problems(lab, budget.estimates(lab, changed_files, ran), utc_moment())

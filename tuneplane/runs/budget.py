@@ -11,7 +11,7 @@ on the same profile, else unknown, said so. Spent GPU-hours are the attempts the
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +19,7 @@ from pathlib import Path
 from tuneplane.check.shapes import ShapeError, parse_profile
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import present
+from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab
 from tuneplane.lab.runs import RunKey, parse_request, status_keys
 from tuneplane.lab.yamlio import LoadFailed, read_text
@@ -91,16 +92,26 @@ def _duration(seconds: int) -> str:
 # ── which requests are new ──────────────────────────────────────────────────────────────────────────
 
 
-def new_requests(lab: Lab, rels: Iterable[str]) -> list[tuple[str, RunRequest]]:
-    """The changed run request files the bot would submit: present, parsed, not cancelled, no status
-    yet. A file that does not parse is `tp validate`'s to report, and left out here."""
+def ran_at_base(repo: GitRepo, base: str | None) -> Callable[[str], bool]:
+    """Whether a status file exists at the change's base (`base`, else the merge base with the default
+    branch): what says a run already ran. A status the change itself adds never does (the bot puts it
+    back), so it can neither hide a new request from the plan nor take it out of the budget."""
+    ref = repo.verify_commit(base) if base else repo.default_merge_base()
+    if not ref:
+        return lambda rel: present(repo.root / rel)  # no history to compare with: the tree is all there is
+    return lambda rel: repo.show(ref, rel) is not None
+
+
+def new_requests(lab: Lab, rels: Iterable[str], ran: Callable[[str], bool]) -> list[tuple[str, RunRequest]]:
+    """The changed run request files the bot would submit: present, parsed, not cancelled, no status at
+    the base (`ran`). A file that does not parse is `tp validate`'s to report, and left out here."""
     out = []
     for rel in sorted(set(rels)):
         parts = rel.split("/")
         if len(parts) != 3 or parts[0] != "runs" or not rel.endswith((".yaml", ".yml")):
             continue
         key = RunKey(parts[1], parts[2].rsplit(".", 1)[0])
-        if not RUN_ID.match(key.run_id) or not present(lab.root / rel) or present(lab.root / key.status_rel):
+        if not RUN_ID.match(key.run_id) or not present(lab.root / rel) or ran(key.status_rel):
             continue
         try:
             request = parse_request(read_text(lab.root / rel, rel, root=lab.root), rel)
@@ -111,8 +122,8 @@ def new_requests(lab: Lab, rels: Iterable[str]) -> list[tuple[str, RunRequest]]:
     return out
 
 
-def estimates(lab: Lab, rels: Iterable[str]) -> list[Estimate]:
-    return [estimate(lab, request, rel) for rel, request in new_requests(lab, rels)]
+def estimates(lab: Lab, rels: Iterable[str], ran: Callable[[str], bool]) -> list[Estimate]:
+    return [estimate(lab, request, rel) for rel, request in new_requests(lab, rels, ran)]
 
 
 def total(found: Iterable[Estimate]) -> float:

@@ -288,7 +288,8 @@ class RenderContext:
         # a user's --base reaches git only as a verified commit id (see GitRepo.verify_commit)
         base = self.repo.verify_commit(self.opts.base) if self.opts.base is not None else ""
         paths = [p for p in self.repo.changed_files(base or None) if _is_run_request(p)]
-        cost = budget.estimates(self.lab, paths)  # the GPU-hours of what the bot would submit
+        ran = budget.ran_at_base(self.repo, base or None)
+        cost = budget.estimates(self.lab, paths, ran)  # the GPU-hours of what the bot would submit
         if not self.opts.diff:
             existing = [str(self.lab.root / p) for p in paths if present(self.lab.root / p)]
             refused = self.many(existing) if existing else 0
