@@ -421,3 +421,21 @@ def test_values_at_the_ends_of_the_float_range_make_a_chart_not_a_crash() -> Non
         {"train/loss": [(1, biggest), (2, -biggest), (3, 0.0)]},
     )
     assert "█▁▅" in table
+
+
+def test_an_emphasised_run_is_drawn_thicker_and_on_top_and_the_x_axis_can_be_named() -> None:
+    runs = {
+        "lr=1e-05": {"train/loss": [(0.0, 2.0), (50.0, 1.2), (100.0, 0.9)]},
+        "lr=3e-05": {"train/loss": [(0.0, 2.0), (100.0, 0.4)]},
+        "lr=1e-04": {"train/loss": [(0.0, 2.0), (100.0, 1.5)]},
+    }
+    plain = ET.fromstring(render_compare_svg(runs))
+    assert {p.get("stroke-width") for p in plain.iter(f"{NS}path")} == {"1.5"}
+    assert "step" in _texts(ET.tostring(plain, encoding="unicode"))
+    svg = render_compare_svg(runs, bold=["lr=3e-05"], x_caption="% of the run")
+    root = ET.fromstring(svg)
+    paths = list(root.iter(f"{NS}path"))
+    assert [p.get("stroke-width") for p in paths] == ["1.5", "1.5", "3"]  # the emphasised one last: on top
+    swatches = [s.get("stroke") for s in root.iter(f"{NS}line") if s.get("stroke-width") == "3"]
+    assert paths[-1].get("stroke") == swatches[1]  # still the colour its legend line shows
+    assert "% of the run" in _texts(svg) and "step" not in _texts(svg)

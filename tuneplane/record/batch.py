@@ -26,7 +26,16 @@ from tuneplane.models.run import RunStatus
 from tuneplane.record.authority import Authority
 from tuneplane.record.ledger import LEDGER, Ledger
 from tuneplane.views import dashboard
-from tuneplane.views.sweep import SWEEP_FOLDER, SWEEP_PAGES, page_of, sweep_page, sweep_page_rel, trial_ids
+from tuneplane.views.sweep import (
+    SWEEP_FOLDER,
+    SWEEP_PAGES,
+    sweep_chart,
+    sweep_chart_rel,
+    sweep_page,
+    sweep_page_rel,
+    trial_ids,
+    view_of,
+)
 
 # The bot's CI checkout (`git sparse-checkout set --no-cone`, one pattern a line): every file but the run
 # files, which a no-op pass never reads (it reads the commit) and which are most of a big lab's files.
@@ -237,28 +246,29 @@ class Batch:
         self.flush()
 
     def _sweep_pages(self, every: bool) -> dict[str, str]:
-        """Write the page of each sweep one of whose trials changed (of every sweep when `every`: a sweep
-        file or a page changed by others), remove the pages of sweeps whose file is gone, and return the
+        """Write the page and chart of each sweep one of whose trials changed (of every sweep when `every`:
+        a sweep file or a page changed by others), remove those of sweeps whose file is gone, and return the
         sweeps with a page (name → link from the index). A sweep file that does not load keeps its page
-        as it was: `tp validate` says what is wrong with it."""
+        as it was: `tp validate` says what is wrong with it. A page or chart is written only when its text
+        changed, so a trial's status changing without its points leaves the chart as it was."""
         names = [p.stem for p in sweep_files(self.root)]
         runs = {(exp, run) for exp, ids in self.touched.items() for run in ids}
         for name in names:
             rel = sweep_page_rel(name)
-            if not (every or runs or not os.path.lexists(self.root / rel)):
+            # a page or chart missing (a new sweep; a page from before sweeps had charts) is written
+            missing = not all(os.path.lexists(self.root / r) for r in (rel, sweep_chart_rel(name)))
+            if not (every or runs or missing):
                 continue
             try:
                 sweep = read_sweep(self.root, name)
             except UsageError:
                 continue
-            if (
-                every
-                or not os.path.lexists(self.root / rel)
-                or runs & {(sweep.experiment, r) for r in trial_ids(sweep)}
-            ):
-                self._bot_page(rel, page_of(self.root, sweep))
+            if every or missing or runs & {(sweep.experiment, r) for r in trial_ids(sweep)}:
+                page, chart = view_of(self.root, sweep)
+                self._bot_page(rel, page)
+                self._bot_chart(sweep_chart_rel(name), chart)
         for rel in self._sweep_page_files():
-            if rel.removeprefix(SWEEP_PAGES + "/").removesuffix(".md") not in names and self._bots(rel):
+            if rel.removeprefix(SWEEP_PAGES + "/").rsplit(".", 1)[0] not in names and self._bots(rel):
                 self._drop(rel)
         shown = {n: sweep_page_rel(n) for n in names}
         return {
@@ -268,15 +278,15 @@ class Batch:
         }
 
     def _sweep_page_files(self) -> list[str]:
-        """The pages in the sweep pages' folder now (none when it is a link or no folder: never listed
-        through one; a write there is refused and reported)."""
+        """The pages and charts in the sweep pages' folder now (none when it is a link or no folder: never
+        listed through one; a write there is refused and reported)."""
         if self.writable(f"{SWEEP_PAGES}/page.md"):
             return []
         try:
             found = [e.name for e in os.scandir(self.root / SWEEP_PAGES) if e.is_file(follow_symlinks=False)]
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(f"{SWEEP_PAGES}/{n}" for n in found if n.endswith(".md"))
+        return sorted(f"{SWEEP_PAGES}/{n}" for n in found if n.endswith((".md", ".svg")))
 
     def _month_pages(self, exp: str, refresh: bool) -> None:
         """The month pages whose runs changed, each a part of at most `dashboard.PAGE` runs. Every part
@@ -320,7 +330,7 @@ class Batch:
         self._drop(dashboard.chart_rel(key))
 
     def _bots(self, rel: str) -> bool:
-        """Whether `rel` is a page the bot wrote (a path behind a link or a file is nobody's page)."""
+        """Whether `rel` is a page (or a chart) the bot wrote (a path behind a link or a file is nobody's)."""
         try:
             path = safe_path(self.root, rel, make=False)
         except UsageError:
@@ -337,6 +347,16 @@ class Batch:
         if path.is_file() or path.is_symlink():
             path.unlink()
             self.removed.add(rel)
+
+    def _bot_chart(self, rel: str, svg: str) -> None:
+        """A chart beside a page, as `_bot_page` writes a page: only over a chart tp wrote (another SVG
+        there is a person's and stays); with no chart to draw, one the bot wrote there is removed."""
+        path = self.root / rel
+        if not svg:
+            if self._bots(rel):
+                self._drop(rel)
+        elif path.is_symlink() or not path.exists() or _written_by_bot(path):
+            self._page(rel, svg)
 
     def _bot_page(self, rel: str, text: str) -> None:
         """A page of an experiment folder, written only where it is missing or is the bot's (carries
@@ -420,7 +440,13 @@ def _regular(path: Path) -> bool:
 
 
 def _written_by_bot(page: Path) -> bool:
+    """A page carries the bot's note; a chart begins as every chart tp draws (`is_chart`)."""
     try:
+        if page.suffix == ".svg":
+            from tuneplane.views.charts import is_chart  # lazy: the chart code loads only for a chart
+
+            with page.open("rb") as data:
+                return is_chart(data.read(512))
         with page.open(encoding="utf-8", errors="replace") as text:
             return dashboard.NOTE in text.read(4096)
     except OSError:
@@ -452,6 +478,11 @@ def render_page(root: Path, rel: str, counts: dict[str, dict[str, int]]) -> str:
         pages = {p.stem: sweep_page_rel(p.stem) for p in sweep_files(root)}
         sweeps = {n: r.removeprefix(STATUS_DIR + "/") for n, r in pages.items() if _regular(root / r)}
         return dashboard.index_page(root, {e: c for e, c in known.items() if c}, sweeps=sweeps)
+    if rel.startswith(SWEEP_PAGES + "/") and rel.endswith(".svg"):  # "" when none is drawn, or no sweep loads
+        try:
+            return sweep_chart(root, parts[-1].removesuffix(".svg"))
+        except UsageError:
+            return ""
     if rel.startswith(SWEEP_PAGES + "/"):
         return sweep_page(root, parts[-1].removesuffix(".md"))
     exp = parts[1]

@@ -29,6 +29,7 @@ from tuneplane.record.authority import Authority, pick_status
 from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
 from tuneplane.record.ledger import LEDGER, Ledger, merge
+from tuneplane.views.sweep import SWEEP_PAGES
 
 __all__ = [
     "Target",
@@ -238,8 +239,13 @@ def _refuse_broken_statuses(repo: GitRepo, upstream: str) -> None:
 
 
 def _resolve_order(path: str) -> tuple[int, str]:
-    """Status files first, then the ledger (merged), then the pages (rendered from both)."""
-    return (2 if path.endswith(".md") else 1 if path == LEDGER else 0, path)
+    """Status files first, then the ledger (merged), then the pages and sweep charts (rendered from both)."""
+    return (2 if path.endswith(".md") or _sweep_chart(path) else 1 if path == LEDGER else 0, path)
+
+
+def _sweep_chart(path: str) -> bool:
+    """A sweep's chart: drawn from its trials' statuses, as its page is (a run's chart is the run's own)."""
+    return path.startswith(SWEEP_PAGES + "/") and path.endswith(".svg")
 
 
 def _resolve(repo: GitRepo, path: str) -> None:
@@ -251,7 +257,8 @@ def _resolve(repo: GitRepo, path: str) -> None:
     elif path.endswith(".md"):
         safe_write(root, path, render_page(root, path, Ledger.parse(_text(root / LEDGER)).counts))
     elif path.endswith(".svg"):
-        chosen_svg = repo.show_stage(3, path) or repo.show_stage(2, path) or ""
+        drawn = render_page(root, path, {}) if _sweep_chart(path) else ""
+        chosen_svg = drawn or repo.show_stage(3, path) or repo.show_stage(2, path) or ""
         safe_write(root, path, chosen_svg if chosen_svg.endswith("\n") else chosen_svg + "\n")
     else:
         chosen = pick_status(repo.show_stage(2, path), repo.show_stage(3, path))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 from xml.sax.saxutils import escape
 
@@ -250,12 +250,15 @@ def render_compare_svg(
     vocab: Vocabulary | None = None,
     times: Mapping[str, Mapping[str, Series]] | None = None,
     compact: bool = False,
+    bold: Collection[str] = (),
+    x_caption: str = "",
 ) -> str:
     """One panel per metric with every run drawn on it (one colour per run, named in the legend).
 
     What is not drawn is said in words under the panels: a series that never changes as its value,
     values that are not finite (NaN, infinity) by their count, and in a `compact` chart the metrics
-    past its panel limit by name."""
+    past its panel limit by name. The runs in `bold` are drawn thicker and on top of the others (a
+    sweep's best trial); `x_caption` names the x axis of training panels when it is not the step."""
     vocab = vocab or Vocabulary()
     legend = dict(legend or {})
     labels = list(runs)
@@ -328,6 +331,8 @@ def render_compare_svg(
                 wall if panel.use_time else _own(panel) if is_hardware(panel.key) else shared,
                 single=len(labels) == 1,
                 index=index,
+                bold=bold,
+                caption=x_caption,
             )
         )
     y = top + rows * band + (14 if not panels else 0)
@@ -377,6 +382,8 @@ def _panel(
     shared: tuple[float, float],
     single: bool,
     index: int,
+    bold: Collection[str] = (),
+    caption: str = "",
 ) -> list[str]:
     (left, right), lines = across, panel.lines
     plot_top, plot_bottom = y0 + 18, y0 + height
@@ -404,9 +411,15 @@ def _panel(
                 f'<line x1="{left}" y1="{y}" x2="{right}" y2="{y}" stroke="#eeeeee"/>'
                 f'<text x="{left - 4}" y="{y + 4}" text-anchor="end">{_xml(label)}</text>'
             )
-    caption = "time since the first sample" if panel.use_time else "sample" if is_hardware(panel.key) else "step"
+    if panel.use_time:
+        caption = "time since the first sample"
+    elif is_hardware(panel.key):
+        caption = "sample"
+    else:
+        caption = caption or "step"
     out += _x_axis(x_lo, x_hi, panel.use_time, x_of, plot_bottom, right, caption)
-    for number, run in enumerate(labels):
+    # the emphasised runs last, so that no other line hides them
+    for number, run in sorted(enumerate(labels), key=lambda item: item[1] in bold):
         points = lines.get(run)
         if not points:
             continue
@@ -414,9 +427,11 @@ def _panel(
         coords = [(x_of(s), y_of(v)) for s, v in points]
         if len(coords) == 1:
             color = PALETTE[style % len(PALETTE)]
-            out.append(f'<circle cx="{coords[0][0]}" cy="{coords[0][1]}" r="3" fill="{color}"/>')
+            radius = 4 if run in bold else 3
+            out.append(f'<circle cx="{coords[0][0]}" cy="{coords[0][1]}" r="{radius}" fill="{color}"/>')
             continue
-        out.append(f'<path fill="none"{_stroke(style)} stroke-width="1.5" d="{_path(coords)}"/>')
+        width = "3" if run in bold else "1.5"
+        out.append(f'<path fill="none"{_stroke(style)} stroke-width="{width}" d="{_path(coords)}"/>')
     return out
 
 

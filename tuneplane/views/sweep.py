@@ -4,6 +4,12 @@
 the same rows for a terminal (`tp sweep show`). Both read only files: the sweep, its status files,
 and the experiment's recipe for which metric comes first. The pages' folder starts with `_`, which
 no experiment name does, so it never shares a folder with an experiment's statuses and pages.
+
+`sweep_chart` draws `status/_sweeps/<name>.svg`, which the page shows: every trial's primary metric
+overlaid, one line a trial named by its differing parameters, the best trial drawn thicker. Its points
+are the few each status keeps (`metric_history`, spread over the run first to latest), so the chart,
+like the page, is a function of the committed files: it changes only when a trial's points do, and
+the bot commits it only then. A trial with no point yet is named in the legend as such.
 """
 
 from __future__ import annotations
@@ -17,11 +23,16 @@ from tuneplane.lab.sweeps import read_sweep
 from tuneplane.lab.yamlio import LoadFailed
 from tuneplane.models.run import RunStatus
 from tuneplane.models.sweep import Sweep, Trial, expand
+from tuneplane.views.charts_legend import value_text
 from tuneplane.views.dashboard import NOTE
 
 SWEEP_FOLDER = "_sweeps"  # under status/: no experiment is named so (names start with a letter or digit)
 SWEEP_PAGES = f"{STATUS_DIR}/{SWEEP_FOLDER}"
 _LOWER_IS_BETTER = ("loss", "error", "perplexity", "ppl", "wer", "cer")
+# A status keeps no steps with its points: each trial's points are spread over its own run so far.
+HISTORY_AXIS = "% of each trial's run so far (the points its status keeps, first to latest)"
+BEST = "best"
+NO_POINTS = "no points yet"
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,10 @@ class Row:
 
 def sweep_page_rel(name: str) -> str:
     return f"{SWEEP_PAGES}/{name}.md"
+
+
+def sweep_chart_rel(name: str) -> str:
+    return f"{SWEEP_PAGES}/{name}.svg"
 
 
 def trial_ids(sweep: Sweep) -> set[str]:
@@ -82,10 +97,26 @@ def sweep_page(root: Path, name: str, declared: list[str] | None = None) -> str:
     return page_of(root, read_sweep(root, name), declared)
 
 
+def sweep_chart(root: Path, name: str) -> str:
+    """The chart of sweep `name` ("" while no trial has a point of its primary metric)."""
+    return view_of(root, read_sweep(root, name))[1]
+
+
 def page_of(root: Path, sweep: Sweep, declared: list[str] | None = None) -> str:
     """The Markdown page of a sweep already read (the bot reads each sweep file once a pass)."""
+    return view_of(root, sweep, declared)[0]
+
+
+def view_of(root: Path, sweep: Sweep, declared: list[str] | None = None) -> tuple[str, str]:
+    """The page of a sweep already read and its chart ("" when there is none to draw: the page then
+    links none), from one reading of its trials' statuses."""
     rows = sweep_rows(root, sweep)
     metric = primary_metric(rows, declared if declared is not None else _declared(root, sweep.experiment))
+    chart = chart_of(sweep, rows, metric)
+    return _page(sweep, rows, metric, chart_rel=sweep_chart_rel(sweep.name) if chart else ""), chart
+
+
+def _page(sweep: Sweep, rows: list[Row], metric: str, chart_rel: str) -> str:
     params = varied(sweep)
     order = "lower is better" if lower_is_better(metric) else "higher is better"
     lines = [
@@ -111,7 +142,54 @@ def page_of(root: Path, sweep: Sweep, declared: list[str] | None = None) -> str:
             *([f"{value:.4g}" if value is not None else "-"] if metric else []),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if chart_rel:  # beside the page: linked by its name, as an experiment page links its runs' charts
+        lines += ["", f"![{metric} of every trial]({chart_rel.rsplit('/', 1)[1]})"]
     return "\n".join(lines) + "\n"
+
+
+def chart_of(sweep: Sweep, rows: list[Row], metric: str) -> str:
+    """Every trial's `metric` overlaid on one chart, in trial order (a trial keeps its colour however
+    the ranking changes), the best trial emphasised; "" when no trial has a point of it yet."""
+    points = {r.trial.run_id: history_points(r, metric) for r in rows} if metric else {}
+    if not any(points.values()):
+        return ""
+    # lazy: the chart code loads only when a sweep has points to draw
+    from tuneplane.views.charts import render_compare_svg
+
+    labels = trial_labels(sweep, rows)
+    ordered = ranked(rows, metric)
+    best = ordered[0].trial.run_id if ordered[0].metric(metric) is not None else ""
+    legend = {
+        labels[run]: ", ".join(([BEST] if run == best else []) + ([] if found else [NO_POINTS]))
+        for run, found in points.items()
+    }
+    return render_compare_svg(
+        {labels[run]: {metric: found} for run, found in points.items()},
+        legend=legend,
+        title=f"Sweep {sweep.name}: {metric}",
+        compact=True,
+        bold=[labels[best]] if best and points[best] else [],
+        x_caption=HISTORY_AXIS,
+    )
+
+
+def history_points(row: Row, metric: str) -> list[tuple[float, float]]:
+    """The points the trial's status keeps of `metric`, each at its share (in %) of the run so far."""
+    values = [] if row.status is None else row.status.metric_history.get(metric, [])
+    last = len(values) - 1
+    return [(100.0 * index / last if last else 0.0, value) for index, value in enumerate(values)]
+
+
+def trial_labels(sweep: Sweep, rows: list[Row]) -> dict[str, str]:
+    """Run id → what tells the trial apart: its differing parameters (`lr=1e-05 seed=0`), else its run
+    id (a sweep of one trial; two trials whose values read alike once cut also name their run id)."""
+    params = varied(sweep)
+    said = {
+        r.trial.run_id: " ".join(f"{p}={value_text(r.trial.params.get(p))}" for p in params) or r.trial.run_id
+        for r in rows
+    }
+    twice = {text for text in said.values() if list(said.values()).count(text) > 1}
+    return {run: f"{text} ({run})" if text in twice else text for run, text in said.items()}
 
 
 def sweep_table(root: Path, name: str) -> str:
