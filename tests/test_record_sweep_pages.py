@@ -22,6 +22,8 @@ from tuneplane.lab.sweeps import read_sweep
 from tuneplane.models.run import RunStatus
 from tuneplane.models.sweep import expand
 from tuneplane.record.batch import Batch
+from tuneplane.record.publish import Target, publish
+from tuneplane.views.sweep import sweep_chart
 
 __all__ = ["lab"]  # the sweep tests' lab (a trivial trainer, a bare remote), for every test here
 
@@ -317,3 +319,26 @@ def test_a_sweep_chart_is_removed_with_its_sweep_and_a_persons_svg_stays(
     assert batch.commit("sweeps changed") is not None
     assert not (lab / sweep_chart_rel("gone")).exists() and not (lab / sweep_page_rel("gone")).exists()
     assert (lab / sweep_chart_rel("mine")).read_text(encoding="utf-8") == person
+
+
+def test_a_rebase_draws_the_sweep_chart_again_from_both_sides_statuses(
+    lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two writers each commit statuses of other trials and so each a chart: the one that pushes second
+    rebases, and its chart is drawn again from every status, never one side's chart kept."""
+    name = run_sweep(lab, capsys)
+    trials = expand(read_sweep(lab, name))
+    remote = lab.parent / "remote.git"
+    ours, theirs = clone(remote, lab.parent / "ours"), clone(remote, lab.parent / "theirs")
+    for root, side in ((theirs, trials[:2]), (ours, trials[2:4])):
+        batch = Batch(GitRepo(root))
+        for t in side:
+            batch.status(trial_status("demo", t.run_id, "Running", [2.0, 1.0 + t.index / 10]))
+        batch.render([], [])
+        assert batch.commit("statuses") is not None
+    git(theirs, "push", "-q", "origin", "HEAD:main")
+
+    publish(GitRepo(ours), Target("origin", "main"))
+    svg = remote_show(remote, sweep_chart_rel(name))
+    assert len(lines_of(svg)) == 4  # both sides' trials
+    assert svg == sweep_chart(ours, name).rstrip("\n")
