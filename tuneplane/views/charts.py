@@ -6,7 +6,7 @@ CLI, the bot and tests share them without any I/O. Charts follow one metric voca
 by step with ticks on whole steps; hardware panels (`hw/*`) are drawn against wall time when the
 sample times are known; a series that never changes is one line of text ("train/epoch = 1"), not a
 panel. `render_compare_svg` overlays several runs on one chart per metric, with a legend naming what
-differs between them.
+differs between them (and draws some thicker: a sweep's best trial).
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ def _x_axis(x_lo: float, x_hi: float, use_time: bool, x_of: Any, bottom: float, 
         if label not in {k for _, k in kept} and x_lo - slack <= tick <= x_hi + slack:
             kept.append((x_of(tick), label))
     out = [f'<text x="{x}" y="{bottom + 13}" text-anchor="middle">{_xml(label)}</text>' for x, label in _spaced(kept)]
-    out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">{caption}</text>')
+    out.append(f'<text x="{right}" y="{bottom + 26}" text-anchor="end" fill="#666666">{_xml(caption)}</text>')
     return out
 
 

@@ -94,7 +94,7 @@ def varied(sweep: Sweep) -> list[str]:
 
 def sweep_page(root: Path, name: str, declared: list[str] | None = None) -> str:
     """The Markdown page of sweep `name`."""
-    return page_of(root, read_sweep(root, name), declared)
+    return view_of(root, read_sweep(root, name), declared)[0]
 
 
 def sweep_chart(root: Path, name: str) -> str:
@@ -102,14 +102,9 @@ def sweep_chart(root: Path, name: str) -> str:
     return view_of(root, read_sweep(root, name))[1]
 
 
-def page_of(root: Path, sweep: Sweep, declared: list[str] | None = None) -> str:
-    """The Markdown page of a sweep already read (the bot reads each sweep file once a pass)."""
-    return view_of(root, sweep, declared)[0]
-
-
 def view_of(root: Path, sweep: Sweep, declared: list[str] | None = None) -> tuple[str, str]:
-    """The page of a sweep already read and its chart ("" when there is none to draw: the page then
-    links none), from one reading of its trials' statuses."""
+    """The page of a sweep already read (the bot reads each sweep file once a pass) and its chart ("" when
+    there is none to draw: the page then links none), from one reading of its trials' statuses."""
     rows = sweep_rows(root, sweep)
     metric = primary_metric(rows, declared if declared is not None else _declared(root, sweep.experiment))
     chart = chart_of(sweep, rows, metric)
