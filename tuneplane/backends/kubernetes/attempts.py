@@ -32,9 +32,20 @@ from tuneplane.backends.kubernetes.types import (
     POD_SUCCEEDED,
     JobObject,
     Pod,
+    PodTemplate,
     Workload,
 )
-from tuneplane.constants import ATTEMPT_REASONS, CANCELLED, CONFIG_ERROR_EXIT, FAILED, SUCCEEDED, AttemptReason
+from tuneplane.constants import (
+    ATTEMPT_ENV,
+    ATTEMPT_REASONS,
+    CANCELLED,
+    CONFIG_ERROR_EXIT,
+    FAILED,
+    SUCCEEDED,
+    TERMINAL,
+    AttemptReason,
+)
+from tuneplane.models.base import RetryPolicy
 from tuneplane.runtime.attempts import decode, said
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
@@ -47,6 +58,7 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 GPU = "nvidia.com/gpu"
 RAY_NODE_TYPE = "ray.io/node-type"  # KubeRay's label on a Ray pod: head or worker
+JOBSPEC_ENV = "TUNEPLANE_JOBSPEC"  # the checkout's copy of the JobSpec the run was rendered from
 
 # DisruptionTarget reasons (the Kubernetes pod disruption conditions), by who took the pod away
 DISRUPTIONS: dict[str, AttemptReason] = {
@@ -231,7 +243,7 @@ def _where(pod: Pod) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or (pod.get("metadata") or {}).get("name", ""))
 
 
-def _gpus(pod: Pod) -> int:
+def _gpus(pod: Pod | PodTemplate) -> int:
     total = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         limits = (container.get("resources") or {}).get("limits") or {}
@@ -465,32 +477,91 @@ def ray_attempts(
     submits the driver again, and it starts over from its newest checkpoint, while the RayJob itself
     never leaves Running. tp renders `backoffLimit: 0`, so KubeRay makes no other attempt of its own;
     the submitter's own retries (a dropped log stream) are no attempts. Lost heads are kept in the
-    ledger, because an evicted pod is gone minutes later."""
+    ledger, because an evicted pod is gone minutes later. Every attempt held the GPU workers' GPUs."""
     phase, reason, started, finished = state
     if not started:
         return ()
     ledger = read_ledger(obj)
     known = {p for entry in ledger for p in entry.pods}
+    gpus = ray_gpus(obj)
     heads = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(RAY_NODE_TYPE) == "head"]
-    lost = [] if phase in (SUCCEEDED, FAILED, CANCELLED) else [s for s in map(_head_lost, heads) if s is not None]
+    lost = [] if phase in TERMINAL else [s for s in (_head_lost(h, gpus) for h in heads) if s is not None]
     new = sorted((s for s in lost if not set(s.pods) & known), key=lambda s: s.sort_key)
     done = ledger + [replace(s, report=replace(s.report, number=len(ledger) + i + 1)) for i, s in enumerate(new)]
     if new:
         _write_ledger(rest, kind, ns, obj, done)
-    live = [h for h in heads if _head_lost(h) is None]
+    live = [h for h in heads if _pod_end(h) is None]
     since = max((s for h in live if (s := (h.get("status") or {}).get("startTime"))), default=None)
     newest = _driver_attempt(obj, phase, reason, (since if done else None) or started, finished)
-    return (*(s.report for s in done), replace(newest, number=len(done) + 1))
+    return (*(s.report for s in done), replace(newest, number=len(done) + 1, gpus=gpus))
 
 
-def _head_lost(pod: Pod) -> _Seen | None:
-    """A Ray head that a disruption took, or that ended (a Ray head runs until its cluster goes)."""
+def ray_gpus(obj: JobObject) -> int:
+    """The GPUs a RayJob's Ray cluster holds: its worker groups' (the head runs without GPUs)."""
+    groups = ((obj.get("spec") or {}).get("rayClusterSpec") or {}).get("workerGroupSpecs") or []
+    return sum(_int(g.get("replicas", 1)) * _gpus(g.get("template") or {}) for g in groups)
+
+
+def ray_overrun(obj: JobObject, attempts: tuple[AttemptReport, ...]) -> tuple[int, str] | None:
+    """The first lost head that the run's retry policy allows no next attempt after, as how many of
+    `attempts` the run ended with and why; None while the policy allows KubeRay's new head.
+
+    Nothing in the cluster bounds KubeRay's head replacements, so tp does what a Job's `backoffLimit`
+    and `podFailurePolicy` do for a Job, under the policy the RayJob was rendered with. The count starts
+    at the object's own first attempt (`TUNEPLANE_ATTEMPT`, the bot's retry of an earlier object) and
+    goes on with the ledger's lost heads, so neither a restarted bot nor a pruned pod resets it."""
+    policy, first = _rendered_retry(obj)
+    for index, head in enumerate(attempts):
+        if head.reason is None:
+            break
+        number = first + head.number - 1
+        ended = f"attempt {number} of {policy.attempts} ended {head.reason}"
+        if head.reason not in policy.on:
+            return index + 1, f"{ended}, which the retry policy does not retry (retry.on: {', '.join(policy.on)})"
+        if number >= policy.attempts:
+            return index + 1, f"{ended}; the retry budget is spent"
+    return None
+
+
+def _rendered_retry(obj: JobObject) -> tuple[RetryPolicy, int]:
+    """The retry policy in the JobSpec the RayJob carries (its checkout's `TUNEPLANE_JOBSPEC`) and the
+    object's first attempt number; the default policy where the JobSpec names none (it leaves the
+    default out) or cannot be read."""
+    head = (((obj.get("spec") or {}).get("rayClusterSpec") or {}).get("headGroupSpec") or {}).get("template") or {}
+    pod = head.get("spec") or {}
+    env = {
+        e.get("name", ""): e.get("value", "")
+        for c in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])[:1]]
+        for e in c.get("env") or []
+    }
+    try:
+        document = json.loads(env.get(JOBSPEC_ENV) or "{}")
+        retry = (document.get("spec") or {}).get("retry") if isinstance(document, dict) else None
+        policy = RetryPolicy.model_validate(retry) if isinstance(retry, dict) else RetryPolicy()
+    except ValueError as exc:  # pydantic's ValidationError too
+        log.warning("the retry policy of RayJob %s could not be read, the default applies: %s", _name(obj), exc)
+        policy = RetryPolicy()
+    return policy, max(1, _int(env.get(ATTEMPT_ENV) or 1))
+
+
+def _name(obj: JobObject) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def ledger_attempts(obj: JobObject, count: int) -> tuple[AttemptReport, ...]:
+    """The first `count` ended attempts the object's ledger recorded."""
+    return tuple(s.report for s in read_ledger(obj)[:count])
+
+
+def _head_lost(pod: Pod, gpus: int) -> _Seen | None:
+    """A Ray head that a disruption took, or that ended (a Ray head runs until its cluster goes); the
+    attempt it ended held the workers' `gpus`."""
     end = _pod_end(pod)
     if end is None:
         return None
     name = str((pod.get("metadata") or {}).get("name", ""))
     message = end.message or f"the Ray head {name} ended; the driver started again on a new head"
-    report = replace(end, where=(_where(pod),), reason=end.reason if end.reason != "Completed" else "Error")
+    report = replace(end, where=(_where(pod),), reason=end.reason if end.reason != "Completed" else "Error", gpus=gpus)
     return _Seen(replace(report, message=message), (name,), sort_key=end.finished_at or "~")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
@@ -19,10 +19,15 @@ from typing import cast
 from tuneplane.backends.base import AttemptReport, BackendError, BackendRef, Observation
 from tuneplane.backends.kubernetes import kueue
 from tuneplane.backends.kubernetes.apply import SECRET_SUFFIX
-from tuneplane.backends.kubernetes.attempts import job_attempts, ray_attempts, ray_exit_code
+from tuneplane.backends.kubernetes.attempts import (
+    job_attempts,
+    ledger_attempts,
+    ray_attempts,
+    ray_exit_code,
+    ray_overrun,
+)
 from tuneplane.backends.kubernetes.client import JOB, JOBSET, RAYJOB, SECRET, Kind, Rest, clip, redact_text
 from tuneplane.backends.kubernetes.pods import (
-    STUCK,
     default_container,
     earliest_start,
     failed_container,
@@ -42,19 +47,21 @@ from tuneplane.backends.kubernetes.types import (
     Secret,
 )
 from tuneplane.constants import (
+    ATTEMPT_REASONS,
     CANCELLED,
     FAILED,
     PENDING,
     RUNNING,
     STAMP_FORMAT,
     SUCCEEDED,
+    TERMINAL,
     AttemptReason,
     observed_phase,
 )
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 CANCEL_ANNOTATION = "tuneplane.dev/cancelled"
-STOPPED_ANNOTATION = "tuneplane.dev/stopped"  # why tuneplane deleted a job whose pod could not start
+STOPPED_ANNOTATION = "tuneplane.dev/stopped"  # why tuneplane deleted a job (a pod that cannot start, a spent budget)
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,10 @@ def _observe(
     state = _STATE_READERS[kind.kind](obj)
     pods = _pods_or_none(rest, kind, ns, obj)
     tried = _attempts(rest, kind, ns, obj, state, pods or [])
+    if kind is RAYJOB and state.phase not in TERMINAL:
+        overrun = _stop_if_overrun(rest, kind, ns, obj, tried, stuck)
+        if overrun is not None:
+            return overrun
     if state.phase == SUCCEEDED:
         if kind is JOBSET:
             state.started_at = _child_jobs_start(rest, ns, obj)
@@ -272,7 +283,7 @@ def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: b
     notes = (obj.get("metadata") or {}).get("annotations") or {}
     if notes.get(CANCEL_ANNOTATION) == "true" or cancelled:
         return Observation(phase=CANCELLED, reason="Cancelled", message="cancelled by tuneplane; pods are stopping")
-    stopped = _stopped_note(notes.get(STOPPED_ANNOTATION, ""))
+    stopped = _stopped_note(notes.get(STOPPED_ANNOTATION, ""), obj)
     if stopped is not None:
         return stopped
     return Observation(
@@ -299,18 +310,50 @@ def _stop_if_stuck(
         f"{words}\nIt waited longer than cluster.stuck_after ({stuck.after:g} s): the {kind.kind} was "
         "deleted to give its GPUs back; fix the cause, then submit the run again."
     )
-    name = str((obj.get("metadata") or {}).get("name", ""))
-    note = json.dumps({"reason": reason, "message": message, "at": at})
-    try:
-        if rest.merge(kind, ns, name, {"metadata": {"annotations": {STOPPED_ANNOTATION: note}}}) is None:
-            return None
-        rest.delete(kind, ns, name, stuck.propagation)
-    except BackendError as exc:  # reported as waiting: the next observation tries again
-        log.warning("could not delete %s %s/%s, whose pod cannot start: %s", kind.kind, ns, name, exc)
+    if not _stop(rest, kind, ns, obj, {"reason": reason, "message": message, "at": at}, stuck.propagation):
         return None
     return Observation(
         phase=FAILED, reason=reason, message=message, finished_at=at, attempts=_ended(tried, reason, words, at)
     )
+
+
+def _stop_if_overrun(
+    rest: Rest, kind: Kind, ns: str, obj: JobObject, tried: tuple[AttemptReport, ...], stuck: Stuck
+) -> Observation | None:
+    """A Ray head lost past the run's retry policy ends the run (see `attempts.ray_overrun`): KubeRay
+    would make a new head and the driver start again, without limit. tuneplane deletes the RayJob, as a
+    cancel does, and its Ray cluster with it; the note on the object first, so an observation while its
+    deletion runs tells the same story."""
+    overrun = ray_overrun(obj, tried)
+    if overrun is None:
+        return None
+    count, why = overrun
+    ended = tried[count - 1]
+    message = clip(
+        f"{why}: the {kind.kind} was deleted with its Ray cluster, so KubeRay starts no new head and no "
+        "new driver (retry: in the run request, its profile or tuneplane.yaml sets the budget)"
+    )
+    reason = ended.reason or "Error"
+    note = {"reason": reason, "message": message, "at": ended.finished_at, "attempts": count}
+    if not _stop(rest, kind, ns, obj, note, stuck.propagation):
+        return None
+    return Observation(
+        phase=FAILED, reason=reason, message=message, finished_at=ended.finished_at, attempts=tried[:count]
+    )
+
+
+def _stop(rest: Rest, kind: Kind, ns: str, obj: JobObject, note: Mapping[str, object], propagation: str) -> bool:
+    """Note why on the object, then delete it with its pods; False when it is gone already or the cluster
+    refused (the next observation tries again)."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    try:
+        if rest.merge(kind, ns, name, {"metadata": {"annotations": {STOPPED_ANNOTATION: json.dumps(note)}}}) is None:
+            return False
+        rest.delete(kind, ns, name, propagation)
+    except BackendError as exc:
+        log.warning("could not delete %s %s/%s (%s): %s", kind.kind, ns, name, note.get("reason"), exc)
+        return False
+    return True
 
 
 def _ended(tried: tuple[AttemptReport, ...], reason: AttemptReason, words: str, at: str) -> tuple[AttemptReport, ...]:
@@ -321,19 +364,23 @@ def _ended(tried: tuple[AttemptReport, ...], reason: AttemptReason, words: str, 
     return (*tried, AttemptReport(number=number, reason=reason, message=words, finished_at=at))
 
 
-def _stopped_note(text: str) -> Observation | None:
-    """The observation a stuck job's note stands for, while its deletion runs; None for no (or a damaged) note."""
+def _stopped_note(text: str, obj: JobObject) -> Observation | None:
+    """The observation the note of a job tuneplane stopped stands for, while its deletion runs; None for
+    no (or a damaged) note. A note that counts `attempts` (a spent retry budget) ended the run with the
+    ledger's first ones."""
     try:
         note = json.loads(text) if text else None
     except ValueError:
         return None
-    if not isinstance(note, dict) or note.get("reason") not in set(STUCK.values()):
+    if not isinstance(note, dict) or note.get("reason") not in ATTEMPT_REASONS:
         return None
+    count = note.get("attempts")
     return Observation(
         phase=FAILED,
         reason=str(note["reason"]),
         message=clip(str(note.get("message") or "")),
         finished_at=str(note.get("at") or "") or None,
+        attempts=ledger_attempts(obj, count) if isinstance(count, int) and not isinstance(count, bool) else (),
     )
 
 

@@ -94,14 +94,21 @@ class ResourceRequirements(TypedDict, total=False):
     requests: dict[str, str]
 
 
+class EnvVar(TypedDict, total=False):
+    name: str
+    value: str
+
+
 class Container(TypedDict, total=False):
     name: str
     image: str
     resources: ResourceRequirements
+    env: list[EnvVar]
 
 
 class PodSpec(TypedDict, total=False):
     containers: list[Container]
+    initContainers: list[Container]
     nodeName: str
 
 
@@ -127,11 +134,28 @@ class ReplicatedJob(TypedDict, total=False):
     replicas: int
 
 
+class PodTemplate(TypedDict, total=False):
+    spec: PodSpec
+
+
+class RayGroupSpec(TypedDict, total=False):
+    """A RayJob's head group or one of its worker groups."""
+
+    replicas: int
+    template: PodTemplate
+
+
+class RayClusterSpec(TypedDict, total=False):
+    headGroupSpec: RayGroupSpec
+    workerGroupSpecs: list[RayGroupSpec]
+
+
 class JobObjectSpec(TypedDict, total=False):
     """The spec fields of a Job, a JobSet and a RayJob the backend reads, together."""
 
     suspend: bool
     replicatedJobs: list[ReplicatedJob]
+    rayClusterSpec: RayClusterSpec
 
 
 class JobObjectStatus(TypedDict, total=False):
