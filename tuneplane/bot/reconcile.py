@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
+from tuneplane.backends.factory import backend_name
 from tuneplane.bot.passes import (
     MAX_BACKEND_FAILURES,
     BackendFactory,
@@ -249,7 +250,7 @@ class _Submitter:
         if attempt > 1:
             run = attempt_run(self.lab, run, attempt)
         try:
-            backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
+            backend = self.pool.get(backend_name(self.lab, run.spec.spec.resources.local))
             # the attempt's number travels with the request too: a backend that keeps one place per run
             # (the local run directory) starts the next attempt there instead of adopting the last one
             ref = backend.submit(dataclasses.replace(backend_request(self.lab.root, self.lab, run), attempt=attempt))
@@ -336,10 +337,6 @@ def _located(lab: Lab, exc: SubmitRefused) -> str:
         return str(exc)
     line, col = lab.doc.where("/" + setting.replace(".", "/"))
     return f"{location(LAB_FILE, line, col)}: {exc}"
-
-
-def cluster_backend(lab: Lab) -> str:
-    return "slurm" if lab.config.cluster.backend == "slurm" else "kubernetes"
 
 
 def _check_names(key: RunKey, request: RunRequest) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuneplane.backends.factory import cluster_kind
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, TERMINAL, RenderFormat
 from tuneplane.errors import UsageError
@@ -263,7 +264,7 @@ class RenderContext:
         suffix = (
             ".json"
             if self.opts.fmt is RenderFormat.json
-            else (".sh" if self.lab.config.cluster.backend == "slurm" and rendered.text is not None else ".yaml")
+            else (cluster_kind(self.lab).rendered_suffix if rendered.text is not None else ".yaml")
         )
         atomic_write(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
 
