@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
 from tuneplane.backends.factory import backend_name
@@ -44,6 +44,10 @@ from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.observe import RETRY_WAIT, backend_object, backend_ref, elsewhere
 from tuneplane.runs.retry import attempt_run, kept_attempts, next_attempt, resubmitted, retry_at
+
+if TYPE_CHECKING:  # the submit pipeline loads only for a run to submit
+    from tuneplane.plan.resolve import PreparedExperiment
+    from tuneplane.runs.prepare import PreparedRun
 
 
 def reconcile(
@@ -169,7 +173,7 @@ def _submit_all(
         batch.status(_invalid_status(key, why, now))
         report.refused.append(str(key))
         echo(f"  {key}: refused: {why}")
-    items: list[tuple[RunKey, Any]] = [(k, oid) for k, oid in sorted(work.new.items())]
+    items: list[tuple[RunKey, str | RunStatus]] = [(k, oid) for k, oid in sorted(work.new.items())]
     items += [(k, s) for k, s in retry]
     if not items:
         return []
@@ -200,7 +204,7 @@ class _Submitter:
         self.failures = 0
         self.left: list[RunKey] = []  # requests skipped this run, to be taken up on the next one
         self.first = True
-        self._experiments: dict[tuple[str, str], Any] = {}
+        self._experiments: dict[tuple[str, str], PreparedExperiment | UsageError] = {}
         self._pinned: dict[str, Lab | CommitUnavailable] = {}
         self._stack = contextlib.ExitStack()  # the pinned labs' temporary checkouts
 
@@ -241,7 +245,7 @@ class _Submitter:
             return
         self._hand_over(key, request, run, previous)
 
-    def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
+    def _hand_over(self, key: RunKey, request: RunRequest, run: PreparedRun, previous: RunStatus | None) -> None:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.runs.prepare import backend_request
         from tuneplane.runs.status import waiting_status
@@ -274,7 +278,7 @@ class _Submitter:
         self.batch.status(_submitted(request, run, ref, previous))
         self._note(self.report.submitted, key, f"submitted as {ref.kind} {ref.name}")
 
-    def _prepare(self, request: RunRequest) -> Any:
+    def _prepare(self, request: RunRequest) -> PreparedRun:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.lab.catalog import load_catalog
         from tuneplane.plan.resolve import prepare_experiment
@@ -372,7 +376,7 @@ def _refusal_text(exc: UsageError) -> str:
     return f"{exc.message}\n  hint: {exc.hint}" if exc.hint else exc.message
 
 
-def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
+def _submitted(request: RunRequest, run: PreparedRun, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
     from tuneplane.runs.status import submitted_status  # lazy: status records load only when a status is written
 
     now = utc_now()

@@ -36,7 +36,7 @@ STOP_WAIT = 60.0  # seconds a canceller waits for the run's owner to record the 
 
 
 def commit_run_status(
-    repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None
+    repo: GitRepo, status: RunStatus, backend: Backend | None = None, ref: BackendRef | None = None
 ) -> str | None:
     """Commit a local run's status, and its chart once it ended. The dashboard pages go with them only in a
     lab with no remote: with one, they are the bot's (see `record_status`)."""

@@ -403,7 +403,7 @@ def _round(value: float) -> float:
     return float(f"{value:.4g}") if value == value and value not in (float("inf"), float("-inf")) else value
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 

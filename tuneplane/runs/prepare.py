@@ -30,7 +30,7 @@ from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
-from tuneplane.plan.resolve import job_config, prepare_experiment, resolve_prepared
+from tuneplane.plan.resolve import PreparedExperiment, job_config, prepare_experiment, resolve_prepared
 from tuneplane.render.manifests import jobspec_document, render_documents
 
 Echo = Callable[[str], None]
@@ -54,7 +54,7 @@ def prepare(
     commit: str,
     dirty: bool,
     allow_dirty: bool = False,
-    prepared_experiment: Any = None,
+    prepared_experiment: PreparedExperiment | None = None,
     env: dict[str, str] | None = None,
     warn: Echo | None = None,
 ) -> PreparedRun:
@@ -169,6 +169,6 @@ def _secret_settings(lab: Lab) -> dict[str, str]:
     return named
 
 
-def _ingest_secret(env: Any) -> bytes:
+def _ingest_secret(env: Mapping[str, str]) -> bytes:
     value = str(env.get(INGEST_SECRET_ENV, "")).strip()
     return value.encode() if value else b""
