@@ -15,6 +15,7 @@ from tuneplane.backends.base import Backend
 
 if TYPE_CHECKING:
     from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.slurm.batch import SlurmBatch
     from tuneplane.lab.load import Lab
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.plan.launchplan import LaunchPlan
@@ -62,7 +63,7 @@ def backend_name(lab: Lab, local: bool) -> str:
     return LOCAL if local else cluster_kind(lab).name
 
 
-def batch_manifest(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, object]:
+def batch_manifest(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> SlurmBatch:
     """The one "manifest" of a `batch_script` backend: the script, checked, and what staging needs."""
     # lazy: only Slurm labs render batch scripts
     from tuneplane.backends.slurm.batch import batch_manifest as slurm_batch

@@ -104,7 +104,7 @@ def rendered(
         return PreparedRun(request, spec, plan, [], None, warnings)
     if cluster_kind(lab).batch_script:
         batch = batch_manifest(spec, plan, lab)
-        return PreparedRun(request, spec, plan, [batch], str(batch["script"]), warnings)
+        return PreparedRun(request, spec, plan, [dict(batch)], batch["script"], warnings)
     text, manifests = render_documents(spec, plan, lab.config)
     return PreparedRun(request, spec, plan, manifests, text, warnings)
 
