@@ -35,3 +35,43 @@ def test_importing_the_factory_loads_no_engine_and_no_pipeline() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_each_backend_kind_answers_for_its_backend() -> None:
+    """What runs/ and bot/ ask by a run's recorded backend: only this machine's runs are handled here,
+    only a batch-script backend is rendered to `.sh`, and an unknown name is Kubernetes, as made."""
+    from tuneplane.backends.factory import backend_kind
+
+    assert [backend_kind(n).runs_here for n in ("local", "slurm", "kubernetes", "other")] == [True, False, False, False]
+    assert [backend_kind(n).rendered_suffix for n in ("slurm", "kubernetes")] == [".sh", ".yaml"]
+    assert backend_kind("other").name == "kubernetes"
+
+
+def test_a_lab_sends_cluster_runs_to_its_cluster_backend() -> None:
+    """`cluster.backend: slurm` sends cluster runs to Slurm; `local` and `kubernetes` to Kubernetes (a
+    `local` lab's cluster profiles are still rendered for Kubernetes); a local run stays here."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from tuneplane.backends.factory import backend_name
+
+    def lab(backend: str) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(cluster=SimpleNamespace(backend=backend)))
+
+    assert [backend_name(lab(b), local=False) for b in ("slurm", "kubernetes", "local")] == [
+        "slurm",
+        "kubernetes",
+        "kubernetes",
+    ]
+    assert backend_name(lab("slurm"), local=True) == "local"
+
+
+def test_slurm_declares_that_it_requeues() -> None:
+    """The bot watches an ended Slurm run for a while (Slurm requeues after a node failure): a declared
+    capability, not a `getattr`."""
+    from tuneplane.backends.base import Requeues
+    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.slurm import SlurmBackend
+
+    assert isinstance(SlurmBackend(), Requeues) and SlurmBackend().requeues
+    assert not isinstance(LocalBackend(PKG), Requeues)

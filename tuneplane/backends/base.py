@@ -114,9 +114,7 @@ class SubmitRefused(BackendError):
 
 
 class Backend(Protocol):
-    """Optional capabilities, looked up with `getattr`: `requeues` (True when the engine may start a
-    later attempt after reporting an end, so the bot keeps looking at an ended run for a while),
-    `run_dir`, `metrics`, `artifacts`."""
+    """What every backend does; what only some do is a capability below, checked with `isinstance`."""
 
     name: str
 
@@ -151,6 +149,14 @@ class HasRunDir(Protocol):
     """Keeps each run in a directory on this machine's file system (local runs, Slurm's shared storage)."""
 
     def run_dir(self, ref: BackendRef) -> Path: ...
+
+
+@runtime_checkable
+class Requeues(Protocol):
+    """Its engine may start a later attempt after reporting an end (Slurm requeues a job after a node
+    failure), so the bot keeps looking at an ended run for a while; `requeues` says whether it does."""
+
+    requeues: bool
 
 
 @runtime_checkable

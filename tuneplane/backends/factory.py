@@ -15,7 +15,60 @@ from tuneplane.backends.base import Backend
 
 if TYPE_CHECKING:
     from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.slurm.batch import SlurmBatch
     from tuneplane.lab.load import Lab
+    from tuneplane.models.jobspec import JobSpec
+    from tuneplane.plan.launchplan import LaunchPlan
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """What the code around the backends may ask of one by its name, so that none of it names a
+    backend: a new backend is a row in `BACKEND_KINDS` and a branch of `make_backend`."""
+
+    name: str
+    # each run is a process group of this machine: stopped, read and recorded here, with no bot
+    runs_here: bool = False
+    # is sent one batch script that tp renders and checks before submitting, not manifests
+    batch_script: bool = False
+
+    @property
+    def rendered_suffix(self) -> str:
+        """The file suffix of what `tp render --output` writes for a run of this backend."""
+        return ".sh" if self.batch_script else ".yaml"
+
+
+LOCAL, SLURM, KUBERNETES = "local", "slurm", "kubernetes"
+BACKEND_KINDS = {
+    kind.name: kind
+    for kind in (BackendKind(LOCAL, runs_here=True), BackendKind(SLURM, batch_script=True), BackendKind(KUBERNETES))
+}
+
+
+def backend_kind(name: str) -> BackendKind:
+    """The kind of the backend called `name` (a run's recorded backend); any other name is Kubernetes,
+    as for `make_backend`."""
+    return BACKEND_KINDS.get(name, BACKEND_KINDS[KUBERNETES])
+
+
+def cluster_kind(lab: Lab) -> BackendKind:
+    """The backend the lab's cluster runs go to: the one `cluster.backend` names, or Kubernetes where that
+    is this machine (a lab set to `local` still renders its cluster profiles' runs for Kubernetes)."""
+    kind = backend_kind(lab.config.cluster.backend)
+    return BACKEND_KINDS[KUBERNETES] if kind.runs_here else kind
+
+
+def backend_name(lab: Lab, local: bool) -> str:
+    """The backend a run is sent to: this machine's for a local run, else the lab's cluster."""
+    return LOCAL if local else cluster_kind(lab).name
+
+
+def batch_manifest(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> SlurmBatch:
+    """The one "manifest" of a `batch_script` backend: the script, checked, and what staging needs."""
+    # lazy: only Slurm labs render batch scripts
+    from tuneplane.backends.slurm.batch import batch_manifest as slurm_batch
+
+    return slurm_batch(spec, plan, lab)
 
 
 @dataclass(frozen=True)
@@ -29,9 +82,9 @@ class ClusterAccess:
 
 def local_lab(lab: Lab) -> Lab:
     """The lab as the local backend sees it: `--local` runs get local paths whatever the cluster is."""
-    if lab.settings is None or lab.settings.cluster.backend == "local":
+    if lab.settings is None or lab.settings.cluster.backend == LOCAL:
         return lab
-    cluster = lab.settings.cluster.model_copy(update={"backend": "local"})
+    cluster = lab.settings.cluster.model_copy(update={"backend": LOCAL})
     return lab.replace(settings=lab.settings.model_copy(update={"cluster": cluster}))
 
 
@@ -46,9 +99,9 @@ def local_backend(lab: Lab) -> LocalBackend:
 
 def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Backend:
     """The backend called `name` (`local`, `slurm`, or else Kubernetes) for this lab."""
-    if name == "local":
+    if name == LOCAL:
         return local_backend(lab)
-    if name == "slurm":
+    if name == SLURM:
         # lazy: only Slurm labs need it
         from tuneplane.backends.slurm import SlurmBackend
 

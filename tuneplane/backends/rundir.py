@@ -15,9 +15,10 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+
+from tuneplane.runtime.jsonvalue import JSONObject
 
 STEP = re.compile(r"(?:step|checkpoint|ckpt|epoch|iter)[-_]?(\d+)", re.IGNORECASE)
 ARTIFACTS_FILE = "artifacts.json"  # what the local supervisor writes into the out dir; never an artifact
@@ -32,10 +33,10 @@ RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d*\]:\s?")  # torch.distributed p
 # ── artifacts ────────────────────────────────────────────────────────────────────────────────────
 
 
-def collect_artifacts(out_dir: Path, globs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def collect_artifacts(out_dir: Path, globs: Sequence[Mapping[str, object]]) -> list[JSONObject]:
     """Matches of the recipe's globs that really are inside the out dir (symlinks out are dropped)."""
     root = os.path.realpath(out_dir)
-    found: list[dict[str, Any]] = []
+    found: list[JSONObject] = []
     seen: set[str] = set()
     for item in globs:
         for match in sorted(glob.glob(os.path.join(glob.escape(str(out_dir)), str(item["pattern"])))):
@@ -43,10 +44,10 @@ def collect_artifacts(out_dir: Path, globs: list[dict[str, Any]]) -> list[dict[s
             if rel in seen or rel == ARTIFACTS_FILE or not _inside(real, root):
                 continue
             seen.add(rel)
-            entry: dict[str, Any] = {
-                "kind": item["kind"],
+            entry: JSONObject = {
+                "kind": str(item["kind"]),
                 "path": rel,
-                "format": item.get("format") or _format(real),
+                "format": str(item.get("format") or _format(real)),
                 "size_bytes": _size(real, root),
             }
             step = STEP.search(os.path.basename(match))

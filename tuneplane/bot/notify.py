@@ -32,6 +32,7 @@ from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.gitrepo import GitFailed, GitRepo
 from tuneplane.lab.runs import STATUS_DIR
 from tuneplane.models.lab import LabFile, Webhook
+from tuneplane.runtime.jsonvalue import JSONObject
 
 TRAILER = "Tp-Bot-Pass"
 MAX_RUNS_KEPT = 5  # bot runs an undeliverable message is tried in before it is dropped (and said so)
@@ -201,13 +202,17 @@ def _change(before: str | None, after: str | None, experiment: str, run_id: str)
     if not new or str(new.get("phase", "")) == str(old.get("phase", "")):
         return None
     phase = str(new["phase"])
-    history = new.get("history") if isinstance(new.get("history"), list) else []
-    entered = [str(h.get("at", "")) for h in history or [] if isinstance(h, dict) and h.get("phase") == phase]
+    history = new.get("history")
+    entered = [
+        str(h.get("at", ""))
+        for h in (history if isinstance(history, list) else [])
+        if isinstance(h, dict) and h.get("phase") == phase
+    ]
     at = entered[-1] if entered else str(new.get("finished_at") or new.get("submitted_at") or "")
     return Change(experiment, run_id, str(old.get("phase", "")), phase, at, str(new.get("message") or "")[:500])
 
 
-def _data(text: str | None) -> dict[str, Any]:
+def _data(text: str | None) -> JSONObject:
     try:
         data = json.loads(text or "")
     except ValueError:
@@ -215,7 +220,7 @@ def _data(text: str | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def payload(hook: Webhook, change: Change, lab: str) -> dict[str, Any]:
+def payload(hook: Webhook, change: Change, lab: str) -> dict[str, str]:
     """The message: the transition as JSON, or a Slack-compatible `text` (Slack ignores the other keys)."""
     run = f"{change.experiment}/{change.run_id}"
     text = f"[{lab}] run {run}: {change.old or 'new'} → {change.new}"

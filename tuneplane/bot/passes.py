@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import Backend, Closable
 from tuneplane.bot.notify import Notifier, notifier_for
@@ -85,7 +85,7 @@ class Backends:
                 backend.close()
 
 
-def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Any, bool]:
+def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Target | None, bool]:
     """Open the lab's repository, clean up after a killed bot, and catch up with the remote; last, whether
     the clean-up committed what a killed bot left (`finish` makes it one commit with the run's own)."""
     from tuneplane.record.publish import pull, recover, resolve_target  # lazy: not on an idle pass

@@ -17,9 +17,10 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused
+from tuneplane.backends.factory import backend_name
 from tuneplane.bot.passes import (
     MAX_BACKEND_FAILURES,
     BackendFactory,
@@ -43,6 +44,10 @@ from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.observe import RETRY_WAIT, backend_object, backend_ref, elsewhere
 from tuneplane.runs.retry import attempt_run, kept_attempts, next_attempt, resubmitted, retry_at
+
+if TYPE_CHECKING:  # the submit pipeline loads only for a run to submit
+    from tuneplane.plan.resolve import PreparedExperiment
+    from tuneplane.runs.prepare import PreparedRun
 
 
 def reconcile(
@@ -168,7 +173,7 @@ def _submit_all(
         batch.status(_invalid_status(key, why, now))
         report.refused.append(str(key))
         echo(f"  {key}: refused: {why}")
-    items: list[tuple[RunKey, Any]] = [(k, oid) for k, oid in sorted(work.new.items())]
+    items: list[tuple[RunKey, str | RunStatus]] = [(k, oid) for k, oid in sorted(work.new.items())]
     items += [(k, s) for k, s in retry]
     if not items:
         return []
@@ -199,7 +204,7 @@ class _Submitter:
         self.failures = 0
         self.left: list[RunKey] = []  # requests skipped this run, to be taken up on the next one
         self.first = True
-        self._experiments: dict[tuple[str, str], Any] = {}
+        self._experiments: dict[tuple[str, str], PreparedExperiment | UsageError] = {}
         self._pinned: dict[str, Lab | CommitUnavailable] = {}
         self._stack = contextlib.ExitStack()  # the pinned labs' temporary checkouts
 
@@ -240,7 +245,7 @@ class _Submitter:
             return
         self._hand_over(key, request, run, previous)
 
-    def _hand_over(self, key: RunKey, request: RunRequest, run: Any, previous: RunStatus | None) -> None:
+    def _hand_over(self, key: RunKey, request: RunRequest, run: PreparedRun, previous: RunStatus | None) -> None:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.runs.prepare import backend_request
         from tuneplane.runs.status import waiting_status
@@ -249,7 +254,7 @@ class _Submitter:
         if attempt > 1:
             run = attempt_run(self.lab, run, attempt)
         try:
-            backend = self.pool.get("local" if run.spec.spec.resources.local else cluster_backend(self.lab))
+            backend = self.pool.get(backend_name(self.lab, run.spec.spec.resources.local))
             # the attempt's number travels with the request too: a backend that keeps one place per run
             # (the local run directory) starts the next attempt there instead of adopting the last one
             ref = backend.submit(dataclasses.replace(backend_request(self.lab.root, self.lab, run), attempt=attempt))
@@ -273,7 +278,7 @@ class _Submitter:
         self.batch.status(_submitted(request, run, ref, previous))
         self._note(self.report.submitted, key, f"submitted as {ref.kind} {ref.name}")
 
-    def _prepare(self, request: RunRequest) -> Any:
+    def _prepare(self, request: RunRequest) -> PreparedRun:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
         from tuneplane.lab.catalog import load_catalog
         from tuneplane.plan.resolve import prepare_experiment
@@ -338,10 +343,6 @@ def _located(lab: Lab, exc: SubmitRefused) -> str:
     return f"{location(LAB_FILE, line, col)}: {exc}"
 
 
-def cluster_backend(lab: Lab) -> str:
-    return "slurm" if lab.config.cluster.backend == "slurm" else "kubernetes"
-
-
 def _check_names(key: RunKey, request: RunRequest) -> None:
     if request.experiment != key.experiment or request.run_id != key.run_id:
         raise UsageError(
@@ -375,7 +376,7 @@ def _refusal_text(exc: UsageError) -> str:
     return f"{exc.message}\n  hint: {exc.hint}" if exc.hint else exc.message
 
 
-def _submitted(request: RunRequest, run: Any, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
+def _submitted(request: RunRequest, run: PreparedRun, ref: BackendRef, previous: RunStatus | None) -> RunStatus:
     from tuneplane.runs.status import submitted_status  # lazy: status records load only when a status is written
 
     now = utc_now()

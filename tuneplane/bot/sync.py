@@ -33,6 +33,7 @@ from tuneplane.backends.base import (
     HasMetrics,
     HasRunDir,
     Observation,
+    Requeues,
 )
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
 from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now, wire_second
@@ -145,7 +146,8 @@ def _sync_one(
     # A backend whose engine may requeue a job after its end was recorded (`requeues`: Slurm after a node
     # failure) may show a later attempt yet: a run that ended by itself is looked at again for a while.
     watch = (
-        getattr(backend, "requeues", False)
+        isinstance(backend, Requeues)
+        and backend.requeues
         and new.phase in TERMINAL
         and new.reason not in BOT_DECIDED
         and not _past(new.finished_at, REQUEUE_WATCH)

@@ -12,11 +12,15 @@ the table against what each module registers).
 import os
 from collections.abc import Iterator, MutableMapping
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import typer.core
 import typer.main
+from typer._click import Command, Context, HelpFormatter
+
+if TYPE_CHECKING:
+    from typer._click.shell_completion import CompletionItem
 
 from tuneplane import __version__
 from tuneplane.cli.say import say
@@ -57,27 +61,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def load_module_commands(module: str) -> dict[str, Any]:
+def load_module_commands(module: str) -> dict[str, Command]:
     """The Click commands a command module registers, by name (its module imported now)."""
     sub = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
     import_module(f"tuneplane.cli.{module}").register(sub)
     return dict(typer.main.get_group(sub).commands)
 
 
-class LazyCommands(MutableMapping[str, Any]):
+class LazyCommands(MutableMapping[str, Command]):
     """The root group's commands: looking one up imports its module alone; going through all of
     them (the command reference's generator) imports every module, in the order of `COMMANDS`."""
 
     def __init__(self) -> None:
-        self.built: dict[str, Any] = {}
+        self.built: dict[str, Command] = {}
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Command:
         if name not in self.built and name in COMMANDS:
             for found, command in load_module_commands(COMMANDS[name][0]).items():
                 self.built.setdefault(found, command)
         return self.built[name]
 
-    def __setitem__(self, name: str, command: Any) -> None:
+    def __setitem__(self, name: str, command: Command) -> None:
         self.built[name] = command
 
     def __delitem__(self, name: str) -> None:
@@ -97,13 +101,15 @@ class LazyGroup(typer.core.TyperGroup):
         super().__init__(*args, **kwargs)
         self.commands = LazyCommands()
 
-    def list_commands(self, ctx: Any) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         return self.commands.get(cmd_name)
 
-    def _main_shell_completion(self, ctx_args: Any, prog_name: str, complete_var: str | None = None) -> None:
+    def _main_shell_completion(
+        self, ctx_args: MutableMapping[str, object], prog_name: str, complete_var: str | None = None
+    ) -> None:
         """Typer's completion classes (its bash, zsh and fish answers) are registered only when a
         completion is asked for: every other run of `tp` skips them."""
         if os.environ.get(complete_var or COMPLETE_VAR):
@@ -112,19 +118,19 @@ class LazyGroup(typer.core.TyperGroup):
             completion_init()
         super()._main_shell_completion(ctx_args, prog_name, complete_var)
 
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         """`tp --install-completion` and `tp --show-completion` alone are for the shell `tp` runs under
         (Typer's vendored Click has no option whose value may be left out)."""
         if args and args[-1] in ("--show-completion", "--install-completion"):
             args = [*args, DETECT]
         return super().parse_args(ctx, args)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
         """The command list from the table: `tp --help` imports no command module."""
         with formatter.section("Commands"):
             formatter.write_dl([(name, text) for name, (_module, text) in COMMANDS.items()])
 
-    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+    def shell_complete(self, ctx: Context, incomplete: str) -> "list[CompletionItem]":
         """`tp <Tab>`: the command names from the table, with their help, importing no command module."""
         from typer._click.shell_completion import CompletionItem  # lazy: only a completion needs it
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
@@ -14,6 +15,9 @@ from tuneplane.cli.options import Run
 from tuneplane.cli.say import say
 from tuneplane.constants import JOB_TOKEN
 from tuneplane.errors import RunNotFound, UsageError
+
+if TYPE_CHECKING:  # the views load only when the command runs
+    from tuneplane.views.runmetrics import RunMetrics, Series, TimedSeries
 
 
 def metrics(
@@ -118,10 +122,12 @@ def compare(
         _write(checked, compare_svg(found, params, key or [], title="compare " + " · ".join(runs)))
 
 
-def _comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], names: list[str]) -> dict[str, Any]:
+def _comparison(
+    runs: list[str], found: dict[str, RunMetrics], legend: dict[str, str], names: list[str]
+) -> dict[str, object]:
     """`tp job compare --json`: each run with what sets it apart, each metric's last value per run."""
 
-    def last(metrics: Any, name: str) -> float | None:
+    def last(metrics: RunMetrics, name: str) -> float | None:
         raw = metrics.lookup(name)
         return float(metrics.summary[raw]["last"]) if raw else None
 
@@ -133,7 +139,7 @@ def _comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], 
     }
 
 
-def _show_comparison(runs: list[str], found: dict[str, Any], legend: dict[str, str], names: list[str]) -> None:
+def _show_comparison(runs: list[str], found: dict[str, RunMetrics], legend: dict[str, str], names: list[str]) -> None:
     for run in runs:
         said = "no metrics stored" if not found[run].summary else legend.get(run) or "(same parameters)"
         say.line(f"{run}: {said}")
@@ -156,7 +162,7 @@ def _show_comparison(runs: list[str], found: dict[str, Any], legend: dict[str, s
         say.line(f"  {ljust(shown[name], width)}  " + "  ".join(c.rjust(column) for c in cells))
 
 
-def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
+def _compared_names(found: dict[str, RunMetrics], wanted: list[str]) -> list[str]:
     """The rows of a comparison: every run's metrics, or the keys asked for. A key needs to be in
     one run only (runs of different recipes log different metrics); one in none is an error."""
     if not wanted:  # the union in one reading order (the first run with metrics decides the primary)
@@ -174,7 +180,7 @@ def _compared_names(found: dict[str, Any], wanted: list[str]) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = False) -> Any:
+def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = False) -> RunMetrics:
     """The run's metrics; none stored is an error, or with `missing_ok` (a comparison) an empty set.
     A run the lab does not know and no store holds is named as such."""
     # lazy: as above
@@ -312,7 +318,14 @@ def _write_file(plot: _Plot, data: bytes) -> None:
 
 
 class _Reader:
-    def __init__(self, summary: Any, series: Any, timed: Any = None) -> None:
+    """Where one run's metrics are read from: a store on this machine, or a receiver over HTTP."""
+
+    def __init__(
+        self,
+        summary: Callable[[], Mapping[str, Mapping[str, object]]],
+        series: Callable[[str], Series],
+        timed: Callable[[str], TimedSeries] | None = None,
+    ) -> None:
         self.summary, self.series, self.timed = summary, series, timed
 
 
@@ -328,13 +341,14 @@ class _Target:
 
     def __init__(self, run: str) -> None:
         # lazy: tp builds only the invoked command, so only it pays for these
+        from tuneplane.backends.factory import backend_kind
         from tuneplane.backends.local import DB
         from tuneplane.lab.load import find_lab_root
         from tuneplane.lab.runs import find_run, read_request, read_status
 
         self.run_id, self.method, self.store = run, "", None
         self.experiment: str | None = None  # the run's experiment, when the lab knows the run
-        self.params: dict[str, Any] = {}
+        self.params: dict[str, object] = {}
         self.root: Path | None = None
         self.outside = ""  # why no lab is here, when none is
         self.unknown: UsageError | None = None  # the lab does not know this run (a receiver may)
@@ -350,11 +364,11 @@ class _Target:
             return
         self.run_id, self.experiment = key.run_id, key.experiment
         current = read_status(root, key)
-        hyperparameters: dict[str, Any] = {}
+        hyperparameters: dict[str, object] = {}
         if current is not None:
             hyperparameters = dict(current.hyperparameters)
             self.method = current.method
-            if current.backend is not None and current.backend.backend == "local":
+            if current.backend is not None and backend_kind(current.backend.backend).runs_here:
                 path = Path(current.backend.namespace) / DB
                 self.store = path if path.exists() else None
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.ingest.tokens import run_key
+from tuneplane.runtime.jsonvalue import JSONObject
 
 
 class StoreUnreadable(UsageError):
@@ -133,13 +134,13 @@ def timed_series(db_path: Path | str, run_id: str, key: str, experiment: str | N
     return [(int(step), float(value), None if ms is None else ms / 1000.0) for step, value, ms in rows]
 
 
-def hparams(db_path: Path | str, run_id: str, experiment: str | None = None) -> dict[str, Any]:
+def hparams(db_path: Path | str, run_id: str, experiment: str | None = None) -> JSONObject:
     run_id = run_key(run_id, experiment)  # see tuneplane.ingest.tokens
     rows = _query(db_path, "SELECT name, value FROM hparams WHERE run_id = ? ORDER BY name", (run_id,))
     return {name: json.loads(value) for name, value in rows}
 
 
-def lifecycle(db_path: Path | str, run_id: str, experiment: str | None = None) -> list[dict[str, Any]]:
+def lifecycle(db_path: Path | str, run_id: str, experiment: str | None = None) -> list[JSONObject]:
     run_id = run_key(run_id, experiment)  # see tuneplane.ingest.tokens
     rows = _query(
         db_path, "SELECT event, ts, received_at FROM lifecycle WHERE run_id = ? ORDER BY received_at", (run_id,)

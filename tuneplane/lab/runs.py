@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import yaml
 from ruamel.yaml import YAML
@@ -28,6 +27,7 @@ from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.run import RUN_ID, RunRequest, RunStatus
+from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
 
 RUNS_DIR = "runs"
 STATUS_DIR = "status"
@@ -82,7 +82,7 @@ def dump_request(req: RunRequest) -> str:
     data = req.model_dump(mode="json", by_alias=True)
     inputs = {k: v for k, v in data.pop("inputs").items() if v}
     cancel = data.pop("cancel")
-    body: dict[str, Any] = {}
+    body: dict[str, object] = {}
     for key, value in data.items():
         if key in ("set",) or value not in ("", None):
             body[key] = value
@@ -102,13 +102,13 @@ def dump_request(req: RunRequest) -> str:
 _AMBIGUOUS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", ""}
 
 
-def _dumper() -> Any:
+def _dumper() -> type[yaml.SafeDumper]:
     """A safe dumper that quotes every string a YAML 1.1 or 1.2 reader could take for another type."""
 
     class Dumper(yaml.SafeDumper):
         pass
 
-    def text(dumper: Any, value: str) -> Any:
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
         style = "'" if _looks_typed(value) else None
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
@@ -268,7 +268,7 @@ def parse_status(text: str, rel: str) -> RunStatus:
     return status
 
 
-def status_from(data: Any, rel: str) -> RunStatus:
+def status_from(data: object, rel: str) -> RunStatus:
     """Status data already parsed (the bot's scans), so without positions."""
     return validate_or_raise(RunStatus, data, rel, hint=_STATUS_HINT)
 
@@ -295,14 +295,14 @@ def status_text(status: RunStatus) -> str:
     return _NUMBERS.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text) + "\n"
 
 
-def status_data(status: RunStatus, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def status_data(status: RunStatus, extra: JSONObject | None = None) -> JSONObject:
     """A status as JSON data in the file's order (`tp job status --json` prints the same): keys sorted,
     the metrics in reading order."""
-    data = {**(extra or {}), **status.model_dump(mode="json", by_alias=True)}
+    data: JSONObject = {**(extra or {}), **status.model_dump(mode="json", by_alias=True)}
     return {key: data[key] if key in _IN_READING_ORDER else _sorted(data[key]) for key in sorted(data)}
 
 
-def _sorted(value: Any) -> Any:
+def _sorted(value: JSONValue) -> JSONValue:
     if isinstance(value, dict):
         return {key: _sorted(value[key]) for key in sorted(value)}
     if isinstance(value, list):

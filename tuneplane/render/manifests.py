@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
@@ -23,6 +23,7 @@ from tuneplane.render.schemacheck import validate_manifest
 from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import canonical_json, sha256_bytes
+from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
 
 TRAINER = "trainer"
 CHECKOUT = "checkout"  # the init container that clones the lab at the run's commit
@@ -56,6 +57,8 @@ SUBMIT_SCRIPT = (
     'exec ray job logs --address "$address" --follow "$RAY_JOB_SUBMISSION_ID"'
 )
 ROLE_LABEL = "tuneplane.dev/role"
+# What the templates are given: plain values and (key, value) pairs, read by Jinja, never by Python
+Fields = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -72,17 +75,23 @@ def _facts(spec: JobSpec, plan: LaunchPlan) -> _Facts:
     return _Facts(sha256_bytes(canonical_json(body)), canonical_json(document).decode("utf-8"))
 
 
-def _launch(plan: LaunchPlan) -> dict[str, Any]:
-    return {"argv": list(plan.argv), "mode": plan.mode, "cwd": plan.cwd, "in_process": plan.in_process}
+def _launch(plan: LaunchPlan, argv: list[str] | None = None) -> JSONObject:
+    return {
+        "argv": list[JSONValue](plan.argv if argv is None else argv),
+        "mode": plan.mode,
+        "cwd": plan.cwd,
+        "in_process": plan.in_process,
+    }
 
 
 def sdk_root(spec: JobSpec) -> str:
     return f"{spec.spec.paths.storage_root}/sdk/{__version__}"
 
 
-def jobspec_document(spec: JobSpec, plan: LaunchPlan) -> dict[str, Any]:
-    """`.tuneplane/jobspec.json`: the JobSpec plus how the launcher starts the entrypoint."""
-    return dict(spec.to_json_dict(), launch=_launch(plan))
+def jobspec_document(spec: JobSpec, plan: LaunchPlan, argv: list[str] | None = None) -> JSONObject:
+    """`.tuneplane/jobspec.json`: the JobSpec plus how the launcher starts the entrypoint (`argv` in place
+    of the plan's where the backend fills in what only the job knows, as Slurm does the rendezvous)."""
+    return dict(spec.to_json_dict(), launch=_launch(plan, argv))
 
 
 def launcher_command(spec: JobSpec) -> list[str]:
@@ -97,12 +106,12 @@ def manifest_kind(plan: LaunchPlan) -> str:
     return "JobSet" if plan.nodes > 1 else "Job"
 
 
-def render_manifests(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> list[dict[str, Any]]:
+def render_manifests(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> list[JSONObject]:
     """The manifests of one run, each parsed back from YAML and validated before it is returned."""
     return render_documents(spec, plan, lab_settings)[1]
 
 
-def render_documents(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> tuple[str, list[dict[str, Any]]]:
+def render_documents(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> tuple[str, list[JSONObject]]:
     """(the rendered YAML text, its documents parsed back and validated)."""
     _refuse_unrenderable(spec, lab_settings)
     kind = manifest_kind(plan)
@@ -113,11 +122,11 @@ def render_documents(spec: JobSpec, plan: LaunchPlan, lab_settings: LabFile) -> 
     return text, docs
 
 
-def parse_documents(text: str) -> list[dict[str, Any]]:
+def parse_documents(text: str) -> list[JSONObject]:
     """Parse rendered YAML back: libyaml composes, we build plain values (several times faster than
     PyYAML's constructor). Only the scalar types the templates can produce are accepted."""
 
-    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         docs = [_build(node) for node in yaml.compose_all(text, Loader=loader) if node is not None]
     except yaml.YAMLError as exc:
@@ -125,10 +134,10 @@ def parse_documents(text: str) -> list[dict[str, Any]]:
             f"a value cannot be written into a manifest: {exc}",
             hint="remove control characters from the value (--set values, names, settings)",
         ) from None
-    return [d for d in docs if d is not None]
+    return [d for d in docs if isinstance(d, dict)]
 
 
-_SCALARS: dict[str, Any] = {
+_SCALARS: dict[str, Callable[[str], JSONValue]] = {
     "tag:yaml.org,2002:str": str,
     "tag:yaml.org,2002:int": int,
     "tag:yaml.org,2002:float": float,
@@ -137,9 +146,9 @@ _SCALARS: dict[str, Any] = {
 }
 
 
-def _build(node: Any) -> Any:
+def _build(node: yaml.Node) -> JSONValue:
     if isinstance(node, yaml.MappingNode):
-        out = {}
+        out: JSONObject = {}
         for key_node, value_node in node.value:
             key = _build(key_node)
             if not isinstance(key, str) or key in out:
@@ -179,11 +188,11 @@ def _refuse_unrenderable(spec: JobSpec, lab: LabFile) -> None:
         )
 
 
-def _context(spec: JobSpec, plan: LaunchPlan, lab: LabFile, kind: str) -> dict[str, Any]:
+def _context(spec: JobSpec, plan: LaunchPlan, lab: LabFile, kind: str) -> Fields:
     profile = lab.profiles[spec.spec.resources.profile]
     facts = _facts(spec, plan)
     base = _pod_base(spec, plan, lab, profile, facts, ranked=kind == "JobSet")
-    ctx: dict[str, Any] = {"m": _metadata(spec, lab, facts), "j": _job_fields(spec, lab)}
+    ctx: Fields = {"m": _metadata(spec, lab, facts), "j": _job_fields(spec, lab)}
     if kind == "RayJob":
         ctx["r"] = _ray_fields(spec, plan, lab)
         ctx["head"] = _ray_pod(base, spec, profile, head=True)
@@ -194,7 +203,7 @@ def _context(spec: JobSpec, plan: LaunchPlan, lab: LabFile, kind: str) -> dict[s
     return ctx
 
 
-def _metadata(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any]:
+def _metadata(spec: JobSpec, lab: LabFile, facts: _Facts) -> Fields:
     labels = _labels(spec)
     if lab.cluster.queue:
         labels.append((QUEUE_LABEL, label_value(lab.cluster.queue)))
@@ -248,7 +257,7 @@ def _annotations(spec: JobSpec, facts: _Facts) -> list[tuple[str, str]]:
     ]
 
 
-def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
+def _job_fields(spec: JobSpec, lab: LabFile) -> Fields:
     timeout = spec.spec.timeout_seconds
     return {
         "ttl": lab.cluster.ttl_seconds_after_finished,
@@ -261,7 +270,7 @@ def _job_fields(spec: JobSpec, lab: LabFile) -> dict[str, Any]:
     }
 
 
-def _failure_rules(retry: RetryPolicy) -> dict[str, Any]:
+def _failure_rules(retry: RetryPolicy) -> Fields:
     """The Job's restarts under the run's retry policy: every replaced pod counts against `backoffLimit`
     (attempts - 1), so a drain or a preemption can never restart training without limit.
 
@@ -279,7 +288,7 @@ def _failure_rules(retry: RetryPolicy) -> dict[str, Any]:
     return {"backoff": retry.attempts - 1, "disruption": disruption, "fail_exits": fails}
 
 
-def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> dict[str, Any]:
+def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> Fields:
     # A RayJob's TTL is how long KubeRay keeps the Ray cluster (the GPU nodes) after the job: Kueue gives
     # the quota back at once, so it stays short; the RayJob object and its status stay for the bot.
     # KubeRay writes the entrypoint into the submitter's command, which the kubelet expands in turn
@@ -292,9 +301,7 @@ def _ray_fields(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> dict[str, Any]
     }
 
 
-def _pod_base(
-    spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts, ranked: bool
-) -> dict[str, Any]:
+def _pod_base(spec: JobSpec, plan: LaunchPlan, lab: LabFile, profile: Profile, facts: _Facts, ranked: bool) -> Fields:
     """What every pod of the run shares: labels, the checkout, volumes, env, scheduling."""
     paths = spec.spec.paths
     env = job_env(spec, plan.env, ingest_endpoint=lab.cluster.ingest.endpoint, gpu_watchdog=lab.cluster.gpu_watchdog)
@@ -323,7 +330,7 @@ def _pod_base(
     }
 
 
-def _pod_security(lab: LabFile) -> list[tuple[str, Any]]:
+def _pod_security(lab: LabFile) -> list[tuple[str, object]]:
     """The pod's securityContext fields (seccomp and the container-level ones are in the template)."""
     sec = lab.cluster.security
     fields = [
@@ -345,7 +352,7 @@ def _secret_env(spec: JobSpec, plan: LaunchPlan, lab: LabFile) -> list[tuple[str
     return out
 
 
-def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any]:
+def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> Fields:
     paths = spec.spec.paths
     doc = facts.document
     env = [
@@ -373,7 +380,7 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> dict[str, Any
     }
 
 
-def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile: Profile) -> dict[str, Any]:
+def _trainer_pod(base: Fields, spec: JobSpec, plan: LaunchPlan, profile: Profile) -> Fields:
     gpus = spec.spec.resources.gpus_per_node
     return {
         **base,
@@ -384,13 +391,13 @@ def _trainer_pod(base: dict[str, Any], spec: JobSpec, plan: LaunchPlan, profile:
     }
 
 
-def _submitter_pod(base: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+def _submitter_pod(base: Fields, spec: JobSpec) -> Fields:
     """KubeRay's submitter pod, written out so that it carries our labels (`tp job logs` and the driver's
     exit code are read from it), the lab's pull secrets (a private image must submit too), small fixed
     resources and the pod security context, and our submit command (SUBMIT_SCRIPT)."""
     script = SUBMIT_SCRIPT.format(tries=SUBMITTER_WAIT_TRIES, entrypoint=shlex.join(launcher_command(spec)))
     return {
-        "labels": [*base["labels"], (ROLE_LABEL, "submitter")],
+        "labels": [*_labels(spec), (ROLE_LABEL, "submitter")],
         "annotations": base["annotations"],
         "container": SUBMITTER,
         "image": spec.spec.image,
@@ -402,7 +409,7 @@ def _submitter_pod(base: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) -> dict[str, Any]:
+def _ray_pod(base: Fields, spec: JobSpec, profile: Profile, head: bool) -> Fields:
     """The head runs the driver without GPUs and off the GPU node selector; workers take the GPUs.
 
     KubeRay writes the `ray start` command of both, so no command is set here.
@@ -432,7 +439,9 @@ def _ray_pod(base: dict[str, Any], spec: JobSpec, profile: Profile, head: bool) 
     }
 
 
-def _resources(limits: list[tuple[str, Any]], requests: list[tuple[str, Any]]) -> list[Any]:
+def _resources(
+    limits: list[tuple[str, str]] | list[tuple[str, int]], requests: list[tuple[str, str]]
+) -> list[Sequence[object]]:
     blocks = [(name, pairs) for name, pairs in (("limits", limits), ("requests", requests)) if pairs]
     return _opt(blocks)
 
@@ -455,12 +464,12 @@ def literal(text: str) -> str:
     return _KUBELET_REFERENCE.sub("$$", text)
 
 
-def _opt(items: list[Any]) -> list[list[Any]]:
+def _opt(items: Sequence[object]) -> list[Sequence[object]]:
     """An optional block for the templates: `[items]` renders the block, `[]` leaves it out."""
     return [items] if items else []
 
 
-def to_yaml(docs: list[dict[str, Any]]) -> str:
+def to_yaml(docs: list[JSONObject]) -> str:
     """Manifests as one YAML stream, keys in the order they were rendered."""
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, allow_unicode=True, width=1_000_000, explicit_start=True)

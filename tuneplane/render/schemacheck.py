@@ -16,15 +16,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 from urllib.parse import urldefrag, urljoin
 
 from tuneplane.constants import EXIT_INTERNAL
 from tuneplane.errors import UsageError
+from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
 
 K8S_VERSION = "1.31"  # the Kubernetes minor the core schemas are pinned to
 _STRICT_DIR = f"v{K8S_VERSION}.0-local-strict"
@@ -39,7 +40,25 @@ OWN_SCHEMAS = {
 }
 OWN_SCHEMA_FILES = ("pod-template.schema.json", "object-meta.schema.json", *OWN_SCHEMAS.values())
 
-Check = Callable[[Any], bool]
+Check = Callable[[object], bool]
+
+
+class SchemaError(Protocol):
+    """What a jsonschema error tells: where in the document, and what is wrong."""
+
+    @property
+    def absolute_path(self) -> Sequence[str | int]: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+class Validator(Protocol):
+    """The part of a jsonschema validator used here (jsonschema ships no types)."""
+
+    def iter_errors(self, instance: object) -> Iterable[SchemaError]: ...
+
+    def is_valid(self, instance: object) -> bool: ...
 
 
 class ManifestInvalid(UsageError):
@@ -48,10 +67,10 @@ class ManifestInvalid(UsageError):
     exit_code = EXIT_INTERNAL
 
 
-def validate_manifest(doc: dict[str, Any]) -> None:
+def validate_manifest(doc: Mapping[str, object]) -> None:
     """Raise ManifestInvalid naming the first error of `doc` (and of the templates inside it)."""
     for error in manifest_errors(doc):
-        kind, name = doc.get("kind", "?"), (doc.get("metadata") or {}).get("name", "?")
+        kind, name = doc.get("kind", "?"), _mapping(doc.get("metadata")).get("name", "?")
         raise ManifestInvalid(
             f"rendered {kind} {name} is invalid: {error}",
             hint="check the lab settings in tuneplane.yaml (profiles, cluster); "
@@ -60,7 +79,7 @@ def validate_manifest(doc: dict[str, Any]) -> None:
         )
 
 
-def manifest_errors(doc: dict[str, Any]) -> Iterator[str]:
+def manifest_errors(doc: Mapping[str, object]) -> Iterator[str]:
     """Every schema error of `doc` as `path: message` (nothing when valid)."""
     key = (str(doc.get("apiVersion")), str(doc.get("kind")))
     if key in CORE_SCHEMAS:
@@ -68,13 +87,13 @@ def manifest_errors(doc: dict[str, Any]) -> Iterator[str]:
     elif key in OWN_SCHEMAS:
         yield from _checked(OWN_SCHEMAS[key], doc, "", core=False)
         for where, embedded in embedded_objects(doc):
-            core_file = CORE_SCHEMAS[(embedded["apiVersion"], embedded["kind"])]
+            core_file = CORE_SCHEMAS[(str(embedded["apiVersion"]), str(embedded["kind"]))]
             yield from _checked(core_file, embedded, where, core=True)
     else:
         yield f"no schema for apiVersion {key[0]!r} kind {key[1]!r}"
 
 
-def _checked(filename: str, doc: Any, prefix: str, core: bool) -> Iterator[str]:
+def _checked(filename: str, doc: object, prefix: str, core: bool) -> Iterator[str]:
     try:
         if (core_check if core else own_check)(filename)(doc):
             return
@@ -86,10 +105,10 @@ def _checked(filename: str, doc: Any, prefix: str, core: bool) -> Iterator[str]:
         yield f"{prefix}{path or '(top)'}: {error.message}"
 
 
-def embedded_objects(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+def embedded_objects(doc: Mapping[str, object]) -> Iterator[tuple[str, dict[str, object]]]:
     """The Jobs and pod templates inside a JobSet or RayJob, wrapped as the core objects they are."""
     spec = _mapping(doc.get("spec"))
-    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+    for i, rjob in enumerate(_list(spec.get("replicatedJobs"))):
         template = rjob.get("template") if isinstance(rjob, dict) else None
         if isinstance(template, dict):
             yield (
@@ -102,9 +121,9 @@ def embedded_objects(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
                 },
             )
     cluster = _mapping(spec.get("rayClusterSpec"))
-    groups = [("spec.rayClusterSpec.headGroupSpec.", cluster.get("headGroupSpec"))]
+    groups: list[tuple[str, object]] = [("spec.rayClusterSpec.headGroupSpec.", cluster.get("headGroupSpec"))]
     groups += [
-        (f"spec.rayClusterSpec.workerGroupSpecs.{i}.", g) for i, g in enumerate(cluster.get("workerGroupSpecs") or [])
+        (f"spec.rayClusterSpec.workerGroupSpecs.{i}.", g) for i, g in enumerate(_list(cluster.get("workerGroupSpecs")))
     ]
     if isinstance(spec.get("submitterPodTemplate"), dict):
         groups.append(("spec.submitterPodTemplate.", {"template": spec["submitterPodTemplate"]}))
@@ -113,8 +132,12 @@ def embedded_objects(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
             yield where, {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {}, "template": group["template"]}
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def _mapping(value: object) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 # ── schemas ─────────────────────────────────────────────────────────────────────────────────────────
@@ -135,7 +158,7 @@ def core_schema_dir() -> Path:
 
 
 @cache
-def core_documents(filename: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def core_documents(filename: str) -> tuple[JSONObject, JSONObject]:
     """(the kind's schema, the shared definitions it refers to)."""
     base = core_schema_dir()
     return (
@@ -145,9 +168,10 @@ def core_documents(filename: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @cache
-def own_schema(filename: str) -> dict[str, Any]:
+def own_schema(filename: str) -> JSONObject:
     text = files("tuneplane._data.schemas").joinpath("k8s", filename).read_text(encoding="utf-8")
-    return json.loads(text)  # type: ignore[no-any-return]
+    schema: JSONObject = json.loads(text)
+    return schema
 
 
 @cache
@@ -162,15 +186,15 @@ def own_check(filename: str) -> Check:
     return _compiled(own_schema(filename), documents, lambda: own_validator(filename))
 
 
-def _compiled(schema: dict[str, Any], documents: list[dict[str, Any]], fallback: Callable[[], Any]) -> Check:
+def _compiled(schema: JSONObject, documents: list[JSONObject], fallback: Callable[[], Validator]) -> Check:
     try:
-        return _Compiler({doc["$id"]: doc for doc in documents}).compile(schema, schema["$id"])
+        return _Compiler({str(doc["$id"]): doc for doc in documents}).compile(schema, str(schema["$id"]))
     except _Unsupported:
-        return fallback().is_valid  # type: ignore[no-any-return]
+        return fallback().is_valid
 
 
 @cache
-def core_validator(filename: str) -> Any:
+def core_validator(filename: str) -> Validator:
     """jsonschema for the messages of an invalid manifest (and for tests)."""
     # lazy: jsonschema is only for messages: a valid manifest never needs it
     import jsonschema  # type: ignore[import-untyped]
@@ -178,19 +202,21 @@ def core_validator(filename: str) -> Any:
 
     schema, definitions = core_documents(filename)
     registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+    validator: Validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    return validator
 
 
 @cache
-def own_validator(filename: str) -> Any:
+def own_validator(filename: str) -> Validator:
     # lazy: jsonschema and its registry load only when a manifest is checked
     import jsonschema
     from referencing import Registry, Resource
 
-    registry: Registry[Any] = Registry()
+    registry: Registry[JSONObject] = Registry()
     for name in OWN_SCHEMA_FILES:
         registry = Resource.from_contents(own_schema(name)) @ registry
-    return jsonschema.Draft202012Validator(own_schema(filename), registry=registry)
+    validator: Validator = jsonschema.Draft202012Validator(own_schema(filename), registry=registry)
+    return validator
 
 
 # ── the compiler ────────────────────────────────────────────────────────────────────────────────────
@@ -235,88 +261,93 @@ class _Unsupported(Exception):
 class _Compiler:
     """Turns a draft 2020-12 schema (a subset of keywords) into one predicate; `$ref`s resolve lazily."""
 
-    def __init__(self, documents: dict[str, Any]) -> None:
+    def __init__(self, documents: dict[str, JSONObject]) -> None:
         self.documents = documents
         self.refs: dict[str, Check] = {}
 
-    def compile(self, schema: Any, base: str) -> Check:
+    def compile(self, schema: JSONValue, base: str) -> Check:
         if schema is True:
             return lambda v: True
         if schema is False:
             return lambda v: False
+        if not isinstance(schema, dict):
+            raise _Unsupported(f"a schema that is a {type(schema).__name__}")
         unknown = {k for k in schema if not k.startswith("x-kubernetes-")} - _KEYWORDS - _ANNOTATIONS
         if unknown:
             raise _Unsupported(sorted(unknown))
         checks: list[Check] = [
-            getattr(self, "_" + key.lstrip("$"))(value, schema, base)
-            for key, value in schema.items()
-            if key in _KEYWORDS
+            self._keyword(key)(value, schema, base) for key, value in schema.items() if key in _KEYWORDS
         ]
         if len(checks) == 1:
             return checks[0]
         return lambda v: all(check(v) for check in checks)
 
-    def _type(self, value: Any, schema: Any, base: str) -> Check:
+    def _keyword(self, key: str) -> Callable[[JSONValue, JSONObject, str], Check]:
+        """The method compiling `key`: `_` + the keyword without its `$` (`$ref` is `_ref`)."""
+        method: Callable[[JSONValue, JSONObject, str], Check] = getattr(self, "_" + key.lstrip("$"))
+        return method
+
+    def _type(self, value: str | list[str], schema: JSONObject, base: str) -> Check:
         tests = [_JSON_TYPES[t] for t in ([value] if isinstance(value, str) else value)]
         return lambda v: any(t(v) for t in tests)
 
-    def _properties(self, value: dict[str, Any], schema: Any, base: str) -> Check:
+    def _properties(self, value: JSONObject, schema: JSONObject, base: str) -> Check:
         subs = [(name, self.compile(sub, base)) for name, sub in value.items()]
         return lambda v: not isinstance(v, dict) or all(sub(v[k]) for k, sub in subs if k in v)
 
-    def _additionalProperties(self, value: Any, schema: dict[str, Any], base: str) -> Check:
-        known = frozenset(schema.get("properties", {}))
+    def _additionalProperties(self, value: JSONValue, schema: JSONObject, base: str) -> Check:
+        known = frozenset(_mapping(schema.get("properties")))
         if value is False:
             return lambda v: not isinstance(v, dict) or known.issuperset(v)
         sub = self.compile(value, base)
         return lambda v: not isinstance(v, dict) or all(sub(x) for k, x in v.items() if k not in known)
 
-    def _propertyNames(self, value: Any, schema: Any, base: str) -> Check:
+    def _propertyNames(self, value: JSONValue, schema: JSONObject, base: str) -> Check:
         sub = self.compile(value, base)
         return lambda v: not isinstance(v, dict) or all(sub(k) for k in v)
 
-    def _required(self, value: list[str], schema: Any, base: str) -> Check:
+    def _required(self, value: list[str], schema: JSONObject, base: str) -> Check:
         return lambda v: not isinstance(v, dict) or all(k in v for k in value)
 
-    def _items(self, value: Any, schema: Any, base: str) -> Check:
+    def _items(self, value: JSONValue, schema: JSONObject, base: str) -> Check:
         sub = self.compile(value, base)
         return lambda v: not isinstance(v, list) or all(sub(x) for x in v)
 
-    def _minItems(self, value: int, schema: Any, base: str) -> Check:
+    def _minItems(self, value: int, schema: JSONObject, base: str) -> Check:
         return lambda v: not isinstance(v, list) or len(v) >= value
 
-    def _maxItems(self, value: int, schema: Any, base: str) -> Check:
+    def _maxItems(self, value: int, schema: JSONObject, base: str) -> Check:
         return lambda v: not isinstance(v, list) or len(v) <= value
 
-    def _oneOf(self, value: list[Any], schema: Any, base: str) -> Check:
+    def _oneOf(self, value: list[JSONValue], schema: JSONObject, base: str) -> Check:
         subs = [self.compile(sub, base) for sub in value]
         return lambda v: sum(1 for sub in subs if sub(v)) == 1
 
-    def _const(self, value: Any, schema: Any, base: str) -> Check:
+    def _const(self, value: JSONValue, schema: JSONObject, base: str) -> Check:
         return lambda v: _json_equal(v, value)
 
-    def _enum(self, value: list[Any], schema: Any, base: str) -> Check:
+    def _enum(self, value: list[JSONValue], schema: JSONObject, base: str) -> Check:
         return lambda v: any(_json_equal(v, e) for e in value)
 
-    def _pattern(self, value: str, schema: Any, base: str) -> Check:
+    def _pattern(self, value: str, schema: JSONObject, base: str) -> Check:
         search = re.compile(value).search
         return lambda v: not isinstance(v, str) or search(v) is not None
 
-    def _minLength(self, value: int, schema: Any, base: str) -> Check:
+    def _minLength(self, value: int, schema: JSONObject, base: str) -> Check:
         return lambda v: not isinstance(v, str) or len(v) >= value
 
-    def _maxLength(self, value: int, schema: Any, base: str) -> Check:
+    def _maxLength(self, value: int, schema: JSONObject, base: str) -> Check:
         return lambda v: not isinstance(v, str) or len(v) <= value
 
-    def _minimum(self, value: float, schema: Any, base: str) -> Check:
+    def _minimum(self, value: float, schema: JSONObject, base: str) -> Check:
         return lambda v: isinstance(v, bool) or not isinstance(v, (int, float)) or v >= value
 
-    def _ref(self, value: str, schema: Any, base: str) -> Check:
+    def _ref(self, value: str, schema: JSONObject, base: str) -> Check:
         """Compiled on first use: a manifest reaches a few dozen of the thousand core definitions."""
         target = urljoin(base, value)
         refs = self.refs
 
-        def check(v: Any) -> bool:
+        def check(v: object) -> bool:
             if target not in refs:
                 uri, fragment = urldefrag(target)
                 refs[target] = self.compile(_pointer(self.documents[uri], fragment), uri)
@@ -325,14 +356,20 @@ class _Compiler:
         return check
 
 
-def _pointer(document: Any, fragment: str) -> Any:
+def _pointer(document: JSONValue, fragment: str) -> JSONValue:
     node = document
     for part in [p for p in fragment.split("/") if p]:
-        node = node[part.replace("~1", "/").replace("~0", "~")]
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list):
+            node = node[int(key)]
+        elif isinstance(node, dict):
+            node = node[key]
+        else:
+            raise KeyError(fragment)
     return node
 
 
-def _json_equal(a: Any, b: Any) -> bool:
+def _json_equal(a: object, b: object) -> bool:
     """JSON equality: true is not 1."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a is b

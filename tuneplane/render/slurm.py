@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from tuneplane.constants import CONFIG_ERROR_EXIT, GPUS_PER_NODE_ENV, HF_TOKEN, JOB_TOKEN, NUM_NODES_ENV
 from tuneplane.errors import UsageError
@@ -26,6 +25,7 @@ from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import RENDEZVOUS_PORT, rendezvous_host
 from tuneplane.render.manifests import jobspec_document, launcher_command
+from tuneplane.runtime.jsonvalue import JSONObject
 
 ADDR_PLACEHOLDER = "@TP_MASTER_ADDR@"
 PORT_PLACEHOLDER = "@TP_MASTER_PORT@"
@@ -55,7 +55,7 @@ class BatchJob:
     job_name: str
     comment: str
     script: str  # the batch script
-    launch_document: dict[str, Any]  # `.tuneplane/jobspec.slurm.json`, with rendezvous placeholders
+    launch_document: JSONObject  # `.tuneplane/jobspec.slurm.json`, with rendezvous placeholders
     sources: dict[str, str] = field(default_factory=dict)  # sbatch option → tuneplane.yaml setting
     image: str = ""  # the image the job runs in; "" when the nodes' own environment runs it (host)
     note: str = ""  # what a person should know about the script, e.g. that --image is not used
@@ -274,13 +274,9 @@ def _command(spec: JobSpec, settings: SlurmSettings) -> list[str]:
     return launcher
 
 
-def launch_document(spec: JobSpec, plan: LaunchPlan) -> dict[str, Any]:
+def launch_document(spec: JobSpec, plan: LaunchPlan) -> JSONObject:
     """`.tuneplane/jobspec.json` as on Kubernetes, with the rendezvous left for the script to fill in."""
-    document = jobspec_document(spec, plan)
-    launch = dict(document["launch"])
-    launch["argv"] = rendezvous_argv(list(plan.argv), rendezvous_host(spec))
-    document["launch"] = launch
-    return document
+    return jobspec_document(spec, plan, argv=rendezvous_argv(list(plan.argv), rendezvous_host(spec)))
 
 
 def rendezvous_argv(argv: list[str], host: str) -> list[str]:

@@ -12,7 +12,6 @@ import re
 import shlex
 from functools import cache
 from importlib.resources import files
-from typing import Any
 
 import jinja2
 
@@ -26,7 +25,7 @@ encode_basestring = json.encoder.encode_basestring  # "…" with \n, \" escaped
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 
 
-def quote(value: Any) -> str:
+def quote(value: object) -> str:
     """A YAML-safe scalar: strings JSON-quoted (newlines, `: `, `{{`, tags all inert), numbers as is."""
     if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
         return json.dumps(value)
@@ -36,7 +35,7 @@ def quote(value: Any) -> str:
     raise TypeError(f"q filter takes a scalar, got {type(value).__name__}; prepare it in Python")
 
 
-def shell_quote(value: Any) -> str:
+def shell_quote(value: object) -> str:
     """One shell word (POSIX single quotes) for a scalar; NUL cannot be passed and is refused."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise TypeError(f"sh filter takes a string or number, got {type(value).__name__}; prepare it in Python")
@@ -69,13 +68,13 @@ class _QuietCache(jinja2.FileSystemBytecodeCache):
     never served stale. A cache that cannot be written is simply not used.
     """
 
-    def load_bytecode(self, bucket: Any) -> None:
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
             super().load_bytecode(bucket)
         except (OSError, EOFError, ValueError):
             bucket.reset()
 
-    def dump_bytecode(self, bucket: Any) -> None:
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
             super().dump_bytecode(bucket)
         except OSError:
@@ -94,5 +93,5 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     return _QuietCache(directory)
 
 
-def render(template: str, **values: Any) -> str:
+def render(template: str, **values: object) -> str:
     return environment().get_template(template).render(**values)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePath
 
+from tuneplane.backends.factory import backend_kind
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
@@ -37,7 +38,7 @@ def cancel_run(
         raise UsageError(f"run {key} already ended ({status.phase}); there is nothing to cancel")
     repo = lab_repo(lab)
     said: list[str] = []
-    local = status is not None and status.backend is not None and status.backend.backend == "local"
+    local = status is not None and status.backend is not None and backend_kind(status.backend.backend).runs_here
     if local and status is not None:
         _refuse_foreign_dir(key, status)
     changed = _mark(lab, key)

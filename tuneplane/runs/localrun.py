@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, HasMetrics, HasRunDir, SubmitRequest
-from tuneplane.backends.factory import local_backend
+from tuneplane.backends.factory import backend_kind, local_backend
 from tuneplane.backends.local import DB, LocalBackend, read_state, supervise, supervisor_alive
 from tuneplane.constants import EXIT_OK, EXIT_USAGE, TERMINAL, utc_now
 from tuneplane.errors import UsageError
@@ -36,7 +36,7 @@ STOP_WAIT = 60.0  # seconds a canceller waits for the run's owner to record the 
 
 
 def commit_run_status(
-    repo: GitRepo, status: RunStatus, backend: Any = None, ref: BackendRef | None = None
+    repo: GitRepo, status: RunStatus, backend: Backend | None = None, ref: BackendRef | None = None
 ) -> str | None:
     """Commit a local run's status, and its chart once it ended. The dashboard pages go with them only in a
     lab with no remote: with one, they are the bot's (see `record_status`)."""
@@ -126,7 +126,7 @@ def finish(repo: GitRepo, backend: LocalBackend, initial: RunStatus, ref: Backen
 def stop_local(repo: GitRepo, lab: Lab, status: RunStatus) -> str:
     """Stop a local run (its whole process group) and see its end recorded, by its owner or here."""
     ref = backend_ref(status)
-    if ref is None or ref.backend != "local":
+    if ref is None or not backend_kind(ref.backend).runs_here:
         raise UsageError("not a local run")
     backend = local_backend(lab)
     run_dir = backend.run_dir(ref)

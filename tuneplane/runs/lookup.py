@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import Backend, BackendRef, HasMetrics
-from tuneplane.backends.factory import ClusterAccess, local_backend, make_backend
+from tuneplane.backends.factory import ClusterAccess, backend_kind, local_backend, make_backend
 from tuneplane.constants import SUCCEEDED, TERMINAL, UNKNOWN, utc_now
 from tuneplane.lab.load import open_lab
 from tuneplane.lab.runs import RunKey, find_run, read_status, request_keys, status_keys
@@ -68,10 +68,11 @@ def _live(data: dict[str, Any], local: Callable[[], Backend]) -> dict[str, Any]:
     backend = data.get("backend") or {}
     if data.get("phase") in TERMINAL or not isinstance(backend, dict):
         return data
-    if backend.get("backend") != "local" or not os.path.isdir(str(backend.get("namespace", ""))):
+    name = str(backend.get("backend", ""))
+    if not backend_kind(name).runs_here or not os.path.isdir(str(backend.get("namespace", ""))):
         return data
     ref = BackendRef(
-        backend="local",
+        backend=name,
         kind=str(backend.get("kind", "")),
         name=str(backend.get("name", "")),
         namespace=str(backend["namespace"]),
@@ -110,7 +111,7 @@ def current_status(root: Path, status: RunStatus, refresh: bool | None, access: 
 
 def _here(status: RunStatus) -> bool:
     backend = status.backend
-    return backend is not None and backend.backend == "local" and os.path.isdir(backend.namespace)
+    return backend is not None and backend_kind(backend.backend).runs_here and os.path.isdir(backend.namespace)
 
 
 def backend_for(root: Path, name: str, access: ClusterAccess) -> Backend:

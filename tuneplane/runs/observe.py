@@ -25,6 +25,7 @@ from tuneplane.backends.base import (
     HasRunDir,
     Observation,
 )
+from tuneplane.backends.factory import backend_kind
 from tuneplane.constants import (
     ATTEMPT_REASONS,
     CANCELLED,
@@ -402,7 +403,7 @@ def _round(value: float) -> float:
     return float(f"{value:.4g}") if value == value and value not in (float("inf"), float("-inf")) else value
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
@@ -415,7 +416,7 @@ def elsewhere(backend: Backend, ref: BackendRef) -> bool:
     pushed while it ran): not even the folders above its run directory exist here. Such a run is not
     lost; this machine just cannot see it, and must not record it as `Lost` over what its own machine
     writes. (A run directory removed on this machine, its folders still there, is still reported.)"""
-    if not isinstance(backend, HasRunDir) or ref.backend != "local":
+    if not isinstance(backend, HasRunDir) or not backend_kind(ref.backend).runs_here:
         return False
     where = Path(backend.run_dir(ref))
     return not any(p.exists() for p in (where, where.parent, where.parent.parent))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplane.backends.base import SubmitRequest
+from tuneplane.backends.factory import batch_manifest, cluster_kind
 from tuneplane.backends.local.backend import local_manifest
 from tuneplane.check.rules.launch import zero_process_launch
 from tuneplane.constants import HF_TOKEN, INGEST_SECRET_ENV, JOB_TOKEN
@@ -29,7 +30,7 @@ from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.environment import job_env
 from tuneplane.plan.launchplan import LaunchPlan
-from tuneplane.plan.resolve import job_config, prepare_experiment, resolve_prepared
+from tuneplane.plan.resolve import PreparedExperiment, job_config, prepare_experiment, resolve_prepared
 from tuneplane.render.manifests import jobspec_document, render_documents
 
 Echo = Callable[[str], None]
@@ -53,7 +54,7 @@ def prepare(
     commit: str,
     dirty: bool,
     allow_dirty: bool = False,
-    prepared_experiment: Any = None,
+    prepared_experiment: PreparedExperiment | None = None,
     env: dict[str, str] | None = None,
     warn: Echo | None = None,
 ) -> PreparedRun:
@@ -101,38 +102,11 @@ def rendered(
     run is rendered and checked now."""
     if spec.spec.resources.local:
         return PreparedRun(request, spec, plan, [], None, warnings)
-    if lab.config.cluster.backend == "slurm":
-        batch = slurm_batch(spec, plan, lab)
-        return PreparedRun(request, spec, plan, [batch], str(batch["script"]), warnings)
+    if cluster_kind(lab).batch_script:
+        batch = batch_manifest(spec, plan, lab)
+        return PreparedRun(request, spec, plan, [dict(batch)], batch["script"], warnings)
     text, manifests = render_documents(spec, plan, lab.config)
     return PreparedRun(request, spec, plan, manifests, text, warnings)
-
-
-def slurm_batch(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> dict[str, Any]:
-    """The Slurm backend's one "manifest": the batch script and what staging the run needs."""
-    # lazy: only Slurm labs render batch scripts
-    from tuneplane.backends.slurm.commands import check_script
-    from tuneplane.plan.names import jobspec_digest
-    from tuneplane.render.slurm import render_batch
-
-    batch = render_batch(spec, plan, lab.config)
-    check_script(batch.script)
-    paths = spec.spec.paths
-    return {
-        "kind": "SlurmBatch",
-        "job_name": batch.job_name,
-        "comment": batch.comment,
-        "script": batch.script,
-        "launch_document": batch.launch_document,
-        "sources": batch.sources,
-        "run_dir": paths.run_dir,
-        "work_dir": paths.work_dir,
-        "out_dir": paths.out_dir,
-        "commit": spec.provenance.commit,
-        "jobspec_digest": jobspec_digest(spec),
-        "plugins": [p.name for p in spec.spec.plugins],
-        "artifacts": [{"kind": a.kind, "pattern": a.pattern, "format": a.format} for a in plan.artifacts],
-    }
 
 
 def backend_request(lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, str] | None = None) -> SubmitRequest:
@@ -157,7 +131,7 @@ def backend_request(lab_root: Path, lab: Lab, run: PreparedRun, env: dict[str, s
     secret = _ingest_secret(os.environ if env is None else env)
     if secret and JOB_TOKEN in run.plan.secret_env:
         secret_data[run.plan.secret_env[JOB_TOKEN]] = mint_token(secret, spec.metadata.run_id, spec.metadata.experiment)
-    if lab.config.cluster.backend == "slurm":
+    if cluster_kind(lab).batch_script:
         token = secret_data.get(run.plan.secret_env.get(JOB_TOKEN, ""), "")
         manifests = [dict(m, lab_root=str(lab_root)) for m in run.manifests]
         return SubmitRequest(
@@ -195,6 +169,6 @@ def _secret_settings(lab: Lab) -> dict[str, str]:
     return named
 
 
-def _ingest_secret(env: Any) -> bytes:
+def _ingest_secret(env: Mapping[str, str]) -> bytes:
     value = str(env.get(INGEST_SECRET_ENV, "")).strip()
     return value.encode() if value else b""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuneplane.backends.factory import cluster_kind
 from tuneplane.check.validate import run_files
 from tuneplane.constants import PREVIEW_RUN_ID, TERMINAL, RenderFormat
 from tuneplane.errors import UsageError
@@ -30,7 +31,7 @@ from tuneplane.lab.runs import RunKey, parse_request, parse_status
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_yaml, read_text
 from tuneplane.models.run import RunRequest
 from tuneplane.plan.environment import job_env
-from tuneplane.plan.resolve import prepare_experiment
+from tuneplane.plan.resolve import PreparedExperiment, prepare_experiment
 from tuneplane.render.diff import RenderedChange, diff_comment
 from tuneplane.render.manifests import to_yaml
 from tuneplane.runs import budget
@@ -126,10 +127,10 @@ class RenderContext:
     opts: RenderOptions
     lab: Lab
     catalog: Catalog
-    repo: Any
+    repo: GitRepo
     commit: str
     dirty: bool
-    prepared: dict[str, Any] = field(default_factory=dict)
+    prepared: dict[str, PreparedExperiment] = field(default_factory=dict)
     out: Echo = _stdout  # rendered text, exactly as given
     note: Echo = _stderr  # one line for the person (refusals, where files went)
 
@@ -263,7 +264,7 @@ class RenderContext:
         suffix = (
             ".json"
             if self.opts.fmt is RenderFormat.json
-            else (".sh" if self.lab.config.cluster.backend == "slurm" and rendered.text is not None else ".yaml")
+            else (cluster_kind(self.lab).rendered_suffix if rendered.text is not None else ".yaml")
         )
         atomic_write(self.opts.output / request.experiment / f"{request.run_id}{suffix}", text)
 

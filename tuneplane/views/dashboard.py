@@ -26,15 +26,15 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from tuneplane.constants import BLOB_LIMIT, CANCELLED, FAILED, PENDING, RAN_TO_END, RUNNING, SUBMITTED, SUCCEEDED
 from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
 from tuneplane.metrics.vocab import Vocabulary
 from tuneplane.models.run import RUN_ID
+from tuneplane.runtime.jsonvalue import JSONObject
 from tuneplane.views.runmetrics import vocabulary_of
 
 ICON = {
@@ -117,7 +117,7 @@ def run_ids(root: Path, exp: str) -> list[str]:
     return sorted(n[: -len(".json")] for n in names if n.endswith(".json") and RUN_ID.match(n[: -len(".json")]))
 
 
-def read_raw(root: Path, key: RunKey) -> dict[str, Any] | None:
+def read_raw(root: Path, key: RunKey) -> JSONObject | None:
     """A status file as plain JSON (the dashboard of thousands of runs must not pay for validation)."""
     path = Path(root) / key.status_rel
     if path.is_symlink():
@@ -135,22 +135,22 @@ def phase_counts(root: Path, exp: str) -> Counter[str]:
     return Counter(_phase(read_raw(root, RunKey(exp, r))) for r in run_ids(root, exp))
 
 
-def _phase(data: dict[str, Any] | None) -> str:
+def _phase(data: JSONObject | None) -> str:
     return str(data.get("phase", "?")) if data else "unreadable"
 
 
-def gpu_seconds(data: dict[str, Any] | None) -> float:
+def gpu_seconds(data: JSONObject | None) -> float:
     """A run's GPU-seconds: the sum over its attempts (each its GPUs times its wall time)."""
     return sum(attempt_gpu_seconds(a) for a in attempts_of(data))
 
 
-def attempts_of(data: dict[str, Any] | None) -> list[dict[str, Any]]:
+def attempts_of(data: JSONObject | None) -> list[JSONObject]:
     """A status's attempts as plain JSON objects (anything else in the list is skipped)."""
     attempts = (data or {}).get("attempts")
     return [a for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
 
 
-def attempt_gpu_seconds(attempt: dict[str, Any]) -> float:
+def attempt_gpu_seconds(attempt: JSONObject) -> float:
     """One attempt's GPU-seconds as recorded; 0 for a value that is not a positive finite number."""
     v = attempt.get("gpu_seconds")
     if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
@@ -158,7 +158,7 @@ def attempt_gpu_seconds(attempt: dict[str, Any]) -> float:
     return max(float(v), 0.0)
 
 
-def attempt_month(attempt: dict[str, Any], run_id: str) -> str:
+def attempt_month(attempt: JSONObject, run_id: str) -> str:
     """The month (`YYYY-MM`, UTC) an attempt's GPU-hours count in: when it started, else the run's month."""
     started = attempt.get("started_at")
     month = started[:7] if isinstance(started, str) else ""
@@ -249,7 +249,7 @@ def _month_links(month: str, count: int) -> str:
     )
 
 
-def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, dict[str, Any] | None]) -> list[RunKey]:
+def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, JSONObject | None]) -> list[RunKey]:
     """The latest finished runs with a chart, newest first (at most `CHARTS`, looking at most
     `LATEST` runs back past the newest month: the page stays cheap in a lab of any size)."""
     out: list[RunKey] = []
@@ -364,7 +364,7 @@ def _charted_file(root: Path, key: RunKey) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
-def row(key: RunKey, data: dict[str, Any] | None, here: str = "", request: bool = True, chart: bool = False) -> str:
+def row(key: RunKey, data: JSONObject | None, here: str = "", request: bool = True, chart: bool = False) -> str:
     """One run as a table row (links relative to `status/<here>/`, or to `status/` when empty): its
     request while it exists, its status, and its chart when it has one."""
     up = "../../" if here else "../"
@@ -386,7 +386,7 @@ def row(key: RunKey, data: dict[str, Any] | None, here: str = "", request: bool 
     return f"| `{key.run_id}` | " + " | ".join(_cell(c) for c in cells) + f" | {links} |"
 
 
-def _phase_text(data: dict[str, Any] | None, why: bool = False) -> str:
+def _phase_text(data: JSONObject | None, why: bool = False) -> str:
     if not data:
         return "⚠️ unreadable"
     phase = str(data.get("phase", ""))
@@ -441,11 +441,11 @@ def _cell(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
 
 
-def short_time(value: Any) -> str:
+def short_time(value: object) -> str:
     return str(value)[:16].replace("T", " ") if value else ""
 
 
-def duration_text(start: Any, end: Any) -> str:
+def duration_text(start: object, end: object) -> str:
     """`12.3s` under a minute (`0.04s` under a tenth), `4m 05s` under an hour, `2h 07m` beyond.
 
     Times recorded to the second only (a backend that reports no fraction) give whole seconds under a
@@ -467,25 +467,26 @@ def duration_text(start: Any, end: Any) -> str:
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
-def _fraction(value: Any) -> bool:
+def _fraction(value: object) -> bool:
     """Whether an ISO-8601 time carries a fraction of a second (`…:07.25Z`)."""
     return "." in str(value).rpartition(":")[2]
 
 
-def _parse(value: Any) -> datetime:
+def _parse(value: object) -> datetime:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def metric_cell(data: dict[str, Any], vocab: Vocabulary | None = None, spark: bool = True) -> str:
+def metric_cell(data: JSONObject, vocab: Vocabulary | None = None, spark: bool = True) -> str:
     """The first metric in reading order (primary first), its last value and a sparkline."""
     metrics = data.get("metrics") or {}
     if not isinstance(metrics, dict) or not metrics:
         return ""
     key = (vocab or _vocabulary(str(data.get("method") or ""))).order(metrics)[0]
     value = metrics[key]
-    history = (data.get("metric_history") or {}).get(key) or []
+    histories = data.get("metric_history")
+    history = histories.get(key) if isinstance(histories, dict) else None
     text = f"{key} {value:.4g}" if isinstance(value, int | float) else f"{key} {value}"
-    return f"{text} {sparkline(history)}".rstrip() if spark else text
+    return f"{text} {sparkline(history if isinstance(history, list) else [])}".rstrip() if spark else text
 
 
 @functools.lru_cache(maxsize=64)
@@ -493,7 +494,7 @@ def _vocabulary(method: str) -> Vocabulary:
     return vocabulary_of(method)
 
 
-def sparkline(values: list[Any]) -> str:
+def sparkline(values: Sequence[object]) -> str:
     nums = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     nums = [v for v in nums if math.isfinite(v)][-20:]
     if len(nums) < 2:

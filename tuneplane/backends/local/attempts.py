@@ -112,7 +112,7 @@ def _report(number: int, entry: dict[str, Any], record: AttemptRecord) -> Attemp
     )
 
 
-def _reason(told: Any, record: AttemptRecord, exit_code: int | None, signal: int | None) -> AttemptReason | None:
+def _reason(told: object, record: AttemptRecord, exit_code: int | None, signal: int | None) -> AttemptReason | None:
     """The supervisor's reason (it alone knows a cancel or a timeout), unless the launcher's record
     names the cause the exit hides (the GPU watchdog stopped it); from the record's end otherwise."""
     if record.get("reason") == "GpuOveruse" and told not in (STOPPED_ON_REQUEST, "Timeout"):
@@ -128,12 +128,12 @@ def _reason(told: Any, record: AttemptRecord, exit_code: int | None, signal: int
     return "Completed" if exit_code == 0 else "Error"
 
 
-def _int(first: Any, second: Any) -> int | None:
+def _int(first: object, second: object) -> int | None:
     for value in (first, second):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
 
 
-def _is_entry(value: Any) -> bool:
+def _is_entry(value: object) -> bool:
     return isinstance(value, dict) and isinstance(value.get("number"), int) and value["number"] >= 1

@@ -46,7 +46,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneplane.backends.base import (
     BackendError,
@@ -93,6 +93,11 @@ from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 
+if TYPE_CHECKING:  # the prepared run's types: this module reads them, never builds them
+    from tuneplane.models.jobspec import JobSpec
+    from tuneplane.plan.launchplan import LaunchPlan
+    from tuneplane.runtime.jsonvalue import JSONObject
+
 NOT_OURS = "NotOurs"  # Observation.reason of a directory this backend did not make
 LOG_POLL = 0.2  # seconds between looks at a followed log
 END_GRACE = 30.0  # seconds a supervisor may take, after recording the end, to let go of its run
@@ -101,12 +106,10 @@ END_GRACE = 30.0  # seconds a supervisor may take, after recording the end, to l
 
 
 def local_manifest(
-    spec: Any, plan: Any, jobspec_doc: dict[str, Any], repo_root: Path, env: dict[str, str]
+    spec: JobSpec, plan: LaunchPlan, jobspec_doc: JSONObject, repo_root: Path, env: dict[str, str]
 ) -> dict[str, Any]:
-    """The `LocalRun` "manifest": everything the supervisor needs, secrets excepted.
-
-    `spec` is the JobSpec, `plan` its LaunchPlan, `env` the contract without an ingest binding.
-    """
+    """The `LocalRun` "manifest": everything the supervisor needs, secrets excepted (`env` is the
+    contract without an ingest binding)."""
     body = spec.spec
     return {
         "apiVersion": API_VERSION,

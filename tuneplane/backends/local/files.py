@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -14,6 +15,7 @@ from tuneplane.constants import ENV_PREFIX, STORAGE_ROOT_ENV, utc_now
 from tuneplane.lab.fs import write_json
 from tuneplane.lab.heartbeats import PUBLISH_ENV
 from tuneplane.runtime.gpuwatch import INTERVAL_ENV as WATCHDOG_INTERVAL_ENV
+from tuneplane.runtime.jsonvalue import JSONObject
 
 API_VERSION = "tuneplane.dev/local/v1"
 KIND = "LocalRun"
@@ -42,7 +44,7 @@ _SCRUB = (ENV_PREFIX, "GIT_", "STARFORGE_", "FORGE_")  # never inherited: the co
 # ── small file helpers ───────────────────────────────────────────────────────────────────────────
 
 
-def read_state(run_dir: Path) -> dict[str, Any] | None:
+def read_state(run_dir: Path) -> JSONObject | None:
     try:
         data = json.loads((run_dir / STATE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -89,7 +91,7 @@ def log_name(attempt: int) -> str:
     return LOG if attempt <= 1 else f"run.{attempt}.log"
 
 
-def attempt_of(state: dict[str, Any]) -> int:
+def attempt_of(state: JSONObject) -> int:
     value = state.get("attempt")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
@@ -108,7 +110,7 @@ def this_machine() -> dict[str, str]:
     return {"host": host, "machine": boot or f"host:{host}"}
 
 
-def elsewhere(state: dict[str, Any]) -> str:
+def elsewhere(state: JSONObject) -> str:
     """The host name of the machine that supervises (or submitted) the run, when it is not this one
     running now; "" when it is this machine or the state does not say (runs of an earlier tp)."""
     machine = state.get("machine")
@@ -126,7 +128,7 @@ def elsewhere(state: dict[str, Any]) -> str:
 # ── heartbeat ────────────────────────────────────────────────────────────────────────────────────
 
 
-def heartbeat_interval(env: Any = None) -> float:
+def heartbeat_interval(env: Mapping[str, str] | None = None) -> float:
     text = str((os.environ if env is None else env).get(HEARTBEAT_ENV, "")).strip()
     try:
         value = float(text) if text else DEFAULT_HEARTBEAT
@@ -145,7 +147,7 @@ def beat(run_dir: Path, attempt: int) -> None:
         pass  # out of sight now: the next beat finds it again, or the run is lost
 
 
-def read_heartbeat(run_dir: Path) -> dict[str, Any] | None:
+def read_heartbeat(run_dir: Path) -> JSONObject | None:
     path = run_dir / HEARTBEAT
     if path.is_symlink():
         return None
@@ -215,7 +217,7 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-def signal_group(pgid: Any, sig: int, started: Any = None) -> None:
+def signal_group(pgid: object, sig: int, started: object = None) -> None:
     """Signal the process group the run recorded, only while it is still the run's.
 
     `started` is the group leader's `process_start` recorded with it. A leader alive with another start
@@ -231,7 +233,7 @@ def signal_group(pgid: Any, sig: int, started: Any = None) -> None:
         os.killpg(pgid, sig)
 
 
-def scrubbed_env(base: Any, keep_storage: bool = False) -> dict[str, str]:
+def scrubbed_env(base: Mapping[str, str], keep_storage: bool = False) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith(_SCRUB)}
     if keep_storage and STORAGE_ROOT_ENV in base:
         env[STORAGE_ROOT_ENV] = base[STORAGE_ROOT_ENV]

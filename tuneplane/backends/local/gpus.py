@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from tuneplane.backends.local.files import GPUS_ENV, try_lock
 
 # ── GPUs ─────────────────────────────────────────────────────────────────────────────────────────
 
 
-def local_gpus(env: Any = None) -> list[str]:
+def local_gpus(env: Mapping[str, str] | None = None) -> list[str]:
     """This machine's GPU ids: $TUNEPLANE_LOCAL_GPUS, else $CUDA_VISIBLE_DEVICES, else nvidia-smi."""
     env = os.environ if env is None else env
     text = str(env.get(GPUS_ENV, "")).strip()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from tuneplane.backends.base import NO_HEARTBEAT, Observation
 from tuneplane.backends.local.attempts import attempt_reports
@@ -25,6 +24,7 @@ from tuneplane.backends.local.files import (
     supervisor_alive,
 )
 from tuneplane.constants import FAILED, PENDING, TERMINAL, UNKNOWN, epoch_of, observed_phase, utc_now
+from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
 
 
 def observe_run_dir(run_dir: Path, uid: str = "") -> Observation:
@@ -42,7 +42,7 @@ def observe_run_dir(run_dir: Path, uid: str = "") -> Observation:
         )
     if uid and state.get("uid") and state["uid"] != uid:
         return Observation(FAILED, reason="Replaced", message=f"{run_dir} now holds another submission of this run")
-    heartbeat = (read_heartbeat(run_dir) or {}).get("at")
+    heartbeat = _text((read_heartbeat(run_dir) or {}).get("at"))
     phase = str(state.get("phase", PENDING))
     if phase not in TERMINAL and not supervisor_alive(run_dir):
         host = elsewhere(state)
@@ -55,14 +55,14 @@ def observe_run_dir(run_dir: Path, uid: str = "") -> Observation:
         observed_phase(phase),
         reason=str(state.get("reason", "")),
         message=str(state.get("message", "")),
-        started_at=state.get("started_at"),
-        finished_at=state.get("finished_at"),
-        exit_code=state.get("exit_code"),
+        started_at=_text(state.get("started_at")),
+        finished_at=_text(state.get("finished_at")),
+        exit_code=_code(state.get("exit_code")),
     )
     return _with_attempts(found, run_dir, state, heartbeat)
 
 
-def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
+def _lost(run_dir: Path, state: JSONObject) -> Observation | None:
     """A non-terminal run of this machine nobody supervises: still starting, or lost with its supervisor."""
     if not state.get("supervisor_started"):
         submitted = epoch_of(state.get("attempt_submitted_at") or state.get("submitted_at"))
@@ -77,14 +77,14 @@ def _lost(run_dir: Path, state: dict[str, Any]) -> Observation | None:
     return Observation(
         FAILED,
         reason="Lost",
-        started_at=state.get("started_at"),
+        started_at=_text(state.get("started_at")),
         finished_at=utc_now(),
         message="the local supervisor stopped without recording how the run ended "
         f"(machine restarted or process killed); see {run_dir / log_name(attempt_of(state))}",
     )
 
 
-def _out_of_reach(run_dir: Path, state: dict[str, Any], host: str, heartbeat: str | None) -> Observation:
+def _out_of_reach(run_dir: Path, state: JSONObject, host: str, heartbeat: str | None) -> Observation:
     """Another machine's run: its phase as last written, never an end this machine cannot witness."""
     age = epoch_of(heartbeat)
     seen = (
@@ -97,17 +97,22 @@ def _out_of_reach(run_dir: Path, state: dict[str, Any], host: str, heartbeat: st
         reason=NO_HEARTBEAT,
         message=f"supervised on {host}, not this machine: {seen}; "
         f"it was {state.get('phase', PENDING)} when {run_dir / 'state.json'} was last written",
-        started_at=state.get("started_at"),
+        started_at=_text(state.get("started_at")),
     )
     return _with_attempts(found, run_dir, state, heartbeat)
 
 
-def _with_attempts(found: Observation, run_dir: Path, state: dict[str, Any], heartbeat: Any) -> Observation:
-    return replace(
-        found,
-        attempts=attempt_reports(run_dir, state, found),
-        heartbeat_at=heartbeat if isinstance(heartbeat, str) else None,
-    )
+def _with_attempts(found: Observation, run_dir: Path, state: JSONObject, heartbeat: str | None) -> Observation:
+    return replace(found, attempts=attempt_reports(run_dir, state, found), heartbeat_at=heartbeat)
+
+
+def _text(value: JSONValue) -> str | None:
+    """A time the state or heartbeat file records (they are ours: anything else is not one)."""
+    return value if isinstance(value, str) else None
+
+
+def _code(value: JSONValue) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _storage_here(run_dir: Path) -> bool:

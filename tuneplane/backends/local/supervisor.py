@@ -514,9 +514,10 @@ class _Supervisor:
             "log_tail": list(self.tail),
             "gpus": self.gpus,
         }
+        recorded = (read_state(self.run_dir) or {}).get("attempts")
         earlier = [
             a
-            for a in (read_state(self.run_dir) or {}).get("attempts") or []
+            for a in (recorded if isinstance(recorded, list) else [])
             if isinstance(a, dict) and a.get("number") != self.attempt
         ]
         fields = dict(phase=phase, reason=reason, message=message, exit_code=exit_code, finished_at=finished_at)

@@ -18,6 +18,7 @@ from tuneplane.render.slurm import STATE_DIR
 
 class SlurmBackend:
     name = "slurm"
+    requeues = True  # Slurm requeues a job after a node failure: an ended run may start again
 
     def __init__(self, conf: str = "", timeout: float | None = None) -> None:
         self.commands = SlurmCommands(conf) if timeout is None else SlurmCommands(conf, timeout)

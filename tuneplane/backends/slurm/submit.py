@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.rundir import locked
@@ -33,6 +33,9 @@ from tuneplane.lab.fs import atomic_write, publish_dir
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.render.slurm import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
 
+if TYPE_CHECKING:
+    from tuneplane.backends.slurm.batch import SlurmBatch
+
 KIND = "SlurmJob"
 SCRIPT_NAME = "batch.sh"
 JOB_ID_FILE = "job-id"
@@ -40,10 +43,10 @@ RUN_FILE = "run.json"  # what observing needs later: the run id and its artifact
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
-def batch_of(request: SubmitRequest) -> dict[str, Any]:
+def batch_of(request: SubmitRequest) -> SlurmBatch:
     if len(request.manifests) != 1 or request.manifests[0].get("kind") != "SlurmBatch":
         raise BackendError("the Slurm backend takes one rendered batch script per run")
-    return request.manifests[0]
+    return cast("SlurmBatch", request.manifests[0])  # packed by batch.batch_manifest, told apart by its kind
 
 
 def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
@@ -66,7 +69,7 @@ def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
     return ref_for(batch, job_id)
 
 
-def ref_for(batch: dict[str, Any], job_id: str) -> BackendRef:
+def ref_for(batch: SlurmBatch, job_id: str) -> BackendRef:
     return BackendRef(
         backend="slurm",
         kind=KIND,
@@ -94,7 +97,7 @@ def _numeric(job_id: str) -> int:
     return int(job_id.split("_")[0]) if job_id.split("_")[0].isdigit() else -1
 
 
-def _known_job(commands: SlurmCommands, batch: dict[str, Any]) -> str:
+def _known_job(commands: SlurmCommands, batch: SlurmBatch) -> str:
     """A job Slurm still holds under this run's name and comment (any state), or ''."""
     result = commands.run("squeue", "--noheader", "--states=all", f"--name={batch['job_name']}", "--format=%i|%k")
     if result.code:
@@ -107,7 +110,7 @@ def _known_job(commands: SlurmCommands, batch: dict[str, Any]) -> str:
     return max(ids, key=_numeric) if ids else ""
 
 
-def _stage(run_dir: Path, batch: dict[str, Any], request: SubmitRequest) -> None:
+def _stage(run_dir: Path, batch: SlurmBatch, request: SubmitRequest) -> None:
     """The lab at the run's commit in the work dir, the launch document, the script, the token file."""
     work = Path(batch["work_dir"])
     if not (work / LAUNCH_DOCUMENT).is_file():
@@ -154,7 +157,7 @@ def _write_secret(path: Path, value: str) -> None:
     atomic_write(path, value, mode=0o600)
 
 
-def _sbatch(commands: SlurmCommands, run_dir: Path, batch: dict[str, Any]) -> str:
+def _sbatch(commands: SlurmCommands, run_dir: Path, batch: SlurmBatch) -> str:
     result = commands.run("sbatch", "--parsable", str(run_dir / STATE_DIR / SCRIPT_NAME))
     if result.code:
         raise refusal(result.err, batch.get("sources", {}))
@@ -176,7 +179,7 @@ def directives(script: str) -> dict[str, str]:
     return found
 
 
-def check_fits(commands: SlurmCommands, batch: dict[str, Any]) -> None:
+def check_fits(commands: SlurmCommands, batch: SlurmBatch) -> None:
     """Refuse a job that can never start: more nodes than its partition has (sbatch accepts it, and it
     would wait in the queue forever)."""
     asked = directives(batch["script"])
