@@ -6,6 +6,11 @@ An estimate is an upper bound where one exists (the request's `timeout`, else it
 on the same profile, else unknown, said so. Spent GPU-hours are the attempts the bot recorded in
 `status/`, counted by the month each attempt started in, as the dashboard counts them
 (`views.dashboard.gpu_seconds_by_month`, the one place that sums them).
+
+A person's budget knows them only by what a pull request cannot write: at the gate, the pull request's
+author as the workflow reports it (`AUTHOR_ENV`); in `status/`, the login the bot recorded at submit
+(`submitted_for`, from the pull request that merged the request). A run request's `requested_by` is
+the pull request's own word, and never counts.
 """
 
 from __future__ import annotations
@@ -25,10 +30,18 @@ from tuneplane.lab.runs import RunKey, parse_request, status_keys
 from tuneplane.lab.yamlio import LoadFailed, read_text
 from tuneplane.models.run import RUN_ID, RunRequest
 from tuneplane.problems import Problem, Severity
-from tuneplane.views.dashboard import attempt_gpu_seconds, attempts_of, gpu_seconds_by_month, read_raw, run_ids
+from tuneplane.views.dashboard import (
+    attempt_gpu_seconds,
+    attempt_month,
+    attempts_of,
+    gpu_seconds_by_month,
+    read_raw,
+    run_ids,
+)
 
 EXCEEDED = "budget-exceeded"
 UNKNOWN = "budget-unknown"
+AUTHOR_ENV = "TUNEPLANE_PR_AUTHOR"  # the pull request's author, as the lab's workflow passes it in
 
 
 @dataclass(frozen=True)
@@ -178,11 +191,47 @@ def spent(root: Path, month: str) -> dict[str, float]:
     return {exp: hours for exp, hours in by_exp.items() if hours}
 
 
-def budget_problems(lab: Lab, found: list[Estimate], now: datetime) -> list[Problem]:
+def spent_by_person(root: Path, month: str) -> dict[str, float]:
+    """GPU-hours each person (login, lower case) spent in `month`: the attempts of the runs the bot
+    submitted for them (`submitted_for.login` of their status)."""
+    out: dict[str, float] = {}
+    for key in status_keys(root):
+        data = read_raw(root, key)
+        login = submitted_login(data)
+        if not login:
+            continue
+        for attempt in attempts_of(data):
+            seconds = attempt_gpu_seconds(attempt)
+            if seconds and attempt_month(attempt, key.run_id) == month:
+                out[login] = out.get(login, 0.0) + seconds / 3600
+    return out
+
+
+def submitted_login(data: dict[str, object] | None) -> str:
+    """The login a status's run was submitted for, lower case ("" when the bot recorded none)."""
+    owner = (data or {}).get("submitted_for")
+    login = owner.get("login") if isinstance(owner, dict) else None
+    return login.lower() if isinstance(login, str) else ""
+
+
+def person_skipped(lab: Lab, author: str | None) -> str:
+    """The one line said when per-person budgets are set but the change's author is not known."""
+    people = lab.config.budgets.people
+    if author or (people.monthly_gpu_hours is None and not people.logins):
+        return ""
+    return (
+        f"budgets.people not checked: ${AUTHOR_ENV} is not set (the lab's workflow sets it to the pull "
+        "request's author; a change made here has none)"
+    )
+
+
+def budget_problems(lab: Lab, found: list[Estimate], now: datetime, author: str | None = None) -> list[Problem]:
     """Rule `budget-exceeded` for each budget this change's estimates take past this month's limit, and
-    `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set."""
+    `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set.
+    `author` is the change's author as the workflow reports it; without one no person's budget is checked."""
     budgets = lab.config.budgets
-    if budgets.monthly_gpu_hours is None and not budgets.experiments:
+    person = budgets.people.limit(author) if author else None
+    if budgets.monthly_gpu_hours is None and not budgets.experiments and person is None:
         return []
     month = now.strftime("%Y-%m")
     used = spent(lab.root, month)
@@ -192,20 +241,27 @@ def budget_problems(lab: Lab, found: list[Estimate], now: datetime) -> list[Prob
     for exp, limit in sorted(budgets.experiments.items()):
         mine = [e for e in found if e.experiment == exp]
         problems += _over(month, used.get(exp, 0.0), mine, limit, f"budgets.experiments.{exp}")
+    if person is not None and author:
+        theirs = spent_by_person(lab.root, month).get(author.lower(), 0.0)
+        problems += _over(month, theirs, found, *person, who=author)
     return problems
 
 
-def _over(month: str, used: float, found: list[Estimate], limit: float, setting: str) -> list[Problem]:
+def _over(month: str, used: float, found: list[Estimate], limit: float, setting: str, who: str = "") -> list[Problem]:
     adding = total(found)
     if adding <= 0 or used + adding <= limit:
         return []
     requests = ", ".join(f"{e.rel} {_shown(e.hours)} ({e.how})" for e in found if e.hours)
+    by = f" by {who}, this pull request's author," if who else ""
     message = (
-        f"this change would pass {setting} {limit:g}: {used:,.2f} GPU-hours spent in {month} + "
+        f"this change would pass {setting} {limit:g}: {used:,.2f} GPU-hours spent{by} in {month} + "
         f"{adding:,.2f} estimated for this change = {used + adding:,.2f} (new: {requests})"
     )
+    raise_it = f"raise {setting}"
+    if who and setting == "budgets.people.monthly_gpu_hours":  # everyone's: one person gets their own instead
+        raise_it = f"give {who} a budget of their own (budgets.people.logins.{who})"
     hint = (
-        f"raise {setting} in tuneplane.yaml in a reviewed change, give the request a shorter `timeout:` "
+        f"{raise_it} in tuneplane.yaml in a reviewed change, give the request a shorter `timeout:` "
         "(tp submit --timeout), or wait for next month"
     )
     rel = next(e.rel for e in found if e.hours)
