@@ -66,11 +66,13 @@ def sync(
 
 @bot_app.command(
     "pr-status",
-    help="The section of each merged pull request's plan comment whose runs changed since REV: the workflow "
-    "writes it after a bot run (tp makes no call to GitHub).",
+    help="Print the runs' section of each merged pull request's plan comment whose runs changed since a "
+    "commit, for the workflow to write (tp makes no call to GitHub).",
 )
 def pr_status(
-    since: Annotated[str, typer.Option("--since", help="The commit the bot run started from.")],
+    since: Annotated[
+        str, typer.Option("--since", help="The commit the bot run started from (the workflow's $GITHUB_SHA).")
+    ],
     json_: Annotated[
         bool, typer.Option("--json", help='[{"pull_request": N, "section": "..."}], for the workflow.')
     ] = False,
