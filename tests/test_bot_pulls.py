@@ -118,6 +118,7 @@ def test_the_section_lists_the_runs_of_each_pull_request_whose_runs_changed(tmp_
     assert f"| `demo/{a}` | Succeeded |  | 1 | 2.50 |" in body, body
     assert f"| `demo/{b}` | Pending | Preempted | 0 | 0.00 |" in body, body
     assert c not in body and d not in body
+    assert f"at commit {repo.head()[:12]}" in body, body
     assert sections(repo, repo.head()) == []  # a pass that changed nothing edits no comment
 
 

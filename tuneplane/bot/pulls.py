@@ -94,11 +94,12 @@ def sections(repo: GitRepo, since: str, until: str = "HEAD") -> list[Section]:
         number = _number(now)
         if number is not None and _row(rel, now) != _row(rel, _status(repo.show(since, rel))):
             numbers.add(number)
-    return [Section(n, section(n, _runs_of(repo, until, n), until)) for n in sorted(numbers)]
+    commit = repo.rev_parse(until)
+    return [Section(n, section(n, _runs_of(repo, commit, n), commit)) for n in sorted(numbers)]
 
 
 def section(number: int, runs: list[tuple[str, dict[str, Any]]], commit: str) -> str:
-    """The Markdown of pull request `number`'s runs (path → status), newest state first said."""
+    """The Markdown of pull request `number`'s runs (status path, status) as of `commit`."""
     shown = runs[:MAX_ROWS]
     lines = [
         SECTION_MARK,
