@@ -17,7 +17,7 @@ from helpers_git import BRANCH, git, make_remote, request, seed_lab, tp_run
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.runs import RunKey, write_request, write_status
 from tuneplane.models.run import Attempt, BackendObject, RunStatus, SubmittedFor
-from tuneplane.runs.budget import AUTHOR_ENV, estimate, spent_by_person
+from tuneplane.runs.budget import AUTHOR_ENV, estimate, spent_by_person, statuses_in
 
 NOW = datetime.now(UTC)
 THIS_MONTH = NOW.strftime("%Y%m")
@@ -318,7 +318,19 @@ def test_a_request_cannot_say_whose_budget_pays(tmp_path: Path) -> None:
     code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
 
     assert code == 1 and path.relative_to(lab).as_posix() in out and "spent by alice" in out, out
-    assert spent_by_person(lab, NOW.strftime("%Y-%m")) == {"alice": 9.0, "bob": 50.0}
+    assert spent_by_person(statuses_in(lab), NOW.strftime("%Y-%m")) == {"alice": 9.0, "bob": 50.0}
+
+
+def test_a_pull_request_cannot_lower_its_authors_spending_by_removing_runs(tmp_path: Path) -> None:
+    """What a person spent is read at the base, as the bot recorded it: removing one's own finished runs
+    (request and status, which `status-owned` allows) in the same change moves nothing."""
+    lab = _people_lab(tmp_path)
+    git(lab, "rm", "-q", "-r", "--", f"runs/demo/{_id(THIS_MONTH, 2)}.yaml", f"status/demo/{_id(THIS_MONTH, 2)}.json")
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+
+    assert code == 1 and rel in out and "9.00 GPU-hours spent by alice" in out, out
 
 
 def test_without_the_author_per_person_budgets_are_skipped_and_said_so(tmp_path: Path) -> None:

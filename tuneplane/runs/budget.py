@@ -15,18 +15,21 @@ the pull request's own word, and never counts.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tuneplane.check.shapes import ShapeError, parse_profile
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import present
 from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.gittrees import read_blobs
 from tuneplane.lab.load import Lab
-from tuneplane.lab.runs import RunKey, parse_request, status_keys
+from tuneplane.lab.runs import STATUS_DIR, RunKey, parse_request, status_keys
 from tuneplane.lab.yamlio import LoadFailed, read_text
 from tuneplane.models.run import RUN_ID, RunRequest
 from tuneplane.problems import Problem, Severity
@@ -105,11 +108,16 @@ def _duration(seconds: int) -> str:
 # ── which requests are new ──────────────────────────────────────────────────────────────────────────
 
 
+def base_commit(repo: GitRepo, base: str | None) -> str:
+    """The change's base: `base`, else the merge base with the default branch ("" when there is none)."""
+    return repo.verify_commit(base) if base else repo.default_merge_base()
+
+
 def ran_at_base(repo: GitRepo, base: str | None) -> Callable[[str], bool]:
-    """Whether a status file exists at the change's base (`base`, else the merge base with the default
-    branch): what says a run already ran. A status the change itself adds never does (the bot puts it
-    back), so it can neither hide a new request from the plan nor take it out of the budget."""
-    ref = repo.verify_commit(base) if base else repo.default_merge_base()
+    """Whether a status file exists at the change's base (`base_commit`): what says a run already ran. A
+    status the change itself adds never does (the bot puts it back), so it can neither hide a new
+    request from the plan nor take it out of the budget."""
+    ref = base_commit(repo, base)
     if not ref:
         return lambda rel: present(repo.root / rel)  # no history to compare with: the tree is all there is
     return lambda rel: repo.show(ref, rel) is not None
@@ -191,12 +199,43 @@ def spent(root: Path, month: str) -> dict[str, float]:
     return {exp: hours for exp, hours in by_exp.items() if hours}
 
 
-def spent_by_person(root: Path, month: str) -> dict[str, float]:
+Statuses = Iterable[tuple[RunKey, dict[str, Any] | None]]  # each run's status as plain JSON
+
+
+def statuses_in(root: Path) -> Statuses:
+    """The statuses of the work tree."""
+    return ((key, read_raw(root, key)) for key in status_keys(root))
+
+
+def statuses_at_base(repo: GitRepo, base: str | None) -> Statuses:
+    """The statuses at the change's base (`base_commit`; the work tree's when there is no history): what
+    the bot recorded, which a change can neither edit nor delete."""
+    ref = base_commit(repo, base)
+    if not ref:
+        return statuses_in(repo.root)
+    found: dict[str, RunKey] = {}
+    for line in repo.git("ls-tree", "-r", "--end-of-options", ref, "--", f"{STATUS_DIR}/").splitlines():
+        meta, _, rel = line.partition("\t")
+        parts = rel.split("/")
+        if meta.split()[1] == "blob" and len(parts) == 3 and RUN_ID.match(parts[2].removesuffix(".json")):
+            found[meta.split()[2]] = RunKey(parts[1], parts[2].removesuffix(".json"))
+    blobs = read_blobs(repo, list(found))
+    return [(key, _object(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1])]
+
+
+def _object(data: bytes | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data or b"")
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def spent_by_person(statuses: Statuses, month: str) -> dict[str, float]:
     """GPU-hours each person (login, lower case) spent in `month`: the attempts of the runs the bot
     submitted for them (`submitted_for.login` of their status)."""
     out: dict[str, float] = {}
-    for key in status_keys(root):
-        data = read_raw(root, key)
+    for key, data in statuses:
         login = submitted_login(data)
         if not login:
             continue
@@ -207,7 +246,7 @@ def spent_by_person(root: Path, month: str) -> dict[str, float]:
     return out
 
 
-def submitted_login(data: dict[str, object] | None) -> str:
+def submitted_login(data: dict[str, Any] | None) -> str:
     """The login a status's run was submitted for, lower case ("" when the bot recorded none)."""
     owner = (data or {}).get("submitted_for")
     login = owner.get("login") if isinstance(owner, dict) else None
@@ -225,10 +264,13 @@ def person_skipped(lab: Lab, author: str | None) -> str:
     )
 
 
-def budget_problems(lab: Lab, found: list[Estimate], now: datetime, author: str | None = None) -> list[Problem]:
+def budget_problems(
+    lab: Lab, found: list[Estimate], now: datetime, author: str | None = None, statuses: Statuses | None = None
+) -> list[Problem]:
     """Rule `budget-exceeded` for each budget this change's estimates take past this month's limit, and
     `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set.
-    `author` is the change's author as the workflow reports it; without one no person's budget is checked."""
+    `author` is the change's author as the workflow reports it (without one no person's budget is
+    checked); what each person spent is counted from `statuses` (default: the work tree's)."""
     budgets = lab.config.budgets
     person = budgets.people.limit(author) if author else None
     if budgets.monthly_gpu_hours is None and not budgets.experiments and person is None:
@@ -242,7 +284,9 @@ def budget_problems(lab: Lab, found: list[Estimate], now: datetime, author: str 
         mine = [e for e in found if e.experiment == exp]
         problems += _over(month, used.get(exp, 0.0), mine, limit, f"budgets.experiments.{exp}")
     if person is not None and author:
-        theirs = spent_by_person(lab.root, month).get(author.lower(), 0.0)
+        theirs = spent_by_person(statuses_in(lab.root) if statuses is None else statuses, month).get(
+            author.lower(), 0.0
+        )
         problems += _over(month, theirs, found, *person, who=author)
     return problems
 
