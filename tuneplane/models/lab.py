@@ -356,9 +356,10 @@ class PeopleBudgets(Strict):
 
 
 class Budgets(Strict):
-    """`budgets:`: GPU-hours a calendar month (UTC) may spend. `tp validate --changed` refuses a change
-    whose new run requests, estimated, would take the month's spending past one; raising a budget is a
-    reviewed change of this file. Spent GPU-hours are the attempts the bot recorded in `status/`."""
+    """`budgets:`: GPU-hours a calendar month (UTC) may spend: the lab's, an experiment's, a person's
+    (`people`). `tp validate --changed` refuses a change whose new run requests, estimated, would take
+    the month's spending past one; raising a budget is a reviewed change of this file. Spent GPU-hours
+    are the attempts the bot recorded in `status/`."""
 
     monthly_gpu_hours: float | None = Field(
         None, ge=0, description="GPU-hours the whole lab may spend in a month; null: no limit."

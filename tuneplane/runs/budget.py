@@ -214,10 +214,10 @@ def statuses_at_base(repo: GitRepo, base: str | None) -> Statuses:
     if not ref:
         return statuses_in(repo.root)
     found: dict[str, RunKey] = {}
-    for line in repo.git("ls-tree", "-r", "--end-of-options", ref, "--", f"{STATUS_DIR}/").splitlines():
+    for line in repo.git("ls-tree", "-r", "-z", "--end-of-options", ref, "--", f"{STATUS_DIR}/").split("\0"):
         meta, _, rel = line.partition("\t")
         parts = rel.split("/")
-        if meta.split()[1] == "blob" and len(parts) == 3 and RUN_ID.match(parts[2].removesuffix(".json")):
+        if rel and meta.split()[1] == "blob" and len(parts) == 3 and RUN_ID.match(parts[2].removesuffix(".json")):
             found[meta.split()[2]] = RunKey(parts[1], parts[2].removesuffix(".json"))
     blobs = read_blobs(repo, list(found))
     return [(key, _object(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1])]
