@@ -17,7 +17,7 @@ from helpers_git import BRANCH, git, make_remote, request, seed_lab, tp_run
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.runs import RunKey, write_request, write_status
 from tuneplane.models.run import Attempt, BackendObject, RunStatus, SubmittedFor
-from tuneplane.runs.budget import AUTHOR_ENV, estimate, spent_by_person, statuses_in
+from tuneplane.runs.budget import AUTHOR_ENV, by_person, estimate, spent, statuses_in
 
 NOW = datetime.now(UTC)
 THIS_MONTH = NOW.strftime("%Y%m")
@@ -318,7 +318,7 @@ def test_a_request_cannot_say_whose_budget_pays(tmp_path: Path) -> None:
     code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
 
     assert code == 1 and path.relative_to(lab).as_posix() in out and "spent by alice" in out, out
-    assert spent_by_person(statuses_in(lab), NOW.strftime("%Y-%m")) == {"alice": 9.0, "bob": 50.0}
+    assert spent(statuses_in(lab), NOW.strftime("%Y-%m"), by_person) == {"alice": 9.0, "bob": 50.0}
 
 
 def test_a_pull_request_cannot_lower_its_authors_spending_by_removing_runs(tmp_path: Path) -> None:
@@ -364,3 +364,16 @@ def test_a_pull_request_cannot_write_whom_a_run_was_submitted_for(tmp_path: Path
     code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
 
     assert code == 1 and "status-owned" in out and "submitted_for" in out, out
+
+
+def test_removing_finished_runs_in_the_change_lowers_no_spending(tmp_path: Path) -> None:
+    """The lab's spending is the base's record too: a change that removes a finished run (its request and
+    status together, which `status-owned` allows) is held to what that run spent."""
+    spender = _id(THIS_MONTH, 1)
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", spender, "h200:1", 9)])
+    git(lab, "rm", "-q", "--", f"runs/demo/{spender}.yaml", f"status/demo/{spender}.json")
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = _validate(lab)
+
+    assert code == 1 and rel in out and "9.00 GPU-hours spent in" in out, out

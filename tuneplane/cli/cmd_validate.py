@@ -144,5 +144,5 @@ def _budget_problems(lab: "Lab", changed_files: list[str], base: str | None) -> 
     author = os.environ.get(budget.AUTHOR_ENV, "").strip() or None  # the workflow's word, never the change's
     if skipped := budget.person_skipped(lab, author):
         say.note(skipped)
-    statuses = budget.statuses_at_base(repo, base) if author else None  # a person's spending: the bot's record
+    statuses = budget.statuses_at_base(repo, base)  # what was spent: the bot's record, read only for a budget
     return budget.budget_problems(lab, budget.estimates(lab, changed_files, ran), utc_moment(), author, statuses)

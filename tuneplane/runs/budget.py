@@ -4,8 +4,8 @@
 An estimate is an upper bound where one exists (the request's `timeout`, else its profile's
 `time_limit`: the job is stopped there), else the median GPU-seconds of the experiment's past attempts
 on the same profile, else unknown, said so. Spent GPU-hours are the attempts the bot recorded in
-`status/`, counted by the month each attempt started in, as the dashboard counts them
-(`views.dashboard.gpu_seconds_by_month`, the one place that sums them).
+`status/` at the change's base (which the change can neither edit nor delete), counted by the month
+each attempt started in, as the dashboard counts them (`views.dashboard.attempt_month`).
 
 A person's budget knows them only by what a pull request cannot write: at the gate, the pull request's
 author as the workflow reports it (`AUTHOR_ENV`); in `status/`, the login the bot recorded at submit
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +37,6 @@ from tuneplane.views.dashboard import (
     attempt_gpu_seconds,
     attempt_month,
     attempts_of,
-    gpu_seconds_by_month,
     read_raw,
     run_ids,
 )
@@ -192,13 +191,6 @@ def _shown(hours: float | None) -> str:
 # ── the gate ────────────────────────────────────────────────────────────────────────────────────────
 
 
-def spent(root: Path, month: str) -> dict[str, float]:
-    """GPU-hours each experiment spent in `month` (`YYYY-MM`), from the attempts in `status/`."""
-    experiments = sorted({key.experiment for key in status_keys(root)})
-    by_exp = {exp: gpu_seconds_by_month(root, exp).get(month, 0.0) / 3600 for exp in experiments}
-    return {exp: hours for exp, hours in by_exp.items() if hours}
-
-
 Statuses = Iterable[tuple[RunKey, dict[str, Any] | None]]  # each run's status as plain JSON
 
 
@@ -207,12 +199,13 @@ def statuses_in(root: Path) -> Statuses:
     return ((key, read_raw(root, key)) for key in status_keys(root))
 
 
-def statuses_at_base(repo: GitRepo, base: str | None) -> Statuses:
+def statuses_at_base(repo: GitRepo, base: str | None) -> Iterator[tuple[RunKey, dict[str, Any] | None]]:
     """The statuses at the change's base (`base_commit`; the work tree's when there is no history): what
-    the bot recorded, which a change can neither edit nor delete."""
+    the bot recorded, which a change can neither edit nor delete. Read when first iterated."""
     ref = base_commit(repo, base)
     if not ref:
-        return statuses_in(repo.root)
+        yield from statuses_in(repo.root)
+        return
     found: dict[str, RunKey] = {}
     for line in repo.git("ls-tree", "-r", "-z", "--end-of-options", ref, "--", f"{STATUS_DIR}/").split("\0"):
         meta, _, rel = line.partition("\t")
@@ -220,7 +213,7 @@ def statuses_at_base(repo: GitRepo, base: str | None) -> Statuses:
         if rel and meta.split()[1] == "blob" and len(parts) == 3 and RUN_ID.match(parts[2].removesuffix(".json")):
             found[meta.split()[2]] = RunKey(parts[1], parts[2].removesuffix(".json"))
     blobs = read_blobs(repo, list(found))
-    return [(key, _object(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1])]
+    yield from ((key, _object(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1]))
 
 
 def _object(data: bytes | None) -> dict[str, Any] | None:
@@ -231,19 +224,26 @@ def _object(data: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def spent_by_person(statuses: Statuses, month: str) -> dict[str, float]:
-    """GPU-hours each person (login, lower case) spent in `month`: the attempts of the runs the bot
-    submitted for them (`submitted_for.login` of their status)."""
+def spent(statuses: Statuses, month: str, whose: Callable[[RunKey, dict[str, Any] | None], str]) -> dict[str, float]:
+    """GPU-hours spent in `month` (`YYYY-MM`) by the statuses' attempts, each counted in the month it
+    started as the dashboard counts them, summed by `whose` (an experiment, a person; "": nobody's)."""
     out: dict[str, float] = {}
     for key, data in statuses:
-        login = submitted_login(data)
-        if not login:
-            continue
-        for attempt in attempts_of(data):
+        who = whose(key, data)
+        for attempt in attempts_of(data) if who else []:
             seconds = attempt_gpu_seconds(attempt)
             if seconds and attempt_month(attempt, key.run_id) == month:
-                out[login] = out.get(login, 0.0) + seconds / 3600
+                out[who] = out.get(who, 0.0) + seconds / 3600
     return out
+
+
+def by_experiment(key: RunKey, _data: dict[str, Any] | None) -> str:
+    return key.experiment
+
+
+def by_person(_key: RunKey, data: dict[str, Any] | None) -> str:
+    """The login a run was submitted for, lower case ("" when the bot recorded none)."""
+    return submitted_login(data)
 
 
 def submitted_login(data: dict[str, Any] | None) -> str:
@@ -270,13 +270,15 @@ def budget_problems(
     """Rule `budget-exceeded` for each budget this change's estimates take past this month's limit, and
     `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set.
     `author` is the change's author as the workflow reports it (without one no person's budget is
-    checked); what each person spent is counted from `statuses` (default: the work tree's)."""
+    checked); what was spent is counted from `statuses` (default: the work tree's), read only when a
+    budget is set."""
     budgets = lab.config.budgets
     person = budgets.people.limit(author) if author else None
     if budgets.monthly_gpu_hours is None and not budgets.experiments and person is None:
         return []
     month = now.strftime("%Y-%m")
-    used = spent(lab.root, month)
+    recorded = list(statuses_in(lab.root) if statuses is None else statuses)
+    used = spent(recorded, month, by_experiment)
     problems = [_unknown(e) for e in found if e.hours is None]
     if budgets.monthly_gpu_hours is not None:
         problems += _over(month, sum(used.values()), found, budgets.monthly_gpu_hours, "budgets.monthly_gpu_hours")
@@ -284,9 +286,7 @@ def budget_problems(
         mine = [e for e in found if e.experiment == exp]
         problems += _over(month, used.get(exp, 0.0), mine, limit, f"budgets.experiments.{exp}")
     if person is not None and author:
-        theirs = spent_by_person(statuses_in(lab.root) if statuses is None else statuses, month).get(
-            author.lower(), 0.0
-        )
+        theirs = spent(recorded, month, by_person).get(author.lower(), 0.0)
         problems += _over(month, theirs, found, *person, who=author)
     return problems
 
