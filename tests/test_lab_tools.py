@@ -700,10 +700,14 @@ esac
 """
 
 
-def test_the_bot_rewrites_the_runs_of_a_merged_pull_request_in_its_plan_comment(tmp_path: Path, tp: Any) -> None:
+@pytest.mark.parametrize("diffs", [0, 2000], ids=["short-plan", "full-plan"])
+def test_the_bot_rewrites_the_runs_of_a_merged_pull_request_in_its_plan_comment(
+    tmp_path: Path, tp: Any, diffs: int
+) -> None:
     """The step after each bot run, as GitHub runs it, with `gh` standing in for the API: the plan comment
-    of pull request 12 gets its runs' section in place of the last one (one edit); pull request 13, whose
-    plan has no comment, gets none (no comment is ever made here)."""
+    of pull request 12 gets its runs' section in place of the last one (one edit), within GitHub's
+    65,536 characters (a full plan is cut at a line, and says so); pull request 13, whose plan has no
+    comment, gets none (no comment is ever made here)."""
     from tuneplane.lab.runs import write_status
     from tuneplane.models.run import BackendObject, RunStatus, SubmittedFor
 
@@ -735,6 +739,7 @@ def test_the_bot_rewrites_the_runs_of_a_merged_pull_request_in_its_plan_comment(
     (bin_dir / "gh").write_text(GH_PULLS_STUB)
     (bin_dir / "gh").chmod(0o755)
     plan = "<!-- tuneplane:plan -->\n### tp render: 2 changed run request(s) against `origin/main`, 2 to submit\n"
+    plan += "".join(f"+    image: registry.example.org/ml/trainer-{n:05d}:1.0.0 # é\n" for n in range(diffs))
     (tmp_path / "old").write_text(plan + "<!-- tuneplane:runs -->\n### Runs of this pull request (stale)\n")
     env = {
         **os.environ,
@@ -759,7 +764,12 @@ def test_the_bot_rewrites_the_runs_of_a_merged_pull_request_in_its_plan_comment(
         "api --paginate repos/acme/lab/issues/13/comments",
     ], calls
     body = (tmp_path / "body").read_text()
-    assert body.startswith(plan + "<!-- tuneplane:runs -->\n") and "stale" not in body, body
+    assert len(body) <= 65536 and "stale" not in body
+    if diffs:
+        kept, _, rest = body.partition("\n_(the plan is cut here: the summary of the check job has it whole)_\n")
+        assert plan.startswith(kept) and kept.endswith("\n") and rest.lstrip("\n").startswith("<!-- tuneplane:runs -->")
+    else:
+        assert body.startswith(plan + "<!-- tuneplane:runs -->\n"), body
     assert f"| `demo/{ids[0]}` | Running |" in body and f"| `demo/{ids[1]}` | Pending |" in body, body
     assert ids[2] not in body, body
 
