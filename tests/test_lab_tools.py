@@ -150,7 +150,8 @@ def test_the_workflow_grants_least_privilege_and_times_out(tmp_path: Path, tp: A
     assert jobs["check"]["permissions"] == {"contents": "read", "pull-requests": "write"}  # the plan's comment
     bot_token = "write" if identity == "github-token" else "read"
     for bot in ("reconcile", "sync"):
-        assert jobs[bot]["permissions"] == {"contents": bot_token}
+        # the runs of a merged pull request, in its plan comment
+        assert jobs[bot]["permissions"] == {"contents": bot_token, "pull-requests": "write"}
         assert jobs[bot]["concurrency"] == {"group": "tuneplane-bot", "cancel-in-progress": False}
     for name, job in jobs.items():
         assert isinstance(job.get("timeout-minutes"), int) and job["timeout-minutes"] > 0, name
@@ -687,6 +688,141 @@ def test_the_plan_is_one_pull_request_comment_updated_in_place(tmp_path: Path, t
     else:
         assert calls[1].startswith("api --method POST repos/acme/lab/issues/12/comments "), calls
     assert len(calls) == 2 and (tmp_path / "body").read_text() == plan
+
+
+GH_PULLS_STUB = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$CALLS"
+case "$*" in
+  *--method\\ PATCH*) for a in "$@"; do case "$a" in body=@*) cat "${a#body=@}" > "$BODY" ;; esac; done ;;
+  *issues/12/comments\\ *) printf '4711\\n' ;;
+  *issues/comments/4711\\ --jq\\ .body*) cat "$OLD_BODY" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("diffs", [0, 2000], ids=["short-plan", "full-plan"])
+def test_the_bot_rewrites_the_runs_of_a_merged_pull_request_in_its_plan_comment(
+    tmp_path: Path, tp: Any, diffs: int
+) -> None:
+    """The step after each bot run, as GitHub runs it, with `gh` standing in for the API: the plan comment
+    of pull request 12 gets its runs' section in place of the last one (one edit), within GitHub's
+    65,536 characters (a full plan is cut at a line, and says so); pull request 13, whose plan has no
+    comment, gets none (no comment is ever made here)."""
+    from tuneplane.lab.runs import write_status
+    from tuneplane.models.run import BackendObject, RunStatus, SubmittedFor
+
+    root = tmp_path / "lab"
+    assert tp("init", root, "--tool-requirement", VCS_REQUIREMENT).code == 0
+    jobs = _workflow(root)["jobs"]
+    for bot in ("reconcile", "sync"):
+        assert jobs[bot]["permissions"]["pull-requests"] == "write"
+    (step,) = [s for s in jobs["sync"]["steps"] if s.get("name") == "The runs in the merged pull requests' comments"]
+    assert step in jobs["reconcile"]["steps"] and step["if"] == "always()"
+
+    def run(run_id: str, pull: int, phase: str) -> RunStatus:
+        owner = SubmittedFor(commit="c" * 40, pull_request=pull, login="alice")
+        job = BackendObject(backend="kubernetes", kind="Job", name=run_id)
+        return RunStatus(experiment="demo", run_id=run_id, phase=phase, backend=job, submitted_for=owner)  # type: ignore[arg-type]
+
+    ids = ("20250102-100000-000000", "20250102-100001-000001", "20250102-100002-000002")
+    for run_id, pull in zip(ids, (12, 12, 13), strict=True):
+        write_status(root, run(run_id, pull, "Pending"))
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "submitted"], cwd=root, check=True)
+    since = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True).stdout
+    write_status(root, run(ids[0], 12, "Running"))
+    write_status(root, run(ids[2], 13, "Running"))
+    subprocess.run(["git", "commit", "-qam", "tp bot: update 2 runs"], cwd=root, check=True)
+    bin_dir, temp = tmp_path / "bin", tmp_path / "runner-temp"
+    bin_dir.mkdir()
+    temp.mkdir()
+    (bin_dir / "gh").write_text(GH_PULLS_STUB)
+    (bin_dir / "gh").chmod(0o755)
+    plan = "<!-- tuneplane:plan -->\n### tp render: 2 changed run request(s) against `origin/main`, 2 to submit\n"
+    plan += "".join(f"+    image: registry.example.org/ml/trainer-{n:05d}:1.0.0 # é\n" for n in range(diffs))
+    (tmp_path / "old").write_text(plan + "<!-- tuneplane:runs -->\n### Runs of this pull request (stale)\n")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "RUNNER_TEMP": str(temp),
+        "GITHUB_REPOSITORY": "acme/lab",
+        "GITHUB_SHA": since.strip(),
+        "CALLS": str(tmp_path / "calls"),
+        "BODY": str(tmp_path / "body"),
+        "OLD_BODY": str(tmp_path / "old"),
+    }
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split(" --jq ")[0] for c in calls] == [
+        "api --paginate repos/acme/lab/issues/12/comments",
+        "api repos/acme/lab/issues/comments/4711",
+        f"api --method PATCH repos/acme/lab/issues/comments/4711 -F body=@{temp}/comment.md",
+        "api --paginate repos/acme/lab/issues/13/comments",
+    ], calls
+    body = (tmp_path / "body").read_text()
+    assert len(body) <= 65536 and "stale" not in body
+    if diffs:
+        kept, _, rest = body.partition("\n_(the plan is cut here: the summary of the check job has it whole)_\n")
+        assert plan.startswith(kept) and kept.endswith("\n") and rest.lstrip("\n").startswith("<!-- tuneplane:runs -->")
+    else:
+        assert body.startswith(plan + "<!-- tuneplane:runs -->\n"), body
+    assert f"| `demo/{ids[0]}` | Running |" in body and f"| `demo/{ids[1]}` | Pending |" in body, body
+    assert ids[2] not in body, body
+
+
+def test_the_gate_knows_the_author_from_the_event_never_from_the_change(tmp_path: Path, tp: Any) -> None:
+    """Per-person budgets hold the pull request's author as GitHub reports it (`tp validate` reads it)."""
+    from tuneplane.runs.budget import AUTHOR_ENV
+
+    root = tmp_path / "lab"
+    assert tp("init", root, "--tool-requirement", VCS_REQUIREMENT).code == 0
+    (step,) = [s for s in _workflow(root)["jobs"]["check"]["steps"] if "tp validate" in str(s.get("run"))]
+    assert step["env"] == {AUTHOR_ENV: "${{ github.event.pull_request.user.login }}"}
+
+
+def test_the_bot_is_told_which_pull_request_merged_each_pushed_commit(tmp_path: Path, tp: Any) -> None:
+    """The step before `tp bot reconcile`, with `gh` answering for GitHub: each pushed commit is asked
+    about once; those a pull request merged land in the file the bot reads, the others do not."""
+    root = tmp_path / "lab"
+    assert tp("init", root, "--tool-requirement", VCS_REQUIREMENT).code == 0
+    steps = _workflow(root)["jobs"]["reconcile"]["steps"]
+    (step,) = [s for s in steps if s.get("name") == "The pull requests the pushed commits merged"]
+    (submit,) = [s for s in steps if s.get("name") == "Submit merged run requests"]
+    assert '--pull-requests "$RUNNER_TEMP/pull-requests.json"' in submit["run"]
+    merged, direct = "a" * 40, "b" * 40
+    stub = tmp_path / "bin" / "gh"
+    stub.parent.mkdir()
+    stub.write_text(
+        '#!/usr/bin/env bash\nprintf \'%s\\n\' "$*" >> "$CALLS"\n'
+        f'case "$2" in *{merged}*) printf \'{{"login":"alice","number":12}}\\n\' ;; esac\n'
+    )
+    stub.chmod(0o755)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"commits": [{"id": direct}, {"id": merged}, {"id": "$(touch pwned)"}]}))
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    env = {
+        **os.environ,
+        "PATH": f"{stub.parent}:{os.environ['PATH']}",
+        "RUNNER_TEMP": str(temp),
+        "GITHUB_REPOSITORY": "acme/lab",
+        "GITHUB_SHA": merged,
+        "GITHUB_EVENT_PATH": str(event),
+        "CALLS": str(tmp_path / "calls"),
+    }
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    asked = [c.split(" --jq ")[0] for c in (tmp_path / "calls").read_text().splitlines()]
+    assert asked == [f"api repos/acme/lab/commits/{c}/pulls" for c in (merged, direct)], asked
+    assert json.loads((temp / "pull-requests.json").read_text()) == {merged: {"number": 12, "login": "alice"}}
+    assert not (root / "pwned").exists()
 
 
 @pytest.mark.parametrize("identity", PUSH_IDENTITIES)

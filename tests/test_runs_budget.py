@@ -16,8 +16,8 @@ from helpers_git import BRANCH, git, make_remote, request, seed_lab, tp_run
 
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.runs import RunKey, write_request, write_status
-from tuneplane.models.run import Attempt, BackendObject, RunStatus
-from tuneplane.runs.budget import estimate
+from tuneplane.models.run import Attempt, BackendObject, RunStatus, SubmittedFor
+from tuneplane.runs.budget import AUTHOR_ENV, by_person, estimate, spent, statuses_in
 
 NOW = datetime.now(UTC)
 THIS_MONTH = NOW.strftime("%Y%m")
@@ -250,3 +250,130 @@ def test_budgets_are_a_closed_schema_with_located_errors(tmp_path: Path) -> None
     assert f"tuneplane.yaml:{typo}:3: error [lab-schema] unknown key 'budgets.monthly_gpu_hour'" in out, out
     assert "did you mean 'monthly_gpu_hours'" in out, out
     assert f"tuneplane.yaml:{negative}:5: error [lab-schema] budgets.experiments.demo" in out, out
+
+
+# ── per-person budgets: who is known only by what a pull request cannot write ───────────────────────
+
+PEOPLE = "\nbudgets:\n  people:\n    monthly_gpu_hours: 10\n    logins:\n      Bob: 100\n"
+
+
+def _for(status: RunStatus, login: str, requested_by: str = "") -> RunStatus:
+    """A status as the bot writes it for a run merged by `login`'s pull request; `requested_by` is what
+    the request said about itself."""
+    provenance = status.provenance.model_copy(update={"requested_by": requested_by or login})
+    owner = SubmittedFor(commit="a" * 40, pull_request=7, login=login)
+    return status.model_copy(update={"submitted_for": owner, "provenance": provenance})
+
+
+def _people_lab(tmp_path: Path) -> Path:
+    """Alice's merged runs spent 9 GPU-hours this month (one of them claiming to be Bob's in its request),
+    Bob's 50, and nobody's (no pull request known) 30."""
+    return _lab(
+        tmp_path,
+        PEOPLE,
+        [
+            _for(_status("demo", _id(THIS_MONTH, 1), "h200:1", 4), "alice"),
+            _for(_status("demo", _id(THIS_MONTH, 2), "h200:1", 5), "alice", requested_by="bob"),
+            _for(_status("other", _id(THIS_MONTH, 3), "h200:1", 50), "bob"),
+            _status("other", _id(THIS_MONTH, 4), "h200:1", 30),
+            _for(_status("demo", _id(LAST_MONTH, 5), "h200:1", 80), "alice"),
+        ],
+    )
+
+
+def test_a_change_over_its_authors_budget_fails_with_who_and_the_numbers(tmp_path: Path) -> None:
+    lab = _people_lab(tmp_path)
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "Alice"})
+
+    assert code == 1 and "budget-exceeded" in out and rel in out, out
+    month = NOW.strftime("%Y-%m")
+    assert (
+        f"budgets.people.monthly_gpu_hours 10: 9.00 GPU-hours spent by Alice, this pull request's author, "
+        f"in {month} + 2.00 estimated for this change = 11.00"
+    ) in out, out
+    assert "budgets.people.logins.Alice" in out, out  # the fix: a budget of her own, not everyone's
+
+
+@pytest.mark.parametrize("author", ["bob", "carol"])
+def test_each_person_is_held_to_their_own_budget(tmp_path: Path, author: str) -> None:
+    """Bob's own 100 (named in any case) holds his 50 spent; Carol spent nothing of the default 10."""
+    lab = _people_lab(tmp_path)
+    _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: author})
+
+    assert code == 0 and "budget-" not in out, out
+
+
+def test_a_request_cannot_say_whose_budget_pays(tmp_path: Path) -> None:
+    """A request's `requested_by` is the pull request's own word: spending follows the login the bot
+    recorded, so Bob's name in Alice's requests moves nothing onto Bob."""
+    lab = _people_lab(tmp_path)
+    path = write_request(lab, request("demo", _id(THIS_MONTH, 900), "h200:1", timeout=2 * 3600, requested_by="bob"))
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "bob's run, says the request")
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+
+    assert code == 1 and path.relative_to(lab).as_posix() in out and "spent by alice" in out, out
+    assert spent(statuses_in(lab), NOW.strftime("%Y-%m"), by_person) == {"alice": 9.0, "bob": 50.0}
+
+
+def test_a_pull_request_cannot_lower_its_authors_spending_by_removing_runs(tmp_path: Path) -> None:
+    """What a person spent is read at the base, as the bot recorded it: removing one's own finished runs
+    (request and status, which `status-owned` allows) in the same change moves nothing."""
+    lab = _people_lab(tmp_path)
+    git(lab, "rm", "-q", "-r", "--", f"runs/demo/{_id(THIS_MONTH, 2)}.yaml", f"status/demo/{_id(THIS_MONTH, 2)}.json")
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+
+    assert code == 1 and rel in out and "9.00 GPU-hours spent by alice" in out, out
+
+
+def test_without_the_author_per_person_budgets_are_skipped_and_said_so(tmp_path: Path) -> None:
+    lab = _people_lab(tmp_path)
+    _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: ""})
+
+    assert code == 0 and "budget-exceeded" not in out, out
+    (note,) = [line for line in out.splitlines() if "budgets.people" in line]
+    assert f"not checked: ${AUTHOR_ENV} is not set" in note, out
+
+
+def test_a_pull_request_cannot_write_whom_a_run_was_submitted_for(tmp_path: Path) -> None:
+    """`submitted_for` is the bot's: a local run's status that a pull request commits may not carry it
+    (else it could move its spending onto someone else), nor may it change a bot status's."""
+    lab = _people_lab(tmp_path)
+    (rel,) = _propose(lab, ("demo", "local", None))
+    run_id = rel.rsplit("/", 1)[1].rsplit(".", 1)[0]
+    local = RunStatus(
+        experiment="demo",
+        run_id=run_id,
+        profile="local",
+        phase="Succeeded",
+        backend=BackendObject(backend="local", kind="process", name=run_id),
+    )
+    write_status(lab, _for(local, "bob"))
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "a local run, said to be bob's")
+
+    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+
+    assert code == 1 and "status-owned" in out and "submitted_for" in out, out
+
+
+def test_removing_finished_runs_in_the_change_lowers_no_spending(tmp_path: Path) -> None:
+    """The lab's spending is the base's record too: a change that removes a finished run (its request and
+    status together, which `status-owned` allows) is held to what that run spent."""
+    spender = _id(THIS_MONTH, 1)
+    lab = _lab(tmp_path, MONTHLY_10, [_status("demo", spender, "h200:1", 9)])
+    git(lab, "rm", "-q", "--", f"runs/demo/{spender}.yaml", f"status/demo/{spender}.json")
+    (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
+
+    code, out = _validate(lab)
+
+    assert code == 1 and rel in out and "9.00 GPU-hours spent in" in out, out

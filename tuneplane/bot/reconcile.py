@@ -32,6 +32,7 @@ from tuneplane.bot.passes import (
     checkpoint,
     run_pass,
 )
+from tuneplane.bot.pulls import read_pulls, submitted_for
 from tuneplane.bot.scan import Scan
 from tuneplane.constants import CANCELLED, FAILED, TERMINAL, utc_now
 from tuneplane.errors import UsageError
@@ -201,6 +202,9 @@ class _Submitter:
         self.head = work.snap.commit
         self.remote = pool.opts.remote or "origin"
         self.dirty = lab_dirty(repo, lab) or repo.head() != self.head
+        self.pulls, unread = read_pulls(pool.opts.pull_requests)  # whom new runs are submitted for
+        if unread:
+            echo(f"  ! {unread}")
         self.failures = 0
         self.left: list[RunKey] = []  # requests skipped this run, to be taken up on the next one
         self.first = True
@@ -268,15 +272,22 @@ class _Submitter:
         except BackendError as exc:
             self.failures += 1
             status = waiting_status(request, run.spec, utc_now(), str(exc))
-            self.batch.status(status if previous is None else _retried(previous, status), watch=True)
+            self.batch.status(self._owned(key, status) if previous is None else _retried(previous, status), watch=True)
             self._note(self.report.waiting, key, f"not submitted: {exc}")
             return
         self.failures = 0
         if self.first:
             checkpoint("submitted")
             self.first = False
-        self.batch.status(_submitted(request, run, ref, previous))
+        status = _submitted(request, run, ref, previous)
+        self.batch.status(self._owned(key, status) if previous is None else status)
         self._note(self.report.submitted, key, f"submitted as {ref.kind} {ref.name}")
+
+    def _owned(self, key: RunKey, status: RunStatus) -> RunStatus:
+        """A new run's status with whom it is submitted for, when the workflow said (bot.pulls); a retry
+        keeps what its first status recorded."""
+        owner = submitted_for(self.repo, key.request_rel, self.pulls, self.remote)
+        return status.model_copy(update={"submitted_for": owner}) if owner else status
 
     def _prepare(self, request: RunRequest) -> PreparedRun:
         # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit

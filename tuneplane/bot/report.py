@@ -81,3 +81,4 @@ class BotOptions:
     kubeconfig: str | None = None
     context: str | None = None
     in_cluster: bool = False
+    pull_requests: str | None = None  # the workflow's answers: which pull request merged each commit (bot.pulls)

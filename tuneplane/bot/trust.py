@@ -3,9 +3,9 @@
 The scan finds the statuses that changed and the runs the bot watches; this module judges them. A
 status of a run the bot recorded, changed by someone else, is put back from the record and said so.
 A status the bot has no record of is a run it did not start: a local run of another machine is
-listed, never acted on; one that claims a cluster object, or names another run than its path, is a
-forgery, reported and ignored. Before any job starts, each new run's status path is checked, so one
-bad path stops one experiment.
+listed, never acted on; one that claims a cluster object, names another run than its path, or says
+whom the bot submitted it for, is a forgery, reported and ignored. Before any job starts, each new
+run's status path is checked, so one bad path stops one experiment.
 """
 
 from __future__ import annotations
@@ -79,18 +79,22 @@ def put_back(work: Scan, key: RunKey, what: str) -> None:
 
 def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
     """A status the bot has no record of: a local run the bot did not start (`tp submit --local`) is
-    watched for the dashboard, never acted on; one that claims a cluster object, or names another run
-    than its path, is a forgery, reported and ignored."""
+    watched for the dashboard, never acted on; one that claims a cluster object, names another run
+    than its path, or says whom the bot submitted it for (`submitted_for`, which only the bot records),
+    is a forgery, reported and ignored."""
     backend = data.get("backend")
     where = backend.get("backend") if isinstance(backend, dict) else None
     misnamed = (data.get("experiment"), data.get("run_id")) != (key.experiment, key.run_id)
-    if where in (None, "local") and not misnamed:
+    owner = data.get("submitted_for")  # whom the bot submitted a run for: per-person budgets count it
+    if where in (None, "local") and not misnamed and owner is None:
         return True
-    claim = (
-        f"names {where} object {backend.get('name')!r}"
-        if isinstance(backend, dict) and where != "local"
-        else f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
-    )
+    if owner is not None and where in (None, "local") and not misnamed:
+        who = owner.get("login") if isinstance(owner, dict) else owner
+        claim = f"says the bot submitted it for {who!r}"
+    elif isinstance(backend, dict) and where != "local":
+        claim = f"names {where} object {backend.get('name')!r}"
+    else:
+        claim = f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
     work.problems.append(
         f"{key.status_rel} {claim}, which the bot never submitted for this run: ignored, the bot "
         "never acts on it (status/ is the bot's; remove the file, and submit runs with tp submit)"

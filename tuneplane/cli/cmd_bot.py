@@ -1,8 +1,9 @@
-"""`tp bot reconcile|sync`: what CI runs on merge (submit, cancel) and on a schedule (refresh status)."""
+"""`tp bot reconcile|sync`: what CI runs on merge (submit, cancel) and on a schedule (refresh status);
+`tp bot pr-status`: what the workflow then writes into the merged pull requests' plan comments."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +24,16 @@ from tuneplane.cli.options import Branch, Context, InCluster, Kubeconfig, Push, 
 from tuneplane.constants import EXIT_PROBLEMS  # noqa: E402
 from tuneplane.errors import TunePlaneError  # noqa: E402
 
+PullRequests = Annotated[
+    str | None,
+    typer.Option(
+        "--pull-requests",
+        envvar="TUNEPLANE_PULL_REQUESTS",
+        help='JSON file {"<commit>": {"number": N, "login": "author"}}: the pull request that merged each '
+        "commit, as the workflow asked GitHub; each new run records whom it is submitted for.",
+    ),
+]
+
 
 def register(app: typer.Typer) -> None:
     app.add_typer(bot_app)
@@ -36,8 +47,9 @@ def reconcile(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     in_cluster: InCluster = False,
+    pull_requests: PullRequests = None,
 ) -> None:
-    _run("reconcile", push, remote, branch, kubeconfig, context, in_cluster)
+    _run("reconcile", push, remote, branch, kubeconfig, context, in_cluster, pull_requests)
 
 
 @bot_app.command("sync", help="Refresh unfinished runs from their backend and the metrics ingest.")
@@ -52,6 +64,35 @@ def sync(
     _run("sync", push, remote, branch, kubeconfig, context, in_cluster)
 
 
+@bot_app.command(
+    "pr-status",
+    help="Print the runs' section of each merged pull request's plan comment whose runs changed since a "
+    "commit, for the workflow to write (tp makes no call to GitHub).",
+)
+def pr_status(
+    since: Annotated[
+        str, typer.Option("--since", help="The commit the bot run started from (the workflow's $GITHUB_SHA).")
+    ],
+    json_: Annotated[
+        bool, typer.Option("--json", help='[{"pull_request": N, "section": "..."}], for the workflow.')
+    ] = False,
+) -> None:
+    # lazy: tp builds only the invoked command, so only it pays for these
+    from tuneplane.bot.pulls import sections
+    from tuneplane.lab.gitrepo import GitRepo
+
+    repo = GitRepo(_root())
+    found = sections(repo, repo.verify_commit(since, "--since"))
+    if json_:
+        say.json([{"pull_request": s.pull_request, "section": s.body} for s in found])
+        return
+    for s in found:
+        say.line(f"pull request #{s.pull_request}:")
+        say.text(s.body)
+    if not found:
+        say.line("no merged pull request's runs changed")
+
+
 def _run(
     kind: str,
     push: bool,
@@ -60,6 +101,7 @@ def _run(
     kubeconfig: str | None,
     context: str | None,
     in_cluster: bool,
+    pull_requests: str | None = None,
 ) -> None:
     """Ask `bot.idle` once; only a pass with work imports the pipeline and runs it (`bot.entry` would
     ask again, so the pass is called directly)."""
@@ -69,7 +111,13 @@ def _run(
 
     root = _root()
     opts = BotOptions(
-        push=push, remote=remote, branch=branch, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster
+        push=push,
+        remote=remote,
+        branch=branch,
+        kubeconfig=kubeconfig,
+        context=context,
+        in_cluster=in_cluster,
+        pull_requests=pull_requests,
     )
     report = idle(root, kind, opts)
     if report is None:

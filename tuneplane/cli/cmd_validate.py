@@ -139,5 +139,10 @@ def _budget_problems(lab: "Lab", changed_files: list[str], base: str | None) -> 
     from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.runs import budget  # lazy: only --changed reads the statuses' GPU-hours
 
-    ran = budget.ran_at_base(GitRepo(lab.root), base)
-    return budget.budget_problems(lab, budget.estimates(lab, changed_files, ran), utc_moment())
+    repo = GitRepo(lab.root)
+    ran = budget.ran_at_base(repo, base)
+    author = os.environ.get(budget.AUTHOR_ENV, "").strip() or None  # the workflow's word, never the change's
+    if skipped := budget.person_skipped(lab, author):
+        say.note(skipped)
+    statuses = budget.statuses_at_base(repo, base)  # what was spent: the bot's record, read only for a budget
+    return budget.budget_problems(lab, budget.estimates(lab, changed_files, ran), utc_moment(), author, statuses)

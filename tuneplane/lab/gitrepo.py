@@ -382,12 +382,14 @@ class GitRepo:
             step = steps.pop(0)
             self.fetch_more(f"--deepen={step}" if step else "--unshallow", "--end-of-options", remote, refspec)
 
-    def added_in(self, path: str, remote: str = "origin") -> str:
-        """The newest commit of HEAD's history that added `path` ("" when none did). In a shallow clone
-        the oldest commit it holds seems to add every file: history is fetched until the answer is
-        no such commit (`DEEPEN_STEPS`, then all of it)."""
+    def added_in(self, path: str, remote: str = "origin", first_parent: bool = False) -> str:
+        """The newest commit of HEAD's history that added `path` ("" when none did); `first_parent`: of
+        the branch's own commits (a merge, not the merged branch's commit). In a shallow clone the oldest
+        commit it holds seems to add every file: history is fetched until the answer is no such commit
+        (`DEEPEN_STEPS`, then all of it)."""
+        log = ("log", *(["--first-parent"] if first_parent else []), "--diff-filter=A", "--format=%H", "-1", "--")
         for step in (*DEEPEN_STEPS, 0):
-            found = self.git("log", "--diff-filter=A", "--format=%H", "-1", "--", path)
+            found = self.git(*log, path)
             if not found or found not in self.shallow_roots():
                 return found
             if not self.has_remote(remote):
@@ -396,7 +398,7 @@ class GitRepo:
                     hint="fetch the history (git fetch --unshallow) and run the command again",
                 )
             self.fetch_more(f"--deepen={step}" if step else "--unshallow", "--end-of-options", remote)
-        return self.git("log", "--diff-filter=A", "--format=%H", "-1", "--", path)
+        return self.git(*log, path)
 
     def rebase(self, upstream: str, since: str = "") -> list[str]:
         """Replay local commits onto `upstream` (only those after `since`, when given); returns the

@@ -1,11 +1,13 @@
 """`tuneplane.yaml`: the lab marker and its settings (profiles, images, cluster)."""
 
+import re
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from tuneplane.constants import CANCELLED, FAILED, SUCCEEDED, Phase
 from tuneplane.models.base import LAB_NAME_RE, NAME, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
+from tuneplane.models.run import GITHUB_LOGIN
 
 LAB_API = "tuneplane/project/v1"
 
@@ -319,10 +321,45 @@ class Notify(Strict):
     webhooks: list[Webhook] = Field(default_factory=empty_list, description="Webhooks to post to.")
 
 
+class PeopleBudgets(Strict):
+    """`budgets.people:`: GPU-hours one person may spend in a month. A person is a GitHub login, known only
+    from what no pull request can write: at the gate, the pull request's author as the workflow reports
+    it (`TUNEPLANE_PR_AUTHOR`); in `status/`, the author of the pull request that merged a run's request,
+    which the bot records at submit (`submitted_for`)."""
+
+    monthly_gpu_hours: float | None = Field(
+        None, ge=0, description="GPU-hours each person may spend in a month unless `logins` names them; null: none."
+    )
+    logins: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=empty_dict,
+        description="GPU-hours one person may spend in a month, by GitHub login (any case).",
+    )
+
+    @model_validator(mode="after")
+    def _login_names(self) -> Self:
+        for login in self.logins:
+            if not re.fullmatch(GITHUB_LOGIN, login):
+                raise ValueError(f"logins: {login!r} is not a GitHub login")
+        lowered = [login.lower() for login in self.logins]
+        if len(set(lowered)) != len(lowered):
+            raise ValueError("logins: a login is named twice (GitHub logins ignore case)")
+        return self
+
+    def limit(self, login: str) -> tuple[float, str] | None:
+        """The monthly limit of `login` and the setting that holds it; None: no limit for them."""
+        for name, hours in self.logins.items():
+            if name.lower() == login.lower():
+                return hours, f"budgets.people.logins.{name}"
+        if self.monthly_gpu_hours is None:
+            return None
+        return self.monthly_gpu_hours, "budgets.people.monthly_gpu_hours"
+
+
 class Budgets(Strict):
-    """`budgets:`: GPU-hours a calendar month (UTC) may spend. `tp validate --changed` refuses a change
-    whose new run requests, estimated, would take the month's spending past one; raising a budget is a
-    reviewed change of this file. Spent GPU-hours are the attempts the bot recorded in `status/`."""
+    """`budgets:`: GPU-hours a calendar month (UTC) may spend: the lab's, an experiment's, a person's
+    (`people`). `tp validate --changed` refuses a change whose new run requests, estimated, would take
+    the month's spending past one; raising a budget is a reviewed change of this file. Spent GPU-hours
+    are the attempts the bot recorded in `status/`."""
 
     monthly_gpu_hours: float | None = Field(
         None, ge=0, description="GPU-hours the whole lab may spend in a month; null: no limit."
@@ -331,6 +368,7 @@ class Budgets(Strict):
         default_factory=empty_dict,
         description="GPU-hours one experiment may spend in a month, by experiment name.",
     )
+    people: PeopleBudgets = Field(default_factory=defaults_of(PeopleBudgets))
 
     @model_validator(mode="after")
     def _experiment_limits(self) -> Self:

@@ -111,6 +111,22 @@ class Attempt(Strict):
     object: str = Field("", description="The backend object that ran it (the bot's retries each make one).")
 
 
+# a GitHub login: a user's, or an App's (`dependabot[bot]`)
+GITHUB_LOGIN = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(\[bot\])?"
+
+
+class SubmittedFor(Strict):
+    """Whom the bot submitted a run for: the pull request that merged its request, as the bot's workflow
+    asked GitHub at submit time. The bot writes it; a run request cannot (its `requested_by` is the
+    pull request's own word). Per-person budgets count the run's GPU-hours against `login`."""
+
+    commit: str = Field(description="The commit of the default branch that added the run request.")
+    pull_request: int | None = Field(None, ge=1, description="The pull request that merged that commit.")
+    login: str = Field(
+        "", pattern=rf"^({GITHUB_LOGIN})?$", description="The GitHub login of its author (empty: none known)."
+    )
+
+
 class RunStatus(Strict):
     """`status/<exp>/<run-id>.json`: written by the bot only."""
 
@@ -151,4 +167,7 @@ class RunStatus(Strict):
     attempts: list[Attempt] = Field(default_factory=empty_list, description="Every attempt, oldest first.")
     retry: RetryPolicy | None = Field(
         None, description="The retry policy the run was submitted under (none: the default policy)."
+    )
+    submitted_for: SubmittedFor | None = Field(
+        None, description="The pull request and author the bot submitted the run for (none: not known to the bot)."
     )

@@ -4,31 +4,46 @@
 An estimate is an upper bound where one exists (the request's `timeout`, else its profile's
 `time_limit`: the job is stopped there), else the median GPU-seconds of the experiment's past attempts
 on the same profile, else unknown, said so. Spent GPU-hours are the attempts the bot recorded in
-`status/`, counted by the month each attempt started in, as the dashboard counts them
-(`views.dashboard.gpu_seconds_by_month`, the one place that sums them).
+`status/` at the change's base (which the change can neither edit nor delete), counted by the month
+each attempt started in, as the dashboard counts them (`views.dashboard.attempt_month`).
+
+A person's budget knows them only by what a pull request cannot write: at the gate, the pull request's
+author as the workflow reports it (`AUTHOR_ENV`); in `status/`, the login the bot recorded at submit
+(`submitted_for`, from the pull request that merged the request). A run request's `requested_by` is
+the pull request's own word, and never counts.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tuneplane.check.shapes import ShapeError, parse_profile
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import present
 from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.lab.gittrees import read_blobs
 from tuneplane.lab.load import Lab
-from tuneplane.lab.runs import RunKey, parse_request, status_keys
+from tuneplane.lab.runs import STATUS_DIR, RunKey, parse_request, status_keys
 from tuneplane.lab.yamlio import LoadFailed, read_text
 from tuneplane.models.run import RUN_ID, RunRequest
 from tuneplane.problems import Problem, Severity
-from tuneplane.views.dashboard import attempt_gpu_seconds, attempts_of, gpu_seconds_by_month, read_raw, run_ids
+from tuneplane.views.dashboard import (
+    attempt_gpu_seconds,
+    attempt_month,
+    attempts_of,
+    read_raw,
+    run_ids,
+)
 
 EXCEEDED = "budget-exceeded"
 UNKNOWN = "budget-unknown"
+AUTHOR_ENV = "TUNEPLANE_PR_AUTHOR"  # the pull request's author, as the lab's workflow passes it in
 
 
 @dataclass(frozen=True)
@@ -92,11 +107,16 @@ def _duration(seconds: int) -> str:
 # ── which requests are new ──────────────────────────────────────────────────────────────────────────
 
 
+def base_commit(repo: GitRepo, base: str | None) -> str:
+    """The change's base: `base`, else the merge base with the default branch ("" when there is none)."""
+    return repo.verify_commit(base) if base else repo.default_merge_base()
+
+
 def ran_at_base(repo: GitRepo, base: str | None) -> Callable[[str], bool]:
-    """Whether a status file exists at the change's base (`base`, else the merge base with the default
-    branch): what says a run already ran. A status the change itself adds never does (the bot puts it
-    back), so it can neither hide a new request from the plan nor take it out of the budget."""
-    ref = repo.verify_commit(base) if base else repo.default_merge_base()
+    """Whether a status file exists at the change's base (`base_commit`): what says a run already ran. A
+    status the change itself adds never does (the bot puts it back), so it can neither hide a new
+    request from the plan nor take it out of the budget."""
+    ref = base_commit(repo, base)
     if not ref:
         return lambda rel: present(repo.root / rel)  # no history to compare with: the tree is all there is
     return lambda rel: repo.show(ref, rel) is not None
@@ -171,41 +191,121 @@ def _shown(hours: float | None) -> str:
 # ── the gate ────────────────────────────────────────────────────────────────────────────────────────
 
 
-def spent(root: Path, month: str) -> dict[str, float]:
-    """GPU-hours each experiment spent in `month` (`YYYY-MM`), from the attempts in `status/`."""
-    experiments = sorted({key.experiment for key in status_keys(root)})
-    by_exp = {exp: gpu_seconds_by_month(root, exp).get(month, 0.0) / 3600 for exp in experiments}
-    return {exp: hours for exp, hours in by_exp.items() if hours}
+Statuses = Iterable[tuple[RunKey, dict[str, Any] | None]]  # each run's status as plain JSON
 
 
-def budget_problems(lab: Lab, found: list[Estimate], now: datetime) -> list[Problem]:
+def statuses_in(root: Path) -> Statuses:
+    """The statuses of the work tree."""
+    return ((key, read_raw(root, key)) for key in status_keys(root))
+
+
+def statuses_at_base(repo: GitRepo, base: str | None) -> Iterator[tuple[RunKey, dict[str, Any] | None]]:
+    """The statuses at the change's base (`base_commit`; the work tree's when there is no history): what
+    the bot recorded, which a change can neither edit nor delete. Read when first iterated."""
+    ref = base_commit(repo, base)
+    if not ref:
+        yield from statuses_in(repo.root)
+        return
+    found: dict[str, RunKey] = {}
+    for line in repo.git("ls-tree", "-r", "-z", "--end-of-options", ref, "--", f"{STATUS_DIR}/").split("\0"):
+        meta, _, rel = line.partition("\t")
+        parts = rel.split("/")
+        if rel and meta.split()[1] == "blob" and len(parts) == 3 and RUN_ID.match(parts[2].removesuffix(".json")):
+            found[meta.split()[2]] = RunKey(parts[1], parts[2].removesuffix(".json"))
+    blobs = read_blobs(repo, list(found))
+    yield from ((key, _object(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1]))
+
+
+def _object(data: bytes | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data or b"")
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def spent(statuses: Statuses, month: str, whose: Callable[[RunKey, dict[str, Any] | None], str]) -> dict[str, float]:
+    """GPU-hours spent in `month` (`YYYY-MM`) by the statuses' attempts, each counted in the month it
+    started as the dashboard counts them, summed by `whose` (an experiment, a person; "": nobody's)."""
+    out: dict[str, float] = {}
+    for key, data in statuses:
+        who = whose(key, data)
+        for attempt in attempts_of(data) if who else []:
+            seconds = attempt_gpu_seconds(attempt)
+            if seconds and attempt_month(attempt, key.run_id) == month:
+                out[who] = out.get(who, 0.0) + seconds / 3600
+    return out
+
+
+def by_experiment(key: RunKey, _data: dict[str, Any] | None) -> str:
+    return key.experiment
+
+
+def by_person(_key: RunKey, data: dict[str, Any] | None) -> str:
+    """The login a run was submitted for, lower case ("" when the bot recorded none)."""
+    return submitted_login(data)
+
+
+def submitted_login(data: dict[str, Any] | None) -> str:
+    """The login a status's run was submitted for, lower case ("" when the bot recorded none)."""
+    owner = (data or {}).get("submitted_for")
+    login = owner.get("login") if isinstance(owner, dict) else None
+    return login.lower() if isinstance(login, str) else ""
+
+
+def person_skipped(lab: Lab, author: str | None) -> str:
+    """The one line said when per-person budgets are set but the change's author is not known."""
+    people = lab.config.budgets.people
+    if author or (people.monthly_gpu_hours is None and not people.logins):
+        return ""
+    return (
+        f"budgets.people not checked: ${AUTHOR_ENV} is not set (the lab's workflow sets it to the pull "
+        "request's author; a change made here has none)"
+    )
+
+
+def budget_problems(
+    lab: Lab, found: list[Estimate], now: datetime, author: str | None = None, statuses: Statuses | None = None
+) -> list[Problem]:
     """Rule `budget-exceeded` for each budget this change's estimates take past this month's limit, and
-    `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set."""
+    `budget-unknown` (a warning) for each new request whose estimate is unknown, when a budget is set.
+    `author` is the change's author as the workflow reports it (without one no person's budget is
+    checked); what was spent is counted from `statuses` (default: the work tree's), read only when a
+    budget is set."""
     budgets = lab.config.budgets
-    if budgets.monthly_gpu_hours is None and not budgets.experiments:
+    person = budgets.people.limit(author) if author else None
+    if budgets.monthly_gpu_hours is None and not budgets.experiments and person is None:
         return []
     month = now.strftime("%Y-%m")
-    used = spent(lab.root, month)
+    recorded = list(statuses_in(lab.root) if statuses is None else statuses)
+    used = spent(recorded, month, by_experiment)
     problems = [_unknown(e) for e in found if e.hours is None]
     if budgets.monthly_gpu_hours is not None:
         problems += _over(month, sum(used.values()), found, budgets.monthly_gpu_hours, "budgets.monthly_gpu_hours")
     for exp, limit in sorted(budgets.experiments.items()):
         mine = [e for e in found if e.experiment == exp]
         problems += _over(month, used.get(exp, 0.0), mine, limit, f"budgets.experiments.{exp}")
+    if person is not None and author:
+        theirs = spent(recorded, month, by_person).get(author.lower(), 0.0)
+        problems += _over(month, theirs, found, *person, who=author)
     return problems
 
 
-def _over(month: str, used: float, found: list[Estimate], limit: float, setting: str) -> list[Problem]:
+def _over(month: str, used: float, found: list[Estimate], limit: float, setting: str, who: str = "") -> list[Problem]:
     adding = total(found)
     if adding <= 0 or used + adding <= limit:
         return []
     requests = ", ".join(f"{e.rel} {_shown(e.hours)} ({e.how})" for e in found if e.hours)
+    by = f" by {who}, this pull request's author," if who else ""
     message = (
-        f"this change would pass {setting} {limit:g}: {used:,.2f} GPU-hours spent in {month} + "
+        f"this change would pass {setting} {limit:g}: {used:,.2f} GPU-hours spent{by} in {month} + "
         f"{adding:,.2f} estimated for this change = {used + adding:,.2f} (new: {requests})"
     )
+    raise_it = f"raise {setting}"
+    if who and setting == "budgets.people.monthly_gpu_hours":  # everyone's: one person gets their own instead
+        raise_it = f"give {who} a budget of their own (budgets.people.logins.{who})"
     hint = (
-        f"raise {setting} in tuneplane.yaml in a reviewed change, give the request a shorter `timeout:` "
+        f"{raise_it} in tuneplane.yaml in a reviewed change, give the request a shorter `timeout:` "
         "(tp submit --timeout), or wait for next month"
     )
     rel = next(e.rel for e in found if e.hours)

@@ -10,7 +10,8 @@ pages (`status/demo/NOTES.md`); the pages and the ledger that `tp submit --local
 Failing: `status/demo/<run>.json` of a run the bot submitted, edited (`"phase": "Succeeded"` →
 `"Failed"`, changed metrics) or deleted while its request stays; a new status that names a Kubernetes
 Job or a Slurm job (only the bot submits there), names no backend, or has no request; a status whose
-`experiment` and `run_id` are not its path.
+`experiment` and `run_id` are not its path; a status that writes `submitted_for` (whom the bot
+submitted the run for, which per-person budgets count).
 
 `tp validate --changed` runs it on the statuses changed since `--base` (default: the merge base with
 the default branch), the work tree and untracked files included. Which runs are the bot's comes from
@@ -32,6 +33,7 @@ from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.problems import Problem
 
 RULE = "status-owned"
+OWNER = "submitted_for"  # whom the bot submitted a run for: per-person budgets count it
 HINT = (
     "status/ is the bot's: drop this change (git checkout <base> -- FILE); to change a run, edit its "
     "request (`cancel: true`) or submit a new one with tp submit"
@@ -97,6 +99,16 @@ def _check_one(lab: Lab, change: StatusChange) -> Iterator[Problem]:
             _first_change(before or "", data),
             RULE,
             f"{rel} is the status of a run the bot submitted: only the bot writes it",
+            hint=HINT,
+        )
+        return
+    old = _object(before or "") or {}
+    if data.get(OWNER) is not None and data.get(OWNER) != old.get(OWNER):
+        yield doc.problem(
+            f"/{OWNER}",
+            RULE,
+            f"{rel} says whom the run was submitted for (`{OWNER}`): only the bot records that, from the "
+            "pull request that merged the request, and per-person budgets count it",
             hint=HINT,
         )
         return
