@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from tuneplane.backends.factory import backend_kind
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.runs import STATUS_DIR, RunKey
@@ -84,14 +85,15 @@ def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
     is a forgery, reported and ignored."""
     backend = data.get("backend")
     where = backend.get("backend") if isinstance(backend, dict) else None
+    here = where is None or backend_kind(str(where)).runs_here
     misnamed = (data.get("experiment"), data.get("run_id")) != (key.experiment, key.run_id)
     owner = data.get("submitted_for")  # whom the bot submitted a run for: per-person budgets count it
-    if where in (None, "local") and not misnamed and owner is None:
+    if here and not misnamed and owner is None:
         return True
-    if owner is not None and where in (None, "local") and not misnamed:
+    if owner is not None and here and not misnamed:
         who = owner.get("login") if isinstance(owner, dict) else owner
         claim = f"says the bot submitted it for {who!r}"
-    elif isinstance(backend, dict) and where != "local":
+    elif isinstance(backend, dict) and not here:
         claim = f"names {where} object {backend.get('name')!r}"
     else:
         claim = f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
