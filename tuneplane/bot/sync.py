@@ -46,9 +46,11 @@ from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.localrun import stored_series
 from tuneplane.runs.observe import (
     BOT_DECIDED,
+    Overrun,
     apply_observation,
     backend_ref,
     elsewhere,
+    overrun,
     reopened,
     with_artifacts,
     with_metrics,
@@ -227,13 +229,27 @@ def _observed(
     now = utc_now()
     obs = _observation(backend, ref)
     if status.phase not in TERMINAL:
-        return apply_observation(status, obs, now, retry=True, lost_after=lost_after)
+        over = _stopped(backend, ref, overrun(status, obs, now))
+        return apply_observation(status, obs, now, retry=True, lost_after=lost_after, over=over)
     again = reopened(status, obs, now, retry=True)  # a later attempt: the run is not over
     if again is not None:
         return again
     if obs.phase in TERMINAL or status.reason in BOT_DECIDED:  # it ended: stop watching it
         batch.ledger.active.pop(str(key), None)
     return None
+
+
+def _stopped(backend: Backend, ref: BackendRef, over: Overrun | None) -> Overrun | None:
+    """An engine going on past the run's retry policy, stopped the way `cancel: true` stops a job (so
+    nothing is left holding GPUs); when the stop fails the run is not ended: `over` says why, and the
+    next sync, which sees the engine go on still, tries again."""
+    if over is None:
+        return None
+    try:
+        backend.cancel(ref)
+    except BackendError as exc:
+        return replace(over, outcome=f"stopping it failed ({exc}); the next sync tries again")
+    return replace(over, stopped=True)
 
 
 def _heartbeat(
