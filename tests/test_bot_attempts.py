@@ -23,6 +23,7 @@ from tuneplane.lab.runs import RunKey, mark_cancel, read_status, write_request
 from tuneplane.models.base import RetryPolicy
 from tuneplane.plan.names import attempt_name, object_name
 from tuneplane.record.ledger import LEDGER
+from tuneplane.runs.observe import observe_run
 
 RUN = "20250102-100000-00000a"
 KEY = RunKey("demo", RUN)
@@ -326,6 +327,9 @@ def test_an_engine_requeue_past_a_budget_of_two_is_stopped_across_a_bot_restart(
     git(bot, "push", "-q", "origin", "HEAD")
     restarted = clone(Path(git(bot, "remote", "get-url", "origin").strip()), tmp_path / "restarted")
     engine.says[FIRST] = requeued(first, attempt(2, "10:31:00", "11:00:00", "Preempted"))
+    looked = observe_run(engine, read_status(restarted, KEY), utc_now())  # `tp job status`: it only looks
+    assert (looked.phase, engine.cancelled) == ("Pending", [])
+    assert "the retry budget is spent: `tp bot sync` stops the job" in looked.message
     passes(restarted, engine)
     passes(restarted, engine)
 
