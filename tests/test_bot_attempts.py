@@ -382,3 +382,29 @@ def test_an_engine_that_goes_on_after_an_error_is_stopped_once_the_stop_goes_thr
     assert "the job was stopped" in status.message and line in status.message
     assert [(a.number, a.reason) for a in status.attempts] == [(1, "Error"), (2, "Cancelled")]
     assert engine.cancelled == [FIRST] and engine.creations == {FIRST: 1}
+
+
+def test_an_engine_that_restarts_a_run_recorded_ended_past_its_policy_is_stopped_not_reopened(tmp_path: Path) -> None:
+    """The bot recorded attempt 1's `Error` as the run's end; the engine (which may requeue after an end)
+    then starts attempt 2 by itself. `Error` is not retried: the job is stopped at that sync, and the run
+    stays ended, now by the bot's decision."""
+    bot, engine = lab(tmp_path, RetryPolicy(backoff_seconds=0)), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    ended = utc_now()  # just now: the bot still watches for the engine's requeue
+    first = AttemptReport(
+        number=1, started_at="2025-01-02T10:00:00Z", finished_at=ended, reason="Error", message="boom"
+    )
+    engine.says[FIRST] = Observation("Failed", reason="Error", attempts=(first,))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+    assert (read_status(bot, KEY).phase, read_status(bot, KEY).reason) == ("Failed", "Error")
+
+    engine.says[FIRST] = Observation("Running", attempts=(first, attempt(2, "10:25:00")))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Failed", "RetriesExhausted")
+    assert "attempt 1 ended Error, which the retry policy does not retry" in status.message
+    assert "the engine started attempt 2 itself" in status.message and "the job was stopped" in status.message
+    assert engine.cancelled == [FIRST]
+    sync(bot, backends=lambda _n: engine, echo=quiet)  # the bot's decision: never reopened, stopped once
+    assert read_status(bot, KEY).phase == "Failed" and engine.cancelled == [FIRST]
