@@ -276,6 +276,44 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
     _assert_gpu_seconds(status_of(root, "resumes", run_id), gpus=2, attempts=2)
 
 
+def test_requeues_past_the_retry_budget_are_stopped_by_the_bot(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """`retry: {attempts: 2}` and Slurm's `--requeue`: the first requeue starts attempt 2 untouched; the
+    second (held, so that attempt 3 cannot start before the bot looks) is past the budget: the bot's sync
+    cancels the job in Slurm, then records the run ended."""
+    from tuneplane.bot.entry import sync
+
+    root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
+    path = root / "tuneplane.yaml"
+    path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    requeue: true\n"))
+    git(root, "commit", "-qam", "let Slurm requeue")
+    run_id = "20250103-130000-000001"
+    request_run(root, "sleeps", run_id, "gpu:1", retry={"attempts": 2})
+    ref = _submit(root, [("sleeps", run_id)])[run_id]
+    backend = _backend(slurm_cluster)
+    queued = ("squeue", "--noheader", "--format=%i %T", f"--jobs={ref.uid}")
+    _until(lambda: _started(ref), bool, 60, "attempt 1 never ran")
+
+    slurm_cluster.command("scontrol", "requeue", ref.uid)
+    _until(lambda: _started(ref, 2), bool, 90, "attempt 2 never started")
+    sync(root, echo=quiet)
+    status = status_of(root, "sleeps", run_id)
+    assert (status["phase"], [a["reason"] for a in status["attempts"]]) == ("Running", ["Preempted", ""]), status
+    assert ref.uid in slurm_cluster.command(*queued, check=False)  # within the budget: left running
+
+    slurm_cluster.command("scontrol", "requeuehold", ref.uid)
+    _until(lambda: backend.observe(ref), lambda o: o.reason == "REQUEUED" and len(o.attempts) == 2, 60, "not held")
+    sync(root, echo=quiet)
+
+    status = status_of(root, "sleeps", run_id)
+    assert (status["phase"], status["reason"]) == ("Failed", "RetriesExhausted"), status
+    assert [(a["number"], a["reason"]) for a in status["attempts"]] == [(1, "Preempted"), (2, "Preempted")]
+    assert "attempt 2 of 2 ended Preempted; the engine requeued it, but the retry budget is spent" in status["message"]
+    assert "the job was stopped" in status["message"]
+    _until(lambda: slurm_cluster.command(*queued, check=False).strip(), lambda out: out == "", 60, "still queued")
+    ended = backend.observe(ref)
+    assert ended.phase == "Cancelled", ended  # stopped by the bot's scancel, as `cancel: true` stops it
+
+
 def test_a_killed_slurmd_fails_the_run_with_node_failure(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
     run_id = "20250103-120000-000001"

@@ -23,6 +23,7 @@ from tuneplane.lab.runs import RunKey, mark_cancel, read_status, write_request
 from tuneplane.models.base import RetryPolicy
 from tuneplane.plan.names import attempt_name, object_name
 from tuneplane.record.ledger import LEDGER
+from tuneplane.runs.observe import observe_run
 
 RUN = "20250102-100000-00000a"
 KEY = RunKey("demo", RUN)
@@ -39,6 +40,7 @@ class Engine:
         self.says: dict[str, Observation] = {}
         self.cancelled: list[str] = []
         self.down = False  # the engine's controller does not answer
+        self.refusals = 0  # cancels that fail before one succeeds
 
     def submit(self, req: SubmitRequest) -> BackendRef:
         if req.object_name not in self.env:
@@ -55,6 +57,9 @@ class Engine:
         return iter(())
 
     def cancel(self, ref: BackendRef) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise BackendError("scancel 7 failed (1): Unable to contact slurm controller")
         self.cancelled.append(ref.name)
 
 
@@ -299,3 +304,107 @@ def test_a_local_run_of_another_machine_silent_past_lost_after_is_lost(tmp_path:
     status = read_status(bot, KEY)
     assert (status.phase, status.attempts[-1].reason) == ("Failed", "Lost")
     assert "no heartbeat for more than 900 s (last: 2025-01-02T10:00:00Z)" in status.message
+
+
+def requeued(*attempts: AttemptReport) -> Observation:
+    """What an engine that requeued the job itself says (Slurm's `--requeue`, a Kueue re-admission): the
+    object is under way again, its attempts so far ended, the next one not started yet."""
+    return Observation("Running", reason="REQUEUED", message="Slurm requeued the job", attempts=attempts)
+
+
+def test_an_engine_requeue_past_a_budget_of_two_is_stopped_across_a_bot_restart(tmp_path: Path) -> None:
+    bot, engine = lab(tmp_path, RetryPolicy(attempts=2, backoff_seconds=0)), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    first = attempt(1, "10:00:00", "10:30:00", "Preempted")
+    engine.says[FIRST] = requeued(first)
+    passes(bot, engine)
+    assert (read_status(bot, KEY).phase, read_status(bot, KEY).reason) == ("Pending", "REQUEUED")
+    engine.says[FIRST] = Observation("Running", attempts=(first, attempt(2, "10:31:00")))
+    passes(bot, engine)
+    assert (read_status(bot, KEY).phase, len(read_status(bot, KEY).attempts), engine.cancelled) == ("Running", 2, [])
+
+    # a new bot (a fresh CI runner: only what was committed and pushed) sees the engine requeue attempt 2
+    git(bot, "push", "-q", "origin", "HEAD")
+    restarted = clone(Path(git(bot, "remote", "get-url", "origin").strip()), tmp_path / "restarted")
+    engine.says[FIRST] = requeued(first, attempt(2, "10:31:00", "11:00:00", "Preempted"))
+    looked = observe_run(engine, read_status(restarted, KEY), utc_now())  # `tp job status`: it only looks
+    assert (looked.phase, engine.cancelled) == ("Pending", [])
+    assert "the retry budget is spent: `tp bot sync` stops the job" in looked.message
+    passes(restarted, engine)
+    passes(restarted, engine)
+
+    status = read_status(restarted, KEY)
+    assert (status.phase, status.reason) == ("Failed", "RetriesExhausted")
+    assert [(a.number, a.reason) for a in status.attempts] == [(1, "Preempted"), (2, "Preempted")]
+    assert "attempt 2 of 2 ended Preempted; the engine requeued it, but the retry budget is spent" in status.message
+    assert "the job was stopped" in status.message
+    assert status.finished_at == "2025-01-02T11:00:00Z"
+    assert engine.cancelled == [FIRST] and engine.creations == {FIRST: 1}
+
+
+def test_engine_requeues_within_the_budget_go_on_untouched(tmp_path: Path) -> None:
+    bot, engine = lab(tmp_path, RetryPolicy(attempts=3, backoff_seconds=0)), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    ended = (attempt(1, "10:00:00", "10:30:00", "Preempted"), attempt(2, "10:31:00", "11:00:00", "NodeFailure"))
+    for says in (
+        requeued(ended[0]),
+        requeued(*ended),
+        Observation("Running", attempts=(*ended, attempt(3, "11:05:00"))),
+    ):
+        engine.says[FIRST] = says
+        passes(bot, engine)
+    status = read_status(bot, KEY)
+    assert (status.phase, [a.number for a in status.attempts]) == ("Running", [1, 2, 3])
+    assert engine.cancelled == [] and engine.creations == {FIRST: 1}
+
+
+def test_an_engine_that_goes_on_after_an_error_is_stopped_once_the_stop_goes_through(tmp_path: Path) -> None:
+    """`Error` is not in the default `retry.on`: an engine that starts another attempt after one (here it
+    already runs) is stopped. The first stop fails: the run is not ended before the job is stopped."""
+    bot, engine = lab(tmp_path, RetryPolicy(backoff_seconds=0)), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    line = "ValueError: learning_rate must be positive, got -0.1"
+    engine.says[FIRST] = Observation(
+        "Running", attempts=(attempt(1, "10:00:00", "10:01:00", "Error", line), attempt(2, "10:02:00"))
+    )
+    engine.refusals = 1
+    passes(bot, engine)
+    status = read_status(bot, KEY)
+    assert status.phase == "Running" and engine.cancelled == []
+    assert "stopping it failed (scancel 7 failed (1): Unable to contact slurm controller)" in status.message
+    assert "the next sync tries again" in status.message
+
+    passes(bot, engine)
+    passes(bot, engine)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Failed", "RetriesExhausted")
+    assert "attempt 1 ended Error, which the retry policy does not retry" in status.message
+    assert "the job was stopped" in status.message and line in status.message
+    assert [(a.number, a.reason) for a in status.attempts] == [(1, "Error"), (2, "Cancelled")]
+    assert engine.cancelled == [FIRST] and engine.creations == {FIRST: 1}
+
+
+def test_an_engine_that_restarts_a_run_recorded_ended_past_its_policy_is_stopped_not_reopened(tmp_path: Path) -> None:
+    """The bot recorded attempt 1's `Error` as the run's end; the engine (which may requeue after an end)
+    then starts attempt 2 by itself. `Error` is not retried: the job is stopped at that sync, and the run
+    stays ended, now by the bot's decision."""
+    bot, engine = lab(tmp_path, RetryPolicy(backoff_seconds=0)), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    ended = utc_now()  # just now: the bot still watches for the engine's requeue
+    first = AttemptReport(
+        number=1, started_at="2025-01-02T10:00:00Z", finished_at=ended, reason="Error", message="boom"
+    )
+    engine.says[FIRST] = Observation("Failed", reason="Error", attempts=(first,))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+    assert (read_status(bot, KEY).phase, read_status(bot, KEY).reason) == ("Failed", "Error")
+
+    engine.says[FIRST] = Observation("Running", attempts=(first, attempt(2, "10:25:00")))
+    sync(bot, backends=lambda _n: engine, echo=quiet)
+
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Failed", "RetriesExhausted")
+    assert "attempt 1 ended Error, which the retry policy does not retry" in status.message
+    assert "the engine started attempt 2 itself" in status.message and "the job was stopped" in status.message
+    assert engine.cancelled == [FIRST]
+    sync(bot, backends=lambda _n: engine, echo=quiet)  # the bot's decision: never reopened, stopped once
+    assert read_status(bot, KEY).phase == "Failed" and engine.cancelled == [FIRST]

@@ -47,9 +47,11 @@ from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.localrun import stored_series
 from tuneplane.runs.observe import (
     BOT_DECIDED,
+    Overrun,
     apply_observation,
     backend_ref,
     elsewhere,
+    overrun,
     reopened,
     with_artifacts,
     with_metrics,
@@ -135,7 +137,7 @@ def _sync_one(
         return
     if awaiting_metrics(batch.ledger.active.get(str(key), "")) and status.phase in TERMINAL:
         # it ended: its metrics may be left to read, and its engine may yet start a later attempt
-        new: RunStatus | None = reopened(status, _observation(backend, ref), utc_now(), retry=True) or status
+        new: RunStatus | None = _reopened(backend, ref, status, _observation(backend, ref), utc_now()) or status
     else:
         new = _observed(batch, backend, ref, key, status, lost_after)
     if new is None:
@@ -229,13 +231,37 @@ def _observed(
     now = utc_now()
     obs = _observation(backend, ref)
     if status.phase not in TERMINAL:
-        return apply_observation(status, obs, now, retry=True, lost_after=lost_after)
-    again = reopened(status, obs, now, retry=True)  # a later attempt: the run is not over
+        over = _stopped(backend, ref, overrun(status, obs, now))
+        return apply_observation(status, obs, now, retry=True, lost_after=lost_after, over=over)
+    again = _reopened(backend, ref, status, obs, now)  # a later attempt: the run is not over
     if again is not None:
         return again
     if obs.phase in TERMINAL or status.reason in BOT_DECIDED:  # it ended: stop watching it
         batch.ledger.active.pop(str(key), None)
     return None
+
+
+def _reopened(backend: Backend, ref: BackendRef, status: RunStatus, obs: Observation, now: str) -> RunStatus | None:
+    """`reopened`: a run recorded ended that its engine shows going again; when it goes on past the run's
+    retry policy it is stopped at once (see `_stopped`) and ends by the bot's decision."""
+    again = reopened(status, obs, now, retry=True)
+    if again is None:
+        return None
+    over = _stopped(backend, ref, overrun(again, obs, now))
+    return again if over is None else apply_observation(again, obs, now, retry=True, over=over)
+
+
+def _stopped(backend: Backend, ref: BackendRef, over: Overrun | None) -> Overrun | None:
+    """An engine going on past the run's retry policy, stopped the way `cancel: true` stops a job (so
+    nothing is left holding GPUs); when the stop fails the run is not ended: `over` says why, and the
+    next sync, which sees the engine go on still, tries again."""
+    if over is None:
+        return None
+    try:
+        backend.cancel(ref)
+    except BackendError as exc:
+        return replace(over, outcome=f"stopping it failed ({exc}); the next sync tries again")
+    return replace(over, stopped=True)
 
 
 def _heartbeat(

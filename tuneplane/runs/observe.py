@@ -8,11 +8,16 @@ answer (`Unknown` keeps the phase). Within one attempt phases only move forward 
 Running → an end, steps may be skipped), so a backend that cannot tell attempts apart and reports a
 stale phase (two bots a moment apart) changes nothing. A status the bot wrote terminal stays so here;
 `reopened` is the one way back, for a run its engine shows running again.
+
+The engine's own next attempts (Slurm's requeue, a replaced pod, a Kueue re-admission) count against the
+run's retry policy as the bot's do: one the policy does not allow is an `Overrun` (`overrun`), and the
+bot stops the engine's object before it records the run ended (see `tuneplane.bot.sync`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,17 +100,77 @@ def backend_object(ref: BackendRef) -> BackendObject:
     return BackendObject(backend=ref.backend, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid)
 
 
+@dataclass(frozen=True)
+class Overrun:
+    """The engine going on with a run past its retry policy: after `attempt` ended, it requeued the job,
+    replaced its pods or re-admitted it by itself, and the policy allows no attempt after that one."""
+
+    attempt: Attempt  # the last attempt the run may have
+    why: str  # which attempt ended how, of how many, and what the engine did
+    stopped: bool = False  # the engine's object was stopped (as `cancel: true` stops it)
+    outcome: str = "`tp bot sync` stops the job"  # what became of it, when not stopped
+
+
+def overrun(status: RunStatus, obs: Observation, now: str) -> Overrun | None:
+    """The ended attempt the engine goes on after although the run's retry policy allows no attempt after
+    it; None when the engine is not going on or may. The count is the status's attempts with what the
+    engine says, so it never resets."""
+    if obs.phase not in UNDER_WAY or not obs.attempts:
+        return None
+    current = status.backend.name if status.backend else ""
+    mine = [a for a in merged_attempts(status, obs, now) or [] if a.object in (current, "")]
+    policy = status.retry or RetryPolicy()
+    for index, attempt in enumerate(mine):
+        followed = index + 1 < len(mine)
+        if attempt.reason and not _may_go_on(attempt, followed, policy):
+            return Overrun(attempt, _overrun_words(attempt, followed, policy))
+    return None
+
+
+def _may_go_on(attempt: Attempt, followed: bool, policy: RetryPolicy) -> bool:
+    """Whether the policy allows an attempt after `attempt` (ended): its number is below `retry.attempts`
+    and its reason is in `retry.on`, a requeue with no other cause (it completed) counting as `Preempted`.
+    Before the engine's next attempt is in sight, only a requeue past the budget counts: an attempt that
+    completed or failed while its object is under way for a moment more (a pod's end before its Job's)
+    is no requeue, and the next look decides."""
+    if not followed:
+        return attempt.reason not in policy.on or attempt.number < policy.attempts
+    counted = "Preempted" if attempt.reason == "Completed" else attempt.reason
+    return attempt.number < policy.attempts and counted in policy.on
+
+
+def _overrun_words(attempt: Attempt, followed: bool, policy: RetryPolicy) -> str:
+    went_on = f"the engine started attempt {attempt.number + 1} itself" if followed else "the engine requeued it"
+    if attempt.number >= policy.attempts:
+        return (
+            f"attempt {attempt.number} of {policy.attempts} ended {attempt.reason}; {went_on}, "
+            "but the retry budget is spent"
+        )
+    return (
+        f"attempt {attempt.number} ended {attempt.reason}, which the retry policy does not retry "
+        f"(retry.on: {', '.join(policy.on)}); {went_on}"
+    )
+
+
 def apply_observation(
-    status: RunStatus, obs: Observation, now: str, *, retry: bool = False, lost_after: float | None = None
+    status: RunStatus,
+    obs: Observation,
+    now: str,
+    *,
+    retry: bool = False,
+    lost_after: float | None = None,
+    over: Overrun | None = None,
 ) -> RunStatus:
     """The status after `obs`: its attempts recorded, the phase from the newest one. Unknown keeps the
     phase (the message says why); a terminal status is left as it is. With `retry` (the bot), a failed
     attempt the run's retry policy covers leaves the run Pending for the bot's next attempt, and one
     that spent the budget ends it `RetriesExhausted`. With `lost_after`, a run only another machine
-    can see whose last heartbeat is older than that many seconds ends with a `Lost` attempt."""
+    can see whose last heartbeat is older than that many seconds ends with a `Lost` attempt. With `over`
+    (see `overrun`), the run ends `RetriesExhausted` once its object was stopped; until then the message
+    says why and what became of the stop."""
     if status.phase in TERMINAL:
         return status
-    return _fold(status, obs, now, retry, lost_after)
+    return _fold(status, obs, now, retry, lost_after, over)
 
 
 def reopened(status: RunStatus, obs: Observation, now: str, *, retry: bool = False) -> RunStatus | None:
@@ -134,7 +199,14 @@ def reopened(status: RunStatus, obs: Observation, now: str, *, retry: bool = Fal
     )
 
 
-def _fold(status: RunStatus, obs: Observation, now: str, retry: bool, lost_after: float | None) -> RunStatus:
+def _fold(
+    status: RunStatus,
+    obs: Observation,
+    now: str,
+    retry: bool,
+    lost_after: float | None,
+    over: Overrun | None = None,
+) -> RunStatus:
     if obs.phase not in PHASE_RANK:
         if lost_after is not None and obs.reason == NO_HEARTBEAT and _silent(status, obs, now, lost_after):
             return _fold(status, _lost(status, obs, now, lost_after), now, retry, None)
@@ -142,8 +214,14 @@ def _fold(status: RunStatus, obs: Observation, now: str, retry: bool, lost_after
     attempts = merged_attempts(status, obs, now)
     if attempts is None:
         return status  # a report-less backend's stale phase: the same attempt never goes back
+    if over is not None and over.stopped:
+        attempts = _stopped_attempts(attempts, over, now)
+        phase, reason, message = FAILED, RETRIES_SPENT, _stopped_words(over)
+    else:
+        phase, reason, message = _verdict(status, obs, attempts[-1], retry)
+        if over is not None:
+            message = f"{message}\n{over.why}: {over.outcome}" if message else f"{over.why}: {over.outcome}"
     newest = attempts[-1]
-    phase, reason, message = _verdict(status, obs, newest, retry)
     changes: dict[str, Any] = {"reason": reason, "message": _clip(message), "attempts": attempts}
     first = attempts[0].started_at or obs.started_at
     if first and not status.started_at:
@@ -203,6 +281,34 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
         f"{policy.backoff_seconds} s after it ended"
     )
     return PENDING, RETRY_WAIT, f"{why}\n{note}" if why else note
+
+
+def _stopped_attempts(attempts: list[Attempt], over: Overrun, now: str) -> list[Attempt]:
+    """The run's attempts once the engine's object was stopped: those past `over.attempt` that never
+    started are none of the run's; one that started (the engine ran it between two looks) held its GPUs
+    until the stop, and ended `Cancelled` by it."""
+    kept = [a for a in attempts if a.number <= over.attempt.number or a.started_at]
+    return [
+        a
+        if a.number <= over.attempt.number or a.reason
+        else a.model_copy(
+            update={
+                "reason": CANCELLED,
+                "finished_at": now,
+                "message": "stopped by tp: past the run's retry policy",
+                "gpu_seconds": gpu_seconds(a.gpus, a.started_at, now),
+            }
+        )
+        for a in kept
+    ]
+
+
+def _stopped_words(over: Overrun) -> str:
+    """Why a run whose engine went on past its retry policy ended: what the engine did, that the job was
+    stopped, and the ended attempt's own words."""
+    head = f"{over.why}: the job was stopped (retry: in the run request, its profile or tuneplane.yaml sets the policy)"
+    said = over.attempt.message
+    return f"{head}\n{said}" if said else head
 
 
 def _why(said: str, engine: str) -> str:
@@ -346,7 +452,7 @@ def observe_run(backend: Backend, status: RunStatus, now: str) -> RunStatus:
         obs = backend.observe(ref)
     except BackendError as exc:
         return status.model_copy(update={"message": _clip(f"could not observe the run: {exc}")})
-    return apply_observation(status, obs, now)
+    return apply_observation(status, obs, now, over=overrun(status, obs, now))  # only looks: the bot stops it
 
 
 def with_metrics(
