@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers_git import clone, git, make_remote, quiet, request, seed_lab, tp_run
 
 from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, BackendError, BackendRef, Observation, SubmitRequest
@@ -61,6 +63,9 @@ class Engine:
             self.refusals -= 1
             raise BackendError("scancel 7 failed (1): Unable to contact slurm controller")
         self.cancelled.append(ref.name)
+        # as an engine does: a stopped object reads cancelled from then on
+        said = self.says.get(ref.name, Observation("Pending", reason="Queued"))
+        self.says[ref.name] = replace(said, phase="Cancelled", reason="Cancelled")
 
 
 def _env(node: Any) -> Iterator[tuple[str, str]]:
@@ -408,3 +413,29 @@ def test_an_engine_that_restarts_a_run_recorded_ended_past_its_policy_is_stopped
     assert engine.cancelled == [FIRST]
     sync(bot, backends=lambda _n: engine, echo=quiet)  # the bot's decision: never reopened, stopped once
     assert read_status(bot, KEY).phase == "Failed" and engine.cancelled == [FIRST]
+
+
+def test_a_requeue_after_the_bot_ended_the_run_at_its_budget_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm requeues a job after a node failure that the bot already recorded as the budget's last
+    attempt: the bot keeps looking at such a run for a while, and stops the engine's next attempt."""
+    monkeypatch.setattr("tuneplane.bot.sync.REQUEUE_WATCH", 10**9)  # the attempts' clock is in 2025
+    bot, engine = lab(tmp_path, RetryPolicy(attempts=2, backoff_seconds=0)), Engine()
+    reconcile(bot, backends=lambda _n: engine, echo=quiet)
+    second = attempt_name(FIRST, 2)
+    engine.says[FIRST] = Observation("Failed", attempts=(attempt(1, "10:00:00", "10:30:00", "Preempted"),))
+    passes(bot, engine)
+    engine.says[second] = Observation("Failed", attempts=(attempt(2, "10:31:00", "11:01:00", "NodeFailure"),))
+    passes(bot, engine)
+    assert read_status(bot, KEY).reason == "RetriesExhausted" and engine.cancelled == []
+
+    engine.says[second] = Observation(
+        "Running", attempts=(attempt(2, "10:31:00", "11:01:00", "NodeFailure"), attempt(3, "11:05:00"))
+    )
+    passes(bot, engine)
+    status = read_status(bot, KEY)
+    assert engine.cancelled == [second]
+    assert (status.phase, status.reason) == ("Failed", "RetriesExhausted")
+    assert "the job was stopped" in status.message
+    assert engine.creations == {FIRST: 1, second: 1}

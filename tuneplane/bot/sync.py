@@ -36,7 +36,7 @@ from tuneplane.backends.base import (
     Requeues,
 )
 from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
-from tuneplane.constants import INGEST_SECRET_ENV, TERMINAL, UNKNOWN, epoch_of, utc_now, wire_second
+from tuneplane.constants import INGEST_SECRET_ENV, RUNNING, TERMINAL, UNKNOWN, epoch_of, utc_now, wire_second
 from tuneplane.errors import UsageError
 from tuneplane.lab.heartbeats import PublishedHeartbeats
 from tuneplane.lab.load import Lab
@@ -47,6 +47,8 @@ from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.localrun import stored_series
 from tuneplane.runs.observe import (
     BOT_DECIDED,
+    CANCEL_REQUESTED,
+    RETRIES_SPENT,
     Overrun,
     apply_observation,
     backend_ref,
@@ -146,12 +148,13 @@ def _sync_one(
     late = new.phase in TERMINAL and metrics.unreachable and not isinstance(backend, HasMetrics)
     _record(batch, report, echo, status, new, held)
     # A backend whose engine may requeue a job after its end was recorded (`requeues`: Slurm after a node
-    # failure) may show a later attempt yet: a run that ended by itself is looked at again for a while.
+    # failure) may show a later attempt yet: a run that ended by itself, or at its retry budget, is looked
+    # at again for a while (a requeue past the budget is then stopped); a cancel is not.
     watch = (
         isinstance(backend, Requeues)
         and backend.requeues
         and new.phase in TERMINAL
-        and new.reason not in BOT_DECIDED
+        and new.reason != CANCEL_REQUESTED
         and not _past(new.finished_at, REQUEUE_WATCH)
     )
     if (late and not _past(new.finished_at, PATIENCE)) or watch:
@@ -244,11 +247,25 @@ def _observed(
 def _reopened(backend: Backend, ref: BackendRef, status: RunStatus, obs: Observation, now: str) -> RunStatus | None:
     """`reopened`: a run recorded ended that its engine shows going again; when it goes on past the run's
     retry policy it is stopped at once (see `_stopped`) and ends by the bot's decision."""
+    if status.reason == RETRIES_SPENT:  # ended at its budget: an engine requeue after that is stopped
+        return _stopped_after_budget(backend, ref, status, obs, now)
     again = reopened(status, obs, now, retry=True)
     if again is None:
         return None
     over = _stopped(backend, ref, overrun(again, obs, now))
     return again if over is None else apply_observation(again, obs, now, retry=True, over=over)
+
+
+def _stopped_after_budget(
+    backend: Backend, ref: BackendRef, status: RunStatus, obs: Observation, now: str
+) -> RunStatus | None:
+    """A run the bot ended at its retry budget that its engine started again anyway (Slurm requeues a job
+    after a node failure it had reported as the end) is stopped as any overrun is; the status keeps the
+    bot's decision, and says the job was stopped (or why not: the next sync tries again)."""
+    over = _stopped(backend, ref, overrun(status, obs, now))
+    if over is None:
+        return None
+    return apply_observation(status.model_copy(update={"phase": RUNNING}), obs, now, retry=True, over=over)
 
 
 def _stopped(backend: Backend, ref: BackendRef, over: Overrun | None) -> Overrun | None:
