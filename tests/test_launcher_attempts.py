@@ -299,3 +299,26 @@ def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installe
     _wait_for(work / "warned")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
+
+
+def test_a_pod_replaced_with_the_first_attempts_environment_is_the_next_attempt(tmp_path: Path) -> None:
+    """A Kubernetes Job replaces an evicted pod from the same template: TUNEPLANE_ATTEMPT is unset (or
+    says 1) again, yet this is attempt 2: it says so, resumes, and leaves attempt 1's record as it was."""
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "echo.py").write_text(RESUME_ECHO + "raise SystemExit(3)\n")
+    write_jobspec(work, [], [sys.executable, "echo.py"])
+    assert _run(work, run_dir).returncode == 3
+    ckpts = run_dir / "out" / "checkpoints"
+    (ckpts / "checkpoint-20").mkdir(parents=True)
+    (ckpts / "checkpoint-20" / "trainer_state.json").write_text("{}")
+
+    (work / "echo.py").write_text(RESUME_ECHO)
+    done = _run(work, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((work / "seen.json").read_text()) == {"attempt": "2", "resume": str(ckpts / "checkpoint-20")}
+    assert f"launcher: attempt 2 resumes from {ckpts / 'checkpoint-20'}" in done.stdout
+    assert (_record(run_dir, 1)["exit_code"], _record(run_dir, 2)["exit_code"]) == (3, 0)
+    # another node rank's records are its own: its first attempt is still 1
+    assert _run(work, run_dir, TUNEPLANE_NODE_RANK="0").returncode == 0
+    assert _record(run_dir, 1, rank=0)["exit_code"] == 0

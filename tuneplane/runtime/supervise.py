@@ -64,7 +64,8 @@ class JobAttempt:
             return None
         rank = os.environ.get(NODE_RANK_ENV, "0")
         node = os.environ.get("SLURMD_NODENAME") or os.environ.get("NODE_NAME") or os.uname().nodename
-        return cls(run_dir, attempts.attempt_number(), int(rank) if rank.isdigit() else 0, node)
+        node_rank = int(rank) if rank.isdigit() else 0
+        return cls(run_dir, attempts.this_attempt(run_dir, node_rank), node_rank, node)
 
     def _base(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node, "started_at": self.started_at}
