@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_launcher import EAGER_SOURCE, FIXTURES, TRAIN, make_plugin, plugin_lines, write_jobspec
 
 from tuneplane.constants import CONFIG_ERROR_EXIT
@@ -322,3 +323,21 @@ def test_a_pod_replaced_with_the_first_attempts_environment_is_the_next_attempt(
     # another node rank's records are its own: its first attempt is still 1
     assert _run(work, run_dir, TUNEPLANE_NODE_RANK="0").returncode == 0
     assert _record(run_dir, 1, rank=0)["exit_code"] == 0
+
+
+def test_in_a_pod_the_end_record_is_the_containers_termination_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet gives the container a termination message file and no variable names it: the record
+    goes there, where the backend reads the trainer's error, signal and log tail from the API."""
+    from tuneplane.runtime import pinned
+    from tuneplane.runtime.supervise import JobAttempt, Outcome
+
+    kubelets = tmp_path / "termination-log"
+    kubelets.write_text("")
+    monkeypatch.setattr(pinned, "K8S_TERMINATION_LOG", str(kubelets))
+    monkeypatch.delenv("TUNEPLANE_TERMINATION_LOG", raising=False)
+    JobAttempt(tmp_path / "run", 2, 0, "gpu-7").end(Outcome(143, 15, ["step 40 loss 1.25"], []))
+    record = attempts.decode(kubelets.read_text())
+    assert record is not None and (record["attempt"], record["exit_code"], record["signal"]) == (2, 143, 15)
+    assert record["log_tail"] == ["step 40 loss 1.25"] and record["node"] == "gpu-7"

@@ -22,9 +22,9 @@ from types import FrameType
 from typing import Any
 
 import tuneplane.runtime.attempts as attempts
-from tuneplane.constants import NODE_RANK_ENV, TERMINATION_LOG_ENV, utc_now
+from tuneplane.constants import NODE_RANK_ENV, utc_now
 from tuneplane.runtime.gpuwatch import OVERUSE_REASON, Settings, TreeStop, Watchdog, proc_field, process_tree
-from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV
+from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV, termination_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
 WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
@@ -84,7 +84,7 @@ class JobAttempt:
             record["reason"] = outcome.reason
             record["error"] = f"GPU watchdog: {outcome.warning}"
         self._write(record)
-        target = os.environ.get(TERMINATION_LOG_ENV, "")
+        target = termination_log()  # on Kubernetes the backend reads the record from the API
         if termination and target:
             try:
                 Path(target).write_text(attempts.encode(record, limit=attempts.TERMINATION_LIMIT), encoding="utf-8")
