@@ -139,6 +139,8 @@ def test_pytorch_run_requeued_twice_by_slurm_resumes_each_time_and_the_bot_recor
     assert all(step % PT_PER_EPOCH == 0 for step in resumed_at)  # an epoch's end, where this loop saves
 
     _three_attempts(root, "cls", PT_RUN, status, gpus=1)
+    assert [a["signal"] for a in status["attempts"]] == [signal.SIGTERM, signal.SIGTERM, None], status["attempts"]
+    assert status["backend"] == submitted["backend"]  # Slurm requeued its own job: the bot made no other
     total = PT_EPOCHS * PT_PER_EPOCH
     state = torch.load(out / "checkpoints" / f"epoch-{PT_EPOCHS}" / "state.pt", map_location="cpu", weights_only=False)
     assert (state["epoch"], state["step"]) == (PT_EPOCHS, total)
@@ -266,13 +268,7 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
     assets = tiny_causal_lm(tmp_path / "assets")
     root = tmp_path / "lab"
     _kube_lab(root, assets, url)
-    cluster.auto_run = False  # the pod runner starts the pods
-    cluster.add_queue(NS, "team-a", "pool", gpu=1, cpu="64", memory="256Gi")
-    for name, data in (("lab-git", {"username": GIT_USER, "password": GIT_PASSWORD}), ("hf-token", {"token": "hf_x"})):
-        encoded = {key: _b64(value) for key, value in data.items()}
-        cluster.kube.put(
-            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": encoded}
-        )
+    _kube_namespace(cluster)
     backend = KubernetesBackend(
         NS,
         api_client=bot_client(cluster.kube, NS),
@@ -290,6 +286,7 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
         said: list[str] = []
         report = reconcile(root, backends=lambda _n: backend, echo=said.append)
         assert report.submitted == [f"sft/{SFT_RUN}"], (report, said)
+        submitted = status_of(root, "sft", SFT_RUN)["backend"]
         logs, resumed_at, seen = {}, [], set()
         for attempt in (1, 2, 3):
             (pod,) = [
@@ -302,12 +299,7 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
             out = Path(runner.map(status_of(root, "sft", SFT_RUN)["out_dir"]))  # the pod's volume, here
             if attempt < 3:
                 before = newest_step(out)
-                until(
-                    lambda b=before: newest_step(out),
-                    lambda s, b=before: s > b,
-                    300,
-                    f"attempt {attempt} wrote no checkpoint",
-                )
+                until(lambda o=out: newest_step(o), lambda s, b=before: s > b, 300, f"attempt {attempt}: no checkpoint")
                 passes()  # the bot sees the attempt running
                 logs[attempt] = running.evicted()
                 assert running.code == 128 + signal.SIGTERM, logs[attempt][-3000:]
@@ -328,10 +320,24 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
         assert f"and global step {step}\n" in logs[attempt], logs[attempt][-3000:]  # transformers' own word
     assert 0 < resumed_at[0] < resumed_at[1] < SFT_STEPS
     _three_attempts(root, "sft", SFT_RUN, status, gpus=1)
+    assert [a["exit_code"] for a in status["attempts"]] == [143, 143, 0], status["attempts"]  # the kubelet's TERM
+    assert status["backend"] == submitted  # the Job replaced its pod each time: the bot made no other object
     state = json.loads((out / "checkpoints" / f"checkpoint-{SFT_STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == SFT_STEPS
     assert (out / "checkpoints" / "final" / "config.json").is_file()
     assert _steps(db, "sft", SFT_RUN, "train/loss") == list(range(1, SFT_STEPS + 1))
+
+
+def _kube_namespace(cluster: Any) -> None:
+    """The team's namespace in the twin: a queue with one GPU, the lab's git credentials, an HF token;
+    its pods are started by the pod runner, not the twin."""
+    cluster.auto_run = False
+    cluster.add_queue(NS, "team-a", "pool", gpu=1, cpu="64", memory="256Gi")
+    for name, data in (("lab-git", {"username": GIT_USER, "password": GIT_PASSWORD}), ("hf-token", {"token": "hf_x"})):
+        encoded = {key: _b64(value) for key, value in data.items()}
+        cluster.kube.put(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": encoded}
+        )
 
 
 def _b64(text: str) -> str:
