@@ -119,6 +119,25 @@ def test_a_signal_is_recorded_as_the_signal_and_passed_on(tmp_path: Path) -> Non
     assert "sleeping" in record["log_tail"]
 
 
+def test_a_wrapper_that_turns_the_signal_into_its_own_exit_is_still_ended_by_the_signal(tmp_path: Path) -> None:
+    """torchrun and accelerate catch the engine's TERM, stop their ranks and exit 1: the attempt was
+    ended by the signal all the same, and says so as a shell would, 128 + 15."""
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "wrapper.py").write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n"
+        "open('ready', 'w').write('1')\n"
+        "time.sleep(60)\n"
+    )
+    write_jobspec(work, [], [sys.executable, "wrapper.py"])
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=_env(work, run_dir), text=True)
+    _wait_for(work / "ready")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert (_record(run_dir)["exit_code"], _record(run_dir)["signal"]) == (143, 15)
+
+
 def _stop(proc: subprocess.Popen[str], work: Path) -> None:
     """TERM the launcher, as an engine ends a step. The engine signals every process of the step; here
     only the launcher is, and it passes TERM to its child, a shell that waits for its own child before it

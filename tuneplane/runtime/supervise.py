@@ -162,7 +162,7 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
     except (OSError, IndexError):
         refusal = ""
     return Outcome(
-        128 + died_of if died_of else code,
+        _ended_code(code, died_of, stopped_by),
         died_of or stopped_by,
         output.snapshot(),
         errors.snapshot(),
@@ -170,6 +170,16 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         watchdog.finding if watchdog is not None else "",
         OVERUSE_REASON if watchdog is not None and watchdog.stopped else "",
     )
+
+
+def _ended_code(code: int, died_of: int | None, stopped_by: int | None) -> int:
+    """The attempt's exit code as a shell says it: 128 + N when signal N ended the trainer, also where
+    a wrapper (torchrun, accelerate) caught the signal this launcher passed on and exited 1 instead."""
+    if died_of:
+        return 128 + died_of
+    if stopped_by and code != 0:
+        return 128 + stopped_by
+    return code
 
 
 def _start_watchdog(pid: int, done: threading.Event) -> Watchdog | None:
