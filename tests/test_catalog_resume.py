@@ -18,6 +18,7 @@ least as many attempts as the one before, and the stored metric series must have
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -139,7 +140,8 @@ def test_pytorch_run_requeued_twice_by_slurm_resumes_each_time_and_the_bot_recor
     assert all(step % PT_PER_EPOCH == 0 for step in resumed_at)  # an epoch's end, where this loop saves
 
     _three_attempts(root, "cls", PT_RUN, status, gpus=1)
-    assert [a["signal"] for a in status["attempts"]] == [signal.SIGTERM, signal.SIGTERM, None], status["attempts"]
+    ends = [(a["exit_code"], a["signal"]) for a in status["attempts"]]
+    assert ends == [(143, signal.SIGTERM), (143, signal.SIGTERM), (0, None)], status["attempts"]  # torchrun's 1 too
     assert status["backend"] == submitted["backend"]  # Slurm requeued its own job: the bot made no other
     total = PT_EPOCHS * PT_PER_EPOCH
     state = torch.load(out / "checkpoints" / f"epoch-{PT_EPOCHS}" / "state.pt", map_location="cpu", weights_only=False)
@@ -177,6 +179,7 @@ _INTERRUPTED = {"slurm": "Preempted", "kubernetes": "Evicted"}  # a requeue with
 NS = "ml-team"
 REPO = "https://git.example.com/ml/render-lab.git"
 GIT_USER, GIT_PASSWORD = "bot", "s3cret-pass"
+GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds by default
 SFT_RUN = "20250104-110000-0000b1"
 SFT_STEPS = 24
 SFT_SMALL = {
@@ -213,23 +216,24 @@ class _Pod:
             self.lines.append(line)
 
     def wait(self, timeout: float) -> str:
+        """The container's output once its first process has ended; whatever of its tree is left then
+        ends with it (as a container's processes do), and past `timeout` everything is killed."""
         try:
-            code = self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            self.code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.code = self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.reader.join(timeout=30)
-        output = "".join(self.lines)
-        self.code = code
-        return output
+        return "".join(self.lines)
 
     def evicted(self) -> str:
-        """A drain's eviction: the API marks the pod (DisruptionTarget) and the kubelet stops its
-        container with SIGTERM; its output."""
+        """A drain's eviction: the API marks the pod (DisruptionTarget), the kubelet sends SIGTERM to the
+        container's first process (the launcher) and kills the rest after the grace period; its output."""
         self.runner.cluster.evict(NS, self.name)
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        output = self.wait(120)
+        self.proc.send_signal(signal.SIGTERM)
+        output = self.wait(GRACE_SECONDS)
         self.runner.cluster.kube.logs[(NS, self.name, "trainer")] = output
         return output
 
