@@ -1,119 +1,106 @@
-"""A job interrupted and started again, as a cluster does it: the real launcher, a real receiver.
+"""What a resumed run leaves behind, read the way the tests of a run interrupted twice check it.
 
-`Job` runs `python -m tuneplane.launcher` in a work dir holding `.tuneplane/jobspec.json`, with the
-contract's environment (work, run and out dirs, node rank 0, the attempt number, a job token for a
-`tp ingest serve` started here), and can stop an attempt with SIGTERM once the trainer has written a
-complete checkpoint past a given step, the way a preemption or a time limit does.
+A run's out dir holds its checkpoints (`newest_step`), its run dir the launcher's attempt records
+(`ended`), its log each attempt's own lines (`attempt_logs`), and git the bot's status commits
+(`committed_attempts`). `tiny_causal_lm` builds the small model and data set the TRL runs train on.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
-from helpers_ingest import ServeProcess
+from helpers_git import git
 
-from tuneplane.ingest import mint_token, series
+from tuneplane.constants import epoch_of
 from tuneplane.report.checkpoints import CHECKPOINTS_DIR, complete_checkpoints
+from tuneplane.runtime import attempts
 
-SECRET = b"resume-test-secret-0123456789abcdef"
-RUN = "resume-run"
-
-
-class Receiver(ServeProcess):
-    """`tp ingest serve` for the resumed run's metrics."""
-
-    def __init__(self, tmp: Path) -> None:
-        super().__init__(tmp, SECRET)
-
-    def steps(self, key: str) -> list[int]:
-        return [step for step, _ in series(self.db, RUN, key)]
+T = TypeVar("T")
 
 
-class Job:
-    """One run's work dir and run dir; each `start()` is a new attempt on the same out dir."""
+def newest_step(out: Path) -> int:
+    """The step of the newest complete checkpoint under the out dir (0 when there is none)."""
+    return max((step for step, _ in complete_checkpoints(out / CHECKPOINTS_DIR)), default=0)
 
-    def __init__(self, tmp: Path, argv: list[str], receiver: Receiver, **env: str) -> None:
-        self.work, self.run_dir = tmp / "work", tmp / "run"
-        self.out = self.run_dir / "out"
-        self.work.mkdir(parents=True)
-        self.receiver = receiver
-        self.extra_env = env
-        spec = {
-            "apiVersion": "tuneplane/v1",
-            "kind": "TrainingJob",
-            "spec": {"hyperparams": {}, "plugins": []},
-            "launch": {"argv": argv, "mode": "direct", "cwd": "", "in_process": False},
-        }
-        (self.work / ".tuneplane").mkdir()
-        (self.work / ".tuneplane" / "jobspec.json").write_text(json.dumps(spec), encoding="utf-8")
 
-    def env(self, attempt: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-        env.update(
-            {
-                "TUNEPLANE_WORK_DIR": str(self.work),
-                "TUNEPLANE_RUN_DIR": str(self.run_dir),
-                "TUNEPLANE_OUT_DIR": str(self.out),
-                "TUNEPLANE_NODE_RANK": "0",
-                "TUNEPLANE_ATTEMPT": str(attempt),
-                "TUNEPLANE_JOB_ENABLED": "1",
-                "TUNEPLANE_JOB_ENDPOINT": self.receiver.url,
-                "TUNEPLANE_JOB_RUN_ID": RUN,
-                "TUNEPLANE_JOB_TOKEN": mint_token(SECRET, RUN),
-                "TUNEPLANE_REPORT_FLUSH_INTERVAL": "0.05",
-                "TUNEPLANE_REPORT_RETRY_BASE": "0.05",
-                "TUNEPLANE_REPORT_RETRY_CAP": "0.2",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "OMP_NUM_THREADS": "1",
-                **self.extra_env,
-            }
-        )
-        return env
+def until(what: Callable[[], T], ok: Callable[[T], bool], timeout: float, why: str, every: float = 0.01) -> T:
+    """`what()` once `ok` holds of it; fails with `why` and the last value past `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if ok(value):
+            return value
+        assert time.monotonic() < deadline, f"{why}: {value}"
+        time.sleep(every)
 
-    def newest_step(self) -> int:
-        """The step of the newest complete checkpoint (0 when there is none)."""
-        return max((step for step, _ in complete_checkpoints(self.out / CHECKPOINTS_DIR)), default=0)
 
-    def run(self, attempt: int, stop_past: int | None = None, timeout: float = 300) -> tuple[int, str]:
-        """Attempt `attempt` to its end, or SIGTERM once a complete checkpoint past `stop_past` exists:
-        (exit code, everything it printed)."""
-        log_path = self.run_dir.parent / f"attempt-{attempt}.log"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tuneplane.launcher"],
-                cwd=self.work,
-                env=self.env(attempt),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                deadline = time.monotonic() + timeout
-                while proc.poll() is None and time.monotonic() < deadline:
-                    if stop_past is not None and self.newest_step() > stop_past:
-                        proc.send_signal(signal.SIGTERM)  # the launcher passes it on to the trainer
-                        break
-                    time.sleep(0.01)
-                code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        return code, log_path.read_text(errors="replace")
+def ended(run_dir: Path, attempt: int) -> bool:
+    """Whether the launcher recorded the end of `attempt` (node rank 0): its trainer has exited."""
+    records = attempts.read_all(run_dir).get(attempt) or []
+    return any(r.get("node_rank", 0) == 0 and "finished_at" in r for r in records)
 
-    def interrupted(self, attempt: int) -> tuple[str, int]:
-        """An attempt stopped by SIGTERM after it wrote a checkpoint newer than the one it resumed from:
-        (its output, the step of the newest complete checkpoint it left)."""
-        before = self.newest_step()
-        code, output = self.run(attempt, stop_past=before)
-        stopped = code == 128 + signal.SIGTERM
-        assert stopped, f"attempt {attempt} was not stopped mid-training ({code}):\n{output[-3000:]}"
-        after = self.newest_step()
-        assert after > before, output[-3000:]
-        return output, after
+
+def attempt_logs(text: str, started: str) -> dict[int, str]:
+    """A log holding every attempt, split at each attempt's first line (`started` with `(\\d+)` where
+    the attempt's number is): number → that attempt's lines."""
+    pieces = re.split(f"^{started}$", text, flags=re.MULTILINE)
+    return {int(number): body for number, body in zip(pieces[1::2], pieces[2::2], strict=True)}
+
+
+def committed_attempts(root: Path, status_rel: str) -> list[int]:
+    """How many attempts each committed version of a status file holds, oldest commit first."""
+    revs = git(root, "log", "--reverse", "--format=%H", "--", status_rel).split()
+    return [len(json.loads(git(root, "show", f"{rev}:{status_rel}")).get("attempts") or []) for rev in revs]
+
+
+def assert_gpu_seconds(status: dict[str, Any], gpus: int) -> None:
+    """Every attempt held `gpus` GPUs and spent that many times its own wall time; the run's GPU-seconds
+    (its GPU-hours on the pages) are their sum."""
+    from tuneplane.views.dashboard import gpu_seconds
+
+    spent = status["attempts"]
+    for attempt in spent:
+        start, end = epoch_of(attempt["started_at"]), epoch_of(attempt["finished_at"])
+        assert start is not None and end is not None and end > start, attempt
+        assert attempt["gpus"] == gpus, attempt
+        assert attempt["gpu_seconds"] == round(gpus * (end - start), 1), attempt
+    assert gpu_seconds(status) == sum(a["gpu_seconds"] for a in spent) > 0
+
+
+def tiny_causal_lm(root: Path) -> Path:
+    """A one-layer Qwen2 with a word-level tokenizer, saved under `root/model`, and SFT rows in
+    `root/sft.jsonl` (the caller checks that torch and TRL are installed)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    rows = [(f"what is {a} plus {b}", str(a + b)) for a in range(4) for b in range(4)]
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
+    for word in " ".join(f"{p} {c}" for p, c in rows).split():
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    fast.save_pretrained(root / "model")
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        tie_word_embeddings=True,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(root / "model")
+    (root / "sft.jsonl").write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rows))
+    return root

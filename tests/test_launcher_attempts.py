@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_launcher import EAGER_SOURCE, FIXTURES, TRAIN, make_plugin, plugin_lines, write_jobspec
 
 from tuneplane.constants import CONFIG_ERROR_EXIT
@@ -116,6 +117,25 @@ def test_a_signal_is_recorded_as_the_signal_and_passed_on(tmp_path: Path) -> Non
     record = _record(run_dir)
     assert (record["exit_code"], record["signal"]) == (143, 15), record
     assert "sleeping" in record["log_tail"]
+
+
+def test_a_wrapper_that_turns_the_signal_into_its_own_exit_is_still_ended_by_the_signal(tmp_path: Path) -> None:
+    """torchrun and accelerate catch the engine's TERM, stop their ranks and exit 1: the attempt was
+    ended by the signal all the same, and says so as a shell would, 128 + 15."""
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "wrapper.py").write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n"
+        "open('ready', 'w').write('1')\n"
+        "time.sleep(60)\n"
+    )
+    write_jobspec(work, [], [sys.executable, "wrapper.py"])
+    proc = subprocess.Popen([sys.executable, "-m", "tuneplane.launcher"], cwd=work, env=_env(work, run_dir), text=True)
+    _wait_for(work / "ready")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert (_record(run_dir)["exit_code"], _record(run_dir)["signal"]) == (143, 15)
 
 
 def _stop(proc: subprocess.Popen[str], work: Path) -> None:
@@ -299,3 +319,44 @@ def test_a_warning_that_came_before_the_handler_is_delivered_once_it_is_installe
     _wait_for(work / "warned")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
+
+
+def test_a_pod_replaced_with_the_first_attempts_environment_is_the_next_attempt(tmp_path: Path) -> None:
+    """A Kubernetes Job replaces an evicted pod from the same template: TUNEPLANE_ATTEMPT is unset (or
+    says 1) again, yet this is attempt 2: it says so, resumes, and leaves attempt 1's record as it was."""
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    work.mkdir()
+    (work / "echo.py").write_text(RESUME_ECHO + "raise SystemExit(3)\n")
+    write_jobspec(work, [], [sys.executable, "echo.py"])
+    assert _run(work, run_dir).returncode == 3
+    ckpts = run_dir / "out" / "checkpoints"
+    (ckpts / "checkpoint-20").mkdir(parents=True)
+    (ckpts / "checkpoint-20" / "trainer_state.json").write_text("{}")
+
+    (work / "echo.py").write_text(RESUME_ECHO)
+    done = _run(work, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((work / "seen.json").read_text()) == {"attempt": "2", "resume": str(ckpts / "checkpoint-20")}
+    assert f"launcher: attempt 2 resumes from {ckpts / 'checkpoint-20'}" in done.stdout
+    assert (_record(run_dir, 1)["exit_code"], _record(run_dir, 2)["exit_code"]) == (3, 0)
+    # another node rank's records are its own: its first attempt is still 1
+    assert _run(work, run_dir, TUNEPLANE_NODE_RANK="0").returncode == 0
+    assert _record(run_dir, 1, rank=0)["exit_code"] == 0
+
+
+def test_in_a_pod_the_end_record_is_the_containers_termination_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet gives the container a termination message file and no variable names it: the record
+    goes there, where the backend reads the trainer's error, signal and log tail from the API."""
+    from tuneplane.runtime import pinned
+    from tuneplane.runtime.supervise import JobAttempt, Outcome
+
+    kubelets = tmp_path / "termination-log"
+    kubelets.write_text("")
+    monkeypatch.setattr(pinned, "K8S_TERMINATION_LOG", str(kubelets))
+    monkeypatch.delenv("TUNEPLANE_TERMINATION_LOG", raising=False)
+    JobAttempt(tmp_path / "run", 2, 0, "gpu-7").end(Outcome(143, 15, ["step 40 loss 1.25"], []))
+    record = attempts.decode(kubelets.read_text())
+    assert record is not None and (record["attempt"], record["exit_code"], record["signal"]) == (2, 143, 15)
+    assert record["log_tail"] == ["step 40 loss 1.25"] and record["node"] == "gpu-7"

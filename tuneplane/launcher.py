@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     # and, in a run directory, records the attempt and watches the trainer as a child.
     record = None if args else JobAttempt.from_env()
     if not args:
-        export_attempt_env()
+        export_attempt_env(attempt=None if record is None else record.attempt)
     if record is not None:
         record.begin()
     try:
@@ -576,10 +576,11 @@ def _run_recorded(
 # ── resuming ─────────────────────────────────────────────────────────────────────────────────────────
 
 
-def export_attempt_env(environ: MutableMapping[str, str] | None = None) -> None:
-    """TUNEPLANE_ATTEMPT, and TUNEPLANE_RESUME_FROM when a complete checkpoint exists (else unset)."""
+def export_attempt_env(environ: MutableMapping[str, str] | None = None, attempt: int | None = None) -> None:
+    """TUNEPLANE_ATTEMPT (`attempt`, the one this node records; else the environment's), and
+    TUNEPLANE_RESUME_FROM when a complete checkpoint exists (else unset)."""
     env = os.environ if environ is None else environ
-    env[ATTEMPT_ENV] = str(attempts.attempt_number(env))
+    env[ATTEMPT_ENV] = str(attempt or attempts.attempt_number(env))
     out = env.get(OUT_DIR_ENV, "")
     newest = newest_complete(out) if out else None
     if newest is None:

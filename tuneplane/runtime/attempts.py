@@ -72,6 +72,18 @@ def attempt_number(environ: Mapping[str, str] | None = None) -> int:
     return int(text) if text.isdigit() and int(text) > 0 else 1
 
 
+def this_attempt(run_dir: Path, node_rank: int, environ: Mapping[str, str] | None = None) -> int:
+    """This node's attempt: `TUNEPLANE_ATTEMPT`, or the one after the newest this node rank already
+    recorded at or past it. An engine that replaces a job's pod (a Kubernetes Job under its backoff
+    limit, a JobSet restart) starts the replacement with the first one's environment: it is a new
+    attempt all the same, and its record must not overwrite the one before."""
+    number = attempt_number(environ)
+    recorded = [
+        n for n, records in read_all(run_dir).items() if any(r.get("node_rank", 0) == node_rank for r in records)
+    ]
+    return max([number, *(n + 1 for n in recorded if n >= number)])
+
+
 def record_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
     return run_dir / ATTEMPTS_DIR / f"{attempt}-{node_rank}.json"
 

@@ -87,10 +87,16 @@ def report_failure(line: str) -> None:
     """The one-line error: last on stderr, in the status message file, and for the parent launcher."""
     print(line, file=sys.stderr, flush=True)
     _write(os.environ.get(LAUNCH_ERROR_ENV, ""), line, first_wins=True)
+    _write(termination_log(), line, first_wins=False)
+
+
+def termination_log() -> str:
+    """Where the job's status message goes: `TUNEPLANE_TERMINATION_LOG`, else the container's
+    termination message file where the kubelet made one (a pod), else nowhere ('')."""
     target = os.environ.get(TERMINATION_LOG_ENV, "")
     if not target and os.access(K8S_TERMINATION_LOG, os.W_OK):
         target = K8S_TERMINATION_LOG
-    _write(target, line, first_wins=False)
+    return target
 
 
 def _write(target: str, line: str, first_wins: bool) -> None:

@@ -22,9 +22,9 @@ from types import FrameType
 from typing import Any
 
 import tuneplane.runtime.attempts as attempts
-from tuneplane.constants import NODE_RANK_ENV, TERMINATION_LOG_ENV, utc_now
+from tuneplane.constants import NODE_RANK_ENV, utc_now
 from tuneplane.runtime.gpuwatch import OVERUSE_REASON, Settings, TreeStop, Watchdog, proc_field, process_tree
-from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV
+from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV, termination_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
 WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
@@ -64,7 +64,8 @@ class JobAttempt:
             return None
         rank = os.environ.get(NODE_RANK_ENV, "0")
         node = os.environ.get("SLURMD_NODENAME") or os.environ.get("NODE_NAME") or os.uname().nodename
-        return cls(run_dir, attempts.attempt_number(), int(rank) if rank.isdigit() else 0, node)
+        node_rank = int(rank) if rank.isdigit() else 0
+        return cls(run_dir, attempts.this_attempt(run_dir, node_rank), node_rank, node)
 
     def _base(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "node_rank": self.node_rank, "node": self.node, "started_at": self.started_at}
@@ -83,7 +84,7 @@ class JobAttempt:
             record["reason"] = outcome.reason
             record["error"] = f"GPU watchdog: {outcome.warning}"
         self._write(record)
-        target = os.environ.get(TERMINATION_LOG_ENV, "")
+        target = termination_log()  # on Kubernetes the backend reads the record from the API
         if termination and target:
             try:
                 Path(target).write_text(attempts.encode(record, limit=attempts.TERMINATION_LIMIT), encoding="utf-8")
@@ -161,7 +162,7 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
     except (OSError, IndexError):
         refusal = ""
     return Outcome(
-        128 + died_of if died_of else code,
+        _ended_code(code, died_of, stopped_by),
         died_of or stopped_by,
         output.snapshot(),
         errors.snapshot(),
@@ -169,6 +170,16 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         watchdog.finding if watchdog is not None else "",
         OVERUSE_REASON if watchdog is not None and watchdog.stopped else "",
     )
+
+
+def _ended_code(code: int, died_of: int | None, stopped_by: int | None) -> int:
+    """The attempt's exit code as a shell says it: 128 + N when signal N ended the trainer, also where
+    a wrapper (torchrun, accelerate) caught the signal this launcher passed on and exited 1 instead."""
+    if died_of:
+        return 128 + died_of
+    if stopped_by and code != 0:
+        return 128 + stopped_by
+    return code
 
 
 def _start_watchdog(pid: int, done: threading.Event) -> Watchdog | None:
