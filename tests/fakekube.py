@@ -62,6 +62,7 @@ RESOURCE_TYPES = [
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", validated=True),
     ResourceType("apps", "v1", "deployments", "Deployment", validated=True),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", has_status=False, validated=True),
+    ResourceType("", "v1", "events", "Event", has_status=False),  # written by the twin's controllers only
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", has_status=False, validated=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", has_status=False, validated=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", has_status=False, namespaced=False),
@@ -650,17 +651,9 @@ class FakeKube:
                 raise _HttpError(400, "BadRequest", f"strict decoding error: {detail}")
             if validation == "Warn":
                 warnings = [f'unknown field "{p}"' for p in verdict.unknown]
-            if verdict.invalid:
-                name = (new.get("metadata") or {}).get("name", "")
-                causes = [
-                    {"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]} for m in verdict.invalid
-                ]
-                raise _HttpError(
-                    422,
-                    "Invalid",
-                    f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: ' + "; ".join(verdict.invalid[:5]),
-                    {"name": name, "kind": rtype.kind, "causes": causes},
-                )
+            refused = _refusal(rtype, new, verdict)
+            if refused is not None:
+                raise refused
         for webhook in self.webhooks:
             denial = webhook(rtype.kind, new)
             if denial:
@@ -687,10 +680,18 @@ class FakeKube:
                 raise _HttpError(
                     422,
                     "Invalid",
-                    f"{rtype.kind}.{rtype.group or 'core'} "
-                    f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
-                    "field is immutable",
+                    f'{_qualified_kind(rtype)} "{current["metadata"]["name"]}" is invalid: spec.{field_name}: '
+                    "Invalid value: field is immutable",
                 )
+
+    def refusal(self, obj: dict[str, Any]) -> str:
+        """Why the API server refuses an object a controller creates ("" when it takes it): a controller's
+        write is validated like a client's (it has no unknown fields: controllers send typed objects)."""
+        rtype = BY_KIND[obj["kind"]]
+        if not (rtype.validated and self.validate):
+            return ""
+        refused = _refusal(rtype, obj, twin_schemas.check(copy.deepcopy(obj), rtype.api_version, rtype.kind))
+        return "" if refused is None else str(refused)
 
     def _delete_now(self, kind: str, ns: str, name: str, policy: str) -> None:
         obj = self.objects.pop((kind, ns, name), None)
@@ -715,6 +716,31 @@ class FakeKube:
                     fault.hits += 1
                     return fault
         return None
+
+
+def _qualified_kind(rtype: ResourceType) -> str:
+    """A kind as the API server's messages name it: `Job.batch`, `JobSet.jobset.x-k8s.io`, core kinds bare."""
+    return f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
+
+
+def _refusal(rtype: ResourceType, obj: dict[str, Any], verdict: twin_schemas.Verdict) -> _HttpError | None:
+    """The API server's answer to an object validation refused: 400 when it does not decode, else 422."""
+    if verdict.undecodable:
+        return _HttpError(
+            400,
+            "BadRequest",
+            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {verdict.undecodable}',
+        )
+    if not verdict.invalid:
+        return None
+    name = (obj.get("metadata") or {}).get("name", "")
+    causes = [{"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]} for m in verdict.invalid]
+    return _HttpError(
+        422,
+        "Invalid",
+        f'{_qualified_kind(rtype)} "{name}" is invalid: ' + "; ".join(verdict.invalid[:5]),
+        {"name": name, "kind": rtype.kind, "causes": causes},
+    )
 
 
 def _without_directives(template: Any) -> Any:

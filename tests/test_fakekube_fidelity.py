@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 if TYPE_CHECKING:
+    from fakekube import FakeKube
     from twin_controllers import Cluster
 
 pytest_plugins = ("fakekube",)
@@ -317,3 +318,131 @@ def test_the_eviction_api_disrupts_the_pod_and_its_job_replaces_it(cluster: Clus
     with pytest.raises(ApiException) as missing:
         client.CoreV1Api(kube_client).create_namespaced_pod_eviction("nope", NS, eviction)
     assert missing.value.status == 404
+
+
+# ── core validation: client writes, and the pods and Jobs the controllers create ─────────────
+AT = "spec.template.spec"
+BAD_POD_VALUES = [
+    (
+        {"tolerations": [{"key": "", "operator": "Equal"}]},
+        f'{AT}.tolerations[0].operator: Invalid value: "Equal": operator must be Exists when `key` is empty',
+    ),
+    (
+        {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]},
+        f"{AT}.tolerations[0].operator: Invalid value: \"x\": value must be empty when `operator` is 'Exists'",
+    ),
+    (
+        {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA H200"}},
+        'spec.template.spec.nodeSelector: Invalid value: "NVIDIA H200": a valid label must be',
+    ),
+    (
+        {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "busybox:1.36",
+                    "resources": {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "8"}},
+                }
+            ]
+        },
+        f'{AT}.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "4": must be equal to '
+        "nvidia.com/gpu limit of 8",
+    ),
+    (
+        {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "busybox:1.36",
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                }
+            ]
+        },
+        'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "dshm"',
+    ),
+]
+
+
+def _with_pod_values(body: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    spec = (
+        body["spec"]["template"]["spec"]
+        if body["kind"] == "Job"
+        else body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    )
+    spec.update(copy.deepcopy(values))
+    return body
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_POD_VALUES)
+def test_a_job_core_validation_refuses_is_422_in_the_api_servers_words(
+    fake_kube: FakeKube, values: dict[str, Any], message: str
+) -> None:
+    from twin_rbac import bot_client
+
+    with pytest.raises(ApiException) as refused:
+        _create_job(bot_client(fake_kube, NS), _with_pod_values(_job("j"), values))
+    body = json.loads(refused.value.body)
+    assert refused.value.status == 422 and body["reason"] == "Invalid"
+    assert message in body["message"], body["message"]
+    assert fake_kube.get("Job", NS, "j") is None
+
+
+def test_an_indexed_job_whose_last_pod_host_name_is_too_long_is_refused(fake_kube: FakeKube) -> None:
+    from twin_rbac import bot_client
+
+    name = "j" * 61
+    with pytest.raises(ApiException) as refused:
+        _create_job(bot_client(fake_kube, NS), _job(name, completionMode="Indexed", completions=11, parallelism=11))
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 422 and f"will not able to create pod with invalid DNS label: {name}-10" in message
+    _create_job(bot_client(fake_kube, NS), _job(name, completionMode="Indexed", completions=10, parallelism=10))
+
+
+def test_a_quantity_that_does_not_decode_is_a_bad_request(fake_kube: FakeKube) -> None:
+    from twin_rbac import bot_client
+
+    volumes = {"volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64GB"}}]}
+    with pytest.raises(ApiException) as refused:
+        _create_job(bot_client(fake_kube, NS), _with_pod_values(_job("j"), volumes))
+    body = json.loads(refused.value.body)
+    assert refused.value.status == 400 and body["reason"] == "BadRequest"
+    assert 'Job in version "v1" cannot be handled as a Job: quantities must match' in body["message"]
+
+
+def _events(kube_client: Any, reason: str) -> list[Any]:
+    return [e for e in client.CoreV1Api(kube_client).list_namespaced_event(NS).items if e.reason == reason]
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_POD_VALUES[:3])
+def test_a_jobset_whose_jobs_core_validation_refuses_is_accepted_and_never_gets_a_pod(
+    cluster: Cluster, kube_client: Any, values: dict[str, Any], message: str
+) -> None:
+    from twin_rbac import bot_client
+
+    custom = client.CustomObjectsApi(bot_client(cluster.kube, NS))
+    custom.create_namespaced_custom_object(*JOBSET, _with_pod_values(_jobset("js"), values))
+    cluster.advance(3 * 86400)
+    assert cluster.kube.list("Job", NS) == [] and cluster.pods(NS) == []
+    (event,) = _events(kube_client, "JobCreationFailed")
+    assert (event.type, event.involved_object.kind, event.involved_object.name) == ("Warning", "JobSet", "js")
+    assert 'Job.batch "js-workers-0" is invalid' in event.message and message in event.message
+    assert "terminalState" not in cluster.kube.get("JobSet", NS, "js")["status"]  # type: ignore[index]
+
+
+def test_a_rayjob_whose_pods_core_validation_refuses_waits_with_kuberays_event(
+    cluster: Cluster, kube_client: Any
+) -> None:
+    from twin_rbac import bot_client
+
+    body = _rayjob("rj")
+    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["tolerations"] = [
+        {"key": "", "operator": "Equal"}
+    ]
+    client.CustomObjectsApi(bot_client(cluster.kube, NS)).create_namespaced_custom_object(
+        "ray.io", "v1", NS, "rayjobs", body
+    )
+    assert cluster.kube.list("RayCluster", NS) and cluster.pods(NS, {"ray.io/node-type": "head"}) == []
+    (event,) = _events(kube_client, "FailedToCreateHeadPod")
+    assert event.involved_object.kind == "RayCluster"
+    assert "spec.tolerations[0].operator: Invalid value" in event.message
