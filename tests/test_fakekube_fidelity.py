@@ -446,3 +446,23 @@ def test_a_rayjob_whose_pods_core_validation_refuses_waits_with_kuberays_event(
     (event,) = _events(kube_client, "FailedToCreateHeadPod")
     assert event.involved_object.kind == "RayCluster"
     assert "spec.tolerations[0].operator: Invalid value" in event.message
+
+
+def test_kueue_counts_the_rayjob_submitter_in_its_workload(cluster: Cluster, kube_client: Any) -> None:
+    from twin_rbac import bot_client
+
+    cluster.add_queue(NS, "lq", "cq", cpu="2")  # the head's and the worker's CPU, nothing for the submitter
+    body = _rayjob("rj")
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    ray = body["spec"]["rayClusterSpec"]
+    for template in (ray["headGroupSpec"]["template"], ray["workerGroupSpecs"][0]["template"]):
+        template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    client.CustomObjectsApi(bot_client(cluster.kube, NS)).create_namespaced_custom_object(
+        "ray.io", "v1", NS, "rayjobs", body
+    )
+    (workload,) = cluster.kube.list("Workload", NS)
+    sets = {s["name"]: s for s in workload["spec"]["podSets"]}
+    assert sorted(sets) == ["head", "submitter", "w"] and sets["submitter"]["count"] == 1
+    waiting = {c["type"]: c for c in workload["status"]["conditions"]}["QuotaReserved"]
+    assert waiting["status"] == "False" and "insufficient unused quota for cpu" in waiting["message"]
+    assert cluster.kube.get("RayJob", NS, "rj")["spec"]["suspend"] is True  # type: ignore[index]
