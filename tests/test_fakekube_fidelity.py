@@ -466,3 +466,58 @@ def test_kueue_counts_the_rayjob_submitter_in_its_workload(cluster: Cluster, kub
     waiting = {c["type"]: c for c in workload["status"]["conditions"]}["QuotaReserved"]
     assert waiting["status"] == "False" and "insufficient unused quota for cpu" in waiting["message"]
     assert cluster.kube.get("RayJob", NS, "rj")["spec"]["suspend"] is True  # type: ignore[index]
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    container = {"name": "c", "image": "busybox:1.36", **spec.pop("container", {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (
+            _pod(container={"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}),
+            'spec.containers[0].resources.requests[cpu]: Invalid value: "2": must be less than or equal to cpu limit',
+        ),
+        (
+            _pod(container={"resources": {"requests": {"memory": "-1Gi"}}}),
+            "must be greater than or equal to 0",
+        ),
+        (
+            _pod(container={"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}),
+            'spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "0.5": must be an integer',
+        ),
+        (
+            _pod(container={"env": [{"name": "1ST", "value": "x"}]}),
+            'spec.containers[0].env[0].name: Invalid value: "1ST": a valid environment variable name',
+        ),
+        (
+            _pod(initContainers=[{"name": "c", "image": "busybox:1.36"}]),
+            'spec.containers[0].name: Duplicate value: "c"',
+        ),
+        (
+            _pod(tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}]),
+            "spec.tolerations[0].effect: Invalid value: \"NoSchedule\": effect must be 'NoExecute'",
+        ),
+        (
+            _pod(hostname="h" * 64),
+            "spec.hostname: Invalid value: ",
+        ),
+        (
+            {**_pod(), "metadata": {"name": "p", "annotations": {"bad key": "v"}}},
+            'metadata.annotations: Invalid value: "bad key": name part must consist of',
+        ),
+    ],
+)
+def test_a_pod_core_validation_refuses_is_422(kube_client: Any, pod: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(kube_client).create_namespaced_pod(NS, pod, _preload_content=False)
+    body = json.loads(refused.value.body)
+    assert refused.value.status == 422 and body["message"].startswith('Pod "p" is invalid: '), body["message"]
+    assert message in body["message"], body["message"]

@@ -339,7 +339,7 @@ def job(obj: dict[str, Any]) -> list[str]:
         host = f"{name}-{completions - 1}"  # the last index's pod hostname, which the controller sets
         if dns_label("", host):
             out.append(invalid("metadata.name", name, f"will not able to create pod with invalid DNS label: {host}"))
-    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") or "Always"  # defaulted first
     if policy not in ("OnFailure", "Never"):
         out.append(
             f'spec.template.spec.restartPolicy: Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
