@@ -24,6 +24,10 @@ model what our backend and our manifests depend on, as the real controllers do i
   image from a private registry without a usable `imagePullSecrets` waits in `ErrImagePull`; otherwise
   the pod runs (or a test's pod runner runs it) until `exit_pod` ends it.
 
+What a controller creates (pods, child Jobs, the submitter Job) goes through the API server's validation
+as a client's write does (twin_core): a refused object is not created and the controller records its
+`Warning` Event on the owner, which then waits, as on a cluster.
+
 Time is the twin's clock: `advance(seconds)` moves it, so TTLs are tested without sleeping.
 """
 
