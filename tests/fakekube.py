@@ -685,12 +685,12 @@ class FakeKube:
                 )
 
     def refusal(self, obj: dict[str, Any]) -> str:
-        """Why the API server refuses an object a controller creates ("" when it takes it): a controller's
-        write is validated like a client's (it has no unknown fields: controllers send typed objects)."""
+        """Why the API server refuses an object a controller creates ("" when it takes it): its core
+        validation, as for a client's write (the schema held when the owner's templates were written)."""
         rtype = BY_KIND[obj["kind"]]
         if not (rtype.validated and self.validate):
             return ""
-        refused = _refusal(rtype, obj, twin_schemas.check(copy.deepcopy(obj), rtype.api_version, rtype.kind))
+        refused = _refusal(rtype, obj, twin_schemas.core_check(obj, rtype.kind))
         return "" if refused is None else str(refused)
 
     def _delete_now(self, kind: str, ns: str, name: str, policy: str) -> None:
