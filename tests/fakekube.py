@@ -654,16 +654,23 @@ class FakeKube:
             refused = _refusal(rtype, new, verdict)
             if refused is not None:
                 raise refused
+        denied = self._denial(rtype, new)
+        if denied is not None:
+            raise denied
+        return warnings
+
+    def _denial(self, rtype: ResourceType, obj: dict[str, Any]) -> _HttpError | None:
+        """The first validating webhook that denies `obj`, in the API server's words."""
         for webhook in self.webhooks:
-            denial = webhook(rtype.kind, new)
+            denial = webhook(rtype.kind, obj)
             if denial:
-                raise _HttpError(
+                return _HttpError(
                     403,
                     "Forbidden",
                     f'admission webhook "{denial.split(":")[0]}" denied the '
                     f"request: {denial.split(':', 1)[-1].strip()}",
                 )
-        return warnings
+        return None
 
     @staticmethod
     def _check_immutable(rtype: ResourceType, current: dict[str, Any], new: dict[str, Any]) -> None:
@@ -686,11 +693,13 @@ class FakeKube:
 
     def refusal(self, obj: dict[str, Any]) -> str:
         """Why the API server refuses an object a controller creates ("" when it takes it): its core
-        validation, as for a client's write (the schema held when the owner's templates were written)."""
+        validation, as for a client's write (the schema held when the owner's templates were written), then
+        the validating webhooks a test installed (a cluster's policy engine sees the controllers' creates)."""
         rtype = BY_KIND[obj["kind"]]
-        if not (rtype.validated and self.validate):
-            return ""
-        refused = _refusal(rtype, obj, twin_schemas.core_check(obj, rtype.kind))
+        refused = None
+        if rtype.validated and self.validate:
+            refused = _refusal(rtype, obj, twin_schemas.core_check(obj, rtype.kind))
+        refused = refused or self._denial(rtype, obj)
         return "" if refused is None else str(refused)
 
     def _delete_now(self, kind: str, ns: str, name: str, policy: str) -> None:

@@ -521,3 +521,22 @@ def test_a_pod_core_validation_refuses_is_422(kube_client: Any, pod: dict[str, A
     body = json.loads(refused.value.body)
     assert refused.value.status == 422 and body["message"].startswith('Pod "p" is invalid: '), body["message"]
     assert message in body["message"], body["message"]
+
+
+def test_a_policy_webhook_that_denies_pods_holds_the_jobs_pods_back_with_the_controllers_event(
+    cluster: Cluster, kube_client: Any
+) -> None:
+    from twin_rbac import bot_client
+
+    def policy(kind: str, obj: dict[str, Any]) -> str | None:
+        labels = obj["metadata"].get("labels") or {}
+        return "policy.example.com: pods need a team label" if kind == "Pod" and "team" not in labels else None
+
+    cluster.kube.webhooks.append(policy)
+    _create_job(bot_client(cluster.kube, NS), _job("j"))  # the Job itself is not a Pod: admitted
+    assert cluster.pods(NS) == []
+    (event,) = _events(kube_client, "FailedCreate")
+    assert (event.involved_object.kind, event.involved_object.name) == ("Job", "j")
+    assert 'Error creating: admission webhook "policy.example.com" denied the request: pods need a team label' in (
+        event.message
+    )
