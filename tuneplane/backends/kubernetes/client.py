@@ -91,6 +91,7 @@ RAYJOB = Kind("ray.io/v1", "RayJob", "rayjobs", job=True)
 SECRET = Kind("v1", "Secret", "secrets", core=True)
 CONFIGMAP = Kind("v1", "ConfigMap", "configmaps", core=True)
 POD = Kind("v1", "Pod", "pods", core=True)
+EVENT = Kind("v1", "Event", "events", core=True)
 # Kueue >= 0.15 stores v1beta2 and serves v1beta1 deprecated (a warning on every request); older ones serve
 # v1beta1 only. The newest first; kueue.py falls back on a 404 and remembers what the server answered.
 WORKLOADS = (
@@ -108,6 +109,7 @@ _TYPED = {
     "Secret": ("core", "secret"),
     "ConfigMap": ("core", "config_map"),
     "Pod": ("core", "pod"),
+    "Event": ("core", "event"),
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from tuneplane.backends.kubernetes.client import (
     CONFIGMAP,
+    EVENT,
     JOB,
     JOBSET,
     LOCALQUEUES,
@@ -75,6 +76,11 @@ RULES = (
     _rule((CONFIGMAP,), ("create", "patch"), "a run's companion ConfigMaps: server-side apply, owned by the job"),
     _rule((POD,), ("list",), "a run's pods by label: phase, waiting reasons, exit codes, the leader"),
     _rule((POD,), ("get",), "the last log lines of a failed container; tp job logs", sub="log"),
+    _rule(
+        (EVENT,),
+        ("list",),
+        "a run that waits without pods: the controllers' Warning Events say the API server refused them",
+    ),
     # Kueue's: why a queued run waits. Harmless on a cluster without Kueue.
     _rule(WORKLOADS, ("list",), "a queued run's Kueue Workload, listed by its job-uid label"),
     _rule(tuple(LOCALQUEUES.values()), ("get",), "the LocalQueue a queued run names: its ClusterQueue"),
