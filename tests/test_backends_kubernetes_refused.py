@@ -96,3 +96,37 @@ def test_a_run_whose_pods_are_refused_says_why_then_ends_config_error_and_gives_
     assert [a.reason for a in seen.attempts] == ["ConfigError"]
     assert "pods must carry the label cost-center" in seen.attempts[-1].message
     assert twin.kube.list("Workload", NS) == [], "the run still holds its Kueue quota"
+
+
+def test_a_jobset_whose_child_jobs_core_validation_refuses_says_the_api_servers_words(
+    cluster: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    """A value `tp validate` would refuse, had it reached a JobSet's pod template another way: the JobSet
+    is accepted (its CRD checks no toleration rule), its child Jobs are not."""
+    cluster.add_queue(NS, "team-a", "h200-pool", gpu=64, cpu="1000", memory="16Ti")
+    for name, data in (("registry-creds", {".dockerconfigjson": "e30="}), ("lab-git", {"password": "cGFzcw=="})):
+        cluster.kube.put(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": data}
+        )
+    spec, _, docs = build(lab, request("trl-sft-exp", profile="h200:16"))
+    pod = docs[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["tolerations"] = [{"key": "", "operator": "Equal", "effect": "NoSchedule"}]
+    ref = backend.submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment="trl-sft-exp",
+            namespace=NS,
+            object_name=spec.metadata.name,
+            manifests=docs,
+            secret_data={"job-token": "tp-token-1234"},
+        )
+    )
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason) == ("Pending", "JobCreationFailed"), seen
+    assert 'tolerations[0].operator: Invalid value: "Equal": operator must be Exists when `key` is empty' in (
+        seen.message
+    )
+    cluster.advance(11 * 60)
+    ended = backend.observe(ref)
+    assert (ended.phase, ended.reason) == ("Failed", "ConfigError"), ended
+    assert "JobCreationFailed" in ended.attempts[-1].message
