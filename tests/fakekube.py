@@ -727,6 +727,43 @@ class FakeKube:
         return None
 
 
+# the field labels the API server lets a list select on: every kind's name and namespace, and an Event's own
+FIELD_LABELS = {
+    "Event": (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+}
+
+
+def _field_selector(rtype: ResourceType, text: str) -> list[tuple[str, str, bool]]:
+    """(field, value, equal) per term of `fieldSelector` (`a=b`, `a==b`, `a!=b`); 400 for a field the server
+    does not index for this kind."""
+    terms = []
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        field_name, op, value = re.match(r"^([^!=]+)(!=|==|=)(.*)$", term).groups()  # type: ignore[union-attr]
+        if field_name not in ("metadata.name", "metadata.namespace", *FIELD_LABELS.get(rtype.kind, ())):
+            raise _HttpError(400, "BadRequest", f"field label not supported: {field_name}")
+        terms.append((field_name, value, op != "!="))
+    return terms
+
+
+def _dotted(obj: dict[str, Any], path: str) -> str:
+    node: Any = obj
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    if path == "source" and isinstance(node, dict):
+        node = node.get("component")
+    return "" if node is None else str(node)
+
+
 def _qualified_kind(rtype: ResourceType) -> str:
     """A kind as the API server's messages name it: `Job.batch`, `JobSet.jobset.x-k8s.io`, core kinds bare."""
     return f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
@@ -987,11 +1024,15 @@ class _Handler(BaseHTTPRequestHandler):
         kube = self.server.kube
         if method == "GET":
             selector = query.get("labelSelector", "")
+            fields_wanted = _field_selector(rtype, query.get("fieldSelector", ""))
             with kube.lock:
                 items = [
                     dict(copy.deepcopy(o), apiVersion=rtype.api_version)
                     for (k, n, _), o in sorted(kube.objects.items())
-                    if k == rtype.kind and n == ns and selector_matches(selector, o["metadata"].get("labels") or {})
+                    if k == rtype.kind
+                    and n == ns
+                    and selector_matches(selector, o["metadata"].get("labels") or {})
+                    and all((_dotted(o, f) == v) == equal for f, v, equal in fields_wanted)
                 ]
                 rv = str(next(kube._rv))
             start = int(query.get("continue") or 0)

@@ -540,3 +540,15 @@ def test_a_policy_webhook_that_denies_pods_holds_the_jobs_pods_back_with_the_con
     assert 'Error creating: admission webhook "policy.example.com" denied the request: pods need a team label' in (
         event.message
     )
+
+
+def test_events_are_listed_by_the_field_selectors_the_api_server_supports(cluster: Cluster, kube_client: Any) -> None:
+    cluster.kube.webhooks.append(lambda kind, obj: "policy.example.com: no" if kind == "Pod" else None)
+    _create_job(kube_client, _job("j"))
+    core = client.CoreV1Api(kube_client)
+    assert [e.reason for e in core.list_namespaced_event(NS, field_selector="type=Warning").items] == ["FailedCreate"]
+    assert core.list_namespaced_event(NS, field_selector="type=Normal").items == []
+    assert len(core.list_namespaced_event(NS, field_selector="involvedObject.name=j,reason=FailedCreate").items) == 1
+    with pytest.raises(ApiException) as refused:
+        core.list_namespaced_event(NS, field_selector="message=no")
+    assert refused.value.status == 400 and "field label not supported: message" in refused.value.body

@@ -234,8 +234,8 @@ class Refused:
 def refused_creates(rest: Rest, ns: str, name: str) -> Refused | None:
     """The newest such Event on the job object `name` or an object made for it (`<name>-…`: child Jobs,
     the RayCluster); None when there is none. Nothing else tells why such a run waits: it has no pod."""
-    events = cast(list[Event], rest.list(EVENT, ns, None))
-    ours = [e for e in events if e.get("type") == "Warning" and e.get("reason") in CREATE_REFUSED and _for(e, name)]
+    events = cast(list[Event], rest.list(EVENT, ns, None, fields="type=Warning"))
+    ours = [e for e in events if e.get("reason") in CREATE_REFUSED and _for(e, name)]
     if not ours:
         return None
     newest = max(ours, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
