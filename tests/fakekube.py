@@ -62,6 +62,7 @@ RESOURCE_TYPES = [
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", validated=True),
     ResourceType("apps", "v1", "deployments", "Deployment", validated=True),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", has_status=False, validated=True),
+    ResourceType("", "v1", "events", "Event", has_status=False),  # written by the twin's controllers only
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", has_status=False, validated=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", has_status=False, validated=True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", has_status=False, namespaced=False),
@@ -650,27 +651,26 @@ class FakeKube:
                 raise _HttpError(400, "BadRequest", f"strict decoding error: {detail}")
             if validation == "Warn":
                 warnings = [f'unknown field "{p}"' for p in verdict.unknown]
-            if verdict.invalid:
-                name = (new.get("metadata") or {}).get("name", "")
-                causes = [
-                    {"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]} for m in verdict.invalid
-                ]
-                raise _HttpError(
-                    422,
-                    "Invalid",
-                    f'{rtype.kind}.{rtype.group or "core"} "{name}" is invalid: ' + "; ".join(verdict.invalid[:5]),
-                    {"name": name, "kind": rtype.kind, "causes": causes},
-                )
+            refused = _refusal(rtype, new, verdict)
+            if refused is not None:
+                raise refused
+        denied = self._denial(rtype, new)
+        if denied is not None:
+            raise denied
+        return warnings
+
+    def _denial(self, rtype: ResourceType, obj: dict[str, Any]) -> _HttpError | None:
+        """The first validating webhook that denies `obj`, in the API server's words."""
         for webhook in self.webhooks:
-            denial = webhook(rtype.kind, new)
+            denial = webhook(rtype.kind, obj)
             if denial:
-                raise _HttpError(
+                return _HttpError(
                     403,
                     "Forbidden",
                     f'admission webhook "{denial.split(":")[0]}" denied the '
                     f"request: {denial.split(':', 1)[-1].strip()}",
                 )
-        return warnings
+        return None
 
     @staticmethod
     def _check_immutable(rtype: ResourceType, current: dict[str, Any], new: dict[str, Any]) -> None:
@@ -687,10 +687,20 @@ class FakeKube:
                 raise _HttpError(
                     422,
                     "Invalid",
-                    f"{rtype.kind}.{rtype.group or 'core'} "
-                    f'"{current["metadata"]["name"]}" is invalid: spec.{field_name}: Invalid value: '
-                    "field is immutable",
+                    f'{_qualified_kind(rtype)} "{current["metadata"]["name"]}" is invalid: spec.{field_name}: '
+                    "Invalid value: field is immutable",
                 )
+
+    def refusal(self, obj: dict[str, Any]) -> str:
+        """Why the API server refuses an object a controller creates ("" when it takes it): its core
+        validation, as for a client's write (the schema held when the owner's templates were written), then
+        the validating webhooks a test installed (a cluster's policy engine sees the controllers' creates)."""
+        rtype = BY_KIND[obj["kind"]]
+        refused = None
+        if rtype.validated and self.validate:
+            refused = _refusal(rtype, obj, twin_schemas.core_check(obj, rtype.kind))
+        refused = refused or self._denial(rtype, obj)
+        return "" if refused is None else str(refused)
 
     def _delete_now(self, kind: str, ns: str, name: str, policy: str) -> None:
         obj = self.objects.pop((kind, ns, name), None)
@@ -715,6 +725,68 @@ class FakeKube:
                     fault.hits += 1
                     return fault
         return None
+
+
+# the field labels the API server lets a list select on: every kind's name and namespace, and an Event's own
+FIELD_LABELS = {
+    "Event": (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+}
+
+
+def _field_selector(rtype: ResourceType, text: str) -> list[tuple[str, str, bool]]:
+    """(field, value, equal) per term of `fieldSelector` (`a=b`, `a==b`, `a!=b`); 400 for a field the server
+    does not index for this kind."""
+    terms = []
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        field_name, op, value = re.match(r"^([^!=]+)(!=|==|=)(.*)$", term).groups()  # type: ignore[union-attr]
+        if field_name not in ("metadata.name", "metadata.namespace", *FIELD_LABELS.get(rtype.kind, ())):
+            raise _HttpError(400, "BadRequest", f"field label not supported: {field_name}")
+        terms.append((field_name, value, op != "!="))
+    return terms
+
+
+def _dotted(obj: dict[str, Any], path: str) -> str:
+    node: Any = obj
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    if path == "source" and isinstance(node, dict):
+        node = node.get("component")
+    return "" if node is None else str(node)
+
+
+def _qualified_kind(rtype: ResourceType) -> str:
+    """A kind as the API server's messages name it: `Job.batch`, `JobSet.jobset.x-k8s.io`, core kinds bare."""
+    return f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
+
+
+def _refusal(rtype: ResourceType, obj: dict[str, Any], verdict: twin_schemas.Verdict) -> _HttpError | None:
+    """The API server's answer to an object validation refused: 400 when it does not decode, else 422."""
+    if verdict.undecodable:
+        return _HttpError(
+            400,
+            "BadRequest",
+            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {verdict.undecodable}',
+        )
+    if not verdict.invalid:
+        return None
+    name = (obj.get("metadata") or {}).get("name", "")
+    causes = [{"reason": "FieldValueInvalid", "message": m, "field": m.split(":")[0]} for m in verdict.invalid]
+    return _HttpError(
+        422,
+        "Invalid",
+        f'{_qualified_kind(rtype)} "{name}" is invalid: ' + "; ".join(verdict.invalid[:5]),
+        {"name": name, "kind": rtype.kind, "causes": causes},
+    )
 
 
 def _without_directives(template: Any) -> Any:
@@ -952,11 +1024,15 @@ class _Handler(BaseHTTPRequestHandler):
         kube = self.server.kube
         if method == "GET":
             selector = query.get("labelSelector", "")
+            fields_wanted = _field_selector(rtype, query.get("fieldSelector", ""))
             with kube.lock:
                 items = [
                     dict(copy.deepcopy(o), apiVersion=rtype.api_version)
                     for (k, n, _), o in sorted(kube.objects.items())
-                    if k == rtype.kind and n == ns and selector_matches(selector, o["metadata"].get("labels") or {})
+                    if k == rtype.kind
+                    and n == ns
+                    and selector_matches(selector, o["metadata"].get("labels") or {})
+                    and all((_dotted(o, f) == v) == equal for f, v, equal in fields_wanted)
                 ]
                 rv = str(next(kube._rv))
             start = int(query.get("continue") or 0)

@@ -190,7 +190,10 @@ def remote_show(remote: Path, path: str) -> str:
 
 
 def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None = None):  # type: ignore[no-untyped-def]
-    """The bot's backends for in-process tests: the cluster is the fake API server, fast retries."""
+    """The bot's backends for in-process tests: the cluster is the fake API server, reached as the bot's
+    ServiceAccount held to the Role tuneplane declares (twin_rbac), with fast retries."""
+    from twin_rbac import bot_client
+
     from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
     from tuneplane.backends.local import LocalBackend
 
@@ -200,8 +203,8 @@ def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None =
         retry = RetryPolicy(attempts=attempts, backoff_base=0.001, backoff_cap=0.005, timeout=0.5)
         return KubernetesBackend(
             "tuneplane",
-            api_client=fake_kube.api_client(),
-            retry=retry,  # type: ignore[attr-defined]
+            api_client=bot_client(fake_kube, "tuneplane"),  # type: ignore[arg-type]
+            retry=retry,
             sleep=lambda _s: None,
         )
 

@@ -387,7 +387,7 @@ def test_an_image_that_cannot_be_pulled_ends_the_attempt_image_pull_after_the_gr
 ) -> None:
     twin.private_registries = ("docker.io",)  # the lab's trl image, without its pull secret
     twin.kube.remove("Secret", NS, "registry-creds")
-    backend = KubernetesBackend(NS, api_client=fake_kube.api_client(), retry=FAST, stuck_after=300)
+    backend = KubernetesBackend(NS, api_client=bot_client(fake_kube, NS), retry=FAST, stuck_after=300)
     ref = submit(backend, lab)
     seen = backend.observe(ref)
     assert (seen.phase, seen.reason) == ("Pending", "ErrImagePull"), seen

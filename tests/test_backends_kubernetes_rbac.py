@@ -109,7 +109,12 @@ def test_the_role_is_exactly_the_requests_of_job_jobset_and_rayjob_runs(twin: Cl
     twin.finish(NS, {"jobset.sigs.k8s.io/jobset-name": jobset.name}, 0)
     assert backend.observe(jobset).phase == "Succeeded"
     # a RayJob's driver succeeds, then the run is cancelled (deleted) all the same
+    # a policy webhook refuses the Ray pods for a while: the run waits, and the controllers' Events say why
+    twin.kube.webhooks.append(lambda kind, obj: "policy.example.com: not yet" if kind == "Pod" else None)
     rayjob = submit(backend, lab, "verl-grpo-exp", "h200", RUNS[2])
+    assert backend.observe(rayjob).reason == "FailedToCreateHeadPod"
+    twin.kube.webhooks.clear()
+    twin.kube.settle()
     twin.driver_exit(NS, rayjob.name, 0, "done\n")
     assert backend.observe(rayjob).phase == "Succeeded"
     for ref in (jobset, rayjob):

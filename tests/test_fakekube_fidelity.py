@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 if TYPE_CHECKING:
+    from fakekube import FakeKube
     from twin_controllers import Cluster
 
 pytest_plugins = ("fakekube",)
@@ -317,3 +318,237 @@ def test_the_eviction_api_disrupts_the_pod_and_its_job_replaces_it(cluster: Clus
     with pytest.raises(ApiException) as missing:
         client.CoreV1Api(kube_client).create_namespaced_pod_eviction("nope", NS, eviction)
     assert missing.value.status == 404
+
+
+# ── core validation: client writes, and the pods and Jobs the controllers create ─────────────
+AT = "spec.template.spec"
+BAD_POD_VALUES = [
+    (
+        {"tolerations": [{"key": "", "operator": "Equal"}]},
+        f'{AT}.tolerations[0].operator: Invalid value: "Equal": operator must be Exists when `key` is empty',
+    ),
+    (
+        {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]},
+        f"{AT}.tolerations[0].operator: Invalid value: \"x\": value must be empty when `operator` is 'Exists'",
+    ),
+    (
+        {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA H200"}},
+        'spec.template.spec.nodeSelector: Invalid value: "NVIDIA H200": a valid label must be',
+    ),
+    (
+        {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "busybox:1.36",
+                    "resources": {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "8"}},
+                }
+            ]
+        },
+        f'{AT}.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "4": must be equal to '
+        "nvidia.com/gpu limit of 8",
+    ),
+    (
+        {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "busybox:1.36",
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                }
+            ]
+        },
+        'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "dshm"',
+    ),
+]
+
+
+def _with_pod_values(body: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    spec = (
+        body["spec"]["template"]["spec"]
+        if body["kind"] == "Job"
+        else body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    )
+    spec.update(copy.deepcopy(values))
+    return body
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_POD_VALUES)
+def test_a_job_core_validation_refuses_is_422_in_the_api_servers_words(
+    fake_kube: FakeKube, values: dict[str, Any], message: str
+) -> None:
+    from twin_rbac import bot_client
+
+    with pytest.raises(ApiException) as refused:
+        _create_job(bot_client(fake_kube, NS), _with_pod_values(_job("j"), values))
+    body = json.loads(refused.value.body)
+    assert refused.value.status == 422 and body["reason"] == "Invalid"
+    assert message in body["message"], body["message"]
+    assert fake_kube.get("Job", NS, "j") is None
+
+
+def test_an_indexed_job_whose_last_pod_host_name_is_too_long_is_refused(fake_kube: FakeKube) -> None:
+    from twin_rbac import bot_client
+
+    name = "j" * 61
+    with pytest.raises(ApiException) as refused:
+        _create_job(bot_client(fake_kube, NS), _job(name, completionMode="Indexed", completions=11, parallelism=11))
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 422 and f"will not able to create pod with invalid DNS label: {name}-10" in message
+    _create_job(bot_client(fake_kube, NS), _job(name, completionMode="Indexed", completions=10, parallelism=10))
+
+
+def test_a_quantity_that_does_not_decode_is_a_bad_request(fake_kube: FakeKube) -> None:
+    from twin_rbac import bot_client
+
+    volumes = {"volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64GB"}}]}
+    with pytest.raises(ApiException) as refused:
+        _create_job(bot_client(fake_kube, NS), _with_pod_values(_job("j"), volumes))
+    body = json.loads(refused.value.body)
+    assert refused.value.status == 400 and body["reason"] == "BadRequest"
+    assert 'Job in version "v1" cannot be handled as a Job: quantities must match' in body["message"]
+
+
+def _events(kube_client: Any, reason: str) -> list[Any]:
+    return [e for e in client.CoreV1Api(kube_client).list_namespaced_event(NS).items if e.reason == reason]
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_POD_VALUES[:3])
+def test_a_jobset_whose_jobs_core_validation_refuses_is_accepted_and_never_gets_a_pod(
+    cluster: Cluster, kube_client: Any, values: dict[str, Any], message: str
+) -> None:
+    from twin_rbac import bot_client
+
+    custom = client.CustomObjectsApi(bot_client(cluster.kube, NS))
+    custom.create_namespaced_custom_object(*JOBSET, _with_pod_values(_jobset("js"), values))
+    cluster.advance(3 * 86400)
+    assert cluster.kube.list("Job", NS) == [] and cluster.pods(NS) == []
+    (event,) = _events(kube_client, "JobCreationFailed")
+    assert (event.type, event.involved_object.kind, event.involved_object.name) == ("Warning", "JobSet", "js")
+    assert 'Job.batch "js-workers-0" is invalid' in event.message and message in event.message
+    assert "terminalState" not in cluster.kube.get("JobSet", NS, "js")["status"]  # type: ignore[index]
+
+
+def test_a_rayjob_whose_pods_core_validation_refuses_waits_with_kuberays_event(
+    cluster: Cluster, kube_client: Any
+) -> None:
+    from twin_rbac import bot_client
+
+    body = _rayjob("rj")
+    body["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["tolerations"] = [
+        {"key": "", "operator": "Equal"}
+    ]
+    client.CustomObjectsApi(bot_client(cluster.kube, NS)).create_namespaced_custom_object(
+        "ray.io", "v1", NS, "rayjobs", body
+    )
+    assert cluster.kube.list("RayCluster", NS) and cluster.pods(NS, {"ray.io/node-type": "head"}) == []
+    (event,) = _events(kube_client, "FailedToCreateHeadPod")
+    assert event.involved_object.kind == "RayCluster"
+    assert "spec.tolerations[0].operator: Invalid value" in event.message
+
+
+def test_kueue_counts_the_rayjob_submitter_in_its_workload(cluster: Cluster, kube_client: Any) -> None:
+    from twin_rbac import bot_client
+
+    cluster.add_queue(NS, "lq", "cq", cpu="2")  # the head's and the worker's CPU, nothing for the submitter
+    body = _rayjob("rj")
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    ray = body["spec"]["rayClusterSpec"]
+    for template in (ray["headGroupSpec"]["template"], ray["workerGroupSpecs"][0]["template"]):
+        template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    client.CustomObjectsApi(bot_client(cluster.kube, NS)).create_namespaced_custom_object(
+        "ray.io", "v1", NS, "rayjobs", body
+    )
+    (workload,) = cluster.kube.list("Workload", NS)
+    sets = {s["name"]: s for s in workload["spec"]["podSets"]}
+    assert sorted(sets) == ["head", "submitter", "w"] and sets["submitter"]["count"] == 1
+    waiting = {c["type"]: c for c in workload["status"]["conditions"]}["QuotaReserved"]
+    assert waiting["status"] == "False" and "insufficient unused quota for cpu" in waiting["message"]
+    assert cluster.kube.get("RayJob", NS, "rj")["spec"]["suspend"] is True  # type: ignore[index]
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    container = {"name": "c", "image": "busybox:1.36", **spec.pop("container", {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        (
+            _pod(container={"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}),
+            'spec.containers[0].resources.requests[cpu]: Invalid value: "2": must be less than or equal to cpu limit',
+        ),
+        (
+            _pod(container={"resources": {"requests": {"memory": "-1Gi"}}}),
+            "must be greater than or equal to 0",
+        ),
+        (
+            _pod(container={"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}),
+            'spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "0.5": must be an integer',
+        ),
+        (
+            _pod(container={"env": [{"name": "1ST", "value": "x"}]}),
+            'spec.containers[0].env[0].name: Invalid value: "1ST": a valid environment variable name',
+        ),
+        (
+            _pod(initContainers=[{"name": "c", "image": "busybox:1.36"}]),
+            'spec.containers[0].name: Duplicate value: "c"',
+        ),
+        (
+            _pod(tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}]),
+            "spec.tolerations[0].effect: Invalid value: \"NoSchedule\": effect must be 'NoExecute'",
+        ),
+        (
+            _pod(hostname="h" * 64),
+            "spec.hostname: Invalid value: ",
+        ),
+        (
+            {**_pod(), "metadata": {"name": "p", "annotations": {"bad key": "v"}}},
+            'metadata.annotations: Invalid value: "bad key": name part must consist of',
+        ),
+    ],
+)
+def test_a_pod_core_validation_refuses_is_422(kube_client: Any, pod: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(kube_client).create_namespaced_pod(NS, pod, _preload_content=False)
+    body = json.loads(refused.value.body)
+    assert refused.value.status == 422 and body["message"].startswith('Pod "p" is invalid: '), body["message"]
+    assert message in body["message"], body["message"]
+
+
+def test_a_policy_webhook_that_denies_pods_holds_the_jobs_pods_back_with_the_controllers_event(
+    cluster: Cluster, kube_client: Any
+) -> None:
+    from twin_rbac import bot_client
+
+    def policy(kind: str, obj: dict[str, Any]) -> str | None:
+        labels = obj["metadata"].get("labels") or {}
+        return "policy.example.com: pods need a team label" if kind == "Pod" and "team" not in labels else None
+
+    cluster.kube.webhooks.append(policy)
+    _create_job(bot_client(cluster.kube, NS), _job("j"))  # the Job itself is not a Pod: admitted
+    assert cluster.pods(NS) == []
+    (event,) = _events(kube_client, "FailedCreate")
+    assert (event.involved_object.kind, event.involved_object.name) == ("Job", "j")
+    assert 'Error creating: admission webhook "policy.example.com" denied the request: pods need a team label' in (
+        event.message
+    )
+
+
+def test_events_are_listed_by_the_field_selectors_the_api_server_supports(cluster: Cluster, kube_client: Any) -> None:
+    cluster.kube.webhooks.append(lambda kind, obj: "policy.example.com: no" if kind == "Pod" else None)
+    _create_job(kube_client, _job("j"))
+    core = client.CoreV1Api(kube_client)
+    assert [e.reason for e in core.list_namespaced_event(NS, field_selector="type=Warning").items] == ["FailedCreate"]
+    assert core.list_namespaced_event(NS, field_selector="type=Normal").items == []
+    assert len(core.list_namespaced_event(NS, field_selector="involvedObject.name=j,reason=FailedCreate").items) == 1
+    with pytest.raises(ApiException) as refused:
+        core.list_namespaced_event(NS, field_selector="message=no")
+    assert refused.value.status == 400 and "field label not supported: message" in refused.value.body

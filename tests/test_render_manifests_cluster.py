@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from helpers_render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
 from podrunner import kubelet_expand
+from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
@@ -108,7 +109,7 @@ def test_the_ray_head_runs_off_the_gpu_nodes(lab: Any, cluster: Cluster, fake_ku
     assert "tolerations" not in head_spec
     backend = KubernetesBackend(
         NS,
-        api_client=fake_kube.api_client(),
+        api_client=bot_client(fake_kube, NS),
         rng=random.Random(1),
         retry=RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0),
     )

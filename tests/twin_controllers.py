@@ -24,6 +24,10 @@ model what our backend and our manifests depend on, as the real controllers do i
   image from a private registry without a usable `imagePullSecrets` waits in `ErrImagePull`; otherwise
   the pod runs (or a test's pod runner runs it) until `exit_pod` ends it.
 
+What a controller creates (pods, child Jobs, the submitter Job) goes through the API server's validation
+as a client's write does (twin_core): a refused object is not created and the controller records its
+`Warning` Event on the owner, which then waits, as on a cluster.
+
 Time is the twin's clock: `advance(seconds)` moves it, so TTLs are tested without sleeping.
 """
 
@@ -46,6 +50,7 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 JS = "jobset.sigs.k8s.io/"
 SUBMITTER_CONTAINER = "ray-job-submitter"
 DASHBOARD_PORT = 8265
+_COMPONENT = {"JobSet": "jobset", "RayJob": "rayjob-controller", "RayCluster": "raycluster-controller"}
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
 _UNITS = {
     "": 1,
@@ -327,11 +332,64 @@ class Cluster:
         ns = owner["metadata"]["namespace"]
         return [o for o in self._all(kind) if o["metadata"]["namespace"] == ns and _owned_by(o, owner)]
 
-    def _make(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def _make(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create as a controller does, through the API server's validation: an object it refuses is not
+        created (None) and the controller records a Warning Event on the owner, then tries again later."""
         from fakekube import BY_KIND
 
+        refused = self.kube.refusal(obj)
+        if refused:
+            self._failed_create(obj, refused)
+            return None
         self._changed = True
         return self.kube._create(BY_KIND[obj["kind"]], obj["metadata"]["namespace"], obj, keep_status=True)
+
+    def _failed_create(self, obj: dict[str, Any], refused: str) -> None:
+        """The Warning Event each controller records when the API server refuses what it creates, with its
+        reason and wording; repeats are counted on one Event (the recorder aggregates similar events)."""
+        from fakekube import BY_KIND
+
+        (owner,) = obj["metadata"]["ownerReferences"][:1]
+        ns = obj["metadata"]["namespace"]
+        if owner["kind"] == "JobSet":
+            reason, message = "JobCreationFailed", refused
+        elif owner["kind"] == "RayJob":
+            reason, message = (
+                "FailedToCreateRayJobSubmitter",
+                f"Failed to create new Kubernetes Job {ns}/{obj['metadata']['name']}: {refused}",
+            )
+        elif owner["kind"] == "RayCluster":
+            group = "Head" if (obj["metadata"].get("labels") or {}).get("ray.io/node-type") == "head" else "Worker"
+            reason = f"FailedToCreate{group}Pod"
+            message = f"Failed to create {group.lower()} Pod {ns}/{obj['metadata']['name']}, {refused}"
+        else:
+            reason, message = "FailedCreate", f"Error creating: {refused}"
+        for event in self._all("Event"):
+            if event["involvedObject"].get("uid") == owner["uid"] and event["reason"] == reason:
+                event.update(count=event["count"] + 1, message=message, lastTimestamp=self.stamp())
+                return
+        self.kube._create(
+            BY_KIND["Event"],
+            ns,
+            {
+                "metadata": {"name": f"{owner['name']}.{self._serial:x}{len(self._all('Event')):x}", "namespace": ns},
+                "involvedObject": {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["name"],
+                    "namespace": ns,
+                    "uid": owner["uid"],
+                },
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "count": 1,
+                "firstTimestamp": self.stamp(),
+                "lastTimestamp": self.stamp(),
+                "source": {"component": _COMPONENT.get(owner["kind"], "job-controller")},
+            },
+            keep_status=True,
+        )
 
     def _remove(self, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]

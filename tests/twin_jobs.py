@@ -195,14 +195,18 @@ def _create_pods(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any
         busy = {int(p["metadata"]["annotations"][INDEX]) for p in live} | _indexes_done(pods)
         for index in range(int(spec.get("completions", 1))):
             if index not in busy and len(live) < int(spec.get("parallelism", 1)):
-                live.append(_new_pod(cluster, job, index))
+                if (pod := _new_pod(cluster, job, index)) is None:
+                    return  # refused by the API server: the controller's Event says why; it tries again later
+                live.append(pod)
         return
     succeeded = sum(1 for p in pods if p["status"].get("phase") == "Succeeded")
     while len(live) < min(int(spec.get("parallelism", 1)), int(spec.get("completions", 1)) - succeeded):
-        live.append(_new_pod(cluster, job, None))
+        if (pod := _new_pod(cluster, job, None)) is None:
+            return
+        live.append(pod)
 
 
-def _new_pod(cluster: Cluster, job: dict[str, Any], index: int | None) -> dict[str, Any]:
+def _new_pod(cluster: Cluster, job: dict[str, Any], index: int | None) -> dict[str, Any] | None:
     template = copy.deepcopy(job["spec"]["template"])
     meta = template.get("metadata") or {}
     name = job["metadata"]["name"]

@@ -30,7 +30,23 @@ def _requests(template: dict[str, Any]) -> dict[str, float]:
     return total
 
 
+# Kueue's pod set for a RayJob's submitter when the RayJob gives no template: KubeRay's default submitter
+_DEFAULT_SUBMITTER = {
+    "spec": {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "ray-job-submitter",
+                "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+            }
+        ],
+    }
+}
+
+
 def pod_sets(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Kueue's pod sets of a queued object: a Job's pods, each replicated Job's, a RayJob's head, worker
+    groups and (in `K8sJobMode`, the default) its submitter."""
     spec = obj["spec"]
     if obj["kind"] == "Job":
         return [{"name": "main", "count": int(spec.get("parallelism", 1)), "template": spec["template"]}]
@@ -49,6 +65,9 @@ def pod_sets(obj: dict[str, Any]) -> list[dict[str, Any]]:
         {"name": g["groupName"], "count": int(g.get("replicas", 1)), "template": g["template"]}
         for g in cluster.get("workerGroupSpecs") or []
     ]
+    if spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":  # the submitter Job's pod takes quota too
+        template = spec.get("submitterPodTemplate") or _DEFAULT_SUBMITTER
+        sets.append({"name": "submitter", "count": 1, "template": template})
     return sets
 
 

@@ -8,7 +8,9 @@ read at run time. As on a real server:
   default) keeps the write and answers a `Warning` header per field, `Ignore` drops them silently;
 - anything else that breaks the schema (a wrong type, a missing required field, a bad enum value)
   is a 422 `Invalid` with one cause per error;
-- `metadata` is checked by its own rules (name, labels), never pruned by a CRD schema.
+- `metadata` is checked by its own rules (name, labels), never pruned by a CRD schema;
+- a schema-valid Pod, Job or Deployment is then held to the API server's core validation (twin_core):
+  422 for what it refuses, 400 for a quantity that does not decode.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import twin_core
 import yaml
 from helpers_shared import require_shared
 
@@ -57,6 +60,7 @@ class Verdict:
 
     unknown: list[str] = field(default_factory=list)  # dotted paths of pruned fields
     invalid: list[str] = field(default_factory=list)  # "path: message" per schema error
+    undecodable: str = ""  # why the server cannot decode the object at all (400), e.g. a bad quantity
 
 
 def crd_dir() -> Path:
@@ -207,6 +211,19 @@ def check(obj: dict[str, Any], api_version: str, kind: str) -> Verdict:
         if meta is not None:
             obj["metadata"] = meta
         verdict.invalid.extend(_errors(_core_validator(filename), obj))
+        if not verdict.invalid:
+            core_check(obj, kind, verdict)
+    return verdict
+
+
+def core_check(obj: dict[str, Any], kind: str, verdict: Verdict | None = None) -> Verdict:
+    """The API server's core validation alone (twin_core), into `verdict`. A controller's create needs no
+    more: what it copies from its owner's templates met their schema when the owner was written."""
+    verdict = Verdict() if verdict is None else verdict
+    try:
+        verdict.invalid.extend(twin_core.errors(obj, kind))
+    except twin_core.Undecodable as exc:
+        verdict.undecodable = str(exc)
     return verdict
 
 

@@ -91,6 +91,7 @@ RAYJOB = Kind("ray.io/v1", "RayJob", "rayjobs", job=True)
 SECRET = Kind("v1", "Secret", "secrets", core=True)
 CONFIGMAP = Kind("v1", "ConfigMap", "configmaps", core=True)
 POD = Kind("v1", "Pod", "pods", core=True)
+EVENT = Kind("v1", "Event", "events", core=True)
 # Kueue >= 0.15 stores v1beta2 and serves v1beta1 deprecated (a warning on every request); older ones serve
 # v1beta1 only. The newest first; kueue.py falls back on a 404 and remembers what the server answered.
 WORKLOADS = (
@@ -108,6 +109,7 @@ _TYPED = {
     "Secret": ("core", "secret"),
     "ConfigMap": ("core", "config_map"),
     "Pod": ("core", "pod"),
+    "Event": ("core", "event"),
 }
 
 
@@ -207,14 +209,22 @@ class Rest:
             op, lambda: custom.get_namespaced_custom_object(*args, **self._opts()), missing_ok=True, redact=redact
         )
 
-    def list(self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = False) -> list[dict[str, Any]]:
-        return self.list_if_served(kind, ns, selector, missing_ok) or []
+    def list(
+        self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = False, fields: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self.list_if_served(kind, ns, selector, missing_ok, fields) or []
 
-    def list_if_served(self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = True) -> Items | None:
-        """A list, or None on a 404 (with `missing_ok`): the server does not serve this kind at this version."""
+    def list_if_served(
+        self, kind: Kind, ns: str, selector: str | None, missing_ok: bool = True, fields: str | None = None
+    ) -> Items | None:
+        """A list (by labels, and by `fields`: a field selector the server indexes for the kind), or None on
+        a 404 (with `missing_ok`): the server does not serve this kind at this version."""
         what = f"{kind.plural} in namespace {ns}" + (f" with labels {selector}" if selector else "")
+        what += f" with fields {fields}" if fields else ""
         op = _Op("list", what, "GET", kind.path(ns), kind)
-        opts = self._opts(**({"label_selector": selector} if selector else {}))
+        opts = self._opts(
+            **({"label_selector": selector} if selector else {}), **({"field_selector": fields} if fields else {})
+        )
         if kind.core:
             fn = self._typed("list", kind)
             result = self.json(op, lambda: fn(ns, **opts), missing_ok=missing_ok)

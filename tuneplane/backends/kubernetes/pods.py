@@ -9,15 +9,18 @@ replaced).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, cast
 
 from tuneplane.backends.kubernetes.apply import RUN_LABEL
-from tuneplane.backends.kubernetes.client import JOBSET, POD, RAYJOB, Kind, Rest
+from tuneplane.backends.kubernetes.client import EVENT, JOBSET, POD, RAYJOB, Kind, Rest
 from tuneplane.backends.kubernetes.types import (
     POD_FAILED,
     POD_SUCCEEDED,
     ContainerStateTerminated,
     ContainerStatus,
+    Event,
     JobObject,
     Pod,
 )
@@ -202,3 +205,45 @@ def termination_line(pod: Pod, container: str, terminated: ContainerStateTermina
         line += "; it ran out of memory: raise the memory limit or lower the batch size"
     extra = str(terminated.get("message") or "").strip()
     return line + (f": {extra[:500]}" if extra else "")
+
+
+# what a controller's Warning Event says when the API server refused an object it creates for a run: the
+# Job controller's pods, JobSet's child Jobs, KubeRay's RayCluster, Ray pods and submitter Job
+CREATE_REFUSED = frozenset(
+    {
+        "FailedCreate",
+        "JobCreationFailed",
+        "FailedToCreateRayCluster",
+        "FailedToCreateHeadPod",
+        "FailedToCreateWorkerPod",
+        "FailedToCreateRayJobSubmitter",
+    }
+)
+_LATER_ATTEMPT = re.compile(r"-a[0-9]+(-|$)")  # `<name>-a2`: the object of a later attempt, not ours
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The API server refuses what the run's controllers create: the controller's words, and since when."""
+
+    reason: str
+    message: str
+    since: float | None
+
+
+def refused_creates(rest: Rest, ns: str, name: str) -> Refused | None:
+    """The newest such Event on the job object `name` or an object made for it (`<name>-…`: child Jobs,
+    the RayCluster); None when there is none. Nothing else tells why such a run waits: it has no pod."""
+    events = cast(list[Event], rest.list(EVENT, ns, None, fields="type=Warning"))
+    ours = [e for e in events if e.get("reason") in CREATE_REFUSED and _for(e, name)]
+    if not ours:
+        return None
+    newest = max(ours, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    starts = [t for e in ours if (t := epoch_of(e.get("firstTimestamp") or e.get("eventTime"))) is not None]
+    return Refused(str(newest.get("reason", "")), str(newest.get("message", "")), min(starts) if starts else None)
+
+
+def _for(event: Event, name: str) -> bool:
+    involved = str((event.get("involvedObject") or {}).get("name", ""))
+    rest = involved[len(name) :] if involved.startswith(name) else None
+    return rest is not None and (rest == "" or (rest.startswith("-") and not _LATER_ATTEMPT.match(rest)))

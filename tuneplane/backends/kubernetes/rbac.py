@@ -2,7 +2,10 @@
 
 The Role is the list of requests the backend makes, one rule per kind it reaches, each verb with the
 call that needs it. Nothing more: the bot gets no `pods/exec`, no `delete` on Secrets (the run's Secret
-goes with its job object through its owner reference), no `list` on Secrets, and no `watch`. A
+goes with its job object through its owner reference), no `list` on Secrets, and no `watch`. Its `get`
+and `patch` on Secrets are not narrowed by `resourceNames`: each run's token Secret has its own name,
+which a Role cannot match by pattern, and a server-side apply answers with the whole object anyway; the
+docs (gitops.md) ask for a namespace of the lab's own for that reason. A
 cluster's `edit` role is no substitute: neither JobSet's nor KubeRay's roles aggregate into it. The
 tests run the backend against the cluster twin as this Role's ServiceAccount, so a new request that
 the Role does not cover fails there.
@@ -15,6 +18,7 @@ from typing import Any
 
 from tuneplane.backends.kubernetes.client import (
     CONFIGMAP,
+    EVENT,
     JOB,
     JOBSET,
     LOCALQUEUES,
@@ -72,6 +76,11 @@ RULES = (
     _rule((CONFIGMAP,), ("create", "patch"), "a run's companion ConfigMaps: server-side apply, owned by the job"),
     _rule((POD,), ("list",), "a run's pods by label: phase, waiting reasons, exit codes, the leader"),
     _rule((POD,), ("get",), "the last log lines of a failed container; tp job logs", sub="log"),
+    _rule(
+        (EVENT,),
+        ("list",),
+        "a run that waits without pods: the controllers' Warning Events say the API server refused them",
+    ),
     # Kueue's: why a queued run waits. Harmless on a cluster without Kueue.
     _rule(WORKLOADS, ("list",), "a queued run's Kueue Workload, listed by its job-uid label"),
     _rule(tuple(LOCALQUEUES.values()), ("get",), "the LocalQueue a queued run names: its ClusterQueue"),

@@ -28,12 +28,14 @@ from tuneplane.backends.kubernetes.attempts import (
 )
 from tuneplane.backends.kubernetes.client import JOB, JOBSET, RAYJOB, SECRET, Kind, Rest, clip, redact_text
 from tuneplane.backends.kubernetes.pods import (
+    Refused,
     default_container,
     earliest_start,
     failed_container,
     find_pods,
     pod_phase,
     pod_problem,
+    refused_creates,
     stuck_pod,
     termination_line,
 )
@@ -241,7 +243,23 @@ def _observe(
         return _observation(state, attempts=tried)
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
-    return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck) or _progress(state, pods or [], tried)
+    refused = _refused(rest, ns, obj, state, _live(pods or []))
+    return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck, refused) or _progress(
+        state, pods or [], tried, refused
+    )
+
+
+def _refused(rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod]) -> Refused | None:
+    """For a run that waits: whether the API server refuses what its controllers create for it (a policy
+    webhook, a quota, a validation the job object's own did not reach). Read only while it waits, and
+    never failing the observation (a Role from before Events were read degrades the detail)."""
+    if state.phase != PENDING or (state.pods_decide and any(pod_phase(p) == POD_RUNNING for p in pods)):
+        return None
+    try:
+        return refused_creates(rest, ns, str((obj.get("metadata") or {}).get("name", "")))
+    except BackendError as exc:
+        log.warning("the Events of %s could not be read: %s", ref_name(obj), exc)
+        return None
 
 
 def _attempts(
@@ -294,14 +312,22 @@ def _deleting(ref: BackendRef, kind: Kind, ns: str, obj: JobObject, cancelled: b
 
 
 def _stop_if_stuck(
-    rest: Rest, kind: Kind, ns: str, obj: JobObject, pods: list[Pod], tried: tuple[AttemptReport, ...], stuck: Stuck
+    rest: Rest,
+    kind: Kind,
+    ns: str,
+    obj: JobObject,
+    pods: list[Pod],
+    tried: tuple[AttemptReport, ...],
+    stuck: Stuck,
+    refused: Refused | None = None,
 ) -> Observation | None:
-    """A pod that waited past the grace period on an image or its configuration ends its attempt. Nothing
-    in the cluster ends it (the kubelet retries forever), so tuneplane deletes the job object, as a cancel
-    does, and its pods with it: their GPUs and queue quota go back. The reason is noted on the object
-    first, so an observation while its deletion runs tells the same story."""
+    """A pod that waited past the grace period on an image or its configuration ends its attempt, as does
+    a run whose pods the API server refused to create for as long. Nothing in the cluster ends either (the
+    kubelet and the controllers retry forever), so tuneplane deletes the job object, as a cancel does, and
+    its pods with it: their GPUs and queue quota go back. The reason is noted on the object first, so an
+    observation while its deletion runs tells the same story."""
     now = rest.now()
-    found = stuck_pod(_live(pods), now, stuck.after)
+    found = stuck_pod(_live(pods), now, stuck.after) or _refused_too_long(kind, refused, now, stuck.after)
     if found is None:
         return None
     reason, words = found
@@ -356,6 +382,14 @@ def _stop(rest: Rest, kind: Kind, ns: str, obj: JobObject, note: Mapping[str, ob
     return True
 
 
+def _refused_too_long(
+    kind: Kind, refused: Refused | None, now: float, grace: float
+) -> tuple[AttemptReason, str] | None:
+    if refused is None or refused.since is None or now - refused.since < grace:
+        return None
+    return "ConfigError", f"the API server refuses what the {kind.kind} creates ({refused.reason}): {refused.message}"
+
+
 def _ended(tried: tuple[AttemptReport, ...], reason: AttemptReason, words: str, at: str) -> tuple[AttemptReport, ...]:
     """The attempts with the one under way ended (a new one when none is: its pods never started)."""
     if tried and tried[-1].reason is None:
@@ -384,14 +418,19 @@ def _stopped_note(text: str, obj: JobObject) -> Observation | None:
     )
 
 
-def _progress(state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]) -> Observation:
-    """Pending or Running: say why a run is not making progress, when a pod shows it."""
+def _progress(
+    state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...], refused: Refused | None = None
+) -> Observation:
+    """Pending or Running: say why a run is not making progress, when a pod, or the Event of a create
+    the API server refused, shows it."""
     if state.pods_decide and (state.running_hint or any(pod_phase(p) == POD_RUNNING for p in pods)):
         state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
     problem = pod_problem(_live(pods))
     if problem is not None:
         state.reason, state.message = problem
+    elif refused is not None and state.phase == PENDING:
+        state.reason, state.message = refused.reason, clip(refused.message)
     return _observation(state, attempts=attempts)
 
 

@@ -228,3 +228,21 @@ class LocalQueueSpec(TypedDict, total=False):
 class LocalQueue(TypedDict, total=False):
     metadata: ObjectMeta
     spec: LocalQueueSpec
+
+
+class ObjectReference(TypedDict, total=False):
+    kind: str
+    name: str
+    uid: str
+
+
+class Event(TypedDict, total=False):
+    """A core/v1 Event: what a controller says of an object it acts for (`kubectl describe` shows them)."""
+
+    type: str
+    reason: str
+    message: str
+    involvedObject: ObjectReference
+    firstTimestamp: str
+    lastTimestamp: str
+    eventTime: str
