@@ -354,7 +354,13 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
         ("trainer",),
     ),
     **dict.fromkeys(
-        ("test_backends_slurm.py", "test_backends_slurm_attempts.py", "test_backends_slurm_faults.py"), ("slurm",)
+        (
+            "test_backends_slurm.py",
+            "test_backends_slurm_attempts.py",
+            "test_backends_slurm_faults.py",
+            "test_launcher_signals.py",
+        ),
+        ("slurm",),
     ),
     **dict.fromkeys(
         (

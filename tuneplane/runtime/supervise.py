@@ -2,8 +2,9 @@
 
 Standard library only (it runs in training images). The launcher runs the trainer as a child whose
 output it copies through and remembers, so that however it ends (an exit code, a signal from the
-engine, a rank's refusal) the attempt record says so; it passes TERM, INT and HUP on, and the engine's
-warning before a time limit (USR1) only to the trainer's processes that installed a handler for it.
+engine, a rank's refusal) the attempt record says so; it passes TERM, INT and HUP on, once each, where
+the engine signalled it alone (a pod's PID 1), and the engine's warning before a time limit (USR1) only
+to the trainer's processes that installed a handler for it.
 Beside the trainer runs the GPU watchdog (`tuneplane.runtime.gpuwatch`): its finding goes into the
 record, and when the lab's policy had it stop the trainer, the attempt's reason is `GpuOveruse`.
 """
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -27,6 +29,10 @@ from tuneplane.runtime.gpuwatch import OVERUSE_REASON, Settings, TreeStop, Watch
 from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV, termination_log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
+# Set by an engine that signals every process of the job itself (the local backend signals the run's
+# process group): the trainer has each stop already, and a second copy from this launcher would be taken
+# as "stop now" by a wrapper (accelerate kills its ranks before they flush what they hold).
+ENGINE_SIGNALS_ALL_ENV = "TUNEPLANE_ENGINE_SIGNALS_ALL"
 WARNING_SIGNAL = signal.SIGUSR1  # the engine's "time is nearly up": only to processes that catch it
 LIMIT_WARNING_FILE_ENV = "TUNEPLANE_LIMIT_WARNING_FILE"  # a file the engine writes when the warning comes
 WARNING_POLL_SECONDS = 1.0
@@ -113,10 +119,7 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if joined else subprocess.PIPE
     )
     received: list[int] = []
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        child.send_signal(signum)
+    forward = _forwarder(child, received)
 
     def warn(signum: int, _frame: FrameType | None) -> None:
         for pid in catchers(child.pid, signum):
@@ -170,6 +173,27 @@ def supervise(argv: list[str], error_file: Path) -> Outcome:
         watchdog.finding if watchdog is not None else "",
         OVERUSE_REASON if watchdog is not None and watchdog.stopped else "",
     )
+
+
+def _forwarder(child: subprocess.Popen[bytes], received: list[int]) -> Callable[[int, FrameType | None], None]:
+    """The handler of TERM, INT and HUP: each is recorded, and passed on to the trainer once, where a stop
+    reaches the trainer only through this launcher; an engine that repeats a stop does not make it two."""
+    passed_on: set[int] = set() if _launcher_alone_is_signalled() else set(FORWARDED)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        if signum not in passed_on:
+            passed_on.add(signum)
+            child.send_signal(signum)
+
+    return forward
+
+
+def _launcher_alone_is_signalled() -> bool:
+    """Whether a stop reaches the trainer only through this launcher, as a pod's PID 1 is signalled alone.
+    Not inside a Slurm step, where slurmstepd signals every process of the step (scancel, the time limit,
+    a requeue, and srun passing on what it got), nor under an engine that says it signals them all."""
+    return not os.environ.get("SLURM_STEP_ID", "").isdigit() and os.environ.get(ENGINE_SIGNALS_ALL_ENV) != "1"
 
 
 def _ended_code(code: int, died_of: int | None, stopped_by: int | None) -> int:

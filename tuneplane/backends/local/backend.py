@@ -347,9 +347,7 @@ class LocalBackend:
         state = read_state(run_dir) or {}
         if state.get("phase") in TERMINAL:
             return
-        if supervisor_alive(run_dir):
-            # faster than waiting for the next poll
-            signal_group(state.get("pgid"), signal.SIGTERM, state.get("pgid_start"))
+        if supervisor_alive(run_dir):  # it sees the request within its poll and signals the run once
             return
         host = elsewhere(state)
         if host:

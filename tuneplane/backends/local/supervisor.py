@@ -78,6 +78,7 @@ from tuneplane.lab.heartbeats import PUBLISH_ENV, REMOTE_TIMEOUT, publish, publi
 from tuneplane.runtime import attempts as records
 from tuneplane.runtime.launchline import SHOWN_ENV as LAUNCH_SHOWN_ENV
 from tuneplane.runtime.launchline import own_launch_line
+from tuneplane.runtime.supervise import ENGINE_SIGNALS_ALL_ENV
 
 SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
 # Seconds a heartbeat push under way may take to land once the job ended, before the end is recorded:
@@ -324,6 +325,7 @@ class _Supervisor:
         env["PATH"] = os.pathsep.join([os.path.dirname(self.launch["argv"][0]), env.get("PATH", os.defpath)])
         env.setdefault("PYTHONUNBUFFERED", "1")  # log lines arrive as they are printed
         env[TERMINATION_LOG_ENV] = str(self.run_dir / TERMINATION_LOG)  # the launcher's one-line refusal
+        env[ENGINE_SIGNALS_ALL_ENV] = "1"  # a stop goes to the run's process group: the trainer has it already
         (self.run_dir / TERMINATION_LOG).unlink(missing_ok=True)
         return env
 
