@@ -10,6 +10,7 @@ sync is the bot's own `_sync_one` over a fresh backend (a restarted bot).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,13 +56,16 @@ def batch(tmp_path: Path) -> Batch:
     return Batch(GitRepo(tmp_path / "lab"), ledger=Ledger())
 
 
-def sync_once(fake_kube: FakeKube, batch: Batch, status: RunStatus) -> tuple[RunStatus, BotReport]:
+def sync_once(
+    fake_kube: FakeKube, batch: Batch, status: RunStatus, metrics: IngestReader | None = None
+) -> tuple[RunStatus, BotReport]:
     """One sync of the run as the bot does it: observe, fold, record; the status as it would be committed."""
     key = RunKey(status.experiment, status.run_id)
     batch.ledger.active.setdefault(str(key), status.phase)
     report = BotReport()
     raw = json.loads(status.model_dump_json())
-    _sync_one(Pool(fake_kube), IngestReader("", b""), batch, key, raw, report, lambda _line: None)  # type: ignore[arg-type]
+    reader = metrics or IngestReader("", b"")  # no receiver: nothing to wait for
+    _sync_one(Pool(fake_kube), reader, batch, key, raw, report, lambda _line: None)  # type: ignore[arg-type]
     written = batch.pending.get(key.status_rel)
     return (RunStatus.model_validate_json(written) if written else status), report
 
@@ -131,3 +135,22 @@ def test_a_deletion_that_fails_is_tried_again_on_the_next_sync_and_the_status_st
     assert again == new and not report.errors  # the recorded end is not touched by the cleanup
     assert left_of_run(twin, ref) == []
     assert key not in batch.ledger.active
+
+
+def test_the_rayjob_stays_while_the_run_s_metrics_are_still_to_be_read(
+    twin: Cluster, fake_kube: FakeKube, lab: Any, batch: Batch
+) -> None:
+    ref, status = ended(twin, fake_kube, lab)
+    with socket.socket() as probe:  # a port nothing listens on: the receiver is down
+        probe.bind(("127.0.0.1", 0))
+        down = IngestReader(f"http://127.0.0.1:{probe.getsockname()[1]}", b"secret", timeout=1.0)
+
+    new, _ = sync_once(fake_kube, batch, status, down)
+
+    key = str(RunKey(new.experiment, new.run_id))
+    assert new.phase == "Succeeded" and batch.ledger.active[key] == "Succeeded" + AWAITING
+    assert f"RayJob/{ref.name}" in left_of_run(twin, ref)
+
+    sync_once(fake_kube, batch, new)  # the receiver answers (it has nothing more)
+
+    assert left_of_run(twin, ref) == [] and key not in batch.ledger.active
