@@ -17,17 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import test_backends_kubernetes_ray_retry as ray_retry
-from test_backends_kubernetes_ray_retry import NS, bot, submit
+from helpers_render import CLUSTER_SETTINGS, make_lab, request, resolve_run
+from test_backends_kubernetes_ray_retry import EXP, NS, bot, submit
 
-from tuneplane.backends.base import Backend, BackendRef
+from tuneplane.backends.base import Backend, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes.apply import SECRET_SUFFIX
 from tuneplane.bot.report import BotReport
 from tuneplane.bot.sync import IngestReader, _sync_one
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import RunKey
 from tuneplane.models.run import RunStatus
+from tuneplane.plan.adapters import compile_plan
 from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING, Ledger
+from tuneplane.render.manifests import render_manifests
 
 if TYPE_CHECKING:
     from fakekube import FakeKube
@@ -35,7 +38,16 @@ if TYPE_CHECKING:
 
 pytest_plugins = ("fakekube",)
 
-lab, twin = ray_retry.lab, ray_retry.twin  # the same lab and cluster twin as the Ray retry tests
+twin = ray_retry.twin  # the same cluster twin as the Ray retry tests
+SFT = "trl-sft-exp"  # a one-node run: a batch/v1 Job
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("raycleanup") / "lab"
+    return make_lab(root, {EXP: "verl/grpo", SFT: "trl/sft"}, settings=CLUSTER_SETTINGS)
+
+
 FIXTURE_SECRETS = {"registry-creds", "lab-git"}  # the namespace's own, not the run's
 
 
@@ -154,3 +166,34 @@ def test_the_rayjob_stays_while_the_run_s_metrics_are_still_to_be_read(
     sync_once(fake_kube, batch, new)  # the receiver answers (it has nothing more)
 
     assert left_of_run(twin, ref) == [] and key not in batch.ledger.active
+
+
+def test_a_finished_job_is_left_to_its_own_ttl_which_takes_its_pods_and_secret(
+    twin: Cluster, fake_kube: FakeKube, lab: Any
+) -> None:
+    """A Job (as a JobSet) carries `ttlSecondsAfterFinished`: its logs stay readable until then, and the
+    TTL controller's deletion takes its pods and the tokens Secret it owns, so the bot deletes nothing."""
+    spec = resolve_run(lab, request(SFT))
+    manifests = render_manifests(spec, compile_plan(spec), lab.config)
+    name = spec.metadata.name
+    ref = bot(fake_kube).submit(
+        SubmitRequest(
+            run_id=spec.metadata.run_id,
+            experiment=SFT,
+            namespace=NS,
+            object_name=name,
+            manifests=manifests,
+            secret_data={"job-token": "tp-token-1234"},
+            attempt=1,
+        )
+    )
+    (pod,) = twin.pods(NS)
+    twin.exit_pod(NS, pod["metadata"]["name"], 0)
+    assert twin.kube.get("Job", NS, name)["status"]["succeeded"] == 1  # type: ignore[index]
+
+    bot(fake_kube).clean_up(ref)
+
+    kept = {f"Job/{name}", f"Pod/{pod['metadata']['name']}", f"Secret/{name}{SECRET_SUFFIX}"}
+    assert kept <= set(left_of_run(twin, ref))
+    twin.advance(lab.config.cluster.ttl_seconds_after_finished + 1)
+    assert left_of_run(twin, ref) == []
