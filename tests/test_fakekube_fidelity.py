@@ -292,13 +292,19 @@ def test_kuberay_retries_the_submitter_and_fails_only_past_its_backoff_limit(
     assert (status["jobDeploymentStatus"], status["reason"]) == ("Failed", "SubmissionFailed")
 
 
-def test_a_finished_rayjob_is_cleaned_up_at_its_ttl(cluster: Cluster, kube_client: Any) -> None:
+def test_a_finished_rayjob_s_ray_cluster_is_deleted_at_its_ttl_and_its_submitter_kept(
+    cluster: Cluster, kube_client: Any
+) -> None:
+    """KubeRay deletes only the Ray cluster at the TTL: the submitter Job and its completed pod stay (for
+    the driver's log), and so does the RayJob (its deletion is an operator setting, off by default)."""
     client.CustomObjectsApi(kube_client).create_namespaced_custom_object("ray.io", "v1", NS, "rayjobs", _rayjob("rj"))
     cluster.driver_exit(NS, "rj", 0)
+    cluster.advance(59)
     assert cluster.kube.list("RayCluster", NS)
-    cluster.advance(61)
-    assert cluster.kube.list("RayCluster", NS) == [] and _submitters(cluster, "rj") == []
-    assert cluster.kube.get("RayJob", NS, "rj") is not None
+    cluster.advance(2)
+    assert cluster.kube.list("RayCluster", NS) == []
+    assert [p["status"]["phase"] for p in _submitters(cluster, "rj")] == ["Succeeded"]
+    assert cluster.kube.get("Job", NS, "rj") is not None and cluster.kube.get("RayJob", NS, "rj") is not None
 
 
 # ── the Eviction API ───────────────────────────────────────────────────────────────────────────

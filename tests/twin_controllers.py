@@ -15,7 +15,8 @@ model what our backend and our manifests depend on, as the real controllers do i
   (KubeRay's own labels; its pods carry only the Job controller's labels unless `submitterPodTemplate`
   gives more; where its container has no command, KubeRay 1.7's, with its `until python -c …` wait for
   the dashboard), `jobDeploymentStatus`/`jobStatus` from the submitter's outcome, `shutdownAfterJobFinishes`
-  with `ttlSecondsAfterFinished` deleting the RayCluster and the submitter, `suspend` deleting both.
+  with `ttlSecondsAfterFinished` deleting the RayCluster only (the submitter Job and the RayJob stay, as
+  in KubeRay without `DELETE_RAYJOB_CR_AFTER_JOB_FINISHES`), `suspend` deleting both.
 - **Kueue**: a mutating webhook that suspends a queued object on create, a Workload per object (owner
   reference, `kueue.x-k8s.io/job-uid` label, pod sets with their requests), admission against
   ClusterQueue quotas (`QuotaReserved`/`Admitted`, unsuspend), `Pending` with Kueue's reason when the

@@ -247,15 +247,17 @@ def ray_failure_message(code: int, log: str) -> str:
 
 
 def _shutdown_after_finish(cluster: Cluster, rayjob: dict[str, Any]) -> None:
+    """KubeRay at `ttlSecondsAfterFinished` deletes the Ray cluster only: the submitter Job (and its
+    completed pod) stays so the driver's log can still be read, and the RayJob stays (KubeRay deletes it
+    only when the operator runs with `DELETE_RAYJOB_CR_AFTER_JOB_FINISHES`, off by default)."""
     spec = rayjob["spec"]
     if not spec.get("shutdownAfterJobFinishes"):
         return
     ttl = int(spec.get("ttlSecondsAfterFinished", 0))
     ended = rayjob["status"].get("endTime")
-    if ended and cluster.now() >= cluster.seconds(ended) + ttl:
-        for obj in (_cluster_of(cluster, rayjob), _submitter_of(cluster, rayjob)):
-            if obj is not None:
-                cluster._remove(obj)
+    ray_cluster = _cluster_of(cluster, rayjob)
+    if ended and ray_cluster is not None and cluster.now() >= cluster.seconds(ended) + ttl:
+        cluster._remove(ray_cluster)
 
 
 def _gone(pod: dict[str, Any]) -> bool:

@@ -160,6 +160,15 @@ class Requeues(Protocol):
 
 
 @runtime_checkable
+class CleansUp(Protocol):
+    """Deletes what a run left in its engine once its end, log tail and metrics are recorded and nothing
+    more is to be read from it (KubeRay keeps a finished RayJob, its submitter and its Secret for ever).
+    Absent is fine; a failure raises `BackendError` and the bot tries again on its next sync."""
+
+    def clean_up(self, ref: BackendRef) -> None: ...
+
+
+@runtime_checkable
 class Closable(Protocol):
     """Holds a connection to let go of when the caller is done (the Kubernetes client's pool)."""
 

@@ -29,6 +29,7 @@ from tuneplane.backends.base import (
     Backend,
     BackendError,
     BackendRef,
+    CleansUp,
     HasArtifacts,
     HasMetrics,
     HasRunDir,
@@ -163,6 +164,26 @@ def _sync_one(
             echo(f"  {key}: its metrics could not be read from the receiver yet; the next sync asks again")
     elif awaiting_metrics(batch.ledger.active.get(str(key), "")):
         batch.ledger.active.pop(str(key), None)  # read at last, or given up on
+    if new.phase in TERMINAL and str(key) not in batch.ledger.active:
+        _clean_up(backend, ref, batch, key, new, report)
+
+
+def _clean_up(backend: Backend, ref: BackendRef, batch: Batch, key: RunKey, new: RunStatus, report: BotReport) -> None:
+    """Delete what the run left in its engine now that its end is recorded and no sync reads it again. A
+    deletion that fails leaves the recorded status as it is and the run watched (as one awaiting its
+    metrics), so the next sync tries again, for as long as it would wait for the metrics."""
+    if not isinstance(backend, CleansUp):
+        return
+    try:
+        backend.clean_up(ref)
+    except BackendError as exc:
+        again = not _past(new.finished_at, PATIENCE)
+        if again:
+            batch.ledger.active[str(key)] = new.phase + AWAITING
+        then = "the next sync tries again" if again else "delete it by hand"
+        report.errors.append(
+            f"{key}: what the run left on {ref.backend} ({ref.kind} {ref.name}) was not deleted: {exc}; {then}"
+        )
 
 
 def _record(

@@ -216,7 +216,8 @@ class Cluster(Strict):
         ge=0,
         le=3600,
         description="Seconds KubeRay keeps a finished RayJob's Ray cluster (its GPU nodes) "
-        "before deleting it; the RayJob itself stays. Kueue releases the quota at once, so keep this short.",
+        "before deleting it (the bot deletes the RayJob itself once it recorded the run's end). Kueue releases the "
+        "quota at once, so keep this short.",
     )
     stuck_after: int = Field(
         600,

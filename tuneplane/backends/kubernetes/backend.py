@@ -17,6 +17,7 @@ from tuneplane.backends.kubernetes import apply, status
 from tuneplane.backends.kubernetes.client import (
     DEFAULT_RETRY,
     JOB_KINDS,
+    RAYJOB,
     SUBMITTABLE,
     Kind,
     Rest,
@@ -107,6 +108,16 @@ class KubernetesBackend:
         except BackendError as exc:  # the mark only refines later observations; deleting is what matters
             log.warning("could not mark %s %s/%s as cancelled: %s", kind.kind, ns, ref.name, exc)
         self._rest.delete(kind, ns, ref.name, self.propagation_policy)
+
+    def clean_up(self, ref: BackendRef) -> None:
+        """Delete a finished RayJob, which nothing else deletes: KubeRay at `ttlSecondsAfterFinished` deletes
+        only its Ray cluster and keeps the RayJob and its submitter Job. Garbage collection takes what the
+        RayJob owns: the submitter Job and its pods, the Ray cluster, the run's tokens Secret. A Job or a
+        JobSet is left to its own `ttlSecondsAfterFinished` (`cluster.ttl_seconds_after_finished`), which
+        deletes it with its pods and Secret; absent is fine."""
+        kind, ns = self._job_kind(ref), ref.namespace or self.namespace
+        if kind is RAYJOB:
+            self._rest.delete(kind, ns, ref.name, self.propagation_policy)
 
     def _job_kind(self, ref: BackendRef) -> Kind:
         kind = JOB_KINDS.get(ref.kind)
