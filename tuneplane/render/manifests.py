@@ -10,7 +10,15 @@ from dataclasses import dataclass
 import yaml
 
 from tuneplane import __version__
-from tuneplane.constants import CONFIG_ERROR_EXIT, JOB_TOKEN, NODE_RANK_ENV, OUT_DIR_ENV, RUN_DIR_ENV, WORK_DIR_ENV
+from tuneplane.constants import (
+    CONFIG_ERROR_EXIT,
+    JOB_TOKEN,
+    JOBSPEC_ENV,
+    NODE_RANK_ENV,
+    OUT_DIR_ENV,
+    RUN_DIR_ENV,
+    WORK_DIR_ENV,
+)
 from tuneplane.errors import UsageError
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
@@ -366,7 +374,7 @@ def _init_container(spec: JobSpec, lab: LabFile, facts: _Facts) -> Fields:
             "TUNEPLANE_PLUGINS",
             " ".join(p.source or f"plugins/{p.name}" for p in spec.spec.plugins if p.capability == "algorithm"),
         ),
-        ("TUNEPLANE_JOBSPEC", doc),
+        (JOBSPEC_ENV, doc),
     ]
     creds = lab.cluster.repo.credentials_secret
     secrets = [("GIT_USERNAME", creds, "username", True), ("GIT_PASSWORD", creds, "password", False)] if creds else []

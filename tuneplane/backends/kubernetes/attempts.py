@@ -41,6 +41,7 @@ from tuneplane.constants import (
     CANCELLED,
     CONFIG_ERROR_EXIT,
     FAILED,
+    JOBSPEC_ENV,
     SUCCEEDED,
     TERMINAL,
     AttemptReason,
@@ -58,7 +59,7 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 GPU = "nvidia.com/gpu"
 RAY_NODE_TYPE = "ray.io/node-type"  # KubeRay's label on a Ray pod: head or worker
-JOBSPEC_ENV = "TUNEPLANE_JOBSPEC"  # the checkout's copy of the JobSpec the run was rendered from
+
 
 # DisruptionTarget reasons (the Kubernetes pod disruption conditions), by who took the pod away
 DISRUPTIONS: dict[str, AttemptReason] = {
