@@ -303,8 +303,9 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
             out = Path(runner.map(status_of(root, "sft", SFT_RUN)["out_dir"]))  # the pod's volume, here
             if attempt < 3:
                 before = newest_step(out)
-                until(lambda o=out: newest_step(o), lambda s, b=before: s > b, 300, f"attempt {attempt}: no checkpoint")
                 passes()  # the bot sees the attempt running
+                # evicted as soon as it saved a newer checkpoint: a tiny run must not reach its end first
+                until(lambda o=out: newest_step(o), lambda s, b=before: s > b, 300, f"attempt {attempt}: no checkpoint")
                 logs[attempt] = running.evicted()
                 assert running.code == 128 + signal.SIGTERM, logs[attempt][-3000:]
                 resumed_at.append(newest_step(out))  # what the next attempt must resume from
