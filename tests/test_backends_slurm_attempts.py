@@ -116,6 +116,13 @@ def _forget(cluster: SlurmCluster, refs: dict[str, BackendRef]) -> None:
     _until(lambda: [cluster.forgotten(ref.uid) for ref in refs.values()], all, 150, "Slurm still knows the jobs")
 
 
+def _ran_a_second(attempts: tuple[Any, ...]) -> bool:
+    from tuneplane.constants import epoch_of
+
+    start = epoch_of(attempts[0].started_at) if attempts else None
+    return start is not None and time.time() >= start + 1.5
+
+
 def _assert_gpu_seconds(status: dict[str, Any], gpus: int, attempts: int) -> None:
     """Every attempt held `gpus` GPUs and spent that many times its own wall time; the run's GPU-seconds
     (its GPU-hours on the pages) are their sum."""
@@ -236,6 +243,8 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
     backend, impatient = _backend(slurm_cluster), _backend(slurm_cluster, timeout=3)
     _until(lambda: (out / "attempts.txt").exists(), bool, 60, "attempt 1 never ran")
     assert "--requeue" in (Path(ref.namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
+    # times are kept to the second: attempt 1 runs into its next second, so its GPU-seconds are not 0
+    _until(lambda: backend.observe(ref), lambda o: _ran_a_second(o.attempts), 30, "attempt 1 never started")
 
     slurm_cluster.command("scontrol", "requeue", ref.uid)
     _until(lambda: backend.observe(ref), lambda o: o.reason == "REQUEUED", 30, "never requeued")
