@@ -20,6 +20,30 @@ callbacks: list[TrainerCallback] = [TunePlaneCallback(), TunePlaneCallback(monit
 trainer = Trainer(args=TrainingArguments(output_dir="out"), callbacks=[TunePlaneCallback()])
 trainer.add_callback(TunePlaneCallback())
 """
+OTHER_SCRIPT = """\
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+
+class Other:
+    pass
+
+
+callbacks: list[TrainerCallback] = [Other()]
+trainer = Trainer(args=TrainingArguments(output_dir="out"), callbacks=[Other()])
+"""
+MYPY_CONFIG = """\
+[mypy]
+[mypy-transformers.*]
+follow_imports = skip
+[mypy-transformers]
+follow_imports = normal
+[mypy-transformers.trainer]
+follow_imports = normal
+[mypy-transformers.trainer_callback]
+follow_imports = normal
+[mypy-transformers.training_args]
+follow_imports = normal
+"""
 
 
 @pytest.mark.slow
@@ -30,20 +54,28 @@ def test_a_users_script_with_the_callback_passes_mypy_strict(tmp_path: Path, pyt
     pytest.importorskip("transformers")
     script = tmp_path / "train.py"
     script.write_text(USER_SCRIPT, encoding="utf-8")
-    # Analysing transformers takes a minute and a half the first time: its cache is kept between runs.
+    # the same lines with a class that is no TrainerCallback: proof that the Trainer's types are read
+    (tmp_path / "other.py").write_text(OTHER_SCRIPT, encoding="utf-8")
+    # Analysing all of transformers takes a minute and a half on a fresh machine (CI). Only the modules
+    # that define what the script's lines are checked against are read whole: the Trainer, its callback
+    # base (with TrainerState and TrainerControl) and TrainingArguments. The rest of transformers reads
+    # as untyped, which can only let through what the check is not about.
+    (tmp_path / "mypy.ini").write_text(MYPY_CONFIG, encoding="utf-8")
     cache = pytestconfig.cache.mkdir("mypy-user-script") if pytestconfig.cache else tmp_path / ".mypy_cache"
-    # tuneplane found as an installed package would be: by path, under the user's own (empty) mypy config
+    # tuneplane found as an installed package would be: by path
     env = {**os.environ, "MYPYPATH": str(ROOT)}
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), "--config-file", "mypy.ini"]
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), "--config-file", "", str(script)],
+        [*mypy, str(script), "other.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Success: no issues found" in done.stdout
+    errors = [line for line in done.stdout.splitlines() if ": error: " in line]
+    assert [line.split(":")[0] for line in errors] == ["other.py", "other.py"], done.stdout + done.stderr
+    assert all('List item 0 has incompatible type "Other"' in line for line in errors), done.stdout
 
 
 def test_at_run_time_the_callback_is_not_a_trainer_callback() -> None:
