@@ -107,16 +107,18 @@ def test_a_local_cancel_reaches_the_trainer_once(exp: Path, storage: Path) -> No
 
 @pytest.fixture(scope="module")
 def slurm_counts(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[int]]:
-    """Three jobs of the counter on the real cluster, at once: one cancelled (scancel), one at its time
-    limit, one requeued (scontrol requeue) and then cancelled; each one's SIGTERM counts per attempt."""
+    """Two jobs of the counter on the real cluster, at once: one cancelled (scancel), one requeued
+    (scontrol requeue) and then cancelled; each one's SIGTERM counts per attempt. A job at its time limit
+    is left out: there Slurm itself signals each task twice (slurmstepd, and srun terminating the step
+    on the limit's SIGTERM), which no launcher can undo, and waiting for the shortest limit costs a
+    minute (docs/slurm.md says to checkpoint on the warning signal instead)."""
     tmp = tmp_path_factory.mktemp("signals")
     root = make_slurm_lab(tmp / "lab", slurm_cluster, tmp / "shared", {"counts": {"train.sh": COUNTER_TRAIN}})
     path = root / "tuneplane.yaml"
     path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    requeue: true\n"))
     git(root, "commit", "-qam", "let Slurm requeue")
-    runs = {"scancel": "20250104-100000-000000", "limit": "20250104-100001-000001", "requeue": "20250104-100002-000002"}
+    runs = {"scancel": "20250104-100000-000000", "requeue": "20250104-100002-000002"}
     request_run(root, "counts", runs["scancel"], "cpu")
-    request_run(root, "counts", runs["limit"], "cpu", timeout=60)
     request_run(root, "counts", runs["requeue"], "cpu")
     refs = _submit(root, [("counts", run_id) for run_id in runs.values()])
     outs = {case: Path(refs[run_id].namespace) / "out" for case, run_id in runs.items()}
@@ -142,12 +144,3 @@ def test_scancel_reaches_the_trainer_once(slurm_counts: dict[str, list[int]]) ->
 
 def test_a_requeue_and_the_cancel_after_it_reach_each_attempts_trainer_once(slurm_counts: dict[str, list[int]]) -> None:
     assert slurm_counts["requeue"] == [1, 1], slurm_counts
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="Slurm itself: at the time limit slurmstepd signals the step, and srun, a process of the batch step, "
-    "gets the limit's SIGTERM too and terminates the step, a second SIGTERM to every task (issue #24)",
-)
-def test_the_time_limit_reaches_the_trainer_once(slurm_counts: dict[str, list[int]]) -> None:
-    assert slurm_counts["limit"] == [1, 0], slurm_counts
