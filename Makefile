@@ -1,7 +1,7 @@
 # Tasks a contributor runs; CONTRIBUTING.md says when. Every target uses the current Python environment
 # (`make install` first on a fresh machine).
 PYTHON ?= python
-PYTEST = $(PYTHON) -m pytest -n 3 -q  # as the README's test command: three workers fill the suite's waits
+PYTEST = $(PYTHON) -m pytest -n 4 -q  # as the README's test command: four workers fill the suite's waits
 
 .PHONY: install test-fast test ci lint format schemas docs sizes
 
