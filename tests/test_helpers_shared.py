@@ -60,6 +60,9 @@ def _session(clone: Path, ci: str | None) -> tuple[int, str]:
             "no:xdist",
             "-p",
             "no:cacheprovider",
+            # its own temporary root: pytest's numbered folders under the system's temp directory are
+            # cleaned at exit, and that cleanup would delete other sessions' leftovers on our clock
+            f"--basetemp={clone / 'tmp'}",
             "-q",
             "-rsfE",
             "tests/test_probes.py",
@@ -68,7 +71,7 @@ def _session(clone: Path, ci: str | None) -> tuple[int, str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=120,
     )
     return done.returncode, done.stdout + done.stderr
 
