@@ -1,12 +1,27 @@
 """Stopping a local run's processes from a test as a machine's end would, without ever signalling a
-process group whose number the kernel has since handed to another test's process."""
+process group whose number the kernel has since handed to another test's process; a local request's
+`LocalRun`, read or changed."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
+from dataclasses import replace
 
+from tuneplane.backends.base import SubmitRequest
+from tuneplane.backends.local import LocalRun
 from tuneplane.backends.local.files import signal_group
+
+
+def local_run(request: SubmitRequest) -> LocalRun:
+    """The `LocalRun` a local request carries."""
+    assert isinstance(request.payload, LocalRun)
+    return request.payload
+
+
+def with_run(request: SubmitRequest, **changes: object) -> SubmitRequest:
+    """`request` with its `LocalRun`'s fields changed (a timeout, GPUs)."""
+    return replace(request, payload=replace(local_run(request), **changes))
 
 
 def kill_recorded(state: Mapping[str, object]) -> None:

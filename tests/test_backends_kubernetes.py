@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from twin_rbac import bot_client, bot_session
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
     from fakekube import FakeKube
@@ -88,9 +90,15 @@ def request_for(kind: str, name: str = "sft-demo-r1", run: str = "r1") -> Submit
         experiment="sft-demo",
         namespace=NS,
         object_name=name,
-        manifests=[MANIFESTS[kind](name, run)],
+        payload=KubernetesObjects([MANIFESTS[kind](name, run)]),
         secret_data={"TUNEPLANE_JOB_TOKEN": TOKEN},
     )
+
+
+def documents(request: SubmitRequest) -> list[dict[str, Any]]:
+    """The rendered objects a Kubernetes request carries."""
+    assert isinstance(request.payload, KubernetesObjects)
+    return request.payload.documents
 
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -226,7 +234,7 @@ def test_companion_manifests_are_applied_and_owned(fake_kube: FakeKube, backend:
         "data": {"a": "1"},
     }
     request = request_for("Job")
-    ref = backend.submit(SubmitRequest(**{**request.__dict__, "manifests": [config_map, *request.manifests]}))
+    ref = backend.submit(replace(request, payload=KubernetesObjects([config_map, *documents(request)])))
     stored = fake_kube.get("ConfigMap", NS, "sft-demo-r1-cfg")
     assert stored is not None and stored["metadata"]["ownerReferences"][0]["uid"] == ref.uid
 
@@ -249,9 +257,9 @@ def test_submit_refuses_manifests_it_cannot_place(
     fake_kube: FakeKube, backend: KubernetesBackend, change: dict[str, Any], message: str
 ) -> None:
     request = request_for("Job")
-    manifest = request.manifests[0] | change
+    manifest = documents(request)[0] | change
     with pytest.raises(BackendError, match=message):
-        backend.submit(SubmitRequest(**{**request.__dict__, "manifests": [manifest]}))
+        backend.submit(replace(request, payload=KubernetesObjects([manifest])))
     assert fake_kube.requests_for("PATCH", ".") == []
 
 

@@ -15,6 +15,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.runtime.attempts import TERMINATION_LIMIT, encode
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def submit(backend: KubernetesBackend, lab: Any, profile: str = "h200", **fields
             experiment="trl-sft-exp",
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": "tp-token-1234"},
         )
     )

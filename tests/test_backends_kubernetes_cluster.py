@@ -26,6 +26,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
     from fakekube import FakeKube
@@ -88,7 +89,7 @@ def submit(
             experiment=experiment,
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data=data,
         )
     )
@@ -382,7 +383,7 @@ def test_kuberay_s_own_submitter_waits_for_python_forever(
             experiment="verl-grpo-exp",
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": TOKEN},
         )
     )
@@ -583,7 +584,7 @@ def test_the_workload_is_read_by_its_job_uid_label(twin: Cluster, backend: Kuber
             experiment="trl-sft-exp",
             namespace=NS,
             object_name="second-run",
-            manifests=other,
+            payload=KubernetesObjects(other),
             secret_data={"job-token": TOKEN},
         )
     )

@@ -29,6 +29,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.ingest import mint_token, start_server, summary
 
 pytest_plugins = ("fakekube",)
@@ -124,7 +125,7 @@ def _submit(twin: Any, lab: Any, experiment: str, profile: str, **fields: Any) -
             experiment=experiment,
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": token},
         )
     )

@@ -22,6 +22,7 @@ from test_backends_kubernetes_ray_retry import EXP, NS, bot, submit
 
 from tuneplane.backends.base import Backend, BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes.apply import SECRET_SUFFIX
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.bot.report import BotReport
 from tuneplane.bot.sync import IngestReader, _sync_one
 from tuneplane.lab.gitrepo import GitRepo
@@ -182,7 +183,7 @@ def test_a_finished_job_is_left_to_its_own_ttl_which_takes_its_pods_and_secret(
             experiment=SFT,
             namespace=NS,
             object_name=name,
-            manifests=manifests,
+            payload=KubernetesObjects(manifests),
             secret_data={"job-token": "tp-token-1234"},
             attempt=1,
         )

@@ -20,6 +20,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.constants import ATTEMPT_ENV
 from tuneplane.models.run import BackendObject, RunStatus, Transition
 from tuneplane.plan.adapters import compile_plan
@@ -74,7 +75,7 @@ def submit(
             experiment=EXP,
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": "tp-token-1234"},
             attempt=attempt,
         )

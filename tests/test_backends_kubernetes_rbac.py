@@ -21,6 +21,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy, rbac
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
     from fakekube import FakeKube
@@ -68,7 +69,7 @@ def submit(
             experiment=experiment,
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=[*docs, *extra],
+            payload=KubernetesObjects([*docs, *extra]),
             secret_data={"job-token": "tp-job-token-93ab1"},
         )
     )

@@ -15,6 +15,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
     from fakekube import FakeKube
@@ -65,7 +66,7 @@ def submit(backend: KubernetesBackend, lab: Any, experiment: str, profile: str) 
             experiment=experiment,
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": "tp-token-1234"},
         )
     )
@@ -117,7 +118,7 @@ def test_a_jobset_whose_child_jobs_core_validation_refuses_says_the_api_servers_
             experiment="trl-sft-exp",
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": "tp-token-1234"},
         )
     )

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_backends_kubernetes import FAST, NS, kube_client, request_for
+from test_backends_kubernetes import FAST, NS, documents, kube_client, request_for
 
 from tuneplane.backends.base import BackendError
 from tuneplane.backends.kubernetes.backend import KubernetesBackend
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 pytest_plugins = ("fakekube",)
 __all__ = ["kube_client"]  # the bot's client, held to its Role, for every test here
@@ -140,7 +141,7 @@ def test_a_missing_image_pull_secret_only_warns(
 
 def _with_pod_secrets(request: Any) -> Any:
     """`request` whose pod also takes Secrets through envFrom, a secret volume and a projected volume."""
-    job = copy.deepcopy(request.manifests[0])
+    job = copy.deepcopy(documents(request)[0])
     pod = job["spec"]["template"]["spec"]
     pod["containers"][0]["envFrom"] = [
         {"secretRef": {"name": "bundle"}},
@@ -157,7 +158,7 @@ def _with_pod_secrets(request: Any) -> Any:
         },
         {"name": "opt", "secret": {"secretName": "optional-vol", "optional": True}},
     ]
-    return dataclasses.replace(request, manifests=[job])
+    return dataclasses.replace(request, payload=KubernetesObjects([job]))
 
 
 def test_secrets_from_env_from_and_volumes_are_checked_all_at_once(fake_kube: Any, kube_client: Any) -> None:

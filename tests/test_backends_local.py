@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers_git import git, request
+from helpers_local import with_run
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import SubmitRequest
@@ -65,9 +66,7 @@ def job(root: Path, script: str, *, commit: bool = True, **spec_changes: object)
     lab = load_lab(root)
     req = request("demo", f"20250107-000000-{next(_counter):06x}", "local")
     run = prepare(lab, req, commit=git(root, "rev-parse", "HEAD"), dirty=False)
-    submit = backend_request(root, lab, run)
-    submit.manifests[0]["spec"].update(spec_changes)
-    return submit
+    return with_run(backend_request(root, lab, run), **spec_changes)
 
 
 def wait(backend: LocalBackend, ref, phases=("Succeeded", "Failed", "Cancelled"), timeout: float = 30):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers_git import git, request
-from helpers_local import kill_recorded
+from helpers_local import kill_recorded, local_run, with_run
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import BackendError, BackendRef, NotReachable, SubmitRequest
@@ -57,9 +57,7 @@ def job(root: Path, script: str, files: dict[str, str] | None = None, **spec_cha
     lab = load_lab(root)
     req = request("demo", f"20250107-000000-{next(_counter):06x}", "local")
     run = prepare_run(lab, req, commit=git(root, "rev-parse", "HEAD"), dirty=False)
-    submit = backend_request(root, lab, run)
-    submit.manifests[0]["spec"].update(spec_changes)
-    return submit
+    return with_run(backend_request(root, lab, run), **spec_changes)
 
 
 def wait(
@@ -175,7 +173,7 @@ def test_the_launchers_attempt_record_is_what_the_backend_reports(exp: Path, sto
     _, obs = LocalBackend(storage).run(submit)
 
     (attempt,) = obs.attempts
-    run_dir = Path(submit.manifests[0]["spec"]["run_dir"])
+    run_dir = Path(local_run(submit).run_dir)
     record = json.loads((run_dir / "attempts" / "1-0.json").read_text())
     assert record["error"] == "ValueError: learning rate must be positive" and record["exit_code"] == 1
     assert attempt.message == record["error"] and attempt.reason == "Error" and attempt.exit_code == 1
@@ -386,7 +384,7 @@ def test_a_storage_root_that_does_not_exist_yet_leads_nowhere_out(tmp_path: Path
 
 def test_submit_refuses_a_folder_the_backend_did_not_make(exp: Path, storage: Path) -> None:
     submit = job(exp, "echo never\n")
-    run_dir = Path(submit.manifests[0]["spec"]["run_dir"])
+    run_dir = Path(local_run(submit).run_dir)
     run_dir.mkdir(parents=True)
     (run_dir / "notes.txt").write_text("mine")
 

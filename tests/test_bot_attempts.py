@@ -47,7 +47,7 @@ class Engine:
     def submit(self, req: SubmitRequest) -> BackendRef:
         if req.object_name not in self.env:
             self.creations[req.object_name] += 1
-            self.env[req.object_name] = dict(_env(req.manifests))
+            self.env[req.object_name] = dict(_env(req.payload.shown()[1]))
         return BackendRef("kubernetes", "Job", req.object_name, "tuneplane", uid=f"uid-{req.object_name}")
 
     def observe(self, ref: BackendRef) -> Observation:

@@ -6,10 +6,11 @@ import copy
 import dataclasses
 from typing import Any
 
-from test_backends_kubernetes import FAST, NS, request_for
+from test_backends_kubernetes import FAST, NS, documents, request_for
 
 from tuneplane.backends.base import BackendRef
 from tuneplane.backends.kubernetes.backend import KubernetesBackend
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 pytest_plugins = ("fakekube",)
 
@@ -17,11 +18,11 @@ CREATOR = "a" * 40
 
 
 def _annotated(request: Any, commit: str) -> Any:
-    manifests = copy.deepcopy(request.manifests)
+    manifests = copy.deepcopy(documents(request))
     manifests[0]["metadata"].setdefault("annotations", {}).update(
         {"tuneplane.dev/commit": commit, "tuneplane.dev/jobspec-digest": "sha256:" + "1" * 64}
     )
-    return dataclasses.replace(request, manifests=manifests)
+    return dataclasses.replace(request, payload=KubernetesObjects(manifests))
 
 
 def test_the_ref_carries_the_commit_of_the_object_that_exists(fake_kube: Any, kube_client: Any) -> None:

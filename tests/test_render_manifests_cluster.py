@@ -16,6 +16,7 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.render.scripts import CHECKOUT_SCRIPT
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def test_the_ray_head_runs_off_the_gpu_nodes(lab: Any, cluster: Cluster, fake_ku
             experiment="verl-grpo-exp",
             namespace=NS,
             object_name=spec.metadata.name,
-            manifests=docs,
+            payload=KubernetesObjects(docs),
             secret_data={"job-token": "tp-token-1234"},
         )
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers_git import git, request
+from helpers_local import local_run
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import SubmitRequest
@@ -325,7 +326,7 @@ def test_the_record_keeps_the_finding_and_only_a_known_reason() -> None:
 def test_the_labs_policy_reaches_the_job_environment(lab: Path, policy: str | None, expected: str | None) -> None:
     submit = _job(lab, policy, "echo fine\n", "gpus:1")
 
-    env = submit.manifests[0]["spec"]["env"]
+    env = local_run(submit).env
     assert env.get(GPU_WATCHDOG_ENV) == expected  # the default is the launcher's own: jobs stay as they were
 
 

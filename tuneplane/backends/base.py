@@ -14,6 +14,18 @@ from typing import Any, Protocol, runtime_checkable
 
 from tuneplane.constants import EXIT_PROBLEMS, AttemptReason, ObservedPhase
 from tuneplane.errors import TunePlaneError
+from tuneplane.runtime.jsonvalue import JSONObject
+
+
+class Payload(Protocol):
+    """What one backend is sent for one run: a frozen record of that backend's own (the Kubernetes
+    objects, a Slurm batch, a local run), packed by it through `backends.factory` and read by it alone.
+    Each backend checks at `submit` that it was handed its own kind and refuses any other."""
+
+    def shown(self) -> tuple[str | None, list[JSONObject]]:
+        """What `tp render` prints of it: the text rendered and checked (the manifests' YAML, the batch
+        script; None where nothing was rendered as text), and the documents `--format json` prints."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -22,7 +34,7 @@ class SubmitRequest:
     experiment: str
     namespace: str
     object_name: str  # deterministic DNS-1035 name; resubmitting the same name adopts, never duplicates
-    manifests: list[dict[str, Any]]  # rendered, already validated
+    payload: Payload  # the backend's own record of the run, rendered and already validated
     secret_data: dict[str, str] = field(default_factory=dict)  # per-run tokens; never logged
     # per-run Secret key → (Secret in the job's namespace, its key): copied by the backend at submit,
     # so a long-lived credential (the lab's HF token) never passes through the bot or git

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuneplane.backends.base import Backend
+from tuneplane.backends.base import Backend, BackendError, Payload, SubmitRequest
 
 if TYPE_CHECKING:
     from tuneplane.backends.local.backend import LocalBackend
-    from tuneplane.backends.slurm.batch import SlurmBatch
     from tuneplane.lab.load import Lab
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.plan.launchplan import LaunchPlan
@@ -63,12 +62,43 @@ def backend_name(lab: Lab, local: bool) -> str:
     return LOCAL if local else cluster_kind(lab).name
 
 
-def batch_manifest(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> SlurmBatch:
-    """The one "manifest" of a `batch_script` backend: the script, checked, and what staging needs."""
-    # lazy: only Slurm labs render batch scripts
-    from tuneplane.backends.slurm.batch import batch_manifest as slurm_batch
+def render_payload(spec: JobSpec, plan: LaunchPlan, lab: Lab) -> Payload:
+    """What the lab's cluster backend is sent for a cluster run, rendered and checked now: the objects
+    (Kubernetes), the batch script (Slurm). `tp render` shows it (`Payload.shown`) before it is packed."""
+    if cluster_kind(lab).name == SLURM:
+        # lazy: only Slurm labs render batch scripts
+        from tuneplane.backends.slurm.batch import batch_manifest
 
-    return slurm_batch(spec, plan, lab)
+        return batch_manifest(spec, plan, lab)
+    # lazy: only a cluster run is rendered
+    from tuneplane.backends.kubernetes.payload import render_objects
+
+    return render_objects(spec, plan, lab)
+
+
+def pack_request(
+    lab: Lab, lab_root: Path, spec: JobSpec, plan: LaunchPlan, rendered: Payload | None, job_token: str = ""
+) -> SubmitRequest:
+    """What the backend of a prepared run is sent, packed by that backend: a local run's `LocalRun`
+    (`rendered` is None: nothing was rendered), or the cluster's `rendered` payload with what only the
+    submit adds (where the lab is staged from, the run's ingest token `job_token`, the Secrets)."""
+    name = backend_name(lab, spec.spec.resources.local)
+    if name == LOCAL:
+        # lazy: only local runs start here
+        from tuneplane.backends.local.backend import pack as pack_local
+
+        return pack_local(spec, plan, lab, lab_root)
+    if rendered is None:
+        raise BackendError(f"run {spec.metadata.run_id}: a cluster run is submitted as it was rendered, and it was not")
+    if name == SLURM:
+        # lazy: only Slurm labs need it
+        from tuneplane.backends.slurm.batch import pack as pack_batch
+
+        return pack_batch(spec, lab, lab_root, rendered, job_token)
+    # lazy: as for rendering
+    from tuneplane.backends.kubernetes.payload import pack as pack_objects
+
+    return pack_objects(spec, plan, lab, rendered, job_token)
 
 
 @dataclass(frozen=True)

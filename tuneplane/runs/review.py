@@ -343,18 +343,15 @@ def _render_chunk(targets: list[str]) -> list[tuple[str, str]]:
     return _WORKER.render_each(targets)
 
 
-SHOWN_BATCH = ("kind", "job_name", "comment", "script", "launch_document")  # of a Slurm run's batch, as JSON
-
-
 def shown(run: PreparedRun) -> Rendered:
-    """What `tp render` shows of a prepared run: the manifests' YAML (Kubernetes); the batch script, or
-    as JSON the script and the launch document it fills in (Slurm); the JobSpec and process (local)."""
+    """What `tp render` shows of a prepared run: what its backend shows of its payload (the manifests'
+    YAML; the batch script, or as JSON the script and the launch document it fills in); for a local run,
+    which has none, the JobSpec and the process the local backend starts."""
     spec, plan = run.spec, run.plan
-    if spec.spec.resources.local:
+    if run.payload is None:
         return Rendered(spec, plan, local_documents(spec, plan), None)
-    if run.manifests and run.manifests[0].get("kind") == "SlurmBatch":
-        return Rendered(spec, plan, [{k: run.manifests[0][k] for k in SHOWN_BATCH}], run.text)
-    return Rendered(spec, plan, run.manifests, run.text)
+    text, docs = run.payload.shown()
+    return Rendered(spec, plan, docs, text)
 
 
 def local_documents(spec: JobSpec, plan: LaunchPlan) -> list[dict[str, Any]]:

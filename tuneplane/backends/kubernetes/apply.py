@@ -29,6 +29,7 @@ from tuneplane.backends.kubernetes.client import (
     log,
 )
 from tuneplane.backends.kubernetes.types import JobObject, OwnerReference, Secret
+from tuneplane.runtime.jsonvalue import JSONObject
 
 RUN_LABEL = "tuneplane.dev/run"
 EXPERIMENT_LABEL = "tuneplane.dev/experiment"
@@ -41,11 +42,12 @@ ENV_HINTS = {
 }
 
 
-def submit(rest: Rest, request: SubmitRequest, ns: str, name: str) -> BackendRef:
+def submit(rest: Rest, request: SubmitRequest, documents: list[JSONObject], ns: str, name: str) -> BackendRef:
+    """Submit `documents`, the request's own rendered objects (`payload.objects_of`)."""
     copied = _copied_secrets(rest, request, ns)
     redact = tuple(request.secret_data.values()) + tuple(copied.values())
-    job_manifest, kind, others = _split_manifests(request, ns)
-    _refuse_missing_secrets(rest, request, ns, {**copied, **request.secret_data})
+    job_manifest, kind, others = _split_manifests(request, documents, ns)
+    _refuse_missing_secrets(rest, request, documents, ns, {**copied, **request.secret_data})
     job = _ensure_job(rest, kind, ns, job_manifest, redact)
     owner = _owner_reference(job)
     for manifest in others:
@@ -81,12 +83,14 @@ def _copied_secrets(rest: Rest, request: SubmitRequest, ns: str) -> dict[str, st
     return out
 
 
-def _split_manifests(request: SubmitRequest, ns: str) -> tuple[dict[str, Any], Kind, list[dict[str, Any]]]:
+def _split_manifests(
+    request: SubmitRequest, documents: list[JSONObject], ns: str
+) -> tuple[dict[str, Any], Kind, list[dict[str, Any]]]:
     """Find the one job object named `object_name`; check every manifest is a kind we submit."""
     job: dict[str, Any] | None = None
     others: list[dict[str, Any]] = []
-    for raw in request.manifests:
-        manifest = copy.deepcopy(raw)
+    for raw in documents:
+        manifest: dict[str, Any] = copy.deepcopy(raw)  # read as the raw objects the client writes
         kind = SUBMITTABLE.get(_type_of(manifest))
         if kind is None:
             supported = ", ".join(f"{k.api_version} {k.kind}" for k in SUBMITTABLE.values())
@@ -107,7 +111,7 @@ def _split_manifests(request: SubmitRequest, ns: str) -> tuple[dict[str, Any], K
             others.append(manifest)
     if job is None:
         raise BackendError(
-            f"none of the {len(request.manifests)} manifests for run {request.run_id} is a Job, "
+            f"none of the {len(documents)} manifests for run {request.run_id} is a Job, "
             f"JobSet or RayJob named {request.object_name!r}; the renderer must name the job object "
             "after the run"
         )
@@ -158,13 +162,15 @@ def _needs(pod: dict[str, Any]) -> Iterator[_Need]:
                     yield _Need(str(ref.get(field_name)), key, f"volume {volume.get('name')!r}")
 
 
-def _refuse_missing_secrets(rest: Rest, request: SubmitRequest, ns: str, data: dict[str, str]) -> None:
+def _refuse_missing_secrets(
+    rest: Rest, request: SubmitRequest, documents: list[JSONObject], ns: str, data: dict[str, str]
+) -> None:
     """A pod that needs a Secret or a key that is not there never starts: it waits in
     CreateContainerConfigError (ContainerCreating for a volume) forever, holding its GPUs and its queue's
     quota. Every Secret the pods need is read now (the run's own one is what submission will write), and
     the run refused before anything is created, with every gap and its fix at once."""
     own = f"{request.object_name}{SECRET_SUFFIX}"
-    needs = list(dict.fromkeys(n for m in request.manifests for pod in _pod_specs(m) for n in _needs(pod)))
+    needs = list(dict.fromkeys(n for m in documents for pod in _pod_specs(m) for n in _needs(pod)))
     keys: dict[str, set[str] | None] = {own: set(data)}
     for name in dict.fromkeys(n.secret for n in needs):
         if name not in keys:
@@ -178,7 +184,7 @@ def _refuse_missing_secrets(rest: Rest, request: SubmitRequest, ns: str, data: d
             f"run {request.run_id} cannot be submitted: its pods would wait in CreateContainerConfigError "
             "forever, holding their GPUs and queue quota:\n" + "\n".join(f"  - {line}" for line in lines)
         )
-    _warn_missing_pull_secrets(rest, request, ns)
+    _warn_missing_pull_secrets(rest, request, documents, ns)
 
 
 def _missing_line(
@@ -207,12 +213,12 @@ def _missing_line(
     )
 
 
-def _warn_missing_pull_secrets(rest: Rest, request: SubmitRequest, ns: str) -> None:
+def _warn_missing_pull_secrets(rest: Rest, request: SubmitRequest, documents: list[JSONObject], ns: str) -> None:
     """A missing image pull Secret is only a warning: the kubelet pulls without it, so a public image
     still starts; a private one fails the pull and the attempt ends `ImagePull` after the grace period."""
     names = dict.fromkeys(
         str(ref.get("name"))
-        for m in request.manifests
+        for m in documents
         for pod in _pod_specs(m)
         for ref in pod.get("imagePullSecrets") or []
         if isinstance(ref, dict)

@@ -25,6 +25,7 @@ from tuneplane.backends.kubernetes.client import (
     build_api_client,
     stream_lines,
 )
+from tuneplane.backends.kubernetes.payload import objects_of
 from tuneplane.backends.kubernetes.pods import default_container, find_pods
 from tuneplane.backends.kubernetes.types import JobObject
 from tuneplane.backends.kubernetes.versions import ServedVersions, TooOld, check_request
@@ -72,11 +73,12 @@ class KubernetesBackend:
     def submit(self, request: SubmitRequest) -> BackendRef:
         """Check that the cluster's controllers know what the manifests say, then create the job object
         (adopting one that is ours), its companions, then its token Secret."""
+        documents = objects_of(request.run_id, request.payload).documents
         try:
-            check_request(self._versions, request, SUBMITTABLE)
+            check_request(self._versions, documents, SUBMITTABLE)
         except TooOld as exc:
             raise SubmitRefused(f"run {request.run_id} cannot be submitted: {exc}") from exc
-        return apply.submit(self._rest, request, request.namespace or self.namespace, self.name)
+        return apply.submit(self._rest, request, documents, request.namespace or self.namespace, self.name)
 
     def observe(self, ref: BackendRef) -> Observation:
         kind, ns = self._job_kind(ref), ref.namespace or self.namespace

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.kubernetes.client import JOBSET, RAYJOB, WORKLOADS, Kind, Rest
 from tuneplane.backends.kubernetes.kueue import QUEUE_LABEL
+from tuneplane.runtime.jsonvalue import JSONObject
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,10 @@ class ServedVersions:
         return self._schemas[key]
 
 
-def check_request(versions: ServedVersions, request: SubmitRequest, kinds: dict[tuple[str, str], Kind]) -> None:
+def check_request(versions: ServedVersions, documents: list[JSONObject], kinds: dict[tuple[str, str], Kind]) -> None:
     """Every manifest of a submission whose kind has a minimum controller version, and Kueue for a
     queued one."""
-    for manifest in request.manifests:
+    for manifest in documents:
         kind = kinds.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
         if kind is not None:
             versions.check(kind, manifest)

@@ -8,7 +8,7 @@ between runs; `artifacts` writes what a run left in its out dir (the scan, `coll
 supervise RUN_DIR` is the detached supervisor.
 """
 
-from tuneplane.backends.local.backend import LocalBackend, local_manifest
+from tuneplane.backends.local.backend import LocalBackend, LocalRun
 from tuneplane.backends.local.files import CANCEL, DB, LOG, STATE, read_state, supervisor_alive
 from tuneplane.backends.local.gpus import local_gpus
 from tuneplane.backends.local.supervisor import supervise
@@ -20,9 +20,9 @@ __all__ = [
     "LOG",
     "STATE",
     "LocalBackend",
+    "LocalRun",
     "collect_artifacts",
     "local_gpus",
-    "local_manifest",
     "read_state",
     "supervise",
     "supervisor_alive",

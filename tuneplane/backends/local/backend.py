@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,11 +93,12 @@ from tuneplane.constants import (
 from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
+from tuneplane.runtime.jsonvalue import JSONObject
 
 if TYPE_CHECKING:  # the prepared run's types: this module reads them, never builds them
+    from tuneplane.lab.load import Lab
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.plan.launchplan import LaunchPlan
-    from tuneplane.runtime.jsonvalue import JSONObject
 
 NOT_OURS = "NotOurs"  # Observation.reason of a directory this backend did not make
 LOG_POLL = 0.2  # seconds between looks at a followed log
@@ -105,37 +107,112 @@ END_GRACE = 30.0  # seconds a supervisor may take, after recording the end, to l
 # ── what the pipeline hands to this backend ──────────────────────────────────────────────────────
 
 
-def local_manifest(
+@dataclass(frozen=True)
+class LocalRun:
+    """What the local backend is sent for one run: everything its supervisor needs, secrets excepted
+    (`env` is the job's contract without an ingest binding). `launch.json` keeps what the supervisor
+    reads (`launch`); the rest makes the run directory and its job package."""
+
+    name: str  # the run's object name
+    experiment: str
+    run_id: str
+    repo: str  # the lab: its commit is archived into the work dir, its remote gets the heartbeat
+    commit: str
+    run_dir: str
+    gpu_lock_dir: str
+    work_dir: str
+    out_dir: str
+    plugins: list[str]  # the algorithm plugins' folders in the lab: only these travel
+    jobspec: JSONObject  # `.tuneplane/jobspec.json`, for the launcher
+    argv: list[str]
+    plan_argv: list[str]
+    env: dict[str, str]
+    timeout: int | None
+    gpus: int
+    artifacts: list[dict[str, str]]
+
+    def launch(self) -> JSONObject:
+        """`launch.json`: what the supervisor starts, read back by a supervisor of this run that may
+        be of another tuneplane version, so its keys stay as they are."""
+        return {
+            "repo": self.repo,
+            "run_id": self.run_id,
+            "experiment": self.experiment,
+            "work_dir": self.work_dir,
+            "out_dir": self.out_dir,
+            "argv": [*self.argv],
+            "plan_argv": [*self.plan_argv],
+            "env": {**self.env},
+            "timeout": self.timeout,
+            "gpus": self.gpus,
+            "gpu_lock_dir": self.gpu_lock_dir,
+            "artifacts": [{**a} for a in self.artifacts],
+        }
+
+    def shown(self) -> tuple[str | None, list[JSONObject]]:
+        """As a document: `tp render` shows a local run's JobSpec and process instead (`runs.review`)."""
+        spec: JSONObject = {
+            **self.launch(),
+            "commit": self.commit,
+            "run_dir": self.run_dir,
+            "plugins": [*self.plugins],
+            "jobspec": self.jobspec,
+        }
+        return None, [{"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": self.name}, "spec": spec}]
+
+
+def local_run(
     spec: JobSpec, plan: LaunchPlan, jobspec_doc: JSONObject, repo_root: Path, env: dict[str, str]
-) -> dict[str, Any]:
-    """The `LocalRun` "manifest": everything the supervisor needs, secrets excepted (`env` is the
-    contract without an ingest binding)."""
+) -> LocalRun:
+    """The run as the local backend takes it (`env` is the job's contract without an ingest binding)."""
     body = spec.spec
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": spec.metadata.name},
-        "spec": {
-            "experiment": spec.metadata.experiment,
-            "run_id": spec.metadata.run_id,
-            "repo": str(repo_root),
-            "commit": spec.provenance.commit,
-            "run_dir": body.paths.run_dir,
-            "gpu_lock_dir": f"{body.paths.storage_root}/.locks/gpus",
-            "work_dir": body.paths.work_dir,
-            "out_dir": body.paths.out_dir,
-            "plugins": [
-                p.source or f"plugins/{p.name}" for p in body.plugins if p.capability == "algorithm"
-            ],  # only these travel
-            "jobspec": jobspec_doc,
-            "argv": [sys.executable, "-m", "tuneplane.launcher"],
-            "plan_argv": list(plan.argv),
-            "env": env,
-            "timeout": body.timeout_seconds,
-            "gpus": body.resources.gpus_per_node,
-            "artifacts": [{"kind": a.kind, "pattern": a.pattern, "format": a.format} for a in plan.artifacts],
-        },
-    }
+    return LocalRun(
+        name=spec.metadata.name,
+        experiment=spec.metadata.experiment,
+        run_id=spec.metadata.run_id,
+        repo=str(repo_root),
+        commit=spec.provenance.commit,
+        run_dir=body.paths.run_dir,
+        gpu_lock_dir=f"{body.paths.storage_root}/.locks/gpus",
+        work_dir=body.paths.work_dir,
+        out_dir=body.paths.out_dir,
+        plugins=[p.source or f"plugins/{p.name}" for p in body.plugins if p.capability == "algorithm"],
+        jobspec=jobspec_doc,
+        argv=[sys.executable, "-m", "tuneplane.launcher"],
+        plan_argv=list(plan.argv),
+        env=env,
+        timeout=body.timeout_seconds,
+        gpus=body.resources.gpus_per_node,
+        artifacts=[{"kind": a.kind, "pattern": a.pattern, "format": a.format} for a in plan.artifacts],
+    )
+
+
+def pack(spec: JobSpec, plan: LaunchPlan, lab: Lab, lab_root: Path) -> SubmitRequest:
+    """The request for a local run of the lab at `lab_root`: no namespace, no Secret (the supervisor
+    mints the run's token and keeps it in memory)."""
+    # lazy: the JobSpec document and the job's environment come with the render pipeline
+    from tuneplane.plan.environment import job_env
+    from tuneplane.render.manifests import jobspec_document
+
+    env = job_env(spec, plan.env, gpu_watchdog=lab.config.cluster.gpu_watchdog)
+    return SubmitRequest(
+        run_id=spec.metadata.run_id,
+        experiment=spec.metadata.experiment,
+        namespace="",
+        object_name=spec.metadata.name,
+        payload=local_run(spec, plan, jobspec_document(spec, plan), lab_root, env),
+    )
+
+
+def local_run_of(request: SubmitRequest) -> LocalRun:
+    """The payload as this backend's own, or a refusal: another backend's payload starts no process here."""
+    if not isinstance(request.payload, LocalRun):
+        raise BackendError(
+            f"run {request.run_id}: the local backend takes a {KIND} (the run packed for this machine), and "
+            f"was handed {type(request.payload).__name__} (a run packed for another backend); submit it to the "
+            "backend it was rendered for, or submit it with --local"
+        )
+    return request.payload
 
 
 # ── the backend ──────────────────────────────────────────────────────────────────────────────────
@@ -167,15 +244,15 @@ class LocalBackend:
     def prepare(self, request: SubmitRequest) -> tuple[Path, BackendRef]:
         """Claim the run directory for `request.attempt`: make it (attempt 1), start the next attempt of
         a run whose newest one ended, or adopt the attempt already there."""
-        spec = _local_spec(request)
-        run_dir = Path(spec["run_dir"])
-        self._claim(run_dir, spec["run_id"])
+        run = local_run_of(request)
+        run_dir = Path(run.run_dir)
+        self._claim(run_dir, run.run_id)
         with locked(run_dir / SUBMIT_LOCK):
             state = read_state(run_dir)
             if state is None:
-                self._first(run_dir, spec, request.attempt)
+                self._first(run_dir, run, request.attempt)
             elif request.attempt > attempt_of(state):
-                self._next(run_dir, spec["run_id"], state, request.attempt)
+                self._next(run_dir, run.run_id, state, request.attempt)
             state = read_state(run_dir) or {}
         return run_dir, BackendRef(
             backend=self.name,
@@ -204,17 +281,17 @@ class LocalBackend:
                 f"run {run_id}: {run_dir} {why}; the local backend writes only into run directories it made"
             )
 
-    def _first(self, run_dir: Path, spec: dict[str, Any], attempt: int) -> None:
+    def _first(self, run_dir: Path, run: LocalRun, attempt: int) -> None:
         try:
-            _materialise(run_dir, spec)
+            _materialise(run_dir, run)
         except (OSError, TunePlaneError) as exc:  # git archive failed, disk full, …
-            raise BackendError(f"could not prepare the job package of run {spec['run_id']}: {exc}") from exc
+            raise BackendError(f"could not prepare the job package of run {run.run_id}: {exc}") from exc
         (run_dir / log_name(attempt)).touch()
         now = utc_now()
         update_state(
             run_dir,
-            run_id=spec["run_id"],
-            experiment=spec["experiment"],
+            run_id=run.run_id,
+            experiment=run.experiment,
             phase=PENDING,
             reason="Starting",
             message="waiting for the local supervisor",
@@ -371,15 +448,6 @@ class LocalBackend:
             )
 
 
-def _local_spec(request: SubmitRequest) -> dict[str, Any]:
-    for manifest in request.manifests:
-        if manifest.get("apiVersion") == API_VERSION and manifest.get("kind") == KIND:
-            return dict(manifest["spec"])
-    raise BackendError(
-        f"run {request.run_id}: the local backend needs a {KIND} manifest (render the run for the local backend)"
-    )
-
-
 def _let_go(run_dir: Path) -> None:
     """Wait, a bounded time, for a supervisor that recorded its run's end to release the run."""
     deadline = time.monotonic() + END_GRACE
@@ -387,45 +455,28 @@ def _let_go(run_dir: Path) -> None:
         time.sleep(LOG_POLL)
 
 
-def _materialise(run_dir: Path, spec: dict[str, Any]) -> None:
+def _materialise(run_dir: Path, run: LocalRun) -> None:
     """The job package at the run's commit, plugins where the launcher looks, and the JobSpec."""
-    work = Path(spec["work_dir"])
+    work = Path(run.work_dir)
     partial = work.with_name(work.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     if work.exists():  # a submitter died after unpacking: start over from the commit
         shutil.rmtree(work)
-    repo = GitRepo(Path(spec["repo"]))
+    repo = GitRepo(Path(run.repo))
     try:
-        repo.archive(spec["commit"], partial, exclude=("runs", "status"))
+        repo.archive(run.commit, partial, exclude=("runs", "status"))
     finally:
         repo.close()
-    for rel in spec.get("plugins") or []:
+    for rel in run.plugins:
         source, target = partial / rel, partial / "tuneplane_plugins" / Path(rel).name
         if source.is_dir() and not target.exists():
             shutil.copytree(source, target, symlinks=True)
     (partial / ".tuneplane").mkdir(exist_ok=True)
-    (partial / JOBSPEC_PATH).write_text(json.dumps(spec["jobspec"], indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (partial / JOBSPEC_PATH).write_text(json.dumps(run.jobspec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     publish_dir(partial, work)
-    Path(spec["out_dir"]).mkdir(parents=True, exist_ok=True)
+    Path(run.out_dir).mkdir(parents=True, exist_ok=True)
     # `tp job logs -f` may start following before the job does: the caller touches the attempt's log
-    launch = {
-        k: spec[k]
-        for k in (
-            "repo",  # the lab: its remote receives the published heartbeat
-            "run_id",
-            "experiment",
-            "work_dir",
-            "out_dir",
-            "argv",
-            "plan_argv",
-            "env",
-            "timeout",
-            "gpus",
-            "gpu_lock_dir",
-            "artifacts",
-        )
-    }
-    write_json(run_dir / LAUNCH, launch)
+    write_json(run_dir / LAUNCH, run.launch())
 
 
 def _ended(run_dir: Path) -> bool:

@@ -22,19 +22,16 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
 from tuneplane.backends.rundir import locked
+from tuneplane.backends.slurm.batch import SlurmBatch, batch_of
 from tuneplane.backends.slurm.commands import SlurmCommands, first_line, parse_fields
 from tuneplane.backends.slurm.errors import SlurmRefused, refusal
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, publish_dir
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.render.slurm import LAUNCH_DOCUMENT, STATE_DIR, TOKEN_FILE
-
-if TYPE_CHECKING:
-    from tuneplane.backends.slurm.batch import SlurmBatch
 
 KIND = "SlurmJob"
 SCRIPT_NAME = "batch.sh"
@@ -43,15 +40,9 @@ RUN_FILE = "run.json"  # what observing needs later: the run id and its artifact
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
-def batch_of(request: SubmitRequest) -> SlurmBatch:
-    if len(request.manifests) != 1 or request.manifests[0].get("kind") != "SlurmBatch":
-        raise BackendError("the Slurm backend takes one rendered batch script per run")
-    return cast("SlurmBatch", request.manifests[0])  # packed by batch.batch_manifest, told apart by its kind
-
-
 def submit(commands: SlurmCommands, request: SubmitRequest) -> BackendRef:
-    batch = batch_of(request)
-    run_dir = Path(batch["run_dir"])
+    batch = batch_of(request.run_id, request.payload)
+    run_dir = Path(batch.run_dir)
     state = run_dir / STATE_DIR
     try:
         state.mkdir(parents=True, exist_ok=True)
@@ -73,11 +64,11 @@ def ref_for(batch: SlurmBatch, job_id: str) -> BackendRef:
     return BackendRef(
         backend="slurm",
         kind=KIND,
-        name=batch["job_name"],
-        namespace=batch["run_dir"],
+        name=batch.job_name,
+        namespace=batch.run_dir,
         uid=job_id,
-        commit=batch.get("commit", ""),
-        jobspec_digest=batch.get("jobspec_digest", ""),
+        commit=batch.commit,
+        jobspec_digest=batch.jobspec_digest,
     )
 
 
@@ -99,50 +90,52 @@ def _numeric(job_id: str) -> int:
 
 def _known_job(commands: SlurmCommands, batch: SlurmBatch) -> str:
     """A job Slurm still holds under this run's name and comment (any state), or ''."""
-    result = commands.run("squeue", "--noheader", "--states=all", f"--name={batch['job_name']}", "--format=%i|%k")
+    result = commands.run("squeue", "--noheader", "--states=all", f"--name={batch.job_name}", "--format=%i|%k")
     if result.code:
         raise BackendError(f"squeue failed ({result.code}): {first_line(result.err)}")
     ids = []
     for line in result.out.splitlines():
         job_id, _, comment = line.strip().partition("|")
-        if comment.strip() == batch["comment"] and _JOB_ID.match(job_id):
+        if comment.strip() == batch.comment and _JOB_ID.match(job_id):
             ids.append(job_id)
     return max(ids, key=_numeric) if ids else ""
 
 
 def _stage(run_dir: Path, batch: SlurmBatch, request: SubmitRequest) -> None:
     """The lab at the run's commit in the work dir, the launch document, the script, the token file."""
-    work = Path(batch["work_dir"])
+    work = Path(batch.work_dir)
     if not (work / LAUNCH_DOCUMENT).is_file():
         tmp = run_dir / ".work.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        _export_lab(Path(batch["lab_root"]), batch["commit"], tmp)
-        for name in batch.get("plugins", []):
+        _export_lab(batch.lab_root, batch.commit, tmp)
+        for name in batch.plugins:
             source = tmp / "plugins" / name
             if source.is_dir():
                 shutil.copytree(source, tmp / "tuneplane_plugins" / name, symlinks=True)
         (tmp / ".tuneplane").mkdir(parents=True, exist_ok=True)
-        _write(tmp / LAUNCH_DOCUMENT, json.dumps(batch["launch_document"], sort_keys=True, indent=1) + "\n")
+        _write(tmp / LAUNCH_DOCUMENT, json.dumps(batch.launch_document, sort_keys=True, indent=1) + "\n")
         if work.exists():
             shutil.rmtree(work)
         publish_dir(tmp, work)
     for sub in ("logs", "out"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    _write(run_dir / STATE_DIR / SCRIPT_NAME, batch["script"])
+    _write(run_dir / STATE_DIR / SCRIPT_NAME, batch.script)
     _write(
         run_dir / STATE_DIR / RUN_FILE,
-        json.dumps({"run_id": request.run_id, "artifacts": batch.get("artifacts", [])}, indent=1) + "\n",
+        json.dumps({"run_id": request.run_id, "artifacts": batch.artifacts}, indent=1) + "\n",
     )
     for key, value in request.secret_data.items():
         if key == "job-token":
             _write_secret(run_dir / TOKEN_FILE, value)
 
 
-def _export_lab(lab_root: Path, commit: str, dest: Path) -> None:
+def _export_lab(lab_root: str, commit: str, dest: Path) -> None:
     if not commit:
         raise BackendError("the run has no commit to stage: commit the lab first")
+    if not lab_root:  # a rendered batch, never packed for submission (`backends.factory.pack_request`)
+        raise BackendError("the run names no lab to stage its commit from: pack it for submission first")
     try:
-        GitRepo(lab_root).archive(commit, dest, exclude=("runs", "status"))
+        GitRepo(Path(lab_root)).archive(commit, dest, exclude=("runs", "status"))
     except UsageError as exc:
         raise BackendError(f"cannot stage commit {commit[:12]} of {lab_root}: {exc.message}") from None
 
@@ -160,7 +153,7 @@ def _write_secret(path: Path, value: str) -> None:
 def _sbatch(commands: SlurmCommands, run_dir: Path, batch: SlurmBatch) -> str:
     result = commands.run("sbatch", "--parsable", str(run_dir / STATE_DIR / SCRIPT_NAME))
     if result.code:
-        raise refusal(result.err, batch.get("sources", {}))
+        raise refusal(result.err, batch.sources)
     job_id = result.out.strip().splitlines()[-1].split(";")[0].strip() if result.out.strip() else ""
     if not _JOB_ID.match(job_id):
         raise BackendError(f"sbatch printed no job id: {result.out.strip()!r}")
@@ -182,7 +175,7 @@ def directives(script: str) -> dict[str, str]:
 def check_fits(commands: SlurmCommands, batch: SlurmBatch) -> None:
     """Refuse a job that can never start: more nodes than its partition has (sbatch accepts it, and it
     would wait in the queue forever)."""
-    asked = directives(batch["script"])
+    asked = directives(batch.script)
     nodes = int(asked["--nodes"]) if asked.get("--nodes", "").isdigit() else 1
     partition = asked.get("--partition", "")
     result = commands.run("scontrol", "show", "partition", "--oneliner", *([partition] if partition else []))
@@ -194,7 +187,7 @@ def check_fits(commands: SlurmCommands, batch: SlurmBatch) -> None:
             continue
         total = fields.get("TotalNodes", "")
         if total.isdigit() and nodes > int(total):
-            setting = batch.get("sources", {}).get("--nodes", "")
+            setting = batch.sources.get("--nodes", "")
             where = f"{setting}: " if setting else ""
             fix = (
                 f"ask for at most {total} node(s) (fewer GPUs, or a profile with more GPUs per node), or "
