@@ -343,3 +343,34 @@ def test_a_host_environment_accepts_an_image_and_says_it_is_not_used(tmp_path: P
     batch = render_batch(spec, compile_plan(spec), lab.config)
     assert batch.image == "" and "python:3.12 was not used" in batch.note
     assert "python:3.12" not in batch.script
+
+
+def test_a_slurm_run_is_packed_with_the_lab_it_is_staged_from(tmp_path: Path, git: Any) -> None:
+    """What `tp render` shows is the batch as rendered; submitting packs that same batch with the lab's
+    root to stage the commit from, and the run's ingest token for its token file when it has one."""
+    from dataclasses import replace
+
+    from tuneplane.backends.slurm.batch import SlurmBatch
+    from tuneplane.lab.load import load_lab
+    from tuneplane.models.run import RunRequest
+    from tuneplane.runs.prepare import backend_request, prepare
+
+    root = _slurm_lab(tmp_path / "lab", git)
+    settings = root / "tuneplane.yaml"
+    text = settings.read_text(encoding="utf-8")
+    settings.write_text(text.replace('endpoint: ""', "endpoint: https://ingest.example.org", 1), encoding="utf-8")
+    lab = load_lab(root)
+    request = RunRequest(
+        experiment="demo",
+        run_id="20250102-100000-00000c",
+        profile="h200:8",
+        image="python:3.12",
+        observability_url="https://t.example.org/p",
+    )
+    run = prepare(lab, request, commit="0" * 40, dirty=False)
+    assert isinstance(run.payload, SlurmBatch) and run.payload.lab_root == ""
+
+    packed = backend_request(root, lab, run, env={"TUNEPLANE_INGEST_SECRET": "k" * 32})
+    assert packed.payload == replace(run.payload, lab_root=str(root))
+    assert list(packed.secret_data) == ["job-token"] and packed.secret_data["job-token"]
+    assert backend_request(root, lab, run, env={}).secret_data == {}  # no secret, no token
