@@ -27,7 +27,7 @@ NS = "team-a"
 
 def _objects(root: Path) -> KubernetesObjects:
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "demo-r1"}, "spec": {}}
-    return KubernetesObjects([job], "")
+    return KubernetesObjects([job])
 
 
 def _batch(root: Path) -> SlurmBatch:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BackendKind:
     """What the code around the backends may ask of one by its name, so that none of it names a
-    backend: a new backend is a row in `BACKEND_KINDS` and a branch of `make_backend`."""
+    backend: a new backend is a row in `BACKEND_KINDS` and a branch of `make_backend` (and of
+    `render_payload` and `pack_request`, for its payload)."""
 
     name: str
     # each run is a process group of this machine: stopped, read and recorded here, with no bot

@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class KubernetesObjects:
-    """The run's manifests, parsed back from the YAML `text` they were rendered as and validated."""
+    """The run's manifests, parsed back from the YAML `text` they were rendered as and validated (None
+    for objects made otherwise: `tp render` then prints the documents as YAML)."""
 
     documents: list[JSONObject]
-    text: str = ""
+    text: str | None = None
 
     def shown(self) -> tuple[str | None, list[JSONObject]]:
         return self.text, self.documents
