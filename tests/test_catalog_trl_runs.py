@@ -163,30 +163,33 @@ CHARTED = {
 }
 
 
+# Recipes whose scaffold run trains LoRA adapters (`use_peft`) rather than all weights: one run shows both
+# that the recipe trains and that the shared LoRA settings reach its trainer.
+LORA = {"sft": ("use_peft=true", "lora_r=4")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(set(DATA) - {"rm"}))  # rm: the reward-model tests below train it
 def test_trl_scaffold_trains_to_succeeded_locally(method: str, assets: Path, lab: Path, tp, tp_subprocess) -> None:
     """Every recipe's scaffold trains to Succeeded and saves its model; the charted ones (SFT, DPO,
     GRPO) show TRL's own keys under the recipe's canonical names in the status, `tp job metrics`,
     `--plot` and the committed chart, primary first and hardware last, and the key as TRL logged it
-    still answers `--key` (one run each: a run is the slow part)."""
+    still answers `--key` (one run each: a run is the slow part). SFT trains with `use_peft`: the shared
+    LoRA config (rank, task type) reaches the trainer, which saves an adapter (the reward model's LoRA
+    run is the reward-model test's own)."""
     name = f"tiny-{method}"
-    extra = CHARTED[method][2] if method in CHARTED else ()
+    if method in LORA:
+        _require("peft")
+    extra = (*(CHARTED[method][2] if method in CHARTED else ()), *LORA.get(method, ()))
     final = _train(method, name, assets, lab, tp, tp_subprocess, *extra)
-    assert (final / "config.json").is_file()
-    assert any(final.glob("*.safetensors"))
+    if method in LORA:
+        _saved_an_adapter(final, "CAUSAL_LM")
+    else:
+        assert (final / "config.json").is_file()
+        assert any(final.glob("*.safetensors"))
     if method in CHARTED:
         raw, canonical, _ = CHARTED[method]
         _shows_primary_metrics_first(lab, tp, name, raw, canonical)
-
-
-@pytest.mark.slow
-def test_use_peft_trains_lora_adapters(assets: Path, lab: Path, tp, tp_subprocess) -> None:
-    """use_peft: the shared LoRA config (rank, task type) reaches the trainer, which saves an adapter
-    (the reward model's LoRA run is the reward-model test's own)."""
-    _require("peft")
-    final = _train("sft", "lora-sft", assets, lab, tp, tp_subprocess, "use_peft=true", "lora_r=4")
-    _saved_an_adapter(final, "CAUSAL_LM")
 
 
 def _saved_an_adapter(final: Path, task_type: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,9 @@ def _status(exp: str, run_id: str, phase: str = "Succeeded") -> RunStatus:
     )  # type: ignore[arg-type]
 
 
-def _lab(tmp_path: Path) -> tuple[Path, Path]:
-    """A lab of two experiments whose runs all ended, settled by one bot run; (the bot's clone, a person's)."""
+def _settle(tmp_path: Path) -> None:
+    """A lab of two experiments whose runs all ended, settled by one bot run, in `tmp_path`: the
+    remote, the bot's clone and a person's."""
     remote = make_remote(tmp_path)
     runs = [("a", r) for r in A] + [("b", r) for r in B]
     seed = seed_lab(remote, tmp_path / "seed", {"a": "echo hi\n", "b": "echo hi\n"}, runs=runs)
@@ -53,7 +55,27 @@ def _lab(tmp_path: Path) -> tuple[Path, Path]:
     bot = clone(remote, tmp_path / "bot")
     _bot(bot, "reconcile")
     _settled(bot, tmp_path / "check0")
-    return bot, clone(remote, tmp_path / "person")
+    clone(remote, tmp_path / "person")
+
+
+@pytest.fixture(scope="module")
+def settled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The settled lab, made once per test process: each test takes a copy (`_lab`)."""
+    root = tmp_path_factory.mktemp("settled")
+    with pytest.MonkeyPatch.context() as patch:  # made before any test's isolation: give it its own storage
+        patch.setenv("TUNEPLANE_STORAGE_ROOT", str(tmp_path_factory.mktemp("settled-storage")))
+        _settle(root)
+    return root
+
+
+def _lab(tmp_path: Path, settled: Path) -> tuple[Path, Path]:
+    """A copy of the settled lab in `tmp_path`, its clones pointed at the copied remote; (the bot's
+    clone, a person's)."""
+    for part in ("remote.git", "bot", "person"):
+        shutil.copytree(settled / part, tmp_path / part, symlinks=True)
+    for part in ("bot", "person"):
+        git(tmp_path / part, "remote", "set-url", "origin", str(tmp_path / "remote.git"))
+    return tmp_path / "bot", tmp_path / "person"
 
 
 def _bot(root: Path, verb: str) -> str:
@@ -106,8 +128,8 @@ def _settled(bot: Path, check: Path, requests: bool = True) -> None:
 
 @pytest.mark.parametrize("page", ["status/README.md", "status/a/README.md", "status/a/2024-12.md"])
 @pytest.mark.parametrize("how", ["edited", "deleted"])
-def test_a_page_edited_or_deleted_by_hand_is_rendered_again(tmp_path: Path, page: str, how: str) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_page_edited_or_deleted_by_hand_is_rendered_again(tmp_path: Path, settled: Path, page: str, how: str) -> None:
+    bot, person = _lab(tmp_path, settled)
     target = person / page
     if not target.exists():  # the newest month's page is on the experiment page until the month ends
         pytest.fail(f"{page} should exist: {sorted(p.name for p in target.parent.iterdir())}")
@@ -152,8 +174,8 @@ LEDGER_DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", sorted(LEDGER_DAMAGE))
-def test_a_damaged_ledger_is_noticed_and_rebuilt(tmp_path: Path, damage: str) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_damaged_ledger_is_noticed_and_rebuilt(tmp_path: Path, settled: Path, damage: str) -> None:
+    bot, person = _lab(tmp_path, settled)
     LEDGER_DAMAGE[damage](person)
     _push(person, f"ledger: {damage}")
 
@@ -163,8 +185,10 @@ def test_a_damaged_ledger_is_noticed_and_rebuilt(tmp_path: Path, damage: str) ->
     _settled(bot, tmp_path / "check")
 
 
-def test_a_ledger_taken_from_an_older_commit_is_not_trusted_for_what_changed_since(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_ledger_taken_from_an_older_commit_is_not_trusted_for_what_changed_since(
+    tmp_path: Path, settled: Path
+) -> None:
+    bot, person = _lab(tmp_path, settled)
     old = git(person, "rev-parse", "HEAD")
     _remove_run(person)
     _push(person, "a's first run taken out")
@@ -221,8 +245,10 @@ STATUS_CHANGES = {
 
 @pytest.mark.parametrize("change", sorted(STATUS_CHANGES))
 @pytest.mark.parametrize("verb", ["reconcile", "sync"])
-def test_statuses_a_person_changed_are_noticed_by_the_next_run(tmp_path: Path, change: str, verb: str) -> None:
-    bot, person = _lab(tmp_path)
+def test_statuses_a_person_changed_are_noticed_by_the_next_run(
+    tmp_path: Path, settled: Path, change: str, verb: str
+) -> None:
+    bot, person = _lab(tmp_path, settled)
     STATUS_CHANGES[change](person)
     _push(person, change)
 
@@ -234,9 +260,9 @@ def test_statuses_a_person_changed_are_noticed_by_the_next_run(tmp_path: Path, c
         _settled(bot, tmp_path / "check2")
 
 
-def test_statuses_moved_to_another_experiments_folder_are_reported_not_taken(tmp_path: Path) -> None:
+def test_statuses_moved_to_another_experiments_folder_are_reported_not_taken(tmp_path: Path, settled: Path) -> None:
     """A status names its run; one under another experiment's folder is a claim about another run."""
-    bot, person = _lab(tmp_path)
+    bot, person = _lab(tmp_path, settled)
     _rename_experiment(person)
     _push(person, "experiment-renamed")
 
@@ -364,8 +390,8 @@ def _bot_commit_with_change(bot: Path, person: Path) -> str:
     return commit
 
 
-def test_a_reverted_bot_commit_is_noticed(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_reverted_bot_commit_is_noticed(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     commit = _bot_commit_with_change(bot, person)
     git(person, "revert", "--no-edit", commit)  # the pages and the ledger back, the status edit too
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
@@ -376,8 +402,8 @@ def test_a_reverted_bot_commit_is_noticed(tmp_path: Path) -> None:
     assert "1 failed · 3 succeeded" in git(bot, "show", "HEAD:status/README.md")  # the bot's status, again
 
 
-def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     _bot_commit_with_change(bot, person)
     git(person, "reset", "-q", "--hard", "HEAD~1")  # the bot's commit is dropped, the person's edit stays
     _remove_run(person)
@@ -392,8 +418,8 @@ def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path
     assert "**5 runs** · 1 failed · 4 succeeded" in index, index  # the edit put back, the removal kept
 
 
-def test_a_merge_that_adds_an_experiment_the_ledger_never_saw(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_merge_that_adds_an_experiment_the_ledger_never_saw(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     git(person, "checkout", "-q", "-b", "topic")
     for top in ("experiments", "runs", "status"):  # a finished run of a new experiment, from another lab
         (person / top / "c").mkdir()
@@ -497,10 +523,12 @@ def test_a_run_added_or_removed_in_the_middle_of_a_full_month_moves_the_parts(tm
 
 
 @pytest.mark.parametrize("verb", ["sync", "reconcile"])
-def test_a_bot_whose_commit_is_rebased_onto_another_bots_leaves_the_pages_right(tmp_path: Path, verb: str) -> None:
+def test_a_bot_whose_commit_is_rebased_onto_another_bots_leaves_the_pages_right(
+    tmp_path: Path, settled: Path, verb: str
+) -> None:
     from tuneplane.bot.report import CRASH_ENV, CRASH_EXIT
 
-    bot, person = _lab(tmp_path)
+    bot, person = _lab(tmp_path, settled)
     other = clone(Path(git(bot, "remote", "get-url", "origin")), tmp_path / "other")
     _edit_phase(person)
     _push(person, "a run of a failed after all")
@@ -524,8 +552,8 @@ def test_a_bot_whose_commit_is_rebased_onto_another_bots_leaves_the_pages_right(
 # ── what the bot did not write stays; what it wrote for a removed run goes ─────────────────────
 
 
-def test_a_persons_file_in_status_stays_and_the_next_run_is_idle(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_persons_file_in_status_stays_and_the_next_run_is_idle(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     (person / "status/notes").mkdir()
     (person / "status/notes/README.md").write_text("# Notes of the team\n")
     (person / "status/a/notes.md").write_text("why run 3 failed\n")
@@ -538,8 +566,8 @@ def test_a_persons_file_in_status_stays_and_the_next_run_is_idle(tmp_path: Path)
     _settled(bot, tmp_path / "check")
 
 
-def test_the_chart_of_a_run_taken_out_of_the_lab_goes_with_it(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_the_chart_of_a_run_taken_out_of_the_lab_goes_with_it(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     svg = '<svg xmlns="http://www.w3.org/2000/svg"/>\n'
     for run_id in (A[0], B[0], B[1]):  # as the bot's sync writes them when a run ends
         (person / "status" / ("a" if run_id in A else "b") / f"{run_id}.svg").write_text(svg)
@@ -555,8 +583,8 @@ def test_the_chart_of_a_run_taken_out_of_the_lab_goes_with_it(tmp_path: Path) ->
     _settled(bot, tmp_path / "check")
 
 
-def test_a_depth_1_bot_clone_renders_again_a_page_edited_before_it_was_cloned(tmp_path: Path) -> None:
-    _bot_clone, person = _lab(tmp_path)
+def test_a_depth_1_bot_clone_renders_again_a_page_edited_before_it_was_cloned(tmp_path: Path, settled: Path) -> None:
+    _bot_clone, person = _lab(tmp_path, settled)
     for _ in range(3):  # the bot's last commit is a few commits back
         for page in ("status/a/2024-12.md", "status/README.md"):
             (person / page).write_text((person / page).read_text() + "\nmore notes\n")
@@ -575,8 +603,8 @@ def test_a_depth_1_bot_clone_renders_again_a_page_edited_before_it_was_cloned(tm
     _settled(ci, tmp_path / "check", requests=False)
 
 
-def test_a_refusal_on_the_index_goes_once_its_cause_is_fixed(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_refusal_on_the_index_goes_once_its_cause_is_fixed(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     text = (person / "runs/a" / f"{A[0]}.yaml").read_text()
     (person / "runs/a/my-second-try.yaml").write_text(text)
     _push(person, "a request written by hand")
@@ -593,8 +621,8 @@ def test_a_refusal_on_the_index_goes_once_its_cause_is_fixed(tmp_path: Path) -> 
     _settled(bot, tmp_path / "check")
 
 
-def test_a_huge_status_added_by_hand_is_shown_unreadable_not_read(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_huge_status_added_by_hand_is_shown_unreadable_not_read(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     run_id = "20250105-000000-0000000011"
     data = json.loads((person / "status/a" / f"{A[2]}.json").read_text())
     data.update(run_id=run_id, message="x" * (3 << 20))
@@ -608,10 +636,10 @@ def test_a_huge_status_added_by_hand_is_shown_unreadable_not_read(tmp_path: Path
     _settled(bot, tmp_path / "check")
 
 
-def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Path) -> None:
+def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Path, settled: Path) -> None:
     from tuneplane.record.ledger import _digest
 
-    bot, person = _lab(tmp_path)
+    bot, person = _lab(tmp_path, settled)
     data = _ledger_data(person)
     del data["index"]
     data["version"] = 2  # as the bot wrote it before it knew the index page's blob id
@@ -626,8 +654,8 @@ def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Pat
     _settled(bot, tmp_path / "check")
 
 
-def test_status_removed_whole_with_its_ledger_comes_back_and_nothing_runs_again(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_status_removed_whole_with_its_ledger_comes_back_and_nothing_runs_again(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     before = {r: git(person, "show", f"HEAD:status/a/{r}.json") for r in A}
     git(person, "rm", "-rq", "status")
     _push(person, "clean up the dashboard")
