@@ -75,3 +75,15 @@ def test_slurm_declares_that_it_requeues() -> None:
 
     assert isinstance(SlurmBackend(), Requeues) and SlurmBackend().requeues
     assert not isinstance(LocalBackend(PKG), Requeues)
+
+
+def test_a_backend_whose_kind_runs_here_is_the_run_service_s_runs_here() -> None:
+    """The run service starts, stops and records a run of this machine through `RunsHere`, for the backend
+    whose kind says `runs_here`; a cluster backend declares neither."""
+    from tuneplane.backends.base import RunsHere
+    from tuneplane.backends.factory import backend_kind
+    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.slurm import SlurmBackend
+
+    assert isinstance(LocalBackend(PKG), RunsHere) and backend_kind(LocalBackend.name).runs_here
+    assert not isinstance(SlurmBackend(), RunsHere) and not backend_kind(SlurmBackend.name).runs_here

@@ -13,9 +13,11 @@ from helpers_git import git, request
 from helpers_local import with_run
 
 from tuneplane.author.scaffold import new_experiment
-from tuneplane.backends.base import SubmitRequest
+from tuneplane.backends.base import RunsHere, SubmitRequest
+from tuneplane.backends.factory import local_backend
 from tuneplane.backends.local import (
     CANCEL,
+    DB,
     LOG,
     STATE,
     LocalBackend,
@@ -23,6 +25,7 @@ from tuneplane.backends.local import (
     read_state,
     supervise,
 )
+from tuneplane.ingest.store import MetricStore
 from tuneplane.lab.load import load_lab
 from tuneplane.runs.prepare import backend_request, prepare
 
@@ -131,6 +134,24 @@ def test_the_job_sees_the_contract_and_its_token_stays_secret(exp: Path, storage
     ):
         assert token not in path.read_text(), path
     assert obs.phase == "Succeeded"
+
+
+def test_the_run_service_reaches_a_run_of_this_machine_as_a_backend_that_runs_here(exp: Path) -> None:
+    """`runs/` sees the local backend only as the factory makes it, a `RunsHere`: which run a directory
+    holds, whether a supervisor has it now, and its metrics with their times from the run's own store."""
+    backend = local_backend(load_lab(exp))
+    assert isinstance(backend, RunsHere)
+    req = job(exp, "true\n")
+    run_dir, ref = backend.prepare(req)
+    assert backend.run_key(run_dir) == ("demo", req.run_id)
+    assert not backend.supervised(run_dir)  # prepared, not started
+    store = MetricStore(run_dir / DB)
+    store.add_points(req.run_id, [("loss", step, 1 / (step + 2), 100.0 + step) for step in range(2)])
+    store.close()
+    assert backend.timed_metrics(ref, ["loss", "eval/loss"]) == {
+        "loss": [(0, 0.5, 100.0), (1, 1 / 3, 101.0)],
+        "eval/loss": [],
+    }
 
 
 def test_a_failure_reports_its_exit_code_and_last_lines(exp: Path, storage: Path) -> None:

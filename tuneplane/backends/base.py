@@ -2,12 +2,13 @@
 
 The bot and the CLI talk to backends only through this protocol; tests swap in fakes. What only some
 backends can do is a capability, a small protocol of its own checked with `isinstance` (`HasMetrics`,
-`HasArtifacts`, `HasRunDir`, `Closable`), so no caller asks a backend for a method by its name.
+`HasArtifacts`, `HasRunDir`, `Closable`), so no caller asks a backend for a method by its name. A backend
+whose runs are supervised on this machine is a `RunsHere`: the supervisor stays the backend's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -149,6 +150,17 @@ class HasMetrics(Protocol):
     def metrics(self, ref: BackendRef) -> tuple[dict[str, dict[str, Any]], dict[str, list[float]]]: ...
 
 
+TimedPoint = tuple[int, float, float | None]  # step, value, seconds since the epoch (None: not known)
+
+
+@runtime_checkable
+class HasTimedMetrics(Protocol):
+    """Reads every point of a run's metrics with the time it was logged from the run's own store, for the
+    chart of a run whose metrics no receiver holds."""
+
+    def timed_metrics(self, ref: BackendRef, keys: Iterable[str]) -> dict[str, list[TimedPoint]]: ...
+
+
 @runtime_checkable
 class HasArtifacts(Protocol):
     """Lists what a run wrote (checkpoints, exports) once it ended."""
@@ -185,3 +197,38 @@ class Closable(Protocol):
     """Holds a connection to let go of when the caller is done (the Kubernetes client's pool)."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RunsHere(Backend, HasRunDir, HasMetrics, HasTimedMetrics, HasArtifacts, Protocol):
+    """Runs each run as a process group of this machine, which one process here supervises to its end:
+    `tp submit --local` itself, or the owner it spawns with `--detach`. The supervisor is the backend's;
+    its caller says only what is recorded once the run has ended (`BackendKind.runs_here` says the same
+    of a backend's name, without making one)."""
+
+    def prepare(self, request: SubmitRequest) -> tuple[Path, BackendRef]:
+        """Claim the run's directory for `request.attempt` (made, or adopted), starting nothing."""
+        ...
+
+    def spawn(self, run_dir: Path, argv: list[str], env: dict[str, str]) -> None:
+        """Start `argv`, a process that ends up in `supervise(run_dir)`, with no tie to this one."""
+        ...
+
+    def supervise(
+        self,
+        run_dir: Path,
+        echo: Callable[[str], None] | None = None,
+        on_end: Callable[[JSONObject], None] | None = None,
+    ) -> None:
+        """Run the job of `run_dir` to its end in this process, once: returns at once where another
+        process supervises it. `on_end(state)` runs after the end is written and before the run is let
+        go of, so whoever waits for `supervised` to turn false finds the end recorded."""
+        ...
+
+    def supervised(self, run_dir: Path) -> bool:
+        """Whether a process on this machine supervises the run now."""
+        ...
+
+    def run_key(self, run_dir: Path) -> tuple[str, str]:
+        """The experiment and the run id the run directory was made for ("" where it does not say)."""
+        ...

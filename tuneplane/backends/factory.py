@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuneplane.backends.base import Backend, BackendError, Payload, SubmitRequest
+from tuneplane.backends.base import Backend, BackendError, Payload, RunsHere, SubmitRequest
 
 if TYPE_CHECKING:
-    from tuneplane.backends.local.backend import LocalBackend
     from tuneplane.lab.load import Lab
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.plan.launchplan import LaunchPlan
@@ -119,8 +118,9 @@ def local_lab(lab: Lab) -> Lab:
     return lab.replace(settings=lab.settings.model_copy(update={"cluster": cluster}))
 
 
-def local_backend(lab: Lab) -> LocalBackend:
-    """This machine's backend, with the lab's local storage root."""
+def local_backend(lab: Lab) -> RunsHere:
+    """This machine's backend, with the lab's local storage root: its runs are supervised here, so the
+    run service starts, stops and records them through it (`RunsHere`), never through its modules."""
     # lazy: only local runs pay for it; the storage root's rules come with the pipeline (~200 ms)
     from tuneplane.backends.local.backend import LocalBackend
     from tuneplane.plan.resolve import storage_root

@@ -32,7 +32,7 @@ from tuneplane.backends.base import (
     CleansUp,
     HasArtifacts,
     HasMetrics,
-    HasRunDir,
+    HasTimedMetrics,
     Observation,
     Requeues,
 )
@@ -45,7 +45,6 @@ from tuneplane.lab.runs import RunKey, status_from
 from tuneplane.models.run import RunStatus
 from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
-from tuneplane.runs.localrun import stored_series
 from tuneplane.runs.observe import (
     BOT_DECIDED,
     CANCEL_REQUESTED,
@@ -370,8 +369,8 @@ def full_series(
 ) -> Timed:
     """Every point of every key with its time, for the chart (local runs: their own store; cluster:
     the receiver)."""
-    if isinstance(backend, HasRunDir):
-        return stored_series(Path(backend.run_dir(ref)), status, summary)
+    if isinstance(backend, HasTimedMetrics):
+        return backend.timed_metrics(ref, summary)
     return metrics.timed(status, list(summary))
 
 

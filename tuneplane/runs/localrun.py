@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
-from tuneplane.backends.base import Backend, BackendError, BackendRef, HasMetrics, HasRunDir, SubmitRequest
+from tuneplane.backends.base import (
+    Backend,
+    BackendError,
+    BackendRef,
+    HasMetrics,
+    HasTimedMetrics,
+    RunsHere,
+    SubmitRequest,
+)
 from tuneplane.backends.factory import backend_kind, local_backend
-from tuneplane.backends.local import DB, LocalBackend, read_state, supervise, supervisor_alive
 from tuneplane.constants import EXIT_OK, EXIT_USAGE, TERMINAL, utc_now
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo, no_git_env
@@ -29,7 +35,8 @@ from tuneplane.models.run import RunRequest, RunStatus
 from tuneplane.record.batch import record_status
 from tuneplane.runs.observe import apply_observation, backend_ref, with_artifacts, with_metrics
 from tuneplane.runs.status import refused_status, submitted_status
-from tuneplane.views.runmetrics import Timed, chart_svg, vocabulary_of
+from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.views.runmetrics import chart_svg, vocabulary_of
 
 Echo = Callable[[str], None]
 STOP_WAIT = 60.0  # seconds a canceller waits for the run's owner to record the end
@@ -52,16 +59,8 @@ def run_chart(backend: Backend, ref: BackendRef, status: RunStatus) -> str | Non
     summary, _recent = backend.metrics(ref)
     if not summary:
         return None
-    series = stored_series(Path(backend.run_dir(ref)), status, summary) if isinstance(backend, HasRunDir) else {}
+    series = backend.timed_metrics(ref, summary) if isinstance(backend, HasTimedMetrics) else {}
     return chart_svg(RunKey(status.experiment, status.run_id), series, vocabulary_of(status.method))
-
-
-def stored_series(where: Path, status: RunStatus, keys: Iterable[str]) -> Timed:
-    """Every point of every key with its time, from a run directory's own metric store."""
-    from tuneplane import ingest  # lazy: only when a run ends
-
-    run_id = str((read_state(where) or {}).get("run_id", status.run_id))
-    return {k: ingest.timed_series(where / DB, run_id, k) for k in keys}
 
 
 def watch_hint(run_id: str) -> str:
@@ -96,24 +95,24 @@ def run_local(
     if detach:
         backend.spawn(run_dir, [sys.executable, "-m", __name__, str(run_dir), str(lab.root)], no_git_env())
         return initial, None
-    recorded: dict[str, Any] = {}
+    recorded: list[tuple[RunStatus, str | None]] = []
 
-    def record(_state: dict[str, Any]) -> None:
-        recorded["status"], recorded["commit"] = finish(repo, backend, initial, ref)
+    def record(_state: JSONObject) -> None:
+        recorded.append(finish(repo, backend, initial, ref))
 
     try:
-        supervise(run_dir, echo=echo, on_end=record)
+        backend.supervise(run_dir, echo=echo, on_end=record)
     except KeyboardInterrupt:
         # Interrupted before the supervisor took over the signals: the job never started.
         backend.cancel(ref)
         finish(repo, backend, initial, ref)
         raise
-    if "status" not in recorded:  # someone else supervises this run: report what it says now
+    if not recorded:  # someone else supervises this run: report what it says now
         return finish(repo, backend, initial, ref)
-    return recorded["status"], recorded["commit"]
+    return recorded[0]
 
 
-def finish(repo: GitRepo, backend: LocalBackend, initial: RunStatus, ref: BackendRef) -> tuple[RunStatus, str | None]:
+def finish(repo: GitRepo, backend: RunsHere, initial: RunStatus, ref: BackendRef) -> tuple[RunStatus, str | None]:
     """The final status from what the run directory says, written and committed with the dashboard."""
     status = apply_observation(initial, backend.observe(ref), utc_now())
     summary, series = backend.metrics(ref)
@@ -132,13 +131,13 @@ def stop_local(repo: GitRepo, lab: Lab, status: RunStatus) -> str:
     run_dir = backend.run_dir(ref)
     backend.cancel(ref)
     deadline = time.monotonic() + STOP_WAIT
-    while supervisor_alive(run_dir) and time.monotonic() < deadline:
+    while backend.supervised(run_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
     key = RunKey(status.experiment, status.run_id)
     current = read_status(lab.root, key) or status
     if current.phase in TERMINAL:  # the owner recorded it (and committed it)
         return f"stopped: {current.phase} (status recorded by the run's owner)"
-    if supervisor_alive(run_dir):
+    if backend.supervised(run_dir):
         return f"asked the run to stop; it has not ended after {STOP_WAIT:.0f} s (see tp job logs {status.run_id})"
     final, commit = finish(repo, backend, current, ref)
     return f"stopped: {final.phase}" + (f" (status committed {commit[:12]})" if commit else "")
@@ -147,16 +146,15 @@ def stop_local(repo: GitRepo, lab: Lab, status: RunStatus) -> str:
 def _own(run_dir: Path, lab_root: Path) -> int:
     """The detached owner: supervise the registered run and commit its final status."""
     lab = load_lab(lab_root)
-    state = read_state(run_dir) or {}
-    key = RunKey(str(state.get("experiment", "")), str(state.get("run_id", "")))
+    backend = local_backend(lab)
+    key = RunKey(*backend.run_key(run_dir))
     initial = read_status(lab.root, key)
     ref = backend_ref(initial) if initial is not None else None
     if initial is None or ref is None:
         print(f"{run_dir}: no registered status for run {key}; nothing to own", file=sys.stderr)
         return EXIT_USAGE
     repo = GitRepo(lab.root)
-    backend = local_backend(lab)
-    supervise(run_dir, on_end=lambda _state: print(finish(repo, backend, initial, ref)[0].phase))
+    backend.supervise(run_dir, on_end=lambda _state: print(finish(repo, backend, initial, ref)[0].phase))
     return EXIT_OK
 
 

@@ -44,7 +44,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +55,9 @@ from tuneplane.backends.base import (
     NotReachable,
     Observation,
     SubmitRequest,
+    TimedPoint,
 )
+from tuneplane.backends.local import supervisor
 from tuneplane.backends.local.attempts import record_cancel
 from tuneplane.backends.local.files import (
     API_VERSION,
@@ -81,7 +83,6 @@ from tuneplane.backends.local.files import (
     update_state,
 )
 from tuneplane.backends.local.observe import observe_run_dir
-from tuneplane.backends.local.supervisor import supervise
 from tuneplane.backends.rundir import follow_log, locked
 from tuneplane.constants import (
     CANCELLED,
@@ -238,7 +239,7 @@ class LocalBackend:
     def run(self, request: SubmitRequest, echo: Callable[[str], None] | None = None) -> tuple[BackendRef, Observation]:
         """Submit and supervise in this process (`tp submit --local`): returns when the run has ended."""
         run_dir, ref = self.prepare(request)
-        supervise(run_dir, echo=echo)
+        self.supervise(run_dir, echo=echo)
         return ref, self.observe(ref)
 
     def prepare(self, request: SubmitRequest) -> tuple[Path, BackendRef]:
@@ -356,6 +357,25 @@ class LocalBackend:
                 env=env,
             )
 
+    # ---- supervise here (`RunsHere`) ----
+    def supervise(
+        self,
+        run_dir: Path,
+        echo: Callable[[str], None] | None = None,
+        on_end: Callable[[JSONObject], None] | None = None,
+    ) -> None:
+        """Supervise the run in this process to its end (see `supervisor.supervise`)."""
+        supervisor.supervise(run_dir, echo=echo, on_end=on_end)
+
+    def supervised(self, run_dir: Path) -> bool:
+        """Whether a supervisor on this machine holds the run's lock now."""
+        return supervisor_alive(run_dir)
+
+    def run_key(self, run_dir: Path) -> tuple[str, str]:
+        """The experiment and run id of the run directory's state file."""
+        state = read_state(run_dir) or {}
+        return str(state.get("experiment", "")), str(state.get("run_id", ""))
+
     def run_dir(self, ref: BackendRef) -> Path:
         """A local ref's namespace is its run directory: found whatever storage root is in force now."""
         path = Path(ref.namespace)
@@ -390,6 +410,14 @@ class LocalBackend:
             return {}, {}
         found = summary(db, run_id)
         return found, {k: [v for _, v in series(db, run_id, k)] for k in found}
+
+    def timed_metrics(self, ref: BackendRef, keys: Iterable[str]) -> dict[str, list[TimedPoint]]:
+        """Every point of each key with its time, from the run's own store (for its chart)."""
+        from tuneplane import ingest  # lazy: only when a run's chart is drawn
+
+        run_dir = self.run_dir(ref)
+        run_id = str((read_state(run_dir) or {}).get("run_id", ""))
+        return {k: ingest.timed_series(run_dir / DB, run_id, k) for k in keys}
 
     def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]:
         try:
