@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_shared import require_shared
+from support.shared import require_shared
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

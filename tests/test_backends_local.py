@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_git import git, request
-from helpers_local import with_run
+from support.local import with_run
+from support.repos import git, request
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import SubmitRequest

@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers_git import git, request
-from helpers_local import kill_recorded, local_run, with_run
+from support.local import kill_recorded, local_run, with_run
+from support.repos import git, request
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import BackendError, BackendRef, NotReachable, SubmitRequest

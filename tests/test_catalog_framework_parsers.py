@@ -6,7 +6,7 @@ framework module swapped for a script that prints its argv) gives the framework'
 command line is parsed by:
 
 - OpenRLHF: the argparse parser its CLI module builds, taken from the release's wheel, then the
-  module's own checks on the parsed arguments (see helpers_frameworks);
+  module's own checks on the parsed arguments (see support.frameworks);
 - ms-swift: `HfArgumentParser` over its real argument dataclass (SftArguments for `swift sft`,
   RLHFArguments for `swift rlhf`), from ms-swift installed without its dependencies. Its Megatron
   recipes need Megatron-Core and Transformer Engine (CUDA) to import their arguments, so
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import run_git, run_tp_in_process
-from helpers_frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
+from support.frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_hostile import ALLOW, RUN_REQUEST, assert_clear, build_base_lab, copy_lab, git, tp
+from support.hostile import ALLOW, RUN_REQUEST, assert_clear, build_base_lab, copy_lab, git, tp
 
 HOSTILE_REFS = {
     "output-option": "--output={victim}",

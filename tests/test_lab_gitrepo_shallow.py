@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from githttp import GitHttpServer
-from helpers_git import BRANCH, configure, git, make_remote
+from support.repos import BRANCH, configure, git, make_remote
 
 from tuneplane.constants import EXIT_INTERRUPTED
 from tuneplane.errors import UsageError

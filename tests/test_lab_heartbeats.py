@@ -19,8 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
-from helpers_local import kill_recorded
+from support.local import kill_recorded
+from support.repos import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
 
 from tuneplane.backends.local.files import log_name, read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import git
+from support.repos import git
 
 SUBMIT = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
 # Reports step i as `loss`, prints a line per step, and ends when the test's stop file exists.

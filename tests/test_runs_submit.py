@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from helpers_git import BRANCH, git, make_remote, remote_files, set_backend
+from support.repos import BRANCH, git, make_remote, remote_files, set_backend
 from typer.testing import CliRunner
 
 from tuneplane.author.scaffold import new_experiment
