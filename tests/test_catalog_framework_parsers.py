@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_git, run_tp_in_process
+from conftest import run_tp_in_process
 from support.frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
+from support.repos import git
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +72,8 @@ def framework_argv(tmp: Path, method: str, version: str, operation: str = "train
     made = run_tp_in_process("new", "exp", "--method", method, "--framework-version", version, cwd=lab)
     assert made.code == 0, made.output
     _fill(lab / "experiments" / "exp" / "config.yaml")
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "exp")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "exp")
     # OpenRLHF's Ray trainer refuses eval.dataset without a remote reward or an agent (its own check),
     # and so does tp (the recipe's rule), so its RL recipes are rendered without validation data;
     # every other recipe binds it too
