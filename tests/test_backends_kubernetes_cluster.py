@@ -22,6 +22,7 @@ import pytest
 from podrunner import PodRunner, kubelet_expand
 from support.httpd import answering
 from support.render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
+from support.wait import wait_until
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
@@ -217,14 +218,11 @@ def test_a_checkout_killed_mid_clone_is_taken_over_when_its_lease_expires(
 
 
 def _wait_for(root: Path, name: str, limit: float = 20.0) -> None:
-    import time
-
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if root.is_dir() and any(True for _ in root.rglob(name)):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{name} never appeared under {root}")
+    wait_until(
+        lambda: root.is_dir() and any(True for _ in root.rglob(name)),
+        limit,
+        message=f"{name} never appeared under {root}",
+    )
 
 
 # ── 4. RayJob logs and failures come from the driver ────────────────────────────────────────────

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from fakekube import FakeKube
 from support.local import kill_job
 from support.repos import BRANCH, backend_factory, clone, git, make_remote, quiet, run_ids, seed_lab
+from support.wait import wait_until
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -176,10 +176,7 @@ def test_a_forged_local_status_never_stops_another_run(tmp_path: Path) -> None:
     status = read_status(bot, victim)
     assert status.backend is not None
     run_dir = Path(status.backend.namespace)
-    deadline = time.monotonic() + 30
-    while not (read_state(run_dir) or {}).get("pgid"):
-        assert time.monotonic() < deadline, "the victim's run did not start"
-        time.sleep(0.1)
+    wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, 0.1, "the victim's run did not start")
     state = read_state(run_dir) or {}
     pgid = int(state["pgid"])
     try:
