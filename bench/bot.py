@@ -31,7 +31,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 from fakekube import FakeKube  # noqa: E402
-from helpers_git import (  # noqa: E402
+from peers import table  # noqa: E402
+from support.repos import (  # noqa: E402
     BRANCH,
     add_requests,
     clone,
@@ -41,7 +42,6 @@ from helpers_git import (  # noqa: E402
     run_ids,
     seed_lab,
 )
-from peers import table  # noqa: E402
 
 TARGETS = {"submit": 20.0, "noop": 1.0}
 NOOP_TRAIN = "#!/usr/bin/env bash\necho ok\n"
@@ -90,7 +90,7 @@ def submit_round(tmp: Path, n: int, push: bool, validate: bool = True) -> tuple[
 def slurm_round(tmp: Path, n: int) -> tuple[float, int] | str:
     """`n` requests through the bot to the real Slurm cluster; (seconds, jobs submitted) or why not."""
     import slurm_cluster
-    from helpers_slurm import make_slurm_lab, request_run
+    from support.slurm import make_slurm_lab, request_run
 
     reason = slurm_cluster.missing_reason()
     if reason:

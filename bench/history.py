@@ -47,8 +47,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
-from helpers_git import BRANCH, git, make_remote, seed_lab  # noqa: E402
 from peers import table  # noqa: E402
+from support.repos import BRANCH, git, make_remote, seed_lab  # noqa: E402
 
 TARGETS = {"git": 10.0, "clone": 2.0, "noop": 0.3, "ci": 3.0}
 MAIN = {"git": "59 MB", "clone": "18 s", "noop": "1.3–1.7 s"}  # issue 14, measured on main
@@ -136,7 +136,7 @@ def series(rng: random.Random, start: float = 1.7e9) -> dict[str, list[tuple[int
 
 
 def build_history(tmp: Path, runs: int, batch: int) -> tuple[Path, float]:
-    from helpers_git import request
+    from support.repos import request
 
     from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.lab.runs import RunKey, dump_request
@@ -523,7 +523,7 @@ def breakdown(clone: Path) -> list[list[str]]:
 
 def finished_lab(tmp: Path, n: int) -> Path:
     """`n` finished runs written in a few commits, then one bot run (it builds the ledger)."""
-    from helpers_git import request
+    from support.repos import request
 
     from tuneplane.lab.runs import RunKey, dump_request, status_text
 

@@ -13,7 +13,7 @@ For tests to request:
 - `lab`: a fresh lab made by `tp init` (git repo, one commit); the test runs with it as the cwd.
 - `make_catalog(src=None) -> Path`: a private copy of the packaged catalog (or of `src`) in a fresh
   directory, made the catalog in force through `$TUNEPLANE_CATALOG`. Edit it freely.
-- `git(root, *args) -> str`: run git in `root` with the test identity; returns stdout.
+- `git(root, *args) -> str`: `support.repos.git`, git in `root` with the test identity; its stdout, stripped.
 - `home`: the private `$HOME` of this test.
 - `shared_dir`: the read-only `../shared` folder (CRDs, StarForge fixtures); skipped with the reason
   when absent (a failure in CI). `require_shared(*parts)` does the same for module-level helpers.
@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_shared import require_shared
+import support.repos
+from support.shared import require_shared
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,17 +178,10 @@ def build_tree() -> Callable[[Path, Tree], Path]:
     return write_tree
 
 
-def run_git(root: Path, *args: str) -> str:
-    """git in `root` with the test identity (from the environment); raises on failure."""
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise AssertionError(f"git {' '.join(args)} failed ({done.returncode}): {done.stderr}")
-    return done.stdout
-
-
 @pytest.fixture()
 def git() -> Callable[..., str]:
-    return run_git
+    """The one `git()` of `support.repos` (importable as well: `from support.repos import git`)."""
+    return support.repos.git
 
 
 # ── the CLI ─────────────────────────────────────────────────────────────────────────────────────────

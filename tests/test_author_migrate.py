@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 
 LEGACY_LOCK = "forge/recipe-lock/v3"
 
@@ -91,9 +92,9 @@ def _legacy_lock(tmp_path: Path, method: str) -> str:
 
 def _commit(root: Path) -> None:
     if not (root / ".git").exists():
-        run_git(root, "init", "-q", "-b", "main")
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "lab")
+        git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "lab")
 
 
 def _problems(result: Any) -> list[dict[str, Any]]:

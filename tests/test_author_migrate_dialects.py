@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git, run_tp_in_process, write_tree
+from conftest import run_tp_in_process, write_tree
+from support.repos import git
 
 TRAIN_SH = """#!/usr/bin/env bash
 set -euo pipefail
@@ -124,9 +125,9 @@ def _starforge_lab(tmp_path: Path, dialect: Dialect) -> Path:
             **LEFT_ALONE,
         },
     )
-    run_git(root, "init", "-q", "-b", "main")
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "a StarForge lab")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "a StarForge lab")
     return root
 
 
@@ -168,8 +169,8 @@ def test_each_dialect_migrates_with_nothing_unlisted_then_validates_and_runs(
     assert "env/" not in migrated.out  # an environment is nobody's code: skipped without a word
     assert "FORGE_" not in (root / "experiments/loop/train.sh").read_text(encoding="utf-8")
 
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "Migrate from StarForge")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "Migrate from StarForge")
     assert _errors(tp_subprocess("validate", "--format", "json", cwd=root)) == []
     # the plugin's renumbered requirement admits this tp: an experiment could pin it
     from tuneplane import __version__
@@ -180,7 +181,7 @@ def test_each_dialect_migrates_with_nothing_unlisted_then_validates_and_runs(
     ran = tp_subprocess("submit", "loop", *SUBMIT, "--local", cwd=root, timeout=300)
     assert ran.code == 0, ran.output
     run_id = next(line.split()[1].rstrip(":") for line in ran.out.splitlines() if line.startswith("run "))
-    status = json.loads(run_git(root, "show", f"HEAD:status/loop/{run_id}.json"))
+    status = json.loads(git(root, "show", f"HEAD:status/loop/{run_id}.json"))
     assert status["phase"] == "Succeeded", status
     assert "train/loss" in status["metrics"]
     logs = tp_subprocess("job", "logs", run_id, cwd=root)
@@ -192,7 +193,7 @@ def test_a_requirement_in_sdk_numbering_that_cannot_be_mapped_is_listed(tmp_path
     root = _starforge_lab(tmp_path, dialect)
     manifest = root / "plugins/opsd/plugin.yaml"
     manifest.write_text(manifest.read_text(encoding="utf-8").replace(SDK_SPEC, ">=2.4,<3"), encoding="utf-8")
-    run_git(root, "commit", "-qam", "a plugin for a later SDK")
+    git(root, "commit", "-qam", "a plugin for a later SDK")
     migrated = tp_subprocess("migrate", cwd=root)
     assert migrated.code == 0, migrated.output
     assert re.search(
@@ -222,8 +223,8 @@ def test_a_lock_format_migrate_cannot_convert_is_listed(tmp_path: Path, tp_subpr
             "experiments/early/train.sh": TRAIN_SH,
         },
     )
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "an early experiment")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "an early experiment")
     migrated = tp_subprocess("migrate", "--dry-run", cwd=root)
     assert migrated.code == 0, migrated.output
     assert "experiments/early/recipe.lock.json: a 'lab/recipe-lock/v2' lock, which tp migrate cannot convert" in (
@@ -235,7 +236,7 @@ def test_a_lock_format_migrate_cannot_convert_is_listed(tmp_path: Path, tp_subpr
 def test_the_lab_s_own_errors_are_listed_after_the_conversion(tmp_path: Path, tp_subprocess: Any) -> None:
     root = _starforge_lab(tmp_path, DIALECTS["forge-v3-sdk"])
     (root / "experiments/loop/train.sh").unlink()  # the lab's own mistake, not a format
-    run_git(root, "commit", "-qam", "no train.sh")
+    git(root, "commit", "-qam", "no train.sh")
     for args in (("--dry-run",), ()):
         migrated = tp_subprocess("migrate", *args, cwd=root)
         assert migrated.code == 0, migrated.output
@@ -252,7 +253,7 @@ def test_a_starforge_form_migrate_does_not_know_fails_and_is_named(tmp_path: Pat
     root = _starforge_lab(tmp_path, DIALECTS["lab-v3-sdk"])
     manifest = root / "plugins/qa-prep/plugin.yaml"
     manifest.write_text(manifest.read_text(encoding="utf-8") + "runner: gpu-pool\n", encoding="utf-8")
-    run_git(root, "commit", "-qam", "a key from a StarForge we never saw")
+    git(root, "commit", "-qam", "a key from a StarForge we never saw")
     migrated = tp_subprocess("migrate", cwd=root)
     assert migrated.code == 1, migrated.output
     assert re.search(
@@ -302,8 +303,8 @@ def test_a_migrated_sdk_plugin_can_be_locked(tmp_path: Path, tp_subprocess: Any)
     write_tree(root / "experiments/cls", dict(files.items()))
     manifest = root / "plugins/opsd/plugin.yaml"
     manifest.write_text(manifest.read_text(encoding="utf-8").replace("load: deferred", "load: eager"), encoding="utf-8")
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "an image classifier")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "an image classifier")
     assert tp_subprocess("migrate", cwd=root).code == 0
     locked = tp_subprocess("plugin", "lock", "cls", "lab/opsd", cwd=root)
     assert locked.code == 0, locked.output

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
+from support.render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest

@@ -1,6 +1,6 @@
 """What would fail on a real cluster: the rendered manifests, submitted by the backend, in the cluster twin.
 
-Each test renders a run of a real lab (tests/helpers_render.py), submits the manifests through the
+Each test renders a run of a real lab (tests/support/render.py), submits the manifests through the
 Kubernetes backend to the twin (tests/fakekube.py with its controllers), and lets the Job, JobSet,
 KubeRay and Kueue controllers and the kubelet act as they do on a cluster.
 """
@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_http import answering
-from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
 from podrunner import PodRunner, kubelet_expand
+from support.httpd import answering
+from support.render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
+from support.wait import wait_until
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
@@ -68,7 +69,7 @@ def backend(fake_kube: FakeKube) -> KubernetesBackend:
 
 
 def rendered(lab: Any, experiment: str, profile: str = "h200") -> tuple[Any, list[dict[str, Any]]]:
-    from helpers_render import build
+    from support.render import build
 
     spec, _, docs = build(lab, request(experiment, profile=profile))
     return spec, docs
@@ -152,7 +153,7 @@ def _checkout_process(
 ) -> tuple[list[str], dict[str, str]]:
     """The rendered init container of a run at the lab's HEAD: its command, and its env (the storage root
     mapped into `tmp`, the clone URL pointed at `url`)."""
-    import helpers_render as hr
+    from support import render as hr
 
     lab = hr.load_lab(root)
     spec = resolve_run(lab, request("trl-sft-exp"), commit=git(root, "rev-parse", "HEAD"))
@@ -217,14 +218,11 @@ def test_a_checkout_killed_mid_clone_is_taken_over_when_its_lease_expires(
 
 
 def _wait_for(root: Path, name: str, limit: float = 20.0) -> None:
-    import time
-
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if root.is_dir() and any(True for _ in root.rglob(name)):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{name} never appeared under {root}")
+    wait_until(
+        lambda: root.is_dir() and any(True for _ in root.rglob(name)),
+        limit,
+        message=f"{name} never appeared under {root}",
+    )
 
 
 # ── 4. RayJob logs and failures come from the driver ────────────────────────────────────────────
@@ -538,7 +536,7 @@ def test_the_init_image_is_a_lab_setting_under_the_image_policy(tmp_path: Path, 
 
 
 def make_lab_reload(root: Path) -> Any:
-    import helpers_render as hr
+    from support import render as hr
 
     return hr.load_lab(root)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from helpers_git import clone, git, make_remote, quiet, request, seed_lab
+from support.repos import clone, git, make_remote, quiet, request, seed_lab
 
 from tuneplane.backends.base import Backend
 from tuneplane.backends.kubernetes import KubernetesBackend

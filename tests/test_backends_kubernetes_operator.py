@@ -105,7 +105,7 @@ def test_a_bad_option_is_refused_before_anything_is_printed(
 def test_the_sdk_job_fills_the_folder_the_trainers_bootstrap_reads(
     kube_lab: Path, tp: Any, fake_kube: FakeKube, kube_client: Any
 ) -> None:
-    from helpers_render import build, make_lab, request
+    from support.render import build, make_lab, request
 
     from tuneplane.render.manifests import launcher_command
 

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import helpers_render as hr
 import pytest
 from githttp import GitHttpServer
-from helpers_render import CLUSTER_SETTINGS, commit_all, git, make_lab, request, resolve_run
 from podrunner import PodRunner
+from support import render as hr
+from support.render import CLUSTER_SETTINGS, commit_all, git, make_lab, request, resolve_run
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import test_backends_kubernetes_ray_retry as ray_retry
-from helpers_render import CLUSTER_SETTINGS, make_lab, request, resolve_run
+from support.render import CLUSTER_SETTINGS, make_lab, request, resolve_run
 from test_backends_kubernetes_ray_retry import EXP, NS, bot, submit
 
 from tuneplane.backends.base import Backend, BackendRef, SubmitRequest

@@ -15,7 +15,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_render import CLUSTER_SETTINGS, make_lab, request, resolve_run
+from support.render import CLUSTER_SETTINGS, make_lab, request, resolve_run
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest

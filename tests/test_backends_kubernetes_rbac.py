@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import twin_rbac
 import yaml
-from helpers_git import clone, kubeconfig, make_remote, run_ids, seed_lab, tp_run
-from helpers_render import CLUSTER_SETTINGS, build, make_lab, request
+from support.render import CLUSTER_SETTINGS, build, make_lab, request
+from support.repos import clone, kubeconfig, make_remote, run_ids, seed_lab, tp_run
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, SubmitRequest

@@ -10,7 +10,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_render import CLUSTER_SETTINGS, build, make_lab, request
+from support.render import CLUSTER_SETTINGS, build, make_lab, request
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, SubmitRequest

@@ -56,7 +56,7 @@ def test_a_missing_lab_secret_is_refused_before_anything_is_created(
 
 
 def test_submit_asks_for_the_hf_token_only_when_the_lab_names_a_secret(tmp_path: Any) -> None:
-    from helpers_render import make_lab
+    from support.render import make_lab
 
     from tuneplane.models.run import Inputs, RunRequest
     from tuneplane.runs.prepare import backend_request, prepare
@@ -69,7 +69,7 @@ def test_submit_asks_for_the_hf_token_only_when_the_lab_names_a_secret(tmp_path:
 
 
 # ── every Secret a pod needs exists, with its keys, before anything is created ───────────────────
-RENDER_NS = "ml-team"  # the namespace of helpers_render's cluster lab
+RENDER_NS = "ml-team"  # the namespace of support.render's cluster lab
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def _put_secret(fake: Any, name: str, data: dict[str, str], ns: str = NS) -> Non
 
 def _rendered_request(tmp_path: Any) -> Any:
     """A trl/sft run of a lab whose clone uses `cluster.repo.credentials_secret: lab-git`, as the bot packs it."""
-    from helpers_render import make_lab, request
+    from support.render import make_lab, request
 
     from tuneplane.runs.prepare import backend_request, prepare
 

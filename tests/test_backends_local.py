@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_git import git, request
-from helpers_local import with_run
+from support.local import with_run
+from support.repos import git, request
+from support.wait import wait_until
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import RunsHere, SubmitRequest
@@ -73,13 +74,13 @@ def job(root: Path, script: str, *, commit: bool = True, **spec_changes: object)
 
 
 def wait(backend: LocalBackend, ref, phases=("Succeeded", "Failed", "Cancelled"), timeout: float = 30):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    obs = backend.observe(ref)
-    while obs.phase not in phases:
-        assert time.monotonic() < deadline, f"still {obs.phase}: {obs.message}"
-        time.sleep(0.05)
-        obs = backend.observe(ref)
-    return obs
+    last = []  # the latest observation, for the message
+
+    def ended():  # type: ignore[no-untyped-def]
+        last[:] = [backend.observe(ref)]
+        return last[0] if last[0].phase in phases else None
+
+    return wait_until(ended, timeout, message=lambda: f"still {last[0].phase}: {last[0].message}")
 
 
 def alive(pid: int) -> bool:
@@ -190,10 +191,7 @@ def test_a_detached_run_can_be_cancelled(exp: Path, storage: Path) -> None:
     ref = backend.submit(submit)
     wait(backend, ref, phases=("Running",))
     pid_file = backend.run_dir(ref) / "out/bg.pid"
-    deadline = time.monotonic() + 10
-    while not pid_file.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(pid_file.exists, 10, message=f"{pid_file} never appeared")
 
     backend.cancel(ref)
 

@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers_git import git, request
-from helpers_local import kill_recorded, local_run, with_run
+from support.local import kill_recorded, local_run, with_run
+from support.repos import git, request
+from support.wait import wait_until
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import BackendError, BackendRef, NotReachable, SubmitRequest
@@ -66,20 +66,17 @@ def wait(
     phases: tuple[str, ...] = ("Succeeded", "Failed", "Cancelled"),
     timeout: float = 60,
 ):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    obs = backend.observe(ref)
-    while obs.phase not in phases:
-        assert time.monotonic() < deadline, f"still {obs.phase}: {obs.message}"
-        time.sleep(0.05)
-        obs = backend.observe(ref)
-    return obs
+    last = []  # the latest observation, for the message
+
+    def ended():  # type: ignore[no-untyped-def]
+        last[:] = [backend.observe(ref)]
+        return last[0] if last[0].phase in phases else None
+
+    return wait_until(ended, timeout, message=lambda: f"still {last[0].phase}: {last[0].message}")
 
 
 def wait_for(check, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(check, timeout)
 
 
 def edit_state(run_dir: Path, **changes: object) -> None:

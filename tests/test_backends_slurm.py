@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_slurm import (
+from support.slurm import (
     ALLREDUCE_PY,
     ALLREDUCE_TRAIN,
     EXIT7_TRAIN,
@@ -184,7 +184,7 @@ def test_exit_code_timeout_pending_and_cancel(slurm_cluster: SlurmCluster, tmp_p
     from tuneplane.lab.runs import mark_cancel
 
     mark_cancel(root, _key("sleeps", by_request))
-    from helpers_git import git
+    from support.repos import git
 
     git(root, "commit", "-qam", "cancel by request")
     result = tp("job", "cancel", by_cli, cwd=root)
@@ -247,7 +247,7 @@ def test_with_requeue_a_node_failure_requeues_the_job(slurm_cluster: SlurmCluste
     root = make_slurm_lab(tmp_path / "lab", slurm_cluster, tmp_path / "shared", {"sleeps": {"train.sh": SLEEP_TRAIN}})
     path = root / "tuneplane.yaml"
     path.write_text(path.read_text().replace("    partition: debug\n", "    partition: debug\n    requeue: true\n"))
-    from helpers_git import git
+    from support.repos import git
 
     git(root, "commit", "-qam", "let Slurm requeue")
     run_id = "20250102-131000-000001"

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from helpers_git import git
-from helpers_slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
+from support.repos import git
+from support.slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster

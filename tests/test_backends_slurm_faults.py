@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from helpers_git import BRANCH, clone, git, make_remote, remote_files, remote_show, tp_process
-from helpers_slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
+from support.repos import BRANCH, clone, git, make_remote, remote_files, remote_show, tp_process
+from support.slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster

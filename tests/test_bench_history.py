@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from helpers_git import BRANCH, git
+from support.repos import BRANCH, git
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import history

@@ -8,12 +8,11 @@ its end); the crash tests run the bot as a real process, kill it at each named s
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     BRANCH,
     backend_factory,
     clone,
@@ -28,6 +27,7 @@ from helpers_git import (
     seed_lab,
     tp_run,
 )
+from support.wait import wait_until
 
 from tuneplane.bot.entry import CRASH_ENV, CRASH_EXIT, STEPS, BotOptions, reconcile, sync
 from tuneplane.errors import UsageError
@@ -275,10 +275,12 @@ def _wait_local(root: Path, run_id: str) -> None:
 
     status = status_of(root, run_id)
     run_dir = Path(status.out_dir).parent
-    deadline = time.monotonic() + 60
-    while (read_state(run_dir) or {}).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
-        assert time.monotonic() < deadline, f"local run {run_id} did not finish"
-        time.sleep(0.1)
+    wait_until(
+        lambda: (read_state(run_dir) or {}).get("phase") in ("Succeeded", "Failed", "Cancelled"),
+        60,
+        0.1,
+        f"local run {run_id} did not finish",
+    )
 
 
 # ── crash injection ──────────────────────────────────────────────────────────────────────────────

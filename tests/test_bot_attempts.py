@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import clone, git, make_remote, quiet, request, seed_lab, tp_run
+from support.repos import clone, git, make_remote, quiet, request, seed_lab, tp_run
 
 from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, BackendError, BackendRef, Observation, SubmitRequest
 from tuneplane.bot.entry import reconcile, sync

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from fakekube import FakeKube
-from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, run_ids, seed_lab
-from helpers_local import kill_job
+from support.local import kill_job
+from support.repos import BRANCH, backend_factory, clone, git, make_remote, quiet, run_ids, seed_lab
+from support.wait import wait_until
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -47,7 +47,7 @@ def _cluster(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def _forge(bot: Path, victim: RunKey, *, cancel: bool = False, phase: str = "Running") -> RunKey:
     """The attacker's merged PR: its own request, and a status for it that copies the victim's backend."""
-    from helpers_git import request
+    from support.repos import request
 
     key = RunKey("evil", ATTACKER)
     write_request(bot, request("evil", ATTACKER, "h200:8", cancel=cancel))
@@ -176,14 +176,11 @@ def test_a_forged_local_status_never_stops_another_run(tmp_path: Path) -> None:
     status = read_status(bot, victim)
     assert status.backend is not None
     run_dir = Path(status.backend.namespace)
-    deadline = time.monotonic() + 30
-    while not (read_state(run_dir) or {}).get("pgid"):
-        assert time.monotonic() < deadline, "the victim's run did not start"
-        time.sleep(0.1)
+    wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, 0.1, "the victim's run did not start")
     state = read_state(run_dir) or {}
     pgid = int(state["pgid"])
     try:
-        from helpers_git import request
+        from support.repos import request
 
         key = RunKey("evil", ATTACKER)
         write_request(bot, request("evil", ATTACKER, cancel=True))
@@ -214,7 +211,7 @@ def test_a_forged_local_status_naming_any_folder_is_never_signalled(tmp_path: Pa
     bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
     (folder / "state.json").write_text(json.dumps({"pgid": bystander.pid, "supervisor_pid": bystander.pid}))
     try:
-        from helpers_git import request
+        from support.repos import request
 
         key = RunKey("evil", ATTACKER)
         write_request(bot, request("evil", ATTACKER, cancel=True))
@@ -277,7 +274,7 @@ def test_a_linked_index_page_stops_nothing(tmp_path: Path, fake_kube: FakeKube) 
 
 def test_an_experiment_whose_status_folder_is_a_file_stops_only_itself(tmp_path: Path, fake_kube: FakeKube) -> None:
     remote, seed, ids = _two_experiments(tmp_path)
-    from helpers_git import add_requests
+    from support.repos import add_requests
 
     add_requests(seed, [("demo", ids[1])], profile="h200:8")
     (seed / "status").mkdir(exist_ok=True)
@@ -299,7 +296,7 @@ def test_a_linked_experiment_page_stops_only_that_experiment(tmp_path: Path, fak
     remote, seed, ids = _two_experiments(tmp_path)
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
-    from helpers_git import add_requests
+    from support.repos import add_requests
 
     add_requests(bot, [("demo", ids[1])], profile="h200:8")
     target = tmp_path / "outside.md"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     backend_factory,
     git,
     kube_lab,

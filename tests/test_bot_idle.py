@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers_git import BRANCH, add_requests, clone, git, make_remote, request, run_ids, seed_lab
+from support.repos import BRANCH, add_requests, clone, git, make_remote, request, run_ids, seed_lab
 
 from tuneplane.bot.entry import reconcile, sync
 from tuneplane.bot.idle import idle

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import BRANCH, clone, git, make_remote, quiet, remote_show, run_ids, seed_lab, tp_process
+from support.repos import BRANCH, clone, git, make_remote, quiet, remote_show, run_ids, seed_lab, tp_process
 
 from tuneplane.bot.entry import BotOptions, reconcile
 from tuneplane.bot.report import CRASH_ENV, CRASH_EXIT

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers_git import BRANCH, configure, git, make_remote, quiet, request, run_ids, seed_lab
+from support.repos import BRANCH, configure, git, make_remote, quiet, request, run_ids, seed_lab
 
 from tuneplane.bot.entry import BotOptions, reconcile
 from tuneplane.bot.pulls import SECTION_MARK, sections

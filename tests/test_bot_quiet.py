@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     BRANCH,
     add_requests,
     backend_factory,

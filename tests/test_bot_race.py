@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     BRANCH,
     add_requests,
     clone,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     BRANCH,
     backend_factory,
     clone,

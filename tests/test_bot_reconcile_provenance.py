@@ -35,7 +35,7 @@ def test_the_ref_carries_the_commit_of_the_object_that_exists(fake_kube: Any, ku
 
 
 def test_status_of_an_adopted_job_names_the_creators_commit(tmp_path: Any) -> None:
-    from helpers_render import make_lab
+    from support.render import make_lab
 
     from tuneplane.models.run import RunRequest
     from tuneplane.runs.prepare import prepare

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     git,
     kube_lab,
     kubeconfig,
@@ -270,7 +270,7 @@ def test_one_deeply_nested_request_is_reported_and_the_others_run(tmp_path: Path
 def test_a_no_op_run_reads_no_finished_status_and_a_foreign_edit_only_its_file(
     tmp_path: Path, fake_kube: FakeKube, monkeypatch
 ) -> None:
-    from helpers_git import backend_factory, quiet
+    from support.repos import backend_factory, quiet
 
     from tuneplane.bot.entry import reconcile, sync
     from tuneplane.bot.snapshot import Snapshot

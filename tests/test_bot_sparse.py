@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fakekube import FakeKube
-from helpers_git import (
+from support.repos import (
     BRANCH,
     add_requests,
     backend_factory,

@@ -13,8 +13,8 @@ import shutil
 import time
 from pathlib import Path
 
-from helpers_git import BRANCH, clone, git, make_remote, quiet, seed_lab
-from helpers_local import kill_job
+from support.local import kill_job
+from support.repos import BRANCH, clone, git, make_remote, quiet, seed_lab
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import reconcile, sync

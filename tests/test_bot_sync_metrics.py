@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fakekube import FakeKube
-from helpers_git import backend_factory, git, kube_lab, quiet
+from support.repos import backend_factory, git, kube_lab, quiet
 
 from tuneplane.bot.entry import reconcile, sync
 from tuneplane.constants import utc_now

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers_git import BRANCH, backend_factory, clone, configure, git, kube_lab, make_remote, quiet, set_backend
+from support.repos import BRANCH, backend_factory, clone, configure, git, kube_lab, make_remote, quiet, set_backend
 
 from tuneplane.bot.entry import reconcile, sync
 from tuneplane.lab.runs import RunKey, read_status, write_request

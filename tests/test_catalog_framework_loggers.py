@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers_render import INPUTS, build, env_values, main_container, make_lab, pod_templates, request
+from support.render import INPUTS, build, env_values, main_container, make_lab, pod_templates, request
 
 from tuneplane.collector import sources
 from tuneplane.collector.run import Collector

@@ -6,7 +6,7 @@ framework module swapped for a script that prints its argv) gives the framework'
 command line is parsed by:
 
 - OpenRLHF: the argparse parser its CLI module builds, taken from the release's wheel, then the
-  module's own checks on the parsed arguments (see helpers_frameworks);
+  module's own checks on the parsed arguments (see support.frameworks);
 - ms-swift: `HfArgumentParser` over its real argument dataclass (SftArguments for `swift sft`,
   RLHFArguments for `swift rlhf`), from ms-swift installed without its dependencies. Its Megatron
   recipes need Megatron-Core and Transformer Engine (CUDA) to import their arguments, so
@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_git, run_tp_in_process
-from helpers_frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
+from conftest import run_tp_in_process
+from support.frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
+from support.repos import git
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +72,8 @@ def framework_argv(tmp: Path, method: str, version: str, operation: str = "train
     made = run_tp_in_process("new", "exp", "--method", method, "--framework-version", version, cwd=lab)
     assert made.code == 0, made.output
     _fill(lab / "experiments" / "exp" / "config.yaml")
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "exp")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "exp")
     # OpenRLHF's Ray trainer refuses eval.dataset without a remote reward or an agent (its own check),
     # and so does tp (the recipe's rule), so its RL recipes are rendered without validation data;
     # every other recipe binds it too

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_git import git
-from helpers_resume import (
+from podrunner import PodRunner
+from support.repos import git
+from support.resume import (
     assert_gpu_seconds,
     attempt_logs,
     committed_attempts,
@@ -41,8 +42,7 @@ from helpers_resume import (
     tiny_causal_lm,
     until,
 )
-from helpers_slurm import make_slurm_lab, quiet, request_run, status_of, sync_until, terminal
-from podrunner import PodRunner
+from support.slurm import make_slurm_lab, quiet, request_run, status_of, sync_until, terminal
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
@@ -241,7 +241,7 @@ class _Pod:
 def _kube_lab(root: Path, assets: Path, ingest_url: str) -> None:
     """A lab on the Kubernetes backend whose jobs report to `ingest_url`, with a TRL SFT experiment
     that logs at info level (the Trainer then says where it resumed), and its run request."""
-    from helpers_render import CLUSTER_SETTINGS, commit_all, make_lab
+    from support.render import CLUSTER_SETTINGS, commit_all, make_lab
 
     from tuneplane.lab.runs import write_request
     from tuneplane.models.run import RunRequest

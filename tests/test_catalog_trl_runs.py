@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers_git import git
+from support.repos import git
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 REQUIRED = os.environ.get("CI") == "true"  # in CI a missing framework is a failure, not a skip

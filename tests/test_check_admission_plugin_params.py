@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 
 PLUGIN_YAML = """schema: tuneplane/plugin/v1
 name: opsd
@@ -46,8 +47,8 @@ def plugin_lab(lab: Path, tp: Any) -> Path:
     write_tree(lab, {"plugins/examples/opsd/plugin.yaml": PLUGIN_YAML, "plugins/examples/opsd/opsd_patch.py": PATCH_PY})
     locked = tp("plugin", "lock", "cls", "alice/opsd", cwd=lab)
     assert locked.code == 0, locked.output
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "plugin")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "plugin")
     return lab
 
 
@@ -113,7 +114,7 @@ def test_a_pull_requests_diff_warns_once_of_the_changed_request(plugin_lab: Path
     assert tp("submit", "cls", *SUBMIT, "--set", "opsd.beta=3", cwd=plugin_lab).code == 0
     (request,) = (plugin_lab / "runs" / "cls").glob("*.yaml")
     request.write_text(request.read_text(encoding="utf-8").replace("opsd.beta: 3", "opsd.beta: 4"), encoding="utf-8")
-    run_git(plugin_lab, "commit", "-qam", "another beta")
+    git(plugin_lab, "commit", "-qam", "another beta")
     diff = tp("render", "--changed", "--diff", "--base", "HEAD~1", cwd=plugin_lab)
     assert diff.code == 0, diff.output
     assert "opsd.beta" in diff.out
@@ -123,8 +124,8 @@ def test_a_pull_requests_diff_warns_once_of_the_changed_request(plugin_lab: Path
 
 def test_undeclared_key_without_plugins_is_refused_naming_plugin_params(lab: Path, tp: Any) -> None:
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "exp")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "exp")
     result = tp("submit", "cls", *SUBMIT, "--set", "opsd.scale=2", cwd=lab)
     assert result.code != 0 and "unknown hyperparameter 'opsd.scale'" in result.output
     assert "plugin" in result.output and "params:" in result.output

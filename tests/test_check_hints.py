@@ -194,7 +194,7 @@ def _starforge_lab(lab: Path, tp: Any) -> None:
     """A StarForge lab not converted yet: its plugin manifests are StarForge's."""
     import shutil
 
-    from helpers_shared import require_shared
+    from support.shared import require_shared
 
     shutil.rmtree(lab)
     shutil.copytree(require_shared("fixtures", "starforge-lab"), lab)

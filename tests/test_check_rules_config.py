@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, run_git
+from conftest import REPO_ROOT
+from support.repos import git
 
 
 def _problems(result: Any) -> list[dict[str, Any]]:
@@ -130,8 +131,8 @@ def test_custom_config_is_never_parsed(lab: Path, tp: Any, tp_subprocess: Any, t
     exp = lab / "experiments" / "mine"
     (exp / "config.yaml").write_text(text, encoding="utf-8")
     (exp / "train.sh").write_text(TRAIN_SH, encoding="utf-8")
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "templated config")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "templated config")
     result = tp("validate", "mine", "--format", "json", cwd=lab)
     assert [p for p in _problems(result) if p["severity"] == "error"] == []
     assert not [p for p in _problems(result) if p["file"].endswith("config.yaml")]

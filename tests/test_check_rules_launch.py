@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import clone, git, make_remote, quiet, request, run_ids, seed_lab
+from support.repos import clone, git, make_remote, quiet, request, run_ids, seed_lab
 
 from tuneplane.bot.entry import reconcile
 from tuneplane.check.rules.launch import ACCELERATE, TORCHRUN, zero_counts

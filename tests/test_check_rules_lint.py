@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 
 DOCSTRING_PY = '''"""Train a classifier.
 
@@ -62,8 +63,8 @@ def test_a_search_path_under_tmp_is_not_an_output_but_a_write_there_is(lab: Path
 def test_starforge_callback_anywhere_in_the_experiment_fails_strict(lab: Path, tp: Any) -> None:
     assert tp("new", "sft", "--method", "trl/sft", cwd=lab).code == 0
     write_tree(lab, {"experiments/sft/helpers/callbacks.py": STARFORGE_RUN})
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "x")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "x")
     problems = _problems(tp("validate", "sft", "--format", "json", cwd=lab))
     found = sorted({(p["file"], p["line"]) for p in problems if p["rule"] == "lint-legacy-env"})
     assert found == [("experiments/sft/helpers/callbacks.py", 1), ("experiments/sft/helpers/callbacks.py", 3)]

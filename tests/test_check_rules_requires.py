@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git
 from pydantic import ValidationError
+from support.repos import git
 
 from tuneplane.check.rules.requires import broken_rules, effective_config, is_set
 from tuneplane.lab.catalog import load_catalog
@@ -44,15 +44,15 @@ def _edit(lab: Path, old: str, new: str, exp: str = "exp") -> int:
     assert text.count(old) >= 1, old
     text = text.replace(old, new, 1)
     path.write_text(text, encoding="utf-8")
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "edit")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "edit")
     return text[: text.index(new)].count("\n") + 1
 
 
 def _new(lab: Path, tp: Any, method: str) -> None:
     assert tp("new", "exp", "--method", method, cwd=lab).code == 0
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "exp")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "exp")
 
 
 # ── the model ───────────────────────────────────────────────────────────────────────────────────────

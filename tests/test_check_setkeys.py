@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git, write_tree
+from conftest import write_tree
 from ruamel.yaml import YAML
+from support.repos import git
 
 from tuneplane.check.params import parse_sets, parse_typed_value, set_keys
 from tuneplane.models.recipe import Param, Recipe
@@ -24,8 +25,8 @@ INPUTS = ("--model", "hub/tiny", "--train-data", "data/train.jsonl", "--validati
 
 
 def _commit(lab: Path, message: str) -> None:
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", message)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", message)
 
 
 def _hyperparams(tp: Any, exp: str, *sets: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:

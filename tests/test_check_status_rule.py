@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from fakekube import FakeKube
-from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, request, run_ids, seed_lab, tp_run
+from support.repos import BRANCH, backend_factory, clone, git, make_remote, quiet, request, run_ids, seed_lab, tp_run
 
 from tuneplane.bot.entry import BotOptions, reconcile
 from tuneplane.lab.runs import RunKey, write_request

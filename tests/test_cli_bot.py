@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import make_remote, seed_lab
+from support.repos import make_remote, seed_lab
 
 import tuneplane.bot.entry
 import tuneplane.bot.idle

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers_git import request
+from support.repos import request
 
 from tuneplane.lab.runs import write_request
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers_git import request
+from support.repos import request
 
 from tuneplane.lab.runs import write_request
 

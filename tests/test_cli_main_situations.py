@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git
+from support.repos import git
 
 FLAGS = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
 
@@ -97,7 +97,7 @@ def test_every_lab_command_refuses_an_unusable_lab_file_alike(
     place = BREAK[broken](lab / "tuneplane.yaml")
     cwd = lab if where == "root" else lab / "experiments" / "demo"
     before = _snapshot(lab)
-    head = run_git(lab, "rev-parse", "HEAD")
+    head = git(lab, "rev-parse", "HEAD")
     errors = {}
     for name, args in _commands(run_id).items():
         result = tp(*args, cwd=cwd)
@@ -109,7 +109,7 @@ def test_every_lab_command_refuses_an_unusable_lab_file_alike(
     assert len(set(errors.values())) == 1, errors  # the same situation, the same message
     (message,) = set(errors.values())
     assert message.startswith("error: the lab settings cannot be read: ") and place in message, message
-    assert _snapshot(lab) == before and run_git(lab, "rev-parse", "HEAD") == head  # nothing written
+    assert _snapshot(lab) == before and git(lab, "rev-parse", "HEAD") == head  # nothing written
 
     report = tp("validate", cwd=cwd)
     assert "Traceback" not in report.output and place.split(": ")[0] in report.output, report.output

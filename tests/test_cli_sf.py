@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TpResult, run_git
+from conftest import TpResult
+from support.repos import git
 
 from tuneplane.check.images import LEGACY_ALLOWLIST_ENV
 
@@ -38,8 +39,8 @@ def sf(*args: str, cwd: Path, env: dict[str, str] | None = None) -> TpResult:
 @pytest.fixture()
 def custom_lab(lab: Path, tp: Any) -> Path:
     assert tp("new", "mine", "--method", "custom/custom", cwd=lab).code == 0
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "a custom experiment")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "a custom experiment")
     return lab
 
 
@@ -95,7 +96,7 @@ def test_sf_renames_what_tp_spells_differently_and_refuses_what_tp_has_not(custo
 def test_an_empty_starforge_allowlist_refuses_a_custom_image(custom_lab: Path) -> None:
     """StarForge's variable set but empty refuses every custom image, as its guide says; the message names
     the registry host and the variable, and nothing is committed."""
-    head = run_git(custom_lab, "rev-parse", "HEAD")
+    head = git(custom_lab, "rev-parse", "HEAD")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_ALLOWED")}
     refused = sf(
         "submit",
@@ -111,4 +112,4 @@ def test_an_empty_starforge_allowlist_refuses_a_custom_image(custom_lab: Path) -
     assert refused.code != 0, refused.output
     assert "image registry 'registry.example.com' is not allowed" in refused.err, refused.err
     assert f"add 'registry.example.com' to {LEGACY_ALLOWLIST_ENV}" in refused.err
-    assert run_git(custom_lab, "rev-parse", "HEAD") == head
+    assert git(custom_lab, "rev-parse", "HEAD") == head

@@ -157,11 +157,13 @@ def test_every_test_file_is_named_after_what_it_tests():
     """tests/test_<stage>_<module>[_<topic>].py: the tests of bot/sync.py are test_bot_sync*.py.
 
     A suite may instead be named after a folder of the repository it checks (catalog/, docs/,
-    schemas/, bench/), a test double in tests/ (fakekube.py), or be one of the whole-project suites.
+    schemas/, bench/), a test double in tests/ (fakekube.py) or a module of tests/support/
+    (test_support_shared.py), or be one of the whole-project suites.
     """
     subjects = _module_names()
     subjects |= {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")} - {"tests", "build"}
     subjects |= {p.stem for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_")}
+    subjects |= {f"support_{p.stem}" for p in (ROOT / "tests" / "support").glob("[!_]*.py")}
     subjects |= set(WHOLE_PROJECT)
     unnamed = [
         path.name

@@ -240,7 +240,7 @@ def _peak_rss(argv: list[str], env: dict[str, str]) -> int:
 
 
 def test_a_recipe_declaration_reaches_the_job_environment(tmp_path: Path) -> None:
-    from helpers_render import make_lab, request, resolve_run
+    from support.render import make_lab, request, resolve_run
 
     from tuneplane.models.recipe import Metrics
     from tuneplane.plan.environment import spec_to_env

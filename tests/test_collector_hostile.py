@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import helpers_collector
 import pytest
+import support.collector
 
 from tuneplane.collector import sources, tfevents
 from tuneplane.ingest import mint_token, series, summary
@@ -33,11 +33,11 @@ def receiver(tmp_path: Path) -> Iterator[IngestServer]:
 
 
 def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> dict[str, str]:
-    return helpers_collector.job_env(receiver, out, native, run=RUN, secret=SECRET)
+    return support.collector.job_env(receiver, out, native, run=RUN, secret=SECRET)
 
 
 def collect(env: dict[str, str], *args: str) -> dict[str, Any]:
-    return helpers_collector.collect(env, *args, timeout=TIMEOUT)
+    return support.collector.collect(env, *args, timeout=TIMEOUT)
 
 
 def record(step: int, value: float, tag: str = "loss") -> bytes:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import helpers_collector
 import pytest
+import support.collector
 
 from tuneplane.collector import run, tfevents
 from tuneplane.collector.sources import Point, Source
@@ -50,11 +50,11 @@ def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def job_env(receiver: IngestServer, out: Path, native: list[dict[str, Any]]) -> dict[str, str]:
-    return helpers_collector.job_env(receiver, out, native, run=RUN, secret=SECRET)
+    return support.collector.job_env(receiver, out, native, run=RUN, secret=SECRET)
 
 
 def collect(env: dict[str, str], *args: str) -> dict[str, Any]:
-    return helpers_collector.collect(env, *args, timeout=TIMEOUT)
+    return support.collector.collect(env, *args, timeout=TIMEOUT)
 
 
 def _sparse(path: Path, size: int) -> None:

@@ -393,7 +393,7 @@ def test_document_runs(doc: Document, tmp_path: Path, request: pytest.FixtureReq
 
 def _kube_twin(server: str, tmp: Path) -> dict[str, str]:
     """A kubeconfig naming the twin, and tests/kubectl_twin.py as the session's `kubectl`."""
-    from helpers_git import kubeconfig
+    from support.repos import kubeconfig
 
     shim = tmp / ".doc-bin" / "kubectl"
     stand_in = Path(__file__).with_name("kubectl_twin.py")

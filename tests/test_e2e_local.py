@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers_git import git
+from support.repos import git
 
 TRAIN_PY = """
 import json, math, os, random

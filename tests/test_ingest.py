@@ -448,7 +448,7 @@ def test_tp_job_metrics_reads_the_labs_store_from_any_folder_of_the_lab(
 
 
 def test_tp_job_metrics_from_an_endpoint_that_is_not_a_receiver(cli: Any) -> None:
-    from helpers_http import answering
+    from support.httpd import answering
 
     def body(path: str) -> bytes:
         if "summary" in path:

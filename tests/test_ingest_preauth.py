@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers_ingest import ServeProcess
+from support.ingest import ServeProcess
 
 from tuneplane.ingest import mint_token, summary
 from tuneplane.ingest.server import IngestServer, Limits

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from tuneplane.ingest import mint_token, series, summary
 from tuneplane.ingest import store as store_mod
@@ -56,11 +57,9 @@ def _in_threads(count: int, fn) -> tuple[list[threading.Thread], dict[int, objec
 
 
 def _wait_queued(store: MetricStore, count: int) -> None:
-    for _ in range(1000):
-        if store._jobs.qsize() >= count:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"{store._jobs.qsize()} of {count} writes queued")
+    wait_until(
+        lambda: store._jobs.qsize() >= count, 10, 0.01, lambda: f"{store._jobs.qsize()} of {count} writes queued"
+    )
 
 
 def test_waiting_writes_commit_together_and_a_bad_one_fails_alone(tmp_path: Path) -> None:

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import http.client
 import threading
-import time
 from pathlib import Path
+
+from support.wait import wait_until
 
 from tuneplane.ingest import mint_token
 from tuneplane.ingest.server import IngestServer
 from tuneplane.ingest.workers import Workers
 
 SECRET = b"t" * 32
-
-
-def _until(condition, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def test_connections_reuse_idle_threads(tmp_path: Path) -> None:
@@ -41,7 +33,7 @@ def test_connections_reuse_idle_threads(tmp_path: Path) -> None:
         assert server.httpd.workers.started <= 4  # not one thread per connection
     finally:
         server.stop()
-    assert _until(lambda: server.httpd.workers.count == 0)  # stop() ends them all
+    wait_until(lambda: server.httpd.workers.count == 0, 10, 0.01, "stop() left connection threads running")
 
 
 def test_the_pool_is_bounded_and_shrinks_after_a_burst() -> None:
@@ -57,12 +49,13 @@ def test_the_pool_is_bounded_and_shrinks_after_a_burst() -> None:
     assert not workers.submit(5, None)  # five busy threads: the sixth connection is refused
     assert workers.count == 5
     release.set()
-    assert _until(lambda: sorted(served) == [0, 1, 2, 3, 4])
-    assert _until(lambda: workers.count == 1)  # idle threads above `keep` ended
-    assert workers.submit(6, None) and _until(lambda: 6 in served)
+    wait_until(lambda: sorted(served) == [0, 1, 2, 3, 4], 10, 0.01, lambda: f"served {served}, not 0-4")
+    wait_until(lambda: workers.count == 1, 10, 0.01, "idle threads above `keep` did not end")
+    assert workers.submit(6, None)
+    wait_until(lambda: 6 in served, 10, 0.01, "the kept thread did not serve the later connection")
     assert workers.started == 5  # the kept thread served the later connection
     workers.close()
-    assert _until(lambda: workers.count == 0)
+    wait_until(lambda: workers.count == 0, 10, 0.01, "close() left threads running")
     assert not workers.submit(7, None)
 
 
@@ -74,7 +67,9 @@ def test_a_served_receiver_hands_the_interpreter_over_every_millisecond(tmp_path
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:
-        assert _until(lambda: sys.getswitchinterval() == 0.001)
+        wait_until(
+            lambda: sys.getswitchinterval() == 0.001, 10, 0.01, lambda: f"switch interval {sys.getswitchinterval()}"
+        )
     finally:
         server.httpd.shutdown()
         thread.join(10)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers_hostile import (
+from support.hostile import (
     ALLOW,
     IMAGE,
     RUN_ID,

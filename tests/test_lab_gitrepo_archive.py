@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers_git import configure, git
+from support.repos import configure, git
 
 from tuneplane.lab.gitrepo import GitRepo
 

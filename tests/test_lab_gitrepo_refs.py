@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_hostile import ALLOW, RUN_REQUEST, assert_clear, build_base_lab, copy_lab, git, tp
+from support.hostile import ALLOW, RUN_REQUEST, assert_clear, build_base_lab, copy_lab, tp
+from support.repos import git
 
 HOSTILE_REFS = {
     "output-option": "--output={victim}",
@@ -55,7 +56,7 @@ def _check_refused(lab: Path, args: list[str], victim: Path) -> None:
     result = tp(*args, cwd=lab, env=ALLOW)
     assert_clear(result, says=["--base"], codes=(2,))
     assert not victim.exists(), f"git wrote {victim}: {result.output}"
-    assert git(lab, "status", "--porcelain") == f" M {RUN_REQUEST}\n"
+    assert git(lab, "status", "--porcelain", strip=False) == f" M {RUN_REQUEST}\n"
 
 
 @pytest.mark.parametrize("case", list(HOSTILE_REFS))

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from githttp import GitHttpServer
-from helpers_git import BRANCH, configure, git, make_remote
+from support.repos import BRANCH, configure, git, make_remote
+from support.wait import wait_until
 
 from tuneplane.constants import EXIT_INTERRUPTED
 from tuneplane.errors import UsageError
@@ -267,17 +268,15 @@ def test_an_interrupted_fetch_leaves_no_git_behind(tmp_path: Path, signum: int) 
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
-        while not _processes_naming(url) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _processes_naming(url), "git never started talking to the remote"
+        wait_until(lambda: _processes_naming(url), 30, message="git never started talking to the remote")
         time.sleep(0.2)
         proc.send_signal(signum)
         proc.communicate(timeout=30)
-        deadline = time.monotonic() + 10
-        while _processes_naming(url) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _processes_naming(url) == [], "git outlived the interrupted process"
+        wait_until(
+            lambda: _processes_naming(url) == [],
+            10,
+            message=lambda: f"git outlived the interrupted process: {_processes_naming(url)}",
+        )
         assert proc.returncode in (128 + signum, -signum, EXIT_INTERRUPTED), proc.returncode
     finally:
         if proc.poll() is None:

@@ -19,8 +19,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers_git import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
-from helpers_local import kill_recorded
+from support.local import kill_recorded
+from support.repos import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
+from support.wait import wait_until
 
 from tuneplane.backends.local.files import log_name, read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -37,19 +38,14 @@ def _started(bot: Path) -> tuple[Path, dict[str, object]]:
     status = read_status(bot, KEY)
     assert status.backend is not None
     run_dir = Path(status.backend.namespace)
-    deadline = time.monotonic() + 30
-    while not (read_state(run_dir) or {}).get("pgid"):
-        assert time.monotonic() < deadline, "the local run did not start"
-        time.sleep(0.1)
+    wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, 0.1, "the local run did not start")
     return run_dir, read_state(run_dir) or {}
 
 
 def _published(remote: Path) -> str:
-    deadline = time.monotonic() + 30
-    while not (found := git(remote, "for-each-ref", "--format=%(objectname)", REF)):
-        assert time.monotonic() < deadline, "no heartbeat was published"
-        time.sleep(0.1)
-    return found
+    return wait_until(
+        lambda: git(remote, "for-each-ref", "--format=%(objectname)", REF), 30, 0.1, "no heartbeat was published"
+    )
 
 
 def _machine_gone(run_dir: Path, state: dict[str, object]) -> None:
@@ -106,10 +102,7 @@ def _alive(pid: int) -> bool:
 
 def _ended(run_dir: Path, state: dict[str, object]) -> None:
     """Wait until the run's supervisor has recorded the end and left."""
-    deadline = time.monotonic() + 60
-    while _alive(int(str(state["supervisor_pid"]))):
-        assert time.monotonic() < deadline, "the run's supervisor did not leave"
-        time.sleep(0.05)
+    wait_until(lambda: not _alive(int(str(state["supervisor_pid"]))), 60, message="the run's supervisor did not leave")
     assert (read_state(run_dir) or {}).get("phase") == "Succeeded", read_state(run_dir)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 
 LAYOUT = """
 experiment_roots: [experiments, smoke]
@@ -50,8 +51,8 @@ def _add_settings(root: Path, text: str) -> None:
 
 
 def _commit(root: Path) -> None:
-    run_git(root, "add", "-A")
-    run_git(root, "commit", "-q", "-m", "layout")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "layout")
 
 
 def _move(root: Path, name: str, to_root: str) -> None:

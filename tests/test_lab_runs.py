@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers_git import request
+from support.repos import request
 
 from tuneplane.backends.base import Observation
 from tuneplane.check.params import parse_sets

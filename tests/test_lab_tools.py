@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers_shared import in_ci
+from support.shared import in_ci
 
 from tuneplane import __version__
 

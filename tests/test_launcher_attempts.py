@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.wait import wait_until
 from test_launcher import EAGER_SOURCE, FIXTURES, TRAIN, make_plugin, plugin_lines, write_jobspec
 
 from tuneplane.constants import CONFIG_ERROR_EXIT
@@ -255,10 +256,7 @@ def test_plugins_are_installed_once_in_the_watched_trainer(tmp_path: Path) -> No
 
 
 def _wait_for(path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
+    wait_until(path.exists, timeout, message=f"{path} never appeared")
 
 
 def test_the_engines_warning_file_reaches_only_catchers(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 from test_launcher import EAGER_SOURCE, FIXTURES, TRAIN, make_plugin, plugin_lines, write_jobspec
 
 APPLIED = "plugin  : alice/opsd-patch@1.2.0 applied in entrypoint process"
@@ -126,8 +127,8 @@ def test_a_data_prep_plugin_for_the_job_locks_and_validates_with_a_warning(lab: 
     )
     locked = tp("plugin", "lock", "cls", "alice/prep", cwd=lab)
     assert locked.code == 0, locked.output
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "prep")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "prep")
     result = tp("validate", "--format", "json", cwd=lab)
     assert result.code == 0, result.output
     problems = json.loads(result.out)["problems"]

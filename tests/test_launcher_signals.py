@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from helpers_git import git
-from helpers_slurm import make_slurm_lab, request_run
+from support.repos import git
+from support.slurm import make_slurm_lab, request_run
 from test_backends_local_attempts import exp, job, storage, wait  # noqa: F401  (fixtures)
 from test_backends_slurm_attempts import _backend, _submit, _until
 from test_launcher import write_jobspec

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git
+from support.repos import git
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test extra")
 
@@ -39,8 +39,8 @@ def test_tp_export_local_copies_a_full_weights_checkpoint(lab: Path, tp_subproce
     text = settings.read_text(encoding="utf-8")
     image = f'  defaults: {{{method.split("/")[0]}: "registry.example/fw:1"}}'
     settings.write_text(text.replace("  defaults: {}", image, 1), encoding="utf-8")
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "exp")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "exp")
     storage = Path(os.environ["TUNEPLANE_STORAGE_ROOT"])
     checkpoint = tiny_checkpoint(storage / "runs" / "alice" / "exp" / "trained" / "out" / "checkpoints" / "c-5")
     result = tp_subprocess("export", "exp", "--checkpoint", str(checkpoint), "--local", cwd=lab)
@@ -92,8 +92,8 @@ def test_export_and_eval_run_the_recipes_lifecycle_scripts(lab: Path, tp: Any, m
     settings.write_text(
         text.replace("  defaults: {}", f'  defaults: {{{method.split("/")[0]}: "r.example/fw:1"}}', 1), encoding="utf-8"
     )
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "exp")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "exp")
     ckpt = "runs/alice/exp/r/out/checkpoints/checkpoint-5"
     exported = tp("export", "exp", "--checkpoint", ckpt, "--dry-run")
     assert exported.code == 0, exported.output

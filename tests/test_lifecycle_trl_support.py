@@ -378,7 +378,7 @@ METHODS = [t.parent.name for t in TRL_TEMPLATES]
 
 @pytest.fixture(scope="module")
 def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from helpers_render import make_lab
+    from support.render import make_lab
 
     return make_lab(tmp_path_factory.mktemp("trl-render") / "lab", {f"trl-{m}": f"trl/{m}" for m in METHODS})
 
@@ -387,7 +387,7 @@ def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_the_rendered_pod_command_gives_train_py_the_sdk(method: str, cluster_lab: Any, tmp_path: Path) -> None:
     """The trainer container's command puts the SDK folder on PYTHONPATH for the process that runs the
     experiment's train.py; run here with only that folder and the standard library, train.py starts."""
-    from helpers_render import INPUTS, build, main_container, request
+    from support.render import INPUTS, build, main_container, request
 
     (doc,) = build(cluster_lab, request(f"trl-{method}", "h200", inputs=dict(INPUTS)))[2]
     python, flag, bootstrap, _sdk_in_pod, mode = main_container(doc["spec"]["template"])["command"]

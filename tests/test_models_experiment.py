@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers_git import git
+from support.repos import git
 
 from tuneplane.models.experiment import ExperimentManifest
 from tuneplane.models.recipe import NativeOutput, merge_native
@@ -85,7 +85,7 @@ def test_a_newer_or_unknown_file_says_what_to_do(tmp_path: Path, tp) -> None:
 
 
 def test_the_merged_list_reaches_the_jobspec_and_the_job(tmp_path: Path) -> None:
-    from helpers_render import INPUTS, build, make_lab, request, resolve_run
+    from support.render import INPUTS, build, make_lab, request, resolve_run
 
     from tuneplane.plan.environment import spec_to_env
 

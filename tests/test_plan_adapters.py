@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_render import (
+from support.render import (
     CONTRACT_ORDER,
     INPUTS,
     OBS_URL,

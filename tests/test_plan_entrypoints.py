@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_render import INPUTS, RUN_ID, build, catalog, commit_all, make_lab, resolve_run
-from helpers_shared import require_shared
+from support.render import INPUTS, RUN_ID, build, catalog, commit_all, make_lab, resolve_run
+from support.shared import require_shared
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import load_lab
@@ -133,7 +133,7 @@ def test_starforge_trl_lock_names_a_runtime_the_catalog_still_has() -> None:
 def test_catalog_frameworks_have_an_image_without_a_lab_default(tmp_path: Path) -> None:
     import re
 
-    from helpers_render import CLUSTER_SETTINGS
+    from support.render import CLUSTER_SETTINGS
 
     settings = re.sub(r"images:\n(  .*\n)+", "", CLUSTER_SETTINGS)
     assert "images:" not in settings
@@ -154,7 +154,7 @@ def test_a_local_nemo_rl_run_starts_the_frameworks_driver_from_its_local_checkou
 ) -> None:
     """The local backend runs a `file` entrypoint from NEMO_RL_ROOT: here a stand-in NeMo-RL checkout
     whose driver records what it got, as NeMo-RL's own examples/run_sft.py would receive it."""
-    from helpers_render import CLUSTER_SETTINGS
+    from support.render import CLUSTER_SETTINGS
 
     checkout = tmp_path / "nemo-rl"
     (checkout / "examples").mkdir(parents=True)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 
 from tuneplane.lab.catalog import load_catalog
 from tuneplane.lab.load import load_lab
@@ -45,8 +46,8 @@ def _lab(lab: Path, tp: Any, method: str, manifest: str | None) -> Path:
         write_tree(lab, {"plugins/opsd-patch/plugin.yaml": manifest, "plugins/opsd-patch/patch.py": PATCH_PY})
         locked = tp("plugin", "lock", "exp", "alice/opsd-patch", cwd=lab)
         assert locked.code == 0, locked.output
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", "experiment")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", "experiment")
     return lab
 
 

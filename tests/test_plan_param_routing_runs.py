@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_git, write_tree
+from conftest import write_tree
+from support.repos import git
 from test_catalog_trl_runs import TINY, _require, assets  # noqa: F401 - `assets` is a fixture used here
 
 GUIDE_PLUGIN = """schema: tuneplane/plugin/v1
@@ -74,8 +75,8 @@ def _experiment(lab: Path, tp: Any, name: str, method: str, plugin: str | None, 
         write_tree(lab, {"plugins/opsd-patch/plugin.yaml": plugin, "plugins/opsd-patch/patch.py": PATCH_PY})
         locked = tp("plugin", "lock", name, "alice/opsd-patch", cwd=lab)
         assert locked.code == 0, locked.output
-    run_git(lab, "add", "-A")
-    run_git(lab, "commit", "-q", "-m", f"experiment {name}")
+    git(lab, "add", "-A")
+    git(lab, "commit", "-q", "-m", f"experiment {name}")
 
 
 def _tiny_trl(method: str = "sft") -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_render import (
+from support.render import (
     CLUSTER_SETTINGS,
     COMMIT,
     CUSTOM_IMAGE,
@@ -441,7 +441,7 @@ def test_prepared_experiment_gives_the_same_jobspec(lab: Lab) -> None:
 
 def test_a_local_lab_refuses_a_run_that_needs_several_nodes(tmp_path: Path) -> None:
     """The local backend runs a job on this machine: two nodes' worth of GPUs cannot be honoured."""
-    from helpers_render import CLUSTER_SETTINGS, make_lab, request
+    from support.render import CLUSTER_SETTINGS, make_lab, request
 
     from tuneplane.plan.resolve import resolve
 

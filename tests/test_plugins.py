@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_shared import require_shared
+from support.shared import require_shared
 
 from tuneplane import plugins
 from tuneplane.author.plugins import lock_plugin

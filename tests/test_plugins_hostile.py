@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers_hostile import (
+from support.hostile import (
     ALLOW,
     RUN_REQUEST,
     Outcome,

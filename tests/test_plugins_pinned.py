@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_hostile import ALLOW, assert_clear, build_base_lab, copy_lab, git, plugin_digest, tp
+from support.hostile import ALLOW, assert_clear, build_base_lab, copy_lab, plugin_digest, tp
+from support.repos import git
 from test_plugins_hostile import CACHE_TAG, GOOD, TRAIN, evil_pyc, job_package, launch, write_spec
 
 import tuneplane.launcher as launcher

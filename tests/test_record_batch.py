@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers_git import git, make_remote, seed_lab
+from support.repos import git, make_remote, seed_lab
 
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.models.run import RunStatus, Transition

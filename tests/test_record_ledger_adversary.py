@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers_git import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
+from support.repos import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
 
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.models.run import BackendObject, RunStatus, Transition
@@ -473,7 +473,7 @@ def _stat(root: Path) -> list[str]:
 def test_new_runs_in_a_month_of_full_pages_rewrite_no_month_page(tmp_path: Path) -> None:
     import time
 
-    from helpers_git import add_requests
+    from support.repos import add_requests
 
     bot, person, _ids = _month_lab(tmp_path)
     assert {"status/a/2024-12.md", "status/a/2024-12-p2.md", "status/a/2025-01.md"} <= set(

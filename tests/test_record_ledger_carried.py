@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from githttp import GitHttpServer
-from helpers_git import BRANCH, configure, git, tp_run
+from support.repos import BRANCH, configure, git, tp_run
 from test_record_ledger_adversary import A, B, _bot, _lab, _push, _settled
 
 from tuneplane.record.ledger import LEDGER

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers_git import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
+from support.repos import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
 
 RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
 

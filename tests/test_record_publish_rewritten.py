@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers_git import BRANCH, add_requests, clone, git, make_remote, seed_lab, tp_run
+from support.repos import BRANCH, add_requests, clone, git, make_remote, seed_lab, tp_run
 
 
 def test_a_force_pushed_rewrite_is_not_undone_by_a_kept_bot_clone(tmp_path: Path) -> None:

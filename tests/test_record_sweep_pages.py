@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers_git import clone, git, quiet, remote_files, remote_show
+from support.repos import clone, git, quiet, remote_files, remote_show
 from test_runs_sweep import FLAGS, GRID, cli, lab, only_sweep
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers_render import (
+from podrunner import kubelet_expand
+from pydantic import ValidationError
+from support.render import (
     INPUTS,
     OBS_URL,
     env_values,
@@ -25,8 +27,6 @@ from helpers_render import (
     request,
     resolve_run,
 )
-from podrunner import kubelet_expand
-from pydantic import ValidationError
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import Lab

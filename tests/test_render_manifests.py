@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers_render import (
+from podrunner import kubelet_expand
+from support.render import (
     CLUSTER_SETTINGS,
     COMMIT,
     CONTRACT_ORDER,
@@ -35,7 +36,6 @@ from helpers_render import (
     request,
     resolve_run,
 )
-from podrunner import kubelet_expand
 
 from tuneplane import __version__
 from tuneplane.errors import UsageError
@@ -433,7 +433,7 @@ def test_checkout_script_clones_the_commit_and_writes_the_jobspec(tmp_path: Path
     head = commit_all(lab.root)
     (lab.root / "uncommitted.txt").write_text("not in the job\n")
     lab = load_lab(lab.root)
-    from helpers_render import INPUTS
+    from support.render import INPUTS
 
     spec = resolve_run(lab, request("t", "h200:16", inputs=INPUTS), commit=head)
     doc = render_manifests(spec, compile_plan(spec), lab.config)[0]
@@ -532,7 +532,7 @@ def cli_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     from tuneplane.lab.runs import dump_request
 
     lab = make_lab(tmp_path / "lab", {"t": "trl/sft", "c": "custom/custom", "img": "pytorch/image-classification"})
-    from helpers_render import INPUTS
+    from support.render import INPUTS
 
     for i, profile in enumerate(["h200", "h200:16"]):
         req = request("t", profile, inputs=INPUTS, run_id=f"20250101-12000{i}-abc123")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from helpers_render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
 from podrunner import kubelet_expand
+from support.render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest

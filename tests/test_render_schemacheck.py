@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from helpers_shared import require_shared
+from support.shared import require_shared
 
 from tuneplane.render.schemacheck import (
     CORE_SCHEMAS,

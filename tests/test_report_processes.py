@@ -11,10 +11,10 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from tuneplane.collector import sources
 from tuneplane.ingest import mint_token
@@ -219,9 +219,9 @@ def test_the_overflow_file_of_a_killed_trainer_is_uploaded_and_a_live_ones_left_
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET, port=collector_port).start()
     try:
         wait_ready(proc)
-        deadline = time.monotonic() + 30
-        while not list((out / ".tuneplane").glob("report-spill-*.jsonl")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: list((out / ".tuneplane").glob("report-spill-*.jsonl")), 30, message="the trainer spilled nothing"
+        )
         spilled = _spilled(out / ".tuneplane")
         assert len(spilled) > 1000
         collect(env, out)  # the trainer is alive: its file is its own

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers_git import BRANCH, git, make_remote, request, seed_lab, tp_run
+from support.repos import BRANCH, git, make_remote, request, seed_lab, tp_run
 
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.runs import RunKey, write_request, write_status

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers_git import request
+from support.repos import request
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.runs import RunKey, write_request, write_status

@@ -13,13 +13,13 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_git import git
+from support.repos import git
+from support.wait import wait_until
 
 SUBMIT = ("--profile", "local", "--image", "python:3.12", "--observability-url", "https://track.example.org/p")
 # Reports step i as `loss`, prints a line per step, and ends when the test's stop file exists.
@@ -36,13 +36,8 @@ done
 
 
 def _until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    """`check()` once it is true; polled every 0.2 s, as most polls start a `tp`."""
+    return wait_until(check, timeout, 0.2, f"timed out waiting for {what}")
 
 
 def _tp(*args: Any, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:

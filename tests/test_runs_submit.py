@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import typer
-from helpers_git import BRANCH, git, make_remote, remote_files, set_backend
+from support.repos import BRANCH, git, make_remote, remote_files, set_backend
+from support.wait import wait_until
 from typer.testing import CliRunner
 
 from tuneplane.author.scaffold import new_experiment
@@ -163,10 +163,7 @@ def test_cancel_now_stops_a_local_run(exp: Path, tmp_path: Path) -> None:
     result = submit(opts(), exp)
     reconcile(exp, BotOptions(), echo=quiet)  # the bot starts it detached on this machine
     run_dir = Path(read_status(exp, result.key).out_dir).parent
-    deadline = time.monotonic() + 20
-    while "started" not in (run_dir / "run.log").read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: "started" in (run_dir / "run.log").read_text(), 20, message="the run did not start")
 
     said = cancel_run(result.key.run_id, exp, now=True)
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_git import clone, git, make_remote, quiet, remote_show, seed_lab
+from support.repos import clone, git, make_remote, quiet, remote_show, seed_lab
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.cli.main import run as tp

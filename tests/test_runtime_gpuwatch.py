@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_git import git, request
-from helpers_local import local_run
+from support.local import local_run
+from support.repos import git, request
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import SubmitRequest
@@ -331,8 +331,8 @@ def test_the_labs_policy_reaches_the_job_environment(lab: Path, policy: str | No
 
 
 def test_a_cluster_job_gets_the_labs_policy_on_kubernetes_and_slurm(tmp_path: Path) -> None:
-    from helpers_render import CLUSTER_SETTINGS, build, env_values, main_container, make_lab, pod_templates
-    from helpers_render import request as render_request
+    from support.render import CLUSTER_SETTINGS, build, env_values, main_container, make_lab, pod_templates
+    from support.render import request as render_request
 
     from tuneplane.render.slurm import render_batch
 

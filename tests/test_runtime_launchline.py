@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from helpers_git import git
+from support.repos import git
 
 from tuneplane.runtime.launchline import SHOWN_ENV, launch_line, own_launch_line, shell_commands
 

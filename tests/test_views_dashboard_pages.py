@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from helpers_git import broken_links, git, make_remote, seed_lab
+from support.repos import broken_links, git, make_remote, seed_lab
 
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import write_request
@@ -31,7 +31,7 @@ def _status(run_id: str, phase: str = "Submitted", exp: str = "a", **fields: obj
 
 
 def _commit(repo: GitRepo, statuses: list[RunStatus]) -> list[str]:
-    from helpers_git import request
+    from support.repos import request
 
     paths = [
         write_request(repo.root, request(s.experiment, s.run_id))
@@ -200,7 +200,7 @@ def test_a_local_run_of_a_second_shows_its_duration_with_a_decimal(tmp_path: Pat
     import os
     import time
 
-    from helpers_git import BRANCH, clone, tp_run
+    from support.repos import BRANCH, clone, tp_run
 
     remote = make_remote(tmp_path)
     seed_lab(remote, tmp_path / "seed", {"a": "sleep 0.3\n"}, runs=[("a", "20250102-100000-00000a")])

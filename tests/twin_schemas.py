@@ -25,7 +25,7 @@ from typing import Any
 
 import twin_core
 import yaml
-from helpers_shared import require_shared
+from support.shared import require_shared
 
 K8S_VERSION = "1.31"
 CRD_FILES = {

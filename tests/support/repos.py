@@ -29,8 +29,16 @@ echo "trained $TUNEPLANE_RUN_ID"
 """
 
 
-def git(root: Path, *args: str, check: bool = True) -> str:
-    env = {
+def git(root: Path, *args: str, check: bool = True, strip: bool = True, env: Mapping[str, str] | None = None) -> str:
+    """`git ARGS` in `root`, the one way the tests run git; its standard output.
+
+    Of the environment's `GIT_*` variables only the identity (`GIT_AUTHOR_*`, `GIT_COMMITTER_*`) and
+    `GIT_CONFIG_NOSYSTEM` reach git, so a variable of the shell that started the tests (`GIT_DIR` in
+    a hook) cannot point it at another repository; `env` is laid over that (a fixed identity for a
+    fixture made before the per-test one is set). With `check` a failure is an AssertionError carrying
+    git's stderr; `strip=False` keeps the output whole where its spaces are the point (`status --porcelain`).
+    """
+    child_env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("GIT_")
@@ -38,10 +46,11 @@ def git(root: Path, *args: str, check: bool = True) -> str:
         or k.startswith("GIT_COMMITTER")
         or k == "GIT_CONFIG_NOSYSTEM"
     }
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env, check=False)
+    child_env.update(env or {})
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=child_env, check=False)
     if check and done.returncode:
         raise AssertionError(f"git {' '.join(args)} in {root} failed ({done.returncode}): {done.stderr}")
-    return done.stdout.strip()
+    return done.stdout.strip() if strip else done.stdout
 
 
 def make_remote(base: Path, name: str = "remote.git") -> Path:

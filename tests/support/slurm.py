@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from helpers_git import configure, git
+from support.repos import configure, git
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster

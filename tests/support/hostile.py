@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.repos import git
+
 MEMORY_CAP = 1024 * 1024 * 1024  # address space: tp needs ~300 MiB; a file read whole blows past it
 FILE_SIZE_CAP = 64 * 1024 * 1024
 TIMEOUT = 20.0
@@ -117,13 +119,6 @@ RUN_TEXT = (
     f"apiVersion: tuneplane/run/v1\nkind: RunRequest\nexperiment: img\nrun_id: {RUN_ID}\n"
     "profile: h200:8\nimage: registry.example.com/team/trainer:1.0\n"
 )
-
-
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
-    return done.stdout
 
 
 def build_base_lab(root: Path) -> Path:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
+# tests/support/shared.py → the checkout is parents[2]; `shared/` sits beside it
+SHARED_DIR = Path(__file__).resolve().parents[2].parent / "shared"
 
 
 def in_ci() -> bool:

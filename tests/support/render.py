@@ -7,12 +7,11 @@ with a fixed identity (so module-scoped fixtures work before the per-test enviro
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from support import repos
 from tuneplane.lab.catalog import Catalog, load_catalog, packaged_catalog_root
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.models.jobspec import JobSpec
@@ -124,11 +123,8 @@ def catalog() -> Catalog:
 
 
 def git(root: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | GIT_ENV
-    done = subprocess.run(["git", *args], cwd=root, env=env, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
-    return done.stdout.strip()
+    """The one `git()` with this module's fixed identity (its labs are committed by module-scoped fixtures)."""
+    return repos.git(root, *args, env=GIT_ENV)
 
 
 def make_lab(

@@ -32,7 +32,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers_shared import in_ci
+
+from support.shared import in_ci
 
 # What `swift.arguments` imports beyond the test extras, pinned; pure Python, installed without their
 # dependencies too.

@@ -1,6 +1,6 @@
 """A plain clone has no `../shared` beside it: the tests that read it skip and name it; CI fails them.
 
-A copy of the test helpers (the conftest, the cluster twin, `helpers_shared`) is laid out in a
+A copy of the test helpers (the conftest, the cluster twin, the `support` package) is laid out in a
 temporary folder with no `shared/` next to it, and a small pytest session there asks for the CRDs the
 way every suite does: the twin loading its CRD schemas, the `shared_dir` fixture, `require_shared`.
 """
@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 
 PROBES = """
 from fakekube import FakeKube
-from helpers_shared import require_shared
+from support.shared import require_shared
 
 
 def test_the_twin_loads_the_crds():
@@ -41,6 +41,7 @@ def _clone_without_shared(tmp_path: Path) -> Path:
     for helper in HERE.glob("*.py"):
         if not helper.name.startswith("test_"):
             shutil.copy2(helper, tests / helper.name)
+    shutil.copytree(HERE / "support", tests / "support", ignore=shutil.ignore_patterns("__pycache__"))
     (tests / "test_probes.py").write_text(PROBES, encoding="utf-8")
     (tests.parent / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     assert not (tmp_path / "shared").exists()

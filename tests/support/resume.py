@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from helpers_git import git
-
+from support.repos import git
 from tuneplane.constants import epoch_of
 from tuneplane.report.checkpoints import CHECKPOINTS_DIR, complete_checkpoints
 from tuneplane.runtime import attempts
