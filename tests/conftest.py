@@ -38,6 +38,10 @@ from support.shared import require_shared
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# PYTHONDONTWRITEBYTECODE (many CI images set it) also stops pytest from keeping the test modules it
+# rewrote for its assertion messages, so every worker of every run would rewrite all of them again
+sys.dont_write_bytecode = False
+
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Test Author",
     "GIT_AUTHOR_EMAIL": "author@example.org",
