@@ -60,7 +60,12 @@ def _settle(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def settled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The settled lab, made once per test process: each test takes a copy (`_lab`)."""
+    """The settled lab, made once per test module and process: each test takes a copy (`_lab`)."""
+    return settled_template(tmp_path_factory)
+
+
+def settled_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`_settle` in a folder of its own, with a storage root of its own (made before any test's isolation)."""
     root = tmp_path_factory.mktemp("settled")
     with pytest.MonkeyPatch.context() as patch:  # made before any test's isolation: give it its own storage
         patch.setenv("TUNEPLANE_STORAGE_ROOT", str(tmp_path_factory.mktemp("settled-storage")))

@@ -14,15 +14,21 @@ from pathlib import Path
 import pytest
 from githttp import GitHttpServer
 from support.repos import BRANCH, configure, git, tp_run
-from test_record_ledger_adversary import A, B, _bot, _lab, _push, _settled
+from test_record_ledger_adversary import A, B, _bot, _lab, _push, _settled, settled_template
 
 from tuneplane.record.ledger import LEDGER
 
 ENV = {"TUNEPLANE_STORAGE_ROOT": os.environ.get("TUNEPLANE_STORAGE_ROOT", "")}
 
 
-def test_status_removed_whole_in_a_shallow_ci_checkout_submits_nothing_again(tmp_path: Path) -> None:
-    _bot_clone, person = _lab(tmp_path)
+@pytest.fixture(scope="module")
+def settled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The adversary suite's settled lab, made once per test process; each test copies it (`_lab`)."""
+    return settled_template(tmp_path_factory)
+
+
+def test_status_removed_whole_in_a_shallow_ci_checkout_submits_nothing_again(tmp_path: Path, settled: Path) -> None:
+    _bot_clone, person = _lab(tmp_path, settled)
     before = {r: git(person, "show", f"HEAD:status/a/{r}.json") for r in A}
     for n in range(3):  # the bot's last commit a few commits back
         (person / f"notes-{n}.md").write_text("notes\n")
@@ -51,10 +57,12 @@ def _damaged_then_removed(person: Path) -> None:
     _push(person, "clean up the dashboard")
 
 
-def test_status_removed_whole_after_its_ledger_was_damaged_is_restored_from_the_bots_record(tmp_path: Path) -> None:
+def test_status_removed_whole_after_its_ledger_was_damaged_is_restored_from_the_bots_record(
+    tmp_path: Path, settled: Path
+) -> None:
     """The bot's clone holds its record (refs/tuneplane/authority): its ledger, and every status it wrote,
     out of any pull request's reach. Nothing is submitted again, and the statuses come back."""
-    bot, person = _lab(tmp_path)
+    bot, person = _lab(tmp_path, settled)
     before = {r: git(bot, "show", f"HEAD:status/a/{r}.json") for r in A}
     _damaged_then_removed(person)
     git(bot, "pull", "-q", "origin", BRANCH)
@@ -65,10 +73,12 @@ def test_status_removed_whole_after_its_ledger_was_damaged_is_restored_from_the_
     assert {r: git(bot, "show", f"HEAD:status/a/{r}.json") for r in A} == before
 
 
-def test_status_removed_whole_after_its_ledger_was_damaged_is_refused_without_a_record(tmp_path: Path) -> None:
+def test_status_removed_whole_after_its_ledger_was_damaged_is_refused_without_a_record(
+    tmp_path: Path, settled: Path
+) -> None:
     """A clone without the bot's record (a plain `git clone` fetches no refs/tuneplane/*): the history's
     ledger is damaged too, so nothing is guessed."""
-    _bot_clone, person = _lab(tmp_path)
+    _bot_clone, person = _lab(tmp_path, settled)
     _damaged_then_removed(person)
     bot = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", "-b", BRANCH, git(person, "remote", "get-url", "origin"), "fresh")
@@ -87,8 +97,8 @@ def _hand_written_request(person: Path) -> None:
     (person / "runs/a/my-second-try.yaml").write_text(text)
 
 
-def test_a_refusal_stays_on_the_index_through_an_unrelated_full_pass(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_refusal_stays_on_the_index_through_an_unrelated_full_pass(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     _hand_written_request(person)
     _push(person, "a request written by hand")
     _bot(bot, "reconcile")
@@ -112,8 +122,8 @@ def test_a_refusal_stays_on_the_index_through_an_unrelated_full_pass(tmp_path: P
     _settled(bot, tmp_path / "check2")
 
 
-def test_a_refusal_stays_on_the_index_through_a_pass_that_watches_a_run(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_refusal_stays_on_the_index_through_a_pass_that_watches_a_run(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     run_id = "20250106-000000-0000000012"
     req = (person / "runs/a" / f"{A[1]}.yaml").read_text().replace(A[1], run_id)
     (person / "runs/a" / f"{run_id}.yaml").write_text(req)
@@ -133,8 +143,10 @@ def test_a_refusal_stays_on_the_index_through_a_pass_that_watches_a_run(tmp_path
 
 
 @pytest.mark.parametrize("extra", ["links.json", "2025-03.md"])
-def test_a_persons_folder_and_month_named_page_under_status_stay_theirs(tmp_path: Path, extra: str) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_persons_folder_and_month_named_page_under_status_stay_theirs(
+    tmp_path: Path, settled: Path, extra: str
+) -> None:
+    bot, person = _lab(tmp_path, settled)
     (person / "status/notes").mkdir()
     (person / "status/notes/README.md").write_text("# Notes of the team\n")
     (person / "status/notes" / extra).write_text('{"see": "wiki"}\n' if extra.endswith("json") else "plans\n")
@@ -149,8 +161,8 @@ def test_a_persons_folder_and_month_named_page_under_status_stay_theirs(tmp_path
     _settled(bot, tmp_path / "check")
 
 
-def test_a_run_removed_with_its_status_leaves_no_folder_in_the_bots_clone(tmp_path: Path) -> None:
-    bot, person = _lab(tmp_path)
+def test_a_run_removed_with_its_status_leaves_no_folder_in_the_bots_clone(tmp_path: Path, settled: Path) -> None:
+    bot, person = _lab(tmp_path, settled)
     git(person, "rm", "-rq", "status/b", "runs/b")
     _push(person, "b is done with")
 
