@@ -243,8 +243,10 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
     backend, impatient = _backend(slurm_cluster), _backend(slurm_cluster, timeout=3)
     _until(lambda: (out / "attempts.txt").exists(), bool, 60, "attempt 1 never ran")
     assert "--requeue" in (Path(ref.namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
-    # times are kept to the second: attempt 1 runs into its next second, so its GPU-seconds are not 0
+    # times are kept to the second: attempt 1 runs into its next second, so its GPU-seconds are not 0. Slurm's
+    # start can come a second before the launcher's own (which the status keeps): wait past both
     _until(lambda: backend.observe(ref), lambda o: _ran_a_second(o.attempts), 30, "attempt 1 never started")
+    _until(lambda: time.time() - (out / "attempts.txt").stat().st_mtime, lambda age: age >= 1.5, 30, "no clock")
 
     slurm_cluster.command("scontrol", "requeue", ref.uid)
     _until(lambda: backend.observe(ref), lambda o: o.reason == "REQUEUED", 30, "never requeued")
