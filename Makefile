@@ -8,8 +8,8 @@ PYTEST = $(PYTHON) -m pytest -n 4 -q  # as the README's test command: four worke
 install:  ## the project and its test dependencies, editable
 	$(PYTHON) -m pip install -e '.[test]' 'torch==2.13.0'
 
-test-fast:  ## the fast lane: no process trees, clusters, trainers or Slurm (the first thing to run)
-	$(PYTEST) -m "not (process or cluster or trainer or slurm)"
+test-fast:  ## the fast lane: no process trees, clusters, trainers, Slurm or bulk volumes (the first thing to run)
+	$(PYTEST) -m "not (process or cluster or trainer or slurm or bulk)"
 
 test:  ## the whole suite, as CI runs it
 	$(PYTEST)

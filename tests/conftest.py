@@ -327,7 +327,7 @@ def make_catalog(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 # ── what a test costs: the fast lane (`make test-fast`) leaves the costly kinds out ────────────────
 # A test is marked by the fixtures it uses, and a test file by what all of its tests do (measured with
 # `pytest --durations=0`: the files below are where the suite's minutes go). The markers are declared
-# in pyproject.toml: process, cluster, trainer, slurm.
+# in pyproject.toml: process, cluster, trainer, slurm, bulk (a few tests mark themselves bulk or process).
 _FIXTURE_COST = {
     "slurm_cluster": "slurm",
     "fake_kube": "cluster",
@@ -389,6 +389,13 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             "test_author_migrate_dialects.py",
             "test_runtime_gpuwatch.py",
             "test_bot_quiet.py",
+            "test_record_ledger_reality.py",
+            "test_record_ledger_carried.py",
+            "test_record_sweep_pages.py",
+            "test_bot_shallow.py",
+            "test_runs_sweep.py",
+            "test_report_processes.py",
+            "test_report_processes_sigterm.py",
         ),
         ("process",),
     ),

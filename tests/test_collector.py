@@ -213,6 +213,7 @@ def test_symlink_out_of_the_out_dir_is_not_followed(receiver: IngestServer, tmp_
     assert result["collected_points"] == 0 and summary(receiver.store.path, RUN) == {}
 
 
+@pytest.mark.bulk
 @pytest.mark.slow
 def test_one_million_scalars_within_the_sdk_memory_budget(receiver: IngestServer, tmp_path: Path) -> None:
     out = tmp_path / "out"

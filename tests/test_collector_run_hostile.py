@@ -119,6 +119,7 @@ def test_a_line_that_has_not_ended_is_not_searched_again_from_its_start(
     assert collector.counts["line too long"] == 1
 
 
+@pytest.mark.bulk
 def test_the_offsets_of_a_hundred_thousand_files_survive_a_restart(receiver: IngestServer, tmp_path: Path) -> None:
     """A state of 100,000 event files is some 14 MB: it was read only up to 4 MiB, found unreadable,
     and every file was sent again from its start."""

@@ -120,6 +120,7 @@ def test_complex_keys_are_refused() -> None:
     assert (problem.line, problem.rule) == (1, "yaml-key")
 
 
+@pytest.mark.bulk
 def test_alias_bomb_is_refused_with_flat_memory() -> None:
     """Nine levels expand to 387 million values; the budget stops it at a few hundred thousand."""
     peaks = []

@@ -571,6 +571,7 @@ with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
 """
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc to find the collectors")
 def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, tmp_path: Path) -> None:
     """torchrun's ranks re-enter the launcher with RANK set; rank 0's must not start a second

@@ -260,6 +260,7 @@ def test_failing_install_writes_the_termination_message(tmp_path: Path) -> None:
     shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists(),
     reason="torchrun is not installed",
 )
+@pytest.mark.process
 def test_failing_install_under_torchrun_is_78_and_one_line_on_every_rank(tmp_path: Path) -> None:
     root = job_package(tmp_path, FAILING)
     rank = (

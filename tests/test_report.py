@@ -538,6 +538,7 @@ def test_callback_is_inert_without_a_token(offline: None) -> None:
     assert report._session is None
 
 
+@pytest.mark.trainer
 def test_callback_with_real_transformers(job: Job) -> None:
     transformers = pytest.importorskip("transformers")
     handler = transformers.trainer_callback.CallbackHandler(

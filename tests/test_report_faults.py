@@ -373,6 +373,7 @@ server.stop()
 """
 
 
+@pytest.mark.process
 def test_a_million_points_through_a_one_mib_budget(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The receiver runs in another process so tracemalloc sees only the SDK and this loop.
     db = env / "ingest.sqlite"
