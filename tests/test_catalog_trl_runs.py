@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from support.repos import git
+from support.resume import save_tiny_qwen
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 REQUIRED = os.environ.get("CI") == "true"  # in CI a missing framework is a failure, not a skip
@@ -62,34 +63,10 @@ TINY = {  # the --set values that keep a run to seconds on CPU, where the recipe
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _require("trl")
-    torch = _require("torch")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
+    _require("torch")
     root = tmp_path_factory.mktemp("trl-assets")
     words = "the a is what answer question yes no reference correct reply or plus so".split()
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
-    for word in words + [w for row in ROWS for w in " ".join(row).split()] + [str(i) for i in range(10)]:
-        vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    fast.save_pretrained(root / "model")
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=128,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=1,
-        tie_word_embeddings=True,
-    )
-    Qwen2ForCausalLM(config).save_pretrained(root / "model")
+    save_tiny_qwen(root / "model", words + " ".join(" ".join(row) for row in ROWS).split() + list("0123456789"))
     formats = {
         "sft.jsonl": [{"prompt": p, "completion": c} for p, c, _ in ROWS],
         "pairs.jsonl": [{"prompt": p, "chosen": c, "rejected": "no"} for p, c, _ in ROWS],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,18 +74,26 @@ def assert_gpu_seconds(status: dict[str, Any], gpus: int) -> None:
 def tiny_causal_lm(root: Path) -> Path:
     """A one-layer Qwen2 with a word-level tokenizer, saved under `root/model`, and SFT rows in
     `root/sft.jsonl` (the caller checks that torch and TRL are installed)."""
+    rows = [(f"what is {a} plus {b}", str(a + b)) for a in range(4) for b in range(4)]
+    save_tiny_qwen(root / "model", " ".join(f"{p} {c}" for p, c in rows).split(), max_positions=64)
+    (root / "sft.jsonl").write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rows))
+    return root
+
+
+def save_tiny_qwen(model_dir: Path, words: Iterable[str], max_positions: int = 128) -> Path:
+    """A randomly initialised one-layer Qwen2 (seed 0) and a word-level tokenizer knowing `words`, saved
+    in `model_dir`: what the tests train on CPU in seconds, with no hub."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    rows = [(f"what is {a} plus {b}", str(a + b)) for a in range(4) for b in range(4)]
     vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
-    for word in " ".join(f"{p} {c}" for p, c in rows).split():
+    for word in words:
         vocab.setdefault(word, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    fast.save_pretrained(root / "model")
+    fast.save_pretrained(model_dir)
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=len(vocab),
@@ -94,12 +102,11 @@ def tiny_causal_lm(root: Path) -> Path:
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=64,
+        max_position_embeddings=max_positions,
         pad_token_id=0,
         eos_token_id=1,
         bos_token_id=1,
         tie_word_embeddings=True,
     )
-    Qwen2ForCausalLM(config).save_pretrained(root / "model")
-    (root / "sft.jsonl").write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rows))
-    return root
+    Qwen2ForCausalLM(config).save_pretrained(model_dir)
+    return model_dir
