@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from support.repos import git
+from support.resume import until
 from support.slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
 
 if TYPE_CHECKING:
@@ -95,13 +96,8 @@ def _submit(root: Path, keys: list[tuple[str, str]]) -> dict[str, BackendRef]:
 
 
 def _until(what: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, why: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{why}: {value}"
-        time.sleep(1)
+    """`support.resume.until`, asking Slurm once a second."""
+    return until(what, ok, timeout, why, every=1)
 
 
 def _observe_all(backend: Any, refs: dict[str, BackendRef]) -> dict[str, Observation]:
