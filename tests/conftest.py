@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import support.repos
+from support.procs import child_env
 from support.shared import require_shared
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -235,16 +236,10 @@ def run_tp_subprocess(
     timeout: float = 120,
 ) -> TpResult:
     """`python -m tuneplane ARGS` as a child process with this test's environment."""
-    child_env = dict(os.environ)
-    for key, value in (env or {}).items():
-        if value is None:
-            child_env.pop(key, None)
-        else:
-            child_env[key] = value
     done = subprocess.run(
         [sys.executable, "-m", "tuneplane", *map(str, args)],
         cwd=cwd,
-        env=child_env,
+        env=child_env(env),
         input=input,
         capture_output=True,
         text=True,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.local import with_run
+from support.render import CONTRACT_REQUIRED
 from support.repos import git, request
 from support.wait import wait_until
 
@@ -31,13 +32,7 @@ from tuneplane.lab.load import load_lab
 from tuneplane.runs.prepare import backend_request, prepare
 
 CONTRACT = (
-    "TUNEPLANE_WORK_DIR",
-    "TUNEPLANE_EXP_DIR",
-    "TUNEPLANE_OUT_DIR",
-    "TUNEPLANE_FRAMEWORK",
-    "TUNEPLANE_RECIPE",
-    "TUNEPLANE_CLUSTER_NUM_NODES",
-    "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
+    *CONTRACT_REQUIRED,
     "TUNEPLANE_JOB_ENABLED",
     "TUNEPLANE_JOB_ENDPOINT",
     "TUNEPLANE_JOB_RUN_ID",

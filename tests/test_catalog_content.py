@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
+from support.render import CONTRACT_REQUIRED
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 EXPECTED = {  # every recipe id the upstream client ships
@@ -96,15 +97,7 @@ PY_TYPES: dict[str, tuple[type, ...]] = {
     "enum": (str,),
 }
 IMAGE = re.compile(r"[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+)?(@sha256:[0-9a-f]{64})?")
-REQUIRED_ENV = (
-    "TUNEPLANE_WORK_DIR",
-    "TUNEPLANE_EXP_DIR",
-    "TUNEPLANE_OUT_DIR",
-    "TUNEPLANE_FRAMEWORK",
-    "TUNEPLANE_RECIPE",
-    "TUNEPLANE_CLUSTER_NUM_NODES",
-    "TUNEPLANE_CLUSTER_GPUS_PER_NODE",
-)
+REQUIRED_ENV = tuple(CONTRACT_REQUIRED)
 
 
 def recipe_dirs() -> list[Path]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.procs import child_env
 from support.repos import git
 
 MEMORY_CAP = 1024 * 1024 * 1024  # address space: tp needs ~300 MiB; a file read whole blows past it
@@ -56,16 +57,10 @@ def fenced(
     stdin: str = "",
 ) -> Outcome:
     """Run `argv` under the fence; AssertionError when it hangs or dies of a signal."""
-    child_env = dict(os.environ)
-    for key, value in (env or {}).items():
-        if value is None:
-            child_env.pop(key, None)
-        else:
-            child_env[key] = value
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
-        env=child_env,
+        env=child_env(env),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
