@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -238,3 +239,54 @@ def test_the_trainer_and_its_workers_never_read_a_committed_cache(tmp_path: Path
     assert result.code == 0, result.output
     assert (tmp_path / "TRAINED").read_text() == "0", result.output
     assert not (tmp_path / "PWNED").exists(), "the trainer ran bytecode committed beside its source"
+
+
+PREFIX_PROBE = "import pathlib, sys; pathlib.Path('PREFIX').write_text(repr(sys.pycache_prefix))"
+
+
+def test_the_trainer_reads_the_images_own_bytecode(tmp_path: Path) -> None:
+    """Caches beside the job's sources are removed, not hidden behind a cache prefix: under a prefix
+    the trainer would compile torch and every library again in each job, reading none of the image's."""
+    root = job_package(tmp_path, GOOD)
+    evil_pyc(tmp_path / "helper.py", tmp_path / "exp" / "__pycache__" / f"helper.{CACHE_TAG}.pyc")
+    write_spec(tmp_path, root, ["python", "-c", PREFIX_PROBE])
+    result = launch(tmp_path)
+    assert result.code == 0, result.output
+    assert (tmp_path / "PREFIX").read_text() == "None"
+    assert not (tmp_path / "exp" / "__pycache__").exists()
+
+
+def test_a_cache_named_by_a_symlink_is_unlinked_and_what_it_points_to_kept(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    evil_pyc(outside / "helper.py", outside / f"helper.{CACHE_TAG}.pyc")
+    work = tmp_path / "work"
+    root = job_package(work, GOOD)
+    (work / "helper.py").write_text("def install(params):\n    pass\n", encoding="utf-8")
+    (work / "__pycache__").symlink_to(outside, target_is_directory=True)
+    (work / "train.py").write_text(SPAWNING_HELPER, encoding="utf-8")
+    write_spec(work, root, ["python", "train.py"])
+    result = launch(work)
+    assert result.code == 0, result.output
+    assert not (work / "PWNED").exists(), "the trainer ran bytecode behind a symlinked cache"
+    assert not (work / "__pycache__").is_symlink()
+    assert (outside / f"helper.{CACHE_TAG}.pyc").is_file(), "the launcher removed a file outside the job"
+
+
+def test_a_cache_that_cannot_be_removed_sends_bytecode_to_a_private_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only job package keeps its caches: every process of the job then reads bytecode only
+    from a private prefix, so the committed cache is still never read."""
+    evil_pyc(tmp_path / "helper.py", tmp_path / "__pycache__" / f"helper.{CACHE_TAG}.pyc")
+
+    def read_only(path: str, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Read-only file system", path)
+
+    monkeypatch.setattr(shutil, "rmtree", read_only)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.delenv(launcher.PYCACHE_PREFIX_ENV, raising=False)
+    launcher.trusted_bytecode(tmp_path)
+    prefix = sys.pycache_prefix
+    assert prefix is not None and not prefix.startswith(str(tmp_path))
+    assert os.environ[launcher.PYCACHE_PREFIX_ENV] == prefix
+    assert (tmp_path / "__pycache__" / f"helper.{CACHE_TAG}.pyc").is_file()

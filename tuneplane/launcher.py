@@ -59,7 +59,7 @@ from tuneplane.runtime.entry import (
     reentry_argv,
     run_python_entry,
 )
-from tuneplane.runtime.pinned import bytecode_files, guard_imports, report_failure, run_ranks
+from tuneplane.runtime.pinned import bytecode_files, drop_caches, guard_imports, report_failure, run_ranks
 from tuneplane.runtime.streams import print_or_quit
 from tuneplane.runtime.supervise import JobAttempt, Outcome, supervise
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
@@ -268,18 +268,23 @@ def _private_dir() -> str:
     return _PRIVATE[0]
 
 
-def private_bytecode() -> None:
-    """Bytecode for this process and every child goes to a private folder, never `__pycache__/`.
+def trusted_bytecode(work: Path) -> None:
+    """No bytecode cache in the job package is read by the trainer, its ranks or the workers it spawns.
 
-    With a cache prefix Python neither reads nor writes the `__pycache__/` beside a source, so bytecode
-    committed in the job package (an UNCHECKED_HASH `.pyc` that never looks at its source) cannot run
-    in the trainer, its ranks or the workers it spawns. A prefix already set (by the launcher that
-    started this rank, or the user) is kept: it is not beside the source either.
+    A `.pyc` compiled with `UNCHECKED_HASH` and committed in a `__pycache__/` beside a source would run
+    in place of that source. Every `__pycache__/` of the job package is removed before anything of it
+    is imported, so the caches read afterwards are the ones Python writes from the sources. Where one
+    cannot be removed (a read-only package), bytecode goes to a private cache prefix for this process
+    and every child instead. The prefix is the fallback, not the rule: under it Python reads none of
+    the image's own caches and compiles torch, transformers and the rest again in every job (about
+    8 CPU-seconds for a TRL trainer, 4 for `accelerate launch`). A prefix already set (by the
+    launcher that started this rank, or the user) is kept: it is not beside the source either.
     """
-    if sys.pycache_prefix is None:
-        prefix = os.path.join(_private_dir(), "bytecode")
-        sys.pycache_prefix = prefix
-        os.environ[PYCACHE_PREFIX_ENV] = prefix
+    if sys.pycache_prefix is not None or drop_caches(work):
+        return
+    prefix = os.path.join(_private_dir(), "bytecode")
+    sys.pycache_prefix = prefix
+    os.environ[PYCACHE_PREFIX_ENV] = prefix
 
 
 def _verify_only(work: Path, plugin: PluginRef) -> None:
@@ -449,6 +454,7 @@ def _prepare(args: list[str], emit: Emit, supervised: bool = False) -> tuple[Job
     plugins), so it verifies them and installs nothing itself."""
     work = work_dir()
     spec = read_jobspec(work)
+    trusted_bytecode(work)
     _enter_cwd(work, spec.launch)
     entry, reenters = _plan(spec, args)
     # the plugin lines come from one process of the job: the ranks say them when they re-enter
@@ -490,7 +496,6 @@ def main(argv: list[str] | None = None) -> int:
         args = args[1:]
     if args[:1] in (["-h"], ["--help"]):
         return print_or_quit(__doc__ or "", "tuneplane-launch")
-    private_bytecode()
     # The node's launcher (not a rank re-entering) tells the trainer its attempt and where to resume,
     # and, in a run directory, records the attempt and watches the trainer as a child.
     record = None if args else JobAttempt.from_env()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,6 +82,31 @@ def bytecode_files(root: Path) -> list[str]:
             os.path.relpath(os.path.join(dirpath, n), root) for n in sorted(filenames) if n.endswith(BYTECODE_SUFFIXES)
         ]
     return found
+
+
+def drop_caches(root: Path) -> bool:
+    """Remove every `__pycache__` under `root` (a symlink by that name too, never what it points to).
+
+    True when none is left; False when one could not be removed (a read-only package). A cache a
+    sibling process removed first counts as removed. `.git/` is skipped: Python never imports from it.
+    """
+    removed = True
+    for dirpath, dirnames, _ in os.walk(root):
+        for name in [d for d in dirnames if d in ("__pycache__", ".git")]:
+            dirnames.remove(name)
+            if name == ".git":
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    shutil.rmtree(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                removed = False
+    return removed
 
 
 def report_failure(line: str) -> None:
