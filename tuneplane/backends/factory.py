@@ -128,6 +128,18 @@ def local_backend(lab: Lab) -> RunsHere:
     return LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
 
 
+def run_metrics_store(backend: str, namespace: str) -> Path | None:
+    """The metrics database a run that runs here keeps in its own folder, where it has one; None for a
+    run of any other backend (its points are in the lab's receiver, or the engine's). `backend` and
+    `namespace` as the run's status records them."""
+    if not backend_kind(backend).runs_here:
+        return None
+    from tuneplane.backends.local.files import DB  # lazy: as above
+
+    path = Path(namespace) / DB  # a local run's namespace is its run folder
+    return path if path.exists() else None
+
+
 def make_backend(name: str, lab: Lab, access: ClusterAccess | None = None) -> Backend:
     """The backend called `name` (`local`, `slurm`, or else Kubernetes) for this lab."""
     if name == LOCAL:

@@ -341,8 +341,7 @@ class _Target:
 
     def __init__(self, run: str) -> None:
         # lazy: tp builds only the invoked command, so only it pays for these
-        from tuneplane.backends.factory import backend_kind
-        from tuneplane.backends.local import DB
+        from tuneplane.backends.factory import run_metrics_store
         from tuneplane.lab.load import find_lab_root
         from tuneplane.lab.runs import find_run, read_request, read_status
 
@@ -368,9 +367,8 @@ class _Target:
         if current is not None:
             hyperparameters = dict(current.hyperparameters)
             self.method = current.method
-            if current.backend is not None and backend_kind(current.backend.backend).runs_here:
-                path = Path(current.backend.namespace) / DB
-                self.store = path if path.exists() else None
+            if current.backend is not None:
+                self.store = run_metrics_store(current.backend.backend, current.backend.namespace)
         try:
             request = read_request(root, key)
         except UsageError:
