@@ -141,9 +141,8 @@ def test_a_bad_field_names_the_command_line_and_the_help() -> None:
     assert "tp render --help" in info.value.hint
 
 
-def test_a_typed_command_line_is_read_and_checked_once(demo_lab: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_typed_command_line_is_read_and_checked_once(demo_lab: Path) -> None:
     """`read_request` reads `--set` and `--timeout` and checks the whole request, naming the command's --help."""
-    monkeypatch.chdir(demo_lab)
     typed = TypedFlags("demo", "local", sets=["count=3", "word=cosine"], model="m", timeout="90m", message="why")
     request = read_request(typed, run_id=PREVIEW_RUN_ID, command="submit", requested_by="Ada")
     assert (request.set, request.inputs.model, request.timeout) == ({"count": 3, "word": "cosine"}, "m", 5400)
