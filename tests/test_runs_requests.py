@@ -11,7 +11,7 @@ from ruamel.yaml import YAML
 
 from tuneplane.constants import PREVIEW_RUN_ID
 from tuneplane.errors import UsageError
-from tuneplane.runs.requests import RunFlags, request_from_flags
+from tuneplane.runs.requests import TypedFlags, new_request, read_request
 
 SETS = [
     "flag=yes",
@@ -136,9 +136,20 @@ def test_what_is_not_one_value_is_refused_by_both(
 
 def test_a_bad_field_names_the_command_line_and_the_help() -> None:
     with pytest.raises(UsageError) as info:
-        request_from_flags(RunFlags("demo", "local", timeout=-5), run_id=PREVIEW_RUN_ID, command="render")
+        new_request(command="render", experiment="demo", run_id=PREVIEW_RUN_ID, profile="local", timeout=-5)
     assert str(info.value).startswith("the command line: timeout")
     assert "tp render --help" in info.value.hint
+
+
+def test_a_typed_command_line_is_read_and_checked_once(demo_lab: Path) -> None:
+    """`read_request` reads `--set` and `--timeout` and checks the whole request, naming the command's --help."""
+    typed = TypedFlags("demo", "local", sets=["count=3", "word=cosine"], model="m", timeout="90m", message="why")
+    request = read_request(typed, run_id=PREVIEW_RUN_ID, command="submit", requested_by="Ada")
+    assert (request.set, request.inputs.model, request.timeout) == ({"count": 3, "word": "cosine"}, "m", 5400)
+    assert (request.message, request.requested_by, request.run_id) == ("why", "Ada", PREVIEW_RUN_ID)
+    with pytest.raises(UsageError) as info:
+        read_request(TypedFlags("demo", "h200:x"), run_id=PREVIEW_RUN_ID, command="sweep")
+    assert str(info.value).startswith("the command line: profile") and "tp sweep --help" in info.value.hint
 
 
 # ── every flag render, submit and rerun share, on a cluster lab ─────────────────────────────────────

@@ -16,13 +16,20 @@ from tuneplane.bot.entry import BotOptions, reconcile
 from tuneplane.cli.cmd_job_runs import register as register_job_commands
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import load_lab
-from tuneplane.lab.runs import RunKey, read_request, read_status, write_status
+from tuneplane.lab.runs import RunKey, new_run_id, read_request, read_status, write_status
+from tuneplane.models.run import RunRequest
 from tuneplane.runs.cancel import cancel_run
+from tuneplane.runs.requests import new_request
 from tuneplane.runs.rerun import rerun
 from tuneplane.runs.submit import SubmitOptions, submit
 
 TRAIN = '#!/usr/bin/env bash\nset -eu\necho "trainer version 1 lr=$(cat "$TUNEPLANE_EXP_DIR/lr" 2>/dev/null)"\n'
-BASE = {"profile": "local", "image": "python:3.12", "observability_url": "https://track.example.org/p"}
+BASE = {
+    "experiment": "demo",
+    "profile": "local",
+    "image": "python:3.12",
+    "observability_url": "https://track.example.org/p",
+}
 
 
 @pytest.fixture
@@ -34,8 +41,12 @@ def exp(lab: Path) -> Path:
     return lab
 
 
-def opts(**changes: object) -> SubmitOptions:
-    return SubmitOptions(experiment="demo", **{**BASE, **changes})  # type: ignore[arg-type]
+def request(**changes: object) -> RunRequest:
+    """A request of the demo experiment, as `tp submit demo` makes it."""
+    return new_request(command="submit", run_id=new_run_id(), **{**BASE, **changes})
+
+
+HERE = SubmitOptions(local=True)
 
 
 def quiet(_line: str) -> None:
@@ -53,7 +64,7 @@ def job_cli(root: Path, *args: str) -> tuple[int, str, BaseException | None]:
 
 def test_job_status_json_lists_metrics_in_reading_order(exp: Path) -> None:
     """Primary first, hardware last, as the status file keeps them (not alphabetical: hw/* first)."""
-    run_id = submit(opts(local=True, message="x"), exp, echo=quiet).key.run_id
+    run_id = submit(request(message="x"), HERE, exp, echo=quiet).key.run_id
     status = read_status(exp, RunKey("demo", run_id))
     assert status is not None
     order = {"validation/accuracy": 0.9, "train/loss": 0.1, "hw/gpu_util": 99.0}
@@ -67,7 +78,7 @@ def test_submit_commits_only_the_request(exp: Path) -> None:
     (exp / "notes.txt").write_text("work in progress")
     git(exp, "add", "notes.txt")
 
-    result = submit(opts(sets={"lr": 0.1}, timeout=600, message="baseline"), exp)
+    result = submit(request(set={"lr": 0.1}, timeout=600, message="baseline"), SubmitOptions(), exp)
 
     assert git(exp, "show", "--name-only", "--format=%s", "HEAD").splitlines() == [
         f"Request run {result.key.run_id} of demo (local)",
@@ -81,12 +92,19 @@ def test_submit_commits_only_the_request(exp: Path) -> None:
     assert result.status is None and read_status(exp, result.key) is None
 
 
+def test_submit_stamps_who_and_when_only_where_the_request_leaves_them_empty(exp: Path) -> None:
+    given = read_request(exp, submit(request(requested_by="Ada", created_at="then"), SubmitOptions(), exp).key)
+    stamped = read_request(exp, submit(request(), SubmitOptions(), exp).key)
+    assert (given.requested_by, given.created_at) == ("Ada", "then")
+    assert stamped.requested_by and stamped.created_at
+
+
 def test_uncommitted_trainer_changes_are_refused_unless_allowed(exp: Path) -> None:
     (exp / "experiments/demo/train.sh").write_text(TRAIN.replace("version 1", "version 2"))
     with pytest.raises(UsageError, match="uncommitted changes"):
-        submit(opts(), exp)
+        submit(request(), SubmitOptions(), exp)
 
-    result = submit(opts(local=True, allow_dirty=True), exp, echo=quiet)
+    result = submit(request(), SubmitOptions(local=True, allow_dirty=True), exp, echo=quiet)
 
     assert result.status.phase == "Succeeded" and result.status.provenance.dirty is True
     log = Path(result.status.out_dir).parent / "run.log"
@@ -100,9 +118,9 @@ def test_render_refusals_surface_at_submit(exp: Path) -> None:
     )
     git(exp, "commit", "-q", "-am", "cluster lab")
     with pytest.raises(UsageError, match=r"cluster.repo.url is not set"):
-        submit(opts(profile="h200:8"), exp)
+        submit(request(profile="h200:8"), SubmitOptions(), exp)
     with pytest.raises(UsageError, match="16 GPUs do not fill|do not fill whole h200 nodes"):
-        submit(opts(profile="h200:12"), exp)
+        submit(request(profile="h200:12"), SubmitOptions(), exp)
     assert not (exp / "runs/demo").exists()
 
 
@@ -111,7 +129,7 @@ def test_push_publishes_request_and_status(exp: Path, tmp_path: Path) -> None:
     git(exp, "remote", "add", "origin", str(remote))
     git(exp, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    result = submit(opts(local=True, push=True), exp, echo=quiet)
+    result = submit(request(), SubmitOptions(local=True, push=True), exp, echo=quiet)
 
     assert result.pushed
     files = remote_files(remote, ".")
@@ -123,7 +141,7 @@ def test_rerun_reproduces_the_original_at_its_commit(exp: Path) -> None:
     (exp / "experiments/demo/lr").write_text("0.1")
     git(exp, "add", "-A")
     git(exp, "commit", "-q", "-m", "lr file")
-    first = submit(opts(local=True, sets={"lr": 0.1}, inputs={"model": "m1"}), exp, echo=quiet)
+    first = submit(request(set={"lr": 0.1}, inputs={"model": "m1"}), HERE, exp, echo=quiet)
     (exp / "experiments/demo/train.sh").write_text(TRAIN.replace("version 1", "version 2"))
     git(exp, "commit", "-q", "-am", "trainer v2")
 
@@ -146,7 +164,7 @@ def test_rerun_reproduces_the_original_at_its_commit(exp: Path) -> None:
 
 
 def test_cancel_marks_the_request_once(exp: Path) -> None:
-    result = submit(opts(), exp)
+    result = submit(request(), SubmitOptions(), exp)
 
     said = cancel_run(result.key.run_id, exp)
     again = cancel_run(result.key.run_id, exp)
@@ -160,7 +178,7 @@ def test_cancel_marks_the_request_once(exp: Path) -> None:
 def test_cancel_now_stops_a_local_run(exp: Path, tmp_path: Path) -> None:
     (exp / "experiments/demo/train.sh").write_text("#!/usr/bin/env bash\necho started\nsleep 300\n")
     git(exp, "commit", "-q", "-am", "slow trainer")
-    result = submit(opts(), exp)
+    result = submit(request(), SubmitOptions(), exp)
     reconcile(exp, BotOptions(), echo=quiet)  # the bot starts it detached on this machine
     run_dir = Path(read_status(exp, result.key).out_dir).parent
     wait_until(lambda: "started" in (run_dir / "run.log").read_text(), 20, message="the run did not start")
@@ -175,8 +193,8 @@ def test_cancel_now_stops_a_local_run(exp: Path, tmp_path: Path) -> None:
 
 
 def test_job_commands_show_runs_status_and_logs(exp: Path) -> None:
-    done = submit(opts(local=True, message="x"), exp, echo=quiet)
-    waiting = submit(opts(), exp)
+    done = submit(request(message="x"), HERE, exp, echo=quiet)
+    waiting = submit(request(), SubmitOptions(), exp)
     run_id = done.key.run_id
 
     code, listed, _ = job_cli(exp, "ls")
@@ -200,5 +218,5 @@ def test_a_lab_without_commits_is_refused(tmp_path: Path) -> None:
     init_lab(tmp_path / "lab", "x", use_git=False)
     git(tmp_path / "lab", "init", "-q")
     with pytest.raises(UsageError, match="no commits yet"):
-        submit(opts(), tmp_path / "lab")
+        submit(request(), SubmitOptions(), tmp_path / "lab")
     assert RunKey("demo", "x")  # the key type is importable without a lab

@@ -44,25 +44,19 @@ def submit(
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
     from tuneplane.cli.outcome import require_success, show_outcome
-    from tuneplane.runs.requests import TypedFlags, read_flags
+    from tuneplane.lab.runs import new_run_id
+    from tuneplane.runs.requests import TypedFlags, read_request
     from tuneplane.runs.submit import SubmitOptions
     from tuneplane.runs.submit import submit as do_submit
 
     typed = TypedFlags(
         experiment, profile, image, observability_url, sets or [], model, train_data, validation_data, timeout, message
     )
-    opts = SubmitOptions.of(
-        read_flags(typed),
-        push=push,
-        local=local,
-        detach=detach,
-        allow_dirty=allow_dirty,
-        remote=remote,
-        branch=branch,
-    )
+    request = read_request(typed, run_id=new_run_id(), command="submit")
     if detach and not local:
         raise UsageError("--detach runs a local run in the background", hint="add --local")
-    result = do_submit(opts, echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
+    opts = SubmitOptions(push=push, local=local, detach=detach, allow_dirty=allow_dirty, remote=remote, branch=branch)
+    result = do_submit(request, opts, echo=lambda line: say.line(f"  │ {line}"), notify=say.line)
     if detach:
         say.line(f"run {result.key.run_id} runs in the background; its status is committed when it ends")
         return

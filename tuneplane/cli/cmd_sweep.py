@@ -74,13 +74,13 @@ def sweep(
         raise UsageError(f"unexpected argument {name_arg!r}", hint="name the sweep with --name NAME")
     if not profile:
         raise UsageError("tp sweep EXP needs --profile", hint="for example --profile local")
-    from tuneplane.runs.requests import TypedFlags, read_flags  # lazy: as above
+    from tuneplane.runs.requests import TypedFlags  # lazy: as above
 
     typed = TypedFlags(
         experiment, profile, image, observability_url, sets or [], model, train_data, validation_data, timeout, message
     )
-    opts = sweeps.SweepOptions.of(
-        read_flags(typed),
+    opts = sweeps.SweepOptions(
+        typed,
         name=name,
         grid=tuple(grid or ()),
         sample=sample,

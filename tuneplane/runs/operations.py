@@ -12,8 +12,7 @@ from pathlib import Path
 from tuneplane.constants import RenderFormat
 from tuneplane.errors import UsageError
 from tuneplane.lab.runs import find_run, new_run_id, read_status
-from tuneplane.models.run import Inputs
-from tuneplane.runs.requests import RunFlags, request_from_flags, requester
+from tuneplane.runs.requests import new_request, requester
 from tuneplane.runs.review import Echo, RenderContext, RenderOptions
 from tuneplane.runs.submit import SubmitOptions, SubmitResult, submit
 
@@ -46,12 +45,18 @@ def run_operation(opts: OperationOptions, out: Echo, note: Echo, echo: Echo, not
     context = RenderContext.open(options, out=out, note=note)
     profile = opts.profile or next(iter(context.lab.config.profiles), "")
     inputs = {**opts.inputs, "checkpoint": checkpoint_path(context.lab.root, opts.inputs.get("checkpoint", ""))}
-    flags = RunFlags(opts.experiment, profile, operation=opts.operation, inputs=Inputs(**inputs), timeout=opts.timeout)
-    if opts.local and not opts.dry_run:
-        return OperationOutcome(submitted=submit(SubmitOptions.of(flags, local=True), echo=echo, notify=notify))
-    request = request_from_flags(
-        flags, run_id=new_run_id(), command=opts.operation, requested_by=requester(context.repo)
+    request = new_request(
+        command=opts.operation,
+        experiment=opts.experiment,
+        run_id=new_run_id(),
+        operation=opts.operation,
+        profile=profile,
+        inputs=inputs,
+        timeout=opts.timeout,
+        requested_by=requester(context.repo),
     )
+    if opts.local and not opts.dry_run:
+        return OperationOutcome(submitted=submit(request, SubmitOptions(local=True), echo=echo, notify=notify))
     rendered = context.render_request(request)
     if opts.dry_run:
         return OperationOutcome(argv=list(rendered.plan.argv), run_dir=rendered.spec.spec.paths.run_dir)

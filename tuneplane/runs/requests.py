@@ -1,22 +1,27 @@
-"""A run request from command-line flags: the one builder `tp render`, `tp submit`, `tp rerun`,
-`tp export` and `tp eval` share, so a flag means the same thing to each of them.
+"""A run request from the command line, built once: the one builder `tp render`, `tp submit`, `tp sweep`,
+`tp rerun`, `tp export` and `tp eval` share, so a flag means the same thing to each of them.
 
-`read_flags` turns the flags as typed (`TypedFlags`: text) into `RunFlags` (`--set` read by the types the
-experiment declares, `--timeout` in seconds); `request_from_flags` makes the `RunRequest`, and `requester`
-names who asks, as the request's commit will (so `tp render EXP` shows the annotation `tp submit` writes).
+`TypedFlags` keeps the command line as typed (the text Typer gives; `tp render` keeps it in its options).
+`read_request` reads it (`read_fields`: each `--set` by the type the experiment declares, `--timeout` in
+seconds) and validates it into the `RunRequest`; code that already holds parsed values (a rerun, a
+sweep's trials, `tp export`/`tp eval`) makes its request with `new_request`, the same one validation,
+so a bad value is "the command line" and the command's own `--help` for every one of them. A sweep
+reads its shared fields with `read_fields` too and validates them into its own `Sweep`. `requester`
+names who asks, as the request's commit will (so `tp render EXP` shows the annotation `tp submit`
+writes); `tp submit` stamps it and the time where a request leaves them empty.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tuneplane.check.params import parse_sets
 from tuneplane.check.setkeys import experiment_set_keys
-from tuneplane.constants import USER_ENV, Scalar
+from tuneplane.constants import USER_ENV
 from tuneplane.errors import UsageError
 from tuneplane.lab.catalog import Catalog, load_catalog
 from tuneplane.lab.gitrepo import FALLBACK_EMAIL, FALLBACK_NAME, GitFailed, GitRepo
@@ -25,7 +30,6 @@ from tuneplane.lab.modelparse import validate_or_raise
 from tuneplane.models.run import Inputs, RunRequest
 from tuneplane.runtime.patterns import lazy_pattern
 
-F = TypeVar("F", bound="RunFlags")
 # the files a trainer reads as local data (the TRL templates' loaders); a name without one is a Hub id
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 LOCAL_INPUTS = {
@@ -37,30 +41,8 @@ LOCAL_INPUTS = {
 
 
 @dataclass(frozen=True)
-class RunFlags:
-    """What a person asked for on the command line; `sets` already parsed by `check.params.parse_sets`."""
-
-    experiment: str
-    profile: str
-    image: str = ""
-    observability_url: str = ""
-    sets: dict[str, Scalar] = field(default_factory=dict)
-    inputs: Inputs | dict[str, str] = field(default_factory=Inputs)
-    operation: str = "train"
-    timeout: int | None = None
-    message: str = ""
-    commit: str = ""  # reruns: pin the job to this commit
-    rerun_of: str = ""
-
-    @classmethod
-    def of(cls: type[F], flags: RunFlags, **more: Any) -> F:
-        """`flags` as this subclass (`SubmitOptions`), with what only it takes in `more`."""
-        return cls(**{f.name: getattr(flags, f.name) for f in fields(RunFlags)}, **more)
-
-
-@dataclass(frozen=True)
 class TypedFlags:
-    """The run flags `tp render EXP` and `tp submit EXP` share, as typed."""
+    """The run flags `tp render EXP`, `tp submit EXP` and `tp sweep EXP` share, as typed."""
 
     experiment: str = ""
     profile: str = ""
@@ -74,41 +56,41 @@ class TypedFlags:
     message: str = ""
 
 
-def read_flags(typed: TypedFlags, lab: Lab | None = None, catalog: Catalog | None = None) -> RunFlags:
-    """`typed` read: each `--set` value by the type its key declares in the experiment (the lab and the
-    catalog are loaded for that when not given), `--timeout` in seconds. Raises UsageError."""
+def read_request(
+    typed: TypedFlags,
+    *,
+    run_id: str,
+    command: str,
+    lab: Lab | None = None,
+    catalog: Catalog | None = None,
+    **recorded: str,
+) -> RunRequest:
+    """The RunRequest `typed` asks for, as `run_id`; `recorded` adds who asked and when (`requested_by`,
+    `created_at`). The lab and the catalog are loaded to read `--set` when not given. Raises UsageError
+    naming the command line and `tp <command> --help`."""
+    return new_request(command=command, run_id=run_id, **read_fields(typed, lab, catalog), **recorded)
+
+
+def read_fields(typed: TypedFlags, lab: Lab | None = None, catalog: Catalog | None = None) -> dict[str, object]:
+    """The request's fields `typed` gives, read but not yet validated: each `--set` value by the type its
+    key declares in the experiment, `--timeout` in seconds. Raises UsageError."""
     keys = _set_keys(typed.experiment, lab, catalog) if typed.sets else None
-    inputs = Inputs(model=typed.model, train_data=typed.train_data, validation_data=typed.validation_data)
-    return RunFlags(
-        typed.experiment,
-        typed.profile,
-        typed.image,
-        typed.observability_url,
-        parse_sets(list(typed.sets), keys),
-        inputs,
-        timeout=parse_duration(typed.timeout),
-        message=typed.message,
-    )
-
-
-def request_from_flags(flags: RunFlags, *, run_id: str, command: str, **recorded: str) -> RunRequest:
-    """The RunRequest `flags` describe; `recorded` adds who asked and when (`requested_by`, `created_at`)."""
-    data: dict[str, Any] = {
-        "experiment": flags.experiment,
-        "run_id": run_id,
-        "operation": flags.operation,
-        "profile": flags.profile,
-        "image": flags.image,
-        "observability_url": flags.observability_url,
-        "set": flags.sets,
-        "inputs": flags.inputs,
-        "timeout": flags.timeout,
-        "message": flags.message,
-        "commit": flags.commit,
-        "rerun_of": flags.rerun_of,
-        **recorded,
+    return {
+        "experiment": typed.experiment,
+        "profile": typed.profile,
+        "image": typed.image,
+        "observability_url": typed.observability_url,
+        "set": parse_sets(list(typed.sets), keys),
+        "inputs": Inputs(model=typed.model, train_data=typed.train_data, validation_data=typed.validation_data),
+        "timeout": parse_duration(typed.timeout),
+        "message": typed.message,
     }
-    return validate_or_raise(RunRequest, data, "the command line", hint=f"see `tp {command} --help`")
+
+
+def new_request(*, command: str, **fields: object) -> RunRequest:
+    """`fields` validated into a RunRequest: the one check every request tp makes passes, whose first
+    problem names the command line and `see tp <command> --help`."""
+    return validate_or_raise(RunRequest, fields, "the command line", hint=f"see `tp {command} --help`")
 
 
 def requester(repo: GitRepo) -> str:

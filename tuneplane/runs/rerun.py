@@ -10,11 +10,15 @@ from tuneplane.backends.factory import local_lab
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, open_lab
-from tuneplane.lab.runs import RunKey, find_run, read_request, read_status
+from tuneplane.lab.runs import RunKey, find_run, new_run_id, read_request, read_status
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
 from tuneplane.runs.prepare import prepare
+from tuneplane.runs.requests import new_request
 from tuneplane.runs.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, submit
+
+# what a rerun copies from the original request; it adds its own id, message, commit and `rerun_of`
+COPIED = {"experiment", "profile", "image", "observability_url", "set", "inputs", "operation", "timeout"}
 
 
 @dataclass
@@ -43,26 +47,18 @@ def rerun(
     status = read_status(lab.root, key)
     repo = lab_repo(lab)
     commit = original.commit or (status.provenance.commit if status else "") or _added_in(repo, key)
-    opts = SubmitOptions(
-        experiment=original.experiment,
-        profile=original.profile,
-        image=original.image,
-        observability_url=original.observability_url,
-        sets=dict(original.set),
-        inputs=original.inputs,
-        operation=original.operation,
-        timeout=original.timeout,
+    request = new_request(
+        command="rerun",
+        **original.model_dump(include=COPIED),
+        run_id=new_run_id(),
         message=message or f"rerun of {key.run_id}",
-        push=push,
-        local=local,
-        remote=remote,
-        branch=branch,
         commit=commit,
         rerun_of=key.run_id,
     )
     if notify is not None:
         notify(f"rerun of {key}: its request, pinned to commit {commit[:12]}")
-    result = submit(opts, lab.root, echo, notify)
+    opts = SubmitOptions(push=push, local=local, remote=remote, branch=branch)
+    result = submit(request, opts, lab.root, echo, notify)
     before = _original_spec(repo, lab, original, commit, local)
     return RerunResult(key, result, before is not None and comparable(before) == comparable(result.spec))
 

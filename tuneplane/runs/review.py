@@ -36,7 +36,7 @@ from tuneplane.render.diff import RenderedChange, diff_comment
 from tuneplane.render.manifests import to_yaml
 from tuneplane.runs import budget
 from tuneplane.runs.prepare import PreparedRun, prepare
-from tuneplane.runs.requests import TypedFlags, read_flags, request_from_flags, requester
+from tuneplane.runs.requests import TypedFlags, read_request, requester
 
 if TYPE_CHECKING:
     from tuneplane.lab.catalog import Catalog
@@ -90,7 +90,7 @@ def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -
             hint="tp render EXP --profile NAME[:GPUS], tp render runs/EXP/RUN.yaml",
         )
     if len(opts.targets) == 1 and not _is_request_file(opts.targets[0]):
-        return context.one(context.request_from_flags(opts.targets[0]), opts.targets[0])
+        return context.one(context.typed_request(opts.targets[0]), opts.targets[0])
     if opts.has_run_flags():
         raise UsageError(
             "run flags (--profile, --set, --image, …) go with EXP, not with a run request file",
@@ -152,16 +152,22 @@ class RenderContext:
 
     # requests
 
-    def request_from_flags(self, experiment: str) -> RunRequest:
+    def typed_request(self, experiment: str) -> RunRequest:
         o = self.opts
         if not o.run.profile:
             raise UsageError(
                 f"--profile is required to render experiment {experiment!r}",
                 hint=f"profiles: {', '.join(self.lab.config.profiles)}",
             )
-        flags = read_flags(replace(o.run, experiment=experiment), self.lab, self.catalog)
         # who asks, as `tp submit` records it: the preview's annotations and digest are the submitted ones
-        return request_from_flags(flags, run_id=o.run_id, command="render", requested_by=requester(self.repo))
+        return read_request(
+            replace(o.run, experiment=experiment),
+            run_id=o.run_id,
+            command="render",
+            lab=self.lab,
+            catalog=self.catalog,
+            requested_by=requester(self.repo),
+        )
 
     def all_requests(self) -> list[Path]:
         return run_files(self.lab)

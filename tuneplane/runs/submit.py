@@ -1,6 +1,9 @@
 """Submit: `tp submit` checks a run request, writes it and commits only that file, then optionally
 runs it here (`--local`) and pushes.
 
+The request arrives built (`runs.requests`: from the command line, or a rerun's copy); `SubmitOptions`
+says only what to do with it, and `submit` stamps who asks and when where the request leaves them empty.
+
 The run is prepared (`runs.prepare`: resolve, compile, render in memory) before anything is written,
 so every refusal comes before a file or a job exists; `lab_at` gives the lab as it was at a commit,
 for a pinned run (`tp submit --commit`, `tp rerun`, the bot).
@@ -20,7 +23,7 @@ from tuneplane.constants import utc_now
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab, open_lab
-from tuneplane.lab.runs import RunKey, new_run_id, write_request
+from tuneplane.lab.runs import RunKey, write_request
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest, RunStatus
 from tuneplane.plan.adapters.base import cpu_smoke_test
@@ -31,14 +34,14 @@ from tuneplane.record.publish import (
 )
 from tuneplane.runs.localrun import run_local
 from tuneplane.runs.prepare import PreparedRun, backend_request, prepare
-from tuneplane.runs.requests import RunFlags, check_local_inputs, request_from_flags, requester
+from tuneplane.runs.requests import check_local_inputs, requester
 
 Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class SubmitOptions(RunFlags):
-    """Everything `tp submit` takes: the run's flags, and what to do with the request once written."""
+class SubmitOptions:
+    """How `tp submit` submits a request: what to do with it once written (the request says what runs)."""
 
     push: bool = False
     local: bool = False
@@ -80,14 +83,18 @@ def lab_dirty(repo: GitRepo, lab: Lab) -> bool:
     return bool(paths) and repo.is_dirty(paths)
 
 
-def build_request(opts: SubmitOptions, requested_by: str, run_id: str | None = None) -> RunRequest:
-    return request_from_flags(
-        opts, run_id=run_id or new_run_id(), command="submit", requested_by=requested_by, created_at=utc_now()
-    )
+def stamped(request: RunRequest, repo: GitRepo) -> RunRequest:
+    """`request` with who asks (`requester`) and when, each only where the request leaves it empty."""
+    update = {"requested_by": request.requested_by or requester(repo), "created_at": request.created_at or utc_now()}
+    return request.model_copy(update=update)
 
 
 def submit(
-    opts: SubmitOptions, root: Path | None = None, echo: Echo = print, notify: Echo | None = None
+    request: RunRequest,
+    opts: SubmitOptions,
+    root: Path | None = None,
+    echo: Echo = print,
+    notify: Echo | None = None,
 ) -> SubmitResult:
     """`tp submit`: check everything, write and commit the request, then run (`--local`) and push.
 
@@ -96,7 +103,7 @@ def submit(
     say = notify or (lambda _line: None)
     lab = open_lab(root)
     repo = lab_repo(lab)
-    request = build_request(opts, requester(repo))
+    request = stamped(request, repo)
     if opts.local:  # the trainer reads them here: a missing one is refused before the commit
         check_local_inputs(lab.root, request.inputs)
     commit, dirty = repo.head(), lab_dirty(repo, lab)
@@ -113,7 +120,7 @@ def submit(
     title = f"Request run {key.run_id} of {key.experiment} ({request.profile})"
     request_commit = repo.add_and_commit([key.request_rel], _message(title, request))
     say(f"wrote {key.request_rel} (committed {request_commit[:12]})")
-    if dirty and not opts.commit:
+    if dirty and not request.commit:
         say(f"warning: uncommitted changes are not part of the run; it runs commit {commit[:12]}")
     if cpu_smoke_test(run.spec):
         say(
@@ -154,9 +161,9 @@ def _prepare_for_submit(
     repo: GitRepo, lab: Lab, request: RunRequest, opts: SubmitOptions, commit: str, dirty: bool
 ) -> tuple[PreparedRun, list[Problem]]:
     """The prepared run (or its refusal), and the warnings `tp validate` has for its experiment."""
-    if opts.commit:
-        with lab_at(repo, opts.commit) as pinned:
-            run = prepare(local_lab(pinned) if opts.local else pinned, request, commit=opts.commit, dirty=False)
+    if request.commit:
+        with lab_at(repo, request.commit) as pinned:
+            run = prepare(local_lab(pinned) if opts.local else pinned, request, commit=request.commit, dirty=False)
             return run, experiment_warnings(pinned, request.experiment)
     run = prepare(
         local_lab(lab) if opts.local else lab,

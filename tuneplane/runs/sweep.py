@@ -2,9 +2,10 @@
 
 Every change to a sweep (create, extend, cancel, rerun the failed trials) is one commit holding the
 sweep file and the requests it touches, so a pull request reviews the sweep whole and `git revert`
-undoes it whole. Each trial's request is made by `runs.requests.request_from_flags` (the builder `tp
-submit` uses) and prepared (`runs.prepare`) before anything is written, so a sweep is refused for the
-same reasons, in the same words, as each of its runs would be.
+undoes it whole. The flags every trial shares are read by `runs.requests.read_fields`, as `tp submit`
+reads them; each trial's request is made by `runs.requests.new_request` (the one check every request
+passes) and prepared (`runs.prepare`) before anything is written, so a sweep is refused for the same
+reasons, in the same words, as each of its runs would be.
 """
 
 from __future__ import annotations
@@ -32,16 +33,18 @@ from tuneplane.models.sweep import MAX_TRIALS, Sweep, Trial, expand, trial_count
 from tuneplane.plan.resolve import prepare_experiment
 from tuneplane.record.publish import publish, resolve_target
 from tuneplane.runs.prepare import prepare
-from tuneplane.runs.requests import RunFlags, request_from_flags, requester
+from tuneplane.runs.requests import TypedFlags, new_request, read_fields, requester
 from tuneplane.runs.submit import lab_dirty, lab_repo
 
 Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class SweepOptions(RunFlags):
-    """`tp sweep EXP`: the run flags every trial shares, the swept parameters, and what to do with the commit."""
+class SweepOptions:
+    """`tp sweep EXP`: the run flags every trial shares (as typed), the swept parameters, and what to do
+    with the commit."""
 
+    run: TypedFlags
     name: str = ""
     grid: tuple[str, ...] = ()  # `KEY=V1,V2,…` as typed
     sample: int | None = None
@@ -68,8 +71,9 @@ def create_sweep(opts: SweepOptions, root: Path | None = None, say: Echo | None 
     """Write the sweep and its missing requests and commit them together; the same sweep again adds nothing."""
     lab = open_lab(root)
     repo = lab_repo(lab)
-    grid = parse_grid(lab, opts.experiment, opts.grid)
-    fresh = _sweep_of(opts, grid, requester(repo))
+    shared = read_fields(opts.run, lab)
+    grid = parse_grid(lab, opts.run.experiment, opts.grid)
+    fresh = _sweep_of(opts, shared, grid, requester(repo))
     existing = _existing(lab, fresh.name)
     if existing is not None and _definition(existing) != _definition(fresh):
         raise UsageError(
@@ -83,7 +87,9 @@ def create_sweep(opts: SweepOptions, root: Path | None = None, say: Echo | None 
         sweep,
         wrote_sweep=existing is None,
         title=f"Sweep {sweep.name} of {sweep.experiment}",
-        opts=opts,
+        push=opts.push,
+        remote=opts.remote,
+        branch=opts.branch,
         say=say,
     )
 
@@ -104,7 +110,6 @@ def extend_sweep(
     repo = lab_repo(lab)
     sweep = read_sweep(lab.root, name)
     more = parse_grid(lab, sweep.experiment, grid_flags)
-    opts = SweepOptions(sweep.experiment, sweep.profile, push=push, remote=remote, branch=branch)
     if not more:
         return _commit(
             repo,
@@ -112,7 +117,9 @@ def extend_sweep(
             sweep,
             wrote_sweep=False,
             title=f"Complete sweep {name} of {sweep.experiment}",
-            opts=opts,
+            push=push,
+            remote=remote,
+            branch=branch,
             say=say,
         )
     new_keys = sorted(set(more) - set(sweep.grid))
@@ -129,7 +136,15 @@ def extend_sweep(
         return SweepResult(sweep, trials=expand(sweep))
     extended = _validated(sweep, grid=grid)
     return _commit(
-        repo, lab, extended, wrote_sweep=True, title=f"Extend sweep {name} of {sweep.experiment}", opts=opts, say=say
+        repo,
+        lab,
+        extended,
+        wrote_sweep=True,
+        title=f"Extend sweep {name} of {sweep.experiment}",
+        push=push,
+        remote=remote,
+        branch=branch,
+        say=say,
     )
 
 
@@ -148,25 +163,19 @@ def parse_grid(lab: Lab, experiment: str, items: Sequence[str]) -> dict[str, lis
     return grid
 
 
-def _sweep_of(opts: SweepOptions, grid: dict[str, list[Scalar]], who: str) -> Sweep:
+def _sweep_of(opts: SweepOptions, shared: dict[str, object], grid: dict[str, list[Scalar]], who: str) -> Sweep:
+    """The sweep `opts` asks for: `shared` (the request fields every trial takes, read) and the grid."""
     if not grid:
         raise UsageError("a sweep needs --grid KEY=V1,V2,…", hint="for example --grid lr=1e-5,3e-5 --grid seed=0,1,2")
     sample = None if opts.sample is None else {"count": opts.sample, "seed": opts.seed}
     data: dict[str, Any] = {
+        **shared,
         "name": opts.name or "pending",
-        "experiment": opts.experiment,
-        "profile": opts.profile,
         "created_at": f"{utc_moment():%Y%m%d-%H%M%S}",
-        "image": opts.image,
-        "observability_url": opts.observability_url,
-        "set": opts.sets,
-        "inputs": opts.inputs,
-        "timeout": opts.timeout,
         "grid": grid,
         "sample": sample,
         "max_trials": opts.max_trials,
         "requested_by": who,
-        "message": opts.message,
     }
     if opts.name and name_error(opts.name, "sweep name"):
         raise UsageError(name_error(opts.name, "sweep name"), hint="use letters, digits, `.`, `_` and `-`")
@@ -260,14 +269,15 @@ def rerun_failed(
     if not pins:
         return SweepResult(sweep, trials=expand(sweep))
     rerun = _validated(sweep, reruns=reruns)
-    opts = SweepOptions(sweep.experiment, sweep.profile, push=push, remote=remote, branch=branch)
     return _commit(
         repo,
         lab,
         rerun,
         wrote_sweep=True,
         title=f"Rerun the failed trials of sweep {name}",
-        opts=opts,
+        push=push,
+        remote=remote,
+        branch=branch,
         say=say,
         pins=pins,
     )
@@ -285,21 +295,23 @@ def newest_runs(trials: list[Trial]) -> list[Trial]:
 
 
 def trial_request(sweep: Sweep, trial: Trial, who: str, commit: str = "") -> RunRequest:
-    """The run request of one trial, made by the builder `tp submit` uses."""
-    flags = RunFlags(
-        sweep.experiment,
-        sweep.profile,
-        sweep.image,
-        sweep.observability_url,
-        {**sweep.set, **trial.params},
-        sweep.inputs,
+    """The run request of one trial, checked as every request tp makes is."""
+    return new_request(
+        command="sweep",
+        experiment=sweep.experiment,
+        run_id=trial.run_id,
+        profile=sweep.profile,
+        image=sweep.image,
+        observability_url=sweep.observability_url,
+        set={**sweep.set, **trial.params},
+        inputs=sweep.inputs,
         timeout=sweep.timeout,
         message=sweep.message or f"trial {trial.index + 1} of sweep {sweep.name}",
         commit=commit if trial.rerun else "",
         rerun_of=trial.rerun_of,
-    )
-    return request_from_flags(
-        flags, run_id=trial.run_id, command="sweep", requested_by=who, created_at=utc_now(), sweep=sweep.name
+        requested_by=who,
+        created_at=utc_now(),
+        sweep=sweep.name,
     )
 
 
@@ -310,11 +322,14 @@ def _commit(
     *,
     wrote_sweep: bool,
     title: str,
-    opts: SweepOptions,
+    push: bool,
+    remote: str | None,
+    branch: str | None,
     say: Echo | None,
     pins: dict[str, str] | None = None,
 ) -> SweepResult:
-    """Prepare every missing request (refusing before anything is written), write them and the sweep, commit."""
+    """Prepare every missing request (refusing before anything is written), write them and the sweep, commit
+    (and push it to `remote`/`branch` when asked)."""
     who = requester(repo)
     trials = expand(sweep)
     missing = [t for t in trials if not (lab.root / RunKey(sweep.experiment, t.run_id).request_rel).exists()]
@@ -322,7 +337,7 @@ def _commit(
     _prepare_all(repo, lab, requests)
     result = SweepResult(sweep, trials=trials)
     if not missing and not wrote_sweep:
-        _push(repo, result, opts.push, opts.remote, opts.branch)
+        _push(repo, result, push, remote, branch)
         return result  # the same sweep again: nothing to add
     if wrote_sweep:
         write_sweep(lab.root, sweep)
@@ -337,7 +352,7 @@ def _commit(
         result.commit = repo.add_and_commit(result.written, f"{title}\n\n{body}\nWritten by tp sweep.")
     if say is not None:
         say(f"wrote {sweep_rel(sweep.name)} and {len(requests)} run requests (committed {result.commit[:12]})")
-    _push(repo, result, opts.push, opts.remote, opts.branch)
+    _push(repo, result, push, remote, branch)
     return result
 
 
