@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from githttp import GitHttpServer
 from podrunner import PodRunner
 from support import render as hr
 from support.render import CLUSTER_SETTINGS, commit_all, git, make_lab, request, resolve_run
+from support.wait import wait_until
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
@@ -337,15 +337,15 @@ def test_a_rayjob_entrypoint_is_submitted_to_a_real_ray_head(
 def _wait_for_dashboard(port: int, proc: subprocess.Popen[bytes], limit: float = 150.0) -> None:
     import urllib.request
 
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"ray start --head exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/version", timeout=2) as answer:
-                if answer.status == 200:
-                    return
+                return bool(answer.status == 200)
         except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"the Ray dashboard did not answer on port {port} within {limit:g} s")
+            return False
+
+    wait_until(
+        answers, limit, interval=0.5, message=f"the Ray dashboard did not answer on port {port} within {limit:g} s"
+    )

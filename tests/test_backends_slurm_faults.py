@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from support.repos import BRANCH, clone, git, make_remote, remote_files, remote_show, tp_process
 from support.slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
+from support.wait import wait_until
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
@@ -33,15 +34,12 @@ def _jobs_named(cluster: SlurmCluster, name: str) -> list[str]:
 def _wait_launches(path: Path, count: int, timeout: float = 90) -> list[str]:
     import time
 
-    deadline = time.monotonic() + timeout
-    lines: list[str] = []
-    while time.monotonic() < deadline:
-        lines = path.read_text().splitlines() if path.exists() else []
-        if len(lines) >= count:
-            time.sleep(3)  # a duplicate would show up now
-            return path.read_text().splitlines()
-        time.sleep(0.5)
-    return lines
+    def launched() -> list[str]:
+        return path.read_text().splitlines() if path.exists() else []
+
+    wait_until(lambda: len(launched()) >= count, timeout, interval=0.5, message=lambda: f"launches: {launched()}")
+    time.sleep(3)  # a duplicate would show up now
+    return launched()
 
 
 def test_three_bots_racing_submit_each_run_once(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:

@@ -28,9 +28,11 @@ from support.repos import (
     seed_lab,
     tp_run,
 )
+from support.wait import wait_until
 from test_bot_sync_metrics import SECRET, _free_port, _post
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
+from tuneplane.bot.report import BotReport
 from tuneplane.ingest.server import IngestServer
 from tuneplane.lab.runs import RunKey, read_status, write_status
 from tuneplane.plan.names import object_name
@@ -66,13 +68,15 @@ def test_a_persons_pull_rebase_after_three_bot_passes_does_not_conflict(tmp_path
     git(bob, "pull", "--rebase", "-q", "origin", BRANCH)
     git(bob, "push", "-q", "origin", f"HEAD:{BRANCH}")
     assert reconcile(bot, PUSH, echo=quiet).pushed  # pass 2: submits Bob's run
-    for _ in range(600):  # pass 3: the bot's runs end (they are processes here), and it records both ends
+
+    def both_recorded() -> tuple[BotReport, dict[str, str]] | None:
         report = sync(bot, PUSH, echo=quiet)
         phases = {r: read_status(bot, RunKey("demo", r)).phase for r in (first, second)}  # type: ignore[union-attr]
-        if set(phases.values()) == {"Succeeded"}:
-            break
-        time.sleep(0.1)
-    assert report.pushed and set(phases.values()) == {"Succeeded"}
+        return (report, phases) if set(phases.values()) == {"Succeeded"} else None
+
+    # pass 3: the bot's runs end (they are processes here), and it records both ends
+    report, _ = wait_until(both_recorded, 90, interval=0.1, message="the bot never recorded both runs Succeeded")
+    assert report.pushed
     bot_paths = git(bot, "diff", "--name-only", f"{git(alice, 'rev-parse', f'origin/{BRANCH}')}", "HEAD")
     assert "status/README.md" in bot_paths and "status/index.json" in bot_paths  # the bot rewrote the pages
 

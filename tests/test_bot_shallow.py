@@ -10,7 +10,6 @@ message naming the request, the commit and the fix, never "no such commit".
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from support.repos import (
     seed_lab,
     tp_run,
 )
+from support.wait import wait_until
 
 from tuneplane.bot.entry import BotOptions, reconcile
 from tuneplane.lab.runs import RunKey, read_request, read_status, write_request
@@ -334,14 +334,16 @@ def _wait_done(remote: Path, ids: list[str]) -> None:
     """Until the local jobs of these runs have ended (their run directories say so)."""
     from tuneplane.backends.local import read_state
 
-    deadline = time.monotonic() + 60
     for run_id in ids:
         status = json.loads(remote_show(remote, f"status/demo/{run_id}.json"))
         assert status["phase"] != "Failed", f"{run_id} was not run: {status['message']}"
-        out_dir = status["out_dir"]
-        while (read_state(Path(out_dir).parent) or {}).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
-            assert time.monotonic() < deadline, f"local run {run_id} did not finish"
-            time.sleep(0.1)
+        run_dir = Path(status["out_dir"]).parent
+        wait_until(
+            lambda: (read_state(run_dir) or {}).get("phase") in ("Succeeded", "Failed", "Cancelled"),  # noqa: B023
+            60,
+            interval=0.1,
+            message=f"local run {run_id} did not finish",
+        )
 
 
 def _run_log(status: dict[str, object]) -> str:

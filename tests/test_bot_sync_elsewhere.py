@@ -10,11 +10,11 @@ takes the laptop's later status as it comes. A run directory removed on the bot'
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 from support.local import kill_job
 from support.repos import BRANCH, clone, git, make_remote, quiet, seed_lab
+from support.wait import wait_until
 
 from tuneplane.backends.local.files import read_state
 from tuneplane.bot.entry import reconcile, sync
@@ -53,17 +53,13 @@ def _laptop_status(root: Path, storage: Path, phase: str) -> None:
     git(root, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
 
-def _started(bot: Path) -> tuple[Path, float]:
-    """After the bot's reconcile: the run's directory once its supervisor started the trainer, and the
-    deadline the test waits by."""
+def _started(bot: Path) -> Path:
+    """After the bot's reconcile: the run's directory once its supervisor started the trainer."""
     status = read_status(bot, RunKey("demo", RUN))
     assert status.backend is not None
     run_dir = Path(status.backend.namespace)
-    deadline = time.monotonic() + 30
-    while not (read_state(run_dir) or {}).get("pgid"):
-        assert time.monotonic() < deadline, "the local run did not start"
-        time.sleep(0.1)
-    return run_dir, deadline
+    wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, interval=0.1, message="the local run did not start")
+    return run_dir
 
 
 def _alive(pid: int) -> bool:
@@ -120,13 +116,12 @@ def test_a_run_directory_removed_on_the_bots_own_machine_is_still_lost(tmp_path:
     seed_lab(remote, tmp_path / "seed", {"demo": "sleep 30\n"}, runs=[("demo", RUN)])
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, echo=quiet)
-    run_dir, deadline = _started(bot)
+    run_dir = _started(bot)
     state = read_state(run_dir) or {}
     kill_job(state)
     supervisor = int(state["supervisor_pid"])
-    while _alive(supervisor):  # it records the end, then leaves
-        assert time.monotonic() < deadline + 30, "the run's supervisor did not leave"
-        time.sleep(0.05)
+    # it records the end, then leaves
+    wait_until(lambda: not _alive(supervisor), 60, message="the run's supervisor did not leave")
     shutil.rmtree(run_dir)  # its parents stay: this machine's storage
 
     sync(bot, echo=quiet)
@@ -146,7 +141,7 @@ def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_p
     seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"}, runs=[("demo", RUN)])
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, echo=quiet)
-    run_dir, deadline = _started(bot)
+    run_dir = _started(bot)
     sync(bot, echo=quiet)
     assert read_status(bot, RunKey("demo", RUN)).phase == "Running"
 
@@ -160,9 +155,10 @@ def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_p
     assert idle(bot, "sync", BotOptions()) is None  # still something to watch
 
     stop.touch()
-    deadline = time.monotonic() + 30
-    while read_status(bot, RunKey("demo", RUN)).phase == "Running":
-        assert time.monotonic() < deadline, "the bot never recorded the run's end"
-        time.sleep(0.3)
+
+    def recorded_end() -> bool:
         sync(bot, echo=quiet)
+        return read_status(bot, RunKey("demo", RUN)).phase != "Running"
+
+    wait_until(recorded_end, 30, interval=0.3, message="the bot never recorded the run's end")
     assert read_status(bot, RunKey("demo", RUN)).phase == "Succeeded"
