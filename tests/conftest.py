@@ -411,15 +411,10 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
 
 
-# Which tests start first: xdist hands tests out in this order, in runs of neighbours to one worker.
-# The Slurm tests come first: one worker runs them one after another (about six minutes, mostly waiting
-# on the real cluster), and that wait must overlap the rest, not end the suite (started after the
-# trainers, it left both cores idle for the last two minutes). Then the trainers, clusters and process
-# trees, so the short tests fill in around them instead of one worker finishing a trainer alone at the
-# end; the two files that first fetch framework wheels from the package index go last among the
-# trainers, so the suite does not start with every worker waiting on the network.
-_START_FIRST = ("slurm", "trainer", "cluster", "process", "bulk")
-_FETCH_WHEELS = ("test_catalog_framework_configs.py", "test_catalog_framework_parsers.py")
+# Which tests start first: xdist hands tests out in this order, so the long ones (trainers, clusters,
+# process trees) start while the short ones fill the gaps, instead of one worker finishing a trainer
+# alone at the end (in collection order the suite ran its last four minutes on one of two cores).
+_START_FIRST = ("trainer", "slurm", "cluster", "process", "bulk")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -431,5 +426,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for cost in sorted(costs):
             item.add_marker(cost)
         firsts = [_START_FIRST.index(cost) for cost in costs if cost in _START_FIRST]
-        rank[item] = 2 * min(firsts, default=len(_START_FIRST)) + (item.path.name in _FETCH_WHEELS)
+        rank[item] = min(firsts, default=len(_START_FIRST))
     items.sort(key=rank.__getitem__)  # stable: each file keeps its own order
