@@ -411,20 +411,10 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
 
 
-# Which tests start first: xdist hands tests out in this order, so the long ones (trainers, clusters,
-# process trees) start while the short ones fill the gaps, instead of one worker finishing a trainer
-# alone at the end (in collection order the suite ran its last four minutes on one of two cores).
-_START_FIRST = ("trainer", "slurm", "cluster", "process", "bulk")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank: dict[pytest.Item, int] = {}
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         costs = {cost for fixture, cost in _FIXTURE_COST.items() if fixture in fixtures}
         costs |= set(_FILE_COST.get(item.path.name, ()))
         for cost in sorted(costs):
             item.add_marker(cost)
-        firsts = [_START_FIRST.index(cost) for cost in costs if cost in _START_FIRST]
-        rank[item] = min(firsts, default=len(_START_FIRST))
-    items.sort(key=rank.__getitem__)  # stable: each file keeps its own order
