@@ -110,18 +110,15 @@ def extend_sweep(
     repo = lab_repo(lab)
     sweep = read_sweep(lab.root, name)
     more = parse_grid(lab, sweep.experiment, grid_flags)
-    if not more:
+
+    def commit(target: Sweep, verb: str, wrote_sweep: bool) -> SweepResult:
+        title = f"{verb} sweep {name} of {sweep.experiment}"
         return _commit(
-            repo,
-            lab,
-            sweep,
-            wrote_sweep=False,
-            title=f"Complete sweep {name} of {sweep.experiment}",
-            push=push,
-            remote=remote,
-            branch=branch,
-            say=say,
+            repo, lab, target, wrote_sweep=wrote_sweep, title=title, push=push, remote=remote, branch=branch, say=say
         )
+
+    if not more:
+        return commit(sweep, "Complete", wrote_sweep=False)
     new_keys = sorted(set(more) - set(sweep.grid))
     if new_keys:
         swept = ", ".join(sorted(sweep.grid))
@@ -134,18 +131,7 @@ def extend_sweep(
     }
     if grid == {k: list(v) for k, v in sweep.grid.items()}:
         return SweepResult(sweep, trials=expand(sweep))
-    extended = _validated(sweep, grid=grid)
-    return _commit(
-        repo,
-        lab,
-        extended,
-        wrote_sweep=True,
-        title=f"Extend sweep {name} of {sweep.experiment}",
-        push=push,
-        remote=remote,
-        branch=branch,
-        say=say,
-    )
+    return commit(_validated(sweep, grid=grid), "Extend", wrote_sweep=True)
 
 
 def parse_grid(lab: Lab, experiment: str, items: Sequence[str]) -> dict[str, list[Scalar]]:
