@@ -19,7 +19,10 @@ from support.wait import wait_until
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import BackendError, BackendRef, NotReachable, SubmitRequest
 from tuneplane.backends.local import LOG, STATE, LocalBackend, read_state, supervise, supervisor_alive
+from tuneplane.constants import utc_now
 from tuneplane.lab.load import load_lab
+from tuneplane.models.run import RunStatus
+from tuneplane.runs.observe import apply_observation
 from tuneplane.runs.prepare import backend_request
 from tuneplane.runs.prepare import prepare as prepare_run
 from tuneplane.runtime.attempts import write as write_record
@@ -206,6 +209,37 @@ def test_records_alone_and_state_alone_both_read_right(exp: Path, storage: Path)
     (recorded,) = backend.observe(ref).attempts
     assert (recorded.reason, recorded.exit_code, recorded.signal) == ("Signal", 143, 15)
     assert recorded.message == "killed by SIGTERM"
+
+
+def test_a_run_between_its_trainers_exit_and_its_supervisors_record_is_still_running(exp: Path, storage: Path) -> None:
+    # The launcher writes its end record the moment the trainer exits; the supervisor records the run's
+    # end a moment later (the collector's last pass, artifacts). A look in between once read as an
+    # attempt ended under a running object, that is an engine requeue: the status said Pending.
+    backend = LocalBackend(storage)
+    ref = backend.submit(job(exp, "sleep 300\n"))
+    running = wait(backend, ref, ("Running",))
+    run_dir = backend.run_dir(ref)
+    (started,) = running.attempts
+    write_record(
+        run_dir,
+        {
+            "attempt": 1,
+            "node_rank": 0,
+            "node": started.where[0] if started.where else "here",
+            "started_at": started.started_at or "2026-01-01T00:00:00Z",
+            "finished_at": "2026-01-01T00:00:09Z",
+            "exit_code": 0,
+        },
+    )
+    try:
+        seen = backend.observe(ref)
+        (attempt,) = seen.attempts
+        assert (seen.phase, attempt.reason, attempt.finished_at) == ("Running", None, None)
+        status = RunStatus(experiment="demo", run_id="r", method="custom/custom", profile="local", phase="Running")
+        assert apply_observation(status, seen, utc_now()).phase == "Running"
+    finally:
+        backend.cancel(ref)
+    assert wait(backend, ref).phase == "Cancelled"  # the supervisor's word decides the end
 
 
 # ── the next attempt ─────────────────────────────────────────────────────────────────────────────

@@ -314,7 +314,7 @@ def test_a_local_run_of_another_machine_silent_past_lost_after_is_lost(tmp_path:
 def requeued(*attempts: AttemptReport) -> Observation:
     """What an engine that requeued the job itself says (Slurm's `--requeue`, a Kueue re-admission): the
     object is under way again, its attempts so far ended, the next one not started yet."""
-    return Observation("Running", reason="REQUEUED", message="Slurm requeued the job", attempts=attempts)
+    return Observation("Running", reason="REQUEUED", message="Slurm requeued the job", attempts=attempts, requeued=True)
 
 
 def test_an_engine_requeue_past_a_budget_of_two_is_stopped_across_a_bot_restart(tmp_path: Path) -> None:

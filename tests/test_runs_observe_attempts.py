@@ -89,6 +89,22 @@ def test_an_evicted_run_goes_back_to_pending_instead_of_staying_running() -> Non
     assert [(a.number, a.reason) for a in s.attempts] == [(1, "Evicted"), (2, "")]
 
 
+def test_an_attempt_that_completed_under_a_running_object_is_no_requeue_unless_the_engine_says_so() -> None:
+    """A pod Succeeded before its Job is Complete, a trainer's end record before its supervisor's: the
+    run is neither requeued nor ended yet. An engine that says it requeued (Slurm) is believed."""
+    s = fold(status(), Observation("Running", started_at=at(1), attempts=(ran(1, 1),)))
+    done = ran(1, 1, 20, "Completed")
+    catching_up = fold(s, Observation("Running", attempts=(done,)))
+    assert (catching_up.phase, catching_up.finished_at) == ("Running", None)
+    assert [t.phase for t in catching_up.history] == ["Submitted", "Running"]
+    assert fold(catching_up, Observation("Succeeded", finished_at=at(21), attempts=(done,))).phase == "Succeeded"
+
+    requeued = fold(s, Observation("Running", reason="REQUEUED", attempts=(done,), requeued=True))
+    assert (requeued.phase, requeued.reason) == ("Pending", "REQUEUED")
+    failed = fold(s, Observation("Running", attempts=(ran(1, 1, 20, "Error"),)), retry=False)
+    assert (failed.phase, failed.reason) == ("Pending", "Requeued")  # a Job replaces its failed pod
+
+
 def test_a_requeue_after_an_old_exit_marker_never_ends_the_run() -> None:
     """Slurm: attempt 1 wrote its exit marker, the job was requeued; the controller stops answering in
     between, and a report from an engine that lost sight of attempt 2 still shows only the old marker."""

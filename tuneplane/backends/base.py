@@ -97,6 +97,10 @@ class Observation:
     # (a run only another machine can see), None means it never had one. The bot marks the run
     # `Lost` once it is older than `cluster.local.lost_after` seconds.
     heartbeat_at: str | None = None
+    # The engine says it starts the run's next attempt itself (Slurm's requeue). Under way with its newest
+    # attempt failed reads as a requeue without it (a Job replacing its pod); an attempt that completed is
+    # followed by another only on the engine's word, else its object has not yet caught up with its end.
+    requeued: bool = False
 
 
 NO_HEARTBEAT = "NoHeartbeat"  # Observation.reason of a run only another machine can see

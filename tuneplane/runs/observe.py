@@ -262,6 +262,10 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
         return going, obs.reason, obs.message
     ended = f"attempt {newest.number} ended {newest.reason}"
     why = _why(newest.message, obs.message)
+    if obs.phase == RUNNING and newest.reason == "Completed" and not obs.requeued:
+        # its object ends a moment after its attempt (a pod's Succeeded before its Job's Complete): no
+        # requeue, and no end yet either; the next look decides
+        return RUNNING, obs.reason, obs.message
     if obs.phase in UNDER_WAY:  # the engine requeued it and starts the next attempt itself
         return PENDING, obs.reason or REQUEUED, f"{ended}: {why}" if why else ended
     # the engine's word for the whole object: stopped on request is no failure to retry

@@ -47,8 +47,26 @@ def attempt_reports(run_dir: Path, state: dict[str, Any], found: Observation) ->
     reports = []
     for number in sorted(set(ended) | set(records) | {newest}):
         entry = ended.get(number) or _current(run_dir, state, found, number == newest)
-        reports.append(_report(number, entry, (records.get(number) or [{}])[0]))
+        record = (records.get(number) or [{}])[0]
+        if number == newest and number not in ended and found.phase not in TERMINAL:
+            record = _started_only(record)
+        reports.append(_report(number, entry, record))
     return tuple(reports)
+
+
+def _started_only(record: AttemptRecord) -> AttemptRecord:
+    """The launcher's record of an attempt whose end the supervisor has not recorded yet, as of its start.
+
+    The launcher writes its end record the moment the trainer exits; the supervisor records the run's
+    end after that (the collector's last pass, artifacts, and a cancel or a time limit only it knows).
+    Between the two, an attempt shown ended while its run is under way would read as a requeue (Slurm
+    reports one so), so the newest attempt stays under way until the supervisor's own word."""
+    started: AttemptRecord = {}
+    if "started_at" in record:
+        started["started_at"] = record["started_at"]
+    if "node" in record:
+        started["node"] = record["node"]
+    return started
 
 
 def record_cancel(state: dict[str, Any], message: str, at: str) -> list[dict[str, Any]]:

@@ -354,6 +354,7 @@ def from_slurm(fields: dict[str, str], evidence: Evidence) -> Observation:
         return Observation(
             RUNNING,
             reason="REQUEUED",
+            requeued=True,
             started_at=_run_start(older, start),
             message=f"Slurm requeued the job (restart {restarts}); {waits}",
             attempts=tuple(older),
