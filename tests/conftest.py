@@ -391,6 +391,7 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             "test_runs_sweep.py",
             "test_report_processes.py",
             "test_report_processes_sigterm.py",
+            "test_support_shared.py",
         ),
         ("process",),
     ),

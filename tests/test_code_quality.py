@@ -35,6 +35,7 @@ def test_the_tree_is_formatted():
 
 
 @pytest.mark.slow
+@pytest.mark.process  # mypy --strict over the package: half a minute of CPU, more than anything else in the fast lane
 def test_mypy_strict_is_clean():
     result = subprocess.run([sys.executable, "-m", "mypy", "tuneplane"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

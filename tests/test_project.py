@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import jsonschema
@@ -162,6 +161,18 @@ def wheel(tmp_path_factory):
     return next(dist.glob("tuneplane-*.whl"))
 
 
+def venv_with(env_dir: Path, wheel: Path, *pip_args: str, python: str = sys.executable) -> Path:
+    """A venv of `python` without the machine's packages, holding `wheel` (and what `pip_args` let pip add);
+    its Python. This suite's pip installs into it (`pip --python`): the venv needs no pip of its own, and
+    nothing is compiled ahead (`--no-compile`: each test process compiles only what it imports)."""
+    subprocess.run([python, "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True, timeout=300)
+    py = env_dir / "bin" / "python"
+    install = [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-compile", *pip_args]
+    done = subprocess.run([*install, str(wheel)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"pip install of the wheel into {env_dir}: {done.stderr[-3000:]}"
+    return py
+
+
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     """schemas/, catalog/ and templates/ must ship inside the wheel; tp runs from the venv alone."""
@@ -177,9 +188,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     ).stdout.split()
     assert len(shipped) > 100 and not [rel for rel in shipped if f"tuneplane/_data/{rel}" not in names]
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, capture_output=True)
+    py = venv_with(env_dir, wheel)  # with its dependencies, as a new user's `pip install tuneplane`
     tp = env_dir / "bin" / "tp"
     lab = tmp_path / "lab"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -221,14 +230,7 @@ JOB_SIDE_CALLS = {
 def bare_venv(tmp_path_factory, wheel):
     """A venv without the machine's packages holding the wheel installed without its dependencies."""
     env_dir = tmp_path_factory.mktemp("bare") / "venv"
-    venv.create(env_dir, with_pip=True, system_site_packages=False)
-    py = env_dir / "bin" / "python"
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    py = venv_with(env_dir, wheel, "--no-deps", "--no-index")
     missing = subprocess.run([str(py), "-c", "import pydantic"], capture_output=True, timeout=60)
     assert missing.returncode != 0, "the bare venv must not see pydantic"
     return env_dir

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
-from test_project import JOB_SIDE_CALLS, _bare_env, wheel  # noqa: F401  (wheel: the fixture that builds it)
+from test_project import JOB_SIDE_CALLS, _bare_env, venv_with, wheel  # noqa: F401  (wheel: the fixture that builds it)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMED = ("3.11", "3.12", "3.13")
@@ -64,11 +64,6 @@ def _python_or_skip(version: str) -> Path:
     return found
 
 
-def _venv(python: Path, where: Path) -> Path:
-    subprocess.run([str(python), "-m", "venv", str(where)], check=True, capture_output=True, timeout=300)
-    return where / "bin" / "python"
-
-
 def test_pyproject_and_the_wheel_claim_exactly_the_pythons_tested(wheel):  # noqa: F811
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     spec = SpecifierSet(project["project"]["requires-python"])
@@ -91,12 +86,8 @@ def test_pyproject_and_the_wheel_claim_exactly_the_pythons_tested(wheel):  # noq
 def other_bare(request, tmp_path_factory, wheel):  # noqa: F811
     """The wheel alone, without its dependencies, in a venv of another claimed Python."""
     python = _python_or_skip(request.param)
-    py = _venv(python, tmp_path_factory.mktemp(f"bare-{request.param}") / "venv")
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    py = venv_with(
+        tmp_path_factory.mktemp(f"bare-{request.param}") / "venv", wheel, "--no-deps", "--no-index", python=str(python)
     )
     return py
 
@@ -165,12 +156,7 @@ def test_ours_tells_our_deprecations_from_third_party_ones():
 def other_full(request, tmp_path_factory, wheel):  # noqa: F811
     """The wheel with its dependencies from the package index, in a venv of another claimed Python."""
     python = _python_or_skip(request.param)
-    py = _venv(python, tmp_path_factory.mktemp(f"full-{request.param}") / "venv")
-    done = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-compile", str(wheel)], capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, f"pip install of the wheel on {request.param}: {done.stderr[-3000:]}"
-    return py
+    return venv_with(tmp_path_factory.mktemp(f"full-{request.param}") / "venv", wheel, python=str(python))
 
 
 @pytest.mark.slow
