@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import support.repos
+from support.labs import GIT_IDENTITY, LEAKY_PREFIXES, new_lab
 from support.procs import child_env
 from support.shared import require_shared
 
@@ -43,13 +44,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # rewrote for its assertion messages, so every worker of every run would rewrite all of them again
 sys.dont_write_bytecode = False
 
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "Test Author",
-    "GIT_AUTHOR_EMAIL": "author@example.org",
-    "GIT_COMMITTER_NAME": "Test Committer",
-    "GIT_COMMITTER_EMAIL": "committer@example.org",
-}
-_LEAKY_PREFIXES = ("TUNEPLANE_", "GITHUB_", "GIT_", "FORGE_", "STARFORGE_")
 _LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 Tree = Mapping[str, "str | bytes | None | Tree"]
@@ -126,7 +120,7 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private HOME, XDG dirs, storage root and git identity; nothing leaks in from the shell."""
     for key in list(os.environ):
-        if key.startswith(_LEAKY_PREFIXES) or key in ("KUBECONFIG", "COLUMNS", "LINES", "NO_COLOR"):
+        if key.startswith(LEAKY_PREFIXES) or key in ("KUBECONFIG", "COLUMNS", "LINES", "NO_COLOR"):
             monkeypatch.delenv(key)  # a terminal's width or colour setting must not change what tp prints
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
@@ -259,35 +253,11 @@ def tp_subprocess() -> Callable[..., TpResult]:
     return run_tp_subprocess
 
 
-@pytest.fixture(scope="session")
-def _lab_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One lab written by `tp init` per test process; each test's `lab` is a copy of it (a copy costs a
-    few milliseconds, `tp init` a fifth of a second, and `tp init` writes no path of its own folder)."""
-    root = tmp_path_factory.mktemp("lab-template") / "lab"
-    with pytest.MonkeyPatch.context() as patch:  # made before any test's own isolation: isolate it here
-        home = tmp_path_factory.mktemp("lab-template-home")
-        for key in list(os.environ):
-            if key.startswith(_LEAKY_PREFIXES):
-                patch.delenv(key)
-        for key, value in {
-            **GIT_IDENTITY,
-            "HOME": str(home),
-            "XDG_CACHE_HOME": str(home / ".cache"),
-            "XDG_CONFIG_HOME": str(home / ".config"),
-            "GIT_CONFIG_NOSYSTEM": "1",
-        }.items():
-            patch.setenv(key, value)
-        # a lab CI can install tp in: an empty tool.requirement is a warning of every `tp validate`
-        result = run_tp_in_process("init", root, "--name", "test-lab", "--tool-requirement", "tuneplane==0.5.0")
-    assert result.code == 0, result.output
-    return root
-
-
 @pytest.fixture()
-def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _lab_template: Path) -> Path:
-    """A lab written by `tp init` (git repository with one commit), and the working directory."""
-    root = tmp_path / "lab"
-    shutil.copytree(_lab_template, root, symlinks=True)
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A lab written by `tp init` (git repository with one commit), and the working directory. Its tool
+    requirement is set: CI can install tp in it (an empty one is a warning of every `tp validate`)."""
+    root = new_lab(tmp_path / "lab", tool_requirement="tuneplane==0.5.0")
     monkeypatch.chdir(root)
     return root
 

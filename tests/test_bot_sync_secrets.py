@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from support.labs import new_lab
 from support.repos import BRANCH, backend_factory, clone, configure, git, kube_lab, make_remote, quiet, set_backend
 
 from tuneplane.bot.entry import reconcile, sync
@@ -33,12 +34,12 @@ EXPERIMENT = "rl"
 
 def ray_lab(tmp_path: Path) -> Path:
     """A Kubernetes lab with one verl GRPO run (a RayJob) requested and the lab's HF token set; the bot's clone."""
-    from tuneplane.author.scaffold import init_lab, new_experiment
+    from tuneplane.author.scaffold import new_experiment
     from tuneplane.lab.load import load_lab
     from tuneplane.models.run import RunRequest
 
     remote, work = make_remote(tmp_path), tmp_path / "seed"
-    init_lab(work, "ray-lab", use_git=True)
+    new_lab(work, "ray-lab")
     configure(work)
     git(work, "remote", "add", "origin", str(remote))
     set_backend(work, "kubernetes")

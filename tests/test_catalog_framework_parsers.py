@@ -26,6 +26,7 @@ import pytest
 import yaml
 from conftest import run_tp_in_process
 from support.frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
+from support.labs import new_lab
 from support.repos import git
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ def cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 def framework_argv(tmp: Path, method: str, version: str, operation: str = "train") -> tuple[str, list[str]]:
     """(framework module, its argv) for `method` at runtime `version`, as the job would start it."""
     lab = tmp / "lab"
-    assert run_tp_in_process("init", lab, "--name", "parsers").code == 0
+    new_lab(lab, "parsers")
     made = run_tp_in_process("new", "exp", "--method", method, "--framework-version", version, cwd=lab)
     assert made.code == 0, made.output
     _fill(lab / "experiments" / "exp" / "config.yaml")

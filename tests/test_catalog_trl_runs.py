@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.labs import new_lab
 from support.repos import git
 from support.resume import save_tiny_qwen
 
@@ -83,11 +84,7 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from conftest import run_tp_in_process
-
-    root = tmp_path_factory.mktemp("trl-lab") / "lab"
-    assert run_tp_in_process("init", root, "--name", "trl-lab").code == 0
-    return root
+    return new_lab(tmp_path_factory.mktemp("trl-lab") / "lab", "trl-lab")
 
 
 def _train(method: str, name: str, assets: Path, lab: Path, tp: Any, tp_subprocess: Any, *extra: str) -> Path:

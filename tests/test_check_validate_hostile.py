@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.labs import new_lab
 
-from tuneplane.author.scaffold import init_lab, new_experiment
+from tuneplane.author.scaffold import new_experiment
 from tuneplane.check.admission import EXTERNAL_NEEDS_URL
 from tuneplane.lab.catalog import load_catalog, packaged_catalog_root
 from tuneplane.lab.load import load_lab
@@ -37,7 +38,7 @@ EXPERIMENTS = {"byo": "custom/custom", "img": "pytorch/image-classification", "s
 def base_lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built once through the library with the packaged catalog, whatever the environment says."""
     root = tmp_path_factory.mktemp("adversarial") / "lab"
-    init_lab(root, "adversarial", use_git=False)
+    new_lab(root, "adversarial", use_git=False)
     catalog = load_catalog(packaged_catalog_root())
     lab = load_lab(root)
     for name, method in EXPERIMENTS.items():

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.labs import new_lab
 from support.repos import git
 
 from tuneplane.models.experiment import ExperimentManifest
@@ -58,7 +59,7 @@ def test_the_experiment_extends_the_recipe_and_wins_on_the_same_path() -> None:
 @pytest.mark.parametrize("path", ["../up", "logs/../../up", "/abs/tb", "~/tb", "a\\..\\b"])
 def test_a_path_outside_the_out_dir_is_refused_at_its_line(tmp_path: Path, tp, path: str) -> None:
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "x").code == 0
+    new_lab(root, "x")
     assert tp("new", "scr", "--method", "custom/custom", cwd=root).code == 0
     (root / "experiments/scr/experiment.yaml").write_text(
         "apiVersion: tuneplane/experiment/v1\nmetrics:\n  native:\n"
@@ -72,7 +73,7 @@ def test_a_path_outside_the_out_dir_is_refused_at_its_line(tmp_path: Path, tp, p
 
 def test_a_newer_or_unknown_file_says_what_to_do(tmp_path: Path, tp) -> None:
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "x").code == 0
+    new_lab(root, "x")
     assert tp("new", "scr", "--method", "custom/custom", cwd=root).code == 0
     manifest = root / "experiments/scr/experiment.yaml"
     manifest.write_text("apiVersion: tuneplane/experiment/v9\n")
@@ -133,7 +134,7 @@ def _container_env(node: object) -> list[dict[str, str]]:
 def test_tensorboard_events_only_the_experiment_declares_are_charted(tmp_path: Path, tp, tp_subprocess) -> None:
     pytest.importorskip("torch.utils.tensorboard", reason="torch with tensorboard writes the events")
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "tb").code == 0
+    new_lab(root, "tb")
     assert tp("new", "scr", "--method", "custom/custom", cwd=root).code == 0
     exp = root / "experiments/scr"
     (exp / "train.py").write_text(TB_TRAIN_PY)
@@ -185,7 +186,7 @@ def test_a_script_naming_scalars_as_pytorchs_tensorboard_docs_do_shows_canonical
 
     pytest.importorskip("torch.utils.tensorboard", reason="torch with tensorboard writes the events")
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "tb").code == 0
+    new_lab(root, "tb")
     assert tp("new", "scr", "--method", "custom/custom", cwd=root).code == 0
     exp = root / "experiments/scr"
     (exp / "train.py").write_text(TUTORIAL_TRAIN_PY)

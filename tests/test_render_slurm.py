@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.labs import new_lab
 
 SLURM_SECTION = """  slurm:
     partition: gpu
@@ -33,10 +34,10 @@ HOSTILE = "https://t.example.org/p?q='; touch PWNED; echo '$(touch PWNED2)`x`\"\
 def _slurm_lab(
     root: Path, git: Any, kind: str = "host", runtime: str = "pyxis", gpu_request: str = "gpus-per-node"
 ) -> Path:
-    from tuneplane.author.scaffold import init_lab, new_experiment
+    from tuneplane.author.scaffold import new_experiment
     from tuneplane.lab.load import load_lab
 
-    init_lab(root, "slurm-render", use_git=True, backend="slurm")
+    new_lab(root, "slurm-render", backend="slurm")
     text = (root / "tuneplane.yaml").read_text(encoding="utf-8")
     start = text.index("  slurm:\n")
     text = text[:start] + SLURM_SECTION.format(kind=kind, runtime=runtime, gpu_request=gpu_request)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.labs import new_lab
 from support.repos import git
 from support.wait import wait_until
 
@@ -65,7 +66,7 @@ def _popen(*args: Any, cwd: Path) -> subprocess.Popen[str]:
 @pytest.fixture()
 def looping_lab(tmp_path: Path, tp: Any) -> Iterator[Path]:
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "watch").code == 0
+    new_lab(root, "watch")
     assert tp("new", "loop", "--method", "custom/custom", cwd=root).code == 0
     stop = shlex.quote(str(tmp_path / "stop-file"))
     (root / "experiments" / "loop" / "train.sh").write_text(LOOP_SH.replace("STOP_FILE", stop), encoding="utf-8")
@@ -210,7 +211,7 @@ def test_quickstart_prints_how_to_watch_from_another_terminal(tmp_path: Path) ->
 def test_local_2_trains_image_classification_on_two_cpu_ranks(tmp_path: Path, tp: Any) -> None:
     pytest.importorskip("torch")
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "cpu").code == 0
+    new_lab(root, "cpu")
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=root).code == 0
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "image classification")
@@ -241,7 +242,7 @@ def test_local_2_trains_image_classification_on_two_cpu_ranks(tmp_path: Path, tp
 def test_a_cpu_launch_line_gets_its_process_count(tmp_path: Path, tp: Any) -> None:
     """The seed's `--nproc_per_node "$TUNEPLANE_CLUSTER_GPUS_PER_NODE"` starts 0 on a CPU profile: warned."""
     root = tmp_path / "lab"
-    assert tp("init", root, "--name", "seed").code == 0
+    new_lab(root, "seed")
     assert tp("new", "ddp", "--method", "custom/custom", cwd=root).code == 0
     train = root / "experiments" / "ddp" / "train.sh"
     train.write_text(

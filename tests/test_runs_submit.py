@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from support.labs import new_lab
 from support.repos import BRANCH, git, make_remote, remote_files, set_backend
 from support.wait import wait_until
 from typer.testing import CliRunner
@@ -213,9 +214,7 @@ def test_job_commands_show_runs_status_and_logs(exp: Path) -> None:
 
 
 def test_a_lab_without_commits_is_refused(tmp_path: Path) -> None:
-    from tuneplane.author.scaffold import init_lab
-
-    init_lab(tmp_path / "lab", "x", use_git=False)
+    new_lab(tmp_path / "lab", "x", use_git=False)
     git(tmp_path / "lab", "init", "-q")
     with pytest.raises(UsageError, match="no commits yet"):
         submit(request(), SubmitOptions(), tmp_path / "lab")

@@ -5,6 +5,8 @@ package by its full name, `from support.repos import git`; `tests/support/` itse
 path, so its module names cannot shadow a library's. The cluster and Slurm twins stay beside the
 tests (`fakekube.py`, `twin_*.py`, `slurm_cluster.py`): they stand in for a system, they are not helpers.
 
+- `labs`: `new_lab`, the one way to make a lab: `tp init`'s output made once per process and copied,
+  with a test's lab file, experiments and files committed on top.
 - `repos`: the one `git()` (a fixed identity, checked, its stdout), bare remotes, clones, seeded labs,
   run requests, `tp` processes, kubeconfigs for the twin.
 - `wait`: `wait_until`, the one polling loop: ask until yes, or fail saying what never happened.
@@ -14,5 +16,5 @@ tests (`fakekube.py`, `twin_*.py`, `slurm_cluster.py`): they stand in for a syst
 - `frameworks`: OpenRLHF's and ms-swift's real parsers; `collector`: one collector pass; `ingest`: a
   receiver process; `httpd`: a tiny HTTP server; `hostile`: `tp` fenced in for adversarial input.
 
-The `lab` fixture (`tests/conftest.py`) copies a lab made once per session; prefer it to building one.
+The `lab` fixture (`tests/conftest.py`) is `new_lab` in the test's own folder, and its working directory.
 """

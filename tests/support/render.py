@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from support import repos
+from support.labs import new_lab
 from tuneplane.lab.catalog import Catalog, load_catalog, packaged_catalog_root
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.models.jobspec import JobSpec
@@ -134,19 +135,12 @@ def make_lab(
     files: dict[str, str] | None = None,
 ) -> Lab:
     """A committed lab at `root` with the given experiments (name → method) and extra files."""
-    from tuneplane.author.scaffold import new_experiment
-
-    root.mkdir(parents=True, exist_ok=True)
-    git(root, "init", "-q", "-b", "main")
-    (root / "tuneplane.yaml").write_text(settings, encoding="utf-8")
-    lab = load_lab(root)
-    for name, method in (EXPERIMENTS if experiments is None else experiments).items():
-        new_experiment(lab, name, method, None, catalog=catalog())
-    for rel, text in (files or {}).items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    commit_all(root)
+    new_lab(
+        root,
+        settings=settings,
+        experiments=EXPERIMENTS if experiments is None else experiments,
+        files=files,
+    )
     return load_lab(root)
 
 

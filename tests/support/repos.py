@@ -81,10 +81,11 @@ def seed_lab(
     profile: str = "local",
 ) -> Path:
     """A lab with custom experiments (name → train.sh), pushed to `remote` with `runs` requested."""
-    from tuneplane.author.scaffold import init_lab, new_experiment
+    from support.labs import new_lab  # support.labs commits with this module's git
+    from tuneplane.author.scaffold import new_experiment
     from tuneplane.lab.load import load_lab
 
-    init_lab(work, "race-lab", use_git=True)
+    new_lab(work, "race-lab")
     configure(work)
     git(work, "remote", "add", "origin", str(remote))
     set_backend(work, backend)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from support.labs import new_lab
 from support.repos import configure, git
 
 if TYPE_CHECKING:
@@ -134,10 +135,10 @@ def make_slurm_lab(
     methods: Mapping[str, str] | None = None,
 ) -> Path:
     """A committed lab (optionally pushed to `remote`) with experiments name → {file: content}."""
-    from tuneplane.author.scaffold import init_lab, new_experiment
+    from tuneplane.author.scaffold import new_experiment
     from tuneplane.lab.load import load_lab
 
-    init_lab(work, "slurm-lab", use_git=True)
+    new_lab(work, "slurm-lab")
     configure(work)
     (work / "tuneplane.yaml").write_text(lab_yaml(cluster, shared, ingest), encoding="utf-8")
     lab = load_lab(work)
