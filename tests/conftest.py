@@ -122,6 +122,12 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     for key in list(os.environ):
         if key.startswith(LEAKY_PREFIXES) or key in ("KUBECONFIG", "COLUMNS", "LINES", "NO_COLOR"):
             monkeypatch.delenv(key)  # a terminal's width or colour setting must not change what tp prints
+    for key in ("COLUMNS", "LINES"):
+        # Importing readline (pytest does, early) exports the terminal's size into the process's C
+        # environment only: os.environ never shows it, yet every child started without `env=` inherits
+        # it, and a `tp job ls` there cut its table to 80 columns in a test run on its own.
+        if key not in os.environ:
+            os.unsetenv(key)
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     for var, sub in (
