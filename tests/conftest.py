@@ -368,6 +368,10 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             "test_report_processes.py",
             "test_report_processes_sigterm.py",
             "test_support_shared.py",
+            # every case runs `tp` as its own process, fenced by a timeout and a memory cap
+            "test_lab_fs_hostile.py",
+            "test_plugins_hostile.py",
+            "test_lab_gitrepo_refs.py",
         ),
         ("process",),
     ),
