@@ -23,9 +23,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support.wait import wait_until
 
 NODES = ("n1", "n2")
 GPUS_PER_NODE = 2
@@ -78,36 +80,35 @@ class SlurmCluster:
 
     def wait_idle(self, timeout: float = START_TIMEOUT) -> None:
         """Until both nodes are idle (or mixed/allocated by nothing left over); resumes a downed node."""
-        deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
-        while time.monotonic() < deadline:
+
+        def idle() -> bool:
             self.check_alive()
-            states = self.node_states()
-            if len(states) == len(NODES) and all(s.rstrip("*~#") == "idle" for s in states.values()):
-                return
-            time.sleep(0.3)
-        raise ClusterUnavailable(f"the Slurm nodes did not become idle: {states}\n{self.logs_tail()}")
+            states.clear()
+            states.update(self.node_states())
+            return len(states) == len(NODES) and all(s.rstrip("*~#") == "idle" for s in states.values())
+
+        _wait(idle, timeout, 0.3, lambda: f"the Slurm nodes did not become idle: {states}\n{self.logs_tail()}")
 
     def wait_answering(self, timeout: float = START_TIMEOUT) -> None:
         """Until slurmctld answers again (after a test stopped it)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(self.node_states()) == len(NODES):
-                return
-            time.sleep(0.3)
-        raise ClusterUnavailable(f"slurmctld does not answer\n{self.logs_tail()}")
+        _wait(
+            lambda: len(self.node_states()) == len(NODES),
+            timeout,
+            0.3,
+            lambda: f"slurmctld does not answer\n{self.logs_tail()}",
+        )
 
     def resume(self, node: str, timeout: float = START_TIMEOUT) -> None:
         """Bring a node that a test set DOWN back to service (jobs of other tests may still run on it)."""
         self.command("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            state = self.node_states().get(node, "")
-            if state and not state.startswith(("down", "drain", "fail", "unk", "not_resp")):
-                return
-            time.sleep(0.3)
-        raise ClusterUnavailable(f"node {node} did not come back: {state}\n{self.logs_tail()}")
+        state = [""]
+
+        def back() -> bool:
+            state[0] = self.node_states().get(node, "")
+            return bool(state[0]) and not state[0].startswith(("down", "drain", "fail", "unk", "not_resp"))
+
+        _wait(back, timeout, 0.3, lambda: f"node {node} did not come back: {state[0]}\n{self.logs_tail()}")
 
     def restart_slurmd(self, node: str) -> None:
         """Start the slurmd of `node` again after a test killed it (its state returns on registration)."""
@@ -257,6 +258,14 @@ def _write_conf(root: Path, ports: list[int]) -> Path:
     return conf
 
 
+def _wait(ready: Callable[[], bool], timeout: float, interval: float, why: Callable[[], str]) -> None:
+    """`wait_until`, failing as `ClusterUnavailable`: a cluster that does not come up is no test's assertion."""
+    try:
+        wait_until(ready, timeout, interval, why)
+    except AssertionError as timed_out:
+        raise ClusterUnavailable(str(timed_out)) from None
+
+
 def _start_munge(root: Path, log: Path) -> subprocess.Popen[bytes]:
     munge = root / "munge"
     munge.mkdir(mode=0o700)
@@ -278,11 +287,18 @@ def _start_munge(root: Path, log: Path) -> subprocess.Popen[bytes]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 10
-    while not (munge / "munge.socket").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise ClusterUnavailable(f"munged did not start: {log.read_text(errors='replace')[-800:]}")
-        time.sleep(0.05)
+
+    def not_started() -> str:
+        return f"munged did not start: {log.read_text(errors='replace')[-800:]}"
+
+    def listening() -> bool:
+        if (munge / "munge.socket").exists():
+            return True
+        if proc.poll() is not None:
+            raise ClusterUnavailable(not_started())
+        return False
+
+    _wait(listening, 10, 0.05, not_started)
     return proc
 
 

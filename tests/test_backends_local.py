@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 from support.local import with_run
 from support.render import CONTRACT_REQUIRED
 from support.repos import git, request
-from support.wait import wait_until
+from support.wait import until, wait_until
 
 from tuneplane.author.scaffold import new_experiment
 from tuneplane.backends.base import RunsHere, SubmitRequest
@@ -276,12 +275,14 @@ def test_a_run_waits_for_busy_gpus(exp: Path, storage: Path, monkeypatch: pytest
     wait(backend, first, phases=("Running",))
 
     second = backend.submit(job(exp, 'echo "second=$CUDA_VISIBLE_DEVICES"\n', gpus=2))
-    waiting = wait(backend, second, phases=("Pending",))
-    deadline = time.monotonic() + 10
-    while waiting.reason != "WaitingForGPUs" and backend.observe(first).phase == "Running":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-        waiting = backend.observe(second)
+    wait(backend, second, phases=("Pending",))
+    waiting = until(
+        lambda: backend.observe(second),
+        lambda seen: seen.reason == "WaitingForGPUs" or backend.observe(first).phase != "Running",
+        10,
+        "the second run never waited for GPUs while the first ran",
+        every=0.05,
+    )
 
     assert waiting.reason == "WaitingForGPUs" and "other local runs hold them" in waiting.message
     assert wait(backend, second).phase == "Succeeded"

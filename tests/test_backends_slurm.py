@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from support.slurm import (
     sync_until,
     terminal,
 )
+from support.wait import until
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
@@ -194,12 +194,13 @@ def test_exit_code_timeout_pending_and_cancel(slurm_cluster: SlurmCluster, tmp_p
     assert sorted(report.cancelled) == sorted([f"sleeps/{by_request}", f"sleeps/{by_cli}"]), report
     for run_id in (by_request, by_cli):
         job_id = status_of(root, "sleeps", run_id)["backend"]["uid"]
-        deadline = time.monotonic() + 30
-        while True:  # COMPLETING is Slurm's passage from RUNNING to CANCELLED while the step is reaped
-            state = slurm_cluster.command("scontrol", "show", "job", "--oneliner", job_id)
-            if "JobState=COMPLETING" not in state or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        state = until(  # COMPLETING is Slurm's passage from RUNNING to CANCELLED while the step is reaped
+            lambda job_id=job_id: slurm_cluster.command("scontrol", "show", "job", "--oneliner", job_id),
+            lambda shown: "JobState=COMPLETING" not in shown,
+            30,
+            f"Slurm never finished reaping the cancelled job {job_id}",
+            every=0.5,
+        )
         assert "JobState=CANCELLED" in state, state
 
     statuses = sync_until(root, lambda s: terminal(s[failing]) and terminal(s[slow]), keys, timeout=200)

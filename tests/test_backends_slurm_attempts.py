@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from support.repos import git
-from support.resume import until
 from support.slurm import SLEEP_TRAIN, make_slurm_lab, quiet, request_run, status_of
+from support.wait import until
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
@@ -96,7 +96,7 @@ def _submit(root: Path, keys: list[tuple[str, str]]) -> dict[str, BackendRef]:
 
 
 def _until(what: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, why: str) -> Any:
-    """`support.resume.until`, asking Slurm once a second."""
+    """`support.wait.until`, asking Slurm once a second."""
     return until(what, ok, timeout, why, every=1)
 
 

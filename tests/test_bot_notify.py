@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from support.repos import BRANCH, clone, git, make_remote, quiet, remote_show, run_ids, seed_lab, tp_process
+from support.wait import wait_until
 
 from tuneplane.bot.entry import BotOptions, reconcile
 from tuneplane.bot.report import CRASH_ENV, CRASH_EXIT
@@ -108,11 +108,22 @@ def test_racing_bots_send_one_message_per_run_per_phase_change(tmp_path: Path, r
     env = {HOOK_ENV: receiver.url}
 
     results = race(clones, "reconcile", env)
-    deadline = time.monotonic() + 120
-    while {remote_phase(remote, r) for r in ids} != {"Succeeded"} and time.monotonic() < deadline:
-        results += race(clones, "sync", env)
+
+    def phases() -> dict[str, str]:
+        return {r: remote_phase(remote, r) for r in ids}
+
+    def all_succeeded() -> bool:
+        """Whether every run has Succeeded on the remote; when not, the bots race one more sync (no pause)."""
+        if set(phases().values()) == {"Succeeded"}:
+            return True
+        results.extend(race(clones, "sync", env))
+        return False
+
+    def never() -> str:
+        return f"the runs never all Succeeded: {phases()}\n" + "\n".join(out for code, out in results if code)
+
+    wait_until(all_succeeded, 120, 0, never)
     assert all(code == 0 for code, _ in results), "\n".join(out for _, out in results)
-    assert {remote_phase(remote, r) for r in ids} == {"Succeeded"}
 
     counts = receiver.per_transition()
     assert counts and max(counts.values()) == 1, counts  # never twice, however the bots raced

@@ -25,6 +25,7 @@ from support.repos import (
     seed_lab,
     tp_process,
 )
+from support.wait import until
 
 from tuneplane.plan.names import object_name
 
@@ -110,9 +111,7 @@ def test_concurrent_bots_launch_each_local_run_once(tmp_path: Path) -> None:
 
     assert [code for code, _ in first + second] == [0] * 6, "\n".join(out for _, out in first + second)
     _assert_converged(remote, clones, keys)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_lines(counter)) < len(keys):
-        time.sleep(0.2)
+    until(lambda: _lines(counter), lambda seen: len(seen) >= len(keys), 60, "not every run was launched", every=0.2)
     time.sleep(0.5)  # a duplicate launch would show up here
     launches = _lines(counter)
     assert sorted(launches) == sorted(run_id for _, run_id in keys)

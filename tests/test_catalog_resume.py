@@ -40,9 +40,9 @@ from support.resume import (
     ended,
     newest_step,
     tiny_causal_lm,
-    until,
 )
 from support.slurm import make_slurm_lab, quiet, request_run, status_of, sync_until, terminal
+from support.wait import until
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from support.local import kill_recorded
 from support.repos import BRANCH, backend_factory, clone, git, make_remote, quiet, seed_lab
-from support.wait import wait_until
+from support.wait import until, wait_until
 
 from tuneplane.backends.local.files import log_name, read_state
 from tuneplane.bot.entry import BotOptions, reconcile, sync
@@ -106,6 +106,17 @@ def _ended(run_dir: Path, state: dict[str, object]) -> None:
     assert (read_state(run_dir) or {}).get("phase") == "Succeeded", read_state(run_dir)
 
 
+def _synced_to_end(root: Path, every: float, why: str, opts: BotOptions | None = None) -> str:
+    """`tp bot sync` every `every` seconds until the run's status is Succeeded or Failed (a minute at
+    most); that phase."""
+
+    def phase() -> str:
+        sync(root, opts, echo=quiet)
+        return read_status(root, KEY).phase  # type: ignore[union-attr]
+
+    return until(phase, lambda seen: seen in ("Succeeded", "Failed"), 60, why, every=every)
+
+
 def test_the_push_that_records_a_runs_end_deletes_its_heartbeat_for_good(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TUNEPLANE_HEARTBEAT_PUBLISH", "0.2")  # often: a beat after the end would show
     stop = tmp_path / "stop"
@@ -118,12 +129,7 @@ def test_the_push_that_records_a_runs_end_deletes_its_heartbeat_for_good(tmp_pat
     _published(remote)
 
     stop.touch()
-    deadline = time.monotonic() + 60
-    while read_status(bot, KEY).phase not in ("Succeeded", "Failed"):
-        assert time.monotonic() < deadline, "the bot never recorded the run's end"
-        time.sleep(0.2)
-        sync(bot, PUSH, echo=quiet)
-    assert read_status(bot, KEY).phase == "Succeeded"
+    assert _synced_to_end(bot, 0.2, "the bot never recorded the run's end", PUSH) == "Succeeded"
     _ended(run_dir, state)
 
     assert not git(remote, "for-each-ref", REF)  # gone, and the supervisor that ended published no more
@@ -251,13 +257,7 @@ def test_a_failing_heartbeat_push_never_breaks_the_run(tmp_path: Path) -> None:
     hook.chmod(0o755)
     reconcile(bot, echo=quiet)
     run_dir, _ = _started(bot)
-    deadline = time.monotonic() + 60
-    while read_status(bot, KEY).phase not in ("Succeeded", "Failed"):
-        assert time.monotonic() < deadline, "the run did not end"
-        time.sleep(0.3)
-        sync(bot, echo=quiet)
-
-    assert read_status(bot, KEY).phase == "Succeeded"
+    assert _synced_to_end(bot, 0.3, "the run did not end") == "Succeeded"
     log = (run_dir / log_name(1)).read_text(encoding="utf-8")
     assert log.count("heartbeat could not be published") == 1, log
 
@@ -269,13 +269,7 @@ def test_a_lab_without_a_remote_runs_and_publishes_nothing(tmp_path: Path) -> No
     git(lab, "remote", "remove", "origin")
     reconcile(lab, echo=quiet)
     run_dir, _ = _started(lab)
-    deadline = time.monotonic() + 60
-    while read_status(lab, KEY).phase not in ("Succeeded", "Failed"):
-        assert time.monotonic() < deadline, "the run did not end"
-        time.sleep(0.3)
-        sync(lab, echo=quiet)
-
-    assert read_status(lab, KEY).phase == "Succeeded"
+    assert _synced_to_end(lab, 0.3, "the run did not end") == "Succeeded"
     assert "heartbeat could not be published" not in (run_dir / log_name(1)).read_text(encoding="utf-8")
     assert not git(remote, "for-each-ref", "refs/tuneplane")
 

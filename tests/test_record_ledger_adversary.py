@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.repos import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
+from support.wait import wait_until
 
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.models.run import BackendObject, RunStatus, Transition
@@ -476,8 +477,6 @@ def _stat(root: Path) -> list[str]:
 
 
 def test_new_runs_in_a_month_of_full_pages_rewrite_no_month_page(tmp_path: Path) -> None:
-    import time
-
     from support.repos import add_requests
 
     bot, person, _ids = _month_lab(tmp_path)
@@ -492,13 +491,18 @@ def test_new_runs_in_a_month_of_full_pages_rewrite_no_month_page(tmp_path: Path)
 
     pages = ["status/README.md", "status/a/README.md", LEDGER]
     assert _stat(bot) == sorted([*pages, *(f"status/a/{r}.json" for r in new)])
-    deadline = time.monotonic() + 60
-    while '"Succeeded"' not in git(bot, "show", f"HEAD:status/a/{new[-1]}.json"):
-        assert time.monotonic() < deadline, "the runs did not end"
-        time.sleep(0.3)
+
+    def ended() -> bool:
+        """One `tp bot sync`, which rewrites no month page; whether the newest run has Succeeded."""
         _bot(bot, "sync")
         changed = _stat(bot)
         assert not [p for p in changed if p.endswith(".md") and p not in pages], changed
+        return '"Succeeded"' in git(bot, "show", f"HEAD:status/a/{new[-1]}.json")
+
+    def phases() -> dict[str, str]:
+        return {r: json.loads(git(bot, "show", f"HEAD:status/a/{r}.json"))["phase"] for r in new}
+
+    wait_until(ended, 60, 0.3, lambda: f"the runs did not end: {phases()}")
     _settled(bot, tmp_path / "check")
 
 

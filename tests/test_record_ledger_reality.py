@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.repos import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
+from support.wait import wait_until
 
 RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
 
@@ -46,26 +46,37 @@ def _phase(root: Path, run_id: str) -> str | None:
     return json.loads(text)["phase"] if text else None
 
 
+def _launched(launches: Path) -> list[str]:
+    return launches.read_text().split() if launches.exists() else []
+
+
 def _until_running(root: Path, env: dict[str, str], launches: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if launches.exists() and len(launches.read_text().split()) == len(RUNS):
-            _bot(root, "sync", env)
-            if all(_phase(root, r) == "Running" for r in RUNS):
-                return
-        time.sleep(0.2)
-    raise AssertionError("the runs did not start")
+    """Once every run has launched, `tp bot sync` until the bot records each Running."""
+
+    def running() -> bool:
+        if len(_launched(launches)) != len(RUNS):
+            return False
+        _bot(root, "sync", env)
+        return all(_phase(root, r) == "Running" for r in RUNS)
+
+    wait_until(
+        running,
+        30,
+        0.2,
+        lambda: f"the runs did not start: launched {_launched(launches)}, phases {[_phase(root, r) for r in RUNS]}",
+    )
 
 
 def _until_ended(root: Path, env: dict[str, str]) -> str:
-    deadline = time.monotonic() + 30
-    out = ""
-    while time.monotonic() < deadline:
-        out += _bot(root, "sync", env)
-        if all(_phase(root, r) == "Succeeded" for r in RUNS):
-            return out
-        time.sleep(0.2)
-    raise AssertionError(f"the runs did not end: {[_phase(root, r) for r in RUNS]}\n{out}")
+    """`tp bot sync` until the bot records each run Succeeded; what the syncs printed."""
+    out: list[str] = []
+
+    def ended() -> bool:
+        out.append(_bot(root, "sync", env))
+        return all(_phase(root, r) == "Succeeded" for r in RUNS)
+
+    wait_until(ended, 30, 0.2, lambda: f"the runs did not end: {[_phase(root, r) for r in RUNS]}\n{''.join(out)}")
+    return "".join(out)
 
 
 def _running_lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:

@@ -7,17 +7,15 @@ running a trivial trainer."""
 from __future__ import annotations
 
 import os
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from support.repos import clone, git, quiet, remote_files, remote_show
-from test_runs_sweep import FLAGS, GRID, cli, lab, only_sweep
+from test_runs_sweep import FLAGS, GRID, cli, lab, only_sweep, run_to_end
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import RunKey, read_status
 from tuneplane.lab.sweeps import read_sweep
 from tuneplane.models.run import RunStatus
 from tuneplane.models.sweep import expand
@@ -62,18 +60,6 @@ def run_sweep(lab: Path, capsys: pytest.CaptureFixture[str]) -> str:
     assert code == 0, out
     git(lab, "push", "-q", "origin", "HEAD:main")
     return only_sweep(lab)
-
-
-def run_to_end(bot: Path, trials: list[str]) -> None:
-    reconcile(bot, BotOptions(push=True), echo=quiet)
-    deadline = time.monotonic() + 120
-    while True:
-        sync(bot, BotOptions(push=True), echo=quiet)
-        phases = {read_status(bot, RunKey("demo", r)).phase for r in trials}  # type: ignore[union-attr]
-        if phases == {"Succeeded"} or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert phases == {"Succeeded"}
 
 
 def table(page: str) -> list[list[str]]:

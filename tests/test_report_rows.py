@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.wait import wait_until
 
 import tuneplane.report as report
 from tuneplane.ingest import mint_token, series, summary
@@ -323,9 +324,7 @@ def test_key_sets_past_the_cache_queue_as_records_among_id_rows(env: Path, monke
             report.log({f"rare/{step % 7}": float(-step)}, step=step)  # past the cap: records
     session = report._session
     assert session is not None
-    deadline = time.monotonic() + 10
-    while session.spill_wanted and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _packed(session)
     assert report.stats()["spilled_points"] > 0  # 64 KiB: packed, then spilled, records and rows alike
     assert len(session.entries) == 3  # the other five rare key sets were queued as records
     server = late_receiver(env, port)
@@ -463,6 +462,16 @@ def test_records_back_from_disk_split_on_413_and_reach_either_receiver(
         server.stop()
 
 
+def _packed(session: Any) -> None:
+    """Wait for the sender to pack (or spill) what is queued: it clears `spill_wanted` when done."""
+    wait_until(
+        lambda: not session.spill_wanted,
+        10,
+        0.01,
+        lambda: f"the sender never packed what was queued: {report.stats()}",
+    )
+
+
 def _log_past_half_the_budget() -> Any:
     """6,000 steps of 4 floats into a 1 MiB budget (past its half as one-row records), then the wait
     for the sender to pack what is queued; the session."""
@@ -471,7 +480,5 @@ def _log_past_half_the_budget() -> Any:
         report.log({"loss": 1.0 / (step + 1), "acc": 0.5, "lr": 3e-4, "grad_norm": float(step)}, step=step)
     session = report._session
     assert session is not None
-    deadline = time.monotonic() + 10
-    while session.spill_wanted and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _packed(session)
     return session

@@ -5,11 +5,11 @@ the local backend running a trivial trainer."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from support.repos import clone, git, make_remote, quiet, remote_show, seed_lab
+from support.wait import until
 
 from tuneplane.bot.entry import BotOptions, reconcile, sync
 from tuneplane.cli.main import run as tp
@@ -59,6 +59,17 @@ def only_sweep(root: Path) -> str:
     return path.stem
 
 
+def run_to_end(bot: Path, run_ids: list[str]) -> None:
+    """The bot submits the runs, then syncs every half second until each has Succeeded (2 minutes at most)."""
+    reconcile(bot, BotOptions(push=True), echo=quiet)
+
+    def phases() -> dict[str, str]:
+        sync(bot, BotOptions(push=True), echo=quiet)
+        return {r: read_status(bot, RunKey("demo", r)).phase for r in run_ids}  # type: ignore[union-attr]
+
+    until(phases, lambda seen: set(seen.values()) == {"Succeeded"}, 120, "the runs never all Succeeded", every=0.5)
+
+
 def test_a_2x3_sweep_is_written_validated_run_by_the_bot_and_compared(lab: Path, capsys) -> None:
     before = commits(lab)
     code, out = cli(capsys, "sweep", "demo", *GRID, *FLAGS)
@@ -78,15 +89,7 @@ def test_a_2x3_sweep_is_written_validated_run_by_the_bot_and_compared(lab: Path,
     git(lab, "push", "-q", "origin", "HEAD:main")
 
     bot = clone(lab.parent / "remote.git", lab.parent / "bot")
-    reconcile(bot, BotOptions(push=True), echo=quiet)
-    deadline = time.monotonic() + 120
-    while True:
-        sync(bot, BotOptions(push=True), echo=quiet)
-        phases = {read_status(bot, RunKey("demo", t.run_id)).phase for t in trials}  # type: ignore[union-attr]
-        if phases == {"Succeeded"} or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert phases == {"Succeeded"}
+    run_to_end(bot, [t.run_id for t in trials])
 
     git(lab, "pull", "-q", "origin", "main")
     code, out = cli(capsys, "job", "compare", "--sweep", name)

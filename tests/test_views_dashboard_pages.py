@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from support.repos import broken_links, git, make_remote, seed_lab
+from support.wait import wait_until
 
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.runs import write_request
@@ -198,7 +199,6 @@ def test_sparklines_of_values_at_the_ends_of_the_float_range_render(tmp_path: Pa
 
 def test_a_local_run_of_a_second_shows_its_duration_with_a_decimal(tmp_path: Path) -> None:
     import os
-    import time
 
     from support.repos import BRANCH, clone, tp_run
 
@@ -207,11 +207,15 @@ def test_a_local_run_of_a_second_shows_its_duration_with_a_decimal(tmp_path: Pat
     bot = clone(remote, tmp_path / "bot")
     env = {"TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"]}
     assert tp_run(bot, "bot", "reconcile", "--push", env=env)[0] == 0
-    deadline = time.monotonic() + 60
-    while "Succeeded" not in git(bot, "show", "HEAD:status/a/20250102-100000-00000a.json"):
-        assert time.monotonic() < deadline, "the run did not end"
-        time.sleep(0.3)
+
+    def status() -> str:
+        return git(bot, "show", "HEAD:status/a/20250102-100000-00000a.json")
+
+    def succeeded() -> bool:
         assert tp_run(bot, "bot", "sync", "--push", env=env)[0] == 0
+        return "Succeeded" in status()
+
+    wait_until(succeeded, 60, 0.3, lambda: f"the run did not end: {status()}")
 
     row = next(
         line

@@ -9,7 +9,8 @@ tests (`fakekube.py`, `twin_*.py`, `slurm_cluster.py`): they stand in for a syst
   with a test's lab file, experiments and files committed on top.
 - `repos`: the one `git()` (a fixed identity, checked, its stdout), bare remotes, clones, seeded labs,
   run requests, `tp` processes, kubeconfigs for the twin.
-- `wait`: `wait_until`, the one polling loop: ask until yes, or fail saying what never happened.
+- `wait`: `wait_until`, the one polling loop: ask until yes, or fail saying what never happened; `until`,
+  the same for a value and a test of it, failing with the last value.
 - `shared`: `require_shared`, the one way to read `../shared` (skip on a plain clone, fail in CI).
 - `render`: labs with one experiment per recipe, rendered for the cluster; `slurm`: labs on the real
   Slurm cluster; `local`: a local run's processes; `resume`: what a resumed run leaves behind.

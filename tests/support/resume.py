@@ -9,33 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from support.repos import git
 from tuneplane.constants import epoch_of
 from tuneplane.report.checkpoints import CHECKPOINTS_DIR, complete_checkpoints
 from tuneplane.runtime import attempts
 
-T = TypeVar("T")
-
 
 def newest_step(out: Path) -> int:
     """The step of the newest complete checkpoint under the out dir (0 when there is none)."""
     return max((step for step, _ in complete_checkpoints(out / CHECKPOINTS_DIR)), default=0)
-
-
-def until(what: Callable[[], T], ok: Callable[[T], bool], timeout: float, why: str, every: float = 0.01) -> T:
-    """`what()` once `ok` holds of it; fails with `why` and the last value past `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if ok(value):
-            return value
-        assert time.monotonic() < deadline, f"{why}: {value}"
-        time.sleep(every)
 
 
 def ended(run_dir: Path, attempt: int) -> bool:

@@ -8,6 +8,7 @@ interpreter's environment (`software: host`), so the job's `python3` imports the
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from support.labs import new_lab
 from support.repos import configure, git
+from support.wait import wait_until
 
 if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
@@ -180,18 +182,22 @@ def sync_until(
     timeout: float = 150,
     env: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """`tp bot sync` (in this process) until `done(statuses)` or the deadline; returns the statuses."""
+    """`tp bot sync` (in this process) once a second until `done(statuses)` or the deadline; returns the
+    statuses either way: past the deadline it does not fail, its callers' assertions say what is wrong."""
     from tuneplane.bot.entry import sync
 
     deadline = time.monotonic() + timeout
     statuses: dict[str, dict[str, Any]] = {}
+
+    def settled() -> bool:
+        """Done, or out of time (true as well: `wait_until` itself never fails here)."""
+        sync(root, echo=quiet)
+        statuses.update((run_id, status_of(root, exp, run_id)) for exp, run_id in keys)
+        return done(statuses) or time.monotonic() > deadline
+
     with _env(env):
-        while True:
-            sync(root, echo=quiet)
-            statuses = {run_id: status_of(root, exp, run_id) for exp, run_id in keys}
-            if done(statuses) or time.monotonic() > deadline:
-                return statuses
-            time.sleep(1.0)
+        wait_until(settled, math.inf, 1.0)
+    return statuses
 
 
 class _env:

@@ -1,4 +1,7 @@
-"""The one polling loop of the tests: ask until the answer is yes, or fail saying what never happened."""
+"""The one polling loop of the tests: ask until the answer is yes, or fail saying what never happened.
+
+`wait_until` asks a predicate; `until` asks for a value and a test of it, and fails showing the last value.
+"""
 
 from __future__ import annotations
 
@@ -30,3 +33,16 @@ def wait_until(
             told = message() if callable(message) else message
             raise AssertionError(told or f"not true within {timeout} s: {predicate!r}")
         time.sleep(interval)
+
+
+def until(what: Callable[[], T], ok: Callable[[T], bool], timeout: float, why: str, every: float = 0.01) -> T:
+    """`what()` once `ok` holds of it, asked every `every` seconds; past `timeout` seconds the test fails
+    with `why` and the last value, so the failure shows what was seen instead (a status, a log)."""
+    seen: list[T] = []
+
+    def holds() -> bool:
+        seen[:] = [what()]
+        return ok(seen[0])
+
+    wait_until(holds, timeout, every, lambda: f"{why}: {seen[0]}")
+    return seen[0]
