@@ -50,6 +50,8 @@ def new_lab(
     and `files` (path → text), committed as `message` when the lab is a git repository and any of them
     is given."""
     shutil.copytree(_template(name, backend, use_git, tool_requirement), root, symlinks=True)
+    if use_git:  # its own first commit, dated now, as its own `tp init` would make: no two labs share history
+        git(root, "commit", "-q", "--amend", "--no-edit", "--reset-author", env=GIT_IDENTITY)
     if settings is not None:
         (root / "tuneplane.yaml").write_text(settings, encoding="utf-8")
     if experiments:  # from the packaged catalog, whatever the environment says
