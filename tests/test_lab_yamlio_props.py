@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tuneplane.lab.yamlio import MAX_DEPTH, LoadFailed, load_json, parse_json, parse_yaml
@@ -60,6 +60,8 @@ def test_yaml_round_trips(value: object) -> None:
 
 @BOUNDED
 @given(st.text(max_size=300))
+@example("0:\r0")  # a lone CR: libyaml placed its error on line 3 of a one-line file
+@example("a: 1\u2028b: [")
 def test_any_text_is_data_or_a_located_yaml_problem(text: str) -> None:
     try:
         parse_yaml(text, "x.yaml")
@@ -141,3 +143,10 @@ def test_one_edited_character_gives_data_or_a_located_problem(value: object, dat
             parse(edited, "x")
         except LoadFailed as exc:
             _assert_located(exc.problem.line, edited)
+
+
+def test_places_in_a_file_with_lone_carriage_returns_count_newlines() -> None:
+    """What an editor and `git diff` number: a file whose lines end in CR alone is one line to them."""
+    doc = parse_yaml("a: 1\rb: 2\nc: 3\n", "x.yaml")
+    assert doc.data == {"a": 1, "b": 2, "c": 3}
+    assert (doc.positions["/b"], doc.positions["/c"]) == ((1, 6), (2, 1))  # YAML's own count: lines 2 and 3

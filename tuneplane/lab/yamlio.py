@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import yaml
 
@@ -127,8 +127,7 @@ def parse_yaml(text: str, rel: str) -> Doc:
 
 
 def _yaml_error(exc: yaml.MarkedYAMLError, rel: str, text: str = "") -> Problem:
-    mark = exc.problem_mark or exc.context_mark
-    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    line, col = _at(exc.problem_mark or exc.context_mark, text)
     what = " ".join(str(p) for p in (exc.context, exc.problem) if p)
     lines = text.splitlines()
     hint = "check the indentation and quoting on this line and the one before"
@@ -172,7 +171,7 @@ def _yaml_too_deep(text: str) -> tuple[int, int] | None:
                 depth += 1
                 mark = event.start_mark
                 if depth > MAX_DEPTH:
-                    return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+                    return _at(mark, text)
             elif isinstance(event, _CLOSES):
                 depth -= 1
     except yaml.YAMLError as exc:
@@ -181,7 +180,7 @@ def _yaml_too_deep(text: str) -> tuple[int, int] | None:
         # the libyaml in PyYAML 6.0.4's wheels refuses nesting far past ours while scanning ahead, before
         # it yields the event that passes MAX_DEPTH: the brackets say where that is
         mark = getattr(exc, "problem_mark", None)
-        return _json_too_deep(text) or ((mark.line + 1, mark.column + 1) if mark is not None else (1, 1))
+        return _json_too_deep(text) or _at(mark, text)
     return None
 
 
@@ -230,7 +229,7 @@ class _Builder:
     def build(self, node: yaml.Node, pointer: str, depth: int = 1) -> object:
         self.budget -= 1
         if self.budget < 0:
-            line, col = node.start_mark.line + 1, node.start_mark.column + 1
+            line, col = _at(node.start_mark, self.doc.text)
             raise LoadFailed(
                 Problem(
                     self.doc.rel,
@@ -250,7 +249,7 @@ class _Builder:
             )
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and depth > MAX_DEPTH:
             # aliases can nest a shallow text deeply: the built value is what callers recurse into
-            raise LoadFailed(_deep_problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1))
+            raise LoadFailed(_deep_problem(self.doc.rel, *_at(node.start_mark, self.doc.text)))
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, pointer, depth)
         if isinstance(node, yaml.SequenceNode):
@@ -262,7 +261,7 @@ class _Builder:
         return value
 
     def _child(self, node: yaml.Node, pointer: str, depth: int) -> object:
-        self.doc.positions.setdefault(pointer, (node.start_mark.line + 1, node.start_mark.column + 1))
+        self.doc.positions.setdefault(pointer, _at(node.start_mark, self.doc.text))
         return self.build(node, pointer, depth + 1)
 
     def _scalar(self, node: yaml.ScalarNode) -> object:
@@ -273,8 +272,7 @@ class _Builder:
         except yaml.constructor.ConstructorError as exc:
             raise LoadFailed(_yaml_error(exc, self.doc.rel)) from None
         except ValueError:  # an integer past Python's 4,300-digit limit of int(text)
-            mark = node.start_mark
-            raise LoadFailed(_huge_number(self.doc.rel, mark.line + 1, mark.column + 1, node.value)) from None
+            raise LoadFailed(_huge_number(self.doc.rel, *_at(node.start_mark, self.doc.text), node.value)) from None
         if hasattr(value, "isoformat"):  # dates and timestamps stay text: JSON has no date type
             return node.value
         return value
@@ -293,7 +291,7 @@ class _Builder:
             if not isinstance(key_node, yaml.ScalarNode):
                 self._fail(key_node, "yaml-key", "a mapping key must be a plain value, not a list or mapping")
             key = key_node.value  # keys as written: `yes:` is the key "yes", not True
-            line = key_node.start_mark.line + 1
+            line, col = _at(key_node.start_mark, self.doc.text)
             if key in first_seen:
                 self._fail(
                     key_node,
@@ -305,8 +303,8 @@ class _Builder:
             if not key.isascii():
                 self._confusable(key, key_node)
             child = f"{pointer}/{escape(key)}"
-            self.doc.positions[child] = (line, key_node.start_mark.column + 1)
-            self.doc.values[child] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
+            self.doc.positions[child] = (line, col)
+            self.doc.values[child] = _at(value_node.start_mark, self.doc.text)
             out[key] = self.build(value_node, child, depth + 1)
         return out
 
@@ -316,8 +314,7 @@ class _Builder:
             self.doc.notes.append(
                 Problem(
                     self.doc.rel,
-                    node.start_mark.line + 1,
-                    node.start_mark.column + 1,
+                    *_at(node.start_mark, self.doc.text),
                     "confusable-key",
                     f"key {key!r} {why}",
                     Severity.WARNING,
@@ -327,9 +324,7 @@ class _Builder:
             )
 
     def _fail(self, node: yaml.Node, rule: str, message: str, hint: str = "") -> None:
-        raise LoadFailed(
-            Problem(self.doc.rel, node.start_mark.line + 1, node.start_mark.column + 1, rule, message, hint=hint)
-        )
+        raise LoadFailed(Problem(self.doc.rel, *_at(node.start_mark, self.doc.text), rule, message, hint=hint))
 
 
 def load_json(path: Path, rel: str, max_bytes: int = MAX_BYTES, root: Path | None = None) -> Doc:
@@ -506,6 +501,30 @@ def _json_error(text: str, rel: str, exc: json.JSONDecodeError) -> Problem:
         f"not valid JSON: a trailing comma before this '{text[at]}'",
         hint="delete the comma: JSON allows none after the last item",
     )
+
+
+class _Mark(Protocol):
+    """A place PyYAML reports, from its Python reader or from libyaml."""
+
+    line: int
+    column: int
+    index: int
+
+
+def _at(mark: _Mark | None, text: str) -> tuple[int, int]:
+    """A YAML mark as (line, column) counted by newlines, as an editor's line numbers and `git diff` count.
+
+    YAML also breaks lines at a lone CR, NEL, LS and PS, and libyaml numbers a lone CR's lines its own
+    way (`0:\r0` fails "at line 3"): where the text has such a break, the place comes from the mark's
+    character offset instead."""
+    if mark is None:
+        return 1, 1
+    if not _OTHER_BREAKS.search(text):
+        return mark.line + 1, mark.column + 1
+    return _locate_at(text, min(max(mark.index, 0), len(text)))
+
+
+_OTHER_BREAKS = re.compile("\r(?!\n)|[\x85\u2028\u2029]")
 
 
 def _locate_at(text: str, idx: int) -> tuple[int, int]:
