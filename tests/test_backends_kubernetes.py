@@ -29,7 +29,9 @@ pytest_plugins = ("fakekube",)
 
 NS = "team-a"
 TOKEN = "tp-secret-token-5f1c"
-FAST = RetryPolicy(attempts=4, backoff_base=0.001, backoff_cap=0.005, timeout=1.0)
+# Quick retries; a request's own timeout is generous: on a loaded machine a twin's answer once took over
+# a second, and the timeout's retry counted as one more than the faults injected. The timeout tests set theirs.
+FAST = RetryPolicy(attempts=4, backoff_base=0.001, backoff_cap=0.005, timeout=10.0)
 KIND_PATHS = {
     "Job": "/apis/batch/v1/namespaces/team-a/jobs",
     "JobSet": "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets",
