@@ -1,5 +1,6 @@
 """The ledger against everyone else who writes to the lab: each case changes what the ledger summarises
-(by hand, by git, by force), then runs the real `tp bot reconcile` and `tp bot sync` in the bot's clone.
+(by hand, by git, by force), then runs `tp bot reconcile` and `tp bot sync` in the bot's clone (the command
+line, in the test's process; the one case of a bot killed half way starts it as a process).
 
 The oracle is the same every time (`_settled`): the bot's commit holds pages and counts equal to a full
 re-render from its status files (`record.refresh_dashboard` in a fresh clone commits nothing), a
@@ -16,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.repos import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
+from support.repos import BRANCH, bot_pass, broken_links, clone, git, make_remote, seed_lab, tp_run
 from support.wait import wait_until
 
 from tuneplane.lab.gitrepo import GitRepo
@@ -54,7 +55,7 @@ def _settle(tmp_path: Path) -> None:
     batch.commit("tp bot: the runs ended")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     bot = clone(remote, tmp_path / "bot")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     _settled(bot, tmp_path / "check0")
     clone(remote, tmp_path / "person")
 
@@ -82,13 +83,6 @@ def _lab(tmp_path: Path, settled: Path) -> tuple[Path, Path]:
     for part in ("bot", "person"):
         git(tmp_path / part, "remote", "set-url", "origin", str(tmp_path / "remote.git"))
     return tmp_path / "bot", tmp_path / "person"
-
-
-def _bot(root: Path, verb: str) -> str:
-    env = {"TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"]}
-    code, out = tp_run(root, "bot", verb, "--push", env=env, timeout=120)
-    assert code == 0, out
-    return out
 
 
 def _push(person: Path, message: str) -> None:
@@ -124,7 +118,7 @@ def _settled(bot: Path, check: Path, requests: bool = True) -> None:
     assert broken_links(bot) == []
     for verb in ("reconcile", "sync") if requests else ():
         head = git(bot, "rev-parse", "HEAD")
-        _bot(bot, verb)
+        bot_pass(bot, verb)
         assert git(bot, "rev-parse", "HEAD") == head, f"a second {verb} committed:\n" + git(bot, "show", "--stat")
         assert git(bot, "status", "--porcelain") == ""
 
@@ -145,7 +139,7 @@ def test_a_page_edited_or_deleted_by_hand_is_rendered_again(tmp_path: Path, sett
         target.write_text(target.read_text().replace("Succeeded", "Fine") + "\nnotes of a person\n")
     _push(person, f"{how} {page}")
 
-    _bot(bot, "sync")
+    bot_pass(bot, "sync")
 
     _settled(bot, tmp_path / "check")
 
@@ -185,7 +179,7 @@ def test_a_damaged_ledger_is_noticed_and_rebuilt(tmp_path: Path, settled: Path, 
     LEDGER_DAMAGE[damage](person)
     _push(person, f"ledger: {damage}")
 
-    out = _bot(bot, "reconcile")
+    out = bot_pass(bot, "reconcile")
 
     assert damage in ("deleted", "empty") or LEDGER in out, out  # the bot says it did not use it
     _settled(bot, tmp_path / "check")
@@ -198,15 +192,15 @@ def test_a_ledger_taken_from_an_older_commit_is_not_trusted_for_what_changed_sin
     old = git(person, "rev-parse", "HEAD")
     _remove_run(person)
     _push(person, "a's first run taken out")
-    _bot(bot, "sync")
+    bot_pass(bot, "sync")
     git(person, "pull", "-q", "origin", BRANCH)
     git(person, "checkout", old, "--", LEDGER)  # valid, digest and all, and out of date
     _push(person, "an old ledger back")
 
-    out = _bot(bot, "sync")
+    out = bot_pass(bot, "sync")
 
     assert LEDGER in out, out  # the bot goes by the ledger it recorded, and says so
-    _bot(bot, "reconcile")  # sync leaves the requests to reconcile
+    bot_pass(bot, "reconcile")  # sync leaves the requests to reconcile
     _settled(bot, tmp_path / "check")
     assert "**5 runs**" in git(bot, "show", "HEAD:status/README.md")
 
@@ -258,11 +252,11 @@ def test_statuses_a_person_changed_are_noticed_by_the_next_run(
     STATUS_CHANGES[change](person)
     _push(person, change)
 
-    _bot(bot, verb)
+    bot_pass(bot, verb)
 
     _settled(bot, tmp_path / "check", requests=verb == "reconcile")
     if verb == "sync":
-        _bot(bot, "reconcile")
+        bot_pass(bot, "reconcile")
         _settled(bot, tmp_path / "check2")
 
 
@@ -272,7 +266,7 @@ def test_statuses_moved_to_another_experiments_folder_are_reported_not_taken(tmp
     _rename_experiment(person)
     _push(person, "experiment-renamed")
 
-    out = _bot(bot, "reconcile")
+    out = bot_pass(bot, "reconcile")
 
     assert f"status/c/{B[0]}.json names experiment 'b'" in out, out
     assert f"status/c/{B[0]}.json" in git(bot, "show", "HEAD:status/README.md")  # on the dashboard too
@@ -340,7 +334,7 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
     batch.commit("tp submit --local: 119 runs ended, one waits in a queue")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     bot = clone(remote, tmp_path / "bot")
-    _bot(bot, "reconcile")  # the ledger learns that every request has its status
+    bot_pass(bot, "reconcile")  # the ledger learns that every request has its status
     log = tmp_path / "reads.log"
 
     for verb in ("reconcile", "sync"):  # a watched run: the full path, which reads that run alone
@@ -355,7 +349,7 @@ def test_a_no_op_run_reads_no_finished_status_and_a_stale_ledger_makes_it_read_t
     batch.render([], [])
     batch.commit("tp submit --local: the last run ended")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    _bot(bot, "sync")
+    bot_pass(bot, "sync")
     for verb in ("reconcile", "sync"):  # nothing watched: the idle path
         assert _spied(bot, log, verb) == (set(), set()), verb
 
@@ -389,7 +383,7 @@ def _bot_commit_with_change(bot: Path, person: Path) -> str:
     """A bot commit that answers a person's change (a status edited by hand: put back): its id."""
     _edit_phase(person)
     _push(person, "a run failed after all")
-    _bot(bot, "sync")
+    bot_pass(bot, "sync")
     commit = git(bot, "rev-parse", "HEAD")
     assert git(bot, "log", "-1", "--format=%s", commit).startswith("tp bot"), git(bot, "log", "-3", "--oneline")
     git(person, "pull", "-q", "origin", BRANCH)
@@ -402,7 +396,7 @@ def test_a_reverted_bot_commit_is_noticed(tmp_path: Path, settled: Path) -> None
     git(person, "revert", "--no-edit", commit)  # the pages and the ledger back, the status edit too
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     _settled(bot, tmp_path / "check")
     assert "1 failed · 3 succeeded" in git(bot, "show", "HEAD:status/README.md")  # the bot's status, again
@@ -416,8 +410,8 @@ def test_a_force_push_that_drops_bot_commits_is_noticed_by_a_kept_clone(tmp_path
     git(person, "commit", "-q", "-m", "and a run taken out")
     git(person, "push", "-q", "--force", "origin", f"HEAD:{BRANCH}")
 
-    _bot(bot, "sync")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "sync")
+    bot_pass(bot, "reconcile")
 
     _settled(bot, tmp_path / "check")
     index = git(bot, "show", "HEAD:status/README.md")
@@ -446,7 +440,7 @@ def test_a_merge_that_adds_an_experiment_the_ledger_never_saw(tmp_path: Path, se
     git(person, "merge", "-q", "--no-edit", "topic")
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     _settled(bot, tmp_path / "check")
     assert "[c](c/README.md) | 1 | 1 succeeded" in git(bot, "show", "HEAD:status/README.md")
@@ -468,7 +462,7 @@ def _month_lab(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     batch.commit("tp bot: the runs ended")
     git(seed, "push", "-q", "origin", f"HEAD:{BRANCH}")
     bot = clone(remote, tmp_path / "bot")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     return bot, clone(remote, tmp_path / "person"), ids
 
 
@@ -487,14 +481,14 @@ def test_new_runs_in_a_month_of_full_pages_rewrite_no_month_page(tmp_path: Path)
     add_requests(person, [("a", r) for r in new])
     git(person, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     pages = ["status/README.md", "status/a/README.md", LEDGER]
     assert _stat(bot) == sorted([*pages, *(f"status/a/{r}.json" for r in new)])
 
     def ended() -> bool:
         """One `tp bot sync`, which rewrites no month page; whether the newest run has Succeeded."""
-        _bot(bot, "sync")
+        bot_pass(bot, "sync")
         changed = _stat(bot)
         assert not [p for p in changed if p.endswith(".md") and p not in pages], changed
         return '"Succeeded"' in git(bot, "show", f"HEAD:status/a/{new[-1]}.json")
@@ -521,7 +515,7 @@ def test_a_run_added_or_removed_in_the_middle_of_a_full_month_moves_the_parts(tm
         git(person, "rm", "-q", f"status/a/{ids[3]}.json", f"runs/a/{ids[3]}.yaml")
     _push(person, f"a December run {how} by hand")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     assert {"status/a/2024-12.md", "status/a/2024-12-p2.md"} <= set(_stat(bot))
     assert "status/a/2025-01.md" not in _stat(bot)
@@ -549,9 +543,9 @@ def test_a_bot_whose_commit_is_rebased_onto_another_bots_leaves_the_pages_right(
     path.write_text(path.read_text().replace('"Succeeded"', '"Cancelled"'))
     _remove_run(person)
     _push(person, "more hand edits")
-    _bot(other, verb)  # sees both experiments change, and pushes first
+    bot_pass(other, verb)  # sees both experiments change, and pushes first
 
-    _bot(bot, verb)  # rebases its own commit onto the other's
+    bot_pass(bot, verb)  # rebases its own commit onto the other's
 
     _settled(bot, tmp_path / "check", requests=verb == "reconcile")
     index = git(bot, "show", "HEAD:status/README.md")
@@ -568,7 +562,7 @@ def test_a_persons_file_in_status_stays_and_the_next_run_is_idle(tmp_path: Path,
     (person / "status/a/notes.md").write_text("why run 3 failed\n")
     _push(person, "notes beside the dashboard")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     for rel in ("status/notes/README.md", "status/a/notes.md"):
         assert git(bot, "cat-file", "-t", f"HEAD:{rel}") == "blob", rel
@@ -581,12 +575,12 @@ def test_the_chart_of_a_run_taken_out_of_the_lab_goes_with_it(tmp_path: Path, se
     for run_id in (A[0], B[0], B[1]):  # as the bot's sync writes them when a run ends
         (person / "status" / ("a" if run_id in A else "b") / f"{run_id}.svg").write_text(svg)
     _push(person, "charts")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     _remove_run(person)
     _remove_experiment_b(person)
     _push(person, "runs taken out of the lab")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     assert git(bot, "ls-tree", "-r", "--name-only", "HEAD", "--", "status/a", "status/b").count(".svg") == 0
     _settled(bot, tmp_path / "check")
@@ -604,7 +598,7 @@ def test_a_depth_1_bot_clone_renders_again_a_page_edited_before_it_was_cloned(tm
     for key, value in (("user.name", "ci"), ("user.email", "ci@example.org")):
         git(ci, "config", key, value)
 
-    _bot(ci, "sync")
+    bot_pass(ci, "sync")
 
     for page in ("status/a/2024-12.md", "status/README.md"):
         assert "more notes" not in git(ci, "show", f"HEAD:{page}"), page
@@ -617,13 +611,13 @@ def test_a_refusal_on_the_index_goes_once_its_cause_is_fixed(tmp_path: Path, set
     text = (person / "runs/a" / f"{A[0]}.yaml").read_text()
     (person / "runs/a/my-second-try.yaml").write_text(text)
     _push(person, "a request written by hand")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     assert "my-second-try.yaml is not read as a run request" in git(bot, "show", "HEAD:status/README.md")
 
     git(person, "pull", "-q", "origin", BRANCH)
     git(person, "rm", "-q", "runs/a/my-second-try.yaml")
     _push(person, "it was a mistake")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     index = git(bot, "show", "HEAD:status/README.md")
     assert "my-second-try" not in index and "Refused by the bot" not in index, index
@@ -638,7 +632,7 @@ def test_a_huge_status_added_by_hand_is_shown_unreadable_not_read(tmp_path: Path
     (person / "status/a" / f"{run_id}.json").write_text(json.dumps(data))
     _push(person, "a status with the whole log in it")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     page = git(bot, "show", "HEAD:status/a/README.md")
     assert f"| `{run_id}` | | | ⚠️ unreadable |" in page, page
@@ -656,7 +650,7 @@ def test_a_version_2_ledger_is_read_and_upgraded_without_a_rebuild(tmp_path: Pat
     (person / LEDGER).write_text(json.dumps(data, indent=1) + "\n")
     _push(person, "the ledger of the previous tp")
 
-    out = _bot(bot, "sync")
+    out = bot_pass(bot, "sync")
 
     assert "was not used" not in out, out
     assert json.loads(git(bot, "show", f"HEAD:{LEDGER}"))["version"] == VERSION
@@ -669,7 +663,7 @@ def test_status_removed_whole_with_its_ledger_comes_back_and_nothing_runs_again(
     git(person, "rm", "-rq", "status")
     _push(person, "clean up the dashboard")
 
-    out = _bot(bot, "reconcile")
+    out = bot_pass(bot, "reconcile")
 
     assert "submitted" not in out, out
     assert {r: git(bot, "show", f"HEAD:status/a/{r}.json") for r in A} == before

@@ -1,27 +1,26 @@
 """The ledger against what people do to a lab: hand edits, deletions, a corrupted or edited index.
 
-Every case drives real `tp bot reconcile` / `tp bot sync` processes in a clone of a bare remote, with
-the local backend: a trainer that records each launch in a file and runs until the test writes a stop
-file (bounded), so nothing depends on timing. Whatever a person did, the bot must not forget a run it
-has not seen end, must not lose a status whose request is still there, must not submit a run twice,
-and must leave a dashboard whose every link resolves in the committed tree.
+Every case drives `tp bot reconcile` / `tp bot sync` (the command line, in the test's process) in a
+clone of a bare remote, with the local backend: a trainer that records each launch in a file and runs
+until the test writes a stop file (bounded), so nothing depends on timing. Whatever a person did, the
+bot must not forget a run it has not seen end, must not lose a status whose request is still there,
+must not submit a run twice, and must leave a dashboard whose every link resolves in the committed tree.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.repos import BRANCH, broken_links, clone, git, make_remote, seed_lab, tp_run
+from support.repos import BRANCH, bot_pass, broken_links, clone, git, make_remote, seed_lab
 from support.wait import wait_until
 
 RUNS = ["20250102-100000-00000a", "20250102-100001-00000b"]
 
 
-def _lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+def _lab(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A lab with two requested runs of `demo` whose trainer waits for `stop`; the bot's clone."""
     launches, stop = tmp_path / "launches", tmp_path / "stop"
     train = (
@@ -31,14 +30,7 @@ def _lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
     remote = make_remote(tmp_path)
     seed_lab(remote, tmp_path / "seed", {"demo": train}, runs=[("demo", r) for r in RUNS])
     bot = clone(remote, tmp_path / "bot")
-    env = {"TUNEPLANE_STORAGE_ROOT": os.environ["TUNEPLANE_STORAGE_ROOT"]}
-    return bot, launches, stop, env
-
-
-def _bot(root: Path, verb: str, env: dict[str, str]) -> str:
-    code, out = tp_run(root, "bot", verb, "--push", env=env, timeout=120)
-    assert code == 0, out
-    return out
+    return bot, launches, stop
 
 
 def _phase(root: Path, run_id: str) -> str | None:
@@ -50,13 +42,13 @@ def _launched(launches: Path) -> list[str]:
     return launches.read_text().split() if launches.exists() else []
 
 
-def _until_running(root: Path, env: dict[str, str], launches: Path) -> None:
+def _until_running(root: Path, launches: Path) -> None:
     """Once every run has launched, `tp bot sync` until the bot records each Running."""
 
     def running() -> bool:
         if len(_launched(launches)) != len(RUNS):
             return False
-        _bot(root, "sync", env)
+        bot_pass(root, "sync")
         return all(_phase(root, r) == "Running" for r in RUNS)
 
     wait_until(
@@ -67,27 +59,27 @@ def _until_running(root: Path, env: dict[str, str], launches: Path) -> None:
     )
 
 
-def _until_ended(root: Path, env: dict[str, str]) -> str:
+def _until_ended(root: Path) -> str:
     """`tp bot sync` until the bot records each run Succeeded; what the syncs printed."""
     out: list[str] = []
 
     def ended() -> bool:
-        out.append(_bot(root, "sync", env))
+        out.append(bot_pass(root, "sync"))
         return all(_phase(root, r) == "Succeeded" for r in RUNS)
 
     wait_until(ended, 30, 0.2, lambda: f"the runs did not end: {[_phase(root, r) for r in RUNS]}\n{''.join(out)}")
     return "".join(out)
 
 
-def _running_lab(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
-    bot, launches, stop, env = _lab(tmp_path)
-    _bot(bot, "reconcile", env)
-    _until_running(bot, env, launches)
-    return bot, launches, stop, env
+def _running_lab(tmp_path: Path) -> tuple[Path, Path, Path]:
+    bot, launches, stop = _lab(tmp_path)
+    bot_pass(bot, "reconcile")
+    _until_running(bot, launches)
+    return bot, launches, stop
 
 
 def test_a_ledger_edited_by_hand_never_makes_the_bot_forget_a_running_run(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
+    bot, launches, stop = _running_lab(tmp_path)
     ledger = json.loads((bot / "status/index.json").read_text())
     assert sorted(ledger["active"]) == [f"demo/{r}" for r in RUNS]
     ledger["active"].pop(f"demo/{RUNS[0]}")  # valid JSON, plausible, and wrong
@@ -97,7 +89,7 @@ def test_a_ledger_edited_by_hand_never_makes_the_bot_forget_a_running_run(tmp_pa
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
     stop.touch()
 
-    out = _until_ended(bot, env)
+    out = _until_ended(bot)
 
     assert "status/index.json" in out and "not the one the bot recorded" in out, out  # it says what it did
     assert sorted(launches.read_text().split()) == RUNS  # nothing launched twice
@@ -123,34 +115,34 @@ def _corrupt(bot: Path, run: str) -> None:
 def test_a_damaged_status_of_a_running_run_is_restored_and_the_run_still_ends(
     tmp_path: Path, damage: Callable[[Path, str], None], run: str, verb: str
 ) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
+    bot, launches, stop = _running_lab(tmp_path)
     damage(bot, run)
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    out = _bot(bot, verb, env)
+    out = bot_pass(bot, verb)
 
     assert f"status/demo/{run}.json" in out and "restored" in out, out
     assert _phase(bot, run) == "Running"
     stop.touch()
-    _until_ended(bot, env)
+    _until_ended(bot)
     assert sorted(launches.read_text().split()) == RUNS
     assert broken_links(bot) == []
 
 
 def test_a_deleted_status_of_a_finished_run_comes_back_and_is_never_submitted_again(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
+    bot, launches, stop = _running_lab(tmp_path)
     stop.touch()
-    _until_ended(bot, env)
+    _until_ended(bot)
     before = git(bot, "show", f"HEAD:status/demo/{RUNS[0]}.json")
     git(bot, "rm", "-q", f"status/demo/{RUNS[0]}.json")
     git(bot, "commit", "-qm", "remove a status")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    _bot(bot, "reconcile", env)
+    bot_pass(bot, "reconcile")
     (bot / "status/index.json").unlink()  # and later the ledger is lost: the request must still have its status
     git(bot, "commit", "-qam", "drop the ledger")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    _bot(bot, "reconcile", env)
+    bot_pass(bot, "reconcile")
 
     assert git(bot, "show", f"HEAD:status/demo/{RUNS[0]}.json") == before
     assert sorted(launches.read_text().split()) == RUNS
@@ -158,20 +150,20 @@ def test_a_deleted_status_of_a_finished_run_comes_back_and_is_never_submitted_ag
 
 
 def test_a_deleted_request_or_experiment_leaves_no_broken_link_and_no_stale_count(tmp_path: Path) -> None:
-    bot, _launches, stop, env = _running_lab(tmp_path)
+    bot, _launches, stop = _running_lab(tmp_path)
     stop.touch()
-    _until_ended(bot, env)
+    _until_ended(bot)
     git(bot, "rm", "-q", f"runs/demo/{RUNS[0]}.yaml")
     git(bot, "commit", "-qm", "forget a request; its status stays as history")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    _bot(bot, "reconcile", env)
+    bot_pass(bot, "reconcile")
     assert broken_links(bot) == []
     assert _phase(bot, RUNS[0]) == "Succeeded"
 
     git(bot, "rm", "-rq", "runs/demo", "status/demo", "experiments/demo")
     git(bot, "commit", "-qm", "delete the experiment")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    _bot(bot, "sync", env)  # either verb notices
+    bot_pass(bot, "sync")  # either verb notices
 
     index = git(bot, "show", "HEAD:status/README.md")
     assert "demo" not in index and "**0 runs**" in index, index
@@ -182,9 +174,9 @@ def test_a_deleted_request_or_experiment_leaves_no_broken_link_and_no_stale_coun
 
 
 def test_a_depth_1_clone_restores_a_status_deleted_before_it_was_cloned(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
+    bot, launches, stop = _running_lab(tmp_path)
     stop.touch()
-    _until_ended(bot, env)
+    _until_ended(bot)
     before = git(bot, "show", f"HEAD:status/demo/{RUNS[1]}.json")
     git(bot, "rm", "-q", f"status/demo/{RUNS[1]}.json")
     git(bot, "commit", "-qm", "remove a status")
@@ -195,7 +187,7 @@ def test_a_depth_1_clone_restores_a_status_deleted_before_it_was_cloned(tmp_path
     for key, value in (("user.name", "ci"), ("user.email", "ci@example.org")):
         git(ci, "config", key, value)
 
-    out = _bot(ci, "reconcile", env)
+    out = bot_pass(ci, "reconcile")
 
     assert "restored" in out, out
     assert git(ci, "show", f"origin/{BRANCH}:status/demo/{RUNS[1]}.json") == before
@@ -203,7 +195,7 @@ def test_a_depth_1_clone_restores_a_status_deleted_before_it_was_cloned(tmp_path
 
 
 def test_a_request_the_bot_cannot_read_by_its_name_is_named_not_ignored(tmp_path: Path) -> None:
-    bot, _launches, stop, env = _lab(tmp_path)
+    bot, _launches, stop = _lab(tmp_path)
     stop.touch()  # its two runs end at once
     text = (bot / "runs/demo" / f"{RUNS[0]}.yaml").read_text()
     (bot / "runs/demo/20250105-100000-00000c.yml").write_text(text)  # hand-written, the wrong suffix
@@ -214,7 +206,7 @@ def test_a_request_the_bot_cannot_read_by_its_name_is_named_not_ignored(tmp_path
     git(bot, "commit", "-qm", "requests written by hand")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    out = _bot(bot, "reconcile", env)
+    out = bot_pass(bot, "reconcile")
 
     for name in ("runs/demo/20250105-100000-00000c.yml", "runs/demo/my-second-try.yaml", "runs/demo/sweep/"):
         assert name in out and "tp submit" in out, out
@@ -222,15 +214,15 @@ def test_a_request_the_bot_cannot_read_by_its_name_is_named_not_ignored(tmp_path
 
 
 def test_a_request_deleted_while_its_run_runs_leaves_the_run_watched_to_its_end(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
+    bot, launches, stop = _running_lab(tmp_path)
     git(bot, "rm", "-q", f"runs/demo/{RUNS[0]}.yaml")
     git(bot, "commit", "-qm", "withdraw a request (cancel: true is the way, but people do this)")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    _bot(bot, "reconcile", env)
+    bot_pass(bot, "reconcile")
     assert broken_links(bot) == []
     stop.touch()
-    _until_ended(bot, env)
+    _until_ended(bot)
 
     assert sorted(launches.read_text().split()) == RUNS
     assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
@@ -238,22 +230,22 @@ def test_a_request_deleted_while_its_run_runs_leaves_the_run_watched_to_its_end(
 
 
 def test_a_running_runs_request_and_status_deleted_together_still_get_its_end_recorded(tmp_path: Path) -> None:
-    bot, launches, stop, env = _running_lab(tmp_path)
+    bot, launches, stop = _running_lab(tmp_path)
     git(bot, "rm", "-q", f"runs/demo/{RUNS[0]}.yaml", f"status/demo/{RUNS[0]}.json")
     git(bot, "commit", "-qm", "take the run out of the lab (while its job runs)")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
 
-    out = _bot(bot, "sync", env)
+    out = bot_pass(bot, "sync")
 
     assert f"status/demo/{RUNS[0]}.json was deleted while its run is still Running" in out, out
     stop.touch()
-    _until_ended(bot, env)
+    _until_ended(bot)
     assert json.loads(git(bot, "show", "HEAD:status/index.json"))["active"] == {}
 
     git(bot, "rm", "-q", f"status/demo/{RUNS[0]}.json")  # after its end, the removal stands
     git(bot, "commit", "-qm", "take the ended run out of the lab")
     git(bot, "push", "-q", "origin", f"HEAD:{BRANCH}")
-    _bot(bot, "reconcile", env)
+    bot_pass(bot, "reconcile")
     assert _phase(bot, RUNS[0]) is None and _phase(bot, RUNS[1]) == "Succeeded"
     assert "**1 run** · 1 succeeded" in git(bot, "show", "HEAD:status/README.md")
     assert sorted(launches.read_text().split()) == RUNS

@@ -190,6 +190,17 @@ def tp_run(root: Path, *args: str, env: Mapping[str, str] | None = None, timeout
     return proc.returncode, out + err
 
 
+def bot_pass(root: Path, verb: str, *args: str) -> str:
+    """`tp bot VERB --push ARGS` in `root`, through the command line in this process, its exit checked;
+    its output. For tests of what a pass decides; a test of the process itself (a crash, a kill, a race
+    between two bots) starts one with `tp_process`."""
+    from conftest import run_tp_in_process
+
+    done = run_tp_in_process("bot", verb, "--push", *args, cwd=root)
+    assert done.code == 0, done.output
+    return done.output
+
+
 def remote_files(remote: Path, prefix: str) -> list[str]:
     out = git(remote, "ls-tree", "-r", "--name-only", BRANCH, "--", prefix)
     return [line for line in out.splitlines() if line]
