@@ -141,6 +141,10 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     for key, value in GIT_IDENTITY.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")  # a machine-wide gitconfig must not change results
+    # One compute thread per trainer the tests start: the suite runs more workers than the machine has
+    # cores, and torch's pool of one thread per core spins while it waits for CPU time, which the other
+    # workers' trainers are using (on two cores that cost a third of every training's CPU time).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("TUNEPLANE_STORAGE_ROOT", str(tmp_path_factory.mktemp("storage")))
     return home
 
