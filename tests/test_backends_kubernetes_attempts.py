@@ -356,6 +356,28 @@ def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
     assert reasons(backend.observe(ref)) == ["Evicted", None]  # the JobSet's ledger keeps it
 
 
+# ── pods that succeeded under a Job or JobSet its controller has not yet marked done ─────────────
+@pytest.mark.parametrize("profile, kind", [("h200", "Job"), ("h200:16", "JobSet")])
+def test_pods_that_succeeded_before_their_job_is_complete_are_a_run_still_running(
+    twin: Cluster, backend: KubernetesBackend, lab: Any, profile: str, kind: str
+) -> None:
+    ref = submit(backend, lab, profile=profile)
+    assert ref.kind == kind
+    twin.hold_jobs()
+    for pod in running(twin):
+        twin.exit_pod(NS, pod["metadata"]["name"], 0)
+    twin.step_jobs()  # SuccessCriteriaMet, nothing active or ready: the pods are not yet counted
+    job = next(j for j in twin.kube.list("Job", NS) if j["metadata"]["name"].startswith(ref.name))
+    assert [c["type"] for c in job["status"]["conditions"]] == ["SuccessCriteriaMet"]
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert reasons(seen) == ["Completed"] and seen.finished_at is None
+    twin.release_jobs()
+    seen = backend.observe(ref)
+    assert seen.phase == "Succeeded", seen
+    assert reasons(seen) == ["Completed"]
+
+
 # ── a pod stuck on a missing Secret or an image it cannot pull ends its attempt ─────────────────
 def live_pods(twin: Cluster) -> list[dict[str, Any]]:
     return [p for p in twin.pods(NS) if not p["metadata"].get("deletionTimestamp")]

@@ -423,7 +423,8 @@ def _progress(
 ) -> Observation:
     """Pending or Running: say why a run is not making progress, when a pod, or the Event of a create
     the API server refused, shows it."""
-    if state.pods_decide and (state.running_hint or any(pod_phase(p) == POD_RUNNING for p in pods)):
+    running = state.running_hint or _finishing(attempts) or any(pod_phase(p) == POD_RUNNING for p in pods)
+    if state.pods_decide and running:
         state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
     problem = pod_problem(_live(pods))
@@ -432,6 +433,15 @@ def _progress(
     elif refused is not None and state.phase == PENDING:
         state.reason, state.message = refused.reason, clip(refused.message)
     return _observation(state, attempts=attempts)
+
+
+def _finishing(attempts: tuple[AttemptReport, ...]) -> bool:
+    """The newest attempt's pods all succeeded while the object names no end yet: its controller is on
+    its way there (a Job's `SuccessCriteriaMet` and its pods' tracking finalizers before `Complete`, a
+    JobSet after its child Jobs), a sync or more later. The run still runs until then; read Pending, with
+    nothing active or ready, it would pass for a requeue. No Job or JobSet starts a pod again after all
+    of an attempt's succeeded."""
+    return bool(attempts) and attempts[-1].reason == "Completed"
 
 
 def _live(pods: list[Pod]) -> list[Pod]:
