@@ -69,7 +69,8 @@ def test_a_run_whose_pods_succeeded_before_its_job_completes_runs_on_then_succee
     sync(bot, backends=backends, echo=quiet)
     status = read_status(bot, KEY)
     assert status.phase == "Succeeded", status
-    assert [(a.number, a.reason) for a in status.attempts] == [(1, "Completed")]
+    assert [(a.number, a.reason, a.exit_code) for a in status.attempts] == [(1, "Completed", 0)]
+    assert status.exit_code == 0
     phases = [h.phase for h in status.history]
     assert phases[phases.index("Running") :] == ["Running", "Succeeded"]
     assert ("Pending", "Requeued") not in committed_phases(bot)
