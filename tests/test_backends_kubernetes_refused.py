@@ -131,3 +131,25 @@ def test_a_jobset_whose_child_jobs_core_validation_refuses_says_the_api_servers_
     ended = backend.observe(ref)
     assert (ended.phase, ended.reason) == ("Failed", "ConfigError"), ended
     assert "JobCreationFailed" in ended.attempts[-1].message
+
+
+def test_a_refusal_long_past_never_stops_a_job_whose_pods_ran_and_succeeded(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    """The webhook was down a moment when the Job started: its Event stays (an hour on a cluster), and
+    once the pods succeeded nothing runs or waits while the Job controller finishes the Job."""
+    ref = submit(backend, lab, "trl-sft-exp", "h200")
+    assert backend.observe(ref).reason == "FailedCreate"
+    twin.kube.webhooks.remove(_policy)
+    twin.advance(60)  # the controller tries again, and its pod runs
+    (pod,) = twin.pods(NS)
+    twin.advance(15 * 60)
+    assert backend.observe(ref).phase == "Running"
+    twin.hold_jobs()
+    twin.exit_pod(NS, pod["metadata"]["name"], 0)
+    twin.step_jobs()  # SuccessCriteriaMet: nothing active or ready, no Complete yet
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert twin.kube.get("Job", NS, ref.name) is not None, "the Job was deleted as refused"
+    twin.release_jobs()
+    assert backend.observe(ref).phase == "Succeeded"

@@ -243,17 +243,20 @@ def _observe(
         return _observation(state, attempts=tried)
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
-    refused = _refused(rest, ns, obj, state, _live(pods or []))
+    refused = _refused(rest, ns, obj, state, _live(pods or []), tried)
     return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck, refused) or _progress(
         state, pods or [], tried, refused
     )
 
 
-def _refused(rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod]) -> Refused | None:
+def _refused(
+    rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]
+) -> Refused | None:
     """For a run that waits: whether the API server refuses what its controllers create for it (a policy
-    webhook, a quota, a validation the job object's own did not reach). Read only while it waits, and
-    never failing the observation (a Role from before Events were read degrades the detail)."""
-    if state.phase != PENDING or (state.pods_decide and any(pod_phase(p) == POD_RUNNING for p in pods)):
+    webhook, a quota, a validation the job object's own did not reach). Read only while it waits (an
+    Event stays an hour after the refusal: a run whose pods ran since is past it), and never failing the
+    observation (a Role from before Events were read degrades the detail)."""
+    if state.phase != PENDING or _runs(state, pods, attempts):
         return None
     try:
         return refused_creates(rest, ns, str((obj.get("metadata") or {}).get("name", "")))
@@ -423,8 +426,7 @@ def _progress(
 ) -> Observation:
     """Pending or Running: say why a run is not making progress, when a pod, or the Event of a create
     the API server refused, shows it."""
-    running = state.running_hint or _finishing(attempts) or any(pod_phase(p) == POD_RUNNING for p in pods)
-    if state.pods_decide and running:
+    if _runs(state, pods, attempts):
         state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
     problem = pod_problem(_live(pods))
@@ -433,6 +435,13 @@ def _progress(
     elif refused is not None and state.phase == PENDING:
         state.reason, state.message = refused.reason, clip(refused.message)
     return _observation(state, attempts=attempts)
+
+
+def _runs(state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]) -> bool:
+    """Whether a Job or JobSet with no end yet runs, by its pods: its controller counts ready workers, a
+    pod runs, or the newest attempt's pods all succeeded (`_finishing`)."""
+    running = state.running_hint or _finishing(attempts) or any(pod_phase(p) == POD_RUNNING for p in pods)
+    return state.pods_decide and running
 
 
 def _finishing(attempts: tuple[AttemptReport, ...]) -> bool:
