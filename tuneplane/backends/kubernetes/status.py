@@ -58,6 +58,7 @@ from tuneplane.constants import (
     SUCCEEDED,
     TERMINAL,
     AttemptReason,
+    epoch_of,
     observed_phase,
 )
 
@@ -243,7 +244,7 @@ def _observe(
         return _observation(state, attempts=tried)
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
-    refused = _refused(rest, ns, obj, state, _live(pods or []), tried)
+    refused = _refused(rest, ns, obj, state, pods or [], tried)
     return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck, refused) or _progress(
         state, pods or [], tried, refused
     )
@@ -254,15 +255,26 @@ def _refused(
 ) -> Refused | None:
     """For a run that waits: whether the API server refuses what its controllers create for it (a policy
     webhook, a quota, a validation the job object's own did not reach). Read only while it waits (an
-    Event stays an hour after the refusal: a run whose pods ran since is past it), and never failing the
-    observation (a Role from before Events were read degrades the detail)."""
-    if state.phase != PENDING or _runs(state, pods, attempts):
+    Event stays an hour after the refusal: a run whose pods ran, or were created, since is past it), and
+    never failing the observation (a Role from before Events were read degrades the detail)."""
+    if state.phase != PENDING or _runs(state, _live(pods), attempts):
         return None
     try:
-        return refused_creates(rest, ns, str((obj.get("metadata") or {}).get("name", "")))
+        refused = refused_creates(rest, ns, str((obj.get("metadata") or {}).get("name", "")))
     except BackendError as exc:
         log.warning("the Events of %s could not be read: %s", ref_name(obj), exc)
         return None
+    return None if refused is None or _created_since(pods, refused.last) else refused
+
+
+def _created_since(pods: list[Pod], at: float | None) -> bool:
+    """Whether a pod of the run was created after `at` (the newest refusal): the controller's creates go
+    through again, so the refusal is past (a replacement that waits for a node is no refused create).
+    Both are whole seconds: a pod of the refusal's own second tells nothing."""
+    if at is None:
+        return False
+    created = (epoch_of((p.get("metadata") or {}).get("creationTimestamp")) for p in pods)
+    return any(c is not None and c > at for c in created)
 
 
 def _attempts(
