@@ -118,9 +118,9 @@ _VERSION = {
 }
 
 
-def now() -> str:
-    """Kubernetes timestamps: RFC 3339, UTC, second precision."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(clock: Callable[[], float] = time.time) -> str:
+    """Kubernetes timestamps: RFC 3339, UTC, second precision, on `clock` (the server's, see FakeKube.clock)."""
+    return datetime.fromtimestamp(clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -482,7 +482,7 @@ class FakeKube:
             namespace=ns,
             uid=str(uuid.uuid4()),
             resourceVersion=str(next(self._rv)),
-            creationTimestamp=now(),
+            creationTimestamp=now(self.clock),  # the server's clock, as its Date header tells it
             generation=1,
         )
         if not rtype.namespaced:
@@ -1216,11 +1216,11 @@ class _Handler(BaseHTTPRequestHandler):
         policy = query.get("propagationPolicy") or options.get("propagationPolicy") or _default_policy(rtype)
         kube.deletions.append({"kind": rtype.kind, "namespace": ns, "name": name, "propagationPolicy": policy})
         if kube.linger_deletes and policy == "Foreground":
-            obj["metadata"]["deletionTimestamp"] = now()
+            obj["metadata"]["deletionTimestamp"] = now(kube.clock)
             obj["metadata"]["finalizers"] = ["foregroundDeletion"]
             return obj
         if obj["metadata"].get("finalizers"):  # held until every finalizer is removed (by an update)
-            obj["metadata"].setdefault("deletionTimestamp", now())
+            obj["metadata"].setdefault("deletionTimestamp", now(kube.clock))
             kube.held[(rtype.kind, ns, name)] = policy
             return obj
         kube._delete_now(rtype.kind, ns, name, policy)

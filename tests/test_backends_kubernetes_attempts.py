@@ -340,20 +340,48 @@ def test_workloads_are_read_at_the_newest_version_kueue_serves(
 
 
 # ── several nodes: a JobSet replaces one rank ──────────────────────────────────────────────────
+@pytest.mark.parametrize("rank", [0, 1])
 def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
-    twin: Cluster, backend: KubernetesBackend, lab: Any
+    twin: Cluster, backend: KubernetesBackend, lab: Any, rank: int
 ) -> None:
     add_gpu_nodes(twin, "gpu-1", "gpu-2", "gpu-3")
     ref = submit(backend, lab, profile="h200:16")
     assert ref.kind == "JobSet" and len(running(twin)) == 2
-    rank1 = next(p for p in running(twin) if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1")
-    twin.drain(rank1["spec"]["nodeName"])
+    drained = next(
+        p for p in running(twin) if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == str(rank)
+    )
+    node = drained["spec"]["nodeName"]
+    twin.drain(node, record=record(node, 143, 15))
     seen = backend.observe(ref)
     assert seen.phase == "Running", seen
     assert reasons(seen) == ["Evicted", None]
-    assert seen.attempts[0].failed_rank == 1 and seen.attempts[0].failed_node == rank1["spec"]["nodeName"]
+    assert seen.attempts[0].failed_rank == rank and seen.attempts[0].failed_node == node
     twin.advance(120)
-    assert reasons(backend.observe(ref)) == ["Evicted", None]  # the JobSet's ledger keeps it
+    seen = backend.observe(ref)
+    assert reasons(seen) == ["Evicted", None]  # the JobSet's ledger keeps it, rank 0 as any other
+    assert (seen.attempts[0].failed_rank, seen.attempts[0].exit_code, seen.attempts[0].failed_node) == (rank, 143, node)
+
+
+# ── pods that succeeded under a Job or JobSet its controller has not yet marked done ─────────────
+@pytest.mark.parametrize("profile, kind", [("h200", "Job"), ("h200:16", "JobSet")])
+def test_pods_that_succeeded_before_their_job_is_complete_are_a_run_still_running(
+    twin: Cluster, backend: KubernetesBackend, lab: Any, profile: str, kind: str
+) -> None:
+    ref = submit(backend, lab, profile=profile)
+    assert ref.kind == kind
+    twin.hold_jobs()
+    for pod in running(twin):
+        twin.exit_pod(NS, pod["metadata"]["name"], 0)
+    twin.step_jobs()  # SuccessCriteriaMet, nothing active or ready: the pods are not yet counted
+    job = next(j for j in twin.kube.list("Job", NS) if j["metadata"]["name"].startswith(ref.name))
+    assert [c["type"] for c in job["status"]["conditions"]] == ["SuccessCriteriaMet"]
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert reasons(seen) == ["Completed"] and seen.finished_at is None
+    twin.release_jobs()
+    seen = backend.observe(ref)
+    assert seen.phase == "Succeeded", seen
+    assert [(a.reason, a.exit_code) for a in seen.attempts] == [("Completed", 0)]
 
 
 # ── a pod stuck on a missing Secret or an image it cannot pull ends its attempt ─────────────────

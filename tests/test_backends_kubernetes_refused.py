@@ -26,6 +26,7 @@ pytest_plugins = ("fakekube",)
 NS = "ml-team"
 FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
 POLICY = "policy.example.com: pods must carry the label cost-center"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +132,43 @@ def test_a_jobset_whose_child_jobs_core_validation_refuses_says_the_api_servers_
     ended = backend.observe(ref)
     assert (ended.phase, ended.reason) == ("Failed", "ConfigError"), ended
     assert "JobCreationFailed" in ended.attempts[-1].message
+
+
+def test_a_refusal_long_past_never_stops_a_job_whose_pods_ran_and_succeeded(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    """The webhook was down a moment when the Job started: its Event stays (an hour on a cluster), and
+    once the pods succeeded nothing runs or waits while the Job controller finishes the Job."""
+    ref = submit(backend, lab, "trl-sft-exp", "h200")
+    assert backend.observe(ref).reason == "FailedCreate"
+    twin.kube.webhooks.remove(_policy)
+    twin.advance(60)  # the controller tries again, and its pod runs
+    (pod,) = twin.pods(NS)
+    twin.advance(15 * 60)
+    assert backend.observe(ref).phase == "Running"
+    twin.hold_jobs()
+    twin.exit_pod(NS, pod["metadata"]["name"], 0)
+    twin.step_jobs()  # SuccessCriteriaMet: nothing active or ready, no Complete yet
+    seen = backend.observe(ref)
+    assert seen.phase == "Running", seen
+    assert twin.kube.get("Job", NS, ref.name) is not None, "the Job was deleted as refused"
+    twin.release_jobs()
+    assert backend.observe(ref).phase == "Succeeded"
+
+
+def test_a_refusal_long_past_never_stops_a_job_whose_replacement_pod_waits(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    """The same Event, and the run's pod drained later: its replacement waits for a node, which is no
+    refused create (the controller's creates went through after the Event)."""
+    ref = submit(backend, lab, "trl-sft-exp", "h200")
+    assert backend.observe(ref).reason == "FailedCreate"
+    twin.kube.webhooks.remove(_policy)
+    h200 = {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    twin.add_node("gpu-1", labels=h200, taints=[dict(GPU_TAINT)], gpu=8, cpu="96", memory="1Ti")
+    twin.advance(15 * 60)
+    assert backend.observe(ref).phase == "Running"
+    twin.drain("gpu-1")
+    seen = backend.observe(ref)
+    assert (seen.phase, [a.reason for a in seen.attempts]) == ("Pending", ["Evicted", None]), seen
+    assert twin.kube.get("Job", NS, ref.name) is not None, "the Job was deleted as refused"

@@ -430,6 +430,48 @@ def test_the_jobset_controller_restarts_then_fails(cluster: Any, kube_client: An
     assert status["terminalState"] == "Failed"
 
 
+def _job_status(kube_client: Any, name: str) -> tuple[list[str], dict[str, Any]]:
+    """A Job's true condition types and its status, as a client reads them."""
+    response = client.BatchV1Api(kube_client).read_namespaced_job_status(name, NS, _preload_content=False)
+    status = json.loads(response.data)["status"]
+    return [c["type"] for c in status.get("conditions") or [] if c["status"] == "True"], status
+
+
+def test_a_succeeded_pod_is_counted_before_its_job_is_complete(cluster: Any, kube_client: Any) -> None:
+    client.BatchV1Api(kube_client).create_namespaced_job(NS, _job("j"), _preload_content=False)
+    (pod,) = cluster.pods(NS)
+    cluster.hold_jobs()
+    cluster.exit_pod(NS, pod["metadata"]["name"], 0)
+    conditions, status = _job_status(kube_client, "j")  # the controller has not synced since
+    assert conditions == [] and (status["active"], status["ready"]) == (1, 1)
+
+    cluster.step_jobs()
+    conditions, status = _job_status(kube_client, "j")
+    assert conditions == ["SuccessCriteriaMet"] and (status["active"], status["ready"]) == (0, 0)
+    assert status["uncountedTerminatedPods"] == {"succeeded": [pod["metadata"]["uid"]]}
+    assert "completionTime" not in status and not status.get("succeeded")
+
+    cluster.step_jobs()
+    conditions, status = _job_status(kube_client, "j")
+    assert conditions == ["SuccessCriteriaMet", "Complete"] and status["succeeded"] == 1
+    assert status["completionTime"] and not status["uncountedTerminatedPods"]
+
+
+def test_a_jobset_completes_only_once_its_child_job_is_complete(cluster: Any, kube_client: Any) -> None:
+    client.CustomObjectsApi(kube_client).create_namespaced_custom_object(*JOBSET, _jobset("js"))
+    (pod,) = cluster.pods(NS)
+    cluster.hold_jobs()
+    cluster.exit_pod(NS, pod["metadata"]["name"], 0)
+    cluster.step_jobs()
+    assert _job_status(kube_client, "js-workers-0")[0] == ["SuccessCriteriaMet"]
+    status = cluster.kube.get("JobSet", NS, "js")["status"]
+    assert "terminalState" not in status
+    assert [(r["ready"], r["active"], r["succeeded"]) for r in status["replicatedJobsStatus"]] == [(0, 0, 0)]
+
+    cluster.release_jobs()
+    assert cluster.kube.get("JobSet", NS, "js")["status"]["terminalState"] == "Completed"
+
+
 def test_kueue_admits_by_quota_and_says_why_the_second_waits(cluster: Any, kube_client: Any) -> None:
     cluster.add_queue(NS, "lq", "cq", cpu="4")
     batch = client.BatchV1Api(kube_client)

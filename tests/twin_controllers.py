@@ -7,7 +7,9 @@ model what our backend and our manifests depend on, as the real controllers do i
   labels), one pod per completion index for `Indexed` Jobs (`<job>-<index>-<rand>`, hostname
   `<job>-<index>`, label and annotation `batch.kubernetes.io/job-completion-index`), `suspend`,
   `podFailurePolicy` (FailJob / Ignore / Count on exit codes and pod conditions), `backoffLimit`, the
-  `Complete`/`Failed` conditions and `ttlSecondsAfterFinished`.
+  `Complete`/`Failed` conditions and `ttlSecondsAfterFinished`. A success takes two status writes
+  (`SuccessCriteriaMet` with the pods not yet counted, then `Complete`), and a held controller
+  (`hold_jobs`) lets a reader see each, as it can between the real controller's syncs.
 - **JobSet**: child Jobs `<jobset>-<replicatedJob>-<index>` with the `jobset.sigs.k8s.io/*` labels and
   annotations, a headless Service named after the subdomain, `failurePolicy.maxRestarts` (recreate all
   child Jobs, `restart-attempt` + 1), `successPolicy` (All / Any), `replicatedJobsStatus`, TTL.
@@ -119,6 +121,8 @@ class Cluster:
         self.ray_drivers: dict[tuple[str, str], dict[str, Any]] = {}  # the Ray dashboard's job table
         self.ray_dashboards: dict[str, str] = {}  # a dashboard address in the cluster → a real one here
         self.offset = 0.0
+        self.jobs_held = False  # the Job controller syncs only when a test steps it (`hold_jobs`)
+        self._job_syncs = 0
         self._serial = 0
         self._changed = False
 
@@ -227,6 +231,30 @@ class Cluster:
             workload = workload_of(self, self.kube.objects[(kind, ns, name)])
             assert workload is not None, f"{kind} {ns}/{name} has no Workload"
             evict(self, workload, reason, "", message)
+            self.kube.settle()
+            self.kube.changed.notify_all()
+
+    def hold_jobs(self) -> None:
+        """The Job controller falls behind: it syncs no Job until `step_jobs` or `release_jobs`, while
+        the kubelet and the other controllers go on. The real one syncs a Job a while after the pod
+        events it waits for (batched by a second, behind its informers) and finishes a Job in more than
+        one status write, so a reader can see a pod `Succeeded` under a Job that is not yet `Complete`
+        (see twin_jobs._check_success)."""
+        self.jobs_held = True
+
+    def step_jobs(self, syncs: int = 1) -> None:
+        """`syncs` syncs of every Job by the held Job controller, each one status write of a finishing
+        Job, then held again; what the other controllers make of them follows at once."""
+        with self.kube.changed:
+            self._job_syncs = syncs
+            self.kube.settle()
+            self._job_syncs = 0
+            self.kube.changed.notify_all()
+
+    def release_jobs(self) -> None:
+        """The Job controller catches up and syncs at once again."""
+        with self.kube.changed:
+            self.jobs_held = False
             self.kube.settle()
             self.kube.changed.notify_all()
 
@@ -416,6 +444,10 @@ class Cluster:
     def _jobs(self) -> None:
         from twin_jobs import reconcile_job
 
+        if self.jobs_held:
+            if self._job_syncs <= 0:
+                return
+            self._job_syncs -= 1
         for job in self._all("Job"):
             reconcile_job(self, job)
 

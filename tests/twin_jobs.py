@@ -50,6 +50,9 @@ def reconcile_job(cluster: Cluster, job: dict[str, Any]) -> None:
     if _cond(job, "Complete") or _cond(job, "Failed"):
         _stop_pods(cluster, job)
         return
+    if _cond(job, "SuccessCriteriaMet"):
+        _complete(cluster, job)
+        return
     pods = cluster._children("Pod", job)
     if spec.get("suspend"):
         _stop_pods(cluster, job)
@@ -164,28 +167,46 @@ def _indexes_done(pods: list[dict[str, Any]]) -> set[int]:
 
 
 def _check_success(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """The first of the two status writes that finish a Job that succeeded: `SuccessCriteriaMet`, the
+    active and ready counts brought up to date, and the succeeded pods not yet counted (their UIDs in
+    `uncountedTerminatedPods`; an Indexed Job counts its completed indexes at once). The controller
+    counts them once it removed their tracking finalizers, and only then writes `Complete`
+    (`_complete`): a reader in between sees the pods `Succeeded` under a Job with no terminal
+    condition. One settle makes both writes; `Cluster.hold_jobs` shows a reader each."""
     spec, status = job["spec"], job["status"]
     completions = int(spec.get("completions", 1))
+    succeeded = [p for p in pods if p["status"].get("phase") == "Succeeded"]
     if spec.get("completionMode") == "Indexed":
         done = len(_indexes_done(pods)) >= completions
     else:
-        done = sum(1 for p in pods if p["status"].get("phase") == "Succeeded") >= completions
+        done = len(succeeded) >= completions
     if not done:
         return False
-    status["succeeded"] = completions
-    status.setdefault("conditions", []).extend(
-        [
-            _condition(
-                cluster, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"
-            ),
-            _condition(cluster, "Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
-        ]
+    _update_counts(cluster, job, pods)
+    if spec.get("completionMode") == "Indexed":
+        status["succeeded"] = completions
+    else:
+        status["uncountedTerminatedPods"] = {"succeeded": [p["metadata"]["uid"] for p in succeeded]}
+    status.setdefault("conditions", []).append(
+        _condition(cluster, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods")
+    )
+    cluster._touch(job)
+    return True
+
+
+def _complete(cluster: Cluster, job: dict[str, Any]) -> None:
+    """The second write: the succeeded pods counted (their finalizers gone), then `Complete`."""
+    status = job["status"]
+    uncounted = (status.get("uncountedTerminatedPods") or {}).get("succeeded") or []
+    status["succeeded"] = int(status.get("succeeded", 0)) + len(uncounted)
+    status["uncountedTerminatedPods"] = {}
+    status.setdefault("conditions", []).append(
+        _condition(cluster, "Complete", "CompletionsReached", "Reached expected number of succeeded pods")
     )
     status["completionTime"] = cluster.stamp()
     status["active"] = 0
     cluster._touch(job)
     _stop_pods(cluster, job)
-    return True
 
 
 def _create_pods(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:

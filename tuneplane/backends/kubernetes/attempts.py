@@ -54,6 +54,7 @@ log = logging.getLogger("tuneplane.backends.kubernetes")
 LEDGER_ANNOTATION = "tuneplane.dev/attempts"
 LEDGER_LIMIT = 50  # ended attempts kept; a retry policy allows at most 100, most far fewer
 TAIL_KEPT = 5  # log lines of an attempt kept in the ledger (the annotation stays small)
+LEDGER_DEFAULTS = frozenset({"gpus", "kueue"})  # a ledger row's keys left out when 0 or false
 MESSAGE_KEPT = 300
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
@@ -418,7 +419,9 @@ def _row(seen: _Seen) -> dict[str, Any]:
         "pods": list(seen.pods),
         "kueue": seen.kueue,
     }
-    return {k: v for k, v in row.items() if v not in (None, "", [], False, 0)}
+    # an exit code, signal or rank of 0 is said (a trainer that exited 0, rank 0); no GPUs and no Kueue
+    # eviction are what a row without them reads as
+    return {k: v for k, v in row.items() if v not in (None, "", []) and (v or k not in LEDGER_DEFAULTS)}
 
 
 def _write_ledger(rest: Rest, kind: Kind, ns: str, obj: JobObject, done: list[_Seen]) -> None:

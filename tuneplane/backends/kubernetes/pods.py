@@ -224,11 +224,13 @@ _LATER_ATTEMPT = re.compile(r"-a[0-9]+(-|$)")  # `<name>-a2`: the object of a la
 
 @dataclass(frozen=True)
 class Refused:
-    """The API server refuses what the run's controllers create: the controller's words, and since when."""
+    """The API server refuses what the run's controllers create: the controller's words, since when, and
+    when it last did (a controller's retries update one Event)."""
 
     reason: str
     message: str
     since: float | None
+    last: float | None = None
 
 
 def refused_creates(rest: Rest, ns: str, name: str) -> Refused | None:
@@ -240,7 +242,12 @@ def refused_creates(rest: Rest, ns: str, name: str) -> Refused | None:
         return None
     newest = max(ours, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     starts = [t for e in ours if (t := epoch_of(e.get("firstTimestamp") or e.get("eventTime"))) is not None]
-    return Refused(str(newest.get("reason", "")), str(newest.get("message", "")), min(starts) if starts else None)
+    return Refused(
+        str(newest.get("reason", "")),
+        str(newest.get("message", "")),
+        min(starts) if starts else None,
+        epoch_of(newest.get("lastTimestamp") or newest.get("eventTime")),
+    )
 
 
 def _for(event: Event, name: str) -> bool:

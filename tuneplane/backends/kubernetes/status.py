@@ -58,6 +58,7 @@ from tuneplane.constants import (
     SUCCEEDED,
     TERMINAL,
     AttemptReason,
+    epoch_of,
     observed_phase,
 )
 
@@ -243,23 +244,37 @@ def _observe(
         return _observation(state, attempts=tried)
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
-    refused = _refused(rest, ns, obj, state, _live(pods or []))
+    refused = _refused(rest, ns, obj, state, pods or [], tried)
     return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck, refused) or _progress(
         state, pods or [], tried, refused
     )
 
 
-def _refused(rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod]) -> Refused | None:
+def _refused(
+    rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]
+) -> Refused | None:
     """For a run that waits: whether the API server refuses what its controllers create for it (a policy
-    webhook, a quota, a validation the job object's own did not reach). Read only while it waits, and
+    webhook, a quota, a validation the job object's own did not reach). Read only while it waits (an
+    Event stays an hour after the refusal: a run whose pods ran, or were created, since is past it), and
     never failing the observation (a Role from before Events were read degrades the detail)."""
-    if state.phase != PENDING or (state.pods_decide and any(pod_phase(p) == POD_RUNNING for p in pods)):
+    if state.phase != PENDING or _runs(state, _live(pods), attempts):
         return None
     try:
-        return refused_creates(rest, ns, str((obj.get("metadata") or {}).get("name", "")))
+        refused = refused_creates(rest, ns, str((obj.get("metadata") or {}).get("name", "")))
     except BackendError as exc:
         log.warning("the Events of %s could not be read: %s", ref_name(obj), exc)
         return None
+    return None if refused is None or _created_since(pods, refused.last) else refused
+
+
+def _created_since(pods: list[Pod], at: float | None) -> bool:
+    """Whether a pod of the run was created after `at` (the newest refusal): the controller's creates go
+    through again, so the refusal is past (a replacement that waits for a node is no refused create).
+    Both are whole seconds: a pod of the refusal's own second tells nothing."""
+    if at is None:
+        return False
+    created = (epoch_of((p.get("metadata") or {}).get("creationTimestamp")) for p in pods)
+    return any(c is not None and c > at for c in created)
 
 
 def _attempts(
@@ -423,7 +438,7 @@ def _progress(
 ) -> Observation:
     """Pending or Running: say why a run is not making progress, when a pod, or the Event of a create
     the API server refused, shows it."""
-    if state.pods_decide and (state.running_hint or any(pod_phase(p) == POD_RUNNING for p in pods)):
+    if _runs(state, pods, attempts):
         state.phase = RUNNING
     state.started_at = state.started_at or earliest_start(pods)
     problem = pod_problem(_live(pods))
@@ -432,6 +447,22 @@ def _progress(
     elif refused is not None and state.phase == PENDING:
         state.reason, state.message = refused.reason, clip(refused.message)
     return _observation(state, attempts=attempts)
+
+
+def _runs(state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]) -> bool:
+    """Whether a Job or JobSet with no end yet runs, by its pods: its controller counts ready workers, a
+    pod runs, or the newest attempt's pods all succeeded (`_finishing`)."""
+    running = state.running_hint or _finishing(attempts) or any(pod_phase(p) == POD_RUNNING for p in pods)
+    return state.pods_decide and running
+
+
+def _finishing(attempts: tuple[AttemptReport, ...]) -> bool:
+    """The newest attempt's pods all succeeded while the object names no end yet: its controller is on
+    its way there (a Job's `SuccessCriteriaMet` and its pods' tracking finalizers before `Complete`, a
+    JobSet after its child Jobs), a sync or more later. The run still runs until then; read Pending, with
+    nothing active or ready, it would pass for a requeue. No Job or JobSet starts a pod again after all
+    of an attempt's succeeded."""
+    return bool(attempts) and attempts[-1].reason == "Completed"
 
 
 def _live(pods: list[Pod]) -> list[Pod]:
