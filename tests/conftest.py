@@ -396,6 +396,13 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
 
 
+# The order the test files run in, by the costliest kind each holds: the files whose tests take a
+# minute (a Slurm time limit, a training) go first, so under `-n` the quick ones fill the end and the
+# workers finish together. In name order the last worker ran three minutes after the first: the
+# trainer files `test_report_hf*` and `test_plan_param_*` came late.
+_FIRST = ("slurm", "trainer", "slow", "process", "bulk", "cluster")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -403,3 +410,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         costs |= set(_FILE_COST.get(item.path.name, ()))
         for cost in sorted(costs):
             item.add_marker(cost)
+    rank: dict[Path, int] = {}
+    for item in items:
+        kinds = [i for i, kind in enumerate(_FIRST) if item.get_closest_marker(kind)]
+        rank[item.path] = min(rank.get(item.path, len(_FIRST)), *kinds, len(_FIRST))
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order, and stay together
