@@ -2,7 +2,8 @@
 the records of a lab whose `status/` a person removed in a depth-1 checkout (the workflow's), a refusal
 whose cause is still committed, and a person's folder or page under `status/`.
 
-Each case is the real `tp bot` through the CLI in real clones (the shallow one over smart HTTP).
+Each case is the real `tp bot` through the CLI in real clones (the shallow one over smart HTTP), a
+process where the case starts from a clone, in the test's process where it goes on from the settled lab.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from githttp import GitHttpServer
-from support.repos import BRANCH, configure, git, tp_run
-from test_record_ledger_adversary import A, B, _bot, _lab, _push, _settled, settled_template
+from support.repos import BRANCH, bot_pass, configure, git, tp_run
+from test_record_ledger_adversary import A, B, _lab, _push, _settled, settled_template
 
 from tuneplane.record.ledger import LEDGER
 
@@ -101,7 +102,7 @@ def test_a_refusal_stays_on_the_index_through_an_unrelated_full_pass(tmp_path: P
     bot, person = _lab(tmp_path, settled)
     _hand_written_request(person)
     _push(person, "a request written by hand")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     assert "my-second-try" in git(bot, "show", "HEAD:status/README.md")
     git(person, "pull", "-q", "origin", BRANCH)
     p = person / "status/b" / f"{B[0]}.json"
@@ -109,16 +110,16 @@ def test_a_refusal_stays_on_the_index_through_an_unrelated_full_pass(tmp_path: P
     _push(person, "b failed")
 
     for verb in ("sync", "reconcile"):
-        _bot(bot, verb)
+        bot_pass(bot, verb)
         assert "my-second-try" in git(bot, "show", "HEAD:status/README.md"), verb
 
     git(person, "pull", "-q", "origin", BRANCH)
     git(person, "rm", "-q", "runs/a/my-second-try.yaml")
     _push(person, "it was a mistake")
-    _bot(bot, "sync")  # the first run after the fix, whichever verb
+    bot_pass(bot, "sync")  # the first run after the fix, whichever verb
     assert "my-second-try" not in git(bot, "show", "HEAD:status/README.md")
     _settled(bot, tmp_path / "check", requests=False)  # sync never records requests; reconcile does
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     _settled(bot, tmp_path / "check2")
 
 
@@ -133,11 +134,11 @@ def test_a_refusal_stays_on_the_index_through_a_pass_that_watches_a_run(tmp_path
     (person / "status/a" / f"{run_id}.json").write_text(json.dumps(data, indent=2) + "\n")
     _hand_written_request(person)
     _push(person, "a pending run from a laptop and a request written by hand")
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
     assert "my-second-try" in git(bot, "show", "HEAD:status/README.md")
     head = git(bot, "rev-parse", "HEAD")
 
-    _bot(bot, "sync")
+    bot_pass(bot, "sync")
 
     assert git(bot, "rev-parse", "HEAD") == head, git(bot, "show", "--stat", "HEAD")
 
@@ -153,7 +154,7 @@ def test_a_persons_folder_and_month_named_page_under_status_stay_theirs(
     (person / "status/a/2025-03.md").write_text("march plans for a\n")
     _push(person, "notes beside the dashboard")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     assert git(bot, "show", "HEAD:status/notes/README.md") == "# Notes of the team"
     assert git(bot, "show", "HEAD:status/a/2025-03.md") == "march plans for a"
@@ -166,7 +167,7 @@ def test_a_run_removed_with_its_status_leaves_no_folder_in_the_bots_clone(tmp_pa
     git(person, "rm", "-rq", "status/b", "runs/b")
     _push(person, "b is done with")
 
-    _bot(bot, "reconcile")
+    bot_pass(bot, "reconcile")
 
     assert not (bot / "status/b").exists()
     _settled(bot, tmp_path / "check")
