@@ -403,6 +403,7 @@ def pytest_configure(config: pytest.Config) -> None:
 _FIRST = ("slurm", "trainer", "slow", "process", "bulk", "cluster")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -410,6 +411,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         costs |= set(_FILE_COST.get(item.path.name, ()))
         for cost in sorted(costs):
             item.add_marker(cost)
+        if item.get_closest_marker("slurm"):
+            # One worker runs every Slurm test (`--dist loadgroup`, pyproject.toml), on one cluster: its
+            # minutes of waiting on Slurm's clock overlap the other workers' work, and the three
+            # clusters the other workers would start are never started.
+            item.add_marker(pytest.mark.xdist_group("slurm"))
     rank: dict[Path, int] = {}
     for item in items:
         kinds = [i for i, kind in enumerate(_FIRST) if item.get_closest_marker(kind)]

@@ -376,7 +376,13 @@ def _doc_id(doc: Document) -> str:
     return doc.path.relative_to(DOCS).as_posix()
 
 
-@pytest.mark.parametrize("doc", RUNNABLE, ids=_doc_id)
+def _costs(doc: Document) -> list[pytest.MarkDecorator]:
+    """A document's cost markers, as a test using the cluster fixtures gets them (tests/conftest.py): a
+    Slurm document runs with the other Slurm tests, on their cluster."""
+    return [mark for mark, needed in ((pytest.mark.slurm, doc.slurm), (pytest.mark.cluster, doc.kube)) if needed]
+
+
+@pytest.mark.parametrize("doc", [pytest.param(d, marks=_costs(d), id=_doc_id(d)) for d in RUNNABLE])
 def test_document_runs(doc: Document, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every runnable block of the document, in order, in one fresh session."""
     for module in doc.needs:
