@@ -150,3 +150,24 @@ def test_places_in_a_file_with_lone_carriage_returns_count_newlines() -> None:
     doc = parse_yaml("a: 1\rb: 2\nc: 3\n", "x.yaml")
     assert doc.data == {"a": 1, "b": 2, "c": 3}
     assert (doc.positions["/b"], doc.positions["/c"]) == ((1, 6), (2, 1))  # YAML's own count: lines 2 and 3
+
+
+def test_a_file_is_searched_for_other_line_breaks_once_not_once_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key and value has a place; searching the whole text for each made a load quadratic in the
+    file's size (a catalog recipe's 600 nodes cost a tenth of a second each, `tp methods` 5 s)."""
+    from tuneplane.lab import yamlio
+
+    searched: list[int] = []
+    real = yamlio._OTHER_BREAKS
+
+    class Counting:
+        def search(self, text: str) -> object:
+            searched.append(len(text))
+            return real.search(text)
+
+    monkeypatch.setattr(yamlio, "_OTHER_BREAKS", Counting())
+    yamlio._breaks_only_at_newlines.cache_clear()
+    text = "".join(f"key{i}:\n  value: {i}\n  list: [1, 2, {i}]\n" for i in range(500))
+    doc = parse_yaml(text, "big.yaml")
+    assert doc.positions["/key499/list/2"] == (1500, 16)
+    assert len(searched) == 1

@@ -7,6 +7,7 @@ record `file:line:col` for every JSON pointer, refuse duplicate keys, and bound 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -519,12 +520,20 @@ def _at(mark: _Mark | None, text: str) -> tuple[int, int]:
     character offset instead."""
     if mark is None:
         return 1, 1
-    if not _OTHER_BREAKS.search(text):
+    if _breaks_only_at_newlines(text):
         return mark.line + 1, mark.column + 1
     return _locate_at(text, min(max(mark.index, 0), len(text)))
 
 
 _OTHER_BREAKS = re.compile("\r(?!\n)|[\x85\u2028\u2029]")
+
+
+@functools.lru_cache(maxsize=4)
+def _breaks_only_at_newlines(text: str) -> bool:
+    """Asked once per text, not once per mark: a file's every key and value has a mark, and a search of
+    the whole text for each made loading a file quadratic in its size (`tp methods` took 5 s). The
+    cache keeps the last few texts; a lookup of the same string object costs no comparison."""
+    return not _OTHER_BREAKS.search(text)
 
 
 def _locate_at(text: str, idx: int) -> tuple[int, int]:
