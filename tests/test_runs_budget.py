@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from support.repos import BRANCH, git, make_remote, request, seed_lab, tp_run
+from support.repos import BRANCH, git, make_remote, request, seed_lab, tp_here
 
 from tuneplane.lab.load import load_lab
 from tuneplane.lab.runs import RunKey, write_request, write_status
@@ -77,7 +77,7 @@ def _propose(lab: Path, *requests: tuple[str, str, int | None]) -> list[str]:
 
 
 def _validate(lab: Path) -> tuple[int, str]:
-    return tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}")
+    return tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}")
 
 
 MONTHLY_10 = "\nbudgets:\n  monthly_gpu_hours: 10\n"
@@ -187,7 +187,7 @@ def test_the_plan_shows_each_estimate_and_their_total(tmp_path: Path) -> None:
         lab, ("demo", "h200:1", 2 * 3600), ("demo", "h200:8", 1800), ("demo", "h200:1", None), ("other", "h200:8", None)
     )
 
-    code, out = tp_run(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
+    code, out = tp_here(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
 
     assert code == 0, out
     rows, total = _plan_rows(out)
@@ -209,7 +209,7 @@ def test_the_plan_shows_diffs_only_for_what_the_bot_would_submit(tmp_path: Path)
     write_request(lab, request("demo", running.run_id, "h200:1", cancel=True))
     (new,) = _propose(lab, ("demo", "h200:1", 3600))
 
-    code, out = tp_run(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
+    code, out = tp_here(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
 
     assert code == 0, out
     assert out.startswith("<!-- tuneplane:plan -->\n"), out[:200]
@@ -232,7 +232,7 @@ def test_a_status_the_pull_request_adds_does_not_hide_its_request_from_the_plan(
     git(lab, "add", "-A")
     git(lab, "commit", "-qm", "a status of our own")
 
-    code, out = tp_run(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
+    code, out = tp_here(lab, "render", "--changed", "--diff", "--base", f"origin/{BRANCH}")
 
     assert code == 0, out
     assert "already run" not in out, out
@@ -242,7 +242,7 @@ def test_a_status_the_pull_request_adds_does_not_hide_its_request_from_the_plan(
 def test_budgets_are_a_closed_schema_with_located_errors(tmp_path: Path) -> None:
     lab = _lab(tmp_path, "\nbudgets:\n  monthly_gpu_hour: 10\n  experiments:\n    demo: -1\n", [])
 
-    code, out = tp_run(lab, "validate")
+    code, out = tp_here(lab, "validate")
 
     lines = (lab / "tuneplane.yaml").read_text(encoding="utf-8").splitlines()
     typo, negative = (lines.index(text) + 1 for text in ("  monthly_gpu_hour: 10", "    demo: -1"))
@@ -285,7 +285,7 @@ def test_a_change_over_its_authors_budget_fails_with_who_and_the_numbers(tmp_pat
     lab = _people_lab(tmp_path)
     (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
 
-    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "Alice"})
+    code, out = tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "Alice"})
 
     assert code == 1 and "budget-exceeded" in out and rel in out, out
     month = NOW.strftime("%Y-%m")
@@ -302,7 +302,7 @@ def test_each_person_is_held_to_their_own_budget(tmp_path: Path, author: str) ->
     lab = _people_lab(tmp_path)
     _propose(lab, ("demo", "h200:1", 2 * 3600))
 
-    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: author})
+    code, out = tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: author})
 
     assert code == 0 and "budget-" not in out, out
 
@@ -315,7 +315,7 @@ def test_a_request_cannot_say_whose_budget_pays(tmp_path: Path) -> None:
     git(lab, "add", "-A")
     git(lab, "commit", "-qm", "bob's run, says the request")
 
-    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+    code, out = tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
 
     assert code == 1 and path.relative_to(lab).as_posix() in out and "spent by alice" in out, out
     assert spent(statuses_in(lab), NOW.strftime("%Y-%m"), by_person) == {"alice": 9.0, "bob": 50.0}
@@ -328,7 +328,7 @@ def test_a_pull_request_cannot_lower_its_authors_spending_by_removing_runs(tmp_p
     git(lab, "rm", "-q", "-r", "--", f"runs/demo/{_id(THIS_MONTH, 2)}.yaml", f"status/demo/{_id(THIS_MONTH, 2)}.json")
     (rel,) = _propose(lab, ("demo", "h200:1", 2 * 3600))
 
-    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+    code, out = tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
 
     assert code == 1 and rel in out and "9.00 GPU-hours spent by alice" in out, out
 
@@ -337,7 +337,7 @@ def test_without_the_author_per_person_budgets_are_skipped_and_said_so(tmp_path:
     lab = _people_lab(tmp_path)
     _propose(lab, ("demo", "h200:1", 2 * 3600))
 
-    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: ""})
+    code, out = tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: ""})
 
     assert code == 0 and "budget-exceeded" not in out, out
     (note,) = [line for line in out.splitlines() if "budgets.people" in line]
@@ -361,7 +361,7 @@ def test_a_pull_request_cannot_write_whom_a_run_was_submitted_for(tmp_path: Path
     git(lab, "add", "-A")
     git(lab, "commit", "-qm", "a local run, said to be bob's")
 
-    code, out = tp_run(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
+    code, out = tp_here(lab, "validate", "--changed", "--base", f"origin/{BRANCH}", env={AUTHOR_ENV: "alice"})
 
     assert code == 1 and "status-owned" in out and "submitted_for" in out, out
 

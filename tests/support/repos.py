@@ -190,15 +190,21 @@ def tp_run(root: Path, *args: str, env: Mapping[str, str] | None = None, timeout
     return proc.returncode, out + err
 
 
-def bot_pass(root: Path, verb: str, *args: str) -> str:
-    """`tp bot VERB --push ARGS` in `root`, through the command line in this process, its exit checked;
-    its output. For tests of what a pass decides; a test of the process itself (a crash, a kill, a race
-    between two bots) starts one with `tp_process`."""
+def tp_here(root: Path, *args: str, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """`tp_run` through the command line in this process: (exit code, stdout + stderr). For tests of what
+    a command decides; a test of the process itself (a crash, a kill, a race, a hang under a timeout)
+    starts one with `tp_run` or `tp_process`."""
     from conftest import run_tp_in_process
 
-    done = run_tp_in_process("bot", verb, "--push", *args, cwd=root)
-    assert done.code == 0, done.output
-    return done.output
+    done = run_tp_in_process(*args, cwd=root, env=env)
+    return done.code, done.output
+
+
+def bot_pass(root: Path, verb: str, *args: str) -> str:
+    """`tp bot VERB --push ARGS` in `root`, in this process (`tp_here`), its exit checked; its output."""
+    code, out = tp_here(root, "bot", verb, "--push", *args)
+    assert code == 0, out
+    return out
 
 
 def remote_files(remote: Path, prefix: str) -> list[str]:
