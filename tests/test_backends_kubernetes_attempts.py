@@ -384,6 +384,48 @@ def test_pods_that_succeeded_before_their_job_is_complete_are_a_run_still_runnin
     assert [(a.reason, a.exit_code) for a in seen.attempts] == [("Completed", 0)]
 
 
+# ── a Job whose controller decided it fails, its pods still stopping ──────────────────────────────
+@pytest.mark.parametrize("profile, kind", [("h200", "Job"), ("h200:16", "JobSet")])
+def test_a_job_whose_failure_is_decided_runs_until_its_pods_stopped_and_says_so(
+    twin: Cluster, backend: KubernetesBackend, lab: Any, profile: str, kind: str
+) -> None:
+    ref = submit(backend, lab, profile=profile)
+    assert ref.kind == kind
+    twin.hold_jobs()
+    twin.slow_stops = True  # the other ranks save on SIGTERM
+    first, *others = running(twin)
+    twin.exit_pod(NS, first["metadata"]["name"], 1)
+    twin.step_jobs()  # FailureTarget (a podFailurePolicy FailJob rule): the other pods are deleted
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason, seen.ending) == ("Running", "PodFailurePolicy", True), seen
+    assert "its pods are stopping" in seen.message and reasons(seen) == ["Error"] and seen.finished_at is None
+    for pod in others:
+        twin.exit_pod(NS, pod["metadata"]["name"], 143)
+    twin.release_jobs()
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.ending) == ("Failed", False), seen
+    assert reasons(seen) == ["Error"]
+
+
+def test_a_job_past_its_deadline_ends_its_attempt_timeout_while_its_pod_stops(
+    twin: Cluster, backend: KubernetesBackend, lab: Any
+) -> None:
+    ref = submit(backend, lab, timeout=600)
+    (pod,) = running(twin)
+    twin.hold_jobs()
+    twin.slow_stops = True
+    twin.advance(601)
+    twin.step_jobs()  # FailureTarget DeadlineExceeded; the trainer got SIGTERM and saves
+    assert running(twin) == [] and [p["status"]["phase"] for p in twin.pods(NS)] == ["Running"]
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason, seen.ending) == ("Running", "DeadlineExceeded", True), seen
+    assert reasons(seen) == ["Timeout"]
+    twin.exit_pod(NS, pod["metadata"]["name"], 143)
+    twin.release_jobs()
+    seen = backend.observe(ref)
+    assert (seen.phase, seen.reason) == ("Failed", "DeadlineExceeded") and reasons(seen) == ["Timeout"], seen
+
+
 # ── a pod stuck on a missing Secret or an image it cannot pull ends its attempt ─────────────────
 def live_pods(twin: Cluster) -> list[dict[str, Any]]:
     return [p for p in twin.pods(NS) if not p["metadata"].get("deletionTimestamp")]

@@ -457,6 +457,42 @@ def test_a_succeeded_pod_is_counted_before_its_job_is_complete(cluster: Any, kub
     assert status["completionTime"] and not status["uncountedTerminatedPods"]
 
 
+def test_a_failing_job_stops_its_pods_before_it_is_failed(cluster: Any, kube_client: Any) -> None:
+    spec = {"parallelism": 2, "completions": 2, "completionMode": "Indexed"}
+    client.BatchV1Api(kube_client).create_namespaced_job(NS, _job("j", **spec), _preload_content=False)
+    first, second = cluster.pods(NS)
+    cluster.hold_jobs()
+    cluster.slow_stops = True  # the other rank saves on SIGTERM
+    cluster.exit_pod(NS, first["metadata"]["name"], 1)
+    cluster.step_jobs()
+    conditions, status = _job_status(kube_client, "j")
+    assert conditions == ["FailureTarget"] and status["conditions"][0]["reason"] == "BackoffLimitExceeded"
+    assert (status["active"], status["ready"], status["terminating"]) == (0, 0, 1)
+    saving = next(p for p in cluster.pods(NS) if p["metadata"]["name"] == second["metadata"]["name"])
+    assert saving["metadata"]["deletionTimestamp"] and saving["status"]["phase"] == "Running"
+
+    cluster.step_jobs()  # the rank still runs: no Failed yet
+    assert _job_status(kube_client, "j")[0] == ["FailureTarget"]
+    cluster.exit_pod(NS, second["metadata"]["name"], 143)
+    cluster.step_jobs()
+    conditions, status = _job_status(kube_client, "j")
+    assert conditions == ["FailureTarget", "Failed"] and status["terminating"] == 0
+    assert status["conditions"][1]["reason"] == "BackoffLimitExceeded"
+    assert [p["metadata"]["name"] for p in cluster.pods(NS)] == [first["metadata"]["name"]]  # the deleted one is gone
+
+
+def test_a_pod_that_outlives_its_grace_period_is_killed_and_the_job_fails(cluster: Any, kube_client: Any) -> None:
+    spec = {"parallelism": 2, "completions": 2, "completionMode": "Indexed"}
+    client.BatchV1Api(kube_client).create_namespaced_job(NS, _job("j", **spec), _preload_content=False)
+    first, _ = cluster.pods(NS)
+    cluster.slow_stops = True
+    cluster.exit_pod(NS, first["metadata"]["name"], 1)
+    assert _job_status(kube_client, "j")[0] == ["FailureTarget"]
+    cluster.advance(30)
+    conditions, _ = _job_status(kube_client, "j")
+    assert conditions == ["FailureTarget", "Failed"]
+
+
 def test_a_jobset_completes_only_once_its_child_job_is_complete(cluster: Any, kube_client: Any) -> None:
     client.CustomObjectsApi(kube_client).create_namespaced_custom_object(*JOBSET, _jobset("js"))
     (pod,) = cluster.pods(NS)

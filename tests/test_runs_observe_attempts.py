@@ -6,10 +6,12 @@ other the way `tp bot sync` folds them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, Observation
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.run import BackendObject, RunStatus, Transition
-from tuneplane.runs.observe import apply_observation, reopened
+from tuneplane.runs.observe import apply_observation, overrun, reopened
 
 T0 = "2025-01-01T00:00:00Z"
 
@@ -103,6 +105,28 @@ def test_an_attempt_that_completed_under_a_running_object_is_no_requeue_unless_t
     assert (requeued.phase, requeued.reason) == ("Pending", "REQUEUED")
     failed = fold(s, Observation("Running", attempts=(ran(1, 1, 20, "Error"),)), retry=False)
     assert (failed.phase, failed.reason) == ("Pending", "Requeued")  # a Job replaces its failed pod
+
+
+def test_an_attempt_whose_object_is_ending_is_no_requeue_nor_an_end_nor_an_overrun_until_it_ended() -> None:
+    """A Job's `FailureTarget` before its `Failed`: the engine starts nothing again, and the ranks still
+    save. The run runs on, with no exit code of its own; no retry (a budget left) or overrun (none left)
+    is decided before the object's end."""
+    policy = RetryPolicy(attempts=2, on=["Error"], backoff_seconds=0)
+    s = fold(status(retry=policy), Observation("Running", started_at=at(1), attempts=(ran(1, 1),)))
+    failed = AttemptReport(number=1, started_at=at(1), finished_at=at(20), reason="Error", message="boom", exit_code=1)
+    stopping = Observation(
+        "Running", reason="BackoffLimitExceeded", message="its pods are stopping", attempts=(failed,), ending=True
+    )
+    s = fold(s, stopping)
+    assert (s.phase, s.reason, s.exit_code, s.finished_at) == ("Running", "BackoffLimitExceeded", None, None)
+    assert s.message == "attempt 1 ended Error: boom\nits pods are stopping"
+    spent = s.model_copy(update={"retry": RetryPolicy(attempts=1, on=["Error"])})
+    assert overrun(spent, stopping, at(30)) is None
+    assert overrun(spent, replace(stopping, ending=False), at(30)) is not None  # a requeue past the budget
+
+    s = fold(s, Observation("Failed", reason="BackoffLimitExceeded", attempts=(failed,)))
+    assert (s.phase, s.reason, s.exit_code) == ("Pending", "RetryBackoff", None)  # the run has not ended
+    assert [(a.number, a.exit_code) for a in s.attempts] == [(1, 1)]
 
 
 def test_a_requeue_after_an_old_exit_marker_never_ends_the_run() -> None:

@@ -8,8 +8,10 @@ model what our backend and our manifests depend on, as the real controllers do i
   `<job>-<index>`, label and annotation `batch.kubernetes.io/job-completion-index`), `suspend`,
   `podFailurePolicy` (FailJob / Ignore / Count on exit codes and pod conditions), `backoffLimit`, the
   `Complete`/`Failed` conditions and `ttlSecondsAfterFinished`. A success takes two status writes
-  (`SuccessCriteriaMet` with the pods not yet counted, then `Complete`), and a held controller
-  (`hold_jobs`) lets a reader see each, as it can between the real controller's syncs.
+  (`SuccessCriteriaMet` with the pods not yet counted, then `Complete`), and so does a failure
+  (`FailureTarget` with the pods still running deleted, then `Failed` once none runs; `slow_stops` keeps
+  a deleted pod running, as a rank saving on SIGTERM does); a held controller (`hold_jobs`) lets a
+  reader see each, as it can between the real controller's syncs.
 - **JobSet**: child Jobs `<jobset>-<replicatedJob>-<index>` with the `jobset.sigs.k8s.io/*` labels and
   annotations, a headless Service named after the subdomain, `failurePolicy.maxRestarts` (recreate all
   child Jobs, `restart-attempt` + 1), `successPolicy` (All / Any), `replicatedJobsStatus`, TTL.
@@ -122,6 +124,7 @@ class Cluster:
         self.ray_dashboards: dict[str, str] = {}  # a dashboard address in the cluster → a real one here
         self.offset = 0.0
         self.jobs_held = False  # the Job controller syncs only when a test steps it (`hold_jobs`)
+        self.slow_stops = False  # True: a pod its failing Job deletes runs on after SIGTERM (twin_jobs._fail)
         self._job_syncs = 0
         self._serial = 0
         self._changed = False
@@ -239,7 +242,7 @@ class Cluster:
         the kubelet and the other controllers go on. The real one syncs a Job a while after the pod
         events it waits for (batched by a second, behind its informers) and finishes a Job in more than
         one status write, so a reader can see a pod `Succeeded` under a Job that is not yet `Complete`
-        (see twin_jobs._check_success)."""
+        (see twin_jobs._check_success), or a Job's `FailureTarget` before its `Failed` (twin_jobs._fail)."""
         self.jobs_held = True
 
     def step_jobs(self, syncs: int = 1) -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+STOPPED = "twin/stopped-by-job"  # a pod the Job controller deleted as its Job failed
 
 
 def _condition(cluster: Cluster, ctype: str, reason: str, message: str) -> dict[str, Any]:
@@ -52,6 +53,9 @@ def reconcile_job(cluster: Cluster, job: dict[str, Any]) -> None:
         return
     if _cond(job, "SuccessCriteriaMet"):
         _complete(cluster, job)
+        return
+    if _cond(job, "FailureTarget"):
+        _failed_once_stopped(cluster, job)
         return
     pods = cluster._children("Pod", job)
     if spec.get("suspend"):
@@ -148,14 +152,69 @@ def _count_failures(cluster: Cluster, job: dict[str, Any], pods: list[dict[str, 
 
 
 def _fail(cluster: Cluster, job: dict[str, Any], reason: str, message: str) -> bool:
-    status = job["status"]
-    status.setdefault("conditions", []).extend(
-        [_condition(cluster, "FailureTarget", reason, message), _condition(cluster, "Failed", reason, message)]
-    )
-    status["active"] = 0
-    cluster._touch(job)
-    _stop_pods(cluster, job)
+    """The first of the two status writes that fail a Job: `FailureTarget` with the reason, and every pod
+    still running deleted (`_terminate`), counted as `terminating`, not `active` or `ready`. The
+    controller writes `Failed` (`_failed_once_stopped`) only once none of them runs any more; a rank that
+    saves on SIGTERM holds its node until then. One settle makes both writes while the pods stop at
+    once; `Cluster.hold_jobs` shows a reader each, `Cluster.slow_stops` the pods stopping."""
+    job["status"].setdefault("conditions", []).append(_condition(cluster, "FailureTarget", reason, message))
+    _terminate(cluster, job)
     return True
+
+
+def _failed_once_stopped(cluster: Cluster, job: dict[str, Any]) -> None:
+    """The second write: `Failed`, with the reason and message of `FailureTarget`, once no pod of the Job
+    runs; a pod past its grace period is killed first, as the kubelet does. The pods it deleted are gone
+    with their tracking finalizers; those that failed by themselves (or were disrupted) stay as before."""
+    if _terminate(cluster, job):
+        return
+    status = job["status"]
+    target = next(c for c in status["conditions"] if c["type"] == "FailureTarget")
+    status["conditions"].append(_condition(cluster, "Failed", target["reason"], target["message"]))
+    status["terminating"] = 0
+    cluster._touch(job)
+    for pod in cluster._children("Pod", job):
+        if (pod["metadata"].get("annotations") or {}).get(STOPPED):
+            cluster._remove(pod)
+
+
+def _terminate(cluster: Cluster, job: dict[str, Any]) -> int:
+    """Delete the Job's pods that still run and count them in `status.terminating`; returns how many
+    run. The kubelet sends each SIGTERM: its containers exit 143 at once, unless `Cluster.slow_stops`
+    (a rank saving) keeps one running until a test ends it or its grace period passes (SIGKILL, 137)."""
+    status, at = job["status"], cluster.stamp()
+    running = [p for p in cluster._children("Pod", job) if p["status"].get("phase") not in ("Succeeded", "Failed")]
+    for pod in running:
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            meta.setdefault("annotations", {})[STOPPED] = "true"
+            meta["deletionTimestamp"] = at
+            meta["deletionGracePeriodSeconds"] = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            cluster._touch(pod)
+        grace_end = cluster.seconds(meta["deletionTimestamp"]) + int(meta.get("deletionGracePeriodSeconds") or 30)
+        if not cluster.slow_stops or pod["status"].get("phase") != "Running":
+            _killed(cluster, pod, 143)
+        elif cluster.now() >= grace_end:
+            _killed(cluster, pod, 137)
+    still = sum(1 for p in running if p["status"].get("phase") not in ("Succeeded", "Failed"))
+    counts = {"active": 0, "ready": 0, "terminating": still}
+    if any(status.get(k) != v for k, v in counts.items()):
+        status.update(counts)
+        cluster._touch(job)
+    return still
+
+
+def _killed(cluster: Cluster, pod: dict[str, Any], code: int) -> None:
+    """The kubelet ends a deleted pod: its running containers exit `code`, the pod is `Failed`."""
+    status, at = pod["status"], cluster.stamp()
+    for cs in status.get("containerStatuses") or []:
+        running = (cs.get("state") or {}).get("running")
+        if running is not None:
+            ended = {"exitCode": code, "reason": "Error", "startedAt": running.get("startedAt", at), "finishedAt": at}
+            cs.update(state={"terminated": ended}, ready=False)
+    status["phase"] = "Failed"
+    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
+    cluster._touch(pod)
 
 
 def _indexes_done(pods: list[dict[str, Any]]) -> set[int]:

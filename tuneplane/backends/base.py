@@ -101,6 +101,9 @@ class Observation:
     # attempt failed reads as a requeue without it (a Job replacing its pod); an attempt that completed is
     # followed by another only on the engine's word, else its object has not yet caught up with its end.
     requeued: bool = False
+    # The engine decided the run's object ends with its newest attempt (a Job's `FailureTarget`) and stops
+    # the pods still running: no next attempt comes, and the phase stays under way only until they stopped.
+    ending: bool = False
 
 
 NO_HEARTBEAT = "NoHeartbeat"  # Observation.reason of a run only another machine can see

@@ -115,7 +115,7 @@ def overrun(status: RunStatus, obs: Observation, now: str) -> Overrun | None:
     """The ended attempt the engine goes on after although the run's retry policy allows no attempt after
     it; None when the engine is not going on or may. The count is the status's attempts with what the
     engine says, so it never resets."""
-    if obs.phase not in UNDER_WAY or not obs.attempts:
+    if obs.phase not in UNDER_WAY or not obs.attempts or obs.ending:
         return None
     current = status.backend.name if status.backend else ""
     mine = [a for a in merged_attempts(status, obs, now) or [] if a.object in (current, "")]
@@ -226,8 +226,10 @@ def _fold(
     first = attempts[0].started_at or obs.started_at
     if first and not status.started_at:
         changes["started_at"] = first
-    exit_code = newest.exit_code if obs.attempts else obs.exit_code
-    if exit_code is not None or obs.attempts:
+    # the run's exit code, once it ended: under way (an attempt ended, the next or the object's end to
+    # come) "exit code 0" beside Running would say it ended; each attempt keeps its own
+    exit_code = (newest.exit_code if obs.attempts else obs.exit_code) if phase in TERMINAL else None
+    if exit_code is not None or obs.attempts or status.exit_code is not None:
         changes["exit_code"] = exit_code
     changes["finished_at"] = (newest.finished_at or obs.finished_at or now) if phase in TERMINAL else None
     before = status.attempts[-1].number if status.attempts else 1
@@ -266,6 +268,10 @@ def _verdict(status: RunStatus, obs: Observation, newest: Attempt, retry: bool) 
         # its object ends a moment after its attempt (a pod's Succeeded before its Job's Complete): no
         # requeue, and no end yet either; the next look decides
         return RUNNING, obs.reason, obs.message
+    if obs.phase in UNDER_WAY and obs.ending:
+        # its object's end is decided and its pods are stopping (a Job's FailureTarget before its Failed):
+        # no requeue comes, nor an end (or a retry) before they stopped; the next look decides
+        return obs.phase, obs.reason, f"{ended}: {why}" if why else ended
     if obs.phase in UNDER_WAY:  # the engine requeued it and starts the next attempt itself
         return PENDING, obs.reason or REQUEUED, f"{ended}: {why}" if why else ended
     # the engine's word for the whole object: stopped on request is no failure to retry

@@ -86,6 +86,7 @@ class _State:
     finished_at: str | None = None
     suspended: bool = False
     running_hint: bool = False  # the controller counts ready workers
+    failing: bool = False  # the controller decided the object fails and stops its pods (`_failing_state`)
     pods_decide: bool = False  # Pending until a pod runs (Job, JobSet); a RayJob reports its own phase
     notes: list[str] = field(default_factory=list)
 
@@ -108,9 +109,23 @@ def _job_state(obj: JobObject) -> _State:
     if CONDITION_FAILED in conds:
         failed = conds[CONDITION_FAILED]
         return _State(FAILED, failed.get("reason", ""), failed.get("message", ""), started, _ltt(failed))
+    if "FailureTarget" in conds:
+        return _failing_state(conds["FailureTarget"], "the Job fails", started)
     if "Suspended" in conds or (obj.get("spec") or {}).get("suspend"):
         return _State(PENDING, started_at=started, suspended=True)
     return _State(PENDING, started_at=started, running_hint=bool(status.get("ready")), pods_decide=True)
+
+
+def _failing_state(target: Condition, what: str, started: str | None = None) -> _State:
+    """A Job whose controller wrote `FailureTarget` (its backoffLimit exceeded, its deadline passed, a
+    podFailurePolicy FailJob rule) but not yet `Failed`: it starts no pod again and deletes those still
+    running, and writes `Failed` (same reason) only once none runs. Ranks that save on SIGTERM hold
+    their nodes until then, minutes for a large run. The run reads `Running` in between, its attempt
+    ended (`_finishing`): `Failed` would end it before its GPUs are free (and let the bot's retry start
+    the next attempt beside them), `Pending` would read as a requeue that never comes."""
+    reason, message = target.get("reason", ""), target.get("message", "")
+    words = f"{what} ({reason}: {message}); its pods are stopping" if message else f"{what}; its pods are stopping"
+    return _State(PENDING, reason, words, started, pods_decide=True, failing=True)
 
 
 def _jobset_state(obj: JobObject) -> _State:
@@ -186,6 +201,7 @@ def _observation(state: _State, exit_code: int | None = None, attempts: tuple[At
         finished_at=state.finished_at,
         exit_code=exit_code,
         attempts=attempts,
+        ending=state.failing,
     )
 
 
@@ -244,6 +260,8 @@ def _observe(
         return _observation(state, attempts=tried)
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
+    if kind is JOBSET and _failed_attempt(tried):
+        _child_job_failing(rest, ns, obj, state)
     refused = _refused(rest, ns, obj, state, pods or [], tried)
     return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck, refused) or _progress(
         state, pods or [], tried, refused
@@ -287,7 +305,8 @@ def _attempts(
                 rest, kind, ns, obj, pods, (state.phase, state.reason, state.started_at, state.finished_at)
             )
         workload = kueue.find_workload(rest, ns, obj) if kueue.queued(obj) else None
-        return job_attempts(rest, kind, ns, obj, pods, workload, state.reason if state.phase == FAILED else "")
+        failure = state.reason if state.phase == FAILED or state.failing else ""
+        return job_attempts(rest, kind, ns, obj, pods, workload, failure)
     except BackendError as exc:
         log.warning("the attempts of %s %s could not be read: %s", kind.kind, ref_name(obj), exc)
         return ()
@@ -451,18 +470,49 @@ def _progress(
 
 def _runs(state: _State, pods: list[Pod], attempts: tuple[AttemptReport, ...]) -> bool:
     """Whether a Job or JobSet with no end yet runs, by its pods: its controller counts ready workers, a
-    pod runs, or the newest attempt's pods all succeeded (`_finishing`)."""
-    running = state.running_hint or _finishing(attempts) or any(pod_phase(p) == POD_RUNNING for p in pods)
+    pod runs, or the newest attempt ended on the object's way to its end (`_finishing`)."""
+    running = state.running_hint or _finishing(state, attempts) or any(pod_phase(p) == POD_RUNNING for p in pods)
     return state.pods_decide and running
 
 
-def _finishing(attempts: tuple[AttemptReport, ...]) -> bool:
-    """The newest attempt's pods all succeeded while the object names no end yet: its controller is on
-    its way there (a Job's `SuccessCriteriaMet` and its pods' tracking finalizers before `Complete`, a
-    JobSet after its child Jobs), a sync or more later. The run still runs until then; read Pending, with
-    nothing active or ready, it would pass for a requeue. No Job or JobSet starts a pod again after all
-    of an attempt's succeeded."""
-    return bool(attempts) and attempts[-1].reason == "Completed"
+def _finishing(state: _State, attempts: tuple[AttemptReport, ...]) -> bool:
+    """The newest attempt ended while the object names no end yet, and its controller is on its way
+    there, a sync or more later: the attempt's pods all succeeded (a Job's `SuccessCriteriaMet` and its
+    pods' tracking finalizers before `Complete`, a JobSet after its child Jobs), or its failure is
+    decided and its pods are stopping (`_failing_state`). The run still runs until then; read Pending,
+    with nothing active or ready, it would pass for a requeue. No Job or JobSet starts a pod again after
+    all of an attempt's succeeded, nor once its failure is decided."""
+    if not attempts or attempts[-1].reason is None:
+        return False
+    return attempts[-1].reason == "Completed" or state.failing
+
+
+def _failed_attempt(attempts: tuple[AttemptReport, ...]) -> bool:
+    return bool(attempts) and attempts[-1].reason not in (None, "Completed")
+
+
+def _child_job_failing(rest: Rest, ns: str, obj: JobObject, state: _State) -> None:
+    """A JobSet whose newest attempt failed, with a child Job whose failure is decided (`FailureTarget`,
+    or `Failed` before the JobSet controller caught up) and no restart left (`failurePolicy.maxRestarts`):
+    the JobSet fails once that Job is `Failed`, and starts nothing again. Read only then, one list of its
+    Jobs; an unreadable list leaves the state as it is."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if int(status.get("restarts") or 0) < int((spec.get("failurePolicy") or {}).get("maxRestarts") or 0):
+        return  # the JobSet restarts its Jobs: that is the next attempt
+    selector = f"jobset.sigs.k8s.io/jobset-name={(obj.get('metadata') or {}).get('name')}"
+    try:
+        jobs = cast(list[JobObject], rest.list(JOB, ns, selector))
+    except BackendError as exc:
+        log.warning("%s", exc)
+        return
+    for job in jobs:
+        conds = _true_conditions(job)
+        target = conds.get("FailureTarget") or conds.get(CONDITION_FAILED)
+        if target is not None:
+            name = (job.get("metadata") or {}).get("name", "")
+            failing = _failing_state(target, f"the JobSet fails with its Job {name}")
+            state.reason, state.message, state.failing = failing.reason, failing.message, True
+            return
 
 
 def _live(pods: list[Pod]) -> list[Pod]:

@@ -150,10 +150,15 @@ class RayClusterSpec(TypedDict, total=False):
     workerGroupSpecs: list[RayGroupSpec]
 
 
+class FailurePolicy(TypedDict, total=False):
+    maxRestarts: int  # a JobSet's
+
+
 class JobObjectSpec(TypedDict, total=False):
     """The spec fields of a Job, a JobSet and a RayJob the backend reads, together."""
 
     suspend: bool
+    failurePolicy: FailurePolicy
     replicatedJobs: list[ReplicatedJob]
     rayClusterSpec: RayClusterSpec
 
