@@ -115,7 +115,7 @@ def _forget(cluster: SlurmCluster, refs: dict[str, BackendRef]) -> None:
 def _ran_a_second(attempts: tuple[Any, ...]) -> bool:
     from tuneplane.constants import epoch_of
 
-    start = epoch_of(attempts[0].started_at) if attempts else None
+    start = epoch_of(attempts[-1].started_at) if attempts else None  # the newest attempt's
     return start is not None and time.time() >= start + 1.5
 
 
@@ -268,6 +268,9 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
     assert lines == ["1 none", f"2 {out / 'checkpoints' / 'checkpoint-1'}"]
     sync(root, echo=quiet)  # the bot records attempt 1's end while attempt 2 runs
     assert [a["gpus"] for a in status_of(root, "resumes", run_id)["attempts"]] == [2, 2]
+    # attempt 2 too runs into its next second before the cancel, by Slurm's clock and the launcher's
+    _until(lambda: backend.observe(ref), lambda o: _ran_a_second(o.attempts), 30, "attempt 2 never ran a second")
+    _until(lambda: time.time() - (out / "attempts.txt").stat().st_mtime, lambda age: age >= 1.5, 30, "no clock")
 
     slurm_cluster.command("scancel", ref.uid)
     ended = _until(lambda: backend.observe(ref), lambda o: o.phase in TERMINAL, 60, "the cancel never ended it")
