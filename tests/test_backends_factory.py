@@ -7,17 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.package import package_trees
+
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
 
 def test_backends_are_made_only_by_the_factory() -> None:
     """Outside each engine's own package, no module constructs a `…Backend` itself."""
     made = []
-    for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(PKG).as_posix()
+    for rel, tree in package_trees().items():
         if rel.startswith("backends/"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
                 name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
                 if name.endswith("Backend") and name[0].isupper():

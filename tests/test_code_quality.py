@@ -12,6 +12,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from support.package import package_trees
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,14 +182,7 @@ def test_every_test_file_is_named_after_what_it_tests():
 PKG = ROOT / "tuneplane"
 
 
-def _trees() -> dict[str, ast.Module]:
-    return {
-        path.relative_to(PKG).as_posix(): ast.parse(path.read_text(encoding="utf-8"))
-        for path in sorted(PKG.rglob("*.py"))
-    }
-
-
-TREES = _trees()
+TREES = package_trees()
 
 
 def _docstrings(tree: ast.Module) -> set[int]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from pathlib import Path
 from typing import get_args
+
+from support.package import package_trees
 
 from tuneplane import constants
 from tuneplane.errors import ProblemsFound, RunFailed, TunePlaneError, UsageError
 from tuneplane.render.schemacheck import ManifestInvalid
 
-PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 # The job side (which keeps its own exit codes and phases out of these rules) and the home itself.
 JOB_SIDE = ("report/", "collector/", "lifecycle/", "runtime/", "launcher.py", "plugins.py", "constants.py")
 RENAME_TABLE = "lab/starforge.py"  # StarForge's names beside their TunePlane names, the data `tp migrate` applies
@@ -20,21 +20,12 @@ PHASES = set(get_args(constants.Phase))
 
 
 def _developer_side() -> list[tuple[str, ast.Module]]:
-    files = []
-    for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(PKG).as_posix()
-        if not rel.startswith(JOB_SIDE):
-            files.append((rel, ast.parse(path.read_text(encoding="utf-8"))))
-    return files
+    return [(rel, tree) for rel, tree in package_trees().items() if not rel.startswith(JOB_SIDE)]
 
 
 def _every_module() -> list[tuple[str, ast.Module]]:
     """Both sides: an environment name is written by the developer side and read by the job side."""
-    return [
-        (rel, ast.parse(path.read_text(encoding="utf-8")))
-        for path in sorted(PKG.rglob("*.py"))
-        if (rel := path.relative_to(PKG).as_posix()) not in ("constants.py", RENAME_TABLE)
-    ]
+    return [(rel, tree) for rel, tree in package_trees().items() if rel not in ("constants.py", RENAME_TABLE)]
 
 
 def _strings(tree: ast.Module) -> list[ast.Constant]:
