@@ -320,6 +320,7 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             "test_catalog_pytorch_template.py",
             "test_catalog_framework_parsers.py",
             "test_catalog_framework_configs.py",
+            "test_catalog_framework_flags.py",  # imports TRL's config classes: seconds of import per worker
             "test_lifecycle_hf_eval.py",
             "test_lifecycle_merged_export.py",
             "test_plan_param_routing_runs.py",
@@ -375,6 +376,7 @@ _FILE_COST: dict[str, tuple[str, ...]] = {
             # every case runs `tp` as its own process, fenced by a timeout and a memory cap
             "test_lab_fs_hostile.py",
             "test_plugins_hostile.py",
+            "test_plugins_pinned.py",
             "test_lab_gitrepo_refs.py",
         ),
         ("process",),
