@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from support.render import CLUSTER_SETTINGS, build, make_lab, pod_templates, request
@@ -15,7 +15,9 @@ from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
 from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.backoff import decided_failure
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
+from tuneplane.backends.kubernetes.types import JobObject, Pod
 from tuneplane.runtime.attempts import TERMINATION_LIMIT, encode
 
 if TYPE_CHECKING:
@@ -487,3 +489,55 @@ def test_the_grace_period_is_a_lab_setting(tmp_path: Path) -> None:
     )
     backend = make_backend("kubernetes", load_lab(root), ClusterAccess(kubeconfig=str(kubeconfig)))
     assert getattr(backend, "stuck_after", None) == 1200
+
+
+def failed_pod(name: str, code: int = 1, *, tracked: bool = False, deleted: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if tracked:
+        meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    if deleted:
+        meta["deletionTimestamp"] = "2025-01-02T10:00:00Z"
+    terminated = {"state": {"terminated": {"exitCode": code}}, "name": "trainer"}
+    return {"metadata": meta, "status": {"phase": "Failed", "containerStatuses": [terminated]}}
+
+
+RULES = {
+    "rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [78]}},
+        {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [42]}},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    "status, pods, per_index, reason",
+    [
+        ({}, [failed_pod("a")], False, None),  # one failure, backoffLimit 1: replaced
+        ({"failed": 1}, [failed_pod("a"), failed_pod("b", tracked=True)], False, "BackoffLimitExceeded"),
+        ({"failed": 1}, [failed_pod("b", tracked=True)], False, "BackoffLimitExceeded"),  # the counted one gone
+        (
+            {"failed": 1, "uncountedTerminatedPods": {"failed": ["uid-b"]}},
+            [failed_pod("b", tracked=True)],
+            False,
+            "BackoffLimitExceeded",
+        ),
+        ({"failed": 1}, [failed_pod("a")], False, None),  # counted already, nothing new
+        ({}, [failed_pod("a"), failed_pod("b")], False, "BackoffLimitExceeded"),  # no finalizers: the pods count
+        ({}, [failed_pod("a"), failed_pod("b", 42)], False, None),  # an Ignore rule's pod is not counted
+        ({}, [failed_pod("a"), failed_pod("b", deleted=True)], False, None),  # deleted: the controller decides
+        ({}, [failed_pod("a", 78)], False, "PodFailurePolicy"),
+        ({}, [failed_pod("a"), failed_pod("b")], True, None),  # per index: not this count
+    ],
+)
+def test_whether_a_job_can_replace_its_failed_pods_is_read_before_its_controller_synced(
+    status: dict[str, Any], pods: list[dict[str, Any]], per_index: bool, reason: str | None
+) -> None:
+    spec: dict[str, Any] = {"backoffLimit": 1, "podFailurePolicy": RULES}
+    if per_index:
+        spec["backoffLimitPerIndex"] = 1
+    target = decided_failure(cast(JobObject, {"spec": spec, "status": status}), cast(list[Pod], pods))
+    assert (target or {}).get("reason") == reason
+    if reason == "PodFailurePolicy":
+        assert "Container trainer for pod ns/a failed with exit code 78 matching FailJob rule at index 0" == (
+            (target or {}).get("message")
+        )

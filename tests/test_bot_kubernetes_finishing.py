@@ -184,3 +184,71 @@ def test_a_job_past_its_backoff_limit_is_no_requeue_and_is_not_stopped_by_the_bo
     assert len(cluster.kube.list("Job", NS)) == 1  # no retry submitted
     seen = committed_phases(bot)
     assert ("Pending", "Requeued") not in seen and ("Pending", "RetryBackoff") not in seen, seen
+
+
+@pytest.mark.parametrize("profile, kind", [("h200:8", "Job"), ("h200:16", "JobSet")])
+def test_a_rank_that_fails_the_job_before_its_controller_synced_is_no_requeue(
+    tmp_path: Path, cluster: Cluster, profile: str, kind: str
+) -> None:
+    """A rank exits 1, which the run's retry policy does not retry (the Job's podFailurePolicy FailJob
+    rule), and the bot looks before the Job controller synced: the Job still counts its pods active and
+    ready, with no condition. No replacement comes (its next sync writes `FailureTarget`): the run is
+    `Running` with its one attempt ended, never `Pending (Requeued)`, and the look after `Failed` ends it."""
+    bot, backends = running_run(tmp_path, cluster, profile, kind)
+    cluster.hold_jobs()
+    first, *_ = running_pods(cluster)
+    cluster.exit_pod(NS, first, 1, "boom\n")
+    assert not any(job_conditions(cluster))  # not synced
+    sync(bot, backends=backends, echo=quiet)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Running", "PodFailurePolicy"), status
+    assert [(a.number, a.reason, a.exit_code) for a in status.attempts] == [(1, "Error", 1)]
+
+    cluster.release_jobs()
+    sync(bot, backends=backends, echo=quiet)
+    status = read_status(bot, KEY)
+    assert status.phase == "Failed", status
+    assert [(a.number, a.reason, a.exit_code) for a in status.attempts] == [(1, "Error", 1)]
+    seen = committed_phases(bot)
+    after = seen[[phase for phase, _ in seen].index("Running") :]
+    assert [phase for phase, _ in after] == ["Running"] * (len(after) - 1) + ["Failed"], seen
+
+
+def test_a_failed_pod_before_its_controller_synced_is_a_requeue_with_backoff_left_and_none_once_spent(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """The retry policy retries `Error` twice (`backoffLimit` 1). The first failure, read before the Job
+    controller synced, is the engine's requeue (a replacement comes); the second, read as early, spends
+    the backoff limit: no replacement comes, so the run stays `Running` until the Job is `Failed`."""
+    retry = RetryPolicy(attempts=2, on=["Error"], backoff_seconds=0)
+    bot, backends = running_run(tmp_path, cluster, "h200:8", "Job", retry)
+    cluster.hold_jobs()
+    (first,) = running_pods(cluster)
+    cluster.exit_pod(NS, first, 1, "boom\n")
+    sync(bot, backends=backends, echo=quiet)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Pending", "Requeued"), status
+    assert [(a.number, a.reason) for a in status.attempts] == [(1, "Error")]
+
+    cluster.step_jobs()  # counted, replaced
+    (second,) = running_pods(cluster)
+    sync(bot, backends=backends, echo=quiet)
+    status = read_status(bot, KEY)
+    assert status.phase == "Running", (status.reason, status.message, status.attempts)
+    cluster.exit_pod(NS, second, 1, "boom again\n")
+    assert job_conditions(cluster) == [[]]  # not synced
+    sync(bot, backends=backends, echo=quiet)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Running", "BackoffLimitExceeded"), status
+    assert [(a.number, a.reason) for a in status.attempts] == [(1, "Error"), (2, "Error")]
+    (job,) = cluster.kube.list("Job", NS)
+    assert not job["metadata"].get("deletionTimestamp")  # no overrun stopped it
+
+    cluster.release_jobs()
+    sync(bot, backends=backends, echo=quiet)
+    status = read_status(bot, KEY)
+    assert (status.phase, status.reason) == ("Failed", "RetriesExhausted"), status
+    assert len(cluster.kube.list("Job", NS)) == 1  # no retry submitted
+    seen = committed_phases(bot)
+    requeues = [i for i, s in enumerate(seen) if s == ("Pending", "Requeued")]
+    assert len(requeues) == 1 and ("Pending", "RetryBackoff") not in seen, seen

@@ -26,6 +26,7 @@ from tuneplane.backends.kubernetes.attempts import (
     ray_exit_code,
     ray_overrun,
 )
+from tuneplane.backends.kubernetes.backoff import decided_failure
 from tuneplane.backends.kubernetes.client import JOB, JOBSET, RAYJOB, SECRET, Kind, Rest, clip, redact_text
 from tuneplane.backends.kubernetes.pods import (
     Refused,
@@ -116,16 +117,33 @@ def _job_state(obj: JobObject) -> _State:
     return _State(PENDING, started_at=started, running_hint=bool(status.get("ready")), pods_decide=True)
 
 
-def _failing_state(target: Condition, what: str, started: str | None = None) -> _State:
+def _failing_state(
+    target: Condition, what: str, started: str | None = None, then: str = "its pods are stopping"
+) -> _State:
     """A Job whose controller wrote `FailureTarget` (its backoffLimit exceeded, its deadline passed, a
     podFailurePolicy FailJob rule) but not yet `Failed`: it starts no pod again and deletes those still
     running, and writes `Failed` (same reason) only once none runs. Ranks that save on SIGTERM hold
     their nodes until then, minutes for a large run. The run reads `Running` in between, its attempt
     ended (`_finishing`): `Failed` would end it before its GPUs are free (and let the bot's retry start
-    the next attempt beside them), `Pending` would read as a requeue that never comes."""
+    the next attempt beside them), `Pending` would read as a requeue that never comes. The same holds
+    before that write, once a failed pod decided it (`_unsynced_failure`)."""
     reason, message = target.get("reason", ""), target.get("message", "")
-    words = f"{what} ({reason}: {message}); its pods are stopping" if message else f"{what}; its pods are stopping"
+    words = f"{what} ({reason}: {message}); {then}" if message else f"{what}; {then}"
     return _State(PENDING, reason, words, started, pods_decide=True, failing=True)
+
+
+UNSYNCED = "its controller stops its pods at its next sync"
+
+
+def _unsynced_failure(kind: Kind, obj: JobObject, state: _State, pods: list[Pod]) -> _State:
+    """A Job with no end yet whose failed pod its controller will not replace (`backoff.decided_failure`:
+    a FailJob rule, or its backoffLimit spent), read before the controller synced: its next sync writes
+    `FailureTarget`, so the run reads as that condition will make it (`_failing_state`), not as a Job
+    that replaces the pod (a requeue that never comes)."""
+    if kind is not JOB or not state.pods_decide or state.failing:
+        return state
+    target = decided_failure(obj, pods)
+    return state if target is None else _failing_state(target, "the Job fails", state.started_at, UNSYNCED)
 
 
 def _jobset_state(obj: JobObject) -> _State:
@@ -244,8 +262,8 @@ def _observe(
         return _vanished(ref, kind, ns, replaced=obj is not None, cancelled=cancelled)
     if meta.get("deletionTimestamp"):
         return _deleting(ref, kind, ns, obj, cancelled)
-    state = _STATE_READERS[kind.kind](obj)
     pods = _pods_or_none(rest, kind, ns, obj)
+    state = _unsynced_failure(kind, obj, _STATE_READERS[kind.kind](obj), pods or [])
     tried = _attempts(rest, kind, ns, obj, state, pods or [])
     if kind is RAYJOB and state.phase not in TERMINAL:
         overrun = _stop_if_overrun(rest, kind, ns, obj, tried, stuck)
@@ -261,7 +279,7 @@ def _observe(
     if state.phase == FAILED:
         return _failure(rest, kind, ns, obj, state, pods or [], log_tail, tried)
     if kind is JOBSET and _failed_attempt(tried):
-        _child_job_failing(rest, ns, obj, state)
+        _child_job_failing(rest, ns, obj, state, pods or [])
     refused = _refused(rest, ns, obj, state, pods or [], tried)
     return _stop_if_stuck(rest, kind, ns, obj, pods or [], tried, stuck, refused) or _progress(
         state, pods or [], tried, refused
@@ -491,11 +509,12 @@ def _failed_attempt(attempts: tuple[AttemptReport, ...]) -> bool:
     return bool(attempts) and attempts[-1].reason not in (None, "Completed")
 
 
-def _child_job_failing(rest: Rest, ns: str, obj: JobObject, state: _State) -> None:
+def _child_job_failing(rest: Rest, ns: str, obj: JobObject, state: _State, pods: list[Pod]) -> None:
     """A JobSet whose newest attempt failed, with a child Job whose failure is decided (`FailureTarget`,
-    or `Failed` before the JobSet controller caught up) and no restart left (`failurePolicy.maxRestarts`):
-    the JobSet fails once that Job is `Failed`, and starts nothing again. Read only then, one list of its
-    Jobs; an unreadable list leaves the state as it is."""
+    `Failed` before the JobSet controller caught up, or a failed pod of it before the Job controller
+    synced: `backoff.decided_failure`) and no restart left (`failurePolicy.maxRestarts`): the JobSet
+    fails once that Job is `Failed`, and starts nothing again. Read only then, one list of its Jobs; an
+    unreadable list leaves the state as it is."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     if int(status.get("restarts") or 0) < int((spec.get("failurePolicy") or {}).get("maxRestarts") or 0):
         return  # the JobSet restarts its Jobs: that is the next attempt
@@ -508,11 +527,19 @@ def _child_job_failing(rest: Rest, ns: str, obj: JobObject, state: _State) -> No
     for job in jobs:
         conds = _true_conditions(job)
         target = conds.get("FailureTarget") or conds.get(CONDITION_FAILED)
+        then = "its pods are stopping"
+        if target is None:
+            target, then = decided_failure(job, _owned(pods, job)), UNSYNCED
         if target is not None:
             name = (job.get("metadata") or {}).get("name", "")
-            failing = _failing_state(target, f"the JobSet fails with its Job {name}")
+            failing = _failing_state(target, f"the JobSet fails with its Job {name}", then=then)
             state.reason, state.message, state.failing = failing.reason, failing.message, True
             return
+
+
+def _owned(pods: list[Pod], owner: JobObject) -> list[Pod]:
+    uid = (owner.get("metadata") or {}).get("uid")
+    return [p for p in pods if any(o.get("uid") == uid for o in (p.get("metadata") or {}).get("ownerReferences") or [])]
 
 
 def _live(pods: list[Pod]) -> list[Pod]:

@@ -38,6 +38,7 @@ class ObjectMeta(TypedDict, total=False):
     creationTimestamp: str
     deletionTimestamp: str
     resourceVersion: str
+    finalizers: list[str]
 
 
 class Condition(TypedDict, total=False):
@@ -154,10 +155,39 @@ class FailurePolicy(TypedDict, total=False):
     maxRestarts: int  # a JobSet's
 
 
+class ExitCodesRule(TypedDict, total=False):
+    containerName: str
+    operator: str  # In, NotIn
+    values: list[int]
+
+
+class PodConditionPattern(TypedDict, total=False):
+    type: str
+    status: str
+
+
+class PodFailurePolicyRule(TypedDict, total=False):
+    action: str  # FailJob, FailIndex, Ignore, Count
+    onExitCodes: ExitCodesRule
+    onPodConditions: list[PodConditionPattern]
+
+
+class PodFailurePolicy(TypedDict, total=False):
+    rules: list[PodFailurePolicyRule]
+
+
+class UncountedTerminatedPods(TypedDict, total=False):
+    succeeded: list[str]
+    failed: list[str]
+
+
 class JobObjectSpec(TypedDict, total=False):
     """The spec fields of a Job, a JobSet and a RayJob the backend reads, together."""
 
     suspend: bool
+    backoffLimit: int
+    backoffLimitPerIndex: int
+    podFailurePolicy: PodFailurePolicy
     failurePolicy: FailurePolicy
     replicatedJobs: list[ReplicatedJob]
     rayClusterSpec: RayClusterSpec
@@ -168,6 +198,7 @@ class JobObjectStatus(TypedDict, total=False):
 
     conditions: list[Condition]
     failed: int
+    uncountedTerminatedPods: UncountedTerminatedPods
     startTime: str
     completionTime: str
     ready: int
