@@ -364,14 +364,20 @@ def test_a_drained_rank_of_a_jobset_ends_the_attempt_and_the_replacement_joins(
     assert (seen.attempts[0].failed_rank, seen.attempts[0].exit_code, seen.attempts[0].failed_node) == (rank, 143, node)
 
 
+def _held(twin: Cluster, backend: KubernetesBackend, lab: Any, profile: str, kind: str) -> BackendRef:
+    """A run of `profile` submitted as a `kind`, its Job controller held: the test steps it write by write."""
+    ref = submit(backend, lab, profile=profile)
+    assert ref.kind == kind
+    twin.hold_jobs()
+    return ref
+
+
 # ── pods that succeeded under a Job or JobSet its controller has not yet marked done ─────────────
 @pytest.mark.parametrize("profile, kind", [("h200", "Job"), ("h200:16", "JobSet")])
 def test_pods_that_succeeded_before_their_job_is_complete_are_a_run_still_running(
     twin: Cluster, backend: KubernetesBackend, lab: Any, profile: str, kind: str
 ) -> None:
-    ref = submit(backend, lab, profile=profile)
-    assert ref.kind == kind
-    twin.hold_jobs()
+    ref = _held(twin, backend, lab, profile, kind)
     for pod in running(twin):
         twin.exit_pod(NS, pod["metadata"]["name"], 0)
     twin.step_jobs()  # SuccessCriteriaMet, nothing active or ready: the pods are not yet counted
@@ -391,9 +397,7 @@ def test_pods_that_succeeded_before_their_job_is_complete_are_a_run_still_runnin
 def test_a_job_whose_failure_is_decided_runs_until_its_pods_stopped_and_says_so(
     twin: Cluster, backend: KubernetesBackend, lab: Any, profile: str, kind: str
 ) -> None:
-    ref = submit(backend, lab, profile=profile)
-    assert ref.kind == kind
-    twin.hold_jobs()
+    ref = _held(twin, backend, lab, profile, kind)
     twin.slow_stops = True  # the other ranks save on SIGTERM
     first, *others = running(twin)
     twin.exit_pod(NS, first["metadata"]["name"], 1)
