@@ -16,14 +16,8 @@ is left out (the controller decides how a suspension's or a preemption's pods co
 
 from __future__ import annotations
 
-from tuneplane.backends.kubernetes.types import (
-    POD_FAILED,
-    Condition,
-    ContainerStatus,
-    JobObject,
-    Pod,
-    PodFailurePolicyRule,
-)
+from tuneplane.backends.kubernetes.pods import container_statuses, pod_name, pod_phase
+from tuneplane.backends.kubernetes.types import POD_FAILED, Condition, JobObject, Pod, PodFailurePolicyRule
 
 JOB_TRACKING = "batch.kubernetes.io/job-tracking"  # the finalizer of a pod the Job has not counted yet
 
@@ -57,8 +51,7 @@ def decided_failure(job: JobObject, pods: list[Pod]) -> Condition | None:
 
 
 def _failed(pod: Pod) -> bool:
-    meta = pod.get("metadata") or {}
-    return (pod.get("status") or {}).get("phase") == POD_FAILED and not meta.get("deletionTimestamp")
+    return pod_phase(pod) == POD_FAILED and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
 def _finalizers(pod: Pod) -> list[str]:
@@ -77,18 +70,13 @@ def _policy_action(job: JobObject, pod: Pod) -> tuple[str, str]:
         action = str(rule.get("action", ""))
         container = _exit_match(rule, pod)
         if container is not None:
-            meta = pod.get("metadata") or {}
             name, code = container
             return action, (
-                f"Container {name} for pod {meta.get('namespace', '')}/{meta.get('name', '')} failed with exit "
-                f"code {code} matching {action} rule at index {index}"
-            )
-        if _condition_match(rule, pod):
-            meta = pod.get("metadata") or {}
-            return action, (
-                f"Pod {meta.get('namespace', '')}/{meta.get('name', '')} has condition matching {action} rule "
+                f"Container {name} for pod {pod_name(pod)} failed with exit code {code} matching {action} rule "
                 f"at index {index}"
             )
+        if _condition_match(rule, pod):
+            return action, f"Pod {pod_name(pod)} has condition matching {action} rule at index {index}"
     return "Count", ""
 
 
@@ -97,12 +85,7 @@ def _exit_match(rule: PodFailurePolicyRule, pod: Pod) -> tuple[str, int] | None:
     codes = rule.get("onExitCodes")
     if not codes:
         return None
-    status = pod.get("status") or {}
-    statuses: list[ContainerStatus] = [
-        *(status.get("containerStatuses") or []),
-        *(status.get("initContainerStatuses") or []),
-    ]
-    for cs in statuses:
+    for cs, _is_init in container_statuses(pod):
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated is None or codes.get("containerName") not in (None, cs.get("name")):
             continue

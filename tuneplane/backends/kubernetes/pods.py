@@ -45,7 +45,7 @@ def find_pods(rest: Rest, kind: Kind, ns: str, obj: JobObject) -> list[Pod]:
     selectors = ([f"{RUN_LABEL}={run}"] if run else []) + _controller_selectors(kind, obj)
     for selector in selectors:
         for pod in cast(list[Pod], rest.list(POD, ns, selector)):
-            seen.setdefault(_name(pod), pod)
+            seen.setdefault(pod_name(pod), pod)
     return leader_first(list(seen.values()), kind, obj)
 
 
@@ -108,14 +108,15 @@ def default_container(pod: Pod) -> str:
     return str(annotated or containers[0].get("name", ""))
 
 
-def _statuses(pod: Pod) -> list[tuple[ContainerStatus, bool]]:
+def container_statuses(pod: Pod) -> list[tuple[ContainerStatus, bool]]:
     """Container statuses, init containers first (they run first), each flagged `is_init`."""
     status = pod.get("status") or {}
     inits = [(s, True) for s in status.get("initContainerStatuses") or []]
     return inits + [(s, False) for s in status.get("containerStatuses") or []]
 
 
-def _name(pod: Pod) -> str:
+def pod_name(pod: Pod) -> str:
+    """`namespace/name`, as the controllers' messages name a pod."""
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
@@ -123,14 +124,14 @@ def _name(pod: Pod) -> str:
 def pod_problem(pods: list[Pod]) -> tuple[str, str] | None:
     """The first thing a person must fix: an image pull, a crash loop, bad config, no room to schedule."""
     for pod in pods:
-        for status, is_init in _statuses(pod):
-            found = _container_problem(_name(pod), status, is_init)
+        for status, is_init in container_statuses(pod):
+            found = _container_problem(pod_name(pod), status, is_init)
             if found is not None:
                 return found
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 reason = cond.get("reason") or "Unschedulable"
-                return reason, f"pod {_name(pod)} cannot be scheduled: {cond.get('message', reason)}"
+                return reason, f"pod {pod_name(pod)} cannot be scheduled: {cond.get('message', reason)}"
     return None
 
 
@@ -166,9 +167,9 @@ def stuck_pod(pods: list[Pod], now: float, grace: float) -> tuple[AttemptReason,
         since = epoch_of(status.get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp"))
         if since is None or now - since < grace:
             continue
-        for container, is_init in _statuses(pod):
+        for container, is_init in container_statuses(pod):
             reason = ((container.get("state") or {}).get("waiting") or {}).get("reason", "")
-            found = _container_problem(_name(pod), container, is_init) if reason in STUCK else None
+            found = _container_problem(pod_name(pod), container, is_init) if reason in STUCK else None
             if found is not None:
                 return STUCK[reason], found[1]
     return None
@@ -178,7 +179,7 @@ def failed_container(pods: list[Pod]) -> tuple[Pod, str, ContainerStateTerminate
     """The container that failed first (init containers and earliest finish win): the root cause."""
     found: list[tuple[str, int, int, Pod, str, ContainerStateTerminated]] = []
     for number, pod in enumerate(pods):
-        for status, is_init in _statuses(pod):
+        for status, is_init in container_statuses(pod):
             terminated = (status.get("state") or {}).get("terminated") or {}
             if terminated and terminated.get("exitCode", 0) != 0:
                 found.append(
@@ -200,7 +201,7 @@ def failed_container(pods: list[Pod]) -> tuple[Pod, str, ContainerStateTerminate
 
 def termination_line(pod: Pod, container: str, terminated: ContainerStateTerminated) -> str:
     reason = terminated.get("reason") or "Error"
-    line = f"container {container!r} in pod {_name(pod)} exited with code {terminated.get('exitCode')} ({reason})"
+    line = f"container {container!r} in pod {pod_name(pod)} exited with code {terminated.get('exitCode')} ({reason})"
     if reason == "OOMKilled":
         line += "; it ran out of memory: raise the memory limit or lower the batch size"
     extra = str(terminated.get("message") or "").strip()
