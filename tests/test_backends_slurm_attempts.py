@@ -176,7 +176,10 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
     refs = _submit(root, [("warned", limited), ("sleeps", by_hand), ("hog", hog), ("ranks", ranks)])
     backend = _backend(slurm_cluster)
 
-    _until(lambda: _started(refs[by_hand]), bool, 60, "the job to cancel never started")
+    # the trainer itself runs (its own marker, not the batch script's): a cancel in the second before
+    # srun starts the step ends the job before any process can be signalled (the unit test below)
+    trainer = Path(refs[by_hand].namespace) / "out" / "started"
+    _until(trainer.exists, bool, 60, "the job to cancel never started its trainer")
     slurm_cluster.command("scancel", refs[by_hand].uid)  # by hand, not through the bot
     seen = _until(
         lambda: _observe_all(backend, refs),

@@ -49,7 +49,7 @@ class SubmitRequest:
 
 @dataclass(frozen=True)
 class BackendRef:
-    backend: str  # "local" | "kubernetes"
+    backend: str  # "local" | "kubernetes" | "slurm"
     kind: str  # e.g. "Job", "JobSet", "RayJob", "Process"
     name: str
     namespace: str = ""
