@@ -200,3 +200,21 @@ def test_changed_files_in_any_root_or_shared_code_pick_the_right_experiments(lay
     _commit(layout_lab)
     changed = tp("validate", "--changed", "--base", "HEAD~1", "--format", "json", cwd=layout_lab)
     assert json.loads(changed.out)["problems"] and "smoke/smoke-probe/recipe.lock.json" in changed.out
+
+
+def test_the_experiment_index_holds_folders_and_links_to_folders_in_order_and_nothing_else(tmp_path: Path) -> None:
+    from tuneplane.lab.layout import experiment_index
+    from tuneplane.models.lab import LAB_API, LabFile
+
+    write_tree(tmp_path, {"experiments/b/train.sh": "", "experiments/a/train.sh": "", "experiments/notes.md": ""})
+    write_tree(tmp_path, {"experiments/.hidden/train.sh": "", "smoke/b/train.sh": "", "elsewhere/c/train.sh": ""})
+    (tmp_path / "experiments" / "c").symlink_to(tmp_path / "elsewhere" / "c")
+    (tmp_path / "experiments" / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "file-root").write_text("")
+    roots = ["experiments/", "smoke", "missing", "file-root"]
+    settings = LabFile.model_validate({"apiVersion": LAB_API, "name": "lab", "experiment_roots": roots})
+
+    index = experiment_index(tmp_path, settings)
+
+    assert list(index) == ["a", "b", "c"]
+    assert index == {"a": ["experiments/a"], "b": ["experiments/b", "smoke/b"], "c": ["experiments/c"]}
