@@ -40,6 +40,7 @@ follow_imports = normal
 follow_imports = normal
 """
 
+
 @pytest.mark.slow
 def test_a_users_script_with_the_callback_passes_mypy_strict(tmp_path: Path, pytestconfig: pytest.Config) -> None:
     """transformers ships `py.typed`, so the Trainer's `callbacks: list[TrainerCallback]` is checked:
