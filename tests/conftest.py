@@ -21,6 +21,7 @@ For tests to request:
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import os
 import shutil
@@ -423,3 +424,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kinds = [i for i, kind in enumerate(_FIRST) if item.get_closest_marker(kind)]
         rank[item.path] = min(rank.get(item.path, len(_FIRST)), *kinds, len(_FIRST))
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order, and stay together
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection made (every test module, the libraries they import, the parametrized cases) lives
+    until the worker exits, and each of the cyclic collector's full passes walked all of it for nothing:
+    the passes pytest forces as a worker ends took seconds. Freeze it: later passes skip it."""
+    gc.freeze()

@@ -48,7 +48,8 @@ TRL_CONFIG = {
 
 
 def recipe(method: str) -> dict[str, Any]:
-    return yaml.safe_load((CATALOG / method / "recipe.yaml").read_text())
+    # libyaml's loader: pytest parametrizes from these files while collecting, on every worker
+    return yaml.load((CATALOG / method / "recipe.yaml").read_text(), Loader=yaml.CSafeLoader)
 
 
 def config(method: str) -> dict[str, Any]:

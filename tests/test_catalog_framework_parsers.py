@@ -46,7 +46,8 @@ SWIFT_ARGUMENTS = {
 
 
 def recipe(method: str) -> dict[str, Any]:
-    return dict(yaml.safe_load((CATALOG / method / "recipe.yaml").read_text(encoding="utf-8")))
+    # libyaml's loader: pytest parametrizes from these files while collecting, on every worker
+    return dict(yaml.load((CATALOG / method / "recipe.yaml").read_text(encoding="utf-8"), Loader=yaml.CSafeLoader))
 
 
 def cases(framework: str, *, megatron: bool = False) -> list[tuple[str, str]]:

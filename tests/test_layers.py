@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.package import package_trees
+
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
 JOB_SIDE = (
@@ -58,8 +60,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[str, int]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _imports(tree: ast.Module) -> list[tuple[str, int]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -70,20 +71,23 @@ def _imports(path: Path) -> list[tuple[str, int]]:
     return found
 
 
+def _trees() -> dict[Path, ast.Module]:
+    """Every module's path and syntax tree: the package parsed once per test process (`package_trees`),
+    when a test first asks, not while pytest collects this file on every worker."""
+    return {PKG / rel: tree for rel, tree in package_trees().items()}
+
+
 def _all_imports() -> list[tuple[str, str, int]]:
     rows = []
-    for path in sorted(PKG.rglob("*.py")):
+    for path, tree in _trees().items():
         mod = _module_name(path)
-        rows += [(mod, imported, line) for imported, line in _imports(path)]
+        rows += [(mod, imported, line) for imported, line in _imports(tree)]
     return rows
 
 
 def _within(name: str, prefixes: tuple[str, ...] | str) -> bool:
     prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
     return any(name == p or name.startswith(p + ".") for p in prefixes)
-
-
-IMPORTS = _all_imports()
 
 
 def test_import_contracts_hold():
@@ -103,8 +107,7 @@ def test_import_contracts_hold():
 def test_no_relative_imports():
     """Every import names its module in full, so the contracts and a reader see the same thing."""
     relative = []
-    for path in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for path, tree in _trees().items():
         relative += [
             (_module_name(path), n.lineno) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0
         ]
@@ -114,7 +117,7 @@ def test_no_relative_imports():
 def test_job_side_uses_only_the_standard_library():
     stdlib = set(sys.stdlib_module_names)
     offenders = []
-    for mod, imported, line in IMPORTS:
+    for mod, imported, line in _all_imports():
         if not _within(mod, JOB_SIDE):
             continue
         top = imported.split(".")[0]
@@ -186,10 +189,9 @@ def test_every_function_level_import_says_why():
     """A function-level import protects start-up time (or waits for an optional package): one short
     `# lazy: <reason>` comment on it or just above says so; anything else belongs at the top."""
     missing = []
-    for path in sorted(PKG.rglob("*.py")):
-        source = path.read_text(encoding="utf-8")
-        lines = source.splitlines()
-        for run, anchor in _import_groups(ast.parse(source)):
+    for path, tree in _trees().items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for run, anchor in _import_groups(tree):
             if not _reason_given(lines, run, anchor):
                 missing.append(f"{path.relative_to(PKG.parent)}:{run[0].lineno}: {lines[run[0].lineno - 1].strip()}")
     assert not missing, "function-level imports without a `# lazy: <reason>` comment:\n" + "\n".join(missing)
