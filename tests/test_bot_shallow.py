@@ -31,7 +31,7 @@ from support.repos import (
     request,
     run_ids,
     seed_lab,
-    tp_run,
+    tp_here,
 )
 from support.wait import wait_until
 
@@ -86,7 +86,7 @@ class ShallowLab:
         git(self.writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
         bot = self.shallow_clone(tmp_path / "bot")
         config = kubeconfig(tmp_path / "kubeconfig", fake_kube.url)
-        code, out = tp_run(bot, "bot", "reconcile", "--kubeconfig", str(config))
+        code, out = tp_here(bot, "bot", "reconcile", "--kubeconfig", str(config))
         assert code == 0, out
         return bot, config, run_id
 
@@ -211,7 +211,7 @@ def test_a_rebase_whose_merge_base_is_not_in_the_clone_deepens_it(
     git(bot, "fetch", "-q", "--depth", "1", "origin", f"+refs/heads/{BRANCH}:refs/remotes/origin/{BRANCH}")
     assert git(bot, "merge-base", "HEAD", f"origin/{BRANCH}", check=False) == ""
 
-    code, out = tp_run(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config))
+    code, out = tp_here(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config))
 
     assert code == 0, out
     assert "Traceback" not in out
@@ -235,7 +235,7 @@ def test_a_remote_rewritten_to_unrelated_history_is_a_clear_error(
     git(orphan, "push", "-q", "--force", str(shallow_lab.remote), f"HEAD:{BRANCH}")
     before = git(bot, "rev-parse", "HEAD")
 
-    code, out = tp_run(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config))
+    code, out = tp_here(bot, "bot", "reconcile", "--push", "--kubeconfig", str(config))
 
     assert code != 0 and "Traceback" not in out, out
     assert "no commit in common" in out and f"origin/{BRANCH}" in out, out
@@ -291,7 +291,7 @@ def test_the_bot_jobs_run_from_a_depth_1_clone_over_http(tmp_path: Path) -> None
         configure(bot)
         assert git(bot, "rev-list", "--count", "HEAD") == "1"
 
-        code, out = tp_run(bot, "bot", "reconcile", "--push")
+        code, out = tp_here(bot, "bot", "reconcile", "--push")
         assert code == 0, out
         _wait_done(remote, [plain, pinned])
         # another writer merges a request while the jobs run: the sync below must fetch and rebase
@@ -303,12 +303,12 @@ def test_the_bot_jobs_run_from_a_depth_1_clone_over_http(tmp_path: Path) -> None
         git(writer, "push", "-q", "origin", f"HEAD:{BRANCH}")
         writer_commits.append(git(writer, "rev-parse", "HEAD"))
 
-        code, out = tp_run(bot, "bot", "sync", "--push")
+        code, out = tp_here(bot, "bot", "sync", "--push")
         assert code == 0, out
-        code, out = tp_run(bot, "bot", "reconcile", "--push")  # the push event of the writer's merge
+        code, out = tp_here(bot, "bot", "reconcile", "--push")  # the push event of the writer's merge
         assert code == 0, out
         _wait_done(remote, [later])
-        code, out = tp_run(bot, "bot", "sync", "--push")
+        code, out = tp_here(bot, "bot", "sync", "--push")
         assert code == 0, out
         pushes = [path for method, path, status in server.requests if method == "POST" and status == 200]
     finally:

@@ -3,8 +3,8 @@
 Each case is an attack or an accident that once made `tp bot` act on something git does not hold: a
 committed symlink for `status/` or `runs/<exp>`, an untracked request or an uncommitted `cancel: true`
 in the bot's work tree, a status hand-edited to `Succeeded` while the job still runs, one request so
-deeply nested that parsing it blew the stack. Every test runs `tp bot` as a real process against real
-git and the fake API server.
+deeply nested that parsing it blew the stack. Every test runs `tp bot` against real git and the fake API
+server: in this process (`tp_here`), but for the nested request, whose parse once crashed the process.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from support.repos import (
     kube_lab,
     kubeconfig,
     request,
+    tp_here,
     tp_run,
 )
 
@@ -33,7 +34,11 @@ def _lab(tmp_path: Path, fake: FakeKube, count: int = 2) -> tuple[Path, list[str
 
 
 def _bot(root: Path, config: Path, verb: str = "reconcile") -> tuple[int, str]:
-    return tp_run(root, "bot", verb, "--kubeconfig", str(config), timeout=120)
+    return tp_here(root, "bot", verb, "--kubeconfig", str(config))
+
+
+def _bot_process(root: Path, config: Path) -> tuple[int, str]:
+    return tp_run(root, "bot", "reconcile", "--kubeconfig", str(config), timeout=120)
 
 
 def _jobs(fake: FakeKube) -> set[str]:
@@ -247,7 +252,7 @@ def test_one_deeply_nested_request_is_reported_and_the_others_run(tmp_path: Path
     git(bot, "add", "-A")
     git(bot, "commit", "-q", "-m", "two requests nobody can parse")
 
-    code, out = _bot(bot, config)
+    code, out = _bot_process(bot, config)  # a process: the parse once blew the stack
 
     assert "Traceback" not in out and "RecursionError" not in out, out
     assert len(_jobs(fake_kube)) == 2, out
