@@ -49,7 +49,9 @@ TRL_CONFIG = {
 
 def recipe(method: str) -> dict[str, Any]:
     # libyaml's loader: pytest parametrizes from these files while collecting, on every worker
-    return yaml.load((CATALOG / method / "recipe.yaml").read_text(), Loader=yaml.CSafeLoader)
+    return yaml.load(
+        (CATALOG / method / "recipe.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )
 
 
 def config(method: str) -> dict[str, Any]:

@@ -47,7 +47,12 @@ SWIFT_ARGUMENTS = {
 
 def recipe(method: str) -> dict[str, Any]:
     # libyaml's loader: pytest parametrizes from these files while collecting, on every worker
-    return dict(yaml.load((CATALOG / method / "recipe.yaml").read_text(encoding="utf-8"), Loader=yaml.CSafeLoader))
+    return dict(
+        yaml.load(
+            (CATALOG / method / "recipe.yaml").read_text(encoding="utf-8"),
+            Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader),
+        )
+    )
 
 
 def cases(framework: str, *, megatron: bool = False) -> list[tuple[str, str]]:

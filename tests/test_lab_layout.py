@@ -211,7 +211,8 @@ def test_the_experiment_index_holds_folders_and_links_to_folders_in_order_and_no
     (tmp_path / "experiments" / "c").symlink_to(tmp_path / "elsewhere" / "c")
     (tmp_path / "experiments" / "gone").symlink_to(tmp_path / "nowhere")
     (tmp_path / "file-root").write_text("")
-    roots = ["experiments/", "smoke", "missing", "file-root"]
+    (tmp_path / "loop").symlink_to("loop")  # a root that is a link to itself: skipped, never an OSError
+    roots = ["experiments/", "smoke", "missing", "file-root", "loop"]
     settings = LabFile.model_validate({"apiVersion": LAB_API, "name": "lab", "experiment_roots": roots})
 
     index = experiment_index(tmp_path, settings)

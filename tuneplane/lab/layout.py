@@ -65,13 +65,13 @@ def experiment_index(root: Path, settings: LabFile) -> dict[str, list[str]]:
     for base in settings.experiment_roots:
         if not _relative_inside(base):
             continue
+        folder = root / base
+        if not folder.is_dir():  # missing, a file, a dangling or looping link: layout_problems says so
+            continue
         # scandir: a lab of thousands of experiments is read without a stat per entry (its type comes
         # with the listing), which `tp validate EXP` pays on every save
-        try:
-            with os.scandir(root / base) as entries:
-                names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # a root tuneplane.yaml names but the tree lacks (layout_problems says so)
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
         prefix = str(PurePosixPath(base))
         for name in names:
             found.setdefault(name, []).append(f"{prefix}/{name}")
