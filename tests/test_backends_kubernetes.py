@@ -574,9 +574,9 @@ def test_latency_within_the_timeout_succeeds(fake_kube: FakeKube, backend: Kuber
 
 
 def test_latency_past_the_timeout_is_retried(fake_kube: FakeKube, kube_client: Any) -> None:
-    backend = KubernetesBackend(NS, api_client=kube_client, retry=RetryPolicy(backoff_base=0.001, timeout=0.2))
+    backend = KubernetesBackend(NS, api_client=kube_client, retry=RetryPolicy(backoff_base=0.001, timeout=1.0))
     # The first POST times out but the server still creates the Job: the retry's 409 adopts it.
-    fault = fake_kube.inject("latency", KIND_PATHS["Job"] + "$", method="POST", seconds=0.6)
+    fault = fake_kube.inject("latency", KIND_PATHS["Job"] + "$", method="POST", seconds=2.5)
     ref = backend.submit(request_for("Job"))
     assert fault.hits == 1
     assert fake_kube.creations[("Job", NS, "sft-demo-r1")] == 1  # the late create and the retry are one object
@@ -584,13 +584,13 @@ def test_latency_past_the_timeout_is_retried(fake_kube: FakeKube, kube_client: A
 
 
 def test_latency_that_never_ends_gives_a_clear_error(fake_kube: FakeKube, kube_client: Any) -> None:
-    retry = RetryPolicy(attempts=2, backoff_base=0.001, timeout=0.2)
+    retry = RetryPolicy(attempts=2, backoff_base=0.001, timeout=1.0)
     backend = KubernetesBackend(NS, api_client=kube_client, retry=retry)
-    fake_kube.inject("latency", KIND_PATHS["JobSet"], times=10, seconds=0.5)
+    fake_kube.inject("latency", KIND_PATHS["JobSet"], times=10, seconds=2.5)
     with pytest.raises(BackendError) as err:
         backend.submit(request_for("JobSet"))
     message = str(err.value)
-    assert "could not create JobSet team-a/sft-demo-r1: no answer within the 0.2 s timeout" in message
+    assert "could not create JobSet team-a/sft-demo-r1: no answer within the 1 s timeout" in message
     assert f"POST {KIND_PATHS['JobSet']} on {fake_kube.url}, 2 attempts" in message
     assert "Check network access" in message
 

@@ -60,7 +60,7 @@ def test_a_failed_submission_says_why_and_is_retried(
     bot, (run_id,) = lab(tmp_path)
     fake_kube.inject(fault, JOBS, times=1000, seconds=1.5)
 
-    report = reconcile(bot, backends=backend_factory(fake_kube), echo=quiet)
+    report = reconcile(bot, backends=backend_factory(fake_kube, timeout=0.5), echo=quiet)
 
     first = status(bot, run_id)
     assert report.waiting == [f"demo/{run_id}"] and report.commit

@@ -216,9 +216,14 @@ def remote_show(remote: Path, path: str) -> str:
     return git(remote, "show", f"{BRANCH}:{path}")
 
 
-def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None = None):  # type: ignore[no-untyped-def]
+def backend_factory(  # type: ignore[no-untyped-def]
+    fake_kube: object, attempts: int = 2, storage: Path | None = None, timeout: float = 15.0
+):
     """The bot's backends for in-process tests: the cluster is the fake API server, reached as the bot's
-    ServiceAccount held to the Role tuneplane declares (twin_rbac), with fast retries."""
+    ServiceAccount held to the Role tuneplane declares (twin_rbac), with fast retries.
+
+    The fake server answers from a thread of the test's own process: on a loaded machine one answer can
+    take a second, so the request timeout is generous unless a test is about timeouts and says so."""
     from twin_rbac import bot_client
 
     from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
@@ -227,7 +232,7 @@ def backend_factory(fake_kube: object, attempts: int = 2, storage: Path | None =
     def make(name: str):  # type: ignore[no-untyped-def]
         if name == "local":
             return LocalBackend(storage or Path(os.environ["TUNEPLANE_STORAGE_ROOT"]))
-        retry = RetryPolicy(attempts=attempts, backoff_base=0.001, backoff_cap=0.005, timeout=0.5)
+        retry = RetryPolicy(attempts=attempts, backoff_base=0.001, backoff_cap=0.005, timeout=timeout)
         return KubernetesBackend(
             "tuneplane",
             api_client=bot_client(fake_kube, "tuneplane"),  # type: ignore[arg-type]
