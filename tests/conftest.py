@@ -399,6 +399,12 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_dir(str(Path(tuneplane.__file__).parent), quiet=2, workers=0)
 
 
+# Module fixtures that cost tens of seconds of CPU: every test using one runs on the same xdist worker,
+# which builds it once. Spread over the workers, each built its own: ms-swift's parser interpreters
+# (three times 34 CPU-s in one run), pre-commit's hook environments.
+_FIXTURE_GROUP = {"swift_results": "ms-swift", "pre_commit_home": "pre-commit"}
+
+
 # The order the test files run in, by the costliest kind each holds: the files whose tests take a
 # minute (a Slurm time limit, a training) go first, so under `-n` the quick ones fill the end and the
 # workers finish together. In name order the last worker ran three minutes after the first: the
@@ -419,6 +425,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # minutes of waiting on Slurm's clock overlap the other workers' work, and the three
             # clusters the other workers would start are never started.
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        else:
+            for group in sorted({_FIXTURE_GROUP[f] for f in fixtures if f in _FIXTURE_GROUP}):
+                item.add_marker(pytest.mark.xdist_group(group))
     rank: dict[Path, int] = {}
     for item in items:
         kinds = [i for i, kind in enumerate(_FIRST) if item.get_closest_marker(kind)]

@@ -201,18 +201,42 @@ UNPUBLISHED = {("ms-swift", "4.4.3"): "PyPI has no ms-swift 4.4.3 (4.4.2, then 4
 SWIFT_CASES = [(m, v) for m, v in cases("ms-swift") if ("ms-swift", v) not in UNPUBLISHED]
 
 
+# The argv of the checks below that are not a recipe's: what ms-swift's parser must refuse, and the
+# merge command `tp export` runs (tuneplane.lifecycle.swift_export).
+REFUSED = {
+    "refused-unknown": ("SftArguments", ["--model", "m", "--learnin_rate", "1e-4"]),
+    "refused-type": ("RLHFArguments", ["--rlhf_type", "dpo", "--beta", "strong"]),
+    "refused-choice": ("RLHFArguments", ["--rlhf_type", "dpox"]),
+    "refused-text": ("SftArguments", ["--eval_strategy", "no"]),
+}
+LATEST_SWIFT = sorted({v for _, v in SWIFT_CASES})[-1]
+
+
+def _export_argv() -> list[str]:
+    from tuneplane.lifecycle.swift_export import merge_argv
+
+    return merge_argv(Path("/runs/a/out/checkpoints/checkpoint-10"), Path("/runs/a/out/.hf_export.tmp-1"))
+
+
 @pytest.fixture(scope="module")
 def swift_results(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> dict[str, dict[str, Any]]:
-    """Every ms-swift recipe × version rendered, then parsed by ms-swift, one interpreter per version."""
+    """Every ms-swift recipe × version rendered, then parsed by ms-swift, one interpreter per version;
+    the latest version's interpreter also parses the refused argvs and `tp export`'s merge command.
+    (ms-swift imports transformers and torch, seconds of CPU an interpreter: every test using this
+    fixture runs on one xdist worker, see conftest's _FIXTURE_GROUP.)"""
+    from tuneplane.lifecycle.swift_export import MODULE
+
     by_version: dict[str, dict[str, tuple[str, list[str]]]] = {}
     for method, version in SWIFT_CASES:
         module, argv = framework_argv(tmp_path_factory.mktemp("swift"), method, version)
-        by_version.setdefault(version, {})[method] = (SWIFT_ARGUMENTS[module], argv)
+        by_version.setdefault(version, {})[f"{method}@{version}"] = (SWIFT_ARGUMENTS[module], argv)
+    by_version[LATEST_SWIFT].update({**REFUSED, "export": (SWIFT_ARGUMENTS[MODULE], _export_argv())})
     results: dict[str, dict[str, Any]] = {}
     for version, todo in by_version.items():
         parsed = swift_check(swift_python(cache, version), todo)
-        for method, outcome in parsed.items():
-            results[f"{method}@{version}"] = {**outcome, "argv": todo[method][1]}
+        assert set(parsed) == set(todo), sorted(set(todo) ^ set(parsed))
+        for case, outcome in parsed.items():
+            results[case] = {**outcome, "argv": todo[case][1]}
     return results
 
 
@@ -234,17 +258,8 @@ def test_ms_swift_flags_parse_with_its_own_parser(
         assert value == param["default"] and isinstance(value, bool) == (param["type"] == "bool"), (method, name)
 
 
-def test_ms_swift_parser_refuses_what_it_does_not_know(cache: Path) -> None:
-    version = sorted({v for _, v in SWIFT_CASES})[-1]
-    parsed = swift_check(
-        swift_python(cache, version),
-        {
-            "unknown": ("SftArguments", ["--model", "m", "--learnin_rate", "1e-4"]),
-            "type": ("RLHFArguments", ["--rlhf_type", "dpo", "--beta", "strong"]),
-            "choice": ("RLHFArguments", ["--rlhf_type", "dpox"]),
-            "text": ("SftArguments", ["--eval_strategy", "no"]),
-        },
-    )
+def test_ms_swift_parser_refuses_what_it_does_not_know(swift_results: dict[str, dict[str, Any]]) -> None:
+    parsed = {case[len("refused-") :]: swift_results[case] for case in REFUSED}
     assert parsed["unknown"]["unknown"] == ["--learnin_rate", "1e-4"]
     assert "invalid float value" in parsed["type"]["error"]
     assert "invalid choice" in parsed["choice"]["error"]
@@ -254,13 +269,12 @@ def test_ms_swift_parser_refuses_what_it_does_not_know(cache: Path) -> None:
 # ── tp export: the merge command of a LoRA checkpoint is the framework's own ───────────────────────
 
 
-def test_swift_export_merge_flags_parse_with_ms_swift(cache: Path) -> None:
-    from tuneplane.lifecycle.swift_export import MODULE, merge_argv
+def test_swift_export_merge_flags_parse_with_ms_swift(swift_results: dict[str, dict[str, Any]]) -> None:
+    from tuneplane.lifecycle.swift_export import MODULE
 
-    argv = merge_argv(Path("/runs/a/out/checkpoints/checkpoint-10"), Path("/runs/a/out/.hf_export.tmp-1"))
     assert MODULE == "swift.cli.export"
-    version = sorted({v for _, v in SWIFT_CASES})[-1]
-    got = swift_check(swift_python(cache, version), {"export": (SWIFT_ARGUMENTS[MODULE], argv)})["export"]
+    got = swift_results["export"]
+    assert got["argv"] == _export_argv()
     assert "error" not in got and got["unknown"] == [], got
     assert got["values"]["merge_lora"] is True
     assert got["values"]["output_dir"] == "/runs/a/out/.hf_export.tmp-1"

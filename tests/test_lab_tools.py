@@ -430,7 +430,11 @@ def test_a_bad_tool_requirement_is_refused_with_the_place(tmp_path: Path, tp: An
 def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git clone of this project, working tree committed and tagged v<version>, as pre-commit sees it."""
     clone = tmp_path_factory.mktemp("hook") / "tuneplane"
-    ignore = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv")
+    # what a clone holds: no caches (.pytest_cache holds the framework venvs other tests build, hundreds
+    # of MB by the time this runs) and no benchmark work folder
+    ignore = shutil.ignore_patterns(
+        ".git", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv", ".*_cache", ".hypothesis", ".work"
+    )
     shutil.copytree(ROOT, clone, ignore=ignore)
     env = {
         **os.environ,

@@ -274,7 +274,11 @@ def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeyp
     session = _log_past_half_the_budget()
     stats = report.stats()
     assert stats["spilled_points"] == 0 and stats["dropped_points"] == 0
-    assert stats["buffered_bytes"] <= 6000 * 64, stats["buffered_bytes"]
+    # As one-row records the 6,000 rows cost 960,000 budget bytes, past the half (524,288) where spilling
+    # starts; packed they stay under it. Not all of them need be packed: rows logged after the sender's
+    # last pack wait as one-row records until the next crossing (how many depends on when the sender
+    # ran, which on a loaded machine is late), so the bound is the half budget, not 64 bytes a row.
+    assert 6000 * 160 > 1024 * 1024 // 2 >= stats["buffered_bytes"], stats["buffered_bytes"]
     assert session.packed and all(len(row) % 48 == 0 for _, row in session.packed)
     server = late_receiver(env, port)
     try:
