@@ -403,6 +403,20 @@ def pytest_configure(config: pytest.Config) -> None:
 # which builds it once. Spread over the workers, each built its own: ms-swift's parser interpreters
 # (three times 34 CPU-s in one run), pre-commit's hook environments.
 _FIXTURE_GROUP = {"swift_results": "ms-swift", "pre_commit_home": "pre-commit"}
+# Files (or tests) that import TRL, transformers or torch into the pytest worker to check against their
+# classes: seconds of CPU of import on every worker that draws one, four times over in the fast lane.
+_FILE_GROUP = dict.fromkeys(
+    (
+        "test_lifecycle_trl_support.py",
+        "test_catalog_content.py",
+        "test_catalog_framework_flags.py",
+        "test_plan_param_routing.py",
+        "test_catalog_framework_loggers.py",
+        "test_collector.py::test_torch_summary_writer_scalars_are_collected",
+        "test_collector.py::test_tensorboardx_scalars_are_collected",
+    ),
+    "frameworks",
+)
 
 
 # The order the test files run in, by the costliest kind each holds: the files whose tests take a
@@ -426,7 +440,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # clusters the other workers would start are never started.
             item.add_marker(pytest.mark.xdist_group("slurm"))
         else:
-            for group in sorted({_FIXTURE_GROUP[f] for f in fixtures if f in _FIXTURE_GROUP}):
+            groups = {_FIXTURE_GROUP[f] for f in fixtures if f in _FIXTURE_GROUP}
+            named = (item.path.name, f"{item.path.name}::{getattr(item, 'originalname', item.name)}")
+            groups |= {_FILE_GROUP[name] for name in named if name in _FILE_GROUP}
+            for group in sorted(groups):
                 item.add_marker(pytest.mark.xdist_group(group))
     rank: dict[Path, int] = {}
     for item in items:

@@ -23,6 +23,7 @@ import pytest
 from githttp import GitHttpServer
 from podrunner import PodRunner
 from support import render as hr
+from support.installed import needs
 from support.render import CLUSTER_SETTINGS, commit_all, git, make_lab, request, resolve_run
 from support.wait import wait_until
 from twin_rbac import bot_client
@@ -205,7 +206,7 @@ def _free_port() -> int:
 def test_a_two_node_jobset_runs_a_real_torchrun_rendezvous(
     twin: Any, tmp_path: Path, servers: dict[str, Any], tp: Any
 ) -> None:
-    pytest.importorskip("torch", reason="torch (CPU) runs the rendezvous")
+    needs("torch", reason="torch (CPU) runs the rendezvous")
     root = _lab_root(tmp_path)
     make_lab(root, {"pytorch-exp": "pytorch/image-classification"}, settings=TWO_NODES)
     plugin = root / "plugins" / "algo"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.installed import needs
 from support.repos import clone, git, make_remote, quiet, request, run_ids, seed_lab
 
 from tuneplane.bot.entry import reconcile
@@ -77,7 +78,7 @@ def test_the_guides_python_line_runs(lab: Path, tp: Any, tp_subprocess: Any) -> 
 
 @pytest.mark.slow
 def test_the_guides_accelerate_line_runs_one_process_and_submit_says_so(lab: Path, tp: Any, tp_subprocess: Any) -> None:
-    pytest.importorskip("accelerate")
+    needs("accelerate")
     train = _lab(lab, tp, ACCELERATE_LINE)
     done = tp_subprocess("submit", "byo", *SUBMIT, "--local", cwd=lab, timeout=300)
     assert done.code == 0, done.output
@@ -90,7 +91,7 @@ def test_the_guides_accelerate_line_runs_one_process_and_submit_says_so(lab: Pat
 
 @pytest.mark.slow
 def test_the_guides_torchrun_line_is_refused_at_submit_and_its_fix_runs(lab: Path, tp: Any, tp_subprocess: Any) -> None:
-    pytest.importorskip("torch")
+    needs("torch")
     train = _lab(lab, tp, TORCHRUN_LINE)
     head = git(lab, "rev-parse", "HEAD")
     refused = tp_subprocess("submit", "byo", *SUBMIT, "--local", cwd=lab)
@@ -171,7 +172,7 @@ def _zero_launch(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess
 
 @pytest.mark.slow
 def test_what_torchrun_does_with_zero(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs("torch")
     done = _zero_launch([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "0"], tmp_path)
     assert done.returncode != 0 and "started" not in done.stdout
     assert done.stderr.rstrip().endswith("AssertionError")  # bare: nothing says why
@@ -179,7 +180,7 @@ def test_what_torchrun_does_with_zero(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_what_accelerate_does_with_zero(tmp_path: Path) -> None:
-    pytest.importorskip("accelerate")
+    needs("accelerate")
     done = _zero_launch([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "0"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["started None"]  # one process, no distributed world

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.installed import needs
 
 from tuneplane.lab.runs import RunKey, read_status, status_text
 from tuneplane.models.run import RunRequest, RunStatus
@@ -48,7 +49,7 @@ def _submit(tp, lab: Path, *args: str) -> str:  # type: ignore[no-untyped-def]
 @pytest.fixture()
 def two_rates(tp, lab: Path, git) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     """Two runs of one experiment: one at 3e-3 from a committed config.yaml, one at 1e-3 by `--set`."""
-    pytest.importorskip("torch")  # torchrun starts the recipe's train.py
+    needs("torch")  # torchrun starts the recipe's train.py
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=lab).code == 0
     (lab / "experiments/cls/train.py").write_text(TRAIN, encoding="utf-8")
     config = lab / "experiments/cls/config.yaml"

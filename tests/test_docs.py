@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.installed import needs
 
 from tuneplane import __version__
 
@@ -386,7 +387,7 @@ def _costs(doc: Document) -> list[pytest.MarkDecorator]:
 def test_document_runs(doc: Document, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every runnable block of the document, in order, in one fresh session."""
     for module in doc.needs:
-        pytest.importorskip(module, reason=f"{_doc_id(doc)} needs the optional package {module}")
+        needs(module, reason=f"{_doc_id(doc)} needs the optional package {module}")
     session = Session.start(tmp_path)
     if doc.slurm:
         session.env.update(request.getfixturevalue("slurm_cluster").env)

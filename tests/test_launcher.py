@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from packaging.specifiers import SpecifierSet
+from support.installed import needs
 
 from tuneplane import __version__
 from tuneplane.constants import CONFIG_ERROR_EXIT
@@ -576,7 +577,7 @@ with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
 def test_under_torchrun_only_the_launcher_beside_torchrun_collects(work: Path, tmp_path: Path) -> None:
     """torchrun's ranks re-enter the launcher with RANK set; rank 0's must not start a second
     collector beside the first (it would wait for the out dir's lock and hold the rank's exit)."""
-    pytest.importorskip("torch.distributed.run")
+    needs("torch.distributed.run")
     from tuneplane.ingest import series
     from tuneplane.ingest.server import IngestServer
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.installed import needs
 
 from tuneplane.ingest import hparams, mint_token, series, summary
 from tuneplane.ingest.server import IngestServer
@@ -131,16 +132,16 @@ def check_convention(server: IngestServer, run: str, done: subprocess.CompletedP
 
 
 def test_transformers_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    pytest.importorskip("tokenizers")
+    needs("transformers")
+    needs("tokenizers")
     server, done = run_trainer(tmp_path, TRAINER, "run-hf")
     check_convention(server, "run-hf", done)
 
 
 @pytest.mark.slow
 def test_trl_sft_trainer_reports_by_the_hf_convention(tmp_path: Path) -> None:
-    pytest.importorskip("trl")
-    pytest.importorskip("datasets")
+    needs("trl")
+    needs("datasets")
     server, done = run_trainer(tmp_path, SFT, "run-sft")
     check_convention(server, "run-sft", done)
     got = summary(server.store.path, "run-sft")
@@ -182,7 +183,7 @@ trainer.train()
 
 
 def test_an_evaluation_only_run_and_predict_are_delivered(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    needs("transformers")
     server, done = run_trainer(tmp_path, EVALUATE_ONLY, "run-eval-only")
     got = summary(server.store.path, "run-eval-only")
     assert [step for step, _ in series(server.store.path, "run-eval-only", "validation/loss")] == [0]
@@ -193,7 +194,7 @@ def test_an_evaluation_only_run_and_predict_are_delivered(tmp_path: Path) -> Non
 
 
 def test_several_evaluation_sets_and_fractional_logging_steps(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    needs("transformers")
     server, _ = run_trainer(tmp_path, TWO_EVAL_SETS, "run-two-evals")
     got = summary(server.store.path, "run-two-evals")
     # evaluated at step 3 and at the last step, each set under its own name, once each
@@ -243,7 +244,7 @@ def test_a_second_training_in_the_process_continues_the_steps(tmp_path: Path) ->
     """Two Trainers one after the other (a second stage, a sweep in one script): the second's steps
     begin at 0 again, and the receiver keeps one value per step, so its points had replaced the first
     training's; it now continues from the first's last step."""
-    pytest.importorskip("transformers")
+    needs("transformers")
     server, done = run_trainer(tmp_path, TWO_TRAININGS, "run-2")
     losses = next(line for line in done.stdout.splitlines() if line.startswith("losses"))
     logged = json.loads(losses.split(" ", 1)[1])  # the trainers' own log history, in order
@@ -277,7 +278,7 @@ def test_a_trainer_resumed_from_a_checkpoint_keeps_the_checkpoints_steps(tmp_pat
     """resume_from_checkpoint begins at the checkpoint's step: the steps it redoes are that
     training's own, stored under their numbers (the last value wins), not continued past the
     first training's last step."""
-    pytest.importorskip("transformers")
+    needs("transformers")
     server, done = run_trainer(tmp_path, RESUMED, "run-resumed")
     resumed = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("resumed")).split(" ", 1)[1])
     assert [step for step, _ in resumed] == [4, 5, 6]
@@ -320,7 +321,7 @@ def test_resuming_another_runs_checkpoint_continues_after_this_processs_steps(tm
     """A checkpoint this process never saved is not its training's to redo: stage two resuming
     another run's checkpoint-3 continues after stage one's step 6 (7..9) rather than landing its
     steps 4..6 on stage one's and replacing their values."""
-    pytest.importorskip("transformers")
+    needs("transformers")
     run_trainer(tmp_path, OTHER_RUN, "run-other")
     server, done = run_trainer(tmp_path, TWO_STAGES, "run-stages")
     logged = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("losses")).split(" ", 1)[1])
@@ -347,7 +348,7 @@ print("steps", json.dumps(sorted({h["step"] for h in trainer.state.log_history i
 def test_epoch_logging_with_gradient_accumulation_reports_at_the_optimizer_steps(tmp_path: Path) -> None:
     """logging_strategy=epoch and gradient accumulation: one point per epoch at the trainer's own
     (optimizer) step, evaluation beside it, the end-of-training summary once."""
-    pytest.importorskip("transformers")
+    needs("transformers")
     server, done = run_trainer(tmp_path, EPOCHS, "run-ep")
     steps = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("steps")).split(" ", 1)[1])
     assert len(steps) == 3
@@ -383,8 +384,8 @@ print("losses", json.dumps([h["loss"] for h in trainer.state.log_history if "los
 def test_the_same_trainer_rerunning_its_loop_keeps_its_own_steps(tmp_path: Path) -> None:
     """auto_find_batch_size reruns the training loop (and on_train_begin) after an out-of-memory
     error: that is the same training redone, so its steps stay 1..4, not continued to 3..6."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+    needs("transformers")
+    needs("accelerate")
     server, _ = run_trainer(tmp_path, OOM_RERUN, "run-oom")
     stored = series(server.store.path, "run-oom", "train/loss")
     assert [step for step, _ in stored] == [1, 2, 3, 4]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.installed import needs
 from test_report_hf import SETUP, run_trainer
 
 from tuneplane.ingest import series, summary
@@ -79,8 +80,8 @@ CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("trainer", list(CASES))
 def test_trl_preference_and_rl_trainers_show_their_recipes_primary_metrics(tmp_path: Path, trainer: str) -> None:
-    pytest.importorskip("trl")
-    pytest.importorskip("datasets")
+    needs("trl")
+    needs("datasets")
     script, recipe, shown_first = CASES[trainer]
     server, done = run_trainer(tmp_path, script, f"run-{trainer}")
     stored = summary(server.store.path, f"run-{trainer}")

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.installed import needs
 from support.wait import wait_until
 
 from tuneplane.collector import sources
@@ -411,7 +412,7 @@ def test_multiprocessing_children_that_exit_normally_deliver(tmp_path: Path, met
 def test_dataloader_workers_forked_after_init_keep_the_parents_points_its_own(tmp_path: Path) -> None:
     """num_workers=2 with fork: the workers inherit the parent's session and queue but never send them
     (no point twice, none lost, no hang); what a worker logs itself is its own and delivered."""
-    pytest.importorskip("torch")
+    needs("torch")
     server = IngestServer(tmp_path / "ingest.sqlite", SECRET).start()
     code = """
     import multiprocessing as mp, torch, tuneplane.report as r

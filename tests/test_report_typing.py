@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.installed import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_SCRIPT = """\
@@ -46,7 +47,7 @@ def test_a_users_script_with_the_callback_passes_mypy_strict(tmp_path: Path, pyt
     """transformers ships `py.typed`, so the Trainer's `callbacks: list[TrainerCallback]` is checked:
     a callback that is not a TrainerCallback to mypy failed with `List item 0 has incompatible type`."""
     pytest.importorskip("mypy")
-    pytest.importorskip("transformers")
+    needs("transformers")
     script = tmp_path / "train.py"
     script.write_text(USER_SCRIPT, encoding="utf-8")
     # the same lines with a class that is no TrainerCallback: proof that the Trainer's types are read

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
+from support.installed import needs
 
 from tuneplane.ingest import hparams, mint_token, series
 from tuneplane.ingest.server import IngestServer
@@ -47,7 +47,7 @@ def run_job(tmp_path: Path, code: str, *python_args: str) -> tuple[Path, str]:
 
 
 def test_the_loss_tensor_itself_is_logged_without_a_warning_from_torch(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    needs("torch")
     code = """
     import torch, tuneplane.report as r
     r.init(monitor_hardware=False)

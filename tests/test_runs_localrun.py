@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.installed import needs
 from support.labs import new_lab
 from support.repos import git
 from support.wait import wait_until
@@ -209,7 +210,7 @@ def test_quickstart_prints_how_to_watch_from_another_terminal(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_local_2_trains_image_classification_on_two_cpu_ranks(tmp_path: Path, tp: Any) -> None:
-    pytest.importorskip("torch")
+    needs("torch")
     root = tmp_path / "lab"
     new_lab(root, "cpu")
     assert tp("new", "cls", "--method", "pytorch/image-classification", cwd=root).code == 0
