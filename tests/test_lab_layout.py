@@ -210,6 +210,7 @@ def test_the_experiment_index_holds_folders_and_links_to_folders_in_order_and_no
     write_tree(tmp_path, {"experiments/.hidden/train.sh": "", "smoke/b/train.sh": "", "elsewhere/c/train.sh": ""})
     (tmp_path / "experiments" / "c").symlink_to(tmp_path / "elsewhere" / "c")
     (tmp_path / "experiments" / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "experiments" / "self").symlink_to("self")  # an entry that loops: skipped as well
     (tmp_path / "file-root").write_text("")
     (tmp_path / "loop").symlink_to("loop")  # a root that is a link to itself: skipped, never an OSError
     roots = ["experiments/", "smoke", "missing", "file-root", "loop"]

@@ -59,6 +59,15 @@ def _relative_inside(value: str) -> bool:
 # ── experiments ─────────────────────────────────────────────────────────────────────────────────────
 
 
+def _folder(entry: os.DirEntry[str]) -> bool:
+    """A folder, or a link to one; a link that loops is neither (`DirEntry.is_dir` raises for it where
+    `Path.is_dir` says no), so one such entry does not stop the whole index."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 def experiment_index(root: Path, settings: LabFile) -> dict[str, list[str]]:
     """Experiment name → the lab-relative directories that hold one of that name (normally one)."""
     found: dict[str, list[str]] = {}
@@ -71,7 +80,7 @@ def experiment_index(root: Path, settings: LabFile) -> dict[str, list[str]]:
         # scandir: a lab of thousands of experiments is read without a stat per entry (its type comes
         # with the listing), which `tp validate EXP` pays on every save
         with os.scandir(folder) as entries:
-            names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+            names = sorted(e.name for e in entries if not e.name.startswith(".") and _folder(e))
         prefix = str(PurePosixPath(base))
         for name in names:
             found.setdefault(name, []).append(f"{prefix}/{name}")
