@@ -29,6 +29,7 @@ from tuneplane.ingest import mint_token, series, summary
 from tuneplane.ingest.bodies import points as body_points
 from tuneplane.ingest.gate import Refused, read_body
 from tuneplane.ingest.server import IngestHandler, IngestServer
+from tuneplane.report._rows import cost_of, points_of
 
 SECRET = b"w" * 32
 RUN = "run-rows"
@@ -277,9 +278,12 @@ def test_queued_records_are_packed_before_anything_is_spilled(env: Path, monkeyp
     # As one-row records the 6,000 rows cost 960,000 budget bytes, past the half (524,288) where spilling
     # starts; packed they stay under it. Not all of them need be packed: rows logged after the sender's
     # last pack wait as one-row records until the next crossing (how many depends on when the sender
-    # ran, which on a loaded machine is late), so the bound is the half budget, not 64 bytes a row.
+    # ran, which on a loaded machine is late), so the bound on everything is the half budget, and the
+    # rows that were packed cost at most 64 budget bytes each.
     assert 6000 * 160 > 1024 * 1024 // 2 >= stats["buffered_bytes"], stats["buffered_bytes"]
     assert session.packed and all(len(row) % 48 == 0 for _, row in session.packed)
+    packed_rows = points_of(session.packed) // 4  # four keys a row
+    assert packed_rows >= 1000 and cost_of(session.packed) <= 64 * packed_rows, (packed_rows, cost_of(session.packed))
     server = late_receiver(env, port)
     try:
         server.start()
@@ -467,9 +471,10 @@ def test_records_back_from_disk_split_on_413_and_reach_either_receiver(
 
 
 def _packed(session: Any) -> None:
-    """Wait for the sender to pack (or spill) what is queued: it clears `spill_wanted` when done."""
+    """Wait for the sender to pack (or spill) what is queued: it clears `spill_wanted` as it starts, and
+    packs under the order lock, so the wait is also for something packed, or spilled."""
     wait_until(
-        lambda: not session.spill_wanted,
+        lambda: not session.spill_wanted and (session.packed or report.stats()["spilled_points"]),
         10,
         0.01,
         lambda: f"the sender never packed what was queued: {report.stats()}",

@@ -46,8 +46,7 @@ follow_imports = normal
 def test_a_users_script_with_the_callback_passes_mypy_strict(tmp_path: Path, pytestconfig: pytest.Config) -> None:
     """transformers ships `py.typed`, so the Trainer's `callbacks: list[TrainerCallback]` is checked:
     a callback that is not a TrainerCallback to mypy failed with `List item 0 has incompatible type`."""
-    pytest.importorskip("mypy")
-    needs("transformers")
+    needs("mypy", "transformers")  # mypy runs as its own process
     script = tmp_path / "train.py"
     script.write_text(USER_SCRIPT, encoding="utf-8")
     # the same lines with a class that is no TrainerCallback: proof that the Trainer's types are read
