@@ -159,6 +159,15 @@ def test_a_failure_reports_its_exit_code_and_last_lines(exp: Path, storage: Path
     assert "line 30" in obs.message and "line 11" in obs.message and "line 10\n" not in obs.message
 
 
+def test_a_silent_failure_says_it_printed_nothing(exp: Path, storage: Path) -> None:
+    submit = job(exp, "exit 4\n")
+
+    _, obs = LocalBackend(storage).run(submit)
+
+    assert (obs.phase, obs.exit_code) == ("Failed", 4)
+    assert obs.message == "exited with code 4; it printed nothing"  # not an introduction to no lines
+
+
 def test_a_launcher_refusal_is_a_configuration_error(exp: Path, storage: Path) -> None:
     submit = job(exp, "exit 78\n")
 
@@ -169,13 +178,13 @@ def test_a_launcher_refusal_is_a_configuration_error(exp: Path, storage: Path) -
 
 def test_the_timeout_kills_the_whole_process_group(exp: Path, storage: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUNEPLANE_LOCAL_KILL_GRACE", "0.5")
-    submit = job(exp, 'sleep 300 &\necho $! > "$TUNEPLANE_OUT_DIR/bg.pid"\necho started\nwait\n', timeout=1)
+    submit = job(exp, 'sleep 300 &\necho $! > "$TUNEPLANE_OUT_DIR/bg.pid"\necho started\nwait\n', timeout=3)
     backend = LocalBackend(storage)
 
     ref, obs = backend.run(submit)
 
     assert obs.phase == "Failed" and obs.reason == "DeadlineExceeded"
-    assert "timeout of 1 s" in obs.message and "started" in obs.message
+    assert "timeout of 3 s" in obs.message and "started" in obs.message
     assert not alive(int((backend.run_dir(ref) / "out/bg.pid").read_text()))
 
 

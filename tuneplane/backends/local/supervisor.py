@@ -431,6 +431,7 @@ class _Supervisor:
         # The launcher runs the trainer as its child and exits 128+N when signal N killed it, as a shell does
         killed_by = exit_code - 128 if 128 < exit_code <= 128 + SIGNALS else None
         last = "\n".join(self.tail)
+        told = f"; last lines:\n{last}" if last.strip() else "; it printed nothing"
         if self._cancelled() and not self.timed_out:
             return self._finish(
                 CANCELLED,
@@ -445,7 +446,7 @@ class _Supervisor:
             return self._finish(
                 FAILED,
                 "DeadlineExceeded",
-                f"{message}; last lines:\n{last}",
+                message + told,
                 exit_code,
                 ended="Timeout",
                 signal=killed_by,
@@ -454,7 +455,7 @@ class _Supervisor:
         record = self._record()
         if record.get("reason") == "GpuOveruse":  # the launcher's GPU watchdog stopped it
             error = record.get("error", "stopped by the GPU watchdog")
-            message = f"{error}; last lines:\n{last}"
+            message = error + told
             return self._finish(
                 FAILED, "GpuOveruse", message, exit_code, ended="GpuOveruse", signal=killed_by, error=error
             )
@@ -471,7 +472,7 @@ class _Supervisor:
         return self._finish(
             FAILED,
             reason,
-            f"exited with code {exit_code}{said}; last lines:\n{last}",
+            f"exited with code {exit_code}{said}{told}",
             exit_code,
             ended="Signal" if killed_by else reason,
             signal=killed_by,
