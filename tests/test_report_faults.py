@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.wait import wait_until
 
 import tuneplane.report as report
 from tuneplane.ingest import hparams, mint_token, series, summary
@@ -176,8 +177,7 @@ def test_receiver_down_from_the_start_then_up(env: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("TUNEPLANE_JOB_ENDPOINT", f"http://127.0.0.1:{port}")
     assert report.init(hparams={"lr": 0.1}, monitor_hardware=False)
     log_steps(0, 300)
-    time.sleep(0.1)  # let the sender fail a few times
-    assert report.stats()["retries"] >= 1
+    wait_until(lambda: report.stats()["retries"] >= 1, 30, 0.01, "the sender never tried the absent receiver")
     rec = Receiver(env / "ingest.sqlite", port=port).start()
     try:
         log_steps(300, 400)

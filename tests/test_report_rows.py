@@ -129,7 +129,8 @@ def test_a_queued_record_is_compact_and_untracked_by_the_gc(env: Path, monkeypat
         retry_cap=60,
     )  # the sender waits out its backoff: only the queue grows
     report.log({"loss": 0.0, "acc": 0.0, "lr": 0.0, "grad_norm": 0.0}, step=0)
-    time.sleep(0.2)  # its first (failed) attempt is over
+    # its first (failed) attempt is over before the measurement starts
+    wait_until(lambda: report.stats()["retries"] >= 1, 30, 0.01, "the sender never tried the absent receiver")
     tracemalloc.start()
     start = tracemalloc.get_traced_memory()[0]
     for step in range(1, 20_001):
