@@ -20,9 +20,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import yaml
 from packaging.specifiers import SpecifierSet
 from support.render import CONTRACT_REQUIRED
+from support.yamlfiles import load_yaml
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 EXPECTED = {  # every recipe id the upstream client ships
@@ -109,14 +109,14 @@ def recipe_id(folder: Path) -> str:
 
 
 def load_recipe(folder: Path) -> dict[str, Any]:
-    data = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+    data = load_yaml(folder / "recipe.yaml")
     assert isinstance(data, dict)
     return data
 
 
 def template_config(folder: Path) -> dict[str, Any]:
     recipe = load_recipe(folder)
-    data = yaml.safe_load((folder / recipe["template"] / "config.yaml").read_text(encoding="utf-8"))
+    data = load_yaml(folder / recipe["template"] / "config.yaml")
     return data or {}
 
 
@@ -414,7 +414,7 @@ def test_trl_grpo_rewards_score_final_answers() -> None:
     assert rewards.format_reward(completions) == [1.0, 1.0, 1.0, 0.0, 1.0]
     assert rewards.accuracy_reward(["12"]) == [None]  # no answer column: not applicable
     assert len(rewards.REWARD_FUNCTIONS) == len(
-        yaml.safe_load((CATALOG / "trl" / "grpo" / "template" / "config.yaml").read_text())["reward_weights"]
+        load_yaml(CATALOG / "trl" / "grpo" / "template" / "config.yaml")["reward_weights"]
     )
 
 
@@ -435,7 +435,7 @@ def test_closed_configs_pass_through_only_keys_the_framework_knows() -> None:
     from tuneplane.lifecycle.trl_support import SCRIPT_KEYS
 
     for folder in RECIPES:
-        recipe = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+        recipe = load_yaml(folder / "recipe.yaml")
         config = recipe.get("config") or {}
         if config.get("mode") != "closed" or not str(config.get("target", "")).startswith("trl."):
             continue

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.yamlfiles import load_yaml
 
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 VERL = "verl==0.9.1"
@@ -38,7 +39,7 @@ def leaves(node: Any, prefix: str = "") -> Iterator[str]:
 
 
 def template(method: str) -> dict[str, Any]:
-    data = yaml.safe_load((CATALOG / method / "template" / "config.yaml").read_text())
+    data = load_yaml(CATALOG / method / "template" / "config.yaml")
     assert isinstance(data, dict)
     return data
 
@@ -105,7 +106,7 @@ def test_verl_template_composes_with_verls_defaults(method: str, verl_config_dir
     config = template(method)
     assert config["hydra"] == {"searchpath": ["pkg://verl.trainer.config"]}
     assert unknown_verl_keys(verl_config_dir, config) == []
-    recipe = yaml.safe_load((CATALOG / method / "recipe.yaml").read_text())
+    recipe = load_yaml(CATALOG / method / "recipe.yaml")
     known = verl_default_keys(verl_config_dir, config["defaults"])
     assert sorted(p["path"] for p in recipe["params"].values() if p["path"] not in known) == []
 
@@ -130,6 +131,6 @@ def test_nemo_rl_template_keys_are_nemo_rls(method: str) -> None:
     config = template(method)
     assert str(config["defaults"]).startswith("/opt/nemo-rl/examples/configs/")
     keys = {k for k in leaves({k: v for k, v in config.items() if k != "defaults"}) if not k.endswith("._override_")}
-    recipe = yaml.safe_load((CATALOG / method / "recipe.yaml").read_text())
+    recipe = load_yaml(CATALOG / method / "recipe.yaml")
     keys |= {p["path"] for p in recipe["params"].values()}
     assert sorted(keys - NEMO_KEYS) == []

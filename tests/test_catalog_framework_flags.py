@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.yamlfiles import load_yaml
 
 from tuneplane.lifecycle.cli_flags import build_flags, leaves
 
@@ -55,7 +56,7 @@ def recipe(method: str) -> dict[str, Any]:
 
 
 def config(method: str) -> dict[str, Any]:
-    return yaml.safe_load((CATALOG / method / "template" / "config.yaml").read_text()) or {}
+    return load_yaml(CATALOG / method / "template" / "config.yaml") or {}
 
 
 @pytest.mark.parametrize("method", sorted(TRL_CONFIG))

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from support.render import INPUTS, build, env_values, main_container, make_lab, pod_templates, request
+from support.yamlfiles import load_yaml
 
 from tuneplane.collector import sources
 from tuneplane.collector.run import Collector
@@ -117,7 +117,7 @@ def _rendered(
 
 
 def _config(method: str) -> dict[str, Any]:
-    data = yaml.safe_load((CATALOG / method / "template" / "config.yaml").read_text())
+    data = load_yaml(CATALOG / method / "template" / "config.yaml")
     assert isinstance(data, dict)
     return data
 

@@ -28,6 +28,7 @@ from conftest import run_tp_in_process
 from support.frameworks import openrlhf_args, openrlhf_check, openrlhf_wheel, swift_check, swift_python
 from support.labs import new_lab
 from support.repos import git
+from support.yamlfiles import load_yaml
 
 pytestmark = pytest.mark.slow
 
@@ -141,7 +142,7 @@ RESUME_FROM = "/runs/r/out/checkpoints/checkpoint-40"
 
 def _fill(config: Path) -> None:
     text = config.read_text(encoding="utf-8")
-    data = yaml.safe_load(text) or {}
+    data = load_yaml(text) or {}
     for section, values in FILLED.items():
         for key, value in values.items():
             if isinstance(data.get(section), dict) and data[section].get(key) == "":
@@ -340,7 +341,7 @@ def test_openrlhf_recipe_rules_fire_exactly_when_openrlhf_refuses(cache: Path, m
 
     r = load_catalog().recipe(method)
     module = r.entrypoint.value
-    template = yaml.safe_load((CATALOG / method / "template" / "config.yaml").read_text(encoding="utf-8"))
+    template = load_yaml(CATALOG / method / "template" / "config.yaml")
     inputs = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "train_data": "data/train.jsonl"}
     checked = 0
     for version in sorted(r.runtime.versions):

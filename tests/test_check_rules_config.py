@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from conftest import REPO_ROOT
 from support.repos import git
+from support.yamlfiles import load_yaml
 
 
 def _problems(result: Any) -> list[dict[str, Any]]:
@@ -111,7 +111,7 @@ def test_the_pytorch_config_is_closed_as_its_train_py_is(lab: Path, tp: Any, ext
 def test_recipes_say_whether_their_config_is_closed() -> None:
     modes = {}
     for path in sorted((REPO_ROOT / "catalog").glob("*/*/recipe.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path)
         modes[data["name"]] = (data.get("config") or {}).get("mode")
     assert all(mode == "closed" for name, mode in modes.items() if name.startswith("trl/")), modes
     assert modes["custom/custom"] == "user", modes

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.yamlfiles import load_yaml
 
 from tuneplane.lifecycle import trl_rewards
 from tuneplane.lifecycle.trl_support import SCRIPT_KEYS, TrainingRun
@@ -334,7 +334,7 @@ def test_reward_weights_ship_one_per_reward_function(template: Path) -> None:
     code = compile((template / "rewards.py").read_text(), str(template / "rewards.py"), "exec")
     scope: dict[str, Any] = {}
     exec(code, scope)
-    weights = yaml.safe_load((template / "config.yaml").read_text())["reward_weights"]
+    weights = load_yaml(template / "config.yaml")["reward_weights"]
     assert len(scope["REWARD_FUNCTIONS"]) == len(weights)
     assert scope["completion_text"]([{"role": "assistant", "content": "\\boxed{7}"}]) == "\\boxed{7}"
     assert scope["final_answer"]("so it is 1,234.") == "1234"
