@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.package import package_trees
+from support.package import nodes, package_trees
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
@@ -18,7 +18,7 @@ def test_backends_are_made_only_by_the_factory() -> None:
     for rel, tree in package_trees().items():
         if rel.startswith("backends/"):
             continue
-        for node in ast.walk(tree):
+        for node in nodes(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
                 name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
                 if name.endswith("Backend") and name[0].isupper():

@@ -12,7 +12,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
-from support.package import package_trees
+from support.package import nodes, package_trees
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,7 +185,7 @@ PKG = ROOT / "tuneplane"
 def _docstrings(tree: ast.Module) -> set[int]:
     return {
         id(node.body[0].value)
-        for node in ast.walk(tree)
+        for node in nodes(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
         and node.body
         and isinstance(node.body[0], ast.Expr)
@@ -194,11 +194,11 @@ def _docstrings(tree: ast.Module) -> set[int]:
 
 def _strings(tree: ast.Module) -> list[ast.Constant]:
     skip = _docstrings(tree)
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip]
+    return [n for n in nodes(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip]
 
 
 def _calls(tree: ast.Module) -> list[tuple[str, ast.Call]]:
-    return [(ast.unparse(n.func), n) for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    return [(ast.unparse(n.func), n) for n in nodes(tree) if isinstance(n, ast.Call)]
 
 
 def _moves(tree: ast.Module) -> list[int]:
@@ -222,7 +222,7 @@ def _moves(tree: ast.Module) -> list[int]:
 def _validation_errors(tree: ast.Module) -> list[int]:
     return [
         n.lineno
-        for n in ast.walk(tree)
+        for n in nodes(tree)
         if (isinstance(n, ast.Name) and n.id == "ValidationError")
         or (isinstance(n, ast.Attribute) and n.attr == "ValidationError")
         or (isinstance(n, ast.ImportFrom) and any(a.name == "ValidationError" for a in n.names))
@@ -252,7 +252,7 @@ def _close_names(tree: ast.Module) -> list[int]:
 def _git_commands(tree: ast.Module) -> list[int]:
     return [
         n.lineno
-        for n in ast.walk(tree)
+        for n in nodes(tree)
         if isinstance(n, ast.List | ast.Tuple)
         and n.elts
         and isinstance(n.elts[0], ast.Constant)
@@ -263,7 +263,7 @@ def _git_commands(tree: ast.Module) -> list[int]:
 def _located_text(tree: ast.Module) -> list[int]:
     """`file:line:col: message` put together by hand (a Problem's `location()` is the one form)."""
     found = []
-    for node in ast.walk(tree):
+    for node in nodes(tree):
         if isinstance(node, ast.JoinedStr):
             parts = [ast.unparse(v.value) if isinstance(v, ast.FormattedValue) else str(v.value) for v in node.values]
             text = "\x00".join(parts)
@@ -309,7 +309,7 @@ def _exit_numbers(tree: ast.Module) -> list[int]:
         and (c.args and _int_literals(c.args[0]) or any(k.arg == "code" and _int_literals(k.value) for k in c.keywords))
     ]
     commands = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
-    for fn in ast.walk(tree):
+    for fn in nodes(tree):
         if (
             isinstance(fn, ast.FunctionDef)
             and (commands or fn.name == "command")
@@ -329,10 +329,10 @@ def _phase_words(tree: ast.Module) -> list[int]:
     system's words (Slurm's unset `("", "Unknown", "None")`: every element a word, one of them not a
     phase and not empty, and no phase but "Unknown" among them) is that system's; `("Failed", "")`,
     `("Failed", "Error")` or `("Succeeded", None)` are ours."""
-    reasons = {id(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
+    reasons = {id(k.value) for n in nodes(tree) if isinstance(n, ast.Call) for k in n.keywords if k.arg == "reason"}
     foreign = {
         id(e)
-        for n in ast.walk(tree)
+        for n in nodes(tree)
         if isinstance(n, ast.Tuple | ast.Set | ast.List)
         and n.elts
         and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
@@ -347,7 +347,7 @@ def _private_imports(tree: ast.Module) -> list[int]:
     """`from tuneplane.x import _y`: a name private to one module used by another (make it public)."""
     return [
         n.lineno
-        for n in ast.walk(tree)
+        for n in nodes(tree)
         if isinstance(n, ast.ImportFrom)
         and (n.module or "").startswith("tuneplane")
         and any(a.name.startswith("_") and not a.name.startswith("__") for a in n.names)

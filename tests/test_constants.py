@@ -7,7 +7,7 @@ import ast
 from collections import defaultdict
 from typing import get_args
 
-from support.package import package_trees
+from support.package import nodes, package_trees
 
 from tuneplane import constants
 from tuneplane.errors import ProblemsFound, RunFailed, TunePlaneError, UsageError
@@ -31,14 +31,14 @@ def _every_module() -> list[tuple[str, ast.Module]]:
 def _strings(tree: ast.Module) -> list[ast.Constant]:
     docstrings = {
         id(node.body[0].value)
-        for node in ast.walk(tree)
+        for node in nodes(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
         and node.body
         and isinstance(node.body[0], ast.Expr)
     }
     return [
         node
-        for node in ast.walk(tree)
+        for node in nodes(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     ]
 
@@ -71,7 +71,7 @@ def test_a_tuneplane_name_two_modules_use_lives_in_constants() -> None:
 def test_exit_codes_are_the_constants() -> None:
     literal = []
     for rel, tree in _developer_side():
-        for node in ast.walk(tree):
+        for node in nodes(tree):
             targets = node.targets if isinstance(node, ast.Assign) else []
             named = [t for t in targets if getattr(t, "id", getattr(t, "attr", "")) == "exit_code"]
             value = getattr(node, "value", None)
@@ -99,7 +99,7 @@ def test_sets_of_phases_are_the_constants() -> None:
     for rel, tree in _developer_side():
         if rel.startswith("backends/kubernetes/"):
             continue
-        for node in ast.walk(tree):
+        for node in nodes(tree):
             if (
                 isinstance(node, ast.Tuple | ast.Set | ast.List)
                 and len(node.elts) > 1
@@ -117,7 +117,7 @@ def test_scalar_is_written_once() -> None:
     spelled = [
         f"{rel}:{node.lineno}"
         for rel, tree in _developer_side()
-        for node in ast.walk(tree)
+        for node in nodes(tree)
         if isinstance(node, ast.BinOp) and ast.unparse(node) == "bool | int | float | str"
     ]
     assert not spelled, spelled

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.package import package_trees
+from support.package import nodes, package_trees
 
 PKG = Path(__file__).resolve().parents[1] / "tuneplane"
 
@@ -62,7 +62,7 @@ def _module_name(path: Path) -> str:
 
 def _imports(tree: ast.Module) -> list[tuple[str, int]]:
     found = []
-    for node in ast.walk(tree):
+    for node in nodes(tree):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -109,7 +109,7 @@ def test_no_relative_imports():
     relative = []
     for path, tree in _trees().items():
         relative += [
-            (_module_name(path), n.lineno) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0
+            (_module_name(path), n.lineno) for n in nodes(tree) if isinstance(n, ast.ImportFrom) and n.level > 0
         ]
     assert relative == []
 
@@ -153,9 +153,9 @@ def test_report_sdk_import_is_light():
 def _import_groups(tree: ast.AST) -> list[tuple[list[ast.stmt], ast.stmt]]:
     """Each run of import statements inside a function, with the statement whose comments may give the
     reason: the run itself, or the `try:` around it (`try: import x` / `except ImportError: import y`)."""
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    parents = {child: node for node in nodes(tree) for child in ast.iter_child_nodes(node)}
     groups: list[tuple[list[ast.stmt], ast.stmt]] = []
-    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    functions = [n for n in nodes(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     for node in {inner for fn in functions for inner in ast.walk(fn) if inner is not fn} | set(functions):
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
