@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.lint import code_files, read_code
@@ -34,33 +35,43 @@ ROOT, KEPT = "root", "kept"
 MAX_ASSIGN_ROUNDS = 3  # a name assigned from a name assigned from the out dir, and so on
 
 
+# where one finding is, what it says, and the hint: a Problem without its file
+Finding = tuple[int, int, str, str]
+
+
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
     for path in code_files(ctx.dir):
         if path.suffix != ".py":
             continue
-        text = read_code(path)
-        try:
-            tree = ast.parse(text or "")
-        except (SyntaxError, ValueError):
-            continue  # not Python we can read: rule `code` says so
         rel = f"{ctx.rel}/{path.relative_to(ctx.dir).as_posix()}"
-        yield from _problems(rel, tree)
+        for line, col, message, hint in _findings(read_code(path) or ""):
+            yield Problem(rel, line, col, RULE, message, severity=Severity.WARNING, hint=hint)
 
 
-def _problems(rel: str, tree: ast.AST) -> Iterator[Problem]:
+@lru_cache(maxsize=64)
+def _findings(text: str) -> tuple[Finding, ...]:
+    """A file's findings, from its text alone. Experiments made from one template hold the same files,
+    so a lab's are parsed once per text, not once per experiment."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return ()  # not Python we can read: rule `code` says so
+    return tuple(_problems(tree))
+
+
+def _problems(tree: ast.AST) -> Iterator[Finding]:
     names = _names(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         callee = _callee(node)
         if callee.endswith(("Config", "Arguments")):
-            yield from _config(rel, node, callee, names)
+            yield from _config(node, callee, names)
         elif callee in _SAVERS or _is_torch_save(node):
             target = _save_target(node, callee)
             if target is not None and _kind(target, names) == ROOT:
                 shown = "torch.save" if callee == "save" else callee
-                yield _warning(
-                    rel,
+                yield _finding(
                     node,
                     f"{shown}() writes under $TUNEPLANE_OUT_DIR but outside checkpoints/: the platform "
                     "collects weights from checkpoints/* (and an export from hf_export), so the run keeps none",
@@ -69,15 +80,14 @@ def _problems(rel: str, tree: ast.AST) -> Iterator[Problem]:
                 )
 
 
-def _config(rel: str, node: ast.Call, callee: str, names: dict[str, str]) -> Iterator[Problem]:
+def _config(node: ast.Call, callee: str, names: dict[str, str]) -> Iterator[Finding]:
     keywords = {k.arg: k for k in node.keywords if k.arg}
     output = keywords.get("output_dir")
     saves = keywords.get("save_strategy")
     if saves is not None and isinstance(saves.value, ast.Constant) and saves.value.value == "no":
         return  # it saves no checkpoint
     if output is not None and _kind(output.value, names) == ROOT:
-        yield _warning(
-            rel,
+        yield _finding(
             output,
             f"{callee}(output_dir=...) is the out dir itself: the Trainer writes its checkpoint-<step> "
             "folders there, outside checkpoints/, where the platform neither collects them nor resumes from them",
@@ -146,5 +156,5 @@ def _save_target(node: ast.Call, callee: str) -> ast.expr | None:
     return node.args[index] if len(node.args) > index else None
 
 
-def _warning(rel: str, node: ast.Call | ast.keyword, message: str, hint: str) -> Problem:
-    return Problem(rel, node.lineno, node.col_offset + 1, RULE, message, severity=Severity.WARNING, hint=hint)
+def _finding(node: ast.Call | ast.keyword, message: str, hint: str) -> Finding:
+    return node.lineno, node.col_offset + 1, message, hint

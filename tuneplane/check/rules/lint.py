@@ -20,6 +20,7 @@ import os
 import re
 import tokenize
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 from tuneplane.check.rules.context import ExperimentContext
@@ -92,12 +93,14 @@ def lint_legacy(rel: str, text: str, shell: bool) -> Iterator[Problem]:
             yield _legacy_warning(rel, number, m.start() + 1, code, m.start())
 
 
-def code_lines(text: str, shell: bool) -> list[str]:
-    """The lines of `text` with comments (and Python docstrings) blanked, columns kept."""
+@lru_cache(maxsize=64)
+def code_lines(text: str, shell: bool) -> tuple[str, ...]:
+    """The lines of `text` with comments (and Python docstrings) blanked, columns kept. Several rules
+    read the same file, and a lab's experiments hold their template's: each text is tokenized once."""
     lines = text.splitlines()
     if shell:
-        return [strip_comment(line) for line in lines]
-    return _python_code(text, lines)
+        return tuple(strip_comment(line) for line in lines)
+    return tuple(_python_code(text, lines))
 
 
 def _python_code(text: str, lines: list[str]) -> list[str]:
