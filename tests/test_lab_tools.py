@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.repos import copy_work_tree
 from support.shared import in_ci
 
 from tuneplane import __version__
@@ -426,33 +427,11 @@ def test_a_bad_tool_requirement_is_refused_with_the_place(tmp_path: Path, tp: An
 # ── 2. pre-commit, for real ─────────────────────────────────────────────────────────────────────────
 
 
-def _copy_work_tree(root: Path, target: Path) -> None:
-    """What a clone of `root` holds, with the working tree's edits: the files git lists as tracked or as
-    untracked and not ignored. A copy of the whole folder also took the caches (.pytest_cache holds the
-    framework venvs other tests build) and raced with other workers' transient files there (pytest's
-    `pytest-cache-files-*`, renamed away while the copy read it)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    ).stdout
-    for rel in listed.split(b"\0"):
-        if not rel or rel.endswith(b"/"):  # the end, or a nested repository git lists as a folder
-            continue
-        source, copy = root / os.fsdecode(rel), target / os.fsdecode(rel)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            shutil.copy2(source, copy)
-        except FileNotFoundError:
-            continue  # deleted in the working tree, or a transient file gone since the listing
-
-
 @pytest.fixture(scope="module")
 def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git clone of this project, working tree committed and tagged v<version>, as pre-commit sees it."""
     clone = tmp_path_factory.mktemp("hook") / "tuneplane"
-    _copy_work_tree(ROOT, clone)
+    copy_work_tree(ROOT, clone)
     env = {
         **os.environ,
         "GIT_AUTHOR_NAME": "t",

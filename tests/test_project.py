@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from support.repos import copy_work_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,10 +148,7 @@ def wheel(tmp_path_factory):
     checkout at once (this module's and test_project_pythons') break each other's build."""
     dist = tmp_path_factory.mktemp("dist")
     source = tmp_path_factory.mktemp("source") / "tuneplane"
-    ignore = shutil.ignore_patterns(
-        ".git", "__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv", ".*_cache", ".work"
-    )
-    shutil.copytree(ROOT, source, ignore=ignore)
+    copy_work_tree(ROOT, source)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
         check=True,

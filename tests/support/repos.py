@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -259,3 +260,25 @@ def broken_links(root: Path) -> list[tuple[str, str]]:
             if path not in files:
                 bad.append((page, target))
     return bad
+
+
+def copy_work_tree(root: Path, target: Path) -> None:
+    """What a clone of `root` holds, with the working tree's edits: the files git lists as tracked or as
+    untracked and not ignored. A copy of the whole folder also takes the caches (.pytest_cache holds the
+    framework venvs other tests build) and races with other workers' transient files there (pytest's
+    `pytest-cache-files-*`, renamed away while a copy reads it)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for rel in listed.split(b"\0"):
+        if not rel or rel.endswith(b"/"):  # the end, or a nested repository git lists as a folder
+            continue
+        source, copy = root / os.fsdecode(rel), target / os.fsdecode(rel)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(source, copy)
+        except FileNotFoundError:
+            continue  # deleted in the working tree, or a transient file gone since the listing
