@@ -62,3 +62,21 @@ def test_weights_beside_checkpoints_are_warned(
 )
 def test_checkpoints_under_checkpoints_pass(lab: Path, tp: Any, code: str) -> None:
     assert _found(lab, tp, code) == []
+
+
+def test_two_experiments_with_the_same_file_are_each_warned_at_their_own_path(lab: Path, tp: Any) -> None:
+    """A file's findings are computed once per text (a lab's experiments share their template's files);
+    each experiment's copy is still warned under its own path, and a later edit is seen."""
+    code = HEAD + "args = SFTConfig(output_dir=args.output_dir)\n"
+    for name in ("one", "two"):
+        assert tp("new", name, "--method", "custom/custom").code == 0
+        write_tree(lab, {f"experiments/{name}/train.py": code})
+
+    def warned() -> list[tuple[str, int]]:
+        result = tp("validate", "--format", "json")
+        problems = json.loads(result.out)["problems"]
+        return sorted((p["file"], p["line"]) for p in problems if p["rule"] == "lint-checkpoint-dir")
+
+    assert warned() == [("experiments/one/train.py", 4), ("experiments/two/train.py", 4)]
+    write_tree(lab, {"experiments/two/train.py": "\n" + code})
+    assert warned() == [("experiments/one/train.py", 4), ("experiments/two/train.py", 5)]
