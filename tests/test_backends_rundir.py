@@ -90,6 +90,19 @@ def test_follow_reads_what_is_appended_until_the_run_ends(tmp_path: Path) -> Non
     assert seen == ["first", "second", "half a line", "last, no newline"]
 
 
+@pytest.mark.parametrize("tail", [None, 2])
+def test_follow_keeps_a_line_the_job_is_still_writing_whole(tmp_path: Path, tail: int | None) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("first\nhalf ")  # the job is between the two writes of one line
+    ended = threading.Event()
+    lines = follow_log(log, tail, True, ended.is_set, poll=0.01)
+    assert next(lines) == "first"
+    with open(log, "a") as fh:
+        fh.write("a line\n")
+    ended.set()
+    assert list(lines) == ["half a line"]
+
+
 def test_follow_waits_for_a_log_and_ends_with_the_run(tmp_path: Path) -> None:
     log = tmp_path / "never-written.log"
     calls: list[int] = []

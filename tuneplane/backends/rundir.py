@@ -107,11 +107,14 @@ def follow_log(path: Path, tail: int | None, follow: bool, finished: Callable[[]
         time.sleep(poll)
     with open(path, encoding="utf-8", errors="replace") as handle:
         lines: Iterable[str] = deque(handle, maxlen=tail) if tail is not None and tail > 0 else handle
+        partial = ""
         for line in lines:
+            if follow and not line.endswith("\n"):
+                partial = line  # the job is still writing this line: it is finished below
+                break
             yield line.rstrip("\n")
         if not follow:
             return
-        partial = ""
         while time.monotonic() < deadline:
             chunk = handle.readline()
             if chunk:
