@@ -134,7 +134,8 @@ def test_image_classification_on_one_node_and_across_two(
     )
     for run_id in (one, two):
         status = statuses[run_id]
-        assert status["phase"] == "Succeeded", (status, _log(status))
+        why = f"{run_id}: {status.get('reason')}: {status.get('message')}\n{_log(status)[-4000:]}"
+        assert status["phase"] == "Succeeded", why  # reason and message first: the dict repr is cut
         kinds = {a["kind"] for a in status["artifacts"]}
         assert "checkpoint" in kinds, status["artifacts"]
         assert "validation/loss" in status["metrics"] or "train/loss" in status["metrics"], status["metrics"]

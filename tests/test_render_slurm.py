@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from support.labs import new_lab
 
+from tuneplane.constants import AFTER_JOB_UPLOAD_SECONDS
+
 SLURM_SECTION = """  slurm:
     partition: gpu
     account: ml-team
@@ -297,6 +299,10 @@ def test_requeue_the_profiles_time_limit_and_a_clean_environment(tmp_path: Path,
     srun = script[script.index("\nsrun ") :]
     for flag in ("--kill-on-bad-exit=1", "--wait=", "--label", "--export=ALL"):
         assert flag in srun, flag
+    # the other ranks end first; node rank zero's launcher then uploads for up to a minute: srun's
+    # grace must outlast that by minutes, or it kills a finished training mid-upload (exit 143)
+    wait = int(srun.split("--wait=")[1].split()[0])
+    assert wait >= AFTER_JOB_UPLOAD_SECONDS + 120, wait
     assert "tuneplane: job $SLURM_JOB_ID attempt $TUNEPLANE_ATTEMPT started" in script
     assert "SLURM_RESTART_COUNT" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)

@@ -42,6 +42,7 @@ import tuneplane.runtime.attempts as attempts
 import tuneplane.runtime.launchline as launchline
 from tuneplane import __version__, plugins
 from tuneplane.constants import (
+    AFTER_JOB_UPLOAD_SECONDS,
     ATTEMPT_ENV,
     CONFIG_ERROR_EXIT,
     NAME_PATTERN,
@@ -71,7 +72,6 @@ LOADED_CAPABILITY = "algorithm"
 PYCACHE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 REENTRY_MARKERS = ("tuneplane.launcher", "tuneplane-launch")
 BEFORE_JOB_UPLOAD_SECONDS = 30.0  # at most this long, before the trainer, for an earlier attempt's leftovers
-AFTER_JOB_UPLOAD_SECONDS = 60.0  # at most this long, after the job, to upload what the SDK left unsent
 
 Emit = Callable[[str], None]
 

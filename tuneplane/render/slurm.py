@@ -17,7 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tuneplane.constants import CONFIG_ERROR_EXIT, GPUS_PER_NODE_ENV, HF_TOKEN, JOB_TOKEN, NUM_NODES_ENV
+from tuneplane.constants import (
+    AFTER_JOB_UPLOAD_SECONDS,
+    CONFIG_ERROR_EXIT,
+    GPUS_PER_NODE_ENV,
+    HF_TOKEN,
+    JOB_TOKEN,
+    NUM_NODES_ENV,
+)
 from tuneplane.errors import UsageError
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, SlurmProfile, SlurmSettings
@@ -40,7 +47,11 @@ RUNTIME_ENV = frozenset(
 COMMENT_PREFIX = "tuneplane-run="
 # The job starts with no environment of the submitter (--export=NONE): its PATH starts from this.
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-STEP_WAIT = 60  # srun --wait: seconds the other ranks may run on once one rank has ended
+# srun --wait: seconds the other ranks may run on once one rank has ended, to stop a rank that hangs
+# after its peers left. Ranks end apart: node rank zero uploads what the SDK left unsent (up to
+# AFTER_JOB_UPLOAD_SECONDS) and writes its last files; at 60 s srun killed it mid-upload, and a
+# finished training read Failed (exit 143).
+STEP_WAIT = int(AFTER_JOB_UPLOAD_SECONDS) + 240
 LIMIT_WARNING_ENV = "TUNEPLANE_LIMIT_WARNING_SECONDS"  # set when the trainer is warned before the limit
 WARNING_SIGNAL = "USR1"
 
