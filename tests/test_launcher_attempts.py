@@ -46,6 +46,7 @@ json.dump({"attempt": os.environ.get("TUNEPLANE_ATTEMPT"), "resume": os.environ.
 
 
 def _env(work: Path, run_dir: Path, **extra: str) -> dict[str, str]:
+    run_dir.mkdir(exist_ok=True)  # every backend makes it before the launcher starts
     env = dict(
         os.environ,
         TUNEPLANE_WORK_DIR=str(work),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tuneplane.runtime import attempts
 
 
@@ -19,6 +21,20 @@ def test_a_record_round_trips_and_attempts_are_grouped_by_number(tmp_path: Path)
     assert [r["node_rank"] for r in found[1]] == [0, 1]
     assert found[1][1] == {"attempt": 1, "node_rank": 1, "exit_code": 3, "node": "n2"}
     assert "exit_code" not in found[2][0]
+
+
+def test_a_run_directory_out_of_sight_is_not_made_again_beneath(tmp_path: Path) -> None:
+    """The run's storage gone (a mount missing): the launcher's record fails, it does not lay a new
+    tree on the disk beneath, which the mount would hide again, or which would block its return."""
+    storage = tmp_path / "storage"
+    run_dir = storage / "user" / "demo" / "20260101-000000-000000"
+    run_dir.mkdir(parents=True)
+    storage.rename(tmp_path / "hidden")
+
+    with pytest.raises(FileNotFoundError):
+        attempts.write(run_dir, {"attempt": 1, "node_rank": 0, "started_at": "2026-01-02T03:04:05Z"})
+
+    assert not storage.exists()
 
 
 def test_a_termination_message_fits_the_kubelets_limit_dropping_the_oldest_lines() -> None:

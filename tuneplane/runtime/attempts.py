@@ -134,11 +134,14 @@ def decode(text: str) -> AttemptRecord | None:
 
 
 def write(run_dir: Path, record: Mapping[str, object]) -> Path:
-    """Write `record` atomically at its place under `run_dir`; returns the path."""
+    """Write `record` atomically at its place under `run_dir`; returns the path.
+
+    `run_dir` must be there (FileNotFoundError if not): where the run's storage has gone out of sight
+    (a mount missing), making it again would lay a new tree on the disk beneath the mount point."""
     kept = clean(record)
     path = record_path(run_dir, kept.get("attempt", 1), kept.get("node_rank", 0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, encode(record) + "\n")
+    path.parent.mkdir(exist_ok=True)
+    atomic_write(path, encode(record) + "\n", parents=False)
     return path
 
 
