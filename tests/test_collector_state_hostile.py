@@ -149,3 +149,15 @@ def test_entries_of_gone_files_leave_before_the_first_save(tmp_path: Path) -> No
     again.load()
     assert sorted(again.files) == ["tensorboard:tb/events.out.tfevents.1.host"]
     assert not again.counts
+
+
+def test_a_state_write_into_storage_gone_out_of_sight_makes_nothing_beneath(tmp_path: Path) -> None:
+    """The run's storage gone mid-run (a mount missing): the save fails with a reason, and no new tree
+    is laid on the disk beneath the mount point."""
+    out = tmp_path / "storage" / "run" / "out"
+    (out / run.STATE_DIR).mkdir(parents=True)
+    (tmp_path / "storage").rename(tmp_path / "hidden")
+
+    why = state.write(str(out / run.STATE_DIR / "collector.json"), {})
+
+    assert why and not (tmp_path / "storage").exists()

@@ -492,3 +492,20 @@ def _log_past_half_the_budget() -> Any:
     assert session is not None
     _packed(session)
     return session
+
+
+def test_an_out_dir_gone_out_of_sight_is_not_made_again_for_the_overflow(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The out dir's storage gone mid-run (a mount missing) when the queue overflows: the points that
+    do not fit are counted dropped, and no new out dir is laid on the disk beneath the mount point."""
+    down_endpoint(monkeypatch)
+    report.init(monitor_hardware=False, buffer_bytes=64 * 1024, retry_base=60, retry_cap=60)
+    (env / "out").rename(env / "hidden")
+    for step in range(3000):
+        report.log({"loss": float(step), "lr": 1e-3, f"k/{step % 5}": 1.0}, step=step)
+    stats = report.stats()
+    assert stats["spilled_points"] == 0 and stats["dropped_points"] > 0, stats
+    assert not (env / "out").exists()
+    report.finish(0.1)
+    assert not (env / "out").exists()

@@ -68,7 +68,11 @@ def _counted() -> Callable[[list[tuple[str, object]]], dict[str, object]]:
 def write(path: str, files: dict[str, dict[str, object]]) -> str:
     """Write the state atomically; '' when done, else why not."""
     try:
-        atomic_write(Path(path), json.dumps({"version": 1, "files": files}, separators=(",", ":")))
+        target = Path(path)
+        # its folder, not the out dir: one gone is the run's storage out of sight (a mount missing),
+        # and a tree laid on the disk beneath the mount point would be hidden again when it returns
+        target.parent.mkdir(exist_ok=True)
+        atomic_write(target, json.dumps({"version": 1, "files": files}, separators=(",", ":")), parents=False)
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     return ""

@@ -155,7 +155,10 @@ class Spill:
 
     def _open(self) -> BufferedRandom:
         if self._file is None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            try:  # its parent was there when the session began: one gone since is storage out of sight
+                os.mkdir(os.path.dirname(self.path))  # (a mount missing), not a tree to lay beneath it
+            except FileExistsError:
+                pass
             # Locked before it takes its name: the collector uploads a `report-spill-*` file (what a
             # killed process left) only once it can lock it, so never one a live process writes.
             temp = self.path + ".new"
