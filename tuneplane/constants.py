@@ -121,6 +121,7 @@ GPU_WATCHDOG_DEFAULT = "warn"  # the launcher's policy where the variable is uns
 # After its trainer, node rank zero's launcher uploads for at most this long what the SDK left unsent;
 # the other ranks have ended by then, so the step's grace for the last rank (srun --wait) is longer.
 AFTER_JOB_UPLOAD_SECONDS = 60.0
+
 BLOB_LIMIT = 1 << 20  # a run request or a status file larger than 1 MiB is refused unread
 
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # every time in a status file: ISO-8601 UTC to the second

@@ -49,8 +49,8 @@ COMMENT_PREFIX = "tuneplane-run="
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # srun --wait: seconds the other ranks may run on once one rank has ended, to stop a rank that hangs
 # after its peers left. Ranks end apart: node rank zero uploads what the SDK left unsent (up to
-# AFTER_JOB_UPLOAD_SECONDS) and writes its last files; at 60 s srun killed it mid-upload, and a
-# finished training read Failed (exit 143).
+# AFTER_JOB_UPLOAD_SECONDS) and writes its last files; a grace no longer than that upload lets srun
+# kill it mid-upload, and a finished training reads Failed (exit 143).
 STEP_WAIT = int(AFTER_JOB_UPLOAD_SECONDS) + 240
 LIMIT_WARNING_ENV = "TUNEPLANE_LIMIT_WARNING_SECONDS"  # set when the trainer is warned before the limit
 WARNING_SIGNAL = "USR1"
