@@ -136,12 +136,16 @@ def test_a_run_whose_storage_is_out_of_sight_for_one_sync_is_still_watched(tmp_p
     from tuneplane.bot.idle import idle
     from tuneplane.bot.report import BotOptions
 
-    stop = tmp_path / "stop"
+    stop, running = tmp_path / "stop", tmp_path / "running"
     remote = make_remote(tmp_path)
-    seed_lab(remote, tmp_path / "seed", {"demo": f"while [ ! -e {stop} ]; do sleep 0.1; done\n"}, runs=[("demo", RUN)])
+    train = f"touch {running}\nwhile [ ! -e {stop} ]; do sleep 0.1; done\n"
+    seed_lab(remote, tmp_path / "seed", {"demo": train}, runs=[("demo", RUN)])
     bot = clone(remote, tmp_path / "bot")
     reconcile(bot, echo=quiet)
     run_dir = _started(bot)
+    # the trainer itself, not only its supervisor: a launcher that starts with the storage gone finds
+    # no job package and fails (ConfigError), as it must; this test hides the storage of a running job
+    wait_until(running.exists, 30, interval=0.1, message="the trainer did not start")
     sync(bot, echo=quiet)
     assert read_status(bot, RunKey("demo", RUN)).phase == "Running"
 
