@@ -122,6 +122,36 @@ def test_two_process_torchrun_writes_one_checkpoint_set(tmp_path: Path) -> None:
     assert all(math.isfinite(p.get("train/loss", 0.0)) for p in read_points(out))
 
 
+LEAVE = """
+import atexit, importlib.util, sys
+spec = importlib.util.spec_from_file_location("template_train", sys.argv[1])
+train = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train)
+atexit.register(lambda: print("the interpreter shut down"))
+print("the summary is written", end="")
+sys.stderr.write("and said")
+train.leave(7)
+"""
+
+
+@pytest.mark.parametrize("world", ["2", None])
+def test_a_distributed_rank_ends_without_the_interpreters_shutdown(world: str | None) -> None:
+    """Under load, gloo's worker thread may still be releasing the last collective's tensors when a rank
+    ends; if that happens during the interpreter's shutdown the rank aborts (SIGABRT) after a finished
+    training, seen on the two-node Slurm test. A distributed rank therefore ends at once, its output
+    flushed and its code kept; a single process ends normally."""
+    env = {k: v for k, v in run_env().items() if k != "WORLD_SIZE"}
+    if world is not None:
+        env["WORLD_SIZE"] = world
+    done = subprocess.run(
+        [sys.executable, "-c", LEAVE, str(TRAIN)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.startswith("the summary is written")
+    assert done.stderr.endswith("and said")
+    assert ("the interpreter shut down" in done.stdout) is (world is None)
+
+
 def test_unknown_override_is_refused(tmp_path: Path) -> None:
     result = train(tmp_path / "out", {"learning_rte": 0.1}, [sys.executable])
     assert result.returncode != 0

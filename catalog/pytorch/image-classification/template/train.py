@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -621,5 +621,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def leave(code: int) -> NoReturn:
+    """End the process with `code`. A rank of a distributed run skips the interpreter's shutdown: for a
+    moment after a collective returns, gloo's worker thread still holds its tensors, and releasing them
+    needs Python; a thread that asks for Python while the interpreter shuts down aborts the whole
+    process (SIGABRT, "terminate called without an active exception"), and a finished training ends
+    as a failed rank. `destroy_process_group` does not wait for those threads. So nothing registered
+    with `atexit` runs in a distributed rank: close or flush what you open before `main` returns."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
