@@ -22,7 +22,8 @@ from typing import Any
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitFailed, GitRepo
 from tuneplane.lab.runs import STATUS_DIR
-from tuneplane.models.run import GITHUB_LOGIN, SubmittedFor
+from tuneplane.models.base import GITHUB_LOGIN
+from tuneplane.models.run import SubmittedFor
 from tuneplane.views.dashboard import attempt_gpu_seconds, attempts_of
 
 SECTION_MARK = "<!-- tuneplane:runs -->"  # where the plan comment's part the bot keeps up to date begins

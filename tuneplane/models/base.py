@@ -15,6 +15,7 @@ NAME_RE = rf"^{NAME_PATTERN}$"
 _LAB_NAME_PATTERN = r"[A-Za-z0-9._-]+"
 LAB_NAME_RE = rf"^{_LAB_NAME_PATTERN}$"
 DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
+GITHUB_LOGIN = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(\[bot\])?"  # a pull request author as GitHub spells it
 MAX_NAME = 100  # a name becomes a directory, temp-file and object name: the filesystem allows 255 bytes
 NAME = re.compile(NAME_PATTERN + r"\Z")  # a whole name, for Python code (`$` would allow a final newline)
 _LAB_NAME = lazy_pattern(_LAB_NAME_PATTERN + r"\Z")

@@ -6,8 +6,16 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from tuneplane.constants import CANCELLED, FAILED, SUCCEEDED, Phase
-from tuneplane.models.base import LAB_NAME_RE, NAME, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
-from tuneplane.models.run import GITHUB_LOGIN
+from tuneplane.models.base import (
+    GITHUB_LOGIN,
+    LAB_NAME_RE,
+    NAME,
+    RetryPolicy,
+    Strict,
+    defaults_of,
+    empty_dict,
+    empty_list,
+)
 
 LAB_API = "tuneplane/project/v1"
 

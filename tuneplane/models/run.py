@@ -6,7 +6,16 @@ from typing import Final, Literal
 from pydantic import Field
 
 from tuneplane.constants import NAME_PATTERN, AttemptReason, Phase, Scalar
-from tuneplane.models.base import NAME_RE, EditorSchema, RetryPolicy, Strict, defaults_of, empty_dict, empty_list
+from tuneplane.models.base import (
+    GITHUB_LOGIN,
+    NAME_RE,
+    EditorSchema,
+    RetryPolicy,
+    Strict,
+    defaults_of,
+    empty_dict,
+    empty_list,
+)
 
 RUN_API: Final = "tuneplane/run/v1"
 STATUS_API: Final = "tuneplane/status/v1"
@@ -112,9 +121,6 @@ class Attempt(Strict):
 
 
 # a GitHub login: a user's, or an App's (`dependabot[bot]`)
-GITHUB_LOGIN = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(\[bot\])?"
-
-
 class SubmittedFor(Strict):
     """Whom the bot submitted a run for: the pull request that merged its request, as the bot's workflow
     asked GitHub at submit time. The bot writes it; a run request cannot (its `requested_by` is the
