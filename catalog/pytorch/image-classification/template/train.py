@@ -235,9 +235,14 @@ class Topology:
         return self.rank == 0
 
 
+def world_size() -> int:
+    """How many processes the launcher started for this run (torchrun sets WORLD_SIZE; alone: 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def setup_processes() -> Topology:
     """Join torchrun's process group when there is one: NCCL on GPUs, gloo on CPU."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
@@ -628,7 +633,7 @@ def leave(code: int) -> NoReturn:
     process (SIGABRT, "terminate called without an active exception"), and a finished training ends
     as a failed rank. `destroy_process_group` does not wait for those threads. So nothing registered
     with `atexit` runs in a distributed rank: close or flush what you open before `main` returns."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world_size() > 1:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
