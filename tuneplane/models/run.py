@@ -120,7 +120,6 @@ class Attempt(Strict):
     object: str = Field("", description="The backend object that ran it (the bot's retries each make one).")
 
 
-# a GitHub login: a user's, or an App's (`dependabot[bot]`)
 class SubmittedFor(Strict):
     """Whom the bot submitted a run for: the pull request that merged its request, as the bot's workflow
     asked GitHub at submit time. The bot writes it; a run request cannot (its `requested_by` is the
