@@ -131,19 +131,3 @@ def test_a_full_disk_under_the_output_is_said_in_one_line(argv, tmp_path):
     assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and "bug in tp" not in done.stderr
 
-
-@pytest.mark.parametrize(
-    ("call", "young"),
-    [
-        ("sys.argv = ['tp', '--version']; run()", "50000"),  # the process is tp: fewer passes
-        ("run(['--version'])", "700"),  # a program calling tp keeps its own collector setting
-    ],
-)
-def test_only_a_tp_process_collects_less_often(call: str, young: str, tmp_path):
-    code = (
-        "import atexit, gc, sys\ngc.set_threshold(700, 10, 10)\n"
-        "atexit.register(lambda: print('threshold', *gc.get_threshold()))\n"
-        f"from tuneplane.cli.main import run\n{call}\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.stdout.splitlines()[-1] == f"threshold {young} 10 10", done.stdout + done.stderr

@@ -60,26 +60,6 @@ def test_validate_loads_only_what_it_uses(lab: Path, tp):
 
 
 @pytest.mark.parametrize(
-    ("before", "expect"),
-    [
-        ("", "enabled True frozen True"),  # the first import: paused, then frozen, then collecting again
-        ("import tuneplane.check.validate", "enabled True frozen False"),  # imported before: left as it is
-        ("import gc; gc.disable()", "enabled False frozen False"),  # the caller's choice stands
-    ],
-)
-def test_the_collector_is_paused_only_for_the_first_import_of_the_pipeline(before: str, expect: str, lab: Path, tp):
-    assert tp("new", "exp", "--method", "custom/custom").code == 0
-    # Python 3.12 starts with objects in the permanent generation already: frozen means more of them
-    code = (
-        f"import gc\nstart = gc.get_freeze_count()\n{before}\nfrom tuneplane.cli.main import run\n"
-        "rc = run(['validate', 'exp'])\n"
-        "print('enabled', gc.isenabled(), 'frozen', gc.get_freeze_count() > start, rc)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=lab, capture_output=True, text=True, check=True).stdout
-    assert out.splitlines()[-1] == f"{expect} 0", out
-
-
-@pytest.mark.parametrize(
     ("args", "code", "out", "err"),
     [
         (["exp"], 0, "experiments/exp/train.sh", ""),

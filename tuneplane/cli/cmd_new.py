@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.collector import PausedWhileLoading
 from tuneplane.cli.say import say
 
 
@@ -27,8 +28,9 @@ def new(
     ] = None,
 ) -> None:
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.author.scaffold import new_experiment
-    from tuneplane.lab.load import open_lab
+    with PausedWhileLoading("tuneplane.author.scaffold"):
+        from tuneplane.author.scaffold import new_experiment
+        from tuneplane.lab.load import open_lab
 
     lab = open_lab()
     path = new_experiment(lab, name, method, framework_version, source, root=root)

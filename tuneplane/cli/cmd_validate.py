@@ -6,7 +6,6 @@ builds this module's command alone (`cli.app`), and the pipeline loads with the 
 
 # No `from __future__ import annotations`: Typer reads the parameters' annotations, and resolving them
 # from strings (typing.get_type_hints) was a third of building this command.
-import gc
 import os
 import sys
 from enum import StrEnum
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tuneplane.cli.collector import PausedWhileLoading
 from tuneplane.cli.completion import experiment_names
 from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
@@ -52,24 +52,6 @@ def validate(
         raise typer.Exit(code)
 
 
-class _CollectorPaused:
-    """Importing the pipeline (pydantic, PyYAML, the models) allocates a few hundred thousand objects
-    that live as long as the process: the cyclic collector's ~50 passes over them found nothing and
-    were 4 % of `tp validate EXP`. The first import in a process runs with the collector paused, and
-    what it made is then frozen (left out of every later pass); validating runs with it as usual.
-    A process that imported the pipeline before (a test, an embedding program) is left as it is."""
-
-    def __enter__(self) -> None:
-        self.paused = gc.isenabled() and "tuneplane.check.validate" not in sys.modules
-        if self.paused:
-            gc.disable()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.paused:
-            gc.freeze()
-            gc.enable()
-
-
 def run(
     targets: list[str] | None,
     *,
@@ -80,7 +62,7 @@ def run(
     strict: bool = False,
 ) -> int:
     """The body of `tp validate`: print the report, return the exit code (1 when it fails)."""
-    with _CollectorPaused():
+    with PausedWhileLoading("tuneplane.check.validate"):
         # lazy: only the validate command pays for the pipeline
         from tuneplane.check import reporters
         from tuneplane.check.scope import scope_all, scope_for_args, scope_for_paths

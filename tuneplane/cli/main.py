@@ -6,12 +6,12 @@ never pays for pydantic, Jinja, kubernetes or git.
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import types
 from collections.abc import Callable
 
+from tuneplane.cli.collector import collect_less_often
 from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS
 from tuneplane.errors import TunePlaneError
@@ -21,28 +21,13 @@ def run(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, translate our exceptions into messages and exit codes. Without `argv`
     this process is `tp` (the console script, `python -m tuneplane`) and ends with the exit code."""
     if argv is None:
-        _collect_less_often()
+        collect_less_often()
     # pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of
     # a 150 ms command); tp uses none, so skip the scan in this process unless the user asked for one.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _skip_pydantic_plugin_loader()
     args = sys.argv[1:] if argv is None else argv
     return _exit(_guarded(lambda: _typer(args)), argv)
-
-
-# Young objects the cyclic collector lets pile up before a pass: Python's default is 700.
-YOUNG_PASS_EVERY = 50_000
-
-
-def _collect_less_often() -> None:
-    """A `tp` process makes most of its objects up front (Typer, pydantic and their validators, the
-    models) and keeps them to the end. At Python's default the collector ran about 60 passes over them
-    in `tp validate EXP`, found nothing, and took 5 % of the command. A pass every 50,000 new objects
-    still bounds the garbage a long command (the bot, the ingest receiver) can leave. The older
-    generations keep their own thresholds. Only for a process that is `tp`: an embedding program or
-    a test calling `run(argv)` keeps its own setting."""
-    _young, *older = gc.get_threshold()
-    gc.set_threshold(YOUNG_PASS_EVERY, *older)
 
 
 def _skip_pydantic_plugin_loader() -> None:

@@ -1,0 +1,47 @@
+"""How a `tp` process uses Python's cyclic garbage collector.
+
+A command makes most of its objects up front, importing Typer, pydantic, the models and the rest of its
+pipeline, and keeps them until it exits. The collector, at Python's defaults, walks them again and again
+and finds nothing. Its passes were 5 % of `tp validate EXP`. The passes over them as the interpreter
+shuts down were a fifth of `tp new`.
+"""
+
+import gc
+import sys
+
+# Young objects the collector lets pile up before a pass: Python's default is 700.
+YOUNG_PASS_EVERY = 50_000
+
+
+def collect_less_often() -> None:
+    """Run the young pass every 50,000 new objects. That still bounds the garbage a long command (the
+    bot, the ingest receiver) can leave. The older generations keep their own thresholds. Call it only
+    in a process that is `tp`: an embedding program or a test calling `run(argv)` keeps its setting."""
+    _young, *older = gc.get_threshold()
+    gc.set_threshold(YOUNG_PASS_EVERY, *older)
+
+
+class PausedWhileLoading:
+    """`with PausedWhileLoading("tuneplane.check.validate"): <the command's lazy imports>`.
+
+    The first time a process imports a command's pipeline, the import runs with the collector paused.
+    What it made (modules, classes, functions, compiled patterns) is then frozen: no later pass walks
+    it, nor the passes at shutdown. Only import-time objects are frozen, never a command's data, so
+    nothing a command opens is kept from being closed. A process that imported the pipeline before (a
+    test, an embedding program), or one whose collector is off, is left as it is."""
+
+    __slots__ = ("first_module", "paused")
+
+    def __init__(self, first_module: str) -> None:
+        self.first_module = first_module  # the pipeline's module whose presence says "imported before"
+        self.paused = False
+
+    def __enter__(self) -> None:
+        self.paused = gc.isenabled() and self.first_module not in sys.modules
+        if self.paused:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.paused:
+            gc.freeze()
+            gc.enable()
