@@ -130,4 +130,3 @@ def test_a_full_disk_under_the_output_is_said_in_one_line(argv, tmp_path):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and "bug in tp" not in done.stderr
-

@@ -27,8 +27,8 @@ def new(
         ),
     ] = None,
 ) -> None:
-    # lazy: tp builds only the invoked command, so only it pays for these
     with PausedWhileLoading("tuneplane.author.scaffold"):
+        # lazy: tp builds only the invoked command, so only it pays for these
         from tuneplane.author.scaffold import new_experiment
         from tuneplane.lab.load import open_lab
 
