@@ -266,18 +266,23 @@ def test_a_store_whose_folder_cannot_be_made_is_not_a_port_problem(
     assert "--port" not in said and "cannot listen" not in said
 
 
+# SIGTERM is blocked in every thread (the server's inherit the mask) and taken by `sigwait` in the main
+# thread: a Python handler calling Event.set() deadlocks when it runs while the main thread holds that
+# Event's lock, which a main thread starved of the GIL on a loaded machine can be doing. A stop that
+# hangs dumps every thread's stack, so the test says where.
 FILE_SIZE_LIMITED = r"""
-import resource, signal, sys, threading
+import faulthandler, resource, signal, sys
 from tuneplane.ingest.server import IngestServer
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 server = IngestServer(sys.argv[1], b"f" * 32).start()
 limit = int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # no file of this process grows past it
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: stop.set())
 print(server.url, flush=True)
-stop.wait(120)
+signal.sigwait({signal.SIGTERM})
+faulthandler.dump_traceback_later(45, exit=True)
 server.stop()
+faulthandler.cancel_dump_traceback_later()
 """
 
 
@@ -305,7 +310,11 @@ def test_a_file_size_limit_or_quota_is_a_507_not_an_internal_error(tmp_path: Pat
         assert _post(url, "run-a", "small", 10)[0] == 200  # what still fits is stored
     finally:
         child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=60)
+        try:
+            _, err = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            _, err = child.communicate()
     assert child.returncode == 0, err
     assert "internal error" not in err and "Traceback" not in err, err
     assert err.count("writes are answered 507") == 1, err  # the operator is told, once
