@@ -25,10 +25,11 @@ class PausedWhileLoading:
     """`with PausedWhileLoading("tuneplane.check.validate"): <the command's lazy imports>`.
 
     The first time a process imports a command's pipeline, the import runs with the collector paused.
-    What it made (modules, classes, functions, compiled patterns) is then frozen: no later pass walks
-    it, nor the passes at shutdown. Only import-time objects are frozen, never a command's data, so
-    nothing a command opens is kept from being closed. A process that imported the pipeline before (a
-    test, an embedding program), or one whose collector is off, is left as it is."""
+    Everything that exists then (modules, classes, functions, compiled patterns, the parsed command
+    line) is frozen: no later pass walks it, nor the passes at shutdown. Use it before the command
+    opens or reads anything: what the command makes afterwards is collected as usual. A process that
+    imported the pipeline before (a test, an embedding program), or one whose collector is off, is left
+    as it is."""
 
     __slots__ = ("first_module", "paused")
 
