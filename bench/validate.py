@@ -220,12 +220,10 @@ def import_floor(ours: list[str], lab: Path, runs: int) -> tuple[float, float]:
 
 APP_FLOOR_LABEL = "floor: a Typer command validating one pydantic model"
 APP_FLOOR_CODE = """
-import gc, os, sys, types
-gc.set_threshold(50_000, *gc.get_threshold()[1:])
-os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-loader = types.ModuleType("pydantic.plugin._loader")
-loader.get_plugins = tuple
-sys.modules[loader.__name__] = loader
+from tuneplane.cli.collector import collect_less_often
+from tuneplane.cli.main import skip_pydantic_plugins
+collect_less_often()
+skip_pydantic_plugins()
 import typer, yaml
 from pydantic import BaseModel, Field
 
@@ -248,8 +246,9 @@ app(["validate", "exp0000"])
 
 def app_floor(ours: list[str], lab: Path, runs: int) -> tuple[float, float]:
     """The floor of the libraries `tp validate` is built on: a two-command Typer app whose command validates
-    one small pydantic model, in ours' venv, with the process settings `tp` itself uses (the collector's
-    young pass every 50,000 objects, pydantic's plugins and plugin loader skipped; see tuneplane.cli.main).
+    one small pydantic model, in ours' venv, with the process settings `tp` itself uses, set by tp's own
+    functions (`collect_less_often`, `skip_pydantic_plugins`; their modules are the whole cost of tp's
+    entry point before Typer).
     Upstream's `tp validate EXP` over this is the largest ratio any Typer + pydantic `tp` could reach here."""
     python = Path(ours[0]).with_name("python")
     if not python.exists():

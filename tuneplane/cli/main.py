@@ -22,19 +22,20 @@ def run(argv: list[str] | None = None) -> int:
     this process is `tp` (the console script, `python -m tuneplane`) and ends with the exit code."""
     if argv is None:
         collect_less_often()
-    # pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of
-    # a 150 ms command); tp uses none, so skip the scan in this process unless the user asked for one.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    _skip_pydantic_plugin_loader()
+    skip_pydantic_plugins()
     args = sys.argv[1:] if argv is None else argv
     return _exit(_guarded(lambda: _typer(args)), argv)
 
 
-def _skip_pydantic_plugin_loader() -> None:
-    """With every plugin disabled, pydantic still imports its plugin loader on the first model it
+def skip_pydantic_plugins() -> None:
+    """pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of a
+    150 ms command); tp uses none, so this process skips the scan unless the user asked for plugins.
+
+    With every plugin disabled, pydantic still imports its plugin loader on the first model it
     builds, and the loader imports importlib.metadata (and email with it): 5 % of `tp validate EXP`.
     Its one use in pydantic is `get_plugins()`, which then returns nothing; answer that without the
     import. tests/test_cli_main.py fails if pydantic starts to use the loader for anything else."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__" or "pydantic.plugin._loader" in sys.modules:
         return
     loader = types.ModuleType("pydantic.plugin._loader", "tp: pydantic plugins are disabled in this process")
