@@ -4,7 +4,9 @@
 
 Builds a lab under bench/.work/render-lab (a kubernetes-backend lab with one experiment per catalog
 recipe and --runs run requests spread over them, a third of them multi-node), then times, as separate
-processes started the way a user starts them (`python -m tuneplane …`):
+processes started the way a user starts them (`python -m tuneplane …`, this checkout built as a wheel
+into bench/.work/ours with its bytecode cached, as bench/validate.py measures it; `--editable`
+measures this environment's own install instead):
 
     tp render runs/<exp>/<run>.yaml        one run request       target ≤ 0.3 s
     tp render --all -o DIR                 every run request     target ≤ 3 s for 1,000
@@ -26,6 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / ".work"
+sys.path.insert(0, str(HERE))
+from peers import bytecode_env, ours_installed  # noqa: E402
 
 SETTINGS = """\
 apiVersion: tuneplane/project/v1
@@ -70,10 +74,13 @@ RECIPES = {
 }
 
 
+PYTHON = [sys.executable]  # the interpreter whose `tuneplane` is measured (main() picks it)
+
+
 def tp(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNEPLANE_", "GIT_"))}
+    env = {k: v for k, v in bytecode_env().items() if not k.startswith(("TUNEPLANE_", "GIT_"))}
     return subprocess.run(
-        [sys.executable, "-m", "tuneplane", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+        [*PYTHON, "-m", "tuneplane", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
     )
 
 
@@ -134,7 +141,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--editable", action="store_true", help="measure this environment's tuneplane")
     args = parser.parse_args()
+    env_dir = None if args.editable else ours_installed()
+    if env_dir is not None:
+        PYTHON[:] = [str(env_dir / "bin" / "python")]
+    print(f"measuring: {PYTHON[0]} -m tuneplane")
     root = build_lab(args.runs)
     one = sorted((root / "runs" / "trl-exp").glob("*.yaml"))[0]
     out = WORK / "render-out"

@@ -13,6 +13,11 @@ import pytest
 COMMANDS = {
     "validate": (["validate", "exp"], "tuneplane.check.validate"),
     "new": (["new", "exp2", "--method", "custom/custom"], "tuneplane.author.scaffold"),
+    "render": (
+        ["render", "exp", "--profile", "local", "--allow-dirty"]
+        + ["--image", "example/custom:1", "--observability-url", "https://example.org/dash"],
+        "tuneplane.runs.review",
+    ),
 }
 
 

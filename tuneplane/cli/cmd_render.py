@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tuneplane.cli.collector import PausedWhileLoading
 from tuneplane.cli.options import Timeout
 from tuneplane.cli.say import say
 from tuneplane.constants import EXIT_PROBLEMS, PREVIEW_RUN_ID, RenderFormat
@@ -45,9 +46,10 @@ def render(
     diff: Annotated[bool, typer.Option("--diff", help="With --changed: a Markdown diff against --base.")] = False,
     base: Annotated[str | None, typer.Option("--base", help="Git ref for --changed (default: merge base).")] = None,
 ) -> None:
-    # lazy: resolve, render and pydantic are only paid when rendering
-    from tuneplane.runs import review
-    from tuneplane.runs.requests import TypedFlags
+    with PausedWhileLoading("tuneplane.runs.review"):
+        # lazy: resolve, render and pydantic are only paid when rendering
+        from tuneplane.runs import review
+        from tuneplane.runs.requests import TypedFlags
 
     run = TypedFlags(
         "", profile, image, observability_url, tuple(sets or ()), model, train_data, validation_data, timeout
