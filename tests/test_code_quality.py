@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -173,6 +174,44 @@ def test_every_test_file_is_named_after_what_it_tests():
         if not any(path.stem[5:] == s or path.stem[5:].startswith(s + "_") for s in subjects)
     ]
     assert not unnamed, f"name these after the module they test (tests/test_<stage>_<module>.py): {unnamed}"
+
+
+
+PLACEHOLDER = re.compile(r"\b(todo|fixme|tbd)\b|docstring for", re.IGNORECASE)
+
+
+def _placeholder(doc: str | None) -> bool:
+    return bool(doc and PLACEHOLDER.search(doc))
+
+
+def test_every_module_says_what_it_holds():
+    """After `ls`, a module's docstring is what a newcomer reads: every module has one, and no
+    docstring of a module, class or function is a placeholder ("TODO docstring for ...")."""
+    missing, placeholders = [], []
+    for rel, tree in package_trees().items():
+        if not ast.get_docstring(tree):
+            missing.append(rel)
+        placeholders += [
+            f"{rel}:{getattr(node, 'lineno', 1)}"
+            for node in nodes(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and _placeholder(ast.get_docstring(node))
+        ]
+    assert missing == [], f"modules without a docstring: {missing}"
+    assert placeholders == [], f"placeholder docstrings: {placeholders}"
+
+
+@pytest.mark.parametrize(
+    ("doc", "flagged"),
+    [
+        ("TODO docstring for render.manifests.", True),
+        ("Fixme: say what this holds.", True),
+        ("The Kubernetes manifests one run becomes.", False),
+        ("Tokenize the todolist entries.", False),
+    ],
+)
+def test_a_placeholder_docstring_is_told_from_a_real_one(doc: str, flagged: bool) -> None:
+    assert _placeholder(doc) is flagged
 
 
 # ── one home per concept (docs/architecture.md "One home per concept") ─────────────────────────────

@@ -1,4 +1,10 @@
-"""TODO docstring for lifecycle.benchmark_eval."""
+"""The catalog's benchmark evaluation, run inside the job: score a model on benchmark suites with an
+installed runner (lm-eval or evalscope), then write `eval/report.json` and report each suite's score.
+
+Settings come from the experiment's config.yaml, then `--overrides-json`, then `--model`/`--suites`;
+bad settings end with exit status 2 and a message naming the setting. The catalog's evalkit/benchmark
+recipe names this module as its entrypoint, so its import path is kept.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""TODO docstring for render.manifests."""
+"""The Kubernetes manifests one run becomes: a batch Job for one node, a JobSet for several, a RayJob
+for a Ray driver, each rendered from its Jinja template, parsed back and validated before it leaves.
+
+Also what every backend's job carries from here: `.tuneplane/jobspec.json` (`jobspec_document`) and
+the trainer's command that starts the launcher (`launcher_command`).
+"""
 
 from __future__ import annotations
 
