@@ -176,7 +176,6 @@ def test_every_test_file_is_named_after_what_it_tests():
     assert not unnamed, f"name these after the module they test (tests/test_<stage>_<module>.py): {unnamed}"
 
 
-
 PLACEHOLDER = re.compile(r"\b(todo|fixme|tbd)\b|docstring for", re.IGNORECASE)
 
 

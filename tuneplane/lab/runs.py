@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 
-import yaml
 from ruamel.yaml import YAML
 
 from tuneplane.constants import utc_moment
@@ -24,7 +23,7 @@ from tuneplane.errors import AmbiguousRun, RunNotFound, UsageError
 from tuneplane.lab.fs import atomic_write, present, read_text
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
-from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml
+from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml, yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.run import RUN_ID, RunRequest, RunStatus
 from tuneplane.runtime.jsonvalue import JSONObject, JSONValue

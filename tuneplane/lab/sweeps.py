@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, present
 from tuneplane.lab.modelparse import first_problem_error, parse_model
-from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
+from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml, yaml
 from tuneplane.models.base import name_error
 from tuneplane.models.sweep import SWEEPS_DIR, Sweep
 

@@ -14,14 +14,17 @@ import re
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-import yaml
-
 from tuneplane.lab import fs
 from tuneplane.lab.fs import MAX_BYTES as MAX_BYTES
 from tuneplane.lab.fs import LoadFailed as LoadFailed
 from tuneplane.problems import Problem, Severity
-from tuneplane.runtime.patterns import lazy_pattern
+from tuneplane.runtime.patterns import compiled_on_first_use, lazy_pattern
 from tuneplane.runtime.records import Record
+
+# The one import of PyYAML in tp (.importlinter); other modules take `yaml` from here. Most of the
+# patterns PyYAML compiles on import are for its pure-Python reader, which tp never uses.
+with compiled_on_first_use("yaml"):
+    import yaml as yaml
 
 _Loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CONSTRUCT = yaml.constructor.SafeConstructor()

@@ -12,8 +12,6 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import yaml
-
 from tuneplane import __version__
 from tuneplane.constants import (
     CONFIG_ERROR_EXIT,
@@ -25,6 +23,7 @@ from tuneplane.constants import (
     WORK_DIR_ENV,
 )
 from tuneplane.errors import UsageError
+from tuneplane.lab.yamlio import yaml
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.lab import LabFile, Profile

@@ -177,7 +177,7 @@ def checked(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def to_yaml(docs: list[dict[str, Any]], head: list[str]) -> str:
     """One YAML stream for `kubectl apply -f`, under comment lines saying what it is."""
     # lazy: PyYAML is only needed by the commands that write these objects
-    import yaml
+    from tuneplane.lab.yamlio import yaml
 
     body = "---\n".join(yaml.safe_dump(d, sort_keys=False, default_flow_style=False) for d in docs)
     return "".join(f"# {line}\n" for line in head) + body

@@ -128,7 +128,7 @@ def user(namespace: str, name: str = BOT_NAME) -> str:
 def to_yaml(namespace: str, name: str = BOT_NAME) -> str:
     """The three objects as one YAML stream, each rule of the Role preceded by why the bot needs it."""
     # lazy: PyYAML is only needed by the commands that write these objects
-    import yaml
+    from tuneplane.lab.yamlio import yaml
 
     head = [
         f"# The CI bot's identity and permissions in namespace {namespace} (written by tuneplane; "
