@@ -4,7 +4,7 @@ refuses with the first error, so nothing validate passes is refused later for th
 
 Passing: `cpu: "96"`, `memory: 1600Gi`, `shm_size: 64Gi`, `node_selector: {nvidia.com/gpu.product:
 NVIDIA-H200}`, `tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]`,
-`storage.root: /mnt/tuneplane`, `tool.requirement: tuneplane==0.5.0`.
+`storage.root: /mnt/tuneplane`, `tool.requirement: tuneplane==VERSION`.
 Failing: `shm_size: 64GB` (`profile-quantity`: not a Kubernetes quantity), `node_selector: {pool: "gpu a"}`
 (`profile-node-selector`), `{key: "", operator: Equal}` or `{operator: Exists, value: x}`
 (`profile-toleration`), `storage.root: data/../x` (`storage-root`), a requirement with a line break
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
+from tuneplane import __version__
 from tuneplane.check.kube import label_key_error, label_value_error, quantity_error, toleration_errors
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import escape
@@ -120,7 +121,7 @@ def _tool(settings: LabFile) -> Iterator[Finding]:
             "tool-requirement",
             "tool.requirement holds a line break or control character (or is over 1000 characters): the CI "
             "installs it with `pip install`, which would read what follows as more options",
-            "one PEP 508 requirement on one line, e.g. tuneplane==0.5.0",
+            f"one PEP 508 requirement on one line, e.g. tuneplane=={__version__}",
             Severity.ERROR,
         )
     index = settings.tool.index_url
