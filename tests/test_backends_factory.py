@@ -48,6 +48,18 @@ def test_each_backend_kind_answers_for_its_backend() -> None:
     assert backend_kind("other").name == "kubernetes"
 
 
+def test_the_factory_makes_the_kinds_of_the_one_table() -> None:
+    """The factory asks the kinds' table below it (no copy of its own), and each engine is named in it."""
+    from tuneplane.backends import factory
+    from tuneplane.backends.kubernetes.backend import KubernetesBackend
+    from tuneplane.backends.local.backend import LocalBackend
+    from tuneplane.backends.slurm import SlurmBackend
+    from tuneplane.models import backendkinds
+
+    assert factory.BACKEND_KINDS is backendkinds.BACKEND_KINDS and factory.backend_kind is backendkinds.backend_kind
+    assert sorted(b.name for b in (LocalBackend, KubernetesBackend, SlurmBackend)) == sorted(factory.BACKEND_KINDS)
+
+
 def test_a_lab_sends_cluster_runs_to_its_cluster_backend() -> None:
     """`cluster.backend: slurm` sends cluster runs to Slurm; `local` and `kubernetes` to Kubernetes (a
     `local` lab's cluster profiles are still rendered for Kubernetes); a local run stays here."""

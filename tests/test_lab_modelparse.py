@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from tuneplane.check.plugin_dirs import parse_plugin_manifest
 from tuneplane.check.plugin_locks import parse_plugins_lock
-from tuneplane.check.plugins import parse_plugin_manifest
 from tuneplane.errors import UsageError
 from tuneplane.lab.modelparse import known_keys, parse_model, unknown_key_hint
 from tuneplane.lab.runs import RunKey, read_status

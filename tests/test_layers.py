@@ -197,34 +197,49 @@ def test_every_function_level_import_says_why():
     assert not missing, "function-level imports without a `# lazy: <reason>` comment:\n" + "\n".join(missing)
 
 
-# Backend names still written outside backends/ by code another change owns, with how many times each:
-# remove an entry once its file asks `backends.factory.backend_kind` instead.
-BACKEND_NAME_PENDING: dict[str, int] = {}
+# The one home of the backends' names: the table of their kinds, and the engines' own packages.
+NAMES_HOME = ("backends/", "models/backendkinds.py")
+# The words a backend is named by, meaning something else in these files: how many, and what they are.
+NOT_A_BACKEND: dict[str, tuple[int, str]] = {
+    "runtime/versions.py": (2, "a PEP 440 version's local label"),
+    "models/plugin.py": (1, "a data-prep plugin that runs on your machine (`execution: local`)"),
+    "check/plugin_dirs.py": (1, "the same, read from a StarForge manifest"),
+    "author/migrate.py": (1, "the same, written by tp migrate"),
+    "models/lab.py": (1, "the profile of a lab that names none"),
+}
+# Backend names still written outside the home by code another change owns, with how many times each:
+# remove an entry once its file asks `backend_kind` (`models.backendkinds`) instead.
+BACKEND_NAME_PENDING: dict[str, int] = {"record/authority.py": 1}
 
 
-def _backend_names_in(path: Path) -> list[int]:
-    """The lines of `path` holding a string that is exactly a backend's name (a comparison, a default)."""
-    from tuneplane.backends.factory import BACKEND_KINDS
+def _backend_names(tree: ast.AST) -> list[int]:
+    """The lines of `tree` holding a string that is exactly a backend's name (a comparison, a default)."""
+    from tuneplane.models.backendkinds import BACKEND_KINDS
 
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     return [
         node.lineno
-        for node in ast.walk(tree)
+        for node in nodes(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in BACKEND_KINDS
     ]
 
 
+def _backend_names_in(path: Path) -> list[int]:
+    return _backend_names(ast.parse(path.read_text(encoding="utf-8")))
+
+
 def test_no_backend_is_named_outside_backends():
-    """runs/, bot/ and views/ ask a backend's kind (`backend_kind`, `cluster_kind`, `backend_name`) what it
-    can do, so a new backend touches backends/ alone."""
+    """Every package but backends/ asks a backend's kind (`backend_kind(name).runs_here`, `cluster_kind`,
+    `backend_name`) what it can do, and `cluster.backend` takes its names from the kinds' table, so a new
+    backend touches backends/ and its row in `models.backendkinds` alone."""
     found = {}
-    for package in ("runs", "bot", "views"):
-        for path in sorted((PKG / package).rglob("*.py")):
-            lines = _backend_names_in(path)
-            if lines:
-                found[str(path.relative_to(PKG.parent))] = lines
+    for rel, tree in package_trees().items():
+        lines = [] if rel.startswith(NAMES_HOME) else _backend_names(tree)
+        if lines:
+            found[rel] = lines
+    elsewhere = {rel: len(found.pop(rel, [])) for rel in NOT_A_BACKEND}
+    assert elsewhere == {rel: count for rel, (count, _) in NOT_A_BACKEND.items()}, "update NOT_A_BACKEND"
     pending = {rel: len(found.pop(rel, [])) for rel in BACKEND_NAME_PENDING}
-    assert found == {}, f"backend names outside backends/ (ask backends.factory.backend_kind): {found}"
+    assert found == {}, f"backend names outside backends/ (ask models.backendkinds.backend_kind): {found}"
     assert pending == BACKEND_NAME_PENDING, "a pending file changed: update BACKEND_NAME_PENDING"
 
 

@@ -22,7 +22,7 @@ from support.render import (
 from tuneplane import __version__
 from tuneplane.errors import UsageError
 from tuneplane.lab.load import Lab
-from tuneplane.models.jobspec import JobSpec, PluginRef
+from tuneplane.models.jobspec import JobSpec, LockedPluginRef
 from tuneplane.plan.adapters import ADAPTERS, compile_plan
 from tuneplane.plan.environment import job_env, secret_env, spec_to_env
 from tuneplane.plan.names import object_name
@@ -339,7 +339,7 @@ def test_compile_refuses_custom_without_image(lab: Lab) -> None:
 @pytest.mark.parametrize("exp", ["custom-exp", "evalkit-exp"])
 def test_compile_refuses_algorithm_plugins(lab: Lab, exp: str) -> None:
     spec = resolve_run(lab, request(exp))
-    plugin = PluginRef(
+    plugin = LockedPluginRef(
         id="alice/opsd",
         name="opsd",
         version="1.0",

@@ -270,7 +270,7 @@ def test_digest_policy_applies_to_the_resolved_image(tmp_path: Path) -> None:
 
 
 def _plugin_lab(root: Path, method: str, capability: str = "algorithm", load: str = "deferred") -> Lab:
-    from tuneplane.author.plugins import lock_plugin
+    from tuneplane.author.plugin_lock import lock_plugin
 
     files = {
         "plugins/opsd/plugin.yaml": PLUGIN_YAML.format(
@@ -449,7 +449,7 @@ def test_a_local_lab_refuses_a_run_that_needs_several_nodes(tmp_path: Path) -> N
     lab = make_lab(tmp_path / "lab", {"pytorch-exp": "pytorch/image-classification"}, settings=settings)
     with pytest.raises(UsageError, match=r"needs 2 nodes.*cluster.backend: local") as caught:
         resolve(lab, "pytorch-exp", request("pytorch-exp", "h200:16"), commit="0" * 40, dirty=False, env={})
-    assert "cluster.backend: kubernetes" in caught.value.hint
+    assert "cluster.backend: kubernetes or slurm" in caught.value.hint  # each backend of a cluster
     one_node = resolve(lab, "pytorch-exp", request("pytorch-exp", "h200:8"), commit="0" * 40, dirty=False, env={})
     assert one_node.spec.resources.local and one_node.spec.resources.nodes == 1
 

@@ -15,9 +15,9 @@ import pytest
 from support.shared import require_shared
 
 from tuneplane import plugins
-from tuneplane.author.plugins import lock_plugin
+from tuneplane.author.plugin_lock import lock_plugin
+from tuneplane.check.plugin_dirs import load_plugin_manifest, validate_plugin_dir
 from tuneplane.check.plugin_locks import check_experiment_plugins
-from tuneplane.check.plugins import load_plugin_manifest, validate_plugin_dir
 from tuneplane.cli.main import run
 from tuneplane.errors import UsageError
 from tuneplane.models.plugin import LOCK_API
@@ -516,3 +516,15 @@ def test_unsorted_lock_is_a_warning_and_missing_plugin_an_error(lab: Path) -> No
     problems = check(lab)
     assert rules(problems, Severity.WARNING) == ["plugins-lock-order"]
     assert rules(problems, Severity.ERROR) == ["plugins-lock-missing"]
+
+
+def test_a_starforge_kind_is_one_problem_not_also_a_missing_capability(tmp_path: Path) -> None:
+    """`kind:` in place of `capability:` is said once, at `kind:`, with the fix; a plugin.yaml with
+    neither still hears that `capability` is missing."""
+    files = plugin_files()
+    files["plugin.yaml"] = files["plugin.yaml"].replace("capability: algorithm", "kind: algorithm")
+    errors = [p for p in validate_plugin_dir(write_tree(tmp_path / "opsd-patch", files), tmp_path) if p.is_error]
+    assert [(p.pointer, "`capability:`" in p.hint) for p in errors] == [("/kind", True)], errors
+    files["plugin.yaml"] = files["plugin.yaml"].replace("kind: algorithm\n", "")
+    errors = [p for p in validate_plugin_dir(write_tree(tmp_path / "bare", files), tmp_path) if p.is_error]
+    assert [p.pointer for p in errors] == ["/capability"], errors

@@ -415,7 +415,7 @@ scope: entrypoint
 
 def test_checkout_script_clones_the_commit_and_writes_the_jobspec(tmp_path: Path) -> None:
     """The init container's script against a real repository: two pods of one run, in turn."""
-    from tuneplane.author.plugins import lock_plugin
+    from tuneplane.author.plugin_lock import lock_plugin
     from tuneplane.launcher import read_jobspec
 
     storage = tmp_path / "storage"

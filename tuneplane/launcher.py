@@ -85,7 +85,7 @@ class LaunchError(Exception):
 
 @dataclass(frozen=True)
 class PluginRef:
-    """One `spec.plugins` entry."""
+    """One `spec.plugins` entry, as the launcher reads it from the JobSpec (`models.jobspec.LockedPluginRef`)."""
 
     id: str
     name: str

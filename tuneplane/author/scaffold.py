@@ -25,6 +25,7 @@ from tuneplane.lab.locks import LOCK_FILE, make_lock, runtime_key
 from tuneplane.lab.runs import SPARSE_CHECKOUT
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, reference, schema_rel, with_comment
 from tuneplane.lab.yamlio import LoadFailed, load_json
+from tuneplane.models.backendkinds import BACKEND_KINDS, DEFAULT_BACKEND, BackendKind, backend_kind
 from tuneplane.models.base import name_error
 from tuneplane.models.recipe import Recipe
 from tuneplane.render.templating import render
@@ -51,13 +52,12 @@ class InitResult:
     commit: str | None
 
 
-BACKENDS = ("local", "kubernetes", "slurm")
 DEFAULT_RUNNER = "tuneplane"  # the self-hosted runner label of a local or Slurm lab's bot jobs
 
 
 def lab_files(
     name: str,
-    backend: str = "local",
+    backend: str = DEFAULT_BACKEND,
     tool: ToolSource | None = None,
     runner: str = DEFAULT_RUNNER,
     extra: Mapping[str, str] | None = None,
@@ -66,6 +66,7 @@ def lab_files(
     """The files of a new lab, rendered in memory; `tool` says how CI and pre-commit install tp; `extra`:
     files a layer above writes (the Kubernetes bot's RBAC, which the backend declares)."""
     tool = tool or installed_source(__version__)
+    kind = backend_kind(backend)
     files = {
         LAB_FILE: render(
             "lab/tuneplane.yaml.j2",
@@ -83,10 +84,10 @@ def lab_files(
             actions=ACTIONS,
             push_identity=push_identity,
             sparse=SPARSE_CHECKOUT,
-            **_bot_runner(backend, runner),
+            **_bot_runner(kind, runner),
         ),
         ".github/dependabot.yml": render("lab/dependabot.yml.j2"),
-        **({} if backend == "kubernetes" else {".github/actionlint.yaml": _runner_labels(runner)}),
+        **({".github/actionlint.yaml": _runner_labels(runner)} if kind.bot_machine else {}),
         **packaged_schemas(),
         **(extra or {}),
     }
@@ -95,20 +96,20 @@ def lab_files(
     return files
 
 
-def _bot_runner(backend: str, runner: str) -> dict[str, object]:
-    """Where the bot jobs run: a hosted runner reaches a Kubernetes API server; a local run or `sbatch`
-    needs a machine that stays, so those labs' bots run on a self-hosted runner with the given label."""
-    if backend == "kubernetes":
+def _bot_runner(kind: BackendKind, runner: str) -> dict[str, object]:
+    """Where the bot jobs run: a hosted runner reaches a Kubernetes API server (with the kubeconfig the
+    workflow writes); a local run or `sbatch` needs a machine that stays (the backend's `bot_machine`),
+    so those labs' bots run on a self-hosted runner with the given label."""
+    if not kind.bot_machine:
         return {
             "runs_on": "ubuntu-latest",
-            "kubernetes": True,
+            "kubeconfig": kind.runs_in_pods,
             "runner_why": "The bot jobs reach the cluster's API server from a hosted runner.",
         }
-    where = "the machine that runs the jobs" if backend == "local" else "a machine where sbatch works"
     return {
         "runs_on": f"[self-hosted, {runner}]",
-        "kubernetes": False,
-        "runner_why": f"The bot jobs run on {where}: a self-hosted runner labelled {runner}\n  # (a "
+        "kubeconfig": kind.runs_in_pods,
+        "runner_why": f"The bot jobs run on {kind.bot_machine}: a self-hosted runner labelled {runner}\n  # (a "
         "hosted runner is gone after each job, and with it every run it started).",
     }
 
@@ -142,7 +143,7 @@ def init_lab(
     root: Path,
     name: str | None,
     use_git: bool,
-    backend: str = "local",
+    backend: str = DEFAULT_BACKEND,
     tool: ToolSource | None = None,
     runner: str = DEFAULT_RUNNER,
     extra: Mapping[str, str] | None = None,
@@ -161,8 +162,8 @@ def init_lab(
     name = name or default_lab_name(root)
     if error := name_error(name, "lab name", lab=True):
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-'")
-    if backend not in BACKENDS:
-        raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKENDS)}")
+    if backend not in BACKEND_KINDS:
+        raise UsageError(f"backend {backend!r} is not known", hint=f"choose one of: {', '.join(BACKEND_KINDS)}")
     if error := name_error(runner, "runner label"):
         raise UsageError(error, hint="use letters, digits, '.', '_' and '-', starting with a letter or digit")
     if push_identity not in PUSH_IDENTITIES:

@@ -1,7 +1,9 @@
 """The one place a Backend is made from a lab's settings: `tp submit --local`, cancel and the bot use it.
 
 Each backend's module is imported only when that backend is asked for (the Kubernetes client costs
-start-up time, and a lab that never leaves this machine never pays it).
+start-up time, and a lab that never leaves this machine never pays it). What each backend can do, by its
+name, is its row in `models.backendkinds.BACKEND_KINDS`: a new backend is a row there and a branch of
+`make_backend` (and of `render_payload` and `pack_request`, for its payload).
 """
 
 from __future__ import annotations
@@ -12,42 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import Backend, BackendError, Payload, RunsHere, SubmitRequest
+from tuneplane.models.backendkinds import BACKEND_KINDS as BACKEND_KINDS  # runs/ and bot/ ask a kind here
+from tuneplane.models.backendkinds import KUBERNETES, LOCAL, SLURM, BackendKind
+from tuneplane.models.backendkinds import backend_kind as backend_kind
 
 if TYPE_CHECKING:
     from tuneplane.lab.load import Lab
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.plan.launchplan import LaunchPlan
-
-
-@dataclass(frozen=True)
-class BackendKind:
-    """What the code around the backends may ask of one by its name, so that none of it names a
-    backend: a new backend is a row in `BACKEND_KINDS` and a branch of `make_backend` (and of
-    `render_payload` and `pack_request`, for its payload)."""
-
-    name: str
-    # each run is a process group of this machine: stopped, read and recorded here, with no bot
-    runs_here: bool = False
-    # is sent one batch script that tp renders and checks before submitting, not manifests
-    batch_script: bool = False
-
-    @property
-    def rendered_suffix(self) -> str:
-        """The file suffix of what `tp render --output` writes for a run of this backend."""
-        return ".sh" if self.batch_script else ".yaml"
-
-
-LOCAL, SLURM, KUBERNETES = "local", "slurm", "kubernetes"
-BACKEND_KINDS = {
-    kind.name: kind
-    for kind in (BackendKind(LOCAL, runs_here=True), BackendKind(SLURM, batch_script=True), BackendKind(KUBERNETES))
-}
-
-
-def backend_kind(name: str) -> BackendKind:
-    """The kind of the backend called `name` (a run's recorded backend); any other name is Kubernetes,
-    as for `make_backend`."""
-    return BACKEND_KINDS.get(name, BACKEND_KINDS[KUBERNETES])
 
 
 def cluster_kind(lab: Lab) -> BackendKind:
@@ -121,22 +95,22 @@ def local_lab(lab: Lab) -> Lab:
 def local_backend(lab: Lab) -> RunsHere:
     """This machine's backend, with the lab's local storage root: its runs are supervised here, so the
     run service starts, stops and records them through it (`RunsHere`), never through its modules."""
-    # lazy: only local runs pay for it; the storage root's rules come with the pipeline (~200 ms)
+    # lazy: only local runs pay for it; the storage root's rules come with the pipeline, a heavy import
     from tuneplane.backends.local.backend import LocalBackend
     from tuneplane.plan.resolve import storage_root
 
     return LocalBackend(Path(storage_root(local_lab(lab), True, dict(os.environ))))
 
 
-def run_metrics_store(backend: str, namespace: str) -> Path | None:
+def run_metrics_store(backend: str, run_dir: str) -> Path | None:
     """The metrics database a run that runs here keeps in its own folder, where it has one; None for a
     run of any other backend (its points are in the lab's receiver, or the engine's). `backend` and
-    `namespace` as the run's status records them."""
+    `run_dir` as the run's status records them."""
     if not backend_kind(backend).runs_here:
         return None
     from tuneplane.backends.local.files import DB  # lazy: as above
 
-    path = Path(namespace) / DB  # a local run's namespace is its run folder
+    path = Path(run_dir) / DB
     return path if path.exists() else None
 
 

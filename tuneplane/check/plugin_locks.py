@@ -11,7 +11,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic_core import ErrorDetails
 
-from tuneplane.check.plugins import (
+from tuneplane.check.plugin_dirs import (
     NO_ALGORITHM_FRAMEWORKS,
     FileCtx,
     display_path,

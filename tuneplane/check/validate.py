@@ -88,7 +88,7 @@ def run_id_owners(lab: Lab) -> dict[str, list[Path]]:
 
 def _plugin_problems(lab: Lab, names: list[str]) -> list[Problem]:
     # lazy: plugin checks load only when the lab has plugins
-    from tuneplane.check.plugins import validate_plugin_dir
+    from tuneplane.check.plugin_dirs import validate_plugin_dir
 
     index = plugin_index(lab.root)
     problems = []

@@ -10,6 +10,9 @@ import typer
 from tuneplane.cli.say import say
 from tuneplane.constants import TOOL_REQUIREMENT_ENV
 from tuneplane.errors import UsageError
+from tuneplane.models.backendkinds import BACKEND_KINDS, DEFAULT_BACKEND
+
+*_FIRST, _LAST = BACKEND_KINDS
 
 
 def register(app: typer.Typer) -> None:
@@ -25,9 +28,9 @@ def init(
         str,
         typer.Option(
             "--backend",
-            help="Where runs go: local, kubernetes or slurm (slurm adds a commented cluster.slurm section).",
+            help=f"Where runs go: {', '.join(_FIRST)} or {_LAST} (slurm adds a commented cluster.slurm section).",
         ),
-    ] = "local",
+    ] = DEFAULT_BACKEND,
     tool_requirement: Annotated[
         str | None,
         typer.Option(
@@ -74,7 +77,8 @@ def init(
 
     if not yes and sys.stdin.isatty() and directory.is_dir() and any(directory.iterdir()):
         typer.confirm(f"{directory} is not empty; create the lab here (existing files are kept)?", abort=True)
-    cluster = _cluster_files() if backend == "kubernetes" else {}
+    kind = BACKEND_KINDS.get(backend)  # an unknown one is refused by init_lab, with the choices
+    cluster = _cluster_files() if kind is not None and kind.runs_in_pods else {}
     result = init_lab(
         directory,
         name,

@@ -29,7 +29,7 @@ def new(
 ) -> None:
     """Scaffold an algorithm plugin: plugin.yaml and a module with install(params)."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.author.plugins import scaffold_plugin
+    from tuneplane.author.plugin_scaffold import scaffold_plugin
     from tuneplane.lab.layout import PLUGINS_DIR
     from tuneplane.lab.load import open_lab
 
@@ -46,7 +46,7 @@ def validate(
 ) -> None:
     """Check a plugin as publishing would: schema, entrypoint, shadowing names, symlinks."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.check.plugins import validate_plugin_dir
+    from tuneplane.check.plugin_dirs import validate_plugin_dir
 
     problems = validate_plugin_dir(directory)
     _echo_problems(problems)
@@ -64,7 +64,7 @@ def lock(
 ) -> None:
     """Pin a lab plugin into experiments/EXPERIMENT/plugins.lock.json (version and digest)."""
     # lazy: tp builds only the invoked command, so only it pays for these
-    from tuneplane.author.plugins import lock_plugin
+    from tuneplane.author.plugin_lock import lock_plugin
     from tuneplane.lab.load import open_lab
 
     result = lock_plugin(open_lab().root, experiment, ref)

@@ -15,6 +15,7 @@ from tuneplane.lab.fs import present
 from tuneplane.lab.layout import experiment_index, layout_problems
 from tuneplane.lab.modelparse import first_problem_error, parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
+from tuneplane.models.backendkinds import backend_kind
 from tuneplane.models.base import name_error
 from tuneplane.models.lab import LAB_API, LabFile
 from tuneplane.problems import Problem, Severity, did_you_mean
@@ -173,6 +174,7 @@ def _profile_names(doc: Doc, settings: LabFile) -> list[Problem]:
 def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
     """`cluster.slurm` names only profiles that exist; a Slurm lab says where run directories live."""
     slurm = settings.cluster.slurm
+    shared_filesystem = backend_kind(settings.cluster.backend).shared_filesystem
     problems = []
     for name in slurm.profiles:
         if name not in settings.profiles:
@@ -184,7 +186,7 @@ def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
                     hint=did_you_mean(name, settings.profiles) or f"profiles: {', '.join(settings.profiles)}",
                 )
             )
-    if settings.cluster.backend == "slurm" and not slurm.runs_root:
+    if shared_filesystem and not slurm.runs_root:
         problems.append(
             doc.problem(
                 "/cluster/slurm",
@@ -195,7 +197,7 @@ def _slurm_settings(doc: Doc, settings: LabFile) -> list[Problem]:
                 severity=Severity.WARNING,
             )
         )
-    if settings.cluster.backend == "slurm" and slurm.software.kind == "host" and not slurm.software.python_env:
+    if shared_filesystem and slurm.software.kind == "host" and not slurm.software.python_env:
         problems.append(
             doc.problem(
                 "/cluster/slurm/software",

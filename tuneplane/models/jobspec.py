@@ -98,7 +98,9 @@ class Resources(Strict):
     )
 
 
-class PluginRef(Strict):
+class LockedPluginRef(Strict):
+    """A plugin the experiment locks, as the job gets it: its lock entry with the fields of its plugin.yaml."""
+
     id: str
     name: str
     version: str
@@ -158,7 +160,7 @@ class JobSpecBody(Strict):
     )
     inputs: InputsRef = Field(default_factory=defaults_of(InputsRef))
     resources: Resources
-    plugins: list[PluginRef] = Field(default_factory=empty_list)
+    plugins: list[LockedPluginRef] = Field(default_factory=empty_list)
     timeout_seconds: int | None = None
     retry: RetryPolicy = Field(
         default_factory=defaults_of(RetryPolicy),

@@ -6,6 +6,7 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from tuneplane.constants import CANCELLED, FAILED, SUCCEEDED, Phase
+from tuneplane.models.backendkinds import DEFAULT_BACKEND, BackendName
 from tuneplane.models.base import (
     GITHUB_LOGIN,
     LAB_NAME_RE,
@@ -206,7 +207,7 @@ class LocalSettings(Strict):
 
 
 class Cluster(Strict):
-    backend: Literal["local", "kubernetes", "slurm"] = Field("local", description="Where runs go.")
+    backend: BackendName = Field(DEFAULT_BACKEND, description="Where runs go.")
     namespace: str = Field("tuneplane", description="Kubernetes namespace of the jobs.")
     queue: str = Field("", description="Kueue LocalQueue name; empty for none.")
     storage: Storage = Field(default_factory=defaults_of(Storage))

@@ -36,6 +36,7 @@ from tuneplane.lab.load import Lab, storage_user
 from tuneplane.lab.locks import admit
 from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.lab.yamlio import Doc, LoadFailed, parse_json
+from tuneplane.models.backendkinds import BACKEND_KINDS, backend_kind
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.jobspec import (
     AdapterRef,
@@ -47,8 +48,8 @@ from tuneplane.models.jobspec import (
     JobProvenance,
     JobSpec,
     JobSpecBody,
+    LockedPluginRef,
     Paths,
-    PluginRef,
     RecipeRef,
     Resources,
 )
@@ -75,7 +76,7 @@ class PreparedExperiment:
     recipe: Recipe
     config: object  # config.yaml as read: a mapping when well formed
     config_sha256: str
-    plugins: tuple[PluginRef, ...]
+    plugins: tuple[LockedPluginRef, ...]
     base_hyperparams: dict[str, Scalar]  # config values at the param paths, then recipe defaults
     plugin_params: dict[str, Param] = field(default_factory=dict)  # declared by the locked plugins
     plugin_owners: dict[str, list[str]] = field(default_factory=dict)  # each declared key → who declares it
@@ -216,19 +217,21 @@ def _normalise(kind: str, value: object) -> Scalar:
     return value
 
 
-def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], dict[str, Param], dict[str, list[str]]]:
+def _plugins(
+    lab: Lab, exp_dir: Path, recipe: Recipe
+) -> tuple[list[LockedPluginRef], dict[str, Param], dict[str, list[str]]]:
     """Locked plugins with the fields of their plugin.yaml, the parameters the algorithm ones declare,
     and which of them declares each; the lock must verify against the lab."""
     lock_path = exp_dir / "plugins.lock.json"
     if not recipe.plugins and _no_plugins_locked(lock_path):
         return [], {}, {}  # the common case, without loading the plugin tooling
     # lazy: the plugin tooling loads only for experiments that lock plugins
+    from tuneplane.check.plugin_dirs import load_plugin_manifest
     from tuneplane.check.plugin_locks import check_experiment_plugins, parse_plugins_lock
-    from tuneplane.check.plugins import load_plugin_manifest
 
     _raise_first(check_experiment_plugins(lab.root, exp_dir, recipe.framework, list(recipe.plugins), __version__))
     lock, _ = parse_plugins_lock(fs.read_text(lock_path, fs.MAX_BYTES, lab.root), lab.rel(lock_path))
-    refs: list[PluginRef] = []
+    refs: list[LockedPluginRef] = []
     params: dict[str, Param] = {}
     owners: dict[str, list[str]] = {}
     for entry in lock.plugins if lock else []:
@@ -239,7 +242,7 @@ def _plugins(lab: Lab, exp_dir: Path, recipe: Recipe) -> tuple[list[PluginRef], 
             for name in manifest.params:
                 owners.setdefault(name, []).append(entry.ref)
         refs.append(
-            PluginRef(
+            LockedPluginRef(
                 id=entry.id,
                 name=entry.name,
                 version=entry.version,
@@ -305,12 +308,13 @@ def resolve_prepared(
         warnings += [f"{p.location()}: {p.message} ({p.hint})" for p in broken]
         warnings += switched_off
     shape = _shape(lab, request, recipe)
-    local = shape.local or settings.cluster.backend == "local"
+    local = shape.local or backend_kind(settings.cluster.backend).runs_here
     if local and shape.nodes > 1:
+        clusters = " or ".join(kind.name for kind in BACKEND_KINDS.values() if not kind.runs_here)
         raise UsageError(
             f"profile {request.profile} needs {shape.nodes} nodes, but this lab runs jobs on one "
-            "machine (cluster.backend: local)",
-            hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: kubernetes in tuneplane.yaml",
+            f"machine (cluster.backend: {settings.cluster.backend})",
+            hint=f"ask for at most {shape.gpus_per_node} GPUs, or set cluster.backend: {clusters} in tuneplane.yaml",
         )
     if local:
         _raise_refusals(local_inputs(request))
@@ -612,7 +616,7 @@ def storage_root(lab: Lab, local: bool, env: dict[str, str]) -> str:
     storage = lab.config.cluster.storage
     if not local:
         slurm = lab.config.cluster.slurm
-        if lab.config.cluster.backend == "slurm" and slurm.runs_root:
+        if backend_kind(lab.config.cluster.backend).shared_filesystem and slurm.runs_root:
             return slurm.runs_root.rstrip("/") or "/"
         return storage.root.rstrip("/") or "/"
     if storage.local_root:

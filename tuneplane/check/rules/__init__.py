@@ -35,7 +35,7 @@ def experiment_rules() -> list[ExperimentRule]:
         lint,
         lock,
         native,
-        plugins,
+        plugins_lock,
         reporting,
         requires,
     )
@@ -45,7 +45,7 @@ def experiment_rules() -> list[ExperimentRule]:
         config.check,
         requires.check,
         entrypoint.check,
-        plugins.check,
+        plugins_lock.check,
         lint.check,
         reporting.check,
         checkpoints.check,

@@ -15,11 +15,12 @@ from urllib.parse import urlsplit
 
 from tuneplane.check.images import ImageError, check_allowed, check_digest_policy, parse_image
 from tuneplane.lab.load import Lab
+from tuneplane.models.backendkinds import backend_kind
 from tuneplane.problems import Problem, Severity
 
 
 def check(lab: Lab) -> Iterator[Problem]:
-    if lab.settings is None or lab.doc is None or lab.settings.cluster.backend != "kubernetes":
+    if lab.settings is None or lab.doc is None or not backend_kind(lab.settings.cluster.backend).runs_in_pods:
         return
     yield from _loopback_ingest(lab)
     yield from _init_image(lab)

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
+from tuneplane.models.backendkinds import backend_kind
 from tuneplane.problems import Problem
 
 RULE = "status-owned"
@@ -114,7 +115,7 @@ def _check_one(lab: Lab, change: StatusChange) -> Iterator[Problem]:
         return
     backend = data.get("backend")
     where = backend.get("backend") if isinstance(backend, dict) else None
-    if before is None and where != "local":
+    if before is None and not _runs_here(where):
         what = f"a {where} object" if where else "no backend"
         yield doc.problem(
             "/backend",
@@ -138,7 +139,12 @@ def _bots(change: StatusChange) -> bool:
         return change.recorded
     old = _object(change.before or "")
     backend = old.get("backend") if old is not None else None
-    return not isinstance(backend, dict) or backend.get("backend") != "local"
+    return not isinstance(backend, dict) or not _runs_here(backend.get("backend"))
+
+
+def _runs_here(backend: object) -> bool:
+    """Whether a status's recorded backend runs its runs on the machine that commits their status."""
+    return isinstance(backend, str) and backend_kind(backend).runs_here
 
 
 def _object(text: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails
 from tuneplane.errors import UsageError
 from tuneplane.lab import fs
 from tuneplane.lab.layout import PLUGINS_DIR
-from tuneplane.lab.modelparse import Refine, parse_model
+from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc, LoadFailed, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
 from tuneplane.problems import Problem, Severity
@@ -126,13 +126,14 @@ def _parse_manifest(
     if schema in LEGACY_SCHEMAS:
         data, warning = _from_legacy(data, ctx, in_starforge_lab)
         problems.append(warning)
+    refiner = _SchemaRefiner(ctx, starforge_kind="kind" in data)
     manifest, found = parse_model(
         PluginManifest,
         Doc(ctx.file, data, ctx.doc.positions, ctx.doc.text, ctx.doc.values),
         "plugin-schema",
-        refine=_schema_refiner(ctx),
+        refine=refiner,
     )
-    return manifest, problems + [p for p in found if not _explained_elsewhere(p, data)]
+    return manifest, problems + [p for p in found if not any(p is said for said in refiner.explained)]
 
 
 def _load_yaml_mapping(text: str, ctx: FileCtx) -> tuple[dict[str, object] | None, list[Problem]]:
@@ -187,15 +188,18 @@ def _from_legacy(data: dict[str, object], ctx: FileCtx, in_starforge_lab: bool) 
     return data, warning
 
 
-def _explained_elsewhere(problem: Problem, data: dict[str, object]) -> bool:
-    """A missing `capability` next to a StarForge `kind:`: the unknown-key problem already says it."""
-    return problem.pointer == "/capability" and problem.message.startswith("missing") and "kind" in data
+class _SchemaRefiner:
+    """The converter's problems, with plugin.yaml's own advice, and a wrong value placed at the value.
+    `explained` collects the problems another one already says: a missing `capability` next to a
+    StarForge `kind:`, whose unknown-key problem tells to write `capability:`."""
 
+    def __init__(self, ctx: FileCtx, *, starforge_kind: bool) -> None:
+        self.ctx = ctx
+        self.starforge_kind = starforge_kind
+        self.explained: list[Problem] = []
 
-def _schema_refiner(ctx: FileCtx) -> Refine:
-    """The converter's problems, with plugin.yaml's own advice, and a wrong value placed at the value."""
-
-    def refine(err: ErrorDetails, problem: Problem) -> Problem:
+    def __call__(self, err: ErrorDetails, problem: Problem) -> Problem:
+        ctx = self.ctx
         loc = [str(p) for p in err["loc"]]
         kind = err["type"]
         if kind == "plugin_rule":
@@ -204,10 +208,11 @@ def _schema_refiner(ctx: FileCtx) -> Refine:
             hint = "write `capability:`; `kind:` is the StarForge spelling" if loc == ["kind"] else problem.hint
             return ctx.problem(problem.pointer, "plugin-schema", problem.message, hint, key=True)
         if kind == "missing":
-            return problem.replace(hint="see `tp plugin new` for a complete plugin.yaml")
+            refined = problem.replace(hint="see `tp plugin new` for a complete plugin.yaml")
+            if loc == ["capability"] and self.starforge_kind:
+                self.explained.append(refined)
+            return refined
         return ctx.problem(problem.pointer, "plugin-schema", problem.message, _hint_for(loc) or problem.hint)
-
-    return refine
 
 
 def _hint_for(loc: list[str]) -> str:

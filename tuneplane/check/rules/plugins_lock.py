@@ -1,4 +1,7 @@
-"""Rule `plugins-*`: plugins.lock.json is well formed and every locked plugin matches its digest.
+"""Rules `plugins-lock-*`: plugins.lock.json is well formed and every locked plugin matches its digest.
+
+The lock's plugins are checked against it here too: `plugin-requires-core`, `plugin-framework`,
+`plugin-module-collision`.
 
 Passing: a lock written by `tp plugin lock EXP alice/opsd`, with `plugins/opsd/` unchanged since.
 Failing: a file under `plugins/opsd/` edited after locking → the digest differs; an algorithm plugin
