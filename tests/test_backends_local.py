@@ -101,7 +101,8 @@ def test_runs_the_commit_not_the_working_tree(exp: Path, storage: Path) -> None:
     work = run_dir / "work"
     assert json.loads((work / ".tuneplane/jobspec.json").read_text())["launch"]["argv"][0] == "bash"
     assert not (work / "runs").exists() and not (work / "status").exists()
-    assert ref.namespace == str(storage / "runs" / run_dir.parent.parent.name / "demo" / run_dir.name)
+    assert ref.run_dir == str(storage / "runs" / run_dir.parent.parent.name / "demo" / run_dir.name)
+    assert ref.namespace == ""  # a Kubernetes namespace only
 
 
 def test_the_job_sees_the_contract_and_its_token_stays_secret(exp: Path, storage: Path) -> None:

@@ -356,7 +356,7 @@ def test_another_machines_run_is_unknown_and_this_machines_dead_one_is_lost(exp:
 
 def test_a_run_dir_on_storage_that_is_not_here_is_unknown(storage: Path, tmp_path: Path) -> None:
     gone = tmp_path / "runner-disk/runs/ci/demo/r1"
-    ref = BackendRef(backend="local", kind="Process", name="r1", namespace=str(gone))
+    ref = BackendRef(backend="local", kind="Process", name="r1", run_dir=str(gone))
 
     obs = LocalBackend(storage).observe(ref)
 
@@ -368,7 +368,7 @@ def test_a_run_dir_on_storage_that_is_not_here_is_unknown(storage: Path, tmp_pat
 
 def test_cancelling_a_run_dir_that_is_not_here_says_so_and_writes_nothing(storage: Path, tmp_path: Path) -> None:
     gone = tmp_path / "runner-disk/runs/ci/demo/r1"
-    ref = BackendRef(backend="local", kind="Process", name="r1", namespace=str(gone))
+    ref = BackendRef(backend="local", kind="Process", name="r1", run_dir=str(gone))
 
     with pytest.raises(NotReachable, match=r"does not exist on this machine, so nothing was stopped") as caught:
         LocalBackend(storage).cancel(ref)
@@ -396,7 +396,7 @@ def test_cancel_writes_nothing_into_a_folder_the_backend_did_not_make(storage: P
         (through, "leads out of the storage root"),
     ):
         with pytest.raises(NotReachable, match=why):
-            backend.cancel(BackendRef(backend="local", kind="Process", name="r2", namespace=str(where)))
+            backend.cancel(BackendRef(backend="local", kind="Process", name="r2", run_dir=str(where)))
 
     assert tree(theirs) == ["notes.txt", "r3", "r3/.tuneplane-local-run"]
 

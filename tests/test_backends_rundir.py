@@ -53,13 +53,13 @@ def test_the_run_lock_is_exclusive_while_held(tmp_path: Path) -> None:
     [(None, ["a", "b", "c"]), (0, ["a", "b", "c"]), (2, ["b", "c"]), (5, ["a", "b", "c"]), (-1, ["a", "b", "c"])],
 )
 def test_tail_means_the_same_to_both_backends(tmp_path: Path, tail: int | None, expected: list[str]) -> None:
-    slurm_ref = BackendRef("slurm", "SlurmJob", "job", namespace=str(tmp_path / "slurm"), uid="41")
+    slurm_ref = BackendRef("slurm", "SlurmJob", "job", run_dir=str(tmp_path / "slurm"), uid="41")
     log_path(slurm_ref).parent.mkdir(parents=True)
     log_path(slurm_ref).write_text("a\nb\nc\n")
     local_dir = tmp_path / "local"
     local_dir.mkdir()
     (local_dir / LOG).write_text("a\nb\nc\n")
-    local_ref = BackendRef("local", "Process", "run", namespace=str(local_dir))
+    local_ref = BackendRef("local", "Process", "run", run_dir=str(local_dir))
 
     assert list(read_log(slurm_ref, tail, False, lambda: True)) == expected
     assert list(LocalBackend(tmp_path).logs(local_ref, tail=tail)) == expected

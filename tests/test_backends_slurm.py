@@ -93,6 +93,7 @@ def test_custom_allreduce_on_one_node_and_across_two(
         assert status["phase"] == "Succeeded", status
         assert status["exit_code"] == 0
         out = Path(status["out_dir"])
+        assert status["backend"]["run_dir"] == str(run_dir_of(status)) and status["backend"]["namespace"] == ""
         ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(nodes)]
         assert all(r["world"] == nodes and r["sum"] == nodes * (nodes + 1) / 2 for r in ranks)
         assert sorted(r["node"] for r in ranks) == ["n1", "n2"][:nodes]  # one task on each node

@@ -91,7 +91,7 @@ def _submit(root: Path, keys: list[tuple[str, str]]) -> dict[str, BackendRef]:
     refs = {}
     for experiment, run_id in keys:
         backend = status_of(root, experiment, run_id)["backend"]
-        refs[run_id] = BackendRef(**{k: backend.get(k, "") for k in ("backend", "kind", "name", "namespace", "uid")})
+        refs[run_id] = BackendRef(**{k: backend.get(k, "") for k in ("backend", "kind", "name", "run_dir", "uid")})
     return refs
 
 
@@ -105,7 +105,7 @@ def _observe_all(backend: Any, refs: dict[str, BackendRef]) -> dict[str, Observa
 
 
 def _started(ref: BackendRef, attempt: int = 1) -> bool:
-    return (Path(ref.namespace) / ".tuneplane" / "slurm" / f"{ref.uid}.{attempt}.started").exists()
+    return (Path(ref.run_dir) / ".tuneplane" / "slurm" / f"{ref.uid}.{attempt}.started").exists()
 
 
 def _forget(cluster: SlurmCluster, refs: dict[str, BackendRef]) -> None:
@@ -123,6 +123,7 @@ def _assert_gpu_seconds(status: dict[str, Any], gpus: int, attempts: int) -> Non
     """Every attempt held `gpus` GPUs and spent that many times its own wall time; the run's GPU-seconds
     (its GPU-hours on the pages) are their sum."""
     from tuneplane.constants import epoch_of
+    from tuneplane.lab.runs import unchecked_from
     from tuneplane.views.dashboard import gpu_seconds
 
     spent = status["attempts"]
@@ -132,7 +133,7 @@ def _assert_gpu_seconds(status: dict[str, Any], gpus: int, attempts: int) -> Non
         assert start is not None and end is not None and end > start, attempt
         assert attempt["gpus"] == gpus, attempt
         assert attempt["gpu_seconds"] == round(gpus * (end - start), 1) > 0, attempt
-    assert gpu_seconds(status) == sum(a["gpu_seconds"] for a in spent)
+    assert gpu_seconds(unchecked_from(status)) == sum(a["gpu_seconds"] for a in spent)
 
 
 def _verdict(seen: Observation) -> tuple[Any, ...]:
@@ -178,7 +179,7 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
 
     # the trainer itself runs (its own marker, not the batch script's): a cancel in the second before
     # srun starts the step ends the job before any process can be signalled (the unit test below)
-    trainer = Path(refs[by_hand].namespace) / "out" / "started"
+    trainer = Path(refs[by_hand].run_dir) / "out" / "started"
     _until(trainer.exists, bool, 60, "the job to cancel never started its trainer")
     slurm_cluster.command("scancel", refs[by_hand].uid)  # by hand, not through the bot
     seen = _until(
@@ -191,9 +192,9 @@ def test_limit_cancel_memory_and_a_failing_rank_before_and_after_slurm_forgets(
     timed_out = seen[limited]
     assert (timed_out.phase, timed_out.reason, timed_out.exit_code) == ("Failed", "Timeout", 143), timed_out
     assert timed_out.attempts[-1].signal == 15 and "time limit" in timed_out.message
-    assert (Path(refs[limited].namespace) / "out" / "warned").read_text() == "30"  # it asked: it was warned
+    assert (Path(refs[limited].run_dir) / "out" / "warned").read_text() == "30"  # it asked: it was warned
     for run_id in (by_hand, hog, ranks):  # no limit, no warning
-        script = (Path(refs[run_id].namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
+        script = (Path(refs[run_id].run_dir) / ".tuneplane" / "slurm" / "batch.sh").read_text()
         assert "#SBATCH --signal" not in script
 
     cancelled = seen[by_hand]
@@ -238,10 +239,10 @@ def test_a_requeue_is_a_new_attempt_that_resumes_and_a_paused_controller_decides
     request_run(root, "resumes", run_id, "pair:2")  # each attempt holds both GPUs of its node
     refs = _submit(root, [("resumes", run_id)])
     ref = refs[run_id]
-    out = Path(ref.namespace) / "out"
+    out = Path(ref.run_dir) / "out"
     backend, impatient = _backend(slurm_cluster), _backend(slurm_cluster, timeout=3)
     _until(lambda: (out / "attempts.txt").exists(), bool, 60, "attempt 1 never ran")
-    assert "--requeue" in (Path(ref.namespace) / ".tuneplane" / "slurm" / "batch.sh").read_text()
+    assert "--requeue" in (Path(ref.run_dir) / ".tuneplane" / "slurm" / "batch.sh").read_text()
     # times are kept to the second: attempt 1 runs into its next second, so its GPU-seconds are not 0. Slurm's
     # start can come a second before the launcher's own (which the status keeps): wait past both
     _until(lambda: backend.observe(ref), lambda o: _ran_a_second(o.attempts), 30, "attempt 1 never started")

@@ -208,7 +208,7 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_exit_marker(slurm_cluster: S
     run_dir = tmp_path / "run"
     state = run_dir / STATE_DIR
     state.mkdir(parents=True)
-    gone = BackendRef(backend="slurm", kind="SlurmJob", name="gone-0123456789", namespace=str(run_dir), uid="987654")
+    gone = BackendRef(backend="slurm", kind="SlurmJob", name="gone-0123456789", run_dir=str(run_dir), uid="987654")
     lost = backend.observe(gone)
     assert lost.phase == "Failed" and lost.reason == "Lost", lost
 

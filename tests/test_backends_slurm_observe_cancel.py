@@ -38,7 +38,7 @@ def test_a_job_cancelled_before_its_step_started_is_cancelled_while_slurm_knows_
 
 
 def test_a_job_cancelled_before_its_step_started_is_still_cancelled_once_slurm_forgets_it(tmp_path: Path) -> None:
-    ref = BackendRef(backend="slurm", kind=KIND, name="r", namespace=str(tmp_path), uid="14")
+    ref = BackendRef(backend="slurm", kind=KIND, name="r", run_dir=str(tmp_path), uid="14")
     seen = from_evidence(_evidence(), ref)
 
     (attempt,) = seen.attempts

@@ -276,10 +276,10 @@ class Elsewhere(Engine):
         self.where, self.heartbeat_at = tmp_path / "laptop/runs/demo/run", heartbeat_at
 
     def submit(self, req: SubmitRequest) -> BackendRef:
-        return BackendRef("local", "Process", req.object_name, str(self.where), uid="u1")
+        return BackendRef("local", "Process", req.object_name, uid="u1", run_dir=str(self.where))
 
     def run_dir(self, ref: BackendRef) -> Path:
-        return Path(ref.namespace)
+        return Path(ref.run_dir)
 
     def observe(self, ref: BackendRef) -> Observation:
         if self.heartbeat_at is None:  # what the local backend says of a directory it cannot see

@@ -175,7 +175,7 @@ def test_a_forged_local_status_never_stops_another_run(tmp_path: Path) -> None:
     reconcile(bot, echo=quiet)
     status = read_status(bot, victim)
     assert status.backend is not None
-    run_dir = Path(status.backend.namespace)
+    run_dir = Path(status.backend.run_dir)
     wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, 0.1, "the victim's run did not start")
     state = read_state(run_dir) or {}
     pgid = int(state["pgid"])

@@ -202,3 +202,28 @@ def test_a_webhook_url_is_never_written_in_the_lab(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as caught:
         load_lab(lab).require_settings()
     assert "url" in str(caught.value) and "tuneplane.yaml" in str(caught.value)
+
+
+def test_a_phase_change_is_read_from_statuses_unchecked(tmp_path: Path) -> None:
+    """The pass's commit as the branch holds it: a valid status's change is one message; a status that
+    says no phase, or says it in another type, is no change to tell, and nothing fails."""
+    from tuneplane.bot.notify import TRAILER, Change, owned_changes
+    from tuneplane.lab.gitrepo import GitRepo
+
+    runs = ("20250101-000000-000001", "20250101-000000-000002", "20250101-000000-000003")
+    folder = tmp_path / "status" / "demo"
+    folder.mkdir(parents=True)
+    git(tmp_path, "init", "-q", "-b", BRANCH)
+    for run_id in runs:
+        (folder / f"{run_id}.json").write_text(json.dumps({"phase": "Running"}), encoding="utf-8")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "running")
+    ended = {"phase": "Failed", "message": "boom", "history": [{"phase": "Failed", "at": "t1"}, "junk"]}
+    for run_id, status in zip(runs, (ended, {"phase": ["Failed"]}, {"message": "no phase at all"}), strict=True):
+        (folder / f"{run_id}.json").write_text(json.dumps(status), encoding="utf-8")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", f"the pass\n\n{TRAILER}: p1")
+
+    changes = owned_changes(GitRepo(tmp_path), "p1")
+
+    assert changes == [Change("demo", runs[0], "Running", "Failed", "t1", "boom")]

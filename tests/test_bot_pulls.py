@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.repos import BRANCH, configure, git, make_remote, quiet, request, run_ids, seed_lab
 
 from tuneplane.bot.entry import BotOptions, reconcile
@@ -148,4 +149,64 @@ def test_a_status_the_bot_did_not_write_cannot_say_whom_it_was_submitted_for(tmp
     sync(seed, echo=lines.append)
 
     assert any(key.status_rel in line and "submitted it for 'bob'" in line for line in lines), lines
+    assert not any(key.status_rel in line and "a local run of another machine" in line for line in lines), lines
+
+
+def test_a_section_row_shows_a_forged_status_in_the_shape_it_should() -> None:
+    """A run's row reads its status unchecked: a valid one whole, a forged one's fields of another type
+    empty (its phase `?`), counting only the attempts that are objects."""
+    from tuneplane.bot.pulls import section
+    from tuneplane.lab.runs import status_text, unchecked_status
+
+    valid = RunStatus(
+        experiment="demo",
+        run_id="20250101-000000-000001",
+        phase="Failed",
+        reason="Error|Injected",
+        attempts=[Attempt(number=1, gpus=2, gpu_seconds=5400.0), Attempt(number=2, gpus=2, gpu_seconds=1800.0)],
+    )
+    forged = {"reason": ["x"], "attempts": [{"gpu_seconds": "9e9"}, 4], "submitted_for": {"pull_request": 5}}
+    runs = [
+        ("status/demo/20250101-000000-000001.json", unchecked_status(status_text(valid))),
+        ("status/demo/20250101-000000-000002.json", unchecked_status(json.dumps(forged))),
+    ]
+
+    body = section(5, [(rel, status) for rel, status in runs if status is not None], "f" * 40)
+
+    assert "| `demo/20250101-000000-000001` | Failed | Error\\|Injected | 2 | 2.00 |" in body, body
+    assert "| `demo/20250101-000000-000002` | ? |  | 1 | 0.00 |" in body, body
+
+
+@pytest.mark.parametrize(
+    ("claim", "said"),
+    [
+        ({"submitted_for": "bob"}, "says whom the bot submitted it for"),
+        ({"submitted_for": {"login": "bob", "pull_request": "3"}}, "says the bot submitted it for 'bob'"),
+        ({"experiment": ["demo"]}, "names experiment '', run"),
+    ],
+)
+def test_a_status_claiming_what_only_the_bot_writes_in_any_shape_is_a_forgery(
+    tmp_path: Path, claim: dict[str, object], said: str
+) -> None:
+    """A status the bot did not write that says whom it was submitted for, or names another run, in any
+    shape (a bare login, a list for a name): reported, never watched, and the pass goes on."""
+    from tuneplane.bot.entry import sync
+
+    remote = make_remote(tmp_path)
+    seed = seed_lab(remote, tmp_path / "seed", {"demo": "echo hi\n"})
+    (run_id,) = run_ids(1)
+    key = RunKey("demo", run_id)
+    write_request(seed, request("demo", run_id))
+    backend = {"backend": "local", "kind": "process", "name": run_id}  # another machine's: never adopted
+    forged = {"experiment": "demo", "run_id": run_id, "phase": "Running", "backend": backend, **claim}
+    path = seed / key.status_rel
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-qm", "Merge pull request #3: a run, says the status")
+    lines: list[str] = []
+
+    sync(seed, echo=lines.append)
+
+    assert any(key.status_rel in line and said in line for line in lines), lines
     assert not any(key.status_rel in line and "a local run of another machine" in line for line in lines), lines

@@ -41,7 +41,7 @@ def _laptop_status(root: Path, storage: Path, phase: str) -> None:
                 backend="local",
                 kind="Process",
                 name="demo-0123456789",
-                namespace=str(storage / "runs" / "alice" / "demo" / RUN),
+                run_dir=str(storage / "runs" / "alice" / "demo" / RUN),
                 uid="abc",
             ),
             history=[Transition(phase="Running", at=at)]
@@ -57,7 +57,7 @@ def _started(bot: Path) -> Path:
     """After the bot's reconcile: the run's directory once its supervisor started the trainer."""
     status = read_status(bot, RunKey("demo", RUN))
     assert status.backend is not None
-    run_dir = Path(status.backend.namespace)
+    run_dir = Path(status.backend.run_dir)
     wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, interval=0.1, message="the local run did not start")
     return run_dir
 

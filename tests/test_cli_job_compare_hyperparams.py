@@ -131,7 +131,7 @@ def test_a_status_with_a_huge_config_stays_small(tp, lab: Path, git) -> None:  #
     run = prepare(load_lab(lab), request, commit="0" * 40, dirty=False)
     assert run.config == {"learning_rate": 0.003}  # custom: the request's --set, as the job gets it
     huge = {f"block{i}": {"size": i, "text": "y" * 1000, "list": [1, 2]} for i in range(1000)}
-    ref = BackendRef(backend="local", kind="LocalRun", name="big", namespace=str(lab))
+    ref = BackendRef(backend="local", kind="LocalRun", name="big", run_dir=str(lab))
     status = submitted_status(request, run.spec, ref, "2026-01-01T00:00:00Z", {**huge, **run.config})
     assert status.hyperparameters["learning_rate"] == 0.003 and len(status.hyperparameters) == MAX_KEYS
     assert status.hyperparameters_left_out[-1] == f"… and {1000 * 3 + 1 - MAX_KEYS - MAX_LEFT_OUT} more"

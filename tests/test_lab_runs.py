@@ -369,3 +369,110 @@ def test_a_conflict_keeps_the_more_advanced_status() -> None:
     assert pick_status(text("Pending", 1), text("Pending", 2)) == text("Pending", 2)
     assert pick_status("{broken", text("Submitted")) == text("Submitted")
     assert pick_status(None, text("Submitted")) == text("Submitted")
+
+
+# ── unchecked statuses ────────────────────────────────────────────────────────────────────────────
+
+
+def test_an_unchecked_status_reads_what_the_bot_writes_as_its_model_says() -> None:
+    from tuneplane.lab.runs import StatusAttempt, StatusObject, StatusOwner, unchecked_status
+    from tuneplane.models.run import Attempt, BackendObject, SubmittedFor
+
+    written = status(
+        "Failed",
+        reason="Error",
+        message="boom",
+        profile="local",
+        started_at="2025-01-02T00:00:00Z",
+        finished_at="2025-01-02T00:01:00Z",
+        backend=BackendObject(backend="local", kind="Process", name="p", run_dir="/runs/p", uid="u"),
+        submitted_for=SubmittedFor(commit="c" * 40, pull_request=3, login="Bob"),
+        attempts=[Attempt(number=1, started_at="2025-01-02T00:00:00Z", reason="Error", gpus=2, gpu_seconds=120.0)],
+        metrics={"loss": 0.5},
+        metric_history={"loss": [0.9, 0.5]},
+        history=[Transition(phase="Submitted", at="t0"), Transition(phase="Failed", at="t1")],
+    )
+
+    seen = unchecked_status(status_text(written))
+
+    assert seen is not None
+    assert (seen.experiment, seen.run_id, seen.phase, seen.reason, seen.message) == (
+        written.experiment,
+        written.run_id,
+        "Failed",
+        "Error",
+        "boom",
+    )
+    assert (seen.profile, seen.started_at, seen.finished_at, seen.submitted_at) == (
+        "local",
+        "2025-01-02T00:00:00Z",
+        "2025-01-02T00:01:00Z",
+        "",
+    )
+    assert seen.backend == StatusObject(
+        backend="local", kind="Process", name="p", namespace="", run_dir="/runs/p", uid="u"
+    )
+    assert seen.submitted_for == StatusOwner(login="Bob", pull_request=3)
+    assert seen.attempts == (StatusAttempt(gpu_seconds=120.0, started_at="2025-01-02T00:00:00Z", reason="Error"),)
+    assert seen.history == (("Submitted", "t0"), ("Failed", "t1"))
+    assert dict(seen.metrics) == {"loss": 0.5} and seen.series("loss") == (0.9, 0.5)
+
+
+def test_an_unchecked_status_reads_a_forged_field_as_empty_and_never_raises() -> None:
+    """A status a pull request wrote: a field of another type reads as that field's empty value, a list
+    keeps its entries of the right shape, and what is no JSON object is no status at all."""
+    from tuneplane.lab.runs import StatusAttempt, StatusOwner, unchecked_status
+
+    forged = unchecked_status(
+        json.dumps(
+            {
+                "phase": ["Running"],
+                "reason": {"why": 1},
+                "started_at": 12,
+                "backend": "kubernetes",
+                "submitted_for": "bob",
+                "attempts": [3, {"gpu_seconds": "lots", "started_at": None}, {"gpu_seconds": float("inf")}],
+                "history": "all of it",
+                "metrics": {"loss": "low", "acc": 0.9, "ok": True},
+                "metric_history": {"acc": [0.1, "x", 0.9], "loss": "down"},
+            }
+        )
+    )
+
+    assert forged is not None
+    assert (forged.phase, forged.reason, forged.started_at) == ("", "", "12")
+    assert forged.backend is None and forged.history == ()
+    assert forged.submitted_for == StatusOwner(login="", pull_request=None)  # said, in no shape the bot writes
+    assert forged.attempts == (StatusAttempt(0.0, "", ""), StatusAttempt(0.0, "", ""))
+    assert forged.series("loss") == () and forged.series("none") == ()
+    assert dict(forged.metrics) == {"acc": 0.9} and forged.series("acc") == (0.1, 0.9)
+    for broken in (None, b"", b"{broken", b"[1, 2]", b'"text"', b"\xff\xfe", b"[" * 100_000):
+        assert unchecked_status(broken) is None, broken
+
+
+def test_an_unchecked_status_of_an_older_tp_finds_the_run_directory_in_the_namespace() -> None:
+    from tuneplane.lab.runs import unchecked_status
+
+    older = unchecked_status(json.dumps({"backend": {"backend": "local", "name": "p", "namespace": "/runs/p"}}))
+    cluster = unchecked_status(json.dumps({"backend": {"backend": "kubernetes", "name": "j", "namespace": "team"}}))
+
+    assert older is not None and older.backend is not None and cluster is not None and cluster.backend is not None
+    assert (older.backend.namespace, older.backend.run_dir) == ("", "/runs/p")
+    assert (cluster.backend.namespace, cluster.backend.run_dir) == ("team", "")
+
+
+def test_reading_an_unchecked_status_refuses_a_link_and_an_oversized_file(tmp_path: Path) -> None:
+    from tuneplane.constants import BLOB_LIMIT
+    from tuneplane.lab.runs import read_unchecked
+
+    key, big, link = (RunKey("demo", f"20250101-00000{n}-00000{n}") for n in range(3))
+    (tmp_path / "status" / "demo").mkdir(parents=True)
+    (tmp_path / key.status_rel).write_text(json.dumps({"phase": "Running"}), encoding="utf-8")
+    (tmp_path / big.status_rel).write_text(json.dumps({"phase": "Running", "pad": "x" * BLOB_LIMIT}), encoding="utf-8")
+    (tmp_path / link.status_rel).symlink_to(tmp_path / key.status_rel)
+
+    found = read_unchecked(tmp_path, key)
+
+    assert found is not None and found.phase == "Running"
+    assert read_unchecked(tmp_path, big) is None and read_unchecked(tmp_path, link) is None
+    assert read_unchecked(tmp_path, RunKey("demo", "20250101-000009-000009")) is None

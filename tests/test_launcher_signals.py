@@ -121,7 +121,7 @@ def slurm_counts(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathF
     request_run(root, "counts", runs["scancel"], "cpu")
     request_run(root, "counts", runs["requeue"], "cpu")
     refs = _submit(root, [("counts", run_id) for run_id in runs.values()])
-    outs = {case: Path(refs[run_id].namespace) / "out" for case, run_id in runs.items()}
+    outs = {case: Path(refs[run_id].run_dir) / "out" for case, run_id in runs.items()}
     for out in outs.values():
         _until(lambda out=out: (out / "sigterms-1-0.ready").exists(), bool, 90, f"{out} never started")
     slurm_cluster.command("scancel", refs[runs["scancel"]].uid)

@@ -319,7 +319,7 @@ def _laptop(status: RunStatus, tmp_path: Path) -> RunStatus:
     """A run of `tp submit --local` on another machine: the bot never started it, its machine commits it."""
     where = str(tmp_path / "laptop" / "runs" / status.experiment / status.run_id)
     return status.model_copy(
-        update={"backend": BackendObject(backend="local", kind="Process", name=status.run_id, namespace=where, uid="u")}
+        update={"backend": BackendObject(backend="local", kind="Process", name=status.run_id, run_dir=where, uid="u")}
     )
 
 

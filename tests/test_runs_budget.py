@@ -377,3 +377,32 @@ def test_removing_finished_runs_in_the_change_lowers_no_spending(tmp_path: Path)
     code, out = _validate(lab)
 
     assert code == 1 and rel in out and "9.00 GPU-hours spent in" in out, out
+
+
+def test_a_status_with_forged_fields_counts_only_what_it_holds_in_the_shape_the_bot_writes(tmp_path: Path) -> None:
+    """Spending and past attempts are read from statuses unchecked: a valid one counts whole; of a
+    forged one only attempts holding a finite number of GPU-seconds count, a login that is no object's
+    `login` counts for nobody, and a file that is no status counts nothing."""
+    import json
+
+    from tuneplane.runs.budget import by_experiment, past_attempts
+
+    valid = _for(_status("demo", _id(THIS_MONTH, 1), "h200:1", 2.0), "Alice")
+    write_status(tmp_path, valid)
+    forged = {
+        "profile": "h200:1",
+        "submitted_for": "bob",
+        "attempts": [
+            {"gpu_seconds": "36000", "reason": "Completed", "started_at": _started(THIS_MONTH)},
+            {"gpu_seconds": 3600, "reason": "Completed", "started_at": 7},
+            "an attempt",
+        ],
+    }
+    folder = tmp_path / "status" / "demo"
+    (folder / f"{_id(THIS_MONTH, 2)}.json").write_text(json.dumps(forged), encoding="utf-8")
+    (folder / f"{_id(THIS_MONTH, 3)}.json").write_text("[" * 100_000, encoding="utf-8")
+    month = NOW.strftime("%Y-%m")
+
+    assert spent(statuses_in(tmp_path), month, by_person) == {"alice": 2.0}
+    assert spent(statuses_in(tmp_path), month, by_experiment) == {"demo": 3.0}  # its run's month, as pages count
+    assert sorted(past_attempts(tmp_path, "demo", "h200:1")) == [3600.0, 7200.0]

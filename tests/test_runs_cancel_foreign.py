@@ -34,7 +34,7 @@ def test_a_status_naming_another_runs_directory_is_never_stopped(
                 experiment="demo",
                 run_id=RUN,
                 phase="Running",  # type: ignore[arg-type]
-                backend=BackendObject(backend="local", kind="Process", name="x", namespace=str(victim), uid="u"),
+                backend=BackendObject(backend="local", kind="Process", name="x", run_dir=str(victim), uid="u"),
             ),
         )
         git(demo_lab, "add", "-A")

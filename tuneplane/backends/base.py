@@ -52,12 +52,15 @@ class BackendRef:
     backend: str  # "local" | "kubernetes" | "slurm"
     kind: str  # e.g. "Job", "JobSet", "RayJob", "Process"
     name: str
-    namespace: str = ""
+    namespace: str = ""  # the object's Kubernetes namespace; empty on the other engines
     uid: str = ""
     # What the object actually runs, from its provenance annotations (empty when unknown). A bot that
     # adopts an object another bot created may have resolved the run at a different commit.
     commit: str = ""
     jobspec_digest: str = ""
+    # the directory the run is kept in (a local run's, a Slurm job's on the shared filesystem); empty on
+    # Kubernetes. Last, so that a ref written positionally keeps its meaning.
+    run_dir: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,13 @@ from typing import Any
 from tuneplane.bot.report import NOTIFY_OUTBOX, checkpoint
 from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.gitrepo import GitFailed, GitRepo
-from tuneplane.lab.runs import STATUS_DIR
+from tuneplane.lab.runs import STATUS_DIR, unchecked_status
 from tuneplane.models.lab import LabFile, Webhook
-from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.reporter import Echo
 
 TRAILER = "Tp-Bot-Pass"
 MAX_RUNS_KEPT = 5  # bot runs an undeliverable message is tried in before it is dropped (and said so)
 _SCAN_COMMITS = 20  # the pass's own commit is HEAD or a few commits below it once others rebased onto it
-Echo = Callable[[str], None]
 Post = Callable[[str, bytes, dict[str, str], float], int]  # url, body, headers, timeout → HTTP status
 
 
@@ -198,26 +197,13 @@ def owned_changes(repo: GitRepo, pass_id: str) -> list[Change]:
 
 
 def _change(before: str | None, after: str | None, experiment: str, run_id: str) -> Change | None:
-    old, new = _data(before), _data(after)
-    if not new or str(new.get("phase", "")) == str(old.get("phase", "")):
+    old, new = unchecked_status(before), unchecked_status(after)
+    was = old.phase if old else ""
+    if new is None or not new.phase or new.phase == was:
         return None
-    phase = str(new["phase"])
-    history = new.get("history")
-    entered = [
-        str(h.get("at", ""))
-        for h in (history if isinstance(history, list) else [])
-        if isinstance(h, dict) and h.get("phase") == phase
-    ]
-    at = entered[-1] if entered else str(new.get("finished_at") or new.get("submitted_at") or "")
-    return Change(experiment, run_id, str(old.get("phase", "")), phase, at, str(new.get("message") or "")[:500])
-
-
-def _data(text: str | None) -> JSONObject:
-    try:
-        data = json.loads(text or "")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+    entered = [at for phase, at in new.history if phase == new.phase]
+    at = entered[-1] if entered else new.finished_at or new.submitted_at
+    return Change(experiment, run_id, was, new.phase, at, new.message[:500])
 
 
 def payload(hook: Webhook, change: Change, lab: str) -> dict[str, str]:

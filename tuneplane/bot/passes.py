@@ -24,15 +24,15 @@ from tuneplane.bot.report import (
     STEPS,
     BotOptions,
     BotReport,
-    Echo,
     checkpoint,
 )
 from tuneplane.bot.scan import Scan, scan
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
-from tuneplane.lab.runs import RunKey
+from tuneplane.lab.runs import RunKey, unchecked_from
 from tuneplane.record.batch import Batch
+from tuneplane.runtime.reporter import Echo
 from tuneplane.views.dashboard import shows_notices
 
 if TYPE_CHECKING:  # publishing loads only on a pass that pushes
@@ -50,7 +50,6 @@ __all__ = [
     "BotOptions",
     "BotPass",
     "BotReport",
-    "Echo",
     "checkpoint",
     "finish",
     "run_pass",
@@ -143,9 +142,9 @@ def waiting_list(work: Scan, report: BotReport) -> list[tuple[RunKey, str]]:
     out = [(key, "merged, not yet submitted") for key in work.new if str(key) not in done]
     for text in sorted(work.ledger.active):
         exp, _, run_id = text.partition("/")
-        data = work.active.get(RunKey(exp, run_id))
+        status = unchecked_from(work.active.get(RunKey(exp, run_id)))
         if str(RunKey(exp, run_id)) in report.waiting or (
-            data and data.get("reason") == "SubmitFailed" and not data.get("backend") and text not in done
+            status and status.reason == "SubmitFailed" and status.backend is None and text not in done
         ):
             out.append((RunKey(exp, run_id), "the backend could not take it yet; retried"))
     return out

@@ -21,10 +21,9 @@ from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitFailed, GitRepo
-from tuneplane.lab.runs import STATUS_DIR
+from tuneplane.lab.runs import STATUS_DIR, UncheckedStatus, unchecked_status
 from tuneplane.models.base import GITHUB_LOGIN
 from tuneplane.models.run import SubmittedFor
-from tuneplane.views.dashboard import attempt_gpu_seconds, attempts_of
 
 SECTION_MARK = "<!-- tuneplane:runs -->"  # where the plan comment's part the bot keeps up to date begins
 MAX_ROWS = 200  # runs one section lists (a comment holds 65,536 characters, the plan's share included)
@@ -91,15 +90,15 @@ def sections(repo: GitRepo, since: str, until: str = "HEAD") -> list[Section]:
     changed = repo.git("diff", "--name-only", "--no-renames", "--end-of-options", since, until, "--", STATUS_DIR)
     numbers: set[int] = set()
     for rel in changed.splitlines():
-        now = _status(repo.show(until, rel)) if _is_status(rel) else None
+        now = unchecked_status(repo.show(until, rel)) if _is_status(rel) else None
         number = _number(now)
-        if number is not None and _row(rel, now) != _row(rel, _status(repo.show(since, rel))):
+        if number is not None and _row(rel, now) != _row(rel, unchecked_status(repo.show(since, rel))):
             numbers.add(number)
     commit = repo.rev_parse(until)
     return [Section(n, section(n, _runs_of(repo, commit, n), commit)) for n in sorted(numbers)]
 
 
-def section(number: int, runs: list[tuple[str, dict[str, Any]]], commit: str) -> str:
+def section(number: int, runs: list[tuple[str, UncheckedStatus]], commit: str) -> str:
     """The Markdown of pull request `number`'s runs (status path, status) as of `commit`."""
     shown = runs[:MAX_ROWS]
     lines = [
@@ -108,14 +107,14 @@ def section(number: int, runs: list[tuple[str, dict[str, Any]]], commit: str) ->
         "",
         "| run | phase | reason | attempts | GPU-hours |",
         "|:--|:--|:--|--:|--:|",
-        *(_row(rel, data) for rel, data in shown),
+        *(_row(rel, status) for rel, status in shown),
     ]
     if len(runs) > len(shown):
         lines.append(f"\n{len(runs) - len(shown)} more in `status/` (the dashboard lists them all).")
     return "\n".join([*lines, "", f"_Updated by the bot at commit {commit[:12]}._", ""])
 
 
-def _runs_of(repo: GitRepo, commit: str, number: int) -> list[tuple[str, dict[str, Any]]]:
+def _runs_of(repo: GitRepo, commit: str, number: int) -> list[tuple[str, UncheckedStatus]]:
     """The statuses at `commit` the bot submitted for pull request `number` (a text search narrows them
     down; each is then read whole)."""
     try:
@@ -125,20 +124,19 @@ def _runs_of(repo: GitRepo, commit: str, number: int) -> list[tuple[str, dict[st
     out = []
     for line in found.splitlines():
         rel = line.split(":", 1)[1]
-        data = _status(repo.show(commit, rel))
-        if _is_status(rel) and _number(data) == number and data is not None:
-            out.append((rel, data))
+        status = unchecked_status(repo.show(commit, rel))
+        if _is_status(rel) and _number(status) == number and status is not None:
+            out.append((rel, status))
     return sorted(out)
 
 
-def _row(rel: str, data: dict[str, Any] | None) -> str:
-    if data is None:
+def _row(rel: str, status: UncheckedStatus | None) -> str:
+    if status is None:
         return ""
-    attempts = attempts_of(data)
-    hours = sum(attempt_gpu_seconds(a) for a in attempts) / 3600
+    hours = sum(a.gpu_seconds for a in status.attempts) / 3600
     run = rel.removeprefix(f"{STATUS_DIR}/").removesuffix(".json")
-    reason = str(data.get("reason") or "").replace("|", "\\|")
-    return f"| `{run}` | {data.get('phase', '?')} | {reason} | {len(attempts)} | {hours:,.2f} |"
+    reason = status.reason.replace("|", "\\|")
+    return f"| `{run}` | {status.phase or '?'} | {reason} | {len(status.attempts)} | {hours:,.2f} |"
 
 
 def _is_status(rel: str) -> bool:
@@ -146,15 +144,6 @@ def _is_status(rel: str) -> bool:
     return len(parts) == 3 and parts[0] == STATUS_DIR and parts[2].endswith(".json")
 
 
-def _status(text: str | None) -> dict[str, Any] | None:
-    try:
-        data = json.loads(text or "")
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _number(data: dict[str, Any] | None) -> int | None:
-    owner = (data or {}).get("submitted_for")
-    number = owner.get("pull_request") if isinstance(owner, dict) else None
-    return number if isinstance(number, int) and not isinstance(number, bool) else None
+def _number(status: UncheckedStatus | None) -> int | None:
+    owner = status.submitted_for if status else None
+    return owner.pull_request if owner else None

@@ -18,7 +18,7 @@ from tuneplane.bot.trust import check_writable, foreign, foreign_ok, misnamed, p
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
+from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey, unchecked_status
 from tuneplane.models.sweep import SWEEPS_DIR
 from tuneplane.record.authority import REF, Authority
 from tuneplane.record.ledger import LEDGER, Ledger
@@ -39,7 +39,8 @@ class Scan:
     bad_requests: dict[RunKey, str] = field(default_factory=dict)  # request entries that are no file
     listed: set[str] = field(default_factory=set)  # experiments whose requests were all listed
     refusing: set[str] = field(default_factory=set)  # listed experiments with a refused entry
-    active: dict[RunKey, dict[str, Any] | None] = field(default_factory=dict)  # status as committed
+    # status as committed, as JSON: reconcile and sync validate it, the rest reads it unchecked
+    active: dict[RunKey, dict[str, Any] | None] = field(default_factory=dict)
     changed_statuses: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # exp → (run, old, new)
     gone: set[str] = field(default_factory=set)  # experiments whose status/ folder someone else removed
     restored: dict[RunKey, bytes] = field(default_factory=dict)  # statuses deleted while their request stays
@@ -296,13 +297,13 @@ def _find_changed(work: Scan) -> None:
         if mine and mine != oid:  # the bot's run, its status changed by someone else
             put_back(work, key, f"{key.status_rel} was changed outside the bot{misnamed(key, blobs.get(oid))}")
             continue
-        data = _json(blobs.get(oid))
-        if data is None and key in olds:  # edited into something that is no status: as good as deleted
+        status = unchecked_status(blobs.get(oid))
+        if status is None and key in olds:  # edited into something that is no status: as good as deleted
             deleted[key] = olds[key]
-        elif data is not None and not mine and not foreign_ok(work, key, data):
+        elif status is not None and not mine and not foreign_ok(work, key, status):
             continue
-        elif data is not None and data.get("phase") not in TERMINAL:
-            work.ledger.active.setdefault(str(key), str(data.get("phase", "")))
+        elif status is not None and status.phase not in TERMINAL:
+            work.ledger.active.setdefault(str(key), status.phase)
     _restore(work, deleted)
 
 
@@ -359,8 +360,8 @@ def _restore(work: Scan, deleted: dict[RunKey, str]) -> None:
     mine = work.authority.read([k.status_rel for k in deleted])  # the bot's own copy comes first
     for key, oid in sorted(deleted.items()):
         data = mine.get(key.status_rel, blobs.get(oid))
-        status = _json(data)
-        phase = str(status.get("phase", "")) if status is not None else ""
+        status = unchecked_status(data)
+        phase = status.phase if status is not None else ""
         going = status is not None and phase not in TERMINAL
         if key.request_rel not in requested and not going:
             continue  # removed with its request, after its end: a run taken out of the lab
@@ -470,7 +471,7 @@ def _read_active(work: Scan) -> None:
             data = work.authority.read([key.status_rel]).get(key.status_rel)
             work.active[key] = _json(data)
         else:
-            foreign(work, key, _json(blobs.get(found[key])))
+            foreign(work, key, unchecked_status(blobs.get(found[key])))
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:

@@ -10,28 +10,16 @@ run's status path is checked, so one bad path stops one experiment.
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tuneplane.backends.factory import backend_kind
 from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
-from tuneplane.lab.runs import STATUS_DIR, RunKey
+from tuneplane.lab.runs import STATUS_DIR, RunKey, UncheckedStatus, unchecked_status
 from tuneplane.record.batch import safe_path
 
 if TYPE_CHECKING:  # the scan hands itself in; importing it at run time would be a cycle
     from tuneplane.bot.scan import Scan
-
-
-def json_of(data: bytes | None) -> dict[str, Any] | None:
-    """A status's content as an object (None: none, or not one)."""
-    if data is None:
-        return None
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def check_writable(work: Scan) -> None:
@@ -57,10 +45,10 @@ def check_writable(work: Scan) -> None:
 
 def misnamed(key: RunKey, data: bytes | None) -> str:
     """What a status names, said when it is not the run its path is."""
-    status = json_of(data)
-    if status is None or (status.get("experiment"), status.get("run_id")) == (key.experiment, key.run_id):
+    status = unchecked_status(data)
+    if status is None or (status.experiment, status.run_id) == (key.experiment, key.run_id):
         return ""
-    return f" (it named experiment {status.get('experiment')!r}, run {status.get('run_id')!r}, not its path)"
+    return f" (it named experiment {status.experiment!r}, run {status.run_id!r}, not its path)"
 
 
 def put_back(work: Scan, key: RunKey, what: str) -> None:
@@ -69,34 +57,35 @@ def put_back(work: Scan, key: RunKey, what: str) -> None:
     if data is None:
         return
     work.restored[key] = data
-    status = json_of(data)
-    if status is not None and status.get("phase") not in TERMINAL:
-        work.ledger.active.setdefault(str(key), str(status.get("phase", "")))
+    status = unchecked_status(data)
+    if status is not None and status.phase not in TERMINAL:
+        work.ledger.active.setdefault(str(key), status.phase)
     work.notes.append(
         f"{what}: restored as the bot last wrote it (status/ is the bot's: a pull request "
         "cannot change a run's status; change its request, e.g. `cancel: true`)"
     )
 
 
-def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
+def foreign_ok(work: Scan, key: RunKey, status: UncheckedStatus) -> bool:
     """A status the bot has no record of: a local run the bot did not start (`tp submit --local`) is
     watched for the dashboard, never acted on; one that claims a cluster object, names another run
     than its path, or says whom the bot submitted it for (`submitted_for`, which only the bot records),
     is a forgery, reported and ignored."""
-    backend = data.get("backend")
-    where = backend.get("backend") if isinstance(backend, dict) else None
-    here = where is None or backend_kind(str(where)).runs_here
-    misnamed = (data.get("experiment"), data.get("run_id")) != (key.experiment, key.run_id)
-    owner = data.get("submitted_for")  # whom the bot submitted a run for: per-person budgets count it
+    backend = status.backend
+    where = backend.backend if backend else None
+    here = where is None or backend_kind(where).runs_here
+    misnamed = (status.experiment, status.run_id) != (key.experiment, key.run_id)
+    owner = status.submitted_for  # whom the bot submitted a run for: per-person budgets count it
     if here and not misnamed and owner is None:
         return True
     if owner is not None and here and not misnamed:
-        who = owner.get("login") if isinstance(owner, dict) else owner
-        claim = f"says the bot submitted it for {who!r}"
-    elif isinstance(backend, dict) and not here:
-        claim = f"names {where} object {backend.get('name')!r}"
+        claim = (
+            f"says the bot submitted it for {owner.login!r}" if owner.login else "says whom the bot submitted it for"
+        )
+    elif backend and not here:
+        claim = f"names {where} object {backend.name!r}"
     else:
-        claim = f"names experiment {data.get('experiment')!r}, run {data.get('run_id')!r}"
+        claim = f"names experiment {status.experiment!r}, run {status.run_id!r}"
     work.problems.append(
         f"{key.status_rel} {claim}, which the bot never submitted for this run: ignored, the bot "
         "never acts on it (status/ is the bot's; remove the file, and submit runs with tp submit)"
@@ -105,11 +94,11 @@ def foreign_ok(work: Scan, key: RunKey, data: dict[str, Any]) -> bool:
     return False
 
 
-def foreign(work: Scan, key: RunKey, data: dict[str, Any] | None) -> None:
+def foreign(work: Scan, key: RunKey, status: UncheckedStatus | None) -> None:
     """An active run the bot has no record of: it did not start it, so it never observes, reads or
     cancels it; it is watched (for the dashboard) until its status says it ended."""
     work.active[key] = None
-    if data is None or data.get("phase") in TERMINAL or not foreign_ok(work, key, data):
+    if status is None or status.phase in TERMINAL or not foreign_ok(work, key, status):
         work.ledger.active.pop(str(key), None)
         return
     work.notes.append(

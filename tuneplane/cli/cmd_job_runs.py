@@ -124,7 +124,8 @@ def _status_lines(key: RunKey, s: RunStatus) -> list[tuple[str, str]]:
         ),
     ]
     if s.backend is not None:
-        where = f" in {s.backend.namespace}" if s.backend.namespace else ""
+        place = s.backend.namespace or s.backend.run_dir
+        where = f" in {place}" if place else ""
         lines.append(("backend", f"{s.backend.backend}: {s.backend.kind} {s.backend.name}{where}"))
     if p.commit:
         lines.append(("commit", f"{p.commit[:12]}{' (dirty)' if p.dirty else ''} · recipe {p.recipe}"))

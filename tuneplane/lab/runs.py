@@ -8,25 +8,29 @@ file is created exclusively, so a collision is refused, never overwritten).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
+from types import MappingProxyType
 
 from ruamel.yaml import YAML
 
-from tuneplane.constants import utc_moment
+from tuneplane.constants import BLOB_LIMIT, utc_moment
 from tuneplane.errors import AmbiguousRun, RunNotFound, UsageError
 from tuneplane.lab.fs import atomic_write, present, read_text
 from tuneplane.lab.modelparse import first_problem_error, parse_model, validate_or_raise
 from tuneplane.lab.schemarefs import comment_line, reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_yaml, parse_json, parse_yaml, yaml
 from tuneplane.models.base import name_error
-from tuneplane.models.run import RUN_ID, RunRequest, RunStatus
+from tuneplane.models.run import RUN_ID, RunRequest, RunStatus, recorded_run_dir
 from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
+from tuneplane.runtime.records import FrozenRecord
 
 RUNS_DIR = "runs"
 STATUS_DIR = "status"
@@ -273,6 +277,264 @@ def status_from(data: object, rel: str) -> RunStatus:
 
 
 _STATUS_HINT = "the bot owns status/: restore the file from git (`git checkout -- <file>`)"
+
+
+# ── status files, unchecked ──────────────────────────────────────────────────────────────────────
+# What reads many statuses, or statuses a pull request may have written rather than the bot (the bot's
+# scans and trust checks, the pages, budgets, `tp job ls`), reads an `UncheckedStatus`: never validated,
+# so cheap for thousands of files, and a forged or broken file never raises. Its fields are typed all
+# the same; a value of another type than the status schema's reads as that field's empty value.
+
+
+class StatusObject(FrozenRecord):
+    """The engine's object an unchecked status names (`backend`); `backend` is None when the object
+    names no engine at all."""
+
+    __slots__ = ("backend", "kind", "name", "namespace", "run_dir", "uid")
+    _fields = __slots__
+    backend: str | None
+    kind: str
+    name: str
+    namespace: str
+    run_dir: str
+    uid: str
+
+    def __init__(self, backend: str | None, kind: str, name: str, namespace: str, run_dir: str, uid: str) -> None:
+        self._set(backend, kind, name, namespace, run_dir, uid)
+
+
+class StatusOwner(FrozenRecord):
+    """Whom an unchecked status says the bot submitted its run for (`submitted_for`): empty fields when
+    it says so in another shape than the bot writes."""
+
+    __slots__ = ("login", "pull_request")
+    _fields = __slots__
+    login: str
+    pull_request: int | None
+
+    def __init__(self, login: str, pull_request: int | None) -> None:
+        self._set(login, pull_request)
+
+
+class StatusAttempt(FrozenRecord):
+    """One attempt of an unchecked status: what its GPU-hours are counted from; `gpu_seconds` is 0
+    unless the file holds a finite number of them above zero."""
+
+    __slots__ = ("gpu_seconds", "started_at", "reason")
+    _fields = __slots__
+    gpu_seconds: float
+    started_at: str
+    reason: str
+
+    def __init__(self, gpu_seconds: float, started_at: str, reason: str) -> None:
+        self._set(gpu_seconds, started_at, reason)
+
+
+class UncheckedStatus(FrozenRecord):
+    """The fields of a status file read without validating it: a text field holding a number or a
+    boolean reads as its JSON text and one of any other type as "", an object of another shape is None,
+    a list keeps its entries of the right shape only. `history` is (phase, at) pairs."""
+
+    __slots__ = (
+        "experiment",
+        "run_id",
+        "phase",
+        "reason",
+        "message",
+        "method",
+        "profile",
+        "submitted_at",
+        "started_at",
+        "finished_at",
+        "backend",
+        "submitted_for",
+        "attempts",
+        "history",
+        "metrics",
+        "metric_history",
+    )
+    _fields = __slots__
+    experiment: str
+    run_id: str
+    phase: str
+    reason: str
+    message: str
+    method: str
+    profile: str
+    submitted_at: str
+    started_at: str
+    finished_at: str
+    backend: StatusObject | None
+    submitted_for: StatusOwner | None
+    attempts: tuple[StatusAttempt, ...]
+    history: tuple[tuple[str, str], ...]
+    metrics: Mapping[str, float]
+    metric_history: Mapping[str, object]  # as written: `series` reads one metric's values (most are never read)
+
+    def __init__(
+        self,
+        *,
+        experiment: str = "",
+        run_id: str = "",
+        phase: str = "",
+        reason: str = "",
+        message: str = "",
+        method: str = "",
+        profile: str = "",
+        submitted_at: str = "",
+        started_at: str = "",
+        finished_at: str = "",
+        backend: StatusObject | None = None,
+        submitted_for: StatusOwner | None = None,
+        attempts: tuple[StatusAttempt, ...] = (),
+        history: tuple[tuple[str, str], ...] = (),
+        metrics: Mapping[str, float] | None = None,
+        metric_history: Mapping[str, object] | None = None,
+    ) -> None:
+        self._set(
+            experiment,
+            run_id,
+            phase,
+            reason,
+            message,
+            method,
+            profile,
+            submitted_at,
+            started_at,
+            finished_at,
+            backend,
+            submitted_for,
+            attempts,
+            history,
+            MappingProxyType(dict(metrics or {})),
+            MappingProxyType(dict(metric_history or {})),
+        )
+
+    def series(self, metric: str) -> tuple[float, ...]:
+        """The recent values of `metric` (`metric_history`), its numbers only."""
+        values = self.metric_history.get(metric)
+        return _numbers(values) if isinstance(values, list) else ()
+
+    def __hash__(self) -> int:  # type: ignore[override]  # its mappings are not hashable: by what names the run
+        return hash((self.experiment, self.run_id, self.phase))
+
+
+def unchecked_status(raw: bytes | str | None) -> UncheckedStatus | None:
+    """A status file's content, unchecked; None when there is none, or it is no JSON object."""
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return unchecked_from(data)
+
+
+def read_unchecked(root: Path, key: RunKey) -> UncheckedStatus | None:
+    """A status file of the work tree, unchecked; None when there is none, it is a symbolic link, larger
+    than a status may be (the scan refuses it unread too), or no JSON object."""
+    path = Path(root) / key.status_rel
+    if path.is_symlink():
+        return None
+    try:
+        with path.open("rb") as file:
+            raw = file.read(BLOB_LIMIT + 1)
+    except OSError:
+        return None
+    return unchecked_status(raw) if len(raw) <= BLOB_LIMIT else None
+
+
+def unchecked_from(data: object) -> UncheckedStatus | None:
+    """Status data already parsed, unchecked; None when it is no JSON object."""
+    if not isinstance(data, dict):
+        return None
+    text = {name: _text(data.get(name)) for name in _TEXT_FIELDS}
+    return UncheckedStatus(
+        **text,
+        backend=_backend(data.get("backend")),
+        submitted_for=_owner(data.get("submitted_for")),
+        attempts=tuple(_attempt(a) for a in _list(data.get("attempts")) if isinstance(a, dict)),
+        history=tuple(
+            (_text(h.get("phase")), _text(h.get("at"))) for h in _list(data.get("history")) if isinstance(h, dict)
+        ),
+        metrics={k: n for k, v in _object(data.get("metrics")).items() if (n := _number(v)) is not None},
+        metric_history=_object(data.get("metric_history")),
+    )
+
+
+_TEXT_FIELDS = (
+    "experiment",
+    "run_id",
+    "phase",
+    "reason",
+    "message",
+    "method",
+    "profile",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def _text(value: object) -> str:
+    """A text field: a string as written; a number or a boolean as JSON writes it; anything else ""."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return ""
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _object(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _numbers(values: list[object]) -> tuple[float, ...]:
+    return tuple(n for v in values if (n := _number(v)) is not None)
+
+
+def _backend(value: object) -> StatusObject | None:
+    if not isinstance(value, dict) or not value:
+        return None
+    engine = value.get("backend")
+    namespace = _text(value.get("namespace"))
+    run_dir = recorded_run_dir(value)
+    return StatusObject(
+        backend=None if engine is None else _text(engine),
+        kind=_text(value.get("kind")),
+        name=_text(value.get("name")),
+        namespace="" if run_dir == namespace else namespace,  # an older status kept its run directory there
+        run_dir=run_dir,
+        uid=_text(value.get("uid")),
+    )
+
+
+def _owner(value: object) -> StatusOwner | None:
+    if value is None:
+        return None
+    owner = _object(value)
+    login, number = owner.get("login"), owner.get("pull_request")
+    return StatusOwner(
+        login=login if isinstance(login, str) else "",
+        pull_request=number if isinstance(number, int) and not isinstance(number, bool) else None,
+    )
+
+
+def _attempt(value: dict[str, object]) -> StatusAttempt:
+    seconds = _number(value.get("gpu_seconds"))
+    return StatusAttempt(
+        gpu_seconds=max(seconds, 0.0) if seconds is not None and math.isfinite(seconds) else 0.0,
+        started_at=_text(value.get("started_at")),
+        reason=_text(value.get("reason")),
+    )
 
 
 def write_status(root: Path, status: RunStatus) -> Path:

@@ -1,9 +1,10 @@
 """Run requests (`runs/<exp>/<run-id>.yaml`, people review them) and status files (the bot writes them)."""
 
 import re
+from collections.abc import Mapping
 from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tuneplane.constants import NAME_PATTERN, AttemptReason, Phase, Scalar
 from tuneplane.models.base import (
@@ -68,12 +69,41 @@ class RunRequest(Strict):
     sweep: str = Field("", description="The sweep this run is a trial of (sweeps/<name>.yaml); empty for none.")
 
 
+def _is_path(value: object) -> bool:
+    # a Kubernetes namespace is a DNS label, so an absolute path is never one
+    return isinstance(value, str) and value.startswith("/")
+
+
+def recorded_run_dir(backend: Mapping[str, object]) -> str:
+    """The run directory a status file's raw `backend` object names, "" for none: its `run_dir`, or in
+    a status written before that field, an absolute `namespace` (where the run directory was kept)."""
+    run_dir = backend.get("run_dir")
+    if isinstance(run_dir, str) and run_dir:
+        return run_dir
+    namespace = backend.get("namespace")
+    return namespace if isinstance(namespace, str) and _is_path(namespace) else ""
+
+
 class BackendObject(Strict):
+    """The engine's object a run became: a Kubernetes object in its namespace, or a run kept in a run
+    directory (local and Slurm runs)."""
+
     backend: str
     kind: str
     name: str
-    namespace: str = ""
+    namespace: str = Field(
+        "", description="The object's Kubernetes namespace; empty for a run kept in a run directory."
+    )
+    run_dir: str = Field("", description="The run's directory (local and Slurm runs); empty for a Kubernetes object.")
     uid: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _run_dir_in_namespace(cls, data: object) -> object:
+        """A status written before `run_dir` kept the run directory in `namespace`: read as `run_dir`."""
+        if isinstance(data, dict) and not data.get("run_dir") and _is_path(data.get("namespace")):
+            return {**data, "namespace": "", "run_dir": data["namespace"]}
+        return data
 
 
 class Provenance(Strict):

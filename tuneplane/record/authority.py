@@ -22,7 +22,6 @@ their branches: each run's more advanced status, the ledgers merged.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from tuneplane.constants import PHASE_RANK
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import BOT_REFS, GitRepo, upstream_prefix
 from tuneplane.lab.gittrees import read_blobs, with_index, write_blob
+from tuneplane.lab.runs import unchecked_status
 from tuneplane.record.ledger import LEDGER, merge
 
 REF = BOT_REFS + "authority"
@@ -199,17 +199,10 @@ def pick_status(upstream: str | None, ours: str | None) -> str | None:
     """Of two versions of one status file, the more advanced; a tie keeps the one already published."""
 
     def rank(text: str | None) -> tuple[int, int, str]:
-        try:
-            data = json.loads(text or "")
-        except ValueError:
+        status = unchecked_status(text)
+        if status is None:
             return (-1, 0, "")
-        if not isinstance(data, dict):
-            return (-1, 0, "")
-        return (
-            PHASE_RANK.get(str(data.get("phase")), -1),
-            len(data.get("history") or []),
-            str(data.get("finished_at") or ""),
-        )
+        return (PHASE_RANK.get(status.phase, -1), len(status.history), status.finished_at)
 
     if upstream is None or ours is None:
         return upstream if ours is None else ours
@@ -218,16 +211,13 @@ def pick_status(upstream: str | None, ours: str | None) -> str | None:
 
 def _adoptable(data: bytes) -> bool:
     """A status a bot that kept no record may have written: any run but a local one of another machine."""
-    try:
-        status = json.loads(data)
-    except (ValueError, RecursionError):
+    status = unchecked_status(data)
+    if status is None:
         return False
-    if not isinstance(status, dict):
-        return False
-    backend = status.get("backend")
-    if not isinstance(backend, dict) or backend.get("backend") != "local":
+    backend = status.backend
+    if backend is None or backend.backend != "local":
         return True
-    return os.path.isdir(str(backend.get("namespace", "")))
+    return os.path.isdir(backend.run_dir)
 
 
 def _resolve(repo: GitRepo, ref: str) -> str:

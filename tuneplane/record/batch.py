@@ -10,7 +10,6 @@ the work tree (an untracked request, an uncommitted edit) stays out of the bot's
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections import Counter
@@ -20,7 +19,7 @@ from tuneplane.constants import TERMINAL
 from tuneplane.errors import UsageError
 from tuneplane.lab.fs import atomic_write, atomic_write_all
 from tuneplane.lab.gitrepo import GitRepo
-from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, status_text
+from tuneplane.lab.runs import DASHBOARD, STATUS_DIR, RunKey, read_unchecked, status_text, unchecked_status
 from tuneplane.lab.sweeps import read_sweep, sweep_files
 from tuneplane.models.run import RunStatus
 from tuneplane.record.authority import Authority
@@ -137,15 +136,15 @@ class Batch:
         self.whole_tree()
         key = RunKey(status.experiment, status.run_id)
         if key.status_rel in self.pending:
-            before = json.loads(self.pending[key.status_rel])
+            before = unchecked_status(self.pending[key.status_rel])
         else:
-            before = dashboard.read_raw(self.root, key) if (self.root / key.status_rel).exists() else None
+            before = read_unchecked(self.root, key) if (self.root / key.status_rel).exists() else None
         text = status_text(status)
         if not self._put(key.status_rel, text):
             return
         delta = self.deltas.setdefault(key.experiment, Counter())
         if before is not None:
-            delta[str(before.get("phase", "?"))] -= 1
+            delta[dashboard.counted_phase(before)] -= 1
         else:
             self.fresh.setdefault(key.experiment, set()).add(key.run_id)
         delta[status.phase] += 1

@@ -24,7 +24,7 @@ from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.gittrees import read_blobs
 from tuneplane.lab.heartbeats import fetched, forget_fetched
-from tuneplane.lab.runs import STATUS_DIR, RunKey
+from tuneplane.lab.runs import STATUS_DIR, RunKey, unchecked_status
 from tuneplane.record.authority import Authority, pick_status
 from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
@@ -175,11 +175,8 @@ def _oids_at(repo: GitRepo, paths: list[str]) -> dict[str, str]:
 
 
 def _phase(data: bytes) -> str:
-    try:
-        status = json.loads(data)
-    except (ValueError, RecursionError):
-        return ""
-    return str(status.get("phase", "")) if isinstance(status, dict) else ""
+    status = unchecked_status(data)
+    return status.phase if status else ""
 
 
 def integrate(repo: GitRepo, target: Target, checkpoint: Checkpoint = _noop, published: str = "") -> None:

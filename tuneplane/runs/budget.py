@@ -15,13 +15,11 @@ the pull request's own word, and never counts.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from tuneplane.check.shapes import ShapeError, parse_profile
 from tuneplane.errors import UsageError
@@ -29,17 +27,19 @@ from tuneplane.lab.fs import present
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.gittrees import read_blobs
 from tuneplane.lab.load import Lab
-from tuneplane.lab.runs import STATUS_DIR, RunKey, parse_request, status_keys
+from tuneplane.lab.runs import (
+    STATUS_DIR,
+    RunKey,
+    UncheckedStatus,
+    parse_request,
+    read_unchecked,
+    status_keys,
+    unchecked_status,
+)
 from tuneplane.lab.yamlio import LoadFailed, read_text
 from tuneplane.models.run import RUN_ID, RunRequest
 from tuneplane.problems import Problem, Severity
-from tuneplane.views.dashboard import (
-    attempt_gpu_seconds,
-    attempt_month,
-    attempts_of,
-    read_raw,
-    run_ids,
-)
+from tuneplane.views.dashboard import attempt_month, run_ids
 
 EXCEEDED = "budget-exceeded"
 UNKNOWN = "budget-unknown"
@@ -82,10 +82,10 @@ def past_attempts(root: Path, exp: str, profile: str) -> list[float]:
     """GPU-seconds of the experiment's ended attempts on exactly this profile (`h200:8` is not `h200:16`)."""
     out = []
     for run_id in run_ids(root, exp):
-        data = read_raw(root, RunKey(exp, run_id))
-        if data is None or data.get("profile") != profile:
+        status = read_unchecked(root, RunKey(exp, run_id))
+        if status is None or status.profile != profile:
             continue
-        out += [attempt_gpu_seconds(a) for a in attempts_of(data) if a.get("reason") and attempt_gpu_seconds(a)]
+        out += [a.gpu_seconds for a in status.attempts if a.reason and a.gpu_seconds]
     return out
 
 
@@ -191,15 +191,15 @@ def _shown(hours: float | None) -> str:
 # ── the gate ────────────────────────────────────────────────────────────────────────────────────────
 
 
-Statuses = Iterable[tuple[RunKey, dict[str, Any] | None]]  # each run's status as plain JSON
+Statuses = Iterable[tuple[RunKey, UncheckedStatus | None]]  # each run's status, unchecked (None: unreadable)
 
 
 def statuses_in(root: Path) -> Statuses:
     """The statuses of the work tree."""
-    return ((key, read_raw(root, key)) for key in status_keys(root))
+    return ((key, read_unchecked(root, key)) for key in status_keys(root))
 
 
-def statuses_at_base(repo: GitRepo, base: str | None) -> Iterator[tuple[RunKey, dict[str, Any] | None]]:
+def statuses_at_base(repo: GitRepo, base: str | None) -> Iterator[tuple[RunKey, UncheckedStatus | None]]:
     """The statuses at the change's base (`base_commit`; the work tree's when there is no history): what
     the bot recorded, which a change can neither edit nor delete. Read when first iterated."""
     ref = base_commit(repo, base)
@@ -213,44 +213,34 @@ def statuses_at_base(repo: GitRepo, base: str | None) -> Iterator[tuple[RunKey, 
         if rel and meta.split()[1] == "blob" and len(parts) == 3 and RUN_ID.match(parts[2].removesuffix(".json")):
             found[meta.split()[2]] = RunKey(parts[1], parts[2].removesuffix(".json"))
     blobs = read_blobs(repo, list(found))
-    yield from ((key, _object(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1]))
+    yield from ((key, unchecked_status(blobs.get(oid))) for oid, key in sorted(found.items(), key=lambda kv: kv[1]))
 
 
-def _object(data: bytes | None) -> dict[str, Any] | None:
-    try:
-        value = json.loads(data or b"")
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def spent(statuses: Statuses, month: str, whose: Callable[[RunKey, dict[str, Any] | None], str]) -> dict[str, float]:
+def spent(statuses: Statuses, month: str, whose: Callable[[RunKey, UncheckedStatus | None], str]) -> dict[str, float]:
     """GPU-hours spent in `month` (`YYYY-MM`) by the statuses' attempts, each counted in the month it
     started as the dashboard counts them, summed by `whose` (an experiment, a person; "": nobody's)."""
     out: dict[str, float] = {}
-    for key, data in statuses:
-        who = whose(key, data)
-        for attempt in attempts_of(data) if who else []:
-            seconds = attempt_gpu_seconds(attempt)
-            if seconds and attempt_month(attempt, key.run_id) == month:
-                out[who] = out.get(who, 0.0) + seconds / 3600
+    for key, status in statuses:
+        who = whose(key, status)
+        for attempt in status.attempts if who and status else ():
+            if attempt.gpu_seconds and attempt_month(attempt, key.run_id) == month:
+                out[who] = out.get(who, 0.0) + attempt.gpu_seconds / 3600
     return out
 
 
-def by_experiment(key: RunKey, _data: dict[str, Any] | None) -> str:
+def by_experiment(key: RunKey, _status: UncheckedStatus | None) -> str:
     return key.experiment
 
 
-def by_person(_key: RunKey, data: dict[str, Any] | None) -> str:
+def by_person(_key: RunKey, status: UncheckedStatus | None) -> str:
     """The login a run was submitted for, lower case ("" when the bot recorded none)."""
-    return submitted_login(data)
+    return submitted_login(status)
 
 
-def submitted_login(data: dict[str, Any] | None) -> str:
+def submitted_login(status: UncheckedStatus | None) -> str:
     """The login a status's run was submitted for, lower case ("" when the bot recorded none)."""
-    owner = (data or {}).get("submitted_for")
-    login = owner.get("login") if isinstance(owner, dict) else None
-    return login.lower() if isinstance(login, str) else ""
+    owner = status.submitted_for if status else None
+    return owner.login.lower() if owner else ""
 
 
 def person_skipped(lab: Lab, author: str | None) -> str:

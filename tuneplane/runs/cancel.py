@@ -61,7 +61,7 @@ def _refuse_foreign_dir(key: RunKey, status: RunStatus) -> None:
     other folder (copied from another run, or edited) would have this command stop that run's process
     group, so nothing is stopped, marked or committed."""
     assert status.backend is not None
-    where = PurePath(status.backend.namespace)
+    where = PurePath(status.backend.run_dir)
     if (where.parent.name, where.name) != (key.experiment, key.run_id):
         raise UsageError(
             f"{key.status_rel} names {where}, which is not the run directory of {key}: nothing was stopped",

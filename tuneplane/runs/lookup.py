@@ -7,17 +7,23 @@ asks the run's backend. Nothing here writes: the bot owns status files.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tuneplane.backends.base import Backend, BackendRef, HasMetrics
 from tuneplane.backends.factory import ClusterAccess, backend_kind, local_backend, make_backend
 from tuneplane.constants import SUCCEEDED, TERMINAL, UNKNOWN, utc_now
 from tuneplane.lab.load import open_lab
-from tuneplane.lab.runs import RunKey, find_run, read_status, request_keys, status_keys
+from tuneplane.lab.runs import (
+    RunKey,
+    UncheckedStatus,
+    find_run,
+    read_status,
+    request_keys,
+    status_keys,
+    unchecked_status,
+)
 from tuneplane.models.run import RunStatus
 from tuneplane.runs.observe import backend_ref, observe_run, with_metrics
 from tuneplane.views.dashboard import duration_text, metric_cell, short_time
@@ -40,48 +46,50 @@ def run_rows(experiment: str | None, limit: int | None) -> tuple[list[list[str]]
 
 
 def _row(root: Path, key: RunKey, local: Callable[[], Backend]) -> list[str]:
-    # the raw file, not the model: a listing of many runs stays cheap, and a broken file is one row
+    # unchecked, not the model: a listing of many runs stays cheap, and a broken file is one row
     try:
-        data = json.loads((root / key.status_rel).read_text(encoding="utf-8"))
+        raw: bytes | None = (root / key.status_rel).read_bytes()
     except FileNotFoundError:
-        data = None
-    except (OSError, ValueError):
-        data = "unreadable"  # a corrupt status file is not a run waiting to be submitted
-    if not isinstance(data, dict):
-        return [key.run_id, key.experiment, "(not submitted)" if data is None else "(unreadable)", "", "", "", ""]
-    data = _live(data, local)
-    reason = f" ({data['reason']})" if data.get("reason") and data.get("phase") != SUCCEEDED else ""
+        return [key.run_id, key.experiment, "(not submitted)", "", "", "", ""]
+    except OSError:
+        raw = None  # a corrupt status file is not a run waiting to be submitted
+    status = unchecked_status(raw)
+    if status is None:
+        return [key.run_id, key.experiment, "(unreadable)", "", "", "", ""]
+    status = _live(status, local)
+    reason = f" ({status.reason})" if status.reason and status.phase != SUCCEEDED else ""
     return [
         key.run_id,
         key.experiment,
-        str(data.get("phase", "")) + reason,
-        str(data.get("profile", "")),
-        short_time(data.get("started_at")),
-        duration_text(data.get("started_at"), data.get("finished_at")),
-        metric_cell(data),
+        status.phase + reason,
+        status.profile,
+        short_time(status.started_at),
+        duration_text(status.started_at, status.finished_at),
+        metric_cell(status),
     ]
 
 
-def _live(data: dict[str, Any], local: Callable[[], Backend]) -> dict[str, Any]:
+def _live(status: UncheckedStatus, local: Callable[[], Backend]) -> UncheckedStatus:
     """A local run still in progress, as its run directory says now (its status file is from the start).
     The lab's local backend reads it: a directory it did not make keeps the status as recorded."""
-    backend = data.get("backend") or {}
-    if data.get("phase") in TERMINAL or not isinstance(backend, dict):
-        return data
-    name = str(backend.get("backend", ""))
-    if not backend_kind(name).runs_here or not os.path.isdir(str(backend.get("namespace", ""))):
-        return data
+    backend = status.backend
+    if status.phase in TERMINAL or backend is None:
+        return status
+    name = backend.backend or ""
+    run_dir = backend.run_dir
+    if not backend_kind(name).runs_here or not os.path.isdir(run_dir):
+        return status
     ref = BackendRef(
         backend=name,
-        kind=str(backend.get("kind", "")),
-        name=str(backend.get("name", "")),
-        namespace=str(backend["namespace"]),
-        uid=str(backend.get("uid", "")),
+        kind=backend.kind,
+        name=backend.name,
+        run_dir=run_dir,
+        uid=backend.uid,
     )
     obs = local().observe(ref)
     if obs.phase == UNKNOWN:
-        return data
-    return {**data, "phase": obs.phase, "reason": obs.reason, "started_at": obs.started_at or data.get("started_at")}
+        return status
+    return status.replace(phase=obs.phase, reason=obs.reason, started_at=obs.started_at or status.started_at)
 
 
 def located(run: str) -> tuple[Path, RunKey, RunStatus | None]:
@@ -111,7 +119,7 @@ def current_status(root: Path, status: RunStatus, refresh: bool | None, access: 
 
 def _here(status: RunStatus) -> bool:
     backend = status.backend
-    return backend is not None and backend_kind(backend.backend).runs_here and os.path.isdir(backend.namespace)
+    return backend is not None and backend_kind(backend.backend).runs_here and os.path.isdir(backend.run_dir)
 
 
 def backend_for(root: Path, name: str, access: ClusterAccess) -> Backend:

@@ -90,14 +90,20 @@ def transition(status: RunStatus, phase: str, at: str, **changes: Any) -> RunSta
 
 
 def backend_ref(status: RunStatus) -> BackendRef | None:
+    """The backend's reference to the run's object, as its status records it (None: never submitted)."""
     obj = status.backend
     if obj is None:
         return None
-    return BackendRef(backend=obj.backend, kind=obj.kind, name=obj.name, namespace=obj.namespace, uid=obj.uid)
+    return BackendRef(
+        backend=obj.backend, kind=obj.kind, name=obj.name, namespace=obj.namespace, uid=obj.uid, run_dir=obj.run_dir
+    )
 
 
 def backend_object(ref: BackendRef) -> BackendObject:
-    return BackendObject(backend=ref.backend, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid)
+    """What a status records of the backend's reference to the run's object."""
+    return BackendObject(
+        backend=ref.backend, kind=ref.kind, name=ref.name, namespace=ref.namespace, run_dir=ref.run_dir, uid=ref.uid
+    )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ written and cannot break a table or the page.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import re
@@ -30,11 +29,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from tuneplane.constants import BLOB_LIMIT, CANCELLED, FAILED, PENDING, RAN_TO_END, RUNNING, SUBMITTED, SUCCEEDED
-from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey
+from tuneplane.constants import CANCELLED, FAILED, PENDING, RAN_TO_END, RUNNING, SUBMITTED, SUCCEEDED
+from tuneplane.lab.runs import (
+    DASHBOARD,
+    RUNS_DIR,
+    STATUS_DIR,
+    RunKey,
+    StatusAttempt,
+    UncheckedStatus,
+    read_unchecked,
+)
 from tuneplane.metrics.vocab import Vocabulary
 from tuneplane.models.run import RUN_ID
-from tuneplane.runtime.jsonvalue import JSONObject
 from tuneplane.views.runmetrics import vocabulary_of
 
 ICON = {
@@ -117,51 +123,23 @@ def run_ids(root: Path, exp: str) -> list[str]:
     return sorted(n[: -len(".json")] for n in names if n.endswith(".json") and RUN_ID.match(n[: -len(".json")]))
 
 
-def read_raw(root: Path, key: RunKey) -> JSONObject | None:
-    """A status file as plain JSON (the dashboard of thousands of runs must not pay for validation)."""
-    path = Path(root) / key.status_rel
-    if path.is_symlink():
-        return None
-    try:
-        with path.open("rb") as file:
-            raw = file.read(BLOB_LIMIT + 1)  # a status of more is refused unread, as the scan refuses it
-        data = json.loads(raw.decode("utf-8")) if len(raw) <= BLOB_LIMIT else None
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def phase_counts(root: Path, exp: str) -> Counter[str]:
-    return Counter(_phase(read_raw(root, RunKey(exp, r))) for r in run_ids(root, exp))
+    return Counter(counted_phase(read_unchecked(root, RunKey(exp, r))) for r in run_ids(root, exp))
 
 
-def _phase(data: JSONObject | None) -> str:
-    return str(data.get("phase", "?")) if data else "unreadable"
+def counted_phase(status: UncheckedStatus | None) -> str:
+    """The phase a status is counted under on the pages ("?" for none, "unreadable" for no status)."""
+    return (status.phase or "?") if status else "unreadable"
 
 
-def gpu_seconds(data: JSONObject | None) -> float:
+def gpu_seconds(status: UncheckedStatus | None) -> float:
     """A run's GPU-seconds: the sum over its attempts (each its GPUs times its wall time)."""
-    return sum(attempt_gpu_seconds(a) for a in attempts_of(data))
+    return sum(a.gpu_seconds for a in status.attempts) if status else 0.0
 
 
-def attempts_of(data: JSONObject | None) -> list[JSONObject]:
-    """A status's attempts as plain JSON objects (anything else in the list is skipped)."""
-    attempts = (data or {}).get("attempts")
-    return [a for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
-
-
-def attempt_gpu_seconds(attempt: JSONObject) -> float:
-    """One attempt's GPU-seconds as recorded; 0 for a value that is not a positive finite number."""
-    v = attempt.get("gpu_seconds")
-    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
-        return 0.0
-    return max(float(v), 0.0)
-
-
-def attempt_month(attempt: JSONObject, run_id: str) -> str:
+def attempt_month(attempt: StatusAttempt, run_id: str) -> str:
     """The month (`YYYY-MM`, UTC) an attempt's GPU-hours count in: when it started, else the run's month."""
-    started = attempt.get("started_at")
-    month = started[:7] if isinstance(started, str) else ""
+    month = attempt.started_at[:7]
     return month if _MONTH.match(month) else month_of(run_id)
 
 
@@ -174,11 +152,11 @@ def gpu_seconds_by_month(root: Path, exp: str) -> dict[str, float]:
     monthly budgets of `tuneplane.yaml` count the same numbers."""
     out: dict[str, float] = {}
     for run_id in run_ids(root, exp):
-        for attempt in attempts_of(read_raw(root, RunKey(exp, run_id))):
-            spent = attempt_gpu_seconds(attempt)
-            if spent:
+        status = read_unchecked(root, RunKey(exp, run_id))
+        for attempt in status.attempts if status else ():
+            if attempt.gpu_seconds:
                 month = attempt_month(attempt, run_id)
-                out[month] = out.get(month, 0.0) + spent
+                out[month] = out.get(month, 0.0) + attempt.gpu_seconds
     return out
 
 
@@ -200,7 +178,7 @@ def experiment_page(root: Path, exp: str, counts: Mapping[str, int]) -> str:
     months = by_month(ids)
     newest = month_of(ids[-1]) if ids else ""
     shown = list(reversed(months.get(newest, [])))[:PAGE]
-    rows = [(RunKey(exp, r), read_raw(root, RunKey(exp, r))) for r in shown]
+    rows = [(RunKey(exp, r), read_unchecked(root, RunKey(exp, r))) for r in shown]
     lines = [f"# {_cell(exp)}", "", NOTE, "", _counts_line(counts), ""]
     spent = gpu_seconds_by_month(root, exp)
     if spent:
@@ -249,7 +227,7 @@ def _month_links(month: str, count: int) -> str:
     )
 
 
-def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, JSONObject | None]) -> list[RunKey]:
+def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, UncheckedStatus | None]) -> list[RunKey]:
     """The latest finished runs with a chart, newest first (at most `CHARTS`, looking at most
     `LATEST` runs back past the newest month: the page stays cheap in a lab of any size)."""
     out: list[RunKey] = []
@@ -259,8 +237,8 @@ def _charted(root: Path, exp: str, ids: list[str], known: Mapping[str, JSONObjec
         key = RunKey(exp, run_id)
         if not (Path(root) / chart_rel(key)).is_file():
             continue
-        data = known[run_id] if run_id in known else read_raw(root, key)
-        if data and data.get("phase") in RAN_TO_END:
+        status = known[run_id] if run_id in known else read_unchecked(root, key)
+        if status and status.phase in RAN_TO_END:
             out.append(key)
     return out
 
@@ -274,7 +252,8 @@ def month_page(root: Path, exp: str, month: str, part: int = 1) -> str:
     lines = [title, "", NOTE, "", f"[← {_cell(exp)}](README.md)", "", HEADER, RULE]
     keys = [RunKey(exp, r) for r in ids]
     lines += [
-        row(k, read_raw(root, k), here=exp, request=_requested(root, k), chart=_charted_file(root, k)) for k in keys
+        row(k, read_unchecked(root, k), here=exp, request=_requested(root, k), chart=_charted_file(root, k))
+        for k in keys
     ]
     return "\n".join(lines) + "\n"
 
@@ -317,8 +296,8 @@ def index_page(
             ids = run_ids(root, exp)
             latest_lab += [(r, exp) for r in ids[-LATEST_LAB:]]
             last = ids[-1] if ids else ""
-            data = read_raw(root, RunKey(exp, last)) if last else None
-            shown = f"`{last}` {_cell(_phase_text(data))}" if last else ""
+            status = read_unchecked(root, RunKey(exp, last)) if last else None
+            shown = f"`{last}` {_cell(_phase_text(status))}" if last else ""
             lines.append(
                 f"| [{_cell(exp)}]({exp}/README.md) | {sum(counts[exp].values())} | "
                 f"{_cell(_phases(counts[exp]))} | {shown} |"
@@ -328,11 +307,12 @@ def index_page(
         if recent:
             lines += ["## Latest runs", "", "| run | experiment | phase | duration | metric |", "|:--|:--|:--|--:|:--|"]
             for run_id, exp in recent:
-                data = read_raw(root, RunKey(exp, run_id)) or {}
+                found = read_unchecked(root, RunKey(exp, run_id))
+                status = found or UncheckedStatus()
                 lines.append(
-                    f"| [`{run_id}`]({exp}/README.md) | {_cell(exp)} | {_cell(_phase_text(data, why=True))} | "
-                    f"{duration_text(data.get('started_at'), data.get('finished_at'))} | "
-                    f"{_cell(metric_cell(data))} |"
+                    f"| [`{run_id}`]({exp}/README.md) | {_cell(exp)} | {_cell(_phase_text(found, why=True))} | "
+                    f"{duration_text(status.started_at, status.finished_at)} | "
+                    f"{_cell(metric_cell(status))} |"
                 )
             lines.append("")
     if sweeps:
@@ -364,7 +344,7 @@ def _charted_file(root: Path, key: RunKey) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
-def row(key: RunKey, data: JSONObject | None, here: str = "", request: bool = True, chart: bool = False) -> str:
+def row(key: RunKey, status: UncheckedStatus | None, here: str = "", request: bool = True, chart: bool = False) -> str:
     """One run as a table row (links relative to `status/<here>/`, or to `status/` when empty): its
     request while it exists, its status, and its chart when it has one."""
     up = "../../" if here else "../"
@@ -372,32 +352,30 @@ def row(key: RunKey, data: JSONObject | None, here: str = "", request: bool = Tr
     links = (f"[request]({up}{key.request_rel}) · " if request else "") + f"[status]({status_link})"
     if chart:
         links += f" · [chart]({status_link.removesuffix('.json')}.svg)"
-    if data is None:
+    if status is None:
         return f"| `{key.run_id}` | | | ⚠️ unreadable | | | | | {links} |"
     cells = [
-        str(data.get("method") or ""),
-        str(data.get("profile") or ""),
-        _phase_text(data, why=True),
-        short_time(data.get("started_at")),
-        duration_text(data.get("started_at"), data.get("finished_at")),
-        gpu_hours(gpu_seconds(data)),
-        metric_cell(data, spark=False),  # the index's latest runs carry the sparkline
+        status.method,
+        status.profile,
+        _phase_text(status, why=True),
+        short_time(status.started_at),
+        duration_text(status.started_at, status.finished_at),
+        gpu_hours(gpu_seconds(status)),
+        metric_cell(status, spark=False),  # the index's latest runs carry the sparkline
     ]
     return f"| `{key.run_id}` | " + " | ".join(_cell(c) for c in cells) + f" | {links} |"
 
 
-def _phase_text(data: JSONObject | None, why: bool = False) -> str:
-    if not data:
+def _phase_text(status: UncheckedStatus | None, why: bool = False) -> str:
+    if not status:
         return "⚠️ unreadable"
-    phase = str(data.get("phase", ""))
-    reason = str(data.get("reason") or "")
+    phase, reason = status.phase, status.reason
     shown = reason and phase != SUCCEEDED and reason != phase
     text = f"{ICON.get(phase, '')} {phase}".strip() + (f" ({reason})" if shown else "")
-    attempts = data.get("attempts")
-    if isinstance(attempts, list) and len(attempts) > 1:
-        text += f", attempt {len(attempts)}"
+    if len(status.attempts) > 1:
+        text += f", attempt {len(status.attempts)}"
     if why and phase == FAILED:
-        said = failure_line(str(data.get("message") or ""))
+        said = failure_line(status.message)
         if said:
             text += ": " + said
     return text
@@ -476,17 +454,13 @@ def _parse(value: object) -> datetime:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def metric_cell(data: JSONObject, vocab: Vocabulary | None = None, spark: bool = True) -> str:
+def metric_cell(status: UncheckedStatus, vocab: Vocabulary | None = None, spark: bool = True) -> str:
     """The first metric in reading order (primary first), its last value and a sparkline."""
-    metrics = data.get("metrics") or {}
-    if not isinstance(metrics, dict) or not metrics:
+    if not status.metrics:
         return ""
-    key = (vocab or _vocabulary(str(data.get("method") or ""))).order(metrics)[0]
-    value = metrics[key]
-    histories = data.get("metric_history")
-    history = histories.get(key) if isinstance(histories, dict) else None
-    text = f"{key} {value:.4g}" if isinstance(value, int | float) else f"{key} {value}"
-    return f"{text} {sparkline(history if isinstance(history, list) else [])}".rstrip() if spark else text
+    key = (vocab or _vocabulary(status.method)).order(status.metrics)[0]
+    text = f"{key} {status.metrics[key]:.4g}"
+    return f"{text} {sparkline(status.series(key))}".rstrip() if spark else text
 
 
 @functools.lru_cache(maxsize=64)

@@ -259,7 +259,7 @@ class LocalBackend:
             backend=self.name,
             kind=REF_KIND,
             name=request.object_name,
-            namespace=str(run_dir),
+            run_dir=str(run_dir),
             uid=str(state.get("uid", "")),
         )
 
@@ -377,8 +377,8 @@ class LocalBackend:
         return str(state.get("experiment", "")), str(state.get("run_id", ""))
 
     def run_dir(self, ref: BackendRef) -> Path:
-        """A local ref's namespace is its run directory: found whatever storage root is in force now."""
-        path = Path(ref.namespace)
+        """The ref's run directory, a relative one under the storage root in force now."""
+        path = Path(ref.run_dir)
         return path if path.is_absolute() else self.root / path
 
     # ---- observe ----

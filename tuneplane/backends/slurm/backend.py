@@ -40,7 +40,7 @@ class SlurmBackend:
 
     def artifacts(self, ref: BackendRef) -> list[dict[str, Any]]:
         """What the recipe's artifact globs match in the run's out dir on the shared filesystem."""
-        run_dir = Path(ref.namespace)
+        run_dir = Path(ref.run_dir)
         try:
             meta = json.loads((run_dir / STATE_DIR / RUN_FILE).read_text(encoding="utf-8"))
             globs = [dict(item) for item in meta["artifacts"]]

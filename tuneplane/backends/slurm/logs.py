@@ -12,7 +12,7 @@ POLL = 0.5  # seconds between looks at a followed log (on a shared filesystem)
 
 
 def log_path(ref: BackendRef) -> Path:
-    return Path(ref.namespace) / "logs" / f"slurm-{ref.uid}.out"
+    return Path(ref.run_dir) / "logs" / f"slurm-{ref.uid}.out"
 
 
 def read_log(ref: BackendRef, tail: int | None, follow: bool, finished: Callable[[], bool]) -> Iterator[str]:

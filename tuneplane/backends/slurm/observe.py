@@ -110,7 +110,7 @@ def observe(commands: SlurmCommands, ref: BackendRef, accounting: bool) -> Obser
             reason="ControllerUnavailable",
             message=f"{exc}; the run's state is decided once slurmctld answers again",
         )
-    evidence = Evidence.read(Path(ref.namespace), ref.uid)
+    evidence = Evidence.read(Path(ref.run_dir), ref.uid)
     return from_slurm(fields, evidence) if fields is not None else from_evidence(evidence, ref)
 
 
@@ -379,7 +379,7 @@ def from_slurm(fields: dict[str, str], evidence: Evidence) -> Observation:
 def from_evidence(evidence: Evidence, ref: BackendRef) -> Observation:
     """Slurm has forgotten the job: the newest attempt's own markers and records decide."""
     newest = evidence.newest()
-    state_dir = Path(ref.namespace) / STATE_DIR
+    state_dir = Path(ref.run_dir) / STATE_DIR
     if newest == 0:
         return Observation(
             FAILED,

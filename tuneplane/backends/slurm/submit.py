@@ -65,7 +65,7 @@ def ref_for(batch: SlurmBatch, job_id: str) -> BackendRef:
         backend="slurm",
         kind=KIND,
         name=batch.job_name,
-        namespace=batch.run_dir,
+        run_dir=batch.run_dir,
         uid=job_id,
         commit=batch.commit,
         jobspec_digest=batch.jobspec_digest,
