@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tuneplane.check.params import (
+    Misfit,
     check_value,
     get_path,
     is_missing,
@@ -15,6 +16,7 @@ from tuneplane.check.params import (
     parse_sets,
     resolve_name,
     unknown_name_message,
+    value_misfit,
 )
 from tuneplane.errors import UsageError
 from tuneplane.models.recipe import Param, Recipe
@@ -201,3 +203,21 @@ def test_leaf_paths() -> None:
         "d",
         "e.f.g",
     ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "kind"),
+    [
+        ({"type": "float", "min": 0, "max": 1}, "maximum", "type"),
+        ({"type": "float"}, float("nan"), "type"),
+        ({"type": "bool"}, 1, "type"),
+        ({"type": "int", "min": 1}, 0, "range"),
+        ({"type": "float", "min": 0, "exclusive_min": True}, 0, "range"),
+        ({"type": "float", "max": 1}, 2.0, "range"),
+        ({"type": "enum", "choices": ["a", "b"]}, "minimum", "choice"),
+    ],
+)
+def test_a_misfit_says_its_kind_beside_its_message(spec: dict[str, Any], value: object, kind: str) -> None:
+    """Rules pick their id by the kind (`config-type`, `config-range`, `config-choice`), not the words."""
+    misfit = value_misfit(param(**spec), value)
+    assert misfit is not None and misfit[0] is Misfit(kind) and misfit[1] == check_value(param(**spec), value)

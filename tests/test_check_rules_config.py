@@ -150,3 +150,23 @@ def test_custom_config_is_never_parsed(lab: Path, tp: Any, tp_subprocess: Any, t
     )
     assert submit.code == 0, submit.output
     assert "Succeeded" in submit.output
+
+
+def _set_keys(lab: Path, exp: str, values: dict[str, str]) -> None:
+    """Each key of config.yaml set to its text (written anew where the scaffold leaves it out)."""
+    path = lab / "experiments" / exp / "config.yaml"
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.split(":")[0] not in values]
+    path.write_text("\n".join([*lines, *(f"{k}: {v}" for k, v in values.items())]) + "\n", encoding="utf-8")
+
+
+def test_the_rule_id_follows_the_kind_of_misfit_not_the_words_of_its_message(lab: Path, tp: Any) -> None:
+    """A value whose own text is "maximum" is of the wrong type or not a choice, not out of range."""
+    assert tp("new", "exp", "--method", "trl/sft", cwd=lab).code == 0
+    _set_keys(lab, "exp", {"learning_rate": "maximum", "lr_scheduler_type": "minimum", "weight_decay": "2.0"})
+    result = tp("validate", "exp", "--format", "json", cwd=lab)
+    rules = {p["pointer"]: p["rule"] for p in _problems(result) if p["rule"].startswith("config-")}
+    assert rules == {
+        "/learning_rate": "config-type",
+        "/lr_scheduler_type": "config-choice",
+        "/weight_decay": "config-range",
+    }, rules

@@ -130,3 +130,28 @@ def test_a_full_disk_under_the_output_is_said_in_one_line(argv, tmp_path):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and "bug in tp" not in done.stderr
+
+
+def test_an_interrupt_and_a_missing_package_are_said_through_the_reporter(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error handler speaks through `say` like every command, so the edition's words apply to it too
+    and each message is one line or two on standard error, ending once."""
+    from tuneplane.cli import main
+    from tuneplane.cli.say import say
+    from tuneplane.constants import EXIT_INTERRUPTED, EXIT_PROBLEMS
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    def missing() -> int:
+        raise ModuleNotFoundError("No module named 'ruamel'", name="ruamel.yaml")
+
+    monkeypatch.setattr(say, "translate", lambda text: text.replace("interrupted", "已中断"))
+    assert main._guarded(interrupted) == EXIT_INTERRUPTED
+    assert main._guarded(missing) == EXIT_PROBLEMS
+    out, err = capsys.readouterr()
+    assert out == ""
+    first, package, hint, rest = err.split("\n", 3)
+    assert first == "已中断" and package.startswith("error: tp needs the Python package 'ruamel'"), err
+    assert hint.startswith("  hint: install tp") and rest == "", err

@@ -480,3 +480,54 @@ def test_a_home_still_holds_its_concept():
 def test_the_rules_see_a_copy_in_every_spelling(rule, source, flagged):
     """The one-home rules are only as good as what they find: the spellings a copy hides in."""
     assert bool(rule(ast.parse(source))) is flagged
+
+
+# What tp says to a person goes through one reporter (`runtime.reporter.Reporter`, the CLI's `cli.say.say`).
+# The job side is separate programs run inside training images, with their own output: it keeps print.
+SAYS_ITSELF = {"runtime/reporter.py", "cli/say.py", "launcher.py", "backends/local/__main__.py"}
+SAYS_ITSELF_DIRS = ("lifecycle/", "collector/", "report/", "runtime/")
+BYPASSES = {"typer.echo", "click.echo", "typer.secho", "click.secho", "sys.stdout.write", "sys.stderr.write"}
+
+
+def _output_bypasses(tree: ast.AST) -> list[int]:
+    """Lines that write to a person around the reporter: `print` (called, or handed on as `echo=print`),
+    `typer.echo`, `click.echo`, or a write straight to `sys.stdout`/`sys.stderr`."""
+    found = []
+    for node in nodes(tree):
+        if isinstance(node, ast.Name) and node.id == "print" and isinstance(node.ctx, ast.Load):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and ast.unparse(node) in BYPASSES:
+            found.append(node.lineno)
+    return found
+
+
+def test_what_tp_says_goes_through_the_reporter():
+    """A message written around the reporter loses the colour, the edition's words and the stream the
+    reporter picks; code below the CLI takes a `runtime.reporter.Reporter` method instead."""
+    bypasses = [
+        f"tuneplane/{rel}:{line}"
+        for rel, tree in package_trees().items()
+        if rel not in SAYS_ITSELF and not rel.startswith(SAYS_ITSELF_DIRS)
+        for line in _output_bypasses(tree)
+    ]
+    assert bypasses == [], "say it through the reporter (cli.say.say, or runtime.reporter.plain):\n" + "\n".join(
+        bypasses
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "flagged"),
+    [
+        ("print('x')\n", True),
+        ("def f(echo=print):\n    pass\n", True),
+        ("typer.echo('x', nl=False)\n", True),
+        ("sys.stderr.write('x')\n", True),
+        ("w = sys.stdout.write\n", True),
+        ("say.line('x')\n", False),
+        ("plain.note('x')\n", False),
+        ("doc = \"python -c 'print(1)'\"\n", False),
+        ("handle.write('x')\n", False),
+    ],
+)
+def test_the_reporter_rule_sees_every_spelling(source: str, flagged: bool) -> None:
+    assert bool(_output_bypasses(ast.parse(source))) is flagged

@@ -29,7 +29,8 @@ from tuneplane.ingest import (
 )
 from tuneplane.ingest.server import IngestServer, Limits
 from tuneplane.ingest.tokens import ensure_secret, load_secret
-from tuneplane.views.charts import nice_ticks, render_svg, render_table, sparkline
+from tuneplane.views.charts import render_svg, render_table, sparkline
+from tuneplane.views.charts_axes import nice_ticks
 
 SECRET = b"s" * 32
 

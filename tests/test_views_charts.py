@@ -11,14 +11,9 @@ import re
 import xml.etree.ElementTree as ET
 
 from tuneplane.metrics.vocab import Vocabulary
-from tuneplane.views.charts import (
-    changed_parameters,
-    nice_ticks,
-    render_compare_svg,
-    render_svg,
-    render_table,
-    tick_labels,
-)
+from tuneplane.views.charts import render_compare_svg, render_svg, render_table
+from tuneplane.views.charts_axes import nice_ticks, tick_labels
+from tuneplane.views.charts_legend import changed_parameters
 
 NS = "{http://www.w3.org/2000/svg}"
 SFT = Vocabulary.of(
@@ -274,7 +269,7 @@ def test_compare_draws_each_runs_hardware_from_its_own_start() -> None:
 
 def test_wall_time_ticks_are_round_durations_at_every_span() -> None:
     """The labels the chart draws (`time_labels`: one unit per axis) on round durations."""
-    from tuneplane.views.charts import time_labels, time_ticks
+    from tuneplane.views.charts_axes import time_labels, time_ticks
 
     expected = {
         7: ["0s", "2s", "4s", "6s"],

@@ -11,12 +11,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tuneplane.views.charts import (
-    changed_parameters,
-    render_compare_svg,
-    render_svg,
-)
-from tuneplane.views.charts_legend import VALUE_CHARS
+from tuneplane.views.charts import render_compare_svg, render_svg
+from tuneplane.views.charts_legend import VALUE_CHARS, changed_parameters
 
 NS = "{http://www.w3.org/2000/svg}"
 CHAR = 6.2  # px per character of the 11 px sans-serif the charts use (a generous average)
@@ -207,7 +203,8 @@ def test_runs_of_two_recipes_overlay_what_they_share_and_keep_the_rest_apart() -
 # parameters) would show as different bytes under another PYTHONHASHSEED
 _RENDER = """
 import sys
-from tuneplane.views.charts import changed_parameters, render_compare_svg
+from tuneplane.views.charts import render_compare_svg
+from tuneplane.views.charts_legend import changed_parameters
 keys = ["train/loss", "validation/loss", "train/grad_norm", "train/lr", "custom/" + "z" * 3, "hw/gpu_util",
         "hw/cpu_util", "train/epoch"]
 runs = {f"run-{i}": {k: [(s, (s * (j + 1) + i) % 7 + 0.5) for s in range(40)] for j, k in enumerate(keys)}

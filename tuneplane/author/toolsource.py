@@ -128,7 +128,7 @@ def tool_source(direct: Mapping[str, object] | None, version: str, origin: tuple
 
 def explicit_source(requirement: str) -> ToolSource:
     """`tp init --tool-requirement`: checked as a PEP 508 requirement naming this distribution."""
-    from packaging.requirements import InvalidRequirement, Requirement  # lazy: packaging's parser costs ~25 ms
+    from packaging.requirements import InvalidRequirement, Requirement  # lazy: packaging's parser is slow to import
 
     try:
         parsed = Requirement(requirement)

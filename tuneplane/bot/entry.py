@@ -31,9 +31,9 @@ from tuneplane.bot.report import (
     STEPS,
     BotOptions,
     BotReport,
-    Echo,
     checkpoint,
 )
+from tuneplane.runtime.reporter import Echo, plain
 
 if TYPE_CHECKING:
     from tuneplane.backends.base import Backend
@@ -52,7 +52,10 @@ __all__ = [
 
 
 def reconcile(
-    root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None, echo: Echo = print
+    root: Path,
+    opts: BotOptions | None = None,
+    backends: Callable[[str], Backend] | None = None,
+    echo: Echo = plain.line,
 ) -> BotReport:
     """`tp bot reconcile` (see bot.reconcile); nothing is imported or read when there is nothing to do."""
     report = idle(root, "reconcile", opts or BotOptions())
@@ -64,7 +67,10 @@ def reconcile(
 
 
 def sync(
-    root: Path, opts: BotOptions | None = None, backends: Callable[[str], Backend] | None = None, echo: Echo = print
+    root: Path,
+    opts: BotOptions | None = None,
+    backends: Callable[[str], Backend] | None = None,
+    echo: Echo = plain.line,
 ) -> BotReport:
     """`tp bot sync` (see bot.sync); nothing is imported or read when no run is being watched."""
     report = idle(root, "sync", opts or BotOptions())

@@ -28,7 +28,6 @@ from tuneplane.bot.passes import (
     BotOptions,
     BotPass,
     BotReport,
-    Echo,
     checkpoint,
     run_pass,
 )
@@ -45,6 +44,7 @@ from tuneplane.record.batch import Batch
 from tuneplane.record.ledger import AWAITING
 from tuneplane.runs.observe import RETRY_WAIT, backend_object, backend_ref, elsewhere
 from tuneplane.runs.retry import attempt_run, kept_attempts, next_attempt, resubmitted, retry_at
+from tuneplane.runtime.reporter import Echo, plain
 
 if TYPE_CHECKING:  # the submit pipeline loads only for a run to submit
     from tuneplane.plan.resolve import PreparedExperiment
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the submit pipeline loads only for a run to submit
 
 
 def reconcile(
-    root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None, echo: Echo = print
+    root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None, echo: Echo = plain.line
 ) -> BotReport:
     """Cancel what asks for it, submit what is new (and retry what failed); commit and push what changed."""
     return run_pass(root, opts, backends, "submit", _reconcile, echo)
@@ -120,7 +120,7 @@ def _cancel(
             backend = pool.get(ref.backend)
             if elsewhere(backend, ref):  # a process on another machine: only that machine can stop it
                 echo(
-                    f"  {key}: a local run of another machine (no {ref.namespace} here): cancel it there "
+                    f"  {key}: a local run of another machine (no {ref.run_dir} here): cancel it there "
                     f"(`tp job cancel {key.run_id}` on that machine), which commits its end"
                 )
                 return
@@ -250,7 +250,7 @@ class _Submitter:
         self._hand_over(key, request, run, previous)
 
     def _hand_over(self, key: RunKey, request: RunRequest, run: PreparedRun, previous: RunStatus | None) -> None:
-        # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
+        # lazy: the submit pipeline (plan, render, Jinja2), most of a pass's imports, loads only for a run to submit
         from tuneplane.runs.prepare import backend_request
         from tuneplane.runs.status import waiting_status
 
@@ -290,7 +290,7 @@ class _Submitter:
         return status.model_copy(update={"submitted_for": owner}) if owner else status
 
     def _prepare(self, request: RunRequest) -> PreparedRun:
-        # lazy: the submit pipeline (plan, render, Jinja2: ~200 ms) loads only for a run to submit
+        # lazy: the submit pipeline (plan, render, Jinja2), most of a pass's imports, loads only for a run to submit
         from tuneplane.lab.catalog import load_catalog
         from tuneplane.plan.resolve import prepare_experiment
         from tuneplane.runs.prepare import prepare

@@ -10,7 +10,6 @@ would) at that step; see `STEPS`. It exists for the crash-injection tests and ch
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tuneplane.constants import CANCELLED, SUBMITTED
@@ -33,7 +32,6 @@ NOTIFY_STEPS = ("notified",)
 NOTIFY_OUTBOX = "tuneplane-notify-outbox.json"
 IDLE_MESSAGE = "nothing to do: every run request has its status"  # what `tp bot` prints for a no-op run
 MAX_BACKEND_FAILURES = 3  # in a row: the backend is down, leave the rest for the next run
-Echo = Callable[[str], None]
 
 
 def checkpoint(step: str) -> None:

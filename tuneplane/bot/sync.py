@@ -36,7 +36,7 @@ from tuneplane.backends.base import (
     Observation,
     Requeues,
 )
-from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, Echo, run_pass
+from tuneplane.bot.passes import BackendFactory, Backends, BotOptions, BotPass, BotReport, run_pass
 from tuneplane.constants import INGEST_SECRET_ENV, RUNNING, TERMINAL, UNKNOWN, epoch_of, utc_now, wire_second
 from tuneplane.errors import UsageError
 from tuneplane.lab.heartbeats import PublishedHeartbeats
@@ -58,6 +58,7 @@ from tuneplane.runs.observe import (
     with_artifacts,
     with_metrics,
 )
+from tuneplane.runtime.reporter import Echo, plain
 from tuneplane.views.runmetrics import Timed, chart_svg, vocabulary_of
 
 PATIENCE = 7 * 86400  # seconds after a run's end the bot keeps asking an unreachable receiver for them
@@ -66,7 +67,7 @@ Series = dict[str, list[tuple[int, float]]]
 
 
 def sync(
-    root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None, echo: Echo = print
+    root: Path, opts: BotOptions | None = None, backends: BackendFactory | None = None, echo: Echo = plain.line
 ) -> BotReport:
     """Refresh every run the bot watches; commit and push what changed."""
     return run_pass(root, opts, backends, "sync", _sync_all, echo)
@@ -133,7 +134,7 @@ def _sync_one(
             return
         echo(
             f"  {key}: a local run of another machine, or one whose storage is out of sight (no "
-            f"{ref.namespace} here): its status is left as committed; the machine that runs it commits its "
+            f"{ref.run_dir} here): its status is left as committed; the machine that runs it commits its "
             f"end, or the next sync that sees it does{unheard}"
         )
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 
 from tuneplane.constants import Scalar
 from tuneplane.errors import UsageError
@@ -137,37 +138,52 @@ def config_pointer(path: str) -> str:
     return "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in path.split("."))
 
 
+class Misfit(StrEnum):
+    """Why a value does not fit its parameter: what a rule decides on (its id), never the message."""
+
+    TYPE = "type"  # not of the parameter's type, or a number that is not finite
+    RANGE = "range"  # a number outside the parameter's bounds
+    CHOICE = "choice"  # not one of an enum parameter's choices
+
+
 def check_value(param: Param, value: object) -> str | None:
     """None when `value` fits `param`, else the message saying why not."""
+    misfit = value_misfit(param, value)
+    return None if misfit is None else misfit[1]
+
+
+def value_misfit(param: Param, value: object) -> tuple[Misfit, str] | None:
+    """None when `value` fits `param`, else why not: the kind of misfit and the message saying it."""
     kind = param.type
     if kind == "bool":
-        return None if isinstance(value, bool) else f"expected true or false, got {_show(value)}"
+        return None if isinstance(value, bool) else (Misfit.TYPE, f"expected true or false, got {_show(value)}")
     if kind in ("int", "float"):
         return _check_number(param, value)
     if kind == "str":
-        return None if isinstance(value, str) else f"expected text, got {_show(value)}"
+        return None if isinstance(value, str) else (Misfit.TYPE, f"expected text, got {_show(value)}")
     if value not in (param.choices or []):
-        return f"{_show(value)} is not one of: {', '.join(map(str, param.choices or []))}"
+        return Misfit.CHOICE, f"{_show(value)} is not one of: {', '.join(map(str, param.choices or []))}"
     return None
 
 
-def _check_number(param: Param, value: object) -> str | None:
+def _check_number(param: Param, value: object) -> tuple[Misfit, str] | None:
     if _non_finite(value):
-        return (
+        return Misfit.TYPE, (
             f"{value!r} is not a finite number: NaN and infinities pass no bound and break the JSON handed to the job"
         )
     ok = isinstance(value, int) if param.type == "int" else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok or not isinstance(value, (int, float)):  # the last narrows for mypy
         if isinstance(value, str) and param.type == "float" and _FLOATISH().match(value):
-            return (
+            return Misfit.TYPE, (
                 f"expected a number, got the text {value!r}: YAML reads an exponent without a dot as text; "
                 f"write it as {_with_dot(value)}"
             )
-        return f"expected {'an integer' if param.type == 'int' else 'a number'}, got {_show(value)}"
+        return Misfit.TYPE, f"expected {'an integer' if param.type == 'int' else 'a number'}, got {_show(value)}"
     if param.min is not None and (value <= param.min if param.exclusive_min else value < param.min):
-        return f"{value} is below the minimum {'(exclusive) ' if param.exclusive_min else ''}{_num(param.min)}"
+        bound = f"{'(exclusive) ' if param.exclusive_min else ''}{_num(param.min)}"
+        return Misfit.RANGE, f"{value} is below the minimum {bound}"
     if param.max is not None and value > param.max:
-        return f"{value} is above the maximum {_num(param.max)}"
+        return Misfit.RANGE, f"{value} is above the maximum {_num(param.max)}"
     return None
 
 

@@ -94,7 +94,7 @@ def compare(
 
         runs += sweep_run_ids(sweep)
     # lazy: tp builds only the invoked command, so only it pays for the charts and the metrics readers
-    from tuneplane.views.charts import changed_parameters
+    from tuneplane.views.charts_legend import changed_parameters
     from tuneplane.views.runmetrics import compare_svg
 
     if len(runs) < 2:
@@ -368,7 +368,7 @@ class _Target:
             hyperparameters = dict(current.hyperparameters)
             self.method = current.method
             if current.backend is not None:
-                self.store = run_metrics_store(current.backend.backend, current.backend.namespace)
+                self.store = run_metrics_store(current.backend.backend, current.backend.run_dir)
         try:
             request = read_request(root, key)
         except UsageError:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from tuneplane.cli.options import Branch, Push, Remote, Timeout
+from tuneplane.cli.say import say
 
 Grid = Annotated[list[str] | None, typer.Option("--grid", "-g", help="A swept parameter KEY=V1,V2,… (repeatable).")]
 Name = Annotated[str, typer.Argument(help="The sweep's name (sweeps/NAME.yaml).")]
@@ -61,13 +62,13 @@ def sweep(
             _show(name_arg)
             return
         if experiment == "extend":
-            result = sweeps.extend_sweep(name_arg, grid or [], push=push, remote=remote, branch=branch, say=typer.echo)
+            result = sweeps.extend_sweep(name_arg, grid or [], push=push, remote=remote, branch=branch, say=say.line)
         elif experiment == "cancel":
             result = sweeps.cancel_sweep(name_arg, push=push, remote=remote, branch=branch)
         else:
             if not failed:
                 raise UsageError("tp sweep rerun reruns the failed trials", hint=f"tp sweep rerun {name_arg} --failed")
-            result = sweeps.rerun_failed(name_arg, push=push, remote=remote, branch=branch, say=typer.echo)
+            result = sweeps.rerun_failed(name_arg, push=push, remote=remote, branch=branch, say=say.line)
         _report(experiment, result)
         return
     if name_arg:
@@ -90,7 +91,7 @@ def sweep(
         remote=remote,
         branch=branch,
     )
-    _report("create", sweeps.create_sweep(opts, say=typer.echo))
+    _report("create", sweeps.create_sweep(opts, say=say.line))
 
 
 def _report(verb: str, result: object) -> None:
@@ -99,20 +100,18 @@ def _report(verb: str, result: object) -> None:
     assert isinstance(result, SweepResult)
     name = result.sweep.name
     if result.commit is None:
-        typer.echo(
+        say.line(
             f"sweep {name}: nothing to {'add' if verb in ('create', 'extend') else verb} ({len(result.trials)} runs)"
         )
     elif verb == "cancel":
-        typer.echo(
-            f"sweep {name}: marked {len(result.written)} requests `cancel: true` (committed {result.commit[:12]})"
-        )
-    typer.echo(f"sweep {name}: {len(result.trials)} runs; `tp sweep show {name}` lists them")
+        say.line(f"sweep {name}: marked {len(result.written)} requests `cancel: true` (committed {result.commit[:12]})")
+    say.line(f"sweep {name}: {len(result.trials)} runs; `tp sweep show {name}` lists them")
     if result.commit is not None and not result.pushed:
-        typer.echo("next: push it (or open a pull request); the bot runs it once merged")
+        say.line("next: push it (or open a pull request); the bot runs it once merged")
 
 
 def _show(name: str) -> None:
     from tuneplane.lab.load import open_lab  # lazy: as above
     from tuneplane.views.sweep import sweep_table
 
-    typer.echo(sweep_table(open_lab().root, name), nl=False)
+    say.text(sweep_table(open_lab().root, name))

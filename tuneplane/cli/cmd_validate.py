@@ -7,7 +7,6 @@ builds this module's command alone (`cli.app`), and the pipeline loads with the 
 # No `from __future__ import annotations`: Typer reads the parameters' annotations, and resolving them
 # from strings (typing.get_type_hints) was a third of building this command.
 import os
-import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
@@ -95,8 +94,7 @@ def run(
     if fmt == "text":
         say.text(report)  # coloured on a terminal
     else:  # for a program: never painted
-        sys.stdout.write(report)
-        sys.stdout.flush()
+        say.data(report)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary_file:
         with open(summary_file, "a", encoding="utf-8") as fh:

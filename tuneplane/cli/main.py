@@ -28,11 +28,13 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def skip_pydantic_plugins() -> None:
-    """pydantic scans every installed distribution's entry points for plugins on first use (~10 ms of a
-    150 ms command); tp uses none, so this process skips the scan unless the user asked for plugins.
+    """pydantic scans every installed distribution's entry points for plugins on first use, a cost that
+    grows with the environment; tp uses none, so this process skips the scan unless the user asked for
+    plugins.
 
     With every plugin disabled, pydantic still imports its plugin loader on the first model it
-    builds, and the loader imports importlib.metadata (and email with it): 5 % of `tp validate EXP`.
+    builds, and the loader imports importlib.metadata (and email with it), which `tp validate EXP` would
+    pay for on every run (bench/validate.py measures the command).
     Its one use in pydantic is `get_plugins()`, which then returns nothing; answer that without the
     import. tests/test_cli_main.py fails if pydantic starts to use the loader for anything else."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
@@ -58,14 +60,15 @@ def _guarded(call: Callable[[], int]) -> int:
         say.error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        say.note("interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("TUNEPLANE_DEBUG"):
             raise
         missing = _missing_dependency(exc) or _no_output(exc)
         if missing is not None:
-            sys.stderr.write(missing)
+            if missing:  # empty: standard output's reader went away, and wants nothing more
+                say.note(missing)
             return EXIT_PROBLEMS
         say.note(
             f"internal error: {type(exc).__name__}: {exc}\n"
@@ -85,9 +88,9 @@ def _no_output(exc: Exception) -> str | None:
     if not isinstance(exc, OSError) or exc.errno not in NO_SPACE:
         return None
     if exc.filename:
-        return f"error: {exc.strerror} writing {exc.filename}\n  hint: free some space and run the command again\n"
+        return f"error: {exc.strerror} writing {exc.filename}\n  hint: free some space and run the command again"
     quiet_stdout()  # a stream without a file name: tp's own output, which the exit would flush again
-    return f"error: cannot write tp's output: {exc.strerror or exc}\n"
+    return f"error: cannot write tp's output: {exc.strerror or exc}"
 
 
 def _missing_dependency(exc: Exception) -> str:
@@ -99,7 +102,7 @@ def _missing_dependency(exc: Exception) -> str:
     return (
         f"error: tp needs the Python package {missing!r}, which {sys.executable} cannot import\n"
         "  hint: install tp with its dependencies (pip install tuneplane); an image that only runs "
-        "jobs needs none of them (tuneplane.report, tuneplane-launch)\n"
+        "jobs needs none of them (tuneplane.report, tuneplane-launch)"
     )
 
 

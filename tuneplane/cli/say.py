@@ -1,8 +1,10 @@
 """What the CLI says to a person, in one place: results on standard output, notes, warnings and
 errors on standard error, coloured only on a terminal.
 
-Every command module prints through `say` (the one `Reporter`), and hands its methods to library
-code that reports as it goes (`echo=say.line`, `note=say.note`, `out=say.text`). Colour is on when
+Every command module prints through `say`, and hands it or its methods to library code that reports as
+it goes (`echo=say.line`, `note=say.note`, `out=say.text`). `say` is a `runtime.reporter.Reporter`, the
+type the layers below the CLI accept, so the bot's and the runs' messages go through it too; text a
+program reads goes through `say.data` and `say.json`, never painted. Colour is on when
 the stream is a terminal and `NO_COLOR` is unset (https://no-color.org); a pipe or a file gets none.
 Without colour the text is exactly the same, byte for byte.
 """
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from tuneplane.runtime.reporter import Reporter
 
 RED, YELLOW, GREEN, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
 # a line's first word, as tp and its validate report write them, and its colour
@@ -44,8 +47,8 @@ def paint(line: str) -> str:
     return line
 
 
-class Reporter:
-    """The CLI's voice. The streams are looked up on every call, so a test's captured streams apply."""
+class TerminalReporter(Reporter):
+    """The CLI's voice: `Reporter`'s streams, coloured on a terminal and in the edition's words."""
 
     # an edition's wording of tp's messages (the `sf` command's, tuneplane.cli.sf); None: as written
     translate: Callable[[str], str] | None = None
@@ -55,31 +58,11 @@ class Reporter:
             text = self.translate(text)
         if colour_on(stream):
             text = "".join(paint(line) for line in text.splitlines(keepends=True))
-        stream.write(text)
-        stream.flush()
-
-    def line(self, text: str = "") -> None:
-        """A line of the command's result (standard output)."""
-        self._write(sys.stdout, f"{text}\n")
-
-    def text(self, text: str) -> None:
-        """Text already ending as it should (a rendered manifest, a report), to standard output."""
-        self._write(sys.stdout, text)
+        super()._write(stream, text)
 
     def json(self, data: Any) -> None:
         """A result as JSON (never coloured: a program reads it)."""
-        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        sys.stdout.flush()
-
-    def note(self, text: str) -> None:
-        """A line about the work, not its result (standard error)."""
-        self._write(sys.stderr, f"{text}\n")
-
-    def warn(self, text: str) -> None:
-        self._write(sys.stderr, f"warning: {text}\n")
-
-    def error(self, text: str) -> None:
-        self._write(sys.stderr, f"error: {text}\n")
+        self.data(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-say = Reporter()
+say = TerminalReporter()

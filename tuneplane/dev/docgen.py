@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import enum
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -23,6 +22,7 @@ from typing import Protocol
 
 from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
 from tuneplane.lab.fs import atomic_write
+from tuneplane.runtime.reporter import plain
 
 REFERENCE = Path("docs/reference/commands.md")
 HEADER = """\
@@ -283,17 +283,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = render()
     if args.stdout:
-        sys.stdout.write(text)
+        plain.text(text)
         return EXIT_OK
     current = args.output.read_text(encoding="utf-8") if args.output.is_file() else None
     if args.check:
         if current == text:
             return EXIT_OK
-        print(f"{args.output} is stale: run `python -m tuneplane.dev.docgen` and commit the result", file=sys.stderr)
+        plain.note(f"{args.output} is stale: run `python -m tuneplane.dev.docgen` and commit the result")
         return EXIT_PROBLEMS
     if current != text:
         atomic_write(args.output, text)
-        print(f"wrote {args.output}")
+        plain.line(f"wrote {args.output}")
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from tuneplane.models.plugin import PluginManifest, PluginsLock
 from tuneplane.models.recipe import Recipe
 from tuneplane.models.run import RunRequest, RunStatus
 from tuneplane.models.sweep import Sweep
+from tuneplane.runtime.reporter import plain
 
 SCHEMA_BASE = "https://tuneplane.dev/schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{out} is not a folder: run from the repository root, or name the schemas folder")
     for filename, text in render_all().items():
         atomic_write(out / filename, text)
-        print(f"wrote {out / filename}")
+        plain.line(f"wrote {out / filename}")
     return EXIT_OK
 
 

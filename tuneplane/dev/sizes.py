@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tuneplane.constants import EXIT_OK
+from tuneplane.runtime.reporter import plain
 
 
 class Sized(NamedTuple):
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modules", type=int, default=15, help="how many of the largest modules to list")
     parser.add_argument("--functions", type=int, default=15, help="how many of the longest functions to list")
     args = parser.parse_args(argv)
-    sys.stdout.write(report(Path(__file__).resolve().parents[1], args.modules, args.functions))
+    plain.text(report(Path(__file__).resolve().parents[1], args.modules, args.functions))
     return EXIT_OK
 
 

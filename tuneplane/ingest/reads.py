@@ -54,7 +54,7 @@ def _query(db_path: Path | str, sql: str, args: tuple[object, ...]) -> list[tupl
     try:
         return db.execute(sql, args).fetchall()
     except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
+        if "no such table" in str(exc):  # sqlite3 has no error type for a missing table: its message says it
             return []
         raise unreadable(Path(db_path), exc) from None  # a folder, unreadable, locked past the wait
     except sqlite3.DatabaseError as exc:  # not SQLite, or damaged: say which file, not a traceback

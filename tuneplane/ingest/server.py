@@ -48,6 +48,7 @@ from tuneplane.ingest.rows import FORMATS_HEADER
 from tuneplane.ingest.store import MetricStore, StoreBusy, StoreClosed, StoreFull
 from tuneplane.ingest.watch import Watch, refuse_raw, shutdown
 from tuneplane.ingest.workers import Workers
+from tuneplane.runtime.reporter import plain
 
 READ_KINDS = ("summary", "metrics", "hparams")
 EVENT_KINDS = frozenset({"hardware", "observations", "environment/nodes"})
@@ -133,9 +134,7 @@ class IngestHandler(BaseHTTPRequestHandler):
             return
         except Exception as exc:  # an answer, never a dropped connection
             self.server.internal_errors += 1
-            sys.stderr.write(
-                f"ingest: internal error on {self.command} {self.path[:200]!r}: {type(exc).__name__}: {exc}\n"
-            )
+            plain.note(f"ingest: internal error on {self.command} {self.path[:200]!r}: {type(exc).__name__}: {exc}")
             self._send(500, {"error": f"internal error ({type(exc).__name__}); the request was not stored"}, close=True)
             return
         self._send(status, payload)
@@ -164,7 +163,7 @@ class IngestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # http.server's signature
         if self.server.verbose:
-            sys.stderr.write(f"ingest: {self.address_string()} {format % args}\n")
+            plain.note(f"ingest: {self.address_string()} {format % args}")
 
     # ── POST ────────────────────────────────────────────────────────────────────────────────
     def _post(self) -> tuple[int, dict[str, object]]:
@@ -315,15 +314,15 @@ class _Server(ThreadingHTTPServer):
             self.dropped_said.add(run_id)
             last = len(self.dropped_said) > DROPPED_RUNS_SAID
         if last:  # the bound is said once, so the silence after it is not taken for no drops
-            sys.stderr.write(
+            plain.note(
                 f"ingest: points were left out for more than {DROPPED_RUNS_SAID} runs; later runs "
-                "are not named here (each answer still counts and names its own)\n"
+                "are not named here (each answer still counts and names its own)"
             )
             return
-        sys.stderr.write(
+        plain.note(
             f"ingest: run {run_id[:80]!r}: {len(skipped)} point(s) not stored, the first "
             f"{skipped[0]}; a value that is not a finite number has no place in a series "
-            "(later ones are counted in each answer, not said here again)\n"
+            "(later ones are counted in each answer, not said here again)"
         )
 
     def say_over(self, run_id: str, limit: int) -> None:
@@ -332,9 +331,9 @@ class _Server(ThreadingHTTPServer):
             if run_id in self.over_said or len(self.over_said) > DROPPED_RUNS_SAID:
                 return
             self.over_said.add(run_id)
-        sys.stderr.write(
+        plain.note(
             f"ingest: run {run_id[:80]!r} has {limit} metric names, the limit: points of further "
-            "names are not stored (each answer names them)\n"
+            "names are not stored (each answer names them)"
         )
 
     def say_full(self, message: str) -> None:
@@ -342,15 +341,15 @@ class _Server(ThreadingHTTPServer):
         now = time.monotonic()
         if now - self.full_said >= FULL_NOTICE_EVERY:
             self.full_said = now
-            sys.stderr.write(f"ingest: {message}; writes are answered 507 until space is freed\n")
+            plain.note(f"ingest: {message}; writes are answered 507 until space is freed")
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that vanished mid-answer is routine: one line, not a traceback."""
         exc = sys.exc_info()[1]
         if self.verbose or not isinstance(exc, OSError):
-            sys.stderr.write(
+            plain.note(
                 f"ingest: connection from {client_address[0] if client_address else '?'} "
-                f"ended: {type(exc).__name__}: {exc}\n"
+                f"ended: {type(exc).__name__}: {exc}"
             )
 
     def shutdown_request(self, request: Any) -> None:
@@ -414,9 +413,9 @@ class IngestServer:
     def serve_forever(self) -> None:
         """Serve in this thread until interrupted (the CLI path: the process is the receiver's).
 
-        The GIL's switch interval goes from 5 ms to 1 ms meanwhile: the accept loop and a waiting
-        connection get the interpreter after 1 ms of another thread's parsing, not 5 (with six busy
-        threads, a /healthz round trip fell from 150 ms to 45 ms at the median)."""
+        The GIL's switch interval is shortened to `SWITCH_INTERVAL` meanwhile, so the accept loop and a
+        waiting connection get the interpreter soon after another thread starts parsing a body, rather
+        than after Python's default interval (bench/ingest_load.py measures the round trips)."""
         previous = sys.getswitchinterval()
         sys.setswitchinterval(min(previous, SWITCH_INTERVAL))
         try:
@@ -443,9 +442,9 @@ class IngestServer:
         self.httpd.server_close()
         self.store.close()
         if self.store.wal_left():
-            sys.stderr.write(
+            plain.note(
                 f"ingest: {self.store.path}-wal could not be merged into the store (its disk is full, "
-                "or a reader holds it); keep it beside the store: the next start applies it\n"
+                "or a reader holds it); keep it beside the store: the next start applies it"
             )
 
     def __enter__(self) -> IngestServer:

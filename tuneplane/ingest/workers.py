@@ -1,11 +1,11 @@
 """The receiver's connection threads: reused when idle, started without making the accept loop wait.
 
 `threading.Thread.start()` blocks until the new thread has run, and a new thread must first win the
-GIL: with the handler threads busy parsing bodies, that took 40 ms at the median and 200 ms at the
-90th percentile on a loaded two-core machine, and the accept loop (one thread) waited that long per
-connection. Here a connection goes to an idle thread through a queue; only when none is idle is a
-thread started, with `_thread.start_new_thread`, which returns at once. Idle threads above `keep`
-end after `idle` seconds, so a burst of jobs does not leave hundreds of threads behind.
+GIL: with the handler threads busy parsing bodies, that wait is long, and the accept loop (one thread)
+would wait that long per connection (bench/ingest_load.py measures it). Here a connection goes to an
+idle thread through a queue; only when none is idle is a thread started, with
+`_thread.start_new_thread`, which returns at once. Idle threads above `keep` end after `idle` seconds,
+so a burst of jobs does not leave hundreds of threads behind.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 import _thread
 import queue
 import socket
-import sys
 import threading
 from collections.abc import Callable
+
+from tuneplane.runtime.reporter import plain
 
 # A connection and its client's address, as socketserver hands them to process_request.
 Serve = Callable[[socket.socket, object], None]
@@ -76,7 +77,7 @@ class Workers:
         except BaseException as exc:  # a thread that dies must not count as alive, and says why
             with self.lock:
                 self.count -= 1
-            sys.stderr.write(f"ingest: a connection thread ended: {type(exc).__name__}: {exc}\n")
+            plain.note(f"ingest: a connection thread ended: {type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         """Idle threads end now; busy ones when their connection is done (the server cuts them)."""

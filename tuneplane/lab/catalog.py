@@ -21,7 +21,7 @@ CATALOG_ENV = "TUNEPLANE_CATALOG"
 
 def packaged_catalog_root() -> Path:
     """The catalog shipped with tp: a directory on disk in a wheel and in an editable checkout alike.
-    Found by its package spec, not importlib.resources, which (with zipfile) is 2 % of `tp validate`."""
+    Found by its package spec, not importlib.resources, which would import zipfile into every `tp validate`."""
     spec = find_spec("tuneplane._data.catalog")
     assert spec is not None and spec.submodule_search_locations, "tp is installed without its catalog"
     return Path(next(iter(spec.submodule_search_locations)))

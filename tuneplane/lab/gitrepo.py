@@ -97,7 +97,7 @@ class GitRepo:
 
     @classmethod
     def init(cls, root: Path, branch: str = "main") -> GitRepo:
-        import git  # lazy: GitPython costs ~30 ms to import; only creating a repository uses it
+        import git  # lazy: GitPython is a heavy import; only creating a repository uses it
 
         env = no_git_env()
         saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("GIT_") and k not in env}
@@ -268,7 +268,7 @@ class GitRepo:
                 timeout=NETWORK_TIMEOUT,
             )
         except GitFailed as exc:
-            if "couldn't find remote ref" in exc.stderr.lower():
+            if "couldn't find remote ref" in exc.stderr.lower():  # git says a missing branch only in words
                 return ""
             raise
         return self.rev_parse(f"refs/remotes/{remote}/{branch}")

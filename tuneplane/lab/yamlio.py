@@ -179,6 +179,7 @@ def _yaml_too_deep(text: str) -> tuple[int, int] | None:
             elif isinstance(event, _CLOSES):
                 depth -= 1
     except yaml.YAMLError as exc:
+        # PyYAML has no error type for too deep a nesting: its message is all that tells it
         if "maximum nesting depth" not in str(exc):
             return None  # the composer reports the syntax error at its place
         # the libyaml in PyYAML 6.0.4's wheels refuses nesting far past ours while scanning ahead, before
@@ -483,6 +484,7 @@ def _json_error(text: str, rel: str, exc: json.JSONDecodeError) -> Problem:
     """A trailing comma is told alike on every Python, at the bracket after it: 3.13's json points at the
     comma ("Illegal trailing comma"), earlier ones at the bracket ("Expecting property name")."""
     at = exc.pos
+    # the json module's error has no kind: its message is the only thing that names a trailing comma
     if text[at : at + 1] == "," and exc.msg.startswith("Illegal trailing comma"):
         at = len(text) - len(text[at + 1 :].lstrip(" \t\r\n"))
     elif not text[:at].rstrip(" \t\r\n").endswith(","):
@@ -534,7 +536,7 @@ _OTHER_BREAKS = re.compile("\r(?!\n)|[\x85\u2028\u2029]")
 @functools.lru_cache(maxsize=4)
 def _breaks_only_at_newlines(text: str) -> bool:
     """Asked once per text, not once per mark: a file's every key and value has a mark, and a search of
-    the whole text for each made loading a file quadratic in its size (`tp methods` took 5 s). The
+    the whole text for each made loading a file quadratic in its size. The
     cache keeps the last few texts; a lookup of the same string object costs no comparison."""
     return not _OTHER_BREAKS.search(text)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from tuneplane.backends.base import (
@@ -36,9 +36,9 @@ from tuneplane.record.batch import record_status
 from tuneplane.runs.observe import apply_observation, backend_ref, with_artifacts, with_metrics
 from tuneplane.runs.status import refused_status, submitted_status
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.reporter import Echo, plain
 from tuneplane.views.runmetrics import chart_svg, vocabulary_of
 
-Echo = Callable[[str], None]
 STOP_WAIT = 60.0  # seconds a canceller waits for the run's owner to record the end
 
 
@@ -151,17 +151,17 @@ def _own(run_dir: Path, lab_root: Path) -> int:
     initial = read_status(lab.root, key)
     ref = backend_ref(initial) if initial is not None else None
     if initial is None or ref is None:
-        print(f"{run_dir}: no registered status for run {key}; nothing to own", file=sys.stderr)
+        plain.note(f"{run_dir}: no registered status for run {key}; nothing to own")
         return EXIT_USAGE
     repo = GitRepo(lab.root)
-    backend.supervise(run_dir, on_end=lambda _state: print(finish(repo, backend, initial, ref)[0].phase))
+    backend.supervise(run_dir, on_end=lambda _state: plain.line(finish(repo, backend, initial, ref)[0].phase))
     return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m tuneplane.runs.localrun RUN_DIR LAB_ROOT", file=sys.stderr)
+        plain.note("usage: python -m tuneplane.runs.localrun RUN_DIR LAB_ROOT")
         return EXIT_USAGE
     return _own(Path(args[0]), Path(args[1]))
 

@@ -13,8 +13,9 @@ from tuneplane.constants import RenderFormat
 from tuneplane.errors import UsageError
 from tuneplane.lab.runs import find_run, new_run_id, read_status
 from tuneplane.runs.requests import new_request, requester
-from tuneplane.runs.review import Echo, RenderContext, RenderOptions
+from tuneplane.runs.review import RenderContext, RenderOptions
 from tuneplane.runs.submit import SubmitOptions, SubmitResult, submit
+from tuneplane.runtime.reporter import Echo
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +28,7 @@ from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.resolve import PreparedExperiment, job_config, prepare_experiment, resolve_prepared
-
-Echo = Callable[[str], None]
+from tuneplane.runtime.reporter import Echo
 
 
 @dataclass(frozen=True)

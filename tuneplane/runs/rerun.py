@@ -15,7 +15,8 @@ from tuneplane.models.jobspec import JobSpec
 from tuneplane.models.run import RunRequest
 from tuneplane.runs.prepare import prepare
 from tuneplane.runs.requests import new_request
-from tuneplane.runs.submit import Echo, SubmitOptions, SubmitResult, lab_at, lab_repo, submit
+from tuneplane.runs.submit import SubmitOptions, SubmitResult, lab_at, lab_repo, submit
+from tuneplane.runtime.reporter import Echo, plain
 
 # what a rerun copies from the original request; it adds its own id, message, commit and `rerun_of`
 COPIED = {"experiment", "profile", "image", "observability_url", "set", "inputs", "operation", "timeout"}
@@ -37,7 +38,7 @@ def rerun(
     message: str = "",
     remote: str | None = None,
     branch: str | None = None,
-    echo: Echo = print,
+    echo: Echo = plain.line,
     notify: Echo | None = None,
 ) -> RerunResult:
     """A new request reproducing a run: same overrides, inputs, image and profile, pinned to its commit."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -37,6 +36,7 @@ from tuneplane.render.manifests import to_yaml
 from tuneplane.runs import budget
 from tuneplane.runs.prepare import PreparedRun, prepare
 from tuneplane.runs.requests import TypedFlags, read_request, requester
+from tuneplane.runtime.reporter import Echo, plain
 
 if TYPE_CHECKING:
     from tuneplane.lab.catalog import Catalog
@@ -44,16 +44,6 @@ if TYPE_CHECKING:
     from tuneplane.models.jobspec import JobSpec
     from tuneplane.models.run import RunRequest
     from tuneplane.plan.launchplan import LaunchPlan
-
-Echo = Callable[[str], None]
-
-
-def _stdout(text: str) -> None:
-    sys.stdout.write(text)
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 @dataclass
@@ -75,7 +65,7 @@ class RenderOptions:
         return replace(self.run, sets=tuple(self.run.sets)) != TypedFlags() or self.run_id != PREVIEW_RUN_ID
 
 
-def run_render(opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> int:
+def run_render(opts: RenderOptions, out: Echo = plain.text, note: Echo = plain.note) -> int:
     """Render what `opts` names; give it to `out` or write it. Returns how many run requests were refused."""
     if opts.diff and not opts.changed:
         raise UsageError("--diff compares changed run requests", hint="use tp render --changed --diff")
@@ -131,11 +121,11 @@ class RenderContext:
     commit: str
     dirty: bool
     prepared: dict[str, PreparedExperiment] = field(default_factory=dict)
-    out: Echo = _stdout  # rendered text, exactly as given
-    note: Echo = _stderr  # one line for the person (refusals, where files went)
+    out: Echo = plain.text  # rendered text, exactly as given
+    note: Echo = plain.note  # one line for the person (refusals, where files went)
 
     @classmethod
-    def open(cls, opts: RenderOptions, out: Echo = _stdout, note: Echo = _stderr) -> RenderContext:
+    def open(cls, opts: RenderOptions, out: Echo = plain.text, note: Echo = plain.note) -> RenderContext:
         lab = open_lab()
         repo = GitRepo(lab.root)
         try:

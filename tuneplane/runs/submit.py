@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +35,7 @@ from tuneplane.record.publish import (
 from tuneplane.runs.localrun import run_local
 from tuneplane.runs.prepare import PreparedRun, backend_request, prepare
 from tuneplane.runs.requests import check_local_inputs, requester
-
-Echo = Callable[[str], None]
+from tuneplane.runtime.reporter import Echo, plain
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def submit(
     request: RunRequest,
     opts: SubmitOptions,
     root: Path | None = None,
-    echo: Echo = print,
+    echo: Echo = plain.line,
     notify: Echo | None = None,
 ) -> SubmitResult:
     """`tp submit`: check everything, write and commit the request, then run (`--local`) and push.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,7 @@ from tuneplane.record.publish import publish, resolve_target
 from tuneplane.runs.prepare import prepare
 from tuneplane.runs.requests import TypedFlags, new_request, read_fields, requester
 from tuneplane.runs.submit import lab_dirty, lab_repo
-
-Echo = Callable[[str], None]
+from tuneplane.runtime.reporter import Echo
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ def staged(path: Path, content: str | bytes, mode: int | None = None, sync: bool
     folder that has gone out of sight (a mount gone) must not make it again on the disk beneath."""
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
-    # lazy: tempfile (and shutil, bz2, lzma with it) is 3 % of `tp validate`, which writes nothing
+    # lazy: tempfile imports shutil, bz2 and lzma, which `tp validate` (it writes nothing) need not pay for
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)

@@ -60,13 +60,13 @@ def compiled_on_first_use(package: str) -> Iterator[None]:
     """While the block imports `package`, a `re.compile` called by the package's own modules, in
     the thread running the block, returns a `DeferredPattern`.
 
-    PyYAML compiles about 4 ms of patterns when it is imported (the pure-Python reader's check for
-    unprintable characters, the constructor's timestamp) that its C parser, the one tp reads with,
-    never matches; every `tp` command that reads YAML paid for them. Any other caller of
-    `re.compile` (another module, another thread) gets a compiled pattern as always, so nothing
-    outside the package can receive a stand-in where a `re.Pattern` is expected; the package's own
-    code only calls methods of its patterns, which a stand-in forwards. A package imported before
-    the block is left as it is."""
+    PyYAML compiles patterns when it is imported that its C parser, the one tp reads with, never
+    matches (the pure-Python reader's check for unprintable characters, the costliest, and the
+    constructor's timestamp); every `tp` command that reads YAML paid for them (`bench/validate.py`).
+    Any other caller of `re.compile` (another module, another thread) gets a compiled pattern as
+    always, so nothing outside the package can receive a stand-in where a `re.Pattern` is expected;
+    the package's own code only calls methods of its patterns, which a stand-in forwards. A package
+    imported before the block is left as it is."""
     owner = threading.get_ident()
 
     def deferring(pattern: Any, flags: int = 0) -> Any:

@@ -1,8 +1,8 @@
 """Record classes without `@dataclass`: equality, hash, repr and `replace` from a list of field names.
 
 `@dataclass` writes each class's `__init__`, `__repr__`, `__eq__`, … as source text and `exec`s it when
-the module is imported: most of a millisecond per class, several per cent of `tp validate EXP` for
-the records on its path. A record declares its fields in `_fields`, writes its own `__init__` (so
+the module is imported, a cost per class that every `tp validate EXP` would pay for the records on
+its path. A record declares its fields in `_fields`, writes its own `__init__` (so
 type checkers and readers see the signature) and gets the rest here, with the dataclass semantics:
 equal only to an instance of the very same class, field by field; mutable records are unhashable.
 Standard library only: the job side uses it too.

@@ -18,12 +18,7 @@ from typing import Any, NamedTuple
 from xml.sax.saxutils import escape
 
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
-from tuneplane.views.charts_axes import nice_ticks as nice_ticks
-from tuneplane.views.charts_axes import tick_labels as tick_labels
-from tuneplane.views.charts_axes import time_labels as time_labels
-from tuneplane.views.charts_axes import time_ticks as time_ticks
-from tuneplane.views.charts_axes import value_axis as value_axis
-from tuneplane.views.charts_legend import changed_parameters as changed_parameters  # the CLI reads it here
+from tuneplane.views.charts_axes import nice_ticks, tick_labels, time_labels, time_ticks, value_axis
 from tuneplane.views.charts_legend import cut, fmt
 from tuneplane.views.textcols import columns, cut_middle, ljust, printable, rjust
 

@@ -73,7 +73,7 @@ class RunMetrics:
         return None
 
     def table(self, keys: Mapping[str, str], width: int = 24) -> str:
-        from tuneplane.views.charts import render_table  # lazy: the chart code (~60 ms) loads only to draw
+        from tuneplane.views.charts import render_table  # lazy: the chart code, a large import, loads only to draw
 
         series = {shown: self.read_series(raw) for shown, raw in keys.items()}
         return render_table({shown: self.summary[raw] for shown, raw in keys.items()}, series, width=width)
@@ -101,7 +101,8 @@ def compare_svg(
     runs: Mapping[str, RunMetrics], params: Mapping[str, Mapping[str, Any]], wanted: Sequence[str] = (), title: str = ""
 ) -> str:
     """One chart per metric with every run overlaid; the legend names each run's changed parameters."""
-    from tuneplane.views.charts import changed_parameters, render_compare_svg  # lazy: as above
+    from tuneplane.views.charts import render_compare_svg  # lazy: as above
+    from tuneplane.views.charts_legend import changed_parameters
 
     vocab = next((m.vocab for m in runs.values() if m.summary), Vocabulary())
     lines: dict[str, dict[str, Series]] = {}

@@ -118,7 +118,7 @@ def build_api_client(kubeconfig: str | None = None, context: str | None = None, 
 
     urllib3's own retries are switched off: our RetryPolicy is the one place that decides.
     """
-    # lazy: the kubernetes client costs ~0.3 s to import; only cluster calls pay it
+    # lazy: the kubernetes client is a heavy import; only cluster calls pay it
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 

@@ -78,6 +78,7 @@ from tuneplane.lab.heartbeats import PUBLISH_ENV, REMOTE_TIMEOUT, publish, publi
 from tuneplane.runtime import attempts as records
 from tuneplane.runtime.launchline import SHOWN_ENV as LAUNCH_SHOWN_ENV
 from tuneplane.runtime.launchline import own_launch_line
+from tuneplane.runtime.reporter import plain
 from tuneplane.runtime.supervise import ENGINE_SIGNALS_ALL_ENV
 
 SIGNALS = 64  # the highest signal number on Linux: an exit code above 128 + this is no signal's
@@ -540,6 +541,6 @@ def _in_sight(run_dir: Path, write: Callable[[], dict[str, Any]]) -> dict[str, A
             return write()
         except FileNotFoundError:
             if time.monotonic() > deadline:
-                print(f"[tuneplane] the run folder {run_dir} stayed out of sight; its end is not recorded", flush=True)
+                plain.line(f"[tuneplane] the run folder {run_dir} stayed out of sight; its end is not recorded")
                 return {}
             time.sleep(1.0)

@@ -14,10 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tuneplane.check.params import check_value, config_pointer, config_value, get_path, is_missing, leaf_paths
+from tuneplane.check.params import (
+    Misfit,
+    config_pointer,
+    config_value,
+    get_path,
+    is_missing,
+    leaf_paths,
+    value_misfit,
+)
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.lab.yamlio import Doc, escape
 from tuneplane.problems import Problem, Severity, close_matches, did_you_mean
+
+# the rule of each kind of value that does not fit its parameter
+RULES = {Misfit.TYPE: "config-type", Misfit.RANGE: "config-range", Misfit.CHOICE: "config-choice"}
 
 
 def check(ctx: ExperimentContext) -> Iterator[Problem]:
@@ -52,12 +63,10 @@ def check(ctx: ExperimentContext) -> Iterator[Problem]:
                     hint=f"add `{param.path}: <{param.type}>` or pass --set {name}=...",
                 )
             continue
-        message = check_value(param, value)
-        if message:
-            rule = "config-choice" if param.type == "enum" else "config-type"
-            if "minimum" in message or "maximum" in message:
-                rule = "config-range"
-            yield doc.problem(pointer, rule, f"{param.path}: {message}", hint=_param_hint(name, param))
+        misfit = value_misfit(param, value)
+        if misfit is not None:
+            kind, message = misfit
+            yield doc.problem(pointer, RULES[kind], f"{param.path}: {message}", hint=_param_hint(name, param))
     yield from _unknown_keys(ctx, doc, known_paths)
 
 
