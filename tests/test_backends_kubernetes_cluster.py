@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from podrunner import PodRunner, kubelet_expand
 from support.httpd import answering
-from support.render import CLUSTER_SETTINGS, commit_all, git, make_lab, pod_templates, request, resolve_run
+from support.render import CLUSTER_SETTINGS, commit_all, make_lab, pod_templates, request, resolve_run
+from support.repos import git
 from support.wait import wait_until
 from twin_rbac import bot_client
 
@@ -180,7 +181,7 @@ def git_lab(tmp_path: Path) -> tuple[Path, str]:
     make_lab(root, {"trl-sft-exp": "trl/sft"}, settings=SETTINGS)
     commit_all(root, "more")
     remote = tmp_path / "remote.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(root), str(remote)], check=True)
+    git(tmp_path, "clone", "-q", "--bare", str(root), str(remote))
     return root, f"file://{remote}"
 
 

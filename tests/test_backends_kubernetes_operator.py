@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 from kubernetes import utils
+from support.labs import new_lab
 
 from tuneplane import __version__
 from tuneplane.backends.kubernetes import operator
@@ -30,11 +31,9 @@ VCS_REQUIREMENT = "tuneplane @ git+https://git.example.org/acme/tuneplane@v0.5.0
 
 
 @pytest.fixture()
-def kube_lab(tmp_path: Path, tp: Any) -> Path:
-    root = tmp_path / "lab"
-    result = tp("init", root, "--backend", "kubernetes", "--no-git", "--tool-requirement", VCS_REQUIREMENT)
-    assert result.code == 0, result.output
-    return root
+def kube_lab(tmp_path: Path) -> Path:
+    """What `tp init lab --backend kubernetes --no-git --tool-requirement VCS_REQUIREMENT` writes."""
+    return new_lab(tmp_path / "lab", "lab", backend="kubernetes", use_git=False, tool_requirement=VCS_REQUIREMENT)
 
 
 def _apply(kube_client: Any, text: str) -> list[Any]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import test_backends_kubernetes_ray_retry as ray_retry
+from support.labs import new_lab
 from support.render import CLUSTER_SETTINGS, make_lab, request, resolve_run
 from test_backends_kubernetes_ray_retry import EXP, NS, bot, submit
 
@@ -65,8 +65,7 @@ class Pool:
 
 @pytest.fixture
 def batch(tmp_path: Path) -> Batch:
-    subprocess.run(["git", "init", "-q", str(tmp_path / "lab")], check=True)
-    return Batch(GitRepo(tmp_path / "lab"), ledger=Ledger())
+    return Batch(GitRepo(new_lab(tmp_path / "lab")), ledger=Ledger())
 
 
 def sync_once(

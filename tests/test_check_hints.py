@@ -14,13 +14,13 @@ import json
 import os
 import re
 import shlex
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.repos import git
 
 ROOT = Path(__file__).resolve().parents[1]
 OPSD = "alice/opsd"
@@ -199,7 +199,7 @@ def _starforge_lab(lab: Path, tp: Any) -> None:
     shutil.rmtree(lab)
     shutil.copytree(require_shared("fixtures", "starforge-lab"), lab)
     os.chdir(lab)  # the working directory was the folder just replaced
-    subprocess.run(["git", "init", "-q"], cwd=lab, check=True)
+    git(lab, "init", "-q")
     _commit(lab)
 
 
@@ -212,8 +212,8 @@ def _image_only(lab: Path, tp: Any) -> None:
 
 
 def _commit(lab: Path) -> None:
-    subprocess.run(["git", "add", "-A"], cwd=lab, check=True)
-    subprocess.run(["git", "commit", "-qm", "work", "--allow-empty"], cwd=lab, check=True)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "work", "--allow-empty")
 
 
 CASES = {
@@ -351,7 +351,7 @@ NOT_A_FIX = {
 SOURCES = [
     *sorted((ROOT / "tuneplane" / "check").rglob("*.py")),
     *(ROOT / "tuneplane" / "lab" / name for name in ("layout.py", "load.py", "locks.py")),
-    *(ROOT / "tuneplane" / "author" / name for name in ("plugins.py", "upgrade.py")),
+    *(ROOT / "tuneplane" / "author" / name for name in ("plugin_scaffold.py", "plugin_lock.py", "upgrade.py")),
 ]
 _GROUPS = ("recipe", "plugin", "sweep", "job", "cluster", "ingest", "bot")  # a command of two words
 

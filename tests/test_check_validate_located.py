@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.labs import new_lab
 
 RUN_ID = "20260101-120000-abcdef"
 HUGE = "9" * 5000
@@ -115,8 +116,7 @@ def test_an_unreadable_experiment_folder_is_a_problem(byo: Path, tp_subprocess: 
 
 def test_a_file_of_another_lab_is_not_answered_with_no_problems(byo: Path, tmp_path: Path, tp_subprocess: Any) -> None:
     other = tmp_path / "other-lab"
-    assert tp_subprocess("init", other, "--name", "other", "--tool-requirement", "tuneplane==0.5.0").code == 0
-    assert tp_subprocess("new", "sft", "--method", "trl/sft", cwd=other).code == 0
+    new_lab(other, "other", tool_requirement="tuneplane==0.5.0", experiments={"sft": "trl/sft"})
     config = other / "experiments/sft/config.yaml"
     config.write_text(config.read_text(encoding="utf-8") + "learning_rate: [\n", encoding="utf-8")
     result = tp_subprocess("validate", "../other-lab/experiments/sft/config.yaml", cwd=byo)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.labs import new_lab
 
 from tuneplane import __version__
 from tuneplane.lab.catalog import load_catalog
@@ -278,8 +279,7 @@ def test_a_lab_file_change_revalidates_everything(plugin_lab: Path, tp: Any) -> 
 
 
 def test_changed_outside_a_git_repository(tmp_path: Path, tp: Any) -> None:
-    assert tp("init", tmp_path / "lab", "--no-git").code == 0
-    result = tp("validate", "--changed", cwd=tmp_path / "lab")
+    result = tp("validate", "--changed", cwd=new_lab(tmp_path / "lab", "lab", use_git=False))
     assert result.code == 2 and "not a git repository" in result.err
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.wait import wait_until
 
 from tuneplane.collector import sources, tfevents
 from tuneplane.constants import METRICS_NATIVE_ENV
@@ -274,7 +275,6 @@ def test_a_collector_waiting_for_the_lock_stops_when_asked(receiver: IngestServe
     as the launcher does when its rank ends), it leaves at once instead of holding the rank's exit."""
     import fcntl
     import signal
-    import time
 
     out = tmp_path / "out"
     (out / ".tuneplane").mkdir(parents=True)
@@ -288,10 +288,11 @@ def test_a_collector_waiting_for_the_lock_stops_when_asked(receiver: IngestServe
             text=True,
         )
         try:
-            deadline = 200
-            while deadline and not _has_signal_handler(proc.pid):
-                deadline -= 1
-                time.sleep(0.05)
+            wait_until(  # an ended collector is told by its exit below, with its stderr
+                lambda: proc.poll() is not None or _has_signal_handler(proc.pid),
+                10,
+                message="the collector waiting for the lock never caught SIGTERM",
+            )
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=20)  # well before the 600 s lock timeout
         finally:

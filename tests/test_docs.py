@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 from support.installed import needs
+from support.labs import new_lab
 
 from tuneplane import __version__
 
@@ -626,7 +627,7 @@ def test_every_environment_variable_the_code_uses_is_documented() -> None:
     assert sorted(v for v in used if f"`{v}`" not in page) == []
 
 
-def test_the_job_environment_is_documented_in_the_custom_guide(tp, tmp_path: Path) -> None:
+def test_the_job_environment_is_documented_in_the_custom_guide(tmp_path: Path) -> None:
     """What a job actually receives (computed by the code, not a list kept by hand) is in the contract
     table of the custom guide and in the environment reference."""
     from tuneplane.lab.load import load_lab
@@ -634,9 +635,7 @@ def test_the_job_environment_is_documented_in_the_custom_guide(tp, tmp_path: Pat
     from tuneplane.plan.environment import SECRET_KEYS, job_env
     from tuneplane.plan.resolve import resolve
 
-    lab = tmp_path / "lab"
-    assert tp("init", lab).code == 0
-    assert tp("new", "e", "--method", "custom/custom", cwd=lab).code == 0
+    lab = new_lab(tmp_path / "lab", "lab", experiments={"e": "custom/custom"})
     request = RunRequest(
         experiment="e",
         run_id="20250101-120000-abc123",

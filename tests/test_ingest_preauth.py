@@ -10,12 +10,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.ingest import ServeProcess
+from support.wait import until
 
 from tuneplane.ingest import mint_token, summary
 from tuneplane.ingest.server import IngestServer, Limits
@@ -171,19 +171,23 @@ def test_past_the_budget_new_bodies_get_503_and_a_job_that_names_its_run_is_serv
             holders.append(sock)
         body = json.dumps({"run_id": "run-ok", "points": [{"key": "loss", "step": 1, "value": 0.5}]})
         token = mint_token(SECRET, "run-ok", "exp")
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        for _ in range(50):  # until the four holders have reached the budget (they are read in threads)
-            conn.request("POST", "/metrics", body, {"X-TunePlane-Token": token})
-            response = conn.getresponse()
-            answer = json.loads(response.read())
-            if response.status == 503:
-                break
-            conn.close()
+
+        def unnamed() -> tuple[int, str | None, dict[str, str]]:
+            """The body on a new connection, its run not named: (status, Retry-After, answer)."""
             conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            time.sleep(0.1)
-        assert response.status == 503 and response.getheader("Retry-After") == "1", answer
+            try:
+                conn.request("POST", "/metrics", body, {"X-TunePlane-Token": token})
+                response = conn.getresponse()
+                return response.status, response.getheader("Retry-After"), json.loads(response.read())
+            finally:
+                conn.close()
+
+        # until the four holders have reached the budget (they are read in threads)
+        status, retry_after, answer = until(
+            unnamed, lambda seen: seen[0] == 503, 10, "the holders never took the budget (no 503)", 0.1
+        )
+        assert status == 503 and retry_after == "1", answer
         assert "token is not verified yet" in answer["error"]
-        conn.close()
         conn = http.client.HTTPConnection(host, int(port), timeout=30)
         conn.request("POST", "/metrics", body, {"X-TunePlane-Token": token, "X-TunePlane-Run": "run-ok"})
         assert conn.getresponse().status == 200

@@ -14,8 +14,6 @@ started, which it never observes (`bot.trust.foreign`).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -37,7 +35,7 @@ ZERO = "0" * 40
 def _started(bot: Path) -> tuple[Path, dict[str, object]]:
     status = read_status(bot, KEY)
     assert status.backend is not None
-    run_dir = Path(status.backend.namespace)
+    run_dir = Path(status.backend.run_dir)
     wait_until(lambda: (read_state(run_dir) or {}).get("pgid"), 30, 0.1, "the local run did not start")
     return run_dir, read_state(run_dir) or {}
 
@@ -58,16 +56,10 @@ def _machine_gone(run_dir: Path, state: dict[str, object]) -> None:
 def _age_heartbeat(remote: Path, seconds: int) -> None:
     """The published heartbeat as it would be after `seconds` of silence, without waiting for them."""
     when = f"{int(time.time()) - seconds} +0000"
-    env = {**os.environ, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
     tree = git(remote, "rev-parse", f"{REF}^{{tree}}")
-    old = subprocess.run(
-        ["git", "commit-tree", tree, "-m", "an old heartbeat"],
-        cwd=remote,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    old = git(
+        remote, "commit-tree", tree, "-m", "an old heartbeat", env={"GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
+    )
     git(remote, "update-ref", REF, old)
 
 
@@ -86,9 +78,7 @@ def _pushes(log: Path) -> list[list[tuple[str, str, str]]]:
 
 
 def _phase_at(remote: Path, commit: str) -> str:
-    shown = subprocess.run(
-        ["git", "show", f"{commit}:status/demo/{RUN}.json"], cwd=remote, capture_output=True, text=True
-    ).stdout
+    shown = git(remote, "show", f"{commit}:status/demo/{RUN}.json", check=False)
     return json.loads(shown).get("phase", "") if shown else ""
 
 

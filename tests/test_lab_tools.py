@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.repos import copy_work_tree
+from support.repos import copy_work_tree, git, git_result
 from support.shared import in_ci
 
 from tuneplane import __version__
@@ -432,20 +432,19 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git clone of this project, working tree committed and tagged v<version>, as pre-commit sees it."""
     clone = tmp_path_factory.mktemp("hook") / "tuneplane"
     copy_work_tree(ROOT, clone)
-    env = {
-        **os.environ,
+    identity = {
         "GIT_AUTHOR_NAME": "t",
         "GIT_AUTHOR_EMAIL": "t@example.org",
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@example.org",
     }
-    for argv in (
-        ["git", "init", "-q", "-b", "main"],
-        ["git", "add", "-A"],
-        ["git", "commit", "-q", "-m", "snapshot"],
-        ["git", "tag", f"v{__version__}"],
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "snapshot"],
+        ["tag", f"v{__version__}"],
     ):
-        subprocess.run(argv, cwd=clone, env=env, check=True, capture_output=True)
+        git(clone, *args, env=identity)
     return clone
 
 
@@ -483,8 +482,8 @@ def _lab_with_hook(tmp_path: Path, tp: Any, hook_repo: Path) -> Path:
     assert config["repos"][0] == tp_hook
     assert [h["id"] for h in config["repos"][1]["hooks"]] == ["ruff-check"]
     assert tp("new", "good", "--method", "custom/custom", cwd=root).code == 0
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "good experiment"], cwd=root, check=True)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "good experiment")
     return root
 
 
@@ -512,8 +511,8 @@ def test_pre_commit_all_files_fails_on_a_committed_broken_experiment(
     assert done.returncode == 0, done.stdout + done.stderr  # a good lab passes
     assert tp("new", "bad", "--method", "custom/custom", cwd=root).code == 0
     _break(root, "bad")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-q", "--no-verify", "-m", "broken, committed"], cwd=root, check=True)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--no-verify", "-m", "broken, committed")
     done = _pre_commit(root, pre_commit_home, "run", "--all-files")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "experiments/bad/recipe.lock.json" in done.stdout and "custom/nope" in done.stdout
@@ -529,7 +528,7 @@ def test_the_labs_hook_lints_its_own_python_with_ruff(
     done = _pre_commit(root, pre_commit_home, "run", "ruff-check", "--all-files")
     assert done.returncode == 0, done.stdout + done.stderr
     (root / "experiments" / "good" / "prepare.py").write_text("print(tokenizr)\n", encoding="utf-8")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    git(root, "add", "-A")
     done = _pre_commit(root, pre_commit_home, "run", "ruff-check", "--all-files")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "experiments/good/prepare.py:1:7" in done.stdout and "F821" in done.stdout, done.stdout
@@ -542,8 +541,7 @@ def test_a_commit_is_checked_on_what_it_touches(
     root = _lab_with_hook(tmp_path, tp, hook_repo)
     done = _pre_commit(root, pre_commit_home, "install")
     assert done.returncode == 0, done.stdout + done.stderr
-    env = {
-        **os.environ,
+    env = {  # laid over the test's environment by git_result
         "PRE_COMMIT_HOME": str(pre_commit_home),
         "VIRTUALENV_SYSTEM_SITE_PACKAGES": "1",
         "PIP_NO_INDEX": "1",
@@ -551,17 +549,17 @@ def test_a_commit_is_checked_on_what_it_touches(
     }
     assert tp("new", "bad", "--method", "custom/custom", cwd=root).code == 0
     _break(root, "bad")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    done = _run("git", "commit", "-q", "-m", "broken", cwd=root, env=env, timeout=600)
+    git(root, "add", "-A")
+    done = git_result(root, "commit", "-q", "-m", "broken", env=env, timeout=600)
     said = done.stdout + done.stderr  # git shows the hook's output on stderr
     assert done.returncode != 0, said
     assert "tp validate" in said and "custom/nope" in said and "1 experiment(s)" in said
     assert "experiments/good" not in said  # only what the commit touches
-    _run("git", "reset", "-q", "--hard", cwd=root)
+    git(root, "reset", "-q", "--hard")
     shutil.rmtree(root / "experiments" / "bad", ignore_errors=True)  # reset drops what was only staged
     (root / "experiments" / "good" / "README.md").write_text("# good, edited\n", encoding="utf-8")
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    done = _run("git", "commit", "-m", "edit the good one", cwd=root, env=env, timeout=600)
+    git(root, "add", "-A")
+    done = git_result(root, "commit", "-m", "edit the good one", env=env, timeout=600)
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
     assert "tp validate" in said and "Passed" in said
@@ -727,12 +725,12 @@ def test_the_bot_rewrites_the_runs_of_a_merged_pull_request_in_its_plan_comment(
     ids = ("20250102-100000-000000", "20250102-100001-000001", "20250102-100002-000002")
     for run_id, pull in zip(ids, (12, 12, 13), strict=True):
         write_status(root, run(run_id, pull, "Pending"))
-    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-qm", "submitted"], cwd=root, check=True)
-    since = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True).stdout
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "submitted")
+    since = git(root, "rev-parse", "HEAD")
     write_status(root, run(ids[0], 12, "Running"))
     write_status(root, run(ids[2], 13, "Running"))
-    subprocess.run(["git", "commit", "-qam", "tp bot: update 2 runs"], cwd=root, check=True)
+    git(root, "commit", "-qam", "tp bot: update 2 runs")
     bin_dir, temp = tmp_path / "bin", tmp_path / "runner-temp"
     bin_dir.mkdir()
     temp.mkdir()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from packaging.specifiers import SpecifierSet
 from support.installed import needs
+from support.wait import wait_until
 
 from tuneplane import __version__
 from tuneplane.constants import CONFIG_ERROR_EXIT
@@ -650,8 +651,6 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(
     """On a cluster no backend runs after the job: the launcher (on node rank zero) uploads the
     points the SDK's `finish()` could not deliver before it exits, so none is lost to a receiver
     that was away for a while. A shell entry (custom's train.sh) and a Python one alike."""
-    import time
-
     from tuneplane.ingest import series
     from tuneplane.ingest.server import IngestServer
 
@@ -676,10 +675,11 @@ def test_what_finish_left_in_the_out_dir_is_uploaded_when_the_job_ends(
     )
     server = None
     try:
-        for _ in range(1200):
-            if (out / "finished").exists() or proc.poll() is not None:
-                break
-            time.sleep(0.05)
+        wait_until(  # a job that ended without the mark is told by its output below
+            lambda: (out / "finished").exists() or proc.poll() is not None,
+            60,
+            message="the job neither called finish() nor ended",
+        )
         assert (out / "finished").exists(), proc.communicate(timeout=30)[0]
         assert list((out / ".tuneplane").glob("report-unsent-*.jsonl"))
         server = IngestServer(tmp_path / "ingest.sqlite", secret, port=port).start()

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from support.repos import copy_work_tree
+from support.repos import copy_work_tree, git
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -180,9 +180,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     assert "tuneplane/_data/schemas/recipe.schema.json" in names
     assert "tuneplane/_data/templates/lab/tuneplane.yaml.j2" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    shipped = subprocess.run(
-        ["git", "ls-files", "catalog", "templates", "schemas"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
+    shipped = git(ROOT, "ls-files", "catalog", "templates", "schemas").split()
     assert len(shipped) > 100 and not [rel for rel in shipped if f"tuneplane/_data/{rel}" not in names]
     env_dir = tmp_path / "venv"
     py = venv_with(env_dir, wheel)  # with its dependencies, as a new user's `pip install tuneplane`

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import readspy
+from support.repos import git
 
 SPY = Path(__file__).parent / "readspy.py"
 
@@ -49,7 +50,7 @@ def test_a_command_that_prints_no_contents_is_not(argv: list[str]) -> None:
 
 def test_the_spy_logs_every_git_command_and_flags_a_show(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    git(tmp_path, "init", "-q", repo.name)
     script = tmp_path / "tuneplane_probe.py"
     script.write_text(
         "import subprocess\n"

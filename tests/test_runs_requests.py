@@ -292,10 +292,13 @@ def test_a_catalog_recipe_reads_each_set_by_its_type_alike_in_render_submit_and_
     ],
 )
 def test_the_requester_is_who_asked_not_tps_own_identity(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str], env: dict[str, str], expected: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    git: Callable[..., str],
+    config: dict[str, str],
+    env: dict[str, str],
+    expected: str,
 ) -> None:
-    import subprocess
-
     from tuneplane.lab.gitrepo import GitRepo
     from tuneplane.runs.requests import requester
 
@@ -313,7 +316,7 @@ def test_the_requester_is_who_asked_not_tps_own_identity(
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    subprocess.run(["git", "init", "-q", str(tmp_path / "lab")], check=True)
+    git(tmp_path, "init", "-q", "lab")
     for key, value in config.items():
-        subprocess.run(["git", "-C", str(tmp_path / "lab"), "config", key, value], check=True)
+        git(tmp_path / "lab", "config", key, value)
     assert requester(GitRepo(tmp_path / "lab")) == expected

@@ -3,11 +3,11 @@ request is written or committed (it used to be committed, then fail in the train
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.repos import git
 
 from tuneplane.errors import UsageError
 from tuneplane.models.run import Inputs
@@ -15,14 +15,14 @@ from tuneplane.runs.requests import check_local_inputs
 
 
 def _head(lab: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=lab, capture_output=True, text=True, check=True).stdout
+    return git(lab, "rev-parse", "HEAD")
 
 
 @pytest.fixture()
 def sft(lab: Path, tp: Any) -> Path:
     assert tp("new", "sft", "--method", "trl/sft").code == 0
-    subprocess.run(["git", "add", "-A"], cwd=lab, check=True)
-    subprocess.run(["git", "commit", "-qm", "sft"], cwd=lab, check=True)
+    git(lab, "add", "-A")
+    git(lab, "commit", "-qm", "sft")
     return lab
 
 

@@ -7,7 +7,8 @@ tests (`fakekube.py`, `twin_*.py`, `slurm_cluster.py`): they stand in for a syst
 
 - `labs`: `new_lab`, the one way to make a lab: `tp init`'s output made once per process and copied,
   with a test's lab file, experiments and files committed on top.
-- `repos`: the one `git()` (a fixed identity, checked, its stdout), bare remotes, clones, seeded labs,
+- `repos`: the one `git()` (a fixed identity, checked, its stdout; `git_result`, its whole result, where
+  git's exit status and stderr are what a test asserts), bare remotes, clones, seeded labs,
   run requests, `tp` processes, kubeconfigs for the twin, `copy_work_tree` (the project as a clone holds it).
 - `wait`: `wait_until`, the one polling loop: ask until yes, or fail saying what never happened; `until`,
   the same for a value and a test of it, failing with the last value.

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from support import repos
 from support.labs import new_lab
+from support.repos import git  # re-exported: a test of a lab built here may take its git from here too
 from tuneplane.lab.catalog import Catalog, load_catalog, packaged_catalog_root
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.models.jobspec import JobSpec
@@ -123,11 +123,6 @@ def catalog() -> Catalog:
     return load_catalog(packaged_catalog_root())
 
 
-def git(root: Path, *args: str) -> str:
-    """The one `git()` with this module's fixed identity (its labs are committed by module-scoped fixtures)."""
-    return repos.git(root, *args, env=GIT_ENV)
-
-
 def make_lab(
     root: Path,
     experiments: dict[str, str] | None = None,
@@ -145,9 +140,11 @@ def make_lab(
 
 
 def commit_all(root: Path, message: str = "lab") -> str:
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "--allow-empty", "-m", message)
-    return git(root, "rev-parse", "HEAD")
+    """Everything in `root` committed as `message` with this module's fixed identity (its labs are committed
+    by module-scoped fixtures, before a test's own identity is set); the new commit."""
+    git(root, "add", "-A", env=GIT_ENV)
+    git(root, "commit", "-q", "--allow-empty", "-m", message, env=GIT_ENV)
+    return git(root, "rev-parse", "HEAD", env=GIT_ENV)
 
 
 def request(experiment: str, profile: str = "h200", **fields: Any) -> RunRequest:

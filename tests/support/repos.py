@@ -39,6 +39,17 @@ def git(root: Path, *args: str, check: bool = True, strip: bool = True, env: Map
     fixture made before the per-test one is set). With `check` a failure is an AssertionError carrying
     git's stderr; `strip=False` keeps the output whole where its spaces are the point (`status --porcelain`).
     """
+    done = git_result(root, *args, env=env)
+    if check and done.returncode:
+        raise AssertionError(f"git {' '.join(args)} in {root} failed ({done.returncode}): {done.stderr}")
+    return done.stdout.strip() if strip else done.stdout
+
+
+def git_result(
+    root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in `root` in `git`'s environment, its whole result and unchecked: for a test of what git
+    itself does (a hook refusing a commit), whose exit status and stderr are what it asserts."""
     child_env = {
         k: v
         for k, v in os.environ.items()
@@ -48,10 +59,9 @@ def git(root: Path, *args: str, check: bool = True, strip: bool = True, env: Map
         or k == "GIT_CONFIG_NOSYSTEM"
     }
     child_env.update(env or {})
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=child_env, check=False)
-    if check and done.returncode:
-        raise AssertionError(f"git {' '.join(args)} in {root} failed ({done.returncode}): {done.stderr}")
-    return done.stdout.strip() if strip else done.stdout
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, env=child_env, check=False, timeout=timeout
+    )
 
 
 def make_remote(base: Path, name: str = "remote.git") -> Path:
