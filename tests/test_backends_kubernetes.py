@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,7 +235,7 @@ def test_companion_manifests_are_applied_and_owned(fake_kube: FakeKube, backend:
         "data": {"a": "1"},
     }
     request = request_for("Job")
-    ref = backend.submit(replace(request, payload=KubernetesObjects([config_map, *documents(request)])))
+    ref = backend.submit(request.replace(payload=KubernetesObjects([config_map, *documents(request)])))
     stored = fake_kube.get("ConfigMap", NS, "sft-demo-r1-cfg")
     assert stored is not None and stored["metadata"]["ownerReferences"][0]["uid"] == ref.uid
 
@@ -261,7 +260,7 @@ def test_submit_refuses_manifests_it_cannot_place(
     request = request_for("Job")
     manifest = documents(request)[0] | change
     with pytest.raises(BackendError, match=message):
-        backend.submit(replace(request, payload=KubernetesObjects([manifest])))
+        backend.submit(request.replace(payload=KubernetesObjects([manifest])))
     assert fake_kube.requests_for("PATCH", ".") == []
 
 

@@ -10,7 +10,6 @@ status, which travels between syncs as its committed JSON (a new backend stands 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +66,7 @@ def submit(
     spec = resolve_run(lab, req)
     plan = compile_plan(spec)
     if attempt > 1:
-        plan = dataclasses.replace(plan, env={**plan.env, ATTEMPT_ENV: str(attempt)})
+        plan = plan.replace(env={**plan.env, ATTEMPT_ENV: str(attempt)})
     docs = render_manifests(spec, plan, lab.config)
     ref = bot(fake_kube).submit(
         SubmitRequest(

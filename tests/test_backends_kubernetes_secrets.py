@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +33,7 @@ def _lab_secret(fake: Any, data: dict[str, str]) -> None:
 
 def test_the_run_secret_gets_a_copy_of_the_lab_secret(fake_kube: Any, kube_client: Any) -> None:
     _lab_secret(fake_kube, {"token": "hf_abc123"})
-    request = dataclasses.replace(request_for("Job"), secret_copies={"hf-token": ("hf", "token")})
+    request = request_for("Job").replace(secret_copies={"hf-token": ("hf", "token")})
     KubernetesBackend(NS, api_client=kube_client, retry=FAST).submit(request)
     secret = fake_kube.get("Secret", NS, "sft-demo-r1-tokens")
     values = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
@@ -49,7 +48,7 @@ def test_a_missing_lab_secret_is_refused_before_anything_is_created(
 ) -> None:
     if data is not None:
         _lab_secret(fake_kube, data)
-    request = dataclasses.replace(request_for("Job"), secret_copies={"hf-token": ("hf", "token")})
+    request = request_for("Job").replace(secret_copies={"hf-token": ("hf", "token")})
     with pytest.raises(BackendError, match=r"Secret .*/hf .*'token'.*kubectl create secret generic hf"):
         KubernetesBackend(NS, api_client=kube_client, retry=FAST).submit(request)
     assert fake_kube.get("Job", NS, "sft-demo-r1") is None
@@ -158,7 +157,7 @@ def _with_pod_secrets(request: Any) -> Any:
         },
         {"name": "opt", "secret": {"secretName": "optional-vol", "optional": True}},
     ]
-    return dataclasses.replace(request, payload=KubernetesObjects([job]))
+    return request.replace(payload=KubernetesObjects([job]))
 
 
 def test_secrets_from_env_from_and_volumes_are_checked_all_at_once(fake_kube: Any, kube_client: Any) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -259,7 +258,7 @@ def test_the_next_attempt_runs_in_the_same_run_dir_and_keeps_the_earlier_log(exp
     ref = backend.submit(first_submit)
     assert wait(backend, ref).phase == "Failed"
 
-    again = backend.submit(replace(first_submit, attempt=2))
+    again = backend.submit(first_submit.replace(attempt=2))
     obs = wait(backend, again)
 
     run_dir = backend.run_dir(ref)
@@ -278,7 +277,7 @@ def test_two_submits_of_one_attempt_start_it_once(exp: Path, storage: Path) -> N
     wait(backend, ref)
     refs: list[BackendRef] = []
     racers = [
-        threading.Thread(target=lambda: refs.append(backend.submit(replace(first_submit, attempt=2)))) for _ in range(3)
+        threading.Thread(target=lambda: refs.append(backend.submit(first_submit.replace(attempt=2)))) for _ in range(3)
     ]
 
     for racer in racers:
@@ -303,7 +302,7 @@ def test_the_next_attempt_waits_for_the_current_one_to_end(exp: Path, storage: P
     wait(backend, ref, ("Running",))
 
     with pytest.raises(BackendError, match="attempt 2 cannot start while attempt 1 has not ended"):
-        backend.submit(replace(first_submit, attempt=2))
+        backend.submit(first_submit.replace(attempt=2))
     backend.cancel(ref)
     assert wait(backend, ref).phase == "Cancelled"
 

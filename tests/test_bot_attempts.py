@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,7 @@ class Engine:
         self.cancelled.append(ref.name)
         # as an engine does: a stopped object reads cancelled from then on
         said = self.says.get(ref.name, Observation("Pending", reason="Queued"))
-        self.says[ref.name] = replace(said, phase="Cancelled", reason="Cancelled")
+        self.says[ref.name] = said.replace(phase="Cancelled", reason="Cancelled")
 
 
 def _env(node: Any) -> Iterator[tuple[str, str]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 
 from test_backends_kubernetes import FAST, NS, documents, request_for
@@ -22,7 +21,7 @@ def _annotated(request: Any, commit: str) -> Any:
     manifests[0]["metadata"].setdefault("annotations", {}).update(
         {"tuneplane.dev/commit": commit, "tuneplane.dev/jobspec-digest": "sha256:" + "1" * 64}
     )
-    return dataclasses.replace(request, payload=KubernetesObjects(manifests))
+    return request.replace(payload=KubernetesObjects(manifests))
 
 
 def test_the_ref_carries_the_commit_of_the_object_that_exists(fake_kube: Any, kube_client: Any) -> None:
@@ -45,7 +44,7 @@ def test_status_of_an_adopted_job_names_the_creators_commit(tmp_path: Any) -> No
     request = RunRequest(experiment="img", run_id="20260101-000000-abcdef", profile="h200:8")
     run = prepare(lab, request, commit="b" * 40, dirty=False)
     ours = BackendRef("kubernetes", "Job", run.spec.metadata.name, NS, "uid", commit="b" * 40)
-    theirs = dataclasses.replace(ours, commit=CREATOR, jobspec_digest="sha256:" + "1" * 64)
+    theirs = ours.replace(commit=CREATOR, jobspec_digest="sha256:" + "1" * 64)
     assert submitted_status(request, run.spec, ours, "2026-01-01T00:00:00Z").provenance.commit == "b" * 40
     adopted = submitted_status(request, run.spec, theirs, "2026-01-01T00:00:00Z")
     assert adopted.provenance.commit == CREATOR

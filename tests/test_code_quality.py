@@ -531,3 +531,50 @@ def test_what_tp_says_goes_through_the_reporter():
 )
 def test_the_reporter_rule_sees_every_spelling(source: str, flagged: bool) -> None:
     assert bool(_output_bypasses(ast.parse(source))) is flagged
+
+
+# Records still written the old way, to convert (none: keep it empty; the style is in docs/architecture.md).
+OLD_STYLE_RECORDS_PENDING: frozenset[str] = frozenset()
+
+
+def _old_style_records(tree: ast.AST) -> list[str]:
+    """Classes declared with `@dataclass` (any spelling) or as a `NamedTuple`, by name."""
+
+    def named(node: ast.expr, name: str) -> bool:
+        target = node.func if isinstance(node, ast.Call) else node
+        return (isinstance(target, ast.Name) and target.id == name) or (
+            isinstance(target, ast.Attribute) and target.attr == name
+        )
+
+    return [
+        node.name
+        for node in nodes(tree)
+        if isinstance(node, ast.ClassDef)
+        and (any(named(d, "dataclass") for d in node.decorator_list) or any(named(b, "NamedTuple") for b in node.bases))
+    ]
+
+
+def test_records_are_runtime_records():
+    """Internal values are `runtime.records` classes (docs/architecture.md): `@dataclass` `exec`s
+    generated source per class at import, and a `NamedTuple` is also a tuple, compared and unpacked as one."""
+    found = {f"tuneplane/{rel}:{name}" for rel, tree in package_trees().items() for name in _old_style_records(tree)}
+    assert found - OLD_STYLE_RECORDS_PENDING == set(), "declare these as runtime.records.Record/FrozenRecord:\n" + (
+        "\n".join(sorted(found - OLD_STYLE_RECORDS_PENDING))
+    )
+    assert OLD_STYLE_RECORDS_PENDING <= found, "converted: take these off the pending list"
+
+
+@pytest.mark.parametrize(
+    ("source", "flagged"),
+    [
+        ("@dataclass\nclass A:\n    x: int\n", True),
+        ("@dataclass(frozen=True)\nclass A:\n    x: int\n", True),
+        ("@dataclasses.dataclass(slots=True)\nclass A:\n    x: int\n", True),
+        ("class A(NamedTuple):\n    x: int\n", True),
+        ("class A(typing.NamedTuple):\n    x: int\n", True),
+        ("class A(FrozenRecord):\n    x: int\n", False),
+        ("class A(TypedDict):\n    x: int\n", False),
+    ],
+)
+def test_the_record_rule_sees_every_spelling(source: str, flagged: bool) -> None:
+    assert bool(_old_style_records(ast.parse(source))) is flagged

@@ -355,7 +355,6 @@ def test_a_host_environment_accepts_an_image_and_says_it_is_not_used(tmp_path: P
 def test_a_slurm_run_is_packed_with_the_lab_it_is_staged_from(tmp_path: Path, git: Any) -> None:
     """What `tp render` shows is the batch as rendered; submitting packs that same batch with the lab's
     root to stage the commit from, and the run's ingest token for its token file when it has one."""
-    from dataclasses import replace
 
     from tuneplane.backends.slurm.batch import SlurmBatch
     from tuneplane.lab.load import load_lab
@@ -378,6 +377,6 @@ def test_a_slurm_run_is_packed_with_the_lab_it_is_staged_from(tmp_path: Path, gi
     assert isinstance(run.payload, SlurmBatch) and run.payload.lab_root == ""
 
     packed = backend_request(root, lab, run, env={"TUNEPLANE_INGEST_SECRET": "k" * 32})
-    assert packed.payload == replace(run.payload, lab_root=str(root))
+    assert packed.payload == run.payload.replace(lab_root=str(root))
     assert list(packed.secret_data) == ["job-token"] and packed.secret_data["job-token"]
     assert backend_request(root, lab, run, env={}).secret_data == {}  # no secret, no token

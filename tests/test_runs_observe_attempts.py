@@ -6,8 +6,6 @@ other the way `tp bot sync` folds them.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tuneplane.backends.base import NO_HEARTBEAT, AttemptReport, Observation
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.run import BackendObject, RunStatus, Transition
@@ -122,7 +120,7 @@ def test_an_attempt_whose_object_is_ending_is_no_requeue_nor_an_end_nor_an_overr
     assert s.message == "attempt 1 ended Error: boom\nits pods are stopping"
     spent = s.model_copy(update={"retry": RetryPolicy(attempts=1, on=["Error"])})
     assert overrun(spent, stopping, at(30)) is None
-    assert overrun(spent, replace(stopping, ending=False), at(30)) is not None  # a requeue past the budget
+    assert overrun(spent, stopping.replace(ending=False), at(30)) is not None  # a requeue past the budget
 
     s = fold(s, Observation("Failed", reason="BackoffLimitExceeded", attempts=(failed,)))
     assert (s.phase, s.reason, s.exit_code) == ("Pending", "RetryBackoff", None)  # the run has not ended

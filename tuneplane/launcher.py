@@ -23,7 +23,6 @@ ranks re-enter), never the launcher above ranks that will say it themselves.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import importlib
 import json
 import os
@@ -33,7 +32,6 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -61,6 +59,7 @@ from tuneplane.runtime.entry import (
     run_python_entry,
 )
 from tuneplane.runtime.pinned import bytecode_files, drop_caches, guard_imports, report_failure, run_ranks
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.runtime.streams import print_or_quit
 from tuneplane.runtime.supervise import JobAttempt, Outcome, supervise
 from tuneplane.runtime.versions import parse_version, version_admits  # noqa: F401 - re-exported
@@ -83,8 +82,7 @@ class LaunchError(Exception):
 # ── JobSpec (the subset the launcher needs; unknown keys are ignored) ──────────────────────────────
 
 
-@dataclass(frozen=True)
-class PluginRef:
+class PluginRef(FrozenRecord):
     """One `spec.plugins` entry, as the launcher reads it from the JobSpec (`models.jobspec.LockedPluginRef`)."""
 
     id: str
@@ -101,16 +99,14 @@ class PluginRef:
         return f"{self.id}@{self.version}"
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(FrozenRecord):
     argv: list[str]
     mode: str
     cwd: str
     in_process: bool
 
 
-@dataclass(frozen=True)
-class JobSpecView:
+class JobSpecView(FrozenRecord):
     framework: str
     hyperparams: Mapping[str, Any]
     plugins: list[PluginRef]
@@ -573,7 +569,7 @@ def _run_recorded(
     if outcome.refusal:
         report_failure(outcome.refusal)
     code = CONFIG_ERROR_EXIT if outcome.refusal and outcome.code not in (126, 127) else outcome.code
-    outcome = dataclasses.replace(outcome, code=code)  # the GPU watchdog's finding and reason kept
+    outcome = outcome.replace(code=code)  # the GPU watchdog's finding and reason kept
     record.end(outcome, termination=not outcome.refusal)
     return code
 

@@ -9,7 +9,8 @@ Standard library only: this module is imported inside training images.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+
+from tuneplane.runtime.records import Record, field
 
 # A plugin's install(params, **ctx): what it returns is not looked at.
 InstallFn = Callable[..., object]
@@ -23,8 +24,7 @@ class PluginInstallError(RuntimeError):
     """A plugin's install function raised: the job must not go on without its patch."""
 
 
-@dataclass
-class _Deferred:
+class _Deferred(Record):
     """A deferred plugin waiting for the trainer's context."""
 
     ref: str  # <owner>/<name>@<version>, for messages
@@ -33,8 +33,7 @@ class _Deferred:
     done: bool = False
 
 
-@dataclass
-class _State:
+class _State(Record):
     """Per-process state; one instance, so tests can reset it."""
 
     installed: dict[str, str] = field(default_factory=dict)  # plugin id -> digest

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
-from dataclasses import replace
 
 from tuneplane.backends.base import SubmitRequest
 from tuneplane.backends.local import LocalRun
@@ -21,7 +20,7 @@ def local_run(request: SubmitRequest) -> LocalRun:
 
 def with_run(request: SubmitRequest, **changes: object) -> SubmitRequest:
     """`request` with its `LocalRun`'s fields changed (a timeout, GPUs)."""
-    return replace(request, payload=replace(local_run(request), **changes))
+    return request.replace(payload=local_run(request).replace(**changes))
 
 
 def kill_recorded(state: Mapping[str, object]) -> None:

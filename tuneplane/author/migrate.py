@@ -22,7 +22,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ruamel.yaml import YAML
@@ -40,6 +39,7 @@ from tuneplane.models.lock import LEGACY_LOCK_APIS, RECIPE_LOCK_API
 from tuneplane.models.plugin import LEGACY_SCHEMAS
 from tuneplane.problems import Problem, location
 from tuneplane.runtime.digest import bundle_digest
+from tuneplane.runtime.records import Record, field
 
 __all__ = ["ENV_RENAMES", "MigrationPlan", "apply", "checked", "plan_migration", "unconverted"]
 CODE_SUFFIXES = (".py", ".sh", ".bash", ".yaml", ".yml")
@@ -75,8 +75,7 @@ FORMAT_RULES = frozenset(
 )
 
 
-@dataclass
-class MigrationPlan:
+class MigrationPlan(Record):
     writes: dict[str, str] = field(default_factory=dict)  # relative path → new content
     deletes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what a person should check afterwards

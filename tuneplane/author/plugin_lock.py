@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane import __version__
@@ -20,6 +19,7 @@ from tuneplane.lab.schemarefs import reference, schema_rel
 from tuneplane.lab.yamlio import LoadFailed, load_json, parse_json
 from tuneplane.models.plugin import LOCK_API, LOCK_FILE, SEGMENT, PluginManifest, PluginsLockEntry
 from tuneplane.runtime.digest import DigestError, tree_digest
+from tuneplane.runtime.records import FrozenRecord
 
 
 def parse_plugin_ref(text: str) -> tuple[str, str, str | None]:
@@ -30,8 +30,7 @@ def parse_plugin_ref(text: str) -> tuple[str, str, str | None]:
     return m[1], m[2], m[3]
 
 
-@dataclass(frozen=True)
-class LockResult:
+class LockResult(FrozenRecord):
     path: Path
     entry: PluginsLockEntry
     previous: PluginsLockEntry | None

@@ -10,7 +10,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tuneplane import __version__
@@ -30,6 +29,7 @@ from tuneplane.models.base import name_error
 from tuneplane.models.recipe import Recipe
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES
+from tuneplane.runtime.records import FrozenRecord
 
 CONFIG_FILE = "config.yaml"
 # The actions the lab's workflow pins by commit; .github/dependabot.yml keeps them current.
@@ -44,8 +44,7 @@ ACTIONS = {
 PUSH_IDENTITIES = ("deploy-key", "github-app", "github-token")
 
 
-@dataclass(frozen=True)
-class InitResult:
+class InitResult(FrozenRecord):
     root: Path
     name: str
     files: list[str]

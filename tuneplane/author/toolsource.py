@@ -14,19 +14,18 @@ import os
 import re
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from tuneplane.constants import TOOL_REQUIREMENT_ENV
+from tuneplane.runtime.records import FrozenRecord
 
 DIST = "tuneplane"
 _REMOTE = re.compile(r"^(https://|ssh://|git@[^:]+:)")
 _VCS_REF = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)\s*@\s*git\+(?P<url>[^@\s]+(?:@[^@\s/]+)?)@(?P<rev>[^@\s#]+)$")
 
 
-@dataclass(frozen=True)
-class ToolSource:
+class ToolSource(FrozenRecord):
     """`requirement` is what `pip install` gets in CI (empty: unknown); `comment` says where it came from."""
 
     requirement: str

@@ -6,7 +6,6 @@ Only the lock is rewritten (it is tp's file); the experiment's own files are nev
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.author.editor import write_schemas
@@ -18,10 +17,10 @@ from tuneplane.lab.locks import LOCK_FILE, lock_missing_hint, make_lock, method_
 from tuneplane.lab.modelparse import first_problem_error
 from tuneplane.lab.schemarefs import comment_line, config_schema_rel, with_comment
 from tuneplane.lab.yamlio import LoadFailed, load_json
+from tuneplane.runtime.records import FrozenRecord
 
 
-@dataclass(frozen=True)
-class Upgrade:
+class Upgrade(FrozenRecord):
     experiment: str
     method: str
     new_version: str

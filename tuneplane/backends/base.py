@@ -9,13 +9,13 @@ whose runs are supervised on this machine is a `RunsHere`: the supervisor stays 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tuneplane.constants import EXIT_PROBLEMS, AttemptReason, ObservedPhase
 from tuneplane.errors import TunePlaneError
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord, field
 
 
 class Payload(Protocol):
@@ -29,8 +29,7 @@ class Payload(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SubmitRequest:
+class SubmitRequest(FrozenRecord):
     run_id: str
     experiment: str
     namespace: str
@@ -47,8 +46,7 @@ class SubmitRequest:
     attempt: int = 1
 
 
-@dataclass(frozen=True)
-class BackendRef:
+class BackendRef(FrozenRecord):
     backend: str  # "local" | "kubernetes" | "slurm"
     kind: str  # e.g. "Job", "JobSet", "RayJob", "Process"
     name: str
@@ -63,8 +61,7 @@ class BackendRef:
     run_dir: str = ""
 
 
-@dataclass(frozen=True)
-class AttemptReport:
+class AttemptReport(FrozenRecord):
     """What an engine knows of one attempt: the job side's own record where it wrote one, else the
     engine's word. `reason` is empty while the attempt is under way."""
 
@@ -84,8 +81,7 @@ class AttemptReport:
     gpus: int = 0
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(FrozenRecord):
     phase: ObservedPhase
     reason: str = ""  # e.g. a Kueue queue reason while Pending
     message: str = ""  # what a person needs to know, e.g. the failing container's last lines

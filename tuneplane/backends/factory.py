@@ -9,7 +9,6 @@ name, is its row in `models.backendkinds.BACKEND_KINDS`: a new backend is a row 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +16,7 @@ from tuneplane.backends.base import Backend, BackendError, Payload, RunsHere, Su
 from tuneplane.models.backendkinds import BACKEND_KINDS as BACKEND_KINDS  # runs/ and bot/ ask a kind here
 from tuneplane.models.backendkinds import KUBERNETES, LOCAL, SLURM, BackendKind
 from tuneplane.models.backendkinds import backend_kind as backend_kind
+from tuneplane.runtime.records import FrozenRecord
 
 if TYPE_CHECKING:
     from tuneplane.lab.load import Lab
@@ -75,8 +75,7 @@ def pack_request(
     return pack_objects(spec, plan, lab, rendered, job_token)
 
 
-@dataclass(frozen=True)
-class ClusterAccess:
+class ClusterAccess(FrozenRecord):
     """How to reach a cluster: the kubeconfig flags of `tp bot` and `tp job`."""
 
     kubeconfig: str | None = None

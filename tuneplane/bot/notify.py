@@ -23,7 +23,6 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from tuneplane.lab.fs import atomic_write
 from tuneplane.lab.gitrepo import GitFailed, GitRepo
 from tuneplane.lab.runs import STATUS_DIR, unchecked_status
 from tuneplane.models.lab import LabFile, Webhook
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.runtime.reporter import Echo
 
 TRAILER = "Tp-Bot-Pass"
@@ -40,8 +40,7 @@ _SCAN_COMMITS = 20  # the pass's own commit is HEAD or a few commits below it on
 Post = Callable[[str, bytes, dict[str, str], float], int]  # url, body, headers, timeout → HTTP status
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(FrozenRecord):
     """One run's phase change as the branch records it."""
 
     experiment: str

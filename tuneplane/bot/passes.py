@@ -11,7 +11,6 @@ module's imports); they are re-exported here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.runs import RunKey, unchecked_from
 from tuneplane.record.batch import Batch
+from tuneplane.runtime.records import Record, field
 from tuneplane.runtime.reporter import Echo
 from tuneplane.views.dashboard import shows_notices
 
@@ -102,8 +102,7 @@ def start(root: Path, opts: BotOptions) -> tuple[GitRepo, Lab, Target | None, bo
     return repo, lab, target, recovered
 
 
-@dataclass
-class BotPass:
+class BotPass(Record):
     """One bot run between `start` and `finish`: the repository, the scanned commit, its writes, the backends."""
 
     repo: GitRepo

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,14 @@ from tuneplane.lab.gitrepo import GitFailed, GitRepo
 from tuneplane.lab.runs import STATUS_DIR, UncheckedStatus, unchecked_status
 from tuneplane.models.base import GITHUB_LOGIN
 from tuneplane.models.run import SubmittedFor
+from tuneplane.runtime.records import FrozenRecord
 
 SECTION_MARK = "<!-- tuneplane:runs -->"  # where the plan comment's part the bot keeps up to date begins
 MAX_ROWS = 200  # runs one section lists (a comment holds 65,536 characters, the plan's share included)
 _COMMIT = re.compile(r"[0-9a-f]{40}\Z")
 
 
-@dataclass(frozen=True)
-class PullRequest:
+class PullRequest(FrozenRecord):
     number: int
     login: str
 
@@ -76,8 +75,7 @@ def submitted_for(repo: GitRepo, request_rel: str, pulls: dict[str, PullRequest]
 # ── the pull request's comment ──────────────────────────────────────────────────────────────────────
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(FrozenRecord):
     """What the workflow writes into one pull request's plan comment, from `SECTION_MARK` on."""
 
     pull_request: int

@@ -14,7 +14,6 @@ object of that name, so submitting again never starts a second job.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -261,7 +260,7 @@ class _Submitter:
             backend = self.pool.get(backend_name(self.lab, run.spec.spec.resources.local))
             # the attempt's number travels with the request too: a backend that keeps one place per run
             # (the local run directory) starts the next attempt there instead of adopting the last one
-            ref = backend.submit(dataclasses.replace(backend_request(self.lab.root, self.lab, run), attempt=attempt))
+            ref = backend.submit(backend_request(self.lab.root, self.lab, run).replace(attempt=attempt))
         except SubmitRefused as exc:  # refused as written: retrying cannot help
             from tuneplane.runs.status import refused_status  # lazy: as above
 

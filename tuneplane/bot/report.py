@@ -10,9 +10,9 @@ would) at that step; see `STEPS`. It exists for the crash-injection tests and ch
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from tuneplane.constants import CANCELLED, SUBMITTED
+from tuneplane.runtime.records import Record, field
 
 CRASH_ENV = "TUNEPLANE_BOT_CRASH_AT"
 CRASH_EXIT = 197
@@ -40,8 +40,7 @@ def checkpoint(step: str) -> None:
         os._exit(CRASH_EXIT)
 
 
-@dataclass
-class BotReport:
+class BotReport(Record):
     submitted: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -71,8 +70,7 @@ class BotReport:
         return any(items for _, _, items in self.outcomes())
 
 
-@dataclass
-class BotOptions:
+class BotOptions(Record):
     push: bool = False
     remote: str | None = None
     branch: str | None = None

@@ -9,7 +9,6 @@ calls active are read by path. A lab of 20,000 finished runs and no change costs
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,12 @@ from tuneplane.lab.runs import DASHBOARD, RUNS_DIR, STATUS_DIR, RunKey, unchecke
 from tuneplane.models.sweep import SWEEPS_DIR
 from tuneplane.record.authority import REF, Authority
 from tuneplane.record.ledger import LEDGER, Ledger
+from tuneplane.runtime.records import Record, field
 
 LEDGER_DEPTH = 50  # commits a shallow clone deepens to find the status trees the ledger names
 
 
-@dataclass
-class Scan:
+class Scan(Record):
     snap: Snapshot
     ledger: Ledger
     authority: Authority

@@ -10,7 +10,6 @@ they are read.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.constants import BLOB_LIMIT
@@ -18,6 +17,7 @@ from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import run_git
 from tuneplane.models.base import NAME
 from tuneplane.models.run import RUN_ID
+from tuneplane.runtime.records import FrozenRecord, Record, field
 
 REGULAR = ("100644", "100755")
 SYMLINK = "120000"
@@ -25,8 +25,7 @@ GITLINK = "160000"
 TREE = "040000"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(FrozenRecord):
     mode: str
     oid: str
     path: str
@@ -41,8 +40,7 @@ class Entry:
         )
 
 
-@dataclass
-class Listing:
+class Listing(Record):
     """Run files of one kind (requests or statuses) in a commit: key → blob id, and what was refused."""
 
     found: dict[tuple[str, str], str] = field(default_factory=dict)  # (experiment, run id) → blob id

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -298,8 +297,8 @@ def _stopped(backend: Backend, ref: BackendRef, over: Overrun | None) -> Overrun
     try:
         backend.cancel(ref)
     except BackendError as exc:
-        return replace(over, outcome=f"stopping it failed ({exc}); the next sync tries again")
-    return replace(over, stopped=True)
+        return over.replace(outcome=f"stopping it failed ({exc}); the next sync tries again")
+    return over.replace(stopped=True)
 
 
 def _heartbeat(
@@ -326,7 +325,7 @@ def _heartbeat(
         if beat is None:
             why = published.error or "its machine published no heartbeat (a lab without a remote, or no push access)"
             return None, f"; no published heartbeat tells whether it is alive: {why}"
-        obs = replace(obs, heartbeat_at=beat, message=f"{obs.message}; its published heartbeat is from {beat}")
+        obs = obs.replace(heartbeat_at=beat, message=f"{obs.message}; its published heartbeat is from {beat}")
     new = apply_observation(status, obs, utc_now(), retry=True, lost_after=lost_after)
     return (new if new.phase != status.phase or new.attempts != status.attempts else None), ""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 from tuneplane.check.images import (
@@ -28,6 +27,7 @@ from tuneplane.models.lab import LabFile
 from tuneplane.models.recipe import Param, Recipe
 from tuneplane.models.run import RunRequest
 from tuneplane.runtime.patterns import lazy_pattern
+from tuneplane.runtime.records import FrozenRecord
 
 FULL_SHA = lazy_pattern(r"[0-9a-f]{40}\Z")
 SHORT_SHA = lazy_pattern(r"[0-9a-f]{4,39}\Z")
@@ -35,8 +35,7 @@ CLI_FLAG = {"model": "--model", "train_data": "--train-data", "validation_data":
 EXTERNAL_NEEDS_URL = "custom external observability requires spec.framework.observability_url"
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(FrozenRecord):
     pointer: str  # JSON pointer into the run request
     rule: str
     message: str

@@ -12,7 +12,6 @@ import re
 import shlex
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pydantic_core import ErrorDetails
@@ -25,6 +24,7 @@ from tuneplane.lab.yamlio import Doc, LoadFailed, parse_yaml
 from tuneplane.models.plugin import LEGACY_SCHEMAS, MANIFEST_FILE, PLUGIN_SCHEMA, PluginManifest, module_name_for
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import SKIP_NAMES, SKIP_PARTS, SKIP_SUFFIXES, UNPINNED_FOLDERS
+from tuneplane.runtime.records import Record
 
 # Algorithm providers patch the bridge that runs a framework's Python entrypoint; these two never use it.
 NO_ALGORITHM_FRAMEWORKS = frozenset({"custom", "evalkit"})
@@ -65,8 +65,7 @@ def positioned_doc(text: str, file: str) -> Doc:
         return Doc(rel=file, data=None, text=text)
 
 
-@dataclass
-class FileCtx:
+class FileCtx(Record):
     """Where problems found in one file are reported."""
 
     file: str

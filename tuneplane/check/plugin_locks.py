@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -37,6 +36,7 @@ from tuneplane.models.plugin import (
 )
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.digest import DigestError, tree_digest
+from tuneplane.runtime.records import Record
 
 
 def parse_plugins_lock(text: str, file: str) -> tuple[PluginsLock | None, list[Problem]]:
@@ -118,8 +118,7 @@ def core_admits(specifier: str, core_version: str) -> bool:
         return False
 
 
-@dataclass
-class _ExpCheck:
+class _ExpCheck(Record):
     lab_root: Path
     exp_dir: Path
     framework: str

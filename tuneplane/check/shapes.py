@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tuneplane.models.lab import LabFile, Profile
 from tuneplane.problems import did_you_mean
+from tuneplane.runtime.records import FrozenRecord
 
 
-@dataclass(frozen=True)
-class Shape:
+class Shape(FrozenRecord):
     profile: str
     nodes: int
     gpus_per_node: int

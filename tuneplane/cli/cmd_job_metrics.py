@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NamedTuple
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +15,7 @@ from tuneplane.cli.options import Run
 from tuneplane.cli.say import say
 from tuneplane.constants import JOB_TOKEN
 from tuneplane.errors import RunNotFound, UsageError
+from tuneplane.runtime.records import FrozenRecord
 
 if TYPE_CHECKING:  # the views load only when the command runs
     from tuneplane.views.runmetrics import RunMetrics, Series, TimedSeries
@@ -197,7 +198,7 @@ def _run_metrics(run: str, target: _Target, read: _Reader, missing_ok: bool = Fa
     return RunMetrics(summary, read.series, vocabulary_of(target.method), read.timed)
 
 
-class _Plot(NamedTuple):
+class _Plot(FrozenRecord):
     """Where --plot writes, as checked: `path` as given; `target` the file written (a symlink's
     target); `kind` "new", "chart" (a chart tp wrote, replaced whole), "stream" (a character device
     or a FIFO: written straight through) or "stdout"/"stderr" (tp's own stream, as /dev/stdout

@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from tuneplane.collector import sources, tfevents
 from tuneplane.collector.sources import Source
+from tuneplane.runtime.records import Record, field
 
 
 class _Read(Protocol):
@@ -37,8 +37,7 @@ SCAN_CHUNK = 256 * 1024  # a read of an earlier file's sent records, looking for
 MAX_KNOWN = 200_000  # openings remembered; past that they are read again
 
 
-@dataclass
-class Order:
+class Order(Record):
     known: dict[tuple[str, int, int], tuple[float | None, int | None]] = field(default_factory=dict)
     cutoffs: dict[str, int] = field(default_factory=dict)  # relname → first step purged
     uncut: set[str] = field(default_factory=set)  # arranged by this process without a cutoff

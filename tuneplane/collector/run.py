@@ -19,12 +19,12 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tuneplane.collector import sources, state, tfevents
 from tuneplane.collector.order import Order
 from tuneplane.collector.sources import Point, Source
+from tuneplane.runtime.records import Record, field
 
 STATE_DIR = ".tuneplane"
 STATE_FILE = "collector-state.json"
@@ -43,16 +43,31 @@ class Sink(Protocol):
     def flush(self, timeout: float) -> bool: ...
 
 
-@dataclass(slots=True)  # one per file read: 100,000 files
-class Tracked:
-    offset: int = 0
-    ino: int = 0
-    dev: int = 0
-    line: int = 0  # lines before `offset` (line formats), for file:line messages
-    head: int = 0  # CRC-32 of the file's first `head_len` bytes
-    head_len: int = 0
-    tail: bool = False  # a last line without its newline was taken (final pass): skip that newline
-    told: bool = False  # read under a later purge_step's cut, or told that it came after the points went
+class Tracked(Record):
+    """Where reading one file got to. One per file read (100,000 files): `__slots__` and its own `__init__`."""
+
+    __slots__ = ("offset", "ino", "dev", "line", "head", "head_len", "tail", "told")
+    _fields = __slots__
+
+    def __init__(
+        self,
+        offset: int = 0,
+        ino: int = 0,
+        dev: int = 0,
+        line: int = 0,  # lines before `offset` (line formats), for file:line messages
+        head: int = 0,  # CRC-32 of the file's first `head_len` bytes
+        head_len: int = 0,
+        tail: bool = False,  # a last line without its newline was taken (final pass): skip that newline
+        told: bool = False,  # read under a later purge_step's cut, or told that it came after the points went
+    ) -> None:
+        self.offset = offset
+        self.ino = ino
+        self.dev = dev
+        self.line = line
+        self.head = head
+        self.head_len = head_len
+        self.tail = tail
+        self.told = told
 
     def to_json(self) -> dict[str, object]:
         flags = {name: True for name in ("tail", "told") if getattr(self, name)}
@@ -78,8 +93,7 @@ def _tracked_of(entry: object) -> Tracked | None:
     return Tracked(offset, ino, dev, line, head, head_len, entry.get("tail") is True, entry.get("told") is True)
 
 
-@dataclass
-class Collector:
+class Collector(Record):
     out_dir: str
     sink: Sink
     declared: list[Source]
@@ -255,7 +269,7 @@ class Collector:
         if after - CHUNK <= tracked.offset:
             return tracked, data
         self._damaged.setdefault(relname, [0, tracked.offset, 0])[2] = after - CHUNK
-        tracked = _with_head(fd, replace(tracked, offset=after - CHUNK))
+        tracked = _with_head(fd, tracked.replace(offset=after - CHUNK))
         return tracked, os.pread(fd, CHUNK, tracked.offset)
 
     def refused(self, exc: OSError, relname: str = "") -> None:
@@ -318,8 +332,8 @@ class Collector:
                 seen[2] = tracked.offset + max(records.offset, 1)
             if records.offset == 0:
                 return [], tracked
-            moved = replace(
-                tracked, offset=tracked.offset + records.offset, told=tracked.told or relname in self.order.cutoffs
+            moved = tracked.replace(
+                offset=tracked.offset + records.offset, told=tracked.told or relname in self.order.cutoffs
             )
             points = sources.tb_points(source, relname, records.payloads, self.counts)
             return self.order.keep(relname, points, self.counts), moved
@@ -329,7 +343,7 @@ class Collector:
         self, source: Source, relname: str, data: bytes, tracked: Tracked, fd: int, size: int
     ) -> tuple[list[Point], Tracked]:
         if tracked.tail and data.startswith(b"\n"):  # the newline of a last line already taken whole
-            tracked = replace(tracked, offset=tracked.offset + 1, tail=False)
+            tracked = tracked.replace(offset=tracked.offset + 1, tail=False)
             data = data[1:]
             if not data:
                 return [], tracked
@@ -339,7 +353,7 @@ class Collector:
                 return [], tracked  # zeros up to the end: wait for what is written after them
             seen = self._damaged.setdefault(relname, [0, tracked.offset, 0])
             seen[2] = tracked.offset + zeros
-            return [], replace(tracked, offset=tracked.offset + zeros)
+            return [], tracked.replace(offset=tracked.offset + zeros)
         end = data.rfind(b"\n")
         if end < 0:
             return self._long_line(source, relname, tracked, fd, size, len(data))
@@ -352,8 +366,8 @@ class Collector:
         if self.final and tracked.offset + len(data) == size and data[used:].strip():
             number += 1  # the job is over: its last line is complete without a newline
             self._line(source, data[used:], f"{relname}:{number}", points)
-            return points, replace(tracked, offset=size, line=number, tail=True)
-        return points, replace(tracked, offset=tracked.offset + used, line=number)
+            return points, tracked.replace(offset=size, line=number, tail=True)
+        return points, tracked.replace(offset=tracked.offset + used, line=number)
 
     def _line(self, source: Source, line: bytes, where: str, points: list[Point]) -> None:
         line = line.strip()
@@ -405,7 +419,7 @@ class Collector:
                 f"{relname}:{number}",
                 f"a line of {end - start} bytes (over {sources.MAX_LINE // 1024} KiB), skipped",
             )
-        return points, replace(tracked, offset=min(end + 1, size), line=number, tail=end == size)
+        return points, tracked.replace(offset=min(end + 1, size), line=number, tail=end == size)
 
     def _big_record(self, fd: int, offset: int) -> tfevents.Records:
         """A single record larger than CHUNK (an image summary, say): read exactly it, within MAX_RECORD."""
@@ -523,4 +537,4 @@ def _with_head(fd: int, tracked: Tracked) -> Tracked:
     if length <= tracked.head_len:
         return tracked
     head = os.pread(fd, length, 0)
-    return replace(tracked, head=binascii.crc32(head), head_len=len(head))
+    return tracked.replace(head=binascii.crc32(head), head_len=len(head))

@@ -23,12 +23,12 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
 from tuneplane.collector import tfevents
 from tuneplane.constants import METRICS_NATIVE_ENV
+from tuneplane.runtime.records import FrozenRecord
 
 FORMATS = ("tensorboard", "jsonl", "unsent")
 UNSENT_GLOB = "report-unsent-"
@@ -44,8 +44,7 @@ class SourceError(ValueError):
     """A declaration that cannot be used; the message says which entry and why."""
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(FrozenRecord):
     format: str
     path: str
     key: str | None = None

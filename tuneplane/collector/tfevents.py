@@ -17,7 +17,8 @@ import math
 import struct
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from tuneplane.runtime.records import FrozenRecord, Record
 
 _MASK_DELTA = 0xA282EAD8
 _F32 = struct.Struct("<f")
@@ -72,8 +73,7 @@ def frame(payload: bytes) -> bytes:
     return length + struct.pack("<I", masked_crc(length)) + payload + struct.pack("<I", masked_crc(payload))
 
 
-@dataclass
-class Records:
+class Records(Record):
     """The complete records of `data` from `offset` on: payloads, the offset after the last complete
     one, and how many corrupt records were skipped."""
 
@@ -208,12 +208,22 @@ def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-@dataclass(frozen=True)
-class Scalar:
+class Scalar(FrozenRecord):
+    """One scalar point of an event file: one per point read, so `__slots__` and its own `__init__`."""
+
+    __slots__ = ("tag", "step", "value", "wall_time")
+    _fields = __slots__
     tag: str
     step: int
     value: float
     wall_time: float
+
+    def __init__(self, tag: str, step: int, value: float, wall_time: float) -> None:
+        set_field = object.__setattr__  # frozen: fields are set past `__setattr__`
+        set_field(self, "tag", tag)
+        set_field(self, "step", step)
+        set_field(self, "value", value)
+        set_field(self, "wall_time", wall_time)
 
 
 def scalars(event: bytes) -> list[Scalar]:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import enum
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Protocol
 
 from tuneplane.constants import EXIT_OK, EXIT_PROBLEMS
 from tuneplane.lab.fs import atomic_write
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.runtime.reporter import plain
 
 REFERENCE = Path("docs/reference/commands.md")
@@ -70,8 +70,7 @@ class Command(Protocol):
     def params(self) -> Sequence[Param]: ...
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(FrozenRecord):
     """One leaf command: its words after `tp` and the Click command object."""
 
     path: tuple[str, ...]

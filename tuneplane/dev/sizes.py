@@ -13,13 +13,13 @@ import argparse
 import ast
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 from tuneplane.constants import EXIT_OK
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.runtime.reporter import plain
 
 
-class Sized(NamedTuple):
+class Sized(FrozenRecord, order=True):
     lines: int
     name: str
 

@@ -25,12 +25,12 @@ import json
 import re
 import threading
 import zlib
-from dataclasses import dataclass
 from email.message import Message
 from typing import Protocol
 
 from tuneplane.ingest.tokens import token_scope
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord, Record
 
 READ_CHUNK = 64 * 1024
 PEEK_BYTES = 4096
@@ -40,8 +40,7 @@ RUN_ID_RE = re.compile(rb'^\s*\{\s*"run_id"\s*:\s*("(?:[^"\\]|\\.){0,512}")')
 MAX_RUN_ID = 256
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(FrozenRecord):
     """What one request may carry; generous for real batches, small enough to refuse abuse."""
 
     max_body: int = 8 * 1024 * 1024  # bytes on the wire
@@ -181,8 +180,7 @@ class _Slots:
 SLOTS = _Slots()
 
 
-@dataclass
-class Body:
+class Body(Record):
     payload: JSONObject
     run_id: str
     key: str  # the store's name of the run: the token's experiment scope and the run id

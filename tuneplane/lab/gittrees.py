@@ -12,11 +12,11 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import BOT_REFS, GitRepo, run_git, upstream_prefix
+from tuneplane.runtime.records import FrozenRecord
 
 STATUS = "status/"
 RECORD = BOT_REFS + "authority"  # the bot's record (record.authority.REF; lab/ imports no record/)
@@ -64,8 +64,7 @@ def _inside(root: Path, path: Path) -> bool:
     return os.path.realpath(root / path).startswith(os.path.realpath(root) + os.sep)
 
 
-@dataclass(frozen=True)
-class StatusChange:
+class StatusChange(FrozenRecord):
     """A run status a change touches: its base version, and what the bot's record says of the run."""
 
     rel: str  # status/<exp>/<run-id>.json

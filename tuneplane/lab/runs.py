@@ -13,7 +13,6 @@ import os
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
@@ -44,8 +43,7 @@ STATUS_SCHEMA = reference(f"{STATUS_DIR}/EXP/RUN.json", schema_rel("status"))
 DASHBOARD = f"{STATUS_DIR}/README.md"
 
 
-@dataclass(frozen=True, order=True)
-class RunKey:
+class RunKey(FrozenRecord, order=True):
     """One run, named by its experiment and id (sorts by experiment, then time)."""
 
     experiment: str
@@ -415,7 +413,7 @@ class UncheckedStatus(FrozenRecord):
         values = self.metric_history.get(metric)
         return _numbers(values) if isinstance(values, list) else ()
 
-    def __hash__(self) -> int:  # type: ignore[override]  # its mappings are not hashable: by what names the run
+    def __hash__(self) -> int:  # its mappings are not hashable: by what names the run
         return hash((self.experiment, self.run_id, self.phase))
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+
+from tuneplane.runtime.records import FrozenRecord
 
 
 class BenchError(Exception):
     """A problem the user can fix: reported as one line on stderr, exit status 2, no traceback."""
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(FrozenRecord):
     model: str
     runner: str
     suites: tuple[str, ...]
@@ -25,8 +25,7 @@ class Settings:
     dtype: str | None
 
 
-@dataclass(frozen=True)
-class SuiteScore:
+class SuiteScore(FrozenRecord):
     metric: str
     score: float
     stderr: float | None

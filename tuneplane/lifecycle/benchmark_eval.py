@@ -17,7 +17,6 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TypedDict
 
@@ -329,7 +328,7 @@ def build_report(
     return {
         "runner": settings.runner,
         "model": settings.model,
-        "suites": {task: asdict(score) for task, score in scores.items()},
+        "suites": {task: score.as_dict() for task, score in scores.items()},
         "score": mean,
         "results_file": shown,
     }
@@ -360,7 +359,7 @@ def report_scores(settings: Settings, scores: Mapping[str, SuiteScore], mean: fl
         warn("tuneplane.report is not importable; the scores are in eval/report.json only")
         return
     metrics = {"bench/score": mean, **{f"bench/{task}": s.score for task, s in scores.items()}}
-    hparams = {**asdict(settings), "suites": ",".join(settings.suites)}
+    hparams = {**settings.as_dict(), "suites": ",".join(settings.suites)}
     report.init(hparams=hparams, monitor_hardware=False)
     report.log(metrics, step=0)
     report.finish()

@@ -17,7 +17,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from typing import Any
 from tuneplane.constants import RESUME_FROM_ENV
 from tuneplane.lifecycle.outputs import output_dir as output_dir
 from tuneplane.lifecycle.overrides import apply_overrides as apply_overrides
+from tuneplane.runtime.records import Record
 
 # Keys of config.yaml that train.py consumes itself; everything else goes to the TRL config class.
 SCRIPT_KEYS = (
@@ -187,8 +187,7 @@ def platform_callbacks() -> list[Any]:
     return [ForwardToTunePlane()]
 
 
-@dataclass
-class TrainingRun:
+class TrainingRun(Record):
     """One run of a TRL template's train.py, as the platform starts it.
 
     `settings` is what goes to the TRL config class: config.yaml with the overrides applied, less the

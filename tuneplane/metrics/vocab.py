@@ -31,8 +31,9 @@ charts all use this one module.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TypeVar
+
+from tuneplane.runtime.records import FrozenRecord, field
 
 NAMESPACES = ("train/", "validation/", "eval/", "hw/")
 HARDWARE = "hw/"
@@ -52,8 +53,7 @@ _WORDS = ("loss", "acc", "reward", "score", "f1", "perplexity")
 V = TypeVar("V")
 
 
-@dataclass(frozen=True)
-class Vocabulary:
+class Vocabulary(FrozenRecord):
     """The canonical names and the reading order of one recipe's metrics."""
 
     aliases: Mapping[str, str] = field(default_factory=dict)

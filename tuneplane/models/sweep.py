@@ -11,7 +11,6 @@ import hashlib
 import itertools
 import json
 import random
-from dataclasses import dataclass
 from typing import Final, Literal, Self
 
 from pydantic import Field, model_validator
@@ -19,6 +18,7 @@ from pydantic import Field, model_validator
 from tuneplane.constants import Scalar
 from tuneplane.models.base import NAME_RE, Strict, defaults_of, empty_dict
 from tuneplane.models.run import PROFILE_RE, Inputs
+from tuneplane.runtime.records import FrozenRecord
 
 SWEEP_API: Final = "tuneplane/sweep/v1"
 SWEEPS_DIR: Final = "sweeps"
@@ -71,8 +71,7 @@ class Sweep(Strict):
         return self
 
 
-@dataclass(frozen=True)
-class Trial:
+class Trial(FrozenRecord):
     """One run of a sweep: its parameters and run id (`rerun` > 0: the trial run again that often)."""
 
     index: int

@@ -6,21 +6,20 @@ argv is a list (never a shell string); env holds only non-secret values, secrets
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal
+
+from tuneplane.runtime.records import FrozenRecord, field
 
 LaunchMode = Literal["direct", "process-group", "ray-driver"]
 
 
-@dataclass(frozen=True)
-class ArtifactGlob:
+class ArtifactGlob(FrozenRecord):
     kind: Literal["checkpoint", "log", "export", "evaluation"]
     pattern: str  # relative to the out dir
     format: str = ""
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(FrozenRecord):
     argv: list[str]
     cwd: str
     env: dict[str, str]  # in a fixed order (spec_to_env), no secrets

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tuneplane import __version__
@@ -61,13 +60,13 @@ from tuneplane.plan.adapters.base import trainer_hyperparams
 from tuneplane.plan.entrypoints import effective_entrypoint
 from tuneplane.plan.names import object_name
 from tuneplane.problems import Problem
+from tuneplane.runtime.records import FrozenRecord, field
 
 RUNTIME_IMAGES_ENV = "TUNEPLANE_RUNTIME_IMAGES"
 _UNSAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-@dataclass(frozen=True)
-class PreparedExperiment:
+class PreparedExperiment(FrozenRecord):
     """What every run request of one experiment shares: the checked lock, recipe, config and plugins."""
 
     name: str

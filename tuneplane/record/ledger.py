@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
+
+from tuneplane.runtime.records import Record, field
 
 LEDGER = "status/index.json"
 VERSION = 5  # 5: when metrics were last committed; 4: the sweeps' tree id (older: read, pages rendered once)
@@ -42,8 +43,7 @@ _MAPS = ("requests", "statuses", "active", "counts")
 AWAITING = "+metrics"  # an `active` phase with this suffix: the run ended, its metrics are still to be read
 
 
-@dataclass
-class Ledger:
+class Ledger(Record):
     requests: dict[str, str] = field(default_factory=dict)
     statuses: dict[str, str] = field(default_factory=dict)
     active: dict[str, str] = field(default_factory=dict)

@@ -16,7 +16,6 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane.constants import TERMINAL
@@ -29,6 +28,7 @@ from tuneplane.record.authority import Authority, pick_status
 from tuneplane.record.authority import upstream as upstream_record
 from tuneplane.record.batch import safe_write
 from tuneplane.record.ledger import LEDGER, Ledger, merge
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.views.sweep import SWEEP_PAGES
 
 __all__ = [
@@ -61,8 +61,7 @@ def commit_status(repo: GitRepo, message: str) -> str | None:
     return repo.commit_staged(message, [STATUS_DIR])
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(FrozenRecord):
     remote: str
     branch: str
 

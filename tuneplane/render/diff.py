@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+
+from tuneplane.runtime.records import FrozenRecord
 
 COMMENT_LIMIT = 65_536
 
 
-@dataclass(frozen=True)
-class RenderedChange:
+class RenderedChange(FrozenRecord):
     """One changed run request: its rendering at the base ref and now (None: absent), or why not."""
 
     path: str
@@ -46,8 +46,7 @@ def _outcomes(changes: list[RenderedChange]) -> str:
     return "\n".join(lines) + "\n\n" if lines else ""
 
 
-@dataclass(frozen=True)
-class _Section:
+class _Section(FrozenRecord):
     summary: str
     lang: str
     lines: list[str]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from tuneplane import __version__
 from tuneplane.constants import (
@@ -36,6 +35,7 @@ from tuneplane.render.scripts import BOOTSTRAP, CHECKOUT_SCRIPT
 from tuneplane.render.templating import render
 from tuneplane.runtime.digest import canonical_json, sha256_bytes
 from tuneplane.runtime.jsonvalue import JSONObject, JSONValue
+from tuneplane.runtime.records import FrozenRecord
 
 TRAINER = "trainer"
 CHECKOUT = "checkout"  # the init container that clones the lab at the run's commit
@@ -73,8 +73,7 @@ ROLE_LABEL = "tuneplane.dev/role"
 Fields = dict[str, object]
 
 
-@dataclass(frozen=True)
-class _Facts:
+class _Facts(FrozenRecord):
     """Values several parts of the manifest repeat, computed once per run."""
 
     digest: str  # of the JobSpec

@@ -15,7 +15,6 @@ port derived from the job id.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from tuneplane.constants import (
     AFTER_JOB_UPLOAD_SECONDS,
@@ -33,6 +32,7 @@ from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import RENDEZVOUS_PORT, rendezvous_host
 from tuneplane.render.manifests import jobspec_document, launcher_command
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord, field
 
 ADDR_PLACEHOLDER = "@TP_MASTER_ADDR@"
 PORT_PLACEHOLDER = "@TP_MASTER_PORT@"
@@ -59,8 +59,7 @@ _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9._:/%+=,@-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-@dataclass(frozen=True)
-class BatchJob:
+class BatchJob(FrozenRecord):
     """One run as Slurm gets it."""
 
     job_name: str

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any, SupportsFloat, cast
 
 from tuneplane.constants import (
@@ -20,6 +19,7 @@ from tuneplane.constants import (
     OUT_DIR_ENV,
     REPORT_ALL_RANKS_ENV,
 )
+from tuneplane.runtime.records import FrozenRecord, field
 
 # Tunables: init keyword -> (environment variable, default, minimum, maximum). A value outside its
 # range (inf, nan, negative, 1e308) falls back to the default with one warning: a wait of 1e308 s
@@ -57,8 +57,7 @@ def record_cost(keys: int) -> int:
     return (33 + 8 * (keys + 3) + 15) // 16 * 16 + 8
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(FrozenRecord):
     """One session's settings; frozen so the sender thread can read it without locks."""
 
     endpoint: str
@@ -137,7 +136,7 @@ def from_env(env: Mapping[str, str], options: Mapping[str, object]) -> Config | 
     values: dict[str, Any] = {}  # each field's own type (int or float): replace() checks it per name
     for name, (var, default, minimum, maximum) in {**_FLOATS, **_INTS}.items():
         values[name] = _number(name, var, (default, minimum, maximum), env, options, notes)
-    return replace(config, notes=tuple(notes), **values)
+    return config.replace(notes=tuple(notes), **values)
 
 
 def _number(

@@ -14,11 +14,11 @@ import random
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuneplane.report._rows import ROWS_FORMAT, Record, cost_of, multi, points_of, singles, take
 from tuneplane.report._transport import Encoder, Transport, TransportError, compress
+from tuneplane.runtime.records import Record as MutableRecord
 
 if TYPE_CHECKING:
     from tuneplane.report._core import Session
@@ -29,8 +29,7 @@ MALFORMED = frozenset({400, 415, 422})  # a rows/1 body refused with these: perh
 OVER_LIMIT = "over the receiver's limit of metric names per run"  # the drop reason of points it left out
 
 
-@dataclass
-class Batch:
+class Batch(MutableRecord):
     """Records travelling together under one id."""
 
     batch_id: str

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from tuneplane.lab.runs import (
 from tuneplane.lab.yamlio import LoadFailed, read_text
 from tuneplane.models.run import RUN_ID, RunRequest
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.views.dashboard import attempt_month, run_ids
 
 EXCEEDED = "budget-exceeded"
@@ -46,8 +46,7 @@ UNKNOWN = "budget-unknown"
 AUTHOR_ENV = "TUNEPLANE_PR_AUTHOR"  # the pull request's author, as the lab's workflow passes it in
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(FrozenRecord):
     """One new run request's GPU-hours (None: unknown), rounded to hundredths so that the plan's total
     is the sum of the rows it shows, and how it was made."""
 

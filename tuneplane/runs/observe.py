@@ -17,7 +17,6 @@ bot stops the engine's object before it records the run ended (see `tuneplane.bo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from tuneplane.metrics.overview import overview
 from tuneplane.metrics.vocab import Vocabulary, counts
 from tuneplane.models.base import RetryPolicy
 from tuneplane.models.run import Artifact, Attempt, BackendObject, RunStatus, Transition
+from tuneplane.runtime.records import FrozenRecord
 
 HISTORY_POINTS = 20  # values kept per metric for the sparklines, spread over the whole run
 FALLBACK_METRICS = 6  # metrics a status keeps beyond the primary ones, up to this many in all …
@@ -106,8 +106,7 @@ def backend_object(ref: BackendRef) -> BackendObject:
     )
 
 
-@dataclass(frozen=True)
-class Overrun:
+class Overrun(FrozenRecord):
     """The engine going on with a run past its retry policy: after `attempt` ended, it requeued the job,
     replaced its pods or re-admitted it by itself, and the policy allows no attempt after that one."""
 

@@ -6,7 +6,6 @@ review, shown as its launch command (`dry_run`), or run on this machine (`local`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.constants import RenderFormat
@@ -15,11 +14,11 @@ from tuneplane.lab.runs import find_run, new_run_id, read_status
 from tuneplane.runs.requests import new_request, requester
 from tuneplane.runs.review import RenderContext, RenderOptions
 from tuneplane.runs.submit import SubmitOptions, SubmitResult, submit
+from tuneplane.runtime.records import FrozenRecord, field
 from tuneplane.runtime.reporter import Echo
 
 
-@dataclass(frozen=True)
-class OperationOptions:
+class OperationOptions(FrozenRecord):
     """What `tp export` / `tp eval` were asked."""
 
     operation: str
@@ -33,8 +32,7 @@ class OperationOptions:
     timeout: int | None = None  # seconds, as `tp submit --timeout`: the job's time limit on every backend
 
 
-@dataclass(frozen=True)
-class OperationOutcome:
+class OperationOutcome(FrozenRecord):
     argv: list[str] | None = None  # dry run: the launch command
     run_dir: str = ""  # dry run: the folder a run started now would get
     submitted: SubmitResult | None = None  # local: the run and its status

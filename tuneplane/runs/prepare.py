@@ -9,10 +9,8 @@ construction what the backend is sent: the same manifests (Kubernetes), the same
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneplane.backends.base import Payload, SubmitRequest
@@ -28,11 +26,11 @@ from tuneplane.models.run import RunRequest
 from tuneplane.plan.adapters import compile_plan
 from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.resolve import PreparedExperiment, job_config, prepare_experiment, resolve_prepared
+from tuneplane.runtime.records import FrozenRecord, field
 from tuneplane.runtime.reporter import Echo
 
 
-@dataclass(frozen=True)
-class PreparedRun:
+class PreparedRun(FrozenRecord):
     request: RunRequest
     spec: JobSpec
     plan: LaunchPlan
@@ -77,7 +75,7 @@ def prepare(
             warn(warning)
     _refuse_zero_processes(lab, prepared_experiment.dir, spec)
     run = rendered(lab, request, spec, compile_plan(spec), tuple(warnings))
-    return dataclasses.replace(run, config=job_config(prepared_experiment, spec))
+    return run.replace(config=job_config(prepared_experiment, spec))
 
 
 def _refuse_zero_processes(lab: Lab, exp_dir: Path, spec: JobSpec) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from tuneplane.lab.load import Lab, load_lab
 from tuneplane.lab.modelparse import validate_or_raise
 from tuneplane.models.run import Inputs, RunRequest
 from tuneplane.runtime.patterns import lazy_pattern
+from tuneplane.runtime.records import FrozenRecord
 
 # the files a trainer reads as local data (the TRL templates' loaders); a name without one is a Hub id
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -40,8 +40,7 @@ LOCAL_INPUTS = {
 }
 
 
-@dataclass(frozen=True)
-class TypedFlags:
+class TypedFlags(FrozenRecord):
     """The run flags `tp render EXP`, `tp submit EXP` and `tp sweep EXP` share, as typed."""
 
     experiment: str = ""

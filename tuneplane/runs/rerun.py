@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,14 @@ from tuneplane.models.run import RunRequest
 from tuneplane.runs.prepare import prepare
 from tuneplane.runs.requests import new_request
 from tuneplane.runs.submit import SubmitOptions, SubmitResult, lab_at, lab_repo, submit
+from tuneplane.runtime.records import Record
 from tuneplane.runtime.reporter import Echo, plain
 
 # what a rerun copies from the original request; it adds its own id, message, commit and `rerun_of`
 COPIED = {"experiment", "profile", "image", "observability_url", "set", "inputs", "operation", "timeout"}
 
 
-@dataclass
-class RerunResult:
+class RerunResult(Record):
     original: RunKey
     result: SubmitResult
     same_job: bool  # the new JobSpec equals the original's apart from run id, name, paths and requester

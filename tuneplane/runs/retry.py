@@ -11,7 +11,6 @@ attempts, which the engine's own restarts are part of, so it never resets.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import BackendRef
@@ -48,8 +47,8 @@ def attempt_run(lab: Lab, run: PreparedRun, number: int) -> PreparedRun:
     meta = run.spec.metadata.model_copy(update={"name": attempt_name(run.spec.metadata.name, number)})
     spec = run.spec.model_copy(update={"metadata": meta})
     compiled = compile_plan(spec)  # names derived from the object's (a rendezvous host) follow it
-    plan = dataclasses.replace(compiled, env={**compiled.env, ATTEMPT_ENV: str(number)})
-    return dataclasses.replace(rendered(lab, run.request, spec, plan, run.warnings), config=run.config)
+    plan = compiled.replace(env={**compiled.env, ATTEMPT_ENV: str(number)})
+    return rendered(lab, run.request, spec, plan, run.warnings).replace(config=run.config)
 
 
 def resubmitted(previous: RunStatus, ref: BackendRef, now: str) -> RunStatus:

@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from tuneplane.render.manifests import to_yaml
 from tuneplane.runs import budget
 from tuneplane.runs.prepare import PreparedRun, prepare
 from tuneplane.runs.requests import TypedFlags, read_request, requester
+from tuneplane.runtime.records import FrozenRecord, Record, field
 from tuneplane.runtime.reporter import Echo, plain
 
 if TYPE_CHECKING:
@@ -46,8 +46,7 @@ if TYPE_CHECKING:
     from tuneplane.plan.launchplan import LaunchPlan
 
 
-@dataclass
-class RenderOptions:
+class RenderOptions(Record):
     """What `tp render` was asked, as one typed request."""
 
     targets: list[str]
@@ -62,7 +61,7 @@ class RenderOptions:
     base: str | None = None
 
     def has_run_flags(self) -> bool:
-        return replace(self.run, sets=tuple(self.run.sets)) != TypedFlags() or self.run_id != PREVIEW_RUN_ID
+        return self.run.replace(sets=tuple(self.run.sets)) != TypedFlags() or self.run_id != PREVIEW_RUN_ID
 
 
 def run_render(opts: RenderOptions, out: Echo = plain.text, note: Echo = plain.note) -> int:
@@ -99,8 +98,7 @@ def _is_request_file(target: str) -> bool:
     return target.endswith((".yaml", ".yml")) or "/" in target
 
 
-@dataclass(frozen=True)
-class Rendered:
+class Rendered(FrozenRecord):
     spec: JobSpec
     plan: LaunchPlan
     docs: list[dict[str, Any]]
@@ -110,8 +108,7 @@ class Rendered:
 # ── the rendering session ───────────────────────────────────────────────────────────────────────────
 
 
-@dataclass
-class RenderContext:
+class RenderContext(Record):
     """One lab, one catalog, one commit; experiments prepared once for every request that names them."""
 
     opts: RenderOptions
@@ -151,7 +148,7 @@ class RenderContext:
             )
         # who asks, as `tp submit` records it: the preview's annotations and digest are the submitted ones
         return read_request(
-            replace(o.run, experiment=experiment),
+            o.run.replace(experiment=experiment),
             run_id=o.run_id,
             command="render",
             lab=self.lab,

@@ -15,7 +15,6 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane.backends.factory import local_lab
@@ -35,11 +34,11 @@ from tuneplane.record.publish import (
 from tuneplane.runs.localrun import run_local
 from tuneplane.runs.prepare import PreparedRun, backend_request, prepare
 from tuneplane.runs.requests import check_local_inputs, requester
+from tuneplane.runtime.records import FrozenRecord, Record
 from tuneplane.runtime.reporter import Echo, plain
 
 
-@dataclass(frozen=True)
-class SubmitOptions:
+class SubmitOptions(FrozenRecord):
     """How `tp submit` submits a request: what to do with it once written (the request says what runs)."""
 
     push: bool = False
@@ -50,8 +49,7 @@ class SubmitOptions:
     branch: str | None = None
 
 
-@dataclass
-class SubmitResult:
+class SubmitResult(Record):
     key: RunKey
     request_commit: str
     spec: JobSpec

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +34,11 @@ from tuneplane.record.publish import publish, resolve_target
 from tuneplane.runs.prepare import prepare
 from tuneplane.runs.requests import TypedFlags, new_request, read_fields, requester
 from tuneplane.runs.submit import lab_dirty, lab_repo
+from tuneplane.runtime.records import FrozenRecord, Record, field
 from tuneplane.runtime.reporter import Echo
 
 
-@dataclass(frozen=True)
-class SweepOptions:
+class SweepOptions(FrozenRecord):
     """`tp sweep EXP`: the run flags every trial shares (as typed), the swept parameters, and what to do
     with the commit."""
 
@@ -54,8 +53,7 @@ class SweepOptions:
     branch: str | None = None
 
 
-@dataclass
-class SweepResult:
+class SweepResult(Record):
     sweep: Sweep
     written: list[str] = field(default_factory=list)  # lab-relative files the commit holds
     commit: str | None = None  # None: nothing changed

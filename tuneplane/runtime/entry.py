@@ -8,13 +8,13 @@ import re
 import runpy
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from tuneplane.runtime.records import FrozenRecord
 
 _PYTHON_NAME = re.compile(r"python(?P<ver>3(?:\.\d+)?)?")
 
 
-@dataclass(frozen=True)
-class PythonEntry:
+class PythonEntry(FrozenRecord):
     """A Python command line this interpreter can run itself: `-m mod`, a script, or `-c code`."""
 
     kind: str  # module | file | code

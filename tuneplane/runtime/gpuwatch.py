@@ -24,9 +24,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from tuneplane.constants import GPU_WATCHDOG_DEFAULT, GPU_WATCHDOG_ENV, GPUS_PER_NODE_ENV
+from tuneplane.runtime.records import FrozenRecord, Record, field
 
 POLICIES = ("warn", "stop", "off")
 DEFAULT_POLICY = GPU_WATCHDOG_DEFAULT
@@ -53,8 +53,7 @@ class QueryHung(QueryFailed):
     """nvidia-smi did not answer within the timeout: it is not asked again in this run."""
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(FrozenRecord):
     """What the job's environment says: the policy, the GPUs granted per node, the sampling interval."""
 
     policy: str
@@ -128,8 +127,7 @@ def proc_field(pid: int, name: str, base: int = 10) -> int | None:
 # ── asking nvidia-smi ────────────────────────────────────────────────────────────────────────────────
 
 
-@dataclass
-class Tool:
+class Tool(Record):
     """nvidia-smi's query interface; each query in its own session, killed whole when it overstays."""
 
     timeout: float = QUERY_TIMEOUT
@@ -225,8 +223,7 @@ def overuse_line(used: list[str], granted: int, pids: int) -> str:
 # ── the watchdog ─────────────────────────────────────────────────────────────────────────────────────
 
 
-@dataclass
-class Watchdog:
+class Watchdog(Record):
     """Samples `root`'s process tree every interval until `done`; `stop()` is called once on overuse
     when the policy is `stop`. `finding` is the last overuse line, `stopped` whether it stopped the run."""
 
@@ -290,8 +287,7 @@ def _say(line: str) -> None:
     print(f"{LOG_PREFIX} {line}", file=sys.stderr, flush=True)
 
 
-@dataclass
-class TreeStop:
+class TreeStop(Record):
     """Stops a trainer's process tree: TERM to the trainer and every descendant (a shell does not pass it
     on to its children); `grace` seconds later KILL to what is left, of the tree as it was stopped and
     as it is then. Once the trainer has ended, `finish()` gives what outlived it the rest of the grace."""

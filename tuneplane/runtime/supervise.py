@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -27,6 +26,7 @@ import tuneplane.runtime.attempts as attempts
 from tuneplane.constants import NODE_RANK_ENV, utc_now
 from tuneplane.runtime.gpuwatch import OVERUSE_REASON, Settings, TreeStop, Watchdog, proc_field, process_tree
 from tuneplane.runtime.pinned import LAUNCH_ERROR_ENV, termination_log
+from tuneplane.runtime.records import FrozenRecord, Record
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the trainer, and recorded
 # Set by an engine that signals every process of the job itself (the local backend signals the run's
@@ -38,8 +38,7 @@ LIMIT_WARNING_FILE_ENV = "TUNEPLANE_LIMIT_WARNING_FILE"  # a file the engine wri
 WARNING_POLL_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(FrozenRecord):
     """How the trainer ended: its exit code (128 + N when signal N ended it), the signal this launcher
     received or the trainer died of, its last output lines, its last stderr lines, a rank's refusal;
     the GPU watchdog's finding, and `GpuOveruse` as `reason` when the watchdog stopped it."""
@@ -53,8 +52,7 @@ class Outcome:
     reason: str = ""
 
 
-@dataclass
-class JobAttempt:
+class JobAttempt(Record):
     """This node's record of the attempt, under `$TUNEPLANE_RUN_DIR/attempts/`."""
 
     run_dir: Path

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 from xml.sax.saxutils import escape
 
 from tuneplane.metrics.vocab import Vocabulary, is_hardware
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.views.charts_axes import nice_ticks, tick_labels, time_labels, time_ticks, value_axis
 from tuneplane.views.charts_legend import cut, fmt
 from tuneplane.views.textcols import columns, cut_middle, ljust, printable, rjust
@@ -228,7 +229,7 @@ def render_svg(
     )
 
 
-class _Panel(NamedTuple):
+class _Panel(FrozenRecord):
     key: str
     use_time: bool
     lines: dict[str, list[tuple[float, float]]]

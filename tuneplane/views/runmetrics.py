@@ -9,21 +9,20 @@ same way. A query may name a key canonically (`train/loss`) or as the job logged
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.errors import UsageError
 from tuneplane.lab.runs import RunKey
 from tuneplane.metrics.vocab import Vocabulary, counts, is_hardware
 from tuneplane.problems import did_you_mean_each
+from tuneplane.runtime.records import Record
 
 Series = Sequence[tuple[int, float]]
 TimedSeries = Sequence[tuple[int, float, float | None]]  # step, value, epoch seconds
 Timed = dict[str, list[tuple[int, float, float | None]]]  # by raw key: step, value, epoch seconds
 
 
-@dataclass
-class RunMetrics:
+class RunMetrics(Record):
     summary: Mapping[str, Mapping[str, Any]]  # by raw key, as stored
     read_series: Callable[[str], Series]
     vocab: Vocabulary

@@ -14,7 +14,6 @@ the bot commits it only then. A trial with no point yet is named in the legend a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane.errors import UsageError
@@ -23,6 +22,7 @@ from tuneplane.lab.sweeps import read_sweep
 from tuneplane.lab.yamlio import LoadFailed
 from tuneplane.models.run import RunStatus
 from tuneplane.models.sweep import Sweep, Trial, expand
+from tuneplane.runtime.records import FrozenRecord
 from tuneplane.views.charts_legend import value_text
 from tuneplane.views.dashboard import NOTE
 
@@ -35,8 +35,7 @@ BEST = "best"
 NO_POINTS = "no points yet"
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(FrozenRecord):
     trial: Trial
     status: RunStatus | None
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, cast
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRequest
@@ -30,6 +29,7 @@ from tuneplane.backends.kubernetes.client import (
 )
 from tuneplane.backends.kubernetes.types import JobObject, OwnerReference, Secret
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord
 
 RUN_LABEL = "tuneplane.dev/run"
 EXPERIMENT_LABEL = "tuneplane.dev/experiment"
@@ -118,8 +118,7 @@ def _split_manifests(
     return job, JOB_KINDS[job["kind"]], others
 
 
-@dataclass(frozen=True)
-class _Need:
+class _Need(FrozenRecord):
     """A Secret (and one of its keys, or "" for the whole Secret) a pod cannot start without."""
 
     secret: str

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, replace
 from typing import Any
 
 from tuneplane.backends.base import AttemptReport, BackendError
@@ -48,6 +47,7 @@ from tuneplane.constants import (
 )
 from tuneplane.models.base import RetryPolicy
 from tuneplane.runtime.attempts import decode, said
+from tuneplane.runtime.records import FrozenRecord
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 
@@ -75,8 +75,7 @@ DISRUPTIONS: dict[str, AttemptReason] = {
 JOB_ENDINGS: dict[str, AttemptReason] = {"DeadlineExceeded": "Timeout"}
 
 
-@dataclass(frozen=True)
-class _Seen:
+class _Seen(FrozenRecord):
     """One ended or running attempt as the evidence shows it, before numbering."""
 
     report: AttemptReport
@@ -100,11 +99,11 @@ def job_attempts(
     new += _kueue_evictions(workload, sum(1 for e in ledger if e.kueue))
     new += _unexplained_failures(obj, pods, ledger, new)
     new.sort(key=lambda s: s.sort_key)
-    done = ledger + [replace(s, report=replace(s.report, number=len(ledger) + i + 1)) for i, s in enumerate(new)]
+    done = ledger + [s.replace(report=s.report.replace(number=len(ledger) + i + 1)) for i, s in enumerate(new)]
     under_way = [s for s in (_group_attempt(g) for g in groups) if s.report.reason is None]
     reports = [s.report for s in done]
     if under_way:
-        reports.append(replace(under_way[-1].report, number=len(done) + 1))
+        reports.append(under_way[-1].report.replace(number=len(done) + 1))
     reports = _job_ending(reports, obj, job_failure)
     reports = _job_completed(reports, obj)
     if new and not _finished(obj):
@@ -142,10 +141,10 @@ def _group_attempt(group: list[Pod]) -> _Seen:
     gpus = sum(_gpus(p) for p in group)
     first_start = min(starts, default=None)
     if failed:
-        report = replace(failed[0], where=where, gpus=gpus, started_at=failed[0].started_at or first_start)
+        report = failed[0].replace(where=where, gpus=gpus, started_at=failed[0].started_at or first_start)
     elif ends and all(e is not None for e in ends):
         last = max((e for e in ends if e is not None), key=lambda e: e.finished_at or "")
-        report = replace(last, where=where, gpus=gpus, started_at=first_start)
+        report = last.replace(where=where, gpus=gpus, started_at=first_start)
     else:
         report = AttemptReport(number=0, started_at=first_start, where=where, gpus=gpus)
     return _Seen(report, names, sort_key=report.finished_at or report.started_at or "~")
@@ -327,7 +326,7 @@ def _job_ending(reports: list[AttemptReport], obj: JobObject, job_failure: str) 
     conds = (obj.get("status") or {}).get("conditions") or []
     at = next((c.get("lastTransitionTime") for c in conds if c.get("type") == CONDITION_FAILED), None)
     if reports and reports[-1].reason in (None, "Signal", "Error"):
-        return [*reports[:-1], replace(reports[-1], reason=reason, finished_at=reports[-1].finished_at or at)]
+        return [*reports[:-1], reports[-1].replace(reason=reason, finished_at=reports[-1].finished_at or at)]
     start = (obj.get("status") or {}).get("startTime")
     return [
         *reports,
@@ -353,7 +352,7 @@ def _job_completed(reports: list[AttemptReport], obj: JobObject) -> list[Attempt
     newest = reports[-1]
     code = 0 if newest.exit_code is None else newest.exit_code
     ended = newest.finished_at or status.get("completionTime")
-    return [*reports[:-1], replace(newest, reason="Completed", exit_code=code, finished_at=ended)]
+    return [*reports[:-1], newest.replace(reason="Completed", exit_code=code, finished_at=ended)]
 
 
 def _finished(obj: JobObject) -> bool:
@@ -491,13 +490,13 @@ def ray_attempts(
     heads = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(RAY_NODE_TYPE) == "head"]
     lost = [] if phase in TERMINAL else [s for s in (_head_lost(h, gpus) for h in heads) if s is not None]
     new = sorted((s for s in lost if not set(s.pods) & known), key=lambda s: s.sort_key)
-    done = ledger + [replace(s, report=replace(s.report, number=len(ledger) + i + 1)) for i, s in enumerate(new)]
+    done = ledger + [s.replace(report=s.report.replace(number=len(ledger) + i + 1)) for i, s in enumerate(new)]
     if new:
         _write_ledger(rest, kind, ns, obj, done)
     live = [h for h in heads if _pod_end(h) is None]
     since = max((s for h in live if (s := (h.get("status") or {}).get("startTime"))), default=None)
     newest = _driver_attempt(obj, phase, reason, (since if done else None) or started, finished)
-    return (*(s.report for s in done), replace(newest, number=len(done) + 1, gpus=gpus))
+    return (*(s.report for s in done), newest.replace(number=len(done) + 1, gpus=gpus))
 
 
 def ray_gpus(obj: JobObject) -> int:
@@ -565,8 +564,8 @@ def _head_lost(pod: Pod, gpus: int) -> _Seen | None:
         return None
     name = str((pod.get("metadata") or {}).get("name", ""))
     message = end.message or f"the Ray head {name} ended; the driver started again on a new head"
-    report = replace(end, where=(_where(pod),), reason=end.reason if end.reason != "Completed" else "Error", gpus=gpus)
-    return _Seen(replace(report, message=message), (name,), sort_key=end.finished_at or "~")
+    report = end.replace(where=(_where(pod),), reason=end.reason if end.reason != "Completed" else "Error", gpus=gpus)
+    return _Seen(report.replace(message=message), (name,), sort_key=end.finished_at or "~")
 
 
 def _driver_attempt(obj: JobObject, phase: str, reason: str, started: str, finished: str | None) -> AttemptReport:

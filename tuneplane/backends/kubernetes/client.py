@@ -15,10 +15,10 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from tuneplane.backends.base import BackendError
+from tuneplane.runtime.records import FrozenRecord
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 
@@ -36,8 +36,7 @@ T = TypeVar("T")
 Items = list[dict[str, Any]]  # named here: inside Rest, `list` is its method
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(FrozenRecord):
     """How hard to try: bounded attempts, capped and jittered exponential backoff, a per-request timeout.
 
     Defaults suit a CI bot talking to a busy API server; tests shrink `backoff_base` and `timeout`.
@@ -61,8 +60,7 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()  # frozen: one shared default is safe
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(FrozenRecord):
     """A resource type we talk to: how to name it in messages and reach it over REST."""
 
     api_version: str
@@ -147,8 +145,7 @@ def _config_message(kubeconfig: str | None, context: str | None, in_cluster: boo
     return f"could not load {where}{ctx}: {exc}. Check the file exists and names the context you want."
 
 
-@dataclass(frozen=True)
-class _Op:
+class _Op(FrozenRecord):
     """One API request, described for messages (never with a body)."""
 
     action: str  # "apply", "read", "list", "delete", "patch", "read logs of"
@@ -158,8 +155,7 @@ class _Op:
     kind: Kind
 
 
-@dataclass(frozen=True)
-class _Failure:
+class _Failure(FrozenRecord):
     kind: str  # "http" | "timeout" | "connection"
     status: int = 0
     detail: str = ""

@@ -6,12 +6,12 @@ the submit knows: the run's token, the Secrets copied from the namespace and the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuneplane.backends.base import BackendError, Payload, SubmitRequest
 from tuneplane.constants import HF_TOKEN, JOB_TOKEN
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord
 
 if TYPE_CHECKING:
     from tuneplane.lab.load import Lab
@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     from tuneplane.plan.launchplan import LaunchPlan
 
 
-@dataclass(frozen=True)
-class KubernetesObjects:
+class KubernetesObjects(FrozenRecord):
     """The run's manifests, parsed back from the YAML `text` they were rendered as and validated (None
     for objects made otherwise: `tp render` then prints the documents as YAML)."""
 

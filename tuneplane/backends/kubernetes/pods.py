@@ -10,7 +10,6 @@ replaced).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, cast
 
 from tuneplane.backends.kubernetes.apply import RUN_LABEL
@@ -25,6 +24,7 @@ from tuneplane.backends.kubernetes.types import (
     Pod,
 )
 from tuneplane.constants import AttemptReason, epoch_of
+from tuneplane.runtime.records import FrozenRecord
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -223,8 +223,7 @@ CREATE_REFUSED = frozenset(
 _LATER_ATTEMPT = re.compile(r"-a[0-9]+(-|$)")  # `<name>-a2`: the object of a later attempt, not ours
 
 
-@dataclass(frozen=True)
-class Refused:
+class Refused(FrozenRecord):
     """The API server refuses what the run's controllers create: the controller's words, since when, and
     when it last did (a controller's retries update one Event)."""
 

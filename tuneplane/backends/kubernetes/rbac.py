@@ -13,7 +13,6 @@ the Role does not cover fails there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.backends.kubernetes.client import (
@@ -30,13 +29,13 @@ from tuneplane.backends.kubernetes.client import (
     WORKLOADS,
     Kind,
 )
+from tuneplane.runtime.records import FrozenRecord
 
 BOT_NAME = "tuneplane-bot"  # the ServiceAccount, Role and RoleBinding
 __all__ = ["BOT_NAME", "RBAC_COMMAND", "RBAC_FILE", "RULES", "manifests", "to_yaml", "user"]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(FrozenRecord):
     """Verbs on resources of one API group, with the calls that need them (the YAML's comment)."""
 
     group: str

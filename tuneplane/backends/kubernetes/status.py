@@ -12,7 +12,6 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
@@ -62,22 +61,24 @@ from tuneplane.constants import (
     epoch_of,
     observed_phase,
 )
+from tuneplane.runtime.records import FrozenRecord, Record, field
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 CANCEL_ANNOTATION = "tuneplane.dev/cancelled"
 STOPPED_ANNOTATION = "tuneplane.dev/stopped"  # why tuneplane deleted a job (a pod that cannot start, a spent budget)
 
 
-@dataclass(frozen=True)
-class Stuck:
+class Stuck(FrozenRecord):
     """How long a pod may wait on an image or a Secret before its attempt ends, and how its job is deleted."""
 
     after: float = 600.0  # seconds since the kubelet took the pod (`cluster.stuck_after`)
     propagation: str = "Foreground"
 
 
-@dataclass
-class _State:
+DEFAULT_STUCK = Stuck()
+
+
+class _State(Record):
     """What a job object's own status says, before pods and queues add detail."""
 
     phase: str
@@ -224,7 +225,7 @@ def _observation(state: _State, exit_code: int | None = None, attempts: tuple[At
 
 
 def observe(
-    rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int, stuck: Stuck = Stuck()
+    rest: Rest, ref: BackendRef, kind: Kind, ns: str, cancelled: bool, log_tail: int, stuck: Stuck = DEFAULT_STUCK
 ) -> Observation:
     """Read the job object, then its pods or Kueue Workload as its state calls for; every word the cluster
     wrote (KubeRay's copy of the driver's last lines, termination messages, conditions, events, log
@@ -241,15 +242,14 @@ def _redacted(seen: Observation, secrets: tuple[str, ...]) -> Observation:
     if not secrets:
         return seen
     attempts = tuple(
-        replace(
-            a,
+        a.replace(
             message=redact_text(a.message, secrets),
             log_tail=tuple(redact_text(line, secrets) for line in a.log_tail),
         )
         for a in seen.attempts
     )
-    return replace(
-        seen, reason=redact_text(seen.reason, secrets), message=redact_text(seen.message, secrets), attempts=attempts
+    return seen.replace(
+        reason=redact_text(seen.reason, secrets), message=redact_text(seen.message, secrets), attempts=attempts
     )
 
 
@@ -445,7 +445,7 @@ def _refused_too_long(
 def _ended(tried: tuple[AttemptReport, ...], reason: AttemptReason, words: str, at: str) -> tuple[AttemptReport, ...]:
     """The attempts with the one under way ended (a new one when none is: its pods never started)."""
     if tried and tried[-1].reason is None:
-        return (*tried[:-1], replace(tried[-1], reason=reason, message=words, finished_at=at))
+        return (*tried[:-1], tried[-1].replace(reason=reason, message=words, finished_at=at))
     number = tried[-1].number + 1 if tried else 1
     return (*tried, AttemptReport(number=number, reason=reason, message=words, finished_at=at))
 

@@ -12,16 +12,15 @@ an older CRD. One read per kind per backend instance: the answer is cached.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from tuneplane.backends.kubernetes.client import JOBSET, RAYJOB, WORKLOADS, Kind, Rest
 from tuneplane.backends.kubernetes.kueue import QUEUE_LABEL
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord
 
 
-@dataclass(frozen=True)
-class Minimum:
+class Minimum(FrozenRecord):
     controller: str
     version: str
     install: str  # where its releases are

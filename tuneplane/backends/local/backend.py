@@ -45,7 +45,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +94,7 @@ from tuneplane.errors import TunePlaneError
 from tuneplane.lab.fs import publish_dir, write_json
 from tuneplane.lab.gitrepo import GitRepo
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord
 
 if TYPE_CHECKING:  # the prepared run's types: this module reads them, never builds them
     from tuneplane.lab.load import Lab
@@ -108,8 +108,7 @@ END_GRACE = 30.0  # seconds a supervisor may take, after recording the end, to l
 # ── what the pipeline hands to this backend ──────────────────────────────────────────────────────
 
 
-@dataclass(frozen=True)
-class LocalRun:
+class LocalRun(FrozenRecord):
     """What the local backend is sent for one run: everything its supervisor needs, secrets excepted
     (`env` is the job's contract without an ingest binding). `launch.json` keeps what the supervisor
     reads (`launch`); the rest makes the run directory and its job package."""

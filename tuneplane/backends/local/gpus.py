@@ -6,11 +6,11 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from tuneplane.backends.local.files import GPUS_ENV, try_lock
+from tuneplane.runtime.records import Record, field
 
 # ── GPUs ─────────────────────────────────────────────────────────────────────────────────────────
 
@@ -45,8 +45,7 @@ class Unschedulable(Exception):
     """The run asks for more GPUs than this machine has."""
 
 
-@dataclass
-class GpuLease:
+class GpuLease(Record):
     ids: list[str] = field(default_factory=list)
     handles: list[IO[str]] = field(default_factory=list)
 

@@ -9,7 +9,6 @@ the last heartbeat this machine can see: an engine that did not answer never mak
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from tuneplane.backends.base import NO_HEARTBEAT, Observation
@@ -103,7 +102,7 @@ def _out_of_reach(run_dir: Path, state: JSONObject, host: str, heartbeat: str | 
 
 
 def _with_attempts(found: Observation, run_dir: Path, state: JSONObject, heartbeat: str | None) -> Observation:
-    return replace(found, attempts=attempt_reports(run_dir, state, found), heartbeat_at=heartbeat)
+    return found.replace(attempts=attempt_reports(run_dir, state, found), heartbeat_at=heartbeat)
 
 
 def _text(value: JSONValue) -> str | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +12,7 @@ from tuneplane.plan.launchplan import LaunchPlan
 from tuneplane.plan.names import jobspec_digest
 from tuneplane.render.slurm import render_batch
 from tuneplane.runtime.jsonvalue import JSONObject
+from tuneplane.runtime.records import FrozenRecord, field
 
 if TYPE_CHECKING:
     from tuneplane.lab.load import Lab
@@ -21,8 +20,7 @@ if TYPE_CHECKING:
 KIND = "SlurmBatch"  # what `tp render --format json` calls it
 
 
-@dataclass(frozen=True)
-class SlurmBatch:
+class SlurmBatch(FrozenRecord):
     """What the Slurm backend is sent for one run, in place of manifests."""
 
     job_name: str
@@ -82,7 +80,7 @@ def pack(spec: JobSpec, lab: Lab, lab_root: Path, batch: Payload, job_token: str
         experiment=spec.metadata.experiment,
         namespace="",
         object_name=spec.metadata.name,
-        payload=dataclasses.replace(batch_of(run_id, batch), lab_root=str(lab_root)),
+        payload=batch_of(run_id, batch).replace(lab_root=str(lab_root)),
         secret_data={"job-token": job_token} if job_token and lab.config.cluster.ingest.endpoint else {},
     )
 

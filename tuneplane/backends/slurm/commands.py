@@ -12,10 +12,10 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from tuneplane.backends.base import BackendError
 from tuneplane.errors import UsageError
+from tuneplane.runtime.records import FrozenRecord
 
 TIMEOUT = 60.0  # seconds for one command; Slurm retries its own connections within MessageTimeout
 PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SLURM_CONF")
@@ -35,15 +35,13 @@ class SlurmUnavailable(BackendError):
     """slurmctld did not answer: nothing was decided; ask again later."""
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(FrozenRecord):
     code: int
     out: str
     err: str
 
 
-@dataclass(frozen=True)
-class SlurmCommands:
+class SlurmCommands(FrozenRecord):
     conf: str = ""  # path to slurm.conf; empty: Slurm's own default (or $SLURM_CONF)
     timeout: float = TIMEOUT
 

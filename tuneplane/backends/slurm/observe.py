@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,6 +51,7 @@ from tuneplane.constants import (
 )
 from tuneplane.render.slurm import STATE_DIR
 from tuneplane.runtime import attempts as records
+from tuneplane.runtime.records import Record, field
 
 SLURM_PENDING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 SLURM_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"})
@@ -117,8 +117,7 @@ def observe(commands: SlurmCommands, ref: BackendRef, accounting: bool) -> Obser
 # ── evidence on the shared filesystem ──────────────────────────────────────────────────────────────
 
 
-@dataclass
-class Evidence:
+class Evidence(Record):
     """What the job left in its run directory, by attempt."""
 
     started: dict[int, dict[str, Any]] = field(default_factory=dict)

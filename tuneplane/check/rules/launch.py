@@ -17,13 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from tuneplane.check.rules.context import ExperimentContext
 from tuneplane.check.rules.entrypoint import own_entrypoint, resolve_entrypoint
 from tuneplane.constants import GPUS_PER_NODE_ENV, PROCS_PER_NODE_ENV
 from tuneplane.problems import Problem, Severity
 from tuneplane.runtime.launchline import strip_comment
+from tuneplane.runtime.records import FrozenRecord
 
 if TYPE_CHECKING:  # the run-request rules load only when requests are checked
     from tuneplane.check.rules.runs import RunContext
@@ -42,7 +43,7 @@ FIX = (
 )
 
 
-class Launcher(NamedTuple):
+class Launcher(FrozenRecord):
     name: str
     with_zero: str  # what it does when told to start 0 processes (torch 2.13, accelerate 1.16)
     starts_nothing: bool
@@ -54,7 +55,7 @@ ACCELERATE = Launcher(
 )
 
 
-class ZeroCount(NamedTuple):
+class ZeroCount(FrozenRecord):
     line: int
     col: int
     flag: str

@@ -10,7 +10,6 @@ own rule that `tp submit` applies too).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from tuneplane.check.admission import check_request
@@ -22,10 +21,10 @@ from tuneplane.lab.modelparse import parse_model
 from tuneplane.lab.yamlio import Doc
 from tuneplane.models.run import RunRequest
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.records import Record
 
 
-@dataclass
-class RunContext:
+class RunContext(Record):
     lab: Lab
     catalog: Catalog
     path: Path

@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tuneplane.lab.load import Lab
 from tuneplane.lab.yamlio import LoadFailed, load_json
 from tuneplane.models.backendkinds import backend_kind
 from tuneplane.problems import Problem
+from tuneplane.runtime.records import Record
 
 RULE = "status-owned"
 OWNER = "submitted_for"  # whom the bot submitted a run for: per-person budgets count it
@@ -52,8 +52,7 @@ class StatusChange(Protocol):
     def recorded(self) -> bool | None: ...  # in the bot's record (None: the clone holds no record)
 
 
-@dataclass
-class StatusContext:
+class StatusContext(Record):
     lab: Lab
     changes: Sequence[StatusChange]
 

@@ -14,7 +14,6 @@ Passing: `grid: {lr: [1.0e-05, 3.0e-05], seed: [0, 1, 2]}`, `max_trials: 64`, an
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,13 @@ from tuneplane.lab.yamlio import Doc, LoadFailed, load_yaml
 from tuneplane.models.run import RunRequest
 from tuneplane.models.sweep import Sweep, Trial, expand, trial_count
 from tuneplane.problems import Problem, Severity
+from tuneplane.runtime.records import Record
 
 # the request fields a sweep decides, each compared with what the sweep says
 _COMPARED = ("experiment", "profile", "image", "observability_url", "set", "inputs", "timeout", "sweep", "rerun_of")
 
 
-@dataclass
-class SweepContext:
+class SweepContext(Record):
     lab: Lab
     path: Path
     doc: Doc
