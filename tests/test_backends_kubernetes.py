@@ -18,7 +18,7 @@ import pytest
 from twin_rbac import bot_client, bot_session
 
 from tuneplane.backends.base import Backend, BackendError, BackendRef, SubmitRequest
-from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes.backend import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ NS = "team-a"
 TOKEN = "tp-secret-token-5f1c"
 # Quick retries; a request's own timeout is generous: on a loaded machine a twin's answer once took over
 # a second, and the timeout's retry counted as one more than the faults injected. The timeout tests set theirs.
-FAST = RetryPolicy(attempts=4, backoff_base=0.001, backoff_cap=0.005, timeout=10.0)
+FAST = ApiRetry(attempts=4, backoff_base=0.001, backoff_cap=0.005, timeout=10.0)
 KIND_PATHS = {
     "Job": "/apis/batch/v1/namespaces/team-a/jobs",
     "JobSet": "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets",
@@ -573,7 +573,7 @@ def test_latency_within_the_timeout_succeeds(fake_kube: FakeKube, backend: Kuber
 
 
 def test_latency_past_the_timeout_is_retried(fake_kube: FakeKube, kube_client: Any) -> None:
-    backend = KubernetesBackend(NS, api_client=kube_client, retry=RetryPolicy(backoff_base=0.001, timeout=1.0))
+    backend = KubernetesBackend(NS, api_client=kube_client, retry=ApiRetry(backoff_base=0.001, timeout=1.0))
     # The first POST times out but the server still creates the Job: the retry's 409 adopts it.
     fault = fake_kube.inject("latency", KIND_PATHS["Job"] + "$", method="POST", seconds=2.5)
     ref = backend.submit(request_for("Job"))
@@ -583,7 +583,7 @@ def test_latency_past_the_timeout_is_retried(fake_kube: FakeKube, kube_client: A
 
 
 def test_latency_that_never_ends_gives_a_clear_error(fake_kube: FakeKube, kube_client: Any) -> None:
-    retry = RetryPolicy(attempts=2, backoff_base=0.001, timeout=1.0)
+    retry = ApiRetry(attempts=2, backoff_base=0.001, timeout=1.0)
     backend = KubernetesBackend(NS, api_client=kube_client, retry=retry)
     fake_kube.inject("latency", KIND_PATHS["JobSet"], times=10, seconds=2.5)
     with pytest.raises(BackendError) as err:
@@ -607,7 +607,7 @@ def test_transient_server_errors_are_retried(fake_kube: FakeKube, kube_client: A
 
 def test_429_retry_after_is_honoured(fake_kube: FakeKube, kube_client: Any) -> None:
     sleeps = Sleeps()
-    retry = RetryPolicy(backoff_base=0.001, max_retry_after=30)
+    retry = ApiRetry(backoff_base=0.001, max_retry_after=30)
     backend = KubernetesBackend(NS, api_client=kube_client, retry=retry, sleep=sleeps)
     fake_kube.inject(429, KIND_PATHS["Job"], times=2, retry_after=7)
     fake_kube.inject(429, "/secrets/", retry_after=90)
@@ -695,7 +695,7 @@ def test_a_secret_cut_short_by_a_length_limit_is_redacted_too() -> None:
 
 
 def test_retry_delays_are_capped_jittered_and_growing() -> None:
-    policy = RetryPolicy(backoff_base=1.0, backoff_cap=8.0, max_retry_after=20)
+    policy = ApiRetry(backoff_base=1.0, backoff_cap=8.0, max_retry_after=20)
     rng = random.Random(1)
     for attempt, step in enumerate([1, 2, 4, 8, 8, 8]):
         delays = {policy.delay(attempt, None, rng) for _ in range(50)}

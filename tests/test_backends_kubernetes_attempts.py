@@ -14,7 +14,7 @@ from support.render import CLUSTER_SETTINGS, build, make_lab, pod_templates, req
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.backoff import decided_failure
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.backends.kubernetes.types import JobObject, Pod
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 pytest_plugins = ("fakekube",)
 
 NS = "ml-team"
-FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+FAST = ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
 H200 = {"nvidia.com/gpu.product": "NVIDIA-H200"}
 GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 

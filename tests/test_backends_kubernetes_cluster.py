@@ -27,7 +27,7 @@ from support.wait import wait_until
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendError, BackendRef, SubmitRefused, SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ pytest_plugins = ("fakekube",)
 
 NS = "ml-team"
 TOKEN = "tp-job-token-93ab1"
-FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+FAST = ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
 PRIVATE = "registry.example.com"
 SETTINGS = CLUSTER_SETTINGS.replace("verl: example/verl:0.5.0", f"verl: {PRIVATE}/ml/verl:0.5.0")
 

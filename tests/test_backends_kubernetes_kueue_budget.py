@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from support.repos import clone, git, make_remote, quiet, request, seed_lab
 
 from tuneplane.backends.base import Backend
+from tuneplane.backends.kubernetes import ApiRetry as Patience
 from tuneplane.backends.kubernetes import KubernetesBackend
-from tuneplane.backends.kubernetes import RetryPolicy as Patience
 from tuneplane.bot.entry import reconcile, sync
 from tuneplane.lab.runs import RunKey, read_status, write_request
 from tuneplane.models.base import RetryPolicy

@@ -29,7 +29,7 @@ from support.wait import wait_until
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.ingest import mint_token, start_server, summary
 
@@ -40,7 +40,7 @@ REPO = "https://git.example.com/ml/render-lab.git"
 INGEST = "http://ingest.tuneplane.svc:8080"
 GIT_USER, GIT_PASSWORD = "bot", "s3cret-pass"
 SECRET = b"ingest-hmac-key-for-tests"
-FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=10.0)
+FAST = ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=10.0)
 
 TRAIN_PY = """
 import os

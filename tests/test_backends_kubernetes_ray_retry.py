@@ -18,7 +18,7 @@ from support.render import CLUSTER_SETTINGS, make_lab, request, resolve_run
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, Observation, SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.constants import ATTEMPT_ENV
 from tuneplane.models.run import BackendObject, RunStatus, Transition
@@ -34,7 +34,7 @@ pytest_plugins = ("fakekube",)
 
 NS = "ml-team"
 EXP = "verl-grpo-exp"
-FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+FAST = ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
 
 
 @pytest.fixture(scope="module")

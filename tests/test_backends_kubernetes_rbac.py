@@ -20,7 +20,7 @@ from support.repos import clone, kubeconfig, make_remote, run_ids, seed_lab, tp_
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy, rbac
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend, rbac
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ pytest_plugins = ("fakekube",)
 
 NS = "ml-team"
 RUNS = run_ids(3)
-FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+FAST = ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from support.render import CLUSTER_SETTINGS, build, make_lab, request
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import BackendRef, SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 pytest_plugins = ("fakekube",)
 
 NS = "ml-team"
-FAST = RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
+FAST = ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0)
 POLICY = "policy.example.com: pods must carry the label cost-center"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 

@@ -263,7 +263,7 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
     from githttp import GitHttpServer
     from twin_rbac import bot_client
 
-    from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+    from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
     from tuneplane.bot.entry import reconcile, sync
 
     _require("torch")
@@ -276,7 +276,7 @@ def test_trl_sft_evicted_twice_on_kubernetes_resumes_each_time_and_the_bot_recor
     backend = KubernetesBackend(
         NS,
         api_client=bot_client(cluster.kube, NS),
-        retry=RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=10.0),
+        retry=ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=10.0),
     )
 
     def passes() -> None:

@@ -15,7 +15,7 @@ from support.render import CLUSTER_SETTINGS, build, make_lab, pod_templates, req
 from twin_rbac import bot_client
 
 from tuneplane.backends.base import SubmitRequest
-from tuneplane.backends.kubernetes import KubernetesBackend, RetryPolicy
+from tuneplane.backends.kubernetes import ApiRetry, KubernetesBackend
 from tuneplane.backends.kubernetes.payload import KubernetesObjects
 from tuneplane.render.scripts import CHECKOUT_SCRIPT
 
@@ -112,7 +112,7 @@ def test_the_ray_head_runs_off_the_gpu_nodes(lab: Any, cluster: Cluster, fake_ku
         NS,
         api_client=bot_client(fake_kube, NS),
         rng=random.Random(1),
-        retry=RetryPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0),
+        retry=ApiRetry(attempts=2, backoff_base=0.001, backoff_cap=0.005, timeout=5.0),
     )
     backend.submit(
         SubmitRequest(

@@ -237,13 +237,13 @@ def backend_factory(  # type: ignore[no-untyped-def]
     take a second, so the request timeout is generous unless a test is about timeouts and says so."""
     from twin_rbac import bot_client
 
-    from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy
+    from tuneplane.backends.kubernetes.backend import ApiRetry, KubernetesBackend
     from tuneplane.backends.local import LocalBackend
 
     def make(name: str):  # type: ignore[no-untyped-def]
         if name == "local":
             return LocalBackend(storage or Path(os.environ["TUNEPLANE_STORAGE_ROOT"]))
-        retry = RetryPolicy(attempts=attempts, backoff_base=0.001, backoff_cap=0.005, timeout=timeout)
+        retry = ApiRetry(attempts=attempts, backoff_base=0.001, backoff_cap=0.005, timeout=timeout)
         return KubernetesBackend(
             "tuneplane",
             api_client=bot_client(fake_kube, "tuneplane"),  # type: ignore[arg-type]

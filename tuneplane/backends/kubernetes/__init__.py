@@ -4,6 +4,6 @@ client · apply · status · pods · kueue, wired by `backend.KubernetesBackend`
 TypedDicts of the raw objects read back.
 """
 
-from tuneplane.backends.kubernetes.backend import KubernetesBackend, RetryPolicy, build_api_client
+from tuneplane.backends.kubernetes.backend import ApiRetry, KubernetesBackend, build_api_client
 
-__all__ = ["KubernetesBackend", "RetryPolicy", "build_api_client"]
+__all__ = ["KubernetesBackend", "ApiRetry", "build_api_client"]

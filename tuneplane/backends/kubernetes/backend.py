@@ -19,9 +19,9 @@ from tuneplane.backends.kubernetes.client import (
     JOB_KINDS,
     RAYJOB,
     SUBMITTABLE,
+    ApiRetry,
     Kind,
     Rest,
-    RetryPolicy,
     build_api_client,
     stream_lines,
 )
@@ -30,7 +30,7 @@ from tuneplane.backends.kubernetes.pods import default_container, find_pods
 from tuneplane.backends.kubernetes.types import JobObject
 from tuneplane.backends.kubernetes.versions import ServedVersions, TooOld, check_request
 
-__all__ = ["KubernetesBackend", "RetryPolicy", "build_api_client"]
+__all__ = ["KubernetesBackend", "ApiRetry", "build_api_client"]
 
 log = logging.getLogger("tuneplane.backends.kubernetes")
 
@@ -47,7 +47,7 @@ class KubernetesBackend:
         context: str | None = None,
         in_cluster: bool = False,
         api_client: Any = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: ApiRetry = DEFAULT_RETRY,
         *,
         propagation_policy: str = "Foreground",
         log_tail: int = 20,

@@ -36,8 +36,9 @@ T = TypeVar("T")
 Items = list[dict[str, Any]]  # named here: inside Rest, `list` is its method
 
 
-class RetryPolicy(FrozenRecord):
-    """How hard to try: bounded attempts, capped and jittered exponential backoff, a per-request timeout.
+class ApiRetry(FrozenRecord):
+    """How hard the client tries one API request (a run's retries are `models.base.RetryPolicy`): bounded
+    attempts, capped and jittered exponential backoff, a per-request timeout.
 
     Defaults suit a CI bot talking to a busy API server; tests shrink `backoff_base` and `timeout`.
     """
@@ -57,7 +58,7 @@ class RetryPolicy(FrozenRecord):
         return float(max(min(retry_after, self.max_retry_after), jittered))
 
 
-DEFAULT_RETRY = RetryPolicy()  # frozen: one shared default is safe
+DEFAULT_RETRY = ApiRetry()  # frozen: one shared default is safe
 
 
 class Kind(FrozenRecord):
@@ -114,7 +115,7 @@ _TYPED = {
 def build_api_client(kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False) -> Any:
     """An ApiClient from a kubeconfig (default discovery when None) or the pod's service account.
 
-    urllib3's own retries are switched off: our RetryPolicy is the one place that decides.
+    urllib3's own retries are switched off: our ApiRetry is the one place that decides.
     """
     # lazy: the kubernetes client is a heavy import; only cluster calls pay it
     from kubernetes import client, config
@@ -178,7 +179,7 @@ class Conflict(Exception):
 class Rest:
     """The REST verbs the backend uses, on raw JSON (plain dicts, never the client's models)."""
 
-    def __init__(self, api_client: Any, retry: RetryPolicy, sleep: Callable[[float], None], rng: random.Random) -> None:
+    def __init__(self, api_client: Any, retry: ApiRetry, sleep: Callable[[float], None], rng: random.Random) -> None:
         # lazy: the CLI's fast paths never load the client
         from kubernetes import client
 
