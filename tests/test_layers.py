@@ -209,7 +209,7 @@ NOT_A_BACKEND: dict[str, tuple[int, str]] = {
 }
 # Backend names still written outside the home by code another change owns, with how many times each:
 # remove an entry once its file asks `backend_kind` (`models.backendkinds`) instead.
-BACKEND_NAME_PENDING: dict[str, int] = {"record/authority.py": 1}
+BACKEND_NAME_PENDING: dict[str, int] = {}
 
 
 def _backend_names(tree: ast.AST) -> list[int]:

@@ -31,6 +31,7 @@ from tuneplane.errors import UsageError
 from tuneplane.lab.gitrepo import BOT_REFS, GitRepo, upstream_prefix
 from tuneplane.lab.gittrees import read_blobs, with_index, write_blob
 from tuneplane.lab.runs import unchecked_status
+from tuneplane.models.backendkinds import backend_kind
 from tuneplane.record.ledger import LEDGER, merge
 
 REF = BOT_REFS + "authority"
@@ -215,7 +216,7 @@ def _adoptable(data: bytes) -> bool:
     if status is None:
         return False
     backend = status.backend
-    if backend is None or backend.backend != "local":
+    if backend is None or backend.backend is None or not backend_kind(backend.backend).runs_here:
         return True
     return os.path.isdir(backend.run_dir)
 
