@@ -69,7 +69,7 @@ def test_the_size_report_lists_the_largest_modules_and_longest_functions(tmp_pat
 # ── Any, counted (issue #23) ──────────────────────────────────────────────────────────────────────
 # The issue's target is `Any` on at most 1 line per 100 lines of code (dstack and hera hold 0.3,
 # pre-commit 1.0). The ceiling is where the package stands now: lower it as `Any` goes, never raise it.
-ANY_CEILING_PER_100 = 0.95
+ANY_CEILING_PER_100 = 0.9
 
 
 def _any_names(tree: ast.Module) -> set[str]:
