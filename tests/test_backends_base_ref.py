@@ -147,3 +147,15 @@ def test_an_old_local_status_still_finds_the_runs_directory(demo_lab: Path, tp: 
     assert shown.code == 0 and "Succeeded" in shown.out and f" in {run_dir}" in shown.out, shown.output
     logs = tp("job", "logs", key.run_id)
     assert logs.code == 0 and "[tuneplane]" in logs.out, logs.output
+
+
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_an_old_status_with_a_relative_run_dir_in_its_namespace_is_migrated(backend: str) -> None:
+    """A relative storage root (a relative XDG_DATA_HOME, a Slurm storage root) put a relative run
+    directory in an older status's namespace: every backend whose runs are not pods kept it there."""
+    old = {"backend": backend, "kind": "Process", "name": "p", "namespace": "data/runs/p", "uid": "u"}
+    obj = BackendObject.model_validate(old)
+    assert (obj.namespace, obj.run_dir) == ("", "data/runs/p")
+    assert recorded_run_dir(old) == "data/runs/p"
+    k8s = {"backend": "kubernetes", "kind": "Job", "name": "j", "namespace": "ml", "uid": "u"}
+    assert BackendObject.model_validate(k8s).namespace == "ml" and recorded_run_dir(k8s) == ""

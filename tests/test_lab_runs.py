@@ -476,3 +476,30 @@ def test_reading_an_unchecked_status_refuses_a_link_and_an_oversized_file(tmp_pa
     assert found is not None and found.phase == "Running"
     assert read_unchecked(tmp_path, big) is None and read_unchecked(tmp_path, link) is None
     assert read_unchecked(tmp_path, RunKey("demo", "20250101-000009-000009")) is None
+
+
+def test_an_unchecked_status_reads_a_number_past_floats_range_as_absent() -> None:
+    """JSON allows an integer of any length; `float()` of one past its range raises. A pull request's
+    status holding one must not stop the bot's pass that reads it (its metric and GPU time: absent)."""
+    from tuneplane.lab.runs import StatusAttempt, unchecked_status
+
+    huge = "1" + "0" * 400
+    text = (
+        f'{{"phase": "Running", "metrics": {{"loss": {huge}, "acc": 0.5}}, '
+        f'"metric_history": {{"loss": [{huge}, 2]}}, "attempts": [{{"gpu_seconds": {huge}, "started_at": "t"}}]}}'
+    )
+    status = unchecked_status(text)
+    assert status is not None and status.phase == "Running"
+    assert dict(status.metrics) == {"acc": 0.5} and status.series("loss") == (2.0,)
+    assert status.attempts == (StatusAttempt(0.0, "t", ""),)
+
+
+def test_an_unchecked_status_names_its_run_with_strings_only() -> None:
+    """Which run a status says it is gets compared with the run of its path: a number there is not the
+    experiment or run spelled by its digits, so a status naming experiment 123 is not experiment "123"."""
+    from tuneplane.lab.runs import unchecked_status
+
+    status = unchecked_status('{"experiment": 123, "run_id": true, "phase": "Running", "reason": 5}')
+    assert status is not None
+    assert (status.experiment, status.run_id) == ("", "")
+    assert status.reason == "5"  # a text shown to a person keeps what was written

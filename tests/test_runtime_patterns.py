@@ -156,3 +156,15 @@ def test_yaml_defers_the_patterns_its_c_parser_never_matches() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
+
+
+def test_a_deferred_pattern_copies_and_pickles_as_its_pattern(library: str) -> None:
+    import copy
+    import pickle
+
+    with compiled_on_first_use(library):
+        lib = importlib.import_module(library)
+    for made in (copy.copy(lib.WORD), copy.deepcopy(lib.WORD), pickle.loads(pickle.dumps(lib.WORD))):
+        assert isinstance(made, re.Pattern) and made.pattern == "[a-z]+"
+    with pytest.raises(AttributeError):
+        _ = lib.WORD.__wrapped__  # a private name is not looked up on the pattern

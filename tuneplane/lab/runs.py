@@ -447,6 +447,7 @@ def unchecked_from(data: object) -> UncheckedStatus | None:
     if not isinstance(data, dict):
         return None
     text = {name: _text(data.get(name)) for name in _TEXT_FIELDS}
+    text |= {name: _name(data.get(name)) for name in _NAME_FIELDS}
     return UncheckedStatus(
         **text,
         backend=_backend(data.get("backend")),
@@ -460,9 +461,8 @@ def unchecked_from(data: object) -> UncheckedStatus | None:
     )
 
 
+_NAME_FIELDS = ("experiment", "run_id")  # which run a status says it is: compared, so read strictly
 _TEXT_FIELDS = (
-    "experiment",
-    "run_id",
     "phase",
     "reason",
     "message",
@@ -483,6 +483,12 @@ def _text(value: object) -> str:
     return ""
 
 
+def _name(value: object) -> str:
+    """An identity field: a string as written; anything else "" (no run is named "", so it never
+    matches the run of the status's path: a status naming experiment 123 is not experiment "123")."""
+    return value if isinstance(value, str) else ""
+
+
 def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
@@ -492,7 +498,12 @@ def _object(value: object) -> dict[str, object]:
 
 
 def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # JSON allows an integer of any length; past float's range it is no metric
+        return None
 
 
 def _numbers(values: list[object]) -> tuple[float, ...]:

@@ -7,6 +7,7 @@ from typing import Final, Literal
 from pydantic import Field, model_validator
 
 from tuneplane.constants import NAME_PATTERN, AttemptReason, Phase, Scalar
+from tuneplane.models.backendkinds import backend_kind
 from tuneplane.models.base import (
     GITHUB_LOGIN,
     NAME_RE,
@@ -69,9 +70,13 @@ class RunRequest(Strict):
     sweep: str = Field("", description="The sweep this run is a trial of (sweeps/<name>.yaml); empty for none.")
 
 
-def _is_path(value: object) -> bool:
-    # a Kubernetes namespace is a DNS label, so an absolute path is never one
-    return isinstance(value, str) and value.startswith("/")
+def _held_run_dir(backend: object, namespace: object) -> bool:
+    """Whether a status written before `run_dir` kept its run directory in `namespace`: every backend
+    whose runs are not pods did (a relative storage root included), and a Kubernetes namespace is a
+    DNS label, so an absolute path never is one."""
+    if not isinstance(namespace, str) or not namespace:
+        return False
+    return namespace.startswith("/") or not backend_kind(str(backend)).runs_in_pods
 
 
 def recorded_run_dir(backend: Mapping[str, object]) -> str:
@@ -81,7 +86,7 @@ def recorded_run_dir(backend: Mapping[str, object]) -> str:
     if isinstance(run_dir, str) and run_dir:
         return run_dir
     namespace = backend.get("namespace")
-    return namespace if isinstance(namespace, str) and _is_path(namespace) else ""
+    return namespace if isinstance(namespace, str) and _held_run_dir(backend.get("backend"), namespace) else ""
 
 
 class BackendObject(Strict):
@@ -101,7 +106,11 @@ class BackendObject(Strict):
     @classmethod
     def _run_dir_in_namespace(cls, data: object) -> object:
         """A status written before `run_dir` kept the run directory in `namespace`: read as `run_dir`."""
-        if isinstance(data, dict) and not data.get("run_dir") and _is_path(data.get("namespace")):
+        if (
+            isinstance(data, dict)
+            and not data.get("run_dir")
+            and _held_run_dir(data.get("backend"), data.get("namespace"))
+        ):
             return {**data, "namespace": "", "run_dir": data["namespace"]}
         return data
 

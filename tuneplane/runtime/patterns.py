@@ -40,7 +40,13 @@ class DeferredPattern:
         self._compiled: re.Pattern[Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # its own slots before they are set (a copy being made): not the pattern's
+            raise AttributeError(name)
         return getattr(self.compiled(), name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copied or pickled as the compiled pattern it stands for."""
+        return (_COMPILE, self._args)
 
     def compiled(self) -> re.Pattern[Any]:
         if self._compiled is None:
