@@ -361,3 +361,21 @@ def test_a_subclass_of_a_hand_written_record_keeps_its_init():
 
     doc = Located("x.yaml", {"a": 1}, text="a: 1\n")
     assert doc._fields == Doc._fields and (doc.rel, doc.positions, doc.text) == ("x.yaml", {}, "a: 1\n")
+
+
+def test_a_subclass_of_a_hand_written_record_may_not_declare_fields_its_init_would_ignore():
+    with pytest.raises(TypeError, match="keeps the hand-written __init__"):
+
+        class Annotated(Doc):
+            extra: int = 0
+
+    class Rewritten(Doc):  # its own __init__ and _fields: it says what it holds
+        extra: int
+
+        _fields = (*Doc._fields, "extra")
+
+        def __init__(self, rel: str, data: object, extra: int = 0) -> None:
+            super().__init__(rel, data)
+            self.extra = extra
+
+    assert Rewritten("x.yaml", {}, extra=2).extra == 2

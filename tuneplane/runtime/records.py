@@ -86,8 +86,15 @@ class _Base:
             return  # `Record` and `FrozenRecord` themselves
         if "_fields" in cls.__dict__ or "__init__" in cls.__dict__:
             cls._hand_written = True  # its own `__init__`, `_fields` and `__slots__`
-        if cls._hand_written:
-            return  # written by hand, or a subclass that keeps such a record's `__init__` and fields
+        if cls._hand_written:  # written by hand, or a subclass that keeps such a record's `__init__` and fields
+            own = cls.__dict__
+            added = [n for n, a in own.get("__annotations__", {}).items() if not _is_class_var(a)]
+            if added and "_fields" not in own and "__init__" not in own:
+                raise TypeError(
+                    f"{cls.__qualname__} declares field(s) {', '.join(added)} but keeps the hand-written "
+                    "__init__ of its base, which would ignore them: write its __init__ and _fields too"
+                )
+            return
         own = cls.__dict__
         annotations = cls.__annotations__ if "__annotations__" in own or "__annotate__" in own else {}
         names = [name for name, annotation in annotations.items() if not _is_class_var(annotation)]
