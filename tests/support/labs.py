@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import itertools
 import os
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ GIT_IDENTITY = {
 LEAKY_PREFIXES = ("TUNEPLANE_", "GITHUB_", "GIT_", "FORGE_", "STARFORGE_")
 
 _made: dict[tuple[str, str, bool, str], Path] = {}
+_SERIAL = itertools.count(1)
 _folder: list[Path] = []
 
 
@@ -50,8 +52,11 @@ def new_lab(
     and `files` (path → text), committed as `message` when the lab is a git repository and any of them
     is given."""
     shutil.copytree(_template(name, backend, use_git, tool_requirement), root, symlinks=True)
-    if use_git:  # its own first commit, dated now, as its own `tp init` would make: no two labs share history
-        git(root, "commit", "-q", "--amend", "--no-edit", "--reset-author", env=GIT_IDENTITY)
+    if use_git:  # its own first commit, dated now, as its own `tp init` would make: no two labs share history.
+        # git dates are whole seconds, so two labs copied in the same second would get the same first
+        # commit: a trailer naming this process and a serial number keeps each one its own
+        trailer = f"Test-Lab: {os.getpid()}-{next(_SERIAL)}"
+        git(root, "commit", "-q", "--amend", "--no-edit", "--reset-author", "--trailer", trailer, env=GIT_IDENTITY)
     if settings is not None:
         (root / "tuneplane.yaml").write_text(settings, encoding="utf-8")
     if experiments:  # from the packaged catalog, whatever the environment says
