@@ -328,22 +328,28 @@ class StatusAttempt(FrozenRecord):
         self._set(gpu_seconds, started_at, reason)
 
 
+_NAME_FIELDS = ("experiment", "run_id")  # which run a status says it is: compared, so read strictly
+_TEXT_FIELDS = (
+    "phase",
+    "reason",
+    "message",
+    "method",
+    "profile",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+)
+
+
 class UncheckedStatus(FrozenRecord):
-    """The fields of a status file read without validating it: a text field holding a number or a
-    boolean reads as its JSON text and one of any other type as "", an object of another shape is None,
-    a list keeps its entries of the right shape only. `history` is (phase, at) pairs."""
+    """The fields of a status file read without validating it: the run's names are strings or "", a
+    text field holding a number or a boolean reads as its JSON text and one of any other type as "",
+    an object of another shape is None, a list keeps its entries of the right shape only. `history` is
+    (phase, at) pairs."""
 
     __slots__ = (
-        "experiment",
-        "run_id",
-        "phase",
-        "reason",
-        "message",
-        "method",
-        "profile",
-        "submitted_at",
-        "started_at",
-        "finished_at",
+        *_NAME_FIELDS,
+        *_TEXT_FIELDS,
         "backend",
         "submitted_for",
         "attempts",
@@ -459,19 +465,6 @@ def unchecked_from(data: object) -> UncheckedStatus | None:
         metrics={k: n for k, v in _object(data.get("metrics")).items() if (n := _number(v)) is not None},
         metric_history=_object(data.get("metric_history")),
     )
-
-
-_NAME_FIELDS = ("experiment", "run_id")  # which run a status says it is: compared, so read strictly
-_TEXT_FIELDS = (
-    "phase",
-    "reason",
-    "message",
-    "method",
-    "profile",
-    "submitted_at",
-    "started_at",
-    "finished_at",
-)
 
 
 def _text(value: object) -> str:
